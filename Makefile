@@ -1,0 +1,39 @@
+# fusion — build, run, test, bench.
+GO        ?= go
+BIN       := bin/fusion
+DATA_DIR  ?= $(HOME)/.fusion
+MODELS_DIR ?= $(DATA_DIR)/models
+VENV      := $(CURDIR)/.cache/venv
+FIXTURES  := $(CURDIR)/.cache/fixtures
+# Tests that compare against reference implementations find them here and
+# fail (rather than skip) when FUSION_REQUIRE_FIXTURES=1.
+TEST_ENV  := FUSION_FIXTURES=$(FIXTURES) FUSION_PYTHON=$(VENV)/bin/python FUSION_REQUIRE_FIXTURES=1
+FUZZTIME  ?= 60s
+
+.PHONY: build run test test-deps bench fuzz vet clean
+
+build:
+	$(GO) build -o $(BIN) ./cmd/fusion
+
+run: build
+	@./scripts/run.sh "$(BIN)" "$(DATA_DIR)" "$(MODELS_DIR)"
+
+test-deps:
+	@./scripts/test-deps.sh
+
+test: test-deps
+	$(GO) vet ./...
+	$(TEST_ENV) $(GO) test -race -count=1 -timeout 30m ./...
+
+bench: build test-deps
+	@$(TEST_ENV) ./scripts/bench.sh
+
+# Runs every fuzz target for FUZZTIME each (go test allows one target per run).
+fuzz:
+	@./scripts/fuzz.sh $(FUZZTIME)
+
+vet:
+	$(GO) vet ./...
+
+clean:
+	rm -rf bin

@@ -1,0 +1,3 @@
+// Package cluster holds membership, consensus, the gRPC services between
+// nodes, placement planning and the routing table.
+package cluster

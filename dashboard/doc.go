@@ -1,0 +1,2 @@
+// Package dashboard is the admin web UI, embedded into the binary.
+package dashboard

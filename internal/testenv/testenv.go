@@ -1,0 +1,64 @@
+// Package testenv finds what tests need from outside the module: registry
+// fixtures and the Python interpreter with the reference packages. `make
+// test` installs both and sets FUSION_REQUIRE_FIXTURES=1, so there a missing
+// fixture fails the test; a bare `go test` skips it, saying why.
+package testenv
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+)
+
+// Required reports whether missing fixtures must fail tests.
+func Required() bool { return os.Getenv("FUSION_REQUIRE_FIXTURES") == "1" }
+
+func missing(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if Required() {
+		t.Fatalf(format, args...)
+	}
+	t.Skipf(format+" (run `make test`, which installs it)", args...)
+}
+
+// moduleRoot walks up from this file to the directory holding go.mod.
+func moduleRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Dir(filepath.Dir(filepath.Dir(file)))
+}
+
+// FixturesDir returns the fixture cache ($FUSION_FIXTURES, else
+// .cache/fixtures at the module root).
+func FixturesDir() string {
+	if d := os.Getenv("FUSION_FIXTURES"); d != "" {
+		return d
+	}
+	return filepath.Join(moduleRoot(), ".cache", "fixtures")
+}
+
+// TokenizerDir returns the directory of a real tokenizer fixture (qwen3,
+// llama3_1, deepseek_v3), holding tokenizer.json and tokenizer_config.json.
+func TokenizerDir(t testing.TB, name string) string {
+	t.Helper()
+	dir := filepath.Join(FixturesDir(), "tokenizers", name)
+	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
+		missing(t, "tokenizer fixture %s not found in %s", name, dir)
+	}
+	return dir
+}
+
+// Python returns the interpreter that has the reference packages
+// ($FUSION_PYTHON, else .cache/venv/bin/python).
+func Python(t testing.TB) string {
+	t.Helper()
+	py := os.Getenv("FUSION_PYTHON")
+	if py == "" {
+		py = filepath.Join(moduleRoot(), ".cache", "venv", "bin", "python")
+	}
+	if _, err := exec.LookPath(py); err != nil {
+		missing(t, "python with the reference packages not found at %s", py)
+	}
+	return py
+}

