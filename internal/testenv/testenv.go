@@ -38,7 +38,7 @@ func FixturesDir() string {
 	return filepath.Join(moduleRoot(), ".cache", "fixtures")
 }
 
-// TokenizerDir returns the directory of a real tokenizer fixture (qwen3,
+// TokenizerDir returns the directory of a real tokenizer fixture (qwen3, llama3_2,
 // llama3_1, deepseek_v3), holding tokenizer.json and tokenizer_config.json.
 func TokenizerDir(t testing.TB, name string) string {
 	t.Helper()
