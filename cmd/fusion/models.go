@@ -2,10 +2,154 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"flag"
+	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"fusion/engine/demo"
+	"fusion/engine/modelfile"
+	"fusion/engine/safetensors"
 )
 
-func runModels(_ context.Context, _ []string, _, _ io.Writer) error {
-	return errors.New("models: not built yet")
+const modelsUsage = `usage: fusion models <command> [flags]
+
+  create-demo   write a random-weight demo model (fusion models create-demo -h)
+  inspect DIR   print a model directory's architecture, dims, quantization,
+                tensor count and weight bytes as JSON
+`
+
+func runModels(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, modelsUsage)
+		return usagef("missing models command")
+	}
+	switch args[0] {
+	case "-h", "--help", "help":
+		fmt.Fprint(stderr, modelsUsage)
+		return flag.ErrHelp
+	case "create-demo":
+		return runCreateDemo(ctx, args[1:], stdout, stderr)
+	case "inspect":
+		return runInspect(ctx, args[1:], stdout, stderr)
+	}
+	fmt.Fprint(stderr, modelsUsage)
+	return usagef("unknown models command %q", args[0])
+}
+
+func runCreateDemo(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	d := demo.DefaultOptions()
+	var o demo.Options
+	var out string
+	fs := newFlagSet("models create-demo", stderr)
+	fs.StringVar(&o.Arch, "arch", d.Arch, "architecture: llama or qwen3")
+	fs.StringVar(&out, "out", "", "output directory (required)")
+	fs.IntVar(&o.Layers, "layers", d.Layers, "number of layers")
+	fs.IntVar(&o.Hidden, "hidden", d.Hidden, "hidden size")
+	fs.IntVar(&o.Heads, "heads", d.Heads, "attention heads")
+	fs.IntVar(&o.KVHeads, "kv-heads", d.KVHeads, "key/value heads")
+	fs.IntVar(&o.HeadDim, "head-dim", 0, "head dimension (default hidden/heads)")
+	fs.IntVar(&o.Intermediate, "intermediate", d.Intermediate, "MLP intermediate size")
+	fs.StringVar(&o.VocabFrom, "vocab-from", "", "copy tokenizer.json and tokenizer_config.json from this directory (default: a built-in byte-level BPE tokenizer)")
+	fs.IntVar(&o.Quantize, "quantize", 0, "MLX affine quantization bits: 0 (none), 4 or 8 (also 2, 3, 5, 6)")
+	fs.IntVar(&o.GroupSize, "group-size", d.GroupSize, "quantization group size: 32, 64 or 128")
+	fs.StringVar(&o.DType, "dtype", d.DType, "weight dtype: bf16, f16 or f32")
+	fs.StringVar(&o.Format, "format", d.Format, "output format: safetensors or gguf")
+	fs.Uint64Var(&o.Seed, "seed", 0, "random seed (same seed, same weights)")
+	fs.BoolVar(&o.Untied, "untied", false, "write a separate lm_head instead of tying it to the embeddings")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	if out == "" {
+		return usagef("--out is required")
+	}
+	m, err := demo.Create(out, o)
+	if err != nil {
+		return err
+	}
+	p := m.Params
+	quant := "float"
+	if m.Options.Quantize != 0 {
+		quant = fmt.Sprintf("%d-bit, group %d", m.Options.Quantize, m.Options.GroupSize)
+	}
+	fmt.Fprintf(stdout, "wrote %s: %s, %d layers, hidden %d, %d/%d heads, head_dim %d, intermediate %d, vocab %d, %s %s\n",
+		out, p.Arch, p.Layers, p.Hidden, p.Heads, p.KVHeads, p.HeadDim, p.Intermediate, p.Vocab, m.Options.DType, quant)
+	return nil
+}
+
+// inspectReport is what `fusion models inspect` prints.
+type inspectReport struct {
+	Dir               string                  `json:"dir"`
+	Architecture      string                  `json:"architecture"`
+	Architectures     []string                `json:"architectures"`
+	Dims              inspectDims             `json:"dims"`
+	RMSNormEps        float64                 `json:"rms_norm_eps"`
+	RopeTheta         float64                 `json:"rope_theta"`
+	RopeScaling       *modelfile.RopeScaling  `json:"rope_scaling"`
+	TieWordEmbeddings bool                    `json:"tie_word_embeddings"`
+	TorchDType        string                  `json:"torch_dtype,omitempty"`
+	Quantization      *modelfile.Quantization `json:"quantization"`
+	BOSTokenIDs       []int                   `json:"bos_token_ids"`
+	EOSTokenIDs       []int                   `json:"eos_token_ids"`
+	Tensors           int                     `json:"tensors"`
+	WeightBytes       int64                   `json:"weight_bytes"`
+	Files             []string                `json:"files"`
+	LoadMode          string                  `json:"load_mode"`
+}
+
+type inspectDims struct {
+	HiddenSize            int `json:"hidden_size"`
+	IntermediateSize      int `json:"intermediate_size"`
+	NumHiddenLayers       int `json:"num_hidden_layers"`
+	NumAttentionHeads     int `json:"num_attention_heads"`
+	NumKeyValueHeads      int `json:"num_key_value_heads"`
+	HeadDim               int `json:"head_dim"`
+	VocabSize             int `json:"vocab_size"`
+	MaxPositionEmbeddings int `json:"max_position_embeddings"`
+}
+
+func runInspect(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("models inspect", stderr)
+	mode := fs.String("load-mode", "", "how to load weights: read or mmap (default "+safetensors.DefaultLoadMode.String()+")")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usagef("usage: fusion models inspect [--load-mode read|mmap] DIR")
+	}
+	lm, err := safetensors.ParseLoadMode(*mode)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	dir := fs.Arg(0)
+	if st, err := os.Stat(dir); err == nil && !st.IsDir() && strings.EqualFold(filepath.Ext(dir), ".gguf") {
+		return errors.New("inspecting GGUF files is not supported yet")
+	}
+	m, err := modelfile.Open(dir, modelfile.Options{LoadMode: lm})
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	c := m.Config
+	r := inspectReport{
+		Dir: dir, Architecture: c.Architecture, Architectures: c.Architectures,
+		Dims: inspectDims{c.HiddenSize, c.IntermediateSize, c.NumHiddenLayers, c.NumAttentionHeads, c.NumKeyValueHeads,
+			c.HeadDim, c.VocabSize, c.MaxPositionEmbeddings},
+		RMSNormEps: c.RMSNormEps, RopeTheta: c.RopeTheta, RopeScaling: c.RopeScaling, TieWordEmbeddings: c.TieWordEmbeddings,
+		TorchDType: c.TorchDType, Quantization: c.Quantization, BOSTokenIDs: c.BOSTokenIDs, EOSTokenIDs: m.EOSTokenIDs(),
+		Tensors: m.Weights.Len(), WeightBytes: m.Weights.Bytes(), LoadMode: m.Weights.Mode().String(),
+	}
+	for _, f := range m.Weights.Files() {
+		r.Files = append(r.Files, filepath.Base(f))
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
 }

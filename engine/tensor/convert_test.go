@@ -28,9 +28,9 @@ func TestF32ToF16Rounding(t *testing.T) {
 		{1, 0x3c00},
 		{-2, 0xc000},
 		{65504, 0x7bff},
-		{65520, 0x7c00},                 // rounds up to +Inf
-		{float32(math.Inf(-1)), 0xfc00}, // -Inf
-		{5.960464477539063e-08, 0x0001}, // smallest subnormal
+		{65520, 0x7c00},                  // rounds up to +Inf
+		{float32(math.Inf(-1)), 0xfc00},  // -Inf
+		{5.960464477539063e-08, 0x0001},  // smallest subnormal
 		{2.9802322387695312e-08, 0x0000}, // exactly half of it: ties to even (0)
 		{1.0009765625, 0x3c01},
 		{1.00048828125, 0x3c00}, // halfway between 0x3c00 and 0x3c01: even

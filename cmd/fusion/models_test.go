@@ -1,0 +1,74 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestModelsCreateDemoAndInspect(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "demo")
+	var out, errb bytes.Buffer
+	args := []string{"models", "create-demo", "--arch", "llama", "--out", dir, "--layers", "1", "--quantize", "8", "--group-size", "32", "--seed", "3"}
+	if code := run(context.Background(), args, &out, &errb); code != 0 {
+		t.Fatalf("create-demo exited %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "wrote "+dir+": llama, 1 layers") {
+		t.Errorf("create-demo printed %q", out.String())
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"models", "inspect", "--load-mode", "mmap", dir}, &out, &errb); code != 0 {
+		t.Fatalf("inspect exited %d: %s", code, errb.String())
+	}
+	var r struct {
+		Architecture string
+		Dims         struct {
+			HiddenSize      int `json:"hidden_size"`
+			NumHiddenLayers int `json:"num_hidden_layers"`
+			VocabSize       int `json:"vocab_size"`
+		}
+		Quantization struct {
+			Bits      int
+			GroupSize int `json:"group_size"`
+		}
+		Tensors     int
+		WeightBytes int64  `json:"weight_bytes"`
+		LoadMode    string `json:"load_mode"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	// 1 layer: 2 norms + 7 quantized linears (3 tensors each), embedding
+	// (3), final norm.
+	if r.Architecture != "llama" || r.Dims.HiddenSize != 64 || r.Dims.NumHiddenLayers != 1 || r.Dims.VocabSize != 640 ||
+		r.Quantization.Bits != 8 || r.Quantization.GroupSize != 32 || r.Tensors != 2+7*3+3+1 || r.WeightBytes <= 0 || r.LoadMode != "mmap" {
+		t.Errorf("inspect: %+v", r)
+	}
+}
+
+func TestModelsUsageErrors(t *testing.T) {
+	tests := []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"models"}, 2, "missing models command"},
+		{[]string{"models", "frobnicate"}, 2, "unknown models command"},
+		{[]string{"models", "create-demo"}, 2, "--out is required"},
+		{[]string{"models", "create-demo", "--out", "x", "extra"}, 2, "unexpected argument"},
+		{[]string{"models", "create-demo", "--out", t.TempDir(), "--heads", "5"}, 1, "does not divide"},
+		{[]string{"models", "create-demo", "--out", t.TempDir(), "--format", "gguf"}, 1, "gguf output not wired yet"},
+		{[]string{"models", "inspect"}, 2, "usage: fusion models inspect"},
+		{[]string{"models", "inspect", "--load-mode", "paged", "x"}, 2, "unknown load mode"},
+		{[]string{"models", "inspect", t.TempDir()}, 1, "config.json"},
+	}
+	for _, tc := range tests {
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), tc.args, &out, &errb); code != tc.code || !strings.Contains(errb.String(), tc.msg) {
+			t.Errorf("%v: exit %d, stderr %q; want %d mentioning %q", tc.args, code, errb.String(), tc.code, tc.msg)
+		}
+	}
+}

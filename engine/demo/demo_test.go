@@ -1,0 +1,254 @@
+package demo
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"fusion/engine/modelfile"
+	"fusion/engine/safetensors"
+	"fusion/engine/tensor"
+)
+
+func TestTensorNames(t *testing.T) {
+	layer := func(l int, qwen bool) []string {
+		p := fmt.Sprintf("model.layers.%d.", l)
+		names := []string{p + "input_layernorm.weight", p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
+			p + "self_attn.v_proj.weight", p + "self_attn.o_proj.weight"}
+		if qwen {
+			names = append(names, p+"self_attn.q_norm.weight", p+"self_attn.k_norm.weight")
+		}
+		return append(names, p+"post_attention_layernorm.weight", p+"mlp.gate_proj.weight", p+"mlp.up_proj.weight", p+"mlp.down_proj.weight")
+	}
+	tests := []struct {
+		opts Options
+		want []string
+	}{
+		{Options{}, slices.Concat([]string{"model.embed_tokens.weight"}, layer(0, true), layer(1, true), []string{"model.norm.weight"})},
+		{Options{Arch: "llama", Layers: 1, Untied: true}, slices.Concat([]string{"model.embed_tokens.weight"}, layer(0, false), []string{"model.norm.weight", "lm_head.weight"})},
+	}
+	for _, tc := range tests {
+		m, err := Build(tc.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, ts := range m.Tensors {
+			got = append(got, ts.Name)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%+v:\ngot  %q\nwant %q", tc.opts, got, tc.want)
+		}
+	}
+}
+
+func TestBuildOptions(t *testing.T) {
+	m, err := Build(Options{Arch: "llama", Hidden: 96, Heads: 6, KVHeads: 3, Intermediate: 160, Layers: 3, DType: "f32", Seed: 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := m.Params
+	if p.HeadDim != 16 || p.Vocab != 640 || p.Vocab%64 != 0 || p.Vocab < len(m.Tokenizer.Tokens) || m.DType != tensor.F32 || p.RopeScaling["rope_type"] != "llama3" {
+		t.Errorf("params %+v, dtype %v", p, m.DType)
+	}
+	emb := m.Tensors[0]
+	for i, v := range emb.Data[len(m.Tokenizer.Tokens)*p.Hidden:] {
+		if v != 0 {
+			t.Fatalf("padding row value %d = %v, want 0", i, v)
+		}
+	}
+	bad := []Options{
+		{Arch: "mistral"}, {Heads: 5}, {Heads: 4, KVHeads: 3}, {Quantize: 7}, {Quantize: 4, GroupSize: 48},
+		{DType: "f8"}, {Format: "onnx"}, {Hidden: -1}, {VocabFrom: "/nonexistent"},
+	}
+	for _, o := range bad {
+		if _, err := Build(o); err == nil {
+			t.Errorf("Build(%+v) succeeded", o)
+		}
+	}
+	if err := Write(t.TempDir(), mustBuild(t, Options{Format: FormatGGUF})); err == nil || !strings.Contains(err.Error(), "gguf output not wired yet") {
+		t.Errorf("gguf: %v", err)
+	}
+}
+
+func mustBuild(t *testing.T, o Options) *Model {
+	t.Helper()
+	m, err := Build(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestDeterministic(t *testing.T) {
+	encode := func(o Options) []byte {
+		ts, err := mustBuild(t, o).SafetensorsTensors()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		if err := safetensors.Write(&b, ts, nil); err != nil {
+			t.Fatal(err)
+		}
+		return b.Bytes()
+	}
+	a, b := encode(Options{Seed: 3, Quantize: 4}), encode(Options{Seed: 3, Quantize: 4})
+	if !bytes.Equal(a, b) {
+		t.Error("same seed, different weights")
+	}
+	if bytes.Equal(a, encode(Options{Seed: 4, Quantize: 4})) {
+		t.Error("different seeds, same weights")
+	}
+}
+
+// TestRoundTrip writes demo models and reads them back with our reader in
+// both load modes: the config parses to the options, float weights come
+// back bit for bit, and quantized weights are exactly what the MLX
+// quantizer makes of the float originals and dequantize to within a step.
+func TestRoundTrip(t *testing.T) {
+	tests := []Options{
+		{},
+		{Arch: "llama", DType: "f16", Untied: true, Seed: 1},
+		{Arch: "qwen3", DType: "f32", Quantize: 8, GroupSize: 32, Seed: 2},
+		{Arch: "llama", Quantize: 4, GroupSize: 64, Untied: true, Seed: 3},
+		{Quantize: 4, GroupSize: 128, Seed: 4}, // only down_proj (in = 128) is quantized
+		{Quantize: 3, GroupSize: 32, Layers: 1, Seed: 5},
+	}
+	for _, o := range tests {
+		name := fmt.Sprintf("%s/%s/q%d/g%d", o.Arch, o.DType, o.Quantize, o.GroupSize)
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			m, err := Create(dir, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, mode := range []safetensors.LoadMode{safetensors.LoadRead, safetensors.LoadMmap} {
+				checkModel(t, dir, m, mode)
+			}
+		})
+	}
+}
+
+func checkModel(t *testing.T, dir string, m *Model, mode safetensors.LoadMode) {
+	t.Helper()
+	mf, err := modelfile.Open(dir, modelfile.Options{LoadMode: mode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mf.Close()
+	c, p, o := mf.Config, m.Params, m.Options
+	if c.Architecture != p.Arch || c.HiddenSize != p.Hidden || c.NumHiddenLayers != p.Layers || c.NumAttentionHeads != p.Heads ||
+		c.NumKeyValueHeads != p.KVHeads || c.HeadDim != p.HeadDim || c.IntermediateSize != p.Intermediate || c.VocabSize != p.Vocab ||
+		c.TieWordEmbeddings != p.TieEmbeddings || c.RopeTheta != p.RopeTheta || c.RMSNormEps != p.RMSNormEps {
+		t.Errorf("config %+v does not match params %+v", c, p)
+	}
+	if (o.Quantize != 0) != (c.Quantization != nil) || (c.Quantization != nil && (c.Quantization.Bits != o.Quantize || c.Quantization.GroupSize != o.GroupSize)) {
+		t.Errorf("quantization %+v, options %d/%d", c.Quantization, o.Quantize, o.GroupSize)
+	}
+	if got := mf.EOSTokenIDs(); !slices.Equal(got, m.Tokenizer.EOSIDs) {
+		t.Errorf("EOS ids %v, want %v", got, m.Tokenizer.EOSIDs)
+	}
+	ts, _ := m.SafetensorsTensors()
+	var bytesWant int64
+	var names []string
+	for _, x := range ts {
+		bytesWant += int64(len(x.Data))
+		names = append(names, x.Name)
+	}
+	slices.Sort(names)
+	if mf.Weights.Bytes() != bytesWant || !slices.Equal(mf.Weights.Names(), names) {
+		t.Errorf("weights: %d bytes, names %v; want %d, %v", mf.Weights.Bytes(), mf.Weights.Names(), bytesWant, names)
+	}
+	for _, want := range m.Tensors {
+		if len(want.Shape) == 1 {
+			got, _ := mf.Weights.Tensor(want.Name)
+			vals, err := modelfile.ToFloat32(got)
+			if err != nil || !slices.Equal(vals, want.Data) || got.DType != m.DType {
+				t.Errorf("%s: %v %v", want.Name, got.DType, err)
+			}
+			continue
+		}
+		path := strings.TrimSuffix(want.Name, ".weight")
+		l, err := mf.Linear(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Out != int(want.Shape[0]) || l.In != int(want.Shape[1]) {
+			t.Fatalf("%s: [%d, %d], want %v", path, l.Out, l.In, want.Shape)
+		}
+		vals, err := l.Dequantize()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Quantized != (o.Quantize != 0 && m.quantizable(want)) {
+			t.Fatalf("%s: quantized = %v", path, l.Quantized)
+		}
+		if !l.Quantized {
+			if !slices.Equal(vals, want.Data) {
+				t.Errorf("%s: float values differ", path)
+			}
+			continue
+		}
+		packed, _, _, _ := modelfile.QuantizeAffine(want.Data, l.Out, l.In, o.GroupSize, o.Quantize)
+		for i, w := range packed {
+			if binary.LittleEndian.Uint32(l.Weight.Data[4*i:]) != w {
+				t.Fatalf("%s: packed word %d differs from the quantizer's", path, i)
+			}
+		}
+		scales, _ := modelfile.ToFloat32(l.Scales)
+		for i := range vals {
+			step := float64(abs(scales[i/o.GroupSize]))
+			if d := math.Abs(float64(vals[i] - want.Data[i])); d > 1.5*step {
+				t.Fatalf("%s: value %d = %v dequantizes to %v (step %v)", path, i, want.Data[i], vals[i], step)
+			}
+		}
+	}
+}
+
+func abs(f float32) float32 { return float32(math.Abs(float64(f))) }
+
+func TestWriteFiles(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := Create(dir, Options{Quantize: 4}); err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+		if info, _ := e.Info(); info.Mode().Perm() != 0o644 {
+			t.Errorf("%s has mode %v", e.Name(), info.Mode())
+		}
+	}
+	want := []string{"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}
+	if !slices.Equal(names, want) {
+		t.Errorf("files %v, want %v", names, want)
+	}
+	f, err := safetensors.Open(filepath.Join(dir, "model.safetensors"), safetensors.LoadRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if md := f.Metadata(); !reflect.DeepEqual(md, map[string]string{"format": "mlx"}) {
+		t.Errorf("metadata %v", md)
+	}
+	ts := f.Tensors()
+	if ts[0].DType != tensor.U32 || ts[len(ts)-1].DType != tensor.BF16 {
+		t.Errorf("tensors not in the Python library's order (U32 before BF16): %v ... %v", ts[0].DType, ts[len(ts)-1].DType)
+	}
+	if _, err := Create(filepath.Join(dir, "config.json", "x"), Options{}); err == nil {
+		t.Error("writing under a file succeeded")
+	}
+	var pe *os.PathError
+	if _, err := Create(filepath.Join(dir, "config.json", "x"), Options{}); !errors.As(err, &pe) {
+		t.Errorf("error %v does not carry the path", err)
+	}
+}

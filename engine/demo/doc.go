@@ -1,0 +1,12 @@
+// Package demo builds small random-weight models in the exact on-disk
+// format of Hugging Face / mlx-community checkpoints (config.json,
+// generation_config.json, model.safetensors, tokenizer.json,
+// tokenizer_config.json), optionally MLX affine-quantized, for tests and
+// for `make run`. A model is first built in memory (Build), so that other
+// writers (GGUF) can serialise the same weights, then written (Write).
+//
+// Weights are deterministic for a given seed. Unless a real tokenizer is
+// given, the model carries its own byte-level BPE tokenizer, trained on a
+// built-in snippet of English and code, with Qwen-style special tokens and
+// a ChatML chat template.
+package demo

@@ -1,0 +1,92 @@
+package demo
+
+import (
+	"fmt"
+
+	"fusion/engine/modelfile"
+)
+
+// Output formats.
+const (
+	FormatSafetensors = "safetensors"
+	FormatGGUF        = "gguf"
+)
+
+// Options describe the model to build. Zero fields take the defaults of
+// DefaultOptions.
+type Options struct {
+	Arch         string // "llama" or "qwen3"
+	Layers       int
+	Hidden       int
+	Heads        int
+	KVHeads      int
+	HeadDim      int    // 0: Hidden/Heads
+	Intermediate int    //
+	VocabFrom    string // directory of a real tokenizer to copy; "" for the built-in one
+	Quantize     int    // 0 (float), or MLX affine bits: 2, 3, 4, 5, 6, 8
+	GroupSize    int    // quantization group size: 32, 64 or 128
+	DType        string // "bf16", "f16" or "f32"
+	Format       string // "safetensors" or "gguf"
+	Seed         uint64
+	Untied       bool // write a separate lm_head instead of tying it to the embedding
+}
+
+// DefaultOptions is a tiny Qwen3: 2 layers, hidden 64, 4 heads, 2 KV
+// heads, intermediate 128, bf16, unquantized.
+func DefaultOptions() Options {
+	return Options{
+		Arch: modelfile.ArchQwen3, Layers: 2, Hidden: 64, Heads: 4, KVHeads: 2, Intermediate: 128,
+		GroupSize: 64, DType: "bf16", Format: FormatSafetensors,
+	}
+}
+
+// resolve fills defaults and checks the options.
+func (o Options) resolve() (Options, error) {
+	d := DefaultOptions()
+	if o.Arch == "" {
+		o.Arch = d.Arch
+	}
+	for _, f := range []struct {
+		v   *int
+		def int
+	}{{&o.Layers, d.Layers}, {&o.Hidden, d.Hidden}, {&o.Heads, d.Heads}, {&o.Intermediate, d.Intermediate}, {&o.GroupSize, d.GroupSize}} {
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+	}
+	if o.KVHeads == 0 {
+		o.KVHeads = min(d.KVHeads, o.Heads)
+	}
+	if o.DType == "" {
+		o.DType = d.DType
+	}
+	if o.Format == "" {
+		o.Format = d.Format
+	}
+	if o.Arch != modelfile.ArchLlama && o.Arch != modelfile.ArchQwen3 {
+		return o, fmt.Errorf("demo: unknown arch %q (want llama or qwen3)", o.Arch)
+	}
+	switch {
+	case o.Layers < 0 || o.Hidden < 0 || o.Heads < 0 || o.KVHeads < 0 || o.HeadDim < 0 || o.Intermediate < 0:
+		return o, fmt.Errorf("demo: sizes must be positive")
+	case o.Heads%o.KVHeads != 0:
+		return o, fmt.Errorf("demo: --kv-heads %d does not divide --heads %d", o.KVHeads, o.Heads)
+	case o.HeadDim == 0 && o.Hidden%o.Heads != 0:
+		return o, fmt.Errorf("demo: --heads %d does not divide --hidden %d (or give --head-dim)", o.Heads, o.Hidden)
+	}
+	if o.HeadDim == 0 {
+		o.HeadDim = o.Hidden / o.Heads
+	}
+	if _, err := o.dtype(); err != nil {
+		return o, err
+	}
+	if o.Quantize != 0 {
+		if err := modelfile.CheckAffine(o.GroupSize, o.Quantize); err != nil {
+			return o, fmt.Errorf("demo: %w", err)
+		}
+	}
+	if o.Format != FormatSafetensors && o.Format != FormatGGUF {
+		return o, fmt.Errorf("demo: unknown format %q (want safetensors or gguf)", o.Format)
+	}
+	return o, nil
+}

@@ -1,0 +1,274 @@
+package modelfile
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Architecture names used across the engine.
+const (
+	ArchLlama = "llama"
+	ArchQwen2 = "qwen2"
+	ArchQwen3 = "qwen3"
+)
+
+// ConfigFile and GenerationConfigFile are the file names in a model
+// directory.
+const (
+	ConfigFile           = "config.json"
+	GenerationConfigFile = "generation_config.json"
+)
+
+// Limits that reject absurd values before anything is sized from them.
+const (
+	maxHidden       = 1 << 16
+	maxIntermediate = 1 << 18
+	maxLayers       = 1 << 10
+	maxHeads        = 1 << 10
+	maxHeadDim      = 1 << 10
+	maxVocab        = 1 << 22
+	maxPositions    = 1 << 24
+)
+
+// archFor maps a transformers class name, or a model_type, to an
+// architecture name ("" if unknown).
+func archFor(name string) string {
+	switch name {
+	case "LlamaForCausalLM", "llama":
+		return ArchLlama
+	case "Qwen2ForCausalLM", "qwen2":
+		return ArchQwen2
+	case "Qwen3ForCausalLM", "qwen3":
+		return ArchQwen3
+	}
+	return ""
+}
+
+// Config is a validated config.json with mlx-lm's defaults applied.
+type Config struct {
+	Architecture  string   `json:"architecture"`  // llama, qwen2 or qwen3
+	Architectures []string `json:"architectures"` // as written in the file
+	ModelType     string   `json:"model_type,omitempty"`
+
+	HiddenSize            int     `json:"hidden_size"`
+	IntermediateSize      int     `json:"intermediate_size"`
+	NumHiddenLayers       int     `json:"num_hidden_layers"`
+	NumAttentionHeads     int     `json:"num_attention_heads"`
+	NumKeyValueHeads      int     `json:"num_key_value_heads"`
+	HeadDim               int     `json:"head_dim"`
+	VocabSize             int     `json:"vocab_size"`
+	MaxPositionEmbeddings int     `json:"max_position_embeddings"`
+	RMSNormEps            float64 `json:"rms_norm_eps"`
+
+	RopeTheta   float64      `json:"rope_theta"`
+	RopeScaling *RopeScaling `json:"rope_scaling"` // nil: no scaling
+
+	TieWordEmbeddings bool `json:"tie_word_embeddings"`
+	// AttentionBias: q/k/v/o carry biases (Llama attention_bias). Qwen2
+	// always has q/k/v biases whatever this says.
+	AttentionBias bool `json:"attention_bias"`
+	MLPBias       bool `json:"mlp_bias"`
+
+	BOSTokenIDs TokenIDs `json:"bos_token_id"`
+	EOSTokenIDs TokenIDs `json:"eos_token_id"`
+	TorchDType  string   `json:"torch_dtype,omitempty"` // bfloat16, float16, float32 or ""
+
+	Quantization *Quantization `json:"quantization"` // nil: not quantized
+}
+
+type rawConfig struct {
+	Architectures         []string        `json:"architectures"`
+	ModelType             string          `json:"model_type"`
+	HiddenSize            *int64          `json:"hidden_size"`
+	IntermediateSize      *int64          `json:"intermediate_size"`
+	NumHiddenLayers       *int64          `json:"num_hidden_layers"`
+	NumAttentionHeads     *int64          `json:"num_attention_heads"`
+	NumKeyValueHeads      *int64          `json:"num_key_value_heads"`
+	HeadDim               *int64          `json:"head_dim"`
+	VocabSize             *int64          `json:"vocab_size"`
+	MaxPositionEmbeddings *int64          `json:"max_position_embeddings"`
+	RMSNormEps            *float64        `json:"rms_norm_eps"`
+	RopeTheta             *float64        `json:"rope_theta"`
+	RopeScaling           json.RawMessage `json:"rope_scaling"`
+	RopeParameters        json.RawMessage `json:"rope_parameters"`
+	TieWordEmbeddings     *bool           `json:"tie_word_embeddings"`
+	AttentionBias         *bool           `json:"attention_bias"`
+	MLPBias               *bool           `json:"mlp_bias"`
+	BOSTokenID            TokenIDs        `json:"bos_token_id"`
+	EOSTokenID            TokenIDs        `json:"eos_token_id"`
+	TorchDType            *string         `json:"torch_dtype"`
+	DType                 *string         `json:"dtype"`
+	Quantization          json.RawMessage `json:"quantization"`
+	QuantizationConfig    json.RawMessage `json:"quantization_config"`
+}
+
+// LoadConfig reads and validates dir/config.json.
+func LoadConfig(dir string) (*Config, error) {
+	path := filepath.Join(dir, ConfigFile)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("modelfile: %w", err)
+	}
+	cfg, err := ParseConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("modelfile: %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// ParseConfig parses and validates the contents of a config.json.
+func ParseConfig(data []byte) (*Config, error) {
+	var r rawConfig
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
+	c := &Config{Architectures: r.Architectures, ModelType: r.ModelType}
+	for _, a := range r.Architectures {
+		if c.Architecture = archFor(a); c.Architecture != "" {
+			break
+		}
+	}
+	if c.Architecture == "" && len(r.Architectures) == 0 {
+		c.Architecture = archFor(r.ModelType)
+	}
+	if c.Architecture == "" {
+		return nil, fmt.Errorf("%w: architectures %q, model_type %q (want LlamaForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM)", ErrUnknownArchitecture, r.Architectures, r.ModelType)
+	}
+	if err := c.sizes(&r); err != nil {
+		return nil, err
+	}
+	if err := c.rope(&r); err != nil {
+		return nil, err
+	}
+	c.TieWordEmbeddings = orBool(r.TieWordEmbeddings, c.Architecture != ArchQwen3)
+	c.AttentionBias = orBool(r.AttentionBias, false)
+	c.MLPBias = orBool(r.MLPBias, false)
+	c.BOSTokenIDs, c.EOSTokenIDs = r.BOSTokenID, r.EOSTokenID
+	if err := c.BOSTokenIDs.check("bos_token_id", c.VocabSize); err != nil {
+		return nil, err
+	}
+	if err := c.EOSTokenIDs.check("eos_token_id", c.VocabSize); err != nil {
+		return nil, err
+	}
+	dt := r.TorchDType
+	if dt == nil {
+		dt = r.DType
+	}
+	if dt != nil {
+		c.TorchDType = strings.TrimPrefix(*dt, "torch.")
+		switch c.TorchDType {
+		case "bfloat16", "float16", "float32":
+		default:
+			return nil, fmt.Errorf("%w: torch_dtype %q (want bfloat16, float16 or float32)", ErrInvalidConfig, *dt)
+		}
+	}
+	q, err := parseQuantization(r.Quantization, r.QuantizationConfig)
+	if err != nil {
+		return nil, err
+	}
+	c.Quantization = q
+	return c, nil
+}
+
+// sizes fills and checks the dimensions.
+func (c *Config) sizes(r *rawConfig) error {
+	fields := []struct {
+		name string
+		v    *int64
+		dst  *int
+		max  int64
+	}{
+		{"hidden_size", r.HiddenSize, &c.HiddenSize, maxHidden},
+		{"intermediate_size", r.IntermediateSize, &c.IntermediateSize, maxIntermediate},
+		{"num_hidden_layers", r.NumHiddenLayers, &c.NumHiddenLayers, maxLayers},
+		{"num_attention_heads", r.NumAttentionHeads, &c.NumAttentionHeads, maxHeads},
+		{"vocab_size", r.VocabSize, &c.VocabSize, maxVocab},
+	}
+	for _, f := range fields {
+		if f.v == nil {
+			return fmt.Errorf("%w: missing %s", ErrInvalidConfig, f.name)
+		}
+		if *f.v <= 0 || *f.v > f.max {
+			return fmt.Errorf("%w: %s %d out of range [1, %d]", ErrInvalidConfig, f.name, *f.v, f.max)
+		}
+		*f.dst = int(*f.v)
+	}
+	optional := []struct {
+		name string
+		v    *int64
+		dst  *int
+		def  int
+		max  int64
+	}{
+		{"num_key_value_heads", r.NumKeyValueHeads, &c.NumKeyValueHeads, c.NumAttentionHeads, maxHeads},
+		{"head_dim", r.HeadDim, &c.HeadDim, c.HiddenSize / c.NumAttentionHeads, maxHeadDim},
+		{"max_position_embeddings", r.MaxPositionEmbeddings, &c.MaxPositionEmbeddings, 2048, maxPositions},
+	}
+	for _, f := range optional {
+		if f.v == nil {
+			*f.dst = f.def
+			continue
+		}
+		if *f.v <= 0 || *f.v > f.max {
+			return fmt.Errorf("%w: %s %d out of range [1, %d]", ErrInvalidConfig, f.name, *f.v, f.max)
+		}
+		*f.dst = int(*f.v)
+	}
+	if r.HeadDim == nil && c.HiddenSize%c.NumAttentionHeads != 0 {
+		return fmt.Errorf("%w: num_attention_heads %d does not divide hidden_size %d (and head_dim is not given)", ErrInvalidConfig, c.NumAttentionHeads, c.HiddenSize)
+	}
+	if c.NumAttentionHeads%c.NumKeyValueHeads != 0 {
+		return fmt.Errorf("%w: num_key_value_heads %d does not divide num_attention_heads %d", ErrInvalidConfig, c.NumKeyValueHeads, c.NumAttentionHeads)
+	}
+	if c.HeadDim%2 != 0 {
+		return fmt.Errorf("%w: head_dim %d is odd (RoPE rotates pairs)", ErrInvalidConfig, c.HeadDim)
+	}
+	c.RMSNormEps = 1e-6
+	if r.RMSNormEps != nil {
+		c.RMSNormEps = *r.RMSNormEps
+		if !positive(c.RMSNormEps) || c.RMSNormEps >= 1 {
+			return fmt.Errorf("%w: rms_norm_eps %v out of range (0, 1)", ErrInvalidConfig, c.RMSNormEps)
+		}
+	}
+	return nil
+}
+
+// rope fills rope_theta and rope_scaling, also from transformers v5's
+// "rope_parameters" block.
+func (c *Config) rope(r *rawConfig) error {
+	c.RopeTheta = 10000
+	if c.Architecture == ArchQwen2 {
+		c.RopeTheta = 1e6
+	}
+	scaling, theta, err := parseRope("rope_scaling", r.RopeScaling)
+	if err != nil {
+		return err
+	}
+	if isNull(r.RopeScaling) && !isNull(r.RopeParameters) {
+		scaling, theta, err = parseRope("rope_parameters", r.RopeParameters)
+		if err != nil {
+			return err
+		}
+	}
+	c.RopeScaling = scaling
+	if r.RopeTheta != nil {
+		theta = r.RopeTheta
+	}
+	if theta != nil {
+		c.RopeTheta = *theta
+	}
+	if !positive(c.RopeTheta) {
+		return fmt.Errorf("%w: rope_theta %v must be positive", ErrInvalidConfig, c.RopeTheta)
+	}
+	return nil
+}
+
+func orBool(v *bool, def bool) bool {
+	if v == nil {
+		return def
+	}
+	return *v
+}

@@ -1,0 +1,64 @@
+package modelfile
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// Kind is the on-disk format of a discovered model.
+type Kind string
+
+// Model kinds.
+const (
+	KindSafetensors Kind = "safetensors" // a directory with config.json
+	KindGGUF        Kind = "gguf"        // a single .gguf file
+)
+
+// Entry is a model found in a models directory.
+type Entry struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
+	Kind Kind   `json:"kind"`
+}
+
+// Discover lists the models in modelsDir: every subdirectory holding a
+// config.json (named after the directory) and every *.gguf file (named
+// after the file without its extension). Hidden entries are skipped;
+// symbolic links are followed. The list is sorted by name, then kind. It
+// reads no weights.
+func Discover(modelsDir string) ([]Entry, error) {
+	des, err := os.ReadDir(modelsDir)
+	if err != nil {
+		return nil, fmt.Errorf("modelfile: %w", err)
+	}
+	var out []Entry
+	for _, de := range des {
+		name := de.Name()
+		if strings.HasPrefix(name, ".") {
+			continue
+		}
+		path := filepath.Join(modelsDir, name)
+		st, err := os.Stat(path) // follows links
+		if err != nil {
+			continue // dangling link
+		}
+		switch {
+		case st.IsDir():
+			if cs, err := os.Stat(filepath.Join(path, ConfigFile)); err == nil && cs.Mode().IsRegular() {
+				out = append(out, Entry{Name: name, Path: path, Kind: KindSafetensors})
+			}
+		case st.Mode().IsRegular() && strings.EqualFold(filepath.Ext(name), ".gguf"):
+			out = append(out, Entry{Name: strings.TrimSuffix(name, filepath.Ext(name)), Path: path, Kind: KindGGUF})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Name != out[j].Name {
+			return out[i].Name < out[j].Name
+		}
+		return out[i].Kind < out[j].Kind
+	})
+	return out, nil
+}

@@ -1,0 +1,184 @@
+package modelfile
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sort"
+)
+
+// ModeAffine is MLX's affine quantization, the only mode we load.
+const ModeAffine = "affine"
+
+// QuantParams is how one layer is quantized.
+type QuantParams struct {
+	GroupSize int    `json:"group_size"`
+	Bits      int    `json:"bits"`
+	Mode      string `json:"mode"`
+}
+
+// Quantization is the "quantization" block of an mlx-lm config.json: the
+// default parameters plus per-module overrides keyed by module path (e.g.
+// "model.layers.0.mlp.down_proj"). An override of nil means the module is
+// not quantized (the file says false).
+type Quantization struct {
+	QuantParams
+	Overrides map[string]*QuantParams `json:"overrides,omitempty"`
+}
+
+// For reports whether the module at path is quantized, and how. A path
+// named in the overrides decides; otherwise the module is quantized with
+// the default parameters iff hasScales ("<path>.scales" exists), the rule
+// mlx-lm applies when loading.
+func (q *Quantization) For(path string, hasScales bool) (QuantParams, bool) {
+	if q == nil {
+		return QuantParams{}, false
+	}
+	if o, ok := q.Overrides[path]; ok {
+		if o == nil {
+			return QuantParams{}, false
+		}
+		return *o, true
+	}
+	if hasScales {
+		return q.QuantParams, true
+	}
+	return QuantParams{}, false
+}
+
+// OverridePaths returns the overridden module paths, sorted.
+func (q *Quantization) OverridePaths() []string {
+	paths := make([]string, 0, len(q.Overrides))
+	for p := range q.Overrides {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	return paths
+}
+
+// CheckAffine validates affine parameters: bits 2, 3, 4, 5, 6 or 8 and a
+// group size of 32, 64 or 128.
+func CheckAffine(groupSize, bits int) error {
+	switch bits {
+	case 2, 3, 4, 5, 6, 8:
+	default:
+		return fmt.Errorf("%w: affine quantization with %d bits (want 2, 3, 4, 5, 6 or 8)", ErrInvalidConfig, bits)
+	}
+	switch groupSize {
+	case 32, 64, 128:
+	default:
+		return fmt.Errorf("%w: affine quantization group size %d (want 32, 64 or 128)", ErrInvalidConfig, groupSize)
+	}
+	return nil
+}
+
+// parseQuantization reads the "quantization" block, or failing that the
+// "quantization_config" block when it is mlx-lm's copy of it. It returns
+// nil for a model that is not quantized.
+func parseQuantization(quant, quantConfig json.RawMessage) (*Quantization, error) {
+	field, block := "quantization", quant
+	if isNull(block) {
+		field, block = "quantization_config", quantConfig
+		if isNull(block) {
+			return nil, nil
+		}
+	}
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(block, &keys); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrInvalidConfig, field, err)
+	}
+	if m, ok := keys["quant_method"]; ok {
+		var method string
+		if err := json.Unmarshal(m, &method); err != nil || method != "mlx" {
+			return nil, fmt.Errorf("%w: %s: quant_method %s (only MLX affine quantization loads)", ErrUnsupported, field, m)
+		}
+	}
+	q := &Quantization{QuantParams: QuantParams{Mode: ModeAffine}}
+	if err := decodeParam(keys, "group_size", &q.GroupSize); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrInvalidConfig, field, err)
+	}
+	if err := decodeParam(keys, "bits", &q.Bits); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrInvalidConfig, field, err)
+	}
+	if err := decodeParam(keys, "mode", &q.Mode); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrInvalidConfig, field, err)
+	}
+	if _, ok := keys["group_size"]; !ok {
+		return nil, fmt.Errorf("%w: %s: missing group_size", ErrInvalidConfig, field)
+	}
+	if _, ok := keys["bits"]; !ok {
+		return nil, fmt.Errorf("%w: %s: missing bits", ErrInvalidConfig, field)
+	}
+	if err := checkParams(field, q.QuantParams); err != nil {
+		return nil, err
+	}
+	for path, raw := range keys {
+		switch path {
+		case "group_size", "bits", "mode", "quant_method":
+			continue
+		}
+		raw = bytes.TrimSpace(raw)
+		switch {
+		case bytes.Equal(raw, []byte("false")):
+			q.setOverride(path, nil)
+		case bytes.Equal(raw, []byte("true")):
+			p := q.QuantParams
+			q.setOverride(path, &p)
+		case len(raw) > 0 && raw[0] == '{':
+			var o map[string]json.RawMessage
+			if err := json.Unmarshal(raw, &o); err != nil {
+				return nil, fmt.Errorf("%w: %s: %q: %v", ErrInvalidConfig, field, path, err)
+			}
+			p := q.QuantParams // keys the override leaves out keep the defaults
+			for _, k := range []struct {
+				name string
+				dst  any
+			}{{"group_size", &p.GroupSize}, {"bits", &p.Bits}, {"mode", &p.Mode}} {
+				if err := decodeParam(o, k.name, k.dst); err != nil {
+					return nil, fmt.Errorf("%w: %s: %q: %v", ErrInvalidConfig, field, path, err)
+				}
+			}
+			if err := checkParams(field+": "+path, p); err != nil {
+				return nil, err
+			}
+			q.setOverride(path, &p)
+		default:
+			// Scalar keys other than the known ones are not module paths
+			// (tools add bookkeeping such as "desc_act"); ignore them.
+		}
+	}
+	return q, nil
+}
+
+func (q *Quantization) setOverride(path string, p *QuantParams) {
+	if q.Overrides == nil {
+		q.Overrides = make(map[string]*QuantParams)
+	}
+	q.Overrides[path] = p
+}
+
+func decodeParam(keys map[string]json.RawMessage, name string, dst any) error {
+	raw, ok := keys[name]
+	if !ok || isNull(raw) {
+		return nil
+	}
+	if err := json.Unmarshal(raw, dst); err != nil {
+		return fmt.Errorf("%s: %v", name, err)
+	}
+	return nil
+}
+
+func checkParams(where string, p QuantParams) error {
+	if p.Mode != ModeAffine {
+		return fmt.Errorf("%w: %s: quantization mode %q (only affine loads)", ErrUnsupported, where, p.Mode)
+	}
+	if err := CheckAffine(p.GroupSize, p.Bits); err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	return nil
+}
+
+func isNull(b json.RawMessage) bool {
+	b = bytes.TrimSpace(b)
+	return len(b) == 0 || bytes.Equal(b, []byte("null"))
+}
