@@ -1,0 +1,122 @@
+package gguf
+
+import (
+	"fmt"
+	"math"
+)
+
+// ModelConfig holds the Hugging Face config.json fields a decoder-only
+// transformer needs, as GGUF metadata states them. JSON names follow
+// config.json.
+type ModelConfig struct {
+	// ModelType is general.architecture ("llama", "qwen2", "qwen3"), which
+	// matches config.json's model_type for these families.
+	ModelType             string  `json:"model_type"`
+	HiddenSize            int     `json:"hidden_size"`
+	NumHiddenLayers       int     `json:"num_hidden_layers"`
+	NumAttentionHeads     int     `json:"num_attention_heads"`
+	NumKeyValueHeads      int     `json:"num_key_value_heads"`
+	HeadDim               int     `json:"head_dim"`
+	IntermediateSize      int     `json:"intermediate_size"`
+	RMSNormEps            float64 `json:"rms_norm_eps"`
+	RopeTheta             float64 `json:"rope_theta"`
+	MaxPositionEmbeddings int     `json:"max_position_embeddings"`
+	VocabSize             int     `json:"vocab_size"`
+	// TieWordEmbeddings is true when the file has no output.weight: the
+	// output projection reuses token_embd.weight.
+	TieWordEmbeddings bool `json:"tie_word_embeddings"`
+}
+
+// Defaults llama.cpp assumes when a key is absent.
+const (
+	defaultRopeTheta = 10000
+	defaultRMSEps    = 1e-5
+)
+
+// ModelConfig maps the file's metadata to a ModelConfig. Required:
+// general.architecture, {arch}.embedding_length, block_count,
+// attention.head_count and feed_forward_length. head_count_kv defaults to
+// head_count, key_length to embedding_length/head_count, rope.freq_base to
+// 10000, layer_norm_rms_epsilon to 1e-5. vocab_size is {arch}.vocab_size,
+// else the rows of token_embd.weight, else the token count.
+func (f *File) ModelConfig() (ModelConfig, error) {
+	c := ModelConfig{ModelType: f.Architecture()}
+	if c.ModelType == "" {
+		return c, fmt.Errorf("gguf: %s: %s is missing", f.Name, KeyArchitecture)
+	}
+	var err error
+	need := func(dst *int, suffix string) {
+		if err != nil {
+			return
+		}
+		key := ArchKey(c.ModelType, suffix)
+		n, ok := f.Meta(key).AsInt64()
+		if !ok || n <= 0 || n > math.MaxInt32 {
+			err = fmt.Errorf("gguf: %s: %s is missing or not a positive integer (%v)", f.Name, key, f.Meta(key))
+			return
+		}
+		*dst = int(n)
+	}
+	optional := func(dst *int, suffix string, def int) {
+		*dst = def
+		if n, ok := f.Meta(ArchKey(c.ModelType, suffix)).AsInt64(); ok && n > 0 && n <= math.MaxInt32 {
+			*dst = int(n)
+		}
+	}
+	need(&c.HiddenSize, SuffixEmbeddingLen)
+	need(&c.NumHiddenLayers, SuffixBlockCount)
+	need(&c.NumAttentionHeads, SuffixHeadCount)
+	need(&c.IntermediateSize, SuffixFeedForwardLen)
+	if err != nil {
+		return c, err
+	}
+	optional(&c.NumKeyValueHeads, SuffixHeadCountKV, c.NumAttentionHeads)
+	optional(&c.HeadDim, SuffixKeyLength, c.HiddenSize/c.NumAttentionHeads)
+	optional(&c.MaxPositionEmbeddings, SuffixContextLength, 0)
+
+	c.RopeTheta = defaultRopeTheta
+	if v, ok := f.Meta(ArchKey(c.ModelType, SuffixRopeFreqBase)).AsFloat64(); ok {
+		c.RopeTheta = v
+	}
+	c.RMSNormEps = defaultRMSEps
+	if v, ok := f.Meta(ArchKey(c.ModelType, SuffixRMSEps)).AsFloat64(); ok {
+		c.RMSNormEps = v
+	}
+
+	if n, ok := f.Meta(ArchKey(c.ModelType, SuffixVocabSize)).AsInt64(); ok && n > 0 && n <= math.MaxInt32 {
+		c.VocabSize = int(n)
+	} else if t, ok := f.Tensor("token_embd.weight"); ok && len(t.Shape) == 2 {
+		c.VocabSize = int(t.Shape[0])
+	} else if v, ok := f.Lookup(KeyTokens); ok {
+		c.VocabSize = v.Len()
+	}
+	_, hasOutput := f.Tensor("output.weight")
+	c.TieWordEmbeddings = !hasOutput
+	return c, nil
+}
+
+// KVs returns the general.architecture and {arch}.* metadata describing
+// c, typed as llama.cpp writes them (uint32 sizes, float32 rope base and
+// epsilon). Key and value lengths and the rotary dimension are all
+// HeadDim.
+func (c ModelConfig) KVs() []KV {
+	a := c.ModelType
+	kvs := []KV{
+		{KeyArchitecture, String(a)},
+		{ArchKey(a, SuffixContextLength), Uint32(uint32(c.MaxPositionEmbeddings))},
+		{ArchKey(a, SuffixEmbeddingLen), Uint32(uint32(c.HiddenSize))},
+		{ArchKey(a, SuffixBlockCount), Uint32(uint32(c.NumHiddenLayers))},
+		{ArchKey(a, SuffixFeedForwardLen), Uint32(uint32(c.IntermediateSize))},
+		{ArchKey(a, SuffixHeadCount), Uint32(uint32(c.NumAttentionHeads))},
+		{ArchKey(a, SuffixHeadCountKV), Uint32(uint32(c.NumKeyValueHeads))},
+		{ArchKey(a, SuffixKeyLength), Uint32(uint32(c.HeadDim))},
+		{ArchKey(a, SuffixValueLength), Uint32(uint32(c.HeadDim))},
+		{ArchKey(a, SuffixRopeDimCount), Uint32(uint32(c.HeadDim))},
+		{ArchKey(a, SuffixRopeFreqBase), Float32(float32(c.RopeTheta))},
+		{ArchKey(a, SuffixRMSEps), Float32(float32(c.RMSNormEps))},
+	}
+	if c.VocabSize > 0 {
+		kvs = append(kvs, KV{ArchKey(a, SuffixVocabSize), Uint32(uint32(c.VocabSize))})
+	}
+	return kvs
+}

@@ -1,0 +1,71 @@
+package gguf
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Tensor names: Hugging Face (transformers llama/qwen2/qwen3 modules) and
+// GGUF (llama.cpp) spellings. Layer tensors carry the layer number:
+// model.layers.N.… ↔ blk.N.….
+
+var globalNames = [][2]string{
+	{"model.embed_tokens.weight", "token_embd.weight"},
+	{"model.norm.weight", "output_norm.weight"},
+	{"lm_head.weight", "output.weight"},
+}
+
+var layerNames = [][2]string{
+	{"self_attn.q_proj.weight", "attn_q.weight"},
+	{"self_attn.q_proj.bias", "attn_q.bias"},
+	{"self_attn.k_proj.weight", "attn_k.weight"},
+	{"self_attn.k_proj.bias", "attn_k.bias"},
+	{"self_attn.v_proj.weight", "attn_v.weight"},
+	{"self_attn.v_proj.bias", "attn_v.bias"},
+	{"self_attn.o_proj.weight", "attn_output.weight"},
+	{"self_attn.q_norm.weight", "attn_q_norm.weight"},
+	{"self_attn.k_norm.weight", "attn_k_norm.weight"},
+	{"input_layernorm.weight", "attn_norm.weight"},
+	{"post_attention_layernorm.weight", "ffn_norm.weight"},
+	{"mlp.gate_proj.weight", "ffn_gate.weight"},
+	{"mlp.up_proj.weight", "ffn_up.weight"},
+	{"mlp.down_proj.weight", "ffn_down.weight"},
+}
+
+// GGUFName maps a Hugging Face tensor name to its GGUF name.
+func GGUFName(hf string) (string, bool) {
+	return mapName(hf, "model.layers.", "blk.", 0)
+}
+
+// HFName maps a GGUF tensor name to its Hugging Face name.
+func HFName(gguf string) (string, bool) {
+	return mapName(gguf, "blk.", "model.layers.", 1)
+}
+
+// mapName translates name using column from of the tables (0 = HF, 1 =
+// GGUF) into the other column.
+func mapName(name, fromPrefix, toPrefix string, from int) (string, bool) {
+	to := 1 - from
+	for _, p := range globalNames {
+		if p[from] == name {
+			return p[to], true
+		}
+	}
+	rest, ok := strings.CutPrefix(name, fromPrefix)
+	if !ok {
+		return "", false
+	}
+	num, suffix, ok := strings.Cut(rest, ".")
+	if !ok {
+		return "", false
+	}
+	if n, err := strconv.Atoi(num); err != nil || n < 0 || strconv.Itoa(n) != num {
+		return "", false
+	}
+	for _, p := range layerNames {
+		if p[from] == suffix {
+			return toPrefix + num + "." + p[to], true
+		}
+	}
+	return "", false
+}
