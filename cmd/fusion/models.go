@@ -58,7 +58,8 @@ func runCreateDemo(_ context.Context, args []string, stdout, stderr io.Writer) e
 	fs.IntVar(&o.Quantize, "quantize", 0, "MLX affine quantization bits: 0 (none), 4 or 8 (also 2, 3, 5, 6)")
 	fs.IntVar(&o.GroupSize, "group-size", d.GroupSize, "quantization group size: 32, 64 or 128")
 	fs.StringVar(&o.DType, "dtype", d.DType, "weight dtype: bf16, f16 or f32")
-	fs.StringVar(&o.Format, "format", d.Format, "output format: safetensors or gguf")
+	fs.StringVar(&o.Format, "format", d.Format, "output format: safetensors (a model directory) or gguf (one file: --out, with .gguf appended if missing)")
+	fs.StringVar(&o.GGUFType, "gguf-type", "", "GGUF weight layout: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k or q4_k_m (default: from --quantize 8/4 or --dtype)")
 	fs.Uint64Var(&o.Seed, "seed", 0, "random seed (same seed, same weights)")
 	fs.BoolVar(&o.Untied, "untied", false, "write a separate lm_head instead of tying it to the embeddings")
 	if err := fs.Parse(args); err != nil {
@@ -78,6 +79,10 @@ func runCreateDemo(_ context.Context, args []string, stdout, stderr io.Writer) e
 	quant := "float"
 	if m.Options.Quantize != 0 {
 		quant = fmt.Sprintf("%d-bit, group %d", m.Options.Quantize, m.Options.GroupSize)
+	}
+	if m.Options.Format == demo.FormatGGUF {
+		out = demo.GGUFPath(out)
+		quant, _ = m.Options.GGUFLayout()
 	}
 	fmt.Fprintf(stdout, "wrote %s: %s, %d layers, hidden %d, %d/%d heads, head_dim %d, intermediate %d, vocab %d, %s %s\n",
 		out, p.Arch, p.Layers, p.Hidden, p.Heads, p.KVHeads, p.HeadDim, p.Intermediate, p.Vocab, m.Options.DType, quant)

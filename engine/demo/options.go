@@ -27,6 +27,7 @@ type Options struct {
 	GroupSize    int    // quantization group size: 32, 64 or 128
 	DType        string // "bf16", "f16" or "f32"
 	Format       string // "safetensors" or "gguf"
+	GGUFType     string // GGUF weight layout (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, q4_k_m); "" derives it from Quantize and DType
 	Seed         uint64
 	Untied       bool // write a separate lm_head instead of tying it to the embedding
 }
@@ -87,6 +88,13 @@ func (o Options) resolve() (Options, error) {
 	}
 	if o.Format != FormatSafetensors && o.Format != FormatGGUF {
 		return o, fmt.Errorf("demo: unknown format %q (want safetensors or gguf)", o.Format)
+	}
+	if o.Format == FormatGGUF {
+		if _, err := o.ggufType(); err != nil {
+			return o, err
+		}
+	} else if o.GGUFType != "" {
+		return o, fmt.Errorf("demo: --gguf-type needs --format gguf")
 	}
 	return o, nil
 }

@@ -2,7 +2,6 @@ package demo
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -27,11 +26,7 @@ func Create(dir string, opts Options) (*Model, error) {
 // replacing the files it writes and leaving others alone.
 func Write(dir string, m *Model) error {
 	if m.Options.Format == FormatGGUF {
-		// TODO(lead): wire the engine/gguf writer here. Everything it needs
-		// is in m: m.Params (hyperparameters), m.Tensors (float weights with
-		// HF names), m.DType, m.Options.Quantize/GroupSize, and m.Tokenizer
-		// (Tokens, Merges, Added, BOS/EOS/Pad, EOSIDs, ChatTemplate, Pre).
-		return errors.New("demo: gguf output not wired yet")
+		return writeGGUF(GGUFPath(dir), m)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("demo: %w", err)

@@ -7,10 +7,9 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 
 	"fusion/engine/tensor"
+	"fusion/internal/atomicfile"
 )
 
 // WriteTensor is a tensor to write: Shape outermost-first, Data exactly
@@ -74,24 +73,8 @@ func Write(w io.Writer, meta []KV, tensors []WriteTensor) error {
 
 // WriteFile writes a GGUF file to path through a temporary file in the
 // same directory, renamed into place once complete.
-func WriteFile(path string, meta []KV, tensors []WriteTensor) (err error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("gguf: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if err = Write(tmp, meta, tensors); err != nil {
-		return err
-	}
-	if err = tmp.Close(); err != nil {
-		return fmt.Errorf("gguf: %w", err)
-	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
+func WriteFile(path string, meta []KV, tensors []WriteTensor) error {
+	if err := atomicfile.Write(path, func(w io.Writer) error { return Write(w, meta, tensors) }); err != nil {
 		return fmt.Errorf("gguf: %w", err)
 	}
 	return nil

@@ -5,13 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"unicode/utf8"
 
 	"fusion/engine/tensor"
+	"fusion/internal/atomicfile"
 )
 
 // Write writes tensors, in the order given, and metadata as a safetensors
@@ -50,27 +49,8 @@ func Write(w io.Writer, tensors []tensor.Tensor, metadata map[string]string) err
 
 // WriteFile writes the file atomically: into a temporary file in the same
 // directory, renamed over path once complete.
-func WriteFile(path string, tensors []tensor.Tensor, metadata map[string]string) (err error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("safetensors: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if err = tmp.Chmod(0o644); err != nil {
-		return fmt.Errorf("safetensors: %w", err)
-	}
-	if err = Write(tmp, tensors, metadata); err != nil {
-		return err
-	}
-	if err = tmp.Close(); err != nil {
-		return fmt.Errorf("safetensors: %w", err)
-	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
+func WriteFile(path string, tensors []tensor.Tensor, metadata map[string]string) error {
+	if err := atomicfile.Write(path, func(w io.Writer) error { return Write(w, tensors, metadata) }); err != nil {
 		return fmt.Errorf("safetensors: %w", err)
 	}
 	return nil

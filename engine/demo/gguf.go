@@ -1,0 +1,163 @@
+package demo
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"fusion/engine/gguf"
+	"fusion/engine/tensor"
+)
+
+// GGUF weight layouts create-demo can write. "q4_k_m" follows llama.cpp's
+// Q4_K_M recipe in spirit: Q4_K for most matrices, Q6_K for the output
+// projection and for attn_v and ffn_down.
+var ggufTypes = map[string]tensor.DType{
+	"f32": tensor.F32, "f16": tensor.F16, "bf16": tensor.BF16,
+	"q8_0": tensor.Q8_0, "q4_0": tensor.Q4_0, "q4_k": tensor.Q4_K, "q6_k": tensor.Q6_K,
+	"q4_k_m": tensor.Q4_K,
+}
+
+// GGUFLayout names the GGUF weight layout the options write.
+func (o Options) GGUFLayout() (string, error) { return o.ggufType() }
+
+// ggufType names the GGUF layout for the options: --gguf-type if given,
+// else --quantize 8 → q8_0, 4 → q4_k_m, 0 → the float dtype.
+func (o Options) ggufType() (string, error) {
+	t := strings.ToLower(o.GGUFType)
+	if t == "" {
+		switch o.Quantize {
+		case 0:
+			t = o.DType
+		case 8:
+			t = "q8_0"
+		case 4:
+			t = "q4_k_m"
+		default:
+			return "", fmt.Errorf("demo: --quantize %d has no GGUF equivalent (use --gguf-type)", o.Quantize)
+		}
+	}
+	if _, ok := ggufTypes[t]; !ok {
+		return "", fmt.Errorf("demo: unknown --gguf-type %q (want f32, f16, bf16, q8_0, q4_0, q4_k, q6_k or q4_k_m)", o.GGUFType)
+	}
+	return t, nil
+}
+
+// GGUFPath is the file a GGUF demo is written to: out itself when it ends
+// in ".gguf", else out + ".gguf" (a GGUF model is named after its file).
+func GGUFPath(out string) string {
+	if strings.HasSuffix(out, ".gguf") {
+		return out
+	}
+	return strings.TrimSuffix(out, string(filepath.Separator)) + ".gguf"
+}
+
+// writeGGUF writes m as one GGUF file at path: llama.cpp's metadata keys and
+// tensor names, the tokenizer and chat template as metadata, and Q/K rows
+// permuted for the llama architecture as llama.cpp's converter does.
+func writeGGUF(path string, m *Model) error {
+	kind, err := m.Options.ggufType()
+	if err != nil {
+		return err
+	}
+	p := m.Params
+	cfg := gguf.ModelConfig{
+		ModelType: p.Arch, HiddenSize: p.Hidden, NumHiddenLayers: p.Layers,
+		NumAttentionHeads: p.Heads, NumKeyValueHeads: p.KVHeads, HeadDim: p.HeadDim,
+		IntermediateSize: p.Intermediate, RMSNormEps: p.RMSNormEps, RopeTheta: p.RopeTheta,
+		MaxPositionEmbeddings: p.MaxPositions, VocabSize: p.Vocab,
+	}
+	meta := append(cfg.KVs(),
+		gguf.KV{Key: gguf.KeyName, Value: gguf.String("fusion-demo-" + p.Arch)},
+		gguf.KV{Key: "general.file_type", Value: gguf.Uint32(ggufFileType(kind))},
+	)
+	tok := m.Tokenizer
+	tkv, err := gguf.TokenizerKVs(gguf.HFTokenizer{
+		JSON: tok.Files["tokenizer.json"], Pre: tok.Pre, BOS: tok.BOS, EOS: tok.EOS,
+		AddBOS: tok.Pre == "llama-bpe", ChatTemplate: tok.ChatTemplate, VocabSize: p.Vocab,
+	})
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	meta = append(meta, tkv...)
+
+	tensors := make([]gguf.WriteTensor, 0, len(m.Tensors))
+	for _, t := range m.Tensors {
+		name, ok := gguf.GGUFName(t.Name)
+		if !ok {
+			return fmt.Errorf("demo: no GGUF name for tensor %q", t.Name)
+		}
+		data := t.Data
+		if heads := qkHeads(p, t.Name); heads > 0 && gguf.NeedsQKPermute(p.Arch) {
+			if data, err = permuteQK(t, heads); err != nil {
+				return fmt.Errorf("demo: %s: %w", t.Name, err)
+			}
+		}
+		wt, err := gguf.QuantizeTensor(name, tensorType(kind, name, t.Shape), t.Shape, data)
+		if err != nil {
+			return fmt.Errorf("demo: %w", err)
+		}
+		tensors = append(tensors, wt)
+	}
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("demo: %w", err)
+		}
+	}
+	if err := gguf.WriteFile(path, meta, tensors); err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	return nil
+}
+
+// tensorType picks the storage type of one tensor: vectors (norms) stay
+// F32, as llama.cpp keeps them; matrices take the chosen type, falling
+// back to Q8_0 and then F16 when a row is not a whole number of blocks.
+func tensorType(kind, name string, shape []int64) tensor.DType {
+	if len(shape) < 2 {
+		return tensor.F32
+	}
+	want := ggufTypes[kind]
+	if kind == "q4_k_m" && (name == "output.weight" || strings.HasSuffix(name, ".attn_v.weight") || strings.HasSuffix(name, ".ffn_down.weight")) {
+		want = tensor.Q6_K
+	}
+	row := shape[len(shape)-1]
+	for _, dt := range []tensor.DType{want, tensor.Q8_0, tensor.F16} {
+		if row%int64(dt.BlockElems()) == 0 {
+			return dt
+		}
+	}
+	return tensor.F16
+}
+
+// qkHeads returns the head count to permute a q_proj/k_proj weight by, or
+// 0 for other tensors.
+func qkHeads(p Params, hfName string) int {
+	switch {
+	case strings.HasSuffix(hfName, ".self_attn.q_proj.weight"):
+		return p.Heads
+	case strings.HasSuffix(hfName, ".self_attn.k_proj.weight"):
+		return p.KVHeads
+	}
+	return 0
+}
+
+func permuteQK(t Tensor, heads int) ([]float32, error) {
+	raw, err := gguf.Quantize(tensor.F32, t.Data)
+	if err != nil {
+		return nil, err
+	}
+	pt, err := gguf.PermuteQK(tensor.Tensor{Name: t.Name, DType: tensor.F32, Shape: t.Shape, Data: raw}, heads)
+	if err != nil {
+		return nil, err
+	}
+	return gguf.ToFloat32(pt)
+}
+
+// ggufFileType is general.file_type as llama.cpp numbers it (LLAMA_FTYPE_*).
+func ggufFileType(kind string) uint32 {
+	return map[string]uint32{
+		"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7, "q4_k": 14, "q4_k_m": 15, "q6_k": 18, "bf16": 32,
+	}[kind]
+}
