@@ -1,0 +1,192 @@
+// Package prompt is the text side of a model: its tokenizer and chat
+// template, loaded from a model directory or a GGUF file, turning a chat or
+// a raw prompt into token ids and ids back into text. The /tokenize and
+// /detokenize endpoints and `fusion tokenize` are thin layers over it.
+package prompt
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"fusion/engine/chattemplate"
+	"fusion/engine/gguf"
+	"fusion/engine/tokenizer"
+)
+
+// ErrNoTemplate is returned when messages are given to a model without a
+// chat template.
+var ErrNoTemplate = errors.New("the model has no chat template")
+
+// InvalidRequestError marks a request the caller got wrong (bad ids, a
+// template that raised, neither prompt nor messages): a 400-class error.
+type InvalidRequestError struct{ Err error }
+
+func (e *InvalidRequestError) Error() string { return e.Err.Error() }
+func (e *InvalidRequestError) Unwrap() error { return e.Err }
+
+func invalid(format string, a ...any) error {
+	return &InvalidRequestError{fmt.Errorf(format, a...)}
+}
+
+// Builder renders and tokenizes prompts for one model. It is safe for
+// concurrent use.
+type Builder struct {
+	tok      *tokenizer.Tokenizer
+	template *chattemplate.Template // nil when the model has none
+	bos, eos string                 // token texts passed to the template
+}
+
+// Load reads the tokenizer and chat template of the model at path: a
+// directory with tokenizer.json, or a .gguf file.
+func Load(path string) (*Builder, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !st.IsDir() && strings.HasSuffix(path, ".gguf") {
+		return loadGGUF(path)
+	}
+	tok, err := tokenizer.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	return New(tok, tok.ChatTemplate())
+}
+
+func loadGGUF(path string) (*Builder, error) {
+	f, err := gguf.Open(path, gguf.LoadMmap) // only metadata is read
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	doc, err := f.TokenizerJSON()
+	if err != nil {
+		return nil, err
+	}
+	var opts []tokenizer.Option
+	if id, ok := f.BOS(); ok {
+		opts = append(opts, tokenizer.WithBOS(id))
+	}
+	if ids := f.StopTokens(); len(ids) > 0 {
+		opts = append(opts, tokenizer.WithEOS(ids...))
+	}
+	tok, err := tokenizer.FromJSON(doc, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return New(tok, f.ChatTemplate())
+}
+
+// New builds a Builder from a tokenizer and a chat template source ("" for
+// none).
+func New(tok *tokenizer.Tokenizer, templateSource string) (*Builder, error) {
+	b := &Builder{tok: tok}
+	if id, ok := tok.BOS(); ok {
+		b.bos, _ = tok.Token(id)
+	}
+	if eos := tok.EOS(); len(eos) > 0 {
+		b.eos, _ = tok.Token(eos[0])
+	}
+	if templateSource != "" {
+		t, err := chattemplate.New(templateSource)
+		if err != nil {
+			return nil, fmt.Errorf("chat template: %w", err)
+		}
+		b.template = t
+	}
+	return b, nil
+}
+
+// Tokenizer returns the model's tokenizer.
+func (b *Builder) Tokenizer() *tokenizer.Tokenizer { return b.tok }
+
+// Request is what /tokenize takes: either Prompt, or Messages (with
+// optional Tools) to render through the chat template.
+type Request struct {
+	Prompt              *string                `json:"prompt,omitempty"`
+	Messages            []*chattemplate.Object `json:"messages,omitempty"`
+	Tools               []*chattemplate.Object `json:"tools,omitempty"`
+	AddGenerationPrompt *bool                  `json:"add_generation_prompt,omitempty"` // default true
+	EnableThinking      *bool                  `json:"enable_thinking,omitempty"`       // omitted: undefined in the template
+	// AddSpecialTokens adds BOS to a raw prompt where the tokenizer's
+	// post-processor does (default true, as vLLM and HF do). Rendered
+	// chats never get it: the template writes BOS itself.
+	AddSpecialTokens *bool `json:"add_special_tokens,omitempty"`
+	// ChatTemplateKwargs are extra template variables.
+	ChatTemplateKwargs map[string]any `json:"chat_template_kwargs,omitempty"`
+}
+
+// Result is what /tokenize answers. Prompt is the rendered text when
+// messages were given.
+type Result struct {
+	Tokens []int  `json:"tokens"`
+	Count  int    `json:"count"`
+	Prompt string `json:"prompt,omitempty"`
+}
+
+// Render renders the request's messages through the chat template.
+func (b *Builder) Render(req Request) (string, error) {
+	if b.template == nil {
+		return "", &InvalidRequestError{ErrNoTemplate}
+	}
+	extra := make(map[string]any, len(req.ChatTemplateKwargs)+1)
+	for k, v := range req.ChatTemplateKwargs {
+		extra[k] = v
+	}
+	if req.EnableThinking != nil {
+		extra["enable_thinking"] = *req.EnableThinking
+	}
+	in := chattemplate.Input{
+		Messages:            req.Messages,
+		Tools:               req.Tools,
+		AddGenerationPrompt: req.AddGenerationPrompt == nil || *req.AddGenerationPrompt,
+		BOSToken:            b.bos,
+		EOSToken:            b.eos,
+		Extra:               extra,
+	}
+	text, err := b.template.Render(in)
+	if err != nil {
+		var te *chattemplate.TemplateError
+		if errors.As(err, &te) {
+			return "", &InvalidRequestError{fmt.Errorf("chat template: %w", err)}
+		}
+		return "", err
+	}
+	return text, nil
+}
+
+// Tokenize turns the request into token ids.
+func (b *Builder) Tokenize(req Request) (Result, error) {
+	switch {
+	case req.Prompt != nil && req.Messages != nil:
+		return Result{}, invalid("give either prompt or messages, not both")
+	case req.Prompt != nil:
+		addSpecial := req.AddSpecialTokens == nil || *req.AddSpecialTokens
+		ids := b.tok.Encode(*req.Prompt, addSpecial)
+		return Result{Tokens: ids, Count: len(ids)}, nil
+	case req.Messages != nil:
+		if len(req.Messages) == 0 {
+			return Result{}, invalid("messages must not be empty")
+		}
+		text, err := b.Render(req)
+		if err != nil {
+			return Result{}, err
+		}
+		ids := b.tok.Encode(text, false)
+		return Result{Tokens: ids, Count: len(ids), Prompt: text}, nil
+	}
+	return Result{}, invalid("give prompt or messages")
+}
+
+// Detokenize turns ids back into text; an id outside the vocabulary is an
+// error naming it.
+func (b *Builder) Detokenize(ids []int) (string, error) {
+	for i, id := range ids {
+		if _, ok := b.tok.Token(id); !ok {
+			return "", invalid("tokens[%d]: %d is not a token id of this model (vocabulary size %d)", i, id, b.tok.VocabSize())
+		}
+	}
+	return b.tok.Decode(ids, false), nil
+}

@@ -1,0 +1,174 @@
+package prompt
+
+import (
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"fusion/engine/demo"
+	"fusion/internal/testenv"
+)
+
+// demoModels writes the same demo model as a directory and as a GGUF file.
+func demoModels(t *testing.T) map[string]string {
+	t.Helper()
+	dir := t.TempDir()
+	out := map[string]string{"safetensors": filepath.Join(dir, "demo"), "gguf": filepath.Join(dir, "demo.gguf")}
+	if _, err := demo.Create(out["safetensors"], demo.Options{Arch: "qwen3", Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := demo.Create(out["gguf"], demo.Options{Arch: "qwen3", Seed: 1, Format: demo.FormatGGUF}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func decodeRequest(t *testing.T, body string) Request {
+	t.Helper()
+	var r Request
+	if err := json.Unmarshal([]byte(body), &r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestTokenizeDemo(t *testing.T) {
+	tests := []struct {
+		name       string
+		body       string
+		wantPrompt string
+	}{
+		{"chat", `{"messages":[{"role":"user","content":"Hello there"}]}`,
+			"<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n"},
+		{"chat no generation prompt", `{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"hi"}],"add_generation_prompt":false}`,
+			"<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"},
+		{"thinking off", `{"messages":[{"role":"user","content":"hi"}],"enable_thinking":false}`,
+			"<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"},
+		{"raw prompt", `{"prompt":"def add(a, b):\n    return a + b"}`, ""},
+	}
+	for format, path := range demoModels(t) {
+		b, err := Load(path)
+		if err != nil {
+			t.Fatalf("%s: %v", format, err)
+		}
+		for _, tc := range tests {
+			t.Run(format+"/"+tc.name, func(t *testing.T) {
+				res, err := b.Tokenize(decodeRequest(t, tc.body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Prompt != tc.wantPrompt {
+					t.Errorf("prompt %q, want %q", res.Prompt, tc.wantPrompt)
+				}
+				if res.Count != len(res.Tokens) || res.Count == 0 {
+					t.Fatalf("count %d for %d tokens", res.Count, len(res.Tokens))
+				}
+				text := tc.wantPrompt
+				if text == "" {
+					text = *decodeRequest(t, tc.body).Prompt
+				}
+				back, err := b.Detokenize(res.Tokens)
+				if err != nil || back != text {
+					t.Errorf("detokenize = %q, %v; want %q", back, err, text)
+				}
+				// Special tokens in the rendered prompt are single ids.
+				if strings.Contains(text, "<|im_start|>") {
+					id, _ := b.Tokenizer().TokenID("<|im_start|>")
+					if res.Tokens[0] != id {
+						t.Errorf("first token %d, want <|im_start|> %d", res.Tokens[0], id)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestSameTokensBothFormats: the GGUF file's embedded tokenizer and
+// template give the same ids as the directory they describe.
+func TestSameTokensBothFormats(t *testing.T) {
+	models := demoModels(t)
+	dir, err := Load(models["safetensors"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	file, err := Load(models["gguf"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := decodeRequest(t, `{"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Add 12 and 30, then say ünïcödé 🙂"},{"role":"assistant","content":"42"},{"role":"user","content":"thanks"}]}`)
+	a, err := dir.Tokenize(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := file.Tokenize(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(a.Tokens, b.Tokens) || a.Prompt != b.Prompt {
+		t.Fatalf("directory %v\ngguf      %v", a.Tokens, b.Tokens)
+	}
+}
+
+func TestLlamaBOS(t *testing.T) {
+	b, err := Load(testenv.TokenizerDir(t, "llama3_2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bos, _ := b.Tokenizer().TokenID("<|begin_of_text|>")
+	raw, err := b.Tokenize(decodeRequest(t, `{"prompt":"hi"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(raw.Tokens) != 2 || raw.Tokens[0] != bos {
+		t.Errorf("raw prompt tokens %v, want BOS %d then one token", raw.Tokens, bos)
+	}
+	noSpecial, _ := b.Tokenize(decodeRequest(t, `{"prompt":"hi","add_special_tokens":false}`))
+	if len(noSpecial.Tokens) != 1 {
+		t.Errorf("add_special_tokens=false gave %v", noSpecial.Tokens)
+	}
+	chat, err := b.Tokenize(decodeRequest(t, `{"messages":[{"role":"user","content":"hi"}],"chat_template_kwargs":{"date_string":"29 Nov 2026"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(chat.Prompt, "<|begin_of_text|>"); n != 1 || chat.Tokens[0] != bos || chat.Tokens[1] == bos {
+		t.Errorf("chat: %d BOS texts, tokens start %v: BOS must appear exactly once", n, chat.Tokens[:3])
+	}
+	if !strings.Contains(chat.Prompt, "Today Date: 29 Nov 2026") {
+		t.Errorf("chat_template_kwargs not passed: %q", chat.Prompt)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	b, err := Load(demoModels(t)["safetensors"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, body := range []string{
+		`{}`,
+		`{"prompt":"x","messages":[{"role":"user","content":"y"}]}`,
+		`{"messages":[]}`,
+	} {
+		_, err := b.Tokenize(decodeRequest(t, body))
+		var ire *InvalidRequestError
+		if !errors.As(err, &ire) {
+			t.Errorf("%s: error %v, want InvalidRequestError", body, err)
+		}
+	}
+	_, err = b.Detokenize([]int{1, 1 << 30})
+	var ire *InvalidRequestError
+	if !errors.As(err, &ire) || !strings.Contains(err.Error(), "tokens[1]") {
+		t.Errorf("detokenize bad id: %v", err)
+	}
+	// A template that raises is the caller's error too.
+	raising, err := New(b.Tokenizer(), `{{ raise_exception("no tools here") }}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = raising.Tokenize(decodeRequest(t, `{"messages":[{"role":"user","content":"y"}]}`))
+	if !errors.As(err, &ire) || !strings.Contains(err.Error(), "no tools here") {
+		t.Errorf("raising template: %v", err)
+	}
+}
