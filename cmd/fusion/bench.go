@@ -10,7 +10,9 @@ import (
 // benchmarks maps a `fusion bench NAME` to the function that runs it and
 // writes one JSON object to stdout.
 func benchmarks() map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error{}
+	return map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error{
+		"tokenizer": benchTokenizer,
+	}
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -1,0 +1,68 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"golang.org/x/text/unicode/norm"
+)
+
+// normalizer rewrites the text between added tokens before pre-tokenizing;
+// nil means the identity.
+type normalizer func(string) string
+
+type normalizerJSON struct {
+	Type        string            `json:"type"`
+	Normalizers []json.RawMessage `json:"normalizers"`
+}
+
+// buildNormalizer builds the normalizer of a tokenizer.json "normalizer"
+// value; null or an empty Sequence give nil.
+func buildNormalizer(raw json.RawMessage) (normalizer, error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	var cfg normalizerJSON
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		return nil, err
+	}
+	switch cfg.Type {
+	case "NFC":
+		return norm.NFC.String, nil
+	case "NFD":
+		return norm.NFD.String, nil
+	case "NFKC":
+		return norm.NFKC.String, nil
+	case "NFKD":
+		return norm.NFKD.String, nil
+	case "Sequence":
+		var steps []normalizer
+		for i, sub := range cfg.Normalizers {
+			n, err := buildNormalizer(sub)
+			if err != nil {
+				return nil, fmt.Errorf("normalizers[%d]: %w", i, err)
+			}
+			if n != nil {
+				steps = append(steps, n)
+			}
+		}
+		switch len(steps) {
+		case 0:
+			return nil, nil
+		case 1:
+			return steps[0], nil
+		}
+		return func(s string) string {
+			for _, n := range steps {
+				s = n(s)
+			}
+			return s
+		}, nil
+	}
+	return nil, fmt.Errorf("unsupported normalizer type %q", cfg.Type)
+}
+
+// isNull reports whether a JSON value is absent or null.
+func isNull(raw json.RawMessage) bool {
+	return len(raw) == 0 || string(raw) == "null"
+}
