@@ -163,8 +163,7 @@ func (b *Builder) Tokenize(req Request) (Result, error) {
 	case req.Prompt != nil && req.Messages != nil:
 		return Result{}, invalid("give either prompt or messages, not both")
 	case req.Prompt != nil:
-		addSpecial := req.AddSpecialTokens == nil || *req.AddSpecialTokens
-		ids := b.tok.Encode(*req.Prompt, addSpecial)
+		ids := b.encodeRaw(*req.Prompt, req.AddSpecialTokens == nil || *req.AddSpecialTokens)
 		return Result{Tokens: ids, Count: len(ids)}, nil
 	case req.Messages != nil:
 		if len(req.Messages) == 0 {
@@ -178,6 +177,18 @@ func (b *Builder) Tokenize(req Request) (Result, error) {
 		return Result{Tokens: ids, Count: len(ids), Prompt: text}, nil
 	}
 	return Result{}, invalid("give prompt or messages")
+}
+
+// encodeRaw tokenizes text that is not a rendered chat. With addSpecial it
+// starts with BOS where transformers would put one: the post-processor's
+// template (Llama 3), or tokenizer_config.json's add_bos_token when the
+// post-processor has none (DeepSeek V3) — never twice.
+func (b *Builder) encodeRaw(text string, addSpecial bool) []int {
+	ids := b.tok.Encode(text, addSpecial)
+	if bos, ok := b.tok.BOS(); addSpecial && ok && b.tok.AddBOS() && (len(ids) == 0 || ids[0] != bos) {
+		ids = append([]int{bos}, ids...)
+	}
+	return ids
 }
 
 // Detokenize turns ids back into text; an id outside the vocabulary is an

@@ -141,6 +141,31 @@ func TestLlamaBOS(t *testing.T) {
 	}
 }
 
+// TestDeepSeekBOS: DeepSeek V3's post-processor adds nothing, but its
+// tokenizer_config.json says add_bos_token, so a raw prompt starts with BOS
+// as transformers' tokenizer makes it; its chat template writes BOS itself.
+func TestDeepSeekBOS(t *testing.T) {
+	b, err := Load(testenv.TokenizerDir(t, "deepseek_v3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bos, _ := b.Tokenizer().TokenID("<｜begin▁of▁sentence｜>")
+	raw, err := b.Tokenize(decodeRequest(t, `{"prompt":"hi"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw.Tokens[0] != bos || raw.Tokens[1] == bos {
+		t.Errorf("raw prompt tokens %v, want one BOS %d first", raw.Tokens, bos)
+	}
+	chat, err := b.Tokenize(decodeRequest(t, `{"messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if chat.Tokens[0] != bos || chat.Tokens[1] == bos {
+		t.Errorf("chat tokens %v, want one BOS %d first", chat.Tokens[:3], bos)
+	}
+}
+
 func TestErrors(t *testing.T) {
 	b, err := Load(demoModels(t)["safetensors"])
 	if err != nil {
