@@ -1,0 +1,43 @@
+package kernels
+
+import "math"
+
+// q8Block is the number of activation elements sharing one scale.
+const q8Block = 32
+
+// q8Row is an activation row quantized for the GGUF kernels: x[i] ≈
+// d[i/32]·q[i], with q in [-127, 127]; s[j] is the exact f32 sum of the
+// original x over block j (used for the min/offset terms of K-quants).
+type q8Row struct {
+	q []int8
+	d []float32
+	s []float32
+}
+
+// quantizeQ8 quantizes x (len a multiple of 32) into dst, whose slices
+// have the right lengths. It rounds to nearest, ties away from zero.
+func quantizeQ8(dst q8Row, x []float32) {
+	for b := 0; b < len(x)/q8Block; b++ {
+		xs := x[b*q8Block : (b+1)*q8Block]
+		var amax, sum float32
+		for _, v := range xs {
+			sum += v
+			if a := float32(math.Abs(float64(v))); a > amax {
+				amax = a
+			}
+		}
+		dst.s[b] = sum
+		qs := dst.q[b*q8Block : (b+1)*q8Block]
+		if amax == 0 {
+			dst.d[b] = 0
+			clear(qs)
+			continue
+		}
+		d := amax / 127
+		id := 127 / amax
+		dst.d[b] = d
+		for i, v := range xs {
+			qs[i] = int8(math.Round(float64(v * id)))
+		}
+	}
+}

@@ -1,0 +1,7 @@
+package kernels
+
+// cpuFeatures is what the SIMD kernels need from the CPU.
+type cpuFeatures struct {
+	avx2   bool // AVX2 + FMA + F16C
+	avx512 bool // AVX-512 F/BW/VL/DQ (+ the AVX2 set)
+}

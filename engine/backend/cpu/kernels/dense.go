@@ -1,0 +1,97 @@
+package kernels
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"unsafe"
+
+	"fusion/engine/tensor"
+)
+
+// Dense is an unquantized weight matrix: F32, BF16 or F16 elements,
+// little-endian, row-major. BF16 and F16 are widened on the fly.
+type Dense struct {
+	dt         tensor.DType
+	rows, cols int
+	data       []byte
+	rowBytes   int
+}
+
+// NewDense wraps the raw little-endian bytes of a [rows, cols] matrix of
+// F32, BF16 or F16 elements. data is used in place, not copied; it must
+// not change while the weights are in use.
+func NewDense(dt tensor.DType, rows, cols int, data []byte) (*Dense, error) {
+	n, err := checkShape(rows, cols)
+	if err != nil {
+		return nil, err
+	}
+	var es int
+	switch dt {
+	case tensor.F32:
+		es = 4
+	case tensor.BF16, tensor.F16:
+		es = 2
+	default:
+		return nil, fmt.Errorf("kernels: dense weights of type %v are not supported", dt)
+	}
+	if err := checkLen(dt.String()+" weights", len(data), n*es); err != nil {
+		return nil, err
+	}
+	return &Dense{dt: dt, rows: rows, cols: cols, data: data, rowBytes: cols * es}, nil
+}
+
+// NewF32 wraps a row-major [rows, cols] f32 matrix, in place.
+func NewF32(rows, cols int, data []float32) (*Dense, error) {
+	var b []byte
+	if len(data) > 0 {
+		b = unsafe.Slice((*byte)(unsafe.Pointer(&data[0])), 4*len(data))
+	}
+	return NewDense(tensor.F32, rows, cols, b)
+}
+
+// Rows is the number of output features.
+func (d *Dense) Rows() int { return d.rows }
+
+// Cols is the number of input features.
+func (d *Dense) Cols() int { return d.cols }
+
+// DType is the element type.
+func (d *Dense) DType() tensor.DType { return d.dt }
+
+// Bytes is the size of the weight data.
+func (d *Dense) Bytes() int { return len(d.data) }
+
+func (d *Dense) prepare(_ *impl, x []float32, batch int, a *actBuf) {
+	a.x, a.batch, a.cols = x, batch, d.cols
+}
+
+func (d *Dense) mulRows(k *impl, a *actBuf, dst []float32, r0, r1 int, _ *scratch) {
+	dot := k.dotF32B
+	switch d.dt {
+	case tensor.BF16:
+		dot = k.dotBF16
+	case tensor.F16:
+		dot = k.dotF16
+	}
+	for o := r0; o < r1; o++ {
+		w := d.data[o*d.rowBytes : (o+1)*d.rowBytes]
+		for b := 0; b < a.batch; b++ {
+			dst[b*d.rows+o] = dot(a.x[b*d.cols:(b+1)*d.cols], w)
+		}
+	}
+}
+
+func (d *Dense) dequantRow(dst []float32, r int) {
+	w := d.data[r*d.rowBytes : (r+1)*d.rowBytes]
+	for i := range dst {
+		switch d.dt {
+		case tensor.F32:
+			dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(w[4*i:]))
+		case tensor.BF16:
+			dst[i] = tensor.BF16ToF32(binary.LittleEndian.Uint16(w[2*i:]))
+		case tensor.F16:
+			dst[i] = tensor.F16ToF32(binary.LittleEndian.Uint16(w[2*i:]))
+		}
+	}
+}

@@ -1,0 +1,37 @@
+// Package kernels holds the hot compute kernels of the pure-Go CPU
+// backend: matrix-vector and small-batch matrix-matrix products
+// y[b][o] = Σ_i x[b][i]·W[o][i] over weights stored as in model files
+// (F32, BF16, F16, MLX affine-quantized, GGUF Q8_0/Q4_0/Q4_K/Q6_K), and
+// the small vector operations a transformer needs (dot, axpy, add, mul,
+// scale, RMSNorm, softmax, SwiGLU).
+//
+// # Levels
+//
+// Every kernel has a pure-Go implementation. On amd64 the hot loops also
+// exist in Go assembly for AVX2+FMA+F16C (LevelAVX2) and, where it pays,
+// AVX-512 (LevelAVX512: the f32/bf16/f16 dots and the MLX 4- and 8-bit
+// rows; the other kernels run their AVX2 version at that level). Default
+// uses the widest level the CPU supports, detected once at start-up; every
+// supported level can be selected with ForLevel, which is how the tests
+// compare them.
+//
+// # Weights
+//
+// Weights are wrapped once, at load time, by NewDense, NewF32,
+// NewMLXAffine or NewGGUF, which check the shape against the byte length;
+// the kernels then trust it. Raw file bytes (memory-mapped or read, any
+// alignment) are used in place: nothing widens a whole weight matrix.
+//
+// MLX affine weights are multiplied against f32 activations directly on
+// the packed codes, Σ x·(s·q+b) = Σ_g (s_g·Σ x·q + b_g·Σ x), with Σ x per
+// group computed once per activation row and the scales and biases widened
+// a few rows at a time. GGUF weights are multiplied against the activation
+// row quantized to 8 bits per block of 32 (an f32 scale per block, like
+// llama.cpp's Q8_0 activations), with integer dot products inside each
+// block; see GGUF for the error this adds.
+//
+// # Threads
+//
+// Kernels.MatMul runs on the calling goroutine. A Pool splits output rows
+// over a fixed set of worker goroutines, which Close stops.
+package kernels

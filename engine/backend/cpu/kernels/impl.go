@@ -1,0 +1,105 @@
+package kernels
+
+import "fmt"
+
+// impl is the function table of one level. The matrix kernels compute one
+// weight row against one activation row; their callers have checked every
+// length, so implementations may rely on them.
+type impl struct {
+	level Level
+
+	// Dense rows: len(w) == 2*len(x) for BF16 and F16, 4*len(x) for F32.
+	dotF32  func(a, b []float32) float32
+	dotF32B func(x []float32, w []byte) float32
+	dotBF16 func(x []float32, w []byte) float32
+	dotF16  func(x []float32, w []byte) float32
+
+	// widen converts len(dst) BF16 (bf16 set) or F16 values to f32.
+	widen func(dst []float32, src []byte, bf16 bool)
+
+	// MLX affine rows, 4 and 8 bits: Σ_g (s[g]·Σ_{i∈g} x[i]·q[i] +
+	// b[g]·xsum[g]), xsum[g] being Σ_{i∈g} x[i]. xp is x laid out as
+	// mlxPermute describes when mlx4Perm is set, else nil. s has 3 readable
+	// floats past its end.
+	mlx4     func(x, xp []float32, w []byte, s, b, xsum []float32, group int) float32
+	mlx8     func(x []float32, w []byte, s, b, xsum []float32, group int) float32
+	mlx4Perm bool
+
+	// GGUF rows against an activation row quantized to 8 bits per 32.
+	q8_0 func(a q8Row, w []byte) float32
+	q4_0 func(a q8Row, w []byte) float32
+	q4K  func(a q8Row, w []byte) float32
+	q6K  func(a q8Row, w []byte) float32
+
+	// Vector ops; lengths already checked equal.
+	axpy  func(alpha float32, x, y []float32)
+	add   func(dst, a, b []float32)
+	mul   func(dst, a, b []float32)
+	scale func(dst, x []float32, s float32)
+	// maxf returns the largest element of a non-empty x (NaNs may be
+	// skipped); expSubSum sets x[i] = e^(x[i]-m) and returns the sum;
+	// swiglu computes dst = g·u/(1+e^(-g)).
+	maxf      func(x []float32) float32
+	expSubSum func(x []float32, m float32) float32
+	swiglu    func(dst, g, u []float32)
+}
+
+var genericImpl = impl{
+	level:   LevelGeneric,
+	dotF32:  dotF32Generic,
+	dotF32B: dotF32BGeneric,
+	dotBF16: dotBF16Generic,
+	dotF16:  dotF16Generic,
+	widen:   widenGeneric,
+	mlx4:    mlx4Generic,
+	mlx8:    mlx8Generic,
+	q8_0:    q8_0Generic,
+	q4_0:    q4_0Generic,
+	q4K:     q4KGeneric,
+	q6K:     q6KGeneric,
+	axpy:    axpyGeneric,
+	add:     addGeneric,
+	mul:     mulGeneric,
+	scale:   scaleGeneric,
+
+	maxf:      maxGeneric,
+	expSubSum: expSubSumGeneric,
+	swiglu:    swigluGeneric,
+}
+
+// Kernels is the set of kernels of one Level. It is immutable and safe for
+// concurrent use.
+type Kernels struct {
+	impl impl
+}
+
+var (
+	genericKernels = &Kernels{impl: genericImpl}
+	bestKernels    = mustForLevel(Detect())
+)
+
+func mustForLevel(l Level) *Kernels {
+	k, err := ForLevel(l)
+	if err != nil {
+		panic(err)
+	}
+	return k
+}
+
+// ForLevel returns the kernels of level l, or an error if this CPU or build
+// cannot run them.
+func ForLevel(l Level) (*Kernels, error) {
+	if !l.Supported() {
+		return nil, fmt.Errorf("kernels: level %v is not supported on this CPU", l)
+	}
+	if l == LevelGeneric {
+		return genericKernels, nil
+	}
+	return &Kernels{impl: simdImpl(l)}, nil
+}
+
+// Default returns the kernels of the widest level this CPU supports.
+func Default() *Kernels { return bestKernels }
+
+// Level reports the instruction-set level of k.
+func (k *Kernels) Level() Level { return k.impl.level }

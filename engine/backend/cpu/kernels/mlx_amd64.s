@@ -1,0 +1,295 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+#include "asm_amd64.h"
+
+// Shift counts putting code k of a 4-bit word into lane k.
+DATA mlxShift4<>+0(SB)/4, $0
+DATA mlxShift4<>+4(SB)/4, $4
+DATA mlxShift4<>+8(SB)/4, $8
+DATA mlxShift4<>+12(SB)/4, $12
+DATA mlxShift4<>+16(SB)/4, $16
+DATA mlxShift4<>+20(SB)/4, $20
+DATA mlxShift4<>+24(SB)/4, $24
+DATA mlxShift4<>+28(SB)/4, $28
+GLOBL mlxShift4<>(SB), RODATA|NOPTR, $32
+
+DATA mlxMask4<>+0(SB)/4, $15
+GLOBL mlxMask4<>(SB), RODATA|NOPTR, $4
+
+// The floats 0..15: a 4-bit code is its own index into this table.
+DATA mlxLUT4<>+0(SB)/4, $0.0
+DATA mlxLUT4<>+4(SB)/4, $1.0
+DATA mlxLUT4<>+8(SB)/4, $2.0
+DATA mlxLUT4<>+12(SB)/4, $3.0
+DATA mlxLUT4<>+16(SB)/4, $4.0
+DATA mlxLUT4<>+20(SB)/4, $5.0
+DATA mlxLUT4<>+24(SB)/4, $6.0
+DATA mlxLUT4<>+28(SB)/4, $7.0
+DATA mlxLUT4<>+32(SB)/4, $8.0
+DATA mlxLUT4<>+36(SB)/4, $9.0
+DATA mlxLUT4<>+40(SB)/4, $10.0
+DATA mlxLUT4<>+44(SB)/4, $11.0
+DATA mlxLUT4<>+48(SB)/4, $12.0
+DATA mlxLUT4<>+52(SB)/4, $13.0
+DATA mlxLUT4<>+56(SB)/4, $14.0
+DATA mlxLUT4<>+60(SB)/4, $15.0
+GLOBL mlxLUT4<>(SB), RODATA|NOPTR, $64
+
+// Indices spreading 4 consecutive scales over the 16 words of a
+// 128-element chunk, for group sizes 32, 64 and 128.
+DATA mlxIdx<>+0(SB)/8, $0x0000000000000000
+DATA mlxIdx<>+8(SB)/8, $0x0000000000000000
+DATA mlxIdx<>+16(SB)/8, $0x0000000100000001
+DATA mlxIdx<>+24(SB)/8, $0x0000000100000001
+DATA mlxIdx<>+32(SB)/8, $0x0000000200000002
+DATA mlxIdx<>+40(SB)/8, $0x0000000200000002
+DATA mlxIdx<>+48(SB)/8, $0x0000000300000003
+DATA mlxIdx<>+56(SB)/8, $0x0000000300000003
+DATA mlxIdx<>+64(SB)/8, $0x0000000000000000
+DATA mlxIdx<>+72(SB)/8, $0x0000000000000000
+DATA mlxIdx<>+80(SB)/8, $0x0000000000000000
+DATA mlxIdx<>+88(SB)/8, $0x0000000000000000
+DATA mlxIdx<>+96(SB)/8, $0x0000000100000001
+DATA mlxIdx<>+104(SB)/8, $0x0000000100000001
+DATA mlxIdx<>+112(SB)/8, $0x0000000100000001
+DATA mlxIdx<>+120(SB)/8, $0x0000000100000001
+DATA mlxIdx<>+128(SB)/8, $0
+DATA mlxIdx<>+136(SB)/8, $0
+DATA mlxIdx<>+144(SB)/8, $0
+DATA mlxIdx<>+152(SB)/8, $0
+DATA mlxIdx<>+160(SB)/8, $0
+DATA mlxIdx<>+168(SB)/8, $0
+DATA mlxIdx<>+176(SB)/8, $0
+DATA mlxIdx<>+184(SB)/8, $0
+GLOBL mlxIdx<>(SB), RODATA|NOPTR, $192
+
+// MLXBIAS adds b[g]·xsum[g] (at R8, R9) to X13 and advances both.
+#define MLXBIAS \
+	VMOVSS      (R8), X3; \
+	VFMADD231SS (R9), X3, X13; \
+	ADDQ        $4, R8; \
+	ADDQ        $4, R9
+
+// func mlx4AVX2(x *float32, w *byte, s, b, xsum *float32, ngroups, group int) float32
+// Σ_g (s[g]·Σ_{i∈g} x[i]·q[i] + b[g]·xsum[g]); group is 32, 64 or 128.
+TEXT ·mlx4AVX2(SB), NOSPLIT, $0-60
+	MOVQ         x+0(FP), SI
+	MOVQ         w+8(FP), DI
+	MOVQ         s+16(FP), DX
+	MOVQ         b+24(FP), R8
+	MOVQ         xsum+32(FP), R9
+	MOVQ         ngroups+40(FP), CX
+	MOVQ         group+48(FP), BX
+	SHRQ         $5, BX
+	VMOVDQU      mlxShift4<>(SB), Y15
+	VPBROADCASTD mlxMask4<>(SB), Y14
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y13, Y13, Y13
+
+group:
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	MOVQ   BX, AX
+
+step:
+	VPBROADCASTD (DI), Y3
+	VPBROADCASTD 4(DI), Y4
+	VPBROADCASTD 8(DI), Y5
+	VPBROADCASTD 12(DI), Y6
+	VPSRLVD      Y15, Y3, Y3
+	VPSRLVD      Y15, Y4, Y4
+	VPSRLVD      Y15, Y5, Y5
+	VPSRLVD      Y15, Y6, Y6
+	VPAND        Y14, Y3, Y3
+	VPAND        Y14, Y4, Y4
+	VPAND        Y14, Y5, Y5
+	VPAND        Y14, Y6, Y6
+	VCVTDQ2PS    Y3, Y3
+	VCVTDQ2PS    Y4, Y4
+	VCVTDQ2PS    Y5, Y5
+	VCVTDQ2PS    Y6, Y6
+	VFMADD231PS  (SI), Y3, Y1
+	VFMADD231PS  32(SI), Y4, Y2
+	VFMADD231PS  64(SI), Y5, Y1
+	VFMADD231PS  96(SI), Y6, Y2
+	ADDQ         $16, DI
+	ADDQ         $128, SI
+	DECQ         AX
+	JNZ          step
+
+	VADDPS       Y2, Y1, Y1
+	VBROADCASTSS (DX), Y3
+	VFMADD231PS  Y3, Y1, Y0
+	ADDQ         $4, DX
+	MLXBIAS
+	DECQ         CX
+	JNZ          group
+
+	HSUMY(Y0, X0, X1)
+	VADDSS X13, X0, X0
+	VMOVSS X0, ret+56(FP)
+	VZEROUPPER
+	RET
+
+// func mlx8AVX2(x *float32, w *byte, s, b, xsum *float32, ngroups, group int) float32
+TEXT ·mlx8AVX2(SB), NOSPLIT, $0-60
+	MOVQ   x+0(FP), SI
+	MOVQ   w+8(FP), DI
+	MOVQ   s+16(FP), DX
+	MOVQ   b+24(FP), R8
+	MOVQ   xsum+32(FP), R9
+	MOVQ   ngroups+40(FP), CX
+	MOVQ   group+48(FP), BX
+	SHRQ   $5, BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y13, Y13, Y13
+
+group:
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	MOVQ   BX, AX
+
+step:
+	VPMOVZXBD   (DI), Y3
+	VPMOVZXBD   8(DI), Y4
+	VPMOVZXBD   16(DI), Y5
+	VPMOVZXBD   24(DI), Y6
+	VCVTDQ2PS   Y3, Y3
+	VCVTDQ2PS   Y4, Y4
+	VCVTDQ2PS   Y5, Y5
+	VCVTDQ2PS   Y6, Y6
+	VFMADD231PS (SI), Y3, Y1
+	VFMADD231PS 32(SI), Y4, Y2
+	VFMADD231PS 64(SI), Y5, Y1
+	VFMADD231PS 96(SI), Y6, Y2
+	ADDQ        $32, DI
+	ADDQ        $128, SI
+	DECQ        AX
+	JNZ         step
+
+	VADDPS       Y2, Y1, Y1
+	VBROADCASTSS (DX), Y3
+	VFMADD231PS  Y3, Y1, Y0
+	ADDQ         $4, DX
+	MLXBIAS
+	DECQ         CX
+	JNZ          group
+
+	HSUMY(Y0, X0, X1)
+	VADDSS X13, X0, X0
+	VMOVSS X0, ret+56(FP)
+	VZEROUPPER
+	RET
+
+// MLX4CODE multiplies code k of the 16 words in Z1 (shifted by sh) with
+// the 16 permuted activations at off(SI) into accumulator acc.
+#define MLX4CODE(sh, off, acc) \
+	VPSRLD      $sh, Z1, Z2; \
+	VPERMPS     Z15, Z2, Z2; \
+	VFMADD231PS off(SI), Z2, acc
+
+// func mlx4AVX512(xp *float32, w *byte, s, b, xsum *float32, gsel, nchunks int) float32
+// The 4-bit row over full 128-element chunks, with xp laid out as
+// mlxPermute does; gsel is 0, 1, 2 for group sizes 32, 64, 128. Each chunk
+// reads 4 floats of s (the caller pads s) and spreads them over the 16
+// words with the mlxIdx indices; then the bias terms of all those groups
+// are added.
+TEXT ·mlx4AVX512(SB), NOSPLIT, $0-60
+	MOVQ      xp+0(FP), SI
+	MOVQ      w+8(FP), DI
+	MOVQ      s+16(FP), DX
+	MOVQ      b+24(FP), R8
+	MOVQ      xsum+32(FP), R9
+	MOVQ      gsel+40(FP), CX
+	MOVQ      CX, R10
+	SHLQ      $6, R10
+	LEAQ      mlxIdx<>(SB), R11
+	VMOVDQU32 (R11)(R10*1), Z14
+	MOVQ      $16, BX
+	SHRQ      CX, BX               // scale bytes per chunk
+	MOVQ      $4, R12
+	SHRQ      CX, R12              // groups per chunk
+	MOVQ      nchunks+48(FP), CX
+	IMULQ     CX, R12              // groups in all
+	VMOVUPS   mlxLUT4<>(SB), Z15
+	VXORPS    Z0, Z0, Z0
+	VXORPS    X13, X13, X13
+
+chunk:
+	VMOVDQU32 (DI), Z1
+	VPERMPS   Z15, Z1, Z2
+	VMULPS    (SI), Z2, Z8
+	VPSRLD    $4, Z1, Z3
+	VPERMPS   Z15, Z3, Z3
+	VMULPS    64(SI), Z3, Z9
+	MLX4CODE(8, 128, Z8)
+	MLX4CODE(12, 192, Z9)
+	MLX4CODE(16, 256, Z8)
+	MLX4CODE(20, 320, Z9)
+	MLX4CODE(24, 384, Z8)
+	MLX4CODE(28, 448, Z9)
+	VADDPS      Z9, Z8, Z8
+	VMOVUPS     (DX), X4
+	VPERMPS     Z4, Z14, Z4
+	VFMADD231PS Z4, Z8, Z0
+	ADDQ        $64, DI
+	ADDQ        $512, SI
+	ADDQ        BX, DX
+	DECQ        CX
+	JNZ         chunk
+
+bias:
+	MLXBIAS
+	DECQ R12
+	JNZ  bias
+
+	HSUMZ(Z0, Y0, X0, Y1, X1)
+	VADDSS X13, X0, X0
+	VMOVSS X0, ret+56(FP)
+	VZEROUPPER
+	RET
+
+// func mlx8AVX512(x *float32, w *byte, s, b, xsum *float32, ngroups, group int) float32
+TEXT ·mlx8AVX512(SB), NOSPLIT, $0-60
+	MOVQ   x+0(FP), SI
+	MOVQ   w+8(FP), DI
+	MOVQ   s+16(FP), DX
+	MOVQ   b+24(FP), R8
+	MOVQ   xsum+32(FP), R9
+	MOVQ   ngroups+40(FP), CX
+	MOVQ   group+48(FP), BX
+	SHRQ   $5, BX
+	VXORPS Z0, Z0, Z0
+	VXORPS X13, X13, X13
+
+group:
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	MOVQ   BX, AX
+
+step:
+	VPMOVZXBD   (DI), Z3
+	VPMOVZXBD   16(DI), Z4
+	VCVTDQ2PS   Z3, Z3
+	VCVTDQ2PS   Z4, Z4
+	VFMADD231PS (SI), Z3, Z1
+	VFMADD231PS 64(SI), Z4, Z2
+	ADDQ        $32, DI
+	ADDQ        $128, SI
+	DECQ        AX
+	JNZ         step
+
+	VADDPS       Z2, Z1, Z1
+	VBROADCASTSS (DX), Z3
+	VFMADD231PS  Z3, Z1, Z0
+	ADDQ         $4, DX
+	MLXBIAS
+	DECQ         CX
+	JNZ          group
+
+	HSUMZ(Z0, Y0, X0, Y1, X1)
+	VADDSS X13, X0, X0
+	VMOVSS X0, ret+56(FP)
+	VZEROUPPER
+	RET

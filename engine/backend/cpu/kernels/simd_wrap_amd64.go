@@ -1,0 +1,249 @@
+//go:build amd64 && !purego
+
+package kernels
+
+// Go wrappers of the assembly kernels: they check lengths, run the
+// assembly on the longest prefix it handles and finish the rest in Go.
+
+func dotF32SIMD2(a, b []float32) float32 {
+	b = b[:len(a)]
+	m := len(a) &^ 7
+	var s float32
+	if m > 0 {
+		s = dotF32AVX2(&a[0], &b[0], m)
+	}
+	return s + dotF32Generic(a[m:], b[m:])
+}
+
+func dotF32SIMD512(a, b []float32) float32 {
+	b = b[:len(a)]
+	m := len(a) &^ 15
+	var s float32
+	if m > 0 {
+		s = dotF32AVX512(&a[0], &b[0], m)
+	}
+	return s + dotF32SIMD2(a[m:], b[m:])
+}
+
+func dotF32BSIMD2(x []float32, w []byte) float32 {
+	w = w[:4*len(x)]
+	m := len(x) &^ 7
+	var s float32
+	if m > 0 {
+		s = dotF32BAVX2(&x[0], &w[0], m)
+	}
+	return s + dotF32BGeneric(x[m:], w[4*m:])
+}
+
+func dotF32BSIMD512(x []float32, w []byte) float32 {
+	w = w[:4*len(x)]
+	m := len(x) &^ 15
+	var s float32
+	if m > 0 {
+		s = dotF32BAVX512(&x[0], &w[0], m)
+	}
+	return s + dotF32BSIMD2(x[m:], w[4*m:])
+}
+
+func dotBF16SIMD2(x []float32, w []byte) float32 {
+	w = w[:2*len(x)]
+	m := len(x) &^ 7
+	var s float32
+	if m > 0 {
+		s = dotBF16AVX2(&x[0], &w[0], m)
+	}
+	return s + dotBF16Generic(x[m:], w[2*m:])
+}
+
+func dotBF16SIMD512(x []float32, w []byte) float32 {
+	w = w[:2*len(x)]
+	m := len(x) &^ 15
+	var s float32
+	if m > 0 {
+		s = dotBF16AVX512(&x[0], &w[0], m)
+	}
+	return s + dotBF16SIMD2(x[m:], w[2*m:])
+}
+
+func dotF16SIMD2(x []float32, w []byte) float32 {
+	w = w[:2*len(x)]
+	m := len(x) &^ 7
+	var s float32
+	if m > 0 {
+		s = dotF16AVX2(&x[0], &w[0], m)
+	}
+	return s + dotF16Generic(x[m:], w[2*m:])
+}
+
+func dotF16SIMD512(x []float32, w []byte) float32 {
+	w = w[:2*len(x)]
+	m := len(x) &^ 15
+	var s float32
+	if m > 0 {
+		s = dotF16AVX512(&x[0], &w[0], m)
+	}
+	return s + dotF16SIMD2(x[m:], w[2*m:])
+}
+
+func widenSIMD2(dst []float32, src []byte, bf16 bool) {
+	src = src[:2*len(dst)]
+	m := len(dst) &^ 7
+	if m > 0 {
+		if bf16 {
+			widenBF16AVX2(&dst[0], &src[0], m)
+		} else {
+			widenF16AVX2(&dst[0], &src[0], m)
+		}
+	}
+	widenGeneric(dst[m:], src[2*m:], bf16)
+}
+
+func axpySIMD2(alpha float32, x, y []float32) {
+	y = y[:len(x)]
+	m := len(x) &^ 7
+	if m > 0 {
+		axpyAVX2(alpha, &x[0], &y[0], m)
+	}
+	axpyGeneric(alpha, x[m:], y[m:])
+}
+
+func addSIMD2(dst, a, b []float32) {
+	a, b = a[:len(dst)], b[:len(dst)]
+	m := len(dst) &^ 7
+	if m > 0 {
+		addAVX2(&dst[0], &a[0], &b[0], m)
+	}
+	addGeneric(dst[m:], a[m:], b[m:])
+}
+
+func mulSIMD2(dst, a, b []float32) {
+	a, b = a[:len(dst)], b[:len(dst)]
+	m := len(dst) &^ 7
+	if m > 0 {
+		mulAVX2(&dst[0], &a[0], &b[0], m)
+	}
+	mulGeneric(dst[m:], a[m:], b[m:])
+}
+
+func scaleSIMD2(dst, x []float32, s float32) {
+	x = x[:len(dst)]
+	m := len(dst) &^ 7
+	if m > 0 {
+		scaleAVX2(&dst[0], &x[0], s, m)
+	}
+	scaleGeneric(dst[m:], x[m:], s)
+}
+
+func maxSIMD2(x []float32) float32 {
+	m := len(x) &^ 7
+	if m == 0 {
+		return maxGeneric(x)
+	}
+	v := maxAVX2(&x[0], m)
+	for _, e := range x[m:] {
+		v = max(v, e)
+	}
+	return v
+}
+
+func expSubSumSIMD2(x []float32, mx float32) float32 {
+	m := len(x) &^ 7
+	var s float32
+	if m > 0 {
+		s = expSubSumAVX2(&x[0], m, mx)
+	}
+	return s + expSubSumGeneric(x[m:], mx)
+}
+
+func swigluSIMD2(dst, g, u []float32) {
+	g, u = g[:len(dst)], u[:len(dst)]
+	m := len(dst) &^ 7
+	if m > 0 {
+		swigluAVX2(&dst[0], &g[0], &u[0], m)
+	}
+	swigluGeneric(dst[m:], g[m:], u[m:])
+}
+
+func mlx4SIMD2(x, _ []float32, w []byte, s, b, xsum []float32, group int) float32 {
+	if len(s) == 0 {
+		return 0
+	}
+	ng := len(s)
+	_, _, _, _ = x[ng*group-1], w[ng*group/2-1], b[ng-1], xsum[ng-1]
+	return mlx4AVX2(&x[0], &w[0], &s[0], &b[0], &xsum[0], ng, group)
+}
+
+func mlx8SIMD2(x []float32, w []byte, s, b, xsum []float32, group int) float32 {
+	if len(s) == 0 {
+		return 0
+	}
+	ng := len(s)
+	_, _, _, _ = x[ng*group-1], w[ng*group-1], b[ng-1], xsum[ng-1]
+	return mlx8AVX2(&x[0], &w[0], &s[0], &b[0], &xsum[0], ng, group)
+}
+
+func mlx8SIMD512(x []float32, w []byte, s, b, xsum []float32, group int) float32 {
+	if len(s) == 0 {
+		return 0
+	}
+	ng := len(s)
+	_, _, _, _ = x[ng*group-1], w[ng*group-1], b[ng-1], xsum[ng-1]
+	return mlx8AVX512(&x[0], &w[0], &s[0], &b[0], &xsum[0], ng, group)
+}
+
+// mlx4SIMD512 runs the AVX-512 kernel on the full 128-element chunks of
+// the permuted activations xp and the AVX2 kernel on the rest. It reads
+// up to 3 floats past the end of s, which callers pad.
+func mlx4SIMD512(x, xp []float32, w []byte, s, b, xsum []float32, group int) float32 {
+	chunks := len(x) / 128
+	if chunks == 0 {
+		return mlx4SIMD2(x, nil, w, s, b, xsum, group)
+	}
+	per := 128 / group // groups per chunk
+	ng := chunks * per
+	_, _, _, _ = xp[chunks*128-1], w[chunks*64-1], b[ng-1], xsum[ng-1]
+	_ = s[:cap(s)][ng+2]
+	sum := mlx4AVX512(&xp[0], &w[0], &s[0], &b[0], &xsum[0], group/64, chunks)
+	return sum + mlx4SIMD2(x[chunks*128:], nil, w[chunks*64:], s[ng:], b[ng:], xsum[ng:], group)
+}
+
+func q8_0SIMD2(a q8Row, w []byte) float32 {
+	nb := len(a.d)
+	if nb == 0 {
+		return 0
+	}
+	_ = a.q[nb*32-1]
+	_ = w[nb*q8_0Bytes-1]
+	return q8_0AVX2(&a.q[0], &a.d[0], &w[0], nb)
+}
+
+func q4_0SIMD2(a q8Row, w []byte) float32 {
+	nb := len(a.d)
+	if nb == 0 {
+		return 0
+	}
+	_ = a.q[nb*32-1]
+	_ = w[nb*q4_0Bytes-1]
+	return q4_0AVX2(&a.q[0], &a.d[0], &w[0], nb)
+}
+
+func q4KSIMD2(a q8Row, w []byte) float32 {
+	nsb := len(a.q) / kBlock
+	if nsb == 0 {
+		return 0
+	}
+	_ = a.d[nsb*8-1]
+	_ = a.s[nsb*8-1]
+	_ = w[nsb*q4KBytes-1]
+	return q4KAVX2(&a.q[0], &a.d[0], &a.s[0], &w[0], nsb)
+}
+
+func q6KSIMD2(a q8Row, w []byte) float32 {
+	nsb := len(a.q) / kBlock
+	if nsb == 0 {
+		return 0
+	}
+	_ = a.d[nsb*8-1]
+	_ = w[nsb*q6KBytes-1]
+	return q6KAVX2(&a.q[0], &a.d[0], &w[0], nsb)
+}
