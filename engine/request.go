@@ -1,0 +1,133 @@
+package engine
+
+import (
+	"context"
+	"errors"
+
+	"fusion/engine/chattemplate"
+	"fusion/engine/prompt"
+	"fusion/engine/sample"
+)
+
+// Priority is the scheduling class of a request (from task_tag).
+type Priority int
+
+// Priority classes, most urgent first.
+const (
+	PriorityRealtime   Priority = iota // claude_code
+	PriorityBatch                      // openclaw, and the default
+	PriorityBackground                 // background
+)
+
+// Request is the one neutral request every API dialect converts into and
+// every node forwards. Exactly one of Messages, Prompt and PromptTokens is
+// set.
+type Request struct {
+	// ID identifies the request in logs and metrics.
+	ID    string
+	Model string
+
+	// Messages (with optional Tools) are rendered through the model's chat
+	// template; Prompt is raw text, tokenized as it is.
+	Messages []*chattemplate.Object
+	Tools    []*chattemplate.Object
+	Prompt   *string
+	// PromptTokens is a prompt given as token ids (the legacy completions
+	// API takes them); the runner feeds them to the model as they are.
+	PromptTokens       []int
+	EnableThinking     *bool          // nil: left to the template
+	ChatTemplateKwargs map[string]any // extra template variables
+
+	// Sampling holds the sampler's parameters, including Logprobs and
+	// TopLogprobs; the runner adds the model's end-of-generation ids to
+	// StopTokenIDs.
+	Sampling  sample.Params
+	MaxTokens int      // 0: until a stop condition or the context is full
+	Stop      []string // stop sequences; the matched text is not returned
+
+	Priority Priority
+}
+
+// PromptRequest returns the part of r that decides the prompt tokens.
+func (r *Request) PromptRequest() prompt.Request {
+	return prompt.Request{
+		Prompt:             r.Prompt,
+		Messages:           r.Messages,
+		Tools:              r.Tools,
+		EnableThinking:     r.EnableThinking,
+		ChatTemplateKwargs: r.ChatTemplateKwargs,
+	}
+}
+
+// FinishReason says why generation ended, in OpenAI's words.
+type FinishReason string
+
+// Finish reasons.
+const (
+	FinishStop   FinishReason = "stop"   // a stop token or stop sequence
+	FinishLength FinishReason = "length" // MaxTokens or the context length
+)
+
+// TokenLogprob is one token with its log-probability.
+type TokenLogprob struct {
+	ID      int
+	Text    string
+	Logprob float64
+}
+
+// Usage counts tokens of one request.
+type Usage struct {
+	PromptTokens     int
+	CompletionTokens int
+	CachedTokens     int // prompt tokens whose KV came from the cache
+}
+
+// Event is one step of a generation, in order: zero or more deltas, then
+// exactly one final event with Done set (FinishReason and Usage filled) or
+// Err set.
+type Event struct {
+	// Text is the newly decoded text (whole UTF-8 characters, with stop
+	// sequences held back until they are ruled out).
+	Text string
+	// Tokens are the tokens this event's text came from, with their
+	// log-probabilities when the request asked for them.
+	Tokens []TokenLogprob
+	// TopLogprobs holds, per token in Tokens, the most likely alternatives.
+	TopLogprobs [][]TokenLogprob
+
+	Done         bool
+	FinishReason FinishReason
+	// StopSequence is the stop string that ended generation, if any.
+	StopSequence string
+	Usage        Usage
+	Err          error
+}
+
+// ModelInfo describes a model a node can serve.
+type ModelInfo struct {
+	ID      string
+	Path    string
+	Format  string // "safetensors" or "gguf"
+	Loaded  bool
+	Created int64 // unix seconds (the model file's modification time)
+}
+
+// Generator runs requests. Generate returns once the request is admitted
+// (or refused); events then arrive on the channel, which is closed after
+// the final event. Cancelling ctx stops the generation and frees its slot.
+type Generator interface {
+	Generate(ctx context.Context, req *Request) (<-chan Event, error)
+	Models(ctx context.Context) ([]ModelInfo, error)
+	Tokenize(ctx context.Context, model string, req prompt.Request) (prompt.Result, error)
+	Detokenize(ctx context.Context, model string, ids []int) (string, error)
+}
+
+// Errors callers branch on (the HTTP layer maps them to status codes).
+var (
+	// ErrModelNotFound: no model of that name (404).
+	ErrModelNotFound = errors.New("model not found")
+	// ErrOverloaded: the queue is full (429, with a retry hint).
+	ErrOverloaded = errors.New("server overloaded")
+	// ErrUnavailable: the model exists but cannot be loaded now (503).
+	ErrUnavailable = errors.New("model unavailable")
+)
