@@ -1,0 +1,338 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"fusion/engine/backend/cpu"
+	"fusion/engine/backend/cpu/kernels"
+	"fusion/engine/demo"
+	"fusion/engine/model"
+)
+
+// llama.cpp on the benchmark machine (2-core AMD EPYC VM, llama-bench
+// pp512 / tg128), the targets the engine benchmark reports against.
+var llamaCppReference = map[string]engineSpeed{
+	"q4_k_m": {Prefill: 265, Decode: 62.5},
+	"q8_0":   {Prefill: 204, Decode: 38.9},
+	"f16":    {Prefill: 267, Decode: 28.3},
+}
+
+type engineSpeed struct {
+	Prefill float64 `json:"prefill_tok_s"`
+	Decode  float64 `json:"decode_tok_s"`
+}
+
+// engineFormat is one weight layout of the benchmark model.
+type engineFormat struct {
+	name     string
+	opts     demo.Options
+	llamaRef string // the llama.cpp layout to compare with
+}
+
+type engineResult struct {
+	Path              string       `json:"path"`
+	LoadSeconds       float64      `json:"load_s"`
+	WeightBytes       int64        `json:"weight_bytes"`
+	PrefillTokS       float64      `json:"prefill_tok_s"`
+	DecodeTokS        float64      `json:"decode_tok_s"`
+	PeakRSSBytes      int64        `json:"peak_rss_bytes"`
+	KVAllocatedBytes  int64        `json:"kv_cache_allocated_bytes"`
+	KVUsedBytes       int64        `json:"kv_cache_used_bytes"`
+	DecodeBytesPerTok int64        `json:"decode_bytes_per_token"`
+	DecodeGBs         float64      `json:"decode_bandwidth_gb_s"`
+	BandwidthFraction float64      `json:"decode_bandwidth_fraction"`
+	LlamaCppRef       string       `json:"llama_cpp_layout"`
+	VsLlamaCpp        *engineSpeed `json:"vs_llama_cpp_reference,omitempty"`
+	LlamaBench        *engineSpeed `json:"llama_bench,omitempty"`
+	VsLlamaBench      *engineSpeed `json:"vs_llama_bench,omitempty"`
+	Error             string       `json:"error,omitempty"`
+}
+
+// benchEngine measures the CPU engine on a random-weight model shaped like
+// Qwen3-0.6B (28 layers, hidden 1024, 16/8 heads of 128, intermediate
+// 3072, the real 151,936-row vocabulary) in BF16, MLX 4-bit and GGUF
+// Q4_K_M: prefill and decode tokens/s, peak RSS, and the fraction of the
+// machine's streaming-read bandwidth (measured in the same run) that
+// decoding achieves. The models are created once into a cache directory.
+// With $LLAMA_BENCH naming a llama-bench binary, llama.cpp runs on the
+// same GGUF in the same run.
+func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	flags := flag.NewFlagSet("bench engine", flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	cacheDir := flags.String("cache", filepath.Join(".cache", "bench"), "directory the benchmark models are created in (reused)")
+	promptLen := flags.Int("prompt", 512, "prompt tokens (one prefill step)")
+	decodeLen := flags.Int("decode", 128, "greedy decode steps")
+	only := flags.String("formats", "bf16,mlx-q4,gguf-q4_k_m", "comma-separated formats to run")
+	threads := flags.Int("threads", 0, "compute goroutines (0: all cores)")
+	if err := flags.Parse(args); err != nil {
+		return err
+	}
+	if *promptLen < 1 || *decodeLen < 1 {
+		return usagef("-prompt and -decode must be positive")
+	}
+	shape := demo.Options{Arch: "qwen3", Layers: 28, Hidden: 1024, Heads: 16, KVHeads: 8, HeadDim: 128,
+		Intermediate: 3072, VocabFrom: filepath.Join(fixturesDir(), "tokenizers", "qwen3"), Seed: 1}
+	formats := []engineFormat{
+		{"bf16", shape, "f16"},
+		{"mlx-q4", withOpts(shape, func(o *demo.Options) { o.Quantize, o.GroupSize = 4, 64 }), "q4_k_m"},
+		{"gguf-q4_k_m", withOpts(shape, func(o *demo.Options) { o.Format, o.GGUFType = demo.FormatGGUF, "q4_k_m" }), "q4_k_m"},
+	}
+
+	out := map[string]any{
+		"model":   "random weights shaped like Qwen3-0.6B (28 layers, hidden 1024, 16/8 heads × 128, intermediate 3072, vocab 151936)",
+		"prompt":  *promptLen,
+		"decode":  *decodeLen,
+		"note":    "indicative: the machine is shared with other work",
+		"kernels": kernels.Default().Level().String(),
+	}
+	be := cpu.New(cpu.Options{Threads: *threads})
+	defer be.Close()
+	out["threads"] = be.Threads()
+	bw := measureBandwidth(be.Threads())
+	out["read_bandwidth_gb_s"] = bw
+	out["llama_cpp_reference"] = llamaCppReference
+	results := map[string]*engineResult{}
+	for _, f := range formats {
+		if !strings.Contains(","+*only+",", ","+f.name+",") {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "bench engine: %s\n", f.name)
+		r := &engineResult{LlamaCppRef: f.llamaRef}
+		results[f.name] = r
+		path, err := benchModel(*cacheDir, f)
+		r.Path = path
+		if err == nil {
+			err = runEngine(ctx, be, path, *promptLen, *decodeLen, r)
+		}
+		if err != nil {
+			r.Error = err.Error()
+			continue
+		}
+		r.BandwidthFraction = r.DecodeGBs / bw[strconv.Itoa(be.Threads())+"_threads"]
+		ref := llamaCppReference[f.llamaRef]
+		r.VsLlamaCpp = &engineSpeed{Prefill: r.PrefillTokS / ref.Prefill, Decode: r.DecodeTokS / ref.Decode}
+		if bin := os.Getenv("LLAMA_BENCH"); bin != "" && f.opts.Format == demo.FormatGGUF {
+			if lb, err := llamaBench(ctx, bin, path, *promptLen, *decodeLen, be.Threads()); err != nil {
+				r.Error = "llama-bench: " + err.Error()
+			} else {
+				r.LlamaBench = lb
+				r.VsLlamaBench = &engineSpeed{Prefill: r.PrefillTokS / lb.Prefill, Decode: r.DecodeTokS / lb.Decode}
+			}
+		}
+	}
+	out["formats"] = results
+	return json.NewEncoder(stdout).Encode(out)
+}
+
+func withOpts(o demo.Options, f func(*demo.Options)) demo.Options {
+	f(&o)
+	return o
+}
+
+// benchModel returns the path of the format's model in cacheDir, creating
+// it if it is not there yet.
+func benchModel(cacheDir string, f engineFormat) (string, error) {
+	dir := filepath.Join(cacheDir, "qwen3-0.6b-shape-"+f.name)
+	path, marker := dir, filepath.Join(dir, "config.json")
+	if f.opts.Format == demo.FormatGGUF {
+		path = demo.GGUFPath(dir)
+		marker = path
+	}
+	if _, err := os.Stat(marker); err == nil {
+		return path, nil
+	}
+	if _, err := os.Stat(filepath.Join(f.opts.VocabFrom, "tokenizer.json")); err != nil {
+		return path, fmt.Errorf("the Qwen3 tokenizer fixture is missing (run `make test-deps`): %w", err)
+	}
+	tmp := dir + ".tmp"
+	tmpPath := tmp
+	if f.opts.Format == demo.FormatGGUF {
+		tmpPath = demo.GGUFPath(tmp)
+	}
+	os.RemoveAll(tmpPath)
+	if _, err := demo.Create(tmp, f.opts); err != nil {
+		return path, err
+	}
+	runtime.GC()
+	debug.FreeOSMemory()
+	return path, os.Rename(tmpPath, path)
+}
+
+// runEngine loads the model, prefills a prompt in one step and decodes
+// greedily, recording speeds and memory.
+func runEngine(ctx context.Context, be *cpu.Backend, path string, promptLen, decodeLen int, r *engineResult) error {
+	runtime.GC()
+	debug.FreeOSMemory()
+	resetPeakRSS()
+	start := time.Now()
+	m, err := model.Load(ctx, path, be, model.Options{})
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	r.LoadSeconds = time.Since(start).Seconds()
+	r.WeightBytes = m.WeightBytes()
+	seq, err := m.NewSequence(promptLen + decodeLen)
+	if err != nil {
+		return err
+	}
+	defer seq.Close()
+	prompt := make([]int, promptLen)
+	for i := range prompt {
+		prompt[i] = (i*7919 + 13) % 150000
+	}
+	start = time.Now()
+	o, err := m.Forward(ctx, []model.Input{{Seq: seq, Tokens: prompt}}, model.Range{}, nil)
+	if err != nil {
+		return err
+	}
+	r.PrefillTokS = float64(promptLen) / time.Since(start).Seconds()
+	next := argmaxLogits(o.Logits[0])
+	var kvRead int64
+	start = time.Now()
+	for range decodeLen {
+		_, used := seq.CacheBytes()
+		kvRead += used
+		if o, err = m.Forward(ctx, []model.Input{{Seq: seq, Tokens: []int{next}}}, model.Range{}, nil); err != nil {
+			return err
+		}
+		next = argmaxLogits(o.Logits[0])
+	}
+	secs := time.Since(start).Seconds()
+	r.DecodeTokS = float64(decodeLen) / secs
+	r.KVAllocatedBytes, r.KVUsedBytes = seq.CacheBytes()
+	// Each decode step streams every weight once (the embedding as the LM
+	// head; its one looked-up row is negligible) and the KV cache.
+	r.DecodeBytesPerTok = r.WeightBytes + kvRead/int64(decodeLen)
+	r.DecodeGBs = float64(r.WeightBytes*int64(decodeLen)+kvRead) / secs / 1e9
+	r.PeakRSSBytes = peakRSS()
+	return nil
+}
+
+func argmaxLogits(x []float32) int {
+	best := 0
+	for i, v := range x {
+		if v > x[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+// measureBandwidth times streaming reads of a buffer much larger than
+// the caches on 1 and on n goroutines: a Go loop summing 64-bit words into
+// eight accumulators, and a SIMD dot product of the buffer with itself. It
+// returns the best of three passes of either, in GB/s.
+func measureBandwidth(n int) map[string]float64 {
+	const words = 128 << 20 // 1 GiB
+	buf := make([]uint64, words)
+	for i := range buf {
+		buf[i] = 0x3f8000003f800000 // float32 ones
+	}
+	floats := unsafe.Slice((*float32)(unsafe.Pointer(&buf[0])), 2*words)
+	readers := []func(lo, hi int){
+		func(lo, hi int) { sumWords(buf[lo:hi]) },
+		func(lo, hi int) { kernels.Dot(floats[2*lo:2*hi], floats[2*lo:2*hi]) },
+	}
+	res := map[string]float64{}
+	for _, threads := range []int{1, n} {
+		best := 0.0
+		for range 3 {
+			for _, read := range readers {
+				start := time.Now()
+				var wg sync.WaitGroup
+				for t := range threads {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						read(t*words/threads, (t+1)*words/threads)
+					}()
+				}
+				wg.Wait()
+				best = max(best, 8*words/time.Since(start).Seconds()/1e9)
+			}
+		}
+		res[strconv.Itoa(threads)+"_threads"] = best
+	}
+	return res
+}
+
+func sumWords(b []uint64) uint64 {
+	var s0, s1, s2, s3, s4, s5, s6, s7 uint64
+	for i := 0; i+8 <= len(b); i += 8 {
+		s0, s1, s2, s3 = s0+b[i], s1+b[i+1], s2+b[i+2], s3+b[i+3]
+		s4, s5, s6, s7 = s4+b[i+4], s5+b[i+5], s6+b[i+6], s7+b[i+7]
+	}
+	return s0 + s1 + s2 + s3 + s4 + s5 + s6 + s7
+}
+
+// resetPeakRSS resets the kernel's high-water mark of this process.
+func resetPeakRSS() { _ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) }
+
+// peakRSS is VmHWM from /proc/self/status (0 where unavailable).
+func peakRSS() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
+// llamaBench runs llama-bench on the same file and returns its pp and tg
+// tokens/s.
+func llamaBench(ctx context.Context, bin, path string, prompt, decode, threads int) (*engineSpeed, error) {
+	cmd := exec.CommandContext(ctx, bin, "-m", path, "-p", strconv.Itoa(prompt), "-n", strconv.Itoa(decode),
+		"-t", strconv.Itoa(threads), "-r", "2", "-o", "json")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	var rows []struct {
+		NPrompt int     `json:"n_prompt"`
+		NGen    int     `json:"n_gen"`
+		AvgTS   float64 `json:"avg_ts"`
+	}
+	if err := json.Unmarshal(out, &rows); err != nil {
+		return nil, err
+	}
+	s := &engineSpeed{}
+	for _, r := range rows {
+		switch {
+		case r.NPrompt > 0 && r.NGen == 0:
+			s.Prefill = r.AvgTS
+		case r.NGen > 0 && r.NPrompt == 0:
+			s.Decode = r.AvgTS
+		}
+	}
+	if s.Prefill == 0 || s.Decode == 0 {
+		return nil, errors.New("no pp/tg rows in its output")
+	}
+	return s, nil
+}

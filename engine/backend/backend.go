@@ -1,0 +1,101 @@
+package backend
+
+import "context"
+
+// Backend owns a device: the weights uploaded to it, the KV caches on it,
+// and the steps run on it. Implementations are safe for concurrent use,
+// but a model runs one Step at a time.
+type Backend interface {
+	// Name identifies the backend ("cpu", "mlx").
+	Name() string
+	// Weight makes a matrix usable by Linear and Embed. The backend may
+	// keep references to w's bytes (the CPU backend uses them in place),
+	// which must then stay valid until the backend is closed.
+	Weight(w WeightData) (Weight, error)
+	// Vector makes a norm weight usable by RMSNorm.
+	Vector(v VectorData) (Vector, error)
+	// NewKVCache allocates the KV cache of one sequence.
+	NewKVCache(spec KVSpec) (KVCache, error)
+	// NewStep starts one forward pass. ctx bounds the blocking calls of the
+	// step (Read, Eval).
+	NewStep(ctx context.Context) Step
+	// Close releases the backend's own resources (worker threads). Weights
+	// and caches must not be used afterwards.
+	Close() error
+}
+
+// Array is an activation matrix [rows, cols] belonging to one Step: a
+// float32 buffer on the CPU, a lazy array on MLX. It is valid until the
+// step is closed or a Release drops it.
+type Array interface {
+	Rows() int
+	Cols() int
+}
+
+// Weight is a matrix [Out, In] on a backend, with its additive bias if it
+// has one: a linear layer, an embedding table or an LM head.
+type Weight interface {
+	Out() int
+	In() int
+	// Bytes is the exact size of the data the backend keeps for it.
+	Bytes() int64
+}
+
+// Vector is a float vector on a backend (an RMSNorm weight).
+type Vector interface {
+	Len() int
+	Bytes() int64
+}
+
+// Mark is a position in a Step's arena; see Step.Release.
+type Mark int
+
+// Step is one forward pass. Its ops build (MLX) or compute (CPU) arrays;
+// they panic on shape errors, which are bugs, and record backend failures
+// for Err. A Step is used by one goroutine.
+type Step interface {
+	// Input makes an array from float32 values, row-major [rows, cols]
+	// (a hidden state handed over by the previous stage).
+	Input(rows, cols int, data []float32) Array
+	// Embed gathers rows of table, widened to float32: out[i] = table[ids[i]]
+	// (mlx take along axis 0; quantized tables are dequantized row by row).
+	Embed(table Weight, ids []int32) Array
+	// Linear computes x·Wᵀ + bias: [rows, In] → [rows, Out].
+	Linear(x Array, w Weight) Array
+	// RMSNorm normalizes every consecutive group of w.Len() features of
+	// each row, x·rsqrt(mean(x²) + eps), in float32, then multiplies by w
+	// (mlx fast.rms_norm). w.Len() is the row width for a layer norm, the
+	// head width for Qwen3's per-head q/k norms.
+	RMSNorm(x Array, w Vector, eps float32) Array
+	// RoPE rotates every head of every row by the row's position in its
+	// sequence (the sequence's Offset plus the row's index within it), as
+	// mlx fast.rope does; see RoPE.
+	RoPE(x Array, r *RoPE, b *Batch) Array
+	// Attention appends k and v ([rows, kvHeads·headDim]) to the caches of
+	// the batch's sequences at layer, then computes causal scaled
+	// dot-product attention of q ([rows, heads·headDim]) over each
+	// sequence's cached keys and values: query i of a sequence sees keys
+	// 0 … Offset+i. heads must be a multiple of the cache's KV heads (GQA,
+	// K/V never repeated). Returns [rows, heads·headDim].
+	Attention(layer int, q, k, v Array, scale float32, b *Batch) Array
+	// Add returns a + b elementwise.
+	Add(a, b Array) Array
+	// SwiGLU returns silu(gate)·up elementwise.
+	SwiGLU(gate, up Array) Array
+	// Rows gathers rows of x: out[i] = x[rows[i]].
+	Rows(x Array, rows []int) Array
+
+	// Mark and Release bound the memory of a pass: Release frees every
+	// array made since m except keep, which it returns (valid, possibly
+	// moved). Model code releases after each layer.
+	Mark() Mark
+	Release(m Mark, keep Array) Array
+	// Eval computes the arrays now (a no-op for eager backends).
+	Eval(arrays ...Array) error
+	// Read evaluates x and copies its values out, row-major.
+	Read(x Array) ([]float32, error)
+	// Err is the first failure recorded by the step, if any.
+	Err() error
+	// Close frees every array of the step.
+	Close()
+}

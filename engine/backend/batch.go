@@ -1,0 +1,54 @@
+package backend
+
+// Batch describes the rows of a step: the new tokens of several
+// sequences, each sequence a contiguous span of rows, in order.
+type Batch struct {
+	Seqs []Seq
+}
+
+// Seq is one sequence's part of a batch.
+type Seq struct {
+	// Cache is the sequence's KV cache.
+	Cache KVCache
+	// Offset is the position of the sequence's first new token: the
+	// number of positions already in its cache for the layers run.
+	Offset int
+	// Len is the number of new tokens (rows): a prefill chunk, or 1 when
+	// decoding.
+	Len int
+}
+
+// Rows is the total number of rows of the batch.
+func (b *Batch) Rows() int {
+	n := 0
+	for _, s := range b.Seqs {
+		n += s.Len
+	}
+	return n
+}
+
+// KVSpec is the shape of one sequence's KV cache.
+type KVSpec struct {
+	// FirstLayer and Layers: the cache holds layers [FirstLayer,
+	// FirstLayer+Layers), the layers a model (or a pipeline stage) runs.
+	FirstLayer, Layers int
+	KVHeads, HeadDim   int
+	// MaxLen is the largest number of positions the cache may hold.
+	MaxLen int
+}
+
+// KVCache is the keys and values of one sequence for a range of layers.
+// Attention appends to it; its memory grows in blocks as it fills.
+type KVCache interface {
+	Spec() KVSpec
+	// Len is the number of positions held for layer (an absolute layer
+	// number within the spec's range).
+	Len(layer int) int
+	// Truncate drops the positions from n on, in every layer.
+	Truncate(n int)
+	// Bytes is the memory allocated for the cache and the part of it in
+	// use.
+	Bytes() (allocated, used int64)
+	// Free releases the cache's memory; it must not be used afterwards.
+	Free()
+}

@@ -1,0 +1,147 @@
+package cpu
+
+import (
+	"fmt"
+
+	"fusion/engine/backend"
+	"fusion/engine/backend/cpu/kernels"
+)
+
+// BlockSize is the number of positions of one KV cache block.
+const BlockSize = 256
+
+// KVCache holds one sequence's keys and values in float32, in blocks of
+// BlockSize positions allocated as the sequence grows. A block holds, for
+// every layer of the spec and every KV head, the keys as a [BlockSize,
+// headDim] matrix and the values transposed, [headDim, BlockSize], so that
+// both attention products are matrix products over a block: scores =
+// q·Kᵀ and out = p·V = p·(Vᵀ)ᵀ.
+type KVCache struct {
+	spec   backend.KVSpec
+	lens   []int // positions held per layer (index: layer − FirstLayer)
+	blocks []*kvBlock
+}
+
+type kvBlock struct {
+	data []float32
+	k    []*kernels.Dense // per (layer, head): keys [BlockSize, headDim]
+	vt   []*kernels.Dense // per (layer, head): values [headDim, BlockSize]
+}
+
+var _ backend.KVCache = (*KVCache)(nil)
+
+// NewKVCache makes an empty cache; blocks are allocated on first write.
+func (b *Backend) NewKVCache(spec backend.KVSpec) (backend.KVCache, error) {
+	if spec.FirstLayer < 0 || spec.Layers <= 0 || spec.KVHeads <= 0 || spec.HeadDim <= 0 || spec.MaxLen <= 0 {
+		return nil, fmt.Errorf("cpu: invalid KV cache spec %+v", spec)
+	}
+	return &KVCache{spec: spec, lens: make([]int, spec.Layers)}, nil
+}
+
+// Spec is the cache's shape.
+func (c *KVCache) Spec() backend.KVSpec { return c.spec }
+
+func (c *KVCache) layer(l int) int {
+	i := l - c.spec.FirstLayer
+	if i < 0 || i >= c.spec.Layers {
+		panic(fmt.Sprintf("cpu: layer %d outside the cache's layers [%d, %d)", l, c.spec.FirstLayer, c.spec.FirstLayer+c.spec.Layers))
+	}
+	return i
+}
+
+// Len is the number of positions held for layer.
+func (c *KVCache) Len(layer int) int { return c.lens[c.layer(layer)] }
+
+// Truncate drops positions from n on and the blocks no layer needs.
+func (c *KVCache) Truncate(n int) {
+	n = max(n, 0)
+	for i := range c.lens {
+		c.lens[i] = min(c.lens[i], n)
+	}
+	keep := (n + BlockSize - 1) / BlockSize
+	if keep < len(c.blocks) {
+		clear(c.blocks[keep:])
+		c.blocks = c.blocks[:keep]
+	}
+}
+
+// blockFloats is the size of one block.
+func (c *KVCache) blockFloats() int {
+	s := c.spec
+	return s.Layers * s.KVHeads * 2 * BlockSize * s.HeadDim
+}
+
+// Bytes is the memory of the allocated blocks, and of the positions held
+// (per layer, summed over layers).
+func (c *KVCache) Bytes() (allocated, used int64) {
+	s := c.spec
+	perPos := int64(s.KVHeads * 2 * s.HeadDim * 4)
+	for _, n := range c.lens {
+		used += int64(n) * perPos
+	}
+	return int64(len(c.blocks)) * int64(c.blockFloats()) * 4, used
+}
+
+// Free drops every block.
+func (c *KVCache) Free() {
+	c.blocks = nil
+	clear(c.lens)
+}
+
+// grow allocates blocks until the cache can hold n positions.
+func (c *KVCache) grow(n int) {
+	s := c.spec
+	if n > s.MaxLen {
+		panic(fmt.Sprintf("cpu: KV cache of %d positions cannot hold %d", s.MaxLen, n))
+	}
+	for len(c.blocks)*BlockSize < n {
+		blk := &kvBlock{data: make([]float32, c.blockFloats())}
+		mat := BlockSize * s.HeadDim
+		for i := 0; i < s.Layers*s.KVHeads; i++ {
+			k, err1 := kernels.NewF32(BlockSize, s.HeadDim, blk.data[2*i*mat:(2*i+1)*mat])
+			vt, err2 := kernels.NewF32(s.HeadDim, BlockSize, blk.data[(2*i+1)*mat:(2*i+2)*mat])
+			if err1 != nil || err2 != nil {
+				panic(fmt.Sprintf("cpu: KV block: %v %v", err1, err2))
+			}
+			blk.k = append(blk.k, k)
+			blk.vt = append(blk.vt, vt)
+		}
+		c.blocks = append(c.blocks, blk)
+	}
+}
+
+// matrices returns the keys [BlockSize·headDim] and transposed values
+// [headDim·BlockSize] of block blk, layer index li, head h, as floats.
+func (c *KVCache) matrices(blk, li, h int) (k, vt []float32) {
+	s := c.spec
+	mat := BlockSize * s.HeadDim
+	i := li*s.KVHeads + h
+	d := c.blocks[blk].data
+	return d[2*i*mat : (2*i+1)*mat], d[(2*i+1)*mat : (2*i+2)*mat]
+}
+
+// write stores rows of k and v ([n, kvHeads·headDim]) at positions
+// offset … offset+n−1 of layer, which then holds offset+n positions.
+func (c *KVCache) write(layer, offset int, k, v []float32, n int) {
+	li := c.layer(layer)
+	if offset > c.lens[li] {
+		panic(fmt.Sprintf("cpu: KV write at %d leaves a gap after %d positions (layer %d)", offset, c.lens[li], layer))
+	}
+	s := c.spec
+	c.grow(offset + n)
+	width := s.KVHeads * s.HeadDim
+	for t := range n {
+		p := offset + t
+		blk, slot := p/BlockSize, p%BlockSize
+		for h := range s.KVHeads {
+			kb, vtb := c.matrices(blk, li, h)
+			src := k[t*width+h*s.HeadDim : t*width+(h+1)*s.HeadDim]
+			copy(kb[slot*s.HeadDim:(slot+1)*s.HeadDim], src)
+			vs := v[t*width+h*s.HeadDim : t*width+(h+1)*s.HeadDim]
+			for d, x := range vs {
+				vtb[d*BlockSize+slot] = x
+			}
+		}
+	}
+	c.lens[li] = offset + n
+}

@@ -1,0 +1,202 @@
+package model
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"fusion/engine/backend/cpu"
+	"fusion/engine/demo"
+	"fusion/engine/gguf"
+	"fusion/engine/modelfile"
+	"fusion/engine/tensor"
+)
+
+// editConfig rewrites keys of dir's config.json.
+func editConfig(t *testing.T, dir string, set map[string]any) {
+	t.Helper()
+	if err := editJSON(filepath.Join(dir, "config.json"), set); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	be := cpu.New(cpu.Options{})
+	defer be.Close()
+	for _, tc := range []struct {
+		name   string
+		config map[string]any
+		opts   Options
+		want   error
+	}{
+		{"layers past the end", nil, Options{Layers: Range{2, 5}}, nil},
+		{"empty layer range", nil, Options{Layers: Range{2, 2}}, nil},
+		{"missing layer weights", map[string]any{"num_hidden_layers": 5}, Options{}, ErrBadWeights},
+		{"intermediate size disagrees", map[string]any{"intermediate_size": 256}, Options{}, ErrBadWeights},
+		{"kv heads disagree", map[string]any{"num_key_value_heads": 4}, Options{}, ErrBadWeights},
+		{"dynamic rope", map[string]any{"rope_scaling": map[string]any{"rope_type": "dynamic", "factor": 2.0}}, Options{}, modelfile.ErrUnsupported},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := smallModel(t, "qwen3", demo.Options{})
+			if tc.config != nil {
+				editConfig(t, dir, tc.config)
+			}
+			m, err := Load(context.Background(), dir, be, tc.opts)
+			if err == nil {
+				m.Close()
+				t.Fatal("Load succeeded")
+			}
+			if tc.want != nil && !errors.Is(err, tc.want) {
+				t.Errorf("error %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestForwardErrors(t *testing.T) {
+	be := cpu.New(cpu.Options{})
+	defer be.Close()
+	path := smallModel(t, "llama", demo.Options{})
+	m := load(t, be, path, Range{})
+	stage := load(t, be, path, Range{2, 4})
+	other := load(t, be, path, Range{})
+	seq, full := newSeq(t, m), newSeq(t, m)
+	short, err := m.NewSequence(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forward(t, m, []Input{{Seq: full, Tokens: tokens(1, 5)}}, Range{0, 2}, nil) // layers 0-1 ahead of 2-3
+	for _, tc := range []struct {
+		name   string
+		m      *Model
+		in     []Input
+		layers Range
+		hidden *Hidden
+	}{
+		{"no inputs", m, nil, Range{}, nil},
+		{"no tokens", m, []Input{{Seq: seq}}, Range{}, nil},
+		{"token outside the vocabulary", m, []Input{{Seq: seq, Tokens: []int{640}}}, Range{}, nil},
+		{"negative token", m, []Input{{Seq: seq, Tokens: []int{-1}}}, Range{}, nil},
+		{"sequence twice", m, []Input{{Seq: seq, Tokens: []int{1}}, {Seq: seq, Tokens: []int{2}}}, Range{}, nil},
+		{"sequence of another model", other, []Input{{Seq: seq, Tokens: []int{1}}}, Range{}, nil},
+		{"layers outside the loaded ones", stage, []Input{{Seq: newSeq(t, stage), Len: 1}}, Range{1, 4}, &Hidden{Rows: 1, Cols: 256, Data: make([]float32, 256)}},
+		{"first layer without tokens", m, []Input{{Seq: seq, Len: 1}}, Range{}, nil},
+		{"later stage without hidden", stage, []Input{{Seq: newSeq(t, stage), Len: 1}}, Range{}, nil},
+		{"hidden of the wrong size", stage, []Input{{Seq: newSeq(t, stage), Len: 2}}, Range{}, &Hidden{Rows: 1, Cols: 256, Data: make([]float32, 256)}},
+		{"layers out of step", m, []Input{{Seq: full, Tokens: []int{1}}}, Range{}, nil},
+		{"beyond the sequence's length", m, []Input{{Seq: short, Tokens: tokens(2, 5)}}, Range{}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := tc.m.Forward(context.Background(), tc.in, tc.layers, tc.hidden); !errors.Is(err, ErrBadInput) {
+				t.Errorf("error %v, want ErrBadInput", err)
+			}
+		})
+	}
+}
+
+// A cancelled step leaves the sequence where it was.
+func TestForwardCancelled(t *testing.T) {
+	be := cpu.New(cpu.Options{})
+	defer be.Close()
+	m := load(t, be, smallModel(t, "qwen3", demo.Options{}), Range{})
+	seq := newSeq(t, m)
+	forward(t, m, []Input{{Seq: seq, Tokens: tokens(1, 20)}}, Range{}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := m.Forward(ctx, []Input{{Seq: seq, Tokens: tokens(2, 10)}}, Range{}, nil); !errors.Is(err, context.Canceled) {
+		t.Fatalf("error %v, want context.Canceled", err)
+	}
+	if seq.Len() != 20 {
+		t.Errorf("sequence holds %d positions after a cancelled step, want 20", seq.Len())
+	}
+}
+
+// Steps on different sequences may run concurrently and give the same
+// logits as run one after the other.
+func TestConcurrentForward(t *testing.T) {
+	be := cpu.New(cpu.Options{})
+	defer be.Close()
+	m := load(t, be, smallModel(t, "qwen3", demo.Options{Quantize: 4, GroupSize: 64}), Range{})
+	want := make([][]float32, 4)
+	for i := range want {
+		want[i] = forward(t, m, []Input{{Seq: newSeq(t, m), Tokens: tokens(i, 30+i)}}, Range{}, nil).Logits[0]
+	}
+	got := make([][]float32, 4)
+	seqs := []*Sequence{newSeq(t, m), newSeq(t, m), newSeq(t, m), newSeq(t, m)}
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range got {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, err := m.Forward(context.Background(), []Input{{Seq: seqs[i], Tokens: tokens(i, 30+i)}}, Range{}, nil)
+			if errs[i] = err; err == nil {
+				got[i] = out.Logits[0]
+			}
+		}()
+	}
+	wg.Wait()
+	for i := range got {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		sameBits(t, "concurrent step", got[i], want[i])
+	}
+}
+
+// Memory is reported exactly: the weights the backend holds and the KV
+// cache's blocks and positions.
+func TestMemory(t *testing.T) {
+	be := cpu.New(cpu.Options{})
+	defer be.Close()
+	for _, f := range formats {
+		t.Run(f.name, func(t *testing.T) {
+			path := smallModel(t, "qwen3", f.opts)
+			m := load(t, be, path, Range{})
+			// Norm weights are widened to f32; everything else is used as
+			// stored (the embedding once, as it is tied).
+			var tensors []tensor.Tensor
+			if f.opts.Format == demo.FormatGGUF {
+				gf, err := gguf.Open(path, gguf.LoadRead)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer gf.Close()
+				tensors = gf.Tensors
+			} else {
+				mf, err := modelfile.Open(path, modelfile.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer mf.Close()
+				for _, name := range mf.Weights.Names() {
+					tt, _ := mf.Weights.Tensor(name)
+					tensors = append(tensors, tt)
+				}
+			}
+			var want int64
+			for _, tt := range tensors {
+				if len(tt.Shape) == 1 {
+					want += 4 * tt.Shape[0]
+				} else {
+					want += int64(len(tt.Data))
+				}
+			}
+			if m.WeightBytes() != want {
+				t.Errorf("WeightBytes = %d, want %d", m.WeightBytes(), want)
+			}
+			seq := newSeq(t, m)
+			forward(t, m, []Input{{Seq: seq, Tokens: tokens(1, 300)}}, Range{}, nil)
+			alloc, used := seq.CacheBytes()
+			if used != 300*m.KVBytesPerToken() || alloc != 2*cpu.BlockSize*m.KVBytesPerToken() {
+				t.Errorf("cache bytes (%d, %d), want (%d, %d)", alloc, used, 2*cpu.BlockSize*m.KVBytesPerToken(), 300*m.KVBytesPerToken())
+			}
+			seq.Truncate(10)
+			if alloc, used := seq.CacheBytes(); used != 10*m.KVBytesPerToken() || alloc != cpu.BlockSize*m.KVBytesPerToken() {
+				t.Errorf("after Truncate(10): cache bytes (%d, %d)", alloc, used)
+			}
+		})
+	}
+}

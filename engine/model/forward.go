@@ -1,0 +1,195 @@
+package model
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"fusion/engine/backend"
+)
+
+// ErrBadInput: a Forward call's inputs do not fit the model or the
+// sequences' state.
+var ErrBadInput = errors.New("bad forward input")
+
+// Input is one sequence's part of a forward step.
+type Input struct {
+	Seq *Sequence
+	// Tokens are the new tokens: a prefill chunk, or one token when
+	// decoding. The first stage (layers starting at 0) needs them; later
+	// stages may give Len instead.
+	Tokens []int
+	// Len is the number of new tokens when Tokens is nil.
+	Len int
+	// AllLogits asks for the logits of every new token, not only the last.
+	AllLogits bool
+}
+
+func (in Input) len() int {
+	if in.Tokens != nil {
+		return len(in.Tokens)
+	}
+	return in.Len
+}
+
+// Hidden is a hidden state handed between pipeline stages: one row of
+// hidden_size values per new token of the batch, in input order.
+type Hidden struct {
+	Rows, Cols int
+	Data       []float32
+}
+
+// Output is what a forward step produces.
+type Output struct {
+	// Hidden is the state after the last layer run, when that is not the
+	// model's last layer.
+	Hidden *Hidden
+	// Logits, after the model's last layer: for each input, row-major
+	// [n, vocab_size], n being 1 (its last new token) or, with AllLogits,
+	// its number of new tokens.
+	Logits [][]float32
+}
+
+// Forward runs layers (within the loaded ones; the zero Range means all
+// loaded) over a batch of sequences, each at its own position with its
+// own number of new tokens, all rows through each matrix product
+// together. A range starting at layer 0 embeds the inputs' tokens;
+// otherwise hidden (from the previous stage, rows in input order) is the
+// input. A range ending at the model's last layer returns logits,
+// otherwise the hidden state.
+//
+// Each sequence must hold the same number of positions in every layer of
+// the range; the step appends its new tokens there. If Forward fails, the
+// sequences are truncated back to where they were before the step.
+func (m *Model) Forward(ctx context.Context, inputs []Input, layers Range, hidden *Hidden) (*Output, error) {
+	if layers == (Range{}) {
+		layers = m.Layers
+	}
+	batch, err := m.batch(inputs, layers, hidden)
+	if err != nil {
+		return nil, err
+	}
+	out, err := m.forward(ctx, inputs, layers, hidden, batch)
+	if err != nil {
+		for _, s := range batch.Seqs {
+			s.Cache.Truncate(s.Offset)
+		}
+		return nil, fmt.Errorf("model: forward %v: %w", layers, err)
+	}
+	return out, nil
+}
+
+// batch checks the inputs and describes them for the backend.
+func (m *Model) batch(inputs []Input, layers Range, hidden *Hidden) (*backend.Batch, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("model: %w: %s", ErrBadInput, fmt.Sprintf(format, args...))
+	}
+	if layers.Len() <= 0 || !m.Layers.contains(layers) {
+		return nil, bad("layers %v outside the loaded %v", layers, m.Layers)
+	}
+	if len(inputs) == 0 {
+		return nil, bad("no inputs")
+	}
+	b := &backend.Batch{Seqs: make([]backend.Seq, len(inputs))}
+	seen := make(map[*Sequence]bool, len(inputs))
+	for i, in := range inputs {
+		n := in.len()
+		switch {
+		case in.Seq == nil || in.Seq.m != m:
+			return nil, bad("input %d: no sequence of this model", i)
+		case seen[in.Seq]:
+			return nil, bad("input %d: sequence given twice", i)
+		case n <= 0:
+			return nil, bad("input %d: no new tokens", i)
+		case layers.Start == 0 && in.Tokens == nil:
+			return nil, bad("input %d: the first layer needs tokens", i)
+		}
+		seen[in.Seq] = true
+		for _, t := range in.Tokens {
+			if t < 0 || t >= m.Config.VocabSize {
+				return nil, bad("input %d: token %d outside the vocabulary of %d", i, t, m.Config.VocabSize)
+			}
+		}
+		c := in.Seq.cache
+		off := c.Len(layers.Start)
+		for l := layers.Start + 1; l < layers.End; l++ {
+			if c.Len(l) != off {
+				return nil, bad("input %d: layer %d holds %d positions, layer %d holds %d", i, layers.Start, off, l, c.Len(l))
+			}
+		}
+		if off+n > c.Spec().MaxLen {
+			return nil, bad("input %d: %d positions exceed the sequence's maximum of %d", i, off+n, c.Spec().MaxLen)
+		}
+		b.Seqs[i] = backend.Seq{Cache: c, Offset: off, Len: n}
+	}
+	if layers.Start > 0 {
+		if hidden == nil || hidden.Rows != b.Rows() || hidden.Cols != m.Config.HiddenSize || len(hidden.Data) != hidden.Rows*hidden.Cols {
+			return nil, bad("layers %v need a hidden state of [%d, %d]", layers, b.Rows(), m.Config.HiddenSize)
+		}
+	}
+	return b, nil
+}
+
+func (m *Model) forward(ctx context.Context, inputs []Input, layers Range, hidden *Hidden, b *backend.Batch) (*Output, error) {
+	s := m.be.NewStep(ctx)
+	defer s.Close()
+	var x backend.Array
+	if layers.Start == 0 {
+		ids := make([]int32, 0, b.Rows())
+		for _, in := range inputs {
+			for _, t := range in.Tokens {
+				ids = append(ids, int32(t))
+			}
+		}
+		x = s.Embed(m.embed, ids)
+	} else {
+		x = s.Input(hidden.Rows, hidden.Cols, hidden.Data)
+	}
+	f := &frame{Step: s, batch: b, eps: m.eps, rope: m.rope, scale: m.scale}
+	for l := layers.Start; l < layers.End; l++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		f.layer = l
+		mark := s.Mark()
+		x = s.Release(mark, m.blocks[l-m.Layers.Start].forward(f, x))
+	}
+	if layers.End < m.Config.NumHiddenLayers {
+		data, err := s.Read(x)
+		if err != nil {
+			return nil, err
+		}
+		return &Output{Hidden: &Hidden{Rows: x.Rows(), Cols: x.Cols(), Data: data}}, nil
+	}
+	return m.logits(s, x, inputs, b)
+}
+
+// logits applies the final norm and the LM head to the rows that need
+// logits and splits them per input.
+func (m *Model) logits(s backend.Step, x backend.Array, inputs []Input, b *backend.Batch) (*Output, error) {
+	var rows, counts []int
+	row := 0
+	for i, sq := range b.Seqs {
+		first := sq.Len - 1
+		if inputs[i].AllLogits {
+			first = 0
+		}
+		for r := first; r < sq.Len; r++ {
+			rows = append(rows, row+r)
+		}
+		counts = append(counts, sq.Len-first)
+		row += sq.Len
+	}
+	logits := s.Linear(s.RMSNorm(s.Rows(x, rows), m.norm, m.eps), m.head)
+	data, err := s.Read(logits)
+	if err != nil {
+		return nil, err
+	}
+	vocab := logits.Cols()
+	out := &Output{Logits: make([][]float32, len(inputs))}
+	for i, n := range counts {
+		out.Logits[i] = data[: n*vocab : n*vocab]
+		data = data[n*vocab:]
+	}
+	return out, nil
+}

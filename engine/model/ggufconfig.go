@@ -1,0 +1,84 @@
+package model
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+
+	"fusion/engine/gguf"
+	"fusion/engine/modelfile"
+)
+
+// ggufConfig maps a GGUF file's metadata to a validated config.json, so
+// both formats run through the same checks and defaults. Rope scaling
+// comes from {arch}.rope.scaling.* (linear, yarn) or, for Llama 3, from a
+// rope_freqs.weight tensor (see ggufRopeFreqs).
+func ggufConfig(f *gguf.File) (*modelfile.Config, error) {
+	mc, err := f.ModelConfig()
+	if err != nil {
+		return nil, err
+	}
+	c := map[string]any{
+		"model_type":          mc.ModelType,
+		"hidden_size":         mc.HiddenSize,
+		"num_hidden_layers":   mc.NumHiddenLayers,
+		"num_attention_heads": mc.NumAttentionHeads,
+		"num_key_value_heads": mc.NumKeyValueHeads,
+		"head_dim":            mc.HeadDim,
+		"intermediate_size":   mc.IntermediateSize,
+		"rms_norm_eps":        mc.RMSNormEps,
+		"rope_theta":          mc.RopeTheta,
+		"vocab_size":          mc.VocabSize,
+		"tie_word_embeddings": mc.TieWordEmbeddings,
+	}
+	if mc.MaxPositionEmbeddings > 0 {
+		c["max_position_embeddings"] = mc.MaxPositionEmbeddings
+	}
+	key := func(s string) string { return gguf.ArchKey(mc.ModelType, "rope.scaling."+s) }
+	typ, _ := f.Meta(key("type")).AsString()
+	factor, _ := f.Meta(key("factor")).AsFloat64()
+	switch typ {
+	case "", "none":
+	case "linear", "yarn":
+		s := map[string]any{"rope_type": typ, "factor": factor}
+		if n, ok := f.Meta(key("original_context_length")).AsInt64(); ok {
+			s["original_max_position_embeddings"] = n
+		}
+		for gk, hk := range map[string]string{"yarn_beta_fast": "beta_fast", "yarn_beta_slow": "beta_slow"} {
+			if v, ok := f.Meta(key(gk)).AsFloat64(); ok {
+				s[hk] = v
+			}
+		}
+		c["rope_scaling"] = s
+	default:
+		return nil, fmt.Errorf("%s: %w: rope scaling %q", f.Name, modelfile.ErrUnsupported, typ)
+	}
+	raw, err := json.Marshal(c)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", f.Name, err)
+	}
+	cfg, err := modelfile.ParseConfig(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", f.Name, err)
+	}
+	return cfg, nil
+}
+
+// ggufRopeFreqs returns the RoPE periods of a file with a rope_freqs.weight
+// tensor (llama.cpp's Llama 3 scaling: θ_i = p·base^(−2i/d)/factor_i), or
+// nil if it has none.
+func ggufRopeFreqs(f *gguf.File, base float64, dims int) ([]float32, error) {
+	t, ok := f.Tensor("rope_freqs.weight")
+	if !ok {
+		return nil, nil
+	}
+	factors, err := gguf.ToFloat32(t)
+	if err != nil || len(factors) != dims/2 {
+		return nil, fmt.Errorf("%w: rope_freqs.weight has %d values (%v), want %d", ErrBadWeights, len(factors), err, dims/2)
+	}
+	freqs := make([]float32, dims/2)
+	for i, ff := range factors {
+		freqs[i] = float32(math.Pow(base, float64(2*i)/float64(dims))) * ff
+	}
+	return freqs, nil
+}

@@ -1,0 +1,38 @@
+package model
+
+import "fusion/engine/backend"
+
+// Llama (Llama 2, Llama 3.x): pre-norm blocks of grouped-query attention
+// with rotary positions, and a SwiGLU MLP.
+//
+//	h   = x + o(attention(rope(q(n)), rope(k(n)), v(n))),  n = rms_norm(x)
+//	out = h + mlp(rms_norm(h))
+type llamaBlock struct {
+	inputNorm, postNorm backend.Vector
+	q, k, v, o          backend.Weight // with biases if attention_bias
+	mlp                 mlp
+}
+
+func loadLlama(w *loader, prefix string) block {
+	return &llamaBlock{
+		inputNorm: w.vector(prefix + "input_layernorm.weight"),
+		postNorm:  w.vector(prefix + "post_attention_layernorm.weight"),
+		q:         w.linear(prefix + "self_attn.q_proj"),
+		k:         w.linear(prefix + "self_attn.k_proj"),
+		v:         w.linear(prefix + "self_attn.v_proj"),
+		o:         w.linear(prefix + "self_attn.o_proj"),
+		mlp:       loadMLP(w, prefix),
+	}
+}
+
+func (b *llamaBlock) forward(f *frame, x backend.Array) backend.Array {
+	h := f.Add(x, b.attention(f, f.norm(x, b.inputNorm)))
+	return f.Add(h, b.mlp.forward(f, f.norm(h, b.postNorm)))
+}
+
+func (b *llamaBlock) attention(f *frame, x backend.Array) backend.Array {
+	q := f.rotate(f.Linear(x, b.q))
+	k := f.rotate(f.Linear(x, b.k))
+	v := f.Linear(x, b.v)
+	return f.Linear(f.attend(q, k, v), b.o)
+}

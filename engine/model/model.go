@@ -1,0 +1,177 @@
+package model
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"strings"
+
+	"fusion/engine/backend"
+	"fusion/engine/gguf"
+	"fusion/engine/modelfile"
+	"fusion/engine/safetensors"
+)
+
+// Range is a contiguous range of layers [Start, End).
+type Range struct{ Start, End int }
+
+// Len is the number of layers in r.
+func (r Range) Len() int { return r.End - r.Start }
+
+func (r Range) String() string { return fmt.Sprintf("[%d, %d)", r.Start, r.End) }
+
+// contains reports whether r holds every layer of s.
+func (r Range) contains(s Range) bool { return s.Start >= r.Start && s.End <= r.End }
+
+// Options control Load.
+type Options struct {
+	// Layers to load; the zero Range means all. A model that does not
+	// start at layer 0 has no embedding, one that does not end at the last
+	// layer no final norm and LM head (pipeline stages).
+	Layers Range
+	// Mmap memory-maps the weight files instead of reading them.
+	Mmap bool
+}
+
+// Model is a loaded model: the weights of its layer range on a backend.
+// Forward may run concurrently on distinct sequences.
+type Model struct {
+	Config *modelfile.Config
+	Layers Range // the loaded layers
+	// Format is "safetensors" or "gguf".
+	Format string
+
+	be      backend.Backend
+	src     source
+	blocks  []block // Layers.Start … End−1
+	embed   backend.Weight
+	norm    backend.Vector
+	head    backend.Weight
+	rope    *backend.RoPE
+	headDim int
+	eps     float32
+	scale   float32
+	bytes   int64
+}
+
+// Load opens the model at path (a model directory or a .gguf file) and
+// loads the weights of opts.Layers onto be. The weight files stay open
+// (backends may use their bytes in place) until Close.
+func Load(ctx context.Context, path string, be backend.Backend, opts Options) (*Model, error) {
+	m := &Model{be: be}
+	var ggufFile *gguf.File
+	if st, err := os.Stat(path); err == nil && !st.IsDir() || strings.HasSuffix(path, ".gguf") {
+		mode := gguf.LoadRead
+		if opts.Mmap {
+			mode = gguf.LoadMmap
+		}
+		f, err := gguf.Open(path, mode)
+		if err != nil {
+			return nil, fmt.Errorf("model: %w", err)
+		}
+		ggufFile, m.src, m.Format = f, ggufSource{f}, "gguf"
+		if m.Config, err = ggufConfig(f); err != nil {
+			return nil, errors.Join(fmt.Errorf("model: %w", err), f.Close())
+		}
+	} else {
+		mode := safetensors.LoadRead
+		if opts.Mmap {
+			mode = safetensors.LoadMmap
+		}
+		mf, err := modelfile.Open(path, modelfile.Options{LoadMode: mode})
+		if err != nil {
+			return nil, fmt.Errorf("model: %w", err)
+		}
+		m.Config, m.src, m.Format = mf.Config, safetensorsSource{mf}, "safetensors"
+	}
+	if err := m.load(ctx, opts, ggufFile); err != nil {
+		return nil, errors.Join(fmt.Errorf("model: %s: %w", path, err), m.src.close())
+	}
+	return m, nil
+}
+
+func (m *Model) load(ctx context.Context, opts Options, ggufFile *gguf.File) error {
+	c := m.Config
+	arch, ok := architectures[c.Architecture]
+	if !ok {
+		return fmt.Errorf("%w: %q", modelfile.ErrUnknownArchitecture, c.Architecture)
+	}
+	m.Layers = opts.Layers
+	if m.Layers == (Range{}) {
+		m.Layers = Range{0, c.NumHiddenLayers}
+	}
+	if m.Layers.Start < 0 || m.Layers.End > c.NumHiddenLayers || m.Layers.Len() <= 0 {
+		return fmt.Errorf("layers %v outside the model's [0, %d)", m.Layers, c.NumHiddenLayers)
+	}
+	m.headDim = arch.headDim(c)
+	if m.headDim <= 0 || m.headDim%2 != 0 {
+		return fmt.Errorf("%w: head dim %d", modelfile.ErrInvalidConfig, m.headDim)
+	}
+	m.eps = float32(c.RMSNormEps)
+	m.scale = float32(1 / math.Sqrt(float64(m.headDim)))
+	// llama.cpp stores a llama's q/k rows interleaved per head (see
+	// gguf.NeedsQKPermute): rotating adjacent pairs of that layout is the
+	// same rotation, and q·k is unchanged by the common permutation.
+	interleaved := ggufFile != nil && gguf.NeedsQKPermute(c.Architecture)
+	var err error
+	if m.rope, err = newRoPE(c, m.headDim, interleaved); err != nil {
+		return err
+	}
+	if ggufFile != nil && m.rope.Freqs == nil {
+		if m.rope.Freqs, err = ggufRopeFreqs(ggufFile, c.RopeTheta, m.headDim); err != nil {
+			return err
+		}
+	}
+
+	w := &loader{src: m.src, be: m.be, dims: dims{
+		hidden: c.HiddenSize, intermediate: c.IntermediateSize, vocab: c.VocabSize,
+		heads: c.NumAttentionHeads, kvHeads: c.NumKeyValueHeads, headDim: m.headDim,
+	}}
+	if m.Layers.Start == 0 {
+		m.embed = w.linear("model.embed_tokens")
+	}
+	for i := m.Layers.Start; i < m.Layers.End; i++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		m.blocks = append(m.blocks, arch.load(w, fmt.Sprintf("model.layers.%d.", i)))
+	}
+	if m.Layers.End == c.NumHiddenLayers {
+		m.norm = w.vector("model.norm.weight")
+		switch {
+		case !c.TieWordEmbeddings:
+			m.head = w.linear("lm_head")
+		case m.embed != nil:
+			m.head = m.embed
+		default:
+			m.head = w.linear("model.embed_tokens")
+		}
+	}
+	m.bytes = w.bytes
+	return w.err
+}
+
+// WeightBytes is the exact memory the backend holds for the loaded
+// weights (a tied embedding counted once).
+func (m *Model) WeightBytes() int64 { return m.bytes }
+
+// KVBytesPerToken is the KV cache memory of one position over the loaded
+// layers, at float32.
+func (m *Model) KVBytesPerToken() int64 {
+	return int64(m.Layers.Len()) * int64(m.Config.NumKeyValueHeads) * int64(m.headDim) * 2 * 4
+}
+
+// HeadDim is the width of one attention head.
+func (m *Model) HeadDim() int { return m.headDim }
+
+// Close releases the weight files.
+func (m *Model) Close() error {
+	if m.src == nil {
+		return nil
+	}
+	err := m.src.close()
+	m.src = nil
+	return err
+}

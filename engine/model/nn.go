@@ -1,0 +1,48 @@
+package model
+
+import "fusion/engine/backend"
+
+// block is one transformer layer of an architecture.
+type block interface {
+	forward(f *frame, x backend.Array) backend.Array
+}
+
+// frame is what a block runs with: the step's ops, the batch, its layer
+// number and the model's constants.
+type frame struct {
+	backend.Step
+	batch *backend.Batch
+	layer int
+	eps   float32
+	rope  *backend.RoPE
+	scale float32 // attention scale, head_dim^−½
+}
+
+// norm is RMSNorm with the model's epsilon; a weight of head_dim entries
+// normalizes each head.
+func (f *frame) norm(x backend.Array, w backend.Vector) backend.Array {
+	return f.RMSNorm(x, w, f.eps)
+}
+
+// rotate applies the model's RoPE at each row's position.
+func (f *frame) rotate(x backend.Array) backend.Array { return f.RoPE(x, f.rope, f.batch) }
+
+// attend is causal grouped-query attention over the layer's KV cache.
+func (f *frame) attend(q, k, v backend.Array) backend.Array {
+	return f.Attention(f.layer, q, k, v, f.scale, f.batch)
+}
+
+// mlp is the SwiGLU feed-forward block: down(silu(gate(x)) · up(x)).
+type mlp struct{ gate, up, down backend.Weight }
+
+func (m *mlp) forward(f *frame, x backend.Array) backend.Array {
+	return f.Linear(f.SwiGLU(f.Linear(x, m.gate), f.Linear(x, m.up)), m.down)
+}
+
+func loadMLP(w *loader, prefix string) mlp {
+	return mlp{
+		gate: w.linear(prefix + "mlp.gate_proj"),
+		up:   w.linear(prefix + "mlp.up_proj"),
+		down: w.linear(prefix + "mlp.down_proj"),
+	}
+}

@@ -1,0 +1,455 @@
+package model
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"fusion/engine/backend/cpu"
+	"fusion/engine/demo"
+	"fusion/engine/modelfile"
+	"fusion/engine/safetensors"
+	"fusion/engine/tensor"
+	"fusion/engine/tokenizer"
+	"fusion/engine/tokenizer/corpus"
+	"fusion/internal/testenv"
+)
+
+// Parity with mlx-lm (the `mlx-cpu` wheel) on random-weight demo models
+// with the real Qwen3 tokenizer (vocabulary 151,936): a 512-token prompt,
+// then 64 greedy steps. Llama (with its llama3 RoPE scaling, and with
+// yarn), Qwen3 (head_dim 64 ≠ hidden/heads) and Qwen2 (q/k/v biases), all
+// with grouped-query attention (4 query heads, 2 KV heads) and tied
+// embeddings, in BF16 and MLX 4-bit (group 64).
+//
+// The reference is fair to an f32 engine: MLX would compute a bf16 model in
+// bf16 activations, so the script casts every floating-point parameter to
+// float32 (model.set_dtype(mx.float32)). bf16 weights are exact in f32;
+// quantized layers keep their packed codes, with scales and biases widened
+// (also exactly). What remains is float32 summation order on both sides,
+// and nothing else.
+//
+// Our side is teacher-forced with mlx-lm's greedy tokens, so a near-tie
+// that flips one token cannot make the rest of the run incomparable. At
+// every step the log-probabilities of mlx-lm's 8 most likely tokens must
+// agree within tol, and our argmax must be mlx-lm's token wherever its
+// top-2 gap exceeds tol.
+
+const (
+	parityPrompt = 512
+	paritySteps  = 64
+)
+
+type parityCase struct {
+	name  string
+	opts  demo.Options
+	rope  map[string]any // replaces config.json's rope_scaling when set
+	tol   float64
+	setup func(dir string) error // rewrites the demo model
+}
+
+func parityCases() []parityCase {
+	llama := demo.Options{Arch: "llama", Layers: 2, Hidden: 128, Heads: 4, KVHeads: 2, Intermediate: 256, Seed: 11}
+	qwen3 := demo.Options{Arch: "qwen3", Layers: 3, Hidden: 128, Heads: 4, KVHeads: 2, HeadDim: 64, Intermediate: 256, Seed: 12}
+	q4 := func(o demo.Options) demo.Options { o.Quantize, o.GroupSize = 4, 64; return o }
+	return []parityCase{
+		// The demo llama carries Llama 3.1's rope_scaling (llama3, factor 32).
+		{name: "llama-bf16-llama3rope", opts: llama, tol: 1e-3},
+		{name: "llama-mlx4-llama3rope", opts: q4(llama), tol: 1e-2},
+		{name: "llama-bf16-yarn", opts: llama, tol: 1e-3, rope: map[string]any{
+			"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 256}},
+		// head_dim 64 ≠ hidden/heads = 32.
+		{name: "qwen3-bf16", opts: qwen3, tol: 1e-3},
+		{name: "qwen3-mlx4", opts: q4(qwen3), tol: 1e-2},
+		// The demo has no Qwen2: a llama demo given q/k/v biases and
+		// relabelled.
+		{name: "qwen2-bf16-biases", opts: llama, tol: 1e-3, setup: toQwen2},
+		// Per-layer quantization overrides: down_proj at 8 bits, one
+		// o_proj left in bf16, the rest 4-bit.
+		{name: "qwen3-mlx-mixed", opts: q4(qwen3), tol: 1e-2, setup: mixQuantization},
+	}
+}
+
+type mlxStep struct {
+	IDs      []int     `json:"ids"`
+	LogProbs []float64 `json:"logprobs"`
+}
+
+type mlxResult struct {
+	Tokens []int     `json:"tokens"`
+	Steps  []mlxStep `json:"steps"`
+}
+
+func TestParityMLX(t *testing.T) {
+	py := mlxPython(t)
+	vocabDir := testenv.TokenizerDir(t, "qwen3")
+	prompt := promptTokens(t, vocabDir, parityPrompt)
+	cases := parityCases()
+	// Cases sharing demo options share one generated model, copied.
+	bases := map[demo.Options]string{}
+	for _, c := range cases {
+		if _, ok := bases[c.opts]; !ok {
+			bases[c.opts] = filepath.Join(t.TempDir(), "base")
+		}
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for opts, dir := range bases {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			opts.VocabFrom = vocabDir
+			if _, err := demo.Create(dir, opts); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	dirs := make([]string, len(cases))
+	for i, c := range cases {
+		dirs[i] = filepath.Join(t.TempDir(), c.name)
+		err := copyDir(bases[c.opts], dirs[i])
+		if err == nil && c.rope != nil {
+			err = setRopeScaling(dirs[i], c.rope)
+		}
+		if err == nil && c.setup != nil {
+			err = c.setup(dirs[i])
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+	}
+	start := time.Now()
+	refs := runMLX(t, py, dirs, prompt)
+	t.Logf("mlx-lm: %v", time.Since(start))
+
+	be := cpu.New(cpu.Options{})
+	defer be.Close()
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ref := refs[i]
+			got := teacherForced(t, be, dirs[i], prompt, ref.Tokens)
+			maxDiff, agree, decided := compareSteps(t, got, ref, c.tol)
+			t.Logf("max |Δ logprob| over the top 8 of %d steps: %.2e (tolerance %.0e); greedy agrees on %d/%d steps with a top-2 gap > tolerance",
+				len(ref.Steps), maxDiff, c.tol, agree, decided)
+		})
+	}
+}
+
+// compareSteps checks our log-probabilities against mlx-lm's at every step
+// and returns the largest difference and the greedy agreement.
+func compareSteps(t *testing.T, got [][]float64, ref mlxResult, tol float64) (maxDiff float64, agree, decided int) {
+	t.Helper()
+	if len(got) != len(ref.Steps) {
+		t.Fatalf("%d steps, mlx-lm has %d", len(got), len(ref.Steps))
+	}
+	for i, st := range ref.Steps {
+		lp := got[i]
+		for j, id := range st.IDs {
+			d := math.Abs(lp[id] - st.LogProbs[j])
+			maxDiff = max(maxDiff, d)
+			if d > tol {
+				t.Errorf("step %d: token %d: logprob %.6f, mlx-lm %.6f (Δ %.2e > %.0e)", i, id, lp[id], st.LogProbs[j], d, tol)
+			}
+		}
+		if st.LogProbs[0]-st.LogProbs[1] > tol {
+			decided++
+			if best := argmax(lp); best == ref.Tokens[i] {
+				agree++
+			} else {
+				t.Errorf("step %d: greedy token %d, mlx-lm %d (top-2 gap %.2e)", i, best, ref.Tokens[i], st.LogProbs[0]-st.LogProbs[1])
+			}
+		}
+	}
+	return maxDiff, agree, decided
+}
+
+// teacherForced prefills prompt in one step, then feeds tokens one at a
+// time, and returns the log-probabilities after the prompt and after each
+// token but the last.
+func teacherForced(t *testing.T, be *cpu.Backend, dir string, prompt, tokens []int) [][]float64 {
+	t.Helper()
+	ctx := context.Background()
+	m, err := Load(ctx, dir, be, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	seq, err := m.NewSequence(len(prompt) + len(tokens))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seq.Close()
+	var out [][]float64
+	next := prompt
+	for i := range tokens {
+		o, err := m.Forward(ctx, []Input{{Seq: seq, Tokens: next}}, Range{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, logSoftmax(o.Logits[0]))
+		next = tokens[i : i+1]
+	}
+	return out
+}
+
+func logSoftmax(x []float32) []float64 {
+	m := math.Inf(-1)
+	for _, v := range x {
+		m = max(m, float64(v))
+	}
+	var s float64
+	for _, v := range x {
+		s += math.Exp(float64(v) - m)
+	}
+	lse := m + math.Log(s)
+	out := make([]float64, len(x))
+	for i, v := range x {
+		out[i] = float64(v) - lse
+	}
+	return out
+}
+
+func argmax[T float32 | float64](x []T) int {
+	best := 0
+	for i, v := range x {
+		if v > x[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+// promptTokens tokenizes generated text with the tokenizer in dir and
+// returns its first n ids.
+func promptTokens(t *testing.T, dir string, n int) []int {
+	t.Helper()
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := tok.Encode(strings.Join(corpus.Generate(7, 400), "\n"), false)
+	if len(ids) < n {
+		t.Fatalf("corpus gives %d tokens, want %d", len(ids), n)
+	}
+	return ids[:n]
+}
+
+// toQwen2 turns a bf16 llama demo into a Qwen2 model: q/k/v biases drawn
+// from N(0, 0.5²) (rounded to bf16) added to model.safetensors, and
+// config.json relabelled without rope scaling.
+func toQwen2(dir string) error {
+	path := filepath.Join(dir, modelfile.SingleWeightsFile)
+	f, err := safetensors.Open(path, safetensors.LoadRead)
+	if err != nil {
+		return err
+	}
+	ts := f.Tensors()
+	rng := rand.New(rand.NewPCG(2, 2))
+	var out []tensor.Tensor
+	for _, t := range ts {
+		out = append(out, tensor.Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Data: bytes.Clone(t.Data)})
+		if base, ok := strings.CutSuffix(t.Name, "_proj.weight"); ok && t.DType == tensor.BF16 &&
+			(strings.HasSuffix(base, ".q") || strings.HasSuffix(base, ".k") || strings.HasSuffix(base, ".v")) {
+			data := make([]byte, 2*t.Shape[0])
+			for i := range t.Shape[0] {
+				binary.LittleEndian.PutUint16(data[2*i:], tensor.F32ToBF16(float32(rng.NormFloat64()*0.5)))
+			}
+			out = append(out, tensor.Tensor{Name: base + "_proj.bias", DType: tensor.BF16, Shape: t.Shape[:1], Data: data})
+		}
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	safetensors.SortLikePython(out)
+	if err := safetensors.WriteFile(path, out, map[string]string{"format": "pt"}); err != nil {
+		return err
+	}
+	return editJSON(filepath.Join(dir, "config.json"), map[string]any{
+		"architectures": []string{"Qwen2ForCausalLM"}, "model_type": "qwen2", "rope_scaling": nil})
+}
+
+// mixQuantization rewrites a 4-bit MLX model with per-layer overrides in
+// its quantization config: every mlp.down_proj requantized to 8 bits, the
+// first layer's self_attn.o_proj dequantized to bf16 ("false").
+func mixQuantization(dir string) error {
+	mf, err := modelfile.Open(dir, modelfile.Options{LoadMode: safetensors.LoadRead})
+	if err != nil {
+		return err
+	}
+	defer mf.Close()
+	q := mf.Config.Quantization
+	overrides := map[string]any{"group_size": q.GroupSize, "bits": q.Bits, "mode": "affine"}
+	var out []tensor.Tensor
+	replaced := map[string]bool{}
+	for l := range mf.Config.NumHiddenLayers {
+		for _, path := range []string{fmt.Sprintf("model.layers.%d.mlp.down_proj", l), fmt.Sprintf("model.layers.%d.self_attn.o_proj", l)} {
+			float := strings.HasSuffix(path, "o_proj")
+			if float && l > 0 {
+				continue
+			}
+			lin, err := mf.Linear(path)
+			if err != nil {
+				return err
+			}
+			w, err := lin.Dequantize()
+			if err != nil {
+				return err
+			}
+			replaced[path] = true
+			if float {
+				out = append(out, tensor.Tensor{Name: path + ".weight", DType: tensor.BF16, Shape: []int64{int64(lin.Out), int64(lin.In)}, Data: bf16Bytes(w)})
+				overrides[path] = false
+				continue
+			}
+			packed, scales, biases, err := modelfile.QuantizeAffine(w, lin.Out, lin.In, q.GroupSize, 8)
+			if err != nil {
+				return err
+			}
+			words := make([]byte, 4*len(packed))
+			for i, v := range packed {
+				binary.LittleEndian.PutUint32(words[4*i:], v)
+			}
+			groups := int64(lin.In / q.GroupSize)
+			out = append(out,
+				tensor.Tensor{Name: path + ".weight", DType: tensor.U32, Shape: []int64{int64(lin.Out), int64(lin.In / 4)}, Data: words},
+				tensor.Tensor{Name: path + ".scales", DType: tensor.BF16, Shape: []int64{int64(lin.Out), groups}, Data: bf16Bytes(scales)},
+				tensor.Tensor{Name: path + ".biases", DType: tensor.BF16, Shape: []int64{int64(lin.Out), groups}, Data: bf16Bytes(biases)})
+			overrides[path] = map[string]any{"group_size": q.GroupSize, "bits": 8}
+		}
+	}
+	for _, name := range mf.Weights.Names() {
+		module := name[:strings.LastIndex(name, ".")]
+		if !replaced[module] {
+			t, _ := mf.Weights.Tensor(name)
+			out = append(out, tensor.Tensor{Name: t.Name, DType: t.DType, Shape: t.Shape, Data: bytes.Clone(t.Data)})
+		}
+	}
+	safetensors.SortLikePython(out)
+	if err := safetensors.WriteFile(filepath.Join(dir, modelfile.SingleWeightsFile), out, map[string]string{"format": "mlx"}); err != nil {
+		return err
+	}
+	return editJSON(filepath.Join(dir, "config.json"), map[string]any{"quantization": overrides, "quantization_config": overrides})
+}
+
+func bf16Bytes(v []float32) []byte {
+	b := make([]byte, 2*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint16(b[2*i:], tensor.F32ToBF16(x))
+	}
+	return b
+}
+
+// copyDir copies the files of directory src into a new directory dst.
+func copyDir(src, dst string) error {
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		data, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dst, e.Name()), data, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// setRopeScaling rewrites config.json's rope_scaling.
+func setRopeScaling(dir string, rope map[string]any) error {
+	return editJSON(filepath.Join(dir, "config.json"), map[string]any{"rope_scaling": rope})
+}
+
+// editJSON sets keys of a JSON object file.
+func editJSON(path string, set map[string]any) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		return err
+	}
+	for k, v := range set {
+		cfg[k] = v
+	}
+	if raw, err = json.MarshalIndent(cfg, "", "  "); err != nil {
+		return err
+	}
+	return os.WriteFile(path, raw, 0o644)
+}
+
+// mlxPython returns the reference interpreter if it has mlx-lm.
+func mlxPython(t *testing.T) string {
+	t.Helper()
+	py := testenv.Python(t)
+	if out, err := exec.Command(py, "-c", "import mlx_lm, mlx.core").CombinedOutput(); err != nil {
+		msg := "mlx-lm is not installed for " + py + ": " + strings.TrimSpace(string(out))
+		if testenv.Required() {
+			t.Fatal(msg)
+		}
+		t.Skip(msg + " (run `make test`, which installs it)")
+	}
+	return py
+}
+
+func runMLX(t *testing.T, py string, dirs []string, prompt []int) []mlxResult {
+	t.Helper()
+	type model struct {
+		Dir    string `json:"dir"`
+		Prompt []int  `json:"prompt"`
+		Steps  int    `json:"steps"`
+		Top    int    `json:"top"`
+	}
+	var req struct {
+		Models []model `json:"models"`
+	}
+	for _, d := range dirs {
+		req.Models = append(req.Models, model{Dir: d, Prompt: prompt, Steps: paritySteps, Top: 8})
+	}
+	in, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(py, filepath.Join("testdata", "mlx_logits.py"))
+	cmd.Stdin = bytes.NewReader(in)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("mlx_logits.py: %v\n%s", err, stderr.String())
+	}
+	var res struct {
+		Results []mlxResult `json:"results"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("mlx_logits.py output: %v", err)
+	}
+	if len(res.Results) != len(dirs) {
+		t.Fatalf("mlx_logits.py returned %d results for %d models", len(res.Results), len(dirs))
+	}
+	return res.Results
+}

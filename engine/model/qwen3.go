@@ -1,0 +1,40 @@
+package model
+
+import "fusion/engine/backend"
+
+// Qwen3: Llama's block with an RMSNorm over each head of q and k, after
+// the projection and before RoPE; no biases.
+//
+//	q = rope(rms_norm_per_head(q(n))),  k = rope(rms_norm_per_head(k(n)))
+type qwen3Block struct {
+	inputNorm, postNorm backend.Vector
+	q, k, v, o          backend.Weight
+	qNorm, kNorm        backend.Vector // [head_dim]
+	mlp                 mlp
+}
+
+func loadQwen3(w *loader, prefix string) block {
+	return &qwen3Block{
+		inputNorm: w.vector(prefix + "input_layernorm.weight"),
+		postNorm:  w.vector(prefix + "post_attention_layernorm.weight"),
+		q:         w.linear(prefix + "self_attn.q_proj"),
+		k:         w.linear(prefix + "self_attn.k_proj"),
+		v:         w.linear(prefix + "self_attn.v_proj"),
+		o:         w.linear(prefix + "self_attn.o_proj"),
+		qNorm:     w.vector(prefix + "self_attn.q_norm.weight"),
+		kNorm:     w.vector(prefix + "self_attn.k_norm.weight"),
+		mlp:       loadMLP(w, prefix),
+	}
+}
+
+func (b *qwen3Block) forward(f *frame, x backend.Array) backend.Array {
+	h := f.Add(x, b.attention(f, f.norm(x, b.inputNorm)))
+	return f.Add(h, b.mlp.forward(f, f.norm(h, b.postNorm)))
+}
+
+func (b *qwen3Block) attention(f *frame, x backend.Array) backend.Array {
+	q := f.rotate(f.norm(f.Linear(x, b.q), b.qNorm))
+	k := f.rotate(f.norm(f.Linear(x, b.k), b.kNorm))
+	v := f.Linear(x, b.v)
+	return f.Linear(f.attend(q, k, v), b.o)
+}

@@ -1,0 +1,46 @@
+package model
+
+import (
+	"fmt"
+
+	"fusion/engine/backend"
+)
+
+// Sequence is one token sequence's state in a model: its KV cache for the
+// model's loaded layers. Use it from one goroutine at a time.
+type Sequence struct {
+	m     *Model
+	cache backend.KVCache
+}
+
+// NewSequence makes an empty sequence that may grow to maxLen positions
+// (the config's max_position_embeddings when maxLen ≤ 0).
+func (m *Model) NewSequence(maxLen int) (*Sequence, error) {
+	if maxLen <= 0 {
+		maxLen = m.Config.MaxPositionEmbeddings
+	}
+	c, err := m.be.NewKVCache(backend.KVSpec{
+		FirstLayer: m.Layers.Start, Layers: m.Layers.Len(),
+		KVHeads: m.Config.NumKeyValueHeads, HeadDim: m.headDim, MaxLen: maxLen,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	return &Sequence{m: m, cache: c}, nil
+}
+
+// Len is the number of positions the sequence holds in the model's last
+// loaded layer: the tokens fully processed by this model.
+func (s *Sequence) Len() int { return s.cache.Len(s.m.Layers.End - 1) }
+
+// MaxLen is the most positions the sequence may hold.
+func (s *Sequence) MaxLen() int { return s.cache.Spec().MaxLen }
+
+// Truncate forgets positions from n on (to rewind or retry).
+func (s *Sequence) Truncate(n int) { s.cache.Truncate(n) }
+
+// CacheBytes is the KV cache memory allocated and in use.
+func (s *Sequence) CacheBytes() (allocated, used int64) { return s.cache.Bytes() }
+
+// Close frees the KV cache.
+func (s *Sequence) Close() { s.cache.Free() }

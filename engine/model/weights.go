@@ -1,0 +1,200 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"fusion/engine/backend"
+	"fusion/engine/gguf"
+	"fusion/engine/modelfile"
+	"fusion/engine/tensor"
+)
+
+// ErrBadWeights: a weight is missing or has the wrong shape or type.
+var ErrBadWeights = errors.New("bad weights")
+
+// source is where weights come from, by Hugging Face names: modules
+// ("model.layers.0.self_attn.q_proj") for matrices, tensors
+// ("model.norm.weight") for vectors.
+type source interface {
+	weight(path string) (backend.WeightData, error)
+	vector(name string) (backend.VectorData, error)
+	has(name string) bool
+	close() error
+}
+
+// loader uploads weights to the backend, checking their shapes against
+// the config, and keeps the first error so that architecture files can
+// read like a list of weights.
+type loader struct {
+	src   source
+	be    backend.Backend
+	dims  dims
+	err   error
+	bytes int64
+}
+
+// dims are the sizes weights are checked against.
+type dims struct {
+	hidden, intermediate, vocab int
+	heads, kvHeads, headDim     int
+}
+
+// shape returns the [out, in] a matrix named path must have (0, 0 if
+// unknown), from its last component.
+func (d dims) shape(path string) (out, in int) {
+	switch path[strings.LastIndex(path, ".")+1:] {
+	case "q_proj":
+		return d.heads * d.headDim, d.hidden
+	case "k_proj", "v_proj":
+		return d.kvHeads * d.headDim, d.hidden
+	case "o_proj":
+		return d.hidden, d.heads * d.headDim
+	case "gate_proj", "up_proj":
+		return d.intermediate, d.hidden
+	case "down_proj":
+		return d.hidden, d.intermediate
+	case "embed_tokens", "lm_head":
+		return d.vocab, d.hidden
+	}
+	return 0, 0
+}
+
+// length returns the length a vector named name must have.
+func (d dims) length(name string) int {
+	if strings.HasSuffix(name, "q_norm.weight") || strings.HasSuffix(name, "k_norm.weight") {
+		return d.headDim
+	}
+	return d.hidden
+}
+
+func (l *loader) fail(err error) {
+	if l.err == nil {
+		l.err = err
+	}
+}
+
+// linear loads the matrix (and bias) of the module at path.
+func (l *loader) linear(path string) backend.Weight {
+	if l.err != nil {
+		return nil
+	}
+	d, err := l.src.weight(path)
+	if err != nil {
+		l.fail(err)
+		return nil
+	}
+	if out, in := l.dims.shape(path); out != 0 && (d.Out != out || d.In != in) {
+		l.fail(fmt.Errorf("%w: %s is [%d, %d], the config says [%d, %d]", ErrBadWeights, path, d.Out, d.In, out, in))
+		return nil
+	}
+	w, err := l.be.Weight(d)
+	if err != nil {
+		l.fail(fmt.Errorf("%w: %w", ErrBadWeights, err))
+		return nil
+	}
+	l.bytes += w.Bytes()
+	return w
+}
+
+// vector loads a norm weight.
+func (l *loader) vector(name string) backend.Vector {
+	if l.err != nil {
+		return nil
+	}
+	d, err := l.src.vector(name)
+	if err != nil {
+		l.fail(err)
+		return nil
+	}
+	if n := d.Data.Shape; len(n) != 1 || int(n[0]) != l.dims.length(name) {
+		l.fail(fmt.Errorf("%w: %s has shape %v, want [%d]", ErrBadWeights, name, n, l.dims.length(name)))
+		return nil
+	}
+	v, err := l.be.Vector(d)
+	if err != nil {
+		l.fail(fmt.Errorf("%w: %w", ErrBadWeights, err))
+		return nil
+	}
+	l.bytes += v.Bytes()
+	return v
+}
+
+// requireBias fails unless the module at path has a bias.
+func (l *loader) requireBias(path string) {
+	if l.err == nil && !l.src.has(path+".bias") {
+		l.fail(fmt.Errorf("%w: %s.bias is missing", ErrBadWeights, path))
+	}
+}
+
+// safetensorsSource reads a model directory.
+type safetensorsSource struct{ m *modelfile.Model }
+
+func (s safetensorsSource) weight(path string) (backend.WeightData, error) {
+	l, err := s.m.Linear(path)
+	if err != nil {
+		return backend.WeightData{}, fmt.Errorf("%w: %w", ErrBadWeights, err)
+	}
+	d := backend.WeightData{Name: path, Format: backend.Dense, Out: l.Out, In: l.In, Data: l.Weight, Bias: l.Bias}
+	if l.Quantized {
+		d.Format, d.Scales, d.Biases, d.Bits, d.Group = backend.MLXAffine, l.Scales, l.Biases, l.Bits, l.GroupSize
+	}
+	return d, nil
+}
+
+func (s safetensorsSource) vector(name string) (backend.VectorData, error) {
+	t, ok := s.m.Weights.Tensor(name)
+	if !ok {
+		return backend.VectorData{}, fmt.Errorf("%w: %s is missing", ErrBadWeights, name)
+	}
+	return backend.VectorData{Name: name, Data: t}, nil
+}
+
+func (s safetensorsSource) has(name string) bool { return s.m.Weights.Has(name) }
+func (s safetensorsSource) close() error         { return s.m.Close() }
+
+// ggufSource reads a GGUF file through the Hugging Face names.
+type ggufSource struct{ f *gguf.File }
+
+func (g ggufSource) tensor(hf string) (tensor.Tensor, bool) {
+	name, ok := gguf.GGUFName(hf)
+	if !ok {
+		return tensor.Tensor{}, false
+	}
+	return g.f.Tensor(name)
+}
+
+func (g ggufSource) weight(path string) (backend.WeightData, error) {
+	t, ok := g.tensor(path + ".weight")
+	if !ok {
+		return backend.WeightData{}, fmt.Errorf("%w: %s.weight is missing from %s", ErrBadWeights, path, g.f.Name)
+	}
+	if len(t.Shape) != 2 {
+		return backend.WeightData{}, fmt.Errorf("%w: %s has shape %v, want a matrix", ErrBadWeights, t.Name, t.Shape)
+	}
+	d := backend.WeightData{Name: path, Out: int(t.Shape[0]), In: int(t.Shape[1]), Data: t}
+	switch t.DType {
+	case tensor.F32, tensor.F16, tensor.BF16:
+		d.Format = backend.Dense
+	case tensor.Q8_0, tensor.Q4_0, tensor.Q4_K, tensor.Q6_K:
+		d.Format = backend.GGUFBlocks
+	default:
+		return backend.WeightData{}, fmt.Errorf("%w: %s is %v (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K)", ErrBadWeights, t.Name, t.DType)
+	}
+	if b, ok := g.tensor(path + ".bias"); ok {
+		d.Bias = &b
+	}
+	return d, nil
+}
+
+func (g ggufSource) vector(name string) (backend.VectorData, error) {
+	t, ok := g.tensor(name)
+	if !ok {
+		return backend.VectorData{}, fmt.Errorf("%w: %s is missing from %s", ErrBadWeights, name, g.f.Name)
+	}
+	return backend.VectorData{Name: name, Data: t}, nil
+}
+
+func (g ggufSource) has(name string) bool { _, ok := g.tensor(name); return ok }
+func (g ggufSource) close() error         { return g.f.Close() }
