@@ -1,0 +1,87 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+
+	"fusion/engine"
+	"fusion/engine/backend/cpu"
+	"fusion/engine/model"
+)
+
+// cpuLoader loads models onto the CPU backend, one backend (and worker
+// pool) per model.
+type cpuLoader struct {
+	threads  int
+	loadMode string
+}
+
+func (l cpuLoader) load(info engine.ModelInfo) (languageModel, error) {
+	be := cpu.New(cpu.Options{Threads: l.threads})
+	m, err := model.Load(context.Background(), info.Path, be, model.Options{Mmap: l.loadMode == "mmap"})
+	if err != nil {
+		return nil, errors.Join(err, be.Close())
+	}
+	return &cpuModel{m: m, be: be, live: map[*cpuSequence]struct{}{}}, nil
+}
+
+// cpuModel adapts model.Model to the runner.
+type cpuModel struct {
+	m  *model.Model
+	be *cpu.Backend
+
+	mu   sync.Mutex
+	live map[*cpuSequence]struct{}
+}
+
+func (c *cpuModel) VocabSize() int     { return c.m.Config.VocabSize }
+func (c *cpuModel) ContextLength() int { return c.m.Config.MaxPositionEmbeddings }
+func (c *cpuModel) WeightBytes() int64 { return c.m.WeightBytes() }
+func (c *cpuModel) Close() error       { return errors.Join(c.m.Close(), c.be.Close()) }
+func (c *cpuModel) KVBytes() (n int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for s := range c.live {
+		n += s.kvBytes.Load()
+	}
+	return n
+}
+
+func (c *cpuModel) NewSequence(maxLen int) (sequence, error) {
+	s, err := c.m.NewSequence(maxLen)
+	if err != nil {
+		return nil, err
+	}
+	cs := &cpuSequence{c: c, seq: s}
+	c.mu.Lock()
+	c.live[cs] = struct{}{}
+	c.mu.Unlock()
+	return cs, nil
+}
+
+type cpuSequence struct {
+	c   *cpuModel
+	seq *model.Sequence // used only by the generation's goroutine
+	// kvBytes is the cache's allocated size, published after each step
+	// for Stats (which runs on other goroutines).
+	kvBytes atomic.Int64
+}
+
+func (s *cpuSequence) Forward(ctx context.Context, tokens []int) ([]float32, error) {
+	out, err := s.c.m.Forward(ctx, []model.Input{{Seq: s.seq, Tokens: tokens}}, model.Range{}, nil)
+	alloc, _ := s.seq.CacheBytes()
+	s.kvBytes.Store(alloc)
+	if err != nil {
+		return nil, err
+	}
+	return out.Logits[0], nil
+}
+
+func (s *cpuSequence) Release() {
+	s.c.mu.Lock()
+	delete(s.c.live, s)
+	s.c.mu.Unlock()
+	s.seq.Close()
+}

@@ -1,0 +1,230 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"fusion/engine"
+	"fusion/engine/prompt"
+	"fusion/engine/sample"
+)
+
+// languageModel is what the runner needs of a loaded model.
+type languageModel interface {
+	VocabSize() int
+	ContextLength() int
+	// NewSequence makes a sequence that may hold maxLen positions.
+	NewSequence(maxLen int) (sequence, error)
+	WeightBytes() int64
+	KVBytes() int64
+	Close() error
+}
+
+// sequence is one generation's state in a model (its KV cache).
+type sequence interface {
+	// Forward runs tokens at the sequence's next positions and returns the
+	// logits of the last one (valid until the next call).
+	Forward(ctx context.Context, tokens []int) ([]float32, error)
+	Release()
+}
+
+// loader loads a model's weights.
+type loader interface {
+	load(info engine.ModelInfo) (languageModel, error)
+}
+
+// Generate admits req and streams its events. Errors before admission:
+// engine.ErrModelNotFound, engine.ErrUnavailable, engine.ErrOverloaded,
+// and *prompt.InvalidRequestError for a request the model cannot take.
+func (r *Runner) Generate(ctx context.Context, req *engine.Request) (<-chan engine.Event, error) {
+	select {
+	case <-r.closed:
+		return nil, fmt.Errorf("%w: shutting down", engine.ErrUnavailable)
+	default:
+	}
+	if err := req.Sampling.Validate(); err != nil {
+		return nil, &prompt.InvalidRequestError{Err: err}
+	}
+	if req.MaxTokens < 0 {
+		return nil, &prompt.InvalidRequestError{Err: fmt.Errorf("max_tokens must be positive, got %d", req.MaxTokens)}
+	}
+	if req.MaxTokens > r.cfg.MaxTokens {
+		return nil, &prompt.InvalidRequestError{Err: fmt.Errorf("max_tokens %d is over this server's limit of %d", req.MaxTokens, r.cfg.MaxTokens)}
+	}
+	e, err := r.entry(req.Model)
+	if err != nil {
+		return nil, err
+	}
+	lm, err := r.load(e)
+	if err != nil {
+		return nil, err
+	}
+	var p prompt.Result
+	if req.PromptTokens != nil {
+		for i, id := range req.PromptTokens {
+			if id < 0 || id >= lm.model.VocabSize() {
+				return nil, &prompt.InvalidRequestError{Err: fmt.Errorf("prompt[%d]: %d is not a token id of this model (vocabulary size %d)", i, id, lm.model.VocabSize())}
+			}
+		}
+		p = prompt.Result{Tokens: req.PromptTokens, Count: len(req.PromptTokens)}
+	} else if p, err = lm.text.Tokenize(req.PromptRequest()); err != nil {
+		return nil, err
+	}
+	ctxLen := lm.model.ContextLength()
+	if len(p.Tokens) == 0 {
+		return nil, &prompt.InvalidRequestError{Err: errors.New("the prompt is empty")}
+	}
+	if len(p.Tokens) >= ctxLen {
+		return nil, &prompt.InvalidRequestError{Err: fmt.Errorf("the prompt is %d tokens; this model's context is %d", len(p.Tokens), ctxLen)}
+	}
+	params := req.Sampling
+	params.StopTokenIDs = append(slices.Clone(params.StopTokenIDs), lm.text.Tokenizer().EOS()...)
+	smp, err := sample.New(params, lm.model.VocabSize())
+	if err != nil {
+		return nil, &prompt.InvalidRequestError{Err: err}
+	}
+	if n := r.inFlight.Add(1); n > int64(r.cfg.MaxQueued) {
+		r.inFlight.Add(-1)
+		return nil, fmt.Errorf("%w: %d requests in flight (limit %d)", engine.ErrOverloaded, n-1, r.cfg.MaxQueued)
+	}
+	maxTokens := req.MaxTokens
+	if maxTokens == 0 {
+		maxTokens = r.cfg.MaxTokens
+	}
+	g := &generation{
+		r: r, e: e, lm: lm, prompt: p.Tokens, sampler: smp, params: params,
+		maxTokens: min(maxTokens, ctxLen-len(p.Tokens)), stops: newStopMatcher(req.Stop),
+		events: make(chan engine.Event, 16),
+	}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		defer close(g.events)
+		// The final event goes out after the sequence and the slot are
+		// freed, so a client that saw it can count on the capacity.
+		final, ok := g.run(ctx)
+		r.inFlight.Add(-1)
+		if ok {
+			g.send(ctx, final)
+		} else {
+			r.cancelled.Add(1)
+		}
+	}()
+	return g.events, nil
+}
+
+// generation is one admitted request.
+type generation struct {
+	r         *Runner
+	e         *entry
+	lm        *loadedModel
+	prompt    []int
+	sampler   *sample.Sampler
+	params    sample.Params
+	maxTokens int
+	stops     *stopMatcher
+	events    chan engine.Event
+}
+
+// send delivers ev unless the client went away.
+func (g *generation) send(ctx context.Context, ev engine.Event) bool {
+	select {
+	case g.events <- ev:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// failed is the final event of a generation that hit err; ok is false when
+// the client went away (nothing to send).
+func failed(ctx context.Context, err error) (engine.Event, bool) {
+	if ctx.Err() != nil {
+		return engine.Event{}, false
+	}
+	return engine.Event{Done: true, Err: err}, true
+}
+
+// run generates until a stop condition and returns the final event; the
+// deltas before it are sent from here. ok is false when the client went
+// away.
+func (g *generation) run(ctx context.Context) (final engine.Event, ok bool) {
+	// Wait for the model's turn.
+	select {
+	case g.e.turn <- struct{}{}:
+		defer func() { <-g.e.turn }()
+	case <-ctx.Done():
+		return engine.Event{}, false
+	}
+	seq, err := g.lm.model.NewSequence(len(g.prompt) + g.maxTokens)
+	if err != nil {
+		return failed(ctx, err)
+	}
+	defer seq.Release()
+
+	var logits []float32
+	for start := 0; start < len(g.prompt); start += g.r.cfg.PrefillChunk {
+		if ctx.Err() != nil {
+			return engine.Event{}, false
+		}
+		end := min(start+g.r.cfg.PrefillChunk, len(g.prompt))
+		if logits, err = seq.Forward(ctx, g.prompt[start:end]); err != nil {
+			return failed(ctx, err)
+		}
+	}
+
+	tok := g.lm.text.Tokenizer()
+	dec := tok.NewStreamDecoder(false)
+	var output []int
+	usage := engine.Usage{PromptTokens: len(g.prompt)}
+	for {
+		if ctx.Err() != nil {
+			return engine.Event{}, false
+		}
+		res, err := g.sampler.Sample(sample.Input{Logits: logits, Prompt: g.prompt, Output: output})
+		if err != nil {
+			return failed(ctx, err)
+		}
+		if res.Stop {
+			out, _ := g.stops.Add(dec.Flush())
+			usage.CompletionTokens = len(output)
+			return engine.Event{Text: out + g.stops.Flush(), Done: true, FinishReason: engine.FinishStop, Usage: usage}, true
+		}
+		output = append(output, res.ID)
+		text, matched := g.stops.Add(dec.Add(res.ID))
+		ev := engine.Event{Text: text, Tokens: []engine.TokenLogprob{g.tokenLogprob(res.ID, res.Logprob)}}
+		if g.params.TopLogprobs > 0 {
+			top := make([]engine.TokenLogprob, len(res.Top))
+			for i, t := range res.Top {
+				top[i] = g.tokenLogprob(t.ID, t.Logprob)
+			}
+			ev.TopLogprobs = [][]engine.TokenLogprob{top}
+		}
+		if matched != "" {
+			ev.Done, ev.FinishReason, ev.StopSequence = true, engine.FinishStop, matched
+			usage.CompletionTokens = len(output)
+			ev.Usage = usage
+			return ev, true
+		}
+		if len(output) >= g.maxTokens {
+			out, _ := g.stops.Add(dec.Flush())
+			ev.Text += out + g.stops.Flush()
+			ev.Done, ev.FinishReason = true, engine.FinishLength
+			usage.CompletionTokens = len(output)
+			ev.Usage = usage
+			return ev, true
+		}
+		if !g.send(ctx, ev) {
+			return engine.Event{}, false
+		}
+		if logits, err = seq.Forward(ctx, []int{res.ID}); err != nil {
+			return failed(ctx, err)
+		}
+	}
+}
+
+func (g *generation) tokenLogprob(id int, lp float64) engine.TokenLogprob {
+	return engine.TokenLogprob{ID: id, Text: g.lm.text.Tokenizer().Decode([]int{id}, false), Logprob: lp}
+}
