@@ -15,4 +15,10 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
 	"$venv/bin/python" -m pip install -q --disable-pip-version-check -r scripts/requirements-test.txt
 	echo "$want" >"$stamp"
 fi
+# The openai npm package for the Node client tests (router/openai/testdata/node), pinned.
+node_prefix=${FUSION_NODE_PREFIX:-.cache/node}
+if command -v npm >/dev/null 2>&1 && [ "$(node -p "require('./$node_prefix/node_modules/openai/package.json').version" 2>/dev/null)" != "6.30.1" ]; then
+	mkdir -p "$node_prefix"
+	npm install --silent --no-audit --no-fund --save-exact --prefix "$node_prefix" openai@6.30.1
+fi
 scripts/fixtures.sh .cache/fixtures

@@ -11,7 +11,9 @@ import (
 // writes one JSON object to stdout.
 func benchmarks() map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error{
+		"engine":    benchEngine,
 		"tokenizer": benchTokenizer,
+		"server":    benchServer,
 	}
 }
 

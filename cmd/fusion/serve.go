@@ -2,12 +2,302 @@ package main
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
+	"flag"
+	"fmt"
 	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"fusion/node"
+	"fusion/router"
 )
 
-// runServe will start a node; the server lands with the OpenAI API issue.
-func runServe(_ context.Context, _ []string, _, _ io.Writer) error {
-	return errors.New("the server is not built yet (see issue 4, 'A node that serves the OpenAI API'); " +
-		"what works today: `fusion models create-demo`, `fusion tokenize`, `make test`, `make bench`")
+const serveUsage = `usage: fusion serve [flags]
+
+Starts a node: the engine over the models directory and the HTTP API
+(OpenAI dialect: /v1/chat/completions, /v1/completions, /v1/models,
+/tokenize, /detokenize, /health, /metrics). SIGTERM or Ctrl-C drains the
+requests in flight (up to --drain-timeout) and exits 0.
+
+Every flag can also be given as an environment variable FUSION_<NAME>
+(--max-tokens is FUSION_MAX_TOKENS) and as a key of a JSON config file
+(--config; max_tokens). A flag wins over the environment, which wins over
+the file, which wins over the default.
+
+`
+
+// serveSetting is one setting of fusion serve: a flag, an environment
+// variable and a config file key.
+type serveSetting struct {
+	name  string // flag name; FUSION_<NAME> and the file key derive from it
+	def   func(s *serveSettings) string
+	usage string
+	apply func(s *serveSettings, v string) error
+}
+
+// serveSettings is what the settings resolve into.
+type serveSettings struct {
+	cfg       node.Config
+	logLevel  slog.Level
+	logFormat string
+}
+
+func (s serveSetting) env() string {
+	return "FUSION_" + strings.ToUpper(strings.ReplaceAll(s.name, "-", "_"))
+}
+
+func (s serveSetting) key() string { return strings.ReplaceAll(s.name, "-", "_") }
+
+func constant(v string) func(*serveSettings) string { return func(*serveSettings) string { return v } }
+
+// serveSettingsTable lists the settings in the order they resolve
+// (models-dir after data-dir, whose value its default needs).
+func serveSettingsTable() []serveSetting {
+	return []serveSetting{
+		{"listen", constant(node.DefaultListen), "address to listen on (host:port; port 0 picks one)",
+			func(s *serveSettings, v string) error { s.cfg.Listen = v; return nil }},
+		{"data-dir", constant("~/.fusion"), "the node's data directory",
+			func(s *serveSettings, v string) error { s.cfg.DataDir = expandHome(v); return nil }},
+		{"models-dir", func(s *serveSettings) string { return filepath.Join(s.cfg.DataDir, "models") }, "models directory (default <data-dir>/models)",
+			func(s *serveSettings, v string) error { s.cfg.ModelsDir = expandHome(v); return nil }},
+		{"api-key", constant(""), "API key required on every route but /health (Authorization: Bearer KEY)",
+			func(s *serveSettings, v string) error { s.cfg.APIKey = v; return nil }},
+		{"preload", constant(""), "comma-separated models to load at start",
+			func(s *serveSettings, v string) error { s.cfg.Preload = splitList(v); return nil }},
+		{"max-body-bytes", constant(strconv.Itoa(router.DefaultMaxBodyBytes)), "largest request body accepted (413 above)",
+			func(s *serveSettings, v string) error { return parseInt64(v, &s.cfg.MaxBodyBytes, 1) }},
+		{"max-tokens", constant(strconv.Itoa(node.DefaultMaxTokens)), "cap on max_tokens per request, and its default",
+			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.MaxTokens, 1) }},
+		{"max-queued", constant("64"), "generations admitted at once before answering 429",
+			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.MaxQueued, 1) }},
+		{"threads", constant("0"), "CPU backend threads (0: all cores)",
+			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.Threads, 0) }},
+		{"drain-timeout", constant(node.DefaultDrainTimeout.String()), "how long shutdown waits for requests in flight",
+			func(s *serveSettings, v string) error {
+				d, err := time.ParseDuration(v)
+				if err != nil || d <= 0 {
+					return fmt.Errorf("%q is not a positive duration (e.g. 30s)", v)
+				}
+				s.cfg.DrainTimeout = d
+				return nil
+			}},
+		{"completions-as-chat", constant(""), "comma-separated models whose /v1/completions prompts are rendered as a chat",
+			func(s *serveSettings, v string) error {
+				s.cfg.CompletionsAsChat = map[string]bool{}
+				for _, m := range splitList(v) {
+					s.cfg.CompletionsAsChat[m] = true
+				}
+				return nil
+			}},
+		{"log-level", constant("info"), "debug, info, warn or error",
+			func(s *serveSettings, v string) error { return s.logLevel.UnmarshalText([]byte(v)) }},
+		{"log-format", constant("text"), "text or json",
+			func(s *serveSettings, v string) error {
+				if v != "text" && v != "json" {
+					return fmt.Errorf("%q is not text or json", v)
+				}
+				s.logFormat = v
+				return nil
+			}},
+	}
+}
+
+// resolveServe parses the flags, the environment (getenv) and the config
+// file into settings.
+func resolveServe(args []string, getenv func(string) string, stderr io.Writer) (*serveSettings, error) {
+	table := serveSettingsTable()
+	fs := newFlagSet("serve", stderr)
+	flags := make(map[string]*string, len(table))
+	for _, s := range table {
+		where := "env " + s.env()
+		if d := s.def(&serveSettings{}); d != "" && s.name != "models-dir" {
+			where = "default " + d + "; " + where
+		}
+		flags[s.name] = fs.String(s.name, "", fmt.Sprintf("%s (%s)", s.usage, where))
+	}
+	config := fs.String("config", "", "JSON config file whose keys are the flag names with '_' for '-' (env FUSION_CONFIG)")
+	fs.Usage = func() { fmt.Fprint(stderr, serveUsage); fs.PrintDefaults() }
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, usagef("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+
+	path := *config
+	if !given["config"] {
+		path = getenv("FUSION_CONFIG")
+	}
+	file := map[string]string{}
+	if path != "" {
+		var err error
+		if file, err = readServeConfig(expandHome(path), table); err != nil {
+			return nil, err
+		}
+	}
+
+	s := &serveSettings{logLevel: slog.LevelInfo, logFormat: "text"}
+	for _, st := range table {
+		v, from := st.def(s), "default"
+		if fv, ok := file[st.key()]; ok {
+			v, from = fv, "config file key "+st.key()
+		}
+		if ev, ok := lookupEnv(getenv, st.env()); ok {
+			v, from = ev, "environment variable "+st.env()
+		}
+		if given[st.name] {
+			v, from = *flags[st.name], "flag --"+st.name
+		}
+		if err := st.apply(s, v); err != nil {
+			return nil, usagef("%s: %v", from, err)
+		}
+	}
+	return s, nil
+}
+
+// lookupEnv treats an unset and an empty variable alike.
+func lookupEnv(getenv func(string) string, name string) (string, bool) {
+	v := getenv(name)
+	return v, v != ""
+}
+
+// readServeConfig reads a JSON object of settings. Lists may be arrays or
+// comma-separated strings; completions_as_chat may also be an object of
+// model → bool. Unknown keys are an error, so typos do not pass silently.
+func readServeConfig(path string, table []serveSetting) (map[string]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	known := map[string]bool{}
+	for _, s := range table {
+		known[s.key()] = true
+	}
+	out := make(map[string]string, len(raw))
+	for k, v := range raw {
+		if !known[k] {
+			keys := make([]string, 0, len(known))
+			for k := range known {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			return nil, fmt.Errorf("config %s: unknown key %q (known: %s)", path, k, strings.Join(keys, ", "))
+		}
+		s, err := configValue(v)
+		if err != nil {
+			return nil, fmt.Errorf("config %s: %s: %w", path, k, err)
+		}
+		out[k] = s
+	}
+	return out, nil
+}
+
+// configValue turns a JSON value into the string a flag would carry.
+func configValue(v json.RawMessage) (string, error) {
+	var x any
+	if err := json.Unmarshal(v, &x); err != nil {
+		return "", err
+	}
+	switch t := x.(type) {
+	case string:
+		return t, nil
+	case float64, bool:
+		return strings.TrimSpace(string(v)), nil
+	case []any:
+		parts := make([]string, len(t))
+		for i, e := range t {
+			s, ok := e.(string)
+			if !ok {
+				return "", fmt.Errorf("list item %d is not a string", i)
+			}
+			parts[i] = s
+		}
+		return strings.Join(parts, ","), nil
+	case map[string]any:
+		var on []string
+		for k, e := range t {
+			b, ok := e.(bool)
+			if !ok {
+				return "", fmt.Errorf("value of %q is not a boolean", k)
+			}
+			if b {
+				on = append(on, k)
+			}
+		}
+		sort.Strings(on)
+		return strings.Join(on, ","), nil
+	}
+	return "", fmt.Errorf("unsupported value %s", v)
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func parseInt(v string, dst *int, minimum int) error {
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < minimum {
+		return fmt.Errorf("%q is not an integer >= %d", v, minimum)
+	}
+	*dst = n
+	return nil
+}
+
+func parseInt64(v string, dst *int64, minimum int64) error {
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if err != nil || n < minimum {
+		return fmt.Errorf("%q is not an integer >= %d", v, minimum)
+	}
+	*dst = n
+	return nil
+}
+
+// expandHome replaces a leading ~ with the home directory.
+func expandHome(p string) string {
+	if p != "~" && !strings.HasPrefix(p, "~/") {
+		return p
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return p
+	}
+	return filepath.Join(home, strings.TrimPrefix(p, "~"))
+}
+
+func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
+	s, err := resolveServe(args, os.Getenv, stderr)
+	if err != nil {
+		return err
+	}
+	opts := &slog.HandlerOptions{Level: s.logLevel}
+	var h slog.Handler = slog.NewTextHandler(stderr, opts)
+	if s.logFormat == "json" {
+		h = slog.NewJSONHandler(stderr, opts)
+	}
+	s.cfg.Logger = slog.New(h)
+	s.cfg.Version = version
+	n, err := node.New(s.cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "fusion %s serving on %s (models: %s)\n", version, n.URL(), s.cfg.ModelsDir)
+	return n.Run(ctx)
 }

@@ -1,0 +1,314 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"fusion/engine"
+	"fusion/engine/chattemplate"
+	"fusion/engine/demo"
+	"fusion/engine/sample"
+	"fusion/node"
+)
+
+// serverBenchLevel is one concurrency level: the same requests through
+// HTTP and straight to the engine.
+type serverBenchLevel struct {
+	Concurrency int            `json:"concurrency"`
+	HTTP        latencyFigures `json:"http"`
+	Engine      latencyFigures `json:"engine"`
+}
+
+// latencyFigures summarise the requests of one side of a level.
+type latencyFigures struct {
+	Requests  int     `json:"requests"`
+	Errors    int     `json:"errors"`
+	PerSecond float64 `json:"requests_per_s"`
+	P50ms     float64 `json:"p50_ms"`
+	P99ms     float64 `json:"p99_ms"`
+}
+
+// serverBenchStream is the streamed-chunks figure of a concurrency.
+type serverBenchStream struct {
+	Concurrency           int     `json:"concurrency"`
+	TokensPerRequest      int     `json:"tokens_per_request"`
+	HTTPChunksPerSecond   float64 `json:"http_chunks_per_s"`
+	EngineEventsPerSecond float64 `json:"engine_events_per_s"`
+	Errors                int     `json:"errors"`
+}
+
+type serverBenchResult struct {
+	Model     string              `json:"model"`
+	Procs     int                 `json:"gomaxprocs"`
+	MaxTokens int                 `json:"max_tokens"`
+	Duration  string              `json:"duration_per_level"`
+	Levels    []serverBenchLevel  `json:"levels"`
+	Stream    []serverBenchStream `json:"stream"`
+}
+
+// benchServer measures the HTTP node against its own engine in the same
+// run: requests/s and p50/p99 latency of max_tokens 1 chat completions at
+// several concurrencies, and streamed chunks/s, on a tiny demo model.
+func benchServer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench server", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	duration := fs.Duration("duration", 2*time.Second, "time spent on each side of each level")
+	levels := fs.String("concurrency", "1,8,64", "comma-separated client counts")
+	streamTokens := fs.Int("stream-tokens", 128, "tokens per streamed request")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var conc []int
+	for _, s := range strings.Split(*levels, ",") {
+		c, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || c < 1 {
+			return usagef("-concurrency: %q is not a positive integer", s)
+		}
+		conc = append(conc, c)
+	}
+
+	dir, err := os.MkdirTemp("", "fusion-bench-server-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	opts := demo.DefaultOptions()
+	if _, err := demo.Create(filepath.Join(dir, "models", "demo"), opts); err != nil {
+		return err
+	}
+	n, err := node.New(node.Config{
+		Listen: "127.0.0.1:0", DataDir: dir, ModelsDir: filepath.Join(dir, "models"), Preload: []string{"demo"},
+		MaxQueued: 2 * slices.Max(conc), Version: version, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		return err
+	}
+	n.Start()
+	defer func() { _ = n.Stop(context.Background()) }()
+
+	b := &serverBench{
+		url: n.URL(), engine: n.Runner(),
+		// Not http.DefaultTransport: it keeps 2 idle connections per host.
+		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * slices.Max(conc), MaxConnsPerHost: 0}},
+	}
+	if b.noEOS, err = b.eosBias(ctx); err != nil {
+		return err
+	}
+	res := serverBenchResult{
+		Model:     fmt.Sprintf("demo %s, %d layers, hidden %d", opts.Arch, opts.Layers, opts.Hidden),
+		MaxTokens: 1, Duration: duration.String(), Procs: runtime.GOMAXPROCS(0),
+	}
+	for _, c := range conc {
+		lvl := serverBenchLevel{Concurrency: c}
+		lvl.HTTP = measure(ctx, c, *duration, func(ctx context.Context) error { _, err := b.httpChat(ctx, 1, false); return err })
+		lvl.Engine = measure(ctx, c, *duration, func(ctx context.Context) error { _, err := b.engineChat(ctx, 1); return err })
+		res.Levels = append(res.Levels, lvl)
+	}
+	for _, c := range []int{1, 8} {
+		s := serverBenchStream{Concurrency: c, TokensPerRequest: *streamTokens}
+		var e1, e2 int
+		s.HTTPChunksPerSecond, e1 = throughput(ctx, c, *duration, func(ctx context.Context) (int, error) { return b.httpChat(ctx, *streamTokens, true) })
+		s.EngineEventsPerSecond, e2 = throughput(ctx, c, *duration, func(ctx context.Context) (int, error) { return b.engineChat(ctx, *streamTokens) })
+		s.Errors = e1 + e2
+		res.Stream = append(res.Stream, s)
+	}
+	return json.NewEncoder(stdout).Encode(res)
+}
+
+type serverBench struct {
+	url    string
+	engine engine.Generator
+	client *http.Client
+	noEOS  map[string]float64
+}
+
+// eosBias bans the demo model's end tokens, so every request generates
+// exactly max_tokens tokens.
+func (b *serverBench) eosBias(ctx context.Context) (map[string]float64, error) {
+	bias := map[string]float64{}
+	for _, s := range []string{"<|im_end|>", "<|endoftext|>"} {
+		body, _ := json.Marshal(map[string]any{"model": "demo", "prompt": s, "add_special_tokens": false})
+		var res struct{ Tokens []int }
+		if err := b.post(ctx, "/tokenize", body, &res); err != nil {
+			return nil, err
+		}
+		if len(res.Tokens) != 1 {
+			return nil, fmt.Errorf("%q is %d tokens", s, len(res.Tokens))
+		}
+		bias[strconv.Itoa(res.Tokens[0])] = -100
+	}
+	return bias, nil
+}
+
+func (b *serverBench) post(ctx context.Context, path string, body []byte, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.url+path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := b.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("%s: %d %s", path, resp.StatusCode, msg)
+	}
+	if out == nil {
+		_, err = io.Copy(io.Discard, resp.Body)
+		return err
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}
+
+const benchPrompt = "Write a haiku about the sea."
+
+// httpChat runs one chat completion over HTTP and returns the content
+// chunks it streamed (0 when not streamed).
+func (b *serverBench) httpChat(ctx context.Context, maxTokens int, stream bool) (int, error) {
+	body, _ := json.Marshal(map[string]any{
+		"model": "demo", "messages": []any{map[string]any{"role": "user", "content": benchPrompt}},
+		"max_tokens": maxTokens, "temperature": 0, "logit_bias": b.noEOS, "stream": stream,
+	})
+	if !stream {
+		return 0, b.post(ctx, "/v1/chat/completions", body, nil)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.url+"/v1/chat/completions", bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	resp, err := b.client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	chunks := 0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "data: {") && strings.Contains(line, `"content":"`) && !strings.Contains(line, `"role":"assistant"`) {
+			chunks++
+		}
+	}
+	return chunks, sc.Err()
+}
+
+// engineChat runs the same request on the engine directly and returns the
+// events that carried text.
+func (b *serverBench) engineChat(ctx context.Context, maxTokens int) (int, error) {
+	p := sample.DefaultParams()
+	p.Temperature = 0
+	p.LogitBias = map[int]float64{}
+	for k, v := range b.noEOS {
+		id, _ := strconv.Atoi(k)
+		p.LogitBias[id] = v
+	}
+	events, err := b.engine.Generate(ctx, &engine.Request{
+		Model: "demo", Messages: []*chattemplate.Object{chattemplate.NewObject("role", "user", "content", benchPrompt)},
+		Sampling: p, MaxTokens: maxTokens,
+	})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for ev := range events {
+		if ev.Err != nil {
+			return n, ev.Err
+		}
+		if ev.Text != "" {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// measure runs op from c goroutines for d and summarises the latencies.
+func measure(ctx context.Context, c int, d time.Duration, op func(context.Context) error) latencyFigures {
+	var (
+		mu    sync.Mutex
+		lats  []time.Duration
+		errs  int
+		wg    sync.WaitGroup
+		start = time.Now()
+		end   = start.Add(d)
+	)
+	for range c {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) && ctx.Err() == nil {
+				t0 := time.Now()
+				err := op(ctx)
+				lat := time.Since(t0)
+				mu.Lock()
+				if err != nil {
+					errs++
+				} else {
+					lats = append(lats, lat)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	slices.Sort(lats)
+	f := latencyFigures{Requests: len(lats), Errors: errs, PerSecond: round(float64(len(lats)) / elapsed.Seconds())}
+	if len(lats) > 0 {
+		f.P50ms = round(ms(lats[len(lats)/2]))
+		f.P99ms = round(ms(lats[min(len(lats)-1, len(lats)*99/100)]))
+	}
+	return f
+}
+
+// throughput runs op from c goroutines for d and returns the units it
+// reported per second, and the number of failed calls.
+func throughput(ctx context.Context, c int, d time.Duration, op func(context.Context) (int, error)) (float64, int) {
+	var (
+		mu          sync.Mutex
+		total, errs int
+		wg          sync.WaitGroup
+		start       = time.Now()
+		end         = start.Add(d)
+	)
+	for range c {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) && ctx.Err() == nil {
+				n, err := op(ctx)
+				mu.Lock()
+				total += n
+				if err != nil {
+					errs++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return round(float64(total) / time.Since(start).Seconds()), errs
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func round(f float64) float64 {
+	v, _ := strconv.ParseFloat(strconv.FormatFloat(f, 'f', 2, 64), 64)
+	return v
+}

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"fusion/engine/demo"
+)
+
+func TestServeSettingsPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	cfgFile := filepath.Join(dir, "fusion.json")
+	if err := os.WriteFile(cfgFile, []byte(`{"listen":"127.0.0.1:7001","max_tokens":100,"api_key":"from-file",
+		"preload":["a","b"],"completions_as_chat":{"x":true,"y":false},"drain_timeout":"5s","data_dir":"/data"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		args  []string
+		env   map[string]string
+		check func(t *testing.T, s *serveSettings)
+	}{
+		{"defaults", nil, nil, func(t *testing.T, s *serveSettings) {
+			home, _ := os.UserHomeDir()
+			c := s.cfg
+			if c.Listen != "127.0.0.1:8000" || c.DataDir != filepath.Join(home, ".fusion") || c.ModelsDir != filepath.Join(home, ".fusion", "models") ||
+				c.MaxBodyBytes != 10<<20 || c.MaxTokens != 4096 || c.DrainTimeout != 30*time.Second || c.APIKey != "" || c.Preload != nil {
+				t.Errorf("config = %+v", c)
+			}
+		}},
+		{"file", []string{"--config", cfgFile}, nil, func(t *testing.T, s *serveSettings) {
+			c := s.cfg
+			if c.Listen != "127.0.0.1:7001" || c.MaxTokens != 100 || c.APIKey != "from-file" || strings.Join(c.Preload, "+") != "a+b" ||
+				!c.CompletionsAsChat["x"] || c.CompletionsAsChat["y"] || c.DrainTimeout != 5*time.Second || c.ModelsDir != "/data/models" {
+				t.Errorf("config = %+v", c)
+			}
+		}},
+		{"env over file", nil, map[string]string{"FUSION_CONFIG": cfgFile, "FUSION_MAX_TOKENS": "200", "FUSION_MODELS_DIR": "/m"},
+			func(t *testing.T, s *serveSettings) {
+				if s.cfg.MaxTokens != 200 || s.cfg.Listen != "127.0.0.1:7001" || s.cfg.ModelsDir != "/m" {
+					t.Errorf("config = %+v", s.cfg)
+				}
+			}},
+		{"flag over env", []string{"--config", cfgFile, "--max-tokens", "300", "--api-key", "k", "--log-level", "debug"},
+			map[string]string{"FUSION_MAX_TOKENS": "200", "FUSION_API_KEY": "e"},
+			func(t *testing.T, s *serveSettings) {
+				if s.cfg.MaxTokens != 300 || s.cfg.APIKey != "k" || s.logLevel.String() != "DEBUG" {
+					t.Errorf("config = %+v", s.cfg)
+				}
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := resolveServe(tt.args, func(k string) string { return tt.env[k] }, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.check(t, s)
+		})
+	}
+
+	bad := []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"--max-tokens", "zero"}, nil, "flag --max-tokens"},
+		{nil, map[string]string{"FUSION_DRAIN_TIMEOUT": "soon"}, "environment variable FUSION_DRAIN_TIMEOUT"},
+		{[]string{"--config", filepath.Join(dir, "missing.json")}, nil, "missing.json"},
+		{[]string{"extra"}, nil, "unexpected arguments"},
+	}
+	for _, tt := range bad {
+		_, err := resolveServe(tt.args, func(k string) string { return tt.env[k] }, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%v %v: err = %v, want it to mention %q", tt.args, tt.env, err, tt.want)
+		}
+	}
+	unknown := filepath.Join(dir, "unknown.json")
+	os.WriteFile(unknown, []byte(`{"max_token":5}`), 0o644)
+	if _, err := resolveServe([]string{"--config", unknown}, func(string) string { return "" }, io.Discard); err == nil ||
+		!strings.Contains(err.Error(), `unknown key "max_token"`) {
+		t.Errorf("unknown key: %v", err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe to write from the server's goroutines
+// while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// TestServeRunsAndStops starts `fusion serve` as main does, asks it for a
+// completion, then cancels its context as SIGTERM does: it drains and
+// returns nil (exit status 0).
+func TestServeRunsAndStops(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := demo.Create(filepath.Join(dir, "models", "demo"), demo.DefaultOptions()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--data-dir", dir, "--threads", "1", "--log-format", "json"}, io.Discard, &stderr)
+	}()
+	var url string
+	for deadline := time.Now().Add(20 * time.Second); url == ""; time.Sleep(10 * time.Millisecond) {
+		if m := regexp.MustCompile(`serving on (http://\S+)`).FindStringSubmatch(stderr.String()); m != nil {
+			url = m[1]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no address in the output: %s", stderr.String())
+		}
+	}
+	resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(`{"model":"demo","prompt":"Hi","max_tokens":2}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"text_completion"`) {
+		t.Fatalf("completion: %d %s", resp.StatusCode, body)
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("exit status %d: %s", code, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+	if out := stderr.String(); !strings.Contains(out, `"msg":"node stopped"`) || !strings.Contains(out, `"msg":"http request"`) {
+		t.Errorf("logs: %s", out)
+	}
+}

@@ -1,0 +1,158 @@
+// Package node is the composition root: it builds a node from its
+// configuration, starts its parts in order (engine, HTTP frontend) and
+// stops them in reverse, draining the requests in flight first.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"fusion/engine/runner"
+	"fusion/router"
+	"fusion/router/metrics"
+	"fusion/router/openai"
+)
+
+// Config configures a node. Zero values take the defaults noted.
+type Config struct {
+	Listen    string // address to listen on (default 127.0.0.1:8000)
+	DataDir   string // the node's data directory (created if missing)
+	ModelsDir string // models directory (default DataDir/models)
+	APIKey    string // required on every route but /health when set
+	Preload   []string
+
+	MaxBodyBytes int64         // request body limit (default 10 MiB)
+	MaxTokens    int           // max_tokens cap per request (default 4096)
+	MaxQueued    int           // generations admitted at once before 429 (default 64)
+	Threads      int           // CPU backend threads (default: all cores)
+	DrainTimeout time.Duration // how long SIGTERM waits for requests in flight (default 30s)
+
+	// CompletionsAsChat names the models whose /v1/completions prompts are
+	// rendered as a one-message chat.
+	CompletionsAsChat map[string]bool
+
+	Version string
+	Logger  *slog.Logger
+}
+
+// Defaults.
+const (
+	DefaultListen       = "127.0.0.1:8000"
+	DefaultMaxTokens    = 4096
+	DefaultDrainTimeout = 30 * time.Second
+)
+
+func (c *Config) defaults() {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.ModelsDir == "" && c.DataDir != "" {
+		c.ModelsDir = c.DataDir + string(os.PathSeparator) + "models"
+	}
+	if c.MaxTokens == 0 {
+		c.MaxTokens = DefaultMaxTokens
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = DefaultDrainTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Node is one fusion node: the engine and the HTTP frontend.
+type Node struct {
+	cfg    Config
+	runner *runner.Runner
+	router *router.Router
+	server *router.Server
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// New builds a node: it creates the data directory, scans the models
+// directory, loads the preloaded models and binds the listen address. It
+// does not serve until Start.
+func New(cfg Config) (*Node, error) {
+	cfg.defaults()
+	for _, dir := range []string{cfg.DataDir, cfg.ModelsDir} {
+		if dir == "" {
+			continue
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("node: %w", err)
+		}
+	}
+	run, err := runner.New(runner.Config{
+		ModelsDir: cfg.ModelsDir, Preload: cfg.Preload, MaxQueued: cfg.MaxQueued, MaxTokens: cfg.MaxTokens,
+		Threads: cfg.Threads, Logger: cfg.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node: engine: %w", err)
+	}
+	n := &Node{cfg: cfg, runner: run}
+	n.router = router.New(router.Config{
+		Engine: run, Stats: n.engineStats, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes,
+		OpenAI:  openai.Options{MaxTokens: cfg.MaxTokens, Backends: []string{"cpu"}, CompletionsAsChat: cfg.CompletionsAsChat},
+		Version: cfg.Version, Logger: cfg.Logger,
+	})
+	if n.server, err = router.Listen(cfg.Listen, n.router, cfg.Logger); err != nil {
+		return nil, errors.Join(fmt.Errorf("node: %w", err), run.Close())
+	}
+	return n, nil
+}
+
+func (n *Node) engineStats() metrics.EngineStats {
+	s := n.runner.Stats()
+	return metrics.EngineStats{
+		InFlight: s.InFlight, Cancelled: s.Cancelled,
+		ActiveBytes: s.WeightBytes + s.KVBytes, PeakBytes: s.PeakBytes,
+	}
+}
+
+// Addr is the address the node listens on (useful with port 0).
+func (n *Node) Addr() string { return n.server.Addr() }
+
+// URL is the base URL of the node's API.
+func (n *Node) URL() string { return "http://" + n.Addr() }
+
+// Runner is the node's engine.
+func (n *Node) Runner() *runner.Runner { return n.runner }
+
+// Metrics are the node's frontend metrics.
+func (n *Node) Metrics() *metrics.Metrics { return n.router.Metrics() }
+
+// Start serves in the background.
+func (n *Node) Start() {
+	n.server.Serve()
+	n.cfg.Logger.Info("node serving", "addr", n.Addr(), "models_dir", n.cfg.ModelsDir, "auth", n.cfg.APIKey != "")
+}
+
+// Stop drains the frontend for at most the drain timeout (or until ctx is
+// done), then stops the engine. Requests still running at the deadline are
+// cancelled. Later calls return the first call's result.
+func (n *Node) Stop(ctx context.Context) error {
+	n.stopOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(ctx, n.cfg.DrainTimeout)
+		defer cancel()
+		n.cfg.Logger.Info("node draining", "timeout", n.cfg.DrainTimeout)
+		err := n.server.Drain(ctx)
+		n.stopErr = errors.Join(err, n.runner.Close())
+		n.cfg.Logger.Info("node stopped")
+	})
+	return n.stopErr
+}
+
+// Run starts the node and serves until ctx is done (SIGTERM), then stops
+// it. A clean drain returns nil.
+func (n *Node) Run(ctx context.Context) error {
+	n.Start()
+	<-ctx.Done()
+	return n.Stop(context.WithoutCancel(ctx))
+}

@@ -1,0 +1,91 @@
+package node_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"fusion/node/nodetest"
+)
+
+func noEOSBias(t *testing.T, url string) string {
+	t.Helper()
+	var parts []string
+	for _, s := range []string{"<|im_end|>", "<|endoftext|>"} {
+		resp, err := http.Post(url+"/tokenize", "application/json", strings.NewReader(`{"model":"demo","add_special_tokens":false,"prompt":"`+s+`"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r struct{ Tokens []int }
+		json.NewDecoder(resp.Body).Decode(&r)
+		resp.Body.Close()
+		if len(r.Tokens) != 1 {
+			t.Fatalf("%q: %v", s, r.Tokens)
+		}
+		b, _ := json.Marshal(r.Tokens[0])
+		parts = append(parts, `"`+string(b)+`":-100`)
+	}
+	return "{" + strings.Join(parts, ",") + "}"
+}
+
+// TestDrainFinishesInFlight: Stop waits for a streamed generation that is
+// running, which completes normally, while new connections are refused.
+func TestDrainFinishesInFlight(t *testing.T) {
+	n := nodetest.Start(t, nodetest.Options{DrainTimeout: 30 * time.Second})
+	body := `{"model":"demo","messages":[{"role":"user","content":"hi"}],"max_tokens":300,"stream":true,"logit_bias":` + noEOSBias(t, n.URL()) + `}`
+	resp, err := http.Post(n.URL()+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Scan() // the stream is running
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- n.Stop(context.Background()) }()
+
+	var chunks int
+	var last string
+	for sc.Scan() {
+		if line := sc.Text(); strings.HasPrefix(line, "data: ") {
+			chunks++
+			last = line
+		}
+	}
+	if last != "data: [DONE]" || chunks < 300 {
+		t.Errorf("stream cut during drain: %d chunks, last %q", chunks, last)
+	}
+	if err := <-stopped; err != nil {
+		t.Errorf("Stop: %v", err)
+	}
+	if _, err := http.Get(n.URL() + "/health"); err == nil {
+		t.Error("the node still accepts connections after Stop")
+	}
+}
+
+// TestDrainDeadline: a generation longer than the drain timeout is
+// cancelled at the deadline, and Stop still returns cleanly.
+func TestDrainDeadline(t *testing.T) {
+	n := nodetest.Start(t, nodetest.Options{DrainTimeout: 100 * time.Millisecond})
+	body := `{"model":"demo","messages":[{"role":"user","content":"hi"}],"max_tokens":4096,"stream":true,"logit_bias":` + noEOSBias(t, n.URL()) + `}`
+	resp, err := http.Post(n.URL()+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	bufio.NewReader(resp.Body).ReadString('\n')
+	start := time.Now()
+	if err := n.Stop(context.Background()); err != nil {
+		t.Errorf("Stop: %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Stop took %v", d)
+	}
+	if st := n.Runner().Stats(); st.InFlight != 0 {
+		t.Errorf("runner in flight after Stop: %+v", st)
+	}
+}

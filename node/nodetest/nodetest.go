@@ -1,0 +1,77 @@
+// Package nodetest starts real nodes for tests: a tiny random-weight demo
+// model written into a temporary models directory, the real engine, and
+// the HTTP frontend on a free loopback port.
+package nodetest
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"fusion/engine/demo"
+	"fusion/node"
+)
+
+// Model is the name of the demo model every test node serves.
+const Model = "demo"
+
+// Options change the node a test gets.
+type Options struct {
+	APIKey            string
+	MaxQueued         int
+	MaxTokens         int
+	MaxBodyBytes      int64
+	DrainTimeout      time.Duration
+	CompletionsAsChat map[string]bool
+	// ModelsDir, when set, is used instead of a fresh one with the demo
+	// model.
+	ModelsDir string
+	// Logger, when nil, discards the logs, or writes them to stderr when
+	// FUSION_TEST_LOG=1.
+	Logger *slog.Logger
+}
+
+// Models writes the demo model into a fresh directory and returns it.
+func Models(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	if _, err := demo.Create(filepath.Join(dir, Model), demo.DefaultOptions()); err != nil {
+		t.Fatalf("demo model: %v", err)
+	}
+	return dir
+}
+
+// Start starts a node and stops it when the test ends.
+func Start(t testing.TB, o Options) *node.Node {
+	t.Helper()
+	if o.ModelsDir == "" {
+		o.ModelsDir = Models(t)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		if os.Getenv("FUSION_TEST_LOG") == "1" {
+			o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		}
+	}
+	n, err := node.New(node.Config{
+		Listen: "127.0.0.1:0", DataDir: t.TempDir(), ModelsDir: o.ModelsDir, APIKey: o.APIKey,
+		MaxQueued: o.MaxQueued, MaxTokens: o.MaxTokens, MaxBodyBytes: o.MaxBodyBytes, DrainTimeout: o.DrainTimeout,
+		CompletionsAsChat: o.CompletionsAsChat, Threads: 1, Version: "test", Logger: o.Logger,
+	})
+	if err != nil {
+		t.Fatalf("node: %v", err)
+	}
+	n.Start()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := n.Stop(ctx); err != nil {
+			t.Errorf("node stop: %v", err)
+		}
+	})
+	return n
+}

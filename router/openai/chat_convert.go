@@ -1,0 +1,333 @@
+package openai
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"fusion/engine"
+	"fusion/engine/chattemplate"
+)
+
+// chatRoles are the message roles the chat API takes. "developer" is
+// rendered as "system": chat templates know only the latter.
+var chatRoles = []string{"system", "developer", "user", "assistant", "tool", "function"}
+
+// toPlan checks a chat request and converts it into one engine request per
+// choice.
+func (req *ChatRequest) toPlan(opts Options, id string) (*plan, *Error) {
+	if req.Model == "" {
+		return nil, missingParam("model")
+	}
+	if isNull(req.Messages) {
+		return nil, missingParam("messages")
+	}
+	msgs, err := parseMessages(req.Messages)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkTools(req.Tools); err != nil {
+		return nil, err
+	}
+	if err := checkToolChoice(req.ToolChoice); err != nil {
+		return nil, err
+	}
+	if err := checkResponseFormat(req.ResponseFormat); err != nil {
+		return nil, err
+	}
+
+	base := engine.Request{ID: id, Model: req.Model, Messages: msgs, EnableThinking: req.EnableThinking, ChatTemplateKwargs: req.ChatTemplateKwargs}
+	maxTokens, param := req.MaxTokens, "max_tokens"
+	if req.MaxCompletionTokens != nil {
+		maxTokens, param = req.MaxCompletionTokens, "max_completion_tokens"
+	}
+	n, stream, includeUsage, err := req.convertCommon(opts, &base, maxTokens, param)
+	if err != nil {
+		return nil, err
+	}
+	logprobs := req.Logprobs != nil && *req.Logprobs
+	top := 0
+	if req.TopLogprobs != nil {
+		top = *req.TopLogprobs
+	}
+	if base.Sampling, err = req.samplingParams(logprobs, top); err != nil {
+		return nil, err
+	}
+	p := &plan{stream: stream, includeUsage: includeUsage, logprobs: logprobs, topLogprobs: top}
+	p.reqs = fanOut(&base, n)
+	p.promptOf = make([]int, n)
+	return p, nil
+}
+
+// fanOut copies base n times; choice i > 0 of a seeded request gets seed
+// seed+i, so the choices differ while choice 0 matches an n=1 request.
+func fanOut(base *engine.Request, n int) []*engine.Request {
+	out := make([]*engine.Request, n)
+	for i := range out {
+		r := *base
+		if i > 0 {
+			r.ID = fmt.Sprintf("%s-%d", base.ID, i)
+			if base.Sampling.Seed != nil {
+				s := *base.Sampling.Seed + int64(i)
+				r.Sampling.Seed = &s
+			}
+		}
+		out[i] = &r
+	}
+	return out
+}
+
+// parseMessages checks messages and returns them as ordered objects for
+// the chat template, each content flattened to a string.
+func parseMessages(raw json.RawMessage) ([]*chattemplate.Object, *Error) {
+	v, derr := chattemplate.DecodeJSON(raw)
+	if derr != nil {
+		return nil, invalidType("messages", "an array of message objects", jsonKindOf(raw))
+	}
+	list, ok := v.([]any)
+	if !ok {
+		return nil, invalidType("messages", "an array of message objects", kindOf(v))
+	}
+	if len(list) == 0 {
+		return nil, invalidRequest("messages", "Invalid 'messages': empty array. Expected an array with minimum length 1, but got an empty array instead.")
+	}
+	out := make([]*chattemplate.Object, len(list))
+	for i, item := range list {
+		param := fmt.Sprintf("messages[%d]", i)
+		m, ok := item.(*chattemplate.Object)
+		if !ok {
+			return nil, invalidType(param, "an object", kindOf(item))
+		}
+		msg, err := checkMessage(m, param)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = msg
+	}
+	return out, nil
+}
+
+func checkMessage(m *chattemplate.Object, param string) (*chattemplate.Object, *Error) {
+	rv, ok := m.Get("role")
+	if !ok || rv == nil {
+		return nil, missingParam(param + ".role")
+	}
+	role, ok := rv.(string)
+	if !ok {
+		return nil, invalidType(param+".role", "a string", kindOf(rv))
+	}
+	if !slices.Contains(chatRoles, role) {
+		return nil, invalidRequest(param+".role", "Invalid value: '%s'. Supported values are: %s.", role, quoteList(chatRoles))
+	}
+	out := &chattemplate.Object{}
+	for _, k := range m.Keys() {
+		v, _ := m.Get(k)
+		out.Set(k, v)
+	}
+	if role == "developer" {
+		out.Set("role", "system")
+	}
+	cv, has := m.Get("content")
+	switch c := cv.(type) {
+	case string:
+	case nil:
+		if role != "assistant" {
+			if !has {
+				return nil, missingParam(param + ".content")
+			}
+			return nil, invalidType(param+".content", "a string or an array of content parts", "null")
+		}
+	case []any:
+		text, err := flattenContent(c, param+".content")
+		if err != nil {
+			return nil, err
+		}
+		out.Set("content", text)
+	default:
+		return nil, invalidType(param+".content", "a string or an array of content parts", kindOf(cv))
+	}
+	if nv, ok := m.Get("name"); ok && nv != nil {
+		if _, ok := nv.(string); !ok {
+			return nil, invalidType(param+".name", "a string", kindOf(nv))
+		}
+	}
+	if role == "tool" {
+		tv, ok := m.Get("tool_call_id")
+		if !ok || tv == nil {
+			return nil, missingParam(param + ".tool_call_id")
+		}
+		if _, ok := tv.(string); !ok {
+			return nil, invalidType(param+".tool_call_id", "a string", kindOf(tv))
+		}
+	}
+	if tc, ok := m.Get("tool_calls"); ok && tc != nil {
+		if _, ok := tc.([]any); !ok {
+			return nil, invalidType(param+".tool_calls", "an array", kindOf(tc))
+		}
+	}
+	return out, nil
+}
+
+// flattenContent joins the text parts of a content array with newlines,
+// as vLLM does for templates that take a string.
+func flattenContent(parts []any, param string) (string, *Error) {
+	texts := make([]string, 0, len(parts))
+	for j, p := range parts {
+		pp := fmt.Sprintf("%s[%d]", param, j)
+		obj, ok := p.(*chattemplate.Object)
+		if !ok {
+			return "", invalidType(pp, "a content part object", kindOf(p))
+		}
+		tv, _ := obj.Get("type")
+		typ, ok := tv.(string)
+		if !ok {
+			return "", missingParam(pp + ".type")
+		}
+		switch typ {
+		case "text", "input_text", "refusal":
+			key := "text"
+			if typ == "refusal" {
+				key = "refusal"
+			}
+			s, ok := obj.Get(key)
+			str, isStr := s.(string)
+			if !ok || !isStr {
+				return "", invalidType(pp+"."+key, "a string", kindOf(s))
+			}
+			texts = append(texts, str)
+		case "image_url", "input_image", "input_audio", "file", "audio", "video":
+			return "", unsupported(pp+".type", "Content parts of type '%s' are not supported by this server; send text.", typ)
+		default:
+			return "", invalidRequest(pp+".type", "Invalid value: '%s'. Supported values are: 'text'.", typ)
+		}
+	}
+	return strings.Join(texts, "\n"), nil
+}
+
+// checkTools validates tools and, until tool calling lands, refuses any.
+func checkTools(raw json.RawMessage) *Error {
+	tools, err := parseToolList(raw)
+	if err != nil {
+		return err
+	}
+	if len(tools) > 0 {
+		return unsupported("tools", "Tool calling is not supported by this server yet; send the request without 'tools'.")
+	}
+	return nil
+}
+
+// parseToolList checks tool definitions in OpenAI's format.
+func parseToolList(raw json.RawMessage) ([]*chattemplate.Object, *Error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	v, derr := chattemplate.DecodeJSON(raw)
+	list, ok := v.([]any)
+	if derr != nil || !ok {
+		return nil, invalidType("tools", "an array of tool objects", jsonKindOf(raw))
+	}
+	out := make([]*chattemplate.Object, len(list))
+	for i, item := range list {
+		param := fmt.Sprintf("tools[%d]", i)
+		t, ok := item.(*chattemplate.Object)
+		if !ok {
+			return nil, invalidType(param, "an object", kindOf(item))
+		}
+		if tv, _ := t.Get("type"); tv != "function" {
+			return nil, invalidRequest(param+".type", "Invalid value for '%s.type': expected 'function'.", param)
+		}
+		fv, _ := t.Get("function")
+		f, ok := fv.(*chattemplate.Object)
+		if !ok {
+			return nil, missingParam(param + ".function")
+		}
+		if nv, _ := f.Get("name"); nv == nil || nv == "" {
+			return nil, missingParam(param + ".function.name")
+		} else if _, ok := nv.(string); !ok {
+			return nil, invalidType(param+".function.name", "a string", kindOf(nv))
+		}
+		if pv, ok := f.Get("parameters"); ok && pv != nil {
+			if _, ok := pv.(*chattemplate.Object); !ok {
+				return nil, invalidType(param+".function.parameters", "an object", kindOf(pv))
+			}
+		}
+		out[i] = t
+	}
+	return out, nil
+}
+
+// checkToolChoice accepts "auto" and "none"; the other forms need tools.
+func checkToolChoice(raw json.RawMessage) *Error {
+	if isNull(raw) {
+		return nil
+	}
+	v, derr := chattemplate.DecodeJSON(raw)
+	if derr != nil {
+		return invalidType("tool_choice", "a string or an object", jsonKindOf(raw))
+	}
+	switch c := v.(type) {
+	case string:
+		switch c {
+		case "auto", "none":
+			return nil
+		case "required":
+			return unsupported("tool_choice", "tool_choice 'required' is not supported by this server yet.")
+		}
+		return invalidRequest("tool_choice", "Invalid value: '%s'. Supported values are: 'none', 'auto' and 'required'.", c)
+	case *chattemplate.Object:
+		if tv, _ := c.Get("type"); tv != "function" {
+			return invalidRequest("tool_choice.type", "Invalid value for 'tool_choice.type': expected 'function'.")
+		}
+		return unsupported("tool_choice", "Forcing a named tool is not supported by this server yet.")
+	}
+	return invalidType("tool_choice", "a string or an object", kindOf(v))
+}
+
+// checkResponseFormat accepts {"type": "text"}; JSON modes come with
+// constrained decoding.
+func checkResponseFormat(raw json.RawMessage) *Error {
+	if isNull(raw) {
+		return nil
+	}
+	v, derr := chattemplate.DecodeJSON(raw)
+	obj, ok := v.(*chattemplate.Object)
+	if derr != nil || !ok {
+		return invalidType("response_format", "an object", jsonKindOf(raw))
+	}
+	tv, _ := obj.Get("type")
+	switch tv {
+	case "text":
+		return nil
+	case "json_object", "json_schema":
+		return unsupported("response_format", "response_format '%s' is not supported by this server yet.", tv)
+	case nil:
+		return missingParam("response_format.type")
+	}
+	return invalidRequest("response_format.type", "Invalid value: %v. Supported values are: 'text', 'json_object' and 'json_schema'.", tv)
+}
+
+// kindOf names the JSON kind of a value decoded by chattemplate.DecodeJSON.
+func kindOf(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "a boolean"
+	case string:
+		return "a string"
+	case []any:
+		return "an array"
+	case *chattemplate.Object:
+		return "an object"
+	}
+	return "a number"
+}
+
+func quoteList(xs []string) string {
+	q := make([]string, len(xs))
+	for i, x := range xs {
+		q[i] = "'" + x + "'"
+	}
+	return strings.Join(q, ", ")
+}

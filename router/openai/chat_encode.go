@@ -1,0 +1,171 @@
+package openai
+
+import (
+	"strings"
+
+	"fusion/engine"
+)
+
+// meta is what every answer of one request repeats.
+type meta struct {
+	ID                string
+	Created           int64
+	Model             string
+	SystemFingerprint string
+}
+
+// choiceState accumulates the events of one choice.
+type choiceState struct {
+	text   strings.Builder
+	tokens []engine.TokenLogprob
+	top    [][]engine.TokenLogprob
+	finish engine.FinishReason
+	usage  engine.Usage
+	done   bool
+}
+
+func (c *choiceState) add(ev engine.Event) {
+	c.text.WriteString(ev.Text)
+	c.tokens = append(c.tokens, ev.Tokens...)
+	c.top = append(c.top, padTop(ev)...)
+	if ev.Done {
+		c.done, c.finish, c.usage = true, ev.FinishReason, ev.Usage
+	}
+}
+
+// padTop returns ev.TopLogprobs with one entry per token of ev.Tokens.
+func padTop(ev engine.Event) [][]engine.TokenLogprob {
+	top := ev.TopLogprobs
+	for len(top) < len(ev.Tokens) {
+		top = append(top, nil)
+	}
+	return top[:len(ev.Tokens)]
+}
+
+// chatLogprobs is the chat API's logprobs of some tokens.
+func chatLogprobs(tokens []engine.TokenLogprob, top [][]engine.TokenLogprob) *ChatLogprobs {
+	out := &ChatLogprobs{Content: make([]TokenLogprob, len(tokens)), Refusal: nil}
+	for i, t := range tokens {
+		alts := []TopLogprob{}
+		if i < len(top) {
+			for _, a := range top[i] {
+				alts = append(alts, TopLogprob{Token: a.Text, Logprob: logprob(a.Logprob), Bytes: tokenBytes(a.Text)})
+			}
+		}
+		out.Content[i] = TokenLogprob{Token: t.Text, Logprob: logprob(t.Logprob), Bytes: tokenBytes(t.Text), TopLogprobs: alts}
+	}
+	return out
+}
+
+// chatCollector builds a non-streamed chat completion from the events of
+// its choices.
+type chatCollector struct {
+	meta     meta
+	logprobs bool
+	promptOf []int
+	choices  []choiceState
+}
+
+func newChatCollector(m meta, p *plan) *chatCollector {
+	return &chatCollector{meta: m, logprobs: p.logprobs, promptOf: p.promptOf, choices: make([]choiceState, len(p.reqs))}
+}
+
+func (c *chatCollector) add(i int, ev engine.Event) { c.choices[i].add(ev) }
+
+func (c *chatCollector) result() ChatCompletion {
+	out := ChatCompletion{
+		ID: c.meta.ID, Object: "chat.completion", Created: c.meta.Created, Model: c.meta.Model,
+		SystemFingerprint: c.meta.SystemFingerprint, Choices: make([]ChatChoice, len(c.choices)),
+	}
+	per := make([]engine.Usage, len(c.choices))
+	for i := range c.choices {
+		ch := &c.choices[i]
+		text := ch.text.String()
+		out.Choices[i] = ChatChoice{
+			Index:        i,
+			Message:      ChatMessage{Role: "assistant", Content: &text},
+			FinishReason: finishReason(ch.finish),
+		}
+		if c.logprobs {
+			out.Choices[i].Logprobs = chatLogprobs(ch.tokens, ch.top)
+		}
+		per[i] = ch.usage
+	}
+	out.Usage = usage(per, c.promptOf)
+	return out
+}
+
+// chatStream turns the events of a streamed chat completion into chunks,
+// in OpenAI's order: a role chunk per choice, content chunks, a finish
+// chunk per choice (delta {}), then — with include_usage — one chunk with
+// no choices and the usage. Without include_usage the last finish chunk
+// carries the usage, as the contract shows.
+type chatStream struct {
+	meta         meta
+	logprobs     bool
+	includeUsage bool
+	promptOf     []int
+	usages       []engine.Usage
+	open         int // choices not finished yet
+}
+
+func newChatStream(m meta, p *plan) *chatStream {
+	return &chatStream{meta: m, logprobs: p.logprobs, includeUsage: p.includeUsage, promptOf: p.promptOf,
+		usages: make([]engine.Usage, len(p.reqs)), open: len(p.reqs)}
+}
+
+func (s *chatStream) chunk(choices ...ChatChunkChoice) ChatChunk {
+	c := ChatChunk{ID: s.meta.ID, Object: "chat.completion.chunk", Created: s.meta.Created, Model: s.meta.Model,
+		SystemFingerprint: s.meta.SystemFingerprint, Choices: choices}
+	if s.includeUsage {
+		c.Usage = OptionalUsage{Set: true}
+	}
+	return c
+}
+
+// start returns the role chunks, one per choice.
+func (s *chatStream) start() []ChatChunk {
+	out := make([]ChatChunk, len(s.usages))
+	empty := ""
+	for i := range out {
+		out[i] = s.chunk(ChatChunkChoice{Index: i, Delta: ChatDelta{Role: "assistant", Content: &empty}})
+	}
+	return out
+}
+
+// event returns the chunks for one event of choice i.
+func (s *chatStream) event(i int, ev engine.Event) []ChatChunk {
+	var out []ChatChunk
+	if ev.Text != "" || (s.logprobs && len(ev.Tokens) > 0) {
+		text := ev.Text
+		ch := ChatChunkChoice{Index: i, Delta: ChatDelta{Content: &text}}
+		if s.logprobs {
+			ch.Logprobs = chatLogprobs(ev.Tokens, padTop(ev))
+		}
+		out = append(out, s.chunk(ch))
+	}
+	if ev.Done {
+		s.usages[i] = ev.Usage
+		s.open--
+		reason := finishReason(ev.FinishReason)
+		fin := s.chunk(ChatChunkChoice{Index: i, FinishReason: &reason})
+		if s.open == 0 && !s.includeUsage {
+			u := usage(s.usages, s.promptOf)
+			fin.Usage = OptionalUsage{Set: true, Usage: &u}
+		}
+		out = append(out, fin)
+	}
+	return out
+}
+
+// end returns the usage chunk, if asked for.
+func (s *chatStream) end() []ChatChunk {
+	if !s.includeUsage {
+		return nil
+	}
+	u := usage(s.usages, s.promptOf)
+	c := s.chunk()
+	c.Choices = []ChatChunkChoice{}
+	c.Usage = OptionalUsage{Set: true, Usage: &u}
+	return []ChatChunk{c}
+}

@@ -1,0 +1,200 @@
+"""The official openai Python library against a running fusion node.
+
+Driven by TestPythonSDK (sdk_clients_test.go), which starts the nodes and
+sets FUSION_BASE_URL (auth on, key FUSION_API_KEY), FUSION_TIGHT_URL (no
+auth, one generation at a time) and FUSION_MODEL.
+"""
+
+import asyncio
+import json
+import os
+import time
+import urllib.request
+
+import openai
+import pytest
+
+BASE = os.environ["FUSION_BASE_URL"]
+KEY = os.environ["FUSION_API_KEY"]
+TIGHT = os.environ["FUSION_TIGHT_URL"]
+MODEL = os.environ["FUSION_MODEL"]
+MSGS = [{"role": "user", "content": "Tell me a story"}]
+
+
+def client(base=BASE, key=KEY):
+    return openai.OpenAI(base_url=base + "/v1", api_key=key, max_retries=0)
+
+
+def http_json(method, url, body=None, key=KEY):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method)
+    req.add_header("Content-Type", "application/json")
+    if key:
+        req.add_header("Authorization", "Bearer " + key)
+    with urllib.request.urlopen(req) as r:
+        return json.load(r)
+
+
+@pytest.fixture(scope="module")
+def no_eos():
+    """logit_bias banning the demo model's end tokens: generation runs to max_tokens."""
+    bias = {}
+    for s in ("<|im_end|>", "<|endoftext|>"):
+        res = http_json("POST", BASE + "/tokenize", {"model": MODEL, "prompt": s, "add_special_tokens": False})
+        assert res["count"] == 1
+        bias[str(res["tokens"][0])] = -100
+    return bias
+
+
+def test_chat_sync(no_eos):
+    r = client().chat.completions.create(model=MODEL, messages=MSGS, max_tokens=5, temperature=0, logit_bias=no_eos)
+    assert r.object == "chat.completion"
+    assert r.id.startswith("chatcmpl-")
+    assert r.model == MODEL
+    assert r.system_fingerprint
+    assert len(r.choices) == 1
+    c = r.choices[0]
+    assert c.index == 0 and c.message.role == "assistant" and c.finish_reason == "length"
+    assert isinstance(c.message.content, str) and c.message.content
+    assert r.usage.completion_tokens == 5
+    assert r.usage.total_tokens == r.usage.prompt_tokens + 5
+    assert r.usage.prompt_tokens_details.cached_tokens == 0
+    again = client().chat.completions.create(model=MODEL, messages=MSGS, max_tokens=5, temperature=0, logit_bias=no_eos)
+    assert again.choices[0].message.content == c.message.content
+
+
+def test_chat_with_raw_response(no_eos):
+    raw = client().chat.completions.with_raw_response.create(
+        model=MODEL, messages=MSGS, max_completion_tokens=3, logit_bias=no_eos, seed=3, temperature=0.8
+    )
+    assert raw.status_code == 200
+    assert raw.headers.get("x-request-id")
+    assert raw.headers.get("content-type", "").startswith("application/json")
+    r = raw.parse()
+    assert r.usage.completion_tokens == 3
+    body = json.loads(raw.text)
+    assert body["usage"]["cached_tokens"] == 0
+    assert body["choices"][0]["message"]["tool_calls"] is None
+
+
+def test_chat_stream_with_usage(no_eos):
+    stream = client().chat.completions.create(
+        model=MODEL, messages=MSGS, max_tokens=6, temperature=0, logit_bias=no_eos,
+        stream=True, stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert chunks[0].object == "chat.completion.chunk"
+    assert {c.id for c in chunks} == {chunks[0].id}
+    finish = chunks[-2]
+    assert finish.choices[0].finish_reason == "length"
+    assert finish.usage is None
+    last = chunks[-1]
+    assert last.choices == []
+    assert last.usage.completion_tokens == 6
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    r = client().chat.completions.create(model=MODEL, messages=MSGS, max_tokens=6, temperature=0, logit_bias=no_eos)
+    assert text == r.choices[0].message.content
+
+
+def test_async_and_concurrent(no_eos):
+    async def main():
+        ac = openai.AsyncOpenAI(base_url=BASE + "/v1", api_key=KEY, max_retries=0)
+        rs = await asyncio.gather(*[
+            ac.chat.completions.create(model=MODEL, messages=MSGS, max_tokens=4, temperature=0, logit_bias=no_eos)
+            for _ in range(4)
+        ])
+        assert len({r.choices[0].message.content for r in rs}) == 1
+        stream = await ac.chat.completions.create(
+            model=MODEL, messages=MSGS, max_tokens=4, temperature=0, logit_bias=no_eos, stream=True, n=2
+        )
+        seen = {}
+        async for chunk in stream:
+            for ch in chunk.choices:
+                seen.setdefault(ch.index, []).append(ch)
+        assert sorted(seen) == [0, 1]
+        assert all(chs[-1].finish_reason == "length" for chs in seen.values())
+        models = await ac.models.list()
+        assert [m.id for m in models.data] == [MODEL]
+        await ac.close()
+
+    asyncio.run(main())
+
+
+def test_completions(no_eos):
+    r = client().completions.create(model=MODEL, prompt=["Once upon", "def main"], max_tokens=3,
+                                    temperature=0, echo=True, logit_bias=no_eos)
+    assert r.object == "text_completion"
+    assert [c.index for c in r.choices] == [0, 1]
+    assert r.choices[0].text.startswith("Once upon")
+    assert r.choices[1].text.startswith("def main")
+    assert r.usage.completion_tokens == 6
+    lp = client().completions.create(model=MODEL, prompt="Hello", max_tokens=3, logprobs=2, logit_bias=no_eos)
+    lps = lp.choices[0].logprobs
+    assert len(lps.tokens) == len(lps.token_logprobs) == len(lps.top_logprobs) == len(lps.text_offset) == 3
+    assert "".join(lps.tokens) == lp.choices[0].text
+    stream = client().completions.create(model=MODEL, prompt="Hello", max_tokens=3, stream=True,
+                                         stream_options={"include_usage": True}, logit_bias=no_eos)
+    chunks = list(stream)
+    assert chunks[-1].usage.completion_tokens == 3 and chunks[-1].choices == []
+    assert chunks[-2].choices[0].finish_reason == "length"
+
+
+def test_models():
+    c = client()
+    ids = [m.id for m in c.models.list()]
+    assert ids == [MODEL]
+    m = c.models.retrieve(MODEL)
+    assert m.id == MODEL and m.object == "model" and m.owned_by
+    with pytest.raises(openai.NotFoundError) as e:
+        c.models.retrieve("no-such-model")
+    assert e.value.code == "model_not_found"
+
+
+def test_tokenize_round_trip():
+    t = http_json("POST", BASE + "/tokenize", {"model": MODEL, "prompt": "Hello, world"})
+    assert t["count"] == len(t["tokens"]) > 0
+    d = http_json("POST", BASE + "/detokenize", {"model": MODEL, "tokens": t["tokens"]})
+    assert d == {"prompt": "Hello, world"}
+    m = http_json("POST", BASE + "/tokenize", {"model": MODEL, "messages": MSGS})
+    assert "<|im_start|>user\nTell me a story<|im_end|>" in m["prompt"]
+
+
+def test_errors():
+    with pytest.raises(openai.NotFoundError) as e:
+        client().chat.completions.create(model="nope", messages=MSGS)
+    assert e.value.status_code == 404 and e.value.code == "model_not_found"
+    with pytest.raises(openai.BadRequestError) as e:
+        client().chat.completions.create(model=MODEL, messages=MSGS, temperature=5)
+    assert e.value.param == "temperature"
+    with pytest.raises(openai.BadRequestError) as e:
+        client().chat.completions.create(model=MODEL, messages=MSGS, extra_body={"top_k": "many"})
+    assert e.value.param == "top_k" and e.value.code == "invalid_type"
+    with pytest.raises(openai.BadRequestError) as e:
+        client().chat.completions.create(model=MODEL, messages="hello")
+    assert e.value.param == "messages"
+    with pytest.raises(openai.AuthenticationError) as e:
+        client(key="sk-wrong").chat.completions.create(model=MODEL, messages=MSGS)
+    assert e.value.code == "invalid_api_key"
+    with pytest.raises(openai.RateLimitError) as e:
+        client(base=TIGHT, key="unused").chat.completions.create(model=MODEL, messages=MSGS, n=2, max_tokens=2)
+    assert e.value.response.headers.get("retry-after") == "1"
+
+
+def test_cancel_mid_stream(no_eos):
+    before = http_json("GET", BASE + "/metrics")
+    stream = client().chat.completions.create(model=MODEL, messages=MSGS, max_tokens=4096,
+                                              logit_bias=no_eos, stream=True)
+    for i, _ in enumerate(stream):
+        if i == 2:
+            break
+    stream.close()
+    deadline = time.time() + 10
+    while True:
+        m = http_json("GET", BASE + "/metrics")
+        if (m["cancelled_requests"] == before["cancelled_requests"] + 1 and m["engine"]["in_flight"] == 0
+                and m["active_requests"] == 0):
+            break
+        assert time.time() < deadline, m
+        time.sleep(0.01)
+    assert m["engine"]["cancelled"] == before["engine"]["cancelled"] + 1

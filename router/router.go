@@ -1,0 +1,80 @@
+package router
+
+import (
+	"log/slog"
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+
+	"fusion/engine"
+	"fusion/router/metrics"
+	"fusion/router/openai"
+)
+
+// Config is what the frontend needs.
+type Config struct {
+	// Engine serves generations, models and tokenization.
+	Engine engine.Generator
+	// Stats gives the engine's live figures (memory, in-flight, queue) for
+	// /health and /metrics; nil reports zeros.
+	Stats func() metrics.EngineStats
+	// APIKey, when set, is required on every route but /health, as
+	// "Authorization: Bearer KEY" or "x-api-key: KEY".
+	APIKey string
+	// MaxBodyBytes limits request bodies (default 10 MiB); larger ones get
+	// a 413.
+	MaxBodyBytes int64
+	// OpenAI holds the settings of the OpenAI dialect.
+	OpenAI openai.Options
+	// Version is reported by /health and in system_fingerprint.
+	Version string
+	Logger  *slog.Logger
+}
+
+// DefaultMaxBodyBytes is the body limit when Config.MaxBodyBytes is 0.
+const DefaultMaxBodyBytes = 10 << 20
+
+// Router is the HTTP frontend of a node.
+type Router struct {
+	handler http.Handler
+	metrics *metrics.Metrics
+}
+
+// New builds the frontend.
+func New(cfg Config) *Router {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	m := metrics.New(cfg.Stats)
+	oa := openai.New(openai.Config{
+		Engine: cfg.Engine, Metrics: m, Options: cfg.OpenAI, Logger: cfg.Logger,
+		SystemFingerprint: "fp_fusion_" + cfg.Version,
+	})
+
+	r := chi.NewRouter()
+	r.Use(requestID, accessLog(cfg.Logger, m), recoverer(cfg.Logger), limitBody(cfg.MaxBodyBytes))
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		openai.WriteError(w, openai.NotFound(r.Method, r.URL.Path))
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		openai.WriteError(w, openai.MethodNotAllowed(r.Method, r.URL.Path))
+	})
+
+	h := &health{engine: cfg.Engine, metrics: m, version: cfg.Version}
+	r.Get("/health", h.health)
+	r.Group(func(r chi.Router) {
+		r.Use(auth(cfg.APIKey))
+		oa.Mount(r)
+		r.Get("/metrics", h.metricsHandler())
+	})
+	return &Router{handler: r, metrics: m}
+}
+
+// ServeHTTP serves a request.
+func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) { rt.handler.ServeHTTP(w, r) }
+
+// Metrics returns the frontend's metrics.
+func (rt *Router) Metrics() *metrics.Metrics { return rt.metrics }
