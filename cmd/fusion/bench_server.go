@@ -22,6 +22,7 @@ import (
 	"fusion/engine"
 	"fusion/engine/chattemplate"
 	"fusion/engine/demo"
+	"fusion/engine/runner"
 	"fusion/engine/sample"
 	"fusion/node"
 )
@@ -59,6 +60,16 @@ type serverBenchResult struct {
 	Duration  string              `json:"duration_per_level"`
 	Levels    []serverBenchLevel  `json:"levels"`
 	Stream    []serverBenchStream `json:"stream"`
+	Cancel    cancelFigures       `json:"cancel"`
+}
+
+// cancelFigures: how long after a streaming client hangs up the engine has
+// stopped generating (its in-flight count is back to 0).
+type cancelFigures struct {
+	Trials int     `json:"trials"`
+	P50ms  float64 `json:"p50_ms"`
+	P99ms  float64 `json:"p99_ms"`
+	MaxMs  float64 `json:"max_ms"`
 }
 
 // benchServer measures the HTTP node against its own engine in the same
@@ -127,7 +138,50 @@ func benchServer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		s.Errors = e1 + e2
 		res.Stream = append(res.Stream, s)
 	}
+	if res.Cancel, err = b.cancelLatency(ctx, n.Runner(), 20); err != nil {
+		return err
+	}
 	return json.NewEncoder(stdout).Encode(res)
+}
+
+// cancelLatency starts long streams, hangs up after the first chunks and
+// times how long the engine takes to stop.
+func (b *serverBench) cancelLatency(ctx context.Context, r *runner.Runner, trials int) (cancelFigures, error) {
+	var lat []time.Duration
+	for range trials {
+		rctx, cancel := context.WithCancel(ctx)
+		body, _ := json.Marshal(map[string]any{
+			"model": "demo", "messages": []any{map[string]any{"role": "user", "content": benchPrompt}},
+			"max_tokens": 4096, "logit_bias": b.noEOS, "stream": true,
+		})
+		req, err := http.NewRequestWithContext(rctx, http.MethodPost, b.url+"/v1/chat/completions", bytes.NewReader(body))
+		if err != nil {
+			cancel()
+			return cancelFigures{}, err
+		}
+		resp, err := b.client.Do(req)
+		if err != nil {
+			cancel()
+			return cancelFigures{}, err
+		}
+		sc := bufio.NewScanner(resp.Body)
+		for i := 0; i < 6 && sc.Scan(); i++ {
+		}
+		start := time.Now()
+		cancel()
+		resp.Body.Close()
+		for r.Stats().InFlight != 0 {
+			if time.Since(start) > 10*time.Second {
+				return cancelFigures{}, fmt.Errorf("the engine did not stop within 10s of the client hanging up")
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	slices.Sort(lat)
+	return cancelFigures{
+		Trials: trials, P50ms: round(ms(lat[len(lat)/2])), P99ms: round(ms(lat[len(lat)*99/100])), MaxMs: round(ms(lat[len(lat)-1])),
+	}, nil
 }
 
 type serverBench struct {
