@@ -209,6 +209,10 @@ func parseNumber(lit string) (any, error) {
 	return f, nil
 }
 
+// Kind names the JSON kind of a value decoded by DecodeJSON, as error
+// messages say it ("a string", "an object", "null", ...).
+func Kind(v any) string { return jsonKind(v) }
+
 func jsonKind(v any) string {
 	switch v.(type) {
 	case nil:

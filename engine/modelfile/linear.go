@@ -3,7 +3,6 @@ package modelfile
 import (
 	"encoding/binary"
 	"fmt"
-	"math"
 	"slices"
 
 	"fusion/engine/tensor"
@@ -126,26 +125,11 @@ func (l *Linear) Dequantize() ([]float32, error) {
 
 // ToFloat32 converts an F32, F16 or BF16 tensor to float32 values.
 func ToFloat32(t tensor.Tensor) ([]float32, error) {
-	d := t.Data
-	switch t.DType {
-	case tensor.F32:
-		out := make([]float32, len(d)/4)
-		for i := range out {
-			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(d[4*i:]))
-		}
-		return out, nil
-	case tensor.F16, tensor.BF16:
-		conv := tensor.BF16ToF32
-		if t.DType == tensor.F16 {
-			conv = tensor.F16ToF32
-		}
-		out := make([]float32, len(d)/2)
-		for i := range out {
-			out[i] = conv(binary.LittleEndian.Uint16(d[2*i:]))
-		}
-		return out, nil
+	out, err := tensor.Floats(t)
+	if err != nil {
+		return nil, fmt.Errorf("modelfile: %w", err)
 	}
-	return nil, fmt.Errorf("modelfile: %s: cannot convert %v to float32", t.Name, t.DType)
+	return out, nil
 }
 
 func isFloat(d tensor.DType) bool { return d == tensor.F32 || d == tensor.F16 || d == tensor.BF16 }

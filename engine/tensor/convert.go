@@ -1,6 +1,10 @@
 package tensor
 
-import "math"
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+)
 
 // BF16ToF32 widens a bfloat16 bit pattern; exact.
 func BF16ToF32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
@@ -78,4 +82,28 @@ func F32ToF16(f float32) uint16 {
 		out++ // may carry into the exponent, which is correct rounding
 	}
 	return sign | uint16(out)
+}
+
+// Floats widens an F32, F16 or BF16 tensor to float32 values (a new slice).
+func Floats(t Tensor) ([]float32, error) {
+	d := t.Data
+	switch t.DType {
+	case F32:
+		out := make([]float32, len(d)/4)
+		for i := range out {
+			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(d[4*i:]))
+		}
+		return out, nil
+	case F16, BF16:
+		conv := BF16ToF32
+		if t.DType == F16 {
+			conv = F16ToF32
+		}
+		out := make([]float32, len(d)/2)
+		for i := range out {
+			out[i] = conv(binary.LittleEndian.Uint16(d[2*i:]))
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("tensor %s: cannot widen %v to float32", t.Name, t.DType)
 }

@@ -308,21 +308,7 @@ func checkResponseFormat(raw json.RawMessage) *Error {
 }
 
 // kindOf names the JSON kind of a value decoded by chattemplate.DecodeJSON.
-func kindOf(v any) string {
-	switch v.(type) {
-	case nil:
-		return "null"
-	case bool:
-		return "a boolean"
-	case string:
-		return "a string"
-	case []any:
-		return "an array"
-	case *chattemplate.Object:
-		return "an object"
-	}
-	return "a number"
-}
+func kindOf(v any) string { return chattemplate.Kind(v) }
 
 func quoteList(xs []string) string {
 	q := make([]string, len(xs))
