@@ -1,0 +1,68 @@
+// Package parser splits generated model text into content, reasoning and
+// tool calls while it streams.
+//
+// A Parser is built per request with New(name, Options) for one model
+// family (qwen3, hermes, qwen3_coder, llama3_json, mistral, deepseek_v3,
+// think, none/passthrough); Detect picks the family from a chat template.
+// Add consumes text as it is decoded and returns only what is certain: a
+// suffix that could still be the start of a tag is held back until it is
+// ruled out, and so is an incomplete UTF-8 sequence, so every emitted
+// string is valid UTF-8 and never contains a partial tag. Finish flushes
+// what is left at the end of generation.
+//
+// Families:
+//
+//   - qwen3, hermes (alias json_tools): <think>…</think> reasoning;
+//     <tool_call>\n{"name": …, "arguments": {…}}\n</tool_call>, any number,
+//     several objects in one block allowed, "arguments" may also be a JSON
+//     string holding an object, "parameters" is accepted; an unpaired
+//     <tool_call> inside reasoning ends the reasoning (Qwen3).
+//   - qwen3_coder (alias qwen3_xml): as qwen3 but the body is
+//     <function=NAME><parameter=KEY>VALUE</parameter>…</function>; values
+//     become JSON numbers/bools/null/objects/arrays when they parse (unless
+//     Options.ParamTypes says "string"), JSON strings otherwise.
+//   - llama3_json: with declared tools only, and only when the output starts
+//     (after whitespace) with "{" or <|python_tag|>: a bare
+//     {"name": …, "parameters"|"arguments": {…}} object, several separated by
+//     ";" or whitespace; otherwise all content. No reasoning.
+//   - mistral: [TOOL_CALLS] followed by a JSON array of {name, arguments}
+//     (or one object), or the newer NAME[ARGS]{…} / NAME[CALL_ID]id[ARGS]{…}
+//     form; text before it is content. No reasoning.
+//   - deepseek_v3: <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json
+//     ARGS```<｜tool▁call▁end｜> (and V3.1's NAME<｜tool▁sep｜>ARGS), the
+//     <｜tool▁calls▁begin｜>/<｜tool▁calls▁end｜> section markers are dropped
+//     (the begin marker also ends reasoning); <think> reasoning as R1 emits.
+//   - think: <think>…</think> reasoning only.
+//   - none, passthrough: everything is content, untouched.
+//
+// <think> opens reasoning anywhere in content; Options.StartInReasoning (see
+// StartInReasoning) starts in reasoning for a prompt that opened the block.
+//
+// Choices shared by all families:
+//
+//   - A tool call is validated when its body is complete (close tag, or the
+//     end of a JSON value for JSON-only formats, or Finish). A body that does
+//     not parse is returned verbatim, tags included, as Content; with
+//     Options.ErrorOnMalformed it is dropped instead and Finish returns an
+//     error wrapping ErrMalformedToolCall. (llama3_json output that is JSON
+//     but not shaped as a call, i.e. without a leading "name" key, is always
+//     content.)
+//   - A call to a name not in Options.Tools is still returned as a call,
+//     with ToolCall.Undeclared set (with no declared tools every call is
+//     flagged). The server decides what to do with it.
+//   - Arguments are always a compact JSON object text ("{}" when absent);
+//     key order and non-ASCII text are preserved as generated.
+//   - Each call is announced by CallDeltas: first one with Index, ID and
+//     Name (empty fragment), then argument fragments of the same Index that
+//     concatenate to ToolCall.Arguments. This is the OpenAI chunk sequence
+//     (id/name first, then argument fragments) and maps to Anthropic's
+//     content_block_start + input_json_delta. By default the deltas come
+//     together with the validated ToolCall; with Options.StreamArguments
+//     (qwen3/hermes, llama3_json, qwen3_coder) the header goes out as soon
+//     as the name is known and fragments follow as the arguments arrive
+//     (JSON compacted on the fly; qwen3_coder one parameter at a time).
+//   - Reasoning is trimmed of surrounding whitespace; content has leading
+//     whitespace trimmed at the start of the output and after </think> or a
+//     tool call, and trailing whitespace before a tool call or <think>
+//     dropped (the passthrough family trims nothing).
+package parser

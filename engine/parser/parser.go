@@ -1,0 +1,221 @@
+package parser
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Parser consumes generated text for one request.
+type Parser interface {
+	// Add consumes the next piece of generated text and returns what can be
+	// emitted with certainty.
+	Add(text string) Output
+	// Finish flushes held-back text at the end of generation. The error is
+	// non-nil only with Options.ErrorOnMalformed and a malformed call.
+	Finish() (Output, error)
+}
+
+// Output is what one Add or Finish call produced.
+type Output struct {
+	Content   string
+	Reasoning string
+	// Calls are the tool calls completed by this step, whole.
+	Calls []ToolCall
+	// CallDeltas stream the same calls: per call one delta with Index, ID and
+	// Name, then argument fragments (ArgumentsFragment) of the same Index.
+	CallDeltas []ToolCallDelta
+}
+
+// Empty reports whether o carries nothing.
+func (o Output) Empty() bool {
+	return o.Content == "" && o.Reasoning == "" && len(o.Calls) == 0 && len(o.CallDeltas) == 0
+}
+
+// ToolCall is one complete tool call.
+type ToolCall struct {
+	Index     int
+	ID        string
+	Name      string
+	Arguments string // compact JSON object text
+	// Undeclared is set when Name is not among Options.Tools.
+	Undeclared bool
+}
+
+// ToolCallDelta is one streaming piece of a tool call. The first delta of an
+// Index carries ID and Name; later ones carry ArgumentsFragment only.
+type ToolCallDelta struct {
+	Index             int
+	ID                string
+	Name              string
+	ArgumentsFragment string
+}
+
+// Options configure a Parser for one request.
+type Options struct {
+	// Tools are the declared tool names.
+	Tools []string
+	// StartInReasoning: the prompt ended inside an opened <think> block (see
+	// StartInReasoning). Ignored by families without reasoning.
+	StartInReasoning bool
+	// ErrorOnMalformed drops malformed tool calls and makes Finish return an
+	// error instead of returning their raw text as content.
+	ErrorOnMalformed bool
+	// StreamArguments streams a call's arguments while it is generated
+	// (qwen3/hermes, llama3_json, qwen3_coder): the header delta goes out as
+	// soon as the name is known, then argument fragments. The call is still
+	// validated at its end; if it then turns out malformed (or disagrees with
+	// what was streamed) it cannot be taken back, so it is dropped and Finish
+	// returns an error wrapping ErrMalformedToolCall. This applies to every
+	// malformed call whose name could be read, however the text was chunked,
+	// so results never depend on chunking; a call whose name could not be
+	// read is handled as without streaming. Without StreamArguments, a call's
+	// deltas all come in the step that completes it. A dropped streamed
+	// call's Index is not reused.
+	StreamArguments bool
+	// ParamTypes optionally maps tool name → parameter name → JSON Schema
+	// type ("string", "integer", …). qwen3_coder keeps a "string" parameter
+	// as a string even when it looks like a number or bool.
+	ParamTypes map[string]map[string]string
+	// NewID generates tool call IDs; nil means NewCallID.
+	NewID func() string
+}
+
+// ErrMalformedToolCall is wrapped by Finish's error under
+// Options.ErrorOnMalformed.
+var ErrMalformedToolCall = errors.New("parser: malformed tool call")
+
+// Family names.
+const (
+	Qwen3       = "qwen3"
+	Hermes      = "hermes"
+	Qwen3Coder  = "qwen3_coder"
+	Llama3JSON  = "llama3_json"
+	Mistral     = "mistral"
+	DeepSeekV3  = "deepseek_v3"
+	Think       = "think"
+	None        = "none"
+	Passthrough = "passthrough"
+)
+
+var registry = map[string]func(Options) Parser{}
+
+// aliases map names other servers use to ours.
+var aliases = map[string]string{
+	"json_tools":  Hermes,
+	"qwen3_xml":   Qwen3Coder,
+	"qwen2.5":     Hermes,
+	"qwen":        Hermes,
+	"llama3":      Llama3JSON,
+	"llama":       Llama3JSON,
+	"deepseek_r1": Think,
+	"deepseek":    DeepSeekV3,
+	"deepseekv3":  DeepSeekV3,
+	"":            None,
+}
+
+// Register adds a family constructor under name.
+func Register(name string, f func(Options) Parser) { registry[name] = f }
+
+// Names lists the registered family names, sorted.
+func Names() []string {
+	var n []string
+	for k := range registry {
+		n = append(n, k)
+	}
+	sort.Strings(n)
+	return n
+}
+
+func canonical(name string) string {
+	n := strings.ToLower(strings.TrimSpace(name))
+	if a, ok := aliases[n]; ok {
+		return a
+	}
+	return n
+}
+
+// New builds the parser of family name (aliases such as json_tools,
+// qwen3_xml and deepseek_r1 are accepted).
+func New(name string, opts Options) (Parser, error) {
+	f, ok := registry[canonical(name)]
+	if !ok {
+		return nil, fmt.Errorf("parser: unknown parser %q", name)
+	}
+	if opts.NewID == nil {
+		opts.NewID = NewCallID
+	}
+	return f(opts), nil
+}
+
+const idAlphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+
+// NewCallID returns "call_" followed by 24 random alphanumeric characters.
+func NewCallID() string {
+	var b [24]byte
+	_, _ = rand.Read(b[:])
+	for i := range b {
+		b[i] = idAlphabet[int(b[i])%len(idAlphabet)]
+	}
+	return "call_" + string(b[:])
+}
+
+// StartInReasoning reports whether a rendered prompt ends inside an opened
+// <think> block: its last <think> comes after its last </think>.
+func StartInReasoning(prompt string) bool {
+	o := strings.LastIndex(prompt, "<think>")
+	return o >= 0 && o > strings.LastIndex(prompt, "</think>")
+}
+
+// Detect chooses a parser name. A non-empty override (e.g. a tokenizer
+// config's tool_parser_type, or an operator setting) wins and is returned in
+// canonical form; otherwise the chat template text decides.
+func Detect(chatTemplate string, override string) string {
+	if strings.TrimSpace(override) != "" {
+		return canonical(override)
+	}
+	t := chatTemplate
+	hasThink := strings.Contains(t, "<think>")
+	switch {
+	case strings.Contains(t, "tool▁calls▁begin"):
+		return DeepSeekV3
+	case strings.Contains(t, "[TOOL_CALLS]"):
+		return Mistral
+	case strings.Contains(t, "<tool_call>") && strings.Contains(t, "<function="):
+		return Qwen3Coder
+	case strings.Contains(t, "<tool_call>"):
+		if hasThink {
+			return Qwen3
+		}
+		return Hermes
+	case strings.Contains(t, "<|python_tag|>") || strings.Contains(t, `"parameters": `) && strings.Contains(t, "<|start_header_id|>"):
+		return Llama3JSON
+	case hasThink:
+		return Think
+	}
+	return None
+}
+
+// Markers lists the marker strings family name relies on: the detokenizer
+// must keep them in the text it hands to the parser even when they are
+// special tokens (e.g. <|python_tag|>, [TOOL_CALLS], DeepSeek's tool tokens).
+func Markers(name string) []string {
+	think := []string{thinkOpen, thinkClose}
+	switch canonical(name) {
+	case Qwen3, Hermes:
+		return append(think, toolCallOpen, toolCallClose)
+	case Qwen3Coder:
+		return append(think, toolCallOpen, toolCallClose)
+	case DeepSeekV3:
+		return append(think, dsCallsBegin, dsCallBegin, dsSep, dsCallEnd, dsCallsEnd)
+	case Llama3JSON:
+		return []string{pythonTag}
+	case Mistral:
+		return []string{mistralCalls, mistralArgs, mistralID}
+	case Think:
+		return think
+	}
+	return nil
+}

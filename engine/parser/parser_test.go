@@ -1,0 +1,544 @@
+package parser
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+
+	"fusion/internal/testenv"
+
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+type result struct {
+	Content, Reasoning string
+	Calls              []ToolCall
+}
+
+type tcase struct {
+	name  string
+	in    string
+	opts  Options
+	want  result
+	err   bool // Finish must fail
+	noTag bool // expected content legitimately contains tags (malformed/passthrough)
+	// streamWant, when set, is the outcome under Options.StreamArguments (a
+	// call that turns out malformed after its name was read: dropped, and
+	// Finish fails).
+	streamWant *result
+}
+
+var tools = []string{"get_weather", "search"}
+
+func call(i int, name, args string) ToolCall {
+	return ToolCall{Index: i, ID: fmt.Sprintf("call_%d", i), Name: name, Arguments: args, Undeclared: name != "get_weather" && name != "search"}
+}
+
+func calls(c ...ToolCall) []ToolCall { return c }
+
+// familyTags are the markers a family's Content/Reasoning must never show.
+var familyTags = map[string][]string{
+	Qwen3:      {"<tool_call>", "</tool_call>", "<think>", "</think>"},
+	Hermes:     {"<tool_call>", "</tool_call>", "<think>", "</think>"},
+	Qwen3Coder: {"<tool_call>", "</tool_call>", "<think>", "</think>", "<function=", "<parameter="},
+	Llama3JSON: {"<|python_tag|>"},
+	Mistral:    {"[TOOL_CALLS]", "[ARGS]"},
+	DeepSeekV3: {dsCallsBegin, dsCallsEnd, dsCallBegin, dsCallEnd, dsSep, "<think>", "</think>"},
+	Think:      {"<think>", "</think>"},
+	None:       nil,
+}
+
+const (
+	wCall   = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"
+	wCall2  = "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": \"rain\", \"n\": 3}}\n</tool_call>"
+	nested  = `{"filter": {"tags": ["a", "b}"], "range": {"min": 1, "max": [2, 3.5, {"x": null}]}}, "q": "x}y{\"z"}`
+	nestedC = `{"filter":{"tags":["a","b}"],"range":{"min":1,"max":[2,3.5,{"x":null}]}},"q":"x}y{\"z"}`
+)
+
+func hermesCases() []tcase {
+	return []tcase{
+		{name: "plain", in: "Hello, world!\nSecond line.", want: result{Content: "Hello, world!\nSecond line."}},
+		{name: "lt not a tag", in: "a < b and <b>bold</b> <tool x", want: result{Content: "a < b and <b>bold</b> <tool x"}},
+		{name: "reasoning then answer", in: "<think>\nLet me think.\nStep 2.\n</think>\n\nThe answer is 4.", want: result{Reasoning: "Let me think.\nStep 2.", Content: "The answer is 4."}},
+		{name: "prompt opened think", in: "I should add.\n</think>\n\n4", opts: Options{StartInReasoning: true}, want: result{Reasoning: "I should add.", Content: "4"}},
+		{name: "empty think", in: "<think>\n\n</think>\n\nHi", want: result{Content: "Hi"}},
+		{name: "one call", in: wCall, want: result{Calls: calls(call(0, "get_weather", `{"city":"Paris"}`))}},
+		{name: "several calls", in: wCall + "\n" + wCall2, want: result{Calls: calls(call(0, "get_weather", `{"city":"Paris"}`), call(1, "search", `{"q":"rain","n":3}`))}},
+		{name: "calls after reasoning", in: "<think>\nNeed weather.\n</think>\n\n" + wCall + "\n" + wCall2, want: result{Reasoning: "Need weather.", Calls: calls(call(0, "get_weather", `{"city":"Paris"}`), call(1, "search", `{"q":"rain","n":3}`))}},
+		{name: "text before call", in: "Let me check.\n\n" + wCall, want: result{Content: "Let me check.", Calls: calls(call(0, "get_weather", `{"city":"Paris"}`))}},
+		{name: "text after call", in: wCall + "\nDone.", want: result{Content: "Done.", Calls: calls(call(0, "get_weather", `{"city":"Paris"}`))}},
+		{streamWant: &result{Content: "Hi"}, name: "malformed json", noTag: true, in: "Hi\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": }\n</tool_call>",
+			want: result{Content: "Hi<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": }\n</tool_call>"}},
+		{streamWant: &result{Content: "Hi"}, name: "malformed json error", err: true, opts: Options{ErrorOnMalformed: true}, in: "Hi\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": }\n</tool_call>", want: result{Content: "Hi"}},
+		{name: "undeclared tool", in: "<tool_call>\n{\"name\": \"launch\", \"arguments\": {}}\n</tool_call>", want: result{Calls: calls(call(0, "launch", `{}`))}},
+		{name: "unicode arguments", in: "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": \"Zürich 東京 🌍 \\u00e9\"}}\n</tool_call>", want: result{Calls: calls(call(0, "search", `{"q":"Zürich 東京 🌍 \u00e9"}`))}},
+		{name: "unicode content", in: "<think>Größe 🌍</think>日本語のテキスト 🎉", want: result{Reasoning: "Größe 🌍", Content: "日本語のテキスト 🎉"}},
+		{name: "nested arguments", in: "<tool_call>\n{\"name\": \"search\", \"arguments\": " + nested + "}\n</tool_call>", want: result{Calls: calls(call(0, "search", nestedC))}},
+		{name: "two objects in one block", in: "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n{\"name\": \"search\", \"arguments\": {\"q\": \"rain\", \"n\": 3}}\n</tool_call>", want: result{Calls: calls(call(0, "get_weather", `{"city":"Paris"}`), call(1, "search", `{"q":"rain","n":3}`))}},
+		{name: "arguments as string", in: "<tool_call>\n{\"name\": \"search\", \"arguments\": \"{\\\"q\\\": 1}\"}\n</tool_call>", want: result{Calls: calls(call(0, "search", `{"q":1}`))}},
+		{name: "unpaired tool_call ends reasoning", opts: Options{StartInReasoning: true}, in: "I need the weather.\n\n" + wCall, want: result{Reasoning: "I need the weather.", Calls: calls(call(0, "get_weather", `{"city":"Paris"}`))}},
+		{name: "unterminated valid call", in: "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n", want: result{Calls: calls(call(0, "get_weather", `{"city":"Paris"}`))}},
+		{name: "truncated call", noTag: true, in: "<tool_call>\n{\"name\": \"get_weath", want: result{Content: "<tool_call>\n{\"name\": \"get_weath"}},
+		{name: "partial tag at end", noTag: true, in: "Done <tool_ca", want: result{Content: "Done <tool_ca"}},
+	}
+}
+
+func coderCases() []tcase {
+	c1 := "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>"
+	c2 := "<tool_call>\n<function=search>\n<parameter=q>\nline1\nline2 <b> & \"quoted\"\n</parameter>\n</function>\n</tool_call>"
+	return []tcase{
+		{name: "plain", in: "Just text.", want: result{Content: "Just text."}},
+		{name: "reasoning then answer", in: "<think>\nhmm\n</think>\n\nAnswer.", want: result{Reasoning: "hmm", Content: "Answer."}},
+		{name: "prompt opened think", opts: Options{StartInReasoning: true}, in: "hmm\n</think>\n\nAnswer.", want: result{Reasoning: "hmm", Content: "Answer."}},
+		{name: "one call", in: c1, want: result{Calls: calls(call(0, "get_weather", `{"city":"Paris","days":3}`))}},
+		{name: "several calls", in: c1 + "\n" + c2, want: result{Calls: calls(call(0, "get_weather", `{"city":"Paris","days":3}`), call(1, "search", `{"q":"line1\nline2 <b> & \"quoted\""}`))}},
+		{name: "calls after reasoning", in: "<think>\nweather\n</think>\n\n" + c1, want: result{Reasoning: "weather", Calls: calls(call(0, "get_weather", `{"city":"Paris","days":3}`))}},
+		{name: "text before call", in: "Checking.\n" + c1, want: result{Content: "Checking.", Calls: calls(call(0, "get_weather", `{"city":"Paris","days":3}`))}},
+		{name: "typed values", in: "<tool_call>\n<function=search>\n<parameter=flag>\ntrue\n</parameter>\n<parameter=n>\n-1.5e3\n</parameter>\n<parameter=zip>\n007\n</parameter>\n<parameter=obj>\n" + nested + "\n</parameter>\n<parameter=none>\nnull\n</parameter>\n<parameter=s>\n\"q\"\n</parameter>\n</function>\n</tool_call>",
+			want: result{Calls: calls(call(0, "search", `{"flag":true,"n":-1.5e3,"zip":"007","obj":`+nestedC+`,"none":null,"s":"\"q\""}`))}},
+		{name: "schema string types", opts: Options{ParamTypes: map[string]map[string]string{"search": {"zip": "string", "flag": "string", "n": "integer"}}},
+			in:   "<tool_call>\n<function=search>\n<parameter=zip>\n12345\n</parameter>\n<parameter=flag>\ntrue\n</parameter>\n<parameter=n>\n7\n</parameter>\n</function>\n</tool_call>",
+			want: result{Calls: calls(call(0, "search", `{"zip":"12345","flag":"true","n":7}`))}},
+		{streamWant: &result{}, name: "malformed", noTag: true, in: "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</tool_call>", want: result{Content: "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</tool_call>"}},
+		{name: "undeclared tool", in: "<tool_call>\n<function=rm_rf>\n</function>\n</tool_call>", want: result{Calls: calls(call(0, "rm_rf", `{}`))}},
+		{name: "unicode arguments", in: "<tool_call>\n<function=search>\n<parameter=q>\nZürich 東京 🌍\n</parameter>\n</function>\n</tool_call>", want: result{Calls: calls(call(0, "search", `{"q":"Zürich 東京 🌍"}`))}},
+		{name: "unpaired tool_call ends reasoning", opts: Options{StartInReasoning: true}, in: "plan\n" + c1, want: result{Reasoning: "plan", Calls: calls(call(0, "get_weather", `{"city":"Paris","days":3}`))}},
+	}
+}
+
+func llamaCases() []tcase {
+	o := Options{Tools: tools}
+	return []tcase{
+		{name: "plain", opts: o, in: "The capital is Paris.", want: result{Content: "The capital is Paris."}},
+		{name: "one call", opts: o, in: `{"name": "get_weather", "parameters": {"city": "Paris"}}`, want: result{Calls: calls(call(0, "get_weather", `{"city":"Paris"}`))}},
+		{name: "python tag", opts: o, in: `<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}`, want: result{Calls: calls(call(0, "get_weather", `{"city":"Paris"}`))}},
+		{name: "leading whitespace, arguments key", opts: o, in: "\n\n  {\"name\": \"search\", \"arguments\": {\"q\": \"x\"}}\n", want: result{Calls: calls(call(0, "search", `{"q":"x"}`))}},
+		{name: "several calls", opts: o, in: `{"name": "get_weather", "parameters": {"city": "Paris"}}; {"name": "search", "parameters": {"q": "rain", "n": 3}}`, want: result{Calls: calls(call(0, "get_weather", `{"city":"Paris"}`), call(1, "search", `{"q":"rain","n":3}`))}},
+		{name: "text before call", opts: o, in: `Sure: {"name": "get_weather", "parameters": {"city": "Paris"}}`, want: result{Content: `Sure: {"name": "get_weather", "parameters": {"city": "Paris"}}`}},
+		{streamWant: &result{}, name: "malformed", opts: o, in: `{"name": "get_weather", "parameters": {"city": "Paris"}`, want: result{Content: `{"name": "get_weather", "parameters": {"city": "Paris"}`}},
+		{name: "not a call", opts: o, in: `{"answer": 42} is the JSON`, want: result{Content: `{"answer": 42} is the JSON`}},
+		{name: "not a call, strict", opts: Options{Tools: tools, ErrorOnMalformed: true}, in: `{"answer": 42} is the JSON`, want: result{Content: `{"answer": 42} is the JSON`}},
+		{streamWant: &result{}, name: "malformed, strict", err: true, opts: Options{Tools: tools, ErrorOnMalformed: true}, in: `{"name": "get_weather", "parameters": {"city": }}`, want: result{}},
+		{name: "undeclared tool", opts: o, in: `{"name": "launch", "parameters": {}}`, want: result{Calls: calls(call(0, "launch", `{}`))}},
+		{name: "unicode arguments", opts: o, in: `{"name": "search", "parameters": {"q": "Zürich 東京 🌍"}}`, want: result{Calls: calls(call(0, "search", `{"q":"Zürich 東京 🌍"}`))}},
+		{name: "nested arguments", opts: o, in: `{"name": "search", "parameters": ` + nested + `}`, want: result{Calls: calls(call(0, "search", nestedC))}},
+		{name: "no tools declared", in: `{"name": "get_weather", "parameters": {"city": "Paris"}}`, want: result{Content: `{"name": "get_weather", "parameters": {"city": "Paris"}}`}},
+		{name: "builtin python call", opts: o, noTag: true, in: `<|python_tag|>brave_search.call(query="x")`, want: result{Content: `<|python_tag|>brave_search.call(query="x")`}},
+		{name: "think ignored", opts: Options{Tools: tools, StartInReasoning: true}, in: "Hi <think>", want: result{Content: "Hi <think>"}},
+	}
+}
+
+func mistralCases() []tcase {
+	a := `[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}]`
+	return []tcase{
+		{name: "plain", in: "Bonjour [1, 2] [TOOL", want: result{Content: "Bonjour [1, 2] [TOOL"}},
+		{name: "one call", in: a, want: result{Calls: calls(call(0, "get_weather", `{"city":"Paris"}`))}},
+		{name: "several calls", in: `[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris"}, "id": "abc123def"}, {"name": "search", "arguments": {"q": "rain", "n": 3}}]`, want: result{Calls: calls(call(0, "get_weather", `{"city":"Paris"}`), call(1, "search", `{"q":"rain","n":3}`))}},
+		{name: "text before call", in: "Let me check.\n" + a, want: result{Content: "Let me check.", Calls: calls(call(0, "get_weather", `{"city":"Paris"}`))}},
+		{name: "name args form", in: `[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]search[CALL_ID]a1b2c3d4e[ARGS]{"q": "x"}`, want: result{Calls: calls(call(0, "get_weather", `{"city":"Paris"}`), call(1, "search", `{"q":"x"}`))}},
+		{name: "malformed", noTag: true, in: `[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": }}]`, want: result{Content: `[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": }}]`}},
+		{name: "undeclared tool", in: `[TOOL_CALLS][{"name": "launch", "arguments": {}}]`, want: result{Calls: calls(call(0, "launch", `{}`))}},
+		{name: "unicode arguments", in: `[TOOL_CALLS][{"name": "search", "arguments": {"q": "Zürich 東京 🌍"}}]`, want: result{Calls: calls(call(0, "search", `{"q":"Zürich 東京 🌍"}`))}},
+		{name: "nested arguments", in: `[TOOL_CALLS][{"name": "search", "arguments": ` + nested + `}]`, want: result{Calls: calls(call(0, "search", nestedC))}},
+	}
+}
+
+func deepseekCases() []tcase {
+	c := func(name, args string) string {
+		return dsCallBegin + "function" + dsSep + name + "\n```json\n" + args + "\n```" + dsCallEnd
+	}
+	return []tcase{
+		{name: "plain", in: "Hello <｜tool", noTag: true, want: result{Content: "Hello <｜tool"}},
+		{name: "reasoning then answer", in: "<think>\nhmm\n</think>\n\nFour.", want: result{Reasoning: "hmm", Content: "Four."}},
+		{name: "prompt opened think", opts: Options{StartInReasoning: true}, in: "hmm\n</think>\n\nFour.", want: result{Reasoning: "hmm", Content: "Four."}},
+		{name: "one call", in: dsCallsBegin + c("get_weather", `{"city": "Paris"}`) + dsCallsEnd, want: result{Calls: calls(call(0, "get_weather", `{"city":"Paris"}`))}},
+		{name: "several calls", in: dsCallsBegin + c("get_weather", `{"city": "Paris"}`) + "\n" + c("search", `{"q": "rain", "n": 3}`) + dsCallsEnd, want: result{Calls: calls(call(0, "get_weather", `{"city":"Paris"}`), call(1, "search", `{"q":"rain","n":3}`))}},
+		{name: "calls after reasoning", in: "<think>plan</think>\n\nChecking.\n\n" + dsCallsBegin + c("get_weather", `{"city": "Paris"}`) + dsCallsEnd, want: result{Reasoning: "plan", Content: "Checking.", Calls: calls(call(0, "get_weather", `{"city":"Paris"}`))}},
+		{name: "v3.1 form", in: dsCallsBegin + dsCallBegin + "search" + dsSep + `{"q": "x"}` + dsCallEnd + dsCallsEnd, want: result{Calls: calls(call(0, "search", `{"q":"x"}`))}},
+		{name: "malformed", noTag: true, in: dsCallsBegin + c("get_weather", `{"city": `) + dsCallsEnd, want: result{Content: c("get_weather", `{"city": `)}},
+		{name: "undeclared tool", in: dsCallsBegin + c("launch", `{}`) + dsCallsEnd, want: result{Calls: calls(call(0, "launch", `{}`))}},
+		{name: "unicode and nested", in: dsCallsBegin + c("search", nested) + c("search", `{"q": "東京 🌍"}`) + dsCallsEnd, want: result{Calls: calls(call(0, "search", nestedC), call(1, "search", `{"q":"東京 🌍"}`))}},
+		{name: "calls straight from reasoning", opts: Options{StartInReasoning: true}, in: "plan\n" + dsCallsBegin + c("search", `{"q": "x"}`) + dsCallsEnd, want: result{Reasoning: "plan", Calls: calls(call(0, "search", `{"q":"x"}`))}},
+	}
+}
+
+func thinkCases() []tcase {
+	return []tcase{
+		{name: "plain", in: "Hi there", want: result{Content: "Hi there"}},
+		{name: "reasoning then answer", in: "<think>\nA\n</think>\n\nB", want: result{Reasoning: "A", Content: "B"}},
+		{name: "prompt opened think", opts: Options{StartInReasoning: true}, in: "A\n</think>\nB", want: result{Reasoning: "A", Content: "B"}},
+		{name: "truncated reasoning", opts: Options{StartInReasoning: true}, in: "A still thinking </thi", want: result{Reasoning: "A still thinking </thi"}},
+		{name: "tool tags are content", noTag: true, in: wCall, want: result{Content: wCall}},
+	}
+}
+
+func noneCases() []tcase {
+	return []tcase{
+		{name: "everything is content", noTag: true, in: "  <think>x</think>\n" + wCall + " \n", opts: Options{StartInReasoning: true, Tools: tools}, want: result{Content: "  <think>x</think>\n" + wCall + " \n"}},
+	}
+}
+
+var allCases = map[string][]tcase{
+	Qwen3: hermesCases(), Hermes: hermesCases(), Qwen3Coder: coderCases(), Llama3JSON: llamaCases(),
+	Mistral: mistralCases(), DeepSeekV3: deepseekCases(), Think: thinkCases(), None: noneCases(), Passthrough: noneCases(),
+}
+
+// run feeds chunks to a fresh parser and checks per-output invariants.
+func run(t *testing.T, family string, tc tcase, chunks []string) (result, error) {
+	t.Helper()
+	opts := tc.opts
+	if opts.Tools == nil && family != Llama3JSON {
+		opts.Tools = tools
+	}
+	n := 0
+	opts.NewID = func() string { n++; return fmt.Sprintf("call_%d", n-1) }
+	p, err := New(family, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r result
+	frags := map[int]string{}
+	seen := map[int]ToolCallDelta{}
+	check := func(o Output) {
+		for _, s := range []string{o.Content, o.Reasoning} {
+			if !utf8.ValidString(s) {
+				t.Fatalf("invalid UTF-8 emitted: %q", s)
+			}
+			if !tc.noTag {
+				for _, tag := range familyTags[family] {
+					if strings.Contains(s, tag) {
+						t.Fatalf("emitted %q contains tag %q", s, tag)
+					}
+				}
+			}
+		}
+		r.Content += o.Content
+		r.Reasoning += o.Reasoning
+		r.Calls = append(r.Calls, o.Calls...)
+		for _, d := range o.CallDeltas {
+			if _, ok := seen[d.Index]; !ok {
+				if d.ID == "" || d.Name == "" {
+					t.Fatalf("first delta of %d lacks id/name: %+v", d.Index, d)
+				}
+				seen[d.Index] = d
+			} else if d.ID != "" || d.Name != "" {
+				t.Fatalf("repeated id/name in delta %+v", d)
+			}
+			frags[d.Index] += d.ArgumentsFragment
+		}
+	}
+	for _, c := range chunks {
+		check(p.Add(c))
+	}
+	o, ferr := p.Finish()
+	check(o)
+	// A streamed call that broke keeps its announced index; otherwise every
+	// announced index is a call.
+	if len(seen) != len(r.Calls) && !(opts.StreamArguments && ferr != nil) {
+		t.Fatalf("%d delta indexes for %d calls", len(seen), len(r.Calls))
+	}
+	for _, c := range r.Calls {
+		d := seen[c.Index]
+		if d.ID != c.ID || d.Name != c.Name || frags[c.Index] != c.Arguments {
+			t.Fatalf("deltas %+v / %q disagree with call %+v", d, frags[c.Index], c)
+		}
+	}
+	return r, ferr
+}
+
+func TestFamilies(t *testing.T) { testFamilies(t, false) }
+
+// TestFamiliesStreaming repeats every case with argument streaming on: the
+// results, and the deltas' concatenation, must not change.
+func TestFamiliesStreaming(t *testing.T) { testFamilies(t, true) }
+
+func testFamilies(t *testing.T, stream bool) {
+	total := 0
+	for family, cases := range allCases {
+		for _, tc := range cases {
+			if stream && tc.streamWant != nil {
+				tc.want, tc.err = *tc.streamWant, true
+			}
+			tc.opts.StreamArguments = stream
+			total++
+			t.Run(family+"/"+tc.name, func(t *testing.T) {
+				check := func(mode string, chunks []string) {
+					t.Helper()
+					got, err := run(t, family, tc, chunks)
+					if (err != nil) != tc.err {
+						t.Fatalf("%s: err = %v, want error %v", mode, err, tc.err)
+					}
+					if err != nil && !errors.Is(err, ErrMalformedToolCall) {
+						t.Fatalf("%s: err %v does not wrap ErrMalformedToolCall", mode, err)
+					}
+					if !reflect.DeepEqual(got, tc.want) {
+						t.Fatalf("%s:\n got %#v\nwant %#v", mode, got, tc.want)
+					}
+				}
+				check("whole", []string{tc.in})
+				for i := 0; i <= len(tc.in); i++ {
+					check(fmt.Sprintf("split@%d", i), []string{tc.in[:i], tc.in[i:]})
+				}
+				bytes := make([]string, len(tc.in))
+				for i := 0; i < len(tc.in); i++ {
+					bytes[i] = tc.in[i : i+1]
+				}
+				check("bytewise", bytes)
+			})
+		}
+	}
+	t.Logf("%d cases", total)
+}
+
+func TestDetect(t *testing.T) {
+	for _, c := range []struct{ tmpl, override, want string }{
+		{`{%- if tools %}<tools>{{ tool | tojson }}</tools> <tool_call>\n{"name": {{ tool_call.name }}, "arguments": {{ tool_call.arguments | tojson }}}</tool_call>{% endif %}<think>`, "", Qwen3},
+		{`<tool_call>\n{{ tool_call.name }} {{ tool_call.arguments }}</tool_call>`, "", Hermes},
+		{`<tool_call>\n<function={{ tool_call.name }}>\n<parameter=`, "", Qwen3Coder},
+		{`<|start_header_id|>user<|end_header_id|>\n\nRespond in the format {"name": function name, "parameters": dictionary of argument name and its value}`, "", Llama3JSON},
+		{`{{- "<|python_tag|>" + tool_call.name }}`, "", Llama3JSON},
+		{`[AVAILABLE_TOOLS]{{ tools }}[/AVAILABLE_TOOLS] [TOOL_CALLS]`, "", Mistral},
+		{`{{'<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>'}}`, "", DeepSeekV3},
+		{`{{ '<think>\n' }}`, "", Think},
+		{`{{ message.content }}`, "", None},
+		{`<tool_call>`, "json_tools", Hermes},
+		{`<tool_call>`, "qwen3_xml", Qwen3Coder},
+		{``, "Mistral", Mistral},
+	} {
+		if got := Detect(c.tmpl, c.override); got != c.want {
+			t.Errorf("Detect(%q, %q) = %q, want %q", c.tmpl, c.override, got, c.want)
+		}
+		if _, err := New(Detect(c.tmpl, c.override), Options{}); err != nil {
+			t.Error(err)
+		}
+	}
+	if _, err := New("bogus", Options{}); err == nil {
+		t.Error("New(bogus) succeeded")
+	}
+}
+
+func TestStartInReasoning(t *testing.T) {
+	for in, want := range map[string]bool{
+		"<|im_start|>assistant\n<think>\n":               true,
+		"<|im_start|>assistant\n<think>\n\n</think>\n\n": false,
+		"<think>a</think> x <|im_start|>assistant\n":     false,
+		"<think>a</think><|Assistant|><think>\n":         true,
+		"plain":                                          false,
+	} {
+		if got := StartInReasoning(in); got != want {
+			t.Errorf("StartInReasoning(%q) = %v", in, got)
+		}
+	}
+}
+
+func TestCallIDs(t *testing.T) {
+	id := NewCallID()
+	if len(id) != len("call_")+24 || !strings.HasPrefix(id, "call_") || id == NewCallID() {
+		t.Fatalf("bad id %q", id)
+	}
+	p, _ := New(Qwen3, Options{Tools: tools})
+	o := p.Add(wCall)
+	if len(o.Calls) != 1 || !strings.HasPrefix(o.Calls[0].ID, "call_") || o.Calls[0].Undeclared {
+		t.Fatalf("%+v", o)
+	}
+}
+
+func TestDetectRealTemplates(t *testing.T) {
+	for fixture, want := range map[string]string{"qwen3": Qwen3, "llama3_1": None /* this fixture's template has no tools */, "llama3_2": Llama3JSON, "deepseek_v3": DeepSeekV3} {
+		dir := testenv.TokenizerDir(t, fixture)
+		raw, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cfg struct {
+			ChatTemplate json.RawMessage `json:"chat_template"`
+		}
+		if err := json.Unmarshal(raw, &cfg); err != nil {
+			t.Fatal(err)
+		}
+		var tmpl string
+		if json.Unmarshal(cfg.ChatTemplate, &tmpl) != nil {
+			var named []struct{ Template string }
+			if err := json.Unmarshal(cfg.ChatTemplate, &named); err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range named {
+				tmpl += n.Template
+			}
+		}
+		if got := Detect(tmpl, ""); got != want {
+			t.Errorf("%s: Detect = %q, want %q", fixture, got, want)
+		}
+	}
+}
+
+func TestMarkers(t *testing.T) {
+	for _, n := range Names() {
+		for _, m := range Markers(n) {
+			if m == "" {
+				t.Errorf("%s: empty marker", n)
+			}
+		}
+	}
+	if len(Markers(DeepSeekV3)) != 7 || len(Markers(None)) != 0 {
+		t.Error("markers")
+	}
+}
+
+// A long call fed in token-sized chunks must stay cheap (no quadratic
+// blow-up that matters at realistic sizes).
+func BenchmarkLongCall(b *testing.B)          { benchLongCall(b, false) }
+func BenchmarkLongCallStreaming(b *testing.B) { benchLongCall(b, true) }
+
+func benchLongCall(b *testing.B, stream bool) {
+	args := `{"code": "` + strings.Repeat(`print(\"hello\")\n`, 1500) + `"}`
+	in := "<think>\n" + strings.Repeat("thinking ", 2000) + "\n</think>\n\n<tool_call>\n{\"name\": \"search\", \"arguments\": " + args + "}\n</tool_call>"
+	b.SetBytes(int64(len(in)))
+	for b.Loop() {
+		p, _ := New(Qwen3, Options{Tools: tools, StreamArguments: stream})
+		for i := 0; i < len(in); i += 4 {
+			p.Add(in[i:min(i+4, len(in))])
+		}
+		if o, err := p.Finish(); err != nil || o.Content != "" {
+			b.Fatal(err, o.Content)
+		}
+	}
+}
+
+// TestStreamIncremental: with StreamArguments the header goes out before the
+// call is complete and arguments arrive in several fragments.
+func TestStreamIncremental(t *testing.T) {
+	for _, c := range []struct{ family, in, args string }{
+		{Qwen3, wCall2, `{"q":"rain","n":3}`},
+		{Llama3JSON, `{"name": "search", "parameters": {"q": "Zürich 🌍", "n": [1, {"a": 2}]}}`, `{"q":"Zürich 🌍","n":[1,{"a":2}]}`},
+		{Qwen3Coder, "<tool_call>\n<function=search>\n<parameter=q>\nrain\n</parameter>\n<parameter=n>\n3\n</parameter>\n</function>\n</tool_call>", `{"q":"rain","n":3}`},
+	} {
+		p, _ := New(c.family, Options{Tools: tools, StreamArguments: true})
+		var frags []string
+		header := -1
+		for i := 0; i < len(c.in); i++ {
+			o := p.Add(c.in[i : i+1])
+			for _, d := range o.CallDeltas {
+				if d.Name != "" && header < 0 {
+					header = i
+				}
+				if d.ArgumentsFragment != "" {
+					if !utf8.ValidString(d.ArgumentsFragment) {
+						t.Errorf("%s: invalid UTF-8 fragment %q", c.family, d.ArgumentsFragment)
+					}
+					frags = append(frags, d.ArgumentsFragment)
+				}
+			}
+		}
+		if _, err := p.Finish(); err != nil {
+			t.Fatal(err)
+		}
+		if header < 0 || header > len(c.in)-20 || len(frags) < 3 || strings.Join(frags, "") != c.args {
+			t.Errorf("%s: header at %d of %d, fragments %q", c.family, header, len(c.in), frags)
+		}
+	}
+}
+
+// TestStreamMalformed: a call that breaks after streaming began is dropped
+// (its header and fragments are already out) and Finish reports it.
+func TestStreamMalformed(t *testing.T) {
+	in := "Hi\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": }\n</tool_call>\nBye"
+	for _, chunk := range []int{1, 7, len(in)} {
+		p, _ := New(Qwen3, Options{Tools: tools, StreamArguments: true})
+		var content string
+		var deltas, calls int
+		for i := 0; i < len(in); i += chunk {
+			o := p.Add(in[i:min(i+chunk, len(in))])
+			content += o.Content
+			deltas += len(o.CallDeltas)
+			calls += len(o.Calls)
+		}
+		o, err := p.Finish()
+		content += o.Content
+		if !errors.Is(err, ErrMalformedToolCall) || content != "HiBye" || calls != 0 {
+			t.Errorf("chunk %d: content %q, %d calls, err %v", chunk, content, calls, err)
+		}
+		if deltas == 0 {
+			t.Errorf("chunk %d: nothing was streamed", chunk)
+		}
+	}
+}
+
+func TestHoldBack(t *testing.T) {
+	p, _ := New(Qwen3, Options{Tools: tools})
+	steps := []struct{ in, content string }{
+		{"Hello <tool_", "Hello"},
+		{"x> and <", " <tool_x> and"},
+		{"/b", " </b"},
+		{"<th", ""},
+		{"ink>", ""},
+	}
+	for _, s := range steps {
+		if o := p.Add(s.in); o.Content != s.content {
+			t.Fatalf("Add(%q).Content = %q, want %q", s.in, o.Content, s.content)
+		}
+	}
+	if o := p.Add("deep\n</think>\n\nok"); o.Reasoning != "deep" || o.Content != "ok" {
+		t.Fatalf("%+v", o)
+	}
+}
+
+// collect feeds chunks and returns the concatenated result.
+func collect(family string, opts Options, chunks []string) (result, bool) {
+	n := 0
+	opts.NewID = func() string { n++; return fmt.Sprintf("call_%d", n-1) }
+	p, err := New(family, opts)
+	if err != nil {
+		panic(err)
+	}
+	var r result
+	valid := true
+	add := func(o Output) {
+		valid = valid && utf8.ValidString(o.Content) && utf8.ValidString(o.Reasoning)
+		r.Content += o.Content
+		r.Reasoning += o.Reasoning
+		r.Calls = append(r.Calls, o.Calls...)
+	}
+	for _, c := range chunks {
+		add(p.Add(c))
+	}
+	o, _ := p.Finish()
+	add(o)
+	return r, valid
+}
+
+// FuzzChunking: for any text and any family, feeding it whole, byte by byte
+// or in two pieces gives the same result, and valid UTF-8 stays valid.
+func FuzzChunking(f *testing.F) {
+	for _, cases := range allCases {
+		for _, tc := range cases {
+			f.Add(tc.in, uint(len(tc.in)/2), false)
+		}
+	}
+	f.Fuzz(func(t *testing.T, in string, cut uint, stream bool) {
+		cut %= uint(len(in) + 1)
+		for _, family := range Names() {
+			opts := Options{Tools: tools, StreamArguments: stream, StartInReasoning: cut%2 == 1}
+			whole, valid := collect(family, opts, []string{in})
+			bytes := make([]string, len(in))
+			for i := 0; i < len(in); i++ {
+				bytes[i] = in[i : i+1]
+			}
+			for _, chunks := range [][]string{bytes, {in[:cut], in[cut:]}} {
+				got, v := collect(family, opts, chunks)
+				if !reflect.DeepEqual(got, whole) {
+					t.Fatalf("%s: chunked %q\n got %#v\nwant %#v", family, chunks, got, whole)
+				}
+				valid = valid && v
+			}
+			if utf8.ValidString(in) && !valid {
+				t.Fatalf("%s: invalid UTF-8 emitted for %q", family, in)
+			}
+		}
+	})
+}
