@@ -136,8 +136,8 @@ func limitBody(limit int64) func(http.Handler) http.Handler {
 // auth requires the API key, when one is set, as a bearer token or in
 // x-api-key (the Anthropic dialect's header). Keys are compared in
 // constant time over their SHA-256 digests, so neither content nor length
-// leaks through timing.
-func auth(key string) func(http.Handler) http.Handler {
+// leaks through timing. deny writes the 401 in the dialect's shape.
+func auth(key string, deny func(w http.ResponseWriter, msg string)) func(http.Handler) http.Handler {
 	want := sha256.Sum256([]byte(key))
 	return func(next http.Handler) http.Handler {
 		if key == "" {
@@ -146,18 +146,21 @@ func auth(key string) func(http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			got, ok := presentedKey(r)
 			if !ok {
-				openai.WriteError(w, openai.Unauthorized("You didn't provide an API key. Send it as 'Authorization: Bearer KEY' (or in the 'x-api-key' header)."))
+				deny(w, "You didn't provide an API key. Send it as 'Authorization: Bearer KEY' (or in the 'x-api-key' header).")
 				return
 			}
 			sum := sha256.Sum256([]byte(got))
 			if subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
-				openai.WriteError(w, openai.Unauthorized("Incorrect API key provided."))
+				deny(w, "Incorrect API key provided.")
 				return
 			}
 			next.ServeHTTP(w, r)
 		})
 	}
 }
+
+// openaiDeny answers an authentication failure in OpenAI's shape.
+func openaiDeny(w http.ResponseWriter, msg string) { openai.WriteError(w, openai.Unauthorized(msg)) }
 
 func presentedKey(r *http.Request) (string, bool) {
 	if h := r.Header.Get("Authorization"); h != "" {

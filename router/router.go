@@ -7,6 +7,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"fusion/engine"
+	"fusion/router/anthropic"
 	"fusion/router/metrics"
 	"fusion/router/openai"
 )
@@ -53,6 +54,9 @@ func New(cfg Config) *Router {
 		Engine: cfg.Engine, Metrics: m, Options: cfg.OpenAI, Logger: cfg.Logger,
 		SystemFingerprint: "fp_fusion_" + cfg.Version,
 	})
+	an := anthropic.New(anthropic.Config{
+		Engine: cfg.Engine, Metrics: m, Options: anthropic.Options{MaxTokens: cfg.OpenAI.MaxTokens}, Logger: cfg.Logger,
+	})
 
 	r := chi.NewRouter()
 	r.Use(requestID, accessLog(cfg.Logger, m), recoverer(cfg.Logger), limitBody(cfg.MaxBodyBytes))
@@ -66,9 +70,13 @@ func New(cfg Config) *Router {
 	h := &health{engine: cfg.Engine, metrics: m, version: cfg.Version}
 	r.Get("/health", h.health)
 	r.Group(func(r chi.Router) {
-		r.Use(auth(cfg.APIKey))
+		r.Use(auth(cfg.APIKey, openaiDeny))
 		oa.Mount(r)
 		r.Get("/metrics", h.metricsHandler())
+	})
+	r.Group(func(r chi.Router) {
+		r.Use(auth(cfg.APIKey, anthropic.Deny)) // 401s in Anthropic's shape
+		an.Mount(r)
 	})
 	return &Router{handler: r, metrics: m}
 }

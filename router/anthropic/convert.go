@@ -1,0 +1,666 @@
+package anthropic
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"fusion/engine"
+	"fusion/engine/chattemplate"
+	"fusion/engine/sample"
+)
+
+// Options are the settings of the Anthropic dialect.
+type Options struct {
+	// MaxTokens caps max_tokens: a larger request is clamped to it (Claude
+	// clients send their model's output limit, often far above a local
+	// node's). 0: no cap here.
+	MaxTokens int
+}
+
+// Limits of request fields.
+const (
+	maxStops          = 64   // stop_sequences
+	minThinkingBudget = 1024 // thinking.budget_tokens, as Anthropic
+)
+
+// plan is a checked request: the engine request and how to answer.
+type plan struct {
+	req    *engine.Request
+	stream bool
+}
+
+// toPlan checks a messages request and converts it into an engine request.
+func (req *MessagesRequest) toPlan(opts Options, id string) (*plan, *Error) {
+	if req.Model == "" {
+		return nil, missing("model")
+	}
+	if req.MaxTokens == nil {
+		return nil, missing("max_tokens")
+	}
+	if *req.MaxTokens < 1 {
+		return nil, invalid("max_tokens: Input should be greater than or equal to 1")
+	}
+	base, err := req.prompt(id)
+	if err != nil {
+		return nil, err
+	}
+	base.MaxTokens = *req.MaxTokens
+	if opts.MaxTokens > 0 && base.MaxTokens > opts.MaxTokens {
+		base.MaxTokens = opts.MaxTokens
+	}
+	if base.EnableThinking, err = parseThinking(req.Thinking, *req.MaxTokens); err != nil {
+		return nil, err
+	}
+	if base.Stop, err = parseStopSequences(req.StopSequences); err != nil {
+		return nil, err
+	}
+	if base.Sampling, err = req.samplingParams(); err != nil {
+		return nil, err
+	}
+	if err := checkMetadata(req.Metadata); err != nil {
+		return nil, err
+	}
+	if err := checkOutputConfig(req.OutputConfig); err != nil {
+		return nil, err
+	}
+	if base.Priority, err = parseTaskTag(req.TaskTag); err != nil {
+		return nil, err
+	}
+	return &plan{req: base, stream: req.Stream != nil && *req.Stream}, nil
+}
+
+// prompt converts what decides the prompt (system, messages, tools,
+// tool_choice, thinking): all of count_tokens' input.
+func (req *MessagesRequest) prompt(id string) (*engine.Request, *Error) {
+	if req.Model == "" {
+		return nil, missing("model")
+	}
+	if isNull(req.Messages) {
+		return nil, missing("messages")
+	}
+	var msgs []*chattemplate.Object
+	system, err := parseSystem(req.System)
+	if err != nil {
+		return nil, err
+	}
+	if system != nil {
+		msgs = append(msgs, chattemplate.NewObject("role", "system", "content", *system))
+	}
+	conv, err := parseMessages(req.Messages)
+	if err != nil {
+		return nil, err
+	}
+	msgs = append(msgs, conv...)
+	tools, err := parseTools(req.Tools)
+	if err != nil {
+		return nil, err
+	}
+	choice, err := parseToolChoice(req.ToolChoice, tools)
+	if err != nil {
+		return nil, err
+	}
+	if choice == "none" {
+		tools = nil // the model is not offered the tools
+	}
+	r := &engine.Request{ID: id, Model: req.Model, Messages: msgs, Tools: tools}
+	if r.EnableThinking, err = parseThinking(req.Thinking, 0); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// parseSystem reads system: a string or a list of text blocks.
+func parseSystem(raw json.RawMessage) (*string, *Error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	v, err := decodeRaw(raw, "system", "a valid string or a list of text blocks")
+	if err != nil {
+		return nil, err
+	}
+	switch s := v.(type) {
+	case string:
+		return &s, nil
+	case []any:
+		var texts []string
+		for i, item := range s {
+			param := at("system", i)
+			b, ok := item.(*chattemplate.Object)
+			if !ok {
+				return nil, invalidType(param, "a valid dictionary", kindOf(item))
+			}
+			typ, err := stringField(b, "type", param)
+			if err != nil {
+				return nil, err
+			}
+			if typ != "text" {
+				return nil, invalid("%s.type: Input should be 'text'", param)
+			}
+			text, err := stringField(b, "text", param)
+			if err != nil {
+				return nil, err
+			}
+			texts = append(texts, text)
+		}
+		joined := strings.Join(texts, "\n")
+		return &joined, nil
+	}
+	return nil, invalidType("system", "a valid string or a list of text blocks", kindOf(v))
+}
+
+// parseMessages converts Anthropic messages into the OpenAI-style messages
+// chat templates expect: tool_use blocks become the assistant's tool_calls
+// (arguments as objects), tool_result blocks become "tool" messages,
+// thinking becomes the assistant's reasoning_content.
+func parseMessages(raw json.RawMessage) ([]*chattemplate.Object, *Error) {
+	v, err := decodeRaw(raw, "messages", "a valid list")
+	if err != nil {
+		return nil, err
+	}
+	list, ok := v.([]any)
+	if !ok {
+		return nil, invalidType("messages", "a valid list", kindOf(v))
+	}
+	if len(list) == 0 {
+		return nil, invalid("messages: at least one message is required")
+	}
+	var out []*chattemplate.Object
+	for i, item := range list {
+		param := at("messages", i)
+		m, ok := item.(*chattemplate.Object)
+		if !ok {
+			return nil, invalidType(param, "a valid dictionary", kindOf(item))
+		}
+		role, err := stringField(m, "role", param)
+		if err != nil {
+			return nil, err
+		}
+		var conv []*chattemplate.Object
+		switch role {
+		case "user":
+			conv, err = userMessage(m, param)
+		case "assistant":
+			conv, err = assistantMessage(m, param)
+		default:
+			return nil, invalid("%s.role: Input should be 'user' or 'assistant'", param)
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, conv...)
+	}
+	return out, nil
+}
+
+// contentBlocks returns a message's content as blocks: a string is one text
+// block.
+func contentBlocks(m *chattemplate.Object, param string) ([]*chattemplate.Object, *Error) {
+	cv, ok := field(m, "content")
+	if !ok {
+		return nil, missing(param + ".content")
+	}
+	switch c := cv.(type) {
+	case string:
+		return []*chattemplate.Object{chattemplate.NewObject("type", "text", "text", c)}, nil
+	case []any:
+		out := make([]*chattemplate.Object, len(c))
+		for j, item := range c {
+			b, ok := item.(*chattemplate.Object)
+			if !ok {
+				return nil, invalidType(at(param+".content", j), "a valid dictionary", kindOf(item))
+			}
+			if _, err := stringField(b, "type", at(param+".content", j)); err != nil {
+				return nil, err
+			}
+			out[j] = b
+		}
+		return out, nil
+	}
+	return nil, invalidType(param+".content", "a valid string or a list of content blocks", kindOf(cv))
+}
+
+// unsupportedBlock is the 400 of a block type our models cannot take.
+func unsupportedBlock(param, typ string) *Error {
+	switch typ {
+	case "image", "document":
+		return invalid("%s: content blocks of type '%s' are not supported: the models this server runs take text only.", param, typ)
+	}
+	return invalid("%s.type: content blocks of type '%s' are not supported by this server.", param, typ)
+}
+
+// userMessage converts a user message: text blocks into user messages,
+// each tool_result into a "tool" message, in order.
+func userMessage(m *chattemplate.Object, param string) ([]*chattemplate.Object, *Error) {
+	bs, err := contentBlocks(m, param)
+	if err != nil {
+		return nil, err
+	}
+	var out []*chattemplate.Object
+	var texts []string
+	flush := func() {
+		if len(texts) > 0 {
+			out = append(out, chattemplate.NewObject("role", "user", "content", strings.Join(texts, "\n")))
+			texts = nil
+		}
+	}
+	for j, b := range bs {
+		bp := at(param+".content", j)
+		typ, _ := b.Get("type")
+		switch typ {
+		case "text":
+			s, err := stringField(b, "text", bp)
+			if err != nil {
+				return nil, err
+			}
+			texts = append(texts, s)
+		case "tool_result":
+			flush()
+			msg, err := toolResult(b, bp)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, msg)
+		default:
+			return nil, unsupportedBlock(bp, typ.(string))
+		}
+	}
+	flush()
+	if len(out) == 0 { // an empty content list
+		out = append(out, chattemplate.NewObject("role", "user", "content", ""))
+	}
+	return out, nil
+}
+
+// toolResult converts a tool_result block into a "tool" message. A result
+// with is_error is prefixed "Error: ", since templates have no such flag.
+func toolResult(b *chattemplate.Object, param string) (*chattemplate.Object, *Error) {
+	id, err := stringField(b, "tool_use_id", param)
+	if err != nil {
+		return nil, err
+	}
+	content := ""
+	if cv, ok := field(b, "content"); ok {
+		switch c := cv.(type) {
+		case string:
+			content = c
+		case []any:
+			var texts []string
+			for k, item := range c {
+				ip := at(param+".content", k)
+				ib, ok := item.(*chattemplate.Object)
+				if !ok {
+					return nil, invalidType(ip, "a valid dictionary", kindOf(item))
+				}
+				typ, err := stringField(ib, "type", ip)
+				if err != nil {
+					return nil, err
+				}
+				if typ != "text" {
+					return nil, unsupportedBlock(ip, typ)
+				}
+				s, err := stringField(ib, "text", ip)
+				if err != nil {
+					return nil, err
+				}
+				texts = append(texts, s)
+			}
+			content = strings.Join(texts, "\n")
+		default:
+			return nil, invalidType(param+".content", "a valid string or a list of content blocks", kindOf(cv))
+		}
+	}
+	if ev, ok := field(b, "is_error"); ok {
+		isErr, ok := ev.(bool)
+		if !ok {
+			return nil, invalidType(param+".is_error", "a valid boolean", kindOf(ev))
+		}
+		if isErr {
+			content = "Error: " + content
+		}
+	}
+	return chattemplate.NewObject("role", "tool", "tool_call_id", id, "content", content), nil
+}
+
+// assistantMessage converts an assistant message into one message with
+// content, tool_calls and reasoning_content.
+func assistantMessage(m *chattemplate.Object, param string) ([]*chattemplate.Object, *Error) {
+	bs, err := contentBlocks(m, param)
+	if err != nil {
+		return nil, err
+	}
+	var texts, thinking []string
+	var calls []any
+	for j, b := range bs {
+		bp := at(param+".content", j)
+		typ, _ := b.Get("type")
+		switch typ {
+		case "text":
+			s, err := stringField(b, "text", bp)
+			if err != nil {
+				return nil, err
+			}
+			texts = append(texts, s)
+		case "thinking":
+			s, err := stringField(b, "thinking", bp)
+			if err != nil {
+				return nil, err
+			}
+			thinking = append(thinking, s)
+		case "redacted_thinking":
+			// Opaque to us; dropped.
+		case "tool_use":
+			id, err := stringField(b, "id", bp)
+			if err != nil {
+				return nil, err
+			}
+			name, err := stringField(b, "name", bp)
+			if err != nil {
+				return nil, err
+			}
+			iv, ok := field(b, "input")
+			if !ok {
+				return nil, missing(bp + ".input")
+			}
+			input, ok := iv.(*chattemplate.Object)
+			if !ok {
+				return nil, invalidType(bp+".input", "a valid dictionary", kindOf(iv))
+			}
+			calls = append(calls, chattemplate.NewObject("id", id, "type", "function",
+				"function", chattemplate.NewObject("name", name, "arguments", input)))
+		default:
+			return nil, unsupportedBlock(bp, typ.(string))
+		}
+	}
+	msg := chattemplate.NewObject("role", "assistant", "content", strings.Join(texts, "\n"))
+	if len(thinking) > 0 {
+		msg.Set("reasoning_content", strings.Join(thinking, "\n"))
+	}
+	if len(calls) > 0 {
+		msg.Set("tool_calls", calls)
+	}
+	return []*chattemplate.Object{msg}, nil
+}
+
+// parseTools converts Anthropic tool definitions into OpenAI-style
+// function tools for the chat template.
+func parseTools(raw json.RawMessage) ([]*chattemplate.Object, *Error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	v, err := decodeRaw(raw, "tools", "a valid list")
+	if err != nil {
+		return nil, err
+	}
+	list, ok := v.([]any)
+	if !ok {
+		return nil, invalidType("tools", "a valid list", kindOf(v))
+	}
+	out := make([]*chattemplate.Object, 0, len(list))
+	seen := map[string]bool{}
+	for i, item := range list {
+		param := at("tools", i)
+		t, ok := item.(*chattemplate.Object)
+		if !ok {
+			return nil, invalidType(param, "a valid dictionary", kindOf(item))
+		}
+		if tv, ok := field(t, "type"); ok {
+			typ, ok := tv.(string)
+			if !ok {
+				return nil, invalidType(param+".type", "a valid string", kindOf(tv))
+			}
+			if typ != "custom" {
+				return nil, invalid("%s.type: server and client tools of type '%s' are not supported by this server; define custom tools with name and input_schema.", param, typ)
+			}
+		}
+		name, err := stringField(t, "name", param)
+		if err != nil {
+			return nil, err
+		}
+		if name == "" {
+			return nil, invalid("%s.name: String should have at least 1 character", param)
+		}
+		if seen[name] {
+			return nil, invalid("tools: Tool names must be unique (%q repeats).", name)
+		}
+		seen[name] = true
+		sv, ok := field(t, "input_schema")
+		if !ok {
+			return nil, missing(param + ".input_schema")
+		}
+		schema, ok := sv.(*chattemplate.Object)
+		if !ok {
+			return nil, invalidType(param+".input_schema", "a valid dictionary", kindOf(sv))
+		}
+		fn := chattemplate.NewObject("name", name)
+		if dv, ok := field(t, "description"); ok {
+			d, ok := dv.(string)
+			if !ok {
+				return nil, invalidType(param+".description", "a valid string", kindOf(dv))
+			}
+			fn.Set("description", d)
+		}
+		fn.Set("parameters", schema)
+		out = append(out, chattemplate.NewObject("type", "function", "function", fn))
+	}
+	return out, nil
+}
+
+// parseToolChoice checks tool_choice and returns its type ("auto" when
+// absent). "any" and "tool" force a call, which needs constrained
+// decoding: refused for now.
+func parseToolChoice(raw json.RawMessage, tools []*chattemplate.Object) (string, *Error) {
+	if isNull(raw) {
+		return "auto", nil
+	}
+	v, err := decodeRaw(raw, "tool_choice", "a valid dictionary")
+	if err != nil {
+		return "", err
+	}
+	obj, ok := v.(*chattemplate.Object)
+	if !ok {
+		return "", invalidType("tool_choice", "a valid dictionary", kindOf(v))
+	}
+	typ, err := stringField(obj, "type", "tool_choice")
+	if err != nil {
+		return "", err
+	}
+	if dv, ok := field(obj, "disable_parallel_tool_use"); ok {
+		if _, ok := dv.(bool); !ok {
+			return "", invalidType("tool_choice.disable_parallel_tool_use", "a valid boolean", kindOf(dv))
+		}
+	}
+	switch typ {
+	case "auto", "none":
+		return typ, nil
+	case "any":
+	case "tool":
+		name, err := stringField(obj, "name", "tool_choice")
+		if err != nil {
+			return "", err
+		}
+		if !slices.ContainsFunc(tools, func(t *chattemplate.Object) bool {
+			fv, _ := t.Get("function")
+			n, _ := fv.(*chattemplate.Object).Get("name")
+			return n == name
+		}) {
+			return "", invalid("tool_choice.name: no tool named %q in 'tools'.", name)
+		}
+	default:
+		return "", invalid("tool_choice.type: Input should be 'auto', 'any', 'tool' or 'none'")
+	}
+	if len(tools) == 0 {
+		return "", invalid("tool_choice: type '%s' requires 'tools'.", typ)
+	}
+	return "", invalid("tool_choice: type '%s' forces a tool call, which needs constrained decoding; this server does not support it yet. Use 'auto'.", typ)
+}
+
+// parseThinking reads thinking: {"type": "enabled", "budget_tokens": N}
+// (N ≥ 1024, and below max_tokens when maxTokens > 0) turns the template's
+// thinking on, {"type": "disabled"} off. The budget is not enforced.
+func parseThinking(raw json.RawMessage, maxTokens int) (*bool, *Error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	v, err := decodeRaw(raw, "thinking", "a valid dictionary")
+	if err != nil {
+		return nil, err
+	}
+	obj, ok := v.(*chattemplate.Object)
+	if !ok {
+		return nil, invalidType("thinking", "a valid dictionary", kindOf(v))
+	}
+	typ, err := stringField(obj, "type", "thinking")
+	if err != nil {
+		return nil, err
+	}
+	on := true
+	switch typ {
+	case "disabled":
+		on = false
+	case "enabled":
+		bv, ok := field(obj, "budget_tokens")
+		if !ok {
+			return nil, missing("thinking.enabled.budget_tokens")
+		}
+		budget, ok := bv.(int64)
+		if !ok {
+			return nil, invalidType("thinking.enabled.budget_tokens", "a valid integer", kindOf(bv))
+		}
+		if budget < minThinkingBudget {
+			return nil, invalid("thinking.enabled.budget_tokens: Input should be greater than or equal to %d", minThinkingBudget)
+		}
+		if maxTokens > 0 && budget >= int64(maxTokens) {
+			return nil, invalid("`max_tokens` must be greater than `thinking.budget_tokens`.")
+		}
+	case "adaptive", "between_tools":
+	default:
+		return nil, invalid("thinking.type: Input should be 'enabled', 'disabled', 'adaptive' or 'between_tools'")
+	}
+	return &on, nil
+}
+
+// parseStopSequences reads stop_sequences: a list of strings.
+func parseStopSequences(raw json.RawMessage) ([]string, *Error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	var list []string
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return nil, invalidType("stop_sequences", "a valid list of strings", jsonKindOf(raw))
+	}
+	if len(list) > maxStops {
+		return nil, invalid("stop_sequences: at most %d stop sequences, got %d.", maxStops, len(list))
+	}
+	return slices.DeleteFunc(list, func(s string) bool { return s == "" }), nil
+}
+
+// checkMetadata accepts metadata: an object with an optional string
+// user_id.
+func checkMetadata(raw json.RawMessage) *Error {
+	if isNull(raw) {
+		return nil
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return invalidType("metadata", "a valid dictionary", jsonKindOf(raw))
+	}
+	if u, ok := m["user_id"]; ok && u != nil {
+		if _, ok := u.(string); !ok {
+			return invalidType("metadata.user_id", "a valid string", fmt.Sprintf("%T", u))
+		}
+	}
+	return nil
+}
+
+// checkOutputConfig accepts output_config with an effort (ignored); a
+// format (structured output) needs constrained decoding: refused for now.
+func checkOutputConfig(raw json.RawMessage) *Error {
+	if isNull(raw) {
+		return nil
+	}
+	var c struct {
+		Effort *string         `json:"effort"`
+		Format json.RawMessage `json:"format"`
+	}
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return invalidType("output_config", "a valid dictionary", jsonKindOf(raw))
+	}
+	if !isNull(c.Format) {
+		return invalid("output_config.format: structured output needs constrained decoding, which this server does not support yet.")
+	}
+	return nil
+}
+
+// samplingParams turns temperature (0..1, as Anthropic), top_p and top_k
+// into sampler parameters.
+func (req *MessagesRequest) samplingParams() (sample.Params, *Error) {
+	p := sample.DefaultParams()
+	if req.Temperature != nil {
+		t := *req.Temperature
+		if !(t >= 0 && t <= 1) {
+			return p, invalid("temperature: Input should be less than or equal to 1 and greater than or equal to 0")
+		}
+		p.Temperature = t
+	}
+	if req.TopP != nil {
+		t := *req.TopP
+		if !(t >= 0 && t <= 1) {
+			return p, invalid("top_p: Input should be less than or equal to 1 and greater than or equal to 0")
+		}
+		p.TopP = t
+		if t == 0 {
+			p.TopP = 5e-324 // the single most likely token
+		}
+	}
+	if req.TopK != nil {
+		if *req.TopK < 0 {
+			return p, invalid("top_k: Input should be greater than or equal to 0")
+		}
+		p.TopK = *req.TopK
+	}
+	if err := p.Validate(); err != nil {
+		return p, invalid("%v", err)
+	}
+	return p, nil
+}
+
+// parseTaskTag maps the contract's task_tag to a scheduling class.
+func parseTaskTag(tag *string) (engine.Priority, *Error) {
+	if tag == nil || *tag == "" {
+		return engine.PriorityBatch, nil
+	}
+	switch *tag {
+	case "claude_code":
+		return engine.PriorityRealtime, nil
+	case "openclaw":
+		return engine.PriorityBatch, nil
+	case "background":
+		return engine.PriorityBackground, nil
+	}
+	return 0, invalid("task_tag: %q is not one of claude_code, openclaw, background.", *tag)
+}
+
+// stopReason is Anthropic's stop_reason of a finished generation; a
+// generation that made tool calls and stopped on its own ends in
+// "tool_use".
+func stopReason(ev engine.Event, toolCalls bool) (reason string, seq *string) {
+	switch {
+	case ev.StopSequence != "":
+		s := ev.StopSequence
+		return "stop_sequence", &s
+	case ev.FinishReason == engine.FinishLength:
+		return "max_tokens", nil
+	case toolCalls:
+		return "tool_use", nil
+	}
+	return "end_turn", nil
+}
+
+// usage converts the engine's final usage in Anthropic's accounting:
+// input_tokens excludes the prompt tokens read from the prefix cache,
+// which cache_read_input_tokens counts (their sum is the prompt).
+func usage(u engine.Usage) Usage {
+	return Usage{InputTokens: u.PromptTokens - u.CachedTokens, OutputTokens: u.CompletionTokens, CacheReadInputTokens: u.CachedTokens}
+}

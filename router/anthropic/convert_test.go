@@ -1,0 +1,319 @@
+package anthropic
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"fusion/engine"
+)
+
+func mustPlan(t *testing.T, body string) *plan {
+	t.Helper()
+	var req MessagesRequest
+	if e := decodeJSON([]byte(body), &req); e != nil {
+		t.Fatalf("decode: %v", e)
+	}
+	p, e := req.toPlan(Options{MaxTokens: 100}, "msg_test")
+	if e != nil {
+		t.Fatalf("toPlan: %v", e)
+	}
+	return p
+}
+
+func planErr(body string) *Error {
+	var req MessagesRequest
+	if e := decodeJSON([]byte(body), &req); e != nil {
+		return e
+	}
+	_, e := req.toPlan(Options{}, "msg_test")
+	return e
+}
+
+func toJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestConvertRequest(t *testing.T) {
+	tests := []struct {
+		name, body string
+		messages   string // the engine request's messages as JSON
+		tools      string
+	}{
+		{
+			name:     "string content and system string",
+			body:     `{"model":"m","max_tokens":5,"system":"be brief","messages":[{"role":"user","content":"hi"}]}`,
+			messages: `[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}]`,
+			tools:    `null`,
+		},
+		{
+			name: "system blocks with cache_control, text blocks joined",
+			body: `{"model":"m","max_tokens":5,"system":[{"type":"text","text":"a","cache_control":{"type":"ephemeral"}},{"type":"text","text":"b"}],
+				"messages":[{"role":"user","content":[{"type":"text","text":"x"},{"type":"text","text":"y","cache_control":{"type":"ephemeral"}}]}]}`,
+			messages: `[{"role":"system","content":"a\nb"},{"role":"user","content":"x\ny"}]`,
+			tools:    `null`,
+		},
+		{
+			name: "tool_use and tool_result history, thinking kept, redacted dropped",
+			body: `{"model":"m","max_tokens":5,
+				"tools":[{"name":"get_weather","description":"Weather","input_schema":{"type":"object","properties":{"city":{"type":"string"}}}}],
+				"tool_choice":{"type":"auto","disable_parallel_tool_use":true},
+				"messages":[
+				{"role":"user","content":"weather?"},
+				{"role":"assistant","content":[{"type":"thinking","thinking":"hmm","signature":"s"},{"type":"redacted_thinking","data":"xx"},
+					{"type":"text","text":"Checking."},{"type":"tool_use","id":"toolu_1","name":"get_weather","input":{"city":"Paris","units":"c"}}]},
+				{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"sunny"},
+					{"type":"tool_result","tool_use_id":"toolu_2","content":[{"type":"text","text":"boom"}],"is_error":true},
+					{"type":"text","text":"thanks"}]}]}`,
+			messages: `[{"role":"user","content":"weather?"},` +
+				`{"role":"assistant","content":"Checking.","reasoning_content":"hmm","tool_calls":[{"id":"toolu_1","type":"function","function":{"name":"get_weather","arguments":{"city":"Paris","units":"c"}}}]},` +
+				`{"role":"tool","tool_call_id":"toolu_1","content":"sunny"},` +
+				`{"role":"tool","tool_call_id":"toolu_2","content":"Error: boom"},` +
+				`{"role":"user","content":"thanks"}]`,
+			tools: `[{"type":"function","function":{"name":"get_weather","description":"Weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]`,
+		},
+		{
+			name:     "tool_choice none drops the tools",
+			body:     `{"model":"m","max_tokens":5,"tools":[{"name":"t","input_schema":{"type":"object"}}],"tool_choice":{"type":"none"},"messages":[{"role":"user","content":"hi"}]}`,
+			messages: `[{"role":"user","content":"hi"}]`,
+			tools:    `null`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := mustPlan(t, tt.body)
+			if got := toJSON(t, p.req.Messages); got != tt.messages {
+				t.Errorf("messages\n got %s\nwant %s", got, tt.messages)
+			}
+			if got := toJSON(t, p.req.Tools); got != tt.tools {
+				t.Errorf("tools\n got %s\nwant %s", got, tt.tools)
+			}
+		})
+	}
+}
+
+func TestConvertParams(t *testing.T) {
+	p := mustPlan(t, `{"model":"m","max_tokens":2000,"stream":true,"temperature":0.5,"top_p":0.9,"top_k":40,
+		"stop_sequences":["END",""],"metadata":{"user_id":"u"},"thinking":{"type":"enabled","budget_tokens":1024},
+		"messages":[{"role":"user","content":"hi"}]}`)
+	r := p.req
+	if !p.stream || r.MaxTokens != 100 || r.Sampling.Temperature != 0.5 || r.Sampling.TopP != 0.9 || r.Sampling.TopK != 40 ||
+		len(r.Stop) != 1 || r.Stop[0] != "END" || r.EnableThinking == nil || !*r.EnableThinking || r.Model != "m" || r.ID != "msg_test" {
+		t.Errorf("unexpected request: %+v", r)
+	}
+	p = mustPlan(t, `{"model":"m","max_tokens":5,"thinking":{"type":"disabled"},"messages":[{"role":"user","content":"hi"}]}`)
+	if p.stream || p.req.EnableThinking == nil || *p.req.EnableThinking || p.req.MaxTokens != 5 {
+		t.Errorf("unexpected request: %+v", p.req)
+	}
+}
+
+func TestConvertErrors(t *testing.T) {
+	msgs := `"messages":[{"role":"user","content":"hi"}]`
+	tests := []struct{ body, want string }{
+		{`{"model":"m",` + msgs + `}`, "max_tokens: Field required"},
+		{`{"max_tokens":5,` + msgs + `}`, "model: Field required"},
+		{`{"model":"m","max_tokens":5}`, "messages: Field required"},
+		{`{"model":"m","max_tokens":0,` + msgs + `}`, "max_tokens"},
+		{`{"model":"m","max_tokens":"5",` + msgs + `}`, "max_tokens: Input should be a valid integer"},
+		{`{"model":"m","max_tokens":5,"temperature":1.5,` + msgs + `}`, "temperature"},
+		{`{"model":"m","max_tokens":5,"top_k":-1,` + msgs + `}`, "top_k"},
+		{`{"model":"m","max_tokens":5,"messages":[{"role":"system","content":"x"}]}`, "messages.0.role"},
+		{`{"model":"m","max_tokens":5,"messages":[{"role":"user"}]}`, "messages.0.content: Field required"},
+		{`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AA=="}}]}]}`, "take text only"},
+		{`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"url","url":"http://x/y.png"}}]}]}`, "take text only"},
+		{`{"model":"m","max_tokens":5,"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"a","name":"b","input":"x"}]}]}`, "messages.0.content.0.input"},
+		{`{"model":"m","max_tokens":5,"tools":[{"name":"t"}],` + msgs + `}`, "tools.0.input_schema: Field required"},
+		{`{"model":"m","max_tokens":5,"tools":[{"name":"t","input_schema":{}}],"tool_choice":{"type":"any"},` + msgs + `}`, "constrained decoding"},
+		{`{"model":"m","max_tokens":5,"tools":[{"name":"t","input_schema":{}}],"tool_choice":{"type":"tool","name":"t"},` + msgs + `}`, "constrained decoding"},
+		{`{"model":"m","max_tokens":5,"tools":[{"name":"t","input_schema":{}}],"tool_choice":{"type":"tool","name":"u"},` + msgs + `}`, "no tool named"},
+		{`{"model":"m","max_tokens":5,"tool_choice":{"type":"sometimes"},` + msgs + `}`, "tool_choice.type"},
+		{`{"model":"m","max_tokens":5,"tool_choice":"auto",` + msgs + `}`, "tool_choice: Input should be a valid dictionary"},
+		{`{"model":"m","max_tokens":5000,"thinking":{"type":"enabled","budget_tokens":10},` + msgs + `}`, "budget_tokens"},
+		{`{"model":"m","max_tokens":5000,"thinking":{"type":"enabled","budget_tokens":6000},` + msgs + `}`, "max_tokens"},
+		{`{"model":"m","max_tokens":5,"stop_sequences":"x",` + msgs + `}`, "stop_sequences"},
+		{`{"model":"m","max_tokens":5,"metadata":[],` + msgs + `}`, "metadata"},
+		{`{"model":"m","max_tokens":5,"system":[{"type":"image"}],` + msgs + `}`, "system.0.type"},
+		{`[]`, "must be a JSON object"},
+		{`{"model":`, "not valid JSON"},
+	}
+	for _, tt := range tests {
+		e := planErr(tt.body)
+		if e == nil || e.Status != 400 || e.Type != TypeInvalidRequest || !strings.Contains(e.Message, tt.want) {
+			t.Errorf("%s: got %v, want a 400 mentioning %q", tt.body, e, tt.want)
+		}
+	}
+}
+
+func TestStopReason(t *testing.T) {
+	tests := []struct {
+		ev     engine.Event
+		tools  bool
+		reason string
+		seq    string
+	}{
+		{engine.Event{Done: true, FinishReason: engine.FinishStop}, false, "end_turn", ""},
+		{engine.Event{Done: true, FinishReason: engine.FinishLength}, false, "max_tokens", ""},
+		{engine.Event{Done: true, FinishReason: engine.FinishStop, StopSequence: "END"}, false, "stop_sequence", "END"},
+		{engine.Event{Done: true, FinishReason: engine.FinishStop}, true, "tool_use", ""},
+		{engine.Event{Done: true, FinishReason: engine.FinishLength}, true, "max_tokens", ""},
+	}
+	for _, tt := range tests {
+		r, s := stopReason(tt.ev, tt.tools)
+		if r != tt.reason || (s == nil) != (tt.seq == "") || (s != nil && *s != tt.seq) {
+			t.Errorf("%+v: got %s %v", tt.ev, r, s)
+		}
+	}
+}
+
+func TestStreamEvents(t *testing.T) {
+	c := newStreamConverter("msg_1", "demo", 12)
+	var got []string
+	add := func(evs []event) {
+		for _, e := range evs {
+			b := toJSON(t, e.data)
+			var typed struct{ Type string }
+			_ = json.Unmarshal([]byte(b), &typed)
+			if typed.Type != e.name {
+				t.Errorf("event %s has type %q", e.name, typed.Type)
+			}
+			got = append(got, e.name+" "+b)
+		}
+	}
+	add(c.start())
+	add(c.event(engine.Event{Text: "Hel", Tokens: make([]engine.TokenLogprob, 1)}))
+	add(c.event(engine.Event{Text: "lo"}))
+	add(c.event(engine.Event{Done: true, FinishReason: engine.FinishStop, StopSequence: "END",
+		Usage: engine.Usage{PromptTokens: 12, CompletionTokens: 3, CachedTokens: 4}}))
+	want := []string{
+		`message_start {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"demo","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":12,"output_tokens":1,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}}`,
+		`content_block_start {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
+		`ping {"type":"ping"}`,
+		`content_block_delta {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hel"}}`,
+		`content_block_delta {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"lo"}}`,
+		`content_block_stop {"type":"content_block_stop","index":0}`,
+		`message_delta {"type":"message_delta","delta":{"stop_reason":"stop_sequence","stop_sequence":"END"},"usage":{"input_tokens":8,"output_tokens":3,"cache_creation_input_tokens":0,"cache_read_input_tokens":4}}`,
+		`message_stop {"type":"message_stop"}`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("events\n got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestAccumulator(t *testing.T) {
+	a := newAccumulator("msg_1", "demo")
+	a.add(engine.Event{Text: "Hi"})
+	a.add(engine.Event{Text: " there", Done: true, FinishReason: engine.FinishLength, Usage: engine.Usage{PromptTokens: 5, CompletionTokens: 2}})
+	want := `{"id":"msg_1","type":"message","role":"assistant","model":"demo","content":[{"type":"text","text":"Hi there"}],"stop_reason":"max_tokens","stop_sequence":null,"usage":{"input_tokens":5,"output_tokens":2,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}`
+	if got := toJSON(t, a.result()); got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+}
+
+func TestErrorBody(t *testing.T) {
+	e := FromEngine(engine.ErrOverloaded)
+	if e.Status != 429 || e.Type != TypeRateLimit || e.RetryAfter != 1 {
+		t.Errorf("overloaded: %+v", e)
+	}
+	if e := FromEngine(engine.ErrUnavailable); e.Status != 529 || e.Type != TypeOverloaded {
+		t.Errorf("unavailable: %+v", e)
+	}
+	if e := engineError(engine.ErrModelNotFound, "x"); e.Status != 404 || e.Type != TypeNotFound {
+		t.Errorf("not found: %+v", e)
+	}
+	if got := toJSON(t, Unauthorized("no").body()); got != `{"type":"error","error":{"type":"authentication_error","message":"no"}}` {
+		t.Errorf("body: %s", got)
+	}
+}
+
+// eventLines renders events as "name data" lines, checking each data's
+// type against its name.
+func eventLines(t *testing.T, evs []event) []string {
+	t.Helper()
+	var out []string
+	for _, e := range evs {
+		b := toJSON(t, e.data)
+		var typed struct{ Type string }
+		_ = json.Unmarshal([]byte(b), &typed)
+		if typed.Type != e.name {
+			t.Errorf("event %s has type %q", e.name, typed.Type)
+		}
+		out = append(out, e.name+" "+b)
+	}
+	return out
+}
+
+// TestStreamBlocks drives the block machine with parsed output: thinking,
+// text, two tool calls, as the output parsers will deliver them.
+func TestStreamBlocks(t *testing.T) {
+	c := newStreamConverter("msg_1", "demo", 3)
+	a := newAccumulator("msg_1", "demo")
+	steps := []output{
+		{Reasoning: "Let me"}, {Reasoning: " think."},
+		{Content: "Checking."},
+		{Calls: []callDelta{{Index: 0, ID: "call_a", Name: "get_weather"}, {Index: 0, ArgumentFragment: `{"city":`}}},
+		{Calls: []callDelta{{Index: 0, ArgumentFragment: `"Paris"}`}, {Index: 1, ID: "call_b", Name: "noop"}}},
+	}
+	var evs []event
+	evs = append(evs, c.start()...)
+	for _, o := range steps {
+		evs = append(evs, c.output(o, engine.Event{})...)
+		a.output(o, engine.Event{})
+	}
+	done := engine.Event{Done: true, FinishReason: engine.FinishStop, Usage: engine.Usage{PromptTokens: 3, CompletionTokens: 9}}
+	evs = append(evs, c.output(output{}, done)...)
+	a.output(output{}, done)
+	want := []string{
+		`message_start {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"demo","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":3,"output_tokens":1,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}}`,
+		`content_block_start {"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}`,
+		`ping {"type":"ping"}`,
+		`content_block_delta {"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"Let me"}}`,
+		`content_block_delta {"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":" think."}}`,
+		`content_block_delta {"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":""}}`,
+		`content_block_stop {"type":"content_block_stop","index":0}`,
+		`content_block_start {"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}`,
+		`content_block_delta {"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"Checking."}}`,
+		`content_block_stop {"type":"content_block_stop","index":1}`,
+		`content_block_start {"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"toolu_a","name":"get_weather","input":{}}}`,
+		`content_block_delta {"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"city\":"}}`,
+		`content_block_delta {"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"\"Paris\"}"}}`,
+		`content_block_stop {"type":"content_block_stop","index":2}`,
+		`content_block_start {"type":"content_block_start","index":3,"content_block":{"type":"tool_use","id":"toolu_b","name":"noop","input":{}}}`,
+		`content_block_stop {"type":"content_block_stop","index":3}`,
+		`message_delta {"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"input_tokens":3,"output_tokens":9,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}`,
+		`message_stop {"type":"message_stop"}`,
+	}
+	if got := eventLines(t, evs); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("events\n got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	wantMsg := `{"id":"msg_1","type":"message","role":"assistant","model":"demo","content":[` +
+		`{"type":"thinking","thinking":"Let me think.","signature":""},{"type":"text","text":"Checking."},` +
+		`{"type":"tool_use","id":"toolu_a","name":"get_weather","input":{"city":"Paris"}},{"type":"tool_use","id":"toolu_b","name":"noop","input":{}}],` +
+		`"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":3,"output_tokens":9,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}`
+	if got := toJSON(t, a.result()); got != wantMsg {
+		t.Errorf("message\n got %s\nwant %s", got, wantMsg)
+	}
+}
+
+// TestStreamEmpty: a generation with no text still has one (empty) text
+// block, streamed or not.
+func TestStreamEmpty(t *testing.T) {
+	c := newStreamConverter("msg_1", "demo", 3)
+	evs := append(c.start(), c.event(engine.Event{Done: true, FinishReason: engine.FinishStop})...)
+	var names []string
+	for _, e := range evs {
+		names = append(names, e.name)
+	}
+	if got := strings.Join(names, " "); got != "message_start content_block_start ping content_block_stop message_delta message_stop" {
+		t.Errorf("events: %s", got)
+	}
+	a := newAccumulator("msg_1", "demo")
+	a.add(engine.Event{Done: true, FinishReason: engine.FinishStop})
+	if got := toJSON(t, a.result().Content); got != `[{"type":"text","text":""}]` {
+		t.Errorf("content: %s", got)
+	}
+}

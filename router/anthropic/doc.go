@@ -1,0 +1,57 @@
+// Package anthropic is the Anthropic Messages dialect of the frontend:
+// POST /v1/messages (streamed or not) and count_tokens (at
+// /v1/messages/count_tokens and /v1/count_tokens).
+//
+// As in router/openai, pure converters (wire request → engine.Request;
+// engine events → message or stream events) are kept apart from the
+// handlers. Decoding is strict about types and tolerant of unknown fields;
+// errors name the field in Anthropic's dotted style (messages.0.content)
+// and are answered as {"type":"error","error":{"type","message"}}.
+//
+// Request mapping: system (string or text blocks) becomes a system
+// message; content blocks become the OpenAI-style messages chat templates
+// expect — text blocks joined with "\n", tool_use blocks the assistant's
+// tool_calls (arguments as objects), each tool_result a "tool" message with
+// tool_call_id (is_error prefixes the content with "Error: "), thinking the
+// assistant's reasoning_content; redacted_thinking is dropped; image and
+// document blocks are a 400 (our models take text only). tools become
+// function tools for the template; tool_choice auto and none work (none
+// leaves the tools out of the prompt), any and tool need constrained
+// decoding and are a 400 for now, as is output_config.format. thinking
+// enabled (budget_tokens ≥ 1024 and below max_tokens) / adaptive /
+// between_tools turns the template's enable_thinking on, disabled off; the
+// budget is not enforced. max_tokens is required and clamped to the node's
+// cap. cache_control, metadata, anthropic-version and anthropic-beta are
+// accepted and ignored.
+//
+// Status codes: 400 invalid_request_error, 401 authentication_error (the
+// router's auth middleware writes it in this shape on these routes, key
+// from x-api-key or Authorization: Bearer), 404 not_found_error, 413
+// request_too_large (bodies read past the limit; a Content-Length over it
+// is refused by the router before routing, in OpenAI's shape), 429
+// rate_limit_error with Retry-After: 1 when the engine's queue is full, 529
+// overloaded_error with Retry-After: 5 when a model cannot be loaded now
+// (Anthropic's status for a temporarily overloaded service), 500
+// api_error.
+//
+// Streaming: message_start (usage.input_tokens from the runner's Tokenize,
+// output_tokens 1), content_block_start (index 0, text ""), ping,
+// content_block_delta text_delta..., content_block_stop, message_delta
+// (stop_reason end_turn | max_tokens | stop_sequence, stop_sequence, the
+// cumulative usage), message_stop. An engine error before the first token
+// is a plain JSON error with its status; after it, an "error" event ends
+// the stream. Final usage follows Anthropic's accounting: input_tokens
+// excludes the prompt tokens served from the prefix cache, which
+// cache_read_input_tokens reports.
+//
+// Answers are built by one block state machine (stream.go) for both
+// shapes: it takes parsed output steps (content, reasoning, tool-call
+// deltas, the engine/parser shape) and opens, feeds and closes thinking,
+// text and tool_use blocks in order, with stop_reason tool_use after a
+// call. Until the output parsers are wired in, all generated text is
+// content, so answers carry one text block.
+//
+// Not yet: thinking and tool_use blocks in answers (wire engine/parser
+// into the handler), forced tool choice and structured output, assistant prefill
+// (a trailing assistant message is rendered as a finished turn).
+package anthropic

@@ -1,0 +1,204 @@
+package anthropic
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+
+	"fusion/engine"
+	"fusion/router/metrics"
+	"fusion/router/requestid"
+)
+
+// Config is what the Anthropic dialect needs.
+type Config struct {
+	Engine  engine.Generator
+	Metrics *metrics.Metrics
+	Options Options
+	Logger  *slog.Logger
+}
+
+// Handler serves the Anthropic Messages dialect.
+type Handler struct {
+	engine  engine.Generator
+	metrics *metrics.Metrics
+	opts    Options
+	log     *slog.Logger
+}
+
+// New returns the handler of the Anthropic dialect.
+func New(cfg Config) *Handler {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.New(nil)
+	}
+	return &Handler{engine: cfg.Engine, metrics: cfg.Metrics, opts: cfg.Options, log: cfg.Logger}
+}
+
+// Mount registers the dialect's routes on r. The anthropic-version and
+// anthropic-beta headers are accepted and not checked.
+func (h *Handler) Mount(r chi.Router) {
+	r.Post("/v1/messages", h.messages)
+	r.Post("/v1/messages/count_tokens", h.countTokens)
+	r.Post("/v1/count_tokens", h.countTokens)
+}
+
+// Deny answers an authentication failure in Anthropic's shape (for the
+// router's auth middleware).
+func Deny(w http.ResponseWriter, msg string) { WriteError(w, Unauthorized(msg)) }
+
+func (h *Handler) reject(w http.ResponseWriter, r *http.Request, e *Error) {
+	h.metrics.Rejected()
+	h.log.LogAttrs(r.Context(), slog.LevelDebug, "request refused", slog.String("request_id", requestid.From(r.Context())),
+		slog.Int("status", e.Status), slog.String("message", e.Message))
+	WriteError(w, e)
+}
+
+func decodeRequest(r *http.Request) (*MessagesRequest, *Error) {
+	body, e := readBody(r)
+	if e != nil {
+		return nil, e
+	}
+	var req MessagesRequest
+	if e := decodeJSON(body, &req); e != nil {
+		return nil, e
+	}
+	return &req, nil
+}
+
+// POST /v1/messages.
+func (h *Handler) messages(w http.ResponseWriter, r *http.Request) {
+	req, e := decodeRequest(r)
+	if e != nil {
+		h.reject(w, r, e)
+		return
+	}
+	id := "msg_" + requestid.New()[:24]
+	p, e := req.toPlan(h.opts, id)
+	if e != nil {
+		h.reject(w, r, e)
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+
+	// A stream's message_start reports the prompt's size before any token.
+	inputTokens := 0
+	if p.stream {
+		res, err := h.engine.Tokenize(ctx, req.Model, p.req.PromptRequest())
+		if err != nil {
+			h.reject(w, r, engineError(err, req.Model))
+			return
+		}
+		inputTokens = res.Count
+	}
+	events, err := h.engine.Generate(ctx, p.req)
+	if err != nil {
+		h.reject(w, r, engineError(err, req.Model))
+		return
+	}
+	g := h.metrics.Begin(req.Model)
+	outcome := metrics.OK
+	var final *engine.Usage
+	seen := 0
+	defer func() {
+		if final != nil {
+			g.End(outcome, final.PromptTokens, final.CompletionTokens)
+		} else {
+			g.End(outcome, 0, seen)
+		}
+	}()
+	note := func(ev engine.Event) {
+		if ev.Text != "" || len(ev.Tokens) > 0 {
+			g.FirstToken()
+		}
+		seen += len(ev.Tokens)
+		if ev.Done && ev.Err == nil {
+			u := ev.Usage
+			final = &u
+		}
+	}
+
+	if !p.stream {
+		acc := newAccumulator(id, req.Model)
+		for ev := range events {
+			note(ev)
+			if ev.Err != nil {
+				outcome = metrics.Failed
+				cancel()
+				for range events {
+				}
+				WriteError(w, engineError(ev.Err, req.Model))
+				return
+			}
+			acc.add(ev)
+		}
+		if final == nil { // the client went away
+			outcome = metrics.Cancelled
+			return
+		}
+		writeJSON(w, http.StatusOK, acc.result())
+		return
+	}
+
+	sse := newSSEWriter(w)
+	conv := newStreamConverter(id, req.Model, inputTokens)
+	ok := true
+	send := func(evs []event) {
+		for _, e := range evs {
+			if ok && sse.write(e) != nil {
+				ok = false
+				cancel()
+			}
+		}
+	}
+	first := true
+	for ev := range events {
+		note(ev)
+		if ev.Err != nil {
+			outcome = metrics.Failed
+			cancel()
+			for range events {
+			}
+			if first { // nothing sent yet: a proper error answer
+				WriteError(w, engineError(ev.Err, req.Model))
+			} else if ok {
+				_ = sse.fail(engineError(ev.Err, req.Model))
+			}
+			return
+		}
+		if first {
+			first = false
+			send(conv.start())
+		}
+		send(conv.event(ev))
+	}
+	if final == nil || !ok {
+		outcome = metrics.Cancelled
+	}
+}
+
+// POST /v1/messages/count_tokens and /v1/count_tokens: the prompt's
+// tokens, with system and tools rendered through the chat template.
+func (h *Handler) countTokens(w http.ResponseWriter, r *http.Request) {
+	req, e := decodeRequest(r)
+	if e != nil {
+		WriteError(w, e)
+		return
+	}
+	pr, e := req.prompt("")
+	if e != nil {
+		WriteError(w, e)
+		return
+	}
+	res, err := h.engine.Tokenize(r.Context(), req.Model, pr.PromptRequest())
+	if err != nil {
+		WriteError(w, engineError(err, req.Model))
+		return
+	}
+	writeJSON(w, http.StatusOK, CountTokensResult{InputTokens: res.Count})
+}

@@ -1,0 +1,43 @@
+package anthropic_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"regexp"
+	"testing"
+	"time"
+
+	"fusion/internal/testenv"
+	"fusion/node/nodetest"
+)
+
+// TestPythonSDK runs the official anthropic Python library against live
+// nodes (testdata/test_anthropic_python.py).
+func TestPythonSDK(t *testing.T) {
+	py := testenv.Python(t)
+	if out, err := exec.Command(py, "-c", "import anthropic, pytest").CombinedOutput(); err != nil {
+		if testenv.Required() {
+			t.Fatalf("the anthropic and pytest Python packages are not installed in %s: %s", py, out)
+		}
+		t.Skipf("the anthropic and pytest Python packages are not installed in %s: %s (run `make test`, which installs them)", py, out)
+	}
+	models := nodetest.Models(t)
+	main := nodetest.Start(t, nodetest.Options{APIKey: testKey, ModelsDir: models})
+	tight := nodetest.Start(t, nodetest.Options{MaxQueued: 1, ModelsDir: models})
+	env := append(os.Environ(),
+		"FUSION_BASE_URL="+main.URL(), "FUSION_API_KEY="+testKey,
+		"FUSION_TIGHT_URL="+tight.URL(), "FUSION_MODEL="+nodetest.Model)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "testdata/test_anthropic_python.py")
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("pytest: %v\n%s", err, out)
+	}
+	t.Log(string(out))
+	if m := regexp.MustCompile(`(\d+) passed`).FindStringSubmatch(string(out)); m == nil || regexp.MustCompile(`failed|error`).MatchString(string(out)) {
+		t.Errorf("unexpected pytest summary:\n%s", out)
+	}
+}

@@ -1,0 +1,221 @@
+package anthropic_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+
+	ant "github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+
+	"fusion/node"
+	"fusion/node/nodetest"
+)
+
+const testKey = "sk-fusion-test"
+
+func client(n *node.Node, key string) ant.Client {
+	return ant.NewClient(option.WithBaseURL(n.URL()), option.WithAPIKey(key), option.WithMaxRetries(0))
+}
+
+func userMsg(s string) []ant.MessageParam {
+	return []ant.MessageParam{ant.NewUserMessage(ant.NewTextBlock(s))}
+}
+
+func check(t *testing.T, err error) {
+	t.Helper()
+	var apiErr *ant.Error
+	if errors.As(err, &apiErr) {
+		t.Fatalf("%d: %s", apiErr.StatusCode, apiErr.RawJSON())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// post sends body with x-api-key and returns the status and the raw answer.
+func post(t *testing.T, n *node.Node, path, key, body string) (int, http.Header, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, n.URL()+path, strings.NewReader(body))
+	if key != "" {
+		req.Header.Set("x-api-key", key)
+	}
+	req.Header.Set("anthropic-version", "2023-06-01")
+	req.Header.Set("anthropic-beta", "prompt-caching-2024-07-31")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, b
+}
+
+func TestGoSDKCreate(t *testing.T) {
+	n := nodetest.Start(t, nodetest.Options{APIKey: testKey})
+	c := client(n, testKey)
+	ctx := context.Background()
+	params := ant.MessageNewParams{Model: nodetest.Model, MaxTokens: 6, Messages: userMsg("hi"),
+		System: []ant.TextBlockParam{{Text: "be brief"}}}
+	msg, err := c.Messages.New(ctx, params)
+	check(t, err)
+	if !strings.HasPrefix(msg.ID, "msg_") || msg.Role != "assistant" || msg.Model != nodetest.Model || len(msg.Content) != 1 ||
+		msg.Content[0].Type != "text" || msg.StopReason != ant.StopReasonMaxTokens || msg.Usage.OutputTokens != 6 || msg.Usage.InputTokens <= 0 {
+		t.Errorf("message: %s", msg.RawJSON())
+	}
+
+	count, err := c.Messages.CountTokens(ctx, ant.MessageCountTokensParams{Model: nodetest.Model, Messages: params.Messages,
+		System: ant.MessageCountTokensParamsSystemUnion{OfTextBlockArray: params.System}})
+	check(t, err)
+	if got := msg.Usage.InputTokens + msg.Usage.CacheReadInputTokens; count.InputTokens != got {
+		t.Errorf("count_tokens %d, usage %d", count.InputTokens, got)
+	}
+
+	// A stop sequence: taken from the middle of a greedy answer, then the
+	// same greedy request stops right before it.
+	params.MaxTokens = 20
+	greedy := option.WithJSONSet("temperature", 0)
+	msg, err = c.Messages.New(ctx, params, greedy)
+	check(t, err)
+	text := []rune(msg.Content[0].Text)
+	if len(text) < 2 {
+		t.Logf("the demo model wrote %q: too little to test stop_sequences", string(text))
+		return
+	}
+	stop := string(text[len(text)/2:])
+	params.StopSequences = []string{stop}
+	msg, err = c.Messages.New(ctx, params, greedy)
+	check(t, err)
+	want := string(text)[:strings.Index(string(text), stop)]
+	if msg.StopReason != ant.StopReasonStopSequence || msg.StopSequence != stop || msg.Content[0].Text != want {
+		t.Errorf("stop sequence %q: %s", stop, msg.RawJSON())
+	}
+}
+
+func TestGoSDKStream(t *testing.T) {
+	n := nodetest.Start(t, nodetest.Options{APIKey: testKey})
+	c := client(n, testKey)
+	s := c.Messages.NewStreaming(context.Background(), ant.MessageNewParams{Model: nodetest.Model, MaxTokens: 5, Messages: userMsg("hi")})
+	var msg ant.Message
+	var types []string
+	var text strings.Builder
+	for s.Next() {
+		ev := s.Current()
+		types = append(types, ev.Type)
+		if err := msg.Accumulate(ev); err != nil {
+			t.Fatal(err)
+		}
+		if d, ok := ev.AsAny().(ant.ContentBlockDeltaEvent); ok {
+			text.WriteString(d.Delta.Text)
+		}
+	}
+	check(t, s.Err())
+	// The SDK drops pings; the demo model may write nothing.
+	shape := regexp.MustCompile(`^message_start content_block_start (content_block_delta )*content_block_stop message_delta message_stop$`)
+	if got := strings.Join(types, " "); !shape.MatchString(got) {
+		t.Errorf("events %s", got)
+	}
+	if len(msg.Content) != 1 || msg.Content[0].Text != text.String() || msg.StopReason != ant.StopReasonMaxTokens || msg.Usage.OutputTokens != 5 {
+		t.Errorf("final message: %+v", msg)
+	}
+}
+
+// TestStreamWire checks the raw SSE: every event named, its data's type
+// equal to the name.
+func TestStreamWire(t *testing.T) {
+	n := nodetest.Start(t, nodetest.Options{APIKey: testKey})
+	status, h, body := post(t, n, "/v1/messages", testKey, `{"model":"demo","max_tokens":3,"stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+	if status != 200 || !strings.HasPrefix(h.Get("Content-Type"), "text/event-stream") {
+		t.Fatalf("%d %s", status, body)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	var names []string
+	var name string
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			name = strings.TrimPrefix(line, "event: ")
+			names = append(names, name)
+		case strings.HasPrefix(line, "data: "):
+			var v struct{ Type string }
+			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &v); err != nil || v.Type != name {
+				t.Errorf("event %s: data %s", name, line)
+			}
+			name = ""
+		case line == "":
+		default:
+			t.Errorf("unexpected line %q", line)
+		}
+	}
+	shape := regexp.MustCompile(`^message_start content_block_start ping (content_block_delta ){0,3}content_block_stop message_delta message_stop$`)
+	if !shape.MatchString(strings.Join(names, " ")) || names[0] != "message_start" || names[len(names)-1] != "message_stop" {
+		t.Errorf("events: %v", names)
+	}
+}
+
+func TestGoSDKErrors(t *testing.T) {
+	n := nodetest.Start(t, nodetest.Options{APIKey: testKey})
+	ctx := context.Background()
+	base := ant.MessageNewParams{Model: nodetest.Model, MaxTokens: 2, Messages: userMsg("hi")}
+	tests := []struct {
+		name   string
+		c      ant.Client
+		params ant.MessageNewParams
+		status int
+		typ    string
+	}{
+		{"unknown model", client(n, testKey), func() ant.MessageNewParams { p := base; p.Model = "nope"; return p }(), 404, "not_found_error"},
+		{"bad field", client(n, testKey), func() ant.MessageNewParams { p := base; p.MaxTokens = 0; return p }(), 400, "invalid_request_error"},
+		{"forced tool", client(n, testKey), func() ant.MessageNewParams {
+			p := base
+			p.Tools = []ant.ToolUnionParam{{OfTool: &ant.ToolParam{Name: "t", InputSchema: ant.ToolInputSchemaParam{Properties: map[string]any{}}}}}
+			p.ToolChoice = ant.ToolChoiceUnionParam{OfAny: &ant.ToolChoiceAnyParam{}}
+			return p
+		}(), 400, "invalid_request_error"},
+		{"wrong key", client(n, "sk-wrong"), base, 401, "authentication_error"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := tt.c.Messages.New(ctx, tt.params)
+			var apiErr *ant.Error
+			if !errors.As(err, &apiErr) {
+				t.Fatalf("err = %v", err)
+			}
+			var body struct {
+				Type  string
+				Error struct{ Type, Message string }
+			}
+			_ = json.Unmarshal([]byte(apiErr.RawJSON()), &body)
+			if apiErr.StatusCode != tt.status || body.Type != "error" || body.Error.Type != tt.typ || body.Error.Message == "" {
+				t.Errorf("error = %d %s", apiErr.StatusCode, apiErr.RawJSON())
+			}
+		})
+	}
+}
+
+func TestOverloaded(t *testing.T) {
+	tight := nodetest.Start(t, nodetest.Options{MaxQueued: 1})
+	c := client(tight, "")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := c.Messages.NewStreaming(ctx, ant.MessageNewParams{Model: nodetest.Model, MaxTokens: 4096, Messages: userMsg("go on")})
+	if !s.Next() { // admitted and generating
+		t.Fatal(s.Err())
+	}
+	status, h, body := post(t, tight, "/v1/messages", "", `{"model":"demo","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`)
+	if status != 429 || h.Get("Retry-After") != "1" || !strings.Contains(string(body), `"type":"rate_limit_error"`) {
+		t.Errorf("%d %s", status, body)
+	}
+	cancel()
+	for s.Next() {
+	}
+}

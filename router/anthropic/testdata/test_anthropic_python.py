@@ -1,0 +1,129 @@
+"""The official anthropic Python library against a running fusion node.
+
+Driven by TestPythonSDK (sdk_clients_test.go), which starts the nodes and
+sets FUSION_BASE_URL (auth on, key FUSION_API_KEY), FUSION_TIGHT_URL (no
+auth, one generation at a time) and FUSION_MODEL. The demo model writes
+newlines and does not stop on its own.
+"""
+
+import os
+
+import anthropic
+import pytest
+
+BASE = os.environ["FUSION_BASE_URL"]
+KEY = os.environ["FUSION_API_KEY"]
+TIGHT = os.environ["FUSION_TIGHT_URL"]
+MODEL = os.environ["FUSION_MODEL"]
+MSGS = [{"role": "user", "content": "Tell me a story"}]
+
+
+def client(base=BASE, key=KEY):
+    return anthropic.Anthropic(base_url=base, api_key=key, max_retries=0)
+
+
+def test_create():
+    m = client().messages.create(model=MODEL, max_tokens=5, messages=MSGS, system="Be brief.",
+                                 metadata={"user_id": "u1"},
+                                 # this SDK no longer declares the sampling fields; the API still takes them
+                                 extra_body={"temperature": 0.7, "top_p": 0.9, "top_k": 20})
+    assert m.type == "message" and m.role == "assistant" and m.model == MODEL
+    assert m.id.startswith("msg_")
+    assert [b.type for b in m.content] == ["text"]
+    assert m.stop_reason == "max_tokens" and m.stop_sequence is None
+    assert m.usage.output_tokens == 5 and m.usage.input_tokens > 0
+    assert m.usage.cache_read_input_tokens is not None
+
+
+def test_stop_sequences():
+    # A stop string from the middle of a greedy answer; the same greedy
+    # request then stops right before it.
+    greedy = {"temperature": 0}
+    m = client().messages.create(model=MODEL, max_tokens=20, messages=MSGS, extra_body=greedy)
+    text = m.content[0].text
+    if len(text) < 2:
+        pytest.skip(f"the demo model wrote {text!r}: too little to test stop_sequences")
+    stop = text[len(text) // 2:]
+    m = client().messages.create(model=MODEL, max_tokens=20, messages=MSGS, stop_sequences=[stop], extra_body=greedy)
+    assert m.stop_reason == "stop_sequence" and m.stop_sequence == stop
+    assert m.content[0].text == text[:text.index(stop)]
+
+
+def test_stream():
+    with client().messages.stream(model=MODEL, max_tokens=6, messages=MSGS) as s:
+        text = "".join(s.text_stream)
+        final = s.get_final_message()
+    assert final.content[0].type == "text" and final.content[0].text == text
+    assert final.stop_reason == "max_tokens" and final.usage.output_tokens == 6
+    assert final.id.startswith("msg_")
+
+
+def test_stream_events():
+    events = list(client().messages.create(model=MODEL, max_tokens=2, messages=MSGS, stream=True))
+    types = [e.type for e in events]  # the SDK drops pings; the demo model may write nothing
+    assert types[:2] == ["message_start", "content_block_start"]
+    assert types[-3:] == ["content_block_stop", "message_delta", "message_stop"]
+    assert set(types[2:-3]) <= {"content_block_delta"} and len(types) <= 7
+    assert events[0].message.usage.input_tokens > 0 and events[0].message.usage.output_tokens == 1
+    assert events[-2].delta.stop_reason == "max_tokens" and events[-2].usage.output_tokens == 2
+
+
+def test_count_tokens():
+    c = client()
+    system = [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}]
+    n = c.messages.count_tokens(model=MODEL, messages=MSGS, system=system)
+    m = c.messages.create(model=MODEL, max_tokens=1, messages=MSGS, system=system)
+    assert n.input_tokens == m.usage.input_tokens + m.usage.cache_read_input_tokens
+    tools = [{"name": "get_weather", "description": "Weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]
+    with_tools = c.messages.count_tokens(model=MODEL, messages=MSGS, system=system, tools=tools)
+    assert with_tools.input_tokens > n.input_tokens
+
+
+def test_tool_history():
+    tools = [{"name": "get_weather", "description": "Weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]
+    messages = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "I should call the tool.", "signature": ""},
+            {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny", "is_error": False}]},
+    ]
+    m = client().messages.create(model=MODEL, max_tokens=3, messages=messages, tools=tools,
+                                 tool_choice={"type": "auto"}, thinking={"type": "disabled"})
+    assert m.stop_reason == "max_tokens"
+
+
+def test_not_found():
+    with pytest.raises(anthropic.NotFoundError) as e:
+        client().messages.create(model="no-such-model", max_tokens=2, messages=MSGS)
+    assert e.value.body["type"] == "error" and e.value.body["error"]["type"] == "not_found_error"
+
+
+def test_bad_request():
+    with pytest.raises(anthropic.BadRequestError) as e:
+        client().messages.create(model=MODEL, max_tokens=2, messages=MSGS, extra_body={"temperature": 1.5})
+    assert e.value.body["error"]["type"] == "invalid_request_error"
+    with pytest.raises(anthropic.BadRequestError) as e:
+        client().messages.create(model=MODEL, max_tokens=2, messages=[{"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}]}])
+    assert "text only" in e.value.body["error"]["message"]
+    with pytest.raises(anthropic.BadRequestError) as e:
+        client().messages.create(model=MODEL, max_tokens=2, messages=MSGS,
+                                 tools=[{"name": "t", "input_schema": {"type": "object"}}], tool_choice={"type": "any"})
+    assert "constrained decoding" in e.value.body["error"]["message"]
+
+
+def test_authentication():
+    with pytest.raises(anthropic.AuthenticationError) as e:
+        client(key="sk-wrong").messages.create(model=MODEL, max_tokens=2, messages=MSGS)
+    assert e.value.body["error"]["type"] == "authentication_error"
+
+
+def test_rate_limit():
+    c = client(base=TIGHT, key="unused")
+    with c.messages.stream(model=MODEL, max_tokens=4096, messages=MSGS) as s:
+        next(iter(s))  # admitted and generating
+        with pytest.raises(anthropic.RateLimitError) as e:
+            c.messages.create(model=MODEL, max_tokens=2, messages=MSGS)
+    assert e.value.response.headers.get("retry-after") == "1"
+    assert e.value.body["error"]["type"] == "rate_limit_error"
