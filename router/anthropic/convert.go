@@ -3,6 +3,7 @@ package anthropic
 import (
 	"encoding/json"
 	"fmt"
+	"fusion/router/jsonkind"
 	"slices"
 	"strings"
 
@@ -129,7 +130,7 @@ func parseSystem(raw json.RawMessage) (*string, *Error) {
 			param := at("system", i)
 			b, ok := item.(*chattemplate.Object)
 			if !ok {
-				return nil, invalidType(param, "a valid dictionary", kindOf(item))
+				return nil, invalidType(param, "a valid dictionary", jsonkind.OfValue(item))
 			}
 			typ, err := stringField(b, "type", param)
 			if err != nil {
@@ -147,7 +148,7 @@ func parseSystem(raw json.RawMessage) (*string, *Error) {
 		joined := strings.Join(texts, "\n")
 		return &joined, nil
 	}
-	return nil, invalidType("system", "a valid string or a list of text blocks", kindOf(v))
+	return nil, invalidType("system", "a valid string or a list of text blocks", jsonkind.OfValue(v))
 }
 
 // parseMessages converts Anthropic messages into the OpenAI-style messages
@@ -161,7 +162,7 @@ func parseMessages(raw json.RawMessage) ([]*chattemplate.Object, *Error) {
 	}
 	list, ok := v.([]any)
 	if !ok {
-		return nil, invalidType("messages", "a valid list", kindOf(v))
+		return nil, invalidType("messages", "a valid list", jsonkind.OfValue(v))
 	}
 	if len(list) == 0 {
 		return nil, invalid("messages: at least one message is required")
@@ -171,7 +172,7 @@ func parseMessages(raw json.RawMessage) ([]*chattemplate.Object, *Error) {
 		param := at("messages", i)
 		m, ok := item.(*chattemplate.Object)
 		if !ok {
-			return nil, invalidType(param, "a valid dictionary", kindOf(item))
+			return nil, invalidType(param, "a valid dictionary", jsonkind.OfValue(item))
 		}
 		role, err := stringField(m, "role", param)
 		if err != nil {
@@ -209,7 +210,7 @@ func contentBlocks(m *chattemplate.Object, param string) ([]*chattemplate.Object
 		for j, item := range c {
 			b, ok := item.(*chattemplate.Object)
 			if !ok {
-				return nil, invalidType(at(param+".content", j), "a valid dictionary", kindOf(item))
+				return nil, invalidType(at(param+".content", j), "a valid dictionary", jsonkind.OfValue(item))
 			}
 			if _, err := stringField(b, "type", at(param+".content", j)); err != nil {
 				return nil, err
@@ -218,7 +219,7 @@ func contentBlocks(m *chattemplate.Object, param string) ([]*chattemplate.Object
 		}
 		return out, nil
 	}
-	return nil, invalidType(param+".content", "a valid string or a list of content blocks", kindOf(cv))
+	return nil, invalidType(param+".content", "a valid string or a list of content blocks", jsonkind.OfValue(cv))
 }
 
 // unsupportedBlock is the 400 of a block type our models cannot take.
@@ -291,7 +292,7 @@ func toolResult(b *chattemplate.Object, param string) (*chattemplate.Object, *Er
 				ip := at(param+".content", k)
 				ib, ok := item.(*chattemplate.Object)
 				if !ok {
-					return nil, invalidType(ip, "a valid dictionary", kindOf(item))
+					return nil, invalidType(ip, "a valid dictionary", jsonkind.OfValue(item))
 				}
 				typ, err := stringField(ib, "type", ip)
 				if err != nil {
@@ -308,13 +309,13 @@ func toolResult(b *chattemplate.Object, param string) (*chattemplate.Object, *Er
 			}
 			content = strings.Join(texts, "\n")
 		default:
-			return nil, invalidType(param+".content", "a valid string or a list of content blocks", kindOf(cv))
+			return nil, invalidType(param+".content", "a valid string or a list of content blocks", jsonkind.OfValue(cv))
 		}
 	}
 	if ev, ok := field(b, "is_error"); ok {
 		isErr, ok := ev.(bool)
 		if !ok {
-			return nil, invalidType(param+".is_error", "a valid boolean", kindOf(ev))
+			return nil, invalidType(param+".is_error", "a valid boolean", jsonkind.OfValue(ev))
 		}
 		if isErr {
 			content = "Error: " + content
@@ -365,7 +366,7 @@ func assistantMessage(m *chattemplate.Object, param string) ([]*chattemplate.Obj
 			}
 			input, ok := iv.(*chattemplate.Object)
 			if !ok {
-				return nil, invalidType(bp+".input", "a valid dictionary", kindOf(iv))
+				return nil, invalidType(bp+".input", "a valid dictionary", jsonkind.OfValue(iv))
 			}
 			calls = append(calls, chattemplate.NewObject("id", id, "type", "function",
 				"function", chattemplate.NewObject("name", name, "arguments", input)))
@@ -395,7 +396,7 @@ func parseTools(raw json.RawMessage) ([]*chattemplate.Object, *Error) {
 	}
 	list, ok := v.([]any)
 	if !ok {
-		return nil, invalidType("tools", "a valid list", kindOf(v))
+		return nil, invalidType("tools", "a valid list", jsonkind.OfValue(v))
 	}
 	out := make([]*chattemplate.Object, 0, len(list))
 	seen := map[string]bool{}
@@ -403,12 +404,12 @@ func parseTools(raw json.RawMessage) ([]*chattemplate.Object, *Error) {
 		param := at("tools", i)
 		t, ok := item.(*chattemplate.Object)
 		if !ok {
-			return nil, invalidType(param, "a valid dictionary", kindOf(item))
+			return nil, invalidType(param, "a valid dictionary", jsonkind.OfValue(item))
 		}
 		if tv, ok := field(t, "type"); ok {
 			typ, ok := tv.(string)
 			if !ok {
-				return nil, invalidType(param+".type", "a valid string", kindOf(tv))
+				return nil, invalidType(param+".type", "a valid string", jsonkind.OfValue(tv))
 			}
 			if typ != "custom" {
 				return nil, invalid("%s.type: server and client tools of type '%s' are not supported by this server; define custom tools with name and input_schema.", param, typ)
@@ -431,13 +432,13 @@ func parseTools(raw json.RawMessage) ([]*chattemplate.Object, *Error) {
 		}
 		schema, ok := sv.(*chattemplate.Object)
 		if !ok {
-			return nil, invalidType(param+".input_schema", "a valid dictionary", kindOf(sv))
+			return nil, invalidType(param+".input_schema", "a valid dictionary", jsonkind.OfValue(sv))
 		}
 		fn := chattemplate.NewObject("name", name)
 		if dv, ok := field(t, "description"); ok {
 			d, ok := dv.(string)
 			if !ok {
-				return nil, invalidType(param+".description", "a valid string", kindOf(dv))
+				return nil, invalidType(param+".description", "a valid string", jsonkind.OfValue(dv))
 			}
 			fn.Set("description", d)
 		}
@@ -460,7 +461,7 @@ func parseToolChoice(raw json.RawMessage, tools []*chattemplate.Object) (string,
 	}
 	obj, ok := v.(*chattemplate.Object)
 	if !ok {
-		return "", invalidType("tool_choice", "a valid dictionary", kindOf(v))
+		return "", invalidType("tool_choice", "a valid dictionary", jsonkind.OfValue(v))
 	}
 	typ, err := stringField(obj, "type", "tool_choice")
 	if err != nil {
@@ -468,7 +469,7 @@ func parseToolChoice(raw json.RawMessage, tools []*chattemplate.Object) (string,
 	}
 	if dv, ok := field(obj, "disable_parallel_tool_use"); ok {
 		if _, ok := dv.(bool); !ok {
-			return "", invalidType("tool_choice.disable_parallel_tool_use", "a valid boolean", kindOf(dv))
+			return "", invalidType("tool_choice.disable_parallel_tool_use", "a valid boolean", jsonkind.OfValue(dv))
 		}
 	}
 	switch typ {
@@ -509,7 +510,7 @@ func parseThinking(raw json.RawMessage, maxTokens int) (*bool, *Error) {
 	}
 	obj, ok := v.(*chattemplate.Object)
 	if !ok {
-		return nil, invalidType("thinking", "a valid dictionary", kindOf(v))
+		return nil, invalidType("thinking", "a valid dictionary", jsonkind.OfValue(v))
 	}
 	typ, err := stringField(obj, "type", "thinking")
 	if err != nil {
@@ -526,7 +527,7 @@ func parseThinking(raw json.RawMessage, maxTokens int) (*bool, *Error) {
 		}
 		budget, ok := bv.(int64)
 		if !ok {
-			return nil, invalidType("thinking.enabled.budget_tokens", "a valid integer", kindOf(bv))
+			return nil, invalidType("thinking.enabled.budget_tokens", "a valid integer", jsonkind.OfValue(bv))
 		}
 		if budget < minThinkingBudget {
 			return nil, invalid("thinking.enabled.budget_tokens: Input should be greater than or equal to %d", minThinkingBudget)
@@ -548,7 +549,7 @@ func parseStopSequences(raw json.RawMessage) ([]string, *Error) {
 	}
 	var list []string
 	if err := json.Unmarshal(raw, &list); err != nil {
-		return nil, invalidType("stop_sequences", "a valid list of strings", jsonKindOf(raw))
+		return nil, invalidType("stop_sequences", "a valid list of strings", jsonkind.Of(raw))
 	}
 	if len(list) > maxStops {
 		return nil, invalid("stop_sequences: at most %d stop sequences, got %d.", maxStops, len(list))
@@ -564,7 +565,7 @@ func checkMetadata(raw json.RawMessage) *Error {
 	}
 	var m map[string]any
 	if err := json.Unmarshal(raw, &m); err != nil {
-		return invalidType("metadata", "a valid dictionary", jsonKindOf(raw))
+		return invalidType("metadata", "a valid dictionary", jsonkind.Of(raw))
 	}
 	if u, ok := m["user_id"]; ok && u != nil {
 		if _, ok := u.(string); !ok {
@@ -585,7 +586,7 @@ func checkOutputConfig(raw json.RawMessage) *Error {
 		Format json.RawMessage `json:"format"`
 	}
 	if err := json.Unmarshal(raw, &c); err != nil {
-		return invalidType("output_config", "a valid dictionary", jsonKindOf(raw))
+		return invalidType("output_config", "a valid dictionary", jsonkind.Of(raw))
 	}
 	if !isNull(c.Format) {
 		return invalid("output_config.format: structured output needs constrained decoding, which this server does not support yet.")

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"fusion/router/jsonkind"
 	"io"
 	"net/http"
 	"reflect"
@@ -40,7 +41,7 @@ func decodeJSON(body []byte, v any) *Error {
 		return invalid("The request body is not valid JSON: %v", err)
 	}
 	if trimmed[0] != '{' {
-		return invalid("The request body must be a JSON object, but it is %s.", jsonKindOf(trimmed))
+		return invalid("The request body must be a JSON object, but it is %s.", jsonkind.Of(trimmed))
 	}
 	if err := json.Unmarshal(trimmed, v); err != nil {
 		var te *json.UnmarshalTypeError
@@ -49,7 +50,7 @@ func decodeJSON(body []byte, v any) *Error {
 			if param == "" {
 				param = "body"
 			}
-			return invalidType(param, goTypeName(te.Type), jsonValueName(te.Value))
+			return invalidType(param, goTypeName(te.Type), jsonkind.Described(te.Value))
 		}
 		return invalid("Invalid request body: %v", err)
 	}
@@ -82,62 +83,6 @@ func goTypeName(t reflect.Type) string {
 	return "another type"
 }
 
-func jsonValueName(v string) string {
-	switch {
-	case v == "string":
-		return "a string"
-	case v == "bool":
-		return "a boolean"
-	case v == "array":
-		return "an array"
-	case v == "object":
-		return "an object"
-	case v == "number":
-		return "a number"
-	case strings.HasPrefix(v, "number "):
-		return "the number " + strings.TrimPrefix(v, "number ")
-	}
-	return v
-}
-
-// jsonKindOf names the kind of a valid JSON document.
-func jsonKindOf(doc []byte) string {
-	doc = bytes.TrimSpace(doc)
-	if len(doc) == 0 {
-		return "empty"
-	}
-	switch doc[0] {
-	case '{':
-		return "an object"
-	case '[':
-		return "an array"
-	case '"':
-		return "a string"
-	case 't', 'f':
-		return "a boolean"
-	case 'n':
-		return "null"
-	}
-	return "a number"
-}
-
-// kindOf names the JSON kind of a value decoded by chattemplate.DecodeJSON.
-func kindOf(v any) string {
-	switch v.(type) {
-	case nil:
-		return "null"
-	case bool:
-		return "a boolean"
-	case string:
-		return "a string"
-	case []any:
-		return "an array"
-	case *chattemplate.Object:
-		return "an object"
-	}
-	return "a number"
-}
-
 func isNull(raw json.RawMessage) bool {
 	t := strings.TrimSpace(string(raw))
 	return t == "" || t == "null"
@@ -147,7 +92,7 @@ func isNull(raw json.RawMessage) bool {
 func decodeRaw(raw json.RawMessage, param, want string) (any, *Error) {
 	v, err := chattemplate.DecodeJSON(raw)
 	if err != nil {
-		return nil, invalidType(param, want, jsonKindOf(raw))
+		return nil, invalidType(param, want, jsonkind.Of(raw))
 	}
 	return v, nil
 }
@@ -169,7 +114,7 @@ func stringField(obj *chattemplate.Object, key, param string) (string, *Error) {
 	}
 	s, ok := v.(string)
 	if !ok {
-		return "", invalidType(param+"."+key, "a valid string", kindOf(v))
+		return "", invalidType(param+"."+key, "a valid string", jsonkind.OfValue(v))
 	}
 	return s, nil
 }

@@ -3,6 +3,7 @@ package openai
 import (
 	"encoding/json"
 	"fmt"
+	"fusion/router/jsonkind"
 	"slices"
 	"strings"
 
@@ -83,11 +84,11 @@ func fanOut(base *engine.Request, n int) []*engine.Request {
 func parseMessages(raw json.RawMessage) ([]*chattemplate.Object, *Error) {
 	v, derr := chattemplate.DecodeJSON(raw)
 	if derr != nil {
-		return nil, invalidType("messages", "an array of message objects", jsonKindOf(raw))
+		return nil, invalidType("messages", "an array of message objects", jsonkind.Of(raw))
 	}
 	list, ok := v.([]any)
 	if !ok {
-		return nil, invalidType("messages", "an array of message objects", kindOf(v))
+		return nil, invalidType("messages", "an array of message objects", jsonkind.OfValue(v))
 	}
 	if len(list) == 0 {
 		return nil, invalidRequest("messages", "Invalid 'messages': empty array. Expected an array with minimum length 1, but got an empty array instead.")
@@ -97,7 +98,7 @@ func parseMessages(raw json.RawMessage) ([]*chattemplate.Object, *Error) {
 		param := fmt.Sprintf("messages[%d]", i)
 		m, ok := item.(*chattemplate.Object)
 		if !ok {
-			return nil, invalidType(param, "an object", kindOf(item))
+			return nil, invalidType(param, "an object", jsonkind.OfValue(item))
 		}
 		msg, err := checkMessage(m, param)
 		if err != nil {
@@ -115,7 +116,7 @@ func checkMessage(m *chattemplate.Object, param string) (*chattemplate.Object, *
 	}
 	role, ok := rv.(string)
 	if !ok {
-		return nil, invalidType(param+".role", "a string", kindOf(rv))
+		return nil, invalidType(param+".role", "a string", jsonkind.OfValue(rv))
 	}
 	if !slices.Contains(chatRoles, role) {
 		return nil, invalidRequest(param+".role", "Invalid value: '%s'. Supported values are: %s.", role, quoteList(chatRoles))
@@ -145,11 +146,11 @@ func checkMessage(m *chattemplate.Object, param string) (*chattemplate.Object, *
 		}
 		out.Set("content", text)
 	default:
-		return nil, invalidType(param+".content", "a string or an array of content parts", kindOf(cv))
+		return nil, invalidType(param+".content", "a string or an array of content parts", jsonkind.OfValue(cv))
 	}
 	if nv, ok := m.Get("name"); ok && nv != nil {
 		if _, ok := nv.(string); !ok {
-			return nil, invalidType(param+".name", "a string", kindOf(nv))
+			return nil, invalidType(param+".name", "a string", jsonkind.OfValue(nv))
 		}
 	}
 	if role == "tool" {
@@ -158,12 +159,12 @@ func checkMessage(m *chattemplate.Object, param string) (*chattemplate.Object, *
 			return nil, missingParam(param + ".tool_call_id")
 		}
 		if _, ok := tv.(string); !ok {
-			return nil, invalidType(param+".tool_call_id", "a string", kindOf(tv))
+			return nil, invalidType(param+".tool_call_id", "a string", jsonkind.OfValue(tv))
 		}
 	}
 	if tc, ok := m.Get("tool_calls"); ok && tc != nil {
 		if _, ok := tc.([]any); !ok {
-			return nil, invalidType(param+".tool_calls", "an array", kindOf(tc))
+			return nil, invalidType(param+".tool_calls", "an array", jsonkind.OfValue(tc))
 		}
 	}
 	return out, nil
@@ -177,7 +178,7 @@ func flattenContent(parts []any, param string) (string, *Error) {
 		pp := fmt.Sprintf("%s[%d]", param, j)
 		obj, ok := p.(*chattemplate.Object)
 		if !ok {
-			return "", invalidType(pp, "a content part object", kindOf(p))
+			return "", invalidType(pp, "a content part object", jsonkind.OfValue(p))
 		}
 		tv, _ := obj.Get("type")
 		typ, ok := tv.(string)
@@ -193,7 +194,7 @@ func flattenContent(parts []any, param string) (string, *Error) {
 			s, ok := obj.Get(key)
 			str, isStr := s.(string)
 			if !ok || !isStr {
-				return "", invalidType(pp+"."+key, "a string", kindOf(s))
+				return "", invalidType(pp+"."+key, "a string", jsonkind.OfValue(s))
 			}
 			texts = append(texts, str)
 		case "image_url", "input_image", "input_audio", "file", "audio", "video":
@@ -225,14 +226,14 @@ func parseToolList(raw json.RawMessage) ([]*chattemplate.Object, *Error) {
 	v, derr := chattemplate.DecodeJSON(raw)
 	list, ok := v.([]any)
 	if derr != nil || !ok {
-		return nil, invalidType("tools", "an array of tool objects", jsonKindOf(raw))
+		return nil, invalidType("tools", "an array of tool objects", jsonkind.Of(raw))
 	}
 	out := make([]*chattemplate.Object, len(list))
 	for i, item := range list {
 		param := fmt.Sprintf("tools[%d]", i)
 		t, ok := item.(*chattemplate.Object)
 		if !ok {
-			return nil, invalidType(param, "an object", kindOf(item))
+			return nil, invalidType(param, "an object", jsonkind.OfValue(item))
 		}
 		if tv, _ := t.Get("type"); tv != "function" {
 			return nil, invalidRequest(param+".type", "Invalid value for '%s.type': expected 'function'.", param)
@@ -245,11 +246,11 @@ func parseToolList(raw json.RawMessage) ([]*chattemplate.Object, *Error) {
 		if nv, _ := f.Get("name"); nv == nil || nv == "" {
 			return nil, missingParam(param + ".function.name")
 		} else if _, ok := nv.(string); !ok {
-			return nil, invalidType(param+".function.name", "a string", kindOf(nv))
+			return nil, invalidType(param+".function.name", "a string", jsonkind.OfValue(nv))
 		}
 		if pv, ok := f.Get("parameters"); ok && pv != nil {
 			if _, ok := pv.(*chattemplate.Object); !ok {
-				return nil, invalidType(param+".function.parameters", "an object", kindOf(pv))
+				return nil, invalidType(param+".function.parameters", "an object", jsonkind.OfValue(pv))
 			}
 		}
 		out[i] = t
@@ -264,7 +265,7 @@ func checkToolChoice(raw json.RawMessage) *Error {
 	}
 	v, derr := chattemplate.DecodeJSON(raw)
 	if derr != nil {
-		return invalidType("tool_choice", "a string or an object", jsonKindOf(raw))
+		return invalidType("tool_choice", "a string or an object", jsonkind.Of(raw))
 	}
 	switch c := v.(type) {
 	case string:
@@ -281,7 +282,7 @@ func checkToolChoice(raw json.RawMessage) *Error {
 		}
 		return unsupported("tool_choice", "Forcing a named tool is not supported by this server yet.")
 	}
-	return invalidType("tool_choice", "a string or an object", kindOf(v))
+	return invalidType("tool_choice", "a string or an object", jsonkind.OfValue(v))
 }
 
 // checkResponseFormat accepts {"type": "text"}; JSON modes come with
@@ -293,7 +294,7 @@ func checkResponseFormat(raw json.RawMessage) *Error {
 	v, derr := chattemplate.DecodeJSON(raw)
 	obj, ok := v.(*chattemplate.Object)
 	if derr != nil || !ok {
-		return invalidType("response_format", "an object", jsonKindOf(raw))
+		return invalidType("response_format", "an object", jsonkind.Of(raw))
 	}
 	tv, _ := obj.Get("type")
 	switch tv {
@@ -306,9 +307,6 @@ func checkResponseFormat(raw json.RawMessage) *Error {
 	}
 	return invalidRequest("response_format.type", "Invalid value: %v. Supported values are: 'text', 'json_object' and 'json_schema'.", tv)
 }
-
-// kindOf names the JSON kind of a value decoded by chattemplate.DecodeJSON.
-func kindOf(v any) string { return chattemplate.Kind(v) }
 
 func quoteList(xs []string) string {
 	q := make([]string, len(xs))

@@ -3,6 +3,7 @@ package openai
 import (
 	"encoding/json"
 	"fmt"
+	"fusion/router/jsonkind"
 	"unicode/utf8"
 
 	"fusion/engine"
@@ -68,7 +69,7 @@ func parsePrompt(raw json.RawMessage) ([]completionPrompt, *Error) {
 	}
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil {
-		return nil, invalidType("prompt", "a string, an array of strings or an array of token ids", jsonKindOf(raw))
+		return nil, invalidType("prompt", "a string, an array of strings or an array of token ids", jsonkind.Of(raw))
 	}
 	if len(items) == 0 {
 		return nil, invalidRequest("prompt", "Invalid 'prompt': empty array.")
@@ -85,7 +86,7 @@ func parsePrompt(raw json.RawMessage) ([]completionPrompt, *Error) {
 		}
 		ids, ok := tokenIDs(it)
 		if !ok || len(ids) == 0 {
-			return nil, invalidType(fmt.Sprintf("prompt[%d]", i), "a string or a non-empty array of token ids", jsonKindOf(it))
+			return nil, invalidType(fmt.Sprintf("prompt[%d]", i), "a string or a non-empty array of token ids", jsonkind.Of(it))
 		}
 		out[i] = completionPrompt{tokens: ids}
 	}

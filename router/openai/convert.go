@@ -10,6 +10,7 @@ import (
 
 	"fusion/engine"
 	"fusion/engine/sample"
+	"fusion/router/jsonkind"
 )
 
 // Options are the node settings the converters apply.
@@ -166,7 +167,7 @@ func parseStop(raw json.RawMessage) ([]string, *Error) {
 	}
 	var list []string
 	if err := json.Unmarshal(raw, &list); err != nil {
-		return nil, invalidType("stop", "a string or an array of strings", jsonKindOf(raw))
+		return nil, invalidType("stop", "a string or an array of strings", jsonkind.Of(raw))
 	}
 	if len(list) > maxStops {
 		return nil, invalidRequest("stop", "Invalid 'stop': at most %d stop sequences, got %d.", maxStops, len(list))

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"fusion/router/jsonkind"
 	"io"
 	"net/http"
 	"reflect"
@@ -56,7 +57,7 @@ func decodeJSON(body []byte, v any) *Error {
 			return syntaxError(trimmed)
 		}
 		return &Error{Status: http.StatusBadRequest, Type: TypeInvalidRequest, Code: "invalid_json",
-			Message: fmt.Sprintf("The request body must be a JSON object, but it is %s.", jsonKindOf(trimmed))}
+			Message: fmt.Sprintf("The request body must be a JSON object, but it is %s.", jsonkind.Of(trimmed))}
 	}
 	dec := json.NewDecoder(bytes.NewReader(trimmed))
 	if err := dec.Decode(v); err != nil {
@@ -67,7 +68,7 @@ func decodeJSON(body []byte, v any) *Error {
 			if param == "" {
 				param = "body"
 			}
-			return invalidType(param, goTypeName(te.Type), jsonValueName(te.Value))
+			return invalidType(param, goTypeName(te.Type), jsonkind.Described(te.Value))
 		}
 		if json.Valid(trimmed) {
 			return &Error{Status: http.StatusBadRequest, Type: TypeInvalidRequest, Code: "invalid_value", Message: "Invalid request body: " + err.Error()}
@@ -118,45 +119,4 @@ func goTypeName(t reflect.Type) string {
 		return "an object"
 	}
 	return "another type"
-}
-
-// jsonValueName turns encoding/json's description of a value ("string",
-// "number 1.5", "array") into words.
-func jsonValueName(v string) string {
-	switch {
-	case v == "string":
-		return "a string"
-	case v == "bool":
-		return "a boolean"
-	case v == "array":
-		return "an array"
-	case v == "object":
-		return "an object"
-	case v == "number":
-		return "a number"
-	case strings.HasPrefix(v, "number "):
-		return "the number " + strings.TrimPrefix(v, "number ")
-	}
-	return v
-}
-
-// jsonKindOf names the kind of a valid JSON document.
-func jsonKindOf(doc []byte) string {
-	doc = bytes.TrimSpace(doc)
-	if len(doc) == 0 {
-		return "empty"
-	}
-	switch doc[0] {
-	case '{':
-		return "an object"
-	case '[':
-		return "an array"
-	case '"':
-		return "a string"
-	case 't', 'f':
-		return "a boolean"
-	case 'n':
-		return "null"
-	}
-	return "a number"
 }
