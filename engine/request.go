@@ -66,7 +66,20 @@ type FinishReason string
 const (
 	FinishStop   FinishReason = "stop"   // a stop token or stop sequence
 	FinishLength FinishReason = "length" // MaxTokens or the context length
+	// FinishToolCalls: generation stopped normally after tool calls.
+	FinishToolCalls FinishReason = "tool_calls"
 )
+
+// ToolCall is one complete tool call the model made, found by the model
+// family's output parser.
+type ToolCall struct {
+	Index     int    // 0, 1, ... in the order the model made them
+	ID        string // "call_…"
+	Name      string
+	Arguments string // a JSON object, compact, key order kept
+	// Undeclared is set when the request declared no tool of that name.
+	Undeclared bool
+}
 
 // TokenLogprob is one token with its log-probability.
 type TokenLogprob struct {
@@ -86,9 +99,13 @@ type Usage struct {
 // exactly one final event with Done set (FinishReason and Usage filled) or
 // Err set.
 type Event struct {
-	// Text is the newly decoded text (whole UTF-8 characters, with stop
-	// sequences held back until they are ruled out).
+	// Text is newly decoded answer text (whole UTF-8 characters; stop
+	// sequences and partial tags are held back until ruled out).
 	Text string
+	// Reasoning is newly decoded reasoning (the model's <think> block).
+	Reasoning string
+	// ToolCalls completed in this step, each whole.
+	ToolCalls []ToolCall
 	// Tokens are the tokens this event's text came from, with their
 	// log-probabilities when the request asked for them.
 	Tokens []TokenLogprob

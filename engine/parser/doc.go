@@ -62,7 +62,9 @@
 //     as the name is known and fragments follow as the arguments arrive
 //     (JSON compacted on the fly; qwen3_coder one parameter at a time).
 //   - Reasoning is trimmed of surrounding whitespace; content has leading
-//     whitespace trimmed at the start of the output and after </think> or a
-//     tool call, and trailing whitespace before a tool call or <think>
-//     dropped (the passthrough family trims nothing).
+//     whitespace trimmed after </think> or a tool call; when tools are
+//     declared, trailing whitespace is held back and dropped before a tool
+//     call or <think> (without tools it streams at once). Output with no
+//     tags passes through exactly, whitespace included (the passthrough
+//     family trims nothing at all).
 package parser

@@ -91,8 +91,12 @@ func newMachine(f family, opts Options) *machine {
 	}
 	m.cTags = append(m.cTags, f.drop...)
 	m.rTags = append(append([]string{thinkClose}, f.open...), f.drop...)
-	m.content = emitter{trim: f.trim, atStart: f.trim}
-	m.reasoning = emitter{trim: true, atStart: true}
+	// Content is not trimmed at the very start: a plain answer passes
+	// through exactly; only whitespace around tags is dropped.
+	// Trailing whitespace is held back (to be dropped before a tool call)
+	// only when tools are declared; otherwise it streams at once.
+	m.content = emitter{trim: f.trim, holdTrailing: f.trim && len(opts.Tools) > 0}
+	m.reasoning = emitter{trim: true, holdTrailing: true, atStart: true}
 	switch {
 	case f.think && opts.StartInReasoning:
 		m.st = stReasoning
@@ -196,6 +200,7 @@ func (m *machine) step(final bool) {
 			}
 			m.out.Reasoning += m.reasoning.write(m.buf[:i])
 			m.out.Reasoning += m.reasoning.end()
+			m.content.atStart = m.content.trim // the answer after </think> starts trimmed
 			m.buf = m.buf[i+len(tag):]
 			if tag == thinkClose || contains(m.fam.drop, tag) {
 				m.st = stContent
@@ -338,9 +343,10 @@ func holdback(s string, tags []string) int {
 // emitter streams one channel (content or reasoning), trimming whitespace at
 // segment edges and never emitting an incomplete UTF-8 sequence.
 type emitter struct {
-	trim    bool
-	atStart bool   // drop leading whitespace
-	pend    string // held: trailing whitespace and/or an incomplete rune
+	trim         bool
+	holdTrailing bool   // hold trailing whitespace until the segment goes on
+	atStart      bool   // drop leading whitespace
+	pend         string // held: trailing whitespace and/or an incomplete rune
 }
 
 func isSpace(r rune) bool { return r == ' ' || r == '\t' || r == '\n' || r == '\r' }
@@ -357,7 +363,7 @@ func (e *emitter) write(s string) string {
 	}
 	j := len(s) - incompleteTail(s)
 	k := j
-	if e.trim {
+	if e.holdTrailing {
 		k = len(strings.TrimRightFunc(s[:j], isSpace))
 	}
 	e.pend = s[k:]

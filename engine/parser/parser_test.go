@@ -67,6 +67,8 @@ func hermesCases() []tcase {
 		{name: "reasoning then answer", in: "<think>\nLet me think.\nStep 2.\n</think>\n\nThe answer is 4.", want: result{Reasoning: "Let me think.\nStep 2.", Content: "The answer is 4."}},
 		{name: "prompt opened think", in: "I should add.\n</think>\n\n4", opts: Options{StartInReasoning: true}, want: result{Reasoning: "I should add.", Content: "4"}},
 		{name: "empty think", in: "<think>\n\n</think>\n\nHi", want: result{Content: "Hi"}},
+		{name: "plain text kept exactly", in: "\n  Hi there.\n\n", want: result{Content: "\n  Hi there.\n\n"}},
+		{name: "only whitespace", in: "\n\n\n", want: result{Content: "\n\n\n"}},
 		{name: "one call", in: wCall, want: result{Calls: calls(call(0, "get_weather", `{"city":"Paris"}`))}},
 		{name: "several calls", in: wCall + "\n" + wCall2, want: result{Calls: calls(call(0, "get_weather", `{"city":"Paris"}`), call(1, "search", `{"q":"rain","n":3}`))}},
 		{name: "calls after reasoning", in: "<think>\nNeed weather.\n</think>\n\n" + wCall + "\n" + wCall2, want: result{Reasoning: "Need weather.", Calls: calls(call(0, "get_weather", `{"city":"Paris"}`), call(1, "search", `{"q":"rain","n":3}`))}},

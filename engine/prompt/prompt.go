@@ -35,6 +35,7 @@ func invalid(format string, a ...any) error {
 type Builder struct {
 	tok      *tokenizer.Tokenizer
 	template *chattemplate.Template // nil when the model has none
+	source   string                 // the template's source
 	bos, eos string                 // token texts passed to the template
 }
 
@@ -82,7 +83,7 @@ func loadGGUF(path string) (*Builder, error) {
 // New builds a Builder from a tokenizer and a chat template source ("" for
 // none).
 func New(tok *tokenizer.Tokenizer, templateSource string) (*Builder, error) {
-	b := &Builder{tok: tok}
+	b := &Builder{tok: tok, source: templateSource}
 	if id, ok := tok.BOS(); ok {
 		b.bos, _ = tok.Token(id)
 	}
@@ -98,6 +99,9 @@ func New(tok *tokenizer.Tokenizer, templateSource string) (*Builder, error) {
 	}
 	return b, nil
 }
+
+// TemplateSource is the chat template's Jinja source ("" for none).
+func (b *Builder) TemplateSource() string { return b.source }
 
 // Tokenizer returns the model's tokenizer.
 func (b *Builder) Tokenizer() *tokenizer.Tokenizer { return b.tok }

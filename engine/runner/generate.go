@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"fusion/engine"
+	"fusion/engine/parser"
 	"fusion/engine/prompt"
 	"fusion/engine/sample"
 )
@@ -79,6 +80,10 @@ func (r *Runner) Generate(ctx context.Context, req *engine.Request) (<-chan engi
 	if len(p.Tokens) >= ctxLen {
 		return nil, &prompt.InvalidRequestError{Err: fmt.Errorf("the prompt is %d tokens; this model's context is %d", len(p.Tokens), ctxLen)}
 	}
+	out, err := newOutputParser(lm.parser, req, p.Prompt)
+	if err != nil {
+		return nil, err
+	}
 	params := req.Sampling
 	params.StopTokenIDs = append(slices.Clone(params.StopTokenIDs), lm.text.Tokenizer().EOS()...)
 	smp, err := sample.New(params, lm.model.VocabSize())
@@ -95,7 +100,7 @@ func (r *Runner) Generate(ctx context.Context, req *engine.Request) (<-chan engi
 	}
 	g := &generation{
 		r: r, e: e, lm: lm, prompt: p.Tokens, sampler: smp, params: params,
-		maxTokens: min(maxTokens, ctxLen-len(p.Tokens)), stops: newStopMatcher(req.Stop),
+		maxTokens: min(maxTokens, ctxLen-len(p.Tokens)), stops: newStopMatcher(req.Stop), out: out,
 		events: make(chan engine.Event, 16),
 	}
 	r.wg.Add(1)
@@ -125,6 +130,8 @@ type generation struct {
 	params    sample.Params
 	maxTokens int
 	stops     *stopMatcher
+	out       parser.Parser // splits text into content, reasoning and tool calls
+	calls     int           // tool calls made so far
 	events    chan engine.Event
 }
 
@@ -190,11 +197,11 @@ func (g *generation) run(ctx context.Context) (final engine.Event, ok bool) {
 		if res.Stop {
 			out, _ := g.stops.Add(dec.Flush())
 			usage.CompletionTokens = len(output)
-			return engine.Event{Text: out + g.stops.Flush(), Done: true, FinishReason: engine.FinishStop, Usage: usage}, true
+			return g.finish(engine.Event{Done: true, FinishReason: engine.FinishStop, Usage: usage}, out+g.stops.Flush()), true
 		}
 		output = append(output, res.ID)
 		text, matched := g.stops.Add(dec.Add(res.ID))
-		ev := engine.Event{Text: text, Tokens: []engine.TokenLogprob{g.tokenLogprob(res.ID, res.Logprob)}}
+		ev := engine.Event{Tokens: []engine.TokenLogprob{g.tokenLogprob(res.ID, res.Logprob)}}
 		if g.params.TopLogprobs > 0 {
 			top := make([]engine.TokenLogprob, len(res.Top))
 			for i, t := range res.Top {
@@ -206,16 +213,16 @@ func (g *generation) run(ctx context.Context) (final engine.Event, ok bool) {
 			ev.Done, ev.FinishReason, ev.StopSequence = true, engine.FinishStop, matched
 			usage.CompletionTokens = len(output)
 			ev.Usage = usage
-			return ev, true
+			return g.finish(ev, text), true
 		}
 		if len(output) >= g.maxTokens {
 			out, _ := g.stops.Add(dec.Flush())
-			ev.Text += out + g.stops.Flush()
 			ev.Done, ev.FinishReason = true, engine.FinishLength
 			usage.CompletionTokens = len(output)
 			ev.Usage = usage
-			return ev, true
+			return g.finish(ev, text+out+g.stops.Flush()), true
 		}
+		g.parse(&ev, g.out.Add(text))
 		if !g.send(ctx, ev) {
 			return engine.Event{}, false
 		}
@@ -223,6 +230,30 @@ func (g *generation) run(ctx context.Context) (final engine.Event, ok bool) {
 			return failed(ctx, err)
 		}
 	}
+}
+
+// parse moves what the output parser produced into ev.
+func (g *generation) parse(ev *engine.Event, o parser.Output) {
+	ev.Text += o.Content
+	ev.Reasoning += o.Reasoning
+	for _, c := range o.Calls {
+		ev.ToolCalls = append(ev.ToolCalls, engine.ToolCall{Index: c.Index, ID: c.ID, Name: c.Name, Arguments: c.Arguments, Undeclared: c.Undeclared})
+		g.calls++
+	}
+}
+
+// finish completes the final event: the last text goes through the parser,
+// which then flushes what it held back (a malformed tool call comes back
+// as content); a generation that stopped normally after tool calls
+// finishes with "tool_calls".
+func (g *generation) finish(ev engine.Event, text string) engine.Event {
+	g.parse(&ev, g.out.Add(text))
+	rest, _ := g.out.Finish()
+	g.parse(&ev, rest)
+	if g.calls > 0 && ev.FinishReason == engine.FinishStop && ev.StopSequence == "" {
+		ev.FinishReason = engine.FinishToolCalls
+	}
+	return ev
 }
 
 func (g *generation) tokenLogprob(id int, lp float64) engine.TokenLogprob {

@@ -18,6 +18,7 @@ import (
 
 	"fusion/engine"
 	"fusion/engine/modelfile"
+	"fusion/engine/parser"
 	"fusion/engine/prompt"
 )
 
@@ -87,6 +88,8 @@ type entry struct {
 type loadedModel struct {
 	text  *prompt.Builder
 	model languageModel
+	// parser names the output parser family, detected from the template.
+	parser string
 }
 
 // New scans cfg.ModelsDir and loads cfg.Preload.
@@ -169,7 +172,7 @@ func (r *Runner) load(e *entry) (*loadedModel, error) {
 		return nil, fmt.Errorf("%w: %s: %v", engine.ErrUnavailable, e.info.ID, err)
 	}
 	r.cfg.Logger.Info("model loaded", "model", e.info.ID, "weight_bytes", m.WeightBytes())
-	e.loaded = &loadedModel{text: text, model: m}
+	e.loaded = &loadedModel{text: text, model: m, parser: parser.Detect(text.TemplateSource(), "")}
 	return e.loaded, nil
 }
 

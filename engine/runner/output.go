@@ -1,0 +1,38 @@
+package runner
+
+import (
+	"fusion/engine"
+	"fusion/engine/chattemplate"
+	"fusion/engine/parser"
+)
+
+// newOutputParser makes the parser that splits a request's generated text
+// into content, reasoning and tool calls. Raw prompts (legacy completions)
+// get none: their text is returned exactly as the model wrote it.
+// renderedPrompt tells whether the template left a <think> block open.
+func newOutputParser(family string, req *engine.Request, renderedPrompt string) (parser.Parser, error) {
+	if req.Messages == nil {
+		family = "none"
+	}
+	return parser.New(family, parser.Options{
+		Tools:            toolNames(req.Tools),
+		StartInReasoning: parser.StartInReasoning(renderedPrompt),
+	})
+}
+
+// toolNames lists the function names of OpenAI-style tool definitions
+// ({"type": "function", "function": {"name": ...}}).
+func toolNames(tools []*chattemplate.Object) []string {
+	var names []string
+	for _, t := range tools {
+		fn, _ := t.Get("function")
+		if obj, ok := fn.(*chattemplate.Object); ok {
+			if name, ok := obj.Get("name"); ok {
+				if s, ok := name.(string); ok {
+					names = append(names, s)
+				}
+			}
+		}
+	}
+	return names
+}
