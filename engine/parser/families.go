@@ -21,35 +21,39 @@ const (
 	mistralID    = "[CALL_ID]"
 )
 
-func init() {
+// families builds the constructor table by family name (read-only once
+// built).
+func families() map[string]func(Options) Parser {
+	r := map[string]func(Options) Parser{}
 	hermes := func(o Options) Parser {
 		return newMachine(family{think: true, trim: true, open: []string{toolCallOpen},
 			end: closeTag(toolCallClose), parse: parseHermes, partial: partialJSONCall}, o)
 	}
-	Register(Qwen3, hermes)
-	Register(Hermes, hermes)
-	Register(Qwen3Coder, func(o Options) Parser {
+	r[Qwen3] = hermes
+	r[Hermes] = hermes
+	r[Qwen3Coder] = func(o Options) Parser {
 		return newMachine(family{think: true, trim: true, open: []string{toolCallOpen},
 			end: closeTag(toolCallClose), parse: qwenXML(o.ParamTypes), partial: partialXML(o.ParamTypes)}, o)
-	})
-	Register(DeepSeekV3, func(o Options) Parser {
+	}
+	r[DeepSeekV3] = func(o Options) Parser {
 		return newMachine(family{think: true, trim: true, open: []string{dsCallBegin},
 			drop: []string{dsCallsBegin, dsCallsEnd},
 			end:  closeTag(dsCallEnd), parse: parseDeepSeek}, o)
-	})
-	Register(Llama3JSON, func(o Options) Parser {
+	}
+	r[Llama3JSON] = func(o Options) Parser {
 		return newMachine(family{trim: true, leadJSON: true, end: jsonBodyEnd, parse: parseLlama, partial: partialJSONCall,
 			notCall: llamaNotCall}, o)
-	})
-	Register(Mistral, func(o Options) Parser {
+	}
+	r[Mistral] = func(o Options) Parser {
 		return newMachine(family{trim: true, open: []string{mistralCalls}, end: mistralEnd, parse: parseMistral}, o)
-	})
-	Register(Think, func(o Options) Parser {
+	}
+	r[Think] = func(o Options) Parser {
 		return newMachine(family{think: true, trim: true}, o)
-	})
+	}
 	pass := func(o Options) Parser { return newMachine(family{}, o) }
-	Register(None, pass)
-	Register(Passthrough, pass)
+	r[None] = pass
+	r[Passthrough] = pass
+	return r
 }
 
 func closeTag(tag string) func(string) ender {

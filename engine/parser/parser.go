@@ -100,7 +100,9 @@ const (
 	Passthrough = "passthrough"
 )
 
-var registry = map[string]func(Options) Parser{}
+// registry holds the family constructors by name; never written after
+// package initialisation.
+var registry = families()
 
 // aliases map names other servers use to ours.
 var aliases = map[string]string{
@@ -115,9 +117,6 @@ var aliases = map[string]string{
 	"deepseekv3":  DeepSeekV3,
 	"":            None,
 }
-
-// Register adds a family constructor under name.
-func Register(name string, f func(Options) Parser) { registry[name] = f }
 
 // Names lists the registered family names, sorted.
 func Names() []string {
