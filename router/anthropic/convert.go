@@ -653,7 +653,7 @@ func stopReason(ev engine.Event, toolCalls bool) (reason string, seq *string) {
 		return "stop_sequence", &s
 	case ev.FinishReason == engine.FinishLength:
 		return "max_tokens", nil
-	case toolCalls:
+	case toolCalls, ev.FinishReason == engine.FinishToolCalls:
 		return "tool_use", nil
 	}
 	return "end_turn", nil

@@ -37,7 +37,7 @@
 // Streaming: message_start (usage.input_tokens from the runner's Tokenize,
 // output_tokens 1), content_block_start (index 0, text ""), ping,
 // content_block_delta text_delta..., content_block_stop, message_delta
-// (stop_reason end_turn | max_tokens | stop_sequence, stop_sequence, the
+// (stop_reason end_turn | max_tokens | stop_sequence | tool_use, stop_sequence, the
 // cumulative usage), message_stop. An engine error before the first token
 // is a plain JSON error with its status; after it, an "error" event ends
 // the stream. Final usage follows Anthropic's accounting: input_tokens
@@ -48,10 +48,15 @@
 // shapes: it takes parsed output steps (content, reasoning, tool-call
 // deltas, the engine/parser shape) and opens, feeds and closes thinking,
 // text and tool_use blocks in order, with stop_reason tool_use after a
-// call. Until the output parsers are wired in, all generated text is
-// content, so answers carry one text block.
+// call. Engine events carry the runner's parsed output (Reasoning, Text,
+// whole ToolCalls); each event becomes one step: reasoning feeds a
+// thinking block (thinking_delta, then an empty signature_delta before it
+// stops), text a text block, each call a tool_use block (id "toolu_" + the
+// engine id without "call_", input_json_delta with the whole arguments
+// JSON, input the parsed object). Blocks follow the order the events
+// arrive: thinking (0), text (1), tool_use (2, ...). FinishToolCalls, or
+// any call before a normal stop, is stop_reason tool_use.
 //
-// Not yet: thinking and tool_use blocks in answers (wire engine/parser
-// into the handler), forced tool choice and structured output, assistant prefill
+// Not yet: forced tool choice and structured output, assistant prefill
 // (a trailing assistant message is rendered as a finished turn).
 package anthropic

@@ -113,7 +113,7 @@ func (h *Handler) messages(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	note := func(ev engine.Event) {
-		if ev.Text != "" || len(ev.Tokens) > 0 {
+		if ev.Text != "" || ev.Reasoning != "" || len(ev.ToolCalls) > 0 || len(ev.Tokens) > 0 {
 			g.FirstToken()
 		}
 		seen += len(ev.Tokens)

@@ -17,8 +17,8 @@ type event struct {
 
 // output is one step of parsed model output: content text, reasoning, and
 // tool-call deltas (the first delta of a call carries ID and Name, later
-// ones argument fragments). It mirrors the output parsers' shape; until
-// they are wired in, all generated text is content.
+// ones argument fragments). It mirrors the output parsers' shape; outputOf
+// builds it from an engine event.
 type output struct {
 	Content   string
 	Reasoning string
@@ -195,7 +195,24 @@ func (c *streamConverter) ping(evs []event) []event {
 
 // event returns the events of one engine event (not an error).
 func (c *streamConverter) event(ev engine.Event) []event {
-	return c.output(output{Content: ev.Text}, ev)
+	return c.output(outputOf(ev), ev)
+}
+
+// outputOf is the parsed output an engine event carries: reasoning, then
+// content, then each complete tool call as a header delta followed by one
+// fragment holding all its arguments.
+func outputOf(ev engine.Event) output {
+	o := output{Content: ev.Text, Reasoning: ev.Reasoning}
+	for _, tc := range ev.ToolCalls {
+		args := tc.Arguments
+		if args == "" {
+			args = "{}"
+		}
+		o.Calls = append(o.Calls,
+			callDelta{Index: tc.Index, ID: tc.ID, Name: tc.Name},
+			callDelta{Index: tc.Index, ArgumentFragment: args})
+	}
+	return o
 }
 
 // output returns the events of one step of parsed output and, when ev is
@@ -223,7 +240,7 @@ func newAccumulator(id, model string) *accumulator {
 	return &accumulator{msg: Message{ID: id, Type: "message", Role: "assistant", Model: model}}
 }
 
-func (a *accumulator) add(ev engine.Event) { a.output(output{Content: ev.Text}, ev) }
+func (a *accumulator) add(ev engine.Event) { a.output(outputOf(ev), ev) }
 
 func (a *accumulator) output(o output, ev engine.Event) {
 	a.blocks.add(o)

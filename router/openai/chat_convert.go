@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"fusion/router/jsonkind"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -28,17 +29,22 @@ func (req *ChatRequest) toPlan(opts Options, id string) (*plan, *Error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkTools(req.Tools); err != nil {
+	tools, err := parseToolList(req.Tools)
+	if err != nil {
 		return nil, err
 	}
-	if err := checkToolChoice(req.ToolChoice); err != nil {
+	choice, err := checkToolChoice(req.ToolChoice)
+	if err != nil {
 		return nil, err
+	}
+	if choice == "none" {
+		tools = nil // the model must not call tools: it is not shown them
 	}
 	if err := checkResponseFormat(req.ResponseFormat); err != nil {
 		return nil, err
 	}
 
-	base := engine.Request{ID: id, Model: req.Model, Messages: msgs, EnableThinking: req.EnableThinking, ChatTemplateKwargs: req.ChatTemplateKwargs}
+	base := engine.Request{ID: id, Model: req.Model, Messages: msgs, Tools: tools, EnableThinking: req.EnableThinking, ChatTemplateKwargs: req.ChatTemplateKwargs}
 	maxTokens, param := req.MaxTokens, "max_tokens"
 	if req.MaxCompletionTokens != nil {
 		maxTokens, param = req.MaxCompletionTokens, "max_completion_tokens"
@@ -163,9 +169,75 @@ func checkMessage(m *chattemplate.Object, param string) (*chattemplate.Object, *
 		}
 	}
 	if tc, ok := m.Get("tool_calls"); ok && tc != nil {
-		if _, ok := tc.([]any); !ok {
+		list, ok := tc.([]any)
+		if !ok {
 			return nil, invalidType(param+".tool_calls", "an array", jsonkind.OfValue(tc))
 		}
+		calls, err := templateToolCalls(list, param+".tool_calls")
+		if err != nil {
+			return nil, err
+		}
+		out.Set("tool_calls", calls)
+	}
+	// Templates read the reasoning of earlier turns as reasoning_content;
+	// clients that echo "reasoning" get it there too.
+	if _, ok := m.Get("reasoning_content"); !ok {
+		if rv, ok := m.Get("reasoning"); ok {
+			if r, ok := rv.(string); ok && r != "" {
+				out.Set("reasoning_content", r)
+			}
+		}
+	}
+	return out, nil
+}
+
+// templateToolCalls checks an assistant message's tool_calls and returns
+// them for the chat template, each function's arguments parsed into an
+// object when they are a JSON object text (templates such as Qwen3's print
+// an object with tojson and a string as it is); arguments that do not
+// parse stay the string they were.
+func templateToolCalls(list []any, param string) ([]any, *Error) {
+	out := make([]any, len(list))
+	for j, item := range list {
+		pp := fmt.Sprintf("%s[%d]", param, j)
+		call, ok := item.(*chattemplate.Object)
+		if !ok {
+			return nil, invalidType(pp, "an object", jsonkind.OfValue(item))
+		}
+		c := &chattemplate.Object{}
+		for _, k := range call.Keys() {
+			v, _ := call.Get(k)
+			c.Set(k, v)
+		}
+		fv, _ := call.Get("function")
+		f, ok := fv.(*chattemplate.Object)
+		if !ok {
+			return nil, missingParam(pp + ".function")
+		}
+		fn := &chattemplate.Object{}
+		for _, k := range f.Keys() {
+			v, _ := f.Get(k)
+			fn.Set(k, v)
+		}
+		if nv, _ := f.Get("name"); nv == nil {
+			return nil, missingParam(pp + ".function.name")
+		} else if _, ok := nv.(string); !ok {
+			return nil, invalidType(pp+".function.name", "a string", jsonkind.OfValue(nv))
+		}
+		av, _ := fn.Get("arguments")
+		switch a := av.(type) {
+		case string:
+			if v, derr := chattemplate.DecodeJSON([]byte(a)); derr == nil {
+				if obj, ok := v.(*chattemplate.Object); ok {
+					fn.Set("arguments", obj)
+				}
+			}
+		case *chattemplate.Object, nil:
+		default:
+			return nil, invalidType(pp+".function.arguments", "a string", jsonkind.OfValue(a))
+		}
+		c.Set("function", fn)
+		out[j] = c
 	}
 	return out, nil
 }
@@ -206,19 +278,11 @@ func flattenContent(parts []any, param string) (string, *Error) {
 	return strings.Join(texts, "\n"), nil
 }
 
-// checkTools validates tools and, until tool calling lands, refuses any.
-func checkTools(raw json.RawMessage) *Error {
-	tools, err := parseToolList(raw)
-	if err != nil {
-		return err
-	}
-	if len(tools) > 0 {
-		return unsupported("tools", "Tool calling is not supported by this server yet; send the request without 'tools'.")
-	}
-	return nil
-}
+// toolName is what OpenAI allows as a function name.
+var toolName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 
-// parseToolList checks tool definitions in OpenAI's format.
+// parseToolList checks tool definitions in OpenAI's format and returns
+// them, as sent, for the chat template.
 func parseToolList(raw json.RawMessage) ([]*chattemplate.Object, *Error) {
 	if isNull(raw) {
 		return nil, nil
@@ -245,8 +309,15 @@ func parseToolList(raw json.RawMessage) ([]*chattemplate.Object, *Error) {
 		}
 		if nv, _ := f.Get("name"); nv == nil || nv == "" {
 			return nil, missingParam(param + ".function.name")
-		} else if _, ok := nv.(string); !ok {
+		} else if name, ok := nv.(string); !ok {
 			return nil, invalidType(param+".function.name", "a string", jsonkind.OfValue(nv))
+		} else if !toolName.MatchString(name) {
+			return nil, invalidRequest(param+".function.name", "Invalid '%s.function.name': string does not match pattern. Expected a string that matches the pattern '^[a-zA-Z0-9_-]{1,64}$'.", param)
+		}
+		if dv, ok := f.Get("description"); ok && dv != nil {
+			if _, ok := dv.(string); !ok {
+				return nil, invalidType(param+".function.description", "a string", jsonkind.OfValue(dv))
+			}
 		}
 		if pv, ok := f.Get("parameters"); ok && pv != nil {
 			if _, ok := pv.(*chattemplate.Object); !ok {
@@ -258,31 +329,33 @@ func parseToolList(raw json.RawMessage) ([]*chattemplate.Object, *Error) {
 	return out, nil
 }
 
-// checkToolChoice accepts "auto" and "none"; the other forms need tools.
-func checkToolChoice(raw json.RawMessage) *Error {
+// checkToolChoice accepts "auto" (the default, also when absent) and
+// "none" and returns it; "required" and a named function force a call,
+// which needs constrained decoding, and are refused.
+func checkToolChoice(raw json.RawMessage) (string, *Error) {
 	if isNull(raw) {
-		return nil
+		return "auto", nil
 	}
 	v, derr := chattemplate.DecodeJSON(raw)
 	if derr != nil {
-		return invalidType("tool_choice", "a string or an object", jsonkind.Of(raw))
+		return "", invalidType("tool_choice", "a string or an object", jsonkind.Of(raw))
 	}
 	switch c := v.(type) {
 	case string:
 		switch c {
 		case "auto", "none":
-			return nil
+			return c, nil
 		case "required":
-			return unsupported("tool_choice", "tool_choice 'required' is not supported by this server yet.")
+			return "", unsupported("tool_choice", "tool_choice 'required' is not supported by this server yet.")
 		}
-		return invalidRequest("tool_choice", "Invalid value: '%s'. Supported values are: 'none', 'auto' and 'required'.", c)
+		return "", invalidRequest("tool_choice", "Invalid value: '%s'. Supported values are: 'none', 'auto' and 'required'.", c)
 	case *chattemplate.Object:
 		if tv, _ := c.Get("type"); tv != "function" {
-			return invalidRequest("tool_choice.type", "Invalid value for 'tool_choice.type': expected 'function'.")
+			return "", invalidRequest("tool_choice.type", "Invalid value for 'tool_choice.type': expected 'function'.")
 		}
-		return unsupported("tool_choice", "Forcing a named tool is not supported by this server yet.")
+		return "", unsupported("tool_choice", "Forcing a named tool is not supported by this server yet.")
 	}
-	return invalidType("tool_choice", "a string or an object", jsonkind.OfValue(v))
+	return "", invalidType("tool_choice", "a string or an object", jsonkind.OfValue(v))
 }
 
 // checkResponseFormat accepts {"type": "text"}; JSON modes come with

@@ -16,16 +16,20 @@ type meta struct {
 
 // choiceState accumulates the events of one choice.
 type choiceState struct {
-	text   strings.Builder
-	tokens []engine.TokenLogprob
-	top    [][]engine.TokenLogprob
-	finish engine.FinishReason
-	usage  engine.Usage
-	done   bool
+	text      strings.Builder
+	reasoning strings.Builder
+	calls     []engine.ToolCall
+	tokens    []engine.TokenLogprob
+	top       [][]engine.TokenLogprob
+	finish    engine.FinishReason
+	usage     engine.Usage
+	done      bool
 }
 
 func (c *choiceState) add(ev engine.Event) {
 	c.text.WriteString(ev.Text)
+	c.reasoning.WriteString(ev.Reasoning)
+	c.calls = append(c.calls, ev.ToolCalls...)
 	c.tokens = append(c.tokens, ev.Tokens...)
 	c.top = append(c.top, padTop(ev)...)
 	if ev.Done {
@@ -80,10 +84,9 @@ func (c *chatCollector) result() ChatCompletion {
 	per := make([]engine.Usage, len(c.choices))
 	for i := range c.choices {
 		ch := &c.choices[i]
-		text := ch.text.String()
 		out.Choices[i] = ChatChoice{
 			Index:        i,
-			Message:      ChatMessage{Role: "assistant", Content: &text},
+			Message:      ch.message(),
 			FinishReason: finishReason(ch.finish),
 		}
 		if c.logprobs {
@@ -95,8 +98,35 @@ func (c *chatCollector) result() ChatCompletion {
 	return out
 }
 
+// message is the assistant's message of a finished choice: content null
+// when the model only called tools, the reasoning under both names.
+func (c *choiceState) message() ChatMessage {
+	m := ChatMessage{Role: "assistant"}
+	if text := c.text.String(); text != "" || len(c.calls) == 0 {
+		m.Content = &text
+	}
+	if r := c.reasoning.String(); r != "" {
+		m.ReasoningContent, m.Reasoning = &r, &r
+	}
+	for _, tc := range c.calls {
+		m.ToolCalls = append(m.ToolCalls, ToolCall{ID: tc.ID, Type: "function",
+			Function: FunctionCall{Name: tc.Name, Arguments: toolArguments(tc)}})
+	}
+	return m
+}
+
+// toolArguments is a call's arguments, "{}" when the engine gave none.
+func toolArguments(tc engine.ToolCall) string {
+	if tc.Arguments == "" {
+		return "{}"
+	}
+	return tc.Arguments
+}
+
 // chatStream turns the events of a streamed chat completion into chunks,
-// in OpenAI's order: a role chunk per choice, content chunks, a finish
+// in OpenAI's order: a role chunk per choice, reasoning, content and
+// tool-call chunks as they come (per event: reasoning, then content, then
+// each call as a header chunk and an arguments chunk), a finish
 // chunk per choice (delta {}), then — with include_usage — one chunk with
 // no choices and the usage. Without include_usage the last finish chunk
 // carries the usage, as the contract shows.
@@ -135,11 +165,25 @@ func (s *chatStream) start() []ChatChunk {
 
 // event returns the chunks for one event of choice i.
 func (s *chatStream) event(i int, ev engine.Event) []ChatChunk {
-	var out []ChatChunk
-	if ev.Text != "" || (s.logprobs && len(ev.Tokens) > 0) {
+	var deltas []ChatDelta
+	if ev.Reasoning != "" {
+		r := ev.Reasoning
+		deltas = append(deltas, ChatDelta{ReasoningContent: &r, Reasoning: &r})
+	}
+	if ev.Text != "" || (len(deltas) == 0 && len(ev.ToolCalls) == 0 && s.logprobs && len(ev.Tokens) > 0) {
 		text := ev.Text
-		ch := ChatChunkChoice{Index: i, Delta: ChatDelta{Content: &text}}
-		if s.logprobs {
+		deltas = append(deltas, ChatDelta{Content: &text})
+	}
+	for _, tc := range ev.ToolCalls {
+		deltas = append(deltas,
+			ChatDelta{ToolCalls: []ToolCallDelta{{Index: tc.Index, ID: tc.ID, Type: "function",
+				Function: FunctionCallDelta{Name: tc.Name, Arguments: ""}}}},
+			ChatDelta{ToolCalls: []ToolCallDelta{{Index: tc.Index, Function: FunctionCallDelta{Arguments: toolArguments(tc)}}}})
+	}
+	out := make([]ChatChunk, 0, len(deltas)+1)
+	for k, d := range deltas {
+		ch := ChatChunkChoice{Index: i, Delta: d}
+		if s.logprobs && k == 0 { // the event's tokens go with its first chunk
 			ch.Logprobs = chatLogprobs(ev.Tokens, padTop(ev))
 		}
 		out = append(out, s.chunk(ch))

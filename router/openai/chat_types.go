@@ -70,13 +70,47 @@ type ChatChoice struct {
 	FinishReason string        `json:"finish_reason"`
 }
 
-// ChatMessage is the assistant's message. ToolCalls is always null until
-// tool calling lands; the contract shows it.
+// ChatMessage is the assistant's message. Content is null when the model
+// only called tools; ToolCalls is null when it called none (the contract
+// shows the member). The reasoning (the model's <think> block) is sent
+// twice, as reasoning_content (vLLM, DeepSeek) and reasoning (OpenRouter,
+// newer vLLM), and omitted when there is none.
 type ChatMessage struct {
-	Role      string  `json:"role"`
-	Content   *string `json:"content"`
-	Refusal   *string `json:"refusal"`
-	ToolCalls []any   `json:"tool_calls"`
+	Role             string     `json:"role"`
+	Content          *string    `json:"content"`
+	ReasoningContent *string    `json:"reasoning_content,omitempty"`
+	Reasoning        *string    `json:"reasoning,omitempty"`
+	Refusal          *string    `json:"refusal"`
+	ToolCalls        []ToolCall `json:"tool_calls"`
+}
+
+// ToolCall is one call of ChatMessage.ToolCalls.
+type ToolCall struct {
+	ID       string       `json:"id"`
+	Type     string       `json:"type"` // "function"
+	Function FunctionCall `json:"function"`
+}
+
+// FunctionCall is the function of a ToolCall; Arguments is JSON text.
+type FunctionCall struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+// ToolCallDelta is one fragment of a streamed tool call, keyed by Index:
+// the first carries ID, Type and the name (arguments ""), later ones only
+// argument text, which clients concatenate per index.
+type ToolCallDelta struct {
+	Index    int               `json:"index"`
+	ID       string            `json:"id,omitempty"`
+	Type     string            `json:"type,omitempty"`
+	Function FunctionCallDelta `json:"function"`
+}
+
+// FunctionCallDelta is the function of a ToolCallDelta.
+type FunctionCallDelta struct {
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments"`
 }
 
 // ChatLogprobs is choices[].logprobs of the chat API.
@@ -117,6 +151,8 @@ type PromptTokensDetails struct {
 }
 
 // CompletionTokensDetails is usage.completion_tokens_details.
+// ReasoningTokens stays 0: the engine does not count the tokens of the
+// reasoning apart from the answer's yet.
 type CompletionTokensDetails struct {
 	ReasoningTokens int `json:"reasoning_tokens"`
 }
@@ -142,8 +178,11 @@ type ChatChunkChoice struct {
 
 // ChatDelta is the new part of the assistant's message.
 type ChatDelta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role             string          `json:"role,omitempty"`
+	Content          *string         `json:"content,omitempty"`
+	ReasoningContent *string         `json:"reasoning_content,omitempty"`
+	Reasoning        *string         `json:"reasoning,omitempty"`
+	ToolCalls        []ToolCallDelta `json:"tool_calls,omitempty"`
 }
 
 // OptionalUsage is the usage member of a chunk: absent (the zero value),

@@ -163,7 +163,6 @@ func TestChatErrors(t *testing.T) {
 		{"include_usage type", `{"model":"m",` + msgs + `,"stream":true,"stream_options":{"include_usage":1}}`, 400, "stream_options.include_usage", "invalid_type"},
 		{"top_logprobs without logprobs", `{"model":"m",` + msgs + `,"top_logprobs":2}`, 400, "top_logprobs", "invalid_value"},
 		{"top_logprobs high", `{"model":"m",` + msgs + `,"logprobs":true,"top_logprobs":21}`, 400, "top_logprobs", "invalid_value"},
-		{"tools refused", `{"model":"m",` + msgs + `,"tools":[{"type":"function","function":{"name":"f"}}]}`, 400, "tools", "unsupported_parameter"},
 		{"tools bad", `{"model":"m",` + msgs + `,"tools":[{"type":"function"}]}`, 400, "tools[0].function", "missing_required_parameter"},
 		{"tools object", `{"model":"m",` + msgs + `,"tools":{}}`, 400, "tools", "invalid_type"},
 		{"tool_choice required", `{"model":"m",` + msgs + `,"tool_choice":"required"}`, 400, "tool_choice", "unsupported_parameter"},

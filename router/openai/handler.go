@@ -169,7 +169,7 @@ type tally struct {
 }
 
 func (t *tally) note(ev indexedEvent, g *metrics.Generation) {
-	if ev.Text != "" || len(ev.Tokens) > 0 {
+	if ev.Text != "" || ev.Reasoning != "" || len(ev.ToolCalls) > 0 || len(ev.Tokens) > 0 {
 		g.FirstToken()
 	}
 	t.tokens += len(ev.Tokens)

@@ -13,6 +13,7 @@ import (
 
 	oa "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/shared"
 
 	"fusion/node"
 	"fusion/node/nodetest"
@@ -275,7 +276,12 @@ func TestGoSDKErrors(t *testing.T) {
 			400, "top_p", "invalid_value"},
 		{"wrong key", client(n, "sk-wrong"), func(p oa.ChatCompletionNewParams) oa.ChatCompletionNewParams { return p },
 			401, "", "invalid_api_key"},
-		{"overloaded", client(tight, ""), func(p oa.ChatCompletionNewParams) oa.ChatCompletionNewParams { p.N = oa.Int(2); return p },
+		// n=2 on a node admitting one generation: the second is refused
+		// while the first runs (long: no end token, many tokens).
+		{"overloaded", client(tight, ""), func(p oa.ChatCompletionNewParams) oa.ChatCompletionNewParams {
+			p.N, p.MaxTokens, p.LogitBias = oa.Int(2), oa.Int(4000), eosBias(t, tight)
+			return p
+		},
 			429, "", "rate_limit_exceeded"},
 	}
 	for _, tt := range tests {
@@ -341,5 +347,56 @@ func TestGoSDKCancelMidStream(t *testing.T) {
 	}
 	if st := n.Runner().Stats(); st.InFlight != 0 || st.Cancelled != 1 {
 		t.Errorf("runner stats = %+v", st)
+	}
+}
+
+// TestGoSDKTools: a request with tools (tool_choice auto) and a tool
+// round trip in its history is accepted and answered, streamed or not. The
+// demo model has random weights and never calls a tool; the converters'
+// tool-call output is proven by the unit tests with synthetic events.
+func TestGoSDKTools(t *testing.T) {
+	n := nodetest.Start(t, nodetest.Options{})
+	c := client(n, "")
+	ctx := context.Background()
+	bias := eosBias(t, n)
+	tools := []oa.ChatCompletionToolUnionParam{oa.ChatCompletionFunctionTool(shared.FunctionDefinitionParam{
+		Name: "get_weather", Description: oa.String("Current weather of a city"),
+		Parameters: shared.FunctionParameters{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}}, "required": []string{"city"}},
+	})}
+	msgs := []oa.ChatCompletionMessageParamUnion{
+		oa.UserMessage("Weather in Paris?"),
+		{OfAssistant: &oa.ChatCompletionAssistantMessageParam{ToolCalls: []oa.ChatCompletionMessageToolCallUnionParam{{
+			OfFunction: &oa.ChatCompletionMessageFunctionToolCallParam{ID: "call_1",
+				Function: oa.ChatCompletionMessageFunctionToolCallFunctionParam{Name: "get_weather", Arguments: `{"city":"Paris"}`}},
+		}}}},
+		oa.ToolMessage("sunny, 21 C", "call_1"),
+	}
+	params := oa.ChatCompletionNewParams{
+		Model: nodetest.Model, Messages: msgs, Tools: tools, MaxTokens: oa.Int(4), LogitBias: bias,
+		ToolChoice: oa.ChatCompletionToolChoiceOptionUnionParam{OfAuto: oa.String("auto")}, ParallelToolCalls: oa.Bool(true),
+	}
+	r, err := c.Chat.Completions.New(ctx, params)
+	check(t, err)
+	if len(r.Choices) != 1 || r.Choices[0].FinishReason != "length" || r.Usage.CompletionTokens != 4 {
+		t.Errorf("answer: %+v", r)
+	}
+	// The tools are rendered into the prompt: without them it is shorter.
+	noTools := params
+	noTools.Tools = nil
+	noTools.ToolChoice = oa.ChatCompletionToolChoiceOptionUnionParam{}
+	noTools.ParallelToolCalls = oa.Bool(true)
+	r2, err := c.Chat.Completions.New(ctx, noTools)
+	check(t, err)
+	if r.Usage.PromptTokens <= r2.Usage.PromptTokens {
+		t.Errorf("prompt tokens with tools %d, without %d", r.Usage.PromptTokens, r2.Usage.PromptTokens)
+	}
+	s := c.Chat.Completions.NewStreaming(ctx, params)
+	var acc oa.ChatCompletionAccumulator
+	for s.Next() {
+		acc.AddChunk(s.Current())
+	}
+	check(t, s.Err())
+	if len(acc.Choices) != 1 || acc.Choices[0].FinishReason != "length" {
+		t.Errorf("streamed answer: %+v", acc.ChatCompletion)
 	}
 }

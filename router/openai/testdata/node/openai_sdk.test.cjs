@@ -90,7 +90,8 @@ test('error classes', async () => {
     (e) => e instanceof OpenAI.BadRequestError && e.param === 'temperature' && e.code === 'invalid_type');
   await assert.rejects(client(BASE, 'sk-wrong').chat.completions.create({ model: MODEL, messages: MSGS }),
     (e) => e instanceof OpenAI.AuthenticationError && e.code === 'invalid_api_key');
-  await assert.rejects(client(TIGHT, 'unused').chat.completions.create({ model: MODEL, messages: MSGS, n: 2, max_tokens: 2 }),
+  // n=2 on a node admitting one generation: the first cannot finish before the second is refused.
+  await assert.rejects(client(TIGHT, 'unused').chat.completions.create({ model: MODEL, messages: MSGS, n: 2, max_tokens: 4000, logit_bias: noEOS }),
     (e) => e instanceof OpenAI.RateLimitError && e.headers.get('retry-after') === '1');
 });
 
