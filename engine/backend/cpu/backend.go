@@ -22,6 +22,12 @@ type Options struct {
 	// matrix products are plain f32 dot products. Reference runs use it to
 	// measure the error of the quantized kernels; it costs memory.
 	Dequantize bool
+	// ExactActivations makes GGUF products use the f32 activations
+	// instead of quantizing them to 8 bits per block (the llama.cpp
+	// scheme): each weight row is dequantized on the fly and multiplied in
+	// f32, so a GGUF model matches its dequantized run up to summation
+	// order, at the cost of speed. It has no effect on other formats.
+	ExactActivations bool
 }
 
 // Backend is the CPU backend. It is safe for concurrent use; each Step is

@@ -1,9 +1,7 @@
 package cpu
 
 import (
-	"encoding/binary"
 	"fmt"
-	"math"
 
 	"fusion/engine/backend"
 	"fusion/engine/backend/cpu/kernels"
@@ -35,6 +33,9 @@ func (b *Backend) Weight(d backend.WeightData) (backend.Weight, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cpu: %s: %w", d.Name, err)
 	}
+	if g, ok := kw.(*kernels.GGUF); ok && b.opts.ExactActivations {
+		g.ExactActivations = true
+	}
 	w := &weight{name: d.Name, w: kw, bytes: int64(kw.Bytes())}
 	if b.opts.Dequantize {
 		if _, dense := kw.(*kernels.Dense); !dense || d.Data.DType != tensor.F32 {
@@ -49,7 +50,7 @@ func (b *Backend) Weight(d backend.WeightData) (backend.Weight, error) {
 		}
 	}
 	if d.Bias != nil {
-		if w.bias, err = floats(*d.Bias); err != nil {
+		if w.bias, err = tensor.Floats(*d.Bias); err != nil {
 			return nil, fmt.Errorf("cpu: %s bias: %w", d.Name, err)
 		}
 		if len(w.bias) != d.Out {
@@ -77,7 +78,7 @@ func wrap(d backend.WeightData) (kernels.Weights, error) {
 
 // Vector widens a norm weight to float32.
 func (b *Backend) Vector(d backend.VectorData) (backend.Vector, error) {
-	v, err := floats(d.Data)
+	v, err := tensor.Floats(d.Data)
 	if err != nil {
 		return nil, fmt.Errorf("cpu: %s: %w", d.Name, err)
 	}
@@ -85,28 +86,4 @@ func (b *Backend) Vector(d backend.VectorData) (backend.Vector, error) {
 		return nil, fmt.Errorf("cpu: %s: empty vector", d.Name)
 	}
 	return &vector{v: v}, nil
-}
-
-// floats widens an F32, F16 or BF16 tensor.
-func floats(t tensor.Tensor) ([]float32, error) {
-	d := t.Data
-	switch t.DType {
-	case tensor.F32:
-		out := make([]float32, len(d)/4)
-		for i := range out {
-			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(d[4*i:]))
-		}
-		return out, nil
-	case tensor.F16, tensor.BF16:
-		conv := tensor.BF16ToF32
-		if t.DType == tensor.F16 {
-			conv = tensor.F16ToF32
-		}
-		out := make([]float32, len(d)/2)
-		for i := range out {
-			out[i] = conv(binary.LittleEndian.Uint16(d[2*i:]))
-		}
-		return out, nil
-	}
-	return nil, fmt.Errorf("cannot widen %v to float32", t.DType)
 }

@@ -59,6 +59,43 @@ func BenchmarkMatVec(b *testing.B) {
 	}
 }
 
+// BenchmarkMatMulBatch reports GFLOP/s of a 64-row (prefill-like)
+// product at the widest level on 2 threads.
+//
+//	go test -run '^$' -bench MatMulBatch ./engine/backend/cpu/kernels/
+func BenchmarkMatMulBatch(b *testing.B) {
+	const batch = 64
+	formats := []struct {
+		name string
+		make func(r *rand.Rand, rows, cols int) Weights
+	}{
+		{"F32", benchDense(tensor.F32)},
+		{"BF16", benchDense(tensor.BF16)},
+		{"F16", benchDense(tensor.F16)},
+		{"MLX4g64", benchMLX(4, 64)},
+		{"MLX8g64", benchMLX(8, 64)},
+		{"Q8_0", benchGGUF(tensor.Q8_0)},
+		{"Q4_K", benchGGUF(tensor.Q4_K)},
+		{"Q6_K", benchGGUF(tensor.Q6_K)},
+	}
+	for _, f := range formats {
+		for _, s := range []struct{ rows, cols int }{{3072, 1024}, {1024, 3072}} {
+			b.Run(fmt.Sprintf("%s/%dx%d", f.name, s.rows, s.cols), func(b *testing.B) {
+				r := rand.New(rand.NewPCG(1, 2))
+				w := f.make(r, s.rows, s.cols)
+				x := randFloats(r, batch*s.cols)
+				p := NewPool(2, nil)
+				defer p.Close()
+				y := make([]float32, batch*s.rows)
+				for b.Loop() {
+					p.MatMul(y, x, batch, w)
+				}
+				b.ReportMetric(2*batch*float64(s.rows)*float64(s.cols)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}
+
 // fillRandom fills b quickly with pseudo-random bytes.
 func fillRandom(r *rand.Rand, b []byte) {
 	c := rand.NewChaCha8([32]byte{byte(r.Uint32())})

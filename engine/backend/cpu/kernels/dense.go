@@ -67,17 +67,32 @@ func (d *Dense) prepare(_ *impl, x []float32, batch int, a *actBuf) {
 }
 
 func (d *Dense) mulRows(k *impl, a *actBuf, dst []float32, r0, r1 int, _ *scratch) {
-	dot := k.dotF32B
+	dot, dot4 := k.dotF32B, k.dotF32B4
 	switch d.dt {
 	case tensor.BF16:
-		dot = k.dotBF16
+		dot, dot4 = k.dotBF16, k.dotBF164
 	case tensor.F16:
-		dot = k.dotF16
+		dot, dot4 = k.dotF16, k.dotF164
 	}
-	for o := r0; o < r1; o++ {
-		w := d.data[o*d.rowBytes : (o+1)*d.rowBytes]
-		for b := 0; b < a.batch; b++ {
-			dst[b*d.rows+o] = dot(a.x[b*d.cols:(b+1)*d.cols], w)
+	// Tiles of 4 activation rows: each weight row is read (and widened)
+	// once per tile, and the tile stays in cache while the rows stream.
+	var out [4]float32
+	for b0 := 0; b0 < a.batch; b0 += 4 {
+		if dot4 != nil && b0+4 <= a.batch {
+			x := a.x[b0*d.cols : (b0+4)*d.cols]
+			for o := r0; o < r1; o++ {
+				dot4(x, d.cols, d.data[o*d.rowBytes:(o+1)*d.rowBytes], &out)
+				for j, v := range out {
+					dst[(b0+j)*d.rows+o] = v
+				}
+			}
+			continue
+		}
+		for o := r0; o < r1; o++ {
+			w := d.data[o*d.rowBytes : (o+1)*d.rowBytes]
+			for b := b0; b < min(b0+4, a.batch); b++ {
+				dst[b*d.rows+o] = dot(a.x[b*d.cols:(b+1)*d.cols], w)
+			}
 		}
 	}
 }

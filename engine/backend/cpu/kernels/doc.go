@@ -9,8 +9,9 @@
 //
 // Every kernel has a pure-Go implementation. On amd64 the hot loops also
 // exist in Go assembly for AVX2+FMA+F16C (LevelAVX2) and, where it pays,
-// AVX-512 (LevelAVX512: the f32/bf16/f16 dots and the MLX 4- and 8-bit
-// rows; the other kernels run their AVX2 version at that level). Default
+// AVX-512 (LevelAVX512: the f32/bf16/f16 dots, the MLX 4- and 8-bit rows
+// and Q4_K; the other kernels run their AVX2 version at that level).
+// Default
 // uses the widest level the CPU supports, detected once at start-up; every
 // supported level can be selected with ForLevel, which is how the tests
 // compare them.
@@ -28,7 +29,19 @@
 // a few rows at a time. GGUF weights are multiplied against the activation
 // row quantized to 8 bits per block of 32 (an f32 scale per block, like
 // llama.cpp's Q8_0 activations), with integer dot products inside each
-// block; see GGUF for the error this adds.
+// block; see GGUF for the error this adds (and GGUF.ExactActivations for
+// the f32 alternative).
+//
+// # Batches
+//
+// A batched product takes the activation rows 4 at a time: at
+// LevelAVX512 the dense, MLX 4/8-bit and GGUF Q8_0/Q4_K/Q6_K kernels have
+// 4-row forms that decode each weight block once for the 4 rows, while
+// the tile stays in cache as the weight rows stream past. Each 4-row
+// kernel keeps the one-row kernel's accumulators and summation order per
+// row, so every output is bit-identical to a batch-1 product of its row
+// (the model's batching tests rely on this; TestBatchRowsBitIdentical
+// checks it).
 //
 // # Threads
 //

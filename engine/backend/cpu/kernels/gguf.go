@@ -14,11 +14,22 @@ import (
 // scale amax/127, round to nearest) and take integer dot products per
 // block, so they differ from x·dequant(W)ᵀ by at most
 // Σ_blocks (d_x/2)·‖w_block‖₁ (plus f32 rounding); see the tests.
+//
+// With ExactActivations set, products instead use the f32 activations
+// as they are: each weight row is dequantized (as DequantizeRow) into
+// per-worker scratch and multiplied with f32 FMAs, so the result equals
+// x·dequant(W)ᵀ up to f32 summation order. It is slower (reference and
+// accuracy-sensitive runs).
 type GGUF struct {
 	dt         tensor.DType
 	rows, cols int
 	data       []byte
 	rowBytes   int
+
+	// ExactActivations selects the f32-activation product. Set it before
+	// the weights are first used; it must not change concurrently with a
+	// product.
+	ExactActivations bool
 }
 
 // NewGGUF wraps the raw bytes of a [rows, cols] GGUF tensor of type dt
@@ -61,6 +72,9 @@ func (g *GGUF) Bytes() int { return len(g.data) }
 
 func (g *GGUF) prepare(_ *impl, x []float32, batch int, a *actBuf) {
 	a.x, a.batch, a.cols = x, batch, g.cols
+	if g.ExactActivations {
+		return
+	}
 	n := batch * g.cols
 	a.q8.q = grow(a.q8.q, n)
 	a.q8.d = grow(a.q8.d, n/q8Block)
@@ -73,25 +87,69 @@ func (a *actBuf) q8Row(b int) q8Row {
 	return q8Row{q: a.q8.q[b*n : (b+1)*n], d: a.q8.d[b*nb : (b+1)*nb], s: a.q8.s[b*nb : (b+1)*nb]}
 }
 
-func (g *GGUF) mulRows(k *impl, a *actBuf, dst []float32, r0, r1 int, _ *scratch) {
+func (g *GGUF) mulRows(k *impl, a *actBuf, dst []float32, r0, r1 int, sc *scratch) {
+	if g.ExactActivations {
+		wf := sc.floats(g.cols)
+		for o := r0; o < r1; o++ {
+			g.dequantRow(wf, o)
+			for b := 0; b < a.batch; b++ {
+				dst[b*g.rows+o] = k.dotF32(a.x[b*g.cols:(b+1)*g.cols], wf)
+			}
+		}
+		return
+	}
 	var dot func(q8Row, []byte) float32
+	var dot4 func(q8Row, int, []byte, *[4]float32)
 	switch g.dt {
 	case tensor.Q8_0:
-		dot = k.q8_0
+		dot, dot4 = k.q8_0, k.q8_04
 	case tensor.Q4_0:
 		dot = k.q4_0
 	case tensor.Q4_K:
-		dot = k.q4K
+		dot, dot4 = k.q4K, k.q4K4
 	case tensor.Q6_K:
-		dot = k.q6K
+		dot, dot4 = k.q6K, k.q6K4
 	}
-	for o := r0; o < r1; o++ {
-		w := g.data[o*g.rowBytes : (o+1)*g.rowBytes]
-		for b := 0; b < a.batch; b++ {
-			dst[b*g.rows+o] = dot(a.q8Row(b), w)
+	// Tiles of batchTile activation rows, the weight rows streaming past
+	// each: the tile stays in L1 and the chunk of weight rows in L2.
+	for b0 := 0; b0 < a.batch; b0 += batchTile {
+		b1 := min(b0+batchTile, a.batch)
+		if dot4 != nil && b1-b0 == 4 {
+			var out [4]float32
+			n, nb := g.cols, g.cols/q8Block
+			x := q8Row{q: a.q8.q[b0*n : b1*n], d: a.q8.d[b0*nb : b1*nb], s: a.q8.s[b0*nb : b1*nb]}
+			d0 := dst[b0*g.rows : (b0+1)*g.rows][r0:r1]
+			d1 := dst[(b0+1)*g.rows : (b0+2)*g.rows][r0:r1]
+			d2 := dst[(b0+2)*g.rows : (b0+3)*g.rows][r0:r1]
+			d3 := dst[(b0+3)*g.rows : (b0+4)*g.rows][r0:r1]
+			w := g.data[r0*g.rowBytes : r1*g.rowBytes]
+			for i := range d0 {
+				dot4(x, g.cols, w[i*g.rowBytes:(i+1)*g.rowBytes], &out)
+				d0[i], d1[i], d2[i], d3[i] = out[0], out[1], out[2], out[3]
+			}
+			continue
+		}
+		if b1-b0 == 1 {
+			x := a.q8Row(b0)
+			d := dst[b0*g.rows : (b0+1)*g.rows]
+			for o := r0; o < r1; o++ {
+				d[o] = dot(x, g.data[o*g.rowBytes:(o+1)*g.rowBytes])
+			}
+			continue
+		}
+		for o := r0; o < r1; o++ {
+			w := g.data[o*g.rowBytes : (o+1)*g.rowBytes]
+			for b := b0; b < b1; b++ {
+				dst[b*g.rows+o] = dot(a.q8Row(b), w)
+			}
 		}
 	}
 }
+
+// batchTile is the number of activation rows a batched product keeps in
+// cache while it streams the weight rows; the 4-row kernels rely on it
+// being 4.
+const batchTile = 4
 
 func (g *GGUF) dequantRow(dst []float32, r int) {
 	w := g.data[r*g.rowBytes : (r+1)*g.rowBytes]

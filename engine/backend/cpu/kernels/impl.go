@@ -13,6 +13,10 @@ type impl struct {
 	dotF32B func(x []float32, w []byte) float32
 	dotBF16 func(x []float32, w []byte) float32
 	dotF16  func(x []float32, w []byte) float32
+	// Four activation rows (x holds 4 rows of cols) against one weight
+	// row, each result bit-identical to the one-row function above; nil
+	// when the level has none.
+	dotF32B4, dotBF164, dotF164 func(x []float32, cols int, w []byte, out *[4]float32)
 
 	// widen converts len(dst) BF16 (bf16 set) or F16 values to f32.
 	widen func(dst []float32, src []byte, bf16 bool)
@@ -21,15 +25,27 @@ type impl struct {
 	// b[g]·xsum[g]), xsum[g] being Σ_{i∈g} x[i]. xp is x laid out as
 	// mlxPermute describes when mlx4Perm is set, else nil. s has 3 readable
 	// floats past its end.
-	mlx4     func(x, xp []float32, w []byte, s, b, xsum []float32, group int) float32
-	mlx8     func(x []float32, w []byte, s, b, xsum []float32, group int) float32
+	mlx4 func(x, xp []float32, w []byte, s, b, xsum []float32, group int) float32
+	mlx8 func(x []float32, w []byte, s, b, xsum []float32, group int) float32
+	// mlx8x4 is mlx8 for 4 activation rows (x: 4 rows of cols; xsum: 4
+	// rows of cols/group), bit-identical to it row by row; nil when the
+	// level has none.
+	mlx8x4   func(x []float32, cols int, w []byte, s, b, xsum []float32, group int, out *[4]float32)
 	mlx4Perm bool
+	// mlx4x4 is mlx4 for 4 activation rows (x, xp: 4 rows of cols; xsum:
+	// 4 rows of cols/group), bit-identical to it row by row; nil when the
+	// level has none. It is only used with mlx4Perm.
+	mlx4x4 func(x, xp []float32, cols int, w []byte, s, b, xsum []float32, group int, out *[4]float32)
 
 	// GGUF rows against an activation row quantized to 8 bits per 32.
 	q8_0 func(a q8Row, w []byte) float32
 	q4_0 func(a q8Row, w []byte) float32
 	q4K  func(a q8Row, w []byte) float32
 	q6K  func(a q8Row, w []byte) float32
+	// Four consecutive activation rows of cols (a holds them) against one
+	// weight row, bit-identical to the one-row function row by row; nil
+	// when the level has none.
+	q4K4, q6K4, q8_04 func(a q8Row, cols int, w []byte, out *[4]float32)
 
 	// Vector ops; lengths already checked equal.
 	axpy  func(alpha float32, x, y []float32)

@@ -60,6 +60,20 @@ func ggufCase(dt tensor.DType) weightCase {
 		}}
 }
 
+// ggufExactCase is ggufCase with ExactActivations: no activation
+// quantization, so the plain f32 tolerances apply.
+func ggufExactCase(dt tensor.DType) weightCase {
+	return weightCase{name: dt.String() + "_exact", step: dt.BlockElems(),
+		make: func(r *rand.Rand, rows, cols int) (Weights, *refMatrix, error) {
+			data := randGGUF(r, dt, rows, cols)
+			w, err := NewGGUF(dt, rows, cols, data)
+			if w != nil {
+				w.ExactActivations = true
+			}
+			return w, refGGUF(dt, rows, cols, data), err
+		}}
+}
+
 func allCases() []weightCase {
 	cs := []weightCase{denseCase(tensor.F32), denseCase(tensor.BF16), denseCase(tensor.F16)}
 	for _, bits := range []int{2, 3, 4, 5, 6, 8} {
@@ -70,7 +84,7 @@ func allCases() []weightCase {
 	cs = append(cs, mlxWeightCase(4, 64, tensor.F16), mlxWeightCase(4, 64, tensor.F32),
 		mlxWeightCase(8, 32, tensor.F16))
 	for _, dt := range []tensor.DType{tensor.Q8_0, tensor.Q4_0, tensor.Q4_K, tensor.Q6_K} {
-		cs = append(cs, ggufCase(dt))
+		cs = append(cs, ggufCase(dt), ggufExactCase(dt))
 	}
 	return cs
 }
@@ -295,6 +309,37 @@ func TestUnalignedWeights(t *testing.T) {
 			for i := range got {
 				if got[i] != want[i] {
 					t.Fatalf("%v %v: unaligned out %d = %v, aligned %v", l, dt, i, got[i], want[i])
+				}
+			}
+		}
+	}
+}
+
+// A batched product gives every row bit-identical to a batch-1 product of
+// that row (the model's batching tests rely on it), at every level and
+// through the tiled kernels.
+func TestBatchRowsBitIdentical(t *testing.T) {
+	r := newRand(t)
+	for _, l := range Levels() {
+		k, _ := ForLevel(l)
+		for _, c := range allCases() {
+			for _, cols := range colsFor(c) {
+				rows, batch := 1+r.IntN(9), 9
+				w, _, err := c.make(r, rows, cols)
+				if err != nil {
+					t.Fatal(err)
+				}
+				x := randFloats(r, batch*cols)
+				got := make([]float32, batch*rows)
+				k.MatMul(got, x, batch, w)
+				one := make([]float32, rows)
+				for b := 0; b < batch; b++ {
+					k.MatMul(one, x[b*cols:(b+1)*cols], 1, w)
+					for o, v := range one {
+						if got[b*rows+o] != v {
+							t.Fatalf("%v %s [%d,%d] row %d out %d: batched %v, alone %v", l, c.name, rows, cols, b, o, got[b*rows+o], v)
+						}
+					}
 				}
 			}
 		}

@@ -166,27 +166,58 @@ func (m *MLXAffine) mulRows(k *impl, a *actBuf, dst []float32, r0, r1 int, sc *s
 		ts, tb := f[:nt], f[nt:2*nt]
 		m.widen(k, ts, m.scales[t0*n:t1*n])
 		m.widen(k, tb, m.biases[t0*n:t1*n])
-		for o := t0; o < t1; o++ {
-			s := ts[(o-t0)*ng : (o-t0+1)*ng]
-			bs := tb[(o-t0)*ng : (o-t0+1)*ng]
-			w := m.w[o*m.rowBytes : (o+1)*m.rowBytes]
-			for b := 0; b < a.batch; b++ {
-				x := a.x[b*m.cols : (b+1)*m.cols]
-				xsum := a.xsum[b*ng : (b+1)*ng]
-				var v float32
-				switch m.bits {
-				case 4:
-					var xp []float32
-					if len(a.xp) > 0 {
-						xp = a.xp[b*m.cols : (b+1)*m.cols]
+		for b0 := 0; b0 < a.batch; b0 += batchTile {
+			if m.bits == 4 && k.mlx4x4 != nil && len(a.xp) > 0 && b0+4 <= a.batch {
+				var out [4]float32
+				x := a.x[b0*m.cols : (b0+4)*m.cols]
+				xp := a.xp[b0*m.cols : (b0+4)*m.cols]
+				xsum := a.xsum[b0*ng : (b0+4)*ng]
+				for o := t0; o < t1; o++ {
+					s := ts[(o-t0)*ng : (o-t0+1)*ng]
+					bs := tb[(o-t0)*ng : (o-t0+1)*ng]
+					k.mlx4x4(x, xp, m.cols, m.w[o*m.rowBytes:(o+1)*m.rowBytes], s, bs, xsum, m.group, &out)
+					for j, v := range out {
+						dst[(b0+j)*m.rows+o] = v
 					}
-					v = k.mlx4(x, xp, w, s, bs, xsum, m.group)
-				case 8:
-					v = k.mlx8(x, w, s, bs, xsum, m.group)
-				default:
-					v = mlxBitsGeneric(x, w, s, m.group, m.bits) + k.dotF32(bs, xsum)
 				}
-				dst[b*m.rows+o] = v
+				continue
+			}
+			if m.bits == 8 && k.mlx8x4 != nil && b0+4 <= a.batch {
+				var out [4]float32
+				x := a.x[b0*m.cols : (b0+4)*m.cols]
+				xsum := a.xsum[b0*ng : (b0+4)*ng]
+				for o := t0; o < t1; o++ {
+					s := ts[(o-t0)*ng : (o-t0+1)*ng]
+					bs := tb[(o-t0)*ng : (o-t0+1)*ng]
+					k.mlx8x4(x, m.cols, m.w[o*m.rowBytes:(o+1)*m.rowBytes], s, bs, xsum, m.group, &out)
+					for j, v := range out {
+						dst[(b0+j)*m.rows+o] = v
+					}
+				}
+				continue
+			}
+			for o := t0; o < t1; o++ {
+				s := ts[(o-t0)*ng : (o-t0+1)*ng]
+				bs := tb[(o-t0)*ng : (o-t0+1)*ng]
+				w := m.w[o*m.rowBytes : (o+1)*m.rowBytes]
+				for b := b0; b < min(b0+batchTile, a.batch); b++ {
+					x := a.x[b*m.cols : (b+1)*m.cols]
+					xsum := a.xsum[b*ng : (b+1)*ng]
+					var v float32
+					switch m.bits {
+					case 4:
+						var xp []float32
+						if len(a.xp) > 0 {
+							xp = a.xp[b*m.cols : (b+1)*m.cols]
+						}
+						v = k.mlx4(x, xp, w, s, bs, xsum, m.group)
+					case 8:
+						v = k.mlx8(x, w, s, bs, xsum, m.group)
+					default:
+						v = mlxBitsGeneric(x, w, s, m.group, m.bits) + k.dotF32(bs, xsum)
+					}
+					dst[b*m.rows+o] = v
+				}
 			}
 		}
 	}

@@ -293,3 +293,229 @@ step:
 	VMOVSS X0, ret+56(FP)
 	VZEROUPPER
 	RET
+
+// func mlx4x4AVX512(xp *float32, xstride int, w *byte, s, b, xsum *float32, sstride, gsel, nchunks int, out *float32)
+// mlx4AVX512 of one weight row against 4 permuted activation rows xp +
+// r·xstride (bytes) with sums xsum + r·sstride (bytes): the codes of each
+// chunk are decoded once for the 4 rows, and every row keeps the one-row
+// kernel's accumulators and summation order, so out[r] is bit-identical
+// to it.
+TEXT ·mlx4x4AVX512(SB), NOSPLIT, $0-80
+	MOVQ      gsel+56(FP), CX
+	MOVQ      CX, R10
+	SHLQ      $6, R10
+	LEAQ      mlxIdx<>(SB), R11
+	VMOVDQU32 (R11)(R10*1), Z14
+	MOVQ      $16, BX
+	SHRQ      CX, BX               // scale bytes per chunk
+	MOVQ      $4, R12
+	SHRQ      CX, R12              // groups per chunk
+	MOVQ      nchunks+64(FP), CX
+	IMULQ     CX, R12              // groups in all
+	MOVQ      xp+0(FP), SI
+	MOVQ      xstride+8(FP), R13
+	LEAQ      (R13)(R13*2), AX
+	MOVQ      w+16(FP), DI
+	MOVQ      s+24(FP), DX
+	VMOVUPS   mlxLUT4<>(SB), Z15
+	VPXORD    Z0, Z0, Z0
+	VPXORD    Z1, Z1, Z1
+	VPXORD    Z2, Z2, Z2
+	VPXORD    Z3, Z3, Z3
+
+chunk:
+	VMOVDQU32 (DI), Z13
+	VPERMPS   Z15, Z13, Z16
+	VPSRLD    $4, Z13, Z17
+	VPERMPS   Z15, Z17, Z17
+	VPSRLD    $8, Z13, Z18
+	VPERMPS   Z15, Z18, Z18
+	VPSRLD    $12, Z13, Z19
+	VPERMPS   Z15, Z19, Z19
+	VPSRLD    $16, Z13, Z20
+	VPERMPS   Z15, Z20, Z20
+	VPSRLD    $20, Z13, Z21
+	VPERMPS   Z15, Z21, Z21
+	VPSRLD    $24, Z13, Z22
+	VPERMPS   Z15, Z22, Z22
+	VPSRLD    $28, Z13, Z23
+	VPERMPS   Z15, Z23, Z23
+	VMOVUPS   (DX), X12
+	VPERMPS   Z12, Z14, Z12
+	VMULPS      (SI), Z16, Z4
+	VMULPS      64(SI), Z17, Z5
+	VFMADD231PS 128(SI), Z18, Z4
+	VFMADD231PS 192(SI), Z19, Z5
+	VFMADD231PS 256(SI), Z20, Z4
+	VFMADD231PS 320(SI), Z21, Z5
+	VFMADD231PS 384(SI), Z22, Z4
+	VFMADD231PS 448(SI), Z23, Z5
+	VADDPS      Z5, Z4, Z4
+	VFMADD231PS Z12, Z4, Z0
+	VMULPS      (SI)(R13*1), Z16, Z6
+	VMULPS      64(SI)(R13*1), Z17, Z7
+	VFMADD231PS 128(SI)(R13*1), Z18, Z6
+	VFMADD231PS 192(SI)(R13*1), Z19, Z7
+	VFMADD231PS 256(SI)(R13*1), Z20, Z6
+	VFMADD231PS 320(SI)(R13*1), Z21, Z7
+	VFMADD231PS 384(SI)(R13*1), Z22, Z6
+	VFMADD231PS 448(SI)(R13*1), Z23, Z7
+	VADDPS      Z7, Z6, Z6
+	VFMADD231PS Z12, Z6, Z1
+	VMULPS      (SI)(R13*2), Z16, Z8
+	VMULPS      64(SI)(R13*2), Z17, Z9
+	VFMADD231PS 128(SI)(R13*2), Z18, Z8
+	VFMADD231PS 192(SI)(R13*2), Z19, Z9
+	VFMADD231PS 256(SI)(R13*2), Z20, Z8
+	VFMADD231PS 320(SI)(R13*2), Z21, Z9
+	VFMADD231PS 384(SI)(R13*2), Z22, Z8
+	VFMADD231PS 448(SI)(R13*2), Z23, Z9
+	VADDPS      Z9, Z8, Z8
+	VFMADD231PS Z12, Z8, Z2
+	VMULPS      (SI)(AX*1), Z16, Z10
+	VMULPS      64(SI)(AX*1), Z17, Z11
+	VFMADD231PS 128(SI)(AX*1), Z18, Z10
+	VFMADD231PS 192(SI)(AX*1), Z19, Z11
+	VFMADD231PS 256(SI)(AX*1), Z20, Z10
+	VFMADD231PS 320(SI)(AX*1), Z21, Z11
+	VFMADD231PS 384(SI)(AX*1), Z22, Z10
+	VFMADD231PS 448(SI)(AX*1), Z23, Z11
+	VADDPS      Z11, Z10, Z10
+	VFMADD231PS Z12, Z10, Z3
+	ADDQ        $64, DI
+	ADDQ        $512, SI
+	ADDQ        BX, DX
+	DECQ        CX
+	JNZ         chunk
+
+	MOVQ   b+32(FP), R8
+	MOVQ   xsum+40(FP), R9
+	MOVQ   sstride+48(FP), R10
+	LEAQ   (R10)(R10*2), R11
+	VXORPS X4, X4, X4
+	VXORPS X5, X5, X5
+	VXORPS X6, X6, X6
+	VXORPS X7, X7, X7
+
+bias:
+	VMOVSS      (R8), X8
+	VFMADD231SS (R9), X8, X4
+	VFMADD231SS (R9)(R10*1), X8, X5
+	VFMADD231SS (R9)(R10*2), X8, X6
+	VFMADD231SS (R9)(R11*1), X8, X7
+	ADDQ        $4, R8
+	ADDQ        $4, R9
+	DECQ        R12
+	JNZ         bias
+
+	MOVQ   out+72(FP), DX
+	HSUMZ(Z0, Y0, X0, Y12, X12)
+	VADDSS X4, X0, X0
+	VMOVSS X0, 0(DX)
+	HSUMZ(Z1, Y1, X1, Y12, X12)
+	VADDSS X5, X1, X1
+	VMOVSS X1, 4(DX)
+	HSUMZ(Z2, Y2, X2, Y12, X12)
+	VADDSS X6, X2, X2
+	VMOVSS X2, 8(DX)
+	HSUMZ(Z3, Y3, X3, Y12, X12)
+	VADDSS X7, X3, X3
+	VMOVSS X3, 12(DX)
+	VZEROUPPER
+	RET
+
+// func mlx8x4AVX512(x *float32, xstride int, w *byte, s, b, xsum *float32, sstride, ngroups, group int, out *float32)
+// mlx8AVX512 of one weight row against 4 activation rows x + r·xstride
+// with sums xsum + r·sstride (strides in bytes): the codes are widened
+// once for the 4 rows and every row keeps the one-row kernel's
+// accumulators and order, so out[r] is bit-identical to it.
+TEXT ·mlx8x4AVX512(SB), NOSPLIT, $0-80
+	MOVQ   x+0(FP), SI
+	MOVQ   xstride+8(FP), R13
+	LEAQ   (R13)(R13*2), R10
+	MOVQ   w+16(FP), DI
+	MOVQ   s+24(FP), DX
+	MOVQ   b+32(FP), R8
+	MOVQ   xsum+40(FP), R9
+	MOVQ   sstride+48(FP), R12
+	LEAQ   (R12)(R12*2), R11
+	MOVQ   ngroups+56(FP), CX
+	MOVQ   group+64(FP), BX
+	SHRQ   $5, BX
+	VPXORD Z16, Z16, Z16
+	VXORPS X4, X4, X4
+	VPXORD Z17, Z17, Z17
+	VXORPS X5, X5, X5
+	VPXORD Z18, Z18, Z18
+	VXORPS X6, X6, X6
+	VPXORD Z19, Z19, Z19
+	VXORPS X7, X7, X7
+
+group:
+	VPXORD Z20, Z20, Z20
+	VPXORD Z24, Z24, Z24
+	VPXORD Z21, Z21, Z21
+	VPXORD Z25, Z25, Z25
+	VPXORD Z22, Z22, Z22
+	VPXORD Z26, Z26, Z26
+	VPXORD Z23, Z23, Z23
+	VPXORD Z27, Z27, Z27
+	MOVQ   BX, AX
+
+step:
+	VPMOVZXBD   (DI), Z8
+	VPMOVZXBD   16(DI), Z9
+	VCVTDQ2PS   Z8, Z8
+	VCVTDQ2PS   Z9, Z9
+	VFMADD231PS (SI), Z8, Z20
+	VFMADD231PS 64(SI), Z9, Z24
+	VFMADD231PS (SI)(R13*1), Z8, Z21
+	VFMADD231PS 64(SI)(R13*1), Z9, Z25
+	VFMADD231PS (SI)(R13*2), Z8, Z22
+	VFMADD231PS 64(SI)(R13*2), Z9, Z26
+	VFMADD231PS (SI)(R10*1), Z8, Z23
+	VFMADD231PS 64(SI)(R10*1), Z9, Z27
+	ADDQ        $32, DI
+	ADDQ        $128, SI
+	DECQ        AX
+	JNZ         step
+
+	VBROADCASTSS (DX), Z12
+	VADDPS      Z24, Z20, Z20
+	VFMADD231PS Z12, Z20, Z16
+	VADDPS      Z25, Z21, Z21
+	VFMADD231PS Z12, Z21, Z17
+	VADDPS      Z26, Z22, Z22
+	VFMADD231PS Z12, Z22, Z18
+	VADDPS      Z27, Z23, Z23
+	VFMADD231PS Z12, Z23, Z19
+	ADDQ         $4, DX
+	VMOVSS      (R8), X14
+	VFMADD231SS (R9), X14, X4
+	VFMADD231SS (R9)(R12*1), X14, X5
+	VFMADD231SS (R9)(R12*2), X14, X6
+	VFMADD231SS (R9)(R11*1), X14, X7
+	ADDQ        $4, R8
+	ADDQ        $4, R9
+	DECQ        CX
+	JNZ         group
+
+	MOVQ out+72(FP), DX
+	VMOVAPS Z16, Z0
+	HSUMZ(Z0, Y0, X0, Y1, X1)
+	VADDSS  X4, X0, X0
+	VMOVSS  X0, 0(DX)
+	VMOVAPS Z17, Z0
+	HSUMZ(Z0, Y0, X0, Y1, X1)
+	VADDSS  X5, X0, X0
+	VMOVSS  X0, 4(DX)
+	VMOVAPS Z18, Z0
+	HSUMZ(Z0, Y0, X0, Y1, X1)
+	VADDSS  X6, X0, X0
+	VMOVSS  X0, 8(DX)
+	VMOVAPS Z19, Z0
+	HSUMZ(Z0, Y0, X0, Y1, X1)
+	VADDSS  X7, X0, X0
+	VMOVSS  X0, 12(DX)
+	VZEROUPPER
+	RET

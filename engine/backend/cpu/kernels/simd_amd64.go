@@ -31,6 +31,15 @@ func dotBF16AVX512(x *float32, w *byte, n int) float32
 func dotF16AVX512(x *float32, w *byte, n int) float32
 
 //go:noescape
+func dotF32Bx4AVX512(x *float32, stride int, w *byte, n int, out *float32)
+
+//go:noescape
+func dotBF16x4AVX512(x *float32, stride int, w *byte, n int, out *float32)
+
+//go:noescape
+func dotF16x4AVX512(x *float32, stride int, w *byte, n int, out *float32)
+
+//go:noescape
 func widenBF16AVX2(dst *float32, src *byte, n int)
 
 //go:noescape
@@ -58,6 +67,12 @@ func mlx8AVX2(x *float32, w *byte, s, b, xsum *float32, ngroups, group int) floa
 func mlx4AVX512(xp *float32, w *byte, s, b, xsum *float32, gsel, nchunks int) float32
 
 //go:noescape
+func mlx4x4AVX512(xp *float32, xstride int, w *byte, s, b, xsum *float32, sstride, gsel, nchunks int, out *float32)
+
+//go:noescape
+func mlx8x4AVX512(x *float32, xstride int, w *byte, s, b, xsum *float32, sstride, ngroups, group int, out *float32)
+
+//go:noescape
 func mlx8AVX512(x *float32, w *byte, s, b, xsum *float32, ngroups, group int) float32
 
 //go:noescape
@@ -68,6 +83,18 @@ func q4_0AVX2(xq *int8, xd *float32, w *byte, nb int) float32
 
 //go:noescape
 func q4KAVX2(xq *int8, xd, xs *float32, w *byte, nsb int) float32
+
+//go:noescape
+func q4Kx4AVX512(xq *int8, qstride int, xd, xs *float32, dstride int, w *byte, nsb int, out *float32)
+
+//go:noescape
+func q6Kx4AVX512(xq *int8, qstride int, xd *float32, dstride int, w *byte, nsb int, out *float32)
+
+//go:noescape
+func q8_0x4AVX512(xq *int8, qstride int, xd *float32, dstride int, w *byte, nb int, out *float32)
+
+//go:noescape
+func q4KAVX512(xq *int8, xd, xs *float32, w *byte, nsb int) float32
 
 //go:noescape
 func q6KAVX2(xq *int8, xd *float32, w *byte, nsb int) float32
@@ -107,8 +134,17 @@ func simdImpl(l Level) impl {
 		k.dotF32B = dotF32BSIMD512
 		k.dotBF16 = dotBF16SIMD512
 		k.dotF16 = dotF16SIMD512
+		k.dotF32B4 = dotF32Bx4SIMD512
+		k.dotBF164 = dotBF16x4SIMD512
+		k.dotF164 = dotF16x4SIMD512
 		k.mlx4 = mlx4SIMD512
 		k.mlx4Perm = true
+		k.mlx4x4 = mlx4x4SIMD512
+		k.mlx8x4 = mlx8x4SIMD512
+		k.q4K = q4KSIMD512
+		k.q4K4 = q4Kx4SIMD512
+		k.q6K4 = q6Kx4SIMD512
+		k.q8_04 = q8_0x4SIMD512
 		k.mlx8 = mlx8SIMD512
 	}
 	return k

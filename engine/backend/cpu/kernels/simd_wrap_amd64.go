@@ -12,6 +12,9 @@ func dotF32SIMD2(a, b []float32) float32 {
 	if m > 0 {
 		s = dotF32AVX2(&a[0], &b[0], m)
 	}
+	if m == len(a) {
+		return s
+	}
 	return s + dotF32Generic(a[m:], b[m:])
 }
 
@@ -21,6 +24,9 @@ func dotF32SIMD512(a, b []float32) float32 {
 	var s float32
 	if m > 0 {
 		s = dotF32AVX512(&a[0], &b[0], m)
+	}
+	if m == len(a) {
+		return s
 	}
 	return s + dotF32SIMD2(a[m:], b[m:])
 }
@@ -32,6 +38,9 @@ func dotF32BSIMD2(x []float32, w []byte) float32 {
 	if m > 0 {
 		s = dotF32BAVX2(&x[0], &w[0], m)
 	}
+	if m == len(x) {
+		return s
+	}
 	return s + dotF32BGeneric(x[m:], w[4*m:])
 }
 
@@ -41,6 +50,9 @@ func dotF32BSIMD512(x []float32, w []byte) float32 {
 	var s float32
 	if m > 0 {
 		s = dotF32BAVX512(&x[0], &w[0], m)
+	}
+	if m == len(x) {
+		return s
 	}
 	return s + dotF32BSIMD2(x[m:], w[4*m:])
 }
@@ -52,6 +64,9 @@ func dotBF16SIMD2(x []float32, w []byte) float32 {
 	if m > 0 {
 		s = dotBF16AVX2(&x[0], &w[0], m)
 	}
+	if m == len(x) {
+		return s
+	}
 	return s + dotBF16Generic(x[m:], w[2*m:])
 }
 
@@ -61,6 +76,9 @@ func dotBF16SIMD512(x []float32, w []byte) float32 {
 	var s float32
 	if m > 0 {
 		s = dotBF16AVX512(&x[0], &w[0], m)
+	}
+	if m == len(x) {
+		return s
 	}
 	return s + dotBF16SIMD2(x[m:], w[2*m:])
 }
@@ -72,6 +90,9 @@ func dotF16SIMD2(x []float32, w []byte) float32 {
 	if m > 0 {
 		s = dotF16AVX2(&x[0], &w[0], m)
 	}
+	if m == len(x) {
+		return s
+	}
 	return s + dotF16Generic(x[m:], w[2*m:])
 }
 
@@ -81,6 +102,9 @@ func dotF16SIMD512(x []float32, w []byte) float32 {
 	var s float32
 	if m > 0 {
 		s = dotF16AVX512(&x[0], &w[0], m)
+	}
+	if m == len(x) {
+		return s
 	}
 	return s + dotF16SIMD2(x[m:], w[2*m:])
 }
@@ -246,4 +270,132 @@ func q6KSIMD2(a q8Row, w []byte) float32 {
 	_ = a.d[nsb*8-1]
 	_ = w[nsb*q6KBytes-1]
 	return q6KAVX2(&a.q[0], &a.d[0], &w[0], nsb)
+}
+
+// dotF32Bx4SIMD512 is dotF32BSIMD512 of w against the 4 rows of cols
+// values in x, bit-identical to it row by row.
+func dotF32Bx4SIMD512(x []float32, cols int, w []byte, out *[4]float32) {
+	w = w[:4*cols]
+	_ = x[4*cols-1]
+	m := cols &^ 15
+	*out = [4]float32{}
+	if m > 0 {
+		dotF32Bx4AVX512(&x[0], 4*cols, &w[0], m, &out[0])
+	}
+	if m == cols {
+		return
+	}
+	for j := range out {
+		out[j] += dotF32BSIMD2(x[j*cols+m:(j+1)*cols], w[4*m:])
+	}
+}
+
+// dotBF16x4SIMD512 is dotBF16SIMD512 of w against the 4 rows of cols
+// values in x, bit-identical to it row by row.
+func dotBF16x4SIMD512(x []float32, cols int, w []byte, out *[4]float32) {
+	w = w[:2*cols]
+	_ = x[4*cols-1]
+	m := cols &^ 15
+	*out = [4]float32{}
+	if m > 0 {
+		dotBF16x4AVX512(&x[0], 4*cols, &w[0], m, &out[0])
+	}
+	if m == cols {
+		return
+	}
+	for j := range out {
+		out[j] += dotBF16SIMD2(x[j*cols+m:(j+1)*cols], w[2*m:])
+	}
+}
+
+// dotF16x4SIMD512 is dotF16SIMD512 of w against the 4 rows of cols
+// values in x, bit-identical to it row by row.
+func dotF16x4SIMD512(x []float32, cols int, w []byte, out *[4]float32) {
+	w = w[:2*cols]
+	_ = x[4*cols-1]
+	m := cols &^ 15
+	*out = [4]float32{}
+	if m > 0 {
+		dotF16x4AVX512(&x[0], 4*cols, &w[0], m, &out[0])
+	}
+	if m == cols {
+		return
+	}
+	for j := range out {
+		out[j] += dotF16SIMD2(x[j*cols+m:(j+1)*cols], w[2*m:])
+	}
+}
+
+// mlx4x4SIMD512 is mlx4SIMD512 for the 4 rows of cols values in x and xp
+// (and of cols/group sums in xsum), bit-identical to it row by row.
+func mlx4x4SIMD512(x, xp []float32, cols int, w []byte, s, b, xsum []float32, group int, out *[4]float32) {
+	ng := cols / group
+	chunks := cols / 128
+	if chunks == 0 {
+		for r := range out {
+			out[r] = mlx4SIMD2(x[r*cols:(r+1)*cols], nil, w, s, b, xsum[r*ng:(r+1)*ng], group)
+		}
+		return
+	}
+	per := 128 / group
+	nc := chunks * per
+	_, _, _, _ = xp[3*cols+chunks*128-1], w[chunks*64-1], b[nc-1], xsum[3*ng+nc-1]
+	_ = s[:cap(s)][nc+2]
+	mlx4x4AVX512(&xp[0], 4*cols, &w[0], &s[0], &b[0], &xsum[0], 4*ng, group/64, chunks, &out[0])
+	for r := range out {
+		out[r] += mlx4SIMD2(x[r*cols+chunks*128:(r+1)*cols], nil, w[chunks*64:], s[nc:], b[nc:], xsum[r*ng+nc:(r+1)*ng], group)
+	}
+}
+
+// q4Kx4SIMD512 is q4KSIMD2 for the 4 consecutive quantized rows in a,
+// bit-identical to it row by row.
+func q4Kx4SIMD512(a q8Row, cols int, w []byte, out *[4]float32) {
+	nsb := cols / kBlock
+	nb := cols / q8Block
+	_ = a.q[4*cols-1]
+	_ = a.d[4*nb-1]
+	_ = a.s[4*nb-1]
+	_ = w[nsb*q4KBytes-1]
+	q4Kx4AVX512(&a.q[0], cols, &a.d[0], &a.s[0], 4*nb, &w[0], nsb, &out[0])
+}
+
+// q6Kx4SIMD512 is q6KSIMD2 for the 4 consecutive quantized rows in a,
+// bit-identical to it row by row.
+func q6Kx4SIMD512(a q8Row, cols int, w []byte, out *[4]float32) {
+	nsb := cols / kBlock
+	nb := cols / q8Block
+	_ = a.q[4*cols-1]
+	_ = a.d[4*nb-1]
+	_ = w[nsb*q6KBytes-1]
+	q6Kx4AVX512(&a.q[0], cols, &a.d[0], 4*nb, &w[0], nsb, &out[0])
+}
+
+// q8_0x4SIMD512 is q8_0SIMD2 for the 4 consecutive quantized rows in a,
+// bit-identical to it row by row.
+func q8_0x4SIMD512(a q8Row, cols int, w []byte, out *[4]float32) {
+	nb := cols / q8Block
+	_ = a.q[4*cols-1]
+	_ = a.d[4*nb-1]
+	_ = w[nb*q8_0Bytes-1]
+	q8_0x4AVX512(&a.q[0], cols, &a.d[0], 4*nb, &w[0], nb, &out[0])
+}
+
+// q4KSIMD512 is q4KSIMD2 (bit-identical) on the AVX-512 kernel.
+func q4KSIMD512(a q8Row, w []byte) float32 {
+	nsb := len(a.q) / kBlock
+	if nsb == 0 {
+		return 0
+	}
+	_ = a.d[nsb*8-1]
+	_ = a.s[nsb*8-1]
+	_ = w[nsb*q4KBytes-1]
+	return q4KAVX512(&a.q[0], &a.d[0], &a.s[0], &w[0], nsb)
+}
+
+// mlx8x4SIMD512 is mlx8SIMD512 for the 4 rows of cols values in x (and
+// of cols/group sums in xsum), bit-identical to it row by row.
+func mlx8x4SIMD512(x []float32, cols int, w []byte, s, b, xsum []float32, group int, out *[4]float32) {
+	ng := cols / group
+	_, _, _, _, _ = x[4*cols-1], w[ng*group-1], s[ng-1], b[ng-1], xsum[4*ng-1]
+	mlx8x4AVX512(&x[0], 4*cols, &w[0], &s[0], &b[0], &xsum[0], 4*ng, ng, group, &out[0])
 }
