@@ -1,0 +1,206 @@
+package grammar
+
+import (
+	"bytes"
+	"slices"
+
+	"fusion/engine/sample"
+)
+
+// Vocab is a tokenizer's vocabulary as a byte trie, built once and shared
+// (read-only) by all matchers.
+type Vocab struct {
+	tokens [][]byte
+	eos    []int
+	all    trie // every maskable token
+
+	// Tokens that, from inside a string at a character boundary, stay inside
+	// it whatever comes before (no closing quote, valid escapes and UTF-8):
+	// strSafe has their bits, strRest is the trie of all the others. A
+	// thread in such a state with room for any token needs only strRest
+	// walked.
+	strSafe []uint64
+	strRest trie
+	// The safe tokens by the number of code points they add, ascending, and
+	// the largest such number: with fewer than maxSafeLen code points left,
+	// only a prefix of safeByLen is set.
+	safeByLen  []int32
+	safeLen    []int32
+	maxSafeLen int
+}
+
+// trie: node i has edges edgeStart[i]:edgeStart[i+1] and the ids of the
+// tokens ending exactly there at tokStart[i]:tokStart[i+1]. Node 0 is the
+// root.
+type trie struct {
+	edgeStart []int32
+	edgeByte  []byte
+	edgeNode  []int32
+	tokStart  []int32
+	tokIDs    []int32
+}
+
+// NewVocab builds the tries of tokens (id -> decoded bytes). Empty entries
+// (special tokens, unused ids) are never allowed except the ids in eos, which
+// are allowed when the document is complete.
+func NewVocab(tokens [][]byte, eos []int) *Vocab {
+	v := &Vocab{tokens: tokens, eos: slices.Clone(eos), strSafe: make([]uint64, (len(tokens)+63)/64)}
+	var ids, rest []int32
+	free := &node{kind: kString, maxLen: 1 << 30}
+	for id, t := range tokens {
+		if len(t) == 0 || v.isEOS(id) {
+			continue
+		}
+		ids = append(ids, int32(id))
+		th := thread{top: frame{n: free, st: sIn}}
+		var buf [2]thread
+		for _, b := range t {
+			out := stepString(th, b, buf[:0])
+			if len(out) != 1 || out[0].top.n != free {
+				th.top.n = nil
+				break
+			}
+			th = out[0]
+		}
+		if th.top.n != nil {
+			v.strSafe[id/64] |= 1 << (id % 64)
+			v.safeByLen = append(v.safeByLen, int32(id))
+			v.safeLen = append(v.safeLen, th.top.a)
+			v.maxSafeLen = max(v.maxSafeLen, int(th.top.a))
+		} else {
+			rest = append(rest, int32(id))
+		}
+	}
+	order := make([]int, len(v.safeByLen))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return int(v.safeLen[a] - v.safeLen[b]) })
+	byLen, lens := make([]int32, len(order)), make([]int32, len(order))
+	for i, o := range order {
+		byLen[i], lens[i] = v.safeByLen[o], v.safeLen[o]
+	}
+	v.safeByLen, v.safeLen = byLen, lens
+	v.all = buildTrie(tokens, ids)
+	v.strRest = buildTrie(tokens, rest)
+	return v
+}
+
+func buildTrie(tokens [][]byte, ids []int32) trie {
+	ids = slices.Clone(ids)
+	slices.SortFunc(ids, func(a, b int32) int { return bytes.Compare(tokens[a], tokens[b]) })
+	var t trie
+	// Nodes are numbered in the order of a queue of (lo, hi, depth) ranges
+	// over the sorted ids.
+	type span struct{ lo, hi, depth int }
+	queue := []span{{0, len(ids), 0}}
+	t.edgeStart = append(t.edgeStart, 0)
+	t.tokStart = append(t.tokStart, 0)
+	for qi := 0; qi < len(queue); qi++ {
+		s := queue[qi]
+		lo := s.lo
+		for lo < s.hi && len(tokens[ids[lo]]) == s.depth {
+			t.tokIDs = append(t.tokIDs, ids[lo])
+			lo++
+		}
+		for lo < s.hi {
+			b := tokens[ids[lo]][s.depth]
+			hi := lo
+			for hi < s.hi && tokens[ids[hi]][s.depth] == b {
+				hi++
+			}
+			t.edgeByte = append(t.edgeByte, b)
+			t.edgeNode = append(t.edgeNode, int32(len(queue)))
+			queue = append(queue, span{lo, hi, s.depth + 1})
+			lo = hi
+		}
+		t.edgeStart = append(t.edgeStart, int32(len(t.edgeByte)))
+		t.tokStart = append(t.tokStart, int32(len(t.tokIDs)))
+	}
+	return t
+}
+
+// Size returns the number of token ids.
+func (v *Vocab) Size() int { return len(v.tokens) }
+
+// Token returns the bytes of id.
+func (v *Vocab) Token(id int) []byte { return v.tokens[id] }
+
+func (v *Vocab) isEOS(id int) bool { return slices.Contains(v.eos, id) }
+
+// Mask writes to dst (at least (v.Size()+63)/64 words) the tokens allowed
+// next: those whose bytes the grammar accepts, and EOS once Done.
+func (m *Matcher) Mask(v *Vocab, dst sample.Bitset) {
+	clear(dst)
+	if m.ended {
+		return
+	}
+	if m.Done() {
+		for _, id := range v.eos {
+			dst.Set(id)
+		}
+	}
+	if len(m.bufs) == 0 {
+		m.bufs = make([][]thread, 16)
+	}
+	// Threads inside a string at a character boundary take the safe tokens
+	// that fit the length left from precomputed sets; only the rest of the
+	// vocabulary is walked for them.
+	var inStr, other []thread
+	room := -1
+	for _, t := range m.threads {
+		if f := t.top; f.n != nil && f.n.kind == kString && f.st == sIn {
+			inStr = append(inStr, t)
+			room = max(room, f.n.maxLen-int(f.a))
+		} else {
+			other = append(other, t)
+		}
+	}
+	if len(inStr) > 0 {
+		if room >= v.maxSafeLen {
+			for i, w := range v.strSafe {
+				dst[i] |= w
+			}
+		} else {
+			// Several string threads with different room: the largest room
+			// over-approximates, so set bits by length only for one thread.
+			if len(inStr) > 1 {
+				other = append(other, inStr...)
+				inStr = nil
+			} else {
+				for i, id := range v.safeByLen {
+					if int(v.safeLen[i]) > room {
+						break
+					}
+					dst[id/64] |= 1 << (id % 64)
+				}
+			}
+		}
+		if len(inStr) > 0 {
+			m.walk(&v.strRest, 0, inStr, 0, dst)
+		}
+	}
+	if len(other) > 0 {
+		m.walk(&v.all, 0, other, 0, dst)
+	}
+}
+
+func (m *Matcher) walk(v *trie, node int32, ts []thread, depth int, dst sample.Bitset) {
+	if depth+1 >= len(m.bufs) {
+		m.bufs = append(m.bufs, make([][]thread, len(m.bufs))...)
+	}
+	for e := v.edgeStart[node]; e < v.edgeStart[node+1]; e++ {
+		next := advance(ts, v.edgeByte[e], m.bufs[depth+1][:0])
+		m.bufs[depth+1] = next
+		if len(next) == 0 {
+			continue
+		}
+		child := v.edgeNode[e]
+		for _, id := range v.tokIDs[v.tokStart[child]:v.tokStart[child+1]] {
+			dst[id/64] |= 1 << (id % 64)
+		}
+		if v.edgeStart[child] < v.edgeStart[child+1] {
+			m.walk(v, child, next, depth+1, dst)
+		}
+	}
+}
