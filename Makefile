@@ -25,7 +25,10 @@ test: test-deps
 	$(GO) vet ./...
 	$(TEST_ENV) $(GO) test -race -count=1 -timeout 30m ./...
 
-bench: build test-deps
+# The JSON document is the only thing on stdout; building and installing
+# talk on stderr.
+bench:
+	@$(MAKE) --no-print-directory -s build test-deps >&2
 	@$(TEST_ENV) ./scripts/bench.sh
 
 # Runs every fuzz target for FUZZTIME each (go test allows one target per run).

@@ -98,7 +98,7 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		"model":   "random weights shaped like Qwen3-0.6B (28 layers, hidden 1024, 16/8 heads × 128, intermediate 3072, vocab 151936)",
 		"prompt":  *promptLen,
 		"decode":  *decodeLen,
-		"note":    "indicative: the machine is shared with other work",
+		"note":    "vs_llama_cpp_reference divides by the issue's llama.cpp figures for this machine kind; set LLAMA_BENCH for a same-run ratio",
 		"kernels": kernels.Default().Level().String(),
 	}
 	be := cpu.New(cpu.Options{Threads: *threads})
