@@ -45,7 +45,16 @@ type Request struct {
 	MaxTokens int      // 0: until a stop condition or the context is full
 	Stop      []string // stop sequences; the matched text is not returned
 
+	// ResponseFormat, when set, constrains the answer to JSON.
+	ResponseFormat *ResponseFormat
+
 	Priority Priority
+}
+
+// ResponseFormat constrains generation to a JSON value: any JSON object
+// (Schema nil) or one that validates against Schema (a JSON Schema).
+type ResponseFormat struct {
+	Schema []byte
 }
 
 // PromptRequest returns the part of r that decides the prompt tokens.

@@ -84,6 +84,12 @@ func (r *Runner) Generate(ctx context.Context, req *engine.Request) (<-chan engi
 	if err != nil {
 		return nil, err
 	}
+	var cons *constraint
+	if req.ResponseFormat != nil {
+		if cons, err = newConstraint(lm, req.ResponseFormat, parser.StartInReasoning(p.Prompt)); err != nil {
+			return nil, err
+		}
+	}
 	params := req.Sampling
 	params.StopTokenIDs = append(slices.Clone(params.StopTokenIDs), lm.text.Tokenizer().EOS()...)
 	smp, err := sample.New(params, lm.model.VocabSize())
@@ -100,7 +106,7 @@ func (r *Runner) Generate(ctx context.Context, req *engine.Request) (<-chan engi
 	}
 	g := &generation{
 		r: r, e: e, lm: lm, prompt: p.Tokens, sampler: smp, params: params,
-		maxTokens: min(maxTokens, ctxLen-len(p.Tokens)), stops: newStopMatcher(req.Stop), out: out,
+		maxTokens: min(maxTokens, ctxLen-len(p.Tokens)), stops: newStopMatcher(req.Stop), out: out, cons: cons,
 		events: make(chan engine.Event, 16),
 	}
 	r.wg.Add(1)
@@ -132,6 +138,7 @@ type generation struct {
 	stops     *stopMatcher
 	out       parser.Parser // splits text into content, reasoning and tool calls
 	calls     int           // tool calls made so far
+	cons      *constraint   // nil when the output is unconstrained
 	events    chan engine.Event
 }
 
@@ -190,9 +197,18 @@ func (g *generation) run(ctx context.Context) (final engine.Event, ok bool) {
 		if ctx.Err() != nil {
 			return engine.Event{}, false
 		}
-		res, err := g.sampler.Sample(sample.Input{Logits: logits, Prompt: g.prompt, Output: output})
+		in := sample.Input{Logits: logits, Prompt: g.prompt, Output: output}
+		if g.cons != nil {
+			in.Mask = g.cons.mask()
+		}
+		res, err := g.sampler.Sample(in)
 		if err != nil {
 			return failed(ctx, err)
+		}
+		if g.cons != nil && !res.Stop {
+			if err := g.cons.accept(res.ID); err != nil {
+				return failed(ctx, err)
+			}
 		}
 		if res.Stop {
 			out, _ := g.stops.Add(dec.Flush())

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 
 	"fusion/engine"
+	"fusion/engine/grammar"
 	"fusion/engine/modelfile"
 	"fusion/engine/parser"
 	"fusion/engine/prompt"
@@ -90,6 +91,9 @@ type loadedModel struct {
 	model languageModel
 	// parser names the output parser family, detected from the template.
 	parser string
+
+	vocabOnce sync.Once
+	vocab     *grammar.Vocab // for constrained decoding, built on first use
 }
 
 // New scans cfg.ModelsDir and loads cfg.Preload.

@@ -1,6 +1,10 @@
 package tokenizer
 
-import "testing"
+import (
+	"testing"
+
+	"fusion/internal/testenv"
+)
 
 // The expected strings are Python's bytes.decode("utf-8", "replace"), which
 // follows the same rule as Rust's from_utf8_lossy used by HF tokenizers.
@@ -50,5 +54,28 @@ func TestIncompleteTail(t *testing.T) {
 		if got := incompleteTail([]byte(tt.in)); got != tt.want {
 			t.Errorf("incompleteTail(%q) = %d, want %d", tt.in, got, tt.want)
 		}
+	}
+}
+
+func TestTokenBytes(t *testing.T) {
+	tok, err := Load(testenv.TokenizerDir(t, "qwen3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// "é" is two bytes; byte-level BPE has a token for each byte alone.
+	ids := tok.Encode("héllo wörld", false)
+	var all []byte
+	for _, id := range ids {
+		b, ok := tok.TokenBytes(id)
+		if !ok {
+			t.Fatalf("no bytes for id %d", id)
+		}
+		all = append(all, b...)
+	}
+	if string(all) != "héllo wörld" {
+		t.Errorf("token bytes join to %q", all)
+	}
+	if _, ok := tok.TokenBytes(-1); ok {
+		t.Error("TokenBytes(-1) reported ok")
 	}
 }

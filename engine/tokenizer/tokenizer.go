@@ -173,6 +173,15 @@ func (t *Tokenizer) Token(id int) (string, bool) {
 	return t.tokens[id], true
 }
 
+// TokenBytes returns the bytes id decodes to on its own (possibly part of
+// a UTF-8 character), for constrained decoding; false for unused ids.
+func (t *Tokenizer) TokenBytes(id int) ([]byte, bool) {
+	if id < 0 || id >= len(t.tokens) || !t.known[id] {
+		return nil, false
+	}
+	return []byte(t.decoded[id]), true
+}
+
 // IsSpecial reports whether id is a special token, which decoding can skip.
 func (t *Tokenizer) IsSpecial(id int) bool {
 	return id >= 0 && id < len(t.special) && t.special[id]

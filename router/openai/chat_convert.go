@@ -40,11 +40,12 @@ func (req *ChatRequest) toPlan(opts Options, id string) (*plan, *Error) {
 	if choice == "none" {
 		tools = nil // the model must not call tools: it is not shown them
 	}
-	if err := checkResponseFormat(req.ResponseFormat); err != nil {
+	format, err := parseResponseFormat(req.ResponseFormat)
+	if err != nil {
 		return nil, err
 	}
 
-	base := engine.Request{ID: id, Model: req.Model, Messages: msgs, Tools: tools, EnableThinking: req.EnableThinking, ChatTemplateKwargs: req.ChatTemplateKwargs}
+	base := engine.Request{ID: id, Model: req.Model, Messages: msgs, Tools: tools, EnableThinking: req.EnableThinking, ChatTemplateKwargs: req.ChatTemplateKwargs, ResponseFormat: format}
 	maxTokens, param := req.MaxTokens, "max_tokens"
 	if req.MaxCompletionTokens != nil {
 		maxTokens, param = req.MaxCompletionTokens, "max_completion_tokens"
@@ -358,27 +359,40 @@ func checkToolChoice(raw json.RawMessage) (string, *Error) {
 	return "", invalidType("tool_choice", "a string or an object", jsonkind.OfValue(v))
 }
 
-// checkResponseFormat accepts {"type": "text"}; JSON modes come with
-// constrained decoding.
-func checkResponseFormat(raw json.RawMessage) *Error {
+// parseResponseFormat reads response_format: "text" (nil), "json_object"
+// (any JSON object) or "json_schema" with json_schema.schema; the engine
+// compiles the schema and refuses keywords it cannot enforce.
+func parseResponseFormat(raw json.RawMessage) (*engine.ResponseFormat, *Error) {
 	if isNull(raw) {
-		return nil
+		return nil, nil
 	}
-	v, derr := chattemplate.DecodeJSON(raw)
-	obj, ok := v.(*chattemplate.Object)
-	if derr != nil || !ok {
-		return invalidType("response_format", "an object", jsonkind.Of(raw))
+	var rf struct {
+		Type       any `json:"type"`
+		JSONSchema *struct {
+			Name   string          `json:"name"`
+			Schema json.RawMessage `json:"schema"`
+		} `json:"json_schema"`
 	}
-	tv, _ := obj.Get("type")
-	switch tv {
+	if err := json.Unmarshal(raw, &rf); err != nil {
+		return nil, invalidType("response_format", "an object", jsonkind.Of(raw))
+	}
+	switch rf.Type {
 	case "text":
-		return nil
-	case "json_object", "json_schema":
-		return unsupported("response_format", "response_format '%s' is not supported by this server yet.", tv)
+		return nil, nil
+	case "json_object":
+		return &engine.ResponseFormat{}, nil
+	case "json_schema":
+		if rf.JSONSchema == nil {
+			return nil, missingParam("response_format.json_schema")
+		}
+		if isNull(rf.JSONSchema.Schema) {
+			return &engine.ResponseFormat{}, nil
+		}
+		return &engine.ResponseFormat{Schema: rf.JSONSchema.Schema}, nil
 	case nil:
-		return missingParam("response_format.type")
+		return nil, missingParam("response_format.type")
 	}
-	return invalidRequest("response_format.type", "Invalid value: %v. Supported values are: 'text', 'json_object' and 'json_schema'.", tv)
+	return nil, invalidRequest("response_format.type", "Invalid value: %v. Supported values are: 'text', 'json_object' and 'json_schema'.", rf.Type)
 }
 
 func quoteList(xs []string) string {

@@ -168,7 +168,7 @@ func TestChatErrors(t *testing.T) {
 		{"tool_choice required", `{"model":"m",` + msgs + `,"tool_choice":"required"}`, 400, "tool_choice", "unsupported_parameter"},
 		{"tool_choice bogus", `{"model":"m",` + msgs + `,"tool_choice":"maybe"}`, 400, "tool_choice", "invalid_value"},
 		{"tool_choice number", `{"model":"m",` + msgs + `,"tool_choice":1}`, 400, "tool_choice", "invalid_type"},
-		{"response_format json", `{"model":"m",` + msgs + `,"response_format":{"type":"json_object"}}`, 400, "response_format", "unsupported_parameter"},
+		{"response_format json_schema without schema object", `{"model":"m",` + msgs + `,"response_format":{"type":"json_schema"}}`, 400, "response_format.json_schema", "missing_required_parameter"},
 		{"response_format bogus", `{"model":"m",` + msgs + `,"response_format":{"type":"xml"}}`, 400, "response_format.type", "invalid_value"},
 		{"task_tag bogus", `{"model":"m",` + msgs + `,"task_tag":"urgent"}`, 400, "task_tag", "invalid_value"},
 		{"backend mlx", `{"model":"m",` + msgs + `,"backend_override":"mlx"}`, 400, "backend_override", "unsupported_parameter"},

@@ -146,7 +146,7 @@ func TestChatToolsErrors(t *testing.T) {
 		{"parameters array", `,"tools":[{"type":"function","function":{"name":"f","parameters":[]}}]`, "tools[0].function.parameters", "invalid_type"},
 		{"required", `,"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required"`, "tool_choice", "unsupported_parameter"},
 		{"named", `,"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"f"}}`, "tool_choice", "unsupported_parameter"},
-		{"json mode", `,"response_format":{"type":"json_object"}`, "response_format", "unsupported_parameter"},
+		{"json mode of unknown type", `,"response_format":{"type":"yaml"}`, "response_format.type", "invalid_value"},
 		{"history call without function", `,"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"x","type":"function"}]}]`, "messages[0].tool_calls[0].function", "missing_required_parameter"},
 		{"history arguments number", `,"messages":[{"role":"assistant","tool_calls":[{"id":"x","type":"function","function":{"name":"f","arguments":1}}]}]`, "messages[0].tool_calls[0].function.arguments", "invalid_type"},
 	}
@@ -163,6 +163,36 @@ func TestChatToolsErrors(t *testing.T) {
 			}
 			if e.Param != tt.param || e.Code != tt.code || e.Status != 400 {
 				t.Errorf("got %d %s %s (%s), want 400 %s %s", e.Status, e.Param, e.Code, e.Message, tt.param, tt.code)
+			}
+		})
+	}
+}
+
+// TestResponseFormatToEngine: JSON modes reach the engine request (the
+// engine compiles the schema and refuses what it cannot enforce).
+func TestResponseFormatToEngine(t *testing.T) {
+	tests := []struct {
+		name, body string
+		want       *engine.ResponseFormat
+	}{
+		{"text", `{"type":"text"}`, nil},
+		{"json_object", `{"type":"json_object"}`, &engine.ResponseFormat{}},
+		{"json_schema", `{"type":"json_schema","json_schema":{"name":"p","schema":{"type":"object"},"strict":true}}`, &engine.ResponseFormat{Schema: []byte(`{"type":"object"}`)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var req ChatRequest
+			body := `{"model":"m","messages":[{"role":"user","content":"hi"}],"response_format":` + tt.body + `}`
+			if e := decodeJSON([]byte(body), &req); e != nil {
+				t.Fatal(e)
+			}
+			p, e := req.toPlan(Options{}, "id")
+			if e != nil {
+				t.Fatal(e)
+			}
+			got := p.reqs[0].ResponseFormat
+			if (got == nil) != (tt.want == nil) || (got != nil && string(got.Schema) != string(tt.want.Schema)) {
+				t.Errorf("response format %+v, want %+v", got, tt.want)
 			}
 		})
 	}

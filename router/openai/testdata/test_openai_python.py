@@ -222,3 +222,37 @@ def test_cancel_mid_stream(no_eos):
         assert time.time() < deadline, m
         time.sleep(0.01)
     assert m["engine"]["cancelled"] == before["engine"]["cancelled"] + 1
+
+
+def test_parse_structured_output():
+    """client.chat.completions.parse with a Pydantic model: the random-weight
+    demo model's answer is constrained to the model's JSON schema."""
+    from pydantic import BaseModel
+
+    class Person(BaseModel):
+        name: str
+        age: int
+        member: bool
+
+    for seed in range(3):
+        r = client().chat.completions.parse(
+            model=MODEL, messages=MSGS, response_format=Person, max_tokens=3000, temperature=1, seed=seed)
+        assert r.choices[0].finish_reason == "stop"
+        person = r.choices[0].message.parsed
+        assert isinstance(person, Person)
+
+
+def test_stream_structured_output():
+    """client.beta.chat.completions.stream with a Pydantic model."""
+    from pydantic import BaseModel
+
+    class Point(BaseModel):
+        x: int
+        y: int
+
+    with client().beta.chat.completions.stream(
+            model=MODEL, messages=MSGS, response_format=Point, max_tokens=500, temperature=1, seed=4) as stream:
+        for _ in stream:
+            pass
+        final = stream.get_final_completion()
+    assert isinstance(final.choices[0].message.parsed, Point)
