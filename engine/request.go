@@ -19,6 +19,21 @@ const (
 	PriorityBackground                 // background
 )
 
+// PriorityOf maps the contract's task_tag to a scheduling class: "" and
+// "openclaw" are batch, "claude_code" realtime, "background" background;
+// ok is false for any other tag.
+func PriorityOf(taskTag string) (p Priority, ok bool) {
+	switch taskTag {
+	case "", "openclaw":
+		return PriorityBatch, true
+	case "claude_code":
+		return PriorityRealtime, true
+	case "background":
+		return PriorityBackground, true
+	}
+	return 0, false
+}
+
 // Request is the one neutral request every API dialect converts into and
 // every node forwards. Exactly one of Messages, Prompt and PromptTokens is
 // set.

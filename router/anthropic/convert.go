@@ -629,18 +629,14 @@ func (req *MessagesRequest) samplingParams() (sample.Params, *Error) {
 
 // parseTaskTag maps the contract's task_tag to a scheduling class.
 func parseTaskTag(tag *string) (engine.Priority, *Error) {
-	if tag == nil || *tag == "" {
+	if tag == nil {
 		return engine.PriorityBatch, nil
 	}
-	switch *tag {
-	case "claude_code":
-		return engine.PriorityRealtime, nil
-	case "openclaw":
-		return engine.PriorityBatch, nil
-	case "background":
-		return engine.PriorityBackground, nil
+	p, ok := engine.PriorityOf(*tag)
+	if !ok {
+		return 0, invalid("task_tag: %q is not one of claude_code, openclaw, background.", *tag)
 	}
-	return 0, invalid("task_tag: %q is not one of claude_code, openclaw, background.", *tag)
+	return p, nil
 }
 
 // stopReason is Anthropic's stop_reason of a finished generation; a

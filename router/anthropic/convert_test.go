@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"fusion/engine"
+	"fusion/router/wire"
 )
 
 func mustPlan(t *testing.T, body string) *plan {
@@ -32,7 +33,7 @@ func planErr(body string) *Error {
 
 func toJSON(t *testing.T, v any) string {
 	t.Helper()
-	b, err := marshal(v)
+	b, err := wire.Marshal(v)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package anthropic
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -11,6 +10,7 @@ import (
 	"fusion/engine"
 	"fusion/engine/prompt"
 	"fusion/engine/sample"
+	"fusion/router/wire"
 )
 
 // Error types, as Anthropic names them in error.type.
@@ -74,30 +74,15 @@ func WriteError(w http.ResponseWriter, err error) {
 
 // writeJSON writes v as the whole JSON answer.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := marshal(v)
+	b, err := wire.Marshal(v)
 	if err != nil {
 		status = http.StatusInternalServerError
-		b, _ = marshal((&Error{Type: TypeAPI, Message: "internal error: cannot encode the response"}).body())
+		b, _ = wire.Marshal((&Error{Type: TypeAPI, Message: "internal error: cannot encode the response"}).body())
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = w.Write(append(b, '\n'))
 }
-
-// marshal encodes v without HTML escaping.
-func marshal(v any) ([]byte, error) {
-	var buf jsonBuffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return buf.b[:len(buf.b)-1], nil
-}
-
-type jsonBuffer struct{ b []byte }
-
-func (j *jsonBuffer) Write(p []byte) (int, error) { j.b = append(j.b, p...); return len(p), nil }
 
 // invalid is a 400 invalid_request_error.
 func invalid(format string, a ...any) *Error {

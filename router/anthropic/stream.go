@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"fusion/engine"
+	"fusion/router/wire"
 )
 
 // event is one server-sent event: its name and its data, whose "type"
@@ -273,7 +274,7 @@ func newSSEWriter(w http.ResponseWriter) *sseWriter {
 }
 
 func (s *sseWriter) write(e event) error {
-	b, err := marshal(e.data)
+	b, err := wire.Marshal(e.data)
 	if err != nil {
 		return err
 	}

@@ -177,18 +177,14 @@ func parseStop(raw json.RawMessage) ([]string, *Error) {
 
 // parseTaskTag maps task_tag to a scheduling class.
 func parseTaskTag(tag *string) (engine.Priority, *Error) {
-	if tag == nil || *tag == "" {
+	if tag == nil {
 		return engine.PriorityBatch, nil
 	}
-	switch *tag {
-	case "claude_code":
-		return engine.PriorityRealtime, nil
-	case "openclaw":
-		return engine.PriorityBatch, nil
-	case "background":
-		return engine.PriorityBackground, nil
+	p, ok := engine.PriorityOf(*tag)
+	if !ok {
+		return 0, invalidRequest("task_tag", "Invalid 'task_tag': %q is not one of claude_code, openclaw, background.", *tag)
 	}
-	return 0, invalidRequest("task_tag", "Invalid 'task_tag': %q is not one of claude_code, openclaw, background.", *tag)
+	return p, nil
 }
 
 // checkBackend accepts a backend_override this node serves.

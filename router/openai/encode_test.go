@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"fusion/engine"
+	"fusion/router/wire"
 )
 
 var testMeta = meta{ID: "chatcmpl-x", Created: 100, Model: "m", SystemFingerprint: "fp"}
@@ -24,7 +25,7 @@ func streamChat(p *plan, events []ev) []string {
 	var out []string
 	add := func(cs []ChatChunk) {
 		for _, c := range cs {
-			b, err := marshal(c)
+			b, err := wire.Marshal(c)
 			if err != nil {
 				panic(err)
 			}
@@ -144,7 +145,7 @@ func TestChatCollector(t *testing.T) {
 		Usage: engine.Usage{PromptTokens: 4, CompletionTokens: 1}})
 	c.add(0, engine.Event{Text: "lo", Tokens: []engine.TokenLogprob{tok(2, "lo", -2)}, Done: true, FinishReason: engine.FinishStop,
 		Usage: engine.Usage{PromptTokens: 4, CompletionTokens: 2}})
-	b, err := marshal(c.result())
+	b, err := wire.Marshal(c.result())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +168,7 @@ func TestCompletionEncoder(t *testing.T) {
 		e := newCompletionEncoder(cm, p, []string{"A:", "B:"})
 		e.add(0, engine.Event{Text: " x", Done: true, FinishReason: engine.FinishLength, Usage: engine.Usage{PromptTokens: 2, CompletionTokens: 1}})
 		e.add(1, engine.Event{Text: " y", Done: true, FinishReason: engine.FinishStop, Usage: engine.Usage{PromptTokens: 3, CompletionTokens: 1}})
-		b, _ := marshal(e.result())
+		b, _ := wire.Marshal(e.result())
 		want := chead + `"choices":[{"text":"A: x","index":0,"logprobs":null,"finish_reason":"length"},{"text":"B: y","index":1,"logprobs":null,"finish_reason":"stop"}],` +
 			`"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7,"prompt_tokens_details":{"cached_tokens":0},"completion_tokens_details":{"reasoning_tokens":0},"cached_tokens":0}}`
 		if string(b) != want {
@@ -180,7 +181,7 @@ func TestCompletionEncoder(t *testing.T) {
 		var got []string
 		add := func(cs []Completion) {
 			for _, c := range cs {
-				b, _ := marshal(c)
+				b, _ := wire.Marshal(c)
 				got = append(got, string(b))
 			}
 		}

@@ -2,7 +2,6 @@ package openai
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -11,6 +10,7 @@ import (
 	"fusion/engine"
 	"fusion/engine/prompt"
 	"fusion/engine/sample"
+	"fusion/router/wire"
 )
 
 // Error types, as OpenAI names them in error.type.
@@ -81,31 +81,16 @@ func WriteError(w http.ResponseWriter, err error) {
 
 // writeJSON writes v as the whole JSON answer.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := marshal(v)
+	b, err := wire.Marshal(v)
 	if err != nil {
 		// Our own response types always marshal; this is a bug.
 		status = http.StatusInternalServerError
-		b, _ = marshal(errorBody{errorDetail{Message: "internal error: cannot encode the response", Type: TypeServer}})
+		b, _ = wire.Marshal(errorBody{errorDetail{Message: "internal error: cannot encode the response", Type: TypeServer}})
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = w.Write(append(b, '\n'))
 }
-
-// marshal encodes v without HTML escaping, as OpenAI's servers do.
-func marshal(v any) ([]byte, error) {
-	var buf jsonBuffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return buf.b[:len(buf.b)-1], nil // drop Encode's newline
-}
-
-type jsonBuffer struct{ b []byte }
-
-func (j *jsonBuffer) Write(p []byte) (int, error) { j.b = append(j.b, p...); return len(p), nil }
 
 // Constructors for the errors the handlers answer.
 

@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"fusion/router/wire"
 	"net/http"
 )
 
@@ -31,7 +32,7 @@ func (s *sseWriter) start() {
 
 // data writes one "data: JSON" event.
 func (s *sseWriter) data(v any) error {
-	b, err := marshal(v)
+	b, err := wire.Marshal(v)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 
 	"fusion/engine"
 	"fusion/engine/chattemplate"
+	"fusion/router/wire"
 )
 
 // toolEvents is one generation as the runner delivers it: reasoning, then
@@ -74,7 +75,7 @@ func TestChatCollectorToolCalls(t *testing.T) {
 			for _, e := range tt.events {
 				c.add(0, e)
 			}
-			b, err := marshal(c.result())
+			b, err := wire.Marshal(c.result())
 			if err != nil {
 				t.Fatal(err)
 			}
