@@ -1,0 +1,288 @@
+package remote
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+
+	"fusion/cluster/enginepb"
+	"fusion/engine"
+	"fusion/engine/chattemplate"
+	"fusion/engine/prompt"
+	"fusion/engine/sample"
+)
+
+// The wire carries token ids as int32; ids and counts above that are a bad
+// request, never a silent wrap.
+func int32s(field string, ids []int) ([]int32, error) {
+	if ids == nil {
+		return nil, nil
+	}
+	out := make([]int32, len(ids))
+	for i, id := range ids {
+		if id < math.MinInt32 || id > math.MaxInt32 {
+			return nil, &prompt.InvalidRequestError{Err: fmt.Errorf("%s[%d]: %d is out of range", field, i, id)}
+		}
+		out[i] = int32(id)
+	}
+	return out, nil
+}
+
+func ints(ids []int32) []int {
+	if ids == nil {
+		return nil
+	}
+	out := make([]int, len(ids))
+	for i, id := range ids {
+		out[i] = int(id)
+	}
+	return out
+}
+
+func clampInt32(n int) int32 { return int32(max(math.MinInt32, min(n, math.MaxInt32))) }
+
+// objectsJSON encodes ordered objects; nil stays absent (empty bytes).
+func objectsJSON(objs []*chattemplate.Object) ([]byte, error) {
+	if objs == nil {
+		return nil, nil
+	}
+	return json.Marshal(objs)
+}
+
+func objectsFromJSON(field string, b []byte) ([]*chattemplate.Object, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	objs := []*chattemplate.Object{}
+	if err := json.Unmarshal(b, &objs); err != nil {
+		return nil, &prompt.InvalidRequestError{Err: fmt.Errorf("%s: %w", field, err)}
+	}
+	return objs, nil
+}
+
+func kwargsJSON(m map[string]any) ([]byte, error) {
+	if m == nil {
+		return nil, nil
+	}
+	return json.Marshal(m)
+}
+
+func kwargsFromJSON(b []byte) (map[string]any, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, &prompt.InvalidRequestError{Err: fmt.Errorf("chat_template_kwargs: %w", err)}
+	}
+	return m, nil
+}
+
+// RequestToPB encodes a neutral request for the wire.
+func RequestToPB(r *engine.Request) (*enginepb.Request, error) {
+	var err error
+	p := &enginepb.Request{
+		Id: r.ID, Model: r.Model, Prompt: r.Prompt, EnableThinking: r.EnableThinking,
+		HasPromptTokens: r.PromptTokens != nil, MaxTokens: clampInt32(r.MaxTokens), Stop: r.Stop,
+		Priority: clampInt32(int(r.Priority)),
+	}
+	if p.MessagesJson, err = objectsJSON(r.Messages); err != nil {
+		return nil, &prompt.InvalidRequestError{Err: fmt.Errorf("messages: %w", err)}
+	}
+	if p.ToolsJson, err = objectsJSON(r.Tools); err != nil {
+		return nil, &prompt.InvalidRequestError{Err: fmt.Errorf("tools: %w", err)}
+	}
+	if p.ChatTemplateKwargsJson, err = kwargsJSON(r.ChatTemplateKwargs); err != nil {
+		return nil, &prompt.InvalidRequestError{Err: fmt.Errorf("chat_template_kwargs: %w", err)}
+	}
+	if p.PromptTokens, err = int32s("prompt", r.PromptTokens); err != nil {
+		return nil, err
+	}
+	if p.Sampling, err = samplingToPB(r.Sampling); err != nil {
+		return nil, err
+	}
+	if r.ResponseFormat != nil {
+		p.ResponseFormat = &enginepb.ResponseFormat{Schema: r.ResponseFormat.Schema}
+	}
+	return p, nil
+}
+
+// RequestFromPB decodes a request from the wire; a malformed one is an
+// *prompt.InvalidRequestError.
+func RequestFromPB(p *enginepb.Request) (*engine.Request, error) {
+	var err error
+	r := &engine.Request{
+		ID: p.GetId(), Model: p.GetModel(), Prompt: p.Prompt, EnableThinking: p.EnableThinking,
+		MaxTokens: int(p.GetMaxTokens()), Stop: p.GetStop(), Priority: engine.Priority(p.GetPriority()),
+		Sampling: samplingFromPB(p.GetSampling()),
+	}
+	if r.Messages, err = objectsFromJSON("messages", p.GetMessagesJson()); err != nil {
+		return nil, err
+	}
+	if r.Tools, err = objectsFromJSON("tools", p.GetToolsJson()); err != nil {
+		return nil, err
+	}
+	if r.ChatTemplateKwargs, err = kwargsFromJSON(p.GetChatTemplateKwargsJson()); err != nil {
+		return nil, err
+	}
+	if p.GetHasPromptTokens() {
+		r.PromptTokens = ints(p.GetPromptTokens())
+		if r.PromptTokens == nil {
+			r.PromptTokens = []int{}
+		}
+	}
+	if rf := p.GetResponseFormat(); rf != nil {
+		r.ResponseFormat = &engine.ResponseFormat{Schema: rf.GetSchema()}
+		if len(rf.GetSchema()) == 0 {
+			r.ResponseFormat.Schema = nil
+		}
+	}
+	return r, nil
+}
+
+func samplingToPB(s sample.Params) (*enginepb.Sampling, error) {
+	stops, err := int32s("stop_token_ids", s.StopTokenIDs)
+	if err != nil {
+		return nil, err
+	}
+	p := &enginepb.Sampling{
+		Temperature: s.Temperature, TopK: clampInt32(s.TopK), TopP: s.TopP, MinP: s.MinP,
+		RepetitionPenalty: s.RepetitionPenalty, RepetitionWindow: clampInt32(s.RepetitionWindow),
+		PresencePenalty: s.PresencePenalty, FrequencyPenalty: s.FrequencyPenalty, Seed: s.Seed,
+		StopTokenIds: stops, Logprobs: s.Logprobs, TopLogprobs: clampInt32(s.TopLogprobs),
+	}
+	if s.LogitBias != nil {
+		p.LogitBias = make(map[int32]float64, len(s.LogitBias))
+		for id, v := range s.LogitBias {
+			if id < math.MinInt32 || id > math.MaxInt32 {
+				return nil, &prompt.InvalidRequestError{Err: &sample.ParamError{Param: "logit_bias", Msg: fmt.Sprintf("token id %d is out of range", id)}}
+			}
+			p.LogitBias[int32(id)] = v
+		}
+	}
+	return p, nil
+}
+
+func samplingFromPB(p *enginepb.Sampling) sample.Params {
+	if p == nil {
+		return sample.DefaultParams()
+	}
+	s := sample.Params{
+		Temperature: p.GetTemperature(), TopK: int(p.GetTopK()), TopP: p.GetTopP(), MinP: p.GetMinP(),
+		RepetitionPenalty: p.GetRepetitionPenalty(), RepetitionWindow: int(p.GetRepetitionWindow()),
+		PresencePenalty: p.GetPresencePenalty(), FrequencyPenalty: p.GetFrequencyPenalty(), Seed: p.Seed,
+		StopTokenIDs: ints(p.GetStopTokenIds()), Logprobs: p.GetLogprobs(), TopLogprobs: int(p.GetTopLogprobs()),
+	}
+	if p.LogitBias != nil {
+		s.LogitBias = make(map[int]float64, len(p.LogitBias))
+		for id, v := range p.LogitBias {
+			s.LogitBias[int(id)] = v
+		}
+	}
+	return s
+}
+
+func logprobsToPB(ts []engine.TokenLogprob) []*enginepb.TokenLogprob {
+	if ts == nil {
+		return nil
+	}
+	out := make([]*enginepb.TokenLogprob, len(ts))
+	for i, t := range ts {
+		out[i] = &enginepb.TokenLogprob{Id: clampInt32(t.ID), Text: t.Text, Logprob: t.Logprob}
+	}
+	return out
+}
+
+func logprobsFromPB(ts []*enginepb.TokenLogprob) []engine.TokenLogprob {
+	if ts == nil {
+		return nil
+	}
+	out := make([]engine.TokenLogprob, len(ts))
+	for i, t := range ts {
+		out[i] = engine.TokenLogprob{ID: int(t.GetId()), Text: t.GetText(), Logprob: t.GetLogprob()}
+	}
+	return out
+}
+
+// EventToPB encodes an event for the wire.
+func EventToPB(ev engine.Event) *enginepb.Event {
+	p := &enginepb.Event{
+		Text: ev.Text, Reasoning: ev.Reasoning, Tokens: logprobsToPB(ev.Tokens), Done: ev.Done,
+		FinishReason: string(ev.FinishReason), StopSequence: ev.StopSequence,
+	}
+	for _, tc := range ev.ToolCalls {
+		p.ToolCalls = append(p.ToolCalls, &enginepb.ToolCall{
+			Index: clampInt32(tc.Index), Id: tc.ID, Name: tc.Name, Arguments: tc.Arguments, Undeclared: tc.Undeclared})
+	}
+	for _, alts := range ev.TopLogprobs {
+		p.TopLogprobs = append(p.TopLogprobs, &enginepb.TopLogprobs{Alternatives: logprobsToPB(alts)})
+	}
+	if ev.Done || ev.Usage != (engine.Usage{}) {
+		p.Usage = &enginepb.Usage{PromptTokens: clampInt32(ev.Usage.PromptTokens),
+			CompletionTokens: clampInt32(ev.Usage.CompletionTokens), CachedTokens: clampInt32(ev.Usage.CachedTokens)}
+	}
+	if ev.Err != nil {
+		p.Error = errorToPB(ev.Err)
+	}
+	return p
+}
+
+// EventFromPB decodes an event from the wire.
+func EventFromPB(p *enginepb.Event) engine.Event {
+	ev := engine.Event{
+		Text: p.GetText(), Reasoning: p.GetReasoning(), Tokens: logprobsFromPB(p.GetTokens()), Done: p.GetDone(),
+		FinishReason: engine.FinishReason(p.GetFinishReason()), StopSequence: p.GetStopSequence(),
+	}
+	for _, tc := range p.GetToolCalls() {
+		ev.ToolCalls = append(ev.ToolCalls, engine.ToolCall{
+			Index: int(tc.GetIndex()), ID: tc.GetId(), Name: tc.GetName(), Arguments: tc.GetArguments(), Undeclared: tc.GetUndeclared()})
+	}
+	for _, alts := range p.GetTopLogprobs() {
+		ev.TopLogprobs = append(ev.TopLogprobs, logprobsFromPB(alts.GetAlternatives()))
+	}
+	if u := p.GetUsage(); u != nil {
+		ev.Usage = engine.Usage{PromptTokens: int(u.GetPromptTokens()), CompletionTokens: int(u.GetCompletionTokens()), CachedTokens: int(u.GetCachedTokens())}
+	}
+	if e := p.GetError(); e != nil {
+		ev.Err = errorFromPB(e)
+	}
+	return ev
+}
+
+func promptRequestToPB(model string, r prompt.Request) (*enginepb.TokenizeRequest, error) {
+	var err error
+	p := &enginepb.TokenizeRequest{Model: model, Prompt: r.Prompt, AddGenerationPrompt: r.AddGenerationPrompt,
+		EnableThinking: r.EnableThinking, AddSpecialTokens: r.AddSpecialTokens}
+	if p.MessagesJson, err = objectsJSON(r.Messages); err != nil {
+		return nil, &prompt.InvalidRequestError{Err: fmt.Errorf("messages: %w", err)}
+	}
+	if p.ToolsJson, err = objectsJSON(r.Tools); err != nil {
+		return nil, &prompt.InvalidRequestError{Err: fmt.Errorf("tools: %w", err)}
+	}
+	if p.ChatTemplateKwargsJson, err = kwargsJSON(r.ChatTemplateKwargs); err != nil {
+		return nil, &prompt.InvalidRequestError{Err: fmt.Errorf("chat_template_kwargs: %w", err)}
+	}
+	return p, nil
+}
+
+func promptRequestFromPB(p *enginepb.TokenizeRequest) (prompt.Request, error) {
+	var err error
+	r := prompt.Request{Prompt: p.Prompt, AddGenerationPrompt: p.AddGenerationPrompt, EnableThinking: p.EnableThinking,
+		AddSpecialTokens: p.AddSpecialTokens}
+	if r.Messages, err = objectsFromJSON("messages", p.GetMessagesJson()); err != nil {
+		return r, err
+	}
+	if r.Tools, err = objectsFromJSON("tools", p.GetToolsJson()); err != nil {
+		return r, err
+	}
+	r.ChatTemplateKwargs, err = kwargsFromJSON(p.GetChatTemplateKwargsJson())
+	return r, err
+}
+
+func modelToPB(m engine.ModelInfo) *enginepb.ModelInfo {
+	return &enginepb.ModelInfo{Id: m.ID, Path: m.Path, Format: m.Format, Loaded: m.Loaded, Created: m.Created}
+}
+
+func modelFromPB(m *enginepb.ModelInfo) engine.ModelInfo {
+	return engine.ModelInfo{ID: m.GetId(), Path: m.GetPath(), Format: m.GetFormat(), Loaded: m.GetLoaded(), Created: m.GetCreated()}
+}
