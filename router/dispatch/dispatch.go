@@ -1,0 +1,496 @@
+// Package dispatch is the router's engine.Generator in a cluster: for each
+// request it serves locally when the model is ready on this node, else
+// picks a peer that has it ready — session affinity, then prefix affinity
+// (both by bounded-load consistent hashing, so every frontend agrees),
+// then load — and forwards the neutral request to it. It retries another
+// node only while nothing has been sent to the client (the peer refused,
+// was unreachable or overloaded at admission), never after the first
+// event.
+//
+// The dispatcher knows the cluster only through Table (who has which
+// model ready, and their load) and Connector (an engine.Generator per peer
+// address), so it imports neither the cluster nor gRPC.
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"fusion/engine"
+	"fusion/engine/prompt"
+	"fusion/router/servedby"
+)
+
+// Peer is a node as the routing table sees it.
+type Peer struct {
+	ID       string
+	Addr     string // address of its Engine gRPC service
+	Alive    bool   // memberlist says alive
+	Draining bool   // leaving: takes no new requests
+	// Load is its in-flight + queued generations, from its stats stream.
+	Load int64
+}
+
+// Table is the routing table: what the cluster knows about where models
+// are ready. It must be cheap and never block on the Raft leader.
+type Table interface {
+	// Self is this node's id.
+	Self() string
+	// Candidates lists the nodes (this one included) where model is
+	// ready to serve now.
+	Candidates(model string) []Peer
+	// Known reports whether model exists in the cluster even where it is
+	// not ready (placed but loading, or on some node's disk).
+	Known(model string) bool
+	// Peers lists the other nodes, for merged model lists.
+	Peers() []Peer
+}
+
+// Connector gives the engine of a peer, by the address of its Engine
+// service (remote.Pool implements it).
+type Connector interface {
+	Engine(addr string) (engine.Generator, error)
+}
+
+// Config configures a Dispatcher. Zero values take the defaults noted.
+type Config struct {
+	Local   engine.Generator // this node's engine
+	Table   Table
+	Connect Connector
+	// LoadFactor is CHWBL's c: no node takes a request above c times the
+	// average load while another can (default 1.25).
+	LoadFactor float64
+	// VirtualNodes per node on the hash ring (default 256).
+	VirtualNodes int
+	// PrefixBytes of the prompt (tools, then messages as JSON, or the raw
+	// prompt) make its affinity key (default 1024), hashed in chunks of
+	// PrefixChunk bytes (default 256).
+	PrefixBytes, PrefixChunk int
+	// MaxAttempts bounds the nodes one request tries (default 3).
+	MaxAttempts int
+	// PeerTimeout bounds a peer's answer to Models (default 2 s).
+	PeerTimeout time.Duration
+	// StrictPlacement, when set, never serves a model that no node has
+	// ready from the local engine; by default a node that has the model
+	// on disk loads it (a lone node is a full server).
+	StrictPlacement bool
+	// OnMiss, when set, is called (without blocking) for a request whose
+	// model no node has ready, to ask the placement planner to load it.
+	OnMiss func(model string)
+	Logger *slog.Logger
+}
+
+func (c *Config) defaults() {
+	if c.LoadFactor <= 1 {
+		c.LoadFactor = 1.25
+	}
+	if c.VirtualNodes <= 0 {
+		c.VirtualNodes = DefaultVirtualNodes
+	}
+	if c.PrefixBytes <= 0 {
+		c.PrefixBytes = 1024
+	}
+	if c.PrefixChunk <= 0 {
+		c.PrefixChunk = 256
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 3
+	}
+	if c.PeerTimeout <= 0 {
+		c.PeerTimeout = 2 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Dispatcher implements engine.Generator over the local engine and the
+// peers. It is safe for concurrent use.
+type Dispatcher struct {
+	cfg Config
+
+	mu          sync.Mutex
+	outstanding map[string]int64 // generations this frontend has running, per node
+	rings       map[string]*Ring // by the sorted node ids
+
+	local, forwarded, retried, refused atomic.Int64
+}
+
+// New returns a dispatcher.
+func New(cfg Config) *Dispatcher {
+	cfg.defaults()
+	return &Dispatcher{cfg: cfg, outstanding: map[string]int64{}, rings: map[string]*Ring{}}
+}
+
+// Stats are the dispatcher's counters.
+type Stats struct {
+	Local     int64 // generations served by this node
+	Forwarded int64 // generations served by a peer
+	Retried   int64 // attempts that failed before the first event and moved on
+	Refused   int64 // requests no node took
+}
+
+// Stats returns the counters.
+func (d *Dispatcher) Stats() Stats {
+	return Stats{Local: d.local.Load(), Forwarded: d.forwarded.Load(), Retried: d.retried.Load(), Refused: d.refused.Load()}
+}
+
+type sessionKey struct{}
+
+// WithSession returns ctx carrying the session id of the request: requests
+// of one session go to the same node while it has room (its KV cache holds
+// the conversation).
+func WithSession(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, sessionKey{}, id)
+}
+
+// SessionFrom returns the session id in ctx, or "".
+func SessionFrom(ctx context.Context) string {
+	s, _ := ctx.Value(sessionKey{}).(string)
+	return s
+}
+
+// Generate runs req on the best node that takes it.
+func (d *Dispatcher) Generate(ctx context.Context, req *engine.Request) (<-chan engine.Event, error) {
+	self := d.cfg.Table.Self()
+	cands := usable(d.cfg.Table.Candidates(req.Model))
+	if len(cands) == 0 {
+		return d.miss(ctx, req)
+	}
+	order := d.order(ctx, req, self, cands)
+	var last error
+	for i, p := range order[:min(len(order), d.cfg.MaxAttempts)] {
+		if i > 0 {
+			d.retried.Add(1)
+		}
+		gen, err := d.engineOf(self, p)
+		var ch <-chan engine.Event
+		if err == nil {
+			ch, err = gen.Generate(ctx, req)
+		}
+		if err == nil {
+			if p.ID == self {
+				d.local.Add(1)
+			} else {
+				d.forwarded.Add(1)
+			}
+			servedby.Report(ctx, p.ID)
+			return d.track(ctx, p.ID, ch), nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		last = err
+		if !retryable(err) {
+			break
+		}
+		d.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "dispatch: node refused, trying the next",
+			slog.String("request_id", req.ID), slog.String("model", req.Model), slog.String("node", p.ID), slog.String("err", err.Error()))
+	}
+	d.refused.Add(1)
+	return nil, last
+}
+
+// retryable: the node did not take the request, and another might.
+// Refusals about the request itself (a bad field) would be the same
+// everywhere.
+func retryable(err error) bool {
+	return errors.Is(err, engine.ErrUnavailable) || errors.Is(err, engine.ErrOverloaded) || errors.Is(err, engine.ErrModelNotFound)
+}
+
+// miss handles a model no node has ready.
+func (d *Dispatcher) miss(ctx context.Context, req *engine.Request) (<-chan engine.Event, error) {
+	if d.cfg.OnMiss != nil {
+		go d.cfg.OnMiss(req.Model)
+	}
+	if !d.cfg.StrictPlacement {
+		ch, err := d.cfg.Local.Generate(ctx, req)
+		if err == nil {
+			d.local.Add(1)
+			self := d.cfg.Table.Self()
+			servedby.Report(ctx, self)
+			return d.track(ctx, self, ch), nil
+		}
+		if !errors.Is(err, engine.ErrModelNotFound) {
+			return nil, err
+		}
+	}
+	d.refused.Add(1)
+	if d.cfg.Table.Known(req.Model) {
+		return nil, fmt.Errorf("%w: %q is not ready on any node yet", engine.ErrUnavailable, req.Model)
+	}
+	return nil, fmt.Errorf("%w: %q", engine.ErrModelNotFound, req.Model)
+}
+
+func (d *Dispatcher) engineOf(self string, p Peer) (engine.Generator, error) {
+	if p.ID == self {
+		return d.cfg.Local, nil
+	}
+	return d.cfg.Connect.Engine(p.Addr)
+}
+
+// usable keeps the alive nodes that are not draining.
+func usable(ps []Peer) []Peer {
+	out := ps[:0:0]
+	for _, p := range ps {
+		if p.Alive && !p.Draining {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// order sorts the candidates: this node first when it has the model
+// ready; then the CHWBL order of the session id, or else of the prompt's
+// prefix, under the current loads.
+func (d *Dispatcher) order(ctx context.Context, req *engine.Request, self string, cands []Peer) []Peer {
+	byID := make(map[string]Peer, len(cands))
+	ids := make([]string, 0, len(cands))
+	for _, p := range cands {
+		if _, dup := byID[p.ID]; !dup {
+			ids = append(ids, p.ID)
+		}
+		byID[p.ID] = p
+	}
+	out := make([]Peer, 0, len(ids))
+	if p, ok := byID[self]; ok {
+		out = append(out, p)
+		delete(byID, self)
+		ids = slices.DeleteFunc(ids, func(id string) bool { return id == self })
+	}
+	if len(ids) == 0 {
+		return out
+	}
+	ring := d.ring(ids)
+	loads := d.loads(byID)
+	for _, id := range ring.Order(d.Key(ctx, req), func(id string) int64 { return loads[id] }, d.cfg.LoadFactor) {
+		out = append(out, byID[id])
+	}
+	return out
+}
+
+// Key is the affinity key of a request: its session id when it has one,
+// else the chained hash of its prompt's prefix.
+func (d *Dispatcher) Key(ctx context.Context, req *engine.Request) uint64 {
+	if s := SessionFrom(ctx); s != "" {
+		return HashString("session\x00" + s)
+	}
+	chain := PrefixChain(req.Model, promptPrefix(req, d.cfg.PrefixBytes), d.cfg.PrefixBytes, d.cfg.PrefixChunk)
+	return chain[len(chain)-1]
+}
+
+// promptPrefix is the start of what decides the prompt tokens, in a form
+// every node writes the same way: tools and messages as JSON (ordered
+// keys), or the raw prompt, or the token ids.
+func promptPrefix(req *engine.Request, limit int) []byte {
+	var b []byte
+	switch {
+	case req.Prompt != nil:
+		return []byte(*req.Prompt)
+	case req.PromptTokens != nil:
+		for _, id := range req.PromptTokens {
+			if len(b) >= limit {
+				break
+			}
+			b = fmt.Appendf(b, "%d,", id)
+		}
+		return b
+	}
+	for _, o := range append(slices.Clip(req.Tools), req.Messages...) {
+		if len(b) >= limit {
+			break
+		}
+		j, err := json.Marshal(o)
+		if err != nil {
+			continue
+		}
+		b = append(b, j...)
+	}
+	return b
+}
+
+// ring returns the (cached) ring of the given nodes.
+func (d *Dispatcher) ring(ids []string) *Ring {
+	sorted := slices.Clone(ids)
+	slices.Sort(sorted)
+	key := strings.Join(sorted, "\x00")
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if r, ok := d.rings[key]; ok {
+		return r
+	}
+	if len(d.rings) >= 64 { // membership changed many times: start over
+		clear(d.rings)
+	}
+	r := NewRing(sorted, d.cfg.VirtualNodes)
+	d.rings[key] = r
+	return r
+}
+
+// loads are the nodes' loads: the larger of what their stats say and
+// what this frontend has running there (stats lag).
+func (d *Dispatcher) loads(byID map[string]Peer) map[string]int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[string]int64, len(byID))
+	for id, p := range byID {
+		out[id] = max(p.Load, d.outstanding[id])
+	}
+	return out
+}
+
+// track counts a generation against its node until it ends.
+func (d *Dispatcher) track(ctx context.Context, node string, in <-chan engine.Event) <-chan engine.Event {
+	d.mu.Lock()
+	d.outstanding[node]++
+	d.mu.Unlock()
+	out := make(chan engine.Event)
+	go func() {
+		defer func() {
+			d.mu.Lock()
+			if d.outstanding[node]--; d.outstanding[node] <= 0 {
+				delete(d.outstanding, node)
+			}
+			d.mu.Unlock()
+		}()
+		defer close(out)
+		for ev := range in {
+			select {
+			case out <- ev:
+			case <-ctx.Done():
+				for range in { // the engine stops on ctx; let it finish
+				}
+				return
+			}
+		}
+	}()
+	return out
+}
+
+// Models lists the models of this node and of every peer, merged by id (a
+// model is loaded when it is loaded anywhere). Peers that do not answer
+// within PeerTimeout are left out.
+func (d *Dispatcher) Models(ctx context.Context) ([]engine.ModelInfo, error) {
+	local, lerr := d.cfg.Local.Models(ctx)
+	peers := usable(d.cfg.Table.Peers())
+	lists := make([][]engine.ModelInfo, len(peers))
+	var wg sync.WaitGroup
+	for i, p := range peers {
+		if p.ID == d.cfg.Table.Self() {
+			continue
+		}
+		wg.Go(func() {
+			pctx, cancel := context.WithTimeout(ctx, d.cfg.PeerTimeout)
+			defer cancel()
+			gen, err := d.cfg.Connect.Engine(p.Addr)
+			if err == nil {
+				lists[i], err = gen.Models(pctx)
+			}
+			if err != nil {
+				d.cfg.Logger.Warn("dispatch: peer models", "node", p.ID, "err", err)
+			}
+		})
+	}
+	wg.Wait()
+	if lerr != nil && len(peers) == 0 {
+		return nil, lerr
+	}
+	merged := slices.Clone(local)
+	at := make(map[string]int, len(merged))
+	for i, m := range merged {
+		at[m.ID] = i
+	}
+	for _, l := range lists {
+		for _, m := range l {
+			if i, ok := at[m.ID]; ok {
+				merged[i].Loaded = merged[i].Loaded || m.Loaded
+				continue
+			}
+			at[m.ID] = len(merged)
+			merged = append(merged, m)
+		}
+	}
+	slices.SortFunc(merged, func(a, b engine.ModelInfo) int { return strings.Compare(a.ID, b.ID) })
+	return merged, nil
+}
+
+// Tokenize runs on this node when it has the model, else on a node that
+// has it ready.
+func (d *Dispatcher) Tokenize(ctx context.Context, model string, req prompt.Request) (prompt.Result, error) {
+	res, err := d.cfg.Local.Tokenize(ctx, model, req)
+	if !errors.Is(err, engine.ErrModelNotFound) {
+		return res, err
+	}
+	for _, p := range d.peersWith(model) {
+		gen, cerr := d.cfg.Connect.Engine(p.Addr)
+		if cerr != nil {
+			continue
+		}
+		res, perr := gen.Tokenize(ctx, model, req)
+		if perr == nil || !retryable(perr) {
+			return res, perr
+		}
+	}
+	return res, d.notFound(model, err)
+}
+
+// Detokenize runs where Tokenize would.
+func (d *Dispatcher) Detokenize(ctx context.Context, model string, ids []int) (string, error) {
+	text, err := d.cfg.Local.Detokenize(ctx, model, ids)
+	if !errors.Is(err, engine.ErrModelNotFound) {
+		return text, err
+	}
+	for _, p := range d.peersWith(model) {
+		gen, cerr := d.cfg.Connect.Engine(p.Addr)
+		if cerr != nil {
+			continue
+		}
+		text, perr := gen.Detokenize(ctx, model, ids)
+		if perr == nil || !retryable(perr) {
+			return text, perr
+		}
+	}
+	return text, d.notFound(model, err)
+}
+
+func (d *Dispatcher) peersWith(model string) []Peer {
+	self := d.cfg.Table.Self()
+	ps := usable(d.cfg.Table.Candidates(model))
+	return slices.DeleteFunc(ps, func(p Peer) bool { return p.ID == self })
+}
+
+func (d *Dispatcher) notFound(model string, err error) error {
+	if d.cfg.Table.Known(model) {
+		return fmt.Errorf("%w: %q is not ready on any node yet", engine.ErrUnavailable, model)
+	}
+	return err
+}
+
+var _ engine.Generator = (*Dispatcher)(nil)
+
+// SessionHeader is the request header that names a session for affinity.
+const SessionHeader = "X-Session-Id"
+
+// MaxSessionIDLen bounds the session ids taken from SessionHeader; longer
+// ones are ignored.
+const MaxSessionIDLen = 256
+
+// SessionMiddleware puts the SessionHeader of a request, when present and
+// at most MaxSessionIDLen bytes, into its context (see WithSession).
+func SessionMiddleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s := r.Header.Get(SessionHeader); s != "" && len(s) <= MaxSessionIDLen {
+			r = r.WithContext(WithSession(r.Context(), s))
+		}
+		next.ServeHTTP(w, r)
+	})
+}

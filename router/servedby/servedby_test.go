@@ -1,0 +1,44 @@
+package servedby_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"fusion/router/servedby"
+)
+
+func TestMiddleware(t *testing.T) {
+	tests := map[string]struct {
+		report []string
+		flush  bool
+		want   string
+	}{
+		"none":          {nil, false, ""},
+		"one":           {[]string{"a"}, false, "a"},
+		"several":       {[]string{"a", "b", "a", ""}, false, "a,b"},
+		"flushed first": {[]string{"b"}, true, "b"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			h := servedby.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				for _, n := range tc.report {
+					servedby.Report(r.Context(), n)
+				}
+				if tc.flush {
+					w.Header().Set("Content-Type", "text/event-stream")
+					if err := http.NewResponseController(w).Flush(); err != nil {
+						t.Errorf("flush through the wrapper: %v", err)
+					}
+				}
+				w.Write([]byte("ok"))
+				servedby.Report(r.Context(), "late") // after the header: not sent
+			}))
+			rec := httptest.NewRecorder() // Result has the headers as sent
+			h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+			if got := rec.Result().Header.Get(servedby.Header); got != tc.want {
+				t.Errorf("header %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
