@@ -8,8 +8,10 @@ import (
 
 	"fusion/engine"
 	"fusion/router/anthropic"
+	"fusion/router/dispatch"
 	"fusion/router/metrics"
 	"fusion/router/openai"
+	"fusion/router/servedby"
 )
 
 // Config is what the frontend needs.
@@ -59,7 +61,7 @@ func New(cfg Config) *Router {
 	})
 
 	r := chi.NewRouter()
-	r.Use(requestID, accessLog(cfg.Logger, m), recoverer(cfg.Logger), limitBody(cfg.MaxBodyBytes))
+	r.Use(requestID, servedby.Middleware, dispatch.SessionMiddleware, accessLog(cfg.Logger, m), recoverer(cfg.Logger), limitBody(cfg.MaxBodyBytes))
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		openai.WriteError(w, openai.NotFound(r.Method, r.URL.Path))
 	})
