@@ -37,6 +37,7 @@ func Dial(addr string, opts ...grpc.DialOption) (*Client, error) {
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{
 			BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second,
 		}, MinConnectTimeout: 5 * time.Second}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(DefaultMaxMessageBytes), grpc.MaxCallRecvMsgSize(DefaultMaxMessageBytes)),
 	}, opts...)
 	conn, err := grpc.NewClient(addr, all...)
 	if err != nil {

@@ -13,6 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
 	"fusion/cluster/remote"
 	"fusion/engine"
 	"fusion/engine/chattemplate"
@@ -416,5 +421,103 @@ func TestStatsStream(t *testing.T) {
 	}
 	if err := c.WatchStats(context.Background(), time.Millisecond, func(remote.PeerStats) {}); err == nil {
 		t.Error("an interval under the minimum was accepted")
+	}
+}
+
+func TestLoadsFollowsPeers(t *testing.T) {
+	var inFlight atomic.Int64
+	inFlight.Store(3)
+	srv, _ := serve(t, "peer-1", nil, func() remote.Stats { return remote.Stats{InFlight: inFlight.Load(), Queued: 2} })
+	pool := remote.NewPool()
+	defer pool.Close()
+	loads := remote.NewLoads(pool, remote.MinStatsInterval)
+	defer loads.Close()
+	loads.Watch(srv.Addr())
+	loads.Watch(srv.Addr()) // twice is once
+
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s within 5 s", what)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitFor("first report", func() bool { return loads.Load(srv.Addr()) == 5 })
+	inFlight.Store(10)
+	waitFor("updated report", func() bool { return loads.Load(srv.Addr()) == 12 })
+	if s, ok := loads.Get(srv.Addr()); !ok || s.NodeID != "peer-1" {
+		t.Errorf("get: %+v %v", s, ok)
+	}
+	if _, ok := loads.Get("127.0.0.1:1"); ok {
+		t.Error("a peer never watched has figures")
+	}
+
+	// The peer goes away: its figures go stale.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	srv.Stop(ctx)
+	waitFor("stale figures", func() bool { _, ok := loads.Get(srv.Addr()); return !ok })
+	loads.Forget(srv.Addr())
+}
+
+// TestOptionsReachGRPC: the server and client options (where the
+// cluster's auth goes) are applied: a server interceptor that wants a
+// token refuses a client without it.
+func TestOptionsReachGRPC(t *testing.T) {
+	const token = "s3cret"
+	check := func(ctx context.Context) error {
+		md, _ := metadata.FromIncomingContext(ctx)
+		if v := md.Get("x-cluster-token"); len(v) != 1 || v[0] != token {
+			return status.Error(codes.Unauthenticated, "no cluster token")
+		}
+		return nil
+	}
+	srv, err := remote.Listen("127.0.0.1:0", remote.ServerConfig{NodeID: "p", Engine: newRunner(t, runner.Config{}), Logger: quiet},
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			if err := check(ctx); err != nil {
+				return nil, err
+			}
+			return h(ctx, req)
+		}),
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			if err := check(ss.Context()); err != nil {
+				return err
+			}
+			return h(srv, ss)
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Serve()
+	defer srv.Stop(context.Background())
+
+	withToken := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, inv grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		return inv(metadata.AppendToOutgoingContext(ctx, "x-cluster-token", token), method, req, reply, cc, opts...)
+	}
+	withTokenStream := func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, s grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		return s(metadata.AppendToOutgoingContext(ctx, "x-cluster-token", token), desc, cc, method, opts...)
+	}
+	good, _ := remote.Dial(srv.Addr(), grpc.WithChainUnaryInterceptor(withToken), grpc.WithChainStreamInterceptor(withTokenStream))
+	defer good.Close()
+	bad, _ := remote.Dial(srv.Addr())
+	defer bad.Close()
+
+	ctx := context.Background()
+	if _, err := good.Models(ctx); err != nil {
+		t.Errorf("models with the token: %v", err)
+	}
+	if ch, err := good.Generate(ctx, chat("hi", 2)); err != nil {
+		t.Errorf("generate with the token: %v", err)
+	} else {
+		drain(t, ch)
+	}
+	if _, err := bad.Models(ctx); err == nil || !strings.Contains(err.Error(), "no cluster token") {
+		t.Errorf("models without the token: %v", err)
+	}
+	if _, err := bad.Generate(ctx, chat("hi", 2)); err == nil || !strings.Contains(err.Error(), "no cluster token") {
+		t.Errorf("generate without the token: %v", err)
 	}
 }

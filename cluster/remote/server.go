@@ -44,8 +44,14 @@ type ServerConfig struct {
 	Stats func() Stats
 	// StatsInterval is the default interval of the Stats stream (1 s).
 	StatsInterval time.Duration
-	Logger        *slog.Logger
+	// MaxMessageBytes bounds one received message (default 64 MiB: a
+	// forwarded request is a whole HTTP body, up to its own limit).
+	MaxMessageBytes int
+	Logger          *slog.Logger
 }
+
+// DefaultMaxMessageBytes is the default message size limit both ways.
+const DefaultMaxMessageBytes = 64 << 20
 
 // Service implements enginepb.EngineServer over an engine.Generator.
 type Service struct {
@@ -81,6 +87,10 @@ func Listen(addr string, cfg ServerConfig, opts ...grpc.ServerOption) (*Server, 
 	if err != nil {
 		return nil, err
 	}
+	if cfg.MaxMessageBytes <= 0 {
+		cfg.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	opts = append([]grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.MaxMessageBytes)}, opts...)
 	s := &Server{grpc: grpc.NewServer(opts...), lis: lis, done: make(chan error, 1)}
 	enginepb.RegisterEngineServer(s.grpc, NewService(cfg))
 	return s, nil
