@@ -116,6 +116,9 @@ func RequestFromPB(p *enginepb.Request) (*engine.Request, error) {
 		MaxTokens: int(p.GetMaxTokens()), Stop: p.GetStop(), Priority: engine.Priority(p.GetPriority()),
 		Sampling: samplingFromPB(p.GetSampling()),
 	}
+	if r.Priority < engine.PriorityRealtime || r.Priority > engine.PriorityBackground {
+		return nil, &prompt.InvalidRequestError{Err: fmt.Errorf("priority %d is not a known class", r.Priority)}
+	}
 	if r.Messages, err = objectsFromJSON("messages", p.GetMessagesJson()); err != nil {
 		return nil, err
 	}

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"fusion/cluster/enginepb"
 	"fusion/cluster/remote"
 	"fusion/engine"
 	"fusion/engine/chattemplate"
@@ -519,5 +520,25 @@ func TestOptionsReachGRPC(t *testing.T) {
 	}
 	if _, err := bad.Generate(ctx, chat("hi", 2)); err == nil || !strings.Contains(err.Error(), "no cluster token") {
 		t.Errorf("generate without the token: %v", err)
+	}
+}
+
+// TestMalformedRequests: what a broken or hostile peer sends is a 400,
+// never a panic.
+func TestMalformedRequests(t *testing.T) {
+	tests := map[string]*enginepb.Request{
+		"messages not JSON":  {Model: "m", MessagesJson: []byte(`[{"role":`)},
+		"messages not array": {Model: "m", MessagesJson: []byte(`{"role":"user"}`)},
+		"tools of numbers":   {Model: "m", ToolsJson: []byte(`[1,2]`)},
+		"kwargs not object":  {Model: "m", ChatTemplateKwargsJson: []byte(`[]`)},
+		"priority":           {Model: "m", Priority: 9},
+	}
+	for name, p := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, err := remote.RequestFromPB(p)
+			if e := openai.FromEngine(err); err == nil || e.Status != 400 {
+				t.Errorf("%v → %+v, want a 400", err, e)
+			}
+		})
 	}
 }
