@@ -167,37 +167,116 @@ func (d *Dispatcher) Generate(ctx context.Context, req *engine.Request) (<-chan 
 		return d.miss(ctx, req)
 	}
 	order := d.order(ctx, req, self, cands)
+	a := &attempt{d: d, ctx: ctx, req: req, self: self, order: order[:min(len(order), d.cfg.MaxAttempts)]}
+	node, ch, err := a.next()
+	if err != nil {
+		d.refused.Add(1)
+		return nil, err
+	}
+	return a.run(node, ch), nil
+}
+
+// attempt is one request going down its ordered nodes.
+type attempt struct {
+	d     *Dispatcher
+	ctx   context.Context
+	req   *engine.Request
+	self  string
+	order []Peer // nodes not tried yet
+	tried int
+}
+
+// next admits the request on the first node of the order that takes it.
+func (a *attempt) next() (Peer, <-chan engine.Event, error) {
+	d := a.d
 	var last error
-	for i, p := range order[:min(len(order), d.cfg.MaxAttempts)] {
-		if i > 0 {
+	for len(a.order) > 0 {
+		p := a.order[0]
+		a.order = a.order[1:]
+		if a.tried++; a.tried > 1 {
 			d.retried.Add(1)
 		}
-		gen, err := d.engineOf(self, p)
+		gen, err := d.engineOf(a.self, p)
 		var ch <-chan engine.Event
 		if err == nil {
-			ch, err = gen.Generate(ctx, req)
+			ch, err = gen.Generate(a.ctx, a.req)
 		}
 		if err == nil {
-			if p.ID == self {
+			if p.ID == a.self {
 				d.local.Add(1)
 			} else {
 				d.forwarded.Add(1)
 			}
-			servedby.Report(ctx, p.ID)
-			return d.track(ctx, p.ID, ch), nil
+			servedby.Report(a.ctx, p.ID)
+			return p, ch, nil
 		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
+		if a.ctx.Err() != nil {
+			return Peer{}, nil, a.ctx.Err()
 		}
 		last = err
 		if !retryable(err) {
 			break
 		}
-		d.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "dispatch: node refused, trying the next",
-			slog.String("request_id", req.ID), slog.String("model", req.Model), slog.String("node", p.ID), slog.String("err", err.Error()))
+		d.cfg.Logger.LogAttrs(a.ctx, slog.LevelWarn, "dispatch: node refused, trying the next",
+			slog.String("request_id", a.req.ID), slog.String("model", a.req.Model), slog.String("node", p.ID), slog.String("err", err.Error()))
 	}
-	d.refused.Add(1)
-	return nil, last
+	return Peer{}, nil, last
+}
+
+// run relays the events of the admitted generation, counting it against
+// its node. A node that fails before its first event with
+// engine.ErrUnavailable (it died or became unreachable; nothing reached
+// the client yet) is replaced by the next node of the order; after the
+// first event nothing is retried.
+func (a *attempt) run(node Peer, in <-chan engine.Event) <-chan engine.Event {
+	d := a.d
+	d.hold(node.ID, 1)
+	out := make(chan engine.Event)
+	go func() {
+		defer func() { d.hold(node.ID, -1) }()
+		defer close(out)
+		first := true
+		for {
+			var (
+				ev engine.Event
+				ok bool
+			)
+			select {
+			case ev, ok = <-in:
+			case <-a.ctx.Done():
+				for range in { // the engine stops on ctx; let it finish
+				}
+				return
+			}
+			if !ok {
+				return
+			}
+			if first && ev.Err != nil && errors.Is(ev.Err, engine.ErrUnavailable) && len(a.order) > 0 {
+				d.cfg.Logger.LogAttrs(a.ctx, slog.LevelWarn, "dispatch: node failed before its first event, trying the next",
+					slog.String("request_id", a.req.ID), slog.String("node", node.ID), slog.String("err", ev.Err.Error()))
+				if next, ch, err := a.next(); err == nil {
+					for range in {
+					}
+					servedby.Replace(a.ctx, node.ID, next.ID)
+					d.hold(node.ID, -1)
+					d.hold(next.ID, 1)
+					node, in = next, ch
+					continue
+				} else if a.ctx.Err() != nil {
+					return
+				}
+			}
+			first = false
+			select {
+			case out <- ev:
+			case <-a.ctx.Done():
+				for range in {
+				}
+				return
+			}
+		}
+	}()
+	return out
 }
 
 // retryable: the node did not take the request, and another might.
@@ -218,7 +297,8 @@ func (d *Dispatcher) miss(ctx context.Context, req *engine.Request) (<-chan engi
 			d.local.Add(1)
 			self := d.cfg.Table.Self()
 			servedby.Report(ctx, self)
-			return d.track(ctx, self, ch), nil
+			a := &attempt{d: d, ctx: ctx, req: req, self: self, tried: 1}
+			return a.run(Peer{ID: self}, ch), nil
 		}
 		if !errors.Is(err, engine.ErrModelNotFound) {
 			return nil, err
@@ -348,32 +428,13 @@ func (d *Dispatcher) loads(byID map[string]Peer) map[string]int64 {
 	return out
 }
 
-// track counts a generation against its node until it ends.
-func (d *Dispatcher) track(ctx context.Context, node string, in <-chan engine.Event) <-chan engine.Event {
+// hold adds n to the generations this frontend has running on node.
+func (d *Dispatcher) hold(node string, n int64) {
 	d.mu.Lock()
-	d.outstanding[node]++
-	d.mu.Unlock()
-	out := make(chan engine.Event)
-	go func() {
-		defer func() {
-			d.mu.Lock()
-			if d.outstanding[node]--; d.outstanding[node] <= 0 {
-				delete(d.outstanding, node)
-			}
-			d.mu.Unlock()
-		}()
-		defer close(out)
-		for ev := range in {
-			select {
-			case out <- ev:
-			case <-ctx.Done():
-				for range in { // the engine stops on ctx; let it finish
-				}
-				return
-			}
-		}
-	}()
-	return out
+	defer d.mu.Unlock()
+	if d.outstanding[node] += n; d.outstanding[node] <= 0 {
+		delete(d.outstanding, node)
+	}
 }
 
 // Models lists the models of this node and of every peer, merged by id (a

@@ -55,6 +55,8 @@ type upstream struct {
 	engine.Generator
 	calls   atomic.Int64
 	gate    chan struct{} // nil: no gate
+	// holdAll holds the first event too (a peer still in prefill).
+	holdAll bool
 	stopped chan time.Time
 }
 
@@ -78,7 +80,7 @@ func (u *upstream) Generate(ctx context.Context, req *engine.Request) (<-chan en
 		defer close(out)
 		first := true
 		for ev := range in {
-			if !first && u.gate != nil {
+			if (!first || u.holdAll) && u.gate != nil {
 				select {
 				case <-u.gate:
 				case <-ctx.Done():
@@ -383,6 +385,33 @@ func TestPeerDiesAfterFirstEvent(t *testing.T) {
 	}
 }
 
+// TestPeerDiesBeforeFirstEvent: a peer that admitted the request but dies
+// before sending anything is replaced by the next node, and the client
+// gets a whole answer from it.
+func TestPeerDiesBeforeFirstEvent(t *testing.T) {
+	b := startPeer(t, "node-b", true)
+	b.up.holdAll = true
+	c := startPeer(t, "node-c", false)
+	fe := startFrontend(t, &table{self: "node-a", ready: map[string][]dispatch.Peer{"demo": {b.entry(0), c.entry(100)}}}, nil)
+	go func() {
+		for fe.disp.Stats().Forwarded == 0 { // admitted on node-b, held before its first event
+			time.Sleep(time.Millisecond)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		b.srv.Stop(ctx)
+	}()
+	resp := post(t, context.Background(), fe.url+"/v1/chat/completions", chatBody("Hello", 8, true))
+	defer resp.Body.Close()
+	all := readSSE(t, resp.Body).rest()
+	if resp.StatusCode != 200 || resp.Header.Get(servedby.Header) != "node-c" || len(all) == 0 || all[len(all)-1] != "[DONE]" {
+		t.Fatalf("status %d, served by %q, events %q", resp.StatusCode, resp.Header.Get(servedby.Header), all)
+	}
+	if st := fe.disp.Stats(); st.Retried != 1 || st.Forwarded != 2 || b.up.calls.Load() != 1 || c.up.calls.Load() != 1 {
+		t.Errorf("stats %+v, calls b %d c %d", st, b.up.calls.Load(), c.up.calls.Load())
+	}
+}
+
 // TestForwardedSameAsDirect: greedy answers are the same from the node
 // that has the model and through a node that forwards to it.
 func TestForwardedSameAsDirect(t *testing.T) {
@@ -504,4 +533,3 @@ func TestSessionAffinity(t *testing.T) {
 		t.Error("a session id did not change the key")
 	}
 }
-

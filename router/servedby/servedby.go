@@ -8,6 +8,7 @@ package servedby
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -17,7 +18,7 @@ const Header = "X-Fusion-Node"
 
 type key struct{}
 
-// recorder collects the distinct nodes a request ran on, in order (an
+// recorder collects the nodes a request runs on, one entry per report (an
 // answer with n choices may run them on several nodes).
 type recorder struct {
 	mu    sync.Mutex
@@ -38,15 +39,28 @@ func Report(ctx context.Context, node string) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, n := range r.nodes {
-		if n == node {
-			return
-		}
-	}
 	r.nodes = append(r.nodes, node)
 }
 
-// Nodes returns the nodes reported so far.
+// Replace changes one report of old into new: a generation that moved to
+// another node before anything was sent.
+func Replace(ctx context.Context, old, new string) {
+	r, _ := ctx.Value(key{}).(*recorder)
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, n := range r.nodes {
+		if n == old {
+			r.nodes[i] = new
+			return
+		}
+	}
+	r.nodes = append(r.nodes, new)
+}
+
+// Nodes returns the distinct nodes reported so far, in order.
 func Nodes(ctx context.Context) []string {
 	r, _ := ctx.Value(key{}).(*recorder)
 	if r == nil {
@@ -54,7 +68,13 @@ func Nodes(ctx context.Context) []string {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]string(nil), r.nodes...)
+	var out []string
+	for _, n := range r.nodes {
+		if n != "" && !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // Middleware gives each request a record and, when the answer starts,

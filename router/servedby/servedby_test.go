@@ -10,20 +10,25 @@ import (
 
 func TestMiddleware(t *testing.T) {
 	tests := map[string]struct {
-		report []string
-		flush  bool
-		want   string
+		report  []string
+		replace [2]string
+		flush   bool
+		want    string
 	}{
-		"none":          {nil, false, ""},
-		"one":           {[]string{"a"}, false, "a"},
-		"several":       {[]string{"a", "b", "a", ""}, false, "a,b"},
-		"flushed first": {[]string{"b"}, true, "b"},
+		"replaced":      {[]string{"a", "b", "a"}, [2]string{"a", "c"}, false, "c,b,a"},
+		"none":          {nil, [2]string{}, false, ""},
+		"one":           {[]string{"a"}, [2]string{}, false, "a"},
+		"several":       {[]string{"a", "b", "a", ""}, [2]string{}, false, "a,b"},
+		"flushed first": {[]string{"b"}, [2]string{}, true, "b"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			h := servedby.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				for _, n := range tc.report {
 					servedby.Report(r.Context(), n)
+				}
+				if tc.replace[0] != "" {
+					servedby.Replace(r.Context(), tc.replace[0], tc.replace[1])
 				}
 				if tc.flush {
 					w.Header().Set("Content-Type", "text/event-stream")
