@@ -53,8 +53,8 @@ func newRunner(t testing.TB, withDemo bool) *runner.Runner {
 // each generation really stopped.
 type upstream struct {
 	engine.Generator
-	calls   atomic.Int64
-	gate    chan struct{} // nil: no gate
+	calls atomic.Int64
+	gate  chan struct{} // nil: no gate
 	// holdAll holds the first event too (a peer still in prefill).
 	holdAll bool
 	stopped chan time.Time
