@@ -555,3 +555,20 @@ func SessionMiddleware(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
+
+// Solo is the routing table of a node alone: no peers, so every request
+// runs on the local engine (and answers carry its id).
+type Solo string
+
+// Self is the node's id.
+func (s Solo) Self() string { return string(s) }
+
+// Candidates is empty: the local engine is tried as for a model no node
+// has ready.
+func (Solo) Candidates(string) []Peer { return nil }
+
+// Known is false: an unknown local model is a 404.
+func (Solo) Known(string) bool { return false }
+
+// Peers is empty.
+func (Solo) Peers() []Peer { return nil }

@@ -489,6 +489,20 @@ func TestLocalAndMissing(t *testing.T) {
 	}
 }
 
+// TestSolo: a lone node serves everything locally and names itself.
+func TestSolo(t *testing.T) {
+	d := dispatch.New(dispatch.Config{Local: newRunner(t, true), Table: dispatch.Solo("only"), Logger: quiet})
+	srv := httptest.NewServer(router.New(router.Config{Engine: d, Logger: quiet}))
+	defer srv.Close()
+	for model, want := range map[string]int{"demo": 200, "nope": 404} {
+		resp := post(t, context.Background(), srv.URL+"/v1/chat/completions", strings.Replace(chatBody("Hi", 2, false), `"demo"`, `"`+model+`"`, 1))
+		resp.Body.Close()
+		if resp.StatusCode != want || (want == 200) != (resp.Header.Get(servedby.Header) == "only") {
+			t.Errorf("%s: %d, served by %q", model, resp.StatusCode, resp.Header.Get(servedby.Header))
+		}
+	}
+}
+
 // TestSessionAffinity: requests of one session go to one node whatever
 // their prompt, and two frontends agree on it.
 func TestSessionAffinity(t *testing.T) {
