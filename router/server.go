@@ -38,6 +38,9 @@ func Listen(addr string, h http.Handler, log *slog.Logger) (*Server, error) {
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		// No WriteTimeout: a streamed generation may run for minutes.
 	}
+	if rt, ok := h.(*Router); ok {
+		srv.RegisterOnShutdown(rt.shutdown)
+	}
 	return &Server{srv: srv, ln: ln, done: make(chan error, 1), log: log}, nil
 }
 
