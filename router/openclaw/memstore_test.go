@@ -276,7 +276,9 @@ func TestMemStoreConcurrentTurns(t *testing.T) {
 
 func TestApplyEdit(t *testing.T) {
 	user := func(s string) json.RawMessage { return json.RawMessage(fmt.Sprintf(`{"role":"user","content":%q}`, s)) }
-	asst := func(s string) json.RawMessage { return json.RawMessage(fmt.Sprintf(`{"role":"assistant","content":%q}`, s)) }
+	asst := func(s string) json.RawMessage {
+		return json.RawMessage(fmt.Sprintf(`{"role":"assistant","content":%q}`, s))
+	}
 	call := json.RawMessage(`{"role":"assistant","content":"","tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}]}`)
 	result := json.RawMessage(`{"role":"tool","tool_call_id":"call_1","content":"42"}`)
 	steer := json.RawMessage(`{"role":"system","content":"S"}`)

@@ -42,8 +42,19 @@ func (h *Handler) turn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	s, err := h.store.BeginTurn(r.Context(), id)
+	// Check the request against the session as it is now, so a bad field
+	// is a 400 that starts no turn; then start the turn and build the
+	// request again from the history the turn begins with.
+	s, err := h.store.Get(r.Context(), id)
 	if err != nil {
+		openai.WriteError(w, storeError(err, id))
+		return
+	}
+	if _, e := h.engineRequest(r, &req, s, input); e != nil {
+		openai.WriteError(w, e)
+		return
+	}
+	if s, err = h.store.BeginTurn(r.Context(), id); err != nil {
 		openai.WriteError(w, storeError(err, id))
 		return
 	}
