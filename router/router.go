@@ -73,7 +73,7 @@ func New(cfg Config) *Router {
 		sessions = rt.ownStore
 	}
 	rt.openclaw = openclaw.New(openclaw.Config{
-		Engine: cfg.Engine, Store: sessions, OpenAI: cfg.OpenAI, Options: cfg.OpenClaw, Logger: cfg.Logger,
+		Engine: cfg.Engine, Store: sessions, OpenAI: cfg.OpenAI, Options: cfg.OpenClaw, Metrics: m, Logger: cfg.Logger,
 	})
 
 	r := chi.NewRouter()

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -296,6 +297,42 @@ func TestConcurrentTurns(t *testing.T) {
 	s := sessionOf(t, n, id)
 	if s["turn_count"] != 1.0 || s["message_count"] != 2.0 || s["active"] != false {
 		t.Fatalf("session after the turns %v", s)
+	}
+	// The turn counts in the node's generation metrics; the refused one
+	// does not.
+	_, prom := callRaw(t, n, "GET", "/metrics?format=prometheus", nil)
+	if line := `fusion_generation_requests_total{model="demo",outcome="ok"} 1`; !strings.Contains(string(prom), line+"\n") {
+		t.Fatalf("metrics lack %q:\n%s", line, prom)
+	}
+}
+
+// TestHistoryLimit: a session's history is bounded; what would grow it
+// past the bound is a 400 that changes nothing.
+func TestHistoryLimit(t *testing.T) {
+	n := start(t, openclaw.Options{MaxHistoryBytes: 400})
+	id := createSession(t, n, nil)
+	steer := map[string]any{"session_id": id, "message": map[string]any{"role": "user", "content": strings.Repeat("x", 100)}}
+	accepted := 0
+	for range 10 {
+		status, res := call(t, n, "POST", "/v1/openclaw/agent/steer", steer)
+		if status == 200 {
+			accepted++
+			continue
+		}
+		if code, _ := errorOf(t, res); status != 400 || code != "session_history_full" {
+			t.Fatalf("steer past the bound: %d %v", status, res)
+		}
+		break
+	}
+	if accepted != 3 {
+		t.Fatalf("%d steering messages of ~130 bytes fit in 400 bytes, want 3", accepted)
+	}
+	if s := sessionOf(t, n, id); s["message_count"] != 3.0 {
+		t.Fatalf("session %v", s)
+	}
+	status, res := call(t, n, "POST", "/v1/openclaw/agent/turns?session_id="+id, map[string]any{"messages": []any{steer["message"]}})
+	if code, _ := errorOf(t, res); status != 400 || code != "session_history_full" {
+		t.Fatalf("turn past the bound: %d %v", status, res)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"fusion/engine"
 	"fusion/router/jsonkind"
+	"fusion/router/metrics"
 	"fusion/router/openai"
 	"fusion/router/wire"
 )
@@ -25,6 +26,7 @@ import (
 const (
 	DefaultHeartbeat    = 30 * time.Second
 	DefaultStreamBuffer = 256
+	DefaultMaxHistory   = 8 << 20
 )
 
 // Options are the protocol's limits.
@@ -39,6 +41,11 @@ type Options struct {
 	// StreamBuffer is how many events a stream may fall behind before it
 	// is dropped (default 256).
 	StreamBuffer int
+	// MaxHistoryBytes bounds the JSON of a session's history (default 8
+	// MiB): a turn, steer or tool result that would grow it past the
+	// bound is a 400. (The model's context bounds what a turn can use;
+	// this bounds what a session can store, and replicate.)
+	MaxHistoryBytes int
 }
 
 // Config is what the OpenClaw dialect needs.
@@ -51,18 +58,21 @@ type Config struct {
 	// turns share.
 	OpenAI  openai.Options
 	Options Options
+	// Metrics counts the turns as generations (nil: a private registry).
+	Metrics *metrics.Metrics
 	Logger  *slog.Logger
 }
 
 // Handler serves the OpenClaw agent protocol.
 type Handler struct {
-	engine engine.Generator
-	store  SessionStore
-	chat   openai.Options
-	opts   Options
-	log    *slog.Logger
-	hub    *hub
-	unsub  func()
+	engine  engine.Generator
+	store   SessionStore
+	chat    openai.Options
+	opts    Options
+	metrics *metrics.Metrics
+	log     *slog.Logger
+	hub     *hub
+	unsub   func()
 }
 
 // New returns the handler and subscribes it to the store's changes;
@@ -77,7 +87,13 @@ func New(cfg Config) *Handler {
 	if cfg.Options.StreamBuffer <= 0 {
 		cfg.Options.StreamBuffer = DefaultStreamBuffer
 	}
-	h := &Handler{engine: cfg.Engine, store: cfg.Store, chat: cfg.OpenAI, opts: cfg.Options, log: cfg.Logger,
+	if cfg.Options.MaxHistoryBytes <= 0 {
+		cfg.Options.MaxHistoryBytes = DefaultMaxHistory
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.New(nil)
+	}
+	h := &Handler{engine: cfg.Engine, store: cfg.Store, chat: cfg.OpenAI, opts: cfg.Options, metrics: cfg.Metrics, log: cfg.Logger,
 		hub: newHub(cfg.Options.StreamBuffer)}
 	h.unsub = cfg.Store.Subscribe(h.hub.publish)
 	return h
@@ -273,6 +289,10 @@ func (h *Handler) toolResult(w http.ResponseWriter, r *http.Request) {
 		result = buf.String()
 	}
 	msg, _ := wire.Marshal(map[string]string{"role": "tool", "tool_call_id": callID, "content": result})
+	if e := h.checkRoom(r.Context(), id, msg); e != nil {
+		openai.WriteError(w, e)
+		return
+	}
 	s, err := h.store.Edit(r.Context(), id, Edit{Mode: EditAppend, Message: msg, ToolCallID: callID})
 	if err != nil {
 		openai.WriteError(w, storeError(err, id))
@@ -309,12 +329,45 @@ func (h *Handler) steer(w http.ResponseWriter, r *http.Request) {
 		openai.WriteError(w, e)
 		return
 	}
+	if e := h.checkRoom(r.Context(), id, msg); e != nil {
+		openai.WriteError(w, e)
+		return
+	}
 	s, err := h.store.Edit(r.Context(), id, Edit{Mode: mode, Message: msg})
 	if err != nil {
 		openai.WriteError(w, storeError(err, id))
 		return
 	}
 	h.write(w, infoOf(s, false))
+}
+
+// historyBytes is the size of a history's JSON.
+func historyBytes(h []json.RawMessage) int {
+	n := 2
+	for _, m := range h {
+		n += len(m) + 1
+	}
+	return n
+}
+
+// roomFor answers 400 when adding msgs to s would grow its history past
+// the bound.
+func (h *Handler) roomFor(s *Session, msgs ...json.RawMessage) *openai.Error {
+	if historyBytes(s.History)+historyBytes(msgs) > h.opts.MaxHistoryBytes {
+		return &openai.Error{Status: http.StatusBadRequest, Type: openai.TypeInvalidRequest, Code: "session_history_full",
+			Message: fmt.Sprintf("Session '%s' would hold more than %d bytes of history; start a new session.", s.ID, h.opts.MaxHistoryBytes)}
+	}
+	return nil
+}
+
+// checkRoom is roomFor on the current state of session id (a check, not
+// a reservation: concurrent edits may overshoot the bound by one).
+func (h *Handler) checkRoom(ctx context.Context, id string, msg json.RawMessage) *openai.Error {
+	s, err := h.store.Get(ctx, id)
+	if err != nil {
+		return storeError(err, id)
+	}
+	return h.roomFor(s, msg)
 }
 
 // checkOneMessage checks one chat message as the chat API does and

@@ -10,6 +10,7 @@ import (
 
 	"fusion/engine"
 	"fusion/router/jsonkind"
+	"fusion/router/metrics"
 	"fusion/router/openai"
 	"fusion/router/requestid"
 	"fusion/router/wire"
@@ -51,6 +52,10 @@ func (h *Handler) turn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if _, e := h.engineRequest(r, &req, s, input); e != nil {
+		openai.WriteError(w, e)
+		return
+	}
+	if e := h.roomFor(s, input...); e != nil {
 		openai.WriteError(w, e)
 		return
 	}
@@ -97,6 +102,11 @@ func (h *Handler) turn(w http.ResponseWriter, r *http.Request) {
 		answer["tool_calls"] = res.ToolCalls
 	}
 	am, _ := wire.Marshal(answer)
+	if e := h.roomFor(s, append(input, am)...); e != nil {
+		fail(e.Message)
+		openai.WriteError(w, e)
+		return
+	}
 	data, _ := wire.Marshal(res)
 	ended = true
 	if _, err := h.store.EndTurn(context.WithoutCancel(r.Context()), id, TurnEnd{Turn: turn, Messages: append(input, am), Result: data}); err != nil {
@@ -174,8 +184,12 @@ func (h *Handler) generate(ctx context.Context, req *engine.Request) (*TurnResul
 	defer cancel()
 	events, err := h.engine.Generate(ctx, req)
 	if err != nil {
+		h.metrics.Rejected()
 		return nil, err
 	}
+	g := h.metrics.Begin(req.Model)
+	outcome, promptTokens, generated := metrics.Cancelled, 0, 0
+	defer func() { g.End(outcome, promptTokens, generated) }()
 	defer func() {
 		for range events { // let the engine finish after a cancel
 		}
@@ -185,8 +199,13 @@ func (h *Handler) generate(ctx context.Context, req *engine.Request) (*TurnResul
 	for ev := range events {
 		if ev.Err != nil {
 			cancel()
+			outcome = metrics.Failed
 			return nil, ev.Err
 		}
+		if ev.Text != "" || ev.Reasoning != "" || len(ev.ToolCalls) > 0 || len(ev.Tokens) > 0 {
+			g.FirstToken()
+		}
+		generated += len(ev.Tokens)
 		text.WriteString(ev.Text)
 		reasoning.WriteString(ev.Reasoning)
 		for _, c := range ev.ToolCalls {
@@ -197,6 +216,7 @@ func (h *Handler) generate(ctx context.Context, req *engine.Request) (*TurnResul
 			res.FinishReason = string(ev.FinishReason)
 			res.Usage = TurnUsage{PromptTokens: ev.Usage.PromptTokens, CompletionTokens: ev.Usage.CompletionTokens,
 				TotalTokens: ev.Usage.PromptTokens + ev.Usage.CompletionTokens}
+			outcome, promptTokens, generated = metrics.OK, ev.Usage.PromptTokens, ev.Usage.CompletionTokens
 		}
 	}
 	if res.FinishReason == "" { // the channel closed without a final event: cancelled
