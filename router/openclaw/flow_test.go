@@ -378,6 +378,8 @@ func TestErrors(t *testing.T) {
 		{"turn with bad temperature", "POST", "/v1/openclaw/agent/turns?session_id=" + id, `{"messages":[{"role":"user","content":"hi"}],"temperature":"hot"}`, 400, "invalid_type", "temperature"},
 		{"turn with bad response_format", "POST", "/v1/openclaw/agent/turns?session_id=" + id, `{"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"xml"}}`, 400, "invalid_value", "response_format.type"},
 		{"turn with bad task_tag", "POST", "/v1/openclaw/agent/turns?session_id=" + id, `{"messages":[{"role":"user","content":"hi"}],"task_tag":"urgent"}`, 400, "invalid_value", "task_tag"},
+		{"turn with stream", "POST", "/v1/openclaw/agent/turns?session_id=" + id, `{"messages":[{"role":"user","content":"hi"}],"stream":true}`, 400, "unsupported_parameter", "stream"},
+		{"turn with n", "POST", "/v1/openclaw/agent/turns?session_id=" + id, `{"messages":[{"role":"user","content":"hi"}],"n":2}`, 400, "unsupported_parameter", "n"},
 		{"steer with bad mode", "POST", "/v1/openclaw/agent/steer", `{"session_id":"` + id + `","mode":"insert","message":{"role":"user","content":"x"}}`, 400, "invalid_value", "mode"},
 		{"steer without message", "POST", "/v1/openclaw/agent/steer", `{"session_id":"` + id + `","mode":"append"}`, 400, "missing_required_parameter", "message"},
 		{"steer with bad message", "POST", "/v1/openclaw/agent/steer", `{"session_id":"` + id + `","message":{"role":"user"}}`, 400, "missing_required_parameter", "message.content"},
@@ -403,6 +405,34 @@ func TestErrors(t *testing.T) {
 	// Nothing above left the session in a turn or changed it.
 	if s := sessionOf(t, n, id); s["active"] != false || s["turn_count"] != 0.0 || s["message_count"] != 0.0 {
 		t.Fatalf("session after bad requests: %v", s)
+	}
+	// Junk of every JSON kind at every endpoint: a 4xx in the OpenAI
+	// shape (or a 200 where the junk is a valid request), never a 5xx.
+	junk := []string{``, `null`, `[]`, `0`, `"x"`, `{}`, `{"session_id":null}`, `{"session_id":5}`, `{"session_id":"` + id + `"}`,
+		`{"session_id":"` + id + `","message":[]}`, `{"session_id":"` + id + `","message":{"role":"tool","content":"x"}}`,
+		`{"session_id":"` + id + `","tool_call_id":"c","result":{}}`, `{"session_id":"` + id + `","mode":null,"message":{"role":"user","content":[{"type":"image_url"}]}}`,
+		`{"messages":null}`, `{"messages":[null]}`, `{"messages":[{"role":"user","content":"hi"}],"max_tokens":0}`,
+		`{"messages":[{"role":"user","content":"hi"}],"tool_choice":"sometimes"}`, `{"model":"demo","tools":{}}`, `{"model":["demo"]}`,
+		`{"messages":[{"role":"user","content":"hi"}],"max_tokens":1,"temperature":-1}`, `{"` + strings.Repeat("[", 500)}
+	paths := []string{"/v1/openclaw/agent/sessions", "/v1/openclaw/agent/turns?session_id=" + id, "/v1/openclaw/agent/turns?session_id=x",
+		"/v1/openclaw/agent/tool-results", "/v1/openclaw/agent/steer"}
+	for _, p := range paths {
+		for _, b := range junk {
+			status, raw := callRaw(t, n, "POST", p, b)
+			if status >= 500 {
+				t.Fatalf("POST %s %s: %d %s", p, b, status, raw)
+			}
+			if status >= 400 {
+				var res map[string]any
+				if err := json.Unmarshal(raw, &res); err != nil {
+					t.Fatalf("POST %s %s: %d %s", p, b, status, raw)
+				}
+				errorOf(t, res)
+			}
+		}
+	}
+	if s := sessionOf(t, n, id); s["active"] != false {
+		t.Fatalf("session left in a turn: %v", s)
 	}
 	// Without the key: 401 in the OpenAI shape.
 	req, _ := http.NewRequest("GET", n.URL()+"/v1/openclaw/agent/sessions", nil)

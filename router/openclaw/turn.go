@@ -37,6 +37,16 @@ func (h *Handler) turn(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if req.Stream != nil && *req.Stream {
+		openai.WriteError(w, &openai.Error{Status: http.StatusBadRequest, Type: openai.TypeInvalidRequest, Param: "stream", Code: "unsupported_parameter",
+			Message: "A turn answers as a whole; follow GET /v1/openclaw/agent/stream/{session_id} for its events."})
+		return
+	}
+	if req.N != nil && *req.N != 1 {
+		openai.WriteError(w, &openai.Error{Status: http.StatusBadRequest, Type: openai.TypeInvalidRequest, Param: "n", Code: "unsupported_parameter",
+			Message: "A turn has one answer: 'n' must be 1."})
+		return
+	}
 	input, e := inputMessages(req.Messages)
 	if e != nil {
 		openai.WriteError(w, e)
