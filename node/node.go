@@ -40,6 +40,9 @@ type Config struct {
 	// OpenClaw sets the agent sessions' TTL and cap and the event
 	// stream's heartbeat (defaults 1 h, 1000, 30 s).
 	OpenClaw openclaw.Options
+	// Sessions, when set, holds the agent sessions (the cluster's
+	// replicated store; the node does not close it); nil: in memory.
+	Sessions openclaw.SessionStore
 
 	Version string
 	Logger  *slog.Logger
@@ -105,7 +108,7 @@ func New(cfg Config) (*Node, error) {
 	n.router = router.New(router.Config{
 		Engine: run, Stats: n.engineStats, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes,
 		OpenAI:   openai.Options{MaxTokens: cfg.MaxTokens, Backends: []string{"cpu"}, CompletionsAsChat: cfg.CompletionsAsChat},
-		OpenClaw: cfg.OpenClaw, Version: cfg.Version, Logger: cfg.Logger,
+		OpenClaw: cfg.OpenClaw, Sessions: cfg.Sessions, Version: cfg.Version, Logger: cfg.Logger,
 	})
 	if n.server, err = router.Listen(cfg.Listen, n.router, cfg.Logger); err != nil {
 		n.router.Close()

@@ -29,6 +29,7 @@ type Options struct {
 	DrainTimeout      time.Duration
 	CompletionsAsChat map[string]bool
 	OpenClaw          openclaw.Options
+	Sessions          openclaw.SessionStore // shared by several nodes to stand in for the replicated one
 	// ModelsDir, when set, is used instead of a fresh one with the demo
 	// model.
 	ModelsDir string
@@ -62,7 +63,7 @@ func Start(t testing.TB, o Options) *node.Node {
 	n, err := node.New(node.Config{
 		Listen: "127.0.0.1:0", DataDir: t.TempDir(), ModelsDir: o.ModelsDir, APIKey: o.APIKey,
 		MaxQueued: o.MaxQueued, MaxTokens: o.MaxTokens, MaxBodyBytes: o.MaxBodyBytes, DrainTimeout: o.DrainTimeout,
-		CompletionsAsChat: o.CompletionsAsChat, OpenClaw: o.OpenClaw, Threads: 1, Version: "test", Logger: o.Logger,
+		CompletionsAsChat: o.CompletionsAsChat, OpenClaw: o.OpenClaw, Sessions: o.Sessions, Threads: 1, Version: "test", Logger: o.Logger,
 	})
 	if err != nil {
 		t.Fatalf("node: %v", err)
