@@ -317,3 +317,66 @@ func TestApplyEdit(t *testing.T) {
 		})
 	}
 }
+
+func TestChangeBetween(t *testing.T) {
+	u := json.RawMessage(`{"role":"user","content":"q"}`)
+	a := json.RawMessage(`{"role":"assistant","content":"","tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]}`)
+	tool := json.RawMessage(`{"role":"tool","tool_call_id":"c1","content":"42"}`)
+	sys := json.RawMessage(`{"role":"system","content":"s"}`)
+	idle := &Session{ID: "s", TurnCount: 1, History: []json.RawMessage{u}}
+	with := func(f func(s *Session)) *Session { c := idle.Clone(); f(c); return c }
+	busy := with(func(s *Session) { s.Active = true })
+	tests := []struct {
+		name          string
+		before, after *Session
+		check         func(t *testing.T, c Change)
+	}{
+		{"create", nil, idle, func(t *testing.T, c Change) {
+			if c.Kind != Created {
+				t.Fatal(c.Kind)
+			}
+		}},
+		{"close", idle, nil, func(t *testing.T, c Change) {
+			if c.Kind != Closed || c.Reason != ReasonExpired || c.Session.ID != "s" {
+				t.Fatal(c)
+			}
+		}},
+		{"begin", idle, busy, func(t *testing.T, c Change) {
+			if c.Kind != TurnBegan {
+				t.Fatal(c.Kind)
+			}
+		}},
+		{"end", busy, with(func(s *Session) { s.TurnCount = 2; s.History = append(s.History, u, a) }), func(t *testing.T, c Change) {
+			if c.Kind != TurnEnded || c.TurnEnd.Turn != 2 || c.TurnEnd.Failed || len(c.TurnEnd.Messages) != 2 || string(c.TurnEnd.Messages[1]) != string(a) {
+				t.Fatalf("%+v %+v", c, c.TurnEnd)
+			}
+			r := resultFromMessages("s", 2, c.TurnEnd.Messages)
+			if len(r.ToolCalls) != 1 || r.ToolCalls[0].ID != "c1" || r.FinishReason != "tool_calls" {
+				t.Fatalf("rebuilt result %+v", r)
+			}
+		}},
+		{"failed end", busy, idle, func(t *testing.T, c Change) {
+			if c.Kind != TurnEnded || c.TurnEnd.Turn != 2 || !c.TurnEnd.Failed {
+				t.Fatalf("%+v %+v", c, c.TurnEnd)
+			}
+		}},
+		{"tool result", idle, with(func(s *Session) { s.History = append(s.History, tool) }), func(t *testing.T, c Change) {
+			if c.Kind != Edited || c.Edit.ToolCallID != "c1" || string(c.Edit.Message) != string(tool) {
+				t.Fatalf("%+v %+v", c, c.Edit)
+			}
+		}},
+		{"steer prepend", idle, with(func(s *Session) { s.History = []json.RawMessage{sys, u} }), func(t *testing.T, c Change) {
+			if c.Kind != Edited || c.Edit.ToolCallID != "" {
+				t.Fatalf("%+v %+v", c, c.Edit)
+			}
+		}},
+		{"touch", idle, with(func(s *Session) { s.ExpiresAt = s.ExpiresAt.Add(time.Hour) }), func(t *testing.T, c Change) {
+			if c.Kind != Touched {
+				t.Fatal(c.Kind)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { tt.check(t, ChangeBetween(tt.before, tt.after, ReasonExpired)) })
+	}
+}

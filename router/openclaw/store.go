@@ -176,3 +176,64 @@ var (
 	ErrToolCallAnswered = errors.New("openclaw: tool call already answered") // 400
 	ErrBadEdit          = errors.New("openclaw: invalid history edit")       // 400
 )
+
+// ChangeBetween derives the Change of one applied write from the session
+// before and after it, for a store whose notifications carry only the
+// new state (the Raft state machine's): before nil is a creation, after
+// nil a close for reason. A turn's answer (TurnEnd.Result) is not
+// derivable; the streams rebuild it from the appended messages.
+func ChangeBetween(before, after *Session, reason string) Change {
+	switch {
+	case after == nil:
+		if before == nil {
+			before = &Session{}
+		}
+		return Change{Kind: Closed, Session: before, Reason: reason}
+	case before == nil:
+		return Change{Kind: Created, Session: after}
+	case !before.Active && after.Active:
+		return Change{Kind: TurnBegan, Session: after}
+	case before.Active && !after.Active:
+		end := &TurnEnd{Turn: before.TurnCount + 1, Failed: after.TurnCount == before.TurnCount}
+		if added, ok := appended(before.History, after.History); ok && !end.Failed {
+			end.Messages = added
+		}
+		return Change{Kind: TurnEnded, Session: after, TurnEnd: end}
+	case !sameHistory(before.History, after.History):
+		e := &Edit{Mode: EditAppend}
+		if added, ok := appended(before.History, after.History); ok && len(added) == 1 {
+			e.Message = added[0]
+			var m struct {
+				Role       string `json:"role"`
+				ToolCallID string `json:"tool_call_id"`
+			}
+			if json.Unmarshal(added[0], &m) == nil && m.Role == "tool" {
+				e.ToolCallID = m.ToolCallID
+			}
+		} else if n := len(after.History); n > 0 {
+			e.Mode, e.Message = EditReplace, after.History[n-1]
+		}
+		return Change{Kind: Edited, Session: after, Edit: e}
+	}
+	return Change{Kind: Touched, Session: after}
+}
+
+// appended returns what b adds to a when a is a prefix of b.
+func appended(a, b []json.RawMessage) ([]json.RawMessage, bool) {
+	if len(b) < len(a) || !sameHistory(a, b[:len(a)]) {
+		return nil, false
+	}
+	return b[len(a):], true
+}
+
+func sameHistory(a, b []json.RawMessage) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if string(a[i]) != string(b[i]) {
+			return false
+		}
+	}
+	return true
+}

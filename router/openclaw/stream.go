@@ -7,6 +7,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"fusion/engine"
 	"fusion/router/openai"
 	"fusion/router/wire"
 )
@@ -112,17 +113,23 @@ func writeChange(out *sse, c Change) error {
 	case TurnBegan:
 		return out.event(EventTurnStart, turnStartEvent{SessionID: id, Turn: c.Session.TurnCount + 1})
 	case TurnEnded:
-		var res TurnResult
-		if !c.TurnEnd.Failed && json.Unmarshal(c.TurnEnd.Result, &res) == nil {
-			for _, tc := range res.ToolCalls {
-				if err := out.event(EventToolCall, toolCallEvent{SessionID: id, Turn: c.TurnEnd.Turn, ToolCall: tc}); err != nil {
-					return err
-				}
-			}
-		}
 		data := c.TurnEnd.Result
-		if len(data) == 0 {
-			data, _ = wire.Marshal(turnStartEvent{SessionID: id, Turn: c.TurnEnd.Turn})
+		var res TurnResult
+		switch {
+		case c.TurnEnd.Failed:
+			if len(data) == 0 {
+				data, _ = wire.Marshal(turnFailedEvent{SessionID: id, Turn: c.TurnEnd.Turn, Error: "the turn failed"})
+			}
+		case len(data) == 0 || json.Unmarshal(data, &res) != nil:
+			// A store that does not carry the answer (a replicated one
+			// may not): rebuild it from the assistant message appended.
+			res = resultFromMessages(id, c.TurnEnd.Turn, c.TurnEnd.Messages)
+			data, _ = wire.Marshal(res)
+		}
+		for _, tc := range res.ToolCalls {
+			if err := out.event(EventToolCall, toolCallEvent{SessionID: id, Turn: c.TurnEnd.Turn, ToolCall: tc}); err != nil {
+				return err
+			}
 		}
 		return out.raw(EventTurnEnd, data)
 	case Edited:
@@ -138,4 +145,31 @@ func writeChange(out *sse, c Change) error {
 		return out.event(EventSessionClosed, sessionClosedEvent{SessionID: id, Reason: c.Reason})
 	}
 	return nil // Created and Touched change nothing a stream shows
+}
+
+// resultFromMessages rebuilds a turn's answer from the last assistant
+// message it appended (usage and finish reason are not in the history).
+func resultFromMessages(id string, turn int, msgs []json.RawMessage) TurnResult {
+	res := TurnResult{SessionID: id, Turn: turn, ToolCalls: []openai.ToolCall{}}
+	for i := len(msgs) - 1; i >= 0; i-- {
+		var m struct {
+			Role             string            `json:"role"`
+			Content          *string           `json:"content"`
+			ReasoningContent *string           `json:"reasoning_content"`
+			ToolCalls        []openai.ToolCall `json:"tool_calls"`
+		}
+		if json.Unmarshal(msgs[i], &m) != nil || m.Role != "assistant" {
+			continue
+		}
+		if m.Content != nil {
+			res.Content = *m.Content
+		}
+		res.ReasoningContent = m.ReasoningContent
+		if len(m.ToolCalls) > 0 {
+			res.ToolCalls = m.ToolCalls
+			res.FinishReason = string(engine.FinishToolCalls)
+		}
+		break
+	}
+	return res
 }
