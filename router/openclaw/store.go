@@ -99,7 +99,8 @@ type TurnEnd struct {
 	// inactive, the history and turn count stay as they were.
 	Failed bool
 	// Result is the turn's answer as the client got it (for the event
-	// stream); stores pass it through untouched.
+	// stream); stores pass it through untouched, or drop it (the stream
+	// then rebuilds it from Messages, without usage).
 	Result json.RawMessage
 }
 
