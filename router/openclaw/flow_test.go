@@ -183,7 +183,7 @@ func TestAgentFlow(t *testing.T) {
 // TestLifecycle checks TTL renewal and expiry, LRU eviction at the cap,
 // session_closed on the streams, and heartbeats, with small settings.
 func TestLifecycle(t *testing.T) {
-	const ttl = 2 * time.Second
+	const ttl = 3 * time.Second
 	n := start(t, openclaw.Options{TTL: ttl, Cap: 3, Heartbeat: 100 * time.Millisecond})
 
 	t.Run("heartbeat", func(t *testing.T) {
@@ -211,10 +211,10 @@ func TestLifecycle(t *testing.T) {
 		st := openStream(t, n, id)
 		st.expect(t, openclaw.EventConnected, openclaw.EventSessionState)
 		created := time.Now()
-		// GET renews: three GETs 1.2 s apart keep the session past 3 TTLs
-		// of age... well past one TTL.
+		// GET renews: three GETs half a TTL apart keep the session alive
+		// well past one TTL.
 		for i := range 3 {
-			time.Sleep(1200 * time.Millisecond)
+			time.Sleep(ttl / 2)
 			if status, s := call(t, n, "GET", "/v1/openclaw/agent/sessions/"+id, nil); status != 200 {
 				t.Fatalf("GET %d (%.1fs after create): %d %v", i, time.Since(created).Seconds(), status, s)
 			}
