@@ -29,6 +29,9 @@ type Member interface {
 	WatchSessions(fn func(fsm.Change)) (cancel func())
 	// FSM is the local state machine (to wait for a write to apply here).
 	FSM() *fsm.FSM
+	// ConsistentRead waits until the local state holds every write
+	// acknowledged before the call.
+	ConsistentRead(ctx context.Context) error
 }
 
 // Options configure a Store; zero values take openclaw's defaults.
@@ -39,7 +42,10 @@ type Options struct {
 
 // Store is an openclaw.SessionStore in the Raft state. Reads are local;
 // writes go through the leader, and a write returns once it has been
-// applied on this node, so this node reads its own writes.
+// applied on this node, so this node reads its own writes. A session this
+// node does not know yet (created through another node a moment ago) is
+// looked up again after a consistent read, and edits, which depend on the
+// history (a tool call made on another node), start with one.
 type Store struct {
 	m   Member
 	ttl time.Duration
@@ -178,10 +184,15 @@ func (s *Store) Create(ctx context.Context, ns openclaw.NewSession) (*openclaw.S
 }
 
 // Get implements openclaw.SessionStore.
-func (s *Store) Get(_ context.Context, id string) (*openclaw.Session, error) {
+func (s *Store) Get(ctx context.Context, id string) (*openclaw.Session, error) {
 	se, ok := s.m.Session(id)
 	if !ok {
-		return nil, fmt.Errorf("%w: %s", openclaw.ErrNotFound, id)
+		if err := s.m.ConsistentRead(ctx); err != nil {
+			return nil, err
+		}
+		if se, ok = s.m.Session(id); !ok {
+			return nil, fmt.Errorf("%w: %s", openclaw.ErrNotFound, id)
+		}
 	}
 	return convert(se), nil
 }
@@ -261,20 +272,29 @@ func (s *Store) EndTurn(ctx context.Context, id string, end openclaw.TurnEnd) (*
 // TODO(cluster): SessionUpdate has no compare-and-set on the modify
 // index, so two concurrent edits of one session may lose one.
 func (s *Store) Edit(ctx context.Context, id string, e openclaw.Edit) (*openclaw.Session, error) {
-	cur, err := s.Get(ctx, id)
-	if err != nil {
-		return nil, err
+	for attempt := 0; ; attempt++ {
+		if err := s.m.ConsistentRead(ctx); err != nil {
+			return nil, err
+		}
+		cur, err := s.Get(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		h, err := openclaw.ApplyEdit(cur.History, e)
+		if err != nil {
+			return nil, err
+		}
+		b, err := json.Marshal(h)
+		if err != nil {
+			return nil, err
+		}
+		turn := uint64(cur.TurnCount)
+		got, err := s.apply(ctx, id, &pb.SessionUpdate{Id: id, ExpectTurn: &turn, SetHistory: true, History: b})
+		if errors.Is(err, openclaw.ErrConflict) && attempt < 2 { // a turn ended in between
+			continue
+		}
+		return got, err
 	}
-	h, err := openclaw.ApplyEdit(cur.History, e)
-	if err != nil {
-		return nil, err
-	}
-	b, err := json.Marshal(h)
-	if err != nil {
-		return nil, err
-	}
-	turn := uint64(cur.TurnCount)
-	return s.apply(ctx, id, &pb.SessionUpdate{Id: id, ExpectTurn: &turn, SetHistory: true, History: b})
 }
 
 // Destroy implements openclaw.SessionStore.
