@@ -16,6 +16,7 @@ import (
 	"fusion/router"
 	"fusion/router/metrics"
 	"fusion/router/openai"
+	"fusion/router/openclaw"
 )
 
 // Config configures a node. Zero values take the defaults noted.
@@ -35,6 +36,13 @@ type Config struct {
 	// CompletionsAsChat names the models whose /v1/completions prompts are
 	// rendered as a one-message chat.
 	CompletionsAsChat map[string]bool
+
+	// OpenClaw sets the agent sessions' TTL and cap and the event
+	// stream's heartbeat (defaults 1 h, 1000, 30 s).
+	OpenClaw openclaw.Options
+	// Sessions, when set, holds the agent sessions (the cluster's
+	// replicated store; the node does not close it); nil: in memory.
+	Sessions openclaw.SessionStore
 
 	Version string
 	Logger  *slog.Logger
@@ -99,10 +107,11 @@ func New(cfg Config) (*Node, error) {
 	n := &Node{cfg: cfg, runner: run}
 	n.router = router.New(router.Config{
 		Engine: run, Stats: n.engineStats, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes,
-		OpenAI:  openai.Options{MaxTokens: cfg.MaxTokens, Backends: []string{"cpu"}, CompletionsAsChat: cfg.CompletionsAsChat},
-		Version: cfg.Version, Logger: cfg.Logger,
+		OpenAI:   openai.Options{MaxTokens: cfg.MaxTokens, Backends: []string{"cpu"}, CompletionsAsChat: cfg.CompletionsAsChat},
+		OpenClaw: cfg.OpenClaw, Sessions: cfg.Sessions, Version: cfg.Version, Logger: cfg.Logger,
 	})
 	if n.server, err = router.Listen(cfg.Listen, n.router, cfg.Logger); err != nil {
+		n.router.Close()
 		return nil, errors.Join(fmt.Errorf("node: %w", err), run.Close())
 	}
 	return n, nil
@@ -143,6 +152,7 @@ func (n *Node) Stop(ctx context.Context) error {
 		defer cancel()
 		n.cfg.Logger.Info("node draining", "timeout", n.cfg.DrainTimeout)
 		err := n.server.Drain(ctx)
+		n.router.Close()
 		n.stopErr = errors.Join(err, n.runner.Close())
 		n.cfg.Logger.Info("node stopped")
 	})

@@ -11,6 +11,7 @@ import (
 	"fusion/router/dispatch"
 	"fusion/router/metrics"
 	"fusion/router/openai"
+	"fusion/router/openclaw"
 	"fusion/router/servedby"
 )
 
@@ -29,6 +30,11 @@ type Config struct {
 	MaxBodyBytes int64
 	// OpenAI holds the settings of the OpenAI dialect.
 	OpenAI openai.Options
+	// OpenClaw holds the settings of the OpenClaw agent protocol.
+	OpenClaw openclaw.Options
+	// Sessions stores the agent sessions (the Raft state in a cluster);
+	// nil: an in-memory store the router owns, closed by Close.
+	Sessions openclaw.SessionStore
 	// Version is reported by /health and in system_fingerprint.
 	Version string
 	Logger  *slog.Logger
@@ -39,8 +45,10 @@ const DefaultMaxBodyBytes = 10 << 20
 
 // Router is the HTTP frontend of a node.
 type Router struct {
-	handler http.Handler
-	metrics *metrics.Metrics
+	handler  http.Handler
+	metrics  *metrics.Metrics
+	openclaw *openclaw.Handler
+	ownStore *openclaw.MemStore // nil when the sessions live elsewhere
 }
 
 // New builds the frontend.
@@ -60,6 +68,16 @@ func New(cfg Config) *Router {
 		Engine: cfg.Engine, Metrics: m, Options: anthropic.Options{MaxTokens: cfg.OpenAI.MaxTokens}, Logger: cfg.Logger,
 	})
 
+	rt := &Router{metrics: m}
+	sessions := cfg.Sessions
+	if sessions == nil {
+		rt.ownStore = openclaw.NewMemStore(openclaw.MemStoreOptions{TTL: cfg.OpenClaw.TTL, Cap: cfg.OpenClaw.Cap})
+		sessions = rt.ownStore
+	}
+	rt.openclaw = openclaw.New(openclaw.Config{
+		Engine: cfg.Engine, Store: sessions, OpenAI: cfg.OpenAI, Options: cfg.OpenClaw, Metrics: m, Logger: cfg.Logger,
+	})
+
 	r := chi.NewRouter()
 	r.Use(requestID, servedby.Middleware, dispatch.SessionMiddleware, accessLog(cfg.Logger, m), recoverer(cfg.Logger), limitBody(cfg.MaxBodyBytes))
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
@@ -74,13 +92,29 @@ func New(cfg Config) *Router {
 	r.Group(func(r chi.Router) {
 		r.Use(auth(cfg.APIKey, openaiDeny))
 		oa.Mount(r)
+		rt.openclaw.Mount(r)
 		r.Get("/metrics", h.metricsHandler())
 	})
 	r.Group(func(r chi.Router) {
 		r.Use(auth(cfg.APIKey, anthropic.Deny)) // 401s in Anthropic's shape
 		an.Mount(r)
 	})
-	return &Router{handler: r, metrics: m}
+	rt.handler = r
+	return rt
+}
+
+// shutdown ends the long-lived event streams, which would otherwise hold
+// a drain until its deadline; the server calls it when it starts
+// draining.
+func (rt *Router) shutdown() { rt.openclaw.Shutdown() }
+
+// Close releases what the router owns (the in-memory session store);
+// call it after the server has drained.
+func (rt *Router) Close() {
+	rt.openclaw.Shutdown()
+	if rt.ownStore != nil {
+		rt.ownStore.Close()
+	}
 }
 
 // ServeHTTP serves a request.

@@ -38,7 +38,21 @@ func Listen(addr string, h http.Handler, log *slog.Logger) (*Server, error) {
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		// No WriteTimeout: a streamed generation may run for minutes.
 	}
+	if rt, ok := h.(*Router); ok {
+		srv.RegisterOnShutdown(rt.shutdown)
+	}
 	return &Server{srv: srv, ln: ln, done: make(chan error, 1), log: log}, nil
+}
+
+// SetHandler sets the handler of a server bound by Listen with a nil
+// handler, so the address is known before the handler is built (a
+// cluster member advertises it, and the router's session store is built
+// over the member). Call it before Serve.
+func (s *Server) SetHandler(h http.Handler) {
+	s.srv.Handler = h
+	if rt, ok := h.(*Router); ok {
+		s.srv.RegisterOnShutdown(rt.shutdown)
+	}
 }
 
 // Addr is the address the server listens on.

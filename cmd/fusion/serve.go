@@ -16,6 +16,7 @@ import (
 
 	"fusion/node"
 	"fusion/router"
+	"fusion/router/openclaw"
 )
 
 const serveUsage = `usage: fusion serve [flags]
@@ -95,6 +96,14 @@ func serveSettingsTable() []serveSetting {
 				}
 				return nil
 			}},
+		{"session-ttl", constant(openclaw.DefaultTTL.String()), "OpenClaw agent sessions expire this long after their last access",
+			func(s *serveSettings, v string) error { return parseDuration(v, &s.cfg.OpenClaw.TTL) }},
+		{"session-cap", constant(strconv.Itoa(openclaw.DefaultCap)), "OpenClaw agent sessions at most (the least recently used idle one is evicted)",
+			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.OpenClaw.Cap, 1) }},
+		{"session-heartbeat", constant(openclaw.DefaultHeartbeat.String()), "interval of the OpenClaw event stream's heartbeat",
+			func(s *serveSettings, v string) error { return parseDuration(v, &s.cfg.OpenClaw.Heartbeat) }},
+		{"session-max-history-bytes", constant(strconv.Itoa(openclaw.DefaultMaxHistory)), "largest history an OpenClaw agent session may hold",
+			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.OpenClaw.MaxHistoryBytes, 1) }},
 		{"log-level", constant("info"), "debug, info, warn or error",
 			func(s *serveSettings, v string) error { return s.logLevel.UnmarshalText([]byte(v)) }},
 		{"log-format", constant("text"), "text or json",
@@ -258,6 +267,15 @@ func parseInt(v string, dst *int, minimum int) error {
 		return fmt.Errorf("%q is not an integer >= %d", v, minimum)
 	}
 	*dst = n
+	return nil
+}
+
+func parseDuration(v string, dst *time.Duration) error {
+	d, err := time.ParseDuration(strings.TrimSpace(v))
+	if err != nil || d <= 0 {
+		return fmt.Errorf("%q is not a positive duration (e.g. 30s)", v)
+	}
+	*dst = d
 	return nil
 }
 

@@ -152,3 +152,26 @@ func TestServeRunsAndStops(t *testing.T) {
 		t.Errorf("logs: %s", out)
 	}
 }
+
+func TestServeSessionSettings(t *testing.T) {
+	s, err := resolveServe(nil, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := s.cfg.OpenClaw; o.TTL != time.Hour || o.Cap != 1000 || o.Heartbeat != 30*time.Second || o.MaxHistoryBytes != 8<<20 {
+		t.Fatalf("defaults: %+v", o)
+	}
+	s, err = resolveServe([]string{"--session-ttl", "90s", "--session-cap", "5", "--session-heartbeat", "2s"},
+		func(k string) string { return map[string]string{"FUSION_SESSION_MAX_HISTORY_BYTES": "4096"}[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := s.cfg.OpenClaw; o.TTL != 90*time.Second || o.Cap != 5 || o.Heartbeat != 2*time.Second || o.MaxHistoryBytes != 4096 {
+		t.Fatalf("set: %+v", o)
+	}
+	for _, args := range [][]string{{"--session-ttl", "0s"}, {"--session-cap", "0"}, {"--session-heartbeat", "soon"}} {
+		if _, err := resolveServe(args, func(string) string { return "" }, io.Discard); err == nil || !strings.Contains(err.Error(), args[0]) {
+			t.Errorf("%v: err = %v", args, err)
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 
 	"fusion/engine/demo"
 	"fusion/node"
+	"fusion/router/openclaw"
 )
 
 // Model is the name of the demo model every test node serves.
@@ -27,6 +28,8 @@ type Options struct {
 	MaxBodyBytes      int64
 	DrainTimeout      time.Duration
 	CompletionsAsChat map[string]bool
+	OpenClaw          openclaw.Options
+	Sessions          openclaw.SessionStore // shared by several nodes to stand in for the replicated one
 	// ModelsDir, when set, is used instead of a fresh one with the demo
 	// model.
 	ModelsDir string
@@ -60,7 +63,7 @@ func Start(t testing.TB, o Options) *node.Node {
 	n, err := node.New(node.Config{
 		Listen: "127.0.0.1:0", DataDir: t.TempDir(), ModelsDir: o.ModelsDir, APIKey: o.APIKey,
 		MaxQueued: o.MaxQueued, MaxTokens: o.MaxTokens, MaxBodyBytes: o.MaxBodyBytes, DrainTimeout: o.DrainTimeout,
-		CompletionsAsChat: o.CompletionsAsChat, Threads: 1, Version: "test", Logger: o.Logger,
+		CompletionsAsChat: o.CompletionsAsChat, OpenClaw: o.OpenClaw, Sessions: o.Sessions, Threads: 1, Version: "test", Logger: o.Logger,
 	})
 	if err != nil {
 		t.Fatalf("node: %v", err)

@@ -1,0 +1,57 @@
+package openai
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"fusion/engine"
+	"fusion/engine/chattemplate"
+)
+
+// This file exports the checks of the chat API to dialects built on it
+// (router/openclaw), so they validate and convert exactly as
+// /v1/chat/completions does and answer the same errors.
+
+// DecodeBody reads the request body as one JSON object into v, as the
+// chat API does: unknown fields ignored, a value of the wrong type a 400
+// naming the field, a body over the limit a 413.
+func DecodeBody(r *http.Request, v any) *Error { return decodeBody(r, v) }
+
+// ReadBody reads the whole request body (a 413 over the limit).
+func ReadBody(r *http.Request) ([]byte, *Error) { return readBody(r) }
+
+// DecodeJSON decodes body, one JSON object, into v, as DecodeBody does.
+func DecodeJSON(body []byte, v any) *Error { return decodeJSON(body, v) }
+
+// ParseMessages checks a chat messages array as the chat API does.
+func ParseMessages(raw json.RawMessage) ([]*chattemplate.Object, *Error) { return parseMessages(raw) }
+
+// ParseTools checks an array of tool definitions as the chat API does.
+func ParseTools(raw json.RawMessage) ([]*chattemplate.Object, *Error) { return parseToolList(raw) }
+
+// ChatEngineRequest checks a chat request and converts it into one engine
+// request, as /v1/chat/completions does for one non-streamed choice (n,
+// stream and stream_options are ignored).
+func ChatEngineRequest(req *ChatRequest, opts Options, id string) (*engine.Request, *Error) {
+	r := *req
+	r.N, r.Stream, r.StreamOptions = nil, nil, nil
+	p, err := r.toPlan(opts, id)
+	if err != nil {
+		return nil, err
+	}
+	return p.reqs[0], nil
+}
+
+// InvalidRequest is a 400 invalid_value naming param.
+func InvalidRequest(param, format string, a ...any) *Error {
+	return invalidRequest(param, format, a...)
+}
+
+// InvalidType is a 400 invalid_type: param should be want but is got.
+func InvalidType(param, want, got string) *Error { return invalidType(param, want, got) }
+
+// MissingParam is a 400 missing_required_parameter.
+func MissingParam(param string) *Error { return missingParam(param) }
+
+// EngineError maps an engine error, naming the model on a 404.
+func EngineError(err error, model string) *Error { return engineError(err, model) }

@@ -1,0 +1,244 @@
+package openclaw
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"fusion/engine"
+	"fusion/router/jsonkind"
+	"fusion/router/metrics"
+	"fusion/router/openai"
+	"fusion/router/requestid"
+	"fusion/router/wire"
+)
+
+// turn runs one agent turn: the session's system prompt, tools and
+// history plus the new input go to the engine as one chat request; the
+// input and the answer are appended to the history when it ends.
+func (h *Handler) turn(w http.ResponseWriter, r *http.Request) {
+	id := r.URL.Query().Get("session_id")
+	if id == "" {
+		openai.WriteError(w, openai.MissingParam("session_id"))
+		return
+	}
+	body, e := openai.ReadBody(r)
+	if e != nil {
+		openai.WriteError(w, e)
+		return
+	}
+	var req turnRequest
+	if len(bytes.TrimSpace(body)) > 0 { // an empty body continues the conversation
+		if e := openai.DecodeJSON(body, &req); e != nil {
+			openai.WriteError(w, e)
+			return
+		}
+	}
+	if req.Stream != nil && *req.Stream {
+		openai.WriteError(w, &openai.Error{Status: http.StatusBadRequest, Type: openai.TypeInvalidRequest, Param: "stream", Code: "unsupported_parameter",
+			Message: "A turn answers as a whole; follow GET /v1/openclaw/agent/stream/{session_id} for its events."})
+		return
+	}
+	if req.N != nil && *req.N != 1 {
+		openai.WriteError(w, &openai.Error{Status: http.StatusBadRequest, Type: openai.TypeInvalidRequest, Param: "n", Code: "unsupported_parameter",
+			Message: "A turn has one answer: 'n' must be 1."})
+		return
+	}
+	input, e := inputMessages(req.Messages)
+	if e != nil {
+		openai.WriteError(w, e)
+		return
+	}
+
+	// Check the request against the session as it is now, so a bad field
+	// is a 400 that starts no turn; then start the turn and build the
+	// request again from the history the turn begins with.
+	s, err := h.store.Get(r.Context(), id)
+	if err != nil {
+		openai.WriteError(w, storeError(err, id))
+		return
+	}
+	if _, e := h.engineRequest(r, &req, s, input); e != nil {
+		openai.WriteError(w, e)
+		return
+	}
+	if e := h.roomFor(s, input...); e != nil {
+		openai.WriteError(w, e)
+		return
+	}
+	if s, err = h.store.BeginTurn(r.Context(), id); err != nil {
+		openai.WriteError(w, storeError(err, id))
+		return
+	}
+	turn := s.TurnCount + 1
+	// The turn must end in the store whatever happens, even when the
+	// client went away (so not with the request's context).
+	ended := false
+	fail := func(msg string) {
+		if ended {
+			return
+		}
+		ended = true
+		data, _ := wire.Marshal(turnFailedEvent{SessionID: id, Turn: turn, Error: msg})
+		if _, err := h.store.EndTurn(context.WithoutCancel(r.Context()), id, TurnEnd{Turn: turn, Failed: true, Result: data}); err != nil {
+			h.log.LogAttrs(r.Context(), slog.LevelWarn, "openclaw: ending a failed turn", slog.String("session_id", id), slog.Any("err", err))
+		}
+	}
+	defer fail("the turn was interrupted")
+
+	ereq, e := h.engineRequest(r, &req, s, input)
+	if e != nil {
+		fail(e.Message)
+		openai.WriteError(w, e)
+		return
+	}
+	res, err := h.generate(r.Context(), ereq)
+	if err != nil {
+		oe := openai.EngineError(err, s.Model)
+		fail(oe.Message)
+		openai.WriteError(w, oe)
+		return
+	}
+	res.SessionID, res.Turn = id, turn
+
+	answer := map[string]any{"role": "assistant", "content": res.Content}
+	if res.ReasoningContent != nil {
+		answer["reasoning_content"] = *res.ReasoningContent
+	}
+	if len(res.ToolCalls) > 0 {
+		answer["tool_calls"] = res.ToolCalls
+	}
+	am, _ := wire.Marshal(answer)
+	if e := h.roomFor(s, append(input, am)...); e != nil {
+		fail(e.Message)
+		openai.WriteError(w, e)
+		return
+	}
+	data, _ := wire.Marshal(res)
+	ended = true
+	if _, err := h.store.EndTurn(context.WithoutCancel(r.Context()), id, TurnEnd{Turn: turn, Messages: append(input, am), Result: data}); err != nil {
+		openai.WriteError(w, storeError(err, id))
+		return
+	}
+	h.write(w, res)
+}
+
+// inputMessages checks a turn's messages: absent, null or [] (continue
+// the conversation) or chat messages, returned compact one by one.
+func inputMessages(raw json.RawMessage) ([]json.RawMessage, *openai.Error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	var list []json.RawMessage
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return nil, openai.InvalidType("messages", "an array of message objects", jsonkind.Of(raw))
+	}
+	if len(list) == 0 {
+		return nil, nil
+	}
+	if _, e := openai.ParseMessages(raw); e != nil {
+		return nil, e
+	}
+	out := make([]json.RawMessage, len(list))
+	for i, m := range list {
+		var buf bytes.Buffer
+		_ = json.Compact(&buf, m)
+		out[i] = buf.Bytes()
+	}
+	return out, nil
+}
+
+// engineRequest builds the turn's engine request through the chat API's
+// converter, so sampling, max_tokens, tool_choice and response_format are
+// checked exactly as /v1/chat/completions checks them.
+func (h *Handler) engineRequest(r *http.Request, req *turnRequest, s *Session, input []json.RawMessage) (*engine.Request, *openai.Error) {
+	msgs := make([]json.RawMessage, 0, 1+len(s.History)+len(input))
+	if s.SystemPrompt != "" {
+		sys, _ := wire.Marshal(map[string]string{"role": "system", "content": s.SystemPrompt})
+		msgs = append(msgs, sys)
+	}
+	msgs = append(msgs, s.History...)
+	msgs = append(msgs, input...)
+	if len(msgs) == 0 {
+		return nil, openai.InvalidRequest("messages", "The session has no history yet: the first turn needs at least one message.")
+	}
+	all, err := json.Marshal(msgs)
+	if err != nil {
+		return nil, openai.Internal()
+	}
+	c := *req
+	c.Model, c.Messages, c.Tools = s.Model, all, s.Tools
+	if c.TaskTag == nil {
+		tag := "openclaw" // agent turns are batch work
+		c.TaskTag = &tag
+	}
+	// TODO(lead): forced tool calls (tool_choice "required" or a named
+	// function) reach the engine through this converter once the neutral
+	// engine.Request.ToolChoice lands; until then it answers them with a
+	// 400 unsupported_parameter, as /v1/chat/completions does.
+	ereq, e := openai.ChatEngineRequest(&c, h.chat, "oc_"+requestid.From(r.Context()))
+	if e != nil {
+		// The history was checked when it was written; errors come from
+		// the new input, whose indices follow the history's.
+		return nil, e
+	}
+	return ereq, nil
+}
+
+// generate runs req and gathers its answer.
+func (h *Handler) generate(ctx context.Context, req *engine.Request) (*TurnResult, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	events, err := h.engine.Generate(ctx, req)
+	if err != nil {
+		h.metrics.Rejected()
+		return nil, err
+	}
+	g := h.metrics.Begin(req.Model)
+	outcome, promptTokens, generated := metrics.Cancelled, 0, 0
+	defer func() { g.End(outcome, promptTokens, generated) }()
+	defer func() {
+		for range events { // let the engine finish after a cancel
+		}
+	}()
+	var text, reasoning strings.Builder
+	res := &TurnResult{ToolCalls: []openai.ToolCall{}}
+	for ev := range events {
+		if ev.Err != nil {
+			cancel()
+			outcome = metrics.Failed
+			return nil, ev.Err
+		}
+		if ev.Text != "" || ev.Reasoning != "" || len(ev.ToolCalls) > 0 || len(ev.Tokens) > 0 {
+			g.FirstToken()
+		}
+		generated += len(ev.Tokens)
+		text.WriteString(ev.Text)
+		reasoning.WriteString(ev.Reasoning)
+		for _, c := range ev.ToolCalls {
+			res.ToolCalls = append(res.ToolCalls, openai.ToolCall{ID: c.ID, Type: "function",
+				Function: openai.FunctionCall{Name: c.Name, Arguments: c.Arguments}})
+		}
+		if ev.Done {
+			res.FinishReason = string(ev.FinishReason)
+			res.Usage = TurnUsage{PromptTokens: ev.Usage.PromptTokens, CompletionTokens: ev.Usage.CompletionTokens,
+				TotalTokens: ev.Usage.PromptTokens + ev.Usage.CompletionTokens}
+			outcome, promptTokens, generated = metrics.OK, ev.Usage.PromptTokens, ev.Usage.CompletionTokens
+		}
+	}
+	if res.FinishReason == "" { // the channel closed without a final event: cancelled
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		return nil, context.Canceled
+	}
+	res.Content = text.String()
+	if reasoning.Len() > 0 {
+		rc := reasoning.String()
+		res.ReasoningContent = &rc
+	}
+	return res, nil
+}
