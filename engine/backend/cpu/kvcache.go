@@ -146,14 +146,14 @@ func (c *KVCache) write(layer, offset int, k, v []float32, n int) {
 	c.lens[li] = offset + n
 }
 
-// kvFormat is the block layout of ReadKV and AppendKV: for each layer of
+// KVLayout is the block layout of ReadKV and AppendKV: for each layer of
 // the spec in order, the keys [n, kvHeads·headDim] then the values [n,
 // kvHeads·headDim] of the n positions, float32 little-endian (the rows
 // Attention appends, as they were appended).
-const kvFormat = "f32le-layer-k-v"
+const KVLayout = "f32le-layer-k-v"
 
 // KVFormat names the block layout of ReadKV and AppendKV.
-func (c *KVCache) KVFormat() string { return kvFormat }
+func (c *KVCache) KVFormat() string { return KVLayout }
 
 // KVBytes is the size of a block of n positions.
 func (c *KVCache) KVBytes(n int) int {
