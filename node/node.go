@@ -111,7 +111,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, runner: run}
 	n.router = router.New(router.Config{
-		Engine: run, Stats: n.engineStats, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes,
+		Engine: run, Stats: n.engineStats, Cache: run, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes,
 		OpenAI:  openai.Options{MaxTokens: cfg.MaxTokens, Backends: []string{"cpu"}, CompletionsAsChat: cfg.CompletionsAsChat},
 		Version: cfg.Version, Logger: cfg.Logger,
 	})

@@ -298,7 +298,11 @@ func (c *Cache) Put(model, key Key, tokens int, data []byte) bool {
 	if isNew {
 		c.stats.Stored++
 	}
-	if c.cfg.Dir == "" || inDisk || c.pending[key] || c.closed {
+	// A block on the SSD but not in RAM is written again: callers put only
+	// blocks they computed, which for a block on the SSD means a request
+	// did not restore it (its chain broke before it, perhaps on a bad
+	// file), and its file may be bad too.
+	if c.cfg.Dir == "" || inDisk && inHot || c.pending[key] || c.closed {
 		return isNew
 	}
 	if int64(len(data))+headerSize > c.cfg.DiskBytes {
@@ -479,4 +483,20 @@ func (c *Cache) Close() error {
 	c.mu.Unlock()
 	<-c.done
 	return nil
+}
+
+// Probe is how a prompt maps onto the cache (POST /admin/api/cache/probe).
+type Probe struct {
+	ModelLoaded bool
+	TotalTokens int
+	BlockSize   int
+	// TotalBlocks counts the prompt's blocks, a partial last one included
+	// (it is never cached).
+	TotalBlocks int
+	// HotBlocks and DiskBlocks are the leading blocks a request would
+	// restore from RAM and from the SSD; the blocks after the first miss
+	// are cold whatever the cache holds.
+	HotBlocks, DiskBlocks, ColdBlocks int
+	// HitTokens are the tokens of the cached blocks, ColdTokens the rest.
+	HitTokens, ColdTokens int
 }

@@ -190,37 +190,21 @@ func (s *cpuSequence) ImportKV(block []byte) error {
 	return err
 }
 
-// CacheProbe is how a prompt maps onto the prefix cache.
-type CacheProbe struct {
-	ModelLoaded bool
-	TotalTokens int
-	BlockSize   int
-	// TotalBlocks counts the prompt's blocks, a partial last one included
-	// (it is never cached).
-	TotalBlocks int
-	// HotBlocks and DiskBlocks are the leading blocks a request would
-	// restore from RAM and from the SSD; the blocks after the first miss
-	// are cold whatever the cache holds.
-	HotBlocks, DiskBlocks, ColdBlocks int
-	// HitTokens are the tokens of the cached blocks, ColdTokens the rest.
-	HitTokens, ColdTokens int
-}
-
 // ProbeCache renders and tokenizes req for model as a generation would
 // and reports which of its blocks the prefix cache holds, without
 // changing the cache.
-func (r *Runner) ProbeCache(ctx context.Context, model string, req prompt.Request) (CacheProbe, error) {
+func (r *Runner) ProbeCache(ctx context.Context, model string, req prompt.Request) (prefixcache.Probe, error) {
 	e, err := r.entry(model)
 	if err != nil {
-		return CacheProbe{}, err
+		return prefixcache.Probe{}, err
 	}
 	text, err := r.textOf(model)
 	if err != nil {
-		return CacheProbe{}, err
+		return prefixcache.Probe{}, err
 	}
 	p, err := text.Tokenize(req)
 	if err != nil {
-		return CacheProbe{}, err
+		return prefixcache.Probe{}, err
 	}
 	e.loadMu.Lock()
 	lm := e.loaded
@@ -229,7 +213,7 @@ func (r *Runner) ProbeCache(ctx context.Context, model string, req prompt.Reques
 	if r.pcache != nil {
 		bs = r.pcache.BlockSize()
 	}
-	out := CacheProbe{ModelLoaded: lm != nil, TotalTokens: len(p.Tokens), BlockSize: bs, TotalBlocks: (len(p.Tokens) + bs - 1) / bs}
+	out := prefixcache.Probe{ModelLoaded: lm != nil, TotalTokens: len(p.Tokens), BlockSize: bs, TotalBlocks: (len(p.Tokens) + bs - 1) / bs}
 	if r.pcache != nil {
 		key, kerr := prefixcache.Key{}, error(nil)
 		if lm != nil {
