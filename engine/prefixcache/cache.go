@@ -94,6 +94,9 @@ type hotEntry struct {
 type diskEntry struct {
 	key  Key
 	size int64
+	// verified: the file was written or read whole (checksum good) by
+	// this process; files found at Open are checked on first use.
+	verified bool
 }
 
 type writeJob struct {
@@ -101,6 +104,8 @@ type writeJob struct {
 	tokens     int
 	data       []byte
 	gen        uint64 // the disk generation the job was queued in
+	// verify: the block has a file; check it and rewrite it only if bad.
+	verify bool
 }
 
 // Cache is the two-tier prefix cache. It is safe for concurrent use.
@@ -260,6 +265,7 @@ func (c *Cache) Get(key Key) ([]byte, Tier) {
 	}
 	if el, ok := c.disk[key]; ok {
 		c.diskLRU.MoveToFront(el)
+		el.Value.(*diskEntry).verified = true
 		now := time.Now()
 		os.Chtimes(path, now, now) // the LRU order survives restarts
 	}
@@ -298,18 +304,19 @@ func (c *Cache) Put(model, key Key, tokens int, data []byte) bool {
 	if isNew {
 		c.stats.Stored++
 	}
-	// A block on the SSD but not in RAM is written again: callers put only
-	// blocks they computed, which for a block on the SSD means a request
-	// did not restore it (its chain broke before it, perhaps on a bad
-	// file), and its file may be bad too.
-	if c.cfg.Dir == "" || inDisk && inHot || c.pending[key] || c.closed {
+	// A block with a file nobody has read yet (found at Open) is checked
+	// behind the request and rewritten if bad: a request computed it
+	// because its chain broke before it, perhaps on a bad file, and this
+	// one may be bad too.
+	verify := inDisk && !c.disk[key].Value.(*diskEntry).verified
+	if c.cfg.Dir == "" || inDisk && !verify || c.pending[key] || c.closed {
 		return isNew
 	}
 	if int64(len(data))+headerSize > c.cfg.DiskBytes {
 		return isNew
 	}
 	select {
-	case c.queue <- writeJob{key: key, model: model, tokens: tokens, data: data, gen: c.diskGen}:
+	case c.queue <- writeJob{key: key, model: model, tokens: tokens, data: data, gen: c.diskGen, verify: verify}:
 		c.pending[key] = true
 	default:
 		c.stats.Dropped++
@@ -375,6 +382,23 @@ func (c *Cache) write(job writeJob) {
 	c.mu.Unlock()
 	path := blockPath(c.cfg.Dir, job.key)
 	var err error
+	if !stale && job.verify {
+		_, _, rerr := readBlock(path, job.key)
+		c.mu.Lock()
+		switch {
+		case rerr == nil:
+			if el, ok := c.disk[job.key]; ok && job.gen == c.diskGen {
+				el.Value.(*diskEntry).verified = true
+			}
+			delete(c.pending, job.key)
+			c.mu.Unlock()
+			return
+		case errors.Is(rerr, ErrCorrupt):
+			c.log.Warn("prefix cache: replacing a bad block file", "path", path, "err", rerr)
+			c.stats.Corrupt++
+		}
+		c.mu.Unlock()
+	}
 	if !stale {
 		if err = os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
 			h := header{tokens: uint32(job.tokens), key: job.key, model: job.model, dataLen: uint64(len(job.data)), dataCRC: crc32c(job.data)}
@@ -393,7 +417,7 @@ func (c *Cache) write(job writeJob) {
 		os.Remove(path) // cleared while it was being written
 	default:
 		c.dropDisk(job.key)
-		c.disk[job.key] = c.diskLRU.PushFront(&diskEntry{key: job.key, size: headerSize + int64(len(job.data))})
+		c.disk[job.key] = c.diskLRU.PushFront(&diskEntry{key: job.key, size: headerSize + int64(len(job.data)), verified: true})
 		c.diskSize += headerSize + int64(len(job.data))
 		c.stats.DiskWrites++
 		c.evictDisk()

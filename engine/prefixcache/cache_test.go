@@ -261,3 +261,39 @@ func TestQueueFullDropsAreCounted(t *testing.T) {
 		t.Errorf("dropped %d + written %d != %d (stored %d)", s.Dropped, s.DiskWrites, n, s.Stored)
 	}
 }
+
+// TestPutChecksUnreadFiles: putting a block whose file was found at Open
+// but never read checks the file behind the request: a good one stays (no
+// write), a bad one is counted and replaced.
+func TestPutChecksUnreadFiles(t *testing.T) {
+	dir := t.TempDir()
+	keys := fill(t, dir, 2, 1000)
+	flip(t, blockPath(dir, keys[1]), headerSize+300)
+	c, err := Open(Config{HotBytes: 1 << 20, Dir: dir, DiskBytes: 1 << 20, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	m := ModelKey("m")
+	for i, k := range keys {
+		c.Put(m, k, 64, block(byte(i), 1000))
+	}
+	c.Flush()
+	if s := c.Stats(); s.Corrupt != 1 || s.DiskWrites != 1 || s.DiskBlocks != 2 || s.Stored != 0 {
+		t.Errorf("stats %+v, want the bad file counted and rewritten, the good one left", s)
+	}
+	for i, k := range keys {
+		if _, data, err := readBlock(blockPath(dir, k), k); err != nil || !bytes.Equal(data, block(byte(i), 1000)) {
+			t.Errorf("block %d: %v", i, err)
+		}
+	}
+	// Both are verified now: putting them again queues nothing.
+	c.ClearHot()
+	for i, k := range keys {
+		c.Put(m, k, 64, block(byte(i), 1000))
+	}
+	c.Flush()
+	if s := c.Stats(); s.DiskWrites != 1 {
+		t.Errorf("verified files written again: %+v", s)
+	}
+}
