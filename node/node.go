@@ -126,6 +126,7 @@ func (n *Node) engineStats() metrics.EngineStats {
 	return metrics.EngineStats{
 		InFlight: s.InFlight, Cancelled: s.Cancelled,
 		ActiveBytes: s.WeightBytes + s.KVBytes, PeakBytes: s.PeakBytes,
+		CachedBytes: n.runner.CacheStats().HotBytes, // the prefix cache's RAM tier
 	}
 }
 

@@ -322,6 +322,14 @@ func TestCacheAdminRoutes(t *testing.T) {
 		t.Fatalf("probe after a request: %+v", p)
 	}
 	hot := p.BlocksSSDHot
+	var health struct {
+		MXMemory struct {
+			CachedBytes int64 `json:"cached_bytes"`
+		} `json:"mx_memory"`
+	}
+	if code, raw := auth("GET", "/health", ""); code != 200 || json.Unmarshal(raw, &health) != nil || health.MXMemory.CachedBytes <= 0 {
+		t.Errorf("/health after a request: %d %s, want the RAM tier's bytes as cached", code, raw)
+	}
 	code, raw := auth("POST", "/admin/api/hot-cache/clear", "")
 	if code != 200 || !strings.Contains(string(raw), fmt.Sprintf(`"cleared_blocks":%d`, hot)) {
 		t.Errorf("hot clear: %d %s", code, raw)

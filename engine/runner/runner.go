@@ -297,12 +297,12 @@ func (r *Runner) Close() error {
 		close(r.closed)
 	}
 	r.wg.Wait()
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	var errs []error
 	if r.pcache != nil {
 		errs = append(errs, r.pcache.Close()) // writes the queued blocks
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	for _, e := range r.models {
 		if e.loaded != nil {
 			errs = append(errs, e.loaded.model.Close())
