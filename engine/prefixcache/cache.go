@@ -424,6 +424,24 @@ func (c *Cache) write(job writeJob) {
 	}
 }
 
+// Remove drops the block key from both tiers (its file too): a caller
+// found its data unusable.
+func (c *Cache) Remove(key Key) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.hot[key]; ok {
+		c.hotBytes -= int64(len(el.Value.(*hotEntry).data))
+		c.hotLRU.Remove(el)
+		delete(c.hot, key)
+	}
+	if _, ok := c.disk[key]; ok {
+		if err := os.Remove(blockPath(c.cfg.Dir, key)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			c.log.Warn("prefix cache: removing a block file", "err", err)
+		}
+		c.dropDisk(key)
+	}
+}
+
 // Cleared is what a clear removed.
 type Cleared struct {
 	Blocks int   `json:"blocks"`

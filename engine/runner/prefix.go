@@ -32,6 +32,8 @@ type kvSequence interface {
 	Len() int
 	ExportKV(from, to int) ([]byte, error)
 	ImportKV(block []byte) error
+	// Truncate forgets the positions from n on.
+	Truncate(n int)
 }
 
 // openPrefixCache opens the cache the config asks for (nil when both tiers
@@ -132,10 +134,17 @@ func (g *generation) restorePrefix(ctx context.Context, seq sequence) int {
 		if tier == prefixcache.Miss {
 			break
 		}
-		if err := ks.ImportKV(data); err != nil {
-			// A block of the wrong size for this model cannot carry its key;
-			// recompute from here rather than fail the request.
+		err := ks.ImportKV(data)
+		if err == nil && ks.Len() != (n+1)*bs {
+			err = fmt.Errorf("the block held %d positions, not %d", ks.Len()-n*bs, bs)
+		}
+		if err != nil {
+			// A block of the wrong size for this model cannot carry its key
+			// (a checksummed file is not a trusted one); recompute from here
+			// rather than fail the request.
 			g.r.cfg.Logger.Warn("prefix cache: block not imported", "model", g.e.info.ID, "block", n, "err", err)
+			ks.Truncate(n * bs)
+			c.Remove(g.pfx.keys[n])
 			break
 		}
 	}
@@ -180,8 +189,10 @@ func (g *generation) storePrefix(seq sequence, tokens []int) int {
 	return created
 }
 
-// Len, ExportKV and ImportKV give the prefix cache the CPU sequence's KV.
+// Len, ExportKV, ImportKV and Truncate give the prefix cache the CPU
+// sequence's KV.
 func (s *cpuSequence) Len() int                              { return s.seq.Len() }
+func (s *cpuSequence) Truncate(n int)                        { s.seq.Truncate(n) }
 func (s *cpuSequence) ExportKV(from, to int) ([]byte, error) { return s.seq.ExportKV(from, to) }
 func (s *cpuSequence) ImportKV(block []byte) error {
 	err := s.seq.ImportKV(block)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"fusion/engine"
+	"fusion/engine/prefixcache"
 	"fusion/engine/sample"
 )
 
@@ -93,5 +94,46 @@ func TestPrefixReuse(t *testing.T) {
 	}
 	if s := off.CacheStats(); s.Stored != 0 || s.HotBlocks != 0 {
 		t.Errorf("cache off: stats %+v", s)
+	}
+}
+
+// TestPrefixBadBlockIsRecomputed: a cached block of the wrong size (a
+// file with a good checksum is still not trusted) is not used: the
+// request recomputes from it, answers the same and replaces it.
+func TestPrefixBadBlockIsRecomputed(t *testing.T) {
+	r := newDemoRunner(t, Config{CacheSSDBytes: -1})
+	prompt := demoPrompt(200)
+	want, _ := generateIDs(t, r, tokensRequest(prompt, 20))
+	e, err := r.entry("demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := e.loaded.cacheKey
+	keys := prefixcache.Chain(model, prompt, 64)
+	good0, tier := r.pcache.Get(keys[0])
+	if tier != prefixcache.Hot {
+		t.Fatalf("block 0 after a run: %v", tier)
+	}
+	perPos := len(good0) / 64
+	for _, tc := range []struct {
+		name string
+		data []byte
+	}{
+		{"two positions", make([]byte, 2*perPos)},
+		{"not whole positions", make([]byte, 7)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r.pcache.ClearHot()
+			r.pcache.Put(model, keys[0], 64, good0)
+			r.pcache.Put(model, keys[1], 64, tc.data)
+			got, u := generateIDs(t, r, tokensRequest(prompt, 20))
+			if !slices.Equal(got, want) || u.CachedTokens != 64 {
+				t.Errorf("usage %+v, same output %v; want 64 cached (block 0 only)", u, slices.Equal(got, want))
+			}
+			got, u = generateIDs(t, r, tokensRequest(prompt, 20))
+			if !slices.Equal(got, want) || u.CachedTokens != 192 {
+				t.Errorf("after the repair: usage %+v, same output %v; want 192 cached", u, slices.Equal(got, want))
+			}
+		})
 	}
 }
