@@ -117,8 +117,10 @@ type prefixRun struct {
 }
 
 // restorePrefix imports the longest run of cached blocks of the prompt
-// into seq, leaving at least the prompt's last token to compute (its
-// logits start the generation), and returns how many tokens it restored.
+// into seq and returns how many tokens it restored. At least the prompt's
+// last token is left to compute (its logits start the generation): when
+// every token was restored (a prompt of whole blocks), the last position
+// is dropped again.
 func (g *generation) restorePrefix(ctx context.Context, seq sequence) int {
 	c := g.r.pcache
 	ks, ok := seq.(kvSequence)
@@ -127,9 +129,8 @@ func (g *generation) restorePrefix(ctx context.Context, seq sequence) int {
 	}
 	bs := c.BlockSize()
 	g.pfx.keys = prefixcache.Chain(g.lm.cacheKey, g.prompt, bs)
-	usable := min(len(g.pfx.keys), (len(g.prompt)-1)/bs)
 	n := 0
-	for ; n < usable && ctx.Err() == nil; n++ {
+	for ; n < len(g.pfx.keys) && ctx.Err() == nil; n++ {
 		data, tier := c.Get(g.pfx.keys[n])
 		if tier == prefixcache.Miss {
 			break
@@ -148,8 +149,13 @@ func (g *generation) restorePrefix(ctx context.Context, seq sequence) int {
 			break
 		}
 	}
-	g.pfx.restored, g.pfx.stored = n*bs, n
-	return n * bs
+	restored := n * bs
+	if restored == len(g.prompt) {
+		restored--
+		ks.Truncate(restored)
+	}
+	g.pfx.restored, g.pfx.stored = restored, n
+	return restored
 }
 
 // storePrefix puts the whole blocks of tokens that seq holds and the cache

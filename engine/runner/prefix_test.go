@@ -74,10 +74,15 @@ func TestPrefixReuse(t *testing.T) {
 	if u.CachedTokens != 256 {
 		t.Errorf("next turn: usage %+v, want 256 cached (the output's block included)", u)
 	}
-	// A prompt of exactly whole blocks leaves its last block to compute.
-	_, u = generateIDs(t, r, tokensRequest(next[:256], 4))
-	if u.CachedTokens != 192 {
-		t.Errorf("a 256-token prompt: usage %+v, want 192 cached", u)
+	// A prompt of exactly whole blocks, all cached, leaves its last token
+	// to compute, and answers as a cold run does.
+	ids, u := generateIDs(t, r, tokensRequest(next[:256], 8))
+	if u.CachedTokens != 255 {
+		t.Errorf("a 256-token prompt: usage %+v, want 255 cached", u)
+	}
+	cold := newDemoRunner(t, Config{CacheHotBytes: -1, CacheSSDBytes: -1})
+	if want, _ := generateIDs(t, cold, tokensRequest(next[:256], 8)); !slices.Equal(ids, want) {
+		t.Errorf("a 256-token prompt from the cache: %v, computed %v", ids, want)
 	}
 	// A different first token shares nothing.
 	other := append([]int{11}, prompt[1:]...)
