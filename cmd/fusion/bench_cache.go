@@ -43,6 +43,7 @@ func benchCache(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	threads := flags.Int("threads", 0, "compute goroutines (0: all cores)")
 	repeat := flags.Int("repeat", 3, "runs of each cached case (the best is reported)")
 	modelPath := flags.String("model", "", "a model directory to use instead of the benchmark model of -format")
+	dataParent := flags.String("data", "", "where the temporary data dir (and its SSD tier) goes (default: the -cache directory, on disk unlike a tmpfs /tmp)")
 	if err := flags.Parse(args); err != nil {
 		return err
 	}
@@ -67,7 +68,16 @@ func benchCache(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		desc = "random weights shaped like Qwen3-0.6B, " + f.name
 	}
 	modelsDir, name := filepath.Dir(path), filepath.Base(path)
-	data, err := os.MkdirTemp("", "fusion-bench-cache-")
+	if *dataParent == "" {
+		*dataParent = *cacheDir
+		if *modelPath != "" {
+			*dataParent = filepath.Dir(*modelPath)
+		}
+	}
+	if err := os.MkdirAll(*dataParent, 0o755); err != nil {
+		return err
+	}
+	data, err := os.MkdirTemp(*dataParent, "fusion-bench-cache-")
 	if err != nil {
 		return err
 	}
@@ -137,7 +147,7 @@ func benchCache(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 	out := map[string]any{
 		"model":  desc,
-		"prompt": *promptLen, "block_size": prefixcache.DefaultBlockSize,
+		"prompt": *promptLen, "block_size": prefixcache.DefaultBlockSize, "ssd_dir": filepath.Join(data, "cache"),
 		"note":  "TTFT through the runner (prefix-cache lookup, prefill of the rest, first token); cold includes storing the blocks; ram: the same runner again; after a restart (new runner, same data dir) with the RAM tier cleared before each run: ssd_device with the block files evicted from the page cache (posix_fadvise), ssd_page_cache with them in it; best of -repeat runs for the cached cases",
 		"goals": map[string]float64{"ram_speedup": 20, "ssd_speedup": 5},
 	}
