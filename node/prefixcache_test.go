@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"fusion/engine/demo"
 	"fusion/node"
 	"fusion/node/nodetest"
 )
@@ -382,5 +383,41 @@ func TestCacheAdminRoutes(t *testing.T) {
 				t.Errorf("param %v, want %q", e.Error.Param, tc.param)
 			}
 		})
+	}
+}
+
+// TestPrefixCacheModelChanged: blocks stored for a model are not used for
+// another model put in its place under the same name (the key carries the
+// weight files' fingerprint): after the swap and a restart the request
+// reuses nothing and answers as the new model does.
+func TestPrefixCacheModelChanged(t *testing.T) {
+	models := nodetest.Models(t)
+	content := longPrompt()
+	data := t.TempDir()
+	a := nodetest.Start(t, nodetest.Options{ModelsDir: models, DataDir: data})
+	chatGreedy(t, a.URL(), content)
+	stop(t, a)
+
+	dir := filepath.Join(models, nodetest.Model)
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	opts := demo.DefaultOptions()
+	opts.Seed = 99
+	if _, err := demo.Create(dir, opts); err != nil {
+		t.Fatal(err)
+	}
+	off := nodetest.Start(t, nodetest.Options{ModelsDir: models, CacheHotBytes: -1, CacheSSDBytes: -1})
+	want := chatGreedy(t, off.URL(), content)
+	stop(t, off)
+
+	b := nodetest.Start(t, nodetest.Options{ModelsDir: models, DataDir: data})
+	if p := probe(t, b.URL(), content); p.BlocksSSDDisk != 0 {
+		t.Errorf("probe of the new model: %+v", p)
+	}
+	got := chatGreedy(t, b.URL(), content)
+	sameOutput(t, "the new model", got, want)
+	if got.Cached != 0 {
+		t.Errorf("the new model reused %d tokens of the old one", got.Cached)
 	}
 }

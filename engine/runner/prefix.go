@@ -155,6 +155,9 @@ func (g *generation) restorePrefix(ctx context.Context, seq sequence) int {
 		ks.Truncate(restored)
 	}
 	g.pfx.restored, g.pfx.stored = restored, n
+	if restored > 0 {
+		g.r.cfg.Logger.Debug("prefix cache: restored", "model", g.e.info.ID, "tokens", restored, "prompt", len(g.prompt))
+	}
 	return restored
 }
 
