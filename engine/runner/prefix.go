@@ -17,8 +17,10 @@ import (
 )
 
 // This file attaches the prefix cache (engine/prefixcache) to generation:
-// restorePrefix before prefill, storePrefix after it and at the end. The
-// scheduler calls the same two methods around its own prefill.
+// restorePrefix before prefill, storePrefix after it and at the end. A
+// scheduler with its own prefill calls the same two methods around it:
+// restore when the sequence is made, prefill from the tokens restored,
+// store once the prompt is in and when the sequence finishes.
 
 // Defaults of the prefix cache's Config fields.
 const (
