@@ -122,11 +122,12 @@ func New(cfg Config) (*Node, error) {
 }
 
 func (n *Node) engineStats() metrics.EngineStats {
-	s := n.runner.Stats()
+	s, pc := n.runner.Stats(), n.runner.CacheStats()
 	return metrics.EngineStats{
 		InFlight: s.InFlight, Cancelled: s.Cancelled,
 		ActiveBytes: s.WeightBytes + s.KVBytes, PeakBytes: s.PeakBytes,
-		CachedBytes: n.runner.CacheStats().HotBytes, // the prefix cache's RAM tier
+		CachedBytes: pc.HotBytes, // the prefix cache's RAM tier
+		PrefixCache: pc,
 	}
 }
 

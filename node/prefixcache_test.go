@@ -341,6 +341,24 @@ func TestCacheAdminRoutes(t *testing.T) {
 	if code, raw := auth("GET", "/health", ""); code != 200 || json.Unmarshal(raw, &health) != nil || health.MXMemory.CachedBytes <= 0 {
 		t.Errorf("/health after a request: %d %s, want the RAM tier's bytes as cached", code, raw)
 	}
+	var met struct {
+		Engine struct {
+			PrefixCache struct {
+				HotBlocks int    `json:"hot_blocks"`
+				Stored    int64  `json:"stored"`
+				Dropped   *int64 `json:"write_dropped"`
+				Corrupt   *int64 `json:"corrupt"`
+			} `json:"prefix_cache"`
+		}
+	}
+	if code, raw := auth("GET", "/metrics", ""); code != 200 || json.Unmarshal(raw, &met) != nil ||
+		met.Engine.PrefixCache.HotBlocks != hot || met.Engine.PrefixCache.Stored != int64(hot) ||
+		met.Engine.PrefixCache.Dropped == nil || met.Engine.PrefixCache.Corrupt == nil {
+		t.Errorf("/metrics after a request: %d %s, want the prefix cache's figures", code, raw)
+	}
+	if code, raw := auth("GET", "/metrics?format=prometheus", ""); code != 200 || !strings.Contains(string(raw), "fusion_prefix_cache_write_dropped_total 0") {
+		t.Errorf("prometheus metrics lack the prefix cache's drops: %d", code)
+	}
 	code, raw := auth("POST", "/admin/api/hot-cache/clear", "")
 	if code != 200 || !strings.Contains(string(raw), fmt.Sprintf(`"cleared_blocks":%d`, hot)) {
 		t.Errorf("hot clear: %d %s", code, raw)
