@@ -117,6 +117,7 @@ type Usage struct {
 	PromptTokens     int
 	CompletionTokens int
 	CachedTokens     int // prompt tokens whose KV came from the cache
+	CacheWriteTokens int // prompt tokens whose KV this request newly stored in the cache
 }
 
 // Event is one step of a generation, in order: zero or more deltas, then

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -32,6 +33,13 @@ type Config struct {
 	MaxQueued    int           // generations admitted at once before 429 (default 64)
 	Threads      int           // CPU backend threads (default: all cores)
 	DrainTimeout time.Duration // how long SIGTERM waits for requests in flight (default 30s)
+
+	// The prefix cache: its SSD tier lives in DataDir/cache (none without
+	// a DataDir). Caps in bytes: 0 takes the default (RAM tier 10% of the
+	// machine's RAM, SSD tier 10 GiB), a negative cap turns the tier off.
+	CacheHotBytes   int64
+	CacheSSDBytes   int64
+	CacheWriteQueue int // blocks waiting for the SSD writer before drops (default 64)
 
 	// CompletionsAsChat names the models whose /v1/completions prompts are
 	// rendered as a one-message chat.
@@ -97,16 +105,21 @@ func New(cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("node: %w", err)
 		}
 	}
+	var cacheDir string
+	if cfg.DataDir != "" {
+		cacheDir = filepath.Join(cfg.DataDir, "cache")
+	}
 	run, err := runner.New(runner.Config{
 		ModelsDir: cfg.ModelsDir, Preload: cfg.Preload, MaxQueued: cfg.MaxQueued, MaxTokens: cfg.MaxTokens,
 		Threads: cfg.Threads, Logger: cfg.Logger,
+		CacheDir: cacheDir, CacheHotBytes: cfg.CacheHotBytes, CacheSSDBytes: cfg.CacheSSDBytes, CacheWriteQueue: cfg.CacheWriteQueue,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node: engine: %w", err)
 	}
 	n := &Node{cfg: cfg, runner: run}
 	n.router = router.New(router.Config{
-		Engine: run, Stats: n.engineStats, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes,
+		Engine: run, Stats: n.engineStats, Cache: run, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes,
 		OpenAI:   openai.Options{MaxTokens: cfg.MaxTokens, Backends: []string{"cpu"}, CompletionsAsChat: cfg.CompletionsAsChat},
 		OpenClaw: cfg.OpenClaw, Sessions: cfg.Sessions, Version: cfg.Version, Logger: cfg.Logger,
 	})
@@ -118,10 +131,12 @@ func New(cfg Config) (*Node, error) {
 }
 
 func (n *Node) engineStats() metrics.EngineStats {
-	s := n.runner.Stats()
+	s, pc := n.runner.Stats(), n.runner.CacheStats()
 	return metrics.EngineStats{
 		InFlight: s.InFlight, Cancelled: s.Cancelled,
 		ActiveBytes: s.WeightBytes + s.KVBytes, PeakBytes: s.PeakBytes,
+		CachedBytes: pc.HotBytes, // the prefix cache's RAM tier
+		PrefixCache: pc,
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"fusion/engine"
+	"fusion/router/admin"
 	"fusion/router/anthropic"
 	"fusion/router/dispatch"
 	"fusion/router/metrics"
@@ -22,6 +23,8 @@ type Config struct {
 	// Stats gives the engine's live figures (memory, in-flight, queue) for
 	// /health and /metrics; nil reports zeros.
 	Stats func() metrics.EngineStats
+	// Cache serves the prefix-cache admin routes (nil: not mounted).
+	Cache admin.Cache
 	// APIKey, when set, is required on every route but /health, as
 	// "Authorization: Bearer KEY" or "x-api-key: KEY".
 	APIKey string
@@ -94,6 +97,7 @@ func New(cfg Config) *Router {
 		oa.Mount(r)
 		rt.openclaw.Mount(r)
 		r.Get("/metrics", h.metricsHandler())
+		admin.New(cfg.Cache).Mount(r)
 	})
 	r.Group(func(r chi.Router) {
 		r.Use(auth(cfg.APIKey, anthropic.Deny)) // 401s in Anthropic's shape

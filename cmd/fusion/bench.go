@@ -12,6 +12,7 @@ import (
 func benchmarks() map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error{
 		"engine":    benchEngine,
+		"cache":     benchCache,
 		"tokenizer": benchTokenizer,
 		"server":    benchServer,
 		"forward":   benchForward,

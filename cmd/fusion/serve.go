@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"fusion/engine/runner"
 	"fusion/node"
 	"fusion/router"
 	"fusion/router/openclaw"
@@ -88,6 +89,12 @@ func serveSettingsTable() []serveSetting {
 				s.cfg.DrainTimeout = d
 				return nil
 			}},
+		{"cache-hot-bytes", constant("0"), "prefix cache RAM tier cap in bytes (0: 10% of RAM; -1: off)",
+			func(s *serveSettings, v string) error { return parseInt64(v, &s.cfg.CacheHotBytes, -1) }},
+		{"cache-ssd-bytes", constant(strconv.FormatInt(runner.DefaultCacheSSDBytes, 10)), "prefix cache SSD tier cap in bytes, under <data-dir>/cache (-1: off)",
+			func(s *serveSettings, v string) error { return parseInt64(v, &s.cfg.CacheSSDBytes, -1) }},
+		{"cache-write-queue", constant("64"), "prefix cache blocks waiting to be written to the SSD before new ones are dropped",
+			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.CacheWriteQueue, 1) }},
 		{"completions-as-chat", constant(""), "comma-separated models whose /v1/completions prompts are rendered as a chat",
 			func(s *serveSettings, v string) error {
 				s.cfg.CompletionsAsChat = map[string]bool{}

@@ -51,4 +51,19 @@ type KVCache interface {
 	Bytes() (allocated, used int64)
 	// Free releases the cache's memory; it must not be used afterwards.
 	Free()
+
+	// KVFormat names the layout ReadKV writes and AppendKV reads (element
+	// type and order, e.g. "f32-lkv"): blocks are only exchanged between
+	// caches of the same format and spec.
+	KVFormat() string
+	// KVBytes is the size of the block ReadKV makes for n positions.
+	KVBytes(n int) int
+	// ReadKV copies the keys and values of positions [from, to) of every
+	// layer of the cache into a new block, exactly (a restored position is
+	// bit-identical to a computed one). Every layer must hold to
+	// positions.
+	ReadKV(from, to int) ([]byte, error)
+	// AppendKV appends the positions of a ReadKV block to every layer; the
+	// layers must all hold the same number of positions.
+	AppendKV(block []byte) error
 }

@@ -44,3 +44,26 @@ func (s *Sequence) CacheBytes() (allocated, used int64) { return s.cache.Bytes()
 
 // Close frees the KV cache.
 func (s *Sequence) Close() { s.cache.Free() }
+
+// KVFormat names the layout of ExportKV blocks (see backend.KVCache).
+func (s *Sequence) KVFormat() string { return s.cache.KVFormat() }
+
+// ExportKV copies the keys and values of positions [from, to) of the
+// model's loaded layers into a block, exactly.
+func (s *Sequence) ExportKV(from, to int) ([]byte, error) {
+	b, err := s.cache.ReadKV(from, to)
+	if err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	return b, nil
+}
+
+// ImportKV appends the positions of an ExportKV block (of a sequence of
+// the same model and layers) to the sequence: they are then as if the
+// tokens had been run through Forward.
+func (s *Sequence) ImportKV(block []byte) error {
+	if err := s.cache.AppendKV(block); err != nil {
+		return fmt.Errorf("model: %w", err)
+	}
+	return nil
+}

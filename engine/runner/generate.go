@@ -140,6 +140,7 @@ type generation struct {
 	calls     int           // tool calls made so far
 	cons      *constraint   // nil when the output is unconstrained
 	events    chan engine.Event
+	pfx       prefixRun // the prefix cache's part (prefix.go)
 }
 
 // send delivers ev unless the client went away.
@@ -178,8 +179,15 @@ func (g *generation) run(ctx context.Context) (final engine.Event, ok bool) {
 	}
 	defer seq.Release()
 
+	var output []int
+	defer func() {
+		if ok && final.Err == nil { // keep the output's blocks too (before seq is released)
+			g.storePrefix(seq, append(slices.Clone(g.prompt), output...))
+		}
+	}()
+	cached := g.restorePrefix(ctx, seq)
 	var logits []float32
-	for start := 0; start < len(g.prompt); start += g.r.cfg.PrefillChunk {
+	for start := cached; start < len(g.prompt); start += g.r.cfg.PrefillChunk {
 		if ctx.Err() != nil {
 			return engine.Event{}, false
 		}
@@ -189,10 +197,11 @@ func (g *generation) run(ctx context.Context) (final engine.Event, ok bool) {
 		}
 	}
 
+	created := g.storePrefix(seq, g.prompt)
+
 	tok := g.lm.text.Tokenizer()
 	dec := tok.NewStreamDecoder(false)
-	var output []int
-	usage := engine.Usage{PromptTokens: len(g.prompt)}
+	usage := engine.Usage{PromptTokens: len(g.prompt), CachedTokens: cached, CacheWriteTokens: created}
 	for {
 		if ctx.Err() != nil {
 			return engine.Event{}, false

@@ -20,6 +20,7 @@ import (
 	"fusion/engine/grammar"
 	"fusion/engine/modelfile"
 	"fusion/engine/parser"
+	"fusion/engine/prefixcache"
 	"fusion/engine/prompt"
 )
 
@@ -41,7 +42,17 @@ type Config struct {
 	// PrefillChunk is how many prompt tokens go through the model per step
 	// (default 512); cancellation is checked between chunks.
 	PrefillChunk int
-	Logger       *slog.Logger
+	// CacheDir is the prefix cache's SSD tier directory ("" = no SSD tier).
+	CacheDir string
+	// CacheHotBytes caps the prefix cache's RAM tier (0: 10% of the
+	// machine's RAM; negative: off).
+	CacheHotBytes int64
+	// CacheSSDBytes caps the SSD tier (0: 10 GiB; negative: off).
+	CacheSSDBytes int64
+	// CacheWriteQueue is how many blocks may wait to be written to the SSD
+	// before new ones are dropped (default 64).
+	CacheWriteQueue int
+	Logger          *slog.Logger
 }
 
 func (c *Config) defaults() {
@@ -66,6 +77,8 @@ type Runner struct {
 
 	mu     sync.Mutex
 	models map[string]*entry
+
+	pcache *prefixcache.Cache // nil when off
 
 	inFlight  atomic.Int64 // admitted requests not yet finished
 	cancelled atomic.Int64 // generations stopped by their context
@@ -92,6 +105,10 @@ type loadedModel struct {
 	// parser names the output parser family, detected from the template.
 	parser string
 
+	// cacheKey is the model's prefix-cache identity (see modelCacheKey).
+	cacheKey    prefixcache.Key
+	cacheKeyErr error
+
 	vocabOnce sync.Once
 	vocab     *grammar.Vocab // for constrained decoding, built on first use
 }
@@ -103,13 +120,17 @@ func New(cfg Config) (*Runner, error) {
 	if err := r.rescan(); err != nil {
 		return nil, err
 	}
+	var err error
+	if r.pcache, err = openPrefixCache(cfg); err != nil {
+		return nil, err
+	}
 	for _, name := range cfg.Preload {
 		e, err := r.entry(name)
 		if err != nil {
-			return nil, fmt.Errorf("preload %s: %w", name, err)
+			return nil, errors.Join(fmt.Errorf("preload %s: %w", name, err), r.Close())
 		}
 		if _, err := r.load(e); err != nil {
-			return nil, fmt.Errorf("preload %s: %w", name, err)
+			return nil, errors.Join(fmt.Errorf("preload %s: %w", name, err), r.Close())
 		}
 	}
 	return r, nil
@@ -177,6 +198,7 @@ func (r *Runner) load(e *entry) (*loadedModel, error) {
 	}
 	r.cfg.Logger.Info("model loaded", "model", e.info.ID, "weight_bytes", m.WeightBytes())
 	e.loaded = &loadedModel{text: text, model: m, parser: parser.Detect(text.TemplateSource(), "")}
+	e.loaded.cacheKey, e.loaded.cacheKeyErr = modelCacheKey(e.info.Path)
 	return e.loaded, nil
 }
 
@@ -275,9 +297,12 @@ func (r *Runner) Close() error {
 		close(r.closed)
 	}
 	r.wg.Wait()
+	var errs []error
+	if r.pcache != nil {
+		errs = append(errs, r.pcache.Close()) // writes the queued blocks
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var errs []error
 	for _, e := range r.models {
 		if e.loaded != nil {
 			errs = append(errs, e.loaded.model.Close())

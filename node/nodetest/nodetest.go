@@ -33,6 +33,12 @@ type Options struct {
 	// ModelsDir, when set, is used instead of a fresh one with the demo
 	// model.
 	ModelsDir string
+	// DataDir, when set, is used instead of a fresh one (a restart: a new
+	// node on the data of a stopped one).
+	DataDir string
+	// CacheHotBytes and CacheSSDBytes are the prefix cache's caps (0: the
+	// node's defaults).
+	CacheHotBytes, CacheSSDBytes int64
 	// Logger, when nil, discards the logs, or writes them to stderr when
 	// FUSION_TEST_LOG=1.
 	Logger *slog.Logger
@@ -60,8 +66,12 @@ func Start(t testing.TB, o Options) *node.Node {
 			o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		}
 	}
+	if o.DataDir == "" {
+		o.DataDir = t.TempDir()
+	}
 	n, err := node.New(node.Config{
-		Listen: "127.0.0.1:0", DataDir: t.TempDir(), ModelsDir: o.ModelsDir, APIKey: o.APIKey,
+		Listen: "127.0.0.1:0", DataDir: o.DataDir, ModelsDir: o.ModelsDir, APIKey: o.APIKey,
+		CacheHotBytes: o.CacheHotBytes, CacheSSDBytes: o.CacheSSDBytes,
 		MaxQueued: o.MaxQueued, MaxTokens: o.MaxTokens, MaxBodyBytes: o.MaxBodyBytes, DrainTimeout: o.DrainTimeout,
 		CompletionsAsChat: o.CompletionsAsChat, OpenClaw: o.OpenClaw, Sessions: o.Sessions, Threads: 1, Version: "test", Logger: o.Logger,
 	})

@@ -656,8 +656,10 @@ func stopReason(ev engine.Event, toolCalls bool) (reason string, seq *string) {
 }
 
 // usage converts the engine's final usage in Anthropic's accounting:
-// input_tokens excludes the prompt tokens read from the prefix cache,
-// which cache_read_input_tokens counts (their sum is the prompt).
+// input_tokens excludes the prompt tokens read from the prefix cache
+// (cache_read_input_tokens) and those newly written to it
+// (cache_creation_input_tokens); the three add up to the prompt.
 func usage(u engine.Usage) Usage {
-	return Usage{InputTokens: u.PromptTokens - u.CachedTokens, OutputTokens: u.CompletionTokens, CacheReadInputTokens: u.CachedTokens}
+	return Usage{InputTokens: u.PromptTokens - u.CachedTokens - u.CacheWriteTokens, OutputTokens: u.CompletionTokens,
+		CacheReadInputTokens: u.CachedTokens, CacheCreationInputTokens: u.CacheWriteTokens}
 }

@@ -189,7 +189,7 @@ func TestStreamEvents(t *testing.T) {
 	add(c.event(engine.Event{Text: "Hel", Tokens: make([]engine.TokenLogprob, 1)}))
 	add(c.event(engine.Event{Text: "lo"}))
 	add(c.event(engine.Event{Done: true, FinishReason: engine.FinishStop, StopSequence: "END",
-		Usage: engine.Usage{PromptTokens: 12, CompletionTokens: 3, CachedTokens: 4}}))
+		Usage: engine.Usage{PromptTokens: 12, CompletionTokens: 3, CachedTokens: 4, CacheWriteTokens: 2}}))
 	want := []string{
 		`message_start {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"demo","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":12,"output_tokens":1,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}}`,
 		`content_block_start {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
@@ -197,7 +197,7 @@ func TestStreamEvents(t *testing.T) {
 		`content_block_delta {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hel"}}`,
 		`content_block_delta {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"lo"}}`,
 		`content_block_stop {"type":"content_block_stop","index":0}`,
-		`message_delta {"type":"message_delta","delta":{"stop_reason":"stop_sequence","stop_sequence":"END"},"usage":{"input_tokens":8,"output_tokens":3,"cache_creation_input_tokens":0,"cache_read_input_tokens":4}}`,
+		`message_delta {"type":"message_delta","delta":{"stop_reason":"stop_sequence","stop_sequence":"END"},"usage":{"input_tokens":6,"output_tokens":3,"cache_creation_input_tokens":2,"cache_read_input_tokens":4}}`,
 		`message_stop {"type":"message_stop"}`,
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {

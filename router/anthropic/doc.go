@@ -42,7 +42,8 @@
 // is a plain JSON error with its status; after it, an "error" event ends
 // the stream. Final usage follows Anthropic's accounting: input_tokens
 // excludes the prompt tokens served from the prefix cache, which
-// cache_read_input_tokens reports.
+// cache_read_input_tokens reports, and those newly stored in it, which
+// cache_creation_input_tokens reports.
 //
 // Answers are built by one block state machine (stream.go) for both
 // shapes: it takes parsed output steps (content, reasoning, tool-call

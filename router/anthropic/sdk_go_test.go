@@ -75,7 +75,7 @@ func TestGoSDKCreate(t *testing.T) {
 	count, err := c.Messages.CountTokens(ctx, ant.MessageCountTokensParams{Model: nodetest.Model, Messages: params.Messages,
 		System: ant.MessageCountTokensParamsSystemUnion{OfTextBlockArray: params.System}})
 	check(t, err)
-	if got := msg.Usage.InputTokens + msg.Usage.CacheReadInputTokens; count.InputTokens != got {
+	if got := msg.Usage.InputTokens + msg.Usage.CacheReadInputTokens + msg.Usage.CacheCreationInputTokens; count.InputTokens != got {
 		t.Errorf("count_tokens %d, usage %d", count.InputTokens, got)
 	}
 

@@ -10,6 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"fusion/engine/prefixcache"
 )
 
 // EngineStats are the live figures of the local engine.
@@ -20,6 +22,8 @@ type EngineStats struct {
 	ActiveBytes int64 // memory in use (weights and KV cache)
 	CachedBytes int64 // memory held for reuse but not in use
 	PeakBytes   int64 // highest ActiveBytes seen
+	// PrefixCache are the prefix cache's sizes and counters.
+	PrefixCache prefixcache.Stats
 }
 
 // Outcome is how a generation request ended.
@@ -116,6 +120,14 @@ func New(engine func() EngineStats) *Metrics {
 			counter("fusion_engine_cancelled_total", "Generations the engine stopped because their client went away.", func(s EngineStats) int64 { return s.Cancelled }),
 			gauge("fusion_engine_memory_active_bytes", "Engine memory in use (weights and KV cache).", func(s EngineStats) int64 { return s.ActiveBytes }),
 			gauge("fusion_engine_memory_peak_bytes", "Highest engine memory in use seen.", func(s EngineStats) int64 { return s.PeakBytes }),
+			gauge("fusion_prefix_cache_hot_bytes", "Prefix cache RAM tier size.", func(s EngineStats) int64 { return s.PrefixCache.HotBytes }),
+			gauge("fusion_prefix_cache_ssd_bytes", "Prefix cache SSD tier size.", func(s EngineStats) int64 { return s.PrefixCache.DiskBytes }),
+			counter("fusion_prefix_cache_hot_hits_total", "Prefix cache blocks served from RAM.", func(s EngineStats) int64 { return s.PrefixCache.HotHits }),
+			counter("fusion_prefix_cache_ssd_hits_total", "Prefix cache blocks served from the SSD.", func(s EngineStats) int64 { return s.PrefixCache.DiskHits }),
+			counter("fusion_prefix_cache_misses_total", "Prefix cache lookups that found nothing.", func(s EngineStats) int64 { return s.PrefixCache.Misses }),
+			counter("fusion_prefix_cache_write_dropped_total", "Prefix cache blocks not written to the SSD: write queue full.", func(s EngineStats) int64 { return s.PrefixCache.Dropped }),
+			counter("fusion_prefix_cache_write_errors_total", "Prefix cache block files that failed to write.", func(s EngineStats) int64 { return s.PrefixCache.WriteErrors }),
+			counter("fusion_prefix_cache_corrupt_total", "Bad prefix cache block files found and removed.", func(s EngineStats) int64 { return s.PrefixCache.Corrupt }),
 		)
 	}
 	return m
@@ -241,6 +253,8 @@ type EngineSnapshot struct {
 	InFlight   int64 `json:"in_flight"`
 	QueueDepth int64 `json:"queue_depth"`
 	Cancelled  int64 `json:"cancelled"`
+	// PrefixCache: sizes, caps, hits, misses, drops, errors, bad files.
+	PrefixCache prefixcache.Stats `json:"prefix_cache"`
 }
 
 // Snapshot returns the JSON figures.
@@ -252,7 +266,7 @@ func (m *Metrics) Snapshot() Snapshot {
 		TotalRequests: m.total, SuccessfulRequests: m.ok, FailedRequests: m.failed, CancelledRequests: m.cancel,
 		TotalTokensGenerated: m.gen, TotalTokensPrompt: m.prompt, ActiveRequests: m.inFlight,
 		ModelStats:    make(map[string]ModelStats, len(m.models)),
-		Engine:        EngineSnapshot{InFlight: e.InFlight, QueueDepth: e.QueueDepth, Cancelled: e.Cancelled},
+		Engine:        EngineSnapshot{InFlight: e.InFlight, QueueDepth: e.QueueDepth, Cancelled: e.Cancelled, PrefixCache: e.PrefixCache},
 		UptimeSeconds: time.Since(m.start).Seconds(),
 	}
 	for n, ms := range m.models {

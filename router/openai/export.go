@@ -55,3 +55,6 @@ func MissingParam(param string) *Error { return missingParam(param) }
 
 // EngineError maps an engine error, naming the model on a 404.
 func EngineError(err error, model string) *Error { return engineError(err, model) }
+
+// WriteJSON answers v with status, encoded as every OpenAI route does.
+func WriteJSON(w http.ResponseWriter, status int, v any) { writeJSON(w, status, v) }

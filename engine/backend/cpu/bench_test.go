@@ -35,3 +35,40 @@ func benchAttention(b *testing.B, history, rows int) {
 
 func BenchmarkAttentionDecode600(b *testing.B)  { benchAttention(b, 600, 1) }
 func BenchmarkAttentionPrefill512(b *testing.B) { benchAttention(b, 0, 512) }
+
+// Restoring and saving the KV of a 64-position block at Qwen3-0.6B's shape
+// (28 layers, 8 KV heads of 128: 14 MiB), as the prefix cache does.
+func BenchmarkKVAppend64(b *testing.B) {
+	spec := backend.KVSpec{Layers: 28, KVHeads: 8, HeadDim: 128, MaxLen: 64 * 32}
+	be := New(Options{})
+	defer be.Close()
+	src, _ := be.NewKVCache(spec)
+	blk := make([]byte, src.KVBytes(64))
+	b.SetBytes(int64(len(blk)))
+	b.ResetTimer()
+	for i := range b.N {
+		if i%32 == 0 {
+			src.Truncate(0)
+		}
+		if err := src.AppendKV(blk); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkKVRead64(b *testing.B) {
+	spec := backend.KVSpec{Layers: 28, KVHeads: 8, HeadDim: 128, MaxLen: 64}
+	be := New(Options{})
+	defer be.Close()
+	c, _ := be.NewKVCache(spec)
+	if err := c.AppendKV(make([]byte, c.KVBytes(64))); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(c.KVBytes(64)))
+	b.ResetTimer()
+	for range b.N {
+		if _, err := c.ReadKV(0, 64); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

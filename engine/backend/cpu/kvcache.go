@@ -145,3 +145,78 @@ func (c *KVCache) write(layer, offset int, k, v []float32, n int) {
 	}
 	c.lens[li] = offset + n
 }
+
+// KVLayout is the block layout of ReadKV and AppendKV: for each layer of
+// the spec in order, the keys [n, kvHeads·headDim] then the values [n,
+// kvHeads·headDim] of the n positions, float32 little-endian (the rows
+// Attention appends, as they were appended).
+const KVLayout = "f32le-layer-k-v"
+
+// KVFormat names the block layout of ReadKV and AppendKV.
+func (c *KVCache) KVFormat() string { return KVLayout }
+
+// KVBytes is the size of a block of n positions.
+func (c *KVCache) KVBytes(n int) int {
+	s := c.spec
+	return s.Layers * 2 * n * s.KVHeads * s.HeadDim * 4
+}
+
+// ReadKV copies positions [from, to) of every layer into a new block.
+func (c *KVCache) ReadKV(from, to int) ([]byte, error) {
+	if from < 0 || to < from {
+		return nil, fmt.Errorf("cpu: ReadKV [%d, %d): invalid range", from, to)
+	}
+	for i, n := range c.lens {
+		if n < to {
+			return nil, fmt.Errorf("cpu: ReadKV [%d, %d): layer %d holds %d positions", from, to, c.spec.FirstLayer+i, n)
+		}
+	}
+	s := c.spec
+	n := to - from
+	width := s.KVHeads * s.HeadDim
+	out := make([]float32, c.KVBytes(n)/4)
+	for li := range s.Layers {
+		k := out[2*li*n*width : (2*li+1)*n*width]
+		v := out[(2*li+1)*n*width : (2*li+2)*n*width]
+		for t := range n {
+			p := from + t
+			blk, slot := p/BlockSize, p%BlockSize
+			for h := range s.KVHeads {
+				kb, vtb := c.matrices(blk, li, h)
+				copy(k[t*width+h*s.HeadDim:t*width+(h+1)*s.HeadDim], kb[slot*s.HeadDim:(slot+1)*s.HeadDim])
+				vs := v[t*width+h*s.HeadDim : t*width+(h+1)*s.HeadDim]
+				for d := range vs {
+					vs[d] = vtb[d*BlockSize+slot]
+				}
+			}
+		}
+	}
+	return floatsToBytes(out), nil
+}
+
+// AppendKV appends the positions of a ReadKV block to every layer.
+func (c *KVCache) AppendKV(block []byte) error {
+	s := c.spec
+	per := c.KVBytes(1)
+	if len(block) == 0 || len(block)%per != 0 {
+		return fmt.Errorf("cpu: AppendKV: a block of %d bytes is not a whole number of positions of %d bytes", len(block), per)
+	}
+	n := len(block) / per
+	off := c.lens[0]
+	for i, l := range c.lens {
+		if l != off {
+			return fmt.Errorf("cpu: AppendKV: layer %d holds %d positions, layer %d %d", s.FirstLayer, off, s.FirstLayer+i, l)
+		}
+	}
+	if off+n > s.MaxLen {
+		return fmt.Errorf("cpu: AppendKV: %d + %d positions exceed the cache's %d", off, n, s.MaxLen)
+	}
+	f := bytesToFloats(block)
+	width := s.KVHeads * s.HeadDim
+	for li := range s.Layers {
+		k := f[2*li*n*width : (2*li+1)*n*width]
+		v := f[(2*li+1)*n*width : (2*li+2)*n*width]
+		c.write(s.FirstLayer+li, off, k, v, n)
+	}
+	return nil
+}

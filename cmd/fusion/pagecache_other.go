@@ -1,0 +1,7 @@
+//go:build !linux
+
+package main
+
+// dropPageCache is not available here: the SSD figure is then read
+// through the page cache.
+func dropPageCache(dir string) bool { return false }

@@ -1,0 +1,91 @@
+package model
+
+import (
+	"slices"
+	"testing"
+
+	"fusion/engine/backend/cpu"
+	"fusion/engine/demo"
+)
+
+// TestKVExportImportIsExact restores the KV of a prefix computed by one
+// sequence into another and checks the logits of the rest are the very
+// bits a sequence that computed everything gets, for prefixes that end
+// inside and on the edge of the CPU cache's 256-position blocks.
+func TestKVExportImportIsExact(t *testing.T) {
+	be := cpu.New(cpu.Options{Threads: 2})
+	defer be.Close()
+	m := load(t, be, smallModel(t, "qwen3", demo.Options{}), Range{})
+	cases := []struct {
+		name         string
+		total, split int
+	}{
+		{"one block", 80, 64},
+		{"several blocks across a cache block", 300, 192},
+		{"prefix on the cache block edge", 300, 256},
+		{"exported in two parts", 200, 128},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			toks := tokens(7, tc.total)
+			full := newSeq(t, m)
+			want := forward(t, m, []Input{{Seq: full, Tokens: toks}}, Range{}, nil).Logits[0]
+			want = slices.Clone(want)
+
+			src := newSeq(t, m)
+			forward(t, m, []Input{{Seq: src, Tokens: toks[:tc.split]}}, Range{}, nil)
+			dst := newSeq(t, m)
+			// Export in 64-position blocks, as the prefix cache does.
+			for a := 0; a < tc.split; a += 64 {
+				b := min(a+64, tc.split)
+				blk, err := src.ExportKV(a, b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(blk) != (b-a)*int(m.KVBytesPerToken()) {
+					t.Fatalf("block of %d positions is %d bytes, want %d", b-a, len(blk), (b-a)*int(m.KVBytesPerToken()))
+				}
+				if err := dst.ImportKV(blk); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if dst.Len() != tc.split {
+				t.Fatalf("restored sequence holds %d positions, want %d", dst.Len(), tc.split)
+			}
+			got := forward(t, m, []Input{{Seq: dst, Tokens: toks[tc.split:]}}, Range{}, nil).Logits[0]
+			sameBits(t, "logits after a restored prefix", got, want)
+		})
+	}
+}
+
+func TestKVExportImportErrors(t *testing.T) {
+	be := cpu.New(cpu.Options{Threads: 1})
+	defer be.Close()
+	m := load(t, be, smallModel(t, "qwen3", demo.Options{}), Range{})
+	s := newSeq(t, m)
+	forward(t, m, []Input{{Seq: s, Tokens: tokens(7, 10)}}, Range{}, nil)
+	if _, err := s.ExportKV(0, 11); err == nil {
+		t.Error("export past the sequence's end: no error")
+	}
+	if _, err := s.ExportKV(5, 4); err == nil {
+		t.Error("export of a reversed range: no error")
+	}
+	if err := s.ImportKV(make([]byte, 7)); err == nil {
+		t.Error("import of a block that is not whole positions: no error")
+	}
+	blk, err := s.ExportKV(0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	small, err := m.NewSequence(12)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer small.Close()
+	if err := small.ImportKV(blk); err != nil {
+		t.Fatal(err)
+	}
+	if err := small.ImportKV(blk); err == nil {
+		t.Error("import past the sequence's max length: no error")
+	}
+}

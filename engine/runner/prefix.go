@@ -1,0 +1,295 @@
+package runner
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"fusion/engine/backend/cpu"
+	"fusion/engine/prefixcache"
+	"fusion/engine/prompt"
+)
+
+// This file attaches the prefix cache (engine/prefixcache) to generation:
+// restorePrefix before prefill, storePrefix after it and at the end. A
+// scheduler with its own prefill calls the same two methods around it:
+// restore when the sequence is made, prefill from the tokens restored,
+// store once the prompt is in and when the sequence finishes.
+
+// Defaults of the prefix cache's Config fields.
+const (
+	DefaultCacheSSDBytes = prefixcache.DefaultDiskBytes
+)
+
+// kvSequence is a sequence whose KV can be exported and imported in
+// blocks (see backend.KVCache.ReadKV).
+type kvSequence interface {
+	// Len is the number of positions the sequence holds.
+	Len() int
+	ExportKV(from, to int) ([]byte, error)
+	ImportKV(block []byte) error
+	// Truncate forgets the positions from n on.
+	Truncate(n int)
+}
+
+// openPrefixCache opens the cache the config asks for (nil when both tiers
+// are off).
+func openPrefixCache(cfg Config) (*prefixcache.Cache, error) {
+	hot := cfg.CacheHotBytes
+	if hot == 0 {
+		hot = prefixcache.DefaultHotBytes()
+	}
+	ssd := cfg.CacheSSDBytes
+	if ssd == 0 {
+		ssd = DefaultCacheSSDBytes
+	}
+	dir := cfg.CacheDir
+	if ssd < 0 {
+		dir = ""
+	}
+	if hot < 0 && dir == "" {
+		return nil, nil
+	}
+	return prefixcache.Open(prefixcache.Config{
+		HotBytes: max(hot, 0), Dir: dir, DiskBytes: max(ssd, 0), WriteQueue: cfg.CacheWriteQueue, Logger: cfg.Logger,
+	})
+}
+
+// modelCacheKey is the prefix-cache identity of a model of the models
+// dir as this runner loads it: the fingerprint of its files (name, size,
+// modification time and the first 64 KiB of each: headers and configs),
+// the backend and its KV layout, and the layers (all of them).
+func modelCacheKey(path string) (prefixcache.Key, error) {
+	files := []string{path}
+	if st, err := os.Stat(path); err != nil {
+		return prefixcache.Key{}, err
+	} else if st.IsDir() {
+		entries, err := os.ReadDir(path)
+		if err != nil {
+			return prefixcache.Key{}, err
+		}
+		files = files[:0]
+		for _, e := range entries {
+			n := e.Name()
+			if e.Type().IsRegular() && (strings.HasSuffix(n, ".safetensors") || strings.HasSuffix(n, ".gguf") || strings.HasSuffix(n, ".json")) {
+				files = append(files, filepath.Join(path, n))
+			}
+		}
+		sort.Strings(files)
+	}
+	parts := []string{"backend=cpu", "kv=" + cpu.KVLayout, "layers=all"}
+	for _, f := range files {
+		fp, err := fileFingerprint(f)
+		if err != nil {
+			return prefixcache.Key{}, err
+		}
+		parts = append(parts, filepath.Base(f)+"="+fp)
+	}
+	return prefixcache.ModelKey(parts...), nil
+}
+
+func fileFingerprint(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	if _, err := io.CopyN(h, f, 64<<10); err != nil && err != io.EOF {
+		return "", err
+	}
+	return fmt.Sprintf("%d/%d/%s", st.Size(), st.ModTime().UnixNano(), hex.EncodeToString(h.Sum(nil))), nil
+}
+
+// prefixRun is a generation's use of the prefix cache.
+type prefixRun struct {
+	keys     []prefixcache.Key // of the prompt's whole blocks
+	restored int               // prompt tokens restored from the cache
+	stored   int               // blocks of the sequence already in the cache
+}
+
+// restorePrefix imports the longest run of cached blocks of the prompt
+// into seq and returns how many tokens it restored. At least the prompt's
+// last token is left to compute (its logits start the generation): when
+// every token was restored (a prompt of whole blocks), the last position
+// is dropped again.
+func (g *generation) restorePrefix(ctx context.Context, seq sequence) int {
+	c := g.r.pcache
+	ks, ok := seq.(kvSequence)
+	if c == nil || !ok || g.lm.cacheKeyErr != nil || ks.Len() != 0 {
+		return 0
+	}
+	bs := c.BlockSize()
+	g.pfx.keys = prefixcache.Chain(g.lm.cacheKey, g.prompt, bs)
+	n := 0
+	for ; n < len(g.pfx.keys) && ctx.Err() == nil; n++ {
+		data, tier := c.Get(g.pfx.keys[n])
+		if tier == prefixcache.Miss {
+			break
+		}
+		err := ks.ImportKV(data)
+		if err == nil && ks.Len() != (n+1)*bs {
+			err = fmt.Errorf("the block held %d positions, not %d", ks.Len()-n*bs, bs)
+		}
+		if err != nil {
+			// A block of the wrong size for this model cannot carry its key
+			// (a checksummed file is not a trusted one); recompute from here
+			// rather than fail the request.
+			g.r.cfg.Logger.Warn("prefix cache: block not imported", "model", g.e.info.ID, "block", n, "err", err)
+			ks.Truncate(n * bs)
+			c.Remove(g.pfx.keys[n])
+			break
+		}
+	}
+	restored := n * bs
+	if restored == len(g.prompt) {
+		restored--
+		ks.Truncate(restored)
+	}
+	g.pfx.restored, g.pfx.stored = restored, n
+	if restored > 0 {
+		g.r.cfg.Logger.Debug("prefix cache: restored", "model", g.e.info.ID, "tokens", restored, "prompt", len(g.prompt))
+	}
+	return restored
+}
+
+// storePrefix puts the whole blocks of tokens that seq holds and the cache
+// lacks into it and returns how many of their tokens were new to the
+// cache. tokens is the prompt after prefill, the prompt and the output at
+// the end.
+func (g *generation) storePrefix(seq sequence, tokens []int) int {
+	c := g.r.pcache
+	ks, ok := seq.(kvSequence)
+	if c == nil || !ok || g.lm.cacheKeyErr != nil {
+		return 0
+	}
+	bs := c.BlockSize()
+	held := min(ks.Len(), len(tokens))
+	if held/bs <= g.pfx.stored {
+		return 0
+	}
+	keys := g.pfx.keys
+	if held/bs > len(keys) { // the output's blocks
+		keys = prefixcache.Chain(g.lm.cacheKey, tokens[:held/bs*bs], bs)
+	}
+	created := 0
+	for i := g.pfx.stored; i < held/bs; i++ {
+		if c.Contains(keys[i]) == prefixcache.Hot {
+			continue
+		}
+		data, err := ks.ExportKV(i*bs, (i+1)*bs)
+		if err != nil {
+			g.r.cfg.Logger.Warn("prefix cache: block not exported", "model", g.e.info.ID, "block", i, "err", err)
+			break
+		}
+		if c.Put(g.lm.cacheKey, keys[i], bs, data) {
+			created += bs
+		}
+	}
+	g.pfx.stored = held / bs
+	return created
+}
+
+// Len, ExportKV, ImportKV and Truncate give the prefix cache the CPU
+// sequence's KV.
+func (s *cpuSequence) Len() int                              { return s.seq.Len() }
+func (s *cpuSequence) Truncate(n int)                        { s.seq.Truncate(n) }
+func (s *cpuSequence) ExportKV(from, to int) ([]byte, error) { return s.seq.ExportKV(from, to) }
+func (s *cpuSequence) ImportKV(block []byte) error {
+	err := s.seq.ImportKV(block)
+	alloc, _ := s.seq.CacheBytes()
+	s.kvBytes.Store(alloc)
+	return err
+}
+
+// ProbeCache renders and tokenizes req for model as a generation would
+// and reports which of its blocks the prefix cache holds, without
+// changing the cache.
+func (r *Runner) ProbeCache(ctx context.Context, model string, req prompt.Request) (prefixcache.Probe, error) {
+	e, err := r.entry(model)
+	if err != nil {
+		return prefixcache.Probe{}, err
+	}
+	text, err := r.textOf(model)
+	if err != nil {
+		return prefixcache.Probe{}, err
+	}
+	p, err := text.Tokenize(req)
+	if err != nil {
+		return prefixcache.Probe{}, err
+	}
+	e.loadMu.Lock()
+	lm := e.loaded
+	e.loadMu.Unlock()
+	bs := prefixcache.DefaultBlockSize
+	if r.pcache != nil {
+		bs = r.pcache.BlockSize()
+	}
+	out := prefixcache.Probe{ModelLoaded: lm != nil, TotalTokens: len(p.Tokens), BlockSize: bs, TotalBlocks: (len(p.Tokens) + bs - 1) / bs}
+	if r.pcache != nil {
+		key, kerr := prefixcache.Key{}, error(nil)
+		if lm != nil {
+			key, kerr = lm.cacheKey, lm.cacheKeyErr
+		} else {
+			key, kerr = modelCacheKey(e.info.Path)
+		}
+		if kerr == nil {
+		probe:
+			for _, k := range prefixcache.Chain(key, p.Tokens, bs) {
+				switch r.pcache.Contains(k) {
+				case prefixcache.Hot:
+					out.HotBlocks++
+				case prefixcache.Disk:
+					out.DiskBlocks++
+				default:
+					break probe
+				}
+			}
+		}
+	}
+	out.ColdBlocks = out.TotalBlocks - out.HotBlocks - out.DiskBlocks
+	out.HitTokens = (out.HotBlocks + out.DiskBlocks) * bs
+	out.ColdTokens = out.TotalTokens - out.HitTokens
+	return out, nil
+}
+
+// ClearHotCache empties the prefix cache's RAM tier.
+func (r *Runner) ClearHotCache(ctx context.Context) (prefixcache.Cleared, error) {
+	if r.pcache == nil {
+		return prefixcache.Cleared{}, nil
+	}
+	return r.pcache.ClearHot(), nil
+}
+
+// ClearSSDCache removes the prefix cache's block files.
+func (r *Runner) ClearSSDCache(ctx context.Context) (prefixcache.Cleared, error) {
+	if r.pcache == nil {
+		return prefixcache.Cleared{}, nil
+	}
+	return r.pcache.ClearDisk()
+}
+
+// CacheStats are the prefix cache's counters (zero when it is off).
+func (r *Runner) CacheStats() prefixcache.Stats {
+	if r.pcache == nil {
+		return prefixcache.Stats{}
+	}
+	return r.pcache.Stats()
+}
+
+// FlushCache waits until the blocks queued for the SSD are written.
+func (r *Runner) FlushCache() {
+	if r.pcache != nil {
+		r.pcache.Flush()
+	}
+}
