@@ -29,6 +29,13 @@ type Config struct {
 	MaxBodyBytes int64         // request body limit (default 10 MiB)
 	MaxTokens    int           // max_tokens cap per request (default 4096)
 	MaxQueued    int           // generations admitted at once before 429 (default 64)
+	// Scheduler and pool limits (runner.Config; zero takes its default).
+	MaxRunning   int           // sequences in running batches (default 16)
+	MaxKVBytes   int64         // KV cache of running sequences (default RAM/4)
+	StepTokens   int           // tokens per scheduler step (default 512)
+	MaxWait      time.Duration // starvation bound of a waiting request (default 30s)
+	MemoryBudget int64         // weights of loaded models (default RAM/2)
+	IdleTTL      time.Duration // unload models idle that long (default 0: never)
 	Threads      int           // CPU backend threads (default: all cores)
 	DrainTimeout time.Duration // how long SIGTERM waits for requests in flight (default 30s)
 
@@ -91,6 +98,8 @@ func New(cfg Config) (*Node, error) {
 	}
 	run, err := runner.New(runner.Config{
 		ModelsDir: cfg.ModelsDir, Preload: cfg.Preload, MaxQueued: cfg.MaxQueued, MaxTokens: cfg.MaxTokens,
+		MaxRunning: cfg.MaxRunning, MaxKVBytes: cfg.MaxKVBytes, StepTokens: cfg.StepTokens, MaxWait: cfg.MaxWait,
+		MemoryBudget: cfg.MemoryBudget, IdleTTL: cfg.IdleTTL,
 		Threads: cfg.Threads, Logger: cfg.Logger,
 	})
 	if err != nil {

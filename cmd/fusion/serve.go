@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"fusion/engine/runner"
 	"fusion/node"
 	"fusion/router"
 )
@@ -76,6 +77,18 @@ func serveSettingsTable() []serveSetting {
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.MaxTokens, 1) }},
 		{"max-queued", constant("64"), "generations admitted at once before answering 429",
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.MaxQueued, 1) }},
+		{"max-running", constant(strconv.Itoa(runner.DefaultMaxRunning)), "sequences decoded together in the running batches",
+			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.MaxRunning, 1) }},
+		{"max-kv-bytes", constant("0"), "KV cache memory of running sequences (0: a quarter of RAM)",
+			func(s *serveSettings, v string) error { return parseInt64(v, &s.cfg.MaxKVBytes, 0) }},
+		{"step-tokens", constant(strconv.Itoa(runner.DefaultStepTokens)), "tokens per scheduler step (decode tokens plus prompt chunks)",
+			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.StepTokens, 1) }},
+		{"max-wait", constant(runner.DefaultMaxWait.String()), "starvation bound: a request waiting this long goes first at the next free slot",
+			func(s *serveSettings, v string) error { return parseDuration(v, &s.cfg.MaxWait, false) }},
+		{"memory-budget", constant("0"), "bytes of model weights kept loaded; idle models are evicted past it (0: half of RAM)",
+			func(s *serveSettings, v string) error { return parseInt64(v, &s.cfg.MemoryBudget, 0) }},
+		{"idle-ttl", constant("0s"), "unload an unpinned model unused for this long (0s: never)",
+			func(s *serveSettings, v string) error { return parseDuration(v, &s.cfg.IdleTTL, true) }},
 		{"threads", constant("0"), "CPU backend threads (0: all cores)",
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.Threads, 0) }},
 		{"drain-timeout", constant(node.DefaultDrainTimeout.String()), "how long shutdown waits for requests in flight",
@@ -267,6 +280,16 @@ func parseInt64(v string, dst *int64, minimum int64) error {
 		return fmt.Errorf("%q is not an integer >= %d", v, minimum)
 	}
 	*dst = n
+	return nil
+}
+
+// parseDuration parses a positive duration (or zero when allowed).
+func parseDuration(v string, dst *time.Duration, allowZero bool) error {
+	d, err := time.ParseDuration(strings.TrimSpace(v))
+	if err != nil || d < 0 || (d == 0 && !allowZero) {
+		return fmt.Errorf("%q is not a positive duration (e.g. 30s)", v)
+	}
+	*dst = d
 	return nil
 }
 

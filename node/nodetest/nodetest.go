@@ -23,6 +23,7 @@ const Model = "demo"
 type Options struct {
 	APIKey            string
 	MaxQueued         int
+	MaxRunning        int
 	MaxTokens         int
 	MaxBodyBytes      int64
 	DrainTimeout      time.Duration
@@ -59,7 +60,7 @@ func Start(t testing.TB, o Options) *node.Node {
 	}
 	n, err := node.New(node.Config{
 		Listen: "127.0.0.1:0", DataDir: t.TempDir(), ModelsDir: o.ModelsDir, APIKey: o.APIKey,
-		MaxQueued: o.MaxQueued, MaxTokens: o.MaxTokens, MaxBodyBytes: o.MaxBodyBytes, DrainTimeout: o.DrainTimeout,
+		MaxQueued: o.MaxQueued, MaxRunning: o.MaxRunning, MaxTokens: o.MaxTokens, MaxBodyBytes: o.MaxBodyBytes, DrainTimeout: o.DrainTimeout,
 		CompletionsAsChat: o.CompletionsAsChat, Threads: 1, Version: "test", Logger: o.Logger,
 	})
 	if err != nil {
