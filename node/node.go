@@ -29,6 +29,9 @@ type Config struct {
 	MaxBodyBytes int64         // request body limit (default 10 MiB)
 	MaxTokens    int           // max_tokens cap per request (default 4096)
 	MaxQueued    int           // generations admitted at once before 429 (default 64)
+	Threads      int           // CPU backend threads (default: all cores)
+	DrainTimeout time.Duration // how long SIGTERM waits for requests in flight (default 30s)
+
 	// Scheduler and pool limits (runner.Config; zero takes its default).
 	MaxRunning   int           // sequences in running batches (default 16)
 	MaxKVBytes   int64         // KV cache of running sequences (default RAM/4)
@@ -36,8 +39,6 @@ type Config struct {
 	MaxWait      time.Duration // starvation bound of a waiting request (default 30s)
 	MemoryBudget int64         // weights of loaded models (default RAM/2)
 	IdleTTL      time.Duration // unload models idle that long (default 0: never)
-	Threads      int           // CPU backend threads (default: all cores)
-	DrainTimeout time.Duration // how long SIGTERM waits for requests in flight (default 30s)
 
 	// CompletionsAsChat names the models whose /v1/completions prompts are
 	// rendered as a one-message chat.

@@ -86,13 +86,7 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if *promptLen < 1 || *decodeLen < 1 {
 		return usagef("-prompt and -decode must be positive")
 	}
-	shape := demo.Options{Arch: "qwen3", Layers: 28, Hidden: 1024, Heads: 16, KVHeads: 8, HeadDim: 128,
-		Intermediate: 3072, VocabFrom: filepath.Join(fixturesDir(), "tokenizers", "qwen3"), Seed: 1}
-	formats := []engineFormat{
-		{"bf16", shape, "f16"},
-		{"mlx-q4", withOpts(shape, func(o *demo.Options) { o.Quantize, o.GroupSize = 4, 64 }), "q4_k_m"},
-		{"gguf-q4_k_m", withOpts(shape, func(o *demo.Options) { o.Format, o.GGUFType = demo.FormatGGUF, "q4_k_m" }), "q4_k_m"},
-	}
+	formats := benchFormats()
 
 	out := map[string]any{
 		"model":   "random weights shaped like Qwen3-0.6B (28 layers, hidden 1024, 16/8 heads × 128, intermediate 3072, vocab 151936)",
@@ -141,6 +135,17 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	out["formats"] = results
 	return json.NewEncoder(stdout).Encode(out)
+}
+
+// benchFormats are the layouts of the Qwen3-0.6B-shaped benchmark model.
+func benchFormats() []engineFormat {
+	shape := demo.Options{Arch: "qwen3", Layers: 28, Hidden: 1024, Heads: 16, KVHeads: 8, HeadDim: 128,
+		Intermediate: 3072, VocabFrom: filepath.Join(fixturesDir(), "tokenizers", "qwen3"), Seed: 1}
+	return []engineFormat{
+		{"bf16", shape, "f16"},
+		{"mlx-q4", withOpts(shape, func(o *demo.Options) { o.Quantize, o.GroupSize = 4, 64 }), "q4_k_m"},
+		{"gguf-q4_k_m", withOpts(shape, func(o *demo.Options) { o.Format, o.GGUFType = demo.FormatGGUF, "q4_k_m" }), "q4_k_m"},
+	}
 }
 
 func withOpts(o demo.Options, f func(*demo.Options)) demo.Options {

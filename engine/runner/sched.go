@@ -158,12 +158,14 @@ func (s *scheduler) step() bool {
 	if len(inputs) == 0 {
 		return false
 	}
+	began := time.Now()
 	logits, err := s.model.Forward(s.ctx, inputs)
 	rows := 0
 	for i, g := range gens {
 		s.account(g)
 		rows += len(inputs[i].tokens)
 	}
+	s.r.cfg.Logger.Debug("step", "model", s.name, "sequences", len(gens), "rows", rows, "took", time.Since(began))
 	s.steps.Add(1)
 	if len(gens) > 1 {
 		s.sharedSteps.Add(1)
@@ -354,8 +356,9 @@ func (s *scheduler) plan() ([]stepInput, []*generation) {
 		budget -= n
 	}
 	// Keep the step within the KV memory limit: drop prompt chunks from
-	// the end, then preempt the lowest-class latest sequence; a sequence
-	// alone that outgrows the limit ends for length.
+	// the end, then preempt the lowest-class latest sequence holding KV
+	// (aged ones last); a sequence alone that outgrows the limit ends for
+	// length.
 	for len(inputs) > 0 {
 		growth := int64(0)
 		for i, in := range inputs {
@@ -369,7 +372,13 @@ func (s *scheduler) plan() ([]stepInput, []*generation) {
 		case gens[last].pendingLen() > 1: // a prompt chunk: it waits
 			inputs, gens = inputs[:last], gens[:last]
 		case len(s.running) > 1:
-			v := s.victim(func(*generation) bool { return true })
+			v := s.victim(func(g *generation) bool { return g.kvAcct > 0 && !g.aged })
+			if v == nil {
+				v = s.victim(func(g *generation) bool { return g.kvAcct > 0 })
+			}
+			if v == nil {
+				v = s.victim(func(*generation) bool { return true })
+			}
 			s.mu.Lock()
 			s.preemptLocked(v)
 			s.nWaiting.Store(int64(len(s.waiting)))

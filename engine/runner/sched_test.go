@@ -312,3 +312,76 @@ func TestKVLimit(t *testing.T) {
 		t.Errorf("after: %+v", st)
 	}
 }
+
+// TestKVPressurePreempts: two sequences that outgrow the KV limit
+// together: the later one is preempted, resumes when memory frees, and
+// both still produce their greedy tokens exactly.
+func TestKVPressurePreempts(t *testing.T) {
+	r := newDemoRunner(t, Config{})
+	ctx := context.Background()
+	const n = 300 // prompt + 300 > one 256-position block
+	want := make([]run, 2)
+	for i := range want {
+		if want[i] = generate(ctx, r, noEOS(t, r, chat("demo", prompts[i], n))); want[i].err != nil || len(want[i].ids) != n {
+			t.Fatalf("alone: %d tokens, %v", len(want[i].ids), want[i].err)
+		}
+	}
+	lm, release, err := r.acquire(ctx, "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	release()
+	r.cfg.MaxKVBytes = 3 * lm.sched.kvFor(1) // three blocks: not four
+	got := make([]run, 2)
+	var wg sync.WaitGroup
+	for i := range got {
+		wg.Go(func() { got[i] = generate(ctx, r, noEOS(t, r, chat("demo", prompts[i], n))) })
+	}
+	wg.Wait()
+	for i := range got {
+		if got[i].err != nil || !slices.Equal(got[i].ids, want[i].ids) {
+			t.Errorf("%q under KV pressure: %d tokens, %v; differs from alone", prompts[i], len(got[i].ids), got[i].err)
+		}
+	}
+	if st := r.Stats(); st.Preemptions == 0 || st.KVBytes != 0 {
+		t.Errorf("stats: %+v; want a preemption and no KV left", st)
+	}
+}
+
+// TestCancelWaiting: a waiting request whose client goes away leaves the
+// queue at once; the running one is unaffected.
+func TestCancelWaiting(t *testing.T) {
+	r := newDemoRunner(t, Config{MaxRunning: 1})
+	ctx := context.Background()
+	ch, err := r.Generate(ctx, chat("demo", "Hello", 200))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-ch
+	wctx, cancel := context.WithCancel(ctx)
+	wch, err := r.Generate(wctx, chat("demo", "Hello", 5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	for range wch {
+	}
+	waitFor(t, func() bool { st := r.Stats(); return st.InFlight == 1 && st.Waiting == 0 && st.Cancelled == 1 })
+	if _, final, _ := collect(t, ch); final.Err != nil || final.Usage.CompletionTokens == 0 {
+		t.Errorf("running request: %+v", final)
+	}
+}
+
+// noEOS forbids the end-of-text tokens so a request runs its length.
+func noEOS(t *testing.T, r *Runner, req *engine.Request) *engine.Request {
+	t.Helper()
+	b, err := r.textOf(req.Model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Sampling.LogitBias = map[int]float64{}
+	for _, id := range b.Tokenizer().EOS() {
+		req.Sampling.LogitBias[id] = -100
+	}
+	return req
+}
