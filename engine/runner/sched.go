@@ -159,7 +159,9 @@ func (s *scheduler) step() bool {
 		return false
 	}
 	began := time.Now()
-	logits, err := s.model.Forward(s.ctx, inputs)
+	ctx, stop := s.stepContext(gens)
+	logits, err := s.model.Forward(ctx, inputs)
+	stop()
 	rows := 0
 	for i, g := range gens {
 		s.account(g)
@@ -178,8 +180,10 @@ func (s *scheduler) step() bool {
 		}
 	}
 	if err != nil {
-		if s.ctx.Err() != nil {
-			return true // closing: shutdown fails them
+		if ctx.Err() != nil {
+			// Closing (shutdown fails them), or every client of the
+			// step went away (the next step retires them).
+			return true
 		}
 		for _, g := range gens {
 			s.remove(g)
@@ -205,6 +209,30 @@ func (s *scheduler) step() bool {
 		}
 	}
 	return true
+}
+
+// stepContext is the context of one forward pass: cancelled when the
+// model closes or when every request in the step has been cancelled, so
+// a long prompt chunk whose client left stops at the next layer instead
+// of holding the model. (Sequences are rolled back by a failed Forward.)
+func (s *scheduler) stepContext(gens []*generation) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(s.ctx)
+	var live atomic.Int64
+	live.Store(int64(len(gens)))
+	stops := make([]func() bool, len(gens))
+	for i, g := range gens {
+		stops[i] = context.AfterFunc(g.ctx, func() {
+			if live.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
+	}
 }
 
 // aged reports whether g waited past the starvation bound.

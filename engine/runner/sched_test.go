@@ -385,3 +385,41 @@ func noEOS(t *testing.T, r *Runner, req *engine.Request) *engine.Request {
 	}
 	return req
 }
+
+// TestCancelDuringPrefill: cancelling the only request of a long prompt
+// step stops the forward pass at the next layer: the slot is free sooner
+// than the prefill would have taken, and nothing leaks.
+func TestCancelDuringPrefill(t *testing.T) {
+	opts := demo.Options{Arch: "qwen3", Layers: 8, Hidden: 256, Heads: 4, KVHeads: 2, Intermediate: 768, Seed: 3}
+	r := newRunnerWith(t, Config{StepTokens: 8192}, map[string]demo.Options{"m": opts})
+	ctx := context.Background()
+	long := func() *engine.Request { return chat("m", strings.Repeat("many words ", 250), 1) }
+	generate(ctx, r, chat("m", "warm up", 1))
+	full := generate(ctx, r, long())
+	if full.err != nil {
+		t.Fatal(full.err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	ch, err := r.Generate(cctx, long())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return r.Stats().Running == 1 })
+	time.Sleep(full.ttft / 10) // inside the prefill step
+	cancelled := time.Now()
+	cancel()
+	for range ch {
+	}
+	waitFor(t, func() bool { st := r.Stats(); return st.InFlight == 0 && st.Running == 0 })
+	freed := time.Since(cancelled)
+	t.Logf("prefill of %d tokens takes %v; cancelled during it, the slot was free after %v", full.final.Usage.PromptTokens, full.ttft, freed)
+	if freed >= full.ttft {
+		t.Errorf("cancelling freed the slot after %v, no sooner than the whole prefill (%v)", freed, full.ttft)
+	}
+	if st := r.Stats(); st.KVBytes != 0 || st.Cancelled != 1 {
+		t.Errorf("after: %+v", st)
+	}
+	if got := generate(ctx, r, chat("m", "again", 2)); got.err != nil || len(got.ids) != 2 {
+		t.Errorf("after the cancel: %v", got.err)
+	}
+}
