@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"fusion/engine"
+	"fusion/engine/backend/cpu"
+	"fusion/engine/model"
 	"fusion/engine/prompt"
 	"fusion/engine/runner"
 	"fusion/engine/sample"
@@ -31,7 +33,12 @@ type batchResult struct {
 	WallSeconds   float64 `json:"wall_s"`
 	Tokens        int     `json:"tokens"`
 	MaxBatch      int64   `json:"max_batch"`
-	Error         string  `json:"error,omitempty"`
+	// ForwardTokS is the same number of decode rows through model.Forward
+	// directly, without the runner: the kernels' ceiling for this level.
+	ForwardTokS float64 `json:"forward_only_decode_tok_s"`
+	// Efficiency is DecodeTokS / ForwardTokS: what the scheduler keeps.
+	Efficiency float64 `json:"scheduler_efficiency"`
+	Error      string  `json:"error,omitempty"`
 }
 
 // benchBatch measures continuous batching through the runner (the real
@@ -80,6 +87,9 @@ func benchBatch(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			continue
 		}
 		rows, err := runBatch(ctx, path, levels, *promptLen, *decodeLen, *threads, stderr)
+		if err == nil {
+			err = forwardOnly(ctx, path, rows, *promptLen, *threads)
+		}
 		if err != nil {
 			results[f.name] = map[string]string{"error": err.Error()}
 			continue
@@ -87,6 +97,9 @@ func benchBatch(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		res := map[string]any{"levels": rows}
 		if first, last := rows[0], rows[len(rows)-1]; first.DecodeTokS > 0 && len(rows) > 1 {
 			res[fmt.Sprintf("ratio_%d_vs_%d", last.Streams, first.Streams)] = last.DecodeTokS / first.DecodeTokS
+			if first.ForwardTokS > 0 {
+				res[fmt.Sprintf("forward_only_ratio_%d_vs_%d", last.Streams, first.Streams)] = last.ForwardTokS / first.ForwardTokS
+			}
 		}
 		results[f.name] = res
 	}
@@ -212,4 +225,51 @@ func streamTimes(ctx context.Context, r *runner.Runner, req *engine.Request) ([]
 		}
 	}
 	return nil, ctx.Err()
+}
+
+// forwardOnly times decode steps of each level's number of rows straight
+// through model.Forward (sequences prefilled with promptLen tokens), the
+// ceiling the scheduler's aggregate is compared with.
+func forwardOnly(ctx context.Context, path string, rows []batchResult, promptLen, threads int) error {
+	be := cpu.New(cpu.Options{Threads: threads})
+	defer be.Close()
+	m, err := model.Load(ctx, path, be, model.Options{})
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	const steps = 16
+	for i := range rows {
+		n := rows[i].Streams
+		in := make([]model.Input, n)
+		for j := range in {
+			seq, err := m.NewSequence(promptLen + steps + 1)
+			if err != nil {
+				return err
+			}
+			defer seq.Close()
+			toks := make([]int, promptLen)
+			for k := range toks {
+				toks[k] = (j*104729 + k*7919 + 13) % 150000
+			}
+			in[j] = model.Input{Seq: seq, Tokens: toks}
+		}
+		if _, err := m.Forward(ctx, in, model.Range{}, nil); err != nil {
+			return err
+		}
+		start := time.Now()
+		for s := range steps {
+			for j := range in {
+				in[j].Tokens = []int{(s*31 + j) % 150000}
+			}
+			if _, err := m.Forward(ctx, in, model.Range{}, nil); err != nil {
+				return err
+			}
+		}
+		rows[i].ForwardTokS = float64(steps*n) / time.Since(start).Seconds()
+		if rows[i].ForwardTokS > 0 {
+			rows[i].Efficiency = rows[i].DecodeTokS / rows[i].ForwardTokS
+		}
+	}
+	return nil
 }
