@@ -121,7 +121,7 @@ func New(cfg Config) (*Node, error) {
 func (n *Node) engineStats() metrics.EngineStats {
 	s := n.runner.Stats()
 	return metrics.EngineStats{
-		InFlight: s.InFlight, Cancelled: s.Cancelled,
+		InFlight: s.InFlight, QueueDepth: s.Waiting, Cancelled: s.Cancelled,
 		ActiveBytes: s.WeightBytes + s.KVBytes, PeakBytes: s.PeakBytes,
 	}
 }
