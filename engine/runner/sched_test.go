@@ -228,7 +228,7 @@ func TestOverloadedRetryAfter(t *testing.T) {
 		done     int
 	)
 	for i := range 12 {
-		ch, err := r.Generate(ctx, chat("demo", prompts[i%len(prompts)], 40))
+		ch, err := r.Generate(ctx, noEOS(t, r, chat("demo", prompts[i%len(prompts)], 200)))
 		if err != nil {
 			var oe *engine.OverloadedError
 			if !errors.As(err, &oe) || !errors.Is(err, engine.ErrOverloaded) || oe.RetryAfter < time.Second {
@@ -421,5 +421,38 @@ func TestCancelDuringPrefill(t *testing.T) {
 	}
 	if got := generate(ctx, r, chat("m", "again", 2)); got.err != nil || len(got.ids) != 2 {
 		t.Errorf("after the cancel: %v", got.err)
+	}
+}
+
+// TestSlotsSharedAcrossModels: MaxRunning counts every model of the node;
+// a request for another model waits for a slot and runs as soon as one
+// frees.
+func TestSlotsSharedAcrossModels(t *testing.T) {
+	r := newDemoRunner(t, Config{MaxRunning: 1})
+	ctx := context.Background()
+	actx, cancel := context.WithCancel(ctx)
+	ach, err := r.Generate(actx, chat("demo", "Hello", 4000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-ach
+	done := make(chan run, 1)
+	go func() { done <- generate(ctx, r, chat("demo-gguf", "Hello", 3)) }()
+	waitFor(t, func() bool { st := r.Stats(); return st.Waiting == 1 && st.Running == 1 })
+	select {
+	case got := <-done:
+		t.Fatalf("the other model ran while the only slot was taken: %+v", got)
+	case <-time.After(200 * time.Millisecond):
+	}
+	cancel()
+	for range ach {
+	}
+	select {
+	case got := <-done:
+		if got.err != nil || len(got.ids) != 3 {
+			t.Fatalf("after the slot freed: %d tokens, %v", len(got.ids), got.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiting model was not woken when the slot freed")
 	}
 }
