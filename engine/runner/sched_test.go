@@ -254,38 +254,58 @@ func TestOverloadedRetryAfter(t *testing.T) {
 }
 
 // TestStarvationBound: a background request waiting behind a stream of
-// realtime requests (one slot) is admitted once it waited MaxWaitSteps.
+// realtime requests (one slot, four realtime clients, so realtime work is
+// always waiting) starves without the bound and is admitted once it
+// waited MaxWaitSteps with it.
 func TestStarvationBound(t *testing.T) {
-	r := newDemoRunner(t, Config{MaxRunning: 1, MaxWaitSteps: 30, MaxWait: -1})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	// Two clients keep a realtime request always waiting.
-	var wg sync.WaitGroup
-	for range 2 {
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				req := chat("demo", prompts[0], 10)
-				req.Priority = engine.PriorityRealtime
-				generate(ctx, r, req)
+	for _, tc := range []struct {
+		name     string
+		maxSteps int
+		admitted bool // within the wait below
+	}{
+		{"no bound", -1, false},
+		{"bound of 30 steps", 30, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newDemoRunner(t, Config{MaxRunning: 1, MaxWaitSteps: tc.maxSteps, MaxWait: -1})
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			defer func() { cancel(); wg.Wait() }()
+			for range 4 {
+				wg.Go(func() {
+					for ctx.Err() == nil {
+						req := noEOS(t, r, chat("demo", prompts[0], 10))
+						req.Priority = engine.PriorityRealtime
+						generate(ctx, r, req)
+					}
+				})
+			}
+			waitFor(t, func() bool { return r.Stats().Waiting >= 2 })
+			bg := chat("demo", prompts[2], 3)
+			bg.Priority = engine.PriorityBackground
+			done := make(chan run, 1)
+			go func() { done <- generate(ctx, r, bg) }()
+			wait := 2 * time.Second
+			if tc.admitted {
+				wait = 30 * time.Second
+			}
+			select {
+			case got := <-done:
+				if !tc.admitted {
+					t.Fatalf("admitted without a starvation bound (%v): the test traffic does not saturate", got.ttft)
+				}
+				if got.err != nil {
+					t.Fatal(got.err)
+				}
+				t.Logf("background admitted behind realtime traffic after %v (%d steps of the model)", got.ttft, r.Stats().Steps)
+			case <-time.After(wait):
+				if tc.admitted {
+					t.Fatalf("the background request starved for %v", wait)
+				}
+				t.Logf("without a bound the background request still waits after %v", wait)
 			}
 		})
 	}
-	time.Sleep(20 * time.Millisecond)
-	bg := chat("demo", prompts[2], 3)
-	bg.Priority = engine.PriorityBackground
-	done := make(chan run, 1)
-	go func() { done <- generate(ctx, r, bg) }()
-	select {
-	case got := <-done:
-		if got.err != nil {
-			t.Fatal(got.err)
-		}
-		t.Logf("background admitted behind realtime traffic after %v", got.ttft)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the background request starved for 30 s")
-	}
-	cancel()
-	wg.Wait()
 }
 
 // TestKVLimit: a prompt whose KV cache cannot fit is refused up front; a
