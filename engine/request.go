@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"time"
 
 	"fusion/engine/chattemplate"
 	"fusion/engine/prompt"
@@ -173,3 +174,27 @@ var (
 	// ErrUnavailable: the model exists but cannot be loaded now (503).
 	ErrUnavailable = errors.New("model unavailable")
 )
+
+// OverloadedError is the ErrOverloaded of a full node: it says why and
+// when a retry is likely to be admitted. errors.Is(err, ErrOverloaded)
+// holds for it.
+type OverloadedError struct {
+	Reason     string        // what is full, e.g. "64 requests in flight (limit 64)"
+	RetryAfter time.Duration // a hint for the client's Retry-After (> 0)
+}
+
+func (e *OverloadedError) Error() string { return ErrOverloaded.Error() + ": " + e.Reason }
+
+// Unwrap makes errors.Is(err, ErrOverloaded) true.
+func (e *OverloadedError) Unwrap() error { return ErrOverloaded }
+
+// RetryAfterSeconds is the whole seconds a client should wait before
+// retrying after err (at least 1), for a Retry-After header: the hint of
+// an *OverloadedError in err's chain, rounded up, or def.
+func RetryAfterSeconds(err error, def int) int {
+	var oe *OverloadedError
+	if errors.As(err, &oe) && oe.RetryAfter > 0 {
+		return max(1, int((oe.RetryAfter+time.Second-1)/time.Second))
+	}
+	return max(1, def)
+}

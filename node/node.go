@@ -40,6 +40,13 @@ type Config struct {
 	CacheHotBytes   int64
 	CacheSSDBytes   int64
 	CacheWriteQueue int // blocks waiting for the SSD writer before drops (default 64)
+	// Scheduler and pool limits (runner.Config; zero takes its default).
+	MaxRunning   int           // sequences in running batches (default 16)
+	MaxKVBytes   int64         // KV cache of running sequences (default RAM/4)
+	StepTokens   int           // tokens per scheduler step (default 512)
+	MaxWait      time.Duration // starvation bound of a waiting request (default 30s)
+	MemoryBudget int64         // weights of loaded models (default RAM/2)
+	IdleTTL      time.Duration // unload models idle that long (default 0: never)
 
 	// CompletionsAsChat names the models whose /v1/completions prompts are
 	// rendered as a one-message chat.
@@ -111,6 +118,8 @@ func New(cfg Config) (*Node, error) {
 	}
 	run, err := runner.New(runner.Config{
 		ModelsDir: cfg.ModelsDir, Preload: cfg.Preload, MaxQueued: cfg.MaxQueued, MaxTokens: cfg.MaxTokens,
+		MaxRunning: cfg.MaxRunning, MaxKVBytes: cfg.MaxKVBytes, StepTokens: cfg.StepTokens, MaxWait: cfg.MaxWait,
+		MemoryBudget: cfg.MemoryBudget, IdleTTL: cfg.IdleTTL,
 		Threads: cfg.Threads, Logger: cfg.Logger,
 		CacheDir: cacheDir, CacheHotBytes: cfg.CacheHotBytes, CacheSSDBytes: cfg.CacheSSDBytes, CacheWriteQueue: cfg.CacheWriteQueue,
 	})
@@ -133,7 +142,7 @@ func New(cfg Config) (*Node, error) {
 func (n *Node) engineStats() metrics.EngineStats {
 	s, pc := n.runner.Stats(), n.runner.CacheStats()
 	return metrics.EngineStats{
-		InFlight: s.InFlight, Cancelled: s.Cancelled,
+		InFlight: s.InFlight, QueueDepth: s.Waiting, Cancelled: s.Cancelled,
 		ActiveBytes: s.WeightBytes + s.KVBytes, PeakBytes: s.PeakBytes,
 		CachedBytes: pc.HotBytes, // the prefix cache's RAM tier
 		PrefixCache: pc,

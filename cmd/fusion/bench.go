@@ -11,6 +11,7 @@ import (
 // writes one JSON object to stdout.
 func benchmarks() map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error{
+		"batch":     benchBatch,
 		"engine":    benchEngine,
 		"cache":     benchCache,
 		"tokenizer": benchTokenizer,

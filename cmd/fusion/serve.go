@@ -78,6 +78,18 @@ func serveSettingsTable() []serveSetting {
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.MaxTokens, 1) }},
 		{"max-queued", constant("64"), "generations admitted at once before answering 429",
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.MaxQueued, 1) }},
+		{"max-running", constant(strconv.Itoa(runner.DefaultMaxRunning)), "sequences decoded together in the running batches",
+			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.MaxRunning, 1) }},
+		{"max-kv-bytes", constant("0"), "KV cache memory of running sequences (0: a quarter of RAM)",
+			func(s *serveSettings, v string) error { return parseInt64(v, &s.cfg.MaxKVBytes, 0) }},
+		{"step-tokens", constant(strconv.Itoa(runner.DefaultStepTokens)), "tokens per scheduler step (decode tokens plus prompt chunks)",
+			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.StepTokens, 1) }},
+		{"max-wait", constant(runner.DefaultMaxWait.String()), "starvation bound: a request waiting this long goes first at the next free slot",
+			func(s *serveSettings, v string) error { return parseDuration(v, &s.cfg.MaxWait, false) }},
+		{"memory-budget", constant("0"), "bytes of model weights kept loaded; idle models are evicted past it (0: half of RAM)",
+			func(s *serveSettings, v string) error { return parseInt64(v, &s.cfg.MemoryBudget, 0) }},
+		{"idle-ttl", constant("0s"), "unload an unpinned model unused for this long (0s: never)",
+			func(s *serveSettings, v string) error { return parseDuration(v, &s.cfg.IdleTTL, true) }},
 		{"threads", constant("0"), "CPU backend threads (0: all cores)",
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.Threads, 0) }},
 		{"drain-timeout", constant(node.DefaultDrainTimeout.String()), "how long shutdown waits for requests in flight",
@@ -104,11 +116,11 @@ func serveSettingsTable() []serveSetting {
 				return nil
 			}},
 		{"session-ttl", constant(openclaw.DefaultTTL.String()), "OpenClaw agent sessions expire this long after their last access",
-			func(s *serveSettings, v string) error { return parseDuration(v, &s.cfg.OpenClaw.TTL) }},
+			func(s *serveSettings, v string) error { return parseDuration(v, &s.cfg.OpenClaw.TTL, false) }},
 		{"session-cap", constant(strconv.Itoa(openclaw.DefaultCap)), "OpenClaw agent sessions at most (the least recently used idle one is evicted)",
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.OpenClaw.Cap, 1) }},
 		{"session-heartbeat", constant(openclaw.DefaultHeartbeat.String()), "interval of the OpenClaw event stream's heartbeat",
-			func(s *serveSettings, v string) error { return parseDuration(v, &s.cfg.OpenClaw.Heartbeat) }},
+			func(s *serveSettings, v string) error { return parseDuration(v, &s.cfg.OpenClaw.Heartbeat, false) }},
 		{"session-max-history-bytes", constant(strconv.Itoa(openclaw.DefaultMaxHistory)), "largest history an OpenClaw agent session may hold",
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.OpenClaw.MaxHistoryBytes, 1) }},
 		{"log-level", constant("info"), "debug, info, warn or error",
@@ -277,21 +289,22 @@ func parseInt(v string, dst *int, minimum int) error {
 	return nil
 }
 
-func parseDuration(v string, dst *time.Duration) error {
-	d, err := time.ParseDuration(strings.TrimSpace(v))
-	if err != nil || d <= 0 {
-		return fmt.Errorf("%q is not a positive duration (e.g. 30s)", v)
-	}
-	*dst = d
-	return nil
-}
-
 func parseInt64(v string, dst *int64, minimum int64) error {
 	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 	if err != nil || n < minimum {
 		return fmt.Errorf("%q is not an integer >= %d", v, minimum)
 	}
 	*dst = n
+	return nil
+}
+
+// parseDuration parses a positive duration (or zero when allowed).
+func parseDuration(v string, dst *time.Duration, allowZero bool) error {
+	d, err := time.ParseDuration(strings.TrimSpace(v))
+	if err != nil || d < 0 || (d == 0 && !allowZero) {
+		return fmt.Errorf("%q is not a positive duration (e.g. 30s)", v)
+	}
+	*dst = d
 	return nil
 }
 

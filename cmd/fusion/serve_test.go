@@ -57,6 +57,21 @@ func TestServeSettingsPrecedence(t *testing.T) {
 					t.Errorf("config = %+v", s.cfg)
 				}
 			}},
+		{"scheduler and pool", []string{"--max-running", "4", "--max-kv-bytes", "1000", "--step-tokens", "128", "--max-wait", "5s",
+			"--memory-budget", "2000", "--idle-ttl", "10m"}, map[string]string{"FUSION_MAX_RUNNING": "9"},
+			func(t *testing.T, s *serveSettings) {
+				c := s.cfg
+				if c.MaxRunning != 4 || c.MaxKVBytes != 1000 || c.StepTokens != 128 || c.MaxWait != 5*time.Second ||
+					c.MemoryBudget != 2000 || c.IdleTTL != 10*time.Minute {
+					t.Errorf("config = %+v", c)
+				}
+			}},
+		{"scheduler and pool defaults", nil, nil, func(t *testing.T, s *serveSettings) {
+			c := s.cfg
+			if c.MaxRunning != 16 || c.MaxKVBytes != 0 || c.StepTokens != 512 || c.MaxWait != 30*time.Second || c.MemoryBudget != 0 || c.IdleTTL != 0 {
+				t.Errorf("config = %+v", c)
+			}
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -77,6 +92,9 @@ func TestServeSettingsPrecedence(t *testing.T) {
 		{nil, map[string]string{"FUSION_DRAIN_TIMEOUT": "soon"}, "environment variable FUSION_DRAIN_TIMEOUT"},
 		{[]string{"--config", filepath.Join(dir, "missing.json")}, nil, "missing.json"},
 		{[]string{"extra"}, nil, "unexpected arguments"},
+		{[]string{"--idle-ttl", "-1s"}, nil, "flag --idle-ttl"},
+		{[]string{"--max-wait", "0s"}, nil, "flag --max-wait"},
+		{[]string{"--max-running", "0"}, nil, "flag --max-running"},
 	}
 	for _, tt := range bad {
 		_, err := resolveServe(tt.args, func(k string) string { return tt.env[k] }, io.Discard)

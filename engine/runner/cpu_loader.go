@@ -40,6 +40,9 @@ func (c *cpuModel) VocabSize() int     { return c.m.Config.VocabSize }
 func (c *cpuModel) ContextLength() int { return c.m.Config.MaxPositionEmbeddings }
 func (c *cpuModel) WeightBytes() int64 { return c.m.WeightBytes() }
 func (c *cpuModel) Close() error       { return errors.Join(c.m.Close(), c.be.Close()) }
+func (c *cpuModel) KVBlock() (int, int64) {
+	return cpu.BlockSize, c.m.KVBytesPerToken()
+}
 func (c *cpuModel) KVBytes() (n int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -61,27 +64,40 @@ func (c *cpuModel) NewSequence(maxLen int) (sequence, error) {
 	return cs, nil
 }
 
+// Forward runs one batched step: all inputs' rows through each matrix
+// product together (model.Forward), the logits of each input's last token
+// returned in input order.
+func (c *cpuModel) Forward(ctx context.Context, inputs []stepInput) ([][]float32, error) {
+	in := make([]model.Input, len(inputs))
+	for i, x := range inputs {
+		in[i] = model.Input{Seq: x.seq.(*cpuSequence).seq, Tokens: x.tokens}
+	}
+	out, err := c.m.Forward(ctx, in, model.Range{}, nil)
+	for _, x := range inputs {
+		s := x.seq.(*cpuSequence)
+		alloc, _ := s.seq.CacheBytes()
+		s.kvBytes.Store(alloc)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return out.Logits, nil
+}
+
 type cpuSequence struct {
 	c   *cpuModel
-	seq *model.Sequence // used only by the generation's goroutine
+	seq *model.Sequence // used only by the model's scheduler goroutine
 	// kvBytes is the cache's allocated size, published after each step
 	// for Stats (which runs on other goroutines).
 	kvBytes atomic.Int64
 }
 
-func (s *cpuSequence) Forward(ctx context.Context, tokens []int) ([]float32, error) {
-	out, err := s.c.m.Forward(ctx, []model.Input{{Seq: s.seq, Tokens: tokens}}, model.Range{}, nil)
-	alloc, _ := s.seq.CacheBytes()
-	s.kvBytes.Store(alloc)
-	if err != nil {
-		return nil, err
-	}
-	return out.Logits[0], nil
-}
+func (s *cpuSequence) Bytes() int64 { return s.kvBytes.Load() }
 
 func (s *cpuSequence) Release() {
 	s.c.mu.Lock()
 	delete(s.c.live, s)
 	s.c.mu.Unlock()
 	s.seq.Close()
+	s.kvBytes.Store(0)
 }

@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
+	"time"
 
 	"fusion/engine"
 	"fusion/engine/parser"
 	"fusion/engine/prompt"
 	"fusion/engine/sample"
+	"fusion/engine/tokenizer"
 )
 
 // languageModel is what the runner needs of a loaded model.
@@ -18,6 +21,14 @@ type languageModel interface {
 	ContextLength() int
 	// NewSequence makes a sequence that may hold maxLen positions.
 	NewSequence(maxLen int) (sequence, error)
+	// Forward runs one step over a batch: each input's tokens at its
+	// sequence's next positions. logits[i] are the logits of input i's
+	// last token (valid until the next call). If it fails, the sequences
+	// are as they were before the step.
+	Forward(ctx context.Context, inputs []stepInput) ([][]float32, error)
+	// KVBlock is how the KV cache grows: in blocks of that many positions
+	// of bytesPerPosition each.
+	KVBlock() (positions int, bytesPerPosition int64)
 	WeightBytes() int64
 	KVBytes() int64
 	Close() error
@@ -25,10 +36,15 @@ type languageModel interface {
 
 // sequence is one generation's state in a model (its KV cache).
 type sequence interface {
-	// Forward runs tokens at the sequence's next positions and returns the
-	// logits of the last one (valid until the next call).
-	Forward(ctx context.Context, tokens []int) ([]float32, error)
+	// Bytes is the KV memory the sequence has allocated.
+	Bytes() int64
 	Release()
+}
+
+// stepInput is one sequence's part of a batched step.
+type stepInput struct {
+	seq    sequence
+	tokens []int
 }
 
 // loader loads a model's weights.
@@ -37,8 +53,9 @@ type loader interface {
 }
 
 // Generate admits req and streams its events. Errors before admission:
-// engine.ErrModelNotFound, engine.ErrUnavailable, engine.ErrOverloaded,
-// and *prompt.InvalidRequestError for a request the model cannot take.
+// engine.ErrModelNotFound, engine.ErrUnavailable, engine.ErrOverloaded (an
+// *engine.OverloadedError with a retry hint), and
+// *prompt.InvalidRequestError for a request the model cannot take.
 func (r *Runner) Generate(ctx context.Context, req *engine.Request) (<-chan engine.Event, error) {
 	select {
 	case <-r.closed:
@@ -54,15 +71,51 @@ func (r *Runner) Generate(ctx context.Context, req *engine.Request) (<-chan engi
 	if req.MaxTokens > r.cfg.MaxTokens {
 		return nil, &prompt.InvalidRequestError{Err: fmt.Errorf("max_tokens %d is over this server's limit of %d", req.MaxTokens, r.cfg.MaxTokens)}
 	}
-	e, err := r.entry(req.Model)
+	if req.Priority < engine.PriorityRealtime || req.Priority > engine.PriorityBackground {
+		return nil, &prompt.InvalidRequestError{Err: fmt.Errorf("unknown priority class %d", req.Priority)}
+	}
+	// Refuse before loading anything when the node is full.
+	if n := r.inFlight.Load(); n >= int64(r.cfg.MaxQueued) {
+		return nil, r.overloaded(n)
+	}
+	lm, release, err := r.acquire(ctx, req.Model)
 	if err != nil {
 		return nil, err
 	}
-	lm, err := r.load(e)
+	g, err := r.prepare(ctx, lm, req)
 	if err != nil {
+		release()
 		return nil, err
 	}
-	var p prompt.Result
+	if n := r.inFlight.Add(1); n > int64(r.cfg.MaxQueued) {
+		r.inFlight.Add(-1)
+		release()
+		return nil, r.overloaded(n - 1)
+	}
+	g.release = release
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		g.deliver()
+	}()
+	lm.sched.submit(g)
+	return g.events, nil
+}
+
+func (r *Runner) overloaded(inFlight int64) error {
+	return &engine.OverloadedError{
+		Reason:     fmt.Sprintf("%d requests in flight (limit %d)", inFlight, r.cfg.MaxQueued),
+		RetryAfter: r.retryAfter(),
+	}
+}
+
+// prepare tokenizes and checks req against the model and builds its
+// generation.
+func (r *Runner) prepare(ctx context.Context, lm *loadedModel, req *engine.Request) (*generation, error) {
+	var (
+		p   prompt.Result
+		err error
+	)
 	if req.PromptTokens != nil {
 		for i, id := range req.PromptTokens {
 			if id < 0 || id >= lm.model.VocabSize() {
@@ -73,12 +126,15 @@ func (r *Runner) Generate(ctx context.Context, req *engine.Request) (<-chan engi
 	} else if p, err = lm.text.Tokenize(req.PromptRequest()); err != nil {
 		return nil, err
 	}
-	ctxLen := lm.model.ContextLength()
+	ctxLen := lm.contextLength()
 	if len(p.Tokens) == 0 {
 		return nil, &prompt.InvalidRequestError{Err: errors.New("the prompt is empty")}
 	}
 	if len(p.Tokens) >= ctxLen {
 		return nil, &prompt.InvalidRequestError{Err: fmt.Errorf("the prompt is %d tokens; this model's context is %d", len(p.Tokens), ctxLen)}
+	}
+	if kv := lm.sched.kvFor(len(p.Tokens) + 1); kv > r.cfg.MaxKVBytes {
+		return nil, &prompt.InvalidRequestError{Err: fmt.Errorf("the prompt is %d tokens, needing %d bytes of KV cache; this node's limit is %d", len(p.Tokens), kv, r.cfg.MaxKVBytes)}
 	}
 	out, err := newOutputParser(lm.parser, req, p.Prompt)
 	if err != nil {
@@ -91,45 +147,34 @@ func (r *Runner) Generate(ctx context.Context, req *engine.Request) (<-chan engi
 		}
 	}
 	params := req.Sampling
+	lm.settings.Sampling.apply(&params)
 	params.StopTokenIDs = append(slices.Clone(params.StopTokenIDs), lm.text.Tokenizer().EOS()...)
 	smp, err := sample.New(params, lm.model.VocabSize())
 	if err != nil {
 		return nil, &prompt.InvalidRequestError{Err: err}
 	}
-	if n := r.inFlight.Add(1); n > int64(r.cfg.MaxQueued) {
-		r.inFlight.Add(-1)
-		return nil, fmt.Errorf("%w: %d requests in flight (limit %d)", engine.ErrOverloaded, n-1, r.cfg.MaxQueued)
-	}
 	maxTokens := req.MaxTokens
 	if maxTokens == 0 {
 		maxTokens = r.cfg.MaxTokens
 	}
-	g := &generation{
-		r: r, e: e, lm: lm, prompt: p.Tokens, sampler: smp, params: params,
+	return &generation{
+		r: r, ctx: ctx, id: req.ID, lm: lm, prompt: p.Tokens, sampler: smp, params: params,
 		maxTokens: min(maxTokens, ctxLen-len(p.Tokens)), stops: newStopMatcher(req.Stop), out: out, cons: cons,
-		events: make(chan engine.Event, 16),
-	}
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		defer close(g.events)
-		// The final event goes out after the sequence and the slot are
-		// freed, so a client that saw it can count on the capacity.
-		final, ok := g.run(ctx)
-		r.inFlight.Add(-1)
-		if ok {
-			g.send(ctx, final)
-		} else {
-			r.cancelled.Add(1)
-		}
-	}()
-	return g.events, nil
+		dec:    lm.text.Tokenizer().NewStreamDecoder(false),
+		usage:  engine.Usage{PromptTokens: len(p.Tokens)},
+		prio:   req.Priority,
+		events: make(chan engine.Event, 16), notify: make(chan struct{}, 1),
+	}, nil
 }
 
-// generation is one admitted request.
+// generation is one admitted request. Its generation state (sampler,
+// decoder, parsers, output) and scheduling state are used only by its
+// model's scheduler goroutine; its events go to the client through a
+// queue that its delivery goroutine drains.
 type generation struct {
 	r         *Runner
-	e         *entry
+	ctx       context.Context
+	id        string
 	lm        *loadedModel
 	prompt    []int
 	sampler   *sample.Sampler
@@ -139,122 +184,132 @@ type generation struct {
 	out       parser.Parser // splits text into content, reasoning and tool calls
 	calls     int           // tool calls made so far
 	cons      *constraint   // nil when the output is unconstrained
-	events    chan engine.Event
-	pfx       prefixRun // the prefix cache's part (prefix.go)
+	dec       *tokenizer.StreamDecoder
+	output    []int // sampled tokens; the last one is not in the KV cache yet
+	usage     engine.Usage
+
+	// Scheduling state.
+	prio        engine.Priority
+	arrived     time.Time // first submitted (kept when preempted)
+	arrivedStep int64     // the model's step count when it arrived
+	aged        bool      // waited past the starvation bound
+	order       int64     // admission order, for picking preemption victims
+	seq         sequence  // nil unless running
+	kvLen       int       // tokens of prompt+output in seq
+	kvAcct      int64     // KV bytes of seq counted in Runner.kvBytes
+	release     func()    // the pool's in-flight count on the model
+	unwatch     func()    // stops waking the scheduler on cancellation
+
+	// Delivery to the client.
+	events  chan engine.Event
+	mu      sync.Mutex
+	queue   []engine.Event
+	notify  chan struct{}
+	started time.Time
+
+	pfx prefixRun // the prefix cache's part (prefix.go)
 }
 
-// send delivers ev unless the client went away.
-func (g *generation) send(ctx context.Context, ev engine.Event) bool {
+// pending returns the tokens of prompt+output not yet in the KV cache:
+// the rest of the prompt while prefilling, then the last sampled token.
+func (g *generation) pending() []int {
+	if g.kvLen < len(g.prompt) {
+		return append(g.prompt[g.kvLen:len(g.prompt):len(g.prompt)], g.output...)
+	}
+	return g.output[g.kvLen-len(g.prompt):]
+}
+
+func (g *generation) pendingLen() int { return len(g.prompt) + len(g.output) - g.kvLen }
+
+// emit queues ev for the client.
+func (g *generation) emit(ev engine.Event) {
+	g.mu.Lock()
+	g.queue = append(g.queue, ev)
+	g.mu.Unlock()
 	select {
-	case g.events <- ev:
-		return true
-	case <-ctx.Done():
-		return false
+	case g.notify <- struct{}{}:
+	default:
 	}
 }
 
-// failed is the final event of a generation that hit err; ok is false when
-// the client went away (nothing to send).
-func failed(ctx context.Context, err error) (engine.Event, bool) {
-	if ctx.Err() != nil {
-		return engine.Event{}, false
-	}
-	return engine.Event{Done: true, Err: err}, true
-}
-
-// run generates until a stop condition and returns the final event; the
-// deltas before it are sent from here. ok is false when the client went
-// away.
-func (g *generation) run(ctx context.Context) (final engine.Event, ok bool) {
-	// Wait for the model's turn.
-	select {
-	case g.e.turn <- struct{}{}:
-		defer func() { <-g.e.turn }()
-	case <-ctx.Done():
-		return engine.Event{}, false
-	}
-	seq, err := g.lm.model.NewSequence(len(g.prompt) + g.maxTokens)
-	if err != nil {
-		return failed(ctx, err)
-	}
-	defer seq.Release()
-
-	var output []int
-	defer func() {
-		if ok && final.Err == nil { // keep the output's blocks too (before seq is released)
-			g.storePrefix(seq, append(slices.Clone(g.prompt), output...))
-		}
-	}()
-	cached := g.restorePrefix(ctx, seq)
-	var logits []float32
-	for start := cached; start < len(g.prompt); start += g.r.cfg.PrefillChunk {
-		if ctx.Err() != nil {
-			return engine.Event{}, false
-		}
-		end := min(start+g.r.cfg.PrefillChunk, len(g.prompt))
-		if logits, err = seq.Forward(ctx, g.prompt[start:end]); err != nil {
-			return failed(ctx, err)
-		}
-	}
-
-	created := g.storePrefix(seq, g.prompt)
-
-	tok := g.lm.text.Tokenizer()
-	dec := tok.NewStreamDecoder(false)
-	usage := engine.Usage{PromptTokens: len(g.prompt), CachedTokens: cached, CacheWriteTokens: created}
+// deliver sends the queued events to the client in order until the final
+// one (or until the client goes away), then closes the channel.
+func (g *generation) deliver() {
+	defer close(g.events)
 	for {
-		if ctx.Err() != nil {
-			return engine.Event{}, false
+		select {
+		case <-g.notify:
+		case <-g.ctx.Done():
+			return
 		}
-		in := sample.Input{Logits: logits, Prompt: g.prompt, Output: output}
-		if g.cons != nil {
-			in.Mask = g.cons.mask()
-		}
-		res, err := g.sampler.Sample(in)
-		if err != nil {
-			return failed(ctx, err)
-		}
-		if g.cons != nil && !res.Stop {
-			if err := g.cons.accept(res.ID); err != nil {
-				return failed(ctx, err)
+		g.mu.Lock()
+		evs := g.queue
+		g.queue = nil
+		g.mu.Unlock()
+		for _, ev := range evs {
+			select {
+			case g.events <- ev:
+			case <-g.ctx.Done():
+				return
 			}
-		}
-		if res.Stop {
-			out, _ := g.stops.Add(dec.Flush())
-			usage.CompletionTokens = len(output)
-			return g.finish(engine.Event{Done: true, FinishReason: engine.FinishStop, Usage: usage}, out+g.stops.Flush()), true
-		}
-		output = append(output, res.ID)
-		text, matched := g.stops.Add(dec.Add(res.ID))
-		ev := engine.Event{Tokens: []engine.TokenLogprob{g.tokenLogprob(res.ID, res.Logprob)}}
-		if g.params.TopLogprobs > 0 {
-			top := make([]engine.TokenLogprob, len(res.Top))
-			for i, t := range res.Top {
-				top[i] = g.tokenLogprob(t.ID, t.Logprob)
+			if ev.Done {
+				return
 			}
-			ev.TopLogprobs = [][]engine.TokenLogprob{top}
-		}
-		if matched != "" {
-			ev.Done, ev.FinishReason, ev.StopSequence = true, engine.FinishStop, matched
-			usage.CompletionTokens = len(output)
-			ev.Usage = usage
-			return g.finish(ev, text), true
-		}
-		if len(output) >= g.maxTokens {
-			out, _ := g.stops.Add(dec.Flush())
-			ev.Done, ev.FinishReason = true, engine.FinishLength
-			usage.CompletionTokens = len(output)
-			ev.Usage = usage
-			return g.finish(ev, text+out+g.stops.Flush()), true
-		}
-		g.parse(&ev, g.out.Add(text))
-		if !g.send(ctx, ev) {
-			return engine.Event{}, false
-		}
-		if logits, err = seq.Forward(ctx, []int{res.ID}); err != nil {
-			return failed(ctx, err)
 		}
 	}
+}
+
+// advance samples the next token from the logits after the last pending
+// token and returns the event it makes; done is set on the final event.
+func (g *generation) advance(logits []float32) (ev engine.Event, done bool, err error) {
+	in := sample.Input{Logits: logits, Prompt: g.prompt, Output: g.output}
+	if g.cons != nil {
+		in.Mask = g.cons.mask()
+	}
+	res, err := g.sampler.Sample(in)
+	if err != nil {
+		return ev, true, err
+	}
+	if g.cons != nil && !res.Stop {
+		if err := g.cons.accept(res.ID); err != nil {
+			return ev, true, err
+		}
+	}
+	if res.Stop {
+		out, _ := g.stops.Add(g.dec.Flush())
+		g.usage.CompletionTokens = len(g.output)
+		return g.finish(engine.Event{Done: true, FinishReason: engine.FinishStop, Usage: g.usage}, out+g.stops.Flush()), true, nil
+	}
+	g.output = append(g.output, res.ID)
+	text, matched := g.stops.Add(g.dec.Add(res.ID))
+	ev = engine.Event{Tokens: []engine.TokenLogprob{g.tokenLogprob(res.ID, res.Logprob)}}
+	if g.params.TopLogprobs > 0 {
+		top := make([]engine.TokenLogprob, len(res.Top))
+		for i, t := range res.Top {
+			top[i] = g.tokenLogprob(t.ID, t.Logprob)
+		}
+		ev.TopLogprobs = [][]engine.TokenLogprob{top}
+	}
+	g.usage.CompletionTokens = len(g.output)
+	if matched != "" {
+		ev.Done, ev.FinishReason, ev.StopSequence = true, engine.FinishStop, matched
+		ev.Usage = g.usage
+		return g.finish(ev, text), true, nil
+	}
+	if len(g.output) >= g.maxTokens {
+		return g.finishLength(ev, text), true, nil
+	}
+	g.parse(&ev, g.out.Add(text))
+	return ev, false, nil
+}
+
+// finishLength ends the generation for length (max_tokens, the context,
+// or a KV budget a lone sequence outgrew), flushing held-back text.
+func (g *generation) finishLength(ev engine.Event, text string) engine.Event {
+	out, _ := g.stops.Add(g.dec.Flush())
+	ev.Done, ev.FinishReason = true, engine.FinishLength
+	ev.Usage = g.usage
+	return g.finish(ev, text+out+g.stops.Flush())
 }
 
 // parse moves what the output parser produced into ev.

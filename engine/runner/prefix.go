@@ -145,7 +145,7 @@ func (g *generation) restorePrefix(ctx context.Context, seq sequence) int {
 			// A block of the wrong size for this model cannot carry its key
 			// (a checksummed file is not a trusted one); recompute from here
 			// rather than fail the request.
-			g.r.cfg.Logger.Warn("prefix cache: block not imported", "model", g.e.info.ID, "block", n, "err", err)
+			g.r.cfg.Logger.Warn("prefix cache: block not imported", "model", g.lm.name, "block", n, "err", err)
 			ks.Truncate(n * bs)
 			c.Remove(g.pfx.keys[n])
 			break
@@ -158,7 +158,7 @@ func (g *generation) restorePrefix(ctx context.Context, seq sequence) int {
 	}
 	g.pfx.restored, g.pfx.stored = restored, n
 	if restored > 0 {
-		g.r.cfg.Logger.Debug("prefix cache: restored", "model", g.e.info.ID, "tokens", restored, "prompt", len(g.prompt))
+		g.r.cfg.Logger.Debug("prefix cache: restored", "model", g.lm.name, "tokens", restored, "prompt", len(g.prompt))
 	}
 	return restored
 }
@@ -189,7 +189,7 @@ func (g *generation) storePrefix(seq sequence, tokens []int) int {
 		}
 		data, err := ks.ExportKV(i*bs, (i+1)*bs)
 		if err != nil {
-			g.r.cfg.Logger.Warn("prefix cache: block not exported", "model", g.e.info.ID, "block", i, "err", err)
+			g.r.cfg.Logger.Warn("prefix cache: block not exported", "model", g.lm.name, "block", i, "err", err)
 			break
 		}
 		if c.Put(g.lm.cacheKey, keys[i], bs, data) {
@@ -228,9 +228,9 @@ func (r *Runner) ProbeCache(ctx context.Context, model string, req prompt.Reques
 	if err != nil {
 		return prefixcache.Probe{}, err
 	}
-	e.loadMu.Lock()
+	r.mu.Lock()
 	lm := e.loaded
-	e.loadMu.Unlock()
+	r.mu.Unlock()
 	bs := prefixcache.DefaultBlockSize
 	if r.pcache != nil {
 		bs = r.pcache.BlockSize()

@@ -1,9 +1,11 @@
 // Package runner is the engine's Generator for one node: it finds the
-// models in a models directory, loads them on first use (or at start),
-// renders and tokenizes prompts, runs the model, samples, stops on stop
-// tokens and stop sequences, and streams whole-UTF-8 text back. One
-// generation runs at a time per model; waiting requests queue up to a
-// limit (the continuous-batching scheduler replaces this loop later).
+// models in a models directory, keeps several of them loaded under a
+// memory budget (the pool: load on demand, LRU eviction, pinning, idle
+// unload), renders and tokenizes prompts, and runs every loaded model with
+// a continuous-batching scheduler: one step loop per model batches the
+// decode tokens of all running sequences and chunks of prompts into one
+// forward pass, admitting requests by priority class, while sampling, stop
+// matching and output parsing stay per request.
 package runner
 
 import (
@@ -15,33 +17,58 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"fusion/engine"
 	"fusion/engine/grammar"
 	"fusion/engine/modelfile"
-	"fusion/engine/parser"
 	"fusion/engine/prefixcache"
 	"fusion/engine/prompt"
 )
 
-// Config configures a Runner. Zero values take the defaults noted.
+// Config configures a Runner. Zero values take the defaults noted; every
+// limit is per node.
 type Config struct {
 	ModelsDir string
 	// Preload names models to load at start.
 	Preload []string
-	// MaxQueued is how many requests may wait or run at once on this node
-	// before Generate answers engine.ErrOverloaded (default 64).
+	// MaxQueued is how many requests may be in flight (waiting or running)
+	// at once on this node before Generate answers engine.ErrOverloaded
+	// (default 64).
 	MaxQueued int
+	// MaxRunning is how many sequences may be in the running batches of
+	// this node's models at once; admitted requests beyond it wait
+	// (default 16).
+	MaxRunning int
+	// MaxKVBytes caps the KV cache memory of running sequences on this
+	// node (default: a quarter of RAM, 4 GiB when RAM is unknown).
+	MaxKVBytes int64
 	// MaxTokens caps max_tokens of any request, and is the default when a
 	// request gives none (default 4096).
 	MaxTokens int
+	// StepTokens is the token budget of one scheduler step: the decode
+	// tokens of the running sequences plus prompt chunks up to it
+	// (default 512; prompts always get at least 16 tokens a step).
+	StepTokens int
+	// MaxWait and MaxWaitSteps bound starvation: a waiting request that
+	// waited this long, or this many steps of its model, goes ahead of
+	// every class at the next free slot and is no longer preempted
+	// (defaults 30s and 4096 steps; negative turns one off).
+	MaxWait      time.Duration
+	MaxWaitSteps int
+	// MemoryBudget caps the weights of the loaded models; loading past it
+	// evicts idle unpinned models, least recently used first (default:
+	// half of RAM, 8 GiB when RAM is unknown).
+	MemoryBudget int64
+	// IdleTTL unloads an unpinned model nothing used for that long
+	// (0: never).
+	IdleTTL time.Duration
+	// Models holds per-model settings by model name.
+	Models map[string]ModelSettings
 	// Threads for the CPU backend (default: all cores).
 	Threads int
 	// LoadMode for weights: "read" or "mmap" ("" = the loader's default).
 	LoadMode string
-	// PrefillChunk is how many prompt tokens go through the model per step
-	// (default 512); cancellation is checked between chunks.
-	PrefillChunk int
 	// CacheDir is the prefix cache's SSD tier directory ("" = no SSD tier).
 	CacheDir string
 	// CacheHotBytes caps the prefix cache's RAM tier (0: 10% of the
@@ -55,15 +82,48 @@ type Config struct {
 	Logger          *slog.Logger
 }
 
+// Defaults of Config.
+const (
+	DefaultMaxQueued    = 64
+	DefaultMaxRunning   = 16
+	DefaultMaxTokens    = 4096
+	DefaultStepTokens   = 512
+	DefaultMaxWait      = 30 * time.Second
+	DefaultMaxWaitSteps = 4096
+	minPrefillTokens    = 16
+)
+
 func (c *Config) defaults() {
+	ram := totalRAM()
 	if c.MaxQueued == 0 {
-		c.MaxQueued = 64
+		c.MaxQueued = DefaultMaxQueued
+	}
+	if c.MaxRunning == 0 {
+		c.MaxRunning = DefaultMaxRunning
+	}
+	if c.MaxKVBytes == 0 {
+		c.MaxKVBytes = 4 << 30
+		if ram > 0 {
+			c.MaxKVBytes = ram / 4
+		}
 	}
 	if c.MaxTokens == 0 {
-		c.MaxTokens = 4096
+		c.MaxTokens = DefaultMaxTokens
 	}
-	if c.PrefillChunk == 0 {
-		c.PrefillChunk = 512
+	if c.StepTokens == 0 {
+		c.StepTokens = DefaultStepTokens
+	}
+	if c.MaxWait == 0 {
+		c.MaxWait = DefaultMaxWait
+	}
+	if c.MaxWaitSteps == 0 {
+		c.MaxWaitSteps = DefaultMaxWaitSteps
+	}
+	if c.MemoryBudget == 0 {
+		c.MemoryBudget = 8 << 30
+		if ram > 0 {
+			c.MemoryBudget = ram / 2
+		}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -75,35 +135,34 @@ type Runner struct {
 	cfg    Config
 	loader loader
 
-	mu     sync.Mutex
+	mu     sync.Mutex // guards models and the pool state of every entry
 	models map[string]*entry
 
 	pcache *prefixcache.Cache // nil when off
 
 	inFlight  atomic.Int64 // admitted requests not yet finished
+	running   atomic.Int64 // sequences in running batches (≤ MaxRunning)
+	kvBytes   atomic.Int64 // KV allocated by running sequences, all models
 	cancelled atomic.Int64 // generations stopped by their context
 	peak      atomic.Int64 // highest weight+KV bytes seen
+	evictions int64        // models evicted or unloaded idle (under mu)
+	avgMillis atomic.Int64 // moving average of a generation's duration
 
-	wg     sync.WaitGroup // generation goroutines
-	closed chan struct{}
-}
-
-// entry is one model of the models dir, loaded or not.
-type entry struct {
-	info engine.ModelInfo
-
-	loadMu sync.Mutex // held while loading
-	loaded *loadedModel
-	// turn serialises generations on the model: a buffered channel of one,
-	// so waiting for it can be cancelled.
-	turn chan struct{}
+	wg      sync.WaitGroup // delivery goroutines of generations
+	bg      sync.WaitGroup // the idle reaper
+	closed  chan struct{}
+	closing sync.Once
 }
 
 type loadedModel struct {
+	name  string // the model's id
 	text  *prompt.Builder
 	model languageModel
-	// parser names the output parser family, detected from the template.
-	parser string
+	// parser names the output parser family, detected from the template
+	// or set by the model's settings.
+	parser   string
+	settings ModelSettings
+	sched    *scheduler
 
 	// cacheKey is the model's prefix-cache identity (see modelCacheKey).
 	cacheKey    prefixcache.Key
@@ -113,25 +172,47 @@ type loadedModel struct {
 	vocab     *grammar.Vocab // for constrained decoding, built on first use
 }
 
+// contextLength is the model's context, capped by its settings.
+func (lm *loadedModel) contextLength() int {
+	n := lm.model.ContextLength()
+	if c := lm.settings.ContextLength; c > 0 && c < n {
+		return c
+	}
+	return n
+}
+
 // New scans cfg.ModelsDir and loads cfg.Preload.
 func New(cfg Config) (*Runner, error) {
 	cfg.defaults()
 	r := &Runner{cfg: cfg, models: map[string]*entry{}, closed: make(chan struct{}), loader: cpuLoader{threads: cfg.Threads, loadMode: cfg.LoadMode}}
+	return r.start()
+}
+
+func (r *Runner) start() (*Runner, error) {
 	if err := r.rescan(); err != nil {
 		return nil, err
 	}
 	var err error
-	if r.pcache, err = openPrefixCache(cfg); err != nil {
+	if r.pcache, err = openPrefixCache(r.cfg); err != nil {
 		return nil, err
 	}
-	for _, name := range cfg.Preload {
-		e, err := r.entry(name)
-		if err != nil {
+	for name, s := range r.cfg.Models {
+		if s.Pinned {
+			if e, err := r.entry(name); err == nil {
+				r.mu.Lock()
+				e.pinned = true
+				r.mu.Unlock()
+			}
+		}
+	}
+	for _, name := range r.cfg.Preload {
+		if err := r.Load(context.Background(), name); err != nil {
 			return nil, errors.Join(fmt.Errorf("preload %s: %w", name, err), r.Close())
 		}
-		if _, err := r.load(e); err != nil {
-			return nil, errors.Join(fmt.Errorf("preload %s: %w", name, err), r.Close())
-		}
+	}
+	if r.cfg.IdleTTL > 0 {
+		r.bg.Add(1)
+		go r.reapIdle()
 	}
 	return r, nil
 }
@@ -158,7 +239,7 @@ func (r *Runner) rescan() error {
 		if st, err := os.Stat(f.Path); err == nil {
 			info.Created = st.ModTime().Unix()
 		}
-		r.models[f.Name] = &entry{info: info, turn: make(chan struct{}, 1)}
+		r.models[f.Name] = &entry{info: info}
 	}
 	return nil
 }
@@ -181,27 +262,6 @@ func (r *Runner) entry(name string) (*entry, error) {
 	return nil, fmt.Errorf("%w: %q", engine.ErrModelNotFound, name)
 }
 
-// load loads e once; concurrent callers wait for the same load.
-func (r *Runner) load(e *entry) (*loadedModel, error) {
-	e.loadMu.Lock()
-	defer e.loadMu.Unlock()
-	if e.loaded != nil {
-		return e.loaded, nil
-	}
-	text, err := prompt.Load(e.info.Path)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", engine.ErrUnavailable, e.info.ID, err)
-	}
-	m, err := r.loader.load(e.info)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", engine.ErrUnavailable, e.info.ID, err)
-	}
-	r.cfg.Logger.Info("model loaded", "model", e.info.ID, "weight_bytes", m.WeightBytes())
-	e.loaded = &loadedModel{text: text, model: m, parser: parser.Detect(text.TemplateSource(), "")}
-	e.loaded.cacheKey, e.loaded.cacheKeyErr = modelCacheKey(e.info.Path)
-	return e.loaded, nil
-}
-
 // Models lists the models of the models dir, loaded or not, by name.
 func (r *Runner) Models(ctx context.Context) ([]engine.ModelInfo, error) {
 	if err := r.rescan(); err != nil {
@@ -212,9 +272,7 @@ func (r *Runner) Models(ctx context.Context) ([]engine.ModelInfo, error) {
 	out := make([]engine.ModelInfo, 0, len(r.models))
 	for _, e := range r.models {
 		info := e.info
-		e.loadMu.Lock()
 		info.Loaded = e.loaded != nil
-		e.loadMu.Unlock()
 		out = append(out, info)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
@@ -228,9 +286,9 @@ func (r *Runner) textOf(name string) (*prompt.Builder, error) {
 	if err != nil {
 		return nil, err
 	}
-	e.loadMu.Lock()
+	r.mu.Lock()
 	lm := e.loaded
-	e.loadMu.Unlock()
+	r.mu.Unlock()
 	if lm != nil {
 		return lm.text, nil
 	}
@@ -262,23 +320,40 @@ func (r *Runner) Detokenize(ctx context.Context, model string, ids []int) (strin
 // Stats are the runner's live figures.
 type Stats struct {
 	InFlight    int64 // admitted requests not yet finished
+	Running     int64 // sequences in running batches
+	Waiting     int64 // admitted requests waiting for a slot
 	Cancelled   int64 // generations stopped because their client went away
 	WeightBytes int64 // weights of loaded models
 	KVBytes     int64 // KV cache allocated by running generations
 	PeakBytes   int64 // highest WeightBytes+KVBytes seen
+
+	// Scheduler figures, summed over the loaded models (since load).
+	Steps       int64 // forward steps
+	SharedSteps int64 // steps that ran two or more sequences
+	StepRows    int64 // tokens that went through the steps
+	MaxBatch    int64 // most sequences in one step
+	Preemptions int64 // sequences preempted (their KV freed, re-queued)
+	Evictions   int64 // models evicted or unloaded idle (whole runner)
 }
 
 // Stats returns the live figures.
 func (r *Runner) Stats() Stats {
-	s := Stats{InFlight: r.inFlight.Load(), Cancelled: r.cancelled.Load()}
+	s := Stats{InFlight: r.inFlight.Load(), Running: r.running.Load(), Cancelled: r.cancelled.Load()}
 	r.mu.Lock()
+	s.Evictions = r.evictions
 	for _, e := range r.models {
-		e.loadMu.Lock()
-		if e.loaded != nil {
-			s.WeightBytes += e.loaded.model.WeightBytes()
-			s.KVBytes += e.loaded.model.KVBytes()
+		if e.loaded == nil {
+			continue
 		}
-		e.loadMu.Unlock()
+		s.WeightBytes += e.loaded.model.WeightBytes()
+		s.KVBytes += e.loaded.model.KVBytes()
+		st := e.loaded.sched.stats()
+		s.Waiting += st.waiting
+		s.Steps += st.steps
+		s.SharedSteps += st.sharedSteps
+		s.StepRows += st.rows
+		s.MaxBatch = max(s.MaxBatch, st.maxBatch)
+		s.Preemptions += st.preemptions
 	}
 	r.mu.Unlock()
 	s.PeakBytes = r.notePeak(s.WeightBytes + s.KVBytes)
@@ -288,26 +363,87 @@ func (r *Runner) Stats() Stats {
 var _ engine.Generator = (*Runner)(nil)
 
 // Close stops accepting work, waits for running generations (their
-// contexts should be cancelled by then) and frees the models.
+// contexts should be cancelled by then), stops the schedulers and frees
+// the models.
 func (r *Runner) Close() error {
-	select {
-	case <-r.closed:
+	first := false
+	r.closing.Do(func() { close(r.closed); first = true })
+	if !first {
 		return nil
-	default:
-		close(r.closed)
 	}
 	r.wg.Wait()
-	var errs []error
-	if r.pcache != nil {
-		errs = append(errs, r.pcache.Close()) // writes the queued blocks
+	r.bg.Wait()
+	r.mu.Lock()
+	var loaded []*loadedModel
+	for _, e := range r.models {
+		if e.loaded != nil {
+			loaded = append(loaded, e.loaded)
+			e.loaded = nil
+		}
 	}
+	r.mu.Unlock()
+	var errs []error
+	for _, lm := range loaded {
+		errs = append(errs, lm.close())
+	}
+	if r.pcache != nil {
+		// After the schedulers stopped: writes the queued blocks.
+		errs = append(errs, r.pcache.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// close stops the model's scheduler and frees the model.
+func (lm *loadedModel) close() error {
+	lm.sched.close()
+	return lm.model.Close()
+}
+
+// wakeAll pokes every scheduler: a slot or KV memory was freed, which may
+// let another model admit a waiting request.
+func (r *Runner) wakeAll() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, e := range r.models {
 		if e.loaded != nil {
-			errs = append(errs, e.loaded.model.Close())
-			e.loaded = nil
+			e.loaded.sched.poke()
 		}
 	}
-	return errors.Join(errs...)
+}
+
+// takeSlot takes one of the node's MaxRunning slots if one is free.
+func (r *Runner) takeSlot() bool {
+	for {
+		n := r.running.Load()
+		if n >= int64(r.cfg.MaxRunning) {
+			return false
+		}
+		if r.running.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// retryAfter is the hint given with ErrOverloaded: about how long the
+// requests ahead take to drain through the running slots, from the moving
+// average of a generation's duration, between 1 s and 60 s.
+func (r *Runner) retryAfter() time.Duration {
+	avg := time.Duration(r.avgMillis.Load()) * time.Millisecond
+	waves := (r.inFlight.Load() + int64(r.cfg.MaxRunning) - 1) / int64(r.cfg.MaxRunning)
+	return min(max(avg*time.Duration(max(waves, 1)), time.Second), time.Minute)
+}
+
+// noteDuration feeds a finished generation's duration into the average.
+func (r *Runner) noteDuration(d time.Duration) {
+	ms := d.Milliseconds()
+	for {
+		old := r.avgMillis.Load()
+		v := ms
+		if old > 0 {
+			v = old + (ms-old)/8
+		}
+		if r.avgMillis.CompareAndSwap(old, v) {
+			return
+		}
+	}
 }

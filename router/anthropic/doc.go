@@ -29,7 +29,7 @@
 // from x-api-key or Authorization: Bearer), 404 not_found_error, 413
 // request_too_large (bodies read past the limit; a Content-Length over it
 // is refused by the router before routing, in OpenAI's shape), 429
-// rate_limit_error with Retry-After: 1 when the engine's queue is full, 529
+// rate_limit_error with Retry-After (the engine's hint, at least 1 s) when the engine's queue is full, 529
 // overloaded_error with Retry-After: 5 when a model cannot be loaded now
 // (Anthropic's status for a temporarily overloaded service), 500
 // api_error.

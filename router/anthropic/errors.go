@@ -112,7 +112,7 @@ func ModelNotFound(model string) *Error {
 }
 
 // FromEngine maps an engine error: unknown model 404 not_found_error, full
-// queue 429 rate_limit_error (Retry-After 1), a model that cannot be loaded
+// queue 429 rate_limit_error (Retry-After: the engine's hint, at least 1), a model that cannot be loaded
 // now 529 overloaded_error (Anthropic's status for a temporarily
 // overloaded service; Retry-After 5), a request the model cannot take 400;
 // anything else 500 api_error.
@@ -128,7 +128,7 @@ func FromEngine(err error) *Error {
 	case errors.Is(err, engine.ErrModelNotFound):
 		return &Error{Status: http.StatusNotFound, Type: TypeNotFound, Message: err.Error()}
 	case errors.Is(err, engine.ErrOverloaded):
-		return &Error{Status: http.StatusTooManyRequests, Type: TypeRateLimit, RetryAfter: 1,
+		return &Error{Status: http.StatusTooManyRequests, Type: TypeRateLimit, RetryAfter: engine.RetryAfterSeconds(err, 1),
 			Message: "The server is overloaded: " + err.Error() + ". Retry shortly."}
 	case errors.Is(err, engine.ErrUnavailable):
 		return &Error{Status: StatusOverloaded, Type: TypeOverloaded, RetryAfter: 5, Message: "Overloaded: " + err.Error()}

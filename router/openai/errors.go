@@ -162,7 +162,7 @@ func FromEngine(err error) *Error {
 	case errors.Is(err, engine.ErrModelNotFound):
 		return &Error{Status: http.StatusNotFound, Type: TypeInvalidRequest, Param: "model", Code: "model_not_found", Message: err.Error()}
 	case errors.Is(err, engine.ErrOverloaded):
-		return &Error{Status: http.StatusTooManyRequests, Type: TypeRateLimit, Code: "rate_limit_exceeded", RetryAfter: 1,
+		return &Error{Status: http.StatusTooManyRequests, Type: TypeRateLimit, Code: "rate_limit_exceeded", RetryAfter: engine.RetryAfterSeconds(err, 1),
 			Message: "The server is overloaded: " + err.Error() + ". Retry shortly."}
 	case errors.Is(err, engine.ErrUnavailable):
 		return &Error{Status: http.StatusServiceUnavailable, Type: TypeUnavailable, Code: "model_unavailable", RetryAfter: 5, Message: err.Error()}

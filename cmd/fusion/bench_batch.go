@@ -1,0 +1,275 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"fusion/engine"
+	"fusion/engine/backend/cpu"
+	"fusion/engine/model"
+	"fusion/engine/prompt"
+	"fusion/engine/runner"
+	"fusion/engine/sample"
+)
+
+// batchResult is one concurrency level of the batching benchmark.
+type batchResult struct {
+	Streams int `json:"streams"`
+	// DecodeTokS is the aggregate decode rate while every stream was
+	// decoding: tokens produced between the last stream's first token
+	// and the first stream's end, over that window.
+	DecodeTokS    float64 `json:"aggregate_decode_tok_s"`
+	PerStreamTokS float64 `json:"per_stream_decode_tok_s"`
+	MeanTTFTms    float64 `json:"mean_ttft_ms"`
+	WallSeconds   float64 `json:"wall_s"`
+	Tokens        int     `json:"tokens"`
+	MaxBatch      int64   `json:"max_batch"`
+	// ForwardTokS is the same number of decode rows through model.Forward
+	// directly, without the runner: the kernels' ceiling for this level.
+	ForwardTokS float64 `json:"forward_only_decode_tok_s"`
+	// Efficiency is DecodeTokS / ForwardTokS: what the scheduler keeps.
+	Efficiency float64 `json:"scheduler_efficiency"`
+	Error      string  `json:"error,omitempty"`
+}
+
+// benchBatch measures continuous batching through the runner (the real
+// scheduler): aggregate greedy decode tokens/s with 1, 2, 4, 8 concurrent
+// streams on the Qwen3-0.6B-shaped model, and the ratio of the highest
+// concurrency to one stream.
+func benchBatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	flags := flag.NewFlagSet("bench batch", flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	cacheDir := flags.String("cache", filepath.Join(".cache", "bench"), "directory the benchmark models are created in (reused)")
+	only := flags.String("formats", "bf16,mlx-q4", "comma-separated formats to run")
+	streamsFlag := flags.String("streams", "1,2,4,8", "comma-separated concurrency levels")
+	promptLen := flags.Int("prompt", 32, "prompt tokens per stream")
+	decodeLen := flags.Int("decode", 64, "greedy tokens per stream")
+	threads := flags.Int("threads", 0, "compute goroutines (0: all cores)")
+	if err := flags.Parse(args); err != nil {
+		return err
+	}
+	var levels []int
+	for _, f := range strings.Split(*streamsFlag, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return usagef("-streams: %q is not a positive integer", f)
+		}
+		levels = append(levels, n)
+	}
+	if *promptLen < 1 || *decodeLen < 2 {
+		return usagef("-prompt must be positive and -decode at least 2")
+	}
+	out := map[string]any{
+		"model":   "random weights shaped like Qwen3-0.6B, served by the runner's continuous-batching scheduler",
+		"prompt":  *promptLen,
+		"decode":  *decodeLen,
+		"streams": levels,
+		"note":    "aggregate_decode_tok_s counts tokens while every stream decodes; ratio = highest concurrency / 1 stream (goal >= 3 at 8)",
+	}
+	results := map[string]any{}
+	for _, f := range engineFormats(demo0p6Shape()) {
+		if !strings.Contains(","+*only+",", ","+f.name+",") {
+			continue
+		}
+		fmt.Fprintf(stderr, "bench batch: %s\n", f.name)
+		path, err := benchModel(*cacheDir, f)
+		if err != nil {
+			results[f.name] = map[string]string{"error": err.Error()}
+			continue
+		}
+		rows, err := runBatch(ctx, path, levels, *promptLen, *decodeLen, *threads, stderr)
+		if err == nil {
+			err = forwardOnly(ctx, path, rows, *promptLen, *threads)
+		}
+		if err != nil {
+			results[f.name] = map[string]string{"error": err.Error()}
+			continue
+		}
+		res := map[string]any{"levels": rows}
+		if first, last := rows[0], rows[len(rows)-1]; first.DecodeTokS > 0 && len(rows) > 1 {
+			res[fmt.Sprintf("ratio_%d_vs_%d", last.Streams, first.Streams)] = last.DecodeTokS / first.DecodeTokS
+			if first.ForwardTokS > 0 {
+				res[fmt.Sprintf("forward_only_ratio_%d_vs_%d", last.Streams, first.Streams)] = last.ForwardTokS / first.ForwardTokS
+			}
+		}
+		results[f.name] = res
+	}
+	out["formats"] = results
+	return json.NewEncoder(stdout).Encode(out)
+}
+
+// runBatch serves the model at path with a runner and runs each
+// concurrency level once (after a warm-up request).
+func runBatch(ctx context.Context, path string, levels []int, promptLen, decodeLen, threads int, stderr io.Writer) ([]batchResult, error) {
+	dir, name := filepath.Dir(path), strings.TrimSuffix(filepath.Base(path), ".gguf")
+	maxStreams := 1
+	for _, n := range levels {
+		maxStreams = max(maxStreams, n)
+	}
+	r, err := runner.New(runner.Config{
+		ModelsDir: dir, Preload: []string{name}, Threads: threads, MaxRunning: maxStreams, MaxQueued: maxStreams,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	text, err := prompt.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	// Random weights stop early on an end-of-text token; forbid them so
+	// every stream decodes its full length.
+	bias := map[int]float64{}
+	for _, id := range text.Tokenizer().EOS() {
+		bias[id] = -100
+	}
+	request := func(i int) *engine.Request {
+		p := sample.DefaultParams()
+		p.Temperature, p.LogitBias = 0, bias
+		toks := make([]int, promptLen)
+		for j := range toks {
+			toks[j] = (i*104729 + j*7919 + 13) % 150000
+		}
+		return &engine.Request{Model: name, PromptTokens: toks, Sampling: p, MaxTokens: decodeLen}
+	}
+	if _, err := streamTimes(ctx, r, request(99)); err != nil { // warm-up
+		return nil, err
+	}
+	var rows []batchResult
+	for _, n := range levels {
+		fmt.Fprintf(stderr, "bench batch:   %d streams\n", n)
+
+		start := time.Now()
+		times := make([][]time.Time, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() { times[i], errs[i] = streamTimes(ctx, r, request(i)) })
+		}
+		wg.Wait()
+		row := batchResult{Streams: n, WallSeconds: time.Since(start).Seconds(), MaxBatch: r.Stats().MaxBatch}
+		for _, err := range errs {
+			if err != nil {
+				row.Error = err.Error()
+			}
+		}
+		if row.Error == "" {
+			row.fill(start, times)
+		}
+
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+// fill computes the figures from each stream's token arrival times.
+func (b *batchResult) fill(start time.Time, times [][]time.Time) {
+	lastFirst, firstEnd := times[0][0], times[0][len(times[0])-1]
+	var ttft time.Duration
+	for _, ts := range times {
+		b.Tokens += len(ts)
+		ttft += ts[0].Sub(start)
+		if ts[0].After(lastFirst) {
+			lastFirst = ts[0]
+		}
+		if end := ts[len(ts)-1]; end.Before(firstEnd) {
+			firstEnd = end
+		}
+	}
+	b.MeanTTFTms = float64(ttft.Milliseconds()) / float64(len(times))
+	window := firstEnd.Sub(lastFirst).Seconds()
+	count := 0
+	for _, ts := range times {
+		for _, t := range ts {
+			if t.After(lastFirst) && !t.After(firstEnd) {
+				count++
+			}
+		}
+	}
+	if window > 0 {
+		b.DecodeTokS = float64(count) / window
+		b.PerStreamTokS = b.DecodeTokS / float64(len(times))
+	}
+}
+
+// streamTimes runs one request and returns the arrival time of each token.
+func streamTimes(ctx context.Context, r *runner.Runner, req *engine.Request) ([]time.Time, error) {
+	ch, err := r.Generate(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	var ts []time.Time
+	for ev := range ch {
+		now := time.Now()
+		for range ev.Tokens {
+			ts = append(ts, now)
+		}
+		if ev.Done {
+			if ev.Err != nil {
+				return nil, ev.Err
+			}
+			if len(ts) < 2 {
+				return nil, fmt.Errorf("only %d tokens", len(ts))
+			}
+			return ts, nil
+		}
+	}
+	return nil, ctx.Err()
+}
+
+// forwardOnly times decode steps of each level's number of rows straight
+// through model.Forward (sequences prefilled with promptLen tokens), the
+// ceiling the scheduler's aggregate is compared with.
+func forwardOnly(ctx context.Context, path string, rows []batchResult, promptLen, threads int) error {
+	be := cpu.New(cpu.Options{Threads: threads})
+	defer be.Close()
+	m, err := model.Load(ctx, path, be, model.Options{})
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	const steps = 16
+	for i := range rows {
+		n := rows[i].Streams
+		in := make([]model.Input, n)
+		for j := range in {
+			seq, err := m.NewSequence(promptLen + steps + 1)
+			if err != nil {
+				return err
+			}
+			defer seq.Close()
+			toks := make([]int, promptLen)
+			for k := range toks {
+				toks[k] = (j*104729 + k*7919 + 13) % 150000
+			}
+			in[j] = model.Input{Seq: seq, Tokens: toks}
+		}
+		if _, err := m.Forward(ctx, in, model.Range{}, nil); err != nil {
+			return err
+		}
+		start := time.Now()
+		for s := range steps {
+			for j := range in {
+				in[j].Tokens = []int{(s*31 + j) % 150000}
+			}
+			if _, err := m.Forward(ctx, in, model.Range{}, nil); err != nil {
+				return err
+			}
+		}
+		rows[i].ForwardTokS = float64(steps*n) / time.Since(start).Seconds()
+		if rows[i].ForwardTokS > 0 {
+			rows[i].Efficiency = rows[i].DecodeTokS / rows[i].ForwardTokS
+		}
+	}
+	return nil
+}

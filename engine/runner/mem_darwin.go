@@ -1,0 +1,12 @@
+package runner
+
+import "golang.org/x/sys/unix"
+
+// totalRAM is the machine's physical memory in bytes (0 if unknown).
+func totalRAM() int64 {
+	n, err := unix.SysctlUint64("hw.memsize")
+	if err != nil {
+		return 0
+	}
+	return int64(n)
+}

@@ -1,0 +1,6 @@
+//go:build !linux && !darwin
+
+package runner
+
+// totalRAM is the machine's physical memory in bytes (0 if unknown).
+func totalRAM() int64 { return 0 }
