@@ -91,6 +91,7 @@ const (
 	kObject
 	kArray
 	kAlt // alternatives; also $ref (one alternative)
+	kSeq // parts in order, repeated minRep..maxRep times with sep between
 )
 
 type prop struct {
@@ -114,15 +115,23 @@ type node struct {
 	items              *node // kArray
 	minItems, maxItems int
 
-	alts []*node // kAlt
+	alts    []*node // kAlt
+	objOnly bool    // kAlt: stands only for its object alternatives
+
+	parts          []*node // kSeq
+	sep            *node   // kSeq: between repetitions, or nil
+	minRep, maxRep int     // kSeq: maxRep -1 is unbounded
 
 	flat     []*node // concrete nodes this stands for (self if concrete)
 	minDepth int     // frames needed to finish a value of this node
+	minBytes int32   // bytes of the shortest value of this node
+	reqCost  []int32 // kObject: reqCost[i] = bytes of ,"key":value for the required props from i on
 }
 
 // Grammar is a compiled schema. It is immutable and safe for concurrent use.
 type Grammar struct {
-	root *node
+	root    *node
+	maxOpen int32 // see Matcher.maxOpen
 }
 
 const infDepth = 1 << 30
@@ -139,11 +148,11 @@ func Compile(schema []byte) (*Grammar, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.finish()
+	maxOpen := c.finish()
 	if root.minDepth > MaxDepth {
 		return nil, errors.New("grammar: schema has no instance within the nesting bound")
 	}
-	return &Grammar{root: root}, nil
+	return &Grammar{root: root, maxOpen: maxOpen}, nil
 }
 
 // JSONObject returns the grammar of json_object mode: any JSON object.
@@ -151,8 +160,7 @@ func JSONObject() *Grammar {
 	c := &compiler{refs: map[string]*node{}}
 	c.anyVal = c.newAnyValue()
 	obj := c.add(&node{kind: kObject, mapVal: c.anyVal})
-	c.finish()
-	return &Grammar{root: obj}
+	return &Grammar{root: obj, maxOpen: c.finish()}
 }
 
 type compiler struct {
@@ -609,26 +617,29 @@ func (c *compiler) ref(ref, path string) (*node, error) {
 	return n, nil
 }
 
-// finish computes flat and minDepth for every node.
-func (c *compiler) finish() {
+// finish computes flat, minDepth and the byte costs of every node, and
+// returns the most one byte can add to the cost of finishing a document.
+func (c *compiler) finish() int32 {
 	for _, n := range c.nodes {
 		if n.kind == kAlt {
 			seen := map[*node]bool{}
-			var walk func(*node)
-			walk = func(a *node) {
+			var walk func(*node, bool)
+			walk = func(a *node, objOnly bool) {
 				if seen[a] {
 					return
 				}
 				seen[a] = true
 				if a.kind != kAlt {
-					n.flat = append(n.flat, a)
+					if !objOnly || a.kind == kObject {
+						n.flat = append(n.flat, a)
+					}
 					return
 				}
 				for _, b := range a.alts {
-					walk(b)
+					walk(b, objOnly || a.objOnly)
 				}
 			}
-			walk(n)
+			walk(n, false)
 		} else {
 			n.flat = []*node{n}
 		}
@@ -668,6 +679,14 @@ func (c *compiler) finish() {
 				if n.minItems > 0 {
 					d = 1 + n.items.minDepth
 				}
+			case kSeq:
+				d = 1
+				for _, p := range n.parts {
+					d = max(d, 1+p.minDepth)
+				}
+				if n.sep != nil && n.minRep > 1 {
+					d = max(d, 1+n.sep.minDepth)
+				}
 			}
 			d = min(d, infDepth)
 			if d < n.minDepth {
@@ -676,6 +695,7 @@ func (c *compiler) finish() {
 			}
 		}
 	}
+	return c.costs()
 }
 
 // object is a JSON object that keeps its key order.

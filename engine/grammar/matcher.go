@@ -18,6 +18,16 @@ type frame struct {
 type stack struct {
 	f    frame
 	next *stack
+	cost int32 // bytes needed to finish f and every frame below it
+}
+
+// pushFrame returns the stack of f above next.
+func pushFrame(f frame, next *stack) *stack {
+	c := frameCost(f)
+	if next != nil {
+		c = satAdd(c, next.cost)
+	}
+	return &stack{f: f, next: next, cost: c}
 }
 
 // thread is one path of the nondeterministic automaton: the top frame by
@@ -43,6 +53,10 @@ type Matcher struct {
 	threads []thread
 	bufs    [][]thread // per trie depth, reused by Mask
 	ended   bool       // EOS accepted
+	budget  int        // tokens left for the document, or -1 (see SetBudget)
+	filter  bool       // Mask: drop tokens whose cost exceeds limit
+	limit   int32
+	maxOpen int32      // the most one byte can add to the cost of finishing
 }
 
 // State is a snapshot of a Matcher, for Restore.
@@ -53,7 +67,7 @@ type State struct {
 
 // NewMatcher returns a matcher at the start of a document.
 func (g *Grammar) NewMatcher() *Matcher {
-	m := &Matcher{}
+	m := &Matcher{budget: -1, maxOpen: g.maxOpen}
 	m.threads = expand(nil, thread{}, g.root, false)
 	return m
 }
@@ -67,7 +81,7 @@ func expand(out []thread, parent thread, n *node, push bool) []thread {
 	var rest *stack
 	depth := int32(1)
 	if push {
-		rest = &stack{f: parent.top, next: parent.rest}
+		rest = pushFrame(parent.top, parent.rest)
 		depth = parent.depth + 1
 	}
 	spent := parent.values >= MaxValues
@@ -99,7 +113,16 @@ func complete(t thread) bool {
 	if t.top.n == nil {
 		return true
 	}
-	return t.rest == nil && t.top.n.kind == kNumber && numAccepting(t.top.st)
+	if t.rest != nil {
+		return false
+	}
+	switch f := t.top; f.n.kind {
+	case kNumber:
+		return numAccepting(f.st)
+	case kSeq:
+		return int(f.a) == len(f.n.parts) && int(f.b)+1 >= f.n.minRep
+	}
+	return false
 }
 
 // Object states.
@@ -173,6 +196,9 @@ func step(t thread, b byte, out []thread) []thread {
 
 	case kString:
 		return stepString(t, b, out)
+
+	case kSeq:
+		return stepSeq(t, b, out)
 
 	case kNumber:
 		if stepNumber(f, b) {
@@ -257,6 +283,32 @@ func step(t thread, b byte, out []thread) []thread {
 	return out
 }
 
+// stepSeq advances a sequence frame: a is the index of the next part, b
+// the repetitions completed, st 1 once the separator of the current
+// repetition has been read.
+func stepSeq(t thread, b byte, out []thread) []thread {
+	f := &t.top
+	n := f.n
+	if int(f.a) == len(n.parts) {
+		reps := f.b + 1
+		if (n.maxRep < 0 || int(reps) < n.maxRep) && (int(reps) < n.minRep || t.values < MaxValues) {
+			u := t
+			u.top.a, u.top.b, u.top.st = 0, reps, 0
+			out = stepSeq(u, b, out)
+		}
+		if int(reps) >= n.minRep && t.rest != nil {
+			out = step(pop(t), b, out)
+		}
+		return out
+	}
+	if f.a == 0 && f.b > 0 && n.sep != nil && f.st == 0 {
+		f.st = 1
+		return stepNew(t, n.sep, b, out)
+	}
+	f.a++
+	return stepNew(t, n.parts[f.a-1], b, out)
+}
+
 // stepKeyStart handles the first byte of a key in an object frame.
 func stepKeyStart(t thread, b byte, out []thread) []thread {
 	if b != '"' {
@@ -268,7 +320,7 @@ func stepKeyStart(t thread, b byte, out []thread) []thread {
 			return out
 		}
 		t.top.st = oColon
-		rest := &stack{f: t.top, next: t.rest}
+		rest := pushFrame(t.top, t.rest)
 		return append(out, thread{top: frame{n: keyNode, st: sIn}, rest: rest, depth: t.depth + 1, values: t.values})
 	}
 	last := min(n.nextReq[t.top.a], len(n.props)-1)
@@ -537,7 +589,7 @@ func (m *Matcher) Ended() bool { return m.ended }
 
 // Clone returns an independent copy.
 func (m *Matcher) Clone() *Matcher {
-	return &Matcher{threads: append([]thread(nil), m.threads...), ended: m.ended}
+	return &Matcher{threads: append([]thread(nil), m.threads...), ended: m.ended, budget: m.budget, maxOpen: m.maxOpen}
 }
 
 // Snapshot returns the current state; threads share immutable stacks, so this

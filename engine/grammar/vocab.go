@@ -27,6 +27,7 @@ type Vocab struct {
 	safeByLen  []int32
 	safeLen    []int32
 	maxSafeLen int
+	maxTokLen  int // bytes of the longest token
 }
 
 // trie: node i has edges edgeStart[i]:edgeStart[i+1] and the ids of the
@@ -52,6 +53,7 @@ func NewVocab(tokens [][]byte, eos []int) *Vocab {
 			continue
 		}
 		ids = append(ids, int32(id))
+		v.maxTokLen = max(v.maxTokLen, len(t))
 		th := thread{top: frame{n: free, st: sIn}}
 		var buf [2]thread
 		for _, b := range t {
@@ -129,12 +131,32 @@ func (v *Vocab) Token(id int) []byte { return v.tokens[id] }
 func (v *Vocab) isEOS(id int) bool { return slices.Contains(v.eos, id) }
 
 // Mask writes to dst (at least (v.Size()+63)/64 words) the tokens allowed
-// next: those whose bytes the grammar accepts, and EOS once Done.
+// next: those whose bytes the grammar accepts, and EOS once Done. Under a
+// budget (SetBudget) a token is allowed only if the document can still be
+// finished in the tokens left after it; if that leaves nothing (the budget
+// was too small from the start) the mask is the unbudgeted one.
 func (m *Matcher) Mask(v *Vocab, dst sample.Bitset) {
 	clear(dst)
 	if m.ended {
 		return
 	}
+	m.filter = false
+	if m.budget >= 0 {
+		limit := int32(min(m.budget-1, int(infBytes)))
+		// Filter only when some token could overshoot: one token of
+		// maxTokLen bytes raises the cost by at most maxTokLen*maxOpen.
+		if limit < satAdd(minCost(m.threads), satMul(int32(v.maxTokLen), m.maxOpen)) {
+			m.filter, m.limit = true, limit
+		}
+	}
+	m.mask(v, dst)
+	if m.filter && !anySet(dst) {
+		m.filter = false
+		m.mask(v, dst)
+	}
+}
+
+func (m *Matcher) mask(v *Vocab, dst sample.Bitset) {
 	if m.Done() {
 		for _, id := range v.eos {
 			dst.Set(id)
@@ -145,7 +167,8 @@ func (m *Matcher) Mask(v *Vocab, dst sample.Bitset) {
 	}
 	// Threads inside a string at a character boundary take the safe tokens
 	// that fit the length left from precomputed sets; only the rest of the
-	// vocabulary is walked for them.
+	// vocabulary is walked for them. (Safe tokens never raise the cost of
+	// finishing, so under a budget they fit whenever the thread does.)
 	var inStr, other []thread
 	room := -1
 	for _, t := range m.threads {
@@ -155,6 +178,10 @@ func (m *Matcher) Mask(v *Vocab, dst sample.Bitset) {
 		} else {
 			other = append(other, t)
 		}
+	}
+	if m.filter && len(inStr) > 0 && minCost(inStr) > m.limit {
+		other = append(other, inStr...)
+		inStr = nil
 	}
 	if len(inStr) > 0 {
 		if room >= v.maxSafeLen {
@@ -196,11 +223,22 @@ func (m *Matcher) walk(v *trie, node int32, ts []thread, depth int, dst sample.B
 			continue
 		}
 		child := v.edgeNode[e]
-		for _, id := range v.tokIDs[v.tokStart[child]:v.tokStart[child+1]] {
-			dst[id/64] |= 1 << (id % 64)
+		if ids := v.tokIDs[v.tokStart[child]:v.tokStart[child+1]]; len(ids) > 0 && (!m.filter || minCost(next) <= m.limit) {
+			for _, id := range ids {
+				dst[id/64] |= 1 << (id % 64)
+			}
 		}
 		if v.edgeStart[child] < v.edgeStart[child+1] {
 			m.walk(v, child, next, depth+1, dst)
 		}
 	}
+}
+
+func anySet(b sample.Bitset) bool {
+	for _, w := range b {
+		if w != 0 {
+			return true
+		}
+	}
+	return false
 }

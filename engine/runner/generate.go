@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"fusion/engine"
+	"fusion/engine/grammar"
 	"fusion/engine/parser"
 	"fusion/engine/prompt"
 	"fusion/engine/sample"
@@ -85,10 +86,18 @@ func (r *Runner) Generate(ctx context.Context, req *engine.Request) (<-chan engi
 		return nil, err
 	}
 	var cons *constraint
-	if req.ResponseFormat != nil {
-		if cons, err = newConstraint(lm, req.ResponseFormat, parser.StartInReasoning(p.Prompt)); err != nil {
-			return nil, err
-		}
+	var gram *grammar.Grammar
+	switch {
+	case req.ToolChoice.Forced() && req.Messages != nil:
+		gram, err = toolCallGrammar(lm.parser, req.Tools, req.ToolChoice, r.cfg.MaxToolCalls)
+	case req.ResponseFormat != nil:
+		gram, err = responseFormatGrammar(req.ResponseFormat)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if gram != nil {
+		cons = newConstraint(lm, gram, parser.StartInReasoning(p.Prompt))
 	}
 	params := req.Sampling
 	params.StopTokenIDs = append(slices.Clone(params.StopTokenIDs), lm.text.Tokenizer().EOS()...)
@@ -199,7 +208,7 @@ func (g *generation) run(ctx context.Context) (final engine.Event, ok bool) {
 		}
 		in := sample.Input{Logits: logits, Prompt: g.prompt, Output: output}
 		if g.cons != nil {
-			in.Mask = g.cons.mask()
+			in.Mask = g.cons.mask(g.maxTokens - len(output))
 		}
 		res, err := g.sampler.Sample(in)
 		if err != nil {

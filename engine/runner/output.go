@@ -1,6 +1,8 @@
 package runner
 
 import (
+	"slices"
+
 	"fusion/engine"
 	"fusion/engine/chattemplate"
 	"fusion/engine/parser"
@@ -11,8 +13,17 @@ import (
 // get none: their text is returned exactly as the model wrote it.
 // renderedPrompt tells whether the template left a <think> block open.
 func newOutputParser(family string, req *engine.Request, renderedPrompt string) (parser.Parser, error) {
-	if req.Messages == nil {
-		family = "none"
+	switch {
+	case req.Messages == nil:
+		family = parser.None
+	case req.ToolChoice.Mode == engine.ToolNone:
+		// No tool calls: call-like text stays content; reasoning is still
+		// split off where the family has it.
+		if slices.Contains(parser.Markers(family), "<think>") {
+			family = parser.Think
+		} else {
+			family = parser.None
+		}
 	}
 	return parser.New(family, parser.Options{
 		Tools:            toolNames(req.Tools),

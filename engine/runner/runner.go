@@ -41,6 +41,9 @@ type Config struct {
 	// PrefillChunk is how many prompt tokens go through the model per step
 	// (default 512); cancellation is checked between chunks.
 	PrefillChunk int
+	// MaxToolCalls bounds the calls of one answer under a forced tool
+	// choice with parallel calls allowed (default 8).
+	MaxToolCalls int
 	Logger       *slog.Logger
 }
 
@@ -53,6 +56,9 @@ func (c *Config) defaults() {
 	}
 	if c.PrefillChunk == 0 {
 		c.PrefillChunk = 512
+	}
+	if c.MaxToolCalls == 0 {
+		c.MaxToolCalls = 8
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
