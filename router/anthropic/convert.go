@@ -102,10 +102,10 @@ func (req *MessagesRequest) prompt(id string) (*engine.Request, *Error) {
 	if err != nil {
 		return nil, err
 	}
-	if choice == "none" {
+	if choice.Mode == engine.ToolNone {
 		tools = nil // the model is not offered the tools
 	}
-	r := &engine.Request{ID: id, Model: req.Model, Messages: msgs, Tools: tools}
+	r := &engine.Request{ID: id, Model: req.Model, Messages: msgs, Tools: tools, ToolChoice: choice}
 	if r.EnableThinking, err = parseThinking(req.Thinking, 0); err != nil {
 		return nil, err
 	}
@@ -448,53 +448,61 @@ func parseTools(raw json.RawMessage) ([]*chattemplate.Object, *Error) {
 	return out, nil
 }
 
-// parseToolChoice checks tool_choice and returns its type ("auto" when
-// absent). "any" and "tool" force a call, which needs constrained
-// decoding: refused for now.
-func parseToolChoice(raw json.RawMessage, tools []*chattemplate.Object) (string, *Error) {
+// parseToolChoice checks tool_choice: auto (also when absent), none, any
+// or tool (with name), and disable_parallel_tool_use. any and tool force a
+// call, which the engine constrains to the tool's input_schema.
+func parseToolChoice(raw json.RawMessage, tools []*chattemplate.Object) (engine.ToolChoice, *Error) {
+	var choice engine.ToolChoice
 	if isNull(raw) {
-		return "auto", nil
+		return choice, nil
 	}
 	v, err := decodeRaw(raw, "tool_choice", "a valid dictionary")
 	if err != nil {
-		return "", err
+		return choice, err
 	}
 	obj, ok := v.(*chattemplate.Object)
 	if !ok {
-		return "", invalidType("tool_choice", "a valid dictionary", jsonkind.OfValue(v))
+		return choice, invalidType("tool_choice", "a valid dictionary", jsonkind.OfValue(v))
 	}
 	typ, err := stringField(obj, "type", "tool_choice")
 	if err != nil {
-		return "", err
+		return choice, err
 	}
 	if dv, ok := field(obj, "disable_parallel_tool_use"); ok {
-		if _, ok := dv.(bool); !ok {
-			return "", invalidType("tool_choice.disable_parallel_tool_use", "a valid boolean", jsonkind.OfValue(dv))
+		b, ok := dv.(bool)
+		if !ok {
+			return choice, invalidType("tool_choice.disable_parallel_tool_use", "a valid boolean", jsonkind.OfValue(dv))
 		}
+		choice.NoParallel = b
 	}
 	switch typ {
-	case "auto", "none":
-		return typ, nil
+	case "auto":
+		return choice, nil
+	case "none":
+		choice.Mode = engine.ToolNone
+		return choice, nil
 	case "any":
+		choice.Mode = engine.ToolRequired
 	case "tool":
 		name, err := stringField(obj, "name", "tool_choice")
 		if err != nil {
-			return "", err
+			return choice, err
 		}
 		if !slices.ContainsFunc(tools, func(t *chattemplate.Object) bool {
 			fv, _ := t.Get("function")
 			n, _ := fv.(*chattemplate.Object).Get("name")
 			return n == name
 		}) {
-			return "", invalid("tool_choice.name: no tool named %q in 'tools'.", name)
+			return choice, invalid("tool_choice.name: no tool named %q in 'tools'.", name)
 		}
+		choice.Mode, choice.Name = engine.ToolNamed, name
 	default:
-		return "", invalid("tool_choice.type: Input should be 'auto', 'any', 'tool' or 'none'")
+		return choice, invalid("tool_choice.type: Input should be 'auto', 'any', 'tool' or 'none'")
 	}
 	if len(tools) == 0 {
-		return "", invalid("tool_choice: type '%s' requires 'tools'.", typ)
+		return choice, invalid("tool_choice: type '%s' requires 'tools'.", typ)
 	}
-	return "", invalid("tool_choice: type '%s' forces a tool call, which needs constrained decoding; this server does not support it yet. Use 'auto'.", typ)
+	return choice, nil
 }
 
 // parseThinking reads thinking: {"type": "enabled", "budget_tokens": N}

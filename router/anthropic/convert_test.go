@@ -129,8 +129,8 @@ func TestConvertErrors(t *testing.T) {
 		{`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"url","url":"http://x/y.png"}}]}]}`, "take text only"},
 		{`{"model":"m","max_tokens":5,"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"a","name":"b","input":"x"}]}]}`, "messages.0.content.0.input"},
 		{`{"model":"m","max_tokens":5,"tools":[{"name":"t"}],` + msgs + `}`, "tools.0.input_schema: Field required"},
-		{`{"model":"m","max_tokens":5,"tools":[{"name":"t","input_schema":{}}],"tool_choice":{"type":"any"},` + msgs + `}`, "constrained decoding"},
-		{`{"model":"m","max_tokens":5,"tools":[{"name":"t","input_schema":{}}],"tool_choice":{"type":"tool","name":"t"},` + msgs + `}`, "constrained decoding"},
+		{`{"model":"m","max_tokens":5,"tool_choice":{"type":"any"},` + msgs + `}`, "requires 'tools'"},
+		{`{"model":"m","max_tokens":5,"tools":[{"name":"t","input_schema":{}}],"tool_choice":{"type":"any","disable_parallel_tool_use":1},` + msgs + `}`, "disable_parallel_tool_use"},
 		{`{"model":"m","max_tokens":5,"tools":[{"name":"t","input_schema":{}}],"tool_choice":{"type":"tool","name":"u"},` + msgs + `}`, "no tool named"},
 		{`{"model":"m","max_tokens":5,"tool_choice":{"type":"sometimes"},` + msgs + `}`, "tool_choice.type"},
 		{`{"model":"m","max_tokens":5,"tool_choice":"auto",` + msgs + `}`, "tool_choice: Input should be a valid dictionary"},
@@ -316,5 +316,28 @@ func TestStreamEmpty(t *testing.T) {
 	a.add(engine.Event{Done: true, FinishReason: engine.FinishStop})
 	if got := toJSON(t, a.result().Content); got != `[{"type":"text","text":""}]` {
 		t.Errorf("content: %s", got)
+	}
+}
+
+// TestToolChoiceToEngine: any, tool and disable_parallel_tool_use reach
+// the engine request; none hides the tools.
+func TestToolChoiceToEngine(t *testing.T) {
+	const tools = `"tools":[{"name":"t","input_schema":{"type":"object"}}],`
+	tests := []struct {
+		choice string
+		want   engine.ToolChoice
+		tools  bool
+	}{
+		{`{"type":"auto"}`, engine.ToolChoice{}, true},
+		{`{"type":"any"}`, engine.ToolChoice{Mode: engine.ToolRequired}, true},
+		{`{"type":"any","disable_parallel_tool_use":true}`, engine.ToolChoice{Mode: engine.ToolRequired, NoParallel: true}, true},
+		{`{"type":"tool","name":"t"}`, engine.ToolChoice{Mode: engine.ToolNamed, Name: "t"}, true},
+		{`{"type":"none"}`, engine.ToolChoice{Mode: engine.ToolNone}, false},
+	}
+	for _, tt := range tests {
+		p := mustPlan(t, `{"model":"m","max_tokens":5,`+tools+`"tool_choice":`+tt.choice+`,"messages":[{"role":"user","content":"hi"}]}`)
+		if p.req.ToolChoice != tt.want || (p.req.Tools != nil) != tt.tools {
+			t.Errorf("%s: %+v (tools %v), want %+v", tt.choice, p.req.ToolChoice, p.req.Tools != nil, tt.want)
+		}
 	}
 }

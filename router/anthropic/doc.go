@@ -15,9 +15,11 @@
 // tool_call_id (is_error prefixes the content with "Error: "), thinking the
 // assistant's reasoning_content; redacted_thinking is dropped; image and
 // document blocks are a 400 (our models take text only). tools become
-// function tools for the template; tool_choice auto and none work (none
-// leaves the tools out of the prompt), any and tool need constrained
-// decoding and are a 400 for now, as is output_config.format. thinking
+// function tools for the template; tool_choice auto, none (the tools are
+// left out of the prompt and no calls are extracted), any and tool (the
+// engine constrains the output to a call of the allowed tools, input valid
+// against input_schema; disable_parallel_tool_use allows one call);
+// output_config.format is a 400 for now. thinking
 // enabled (budget_tokens ≥ 1024 and below max_tokens) / adaptive /
 // between_tools turns the template's enable_thinking on, disabled off; the
 // budget is not enforced. max_tokens is required and clamped to the node's
