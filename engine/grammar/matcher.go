@@ -56,7 +56,7 @@ type Matcher struct {
 	budget  int        // tokens left for the document, or -1 (see SetBudget)
 	filter  bool       // Mask: drop tokens whose cost exceeds limit
 	limit   int32
-	maxOpen int32      // the most one byte can add to the cost of finishing
+	maxOpen int32 // the most one byte can add to the cost of finishing
 }
 
 // State is a snapshot of a Matcher, for Restore.
