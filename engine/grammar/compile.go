@@ -105,7 +105,7 @@ type node struct {
 	lit  []byte // kLit
 
 	minLen, maxLen int  // kString, code points
-	dfa            *dfa // kString: pattern/format, or nil
+	dfa            *dfa // kString: pattern/format; kNumber: bounds (nil: none)
 	integer        bool // kNumber
 
 	props   []prop
@@ -201,7 +201,8 @@ var known = map[string]bool{
 	"type": true, "properties": true, "required": true, "additionalProperties": true,
 	"items": true, "minItems": true, "maxItems": true, "enum": true, "const": true,
 	"anyOf": true, "oneOf": true, "$ref": true, "minLength": true, "maxLength": true,
-	"pattern": true, "format": true,
+	"pattern": true, "format": true, "minimum": true, "maximum": true,
+	"exclusiveMinimum": true, "exclusiveMaximum": true,
 }
 
 // formats maps the supported string formats to patterns of a subset of
@@ -331,6 +332,8 @@ func (c *compiler) compileObject(s *object, path string) (*node, error) {
 				types["array"] = true
 			case "minLength", "maxLength":
 				types["string"] = true
+			case "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum":
+				types["number"] = true
 			}
 		}
 		if len(types) == 0 {
@@ -375,12 +378,21 @@ func (c *compiler) compileObject(s *object, path string) (*node, error) {
 				return nil, err
 			}
 			alt.alts = append(alt.alts, n)
-		case "number":
-			alt.alts = append(alt.alts, c.add(&node{kind: kNumber}))
-		case "integer":
-			if !types["number"] {
-				alt.alts = append(alt.alts, c.add(&node{kind: kNumber, integer: true}))
+		case "number", "integer":
+			if t == "integer" && types["number"] {
+				continue
 			}
+			n := c.add(&node{kind: kNumber, integer: t == "integer"})
+			pat, ok, err := numberBounds(s, path, n.integer)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				if n.dfa, err = compileRegex(pat); err != nil {
+					return nil, fmt.Errorf("grammar: bounds at %q: %w", path, err)
+				}
+			}
+			alt.alts = append(alt.alts, n)
 		case "boolean":
 			alt.alts = append(alt.alts, c.lit("true"), c.lit("false"))
 		case "null":

@@ -70,6 +70,9 @@ func nodeBytes(n *node) int32 {
 		}
 		return 2 + int32(n.minLen)
 	case kNumber:
+		if n.dfa != nil {
+			return n.dfa.bdist[0]
+		}
 		return 1
 	case kAlt:
 		b := infBytes
@@ -136,6 +139,9 @@ func frameCost(f frame) int32 {
 			return 3 + need
 		}
 	case kNumber:
+		if n.dfa != nil {
+			return n.dfa.bdist[f.b]
+		}
 		if numAccepting(f.st) {
 			return 0
 		}

@@ -118,6 +118,9 @@ func complete(t thread) bool {
 	}
 	switch f := t.top; f.n.kind {
 	case kNumber:
+		if f.n.dfa != nil {
+			return f.n.dfa.accept[f.b]
+		}
 		return numAccepting(f.st)
 	case kSeq:
 		return int(f.a) == len(f.n.parts) && int(f.b)+1 >= f.n.minRep
@@ -201,6 +204,17 @@ func step(t thread, b byte, out []thread) []thread {
 		return stepSeq(t, b, out)
 
 	case kNumber:
+		if n.dfa != nil {
+			// Bounded: the DFA of the allowed numbers, state in b.
+			if next := n.dfa.next[f.b][b]; next >= 0 {
+				f.b = next
+				return append(out, t)
+			}
+			if n.dfa.accept[f.b] && t.rest != nil {
+				return step(pop(t), b, out)
+			}
+			return out
+		}
 		if stepNumber(f, b) {
 			return append(out, t)
 		}

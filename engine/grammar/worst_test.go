@@ -49,6 +49,13 @@ var worstSchemas = []string{
 	`{"type":"object","properties":{"id":{"type":"string","minLength":1,"maxLength":8},"tags":{"type":"array","items":{"type":"string","enum":["a","b"]},"maxItems":3},"meta":{"type":"object"},"score":{"type":["number","null"]},"ok":{"type":"boolean"}},"required":["id","ok"],"additionalProperties":false}`,
 	`{"type":"object","properties":{"name":{"type":"string","description":"the name","title":"Name","default":"x"},"items":{"type":"array","items":{"type":"object","properties":{"id":{"type":"integer"},"name":{"type":"string"}},"required":["id"]}}},"required":["items"],"$schema":"https://json-schema.org/draft/2020-12/schema"}`,
 	`{"type":"object","properties":{"code":{"type":"string","pattern":"^[A-Z]{2,3}-[0-9]+(\\.[a-z]+)?$"},"free":{"type":"string","pattern":"a|é"},"short":{"type":"string","pattern":"^.+$","maxLength":3}},"required":["code","free","short"],"additionalProperties":false}`,
+	`{"type":"integer","minimum":-5,"maximum":1234}`,
+	`{"type":"integer","exclusiveMinimum":0}`,
+	`{"type":"integer","minimum":1.5,"exclusiveMaximum":7.5}`,
+	`{"type":"number","minimum":0,"exclusiveMaximum":10}`,
+	`{"type":"number","minimum":-90,"maximum":90}`,
+	`{"type":"number","exclusiveMinimum":2}`,
+	`{"type":"object","properties":{"lat":{"type":"number","maximum":-3},"n":{"type":"integer","exclusiveMaximum":0,"minimum":-1000}},"required":["lat","n"],"additionalProperties":false}`,
 	`{"type":"array","items":{"anyOf":[{"type":"string","format":"date"},{"type":"string","format":"date-time"},{"type":"string","format":"time"},{"type":"string","format":"uuid"},{"type":"string","format":"ipv4"},{"type":"string","format":"email"}]}}`,
 }
 
