@@ -112,7 +112,8 @@ type node struct {
 	nextReq []int // nextReq[i]: first required index >= i, or len(props)
 	mapVal  *node // kObject: free keys with these values (nil: only props)
 
-	items              *node // kArray
+	items              *node   // kArray: items after prefix
+	prefix             []*node // kArray: the first items (prefixItems, tuple items)
 	minItems, maxItems int
 
 	alts    []*node // kAlt
@@ -200,6 +201,7 @@ var annotations = map[string]bool{
 var known = map[string]bool{
 	"type": true, "properties": true, "required": true, "additionalProperties": true,
 	"items": true, "minItems": true, "maxItems": true, "enum": true, "const": true,
+	"prefixItems": true, "additionalItems": true,
 	"anyOf": true, "oneOf": true, "$ref": true, "minLength": true, "maxLength": true,
 	"pattern": true, "format": true, "minimum": true, "maximum": true,
 	"exclusiveMinimum": true, "exclusiveMaximum": true,
@@ -328,7 +330,7 @@ func (c *compiler) compileObject(s *object, path string) (*node, error) {
 			switch k {
 			case "properties", "required", "additionalProperties":
 				types["object"] = true
-			case "items", "minItems", "maxItems":
+			case "items", "minItems", "maxItems", "prefixItems", "additionalItems":
 				types["array"] = true
 			case "minLength", "maxLength":
 				types["string"] = true
@@ -566,15 +568,41 @@ func (c *compiler) objectNode(s *object, path string) (*node, error) {
 
 func (c *compiler) arrayNode(s *object, path string) (*node, error) {
 	n := c.add(&node{kind: kArray, items: c.anyVal})
+	// Tuples: prefixItems (2020-12) then items for the rest, or items as a
+	// list (draft-07) then additionalItems for the rest.
+	prefixKw, restKw := "prefixItems", "items"
 	if v, ok := s.m["items"]; ok {
 		if _, isList := v.([]any); isList {
-			return nil, unsupported("items", path, "array form (tuple) is not supported")
+			if _, both := s.m["prefixItems"]; both {
+				return nil, unsupported("items", path, "an array form together with prefixItems")
+			}
+			prefixKw, restKw = "items", "additionalItems"
 		}
-		items, err := c.compile(v, path+"/items")
-		if err != nil {
-			return nil, err
+	}
+	noMore := false
+	if v, ok := s.m[prefixKw]; ok {
+		list, isList := v.([]any)
+		if !isList {
+			return nil, fmt.Errorf("grammar: %s at %q is not an array", prefixKw, path)
 		}
-		n.items = items
+		for i, sub := range list {
+			item, err := c.compile(sub, fmt.Sprintf("%s/%s/%d", path, prefixKw, i))
+			if err != nil {
+				return nil, err
+			}
+			n.prefix = append(n.prefix, item)
+		}
+	}
+	if v, ok := s.m[restKw]; ok {
+		if b, isBool := v.(bool); isBool && !b {
+			noMore = true
+		} else {
+			items, err := c.compile(v, path+"/"+restKw)
+			if err != nil {
+				return nil, err
+			}
+			n.items = items
+		}
 	}
 	var err error
 	if n.minItems, err = intKeyword(s, "minItems", path, 0); err != nil {
@@ -583,10 +611,21 @@ func (c *compiler) arrayNode(s *object, path string) (*node, error) {
 	if n.maxItems, err = intKeyword(s, "maxItems", path, -1); err != nil {
 		return nil, err
 	}
+	if noMore && (n.maxItems < 0 || n.maxItems > len(n.prefix)) {
+		n.maxItems = len(n.prefix)
+	}
 	if n.maxItems >= 0 && n.minItems > n.maxItems {
 		return nil, fmt.Errorf("grammar: minItems > maxItems at %q", path)
 	}
 	return n, nil
+}
+
+// itemAt is the schema of item i (0-based) of an array node.
+func (n *node) itemAt(i int) *node {
+	if i < len(n.prefix) {
+		return n.prefix[i]
+	}
+	return n.items
 }
 
 // ref compiles a reference to the root or to a definition.
@@ -688,8 +727,11 @@ func (c *compiler) finish() int32 {
 				}
 			case kArray:
 				d = 1
-				if n.minItems > 0 {
-					d = 1 + n.items.minDepth
+				for i := range n.minItems {
+					d = max(d, 1+n.itemAt(i).minDepth)
+					if i >= len(n.prefix) {
+						break
+					}
 				}
 			case kSeq:
 				d = 1

@@ -93,7 +93,7 @@ func nodeBytes(n *node) int32 {
 		if n.minItems == 0 {
 			return 2
 		}
-		return satAdd(1+int32(n.minItems), satMul(int32(n.minItems), n.items.minBytes))
+		return satAdd(1, itemsCost(n, 0)) // [, the items with their commas (one too many), ]
 	case kSeq:
 		one := int32(0)
 		for _, p := range n.parts {
@@ -147,8 +147,6 @@ func frameCost(f frame) int32 {
 		}
 		return 1
 	case kArray:
-		rest := max(int32(n.minItems)-f.a, 0) // items still required
-		per := satAdd(n.items.minBytes, 1)
 		switch f.st {
 		case aStart:
 			return n.minBytes
@@ -156,11 +154,15 @@ func frameCost(f frame) int32 {
 			if n.minItems == 0 {
 				return 1
 			}
-			return satMul(rest, per) // items, commas between, and ]
+			return itemsCost(n, 0) // items, commas between, and ]
 		case aNext:
-			return satAdd(satMul(rest, per), 1)
+			return satAdd(itemsCost(n, int(f.a)), 1)
 		case aItem:
-			return satAdd(satMul(max(rest, 1), per), 0)
+			// One more item at least (the comma is read), then ].
+			if int(f.a) >= n.minItems {
+				return satAdd(n.itemAt(int(f.a)).minBytes, 1)
+			}
+			return itemsCost(n, int(f.a))
 		}
 	case kObject:
 		switch f.st {
@@ -247,3 +249,16 @@ func (m *Matcher) Remaining() int {
 // generation that ends at its token limit still ends with a whole document
 // (when the budget allowed one at all).
 func (m *Matcher) SetBudget(n int) { m.budget = n }
+
+// itemsCost is the bytes of the required items from index from on, each
+// with one separator byte.
+func itemsCost(n *node, from int) int32 {
+	c := int32(0)
+	for i := from; i < n.minItems; i++ {
+		if i >= len(n.prefix) {
+			return satAdd(c, satMul(int32(n.minItems-i), satAdd(n.items.minBytes, 1)))
+		}
+		c = satAdd(c, satAdd(n.prefix[i].minBytes, 1))
+	}
+	return c
+}

@@ -237,17 +237,18 @@ func step(t thread, b byte, out []thread) []thread {
 			if n.maxItems >= 0 && int(f.a) >= n.maxItems {
 				return out
 			}
-			if f.st == aFirst && n.minItems == 0 && !fits(t, n.items) {
+			item := n.itemAt(int(f.a))
+			if f.st == aFirst && n.minItems == 0 && !fits(t, item) {
 				return out
 			}
 			f.st = aNext
 			f.a++
-			return stepNew(t, n.items, b, out)
+			return stepNew(t, item, b, out)
 		case aNext:
 			if b == ']' && int(f.a) >= n.minItems {
 				return append(out, pop(t))
 			}
-			if b == ',' && (n.maxItems < 0 || int(f.a) < n.maxItems) && (int(f.a) < n.minItems || fits(t, n.items)) {
+			if b == ',' && (n.maxItems < 0 || int(f.a) < n.maxItems) && (int(f.a) < n.minItems || fits(t, n.itemAt(int(f.a)))) {
 				f.st = aItem
 				return append(out, t)
 			}
