@@ -36,14 +36,23 @@
 //
 // Enforced keywords: type (one or a list), properties, required,
 // additionalProperties (false, or a schema for objects without properties),
-// items (single schema), minItems, maxItems, enum, const, anyOf, oneOf (as
-// alternatives: overlapping oneOf branches are not excluded), $ref (#,
+// items, prefixItems, additionalItems (tuples in both drafts), minItems,
+// maxItems, enum, const, anyOf, oneOf (as alternatives: overlapping oneOf
+// branches are not excluded), allOf (merged, see allof.go), $ref (#,
 // #/$defs/<name>, #/definitions/<name>, recursion included), minLength,
-// maxLength, pattern (the subset in regex.go) and format (date, time,
+// maxLength, pattern (the subset in regex.go), format (date, time,
 // date-time, uuid, ipv4, email, each as a pattern of a subset of the valid
-// values). Every other keyword is refused with an *UnsupportedError naming
-// it; annotations (title, description, default, examples, $comment, $schema,
+// values) and minimum, maximum, exclusiveMinimum, exclusiveMaximum
+// (bounds.go: any bound on integers, integral bounds on numbers). Every
+// other keyword is refused with an *UnsupportedError naming it;
+// annotations (title, description, default, examples, $comment, $schema,
 // root $id, deprecated, readOnly, writeOnly) are ignored.
+//
+// Every state knows the fewest bytes that finish its document (cost.go);
+// under Matcher.SetBudget, Mask allows only tokens after which the document
+// still fits in the tokens left, so a generation cut by max_tokens still
+// ends with a whole document. Builder composes grammars for outputs around
+// JSON (a model family's tool call markers).
 package grammar
 
 import (
@@ -165,10 +174,11 @@ func JSONObject() *Grammar {
 }
 
 type compiler struct {
-	doc    any
-	refs   map[string]*node
-	nodes  []*node
-	anyVal *node
+	doc     any
+	merging int // nested allOf merges
+	refs    map[string]*node
+	nodes   []*node
+	anyVal  *node
 }
 
 func (c *compiler) add(n *node) *node {
@@ -201,7 +211,7 @@ var annotations = map[string]bool{
 var known = map[string]bool{
 	"type": true, "properties": true, "required": true, "additionalProperties": true,
 	"items": true, "minItems": true, "maxItems": true, "enum": true, "const": true,
-	"prefixItems": true, "additionalItems": true,
+	"prefixItems": true, "additionalItems": true, "allOf": true,
 	"anyOf": true, "oneOf": true, "$ref": true, "minLength": true, "maxLength": true,
 	"pattern": true, "format": true, "minimum": true, "maximum": true,
 	"exclusiveMinimum": true, "exclusiveMaximum": true,
@@ -255,6 +265,13 @@ func (c *compiler) compileObject(s *object, path string) (*node, error) {
 			return nil, unsupported(k, path, "")
 		}
 		constraints++
+	}
+	if _, ok := s.m["allOf"]; ok {
+		merged, err := c.mergeAllOf(s, path)
+		if err != nil {
+			return nil, err
+		}
+		return c.compile(merged, path)
 	}
 	for _, kw := range []string{"$ref", "anyOf", "oneOf"} {
 		if _, ok := s.m[kw]; ok && constraints > 1 {

@@ -52,6 +52,8 @@ var suiteSchemas = []string{
 	`{"type":"object","properties":{"name":{"type":"string","description":"the name","title":"Name","default":"x"},"items":{"type":"array","items":{"type":"object","properties":{"id":{"type":"integer"},"name":{"type":"string"}},"required":["id"]}}},"required":["items"],"$schema":"https://json-schema.org/draft/2020-12/schema"}`,
 	`{"type":"object","properties":{"code":{"type":"string","pattern":"^[A-Z]{2,3}-[0-9]+(\\.[a-z]+)?$"},"free":{"type":"string","pattern":"a|é"},"short":{"type":"string","pattern":"^.+$","maxLength":3}},"required":["code","free","short"],"additionalProperties":false}`,
 	`{"type":"object","properties":{"date":{"type":"string","format":"date"},"when":{"type":"string","format":"date-time"},"at":{"type":"string","format":"time"},"id":{"type":"string","format":"uuid"},"ip":{"type":"string","format":"ipv4"},"mail":{"type":"string","format":"email"}},"required":["date","when","at","id","ip","mail"],"additionalProperties":false}`,
+	`{"type":"object","properties":{"lat":{"type":"number","minimum":-90,"maximum":90},"n":{"type":"integer","exclusiveMinimum":0,"maximum":500},"pair":{"type":"array","prefixItems":[{"type":"string","maxLength":4},{"type":"boolean"}],"items":false,"minItems":2}},"required":["lat","n","pair"],"additionalProperties":false}`,
+	`{"allOf":[{"$ref":"#/$defs/base"},{"type":"object","properties":{"b":{"type":"string","maxLength":3},"a":{"minimum":0}},"required":["b"]}],"$defs":{"base":{"type":"object","properties":{"a":{"type":"integer","maximum":50}},"required":["a"]}}}`,
 	`{"type":"object","properties":{"user":{"$ref":"#/$defs/user"},"friends":{"type":"array","items":{"$ref":"#/$defs/user"},"maxItems":2}},"required":["user","friends"],"$defs":{"user":{"type":"object","properties":{"name":{"type":"string","maxLength":10},"role":{"enum":["admin","user"]}},"required":["name","role"],"additionalProperties":false}}}`,
 }
 
@@ -157,29 +159,21 @@ func TestSchemaSuite(t *testing.T) {
 	// Forced tool calls: the object schemas as tools' parameters.
 	var tools []*chattemplate.Object
 	var params []*jsonschema.Schema
-	var shortestArgs []int
 	for i, s := range suiteSchemas {
 		var probe struct {
 			Type string `json:"type"`
 		}
 		if json.Unmarshal([]byte(s), &probe) == nil && probe.Type == "object" {
 			tools = append(tools, functionTool(fmt.Sprintf("tool_%d", i), s))
-			shortestArgs = append(shortestArgs, shortest(t, s))
 			params = append(params, validators[i])
 		}
 	}
 	callsValid := 0
 	for n := range gens {
 		k := n % len(tools)
-		// Three tools per request keep the prompt short; max_tokens is just
-		// above the longest of their shortest calls, markers included.
-		picked := []int{k, (k + 1) % len(tools), (k + 5) % len(tools)}
-		need := 0
-		for _, j := range picked {
-			need = max(need, shortestArgs[j])
-		}
-		req := suiteRequest(n, need+30)
-		req.Tools = []*chattemplate.Object{tools[picked[0]], tools[picked[1]], tools[picked[2]]}
+		// Three tools per request keep the prompt short.
+		req := suiteRequest(n, 0)
+		req.Tools = []*chattemplate.Object{tools[k], tools[(k+1)%len(tools)], tools[(k+5)%len(tools)]}
 		switch n % 3 {
 		case 0:
 			req.ToolChoice = engine.ToolChoice{Mode: engine.ToolRequired}
@@ -188,6 +182,13 @@ func TestSchemaSuite(t *testing.T) {
 		case 2:
 			req.ToolChoice = engine.ToolChoice{Mode: engine.ToolNamed, Name: fmt.Sprintf("tool_%d", mustIndex(t, tools, k)), NoParallel: true}
 		}
+		// max_tokens from just above the shortest whole answer, markers
+		// included.
+		g, err := toolCallGrammar("qwen3", req.Tools, req.ToolChoice, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.MaxTokens += g.NewMatcher().Remaining()
 		ch, err := r.Generate(ctx, req)
 		if err != nil {
 			t.Fatal(err)
