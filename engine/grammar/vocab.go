@@ -179,8 +179,25 @@ func (m *Matcher) mask(v *Vocab, dst sample.Bitset) {
 			other = append(other, t)
 		}
 	}
-	if m.filter && len(inStr) > 0 && minCost(inStr) > m.limit {
+	if m.filter && len(inStr) > 1 {
 		other = append(other, inStr...)
+		inStr = nil
+	} else if t := inStr; m.filter && len(t) == 1 && threadCost(t[0]) > m.limit {
+		// Over budget inside a string: a safe token helps only by meeting
+		// minLength with enough code points; the rest is walked.
+		f := t[0].top
+		need := threadCost(t[0]) - m.limit
+		if int(need) <= f.n.minLen-int(f.a) {
+			for i, id := range v.safeByLen {
+				if int(v.safeLen[i]) > room {
+					break
+				}
+				if v.safeLen[i] >= need {
+					dst[id/64] |= 1 << (id % 64)
+				}
+			}
+		}
+		m.walk(&v.strRest, 0, inStr, 0, dst)
 		inStr = nil
 	}
 	if len(inStr) > 0 {
