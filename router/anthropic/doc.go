@@ -28,9 +28,11 @@
 //
 // Status codes: 400 invalid_request_error, 401 authentication_error (the
 // router's auth middleware writes it in this shape on these routes, key
-// from x-api-key or Authorization: Bearer), 404 not_found_error, 413
-// request_too_large (bodies read past the limit; a Content-Length over it
-// is refused by the router before routing, in OpenAI's shape), 429
+// from x-api-key or Authorization: Bearer), 404 not_found_error (unknown
+// model; an unknown route under /v1/messages or with anthropic-version),
+// 405, 413 request_too_large (bodies read past the limit, or a
+// Content-Length over it refused by the router before routing — in this
+// shape on these routes, see Wants), 429
 // rate_limit_error with Retry-After: 1 when the engine's queue is full, 529
 // overloaded_error with Retry-After: 5 when a model cannot be loaded now
 // (Anthropic's status for a temporarily overloaded service), 500
