@@ -52,6 +52,13 @@ type Request struct {
 	PromptTokens       []int
 	EnableThinking     *bool          // nil: left to the template
 	ChatTemplateKwargs map[string]any // extra template variables
+	// ContinueFinal continues the final (assistant) message instead of
+	// opening a new turn: the answer's text is what follows it (Anthropic
+	// prefill).
+	ContinueFinal bool
+	// ReasoningBudget, when positive, bounds the reasoning tokens: once
+	// spent, the runner makes the model close its <think> block.
+	ReasoningBudget int
 
 	// Sampling holds the sampler's parameters, including Logprobs and
 	// TopLogprobs; the runner adds the model's end-of-generation ids to
@@ -107,6 +114,7 @@ func (r *Request) PromptRequest() prompt.Request {
 		Tools:              r.Tools,
 		EnableThinking:     r.EnableThinking,
 		ChatTemplateKwargs: r.ChatTemplateKwargs,
+		ContinueFinal:      r.ContinueFinal,
 	}
 }
 

@@ -118,6 +118,9 @@ func (r *Runner) Generate(ctx context.Context, req *engine.Request) (<-chan engi
 		maxTokens: min(maxTokens, ctxLen-len(p.Tokens)), stops: newStopMatcher(req.Stop), out: out, cons: cons,
 		events: make(chan engine.Event, 16),
 	}
+	if req.ReasoningBudget > 0 && req.Messages != nil {
+		g.think = newThinkBudget(lm, req.ReasoningBudget, parser.StartInReasoning(p.Prompt))
+	}
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
@@ -148,6 +151,7 @@ type generation struct {
 	out       parser.Parser // splits text into content, reasoning and tool calls
 	calls     int           // tool calls made so far
 	cons      *constraint   // nil when the output is unconstrained
+	think     *thinkBudget  // nil without a reasoning budget
 	events    chan engine.Event
 }
 
@@ -210,6 +214,9 @@ func (g *generation) run(ctx context.Context) (final engine.Event, ok bool) {
 		if g.cons != nil {
 			in.Mask = g.cons.mask(g.maxTokens - len(output))
 		}
+		if g.think != nil && g.think.spent() {
+			in.Mask = g.think.end
+		}
 		res, err := g.sampler.Sample(in)
 		if err != nil {
 			return failed(ctx, err)
@@ -225,6 +232,9 @@ func (g *generation) run(ctx context.Context) (final engine.Event, ok bool) {
 			return g.finish(engine.Event{Done: true, FinishReason: engine.FinishStop, Usage: usage}, out+g.stops.Flush()), true
 		}
 		output = append(output, res.ID)
+		if g.think != nil {
+			g.think.accept(res.ID)
+		}
 		text, matched := g.stops.Add(dec.Add(res.ID))
 		ev := engine.Event{Tokens: []engine.TokenLogprob{g.tokenLogprob(res.ID, res.Logprob)}}
 		if g.params.TopLogprobs > 0 {
