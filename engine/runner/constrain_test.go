@@ -67,7 +67,7 @@ func TestConstrainedOutput(t *testing.T) {
 	}
 
 	bad := chat("demo", "x", 10)
-	bad.ResponseFormat = &engine.ResponseFormat{Schema: []byte(`{"type":"integer","minimum":3}`)}
+	bad.ResponseFormat = &engine.ResponseFormat{Schema: []byte(`{"type":"number","minimum":0.5}`)}
 	var ire *prompt.InvalidRequestError
 	if _, err := r.Generate(context.Background(), bad); !errors.As(err, &ire) || !strings.Contains(err.Error(), "minimum") {
 		t.Errorf("unenforceable schema: %v, want a 400 naming minimum", err)
