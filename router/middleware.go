@@ -13,8 +13,8 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"fusion/router/metrics"
 	"fusion/router/anthropic"
+	"fusion/router/metrics"
 	"fusion/router/openai"
 	"fusion/router/requestid"
 )

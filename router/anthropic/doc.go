@@ -22,7 +22,7 @@
 // output_config.format is a 400 for now. thinking
 // enabled (budget_tokens ≥ 1024 and below max_tokens) / adaptive /
 // between_tools turns the template's enable_thinking on, disabled off; the
-// budget is not enforced. max_tokens is required and clamped to the node's
+// budget is enforced (see below). max_tokens is required and clamped to the node's
 // cap. cache_control, metadata, anthropic-version and anthropic-beta are
 // accepted and ignored.
 //
@@ -61,6 +61,13 @@
 // arrive: thinking (0), text (1), tool_use (2, ...). FinishToolCalls, or
 // any call before a normal stop, is stop_reason tool_use.
 //
-// Not yet: forced tool choice and structured output, assistant prefill
-// (a trailing assistant message is rendered as a finished turn).
+// Turns: consecutive user (or assistant) messages are merged into one turn,
+// as the Messages API does. A final assistant message is a prefill: the
+// prompt ends inside it (engine.Request.ContinueFinal) and the answer is
+// only the continuation; an empty one is dropped, one ending in whitespace
+// or holding tool_use is a 400. thinking.budget_tokens becomes
+// engine.Request.ReasoningBudget: once spent, the runner makes the model
+// close its <think> block.
+//
+// Not yet: structured output (output_config.format).
 package anthropic

@@ -93,6 +93,20 @@ def test_tool_history():
     assert m.stop_reason == "max_tokens"
 
 
+def test_prefill_and_thinking_budget():
+    """A final assistant message is continued: the answer holds only the continuation."""
+    prefix = "Once upon a time, in a land far away"
+    m = client().messages.create(model=MODEL, max_tokens=4, messages=MSGS + [{"role": "assistant", "content": prefix}])
+    assert m.stop_reason in ("max_tokens", "end_turn")
+    assert prefix not in "".join(b.text for b in m.content if b.type == "text")
+    with pytest.raises(anthropic.BadRequestError) as e:
+        client().messages.create(model=MODEL, max_tokens=4, messages=MSGS + [{"role": "assistant", "content": prefix + " "}])
+    assert "trailing whitespace" in e.value.body["error"]["message"]
+    m = client().messages.create(model=MODEL, max_tokens=1100, messages=[MSGS[0], MSGS[0]],
+                                 thinking={"type": "enabled", "budget_tokens": 1024}, stop_sequences=["."])
+    assert m.stop_reason in ("max_tokens", "end_turn", "stop_sequence")
+
+
 def test_not_found():
     with pytest.raises(anthropic.NotFoundError) as e:
         client().messages.create(model="no-such-model", max_tokens=2, messages=MSGS)
