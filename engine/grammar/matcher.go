@@ -3,6 +3,8 @@ package grammar
 import (
 	"errors"
 	"fmt"
+
+	"fusion/engine/sample"
 )
 
 // frame is one open value on a thread's stack. Its meaning of st, a and b
@@ -57,6 +59,9 @@ type Matcher struct {
 	filter  bool       // Mask: drop tokens whose cost exceeds limit
 	limit   int32
 	maxOpen int32 // the most one byte can add to the cost of finishing
+
+	strKey  strKey        // the string state strBits was walked for
+	strBits sample.Bitset // unsafe tokens allowed there (see walkStrRest)
 }
 
 // State is a snapshot of a Matcher, for Restore.

@@ -221,11 +221,45 @@ func (m *Matcher) mask(v *Vocab, dst sample.Bitset) {
 			}
 		}
 		if len(inStr) > 0 {
-			m.walk(&v.strRest, 0, inStr, 0, dst)
+			m.walkStrRest(v, inStr, dst)
 		}
 	}
 	if len(other) > 0 {
 		m.walk(&v.all, 0, other, 0, dst)
+	}
+}
+
+// strKey identifies what the unsafe tokens allow from inside a string
+// whose length bounds are out of reach of any token: the string node and
+// the (immutable, shared) stack around it.
+type strKey struct {
+	n             *node
+	rest          *stack
+	depth, values int32
+}
+
+// walkStrRest walks the unsafe tokens for the one string thread ts[0],
+// reusing the previous step's result when the thread is the same string
+// (same node and parents) with its length bounds out of reach, as along
+// a long string.
+func (m *Matcher) walkStrRest(v *Vocab, ts []thread, dst sample.Bitset) {
+	t := ts[0]
+	f := t.top
+	if len(ts) != 1 || m.filter || int(f.a) < f.n.minLen || f.n.maxLen-int(f.a) < v.maxTokLen {
+		m.walk(&v.strRest, 0, ts, 0, dst)
+		return
+	}
+	key := strKey{f.n, t.rest, t.depth, t.values}
+	if m.strBits == nil || m.strKey != key {
+		if m.strBits == nil {
+			m.strBits = sample.NewBitset(v.Size())
+		}
+		clear(m.strBits)
+		m.walk(&v.strRest, 0, ts, 0, m.strBits)
+		m.strKey = key
+	}
+	for i, w := range m.strBits {
+		dst[i] |= w
 	}
 }
 
