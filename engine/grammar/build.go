@@ -14,8 +14,9 @@ import (
 // Expressions belong to the Builder that made them. A Builder is not safe
 // for concurrent use; the Grammar it builds is.
 type Builder struct {
-	c   *compiler
-	err error
+	c         *compiler
+	err       error
+	noStrings []noStrings // XML parameter values that must not be strings
 }
 
 // Expr is a part of a grammar under construction.
@@ -121,7 +122,7 @@ func (b *Builder) Sequence(parts ...Expr) Expr {
 // bound but for the grammar's value budget), with sep (if its node is set)
 // between repetitions.
 func (b *Builder) Repeat(sep Expr, min, max int, parts ...Expr) Expr {
-	if len(parts) == 0 || min < 1 || max >= 0 && max < min {
+	if len(parts) == 0 || min < 0 || max == 0 || max >= 0 && max < min {
 		b.fail(fmt.Errorf("grammar: bad repetition (%d parts, %d..%d)", len(parts), min, max))
 	}
 	n := b.c.add(&node{kind: kSeq, sep: sep.n, minRep: min, maxRep: max})
@@ -130,6 +131,9 @@ func (b *Builder) Repeat(sep Expr, min, max int, parts ...Expr) Expr {
 	}
 	return Expr{n}
 }
+
+// Optional matches the sequence of parts or nothing.
+func (b *Builder) Optional(parts ...Expr) Expr { return b.Repeat(Expr{}, 0, 1, parts...) }
 
 // Array matches a JSON array of min to max (-1: unbounded) items.
 func (b *Builder) Array(item Expr, min, max int) Expr {
@@ -151,6 +155,13 @@ func (b *Builder) Build(root Expr) (*Grammar, error) {
 	for _, n := range b.c.nodes {
 		if n.objOnly && len(n.flat) == 0 {
 			return nil, unsupported("type", "", "the schema allows no JSON object")
+		}
+	}
+	for _, ns := range b.noStrings {
+		for _, f := range ns.n.flat {
+			if f.kind == kString || f.kind == kLit && f.lit[0] == '"' {
+				return nil, unsupported("type", ns.path, "a parameter that may be a string or another type (Qwen3-Coder's format cannot tell them apart)")
+			}
 		}
 	}
 	if root.n.minDepth > MaxDepth {

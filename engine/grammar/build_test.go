@@ -1,6 +1,7 @@
 package grammar
 
 import (
+	"errors"
 	"testing"
 )
 
@@ -63,5 +64,53 @@ func TestObjectSchemaRefusesNonObjects(t *testing.T) {
 	}
 	if _, err := b.Build(e); err == nil {
 		t.Fatal("a string schema was accepted as tool parameters")
+	}
+}
+
+// TestXMLParameters: Qwen3-Coder parameters, raw strings and JSON values;
+// what the format cannot carry is refused by keyword.
+func TestXMLParameters(t *testing.T) {
+	schema := `{"type":"object","properties":{"city":{"type":"string","maxLength":5},"n":{"type":"integer","minimum":0},"unit":{"enum":["c","f"]}},"required":["city"]}`
+	b := NewBuilder()
+	params, err := b.XMLParameters([]byte(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := b.Build(b.Sequence(append(append([]Expr{b.Literal("<function=f>\n")}, params...), b.Literal("</function>"))...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for text, ok := range map[string]bool{
+		"<function=f>\n<parameter=city>\nParis\n</parameter>\n</function>":                                  true,
+		"<function=f>\n<parameter=city>\nParis\n</parameter>\n<parameter=n>\n12\n</parameter>\n</function>": true,
+		"<function=f>\n<parameter=city>\nx\n</parameter>\n<parameter=unit>\nf\n</parameter>\n</function>":   true,
+		"<function=f>\n</function>":                                                                                                       false, // city is required
+		"<function=f>\n<parameter=city>\nParis!\n</parameter>\n</function>":                                                               false, // maxLength
+		"<function=f>\n<parameter=city>\na<b\n</parameter>\n</function>":                                                                  false,
+		"<function=f>\n<parameter=city>\n\"q\"\n</parameter>\n</function>":                                                                false,
+		"<function=f>\n<parameter=city>\nx\n</parameter>\n<parameter=n>\n-1\n</parameter>\n</function>":                                   false,
+		"<function=f>\n<parameter=city>\nx\n</parameter>\n<parameter=unit>\nf\n</parameter>\n<parameter=n>\n1\n</parameter>\n</function>": false, // order
+	} {
+		m := g.NewMatcher()
+		if _, accepted := m.AdvanceBytes([]byte(text)); (accepted && m.Done()) != ok {
+			t.Errorf("%q: accepted %v, want %v", text, accepted && m.Done(), ok)
+		}
+	}
+	for schema, kw := range map[string]string{
+		`{"type":"object","properties":{"x":{"type":["string","integer"]}}}`:   "type",
+		`{"type":"object","properties":{"x":{"type":"string","pattern":"<"}}}`: "pattern",
+		`{"type":"object","required":["y"],"properties":{"x":{}}}`:             "required",
+		`{"anyOf":[{"type":"object"}]}`:                                        "anyOf",
+		`{"type":"object","properties":{"x":{"enum":["a\nb"]}}}`:               "enum",
+	} {
+		b := NewBuilder()
+		params, err := b.XMLParameters([]byte(schema))
+		if err == nil {
+			_, err = b.Build(b.Sequence(append(params, b.Literal("end"))...))
+		}
+		var ue *UnsupportedError
+		if !errors.As(err, &ue) || ue.Keyword != kw {
+			t.Errorf("%s: %v, want an unsupported %q", schema, err, kw)
+		}
 	}
 }

@@ -101,6 +101,7 @@ const (
 	kArray
 	kAlt // alternatives; also $ref (one alternative)
 	kSeq // parts in order, repeated minRep..maxRep times with sep between
+	kRaw // unquoted text of a DFA (dfa, minLen, maxLen): a string outside JSON
 )
 
 type prop struct {
@@ -729,7 +730,7 @@ func (c *compiler) finish() int32 {
 		for _, n := range c.nodes {
 			d := infDepth
 			switch n.kind {
-			case kLit, kString, kNumber:
+			case kLit, kString, kNumber, kRaw:
 				d = 1
 			case kAlt:
 				for _, a := range n.flat {
@@ -753,7 +754,9 @@ func (c *compiler) finish() int32 {
 			case kSeq:
 				d = 1
 				for _, p := range n.parts {
-					d = max(d, 1+p.minDepth)
+					if n.minRep > 0 {
+						d = max(d, 1+p.minDepth)
+					}
 				}
 				if n.sep != nil && n.minRep > 1 {
 					d = max(d, 1+n.sep.minDepth)

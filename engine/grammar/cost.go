@@ -74,6 +74,8 @@ func nodeBytes(n *node) int32 {
 			return n.dfa.bdist[0]
 		}
 		return 1
+	case kRaw:
+		return max(n.dfa.bdist[0], int32(n.minLen))
 	case kAlt:
 		b := infBytes
 		for _, a := range n.flat {
@@ -194,7 +196,12 @@ func frameCost(f frame) int32 {
 		case oColon:
 			return satAdd(2, n.mapVal.minBytes)
 		}
+	case kRaw:
+		return max(n.dfa.bdist[f.b], int32(n.minLen)-f.a)
 	case kSeq:
+		if f.a == 0 && f.b == 0 && f.st == 0 && n.minRep == 0 {
+			return 0 // optional, not started
+		}
 		one, rest := int32(0), int32(0)
 		for i, p := range n.parts {
 			one = satAdd(one, p.minBytes)

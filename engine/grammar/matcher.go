@@ -115,20 +115,37 @@ func fits(t thread, n *node) bool {
 
 // complete reports whether t has produced a whole document.
 func complete(t thread) bool {
-	if t.top.n == nil {
-		return true
+	for {
+		if t.top.n == nil {
+			return true
+		}
+		if !finishable(t.top) {
+			return false
+		}
+		if t.rest == nil {
+			return true
+		}
+		t = pop(t)
 	}
-	if t.rest != nil {
-		return false
-	}
-	switch f := t.top; f.n.kind {
+}
+
+// finishable reports whether frame f may end here, without more bytes:
+// a number or raw string its automaton accepts, a sequence with its
+// repetitions done (or an optional one not started).
+func finishable(f frame) bool {
+	switch n := f.n; n.kind {
 	case kNumber:
-		if f.n.dfa != nil {
-			return f.n.dfa.accept[f.b]
+		if n.dfa != nil {
+			return n.dfa.accept[f.b]
 		}
 		return numAccepting(f.st)
+	case kRaw:
+		return n.dfa.accept[f.b] && int(f.a) >= n.minLen
 	case kSeq:
-		return int(f.a) == len(f.n.parts) && int(f.b)+1 >= f.n.minRep
+		if n.minRep == 0 && f.a == 0 && f.b == 0 && f.st == 0 {
+			return true
+		}
+		return int(f.a) == len(n.parts) && int(f.b)+1 >= n.minRep
 	}
 	return false
 }
@@ -207,6 +224,9 @@ func step(t thread, b byte, out []thread) []thread {
 
 	case kSeq:
 		return stepSeq(t, b, out)
+
+	case kRaw:
+		return stepRaw(t, b, out)
 
 	case kNumber:
 		if n.dfa != nil {
@@ -321,12 +341,44 @@ func stepSeq(t thread, b byte, out []thread) []thread {
 		}
 		return out
 	}
+	if f.a == 0 && f.b == 0 && f.st == 0 && n.minRep == 0 {
+		// Optional and not started: skip it, or start it if the value
+		// budget allows.
+		if t.rest != nil {
+			out = step(pop(t), b, out)
+		}
+		if t.values >= MaxValues {
+			return out
+		}
+	}
 	if f.a == 0 && f.b > 0 && n.sep != nil && f.st == 0 {
 		f.st = 1
 		return stepNew(t, n.sep, b, out)
 	}
 	f.a++
 	return stepNew(t, n.parts[f.a-1], b, out)
+}
+
+// stepRaw advances a raw string: its DFA state in b, code points in a. It
+// ends where its DFA accepts and the parent takes the byte.
+func stepRaw(t thread, b byte, out []thread) []thread {
+	f := t.top
+	n := f.n
+	d := n.dfa
+	if next := d.next[f.b][b]; next >= 0 {
+		u := t
+		if b&0xC0 != 0x80 {
+			u.top.a++
+		}
+		if int(u.top.a)+int(d.dist[next]) <= n.maxLen {
+			u.top.b = next
+			out = append(out, u)
+		}
+	}
+	if d.accept[f.b] && int(f.a) >= n.minLen && t.rest != nil {
+		out = step(pop(t), b, out)
+	}
+	return out
 }
 
 // stepKeyStart handles the first byte of a key in an object frame.

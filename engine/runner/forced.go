@@ -69,7 +69,7 @@ func toolCallGrammar(family string, tools []*chattemplate.Object, choice engine.
 			continue
 		}
 		args := b.AnyObject()
-		if d.params != nil {
+		if d.params != nil && family != parser.Qwen3Coder { // XML parameters are built below
 			if args, err = b.ObjectSchema(d.params); err != nil {
 				return nil, schemaError(fmt.Sprintf("tools[%d].function.parameters", i), err)
 			}
@@ -92,6 +92,23 @@ func toolCallGrammar(family string, tools []*chattemplate.Object, choice engine.
 	}
 	var root grammar.Expr
 	switch family {
+	case parser.Qwen3Coder:
+		var alts []grammar.Expr
+		for i, d := range decl {
+			if choice.Mode == engine.ToolNamed && d.name != choice.Name {
+				continue
+			}
+			parts := []grammar.Expr{b.Literal("<tool_call>\n<function=" + d.name + ">\n")}
+			if d.params != nil {
+				params, err := b.XMLParameters(d.params)
+				if err != nil {
+					return nil, schemaError(fmt.Sprintf("tools[%d].function.parameters", i), err)
+				}
+				parts = append(parts, params...)
+			}
+			alts = append(alts, b.Sequence(append(parts, b.Literal("</function>\n</tool_call>"))...))
+		}
+		root = b.Repeat(b.Literal("\n"), 1, maxCalls, b.Choice(alts...))
 	case parser.Qwen3, parser.Hermes:
 		root = b.Repeat(b.Literal("\n"), 1, maxCalls, b.Literal("<tool_call>\n"), jsonCall("arguments"), b.Literal("\n</tool_call>"))
 	case parser.Llama3JSON:

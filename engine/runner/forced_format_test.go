@@ -22,16 +22,16 @@ func TestForcedFormatsParse(t *testing.T) {
 	for b := 1; b < 256; b++ {
 		toks = append(toks, []byte{byte(b)})
 	}
-	for _, s := range []string{`{"`, `":`, `","`, `"}`, "\n", "<tool_call>", "</tool_call>", "[TOOL_CALLS]", "function", "```json", "<｜tool▁sep｜>", "é", "get_weather", "city"} {
+	for _, s := range []string{`{"`, `":`, `","`, `"}`, "\n", "<tool_call>", "</tool_call>", "<parameter=", "</parameter>", "<function=", "Paris", "[TOOL_CALLS]", "function", "```json", "<｜tool▁sep｜>", "é", "get_weather", "city"} {
 		toks = append(toks, []byte(s))
 	}
 	vocab := grammar.NewVocab(toks, []int{0})
-	params := `{"type":"object","properties":{"city":{"type":"string","maxLength":6},"days":{"type":"integer","minimum":1,"maximum":7},"tags":{"type":"array","items":{"enum":["a","b"]},"maxItems":2}},"required":["city"],"additionalProperties":false}`
+	params := `{"type":"object","properties":{"city":{"type":"string","maxLength":6},"days":{"type":"integer","minimum":1,"maximum":7},"tags":{"type":"array","items":{"enum":["a","b"]},"maxItems":2},"unit":{"enum":["c","f"]},"code":{"type":"string","pattern":"^[0-9]{2}$"}},"required":["city"],"additionalProperties":false}`
 	tools := []*chattemplate.Object{functionTool("get_weather", params), functionTool("now", `{"type":"object","properties":{}}`)}
 	validator := compileValidator(t, params)
 	rng := rand.New(rand.NewPCG(9, 10))
 	mask := sample.NewBitset(len(toks))
-	for _, family := range []string{parser.Qwen3, parser.Hermes, parser.Llama3JSON, parser.Mistral, parser.DeepSeekV3} {
+	for _, family := range []string{parser.Qwen3, parser.Hermes, parser.Qwen3Coder, parser.Llama3JSON, parser.Mistral, parser.DeepSeekV3} {
 		for _, choice := range []engine.ToolChoice{{Mode: engine.ToolRequired}, {Mode: engine.ToolRequired, NoParallel: true}, {Mode: engine.ToolNamed, Name: "get_weather"}} {
 			g, err := toolCallGrammar(family, tools, choice, 3)
 			if err != nil {
@@ -50,6 +50,9 @@ func TestForcedFormatsParse(t *testing.T) {
 							allowed = append(allowed, id)
 						}
 					}
+					if len(allowed) == 0 {
+						t.Fatalf("%s %+v: dead end after %q", family, choice, out)
+					}
 					id := allowed[rng.IntN(len(allowed))]
 					if err := m.Accept(vocab, id); err != nil {
 						t.Fatal(err)
@@ -59,7 +62,8 @@ func TestForcedFormatsParse(t *testing.T) {
 						out = append(out, toks[id]...)
 					}
 				}
-				p, err := parser.New(family, parser.Options{Tools: []string{"get_weather", "now"}, ErrorOnMalformed: true})
+				req := &engine.Request{Messages: []*chattemplate.Object{}, Tools: tools}
+				p, err := newOutputParser(family, req, "")
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -5,6 +5,7 @@ import (
 
 	"fusion/engine"
 	"fusion/engine/chattemplate"
+	"fusion/engine/grammar"
 	"fusion/engine/parser"
 )
 
@@ -25,10 +26,22 @@ func newOutputParser(family string, req *engine.Request, renderedPrompt string) 
 			family = parser.None
 		}
 	}
-	return parser.New(family, parser.Options{
+	opts := parser.Options{
 		Tools:            toolNames(req.Tools),
 		StartInReasoning: parser.StartInReasoning(renderedPrompt),
-	})
+	}
+	if family == parser.Qwen3Coder {
+		// Which parameters are strings, so their text stays a string.
+		if decl, err := declaredTools(req.Tools); err == nil {
+			opts.ParamTypes = map[string]map[string]string{}
+			for _, d := range decl {
+				if d.params != nil {
+					opts.ParamTypes[d.name] = grammar.XMLParamTypes(d.params)
+				}
+			}
+		}
+	}
+	return parser.New(family, opts)
 }
 
 // toolNames lists the function names of OpenAI-style tool definitions
