@@ -29,6 +29,7 @@ type Config struct {
 	MaxBodyBytes int64         // request body limit (default 10 MiB)
 	MaxTokens    int           // max_tokens cap per request (default 4096)
 	MaxQueued    int           // generations admitted at once before 429 (default 64)
+	MaxToolCalls int           // calls in one forced-tool answer with parallel calls (default 8)
 	Threads      int           // CPU backend threads (default: all cores)
 	DrainTimeout time.Duration // how long SIGTERM waits for requests in flight (default 30s)
 
@@ -91,7 +92,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	run, err := runner.New(runner.Config{
 		ModelsDir: cfg.ModelsDir, Preload: cfg.Preload, MaxQueued: cfg.MaxQueued, MaxTokens: cfg.MaxTokens,
-		Threads: cfg.Threads, Logger: cfg.Logger,
+		Threads: cfg.Threads, MaxToolCalls: cfg.MaxToolCalls, Logger: cfg.Logger,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node: engine: %w", err)

@@ -76,6 +76,8 @@ func serveSettingsTable() []serveSetting {
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.MaxTokens, 1) }},
 		{"max-queued", constant("64"), "generations admitted at once before answering 429",
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.MaxQueued, 1) }},
+		{"max-tool-calls", constant("8"), "most tool calls in one answer when a tool call is forced and parallel calls are allowed",
+			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.MaxToolCalls, 1) }},
 		{"threads", constant("0"), "CPU backend threads (0: all cores)",
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.Threads, 0) }},
 		{"drain-timeout", constant(node.DefaultDrainTimeout.String()), "how long shutdown waits for requests in flight",
