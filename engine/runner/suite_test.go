@@ -126,11 +126,18 @@ func drain(ch <-chan engine.Event) (text string, calls []engine.ToolCall, final 
 // TestSchemaSuite (issue #5): the worst possible model, 200 generations
 // over the schema suite through the real runner — every answer parses and
 // validates with a real JSON Schema validator; then 200 forced tool calls
-// whose arguments validate against the tool's parameters.
+// whose arguments validate against the tool's parameters. The counts are
+// printed: go test -v -run TestSchemaSuite ./engine/runner/ (without
+// -race for the full 200).
 func TestSchemaSuite(t *testing.T) {
 	r := newSuiteRunner(t)
 	ctx := context.Background()
-	const gens = 200
+	// 200 of each; under the race detector (make test) 60, which still
+	// covers every schema and tool, to keep the package near two minutes.
+	gens := 200
+	if raceEnabled {
+		gens = 60
+	}
 	validators := make([]*jsonschema.Schema, len(suiteSchemas))
 	for i, s := range suiteSchemas {
 		validators[i] = compileValidator(t, s)
