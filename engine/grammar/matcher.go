@@ -58,7 +58,9 @@ type Matcher struct {
 	budget  int        // tokens left for the document, or -1 (see SetBudget)
 	filter  bool       // Mask: drop tokens whose cost exceeds limit
 	limit   int32
-	maxOpen int32 // the most one byte can add to the cost of finishing
+	// maxTokLen is the vocabulary's longest token, for the walk.
+	maxTokLen int
+	maxOpen   int32 // the most one byte can add to the cost of finishing
 
 	strKey  strKey        // the string state strBits was walked for
 	strBits sample.Bitset // unsafe tokens allowed there (see walkStrRest)

@@ -3,6 +3,7 @@ package grammar
 import (
 	"bytes"
 	"slices"
+	"unicode/utf8"
 
 	"fusion/engine/sample"
 )
@@ -39,6 +40,14 @@ type trie struct {
 	edgeNode  []int32
 	tokStart  []int32
 	tokIDs    []int32
+	// The tokens below node i (itself included) are sorted[spanLo[i]:
+	// spanHi[i]]; strSub[i] is set when the rest of each of them, from
+	// node i's depth on, is string content that is safe from a character
+	// boundary (see Vocab.strSafe), so a string thread there takes them
+	// all.
+	sorted         []int32
+	spanLo, spanHi []int32
+	strSub         []bool
 }
 
 // NewVocab builds the tries of tokens (id -> decoded bytes). Empty entries
@@ -83,15 +92,36 @@ func NewVocab(tokens [][]byte, eos []int) *Vocab {
 		byLen[i], lens[i] = v.safeByLen[o], v.safeLen[o]
 	}
 	v.safeByLen, v.safeLen = byLen, lens
-	v.all = buildTrie(tokens, ids)
-	v.strRest = buildTrie(tokens, rest)
+	safeFrom := make([]int32, len(tokens))
+	for id, t := range tokens {
+		safeFrom[id] = int32(safeSuffixStart(t))
+	}
+	v.all = buildTrie(tokens, ids, safeFrom)
+	v.strRest = buildTrie(tokens, rest, safeFrom)
 	return v
 }
 
-func buildTrie(tokens [][]byte, ids []int32) trie {
+// safeSuffixStart is where the safe tail of t begins: from there on, t is
+// whole UTF-8 characters that a JSON string takes unescaped. A suffix
+// from d >= safeSuffixStart(t) is safe from a character boundary iff d
+// starts a character (or is the end).
+func safeSuffixStart(t []byte) int {
+	start := 0
+	for i := 0; i < len(t); {
+		r, size := utf8.DecodeRune(t[i:])
+		if r == utf8.RuneError && size <= 1 || r == '"' || r == '\\' || r < 0x20 {
+			start = i + max(size, 1)
+		}
+		i += max(size, 1)
+	}
+	return start
+}
+
+func buildTrie(tokens [][]byte, ids []int32, safeFrom []int32) trie {
 	ids = slices.Clone(ids)
 	slices.SortFunc(ids, func(a, b int32) int { return bytes.Compare(tokens[a], tokens[b]) })
 	var t trie
+	t.sorted = ids
 	// Nodes are numbered in the order of a queue of (lo, hi, depth) ranges
 	// over the sorted ids.
 	type span struct{ lo, hi, depth int }
@@ -100,6 +130,17 @@ func buildTrie(tokens [][]byte, ids []int32) trie {
 	t.tokStart = append(t.tokStart, 0)
 	for qi := 0; qi < len(queue); qi++ {
 		s := queue[qi]
+		t.spanLo = append(t.spanLo, int32(s.lo))
+		t.spanHi = append(t.spanHi, int32(s.hi))
+		sub := s.depth > 0
+		for _, id := range ids[s.lo:s.hi] {
+			if !sub {
+				break
+			}
+			tok := tokens[id]
+			sub = s.depth >= int(safeFrom[id]) && (s.depth == len(tok) || tok[s.depth]&0xC0 != 0x80)
+		}
+		t.strSub = append(t.strSub, sub)
 		lo := s.lo
 		for lo < s.hi && len(tokens[ids[lo]]) == s.depth {
 			t.tokIDs = append(t.tokIDs, ids[lo])
@@ -140,7 +181,7 @@ func (m *Matcher) Mask(v *Vocab, dst sample.Bitset) {
 	if m.ended {
 		return
 	}
-	m.filter = false
+	m.filter, m.maxTokLen = false, v.maxTokLen
 	if m.budget >= 0 {
 		limit := int32(min(m.budget-1, int(infBytes)))
 		// Filter only when some token could overshoot: one token of
@@ -274,6 +315,13 @@ func (m *Matcher) walk(v *trie, node int32, ts []thread, depth int, dst sample.B
 			continue
 		}
 		child := v.edgeNode[e]
+		if v.strSub[child] && !m.filter && inLongString(next, m.maxTokLen) {
+			// Every token below continues the string: take them all.
+			for _, id := range v.sorted[v.spanLo[child]:v.spanHi[child]] {
+				dst[id/64] |= 1 << (id % 64)
+			}
+			continue
+		}
 		if ids := v.tokIDs[v.tokStart[child]:v.tokStart[child+1]]; len(ids) > 0 && (!m.filter || minCost(next) <= m.limit) {
 			for _, id := range ids {
 				dst[id/64] |= 1 << (id % 64)
@@ -283,6 +331,18 @@ func (m *Matcher) walk(v *trie, node int32, ts []thread, depth int, dst sample.B
 			m.walk(v, child, next, depth+1, dst)
 		}
 	}
+}
+
+// inLongString reports whether every thread is inside a string at a
+// character boundary with room for any token.
+func inLongString(ts []thread, maxTokLen int) bool {
+	for _, t := range ts {
+		f := t.top
+		if f.n == nil || f.n.kind != kString || f.st != sIn || f.n.maxLen-int(f.a) < maxTokLen {
+			return false
+		}
+	}
+	return true
 }
 
 func anySet(b sample.Bitset) bool {
