@@ -46,23 +46,8 @@ func (b *Builder) Literal(s string) Expr {
 // JSONString matches s as a JSON string (compact, quoted).
 func (b *Builder) JSONString(s string) Expr { return Expr{b.c.lit(string(encodeCanonical(s)))} }
 
-// Schema matches a JSON value valid against schema (its $refs resolve
-// within schema). Errors are those of Compile.
-func (b *Builder) Schema(schema []byte) (Expr, error) {
-	doc, err := parseOrdered(schema)
-	if err != nil {
-		return Expr{}, fmt.Errorf("grammar: schema: %w", err)
-	}
-	b.c.doc, b.c.refs = doc, map[string]*node{}
-	n, err := b.c.compile(doc, "")
-	if err != nil {
-		return Expr{}, err
-	}
-	return Expr{n}, nil
-}
-
-// ObjectSchema is Schema restricted to JSON objects, as a tool's
-// parameters are: a schema without type, $ref, anyOf or oneOf is taken as
+// ObjectSchema matches a JSON object valid against schema (its $refs
+// resolve within schema), as a tool's parameters are: a schema without type, $ref, anyOf or oneOf is taken as
 // "type": "object"; otherwise only its object alternatives are kept (Build
 // fails if there are none).
 func (b *Builder) ObjectSchema(schema []byte) (Expr, error) {
