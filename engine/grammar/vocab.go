@@ -265,7 +265,10 @@ func (m *Matcher) mask(v *Vocab, dst sample.Bitset) {
 			m.walkStrRest(v, inStr, dst)
 		}
 	}
-	if len(other) > 0 {
+	switch {
+	case len(other) == 1 && inPattern(other[0]):
+		m.walkPattern(&v.all, 0, other[0], 0, dst)
+	case len(other) > 0:
 		m.walk(&v.all, 0, other, 0, dst)
 	}
 }
@@ -328,7 +331,66 @@ func (m *Matcher) walk(v *trie, node int32, ts []thread, depth int, dst sample.B
 			}
 		}
 		if v.edgeStart[child] < v.edgeStart[child+1] {
-			m.walk(v, child, next, depth+1, dst)
+			if len(next) == 1 && inPattern(next[0]) {
+				m.walkPattern(v, child, next[0], depth+1, dst)
+			} else {
+				m.walk(v, child, next, depth+1, dst)
+			}
+		}
+	}
+}
+
+func inPattern(t thread) bool {
+	return t.top.n != nil && t.top.n.kind == kString && t.top.st == sPat
+}
+
+// walkPattern is walk for one thread inside a string with a pattern: the
+// DFA steps as stepString's sPat does, on the frame alone, without the
+// generic machinery; the closing quote goes through walk.
+func (m *Matcher) walkPattern(v *trie, node int32, t thread, depth int, dst sample.Bitset) {
+	if depth+1 >= len(m.bufs) {
+		m.bufs = append(m.bufs, make([][]thread, len(m.bufs))...)
+	}
+	n := t.top.n
+	d := n.dfa
+	for e := v.edgeStart[node]; e < v.edgeStart[node+1]; e++ {
+		b, child := v.edgeByte[e], v.edgeNode[e]
+		if b == '"' {
+			one := [1]thread{t}
+			next := advance(one[:], b, m.bufs[depth+1][:0])
+			m.bufs[depth+1] = next
+			if len(next) == 0 {
+				continue
+			}
+			if ids := v.tokIDs[v.tokStart[child]:v.tokStart[child+1]]; len(ids) > 0 && (!m.filter || minCost(next) <= m.limit) {
+				for _, id := range ids {
+					dst[id/64] |= 1 << (id % 64)
+				}
+			}
+			if v.edgeStart[child] < v.edgeStart[child+1] {
+				m.walk(v, child, next, depth+1, dst)
+			}
+			continue
+		}
+		q := d.next[t.top.b][b]
+		if q < 0 {
+			continue
+		}
+		u := t
+		if b&0xC0 != 0x80 {
+			u.top.a++
+		}
+		if int(u.top.a)+int(d.dist[q]) > n.maxLen {
+			continue
+		}
+		u.top.b = q
+		if ids := v.tokIDs[v.tokStart[child]:v.tokStart[child+1]]; len(ids) > 0 && (!m.filter || threadCost(u) <= m.limit) {
+			for _, id := range ids {
+				dst[id/64] |= 1 << (id % 64)
+			}
+		}
+		if v.edgeStart[child] < v.edgeStart[child+1] {
+			m.walkPattern(v, child, u, depth+1, dst)
 		}
 	}
 }
