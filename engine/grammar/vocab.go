@@ -3,6 +3,7 @@ package grammar
 import (
 	"bytes"
 	"slices"
+	"sync"
 	"unicode/utf8"
 
 	"fusion/engine/sample"
@@ -29,6 +30,27 @@ type Vocab struct {
 	safeLen    []int32
 	maxSafeLen int
 	maxTokLen  int // bytes of the longest token
+
+	// upTo[n]: the safe tokens of at most n code points, built on first
+	// use (a short string's room) and then read-only.
+	upToOnce []sync.Once
+	upTo     []sample.Bitset
+}
+
+// safeUpTo returns the safe tokens of at most room code points (room <
+// maxSafeLen).
+func (v *Vocab) safeUpTo(room int) sample.Bitset {
+	v.upToOnce[room].Do(func() {
+		b := sample.NewBitset(len(v.tokens))
+		for i, id := range v.safeByLen {
+			if int(v.safeLen[i]) > room {
+				break
+			}
+			b.Set(int(id))
+		}
+		v.upTo[room] = b
+	})
+	return v.upTo[room]
 }
 
 // trie: node i has edges edgeStart[i]:edgeStart[i+1] and the ids of the
@@ -92,6 +114,8 @@ func NewVocab(tokens [][]byte, eos []int) *Vocab {
 		byLen[i], lens[i] = v.safeByLen[o], v.safeLen[o]
 	}
 	v.safeByLen, v.safeLen = byLen, lens
+	v.upToOnce = make([]sync.Once, v.maxSafeLen+1)
+	v.upTo = make([]sample.Bitset, v.maxSafeLen+1)
 	safeFrom := make([]int32, len(tokens))
 	for id, t := range tokens {
 		safeFrom[id] = int32(safeSuffixStart(t))
@@ -253,11 +277,8 @@ func (m *Matcher) mask(v *Vocab, dst sample.Bitset) {
 				other = append(other, inStr...)
 				inStr = nil
 			} else {
-				for i, id := range v.safeByLen {
-					if int(v.safeLen[i]) > room {
-						break
-					}
-					dst[id/64] |= 1 << (id % 64)
+				for i, w := range v.safeUpTo(room) {
+					dst[i] |= w
 				}
 			}
 		}
