@@ -53,6 +53,13 @@ type Request struct {
 	PromptTokens       []int
 	EnableThinking     *bool          // nil: left to the template
 	ChatTemplateKwargs map[string]any // extra template variables
+	// ContinueFinal continues the final (assistant) message instead of
+	// opening a new turn: the answer's text is what follows it (Anthropic
+	// prefill).
+	ContinueFinal bool
+	// ReasoningBudget, when positive, bounds the reasoning tokens: once
+	// spent, the runner makes the model close its <think> block.
+	ReasoningBudget int
 
 	// Sampling holds the sampler's parameters, including Logprobs and
 	// TopLogprobs; the runner adds the model's end-of-generation ids to
@@ -63,6 +70,8 @@ type Request struct {
 
 	// ResponseFormat, when set, constrains the answer to JSON.
 	ResponseFormat *ResponseFormat
+	// ToolChoice says whether the model may, must or must not call Tools.
+	ToolChoice ToolChoice
 
 	Priority Priority
 }
@@ -73,6 +82,31 @@ type ResponseFormat struct {
 	Schema []byte
 }
 
+// ToolMode is how a request lets the model use its tools.
+type ToolMode int
+
+// Tool modes.
+const (
+	ToolAuto     ToolMode = iota // the model decides (the default)
+	ToolNone                     // no tool calls: call-like text stays content
+	ToolRequired                 // at least one call of a declared tool
+	ToolNamed                    // a call of the tool ToolChoice.Name
+)
+
+// ToolChoice is the dialect-neutral tool_choice. With ToolRequired and
+// ToolNamed the runner constrains the output to the model family's tool
+// call format, each call's arguments to that tool's parameters schema.
+type ToolChoice struct {
+	Mode ToolMode
+	Name string // ToolNamed: the function to call
+	// NoParallel allows at most one call (OpenAI parallel_tool_calls:
+	// false, Anthropic disable_parallel_tool_use).
+	NoParallel bool
+}
+
+// Forced reports whether the model must call a tool.
+func (c ToolChoice) Forced() bool { return c.Mode == ToolRequired || c.Mode == ToolNamed }
+
 // PromptRequest returns the part of r that decides the prompt tokens.
 func (r *Request) PromptRequest() prompt.Request {
 	return prompt.Request{
@@ -81,6 +115,7 @@ func (r *Request) PromptRequest() prompt.Request {
 		Tools:              r.Tools,
 		EnableThinking:     r.EnableThinking,
 		ChatTemplateKwargs: r.ChatTemplateKwargs,
+		ContinueFinal:      r.ContinueFinal,
 	}
 }
 

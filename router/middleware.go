@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"fusion/router/anthropic"
 	"fusion/router/metrics"
 	"fusion/router/openai"
 	"fusion/router/requestid"
@@ -124,6 +125,10 @@ func limitBody(limit int64) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.ContentLength > limit {
+				if anthropic.Wants(r) {
+					anthropic.WriteError(w, anthropic.TooLarge(limit))
+					return
+				}
 				openai.WriteError(w, openai.TooLarge(limit))
 				return
 			}

@@ -84,9 +84,17 @@ func New(cfg Config) *Router {
 	r := chi.NewRouter()
 	r.Use(requestID, servedby.Middleware, dispatch.SessionMiddleware, accessLog(cfg.Logger, m), recoverer(cfg.Logger), limitBody(cfg.MaxBodyBytes))
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		if anthropic.Wants(r) {
+			anthropic.WriteError(w, anthropic.RouteNotFound(r.Method, r.URL.Path))
+			return
+		}
 		openai.WriteError(w, openai.NotFound(r.Method, r.URL.Path))
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		if anthropic.Wants(r) {
+			anthropic.WriteError(w, anthropic.MethodNotAllowed(r.Method, r.URL.Path))
+			return
+		}
 		openai.WriteError(w, openai.MethodNotAllowed(r.Method, r.URL.Path))
 	})
 

@@ -157,6 +157,66 @@ func TestMiddleware(t *testing.T) {
 	})
 }
 
+// anthropicError checks that b is an error in Anthropic's shape and
+// returns its type.
+func anthropicError(t *testing.T, b []byte) string {
+	t.Helper()
+	var e struct {
+		Type  string `json:"type"`
+		Error struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(b, &e); err != nil || e.Type != "error" || e.Error.Type == "" || e.Error.Message == "" {
+		t.Fatalf("not an Anthropic error: %s", b)
+	}
+	return e.Error.Type
+}
+
+// TestAnthropicRouteErrors: 404, 405 and 413 on the Anthropic routes (or
+// with anthropic-version) take Anthropic's shape.
+func TestAnthropicRouteErrors(t *testing.T) {
+	n := nodetest.Start(t, nodetest.Options{MaxBodyBytes: 1024})
+	big := `{"model":"demo","max_tokens":5,"messages":[{"role":"user","content":"` + strings.Repeat("x", 2000) + `"}]}`
+	tests := []struct {
+		name, method, path, body string
+		header                   map[string]string
+		status                   int
+		typ                      string
+	}{
+		{"413 by content length", "POST", "/v1/messages", big, nil, 413, "request_too_large"},
+		{"413 on count_tokens", "POST", "/v1/messages/count_tokens", big, nil, 413, "request_too_large"},
+		{"404 under /v1/messages", "POST", "/v1/messages/batches", `{}`, nil, 404, "not_found_error"},
+		{"404 with anthropic-version", "POST", "/v1/complete", `{}`, map[string]string{"anthropic-version": "2023-06-01"}, 404, "not_found_error"},
+		{"405", "GET", "/v1/messages", ``, nil, 405, "invalid_request_error"},
+		{"unknown model", "POST", "/v1/messages", `{"model":"nope","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, nil, 404, "not_found_error"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, b := do(t, tt.method, n.URL()+tt.path, tt.body, tt.header)
+			if resp.StatusCode != tt.status {
+				t.Fatalf("status %d: %s", resp.StatusCode, b)
+			}
+			if typ := anthropicError(t, b); typ != tt.typ {
+				t.Errorf("type %q, want %q", typ, tt.typ)
+			}
+		})
+	}
+	// Chunked: the limit trips while decoding.
+	req, _ := http.NewRequest("POST", n.URL()+"/v1/messages", io.MultiReader(strings.NewReader(big)))
+	req.ContentLength = -1
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 413 || anthropicError(t, b) != "request_too_large" {
+		t.Errorf("chunked: %d %s", resp.StatusCode, b)
+	}
+}
+
 func TestHealthAndMetrics(t *testing.T) {
 	n := nodetest.Start(t, nodetest.Options{})
 	resp, b := do(t, "GET", n.URL()+"/health", "", nil)

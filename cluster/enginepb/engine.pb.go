@@ -86,7 +86,7 @@ func (x Error_Code) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Error_Code.Descriptor instead.
 func (Error_Code) EnumDescriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{10, 0}
+	return file_engine_proto_rawDescGZIP(), []int{11, 0}
 }
 
 // Request is engine.Request. JSON fields hold the ordered objects the chat
@@ -107,6 +107,9 @@ type Request struct {
 	Stop                   []string               `protobuf:"bytes,12,rep,name=stop,proto3" json:"stop,omitempty"`
 	ResponseFormat         *ResponseFormat        `protobuf:"bytes,13,opt,name=response_format,json=responseFormat,proto3" json:"response_format,omitempty"` // unset: free text
 	Priority               int32                  `protobuf:"varint,14,opt,name=priority,proto3" json:"priority,omitempty"`
+	ToolChoice             *ToolChoice            `protobuf:"bytes,15,opt,name=tool_choice,json=toolChoice,proto3" json:"tool_choice,omitempty"` // unset: auto, parallel allowed
+	ContinueFinal          bool                   `protobuf:"varint,16,opt,name=continue_final,json=continueFinal,proto3" json:"continue_final,omitempty"`
+	ReasoningBudget        int32                  `protobuf:"varint,17,opt,name=reasoning_budget,json=reasoningBudget,proto3" json:"reasoning_budget,omitempty"`
 	unknownFields          protoimpl.UnknownFields
 	sizeCache              protoimpl.SizeCache
 }
@@ -239,6 +242,88 @@ func (x *Request) GetPriority() int32 {
 	return 0
 }
 
+func (x *Request) GetToolChoice() *ToolChoice {
+	if x != nil {
+		return x.ToolChoice
+	}
+	return nil
+}
+
+func (x *Request) GetContinueFinal() bool {
+	if x != nil {
+		return x.ContinueFinal
+	}
+	return false
+}
+
+func (x *Request) GetReasoningBudget() int32 {
+	if x != nil {
+		return x.ReasoningBudget
+	}
+	return 0
+}
+
+// ToolChoice is engine.ToolChoice.
+type ToolChoice struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Mode          int32                  `protobuf:"varint,1,opt,name=mode,proto3" json:"mode,omitempty"` // engine.ToolMode
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	NoParallel    bool                   `protobuf:"varint,3,opt,name=no_parallel,json=noParallel,proto3" json:"no_parallel,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolChoice) Reset() {
+	*x = ToolChoice{}
+	mi := &file_engine_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolChoice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolChoice) ProtoMessage() {}
+
+func (x *ToolChoice) ProtoReflect() protoreflect.Message {
+	mi := &file_engine_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolChoice.ProtoReflect.Descriptor instead.
+func (*ToolChoice) Descriptor() ([]byte, []int) {
+	return file_engine_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ToolChoice) GetMode() int32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *ToolChoice) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ToolChoice) GetNoParallel() bool {
+	if x != nil {
+		return x.NoParallel
+	}
+	return false
+}
+
 // Sampling is sample.Params.
 type Sampling struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
@@ -261,7 +346,7 @@ type Sampling struct {
 
 func (x *Sampling) Reset() {
 	*x = Sampling{}
-	mi := &file_engine_proto_msgTypes[1]
+	mi := &file_engine_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -273,7 +358,7 @@ func (x *Sampling) String() string {
 func (*Sampling) ProtoMessage() {}
 
 func (x *Sampling) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[1]
+	mi := &file_engine_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -286,7 +371,7 @@ func (x *Sampling) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sampling.ProtoReflect.Descriptor instead.
 func (*Sampling) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{1}
+	return file_engine_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Sampling) GetTemperature() float64 {
@@ -389,7 +474,7 @@ type ResponseFormat struct {
 
 func (x *ResponseFormat) Reset() {
 	*x = ResponseFormat{}
-	mi := &file_engine_proto_msgTypes[2]
+	mi := &file_engine_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -401,7 +486,7 @@ func (x *ResponseFormat) String() string {
 func (*ResponseFormat) ProtoMessage() {}
 
 func (x *ResponseFormat) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[2]
+	mi := &file_engine_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -414,7 +499,7 @@ func (x *ResponseFormat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseFormat.ProtoReflect.Descriptor instead.
 func (*ResponseFormat) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{2}
+	return file_engine_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ResponseFormat) GetSchema() []byte {
@@ -437,7 +522,7 @@ type GenerateReply struct {
 
 func (x *GenerateReply) Reset() {
 	*x = GenerateReply{}
-	mi := &file_engine_proto_msgTypes[3]
+	mi := &file_engine_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -449,7 +534,7 @@ func (x *GenerateReply) String() string {
 func (*GenerateReply) ProtoMessage() {}
 
 func (x *GenerateReply) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[3]
+	mi := &file_engine_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -462,7 +547,7 @@ func (x *GenerateReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateReply.ProtoReflect.Descriptor instead.
 func (*GenerateReply) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{3}
+	return file_engine_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GenerateReply) GetKind() isGenerateReply_Kind {
@@ -516,7 +601,7 @@ type Accepted struct {
 
 func (x *Accepted) Reset() {
 	*x = Accepted{}
-	mi := &file_engine_proto_msgTypes[4]
+	mi := &file_engine_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -528,7 +613,7 @@ func (x *Accepted) String() string {
 func (*Accepted) ProtoMessage() {}
 
 func (x *Accepted) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[4]
+	mi := &file_engine_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -541,7 +626,7 @@ func (x *Accepted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Accepted.ProtoReflect.Descriptor instead.
 func (*Accepted) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{4}
+	return file_engine_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Accepted) GetNodeId() string {
@@ -570,7 +655,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_engine_proto_msgTypes[5]
+	mi := &file_engine_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -582,7 +667,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[5]
+	mi := &file_engine_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -595,7 +680,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{5}
+	return file_engine_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Event) GetText() string {
@@ -681,7 +766,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_engine_proto_msgTypes[6]
+	mi := &file_engine_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -693,7 +778,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[6]
+	mi := &file_engine_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -706,7 +791,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{6}
+	return file_engine_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ToolCall) GetIndex() int32 {
@@ -755,7 +840,7 @@ type TokenLogprob struct {
 
 func (x *TokenLogprob) Reset() {
 	*x = TokenLogprob{}
-	mi := &file_engine_proto_msgTypes[7]
+	mi := &file_engine_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -767,7 +852,7 @@ func (x *TokenLogprob) String() string {
 func (*TokenLogprob) ProtoMessage() {}
 
 func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[7]
+	mi := &file_engine_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -780,7 +865,7 @@ func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenLogprob.ProtoReflect.Descriptor instead.
 func (*TokenLogprob) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{7}
+	return file_engine_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TokenLogprob) GetId() int32 {
@@ -813,7 +898,7 @@ type TopLogprobs struct {
 
 func (x *TopLogprobs) Reset() {
 	*x = TopLogprobs{}
-	mi := &file_engine_proto_msgTypes[8]
+	mi := &file_engine_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -825,7 +910,7 @@ func (x *TopLogprobs) String() string {
 func (*TopLogprobs) ProtoMessage() {}
 
 func (x *TopLogprobs) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[8]
+	mi := &file_engine_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -838,7 +923,7 @@ func (x *TopLogprobs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopLogprobs.ProtoReflect.Descriptor instead.
 func (*TopLogprobs) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{8}
+	return file_engine_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TopLogprobs) GetAlternatives() []*TokenLogprob {
@@ -859,7 +944,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_engine_proto_msgTypes[9]
+	mi := &file_engine_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -871,7 +956,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[9]
+	mi := &file_engine_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -884,7 +969,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{9}
+	return file_engine_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Usage) GetPromptTokens() int32 {
@@ -923,7 +1008,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_engine_proto_msgTypes[10]
+	mi := &file_engine_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -935,7 +1020,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[10]
+	mi := &file_engine_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -948,7 +1033,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{10}
+	return file_engine_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Error) GetCode() Error_Code {
@@ -995,7 +1080,7 @@ type TokenizeRequest struct {
 
 func (x *TokenizeRequest) Reset() {
 	*x = TokenizeRequest{}
-	mi := &file_engine_proto_msgTypes[11]
+	mi := &file_engine_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1007,7 +1092,7 @@ func (x *TokenizeRequest) String() string {
 func (*TokenizeRequest) ProtoMessage() {}
 
 func (x *TokenizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[11]
+	mi := &file_engine_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1020,7 +1105,7 @@ func (x *TokenizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenizeRequest.ProtoReflect.Descriptor instead.
 func (*TokenizeRequest) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{11}
+	return file_engine_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TokenizeRequest) GetModel() string {
@@ -1089,7 +1174,7 @@ type TokenizeReply struct {
 
 func (x *TokenizeReply) Reset() {
 	*x = TokenizeReply{}
-	mi := &file_engine_proto_msgTypes[12]
+	mi := &file_engine_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1101,7 +1186,7 @@ func (x *TokenizeReply) String() string {
 func (*TokenizeReply) ProtoMessage() {}
 
 func (x *TokenizeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[12]
+	mi := &file_engine_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1114,7 +1199,7 @@ func (x *TokenizeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenizeReply.ProtoReflect.Descriptor instead.
 func (*TokenizeReply) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{12}
+	return file_engine_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TokenizeReply) GetTokens() []int32 {
@@ -1140,7 +1225,7 @@ type CountTokensReply struct {
 
 func (x *CountTokensReply) Reset() {
 	*x = CountTokensReply{}
-	mi := &file_engine_proto_msgTypes[13]
+	mi := &file_engine_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1152,7 +1237,7 @@ func (x *CountTokensReply) String() string {
 func (*CountTokensReply) ProtoMessage() {}
 
 func (x *CountTokensReply) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[13]
+	mi := &file_engine_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1165,7 +1250,7 @@ func (x *CountTokensReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountTokensReply.ProtoReflect.Descriptor instead.
 func (*CountTokensReply) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{13}
+	return file_engine_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CountTokensReply) GetCount() int32 {
@@ -1185,7 +1270,7 @@ type DetokenizeRequest struct {
 
 func (x *DetokenizeRequest) Reset() {
 	*x = DetokenizeRequest{}
-	mi := &file_engine_proto_msgTypes[14]
+	mi := &file_engine_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1197,7 +1282,7 @@ func (x *DetokenizeRequest) String() string {
 func (*DetokenizeRequest) ProtoMessage() {}
 
 func (x *DetokenizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[14]
+	mi := &file_engine_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1210,7 +1295,7 @@ func (x *DetokenizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DetokenizeRequest.ProtoReflect.Descriptor instead.
 func (*DetokenizeRequest) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{14}
+	return file_engine_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DetokenizeRequest) GetModel() string {
@@ -1236,7 +1321,7 @@ type DetokenizeReply struct {
 
 func (x *DetokenizeReply) Reset() {
 	*x = DetokenizeReply{}
-	mi := &file_engine_proto_msgTypes[15]
+	mi := &file_engine_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1248,7 +1333,7 @@ func (x *DetokenizeReply) String() string {
 func (*DetokenizeReply) ProtoMessage() {}
 
 func (x *DetokenizeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[15]
+	mi := &file_engine_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1261,7 +1346,7 @@ func (x *DetokenizeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DetokenizeReply.ProtoReflect.Descriptor instead.
 func (*DetokenizeReply) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{15}
+	return file_engine_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DetokenizeReply) GetText() string {
@@ -1279,7 +1364,7 @@ type ModelsRequest struct {
 
 func (x *ModelsRequest) Reset() {
 	*x = ModelsRequest{}
-	mi := &file_engine_proto_msgTypes[16]
+	mi := &file_engine_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1291,7 +1376,7 @@ func (x *ModelsRequest) String() string {
 func (*ModelsRequest) ProtoMessage() {}
 
 func (x *ModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[16]
+	mi := &file_engine_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1304,7 +1389,7 @@ func (x *ModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelsRequest.ProtoReflect.Descriptor instead.
 func (*ModelsRequest) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{16}
+	return file_engine_proto_rawDescGZIP(), []int{17}
 }
 
 type ModelInfo struct {
@@ -1320,7 +1405,7 @@ type ModelInfo struct {
 
 func (x *ModelInfo) Reset() {
 	*x = ModelInfo{}
-	mi := &file_engine_proto_msgTypes[17]
+	mi := &file_engine_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1332,7 +1417,7 @@ func (x *ModelInfo) String() string {
 func (*ModelInfo) ProtoMessage() {}
 
 func (x *ModelInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[17]
+	mi := &file_engine_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1345,7 +1430,7 @@ func (x *ModelInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelInfo.ProtoReflect.Descriptor instead.
 func (*ModelInfo) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{17}
+	return file_engine_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ModelInfo) GetId() string {
@@ -1393,7 +1478,7 @@ type ModelsReply struct {
 
 func (x *ModelsReply) Reset() {
 	*x = ModelsReply{}
-	mi := &file_engine_proto_msgTypes[18]
+	mi := &file_engine_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1405,7 +1490,7 @@ func (x *ModelsReply) String() string {
 func (*ModelsReply) ProtoMessage() {}
 
 func (x *ModelsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[18]
+	mi := &file_engine_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1418,7 +1503,7 @@ func (x *ModelsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelsReply.ProtoReflect.Descriptor instead.
 func (*ModelsReply) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{18}
+	return file_engine_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ModelsReply) GetNodeId() string {
@@ -1444,7 +1529,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_engine_proto_msgTypes[19]
+	mi := &file_engine_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1456,7 +1541,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[19]
+	mi := &file_engine_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1469,7 +1554,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{19}
+	return file_engine_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StatsRequest) GetIntervalMs() int64 {
@@ -1495,7 +1580,7 @@ type StatsReport struct {
 
 func (x *StatsReport) Reset() {
 	*x = StatsReport{}
-	mi := &file_engine_proto_msgTypes[20]
+	mi := &file_engine_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1507,7 +1592,7 @@ func (x *StatsReport) String() string {
 func (*StatsReport) ProtoMessage() {}
 
 func (x *StatsReport) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[20]
+	mi := &file_engine_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1520,7 +1605,7 @@ func (x *StatsReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsReport.ProtoReflect.Descriptor instead.
 func (*StatsReport) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{20}
+	return file_engine_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *StatsReport) GetNodeId() string {
@@ -1576,7 +1661,7 @@ var File_engine_proto protoreflect.FileDescriptor
 
 const file_engine_proto_rawDesc = "" +
 	"\n" +
-	"\fengine.proto\x12\x10fusion.engine.v1\"\xbb\x04\n" +
+	"\fengine.proto\x12\x10fusion.engine.v1\"\xcc\x05\n" +
 	"\aRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12#\n" +
@@ -1594,9 +1679,19 @@ const file_engine_proto_rawDesc = "" +
 	"max_tokens\x18\v \x01(\x05R\tmaxTokens\x12\x12\n" +
 	"\x04stop\x18\f \x03(\tR\x04stop\x12I\n" +
 	"\x0fresponse_format\x18\r \x01(\v2 .fusion.engine.v1.ResponseFormatR\x0eresponseFormat\x12\x1a\n" +
-	"\bpriority\x18\x0e \x01(\x05R\bpriorityB\t\n" +
+	"\bpriority\x18\x0e \x01(\x05R\bpriority\x12=\n" +
+	"\vtool_choice\x18\x0f \x01(\v2\x1c.fusion.engine.v1.ToolChoiceR\n" +
+	"toolChoice\x12%\n" +
+	"\x0econtinue_final\x18\x10 \x01(\bR\rcontinueFinal\x12)\n" +
+	"\x10reasoning_budget\x18\x11 \x01(\x05R\x0freasoningBudgetB\t\n" +
 	"\a_promptB\x12\n" +
-	"\x10_enable_thinking\"\xae\x04\n" +
+	"\x10_enable_thinking\"U\n" +
+	"\n" +
+	"ToolChoice\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\x05R\x04mode\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1f\n" +
+	"\vno_parallel\x18\x03 \x01(\bR\n" +
+	"noParallel\"\xae\x04\n" +
 	"\bSampling\x12 \n" +
 	"\vtemperature\x18\x01 \x01(\x01R\vtemperature\x12\x13\n" +
 	"\x05top_k\x18\x02 \x01(\x05R\x04topK\x12\x13\n" +
@@ -1738,63 +1833,65 @@ func file_engine_proto_rawDescGZIP() []byte {
 }
 
 var file_engine_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_engine_proto_goTypes = []any{
 	(Error_Code)(0),           // 0: fusion.engine.v1.Error.Code
 	(*Request)(nil),           // 1: fusion.engine.v1.Request
-	(*Sampling)(nil),          // 2: fusion.engine.v1.Sampling
-	(*ResponseFormat)(nil),    // 3: fusion.engine.v1.ResponseFormat
-	(*GenerateReply)(nil),     // 4: fusion.engine.v1.GenerateReply
-	(*Accepted)(nil),          // 5: fusion.engine.v1.Accepted
-	(*Event)(nil),             // 6: fusion.engine.v1.Event
-	(*ToolCall)(nil),          // 7: fusion.engine.v1.ToolCall
-	(*TokenLogprob)(nil),      // 8: fusion.engine.v1.TokenLogprob
-	(*TopLogprobs)(nil),       // 9: fusion.engine.v1.TopLogprobs
-	(*Usage)(nil),             // 10: fusion.engine.v1.Usage
-	(*Error)(nil),             // 11: fusion.engine.v1.Error
-	(*TokenizeRequest)(nil),   // 12: fusion.engine.v1.TokenizeRequest
-	(*TokenizeReply)(nil),     // 13: fusion.engine.v1.TokenizeReply
-	(*CountTokensReply)(nil),  // 14: fusion.engine.v1.CountTokensReply
-	(*DetokenizeRequest)(nil), // 15: fusion.engine.v1.DetokenizeRequest
-	(*DetokenizeReply)(nil),   // 16: fusion.engine.v1.DetokenizeReply
-	(*ModelsRequest)(nil),     // 17: fusion.engine.v1.ModelsRequest
-	(*ModelInfo)(nil),         // 18: fusion.engine.v1.ModelInfo
-	(*ModelsReply)(nil),       // 19: fusion.engine.v1.ModelsReply
-	(*StatsRequest)(nil),      // 20: fusion.engine.v1.StatsRequest
-	(*StatsReport)(nil),       // 21: fusion.engine.v1.StatsReport
-	nil,                       // 22: fusion.engine.v1.Sampling.LogitBiasEntry
+	(*ToolChoice)(nil),        // 2: fusion.engine.v1.ToolChoice
+	(*Sampling)(nil),          // 3: fusion.engine.v1.Sampling
+	(*ResponseFormat)(nil),    // 4: fusion.engine.v1.ResponseFormat
+	(*GenerateReply)(nil),     // 5: fusion.engine.v1.GenerateReply
+	(*Accepted)(nil),          // 6: fusion.engine.v1.Accepted
+	(*Event)(nil),             // 7: fusion.engine.v1.Event
+	(*ToolCall)(nil),          // 8: fusion.engine.v1.ToolCall
+	(*TokenLogprob)(nil),      // 9: fusion.engine.v1.TokenLogprob
+	(*TopLogprobs)(nil),       // 10: fusion.engine.v1.TopLogprobs
+	(*Usage)(nil),             // 11: fusion.engine.v1.Usage
+	(*Error)(nil),             // 12: fusion.engine.v1.Error
+	(*TokenizeRequest)(nil),   // 13: fusion.engine.v1.TokenizeRequest
+	(*TokenizeReply)(nil),     // 14: fusion.engine.v1.TokenizeReply
+	(*CountTokensReply)(nil),  // 15: fusion.engine.v1.CountTokensReply
+	(*DetokenizeRequest)(nil), // 16: fusion.engine.v1.DetokenizeRequest
+	(*DetokenizeReply)(nil),   // 17: fusion.engine.v1.DetokenizeReply
+	(*ModelsRequest)(nil),     // 18: fusion.engine.v1.ModelsRequest
+	(*ModelInfo)(nil),         // 19: fusion.engine.v1.ModelInfo
+	(*ModelsReply)(nil),       // 20: fusion.engine.v1.ModelsReply
+	(*StatsRequest)(nil),      // 21: fusion.engine.v1.StatsRequest
+	(*StatsReport)(nil),       // 22: fusion.engine.v1.StatsReport
+	nil,                       // 23: fusion.engine.v1.Sampling.LogitBiasEntry
 }
 var file_engine_proto_depIdxs = []int32{
-	2,  // 0: fusion.engine.v1.Request.sampling:type_name -> fusion.engine.v1.Sampling
-	3,  // 1: fusion.engine.v1.Request.response_format:type_name -> fusion.engine.v1.ResponseFormat
-	22, // 2: fusion.engine.v1.Sampling.logit_bias:type_name -> fusion.engine.v1.Sampling.LogitBiasEntry
-	5,  // 3: fusion.engine.v1.GenerateReply.accepted:type_name -> fusion.engine.v1.Accepted
-	6,  // 4: fusion.engine.v1.GenerateReply.event:type_name -> fusion.engine.v1.Event
-	7,  // 5: fusion.engine.v1.Event.tool_calls:type_name -> fusion.engine.v1.ToolCall
-	8,  // 6: fusion.engine.v1.Event.tokens:type_name -> fusion.engine.v1.TokenLogprob
-	9,  // 7: fusion.engine.v1.Event.top_logprobs:type_name -> fusion.engine.v1.TopLogprobs
-	10, // 8: fusion.engine.v1.Event.usage:type_name -> fusion.engine.v1.Usage
-	11, // 9: fusion.engine.v1.Event.error:type_name -> fusion.engine.v1.Error
-	8,  // 10: fusion.engine.v1.TopLogprobs.alternatives:type_name -> fusion.engine.v1.TokenLogprob
-	0,  // 11: fusion.engine.v1.Error.code:type_name -> fusion.engine.v1.Error.Code
-	18, // 12: fusion.engine.v1.ModelsReply.models:type_name -> fusion.engine.v1.ModelInfo
-	1,  // 13: fusion.engine.v1.Engine.Generate:input_type -> fusion.engine.v1.Request
-	12, // 14: fusion.engine.v1.Engine.Tokenize:input_type -> fusion.engine.v1.TokenizeRequest
-	12, // 15: fusion.engine.v1.Engine.CountTokens:input_type -> fusion.engine.v1.TokenizeRequest
-	15, // 16: fusion.engine.v1.Engine.Detokenize:input_type -> fusion.engine.v1.DetokenizeRequest
-	17, // 17: fusion.engine.v1.Engine.Models:input_type -> fusion.engine.v1.ModelsRequest
-	20, // 18: fusion.engine.v1.Engine.Stats:input_type -> fusion.engine.v1.StatsRequest
-	4,  // 19: fusion.engine.v1.Engine.Generate:output_type -> fusion.engine.v1.GenerateReply
-	13, // 20: fusion.engine.v1.Engine.Tokenize:output_type -> fusion.engine.v1.TokenizeReply
-	14, // 21: fusion.engine.v1.Engine.CountTokens:output_type -> fusion.engine.v1.CountTokensReply
-	16, // 22: fusion.engine.v1.Engine.Detokenize:output_type -> fusion.engine.v1.DetokenizeReply
-	19, // 23: fusion.engine.v1.Engine.Models:output_type -> fusion.engine.v1.ModelsReply
-	21, // 24: fusion.engine.v1.Engine.Stats:output_type -> fusion.engine.v1.StatsReport
-	19, // [19:25] is the sub-list for method output_type
-	13, // [13:19] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	3,  // 0: fusion.engine.v1.Request.sampling:type_name -> fusion.engine.v1.Sampling
+	4,  // 1: fusion.engine.v1.Request.response_format:type_name -> fusion.engine.v1.ResponseFormat
+	2,  // 2: fusion.engine.v1.Request.tool_choice:type_name -> fusion.engine.v1.ToolChoice
+	23, // 3: fusion.engine.v1.Sampling.logit_bias:type_name -> fusion.engine.v1.Sampling.LogitBiasEntry
+	6,  // 4: fusion.engine.v1.GenerateReply.accepted:type_name -> fusion.engine.v1.Accepted
+	7,  // 5: fusion.engine.v1.GenerateReply.event:type_name -> fusion.engine.v1.Event
+	8,  // 6: fusion.engine.v1.Event.tool_calls:type_name -> fusion.engine.v1.ToolCall
+	9,  // 7: fusion.engine.v1.Event.tokens:type_name -> fusion.engine.v1.TokenLogprob
+	10, // 8: fusion.engine.v1.Event.top_logprobs:type_name -> fusion.engine.v1.TopLogprobs
+	11, // 9: fusion.engine.v1.Event.usage:type_name -> fusion.engine.v1.Usage
+	12, // 10: fusion.engine.v1.Event.error:type_name -> fusion.engine.v1.Error
+	9,  // 11: fusion.engine.v1.TopLogprobs.alternatives:type_name -> fusion.engine.v1.TokenLogprob
+	0,  // 12: fusion.engine.v1.Error.code:type_name -> fusion.engine.v1.Error.Code
+	19, // 13: fusion.engine.v1.ModelsReply.models:type_name -> fusion.engine.v1.ModelInfo
+	1,  // 14: fusion.engine.v1.Engine.Generate:input_type -> fusion.engine.v1.Request
+	13, // 15: fusion.engine.v1.Engine.Tokenize:input_type -> fusion.engine.v1.TokenizeRequest
+	13, // 16: fusion.engine.v1.Engine.CountTokens:input_type -> fusion.engine.v1.TokenizeRequest
+	16, // 17: fusion.engine.v1.Engine.Detokenize:input_type -> fusion.engine.v1.DetokenizeRequest
+	18, // 18: fusion.engine.v1.Engine.Models:input_type -> fusion.engine.v1.ModelsRequest
+	21, // 19: fusion.engine.v1.Engine.Stats:input_type -> fusion.engine.v1.StatsRequest
+	5,  // 20: fusion.engine.v1.Engine.Generate:output_type -> fusion.engine.v1.GenerateReply
+	14, // 21: fusion.engine.v1.Engine.Tokenize:output_type -> fusion.engine.v1.TokenizeReply
+	15, // 22: fusion.engine.v1.Engine.CountTokens:output_type -> fusion.engine.v1.CountTokensReply
+	17, // 23: fusion.engine.v1.Engine.Detokenize:output_type -> fusion.engine.v1.DetokenizeReply
+	20, // 24: fusion.engine.v1.Engine.Models:output_type -> fusion.engine.v1.ModelsReply
+	22, // 25: fusion.engine.v1.Engine.Stats:output_type -> fusion.engine.v1.StatsReport
+	20, // [20:26] is the sub-list for method output_type
+	14, // [14:20] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_engine_proto_init() }
@@ -1803,19 +1900,19 @@ func file_engine_proto_init() {
 		return
 	}
 	file_engine_proto_msgTypes[0].OneofWrappers = []any{}
-	file_engine_proto_msgTypes[1].OneofWrappers = []any{}
-	file_engine_proto_msgTypes[3].OneofWrappers = []any{
+	file_engine_proto_msgTypes[2].OneofWrappers = []any{}
+	file_engine_proto_msgTypes[4].OneofWrappers = []any{
 		(*GenerateReply_Accepted)(nil),
 		(*GenerateReply_Event)(nil),
 	}
-	file_engine_proto_msgTypes[11].OneofWrappers = []any{}
+	file_engine_proto_msgTypes[12].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engine_proto_rawDesc), len(file_engine_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -84,7 +84,10 @@ func RequestToPB(r *engine.Request) (*enginepb.Request, error) {
 	p := &enginepb.Request{
 		Id: r.ID, Model: r.Model, Prompt: r.Prompt, EnableThinking: r.EnableThinking,
 		HasPromptTokens: r.PromptTokens != nil, MaxTokens: clampInt32(r.MaxTokens), Stop: r.Stop,
-		Priority: clampInt32(int(r.Priority)),
+		Priority: clampInt32(int(r.Priority)), ContinueFinal: r.ContinueFinal, ReasoningBudget: clampInt32(r.ReasoningBudget),
+	}
+	if r.ToolChoice != (engine.ToolChoice{}) {
+		p.ToolChoice = &enginepb.ToolChoice{Mode: clampInt32(int(r.ToolChoice.Mode)), Name: r.ToolChoice.Name, NoParallel: r.ToolChoice.NoParallel}
 	}
 	if p.MessagesJson, err = objectsJSON(r.Messages); err != nil {
 		return nil, &prompt.InvalidRequestError{Err: fmt.Errorf("messages: %w", err)}
@@ -114,7 +117,16 @@ func RequestFromPB(p *enginepb.Request) (*engine.Request, error) {
 	r := &engine.Request{
 		ID: p.GetId(), Model: p.GetModel(), Prompt: p.Prompt, EnableThinking: p.EnableThinking,
 		MaxTokens: int(p.GetMaxTokens()), Stop: p.GetStop(), Priority: engine.Priority(p.GetPriority()),
-		Sampling: samplingFromPB(p.GetSampling()),
+		Sampling: samplingFromPB(p.GetSampling()), ContinueFinal: p.GetContinueFinal(), ReasoningBudget: int(p.GetReasoningBudget()),
+	}
+	if tc := p.GetToolChoice(); tc != nil {
+		r.ToolChoice = engine.ToolChoice{Mode: engine.ToolMode(tc.GetMode()), Name: tc.GetName(), NoParallel: tc.GetNoParallel()}
+		if r.ToolChoice.Mode < engine.ToolAuto || r.ToolChoice.Mode > engine.ToolNamed {
+			return nil, &prompt.InvalidRequestError{Err: fmt.Errorf("tool choice mode %d is not known", r.ToolChoice.Mode)}
+		}
+	}
+	if r.ReasoningBudget < 0 {
+		return nil, &prompt.InvalidRequestError{Err: fmt.Errorf("reasoning budget %d is negative", r.ReasoningBudget)}
 	}
 	if r.Priority < engine.PriorityRealtime || r.Priority > engine.PriorityBackground {
 		return nil, &prompt.InvalidRequestError{Err: fmt.Errorf("priority %d is not a known class", r.Priority)}

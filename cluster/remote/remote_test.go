@@ -153,6 +153,8 @@ func TestRequestRoundTrip(t *testing.T) {
 			MaxTokens: 77, Stop: []string{"\n\n", "END"},
 			ResponseFormat: &engine.ResponseFormat{Schema: []byte(`{"type":"object"}`)},
 			Priority:       engine.PriorityRealtime,
+			ToolChoice:     engine.ToolChoice{Mode: engine.ToolNamed, Name: "f", NoParallel: true},
+			ContinueFinal:  true, ReasoningBudget: 128,
 		},
 		"prompt":       {Model: "m", Prompt: &text, Sampling: sample.DefaultParams(), ResponseFormat: &engine.ResponseFormat{}},
 		"token ids":    {Model: "m", PromptTokens: []int{1, 2, 3}, Sampling: sample.DefaultParams(), Priority: engine.PriorityBackground},

@@ -17,6 +17,7 @@ func benchmarks() map[string]func(ctx context.Context, args []string, stdout, st
 		"tokenizer": benchTokenizer,
 		"server":    benchServer,
 		"forward":   benchForward,
+		"grammar":   benchGrammar,
 	}
 }
 

@@ -36,14 +36,23 @@
 //
 // Enforced keywords: type (one or a list), properties, required,
 // additionalProperties (false, or a schema for objects without properties),
-// items (single schema), minItems, maxItems, enum, const, anyOf, oneOf (as
-// alternatives: overlapping oneOf branches are not excluded), $ref (#,
+// items, prefixItems, additionalItems (tuples in both drafts), minItems,
+// maxItems, enum, const, anyOf, oneOf (as alternatives: overlapping oneOf
+// branches are not excluded), allOf (merged, see allof.go), $ref (#,
 // #/$defs/<name>, #/definitions/<name>, recursion included), minLength,
-// maxLength, pattern (the subset in regex.go) and format (date, time,
+// maxLength, pattern (the subset in regex.go), format (date, time,
 // date-time, uuid, ipv4, email, each as a pattern of a subset of the valid
-// values). Every other keyword is refused with an *UnsupportedError naming
-// it; annotations (title, description, default, examples, $comment, $schema,
+// values) and minimum, maximum, exclusiveMinimum, exclusiveMaximum
+// (bounds.go: any bound on integers, integral bounds on numbers). Every
+// other keyword is refused with an *UnsupportedError naming it;
+// annotations (title, description, default, examples, $comment, $schema,
 // root $id, deprecated, readOnly, writeOnly) are ignored.
+//
+// Every state knows the fewest bytes that finish its document (cost.go);
+// under Matcher.SetBudget, Mask allows only tokens after which the document
+// still fits in the tokens left, so a generation cut by max_tokens still
+// ends with a whole document. Builder composes grammars for outputs around
+// JSON (a model family's tool call markers).
 package grammar
 
 import (
@@ -91,6 +100,8 @@ const (
 	kObject
 	kArray
 	kAlt // alternatives; also $ref (one alternative)
+	kSeq // parts in order, repeated minRep..maxRep times with sep between
+	kRaw // unquoted text of a DFA (dfa, minLen, maxLen): a string outside JSON
 )
 
 type prop struct {
@@ -104,25 +115,34 @@ type node struct {
 	lit  []byte // kLit
 
 	minLen, maxLen int  // kString, code points
-	dfa            *dfa // kString: pattern/format, or nil
+	dfa            *dfa // kString: pattern/format; kNumber: bounds (nil: none)
 	integer        bool // kNumber
 
 	props   []prop
 	nextReq []int // nextReq[i]: first required index >= i, or len(props)
 	mapVal  *node // kObject: free keys with these values (nil: only props)
 
-	items              *node // kArray
+	items              *node   // kArray: items after prefix
+	prefix             []*node // kArray: the first items (prefixItems, tuple items)
 	minItems, maxItems int
 
-	alts []*node // kAlt
+	alts    []*node // kAlt
+	objOnly bool    // kAlt: stands only for its object alternatives
+
+	parts          []*node // kSeq
+	sep            *node   // kSeq: between repetitions, or nil
+	minRep, maxRep int     // kSeq: maxRep -1 is unbounded
 
 	flat     []*node // concrete nodes this stands for (self if concrete)
 	minDepth int     // frames needed to finish a value of this node
+	minBytes int32   // bytes of the shortest value of this node
+	reqCost  []int32 // kObject: reqCost[i] = bytes of ,"key":value for the required props from i on
 }
 
 // Grammar is a compiled schema. It is immutable and safe for concurrent use.
 type Grammar struct {
-	root *node
+	root    *node
+	maxOpen int32 // see Matcher.maxOpen
 }
 
 const infDepth = 1 << 30
@@ -139,11 +159,11 @@ func Compile(schema []byte) (*Grammar, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.finish()
+	maxOpen := c.finish()
 	if root.minDepth > MaxDepth {
 		return nil, errors.New("grammar: schema has no instance within the nesting bound")
 	}
-	return &Grammar{root: root}, nil
+	return &Grammar{root: root, maxOpen: maxOpen}, nil
 }
 
 // JSONObject returns the grammar of json_object mode: any JSON object.
@@ -151,15 +171,15 @@ func JSONObject() *Grammar {
 	c := &compiler{refs: map[string]*node{}}
 	c.anyVal = c.newAnyValue()
 	obj := c.add(&node{kind: kObject, mapVal: c.anyVal})
-	c.finish()
-	return &Grammar{root: obj}
+	return &Grammar{root: obj, maxOpen: c.finish()}
 }
 
 type compiler struct {
-	doc    any
-	refs   map[string]*node
-	nodes  []*node
-	anyVal *node
+	doc     any
+	merging int // nested allOf merges
+	refs    map[string]*node
+	nodes   []*node
+	anyVal  *node
 }
 
 func (c *compiler) add(n *node) *node {
@@ -192,8 +212,10 @@ var annotations = map[string]bool{
 var known = map[string]bool{
 	"type": true, "properties": true, "required": true, "additionalProperties": true,
 	"items": true, "minItems": true, "maxItems": true, "enum": true, "const": true,
+	"prefixItems": true, "additionalItems": true, "allOf": true,
 	"anyOf": true, "oneOf": true, "$ref": true, "minLength": true, "maxLength": true,
-	"pattern": true, "format": true,
+	"pattern": true, "format": true, "minimum": true, "maximum": true,
+	"exclusiveMinimum": true, "exclusiveMaximum": true,
 }
 
 // formats maps the supported string formats to patterns of a subset of
@@ -244,6 +266,13 @@ func (c *compiler) compileObject(s *object, path string) (*node, error) {
 			return nil, unsupported(k, path, "")
 		}
 		constraints++
+	}
+	if _, ok := s.m["allOf"]; ok {
+		merged, err := c.mergeAllOf(s, path)
+		if err != nil {
+			return nil, err
+		}
+		return c.compile(merged, path)
 	}
 	for _, kw := range []string{"$ref", "anyOf", "oneOf"} {
 		if _, ok := s.m[kw]; ok && constraints > 1 {
@@ -319,10 +348,12 @@ func (c *compiler) compileObject(s *object, path string) (*node, error) {
 			switch k {
 			case "properties", "required", "additionalProperties":
 				types["object"] = true
-			case "items", "minItems", "maxItems":
+			case "items", "minItems", "maxItems", "prefixItems", "additionalItems":
 				types["array"] = true
 			case "minLength", "maxLength":
 				types["string"] = true
+			case "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum":
+				types["number"] = true
 			}
 		}
 		if len(types) == 0 {
@@ -367,12 +398,21 @@ func (c *compiler) compileObject(s *object, path string) (*node, error) {
 				return nil, err
 			}
 			alt.alts = append(alt.alts, n)
-		case "number":
-			alt.alts = append(alt.alts, c.add(&node{kind: kNumber}))
-		case "integer":
-			if !types["number"] {
-				alt.alts = append(alt.alts, c.add(&node{kind: kNumber, integer: true}))
+		case "number", "integer":
+			if t == "integer" && types["number"] {
+				continue
 			}
+			n := c.add(&node{kind: kNumber, integer: t == "integer"})
+			pat, ok, err := numberBounds(s, path, n.integer)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				if n.dfa, err = compileRegex(pat); err != nil {
+					return nil, fmt.Errorf("grammar: bounds at %q: %w", path, err)
+				}
+			}
+			alt.alts = append(alt.alts, n)
 		case "boolean":
 			alt.alts = append(alt.alts, c.lit("true"), c.lit("false"))
 		case "null":
@@ -546,15 +586,41 @@ func (c *compiler) objectNode(s *object, path string) (*node, error) {
 
 func (c *compiler) arrayNode(s *object, path string) (*node, error) {
 	n := c.add(&node{kind: kArray, items: c.anyVal})
+	// Tuples: prefixItems (2020-12) then items for the rest, or items as a
+	// list (draft-07) then additionalItems for the rest.
+	prefixKw, restKw := "prefixItems", "items"
 	if v, ok := s.m["items"]; ok {
 		if _, isList := v.([]any); isList {
-			return nil, unsupported("items", path, "array form (tuple) is not supported")
+			if _, both := s.m["prefixItems"]; both {
+				return nil, unsupported("items", path, "an array form together with prefixItems")
+			}
+			prefixKw, restKw = "items", "additionalItems"
 		}
-		items, err := c.compile(v, path+"/items")
-		if err != nil {
-			return nil, err
+	}
+	noMore := false
+	if v, ok := s.m[prefixKw]; ok {
+		list, isList := v.([]any)
+		if !isList {
+			return nil, fmt.Errorf("grammar: %s at %q is not an array", prefixKw, path)
 		}
-		n.items = items
+		for i, sub := range list {
+			item, err := c.compile(sub, fmt.Sprintf("%s/%s/%d", path, prefixKw, i))
+			if err != nil {
+				return nil, err
+			}
+			n.prefix = append(n.prefix, item)
+		}
+	}
+	if v, ok := s.m[restKw]; ok {
+		if b, isBool := v.(bool); isBool && !b {
+			noMore = true
+		} else {
+			items, err := c.compile(v, path+"/"+restKw)
+			if err != nil {
+				return nil, err
+			}
+			n.items = items
+		}
 	}
 	var err error
 	if n.minItems, err = intKeyword(s, "minItems", path, 0); err != nil {
@@ -563,10 +629,21 @@ func (c *compiler) arrayNode(s *object, path string) (*node, error) {
 	if n.maxItems, err = intKeyword(s, "maxItems", path, -1); err != nil {
 		return nil, err
 	}
+	if noMore && (n.maxItems < 0 || n.maxItems > len(n.prefix)) {
+		n.maxItems = len(n.prefix)
+	}
 	if n.maxItems >= 0 && n.minItems > n.maxItems {
 		return nil, fmt.Errorf("grammar: minItems > maxItems at %q", path)
 	}
 	return n, nil
+}
+
+// itemAt is the schema of item i (0-based) of an array node.
+func (n *node) itemAt(i int) *node {
+	if i < len(n.prefix) {
+		return n.prefix[i]
+	}
+	return n.items
 }
 
 // ref compiles a reference to the root or to a definition.
@@ -609,26 +686,29 @@ func (c *compiler) ref(ref, path string) (*node, error) {
 	return n, nil
 }
 
-// finish computes flat and minDepth for every node.
-func (c *compiler) finish() {
+// finish computes flat, minDepth and the byte costs of every node, and
+// returns the most one byte can add to the cost of finishing a document.
+func (c *compiler) finish() int32 {
 	for _, n := range c.nodes {
 		if n.kind == kAlt {
 			seen := map[*node]bool{}
-			var walk func(*node)
-			walk = func(a *node) {
+			var walk func(*node, bool)
+			walk = func(a *node, objOnly bool) {
 				if seen[a] {
 					return
 				}
 				seen[a] = true
 				if a.kind != kAlt {
-					n.flat = append(n.flat, a)
+					if !objOnly || a.kind == kObject {
+						n.flat = append(n.flat, a)
+					}
 					return
 				}
 				for _, b := range a.alts {
-					walk(b)
+					walk(b, objOnly || a.objOnly)
 				}
 			}
-			walk(n)
+			walk(n, false)
 		} else {
 			n.flat = []*node{n}
 		}
@@ -650,7 +730,7 @@ func (c *compiler) finish() {
 		for _, n := range c.nodes {
 			d := infDepth
 			switch n.kind {
-			case kLit, kString, kNumber:
+			case kLit, kString, kNumber, kRaw:
 				d = 1
 			case kAlt:
 				for _, a := range n.flat {
@@ -665,8 +745,21 @@ func (c *compiler) finish() {
 				}
 			case kArray:
 				d = 1
-				if n.minItems > 0 {
-					d = 1 + n.items.minDepth
+				for i := range n.minItems {
+					d = max(d, 1+n.itemAt(i).minDepth)
+					if i >= len(n.prefix) {
+						break
+					}
+				}
+			case kSeq:
+				d = 1
+				for _, p := range n.parts {
+					if n.minRep > 0 {
+						d = max(d, 1+p.minDepth)
+					}
+				}
+				if n.sep != nil && n.minRep > 1 {
+					d = max(d, 1+n.sep.minDepth)
 				}
 			}
 			d = min(d, infDepth)
@@ -676,6 +769,7 @@ func (c *compiler) finish() {
 			}
 		}
 	}
+	return c.costs()
 }
 
 // object is a JSON object that keeps its key order.

@@ -3,6 +3,8 @@ package grammar
 import (
 	"errors"
 	"fmt"
+
+	"fusion/engine/sample"
 )
 
 // frame is one open value on a thread's stack. Its meaning of st, a and b
@@ -18,6 +20,16 @@ type frame struct {
 type stack struct {
 	f    frame
 	next *stack
+	cost int32 // bytes needed to finish f and every frame below it
+}
+
+// pushFrame returns the stack of f above next.
+func pushFrame(f frame, next *stack) *stack {
+	c := frameCost(f)
+	if next != nil {
+		c = satAdd(c, next.cost)
+	}
+	return &stack{f: f, next: next, cost: c}
 }
 
 // thread is one path of the nondeterministic automaton: the top frame by
@@ -43,6 +55,15 @@ type Matcher struct {
 	threads []thread
 	bufs    [][]thread // per trie depth, reused by Mask
 	ended   bool       // EOS accepted
+	budget  int        // tokens left for the document, or -1 (see SetBudget)
+	filter  bool       // Mask: drop tokens whose cost exceeds limit
+	limit   int32
+	// maxTokLen is the vocabulary's longest token, for the walk.
+	maxTokLen int
+	maxOpen   int32 // the most one byte can add to the cost of finishing
+
+	strKey  strKey        // the string state strBits was walked for
+	strBits sample.Bitset // unsafe tokens allowed there (see walkStrRest)
 }
 
 // State is a snapshot of a Matcher, for Restore.
@@ -53,7 +74,7 @@ type State struct {
 
 // NewMatcher returns a matcher at the start of a document.
 func (g *Grammar) NewMatcher() *Matcher {
-	m := &Matcher{}
+	m := &Matcher{budget: -1, maxOpen: g.maxOpen}
 	m.threads = expand(nil, thread{}, g.root, false)
 	return m
 }
@@ -67,7 +88,7 @@ func expand(out []thread, parent thread, n *node, push bool) []thread {
 	var rest *stack
 	depth := int32(1)
 	if push {
-		rest = &stack{f: parent.top, next: parent.rest}
+		rest = pushFrame(parent.top, parent.rest)
 		depth = parent.depth + 1
 	}
 	spent := parent.values >= MaxValues
@@ -96,10 +117,39 @@ func fits(t thread, n *node) bool {
 
 // complete reports whether t has produced a whole document.
 func complete(t thread) bool {
-	if t.top.n == nil {
-		return true
+	for {
+		if t.top.n == nil {
+			return true
+		}
+		if !finishable(t.top) {
+			return false
+		}
+		if t.rest == nil {
+			return true
+		}
+		t = pop(t)
 	}
-	return t.rest == nil && t.top.n.kind == kNumber && numAccepting(t.top.st)
+}
+
+// finishable reports whether frame f may end here, without more bytes:
+// a number or raw string its automaton accepts, a sequence with its
+// repetitions done (or an optional one not started).
+func finishable(f frame) bool {
+	switch n := f.n; n.kind {
+	case kNumber:
+		if n.dfa != nil {
+			return n.dfa.accept[f.b]
+		}
+		return numAccepting(f.st)
+	case kRaw:
+		return n.dfa.accept[f.b] && int(f.a) >= n.minLen
+	case kSeq:
+		if n.minRep == 0 && f.a == 0 && f.b == 0 && f.st == 0 {
+			return true
+		}
+		return int(f.a) == len(n.parts) && int(f.b)+1 >= n.minRep
+	}
+	return false
 }
 
 // Object states.
@@ -174,7 +224,24 @@ func step(t thread, b byte, out []thread) []thread {
 	case kString:
 		return stepString(t, b, out)
 
+	case kSeq:
+		return stepSeq(t, b, out)
+
+	case kRaw:
+		return stepRaw(t, b, out)
+
 	case kNumber:
+		if n.dfa != nil {
+			// Bounded: the DFA of the allowed numbers, state in b.
+			if next := n.dfa.next[f.b][b]; next >= 0 {
+				f.b = next
+				return append(out, t)
+			}
+			if n.dfa.accept[f.b] && t.rest != nil {
+				return step(pop(t), b, out)
+			}
+			return out
+		}
 		if stepNumber(f, b) {
 			return append(out, t)
 		}
@@ -197,17 +264,18 @@ func step(t thread, b byte, out []thread) []thread {
 			if n.maxItems >= 0 && int(f.a) >= n.maxItems {
 				return out
 			}
-			if f.st == aFirst && n.minItems == 0 && !fits(t, n.items) {
+			item := n.itemAt(int(f.a))
+			if f.st == aFirst && n.minItems == 0 && !fits(t, item) {
 				return out
 			}
 			f.st = aNext
 			f.a++
-			return stepNew(t, n.items, b, out)
+			return stepNew(t, item, b, out)
 		case aNext:
 			if b == ']' && int(f.a) >= n.minItems {
 				return append(out, pop(t))
 			}
-			if b == ',' && (n.maxItems < 0 || int(f.a) < n.maxItems) && (int(f.a) < n.minItems || fits(t, n.items)) {
+			if b == ',' && (n.maxItems < 0 || int(f.a) < n.maxItems) && (int(f.a) < n.minItems || fits(t, n.itemAt(int(f.a)))) {
 				f.st = aItem
 				return append(out, t)
 			}
@@ -257,6 +325,64 @@ func step(t thread, b byte, out []thread) []thread {
 	return out
 }
 
+// stepSeq advances a sequence frame: a is the index of the next part, b
+// the repetitions completed, st 1 once the separator of the current
+// repetition has been read.
+func stepSeq(t thread, b byte, out []thread) []thread {
+	f := &t.top
+	n := f.n
+	if int(f.a) == len(n.parts) {
+		reps := f.b + 1
+		if (n.maxRep < 0 || int(reps) < n.maxRep) && (int(reps) < n.minRep || t.values < MaxValues) {
+			u := t
+			u.top.a, u.top.b, u.top.st = 0, reps, 0
+			out = stepSeq(u, b, out)
+		}
+		if int(reps) >= n.minRep && t.rest != nil {
+			out = step(pop(t), b, out)
+		}
+		return out
+	}
+	if f.a == 0 && f.b == 0 && f.st == 0 && n.minRep == 0 {
+		// Optional and not started: skip it, or start it if the value
+		// budget allows.
+		if t.rest != nil {
+			out = step(pop(t), b, out)
+		}
+		if t.values >= MaxValues {
+			return out
+		}
+	}
+	if f.a == 0 && f.b > 0 && n.sep != nil && f.st == 0 {
+		f.st = 1
+		return stepNew(t, n.sep, b, out)
+	}
+	f.a++
+	return stepNew(t, n.parts[f.a-1], b, out)
+}
+
+// stepRaw advances a raw string: its DFA state in b, code points in a. It
+// ends where its DFA accepts and the parent takes the byte.
+func stepRaw(t thread, b byte, out []thread) []thread {
+	f := t.top
+	n := f.n
+	d := n.dfa
+	if next := d.next[f.b][b]; next >= 0 {
+		u := t
+		if b&0xC0 != 0x80 {
+			u.top.a++
+		}
+		if int(u.top.a)+int(d.dist[next]) <= n.maxLen {
+			u.top.b = next
+			out = append(out, u)
+		}
+	}
+	if d.accept[f.b] && int(f.a) >= n.minLen && t.rest != nil {
+		out = step(pop(t), b, out)
+	}
+	return out
+}
+
 // stepKeyStart handles the first byte of a key in an object frame.
 func stepKeyStart(t thread, b byte, out []thread) []thread {
 	if b != '"' {
@@ -268,7 +394,7 @@ func stepKeyStart(t thread, b byte, out []thread) []thread {
 			return out
 		}
 		t.top.st = oColon
-		rest := &stack{f: t.top, next: t.rest}
+		rest := pushFrame(t.top, t.rest)
 		return append(out, thread{top: frame{n: keyNode, st: sIn}, rest: rest, depth: t.depth + 1, values: t.values})
 	}
 	last := min(n.nextReq[t.top.a], len(n.props)-1)
@@ -537,7 +663,7 @@ func (m *Matcher) Ended() bool { return m.ended }
 
 // Clone returns an independent copy.
 func (m *Matcher) Clone() *Matcher {
-	return &Matcher{threads: append([]thread(nil), m.threads...), ended: m.ended}
+	return &Matcher{threads: append([]thread(nil), m.threads...), ended: m.ended, budget: m.budget, maxOpen: m.maxOpen}
 }
 
 // Snapshot returns the current state; threads share immutable stacks, so this

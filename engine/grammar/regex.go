@@ -28,6 +28,7 @@ type dfa struct {
 	next   [][256]int32 // -1: reject
 	accept []bool
 	dist   []int32 // fewest code points still needed to reach acceptance
+	bdist  []int32 // fewest bytes still needed to reach acceptance
 }
 
 type rkind uint8
@@ -575,6 +576,26 @@ func determinize(a *nfa, start, final int) (*dfa, error) {
 				} else {
 					deque = append(deque, s)
 				}
+			}
+		}
+	}
+	// bdist by BFS backwards: every byte counts.
+	d.bdist = make([]int32, len(sets))
+	var queue []int32
+	for s := range d.bdist {
+		d.bdist[s] = inf
+		if d.accept[s] {
+			d.bdist[s] = 0
+			queue = append(queue, int32(s))
+		}
+	}
+	for len(queue) > 0 {
+		t := queue[0]
+		queue = queue[1:]
+		for _, e := range rev[t] {
+			if s := e >> 8; d.bdist[s] == inf {
+				d.bdist[s] = d.bdist[t] + 1
+				queue = append(queue, s)
 			}
 		}
 	}

@@ -3,6 +3,8 @@ package grammar
 import (
 	"bytes"
 	"slices"
+	"sync"
+	"unicode/utf8"
 
 	"fusion/engine/sample"
 )
@@ -27,6 +29,28 @@ type Vocab struct {
 	safeByLen  []int32
 	safeLen    []int32
 	maxSafeLen int
+	maxTokLen  int // bytes of the longest token
+
+	// upTo[n]: the safe tokens of at most n code points, built on first
+	// use (a short string's room) and then read-only.
+	upToOnce []sync.Once
+	upTo     []sample.Bitset
+}
+
+// safeUpTo returns the safe tokens of at most room code points (room <
+// maxSafeLen).
+func (v *Vocab) safeUpTo(room int) sample.Bitset {
+	v.upToOnce[room].Do(func() {
+		b := sample.NewBitset(len(v.tokens))
+		for i, id := range v.safeByLen {
+			if int(v.safeLen[i]) > room {
+				break
+			}
+			b.Set(int(id))
+		}
+		v.upTo[room] = b
+	})
+	return v.upTo[room]
 }
 
 // trie: node i has edges edgeStart[i]:edgeStart[i+1] and the ids of the
@@ -38,6 +62,14 @@ type trie struct {
 	edgeNode  []int32
 	tokStart  []int32
 	tokIDs    []int32
+	// The tokens below node i (itself included) are sorted[spanLo[i]:
+	// spanHi[i]]; strSub[i] is set when the rest of each of them, from
+	// node i's depth on, is string content that is safe from a character
+	// boundary (see Vocab.strSafe), so a string thread there takes them
+	// all.
+	sorted         []int32
+	spanLo, spanHi []int32
+	strSub         []bool
 }
 
 // NewVocab builds the tries of tokens (id -> decoded bytes). Empty entries
@@ -52,6 +84,7 @@ func NewVocab(tokens [][]byte, eos []int) *Vocab {
 			continue
 		}
 		ids = append(ids, int32(id))
+		v.maxTokLen = max(v.maxTokLen, len(t))
 		th := thread{top: frame{n: free, st: sIn}}
 		var buf [2]thread
 		for _, b := range t {
@@ -81,15 +114,38 @@ func NewVocab(tokens [][]byte, eos []int) *Vocab {
 		byLen[i], lens[i] = v.safeByLen[o], v.safeLen[o]
 	}
 	v.safeByLen, v.safeLen = byLen, lens
-	v.all = buildTrie(tokens, ids)
-	v.strRest = buildTrie(tokens, rest)
+	v.upToOnce = make([]sync.Once, v.maxSafeLen+1)
+	v.upTo = make([]sample.Bitset, v.maxSafeLen+1)
+	safeFrom := make([]int32, len(tokens))
+	for id, t := range tokens {
+		safeFrom[id] = int32(safeSuffixStart(t))
+	}
+	v.all = buildTrie(tokens, ids, safeFrom)
+	v.strRest = buildTrie(tokens, rest, safeFrom)
 	return v
 }
 
-func buildTrie(tokens [][]byte, ids []int32) trie {
+// safeSuffixStart is where the safe tail of t begins: from there on, t is
+// whole UTF-8 characters that a JSON string takes unescaped. A suffix
+// from d >= safeSuffixStart(t) is safe from a character boundary iff d
+// starts a character (or is the end).
+func safeSuffixStart(t []byte) int {
+	start := 0
+	for i := 0; i < len(t); {
+		r, size := utf8.DecodeRune(t[i:])
+		if r == utf8.RuneError && size <= 1 || r == '"' || r == '\\' || r < 0x20 {
+			start = i + max(size, 1)
+		}
+		i += max(size, 1)
+	}
+	return start
+}
+
+func buildTrie(tokens [][]byte, ids []int32, safeFrom []int32) trie {
 	ids = slices.Clone(ids)
 	slices.SortFunc(ids, func(a, b int32) int { return bytes.Compare(tokens[a], tokens[b]) })
 	var t trie
+	t.sorted = ids
 	// Nodes are numbered in the order of a queue of (lo, hi, depth) ranges
 	// over the sorted ids.
 	type span struct{ lo, hi, depth int }
@@ -98,6 +154,17 @@ func buildTrie(tokens [][]byte, ids []int32) trie {
 	t.tokStart = append(t.tokStart, 0)
 	for qi := 0; qi < len(queue); qi++ {
 		s := queue[qi]
+		t.spanLo = append(t.spanLo, int32(s.lo))
+		t.spanHi = append(t.spanHi, int32(s.hi))
+		sub := s.depth > 0
+		for _, id := range ids[s.lo:s.hi] {
+			if !sub {
+				break
+			}
+			tok := tokens[id]
+			sub = s.depth >= int(safeFrom[id]) && (s.depth == len(tok) || tok[s.depth]&0xC0 != 0x80)
+		}
+		t.strSub = append(t.strSub, sub)
 		lo := s.lo
 		for lo < s.hi && len(tokens[ids[lo]]) == s.depth {
 			t.tokIDs = append(t.tokIDs, ids[lo])
@@ -129,12 +196,32 @@ func (v *Vocab) Token(id int) []byte { return v.tokens[id] }
 func (v *Vocab) isEOS(id int) bool { return slices.Contains(v.eos, id) }
 
 // Mask writes to dst (at least (v.Size()+63)/64 words) the tokens allowed
-// next: those whose bytes the grammar accepts, and EOS once Done.
+// next: those whose bytes the grammar accepts, and EOS once Done. Under a
+// budget (SetBudget) a token is allowed only if the document can still be
+// finished in the tokens left after it; if that leaves nothing (the budget
+// was too small from the start) the mask is the unbudgeted one.
 func (m *Matcher) Mask(v *Vocab, dst sample.Bitset) {
 	clear(dst)
 	if m.ended {
 		return
 	}
+	m.filter, m.maxTokLen = false, v.maxTokLen
+	if m.budget >= 0 {
+		limit := int32(min(m.budget-1, int(infBytes)))
+		// Filter only when some token could overshoot: one token of
+		// maxTokLen bytes raises the cost by at most maxTokLen*maxOpen.
+		if limit < satAdd(minCost(m.threads), satMul(int32(v.maxTokLen), m.maxOpen)) {
+			m.filter, m.limit = true, limit
+		}
+	}
+	m.mask(v, dst)
+	if m.filter && !anySet(dst) {
+		m.filter = false
+		m.mask(v, dst)
+	}
+}
+
+func (m *Matcher) mask(v *Vocab, dst sample.Bitset) {
 	if m.Done() {
 		for _, id := range v.eos {
 			dst.Set(id)
@@ -145,7 +232,8 @@ func (m *Matcher) Mask(v *Vocab, dst sample.Bitset) {
 	}
 	// Threads inside a string at a character boundary take the safe tokens
 	// that fit the length left from precomputed sets; only the rest of the
-	// vocabulary is walked for them.
+	// vocabulary is walked for them. (Safe tokens never raise the cost of
+	// finishing, so under a budget they fit whenever the thread does.)
 	var inStr, other []thread
 	room := -1
 	for _, t := range m.threads {
@@ -155,6 +243,27 @@ func (m *Matcher) Mask(v *Vocab, dst sample.Bitset) {
 		} else {
 			other = append(other, t)
 		}
+	}
+	if m.filter && len(inStr) > 1 {
+		other = append(other, inStr...)
+		inStr = nil
+	} else if t := inStr; m.filter && len(t) == 1 && threadCost(t[0]) > m.limit {
+		// Over budget inside a string: a safe token helps only by meeting
+		// minLength with enough code points; the rest is walked.
+		f := t[0].top
+		need := threadCost(t[0]) - m.limit
+		if int(need) <= f.n.minLen-int(f.a) {
+			for i, id := range v.safeByLen {
+				if int(v.safeLen[i]) > room {
+					break
+				}
+				if v.safeLen[i] >= need {
+					dst[id/64] |= 1 << (id % 64)
+				}
+			}
+		}
+		m.walk(&v.strRest, 0, inStr, 0, dst)
+		inStr = nil
 	}
 	if len(inStr) > 0 {
 		if room >= v.maxSafeLen {
@@ -168,20 +277,54 @@ func (m *Matcher) Mask(v *Vocab, dst sample.Bitset) {
 				other = append(other, inStr...)
 				inStr = nil
 			} else {
-				for i, id := range v.safeByLen {
-					if int(v.safeLen[i]) > room {
-						break
-					}
-					dst[id/64] |= 1 << (id % 64)
+				for i, w := range v.safeUpTo(room) {
+					dst[i] |= w
 				}
 			}
 		}
 		if len(inStr) > 0 {
-			m.walk(&v.strRest, 0, inStr, 0, dst)
+			m.walkStrRest(v, inStr, dst)
 		}
 	}
-	if len(other) > 0 {
+	switch {
+	case len(other) == 1 && inPattern(other[0]):
+		m.walkPattern(&v.all, 0, other[0], 0, dst)
+	case len(other) > 0:
 		m.walk(&v.all, 0, other, 0, dst)
+	}
+}
+
+// strKey identifies what the unsafe tokens allow from inside a string
+// whose length bounds are out of reach of any token: the string node and
+// the (immutable, shared) stack around it.
+type strKey struct {
+	n             *node
+	rest          *stack
+	depth, values int32
+}
+
+// walkStrRest walks the unsafe tokens for the one string thread ts[0],
+// reusing the previous step's result when the thread is the same string
+// (same node and parents) with its length bounds out of reach, as along
+// a long string.
+func (m *Matcher) walkStrRest(v *Vocab, ts []thread, dst sample.Bitset) {
+	t := ts[0]
+	f := t.top
+	if len(ts) != 1 || m.filter || int(f.a) < f.n.minLen || f.n.maxLen-int(f.a) < v.maxTokLen {
+		m.walk(&v.strRest, 0, ts, 0, dst)
+		return
+	}
+	key := strKey{f.n, t.rest, t.depth, t.values}
+	if m.strBits == nil || m.strKey != key {
+		if m.strBits == nil {
+			m.strBits = sample.NewBitset(v.Size())
+		}
+		clear(m.strBits)
+		m.walk(&v.strRest, 0, ts, 0, m.strBits)
+		m.strKey = key
+	}
+	for i, w := range m.strBits {
+		dst[i] |= w
 	}
 }
 
@@ -196,11 +339,100 @@ func (m *Matcher) walk(v *trie, node int32, ts []thread, depth int, dst sample.B
 			continue
 		}
 		child := v.edgeNode[e]
-		for _, id := range v.tokIDs[v.tokStart[child]:v.tokStart[child+1]] {
-			dst[id/64] |= 1 << (id % 64)
+		if v.strSub[child] && !m.filter && inLongString(next, m.maxTokLen) {
+			// Every token below continues the string: take them all.
+			for _, id := range v.sorted[v.spanLo[child]:v.spanHi[child]] {
+				dst[id/64] |= 1 << (id % 64)
+			}
+			continue
+		}
+		if ids := v.tokIDs[v.tokStart[child]:v.tokStart[child+1]]; len(ids) > 0 && (!m.filter || minCost(next) <= m.limit) {
+			for _, id := range ids {
+				dst[id/64] |= 1 << (id % 64)
+			}
 		}
 		if v.edgeStart[child] < v.edgeStart[child+1] {
-			m.walk(v, child, next, depth+1, dst)
+			if len(next) == 1 && inPattern(next[0]) {
+				m.walkPattern(v, child, next[0], depth+1, dst)
+			} else {
+				m.walk(v, child, next, depth+1, dst)
+			}
 		}
 	}
+}
+
+func inPattern(t thread) bool {
+	return t.top.n != nil && t.top.n.kind == kString && t.top.st == sPat
+}
+
+// walkPattern is walk for one thread inside a string with a pattern: the
+// DFA steps as stepString's sPat does, on the frame alone, without the
+// generic machinery; the closing quote goes through walk.
+func (m *Matcher) walkPattern(v *trie, node int32, t thread, depth int, dst sample.Bitset) {
+	if depth+1 >= len(m.bufs) {
+		m.bufs = append(m.bufs, make([][]thread, len(m.bufs))...)
+	}
+	n := t.top.n
+	d := n.dfa
+	for e := v.edgeStart[node]; e < v.edgeStart[node+1]; e++ {
+		b, child := v.edgeByte[e], v.edgeNode[e]
+		if b == '"' {
+			one := [1]thread{t}
+			next := advance(one[:], b, m.bufs[depth+1][:0])
+			m.bufs[depth+1] = next
+			if len(next) == 0 {
+				continue
+			}
+			if ids := v.tokIDs[v.tokStart[child]:v.tokStart[child+1]]; len(ids) > 0 && (!m.filter || minCost(next) <= m.limit) {
+				for _, id := range ids {
+					dst[id/64] |= 1 << (id % 64)
+				}
+			}
+			if v.edgeStart[child] < v.edgeStart[child+1] {
+				m.walk(v, child, next, depth+1, dst)
+			}
+			continue
+		}
+		q := d.next[t.top.b][b]
+		if q < 0 {
+			continue
+		}
+		u := t
+		if b&0xC0 != 0x80 {
+			u.top.a++
+		}
+		if int(u.top.a)+int(d.dist[q]) > n.maxLen {
+			continue
+		}
+		u.top.b = q
+		if ids := v.tokIDs[v.tokStart[child]:v.tokStart[child+1]]; len(ids) > 0 && (!m.filter || threadCost(u) <= m.limit) {
+			for _, id := range ids {
+				dst[id/64] |= 1 << (id % 64)
+			}
+		}
+		if v.edgeStart[child] < v.edgeStart[child+1] {
+			m.walkPattern(v, child, u, depth+1, dst)
+		}
+	}
+}
+
+// inLongString reports whether every thread is inside a string at a
+// character boundary with room for any token.
+func inLongString(ts []thread, maxTokLen int) bool {
+	for _, t := range ts {
+		f := t.top
+		if f.n == nil || f.n.kind != kString || f.st != sIn || f.n.maxLen-int(f.a) < maxTokLen {
+			return false
+		}
+	}
+	return true
+}
+
+func anySet(b sample.Bitset) bool {
+	for _, w := range b {
+		if w != 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -120,6 +120,10 @@ type Request struct {
 	AddSpecialTokens *bool `json:"add_special_tokens,omitempty"`
 	// ChatTemplateKwargs are extra template variables.
 	ChatTemplateKwargs map[string]any `json:"chat_template_kwargs,omitempty"`
+	// ContinueFinal renders the chat so that it ends inside the final
+	// message (an assistant prefill): without a generation prompt, cut
+	// right after that message's content.
+	ContinueFinal bool `json:"continue_final_message,omitempty"`
 }
 
 // Result is what /tokenize answers. Prompt is the rendered text when
@@ -145,7 +149,7 @@ func (b *Builder) Render(req Request) (string, error) {
 	in := chattemplate.Input{
 		Messages:            req.Messages,
 		Tools:               req.Tools,
-		AddGenerationPrompt: req.AddGenerationPrompt == nil || *req.AddGenerationPrompt,
+		AddGenerationPrompt: !req.ContinueFinal && (req.AddGenerationPrompt == nil || *req.AddGenerationPrompt),
 		BOSToken:            b.bos,
 		EOSToken:            b.eos,
 		Extra:               extra,
@@ -158,7 +162,29 @@ func (b *Builder) Render(req Request) (string, error) {
 		}
 		return "", err
 	}
+	if req.ContinueFinal {
+		return cutAfterFinal(text, req.Messages)
+	}
 	return text, nil
+}
+
+// cutAfterFinal ends a rendered chat right after the final message's
+// content (its last occurrence), dropping the end-of-turn the template
+// wrote, so the model continues that message.
+func cutAfterFinal(text string, msgs []*chattemplate.Object) (string, error) {
+	if len(msgs) == 0 {
+		return "", invalid("no message to continue")
+	}
+	cv, _ := msgs[len(msgs)-1].Get("content")
+	content, _ := cv.(string)
+	if content == "" {
+		return "", invalid("the final message to continue is empty")
+	}
+	i := strings.LastIndex(text, content)
+	if i < 0 {
+		return "", invalid("the chat template does not render the final message's content as it is, so it cannot be continued")
+	}
+	return text[:i+len(content)], nil
 }
 
 // Tokenize turns the request into token ids.

@@ -1,12 +1,8 @@
 package runner
 
 import (
-	"errors"
-	"fmt"
-
 	"fusion/engine"
 	"fusion/engine/grammar"
-	"fusion/engine/prompt"
 	"fusion/engine/sample"
 )
 
@@ -22,20 +18,22 @@ type constraint struct {
 	thinkEnd int  // the </think> token id, or -1
 }
 
-// newConstraint compiles the request's response format; a schema the
-// grammar cannot enforce is the caller's error, naming the keyword.
-func newConstraint(lm *loadedModel, rf *engine.ResponseFormat, startInReasoning bool) (*constraint, error) {
-	g := grammar.JSONObject()
-	if rf.Schema != nil {
-		var err error
-		if g, err = grammar.Compile(rf.Schema); err != nil {
-			var ue *grammar.UnsupportedError
-			if errors.As(err, &ue) {
-				return nil, &prompt.InvalidRequestError{Err: fmt.Errorf("response_format: the schema keyword %q at %q cannot be enforced: %w", ue.Keyword, ue.Path, err)}
-			}
-			return nil, &prompt.InvalidRequestError{Err: fmt.Errorf("response_format: %w", err)}
-		}
+// responseFormatGrammar compiles a request's response format; a schema
+// the grammar cannot enforce is the caller's error, naming the keyword.
+func responseFormatGrammar(rf *engine.ResponseFormat) (*grammar.Grammar, error) {
+	if rf.Schema == nil {
+		return grammar.JSONObject(), nil
 	}
+	g, err := grammar.Compile(rf.Schema)
+	if err != nil {
+		return nil, schemaError("response_format", err)
+	}
+	return g, nil
+}
+
+// newConstraint starts matching g; with startInReasoning the constraint
+// waits for </think>.
+func newConstraint(lm *loadedModel, g *grammar.Grammar, startInReasoning bool) *constraint {
 	v := lm.grammarVocab()
 	end, ok := lm.text.Tokenizer().TokenID("</think>")
 	if !ok {
@@ -44,15 +42,18 @@ func newConstraint(lm *loadedModel, rf *engine.ResponseFormat, startInReasoning 
 	return &constraint{
 		vocab: v, m: g.NewMatcher(), bits: sample.NewBitset(v.Size()),
 		waiting: startInReasoning && end >= 0, thinkEnd: end,
-	}, nil
+	}
 }
 
-// mask returns the mask for the next step (nil while waiting).
-func (c *constraint) mask() sample.Mask {
+// mask returns the mask for the next step (nil while waiting). left is
+// how many tokens the generation may still produce, this one included: the
+// document is finished one token before, so that the end-of-generation
+// token fits and a generation cut by max_tokens still returns whole JSON.
+func (c *constraint) mask(left int) sample.Mask {
 	if c.waiting {
 		return nil
 	}
-	clear(c.bits)
+	c.m.SetBudget(left - 1)
 	c.m.Mask(c.vocab, c.bits)
 	return c.bits
 }

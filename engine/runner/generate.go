@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"fusion/engine"
+	"fusion/engine/grammar"
 	"fusion/engine/parser"
 	"fusion/engine/prompt"
 	"fusion/engine/sample"
@@ -141,10 +142,18 @@ func (r *Runner) prepare(ctx context.Context, lm *loadedModel, req *engine.Reque
 		return nil, err
 	}
 	var cons *constraint
-	if req.ResponseFormat != nil {
-		if cons, err = newConstraint(lm, req.ResponseFormat, parser.StartInReasoning(p.Prompt)); err != nil {
-			return nil, err
-		}
+	var gram *grammar.Grammar
+	switch {
+	case req.ToolChoice.Forced() && req.Messages != nil:
+		gram, err = toolCallGrammar(lm.parser, req.Tools, req.ToolChoice, r.cfg.MaxToolCalls)
+	case req.ResponseFormat != nil:
+		gram, err = responseFormatGrammar(req.ResponseFormat)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if gram != nil {
+		cons = newConstraint(lm, gram, parser.StartInReasoning(p.Prompt))
 	}
 	params := req.Sampling
 	lm.settings.Sampling.apply(&params)
@@ -157,14 +166,18 @@ func (r *Runner) prepare(ctx context.Context, lm *loadedModel, req *engine.Reque
 	if maxTokens == 0 {
 		maxTokens = r.cfg.MaxTokens
 	}
-	return &generation{
+	g := &generation{
 		r: r, ctx: ctx, id: req.ID, lm: lm, prompt: p.Tokens, sampler: smp, params: params,
 		maxTokens: min(maxTokens, ctxLen-len(p.Tokens)), stops: newStopMatcher(req.Stop), out: out, cons: cons,
 		dec:    lm.text.Tokenizer().NewStreamDecoder(false),
 		usage:  engine.Usage{PromptTokens: len(p.Tokens)},
 		prio:   req.Priority,
 		events: make(chan engine.Event, 16), notify: make(chan struct{}, 1),
-	}, nil
+	}
+	if req.ReasoningBudget > 0 && req.Messages != nil {
+		g.think = newThinkBudget(lm, req.ReasoningBudget, parser.StartInReasoning(p.Prompt))
+	}
+	return g, nil
 }
 
 // generation is one admitted request. Its generation state (sampler,
@@ -207,7 +220,8 @@ type generation struct {
 	notify  chan struct{}
 	started time.Time
 
-	pfx prefixRun // the prefix cache's part (prefix.go)
+	think *thinkBudget // nil without a reasoning budget
+	pfx   prefixRun // the prefix cache's part (prefix.go)
 }
 
 // pending returns the tokens of prompt+output not yet in the KV cache:
@@ -264,7 +278,10 @@ func (g *generation) deliver() {
 func (g *generation) advance(logits []float32) (ev engine.Event, done bool, err error) {
 	in := sample.Input{Logits: logits, Prompt: g.prompt, Output: g.output}
 	if g.cons != nil {
-		in.Mask = g.cons.mask()
+		in.Mask = g.cons.mask(g.maxTokens - len(g.output))
+	}
+	if g.think != nil && g.think.spent() {
+		in.Mask = g.think.end
 	}
 	res, err := g.sampler.Sample(in)
 	if err != nil {
@@ -281,6 +298,9 @@ func (g *generation) advance(logits []float32) (ev engine.Event, done bool, err 
 		return g.finish(engine.Event{Done: true, FinishReason: engine.FinishStop, Usage: g.usage}, out+g.stops.Flush()), true, nil
 	}
 	g.output = append(g.output, res.ID)
+	if g.think != nil {
+		g.think.accept(res.ID)
+	}
 	text, matched := g.stops.Add(g.dec.Add(res.ID))
 	ev = engine.Event{Tokens: []engine.TokenLogprob{g.tokenLogprob(res.ID, res.Logprob)}}
 	if g.params.TopLogprobs > 0 {

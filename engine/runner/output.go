@@ -1,8 +1,11 @@
 package runner
 
 import (
+	"slices"
+
 	"fusion/engine"
 	"fusion/engine/chattemplate"
+	"fusion/engine/grammar"
 	"fusion/engine/parser"
 )
 
@@ -11,13 +14,34 @@ import (
 // get none: their text is returned exactly as the model wrote it.
 // renderedPrompt tells whether the template left a <think> block open.
 func newOutputParser(family string, req *engine.Request, renderedPrompt string) (parser.Parser, error) {
-	if req.Messages == nil {
-		family = "none"
+	switch {
+	case req.Messages == nil:
+		family = parser.None
+	case req.ToolChoice.Mode == engine.ToolNone:
+		// No tool calls: call-like text stays content; reasoning is still
+		// split off where the family has it.
+		if slices.Contains(parser.Markers(family), "<think>") {
+			family = parser.Think
+		} else {
+			family = parser.None
+		}
 	}
-	return parser.New(family, parser.Options{
+	opts := parser.Options{
 		Tools:            toolNames(req.Tools),
 		StartInReasoning: parser.StartInReasoning(renderedPrompt),
-	})
+	}
+	if family == parser.Qwen3Coder {
+		// Which parameters are strings, so their text stays a string.
+		if decl, err := declaredTools(req.Tools); err == nil {
+			opts.ParamTypes = map[string]map[string]string{}
+			for _, d := range decl {
+				if d.params != nil {
+					opts.ParamTypes[d.name] = grammar.XMLParamTypes(d.params)
+				}
+			}
+		}
+	}
+	return parser.New(family, opts)
 }
 
 // toolNames lists the function names of OpenAI-style tool definitions

@@ -79,7 +79,10 @@ type Config struct {
 	// CacheWriteQueue is how many blocks may wait to be written to the SSD
 	// before new ones are dropped (default 64).
 	CacheWriteQueue int
-	Logger          *slog.Logger
+	// MaxToolCalls bounds the calls of one answer under a forced tool
+	// choice with parallel calls allowed (default 8).
+	MaxToolCalls int
+	Logger       *slog.Logger
 }
 
 // Defaults of Config.
@@ -124,6 +127,9 @@ func (c *Config) defaults() {
 		if ram > 0 {
 			c.MemoryBudget = ram / 2
 		}
+	}
+	if c.MaxToolCalls == 0 {
+		c.MaxToolCalls = 8
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -411,7 +411,8 @@ func noEOS(t *testing.T, r *Runner, req *engine.Request) *engine.Request {
 // than the prefill would have taken, and nothing leaks.
 func TestCancelDuringPrefill(t *testing.T) {
 	opts := demo.Options{Arch: "qwen3", Layers: 8, Hidden: 256, Heads: 4, KVHeads: 2, Intermediate: 768, Seed: 3}
-	r := newRunnerWith(t, Config{StepTokens: 8192}, map[string]demo.Options{"m": opts})
+	// The prefix cache off: the second long prompt must be computed again.
+	r := newRunnerWith(t, Config{StepTokens: 8192, CacheHotBytes: -1}, map[string]demo.Options{"m": opts})
 	ctx := context.Background()
 	long := func() *engine.Request { return chat("m", strings.Repeat("many words ", 250), 1) }
 	generate(ctx, r, chat("m", "warm up", 1))

@@ -6,6 +6,7 @@ import (
 	"fusion/router/jsonkind"
 	"slices"
 	"strings"
+	"unicode"
 
 	"fusion/engine"
 	"fusion/engine/chattemplate"
@@ -51,7 +52,9 @@ func (req *MessagesRequest) toPlan(opts Options, id string) (*plan, *Error) {
 	if opts.MaxTokens > 0 && base.MaxTokens > opts.MaxTokens {
 		base.MaxTokens = opts.MaxTokens
 	}
-	if base.EnableThinking, err = parseThinking(req.Thinking, *req.MaxTokens); err != nil {
+	// budget_tokens bounds the reasoning: the runner closes the model's
+	// <think> block once it is spent.
+	if base.EnableThinking, base.ReasoningBudget, err = parseThinking(req.Thinking, *req.MaxTokens); err != nil {
 		return nil, err
 	}
 	if base.Stop, err = parseStopSequences(req.StopSequences); err != nil {
@@ -94,6 +97,10 @@ func (req *MessagesRequest) prompt(id string) (*engine.Request, *Error) {
 		return nil, err
 	}
 	msgs = append(msgs, conv...)
+	msgs, continueFinal, err := prefill(msgs)
+	if err != nil {
+		return nil, err
+	}
 	tools, err := parseTools(req.Tools)
 	if err != nil {
 		return nil, err
@@ -102,11 +109,11 @@ func (req *MessagesRequest) prompt(id string) (*engine.Request, *Error) {
 	if err != nil {
 		return nil, err
 	}
-	if choice == "none" {
+	if choice.Mode == engine.ToolNone {
 		tools = nil // the model is not offered the tools
 	}
-	r := &engine.Request{ID: id, Model: req.Model, Messages: msgs, Tools: tools}
-	if r.EnableThinking, err = parseThinking(req.Thinking, 0); err != nil {
+	r := &engine.Request{ID: id, Model: req.Model, Messages: msgs, Tools: tools, ToolChoice: choice, ContinueFinal: continueFinal}
+	if r.EnableThinking, _, err = parseThinking(req.Thinking, 0); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -190,9 +197,66 @@ func parseMessages(raw json.RawMessage) ([]*chattemplate.Object, *Error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, conv...)
+		for _, c := range conv {
+			if n := len(out); n > 0 && mergeable(out[n-1], c) {
+				mergeInto(out[n-1], c)
+				continue
+			}
+			out = append(out, c)
+		}
 	}
 	return out, nil
+}
+
+// mergeable reports whether b continues a's turn: consecutive user or
+// assistant messages are one turn, as the Messages API takes them.
+func mergeable(a, b *chattemplate.Object) bool {
+	ra, _ := a.Get("role")
+	rb, _ := b.Get("role")
+	return ra == rb && (ra == "user" || ra == "assistant")
+}
+
+// mergeInto appends b's content (texts joined with "\n"), reasoning and
+// tool calls to a.
+func mergeInto(a, b *chattemplate.Object) {
+	for _, k := range []string{"content", "reasoning_content"} {
+		bv, ok := b.Get(k)
+		if !ok || bv == "" {
+			continue
+		}
+		if av, ok := a.Get(k); ok && av != "" {
+			a.Set(k, av.(string)+"\n"+bv.(string))
+		} else {
+			a.Set(k, bv)
+		}
+	}
+	if bv, ok := b.Get("tool_calls"); ok {
+		av, _ := a.Get("tool_calls")
+		calls, _ := av.([]any)
+		a.Set("tool_calls", append(calls, bv.([]any)...))
+	}
+}
+
+// prefill checks a final assistant message, which the model continues:
+// its text must not end in whitespace (as the Messages API requires) and
+// it may not hold tool_use blocks. An empty one is dropped.
+func prefill(msgs []*chattemplate.Object) ([]*chattemplate.Object, bool, *Error) {
+	last := msgs[len(msgs)-1]
+	if role, _ := last.Get("role"); role != "assistant" {
+		return msgs, false, nil
+	}
+	if _, ok := last.Get("tool_calls"); ok {
+		return nil, false, invalid("messages: the final assistant message has tool_use blocks without a following tool_result.")
+	}
+	cv, _ := last.Get("content")
+	content, _ := cv.(string)
+	if content == "" {
+		return msgs[:len(msgs)-1], false, nil
+	}
+	if strings.TrimRightFunc(content, unicode.IsSpace) != content {
+		return nil, false, invalid("messages: final assistant content cannot end with trailing whitespace")
+	}
+	return msgs, true, nil
 }
 
 // contentBlocks returns a message's content as blocks: a string is one text
@@ -448,98 +512,105 @@ func parseTools(raw json.RawMessage) ([]*chattemplate.Object, *Error) {
 	return out, nil
 }
 
-// parseToolChoice checks tool_choice and returns its type ("auto" when
-// absent). "any" and "tool" force a call, which needs constrained
-// decoding: refused for now.
-func parseToolChoice(raw json.RawMessage, tools []*chattemplate.Object) (string, *Error) {
+// parseToolChoice checks tool_choice: auto (also when absent), none, any
+// or tool (with name), and disable_parallel_tool_use. any and tool force a
+// call, which the engine constrains to the tool's input_schema.
+func parseToolChoice(raw json.RawMessage, tools []*chattemplate.Object) (engine.ToolChoice, *Error) {
+	var choice engine.ToolChoice
 	if isNull(raw) {
-		return "auto", nil
+		return choice, nil
 	}
 	v, err := decodeRaw(raw, "tool_choice", "a valid dictionary")
 	if err != nil {
-		return "", err
+		return choice, err
 	}
 	obj, ok := v.(*chattemplate.Object)
 	if !ok {
-		return "", invalidType("tool_choice", "a valid dictionary", jsonkind.OfValue(v))
+		return choice, invalidType("tool_choice", "a valid dictionary", jsonkind.OfValue(v))
 	}
 	typ, err := stringField(obj, "type", "tool_choice")
 	if err != nil {
-		return "", err
+		return choice, err
 	}
 	if dv, ok := field(obj, "disable_parallel_tool_use"); ok {
-		if _, ok := dv.(bool); !ok {
-			return "", invalidType("tool_choice.disable_parallel_tool_use", "a valid boolean", jsonkind.OfValue(dv))
+		b, ok := dv.(bool)
+		if !ok {
+			return choice, invalidType("tool_choice.disable_parallel_tool_use", "a valid boolean", jsonkind.OfValue(dv))
 		}
+		choice.NoParallel = b
 	}
 	switch typ {
-	case "auto", "none":
-		return typ, nil
+	case "auto":
+		return choice, nil
+	case "none":
+		choice.Mode = engine.ToolNone
+		return choice, nil
 	case "any":
+		choice.Mode = engine.ToolRequired
 	case "tool":
 		name, err := stringField(obj, "name", "tool_choice")
 		if err != nil {
-			return "", err
+			return choice, err
 		}
 		if !slices.ContainsFunc(tools, func(t *chattemplate.Object) bool {
 			fv, _ := t.Get("function")
 			n, _ := fv.(*chattemplate.Object).Get("name")
 			return n == name
 		}) {
-			return "", invalid("tool_choice.name: no tool named %q in 'tools'.", name)
+			return choice, invalid("tool_choice.name: no tool named %q in 'tools'.", name)
 		}
+		choice.Mode, choice.Name = engine.ToolNamed, name
 	default:
-		return "", invalid("tool_choice.type: Input should be 'auto', 'any', 'tool' or 'none'")
+		return choice, invalid("tool_choice.type: Input should be 'auto', 'any', 'tool' or 'none'")
 	}
 	if len(tools) == 0 {
-		return "", invalid("tool_choice: type '%s' requires 'tools'.", typ)
+		return choice, invalid("tool_choice: type '%s' requires 'tools'.", typ)
 	}
-	return "", invalid("tool_choice: type '%s' forces a tool call, which needs constrained decoding; this server does not support it yet. Use 'auto'.", typ)
+	return choice, nil
 }
 
 // parseThinking reads thinking: {"type": "enabled", "budget_tokens": N}
 // (N ≥ 1024, and below max_tokens when maxTokens > 0) turns the template's
 // thinking on, {"type": "disabled"} off. The budget is not enforced.
-func parseThinking(raw json.RawMessage, maxTokens int) (*bool, *Error) {
+func parseThinking(raw json.RawMessage, maxTokens int) (*bool, int, *Error) {
 	if isNull(raw) {
-		return nil, nil
+		return nil, 0, nil
 	}
 	v, err := decodeRaw(raw, "thinking", "a valid dictionary")
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	obj, ok := v.(*chattemplate.Object)
 	if !ok {
-		return nil, invalidType("thinking", "a valid dictionary", jsonkind.OfValue(v))
+		return nil, 0, invalidType("thinking", "a valid dictionary", jsonkind.OfValue(v))
 	}
 	typ, err := stringField(obj, "type", "thinking")
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	on := true
+	on, budget := true, int64(0)
 	switch typ {
 	case "disabled":
 		on = false
 	case "enabled":
 		bv, ok := field(obj, "budget_tokens")
 		if !ok {
-			return nil, missing("thinking.enabled.budget_tokens")
+			return nil, 0, missing("thinking.enabled.budget_tokens")
 		}
-		budget, ok := bv.(int64)
-		if !ok {
-			return nil, invalidType("thinking.enabled.budget_tokens", "a valid integer", jsonkind.OfValue(bv))
+		if budget, ok = bv.(int64); !ok {
+			return nil, 0, invalidType("thinking.enabled.budget_tokens", "a valid integer", jsonkind.OfValue(bv))
 		}
 		if budget < minThinkingBudget {
-			return nil, invalid("thinking.enabled.budget_tokens: Input should be greater than or equal to %d", minThinkingBudget)
+			return nil, 0, invalid("thinking.enabled.budget_tokens: Input should be greater than or equal to %d", minThinkingBudget)
 		}
 		if maxTokens > 0 && budget >= int64(maxTokens) {
-			return nil, invalid("`max_tokens` must be greater than `thinking.budget_tokens`.")
+			return nil, 0, invalid("`max_tokens` must be greater than `thinking.budget_tokens`.")
 		}
 	case "adaptive", "between_tools":
 	default:
-		return nil, invalid("thinking.type: Input should be 'enabled', 'disabled', 'adaptive' or 'between_tools'")
+		return nil, 0, invalid("thinking.type: Input should be 'enabled', 'disabled', 'adaptive' or 'between_tools'")
 	}
-	return &on, nil
+	return &on, int(budget), nil
 }
 
 // parseStopSequences reads stop_sequences: a list of strings.

@@ -79,6 +79,22 @@ func TestConvertRequest(t *testing.T) {
 			tools: `[{"type":"function","function":{"name":"get_weather","description":"Weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]`,
 		},
 		{
+			name: "consecutive same-role turns are one turn",
+			body: `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"a"},{"role":"user","content":[{"type":"text","text":"b"}]},
+				{"role":"assistant","content":"c"},{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"f","input":{}}]},
+				{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"r"}]},{"role":"user","content":"d"}]}`,
+			messages: `[{"role":"user","content":"a\nb"},` +
+				`{"role":"assistant","content":"c","tool_calls":[{"id":"toolu_1","type":"function","function":{"name":"f","arguments":{}}}]},` +
+				`{"role":"tool","tool_call_id":"toolu_1","content":"r"},{"role":"user","content":"d"}]`,
+			tools: `null`,
+		},
+		{
+			name:     "an empty final assistant message is no prefill",
+			body:     `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":""}]}`,
+			messages: `[{"role":"user","content":"hi"}]`,
+			tools:    `null`,
+		},
+		{
 			name:     "tool_choice none drops the tools",
 			body:     `{"model":"m","max_tokens":5,"tools":[{"name":"t","input_schema":{"type":"object"}}],"tool_choice":{"type":"none"},"messages":[{"role":"user","content":"hi"}]}`,
 			messages: `[{"role":"user","content":"hi"}]`,
@@ -95,6 +111,28 @@ func TestConvertRequest(t *testing.T) {
 				t.Errorf("tools\n got %s\nwant %s", got, tt.tools)
 			}
 		})
+	}
+}
+
+// TestPrefillAndBudget: a final assistant message is continued, and
+// budget_tokens reaches the engine.
+func TestPrefillAndBudget(t *testing.T) {
+	p := mustPlan(t, `{"model":"m","max_tokens":2000,"thinking":{"type":"enabled","budget_tokens":1500},
+		"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"The answer is"}]}`)
+	if !p.req.ContinueFinal || p.req.ReasoningBudget != 1500 {
+		t.Errorf("ContinueFinal %v, ReasoningBudget %d", p.req.ContinueFinal, p.req.ReasoningBudget)
+	}
+	p = mustPlan(t, `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`)
+	if p.req.ContinueFinal || p.req.ReasoningBudget != 0 {
+		t.Errorf("ContinueFinal %v, ReasoningBudget %d", p.req.ContinueFinal, p.req.ReasoningBudget)
+	}
+	for body, want := range map[string]string{
+		`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"x "}]}`:                                                 "trailing whitespace",
+		`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"tool_use","id":"a","name":"f","input":{}}]}]}`: "tool_result",
+	} {
+		if e := planErr(body); e == nil || e.Status != 400 || !strings.Contains(e.Message, want) {
+			t.Errorf("%s: %v, want a 400 mentioning %q", body, e, want)
+		}
 	}
 }
 
@@ -129,8 +167,8 @@ func TestConvertErrors(t *testing.T) {
 		{`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"url","url":"http://x/y.png"}}]}]}`, "take text only"},
 		{`{"model":"m","max_tokens":5,"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"a","name":"b","input":"x"}]}]}`, "messages.0.content.0.input"},
 		{`{"model":"m","max_tokens":5,"tools":[{"name":"t"}],` + msgs + `}`, "tools.0.input_schema: Field required"},
-		{`{"model":"m","max_tokens":5,"tools":[{"name":"t","input_schema":{}}],"tool_choice":{"type":"any"},` + msgs + `}`, "constrained decoding"},
-		{`{"model":"m","max_tokens":5,"tools":[{"name":"t","input_schema":{}}],"tool_choice":{"type":"tool","name":"t"},` + msgs + `}`, "constrained decoding"},
+		{`{"model":"m","max_tokens":5,"tool_choice":{"type":"any"},` + msgs + `}`, "requires 'tools'"},
+		{`{"model":"m","max_tokens":5,"tools":[{"name":"t","input_schema":{}}],"tool_choice":{"type":"any","disable_parallel_tool_use":1},` + msgs + `}`, "disable_parallel_tool_use"},
 		{`{"model":"m","max_tokens":5,"tools":[{"name":"t","input_schema":{}}],"tool_choice":{"type":"tool","name":"u"},` + msgs + `}`, "no tool named"},
 		{`{"model":"m","max_tokens":5,"tool_choice":{"type":"sometimes"},` + msgs + `}`, "tool_choice.type"},
 		{`{"model":"m","max_tokens":5,"tool_choice":"auto",` + msgs + `}`, "tool_choice: Input should be a valid dictionary"},
@@ -316,5 +354,28 @@ func TestStreamEmpty(t *testing.T) {
 	a.add(engine.Event{Done: true, FinishReason: engine.FinishStop})
 	if got := toJSON(t, a.result().Content); got != `[{"type":"text","text":""}]` {
 		t.Errorf("content: %s", got)
+	}
+}
+
+// TestToolChoiceToEngine: any, tool and disable_parallel_tool_use reach
+// the engine request; none hides the tools.
+func TestToolChoiceToEngine(t *testing.T) {
+	const tools = `"tools":[{"name":"t","input_schema":{"type":"object"}}],`
+	tests := []struct {
+		choice string
+		want   engine.ToolChoice
+		tools  bool
+	}{
+		{`{"type":"auto"}`, engine.ToolChoice{}, true},
+		{`{"type":"any"}`, engine.ToolChoice{Mode: engine.ToolRequired}, true},
+		{`{"type":"any","disable_parallel_tool_use":true}`, engine.ToolChoice{Mode: engine.ToolRequired, NoParallel: true}, true},
+		{`{"type":"tool","name":"t"}`, engine.ToolChoice{Mode: engine.ToolNamed, Name: "t"}, true},
+		{`{"type":"none"}`, engine.ToolChoice{Mode: engine.ToolNone}, false},
+	}
+	for _, tt := range tests {
+		p := mustPlan(t, `{"model":"m","max_tokens":5,`+tools+`"tool_choice":`+tt.choice+`,"messages":[{"role":"user","content":"hi"}]}`)
+		if p.req.ToolChoice != tt.want || (p.req.Tools != nil) != tt.tools {
+			t.Errorf("%s: %+v (tools %v), want %+v", tt.choice, p.req.ToolChoice, p.req.Tools != nil, tt.want)
+		}
 	}
 }

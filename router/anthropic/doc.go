@@ -15,20 +15,24 @@
 // tool_call_id (is_error prefixes the content with "Error: "), thinking the
 // assistant's reasoning_content; redacted_thinking is dropped; image and
 // document blocks are a 400 (our models take text only). tools become
-// function tools for the template; tool_choice auto and none work (none
-// leaves the tools out of the prompt), any and tool need constrained
-// decoding and are a 400 for now, as is output_config.format. thinking
+// function tools for the template; tool_choice auto, none (the tools are
+// left out of the prompt and no calls are extracted), any and tool (the
+// engine constrains the output to a call of the allowed tools, input valid
+// against input_schema; disable_parallel_tool_use allows one call);
+// output_config.format is a 400 for now. thinking
 // enabled (budget_tokens ≥ 1024 and below max_tokens) / adaptive /
 // between_tools turns the template's enable_thinking on, disabled off; the
-// budget is not enforced. max_tokens is required and clamped to the node's
+// budget is enforced (see below). max_tokens is required and clamped to the node's
 // cap. cache_control, metadata, anthropic-version and anthropic-beta are
 // accepted and ignored.
 //
 // Status codes: 400 invalid_request_error, 401 authentication_error (the
 // router's auth middleware writes it in this shape on these routes, key
-// from x-api-key or Authorization: Bearer), 404 not_found_error, 413
-// request_too_large (bodies read past the limit; a Content-Length over it
-// is refused by the router before routing, in OpenAI's shape), 429
+// from x-api-key or Authorization: Bearer), 404 not_found_error (unknown
+// model; an unknown route under /v1/messages or with anthropic-version),
+// 405, 413 request_too_large (bodies read past the limit, or a
+// Content-Length over it refused by the router before routing — in this
+// shape on these routes, see Wants), 429
 // rate_limit_error with Retry-After (the engine's hint, at least 1 s) when the engine's queue is full, 529
 // overloaded_error with Retry-After: 5 when a model cannot be loaded now
 // (Anthropic's status for a temporarily overloaded service), 500
@@ -58,6 +62,13 @@
 // arrive: thinking (0), text (1), tool_use (2, ...). FinishToolCalls, or
 // any call before a normal stop, is stop_reason tool_use.
 //
-// Not yet: forced tool choice and structured output, assistant prefill
-// (a trailing assistant message is rendered as a finished turn).
+// Turns: consecutive user (or assistant) messages are merged into one turn,
+// as the Messages API does. A final assistant message is a prefill: the
+// prompt ends inside it (engine.Request.ContinueFinal) and the answer is
+// only the continuation; an empty one is dropped, one ending in whitespace
+// or holding tool_use is a 400. thinking.budget_tokens becomes
+// engine.Request.ReasoningBudget: once spent, the runner makes the model
+// close its <think> block.
+//
+// Not yet: structured output (output_config.format).
 package anthropic

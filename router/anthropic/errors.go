@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"fusion/engine"
 	"fusion/engine/prompt"
@@ -104,6 +105,25 @@ func Unauthorized(msg string) *Error {
 func TooLarge(limit int64) *Error {
 	return &Error{Status: http.StatusRequestEntityTooLarge, Type: TypeTooLarge,
 		Message: fmt.Sprintf("Request exceeds the maximum allowed number of bytes (%d).", limit)}
+}
+
+// RouteNotFound is the 404 of an unknown path.
+func RouteNotFound(method, path string) *Error {
+	return &Error{Status: http.StatusNotFound, Type: TypeNotFound, Message: fmt.Sprintf("Not found: %s %s", method, path)}
+}
+
+// MethodNotAllowed is the 405 of a known path with another method.
+func MethodNotAllowed(method, path string) *Error {
+	return &Error{Status: http.StatusMethodNotAllowed, Type: TypeInvalidRequest, Message: fmt.Sprintf("Method %s is not allowed on %s.", method, path)}
+}
+
+// Wants reports whether an answer to r that no route produced (404, 405,
+// 413 before routing) should take Anthropic's shape: its path is under
+// /v1/messages or /v1/count_tokens, or it carries anthropic-version.
+func Wants(r *http.Request) bool {
+	p := r.URL.Path
+	return p == "/v1/messages" || strings.HasPrefix(p, "/v1/messages/") || p == "/v1/count_tokens" ||
+		r.Header.Get("anthropic-version") != ""
 }
 
 // ModelNotFound is the 404 of an unknown model.

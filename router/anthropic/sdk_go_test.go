@@ -175,9 +175,10 @@ func TestGoSDKErrors(t *testing.T) {
 	}{
 		{"unknown model", client(n, testKey), func() ant.MessageNewParams { p := base; p.Model = "nope"; return p }(), 404, "not_found_error"},
 		{"bad field", client(n, testKey), func() ant.MessageNewParams { p := base; p.MaxTokens = 0; return p }(), 400, "invalid_request_error"},
-		{"forced tool", client(n, testKey), func() ant.MessageNewParams {
+		{"forced tool with an unenforceable schema", client(n, testKey), func() ant.MessageNewParams {
 			p := base
-			p.Tools = []ant.ToolUnionParam{{OfTool: &ant.ToolParam{Name: "t", InputSchema: ant.ToolInputSchemaParam{Properties: map[string]any{}}}}}
+			p.Tools = []ant.ToolUnionParam{{OfTool: &ant.ToolParam{Name: "t", InputSchema: ant.ToolInputSchemaParam{Properties: map[string]any{
+				"s": map[string]any{"type": "string", "contentMediaType": "text/html"}}}}}}
 			p.ToolChoice = ant.ToolChoiceUnionParam{OfAny: &ant.ToolChoiceAnyParam{}}
 			return p
 		}(), 400, "invalid_request_error"},

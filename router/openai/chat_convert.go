@@ -33,19 +33,20 @@ func (req *ChatRequest) toPlan(opts Options, id string) (*plan, *Error) {
 	if err != nil {
 		return nil, err
 	}
-	choice, err := checkToolChoice(req.ToolChoice)
+	choice, err := checkToolChoice(req.ToolChoice, tools)
 	if err != nil {
 		return nil, err
 	}
-	if choice == "none" {
+	if choice.Mode == engine.ToolNone {
 		tools = nil // the model must not call tools: it is not shown them
 	}
+	choice.NoParallel = req.ParallelToolCalls != nil && !*req.ParallelToolCalls
 	format, err := parseResponseFormat(req.ResponseFormat)
 	if err != nil {
 		return nil, err
 	}
 
-	base := engine.Request{ID: id, Model: req.Model, Messages: msgs, Tools: tools, EnableThinking: req.EnableThinking, ChatTemplateKwargs: req.ChatTemplateKwargs, ResponseFormat: format}
+	base := engine.Request{ID: id, Model: req.Model, Messages: msgs, Tools: tools, ToolChoice: choice, EnableThinking: req.EnableThinking, ChatTemplateKwargs: req.ChatTemplateKwargs, ResponseFormat: format}
 	maxTokens, param := req.MaxTokens, "max_tokens"
 	if req.MaxCompletionTokens != nil {
 		maxTokens, param = req.MaxCompletionTokens, "max_completion_tokens"
@@ -330,33 +331,73 @@ func parseToolList(raw json.RawMessage) ([]*chattemplate.Object, *Error) {
 	return out, nil
 }
 
-// checkToolChoice accepts "auto" (the default, also when absent) and
-// "none" and returns it; "required" and a named function force a call,
-// which needs constrained decoding, and are refused.
-func checkToolChoice(raw json.RawMessage) (string, *Error) {
+// checkToolChoice reads tool_choice: "auto" (the default, also when
+// absent), "none", "required" or {"type": "function", "function": {"name"}}
+// naming one of tools. The engine constrains forced calls to the model's
+// call format and the tool's parameters.
+func checkToolChoice(raw json.RawMessage, tools []*chattemplate.Object) (engine.ToolChoice, *Error) {
 	if isNull(raw) {
-		return "auto", nil
+		return engine.ToolChoice{}, nil
 	}
 	v, derr := chattemplate.DecodeJSON(raw)
 	if derr != nil {
-		return "", invalidType("tool_choice", "a string or an object", jsonkind.Of(raw))
+		return engine.ToolChoice{}, invalidType("tool_choice", "a string or an object", jsonkind.Of(raw))
 	}
+	var choice engine.ToolChoice
 	switch c := v.(type) {
 	case string:
 		switch c {
-		case "auto", "none":
-			return c, nil
+		case "auto":
+			return choice, nil
+		case "none":
+			choice.Mode = engine.ToolNone
+			return choice, nil
 		case "required":
-			return "", unsupported("tool_choice", "tool_choice 'required' is not supported by this server yet.")
+			choice.Mode = engine.ToolRequired
+		default:
+			return choice, invalidRequest("tool_choice", "Invalid value: '%s'. Supported values are: 'none', 'auto' and 'required'.", c)
 		}
-		return "", invalidRequest("tool_choice", "Invalid value: '%s'. Supported values are: 'none', 'auto' and 'required'.", c)
 	case *chattemplate.Object:
 		if tv, _ := c.Get("type"); tv != "function" {
-			return "", invalidRequest("tool_choice.type", "Invalid value for 'tool_choice.type': expected 'function'.")
+			return choice, invalidRequest("tool_choice.type", "Invalid value for 'tool_choice.type': expected 'function'.")
 		}
-		return "", unsupported("tool_choice", "Forcing a named tool is not supported by this server yet.")
+		fv, _ := c.Get("function")
+		fn, ok := fv.(*chattemplate.Object)
+		if !ok {
+			return choice, missingParam("tool_choice.function")
+		}
+		nv, _ := fn.Get("name")
+		name, ok := nv.(string)
+		if !ok || name == "" {
+			return choice, missingParam("tool_choice.function.name")
+		}
+		if !slices.Contains(toolNames(tools), name) {
+			return choice, invalidRequest("tool_choice", "Invalid value for 'tool_choice': function '%s' is not among the declared 'tools'.", name)
+		}
+		choice.Mode, choice.Name = engine.ToolNamed, name
+	default:
+		return choice, invalidType("tool_choice", "a string or an object", jsonkind.OfValue(v))
 	}
-	return "", invalidType("tool_choice", "a string or an object", jsonkind.OfValue(v))
+	if len(tools) == 0 {
+		return choice, invalidRequest("tool_choice", "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified.")
+	}
+	return choice, nil
+}
+
+// toolNames lists the function names of checked tool definitions.
+func toolNames(tools []*chattemplate.Object) []string {
+	var names []string
+	for _, t := range tools {
+		fv, _ := t.Get("function")
+		if fn, ok := fv.(*chattemplate.Object); ok {
+			if n, ok := fn.Get("name"); ok {
+				if s, ok := n.(string); ok {
+					names = append(names, s)
+				}
+			}
+		}
+	}
+	return names
 }
 
 // parseResponseFormat reads response_format: "text" (nil), "json_object"

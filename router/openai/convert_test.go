@@ -91,6 +91,23 @@ func TestChatToPlan(t *testing.T) {
 		}},
 		{"accepted later-issue fields", `{"model":"m",` + msgs + `,"tools":[],"tool_choice":"auto","parallel_tool_calls":true,
 			"response_format":{"type":"text"},"backend_override":"cpu","user":"u1"}`, func(t *testing.T, p *plan) {}},
+		{"forced named tool, no parallel calls", `{"model":"m",` + msgs + `,"tools":[{"type":"function","function":{"name":"f"}}],
+			"tool_choice":{"type":"function","function":{"name":"f"}},"parallel_tool_calls":false}`, func(t *testing.T, p *plan) {
+			want := engine.ToolChoice{Mode: engine.ToolNamed, Name: "f", NoParallel: true}
+			if got := p.reqs[0].ToolChoice; got != want {
+				t.Errorf("ToolChoice = %+v, want %+v", got, want)
+			}
+		}},
+		{"required", `{"model":"m",` + msgs + `,"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required"}`, func(t *testing.T, p *plan) {
+			if got := p.reqs[0].ToolChoice; got != (engine.ToolChoice{Mode: engine.ToolRequired}) {
+				t.Errorf("ToolChoice = %+v", got)
+			}
+		}},
+		{"none hides the tools", `{"model":"m",` + msgs + `,"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"none"}`, func(t *testing.T, p *plan) {
+			if r := p.reqs[0]; r.ToolChoice.Mode != engine.ToolNone || r.Tools != nil {
+				t.Errorf("ToolChoice = %+v, tools %v", r.ToolChoice, r.Tools)
+			}
+		}},
 		{"top_p zero is greedy-like", `{"model":"m",` + msgs + `,"top_p":0}`, func(t *testing.T, p *plan) {
 			if tp := p.reqs[0].Sampling.TopP; tp <= 0 || tp > 1e-300 {
 				t.Errorf("TopP = %v", tp)
@@ -165,7 +182,9 @@ func TestChatErrors(t *testing.T) {
 		{"top_logprobs high", `{"model":"m",` + msgs + `,"logprobs":true,"top_logprobs":21}`, 400, "top_logprobs", "invalid_value"},
 		{"tools bad", `{"model":"m",` + msgs + `,"tools":[{"type":"function"}]}`, 400, "tools[0].function", "missing_required_parameter"},
 		{"tools object", `{"model":"m",` + msgs + `,"tools":{}}`, 400, "tools", "invalid_type"},
-		{"tool_choice required", `{"model":"m",` + msgs + `,"tool_choice":"required"}`, 400, "tool_choice", "unsupported_parameter"},
+		{"tool_choice required without tools", `{"model":"m",` + msgs + `,"tool_choice":"required"}`, 400, "tool_choice", "invalid_value"},
+		{"tool_choice undeclared name", `{"model":"m",` + msgs + `,"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}}`, 400, "tool_choice", "invalid_value"},
+		{"tool_choice without name", `{"model":"m",` + msgs + `,"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{}}}`, 400, "tool_choice.function.name", "missing_required_parameter"},
 		{"tool_choice bogus", `{"model":"m",` + msgs + `,"tool_choice":"maybe"}`, 400, "tool_choice", "invalid_value"},
 		{"tool_choice number", `{"model":"m",` + msgs + `,"tool_choice":1}`, 400, "tool_choice", "invalid_type"},
 		{"response_format json_schema without schema object", `{"model":"m",` + msgs + `,"response_format":{"type":"json_schema"}}`, 400, "response_format.json_schema", "missing_required_parameter"},

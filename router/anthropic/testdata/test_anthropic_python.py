@@ -93,6 +93,20 @@ def test_tool_history():
     assert m.stop_reason == "max_tokens"
 
 
+def test_prefill_and_thinking_budget():
+    """A final assistant message is continued: the answer holds only the continuation."""
+    prefix = "Once upon a time, in a land far away"
+    m = client().messages.create(model=MODEL, max_tokens=4, messages=MSGS + [{"role": "assistant", "content": prefix}])
+    assert m.stop_reason in ("max_tokens", "end_turn")
+    assert prefix not in "".join(b.text for b in m.content if b.type == "text")
+    with pytest.raises(anthropic.BadRequestError) as e:
+        client().messages.create(model=MODEL, max_tokens=4, messages=MSGS + [{"role": "assistant", "content": prefix + " "}])
+    assert "trailing whitespace" in e.value.body["error"]["message"]
+    m = client().messages.create(model=MODEL, max_tokens=1100, messages=[MSGS[0], MSGS[0]],
+                                 thinking={"type": "enabled", "budget_tokens": 1024}, stop_sequences=["."])
+    assert m.stop_reason in ("max_tokens", "end_turn", "stop_sequence")
+
+
 def test_not_found():
     with pytest.raises(anthropic.NotFoundError) as e:
         client().messages.create(model="no-such-model", max_tokens=2, messages=MSGS)
@@ -108,9 +122,38 @@ def test_bad_request():
             {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}]}])
     assert "text only" in e.value.body["error"]["message"]
     with pytest.raises(anthropic.BadRequestError) as e:
-        client().messages.create(model=MODEL, max_tokens=2, messages=MSGS,
-                                 tools=[{"name": "t", "input_schema": {"type": "object"}}], tool_choice={"type": "any"})
-    assert "constrained decoding" in e.value.body["error"]["message"]
+        client().messages.create(model=MODEL, max_tokens=2, messages=MSGS, tool_choice={"type": "any"},
+                                 tools=[{"name": "t", "input_schema": {"type": "object", "properties": {
+                                     "s": {"type": "string", "contentMediaType": "text/html"}}}}])
+    assert "contentMediaType" in e.value.body["error"]["message"]
+
+
+def test_forced_tool_use():
+    """tool_choice any and tool: a tool_use block whatever the model, input an object; then the tool_result round trip."""
+    tools = [{"name": "get_weather", "description": "Weather", "input_schema": {
+                 "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}},
+             {"name": "get_time", "input_schema": {"type": "object", "properties": {}}}]
+    for choice in ({"type": "any", "disable_parallel_tool_use": True}, {"type": "tool", "name": "get_weather"}):
+        m = client().messages.create(model=MODEL, max_tokens=60, messages=MSGS, tools=tools, tool_choice=choice)
+        assert m.stop_reason == "tool_use"
+        uses = [b for b in m.content if b.type == "tool_use"]
+        assert [b.type for b in m.content if b.type != "tool_use"] in ([], ["thinking"])
+        assert uses and uses[0].id.startswith("toolu_") and isinstance(uses[0].input, dict)
+        if choice["type"] == "tool" or choice.get("disable_parallel_tool_use"):
+            assert len(uses) == 1
+        if choice["type"] == "tool":
+            assert uses[0].name == "get_weather" and isinstance(uses[0].input["city"], str)
+        with client().messages.stream(model=MODEL, max_tokens=60, messages=MSGS, tools=tools, tool_choice=choice) as s:
+            final = s.get_final_message()
+        assert final.stop_reason == "tool_use"
+        streamed = [b for b in final.content if b.type == "tool_use"]
+        assert streamed and all(isinstance(b.input, dict) for b in streamed)
+    messages = MSGS + [
+        {"role": "assistant", "content": [{"type": "tool_use", "id": uses[0].id, "name": uses[0].name, "input": uses[0].input}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": uses[0].id, "content": "sunny"}]},
+    ]
+    m = client().messages.create(model=MODEL, max_tokens=3, messages=messages, tools=tools)
+    assert m.stop_reason in ("max_tokens", "end_turn")
 
 
 def test_authentication():

@@ -94,8 +94,47 @@ def test_chat_with_tools(no_eos):
                                                    max_tokens=3, logit_bias=no_eos, stream=True))
     assert chunks[-1].choices[0].finish_reason == "length"
     with pytest.raises(openai.BadRequestError) as e:
-        client().chat.completions.create(model=MODEL, messages=MSGS, tools=tools, tool_choice="required", max_tokens=3)
-    assert e.value.code == "unsupported_parameter"
+        client().chat.completions.create(model=MODEL, messages=MSGS, tools=tools,
+                                         tool_choice={"type": "function", "function": {"name": "nope"}}, max_tokens=3)
+    assert e.value.code == "invalid_value"
+
+
+def test_forced_tool_calls():
+    """tool_choice required and named: real tool calls whatever the model, streamed and not, then a round trip."""
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
+                                               "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                              "required": ["city"]}}},
+             {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}]
+    for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
+        for seed in range(2):
+            r = client().chat.completions.create(model=MODEL, messages=MSGS, tools=tools, tool_choice=choice,
+                                                 parallel_tool_calls=False, max_tokens=60, seed=seed)
+            assert r.choices[0].finish_reason == "tool_calls"
+            calls = r.choices[0].message.tool_calls
+            assert len(calls) == 1 and calls[0].id and calls[0].type == "function"
+            assert calls[0].function.name in ("get_weather", "get_time")
+            if choice != "required":
+                assert calls[0].function.name == "get_weather"
+            args = json.loads(calls[0].function.arguments)
+            assert isinstance(args, dict)
+            if calls[0].function.name == "get_weather":
+                assert isinstance(args["city"], str)
+            chunks = list(client().chat.completions.create(model=MODEL, messages=MSGS, tools=tools, tool_choice=choice,
+                                                           parallel_tool_calls=False, max_tokens=60, seed=seed,
+                                                           stream=True))
+            assert chunks[-1].choices[0].finish_reason == "tool_calls"
+            deltas = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
+            assert deltas[0].id and deltas[0].function.name == calls[0].function.name
+            assert json.loads("".join(d.function.arguments or "" for d in deltas)) == args
+    messages = MSGS + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": calls[0].id, "type": "function",
+             "function": {"name": calls[0].function.name, "arguments": calls[0].function.arguments}}]},
+        {"role": "tool", "tool_call_id": calls[0].id, "content": "sunny"},
+    ]
+    r = client().chat.completions.create(model=MODEL, messages=messages, tools=tools, max_tokens=5, tool_choice="none")
+    assert r.choices[0].message.tool_calls is None
+    assert r.choices[0].finish_reason in ("length", "stop")
 
 
 def test_chat_stream_with_usage(no_eos):

@@ -1,0 +1,143 @@
+package runner
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"fusion/engine"
+	"fusion/engine/chattemplate"
+	"fusion/engine/grammar"
+	"fusion/engine/parser"
+	"fusion/engine/prompt"
+)
+
+// declaredTool is one function tool of a request.
+type declaredTool struct {
+	name   string
+	params []byte // JSON Schema, or nil for any object
+}
+
+// declaredTools reads OpenAI-style tool definitions ({"type": "function",
+// "function": {"name", "parameters"}}).
+func declaredTools(tools []*chattemplate.Object) ([]declaredTool, error) {
+	var out []declaredTool
+	for i, t := range tools {
+		fv, _ := t.Get("function")
+		fn, ok := fv.(*chattemplate.Object)
+		if !ok {
+			return nil, fmt.Errorf("tools[%d]: not a function tool", i)
+		}
+		nv, _ := fn.Get("name")
+		name, _ := nv.(string)
+		if name == "" {
+			return nil, fmt.Errorf("tools[%d].function.name: missing", i)
+		}
+		d := declaredTool{name: name}
+		if pv, ok := fn.Get("parameters"); ok && pv != nil {
+			b, err := json.Marshal(pv)
+			if err != nil {
+				return nil, fmt.Errorf("tools[%d].function.parameters: %w", i, err)
+			}
+			d.params = b
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// toolCallGrammar compiles the output a forced tool choice allows: one or
+// more calls (at most maxCalls, or one when parallel calls are off) of the
+// allowed tools in the family's call format, each call's arguments valid
+// against that tool's parameters. JSON is compact (see package grammar).
+func toolCallGrammar(family string, tools []*chattemplate.Object, choice engine.ToolChoice, maxCalls int) (*grammar.Grammar, error) {
+	decl, err := declaredTools(tools)
+	if err != nil {
+		return nil, &prompt.InvalidRequestError{Err: err}
+	}
+	if choice.NoParallel {
+		maxCalls = 1
+	}
+	b := grammar.NewBuilder()
+	type allowed struct {
+		name string
+		args grammar.Expr
+	}
+	var calls []allowed
+	for i, d := range decl {
+		if choice.Mode == engine.ToolNamed && d.name != choice.Name {
+			continue
+		}
+		args := b.AnyObject()
+		if d.params != nil && family != parser.Qwen3Coder { // XML parameters are built below
+			if args, err = b.ObjectSchema(d.params); err != nil {
+				return nil, schemaError(fmt.Sprintf("tools[%d].function.parameters", i), err)
+			}
+		}
+		calls = append(calls, allowed{d.name, args})
+	}
+	if len(calls) == 0 {
+		if choice.Mode == engine.ToolNamed {
+			return nil, &prompt.InvalidRequestError{Err: fmt.Errorf("tool_choice: no tool named %q among the request's tools", choice.Name)}
+		}
+		return nil, &prompt.InvalidRequestError{Err: errors.New("tool_choice: a tool call is required but the request declares no tools")}
+	}
+	// jsonCall is {"name": N, argsKey: A} over the allowed tools.
+	jsonCall := func(argsKey string) grammar.Expr {
+		var alts []grammar.Expr
+		for _, c := range calls {
+			alts = append(alts, b.Object(grammar.Prop{Key: "name", Value: b.JSONString(c.name)}, grammar.Prop{Key: argsKey, Value: c.args}))
+		}
+		return b.Choice(alts...)
+	}
+	var root grammar.Expr
+	switch family {
+	case parser.Qwen3Coder:
+		var alts []grammar.Expr
+		for i, d := range decl {
+			if choice.Mode == engine.ToolNamed && d.name != choice.Name {
+				continue
+			}
+			parts := []grammar.Expr{b.Literal("<tool_call>\n<function=" + d.name + ">\n")}
+			if d.params != nil {
+				params, err := b.XMLParameters(d.params)
+				if err != nil {
+					return nil, schemaError(fmt.Sprintf("tools[%d].function.parameters", i), err)
+				}
+				parts = append(parts, params...)
+			}
+			alts = append(alts, b.Sequence(append(parts, b.Literal("</function>\n</tool_call>"))...))
+		}
+		root = b.Repeat(b.Literal("\n"), 1, maxCalls, b.Choice(alts...))
+	case parser.Qwen3, parser.Hermes:
+		root = b.Repeat(b.Literal("\n"), 1, maxCalls, b.Literal("<tool_call>\n"), jsonCall("arguments"), b.Literal("\n</tool_call>"))
+	case parser.Llama3JSON:
+		root = jsonCall("parameters") // one bare call: the format has no list
+	case parser.Mistral:
+		root = b.Sequence(b.Literal("[TOOL_CALLS]"), b.Array(jsonCall("arguments"), 1, maxCalls))
+	case parser.DeepSeekV3:
+		var alts []grammar.Expr
+		for _, c := range calls {
+			alts = append(alts, b.Sequence(b.Literal("function<｜tool▁sep｜>"+c.name+"\n```json\n"), c.args))
+		}
+		one := b.Sequence(b.Literal("<｜tool▁call▁begin｜>"), b.Choice(alts...), b.Literal("\n```<｜tool▁call▁end｜>"))
+		root = b.Sequence(b.Literal("<｜tool▁calls▁begin｜>"), b.Repeat(b.Literal("\n"), 1, maxCalls, one), b.Literal("<｜tool▁calls▁end｜>"))
+	default:
+		return nil, &prompt.InvalidRequestError{Err: fmt.Errorf("tool_choice: this model's tool call format (%q) cannot be forced; use tool_choice auto", family)}
+	}
+	g, err := b.Build(root)
+	if err != nil {
+		return nil, schemaError("tools", err)
+	}
+	return g, nil
+}
+
+// schemaError is the caller's error for a schema the grammar refuses,
+// naming the keyword when there is one.
+func schemaError(where string, err error) error {
+	var ue *grammar.UnsupportedError
+	if errors.As(err, &ue) {
+		return &prompt.InvalidRequestError{Err: fmt.Errorf("%s: the schema keyword %q at %q cannot be enforced: %w", where, ue.Keyword, ue.Path, err)}
+	}
+	return &prompt.InvalidRequestError{Err: fmt.Errorf("%s: %w", where, err)}
+}
