@@ -221,7 +221,7 @@ type generation struct {
 	started time.Time
 
 	think *thinkBudget // nil without a reasoning budget
-	pfx   prefixRun // the prefix cache's part (prefix.go)
+	pfx   prefixRun    // the prefix cache's part (prefix.go)
 }
 
 // pending returns the tokens of prompt+output not yet in the KV cache:
