@@ -1418,6 +1418,7 @@ type SessionCreate struct {
 	NowUnixNano   int64                  `protobuf:"varint,3,opt,name=now_unix_nano,json=nowUnixNano,proto3" json:"now_unix_nano,omitempty"`
 	MaxSessions   uint32                 `protobuf:"varint,4,opt,name=max_sessions,json=maxSessions,proto3" json:"max_sessions,omitempty"` // 0: unlimited
 	Policy        CapPolicy              `protobuf:"varint,5,opt,name=policy,proto3,enum=fusion.cluster.v1.CapPolicy" json:"policy,omitempty"`
+	TtlNanos      int64                  `protobuf:"varint,6,opt,name=ttl_nanos,json=ttlNanos,proto3" json:"ttl_nanos,omitempty"` // when > 0, expires = now + ttl
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1487,6 +1488,13 @@ func (x *SessionCreate) GetPolicy() CapPolicy {
 	return CapPolicy_CAP_POLICY_REJECT
 }
 
+func (x *SessionCreate) GetTtlNanos() int64 {
+	if x != nil {
+		return x.TtlNanos
+	}
+	return 0
+}
+
 // SessionTouch records an access and renews: expiry never moves backwards.
 type SessionTouch struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
@@ -1494,6 +1502,7 @@ type SessionTouch struct {
 	Id              string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
 	NowUnixNano     int64                  `protobuf:"varint,3,opt,name=now_unix_nano,json=nowUnixNano,proto3" json:"now_unix_nano,omitempty"`
 	ExpiresUnixNano int64                  `protobuf:"varint,4,opt,name=expires_unix_nano,json=expiresUnixNano,proto3" json:"expires_unix_nano,omitempty"`
+	TtlNanos        int64                  `protobuf:"varint,5,opt,name=ttl_nanos,json=ttlNanos,proto3" json:"ttl_nanos,omitempty"` // when > 0, expires = now + ttl
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -1556,6 +1565,13 @@ func (x *SessionTouch) GetExpiresUnixNano() int64 {
 	return 0
 }
 
+func (x *SessionTouch) GetTtlNanos() int64 {
+	if x != nil {
+		return x.TtlNanos
+	}
+	return 0
+}
+
 type SessionTurnBegin struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	RequestId       string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
@@ -1564,6 +1580,7 @@ type SessionTurnBegin struct {
 	NowUnixNano     int64                  `protobuf:"varint,4,opt,name=now_unix_nano,json=nowUnixNano,proto3" json:"now_unix_nano,omitempty"`
 	ExpiresUnixNano int64                  `protobuf:"varint,5,opt,name=expires_unix_nano,json=expiresUnixNano,proto3" json:"expires_unix_nano,omitempty"`
 	HistoryAppend   []byte                 `protobuf:"bytes,6,opt,name=history_append,json=historyAppend,proto3" json:"history_append,omitempty"` // JSON array appended at begin (the user input)
+	TtlNanos        int64                  `protobuf:"varint,7,opt,name=ttl_nanos,json=ttlNanos,proto3" json:"ttl_nanos,omitempty"`               // when > 0, expires = now + ttl
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -1640,6 +1657,13 @@ func (x *SessionTurnBegin) GetHistoryAppend() []byte {
 	return nil
 }
 
+func (x *SessionTurnBegin) GetTtlNanos() int64 {
+	if x != nil {
+		return x.TtlNanos
+	}
+	return 0
+}
+
 type SessionTurnEnd struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	RequestId       string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
@@ -1650,6 +1674,7 @@ type SessionTurnEnd struct {
 	Aborted         bool                   `protobuf:"varint,6,opt,name=aborted,proto3" json:"aborted,omitempty"`                                     // end without counting the turn
 	NowUnixNano     int64                  `protobuf:"varint,7,opt,name=now_unix_nano,json=nowUnixNano,proto3" json:"now_unix_nano,omitempty"`
 	ExpiresUnixNano int64                  `protobuf:"varint,8,opt,name=expires_unix_nano,json=expiresUnixNano,proto3" json:"expires_unix_nano,omitempty"`
+	TtlNanos        int64                  `protobuf:"varint,9,opt,name=ttl_nanos,json=ttlNanos,proto3" json:"ttl_nanos,omitempty"` // when > 0, expires = now + ttl
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -1736,6 +1761,13 @@ func (x *SessionTurnEnd) GetNowUnixNano() int64 {
 func (x *SessionTurnEnd) GetExpiresUnixNano() int64 {
 	if x != nil {
 		return x.ExpiresUnixNano
+	}
+	return 0
+}
+
+func (x *SessionTurnEnd) GetTtlNanos() int64 {
+	if x != nil {
+		return x.TtlNanos
 	}
 	return 0
 }
@@ -2755,20 +2787,22 @@ const file_cluster_proto_rawDesc = "" +
 	"\areplica\x18\x03 \x01(\rR\areplica\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x04 \x01(\x04R\n" +
-	"generation\"\xe1\x01\n" +
+	"generation\"\xfe\x01\n" +
 	"\rSessionCreate\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x124\n" +
 	"\asession\x18\x02 \x01(\v2\x1a.fusion.cluster.v1.SessionR\asession\x12\"\n" +
 	"\rnow_unix_nano\x18\x03 \x01(\x03R\vnowUnixNano\x12!\n" +
 	"\fmax_sessions\x18\x04 \x01(\rR\vmaxSessions\x124\n" +
-	"\x06policy\x18\x05 \x01(\x0e2\x1c.fusion.cluster.v1.CapPolicyR\x06policy\"\x8d\x01\n" +
+	"\x06policy\x18\x05 \x01(\x0e2\x1c.fusion.cluster.v1.CapPolicyR\x06policy\x12\x1b\n" +
+	"\tttl_nanos\x18\x06 \x01(\x03R\bttlNanos\"\xaa\x01\n" +
 	"\fSessionTouch\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\"\n" +
 	"\rnow_unix_nano\x18\x03 \x01(\x03R\vnowUnixNano\x12*\n" +
-	"\x11expires_unix_nano\x18\x04 \x01(\x03R\x0fexpiresUnixNano\"\xd9\x01\n" +
+	"\x11expires_unix_nano\x18\x04 \x01(\x03R\x0fexpiresUnixNano\x12\x1b\n" +
+	"\tttl_nanos\x18\x05 \x01(\x03R\bttlNanos\"\xf6\x01\n" +
 	"\x10SessionTurnBegin\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x0e\n" +
@@ -2777,7 +2811,8 @@ const file_cluster_proto_rawDesc = "" +
 	"expectTurn\x12\"\n" +
 	"\rnow_unix_nano\x18\x04 \x01(\x03R\vnowUnixNano\x12*\n" +
 	"\x11expires_unix_nano\x18\x05 \x01(\x03R\x0fexpiresUnixNano\x12%\n" +
-	"\x0ehistory_append\x18\x06 \x01(\fR\rhistoryAppend\"\x8d\x02\n" +
+	"\x0ehistory_append\x18\x06 \x01(\fR\rhistoryAppend\x12\x1b\n" +
+	"\tttl_nanos\x18\a \x01(\x03R\bttlNanos\"\xaa\x02\n" +
 	"\x0eSessionTurnEnd\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x0e\n" +
@@ -2787,7 +2822,8 @@ const file_cluster_proto_rawDesc = "" +
 	"\x0freplace_history\x18\x05 \x01(\bR\x0ereplaceHistory\x12\x18\n" +
 	"\aaborted\x18\x06 \x01(\bR\aaborted\x12\"\n" +
 	"\rnow_unix_nano\x18\a \x01(\x03R\vnowUnixNano\x12*\n" +
-	"\x11expires_unix_nano\x18\b \x01(\x03R\x0fexpiresUnixNano\"\x96\x03\n" +
+	"\x11expires_unix_nano\x18\b \x01(\x03R\x0fexpiresUnixNano\x12\x1b\n" +
+	"\tttl_nanos\x18\t \x01(\x03R\bttlNanos\"\x96\x03\n" +
 	"\rSessionUpdate\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x0e\n" +

@@ -400,3 +400,19 @@ func FuzzReadState(f *testing.F) {
 		_, _ = ReadState(bytes.NewReader(b), 8)
 	})
 }
+
+func TestSessionTTLFromCommandClock(t *testing.T) {
+	h := newHarness(t)
+	h.ok(&pb.SessionCreate{Session: &pb.Session{Id: "s"}, NowUnixNano: 10 * sec, TtlNanos: 5 * sec})
+	if se := h.s.sessions["s"]; se.ExpiresUnixNano != 15*sec || se.CreatedUnixNano != 10*sec {
+		t.Fatalf("create: %v", se)
+	}
+	h.ok(&pb.SessionTouch{Id: "s", NowUnixNano: 12 * sec, TtlNanos: 5 * sec})
+	h.ok(&pb.SessionTurnBegin{Id: "s", NowUnixNano: 13 * sec, TtlNanos: 1 * sec}) // never shortens
+	if se := h.s.sessions["s"]; se.ExpiresUnixNano != 17*sec || se.LastAccessUnixNano != 13*sec {
+		t.Fatalf("renewed: %v", se)
+	}
+	if r := h.apply(&pb.SessionCreate{Session: &pb.Session{Id: "x"}, NowUnixNano: 10 * sec}); !errors.Is(r.Err, ErrInvalid) {
+		t.Fatalf("create without expiry: %v", r.Err)
+	}
+}

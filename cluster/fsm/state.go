@@ -471,6 +471,14 @@ func (s *State) placementDelete(c *pb.PlacementDelete, index uint64) Result {
 
 func live(se *pb.Session, now int64) bool { return se.ExpiresUnixNano > now }
 
+// expiry is now+ttl when a TTL is given, else the absolute time.
+func expiry(now, abs, ttl int64) int64 {
+	if ttl > 0 {
+		return now + ttl
+	}
+	return abs
+}
+
 // jsonArray reports whether b is empty or a JSON array.
 func jsonArray(b []byte) bool {
 	if len(b) == 0 {
@@ -502,10 +510,11 @@ func (s *State) changed(se *pb.Session, kind ChangeKind, index uint64) Change {
 func (s *State) sessionCreate(c *pb.SessionCreate, index uint64) Result {
 	in := c.GetSession()
 	now := c.NowUnixNano
+	expires := expiry(now, in.GetExpiresUnixNano(), c.TtlNanos)
 	switch {
 	case in.GetId() == "":
 		return fail(CodeInvalid, 0, "session id is required")
-	case in.ExpiresUnixNano <= now:
+	case expires <= now:
 		return fail(CodeInvalid, 0, "session %q expires before it is created", in.Id)
 	case !jsonArray(in.History) || !jsonArray(in.Tools):
 		return fail(CodeInvalid, 0, "session %q: history and tools must be JSON arrays", in.Id)
@@ -542,6 +551,7 @@ func (s *State) sessionCreate(c *pb.SessionCreate, index uint64) Result {
 	}
 	se := proto.Clone(in).(*pb.Session)
 	se.Turn, se.Active = 0, false
+	se.ExpiresUnixNano = expires
 	se.CreatedUnixNano, se.LastAccessUnixNano = now, now
 	se.CreateIndex, se.ModifyIndex = index, index
 	s.sessions[se.Id] = se
@@ -575,7 +585,7 @@ func (s *State) sessionTouch(c *pb.SessionTouch, index uint64) Result {
 	if err != nil {
 		return Result{Err: err}
 	}
-	return s.storeSession(se, c.NowUnixNano, c.ExpiresUnixNano, index)
+	return s.storeSession(se, c.NowUnixNano, expiry(c.NowUnixNano, c.ExpiresUnixNano, c.TtlNanos), index)
 }
 
 func (s *State) sessionTurnBegin(c *pb.SessionTurnBegin, index uint64) Result {
@@ -594,7 +604,7 @@ func (s *State) sessionTurnBegin(c *pb.SessionTurnBegin, index uint64) Result {
 	}
 	se.Active = true
 	se.History = appendArray(se.History, c.HistoryAppend)
-	return s.storeSession(se, c.NowUnixNano, c.ExpiresUnixNano, index)
+	return s.storeSession(se, c.NowUnixNano, expiry(c.NowUnixNano, c.ExpiresUnixNano, c.TtlNanos), index)
 }
 
 func (s *State) sessionTurnEnd(c *pb.SessionTurnEnd, index uint64) Result {
@@ -618,7 +628,7 @@ func (s *State) sessionTurnEnd(c *pb.SessionTurnEnd, index uint64) Result {
 	if !c.Aborted {
 		se.Turn++
 	}
-	return s.storeSession(se, c.NowUnixNano, c.ExpiresUnixNano, index)
+	return s.storeSession(se, c.NowUnixNano, expiry(c.NowUnixNano, c.ExpiresUnixNano, c.TtlNanos), index)
 }
 
 func (s *State) sessionUpdate(c *pb.SessionUpdate, index uint64) Result {
