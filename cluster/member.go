@@ -435,6 +435,7 @@ type events struct{ m *Member }
 
 func (e *events) NotifyJoin(n *memberlist.Node)   { e.m.observe(n, StatusAlive) }
 func (e *events) NotifyUpdate(n *memberlist.Node) { e.m.observe(n, StatusAlive) }
+
 // NotifyLeave cannot tell a leave from a death: memberlist v0.7 passes
 // the node before its state is updated. A node that leaves gracefully
 // gossips Leaving first.

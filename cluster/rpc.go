@@ -35,7 +35,6 @@ func newRequestID() string {
 	return hex.EncodeToString(b[:])
 }
 
-
 // Apply commits a command through the leader and returns its result. A
 // missing request id is filled in so that retries (the same id) apply
 // once; zero now_unix_nano fields are stamped with the leader's clock.
