@@ -184,17 +184,22 @@ func TestFormJoinLeave(t *testing.T) {
 	const secret = "s3cret"
 	nodes := startCluster(t, 3, secret)
 	leader := waitLeader(t, nodes, 5*time.Second)
-	for _, m := range nodes {
-		s := servers(t, m)
-		if len(s) != 3 {
-			t.Fatalf("%s sees %d servers: %v", m.ID(), len(s), s)
-		}
-		for _, sv := range s {
-			if sv.Suffrage != raft.Voter {
-				t.Fatalf("%s: %s is not a voter", m.ID(), sv.ID)
+	// A node that found the others already bootstrapped gets the
+	// configuration by replication, a moment after it learns the leader.
+	waitFor(t, 5*time.Second, "every node sees the same three voters", func() bool {
+		for _, m := range nodes {
+			s := servers(t, m)
+			if len(s) != 3 {
+				return false
+			}
+			for i, sv := range s {
+				if sv.Suffrage != raft.Voter || string(sv.ID) != nodes[i].ID() || string(sv.Address) != nodes[i].RaftAddr() {
+					return false
+				}
 			}
 		}
-	}
+		return true
+	})
 	t.Logf("leader %s", leader.ID())
 
 	ctx := context.Background()
