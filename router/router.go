@@ -30,6 +30,8 @@ type Config struct {
 	// Version is reported by /health and in system_fingerprint.
 	Version string
 	Logger  *slog.Logger
+	// Cluster, when set, serves GET /admin/api/cluster (behind the API key).
+	Cluster http.Handler
 }
 
 // DefaultMaxBodyBytes is the body limit when Config.MaxBodyBytes is 0.
@@ -73,6 +75,9 @@ func New(cfg Config) *Router {
 		r.Use(auth(cfg.APIKey, openaiDeny))
 		oa.Mount(r)
 		r.Get("/metrics", h.metricsHandler())
+		if cfg.Cluster != nil {
+			r.Method(http.MethodGet, "/admin/api/cluster", cfg.Cluster)
+		}
 	})
 	r.Group(func(r chi.Router) {
 		r.Use(auth(cfg.APIKey, anthropic.Deny)) // 401s in Anthropic's shape

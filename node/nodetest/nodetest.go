@@ -30,6 +30,8 @@ type Options struct {
 	// ModelsDir, when set, is used instead of a fresh one with the demo
 	// model.
 	ModelsDir string
+	// Cluster makes the node a cluster member.
+	Cluster node.ClusterConfig
 	// Logger, when nil, discards the logs, or writes them to stderr when
 	// FUSION_TEST_LOG=1.
 	Logger *slog.Logger
@@ -60,7 +62,7 @@ func Start(t testing.TB, o Options) *node.Node {
 	n, err := node.New(node.Config{
 		Listen: "127.0.0.1:0", DataDir: t.TempDir(), ModelsDir: o.ModelsDir, APIKey: o.APIKey,
 		MaxQueued: o.MaxQueued, MaxTokens: o.MaxTokens, MaxBodyBytes: o.MaxBodyBytes, DrainTimeout: o.DrainTimeout,
-		CompletionsAsChat: o.CompletionsAsChat, Threads: 1, Version: "test", Logger: o.Logger,
+		CompletionsAsChat: o.CompletionsAsChat, Threads: 1, Version: "test", Logger: o.Logger, Cluster: o.Cluster,
 	})
 	if err != nil {
 		t.Fatalf("node: %v", err)
