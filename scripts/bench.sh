@@ -3,7 +3,7 @@
 # Each part is a `fusion bench <name>` sub-command printing a JSON object.
 set -euo pipefail
 bin=${BIN:-bin/fusion}
-parts=(tokenizer server engine)
+parts=(tokenizer server engine raft)
 echo "{"
 first=1
 for p in "${parts[@]}"; do

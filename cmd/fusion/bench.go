@@ -14,6 +14,7 @@ func benchmarks() map[string]func(ctx context.Context, args []string, stdout, st
 		"engine":    benchEngine,
 		"tokenizer": benchTokenizer,
 		"server":    benchServer,
+		"raft":      benchRaft,
 	}
 }
 
