@@ -528,3 +528,66 @@ func TestAdminHandler(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaderTransferDuringWrites: writes keep flowing through every node
+// while leadership moves; every acknowledged write is present once, and
+// re-sending each request id returns the original outcome.
+func TestLeaderTransferDuringWrites(t *testing.T) {
+	nodes := startCluster(t, 3, "")
+	leader := waitLeader(t, nodes, 5*time.Second)
+	ctx := context.Background()
+	type ack struct {
+		rid   string
+		index uint64
+	}
+	var mu sync.Mutex
+	var acks []ack
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				rid := fmt.Sprintf("w%d-%d", w, i)
+				r, err := nodes[(w+i)%3].Apply(ctx, &pb.SettingPut{RequestId: rid, Key: rid, Value: []byte("x")})
+				if err != nil {
+					t.Errorf("%s: %v", rid, err)
+					return
+				}
+				mu.Lock()
+				acks = append(acks, ack{rid, r.Index})
+				mu.Unlock()
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := leader.raft.LeadershipTransfer().Error(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	newLeader := waitLeader(t, nodes, 5*time.Second)
+	if newLeader == leader {
+		t.Fatal("leadership did not move")
+	}
+	waitSameState(t, nodes)
+	var n int
+	nodes[0].fsm.Read(func(s *fsm.State) { n = len(s.Settings()) })
+	if n != len(acks) {
+		t.Fatalf("%d settings for %d acknowledged writes", n, len(acks))
+	}
+	for _, a := range acks {
+		r, err := nodes[rand.IntN(3)].Apply(ctx, &pb.SettingPut{RequestId: a.rid, Key: a.rid, Value: []byte("x")})
+		if err != nil || !r.Duplicate || r.Index != a.index {
+			t.Fatalf("re-sent %s: %+v %v (acknowledged at %d)", a.rid, r, err, a.index)
+		}
+	}
+	t.Logf("%d writes across a leadership transfer from %s to %s", len(acks), leader.ID(), newLeader.ID())
+}
