@@ -337,6 +337,9 @@ func (m *Member) Close() error {
 			_ = m.ml.Shutdown()
 		}
 		m.grpcSrv.Stop()
+		if !m.started {
+			m.grpcLn.Close() // Stop closes only listeners it served
+		}
 		m.wg.Wait()
 		m.pool.close()
 		_ = m.trans.Close()
@@ -354,7 +357,12 @@ func (m *Member) Leave(ctx context.Context) error {
 	m.mu.Lock()
 	m.meta.Leaving = true
 	m.mu.Unlock()
-	if err := m.SetDraining(ctx, true); err != nil {
+	// Bounded: without a quorum (the last nodes of a cluster stopping)
+	// the catalog write cannot commit, and leaving must not wait for it.
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	err := m.SetDraining(dctx, true)
+	cancel()
+	if err != nil {
 		m.log.Warn("leave: set draining", "err", err)
 	}
 	if m.raft.State() == raft.Leader && len(m.voters()) > 1 {
