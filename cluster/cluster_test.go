@@ -26,19 +26,23 @@ import (
 )
 
 // testNode starts a member on loopback with fast timings.
-func testNode(t *testing.T, id, dir string, join []string, expect int, secret string) *Member {
+func testNode(t *testing.T, id, dir string, join []string, expect int, secret string, opts ...func(*Config)) *Member {
 	t.Helper()
 	logger := slog.New(slog.DiscardHandler)
 	if os.Getenv("FUSION_CLUSTER_DEBUG") != "" {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	m, err := New(Config{
+	cfg := Config{
 		NodeID: id, DataDir: dir,
 		GossipListen: "127.0.0.1:0", RaftListen: "127.0.0.1:0", GRPCListen: "127.0.0.1:0",
 		HTTPAdvertise: "http://" + id + ".test", Join: join, BootstrapExpect: expect, Secret: secret,
 		Version: "test", ReapInterval: 50 * time.Millisecond, ReconcileInterval: time.Second,
 		DeadServerGrace: time.Hour, LeaveDelay: 300 * time.Millisecond, Timing: TestTiming(), Logger: logger,
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	m, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
