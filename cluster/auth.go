@@ -139,7 +139,8 @@ type streamLayer struct {
 	net.Listener
 	advertise net.Addr
 	auth      *Auth
-	timeout   time.Duration // handshake deadline
+	timeout   time.Duration          // handshake deadline
+	blocked   func(addr string) bool // test partitions (nil: none)
 }
 
 func (s *streamLayer) Addr() net.Addr {
@@ -186,7 +187,7 @@ func (s *streamLayer) serverHandshake(c net.Conn) error {
 }
 
 func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	c, err := net.DialTimeout("tcp", string(addr), timeout)
+	c, err := dialFiltered(context.Background(), string(addr), timeout, s.blocked)
 	if err != nil || s.auth == nil {
 		return c, err
 	}
@@ -204,4 +205,51 @@ func (s *streamLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.
 	}
 	_ = c.SetDeadline(time.Time{})
 	return c, nil
+}
+
+var errPartitioned = errors.New("cluster: partitioned (test)")
+
+// dialFiltered dials addr; with a blocked hook, the connection fails as
+// soon as addr becomes blocked.
+func dialFiltered(ctx context.Context, addr string, timeout time.Duration, blocked func(string) bool) (net.Conn, error) {
+	if blocked != nil && blocked(addr) {
+		return nil, errPartitioned
+	}
+	d := net.Dialer{Timeout: timeout}
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil || blocked == nil {
+		return c, err
+	}
+	return &filteredConn{Conn: c, addr: addr, blocked: blocked}, nil
+}
+
+type filteredConn struct {
+	net.Conn
+	addr    string
+	blocked func(string) bool
+}
+
+func (c *filteredConn) Read(p []byte) (int, error) {
+	for {
+		if c.blocked(c.addr) {
+			c.Conn.Close()
+			return 0, errPartitioned
+		}
+		// Short read deadlines so that a block is noticed by an idle reader.
+		_ = c.Conn.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+		n, err := c.Conn.Read(p)
+		var ne net.Error
+		if n == 0 && errors.As(err, &ne) && ne.Timeout() {
+			continue
+		}
+		return n, err
+	}
+}
+
+func (c *filteredConn) Write(p []byte) (int, error) {
+	if c.blocked(c.addr) {
+		c.Conn.Close()
+		return 0, errPartitioned
+	}
+	return c.Conn.Write(p)
 }

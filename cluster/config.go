@@ -80,6 +80,10 @@ type Config struct {
 
 	Timing Timing
 	Logger *slog.Logger
+
+	// blocked, a test hook, cuts raft and gRPC traffic to the addresses
+	// it returns true for (in-process partitions).
+	blocked func(addr string) bool
 }
 
 func (c *Config) defaults() error {

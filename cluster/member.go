@@ -143,7 +143,7 @@ func New(cfg Config) (_ *Member, err error) {
 	}
 	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Output: slogWriter{m.log}, Level: hclog.Warn})
 	m.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream:  &streamLayer{Listener: raftLn, advertise: advAddr, auth: m.auth, timeout: 2 * time.Second},
+		Stream:  &streamLayer{Listener: raftLn, advertise: advAddr, auth: m.auth, timeout: 2 * time.Second, blocked: cfg.blocked},
 		MaxPool: 3, Timeout: 10 * time.Second, Logger: hl,
 	})
 	closers = append(closers, func() { m.trans.Close() })
@@ -172,7 +172,13 @@ func New(cfg Config) (_ *Member, err error) {
 
 	m.grpcSrv = grpc.NewServer(ServerOptions(m.auth, cfg.ServerTLS)...)
 	pb.RegisterClusterServer(m.grpcSrv, &service{m: m})
-	m.pool = newConnPool(DialOptions(m.auth, cfg.ClientTLS))
+	dialOpts := DialOptions(m.auth, cfg.ClientTLS)
+	if cfg.blocked != nil {
+		dialOpts = append(dialOpts, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return dialFiltered(ctx, addr, 2*time.Second, cfg.blocked)
+		}))
+	}
+	m.pool = newConnPool(dialOpts)
 	return m, nil
 }
 

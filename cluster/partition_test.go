@@ -1,0 +1,118 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	pb "fusion/cluster/clusterpb"
+	"fusion/cluster/fsm"
+)
+
+// partitions is a symmetric cut of raft and gRPC traffic between groups
+// of nodes (gossip still flows: this tests consensus, not detection).
+type partitions struct {
+	mu    sync.Mutex
+	group map[string]int // address → group; 0 = everyone can reach it
+	own   map[string]int // node id → its group
+}
+
+func (p *partitions) hook(id string) func(string) bool {
+	return func(addr string) bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		g, ok := p.group[addr]
+		mine := p.own[id]
+		return ok && g != 0 && mine != 0 && g != mine
+	}
+}
+
+func (p *partitions) cut(groups ...[]*Member) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, g := range groups {
+		for _, m := range g {
+			p.own[m.ID()] = i + 1
+			p.group[m.RaftAddr()] = i + 1
+			p.group[m.GRPCAddr()] = i + 1
+		}
+	}
+}
+
+func (p *partitions) heal() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	clear(p.group)
+	clear(p.own)
+}
+
+// TestPartitionedLeader: the leader is cut off from the two followers.
+// The majority elects a leader and commits; a write proposed on the
+// isolated old leader never commits (it is gone after healing); after
+// healing every node has the same state with every acknowledged write.
+func TestPartitionedLeader(t *testing.T) {
+	p := &partitions{group: map[string]int{}, own: map[string]int{}}
+	nodes := []*Member{testNode(t, "n1", t.TempDir(), nil, 3, "", func(c *Config) { c.blocked = p.hook("n1") })}
+	seed := []string{nodes[0].GossipAddr()}
+	for _, id := range []string{"n2", "n3"} {
+		nodes = append(nodes, testNode(t, id, t.TempDir(), seed, 3, "", func(c *Config) { c.blocked = p.hook(id) }))
+	}
+	old := waitLeader(t, nodes, 10*time.Second)
+	ctx := context.Background()
+	var acked []string
+	for i := range 10 {
+		k := fmt.Sprintf("before%d", i)
+		if _, err := put(ctx, nodes[i%3], k, k); err != nil {
+			t.Fatal(err)
+		}
+		acked = append(acked, k)
+	}
+	var majority []*Member
+	for _, m := range nodes {
+		if m != old {
+			majority = append(majority, m)
+		}
+	}
+	p.cut([]*Member{old}, majority)
+	cutAt := time.Now()
+
+	// The isolated leader cannot commit.
+	wctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	_, err := put(wctx, old, "minority", "x")
+	cancel()
+	if err == nil {
+		t.Fatal("a write on the isolated leader was acknowledged")
+	}
+	newLeader := waitLeader(t, majority, 3*time.Second)
+	t.Logf("majority leader %s %v after the cut; minority write: %v", newLeader.ID(), time.Since(cutAt), err)
+	for i := range 10 {
+		k := fmt.Sprintf("during%d", i)
+		if _, err := put(ctx, majority[i%2], k, k); err != nil {
+			t.Fatalf("majority write: %v", err)
+		}
+		acked = append(acked, k)
+	}
+	if old.IsLeader() {
+		t.Fatal("the isolated node still believes it leads")
+	}
+
+	p.heal()
+	waitSameState(t, nodes)
+	for _, m := range nodes {
+		m.fsm.Read(func(s *fsm.State) {
+			for _, k := range acked {
+				if _, ok := s.Setting(k); !ok {
+					t.Errorf("%s lost acknowledged write %s", m.ID(), k)
+				}
+			}
+			if _, ok := s.Setting("minority"); ok {
+				t.Errorf("%s has the write proposed in the minority", m.ID())
+			}
+		})
+	}
+	if _, err := old.Apply(ctx, &pb.SettingPut{Key: "after", Value: []byte("x")}); err != nil {
+		t.Fatalf("write through the healed node: %v", err)
+	}
+}
