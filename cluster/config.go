@@ -26,6 +26,9 @@ type Timing struct {
 	// DeadNodeReclaimTime lets a dead node's id come back on a new
 	// address after this long (memberlist refuses it by default).
 	DeadNodeReclaimTime time.Duration
+	// GossipSettle is how long after start a leader waits before marking
+	// catalog nodes that gossip has not reported as failed (5 s).
+	GossipSettle time.Duration
 }
 
 // TestTiming is a fast profile for in-process clusters on loopback.
@@ -41,6 +44,7 @@ func TestTiming() Timing {
 		PushPullInterval:    2 * time.Second,
 		SuspicionMult:       2,
 		DeadNodeReclaimTime: 100 * time.Millisecond,
+		GossipSettle:        500 * time.Millisecond,
 	}
 }
 

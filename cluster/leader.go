@@ -239,8 +239,15 @@ func (m *Member) reconcile(ctx context.Context) {
 		}
 	}
 	// Catalog entries gossip does not know (e.g. died before this leader
-	// started) are failed.
+	// started) are failed, once gossip has had time to report everyone.
+	settle := m.cfg.Timing.GossipSettle
+	if settle <= 0 {
+		settle = 5 * time.Second
+	}
 	for id, n := range catalog {
+		if time.Since(m.startedAt) < settle {
+			break
+		}
 		if _, ok := peers[id]; !ok && n.Status == pb.NodeStatus_NODE_STATUS_ALIVE {
 			m.leaderWrite(ctx, &pb.NodeSetStatus{Id: id, Status: pb.NodeStatus_NODE_STATUS_FAILED})
 		}

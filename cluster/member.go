@@ -70,6 +70,8 @@ type Member struct {
 	bootstrapCh chan struct{}
 	leaderReady atomic.Bool
 
+	startedAt time.Time
+
 	ctx     context.Context
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -248,6 +250,7 @@ func (m *Member) Start(ctx context.Context) error {
 		return errors.New("cluster: already started")
 	}
 	m.started = true
+	m.startedAt = time.Now()
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()

@@ -250,10 +250,30 @@ func (m *Member) localReadIndex() (uint64, error) {
 	if !m.leaderReady.Load() {
 		return 0, errors.New("cluster: leader not ready")
 	}
-	if err := m.raft.VerifyLeader().Error(); err != nil {
+	if err := m.verifyLeader(); err != nil {
 		return 0, err
 	}
 	return m.fsm.AppliedIndex(), nil
+}
+
+// verifyLeader bounds raft's VerifyLeader: its future can stay pending
+// forever when leadership or the node goes away mid-check (seen under
+// load in TestSettingsCASLinearizable). The waiting goroutine ends when
+// raft answers, if ever; the caller does not wait past ApplyTimeout.
+func (m *Member) verifyLeader() error {
+	f := m.raft.VerifyLeader()
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	t := time.NewTimer(m.cfg.ApplyTimeout)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		return errRetry{errors.New("cluster: leader verification timed out")}
+	case <-m.ctx.Done():
+		return errors.New("cluster: shutting down")
+	}
 }
 
 // ---- the Cluster gRPC service ----
