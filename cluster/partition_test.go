@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -115,4 +116,69 @@ func TestPartitionedLeader(t *testing.T) {
 	if _, err := old.Apply(ctx, &pb.SettingPut{Key: "after", Value: []byte("x")}); err != nil {
 		t.Fatalf("write through the healed node: %v", err)
 	}
+}
+
+// TestLaggingFollowerGetsSnapshot: a follower cut off while the leader
+// snapshots and compacts its log catches up by InstallSnapshot (our
+// Persist/Restore over the real transport) and then by the log.
+func TestLaggingFollowerGetsSnapshot(t *testing.T) {
+	p := &partitions{group: map[string]int{}, own: map[string]int{}}
+	small := func(id string) func(*Config) {
+		return func(c *Config) {
+			c.blocked = p.hook(id)
+			c.Timing.SnapshotThreshold = 16
+			c.Timing.TrailingLogs = 4
+			c.Timing.SnapshotInterval = 100 * time.Millisecond
+		}
+	}
+	nodes := []*Member{testNode(t, "n1", t.TempDir(), nil, 3, "", small("n1"))}
+	seed := []string{nodes[0].GossipAddr()}
+	for _, id := range []string{"n2", "n3"} {
+		nodes = append(nodes, testNode(t, id, t.TempDir(), seed, 3, "", small(id)))
+	}
+	leader := waitLeader(t, nodes, 10*time.Second)
+	var lagging *Member
+	var rest []*Member
+	for _, m := range nodes {
+		if m != leader && lagging == nil {
+			lagging = m
+		} else {
+			rest = append(rest, m)
+		}
+	}
+	ctx := context.Background()
+	if _, err := put(ctx, leader, "first", "x"); err != nil {
+		t.Fatal(err)
+	}
+	waitSameState(t, nodes)
+	behind := lagging.fsm.AppliedIndex()
+	var resets atomic.Int64
+	cancel := lagging.fsm.Subscribe(func(cs []fsm.Change) {
+		for _, c := range cs {
+			if c.Kind == fsm.Reset {
+				resets.Add(1)
+			}
+		}
+	})
+	defer cancel()
+
+	p.cut([]*Member{lagging}, rest)
+	for i := range 100 {
+		if _, err := put(ctx, rest[i%2], fmt.Sprintf("k%d", i), "v"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 10*time.Second, "the leader to compact past the lagging follower", func() bool {
+		first, err := leader.stores.Log.FirstIndex()
+		return err == nil && first > behind+1
+	})
+	p.heal()
+	waitSameState(t, nodes)
+	if resets.Load() == 0 {
+		t.Fatal("the lagging follower caught up without a snapshot")
+	}
+	if _, err := put(ctx, lagging, "after", "x"); err != nil {
+		t.Fatal(err)
+	}
+	waitSameState(t, nodes)
 }
