@@ -31,6 +31,7 @@ func (m *Member) bootstrapLoop() {
 	}
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
+	warned := map[string]bool{}
 	for {
 		select {
 		case <-m.ctx.Done():
@@ -44,11 +45,16 @@ func (m *Member) bootstrapLoop() {
 		var ready []Meta
 		mismatch := false
 		for _, p := range m.peerSnapshot() {
-			if p.status != StatusAlive {
+			// Members without an expectation are joiners: the leader adds them.
+			if p.status != StatusAlive || p.meta.BootstrapExpect == 0 {
 				continue
 			}
 			if p.meta.BootstrapExpect != expect {
-				m.log.Error("bootstrap: a member expects a different cluster size", "member", p.meta.ID, "its_expect", p.meta.BootstrapExpect, "expect", expect)
+				if !warned[p.meta.ID] {
+					m.log.Error("bootstrap: a member expects a different cluster size; not bootstrapping",
+						"member", p.meta.ID, "its_expect", p.meta.BootstrapExpect, "expect", expect)
+					warned[p.meta.ID] = true
+				}
 				mismatch = true
 				continue
 			}

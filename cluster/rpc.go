@@ -26,6 +26,9 @@ import (
 // control-plane writes are unavailable (HTTP 503 + Retry-After).
 var ErrNoLeader = errors.New("cluster: no leader")
 
+// ErrClosed means the member has been closed.
+var ErrClosed = errors.New("cluster: member closed")
+
 // ErrInvalidCommand means a command that the FSM cannot decode.
 var ErrInvalidCommand = errors.New("cluster: invalid command")
 
@@ -63,6 +66,9 @@ func (m *Member) applyBytes(ctx context.Context, data []byte) (fsm.Result, error
 			r   fsm.Result
 			err error
 		)
+		if m.ctx.Err() != nil {
+			return fsm.Result{}, ErrClosed
+		}
 		if m.raft.State() == raft.Leader {
 			r, err = m.applyLocal(data)
 		} else if addr := m.leaderGRPC(); addr == "" {
