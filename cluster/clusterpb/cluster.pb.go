@@ -1198,6 +1198,76 @@ func (x *NodeSetDraining) GetDraining() bool {
 	return false
 }
 
+// NodeSetInventory is written by the node itself (forwarded to the
+// leader): what it has on disk and loaded, and its memory, as JSON.
+type NodeSetInventory struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Inventory     []byte                 `protobuf:"bytes,3,opt,name=inventory,proto3" json:"inventory,omitempty"`
+	NowUnixNano   int64                  `protobuf:"varint,4,opt,name=now_unix_nano,json=nowUnixNano,proto3" json:"now_unix_nano,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeSetInventory) Reset() {
+	*x = NodeSetInventory{}
+	mi := &file_cluster_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeSetInventory) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeSetInventory) ProtoMessage() {}
+
+func (x *NodeSetInventory) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeSetInventory.ProtoReflect.Descriptor instead.
+func (*NodeSetInventory) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *NodeSetInventory) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *NodeSetInventory) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *NodeSetInventory) GetInventory() []byte {
+	if x != nil {
+		return x.Inventory
+	}
+	return nil
+}
+
+func (x *NodeSetInventory) GetNowUnixNano() int64 {
+	if x != nil {
+		return x.NowUnixNano
+	}
+	return 0
+}
+
 type PlacementPut struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
@@ -1210,7 +1280,7 @@ type PlacementPut struct {
 
 func (x *PlacementPut) Reset() {
 	*x = PlacementPut{}
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1222,7 +1292,7 @@ func (x *PlacementPut) String() string {
 func (*PlacementPut) ProtoMessage() {}
 
 func (x *PlacementPut) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1235,7 +1305,7 @@ func (x *PlacementPut) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementPut.ProtoReflect.Descriptor instead.
 func (*PlacementPut) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{12}
+	return file_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PlacementPut) GetRequestId() string {
@@ -1273,7 +1343,7 @@ type PlacementSetState struct {
 
 func (x *PlacementSetState) Reset() {
 	*x = PlacementSetState{}
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1285,7 +1355,7 @@ func (x *PlacementSetState) String() string {
 func (*PlacementSetState) ProtoMessage() {}
 
 func (x *PlacementSetState) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1298,7 +1368,7 @@ func (x *PlacementSetState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementSetState.ProtoReflect.Descriptor instead.
 func (*PlacementSetState) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{13}
+	return file_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PlacementSetState) GetRequestId() string {
@@ -1355,7 +1425,7 @@ type PlacementDelete struct {
 
 func (x *PlacementDelete) Reset() {
 	*x = PlacementDelete{}
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1367,7 +1437,7 @@ func (x *PlacementDelete) String() string {
 func (*PlacementDelete) ProtoMessage() {}
 
 func (x *PlacementDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1380,7 +1450,7 @@ func (x *PlacementDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementDelete.ProtoReflect.Descriptor instead.
 func (*PlacementDelete) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{14}
+	return file_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PlacementDelete) GetRequestId() string {
@@ -1425,7 +1495,7 @@ type SessionCreate struct {
 
 func (x *SessionCreate) Reset() {
 	*x = SessionCreate{}
-	mi := &file_cluster_proto_msgTypes[15]
+	mi := &file_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1437,7 +1507,7 @@ func (x *SessionCreate) String() string {
 func (*SessionCreate) ProtoMessage() {}
 
 func (x *SessionCreate) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[15]
+	mi := &file_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1450,7 +1520,7 @@ func (x *SessionCreate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionCreate.ProtoReflect.Descriptor instead.
 func (*SessionCreate) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{15}
+	return file_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SessionCreate) GetRequestId() string {
@@ -1509,7 +1579,7 @@ type SessionTouch struct {
 
 func (x *SessionTouch) Reset() {
 	*x = SessionTouch{}
-	mi := &file_cluster_proto_msgTypes[16]
+	mi := &file_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1521,7 +1591,7 @@ func (x *SessionTouch) String() string {
 func (*SessionTouch) ProtoMessage() {}
 
 func (x *SessionTouch) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[16]
+	mi := &file_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1534,7 +1604,7 @@ func (x *SessionTouch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionTouch.ProtoReflect.Descriptor instead.
 func (*SessionTouch) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{16}
+	return file_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SessionTouch) GetRequestId() string {
@@ -1587,7 +1657,7 @@ type SessionTurnBegin struct {
 
 func (x *SessionTurnBegin) Reset() {
 	*x = SessionTurnBegin{}
-	mi := &file_cluster_proto_msgTypes[17]
+	mi := &file_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1599,7 +1669,7 @@ func (x *SessionTurnBegin) String() string {
 func (*SessionTurnBegin) ProtoMessage() {}
 
 func (x *SessionTurnBegin) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[17]
+	mi := &file_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1612,7 +1682,7 @@ func (x *SessionTurnBegin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionTurnBegin.ProtoReflect.Descriptor instead.
 func (*SessionTurnBegin) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{17}
+	return file_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SessionTurnBegin) GetRequestId() string {
@@ -1681,7 +1751,7 @@ type SessionTurnEnd struct {
 
 func (x *SessionTurnEnd) Reset() {
 	*x = SessionTurnEnd{}
-	mi := &file_cluster_proto_msgTypes[18]
+	mi := &file_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1693,7 +1763,7 @@ func (x *SessionTurnEnd) String() string {
 func (*SessionTurnEnd) ProtoMessage() {}
 
 func (x *SessionTurnEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[18]
+	mi := &file_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1706,7 +1776,7 @@ func (x *SessionTurnEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionTurnEnd.ProtoReflect.Descriptor instead.
 func (*SessionTurnEnd) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{18}
+	return file_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SessionTurnEnd) GetRequestId() string {
@@ -1792,7 +1862,7 @@ type SessionUpdate struct {
 
 func (x *SessionUpdate) Reset() {
 	*x = SessionUpdate{}
-	mi := &file_cluster_proto_msgTypes[19]
+	mi := &file_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1804,7 +1874,7 @@ func (x *SessionUpdate) String() string {
 func (*SessionUpdate) ProtoMessage() {}
 
 func (x *SessionUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[19]
+	mi := &file_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1817,7 +1887,7 @@ func (x *SessionUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionUpdate.ProtoReflect.Descriptor instead.
 func (*SessionUpdate) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{19}
+	return file_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SessionUpdate) GetRequestId() string {
@@ -1914,7 +1984,7 @@ type SessionDestroy struct {
 
 func (x *SessionDestroy) Reset() {
 	*x = SessionDestroy{}
-	mi := &file_cluster_proto_msgTypes[20]
+	mi := &file_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1926,7 +1996,7 @@ func (x *SessionDestroy) String() string {
 func (*SessionDestroy) ProtoMessage() {}
 
 func (x *SessionDestroy) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[20]
+	mi := &file_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1939,7 +2009,7 @@ func (x *SessionDestroy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionDestroy.ProtoReflect.Descriptor instead.
 func (*SessionDestroy) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{20}
+	return file_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SessionDestroy) GetRequestId() string {
@@ -1967,7 +2037,7 @@ type SessionReap struct {
 
 func (x *SessionReap) Reset() {
 	*x = SessionReap{}
-	mi := &file_cluster_proto_msgTypes[21]
+	mi := &file_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1979,7 +2049,7 @@ func (x *SessionReap) String() string {
 func (*SessionReap) ProtoMessage() {}
 
 func (x *SessionReap) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[21]
+	mi := &file_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1992,7 +2062,7 @@ func (x *SessionReap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionReap.ProtoReflect.Descriptor instead.
 func (*SessionReap) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{21}
+	return file_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SessionReap) GetRequestId() string {
@@ -2026,7 +2096,7 @@ type APIKeyPut struct {
 
 func (x *APIKeyPut) Reset() {
 	*x = APIKeyPut{}
-	mi := &file_cluster_proto_msgTypes[22]
+	mi := &file_cluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2038,7 +2108,7 @@ func (x *APIKeyPut) String() string {
 func (*APIKeyPut) ProtoMessage() {}
 
 func (x *APIKeyPut) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[22]
+	mi := &file_cluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2051,7 +2121,7 @@ func (x *APIKeyPut) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use APIKeyPut.ProtoReflect.Descriptor instead.
 func (*APIKeyPut) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{22}
+	return file_cluster_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *APIKeyPut) GetRequestId() string {
@@ -2079,7 +2149,7 @@ type APIKeyRevoke struct {
 
 func (x *APIKeyRevoke) Reset() {
 	*x = APIKeyRevoke{}
-	mi := &file_cluster_proto_msgTypes[23]
+	mi := &file_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2091,7 +2161,7 @@ func (x *APIKeyRevoke) String() string {
 func (*APIKeyRevoke) ProtoMessage() {}
 
 func (x *APIKeyRevoke) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[23]
+	mi := &file_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2104,7 +2174,7 @@ func (x *APIKeyRevoke) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use APIKeyRevoke.ProtoReflect.Descriptor instead.
 func (*APIKeyRevoke) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{23}
+	return file_cluster_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *APIKeyRevoke) GetRequestId() string {
@@ -2141,7 +2211,7 @@ type SettingPut struct {
 
 func (x *SettingPut) Reset() {
 	*x = SettingPut{}
-	mi := &file_cluster_proto_msgTypes[24]
+	mi := &file_cluster_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2153,7 +2223,7 @@ func (x *SettingPut) String() string {
 func (*SettingPut) ProtoMessage() {}
 
 func (x *SettingPut) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[24]
+	mi := &file_cluster_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2166,7 +2236,7 @@ func (x *SettingPut) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettingPut.ProtoReflect.Descriptor instead.
 func (*SettingPut) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{24}
+	return file_cluster_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SettingPut) GetRequestId() string {
@@ -2216,7 +2286,7 @@ type SettingDelete struct {
 
 func (x *SettingDelete) Reset() {
 	*x = SettingDelete{}
-	mi := &file_cluster_proto_msgTypes[25]
+	mi := &file_cluster_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2228,7 +2298,7 @@ func (x *SettingDelete) String() string {
 func (*SettingDelete) ProtoMessage() {}
 
 func (x *SettingDelete) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[25]
+	mi := &file_cluster_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2241,7 +2311,7 @@ func (x *SettingDelete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettingDelete.ProtoReflect.Descriptor instead.
 func (*SettingDelete) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{25}
+	return file_cluster_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SettingDelete) GetRequestId() string {
@@ -2281,7 +2351,7 @@ type Noop struct {
 
 func (x *Noop) Reset() {
 	*x = Noop{}
-	mi := &file_cluster_proto_msgTypes[26]
+	mi := &file_cluster_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2293,7 +2363,7 @@ func (x *Noop) String() string {
 func (*Noop) ProtoMessage() {}
 
 func (x *Noop) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[26]
+	mi := &file_cluster_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2306,7 +2376,7 @@ func (x *Noop) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Noop.ProtoReflect.Descriptor instead.
 func (*Noop) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{26}
+	return file_cluster_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Noop) GetRequestId() string {
@@ -2325,7 +2395,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_cluster_proto_msgTypes[27]
+	mi := &file_cluster_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2337,7 +2407,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[27]
+	mi := &file_cluster_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2350,7 +2420,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{27}
+	return file_cluster_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ApplyRequest) GetCommand() []byte {
@@ -2376,7 +2446,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_cluster_proto_msgTypes[28]
+	mi := &file_cluster_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2388,7 +2458,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[28]
+	mi := &file_cluster_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2401,7 +2471,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{28}
+	return file_cluster_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ApplyResponse) GetIndex() uint64 {
@@ -2468,7 +2538,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_cluster_proto_msgTypes[29]
+	mi := &file_cluster_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2480,7 +2550,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[29]
+	mi := &file_cluster_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2493,7 +2563,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{29}
+	return file_cluster_proto_rawDescGZIP(), []int{30}
 }
 
 type StatusResponse struct {
@@ -2510,7 +2580,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_cluster_proto_msgTypes[30]
+	mi := &file_cluster_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2522,7 +2592,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[30]
+	mi := &file_cluster_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2535,7 +2605,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{30}
+	return file_cluster_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StatusResponse) GetNodeId() string {
@@ -2588,7 +2658,7 @@ type ReadIndexRequest struct {
 
 func (x *ReadIndexRequest) Reset() {
 	*x = ReadIndexRequest{}
-	mi := &file_cluster_proto_msgTypes[31]
+	mi := &file_cluster_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2600,7 +2670,7 @@ func (x *ReadIndexRequest) String() string {
 func (*ReadIndexRequest) ProtoMessage() {}
 
 func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[31]
+	mi := &file_cluster_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2613,7 +2683,7 @@ func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexRequest.ProtoReflect.Descriptor instead.
 func (*ReadIndexRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{31}
+	return file_cluster_proto_rawDescGZIP(), []int{32}
 }
 
 type ReadIndexResponse struct {
@@ -2625,7 +2695,7 @@ type ReadIndexResponse struct {
 
 func (x *ReadIndexResponse) Reset() {
 	*x = ReadIndexResponse{}
-	mi := &file_cluster_proto_msgTypes[32]
+	mi := &file_cluster_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2637,7 +2707,7 @@ func (x *ReadIndexResponse) String() string {
 func (*ReadIndexResponse) ProtoMessage() {}
 
 func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[32]
+	mi := &file_cluster_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2650,7 +2720,7 @@ func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexResponse.ProtoReflect.Descriptor instead.
 func (*ReadIndexResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{32}
+	return file_cluster_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReadIndexResponse) GetIndex() uint64 {
@@ -2764,7 +2834,13 @@ const file_cluster_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x1a\n" +
-	"\bdraining\x18\x03 \x01(\bR\bdraining\"\x8c\x01\n" +
+	"\bdraining\x18\x03 \x01(\bR\bdraining\"\x83\x01\n" +
+	"\x10NodeSetInventory\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x1c\n" +
+	"\tinventory\x18\x03 \x01(\fR\tinventory\x12\"\n" +
+	"\rnow_unix_nano\x18\x04 \x01(\x03R\vnowUnixNano\"\x8c\x01\n" +
 	"\fPlacementPut\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12:\n" +
@@ -2938,7 +3014,7 @@ func file_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_cluster_proto_goTypes = []any{
 	(NodeStatus)(0),           // 0: fusion.cluster.v1.NodeStatus
 	(StageState)(0),           // 1: fusion.cluster.v1.StageState
@@ -2955,27 +3031,28 @@ var file_cluster_proto_goTypes = []any{
 	(*NodeSetStatus)(nil),     // 12: fusion.cluster.v1.NodeSetStatus
 	(*NodeDeregister)(nil),    // 13: fusion.cluster.v1.NodeDeregister
 	(*NodeSetDraining)(nil),   // 14: fusion.cluster.v1.NodeSetDraining
-	(*PlacementPut)(nil),      // 15: fusion.cluster.v1.PlacementPut
-	(*PlacementSetState)(nil), // 16: fusion.cluster.v1.PlacementSetState
-	(*PlacementDelete)(nil),   // 17: fusion.cluster.v1.PlacementDelete
-	(*SessionCreate)(nil),     // 18: fusion.cluster.v1.SessionCreate
-	(*SessionTouch)(nil),      // 19: fusion.cluster.v1.SessionTouch
-	(*SessionTurnBegin)(nil),  // 20: fusion.cluster.v1.SessionTurnBegin
-	(*SessionTurnEnd)(nil),    // 21: fusion.cluster.v1.SessionTurnEnd
-	(*SessionUpdate)(nil),     // 22: fusion.cluster.v1.SessionUpdate
-	(*SessionDestroy)(nil),    // 23: fusion.cluster.v1.SessionDestroy
-	(*SessionReap)(nil),       // 24: fusion.cluster.v1.SessionReap
-	(*APIKeyPut)(nil),         // 25: fusion.cluster.v1.APIKeyPut
-	(*APIKeyRevoke)(nil),      // 26: fusion.cluster.v1.APIKeyRevoke
-	(*SettingPut)(nil),        // 27: fusion.cluster.v1.SettingPut
-	(*SettingDelete)(nil),     // 28: fusion.cluster.v1.SettingDelete
-	(*Noop)(nil),              // 29: fusion.cluster.v1.Noop
-	(*ApplyRequest)(nil),      // 30: fusion.cluster.v1.ApplyRequest
-	(*ApplyResponse)(nil),     // 31: fusion.cluster.v1.ApplyResponse
-	(*StatusRequest)(nil),     // 32: fusion.cluster.v1.StatusRequest
-	(*StatusResponse)(nil),    // 33: fusion.cluster.v1.StatusResponse
-	(*ReadIndexRequest)(nil),  // 34: fusion.cluster.v1.ReadIndexRequest
-	(*ReadIndexResponse)(nil), // 35: fusion.cluster.v1.ReadIndexResponse
+	(*NodeSetInventory)(nil),  // 15: fusion.cluster.v1.NodeSetInventory
+	(*PlacementPut)(nil),      // 16: fusion.cluster.v1.PlacementPut
+	(*PlacementSetState)(nil), // 17: fusion.cluster.v1.PlacementSetState
+	(*PlacementDelete)(nil),   // 18: fusion.cluster.v1.PlacementDelete
+	(*SessionCreate)(nil),     // 19: fusion.cluster.v1.SessionCreate
+	(*SessionTouch)(nil),      // 20: fusion.cluster.v1.SessionTouch
+	(*SessionTurnBegin)(nil),  // 21: fusion.cluster.v1.SessionTurnBegin
+	(*SessionTurnEnd)(nil),    // 22: fusion.cluster.v1.SessionTurnEnd
+	(*SessionUpdate)(nil),     // 23: fusion.cluster.v1.SessionUpdate
+	(*SessionDestroy)(nil),    // 24: fusion.cluster.v1.SessionDestroy
+	(*SessionReap)(nil),       // 25: fusion.cluster.v1.SessionReap
+	(*APIKeyPut)(nil),         // 26: fusion.cluster.v1.APIKeyPut
+	(*APIKeyRevoke)(nil),      // 27: fusion.cluster.v1.APIKeyRevoke
+	(*SettingPut)(nil),        // 28: fusion.cluster.v1.SettingPut
+	(*SettingDelete)(nil),     // 29: fusion.cluster.v1.SettingDelete
+	(*Noop)(nil),              // 30: fusion.cluster.v1.Noop
+	(*ApplyRequest)(nil),      // 31: fusion.cluster.v1.ApplyRequest
+	(*ApplyResponse)(nil),     // 32: fusion.cluster.v1.ApplyResponse
+	(*StatusRequest)(nil),     // 33: fusion.cluster.v1.StatusRequest
+	(*StatusResponse)(nil),    // 34: fusion.cluster.v1.StatusResponse
+	(*ReadIndexRequest)(nil),  // 35: fusion.cluster.v1.ReadIndexRequest
+	(*ReadIndexResponse)(nil), // 36: fusion.cluster.v1.ReadIndexResponse
 }
 var file_cluster_proto_depIdxs = []int32{
 	0,  // 0: fusion.cluster.v1.Node.status:type_name -> fusion.cluster.v1.NodeStatus
@@ -2988,12 +3065,12 @@ var file_cluster_proto_depIdxs = []int32{
 	6,  // 7: fusion.cluster.v1.SessionCreate.session:type_name -> fusion.cluster.v1.Session
 	2,  // 8: fusion.cluster.v1.SessionCreate.policy:type_name -> fusion.cluster.v1.CapPolicy
 	7,  // 9: fusion.cluster.v1.APIKeyPut.key:type_name -> fusion.cluster.v1.APIKey
-	30, // 10: fusion.cluster.v1.Cluster.Apply:input_type -> fusion.cluster.v1.ApplyRequest
-	32, // 11: fusion.cluster.v1.Cluster.Status:input_type -> fusion.cluster.v1.StatusRequest
-	34, // 12: fusion.cluster.v1.Cluster.ReadIndex:input_type -> fusion.cluster.v1.ReadIndexRequest
-	31, // 13: fusion.cluster.v1.Cluster.Apply:output_type -> fusion.cluster.v1.ApplyResponse
-	33, // 14: fusion.cluster.v1.Cluster.Status:output_type -> fusion.cluster.v1.StatusResponse
-	35, // 15: fusion.cluster.v1.Cluster.ReadIndex:output_type -> fusion.cluster.v1.ReadIndexResponse
+	31, // 10: fusion.cluster.v1.Cluster.Apply:input_type -> fusion.cluster.v1.ApplyRequest
+	33, // 11: fusion.cluster.v1.Cluster.Status:input_type -> fusion.cluster.v1.StatusRequest
+	35, // 12: fusion.cluster.v1.Cluster.ReadIndex:input_type -> fusion.cluster.v1.ReadIndexRequest
+	32, // 13: fusion.cluster.v1.Cluster.Apply:output_type -> fusion.cluster.v1.ApplyResponse
+	34, // 14: fusion.cluster.v1.Cluster.Status:output_type -> fusion.cluster.v1.StatusResponse
+	36, // 15: fusion.cluster.v1.Cluster.ReadIndex:output_type -> fusion.cluster.v1.ReadIndexResponse
 	13, // [13:16] is the sub-list for method output_type
 	10, // [10:13] is the sub-list for method input_type
 	10, // [10:10] is the sub-list for extension type_name
@@ -3006,14 +3083,14 @@ func file_cluster_proto_init() {
 	if File_cluster_proto != nil {
 		return
 	}
-	file_cluster_proto_msgTypes[19].OneofWrappers = []any{}
+	file_cluster_proto_msgTypes[20].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   33,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -46,6 +46,7 @@ const (
 	TypeAPIKeyRevoke      Type = 17
 	TypeSettingPut        Type = 18
 	TypeSettingDelete     Type = 19
+	TypeNodeSetInventory  Type = 20
 )
 
 // registry maps a type to a constructor of its payload. It is built once
@@ -70,6 +71,7 @@ var registry = map[Type]func() proto.Message{
 	TypeAPIKeyRevoke:      func() proto.Message { return new(pb.APIKeyRevoke) },
 	TypeSettingPut:        func() proto.Message { return new(pb.SettingPut) },
 	TypeSettingDelete:     func() proto.Message { return new(pb.SettingDelete) },
+	TypeNodeSetInventory:  func() proto.Message { return new(pb.NodeSetInventory) },
 }
 
 // typeOf is the reverse of registry, keyed by message full name.

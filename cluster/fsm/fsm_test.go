@@ -416,3 +416,19 @@ func TestSessionTTLFromCommandClock(t *testing.T) {
 		t.Fatalf("create without expiry: %v", r.Err)
 	}
 }
+
+func TestNodeInventory(t *testing.T) {
+	h := newHarness(t)
+	if r := h.apply(&pb.NodeSetInventory{Id: "a", Inventory: []byte(`{}`)}); !errors.Is(r.Err, ErrNotFound) {
+		t.Fatalf("unknown node: %v", r.Err)
+	}
+	h.nodes("a")
+	if r := h.apply(&pb.NodeSetInventory{Id: "a", Inventory: []byte(`{"loaded":`)}); !errors.Is(r.Err, ErrInvalid) {
+		t.Fatalf("bad JSON: %v", r.Err)
+	}
+	h.ok(&pb.NodeSetInventory{Id: "a", Inventory: []byte(`{"loaded":["m"]}`)})
+	h.ok(&pb.NodeUpsert{Node: &pb.Node{Id: "a", HttpAddr: "new", Inventory: []byte(`{"loaded":["m"]}`)}})
+	if n, _ := h.s.Node("a"); string(n.Inventory) != `{"loaded":["m"]}` || n.HttpAddr != "new" {
+		t.Fatalf("node %v", n)
+	}
+}

@@ -85,6 +85,10 @@ func (g *gen) next() []byte {
 	case 2:
 		m = &pb.NodeDeregister{Id: g.pick("n", 5)}
 	case 3:
+		if g.r.IntN(2) == 0 {
+			m = &pb.NodeSetInventory{Id: g.pick("n", 4), Inventory: []byte(fmt.Sprintf(`{"loaded":["m%d"]}`, g.r.IntN(3)))}
+			break
+		}
 		m = &pb.NodeSetDraining{Id: g.pick("n", 4), Draining: g.r.IntN(2) == 0}
 	case 4:
 		p := &pb.Placement{Model: g.pick("m", 3), Replica: uint32(g.r.IntN(2))}

@@ -221,6 +221,8 @@ func (s *State) apply(t Type, m proto.Message, index uint64) Result {
 		return s.nodeDeregister(c, index)
 	case *pb.NodeSetDraining:
 		return s.nodeSetDraining(c, index)
+	case *pb.NodeSetInventory:
+		return s.nodeSetInventory(c, index)
 	case *pb.PlacementPut:
 		return s.placementPut(c, index)
 	case *pb.PlacementSetState:
@@ -337,6 +339,23 @@ func (s *State) nodeSetDraining(c *pb.NodeSetDraining, index uint64) Result {
 	}
 	n := proto.Clone(old).(*pb.Node)
 	n.Draining, n.ModifyIndex = c.Draining, index
+	s.nodes[n.Id] = n
+	return Result{Changes: []Change{{Table: TableNodes, Kind: Updated, Key: n.Id}}}
+}
+
+func (s *State) nodeSetInventory(c *pb.NodeSetInventory, index uint64) Result {
+	old, ok := s.nodes[c.Id]
+	if !ok {
+		return fail(CodeNotFound, 0, "node %q", c.Id)
+	}
+	if len(c.Inventory) > 0 && !json.Valid(c.Inventory) {
+		return fail(CodeInvalid, 0, "node %q: inventory is not JSON", c.Id)
+	}
+	if bytes.Equal(old.Inventory, c.Inventory) {
+		return Result{}
+	}
+	n := proto.Clone(old).(*pb.Node)
+	n.Inventory, n.ModifyIndex = append([]byte(nil), c.Inventory...), index
 	s.nodes[n.Id] = n
 	return Result{Changes: []Change{{Table: TableNodes, Kind: Updated, Key: n.Id}}}
 }
