@@ -81,6 +81,8 @@ type Config struct {
 	ApplyTimeout      time.Duration // one raft Apply or forwarded call (5 s)
 	HoldTimeout       time.Duration // retry a write this long without a leader (5 s)
 	LeaveDelay        time.Duration // wait after a graceful leave for it to spread (1 s)
+	PlanInterval      time.Duration // placement planner period on the leader (2 s)
+	FailoverGrace     time.Duration // a failed node's replicas move after this (2 min)
 
 	Timing Timing
 	Logger *slog.Logger
@@ -120,6 +122,8 @@ func (c *Config) defaults() error {
 	def(&c.ApplyTimeout, 5*time.Second)
 	def(&c.HoldTimeout, 5*time.Second)
 	def(&c.LeaveDelay, time.Second)
+	def(&c.PlanInterval, 2*time.Second)
+	def(&c.FailoverGrace, 2*time.Minute)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

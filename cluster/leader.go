@@ -181,6 +181,8 @@ func (m *Member) leaderLoop(ctx context.Context) {
 	defer reap.Stop()
 	retry := time.NewTicker(time.Second) // repairs steps that failed
 	defer retry.Stop()
+	planT := time.NewTicker(m.cfg.PlanInterval)
+	defer planT.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -193,6 +195,8 @@ func (m *Member) leaderLoop(ctx context.Context) {
 			m.reconcile(ctx)
 		case <-reap.C:
 			m.reap(ctx)
+		case <-planT.C:
+			m.plan(ctx)
 		}
 	}
 }
