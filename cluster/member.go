@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -167,6 +168,9 @@ func New(cfg Config) (_ *Member, err error) {
 	if t.TrailingLogs > 0 {
 		rc.TrailingLogs = t.TrailingLogs
 	}
+	if err := m.recoverPeers(rc); err != nil {
+		return nil, err
+	}
 	m.raft, err = raft.NewRaft(rc, m.fsm, m.stores.Log, m.stores.Stable, m.stores.Snapshots, m.trans)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: raft: %w", err)
@@ -182,6 +186,33 @@ func New(cfg Config) (_ *Member, err error) {
 	}
 	m.pool = newConnPool(dialOpts)
 	return m, nil
+}
+
+// PeersFile, when present in <data-dir>/raft/, replaces the raft
+// configuration at start (raft.RecoverCluster): the operator's way out
+// when a majority of voters is lost for good. It holds a JSON array of
+// {"id", "address", "non_voter"} and is renamed to peers.json.applied
+// once used. Write the same file on every surviving node.
+const PeersFile = "peers.json"
+
+func (m *Member) recoverPeers(rc *raft.Config) error {
+	path := filepath.Join(m.stores.Dir, PeersFile)
+	if _, err := os.Stat(path); err != nil {
+		return nil
+	}
+	conf, err := raft.ReadConfigJSON(path)
+	if err != nil {
+		return fmt.Errorf("cluster: %s: %w", path, err)
+	}
+	if err := raft.RecoverCluster(rc, m.fsm, m.stores.Log, m.stores.Stable, m.stores.Snapshots, m.trans, conf); err != nil {
+		return fmt.Errorf("cluster: recover from %s: %w", path, err)
+	}
+	if err := os.Rename(path, path+".applied"); err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	m.hadState = true
+	m.log.Warn("raft configuration replaced from "+PeersFile, "servers", len(conf.Servers))
+	return nil
 }
 
 func setDur(dst *time.Duration, v time.Duration) {

@@ -3,6 +3,8 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -181,4 +183,45 @@ func TestLaggingFollowerGetsSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitSameState(t, nodes)
+}
+
+// TestRecoverFromPeersFile: two of three voters are lost for good; the
+// operator writes peers.json naming the survivor alone, which restarts as
+// a one-voter cluster with its data and takes writes.
+func TestRecoverFromPeersFile(t *testing.T) {
+	nodes := startCluster(t, 3, "")
+	ctx := context.Background()
+	for i := range 5 {
+		if _, err := put(ctx, nodes[i%3], fmt.Sprintf("k%d", i), "v"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitSameState(t, nodes)
+	survivor := nodes[0]
+	dir, raftAddr := survivor.cfg.DataDir, survivor.RaftAddr()
+	for _, m := range nodes {
+		m.Close()
+	}
+	peers := fmt.Sprintf(`[{"id": %q, "address": %q, "non_voter": false}]`, survivor.ID(), raftAddr)
+	if err := os.WriteFile(filepath.Join(dir, "raft", PeersFile), []byte(peers), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	again := testNode(t, survivor.ID(), dir, nil, 3, "", func(c *Config) { c.RaftListen = raftAddr })
+	waitLeader(t, []*Member{again}, 10*time.Second)
+	again.fsm.Read(func(s *fsm.State) {
+		for i := range 5 {
+			if _, ok := s.Setting(fmt.Sprintf("k%d", i)); !ok {
+				t.Errorf("k%d lost in recovery", i)
+			}
+		}
+	})
+	if _, err := put(ctx, again, "after", "x"); err != nil {
+		t.Fatal(err)
+	}
+	if s := servers(t, again); len(s) != 1 {
+		t.Fatalf("servers after recovery: %v", s)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "raft", PeersFile+".applied")); err != nil {
+		t.Fatal(err)
+	}
 }
