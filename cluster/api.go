@@ -215,7 +215,9 @@ func (m *Member) AdminHandler() http.Handler {
 			}
 		}
 		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("X-Fusion-Index", itoa(m.fsm.AppliedIndex()))
+		st := m.Stats()
+		w.Header().Set("X-Fusion-Index", itoa(st.AppliedIndex))
+		w.Header().Set("X-Fusion-Last-Contact", st.LastContact.String())
 		_ = json.NewEncoder(w).Encode(m.Status())
 	})
 }

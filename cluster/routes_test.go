@@ -89,3 +89,24 @@ func TestRoutes(t *testing.T) {
 	})
 	t.Logf("killed node unroutable after %v", took)
 }
+
+func TestStats(t *testing.T) {
+	nodes := startCluster(t, 3, "")
+	leader := waitLeader(t, nodes, 5*time.Second)
+	if _, err := put(context.Background(), nodes[0], "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	waitSameState(t, nodes)
+	for _, m := range nodes {
+		st := m.Stats()
+		if st.Leader != leader.ID() || st.Voters != 3 || st.Servers != 3 || st.Members != 3 || st.AppliedIndex == 0 || st.Term == 0 {
+			t.Fatalf("%s: %+v", m.ID(), st)
+		}
+		if m == leader && (st.State != "Leader" || st.LastContact != 0) {
+			t.Fatalf("leader stats %+v", st)
+		}
+		if m != leader && (st.State != "Follower" || st.LastContact < 0 || st.LastContact > 5*time.Second) {
+			t.Fatalf("follower stats %+v", st)
+		}
+	}
+}
