@@ -7,8 +7,13 @@ import (
 	"time"
 )
 
+// DefaultHeartbeatTimeout is the raft heartbeat and election timeout when
+// Timing leaves them zero (the leader lease is half of it).
+const DefaultHeartbeatTimeout = 500 * time.Millisecond
+
 // Timing holds the failure-detection and consensus timings. Zero fields
-// take hashicorp/raft and memberlist LAN defaults.
+// take DefaultHeartbeatTimeout for raft's heartbeat/election (lease: half),
+// else hashicorp/raft and memberlist LAN defaults.
 type Timing struct {
 	HeartbeatTimeout   time.Duration
 	ElectionTimeout    time.Duration

@@ -28,6 +28,7 @@ func benchRaft(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	writes := fs.Int("writes", 300, "sequential writes per latency series")
 	duration := fs.Duration("duration", 2*time.Second, "time of the concurrent-writers run")
 	writers := fs.Int("writers", 16, "concurrent writers")
+	failovers := fs.Int("failovers", 3, "leader kills timed with the default (production) raft and gossip timings")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -40,7 +41,7 @@ func benchRaft(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	defer os.RemoveAll(dir)
 
-	solo, err := benchMembers(ctx, dir, "solo", 1)
+	solo, err := benchMembers(ctx, dir, "solo", 1, cluster.TestTiming())
 	if err != nil {
 		return err
 	}
@@ -50,7 +51,7 @@ func benchRaft(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 
-	three, err := benchMembers(ctx, dir, "trio", 3)
+	three, err := benchMembers(ctx, dir, "trio", 3, cluster.TestTiming())
 	if err != nil {
 		return err
 	}
@@ -78,6 +79,16 @@ func benchRaft(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	closeAll(three)
+	var fo []float64
+	for i := range *failovers {
+		d, err := timeFailover(ctx, filepath.Join(dir, fmt.Sprintf("fo%d", i)))
+		if err != nil {
+			return err
+		}
+		fo = append(fo, d)
+	}
+	slices.Sort(fo)
 	out := map[string]any{
 		"unit":                     "ms",
 		"single_node":              soloLat,
@@ -85,13 +96,49 @@ func benchRaft(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		"three_nodes_forwarded":    fwdLat,
 		"three_nodes_writes_per_s": rate,
 		"three_nodes_writers":      *writers,
-		"note":                     "SettingPut through raft, bbolt log in $TMPDIR, loopback; forwarded = proposed on a follower, sent to the leader over gRPC",
+		"failover_new_leader_ms":   fo,
+		"note": "SettingPut through raft, bbolt log in $TMPDIR, loopback; forwarded = proposed on a follower, sent to the leader over gRPC; " +
+			"failover = ms from killing the leader (default timings: raft heartbeat and election 500 ms) until both survivors agree on a new one",
 	}
 	enc := json.NewEncoder(stdout)
 	return enc.Encode(out)
 }
 
-func benchMembers(ctx context.Context, dir, name string, n int) ([]*cluster.Member, error) {
+// timeFailover forms a three-node cluster with the default timings, kills
+// the leader and returns the milliseconds until the others agree on a new
+// one.
+func timeFailover(ctx context.Context, dir string) (float64, error) {
+	ms, err := benchMembers(ctx, dir, "fo", 3, cluster.Timing{})
+	if err != nil {
+		return 0, err
+	}
+	defer closeAll(ms)
+	var leader *cluster.Member
+	var rest []*cluster.Member
+	for _, m := range ms {
+		if m.IsLeader() {
+			leader = m
+		} else {
+			rest = append(rest, m)
+		}
+	}
+	if leader == nil {
+		return 0, fmt.Errorf("bench raft: no leader")
+	}
+	old := leader.ID()
+	start := time.Now()
+	leader.Close()
+	for time.Since(start) < 30*time.Second {
+		a, b := rest[0].Leader(), rest[1].Leader()
+		if a != "" && a != old && a == b {
+			return float64(time.Since(start).Microseconds()) / 1000, nil
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return 0, fmt.Errorf("bench raft: no new leader 30 s after the kill")
+}
+
+func benchMembers(ctx context.Context, dir, name string, n int, timing cluster.Timing) ([]*cluster.Member, error) {
 	logger := slog.New(slog.DiscardHandler)
 	var ms []*cluster.Member
 	var seeds []string
@@ -99,7 +146,7 @@ func benchMembers(ctx context.Context, dir, name string, n int) ([]*cluster.Memb
 		m, err := cluster.New(cluster.Config{
 			NodeID: fmt.Sprintf("%s%d", name, i), DataDir: filepath.Join(dir, fmt.Sprintf("%s%d", name, i)),
 			GossipListen: "127.0.0.1:0", RaftListen: "127.0.0.1:0", GRPCListen: "127.0.0.1:0",
-			Join: seeds, BootstrapExpect: n, Timing: cluster.TestTiming(), Logger: logger,
+			Join: seeds, BootstrapExpect: n, Timing: timing, Logger: logger,
 		})
 		if err != nil {
 			closeAll(ms)
