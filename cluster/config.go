@@ -7,6 +7,10 @@ import (
 	"time"
 )
 
+// DefaultMaxCommandBytes bounds one raft command (a session's turn with
+// its messages is the largest).
+const DefaultMaxCommandBytes = 4 << 20
+
 // DefaultHeartbeatTimeout is the raft heartbeat and election timeout when
 // Timing leaves them zero (the leader lease is half of it).
 const DefaultHeartbeatTimeout = 500 * time.Millisecond
@@ -86,6 +90,7 @@ type Config struct {
 	ApplyTimeout      time.Duration // one raft Apply or forwarded call (5 s)
 	HoldTimeout       time.Duration // retry a write this long without a leader (5 s)
 	LeaveDelay        time.Duration // wait after a graceful leave for it to spread (1 s)
+	MaxCommandBytes   int           // largest command accepted for the log (4 MiB)
 	PlanInterval      time.Duration // placement planner period on the leader (2 s)
 	FailoverGrace     time.Duration // a failed node's replicas move after this (2 min)
 
@@ -128,6 +133,9 @@ func (c *Config) defaults() error {
 	def(&c.HoldTimeout, 5*time.Second)
 	def(&c.LeaveDelay, time.Second)
 	def(&c.PlanInterval, 2*time.Second)
+	if c.MaxCommandBytes <= 0 {
+		c.MaxCommandBytes = DefaultMaxCommandBytes
+	}
 	def(&c.FailoverGrace, 2*time.Minute)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

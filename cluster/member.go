@@ -183,9 +183,9 @@ func New(cfg Config) (_ *Member, err error) {
 		return nil, fmt.Errorf("cluster: raft: %w", err)
 	}
 
-	m.grpcSrv = grpc.NewServer(ServerOptions(m.auth, cfg.ServerTLS)...)
+	m.grpcSrv = grpc.NewServer(append(ServerOptions(m.auth, cfg.ServerTLS), grpc.MaxRecvMsgSize(cfg.MaxCommandBytes+64<<10))...)
 	pb.RegisterClusterServer(m.grpcSrv, &service{m: m})
-	dialOpts := DialOptions(m.auth, cfg.ClientTLS)
+	dialOpts := append(DialOptions(m.auth, cfg.ClientTLS), grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(cfg.MaxCommandBytes+64<<10)))
 	if cfg.blocked != nil {
 		dialOpts = append(dialOpts, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 			return dialFiltered(ctx, addr, 2*time.Second, cfg.blocked)

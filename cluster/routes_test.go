@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -108,5 +109,23 @@ func TestStats(t *testing.T) {
 		if m != leader && (st.State != "Follower" || st.LastContact < 0 || st.LastContact > 5*time.Second) {
 			t.Fatalf("follower stats %+v", st)
 		}
+	}
+}
+
+func TestCommandSizeLimit(t *testing.T) {
+	nodes := startCluster(t, 2, "")
+	leader := waitLeader(t, nodes, 5*time.Second)
+	follower := nodes[0]
+	if follower == leader {
+		follower = nodes[1]
+	}
+	ctx := context.Background()
+	big := make([]byte, DefaultMaxCommandBytes-1024) // fits, forwarded over gRPC
+	if _, err := follower.Apply(ctx, &pb.SettingPut{Key: "big", Value: big}); err != nil {
+		t.Fatalf("a command under the limit: %v", err)
+	}
+	tooBig := make([]byte, DefaultMaxCommandBytes+1)
+	if _, err := follower.Apply(ctx, &pb.SettingPut{Key: "huge", Value: tooBig}); !errors.Is(err, ErrCommandTooLarge) {
+		t.Fatalf("a command over the limit: %v", err)
 	}
 }

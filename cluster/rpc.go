@@ -29,6 +29,9 @@ var ErrNoLeader = errors.New("cluster: no leader")
 // ErrClosed means the member has been closed.
 var ErrClosed = errors.New("cluster: member closed")
 
+// ErrCommandTooLarge means a command above Config.MaxCommandBytes.
+var ErrCommandTooLarge = errors.New("cluster: command too large")
+
 // ErrInvalidCommand means a command that the FSM cannot decode.
 var ErrInvalidCommand = errors.New("cluster: invalid command")
 
@@ -52,6 +55,9 @@ func (m *Member) Apply(ctx context.Context, cmd proto.Message) (fsm.Result, erro
 	data, err := fsm.Encode(cmd)
 	if err != nil {
 		return fsm.Result{}, fmt.Errorf("%w: %v", ErrInvalidCommand, err)
+	}
+	if len(data) > m.cfg.MaxCommandBytes {
+		return fsm.Result{}, fmt.Errorf("%w: %d bytes, the limit is %d", ErrCommandTooLarge, len(data), m.cfg.MaxCommandBytes)
 	}
 	return m.applyBytes(ctx, data)
 }
@@ -117,6 +123,9 @@ func retryable(err error) bool {
 
 // applyLocal proposes on this node, which must lead.
 func (m *Member) applyLocal(data []byte) (fsm.Result, error) {
+	if len(data) > m.cfg.MaxCommandBytes {
+		return fsm.Result{}, fmt.Errorf("%w: %d bytes, the limit is %d", ErrInvalidCommand, len(data), m.cfg.MaxCommandBytes)
+	}
 	_, cmd, err := fsm.Decode(data)
 	if err != nil {
 		return fsm.Result{}, fmt.Errorf("%w: %v", ErrInvalidCommand, err)
