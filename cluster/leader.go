@@ -25,7 +25,7 @@ func (m *Member) bootstrapLoop() {
 	expect := m.cfg.BootstrapExpect
 	if expect <= 1 {
 		if len(m.cfg.Join) == 0 {
-			m.bootstrap([]Meta{m.meta})
+			m.bootstrap([]Meta{m.selfMeta()})
 		}
 		return // with seeds: the leader adds this node
 	}
@@ -207,9 +207,7 @@ func (m *Member) reconcile(ctx context.Context) {
 		return
 	}
 	peers := m.peerSnapshot()
-	m.mu.Lock()
-	self := m.meta
-	m.mu.Unlock()
+	self := m.selfMeta()
 	if p, ok := peers[self.ID]; !ok || p.status != StatusAlive {
 		peers[self.ID] = peer{meta: self, status: StatusAlive, since: time.Now()}
 	}

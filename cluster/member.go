@@ -347,10 +347,16 @@ func (m *Member) Start(ctx context.Context) error {
 func (m *Member) GossipAddr() string { return m.gossipLn }
 
 // RaftAddr is the advertised raft address.
-func (m *Member) RaftAddr() string { return m.meta.Raft }
+func (m *Member) RaftAddr() string { return m.selfMeta().Raft }
 
 // GRPCAddr is the advertised gRPC address.
-func (m *Member) GRPCAddr() string { return m.meta.GRPC }
+func (m *Member) GRPCAddr() string { return m.selfMeta().GRPC }
+
+func (m *Member) selfMeta() Meta {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.meta
+}
 
 func (m *Member) joinLoop() {
 	if len(m.cfg.Join) == 0 {
