@@ -2,8 +2,12 @@ package cluster
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
+	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -197,29 +201,124 @@ func stageState(s pb.StageState) string {
 	return "unknown"
 }
 
-// AdminHandler serves GET /admin/api/cluster: the status document as
-// JSON. With ?consistent it first waits for a linearizable read index
-// (503 without a leader). Mount it behind the admin auth.
+// AdminPath is where AdminHandler expects to be mounted (and, for
+// settings, everything under it).
+const AdminPath = "/admin/api/cluster"
+
+// AdminHandler serves, behind the admin auth:
+//
+//	GET /admin/api/cluster                  the status document
+//	GET /admin/api/cluster/settings/{key}   {"key","value","version"}
+//	PUT /admin/api/cluster/settings/{key}   {"value", "expect_version"?} → CAS write
+//
+// ?consistent on a GET first waits for a linearizable read index. No
+// leader → 503 + Retry-After; CAS mismatch → 409 with current_version.
 func (m *Member) AdminHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			w.Header().Set("Allow", "GET, HEAD")
-			writeJSONError(w, http.StatusMethodNotAllowed, "method not allowed")
-			return
-		}
-		if _, ok := r.URL.Query()["consistent"]; ok {
-			if err := m.ConsistentRead(r.Context()); err != nil {
-				w.Header().Set("Retry-After", "1")
-				writeJSONError(w, http.StatusServiceUnavailable, "no consistent read: "+err.Error())
-				return
-			}
-		}
-		w.Header().Set("Content-Type", "application/json")
 		st := m.Stats()
 		w.Header().Set("X-Fusion-Index", itoa(st.AppliedIndex))
 		w.Header().Set("X-Fusion-Last-Contact", st.LastContact.String())
-		_ = json.NewEncoder(w).Encode(m.Status())
+		rest, ok := strings.CutPrefix(r.URL.Path, AdminPath)
+		switch {
+		case ok && (rest == "" || rest == "/"):
+			if !allow(w, r, http.MethodGet, http.MethodHead) || !m.consistent(w, r) {
+				return
+			}
+			writeJSON(w, http.StatusOK, m.Status())
+		case ok && strings.HasPrefix(rest, "/settings/") && len(rest) > len("/settings/"):
+			m.serveSetting(w, r, strings.TrimPrefix(rest, "/settings/"))
+		default:
+			writeJSONError(w, http.StatusNotFound, "not found: "+r.URL.Path)
+		}
 	})
+}
+
+func allow(w http.ResponseWriter, r *http.Request, methods ...string) bool {
+	if slices.Contains(methods, r.Method) {
+		return true
+	}
+	w.Header().Set("Allow", strings.Join(methods, ", "))
+	writeJSONError(w, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed")
+	return false
+}
+
+func (m *Member) consistent(w http.ResponseWriter, r *http.Request) bool {
+	if _, ok := r.URL.Query()["consistent"]; !ok {
+		return true
+	}
+	if err := m.ConsistentRead(r.Context()); err != nil {
+		w.Header().Set("Retry-After", "1")
+		writeJSONError(w, http.StatusServiceUnavailable, "no consistent read: "+err.Error())
+		return false
+	}
+	return true
+}
+
+// SettingDoc is a setting over HTTP.
+type SettingDoc struct {
+	Key     string `json:"key"`
+	Value   string `json:"value"`
+	Version uint64 `json:"version"`
+}
+
+func (m *Member) serveSetting(w http.ResponseWriter, r *http.Request, key string) {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+		if !m.consistent(w, r) {
+			return
+		}
+		var (
+			s  *pb.Setting
+			ok bool
+		)
+		m.fsm.Read(func(st *fsm.State) { s, ok = st.Setting(key) })
+		if !ok {
+			writeJSONError(w, http.StatusNotFound, "no setting "+strconv.Quote(key))
+			return
+		}
+		writeJSON(w, http.StatusOK, SettingDoc{Key: key, Value: string(s.Value), Version: s.Version})
+	case http.MethodPut:
+		var body struct {
+			Value         *string `json:"value"`
+			ExpectVersion *uint64 `json:"expect_version"`
+		}
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, int64(m.cfg.MaxCommandBytes)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&body); err != nil || body.Value == nil {
+			writeJSONError(w, http.StatusBadRequest, "body must be {\"value\": string, \"expect_version\"?: integer}")
+			return
+		}
+		cmd := &pb.SettingPut{Key: key, Value: []byte(*body.Value)}
+		if body.ExpectVersion != nil {
+			cmd.Cas, cmd.ExpectVersion = true, *body.ExpectVersion
+		}
+		res, err := m.Apply(r.Context(), cmd)
+		var fe *fsm.Error
+		switch {
+		case err == nil:
+			writeJSON(w, http.StatusOK, SettingDoc{Key: key, Value: *body.Value, Version: res.Value})
+		case errors.As(err, &fe) && fe.Code == fsm.CodeConflict:
+			writeJSON(w, http.StatusConflict, map[string]any{
+				"error":           map[string]string{"message": fe.Error(), "type": "conflict"},
+				"current_version": fe.CurrentIndex,
+			})
+		case errors.Is(err, ErrCommandTooLarge):
+			writeJSONError(w, http.StatusRequestEntityTooLarge, err.Error())
+		case errors.As(err, &fe):
+			writeJSONError(w, http.StatusBadRequest, err.Error())
+		default:
+			w.Header().Set("Retry-After", "1")
+			writeJSONError(w, http.StatusServiceUnavailable, err.Error())
+		}
+	default:
+		allow(w, r, http.MethodGet, http.MethodHead, http.MethodPut)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
 }
 
 func writeJSONError(w http.ResponseWriter, code int, msg string) {

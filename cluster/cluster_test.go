@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -497,15 +498,25 @@ func TestAdminHandler(t *testing.T) {
 	srv := httptest.NewServer(m.AdminHandler())
 	defer srv.Close()
 	tests := []struct {
-		method, query string
-		code          int
+		method, path, body string
+		code               int
 	}{
-		{http.MethodGet, "", 200},
-		{http.MethodGet, "?consistent", 200},
-		{http.MethodPost, "", 405},
+		{http.MethodGet, "/admin/api/cluster", "", 200},
+		{http.MethodGet, "/admin/api/cluster?consistent", "", 200},
+		{http.MethodPost, "/admin/api/cluster", "", 405},
+		{http.MethodGet, "/admin/api/cluster/nope", "", 404},
+		{http.MethodGet, "/admin/api/cluster/settings/k", "", 404},
+		{http.MethodPut, "/admin/api/cluster/settings/k", `{"value":"a","expect_version":7}`, 409},
+		{http.MethodPut, "/admin/api/cluster/settings/k", `{"value":"a","expect_version":0}`, 200},
+		{http.MethodPut, "/admin/api/cluster/settings/k", `{"value":"b","expect_version":0}`, 409},
+		{http.MethodPut, "/admin/api/cluster/settings/k", `{"value":"c"}`, 200},
+		{http.MethodPut, "/admin/api/cluster/settings/k", `{"valu":"c"}`, 400},
+		{http.MethodPut, "/admin/api/cluster/settings/k", `not json`, 400},
+		{http.MethodGet, "/admin/api/cluster/settings/k?consistent", "", 200},
+		{http.MethodDelete, "/admin/api/cluster/settings/k", "", 405},
 	}
 	for _, tc := range tests {
-		req, _ := http.NewRequest(tc.method, srv.URL+tc.query, nil)
+		req, _ := http.NewRequest(tc.method, srv.URL+tc.path, strings.NewReader(tc.body))
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -514,11 +525,20 @@ func TestAdminHandler(t *testing.T) {
 		err = json.NewDecoder(resp.Body).Decode(&doc)
 		resp.Body.Close()
 		if resp.StatusCode != tc.code || err != nil {
-			t.Fatalf("%s %s: %d %v", tc.method, tc.query, resp.StatusCode, err)
+			t.Fatalf("%s %s: %d %v", tc.method, tc.path, resp.StatusCode, err)
 		}
 		if tc.code != 200 {
 			if _, ok := doc["error"]; !ok {
 				t.Fatalf("error body %v", doc)
+			}
+			if tc.code == 409 && doc["current_version"] == nil {
+				t.Fatalf("conflict without the current version: %v", doc)
+			}
+			continue
+		}
+		if strings.Contains(tc.path, "/settings/") {
+			if tc.method == http.MethodGet && (doc["value"] != "c" || doc["version"].(float64) == 0) {
+				t.Fatalf("setting %v", doc)
 			}
 			continue
 		}

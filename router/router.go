@@ -30,7 +30,8 @@ type Config struct {
 	// Version is reported by /health and in system_fingerprint.
 	Version string
 	Logger  *slog.Logger
-	// Cluster, when set, serves GET /admin/api/cluster (behind the API key).
+	// Cluster, when set, serves /admin/api/cluster and below (behind the
+	// API key): the cluster status and settings.
 	Cluster http.Handler
 }
 
@@ -76,7 +77,8 @@ func New(cfg Config) *Router {
 		oa.Mount(r)
 		r.Get("/metrics", h.metricsHandler())
 		if cfg.Cluster != nil {
-			r.Method(http.MethodGet, "/admin/api/cluster", cfg.Cluster)
+			r.Handle("/admin/api/cluster", cfg.Cluster)
+			r.Handle("/admin/api/cluster/*", cfg.Cluster)
 		}
 	})
 	r.Group(func(r chi.Router) {
