@@ -110,7 +110,7 @@ func waitLeader(t *testing.T, nodes []*Member, timeout time.Duration) *Member {
 				leader = m
 			}
 		}
-		return leader != nil && leader.leaderReady.Load()
+		return leader != nil && leader.ready()
 	})
 	return leader
 }

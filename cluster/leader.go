@@ -128,7 +128,7 @@ func (m *Member) monitorLeadership() {
 		if stop != nil {
 			stop()
 			stop = nil
-			m.leaderReady.Store(false)
+			m.readyTerm.Store(0)
 		}
 	}
 	for {
@@ -165,15 +165,23 @@ func (m *Member) startLeaderLoop() (stop func()) {
 func (m *Member) leaderLoop(ctx context.Context) {
 	m.log.Info("leading")
 	for {
+		term := m.raft.CurrentTerm()
 		if err := m.raft.Barrier(m.cfg.ApplyTimeout).Error(); err == nil {
-			break
+			if m.raft.CurrentTerm() == term {
+				// Reads are served locally only in the term whose barrier
+				// this node has applied.
+				m.readyTerm.Store(term)
+				break
+			}
 		} else if ctx.Err() != nil {
 			return
 		} else {
 			m.log.Warn("leader barrier", "err", err)
 		}
+		if ctx.Err() != nil {
+			return
+		}
 	}
-	m.leaderReady.Store(true)
 	m.reconcile(ctx)
 	recon := time.NewTicker(m.cfg.ReconcileInterval)
 	defer recon.Stop()

@@ -69,7 +69,7 @@ type Member struct {
 
 	reconcileCh chan struct{} // coalesced membership-change signal for the leader
 	bootstrapCh chan struct{}
-	leaderReady atomic.Bool
+	readyTerm   atomic.Uint64 // the term whose leader barrier this node applied (0: none)
 
 	startedAt time.Time
 

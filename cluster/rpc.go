@@ -171,12 +171,14 @@ func (m *Member) leaderGRPC() string {
 
 func (m *Member) grpcAddrOf(id string) string {
 	m.mu.Lock()
-	p := m.peers[id]
-	m.mu.Unlock()
-	if p != nil && p.meta.GRPC != "" {
-		return p.meta.GRPC
-	}
 	var addr string
+	if p := m.peers[id]; p != nil {
+		addr = p.meta.GRPC
+	}
+	m.mu.Unlock()
+	if addr != "" {
+		return addr
+	}
 	m.fsm.Read(func(s *fsm.State) {
 		if n, ok := s.Node(id); ok {
 			addr = n.GrpcAddr
@@ -261,14 +263,30 @@ func (m *Member) readIndex(ctx context.Context) (uint64, error) {
 // localReadIndex: on the leader, once it has applied its own term's
 // barrier and confirmed it still leads, its applied index covers every
 // acknowledged write.
+//
+// The check is by term, not a flag: a node that loses leadership and wins
+// it back before the leader loop notices must not serve reads from the
+// old term's barrier while a later term's acknowledged writes are not yet
+// applied here.
 func (m *Member) localReadIndex() (uint64, error) {
-	if !m.leaderReady.Load() {
-		return 0, errors.New("cluster: leader not ready")
+	term := m.raft.CurrentTerm()
+	if m.readyTerm.Load() != term {
+		return 0, errRetry{errors.New("cluster: leader not ready in this term")}
 	}
 	if err := m.verifyLeader(); err != nil {
 		return 0, err
 	}
-	return m.fsm.AppliedIndex(), nil
+	idx := m.fsm.AppliedIndex()
+	if m.raft.CurrentTerm() != term {
+		return 0, errRetry{errors.New("cluster: term changed during the read")}
+	}
+	return idx, nil
+}
+
+// ready reports whether this node leads with its term's barrier applied.
+func (m *Member) ready() bool {
+	t := m.readyTerm.Load()
+	return t != 0 && t == m.raft.CurrentTerm() && m.raft.State() == raft.Leader
 }
 
 // verifyLeader bounds raft's VerifyLeader: its future can stay pending
