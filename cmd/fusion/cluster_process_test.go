@@ -58,12 +58,16 @@ type procNode struct {
 	args     []string
 	cmd      *exec.Cmd
 	log      string
+	netns    string // run inside this network namespace
 }
 
 func (p *procNode) start(t *testing.T) {
 	t.Helper()
 	b, _ := json.Marshal(p.args)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestClusterProcessChild$")
+	if p.netns != "" {
+		cmd = exec.Command("ip", "netns", "exec", p.netns, os.Args[0], "-test.run=^TestClusterProcessChild$")
+	}
 	cmd.Env = append(os.Environ(), "FUSION_CLUSTER_CHILD_ARGS="+string(b))
 	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
