@@ -344,8 +344,14 @@ func TestClusterPartitionNetns(t *testing.T) {
 	model := casModel.ToModel()
 	res, info := porcupine.CheckOperationsVerbose(model, ops, time.Minute)
 	if res != porcupine.Ok {
-		path := filepath.Join(dir, "history.html")
+		path := filepath.Join(os.TempDir(), fmt.Sprintf("fusion-netns-history-%d.html", os.Getpid()))
 		_ = porcupine.VisualizePath(model, info, path)
+		if f, err := os.Create(strings.TrimSuffix(path, ".html") + ".txt"); err == nil {
+			for _, op := range ops {
+				fmt.Fprintf(f, "%d %d %d %s\n", op.ClientId, op.Call, op.Return, casModel.DescribeOperation(op.Input, op.Output))
+			}
+			f.Close()
+		}
 		t.Fatalf("history is %s (visualization: %s)", res, path)
 	}
 
