@@ -260,27 +260,47 @@ func (m *Member) readIndex(ctx context.Context) (uint64, error) {
 	return resp.Index, nil
 }
 
-// localReadIndex: on the leader, once it has applied its own term's
-// barrier and confirmed it still leads, its applied index covers every
-// acknowledged write.
+// localReadIndex is the read-index protocol on the leader: record the
+// commit index, confirm leadership with a quorum, and answer the index of
+// the last command at or below it; a reader (the leader included) waits
+// until its FSM has applied that far. The commit index, not the leader's
+// FSM applied index: a follower can apply a committed write before the
+// leader's FSM goroutine does, and a read there must never be followed by
+// an older read here (found by TestSettingsCASLinearizable).
 //
-// The check is by term, not a flag: a node that loses leadership and wins
-// it back before the leader loop notices must not serve reads from the
-// old term's barrier while a later term's acknowledged writes are not yet
-// applied here.
+// Only in the term whose barrier this node has applied (tracked by term,
+// not a flag: a node that loses leadership and wins it back before the
+// leader loop notices must not answer from the old term).
 func (m *Member) localReadIndex() (uint64, error) {
 	term := m.raft.CurrentTerm()
 	if m.readyTerm.Load() != term {
 		return 0, errRetry{errors.New("cluster: leader not ready in this term")}
 	}
+	commit := m.raft.CommitIndex()
 	if err := m.verifyLeader(); err != nil {
 		return 0, err
 	}
-	idx := m.fsm.AppliedIndex()
 	if m.raft.CurrentTerm() != term {
 		return 0, errRetry{errors.New("cluster: term changed during the read")}
 	}
-	return idx, nil
+	return m.lastCommandAtOrBelow(commit), nil
+}
+
+// lastCommandAtOrBelow maps a raft index to the FSM's index space: the
+// FSM sees only commands, not raft's no-op and configuration entries.
+func (m *Member) lastCommandAtOrBelow(idx uint64) uint64 {
+	var l raft.Log
+	for i := idx; i > 0; i-- {
+		if err := m.stores.Log.GetLog(i, &l); err != nil {
+			// Compacted: everything at or below i is in a snapshot this
+			// node's FSM has applied.
+			return min(m.fsm.AppliedIndex(), idx)
+		}
+		if l.Type == raft.LogCommand {
+			return i
+		}
+	}
+	return 0
 }
 
 // ready reports whether this node leads with its term's barrier applied.
