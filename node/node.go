@@ -11,8 +11,10 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"net/http"
 	"time"
 
+	"fusion/cluster"
 	"fusion/engine/runner"
 	"fusion/router"
 	"fusion/router/metrics"
@@ -59,6 +61,8 @@ type Config struct {
 	// Sessions, when set, holds the agent sessions (the cluster's
 	// replicated store; the node does not close it); nil: in memory.
 	Sessions openclaw.SessionStore
+	// Cluster makes the node a cluster member (off unless set).
+	Cluster ClusterConfig
 
 	Version string
 	Logger  *slog.Logger
@@ -95,6 +99,7 @@ type Node struct {
 	runner *runner.Runner
 	router *router.Router
 	server *router.Server
+	member *cluster.Member // nil when not clustered
 
 	stopOnce sync.Once
 	stopErr  error
@@ -128,14 +133,23 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: engine: %w", err)
 	}
 	n := &Node{cfg: cfg, runner: run}
+	var clusterStatus http.Handler
+	if cfg.Cluster.Enabled() {
+		clusterStatus = n.clusterStatus()
+	}
 	n.router = router.New(router.Config{
-		Engine: run, Stats: n.engineStats, Cache: run, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes,
+		Engine: run, Stats: n.engineStats, Cache: run, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes, Cluster: clusterStatus,
 		OpenAI:   openai.Options{MaxTokens: cfg.MaxTokens, Backends: []string{"cpu"}, CompletionsAsChat: cfg.CompletionsAsChat},
 		OpenClaw: cfg.OpenClaw, Sessions: cfg.Sessions, Version: cfg.Version, Logger: cfg.Logger,
 	})
 	if n.server, err = router.Listen(cfg.Listen, n.router, cfg.Logger); err != nil {
 		n.router.Close()
 		return nil, errors.Join(fmt.Errorf("node: %w", err), run.Close())
+	}
+	if cfg.Cluster.Enabled() {
+		if n.member, err = n.newMember(n.server.Addr()); err != nil {
+			return nil, errors.Join(err, n.server.Drain(context.Background()), run.Close())
+		}
 	}
 	return n, nil
 }
@@ -164,6 +178,11 @@ func (n *Node) Metrics() *metrics.Metrics { return n.router.Metrics() }
 
 // Start serves in the background.
 func (n *Node) Start() {
+	if n.member != nil {
+		if err := n.member.Start(context.Background()); err != nil {
+			n.cfg.Logger.Error("cluster start failed", "err", err)
+		}
+	}
 	n.server.Serve()
 	n.cfg.Logger.Info("node serving", "addr", n.Addr(), "models_dir", n.cfg.ModelsDir, "auth", n.cfg.APIKey != "")
 }
@@ -176,9 +195,10 @@ func (n *Node) Stop(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, n.cfg.DrainTimeout)
 		defer cancel()
 		n.cfg.Logger.Info("node draining", "timeout", n.cfg.DrainTimeout)
+		n.markDraining(ctx)
 		err := n.server.Drain(ctx)
 		n.router.Close()
-		n.stopErr = errors.Join(err, n.runner.Close())
+		n.stopErr = errors.Join(err, n.leaveCluster(ctx), n.runner.Close())
 		n.cfg.Logger.Info("node stopped")
 	})
 	return n.stopErr

@@ -1,4 +1,3 @@
-//go:build raftstore
 
 package node_test
 

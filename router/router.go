@@ -41,6 +41,9 @@ type Config struct {
 	// Version is reported by /health and in system_fingerprint.
 	Version string
 	Logger  *slog.Logger
+	// Cluster, when set, serves /admin/api/cluster and below (behind the
+	// API key): the cluster status and settings.
+	Cluster http.Handler
 }
 
 // DefaultMaxBodyBytes is the body limit when Config.MaxBodyBytes is 0.
@@ -106,6 +109,10 @@ func New(cfg Config) *Router {
 		rt.openclaw.Mount(r)
 		r.Get("/metrics", h.metricsHandler())
 		admin.New(cfg.Cache).Mount(r)
+		if cfg.Cluster != nil {
+			r.Handle("/admin/api/cluster", cfg.Cluster)
+			r.Handle("/admin/api/cluster/*", cfg.Cluster)
+		}
 	})
 	r.Group(func(r chi.Router) {
 		r.Use(auth(cfg.APIKey, anthropic.Deny)) // 401s in Anthropic's shape

@@ -18,6 +18,7 @@ func benchmarks() map[string]func(ctx context.Context, args []string, stdout, st
 		"server":    benchServer,
 		"forward":   benchForward,
 		"grammar":   benchGrammar,
+		"raft":      benchRaft,
 	}
 }
 

@@ -31,6 +31,7 @@ func commands() map[string]command {
 		"models":   {"model tools: create-demo, inspect", runModels},
 		"tokenize": {"tokenize text or a chat with a model's tokenizer", runTokenize},
 		"bench":    {"run a benchmark and print JSON", runBench},
+		"cluster":  {"cluster tools: status", runCluster},
 		"version":  {"print the version", runVersion},
 	}
 }

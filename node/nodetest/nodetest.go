@@ -40,6 +40,8 @@ type Options struct {
 	// CacheHotBytes and CacheSSDBytes are the prefix cache's caps (0: the
 	// node's defaults).
 	CacheHotBytes, CacheSSDBytes int64
+	// Cluster makes the node a cluster member.
+	Cluster node.ClusterConfig
 	// Logger, when nil, discards the logs, or writes them to stderr when
 	// FUSION_TEST_LOG=1.
 	Logger *slog.Logger
@@ -74,7 +76,7 @@ func Start(t testing.TB, o Options) *node.Node {
 		Listen: "127.0.0.1:0", DataDir: o.DataDir, ModelsDir: o.ModelsDir, APIKey: o.APIKey,
 		CacheHotBytes: o.CacheHotBytes, CacheSSDBytes: o.CacheSSDBytes,
 		MaxQueued: o.MaxQueued, MaxRunning: o.MaxRunning, MaxTokens: o.MaxTokens, MaxBodyBytes: o.MaxBodyBytes, DrainTimeout: o.DrainTimeout,
-		CompletionsAsChat: o.CompletionsAsChat, OpenClaw: o.OpenClaw, Sessions: o.Sessions, Threads: 1, Version: "test", Logger: o.Logger,
+		CompletionsAsChat: o.CompletionsAsChat, OpenClaw: o.OpenClaw, Sessions: o.Sessions, Threads: 1, Version: "test", Logger: o.Logger, Cluster: o.Cluster,
 	})
 	if err != nil {
 		t.Fatalf("node: %v", err)

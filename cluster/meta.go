@@ -1,0 +1,41 @@
+package cluster
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Meta is what a node gossips about itself; it must fit memberlist's
+// MetaMaxSize (512 bytes) in its JSON form.
+type Meta struct {
+	ID              string `json:"id"`
+	HTTP            string `json:"h,omitempty"`
+	GRPC            string `json:"g,omitempty"`
+	Raft            string `json:"r,omitempty"`
+	Role            string `json:"ro,omitempty"`
+	Version         string `json:"v,omitempty"`
+	Draining        bool   `json:"d,omitempty"`
+	Leaving         bool   `json:"l,omitempty"` // a graceful leave is under way
+	BootstrapExpect int    `json:"e,omitempty"`
+}
+
+func (m Meta) encode() ([]byte, error) {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > memberlist.MetaMaxSize {
+		return nil, fmt.Errorf("cluster: node metadata is %d bytes, the limit is %d", len(b), memberlist.MetaMaxSize)
+	}
+	return b, nil
+}
+
+func decodeMeta(b []byte) (Meta, bool) {
+	var m Meta
+	if len(b) == 0 || json.Unmarshal(b, &m) != nil || m.ID == "" {
+		return Meta{}, false
+	}
+	return m, true
+}

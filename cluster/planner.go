@@ -1,0 +1,211 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	pb "fusion/cluster/clusterpb"
+	"fusion/cluster/fsm"
+)
+
+// PlacementSpecPrefix starts the setting keys holding desired placements:
+// "placement/<model>" → PlacementSpec as JSON.
+const PlacementSpecPrefix = "placement/"
+
+// PlacementSpec is the desired placement of one (unsharded) model.
+type PlacementSpec struct {
+	Replicas int      `json:"replicas"`
+	Pin      []string `json:"pin,omitempty"` // preferred nodes, best first
+}
+
+// SetPlacementSpec stores a model's desired placement; Replicas 0 removes
+// its replica groups.
+func (m *Member) SetPlacementSpec(ctx context.Context, model string, spec PlacementSpec) error {
+	if model == "" || spec.Replicas < 0 {
+		return fmt.Errorf("%w: model %q, %d replicas", ErrInvalidCommand, model, spec.Replicas)
+	}
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	_, err = m.Apply(ctx, &pb.SettingPut{Key: PlacementSpecPrefix + model, Value: b})
+	return err
+}
+
+// ReportStage records the lifecycle of this node's stage of a replica
+// group (Loading, Ready, Failed, ...). A stale generation is refused with
+// fsm.ErrStale: the group has moved on.
+func (m *Member) ReportStage(ctx context.Context, model string, replica uint32, generation uint64, state pb.StageState) error {
+	_, err := m.Apply(ctx, &pb.PlacementSetState{Model: model, Replica: replica, Generation: generation, Node: m.cfg.NodeID, State: state})
+	return err
+}
+
+// Assignments returns the replica groups with a stage on this node.
+func (m *Member) Assignments() []*pb.Placement {
+	var out []*pb.Placement
+	for _, p := range m.Placements() {
+		for _, st := range p.Stages {
+			if st.Node == m.cfg.NodeID {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// WatchPlacements calls fn after every change to placements applied on
+// this node (and a Reset after a snapshot restore). fn must not block.
+func (m *Member) WatchPlacements(fn func(fsm.Change)) (cancel func()) {
+	return m.fsm.Subscribe(func(cs []fsm.Change) {
+		for _, c := range cs {
+			if c.Table == fsm.TablePlacements || c.Table == fsm.TableAll {
+				fn(c)
+			}
+		}
+	})
+}
+
+// plan runs on the leader: for every PlacementSpec it creates missing
+// replica groups on the best candidate, moves a group whose node has been
+// failed (or gone) for longer than FailoverGrace to another candidate
+// (CAS → a new generation fences the old one), and deletes groups beyond
+// the replica count. A candidate is alive in gossip and the catalog, not
+// draining, has the model on disk or loaded, and hosts no other replica
+// of it; pinned nodes first, then nodes that have it loaded, then the most
+// free memory, then id.
+func (m *Member) plan(ctx context.Context) {
+	var (
+		specs  = map[string]PlacementSpec{}
+		nodes  = map[string]*pb.Node{}
+		groups = map[string]map[uint32]*pb.Placement{}
+	)
+	m.fsm.Read(func(s *fsm.State) {
+		for _, st := range s.Settings() {
+			model, ok := strings.CutPrefix(st.Key, PlacementSpecPrefix)
+			var spec PlacementSpec
+			if ok && json.Unmarshal(st.Value, &spec) == nil {
+				specs[model] = spec
+			}
+		}
+		for _, n := range s.Nodes() {
+			nodes[n.Id] = n
+		}
+		for _, p := range s.Placements() {
+			if groups[p.Model] == nil {
+				groups[p.Model] = map[uint32]*pb.Placement{}
+			}
+			groups[p.Model][p.Replica] = p
+		}
+	})
+	peers := m.peerSnapshot()
+	now := time.Now()
+	usable := func(id string) bool {
+		n, ok := nodes[id]
+		p, okp := peers[id]
+		return ok && okp && n.Status == pb.NodeStatus_NODE_STATUS_ALIVE && !n.Draining &&
+			p.status == StatusAlive && !p.meta.Draining
+	}
+	gone := func(id string) bool {
+		n, ok := nodes[id]
+		if !ok {
+			return true
+		}
+		return n.Status != pb.NodeStatus_NODE_STATUS_ALIVE &&
+			now.Sub(time.Unix(0, n.StatusTimeUnixNano)) > m.cfg.FailoverGrace
+	}
+	for _, model := range sortedIDs(specs) {
+		spec := specs[model]
+		have := groups[model]
+		hosting := map[string]bool{}
+		for _, g := range have {
+			if int(g.Replica) < spec.Replicas && len(g.Stages) > 0 && !gone(g.Stages[0].Node) {
+				hosting[g.Stages[0].Node] = true
+			}
+		}
+		for r := range uint32(spec.Replicas) {
+			g := have[r]
+			if g != nil && (len(g.Stages) != 1 || !gone(g.Stages[0].Node)) {
+				continue // healthy, sharded (not planned here), or within the grace
+			}
+			node := m.pick(model, spec, nodes, hosting, usable)
+			if node == "" {
+				continue
+			}
+			var expect uint64
+			if g != nil {
+				expect = g.ModifyIndex
+				m.log.Info("planner: moving a replica off a failed node", "model", model, "replica", r, "from", g.Stages[0].Node, "to", node)
+			}
+			_, err := m.Apply(ctx, &pb.PlacementPut{Placement: &pb.Placement{Model: model, Replica: r,
+				Stages: []*pb.Stage{{Node: node}}}, ExpectIndex: expect})
+			if err != nil && !errors.Is(err, fsm.ErrConflict) {
+				m.log.Warn("planner: place", "model", model, "replica", r, "err", err)
+				continue
+			}
+			hosting[node] = true
+		}
+		for r, g := range have {
+			if int(r) >= spec.Replicas {
+				if _, err := m.Apply(ctx, &pb.PlacementDelete{Model: model, Replica: r, Generation: g.Generation}); err != nil &&
+					!errors.Is(err, fsm.ErrStale) && !errors.Is(err, fsm.ErrNotFound) {
+					m.log.Warn("planner: delete", "model", model, "replica", r, "err", err)
+				}
+			}
+		}
+	}
+}
+
+func (m *Member) pick(model string, spec PlacementSpec, nodes map[string]*pb.Node, hosting map[string]bool, usable func(string) bool) string {
+	type cand struct {
+		id     string
+		pin    int
+		loaded bool
+		free   int64
+	}
+	var cs []cand
+	for id, n := range nodes {
+		if hosting[id] || !usable(id) {
+			continue
+		}
+		var inv Inventory
+		if json.Unmarshal(n.Inventory, &inv) != nil {
+			continue
+		}
+		loaded := slices.Contains(inv.ModelsLoaded, model)
+		if !loaded && !slices.Contains(inv.ModelsOnDisk, model) {
+			continue
+		}
+		pin := slices.Index(spec.Pin, id)
+		if pin < 0 {
+			pin = len(spec.Pin)
+		}
+		cs = append(cs, cand{id: id, pin: pin, loaded: loaded, free: inv.MemoryFree})
+	}
+	if len(cs) == 0 {
+		return ""
+	}
+	slices.SortFunc(cs, func(a, b cand) int {
+		switch {
+		case a.pin != b.pin:
+			return a.pin - b.pin
+		case a.loaded != b.loaded:
+			if a.loaded {
+				return -1
+			}
+			return 1
+		case a.free != b.free:
+			if a.free > b.free {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.id, b.id)
+	})
+	return cs[0].id
+}

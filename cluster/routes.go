@@ -1,0 +1,124 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	pb "fusion/cluster/clusterpb"
+	"fusion/cluster/fsm"
+)
+
+// Inventory is what a node reports about itself through the log
+// (NodeSetInventory): the models it can serve and its memory. It changes
+// when a model loads or unloads, not with load (live load is not Raft's).
+type Inventory struct {
+	ModelsOnDisk []string `json:"models_on_disk,omitempty"`
+	ModelsLoaded []string `json:"models_loaded,omitempty"`
+	MemoryTotal  int64    `json:"memory_total_bytes,omitempty"`
+	MemoryFree   int64    `json:"memory_free_bytes,omitempty"`
+}
+
+// SetInventory records this node's inventory (skipped when unchanged). A
+// node just started may not be in the catalog yet: it waits for the
+// leader to register it, until ctx is done.
+func (m *Member) SetInventory(ctx context.Context, inv Inventory) error {
+	slices.Sort(inv.ModelsOnDisk)
+	slices.Sort(inv.ModelsLoaded)
+	b, err := json.Marshal(inv)
+	if err != nil {
+		return err
+	}
+	backoff := 50 * time.Millisecond
+	for {
+		var cur []byte
+		m.fsm.Read(func(s *fsm.State) {
+			if n, ok := s.Node(m.cfg.NodeID); ok {
+				cur = n.Inventory
+			}
+		})
+		if string(cur) == string(b) {
+			return nil
+		}
+		_, err := m.Apply(ctx, &pb.NodeSetInventory{Id: m.cfg.NodeID, Inventory: b})
+		if !errors.Is(err, fsm.ErrNotFound) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster: node not registered yet: %w", ctx.Err())
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// Route is a node that can serve a model, for the dispatcher.
+type Route struct {
+	ID   string
+	GRPC string // its gRPC address (Engine service)
+	HTTP string
+}
+
+// Routes returns the nodes where model is ready now — loaded according to
+// their inventory, or an unsharded replica group whose stage is Ready —
+// that gossip sees alive and not draining, sorted by id; and whether the
+// model is known anywhere (on a disk, loaded, or placed). It reads only
+// local state: routing never waits on the leader.
+func (m *Member) Routes(model string) (ready []Route, known bool) {
+	peers := m.peerSnapshot()
+	usable := func(id string) bool {
+		p, ok := peers[id]
+		return ok && p.status == StatusAlive && !p.meta.Draining
+	}
+	seen := map[string]bool{}
+	m.fsm.Read(func(s *fsm.State) {
+		nodes := map[string]*pb.Node{}
+		for _, n := range s.Nodes() {
+			nodes[n.Id] = n
+			var inv Inventory
+			if json.Unmarshal(n.Inventory, &inv) != nil {
+				continue
+			}
+			if slices.Contains(inv.ModelsOnDisk, model) || slices.Contains(inv.ModelsLoaded, model) {
+				known = true
+			}
+			if slices.Contains(inv.ModelsLoaded, model) {
+				seen[n.Id] = true
+			}
+		}
+		for _, p := range s.Placements() {
+			if p.Model != model {
+				continue
+			}
+			known = true
+			if len(p.Stages) == 1 && p.Stages[0].State == pb.StageState_STAGE_STATE_READY {
+				seen[p.Stages[0].Node] = true
+			}
+		}
+		for id := range seen {
+			n, ok := nodes[id]
+			if !ok || !usable(id) {
+				continue
+			}
+			grpc := n.GrpcAddr
+			if p := peers[id]; p.meta.GRPC != "" {
+				grpc = p.meta.GRPC
+			}
+			ready = append(ready, Route{ID: id, GRPC: grpc, HTTP: n.HttpAddr})
+		}
+	})
+	slices.SortFunc(ready, func(a, b Route) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	return ready, known
+}

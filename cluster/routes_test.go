@@ -1,0 +1,131 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	pb "fusion/cluster/clusterpb"
+)
+
+func routeIDs(m *Member, model string) ([]string, bool) {
+	rs, known := m.Routes(model)
+	var ids []string
+	for _, r := range rs {
+		ids = append(ids, r.ID)
+	}
+	return ids, known
+}
+
+func sameIDs(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestRoutes: inventories and Ready placements make a model routable on
+// alive, non-draining nodes; a killed node drops out as soon as gossip
+// declares it failed, without waiting for the catalog.
+func TestRoutes(t *testing.T) {
+	nodes := startCluster(t, 3, "")
+	ctx := context.Background()
+	invs := map[string]Inventory{
+		"n1": {ModelsLoaded: []string{"m1"}},
+		"n2": {ModelsOnDisk: []string{"m1", "m3"}},
+		"n3": {ModelsLoaded: []string{"m2", "m1"}, MemoryFree: 1 << 30},
+	}
+	for _, m := range nodes {
+		if err := m.SetInventory(ctx, invs[m.ID()]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := nodes[0].Apply(ctx, &pb.PlacementPut{Placement: &pb.Placement{Model: "m3", Stages: []*pb.Stage{{Node: "n2"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nodes[1].Apply(ctx, &pb.PlacementSetState{Model: "m3", Generation: r.Value, Node: "n2", State: pb.StageState_STAGE_STATE_READY}); err != nil {
+		t.Fatal(err)
+	}
+	waitSameState(t, nodes)
+	tests := []struct {
+		model string
+		want  []string
+		known bool
+	}{
+		{"m1", []string{"n1", "n3"}, true},
+		{"m2", []string{"n3"}, true},
+		{"m3", []string{"n2"}, true},
+		{"unknown", nil, false},
+	}
+	for _, m := range nodes {
+		for _, tc := range tests {
+			ids, known := routeIDs(m, tc.model)
+			if !sameIDs(ids, tc.want) || known != tc.known {
+				t.Fatalf("%s: Routes(%s) = %v %v, want %v %v", m.ID(), tc.model, ids, known, tc.want, tc.known)
+			}
+		}
+	}
+	if rs, _ := nodes[0].Routes("m2"); rs[0].GRPC != nodes[2].GRPCAddr() {
+		t.Fatalf("route address %q, want %q", rs[0].GRPC, nodes[2].GRPCAddr())
+	}
+
+	if err := nodes[0].SetDraining(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "draining n1 out of the routes", func() bool {
+		ids, _ := routeIDs(nodes[1], "m1")
+		return sameIDs(ids, []string{"n3"})
+	})
+	nodes[2].Close()
+	took := waitFor(t, 10*time.Second, "killed n3 out of the routes", func() bool {
+		ids, known := routeIDs(nodes[1], "m1")
+		return len(ids) == 0 && known
+	})
+	t.Logf("killed node unroutable after %v", took)
+}
+
+func TestStats(t *testing.T) {
+	nodes := startCluster(t, 3, "")
+	leader := waitLeader(t, nodes, 5*time.Second)
+	if _, err := put(context.Background(), nodes[0], "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	waitSameState(t, nodes)
+	for _, m := range nodes {
+		st := m.Stats()
+		if st.Leader != leader.ID() || st.Voters != 3 || st.Servers != 3 || st.Members != 3 || st.AppliedIndex == 0 || st.Term == 0 {
+			t.Fatalf("%s: %+v", m.ID(), st)
+		}
+		if m == leader && (st.State != "Leader" || st.LastContact != 0) {
+			t.Fatalf("leader stats %+v", st)
+		}
+		if m != leader && (st.State != "Follower" || st.LastContact < 0 || st.LastContact > 5*time.Second) {
+			t.Fatalf("follower stats %+v", st)
+		}
+	}
+}
+
+func TestCommandSizeLimit(t *testing.T) {
+	nodes := startCluster(t, 2, "")
+	leader := waitLeader(t, nodes, 5*time.Second)
+	follower := nodes[0]
+	if follower == leader {
+		follower = nodes[1]
+	}
+	ctx := context.Background()
+	big := make([]byte, DefaultMaxCommandBytes-1024) // fits, forwarded over gRPC
+	if _, err := follower.Apply(ctx, &pb.SettingPut{Key: "big", Value: big}); err != nil {
+		t.Fatalf("a command under the limit: %v", err)
+	}
+	tooBig := make([]byte, DefaultMaxCommandBytes+1)
+	if _, err := follower.Apply(ctx, &pb.SettingPut{Key: "huge", Value: tooBig}); !errors.Is(err, ErrCommandTooLarge) {
+		t.Fatalf("a command over the limit: %v", err)
+	}
+}

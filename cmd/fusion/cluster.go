@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"fusion/cluster"
+	"fusion/node"
+)
+
+const clusterUsage = `usage: fusion cluster status [flags]
+
+Prints a node's view of the cluster (GET /admin/api/cluster): itself, the
+leader, every member with its gossip status and raft suffrage, and the
+model placements. --json prints the document as the API returns it.
+`
+
+func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "status" {
+		fmt.Fprint(stderr, clusterUsage)
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+			return nil
+		}
+		return usagef("unknown or missing sub-command (want: status)")
+	}
+	fs := newFlagSet("cluster status", stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, clusterUsage); fs.PrintDefaults() }
+	addr := fs.String("addr", "http://"+node.DefaultListen, "the node's HTTP address")
+	apiKey := fs.String("api-key", "", "API key of the node (env FUSION_API_KEY)")
+	asJSON := fs.Bool("json", false, "print the JSON document")
+	consistent := fs.Bool("consistent", false, "read through the leader (linearizable)")
+	timeout := fs.Duration("timeout", 10*time.Second, "request timeout")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	key := *apiKey
+	if key == "" {
+		key = os.Getenv("FUSION_API_KEY")
+	}
+	url := strings.TrimRight(*addr, "/")
+	if !strings.Contains(url, "://") {
+		url = "http://" + url
+	}
+	url += "/admin/api/cluster"
+	if *consistent {
+		url += "?consistent"
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return usagef("--addr: %v", err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
+	}
+	if *asJSON {
+		_, err := stdout.Write(body)
+		return err
+	}
+	var doc cluster.StatusDoc
+	if err := json.Unmarshal(body, &doc); err != nil {
+		return fmt.Errorf("%s: %w", url, err)
+	}
+	printClusterStatus(stdout, doc)
+	return nil
+}
+
+func printClusterStatus(w io.Writer, doc cluster.StatusDoc) {
+	leader := doc.Leader
+	if leader == "" {
+		leader = "(none)"
+	}
+	fmt.Fprintf(w, "self %s, leader %s, applied index %d\n\n", doc.Self, leader, doc.AppliedIndex)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATUS\tRAFT\tDRAINING\tHTTP\tGRPC")
+	for _, m := range doc.Members {
+		suffrage := "-"
+		switch {
+		case m.Leader:
+			suffrage = "leader"
+		case m.Voter:
+			suffrage = "voter"
+		case m.InRaft:
+			suffrage = "non-voter"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%s\n", m.ID, m.Status, suffrage, m.Draining, m.HTTP, m.GRPC)
+	}
+	tw.Flush()
+	if len(doc.Placements) == 0 {
+		fmt.Fprintln(w, "\nno placements")
+		return
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MODEL\tREPLICA\tGENERATION\tSTAGES")
+	for _, p := range doc.Placements {
+		var st []string
+		for _, s := range p.Stages {
+			if p.NumLayers > 0 {
+				st = append(st, fmt.Sprintf("%s[%d,%d) %s", s.Node, s.Layers[0], s.Layers[1], s.State))
+			} else {
+				st = append(st, s.Node+" "+s.State)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", p.Model, p.Replica, p.Generation, strings.Join(st, ", "))
+	}
+	tw.Flush()
+}
