@@ -11,6 +11,11 @@ import (
 	"time"
 
 	"fusion/cluster"
+	"fusion/cluster/clusterpb"
+	"fusion/cluster/enginepb"
+	"fusion/cluster/remote"
+	"fusion/engine/runner"
+	"fusion/router/dispatch"
 )
 
 // ClusterConfig makes the node a cluster member. The node joins a cluster
@@ -147,4 +152,176 @@ func (n *Node) leaveCluster(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	return n.member.Leave(ctx)
+}
+
+// soloID is a lone node's id for X-Fusion-Node: the configured one, else
+// the hostname.
+func soloID(id string) string {
+	if id != "" {
+		return id
+	}
+	if h, err := os.Hostname(); err == nil {
+		return h
+	}
+	return "fusion"
+}
+
+// joinCluster builds the member and the data plane over it: the runner
+// behind the Engine gRPC service (registered on the member's server, so
+// it shares its auth and TLS), a client pool and load follower for peers,
+// and the dispatcher the router uses as its engine.
+func (n *Node) joinCluster() error {
+	m, err := n.newMember(n.server.Addr())
+	if err != nil {
+		return err
+	}
+	n.member = m
+	enginepb.RegisterEngineServer(m.GRPCServer(), remote.NewService(remote.ServerConfig{
+		NodeID: m.ID(), Engine: n.runner, Stats: n.peerStats, Logger: n.cfg.Logger,
+	}))
+	n.pool = remote.NewPool(m.DialOptions()...)
+	n.loads = remote.NewLoads(n.pool, 0)
+	n.dispatcher = dispatch.New(dispatch.Config{
+		Local: n.runner, Table: &clusterTable{m: m, loads: n.loads}, Connect: n.pool, Logger: n.cfg.Logger,
+	})
+	return nil
+}
+
+// peerStats are this node's live figures for its peers' dispatchers.
+func (n *Node) peerStats() remote.Stats {
+	s := n.runner.Stats()
+	return remote.Stats{InFlight: s.InFlight, Queued: s.Waiting, KVBytes: s.KVBytes}
+}
+
+// stopCluster ends the cluster side in order: the session store's watch,
+// the sync loop, a graceful leave, then the peers' clients.
+func (n *Node) stopCluster(ctx context.Context) error {
+	if n.member == nil {
+		return nil
+	}
+	if n.sessions != nil {
+		n.sessions.Close()
+	}
+	if n.stopSync != nil {
+		n.stopSync()
+		<-n.syncDone
+	}
+	err := n.leaveCluster(ctx)
+	n.loads.Close()
+	return errors.Join(err, n.pool.Close())
+}
+
+// syncInterval is how often a member reports its models and follows its
+// peers and assignments (each report is skipped when nothing changed).
+const syncInterval = 500 * time.Millisecond
+
+// startSync runs the loop that keeps the cluster's view of this node
+// current: its inventory (models on disk and loaded, memory) through the
+// log, a stats stream from every peer for the dispatcher's load figures,
+// and the models the placement planner assigned here loaded and reported.
+func (n *Node) startSync() {
+	ctx, cancel := context.WithCancel(context.Background())
+	n.stopSync, n.syncDone = cancel, make(chan struct{})
+	go func() {
+		defer close(n.syncDone)
+		t := time.NewTicker(syncInterval)
+		defer t.Stop()
+		watched := map[string]bool{}
+		for {
+			n.syncOnce(ctx, watched)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+func (n *Node) syncOnce(ctx context.Context, watched map[string]bool) {
+	m := n.member
+	// Peers' loads: follow the live ones, forget the gone.
+	live := map[string]bool{}
+	for _, p := range m.Members() {
+		if p.ID != m.ID() && p.GRPC != "" && p.Status == cluster.StatusAlive {
+			live[p.GRPC] = true
+		}
+	}
+	for addr := range live {
+		if !watched[addr] {
+			n.loads.Watch(addr)
+			watched[addr] = true
+		}
+	}
+	for addr := range watched {
+		if !live[addr] {
+			n.loads.Forget(addr)
+			n.pool.Forget(addr)
+			delete(watched, addr)
+		}
+	}
+	// Assignments of the planner: load, then report ready (or failed).
+	for _, p := range m.Assignments() {
+		for _, st := range p.Stages {
+			if st.Node != m.ID() || st.State != clusterpb.StageState_STAGE_STATE_ASSIGNED {
+				continue
+			}
+			state := clusterpb.StageState_STAGE_STATE_READY
+			if err := n.runner.Load(ctx, p.Model); err != nil {
+				n.cfg.Logger.Warn("cluster: assigned model failed to load", "model", p.Model, "err", err)
+				state = clusterpb.StageState_STAGE_STATE_FAILED
+			}
+			if err := m.ReportStage(ctx, p.Model, p.Replica, p.Generation, state); err != nil && ctx.Err() == nil {
+				n.cfg.Logger.Debug("cluster: report stage", "model", p.Model, "err", err)
+			}
+		}
+	}
+	// Inventory: what this node has on disk and loaded.
+	inv := cluster.Inventory{MemoryTotal: n.runner.MemoryTotal()}
+	for _, s := range n.runner.List() {
+		inv.ModelsOnDisk = append(inv.ModelsOnDisk, s.ID)
+		if s.State == runner.StateReady || s.State == runner.StateIdle {
+			inv.ModelsLoaded = append(inv.ModelsLoaded, s.ID)
+		}
+	}
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := m.SetInventory(rctx, inv); err != nil && ctx.Err() == nil {
+		n.cfg.Logger.Debug("cluster: inventory not recorded yet", "err", err)
+	}
+}
+
+// clusterTable is the dispatcher's routing table over the member: ready
+// nodes from the replicated state filtered by gossip liveness, loads from
+// the peers' stats streams. It reads only local state.
+type clusterTable struct {
+	m     *cluster.Member
+	loads *remote.Loads
+}
+
+func (t *clusterTable) Self() string { return t.m.ID() }
+
+func (t *clusterTable) Candidates(model string) []dispatch.Peer {
+	routes, _ := t.m.Routes(model)
+	out := make([]dispatch.Peer, 0, len(routes))
+	for _, r := range routes {
+		out = append(out, dispatch.Peer{ID: r.ID, Addr: r.GRPC, Alive: true, Load: t.loads.Load(r.GRPC)})
+	}
+	return out
+}
+
+func (t *clusterTable) Known(model string) bool {
+	_, known := t.m.Routes(model)
+	return known
+}
+
+func (t *clusterTable) Peers() []dispatch.Peer {
+	var out []dispatch.Peer
+	for _, p := range t.m.Members() {
+		if p.ID == t.m.ID() || p.GRPC == "" {
+			continue
+		}
+		out = append(out, dispatch.Peer{ID: p.ID, Addr: p.GRPC, Alive: p.Status == cluster.StatusAlive, Draining: p.Draining, Load: t.loads.Load(p.GRPC)})
+	}
+	return out
 }

@@ -8,18 +8,21 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
-	"net/http"
 	"time"
 
 	"fusion/cluster"
+	"fusion/cluster/remote"
 	"fusion/engine/runner"
 	"fusion/router"
+	"fusion/router/dispatch"
 	"fusion/router/metrics"
 	"fusion/router/openai"
 	"fusion/router/openclaw"
+	"fusion/router/openclaw/raftstore"
 )
 
 // Config configures a node. Zero values take the defaults noted.
@@ -101,6 +104,17 @@ type Node struct {
 	server *router.Server
 	member *cluster.Member // nil when not clustered
 
+	// Cluster data plane (nil when not clustered): the dispatcher over
+	// the member's routes, the peers' Engine clients and their loads, the
+	// agent sessions in the Raft state, and the loop that reports this
+	// node's models and loads its assignments.
+	dispatcher *dispatch.Dispatcher
+	pool       *remote.Pool
+	loads      *remote.Loads
+	sessions   *raftstore.Store
+	stopSync   context.CancelFunc
+	syncDone   chan struct{}
+
 	stopOnce sync.Once
 	stopErr  error
 }
@@ -134,22 +148,37 @@ func New(cfg Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, runner: run}
 	var clusterStatus http.Handler
+	sessions := cfg.Sessions
+	// Every answer names the node that ran it; a lone node is its own
+	// routing table.
+	gen := dispatch.New(dispatch.Config{Local: run, Table: dispatch.Solo(soloID(cfg.Cluster.NodeID))})
 	if cfg.Cluster.Enabled() {
-		clusterStatus = n.clusterStatus()
-	}
-	n.router = router.New(router.Config{
-		Engine: run, Stats: n.engineStats, Cache: run, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes, Cluster: clusterStatus,
-		OpenAI:   openai.Options{MaxTokens: cfg.MaxTokens, Backends: []string{"cpu"}, CompletionsAsChat: cfg.CompletionsAsChat},
-		OpenClaw: cfg.OpenClaw, Sessions: cfg.Sessions, Version: cfg.Version, Logger: cfg.Logger,
-	})
-	if n.server, err = router.Listen(cfg.Listen, n.router, cfg.Logger); err != nil {
-		n.router.Close()
-		return nil, errors.Join(fmt.Errorf("node: %w", err), run.Close())
-	}
-	if cfg.Cluster.Enabled() {
-		if n.member, err = n.newMember(n.server.Addr()); err != nil {
+		// The member advertises the HTTP address, so bind first; the
+		// router (over the member's session store and dispatcher) comes
+		// after.
+		if n.server, err = router.Listen(cfg.Listen, nil, cfg.Logger); err != nil {
+			return nil, errors.Join(fmt.Errorf("node: %w", err), run.Close())
+		}
+		if err = n.joinCluster(); err != nil {
 			return nil, errors.Join(err, n.server.Drain(context.Background()), run.Close())
 		}
+		clusterStatus = n.clusterStatus()
+		gen = n.dispatcher
+		if sessions == nil {
+			n.sessions = raftstore.New(n.member, raftstore.Options{TTL: cfg.OpenClaw.TTL, Cap: cfg.OpenClaw.Cap})
+			sessions = n.sessions
+		}
+	}
+	n.router = router.New(router.Config{
+		Engine: gen, Stats: n.engineStats, Cache: run, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes, Cluster: clusterStatus,
+		OpenAI:   openai.Options{MaxTokens: cfg.MaxTokens, Backends: []string{"cpu"}, CompletionsAsChat: cfg.CompletionsAsChat},
+		OpenClaw: cfg.OpenClaw, Sessions: sessions, Version: cfg.Version, Logger: cfg.Logger,
+	})
+	if n.server != nil {
+		n.server.SetHandler(n.router)
+	} else if n.server, err = router.Listen(cfg.Listen, n.router, cfg.Logger); err != nil {
+		n.router.Close()
+		return nil, errors.Join(fmt.Errorf("node: %w", err), run.Close())
 	}
 	return n, nil
 }
@@ -181,6 +210,8 @@ func (n *Node) Start() {
 	if n.member != nil {
 		if err := n.member.Start(context.Background()); err != nil {
 			n.cfg.Logger.Error("cluster start failed", "err", err)
+		} else {
+			n.startSync()
 		}
 	}
 	n.server.Serve()
@@ -198,7 +229,7 @@ func (n *Node) Stop(ctx context.Context) error {
 		n.markDraining(ctx)
 		err := n.server.Drain(ctx)
 		n.router.Close()
-		n.stopErr = errors.Join(err, n.leaveCluster(ctx), n.runner.Close())
+		n.stopErr = errors.Join(err, n.stopCluster(ctx), n.runner.Close())
 		n.cfg.Logger.Info("node stopped")
 	})
 	return n.stopErr

@@ -1,4 +1,3 @@
-
 package node_test
 
 import (

@@ -385,3 +385,7 @@ func (r *Runner) reapIdle() {
 		}
 	}
 }
+
+// MemoryTotal is the machine's physical memory in bytes (0 if unknown),
+// for the node's inventory.
+func (r *Runner) MemoryTotal() int64 { return totalRAM() }
