@@ -3,20 +3,25 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"fusion/cluster"
+	"fusion/node/nodetest"
 )
 
 // TestClusterProcessChild is not a test: it is the `fusion` entry point
@@ -105,6 +110,7 @@ func TestClusterProcesses(t *testing.T) {
 		t.Skip("starts processes")
 	}
 	dir := t.TempDir()
+	models := nodetest.Models(t)
 	ports := freePorts(t, 12)
 	var join []string
 	for i := range 3 {
@@ -118,7 +124,7 @@ func TestClusterProcesses(t *testing.T) {
 			"serve", "--listen", p(0), "--data-dir", filepath.Join(dir, id), "--api-key", "key",
 			"--node-id", id, "--cluster-listen", p(1), "--raft-listen", p(2), "--grpc-listen", p(3),
 			"--join", strings.Join(join, ","), "--bootstrap-expect", "3", "--cluster-secret", "s3cret",
-			"--drain-timeout", "5s", "--log-level", "debug",
+			"--drain-timeout", "5s", "--log-level", "debug", "--models-dir", models, "--threads", "1",
 		}})
 	}
 	for _, n := range nodes {
@@ -185,6 +191,12 @@ func TestClusterProcesses(t *testing.T) {
 			rest = append(rest, n)
 		}
 	}
+	// Steady inference load through every node; the clients drop the
+	// killed node from their list at the kill, as a load balancer would.
+	load := startLoad(nodes)
+	time.Sleep(3 * time.Second)
+	killed := time.Now()
+	load.drop(dead)
 	if err := dead.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -201,6 +213,36 @@ func TestClusterProcesses(t *testing.T) {
 		return false
 	})
 	t.Logf("SIGKILL of leader %s: new leader after %v, marked failed after %v", leader, elected, failed)
+	// The kill window: from the kill until the dead node is marked failed
+	// (routing has stopped using it by then).
+	window := killed.Add(time.Since(killed))
+	time.Sleep(5 * time.Second)
+	results := load.stop()
+	var in, inOK, out, outOK int
+	for _, r := range results {
+		if !r.start.Before(killed) && r.start.Before(window) {
+			in++
+			if r.err == nil {
+				inOK++
+			}
+			continue
+		}
+		out++
+		if r.err == nil {
+			outOK++
+		}
+	}
+	rate := float64(outOK) / float64(max(out, 1))
+	t.Logf("inference under SIGKILL of the leader: %d/%d requests outside the kill window (%v) succeeded (%.2f%%); %d/%d inside it", outOK, out, window.Sub(killed).Round(time.Millisecond), 100*rate, inOK, in)
+	fmt.Printf("cluster kill -9: %d/%d requests outside the kill window succeeded (%.2f%%), new leader after %v\n", outOK, out, 100*rate, elected.Round(time.Millisecond))
+	if out < 20 || rate < 0.99 {
+		for _, r := range results {
+			if r.err != nil && (r.start.Before(killed) || !r.start.Before(window)) {
+				t.Logf("failed at %v: %v", r.start.Sub(killed).Round(time.Millisecond), r.err)
+			}
+		}
+		t.Errorf("%d/%d requests outside the kill window succeeded; want >= 99%% of at least 20", outOK, out)
+	}
 
 	dead.start(t) // same data dir, same ports
 	back := waitDoc("the restarted node back as a voter", 30*time.Second, nodes, func(d cluster.StatusDoc) bool {
@@ -223,6 +265,95 @@ func TestClusterProcesses(t *testing.T) {
 			t.Errorf("%s did not exit after SIGTERM", n.id)
 		}
 	}
+}
+
+// loadResult is one request of the steady load.
+type loadResult struct {
+	start time.Time
+	err   error
+}
+
+// steadyLoad sends small chat completions round-robin over its nodes from
+// a few clients until stopped.
+type steadyLoad struct {
+	mu      sync.Mutex
+	targets []*procNode
+	results []loadResult
+	stopped chan struct{}
+	wg      sync.WaitGroup
+}
+
+func startLoad(nodes []*procNode) *steadyLoad {
+	l := &steadyLoad{targets: slices.Clone(nodes), stopped: make(chan struct{})}
+	client := &http.Client{Timeout: 30 * time.Second}
+	for c := range 3 {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for i := c; ; i++ {
+				select {
+				case <-l.stopped:
+					return
+				default:
+				}
+				l.mu.Lock()
+				target := l.targets[i%len(l.targets)]
+				l.mu.Unlock()
+				start := time.Now()
+				err := chatOnce(client, target.http)
+				l.mu.Lock()
+				l.results = append(l.results, loadResult{start, err})
+				l.mu.Unlock()
+				time.Sleep(20 * time.Millisecond)
+			}
+		}()
+	}
+	return l
+}
+
+// drop takes n out of the clients' list.
+func (l *steadyLoad) drop(n *procNode) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.targets = slices.DeleteFunc(l.targets, func(p *procNode) bool { return p == n })
+}
+
+func (l *steadyLoad) stop() []loadResult {
+	close(l.stopped)
+	l.wg.Wait()
+	return l.results
+}
+
+// chatOnce sends one short greedy chat completion and checks the answer.
+func chatOnce(c *http.Client, base string) error {
+	body := `{"model":"demo","messages":[{"role":"user","content":"hello"}],"max_tokens":4,"temperature":0}`
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer key")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Choices []struct {
+			FinishReason string `json:"finish_reason"`
+		} `json:"choices"`
+	}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("status %d: %s", resp.StatusCode, b)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return err
+	}
+	if len(out.Choices) != 1 || out.Choices[0].FinishReason == "" {
+		return fmt.Errorf("answer without a finished choice: %+v", out)
+	}
+	if resp.Header.Get("X-Fusion-Node") == "" {
+		return errors.New("no X-Fusion-Node header")
+	}
+	return nil
 }
 
 func tail(s string, n int) string {
