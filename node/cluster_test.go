@@ -3,7 +3,9 @@ package node_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,5 +92,79 @@ func TestClusteredNodes(t *testing.T) {
 	}
 	if code, _ := clusterDoc(t, lone.URL(), ""); code != http.StatusNotFound {
 		t.Fatalf("lone node /admin/api/cluster: %d", code)
+	}
+}
+
+// TestClusterForwards: a model on node a's disk only is served through
+// node b, which forwards to a: the answer names a in X-Fusion-Node, equals
+// a's own greedy answer, and b's model list includes the model. A lone
+// node names itself.
+func TestClusterForwards(t *testing.T) {
+	loopback := func(id string, expect int, join []string) node.ClusterConfig {
+		return node.ClusterConfig{NodeID: id, Listen: "127.0.0.1:0", RaftListen: "127.0.0.1:0", GRPCListen: "127.0.0.1:0",
+			BootstrapExpect: expect, Join: join, Secret: "s", Timing: cluster.TestTiming()}
+	}
+	a := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: nodetest.Models(t), Cluster: loopback("a", 1, nil)})
+	b := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: t.TempDir(), Cluster: loopback("b", 0, []string{a.Cluster().GossipAddr()})})
+
+	chat := func(n *node.Node) (string, string, int) {
+		t.Helper()
+		body := `{"model":"demo","messages":[{"role":"user","content":"forward me"}],"max_tokens":6,"temperature":0,"logprobs":true}`
+		req, _ := http.NewRequest(http.MethodPost, n.URL()+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer k")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		var out struct {
+			Choices []struct {
+				Logprobs json.RawMessage `json:"logprobs"`
+			} `json:"choices"`
+		}
+		_ = json.Unmarshal(raw, &out)
+		if resp.StatusCode != 200 || len(out.Choices) != 1 {
+			return "", resp.Header.Get("X-Fusion-Node"), resp.StatusCode
+		}
+		return string(out.Choices[0].Logprobs), resp.Header.Get("X-Fusion-Node"), resp.StatusCode
+	}
+	direct, servedBy, code := chat(a)
+	if code != 200 || servedBy != "a" {
+		t.Fatalf("direct on a: %d, served by %q", code, servedBy)
+	}
+	// b learns from the replicated inventory that a has the model loaded.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		got, servedBy, code := chat(b)
+		if code == 200 {
+			if servedBy != "a" {
+				t.Fatalf("b answered, served by %q; want a", servedBy)
+			}
+			if got != direct {
+				t.Fatalf("forwarded answer differs from the direct one:\n got %s\nwant %s", got, direct)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("b never forwarded: last status %d", code)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	req, _ := http.NewRequest(http.MethodGet, b.URL()+"/v1/models", nil)
+	req.Header.Set("Authorization", "Bearer k")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(raw), `"demo"`) {
+		t.Errorf("b's model list lacks the peer's model: %s", raw)
+	}
+
+	lone := nodetest.Start(t, nodetest.Options{})
+	if _, servedBy, code := chat(lone); code != 200 || servedBy == "" {
+		t.Errorf("lone node: %d, X-Fusion-Node %q", code, servedBy)
 	}
 }
