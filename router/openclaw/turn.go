@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"fusion/engine"
+	"fusion/router/dispatch"
 	"fusion/router/jsonkind"
 	"fusion/router/metrics"
 	"fusion/router/openai"
@@ -95,7 +96,9 @@ func (h *Handler) turn(w http.ResponseWriter, r *http.Request) {
 		openai.WriteError(w, e)
 		return
 	}
-	res, err := h.generate(r.Context(), ereq)
+	// A session's turns go to the same node (its prefix cache holds the
+	// conversation) when the engine is the cluster's dispatcher.
+	res, err := h.generate(dispatch.WithSession(r.Context(), id), ereq)
 	if err != nil {
 		oe := openai.EngineError(err, s.Model)
 		fail(oe.Message)
@@ -175,10 +178,8 @@ func (h *Handler) engineRequest(r *http.Request, req *turnRequest, s *Session, i
 		tag := "openclaw" // agent turns are batch work
 		c.TaskTag = &tag
 	}
-	// TODO(lead): forced tool calls (tool_choice "required" or a named
-	// function) reach the engine through this converter once the neutral
-	// engine.Request.ToolChoice lands; until then it answers them with a
-	// 400 unsupported_parameter, as /v1/chat/completions does.
+	// tool_choice (forced calls too) and response_format go through the
+	// chat API's converter to the engine.
 	ereq, e := openai.ChatEngineRequest(&c, h.chat, "oc_"+requestid.From(r.Context()))
 	if e != nil {
 		// The history was checked when it was written; errors come from
