@@ -143,20 +143,26 @@ func TestOpenClawCluster(t *testing.T) {
 	}
 	x, y := others[0], others[1]
 
+	weather := map[string]any{"type": "function", "function": map[string]any{"name": "get_weather",
+		"parameters": map[string]any{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string", "maxLength": 12}},
+			"required": []string{"city"}, "additionalProperties": false}}}
 	id := ocOK(t, "create on the leader", leader, "POST", "/v1/openclaw/agent/sessions", map[string]any{"model": nodetest.Model, "system_prompt": "Weather bot.",
-		"tools": []any{map[string]any{"type": "function", "function": map[string]any{"name": "get_weather"}}}})["session_id"].(string)
+		"tools": []any{weather}})["session_id"].(string)
 	ev := ocStream(t, x, id)
 	ocExpect(t, ev, "connected", "session_state")
+	// The model is forced to call the tool.
 	res := ocOK(t, "turn on y", y, "POST", "/v1/openclaw/agent/turns?session_id="+id, map[string]any{
-		"messages": []any{map[string]any{"role": "user", "content": "What's the weather in Tokyo?"}}, "max_tokens": 16, "seed": 1})
-	if evs := ocExpect(t, ev, "turn_start", "turn_end"); evs[1].data["content"] != res["content"] {
-		t.Fatalf("turn_end on x %v, answer on y %v", evs[1].data, res)
+		"messages": []any{map[string]any{"role": "user", "content": "What's the weather in Tokyo?"}}, "max_tokens": 200, "seed": 1,
+		"tool_choice": map[string]any{"type": "function", "function": map[string]any{"name": "get_weather"}}})
+	calls, _ := res["tool_calls"].([]any)
+	if len(calls) != 1 || res["finish_reason"] != "tool_calls" {
+		t.Fatalf("forced turn on y: %v", res)
 	}
-	ocOK(t, "steer on the leader", leader, "POST", "/v1/openclaw/agent/steer", map[string]any{"session_id": id, "mode": "replace",
-		"message": map[string]any{"role": "assistant", "content": "", "tool_calls": []any{map[string]any{"id": "call_1", "type": "function",
-			"function": map[string]any{"name": "get_weather", "arguments": `{"city":"Tokyo"}`}}}}})
-	ocExpect(t, ev, "session_state")
-	ocOK(t, "tool result on x", x, "POST", "/v1/openclaw/agent/tool-results", map[string]any{"session_id": id, "tool_call_id": "call_1", "result": "22C"})
+	callID := calls[0].(map[string]any)["id"].(string)
+	if evs := ocExpect(t, ev, "turn_start", "tool_call", "turn_end"); evs[1].data["tool_call"].(map[string]any)["id"] != callID {
+		t.Fatalf("tool_call on x %v, call on y %v", evs[1].data, calls[0])
+	}
+	ocOK(t, "tool result on x", x, "POST", "/v1/openclaw/agent/tool-results", map[string]any{"session_id": id, "tool_call_id": callID, "result": "22C"})
 	ocExpect(t, ev, "tool_result")
 	ocOK(t, "final turn on y", y, "POST", "/v1/openclaw/agent/turns?session_id="+id, map[string]any{"max_tokens": 16})
 	ocExpect(t, ev, "turn_start", "turn_end")

@@ -193,6 +193,20 @@ func TestClusterProcesses(t *testing.T) {
 	}
 	// Steady inference load through every node; the clients drop the
 	// killed node from their list at the kill, as a load balancer would.
+	// An agent session created on the leader, with one turn served by
+	// another node; both survive the leader's death.
+	session := httpJSON(t, "POST", dead.http+"/v1/openclaw/agent/sessions", map[string]any{"model": "demo", "system_prompt": "Be brief."})
+	sid, _ := session["session_id"].(string)
+	if sid == "" {
+		t.Fatalf("create session: %v", session)
+	}
+	turn := httpJSON(t, "POST", rest[0].http+"/v1/openclaw/agent/turns?session_id="+sid, map[string]any{
+		"messages": []any{map[string]any{"role": "user", "content": "hello"}}, "max_tokens": 4})
+	if turn["turn"] != 1.0 {
+		t.Fatalf("turn on %s: %v", rest[0].id, turn)
+	}
+	before := httpJSON(t, "GET", rest[0].http+"/v1/openclaw/agent/sessions/"+sid, nil)
+
 	load := startLoad(nodes)
 	time.Sleep(3 * time.Second)
 	killed := time.Now()
@@ -232,6 +246,16 @@ func TestClusterProcesses(t *testing.T) {
 			outOK++
 		}
 	}
+	// The session outlived the node that created it (the old leader).
+	after := httpJSON(t, "GET", rest[1].http+"/v1/openclaw/agent/sessions/"+sid, nil)
+	if after["turn_count"] != 1.0 || fmt.Sprint(after["messages"]) != fmt.Sprint(before["messages"]) {
+		t.Errorf("session after the kill: %v; before: %v", after, before)
+	}
+	turn = httpJSON(t, "POST", rest[1].http+"/v1/openclaw/agent/turns?session_id="+sid, map[string]any{
+		"messages": []any{map[string]any{"role": "user", "content": "again"}}, "max_tokens": 4})
+	if turn["turn"] != 2.0 {
+		t.Errorf("turn after the kill on %s: %v", rest[1].id, turn)
+	}
 	rate := float64(outOK) / float64(max(out, 1))
 	t.Logf("inference under SIGKILL of the leader: %d/%d requests outside the kill window (%v) succeeded (%.2f%%); %d/%d inside it", outOK, out, window.Sub(killed).Round(time.Millisecond), 100*rate, inOK, in)
 	fmt.Printf("cluster kill -9: %d/%d requests outside the kill window succeeded (%.2f%%), new leader after %v\n", outOK, out, 100*rate, elected.Round(time.Millisecond))
@@ -265,6 +289,31 @@ func TestClusterProcesses(t *testing.T) {
 			t.Errorf("%s did not exit after SIGTERM", n.id)
 		}
 	}
+}
+
+// httpJSON sends body (nil: none) with the test's key and decodes the
+// JSON answer, failing the test on a non-200.
+func httpJSON(t *testing.T, method, url string, body any) map[string]any {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = strings.NewReader(string(b))
+	}
+	req, _ := http.NewRequest(method, url, rd)
+	req.Header.Set("Authorization", "Bearer key")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(raw, &out) != nil {
+		t.Fatalf("%s %s: %d %s", method, url, resp.StatusCode, raw)
+	}
+	return out
 }
 
 // loadResult is one request of the steady load.

@@ -45,10 +45,8 @@ func TestAgentFlow(t *testing.T) {
 	}
 
 	// 2–3: the agent asks; the model answers with a call of get_weather.
-	// A forced call needs tool_choice support in the engine; until it is
-	// there (400 unsupported_parameter) the test plants the call the way
-	// an agent framework would, by steering: replace the last message
-	// (the model's answer) with the assistant message that calls the tool.
+	// tool_choice forces the call (the engine constrains the output to
+	// the family's call format and the tool's parameters).
 	ask := map[string]any{
 		"messages":    []any{map[string]any{"role": "user", "content": "What's the weather in Tokyo?"}},
 		"max_tokens":  200, // room for the whole forced call: the random model writes long strings
@@ -57,47 +55,23 @@ func TestAgentFlow(t *testing.T) {
 		"tool_choice": map[string]any{"type": "function", "function": map[string]any{"name": "get_weather"}},
 	}
 	status, res := call(t, n, "POST", "/v1/openclaw/agent/turns?session_id="+id, ask)
-	forced := status == 200
+	want(t, "forced turn", status, 200, res)
 	var callID string
-	if forced {
-		assertTurnShape(t, res, id)
-		calls := res["tool_calls"].([]any)
-		if len(calls) != 1 {
-			t.Fatalf("forced turn: %d tool calls, want 1: %v", len(calls), res)
-		}
-		c := calls[0].(map[string]any)
-		f := c["function"].(map[string]any)
-		var args map[string]any
-		if c["type"] != "function" || f["name"] != "get_weather" || json.Unmarshal([]byte(f["arguments"].(string)), &args) != nil {
-			t.Fatalf("forced call %v", c)
-		}
-		callID = c["id"].(string)
-		evs = st.expect(t, openclaw.EventTurnStart, openclaw.EventToolCall, openclaw.EventTurnEnd)
-		if tc := evs[1].data["tool_call"].(map[string]any); tc["id"] != callID {
-			t.Fatalf("tool_call event %v, want id %s", evs[1].data, callID)
-		}
-	} else {
-		if code, param := errorOf(t, res); status != 400 || code != "unsupported_parameter" || param != "tool_choice" {
-			t.Fatalf("forced tool_choice: %d %v %v", status, code, param)
-		}
-		// The refused turn started nothing: the stream shows no event for
-		// it and the session is idle.
-		delete(ask, "tool_choice")
-		status, res = call(t, n, "POST", "/v1/openclaw/agent/turns?session_id="+id, ask)
-		want(t, "turn 1", status, 200, res)
-		assertTurnShape(t, res, id)
-		st.expect(t, openclaw.EventTurnStart, openclaw.EventTurnEnd)
-		callID = "call_abc123"
-		status, res = call(t, n, "POST", "/v1/openclaw/agent/steer", map[string]any{
-			"session_id": id, "mode": "replace",
-			"message": map[string]any{"role": "assistant", "content": "", "tool_calls": []any{map[string]any{
-				"id": callID, "type": "function",
-				"function": map[string]any{"name": "get_weather", "arguments": `{"city": "Tokyo"}`},
-			}}},
-		})
-		want(t, "steer replace", status, 200, res)
-		st.expect(t, openclaw.EventSessionState)
-		t.Log("tool_choice forcing is not in the engine yet: the tool call was planted by steering")
+	assertTurnShape(t, res, id)
+	calls := res["tool_calls"].([]any)
+	if len(calls) != 1 {
+		t.Fatalf("forced turn: %d tool calls, want 1: %v", len(calls), res)
+	}
+	c := calls[0].(map[string]any)
+	f := c["function"].(map[string]any)
+	var args map[string]any
+	if c["type"] != "function" || f["name"] != "get_weather" || json.Unmarshal([]byte(f["arguments"].(string)), &args) != nil {
+		t.Fatalf("forced call %v", c)
+	}
+	callID = c["id"].(string)
+	evs = st.expect(t, openclaw.EventTurnStart, openclaw.EventToolCall, openclaw.EventTurnEnd)
+	if tc := evs[1].data["tool_call"].(map[string]any); tc["id"] != callID {
+		t.Fatalf("tool_call event %v, want id %s", evs[1].data, callID)
 	}
 	s := sessionOf(t, n, id)
 	if s["turn_count"] != 1.0 || s["active"] != false || s["message_count"] != 2.0 {
@@ -177,7 +151,7 @@ func TestAgentFlow(t *testing.T) {
 	if status, res = call(t, n, "GET", "/v1/openclaw/agent/sessions/"+id, nil); status != 404 {
 		t.Fatalf("get after delete: %d %v", status, res)
 	}
-	t.Logf("flow done (forced tool call: %v)", forced)
+	t.Log("flow done with a forced tool call")
 }
 
 // TestLifecycle checks TTL renewal and expiry, LRU eviction at the cap,

@@ -1,4 +1,3 @@
-
 package raftstore_test
 
 import (
