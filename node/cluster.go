@@ -2,17 +2,20 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
 	"fusion/cluster"
 	"fusion/cluster/clusterpb"
 	"fusion/cluster/enginepb"
+	"fusion/cluster/fsm"
 	"fusion/cluster/remote"
 	"fusion/engine/runner"
 	"fusion/router/dispatch"
@@ -301,11 +304,31 @@ type clusterTable struct {
 
 func (t *clusterTable) Self() string { return t.m.ID() }
 
+// Candidates are the nodes with model loaded; when none has it loaded,
+// the live nodes with it on disk (the one picked loads it on demand, and
+// the next requests find it ready there).
 func (t *clusterTable) Candidates(model string) []dispatch.Peer {
-	routes, _ := t.m.Routes(model)
+	routes, known := t.m.Routes(model)
 	out := make([]dispatch.Peer, 0, len(routes))
 	for _, r := range routes {
 		out = append(out, dispatch.Peer{ID: r.ID, Addr: r.GRPC, Alive: true, Load: t.loads.Load(r.GRPC)})
+	}
+	if len(out) > 0 || !known {
+		return out
+	}
+	onDisk := map[string]bool{}
+	t.m.FSM().Read(func(s *fsm.State) {
+		for _, n := range s.Nodes() {
+			var inv cluster.Inventory
+			if json.Unmarshal(n.Inventory, &inv) == nil && slices.Contains(inv.ModelsOnDisk, model) {
+				onDisk[n.Id] = true
+			}
+		}
+	})
+	for _, p := range t.m.Members() {
+		if onDisk[p.ID] && p.GRPC != "" && p.Status == cluster.StatusAlive && !p.Draining {
+			out = append(out, dispatch.Peer{ID: p.ID, Addr: p.GRPC, Alive: true, Load: t.loads.Load(p.GRPC)})
+		}
 	}
 	return out
 }

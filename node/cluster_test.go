@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"io"
@@ -166,5 +167,73 @@ func TestClusterForwards(t *testing.T) {
 	lone := nodetest.Start(t, nodetest.Options{})
 	if _, servedBy, code := chat(lone); code != 200 || servedBy == "" {
 		t.Errorf("lone node: %d, X-Fusion-Node %q", code, servedBy)
+	}
+}
+
+// TestClusterLeaveDrainsStreams: a node leaving gracefully finishes the
+// stream it runs for a peer (a client on a, the model only on b) before
+// it leaves, and the cluster then lists it as left.
+func TestClusterLeaveDrainsStreams(t *testing.T) {
+	loopback := func(id string, expect int, join []string) node.ClusterConfig {
+		return node.ClusterConfig{NodeID: id, Listen: "127.0.0.1:0", RaftListen: "127.0.0.1:0", GRPCListen: "127.0.0.1:0",
+			BootstrapExpect: expect, Join: join, Secret: "s", Timing: cluster.TestTiming()}
+	}
+	a := nodetest.Start(t, nodetest.Options{ModelsDir: t.TempDir(), Cluster: loopback("a", 1, nil)})
+	b := nodetest.Start(t, nodetest.Options{ModelsDir: nodetest.Models(t), DrainTimeout: 30 * time.Second, Cluster: loopback("b", 0, []string{a.Cluster().GossipAddr()})})
+	bias := noEOSBias(t, b.URL())
+	short := `{"model":"demo","messages":[{"role":"user","content":"hi"}],"max_tokens":2}`
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		resp, err := http.Post(a.URL()+"/v1/chat/completions", "application/json", strings.NewReader(short))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == 200 && resp.Header.Get("X-Fusion-Node") == "b" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a does not forward to b: %d", resp.StatusCode)
+		}
+	}
+
+	body := `{"model":"demo","messages":[{"role":"user","content":"hi"}],"max_tokens":300,"stream":true,"logit_bias":` + bias + `}`
+	resp, err := http.Post(a.URL()+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.Header.Get("X-Fusion-Node") != "b" {
+		t.Fatalf("stream served by %q", resp.Header.Get("X-Fusion-Node"))
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Scan() // running on b
+	stopped := make(chan error, 1)
+	go func() { stopped <- b.Stop(context.Background()) }()
+	var chunks int
+	var last string
+	for sc.Scan() {
+		if line := sc.Text(); strings.HasPrefix(line, "data: ") {
+			chunks++
+			last = line
+		}
+	}
+	if last != "data: [DONE]" || chunks < 300 {
+		t.Errorf("forwarded stream cut while b left: %d chunks, last %q", chunks, last)
+	}
+	if err := <-stopped; err != nil {
+		t.Errorf("b.Stop: %v", err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		_, doc := clusterDoc(t, a.URL(), "")
+		left := false
+		for _, m := range doc.Members {
+			left = left || m.ID == "b" && m.Status == "left" && !m.InRaft
+		}
+		if left {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("b not listed as left: %+v", doc.Members)
+		}
 	}
 }
