@@ -170,7 +170,7 @@ func New(cfg Config) (*Node, error) {
 		}
 	}
 	n.router = router.New(router.Config{
-		Engine: gen, Stats: n.engineStats, Cache: run, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes, Cluster: clusterStatus,
+		Engine: gen, Stats: n.engineStats, Cache: run, Models: run, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes, Cluster: clusterStatus,
 		OpenAI:   openai.Options{MaxTokens: cfg.MaxTokens, Backends: []string{"cpu"}, CompletionsAsChat: cfg.CompletionsAsChat},
 		OpenClaw: cfg.OpenClaw, Sessions: sessions, Version: cfg.Version, Logger: cfg.Logger,
 	})

@@ -25,6 +25,8 @@ type Config struct {
 	Stats func() metrics.EngineStats
 	// Cache serves the prefix-cache admin routes (nil: not mounted).
 	Cache admin.Cache
+	// Models serves the engine pool's admin routes (nil: not mounted).
+	Models admin.Models
 	// APIKey, when set, is required on every route but /health, as
 	// "Authorization: Bearer KEY" or "x-api-key: KEY".
 	APIKey string
@@ -108,7 +110,7 @@ func New(cfg Config) *Router {
 		oa.Mount(r)
 		rt.openclaw.Mount(r)
 		r.Get("/metrics", h.metricsHandler())
-		admin.New(cfg.Cache).Mount(r)
+		admin.New(cfg.Cache, cfg.Models).Mount(r)
 		if cfg.Cluster != nil {
 			r.Handle("/admin/api/cluster", cfg.Cluster)
 			r.Handle("/admin/api/cluster/*", cfg.Cluster)

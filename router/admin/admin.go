@@ -1,5 +1,6 @@
 // Package admin serves the node's /admin/api routes. For now: the prefix
-// cache's probe and its two clears. Errors answer in the OpenAI shape, as
+// cache's probe and its two clears, and the engine pool's model list,
+// load and unload. Errors answer in the OpenAI shape, as
 // the rest of the admin API does.
 package admin
 
@@ -29,15 +30,17 @@ type Cache interface {
 
 // Handler serves the admin routes.
 type Handler struct {
-	cache Cache
+	cache  Cache
+	models Models
 }
 
-// New makes the handler; cache nil answers 404 on the cache routes' paths
-// (no routes are mounted for them).
-func New(cache Cache) *Handler { return &Handler{cache: cache} }
+// New makes the handler; a nil cache or models answers 404 on those
+// routes' paths (no routes are mounted for them).
+func New(cache Cache, models Models) *Handler { return &Handler{cache: cache, models: models} }
 
 // Mount adds the routes to r (behind the caller's auth).
 func (h *Handler) Mount(r chi.Router) {
+	h.mountModels(r)
 	if h.cache == nil {
 		return
 	}
