@@ -267,7 +267,9 @@ func TestStarvationBound(t *testing.T) {
 		{"bound of 30 steps", 30, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newDemoRunner(t, Config{MaxRunning: 1, MaxWaitSteps: tc.maxSteps, MaxWait: -1})
+			// The prefix cache off: cached prompts would shorten the
+			// realtime requests and open gaps in the saturation.
+			r := newDemoRunner(t, Config{MaxRunning: 1, MaxWaitSteps: tc.maxSteps, MaxWait: -1, CacheHotBytes: -1})
 			ctx, cancel := context.WithCancel(context.Background())
 			var wg sync.WaitGroup
 			defer func() { cancel(); wg.Wait() }()
