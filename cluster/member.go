@@ -63,9 +63,10 @@ type Member struct {
 	ml       *memberlist.Memberlist
 	gossipLn string // resolved gossip advertise address
 
-	mu    sync.Mutex
-	meta  Meta
-	peers map[string]*peer
+	mu           sync.Mutex
+	meta         Meta
+	loadGossiped time.Time // when SetLoad last gossiped
+	peers        map[string]*peer
 
 	reconcileCh chan struct{} // coalesced membership-change signal for the leader
 	bootstrapCh chan struct{}
@@ -433,6 +434,28 @@ func (m *Member) Leave(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	return m.Close()
+}
+
+// LoadGossipInterval is the most often SetLoad gossips a change.
+const LoadGossipInterval = time.Second
+
+// SetLoad gossips this node's load (generations in flight) when it
+// changed, at most every LoadGossipInterval; it never blocks on the
+// leader.
+func (m *Member) SetLoad(load int64) {
+	m.mu.Lock()
+	if m.meta.Load == load || time.Since(m.loadGossiped) < LoadGossipInterval {
+		m.mu.Unlock()
+		return
+	}
+	m.meta.Load = load
+	m.loadGossiped = time.Now()
+	m.mu.Unlock()
+	if m.ml != nil {
+		if err := m.ml.UpdateNode(m.cfg.ApplyTimeout); err != nil {
+			m.log.Debug("gossip load update", "err", err)
+		}
+	}
 }
 
 // SetDraining gossips and records the draining flag.

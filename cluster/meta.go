@@ -19,6 +19,11 @@ type Meta struct {
 	Draining        bool   `json:"d,omitempty"`
 	Leaving         bool   `json:"l,omitempty"` // a graceful leave is under way
 	BootstrapExpect int    `json:"e,omitempty"`
+	// Load is the node's generations in flight (a coarse figure gossiped
+	// at most every LoadGossipInterval; the exact one travels on the
+	// Engine service's stats stream). The placement planner prefers
+	// less loaded nodes.
+	Load int64 `json:"ld,omitempty"`
 }
 
 func (m Meta) encode() ([]byte, error) {

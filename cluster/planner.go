@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -133,7 +134,7 @@ func (m *Member) plan(ctx context.Context) {
 			if g != nil && (len(g.Stages) != 1 || !gone(g.Stages[0].Node)) {
 				continue // healthy, sharded (not planned here), or within the grace
 			}
-			node := m.pick(model, spec, nodes, hosting, usable)
+			node := m.pick(model, spec, nodes, hosting, usable, func(id string) int64 { return peers[id].meta.Load })
 			if node == "" {
 				continue
 			}
@@ -161,11 +162,12 @@ func (m *Member) plan(ctx context.Context) {
 	}
 }
 
-func (m *Member) pick(model string, spec PlacementSpec, nodes map[string]*pb.Node, hosting map[string]bool, usable func(string) bool) string {
+func (m *Member) pick(model string, spec PlacementSpec, nodes map[string]*pb.Node, hosting map[string]bool, usable func(string) bool, load func(string) int64) string {
 	type cand struct {
 		id     string
 		pin    int
 		loaded bool
+		load   int64 // gossiped generations in flight
 		free   int64
 	}
 	var cs []cand
@@ -185,7 +187,7 @@ func (m *Member) pick(model string, spec PlacementSpec, nodes map[string]*pb.Nod
 		if pin < 0 {
 			pin = len(spec.Pin)
 		}
-		cs = append(cs, cand{id: id, pin: pin, loaded: loaded, free: inv.MemoryFree})
+		cs = append(cs, cand{id: id, pin: pin, loaded: loaded, load: load(id), free: inv.MemoryFree})
 	}
 	if len(cs) == 0 {
 		return ""
@@ -199,6 +201,8 @@ func (m *Member) pick(model string, spec PlacementSpec, nodes map[string]*pb.Nod
 				return -1
 			}
 			return 1
+		case a.load != b.load:
+			return cmp.Compare(a.load, b.load)
 		case a.free != b.free:
 			if a.free > b.free {
 				return -1

@@ -97,3 +97,40 @@ func TestPlanner(t *testing.T) {
 		return len(g) == 1 && g[0] != nil
 	})
 }
+
+// TestPlannerPrefersLessLoaded: between nodes alike in pins, loaded
+// models and memory, the planner places on the least loaded (the load
+// each node gossips).
+func TestPlannerPrefersLessLoaded(t *testing.T) {
+	fast := func(c *Config) { c.PlanInterval = 100 * time.Millisecond }
+	nodes := []*Member{testNode(t, "n1", t.TempDir(), nil, 3, "", fast)}
+	seed := []string{nodes[0].GossipAddr()}
+	for _, id := range []string{"n2", "n3"} {
+		nodes = append(nodes, testNode(t, id, t.TempDir(), seed, 3, "", fast))
+	}
+	leader := waitLeader(t, nodes, 10*time.Second)
+	ctx := context.Background()
+	loads := map[string]int64{"n1": 50, "n2": 3, "n3": 10}
+	for _, m := range nodes {
+		if err := m.SetInventory(ctx, Inventory{ModelsOnDisk: []string{"q"}, MemoryFree: 100}); err != nil {
+			t.Fatal(err)
+		}
+		m.SetLoad(loads[m.ID()])
+	}
+	waitFor(t, 5*time.Second, "the loads gossiped to the leader", func() bool {
+		peers := leader.peerSnapshot()
+		for id, l := range loads {
+			if peers[id].meta.Load != l {
+				return false
+			}
+		}
+		return true
+	})
+	if err := nodes[0].SetPlacementSpec(ctx, "q", PlacementSpec{Replicas: 2}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "q placed on the two least loaded nodes", func() bool {
+		g := groupsOf(nodes[0], "q")
+		return len(g) == 2 && g[0] != nil && g[1] != nil && g[0].Stages[0].Node == "n2" && g[1].Stages[0].Node == "n3"
+	})
+}

@@ -243,6 +243,8 @@ func (n *Node) startSync() {
 
 func (n *Node) syncOnce(ctx context.Context, watched map[string]bool) {
 	m := n.member
+	// This node's load, gossiped coarsely for the placement planner.
+	m.SetLoad(n.runner.Stats().InFlight)
 	// Peers' loads: follow the live ones, forget the gone.
 	live := map[string]bool{}
 	for _, p := range m.Members() {
