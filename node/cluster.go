@@ -190,10 +190,21 @@ func (n *Node) joinCluster() error {
 	return nil
 }
 
-// peerStats are this node's live figures for its peers' dispatchers.
+// peerStats are this node's live figures for its peers' dispatchers;
+// tokens/s is the rate since the previous call (one per stats tick).
 func (n *Node) peerStats() remote.Stats {
 	s := n.runner.Stats()
-	return remote.Stats{InFlight: s.InFlight, Queued: s.Waiting, KVBytes: s.KVBytes}
+	out := remote.Stats{InFlight: s.InFlight, Queued: s.Waiting, KVBytes: s.KVBytes, FreeMemoryBytes: n.runner.MemoryFree()}
+	n.rateMu.Lock()
+	defer n.rateMu.Unlock()
+	now := time.Now()
+	if !n.rateAt.IsZero() {
+		if dt := now.Sub(n.rateAt).Seconds(); dt > 0 {
+			out.TokensPerSecond = float64(s.Generated-n.rateTokens) / dt
+		}
+	}
+	n.rateAt, n.rateTokens = now, s.Generated
+	return out
 }
 
 // stopCluster ends the cluster side in order: the session store's watch,
@@ -283,6 +294,9 @@ func (n *Node) syncOnce(ctx context.Context, watched map[string]bool) {
 	}
 	// Inventory: what this node has on disk and loaded.
 	inv := cluster.Inventory{MemoryTotal: n.runner.MemoryTotal()}
+	// Free memory changes all the time; the inventory goes through the
+	// log, so it carries it rounded to 256 MiB.
+	inv.MemoryFree = n.runner.MemoryFree() &^ (256<<20 - 1)
 	for _, s := range n.runner.List() {
 		inv.ModelsOnDisk = append(inv.ModelsOnDisk, s.ID)
 		if s.State == runner.StateReady || s.State == runner.StateIdle {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"fusion/cluster"
+	"fusion/cluster/remote"
 	"fusion/node"
 	"fusion/node/nodetest"
 )
@@ -162,6 +163,41 @@ func TestClusterForwards(t *testing.T) {
 	resp.Body.Close()
 	if !strings.Contains(string(raw), `"demo"`) {
 		t.Errorf("b's model list lacks the peer's model: %s", raw)
+	}
+
+	// a's stats stream, as its peers see it: the node, its memory, and
+	// the tokens it generates per second while a request runs.
+	c, err := remote.Dial(a.Cluster().GRPCAddr(), a.Cluster().DialOptions()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	busy := make(chan struct{})
+	go func() { // requests run on a until the stats show them
+		defer close(busy)
+		for ctx.Err() == nil {
+			req, _ := http.NewRequest(http.MethodPost, a.URL()+"/v1/chat/completions",
+				strings.NewReader(`{"model":"demo","messages":[{"role":"user","content":"busy"}],"max_tokens":32}`))
+			req.Header.Set("Authorization", "Bearer k")
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}
+	}()
+	var last remote.PeerStats
+	_ = c.WatchStats(ctx, 100*time.Millisecond, func(s remote.PeerStats) {
+		last = s
+		if s.TokensPerSecond > 0 && s.FreeMemoryBytes > 0 {
+			cancel()
+		}
+	})
+	cancel()
+	<-busy
+	if last.NodeID != "a" || last.TokensPerSecond <= 0 || last.FreeMemoryBytes <= 0 {
+		t.Errorf("a's stats stream: %+v", last)
 	}
 
 	lone := nodetest.Start(t, nodetest.Options{})

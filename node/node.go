@@ -114,6 +114,9 @@ type Node struct {
 	sessions   *raftstore.Store
 	stopSync   context.CancelFunc
 	syncDone   chan struct{}
+	rateMu     sync.Mutex // peerStats' tokens/s
+	rateAt     time.Time
+	rateTokens int64
 
 	stopOnce sync.Once
 	stopErr  error

@@ -298,6 +298,7 @@ func (g *generation) advance(logits []float32) (ev engine.Event, done bool, err 
 		return g.finish(engine.Event{Done: true, FinishReason: engine.FinishStop, Usage: g.usage}, out+g.stops.Flush()), true, nil
 	}
 	g.output = append(g.output, res.ID)
+	g.r.generated.Add(1)
 	if g.think != nil {
 		g.think.accept(res.ID)
 	}

@@ -389,3 +389,7 @@ func (r *Runner) reapIdle() {
 // MemoryTotal is the machine's physical memory in bytes (0 if unknown),
 // for the node's inventory.
 func (r *Runner) MemoryTotal() int64 { return totalRAM() }
+
+// MemoryFree is the machine's free memory in bytes (0 if unknown), for the
+// node's inventory and its peers' stats.
+func (r *Runner) MemoryFree() int64 { return freeRAM() }

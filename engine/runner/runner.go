@@ -150,6 +150,7 @@ type Runner struct {
 	running   atomic.Int64 // sequences in running batches (≤ MaxRunning)
 	kvBytes   atomic.Int64 // KV allocated by running sequences, all models
 	cancelled atomic.Int64 // generations stopped by their context
+	generated atomic.Int64 // tokens sampled for clients
 	peak      atomic.Int64 // highest weight+KV bytes seen
 	evictions int64        // models evicted or unloaded idle (under mu)
 	avgMillis atomic.Int64 // moving average of a generation's duration
@@ -340,11 +341,12 @@ type Stats struct {
 	MaxBatch    int64 // most sequences in one step
 	Preemptions int64 // sequences preempted (their KV freed, re-queued)
 	Evictions   int64 // models evicted or unloaded idle (whole runner)
+	Generated   int64 // tokens sampled for clients (since start)
 }
 
 // Stats returns the live figures.
 func (r *Runner) Stats() Stats {
-	s := Stats{InFlight: r.inFlight.Load(), Running: r.running.Load(), Cancelled: r.cancelled.Load()}
+	s := Stats{InFlight: r.inFlight.Load(), Running: r.running.Load(), Cancelled: r.cancelled.Load(), Generated: r.generated.Load()}
 	r.mu.Lock()
 	s.Evictions = r.evictions
 	for _, e := range r.models {
