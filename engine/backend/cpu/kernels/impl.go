@@ -17,6 +17,12 @@ type impl struct {
 	// row, each result bit-identical to the one-row function above; nil
 	// when the level has none.
 	dotF32B4, dotBF164, dotF164 func(x []float32, cols int, w []byte, out *[4]float32)
+	// bf16Tile, when set, replaces dotBF16 and dotBF164 for BF16
+	// weights: out[4·j+i] = Σ x[j]·w[i] for the nx activation rows x[j]
+	// (nx is 1 to 4, all of one length) and the 4 weight rows w[i]. Each
+	// result is bit-identical whatever nx and whichever rows share the
+	// tile, so BF16 products stay row-independent at any batch size.
+	bf16Tile func(x *[4][]float32, nx int, w *[4][]byte, out *[16]float32)
 
 	// widen converts len(dst) BF16 (bf16 set) or F16 values to f32.
 	widen func(dst []float32, src []byte, bf16 bool)
@@ -36,6 +42,9 @@ type impl struct {
 	// 4 rows of cols/group), bit-identical to it row by row; nil when the
 	// level has none. It is only used with mlx4Perm.
 	mlx4x4 func(x, xp []float32, cols int, w []byte, s, b, xsum []float32, group int, out *[4]float32)
+	// mlx4x8 is mlx4x4 for 8 activation rows: the codes of each chunk are
+	// widened once for all 8; nil when the level has none.
+	mlx4x8 func(x, xp []float32, cols int, w []byte, s, b, xsum []float32, group int, out *[8]float32)
 
 	// GGUF rows against an activation row quantized to 8 bits per 32.
 	q8_0 func(a q8Row, w []byte) float32

@@ -137,9 +137,11 @@ func simdImpl(l Level) impl {
 		k.dotF32B4 = dotF32Bx4SIMD512
 		k.dotBF164 = dotBF16x4SIMD512
 		k.dotF164 = dotF16x4SIMD512
+		k.bf16Tile = bf16TileSIMD512
 		k.mlx4 = mlx4SIMD512
 		k.mlx4Perm = true
 		k.mlx4x4 = mlx4x4SIMD512
+		k.mlx4x8 = mlx4x8SIMD512
 		k.mlx8x4 = mlx8x4SIMD512
 		k.q4K = q4KSIMD512
 		k.q4K4 = q4Kx4SIMD512
