@@ -23,6 +23,19 @@ type impl struct {
 	// result is bit-identical whatever nx and whichever rows share the
 	// tile, so BF16 products stay row-independent at any batch size.
 	bf16Tile func(x *[4][]float32, nx int, w *[4][]byte, out *[16]float32)
+	// f32Tile is bf16Tile for f32 weight rows. mlx4Dequant sets dst to
+	// s[g]·q[i]+b[g] (g = i/group) for the 4-bit codes q of a row of
+	// len(dst) values, laid out as mlxPermute lays out activations (full
+	// chunks permuted, the rest in order); s and b have 3 readable floats
+	// past their end. When both are set, MLX 4-bit products dequantize 4
+	// weight rows at a time into scratch and run f32Tile over them and
+	// the permuted activations, instead of mlx4, mlx4x4 and mlx4x8.
+	f32Tile     func(x *[4][]float32, nx int, w *[4][]float32, out *[16]float32)
+	mlx4Dequant func(dst []float32, w []byte, s, b []float32, group int)
+	// mlx4Fused, when set, is mlx4Dequant then f32Tile for one activation
+	// row and 4 weight rows (see mlx4Fused1x4SIMD512) when cols is a
+	// multiple of 128, without the scratch; it serves batches under 4.
+	mlx4Fused func(xp []float32, w []byte, rowBytes int, s, b []float32, ng, group int, out *[4]float32)
 
 	// widen converts len(dst) BF16 (bf16 set) or F16 values to f32.
 	widen func(dst []float32, src []byte, bf16 bool)
@@ -42,9 +55,6 @@ type impl struct {
 	// 4 rows of cols/group), bit-identical to it row by row; nil when the
 	// level has none. It is only used with mlx4Perm.
 	mlx4x4 func(x, xp []float32, cols int, w []byte, s, b, xsum []float32, group int, out *[4]float32)
-	// mlx4x8 is mlx4x4 for 8 activation rows: the codes of each chunk are
-	// widened once for all 8; nil when the level has none.
-	mlx4x8 func(x, xp []float32, cols int, w []byte, s, b, xsum []float32, group int, out *[8]float32)
 
 	// GGUF rows against an activation row quantized to 8 bits per 32.
 	q8_0 func(a q8Row, w []byte) float32

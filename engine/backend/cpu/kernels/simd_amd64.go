@@ -138,10 +138,12 @@ func simdImpl(l Level) impl {
 		k.dotBF164 = dotBF16x4SIMD512
 		k.dotF164 = dotF16x4SIMD512
 		k.bf16Tile = bf16TileSIMD512
+		k.f32Tile = f32TileSIMD512
+		k.mlx4Dequant = mlx4DequantSIMD512
+		k.mlx4Fused = mlx4Fused1x4SIMD512
 		k.mlx4 = mlx4SIMD512
 		k.mlx4Perm = true
 		k.mlx4x4 = mlx4x4SIMD512
-		k.mlx4x8 = mlx4x8SIMD512
 		k.mlx8x4 = mlx8x4SIMD512
 		k.q4K = q4KSIMD512
 		k.q4K4 = q4Kx4SIMD512
