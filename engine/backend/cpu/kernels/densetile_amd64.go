@@ -6,7 +6,7 @@ package kernels
 func bf16Tile4x4AVX512(x *[4]*float32, w *[4]*byte, n int, out *[16]float32)
 
 //go:noescape
-func bf16Tile1x4AVX512(x *float32, w *[4]*byte, n int, out *[4]float32)
+func bf16Tile1x1AVX512(x *float32, w *byte, n int) float32
 
 // bf16TileSIMD512 is impl.bf16Tile on the AVX-512 tile kernels: the
 // full 16-wide chunks in assembly, the rest of each pair's columns in Go
@@ -34,7 +34,9 @@ func bf16TileSIMD512(x *[4][]float32, nx int, w *[4][]byte, out *[16]float32) {
 			bf16Tile4x4AVX512(&xp, &wp, m, out)
 		} else {
 			for j := range nx {
-				bf16Tile1x4AVX512(&x[j][0], &wp, m, (*[4]float32)(out[4*j:]))
+				for i, p := range wp {
+					out[4*j+i] = bf16Tile1x1AVX512(&x[j][0], p, m)
+				}
 			}
 		}
 	}

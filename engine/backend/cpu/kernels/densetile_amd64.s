@@ -111,49 +111,6 @@ done:
 	VZEROUPPER
 	RET
 
-// func bf16Tile1x4AVX512(x *float32, w *[4]*byte, n int, out *[4]float32)
-// out[i] = Σ x[c]·w[i][c] over c < n, n a multiple of 16; each result is
-// bit-identical to the matching one of bf16Tile4x4AVX512.
-TEXT ·bf16Tile1x4AVX512(SB), NOSPLIT, $0-32
-	MOVQ x+0(FP), R8
-	MOVQ w+8(FP), AX
-	MOVQ 0(AX), R12
-	MOVQ 8(AX), R13
-	MOVQ 16(AX), SI
-	MOVQ 24(AX), DI
-	MOVQ n+16(FP), BX
-	SHLQ $1, BX
-	XORQ CX, CX
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	TESTQ BX, BX
-	JZ    done
-
-loop:
-	BF16W((R12)(CX*1), Z16)
-	BF16W((R13)(CX*1), Z17)
-	BF16W((SI)(CX*1), Z18)
-	BF16W((DI)(CX*1), Z19)
-	VMOVUPS     (R8)(CX*2), Z20
-	VFMADD231PS Z16, Z20, Z0
-	VFMADD231PS Z17, Z20, Z1
-	VFMADD231PS Z18, Z20, Z2
-	VFMADD231PS Z19, Z20, Z3
-	ADDQ        $32, CX
-	CMPQ        CX, BX
-	JLT         loop
-
-done:
-	MOVQ out+24(FP), DX
-	SUMOUT(Z0, Y0, X0, 0)
-	SUMOUT(Z1, Y1, X1, 1)
-	SUMOUT(Z2, Y2, X2, 2)
-	SUMOUT(Z3, Y3, X3, 3)
-	VZEROUPPER
-	RET
-
 // The f32 tile kernels are the BF16 ones with f32 weight rows (the MLX
 // 4-bit rows dequantized into scratch, see MLXAffine.mulRowsDequant).
 
@@ -286,5 +243,47 @@ done:
 	SUMOUT(Z1, Y1, X1, 1)
 	SUMOUT(Z2, Y2, X2, 2)
 	SUMOUT(Z3, Y3, X3, 3)
+	VZEROUPPER
+	RET
+
+// func bf16Tile1x1AVX512(x *float32, w *byte, n int) float32
+// One activation row by one weight row, bit-identical to the matching
+// result of bf16Tile4x4AVX512 (one accumulator, chunks in column order).
+// Batches under 4 use it: a weight row streams from memory in order,
+// which the hardware prefetchers follow better than 4 rows at once.
+TEXT ·bf16Tile1x1AVX512(SB), NOSPLIT, $0-28
+	MOVQ   x+0(FP), R8
+	MOVQ   w+8(FP), R12
+	MOVQ   n+16(FP), BX
+	SHLQ   $1, BX
+	XORQ   CX, CX
+	VPXORD Z0, Z0, Z0
+
+loop64:
+	LEAQ        96(CX), DX
+	CMPQ        DX, BX
+	JGE         loop
+	BF16W((R12)(CX*1), Z16)
+	BF16W(32(R12)(CX*1), Z17)
+	BF16W(64(R12)(CX*1), Z18)
+	BF16W(96(R12)(CX*1), Z19)
+	VFMADD231PS (R8)(CX*2), Z16, Z0
+	VFMADD231PS 64(R8)(CX*2), Z17, Z0
+	VFMADD231PS 128(R8)(CX*2), Z18, Z0
+	VFMADD231PS 192(R8)(CX*2), Z19, Z0
+	ADDQ        $128, CX
+	JMP         loop64
+
+loop:
+	CMPQ        CX, BX
+	JGE         done
+	BF16W((R12)(CX*1), Z16)
+	VFMADD231PS (R8)(CX*2), Z16, Z0
+	ADDQ        $32, CX
+	JMP         loop
+
+done:
+	HSUMZ(Z0, Y0, X0, Y1, X1)
+	VMOVSS X0, ret+24(FP)
 	VZEROUPPER
 	RET
