@@ -168,6 +168,10 @@ const mlxTile = 16
 
 func (m *MLXAffine) mulRows(k *impl, a *actBuf, dst []float32, r0, r1 int, sc *scratch) {
 	if m.dequantTiles(k) {
+		if a.batch < 4 && k.mlx4Fused != nil && m.cols%128 == 0 && r1-r0 >= 4 {
+			m.mulRowsFused(k, a, dst, r0, r1, sc)
+			return
+		}
 		m.mulRowsDequant(k, a, dst, r0, r1, sc)
 		return
 	}
@@ -258,10 +262,6 @@ func (m *MLXAffine) mulRowsDequant(k *impl, a *actBuf, dst []float32, r0, r1 int
 		ws  [4][]float32
 		out [16]float32
 	)
-	if a.batch < 4 && k.mlx4Fused != nil && m.cols%128 == 0 && r1-r0 >= 4 {
-		m.mulRowsFused(k, a, dst, r0, r1, sb)
-		return
-	}
 	for o0 := r0; o0 < r1; o0 += 4 {
 		nr := min(4, r1-o0)
 		s, b := sb[:nr*ng], sb[4*ng:4*ng+nr*ng]
@@ -291,20 +291,28 @@ func (m *MLXAffine) mulRowsDequant(k *impl, a *actBuf, dst []float32, r0, r1 int
 }
 
 // mulRowsFused is mulRowsDequant for small batches, on k.mlx4Fused: 4
-// weight rows at a time (a partial last tile is moved back to overlap
-// the one before, recomputing the same values), dequantized in registers.
-func (m *MLXAffine) mulRowsFused(k *impl, a *actBuf, dst []float32, r0, r1 int, sb []float32) {
+// weight rows at a time, dequantized in registers, their scales and
+// biases widened mlxTile rows at a time. A partial last group of 4 is
+// moved back to overlap the one before, recomputing the same values.
+func (m *MLXAffine) mulRowsFused(k *impl, a *actBuf, dst []float32, r0, r1 int, sc *scratch) {
 	ng := m.groups
 	n := ng * m.scaleBytes
+	f := sc.floats(2*mlxTile*ng + 4) // mlx4Fused reads 3 floats past b
 	var out [4]float32
-	for o0 := r0; o0 < r1; o0 += 4 {
-		o0 := min(o0, r1-4)
-		s, b := sb[:4*ng], sb[4*ng:8*ng]
-		m.widen(k, s, m.scales[o0*n:(o0+4)*n])
-		m.widen(k, b, m.biases[o0*n:(o0+4)*n])
-		for j := 0; j < a.batch; j++ {
-			k.mlx4Fused(a.xp[j*m.cols:(j+1)*m.cols], m.w[o0*m.rowBytes:(o0+4)*m.rowBytes], m.rowBytes, s, b, ng, m.group, &out)
-			copy(dst[j*m.rows+o0:j*m.rows+o0+4], out[:])
+	for t0 := r0; t0 < r1; t0 += mlxTile {
+		t1 := min(t0+mlxTile, r1)
+		lo := min(t0, t1-4) // r1-r0 >= 4
+		nt := (t1 - lo) * ng
+		ts, tb := f[:nt], f[mlxTile*ng:mlxTile*ng+nt]
+		m.widen(k, ts, m.scales[lo*n:t1*n])
+		m.widen(k, tb, m.biases[lo*n:t1*n])
+		for o0 := lo; o0 < t1; o0 += 4 {
+			o0 := min(o0, t1-4)
+			s, b := ts[(o0-lo)*ng:], tb[(o0-lo)*ng:]
+			for j := 0; j < a.batch; j++ {
+				k.mlx4Fused(a.xp[j*m.cols:(j+1)*m.cols], m.w[o0*m.rowBytes:(o0+4)*m.rowBytes], m.rowBytes, s, b, ng, m.group, &out)
+				copy(dst[j*m.rows+o0:j*m.rows+o0+4], out[:])
+			}
 		}
 	}
 }

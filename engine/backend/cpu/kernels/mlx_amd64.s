@@ -610,6 +610,7 @@ TEXT ·mlx4Fused1x4AVX512(SB), NOSPLIT, $0-72
 	MOVQ      w+8(FP), DI
 	MOVQ      wstride+16(FP), R13
 	LEAQ      (R13)(R13*2), AX
+	LEAQ      (DI)(R13*4), R9      // the next 4 rows, prefetched as we go
 	MOVQ      s+24(FP), DX
 	MOVQ      b+32(FP), R8
 	MOVQ      sstride+40(FP), R10
@@ -623,6 +624,10 @@ TEXT ·mlx4Fused1x4AVX512(SB), NOSPLIT, $0-72
 	JZ        done
 
 chunk:
+	PREFETCHT0 (R9)
+	PREFETCHT0 (R9)(R13*1)
+	PREFETCHT0 (R9)(R13*2)
+	PREFETCHT0 (R9)(AX*1)
 	VMOVDQU32 (DI), Z16
 	VMOVUPS   (DX), X20
 	VPERMPS   Z20, Z14, Z20
@@ -777,6 +782,7 @@ chunk:
 	VFMADD231PS Z8, Z7, Z3
 	ADDQ      $512, SI
 	ADDQ      $64, DI
+	ADDQ      $64, R9
 	ADDQ      BX, DX
 	ADDQ      BX, R8
 	DECQ      CX
