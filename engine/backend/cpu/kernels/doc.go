@@ -44,7 +44,11 @@
 // MLX 4-bit rows are first dequantized (s·q+b, one FMA per code, in the
 // permuted order of mlxPermute) 4 rows at a time into f32 scratch that
 // stays in cache; batches under 4 dequantize in registers instead
-// (mlx4Fused1x4AVX512), with the same bits. The dense F32/F16, MLX 8-bit
+// (mlx4Fused1x4AVX512, which prefetches the next 4 rows), with the same
+// bits. BF16 batches under 4 take one weight row at a time
+// (bf16Tile1x1AVX512, same bits), because a decode step streams the
+// weights from memory and one row in order streams faster than 4 at once.
+// The dense F32/F16, MLX 8-bit
 // and GGUF Q8_0/Q4_K/Q6_K kernels take the rows 4 at a time, decoding
 // each weight block once for the 4 rows and keeping the one-row kernel's
 // accumulators and summation order per row.
