@@ -67,6 +67,10 @@ func (d *Dense) prepare(_ *impl, x []float32, batch int, a *actBuf) {
 }
 
 func (d *Dense) mulRows(k *impl, a *actBuf, dst []float32, r0, r1 int, _ *scratch) {
+	if d.dt == tensor.BF16 && k.bf16Tile != nil {
+		d.mulRowsTiled(k, a, dst, r0, r1)
+		return
+	}
 	dot, dot4 := k.dotF32B, k.dotF32B4
 	switch d.dt {
 	case tensor.BF16:
@@ -93,6 +97,36 @@ func (d *Dense) mulRows(k *impl, a *actBuf, dst []float32, r0, r1 int, _ *scratc
 			for b := b0; b < min(b0+4, a.batch); b++ {
 				dst[b*d.rows+o] = dot(a.x[b*d.cols:(b+1)*d.cols], w)
 			}
+		}
+	}
+}
+
+// mulRowsTiled runs k.bf16Tile over tiles of 4 weight rows (a partial
+// last tile repeats its last row) by up to 4 activation rows: each weight
+// tile is read from memory once and stays in cache while every group of
+// activation rows passes over it.
+func (d *Dense) mulRowsTiled(k *impl, a *actBuf, dst []float32, r0, r1 int) {
+	var (
+		xs  [4][]float32
+		ws  [4][]byte
+		out [16]float32
+	)
+	for o0 := r0; o0 < r1; o0 += 4 {
+		n := min(4, r1-o0)
+		for i := range ws {
+			o := o0 + min(i, n-1)
+			ws[i] = d.data[o*d.rowBytes : (o+1)*d.rowBytes]
+		}
+		for b0 := 0; b0 < a.batch; {
+			nx := min(4, a.batch-b0)
+			for j := range nx {
+				xs[j] = a.x[(b0+j)*d.cols : (b0+j+1)*d.cols]
+			}
+			k.bf16Tile(&xs, nx, &ws, &out)
+			for j := range nx {
+				copy(dst[(b0+j)*d.rows+o0:(b0+j)*d.rows+o0+n], out[4*j:4*j+n])
+			}
+			b0 += nx
 		}
 	}
 }

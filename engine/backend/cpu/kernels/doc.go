@@ -34,14 +34,30 @@
 //
 // # Batches
 //
-// A batched product takes the activation rows 4 at a time: at
-// LevelAVX512 the dense, MLX 4/8-bit and GGUF Q8_0/Q4_K/Q6_K kernels have
-// 4-row forms that decode each weight block once for the 4 rows, while
-// the tile stays in cache as the weight rows stream past. Each 4-row
-// kernel keeps the one-row kernel's accumulators and summation order per
-// row, so every output is bit-identical to a batch-1 product of its row
-// (the model's batching tests rely on this; TestBatchRowsBitIdentical
-// checks it).
+// A batched product shares each weight read among the activation rows. At
+// LevelAVX512, BF16 and MLX 4-bit products run register tiles of 4
+// activation rows by 4 weight rows with one accumulator per (activation
+// row, weight row) pair, summed 16 columns at a time in column order: a
+// BF16 chunk is widened once for 4 activation rows and an activation
+// chunk loaded once for 4 weight rows (16 FMAs per 8 loads), and each
+// tile of 4 weight rows is read from memory once for the whole batch.
+// MLX 4-bit rows are first dequantized (s·q+b, one FMA per code, in the
+// permuted order of mlxPermute) 4 rows at a time into f32 scratch that
+// stays in cache; batches under 4 dequantize in registers instead
+// (mlx4Fused1x4AVX512, which prefetches the next 4 rows), with the same
+// bits. BF16 batches under 4 take one weight row at a time
+// (bf16Tile1x1AVX512, same bits), because a decode step streams the
+// weights from memory and one row in order streams faster than 4 at once.
+// The dense F32/F16, MLX 8-bit
+// and GGUF Q8_0/Q4_K/Q6_K kernels take the rows 4 at a time, decoding
+// each weight block once for the 4 rows and keeping the one-row kernel's
+// accumulators and summation order per row.
+//
+// Either way an output's summation order depends only on its own row, so
+// every output is bit-identical to a batch-1 product of its row at the
+// same level (the model's batching tests rely on this;
+// TestBatchRowsBitIdentical checks it for batches of 2 to 17 rows).
+// Levels still differ from each other by rounding only.
 //
 // # Threads
 //

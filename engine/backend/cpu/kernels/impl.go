@@ -17,6 +17,25 @@ type impl struct {
 	// row, each result bit-identical to the one-row function above; nil
 	// when the level has none.
 	dotF32B4, dotBF164, dotF164 func(x []float32, cols int, w []byte, out *[4]float32)
+	// bf16Tile, when set, replaces dotBF16 and dotBF164 for BF16
+	// weights: out[4·j+i] = Σ x[j]·w[i] for the nx activation rows x[j]
+	// (nx is 1 to 4, all of one length) and the 4 weight rows w[i]. Each
+	// result is bit-identical whatever nx and whichever rows share the
+	// tile, so BF16 products stay row-independent at any batch size.
+	bf16Tile func(x *[4][]float32, nx int, w *[4][]byte, out *[16]float32)
+	// f32Tile is bf16Tile for f32 weight rows. mlx4Dequant sets dst to
+	// s[g]·q[i]+b[g] (g = i/group) for the 4-bit codes q of a row of
+	// len(dst) values, laid out as mlxPermute lays out activations (full
+	// chunks permuted, the rest in order); s and b have 3 readable floats
+	// past their end. When both are set, MLX 4-bit products dequantize 4
+	// weight rows at a time into scratch and run f32Tile over them and
+	// the permuted activations, instead of mlx4, mlx4x4 and mlx4x8.
+	f32Tile     func(x *[4][]float32, nx int, w *[4][]float32, out *[16]float32)
+	mlx4Dequant func(dst []float32, w []byte, s, b []float32, group int)
+	// mlx4Fused, when set, is mlx4Dequant then f32Tile for one activation
+	// row and 4 weight rows (see mlx4Fused1x4SIMD512) when cols is a
+	// multiple of 128, without the scratch; it serves batches under 4.
+	mlx4Fused func(xp []float32, w []byte, rowBytes int, s, b []float32, ng, group int, out *[4]float32)
 
 	// widen converts len(dst) BF16 (bf16 set) or F16 values to f32.
 	widen func(dst []float32, src []byte, bf16 bool)

@@ -194,8 +194,8 @@ func TestPoolMatchesSingleThread(t *testing.T) {
 	for _, l := range Levels() {
 		k, _ := ForLevel(l)
 		p := NewPool(3, k)
-		for _, c := range cases {
-			rows, cols, batch := 300, 2*256, 3
+		for ci, c := range cases {
+			rows, cols, batch := 301, 2*256, 3+5*((ci+1)%2)
 			w, _, err := c.make(r, rows, cols)
 			if err != nil {
 				t.Fatal(err)
@@ -323,8 +323,11 @@ func TestBatchRowsBitIdentical(t *testing.T) {
 	for _, l := range Levels() {
 		k, _ := ForLevel(l)
 		for _, c := range allCases() {
-			for _, cols := range colsFor(c) {
-				rows, batch := 1+r.IntN(9), 9
+			for i, cols := range colsFor(c) {
+				// Batches around the 4-row tiles: full tiles, tails of
+				// 1 to 3, and more than two tiles.
+				batch := []int{2, 5, 8, 9, 11, 16, 17}[i%7]
+				rows := 1 + r.IntN(9)
 				w, _, err := c.make(r, rows, cols)
 				if err != nil {
 					t.Fatal(err)
@@ -337,7 +340,7 @@ func TestBatchRowsBitIdentical(t *testing.T) {
 					k.MatMul(one, x[b*cols:(b+1)*cols], 1, w)
 					for o, v := range one {
 						if got[b*rows+o] != v {
-							t.Fatalf("%v %s [%d,%d] row %d out %d: batched %v, alone %v", l, c.name, rows, cols, b, o, got[b*rows+o], v)
+							t.Fatalf("%v %s [%d,%d] batch %d row %d out %d: batched %v, alone %v", l, c.name, rows, cols, batch, b, o, got[b*rows+o], v)
 						}
 					}
 				}

@@ -117,6 +117,17 @@ func (m *MLXAffine) rowScales(r int, s, b []float32) {
 
 func (m *MLXAffine) prepare(k *impl, x []float32, batch int, a *actBuf) {
 	a.x, a.batch, a.cols = x, batch, m.cols
+	if m.dequantTiles(k) {
+		// Only the permuted rows, the partial last chunk in order.
+		a.xp = grow(a.xp[:0], batch*m.cols)
+		for b := 0; b < batch; b++ {
+			xr, pr := x[b*m.cols:(b+1)*m.cols], a.xp[b*m.cols:(b+1)*m.cols]
+			mlxPermute(pr, xr)
+			full := m.cols &^ 127
+			copy(pr[full:], xr[full:])
+		}
+		return
+	}
 	ng := m.groups
 	a.xsum = grow(a.xsum, batch*ng)
 	for b := 0; b < batch; b++ {
@@ -156,6 +167,14 @@ func mlxPermute(dst, x []float32) {
 const mlxTile = 16
 
 func (m *MLXAffine) mulRows(k *impl, a *actBuf, dst []float32, r0, r1 int, sc *scratch) {
+	if m.dequantTiles(k) {
+		if a.batch < 4 && k.mlx4Fused != nil && m.cols%128 == 0 && r1-r0 >= 4 {
+			m.mulRowsFused(k, a, dst, r0, r1, sc)
+			return
+		}
+		m.mulRowsDequant(k, a, dst, r0, r1, sc)
+		return
+	}
 	ng := m.groups
 	n := ng * m.scaleBytes
 	// The AVX-512 4-bit kernel reads up to 3 floats past a row's scales.
@@ -218,6 +237,81 @@ func (m *MLXAffine) mulRows(k *impl, a *actBuf, dst []float32, r0, r1 int, sc *s
 					}
 					dst[b*m.rows+o] = v
 				}
+			}
+		}
+	}
+}
+
+// dequantTiles reports whether products use mulRowsDequant.
+func (m *MLXAffine) dequantTiles(k *impl) bool {
+	return m.bits == 4 && k.mlx4Dequant != nil && k.f32Tile != nil
+}
+
+// mulRowsDequant dequantizes 4 weight rows at a time into f32 scratch
+// (which stays in cache) and multiplies every activation row by them with
+// k.f32Tile, up to 4 at a time: the codes are decoded once per product
+// whatever the batch, and each output is bit-identical whatever the
+// batch or tile it was computed in.
+func (m *MLXAffine) mulRowsDequant(k *impl, a *actBuf, dst []float32, r0, r1 int, sc *scratch) {
+	ng := m.groups
+	n := ng * m.scaleBytes
+	f := sc.floats(4*m.cols + 8*ng + 4) // mlx4Dequant reads 3 floats past b
+	sb := f[4*m.cols:]
+	var (
+		xs  [4][]float32
+		ws  [4][]float32
+		out [16]float32
+	)
+	for o0 := r0; o0 < r1; o0 += 4 {
+		nr := min(4, r1-o0)
+		s, b := sb[:nr*ng], sb[4*ng:4*ng+nr*ng]
+		m.widen(k, s, m.scales[o0*n:(o0+nr)*n])
+		m.widen(k, b, m.biases[o0*n:(o0+nr)*n])
+		for i := range ws {
+			if i >= nr {
+				ws[i] = ws[nr-1]
+				continue
+			}
+			ws[i] = f[i*m.cols : (i+1)*m.cols]
+			o := o0 + i
+			k.mlx4Dequant(ws[i], m.w[o*m.rowBytes:(o+1)*m.rowBytes], s[i*ng:(i+1)*ng], b[i*ng:(i+1)*ng], m.group)
+		}
+		for b0 := 0; b0 < a.batch; {
+			nx := min(4, a.batch-b0)
+			for j := range nx {
+				xs[j] = a.xp[(b0+j)*m.cols : (b0+j+1)*m.cols]
+			}
+			k.f32Tile(&xs, nx, &ws, &out)
+			for j := range nx {
+				copy(dst[(b0+j)*m.rows+o0:(b0+j)*m.rows+o0+nr], out[4*j:4*j+nr])
+			}
+			b0 += nx
+		}
+	}
+}
+
+// mulRowsFused is mulRowsDequant for small batches, on k.mlx4Fused: 4
+// weight rows at a time, dequantized in registers, their scales and
+// biases widened mlxTile rows at a time. A partial last group of 4 is
+// moved back to overlap the one before, recomputing the same values.
+func (m *MLXAffine) mulRowsFused(k *impl, a *actBuf, dst []float32, r0, r1 int, sc *scratch) {
+	ng := m.groups
+	n := ng * m.scaleBytes
+	f := sc.floats(2*mlxTile*ng + 4) // mlx4Fused reads 3 floats past b
+	var out [4]float32
+	for t0 := r0; t0 < r1; t0 += mlxTile {
+		t1 := min(t0+mlxTile, r1)
+		lo := min(t0, t1-4) // r1-r0 >= 4
+		nt := (t1 - lo) * ng
+		ts, tb := f[:nt], f[mlxTile*ng:mlxTile*ng+nt]
+		m.widen(k, ts, m.scales[lo*n:t1*n])
+		m.widen(k, tb, m.biases[lo*n:t1*n])
+		for o0 := lo; o0 < t1; o0 += 4 {
+			o0 := min(o0, t1-4)
+			s, b := ts[(o0-lo)*ng:], tb[(o0-lo)*ng:]
+			for j := 0; j < a.batch; j++ {
+				k.mlx4Fused(a.xp[j*m.cols:(j+1)*m.cols], m.w[o0*m.rowBytes:(o0+4)*m.rowBytes], m.rowBytes, s, b, ng, m.group, &out)
+				copy(dst[j*m.rows+o0:j*m.rows+o0+4], out[:])
 			}
 		}
 	}

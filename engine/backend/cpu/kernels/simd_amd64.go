@@ -137,6 +137,10 @@ func simdImpl(l Level) impl {
 		k.dotF32B4 = dotF32Bx4SIMD512
 		k.dotBF164 = dotBF16x4SIMD512
 		k.dotF164 = dotF16x4SIMD512
+		k.bf16Tile = bf16TileSIMD512
+		k.f32Tile = f32TileSIMD512
+		k.mlx4Dequant = mlx4DequantSIMD512
+		k.mlx4Fused = mlx4Fused1x4SIMD512
 		k.mlx4 = mlx4SIMD512
 		k.mlx4Perm = true
 		k.mlx4x4 = mlx4x4SIMD512
