@@ -938,6 +938,7 @@ type Usage struct {
 	PromptTokens     int32                  `protobuf:"varint,1,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
 	CompletionTokens int32                  `protobuf:"varint,2,opt,name=completion_tokens,json=completionTokens,proto3" json:"completion_tokens,omitempty"`
 	CachedTokens     int32                  `protobuf:"varint,3,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`
+	CacheWriteTokens int32                  `protobuf:"varint,4,opt,name=cache_write_tokens,json=cacheWriteTokens,proto3" json:"cache_write_tokens,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -989,6 +990,13 @@ func (x *Usage) GetCompletionTokens() int32 {
 func (x *Usage) GetCachedTokens() int32 {
 	if x != nil {
 		return x.CachedTokens
+	}
+	return 0
+}
+
+func (x *Usage) GetCacheWriteTokens() int32 {
+	if x != nil {
+		return x.CacheWriteTokens
 	}
 	return 0
 }
@@ -1746,11 +1754,12 @@ const file_engine_proto_rawDesc = "" +
 	"\x04text\x18\x02 \x01(\tR\x04text\x12\x18\n" +
 	"\alogprob\x18\x03 \x01(\x01R\alogprob\"Q\n" +
 	"\vTopLogprobs\x12B\n" +
-	"\falternatives\x18\x01 \x03(\v2\x1e.fusion.engine.v1.TokenLogprobR\falternatives\"~\n" +
+	"\falternatives\x18\x01 \x03(\v2\x1e.fusion.engine.v1.TokenLogprobR\falternatives\"\xac\x01\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x05R\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\x05R\x10completionTokens\x12#\n" +
-	"\rcached_tokens\x18\x03 \x01(\x05R\fcachedTokens\"\xa1\x02\n" +
+	"\rcached_tokens\x18\x03 \x01(\x05R\fcachedTokens\x12,\n" +
+	"\x12cache_write_tokens\x18\x04 \x01(\x05R\x10cacheWriteTokens\"\xa1\x02\n" +
 	"\x05Error\x120\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x1c.fusion.engine.v1.Error.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +

@@ -234,7 +234,8 @@ func EventToPB(ev engine.Event) *enginepb.Event {
 	}
 	if ev.Done || ev.Usage != (engine.Usage{}) {
 		p.Usage = &enginepb.Usage{PromptTokens: clampInt32(ev.Usage.PromptTokens),
-			CompletionTokens: clampInt32(ev.Usage.CompletionTokens), CachedTokens: clampInt32(ev.Usage.CachedTokens)}
+			CompletionTokens: clampInt32(ev.Usage.CompletionTokens), CachedTokens: clampInt32(ev.Usage.CachedTokens),
+			CacheWriteTokens: clampInt32(ev.Usage.CacheWriteTokens)}
 	}
 	if ev.Err != nil {
 		p.Error = errorToPB(ev.Err)
@@ -256,7 +257,8 @@ func EventFromPB(p *enginepb.Event) engine.Event {
 		ev.TopLogprobs = append(ev.TopLogprobs, logprobsFromPB(alts.GetAlternatives()))
 	}
 	if u := p.GetUsage(); u != nil {
-		ev.Usage = engine.Usage{PromptTokens: int(u.GetPromptTokens()), CompletionTokens: int(u.GetCompletionTokens()), CachedTokens: int(u.GetCachedTokens())}
+		ev.Usage = engine.Usage{PromptTokens: int(u.GetPromptTokens()), CompletionTokens: int(u.GetCompletionTokens()), CachedTokens: int(u.GetCachedTokens()),
+			CacheWriteTokens: int(u.GetCacheWriteTokens())}
 	}
 	if e := p.GetError(); e != nil {
 		ev.Err = errorFromPB(e)

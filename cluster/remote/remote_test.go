@@ -191,7 +191,7 @@ func TestEventRoundTrip(t *testing.T) {
 		{Text: "hé", Reasoning: "hm", Tokens: []engine.TokenLogprob{{ID: 3, Text: "h", Logprob: -0.25}},
 			TopLogprobs: [][]engine.TokenLogprob{{{ID: 3, Text: "h", Logprob: -0.25}, {ID: 9, Text: "x", Logprob: -2}}}},
 		{ToolCalls: []engine.ToolCall{{Index: 1, ID: "call_1", Name: "f", Arguments: `{"a":1}`, Undeclared: true}}},
-		{Done: true, FinishReason: engine.FinishStop, StopSequence: "END", Usage: engine.Usage{PromptTokens: 5, CompletionTokens: 7, CachedTokens: 2}},
+		{Done: true, FinishReason: engine.FinishStop, StopSequence: "END", Usage: engine.Usage{PromptTokens: 5, CompletionTokens: 7, CachedTokens: 2, CacheWriteTokens: 3}},
 	}
 	for i, ev := range tests {
 		if got := remote.EventFromPB(remote.EventToPB(ev)); !reflect.DeepEqual(got, ev) {
