@@ -173,6 +173,9 @@ type Event struct {
 	// TopLogprobs holds, per token in Tokens, the most likely alternatives.
 	TopLogprobs [][]TokenLogprob
 
+	// Done marks the final event. Usage is set on it and, with the
+	// prompt's figures (and CompletionTokens 1), on the first token's
+	// event, so a dialect can report the cache use before the end.
 	Done         bool
 	FinishReason FinishReason
 	// StopSequence is the stop string that ended generation, if any.

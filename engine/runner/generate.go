@@ -320,6 +320,9 @@ func (g *generation) advance(logits []float32) (ev engine.Event, done bool, err 
 	if len(g.output) >= g.maxTokens {
 		return g.finishLength(ev, text), true, nil
 	}
+	if len(g.output) == 1 {
+		ev.Usage = g.usage // the prompt's figures, known once it is in
+	}
 	g.parse(&ev, g.out.Add(text))
 	return ev, false, nil
 }

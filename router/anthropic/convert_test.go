@@ -223,7 +223,7 @@ func TestStreamEvents(t *testing.T) {
 			got = append(got, e.name+" "+b)
 		}
 	}
-	add(c.start())
+	add(c.start(engine.Event{}))
 	add(c.event(engine.Event{Text: "Hel", Tokens: make([]engine.TokenLogprob, 1)}))
 	add(c.event(engine.Event{Text: "lo"}))
 	add(c.event(engine.Event{Done: true, FinishReason: engine.FinishStop, StopSequence: "END",
@@ -298,7 +298,7 @@ func TestStreamBlocks(t *testing.T) {
 		{Calls: []callDelta{{Index: 0, ArgumentFragment: `"Paris"}`}, {Index: 1, ID: "call_b", Name: "noop"}}},
 	}
 	var evs []event
-	evs = append(evs, c.start()...)
+	evs = append(evs, c.start(engine.Event{})...)
 	for _, o := range steps {
 		evs = append(evs, c.output(o, engine.Event{})...)
 		a.output(o, engine.Event{})
@@ -342,7 +342,7 @@ func TestStreamBlocks(t *testing.T) {
 // block, streamed or not.
 func TestStreamEmpty(t *testing.T) {
 	c := newStreamConverter("msg_1", "demo", 3)
-	evs := append(c.start(), c.event(engine.Event{Done: true, FinishReason: engine.FinishStop})...)
+	evs := append(c.start(engine.Event{}), c.event(engine.Event{Done: true, FinishReason: engine.FinishStop})...)
 	var names []string
 	for _, e := range evs {
 		names = append(names, e.name)

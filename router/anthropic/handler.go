@@ -173,7 +173,7 @@ func (h *Handler) messages(w http.ResponseWriter, r *http.Request) {
 		}
 		if first {
 			first = false
-			send(conv.start())
+			send(conv.start(ev))
 		}
 		send(conv.event(ev))
 	}

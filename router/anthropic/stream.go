@@ -173,10 +173,17 @@ func newStreamConverter(id, model string, inputTokens int) *streamConverter {
 	return &streamConverter{id: id, model: model, inputTokens: inputTokens}
 }
 
-// start returns the events sent before the first token.
-func (c *streamConverter) start() []event {
-	msg := Message{ID: c.id, Type: "message", Role: "assistant", Model: c.model, Content: []any{},
-		Usage: Usage{InputTokens: c.inputTokens, OutputTokens: 1}}
+// start returns the events sent before the first token's; first is the
+// engine's first event, whose usage (when set) splits the prompt into
+// uncached, cache-read and cache-written tokens as the API's
+// message_start does.
+func (c *streamConverter) start(first engine.Event) []event {
+	u := Usage{InputTokens: c.inputTokens, OutputTokens: 1}
+	if first.Usage.PromptTokens > 0 {
+		u = usage(first.Usage)
+		u.OutputTokens = 1
+	}
+	msg := Message{ID: c.id, Type: "message", Role: "assistant", Model: c.model, Content: []any{}, Usage: u}
 	return []event{{"message_start", MessageStart{Type: "message_start", Message: msg}}}
 }
 

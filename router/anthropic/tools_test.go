@@ -21,7 +21,7 @@ func TestEngineEventsBlocks(t *testing.T) {
 	}
 	c := newStreamConverter("msg_1", "demo", 3)
 	a := newAccumulator("msg_1", "demo")
-	evs := c.start()
+	evs := c.start(engine.Event{})
 	for _, ev := range events {
 		evs = append(evs, c.event(ev)...)
 		a.add(ev)
