@@ -34,15 +34,18 @@ func clusterDoc(t *testing.T, url, key string) (int, cluster.StatusDoc) {
 	return resp.StatusCode, doc
 }
 
+// loopback is the cluster config of an in-process test node: every
+// address on 127.0.0.1:0, a shared secret, fast timings.
+func loopback(id string, expect int, join []string) node.ClusterConfig {
+	return node.ClusterConfig{NodeID: id, Listen: "127.0.0.1:0", RaftListen: "127.0.0.1:0", GRPCListen: "127.0.0.1:0",
+		BootstrapExpect: expect, Join: join, Secret: "s", Timing: cluster.TestTiming()}
+}
+
 // TestClusteredNodes: two nodes with cluster settings form a cluster,
 // /admin/api/cluster lists both with their HTTP and gRPC addresses, and a
 // stopped node leaves it gracefully. A node without cluster settings has
 // no cluster route.
 func TestClusteredNodes(t *testing.T) {
-	loopback := func(id string, expect int, join []string) node.ClusterConfig {
-		return node.ClusterConfig{NodeID: id, Listen: "127.0.0.1:0", RaftListen: "127.0.0.1:0", GRPCListen: "127.0.0.1:0",
-			BootstrapExpect: expect, Join: join, Secret: "s", Timing: cluster.TestTiming()}
-	}
 	models := nodetest.Models(t)
 	a := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Cluster: loopback("a", 1, nil)})
 	b := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Cluster: loopback("b", 0, []string{a.Cluster().GossipAddr()})})
@@ -102,10 +105,6 @@ func TestClusteredNodes(t *testing.T) {
 // a's own greedy answer, and b's model list includes the model. A lone
 // node names itself.
 func TestClusterForwards(t *testing.T) {
-	loopback := func(id string, expect int, join []string) node.ClusterConfig {
-		return node.ClusterConfig{NodeID: id, Listen: "127.0.0.1:0", RaftListen: "127.0.0.1:0", GRPCListen: "127.0.0.1:0",
-			BootstrapExpect: expect, Join: join, Secret: "s", Timing: cluster.TestTiming()}
-	}
 	a := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: nodetest.Models(t), Cluster: loopback("a", 1, nil)})
 	b := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: t.TempDir(), Cluster: loopback("b", 0, []string{a.Cluster().GossipAddr()})})
 
@@ -210,10 +209,6 @@ func TestClusterForwards(t *testing.T) {
 // stream it runs for a peer (a client on a, the model only on b) before
 // it leaves, and the cluster then lists it as left.
 func TestClusterLeaveDrainsStreams(t *testing.T) {
-	loopback := func(id string, expect int, join []string) node.ClusterConfig {
-		return node.ClusterConfig{NodeID: id, Listen: "127.0.0.1:0", RaftListen: "127.0.0.1:0", GRPCListen: "127.0.0.1:0",
-			BootstrapExpect: expect, Join: join, Secret: "s", Timing: cluster.TestTiming()}
-	}
 	a := nodetest.Start(t, nodetest.Options{ModelsDir: t.TempDir(), Cluster: loopback("a", 1, nil)})
 	b := nodetest.Start(t, nodetest.Options{ModelsDir: nodetest.Models(t), DrainTimeout: 30 * time.Second, Cluster: loopback("b", 0, []string{a.Cluster().GossipAddr()})})
 	bias := noEOSBias(t, b.URL())

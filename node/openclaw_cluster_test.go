@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"fusion/cluster"
 	"fusion/node"
 	"fusion/node/nodetest"
 )
@@ -106,10 +105,7 @@ func ocExpect(t *testing.T, ch <-chan ocEvent, names ...string) []ocEvent {
 // the survivors, where the next turn succeeds.
 func TestOpenClawCluster(t *testing.T) {
 	models := nodetest.Models(t)
-	cfg := func(id string, join []string) node.ClusterConfig {
-		return node.ClusterConfig{NodeID: id, Listen: "127.0.0.1:0", RaftListen: "127.0.0.1:0", GRPCListen: "127.0.0.1:0",
-			BootstrapExpect: 3, Join: join, Secret: "s", Timing: cluster.TestTiming()}
-	}
+	cfg := func(id string, join []string) node.ClusterConfig { return loopback(id, 3, join) }
 	first := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Cluster: cfg("a", nil)})
 	nodes := []*node.Node{first}
 	var mu sync.Mutex
