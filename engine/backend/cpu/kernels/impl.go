@@ -29,7 +29,7 @@ type impl struct {
 	// chunks permuted, the rest in order); s and b have 3 readable floats
 	// past their end. When both are set, MLX 4-bit products dequantize 4
 	// weight rows at a time into scratch and run f32Tile over them and
-	// the permuted activations, instead of mlx4, mlx4x4 and mlx4x8.
+	// the permuted activations, instead of mlx4.
 	f32Tile     func(x *[4][]float32, nx int, w *[4][]float32, out *[16]float32)
 	mlx4Dequant func(dst []float32, w []byte, s, b []float32, group int)
 	// mlx4Fused, when set, is mlx4Dequant then f32Tile for one activation
@@ -49,12 +49,10 @@ type impl struct {
 	// mlx8x4 is mlx8 for 4 activation rows (x: 4 rows of cols; xsum: 4
 	// rows of cols/group), bit-identical to it row by row; nil when the
 	// level has none.
-	mlx8x4   func(x []float32, cols int, w []byte, s, b, xsum []float32, group int, out *[4]float32)
+	mlx8x4 func(x []float32, cols int, w []byte, s, b, xsum []float32, group int, out *[4]float32)
+	// mlx4Perm: the level's MLX 4-bit products read the activations laid
+	// out by mlxPermute (the AVX-512 dequantized tiles do).
 	mlx4Perm bool
-	// mlx4x4 is mlx4 for 4 activation rows (x, xp: 4 rows of cols; xsum:
-	// 4 rows of cols/group), bit-identical to it row by row; nil when the
-	// level has none. It is only used with mlx4Perm.
-	mlx4x4 func(x, xp []float32, cols int, w []byte, s, b, xsum []float32, group int, out *[4]float32)
 
 	// GGUF rows against an activation row quantized to 8 bits per 32.
 	q8_0 func(a q8Row, w []byte) float32

@@ -186,21 +186,6 @@ func (m *MLXAffine) mulRows(k *impl, a *actBuf, dst []float32, r0, r1 int, sc *s
 		m.widen(k, ts, m.scales[t0*n:t1*n])
 		m.widen(k, tb, m.biases[t0*n:t1*n])
 		for b0 := 0; b0 < a.batch; b0 += batchTile {
-			if m.bits == 4 && k.mlx4x4 != nil && len(a.xp) > 0 && b0+4 <= a.batch {
-				var out [4]float32
-				x := a.x[b0*m.cols : (b0+4)*m.cols]
-				xp := a.xp[b0*m.cols : (b0+4)*m.cols]
-				xsum := a.xsum[b0*ng : (b0+4)*ng]
-				for o := t0; o < t1; o++ {
-					s := ts[(o-t0)*ng : (o-t0+1)*ng]
-					bs := tb[(o-t0)*ng : (o-t0+1)*ng]
-					k.mlx4x4(x, xp, m.cols, m.w[o*m.rowBytes:(o+1)*m.rowBytes], s, bs, xsum, m.group, &out)
-					for j, v := range out {
-						dst[(b0+j)*m.rows+o] = v
-					}
-				}
-				continue
-			}
 			if m.bits == 8 && k.mlx8x4 != nil && b0+4 <= a.batch {
 				var out [4]float32
 				x := a.x[b0*m.cols : (b0+4)*m.cols]

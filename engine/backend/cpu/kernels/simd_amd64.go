@@ -64,12 +64,6 @@ func mlx4AVX2(x *float32, w *byte, s, b, xsum *float32, ngroups, group int) floa
 func mlx8AVX2(x *float32, w *byte, s, b, xsum *float32, ngroups, group int) float32
 
 //go:noescape
-func mlx4AVX512(xp *float32, w *byte, s, b, xsum *float32, gsel, nchunks int) float32
-
-//go:noescape
-func mlx4x4AVX512(xp *float32, xstride int, w *byte, s, b, xsum *float32, sstride, gsel, nchunks int, out *float32)
-
-//go:noescape
 func mlx8x4AVX512(x *float32, xstride int, w *byte, s, b, xsum *float32, sstride, ngroups, group int, out *float32)
 
 //go:noescape
@@ -141,9 +135,7 @@ func simdImpl(l Level) impl {
 		k.f32Tile = f32TileSIMD512
 		k.mlx4Dequant = mlx4DequantSIMD512
 		k.mlx4Fused = mlx4Fused1x4SIMD512
-		k.mlx4 = mlx4SIMD512
 		k.mlx4Perm = true
-		k.mlx4x4 = mlx4x4SIMD512
 		k.mlx8x4 = mlx8x4SIMD512
 		k.q4K = q4KSIMD512
 		k.q4K4 = q4Kx4SIMD512

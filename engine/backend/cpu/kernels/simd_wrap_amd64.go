@@ -215,22 +215,6 @@ func mlx8SIMD512(x []float32, w []byte, s, b, xsum []float32, group int) float32
 	return mlx8AVX512(&x[0], &w[0], &s[0], &b[0], &xsum[0], ng, group)
 }
 
-// mlx4SIMD512 runs the AVX-512 kernel on the full 128-element chunks of
-// the permuted activations xp and the AVX2 kernel on the rest. It reads
-// up to 3 floats past the end of s, which callers pad.
-func mlx4SIMD512(x, xp []float32, w []byte, s, b, xsum []float32, group int) float32 {
-	chunks := len(x) / 128
-	if chunks == 0 {
-		return mlx4SIMD2(x, nil, w, s, b, xsum, group)
-	}
-	per := 128 / group // groups per chunk
-	ng := chunks * per
-	_, _, _, _ = xp[chunks*128-1], w[chunks*64-1], b[ng-1], xsum[ng-1]
-	_ = s[:cap(s)][ng+2]
-	sum := mlx4AVX512(&xp[0], &w[0], &s[0], &b[0], &xsum[0], group/64, chunks)
-	return sum + mlx4SIMD2(x[chunks*128:], nil, w[chunks*64:], s[ng:], b[ng:], xsum[ng:], group)
-}
-
 func q8_0SIMD2(a q8Row, w []byte) float32 {
 	nb := len(a.d)
 	if nb == 0 {
@@ -323,27 +307,6 @@ func dotF16x4SIMD512(x []float32, cols int, w []byte, out *[4]float32) {
 	}
 	for j := range out {
 		out[j] += dotF16SIMD2(x[j*cols+m:(j+1)*cols], w[2*m:])
-	}
-}
-
-// mlx4x4SIMD512 is mlx4SIMD512 for the 4 rows of cols values in x and xp
-// (and of cols/group sums in xsum), bit-identical to it row by row.
-func mlx4x4SIMD512(x, xp []float32, cols int, w []byte, s, b, xsum []float32, group int, out *[4]float32) {
-	ng := cols / group
-	chunks := cols / 128
-	if chunks == 0 {
-		for r := range out {
-			out[r] = mlx4SIMD2(x[r*cols:(r+1)*cols], nil, w, s, b, xsum[r*ng:(r+1)*ng], group)
-		}
-		return
-	}
-	per := 128 / group
-	nc := chunks * per
-	_, _, _, _ = xp[3*cols+chunks*128-1], w[chunks*64-1], b[nc-1], xsum[3*ng+nc-1]
-	_ = s[:cap(s)][nc+2]
-	mlx4x4AVX512(&xp[0], 4*cols, &w[0], &s[0], &b[0], &xsum[0], 4*ng, group/64, chunks, &out[0])
-	for r := range out {
-		out[r] += mlx4SIMD2(x[r*cols+chunks*128:(r+1)*cols], nil, w[chunks*64:], s[nc:], b[nc:], xsum[r*ng+nc:(r+1)*ng], group)
 	}
 }
 
