@@ -149,9 +149,9 @@ func (r *Runner) Unload(ctx context.Context, name string) error {
 		return err
 	}
 	r.mu.Lock()
-	if e.loading != nil || e.active > 0 {
+	if active := e.active; e.loading != nil || active > 0 {
 		r.mu.Unlock()
-		return fmt.Errorf("%w: %s has %d requests in flight", ErrBusy, name, e.active)
+		return fmt.Errorf("%w: %s has %d requests in flight", ErrBusy, name, active)
 	}
 	e.pinned = false
 	lm := e.loaded
