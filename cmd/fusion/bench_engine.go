@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -80,6 +81,7 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	decodeLen := flags.Int("decode", 128, "greedy decode steps")
 	only := flags.String("formats", "bf16,mlx-q4,gguf-q4_k_m", "comma-separated formats to run")
 	threads := flags.Int("threads", 0, "compute goroutines (0: all cores)")
+	cpuProfile := flags.String("cpuprofile", "", "write a CPU profile of the decode steps to this file (one format in -formats)")
 	if err := flags.Parse(args); err != nil {
 		return err
 	}
@@ -102,6 +104,18 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	out["read_bandwidth_gb_s"] = bw
 	out["llama_cpp_reference"] = llamaCppReference
 	results := map[string]*engineResult{}
+	var profile io.Writer
+	if *cpuProfile != "" {
+		if strings.Contains(*only, ",") {
+			return usagef("-cpuprofile takes one format in -formats")
+		}
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		profile = f
+	}
 	for _, f := range formats {
 		if !strings.Contains(","+*only+",", ","+f.name+",") {
 			continue
@@ -115,7 +129,7 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		path, err := benchModel(*cacheDir, f)
 		r.Path = path
 		if err == nil {
-			err = runEngine(ctx, be, path, *promptLen, *decodeLen, r)
+			err = runEngine(ctx, be, path, *promptLen, *decodeLen, profile, r)
 		}
 		if err != nil {
 			r.Error = err.Error()
@@ -188,7 +202,8 @@ func benchModel(cacheDir string, f engineFormat) (string, error) {
 
 // runEngine loads the model, prefills a prompt in one step and decodes
 // greedily, recording speeds and memory.
-func runEngine(ctx context.Context, be *cpu.Backend, path string, promptLen, decodeLen int, r *engineResult) error {
+// A non-nil profile receives a CPU profile of the decode steps.
+func runEngine(ctx context.Context, be *cpu.Backend, path string, promptLen, decodeLen int, profile io.Writer, r *engineResult) error {
 	runtime.GC()
 	debug.FreeOSMemory()
 	resetPeakRSS()
@@ -217,6 +232,12 @@ func runEngine(ctx context.Context, be *cpu.Backend, path string, promptLen, dec
 	r.PrefillTokS = float64(promptLen) / time.Since(start).Seconds()
 	next := argmaxLogits(o.Logits[0])
 	var kvRead int64
+	if profile != nil {
+		if err := pprof.StartCPUProfile(profile); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	start = time.Now()
 	for range decodeLen {
 		_, used := seq.CacheBytes()
@@ -227,6 +248,9 @@ func runEngine(ctx context.Context, be *cpu.Backend, path string, promptLen, dec
 		next = argmaxLogits(o.Logits[0])
 	}
 	secs := time.Since(start).Seconds()
+	if profile != nil {
+		pprof.StopCPUProfile()
+	}
 	r.DecodeTokS = float64(decodeLen) / secs
 	r.KVAllocatedBytes, r.KVUsedBytes = seq.CacheBytes()
 	// Each decode step streams every weight once (the embedding as the LM
