@@ -4,7 +4,6 @@ import (
 	"context"
 	"runtime"
 	"sync"
-	"sync/atomic"
 
 	"fusion/engine/backend"
 	"fusion/engine/backend/cpu/kernels"
@@ -115,33 +114,11 @@ func (b *Backend) ArenaBytes() int64 {
 	return 4 * int64(size(b.chunks))
 }
 
-// parallel runs fn(worker, i) for i in [0, n) on up to b.threads
-// goroutines (the caller's among them); worker < b.threads identifies the
-// goroutine, for per-worker scratch memory.
+// parallel runs fn(worker, i) for i in [0, n) on the pool's goroutines
+// (the caller's among them); worker < b.threads identifies the goroutine,
+// for per-worker scratch memory. fn must not use the pool.
 func (b *Backend) parallel(n int, fn func(worker, i int)) {
-	workers := min(b.threads, n)
-	if workers <= 1 {
-		for i := range n {
-			fn(0, i)
-		}
-		return
-	}
-	var next atomic.Int64
-	run := func(w int) {
-		for j := int(next.Add(1)) - 1; j < n; j = int(next.Add(1)) - 1 {
-			fn(w, j)
-		}
-	}
-	var wg sync.WaitGroup
-	for w := 1; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			run(w)
-		}()
-	}
-	run(0)
-	wg.Wait()
+	b.pool.Run(n, fn)
 }
 
 // parallelRows splits rows [0, n) into contiguous ranges of at least

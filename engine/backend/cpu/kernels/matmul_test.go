@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"fusion/engine/tensor"
 )
@@ -346,5 +349,88 @@ func TestBatchRowsBitIdentical(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// Run calls fn once per index, from goroutines numbered below Threads,
+// whether the workers spin or park between jobs, and also for jobs
+// published before the worker goroutines first ran.
+func TestPoolRun(t *testing.T) {
+	for _, tc := range []struct {
+		threads int
+		spin    time.Duration
+	}{{1, DefaultSpin}, {2, DefaultSpin}, {3, 0}, {4, 50 * time.Microsecond}} {
+		for round := range 20 {
+			p := NewPoolSpin(tc.threads, nil, tc.spin)
+			for _, n := range []int{1, 2, 7, 100, 1000} {
+				counts := make([]atomic.Int32, n)
+				var badWorker atomic.Int32
+				p.Run(n, func(worker, i int) {
+					if worker < 0 || worker >= tc.threads {
+						badWorker.Store(int32(worker) + 1)
+					}
+					counts[i].Add(1)
+				})
+				for i := range counts {
+					if c := counts[i].Load(); c != 1 {
+						t.Fatalf("threads %d spin %v round %d n %d: index %d ran %d times", tc.threads, tc.spin, round, n, i, c)
+					}
+				}
+				if w := badWorker.Load(); w != 0 {
+					t.Fatalf("threads %d: worker index %d", tc.threads, w-1)
+				}
+			}
+			if round%2 == 1 {
+				time.Sleep(2 * tc.spin) // let the workers park before Close
+			}
+			p.Close()
+		}
+	}
+}
+
+// A panic in the caller's share of a job leaves the pool usable: the
+// workers finish the job before the next one reuses it.
+func TestPoolRunPanicLeavesPoolUsable(t *testing.T) {
+	p := NewPool(2, nil)
+	defer p.Close()
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("no panic")
+			}
+		}()
+		p.Run(64, func(worker, i int) {
+			if worker == 0 {
+				panic("boom")
+			}
+			time.Sleep(time.Millisecond)
+		})
+	}()
+	var sum atomic.Int64
+	p.Run(100, func(_, i int) { sum.Add(int64(i)) })
+	if got := sum.Load(); got != 4950 {
+		t.Fatalf("sum after the panic = %d, want 4950", got)
+	}
+}
+
+// Run returns only after every call has returned, also when the caller
+// parks at once (no spinning) and jobs follow each other closely: a
+// worker still signalling the end of one job must not end the next.
+func TestPoolRunWaitsForAllCalls(t *testing.T) {
+	for _, threads := range []int{2, 3} {
+		p := NewPoolSpin(threads, nil, 0)
+		for iter := range 3000 {
+			var finished atomic.Int32
+			p.Run(threads+1, func(_, i int) {
+				if (iter+i)%3 == 0 {
+					runtime.Gosched()
+				}
+				finished.Add(1)
+			})
+			if got := finished.Load(); got != int32(threads+1) {
+				t.Fatalf("threads %d iteration %d: Run returned with %d of %d calls finished", threads, iter, got, threads+1)
+			}
+		}
+		p.Close()
 	}
 }
