@@ -981,6 +981,48 @@ DATA ggQ4KIdx<>+240(SB)/8, $0x700000007
 DATA ggQ4KIdx<>+248(SB)/8, $0x700000007
 GLOBL ggQ4KIdx<>(SB), RODATA|NOPTR, $256
 
+// Q4KSCALES reads super-block DI's d, dmin and 6-bit scales and mins:
+// Y1 = d·sc_j·xd_j for its 8 blocks, and Y13 += dmin·m_j·xs_j.
+#define Q4KSCALES \
+	F16SCALAR((DI), X10); \
+	VBROADCASTSS X10, Y10; \
+	F16SCALAR(2(DI), X11); \
+	VBROADCASTSS X11, Y11; \
+	MOVL  4(DI), R8; \
+	MOVL  8(DI), R9; \
+	MOVL  12(DI), R10; \
+	MOVL  R10, AX; \
+	ANDL  $0x0f0f0f0f, AX; \
+	MOVL  R8, R11; \
+	SHRL  $6, R11; \
+	ANDL  $0x03030303, R11; \
+	SHLL  $4, R11; \
+	ORL   R11, AX; \
+	SHLQ  $32, AX; \
+	ANDL  $0x3f3f3f3f, R8; \
+	ORQ   R8, AX; \
+	VMOVQ AX, X1; \
+	MOVL  R10, AX; \
+	SHRL  $4, AX; \
+	ANDL  $0x0f0f0f0f, AX; \
+	MOVL  R9, R11; \
+	SHRL  $6, R11; \
+	ANDL  $0x03030303, R11; \
+	SHLL  $4, R11; \
+	ORL   R11, AX; \
+	SHLQ  $32, AX; \
+	ANDL  $0x3f3f3f3f, R9; \
+	ORQ   R9, AX; \
+	VMOVQ AX, X2; \
+	VPMOVZXBD   X1, Y1; \
+	VCVTDQ2PS   Y1, Y1; \
+	VMULPS      (DX), Y1, Y1; \
+	VMULPS      Y10, Y1, Y1; \
+	VPMOVZXBD   X2, Y2; \
+	VCVTDQ2PS   Y2, Y2; \
+	VMULPS      (BX), Y2, Y2; \
+	VFMADD231PS Y11, Y2, Y13
+
 // func q4KAVX512(xq *int8, xd, xs *float32, w *byte, nsb int) float32
 // q4KAVX2 with both nibble halves of a 64-element chunk in one Z
 // register: lanes 0-7 carry the AVX2 kernel's low-nibble accumulator and
@@ -1002,45 +1044,7 @@ TEXT ·q4KAVX512(SB), NOSPLIT, $0-44
 	VXORPS       Y13, Y13, Y13
 
 loop:
-	F16SCALAR((DI), X10)
-	VBROADCASTSS X10, Y10
-	F16SCALAR(2(DI), X11)
-	VBROADCASTSS X11, Y11
-	MOVL  4(DI), R8
-	MOVL  8(DI), R9
-	MOVL  12(DI), R10
-	MOVL  R10, AX
-	ANDL  $0x0f0f0f0f, AX
-	MOVL  R8, R11
-	SHRL  $6, R11
-	ANDL  $0x03030303, R11
-	SHLL  $4, R11
-	ORL   R11, AX
-	SHLQ  $32, AX
-	ANDL  $0x3f3f3f3f, R8
-	ORQ   R8, AX
-	VMOVQ AX, X1
-	MOVL  R10, AX
-	SHRL  $4, AX
-	ANDL  $0x0f0f0f0f, AX
-	MOVL  R9, R11
-	SHRL  $6, R11
-	ANDL  $0x03030303, R11
-	SHLL  $4, R11
-	ORL   R11, AX
-	SHLQ  $32, AX
-	ANDL  $0x3f3f3f3f, R9
-	ORQ   R9, AX
-	VMOVQ AX, X2
-
-	VPMOVZXBD   X1, Y1
-	VCVTDQ2PS   Y1, Y1
-	VMULPS      (DX), Y1, Y1
-	VMULPS      Y10, Y1, Y1
-	VPMOVZXBD   X2, Y2
-	VCVTDQ2PS   Y2, Y2
-	VMULPS      (BX), Y2, Y2
-	VFMADD231PS Y11, Y2, Y13
+	Q4KSCALES
 
 	VMOVDQU      16(DI), Y3
 	VPSRLW       $4, Y3, Y4
@@ -1085,6 +1089,78 @@ loop:
 	ADDQ $32, BX
 	DECQ CX
 	JNZ  loop
+
+	VEXTRACTF64X4 $1, Z0, Y12
+	VADDPS Y12, Y0, Y0
+	VSUBPS Y13, Y0, Y0
+	HSUMY(Y0, X0, X1)
+	VMOVSS X0, ret+40(FP)
+	VZEROUPPER
+	RET
+
+// func q4KAVX512VNNI(xq *int8, xd, xs *float32, w *byte, nsb int) float32
+// q4KAVX512 with VPDPBUSD for VPMADDUBSW+VPMADDWD (the same exact int32
+// sums of 4 byte products per lane) and one 64-byte load for the nibbles
+// of two 64-element chunks, so it is bit-identical to q4KAVX512.
+TEXT ·q4KAVX512VNNI(SB), NOSPLIT, $0-44
+	MOVQ         xq+0(FP), SI
+	MOVQ         xd+8(FP), DX
+	MOVQ         xs+16(FP), BX
+	MOVQ         w+24(FP), DI
+	MOVQ         nsb+32(FP), CX
+	VPBROADCASTB ggLow4<>(SB), Z14
+	VMOVDQU32    ggQ4KIdx<>+0(SB), Z16
+	VMOVDQU32    ggQ4KIdx<>+64(SB), Z17
+	VMOVDQU32    ggQ4KIdx<>+128(SB), Z18
+	VMOVDQU32    ggQ4KIdx<>+192(SB), Z19
+	VPXORD       Z0, Z0, Z0
+	VXORPS       Y13, Y13, Y13
+
+vloop:
+	Q4KSCALES
+
+	// Chunks 0 and 1: Z5 = [low | high nibbles of chunk 0], Z6 chunk 1.
+	VMOVDQU64   16(DI), Z3
+	VPSRLW      $4, Z3, Z4
+	VPANDD      Z14, Z3, Z3
+	VPANDD      Z14, Z4, Z4
+	VSHUFI64X2  $0x44, Z4, Z3, Z5
+	VSHUFI64X2  $0xEE, Z4, Z3, Z6
+	VPXORD      Z7, Z7, Z7
+	VPDPBUSD    0(SI), Z5, Z7
+	VPXORD      Z8, Z8, Z8
+	VPDPBUSD    64(SI), Z6, Z8
+	VCVTDQ2PS   Z7, Z7
+	VPERMPS     Z1, Z16, Z9
+	VFMADD231PS Z9, Z7, Z0
+	VCVTDQ2PS   Z8, Z8
+	VPERMPS     Z1, Z17, Z9
+	VFMADD231PS Z9, Z8, Z0
+
+	// Chunks 2 and 3.
+	VMOVDQU64   80(DI), Z3
+	VPSRLW      $4, Z3, Z4
+	VPANDD      Z14, Z3, Z3
+	VPANDD      Z14, Z4, Z4
+	VSHUFI64X2  $0x44, Z4, Z3, Z5
+	VSHUFI64X2  $0xEE, Z4, Z3, Z6
+	VPXORD      Z7, Z7, Z7
+	VPDPBUSD    128(SI), Z5, Z7
+	VPXORD      Z8, Z8, Z8
+	VPDPBUSD    192(SI), Z6, Z8
+	VCVTDQ2PS   Z7, Z7
+	VPERMPS     Z1, Z18, Z9
+	VFMADD231PS Z9, Z7, Z0
+	VCVTDQ2PS   Z8, Z8
+	VPERMPS     Z1, Z19, Z9
+	VFMADD231PS Z9, Z8, Z0
+
+	ADDQ $144, DI
+	ADDQ $256, SI
+	ADDQ $32, DX
+	ADDQ $32, BX
+	DECQ CX
+	JNZ  vloop
 
 	VEXTRACTF64X4 $1, Z0, Y12
 	VADDPS Y12, Y0, Y0

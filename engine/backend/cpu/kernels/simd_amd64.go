@@ -138,6 +138,9 @@ func simdImpl(l Level) impl {
 		k.mlx4Perm = true
 		k.mlx8x4 = mlx8x4SIMD512
 		k.q4K = q4KSIMD512
+		if features.vnni {
+			k.q4K = q4KSIMD512VNNI
+		}
 		k.q4K4 = q4Kx4SIMD512
 		k.q6K4 = q6Kx4SIMD512
 		k.q8_04 = q8_0x4SIMD512
@@ -145,3 +148,6 @@ func simdImpl(l Level) impl {
 	}
 	return k
 }
+
+//go:noescape
+func q4KAVX512VNNI(xq *int8, xd, xs *float32, w *byte, nsb int) float32

@@ -355,6 +355,18 @@ func q4KSIMD512(a q8Row, w []byte) float32 {
 	return q4KAVX512(&a.q[0], &a.d[0], &a.s[0], &w[0], nsb)
 }
 
+// q4KSIMD512VNNI is q4KSIMD512 (bit-identical) with AVX-512 VNNI.
+func q4KSIMD512VNNI(a q8Row, w []byte) float32 {
+	nsb := len(a.q) / kBlock
+	if nsb == 0 {
+		return 0
+	}
+	_ = a.d[nsb*8-1]
+	_ = a.s[nsb*8-1]
+	_ = w[nsb*q4KBytes-1]
+	return q4KAVX512VNNI(&a.q[0], &a.d[0], &a.s[0], &w[0], nsb)
+}
+
 // mlx8x4SIMD512 is mlx8SIMD512 for the 4 rows of cols values in x (and
 // of cols/group sums in xsum), bit-identical to it row by row.
 func mlx8x4SIMD512(x []float32, cols int, w []byte, s, b, xsum []float32, group int, out *[4]float32) {
