@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -54,8 +56,21 @@ func benchBatch(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	promptLen := flags.Int("prompt", 32, "prompt tokens per stream")
 	decodeLen := flags.Int("decode", 64, "greedy tokens per stream")
 	threads := flags.Int("threads", 0, "compute goroutines (0: all cores)")
+	cpuProfile := flags.String("cpuprofile", "", "write a CPU profile of the forward-only steps at the highest concurrency to this file (one format in -formats)")
 	if err := flags.Parse(args); err != nil {
 		return err
+	}
+	var profile io.Writer
+	if *cpuProfile != "" {
+		if strings.Contains(*only, ",") {
+			return usagef("-cpuprofile takes one format in -formats")
+		}
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		profile = f
 	}
 	var levels []int
 	for _, f := range strings.Split(*streamsFlag, ",") {
@@ -88,7 +103,7 @@ func benchBatch(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		rows, err := runBatch(ctx, path, levels, *promptLen, *decodeLen, *threads, stderr)
 		if err == nil {
-			err = forwardOnly(ctx, path, rows, *promptLen, *threads)
+			err = forwardOnly(ctx, path, rows, *promptLen, *threads, profile)
 		}
 		if err != nil {
 			results[f.name] = map[string]string{"error": err.Error()}
@@ -229,8 +244,9 @@ func streamTimes(ctx context.Context, r *runner.Runner, req *engine.Request) ([]
 
 // forwardOnly times decode steps of each level's number of rows straight
 // through model.Forward (sequences prefilled with promptLen tokens), the
-// ceiling the scheduler's aggregate is compared with.
-func forwardOnly(ctx context.Context, path string, rows []batchResult, promptLen, threads int) error {
+// ceiling the scheduler's aggregate is compared with. A non-nil profile
+// receives a CPU profile of the last level's steps.
+func forwardOnly(ctx context.Context, path string, rows []batchResult, promptLen, threads int, profile io.Writer) error {
 	be := cpu.New(cpu.Options{Threads: threads})
 	defer be.Close()
 	m, err := model.Load(ctx, path, be, model.Options{})
@@ -256,6 +272,12 @@ func forwardOnly(ctx context.Context, path string, rows []batchResult, promptLen
 		}
 		if _, err := m.Forward(ctx, in, model.Range{}, nil); err != nil {
 			return err
+		}
+		if profile != nil && i == len(rows)-1 {
+			if err := pprof.StartCPUProfile(profile); err != nil {
+				return err
+			}
+			defer pprof.StopCPUProfile()
 		}
 		start := time.Now()
 		for s := range steps {
