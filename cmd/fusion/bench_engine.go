@@ -37,6 +37,9 @@ var llamaCppReference = map[string]engineSpeed{
 type engineSpeed struct {
 	Prefill float64 `json:"prefill_tok_s"`
 	Decode  float64 `json:"decode_tok_s"`
+	// DecodeEmpty is decode from an empty context (llama-bench's tg
+	// test); only in ratios, where Decode is after the prompt.
+	DecodeEmpty float64 `json:"decode_empty_context_tok_s,omitempty"`
 }
 
 // engineFormat is one weight layout of the benchmark model.
@@ -52,6 +55,7 @@ type engineResult struct {
 	WeightBytes       int64        `json:"weight_bytes"`
 	PrefillTokS       float64      `json:"prefill_tok_s"`
 	DecodeTokS        float64      `json:"decode_tok_s"`
+	DecodeEmptyTokS   float64      `json:"decode_empty_context_tok_s"`
 	PeakRSSBytes      int64        `json:"peak_rss_bytes"`
 	KVAllocatedBytes  int64        `json:"kv_cache_allocated_bytes"`
 	KVUsedBytes       int64        `json:"kv_cache_used_bytes"`
@@ -137,13 +141,13 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		r.BandwidthFraction = r.DecodeGBs / bw[strconv.Itoa(be.Threads())+"_threads"]
 		ref := llamaCppReference[f.llamaRef]
-		r.VsLlamaCpp = &engineSpeed{Prefill: r.PrefillTokS / ref.Prefill, Decode: r.DecodeTokS / ref.Decode}
+		r.VsLlamaCpp = &engineSpeed{Prefill: r.PrefillTokS / ref.Prefill, Decode: r.DecodeTokS / ref.Decode, DecodeEmpty: r.DecodeEmptyTokS / ref.Decode}
 		if bin := os.Getenv("LLAMA_BENCH"); bin != "" && f.opts.Format == demo.FormatGGUF {
 			if lb, err := llamaBench(ctx, bin, path, *promptLen, *decodeLen, be.Threads()); err != nil {
 				r.Error = "llama-bench: " + err.Error()
 			} else {
 				r.LlamaBench = lb
-				r.VsLlamaBench = &engineSpeed{Prefill: r.PrefillTokS / lb.Prefill, Decode: r.DecodeTokS / lb.Decode}
+				r.VsLlamaBench = &engineSpeed{Prefill: r.PrefillTokS / lb.Prefill, Decode: r.DecodeTokS / lb.Decode, DecodeEmpty: r.DecodeEmptyTokS / lb.Decode}
 			}
 		}
 	}
@@ -258,6 +262,26 @@ func runEngine(ctx context.Context, be *cpu.Backend, path string, promptLen, dec
 	r.DecodeBytesPerTok = r.WeightBytes + kvRead/int64(decodeLen)
 	r.DecodeGBs = float64(r.WeightBytes*int64(decodeLen)+kvRead) / secs / 1e9
 	r.PeakRSSBytes = peakRSS()
+
+	// Decode from an empty context, the way llama-bench's tg test
+	// measures it: one token, then decodeLen greedy steps.
+	empty, err := m.NewSequence(decodeLen + 1)
+	if err != nil {
+		return err
+	}
+	defer empty.Close()
+	if o, err = m.Forward(ctx, []model.Input{{Seq: empty, Tokens: prompt[:1]}}, model.Range{}, nil); err != nil {
+		return err
+	}
+	next = argmaxLogits(o.Logits[0])
+	start = time.Now()
+	for range decodeLen {
+		if o, err = m.Forward(ctx, []model.Input{{Seq: empty, Tokens: []int{next}}}, model.Range{}, nil); err != nil {
+			return err
+		}
+		next = argmaxLogits(o.Logits[0])
+	}
+	r.DecodeEmptyTokS = float64(decodeLen) / time.Since(start).Seconds()
 	return nil
 }
 

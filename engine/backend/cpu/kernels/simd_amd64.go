@@ -138,10 +138,10 @@ func simdImpl(l Level) impl {
 		k.mlx4Perm = true
 		k.mlx8x4 = mlx8x4SIMD512
 		k.q4K = q4KSIMD512
-		if features.vnni {
-			k.q4K = q4KSIMD512VNNI
-		}
 		k.q4K4 = q4Kx4SIMD512
+		if features.vnni {
+			k.q4K, k.q4K4 = q4KSIMD512VNNI, q4Kx4SIMD512VNNI
+		}
 		k.q6K4 = q6Kx4SIMD512
 		k.q8_04 = q8_0x4SIMD512
 		k.mlx8 = mlx8SIMD512
@@ -151,3 +151,6 @@ func simdImpl(l Level) impl {
 
 //go:noescape
 func q4KAVX512VNNI(xq *int8, xd, xs *float32, w *byte, nsb int) float32
+
+//go:noescape
+func q4Kx4AVX512VNNI(xq *int8, qstride int, xd, xs *float32, dstride int, w *byte, nsb int, out *float32)

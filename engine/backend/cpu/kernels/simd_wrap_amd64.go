@@ -322,6 +322,17 @@ func q4Kx4SIMD512(a q8Row, cols int, w []byte, out *[4]float32) {
 	q4Kx4AVX512(&a.q[0], cols, &a.d[0], &a.s[0], 4*nb, &w[0], nsb, &out[0])
 }
 
+// q4Kx4SIMD512VNNI is q4Kx4SIMD512 (bit-identical) with AVX-512 VNNI.
+func q4Kx4SIMD512VNNI(a q8Row, cols int, w []byte, out *[4]float32) {
+	nsb := cols / kBlock
+	nb := cols / q8Block
+	_ = a.q[4*cols-1]
+	_ = a.d[4*nb-1]
+	_ = a.s[4*nb-1]
+	_ = w[nsb*q4KBytes-1]
+	q4Kx4AVX512VNNI(&a.q[0], cols, &a.d[0], &a.s[0], 4*nb, &w[0], nsb, &out[0])
+}
+
 // q6Kx4SIMD512 is q6KSIMD2 for the 4 consecutive quantized rows in a,
 // bit-identical to it row by row.
 func q6Kx4SIMD512(a q8Row, cols int, w []byte, out *[4]float32) {

@@ -9,8 +9,9 @@ import (
 	"fusion/engine/tensor"
 )
 
-// The VNNI variant of the AVX-512 Q4_K kernel gives the same bits as the
-// plain one, which is what runs on AVX-512 CPUs without VNNI.
+// The VNNI variants of the AVX-512 Q4_K kernels (one row, 4 rows) give
+// the same bits as the plain ones, which run on AVX-512 CPUs without
+// VNNI.
 func TestQ4KVNNIMatchesAVX512(t *testing.T) {
 	if !features.avx512 || !features.vnni {
 		t.Skip("this CPU lacks AVX-512 VNNI")
@@ -24,13 +25,22 @@ func TestQ4KVNNIMatchesAVX512(t *testing.T) {
 		}
 		g := w.(*GGUF)
 		var a actBuf
-		g.prepare(nil, randFloats(r, cols), 1, &a)
+		g.prepare(nil, randFloats(r, 4*cols), 4, &a)
 		x := a.q8Row(0)
+		x4 := q8Row{q: a.q8.q, d: a.q8.d, s: a.q8.s}
 		for o := range rows {
 			row := g.data[o*g.rowBytes : (o+1)*g.rowBytes]
 			got, want := q4KSIMD512VNNI(x, row), q4KSIMD512(x, row)
 			if math.Float32bits(got) != math.Float32bits(want) {
 				t.Fatalf("cols %d row %d: VNNI %v, AVX-512 %v", cols, o, got, want)
+			}
+			var got4, want4 [4]float32
+			q4Kx4SIMD512VNNI(x4, cols, row, &got4)
+			q4Kx4SIMD512(x4, cols, row, &want4)
+			for i := range got4 {
+				if math.Float32bits(got4[i]) != math.Float32bits(want4[i]) {
+					t.Fatalf("cols %d row %d, 4 rows: activation row %d: VNNI %v, AVX-512 %v", cols, o, i, got4[i], want4[i])
+				}
 			}
 		}
 	}
