@@ -66,6 +66,8 @@ func (d *Dense) prepare(_ *impl, x []float32, batch int, a *actBuf) {
 	a.x, a.batch, a.cols = x, batch, d.cols
 }
 
+func (d *Dense) prepareRows(*impl, *actBuf, int, int) {}
+
 func (d *Dense) mulRows(k *impl, a *actBuf, dst []float32, r0, r1 int, _ *scratch) {
 	if d.dt == tensor.BF16 && k.bf16Tile != nil {
 		d.mulRowsTiled(k, a, dst, r0, r1)

@@ -79,7 +79,15 @@ func (g *GGUF) prepare(_ *impl, x []float32, batch int, a *actBuf) {
 	a.q8.q = grow(a.q8.q, n)
 	a.q8.d = grow(a.q8.d, n/q8Block)
 	a.q8.s = grow(a.q8.s, n/q8Block)
-	quantizeQ8(a.q8, x[:n])
+}
+
+func (g *GGUF) prepareRows(_ *impl, a *actBuf, b0, b1 int) {
+	if g.ExactActivations {
+		return
+	}
+	for b := b0; b < b1; b++ {
+		quantizeQ8(a.q8Row(b), a.x[b*g.cols:(b+1)*g.cols])
+	}
 }
 
 func (a *actBuf) q8Row(b int) q8Row {

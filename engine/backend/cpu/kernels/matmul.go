@@ -24,6 +24,7 @@ func (k *Kernels) MatMul(dst, x []float32, batch int, w Weights) {
 	var a actBuf
 	var s scratch
 	w.prepare(&k.impl, x[:batch*w.Cols()], batch, &a)
+	w.prepareRows(&k.impl, &a, 0, batch)
 	w.mulRows(&k.impl, &a, dst, 0, w.Rows(), &s)
 }
 

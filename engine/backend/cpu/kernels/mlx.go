@@ -117,10 +117,20 @@ func (m *MLXAffine) rowScales(r int, s, b []float32) {
 
 func (m *MLXAffine) prepare(k *impl, x []float32, batch int, a *actBuf) {
 	a.x, a.batch, a.cols = x, batch, m.cols
+	a.xp = a.xp[:0]
+	if m.dequantTiles(k) || (m.bits == 4 && k.mlx4Perm) {
+		a.xp = grow(a.xp, batch*m.cols)
+	}
+	if !m.dequantTiles(k) {
+		a.xsum = grow(a.xsum, batch*m.groups)
+	}
+}
+
+func (m *MLXAffine) prepareRows(k *impl, a *actBuf, b0, b1 int) {
+	x := a.x
 	if m.dequantTiles(k) {
 		// Only the permuted rows, the partial last chunk in order.
-		a.xp = grow(a.xp[:0], batch*m.cols)
-		for b := 0; b < batch; b++ {
+		for b := b0; b < b1; b++ {
 			xr, pr := x[b*m.cols:(b+1)*m.cols], a.xp[b*m.cols:(b+1)*m.cols]
 			mlxPermute(pr, xr)
 			full := m.cols &^ 127
@@ -129,8 +139,7 @@ func (m *MLXAffine) prepare(k *impl, x []float32, batch int, a *actBuf) {
 		return
 	}
 	ng := m.groups
-	a.xsum = grow(a.xsum, batch*ng)
-	for b := 0; b < batch; b++ {
+	for b := b0; b < b1; b++ {
 		xr := x[b*m.cols : (b+1)*m.cols]
 		for g := 0; g < ng; g++ {
 			var s float32
@@ -140,10 +149,8 @@ func (m *MLXAffine) prepare(k *impl, x []float32, batch int, a *actBuf) {
 			a.xsum[b*ng+g] = s
 		}
 	}
-	a.xp = a.xp[:0]
-	if m.bits == 4 && k.mlx4Perm {
-		a.xp = grow(a.xp, batch*m.cols)
-		for b := 0; b < batch; b++ {
+	if len(a.xp) > 0 {
+		for b := b0; b < b1; b++ {
 			mlxPermute(a.xp[b*m.cols:(b+1)*m.cols], x[b*m.cols:(b+1)*m.cols])
 		}
 	}

@@ -257,6 +257,14 @@ func (p *Pool) MatMul(dst, x []float32, batch int, w Weights) {
 	k := &p.k.impl
 	w.prepare(k, x[:batch*w.Cols()], batch, &p.act)
 	defer func() { p.act.x = nil }() // don't keep the caller's x alive
+	if p.threads == 1 || batch < 2*p.threads {
+		w.prepareRows(k, &p.act, 0, batch)
+	} else {
+		// Quantizing or permuting a prompt's activations is worth splitting.
+		p.do(batch, 1, func(_ int, _ *scratch, lo, hi int) {
+			w.prepareRows(k, &p.act, lo, hi)
+		})
+	}
 	rows := w.Rows()
 	if p.threads == 1 || rows < 2*minChunk {
 		w.mulRows(k, &p.act, dst, 0, rows, &p.scratch[0])

@@ -15,7 +15,11 @@ type Weights interface {
 	// scales and biases).
 	Bytes() int
 
+	// prepare points a at batch rows of x and sizes its buffers;
+	// prepareRows then fills activation rows [b0, b1) of them (rows are
+	// independent, so a Pool fills a large batch in parallel).
 	prepare(k *impl, x []float32, batch int, a *actBuf)
+	prepareRows(k *impl, a *actBuf, b0, b1 int)
 	mulRows(k *impl, a *actBuf, dst []float32, r0, r1 int, s *scratch)
 	dequantRow(dst []float32, r int)
 }
