@@ -26,8 +26,12 @@ func TestQ4KVNNIMatchesAVX512(t *testing.T) {
 		g := w.(*GGUF)
 		var a actBuf
 		g.prepare(nil, randFloats(r, 4*cols), 4, &a)
+		g.prepareRows(nil, &a, 0, 4)
 		x := a.q8Row(0)
 		x4 := q8Row{q: a.q8.q, d: a.q8.d, s: a.q8.s}
+		if x.d[0] == 0 {
+			t.Fatal("the activations were not quantized")
+		}
 		for o := range rows {
 			row := g.data[o*g.rowBytes : (o+1)*g.rowBytes]
 			got, want := q4KSIMD512VNNI(x, row), q4KSIMD512(x, row)
@@ -61,6 +65,7 @@ func BenchmarkQ4KRow(b *testing.B) {
 	g := w.(*GGUF)
 	var a actBuf
 	g.prepare(nil, randFloats(r, cols), 1, &a)
+	g.prepareRows(nil, &a, 0, 1)
 	x := a.q8Row(0)
 	for _, k := range []struct {
 		name string
