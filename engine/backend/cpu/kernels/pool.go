@@ -17,9 +17,9 @@ import (
 // microseconds of serial work, so waking a parked goroutine for each
 // (tens of microseconds through the OS) would leave the cores idle a
 // third of the time. Workers therefore spin (yielding to other goroutines
-// on every turn) for Spin after each job before they park, and the caller
-// spins likewise while it waits for them; a job that finds a worker
-// parked wakes it through a channel.
+// on every turn) for the pool's spin time (DefaultSpin) after each job
+// before they park, and the caller spins likewise while it waits for
+// them; a job that finds a worker parked wakes it through a channel.
 type Pool struct {
 	k       *Kernels
 	threads int
