@@ -17,9 +17,10 @@ type q8Row struct {
 	s []float32
 }
 
-// quantizeQ8 quantizes x (len a multiple of 32) into dst, whose slices
-// have the right lengths. It rounds to nearest, ties away from zero.
-func quantizeQ8(dst q8Row, x []float32) {
+// quantizeQ8Generic quantizes x (len a multiple of 32) into dst, whose
+// slices have the right lengths. It rounds to nearest, ties away from
+// zero. Every level's quantizer gives exactly its results.
+func quantizeQ8Generic(dst q8Row, x []float32) {
 	for b := 0; b < len(x)/q8Block; b++ {
 		xs := x[b*q8Block : (b+1)*q8Block]
 		var amax float32

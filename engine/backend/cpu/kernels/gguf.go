@@ -81,12 +81,12 @@ func (g *GGUF) prepare(_ *impl, x []float32, batch int, a *actBuf) {
 	a.q8.s = grow(a.q8.s, n/q8Block)
 }
 
-func (g *GGUF) prepareRows(_ *impl, a *actBuf, b0, b1 int) {
+func (g *GGUF) prepareRows(k *impl, a *actBuf, b0, b1 int) {
 	if g.ExactActivations {
 		return
 	}
 	for b := b0; b < b1; b++ {
-		quantizeQ8(a.q8Row(b), a.x[b*g.cols:(b+1)*g.cols])
+		k.quantizeQ8(a.q8Row(b), a.x[b*g.cols:(b+1)*g.cols])
 	}
 }
 

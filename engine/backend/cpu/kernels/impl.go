@@ -54,6 +54,9 @@ type impl struct {
 	// out by mlxPermute (the AVX-512 dequantized tiles do).
 	mlx4Perm bool
 
+	// quantizeQ8 quantizes an activation row for the GGUF rows, with
+	// quantizeQ8Generic's exact results.
+	quantizeQ8 func(dst q8Row, x []float32)
 	// GGUF rows against an activation row quantized to 8 bits per 32.
 	q8_0 func(a q8Row, w []byte) float32
 	q4_0 func(a q8Row, w []byte) float32
@@ -78,22 +81,23 @@ type impl struct {
 }
 
 var genericImpl = impl{
-	level:   LevelGeneric,
-	dotF32:  dotF32Generic,
-	dotF32B: dotF32BGeneric,
-	dotBF16: dotBF16Generic,
-	dotF16:  dotF16Generic,
-	widen:   widenGeneric,
-	mlx4:    mlx4Generic,
-	mlx8:    mlx8Generic,
-	q8_0:    q8_0Generic,
-	q4_0:    q4_0Generic,
-	q4K:     q4KGeneric,
-	q6K:     q6KGeneric,
-	axpy:    axpyGeneric,
-	add:     addGeneric,
-	mul:     mulGeneric,
-	scale:   scaleGeneric,
+	level:      LevelGeneric,
+	dotF32:     dotF32Generic,
+	dotF32B:    dotF32BGeneric,
+	dotBF16:    dotBF16Generic,
+	dotF16:     dotF16Generic,
+	widen:      widenGeneric,
+	mlx4:       mlx4Generic,
+	mlx8:       mlx8Generic,
+	quantizeQ8: quantizeQ8Generic,
+	q8_0:       q8_0Generic,
+	q4_0:       q4_0Generic,
+	q4K:        q4KGeneric,
+	q6K:        q6KGeneric,
+	axpy:       axpyGeneric,
+	add:        addGeneric,
+	mul:        mulGeneric,
+	scale:      scaleGeneric,
 
 	maxf:      maxGeneric,
 	expSubSum: expSubSumGeneric,

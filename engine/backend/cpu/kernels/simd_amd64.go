@@ -137,6 +137,7 @@ func simdImpl(l Level) impl {
 		k.mlx4Fused = mlx4Fused1x4SIMD512
 		k.mlx4Perm = true
 		k.mlx8x4 = mlx8x4SIMD512
+		k.quantizeQ8 = quantizeQ8SIMD512
 		k.q4K = q4KSIMD512
 		k.q4K4 = q4Kx4SIMD512
 		if features.vnni {
@@ -154,3 +155,6 @@ func q4KAVX512VNNI(xq *int8, xd, xs *float32, w *byte, nsb int) float32
 
 //go:noescape
 func q4Kx4AVX512VNNI(xq *int8, qstride int, xd, xs *float32, dstride int, w *byte, nsb int, out *float32)
+
+//go:noescape
+func quantizeQ8AVX512(x *float32, q *int8, d, s *float32, nb int)

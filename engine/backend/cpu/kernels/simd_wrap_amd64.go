@@ -385,3 +385,15 @@ func mlx8x4SIMD512(x []float32, cols int, w []byte, s, b, xsum []float32, group 
 	_, _, _, _, _ = x[4*cols-1], w[ng*group-1], s[ng-1], b[ng-1], xsum[4*ng-1]
 	mlx8x4AVX512(&x[0], 4*cols, &w[0], &s[0], &b[0], &xsum[0], 4*ng, ng, group, &out[0])
 }
+
+// quantizeQ8SIMD512 is quantizeQ8Generic (the same results) on AVX-512.
+func quantizeQ8SIMD512(dst q8Row, x []float32) {
+	nb := len(x) / q8Block
+	if nb == 0 {
+		return
+	}
+	_ = dst.q[nb*q8Block-1]
+	_ = dst.d[nb-1]
+	_ = dst.s[nb-1]
+	quantizeQ8AVX512(&x[0], &dst.q[0], &dst.d[0], &dst.s[0], nb)
+}

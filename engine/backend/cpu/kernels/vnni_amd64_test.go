@@ -26,7 +26,7 @@ func TestQ4KVNNIMatchesAVX512(t *testing.T) {
 		g := w.(*GGUF)
 		var a actBuf
 		g.prepare(nil, randFloats(r, 4*cols), 4, &a)
-		g.prepareRows(nil, &a, 0, 4)
+		g.prepareRows(&Default().impl, &a, 0, 4)
 		x := a.q8Row(0)
 		x4 := q8Row{q: a.q8.q, d: a.q8.d, s: a.q8.s}
 		if x.d[0] == 0 {
@@ -65,7 +65,7 @@ func BenchmarkQ4KRow(b *testing.B) {
 	g := w.(*GGUF)
 	var a actBuf
 	g.prepare(nil, randFloats(r, cols), 1, &a)
-	g.prepareRows(nil, &a, 0, 1)
+	g.prepareRows(&Default().impl, &a, 0, 1)
 	x := a.q8Row(0)
 	for _, k := range []struct {
 		name string
