@@ -10,8 +10,9 @@
 // Every kernel has a pure-Go implementation. On amd64 the hot loops also
 // exist in Go assembly for AVX2+FMA+F16C (LevelAVX2) and, where it pays,
 // AVX-512 (LevelAVX512: the f32/bf16/f16 dots, the MLX 4- and 8-bit rows
-// and Q4_K, whose row kernel uses VNNI where the CPU has it, with the
-// same bits; the other kernels run their AVX2 version at that level).
+// and Q4_K, whose kernels use VNNI where the CPU has it, with the same
+// bits, and the GGUF activation quantizer, with the pure-Go one's exact
+// results; the other kernels run their AVX2 version at that level).
 // Default
 // uses the widest level the CPU supports, detected once at start-up; every
 // supported level can be selected with ForLevel, which is how the tests
