@@ -364,7 +364,7 @@ func TestPoolRun(t *testing.T) {
 		spin    time.Duration
 	}{{1, DefaultSpin}, {2, DefaultSpin}, {3, 0}, {4, 50 * time.Microsecond}} {
 		for round := range 20 {
-			p := NewPoolSpin(tc.threads, nil, tc.spin)
+			p := newPoolSpin(tc.threads, nil, tc.spin)
 			for _, n := range []int{1, 2, 7, 100, 1000} {
 				counts := make([]atomic.Int32, n)
 				var badWorker atomic.Int32
@@ -421,7 +421,7 @@ func TestPoolRunPanicLeavesPoolUsable(t *testing.T) {
 // worker still signalling the end of one job must not end the next.
 func TestPoolRunWaitsForAllCalls(t *testing.T) {
 	for _, threads := range []int{2, 3} {
-		p := NewPoolSpin(threads, nil, 0)
+		p := newPoolSpin(threads, nil, 0)
 		for iter := range 3000 {
 			var finished atomic.Int32
 			p.Run(threads+1, func(_, i int) {

@@ -70,11 +70,12 @@ const DefaultSpin = 200 * time.Microsecond
 // threads <= 0) using kernels k (Default() when nil); its workers spin
 // for DefaultSpin before parking.
 func NewPool(threads int, k *Kernels) *Pool {
-	return NewPoolSpin(threads, k, DefaultSpin)
+	return newPoolSpin(threads, k, DefaultSpin)
 }
 
-// NewPoolSpin is NewPool with the workers' spin time (0: park at once).
-func NewPoolSpin(threads int, k *Kernels, spin time.Duration) *Pool {
+// newPoolSpin is NewPool with the workers' spin time (0: park at once);
+// tests use it to exercise parking.
+func newPoolSpin(threads int, k *Kernels, spin time.Duration) *Pool {
 	if threads <= 0 {
 		threads = runtime.NumCPU()
 	}
