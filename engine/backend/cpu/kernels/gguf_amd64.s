@@ -294,29 +294,9 @@ loop:
 	VZEROUPPER
 	RET
 
-// The 4-row Q4_K kernels share their code; DOT(mem, z) sets the 16 int32
-// lanes of z to the sums of 4 products of the nibbles in Z3 with the
-// activation bytes at mem: VPMADDUBSW+VPMADDWD (Z15 = ones), or VPDPBUSD
-// on a zeroed z where the CPU has VNNI. Both give the same exact sums.
-#define Q4KDOT_MADD(mem, z) VPMADDUBSW mem, Z3, z; VPMADDWD Z15, z, z
-#define Q4KDOT_VNNI(mem, z) VPXORD z, z, z; VPDPBUSD mem, Z3, z
-
-#define Q4KX4SETUP \
-	VPBROADCASTB ggLow4<>(SB), Z14; \
-	VMOVDQU32    ggQ4KIdx<>+0(SB), Z16; \
-	VMOVDQU32    ggQ4KIdx<>+64(SB), Z17; \
-	VMOVDQU32    ggQ4KIdx<>+128(SB), Z18; \
-	VMOVDQU32    ggQ4KIdx<>+192(SB), Z19; \
-	VPXORD       Z20, Z20, Z20; \
-	VPXORD       Z24, Z24, Z24; \
-	VPXORD       Z21, Z21, Z21; \
-	VPXORD       Z25, Z25, Z25; \
-	VPXORD       Z22, Z22, Z22; \
-	VPXORD       Z26, Z26, Z26; \
-	VPXORD       Z23, Z23, Z23; \
-	VPXORD       Z27, Z27, Z27
-
-#define Q4KX4STEP(DOT) \
+// Q4KUNPACK reads super-block DI's d and dmin (broadcast in Y10, Y11) and
+// its 6-bit scales and mins (the 8 bytes of each in X1, X2).
+#define Q4KUNPACK \
 	F16SCALAR((DI), X10); \
 	VBROADCASTSS X10, Y10; \
 	F16SCALAR(2(DI), X11); \
@@ -346,7 +326,57 @@ loop:
 	SHLQ  $32, AX; \
 	ANDL  $0x3f3f3f3f, R9; \
 	ORQ   R9, AX; \
-	VMOVQ AX, X2; \
+	VMOVQ AX, X2
+
+// The 4-row Q4_K kernels share their code; DOT(mem, z) sets the 16 int32
+// lanes of z to the sums of 4 products of the nibbles in Z3 with the
+// activation bytes at mem: VPMADDUBSW+VPMADDWD (Z15 = ones), or VPDPBUSD
+// on a zeroed z where the CPU has VNNI. Both give the same exact sums.
+#define Q4KDOT_MADD(mem, z) VPMADDUBSW mem, Z3, z; VPMADDWD Z15, z, z
+#define Q4KDOT_VNNI(mem, z) VPXORD z, z, z; VPDPBUSD mem, Z3, z
+
+#define Q4KX4SETUP \
+	VPBROADCASTB ggLow4<>(SB), Z14; \
+	VMOVDQU32    ggQ4KIdx<>+0(SB), Z16; \
+	VMOVDQU32    ggQ4KIdx<>+64(SB), Z17; \
+	VMOVDQU32    ggQ4KIdx<>+128(SB), Z18; \
+	VMOVDQU32    ggQ4KIdx<>+192(SB), Z19; \
+	VPXORD       Z20, Z20, Z20; \
+	VPXORD       Z24, Z24, Z24; \
+	VPXORD       Z21, Z21, Z21; \
+	VPXORD       Z25, Z25, Z25; \
+	VPXORD       Z22, Z22, Z22; \
+	VPXORD       Z26, Z26, Z26; \
+	VPXORD       Z23, Z23, Z23; \
+	VPXORD       Z27, Z27, Z27
+
+// Q4KX4CHUNK multiplies the 64 codes at woff(DI) with 64 activation
+// bytes of each of the 4 rows at xoff(SI) and accumulates them, scaled by
+// the block factors (Z28-Z31 permuted by idx), into Z20-Z23.
+#define Q4KX4CHUNK(DOT, woff, xoff, idx) \
+	VMOVDQU      woff(DI), Y3; \
+	VPSRLW       $4, Y3, Y9; \
+	VINSERTI64X4 $1, Y9, Z3, Z3; \
+	VPANDD       Z14, Z3, Z3; \
+	DOT(xoff(SI), Z4); \
+	VCVTDQ2PS    Z4, Z4; \
+	VPERMPS      Z28, idx, Z8; \
+	VFMADD231PS  Z8, Z4, Z20; \
+	DOT(xoff(SI)(R13*1), Z5); \
+	VCVTDQ2PS    Z5, Z5; \
+	VPERMPS      Z29, idx, Z9; \
+	VFMADD231PS  Z9, Z5, Z21; \
+	DOT(xoff(SI)(R13*2), Z6); \
+	VCVTDQ2PS    Z6, Z6; \
+	VPERMPS      Z30, idx, Z10; \
+	VFMADD231PS  Z10, Z6, Z22; \
+	DOT(xoff(SI)(R10*1), Z7); \
+	VCVTDQ2PS    Z7, Z7; \
+	VPERMPS      Z31, idx, Z11; \
+	VFMADD231PS  Z11, Z7, Z23
+
+#define Q4KX4STEP(DOT) \
+	Q4KUNPACK; \
 	LEAQ  (R13)(R13*2), R10; \
 	LEAQ  (R12)(R12*2), R11; \
 	VPMOVZXBD X1, Y1; \
@@ -369,117 +399,31 @@ loop:
 	VMULPS      Y10, Y31, Y31; \
 	VMULPS      (BX)(R11*1), Y2, Y7; \
 	VFMADD231PS Y11, Y7, Y27; \
-	VMOVDQU      16(DI), Y3; \
-	VPSRLW       $4, Y3, Y9; \
-	VINSERTI64X4 $1, Y9, Z3, Z3; \
-	VPANDD       Z14, Z3, Z3; \
-	DOT((SI), Z4); \
-	VCVTDQ2PS    Z4, Z4; \
-	VPERMPS      Z28, Z16, Z8; \
-	VFMADD231PS  Z8, Z4, Z20; \
-	DOT((SI)(R13*1), Z5); \
-	VCVTDQ2PS    Z5, Z5; \
-	VPERMPS      Z29, Z16, Z9; \
-	VFMADD231PS  Z9, Z5, Z21; \
-	DOT((SI)(R13*2), Z6); \
-	VCVTDQ2PS    Z6, Z6; \
-	VPERMPS      Z30, Z16, Z10; \
-	VFMADD231PS  Z10, Z6, Z22; \
-	DOT((SI)(R10*1), Z7); \
-	VCVTDQ2PS    Z7, Z7; \
-	VPERMPS      Z31, Z16, Z11; \
-	VFMADD231PS  Z11, Z7, Z23; \
-	VMOVDQU      48(DI), Y3; \
-	VPSRLW       $4, Y3, Y9; \
-	VINSERTI64X4 $1, Y9, Z3, Z3; \
-	VPANDD       Z14, Z3, Z3; \
-	DOT(64(SI), Z4); \
-	VCVTDQ2PS    Z4, Z4; \
-	VPERMPS      Z28, Z17, Z8; \
-	VFMADD231PS  Z8, Z4, Z20; \
-	DOT(64(SI)(R13*1), Z5); \
-	VCVTDQ2PS    Z5, Z5; \
-	VPERMPS      Z29, Z17, Z9; \
-	VFMADD231PS  Z9, Z5, Z21; \
-	DOT(64(SI)(R13*2), Z6); \
-	VCVTDQ2PS    Z6, Z6; \
-	VPERMPS      Z30, Z17, Z10; \
-	VFMADD231PS  Z10, Z6, Z22; \
-	DOT(64(SI)(R10*1), Z7); \
-	VCVTDQ2PS    Z7, Z7; \
-	VPERMPS      Z31, Z17, Z11; \
-	VFMADD231PS  Z11, Z7, Z23; \
-	VMOVDQU      80(DI), Y3; \
-	VPSRLW       $4, Y3, Y9; \
-	VINSERTI64X4 $1, Y9, Z3, Z3; \
-	VPANDD       Z14, Z3, Z3; \
-	DOT(128(SI), Z4); \
-	VCVTDQ2PS    Z4, Z4; \
-	VPERMPS      Z28, Z18, Z8; \
-	VFMADD231PS  Z8, Z4, Z20; \
-	DOT(128(SI)(R13*1), Z5); \
-	VCVTDQ2PS    Z5, Z5; \
-	VPERMPS      Z29, Z18, Z9; \
-	VFMADD231PS  Z9, Z5, Z21; \
-	DOT(128(SI)(R13*2), Z6); \
-	VCVTDQ2PS    Z6, Z6; \
-	VPERMPS      Z30, Z18, Z10; \
-	VFMADD231PS  Z10, Z6, Z22; \
-	DOT(128(SI)(R10*1), Z7); \
-	VCVTDQ2PS    Z7, Z7; \
-	VPERMPS      Z31, Z18, Z11; \
-	VFMADD231PS  Z11, Z7, Z23; \
-	VMOVDQU      112(DI), Y3; \
-	VPSRLW       $4, Y3, Y9; \
-	VINSERTI64X4 $1, Y9, Z3, Z3; \
-	VPANDD       Z14, Z3, Z3; \
-	DOT(192(SI), Z4); \
-	VCVTDQ2PS    Z4, Z4; \
-	VPERMPS      Z28, Z19, Z8; \
-	VFMADD231PS  Z8, Z4, Z20; \
-	DOT(192(SI)(R13*1), Z5); \
-	VCVTDQ2PS    Z5, Z5; \
-	VPERMPS      Z29, Z19, Z9; \
-	VFMADD231PS  Z9, Z5, Z21; \
-	DOT(192(SI)(R13*2), Z6); \
-	VCVTDQ2PS    Z6, Z6; \
-	VPERMPS      Z30, Z19, Z10; \
-	VFMADD231PS  Z10, Z6, Z22; \
-	DOT(192(SI)(R10*1), Z7); \
-	VCVTDQ2PS    Z7, Z7; \
-	VPERMPS      Z31, Z19, Z11; \
-	VFMADD231PS  Z11, Z7, Z23; \
+	Q4KX4CHUNK(DOT, 16, 0, Z16); \
+	Q4KX4CHUNK(DOT, 48, 64, Z17); \
+	Q4KX4CHUNK(DOT, 80, 128, Z18); \
+	Q4KX4CHUNK(DOT, 112, 192, Z19); \
 	ADDQ $144, DI; \
 	ADDQ $256, SI; \
 	ADDQ $32, DX; \
 	ADDQ $32, BX; \
 	DECQ CX
 
+// Q4KX4ROWOUT stores row accumulator acc (both halves, minus the min
+// terms in mins) at off(DX).
+#define Q4KX4ROWOUT(acc, mins, off) \
+	VMOVAPS       acc, Z0; \
+	VEXTRACTF64X4 $1, Z0, Y12; \
+	VADDPS        Y12, Y0, Y0; \
+	VSUBPS        mins, Y0, Y0; \
+	HSUMY(Y0, X0, X1); \
+	VMOVSS        X0, off(DX)
+
 #define Q4KX4OUT \
-	VMOVAPS Z20, Z0; \
-	VEXTRACTF64X4 $1, Z0, Y12; \
-	VADDPS  Y12, Y0, Y0; \
-	VSUBPS  Y24, Y0, Y0; \
-	HSUMY(Y0, X0, X1); \
-	VMOVSS  X0, 0(DX); \
-	VMOVAPS Z21, Z0; \
-	VEXTRACTF64X4 $1, Z0, Y12; \
-	VADDPS  Y12, Y0, Y0; \
-	VSUBPS  Y25, Y0, Y0; \
-	HSUMY(Y0, X0, X1); \
-	VMOVSS  X0, 4(DX); \
-	VMOVAPS Z22, Z0; \
-	VEXTRACTF64X4 $1, Z0, Y12; \
-	VADDPS  Y12, Y0, Y0; \
-	VSUBPS  Y26, Y0, Y0; \
-	HSUMY(Y0, X0, X1); \
-	VMOVSS  X0, 8(DX); \
-	VMOVAPS Z23, Z0; \
-	VEXTRACTF64X4 $1, Z0, Y12; \
-	VADDPS  Y12, Y0, Y0; \
-	VSUBPS  Y27, Y0, Y0; \
-	HSUMY(Y0, X0, X1); \
-	VMOVSS  X0, 12(DX)
+	Q4KX4ROWOUT(Z20, Y24, 0); \
+	Q4KX4ROWOUT(Z21, Y25, 4); \
+	Q4KX4ROWOUT(Z22, Y26, 8); \
+	Q4KX4ROWOUT(Z23, Y27, 12)
 
 // func q4Kx4AVX512(xq *int8, qstride int, xd, xs *float32, dstride int, w *byte, nsb int, out *float32)
 // q4KAVX512 of one weight row against 4 quantized activation rows (codes
@@ -983,36 +927,7 @@ GLOBL ggQ4KIdx<>(SB), RODATA|NOPTR, $256
 // Q4KSCALES reads super-block DI's d, dmin and 6-bit scales and mins:
 // Y1 = d·sc_j·xd_j for its 8 blocks, and Y13 += dmin·m_j·xs_j.
 #define Q4KSCALES \
-	F16SCALAR((DI), X10); \
-	VBROADCASTSS X10, Y10; \
-	F16SCALAR(2(DI), X11); \
-	VBROADCASTSS X11, Y11; \
-	MOVL  4(DI), R8; \
-	MOVL  8(DI), R9; \
-	MOVL  12(DI), R10; \
-	MOVL  R10, AX; \
-	ANDL  $0x0f0f0f0f, AX; \
-	MOVL  R8, R11; \
-	SHRL  $6, R11; \
-	ANDL  $0x03030303, R11; \
-	SHLL  $4, R11; \
-	ORL   R11, AX; \
-	SHLQ  $32, AX; \
-	ANDL  $0x3f3f3f3f, R8; \
-	ORQ   R8, AX; \
-	VMOVQ AX, X1; \
-	MOVL  R10, AX; \
-	SHRL  $4, AX; \
-	ANDL  $0x0f0f0f0f, AX; \
-	MOVL  R9, R11; \
-	SHRL  $6, R11; \
-	ANDL  $0x03030303, R11; \
-	SHLL  $4, R11; \
-	ORL   R11, AX; \
-	SHLQ  $32, AX; \
-	ANDL  $0x3f3f3f3f, R9; \
-	ORQ   R9, AX; \
-	VMOVQ AX, X2; \
+	Q4KUNPACK; \
 	VPMOVZXBD   X1, Y1; \
 	VCVTDQ2PS   Y1, Y1; \
 	VMULPS      (DX), Y1, Y1; \

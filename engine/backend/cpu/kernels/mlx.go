@@ -117,11 +117,12 @@ func (m *MLXAffine) rowScales(r int, s, b []float32) {
 
 func (m *MLXAffine) prepare(k *impl, x []float32, batch int, a *actBuf) {
 	a.x, a.batch, a.cols = x, batch, m.cols
+	tiles := m.dequantTiles(k)
 	a.xp = a.xp[:0]
-	if m.dequantTiles(k) || (m.bits == 4 && k.mlx4Perm) {
+	if tiles || (m.bits == 4 && k.mlx4Perm) {
 		a.xp = grow(a.xp, batch*m.cols)
 	}
-	if !m.dequantTiles(k) {
+	if !tiles {
 		a.xsum = grow(a.xsum, batch*m.groups)
 	}
 }
