@@ -106,7 +106,8 @@ func (d *Dense) mulRows(k *impl, a *actBuf, dst []float32, r0, r1 int, _ *scratc
 // mulRowsTiled runs k.bf16Tile over tiles of 4 weight rows (a partial
 // last tile repeats its last row) by up to 4 activation rows: each weight
 // tile is read from memory once and stays in cache while every group of
-// activation rows passes over it.
+// activation rows passes over it, and the first group prefetches the
+// next tile of this range.
 func (d *Dense) mulRowsTiled(k *impl, a *actBuf, dst []float32, r0, r1 int) {
 	var (
 		xs  [4][]float32
@@ -124,7 +125,11 @@ func (d *Dense) mulRowsTiled(k *impl, a *actBuf, dst []float32, r0, r1 int) {
 			for j := range nx {
 				xs[j] = a.x[(b0+j)*d.cols : (b0+j+1)*d.cols]
 			}
-			k.bf16Tile(&xs, nx, &ws, &out)
+			pf := 0
+			if b0 == 0 && o0+4 < r1 {
+				pf = 4 * d.rowBytes
+			}
+			k.bf16Tile(&xs, nx, &ws, &out, pf)
 			for j := range nx {
 				copy(dst[(b0+j)*d.rows+o0:(b0+j)*d.rows+o0+n], out[4*j:4*j+n])
 			}

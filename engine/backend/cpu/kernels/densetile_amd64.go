@@ -3,15 +3,17 @@
 package kernels
 
 //go:noescape
-func bf16Tile4x4AVX512(x *[4]*float32, w *[4]*byte, n int, out *[16]float32)
+func bf16Tile4x4AVX512(x *[4]*float32, w *[4]*byte, n int, out *[16]float32, pf int)
 
 //go:noescape
 func bf16Tile1x1AVX512(x *float32, w *byte, n int) float32
 
 // bf16TileSIMD512 is impl.bf16Tile on the AVX-512 tile kernels: the
 // full 16-wide chunks in assembly, the rest of each pair's columns in Go
-// added after the chunk sum, the same way for every tile shape.
-func bf16TileSIMD512(x *[4][]float32, nx int, w *[4][]byte, out *[16]float32) {
+// added after the chunk sum, the same way for every tile shape. Only the
+// 4×4 kernel prefetches (pf); smaller tiles are one row stream at a time,
+// which the hardware prefetcher follows.
+func bf16TileSIMD512(x *[4][]float32, nx int, w *[4][]byte, out *[16]float32, pf int) {
 	cols := len(x[0])
 	for i := range w {
 		w[i] = w[i][:2*cols]
@@ -31,7 +33,7 @@ func bf16TileSIMD512(x *[4][]float32, nx int, w *[4][]byte, out *[16]float32) {
 			for j := range xp {
 				xp[j] = &x[j][0]
 			}
-			bf16Tile4x4AVX512(&xp, &wp, m, out)
+			bf16Tile4x4AVX512(&xp, &wp, m, out, pf)
 		} else {
 			for j := range nx {
 				for i, p := range wp {

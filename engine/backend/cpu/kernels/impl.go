@@ -22,7 +22,9 @@ type impl struct {
 	// (nx is 1 to 4, all of one length) and the 4 weight rows w[i]. Each
 	// result is bit-identical whatever nx and whichever rows share the
 	// tile, so BF16 products stay row-independent at any batch size.
-	bf16Tile func(x *[4][]float32, nx int, w *[4][]byte, out *[16]float32)
+	// pf, when not 0, is the byte offset from w[0] of the next tile's
+	// rows, which the kernel may prefetch while it computes this one.
+	bf16Tile func(x *[4][]float32, nx int, w *[4][]byte, out *[16]float32, pf int)
 	// f32Tile is bf16Tile for f32 weight rows. mlx4Dequant sets dst to
 	// s[g]·q[i]+b[g] (g = i/group) for the 4-bit codes q of a row of
 	// len(dst) values, laid out as mlxPermute lays out activations (full
