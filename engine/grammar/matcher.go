@@ -62,8 +62,17 @@ type Matcher struct {
 	maxTokLen int
 	maxOpen   int32 // the most one byte can add to the cost of finishing
 
-	strKey  strKey        // the string state strBits was walked for
-	strBits sample.Bitset // unsafe tokens allowed there (see walkStrRest)
+	strKey   strKey        // the string state strBits was walked for
+	strBits  sample.Bitset // unsafe tokens allowed there (see walkStrRest)
+	strCosts []tokenCost   // the same tokens with their cost of finishing
+	collect  bool          // walk: record costs in strCosts too
+}
+
+// tokenCost is a token allowed from a string state and the bytes that
+// finish the document after it.
+type tokenCost struct {
+	id   int32
+	cost int32
 }
 
 // State is a snapshot of a Matcher, for Restore.

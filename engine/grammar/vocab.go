@@ -23,11 +23,18 @@ type Vocab struct {
 	// walked.
 	strSafe []uint64
 	strRest trie
+	// A safe token that ends inside an escape or a character (a \u, a
+	// split UTF-8 sequence) raises the bytes needed to finish the
+	// string by its extra (1 to maxExtra); strFits[k] has the safe
+	// tokens of extra at most k, for masks under a budget.
+	strFits  [][]uint64
+	maxExtra int
 	// The safe tokens by the number of code points they add, ascending, and
 	// the largest such number: with fewer than maxSafeLen code points left,
 	// only a prefix of safeByLen is set.
 	safeByLen  []int32
 	safeLen    []int32
+	safeExtra  []int32
 	maxSafeLen int
 	maxTokLen  int // bytes of the longest token
 
@@ -99,6 +106,11 @@ func NewVocab(tokens [][]byte, eos []int) *Vocab {
 			v.strSafe[id/64] |= 1 << (id % 64)
 			v.safeByLen = append(v.safeByLen, int32(id))
 			v.safeLen = append(v.safeLen, th.top.a)
+			// In the free string (no minLength) a thread at a character
+			// boundary needs 1 byte, the quote.
+			extra := frameCost(th.top) - 1
+			v.safeExtra = append(v.safeExtra, extra)
+			v.maxExtra = max(v.maxExtra, int(extra))
 			v.maxSafeLen = max(v.maxSafeLen, int(th.top.a))
 		} else {
 			rest = append(rest, int32(id))
@@ -109,11 +121,20 @@ func NewVocab(tokens [][]byte, eos []int) *Vocab {
 		order[i] = i
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return int(v.safeLen[a] - v.safeLen[b]) })
-	byLen, lens := make([]int32, len(order)), make([]int32, len(order))
+	byLen, lens, extras := make([]int32, len(order)), make([]int32, len(order)), make([]int32, len(order))
 	for i, o := range order {
-		byLen[i], lens[i] = v.safeByLen[o], v.safeLen[o]
+		byLen[i], lens[i], extras[i] = v.safeByLen[o], v.safeLen[o], v.safeExtra[o]
 	}
-	v.safeByLen, v.safeLen = byLen, lens
+	v.safeByLen, v.safeLen, v.safeExtra = byLen, lens, extras
+	v.strFits = make([][]uint64, v.maxExtra+1)
+	for k := range v.strFits {
+		v.strFits[k] = make([]uint64, len(v.strSafe))
+	}
+	for i, id := range v.safeByLen {
+		for k := int(v.safeExtra[i]); k <= v.maxExtra; k++ {
+			v.strFits[k][id/64] |= 1 << (id % 64)
+		}
+	}
 	v.upToOnce = make([]sync.Once, v.maxSafeLen+1)
 	v.upTo = make([]sample.Bitset, v.maxSafeLen+1)
 	safeFrom := make([]int32, len(tokens))
@@ -232,8 +253,11 @@ func (m *Matcher) mask(v *Vocab, dst sample.Bitset) {
 	}
 	// Threads inside a string at a character boundary take the safe tokens
 	// that fit the length left from precomputed sets; only the rest of the
-	// vocabulary is walked for them. (Safe tokens never raise the cost of
-	// finishing, so under a budget they fit whenever the thread does.)
+	// vocabulary is walked for them. Under a budget a safe token fits when
+	// the thread's cost plus the token's extra (see Vocab.strFits) does,
+	// once the string's minLength is met; before that, a thread over
+	// budget takes the safe tokens whose code points pay for it, and one
+	// within budget is walked whole.
 	var inStr, other []thread
 	room := -1
 	for _, t := range m.threads {
@@ -252,22 +276,29 @@ func (m *Matcher) mask(v *Vocab, dst sample.Bitset) {
 		// minLength with enough code points; the rest is walked.
 		f := t[0].top
 		need := threadCost(t[0]) - m.limit
-		if int(need) <= f.n.minLen-int(f.a) {
+		if deficit := int32(f.n.minLen) - f.a; need <= deficit {
 			for i, id := range v.safeByLen {
 				if int(v.safeLen[i]) > room {
 					break
 				}
-				if v.safeLen[i] >= need {
+				if min(v.safeLen[i], deficit)-v.safeExtra[i] >= need {
 					dst[id/64] |= 1 << (id % 64)
 				}
 			}
 		}
 		m.walk(&v.strRest, 0, inStr, 0, dst)
 		inStr = nil
+	} else if t := inStr; m.filter && len(t) == 1 && int(t[0].top.a) < t[0].top.n.minLen {
+		other = append(other, inStr...)
+		inStr = nil
+	}
+	safe := v.strSafe
+	if m.filter && len(inStr) == 1 {
+		safe = v.strFits[min(int(m.limit-threadCost(inStr[0])), v.maxExtra)]
 	}
 	if len(inStr) > 0 {
 		if room >= v.maxSafeLen {
-			for i, w := range v.strSafe {
+			for i, w := range safe {
 				dst[i] |= w
 			}
 		} else {
@@ -278,7 +309,7 @@ func (m *Matcher) mask(v *Vocab, dst sample.Bitset) {
 				inStr = nil
 			} else {
 				for i, w := range v.safeUpTo(room) {
-					dst[i] |= w
+					dst[i] |= w & safe[i]
 				}
 			}
 		}
@@ -306,11 +337,12 @@ type strKey struct {
 // walkStrRest walks the unsafe tokens for the one string thread ts[0],
 // reusing the previous step's result when the thread is the same string
 // (same node and parents) with its length bounds out of reach, as along
-// a long string.
+// a long string. The walk records each allowed token's cost of finishing,
+// so under a budget the tokens that fit are picked from the same result.
 func (m *Matcher) walkStrRest(v *Vocab, ts []thread, dst sample.Bitset) {
 	t := ts[0]
 	f := t.top
-	if len(ts) != 1 || m.filter || int(f.a) < f.n.minLen || f.n.maxLen-int(f.a) < v.maxTokLen {
+	if len(ts) != 1 || int(f.a) < f.n.minLen || f.n.maxLen-int(f.a) < v.maxTokLen {
 		m.walk(&v.strRest, 0, ts, 0, dst)
 		return
 	}
@@ -320,11 +352,39 @@ func (m *Matcher) walkStrRest(v *Vocab, ts []thread, dst sample.Bitset) {
 			m.strBits = sample.NewBitset(v.Size())
 		}
 		clear(m.strBits)
+		filter := m.filter
+		m.filter, m.collect, m.strCosts = false, true, m.strCosts[:0]
 		m.walk(&v.strRest, 0, ts, 0, m.strBits)
+		m.filter, m.collect = filter, false
 		m.strKey = key
+	}
+	if m.filter {
+		for _, tc := range m.strCosts {
+			if tc.cost <= m.limit {
+				dst[tc.id/64] |= 1 << (tc.id % 64)
+			}
+		}
+		return
 	}
 	for i, w := range m.strBits {
 		dst[i] |= w
+	}
+}
+
+// take allows ids, tokens after which the document costs cost bytes to
+// finish: all of them, or none over the limit under a budget; when
+// collecting, their costs are recorded too.
+func (m *Matcher) take(ids []int32, cost int32, dst sample.Bitset) {
+	if m.filter && cost > m.limit {
+		return
+	}
+	for _, id := range ids {
+		dst[id/64] |= 1 << (id % 64)
+	}
+	if m.collect {
+		for _, id := range ids {
+			m.strCosts = append(m.strCosts, tokenCost{id, cost})
+		}
 	}
 }
 
@@ -339,17 +399,16 @@ func (m *Matcher) walk(v *trie, node int32, ts []thread, depth int, dst sample.B
 			continue
 		}
 		child := v.edgeNode[e]
-		if v.strSub[child] && !m.filter && inLongString(next, m.maxTokLen) {
-			// Every token below continues the string: take them all.
-			for _, id := range v.sorted[v.spanLo[child]:v.spanHi[child]] {
-				dst[id/64] |= 1 << (id % 64)
-			}
+		if v.strSub[child] && inLongString(next, m.maxTokLen) && (!m.filter && !m.collect || len(next) == 1 && int(next[0].top.a) >= next[0].top.n.minLen) {
+			// Every token below continues the string, ending at a
+			// character boundary: take them all. Past the string's
+			// minLength (one thread), that leaves the cost of finishing
+			// as it is here, which budgets need exact.
+			m.take(v.sorted[v.spanLo[child]:v.spanHi[child]], minCost(next), dst)
 			continue
 		}
-		if ids := v.tokIDs[v.tokStart[child]:v.tokStart[child+1]]; len(ids) > 0 && (!m.filter || minCost(next) <= m.limit) {
-			for _, id := range ids {
-				dst[id/64] |= 1 << (id % 64)
-			}
+		if ids := v.tokIDs[v.tokStart[child]:v.tokStart[child+1]]; len(ids) > 0 {
+			m.take(ids, minCost(next), dst)
 		}
 		if v.edgeStart[child] < v.edgeStart[child+1] {
 			if len(next) == 1 && inPattern(next[0]) {
@@ -383,10 +442,8 @@ func (m *Matcher) walkPattern(v *trie, node int32, t thread, depth int, dst samp
 			if len(next) == 0 {
 				continue
 			}
-			if ids := v.tokIDs[v.tokStart[child]:v.tokStart[child+1]]; len(ids) > 0 && (!m.filter || minCost(next) <= m.limit) {
-				for _, id := range ids {
-					dst[id/64] |= 1 << (id % 64)
-				}
+			if ids := v.tokIDs[v.tokStart[child]:v.tokStart[child+1]]; len(ids) > 0 {
+				m.take(ids, minCost(next), dst)
 			}
 			if v.edgeStart[child] < v.edgeStart[child+1] {
 				m.walk(v, child, next, depth+1, dst)
@@ -405,10 +462,8 @@ func (m *Matcher) walkPattern(v *trie, node int32, t thread, depth int, dst samp
 			continue
 		}
 		u.top.b = q
-		if ids := v.tokIDs[v.tokStart[child]:v.tokStart[child+1]]; len(ids) > 0 && (!m.filter || threadCost(u) <= m.limit) {
-			for _, id := range ids {
-				dst[id/64] |= 1 << (id % 64)
-			}
+		if ids := v.tokIDs[v.tokStart[child]:v.tokStart[child+1]]; len(ids) > 0 {
+			m.take(ids, threadCost(u), dst)
 		}
 		if v.edgeStart[child] < v.edgeStart[child+1] {
 			m.walkPattern(v, child, u, depth+1, dst)
