@@ -57,6 +57,19 @@ func Models(t testing.TB) string {
 	return dir
 }
 
+// Thinker is a second demo model for thinking tests. The default demo
+// model's random weights write only newlines inside a <think> block, which
+// no thinking block shows; this seed's write visible text there.
+const Thinker = "thinker"
+
+// AddThinker writes the Thinker model into dir, a directory from Models.
+func AddThinker(t testing.TB, dir string) {
+	t.Helper()
+	if _, err := demo.Create(filepath.Join(dir, Thinker), demo.Options{Seed: 6}); err != nil {
+		t.Fatalf("thinker model: %v", err)
+	}
+}
+
 // Start starts a node and stops it when the test ends.
 func Start(t testing.TB, o Options) *node.Node {
 	t.Helper()

@@ -23,11 +23,13 @@ func TestPythonSDK(t *testing.T) {
 		t.Skipf("the anthropic and pytest Python packages are not installed in %s: %s (run `make test`, which installs them)", py, out)
 	}
 	models := nodetest.Models(t)
+	nodetest.AddThinker(t, models)
 	main := nodetest.Start(t, nodetest.Options{APIKey: testKey, ModelsDir: models})
 	tight := nodetest.Start(t, nodetest.Options{MaxQueued: 1, ModelsDir: models})
 	env := append(os.Environ(),
 		"FUSION_BASE_URL="+main.URL(), "FUSION_API_KEY="+testKey,
-		"FUSION_TIGHT_URL="+tight.URL(), "FUSION_MODEL="+nodetest.Model)
+		"FUSION_TIGHT_URL="+tight.URL(),
+		"FUSION_MODEL="+nodetest.Model, "FUSION_THINKER="+nodetest.Thinker)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "testdata/test_anthropic_python.py")

@@ -220,3 +220,41 @@ func TestOverloaded(t *testing.T) {
 	for s.Next() {
 	}
 }
+
+// TestGoSDKStreamThinking: with thinking enabled the stream opens a
+// thinking block (thinking deltas, then a signature delta), then text.
+func TestGoSDKStreamThinking(t *testing.T) {
+	models := nodetest.Models(t)
+	nodetest.AddThinker(t, models)
+	n := nodetest.Start(t, nodetest.Options{APIKey: testKey, ModelsDir: models})
+	c := client(n, testKey)
+	const budget, maxTokens = 1024, 1100
+	s := c.Messages.NewStreaming(context.Background(), ant.MessageNewParams{Model: nodetest.Thinker, MaxTokens: maxTokens,
+		Messages: userMsg("Tell me a story"), Thinking: ant.ThinkingConfigParamOfEnabled(budget)})
+	var msg ant.Message
+	deltas := map[string]int{}
+	var thinking strings.Builder
+	for s.Next() {
+		ev := s.Current()
+		if err := msg.Accumulate(ev); err != nil {
+			t.Fatal(err)
+		}
+		if d, ok := ev.AsAny().(ant.ContentBlockDeltaEvent); ok {
+			deltas[d.Delta.Type]++
+			thinking.WriteString(d.Delta.Thinking)
+		}
+	}
+	check(t, s.Err())
+	if len(msg.Content) != 2 || msg.Content[0].Type != "thinking" || msg.Content[1].Type != "text" {
+		t.Fatalf("content: %+v", msg.Content)
+	}
+	if msg.Content[0].Thinking == "" || msg.Content[0].Thinking != thinking.String() || msg.Content[1].Text == "" {
+		t.Errorf("thinking %q (deltas %q), text %q", msg.Content[0].Thinking, thinking.String(), msg.Content[1].Text)
+	}
+	if deltas["signature_delta"] != 1 || deltas["thinking_delta"] == 0 || deltas["thinking_delta"] > budget || deltas["text_delta"] == 0 {
+		t.Errorf("deltas %v", deltas)
+	}
+	if msg.StopReason != ant.StopReasonMaxTokens || msg.Usage.OutputTokens != maxTokens {
+		t.Errorf("stop %s, output tokens %d", msg.StopReason, msg.Usage.OutputTokens)
+	}
+}

@@ -2,10 +2,11 @@
 
 Driven by TestPythonSDK (sdk_clients_test.go), which starts the nodes and
 sets FUSION_BASE_URL (auth on, key FUSION_API_KEY), FUSION_TIGHT_URL (no
-auth, one generation at a time) and FUSION_MODEL. The demo model writes
-newlines and does not stop on its own.
+auth, one generation at a time), FUSION_MODEL and FUSION_THINKER. The demo model writes newlines and does not stop on its
+own; the thinker (another seed) writes visible text inside <think>.
 """
 
+import collections
 import os
 
 import anthropic
@@ -15,6 +16,7 @@ BASE = os.environ["FUSION_BASE_URL"]
 KEY = os.environ["FUSION_API_KEY"]
 TIGHT = os.environ["FUSION_TIGHT_URL"]
 MODEL = os.environ["FUSION_MODEL"]
+THINKER = os.environ["FUSION_THINKER"]
 MSGS = [{"role": "user", "content": "Tell me a story"}]
 
 
@@ -77,6 +79,11 @@ def test_count_tokens():
     tools = [{"name": "get_weather", "description": "Weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]
     with_tools = c.messages.count_tokens(model=MODEL, messages=MSGS, system=system, tools=tools)
     assert with_tools.input_tokens > n.input_tokens
+    # thinking enabled opens <think> in the prompt: counted as generation renders it
+    thinking = {"type": "enabled", "budget_tokens": 1024}
+    n = c.messages.count_tokens(model=MODEL, messages=MSGS, system=system, thinking=thinking)
+    m = c.messages.create(model=MODEL, max_tokens=1025, messages=MSGS, system=system, thinking=thinking, stop_sequences=["\n"])
+    assert n.input_tokens == m.usage.input_tokens + m.usage.cache_read_input_tokens + m.usage.cache_creation_input_tokens
 
 
 def test_tool_history():
@@ -105,6 +112,40 @@ def test_prefill_and_thinking_budget():
     m = client().messages.create(model=MODEL, max_tokens=1100, messages=[MSGS[0], MSGS[0]],
                                  thinking={"type": "enabled", "budget_tokens": 1024}, stop_sequences=["."])
     assert m.stop_reason in ("max_tokens", "end_turn", "stop_sequence")
+
+
+def test_thinking():
+    """thinking enabled: the hybrid template's generation prompt is opened into
+    <think>, so the answer is a thinking block (with its signature) and then
+    text; budget_tokens closes the thinking, which the thinker would not."""
+    budget, max_tokens = 1024, 1100
+    thinking = {"type": "enabled", "budget_tokens": budget}
+    m = client().messages.create(model=THINKER, max_tokens=max_tokens, messages=MSGS, thinking=thinking)
+    assert [b.type for b in m.content] == ["thinking", "text"]
+    assert m.content[0].thinking.strip() and m.content[0].signature == ""
+    assert m.content[1].text
+    assert m.stop_reason == "max_tokens" and m.usage.output_tokens == max_tokens
+
+    starts, deltas, thought, helper = [], collections.Counter(), [], []
+    with client().messages.stream(model=THINKER, max_tokens=max_tokens, messages=MSGS, thinking=thinking) as s:
+        for ev in s:
+            if ev.type == "content_block_start":
+                starts.append(ev.content_block.type)
+            elif ev.type == "content_block_delta":
+                deltas[ev.delta.type] += 1
+                if ev.delta.type == "thinking_delta":
+                    thought.append(ev.delta.thinking)
+            elif ev.type == "thinking":  # the SDK's helper event, with the block so far
+                helper.append(ev.snapshot)
+        final = s.get_final_message()
+    assert starts == ["thinking", "text"]
+    assert deltas["signature_delta"] == 1 and deltas["thinking_delta"] > 0
+    # Each delta carries at least one token: at most budget thinking tokens,
+    # then </think>, then at least the rest of max_tokens as text.
+    assert deltas["thinking_delta"] <= budget and deltas["text_delta"] >= max_tokens - budget - 1
+    assert [b.type for b in final.content] == ["thinking", "text"]
+    assert final.content[0].thinking == "".join(thought) == helper[-1] and final.content[0].signature == ""
+    assert final.content[1].text and final.stop_reason == "max_tokens" and final.usage.output_tokens == max_tokens
 
 
 def test_not_found():
