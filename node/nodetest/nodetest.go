@@ -27,6 +27,7 @@ type Options struct {
 	MaxRunning        int
 	MaxTokens         int
 	MaxBodyBytes      int64
+	MemoryBudget      int64 // weights of loaded models (0: the node's default)
 	DrainTimeout      time.Duration
 	CompletionsAsChat map[string]bool
 	OpenClaw          openclaw.Options
@@ -88,7 +89,7 @@ func Start(t testing.TB, o Options) *node.Node {
 	n, err := node.New(node.Config{
 		Listen: "127.0.0.1:0", DataDir: o.DataDir, ModelsDir: o.ModelsDir, APIKey: o.APIKey,
 		CacheHotBytes: o.CacheHotBytes, CacheSSDBytes: o.CacheSSDBytes,
-		MaxQueued: o.MaxQueued, MaxRunning: o.MaxRunning, MaxTokens: o.MaxTokens, MaxBodyBytes: o.MaxBodyBytes, DrainTimeout: o.DrainTimeout,
+		MaxQueued: o.MaxQueued, MaxRunning: o.MaxRunning, MaxTokens: o.MaxTokens, MaxBodyBytes: o.MaxBodyBytes, MemoryBudget: o.MemoryBudget, DrainTimeout: o.DrainTimeout,
 		CompletionsAsChat: o.CompletionsAsChat, OpenClaw: o.OpenClaw, Sessions: o.Sessions, Threads: 1, Version: "test", Logger: o.Logger, Cluster: o.Cluster,
 	})
 	if err != nil {

@@ -38,7 +38,8 @@
 // rate_limit_error with Retry-After (the engine's hint, at least 1 s) when the engine's queue is full, 529
 // overloaded_error with Retry-After: 5 when a model cannot be loaded now
 // (Anthropic's status for a temporarily overloaded service), 500
-// api_error.
+// api_error for engine failures no input causes. No 403 permission_error:
+// one key opens every route.
 //
 // Streaming: message_start (usage.input_tokens from the runner's Tokenize,
 // output_tokens 1), content_block_start (index 0, text ""), ping,

@@ -2,7 +2,9 @@
 
 Driven by TestPythonSDK (sdk_clients_test.go), which starts the nodes and
 sets FUSION_BASE_URL (auth on, key FUSION_API_KEY), FUSION_TIGHT_URL (no
-auth, one generation at a time), FUSION_MODEL and FUSION_THINKER. The demo model writes newlines and does not stop on its
+auth, one generation at a time), FUSION_SMALL_URL (no auth, an 8 KiB body
+limit, the demo model pinned and filling the memory budget), FUSION_MODEL
+and FUSION_THINKER. The demo model writes newlines and does not stop on its
 own; the thinker (another seed) writes visible text inside <think>.
 """
 
@@ -15,6 +17,7 @@ import pytest
 BASE = os.environ["FUSION_BASE_URL"]
 KEY = os.environ["FUSION_API_KEY"]
 TIGHT = os.environ["FUSION_TIGHT_URL"]
+SMALL = os.environ["FUSION_SMALL_URL"]
 MODEL = os.environ["FUSION_MODEL"]
 THINKER = os.environ["FUSION_THINKER"]
 MSGS = [{"role": "user", "content": "Tell me a story"}]
@@ -201,6 +204,36 @@ def test_authentication():
     with pytest.raises(anthropic.AuthenticationError) as e:
         client(key="sk-wrong").messages.create(model=MODEL, max_tokens=2, messages=MSGS)
     assert e.value.body["error"]["type"] == "authentication_error"
+    # auth_token sends Authorization: Bearer instead of x-api-key.
+    bearer = anthropic.Anthropic(base_url=BASE, api_key=None, auth_token=KEY, max_retries=0)
+    assert bearer.messages.create(model=MODEL, max_tokens=2, messages=MSGS).usage.output_tokens == 2
+    with pytest.raises(anthropic.AuthenticationError) as e:
+        anthropic.Anthropic(base_url=BASE, api_key=None, auth_token="sk-wrong", max_retries=0).messages.create(
+            model=MODEL, max_tokens=2, messages=MSGS)
+    assert e.value.status_code == 401 and e.value.body["error"]["type"] == "authentication_error"
+
+
+def test_request_too_large():
+    with pytest.raises(anthropic.ContentTooLargeError) as e:
+        client(base=SMALL, key="unused").messages.create(model=MODEL, max_tokens=2,
+                                                         messages=[{"role": "user", "content": "x" * (10 << 10)}])
+    assert e.value.status_code == 413
+    assert e.value.body["type"] == "error" and e.value.body["error"]["type"] == "request_too_large"
+
+
+def test_overloaded():
+    """The pinned demo model fills the small node's memory budget: the thinker
+    cannot be loaded now, 529 overloaded_error, whether streamed or not."""
+    c = client(base=SMALL, key="unused")
+    with pytest.raises(anthropic.OverloadedError) as e:
+        c.messages.create(model=THINKER, max_tokens=2, messages=MSGS)
+    assert e.value.status_code == 529 and e.value.response.headers.get("retry-after") == "5"
+    assert e.value.body["type"] == "error" and e.value.body["error"]["type"] == "overloaded_error"
+    with pytest.raises(anthropic.OverloadedError) as e:
+        with c.messages.stream(model=THINKER, max_tokens=2, messages=MSGS) as s:
+            s.get_final_message()
+    assert e.value.body["error"]["type"] == "overloaded_error"
+    assert c.messages.create(model=MODEL, max_tokens=2, messages=MSGS).usage.output_tokens == 2
 
 
 def test_rate_limit():
