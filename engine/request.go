@@ -60,6 +60,10 @@ type Request struct {
 	// ReasoningBudget, when positive, bounds the reasoning tokens: once
 	// spent, the runner makes the model close its <think> block.
 	ReasoningBudget int
+	// StartThinking opens the reasoning block in the generation prompt
+	// where a hybrid template leaves that to the model (see
+	// prompt.Request.StartThinking).
+	StartThinking bool
 
 	// Sampling holds the sampler's parameters, including Logprobs and
 	// TopLogprobs; the runner adds the model's end-of-generation ids to
@@ -116,6 +120,7 @@ func (r *Request) PromptRequest() prompt.Request {
 		EnableThinking:     r.EnableThinking,
 		ChatTemplateKwargs: r.ChatTemplateKwargs,
 		ContinueFinal:      r.ContinueFinal,
+		StartThinking:      r.StartThinking,
 	}
 }
 

@@ -110,6 +110,7 @@ type Request struct {
 	ToolChoice             *ToolChoice            `protobuf:"bytes,15,opt,name=tool_choice,json=toolChoice,proto3" json:"tool_choice,omitempty"` // unset: auto, parallel allowed
 	ContinueFinal          bool                   `protobuf:"varint,16,opt,name=continue_final,json=continueFinal,proto3" json:"continue_final,omitempty"`
 	ReasoningBudget        int32                  `protobuf:"varint,17,opt,name=reasoning_budget,json=reasoningBudget,proto3" json:"reasoning_budget,omitempty"`
+	StartThinking          bool                   `protobuf:"varint,18,opt,name=start_thinking,json=startThinking,proto3" json:"start_thinking,omitempty"`
 	unknownFields          protoimpl.UnknownFields
 	sizeCache              protoimpl.SizeCache
 }
@@ -261,6 +262,13 @@ func (x *Request) GetReasoningBudget() int32 {
 		return x.ReasoningBudget
 	}
 	return 0
+}
+
+func (x *Request) GetStartThinking() bool {
+	if x != nil {
+		return x.StartThinking
+	}
+	return false
 }
 
 // ToolChoice is engine.ToolChoice.
@@ -1082,6 +1090,7 @@ type TokenizeRequest struct {
 	EnableThinking         *bool                  `protobuf:"varint,6,opt,name=enable_thinking,json=enableThinking,proto3,oneof" json:"enable_thinking,omitempty"`
 	AddSpecialTokens       *bool                  `protobuf:"varint,7,opt,name=add_special_tokens,json=addSpecialTokens,proto3,oneof" json:"add_special_tokens,omitempty"`
 	ChatTemplateKwargsJson []byte                 `protobuf:"bytes,8,opt,name=chat_template_kwargs_json,json=chatTemplateKwargsJson,proto3" json:"chat_template_kwargs_json,omitempty"`
+	StartThinking          bool                   `protobuf:"varint,9,opt,name=start_thinking,json=startThinking,proto3" json:"start_thinking,omitempty"`
 	unknownFields          protoimpl.UnknownFields
 	sizeCache              protoimpl.SizeCache
 }
@@ -1170,6 +1179,13 @@ func (x *TokenizeRequest) GetChatTemplateKwargsJson() []byte {
 		return x.ChatTemplateKwargsJson
 	}
 	return nil
+}
+
+func (x *TokenizeRequest) GetStartThinking() bool {
+	if x != nil {
+		return x.StartThinking
+	}
+	return false
 }
 
 type TokenizeReply struct {
@@ -1669,7 +1685,7 @@ var File_engine_proto protoreflect.FileDescriptor
 
 const file_engine_proto_rawDesc = "" +
 	"\n" +
-	"\fengine.proto\x12\x10fusion.engine.v1\"\xcc\x05\n" +
+	"\fengine.proto\x12\x10fusion.engine.v1\"\xf3\x05\n" +
 	"\aRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12#\n" +
@@ -1691,7 +1707,8 @@ const file_engine_proto_rawDesc = "" +
 	"\vtool_choice\x18\x0f \x01(\v2\x1c.fusion.engine.v1.ToolChoiceR\n" +
 	"toolChoice\x12%\n" +
 	"\x0econtinue_final\x18\x10 \x01(\bR\rcontinueFinal\x12)\n" +
-	"\x10reasoning_budget\x18\x11 \x01(\x05R\x0freasoningBudgetB\t\n" +
+	"\x10reasoning_budget\x18\x11 \x01(\x05R\x0freasoningBudget\x12%\n" +
+	"\x0estart_thinking\x18\x12 \x01(\bR\rstartThinkingB\t\n" +
 	"\a_promptB\x12\n" +
 	"\x10_enable_thinking\"U\n" +
 	"\n" +
@@ -1774,7 +1791,7 @@ const file_engine_proto_rawDesc = "" +
 	"\x0fINVALID_REQUEST\x10\x04\x12\x11\n" +
 	"\rINVALID_PARAM\x10\x05\x12\r\n" +
 	"\tCANCELLED\x10\x06\x12\f\n" +
-	"\bDEADLINE\x10\a\"\xad\x03\n" +
+	"\bDEADLINE\x10\a\"\xd4\x03\n" +
 	"\x0fTokenizeRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1b\n" +
 	"\x06prompt\x18\x02 \x01(\tH\x00R\x06prompt\x88\x01\x01\x12#\n" +
@@ -1784,7 +1801,8 @@ const file_engine_proto_rawDesc = "" +
 	"\x15add_generation_prompt\x18\x05 \x01(\bH\x01R\x13addGenerationPrompt\x88\x01\x01\x12,\n" +
 	"\x0fenable_thinking\x18\x06 \x01(\bH\x02R\x0eenableThinking\x88\x01\x01\x121\n" +
 	"\x12add_special_tokens\x18\a \x01(\bH\x03R\x10addSpecialTokens\x88\x01\x01\x129\n" +
-	"\x19chat_template_kwargs_json\x18\b \x01(\fR\x16chatTemplateKwargsJsonB\t\n" +
+	"\x19chat_template_kwargs_json\x18\b \x01(\fR\x16chatTemplateKwargsJson\x12%\n" +
+	"\x0estart_thinking\x18\t \x01(\bR\rstartThinkingB\t\n" +
 	"\a_promptB\x18\n" +
 	"\x16_add_generation_promptB\x12\n" +
 	"\x10_enable_thinkingB\x15\n" +

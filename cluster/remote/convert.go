@@ -85,6 +85,7 @@ func RequestToPB(r *engine.Request) (*enginepb.Request, error) {
 		Id: r.ID, Model: r.Model, Prompt: r.Prompt, EnableThinking: r.EnableThinking,
 		HasPromptTokens: r.PromptTokens != nil, MaxTokens: clampInt32(r.MaxTokens), Stop: r.Stop,
 		Priority: clampInt32(int(r.Priority)), ContinueFinal: r.ContinueFinal, ReasoningBudget: clampInt32(r.ReasoningBudget),
+		StartThinking: r.StartThinking,
 	}
 	if r.ToolChoice != (engine.ToolChoice{}) {
 		p.ToolChoice = &enginepb.ToolChoice{Mode: clampInt32(int(r.ToolChoice.Mode)), Name: r.ToolChoice.Name, NoParallel: r.ToolChoice.NoParallel}
@@ -118,6 +119,7 @@ func RequestFromPB(p *enginepb.Request) (*engine.Request, error) {
 		ID: p.GetId(), Model: p.GetModel(), Prompt: p.Prompt, EnableThinking: p.EnableThinking,
 		MaxTokens: int(p.GetMaxTokens()), Stop: p.GetStop(), Priority: engine.Priority(p.GetPriority()),
 		Sampling: samplingFromPB(p.GetSampling()), ContinueFinal: p.GetContinueFinal(), ReasoningBudget: int(p.GetReasoningBudget()),
+		StartThinking: p.GetStartThinking(),
 	}
 	if tc := p.GetToolChoice(); tc != nil {
 		r.ToolChoice = engine.ToolChoice{Mode: engine.ToolMode(tc.GetMode()), Name: tc.GetName(), NoParallel: tc.GetNoParallel()}
@@ -269,7 +271,7 @@ func EventFromPB(p *enginepb.Event) engine.Event {
 func promptRequestToPB(model string, r prompt.Request) (*enginepb.TokenizeRequest, error) {
 	var err error
 	p := &enginepb.TokenizeRequest{Model: model, Prompt: r.Prompt, AddGenerationPrompt: r.AddGenerationPrompt,
-		EnableThinking: r.EnableThinking, AddSpecialTokens: r.AddSpecialTokens}
+		EnableThinking: r.EnableThinking, AddSpecialTokens: r.AddSpecialTokens, StartThinking: r.StartThinking}
 	if p.MessagesJson, err = objectsJSON(r.Messages); err != nil {
 		return nil, &prompt.InvalidRequestError{Err: fmt.Errorf("messages: %w", err)}
 	}
@@ -285,7 +287,7 @@ func promptRequestToPB(model string, r prompt.Request) (*enginepb.TokenizeReques
 func promptRequestFromPB(p *enginepb.TokenizeRequest) (prompt.Request, error) {
 	var err error
 	r := prompt.Request{Prompt: p.Prompt, AddGenerationPrompt: p.AddGenerationPrompt, EnableThinking: p.EnableThinking,
-		AddSpecialTokens: p.AddSpecialTokens}
+		AddSpecialTokens: p.AddSpecialTokens, StartThinking: p.GetStartThinking()}
 	if r.Messages, err = objectsFromJSON("messages", p.GetMessagesJson()); err != nil {
 		return r, err
 	}

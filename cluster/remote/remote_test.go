@@ -154,7 +154,7 @@ func TestRequestRoundTrip(t *testing.T) {
 			ResponseFormat: &engine.ResponseFormat{Schema: []byte(`{"type":"object"}`)},
 			Priority:       engine.PriorityRealtime,
 			ToolChoice:     engine.ToolChoice{Mode: engine.ToolNamed, Name: "f", NoParallel: true},
-			ContinueFinal:  true, ReasoningBudget: 128,
+			ContinueFinal:  true, ReasoningBudget: 128, StartThinking: true,
 		},
 		"prompt":       {Model: "m", Prompt: &text, Sampling: sample.DefaultParams(), ResponseFormat: &engine.ResponseFormat{}},
 		"token ids":    {Model: "m", PromptTokens: []int{1, 2, 3}, Sampling: sample.DefaultParams(), Priority: engine.PriorityBackground},
@@ -229,10 +229,14 @@ func TestForwardedEqualsDirect(t *testing.T) {
 		t.Errorf("last event %+v", last)
 	}
 
-	preq := prompt.Request{Messages: req.Messages}
+	// StartThinking travels too: the demo template is a hybrid one.
+	preq := prompt.Request{Messages: req.Messages, StartThinking: true}
 	wantTok, err := r.Tokenize(ctx, "demo", preq)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !strings.HasSuffix(wantTok.Prompt, "<think>\n") {
+		t.Fatalf("prompt %q does not open the thinking", wantTok.Prompt)
 	}
 	gotTok, err := c.Tokenize(ctx, "demo", preq)
 	if err != nil || !reflect.DeepEqual(gotTok, wantTok) {

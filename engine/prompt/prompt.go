@@ -124,6 +124,13 @@ type Request struct {
 	// message (an assistant prefill): without a generation prompt, cut
 	// right after that message's content.
 	ContinueFinal bool `json:"continue_final_message,omitempty"`
+	// StartThinking ends a generation prompt inside an open <think> block
+	// when the template is a hybrid-reasoning one (it reads
+	// enable_thinking and writes <think>) and did not open the block
+	// itself: the answer then starts with reasoning, as Anthropic's
+	// thinking: enabled promises. EnableThinking false wins. A template that always opens it
+	// (DeepSeek-R1, Qwen3-Thinking) or knows no <think> is left as it is.
+	StartThinking bool `json:"start_thinking,omitempty"`
 }
 
 // Result is what /tokenize answers. Prompt is the rendered text when
@@ -165,7 +172,27 @@ func (b *Builder) Render(req Request) (string, error) {
 	if req.ContinueFinal {
 		return cutAfterFinal(text, req.Messages)
 	}
+	if req.StartThinking && (req.EnableThinking == nil || *req.EnableThinking) && in.AddGenerationPrompt && b.hybridThinking() && !inThinking(text) {
+		text += thinkOpen
+	}
 	return text, nil
+}
+
+// thinkOpen is what a hybrid Qwen3 model writes first when it thinks,
+// and what DeepSeek-R1 and Qwen3-Thinking templates end their generation
+// prompt with.
+const thinkOpen = "<think>\n"
+
+// hybridThinking reports whether the template lets the caller turn
+// reasoning on and off (Qwen3's enable_thinking) around <think> blocks.
+func (b *Builder) hybridThinking() bool {
+	return strings.Contains(b.source, "enable_thinking") && strings.Contains(b.source, "<think>")
+}
+
+// inThinking reports whether text ends inside an open <think> block.
+func inThinking(text string) bool {
+	o := strings.LastIndex(text, "<think>")
+	return o >= 0 && o > strings.LastIndex(text, "</think>")
 }
 
 // cutAfterFinal ends a rendered chat right after the final message's

@@ -197,3 +197,54 @@ func TestErrors(t *testing.T) {
 		t.Errorf("raising template: %v", err)
 	}
 }
+
+// TestStartThinking: a hybrid template's generation prompt is opened
+// into a <think> block; one that opens it itself, one without thinking,
+// a prefill and thinking turned off are rendered as they are.
+func TestStartThinking(t *testing.T) {
+	b, err := Load(demoModels(t)["safetensors"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	const chat = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+	// A hybrid template that opens the block itself when thinking is on.
+	r1 := `{{- '<|im_start|>user\n' + messages[0].content + '<|im_end|>\n' }}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}` +
+		`{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\n\n</think>\n\n' }}{%- else %}{{- '<think>\n' }}{%- endif %}{%- endif %}`
+	r1Builder, err := New(b.Tokenizer(), r1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := New(b.Tokenizer(), `{{- '<|im_start|>user\n' + messages[0].content + '<|im_end|>\n' }}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		b    *Builder
+		body string
+		want string
+	}{
+		{"hybrid, thinking on", b, `{"messages":[{"role":"user","content":"hi"}],"enable_thinking":true,"start_thinking":true}`, chat + "<think>\n"},
+		{"hybrid, not asked", b, `{"messages":[{"role":"user","content":"hi"}],"enable_thinking":true}`, chat},
+		{"hybrid, thinking off wins", b, `{"messages":[{"role":"user","content":"hi"}],"enable_thinking":false,"start_thinking":true}`, chat + "<think>\n\n</think>\n\n"},
+		{"hybrid, prefill", b, `{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"Once"}],"start_thinking":true,"continue_final_message":true}`,
+			"<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nOnce"},
+		{"hybrid, no generation prompt", b, `{"messages":[{"role":"user","content":"hi"}],"add_generation_prompt":false,"start_thinking":true}`, "<|im_start|>user\nhi<|im_end|>\n"},
+		{"template opens it", r1Builder, `{"messages":[{"role":"user","content":"hi"}],"start_thinking":true}`, chat + "<think>\n"},
+		{"no thinking in the template", plain, `{"messages":[{"role":"user","content":"hi"}],"start_thinking":true}`, chat},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := tc.b.Tokenize(decodeRequest(t, tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Prompt != tc.want {
+				t.Errorf("prompt %q, want %q", res.Prompt, tc.want)
+			}
+			if back, _ := tc.b.Detokenize(res.Tokens); back != tc.want {
+				t.Errorf("tokens decode to %q", back)
+			}
+		})
+	}
+}

@@ -27,6 +27,7 @@ type Options struct {
 	MaxRunning        int
 	MaxTokens         int
 	MaxBodyBytes      int64
+	MemoryBudget      int64 // weights of loaded models (0: the node's default)
 	DrainTimeout      time.Duration
 	CompletionsAsChat map[string]bool
 	OpenClaw          openclaw.Options
@@ -57,6 +58,19 @@ func Models(t testing.TB) string {
 	return dir
 }
 
+// Thinker is a second demo model for thinking tests. The default demo
+// model's random weights write only newlines inside a <think> block, which
+// no thinking block shows; this seed's write visible text there.
+const Thinker = "thinker"
+
+// AddThinker writes the Thinker model into dir, a directory from Models.
+func AddThinker(t testing.TB, dir string) {
+	t.Helper()
+	if _, err := demo.Create(filepath.Join(dir, Thinker), demo.Options{Seed: 6}); err != nil {
+		t.Fatalf("thinker model: %v", err)
+	}
+}
+
 // Start starts a node and stops it when the test ends.
 func Start(t testing.TB, o Options) *node.Node {
 	t.Helper()
@@ -75,7 +89,7 @@ func Start(t testing.TB, o Options) *node.Node {
 	n, err := node.New(node.Config{
 		Listen: "127.0.0.1:0", DataDir: o.DataDir, ModelsDir: o.ModelsDir, APIKey: o.APIKey,
 		CacheHotBytes: o.CacheHotBytes, CacheSSDBytes: o.CacheSSDBytes,
-		MaxQueued: o.MaxQueued, MaxRunning: o.MaxRunning, MaxTokens: o.MaxTokens, MaxBodyBytes: o.MaxBodyBytes, DrainTimeout: o.DrainTimeout,
+		MaxQueued: o.MaxQueued, MaxRunning: o.MaxRunning, MaxTokens: o.MaxTokens, MaxBodyBytes: o.MaxBodyBytes, MemoryBudget: o.MemoryBudget, DrainTimeout: o.DrainTimeout,
 		CompletionsAsChat: o.CompletionsAsChat, OpenClaw: o.OpenClaw, Sessions: o.Sessions, Threads: 1, Version: "test", Logger: o.Logger, Cluster: o.Cluster,
 	})
 	if err != nil {

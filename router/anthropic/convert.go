@@ -113,9 +113,14 @@ func (req *MessagesRequest) prompt(id string) (*engine.Request, *Error) {
 		tools = nil // the model is not offered the tools
 	}
 	r := &engine.Request{ID: id, Model: req.Model, Messages: msgs, Tools: tools, ToolChoice: choice, ContinueFinal: continueFinal}
-	if r.EnableThinking, _, err = parseThinking(req.Thinking, 0); err != nil {
+	var budget int
+	if r.EnableThinking, budget, err = parseThinking(req.Thinking, 0); err != nil {
 		return nil, err
 	}
+	// thinking: enabled promises an answer that starts with a thinking
+	// block: a hybrid model's generation prompt opens it (adaptive leaves
+	// the choice to the model).
+	r.StartThinking = budget > 0
 	return r, nil
 }
 
@@ -571,7 +576,8 @@ func parseToolChoice(raw json.RawMessage, tools []*chattemplate.Object) (engine.
 
 // parseThinking reads thinking: {"type": "enabled", "budget_tokens": N}
 // (N ≥ 1024, and below max_tokens when maxTokens > 0) turns the template's
-// thinking on, {"type": "disabled"} off. The budget is not enforced.
+// thinking on and returns N, {"type": "disabled"} off; adaptive and
+// between_tools turn it on without a budget.
 func parseThinking(raw json.RawMessage, maxTokens int) (*bool, int, *Error) {
 	if isNull(raw) {
 		return nil, 0, nil

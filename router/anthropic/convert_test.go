@@ -119,12 +119,24 @@ func TestConvertRequest(t *testing.T) {
 func TestPrefillAndBudget(t *testing.T) {
 	p := mustPlan(t, `{"model":"m","max_tokens":2000,"thinking":{"type":"enabled","budget_tokens":1500},
 		"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"The answer is"}]}`)
-	if !p.req.ContinueFinal || p.req.ReasoningBudget != 1500 {
-		t.Errorf("ContinueFinal %v, ReasoningBudget %d", p.req.ContinueFinal, p.req.ReasoningBudget)
+	if !p.req.ContinueFinal || p.req.ReasoningBudget != 1500 || !p.req.StartThinking {
+		t.Errorf("ContinueFinal %v, ReasoningBudget %d, StartThinking %v", p.req.ContinueFinal, p.req.ReasoningBudget, p.req.StartThinking)
 	}
 	p = mustPlan(t, `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`)
-	if p.req.ContinueFinal || p.req.ReasoningBudget != 0 {
-		t.Errorf("ContinueFinal %v, ReasoningBudget %d", p.req.ContinueFinal, p.req.ReasoningBudget)
+	if p.req.ContinueFinal || p.req.ReasoningBudget != 0 || p.req.StartThinking {
+		t.Errorf("ContinueFinal %v, ReasoningBudget %d, StartThinking %v", p.req.ContinueFinal, p.req.ReasoningBudget, p.req.StartThinking)
+	}
+	// adaptive lets the model choose; count_tokens renders what messages does.
+	p = mustPlan(t, `{"model":"m","max_tokens":5,"thinking":{"type":"adaptive"},"messages":[{"role":"user","content":"hi"}]}`)
+	if p.req.StartThinking || p.req.EnableThinking == nil || !*p.req.EnableThinking {
+		t.Errorf("adaptive: StartThinking %v, EnableThinking %v", p.req.StartThinking, p.req.EnableThinking)
+	}
+	var count MessagesRequest
+	if e := decodeJSON([]byte(`{"model":"m","thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"hi"}]}`), &count); e != nil {
+		t.Fatal(e)
+	}
+	if r, e := count.prompt(""); e != nil || !r.PromptRequest().StartThinking {
+		t.Errorf("count_tokens prompt: %+v, %v", r, e)
 	}
 	for body, want := range map[string]string{
 		`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"x "}]}`:                                                 "trailing whitespace",

@@ -21,8 +21,10 @@
 // against input_schema; disable_parallel_tool_use allows one call);
 // output_config.format is a 400 for now. thinking
 // enabled (budget_tokens ≥ 1024 and below max_tokens) / adaptive /
-// between_tools turns the template's enable_thinking on, disabled off; the
-// budget is enforced (see below). max_tokens is required and clamped to the node's
+// between_tools turns the template's enable_thinking on, disabled off;
+// enabled also opens a hybrid template's <think> block in the generation
+// prompt (engine.Request.StartThinking), so the answer starts with a
+// thinking block; the budget is enforced (see below). max_tokens is required and clamped to the node's
 // cap. cache_control, metadata, anthropic-version and anthropic-beta are
 // accepted and ignored.
 //
@@ -36,7 +38,8 @@
 // rate_limit_error with Retry-After (the engine's hint, at least 1 s) when the engine's queue is full, 529
 // overloaded_error with Retry-After: 5 when a model cannot be loaded now
 // (Anthropic's status for a temporarily overloaded service), 500
-// api_error.
+// api_error for engine failures no input causes. No 403 permission_error:
+// one key opens every route.
 //
 // Streaming: message_start (usage.input_tokens from the runner's Tokenize,
 // output_tokens 1), content_block_start (index 0, text ""), ping,

@@ -220,3 +220,121 @@ func TestOverloaded(t *testing.T) {
 	for s.Next() {
 	}
 }
+
+// TestGoSDKStreamThinking: with thinking enabled the stream opens a
+// thinking block (thinking deltas, then a signature delta), then text.
+func TestGoSDKStreamThinking(t *testing.T) {
+	models := nodetest.Models(t)
+	nodetest.AddThinker(t, models)
+	n := nodetest.Start(t, nodetest.Options{APIKey: testKey, ModelsDir: models})
+	c := client(n, testKey)
+	const budget, maxTokens = 1024, 1100
+	s := c.Messages.NewStreaming(context.Background(), ant.MessageNewParams{Model: nodetest.Thinker, MaxTokens: maxTokens,
+		Messages: userMsg("Tell me a story"), Thinking: ant.ThinkingConfigParamOfEnabled(budget)})
+	var msg ant.Message
+	deltas := map[string]int{}
+	var thinking strings.Builder
+	for s.Next() {
+		ev := s.Current()
+		if err := msg.Accumulate(ev); err != nil {
+			t.Fatal(err)
+		}
+		if d, ok := ev.AsAny().(ant.ContentBlockDeltaEvent); ok {
+			deltas[d.Delta.Type]++
+			thinking.WriteString(d.Delta.Thinking)
+		}
+	}
+	check(t, s.Err())
+	if len(msg.Content) != 2 || msg.Content[0].Type != "thinking" || msg.Content[1].Type != "text" {
+		t.Fatalf("content: %+v", msg.Content)
+	}
+	if msg.Content[0].Thinking == "" || msg.Content[0].Thinking != thinking.String() || msg.Content[1].Text == "" {
+		t.Errorf("thinking %q (deltas %q), text %q", msg.Content[0].Thinking, thinking.String(), msg.Content[1].Text)
+	}
+	if deltas["signature_delta"] != 1 || deltas["thinking_delta"] == 0 || deltas["thinking_delta"] > budget || deltas["text_delta"] == 0 {
+		t.Errorf("deltas %v", deltas)
+	}
+	if msg.StopReason != ant.StopReasonMaxTokens || msg.Usage.OutputTokens != maxTokens {
+		t.Errorf("stop %s, output tokens %d", msg.StopReason, msg.Usage.OutputTokens)
+	}
+}
+
+// TestCountTokensRoutes: /v1/count_tokens answers what
+// /v1/messages/count_tokens does for the same body.
+func TestCountTokensRoutes(t *testing.T) {
+	n := nodetest.Start(t, nodetest.Options{APIKey: testKey})
+	for _, body := range []string{
+		`{"model":"demo","messages":[{"role":"user","content":"hi"}]}`,
+		`{"model":"demo","system":[{"type":"text","text":"Be brief.","cache_control":{"type":"ephemeral"}}],` +
+			`"tools":[{"name":"get_weather","input_schema":{"type":"object","properties":{"city":{"type":"string"}}}}],` +
+			`"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"Weather in Paris?"}]}`,
+	} {
+		var counts [2]int
+		for i, path := range []string{"/v1/messages/count_tokens", "/v1/count_tokens"} {
+			status, _, b := post(t, n, path, testKey, body)
+			var v map[string]int
+			if err := json.Unmarshal(b, &v); status != 200 || err != nil || len(v) != 1 || v["input_tokens"] <= 0 {
+				t.Fatalf("%s: %d %s", path, status, b)
+			}
+			counts[i] = v["input_tokens"]
+		}
+		if counts[0] != counts[1] {
+			t.Errorf("%s: /v1/messages/count_tokens %d, /v1/count_tokens %d", body, counts[0], counts[1])
+		}
+	}
+}
+
+// TestBearerAuth: with an API key, /v1/messages takes it as
+// Authorization: Bearer too; a wrong or missing key is a 401 in
+// Anthropic's shape.
+func TestBearerAuth(t *testing.T) {
+	n := nodetest.Start(t, nodetest.Options{APIKey: testKey})
+	const body = `{"model":"demo","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`
+	for _, tt := range []struct {
+		name   string
+		header string
+		status int
+	}{
+		{"bearer", "Bearer " + testKey, 200},
+		{"wrong bearer", "Bearer sk-wrong", 401},
+		{"key prefix", "Bearer " + testKey[:6], 401},
+		{"no key", "", 401},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodPost, n.URL()+"/v1/messages", strings.NewReader(body))
+			if tt.header != "" {
+				req.Header.Set("Authorization", tt.header)
+			}
+			req.Header.Set("anthropic-version", "2023-06-01")
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != tt.status {
+				t.Fatalf("%d %s", resp.StatusCode, b)
+			}
+			if tt.status == 200 {
+				var m struct {
+					Type  string
+					Usage struct {
+						OutputTokens int `json:"output_tokens"`
+					}
+				}
+				if err := json.Unmarshal(b, &m); err != nil || m.Type != "message" || m.Usage.OutputTokens != 2 {
+					t.Errorf("answer %s", b)
+				}
+				return
+			}
+			var e struct {
+				Type  string
+				Error struct{ Type, Message string }
+			}
+			if err := json.Unmarshal(b, &e); err != nil || e.Type != "error" || e.Error.Type != "authentication_error" || e.Error.Message == "" {
+				t.Errorf("error %s", b)
+			}
+		})
+	}
+}

@@ -2,10 +2,13 @@
 
 Driven by TestPythonSDK (sdk_clients_test.go), which starts the nodes and
 sets FUSION_BASE_URL (auth on, key FUSION_API_KEY), FUSION_TIGHT_URL (no
-auth, one generation at a time) and FUSION_MODEL. The demo model writes
-newlines and does not stop on its own.
+auth, one generation at a time), FUSION_SMALL_URL (no auth, an 8 KiB body
+limit, the demo model pinned and filling the memory budget), FUSION_MODEL
+and FUSION_THINKER. The demo model writes newlines and does not stop on its
+own; the thinker (another seed) writes visible text inside <think>.
 """
 
+import collections
 import os
 
 import anthropic
@@ -14,7 +17,9 @@ import pytest
 BASE = os.environ["FUSION_BASE_URL"]
 KEY = os.environ["FUSION_API_KEY"]
 TIGHT = os.environ["FUSION_TIGHT_URL"]
+SMALL = os.environ["FUSION_SMALL_URL"]
 MODEL = os.environ["FUSION_MODEL"]
+THINKER = os.environ["FUSION_THINKER"]
 MSGS = [{"role": "user", "content": "Tell me a story"}]
 
 
@@ -77,6 +82,11 @@ def test_count_tokens():
     tools = [{"name": "get_weather", "description": "Weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]
     with_tools = c.messages.count_tokens(model=MODEL, messages=MSGS, system=system, tools=tools)
     assert with_tools.input_tokens > n.input_tokens
+    # thinking enabled opens <think> in the prompt: counted as generation renders it
+    thinking = {"type": "enabled", "budget_tokens": 1024}
+    n = c.messages.count_tokens(model=MODEL, messages=MSGS, system=system, thinking=thinking)
+    m = c.messages.create(model=MODEL, max_tokens=1025, messages=MSGS, system=system, thinking=thinking, stop_sequences=["\n"])
+    assert n.input_tokens == m.usage.input_tokens + m.usage.cache_read_input_tokens + m.usage.cache_creation_input_tokens
 
 
 def test_tool_history():
@@ -105,6 +115,40 @@ def test_prefill_and_thinking_budget():
     m = client().messages.create(model=MODEL, max_tokens=1100, messages=[MSGS[0], MSGS[0]],
                                  thinking={"type": "enabled", "budget_tokens": 1024}, stop_sequences=["."])
     assert m.stop_reason in ("max_tokens", "end_turn", "stop_sequence")
+
+
+def test_thinking():
+    """thinking enabled: the hybrid template's generation prompt is opened into
+    <think>, so the answer is a thinking block (with its signature) and then
+    text; budget_tokens closes the thinking, which the thinker would not."""
+    budget, max_tokens = 1024, 1100
+    thinking = {"type": "enabled", "budget_tokens": budget}
+    m = client().messages.create(model=THINKER, max_tokens=max_tokens, messages=MSGS, thinking=thinking)
+    assert [b.type for b in m.content] == ["thinking", "text"]
+    assert m.content[0].thinking.strip() and m.content[0].signature == ""
+    assert m.content[1].text
+    assert m.stop_reason == "max_tokens" and m.usage.output_tokens == max_tokens
+
+    starts, deltas, thought, helper = [], collections.Counter(), [], []
+    with client().messages.stream(model=THINKER, max_tokens=max_tokens, messages=MSGS, thinking=thinking) as s:
+        for ev in s:
+            if ev.type == "content_block_start":
+                starts.append(ev.content_block.type)
+            elif ev.type == "content_block_delta":
+                deltas[ev.delta.type] += 1
+                if ev.delta.type == "thinking_delta":
+                    thought.append(ev.delta.thinking)
+            elif ev.type == "thinking":  # the SDK's helper event, with the block so far
+                helper.append(ev.snapshot)
+        final = s.get_final_message()
+    assert starts == ["thinking", "text"]
+    assert deltas["signature_delta"] == 1 and deltas["thinking_delta"] > 0
+    # Each delta carries at least one token: at most budget thinking tokens,
+    # then </think>, then at least the rest of max_tokens as text.
+    assert deltas["thinking_delta"] <= budget and deltas["text_delta"] >= max_tokens - budget - 1
+    assert [b.type for b in final.content] == ["thinking", "text"]
+    assert final.content[0].thinking == "".join(thought) == helper[-1] and final.content[0].signature == ""
+    assert final.content[1].text and final.stop_reason == "max_tokens" and final.usage.output_tokens == max_tokens
 
 
 def test_not_found():
@@ -160,6 +204,36 @@ def test_authentication():
     with pytest.raises(anthropic.AuthenticationError) as e:
         client(key="sk-wrong").messages.create(model=MODEL, max_tokens=2, messages=MSGS)
     assert e.value.body["error"]["type"] == "authentication_error"
+    # auth_token sends Authorization: Bearer instead of x-api-key.
+    bearer = anthropic.Anthropic(base_url=BASE, api_key=None, auth_token=KEY, max_retries=0)
+    assert bearer.messages.create(model=MODEL, max_tokens=2, messages=MSGS).usage.output_tokens == 2
+    with pytest.raises(anthropic.AuthenticationError) as e:
+        anthropic.Anthropic(base_url=BASE, api_key=None, auth_token="sk-wrong", max_retries=0).messages.create(
+            model=MODEL, max_tokens=2, messages=MSGS)
+    assert e.value.status_code == 401 and e.value.body["error"]["type"] == "authentication_error"
+
+
+def test_request_too_large():
+    with pytest.raises(anthropic.ContentTooLargeError) as e:
+        client(base=SMALL, key="unused").messages.create(model=MODEL, max_tokens=2,
+                                                         messages=[{"role": "user", "content": "x" * (10 << 10)}])
+    assert e.value.status_code == 413
+    assert e.value.body["type"] == "error" and e.value.body["error"]["type"] == "request_too_large"
+
+
+def test_overloaded():
+    """The pinned demo model fills the small node's memory budget: the thinker
+    cannot be loaded now, 529 overloaded_error, whether streamed or not."""
+    c = client(base=SMALL, key="unused")
+    with pytest.raises(anthropic.OverloadedError) as e:
+        c.messages.create(model=THINKER, max_tokens=2, messages=MSGS)
+    assert e.value.status_code == 529 and e.value.response.headers.get("retry-after") == "5"
+    assert e.value.body["type"] == "error" and e.value.body["error"]["type"] == "overloaded_error"
+    with pytest.raises(anthropic.OverloadedError) as e:
+        with c.messages.stream(model=THINKER, max_tokens=2, messages=MSGS) as s:
+            s.get_final_message()
+    assert e.value.body["error"]["type"] == "overloaded_error"
+    assert c.messages.create(model=MODEL, max_tokens=2, messages=MSGS).usage.output_tokens == 2
 
 
 def test_rate_limit():
