@@ -265,3 +265,68 @@ func TestOpenClawCluster(t *testing.T) {
 		t.Fatalf("turn 3's events on C %v, answer on B %v", evs, res)
 	}
 }
+
+// TestOpenClawModelOnOneNode: the model is on node a's disk only. A
+// session created on b takes turns sent to c and to b; each runs on a
+// (X-Fusion-Node), where the model is loaded, with the whole history (the
+// second turn's prompt is longer than the first's though its own input is
+// shorter), and both turns are appended to the history every node sees.
+func TestOpenClawModelOnOneNode(t *testing.T) {
+	nodes := ocCluster(t, openclaw.Options{}, "", t.TempDir(), t.TempDir())
+	a, b, c := nodes[0], nodes[1], nodes[2]
+	// a loads the model; b and c learn from the replicated inventory that
+	// a has it ready.
+	chat := map[string]any{"model": nodetest.Model, "messages": []any{map[string]any{"role": "user", "content": "warm up"}}, "max_tokens": 2}
+	if status, res, by := ocDo(t, a, "POST", "/v1/chat/completions", chat); status != 200 || by != "a" {
+		t.Fatalf("chat on a: %d %v, served by %q", status, res, by)
+	}
+	for _, n := range []*node.Node{b, c} {
+		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			status, _, by := ocDo(t, n, "POST", "/v1/chat/completions", chat)
+			if status == 200 && by == "a" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s does not forward to a: %d, served by %q", n.Cluster().ID(), status, by)
+			}
+		}
+	}
+
+	id := ocOK(t, "create on b", b, "POST", "/v1/openclaw/agent/sessions", map[string]any{"model": nodetest.Model, "system_prompt": "Be brief."})["session_id"].(string)
+	ev := ocStream(t, c, id)
+	ocExpect(t, ev, "connected", "session_state")
+
+	turn := func(n *node.Node, input string, want int) map[string]any {
+		t.Helper()
+		status, res, by := ocDo(t, n, "POST", "/v1/openclaw/agent/turns?session_id="+id, map[string]any{
+			"messages": []any{map[string]any{"role": "user", "content": input}}, "max_tokens": 8, "seed": want, "enable_thinking": false})
+		if status != 200 || by != "a" || res["turn"] != float64(want) || res["session_id"] != id {
+			t.Fatalf("turn %d: %d %v, served by %q, want a", want, status, res, by)
+		}
+		evs := ocExpect(t, ev, "turn_start", "turn_end")
+		if evs[0].data["turn"] != float64(want) || evs[1].data["turn"] != float64(want) || evs[1].data["content"] != res["content"] {
+			t.Fatalf("turn %d's events %v, answer %v", want, evs, res)
+		}
+		return res
+	}
+	first := turn(c, "What is the weather like in Tokyo, Osaka and Kyoto this week?", 1)
+	second := turn(b, "Why?", 2)
+	p1 := first["usage"].(map[string]any)["prompt_tokens"].(float64)
+	p2 := second["usage"].(map[string]any)["prompt_tokens"].(float64)
+	if p2 <= p1 {
+		t.Fatalf("turn 2's prompt has %v tokens, turn 1's %v: the history was not sent", p2, p1)
+	}
+
+	want := []any{
+		map[string]any{"role": "user", "content": "What is the weather like in Tokyo, Osaka and Kyoto this week?"},
+		map[string]any{"role": "assistant", "content": first["content"]},
+		map[string]any{"role": "user", "content": "Why?"},
+		map[string]any{"role": "assistant", "content": second["content"]},
+	}
+	for _, n := range nodes {
+		s := ocOK(t, "get", n, "GET", "/v1/openclaw/agent/sessions/"+id, nil)
+		if s["turn_count"] != 2.0 || s["active"] != false || fmt.Sprint(s["messages"]) != fmt.Sprint(want) {
+			t.Fatalf("session seen from %s: %v, want messages %v", n.Cluster().ID(), s, want)
+		}
+	}
+}
