@@ -99,8 +99,9 @@ func TestAgentFlow(t *testing.T) {
 	}
 
 	// 6–7: continue with no new message: the model answers from the
-	// history (system prompt, question, call, result).
-	status, res = call(t, n, "POST", "/v1/openclaw/agent/turns?session_id="+id, map[string]any{"max_tokens": 32, "seed": 3, "tool_choice": "none"})
+	// history (system prompt, question, call, result). "messages": [] is
+	// the contract's "empty message".
+	status, res = call(t, n, "POST", "/v1/openclaw/agent/turns?session_id="+id, map[string]any{"messages": []any{}, "max_tokens": 32, "seed": 3, "tool_choice": "none"})
 	want(t, "turn 2", status, 200, res)
 	assertTurnShape(t, res, id)
 	if len(res["tool_calls"].([]any)) != 0 {
@@ -136,6 +137,27 @@ func TestAgentFlow(t *testing.T) {
 	st.expect(t, openclaw.EventSessionState)
 	if m := sessionOf(t, n, id)["messages"].([]any); m[0].(map[string]any)["role"] != "system" || len(m) != 5 {
 		t.Fatalf("prepend did not land before the user message: %v", m)
+	}
+	// Steering at the end of the history, the default mode spelt out.
+	status, res = call(t, n, "POST", "/v1/openclaw/agent/steer", map[string]any{
+		"session_id": id, "mode": "append", "message": map[string]any{"role": "user", "content": "And in Osaka?"},
+	})
+	want(t, "steer append", status, 200, res)
+	if res["message_count"] != 6.0 || res["turn_count"] != 2.0 {
+		t.Fatalf("steer append answer %v", res)
+	}
+	evs = st.expect(t, openclaw.EventSessionState)
+	if evs[0].data["session_id"] != id || evs[0].data["message_count"] != 6.0 {
+		t.Fatalf("session_state after append %v", evs[0].data)
+	}
+	m := sessionOf(t, n, id)["messages"].([]any)
+	roles = roles[:0]
+	for _, x := range m {
+		roles = append(roles, x.(map[string]any)["role"].(string))
+	}
+	if wantRoles := []string{"system", "user", "assistant", "tool", "assistant", "user"}; !slices.Equal(roles, wantRoles) ||
+		m[5].(map[string]any)["content"] != "And in Osaka?" || m[4].(map[string]any)["content"] != last["content"] {
+		t.Fatalf("history after append %v, want roles %v", m, wantRoles)
 	}
 
 	status, res = call(t, n, "DELETE", "/v1/openclaw/agent/sessions/"+id, nil)
