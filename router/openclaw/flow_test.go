@@ -302,6 +302,47 @@ func TestConcurrentTurns(t *testing.T) {
 	}
 }
 
+// TestTurnResponseFormat: a turn's response_format reaches the engine.
+// With random weights, only the grammar can make the answer a JSON
+// document valid for the schema; the history keeps that answer.
+func TestTurnResponseFormat(t *testing.T) {
+	n := start(t, openclaw.Options{})
+	id := createSession(t, n, map[string]any{"model": nodetest.Model, "system_prompt": "Answer in JSON."})
+	schema := map[string]any{"type": "object", "properties": map[string]any{
+		"city": map[string]any{"type": "string", "maxLength": 12},
+		"temp": map[string]any{"type": "integer"},
+		"sky":  map[string]any{"enum": []string{"sunny", "cloudy", "rain"}},
+	}, "required": []string{"city", "temp", "sky"}, "additionalProperties": false}
+	for turn, seed := range []int{1, 2, 3} {
+		status, res := call(t, n, "POST", "/v1/openclaw/agent/turns?session_id="+id, map[string]any{
+			"messages":    []any{map[string]any{"role": "user", "content": "Weather in Tokyo?"}},
+			"max_tokens":  48, // small: the grammar closes the document in time
+			"temperature": 1, "seed": seed,
+			"response_format": map[string]any{"type": "json_schema", "json_schema": map[string]any{"name": "weather", "schema": schema, "strict": true}},
+		})
+		want(t, "turn with a response format", status, 200, res)
+		content, _ := res["content"].(string)
+		var v struct {
+			City *string `json:"city"`
+			Temp *int    `json:"temp"`
+			Sky  *string `json:"sky"`
+		}
+		dec := json.NewDecoder(strings.NewReader(content))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&v); err != nil || dec.More() || v.City == nil || len([]rune(*v.City)) > 12 || v.Temp == nil ||
+			v.Sky == nil || !slices.Contains([]string{"sunny", "cloudy", "rain"}, *v.Sky) {
+			t.Fatalf("turn %d: %q is not valid for the schema (%v): %v", turn+1, content, err, res)
+		}
+		if res["finish_reason"] != "stop" || len(res["tool_calls"].([]any)) != 0 {
+			t.Fatalf("turn %d: %v", turn+1, res)
+		}
+		msgs := sessionOf(t, n, id)["messages"].([]any)
+		if last := msgs[len(msgs)-1].(map[string]any); len(msgs) != 2*(turn+1) || last["role"] != "assistant" || last["content"] != content {
+			t.Fatalf("turn %d: history %v, answer %q", turn+1, msgs, content)
+		}
+	}
+}
+
 // TestHistoryLimit: a session's history is bounded; what would grow it
 // past the bound is a 400 that changes nothing.
 func TestHistoryLimit(t *testing.T) {
