@@ -176,8 +176,9 @@ func TestAgentFlow(t *testing.T) {
 	t.Log("flow done with a forced tool call")
 }
 
-// TestLifecycle checks TTL renewal and expiry, LRU eviction at the cap,
-// session_closed on the streams, and heartbeats, with small settings.
+// TestLifecycle checks TTL renewal (by GET and by turns) and expiry, LRU
+// eviction at the cap, session_closed on the streams, and heartbeats,
+// with small settings.
 func TestLifecycle(t *testing.T) {
 	const ttl = 3 * time.Second
 	n := start(t, openclaw.Options{TTL: ttl, Cap: 3, Heartbeat: 100 * time.Millisecond})
@@ -231,6 +232,25 @@ func TestLifecycle(t *testing.T) {
 		if status, _ := call(t, n, "GET", "/v1/openclaw/agent/sessions/"+id, nil); status != 404 {
 			t.Fatalf("GET expired session: %d", status)
 		}
+	})
+
+	t.Run("turns renew", func(t *testing.T) {
+		id := createSession(t, n, nil)
+		created := time.Now()
+		// Three turns half a TTL apart, and no GET: turns alone keep the
+		// session alive past one TTL.
+		for i := range 3 {
+			time.Sleep(ttl / 2)
+			status, res := call(t, n, "POST", "/v1/openclaw/agent/turns?session_id="+id, map[string]any{
+				"messages": []any{map[string]any{"role": "user", "content": "Still there?"}}, "max_tokens": 2})
+			if status != 200 || res["turn"] != float64(i+1) {
+				t.Fatalf("turn %d (%.1fs after create): %d %v", i+1, time.Since(created).Seconds(), status, res)
+			}
+		}
+		if age := time.Since(created); age <= ttl {
+			t.Fatalf("the turns took %v, not past the TTL", age)
+		}
+		call(t, n, "DELETE", "/v1/openclaw/agent/sessions/"+id, nil)
 	})
 
 	t.Run("LRU eviction at the cap", func(t *testing.T) {
