@@ -330,3 +330,123 @@ func TestOpenClawModelOnOneNode(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenClawClusterLifecycle: the session lifecycle over HTTP on the
+// Raft store, with a small TTL and cap: a second turn while one runs
+// elsewhere is a 409; turns renew the TTL (a session taking turns lives
+// past it); left alone a session expires, and a stream on another node
+// gets session_closed "expired"; at the cap the least recently accessed
+// session is evicted, and its stream gets session_closed "evicted".
+func TestOpenClawClusterLifecycle(t *testing.T) {
+	const ttl = 4 * time.Second
+	nodes := ocCluster(t, openclaw.Options{TTL: ttl, Cap: 3, Heartbeat: 200 * time.Millisecond}, "", "", "")
+	a, b, c := nodes[0], nodes[1], nodes[2]
+	ocLeader(t, nodes)
+	create := func(n *node.Node) string {
+		t.Helper()
+		return ocOK(t, "create", n, "POST", "/v1/openclaw/agent/sessions", map[string]any{"model": nodetest.Model})["session_id"].(string)
+	}
+	listed := func(n *node.Node) []string {
+		t.Helper()
+		var ids []string
+		for _, s := range ocOK(t, "list", n, "GET", "/v1/openclaw/agent/sessions", nil)["sessions"].([]any) {
+			ids = append(ids, s.(map[string]any)["session_id"].(string))
+		}
+		slices.Sort(ids)
+		return ids
+	}
+	closed := func(ev <-chan ocEvent, id, reason string) {
+		t.Helper()
+		evs := ocExpect(t, ev, "session_closed")
+		if evs[0].data["session_id"] != id || evs[0].data["reason"] != reason {
+			t.Fatalf("session_closed %v, want %s", evs[0].data, reason)
+		}
+		select {
+		case e, ok := <-ev:
+			if ok {
+				t.Fatalf("event %v after session_closed", e)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the stream stayed open after session_closed")
+		}
+	}
+
+	t.Run("409 on another node", func(t *testing.T) {
+		id := create(a)
+		ev := ocStream(t, b, id)
+		ocExpect(t, ev, "connected", "session_state")
+		var wg sync.WaitGroup
+		var status int
+		var long map[string]any
+		wg.Go(func() {
+			status, long = ocCall(t, a, "POST", "/v1/openclaw/agent/turns?session_id="+id, map[string]any{
+				"messages": []any{map[string]any{"role": "user", "content": "Tell me a long story."}}, "max_tokens": 384, "logit_bias": ocNoEOS(t, a)})
+		})
+		ocExpect(t, ev, "turn_start")
+		s, res := ocCall(t, c, "POST", "/v1/openclaw/agent/turns?session_id="+id, map[string]any{
+			"messages": []any{map[string]any{"role": "user", "content": "Interrupting!"}}, "max_tokens": 4})
+		e, _ := res["error"].(map[string]any)
+		if s != 409 || e["code"] != "turn_in_progress" || e["param"] != "session_id" || e["type"] == nil || e["message"] == "" {
+			t.Fatalf("turn on c during a's: %d %v", s, res)
+		}
+		wg.Wait()
+		if status != 200 || long["usage"].(map[string]any)["completion_tokens"] != 384.0 {
+			t.Fatalf("the long turn on a: %d %v", status, long)
+		}
+		evs := ocExpect(t, ev, "turn_end")
+		if evs[0].data["turn"] != 1.0 || evs[0].data["content"] != long["content"] {
+			t.Fatalf("turn_end %v", evs[0].data)
+		}
+		if got := ocOK(t, "get on c", c, "GET", "/v1/openclaw/agent/sessions/"+id, nil); got["turn_count"] != 1.0 || got["message_count"] != 2.0 || got["active"] != false {
+			t.Fatalf("session after the 409: %v", got)
+		}
+		ocOK(t, "delete", b, "DELETE", "/v1/openclaw/agent/sessions/"+id, nil)
+		closed(ev, id, "deleted")
+	})
+
+	t.Run("turns renew, then expiry", func(t *testing.T) {
+		id := create(a)
+		ev := ocStream(t, b, id)
+		ocExpect(t, ev, "connected", "session_state")
+		created := time.Now()
+		// Four turns half a TTL apart, on c: the session lives well past
+		// one TTL. No GET in between (GET renews too).
+		for i := range 4 {
+			time.Sleep(ttl / 2)
+			status, res := ocCall(t, c, "POST", "/v1/openclaw/agent/turns?session_id="+id, map[string]any{
+				"messages": []any{map[string]any{"role": "user", "content": "Still there?"}}, "max_tokens": 2})
+			if status != 200 || res["turn"] != float64(i+1) {
+				t.Fatalf("turn %d, %.1fs after create: %d %v", i+1, time.Since(created).Seconds(), status, res)
+			}
+			ocExpect(t, ev, "turn_start", "turn_end")
+		}
+		if age := time.Since(created); age <= ttl {
+			t.Fatalf("the turns took %v, not past the TTL", age)
+		}
+		closed(ev, id, "expired")
+		for _, n := range nodes {
+			if slices.Contains(listed(n), id) {
+				t.Fatalf("expired session listed on %s", n.Cluster().ID())
+			}
+		}
+		if status, res := ocCall(t, a, "GET", "/v1/openclaw/agent/sessions/"+id, nil); status != 404 {
+			t.Fatalf("get an expired session: %d %v", status, res)
+		}
+	})
+
+	t.Run("LRU eviction at the cap", func(t *testing.T) {
+		s1, s2, s3 := create(a), create(b), create(c)
+		ev := ocStream(t, c, s2)
+		ocExpect(t, ev, "connected", "session_state")
+		ocOK(t, "get s1", b, "GET", "/v1/openclaw/agent/sessions/"+s1, nil) // s2 is now the least recently accessed
+		s4 := create(a)
+		closed(ev, s2, "evicted")
+		want := []string{s1, s3, s4}
+		slices.Sort(want)
+		for _, n := range nodes {
+			if got := listed(n); !slices.Equal(got, want) {
+				t.Fatalf("sessions on %s: %v, want %v", n.Cluster().ID(), got, want)
+			}
+		}
+	})
+}
