@@ -99,8 +99,9 @@ func TestAgentFlow(t *testing.T) {
 	}
 
 	// 6–7: continue with no new message: the model answers from the
-	// history (system prompt, question, call, result).
-	status, res = call(t, n, "POST", "/v1/openclaw/agent/turns?session_id="+id, map[string]any{"max_tokens": 32, "seed": 3, "tool_choice": "none"})
+	// history (system prompt, question, call, result). "messages": [] is
+	// the contract's "empty message".
+	status, res = call(t, n, "POST", "/v1/openclaw/agent/turns?session_id="+id, map[string]any{"messages": []any{}, "max_tokens": 32, "seed": 3, "tool_choice": "none"})
 	want(t, "turn 2", status, 200, res)
 	assertTurnShape(t, res, id)
 	if len(res["tool_calls"].([]any)) != 0 {
@@ -137,6 +138,27 @@ func TestAgentFlow(t *testing.T) {
 	if m := sessionOf(t, n, id)["messages"].([]any); m[0].(map[string]any)["role"] != "system" || len(m) != 5 {
 		t.Fatalf("prepend did not land before the user message: %v", m)
 	}
+	// Steering at the end of the history, the default mode spelt out.
+	status, res = call(t, n, "POST", "/v1/openclaw/agent/steer", map[string]any{
+		"session_id": id, "mode": "append", "message": map[string]any{"role": "user", "content": "And in Osaka?"},
+	})
+	want(t, "steer append", status, 200, res)
+	if res["message_count"] != 6.0 || res["turn_count"] != 2.0 {
+		t.Fatalf("steer append answer %v", res)
+	}
+	evs = st.expect(t, openclaw.EventSessionState)
+	if evs[0].data["session_id"] != id || evs[0].data["message_count"] != 6.0 {
+		t.Fatalf("session_state after append %v", evs[0].data)
+	}
+	m := sessionOf(t, n, id)["messages"].([]any)
+	roles = roles[:0]
+	for _, x := range m {
+		roles = append(roles, x.(map[string]any)["role"].(string))
+	}
+	if wantRoles := []string{"system", "user", "assistant", "tool", "assistant", "user"}; !slices.Equal(roles, wantRoles) ||
+		m[5].(map[string]any)["content"] != "And in Osaka?" || m[4].(map[string]any)["content"] != last["content"] {
+		t.Fatalf("history after append %v, want roles %v", m, wantRoles)
+	}
 
 	status, res = call(t, n, "DELETE", "/v1/openclaw/agent/sessions/"+id, nil)
 	want(t, "delete", status, 200, res)
@@ -154,8 +176,9 @@ func TestAgentFlow(t *testing.T) {
 	t.Log("flow done with a forced tool call")
 }
 
-// TestLifecycle checks TTL renewal and expiry, LRU eviction at the cap,
-// session_closed on the streams, and heartbeats, with small settings.
+// TestLifecycle checks TTL renewal (by GET and by turns) and expiry, LRU
+// eviction at the cap, session_closed on the streams, and heartbeats,
+// with small settings.
 func TestLifecycle(t *testing.T) {
 	const ttl = 3 * time.Second
 	n := start(t, openclaw.Options{TTL: ttl, Cap: 3, Heartbeat: 100 * time.Millisecond})
@@ -209,6 +232,25 @@ func TestLifecycle(t *testing.T) {
 		if status, _ := call(t, n, "GET", "/v1/openclaw/agent/sessions/"+id, nil); status != 404 {
 			t.Fatalf("GET expired session: %d", status)
 		}
+	})
+
+	t.Run("turns renew", func(t *testing.T) {
+		id := createSession(t, n, nil)
+		created := time.Now()
+		// Three turns half a TTL apart, and no GET: turns alone keep the
+		// session alive past one TTL.
+		for i := range 3 {
+			time.Sleep(ttl / 2)
+			status, res := call(t, n, "POST", "/v1/openclaw/agent/turns?session_id="+id, map[string]any{
+				"messages": []any{map[string]any{"role": "user", "content": "Still there?"}}, "max_tokens": 2})
+			if status != 200 || res["turn"] != float64(i+1) {
+				t.Fatalf("turn %d (%.1fs after create): %d %v", i+1, time.Since(created).Seconds(), status, res)
+			}
+		}
+		if age := time.Since(created); age <= ttl {
+			t.Fatalf("the turns took %v, not past the TTL", age)
+		}
+		call(t, n, "DELETE", "/v1/openclaw/agent/sessions/"+id, nil)
 	})
 
 	t.Run("LRU eviction at the cap", func(t *testing.T) {
@@ -277,6 +319,47 @@ func TestConcurrentTurns(t *testing.T) {
 	_, prom := callRaw(t, n, "GET", "/metrics?format=prometheus", nil)
 	if line := `fusion_generation_requests_total{model="demo",outcome="ok"} 1`; !strings.Contains(string(prom), line+"\n") {
 		t.Fatalf("metrics lack %q:\n%s", line, prom)
+	}
+}
+
+// TestTurnResponseFormat: a turn's response_format reaches the engine.
+// With random weights, only the grammar can make the answer a JSON
+// document valid for the schema; the history keeps that answer.
+func TestTurnResponseFormat(t *testing.T) {
+	n := start(t, openclaw.Options{})
+	id := createSession(t, n, map[string]any{"model": nodetest.Model, "system_prompt": "Answer in JSON."})
+	schema := map[string]any{"type": "object", "properties": map[string]any{
+		"city": map[string]any{"type": "string", "maxLength": 12},
+		"temp": map[string]any{"type": "integer"},
+		"sky":  map[string]any{"enum": []string{"sunny", "cloudy", "rain"}},
+	}, "required": []string{"city", "temp", "sky"}, "additionalProperties": false}
+	for turn, seed := range []int{1, 2, 3} {
+		status, res := call(t, n, "POST", "/v1/openclaw/agent/turns?session_id="+id, map[string]any{
+			"messages":    []any{map[string]any{"role": "user", "content": "Weather in Tokyo?"}},
+			"max_tokens":  48, // small: the grammar closes the document in time
+			"temperature": 1, "seed": seed,
+			"response_format": map[string]any{"type": "json_schema", "json_schema": map[string]any{"name": "weather", "schema": schema, "strict": true}},
+		})
+		want(t, "turn with a response format", status, 200, res)
+		content, _ := res["content"].(string)
+		var v struct {
+			City *string `json:"city"`
+			Temp *int    `json:"temp"`
+			Sky  *string `json:"sky"`
+		}
+		dec := json.NewDecoder(strings.NewReader(content))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&v); err != nil || dec.More() || v.City == nil || len([]rune(*v.City)) > 12 || v.Temp == nil ||
+			v.Sky == nil || !slices.Contains([]string{"sunny", "cloudy", "rain"}, *v.Sky) {
+			t.Fatalf("turn %d: %q is not valid for the schema (%v): %v", turn+1, content, err, res)
+		}
+		if res["finish_reason"] != "stop" || len(res["tool_calls"].([]any)) != 0 {
+			t.Fatalf("turn %d: %v", turn+1, res)
+		}
+		msgs := sessionOf(t, n, id)["messages"].([]any)
+		if last := msgs[len(msgs)-1].(map[string]any); len(msgs) != 2*(turn+1) || last["role"] != "assistant" || last["content"] != content {
+			t.Fatalf("turn %d: history %v, answer %q", turn+1, msgs, content)
+		}
 	}
 }
 

@@ -42,8 +42,9 @@ type Options struct {
 // writes go through the leader, and a write returns once it has been
 // applied on this node, so this node reads its own writes. A session this
 // node does not know yet (created through another node a moment ago) is
-// looked up again after a consistent read, and edits, which depend on the
-// history (a tool call made on another node), start with one.
+// looked up again after a consistent read, and listings and edits (which
+// depend on the history: a tool call made on another node) start with
+// one.
 type Store struct {
 	m   Member
 	ttl time.Duration
@@ -195,8 +196,13 @@ func (s *Store) Get(ctx context.Context, id string) (*openclaw.Session, error) {
 	return convert(se), nil
 }
 
-// List implements openclaw.SessionStore.
-func (s *Store) List(context.Context) ([]*openclaw.Session, error) {
+// List implements openclaw.SessionStore. It reads after a consistent
+// read, so a session created or deleted through another node a moment
+// ago is listed, or not, as the client that did it expects.
+func (s *Store) List(ctx context.Context) ([]*openclaw.Session, error) {
+	if err := s.m.ConsistentRead(ctx); err != nil {
+		return nil, err
+	}
 	all := s.m.Sessions()
 	out := make([]*openclaw.Session, len(all))
 	for i, se := range all {

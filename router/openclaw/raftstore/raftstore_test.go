@@ -3,6 +3,7 @@ package raftstore_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -87,4 +88,58 @@ func TestConformanceFollower(t *testing.T) {
 		t.Cleanup(s.Close)
 		return s
 	})
+}
+
+// TestListAfterWriteElsewhere: a listing on one follower includes a
+// session created through the other a moment before, and leaves out one
+// destroyed there (reads are local, so a follower lagging the log would
+// list what the client has just changed wrongly).
+func TestListAfterWriteElsewhere(t *testing.T) {
+	first := member(t, "n1", nil, 3)
+	ms := []*cluster.Member{first}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := 2; i <= 3; i++ {
+		wg.Go(func() {
+			m := member(t, fmt.Sprintf("n%d", i), []string{first.GossipAddr()}, 3)
+			mu.Lock()
+			ms = append(ms, m)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	waitLeader(t, ms...)
+	var stores []*raftstore.Store
+	for _, m := range ms {
+		if !m.IsLeader() {
+			s := raftstore.New(m, raftstore.Options{Cap: 1000})
+			t.Cleanup(s.Close)
+			stores = append(stores, s)
+		}
+	}
+	writer, reader := stores[0], stores[1]
+	ctx := context.Background()
+	listed := func(id string) bool {
+		t.Helper()
+		list, err := reader.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.ContainsFunc(list, func(s *openclaw.Session) bool { return s.ID == id })
+	}
+	for i := range 30 {
+		id := fmt.Sprintf("s%02d", i)
+		if _, err := writer.Create(ctx, openclaw.NewSession{ID: id, Model: "m"}); err != nil {
+			t.Fatal(err)
+		}
+		if !listed(id) {
+			t.Fatalf("round %d: the reader does not list the session just created", i)
+		}
+		if err := writer.Destroy(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if listed(id) {
+			t.Fatalf("round %d: the reader lists the session just destroyed", i)
+		}
+	}
 }
