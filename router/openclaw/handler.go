@@ -140,6 +140,9 @@ func storeError(err error, id string) *openai.Error {
 			Message: fmt.Sprintf("That tool call of session '%s' already has a result.", id)}
 	case errors.Is(err, ErrBadEdit):
 		return openai.InvalidRequest("", "%s", err.Error())
+	case errors.Is(err, ErrUnavailable):
+		return &openai.Error{Status: http.StatusServiceUnavailable, Type: openai.TypeUnavailable, Code: "sessions_unavailable", RetryAfter: 2,
+			Message: "The session store cannot be reached right now (the cluster has no leader); retry shortly."}
 	}
 	return openai.FromEngine(err)
 }

@@ -176,6 +176,9 @@ var (
 	ErrUnknownToolCall  = errors.New("openclaw: unknown tool call id")       // 400
 	ErrToolCallAnswered = errors.New("openclaw: tool call already answered") // 400
 	ErrBadEdit          = errors.New("openclaw: invalid history edit")       // 400
+	// ErrUnavailable: the store cannot serve now (a clustered store with
+	// no leader within its hold time); the client should retry. 503.
+	ErrUnavailable = errors.New("openclaw: the session store is unavailable")
 )
 
 // ChangeBetween derives the Change of one applied write from the session

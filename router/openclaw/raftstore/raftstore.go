@@ -11,12 +11,16 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"fusion/cluster"
 	pb "fusion/cluster/clusterpb"
 	"fusion/cluster/fsm"
 	"fusion/router/openclaw"
 )
 
 // Member is what the store needs of a cluster member (*cluster.Member).
+// Apply and ConsistentRead fail with cluster.ErrNoLeader when no leader
+// answers within the member's hold time; the store reports that as
+// openclaw.ErrUnavailable (a 503 the client retries).
 type Member interface {
 	// Apply commits a command through the leader.
 	Apply(ctx context.Context, cmd proto.Message) (fsm.Result, error)
@@ -170,6 +174,8 @@ func mapError(err error, id string) error {
 		return fmt.Errorf("%w: %v", openclaw.ErrConflict, err)
 	case errors.Is(err, fsm.ErrSessionCap):
 		return fmt.Errorf("%w: %v", openclaw.ErrCapacity, err)
+	case errors.Is(err, cluster.ErrNoLeader):
+		return fmt.Errorf("%w: %v", openclaw.ErrUnavailable, err)
 	}
 	return err
 }
@@ -187,7 +193,7 @@ func (s *Store) Get(ctx context.Context, id string) (*openclaw.Session, error) {
 	se, ok := s.m.Session(id)
 	if !ok {
 		if err := s.m.ConsistentRead(ctx); err != nil {
-			return nil, err
+			return nil, mapError(err, id)
 		}
 		if se, ok = s.m.Session(id); !ok {
 			return nil, fmt.Errorf("%w: %s", openclaw.ErrNotFound, id)
@@ -201,7 +207,7 @@ func (s *Store) Get(ctx context.Context, id string) (*openclaw.Session, error) {
 // ago is listed, or not, as the client that did it expects.
 func (s *Store) List(ctx context.Context) ([]*openclaw.Session, error) {
 	if err := s.m.ConsistentRead(ctx); err != nil {
-		return nil, err
+		return nil, mapError(err, "")
 	}
 	all := s.m.Sessions()
 	out := make([]*openclaw.Session, len(all))
@@ -278,7 +284,7 @@ func (s *Store) EndTurn(ctx context.Context, id string, end openclaw.TurnEnd) (*
 func (s *Store) Edit(ctx context.Context, id string, e openclaw.Edit) (*openclaw.Session, error) {
 	for attempt := 0; ; attempt++ {
 		if err := s.m.ConsistentRead(ctx); err != nil {
-			return nil, err
+			return nil, mapError(err, id)
 		}
 		cur, err := s.Get(ctx, id)
 		if err != nil {

@@ -2,6 +2,7 @@ package raftstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -141,5 +142,66 @@ func TestListAfterWriteElsewhere(t *testing.T) {
 		if listed(id) {
 			t.Fatalf("round %d: the reader lists the session just destroyed", i)
 		}
+	}
+}
+
+// TestNoLeaderIsUnavailable: on a member whose two peers are gone (no
+// quorum, no leader), every store operation fails with
+// openclaw.ErrUnavailable — a 503 the client retries, not a 500 — and
+// the handler's error carries Retry-After.
+func TestNoLeaderIsUnavailable(t *testing.T) {
+	first := member(t, "n1", nil, 3)
+	ms := []*cluster.Member{first}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := 2; i <= 3; i++ {
+		wg.Go(func() {
+			m := member(t, fmt.Sprintf("n%d", i), []string{first.GossipAddr()}, 3)
+			mu.Lock()
+			ms = append(ms, m)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	waitLeader(t, ms...)
+	s := raftstore.New(ms[0], raftstore.Options{Cap: 10})
+	t.Cleanup(s.Close)
+	ctx := context.Background()
+	se, err := s.Create(ctx, openclaw.NewSession{ID: "s1", Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms[1:] {
+		m.Close()
+	}
+	ops := map[string]func(ctx context.Context) error{
+		"create": func(ctx context.Context) error {
+			_, err := s.Create(ctx, openclaw.NewSession{ID: "s2", Model: "m"})
+			return err
+		},
+		"list":       func(ctx context.Context) error { _, err := s.List(ctx); return err },
+		"touch":      func(ctx context.Context) error { _, err := s.Touch(ctx, se.ID); return err },
+		"begin turn": func(ctx context.Context) error { _, err := s.BeginTurn(ctx, se.ID); return err },
+		"get absent": func(ctx context.Context) error { _, err := s.Get(ctx, "nope"); return err },
+		"destroy":    func(ctx context.Context) error { return s.Destroy(ctx, se.ID) },
+	}
+	// In parallel: each waits out the member's hold time (5 s) first.
+	var ops2 sync.WaitGroup
+	for name, op := range ops {
+		ops2.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			start := time.Now()
+			err := op(ctx)
+			t.Logf("%s: %v after %v", name, err, time.Since(start).Round(time.Millisecond))
+			if !errors.Is(err, openclaw.ErrUnavailable) {
+				t.Errorf("%s without a leader: %v, want openclaw.ErrUnavailable", name, err)
+			}
+		})
+	}
+	ops2.Wait()
+	// The session is still there, as this node last saw it.
+	if got, err := s.Get(ctx, se.ID); err != nil || got.ID != se.ID {
+		t.Errorf("Get of a known session without a leader: %v, %v", got, err)
 	}
 }
