@@ -220,3 +220,100 @@ func TestConstrainedThinking(t *testing.T) {
 		t.Logf("thinking on: %d/%d suite schemas valid after reasoning", valid, len(suiteSchemas))
 	})
 }
+
+// TestConstraintReasoningBound drives the constraint with the most stubborn
+// model: inside reasoning it never closes </think> and tries to end the
+// generation at every step; in the document it avoids ending. Whatever
+// max_tokens, it opens or is in reasoning as long as allowed, and still
+// ends with a whole document and a free slot for the end token.
+func TestConstraintReasoningBound(t *testing.T) {
+	r := newSuiteRunner(t)
+	lm, release, err := r.acquire(context.Background(), "qwen3-random")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	tok := lm.text.Tokenizer()
+	open, _ := tok.TokenID("<think>")
+	closeID, _ := tok.TokenID("</think>")
+	eos := tok.EOS()
+	schema := suiteSchemas[22]
+	g, err := responseFormatGrammar(&engine.ResponseFormat{Schema: []byte(schema)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rem := g.NewMatcher().Remaining()
+	tests := []struct {
+		name      string
+		think     thinking
+		maxTokens int
+		reasoning int // reasoning tokens between the tags; -1: no <think>
+	}{
+		{"inside, no room to reason", thinkingInside, rem + 2, 0},
+		{"inside, room for 5", thinkingInside, rem + 7, 5},
+		{"inside, room for 40", thinkingInside, rem + 42, 40},
+		{"may, too tight to open", thinkingMay, rem + 2, -1},
+		{"may, opens and closes at once", thinkingMay, rem + 3, 0},
+		{"may, room for 40", thinkingMay, rem + 43, 40},
+		{"off", thinkingOff, rem + 43, -1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newConstraint(lm, g, tc.think, eos)
+			var out []int
+			ended := false
+			for left := tc.maxTokens; left > 0 && !ended; left-- {
+				m := c.mask(left)
+				id := -1
+				if c.phase == phaseThinking || c.phase == phaseMayThink {
+					// Stubborn: end now, else open <think>, else anything but </think>.
+					for _, want := range append(slices.Clone(eos), open) {
+						if m.Allowed(want) {
+							id = want
+							break
+						}
+					}
+					for cand := 0; id < 0 && cand < tok.VocabSize(); cand++ {
+						if cand != closeID && m.Allowed(cand) {
+							id = cand
+						}
+					}
+					if id < 0 && m.Allowed(closeID) {
+						id = closeID
+					}
+				} else {
+					// In the document: the last allowed token that does not end it.
+					for cand := tok.VocabSize() - 1; cand >= 0; cand-- {
+						if m.Allowed(cand) && !slices.Contains(eos, cand) {
+							id = cand
+							break
+						}
+					}
+				}
+				if id < 0 { // only the end is left
+					if !slices.ContainsFunc(eos, m.Allowed) {
+						t.Fatalf("dead end after %v", out)
+					}
+					ended = true
+					break
+				}
+				if slices.Contains(eos, id) {
+					t.Fatalf("the end token allowed while %v (phase %d) after %d tokens", out, c.phase, len(out))
+				}
+				if err := c.accept(id); err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, id)
+			}
+			reasoning := -1
+			if len(out) > 0 && out[0] == open {
+				reasoning = slices.Index(out, closeID) - 1
+			} else if tc.think == thinkingInside {
+				reasoning = slices.Index(out, closeID)
+			}
+			if reasoning != tc.reasoning || !c.m.Done() || len(out) > tc.maxTokens-1 {
+				t.Errorf("max_tokens %d: %d reasoning tokens (want %d), document done %v, %d tokens used", tc.maxTokens, reasoning, tc.reasoning, c.m.Done(), len(out))
+			}
+		})
+	}
+}
