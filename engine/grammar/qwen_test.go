@@ -2,8 +2,6 @@ package grammar
 
 import (
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -11,9 +9,8 @@ import (
 
 	"fusion/engine/sample"
 	"fusion/engine/tokenizer"
+	"fusion/internal/testenv"
 )
-
-var qwenDir = filepath.Join("..", "..", ".cache", "fixtures", "tokenizers", "qwen3")
 
 var qwenOnce struct {
 	sync.Once
@@ -40,12 +37,11 @@ func byteLevelInverse() map[rune]byte {
 // qwenVocab loads the Qwen3 vocabulary as raw token bytes. The tokenizer
 // package has no raw-bytes accessor (Decode replaces invalid UTF-8), so the
 // byte-level token strings from Token are mapped back to bytes here; special
-// tokens are left empty and EOS ids come from the tokenizer.
+// tokens are left empty and EOS ids come from the tokenizer. The fixture is
+// found like every other (testenv): a missing one fails under `make test`.
 func qwenVocab(tb testing.TB) *Vocab {
 	tb.Helper()
-	if _, err := os.Stat(filepath.Join(qwenDir, "tokenizer.json")); err != nil {
-		tb.Skip("qwen3 tokenizer fixture not present")
-	}
+	qwenDir := testenv.TokenizerDir(tb, "qwen3")
 	qwenOnce.Do(func() {
 		tok, err := tokenizer.Load(qwenDir)
 		if err != nil {

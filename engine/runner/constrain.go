@@ -6,16 +6,48 @@ import (
 	"fusion/engine/sample"
 )
 
+// thinking says where a constrained generation stands toward reasoning
+// when it starts.
+type thinking int
+
+const (
+	thinkingOff    thinking = iota // the grammar applies from the first token
+	thinkingMay                    // the model may open <think> first
+	thinkingInside                 // the prompt opened <think>
+)
+
+// phase is where a constrained generation is.
+type phase int
+
+const (
+	phaseGrammar    phase = iota // the grammar applies
+	phaseMayThink                // first token: <think> or the grammar's start
+	phaseThinking                // reasoning, free until </think>
+	phaseAfterThink              // after </think>: whitespace or the grammar's start
+)
+
+// maxSpaces bounds the whitespace tokens taken between </think> and the
+// document (Qwen3 writes one "\n\n").
+const maxSpaces = 2
+
 // constraint keeps a generation inside a grammar: before each step it
 // masks the tokens that cannot continue the document, after it advances
-// the matcher by the chosen token. While the model is still reasoning (the
-// prompt opened a <think> block) it waits for </think>.
+// the matcher by the chosen token. With thinking, the document starts
+// after </think>: reasoning in between is free, except that it cannot end
+// the generation and is closed while there are still enough tokens left
+// for the shortest document.
 type constraint struct {
-	vocab    *grammar.Vocab
-	m        *grammar.Matcher
-	bits     sample.Bitset
-	waiting  bool // reasoning: unconstrained until thinkEnd
-	thinkEnd int  // the </think> token id, or -1
+	vocab *grammar.Vocab
+	m     *grammar.Matcher
+	bits  sample.Bitset
+	phase phase
+
+	thinkOpen  int           // the <think> token id, or -1
+	thinkClose int           // the </think> token id, or -1
+	reasoning  sample.Bitset // what reasoning may use: no stop, no <think>
+	closeOnly  sample.Bitset // only </think>
+	spaces     sample.Bitset // whitespace-only tokens
+	spacesUsed int
 }
 
 // responseFormatGrammar compiles a request's response format; a schema
@@ -31,58 +63,139 @@ func responseFormatGrammar(rf *engine.ResponseFormat) (*grammar.Grammar, error) 
 	return g, nil
 }
 
-// newConstraint starts matching g; with startInReasoning the constraint
-// waits for </think>.
-func newConstraint(lm *loadedModel, g *grammar.Grammar, startInReasoning bool) *constraint {
+// newConstraint starts matching g from think; stops are the token ids that
+// end the generation, which reasoning may not use. Without <think> and
+// </think> tokens the grammar applies at once.
+func newConstraint(lm *loadedModel, g *grammar.Grammar, think thinking, stops []int) *constraint {
 	v := lm.grammarVocab()
-	end, ok := lm.text.Tokenizer().TokenID("</think>")
-	if !ok {
-		end = -1
+	c := &constraint{vocab: v, m: g.NewMatcher(), bits: sample.NewBitset(v.Size()), spaces: lm.spaces}
+	tok := lm.text.Tokenizer()
+	open, okOpen := tok.TokenID("<think>")
+	closeID, okClose := tok.TokenID("</think>")
+	if !okOpen {
+		open = -1
 	}
-	return &constraint{
-		vocab: v, m: g.NewMatcher(), bits: sample.NewBitset(v.Size()),
-		waiting: startInReasoning && end >= 0, thinkEnd: end,
+	if !okClose {
+		closeID = -1
 	}
+	c.thinkOpen, c.thinkClose = open, closeID
+	switch {
+	case think == thinkingInside && okClose:
+		c.phase = phaseThinking
+	case think == thinkingMay && okOpen && okClose:
+		c.phase = phaseMayThink
+	default:
+		return c
+	}
+	c.reasoning = append(sample.Bitset(nil), lm.reasoning...)
+	for _, id := range stops {
+		unset(c.reasoning, id)
+	}
+	unset(c.reasoning, open)
+	c.reasoning.Set(closeID)
+	c.closeOnly = sample.NewBitset(v.Size())
+	c.closeOnly.Set(closeID)
+	return c
 }
 
-// mask returns the mask for the next step (nil while waiting). left is
-// how many tokens the generation may still produce, this one included: the
-// document is finished one token before, so that the end-of-generation
-// token fits and a generation cut by max_tokens still returns whole JSON.
+// mask returns the mask for the next step. left is how many tokens the
+// generation may still produce, this one included: the document is
+// finished one token before, so that the end-of-generation token fits and
+// a generation cut by max_tokens still returns whole JSON. Reasoning is
+// opened or continued only while </think>, the shortest document and the
+// end still fit after this token.
 func (c *constraint) mask(left int) sample.Mask {
-	if c.waiting {
-		return nil
+	if c.phase == phaseThinking {
+		if left < c.m.Remaining()+3 {
+			return c.closeOnly
+		}
+		return c.reasoning
 	}
 	c.m.SetBudget(left - 1)
 	c.m.Mask(c.vocab, c.bits)
+	// The think tags would be read as reasoning by the output parser, even
+	// inside a JSON string: the document spells them with other tokens.
+	unset(c.bits, c.thinkOpen)
+	unset(c.bits, c.thinkClose)
+	switch c.phase {
+	case phaseMayThink:
+		if left >= c.m.Remaining()+3 {
+			c.bits.Set(c.thinkOpen)
+		}
+	case phaseAfterThink:
+		if c.spacesUsed < maxSpaces && left-1 >= c.m.Remaining()+1 {
+			for i, w := range c.spaces {
+				c.bits[i] |= w
+			}
+		}
+	}
 	return c.bits
 }
 
 // accept advances past the sampled token.
 func (c *constraint) accept(id int) error {
-	if c.waiting {
-		c.waiting = id != c.thinkEnd
+	switch c.phase {
+	case phaseThinking:
+		if id == c.thinkClose {
+			c.phase = phaseAfterThink
+		}
 		return nil
+	case phaseMayThink:
+		if id == c.thinkOpen {
+			c.phase = phaseThinking
+			return nil
+		}
+	case phaseAfterThink:
+		if c.spacesUsed < maxSpaces && c.spaces.Allowed(id) {
+			c.spacesUsed++
+			return nil
+		}
 	}
+	c.phase = phaseGrammar
 	return c.m.Accept(c.vocab, id)
 }
 
 // grammarVocab builds the model's vocabulary as raw token bytes once, for
 // every constrained request to share: special tokens are never allowed,
-// end-of-generation ids only once the document is complete.
+// end-of-generation ids only once the document is complete. With it come
+// the whitespace-only tokens and the tokens reasoning may use (every
+// token of the tokenizer but the special ones).
 func (lm *loadedModel) grammarVocab() *grammar.Vocab {
 	lm.vocabOnce.Do(func() {
 		tok := lm.text.Tokenizer()
-		tokens := make([][]byte, lm.model.VocabSize())
+		n := lm.model.VocabSize()
+		tokens := make([][]byte, n)
+		lm.spaces, lm.reasoning = sample.NewBitset(n), sample.NewBitset(n)
 		for id := range tokens {
 			if tok.IsSpecial(id) {
 				continue
 			}
 			if b, ok := tok.TokenBytes(id); ok && len(b) > 0 {
 				tokens[id] = b
+				lm.reasoning.Set(id)
+				if isSpace(b) {
+					lm.spaces.Set(id)
+				}
 			}
 		}
 		lm.vocab = grammar.NewVocab(tokens, tok.EOS())
 	})
 	return lm.vocab
+}
+
+// unset disallows id in b (nothing for an id out of range).
+func unset(b sample.Bitset, id int) {
+	if id >= 0 && id/64 < len(b) {
+		b[id/64] &^= 1 << (id % 64)
+	}
+}
+
+// isSpace reports whether b is JSON whitespace only.
+func isSpace(b []byte) bool {
+	for _, c := range b {
+		if c != ' ' && c != '\n' && c != '\t' && c != '\r' {
+			return false
+		}
+	}
+	return true
 }

@@ -152,15 +152,15 @@ func (r *Runner) prepare(ctx context.Context, lm *loadedModel, req *engine.Reque
 	if err != nil {
 		return nil, err
 	}
-	if gram != nil {
-		cons = newConstraint(lm, gram, parser.StartInReasoning(p.Prompt))
-	}
 	params := req.Sampling
 	lm.settings.Sampling.apply(&params)
 	params.StopTokenIDs = append(slices.Clone(params.StopTokenIDs), lm.text.Tokenizer().EOS()...)
 	smp, err := sample.New(params, lm.model.VocabSize())
 	if err != nil {
 		return nil, &prompt.InvalidRequestError{Err: err}
+	}
+	if gram != nil {
+		cons = newConstraint(lm, gram, constraintThinking(lm.parser, req, p.Prompt), params.StopTokenIDs)
 	}
 	maxTokens := req.MaxTokens
 	if maxTokens == 0 {
@@ -178,6 +178,21 @@ func (r *Runner) prepare(ctx context.Context, lm *loadedModel, req *engine.Reque
 		g.think = newThinkBudget(lm, req.ReasoningBudget, parser.StartInReasoning(p.Prompt))
 	}
 	return g, nil
+}
+
+// constraintThinking tells where a constrained generation starts: inside
+// reasoning when the prompt opened <think>; free to open <think> first when
+// the model's family reasons and thinking is not turned off (Qwen3's
+// template leaves the choice to the model); else in the document.
+func constraintThinking(family string, req *engine.Request, renderedPrompt string) thinking {
+	switch {
+	case parser.StartInReasoning(renderedPrompt):
+		return thinkingInside
+	case req.Messages != nil && (req.EnableThinking == nil || *req.EnableThinking) &&
+		slices.Contains(parser.Markers(family), "<think>"):
+		return thinkingMay
+	}
+	return thinkingOff
 }
 
 // generation is one admitted request. Its generation state (sampler,

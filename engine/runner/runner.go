@@ -24,6 +24,7 @@ import (
 	"fusion/engine/modelfile"
 	"fusion/engine/prefixcache"
 	"fusion/engine/prompt"
+	"fusion/engine/sample"
 )
 
 // Config configures a Runner. Zero values take the defaults noted; every
@@ -177,6 +178,8 @@ type loadedModel struct {
 
 	vocabOnce sync.Once
 	vocab     *grammar.Vocab // for constrained decoding, built on first use
+	spaces    sample.Bitset  // whitespace-only tokens (with vocab)
+	reasoning sample.Bitset  // tokens reasoning may use (with vocab)
 }
 
 // contextLength is the model's context, capped by its settings.

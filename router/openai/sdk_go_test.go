@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -398,5 +399,59 @@ func TestGoSDKTools(t *testing.T) {
 	check(t, s.Err())
 	if len(acc.Choices) != 1 || acc.Choices[0].FinishReason != "length" {
 		t.Errorf("streamed answer: %+v", acc.ChatCompletion)
+	}
+}
+
+// TestGoSDKUnenforceableSchema (issue #5): a schema keyword the grammar
+// cannot enforce is refused with a 400 in the OpenAI error shape that names
+// it — for response_format and for forced tool parameters, streaming or
+// not — never silently ignored.
+func TestGoSDKUnenforceableSchema(t *testing.T) {
+	n := nodetest.Start(t, nodetest.Options{})
+	c := client(n, "")
+	ctx := context.Background()
+	jsonSchema := func(schema map[string]any) oa.ChatCompletionNewParamsResponseFormatUnion {
+		return oa.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &shared.ResponseFormatJSONSchemaParam{
+			JSONSchema: shared.ResponseFormatJSONSchemaJSONSchemaParam{Name: "answer", Schema: schema, Strict: oa.Bool(true)}}}
+	}
+	tests := []struct {
+		name    string
+		params  oa.ChatCompletionNewParams
+		keyword string
+	}{
+		{"response_format contentEncoding", oa.ChatCompletionNewParams{ResponseFormat: jsonSchema(map[string]any{
+			"type": "object", "properties": map[string]any{"data": map[string]any{"type": "string", "contentEncoding": "base64"}}})}, "contentEncoding"},
+		{"response_format fractional minimum", oa.ChatCompletionNewParams{ResponseFormat: jsonSchema(map[string]any{
+			"type": "number", "minimum": 0.5})}, "minimum"},
+		{"forced tool contentMediaType", oa.ChatCompletionNewParams{
+			Tools: []oa.ChatCompletionToolUnionParam{oa.ChatCompletionFunctionTool(shared.FunctionDefinitionParam{Name: "t",
+				Parameters: shared.FunctionParameters{"type": "object", "properties": map[string]any{"s": map[string]any{"type": "string", "contentMediaType": "text/html"}}}})},
+			ToolChoice: oa.ChatCompletionToolChoiceOptionUnionParam{OfAuto: oa.String("required")}}, "contentMediaType"},
+	}
+	for _, tt := range tests {
+		for _, stream := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s, stream %v", tt.name, stream), func(t *testing.T) {
+				p := tt.params
+				p.Model, p.Messages, p.MaxTokens = nodetest.Model, userMsg("hi"), oa.Int(8)
+				var err error
+				if stream {
+					s := c.Chat.Completions.NewStreaming(ctx, p)
+					for s.Next() {
+						t.Errorf("chunk %s", s.Current().RawJSON())
+					}
+					err = s.Err()
+				} else {
+					_, err = c.Chat.Completions.New(ctx, p)
+				}
+				var apiErr *oa.Error
+				if !errors.As(err, &apiErr) {
+					t.Fatalf("err = %v, want a 400", err)
+				}
+				if apiErr.StatusCode != 400 || apiErr.Type != "invalid_request_error" || apiErr.Code != "invalid_value" ||
+					!strings.Contains(apiErr.Message, `"`+tt.keyword+`"`) {
+					t.Errorf("error = %d %s", apiErr.StatusCode, apiErr.RawJSON())
+				}
+			})
+		}
 	}
 }

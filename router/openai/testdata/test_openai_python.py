@@ -137,6 +137,72 @@ def test_forced_tool_calls():
     assert r.choices[0].finish_reason in ("length", "stop")
 
 
+def test_tool_round_trip(no_eos):
+    """call → tool message → answer, with the model's own forced call in the
+    history: the answer is asked for non-streaming and streaming (raw chunks
+    and the SDK's stream helper) and assembles into the same assistant text,
+    with no tool calls under tool_choice none."""
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
+                                               "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                              "required": ["city"]}}}]
+    ask = [{"role": "user", "content": "Weather in Paris?"}]
+    r = client().chat.completions.create(model=MODEL, messages=ask, tools=tools, max_tokens=60, seed=3,
+                                         tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    assert r.choices[0].finish_reason == "tool_calls"
+    call = r.choices[0].message.tool_calls[0]
+    assert call.id.startswith("call_") and call.function.name == "get_weather"
+    history = ask + [
+        r.choices[0].message.model_dump(exclude_none=True),  # the assistant turn as the SDK returned it
+        {"role": "tool", "tool_call_id": call.id, "content": "sunny, 21 C"},
+    ]
+    assert history[1]["tool_calls"][0]["id"] == call.id
+
+    # The call and its result are rendered into the prompt.
+    rendered = http_json("POST", BASE + "/tokenize", {"model": MODEL, "messages": history, "tools": tools})
+    text = http_json("POST", BASE + "/detokenize", {"model": MODEL, "tokens": rendered["tokens"]})["prompt"]
+    args = json.dumps(json.loads(call.function.arguments), ensure_ascii=False)  # the template's tojson spacing
+    assert '{"name": "get_weather", "arguments": ' + args + "}" in text and "sunny, 21 C" in text, text
+
+    params = dict(model=MODEL, messages=history, tools=tools, tool_choice="none", max_tokens=8, temperature=0,
+                  logit_bias=no_eos)
+    r = client().chat.completions.create(**params)
+    msg = r.choices[0].message
+    assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 8
+    # tool_choice none does not show the tools, only the conversation.
+    assert r.usage.prompt_tokens == http_json("POST", BASE + "/tokenize", {"model": MODEL, "messages": history})["count"]
+    assert msg.role == "assistant" and msg.tool_calls is None and msg.content
+
+    chunks = list(client().chat.completions.create(**params, stream=True))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert all(not c.choices[0].delta.tool_calls for c in chunks if c.choices)
+    assert chunks[-1].choices[0].finish_reason == "length"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == msg.content
+
+    # The SDK's stream helper assembles the same message; at the length
+    # limit it raises, carrying the completion.
+    with client().chat.completions.stream(**params) as stream:
+        deltas = [e.delta for e in stream if e.type == "content.delta"]
+        with pytest.raises(openai.LengthFinishReasonError) as cut:
+            stream.get_final_completion()
+    assert "".join(deltas) == msg.content
+    final = cut.value.completion
+    assert final.choices[0].finish_reason == "length" and final.choices[0].message.role == "assistant"
+    assert final.choices[0].message.content == msg.content and not final.choices[0].message.tool_calls
+
+    # tool_choice auto after the result: an answer (text or a new call),
+    # streamed the same as not.
+    auto = dict(params, tool_choice="auto", max_tokens=60, temperature=1, seed=5)
+    del auto["logit_bias"]
+    r = client().chat.completions.create(**auto)
+    assert r.usage.prompt_tokens == rendered["count"]
+    chunks = list(client().chat.completions.create(**auto, stream=True))
+    assert chunks[-1].choices[0].finish_reason == r.choices[0].finish_reason
+    assert r.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == (r.choices[0].message.content or "")
+    streamed_calls = [tc.function.name for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or []) if tc.function.name]
+    assert streamed_calls == [tc.function.name for tc in (r.choices[0].message.tool_calls or [])]
+
+
 def test_chat_stream_with_usage(no_eos):
     stream = client().chat.completions.create(
         model=MODEL, messages=MSGS, max_tokens=6, temperature=0, logit_bias=no_eos,
