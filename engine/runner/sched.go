@@ -248,8 +248,11 @@ func (s *scheduler) aged(g *generation, now time.Time, steps int64) bool {
 }
 
 // waitOrder is the admission order: requests past the starvation bound
-// first, then by class, then by arrival (a preempted request keeps its
-// arrival time, so it goes ahead of later ones of its class).
+// first, in arrival order whatever their class (under a steady stream of
+// realtime work the realtime requests age too, and ordering the aged by
+// class would starve a background request all the same), then the others
+// by class, then by arrival (a preempted request keeps its arrival time,
+// so it goes ahead of later ones of its class).
 func waitOrder(a, b *generation) int {
 	if a.aged != b.aged {
 		if a.aged {
@@ -257,8 +260,10 @@ func waitOrder(a, b *generation) int {
 		}
 		return 1
 	}
-	if c := cmp.Compare(a.prio, b.prio); c != 0 {
-		return c
+	if !a.aged {
+		if c := cmp.Compare(a.prio, b.prio); c != 0 {
+			return c
+		}
 	}
 	return a.arrived.Compare(b.arrived)
 }

@@ -50,6 +50,11 @@ func generate(ctx context.Context, r *Runner, req *engine.Request) run {
 	if err != nil {
 		return run{err: err}
 	}
+	return collectRun(ctx, start, ch)
+}
+
+// collectRun collects a generation started at start.
+func collectRun(ctx context.Context, start time.Time, ch <-chan engine.Event) run {
 	var out run
 	for ev := range ch {
 		if out.ttft == 0 && len(ev.Tokens) > 0 {
@@ -254,8 +259,9 @@ func TestOverloadedRetryAfter(t *testing.T) {
 }
 
 // TestStarvationBound: a background request waiting behind a stream of
-// realtime requests (one slot, four realtime clients, so realtime work is
-// always waiting) starves without the bound and is admitted once it
+// realtime requests (one slot, eight realtime clients, so realtime work
+// is always waiting, even when a busy machine delays some clients between
+// their requests) starves without the bound and is admitted once it
 // waited MaxWaitSteps with it.
 func TestStarvationBound(t *testing.T) {
 	for _, tc := range []struct {
@@ -273,7 +279,7 @@ func TestStarvationBound(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			var wg sync.WaitGroup
 			defer func() { cancel(); wg.Wait() }()
-			for range 4 {
+			for range 8 {
 				wg.Go(func() {
 					for ctx.Err() == nil {
 						req := noEOS(t, r, chat("demo", prompts[0], 10))
@@ -282,7 +288,7 @@ func TestStarvationBound(t *testing.T) {
 					}
 				})
 			}
-			waitFor(t, func() bool { return r.Stats().Waiting >= 2 })
+			waitFor(t, func() bool { return r.Stats().Waiting >= 4 })
 			bg := chat("demo", prompts[2], 3)
 			bg.Priority = engine.PriorityBackground
 			done := make(chan run, 1)
@@ -302,7 +308,7 @@ func TestStarvationBound(t *testing.T) {
 				t.Logf("background admitted behind realtime traffic after %v (%d steps of the model)", got.ttft, r.Stats().Steps)
 			case <-time.After(wait):
 				if tc.admitted {
-					t.Fatalf("the background request starved for %v", wait)
+					t.Fatalf("the background request starved for %v (%+v)", wait, r.Stats())
 				}
 				t.Logf("without a bound the background request still waits after %v", wait)
 			}
@@ -354,10 +360,20 @@ func TestKVPressurePreempts(t *testing.T) {
 	}
 	release()
 	r.cfg.MaxKVBytes = 3 * lm.sched.kvFor(1) // three blocks: not four
+	// Both queued before either is read, so they are admitted together
+	// and outgrow their first block together (started from goroutines, a
+	// busy machine could delay one past the other's end).
 	got := make([]run, 2)
+	chs := make([]<-chan engine.Event, 2)
+	start := time.Now()
+	for i := range chs {
+		if chs[i], err = r.Generate(ctx, noEOS(t, r, chat("demo", prompts[i], n))); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var wg sync.WaitGroup
 	for i := range got {
-		wg.Go(func() { got[i] = generate(ctx, r, noEOS(t, r, chat("demo", prompts[i], n))) })
+		wg.Go(func() { got[i] = collectRun(ctx, start, chs[i]) })
 	}
 	wg.Wait()
 	for i := range got {
