@@ -407,7 +407,13 @@ func (m *Member) Close() error {
 // Leave leaves gracefully: marks the node draining, hands leadership
 // over, tells gossip it is leaving (the leader then removes it from raft
 // and the catalog), waits LeaveDelay for that to spread, and closes.
+//
+// A member already closed (a crash-like Close) has nothing to leave:
+// Leave returns nil (memberlist panics on a leave after shutdown).
 func (m *Member) Leave(ctx context.Context) error {
+	if m.ctx.Err() != nil {
+		return nil
+	}
 	m.mu.Lock()
 	m.meta.Leaving = true
 	m.mu.Unlock()
