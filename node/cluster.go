@@ -124,6 +124,16 @@ func advertiseHTTP(listen, adv string) string {
 // Cluster is the node's cluster member (nil when it runs alone).
 func (n *Node) Cluster() *cluster.Member { return n.member }
 
+// DispatchStats are the cluster dispatcher's counters: generations served
+// here and forwarded, attempts retried on another node, requests refused
+// (zero when the node runs alone).
+func (n *Node) DispatchStats() dispatch.Stats {
+	if n.dispatcher == nil {
+		return dispatch.Stats{}
+	}
+	return n.dispatcher.Stats()
+}
+
 // clusterStatus serves GET /admin/api/cluster once the member exists.
 func (n *Node) clusterStatus() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
