@@ -82,8 +82,9 @@ func startThree(t *testing.T, withModel string) map[string]*node.Node {
 // members round robin, one per ProbeInterval, so the dead one is probed
 // within n intervals (the probe, its timeout and the indirect probes fit
 // in one); the suspicion then lasts SuspicionMult × max(1, log10 n)
-// intervals (no confirmations needed with SuspicionMult 2), and the dead
-// message spreads in a couple of gossip rounds.
+// intervals (no confirmations awaited when SuspicionMult − 2 > n − 2),
+// and the dead message spreads in a couple of gossip rounds. (The same
+// as cluster's test helper.)
 func detectionBound(t cluster.Timing, n int) time.Duration {
 	susp := time.Duration(float64(t.SuspicionMult) * math.Max(1, math.Log10(float64(n))) * float64(t.ProbeInterval))
 	return time.Duration(n)*t.ProbeInterval + susp + 2*t.GossipInterval
