@@ -454,8 +454,10 @@ func TestClusterPartitionNetns(t *testing.T) {
 			t.Errorf("the cut-off old leader acknowledged %s=%q", op.Key, op.Value)
 		}
 		if op.Key == "reg" { // unknown outcome: may take effect any time
+			mu.Lock() // the majority's clients are still appending
 			ops = append(ops, porcupine.Operation{ClientId: 100, Input: casIn{expect: op.Expect, value: op.Value},
 				Call: op.Call - start.UnixNano(), Output: casOut{unknown: true}, Return: math.MaxInt64})
+			mu.Unlock()
 		}
 	}
 	if len(isoRep.Ops) < 8 || isoRep.AppliedAfter != isoRep.AppliedBefore || isoRep.AppliedBefore == 0 {
