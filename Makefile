@@ -24,9 +24,13 @@ run: build
 test-deps:
 	@./scripts/test-deps.sh
 
+# go test's JSON goes to .cache/test.json; testsum prints what go test
+# prints without -v (package results, the full output of failures) plus
+# every skipped test with its reason, and fails when anything failed.
 test: test-deps
 	$(GO) vet ./...
-	$(TEST_ENV) $(GO) test -race -count=1 -timeout 30m ./...
+	$(GO) build -o .cache/testsum ./internal/testsum
+	$(TEST_ENV) $(GO) test -race -count=1 -timeout 30m -json ./... | .cache/testsum -log .cache/test.json
 	@# Issue #5's suite at full size (200 answers + 200 forced calls; the
 	@# race run above does 60 + 60), printing its counts.
 	$(TEST_ENV) $(GO) test -count=1 -run 'TestSchemaSuite' -v ./engine/runner | grep -E 'valid|^(ok|FAIL|--- )'

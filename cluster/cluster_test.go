@@ -56,9 +56,9 @@ func testNode(t *testing.T, id, dir string, join []string, expect int, secret st
 }
 
 // startCluster starts n nodes with --bootstrap-expect n, all at once.
-func startCluster(t *testing.T, n int, secret string) []*Member {
+func startCluster(t *testing.T, n int, secret string, opts ...func(*Config)) []*Member {
 	t.Helper()
-	nodes := []*Member{testNode(t, "n1", t.TempDir(), nil, n, secret)}
+	nodes := []*Member{testNode(t, "n1", t.TempDir(), nil, n, secret, opts...)}
 	seed := []string{nodes[0].GossipAddr()}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -66,7 +66,7 @@ func startCluster(t *testing.T, n int, secret string) []*Member {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			m := testNode(t, fmt.Sprintf("n%d", i), t.TempDir(), seed, n, secret)
+			m := testNode(t, fmt.Sprintf("n%d", i), t.TempDir(), seed, n, secret, opts...)
 			mu.Lock()
 			nodes = append(nodes, m)
 			mu.Unlock()

@@ -11,6 +11,10 @@ import (
 // its messages is the largest).
 const DefaultMaxCommandBytes = 4 << 20
 
+// DefaultHoldTimeout is how long a write is retried without a leader
+// before it fails with ErrNoLeader (Config.HoldTimeout when zero).
+const DefaultHoldTimeout = 5 * time.Second
+
 // DefaultHeartbeatTimeout is the raft heartbeat and election timeout when
 // Timing leaves them zero (the leader lease is half of it).
 const DefaultHeartbeatTimeout = 500 * time.Millisecond
@@ -130,7 +134,7 @@ func (c *Config) defaults() error {
 	def(&c.ReapInterval, time.Second)
 	def(&c.DeadServerGrace, 2*time.Minute)
 	def(&c.ApplyTimeout, 5*time.Second)
-	def(&c.HoldTimeout, 5*time.Second)
+	def(&c.HoldTimeout, DefaultHoldTimeout)
 	def(&c.LeaveDelay, time.Second)
 	def(&c.PlanInterval, 2*time.Second)
 	if c.MaxCommandBytes <= 0 {

@@ -343,23 +343,69 @@ func (m *Member) removeServer(id raft.ServerID) {
 	}
 }
 
-// reconcileVoters keeps cfg.Voters healthy voters, one change per round:
-// promote a healthy non-voter when short; remove a voter failed for longer
-// than DeadServerGrace only if the healthy voters left still form a
-// quorum of the smaller configuration; demote a surplus healthy voter;
-// drop non-voters failed past the grace.
+// reconcileVoters applies one voter change per round (planVoters).
 func (m *Member) reconcileVoters(peers map[string]peer) {
 	f := m.raft.GetConfiguration()
 	if f.Error() != nil {
 		return
 	}
-	servers := append([]raft.Server(nil), f.Configuration().Servers...)
-	sort.Slice(servers, func(i, j int) bool { return servers[i].ID < servers[j].ID })
 	healthy := func(id raft.ServerID) bool { p, ok := peers[string(id)]; return ok && p.status == StatusAlive }
 	dead := func(id raft.ServerID) bool {
 		p, ok := peers[string(id)]
 		return ok && p.status == StatusFailed && time.Since(p.since) > m.cfg.DeadServerGrace
 	}
+	ch := planVoters(f.Configuration().Servers, healthy, dead, m.cfg.Voters, raft.ServerID(m.cfg.NodeID))
+	var err error
+	switch ch.op {
+	case voterNone:
+		return
+	case voterPromote:
+		err = m.raft.AddVoter(ch.server.ID, ch.server.Address, 0, m.cfg.ApplyTimeout).Error()
+	case voterDemote:
+		err = m.raft.DemoteVoter(ch.server.ID, 0, m.cfg.ApplyTimeout).Error()
+	case voterRemove:
+		err = m.raft.RemoveServer(ch.server.ID, 0, m.cfg.ApplyTimeout).Error()
+	}
+	if err != nil {
+		m.log.Warn("raft: voter change", "op", ch.op, "id", ch.server.ID, "err", err)
+		return
+	}
+	m.log.Info("raft: voter change", "op", ch.op, "id", ch.server.ID)
+}
+
+type voterOp string
+
+const (
+	voterNone    voterOp = ""
+	voterPromote voterOp = "promote"
+	voterDemote  voterOp = "demote"
+	voterRemove  voterOp = "remove"
+)
+
+type voterChange struct {
+	op     voterOp
+	server raft.Server
+}
+
+// minVoters is the floor dead-voter clean-up never goes below (autopilot's
+// MinQuorum): a 3-voter cluster with a dead voter and no spare keeps it,
+// so that if it comes back while another voter is down the two still form
+// a quorum; pruned to 2, the cluster would wait for that other voter.
+const minVoters = 3
+
+// planVoters decides the one change of a round, in this order:
+//   - promote the first healthy non-voter while healthy voters are fewer
+//     than min(want, healthy servers);
+//   - remove a voter dead past the grace, only if the healthy voters
+//     still form a quorum of the smaller configuration and it keeps at
+//     least min(want, minVoters) voters;
+//   - demote a surplus healthy voter (never the leader);
+//   - remove a non-voter dead past the grace.
+//
+// It is pure: the raft configuration and gossip's view in, a change out.
+func planVoters(servers []raft.Server, healthy, dead func(raft.ServerID) bool, want int, leader raft.ServerID) voterChange {
+	servers = append([]raft.Server(nil), servers...)
+	sort.Slice(servers, func(i, j int) bool { return servers[i].ID < servers[j].ID })
 	var voters, healthyVoters, healthyNon, deadVoters, deadNon []raft.Server
 	nHealthy := 0
 	for _, s := range servers {
@@ -381,30 +427,24 @@ func (m *Member) reconcileVoters(peers map[string]peer) {
 			deadNon = append(deadNon, s)
 		}
 	}
-	target := min(m.cfg.Voters, nHealthy)
+	target := min(want, nHealthy)
+	floor := min(want, minVoters)
 	switch {
 	case len(healthyVoters) < target && len(healthyNon) > 0:
-		s := healthyNon[0]
-		if err := m.raft.AddVoter(s.ID, s.Address, 0, m.cfg.ApplyTimeout).Error(); err != nil {
-			m.log.Warn("raft: promote", "id", s.ID, "err", err)
-			return
-		}
-		m.log.Info("raft: promoted to voter", "id", s.ID)
-	case len(deadVoters) > 0 && len(healthyVoters) >= (len(voters)-1)/2+1:
-		m.removeServer(deadVoters[0].ID)
-	case len(healthyVoters) > m.cfg.Voters:
-		leader := raft.ServerID(m.cfg.NodeID)
+		return voterChange{voterPromote, healthyNon[0]}
+	case len(deadVoters) > 0 && len(voters)-1 >= floor && len(healthyVoters) >= (len(voters)-1)/2+1:
+		return voterChange{voterRemove, deadVoters[0]}
+	case len(healthyVoters) > want:
 		for i := len(healthyVoters) - 1; i >= 0; i-- {
 			if s := healthyVoters[i]; s.ID != leader {
-				if err := m.raft.DemoteVoter(s.ID, 0, m.cfg.ApplyTimeout).Error(); err != nil {
-					m.log.Warn("raft: demote", "id", s.ID, "err", err)
-				}
-				return
+				return voterChange{voterDemote, s}
 			}
 		}
-	case len(deadNon) > 0:
-		m.removeServer(deadNon[0].ID)
 	}
+	if len(deadNon) > 0 {
+		return voterChange{voterRemove, deadNon[0]}
+	}
+	return voterChange{}
 }
 
 // reap deletes expired sessions through the log (leader clock).

@@ -149,6 +149,17 @@ func New(cfg Config) (_ *Member, err error) {
 	m.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  &streamLayer{Listener: raftLn, advertise: advAddr, auth: m.auth, timeout: 2 * time.Second, blocked: cfg.blocked},
 		MaxPool: 3, Timeout: 10 * time.Second, Logger: hl,
+		// No pipelined replication. In hashicorp/raft v1.8 the pipeline's
+		// channels are unbuffered at the default of 2 in flight: when a
+		// follower answers with a newer term (or a failure), the decoder
+		// returns, the send loop can still pick one more send, and that
+		// send parks forever — the replication goroutine leaks, keeps its
+		// heartbeats going, and raft.Shutdown waits for it, so a node
+		// never exited on SIGTERM (the netns test, about 1 run in 3;
+		// grafana/pyroscope#5518 found the same). raft's own analysis
+		// (hashicorp/raft#541) shows pipelining buys little next to
+		// batching.
+		MaxRPCsInFlight: 1,
 	})
 	closers = append(closers, func() { m.trans.Close() })
 
@@ -407,7 +418,13 @@ func (m *Member) Close() error {
 // Leave leaves gracefully: marks the node draining, hands leadership
 // over, tells gossip it is leaving (the leader then removes it from raft
 // and the catalog), waits LeaveDelay for that to spread, and closes.
+//
+// A member already closed (a crash-like Close) has nothing to leave:
+// Leave returns nil (memberlist panics on a leave after shutdown).
 func (m *Member) Leave(ctx context.Context) error {
+	if m.ctx.Err() != nil {
+		return nil
+	}
 	m.mu.Lock()
 	m.meta.Leaving = true
 	m.mu.Unlock()

@@ -32,7 +32,7 @@ func (m Meta) encode() ([]byte, error) {
 		return nil, err
 	}
 	if len(b) > memberlist.MetaMaxSize {
-		return nil, fmt.Errorf("cluster: node metadata is %d bytes, the limit is %d", len(b), memberlist.MetaMaxSize)
+		return nil, fmt.Errorf("cluster: node metadata (id, addresses, role, version) is %d bytes as JSON, memberlist's limit is %d: shorten the node id or the advertised addresses", len(b), memberlist.MetaMaxSize)
 	}
 	return b, nil
 }

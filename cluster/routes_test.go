@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -31,8 +32,9 @@ func sameIDs(a, b []string) bool {
 }
 
 // TestRoutes: inventories and Ready placements make a model routable on
-// alive, non-draining nodes; a killed node drops out as soon as gossip
-// declares it failed, without waiting for the catalog.
+// alive, non-draining nodes; a killed follower drops out as soon as
+// gossip declares it failed (within detectionBound), without waiting for
+// the catalog.
 func TestRoutes(t *testing.T) {
 	nodes := startCluster(t, 3, "")
 	ctx := context.Background()
@@ -83,12 +85,39 @@ func TestRoutes(t *testing.T) {
 		ids, _ := routeIDs(nodes[1], "m1")
 		return sameIDs(ids, []string{"n3"})
 	})
+	// n3, the only route left, is killed as a follower: the route goes
+	// within memberlist's detection bound, with no election in the way.
+	if nodes[2].IsLeader() {
+		if err := nodes[2].raft.LeadershipTransfer().Error(); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("n3 led; leadership moved to %s", waitLeader(t, nodes, 5*time.Second).ID())
+	}
+	if nodes[2].IsLeader() {
+		t.Fatal("n3 still leads")
+	}
+	bound := detectionBound(TestTiming(), len(nodes))
 	nodes[2].Close()
 	took := waitFor(t, 10*time.Second, "killed n3 out of the routes", func() bool {
 		ids, known := routeIDs(nodes[1], "m1")
 		return len(ids) == 0 && known
 	})
-	t.Logf("killed node unroutable after %v", took)
+	t.Logf("killed follower unroutable after %v (bound %v)", took, bound)
+	if took > bound+2*time.Second { // 2 s for a loaded CI machine
+		t.Fatalf("killed follower routable for %v, bound %v + 2 s", took, bound)
+	}
+}
+
+// detectionBound is the longest memberlist takes, with t's timings and n
+// members, to declare a crashed node dead: members are probed round
+// robin, one per ProbeInterval, so the dead one within n intervals (its
+// probe timeout and indirect probes fit in one); the suspicion lasts
+// SuspicionMult × max(1, log10 n) intervals (no confirmations are
+// awaited when SuspicionMult − 2 > n − 2); the death spreads in a couple
+// of gossip rounds.
+func detectionBound(t Timing, n int) time.Duration {
+	susp := time.Duration(float64(t.SuspicionMult) * math.Max(1, math.Log10(float64(n))) * float64(t.ProbeInterval))
+	return time.Duration(n)*t.ProbeInterval + susp + 2*t.GossipInterval
 }
 
 func TestStats(t *testing.T) {

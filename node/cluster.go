@@ -32,6 +32,7 @@ type ClusterConfig struct {
 	RaftListen      string   // default: Listen's host, port+1 (0 stays 0)
 	GRPCListen      string   // default: Listen's host, port+2 (0 stays 0)
 	BootstrapExpect int      // form the first cluster once this many nodes are up
+	Voters          int      // raft voters the leader keeps: 3 (default) or 5
 	Secret          string   // encrypts gossip, authenticates raft and gRPC
 	Timing          cluster.Timing
 }
@@ -101,7 +102,7 @@ func (n *Node) newMember(httpAddr string) (*cluster.Member, error) {
 		NodeID: id, DataDir: n.cfg.DataDir,
 		GossipListen: listen, GossipAdvertise: gossipAdv, RaftListen: raftListen, GRPCListen: grpcListen,
 		HTTPAdvertise: "http://" + advertiseHTTP(httpAddr, gossipAdv),
-		Join:          cc.Join, BootstrapExpect: cc.BootstrapExpect, Secret: cc.Secret,
+		Join:          cc.Join, BootstrapExpect: cc.BootstrapExpect, Voters: cc.Voters, Secret: cc.Secret,
 		Role: "server", Version: n.cfg.Version, Timing: cc.Timing, Logger: n.cfg.Logger,
 	})
 }
@@ -123,6 +124,16 @@ func advertiseHTTP(listen, adv string) string {
 
 // Cluster is the node's cluster member (nil when it runs alone).
 func (n *Node) Cluster() *cluster.Member { return n.member }
+
+// DispatchStats are the cluster dispatcher's counters: generations served
+// here and forwarded, attempts retried on another node, requests refused
+// (zero when the node runs alone).
+func (n *Node) DispatchStats() dispatch.Stats {
+	if n.dispatcher == nil {
+		return dispatch.Stats{}
+	}
+	return n.dispatcher.Stats()
+}
 
 // clusterStatus serves GET /admin/api/cluster once the member exists.
 func (n *Node) clusterStatus() http.Handler {

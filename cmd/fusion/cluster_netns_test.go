@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -128,11 +129,116 @@ var casModel = porcupine.NondeterministicModel{
 	},
 }
 
+// isolatedOp is one settings write the client inside the isolated
+// namespace attempted: the register's CAS or a plain put of its own key.
+type isolatedOp struct {
+	Key    string `json:"key"`
+	Expect string `json:"expect"` // the register's value it expected (CAS)
+	Value  string `json:"value"`
+	Call   int64  `json:"call"` // unix nanoseconds
+	Return int64  `json:"return"`
+	Code   int    `json:"code"` // 0: no HTTP answer
+	Err    string `json:"err,omitempty"`
+}
+
+// isolatedReport is what the isolated client prints when it is done.
+type isolatedReport struct {
+	Ops           []isolatedOp `json:"ops"`
+	AppliedBefore uint64       `json:"applied_before"`
+	AppliedAfter  uint64       `json:"applied_after"`
+}
+
+// TestNetnsIsolatedClientChild is not a test: run inside the isolated
+// node's network namespace by TestClusterPartitionNetns, it writes through
+// that node for FUSION_NETNS_CLIENT's duration — CAS on the shared
+// register (expecting the version the node reads locally) and plain puts
+// of the key "iso", each given up after 1 s — and prints an
+// isolatedReport.
+func TestNetnsIsolatedClientChild(t *testing.T) {
+	raw := os.Getenv("FUSION_NETNS_CLIENT")
+	if raw == "" {
+		t.Skip("only runs as a child of TestClusterPartitionNetns")
+	}
+	var cfg struct {
+		URL string        `json:"url"`
+		For time.Duration `json:"for"`
+	}
+	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	// Shorter than the 5 s the node holds a write without a leader, so
+	// each worker tries several times; the parent heals only once the
+	// node has given up on the last attempt.
+	client := &http.Client{Timeout: time.Second}
+	send := func(method, url, body string) (int, []byte, error) {
+		req, _ := http.NewRequest(method, url, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer key")
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, nil, err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, b, err
+	}
+	applied := func() uint64 {
+		_, b, _ := send(http.MethodGet, cfg.URL+"/admin/api/cluster", "")
+		var doc cluster.StatusDoc
+		_ = json.Unmarshal(b, &doc)
+		return doc.AppliedIndex
+	}
+	rep := isolatedReport{AppliedBefore: applied()}
+	deadline := time.Now().Add(cfg.For)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; time.Now().Before(deadline); i++ {
+				op := isolatedOp{Key: "iso", Value: fmt.Sprintf("iso-%d-%d", w, i)}
+				body := fmt.Sprintf(`{"value":%q}`, op.Value)
+				if w%2 == 0 {
+					// A stale local read is all the minority can give.
+					var cur cluster.SettingDoc
+					code, b, err := send(http.MethodGet, cfg.URL+"/admin/api/cluster/settings/reg", "")
+					if err != nil || code != http.StatusOK && code != http.StatusNotFound {
+						time.Sleep(50 * time.Millisecond)
+						continue
+					}
+					_ = json.Unmarshal(b, &cur)
+					op.Key, op.Expect = "reg", cur.Value
+					body = fmt.Sprintf(`{"value":%q,"expect_version":%d}`, op.Value, cur.Version)
+				}
+				op.Call = time.Now().UnixNano()
+				code, _, err := send(http.MethodPut, cfg.URL+"/admin/api/cluster/settings/"+op.Key, body)
+				op.Return, op.Code = time.Now().UnixNano(), code
+				if err != nil {
+					op.Err = err.Error()
+				}
+				mu.Lock()
+				rep.Ops = append(rep.Ops, op)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	rep.AppliedAfter = applied()
+	if err := json.NewEncoder(os.Stdout).Encode(rep); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestClusterPartitionNetns: three `fusion serve` processes in their own
 // network namespaces under a steady load of settings compare-and-set and
 // linearizable reads over HTTP. The leader's link is cut: the majority
-// elects a leader and keeps committing; after healing, the nodes converge
-// and the clients' history checks linearizable with porcupine.
+// elects a leader and keeps committing, while a client inside the cut-off
+// namespace writes through the old leader and gets no write acknowledged
+// (the minority commits nothing: its applied index stands still and,
+// after healing, none of its values is ever read). After healing the
+// nodes converge and the clients' history, the isolated client's
+// attempts included as unknown outcomes, checks linearizable with
+// porcupine.
 func TestClusterPartitionNetns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
@@ -306,6 +412,16 @@ func TestClusterPartitionNetns(t *testing.T) {
 	if err := ipCmd("link", "set", lab.port(li+1), "down"); err != nil {
 		t.Fatal(err)
 	}
+	// The client inside the cut-off namespace, writing through the old
+	// leader for 3 s.
+	isoCfg, _ := json.Marshal(map[string]any{"url": nodes[li].http, "for": 3 * time.Second})
+	iso := exec.Command("ip", "netns", "exec", lab.ns(li+1), os.Args[0], "-test.run=^TestNetnsIsolatedClientChild$")
+	iso.Env = append(os.Environ(), "FUSION_NETNS_CLIENT="+string(isoCfg))
+	var isoOut, isoErr bytes.Buffer
+	iso.Stdout, iso.Stderr = &isoOut, &isoErr
+	if err := iso.Start(); err != nil {
+		t.Fatal(err)
+	}
 	elected := waitUntil("a majority leader", 15*time.Second, func() bool {
 		l := ""
 		return agree(majority, func(d cluster.StatusDoc) bool {
@@ -317,6 +433,45 @@ func TestClusterPartitionNetns(t *testing.T) {
 		})
 	})
 	time.Sleep(3 * time.Second) // the majority serves
+	isoWait := time.Now()
+	if err := iso.Wait(); err != nil {
+		t.Fatalf("isolated client: %v\n%s%s", err, isoErr.String(), isoOut.String())
+	}
+	isoWaited := time.Since(isoWait)
+	var isoRep isolatedReport
+	// The report is the last line (the test binary may print PASS after it).
+	for _, line := range strings.Split(isoOut.String(), "\n") {
+		if strings.HasPrefix(line, "{") {
+			if err := json.Unmarshal([]byte(line), &isoRep); err != nil {
+				t.Fatalf("isolated client report: %v: %s", err, line)
+			}
+		}
+	}
+	isoCodes := map[int]int{}
+	for _, op := range isoRep.Ops {
+		isoCodes[op.Code]++
+		if op.Code == http.StatusOK {
+			t.Errorf("the cut-off old leader acknowledged %s=%q", op.Key, op.Value)
+		}
+		if op.Key == "reg" { // unknown outcome: may take effect any time
+			mu.Lock() // the majority's clients are still appending
+			ops = append(ops, porcupine.Operation{ClientId: 100, Input: casIn{expect: op.Expect, value: op.Value},
+				Call: op.Call - start.UnixNano(), Output: casOut{unknown: true}, Return: math.MaxInt64})
+			mu.Unlock()
+		}
+	}
+	if len(isoRep.Ops) < 8 || isoRep.AppliedAfter != isoRep.AppliedBefore || isoRep.AppliedBefore == 0 {
+		t.Fatalf("isolated client: %d writes (want >= 8), applied index %d → %d (want unchanged)", len(isoRep.Ops), isoRep.AppliedBefore, isoRep.AppliedAfter)
+	}
+	// The node retries a write it could not commit for up to 5 s (its
+	// hold timeout), even after the client gave up: heal only after that,
+	// so "none of its values is ever read" means the minority committed
+	// nothing rather than "a retry landed after healing".
+	var lastCall int64
+	for _, op := range isoRep.Ops {
+		lastCall = max(lastCall, op.Call)
+	}
+	time.Sleep(time.Until(time.Unix(0, lastCall).Add(cluster.DefaultHoldTimeout + time.Second)))
 	if err := ipCmd("link", "set", lab.port(li+1), "up"); err != nil {
 		t.Fatal(err)
 	}
@@ -340,6 +495,32 @@ func TestClusterPartitionNetns(t *testing.T) {
 	})
 	t.Logf("leader %s cut off: majority leader after %v, %d writes committed by the majority during the cut; converged %v after healing; %d operations",
 		leader, elected, okDuring.Load(), converged, len(ops))
+	t.Logf("isolated client: %d writes through the old leader, answers by status %v, none acknowledged; applied index held at %d; waited %v for it after the majority's 3 s",
+		len(isoRep.Ops), isoCodes, isoRep.AppliedAfter, isoWaited.Round(time.Millisecond))
+
+	// None of the isolated client's values ever became visible: no read
+	// of the register returned one, and its own key does not exist.
+	for _, op := range ops {
+		if in := op.Input.(casIn); in.read && strings.HasPrefix(op.Output.(casOut).value, "iso-") {
+			t.Errorf("a client read %q, written by the cut-off minority", op.Output.(casOut).value)
+		}
+	}
+	for _, n := range nodes {
+		for _, key := range []string{"reg", "iso"} {
+			req, _ := http.NewRequest(http.MethodGet, n.http+"/admin/api/cluster/settings/"+key+"?consistent", nil)
+			req.Header.Set("Authorization", "Bearer key")
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var doc cluster.SettingDoc
+			_ = json.NewDecoder(resp.Body).Decode(&doc)
+			resp.Body.Close()
+			if key == "iso" && resp.StatusCode != http.StatusNotFound || strings.HasPrefix(doc.Value, "iso-") {
+				t.Errorf("%s after healing: %s = %d %+v; the minority's writes must not exist", n.id, key, resp.StatusCode, doc)
+			}
+		}
+	}
 
 	model := casModel.ToModel()
 	res, info := porcupine.CheckOperationsVerbose(model, ops, time.Minute)

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"fusion/cluster"
+	"fusion/engine/demo"
 	"fusion/node/nodetest"
 )
 
@@ -105,12 +106,21 @@ func (p *procNode) status() (cluster.StatusDoc, error) {
 // one command line form a cluster; the leader is killed with SIGKILL and
 // the others elect a new one and mark it failed; it restarts on its data
 // dir and rejoins as a voter; SIGTERM makes every node leave and exit 0.
+//
+// Under steady load: every node has the model "demo" (served where the
+// request lands) and p1 and p2 have "solo", so p3 forwards every "solo"
+// request. Success is counted outside and inside the kill window (from
+// the kill until the survivors mark the dead node failed), forwarded
+// requests apart.
 func TestClusterProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
 	dir := t.TempDir()
-	models := nodetest.Models(t)
+	models, withSolo := nodetest.Models(t), nodetest.Models(t)
+	if _, err := demo.Create(filepath.Join(withSolo, "solo"), demo.DefaultOptions()); err != nil {
+		t.Fatal(err)
+	}
 	ports := freePorts(t, 12)
 	var join []string
 	for i := range 3 {
@@ -120,6 +130,10 @@ func TestClusterProcesses(t *testing.T) {
 	for i := range 3 {
 		id := fmt.Sprintf("p%d", i+1)
 		p := func(k int) string { return "127.0.0.1:" + strconv.Itoa(ports[4*i+k]) }
+		models := models
+		if i < 2 {
+			models = withSolo
+		}
 		nodes = append(nodes, &procNode{id: id, http: "http://" + p(0), log: filepath.Join(dir, id+".log"), args: []string{
 			"serve", "--listen", p(0), "--data-dir", filepath.Join(dir, id), "--api-key", "key",
 			"--node-id", id, "--cluster-listen", p(1), "--raft-listen", p(2), "--grpc-listen", p(3),
@@ -192,7 +206,9 @@ func TestClusterProcesses(t *testing.T) {
 		}
 	}
 	// Steady inference load through every node; the clients drop the
-	// killed node from their list at the kill, as a load balancer would.
+	// killed node from their list at the kill, as a load balancer would
+	// (the nodes themselves keep forwarding to it until gossip says it
+	// is dead).
 	// An agent session created on the leader, with one turn served by
 	// another node; both survive the leader's death.
 	session := httpJSON(t, "POST", dead.http+"/v1/openclaw/agent/sessions", map[string]any{"model": "demo", "system_prompt": "Be brief."})
@@ -218,7 +234,8 @@ func TestClusterProcesses(t *testing.T) {
 	elected := waitDoc("a new leader", 15*time.Second, rest, func(d cluster.StatusDoc) bool {
 		return d.Leader != "" && d.Leader != leader
 	})
-	failed := waitDoc("the killed leader marked failed", 30*time.Second, rest, func(d cluster.StatusDoc) bool {
+	elected = time.Since(killed) // from the kill, not from the wait's start
+	waitDoc("the killed leader marked failed", 30*time.Second, rest, func(d cluster.StatusDoc) bool {
 		for _, m := range d.Members {
 			if m.ID == leader {
 				return m.Status == "failed"
@@ -226,24 +243,42 @@ func TestClusterProcesses(t *testing.T) {
 		}
 		return false
 	})
-	t.Logf("SIGKILL of leader %s: new leader after %v, marked failed after %v", leader, elected, failed)
+	failed := time.Since(killed)
+	t.Logf("SIGKILL of leader %s: new leader %v after the kill, marked failed %v after it", leader, elected, failed)
 	// The kill window: from the kill until the dead node is marked failed
 	// (routing has stopped using it by then).
-	window := killed.Add(time.Since(killed))
+	window := killed.Add(failed)
 	time.Sleep(5 * time.Second)
 	results := load.stop()
-	var in, inOK, out, outOK int
+	// Forwarded: "solo" sent to p3, which never has it.
+	var in, inOK, out, outOK, inFwd, inFwdOK, outFwd, outFwdOK int
 	for _, r := range results {
+		fwd := r.model == "solo" && r.target == "p3"
+		if fwd && r.err == nil && (r.servedBy == "p3" || r.servedBy == "") {
+			t.Errorf("a solo request to p3 was served by %q", r.servedBy)
+		}
 		if !r.start.Before(killed) && r.start.Before(window) {
 			in++
 			if r.err == nil {
 				inOK++
+			}
+			if fwd {
+				inFwd++
+				if r.err == nil {
+					inFwdOK++
+				}
 			}
 			continue
 		}
 		out++
 		if r.err == nil {
 			outOK++
+		}
+		if fwd {
+			outFwd++
+			if r.err == nil {
+				outFwdOK++
+			}
 		}
 	}
 	// The session outlived the node that created it (the old leader).
@@ -257,12 +292,17 @@ func TestClusterProcesses(t *testing.T) {
 		t.Errorf("turn after the kill on %s: %v", rest[1].id, turn)
 	}
 	rate := float64(outOK) / float64(max(out, 1))
-	t.Logf("inference under SIGKILL of the leader: %d/%d requests outside the kill window (%v) succeeded (%.2f%%); %d/%d inside it", outOK, out, window.Sub(killed).Round(time.Millisecond), 100*rate, inOK, in)
-	fmt.Printf("cluster kill -9: %d/%d requests outside the kill window succeeded (%.2f%%), new leader after %v\n", outOK, out, 100*rate, elected.Round(time.Millisecond))
-	if out < 20 || rate < 0.99 {
+	t.Logf("inference under SIGKILL of the leader: %d/%d requests outside the kill window (%v) succeeded (%.2f%%); %d/%d inside it; forwarded (solo via p3): %d/%d outside, %d/%d inside",
+		outOK, out, window.Sub(killed).Round(time.Millisecond), 100*rate, inOK, in, outFwdOK, outFwd, inFwdOK, inFwd)
+	fmt.Printf("cluster kill -9: %d/%d requests outside the kill window succeeded (%.2f%%; forwarded %d/%d), %d/%d inside the %v window (forwarded %d/%d); new leader %v after the kill, marked failed %v after it\n",
+		outOK, out, 100*rate, outFwdOK, outFwd, inOK, in, window.Sub(killed).Round(time.Millisecond), inFwdOK, inFwd, elected.Round(time.Millisecond), failed.Round(time.Millisecond))
+	if outFwd < 10 || outFwdOK < outFwd*99/100 {
+		t.Errorf("forwarded requests outside the kill window: %d/%d succeeded; want >= 99%% of at least 10", outFwdOK, outFwd)
+	}
+	if out < 20 || rate < 0.99 || outFwdOK < outFwd*99/100 {
 		for _, r := range results {
 			if r.err != nil && (r.start.Before(killed) || !r.start.Before(window)) {
-				t.Logf("failed at %v: %v", r.start.Sub(killed).Round(time.Millisecond), r.err)
+				t.Logf("%s via %s failed at %v: %v", r.model, r.target, r.start.Sub(killed).Round(time.Millisecond), r.err)
 			}
 		}
 		t.Errorf("%d/%d requests outside the kill window succeeded; want >= 99%% of at least 20", outOK, out)
@@ -318,12 +358,14 @@ func httpJSON(t *testing.T, method, url string, body any) map[string]any {
 
 // loadResult is one request of the steady load.
 type loadResult struct {
-	start time.Time
-	err   error
+	start         time.Time
+	target, model string
+	servedBy      string // X-Fusion-Node
+	err           error
 }
 
 // steadyLoad sends small chat completions round-robin over its nodes from
-// a few clients until stopped.
+// a few clients until stopped, for "demo" and "solo" in turn.
 type steadyLoad struct {
 	mu      sync.Mutex
 	targets []*procNode
@@ -348,10 +390,11 @@ func startLoad(nodes []*procNode) *steadyLoad {
 				l.mu.Lock()
 				target := l.targets[i%len(l.targets)]
 				l.mu.Unlock()
+				model := []string{"demo", "solo"}[i/len(nodes)%2]
 				start := time.Now()
-				err := chatOnce(client, target.http)
+				by, err := chatOnce(client, target.http, model)
 				l.mu.Lock()
-				l.results = append(l.results, loadResult{start, err})
+				l.results = append(l.results, loadResult{start: start, target: target.id, model: model, servedBy: by, err: err})
 				l.mu.Unlock()
 				time.Sleep(20 * time.Millisecond)
 			}
@@ -373,15 +416,16 @@ func (l *steadyLoad) stop() []loadResult {
 	return l.results
 }
 
-// chatOnce sends one short greedy chat completion and checks the answer.
-func chatOnce(c *http.Client, base string) error {
-	body := `{"model":"demo","messages":[{"role":"user","content":"hello"}],"max_tokens":4,"temperature":0}`
+// chatOnce sends one short greedy chat completion, checks the answer and
+// returns the node that ran it.
+func chatOnce(c *http.Client, base, model string) (string, error) {
+	body := `{"model":"` + model + `","messages":[{"role":"user","content":"hello"}],"max_tokens":4,"temperature":0}`
 	req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer key")
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.Do(req)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer resp.Body.Close()
 	var out struct {
@@ -391,18 +435,19 @@ func chatOnce(c *http.Client, base string) error {
 	}
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resp.Body)
-		return fmt.Errorf("status %d: %s", resp.StatusCode, b)
+		return "", fmt.Errorf("status %d: %s", resp.StatusCode, b)
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		return err
+		return "", err
 	}
 	if len(out.Choices) != 1 || out.Choices[0].FinishReason == "" {
-		return fmt.Errorf("answer without a finished choice: %+v", out)
+		return "", fmt.Errorf("answer without a finished choice: %+v", out)
 	}
-	if resp.Header.Get("X-Fusion-Node") == "" {
-		return errors.New("no X-Fusion-Node header")
+	by := resp.Header.Get("X-Fusion-Node")
+	if by == "" {
+		return "", errors.New("no X-Fusion-Node header")
 	}
-	return nil
+	return by, nil
 }
 
 func tail(s string, n int) string {

@@ -139,6 +139,14 @@ func serveSettingsTable() []serveSetting {
 			func(s *serveSettings, v string) error { s.cfg.Cluster.GRPCListen = v; return nil }},
 		{"bootstrap-expect", constant("0"), "form a new cluster once this many nodes (all given the same number) are up",
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.Cluster.BootstrapExpect, 0) }},
+		{"voters", constant("3"), "raft voters the cluster keeps, 3 or 5 (the leader's setting counts; other members are non-voters)",
+			func(s *serveSettings, v string) error {
+				if v != "3" && v != "5" {
+					return fmt.Errorf("%q: a cluster keeps 3 or 5 voters", v)
+				}
+				s.cfg.Cluster.Voters, _ = strconv.Atoi(v)
+				return nil
+			}},
 		{"cluster-secret", constant(""), "shared secret: encrypts gossip and authenticates raft and gRPC between nodes",
 			func(s *serveSettings, v string) error { s.cfg.Cluster.Secret = v; return nil }},
 		{"log-level", constant("info"), "debug, info, warn or error",

@@ -66,6 +66,17 @@ func TestServeSettingsPrecedence(t *testing.T) {
 					t.Errorf("config = %+v", c)
 				}
 			}},
+		{"cluster", []string{"--voters", "5", "--node-id", "mac1", "--cluster-advertise", "10.0.0.1"}, nil, func(t *testing.T, s *serveSettings) {
+			if c := s.cfg.Cluster; c.Voters != 5 || c.NodeID != "mac1" || c.Advertise != "10.0.0.1" {
+				t.Errorf("cluster config = %+v", c)
+			}
+		}},
+		{"cluster defaults", nil, nil, func(t *testing.T, s *serveSettings) {
+			// The node id stays empty here: the node takes the hostname.
+			if c := s.cfg.Cluster; c.Voters != 3 || c.NodeID != "" || c.Advertise != "" {
+				t.Errorf("cluster config = %+v", c)
+			}
+		}},
 		{"scheduler and pool defaults", nil, nil, func(t *testing.T, s *serveSettings) {
 			c := s.cfg
 			if c.MaxRunning != 16 || c.MaxKVBytes != 0 || c.StepTokens != 512 || c.MaxWait != 30*time.Second || c.MemoryBudget != 0 || c.IdleTTL != 0 {
@@ -95,6 +106,9 @@ func TestServeSettingsPrecedence(t *testing.T) {
 		{[]string{"--idle-ttl", "-1s"}, nil, "flag --idle-ttl"},
 		{[]string{"--max-wait", "0s"}, nil, "flag --max-wait"},
 		{[]string{"--max-running", "0"}, nil, "flag --max-running"},
+		{[]string{"--voters", "4"}, nil, "flag --voters"},
+		{[]string{"--voters", "1"}, nil, "3 or 5 voters"},
+		{nil, map[string]string{"FUSION_VOTERS": "7"}, "environment variable FUSION_VOTERS"},
 	}
 	for _, tt := range bad {
 		_, err := resolveServe(tt.args, func(k string) string { return tt.env[k] }, io.Discard)
