@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,7 +35,10 @@ type ClusterConfig struct {
 	BootstrapExpect int      // form the first cluster once this many nodes are up
 	Voters          int      // raft voters the leader keeps: 3 (default) or 5
 	Secret          string   // encrypts gossip, authenticates raft and gRPC
-	Timing          cluster.Timing
+	// ServerTLS and ClientTLS run inter-node gRPC over TLS (both or
+	// neither; see fusion serve --grpc-tls-*).
+	ServerTLS, ClientTLS *tls.Config
+	Timing               cluster.Timing
 }
 
 // Enabled reports whether any cluster setting is given.
@@ -103,6 +107,7 @@ func (n *Node) newMember(httpAddr string) (*cluster.Member, error) {
 		GossipListen: listen, GossipAdvertise: gossipAdv, RaftListen: raftListen, GRPCListen: grpcListen,
 		HTTPAdvertise: "http://" + advertiseHTTP(httpAddr, gossipAdv),
 		Join:          cc.Join, BootstrapExpect: cc.BootstrapExpect, Voters: cc.Voters, Secret: cc.Secret,
+		ServerTLS: cc.ServerTLS, ClientTLS: cc.ClientTLS,
 		Role: "server", Version: n.cfg.Version, Timing: cc.Timing, Logger: n.cfg.Logger,
 	})
 }

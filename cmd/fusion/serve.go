@@ -48,6 +48,8 @@ type serveSettings struct {
 	cfg       node.Config
 	logLevel  slog.Level
 	logFormat string
+	// Inter-node gRPC TLS files (all three or none).
+	tlsCert, tlsKey, tlsCA string
 }
 
 func (s serveSetting) env() string {
@@ -149,6 +151,12 @@ func serveSettingsTable() []serveSetting {
 			}},
 		{"cluster-secret", constant(""), "shared secret: encrypts gossip and authenticates raft and gRPC between nodes",
 			func(s *serveSettings, v string) error { s.cfg.Cluster.Secret = v; return nil }},
+		{"grpc-tls-cert", constant(""), "PEM certificate this node presents on inter-node gRPC (mutual TLS; with --grpc-tls-key and --grpc-tls-ca)",
+			func(s *serveSettings, v string) error { s.tlsCert = expandHome(v); return nil }},
+		{"grpc-tls-key", constant(""), "PEM private key of --grpc-tls-cert",
+			func(s *serveSettings, v string) error { s.tlsKey = expandHome(v); return nil }},
+		{"grpc-tls-ca", constant(""), "PEM CA certificate every member's gRPC certificate must be signed by",
+			func(s *serveSettings, v string) error { s.tlsCA = expandHome(v); return nil }},
 		{"log-level", constant("info"), "debug, info, warn or error",
 			func(s *serveSettings, v string) error { return s.logLevel.UnmarshalText([]byte(v)) }},
 		{"log-format", constant("text"), "text or json",
@@ -213,6 +221,13 @@ func resolveServe(args []string, getenv func(string) string, stderr io.Writer) (
 		if err := st.apply(s, v); err != nil {
 			return nil, usagef("%s: %v", from, err)
 		}
+	}
+	if s.tlsCert != "" || s.tlsKey != "" || s.tlsCA != "" {
+		server, client, err := clusterTLS(s.tlsCert, s.tlsKey, s.tlsCA)
+		if err != nil {
+			return nil, usagef("%v", err)
+		}
+		s.cfg.Cluster.ServerTLS, s.cfg.Cluster.ClientTLS = server, client
 	}
 	return s, nil
 }
