@@ -1856,8 +1856,11 @@ type SessionUpdate struct {
 	SetMetadata     bool                   `protobuf:"varint,10,opt,name=set_metadata,json=setMetadata,proto3" json:"set_metadata,omitempty"`
 	Metadata        []byte                 `protobuf:"bytes,11,opt,name=metadata,proto3" json:"metadata,omitempty"`
 	NowUnixNano     int64                  `protobuf:"varint,12,opt,name=now_unix_nano,json=nowUnixNano,proto3" json:"now_unix_nano,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// CAS on the session's modify index when set: a read-modify-write of
+	// the history (steer) fails instead of losing a concurrent one.
+	ExpectModify  *uint64 `protobuf:"varint,13,opt,name=expect_modify,json=expectModify,proto3,oneof" json:"expect_modify,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SessionUpdate) Reset() {
@@ -1970,6 +1973,13 @@ func (x *SessionUpdate) GetMetadata() []byte {
 func (x *SessionUpdate) GetNowUnixNano() int64 {
 	if x != nil {
 		return x.NowUnixNano
+	}
+	return 0
+}
+
+func (x *SessionUpdate) GetExpectModify() uint64 {
+	if x != nil && x.ExpectModify != nil {
+		return *x.ExpectModify
 	}
 	return 0
 }
@@ -2899,7 +2909,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\aaborted\x18\x06 \x01(\bR\aaborted\x12\"\n" +
 	"\rnow_unix_nano\x18\a \x01(\x03R\vnowUnixNano\x12*\n" +
 	"\x11expires_unix_nano\x18\b \x01(\x03R\x0fexpiresUnixNano\x12\x1b\n" +
-	"\tttl_nanos\x18\t \x01(\x03R\bttlNanos\"\x96\x03\n" +
+	"\tttl_nanos\x18\t \x01(\x03R\bttlNanos\"\xd2\x03\n" +
 	"\rSessionUpdate\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x0e\n" +
@@ -2916,8 +2926,10 @@ const file_cluster_proto_rawDesc = "" +
 	"\fset_metadata\x18\n" +
 	" \x01(\bR\vsetMetadata\x12\x1a\n" +
 	"\bmetadata\x18\v \x01(\fR\bmetadata\x12\"\n" +
-	"\rnow_unix_nano\x18\f \x01(\x03R\vnowUnixNanoB\x0e\n" +
-	"\f_expect_turn\"?\n" +
+	"\rnow_unix_nano\x18\f \x01(\x03R\vnowUnixNano\x12(\n" +
+	"\rexpect_modify\x18\r \x01(\x04H\x01R\fexpectModify\x88\x01\x01B\x0e\n" +
+	"\f_expect_turnB\x10\n" +
+	"\x0e_expect_modify\"?\n" +
 	"\x0eSessionDestroy\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x0e\n" +

@@ -432,3 +432,25 @@ func TestNodeInventory(t *testing.T) {
 		t.Fatalf("node %v", n)
 	}
 }
+
+// TestSessionUpdateModifyCAS: an update that expects the session's modify
+// index applies only if nothing changed the session since; a stale one is
+// a conflict and leaves the history as it was.
+func TestSessionUpdateModifyCAS(t *testing.T) {
+	h := newHarness(t)
+	now := 100 * sec
+	h.ok(&pb.SessionCreate{Session: &pb.Session{Id: "s", Model: "m", ExpiresUnixNano: now + 100*sec}, NowUnixNano: now, MaxSessions: 10})
+	se, _ := h.s.Session("s", now)
+	first := se.ModifyIndex
+	h.ok(&pb.SessionUpdate{Id: "s", ExpectModify: &first, SetHistory: true, History: []byte(`[{"role":"user","content":"a"}]`), NowUnixNano: now})
+	r := h.apply(&pb.SessionUpdate{Id: "s", ExpectModify: &first, SetHistory: true, History: []byte(`[{"role":"user","content":"b"}]`), NowUnixNano: now})
+	if !errors.Is(r.Err, ErrConflict) {
+		t.Fatalf("stale modify index: %v, want a conflict", r.Err)
+	}
+	se, _ = h.s.Session("s", now)
+	if string(se.History) != `[{"role":"user","content":"a"}]` {
+		t.Fatalf("history after a refused update: %s", se.History)
+	}
+	cur := se.ModifyIndex
+	h.ok(&pb.SessionUpdate{Id: "s", ExpectModify: &cur, SetHistory: true, History: []byte(`[]`), NowUnixNano: now})
+}

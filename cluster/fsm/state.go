@@ -658,6 +658,9 @@ func (s *State) sessionUpdate(c *pb.SessionUpdate, index uint64) Result {
 	if c.ExpectTurn != nil && *c.ExpectTurn != se.Turn {
 		return fail(CodeConflict, se.Turn, "session %q: turn %d, expected %d", c.Id, se.Turn, *c.ExpectTurn)
 	}
+	if c.ExpectModify != nil && *c.ExpectModify != se.ModifyIndex {
+		return fail(CodeConflict, se.Turn, "session %q: changed at index %d since %d", c.Id, se.ModifyIndex, *c.ExpectModify)
+	}
 	if c.SetHistory && !jsonArray(c.History) || c.SetTools && !jsonArray(c.Tools) {
 		return fail(CodeInvalid, 0, "session %q: history and tools must be JSON arrays", c.Id)
 	}

@@ -278,19 +278,18 @@ func (s *Store) EndTurn(ctx context.Context, id string, end openclaw.TurnEnd) (*
 
 // Edit implements openclaw.SessionStore: the edit is applied to the
 // history this node sees and written back with a compare-and-set on the
-// turn count (so it never lands across a turn).
-// TODO(cluster): SessionUpdate has no compare-and-set on the modify
-// index, so two concurrent edits of one session may lose one.
+// session's modify index (so it never lands across a turn or another
+// edit); on a conflict it reads again and reapplies the edit.
 func (s *Store) Edit(ctx context.Context, id string, e openclaw.Edit) (*openclaw.Session, error) {
 	for attempt := 0; ; attempt++ {
 		if err := s.m.ConsistentRead(ctx); err != nil {
 			return nil, mapError(err, id)
 		}
-		cur, err := s.Get(ctx, id)
-		if err != nil {
-			return nil, err
+		se, ok := s.m.Session(id)
+		if !ok {
+			return nil, fmt.Errorf("%w: %s", openclaw.ErrNotFound, id)
 		}
-		h, err := openclaw.ApplyEdit(cur.History, e)
+		h, err := openclaw.ApplyEdit(convert(se).History, e)
 		if err != nil {
 			return nil, err
 		}
@@ -298,14 +297,18 @@ func (s *Store) Edit(ctx context.Context, id string, e openclaw.Edit) (*openclaw
 		if err != nil {
 			return nil, err
 		}
-		turn := uint64(cur.TurnCount)
-		got, err := s.apply(ctx, id, &pb.SessionUpdate{Id: id, ExpectTurn: &turn, SetHistory: true, History: b})
-		if errors.Is(err, openclaw.ErrConflict) && attempt < 2 { // a turn ended in between
-			continue
+		turn, mod := se.Turn, se.ModifyIndex
+		got, err := s.apply(ctx, id, &pb.SessionUpdate{Id: id, ExpectTurn: &turn, ExpectModify: &mod, SetHistory: true, History: b})
+		if errors.Is(err, openclaw.ErrConflict) && attempt < maxEditAttempts-1 && ctx.Err() == nil {
+			continue // a turn ended or another edit landed in between
 		}
 		return got, err
 	}
 }
+
+// maxEditAttempts bounds Edit's compare-and-set retries; past it the
+// client gets a 409 to retry.
+const maxEditAttempts = 8
 
 // Destroy implements openclaw.SessionStore.
 func (s *Store) Destroy(ctx context.Context, id string) error {
