@@ -145,9 +145,16 @@ func (r *Runner) prepare(ctx context.Context, lm *loadedModel, req *engine.Reque
 	var gram *grammar.Grammar
 	switch {
 	case req.ToolChoice.Forced() && req.Messages != nil:
-		gram, err = toolCallGrammar(lm.parser, req.Tools, req.ToolChoice, r.cfg.MaxToolCalls)
+		var key [32]byte
+		if key, err = toolCallKey(lm.parser, req.Tools, req.ToolChoice, r.cfg.MaxToolCalls); err == nil {
+			gram, err = r.grammars.get(key, func() (*grammar.Grammar, error) {
+				return toolCallGrammar(lm.parser, req.Tools, req.ToolChoice, r.cfg.MaxToolCalls)
+			})
+		}
 	case req.ResponseFormat != nil:
-		gram, err = responseFormatGrammar(req.ResponseFormat)
+		gram, err = r.grammars.get(responseFormatKey(req.ResponseFormat), func() (*grammar.Grammar, error) {
+			return responseFormatGrammar(req.ResponseFormat)
+		})
 	}
 	if err != nil {
 		return nil, err

@@ -147,6 +147,8 @@ type Runner struct {
 
 	pcache *prefixcache.Cache // nil when off
 
+	grammars *grammarCache // compiled response formats and forced tool calls
+
 	inFlight  atomic.Int64 // admitted requests not yet finished
 	running   atomic.Int64 // sequences in running batches (≤ MaxRunning)
 	kvBytes   atomic.Int64 // KV allocated by running sequences, all models
@@ -194,7 +196,7 @@ func (lm *loadedModel) contextLength() int {
 // New scans cfg.ModelsDir and loads cfg.Preload.
 func New(cfg Config) (*Runner, error) {
 	cfg.defaults()
-	r := &Runner{cfg: cfg, models: map[string]*entry{}, closed: make(chan struct{}), loader: cpuLoader{threads: cfg.Threads, loadMode: cfg.LoadMode}}
+	r := &Runner{cfg: cfg, models: map[string]*entry{}, closed: make(chan struct{}), loader: cpuLoader{threads: cfg.Threads, loadMode: cfg.LoadMode}, grammars: newGrammarCache(grammarCacheSize)}
 	return r.start()
 }
 
