@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -53,20 +52,7 @@ func startCluster(t *testing.T) []*clusterNode {
 	if _, err := demo.Create(filepath.Join(models, "demo"), demo.DefaultOptions()); err != nil {
 		t.Fatal(err)
 	}
-	first := member(t, "n1", nil, 3)
-	ms := []*cluster.Member{first}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for i := 2; i <= 3; i++ {
-		wg.Go(func() {
-			m := member(t, fmt.Sprintf("n%d", i), []string{first.GossipAddr()}, 3)
-			mu.Lock()
-			ms = append(ms, m)
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	waitLeader(t, ms...)
+	ms := threeMembers(t)
 	var nodes []*clusterNode
 	for _, m := range ms {
 		run, err := runner.New(runner.Config{ModelsDir: models, Threads: 1, MaxTokens: 512})

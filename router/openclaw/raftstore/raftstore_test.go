@@ -48,6 +48,27 @@ func waitLeader(t *testing.T, ms ...*cluster.Member) {
 	t.Fatal("no leader")
 }
 
+// threeMembers starts a three-voter cluster (n1 first) and waits for
+// its leader.
+func threeMembers(t *testing.T) []*cluster.Member {
+	t.Helper()
+	first := member(t, "n1", nil, 3)
+	ms := []*cluster.Member{first}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := 2; i <= 3; i++ {
+		wg.Go(func() {
+			m := member(t, fmt.Sprintf("n%d", i), []string{first.GossipAddr()}, 3)
+			mu.Lock()
+			ms = append(ms, m)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	waitLeader(t, ms...)
+	return ms
+}
+
 // TestConformanceOneNode: the Raft store on a lone member passes the
 // suite MemStore passes.
 func TestConformanceOneNode(t *testing.T) {
@@ -64,20 +85,7 @@ func TestConformanceOneNode(t *testing.T) {
 // three-node cluster (writes forwarded to the leader, reads local).
 func TestConformanceFollower(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, ttl time.Duration, capacity int) openclaw.SessionStore {
-		first := member(t, "n1", nil, 3)
-		ms := []*cluster.Member{first}
-		var mu sync.Mutex
-		var wg sync.WaitGroup
-		for i := 2; i <= 3; i++ {
-			wg.Go(func() {
-				m := member(t, fmt.Sprintf("n%d", i), []string{first.GossipAddr()}, 3)
-				mu.Lock()
-				ms = append(ms, m)
-				mu.Unlock()
-			})
-		}
-		wg.Wait()
-		waitLeader(t, ms...)
+		ms := threeMembers(t)
 		var follower *cluster.Member
 		for _, m := range ms {
 			if !m.IsLeader() {
@@ -96,20 +104,7 @@ func TestConformanceFollower(t *testing.T) {
 // destroyed there (reads are local, so a follower lagging the log would
 // list what the client has just changed wrongly).
 func TestListAfterWriteElsewhere(t *testing.T) {
-	first := member(t, "n1", nil, 3)
-	ms := []*cluster.Member{first}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for i := 2; i <= 3; i++ {
-		wg.Go(func() {
-			m := member(t, fmt.Sprintf("n%d", i), []string{first.GossipAddr()}, 3)
-			mu.Lock()
-			ms = append(ms, m)
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	waitLeader(t, ms...)
+	ms := threeMembers(t)
 	var stores []*raftstore.Store
 	for _, m := range ms {
 		if !m.IsLeader() {
@@ -150,20 +145,7 @@ func TestListAfterWriteElsewhere(t *testing.T) {
 // openclaw.ErrUnavailable — a 503 the client retries, not a 500 — and
 // the handler's error carries Retry-After.
 func TestNoLeaderIsUnavailable(t *testing.T) {
-	first := member(t, "n1", nil, 3)
-	ms := []*cluster.Member{first}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for i := 2; i <= 3; i++ {
-		wg.Go(func() {
-			m := member(t, fmt.Sprintf("n%d", i), []string{first.GossipAddr()}, 3)
-			mu.Lock()
-			ms = append(ms, m)
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	waitLeader(t, ms...)
+	ms := threeMembers(t)
 	s := raftstore.New(ms[0], raftstore.Options{Cap: 10})
 	t.Cleanup(s.Close)
 	ctx := context.Background()
@@ -211,20 +193,7 @@ func TestNoLeaderIsUnavailable(t *testing.T) {
 // read-modify-write of the history; without a compare-and-set on the
 // session's modify index one could overwrite another).
 func TestConcurrentEditsKeepEveryMessage(t *testing.T) {
-	first := member(t, "n1", nil, 3)
-	ms := []*cluster.Member{first}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for i := 2; i <= 3; i++ {
-		wg.Go(func() {
-			m := member(t, fmt.Sprintf("n%d", i), []string{first.GossipAddr()}, 3)
-			mu.Lock()
-			ms = append(ms, m)
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	waitLeader(t, ms...)
+	ms := threeMembers(t)
 	var stores []*raftstore.Store
 	for _, m := range ms {
 		s := raftstore.New(m, raftstore.Options{Cap: 10})
