@@ -1091,6 +1091,7 @@ type TokenizeRequest struct {
 	AddSpecialTokens       *bool                  `protobuf:"varint,7,opt,name=add_special_tokens,json=addSpecialTokens,proto3,oneof" json:"add_special_tokens,omitempty"`
 	ChatTemplateKwargsJson []byte                 `protobuf:"bytes,8,opt,name=chat_template_kwargs_json,json=chatTemplateKwargsJson,proto3" json:"chat_template_kwargs_json,omitempty"`
 	StartThinking          bool                   `protobuf:"varint,9,opt,name=start_thinking,json=startThinking,proto3" json:"start_thinking,omitempty"`
+	ContinueFinal          bool                   `protobuf:"varint,10,opt,name=continue_final,json=continueFinal,proto3" json:"continue_final,omitempty"` // the final assistant message is continued
 	unknownFields          protoimpl.UnknownFields
 	sizeCache              protoimpl.SizeCache
 }
@@ -1184,6 +1185,13 @@ func (x *TokenizeRequest) GetChatTemplateKwargsJson() []byte {
 func (x *TokenizeRequest) GetStartThinking() bool {
 	if x != nil {
 		return x.StartThinking
+	}
+	return false
+}
+
+func (x *TokenizeRequest) GetContinueFinal() bool {
+	if x != nil {
+		return x.ContinueFinal
 	}
 	return false
 }
@@ -1791,7 +1799,7 @@ const file_engine_proto_rawDesc = "" +
 	"\x0fINVALID_REQUEST\x10\x04\x12\x11\n" +
 	"\rINVALID_PARAM\x10\x05\x12\r\n" +
 	"\tCANCELLED\x10\x06\x12\f\n" +
-	"\bDEADLINE\x10\a\"\xd4\x03\n" +
+	"\bDEADLINE\x10\a\"\xfb\x03\n" +
 	"\x0fTokenizeRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1b\n" +
 	"\x06prompt\x18\x02 \x01(\tH\x00R\x06prompt\x88\x01\x01\x12#\n" +
@@ -1802,7 +1810,9 @@ const file_engine_proto_rawDesc = "" +
 	"\x0fenable_thinking\x18\x06 \x01(\bH\x02R\x0eenableThinking\x88\x01\x01\x121\n" +
 	"\x12add_special_tokens\x18\a \x01(\bH\x03R\x10addSpecialTokens\x88\x01\x01\x129\n" +
 	"\x19chat_template_kwargs_json\x18\b \x01(\fR\x16chatTemplateKwargsJson\x12%\n" +
-	"\x0estart_thinking\x18\t \x01(\bR\rstartThinkingB\t\n" +
+	"\x0estart_thinking\x18\t \x01(\bR\rstartThinking\x12%\n" +
+	"\x0econtinue_final\x18\n" +
+	" \x01(\bR\rcontinueFinalB\t\n" +
 	"\a_promptB\x18\n" +
 	"\x16_add_generation_promptB\x12\n" +
 	"\x10_enable_thinkingB\x15\n" +

@@ -271,7 +271,7 @@ func EventFromPB(p *enginepb.Event) engine.Event {
 func promptRequestToPB(model string, r prompt.Request) (*enginepb.TokenizeRequest, error) {
 	var err error
 	p := &enginepb.TokenizeRequest{Model: model, Prompt: r.Prompt, AddGenerationPrompt: r.AddGenerationPrompt,
-		EnableThinking: r.EnableThinking, AddSpecialTokens: r.AddSpecialTokens, StartThinking: r.StartThinking}
+		EnableThinking: r.EnableThinking, AddSpecialTokens: r.AddSpecialTokens, StartThinking: r.StartThinking, ContinueFinal: r.ContinueFinal}
 	if p.MessagesJson, err = objectsJSON(r.Messages); err != nil {
 		return nil, &prompt.InvalidRequestError{Err: fmt.Errorf("messages: %w", err)}
 	}
@@ -287,7 +287,7 @@ func promptRequestToPB(model string, r prompt.Request) (*enginepb.TokenizeReques
 func promptRequestFromPB(p *enginepb.TokenizeRequest) (prompt.Request, error) {
 	var err error
 	r := prompt.Request{Prompt: p.Prompt, AddGenerationPrompt: p.AddGenerationPrompt, EnableThinking: p.EnableThinking,
-		AddSpecialTokens: p.AddSpecialTokens, StartThinking: p.GetStartThinking()}
+		AddSpecialTokens: p.AddSpecialTokens, StartThinking: p.GetStartThinking(), ContinueFinal: p.GetContinueFinal()}
 	if r.Messages, err = objectsFromJSON("messages", p.GetMessagesJson()); err != nil {
 		return r, err
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -249,6 +250,19 @@ func TestForwardedEqualsDirect(t *testing.T) {
 	text, err := c.Detokenize(ctx, "demo", wantTok.Tokens)
 	if err != nil || text != wantTok.Prompt {
 		t.Errorf("detokenize: %q, %v; want %q", text, err, wantTok.Prompt)
+	}
+	// So does ContinueFinal: counting a request that continues the
+	// assistant's last message renders it unclosed, on either node.
+	cont := prompt.Request{Messages: append(slices.Clone(req.Messages), chattemplate.NewObject("role", "assistant", "content", "The answer is")), ContinueFinal: true}
+	wantCont, err := r.Tokenize(ctx, "demo", cont)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(wantCont.Prompt, "The answer is") {
+		t.Fatalf("continued prompt %q does not end in the assistant's text", wantCont.Prompt)
+	}
+	if gotCont, err := c.Tokenize(ctx, "demo", cont); err != nil || !reflect.DeepEqual(gotCont, wantCont) {
+		t.Errorf("tokenize with continue_final forwarded: %+v, %v; want %+v", gotCont, err, wantCont)
 	}
 	wantModels, _ := r.Models(ctx)
 	gotModels, err := c.Models(ctx)
