@@ -235,7 +235,10 @@ func q4_0SIMD2(a q8Row, w []byte) float32 {
 	return q4_0AVX2(&a.q[0], &a.d[0], &w[0], nb)
 }
 
-func q4KSIMD2(a q8Row, w []byte) float32 {
+func q4KSIMD2(a q8Row, w []byte) float32 { return q4KCall(q4KAVX2, a, w) }
+
+// q4KCall checks the lengths and runs a Q4_K row kernel.
+func q4KCall(kernel func(xq *int8, xd, xs *float32, w *byte, nsb int) float32, a q8Row, w []byte) float32 {
 	nsb := len(a.q) / kBlock
 	if nsb == 0 {
 		return 0
@@ -243,7 +246,7 @@ func q4KSIMD2(a q8Row, w []byte) float32 {
 	_ = a.d[nsb*8-1]
 	_ = a.s[nsb*8-1]
 	_ = w[nsb*q4KBytes-1]
-	return q4KAVX2(&a.q[0], &a.d[0], &a.s[0], &w[0], nsb)
+	return kernel(&a.q[0], &a.d[0], &a.s[0], &w[0], nsb)
 }
 
 func q6KSIMD2(a q8Row, w []byte) float32 {
@@ -313,24 +316,23 @@ func dotF16x4SIMD512(x []float32, cols int, w []byte, out *[4]float32) {
 // q4Kx4SIMD512 is q4KSIMD2 for the 4 consecutive quantized rows in a,
 // bit-identical to it row by row.
 func q4Kx4SIMD512(a q8Row, cols int, w []byte, out *[4]float32) {
-	nsb := cols / kBlock
-	nb := cols / q8Block
-	_ = a.q[4*cols-1]
-	_ = a.d[4*nb-1]
-	_ = a.s[4*nb-1]
-	_ = w[nsb*q4KBytes-1]
-	q4Kx4AVX512(&a.q[0], cols, &a.d[0], &a.s[0], 4*nb, &w[0], nsb, &out[0])
+	q4Kx4Call(q4Kx4AVX512, a, cols, w, out)
 }
 
 // q4Kx4SIMD512VNNI is q4Kx4SIMD512 (bit-identical) with AVX-512 VNNI.
 func q4Kx4SIMD512VNNI(a q8Row, cols int, w []byte, out *[4]float32) {
+	q4Kx4Call(q4Kx4AVX512VNNI, a, cols, w, out)
+}
+
+// q4Kx4Call checks the lengths and runs a 4-row Q4_K kernel.
+func q4Kx4Call(kernel func(xq *int8, qstride int, xd, xs *float32, dstride int, w *byte, nsb int, out *float32), a q8Row, cols int, w []byte, out *[4]float32) {
 	nsb := cols / kBlock
 	nb := cols / q8Block
 	_ = a.q[4*cols-1]
 	_ = a.d[4*nb-1]
 	_ = a.s[4*nb-1]
 	_ = w[nsb*q4KBytes-1]
-	q4Kx4AVX512VNNI(&a.q[0], cols, &a.d[0], &a.s[0], 4*nb, &w[0], nsb, &out[0])
+	kernel(&a.q[0], cols, &a.d[0], &a.s[0], 4*nb, &w[0], nsb, &out[0])
 }
 
 // q6Kx4SIMD512 is q6KSIMD2 for the 4 consecutive quantized rows in a,
@@ -355,28 +357,10 @@ func q8_0x4SIMD512(a q8Row, cols int, w []byte, out *[4]float32) {
 }
 
 // q4KSIMD512 is q4KSIMD2 (bit-identical) on the AVX-512 kernel.
-func q4KSIMD512(a q8Row, w []byte) float32 {
-	nsb := len(a.q) / kBlock
-	if nsb == 0 {
-		return 0
-	}
-	_ = a.d[nsb*8-1]
-	_ = a.s[nsb*8-1]
-	_ = w[nsb*q4KBytes-1]
-	return q4KAVX512(&a.q[0], &a.d[0], &a.s[0], &w[0], nsb)
-}
+func q4KSIMD512(a q8Row, w []byte) float32 { return q4KCall(q4KAVX512, a, w) }
 
 // q4KSIMD512VNNI is q4KSIMD512 (bit-identical) with AVX-512 VNNI.
-func q4KSIMD512VNNI(a q8Row, w []byte) float32 {
-	nsb := len(a.q) / kBlock
-	if nsb == 0 {
-		return 0
-	}
-	_ = a.d[nsb*8-1]
-	_ = a.s[nsb*8-1]
-	_ = w[nsb*q4KBytes-1]
-	return q4KAVX512VNNI(&a.q[0], &a.d[0], &a.s[0], &w[0], nsb)
-}
+func q4KSIMD512VNNI(a q8Row, w []byte) float32 { return q4KCall(q4KAVX512VNNI, a, w) }
 
 // mlx8x4SIMD512 is mlx8SIMD512 for the 4 rows of cols values in x (and
 // of cols/group sums in xsum), bit-identical to it row by row.
