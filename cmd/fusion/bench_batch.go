@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"runtime/pprof"
 	"strconv"
@@ -60,18 +59,11 @@ func benchBatch(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := flags.Parse(args); err != nil {
 		return err
 	}
-	var profile io.Writer
-	if *cpuProfile != "" {
-		if strings.Contains(*only, ",") {
-			return usagef("-cpuprofile takes one format in -formats")
-		}
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		profile = f
+	profile, closeProfile, err := createProfile(*cpuProfile, *only)
+	if err != nil {
+		return err
 	}
+	defer closeProfile()
 	var levels []int
 	for _, f := range strings.Split(*streamsFlag, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))

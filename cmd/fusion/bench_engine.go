@@ -108,18 +108,11 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	out["read_bandwidth_gb_s"] = bw
 	out["llama_cpp_reference"] = llamaCppReference
 	results := map[string]*engineResult{}
-	var profile io.Writer
-	if *cpuProfile != "" {
-		if strings.Contains(*only, ",") {
-			return usagef("-cpuprofile takes one format in -formats")
-		}
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		profile = f
+	profile, closeProfile, err := createProfile(*cpuProfile, *only)
+	if err != nil {
+		return err
 	}
+	defer closeProfile()
 	for _, f := range formats {
 		if !strings.Contains(","+*only+",", ","+f.name+",") {
 			continue
@@ -392,4 +385,20 @@ func llamaBench(ctx context.Context, bin, path string, prompt, decode, threads i
 		return nil, errors.New("no pp/tg rows in its output")
 	}
 	return s, nil
+}
+
+// createProfile opens the -cpuprofile file of a benchmark (nil without
+// one); a profile covers one format, so formats must name only one.
+func createProfile(path, formats string) (io.Writer, func(), error) {
+	if path == "" {
+		return nil, func() {}, nil
+	}
+	if strings.Contains(formats, ",") {
+		return nil, nil, usagef("-cpuprofile takes one format in -formats")
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	return f, func() { f.Close() }, nil
 }
