@@ -42,7 +42,10 @@
 // row, weight row) pair, summed 16 columns at a time in column order: a
 // BF16 chunk is widened once for 4 activation rows and an activation
 // chunk loaded once for 4 weight rows (16 FMAs per 8 loads), and each
-// tile of 4 weight rows is read from memory once for the whole batch.
+// tile of 4 weight rows is read from memory once for the whole batch
+// (the BF16 tile prefetches the next tile's rows while it computes: with
+// 4 rows streaming at once the hardware prefetcher alone left the FMAs
+// waiting on memory).
 // MLX 4-bit rows are first dequantized (s·q+b, one FMA per code, in the
 // permuted order of mlxPermute) 4 rows at a time into f32 scratch that
 // stays in cache; batches under 4 dequantize in registers instead
