@@ -108,15 +108,16 @@ func (g *GGUF) mulRows(k *impl, a *actBuf, dst []float32, r0, r1 int, sc *scratc
 	}
 	var dot func(q8Row, []byte) float32
 	var dot4 func(q8Row, int, []byte, *[4]float32)
+	var rows func(q8Row, []byte, []float32)
 	switch g.dt {
 	case tensor.Q8_0:
 		dot, dot4 = k.q8_0, k.q8_04
 	case tensor.Q4_0:
 		dot = k.q4_0
 	case tensor.Q4_K:
-		dot, dot4 = k.q4K, k.q4K4
+		dot, dot4, rows = k.q4K, k.q4K4, k.q4KRows
 	case tensor.Q6_K:
-		dot, dot4 = k.q6K, k.q6K4
+		dot, dot4, rows = k.q6K, k.q6K4, k.q6KRows
 	}
 	// Tiles of batchTile activation rows, the weight rows streaming past
 	// each: the tile stays in L1 and the chunk of weight rows in L2.
@@ -140,6 +141,10 @@ func (g *GGUF) mulRows(k *impl, a *actBuf, dst []float32, r0, r1 int, sc *scratc
 		if b1-b0 == 1 {
 			x := a.q8Row(b0)
 			d := dst[b0*g.rows : (b0+1)*g.rows]
+			if rows != nil {
+				rows(x, g.data[r0*g.rowBytes:r1*g.rowBytes], d[r0:r1])
+				continue
+			}
 			for o := r0; o < r1; o++ {
 				d[o] = dot(x, g.data[o*g.rowBytes:(o+1)*g.rowBytes])
 			}

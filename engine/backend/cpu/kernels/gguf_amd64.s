@@ -262,17 +262,23 @@ loop:
 	VPOR        Y8, Y7, Y7; \
 	Q6KDOT(xo3, 96, fo3)
 
-// func q6KAVX2(xq *int8, xd *float32, w *byte, nsb int) float32
+// func q6KRowsAVX2(xq *int8, xd *float32, w *byte, nsb, nrows int, dst *float32)
+// dst[r] = the product of the activation row with weight row r of nrows
+// consecutive rows of nsb Q6_K super-blocks at w.
 // Stack: 0..31 factors d·d_x for the 8 blocks of 32 of a super-block.
-TEXT ·q6KAVX2(SB), NOSPLIT, $32-36
-	MOVQ         xq+0(FP), SI
-	MOVQ         xd+8(FP), DX
+TEXT ·q6KRowsAVX2(SB), NOSPLIT, $32-48
 	MOVQ         w+16(FP), DI
-	MOVQ         nsb+24(FP), CX
+	MOVQ         nrows+32(FP), R12
+	MOVQ         dst+40(FP), R13
 	VPBROADCASTB ggLow4<>(SB), Y14
 	VPBROADCASTB ggHigh2<>(SB), Y13
 	VPBROADCASTB ggThirtyTwo<>(SB), Y12
-	VXORPS       Y0, Y0, Y0
+
+row:
+	MOVQ   xq+0(FP), SI
+	MOVQ   xd+8(FP), DX
+	MOVQ   nsb+24(FP), CX
+	VXORPS Y0, Y0, Y0
 
 loop:
 	F16SCALAR(208(DI), X2)
@@ -290,7 +296,10 @@ loop:
 	JNZ  loop
 
 	HSUMY(Y0, X0, X1)
-	VMOVSS X0, ret+32(FP)
+	VMOVSS X0, (R13)
+	ADDQ   $4, R13
+	DECQ   R12
+	JNZ    row
 	VZEROUPPER
 	RET
 
@@ -1012,23 +1021,30 @@ loop:
 	VZEROUPPER
 	RET
 
-// func q4KAVX512VNNI(xq *int8, xd, xs *float32, w *byte, nsb int) float32
-// q4KAVX512 with VPDPBUSD for VPMADDUBSW+VPMADDWD (the same exact int32
-// sums of 4 byte products per lane) and one 64-byte load for the nibbles
-// of two 64-element chunks, so it is bit-identical to q4KAVX512.
-TEXT ·q4KAVX512VNNI(SB), NOSPLIT, $0-44
-	MOVQ         xq+0(FP), SI
-	MOVQ         xd+8(FP), DX
-	MOVQ         xs+16(FP), BX
+// func q4KRowsAVX512VNNI(xq *int8, xd, xs *float32, w *byte, nsb, nrows int, dst *float32)
+// dst[r] = the product of the activation row with weight row r of nrows
+// consecutive rows of nsb super-blocks at w: q4KAVX512 with VPDPBUSD for
+// VPMADDUBSW+VPMADDWD (the same exact int32 sums of 4 byte products per
+// lane) and one 64-byte load for the nibbles of two 64-element chunks, so
+// each result is bit-identical to q4KAVX512. Looping over the rows here
+// saves a Go call per row, which cost a tenth of a decode step.
+TEXT ·q4KRowsAVX512VNNI(SB), NOSPLIT, $0-56
 	MOVQ         w+24(FP), DI
-	MOVQ         nsb+32(FP), CX
+	MOVQ         nrows+40(FP), R12
+	MOVQ         dst+48(FP), R13
 	VPBROADCASTB ggLow4<>(SB), Z14
 	VMOVDQU32    ggQ4KIdx<>+0(SB), Z16
 	VMOVDQU32    ggQ4KIdx<>+64(SB), Z17
 	VMOVDQU32    ggQ4KIdx<>+128(SB), Z18
 	VMOVDQU32    ggQ4KIdx<>+192(SB), Z19
-	VPXORD       Z0, Z0, Z0
-	VXORPS       Y13, Y13, Y13
+
+vrow:
+	MOVQ   xq+0(FP), SI
+	MOVQ   xd+8(FP), DX
+	MOVQ   xs+16(FP), BX
+	MOVQ   nsb+32(FP), CX
+	VPXORD Z0, Z0, Z0
+	VXORPS Y13, Y13, Y13
 
 vloop:
 	Q4KSCALES
@@ -1080,7 +1096,10 @@ vloop:
 	VADDPS Y12, Y0, Y0
 	VSUBPS Y13, Y0, Y0
 	HSUMY(Y0, X0, X1)
-	VMOVSS X0, ret+40(FP)
+	VMOVSS X0, (R13)
+	ADDQ   $4, R13
+	DECQ   R12
+	JNZ    vrow
 	VZEROUPPER
 	RET
 

@@ -68,6 +68,10 @@ type impl struct {
 	// weight row, bit-identical to the one-row function row by row; nil
 	// when the level has none.
 	q4K4, q6K4, q8_04 func(a q8Row, cols int, w []byte, out *[4]float32)
+	// The one-row function over the len(dst) consecutive weight rows in
+	// w, dst[i] for row i, bit-identical to it, in one call (a call per
+	// row cost a tenth of a decode step); nil when the level has none.
+	q4KRows, q6KRows func(a q8Row, w []byte, dst []float32)
 
 	// Vector ops; lengths already checked equal.
 	axpy  func(alpha float32, x, y []float32)

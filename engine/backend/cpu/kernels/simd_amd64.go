@@ -91,7 +91,7 @@ func q8_0x4AVX512(xq *int8, qstride int, xd *float32, dstride int, w *byte, nb i
 func q4KAVX512(xq *int8, xd, xs *float32, w *byte, nsb int) float32
 
 //go:noescape
-func q6KAVX2(xq *int8, xd *float32, w *byte, nsb int) float32
+func q6KRowsAVX2(xq *int8, xd *float32, w *byte, nsb, nrows int, dst *float32)
 
 //go:noescape
 func expSubSumAVX2(x *float32, n int, m float32) float32
@@ -116,6 +116,7 @@ func simdImpl(l Level) impl {
 	k.q4_0 = q4_0SIMD2
 	k.q4K = q4KSIMD2
 	k.q6K = q6KSIMD2
+	k.q6KRows = q6KRowsSIMD2
 	k.axpy = axpySIMD2
 	k.add = addSIMD2
 	k.mul = mulSIMD2
@@ -142,6 +143,7 @@ func simdImpl(l Level) impl {
 		k.q4K4 = q4Kx4SIMD512
 		if features.vnni {
 			k.q4K, k.q4K4 = q4KSIMD512VNNI, q4Kx4SIMD512VNNI
+			k.q4KRows = q4KRowsSIMD512VNNI
 		}
 		k.q6K4 = q6Kx4SIMD512
 		k.q8_04 = q8_0x4SIMD512
@@ -151,7 +153,7 @@ func simdImpl(l Level) impl {
 }
 
 //go:noescape
-func q4KAVX512VNNI(xq *int8, xd, xs *float32, w *byte, nsb int) float32
+func q4KRowsAVX512VNNI(xq *int8, xd, xs *float32, w *byte, nsb, nrows int, dst *float32)
 
 //go:noescape
 func q4Kx4AVX512VNNI(xq *int8, qstride int, xd, xs *float32, dstride int, w *byte, nsb int, out *float32)

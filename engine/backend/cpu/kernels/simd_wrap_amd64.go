@@ -250,13 +250,22 @@ func q4KCall(kernel func(xq *int8, xd, xs *float32, w *byte, nsb int) float32, a
 }
 
 func q6KSIMD2(a q8Row, w []byte) float32 {
+	var out [1]float32
+	q6KRowsSIMD2(a, w, out[:])
+	return out[0]
+}
+
+// q6KRowsSIMD2 sets dst[i] to q6KSIMD2 of a and weight row i of the
+// len(dst) consecutive rows in w, in one call.
+func q6KRowsSIMD2(a q8Row, w []byte, dst []float32) {
 	nsb := len(a.q) / kBlock
-	if nsb == 0 {
-		return 0
+	if nsb == 0 || len(dst) == 0 {
+		clear(dst)
+		return
 	}
 	_ = a.d[nsb*8-1]
-	_ = w[nsb*q6KBytes-1]
-	return q6KAVX2(&a.q[0], &a.d[0], &w[0], nsb)
+	_ = w[len(dst)*nsb*q6KBytes-1]
+	q6KRowsAVX2(&a.q[0], &a.d[0], &w[0], nsb, len(dst), &dst[0])
 }
 
 // dotF32Bx4SIMD512 is dotF32BSIMD512 of w against the 4 rows of cols
@@ -360,7 +369,25 @@ func q8_0x4SIMD512(a q8Row, cols int, w []byte, out *[4]float32) {
 func q4KSIMD512(a q8Row, w []byte) float32 { return q4KCall(q4KAVX512, a, w) }
 
 // q4KSIMD512VNNI is q4KSIMD512 (bit-identical) with AVX-512 VNNI.
-func q4KSIMD512VNNI(a q8Row, w []byte) float32 { return q4KCall(q4KAVX512VNNI, a, w) }
+func q4KSIMD512VNNI(a q8Row, w []byte) float32 {
+	var out [1]float32
+	q4KRowsSIMD512VNNI(a, w, out[:])
+	return out[0]
+}
+
+// q4KRowsSIMD512VNNI sets dst[i] to q4KSIMD512VNNI of a and weight row i
+// of the len(dst) consecutive rows in w, in one call.
+func q4KRowsSIMD512VNNI(a q8Row, w []byte, dst []float32) {
+	nsb := len(a.q) / kBlock
+	if nsb == 0 || len(dst) == 0 {
+		clear(dst)
+		return
+	}
+	_ = a.d[nsb*8-1]
+	_ = a.s[nsb*8-1]
+	_ = w[len(dst)*nsb*q4KBytes-1]
+	q4KRowsAVX512VNNI(&a.q[0], &a.d[0], &a.s[0], &w[0], nsb, len(dst), &dst[0])
+}
 
 // mlx8x4SIMD512 is mlx8SIMD512 for the 4 rows of cols values in x (and
 // of cols/group sums in xsum), bit-identical to it row by row.

@@ -81,3 +81,49 @@ func BenchmarkQ4KRow(b *testing.B) {
 		})
 	}
 }
+
+// The multi-row GGUF kernels give each row the bits of the one-row
+// kernel on that row alone, and write exactly len(dst) results.
+func TestGGUFRowsMatchOneRow(t *testing.T) {
+	r := newRand(t)
+	cases := []struct {
+		dt   tensor.DType
+		rows func(q8Row, []byte, []float32)
+		one  func(q8Row, []byte) float32
+		need bool
+	}{
+		{tensor.Q6_K, q6KRowsSIMD2, q6KSIMD2, features.avx2},
+		{tensor.Q4_K, q4KRowsSIMD512VNNI, q4KSIMD512, features.avx512 && features.vnni},
+	}
+	for _, c := range cases {
+		if !c.need {
+			t.Logf("%v: this CPU lacks the kernel's instructions", c.dt)
+			continue
+		}
+		for _, cols := range []int{256, 1024, 3072} {
+			const rows = 37
+			w, _, err := ggufCase(c.dt).make(r, rows, cols)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := w.(*GGUF)
+			var a actBuf
+			g.prepare(nil, randFloats(r, cols), 1, &a)
+			g.prepareRows(&Default().impl, &a, 0, 1)
+			x := a.q8Row(0)
+			got := make([]float32, rows+1)
+			got[rows] = 42
+			c.rows(x, g.data, got[:rows])
+			if got[rows] != 42 {
+				t.Fatalf("%v cols %d: wrote past dst", c.dt, cols)
+			}
+			for o := range rows {
+				want := c.one(x, g.data[o*g.rowBytes:(o+1)*g.rowBytes])
+				if math.Float32bits(got[o]) != math.Float32bits(want) {
+					t.Fatalf("%v cols %d row %d: rows kernel %v, one row %v", c.dt, cols, o, got[o], want)
+				}
+			}
+		}
+	}
+}
+
