@@ -126,4 +126,3 @@ func TestGGUFRowsMatchOneRow(t *testing.T) {
 		}
 	}
 }
-
