@@ -114,29 +114,38 @@ func (d *Dense) mulRowsTiled(k *impl, a *actBuf, dst []float32, r0, r1 int) {
 		ws  [4][]byte
 		out [16]float32
 	)
-	for o0 := r0; o0 < r1; o0 += 4 {
-		n := min(4, r1-o0)
-		for i := range ws {
-			o := o0 + min(i, n-1)
-			ws[i] = d.data[o*d.rowBytes : (o+1)*d.rowBytes]
-		}
+	for c0 := r0; c0 < r1; c0 += tiledChunk {
+		c1 := min(c0+tiledChunk, r1)
 		for b0 := 0; b0 < a.batch; {
 			nx := min(4, a.batch-b0)
 			for j := range nx {
 				xs[j] = a.x[(b0+j)*d.cols : (b0+j+1)*d.cols]
 			}
-			pf := 0
-			if b0 == 0 && o0+4 < r1 {
-				pf = 4 * d.rowBytes
-			}
-			k.bf16Tile(&xs, nx, &ws, &out, pf)
-			for j := range nx {
-				copy(dst[(b0+j)*d.rows+o0:(b0+j)*d.rows+o0+n], out[4*j:4*j+n])
+			for o0 := c0; o0 < c1; o0 += 4 {
+				n := min(4, c1-o0)
+				for i := range ws {
+					o := o0 + min(i, n-1)
+					ws[i] = d.data[o*d.rowBytes : (o+1)*d.rowBytes]
+				}
+				pf := 0
+				if b0 == 0 && o0+4 < r1 {
+					pf = 4 * d.rowBytes
+				}
+				k.bf16Tile(&xs, nx, &ws, &out, pf)
+				for j := range nx {
+					copy(dst[(b0+j)*d.rows+o0:(b0+j)*d.rows+o0+n], out[4*j:4*j+n])
+				}
 			}
 			b0 += nx
 		}
 	}
 }
+
+// tiledChunk is the number of weight rows mulRowsTiled runs every group
+// of activation rows over before the next rows: the group's rows stay in
+// L1 across the chunk's tiles and the chunk stays in L2 for the next
+// group.
+const tiledChunk = 32
 
 func (d *Dense) dequantRow(dst []float32, r int) {
 	w := d.data[r*d.rowBytes : (r+1)*d.rowBytes]
