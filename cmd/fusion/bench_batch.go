@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -9,6 +10,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,6 +42,9 @@ type batchResult struct {
 	// Efficiency is DecodeTokS / ForwardTokS: what the scheduler keeps.
 	Efficiency float64 `json:"scheduler_efficiency"`
 	Error      string  `json:"error,omitempty"`
+	// Runs is DecodeTokS of every repetition of this level; the row's
+	// other figures are those of the median one.
+	Runs []float64 `json:"aggregate_decode_tok_s_runs,omitempty"`
 }
 
 // benchBatch measures continuous batching through the runner (the real
@@ -55,6 +60,7 @@ func benchBatch(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	promptLen := flags.Int("prompt", 32, "prompt tokens per stream")
 	decodeLen := flags.Int("decode", 64, "greedy tokens per stream")
 	threads := flags.Int("threads", 0, "compute goroutines (0: all cores)")
+	repeat := flags.Int("repeat", 3, "runs of every level, interleaved; each level reports its median run (a shared VM's memory bandwidth drifts by a fifth between runs)")
 	cpuProfile := flags.String("cpuprofile", "", "write a CPU profile of the forward-only steps at the highest concurrency to this file (one format in -formats)")
 	if err := flags.Parse(args); err != nil {
 		return err
@@ -72,15 +78,16 @@ func benchBatch(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		levels = append(levels, n)
 	}
-	if *promptLen < 1 || *decodeLen < 2 {
-		return usagef("-prompt must be positive and -decode at least 2")
+	if *promptLen < 1 || *decodeLen < 2 || *repeat < 1 {
+		return usagef("-prompt and -repeat must be positive and -decode at least 2")
 	}
 	out := map[string]any{
 		"model":   "random weights shaped like Qwen3-0.6B, served by the runner's continuous-batching scheduler",
 		"prompt":  *promptLen,
 		"decode":  *decodeLen,
 		"streams": levels,
-		"note":    "aggregate_decode_tok_s counts tokens while every stream decodes; ratio = highest concurrency / 1 stream (goal >= 3 at 8)",
+		"repeat":  *repeat,
+		"note":    "aggregate_decode_tok_s counts tokens while every stream decodes (the median of the runs); ratio = highest concurrency / 1 stream (goal >= 3 at 8)",
 	}
 	results := map[string]any{}
 	for _, f := range engineFormats(demo0p6Shape()) {
@@ -93,7 +100,7 @@ func benchBatch(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			results[f.name] = map[string]string{"error": err.Error()}
 			continue
 		}
-		rows, err := runBatch(ctx, path, levels, *promptLen, *decodeLen, *threads, stderr)
+		rows, err := runBatch(ctx, path, levels, *repeat, *promptLen, *decodeLen, *threads, stderr)
 		if err == nil {
 			err = forwardOnly(ctx, path, rows, *promptLen, *threads, profile)
 		}
@@ -114,22 +121,16 @@ func benchBatch(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return json.NewEncoder(stdout).Encode(out)
 }
 
-// runBatch serves the model at path with a runner and runs each
-// concurrency level once (after a warm-up request).
-func runBatch(ctx context.Context, path string, levels []int, promptLen, decodeLen, threads int, stderr io.Writer) ([]batchResult, error) {
+// runBatch serves the model at path with a runner and runs every
+// concurrency level repeat times (each repetition on a fresh runner after
+// a warm-up request), the levels interleaved so that a drift of the
+// machine's speed reaches all of them, and keeps each level's median run.
+func runBatch(ctx context.Context, path string, levels []int, repeat, promptLen, decodeLen, threads int, stderr io.Writer) ([]batchResult, error) {
 	dir, name := filepath.Dir(path), strings.TrimSuffix(filepath.Base(path), ".gguf")
 	maxStreams := 1
 	for _, n := range levels {
 		maxStreams = max(maxStreams, n)
 	}
-	r, err := runner.New(runner.Config{
-		ModelsDir: dir, Preload: []string{name}, Threads: threads, MaxRunning: maxStreams, MaxQueued: maxStreams,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
 	text, err := prompt.Load(path)
 	if err != nil {
 		return nil, err
@@ -149,34 +150,70 @@ func runBatch(ctx context.Context, path string, levels []int, promptLen, decodeL
 		}
 		return &engine.Request{Model: name, PromptTokens: toks, Sampling: p, MaxTokens: decodeLen}
 	}
-	if _, err := streamTimes(ctx, r, request(99)); err != nil { // warm-up
-		return nil, err
+	runs := make([][]batchResult, len(levels))
+	// A runner per repetition: its scheduler's max_batch counts from the
+	// start of the repetition.
+	for rep := range repeat {
+		r, err := runner.New(runner.Config{
+			ModelsDir: dir, Preload: []string{name}, Threads: threads, MaxRunning: maxStreams, MaxQueued: maxStreams,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		})
+		if err != nil {
+			return nil, err
+		}
+		if _, err := streamTimes(ctx, r, request(99)); err != nil { // warm-up
+			r.Close()
+			return nil, err
+		}
+		for i, n := range levels {
+			fmt.Fprintf(stderr, "bench batch:   %d streams (run %d of %d)\n", n, rep+1, repeat)
+			runs[i] = append(runs[i], runLevel(ctx, r, n, request))
+		}
+		r.Close()
 	}
-	var rows []batchResult
-	for _, n := range levels {
-		fmt.Fprintf(stderr, "bench batch:   %d streams\n", n)
-
-		start := time.Now()
-		times := make([][]time.Time, n)
-		errs := make([]error, n)
-		var wg sync.WaitGroup
-		for i := range n {
-			wg.Go(func() { times[i], errs[i] = streamTimes(ctx, r, request(i)) })
-		}
-		wg.Wait()
-		row := batchResult{Streams: n, WallSeconds: time.Since(start).Seconds(), MaxBatch: r.Stats().MaxBatch}
-		for _, err := range errs {
-			if err != nil {
-				row.Error = err.Error()
-			}
-		}
-		if row.Error == "" {
-			row.fill(start, times)
-		}
-
-		rows = append(rows, row)
+	rows := make([]batchResult, len(levels))
+	for i, rs := range runs {
+		rows[i] = medianRun(rs)
 	}
 	return rows, nil
+}
+
+// runLevel runs n streams at once and measures them.
+func runLevel(ctx context.Context, r *runner.Runner, n int, request func(int) *engine.Request) batchResult {
+	start := time.Now()
+	times := make([][]time.Time, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { times[i], errs[i] = streamTimes(ctx, r, request(i)) })
+	}
+	wg.Wait()
+	row := batchResult{Streams: n, WallSeconds: time.Since(start).Seconds(), MaxBatch: r.Stats().MaxBatch}
+	for _, err := range errs {
+		if err != nil {
+			row.Error = err.Error()
+		}
+	}
+	if row.Error == "" {
+		row.fill(start, times)
+	}
+	return row
+}
+
+// medianRun returns the run of median DecodeTokS (a failed run, if any),
+// with every run's DecodeTokS in Runs.
+func medianRun(rs []batchResult) batchResult {
+	var tps []float64
+	for _, r := range rs {
+		if r.Error != "" {
+			return r
+		}
+		tps = append(tps, r.DecodeTokS)
+	}
+	sorted := slices.SortedFunc(slices.Values(rs), func(a, b batchResult) int { return cmp.Compare(a.DecodeTokS, b.DecodeTokS) })
+	m := sorted[len(sorted)/2]
+	m.Runs = tps
+	return m
 }
 
 // fill computes the figures from each stream's token arrival times.
