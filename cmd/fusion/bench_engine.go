@@ -37,8 +37,9 @@ var llamaCppReference = map[string]engineSpeed{
 type engineSpeed struct {
 	Prefill float64 `json:"prefill_tok_s"`
 	Decode  float64 `json:"decode_tok_s"`
-	// DecodeEmpty is decode from an empty context (llama-bench's tg
-	// test); only in ratios, where Decode is after the prompt.
+	// DecodeEmpty is decode from an empty context (llama-bench's plain tg
+	// test) where Decode is after the prompt: in ratios, and in
+	// llama-bench's figures (its tg test at the prompt's depth, -d).
 	DecodeEmpty float64 `json:"decode_empty_context_tok_s,omitempty"`
 }
 
@@ -140,7 +141,7 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) e
 				r.Error = "llama-bench: " + err.Error()
 			} else {
 				r.LlamaBench = lb
-				r.VsLlamaBench = &engineSpeed{Prefill: r.PrefillTokS / lb.Prefill, Decode: r.DecodeTokS / lb.Decode, DecodeEmpty: r.DecodeEmptyTokS / lb.Decode}
+				r.VsLlamaBench = &engineSpeed{Prefill: r.PrefillTokS / lb.Prefill, Decode: r.DecodeTokS / lb.Decode, DecodeEmpty: r.DecodeEmptyTokS / lb.DecodeEmpty}
 			}
 		}
 	}
@@ -354,10 +355,11 @@ func peakRSS() int64 {
 }
 
 // llamaBench runs llama-bench on the same file and returns its pp and tg
-// tokens/s.
+// tokens/s: prefill of the prompt, decode after the prompt (tg at a
+// depth of the prompt's length, -d) and decode from an empty context.
 func llamaBench(ctx context.Context, bin, path string, prompt, decode, threads int) (*engineSpeed, error) {
 	cmd := exec.CommandContext(ctx, bin, "-m", path, "-p", strconv.Itoa(prompt), "-n", strconv.Itoa(decode),
-		"-t", strconv.Itoa(threads), "-r", "2", "-o", "json")
+		"-d", "0,"+strconv.Itoa(prompt), "-t", strconv.Itoa(threads), "-r", "2", "-o", "json")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -367,6 +369,7 @@ func llamaBench(ctx context.Context, bin, path string, prompt, decode, threads i
 	var rows []struct {
 		NPrompt int     `json:"n_prompt"`
 		NGen    int     `json:"n_gen"`
+		NDepth  int     `json:"n_depth"`
 		AvgTS   float64 `json:"avg_ts"`
 	}
 	if err := json.Unmarshal(out, &rows); err != nil {
@@ -375,14 +378,16 @@ func llamaBench(ctx context.Context, bin, path string, prompt, decode, threads i
 	s := &engineSpeed{}
 	for _, r := range rows {
 		switch {
-		case r.NPrompt > 0 && r.NGen == 0:
+		case r.NPrompt > 0 && r.NGen == 0 && r.NDepth == 0:
 			s.Prefill = r.AvgTS
-		case r.NGen > 0 && r.NPrompt == 0:
+		case r.NGen > 0 && r.NPrompt == 0 && r.NDepth == 0:
+			s.DecodeEmpty = r.AvgTS
+		case r.NGen > 0 && r.NPrompt == 0 && r.NDepth == prompt:
 			s.Decode = r.AvgTS
 		}
 	}
-	if s.Prefill == 0 || s.Decode == 0 {
-		return nil, errors.New("no pp/tg rows in its output")
+	if s.Prefill == 0 || s.Decode == 0 || s.DecodeEmpty == 0 {
+		return nil, errors.New("no pp, tg and tg-at-depth rows in its output (llama-bench too old for -d?)")
 	}
 	return s, nil
 }
