@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,6 +56,7 @@ type engineResult struct {
 	LoadSeconds       float64      `json:"load_s"`
 	WeightBytes       int64        `json:"weight_bytes"`
 	PrefillTokS       float64      `json:"prefill_tok_s"`
+	PrefillRuns       []float64    `json:"prefill_tok_s_runs"`
 	DecodeTokS        float64      `json:"decode_tok_s"`
 	DecodeEmptyTokS   float64      `json:"decode_empty_context_tok_s"`
 	PeakRSSBytes      int64        `json:"peak_rss_bytes"`
@@ -86,12 +88,13 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	decodeLen := flags.Int("decode", 128, "greedy decode steps")
 	only := flags.String("formats", "bf16,mlx-q4,gguf-q4_k_m", "comma-separated formats to run")
 	threads := flags.Int("threads", 0, "compute goroutines (0: all cores)")
+	repeat := flags.Int("repeat", 3, "prefill runs per format, after a warm-up step; prefill_tok_s is their median")
 	cpuProfile := flags.String("cpuprofile", "", "write a CPU profile of the decode steps to this file (one format in -formats)")
 	if err := flags.Parse(args); err != nil {
 		return err
 	}
-	if *promptLen < 1 || *decodeLen < 1 {
-		return usagef("-prompt and -decode must be positive")
+	if *promptLen < 1 || *decodeLen < 1 || *repeat < 1 {
+		return usagef("-prompt, -decode and -repeat must be positive")
 	}
 	formats := engineFormats(demo0p6Shape())
 
@@ -127,7 +130,7 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		path, err := benchModel(*cacheDir, f)
 		r.Path = path
 		if err == nil {
-			err = runEngine(ctx, be, path, *promptLen, *decodeLen, profile, r)
+			err = runEngine(ctx, be, path, *promptLen, *decodeLen, *repeat, profile, r)
 		}
 		if err != nil {
 			r.Error = err.Error()
@@ -199,9 +202,11 @@ func benchModel(cacheDir string, f engineFormat) (string, error) {
 }
 
 // runEngine loads the model, prefills a prompt in one step and decodes
-// greedily, recording speeds and memory.
+// greedily, recording speeds and memory. The prefill runs repeat times
+// on fresh sequences after a short warm-up step (as llama-bench warms up
+// and repeats), and decode continues the last one.
 // A non-nil profile receives a CPU profile of the decode steps.
-func runEngine(ctx context.Context, be *cpu.Backend, path string, promptLen, decodeLen int, profile io.Writer, r *engineResult) error {
+func runEngine(ctx context.Context, be *cpu.Backend, path string, promptLen, decodeLen, repeat int, profile io.Writer, r *engineResult) error {
 	runtime.GC()
 	debug.FreeOSMemory()
 	resetPeakRSS()
@@ -213,21 +218,37 @@ func runEngine(ctx context.Context, be *cpu.Backend, path string, promptLen, dec
 	defer m.Close()
 	r.LoadSeconds = time.Since(start).Seconds()
 	r.WeightBytes = m.WeightBytes()
-	seq, err := m.NewSequence(promptLen + decodeLen)
-	if err != nil {
-		return err
-	}
-	defer seq.Close()
 	prompt := make([]int, promptLen)
 	for i := range prompt {
 		prompt[i] = (i*7919 + 13) % 150000
 	}
-	start = time.Now()
-	o, err := m.Forward(ctx, []model.Input{{Seq: seq, Tokens: prompt}}, model.Range{}, nil)
+	warm, err := m.NewSequence(16)
 	if err != nil {
 		return err
 	}
-	r.PrefillTokS = float64(promptLen) / time.Since(start).Seconds()
+	_, err = m.Forward(ctx, []model.Input{{Seq: warm, Tokens: prompt[:min(16, promptLen)]}}, model.Range{}, nil)
+	warm.Close()
+	if err != nil {
+		return err
+	}
+	var seq *model.Sequence
+	var o *model.Output
+	for range repeat {
+		if seq != nil {
+			seq.Close()
+		}
+		if seq, err = m.NewSequence(promptLen + decodeLen); err != nil {
+			return err
+		}
+		start = time.Now()
+		if o, err = m.Forward(ctx, []model.Input{{Seq: seq, Tokens: prompt}}, model.Range{}, nil); err != nil {
+			seq.Close()
+			return err
+		}
+		r.PrefillRuns = append(r.PrefillRuns, float64(promptLen)/time.Since(start).Seconds())
+	}
+	defer seq.Close()
+	r.PrefillTokS = slices.Sorted(slices.Values(r.PrefillRuns))[len(r.PrefillRuns)/2]
 	next := argmaxLogits(o.Logits[0])
 	var kvRead int64
 	if profile != nil {
