@@ -271,8 +271,16 @@ func (p *Pool) MatMul(dst, x []float32, batch int, w Weights) {
 		w.mulRows(k, &p.act, dst, 0, rows, &p.scratch[0])
 		return
 	}
-	// About eight chunks per goroutine balances load on a busy machine.
-	chunk := max(minChunk, (rows+8*p.threads-1)/(8*p.threads))
+	// About eight chunks per goroutine balances load on a busy machine,
+	// but a product of one to three activation rows is a stream through
+	// the weights, and every chunk a goroutine jumps to restarts the
+	// hardware prefetcher: two chunks each there (decode +10% on the
+	// Q4_K_M benchmark model, 2 cores).
+	per := 8
+	if batch < 4 {
+		per = 2
+	}
+	chunk := max(minChunk, (rows+per*p.threads-1)/(per*p.threads))
 	p.do(rows, chunk, func(_ int, s *scratch, lo, hi int) {
 		w.mulRows(k, &p.act, dst, lo, hi, s)
 	})
