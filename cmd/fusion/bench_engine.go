@@ -237,6 +237,10 @@ func runEngine(ctx context.Context, be *cpu.Backend, path string, promptLen, dec
 		if seq != nil {
 			seq.Close()
 		}
+		// Return the last run's KV cache to the OS first, so that peak
+		// RSS counts one sequence.
+		runtime.GC()
+		debug.FreeOSMemory()
 		if seq, err = m.NewSequence(promptLen + decodeLen); err != nil {
 			return err
 		}
