@@ -43,13 +43,14 @@
 // BF16 chunk is widened once for 4 activation rows and an activation
 // chunk loaded once for 4 weight rows (16 FMAs per 8 loads), and each
 // tile of 4 weight rows is read from memory once for the whole batch
-// (the BF16 tile prefetches the next tile's rows while it computes: with
-// 4 rows streaming at once the hardware prefetcher alone left the FMAs
-// waiting on memory). With more than 4 activation rows, each group of 4
-// runs over 32 weight rows before the next group does: alternating
-// groups tile by tile kept neither the activations (32 KB for 8 rows of
-// 1,024) nor the tile in L1, and a batch of 8 ran at 103 GFLOP/s out of
-// cache against 184 in cache (117 with the chunks).
+// (the BF16 tile prefetches the next tile's rows into L2 while it
+// computes: with 4 rows streaming at once the hardware prefetcher alone
+// left the FMAs waiting on memory, and prefetching into L1 evicted the
+// activations). With more than 4 activation rows, each group of 4 runs
+// over 32 weight rows before the next group does, so that the group
+// stays in L1 and the rows in L2. Out of cache, on 2 threads, a batch of
+// 8 went from 103 GFLOP/s to 117 with the chunks and to 152-183 with the
+// L2 prefetch (184 in cache).
 // MLX 4-bit rows are first dequantized (s·q+b, one FMA per code, in the
 // permuted order of mlxPermute) 4 rows at a time into f32 scratch that
 // stays in cache; batches under 4 dequantize in registers instead
