@@ -63,10 +63,11 @@
 // each weight block once for the 4 rows and keeping the one-row kernel's
 // accumulators and summation order per row.
 //
-// A single activation row against Q4_K (VNNI) or Q6_K weights runs the
-// worker's whole range of weight rows in one assembly call: a Go call
-// per weight row (and the store-forwarding stall of passing the
-// activation row's slices along) cost a tenth of a decode step.
+// A single activation row, or a group of 4, against Q4_K (VNNI) or Q6_K
+// weights runs the worker's whole range of weight rows in one assembly
+// call: a Go call per weight row (and the store-forwarding stall of
+// passing the activation rows' slices along) cost a tenth of a decode
+// step and a seventh of a prefill.
 //
 // Either way an output's summation order depends only on its own row, so
 // every output is bit-identical to a batch-1 product of its row at the

@@ -109,15 +109,16 @@ func (g *GGUF) mulRows(k *impl, a *actBuf, dst []float32, r0, r1 int, sc *scratc
 	var dot func(q8Row, []byte) float32
 	var dot4 func(q8Row, int, []byte, *[4]float32)
 	var rows func(q8Row, []byte, []float32)
+	var rows4 func(q8Row, int, []byte, []float32, int)
 	switch g.dt {
 	case tensor.Q8_0:
 		dot, dot4 = k.q8_0, k.q8_04
 	case tensor.Q4_0:
 		dot = k.q4_0
 	case tensor.Q4_K:
-		dot, dot4, rows = k.q4K, k.q4K4, k.q4KRows
+		dot, dot4, rows, rows4 = k.q4K, k.q4K4, k.q4KRows, k.q4K4Rows
 	case tensor.Q6_K:
-		dot, dot4, rows = k.q6K, k.q6K4, k.q6KRows
+		dot, dot4, rows, rows4 = k.q6K, k.q6K4, k.q6KRows, k.q6K4Rows
 	}
 	// Tiles of batchTile activation rows, the weight rows streaming past
 	// each: the tile stays in L1 and the chunk of weight rows in L2.
@@ -132,6 +133,10 @@ func (g *GGUF) mulRows(k *impl, a *actBuf, dst []float32, r0, r1 int, sc *scratc
 			d2 := dst[(b0+2)*g.rows : (b0+3)*g.rows][r0:r1]
 			d3 := dst[(b0+3)*g.rows : (b0+4)*g.rows][r0:r1]
 			w := g.data[r0*g.rowBytes : r1*g.rowBytes]
+			if rows4 != nil {
+				rows4(x, g.cols, w, dst[b0*g.rows+r0:], g.rows)
+				continue
+			}
 			for i := range d0 {
 				dot4(x, g.cols, w[i*g.rowBytes:(i+1)*g.rowBytes], &out)
 				d0[i], d1[i], d2[i], d3[i] = out[0], out[1], out[2], out[3]

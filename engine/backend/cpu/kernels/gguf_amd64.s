@@ -419,20 +419,20 @@ loop:
 	DECQ CX
 
 // Q4KX4ROWOUT stores row accumulator acc (both halves, minus the min
-// terms in mins) at off(DX).
-#define Q4KX4ROWOUT(acc, mins, off) \
+// terms in mins) at mem.
+#define Q4KX4ROWOUT(acc, mins, mem) \
 	VMOVAPS       acc, Z0; \
 	VEXTRACTF64X4 $1, Z0, Y12; \
 	VADDPS        Y12, Y0, Y0; \
 	VSUBPS        mins, Y0, Y0; \
 	HSUMY(Y0, X0, X1); \
-	VMOVSS        X0, off(DX)
+	VMOVSS        X0, mem
 
 #define Q4KX4OUT \
-	Q4KX4ROWOUT(Z20, Y24, 0); \
-	Q4KX4ROWOUT(Z21, Y25, 4); \
-	Q4KX4ROWOUT(Z22, Y26, 8); \
-	Q4KX4ROWOUT(Z23, Y27, 12)
+	Q4KX4ROWOUT(Z20, Y24, 0(DX)); \
+	Q4KX4ROWOUT(Z21, Y25, 4(DX)); \
+	Q4KX4ROWOUT(Z22, Y26, 8(DX)); \
+	Q4KX4ROWOUT(Z23, Y27, 12(DX))
 
 // func q4Kx4AVX512(xq *int8, qstride int, xd, xs *float32, dstride int, w *byte, nsb int, out *float32)
 // q4KAVX512 of one weight row against 4 quantized activation rows (codes
@@ -459,28 +459,34 @@ loop:
 	VZEROUPPER
 	RET
 
-// func q6Kx4AVX512(xq *int8, qstride int, xd *float32, dstride int, w *byte, nsb int, out *float32)
-// q6KAVX2 of one weight row against 4 quantized activation rows (codes
-// xq + r·qstride, scales xd + r·dstride, strides in bytes): the codes and
-// scales are unpacked once for the 4 rows and every row keeps the one-row
-// kernel's accumulator and order, so out[r] is bit-identical to it.
+// func q6Kx4RowsAVX512(xq *int8, qstride int, xd *float32, dstride int, w *byte, nsb, nrows int, dst *float32, ostride int)
+// q6KAVX2 of nrows consecutive weight rows against 4 quantized activation
+// rows (codes xq + j·qstride, scales xd + j·dstride, strides in bytes),
+// the result of activation row j and weight row r at dst + j·ostride +
+// 4·r bytes: each weight row's codes and scales are unpacked once for the
+// 4 rows and every row keeps the one-row kernel's accumulator and order,
+// so each result is bit-identical to it.
 // Stack: 4 rows × 32 bytes of factors d·d_x.
-TEXT ·q6Kx4AVX512(SB), NOSPLIT, $128-56
-	MOVQ         xq+0(FP), SI
+TEXT ·q6Kx4RowsAVX512(SB), NOSPLIT, $128-72
 	MOVQ         qstride+8(FP), R13
-	MOVQ         xd+16(FP), DX
 	MOVQ         dstride+24(FP), R12
 	MOVQ         w+32(FP), DI
-	MOVQ         nsb+40(FP), CX
+	MOVQ         nrows+48(FP), R15
+	MOVQ         dst+56(FP), R14
 	LEAQ         (R13)(R13*2), R10
 	LEAQ         (R12)(R12*2), R11
 	VPBROADCASTB ggLow4<>(SB), Y14
 	VPBROADCASTB ggHigh2<>(SB), Y13
 	VPBROADCASTB ggThirtyTwo<>(SB), Y12
-	VPXORD       Y16, Y16, Y16
-	VPXORD       Y17, Y17, Y17
-	VPXORD       Y18, Y18, Y18
-	VPXORD       Y19, Y19, Y19
+
+row6:
+	MOVQ   xq+0(FP), SI
+	MOVQ   xd+16(FP), DX
+	MOVQ   nsb+40(FP), CX
+	VPXORD Y16, Y16, Y16
+	VPXORD Y17, Y17, Y17
+	VPXORD Y18, Y18, Y18
+	VPXORD Y19, Y19, Y19
 
 loop:
 	F16SCALAR(208(DI), X2)
@@ -807,19 +813,23 @@ loop:
 	DECQ CX
 	JNZ  loop
 
-	MOVQ out+48(FP), DX
+	MOVQ    ostride+64(FP), DX
+	LEAQ    (DX)(DX*2), BX
 	VMOVAPS Y16, Y0
 	HSUMY(Y0, X0, X1)
-	VMOVSS  X0, 0(DX)
+	VMOVSS  X0, (R14)
 	VMOVAPS Y17, Y0
 	HSUMY(Y0, X0, X1)
-	VMOVSS  X0, 4(DX)
+	VMOVSS  X0, (R14)(DX*1)
 	VMOVAPS Y18, Y0
 	HSUMY(Y0, X0, X1)
-	VMOVSS  X0, 8(DX)
+	VMOVSS  X0, (R14)(DX*2)
 	VMOVAPS Y19, Y0
 	HSUMY(Y0, X0, X1)
-	VMOVSS  X0, 12(DX)
+	VMOVSS  X0, (R14)(BX*1)
+	ADDQ    $4, R14
+	DECQ    R15
+	JNZ     row6
 	VZEROUPPER
 	RET
 
@@ -1103,23 +1113,38 @@ vloop:
 	VZEROUPPER
 	RET
 
-// func q4Kx4AVX512VNNI(xq *int8, qstride int, xd, xs *float32, dstride int, w *byte, nsb int, out *float32)
+// func q4Kx4RowsAVX512VNNI(xq *int8, qstride int, xd, xs *float32, dstride int, w *byte, nsb, nrows int, dst *float32, ostride int)
 // q4Kx4AVX512 with VPDPBUSD for VPMADDUBSW+VPMADDWD (the same exact int32
-// sums of 4 byte products per lane), so it is bit-identical to it.
-TEXT ·q4Kx4AVX512VNNI(SB), NOSPLIT, $0-64
-	MOVQ         xq+0(FP), SI
-	MOVQ         qstride+8(FP), R13
-	MOVQ         xd+16(FP), DX
-	MOVQ         xs+24(FP), BX
-	MOVQ         dstride+32(FP), R12
-	MOVQ         w+40(FP), DI
-	MOVQ         nsb+48(FP), CX
+// sums of 4 byte products per lane), so it is bit-identical to it, for
+// nrows consecutive weight rows at w in one call: the result of
+// activation row j and weight row r goes to dst + j·ostride + 4·r bytes.
+// A prompt's product made a Go call per weight row and group of 4
+// activation rows.
+TEXT ·q4Kx4RowsAVX512VNNI(SB), NOSPLIT, $0-80
+	MOVQ qstride+8(FP), R13
+	MOVQ dstride+32(FP), R12
+	MOVQ w+40(FP), DI
+	MOVQ nrows+56(FP), R15
+	MOVQ dst+64(FP), R14
+
+vrow4:
+	MOVQ xq+0(FP), SI
+	MOVQ xd+16(FP), DX
+	MOVQ xs+24(FP), BX
+	MOVQ nsb+48(FP), CX
 	Q4KX4SETUP
 
 vloop4:
 	Q4KX4STEP(Q4KDOT_VNNI)
 	JNZ  vloop4
-	MOVQ out+56(FP), DX
-	Q4KX4OUT
+	MOVQ ostride+72(FP), DX
+	LEAQ (DX)(DX*2), BX
+	Q4KX4ROWOUT(Z20, Y24, (R14))
+	Q4KX4ROWOUT(Z21, Y25, (R14)(DX*1))
+	Q4KX4ROWOUT(Z22, Y26, (R14)(DX*2))
+	Q4KX4ROWOUT(Z23, Y27, (R14)(BX*1))
+	ADDQ $4, R14
+	DECQ R15
+	JNZ  vrow4
 	VZEROUPPER
 	RET

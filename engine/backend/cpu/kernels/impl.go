@@ -72,6 +72,11 @@ type impl struct {
 	// w, dst[i] for row i, bit-identical to it, in one call (a call per
 	// row cost a tenth of a decode step); nil when the level has none.
 	q4KRows, q6KRows func(a q8Row, w []byte, dst []float32)
+	// q4K4Rows and q6K4Rows are q4K4 and q6K4 over the whole weight rows
+	// in w, in one call: dst[j·stride+i] for activation row j and weight
+	// row i (a prompt's product made a call per weight row and group of 4
+	// activation rows); nil when the level has none.
+	q4K4Rows, q6K4Rows func(a q8Row, cols int, w []byte, dst []float32, stride int)
 
 	// Vector ops; lengths already checked equal.
 	axpy  func(alpha float32, x, y []float32)

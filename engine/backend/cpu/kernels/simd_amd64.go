@@ -82,7 +82,7 @@ func q4KAVX2(xq *int8, xd, xs *float32, w *byte, nsb int) float32
 func q4Kx4AVX512(xq *int8, qstride int, xd, xs *float32, dstride int, w *byte, nsb int, out *float32)
 
 //go:noescape
-func q6Kx4AVX512(xq *int8, qstride int, xd *float32, dstride int, w *byte, nsb int, out *float32)
+func q6Kx4RowsAVX512(xq *int8, qstride int, xd *float32, dstride int, w *byte, nsb, nrows int, dst *float32, ostride int)
 
 //go:noescape
 func q8_0x4AVX512(xq *int8, qstride int, xd *float32, dstride int, w *byte, nb int, out *float32)
@@ -143,9 +143,9 @@ func simdImpl(l Level) impl {
 		k.q4K4 = q4Kx4SIMD512
 		if features.vnni {
 			k.q4K, k.q4K4 = q4KSIMD512VNNI, q4Kx4SIMD512VNNI
-			k.q4KRows = q4KRowsSIMD512VNNI
+			k.q4KRows, k.q4K4Rows = q4KRowsSIMD512VNNI, q4Kx4RowsSIMD512VNNI
 		}
-		k.q6K4 = q6Kx4SIMD512
+		k.q6K4, k.q6K4Rows = q6Kx4SIMD512, q6Kx4RowsSIMD512
 		k.q8_04 = q8_0x4SIMD512
 		k.mlx8 = mlx8SIMD512
 	}
@@ -156,7 +156,7 @@ func simdImpl(l Level) impl {
 func q4KRowsAVX512VNNI(xq *int8, xd, xs *float32, w *byte, nsb, nrows int, dst *float32)
 
 //go:noescape
-func q4Kx4AVX512VNNI(xq *int8, qstride int, xd, xs *float32, dstride int, w *byte, nsb int, out *float32)
+func q4Kx4RowsAVX512VNNI(xq *int8, qstride int, xd, xs *float32, dstride int, w *byte, nsb, nrows int, dst *float32, ostride int)
 
 //go:noescape
 func quantizeQ8AVX512(x *float32, q *int8, d, s *float32, nb int)

@@ -330,7 +330,24 @@ func q4Kx4SIMD512(a q8Row, cols int, w []byte, out *[4]float32) {
 
 // q4Kx4SIMD512VNNI is q4Kx4SIMD512 (bit-identical) with AVX-512 VNNI.
 func q4Kx4SIMD512VNNI(a q8Row, cols int, w []byte, out *[4]float32) {
-	q4Kx4Call(q4Kx4AVX512VNNI, a, cols, w, out)
+	q4Kx4RowsSIMD512VNNI(a, cols, w[:cols/kBlock*q4KBytes], out[:], 1)
+}
+
+// q4Kx4RowsSIMD512VNNI sets dst[j·stride+i] to q4Kx4SIMD512VNNI's result
+// for activation row j of the 4 in a and weight row i of the consecutive
+// rows in w, in one call.
+func q4Kx4RowsSIMD512VNNI(a q8Row, cols int, w []byte, dst []float32, stride int) {
+	nsb := cols / kBlock
+	nb := cols / q8Block
+	n := len(w) / (nsb * q4KBytes)
+	if n == 0 {
+		return
+	}
+	_ = a.q[4*cols-1]
+	_ = a.d[4*nb-1]
+	_ = a.s[4*nb-1]
+	_ = dst[3*stride+n-1]
+	q4Kx4RowsAVX512VNNI(&a.q[0], cols, &a.d[0], &a.s[0], 4*nb, &w[0], nsb, n, &dst[0], 4*stride)
 }
 
 // q4Kx4Call checks the lengths and runs a 4-row Q4_K kernel.
@@ -347,12 +364,23 @@ func q4Kx4Call(kernel func(xq *int8, qstride int, xd, xs *float32, dstride int, 
 // q6Kx4SIMD512 is q6KSIMD2 for the 4 consecutive quantized rows in a,
 // bit-identical to it row by row.
 func q6Kx4SIMD512(a q8Row, cols int, w []byte, out *[4]float32) {
+	q6Kx4RowsSIMD512(a, cols, w[:cols/kBlock*q6KBytes], out[:], 1)
+}
+
+// q6Kx4RowsSIMD512 sets dst[j·stride+i] to q6Kx4SIMD512's result for
+// activation row j of the 4 in a and weight row i of the consecutive rows
+// in w, in one call.
+func q6Kx4RowsSIMD512(a q8Row, cols int, w []byte, dst []float32, stride int) {
 	nsb := cols / kBlock
 	nb := cols / q8Block
+	n := len(w) / (nsb * q6KBytes)
+	if n == 0 {
+		return
+	}
 	_ = a.q[4*cols-1]
 	_ = a.d[4*nb-1]
-	_ = w[nsb*q6KBytes-1]
-	q6Kx4AVX512(&a.q[0], cols, &a.d[0], 4*nb, &w[0], nsb, &out[0])
+	_ = dst[3*stride+n-1]
+	q6Kx4RowsAVX512(&a.q[0], cols, &a.d[0], 4*nb, &w[0], nsb, n, &dst[0], 4*stride)
 }
 
 // q8_0x4SIMD512 is q8_0SIMD2 for the 4 consecutive quantized rows in a,
