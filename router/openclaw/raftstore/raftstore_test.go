@@ -156,6 +156,17 @@ func TestNoLeaderIsUnavailable(t *testing.T) {
 	for _, m := range ms[1:] {
 		m.Close()
 	}
+	// Right after the others close, a leader can still confirm one read
+	// with heartbeat answers already on their way (hashicorp/raft counts
+	// any answer that arrives after the read began; CI saw a Get answer
+	// in 3 ms), so the operations start once this node knows no leader.
+	deadline := time.Now().Add(15 * time.Second)
+	for ms[0].Leader() != "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("the lone member still sees leader %q", ms[0].Leader())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	ops := map[string]func(ctx context.Context) error{
 		"create": func(ctx context.Context) error {
 			_, err := s.Create(ctx, openclaw.NewSession{ID: "s2", Model: "m"})
