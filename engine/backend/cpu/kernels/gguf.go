@@ -125,18 +125,18 @@ func (g *GGUF) mulRows(k *impl, a *actBuf, dst []float32, r0, r1 int, sc *scratc
 	for b0 := 0; b0 < a.batch; b0 += batchTile {
 		b1 := min(b0+batchTile, a.batch)
 		if dot4 != nil && b1-b0 == 4 {
-			var out [4]float32
 			n, nb := g.cols, g.cols/q8Block
 			x := q8Row{q: a.q8.q[b0*n : b1*n], d: a.q8.d[b0*nb : b1*nb], s: a.q8.s[b0*nb : b1*nb]}
-			d0 := dst[b0*g.rows : (b0+1)*g.rows][r0:r1]
-			d1 := dst[(b0+1)*g.rows : (b0+2)*g.rows][r0:r1]
-			d2 := dst[(b0+2)*g.rows : (b0+3)*g.rows][r0:r1]
-			d3 := dst[(b0+3)*g.rows : (b0+4)*g.rows][r0:r1]
 			w := g.data[r0*g.rowBytes : r1*g.rowBytes]
 			if rows4 != nil {
 				rows4(x, g.cols, w, dst[b0*g.rows+r0:], g.rows)
 				continue
 			}
+			var out [4]float32
+			d0 := dst[b0*g.rows : (b0+1)*g.rows][r0:r1]
+			d1 := dst[(b0+1)*g.rows : (b0+2)*g.rows][r0:r1]
+			d2 := dst[(b0+2)*g.rows : (b0+3)*g.rows][r0:r1]
+			d3 := dst[(b0+3)*g.rows : (b0+4)*g.rows][r0:r1]
 			for i := range d0 {
 				dot4(x, g.cols, w[i*g.rowBytes:(i+1)*g.rowBytes], &out)
 				d0[i], d1[i], d2[i], d3[i] = out[0], out[1], out[2], out[3]
