@@ -274,7 +274,7 @@ func (p *Pool) MatMul(dst, x []float32, batch int, w Weights) {
 	// About eight chunks per goroutine balances load on a busy machine,
 	// but a product of one to three activation rows is a stream through
 	// the weights, and every chunk a goroutine jumps to restarts the
-	// hardware prefetcher: two chunks each there (decode +10% on the
+	// hardware prefetcher: two chunks each there (decode +7% on the
 	// Q4_K_M benchmark model, 2 cores).
 	per := 8
 	if batch < 4 {
