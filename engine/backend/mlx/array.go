@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/cgo"
+	"sync/atomic"
 	"unsafe"
 
 	"fusion/engine/tensor"
@@ -30,9 +31,10 @@ import (
 // Arena that made it (or, after Detach, to the caller) and is only used
 // on the MLX thread.
 type Array struct {
-	c     C.mlx_array
-	shape []int
-	dtype tensor.DType
+	c      C.mlx_array
+	shape  []int
+	dtype  tensor.DType
+	copied bool
 }
 
 // Shape is the array's shape (known before evaluation).
@@ -41,8 +43,11 @@ func (x *Array) Shape() []int { return x.shape }
 // DType is the array's element type.
 func (x *Array) DType() tensor.DType { return x.dtype }
 
-// Size is the number of elements.
+// Size is the number of elements (0 for an empty handle: a failed op's).
 func (x *Array) Size() int {
+	if x.c.ctx == nil {
+		return 0
+	}
 	n := 1
 	for _, d := range x.shape {
 		n *= d
@@ -238,19 +243,33 @@ func (a *Arena) FromFloat32(data []float32, shape ...int) *Array {
 	return a.FromBytes(tensor.F32, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(data))), 4*len(data)), shape...)
 }
 
-// Wrap makes an array over data without copying it (a weight in a loaded
-// or memory-mapped file). Go memory is pinned until MLX drops its last
+// Copied reports whether Wrap had to copy the data (see Wrap).
+func (x *Array) Copied() bool { return x.copied }
+
+// wrapped is what a wrapped buffer's release callback finds: the pin that
+// keeps Go memory in place, and whether MLX has let go of the buffer.
+type wrapped struct {
+	pin      runtime.Pinner
+	released atomic.Bool
+}
+
+// Wrap makes an array over data without copying it where MLX's allocator
+// can adopt foreign memory (a weight in a loaded or memory-mapped file),
+// and as a copy otherwise; Copied tells which. MLX's CPU allocator adopts
+// nothing: it copies at once and drops data. The Metal allocator adopts
+// page-aligned buffers. Go memory stays pinned until MLX drops its last
 // reference to the buffer, which may be after the array is freed (a
-// reshape or view shares it). data must not change while MLX uses it.
+// reshape or view shares it); data must not change while MLX uses it.
 func (a *Arena) Wrap(dt tensor.DType, data []byte, shape ...int) *Array {
 	checkData("Wrap", dt, len(data), shape)
 	if a.err != nil {
 		return &Array{}
 	}
 	cs := cints(shape)
-	pin := new(runtime.Pinner)
-	pin.Pin(&data[0])
-	h := cgo.NewHandle(pin)
+	w := new(wrapped)
+	w.pin.Pin(&data[0])
+	h := cgo.NewHandle(w)
+	liveWraps.Add(1)
 	var res C.mlx_array
 	err := check("mlx_array_new_data_managed_payload", func() C.int {
 		res = C.fusion_mlx_wrap(unsafe.Pointer(&data[0]), ptr(cs), C.int(len(cs)), toMLX(dt), C.uintptr_t(h))
@@ -263,15 +282,24 @@ func (a *Arena) Wrap(dt tensor.DType, data []byte, shape ...int) *Array {
 		a.err = err
 		return &Array{}
 	}
-	return a.adopt(res)
+	x := a.adopt(res)
+	x.copied = w.released.Load()
+	return x
 }
+
+// liveWraps counts the buffers Wrap has pinned that MLX still holds
+// (tests check that it returns to its level).
+var liveWraps atomic.Int64
 
 //export fusionMLXRelease
 func fusionMLXRelease(payload unsafe.Pointer) {
 	h := cgo.Handle(*(*C.uintptr_t)(payload))
 	C.free(payload)
-	h.Value().(*runtime.Pinner).Unpin()
+	w := h.Value().(*wrapped)
+	w.pin.Unpin()
+	w.released.Store(true)
 	h.Delete()
+	liveWraps.Add(-1)
 }
 
 // Eval computes xs (and what they depend on) now.

@@ -1,0 +1,154 @@
+package mlx
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"fusion/engine/backend/mlx/internal/shimgen"
+)
+
+func parseDecls(t *testing.T) *shimgen.Decls {
+	t.Helper()
+	src, err := os.ReadFile("mlxc.decl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := shimgen.Parse(string(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// TestShimUpToDate fails when shim.h or shim.c is not what go generate
+// makes from mlxc.decl (an edit of one without the other).
+func TestShimUpToDate(t *testing.T) {
+	d := parseDecls(t)
+	for file, want := range map[string]string{"shim.h": d.Header(), "shim.c": d.Source()} {
+		got, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != want {
+			t.Errorf("%s differs from what mlxc.decl generates: run go generate ./engine/backend/mlx", file)
+		}
+	}
+	for _, f := range d.Funcs {
+		if !strings.Contains(d.Header(), "static inline "+f.Ret+" "+f.Name+"(") {
+			t.Errorf("shim.h has no forwarder for %s", f.Name)
+		}
+	}
+}
+
+func TestShimgenRejects(t *testing.T) {
+	for name, src := range map[string]string{
+		"no separator":     "typedef int x;\nint f(int a);\n",
+		"unnamed param":    "t\n%%\nint f(int);\n",
+		"function pointer": "t\n%%\nint f(void (*g)(void* p));\n",
+		"twice":            "t\n%%\nint f(int a);\nint f(int b);\n",
+		"not a prototype":  "t\n%%\nint f;\n",
+		"no functions":     "t\n%%\n// nothing\n",
+	} {
+		if _, err := shimgen.Parse(src); err == nil {
+			t.Errorf("%s: parsed", name)
+		}
+	}
+}
+
+func TestCandidates(t *testing.T) {
+	home := t.TempDir()
+	name := LibraryName()
+	old := filepath.Join(CacheDir(home), "aaa-mlx0.31.1", "lib", name)
+	newer := filepath.Join(CacheDir(home), "bbb-mlx0.31.2", "lib", name)
+	for i, p := range []string{old, newer} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		when := time.Now().Add(time.Duration(i-2) * time.Hour)
+		if err := os.Chtimes(p, when, when); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	exe := "/opt/fusion/bin/fusion"
+	for _, c := range []struct {
+		name, env string
+		want      []string
+	}{
+		{"no env", "", []string{"/opt/fusion/bin/" + name, newer, old}},
+		{"env file", "/x/libmlxc-custom.so", []string{"/x/libmlxc-custom.so", "/opt/fusion/bin/" + name, newer, old}},
+		{"env dir", dir, []string{filepath.Join(dir, name), filepath.Join(dir, "lib", name), "/opt/fusion/bin/" + name, newer, old}},
+	} {
+		got := candidates(c.env, exe, home)
+		if strings.Join(got, "\n") != strings.Join(c.want, "\n") {
+			t.Errorf("%s: candidates\n%s\nwant\n%s", c.name, strings.Join(got, "\n"), strings.Join(c.want, "\n"))
+		}
+	}
+}
+
+// TestAvailableWithoutLibrary runs this test binary with no library to
+// find: Available says where it looked and how to build it, and nothing
+// aborts.
+func TestAvailableWithoutLibrary(t *testing.T) {
+	if os.Getenv("FUSION_MLX_HELPER") == "1" {
+		err := Available()
+		if err == nil {
+			t.Fatal("MLX available with an empty HOME and a missing FUSION_MLXC")
+		}
+		if _, err := Open(); err == nil {
+			t.Fatal("Open succeeded")
+		}
+		os.Stdout.WriteString("AVAILABLE: " + err.Error() + "\n")
+		return
+	}
+	missing := filepath.Join(t.TempDir(), "nothing-here")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestAvailableWithoutLibrary$", "-test.v")
+	cmd.Env = append(os.Environ(), "FUSION_MLX_HELPER=1", "HOME="+t.TempDir(), EnvLibrary+"="+missing)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helper: %v\n%s", err, out)
+	}
+	want := []string{"AVAILABLE: mlx: "}
+	if runtime.GOOS != "windows" && cgoEnabled {
+		want = append(want, "libmlxc not found", "make build-mlx", missing+": not found")
+	} else {
+		want = append(want, "built without cgo")
+	}
+	for _, w := range want {
+		if !strings.Contains(string(out), w) {
+			t.Errorf("helper output lacks %q:\n%s", w, out)
+		}
+	}
+}
+
+// TestBuildsWithoutCgo compiles and runs this package's tests with
+// CGO_ENABLED=0: the C files are left out, and Available says why.
+func TestBuildsWithoutCgo(t *testing.T) {
+	if !cgoEnabled {
+		if err := Available(); err == nil || !strings.Contains(err.Error(), "built without cgo") {
+			t.Fatalf("Available without cgo: %v", err)
+		}
+		return
+	}
+	if testing.Short() {
+		t.Skip("compiles the package again (-short)")
+	}
+	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+	cmd := exec.Command(goTool, "test", "-count=1", "-run", "^(TestBuildsWithoutCgo|TestAvailableWithoutLibrary|TestShimUpToDate)$", "-v", ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("CGO_ENABLED=0 go test: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "--- PASS: TestBuildsWithoutCgo") {
+		t.Fatalf("the test did not run without cgo:\n%s", out)
+	}
+}
