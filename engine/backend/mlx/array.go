@@ -147,6 +147,11 @@ func (a *Arena) Detach(x *Array) *Array {
 	panic("mlx: Detach of an array the arena does not hold")
 }
 
+// Drop frees x and removes it from the arena.
+func (a *Arena) Drop(x *Array) {
+	a.Detach(x).Free()
+}
+
 // Free frees every array of the arena; it can be used again afterwards.
 func (a *Arena) Free() { a.Release(0) }
 
@@ -251,6 +256,11 @@ func (x *Array) Copied() bool { return x.copied }
 type wrapped struct {
 	pin      runtime.Pinner
 	released atomic.Bool
+}
+
+// FromInt32 makes an int32 array from a copy of data.
+func (a *Arena) FromInt32(data []int32, shape ...int) *Array {
+	return a.FromBytes(tensor.I32, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(data))), 4*len(data)), shape...)
 }
 
 // Wrap makes an array over data without copying it where MLX's allocator

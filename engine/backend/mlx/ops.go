@@ -124,3 +124,72 @@ func (a *Arena) Attention(q, k, v *Array, scale float32, causal bool) *Array {
 		return C.mlx_fast_scaled_dot_product_attention(res, q.c, k.c, v.c, C.float(scale), mode, none, none, a.rt.stream)
 	})
 }
+
+// Take gathers x's entries at indices (an integer array) along axis.
+func (a *Arena) Take(x, indices *Array, axis int) *Array {
+	return a.op("mlx_take_axis", []*Array{x, indices}, func(res *C.mlx_array) C.int {
+		return C.mlx_take_axis(res, x.c, indices.c, C.int(axis), a.rt.stream)
+	})
+}
+
+func ones(n int) []C.int {
+	out := make([]C.int, n)
+	for i := range out {
+		out[i] = 1
+	}
+	return out
+}
+
+// Slice is x[start[0]:stop[0], start[1]:stop[1], ...] (unit strides).
+func (a *Arena) Slice(x *Array, start, stop []int) *Array {
+	b, e, st := cints(start), cints(stop), ones(len(start))
+	return a.unary("mlx_slice", x, func(res *C.mlx_array) C.int {
+		return C.mlx_slice(res, x.c, ptr(b), C.size_t(len(b)), ptr(e), C.size_t(len(e)), ptr(st), C.size_t(len(st)), a.rt.stream)
+	})
+}
+
+// SliceUpdate is src with the region [start, stop) replaced by update.
+func (a *Arena) SliceUpdate(src, update *Array, start, stop []int) *Array {
+	b, e, st := cints(start), cints(stop), ones(len(start))
+	return a.op("mlx_slice_update", []*Array{src, update}, func(res *C.mlx_array) C.int {
+		return C.mlx_slice_update(res, src.c, update.c, ptr(b), C.size_t(len(b)), ptr(e), C.size_t(len(e)), ptr(st), C.size_t(len(st)), a.rt.stream)
+	})
+}
+
+// Concatenate joins xs along axis.
+func (a *Arena) Concatenate(xs []*Array, axis int) *Array {
+	if len(xs) == 1 {
+		return xs[0]
+	}
+	cs := make([]C.mlx_array, len(xs))
+	for i, x := range xs {
+		if x != nil {
+			cs[i] = x.c
+		}
+	}
+	return a.op("mlx_concatenate_axis", xs, func(res *C.mlx_array) C.int {
+		vec := C.mlx_vector_array_new_data(&cs[0], C.size_t(len(cs)))
+		defer C.mlx_vector_array_free(vec)
+		return C.mlx_concatenate_axis(res, vec, C.int(axis), a.rt.stream)
+	})
+}
+
+// Zeros is an array of zeros.
+func (a *Arena) Zeros(dt tensor.DType, shape ...int) *Array {
+	cs, d := cints(shape), toMLX(dt)
+	return a.op("mlx_zeros", nil, func(res *C.mlx_array) C.int {
+		return C.mlx_zeros(res, ptr(cs), C.size_t(len(cs)), d, a.rt.stream)
+	})
+}
+
+// Dequantize widens MLX affine codes w [..., n·bits/32] with scales and
+// biases [..., n/group] to dt: q·scale + bias.
+func (a *Arena) Dequantize(w, scales, biases *Array, group, bits int, dt tensor.DType) *Array {
+	g := C.mlx_optional_int{value: C.int(group), has_value: true}
+	b := C.mlx_optional_int{value: C.int(bits), has_value: true}
+	d := C.mlx_optional_dtype{value: toMLX(dt), has_value: true}
+	none := C.mlx_array_new()
+	return a.op("mlx_dequantize", []*Array{w, scales, biases}, func(res *C.mlx_array) C.int {
+		return C.mlx_dequantize(res, w.c, scales.c, biases.c, g, b, cAffine, none, d, a.rt.stream)
+	})
+}

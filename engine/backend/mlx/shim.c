@@ -42,6 +42,12 @@ fusion_t_mlx_transpose_axes fusion_p_mlx_transpose_axes = NULL;
 fusion_t_mlx_add fusion_p_mlx_add = NULL;
 fusion_t_mlx_multiply fusion_p_mlx_multiply = NULL;
 fusion_t_mlx_sigmoid fusion_p_mlx_sigmoid = NULL;
+fusion_t_mlx_take_axis fusion_p_mlx_take_axis = NULL;
+fusion_t_mlx_slice fusion_p_mlx_slice = NULL;
+fusion_t_mlx_slice_update fusion_p_mlx_slice_update = NULL;
+fusion_t_mlx_concatenate_axis fusion_p_mlx_concatenate_axis = NULL;
+fusion_t_mlx_zeros fusion_p_mlx_zeros = NULL;
+fusion_t_mlx_dequantize fusion_p_mlx_dequantize = NULL;
 fusion_t_mlx_matmul fusion_p_mlx_matmul = NULL;
 fusion_t_mlx_quantized_matmul fusion_p_mlx_quantized_matmul = NULL;
 fusion_t_mlx_softmax_axis fusion_p_mlx_softmax_axis = NULL;
@@ -230,6 +236,36 @@ int fusion_mlx_bind(void* handle, const char** missing) {
   fusion_p_mlx_sigmoid = (fusion_t_mlx_sigmoid)dlsym(handle, "mlx_sigmoid");
   if (fusion_p_mlx_sigmoid == NULL) {
     *missing = "mlx_sigmoid";
+    return 1;
+  }
+  fusion_p_mlx_take_axis = (fusion_t_mlx_take_axis)dlsym(handle, "mlx_take_axis");
+  if (fusion_p_mlx_take_axis == NULL) {
+    *missing = "mlx_take_axis";
+    return 1;
+  }
+  fusion_p_mlx_slice = (fusion_t_mlx_slice)dlsym(handle, "mlx_slice");
+  if (fusion_p_mlx_slice == NULL) {
+    *missing = "mlx_slice";
+    return 1;
+  }
+  fusion_p_mlx_slice_update = (fusion_t_mlx_slice_update)dlsym(handle, "mlx_slice_update");
+  if (fusion_p_mlx_slice_update == NULL) {
+    *missing = "mlx_slice_update";
+    return 1;
+  }
+  fusion_p_mlx_concatenate_axis = (fusion_t_mlx_concatenate_axis)dlsym(handle, "mlx_concatenate_axis");
+  if (fusion_p_mlx_concatenate_axis == NULL) {
+    *missing = "mlx_concatenate_axis";
+    return 1;
+  }
+  fusion_p_mlx_zeros = (fusion_t_mlx_zeros)dlsym(handle, "mlx_zeros");
+  if (fusion_p_mlx_zeros == NULL) {
+    *missing = "mlx_zeros";
+    return 1;
+  }
+  fusion_p_mlx_dequantize = (fusion_t_mlx_dequantize)dlsym(handle, "mlx_dequantize");
+  if (fusion_p_mlx_dequantize == NULL) {
+    *missing = "mlx_dequantize";
     return 1;
   }
   fusion_p_mlx_matmul = (fusion_t_mlx_matmul)dlsym(handle, "mlx_matmul");

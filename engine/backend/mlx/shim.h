@@ -41,6 +41,7 @@ typedef enum mlx_dtype_ {
 
 typedef struct mlx_optional_int_ { int value; bool has_value; } mlx_optional_int;
 typedef struct mlx_optional_float_ { float value; bool has_value; } mlx_optional_float;
+typedef struct mlx_optional_dtype_ { mlx_dtype value; bool has_value; } mlx_optional_dtype;
 
 typedef void (*mlx_error_handler_func)(const char* msg, void* data);
 typedef void (*fusion_mlx_dtor)(void* data);
@@ -184,6 +185,30 @@ static inline int mlx_multiply(mlx_array* res, const mlx_array a, const mlx_arra
 typedef int (*fusion_t_mlx_sigmoid)(mlx_array* res, const mlx_array a, const mlx_stream s);
 extern fusion_t_mlx_sigmoid fusion_p_mlx_sigmoid;
 static inline int mlx_sigmoid(mlx_array* res, const mlx_array a, const mlx_stream s) { return fusion_p_mlx_sigmoid(res, a, s); }
+
+typedef int (*fusion_t_mlx_take_axis)(mlx_array* res, const mlx_array a, const mlx_array indices, int axis, const mlx_stream s);
+extern fusion_t_mlx_take_axis fusion_p_mlx_take_axis;
+static inline int mlx_take_axis(mlx_array* res, const mlx_array a, const mlx_array indices, int axis, const mlx_stream s) { return fusion_p_mlx_take_axis(res, a, indices, axis, s); }
+
+typedef int (*fusion_t_mlx_slice)(mlx_array* res, const mlx_array a, const int* start, size_t start_num, const int* stop, size_t stop_num, const int* strides, size_t strides_num, const mlx_stream s);
+extern fusion_t_mlx_slice fusion_p_mlx_slice;
+static inline int mlx_slice(mlx_array* res, const mlx_array a, const int* start, size_t start_num, const int* stop, size_t stop_num, const int* strides, size_t strides_num, const mlx_stream s) { return fusion_p_mlx_slice(res, a, start, start_num, stop, stop_num, strides, strides_num, s); }
+
+typedef int (*fusion_t_mlx_slice_update)(mlx_array* res, const mlx_array src, const mlx_array update, const int* start, size_t start_num, const int* stop, size_t stop_num, const int* strides, size_t strides_num, const mlx_stream s);
+extern fusion_t_mlx_slice_update fusion_p_mlx_slice_update;
+static inline int mlx_slice_update(mlx_array* res, const mlx_array src, const mlx_array update, const int* start, size_t start_num, const int* stop, size_t stop_num, const int* strides, size_t strides_num, const mlx_stream s) { return fusion_p_mlx_slice_update(res, src, update, start, start_num, stop, stop_num, strides, strides_num, s); }
+
+typedef int (*fusion_t_mlx_concatenate_axis)(mlx_array* res, const mlx_vector_array arrays, int axis, const mlx_stream s);
+extern fusion_t_mlx_concatenate_axis fusion_p_mlx_concatenate_axis;
+static inline int mlx_concatenate_axis(mlx_array* res, const mlx_vector_array arrays, int axis, const mlx_stream s) { return fusion_p_mlx_concatenate_axis(res, arrays, axis, s); }
+
+typedef int (*fusion_t_mlx_zeros)(mlx_array* res, const int* shape, size_t shape_num, mlx_dtype dtype, const mlx_stream s);
+extern fusion_t_mlx_zeros fusion_p_mlx_zeros;
+static inline int mlx_zeros(mlx_array* res, const int* shape, size_t shape_num, mlx_dtype dtype, const mlx_stream s) { return fusion_p_mlx_zeros(res, shape, shape_num, dtype, s); }
+
+typedef int (*fusion_t_mlx_dequantize)(mlx_array* res, const mlx_array w, const mlx_array scales, const mlx_array biases, mlx_optional_int group_size, mlx_optional_int bits, const char* mode, const mlx_array global_scale, mlx_optional_dtype dtype, const mlx_stream s);
+extern fusion_t_mlx_dequantize fusion_p_mlx_dequantize;
+static inline int mlx_dequantize(mlx_array* res, const mlx_array w, const mlx_array scales, const mlx_array biases, mlx_optional_int group_size, mlx_optional_int bits, const char* mode, const mlx_array global_scale, mlx_optional_dtype dtype, const mlx_stream s) { return fusion_p_mlx_dequantize(res, w, scales, biases, group_size, bits, mode, global_scale, dtype, s); }
 
 typedef int (*fusion_t_mlx_matmul)(mlx_array* res, const mlx_array a, const mlx_array b, const mlx_stream s);
 extern fusion_t_mlx_matmul fusion_p_mlx_matmul;
