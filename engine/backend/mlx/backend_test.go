@@ -301,6 +301,19 @@ func testStepMemory(t *testing.T, be *Backend) {
 	if after.Active != before.Active {
 		t.Errorf("active memory %d after three closed steps, %d before", after.Active, before.Active)
 	}
+	// A step cancelled by its client fails, leaves the sequence where it
+	// was, and frees what it built.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := m.Forward(cctx, []model.Input{{Seq: seq, Tokens: promptTokens(9, 40)}}, model.Range{}, nil); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled forward: %v", err)
+	}
+	if seq.Len() != 23 {
+		t.Errorf("after a cancelled step the sequence holds %d positions, want 23", seq.Len())
+	}
+	if mem, _ := be.Runtime().Memory(ctx); mem.Active != before.Active {
+		t.Errorf("active memory %d after a cancelled step, %d before", mem.Active, before.Active)
+	}
 	s := be.NewStep(ctx)
 	x := s.Input(64, 1024, make([]float32, 64*1024))
 	for range 8 {

@@ -116,6 +116,11 @@ func run(fn func() error, out chan<- result) (res result) {
 // call only while it waits for the thread; once fn runs it runs to the
 // end. A panic in fn is re-raised on the caller.
 func (r *Runtime) Do(ctx context.Context, fn func() error) error {
+	// A context already done never runs fn (select alone would pick at
+	// random between it and a free thread).
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	j := job{fn: fn, out: make(chan result, 1)}
 	select {
 	case r.jobs <- j:
