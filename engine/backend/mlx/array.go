@@ -228,9 +228,17 @@ func (a *Arena) FromBytes(dt tensor.DType, data []byte, shape ...int) *Array {
 		return &Array{}
 	}
 	cs := cints(shape)
+	return a.create("mlx_array_new_data", func() C.mlx_array {
+		return C.mlx_array_new_data(unsafe.Pointer(&data[0]), ptr(cs), C.int(len(cs)), toMLX(dt))
+	})
+}
+
+// create registers the array a constructor returns, or records its
+// failure (an empty handle).
+func (a *Arena) create(op string, newArray func() C.mlx_array) *Array {
 	var res C.mlx_array
-	err := check("mlx_array_new_data", func() C.int {
-		res = C.mlx_array_new_data(unsafe.Pointer(&data[0]), ptr(cs), C.int(len(cs)), toMLX(dt))
+	err := check(op, func() C.int {
+		res = newArray()
 		if res.ctx == nil {
 			return 1
 		}
@@ -280,19 +288,16 @@ func (a *Arena) Wrap(dt tensor.DType, data []byte, shape ...int) *Array {
 	w.pin.Pin(&data[0])
 	h := cgo.NewHandle(w)
 	liveWraps.Add(1)
-	var res C.mlx_array
-	err := check("mlx_array_new_data_managed_payload", func() C.int {
-		res = C.fusion_mlx_wrap(unsafe.Pointer(&data[0]), ptr(cs), C.int(len(cs)), toMLX(dt), C.uintptr_t(h))
-		if res.ctx == nil {
-			return 1
-		}
-		return 0
+	x := a.create("mlx_array_new_data_managed_payload", func() C.mlx_array {
+		return C.fusion_mlx_wrap(unsafe.Pointer(&data[0]), ptr(cs), C.int(len(cs)), toMLX(dt), C.uintptr_t(h))
 	})
-	if err != nil {
-		a.err = err
-		return &Array{}
+	if x.c.ctx == nil && !w.released.Load() {
+		// MLX failed before taking the buffer: nothing will call back.
+		w.pin.Unpin()
+		h.Delete()
+		liveWraps.Add(-1)
+		return x
 	}
-	x := a.adopt(res)
 	x.copied = w.released.Load()
 	return x
 }
