@@ -11,9 +11,9 @@
 // the library built by scripts/mlxc.sh.
 //
 // Loading never aborts the process. The first Available or Open looks for
-// libmlxc in $FUSION_MLXC (a file, or a directory holding it directly or
-// in lib/), next to the executable, then in the build cache
-// ~/.cache/fusion/mlxc/*/lib; binds it; installs the error handler before
+// libmlxc in $FUSION_MLXC when it is set (a file, or a directory holding
+// it directly or in lib/), otherwise next to the executable, then in the
+// build cache ~/.cache/fusion/mlxc/*/lib; binds it; installs the error handler before
 // any other call; and checks that MLX's version is the one the vendored
 // mlx-c is written for. Available says why MLX cannot be used, and in a
 // CGO_ENABLED=0 build says the build has no cgo.

@@ -25,19 +25,19 @@ func CacheDir(home string) string {
 	return filepath.Join(home, ".cache", "fusion", "mlxc")
 }
 
-// candidates lists where libmlxc is looked for, in order: $FUSION_MLXC
-// (an explicit choice wins), next to the executable, then every entry of
-// the build cache, the most recently built first.
+// candidates lists where libmlxc is looked for, in order: when
+// $FUSION_MLXC is set, there only (an explicit choice that points nowhere
+// is reported, not silently replaced); otherwise next to the executable,
+// then every entry of the build cache, the most recently built first.
 func candidates(env, exe, home string) []string {
 	name := LibraryName()
-	var out []string
 	if env != "" {
 		if fi, err := os.Stat(env); err == nil && fi.IsDir() {
-			out = append(out, filepath.Join(env, name), filepath.Join(env, "lib", name))
-		} else {
-			out = append(out, env)
+			return []string{filepath.Join(env, name), filepath.Join(env, "lib", name)}
 		}
+		return []string{env}
 	}
+	var out []string
 	if exe != "" {
 		out = append(out, filepath.Join(filepath.Dir(exe), name))
 	}

@@ -84,8 +84,8 @@ func TestCandidates(t *testing.T) {
 		want      []string
 	}{
 		{"no env", "", []string{"/opt/fusion/bin/" + name, newer, old}},
-		{"env file", "/x/libmlxc-custom.so", []string{"/x/libmlxc-custom.so", "/opt/fusion/bin/" + name, newer, old}},
-		{"env dir", dir, []string{filepath.Join(dir, name), filepath.Join(dir, "lib", name), "/opt/fusion/bin/" + name, newer, old}},
+		{"env file", "/x/libmlxc-custom.so", []string{"/x/libmlxc-custom.so"}},
+		{"env dir", dir, []string{filepath.Join(dir, name), filepath.Join(dir, "lib", name)}},
 	} {
 		got := candidates(c.env, exe, home)
 		if strings.Join(got, "\n") != strings.Join(c.want, "\n") {
@@ -94,37 +94,67 @@ func TestCandidates(t *testing.T) {
 	}
 }
 
-// TestAvailableWithoutLibrary runs this test binary with no library to
-// find: Available says where it looked and how to build it, and nothing
-// aborts.
+// TestAvailableWithoutLibrary runs this test binary with a HOME whose
+// build cache holds the library (when this process found one) and with
+// FUSION_MLXC pointing nowhere: the setting wins, and Available says where
+// it looked and how to build the library; nothing aborts. Without the
+// setting, the same HOME's cache entry is found.
 func TestAvailableWithoutLibrary(t *testing.T) {
 	if os.Getenv("FUSION_MLX_HELPER") == "1" {
-		err := Available()
-		if err == nil {
-			t.Fatal("MLX available with an empty HOME and a missing FUSION_MLXC")
+		if err := Available(); err != nil {
+			if _, oerr := Open(); oerr == nil {
+				t.Fatal("Open succeeded while Available failed")
+			}
+			os.Stdout.WriteString("AVAILABLE: " + err.Error() + "\n")
+			return
 		}
-		if _, err := Open(); err == nil {
-			t.Fatal("Open succeeded")
-		}
-		os.Stdout.WriteString("AVAILABLE: " + err.Error() + "\n")
+		path, _ := Library()
+		os.Stdout.WriteString("AVAILABLE: ok " + path + "\n")
 		return
 	}
-	missing := filepath.Join(t.TempDir(), "nothing-here")
-	cmd := exec.Command(os.Args[0], "-test.run=^TestAvailableWithoutLibrary$", "-test.v")
-	cmd.Env = append(os.Environ(), "FUSION_MLX_HELPER=1", "HOME="+t.TempDir(), EnvLibrary+"="+missing)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("helper: %v\n%s", err, out)
+	home := t.TempDir()
+	real, _ := Library()
+	if real != "" {
+		// A cache entry in the fake HOME: a link to the real one's lib.
+		entry := filepath.Join(CacheDir(home), "test-entry")
+		if err := os.MkdirAll(entry, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(filepath.Dir(real), filepath.Join(entry, "lib")); err != nil {
+			t.Fatal(err)
+		}
 	}
+	run := func(env ...string) string {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestAvailableWithoutLibrary$", "-test.v")
+		for _, e := range os.Environ() {
+			if !strings.HasPrefix(e, EnvLibrary+"=") && !strings.HasPrefix(e, "HOME=") {
+				cmd.Env = append(cmd.Env, e)
+			}
+		}
+		cmd.Env = append(cmd.Env, append(env, "FUSION_MLX_HELPER=1", "HOME="+home)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("helper: %v\n%s", err, out)
+		}
+		return string(out)
+	}
+	missing := filepath.Join(t.TempDir(), "nothing-here")
+	out := run(EnvLibrary + "=" + missing)
 	want := []string{"AVAILABLE: mlx: "}
-	if runtime.GOOS != "windows" && cgoEnabled {
+	if cgoEnabled {
 		want = append(want, "libmlxc not found", "make build-mlx", missing+": not found")
 	} else {
 		want = append(want, "built without cgo")
 	}
 	for _, w := range want {
-		if !strings.Contains(string(out), w) {
-			t.Errorf("helper output lacks %q:\n%s", w, out)
+		if !strings.Contains(out, w) {
+			t.Errorf("with %s unset: helper output lacks %q:\n%s", EnvLibrary, w, out)
+		}
+	}
+	if real != "" {
+		entry := filepath.Join(CacheDir(home), "test-entry", "lib", LibraryName())
+		if out := run(); !strings.Contains(out, "AVAILABLE: ok "+entry) {
+			t.Errorf("the fake HOME's cache entry was not used:\n%s", out)
 		}
 	}
 }
