@@ -182,3 +182,73 @@ func TestBuildsWithoutCgo(t *testing.T) {
 		t.Fatalf("the test did not run without cgo:\n%s", out)
 	}
 }
+
+// TestMLXCScript checks scripts/mlxc.sh's cache logic without building:
+// an entry with the key of this tarball and MLX version is reused (its
+// path is the only thing on stdout), and a missing tarball fails with the
+// reason.
+func TestMLXCScript(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the Linux branch of the script (macOS needs Homebrew's mlx)")
+	}
+	python := os.Getenv("FUSION_PYTHON")
+	if python == "" {
+		python = "../../../.cache/venv/bin/python"
+	}
+	if _, err := os.Stat(python); err != nil {
+		if os.Getenv("FUSION_REQUIRE_FIXTURES") == "1" {
+			t.Fatalf("no python with the mlx-cpu wheel at %s: %v", python, err)
+		}
+		t.Skipf("no python with the mlx-cpu wheel at %s (make test-deps)", python)
+	}
+	script, err := filepath.Abs("../../../scripts/mlxc.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(env ...string) (string, string, error) {
+		cmd := exec.Command("bash", script)
+		cmd.Env = append(os.Environ(), env...)
+		var stdout, stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		return stdout.String(), stderr.String(), err
+	}
+	tarball := filepath.Join(t.TempDir(), "mlx-c.tar.gz")
+	if err := os.WriteFile(tarball, []byte("any bytes: the key is their checksum"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cache := t.TempDir()
+	base := []string{"FUSION_PYTHON=" + python, "FUSION_MLXC_TARBALL=" + tarball, "FUSION_MLXC_CACHE=" + cache}
+	out, errOut, err := run(append(base, "FUSION_MLXC_TARBALL="+filepath.Join(cache, "missing.tar.gz"))...)
+	if err == nil || !strings.Contains(errOut, "no mlx-c source tarball") || out != "" {
+		t.Errorf("missing tarball: err %v, stdout %q, stderr %q", err, out, errOut)
+	}
+	entries, _ := filepath.Glob(filepath.Join(cache, "*"))
+	if len(entries) != 0 {
+		t.Errorf("a failed run left %v", entries)
+	}
+	// The key (sha256 prefix, MLX version, OS, arch) from a build that
+	// fails at once (the tarball is not gzip) and must leave nothing.
+	_, errOut, err = run(base...)
+	if err == nil || !strings.Contains(errOut, "building ") {
+		t.Fatalf("a bad tarball: err %v, stderr %q", err, errOut)
+	}
+	key := strings.Fields(errOut[strings.Index(errOut, "building ")+len("building "):])[0]
+	if !strings.Contains(key, "-mlx0.31.2-Linux-") {
+		t.Fatalf("key %q lacks the MLX version and OS", key)
+	}
+	if left, _ := filepath.Glob(filepath.Join(cache, ".build-*")); len(left) != 0 {
+		t.Errorf("the failed build left its temporary directory: %v", left)
+	}
+	entry := filepath.Join(cache, key)
+	if err := os.MkdirAll(filepath.Join(entry, "lib"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(entry, "lib", "libmlxc.so"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, err = run(base...)
+	if err != nil || out != entry+"\n" || !strings.Contains(errOut, "cached: "+entry) {
+		t.Errorf("cached entry: err %v, stdout %q, stderr %q", err, out, errOut)
+	}
+}
