@@ -33,11 +33,35 @@ type Backend struct {
 
 var _ backend.Backend = (*Backend)(nil)
 
-// New opens the MLX thread. It fails with Available's reason when the
-// library cannot be used.
-func New() (*Backend, error) {
+// Options configure a Backend.
+type Options struct {
+	// MemoryLimit is MLX's memory limit in bytes (allocations past it wait
+	// for memory to be freed, or fail); 0 keeps MLX's default.
+	MemoryLimit int64
+	// CacheLimit is the most freed memory MLX's allocator keeps for reuse,
+	// in bytes; 0 keeps MLX's default. (The CPU allocator keeps none.)
+	CacheLimit int64
+}
+
+// New opens the MLX thread and applies opts. It fails with Available's
+// reason when the library cannot be used.
+func New(opts Options) (*Backend, error) {
+	if opts.MemoryLimit < 0 || opts.CacheLimit < 0 {
+		return nil, fmt.Errorf("mlx: negative memory limit %d or cache limit %d", opts.MemoryLimit, opts.CacheLimit)
+	}
 	rt, err := Open()
 	if err != nil {
+		return nil, err
+	}
+	ctx := context.Background()
+	if opts.MemoryLimit > 0 {
+		_, err = rt.SetMemoryLimit(ctx, opts.MemoryLimit)
+	}
+	if opts.CacheLimit > 0 && err == nil {
+		_, err = rt.SetCacheLimit(ctx, opts.CacheLimit)
+	}
+	if err != nil {
+		rt.Close()
 		return nil, err
 	}
 	return &Backend{rt: rt}, nil

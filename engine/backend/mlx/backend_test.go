@@ -107,11 +107,18 @@ func maxDiff(a, b []float32) float64 {
 }
 
 func testBackend(t *testing.T) {
-	be, err := New()
+	be, err := New(Options{MemoryLimit: 3 << 30})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer be.Close()
+	// The limit is MLX's now: setting it again returns it.
+	if mem, err := be.Runtime().SetMemoryLimit(context.Background(), 3<<30); err != nil || mem != 3<<30 {
+		t.Errorf("memory limit after New: %d (%v), want %d", mem, err, 3<<30)
+	}
+	if _, err := New(Options{CacheLimit: -1}); err == nil {
+		t.Error("a negative cache limit was accepted")
+	}
 	// The CPU reference runs GGUF products on float32 activations: by
 	// default it quantizes them to 8 bits per block (llama.cpp's scheme),
 	// which differs from MLX's product of the dequantized weights by more

@@ -726,19 +726,25 @@ func testMemory(t *testing.T, rt *Runtime) {
 	}
 	t.Logf("before %+v, with 8 MiB live %+v, freed %+v, cleared %+v", m0, m1, m2, m3)
 
-	prevMem, prevCache, err := rt.SetLimits(ctx, 1<<30, 1<<20)
+	prevMem, err := rt.SetMemoryLimit(ctx, 1<<30)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mem, cache, err := rt.SetLimits(ctx, prevMem, prevCache)
+	if mem, err := rt.SetMemoryLimit(ctx, prevMem); err != nil || mem != 1<<30 {
+		t.Errorf("SetMemoryLimit returned the previous limit %d (%v), want %d", mem, err, 1<<30)
+	}
+	prevCache, err := rt.SetCacheLimit(ctx, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
 	wantCache := int64(0)
 	if rt.GPU() {
 		wantCache = 1 << 20
 	}
-	if err != nil || mem != 1<<30 || cache != wantCache {
-		t.Errorf("SetLimits returned previous limits %d, %d (%v), want %d, %d", mem, cache, err, 1<<30, wantCache)
+	if cache, err := rt.SetCacheLimit(ctx, prevCache); err != nil || cache != wantCache {
+		t.Errorf("SetCacheLimit returned the previous limit %d (%v), want %d", cache, err, wantCache)
 	}
-	if _, _, err := rt.SetLimits(ctx, -1, 0); err == nil {
+	if _, err := rt.SetMemoryLimit(ctx, -1); err == nil {
 		t.Error("a negative limit was accepted")
 	}
 }

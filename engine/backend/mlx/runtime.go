@@ -195,19 +195,27 @@ func (r *Runtime) ClearCache(ctx context.Context) error {
 	})
 }
 
-// SetLimits sets MLX's memory limit (the active memory past which it
-// waits for or fails allocations) and its cache limit, in bytes, and
-// returns the previous values.
-func (r *Runtime) SetLimits(ctx context.Context, memory, cache int64) (prevMemory, prevCache int64, err error) {
-	if memory < 0 || cache < 0 {
-		return 0, 0, fmt.Errorf("mlx: negative memory limit %d or cache limit %d", memory, cache)
+// SetMemoryLimit sets MLX's memory limit (the active memory past which
+// allocations wait for memory to be freed, or fail), in bytes, and
+// returns the previous one.
+func (r *Runtime) SetMemoryLimit(ctx context.Context, limit int64) (int64, error) {
+	return r.setLimit(ctx, "mlx_set_memory_limit", limit, func(prev *C.size_t, n C.size_t) C.int { return C.mlx_set_memory_limit(prev, n) })
+}
+
+// SetCacheLimit sets how much freed memory MLX's allocator keeps for
+// reuse, in bytes, and returns the previous limit. MLX's CPU allocator
+// keeps none (and reports 0).
+func (r *Runtime) SetCacheLimit(ctx context.Context, limit int64) (int64, error) {
+	return r.setLimit(ctx, "mlx_set_cache_limit", limit, func(prev *C.size_t, n C.size_t) C.int { return C.mlx_set_cache_limit(prev, n) })
+}
+
+func (r *Runtime) setLimit(ctx context.Context, op string, limit int64, set func(prev *C.size_t, n C.size_t) C.int) (int64, error) {
+	if limit < 0 {
+		return 0, fmt.Errorf("mlx: %s: negative limit %d", op, limit)
 	}
-	var pm, pc C.size_t
-	err = r.Do(ctx, func() error {
-		return errors.Join(
-			check("mlx_set_memory_limit", func() C.int { return C.mlx_set_memory_limit(&pm, C.size_t(memory)) }),
-			check("mlx_set_cache_limit", func() C.int { return C.mlx_set_cache_limit(&pc, C.size_t(cache)) }),
-		)
+	var prev C.size_t
+	err := r.Do(ctx, func() error {
+		return check(op, func() C.int { return set(&prev, C.size_t(limit)) })
 	})
-	return int64(pm), int64(pc), err
+	return int64(prev), err
 }
