@@ -31,7 +31,10 @@ type Backend struct {
 	closed bool
 }
 
-var _ backend.Backend = (*Backend)(nil)
+var (
+	_ backend.Backend  = (*Backend)(nil)
+	_ backend.Releaser = (*Backend)(nil)
+)
 
 // Options configure a Backend.
 type Options struct {
@@ -251,4 +254,48 @@ func (b *Backend) Vector(d backend.VectorData) (backend.Vector, error) {
 // wait for the MLX thread).
 func (b *Backend) NewStep(ctx context.Context) backend.Step {
 	return &step{ctx: ctx, b: b, a: b.rt.NewArena()}
+}
+
+// Release frees the arrays of weights and vectors (a model's, when it
+// closes) and forgets them.
+func (b *Backend) Release(weights []backend.Weight, vectors []backend.Vector) {
+	free := map[*Array]bool{}
+	seen := map[backend.Weight]bool{} // a tied head is the embedding
+	for _, w := range weights {
+		if w == nil || seen[w] {
+			continue
+		}
+		seen[w] = true
+		m := wt(w)
+		for _, x := range []*Array{m.w, m.scales, m.biases, m.bias} {
+			if x != nil {
+				free[x] = true
+			}
+		}
+	}
+	for _, v := range vectors {
+		if v != nil {
+			free[v.(*vector).v] = true
+		}
+	}
+	b.mu.Lock()
+	kept := b.owned[:0]
+	for _, x := range b.owned {
+		if !free[x] {
+			kept = append(kept, x)
+		}
+	}
+	clear(b.owned[len(kept):])
+	b.owned = kept
+	closed := b.closed
+	b.mu.Unlock()
+	if closed {
+		return
+	}
+	_ = b.rt.Do(context.Background(), func() error {
+		for x := range free {
+			x.Free()
+		}
+		return nil
+	})
 }

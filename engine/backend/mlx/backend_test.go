@@ -130,6 +130,7 @@ func testBackend(t *testing.T) {
 	t.Run("LayerRanges", func(t *testing.T) { testLayerRanges(t, be) })
 	t.Run("KVExportImport", func(t *testing.T) { testKVExportImport(t, be) })
 	t.Run("StepMemory", func(t *testing.T) { testStepMemory(t, be) })
+	t.Run("ModelRelease", func(t *testing.T) { testModelRelease(t, be) })
 	t.Run("StepError", func(t *testing.T) { testStepError(t, be) })
 }
 
@@ -282,6 +283,40 @@ func testKVExportImport(t *testing.T, be *Backend) {
 	}
 	if err := dst.ImportKV(make([]byte, 3)); err == nil {
 		t.Error("a block of 3 bytes imported")
+	}
+}
+
+// testModelRelease: closing a model frees its weights' MLX memory (and a
+// model that fails to load frees what it had uploaded).
+func testModelRelease(t *testing.T, be *Backend) {
+	ctx := context.Background()
+	path := demoModel(t, "qwen3", demo.Options{Quantize: 4, GroupSize: 32})
+	before, err := be.Runtime().Memory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Load(ctx, path, be, model.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	loaded, _ := be.Runtime().Memory(ctx)
+	if loaded.Active-before.Active < m.WeightBytes() {
+		t.Errorf("loading %d bytes of weights grew MLX's active memory by %d", m.WeightBytes(), loaded.Active-before.Active)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := be.Runtime().Memory(ctx)
+	if after.Active != before.Active {
+		t.Errorf("active memory %d after closing the model, %d before (%d loaded)", after.Active, before.Active, loaded.Active)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := model.Load(cctx, path, be, model.Options{}); err == nil {
+		t.Fatal("a load with a cancelled context succeeded")
+	}
+	if failed, _ := be.Runtime().Memory(ctx); failed.Active != before.Active {
+		t.Errorf("active memory %d after a failed load, %d before", failed.Active, before.Active)
 	}
 }
 

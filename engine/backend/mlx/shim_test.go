@@ -230,6 +230,9 @@ func TestMLXCScript(t *testing.T) {
 	// The key (sha256 prefix, MLX version, OS, arch) from a build that
 	// fails at once (the tarball is not gzip) and must leave nothing.
 	_, errOut, err = run(base...)
+	if strings.Contains(errOut, "no MLX CMake package") && os.Getenv("FUSION_REQUIRE_FIXTURES") != "1" {
+		t.Skipf("the venv has no mlx-cpu wheel (make test-deps): %s", errOut)
+	}
 	if err == nil || !strings.Contains(errOut, "building ") {
 		t.Fatalf("a bad tarball: err %v, stderr %q", err, errOut)
 	}
