@@ -1,7 +1,10 @@
 // Command fusion is the one binary of the project: a node (serve), model
 // tools (models), tokenization from the command line (tokenize), benchmarks
-// (bench) and the version. It parses arguments and calls into the packages
-// that do the work.
+// (bench), cluster tools (cluster) and the version. It parses arguments and
+// calls into the packages that do the work: each command is a function
+// that maps its flags onto a package's options and calls it, listed in a
+// command table (commands, and the tables of the groups), which dispatch
+// walks.
 package main
 
 import (

@@ -2,6 +2,12 @@
 // bench`): each one takes its options, measures, and writes one JSON object
 // to stdout, with progress on stderr. The options come parsed; the command
 // line is cmd/fusion's.
+//
+// A new benchmark is a function NAME(ctx, NAMEOptions, stdout[, stderr])
+// with a DefaultNAMEOptions that `make bench` uses, a command in
+// cmd/fusion/bench.go that maps flags onto the options, and its name in
+// the parts of scripts/bench.sh. Options out of range are an
+// *OptionError, which the command reports as a usage error.
 package bench
 
 import (
