@@ -179,6 +179,9 @@ func Forward(ctx context.Context, o ForwardOptions, stdout io.Writer) error {
 		res.HTTP = append(res.HTTP, level(c, call(httpB.URL), call(httpA.URL)))
 		direct := measure(ctx, c, o.Duration, gen(trivialEngine{}))
 		lats, errs, rate := latencies(ctx, c, o.Duration, gen(clientT))
+		if len(lats) == 0 {
+			lats = []time.Duration{0}
+		}
 		res.RPC = append(res.RPC, rpcBenchLevel{
 			Concurrency: c, DirectPerSecond: direct.PerSecond, ForwardedPerSecond: rate, ForwardedErrors: errs,
 			AddedP50us: round(us(lats[len(lats)/2])), AddedP99us: round(us(lats[min(len(lats)-1, len(lats)*99/100)])),
@@ -188,7 +191,7 @@ func Forward(ctx context.Context, o ForwardOptions, stdout io.Writer) error {
 }
 
 // latencies runs op from c goroutines for d and returns the sorted
-// latencies of the calls that worked, the failures and the rate.
+// latencies of the calls that worked, the failures and their rate.
 func latencies(ctx context.Context, c int, d time.Duration, op func(context.Context) error) ([]time.Duration, int, float64) {
 	var (
 		mu    sync.Mutex
@@ -216,11 +219,7 @@ func latencies(ctx context.Context, c int, d time.Duration, op func(context.Cont
 	}
 	wg.Wait()
 	slices.Sort(lats)
-	rate := round(float64(len(lats)) / time.Since(start).Seconds())
-	if len(lats) == 0 {
-		lats = []time.Duration{0}
-	}
-	return lats, errs, rate
+	return lats, errs, round(float64(len(lats)) / time.Since(start).Seconds())
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }

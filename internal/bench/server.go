@@ -294,36 +294,8 @@ func (b *serverBench) engineChat(ctx context.Context, maxTokens int) (int, error
 
 // measure runs op from c goroutines for d and summarises the latencies.
 func measure(ctx context.Context, c int, d time.Duration, op func(context.Context) error) latencyFigures {
-	var (
-		mu    sync.Mutex
-		lats  []time.Duration
-		errs  int
-		wg    sync.WaitGroup
-		start = time.Now()
-		end   = start.Add(d)
-	)
-	for range c {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for time.Now().Before(end) && ctx.Err() == nil {
-				t0 := time.Now()
-				err := op(ctx)
-				lat := time.Since(t0)
-				mu.Lock()
-				if err != nil {
-					errs++
-				} else {
-					lats = append(lats, lat)
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	slices.Sort(lats)
-	f := latencyFigures{Requests: len(lats), Errors: errs, PerSecond: round(float64(len(lats)) / elapsed.Seconds())}
+	lats, errs, rate := latencies(ctx, c, d, op)
+	f := latencyFigures{Requests: len(lats), Errors: errs, PerSecond: rate}
 	if len(lats) > 0 {
 		f.P50ms = round(ms(lats[len(lats)/2]))
 		f.P99ms = round(ms(lats[min(len(lats)-1, len(lats)*99/100)]))
