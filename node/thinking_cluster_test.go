@@ -3,6 +3,7 @@ package node_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"os"
@@ -148,5 +149,32 @@ func TestThinkingKeySurvivesRestart(t *testing.T) {
 		ant.NewUserMessage(ant.NewTextBlock("And tomorrow?"))}})
 	if err != nil {
 		t.Errorf("after a restart: %v", err)
+	}
+}
+
+// TestThinkingKeyWithoutLeader: a member without a cluster secret that has
+// never reached a leader has no key to sign or check thinking blocks
+// with: /v1/messages answers 529 overloaded_error with Retry-After, not a
+// 500 and not an unsigned block.
+func TestThinkingKeyWithoutLeader(t *testing.T) {
+	cc := loopback("alone", 2, nil) // waits for a second member that never comes
+	cc.Secret = ""
+	n := nodetest.Start(t, nodetest.Options{Cluster: cc})
+	req, _ := http.NewRequest(http.MethodPost, n.URL()+"/v1/messages",
+		strings.NewReader(`{"model":"demo","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Type  string
+		Error struct{ Type, Message string }
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&body)
+	if resp.StatusCode != 529 || resp.Header.Get("Retry-After") != "1" || body.Error.Type != "overloaded_error" ||
+		!strings.Contains(body.Error.Message, "signs thinking blocks") {
+		t.Errorf("%d (Retry-After %q) %+v", resp.StatusCode, resp.Header.Get("Retry-After"), body)
 	}
 }

@@ -28,12 +28,17 @@ func thinkingParams(display ant.ThinkingConfigEnabledDisplay) ant.MessageNewPara
 // turn follows the last user query (the demo models' template drops it).
 const qwenTemplated = "qwen3-template"
 
-func addQwenTemplated(t *testing.T, models string) {
+// thinkingNode starts a node with the demo model, the thinker and the
+// Qwen3-templated model, and returns a client of it.
+func thinkingNode(t *testing.T) ant.Client {
 	t.Helper()
+	models := nodetest.Models(t)
+	nodetest.AddThinker(t, models)
 	if _, err := demo.Create(filepath.Join(models, qwenTemplated), demo.Options{VocabFrom: testenv.TokenizerDir(t, "qwen3"),
 		Layers: 1, Hidden: 32, Heads: 2, KVHeads: 1, Intermediate: 64}); err != nil {
 		t.Fatal(err)
 	}
+	return client(nodetest.Start(t, nodetest.Options{APIKey: testKey, ModelsDir: models}), testKey)
 }
 
 // toolTurn is a history in which the assistant thought, then called a
@@ -107,11 +112,7 @@ func compact(evs []string) string {
 // reaches the next turn's prompt, an edited block is a 400
 // invalid_request_error. The official Go SDK is the client.
 func TestGoSDKThinkingSignature(t *testing.T) {
-	models := nodetest.Models(t)
-	nodetest.AddThinker(t, models)
-	addQwenTemplated(t, models)
-	n := nodetest.Start(t, nodetest.Options{APIKey: testKey, ModelsDir: models})
-	c := client(n, testKey)
+	c := thinkingNode(t)
 	ctx := context.Background()
 
 	msg, err := c.Messages.New(ctx, thinkingParams(""))
@@ -184,11 +185,7 @@ func TestGoSDKThinkingSignature(t *testing.T) {
 // reasoning: sent back (as the empty thinking block or as a
 // redacted_thinking block's data), the reasoning is in the prompt again.
 func TestGoSDKThinkingOmitted(t *testing.T) {
-	models := nodetest.Models(t)
-	nodetest.AddThinker(t, models)
-	addQwenTemplated(t, models)
-	n := nodetest.Start(t, nodetest.Options{APIKey: testKey, ModelsDir: models})
-	c := client(n, testKey)
+	c := thinkingNode(t)
 
 	msg, evs, sig := streamThinking(t, c, thinkingParams(ant.ThinkingConfigEnabledDisplayOmitted))
 	want := "message_start content_block_start:thinking content_block_delta:signature_delta content_block_stop content_block_start:text"
