@@ -25,12 +25,12 @@ type KeySource func(ctx context.Context) ([]byte, error)
 // Both formats are base64 (standard, padded), as Anthropic's are.
 const (
 	// sigSigned attests a block whose thinking the client holds: the
-	// model id in clear (uint16 length, bytes), then
+	// model id in clear (uvarint length, bytes), then
 	// HMAC-SHA256(mac key, version|key id|model|len(thinking)|thinking).
 	sigSigned byte = 1
 	// sigSealed carries the thinking itself, for display "omitted" (the
 	// block's thinking is empty): a 12-byte nonce, then AES-256-GCM of
-	// model (uint16 length, bytes) and thinking, authenticated with
+	// model (uvarint length, bytes) and thinking, authenticated with
 	// version|key id.
 	sigSealed byte = 2
 
@@ -77,7 +77,7 @@ func (c *thinkingCodec) header(version byte) []byte {
 }
 
 func appendModel(b []byte, model string) []byte {
-	b = binary.BigEndian.AppendUint16(b, uint16(len(model)))
+	b = binary.AppendUvarint(b, uint64(len(model)))
 	return append(b, model...)
 }
 
@@ -162,14 +162,11 @@ func (c *thinkingCodec) open(signature, thinking string) (reasoning, model strin
 
 // cutModel splits a length-prefixed model id off b.
 func cutModel(b []byte) (model string, rest []byte, ok bool) {
-	if len(b) < 2 {
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > uint64(len(b)-k) {
 		return "", nil, false
 	}
-	n := int(binary.BigEndian.Uint16(b))
-	if len(b) < 2+n {
-		return "", nil, false
-	}
-	return string(b[2 : 2+n]), b[2+n:], true
+	return string(b[k : k+int(n)]), b[k+int(n):], true
 }
 
 // codecs turns a KeySource into a codec, built once: the key never changes

@@ -62,7 +62,7 @@ func TestThinkingSignature(t *testing.T) {
 		{"signed, text edited", signed, "Let me think!", "", errSigMismatch},
 		{"signed, text emptied", signed, "", "", errSigMismatch},
 		{"signed, MAC byte changed", flip(t, signed, -1), "Let me think.", "", errSigMismatch},
-		{"signed, model changed", flip(t, signed, 1+keyIDLen+2), "Let me think.", "", errSigMismatch},
+		{"signed, model changed", flip(t, signed, 1+keyIDLen+1), "Let me think.", "", errSigMismatch},
 		{"signed by another key", other.sign("qwen3", "Let me think."), "Let me think.", "", errSigOtherKey},
 		{"sealed, empty block", sealed, "", "Secret plan.", nil},
 		{"sealed, the same text shown", sealed, "Secret plan.", "Secret plan.", nil},
