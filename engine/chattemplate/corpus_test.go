@@ -38,6 +38,10 @@ type parityCase struct {
 	expect   expectation
 	input    Input
 	bos, eos string
+	// conform, when set, is the shape the family's template expects:
+	// Python puts the messages into it with its own json module before
+	// rendering, Go with Shape.Conform (see openai_parity_test.go).
+	conform *Shape
 }
 
 type gen struct {
