@@ -158,17 +158,20 @@ func (m *Member) Routes(model string) (ready []Route, known bool) {
 	return ready, known
 }
 
-// Unheard lists the alive peers, not draining, whose current inventory
-// this node has not heard: the replicated catalog has none for them yet,
-// or one other than the fingerprint they gossip (a report on its way, or
-// a restarted node that has not reported yet). Until it is empty, a model
-// that Routes does not know may still be on one of their disks, so a
-// miss is not a definitive "no such model". It reads only local state.
+// Unheard lists the alive peers, not draining, with an Engine service (a
+// gRPC address), whose current inventory this node has not heard: the
+// replicated catalog has none for them yet, or one other than the
+// fingerprint they gossip (a report on its way, or a restarted node that
+// has not reported yet). Until it is empty, a model that Routes does not
+// know may still be on one of their disks, so a miss is not a definitive
+// "no such model". It reads only local state.
 func (m *Member) Unheard() []Route {
 	peers := m.peerSnapshot()
 	heard := map[string]string{} // node id → fingerprint of its recorded inventory
+	grpc := map[string]string{}  // node id → its catalog gRPC address
 	m.fsm.Read(func(s *fsm.State) {
 		for _, n := range s.Nodes() {
+			grpc[n.Id] = n.GrpcAddr
 			var inv Inventory
 			if len(n.Inventory) > 0 && json.Unmarshal(n.Inventory, &inv) == nil {
 				heard[n.Id] = inv.Fingerprint()
@@ -181,8 +184,15 @@ func (m *Member) Unheard() []Route {
 		if id == m.cfg.NodeID || p.status != StatusAlive || p.meta.Draining {
 			continue
 		}
+		addr := p.meta.GRPC
+		if addr == "" {
+			addr = grpc[id]
+		}
+		if addr == "" { // no Engine service to serve or ask
+			continue
+		}
 		if fp, ok := heard[id]; !ok || p.meta.Inventory == "" || fp != p.meta.Inventory {
-			out = append(out, Route{ID: id, GRPC: p.meta.GRPC, HTTP: p.meta.HTTP})
+			out = append(out, Route{ID: id, GRPC: addr, HTTP: p.meta.HTTP})
 		}
 	}
 	return out
