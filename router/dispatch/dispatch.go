@@ -168,11 +168,16 @@ func SessionFrom(ctx context.Context) string {
 
 // Generate runs req on the best node that takes it.
 func (d *Dispatcher) Generate(ctx context.Context, req *engine.Request) (<-chan engine.Event, error) {
-	self := d.cfg.Table.Self()
 	cands := usable(d.cfg.Table.Candidates(req.Model))
 	if len(cands) == 0 {
 		return d.miss(ctx, req)
 	}
+	return d.runOn(ctx, req, cands)
+}
+
+// runOn runs req on the first of cands, in dispatch order, that takes it.
+func (d *Dispatcher) runOn(ctx context.Context, req *engine.Request, cands []Peer) (<-chan engine.Event, error) {
+	self := d.cfg.Table.Self()
 	order := d.order(ctx, req, self, cands)
 	a := &attempt{d: d, ctx: ctx, req: req, self: self, order: order[:min(len(order), d.cfg.MaxAttempts)]}
 	node, ch, err := a.next()
@@ -324,15 +329,7 @@ func (d *Dispatcher) miss(ctx context.Context, req *engine.Request) (<-chan engi
 		d.refused.Add(1)
 		return nil, fmt.Errorf("%w: %q", engine.ErrModelNotFound, req.Model)
 	}
-	self := d.cfg.Table.Self()
-	order := d.order(ctx, req, self, have)
-	a := &attempt{d: d, ctx: ctx, req: req, self: self, order: order[:min(len(order), d.cfg.MaxAttempts)]}
-	node, ch, err := a.next()
-	if err != nil {
-		d.refused.Add(1)
-		return nil, err
-	}
-	return a.run(node, ch), nil
+	return d.runOn(ctx, req, have)
 }
 
 // ask settles a model the table does not know against the peers whose
