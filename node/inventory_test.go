@@ -30,17 +30,6 @@ func TestNoEarly404(t *testing.T) {
 	nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: t.TempDir(), Cluster: loopback("b", 0, join)})
 	c := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: t.TempDir(), Cluster: loopback("c", 0, join)})
 
-	// waitFor polls a condition of the cluster's state (not of time).
-	waitFor := func(what string, ok func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for !ok() {
-			if time.Now().After(deadline) {
-				t.Fatalf("never: %s", what)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
 	unheard := func(n *node.Node) []string {
 		var ids []string
 		for _, r := range n.Cluster().Unheard() {
@@ -57,7 +46,8 @@ func TestNoEarly404(t *testing.T) {
 		}
 		return alive == 3
 	}
-	waitFor("the cluster formed and c heard b's inventory but not a's", func() bool {
+	// waitUntil polls the cluster's state (not the clock).
+	waitUntil(t, 20*time.Second, "the cluster formed and c heard b's inventory but not a's", func() bool {
 		return formed() && slices.Equal(unheard(c), []string{"a"})
 	})
 
@@ -100,6 +90,6 @@ func TestNoEarly404(t *testing.T) {
 	}
 
 	holdA.Store(false)
-	waitFor("c heard every inventory", func() bool { return len(unheard(c)) == 0 })
+	waitUntil(t, 20*time.Second, "c heard every inventory", func() bool { return len(unheard(c)) == 0 })
 	check("every inventory heard")
 }

@@ -236,15 +236,20 @@ func (g *gen) arguments(asString bool) any {
 	if !asString {
 		return args
 	}
-	v, err := toValue(args)
-	if err != nil {
-		panic(err)
-	}
-	s, err := encodePyJSON(v, pick(g, []pyJSONOptions{
+	return g.jsonText(args, []pyJSONOptions{
 		{itemSep: ", ", keySep: ": "},
 		{itemSep: ",", keySep: ":"},
 		{itemSep: ",", keySep: ": ", indented: true, indent: "  "},
-	}))
+	})
+}
+
+// jsonText writes o as JSON with one of the formattings in opts.
+func (g *gen) jsonText(o *Object, opts []pyJSONOptions) string {
+	v, err := toValue(o)
+	if err != nil {
+		panic(err)
+	}
+	s, err := encodePyJSON(v, pick(g, opts))
 	if err != nil {
 		panic(err)
 	}

@@ -49,20 +49,12 @@ func (g *gen) apiArguments() any {
 	if g.chance(0.15) {
 		return args
 	}
-	v, err := toValue(args)
-	if err != nil {
-		panic(err)
-	}
-	s, err := encodePyJSON(v, pick(g, []pyJSONOptions{
+	return g.jsonText(args, []pyJSONOptions{
 		{itemSep: ",", keySep: ":"},
 		{itemSep: ", ", keySep: ": "},
 		{itemSep: ",", keySep: ":", ensureASCII: true},
 		{itemSep: ",", keySep: ": ", indented: true, indent: "  "},
-	}))
-	if err != nil {
-		panic(err)
-	}
-	return s
+	})
 }
 
 // apiAssistantCalls returns an assistant message calling tools, with
