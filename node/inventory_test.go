@@ -2,9 +2,7 @@ package node_test
 
 import (
 	"encoding/json"
-	"net/http"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -54,12 +52,7 @@ func TestNoEarly404(t *testing.T) {
 	chat := func(n *node.Node, model string) (int, string, string) {
 		t.Helper()
 		body := `{"model":"` + model + `","messages":[{"role":"user","content":"hi"}],"max_tokens":3,"temperature":0}`
-		req, _ := http.NewRequest(http.MethodPost, n.URL()+"/v1/chat/completions", strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer k")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := postChat(t, n, body)
 		defer resp.Body.Close()
 		var e struct{ Error struct{ Code string } }
 		json.NewDecoder(resp.Body).Decode(&e)
