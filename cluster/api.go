@@ -211,6 +211,8 @@ const AdminPath = "/admin/api/cluster"
 //	GET /admin/api/cluster/settings/{key}   {"key","value","version"}
 //	PUT /admin/api/cluster/settings/{key}   {"value", "expect_version"?} → CAS write
 //
+// Settings under KeyPrefix (the cluster's keys) are a 403.
+//
 // ?consistent on a GET first waits for a linearizable read index. No
 // leader → 503 + Retry-After; CAS mismatch → 409 with current_version.
 func (m *Member) AdminHandler() http.Handler {
@@ -262,6 +264,12 @@ type SettingDoc struct {
 }
 
 func (m *Member) serveSetting(w http.ResponseWriter, r *http.Request, key string) {
+	if strings.HasPrefix(key, KeyPrefix) {
+		// The cluster's keys stay inside it: reading one would let a
+		// client forge what it signs.
+		writeJSONError(w, http.StatusForbidden, "setting "+strconv.Quote(key)+" is one of the cluster's keys: not readable or writable here")
+		return
+	}
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
 		if !m.consistent(w, r) {

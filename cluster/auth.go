@@ -26,12 +26,14 @@ import (
 const AuthMetadataKey = "x-fusion-cluster-token"
 
 // Auth derives every inter-node credential from one cluster secret: the
-// memberlist encryption key, the gRPC token and the raft handshake key.
+// memberlist encryption key, the gRPC token and the raft handshake key,
+// and the base of the cluster's named keys (Member.Key).
 // A nil *Auth means no secret: everything is open (single machine, tests).
 type Auth struct {
 	token     string // hex HMAC, sent on every gRPC call
 	gossipKey []byte // AES-256 key for memberlist
 	raftKey   []byte // HMAC key for the raft connection handshake
+	keyBase   []byte // HMAC key the named keys are derived with
 }
 
 // NewAuth returns the credentials for a secret, or nil for "".
@@ -48,7 +50,15 @@ func NewAuth(secret string) *Auth {
 		token:     hex.EncodeToString(derive("fusion-cluster-grpc-v1")),
 		gossipKey: derive("fusion-cluster-gossip-v1"),
 		raftKey:   derive("fusion-cluster-raft-v1"),
+		keyBase:   derive("fusion-cluster-keys-v1"),
 	}
+}
+
+// key is the named key derived from the secret.
+func (a *Auth) key(name string) []byte {
+	m := hmac.New(sha256.New, a.keyBase)
+	m.Write([]byte(name))
+	return m.Sum(nil)
 }
 
 // GossipKey is the memberlist SecretKey (nil without a secret).

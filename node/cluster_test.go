@@ -34,6 +34,18 @@ func clusterDoc(t *testing.T, url, key string) (int, cluster.StatusDoc) {
 	return resp.StatusCode, doc
 }
 
+// postChat posts a chat completion body to n with the API key "k".
+func postChat(t *testing.T, n *node.Node, body string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, n.URL()+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer k")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
 // loopback is the cluster config of an in-process test node: every
 // address on 127.0.0.1:0, a shared secret, fast timings.
 func loopback(id string, expect int, join []string) node.ClusterConfig {
@@ -111,12 +123,7 @@ func TestClusterForwards(t *testing.T) {
 	chat := func(n *node.Node) (string, string, int) {
 		t.Helper()
 		body := `{"model":"demo","messages":[{"role":"user","content":"forward me"}],"max_tokens":6,"temperature":0,"logprobs":true}`
-		req, _ := http.NewRequest(http.MethodPost, n.URL()+"/v1/chat/completions", strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer k")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := postChat(t, n, body)
 		defer resp.Body.Close()
 		raw, _ := io.ReadAll(resp.Body)
 		var out struct {

@@ -172,8 +172,17 @@ func New(cfg Config) (*Node, error) {
 			sessions = n.sessions
 		}
 	}
+	thinkingKey, err := n.thinkingKey()
+	if err != nil {
+		var drain error
+		if n.server != nil {
+			drain = n.server.Drain(context.Background())
+		}
+		return nil, errors.Join(err, drain, run.Close())
+	}
 	n.router = router.New(router.Config{
-		Engine: gen, Stats: n.engineStats, Cache: run, Models: run, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes, Cluster: clusterStatus,
+		ThinkingKey: thinkingKey,
+		Engine:      gen, Stats: n.engineStats, Cache: run, Models: run, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes, Cluster: clusterStatus,
 		OpenAI:   openai.Options{MaxTokens: cfg.MaxTokens, Backends: []string{"cpu"}, CompletionsAsChat: cfg.CompletionsAsChat},
 		OpenClaw: cfg.OpenClaw, Sessions: sessions, Version: cfg.Version, Logger: cfg.Logger,
 	})

@@ -43,6 +43,9 @@ type Config struct {
 	// Version is reported by /health and in system_fingerprint.
 	Version string
 	Logger  *slog.Logger
+	// ThinkingKey signs the Anthropic dialect's thinking blocks (nil: a
+	// random key for this process only).
+	ThinkingKey anthropic.KeySource
 	// Cluster, when set, serves /admin/api/cluster and below (behind the
 	// API key): the cluster status and settings.
 	Cluster http.Handler
@@ -73,7 +76,7 @@ func New(cfg Config) *Router {
 		SystemFingerprint: "fp_fusion_" + cfg.Version,
 	})
 	an := anthropic.New(anthropic.Config{
-		Engine: cfg.Engine, Metrics: m, Options: anthropic.Options{MaxTokens: cfg.OpenAI.MaxTokens}, Logger: cfg.Logger,
+		Engine: cfg.Engine, Metrics: m, Options: anthropic.Options{MaxTokens: cfg.OpenAI.MaxTokens}, ThinkingKey: cfg.ThinkingKey, Logger: cfg.Logger,
 	})
 
 	rt := &Router{metrics: m}

@@ -2,39 +2,202 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
+	"fmt"
 	"io"
-	"sort"
+	"os"
+	"strconv"
 	"strings"
+
+	"fusion/internal/bench"
 )
 
-// benchmarks maps a `fusion bench NAME` to the function that runs it and
+// benchCommands are the `fusion bench NAME` commands: each parses its flags
+// into the benchmark's options and runs it from package bench, which
 // writes one JSON object to stdout.
-func benchmarks() map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error{
-		"batch":     benchBatch,
-		"engine":    benchEngine,
-		"cache":     benchCache,
-		"tokenizer": benchTokenizer,
-		"server":    benchServer,
-		"forward":   benchForward,
-		"grammar":   benchGrammar,
-		"raft":      benchRaft,
+func benchCommands() map[string]command {
+	return map[string]command{
+		"batch":     {summary: "continuous batching: aggregate decode tokens/s at 1..8 streams", run: benchBatch},
+		"engine":    {summary: "CPU engine: prefill and decode tokens/s, peak RSS, bandwidth", run: benchEngine},
+		"cache":     {summary: "prefix cache: time to first token cold, from RAM, from the SSD", run: benchCache},
+		"tokenizer": {summary: "tokenizer throughput against HF tokenizers", run: benchTokenizer},
+		"server":    {summary: "HTTP node against its own engine: latency, requests/s, chunks/s", run: benchServer},
+		"forward":   {summary: "what forwarding to a peer adds, over HTTP and gRPC", run: benchForward},
+		"grammar":   {summary: "JSON-schema compilation and per-token masks", run: benchGrammar},
+		"raft":      {summary: "Raft write latency, throughput and failover", run: benchRaft},
 	}
 }
 
-func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	all := benchmarks()
-	names := make([]string, 0, len(all))
-	for n := range all {
-		names = append(names, n)
+func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o := bench.DefaultEngineOptions()
+	fs := newFlagSet("bench engine", stderr)
+	fs.StringVar(&o.CacheDir, "cache", o.CacheDir, "directory the benchmark models are created in (reused)")
+	fs.IntVar(&o.Prompt, "prompt", o.Prompt, "prompt tokens (one prefill step)")
+	fs.IntVar(&o.Decode, "decode", o.Decode, "greedy decode steps")
+	fs.Var((*listFlag)(&o.Formats), "formats", "comma-separated `list` of formats to run")
+	fs.IntVar(&o.Threads, "threads", o.Threads, "compute goroutines (0: all cores)")
+	fs.IntVar(&o.Repeat, "repeat", o.Repeat, "prefill runs per format, after a warm-up step; prefill_tok_s is their median")
+	fs.StringVar(&o.CPUProfile, "cpuprofile", o.CPUProfile, "write a CPU profile of the decode steps to this file (one format in -formats)")
+	if err := parseBenchFlags(fs, args); err != nil {
+		return err
 	}
-	sort.Strings(names)
-	if len(args) == 0 {
-		return usagef("name a benchmark: %s", strings.Join(names, ", "))
+	o.LlamaBench = os.Getenv("LLAMA_BENCH")
+	return benchError(bench.Engine(ctx, o, stdout, stderr))
+}
+
+func benchBatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o := bench.DefaultBatchOptions()
+	fs := newFlagSet("bench batch", stderr)
+	fs.StringVar(&o.CacheDir, "cache", o.CacheDir, "directory the benchmark models are created in (reused)")
+	fs.Var((*listFlag)(&o.Formats), "formats", "comma-separated `list` of formats to run")
+	fs.Var((*intsFlag)(&o.Streams), "streams", "comma-separated `list` of concurrency levels")
+	fs.IntVar(&o.Prompt, "prompt", o.Prompt, "prompt tokens per stream")
+	fs.IntVar(&o.Decode, "decode", o.Decode, "greedy tokens per stream")
+	fs.IntVar(&o.Threads, "threads", o.Threads, "compute goroutines (0: all cores)")
+	fs.IntVar(&o.Repeat, "repeat", o.Repeat, "runs of every level, interleaved; each level reports its median run (a shared VM's memory bandwidth drifts by a fifth between runs)")
+	fs.StringVar(&o.CPUProfile, "cpuprofile", o.CPUProfile, "write a CPU profile of the forward-only steps at the highest concurrency to this file (one format in -formats)")
+	if err := parseBenchFlags(fs, args); err != nil {
+		return err
 	}
-	b, ok := all[args[0]]
-	if !ok {
-		return usagef("unknown benchmark %q (have: %s)", args[0], strings.Join(names, ", "))
+	return benchError(bench.Batch(ctx, o, stdout, stderr))
+}
+
+func benchCache(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o := bench.DefaultCacheOptions()
+	fs := newFlagSet("bench cache", stderr)
+	fs.StringVar(&o.CacheDir, "cache", o.CacheDir, "directory the benchmark models are created in (reused)")
+	fs.StringVar(&o.Format, "format", o.Format, "model format: bf16, mlx-q4 or gguf-q4_k_m")
+	fs.IntVar(&o.Prompt, "prompt", o.Prompt, "prompt tokens")
+	fs.IntVar(&o.Threads, "threads", o.Threads, "compute goroutines (0: all cores)")
+	fs.IntVar(&o.Repeat, "repeat", o.Repeat, "runs of each cached case (the best is reported)")
+	fs.StringVar(&o.Model, "model", o.Model, "a model directory to use instead of the benchmark model of -format")
+	fs.StringVar(&o.Data, "data", o.Data, "where the temporary data dir (and its SSD tier) goes (default: the -cache directory, on disk unlike a tmpfs /tmp)")
+	if err := parseBenchFlags(fs, args); err != nil {
+		return err
 	}
-	return b(ctx, args[1:], stdout, stderr)
+	return benchError(bench.Cache(ctx, o, stdout, stderr))
+}
+
+func benchTokenizer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o := bench.DefaultTokenizerOptions()
+	fs := newFlagSet("bench tokenizer", stderr)
+	fs.IntVar(&o.Strings, "strings", o.Strings, "number of corpus strings (about 176 bytes each)")
+	fs.Uint64Var(&o.Seed, "seed", o.Seed, "corpus seed")
+	fs.IntVar(&o.Repeat, "repeat", o.Repeat, "timed passes on each side; the fastest counts")
+	if err := parseBenchFlags(fs, args); err != nil {
+		return err
+	}
+	return benchError(bench.Tokenizer(ctx, o, stdout))
+}
+
+func benchServer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o := bench.DefaultServerOptions()
+	o.Version = version
+	fs := newFlagSet("bench server", stderr)
+	fs.DurationVar(&o.Duration, "duration", o.Duration, "time spent on each side of each level")
+	fs.Var((*intsFlag)(&o.Concurrency), "concurrency", "comma-separated `list` of client counts")
+	fs.IntVar(&o.StreamTokens, "stream-tokens", o.StreamTokens, "tokens per streamed request")
+	if err := parseBenchFlags(fs, args); err != nil {
+		return err
+	}
+	return benchError(bench.Server(ctx, o, stdout))
+}
+
+func benchForward(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o := bench.DefaultForwardOptions()
+	o.Version = version
+	fs := newFlagSet("bench forward", stderr)
+	fs.DurationVar(&o.Duration, "duration", o.Duration, "time spent on each side of each level")
+	fs.Var((*intsFlag)(&o.Concurrency), "concurrency", "comma-separated `list` of client counts")
+	if err := parseBenchFlags(fs, args); err != nil {
+		return err
+	}
+	return benchError(bench.Forward(ctx, o, stdout))
+}
+
+func benchGrammar(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o := bench.DefaultGrammarOptions()
+	fs := newFlagSet("bench grammar", stderr)
+	fs.IntVar(&o.Walks, "walks", o.Walks, "random walks per schema")
+	fs.IntVar(&o.Steps, "steps", o.Steps, "tokens per walk at most")
+	if err := parseBenchFlags(fs, args); err != nil {
+		return err
+	}
+	return benchError(bench.Grammar(ctx, o, stdout))
+}
+
+func benchRaft(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o := bench.DefaultRaftOptions()
+	fs := newFlagSet("bench raft", stderr)
+	fs.IntVar(&o.Writes, "writes", o.Writes, "sequential writes per latency series")
+	fs.DurationVar(&o.Duration, "duration", o.Duration, "time of the concurrent-writers run")
+	fs.IntVar(&o.Writers, "writers", o.Writers, "concurrent writers")
+	fs.IntVar(&o.Failovers, "failovers", o.Failovers, "leader kills timed with the default (production) raft and gossip timings")
+	if err := parseBenchFlags(fs, args); err != nil {
+		return err
+	}
+	return benchError(bench.Raft(ctx, o, stdout))
+}
+
+// parseBenchFlags parses a benchmark's flags; a benchmark takes no
+// positional arguments.
+func parseBenchFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usagef("%v", err)
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	return nil
+}
+
+// benchError turns a benchmark's option error into a usage error.
+func benchError(err error) error {
+	if oe, ok := errors.AsType[*bench.OptionError](err); ok {
+		return usagef("%v", oe)
+	}
+	return err
+}
+
+// listFlag is a comma-separated list of names.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(s string) error {
+	*l = nil
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			*l = append(*l, f)
+		}
+	}
+	return nil
+}
+
+// intsFlag is a comma-separated list of positive integers.
+type intsFlag []int
+
+func (l *intsFlag) String() string {
+	s := make([]string, len(*l))
+	for i, n := range *l {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
+}
+
+func (l *intsFlag) Set(s string) error {
+	var v []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return fmt.Errorf("%q is not a positive integer", f)
+		}
+		v = append(v, n)
+	}
+	*l = v
+	return nil
 }

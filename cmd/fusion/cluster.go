@@ -22,14 +22,13 @@ leader, every member with its gossip status and raft suffrage, and the
 model placements. --json prints the document as the API returns it.
 `
 
-func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "status" {
-		fmt.Fprint(stderr, clusterUsage)
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-			return nil
-		}
-		return usagef("unknown or missing sub-command (want: status)")
+func clusterCommands() map[string]command {
+	return map[string]command{
+		"status": {summary: "print a node's view of the cluster (fusion cluster status -h)", run: runClusterStatus},
 	}
+}
+
+func runClusterStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("cluster status", stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, clusterUsage); fs.PrintDefaults() }
 	addr := fs.String("addr", "http://"+node.DefaultListen, "the node's HTTP address")
@@ -37,7 +36,7 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	asJSON := fs.Bool("json", false, "print the JSON document")
 	consistent := fs.Bool("consistent", false, "read through the leader (linearizable)")
 	timeout := fs.Duration("timeout", 10*time.Second, "request timeout")
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

@@ -1,7 +1,10 @@
 // Command fusion is the one binary of the project: a node (serve), model
 // tools (models), tokenization from the command line (tokenize), benchmarks
-// (bench) and the version. It parses arguments and calls into the packages
-// that do the work.
+// (bench), cluster tools (cluster) and the version. It parses arguments and
+// calls into the packages that do the work: each command is a function
+// that maps its flags onto a package's options and calls it, listed in a
+// command table (commands, and the tables of the groups), which dispatch
+// walks.
 package main
 
 import (
@@ -10,29 +13,34 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
-	"sort"
+	"slices"
 	"syscall"
 )
 
 // version is set at link time (-ldflags "-X main.version=...").
 var version = "0.1.0-dev"
 
-// command is one sub-command: run receives the arguments after its name.
+// command is one entry of a command table: a leaf that runs (given the
+// arguments after its name) or a group whose next argument names one of
+// its subs. A new sub-command is a file with a function that parses its
+// flags and calls a package, and one line in a table.
 type command struct {
 	summary string
 	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+	subs    map[string]command
 }
 
 func commands() map[string]command {
 	return map[string]command{
-		"serve":    {"start a node", runServe},
-		"models":   {"model tools: create-demo, inspect", runModels},
-		"tokenize": {"tokenize text or a chat with a model's tokenizer", runTokenize},
-		"bench":    {"run a benchmark and print JSON", runBench},
-		"cluster":  {"cluster tools: status", runCluster},
-		"version":  {"print the version", runVersion},
+		"serve":    {summary: "start a node", run: runServe},
+		"models":   {summary: "model tools: create-demo, inspect", subs: modelsCommands()},
+		"tokenize": {summary: "tokenize text or a chat with a model's tokenizer", run: runTokenize},
+		"bench":    {summary: "run a benchmark and print JSON", subs: benchCommands()},
+		"cluster":  {summary: "cluster tools: status", subs: clusterCommands()},
+		"version":  {summary: "print the version", run: runVersion},
 	}
 }
 
@@ -42,47 +50,64 @@ func main() {
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// run runs the command args name and returns the exit status: 0, 1 for a
+// failure, 2 for a usage error.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	cmds := commands()
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(stderr, cmds)
-		if len(args) == 0 {
-			return 2
-		}
+	err := dispatch(ctx, "fusion", commands(), args, stdout, stderr)
+	switch {
+	case err == nil || errors.Is(err, flag.ErrHelp):
 		return 0
-	}
-	c, ok := cmds[args[0]]
-	if !ok {
-		fmt.Fprintf(stderr, "fusion: unknown command %q\n\n", args[0])
-		usage(stderr, cmds)
+	case errors.As(err, new(usageError)):
+		fmt.Fprintln(stderr, err)
 		return 2
-	}
-	if err := c.run(ctx, args[1:], stdout, stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		var ue usageError
-		if errors.As(err, &ue) {
-			fmt.Fprintf(stderr, "fusion %s: %v\n", args[0], err)
-			return 2
-		}
-		fmt.Fprintf(stderr, "fusion %s: %v\n", args[0], err)
+	default:
+		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	return 0
 }
 
-func usage(w io.Writer, cmds map[string]command) {
-	fmt.Fprintln(w, "usage: fusion <command> [flags]")
-	fmt.Fprintln(w)
-	names := make([]string, 0, len(cmds))
-	for n := range cmds {
-		names = append(names, n)
+// dispatch runs the command of table that args[0] names, path being the
+// words before it ("fusion", "fusion models"). Without a name, or with an
+// unknown one, it prints the table's usage and returns a usage error; with
+// -h, help or --help it prints the usage and returns flag.ErrHelp. Errors
+// of a command come back prefixed with its path.
+func dispatch(ctx context.Context, path string, table map[string]command, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		usage(stderr, path, table)
+		return usageError{path + ": missing command"}
 	}
-	sort.Strings(names)
+	switch args[0] {
+	case "-h", "--help", "help":
+		usage(stderr, path, table)
+		return flag.ErrHelp
+	}
+	c, ok := table[args[0]]
+	if !ok {
+		usage(stderr, path, table)
+		return usageError{fmt.Sprintf("%s: unknown command %q", path, args[0])}
+	}
+	name := path + " " + args[0]
+	if c.subs != nil {
+		return dispatch(ctx, name, c.subs, args[1:], stdout, stderr)
+	}
+	if err := c.run(ctx, args[1:], stdout, stderr); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return nil
+}
+
+// usage lists a command table.
+func usage(w io.Writer, path string, table map[string]command) {
+	fmt.Fprintf(w, "usage: %s <command> [flags]\n\n", path)
+	names := slices.Sorted(maps.Keys(table))
+	width := 0
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-9s %s\n", n, cmds[n].summary)
+		width = max(width, len(n))
 	}
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-*s  %s\n", width, n, table[n].summary)
+	}
+	fmt.Fprintln(w)
 }
 
 // usageError marks errors in how a command was called (exit status 2).

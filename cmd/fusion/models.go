@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,29 +15,12 @@ import (
 	"fusion/engine/safetensors"
 )
 
-const modelsUsage = `usage: fusion models <command> [flags]
-
-  create-demo   write a random-weight demo model (fusion models create-demo -h)
-  inspect DIR   print a model directory's architecture, dims, quantization,
-                tensor count and weight bytes as JSON
-`
-
-func runModels(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, modelsUsage)
-		return usagef("missing models command")
+func modelsCommands() map[string]command {
+	return map[string]command{
+		"create-demo": {summary: "write a random-weight demo model (fusion models create-demo -h)", run: runCreateDemo},
+		"inspect": {summary: "DIR: print a model directory's architecture, dims, quantization, tensor count and weight bytes as JSON",
+			run: runInspect},
 	}
-	switch args[0] {
-	case "-h", "--help", "help":
-		fmt.Fprint(stderr, modelsUsage)
-		return flag.ErrHelp
-	case "create-demo":
-		return runCreateDemo(ctx, args[1:], stdout, stderr)
-	case "inspect":
-		return runInspect(ctx, args[1:], stdout, stderr)
-	}
-	fmt.Fprint(stderr, modelsUsage)
-	return usagef("unknown models command %q", args[0])
 }
 
 func runCreateDemo(_ context.Context, args []string, stdout, stderr io.Writer) error {

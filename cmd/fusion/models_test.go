@@ -55,8 +55,8 @@ func TestModelsUsageErrors(t *testing.T) {
 		code int
 		msg  string
 	}{
-		{[]string{"models"}, 2, "missing models command"},
-		{[]string{"models", "frobnicate"}, 2, "unknown models command"},
+		{[]string{"models"}, 2, "fusion models: missing command"},
+		{[]string{"models", "frobnicate"}, 2, `fusion models: unknown command "frobnicate"`},
 		{[]string{"models", "create-demo"}, 2, "--out is required"},
 		{[]string{"models", "create-demo", "--out", "x", "extra"}, 2, "unexpected argument"},
 		{[]string{"models", "create-demo", "--out", t.TempDir(), "--heads", "5"}, 1, "does not divide"},

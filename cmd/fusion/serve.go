@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"fusion/cluster"
 	"fusion/engine/runner"
 	"fusion/node"
 	"fusion/router"
@@ -223,7 +224,10 @@ func resolveServe(args []string, getenv func(string) string, stderr io.Writer) (
 		}
 	}
 	if s.tlsCert != "" || s.tlsKey != "" || s.tlsCA != "" {
-		server, client, err := clusterTLS(s.tlsCert, s.tlsKey, s.tlsCA)
+		if s.tlsCert == "" || s.tlsKey == "" || s.tlsCA == "" {
+			return nil, usagef("--grpc-tls-cert, --grpc-tls-key and --grpc-tls-ca go together")
+		}
+		server, client, err := cluster.LoadTLS(s.tlsCert, s.tlsKey, s.tlsCA)
 		if err != nil {
 			return nil, usagef("%v", err)
 		}

@@ -31,10 +31,14 @@ const (
 type plan struct {
 	req    *engine.Request
 	stream bool
+	// omitThinking: thinking.display "omitted" — thinking blocks are
+	// answered empty, their signature sealing the text.
+	omitThinking bool
 }
 
-// toPlan checks a messages request and converts it into an engine request.
-func (req *MessagesRequest) toPlan(opts Options, id string) (*plan, *Error) {
+// toPlan checks a messages request and converts it into an engine request;
+// codec checks the thinking blocks of the history.
+func (req *MessagesRequest) toPlan(opts Options, id string, codec *thinkingCodec) (*plan, *Error) {
 	if req.Model == "" {
 		return nil, missing("model")
 	}
@@ -44,7 +48,7 @@ func (req *MessagesRequest) toPlan(opts Options, id string) (*plan, *Error) {
 	if *req.MaxTokens < 1 {
 		return nil, invalid("max_tokens: Input should be greater than or equal to 1")
 	}
-	base, err := req.prompt(id)
+	base, err := req.prompt(id, codec)
 	if err != nil {
 		return nil, err
 	}
@@ -72,12 +76,17 @@ func (req *MessagesRequest) toPlan(opts Options, id string) (*plan, *Error) {
 	if base.Priority, err = parseTaskTag(req.TaskTag); err != nil {
 		return nil, err
 	}
-	return &plan{req: base, stream: req.Stream != nil && *req.Stream}, nil
+	omit, err := parseThinkingDisplay(req.Thinking)
+	if err != nil {
+		return nil, err
+	}
+	return &plan{req: base, stream: req.Stream != nil && *req.Stream, omitThinking: omit}, nil
 }
 
 // prompt converts what decides the prompt (system, messages, tools,
-// tool_choice, thinking): all of count_tokens' input.
-func (req *MessagesRequest) prompt(id string) (*engine.Request, *Error) {
+// tool_choice, thinking): all of count_tokens' input. codec checks the
+// history's thinking blocks and opens the sealed ones.
+func (req *MessagesRequest) prompt(id string, codec *thinkingCodec) (*engine.Request, *Error) {
 	if req.Model == "" {
 		return nil, missing("model")
 	}
@@ -92,7 +101,7 @@ func (req *MessagesRequest) prompt(id string) (*engine.Request, *Error) {
 	if system != nil {
 		msgs = append(msgs, chattemplate.NewObject("role", "system", "content", *system))
 	}
-	conv, err := parseMessages(req.Messages)
+	conv, err := parseMessages(req.Messages, codec)
 	if err != nil {
 		return nil, err
 	}
@@ -166,8 +175,9 @@ func parseSystem(raw json.RawMessage) (*string, *Error) {
 // parseMessages converts Anthropic messages into the OpenAI-style messages
 // chat templates expect: tool_use blocks become the assistant's tool_calls
 // (arguments as objects), tool_result blocks become "tool" messages,
-// thinking becomes the assistant's reasoning_content.
-func parseMessages(raw json.RawMessage) ([]*chattemplate.Object, *Error) {
+// thinking and redacted_thinking blocks, once their signature is checked,
+// become the assistant's reasoning_content.
+func parseMessages(raw json.RawMessage, codec *thinkingCodec) ([]*chattemplate.Object, *Error) {
 	v, err := decodeRaw(raw, "messages", "a valid list")
 	if err != nil {
 		return nil, err
@@ -195,7 +205,7 @@ func parseMessages(raw json.RawMessage) ([]*chattemplate.Object, *Error) {
 		case "user":
 			conv, err = userMessage(m, param)
 		case "assistant":
-			conv, err = assistantMessage(m, param)
+			conv, err = assistantMessage(m, param, codec)
 		default:
 			return nil, invalid("%s.role: Input should be 'user' or 'assistant'", param)
 		}
@@ -395,7 +405,7 @@ func toolResult(b *chattemplate.Object, param string) (*chattemplate.Object, *Er
 
 // assistantMessage converts an assistant message into one message with
 // content, tool_calls and reasoning_content.
-func assistantMessage(m *chattemplate.Object, param string) ([]*chattemplate.Object, *Error) {
+func assistantMessage(m *chattemplate.Object, param string, codec *thinkingCodec) ([]*chattemplate.Object, *Error) {
 	bs, err := contentBlocks(m, param)
 	if err != nil {
 		return nil, err
@@ -412,14 +422,14 @@ func assistantMessage(m *chattemplate.Object, param string) ([]*chattemplate.Obj
 				return nil, err
 			}
 			texts = append(texts, s)
-		case "thinking":
-			s, err := stringField(b, "thinking", bp)
+		case "thinking", "redacted_thinking":
+			s, err := reasoningOf(b, bp, typ.(string), codec)
 			if err != nil {
 				return nil, err
 			}
-			thinking = append(thinking, s)
-		case "redacted_thinking":
-			// Opaque to us; dropped.
+			if s != "" {
+				thinking = append(thinking, s)
+			}
 		case "tool_use":
 			id, err := stringField(b, "id", bp)
 			if err != nil {
@@ -451,6 +461,34 @@ func assistantMessage(m *chattemplate.Object, param string) ([]*chattemplate.Obj
 		msg.Set("tool_calls", calls)
 	}
 	return []*chattemplate.Object{msg}, nil
+}
+
+// reasoningOf checks the signature of a thinking block (or the data of a
+// redacted_thinking block) of the history and returns the reasoning it
+// stands for: the block's text, or the text its signature seals. A block
+// without a signature this cluster made for that text is a 400, as the
+// Messages API answers an edited or foreign block.
+func reasoningOf(b *chattemplate.Object, param, typ string, codec *thinkingCodec) (string, *Error) {
+	var text, sig string
+	var err *Error
+	if typ == "thinking" {
+		if text, err = stringField(b, "thinking", param); err != nil {
+			return "", err
+		}
+		if sig, err = stringField(b, "signature", param); err != nil {
+			return "", err
+		}
+	} else if sig, err = stringField(b, "data", param); err != nil {
+		return "", err
+	}
+	reasoning, _, oerr := codec.open(sig, text)
+	if oerr != nil {
+		if typ == "thinking" {
+			return "", invalid("%s: Invalid `signature` in `thinking` block: %v.", param, oerr)
+		}
+		return "", invalid("%s: Invalid `data` in `redacted_thinking` block: %v.", param, oerr)
+	}
+	return reasoning, nil
 }
 
 // parseTools converts Anthropic tool definitions into OpenAI-style
@@ -617,6 +655,33 @@ func parseThinking(raw json.RawMessage, maxTokens int) (*bool, int, *Error) {
 		return nil, 0, invalid("thinking.type: Input should be 'enabled', 'disabled', 'adaptive' or 'between_tools'")
 	}
 	return &on, int(budget), nil
+}
+
+// parseThinkingDisplay reads thinking.display: "summarized" (the default
+// here: the thinking is shown) or "omitted" (thinking blocks come back
+// empty, their signature sealing the text for the next turn). parseThinking
+// has checked the rest of thinking.
+func parseThinkingDisplay(raw json.RawMessage) (omit bool, e *Error) {
+	if isNull(raw) {
+		return false, nil
+	}
+	var t struct {
+		Display json.RawMessage `json:"display"`
+	}
+	if err := json.Unmarshal(raw, &t); err != nil || isNull(t.Display) {
+		return false, nil
+	}
+	var display string
+	if err := json.Unmarshal(t.Display, &display); err != nil {
+		return false, invalidType("thinking.display", "a valid string", jsonkind.Of(t.Display))
+	}
+	switch display {
+	case "summarized":
+		return false, nil
+	case "omitted":
+		return true, nil
+	}
+	return false, invalid("thinking.display: Input should be 'summarized' or 'omitted'")
 }
 
 // parseStopSequences reads stop_sequences: a list of strings.

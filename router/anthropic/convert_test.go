@@ -15,7 +15,7 @@ func mustPlan(t *testing.T, body string) *plan {
 	if e := decodeJSON([]byte(body), &req); e != nil {
 		t.Fatalf("decode: %v", e)
 	}
-	p, e := req.toPlan(Options{MaxTokens: 100}, "msg_test")
+	p, e := req.toPlan(Options{MaxTokens: 100}, "msg_test", testCodec)
 	if e != nil {
 		t.Fatalf("toPlan: %v", e)
 	}
@@ -27,7 +27,7 @@ func planErr(body string) *Error {
 	if e := decodeJSON([]byte(body), &req); e != nil {
 		return e
 	}
-	_, e := req.toPlan(Options{}, "msg_test")
+	_, e := req.toPlan(Options{}, "msg_test", testCodec)
 	return e
 }
 
@@ -60,19 +60,20 @@ func TestConvertRequest(t *testing.T) {
 			tools:    `null`,
 		},
 		{
-			name: "tool_use and tool_result history, thinking kept, redacted dropped",
+			name: "tool_use and tool_result history, signed thinking and sealed redacted_thinking kept",
 			body: `{"model":"m","max_tokens":5,
 				"tools":[{"name":"get_weather","description":"Weather","input_schema":{"type":"object","properties":{"city":{"type":"string"}}}}],
 				"tool_choice":{"type":"auto","disable_parallel_tool_use":true},
 				"messages":[
 				{"role":"user","content":"weather?"},
-				{"role":"assistant","content":[{"type":"thinking","thinking":"hmm","signature":"s"},{"type":"redacted_thinking","data":"xx"},
+				{"role":"assistant","content":[{"type":"thinking","thinking":"hmm","signature":"` + testCodec.sign("m", "hmm") + `"},
+					{"type":"redacted_thinking","data":"` + testCodec.seal("m", "hidden") + `"},
 					{"type":"text","text":"Checking."},{"type":"tool_use","id":"toolu_1","name":"get_weather","input":{"city":"Paris","units":"c"}}]},
 				{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"sunny"},
 					{"type":"tool_result","tool_use_id":"toolu_2","content":[{"type":"text","text":"boom"}],"is_error":true},
 					{"type":"text","text":"thanks"}]}]}`,
 			messages: `[{"role":"user","content":"weather?"},` +
-				`{"role":"assistant","content":"Checking.","reasoning_content":"hmm","tool_calls":[{"id":"toolu_1","type":"function","function":{"name":"get_weather","arguments":{"city":"Paris","units":"c"}}}]},` +
+				`{"role":"assistant","content":"Checking.","reasoning_content":"hmm\nhidden","tool_calls":[{"id":"toolu_1","type":"function","function":{"name":"get_weather","arguments":{"city":"Paris","units":"c"}}}]},` +
 				`{"role":"tool","tool_call_id":"toolu_1","content":"sunny"},` +
 				`{"role":"tool","tool_call_id":"toolu_2","content":"Error: boom"},` +
 				`{"role":"user","content":"thanks"}]`,
@@ -135,7 +136,7 @@ func TestPrefillAndBudget(t *testing.T) {
 	if e := decodeJSON([]byte(`{"model":"m","thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"hi"}]}`), &count); e != nil {
 		t.Fatal(e)
 	}
-	if r, e := count.prompt(""); e != nil || !r.PromptRequest().StartThinking {
+	if r, e := count.prompt("", testCodec); e != nil || !r.PromptRequest().StartThinking {
 		t.Errorf("count_tokens prompt: %+v, %v", r, e)
 	}
 	for body, want := range map[string]string{
@@ -222,7 +223,7 @@ func TestStopReason(t *testing.T) {
 }
 
 func TestStreamEvents(t *testing.T) {
-	c := newStreamConverter("msg_1", "demo", 12)
+	c := newStreamConverter("msg_1", "demo", 12, testSigner)
 	var got []string
 	add := func(evs []event) {
 		for _, e := range evs {
@@ -256,7 +257,7 @@ func TestStreamEvents(t *testing.T) {
 }
 
 func TestAccumulator(t *testing.T) {
-	a := newAccumulator("msg_1", "demo")
+	a := newAccumulator("msg_1", "demo", testSigner)
 	a.add(engine.Event{Text: "Hi"})
 	a.add(engine.Event{Text: " there", Done: true, FinishReason: engine.FinishLength, Usage: engine.Usage{PromptTokens: 5, CompletionTokens: 2}})
 	want := `{"id":"msg_1","type":"message","role":"assistant","model":"demo","content":[{"type":"text","text":"Hi there"}],"stop_reason":"max_tokens","stop_sequence":null,"usage":{"input_tokens":5,"output_tokens":2,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}`
@@ -301,8 +302,8 @@ func eventLines(t *testing.T, evs []event) []string {
 // TestStreamBlocks drives the block machine with parsed output: thinking,
 // text, two tool calls, as the output parsers will deliver them.
 func TestStreamBlocks(t *testing.T) {
-	c := newStreamConverter("msg_1", "demo", 3)
-	a := newAccumulator("msg_1", "demo")
+	c := newStreamConverter("msg_1", "demo", 3, testSigner)
+	a := newAccumulator("msg_1", "demo", testSigner)
 	steps := []output{
 		{Reasoning: "Let me"}, {Reasoning: " think."},
 		{Content: "Checking."},
@@ -324,7 +325,7 @@ func TestStreamBlocks(t *testing.T) {
 		`ping {"type":"ping"}`,
 		`content_block_delta {"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"Let me"}}`,
 		`content_block_delta {"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":" think."}}`,
-		`content_block_delta {"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":""}}`,
+		`content_block_delta {"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"` + testCodec.sign("demo", "Let me think.") + `"}}`,
 		`content_block_stop {"type":"content_block_stop","index":0}`,
 		`content_block_start {"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}`,
 		`content_block_delta {"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"Checking."}}`,
@@ -342,7 +343,7 @@ func TestStreamBlocks(t *testing.T) {
 		t.Errorf("events\n got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	wantMsg := `{"id":"msg_1","type":"message","role":"assistant","model":"demo","content":[` +
-		`{"type":"thinking","thinking":"Let me think.","signature":""},{"type":"text","text":"Checking."},` +
+		`{"type":"thinking","thinking":"Let me think.","signature":"` + testCodec.sign("demo", "Let me think.") + `"},{"type":"text","text":"Checking."},` +
 		`{"type":"tool_use","id":"toolu_a","name":"get_weather","input":{"city":"Paris"}},{"type":"tool_use","id":"toolu_b","name":"noop","input":{}}],` +
 		`"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":3,"output_tokens":9,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}`
 	if got := toJSON(t, a.result()); got != wantMsg {
@@ -353,7 +354,7 @@ func TestStreamBlocks(t *testing.T) {
 // TestStreamEmpty: a generation with no text still has one (empty) text
 // block, streamed or not.
 func TestStreamEmpty(t *testing.T) {
-	c := newStreamConverter("msg_1", "demo", 3)
+	c := newStreamConverter("msg_1", "demo", 3, testSigner)
 	evs := append(c.start(engine.Event{}), c.event(engine.Event{Done: true, FinishReason: engine.FinishStop})...)
 	var names []string
 	for _, e := range evs {
@@ -362,7 +363,7 @@ func TestStreamEmpty(t *testing.T) {
 	if got := strings.Join(names, " "); got != "message_start content_block_start ping content_block_stop message_delta message_stop" {
 		t.Errorf("events: %s", got)
 	}
-	a := newAccumulator("msg_1", "demo")
+	a := newAccumulator("msg_1", "demo", testSigner)
 	a.add(engine.Event{Done: true, FinishReason: engine.FinishStop})
 	if got := toJSON(t, a.result().Content); got != `[{"type":"text","text":""}]` {
 		t.Errorf("content: %s", got)

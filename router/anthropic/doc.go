@@ -12,8 +12,10 @@
 // message; content blocks become the OpenAI-style messages chat templates
 // expect — text blocks joined with "\n", tool_use blocks the assistant's
 // tool_calls (arguments as objects), each tool_result a "tool" message with
-// tool_call_id (is_error prefixes the content with "Error: "), thinking the
-// assistant's reasoning_content; redacted_thinking is dropped; image and
+// tool_call_id (is_error prefixes the content with "Error: "), thinking and
+// redacted_thinking the assistant's reasoning_content once their signature
+// checks out (signature.go; a bad one is a 400, see router/DESIGN.md,
+// "Thinking signatures"); image and
 // document blocks are a 400 (our models take text only). tools become
 // function tools for the template; tool_choice auto, none (the tools are
 // left out of the prompt and no calls are extracted), any and tool (the
@@ -58,8 +60,9 @@
 // text and tool_use blocks in order, with stop_reason tool_use after a
 // call. Engine events carry the runner's parsed output (Reasoning, Text,
 // whole ToolCalls); each event becomes one step: reasoning feeds a
-// thinking block (thinking_delta, then an empty signature_delta before it
-// stops), text a text block, each call a tool_use block (id "toolu_" + the
+// thinking block (thinking_delta, then a signature_delta before it stops;
+// with thinking.display "omitted" no thinking_delta, the block stays empty
+// and the signature seals the text), text a text block, each call a tool_use block (id "toolu_" + the
 // engine id without "call_", input_json_delta with the whole arguments
 // JSON, input the parsed object). Blocks follow the order the events
 // arrive: thinking (0), text (1), tool_use (2, ...). FinishToolCalls, or

@@ -164,6 +164,14 @@ func FromEngine(err error) *Error {
 	return &Error{Status: http.StatusInternalServerError, Type: TypeAPI, Message: "internal error: " + err.Error()}
 }
 
+// keyUnavailable answers a request while the key that signs thinking
+// blocks cannot be had (a cluster member that has never reached a leader,
+// when the cluster has no secret): retry shortly.
+func keyUnavailable(err error) *Error {
+	return &Error{Status: StatusOverloaded, Type: TypeOverloaded, RetryAfter: 1,
+		Message: "Overloaded: the key that signs thinking blocks is not available yet: " + err.Error()}
+}
+
 // engineError maps an engine error, naming the model on a 404.
 func engineError(err error, model string) *Error {
 	if errors.Is(err, engine.ErrModelNotFound) {

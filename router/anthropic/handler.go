@@ -17,7 +17,10 @@ type Config struct {
 	Engine  engine.Generator
 	Metrics *metrics.Metrics
 	Options Options
-	Logger  *slog.Logger
+	// ThinkingKey gives the key thinking blocks are signed with (the
+	// cluster's; nil: RandomKey, good for one process only).
+	ThinkingKey KeySource
+	Logger      *slog.Logger
 }
 
 // Handler serves the Anthropic Messages dialect.
@@ -25,6 +28,7 @@ type Handler struct {
 	engine  engine.Generator
 	metrics *metrics.Metrics
 	opts    Options
+	codecs  *codecs
 	log     *slog.Logger
 }
 
@@ -36,7 +40,10 @@ func New(cfg Config) *Handler {
 	if cfg.Metrics == nil {
 		cfg.Metrics = metrics.New(nil)
 	}
-	return &Handler{engine: cfg.Engine, metrics: cfg.Metrics, opts: cfg.Options, log: cfg.Logger}
+	if cfg.ThinkingKey == nil {
+		cfg.ThinkingKey = RandomKey()
+	}
+	return &Handler{engine: cfg.Engine, metrics: cfg.Metrics, opts: cfg.Options, codecs: &codecs{source: cfg.ThinkingKey}, log: cfg.Logger}
 }
 
 // Mount registers the dialect's routes on r. The anthropic-version and
@@ -58,27 +65,33 @@ func (h *Handler) reject(w http.ResponseWriter, r *http.Request, e *Error) {
 	WriteError(w, e)
 }
 
-func decodeRequest(r *http.Request) (*MessagesRequest, *Error) {
+// decodeRequest reads the body and the codec its thinking blocks are
+// checked (and the answer's signed) with.
+func (h *Handler) decodeRequest(r *http.Request) (*MessagesRequest, *thinkingCodec, *Error) {
 	body, e := readBody(r)
 	if e != nil {
-		return nil, e
+		return nil, nil, e
 	}
 	var req MessagesRequest
 	if e := decodeJSON(body, &req); e != nil {
-		return nil, e
+		return nil, nil, e
 	}
-	return &req, nil
+	codec, err := h.codecs.get(r.Context())
+	if err != nil {
+		return nil, nil, keyUnavailable(err)
+	}
+	return &req, codec, nil
 }
 
 // POST /v1/messages.
 func (h *Handler) messages(w http.ResponseWriter, r *http.Request) {
-	req, e := decodeRequest(r)
+	req, codec, e := h.decodeRequest(r)
 	if e != nil {
 		h.reject(w, r, e)
 		return
 	}
 	id := "msg_" + requestid.New()[:24]
-	p, e := req.toPlan(h.opts, id)
+	p, e := req.toPlan(h.opts, id, codec)
 	if e != nil {
 		h.reject(w, r, e)
 		return
@@ -123,8 +136,9 @@ func (h *Handler) messages(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
+	sig := thinkingSigner{codec: codec, model: req.Model, omit: p.omitThinking}
 	if !p.stream {
-		acc := newAccumulator(id, req.Model)
+		acc := newAccumulator(id, req.Model, sig)
 		for ev := range events {
 			note(ev)
 			if ev.Err != nil {
@@ -146,7 +160,7 @@ func (h *Handler) messages(w http.ResponseWriter, r *http.Request) {
 	}
 
 	sse := newSSEWriter(w)
-	conv := newStreamConverter(id, req.Model, inputTokens)
+	conv := newStreamConverter(id, req.Model, inputTokens, sig)
 	ok := true
 	send := func(evs []event) {
 		for _, e := range evs {
@@ -185,12 +199,12 @@ func (h *Handler) messages(w http.ResponseWriter, r *http.Request) {
 // POST /v1/messages/count_tokens and /v1/count_tokens: the prompt's
 // tokens, with system and tools rendered through the chat template.
 func (h *Handler) countTokens(w http.ResponseWriter, r *http.Request) {
-	req, e := decodeRequest(r)
+	req, codec, e := h.decodeRequest(r)
 	if e != nil {
 		WriteError(w, e)
 		return
 	}
-	pr, e := req.prompt("")
+	pr, e := req.prompt("", codec)
 	if e != nil {
 		WriteError(w, e)
 		return

@@ -53,6 +53,23 @@ type blocks struct {
 	args    []strings.Builder // per tool block in content, its input JSON
 	argOf   []int             // per content index, its args index (-1: not a tool block)
 	calls   int               // tool_use blocks opened
+	sig     thinkingSigner
+	thought strings.Builder // the open thinking block's text (its only copy when omitted)
+}
+
+// thinkingSigner signs the thinking blocks of one answer.
+type thinkingSigner struct {
+	codec *thinkingCodec
+	model string
+	omit  bool // display "omitted": blocks show no thinking, their signature seals it
+}
+
+// signature is the signature of a thinking block with this text.
+func (s thinkingSigner) signature(thinking string) string {
+	if s.omit {
+		return s.codec.seal(s.model, thinking)
+	}
+	return s.codec.sign(s.model, thinking)
 }
 
 // index is the open block's position.
@@ -65,8 +82,14 @@ func (b *blocks) close() []event {
 	var out []event
 	i := b.index()
 	if b.open == thinkingBlock {
+		// The signature covers the whole text, so it comes last, just
+		// before the block stops (as Anthropic sends it).
+		tb := b.content[i].(ThinkingBlock)
+		tb.Signature = b.sig.signature(b.thought.String())
+		b.content[i] = tb
+		b.thought.Reset()
 		out = append(out, event{"content_block_delta", ContentBlockDelta{Type: "content_block_delta", Index: i,
-			Delta: SignatureDelta{Type: "signature_delta", Signature: ""}}})
+			Delta: SignatureDelta{Type: "signature_delta", Signature: tb.Signature}}})
 	}
 	if b.open == toolBlock {
 		in := strings.TrimSpace(b.args[b.argOf[i]].String())
@@ -119,10 +142,13 @@ func (b *blocks) add(o output) []event {
 		if b.open != thinkingBlock {
 			out = append(out, b.start(thinkingBlock, ThinkingBlock{Type: "thinking"})...)
 		}
-		tb := b.content[b.index()].(ThinkingBlock)
-		tb.Thinking += o.Reasoning
-		b.content[b.index()] = tb
-		out = append(out, b.delta(ThinkingDelta{Type: "thinking_delta", Thinking: o.Reasoning}))
+		b.thought.WriteString(o.Reasoning)
+		if !b.sig.omit { // omitted: no thinking_delta, the block stays empty
+			tb := b.content[b.index()].(ThinkingBlock)
+			tb.Thinking += o.Reasoning
+			b.content[b.index()] = tb
+			out = append(out, b.delta(ThinkingDelta{Type: "thinking_delta", Thinking: o.Reasoning}))
+		}
 	}
 	if o.Content != "" {
 		if b.open != textBlock {
@@ -169,8 +195,8 @@ type streamConverter struct {
 	pinged      bool
 }
 
-func newStreamConverter(id, model string, inputTokens int) *streamConverter {
-	return &streamConverter{id: id, model: model, inputTokens: inputTokens}
+func newStreamConverter(id, model string, inputTokens int, sig thinkingSigner) *streamConverter {
+	return &streamConverter{id: id, model: model, inputTokens: inputTokens, blocks: blocks{sig: sig}}
 }
 
 // start returns the events sent before the first token's; first is the
@@ -244,8 +270,8 @@ type accumulator struct {
 	blocks blocks
 }
 
-func newAccumulator(id, model string) *accumulator {
-	return &accumulator{msg: Message{ID: id, Type: "message", Role: "assistant", Model: model}}
+func newAccumulator(id, model string, sig thinkingSigner) *accumulator {
+	return &accumulator{msg: Message{ID: id, Type: "message", Role: "assistant", Model: model}, blocks: blocks{sig: sig}}
 }
 
 func (a *accumulator) add(ev engine.Event) { a.output(outputOf(ev), ev) }

@@ -19,8 +19,8 @@ func TestEngineEventsBlocks(t *testing.T) {
 		{ToolCalls: []engine.ToolCall{{Index: 1, ID: "call_b", Name: "noop", Arguments: `{}`}},
 			Done: true, FinishReason: engine.FinishToolCalls, Usage: engine.Usage{PromptTokens: 3, CompletionTokens: 9}},
 	}
-	c := newStreamConverter("msg_1", "demo", 3)
-	a := newAccumulator("msg_1", "demo")
+	c := newStreamConverter("msg_1", "demo", 3, testSigner)
+	a := newAccumulator("msg_1", "demo", testSigner)
 	evs := c.start(engine.Event{})
 	for _, ev := range events {
 		evs = append(evs, c.event(ev)...)
@@ -32,7 +32,7 @@ func TestEngineEventsBlocks(t *testing.T) {
 		`ping {"type":"ping"}`,
 		`content_block_delta {"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"Let me"}}`,
 		`content_block_delta {"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":" think."}}`,
-		`content_block_delta {"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":""}}`,
+		`content_block_delta {"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"` + testCodec.sign("demo", "Let me think.") + `"}}`,
 		`content_block_stop {"type":"content_block_stop","index":0}`,
 		`content_block_start {"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}`,
 		`content_block_delta {"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"Checking."}}`,
@@ -50,7 +50,7 @@ func TestEngineEventsBlocks(t *testing.T) {
 		t.Errorf("events\n got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	wantMsg := `{"id":"msg_1","type":"message","role":"assistant","model":"demo","content":[` +
-		`{"type":"thinking","thinking":"Let me think.","signature":""},{"type":"text","text":"Checking."},` +
+		`{"type":"thinking","thinking":"Let me think.","signature":"` + testCodec.sign("demo", "Let me think.") + `"},{"type":"text","text":"Checking."},` +
 		`{"type":"tool_use","id":"toolu_a","name":"get_weather","input":{"city":"Paris","days":[1,2]}},{"type":"tool_use","id":"toolu_b","name":"noop","input":{}}],` +
 		`"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":3,"output_tokens":9,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}`
 	if got := toJSON(t, a.result()); got != wantMsg {
@@ -70,7 +70,7 @@ func TestEngineStopReasons(t *testing.T) {
 		{[]engine.Event{{Reasoning: "r"}, {Done: true, FinishReason: engine.FinishStop}}, "end_turn"},
 	}
 	for i, tt := range tests {
-		a := newAccumulator("msg_1", "demo")
+		a := newAccumulator("msg_1", "demo", testSigner)
 		for _, ev := range tt.events {
 			a.add(ev)
 		}

@@ -43,8 +43,9 @@ type TextBlock struct {
 	Text string `json:"text"`
 }
 
-// ThinkingBlock is a thinking block. Signature is empty: a local server
-// has nothing to sign, and clients echo it back as they got it.
+// ThinkingBlock is a thinking block. Signature authenticates it (and, when
+// the request asked for display "omitted", carries the thinking, which the
+// block then shows empty); clients send it back as they got it.
 type ThinkingBlock struct {
 	Type      string `json:"type"` // "thinking"
 	Thinking  string `json:"thinking"`

@@ -94,7 +94,6 @@ def test_tool_history():
     messages = [
         {"role": "user", "content": "Weather in Paris?"},
         {"role": "assistant", "content": [
-            {"type": "thinking", "thinking": "I should call the tool.", "signature": ""},
             {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny", "is_error": False}]},
     ]
@@ -120,16 +119,17 @@ def test_prefill_and_thinking_budget():
 def test_thinking():
     """thinking enabled: the hybrid template's generation prompt is opened into
     <think>, so the answer is a thinking block (with its signature) and then
-    text; budget_tokens closes the thinking, which the thinker would not."""
+    text; budget_tokens closes the thinking, which the thinker would not.
+    The block goes back as it came; edited, it is refused."""
     budget, max_tokens = 1024, 1100
     thinking = {"type": "enabled", "budget_tokens": budget}
     m = client().messages.create(model=THINKER, max_tokens=max_tokens, messages=MSGS, thinking=thinking)
     assert [b.type for b in m.content] == ["thinking", "text"]
-    assert m.content[0].thinking.strip() and m.content[0].signature == ""
+    assert m.content[0].thinking.strip() and m.content[0].signature
     assert m.content[1].text
     assert m.stop_reason == "max_tokens" and m.usage.output_tokens == max_tokens
 
-    starts, deltas, thought, helper = [], collections.Counter(), [], []
+    starts, deltas, thought, helper, signatures = [], collections.Counter(), [], [], []
     with client().messages.stream(model=THINKER, max_tokens=max_tokens, messages=MSGS, thinking=thinking) as s:
         for ev in s:
             if ev.type == "content_block_start":
@@ -138,6 +138,8 @@ def test_thinking():
                 deltas[ev.delta.type] += 1
                 if ev.delta.type == "thinking_delta":
                     thought.append(ev.delta.thinking)
+                elif ev.delta.type == "signature_delta":
+                    signatures.append(ev.delta.signature)
             elif ev.type == "thinking":  # the SDK's helper event, with the block so far
                 helper.append(ev.snapshot)
         final = s.get_final_message()
@@ -147,8 +149,19 @@ def test_thinking():
     # then </think>, then at least the rest of max_tokens as text.
     assert deltas["thinking_delta"] <= budget and deltas["text_delta"] >= max_tokens - budget - 1
     assert [b.type for b in final.content] == ["thinking", "text"]
-    assert final.content[0].thinking == "".join(thought) == helper[-1] and final.content[0].signature == ""
+    assert final.content[0].thinking == "".join(thought) == helper[-1] and final.content[0].signature == signatures[-1]
     assert final.content[1].text and final.stop_reason == "max_tokens" and final.usage.output_tokens == max_tokens
+
+    block = final.content[0]
+    history = MSGS + [{"role": "assistant", "content": [block, final.content[1]]}, {"role": "user", "content": "Go on."}]
+    again = client().messages.create(model=THINKER, max_tokens=2, messages=history)
+    assert again.usage.output_tokens == 2
+    edited = {"type": "thinking", "thinking": block.thinking + " I was wrong.", "signature": block.signature}
+    with pytest.raises(anthropic.BadRequestError) as e:
+        client().messages.create(model=THINKER, max_tokens=2, messages=MSGS + [{"role": "assistant", "content": [edited, final.content[1]]},
+                                                                               {"role": "user", "content": "Go on."}])
+    assert e.value.status_code == 400 and e.value.body["error"]["type"] == "invalid_request_error"
+    assert "Invalid `signature` in `thinking` block" in e.value.body["error"]["message"]
 
 
 def test_not_found():

@@ -1,10 +1,9 @@
-package main
+package bench
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,57 +26,63 @@ type cacheRun struct {
 	FirstToken   int     `json:"first_token"`
 }
 
-// benchCache measures the prefix cache on the Qwen3-0.6B-shaped benchmark
+// CacheOptions are the settings of the prefix-cache benchmark.
+type CacheOptions struct {
+	CacheDir string // directory the benchmark models are created in (reused)
+	Format   string // model format: bf16, mlx-q4 or gguf-q4_k_m
+	Prompt   int    // prompt tokens
+	Threads  int    // compute goroutines (0: all cores)
+	Repeat   int    // runs of each cached case (the best is reported)
+	Model    string // a model directory to use instead of the benchmark model of Format
+	// Data is where the temporary data dir (and its SSD tier) goes
+	// ("": CacheDir, on disk unlike a tmpfs /tmp).
+	Data string
+}
+
+// DefaultCacheOptions are the settings `make bench` uses.
+func DefaultCacheOptions() CacheOptions {
+	return CacheOptions{CacheDir: DefaultCacheDir, Format: "mlx-q4", Prompt: 2048, Repeat: 3}
+}
+
+// Cache measures the prefix cache on the Qwen3-0.6B-shaped benchmark
 // model (see bench engine): the time to the first token of a prompt of
 // -prompt tokens through the real runner, cold, with its blocks in RAM,
 // and restored from the SSD after a restart (a new runner on the same data
 // dir), once with the block files evicted from the page cache first
 // (read from the device) and once with them in it. The ratios divide the
 // cold time by each.
-func benchCache(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	flags := flag.NewFlagSet("bench cache", flag.ContinueOnError)
-	flags.SetOutput(stderr)
-	cacheDir := flags.String("cache", filepath.Join(".cache", "bench"), "directory the benchmark models are created in (reused)")
-	format := flags.String("format", "mlx-q4", "model format: bf16, mlx-q4 or gguf-q4_k_m")
-	promptLen := flags.Int("prompt", 2048, "prompt tokens")
-	threads := flags.Int("threads", 0, "compute goroutines (0: all cores)")
-	repeat := flags.Int("repeat", 3, "runs of each cached case (the best is reported)")
-	modelPath := flags.String("model", "", "a model directory to use instead of the benchmark model of -format")
-	dataParent := flags.String("data", "", "where the temporary data dir (and its SSD tier) goes (default: the -cache directory, on disk unlike a tmpfs /tmp)")
-	if err := flags.Parse(args); err != nil {
-		return err
+func Cache(ctx context.Context, o CacheOptions, stdout, stderr io.Writer) error {
+	if o.Prompt < 2 || o.Repeat < 1 {
+		return optionErrorf("-prompt must be at least 2 and -repeat positive")
 	}
-	if *promptLen < 2 || *repeat < 1 {
-		return usagef("-prompt must be at least 2 and -repeat positive")
-	}
-	path, desc := *modelPath, *modelPath
+	path, desc := o.Model, o.Model
 	if path == "" {
 		var f *engineFormat
 		for _, ef := range engineFormats(demo0p6Shape()) {
-			if ef.name == *format {
+			if ef.name == o.Format {
 				f = &ef
 			}
 		}
 		if f == nil {
-			return usagef("unknown format %q", *format)
+			return optionErrorf("unknown format %q", o.Format)
 		}
 		var err error
-		if path, err = benchModel(*cacheDir, *f); err != nil {
+		if path, err = benchModel(o.CacheDir, *f); err != nil {
 			return err
 		}
 		desc = "random weights shaped like Qwen3-0.6B, " + f.name
 	}
 	modelsDir, name := filepath.Dir(path), filepath.Base(path)
-	if *dataParent == "" {
-		*dataParent = *cacheDir
-		if *modelPath != "" {
-			*dataParent = filepath.Dir(*modelPath)
+	if o.Data == "" {
+		o.Data = o.CacheDir
+		if o.Model != "" {
+			o.Data = filepath.Dir(o.Model)
 		}
 	}
-	if err := os.MkdirAll(*dataParent, 0o755); err != nil {
+	if err := os.MkdirAll(o.Data, 0o755); err != nil {
 		return err
 	}
-	data, err := os.MkdirTemp(*dataParent, "fusion-bench-cache-")
+	data, err := os.MkdirTemp(o.Data, "fusion-bench-cache-")
 	if err != nil {
 		return err
 	}
@@ -90,7 +95,7 @@ func benchCache(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if b, err := os.ReadFile(filepath.Join(path, "config.json")); err == nil && json.Unmarshal(b, &conf) == nil && conf.VocabSize > 0 {
 		vocab = min(vocab, conf.VocabSize)
 	}
-	prompt := make([]int, *promptLen)
+	prompt := make([]int, o.Prompt)
 	for i := range prompt {
 		prompt[i] = (i*7919 + 13) % 150000 % vocab
 	}
@@ -98,7 +103,7 @@ func benchCache(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	open := func() (*runner.Runner, error) {
 		runtime.GC()
 		debug.FreeOSMemory()
-		return runner.New(runner.Config{ModelsDir: modelsDir, Preload: []string{name}, Threads: *threads, Logger: log,
+		return runner.New(runner.Config{ModelsDir: modelsDir, Preload: []string{name}, Threads: o.Threads, Logger: log,
 			MaxTokens: 1, CacheDir: filepath.Join(data, "cache")})
 	}
 	measure := func(r *runner.Runner) (cacheRun, error) {
@@ -130,7 +135,7 @@ func benchCache(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	best := func(r *runner.Runner, before func()) (cacheRun, error) {
 		var b cacheRun
-		for i := range *repeat {
+		for i := range o.Repeat {
 			if before != nil {
 				before()
 			}
@@ -147,11 +152,11 @@ func benchCache(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 	out := map[string]any{
 		"model":  desc,
-		"prompt": *promptLen, "block_size": prefixcache.DefaultBlockSize, "ssd_dir": filepath.Join(data, "cache"),
+		"prompt": o.Prompt, "block_size": prefixcache.DefaultBlockSize, "ssd_dir": filepath.Join(data, "cache"),
 		"note":  "TTFT through the runner (prefix-cache lookup, prefill of the rest, first token); cold includes storing the blocks; ram: the same runner again; after a restart (new runner, same data dir) with the RAM tier cleared before each run: ssd_device with the block files evicted from the page cache (posix_fadvise), ssd_page_cache with them in it; best of -repeat runs for the cached cases",
 		"goals": map[string]float64{"ram_speedup": 20, "ssd_speedup": 5},
 	}
-	fmt.Fprintf(stderr, "bench cache: %s, %d-token prompt\n", desc, *promptLen)
+	fmt.Fprintf(stderr, "bench cache: %s, %d-token prompt\n", desc, o.Prompt)
 	r, err := open()
 	if err != nil {
 		return err

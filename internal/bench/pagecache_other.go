@@ -1,6 +1,6 @@
 //go:build !linux
 
-package main
+package bench
 
 // dropPageCache is not available here: the SSD figure is then read
 // through the page cache.

@@ -1,11 +1,10 @@
-package main
+package bench
 
 import (
 	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -72,25 +71,26 @@ type cancelFigures struct {
 	MaxMs  float64 `json:"max_ms"`
 }
 
-// benchServer measures the HTTP node against its own engine in the same
+// ServerOptions are the settings of the HTTP server benchmark.
+type ServerOptions struct {
+	Duration     time.Duration // time spent on each side of each level
+	Concurrency  []int         // client counts
+	StreamTokens int           // tokens per streamed request
+	Version      string        // the version the node reports
+}
+
+// DefaultServerOptions are the settings `make bench` uses.
+func DefaultServerOptions() ServerOptions {
+	return ServerOptions{Duration: 2 * time.Second, Concurrency: []int{1, 8, 64}, StreamTokens: 128}
+}
+
+// Server measures the HTTP node against its own engine in the same
 // run: requests/s and p50/p99 latency of max_tokens 1 chat completions at
 // several concurrencies, and streamed chunks/s, on a tiny demo model.
-func benchServer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("bench server", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	duration := fs.Duration("duration", 2*time.Second, "time spent on each side of each level")
-	levels := fs.String("concurrency", "1,8,64", "comma-separated client counts")
-	streamTokens := fs.Int("stream-tokens", 128, "tokens per streamed request")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	var conc []int
-	for _, s := range strings.Split(*levels, ",") {
-		c, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || c < 1 {
-			return usagef("-concurrency: %q is not a positive integer", s)
-		}
-		conc = append(conc, c)
+func Server(ctx context.Context, o ServerOptions, stdout io.Writer) error {
+	conc := o.Concurrency
+	if len(conc) == 0 || slices.Min(conc) < 1 {
+		return optionErrorf("-concurrency: want positive integers, got %v", conc)
 	}
 
 	dir, err := os.MkdirTemp("", "fusion-bench-server-")
@@ -104,7 +104,7 @@ func benchServer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	n, err := node.New(node.Config{
 		Listen: "127.0.0.1:0", DataDir: dir, ModelsDir: filepath.Join(dir, "models"), Preload: []string{"demo"},
-		MaxQueued: 2 * slices.Max(conc), Version: version, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		MaxQueued: 2 * slices.Max(conc), Version: o.Version, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
 		return err
@@ -122,19 +122,19 @@ func benchServer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	res := serverBenchResult{
 		Model:     fmt.Sprintf("demo %s, %d layers, hidden %d", opts.Arch, opts.Layers, opts.Hidden),
-		MaxTokens: 1, Duration: duration.String(), Procs: runtime.GOMAXPROCS(0),
+		MaxTokens: 1, Duration: o.Duration.String(), Procs: runtime.GOMAXPROCS(0),
 	}
 	for _, c := range conc {
 		lvl := serverBenchLevel{Concurrency: c}
-		lvl.HTTP = measure(ctx, c, *duration, func(ctx context.Context) error { _, err := b.httpChat(ctx, 1, false); return err })
-		lvl.Engine = measure(ctx, c, *duration, func(ctx context.Context) error { _, err := b.engineChat(ctx, 1); return err })
+		lvl.HTTP = measure(ctx, c, o.Duration, func(ctx context.Context) error { _, err := b.httpChat(ctx, 1, false); return err })
+		lvl.Engine = measure(ctx, c, o.Duration, func(ctx context.Context) error { _, err := b.engineChat(ctx, 1); return err })
 		res.Levels = append(res.Levels, lvl)
 	}
 	for _, c := range []int{1, 8} {
-		s := serverBenchStream{Concurrency: c, TokensPerRequest: *streamTokens}
+		s := serverBenchStream{Concurrency: c, TokensPerRequest: o.StreamTokens}
 		var e1, e2 int
-		s.HTTPChunksPerSecond, e1 = throughput(ctx, c, *duration, func(ctx context.Context) (int, error) { return b.httpChat(ctx, *streamTokens, true) })
-		s.EngineEventsPerSecond, e2 = throughput(ctx, c, *duration, func(ctx context.Context) (int, error) { return b.engineChat(ctx, *streamTokens) })
+		s.HTTPChunksPerSecond, e1 = throughput(ctx, c, o.Duration, func(ctx context.Context) (int, error) { return b.httpChat(ctx, o.StreamTokens, true) })
+		s.EngineEventsPerSecond, e2 = throughput(ctx, c, o.Duration, func(ctx context.Context) (int, error) { return b.engineChat(ctx, o.StreamTokens) })
 		s.Errors = e1 + e2
 		res.Stream = append(res.Stream, s)
 	}
@@ -294,36 +294,8 @@ func (b *serverBench) engineChat(ctx context.Context, maxTokens int) (int, error
 
 // measure runs op from c goroutines for d and summarises the latencies.
 func measure(ctx context.Context, c int, d time.Duration, op func(context.Context) error) latencyFigures {
-	var (
-		mu    sync.Mutex
-		lats  []time.Duration
-		errs  int
-		wg    sync.WaitGroup
-		start = time.Now()
-		end   = start.Add(d)
-	)
-	for range c {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for time.Now().Before(end) && ctx.Err() == nil {
-				t0 := time.Now()
-				err := op(ctx)
-				lat := time.Since(t0)
-				mu.Lock()
-				if err != nil {
-					errs++
-				} else {
-					lats = append(lats, lat)
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	slices.Sort(lats)
-	f := latencyFigures{Requests: len(lats), Errors: errs, PerSecond: round(float64(len(lats)) / elapsed.Seconds())}
+	lats, errs, rate := latencies(ctx, c, d, op)
+	f := latencyFigures{Requests: len(lats), Errors: errs, PerSecond: rate}
 	if len(lats) > 0 {
 		f.P50ms = round(ms(lats[len(lats)/2]))
 		f.P99ms = round(ms(lats[min(len(lats)-1, len(lats)*99/100)]))

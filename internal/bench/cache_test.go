@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 	"fusion/engine/demo"
 )
 
-// TestBenchCacheSmoke runs `fusion bench cache` on a tiny demo model: the
+// TestBenchCacheSmoke runs the cache benchmark (`fusion bench cache`) on a tiny demo model: the
 // JSON has every case, the cached cases restored the prompt's whole blocks
 // but its last token, and all agree on the first token (the command checks
 // that itself and fails otherwise).
@@ -21,7 +21,9 @@ func TestBenchCacheSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := benchCache(context.Background(), []string{"-model", dir, "-prompt", "192", "-repeat", "1", "-threads", "1"}, &out, io.Discard); err != nil {
+	opts := DefaultCacheOptions()
+	opts.Model, opts.Prompt, opts.Repeat, opts.Threads = dir, 192, 1, 1
+	if err := Cache(context.Background(), opts, &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	var res struct {

@@ -1,9 +1,8 @@
-package main
+package bench
 
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,8 +12,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -64,23 +61,24 @@ type rpcBenchLevel struct {
 	AddedP99us float64 `json:"added_p99_us"`
 }
 
-// benchForward measures what forwarding to a peer adds: p50/p99 latency
+// ForwardOptions are the settings of the forwarding benchmark.
+type ForwardOptions struct {
+	Duration    time.Duration // time spent on each side of each level
+	Concurrency []int         // client counts
+	Version     string        // the version the nodes report
+}
+
+// DefaultForwardOptions are the settings `make bench` uses.
+func DefaultForwardOptions() ForwardOptions {
+	return ForwardOptions{Duration: 2 * time.Second, Concurrency: []int{1, 8, 32}}
+}
+
+// Forward measures what forwarding to a peer adds: p50/p99 latency
 // and max requests/s, direct vs forwarded, in the same run.
-func benchForward(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("bench forward", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	duration := fs.Duration("duration", 2*time.Second, "time spent on each side of each level")
-	levels := fs.String("concurrency", "1,8,32", "comma-separated client counts")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	var conc []int
-	for _, s := range strings.Split(*levels, ",") {
-		c, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || c < 1 {
-			return usagef("-concurrency: %q is not a positive integer", s)
-		}
-		conc = append(conc, c)
+func Forward(ctx context.Context, o ForwardOptions, stdout io.Writer) error {
+	conc := o.Concurrency
+	if len(conc) == 0 || slices.Min(conc) < 1 {
+		return optionErrorf("-concurrency: want positive integers, got %v", conc)
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 
@@ -112,14 +110,14 @@ func benchForward(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	srvB.Serve()
 	defer srvB.Stop(context.Background())
-	httpB := httptest.NewServer(router.New(router.Config{Engine: run, Logger: quiet, Version: version}))
+	httpB := httptest.NewServer(router.New(router.Config{Engine: run, Logger: quiet, Version: o.Version}))
 	defer httpB.Close()
 	// Node A has no model: its frontend forwards to B.
 	pool := remote.NewPool()
 	defer pool.Close()
 	tbl := staticTable{self: "a", ready: []dispatch.Peer{{ID: "b", Addr: srvB.Addr(), Alive: true}}}
 	disp := dispatch.New(dispatch.Config{Local: empty, Table: tbl, Connect: pool, Logger: quiet})
-	httpA := httptest.NewServer(router.New(router.Config{Engine: disp, Logger: quiet, Version: version}))
+	httpA := httptest.NewServer(router.New(router.Config{Engine: disp, Logger: quiet, Version: o.Version}))
 	defer httpA.Close()
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * slices.Max(conc)}}
@@ -167,20 +165,23 @@ func benchForward(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	res := forwardBenchResult{
 		Model:    fmt.Sprintf("demo %s, %d layers, hidden %d", opts.Arch, opts.Layers, opts.Hidden),
 		Procs:    runtime.GOMAXPROCS(0),
-		Duration: duration.String(),
+		Duration: o.Duration.String(),
 	}
 	level := func(c int, direct, fwd func(context.Context) error) forwardBenchLevel {
 		l := forwardBenchLevel{Concurrency: c}
-		l.Direct = measure(ctx, c, *duration, direct)
-		l.Forwarded = measure(ctx, c, *duration, fwd)
+		l.Direct = measure(ctx, c, o.Duration, direct)
+		l.Forwarded = measure(ctx, c, o.Duration, fwd)
 		l.AddedP50ms = round(l.Forwarded.P50ms - l.Direct.P50ms)
 		l.AddedP99ms = round(l.Forwarded.P99ms - l.Direct.P99ms)
 		return l
 	}
 	for _, c := range conc {
 		res.HTTP = append(res.HTTP, level(c, call(httpB.URL), call(httpA.URL)))
-		direct := measure(ctx, c, *duration, gen(trivialEngine{}))
-		lats, errs, rate := latencies(ctx, c, *duration, gen(clientT))
+		direct := measure(ctx, c, o.Duration, gen(trivialEngine{}))
+		lats, errs, rate := latencies(ctx, c, o.Duration, gen(clientT))
+		if len(lats) == 0 {
+			lats = []time.Duration{0}
+		}
 		res.RPC = append(res.RPC, rpcBenchLevel{
 			Concurrency: c, DirectPerSecond: direct.PerSecond, ForwardedPerSecond: rate, ForwardedErrors: errs,
 			AddedP50us: round(us(lats[len(lats)/2])), AddedP99us: round(us(lats[min(len(lats)-1, len(lats)*99/100)])),
@@ -190,7 +191,7 @@ func benchForward(ctx context.Context, args []string, stdout, stderr io.Writer) 
 }
 
 // latencies runs op from c goroutines for d and returns the sorted
-// latencies of the calls that worked, the failures and the rate.
+// latencies of the calls that worked, the failures and their rate.
 func latencies(ctx context.Context, c int, d time.Duration, op func(context.Context) error) ([]time.Duration, int, float64) {
 	var (
 		mu    sync.Mutex
@@ -218,11 +219,7 @@ func latencies(ctx context.Context, c int, d time.Duration, op func(context.Cont
 	}
 	wg.Wait()
 	slices.Sort(lats)
-	rate := round(float64(len(lats)) / time.Since(start).Seconds())
-	if len(lats) == 0 {
-		lats = []time.Duration{0}
-	}
-	return lats, errs, rate
+	return lats, errs, round(float64(len(lats)) / time.Since(start).Seconds())
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
@@ -236,6 +233,7 @@ type staticTable struct {
 func (t staticTable) Self() string                      { return t.self }
 func (t staticTable) Candidates(string) []dispatch.Peer { return t.ready }
 func (t staticTable) Known(string) bool                 { return true }
+func (t staticTable) Unheard() []dispatch.Peer          { return nil }
 func (t staticTable) Peers() []dispatch.Peer            { return t.ready }
 
 // trivialEngine answers every request with one final event at once.

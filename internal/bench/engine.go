@@ -1,11 +1,10 @@
-package main
+package bench
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -72,53 +71,61 @@ type engineResult struct {
 	Error             string       `json:"error,omitempty"`
 }
 
-// benchEngine measures the CPU engine on a random-weight model shaped like
+// EngineOptions are the settings of the engine benchmark.
+type EngineOptions struct {
+	CacheDir   string   // directory the benchmark models are created in (reused)
+	Prompt     int      // prompt tokens (one prefill step)
+	Decode     int      // greedy decode steps
+	Formats    []string // formats to run: bf16, mlx-q4, gguf-q4_k_m
+	Threads    int      // compute goroutines (0: all cores)
+	Repeat     int      // prefill runs per format after a warm-up step; the median is reported
+	CPUProfile string   // file for a CPU profile of the decode steps (one format in Formats)
+	// LlamaBench names a llama-bench binary to run on the same GGUF in
+	// the same run ("": none).
+	LlamaBench string
+}
+
+// DefaultEngineOptions are the settings `make bench` uses.
+func DefaultEngineOptions() EngineOptions {
+	return EngineOptions{CacheDir: DefaultCacheDir, Prompt: 512, Decode: 128,
+		Formats: []string{"bf16", "mlx-q4", "gguf-q4_k_m"}, Repeat: 3}
+}
+
+// Engine measures the CPU engine on a random-weight model shaped like
 // Qwen3-0.6B (28 layers, hidden 1024, 16/8 heads of 128, intermediate
 // 3072, the real 151,936-row vocabulary) in BF16, MLX 4-bit and GGUF
 // Q4_K_M: prefill and decode tokens/s, peak RSS, and the fraction of the
 // machine's streaming-read bandwidth (measured in the same run) that
 // decoding achieves. The models are created once into a cache directory.
-// With $LLAMA_BENCH naming a llama-bench binary, llama.cpp runs on the
+// With o.LlamaBench naming a llama-bench binary, llama.cpp runs on the
 // same GGUF in the same run.
-func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	flags := flag.NewFlagSet("bench engine", flag.ContinueOnError)
-	flags.SetOutput(stderr)
-	cacheDir := flags.String("cache", filepath.Join(".cache", "bench"), "directory the benchmark models are created in (reused)")
-	promptLen := flags.Int("prompt", 512, "prompt tokens (one prefill step)")
-	decodeLen := flags.Int("decode", 128, "greedy decode steps")
-	only := flags.String("formats", "bf16,mlx-q4,gguf-q4_k_m", "comma-separated formats to run")
-	threads := flags.Int("threads", 0, "compute goroutines (0: all cores)")
-	repeat := flags.Int("repeat", 3, "prefill runs per format, after a warm-up step; prefill_tok_s is their median")
-	cpuProfile := flags.String("cpuprofile", "", "write a CPU profile of the decode steps to this file (one format in -formats)")
-	if err := flags.Parse(args); err != nil {
+func Engine(ctx context.Context, o EngineOptions, stdout, stderr io.Writer) error {
+	if o.Prompt < 1 || o.Decode < 1 || o.Repeat < 1 {
+		return optionErrorf("-prompt, -decode and -repeat must be positive")
+	}
+	profile, closeProfile, err := createProfile(o.CPUProfile, o.Formats)
+	if err != nil {
 		return err
 	}
-	if *promptLen < 1 || *decodeLen < 1 || *repeat < 1 {
-		return usagef("-prompt, -decode and -repeat must be positive")
-	}
+	defer closeProfile()
 	formats := engineFormats(demo0p6Shape())
 
 	out := map[string]any{
 		"model":   "random weights shaped like Qwen3-0.6B (28 layers, hidden 1024, 16/8 heads × 128, intermediate 3072, vocab 151936)",
-		"prompt":  *promptLen,
-		"decode":  *decodeLen,
+		"prompt":  o.Prompt,
+		"decode":  o.Decode,
 		"note":    "vs_llama_cpp_reference divides by the issue's llama.cpp figures for this machine kind; set LLAMA_BENCH for a same-run ratio",
 		"kernels": kernels.Default().Level().String(),
 	}
-	be := cpu.New(cpu.Options{Threads: *threads})
+	be := cpu.New(cpu.Options{Threads: o.Threads})
 	defer be.Close()
 	out["threads"] = be.Threads()
 	bw := measureBandwidth(be.Threads())
 	out["read_bandwidth_gb_s"] = bw
 	out["llama_cpp_reference"] = llamaCppReference
 	results := map[string]*engineResult{}
-	profile, closeProfile, err := createProfile(*cpuProfile, *only)
-	if err != nil {
-		return err
-	}
-	defer closeProfile()
 	for _, f := range formats {
-		if !strings.Contains(","+*only+",", ","+f.name+",") {
+		if !slices.Contains(o.Formats, f.name) {
 			continue
 		}
 		if err := ctx.Err(); err != nil {
@@ -127,10 +134,10 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fmt.Fprintf(stderr, "bench engine: %s\n", f.name)
 		r := &engineResult{LlamaCppRef: f.llamaRef}
 		results[f.name] = r
-		path, err := benchModel(*cacheDir, f)
+		path, err := benchModel(o.CacheDir, f)
 		r.Path = path
 		if err == nil {
-			err = runEngine(ctx, be, path, *promptLen, *decodeLen, *repeat, profile, r)
+			err = runEngine(ctx, be, path, o.Prompt, o.Decode, o.Repeat, profile, r)
 		}
 		if err != nil {
 			r.Error = err.Error()
@@ -139,8 +146,8 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		r.BandwidthFraction = r.DecodeGBs / bw[strconv.Itoa(be.Threads())+"_threads"]
 		ref := llamaCppReference[f.llamaRef]
 		r.VsLlamaCpp = &engineSpeed{Prefill: r.PrefillTokS / ref.Prefill, Decode: r.DecodeTokS / ref.Decode, DecodeEmpty: r.DecodeEmptyTokS / ref.Decode}
-		if bin := os.Getenv("LLAMA_BENCH"); bin != "" && f.opts.Format == demo.FormatGGUF {
-			if lb, err := llamaBench(ctx, bin, path, *promptLen, *decodeLen, be.Threads()); err != nil {
+		if bin := o.LlamaBench; bin != "" && f.opts.Format == demo.FormatGGUF {
+			if lb, err := llamaBench(ctx, bin, path, o.Prompt, o.Decode, be.Threads()); err != nil {
 				r.Error = "llama-bench: " + err.Error()
 			} else {
 				r.LlamaBench = lb
@@ -419,12 +426,12 @@ func llamaBench(ctx context.Context, bin, path string, prompt, decode, threads i
 
 // createProfile opens the -cpuprofile file of a benchmark (nil without
 // one); a profile covers one format, so formats must name only one.
-func createProfile(path, formats string) (io.Writer, func(), error) {
+func createProfile(path string, formats []string) (io.Writer, func(), error) {
 	if path == "" {
 		return nil, func() {}, nil
 	}
-	if strings.Contains(formats, ",") {
-		return nil, nil, usagef("-cpuprofile takes one format in -formats")
+	if len(formats) > 1 {
+		return nil, nil, optionErrorf("-cpuprofile takes one format in -formats")
 	}
 	f, err := os.Create(path)
 	if err != nil {

@@ -1,9 +1,8 @@
-package main
+package bench
 
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -28,28 +27,32 @@ type tokenizerBenchResult struct {
 	Error         string  `json:"error,omitempty"`
 }
 
-// benchTokenizer encodes the generated test corpus with the Qwen3 and
+// TokenizerOptions are the settings of the tokenizer benchmark.
+type TokenizerOptions struct {
+	Strings int    // corpus strings (about 176 bytes each)
+	Seed    uint64 // corpus seed
+	Repeat  int    // timed passes on each side; the fastest counts
+}
+
+// DefaultTokenizerOptions are the settings `make bench` uses.
+func DefaultTokenizerOptions() TokenizerOptions {
+	return TokenizerOptions{Strings: 24000, Seed: 20260101, Repeat: 3}
+}
+
+// Tokenizer encodes the generated test corpus with the Qwen3 and
 // Llama 3.1 tokenizers, on one goroutine and with HF tokenizers on one
 // thread, and prints the throughputs as one JSON object. The fixtures and
 // the Python interpreter are found as the tests find them ($FUSION_FIXTURES,
 // $FUSION_PYTHON, else under .cache); what is missing is reported in an
 // "error" field.
-func benchTokenizer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	flags := flag.NewFlagSet("bench tokenizer", flag.ContinueOnError)
-	flags.SetOutput(stderr)
-	count := flags.Int("strings", 24000, "number of corpus strings (about 176 bytes each)")
-	seed := flags.Uint64("seed", 20260101, "corpus seed")
-	repeat := flags.Int("repeat", 3, "timed passes on each side; the fastest counts")
-	if err := flags.Parse(args); err != nil {
-		return err
+func Tokenizer(ctx context.Context, o TokenizerOptions, stdout io.Writer) error {
+	if o.Strings < 1 || o.Repeat < 1 {
+		return optionErrorf("-strings and -repeat must be positive")
 	}
-	if *count < 1 || *repeat < 1 {
-		return usagef("-strings and -repeat must be positive")
-	}
-	texts := corpus.Generate(*seed, *count)
+	texts := corpus.Generate(o.Seed, o.Strings)
 	out := map[string]tokenizerBenchResult{}
 	for _, name := range []string{"qwen3", "llama3_1"} {
-		out[name] = benchOneTokenizer(ctx, name, texts, *repeat)
+		out[name] = benchOneTokenizer(ctx, name, texts, o.Repeat)
 	}
 	enc := json.NewEncoder(stdout)
 	return enc.Encode(out)
@@ -111,20 +114,4 @@ func timeEncode(tok *tokenizer.Tokenizer, texts []string, repeat int) (seconds f
 		best = min(best, time.Since(start))
 	}
 	return best.Seconds(), tokens
-}
-
-// fixturesDir is $FUSION_FIXTURES, else .cache/fixtures.
-func fixturesDir() string {
-	if d := os.Getenv("FUSION_FIXTURES"); d != "" {
-		return d
-	}
-	return filepath.Join(".cache", "fixtures")
-}
-
-// pythonPath is $FUSION_PYTHON, else .cache/venv/bin/python.
-func pythonPath() string {
-	if p := os.Getenv("FUSION_PYTHON"); p != "" {
-		return p
-	}
-	return filepath.Join(".cache", "venv", "bin", "python")
 }

@@ -1,4 +1,4 @@
-package main
+package cluster
 
 import (
 	"crypto/tls"
@@ -8,15 +8,15 @@ import (
 	"os"
 )
 
-// clusterTLS loads the inter-node gRPC TLS settings: this node's
-// certificate and key, and the CA that signed every member's. Both sides
-// present their certificate and check the other's against the CA (mutual
-// TLS). Host names are not checked: members dial each other by the
+// LoadTLS loads the inter-node gRPC TLS settings (Config.ServerTLS and
+// Config.ClientTLS) from PEM files: this node's certificate and key, and
+// the CA that signed every member's. Both sides present their certificate
+// and check the other's against the CA (mutual TLS). Host names are not checked: members dial each other by the
 // addresses they gossip, and holding a certificate of the cluster's CA is
 // what makes a peer a member.
-func clusterTLS(certFile, keyFile, caFile string) (server, client *tls.Config, err error) {
+func LoadTLS(certFile, keyFile, caFile string) (server, client *tls.Config, err error) {
 	if certFile == "" || keyFile == "" || caFile == "" {
-		return nil, nil, errors.New("--grpc-tls-cert, --grpc-tls-key and --grpc-tls-ca go together")
+		return nil, nil, errors.New("grpc TLS: the certificate, key and CA files go together")
 	}
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {

@@ -1,9 +1,8 @@
-package main
+package bench
 
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -38,18 +37,20 @@ type grammarBenchResult struct {
 	BudgetP99Us float64 `json:"budget_mask_p99_us"`
 }
 
-// benchGrammar times schema compilation and the per-token mask over the
+// GrammarOptions are the settings of the grammar benchmark.
+type GrammarOptions struct {
+	Walks int // random walks per schema
+	Steps int // tokens per walk at most
+}
+
+// DefaultGrammarOptions are the settings `make bench` uses.
+func DefaultGrammarOptions() GrammarOptions { return GrammarOptions{Walks: 8, Steps: 120} }
+
+// Grammar times schema compilation and the per-token mask over the
 // Qwen3 vocabulary (151,936 ids) along random walks through the grammar
 // (tokens drawn uniformly from the allowed set), and prints one JSON
 // object.
-func benchGrammar(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	flags := flag.NewFlagSet("bench grammar", flag.ContinueOnError)
-	flags.SetOutput(stderr)
-	walks := flags.Int("walks", 8, "random walks per schema")
-	steps := flags.Int("steps", 120, "tokens per walk at most")
-	if err := flags.Parse(args); err != nil {
-		return err
-	}
+func Grammar(ctx context.Context, o GrammarOptions, stdout io.Writer) error {
 	tok, err := tokenizer.Load(filepath.Join(fixturesDir(), "tokenizers", "qwen3"))
 	if err != nil {
 		return json.NewEncoder(stdout).Encode(map[string]string{"error": fmt.Sprintf("qwen3 tokenizer fixture: %v", err)})
@@ -70,7 +71,7 @@ func benchGrammar(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		res, err := benchOneGrammar(vocab, s.schema, *walks, *steps)
+		res, err := benchOneGrammar(vocab, s.schema, o.Walks, o.Steps)
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}

@@ -1,17 +1,15 @@
-package main
+package bench
 
 import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
 	"runtime/pprof"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -47,62 +45,68 @@ type batchResult struct {
 	Runs []float64 `json:"aggregate_decode_tok_s_runs,omitempty"`
 }
 
-// benchBatch measures continuous batching through the runner (the real
+// BatchOptions are the settings of the batching benchmark.
+type BatchOptions struct {
+	CacheDir string   // directory the benchmark models are created in (reused)
+	Formats  []string // formats to run
+	Streams  []int    // concurrency levels
+	Prompt   int      // prompt tokens per stream
+	Decode   int      // greedy tokens per stream
+	Threads  int      // compute goroutines (0: all cores)
+	// Repeat is the runs of every level, interleaved; each level reports
+	// its median run (a shared VM's memory bandwidth drifts by a fifth
+	// between runs).
+	Repeat int
+	// CPUProfile is a file for a CPU profile of the forward-only steps at
+	// the highest concurrency (one format in Formats).
+	CPUProfile string
+}
+
+// DefaultBatchOptions are the settings `make bench` uses.
+func DefaultBatchOptions() BatchOptions {
+	return BatchOptions{CacheDir: DefaultCacheDir, Formats: []string{"bf16", "mlx-q4"}, Streams: []int{1, 2, 4, 8},
+		Prompt: 32, Decode: 64, Repeat: 3}
+}
+
+// Batch measures continuous batching through the runner (the real
 // scheduler): aggregate greedy decode tokens/s with 1, 2, 4, 8 concurrent
 // streams on the Qwen3-0.6B-shaped model, and the ratio of the highest
 // concurrency to one stream.
-func benchBatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	flags := flag.NewFlagSet("bench batch", flag.ContinueOnError)
-	flags.SetOutput(stderr)
-	cacheDir := flags.String("cache", filepath.Join(".cache", "bench"), "directory the benchmark models are created in (reused)")
-	only := flags.String("formats", "bf16,mlx-q4", "comma-separated formats to run")
-	streamsFlag := flags.String("streams", "1,2,4,8", "comma-separated concurrency levels")
-	promptLen := flags.Int("prompt", 32, "prompt tokens per stream")
-	decodeLen := flags.Int("decode", 64, "greedy tokens per stream")
-	threads := flags.Int("threads", 0, "compute goroutines (0: all cores)")
-	repeat := flags.Int("repeat", 3, "runs of every level, interleaved; each level reports its median run (a shared VM's memory bandwidth drifts by a fifth between runs)")
-	cpuProfile := flags.String("cpuprofile", "", "write a CPU profile of the forward-only steps at the highest concurrency to this file (one format in -formats)")
-	if err := flags.Parse(args); err != nil {
-		return err
-	}
-	profile, closeProfile, err := createProfile(*cpuProfile, *only)
+func Batch(ctx context.Context, o BatchOptions, stdout, stderr io.Writer) error {
+	profile, closeProfile, err := createProfile(o.CPUProfile, o.Formats)
 	if err != nil {
 		return err
 	}
 	defer closeProfile()
-	var levels []int
-	for _, f := range strings.Split(*streamsFlag, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			return usagef("-streams: %q is not a positive integer", f)
-		}
-		levels = append(levels, n)
+	levels := o.Streams
+	if len(levels) == 0 || slices.Min(levels) < 1 {
+		return optionErrorf("-streams: want positive integers, got %v", levels)
 	}
-	if *promptLen < 1 || *decodeLen < 2 || *repeat < 1 {
-		return usagef("-prompt and -repeat must be positive and -decode at least 2")
+	if o.Prompt < 1 || o.Decode < 2 || o.Repeat < 1 {
+		return optionErrorf("-prompt and -repeat must be positive and -decode at least 2")
 	}
 	out := map[string]any{
 		"model":   "random weights shaped like Qwen3-0.6B, served by the runner's continuous-batching scheduler",
-		"prompt":  *promptLen,
-		"decode":  *decodeLen,
+		"prompt":  o.Prompt,
+		"decode":  o.Decode,
 		"streams": levels,
-		"repeat":  *repeat,
+		"repeat":  o.Repeat,
 		"note":    "aggregate_decode_tok_s counts tokens while every stream decodes (the median of the runs); ratio = highest concurrency / 1 stream (goal >= 3 at 8)",
 	}
 	results := map[string]any{}
 	for _, f := range engineFormats(demo0p6Shape()) {
-		if !strings.Contains(","+*only+",", ","+f.name+",") {
+		if !slices.Contains(o.Formats, f.name) {
 			continue
 		}
 		fmt.Fprintf(stderr, "bench batch: %s\n", f.name)
-		path, err := benchModel(*cacheDir, f)
+		path, err := benchModel(o.CacheDir, f)
 		if err != nil {
 			results[f.name] = map[string]string{"error": err.Error()}
 			continue
 		}
-		rows, err := runBatch(ctx, path, levels, *repeat, *promptLen, *decodeLen, *threads, stderr)
+		rows, err := runBatch(ctx, path, levels, o.Repeat, o.Prompt, o.Decode, o.Threads, stderr)
 		if err == nil {
-			err = forwardOnly(ctx, path, rows, *promptLen, *threads, profile)
+			err = forwardOnly(ctx, path, rows, o.Prompt, o.Threads, profile)
 		}
 		if err != nil {
 			results[f.name] = map[string]string{"error": err.Error()}

@@ -1,9 +1,8 @@
-package main
+package bench
 
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,22 +17,26 @@ import (
 	pb "fusion/cluster/clusterpb"
 )
 
-// benchRaft measures control-plane write latency: Raft Apply of a small
+// RaftOptions are the settings of the Raft benchmark.
+type RaftOptions struct {
+	Writes    int           // sequential writes per latency series
+	Duration  time.Duration // time of the concurrent-writers run
+	Writers   int           // concurrent writers
+	Failovers int           // leader kills timed with the default (production) raft and gossip timings
+}
+
+// DefaultRaftOptions are the settings `make bench` uses.
+func DefaultRaftOptions() RaftOptions {
+	return RaftOptions{Writes: 300, Duration: 2 * time.Second, Writers: 16, Failovers: 3}
+}
+
+// Raft measures control-plane write latency: Raft Apply of a small
 // setting on a one-node cluster and on a three-node loopback cluster
 // (proposed on the leader, and forwarded from a follower over gRPC), and
 // write throughput with concurrent writers. Data dirs are in $TMPDIR.
-func benchRaft(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("bench raft", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	writes := fs.Int("writes", 300, "sequential writes per latency series")
-	duration := fs.Duration("duration", 2*time.Second, "time of the concurrent-writers run")
-	writers := fs.Int("writers", 16, "concurrent writers")
-	failovers := fs.Int("failovers", 3, "leader kills timed with the default (production) raft and gossip timings")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *writes < 1 || *writers < 1 {
-		return usagef("-writes and -writers must be positive")
+func Raft(ctx context.Context, o RaftOptions, stdout io.Writer) error {
+	if o.Writes < 1 || o.Writers < 1 {
+		return optionErrorf("-writes and -writers must be positive")
 	}
 	dir, err := os.MkdirTemp("", "fusion-bench-raft-")
 	if err != nil {
@@ -45,7 +48,7 @@ func benchRaft(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	soloLat, err := applySeries(ctx, solo[0], *writes)
+	soloLat, err := applySeries(ctx, solo[0], o.Writes)
 	closeAll(solo)
 	if err != nil {
 		return err
@@ -67,21 +70,21 @@ func benchRaft(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			follower = m
 		}
 	}
-	leaderLat, err := applySeries(ctx, leader, *writes)
+	leaderLat, err := applySeries(ctx, leader, o.Writes)
 	if err != nil {
 		return err
 	}
-	fwdLat, err := applySeries(ctx, follower, *writes)
+	fwdLat, err := applySeries(ctx, follower, o.Writes)
 	if err != nil {
 		return err
 	}
-	rate, err := applyRate(ctx, three, *writers, *duration)
+	rate, err := applyRate(ctx, three, o.Writers, o.Duration)
 	if err != nil {
 		return err
 	}
 	closeAll(three)
 	var fo []float64
-	for i := range *failovers {
+	for i := range o.Failovers {
 		d, err := timeFailover(ctx, filepath.Join(dir, fmt.Sprintf("fo%d", i)))
 		if err != nil {
 			return err
@@ -95,7 +98,7 @@ func benchRaft(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		"three_nodes_on_leader":    leaderLat,
 		"three_nodes_forwarded":    fwdLat,
 		"three_nodes_writes_per_s": rate,
-		"three_nodes_writers":      *writers,
+		"three_nodes_writers":      o.Writers,
 		"failover_new_leader_ms":   fo,
 		"note": "SettingPut through raft, bbolt log in $TMPDIR, loopback; forwarded = proposed on a follower, sent to the leader over gRPC; " +
 			"failover = ms from killing the leader (default timings: raft heartbeat and election 500 ms) until both survivors agree on a new one",
