@@ -34,7 +34,7 @@ type Config struct {
 	Preload   []string
 
 	MaxBodyBytes int64         // request body limit (default 10 MiB)
-	MaxTokens    int           // max_tokens cap per request (default 4096)
+	MaxTokens    int           // max_tokens cap per request, and its default (0: none; the model's context window bounds each generation)
 	MaxQueued    int           // generations admitted at once before 429 (default 64)
 	MaxToolCalls int           // calls in one forced-tool answer with parallel calls (default 8)
 	Threads      int           // CPU backend threads (default: all cores)
@@ -74,7 +74,6 @@ type Config struct {
 // Defaults.
 const (
 	DefaultListen       = "127.0.0.1:8000"
-	DefaultMaxTokens    = 4096
 	DefaultDrainTimeout = 30 * time.Second
 )
 
@@ -84,9 +83,6 @@ func (c *Config) defaults() {
 	}
 	if c.ModelsDir == "" && c.DataDir != "" {
 		c.ModelsDir = c.DataDir + string(os.PathSeparator) + "models"
-	}
-	if c.MaxTokens == 0 {
-		c.MaxTokens = DefaultMaxTokens
 	}
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = DefaultDrainTimeout

@@ -33,7 +33,7 @@ func TestServeSettingsPrecedence(t *testing.T) {
 			home, _ := os.UserHomeDir()
 			c := s.cfg
 			if c.Listen != "127.0.0.1:8000" || c.DataDir != filepath.Join(home, ".fusion") || c.ModelsDir != filepath.Join(home, ".fusion", "models") ||
-				c.MaxBodyBytes != 10<<20 || c.MaxTokens != 4096 || c.DrainTimeout != 30*time.Second || c.APIKey != "" || c.Preload != nil {
+				c.MaxBodyBytes != 10<<20 || c.MaxTokens != 0 || c.DrainTimeout != 30*time.Second || c.APIKey != "" || c.Preload != nil {
 				t.Errorf("config = %+v", c)
 			}
 		}},

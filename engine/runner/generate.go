@@ -69,7 +69,7 @@ func (r *Runner) Generate(ctx context.Context, req *engine.Request) (<-chan engi
 	if req.MaxTokens < 0 {
 		return nil, &prompt.InvalidRequestError{Err: fmt.Errorf("max_tokens must be positive, got %d", req.MaxTokens)}
 	}
-	if req.MaxTokens > r.cfg.MaxTokens {
+	if r.cfg.MaxTokens > 0 && req.MaxTokens > r.cfg.MaxTokens {
 		return nil, &prompt.InvalidRequestError{Err: fmt.Errorf("max_tokens %d is over this server's limit of %d", req.MaxTokens, r.cfg.MaxTokens)}
 	}
 	if req.Priority < engine.PriorityRealtime || req.Priority > engine.PriorityBackground {
@@ -173,9 +173,17 @@ func (r *Runner) prepare(ctx context.Context, lm *loadedModel, req *engine.Reque
 	if maxTokens == 0 {
 		maxTokens = r.cfg.MaxTokens
 	}
+	// What the context window leaves after the prompt bounds every
+	// generation; when it is the tighter bound, running out of it is
+	// reported as such, not as max_tokens.
+	room := ctxLen - len(p.Tokens)
+	window := maxTokens == 0 || maxTokens > room
+	if window {
+		maxTokens = room
+	}
 	g := &generation{
 		r: r, ctx: ctx, id: req.ID, lm: lm, prompt: p.Tokens, sampler: smp, params: params,
-		maxTokens: min(maxTokens, ctxLen-len(p.Tokens)), stops: newStopMatcher(req.Stop), out: out, cons: cons,
+		maxTokens: maxTokens, window: window, stops: newStopMatcher(req.Stop), out: out, cons: cons,
 		dec:    lm.text.Tokenizer().NewStreamDecoder(false),
 		usage:  engine.Usage{PromptTokens: len(p.Tokens)},
 		prio:   req.Priority,
@@ -215,6 +223,7 @@ type generation struct {
 	sampler   *sample.Sampler
 	params    sample.Params
 	maxTokens int
+	window    bool // maxTokens is what the context window leaves
 	stops     *stopMatcher
 	out       parser.Parser // splits text into content, reasoning and tool calls
 	calls     int           // tool calls made so far
@@ -340,6 +349,10 @@ func (g *generation) advance(logits []float32) (ev engine.Event, done bool, err 
 		return g.finish(ev, text), true, nil
 	}
 	if len(g.output) >= g.maxTokens {
+		ev.FinishReason = engine.FinishLength
+		if g.window {
+			ev.FinishReason = engine.FinishContextWindow
+		}
 		return g.finishLength(ev, text), true, nil
 	}
 	if len(g.output) == 1 {
@@ -349,11 +362,15 @@ func (g *generation) advance(logits []float32) (ev engine.Event, done bool, err 
 	return ev, false, nil
 }
 
-// finishLength ends the generation for length (max_tokens, the context,
-// or a KV budget a lone sequence outgrew), flushing held-back text.
+// finishLength ends the generation for length (max_tokens, the context
+// window, or a KV budget a lone sequence outgrew), flushing held-back
+// text. ev.FinishReason says which; empty is FinishLength.
 func (g *generation) finishLength(ev engine.Event, text string) engine.Event {
 	out, _ := g.stops.Add(g.dec.Flush())
-	ev.Done, ev.FinishReason = true, engine.FinishLength
+	ev.Done = true
+	if ev.FinishReason == "" {
+		ev.FinishReason = engine.FinishLength
+	}
 	ev.Usage = g.usage
 	return g.finish(ev, text+out+g.stops.Flush())
 }

@@ -45,7 +45,9 @@ type Config struct {
 	// node (default: a quarter of RAM, 4 GiB when RAM is unknown).
 	MaxKVBytes int64
 	// MaxTokens caps max_tokens of any request, and is the default when a
-	// request gives none (default 4096).
+	// request gives none. 0 (the default): no cap of the node's own; a
+	// generation may take what the model's context window leaves after
+	// its prompt.
 	MaxTokens int
 	// StepTokens is the token budget of one scheduler step: the decode
 	// tokens of the running sequences plus prompt chunks up to it
@@ -90,7 +92,6 @@ type Config struct {
 const (
 	DefaultMaxQueued    = 64
 	DefaultMaxRunning   = 16
-	DefaultMaxTokens    = 4096
 	DefaultStepTokens   = 512
 	DefaultMaxWait      = 30 * time.Second
 	DefaultMaxWaitSteps = 4096
@@ -110,9 +111,6 @@ func (c *Config) defaults() {
 		if ram > 0 {
 			c.MaxKVBytes = ram / 4
 		}
-	}
-	if c.MaxTokens == 0 {
-		c.MaxTokens = DefaultMaxTokens
 	}
 	if c.StepTokens == 0 {
 		c.StepTokens = DefaultStepTokens

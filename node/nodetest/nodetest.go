@@ -4,9 +4,12 @@
 package nodetest
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"testing"
@@ -68,6 +71,32 @@ func AddThinker(t testing.TB, dir string) {
 	t.Helper()
 	if _, err := demo.Create(filepath.Join(dir, Thinker), demo.Options{Seed: 6}); err != nil {
 		t.Fatalf("thinker model: %v", err)
+	}
+}
+
+// EditModelJSON sets keys of one of model's JSON files in dir, a directory
+// from Models (config.json, generation_config.json, ...): a test's way to
+// give the demo model a smaller context window or other end tokens.
+func EditModelJSON(t testing.TB, dir, model, file string, set map[string]any) {
+	t.Helper()
+	p := filepath.Join(dir, model, file)
+	raw, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber() // large integers stay as written
+	var doc map[string]any
+	if err := dec.Decode(&doc); err != nil {
+		t.Fatalf("%s: %v", p, err)
+	}
+	maps.Copy(doc, set)
+	out, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, out, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
 

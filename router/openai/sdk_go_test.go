@@ -455,3 +455,27 @@ func TestGoSDKUnenforceableSchema(t *testing.T) {
 		}
 	}
 }
+
+// TestContextWindowLength: a node without a max_tokens cap lets an answer
+// with no max_tokens, or one past the window, run to the model's context
+// window; OpenAI has no finish_reason of its own for that and says
+// "length".
+func TestContextWindowLength(t *testing.T) {
+	const window = 64
+	models := nodetest.Models(t)
+	nodetest.EditModelJSON(t, models, nodetest.Model, "config.json", map[string]any{"max_position_embeddings": window})
+	n := nodetest.Start(t, nodetest.Options{APIKey: testKey, ModelsDir: models})
+	c := client(n, testKey)
+	bias := eosBias(t, n)
+	for _, maxTokens := range []int64{0, 32000} {
+		params := oa.ChatCompletionNewParams{Model: nodetest.Model, Messages: userMsg("hi"), Temperature: oa.Float(0), LogitBias: bias}
+		if maxTokens > 0 {
+			params.MaxTokens = oa.Int(maxTokens)
+		}
+		resp, err := c.Chat.Completions.New(context.Background(), params)
+		check(t, err)
+		if len(resp.Choices) != 1 || resp.Choices[0].FinishReason != "length" || resp.Usage.TotalTokens != window {
+			t.Errorf("max_tokens %d: finish_reason %q, usage %+v; want length at the %d-token window", maxTokens, resp.Choices[0].FinishReason, resp.Usage, window)
+		}
+	}
+}
