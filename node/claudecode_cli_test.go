@@ -133,7 +133,7 @@ func (c *captureWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 // and never their end token.)
 func claudeCodeModels(t *testing.T) string {
 	t.Helper()
-	dir := nodetest.Models(t)
+	dir := nodetest.ModelsWithContext(t, 8192)
 	raw, err := os.ReadFile(filepath.Join(dir, nodetest.Model, "config.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -148,7 +148,6 @@ func claudeCodeModels(t *testing.T) string {
 	for i := range every {
 		every[i] = i
 	}
-	nodetest.EditModelJSON(t, dir, nodetest.Model, "config.json", map[string]any{"max_position_embeddings": 8192})
 	nodetest.EditModelJSON(t, dir, nodetest.Model, "generation_config.json", map[string]any{"eos_token_id": every})
 	return dir
 }
@@ -296,24 +295,10 @@ func checkClaudeCodeBody(t *testing.T, i int, b map[string]any) {
 	if b["stream"] != true || b["max_tokens"] != float64(32000) || b["model"] != nodetest.Model {
 		t.Errorf("request %d: stream %v, max_tokens %v, model %v; want true, 32000, %s", i, b["stream"], b["max_tokens"], b["model"], nodetest.Model)
 	}
-	var tools []string
-	list, _ := b["tools"].([]any)
-	for _, x := range list {
-		tool, _ := x.(map[string]any)
-		name, _ := tool["name"].(string)
-		tools = append(tools, name)
-	}
-	if !slices.Contains(tools, "Bash") {
+	if tools := fieldOfEach(b["tools"], "name"); !slices.Contains(tools, "Bash") {
 		t.Errorf("request %d: tools %v, want Bash among them", i, tools)
 	}
-	var roles []string
-	msgs, _ := b["messages"].([]any)
-	for _, x := range msgs {
-		m, _ := x.(map[string]any)
-		role, _ := m["role"].(string)
-		roles = append(roles, role)
-	}
-	if !slices.Contains(roles, "system") {
+	if roles := fieldOfEach(b["messages"], "role"); !slices.Contains(roles, "system") {
 		t.Errorf("request %d: message roles %v; Claude Code sends a system entry in messages", i, roles)
 	}
 	thinking, _ := b["thinking"].(map[string]any)
@@ -325,6 +310,19 @@ func checkClaudeCodeBody(t *testing.T, i int, b map[string]any) {
 			t.Errorf("request %d: no %s", i, field)
 		}
 	}
+}
+
+// fieldOfEach returns the string field key of each object in list, a
+// decoded JSON array.
+func fieldOfEach(list any, key string) []string {
+	items, _ := list.([]any)
+	out := make([]string, 0, len(items))
+	for _, x := range items {
+		obj, _ := x.(map[string]any)
+		v, _ := obj[key].(string)
+		out = append(out, v)
+	}
+	return out
 }
 
 // waitForwarded waits until n forwards a request for the demo model to

@@ -74,6 +74,15 @@ func AddThinker(t testing.TB, dir string) {
 	}
 }
 
+// ModelsWithContext is Models with the demo model's context window set to
+// n tokens, so a generation that runs to the window is short.
+func ModelsWithContext(t testing.TB, n int) string {
+	t.Helper()
+	dir := Models(t)
+	EditModelJSON(t, dir, Model, "config.json", map[string]any{"max_position_embeddings": n})
+	return dir
+}
+
 // EditModelJSON sets keys of one of model's JSON files in dir, a directory
 // from Models (config.json, generation_config.json, ...): a test's way to
 // give the demo model a smaller context window or other end tokens.

@@ -347,9 +347,7 @@ func TestBearerAuth(t *testing.T) {
 // window still stops with max_tokens.
 func TestContextWindowStop(t *testing.T) {
 	const window = 64
-	models := nodetest.Models(t)
-	nodetest.EditModelJSON(t, models, nodetest.Model, "config.json", map[string]any{"max_position_embeddings": window})
-	n := nodetest.Start(t, nodetest.Options{APIKey: testKey, ModelsDir: models})
+	n := nodetest.Start(t, nodetest.Options{APIKey: testKey, ModelsDir: nodetest.ModelsWithContext(t, window)})
 	c := client(n, testKey)
 	tests := []struct {
 		name      string

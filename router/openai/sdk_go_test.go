@@ -462,9 +462,7 @@ func TestGoSDKUnenforceableSchema(t *testing.T) {
 // "length".
 func TestContextWindowLength(t *testing.T) {
 	const window = 64
-	models := nodetest.Models(t)
-	nodetest.EditModelJSON(t, models, nodetest.Model, "config.json", map[string]any{"max_position_embeddings": window})
-	n := nodetest.Start(t, nodetest.Options{APIKey: testKey, ModelsDir: models})
+	n := nodetest.Start(t, nodetest.Options{APIKey: testKey, ModelsDir: nodetest.ModelsWithContext(t, window)})
 	c := client(n, testKey)
 	bias := eosBias(t, n)
 	for _, maxTokens := range []int64{0, 32000} {
