@@ -31,7 +31,7 @@
 // thinking block; the budget is enforced (see below). max_tokens is required and clamped to the node's
 // cap when it has one; else the context window bounds the answer.
 // cache_control, metadata, context_management (an object),
-// output_config.effort, thinking.display, tools' defer_loading,
+// output_config.effort, tools' defer_loading,
 // anthropic-version and anthropic-beta are accepted and ignored (the list
 // of what Claude Code sends is in router/DESIGN.md).
 //
