@@ -39,6 +39,9 @@ type Config struct {
 	MaxToolCalls int           // calls in one forced-tool answer with parallel calls (default 8)
 	Threads      int           // CPU backend threads (default: all cores)
 	DrainTimeout time.Duration // how long SIGTERM waits for requests in flight (default 30s)
+	// TextCacheModels is how many models' tokenizers and chat templates
+	// stay parsed for token counting and loading, loaded or not (default 8).
+	TextCacheModels int
 
 	// The prefix cache: its SSD tier lives in DataDir/cache (none without
 	// a DataDir). Caps in bytes: 0 takes the default (RAM tier 10% of the
@@ -139,7 +142,7 @@ func New(cfg Config) (*Node, error) {
 		ModelsDir: cfg.ModelsDir, Preload: cfg.Preload, MaxQueued: cfg.MaxQueued, MaxTokens: cfg.MaxTokens,
 		MaxRunning: cfg.MaxRunning, MaxKVBytes: cfg.MaxKVBytes, StepTokens: cfg.StepTokens, MaxWait: cfg.MaxWait,
 		MemoryBudget: cfg.MemoryBudget, IdleTTL: cfg.IdleTTL,
-		Threads: cfg.Threads, MaxToolCalls: cfg.MaxToolCalls, Logger: cfg.Logger,
+		Threads: cfg.Threads, MaxToolCalls: cfg.MaxToolCalls, TextCacheModels: cfg.TextCacheModels, Logger: cfg.Logger,
 		CacheDir: cacheDir, CacheHotBytes: cfg.CacheHotBytes, CacheSSDBytes: cfg.CacheSSDBytes, CacheWriteQueue: cfg.CacheWriteQueue,
 	})
 	if err != nil {

@@ -12,7 +12,6 @@ import (
 
 	"fusion/engine"
 	"fusion/engine/parser"
-	"fusion/engine/prompt"
 	"fusion/engine/sample"
 )
 
@@ -260,7 +259,7 @@ func (r *Runner) acquire(ctx context.Context, name string) (*loadedModel, func()
 	if err := errors.Join(errs...); err != nil {
 		r.cfg.Logger.Warn("closing an evicted model", "err", err)
 	}
-	lm, err := r.loadModel(e)
+	lm, err := r.loadModel(ctx, e)
 
 	r.mu.Lock()
 	e.loading, e.reserved = nil, 0
@@ -313,12 +312,14 @@ func (r *Runner) makeRoom(target *entry, need int64) ([]*loadedModel, error) {
 	return out, nil
 }
 
-// loadModel loads e's weights, template and tokenizer and starts its
-// scheduler.
-func (r *Runner) loadModel(e *entry) (*loadedModel, error) {
-	text, err := prompt.Load(e.info.Path)
+// loadModel loads e's weights, takes its template and tokenizer from the
+// text cache (parsed already when its tokens were counted before), and
+// starts its scheduler. The load runs to its end for every waiter, so a
+// cancelled ctx does not stop it.
+func (r *Runner) loadModel(ctx context.Context, e *entry) (*loadedModel, error) {
+	text, err := r.text(context.WithoutCancel(ctx), e)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", engine.ErrUnavailable, e.info.ID, err)
+		return nil, err
 	}
 	m, err := r.loader.load(e.info)
 	if err != nil {
