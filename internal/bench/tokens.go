@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"time"
 
 	"fusion/engine/demo"
@@ -29,11 +28,7 @@ func DefaultTokensOptions() TokensOptions { return TokensOptions{Duration: 2 * t
 
 // countFigures are the counts of one model.
 type countFigures struct {
-	Requests  int     `json:"requests"`
-	Errors    int     `json:"errors"`
-	PerSecond float64 `json:"requests_per_s"`
-	P50ms     float64 `json:"p50_ms"`
-	P99ms     float64 `json:"p99_ms"`
+	latencyFigures
 	// FirstMs is the model's first count, which parses its tokenizer:
 	// what every count of an unloaded model cost before the text cache.
 	FirstMs float64 `json:"first_ms,omitempty"`
@@ -118,15 +113,10 @@ func Tokens(ctx context.Context, o TokensOptions, stdout io.Writer) error {
 			return fmt.Errorf("%s: %w", m.name, err)
 		}
 		if m.name == notLoadedModel {
-			m.out.FirstMs = roundMs(time.Since(start))
+			m.out.FirstMs = round(ms(time.Since(start)))
 		}
 		res.InputTokens = tokens
-		lats, errs, rate := latencies(ctx, 1, o.Duration, func(ctx context.Context) error { _, err := op(ctx); return err })
-		m.out.Requests, m.out.Errors, m.out.PerSecond = len(lats), errs, rate
-		if len(lats) > 0 {
-			m.out.P50ms = roundMs(lats[len(lats)/2])
-			m.out.P99ms = roundMs(lats[min(len(lats)-1, len(lats)*99/100)])
-		}
+		m.out.latencyFigures = measure(ctx, 1, o.Duration, func(ctx context.Context) error { _, err := op(ctx); return err })
 	}
 	for _, m := range n.Runner().List() {
 		if m.ID == notLoadedModel && m.State != runner.StateUnloaded {
@@ -135,10 +125,4 @@ func Tokens(ctx context.Context, o TokensOptions, stdout io.Writer) error {
 	}
 	res.Parses = n.Runner().TextCacheStats().Parses
 	return json.NewEncoder(stdout).Encode(res)
-}
-
-// roundMs is d in milliseconds to the microsecond.
-func roundMs(d time.Duration) float64 {
-	v, _ := strconv.ParseFloat(strconv.FormatFloat(ms(d), 'f', 3, 64), 64)
-	return v
 }
