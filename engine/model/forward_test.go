@@ -202,15 +202,18 @@ func TestChunkedPrefill(t *testing.T) {
 // error of the kernels' activation quantization. The GGUF kernels (as
 // llama.cpp's) multiply the weights' integer codes by the activations
 // quantized to 8 bits per block of 32, which perturbs every product by
-// about 0.5% of its input's scale; the dequantized run is exact f32. On
-// these random models (logits with an RMS of ~16) that moves logits by
-// 1.5-3% relative, and log-probabilities by up to ~1.5. So the fast path
-// is held to a relative RMS error of the logits, and must give the same
-// greedy token wherever the float run's top-2 gap exceeds 2 nats. With
-// Options.ExactActivations (f32 activations, weights dequantized on the
-// fly) the model must match within 1e-2 in log-probability. (An F16 GGUF,
-// which has no activation quantization, matches its dequantized run
-// exactly; see TestGGUFMatchesSafetensors for the float layouts.)
+// about 0.5% of its input's scale; the dequantized run is exact f32. The
+// demo models' logits all come through those products (RMS ~4, attention
+// that picks a few positions, so score errors move attention weights), and
+// the fast path moves them by 5-7% relative RMS, the log-probabilities of
+// the 8 likeliest tokens by up to ~0.45. So the fast path is held to a
+// relative RMS error of the logits and a bound on those log-probabilities,
+// and must give the same greedy token wherever the float run's top-2 gap
+// exceeds 2 nats. With Options.ExactActivations (f32 activations, weights
+// dequantized on the fly) the model must match within 1e-2 in
+// log-probability. (An F16 GGUF, which has no activation quantization,
+// matches its dequantized run exactly; see TestGGUFMatchesSafetensors for
+// the float layouts.)
 func TestGGUFMatchesDequantized(t *testing.T) {
 	q := cpu.New(cpu.Options{})
 	defer q.Close()
@@ -222,10 +225,10 @@ func TestGGUFMatchesDequantized(t *testing.T) {
 		arch, typ string
 		tol       float64 // fast path: relative RMS error of the logits
 	}{
-		{"llama", "q8_0", 2.5e-2},
-		{"qwen3", "q8_0", 2.5e-2},
-		{"llama", "q4_0", 2.5e-2},
-		{"qwen3", "q4_k_m", 2.5e-2},
+		{"llama", "q8_0", 8e-2},
+		{"qwen3", "q8_0", 8e-2},
+		{"llama", "q4_0", 8e-2},
+		{"qwen3", "q4_k_m", 8e-2},
 	} {
 		for _, mode := range []struct {
 			name  string
@@ -233,7 +236,7 @@ func TestGGUFMatchesDequantized(t *testing.T) {
 			tol   float64 // relative RMS logit error
 			maxLP float64 // max |Δ logprob| over the top 8, 0: unchecked
 		}{
-			{"fast", q, tc.tol, 0},
+			{"fast", q, tc.tol, 0.75},
 			{"exact", exact, 1e-3, 1e-2},
 		} {
 			t.Run(tc.arch+"/"+tc.typ+"/"+mode.name, func(t *testing.T) {
