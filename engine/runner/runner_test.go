@@ -94,19 +94,20 @@ func TestGenerate(t *testing.T) {
 	}
 
 	// A stop sequence taken from the greedy text cuts it there.
-	if len(text) > 4 {
-		stop := text[2:4]
-		req := chat("demo", "Hello", 12)
-		req.Stop = []string{stop}
-		ch, err := r.Generate(ctx, req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, final, _ := collect(t, ch)
-		want := text[:strings.Index(text, stop)]
-		if got != want || final.FinishReason != engine.FinishStop || final.StopSequence != stop {
-			t.Errorf("stop %q: text %q finish %q %q; want %q", stop, got, final.FinishReason, final.StopSequence, want)
-		}
+	if len(text) <= 4 {
+		t.Fatalf("greedy text %q: too short to take a stop sequence from", text)
+	}
+	stop := text[2:4]
+	req := chat("demo", "Hello", 12)
+	req.Stop = []string{stop}
+	ch, err = r.Generate(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, final, _ := collect(t, ch)
+	want := text[:strings.Index(text, stop)]
+	if got != want || final.FinishReason != engine.FinishStop || final.StopSequence != stop {
+		t.Errorf("stop %q: text %q finish %q %q; want %q", stop, got, final.FinishReason, final.StopSequence, want)
 	}
 
 	// Same seed, same sampled text.
