@@ -35,18 +35,21 @@ import (
 // writes (their columns in input projections and rows in output
 // projections are zero):
 //
-//   - biasDim holds a constant on every token's embedding; through the
-//     tied (or untied) output rows it pushes padding rows (ids past the
-//     tokenizer) and, unless the model ends its answers (StopAfter),
-//     end-of-generation tokens far below every other token;
+//   - biasDim holds a small constant on every token's embedding row, and
+//     the final norm weighs that dimension so that it adds ~40 nats to the
+//     logit of every such row; rows without it (padding past the
+//     tokenizer, suppressed tokens such as the end tokens unless the model
+//     ends its answers with StopAfter) stay that far below. A suppressed
+//     token fed back as input (a forced </think>) leaves the channel at 0
+//     for that step: everything scores as usual there, nothing inverts;
 //   - markerDim is set on the special tokens that open a turn
 //     (<|im_start|>, ...), and endDim carries the end-of-answer signal;
 //     both are only used with StopAfter (see stop.go).
 const (
 	initializerRange = 0.02
 	reservedDims     = 3
-	// suppressNats is how far below the mean logit padding rows (and
-	// suppressed end tokens) score.
+	// suppressNats is how far below the other tokens padding rows and
+	// suppressed tokens score.
 	suppressNats = 40
 )
 
@@ -62,6 +65,7 @@ type scales struct {
 	logit   float64 // target standard deviation of the logits
 	norm    float64 // final norm weight
 	alpha   float64 // the bias channel's value on a token's embedding
+	bias    float64 // the final norm weight of the bias channel
 	resid   float64 // estimated RMS of the final residual stream
 }
 
@@ -72,14 +76,14 @@ func (p Params) scales() scales {
 	s.logit = math.Sqrt(2 * math.Log(float64(p.Vocab)))
 	s.norm = s.logit / (initializerRange * math.Sqrt(h))
 	embNorm := initializerRange * math.Sqrt(float64(s.content))
-	s.alpha = embNorm / 4
+	// Above every content value (5 standard deviations), the bias is the
+	// edge of its quantization group, which quantizers keep (nearly)
+	// exact: the final norm multiplies its error into every logit.
+	s.alpha = max(embNorm/4, 5*initializerRange)
 	s.resid = math.Sqrt((embNorm*embNorm*(1+2*float64(p.Layers)*s.rho*s.rho) + s.alpha*s.alpha) / h)
+	s.bias = suppressNats * s.resid / (s.alpha * s.alpha)
 	return s
 }
-
-// nats converts a logit offset into the value a row of the output layer
-// needs on a channel whose residual value is v.
-func (s scales) nats(offset, v float64) float64 { return offset * s.resid / (s.norm * v) }
 
 // initWeights draws the weights (see the comment above); the same options
 // and seed always give the same values.
@@ -124,7 +128,7 @@ func (m *Model) initWeights() error {
 	}
 	// rows: [Vocab, Hidden] embedding-like rows for the tokenizer's ids,
 	// content of norm 0.02·sqrt(content), the bias channel at alpha;
-	// padding rows hold only a bias far below.
+	// padding rows are zero.
 	rows := func(name string) []float32 {
 		d := make([]float32, p.Vocab*p.Hidden)
 		norm := initializerRange * math.Sqrt(float64(hc))
@@ -141,10 +145,6 @@ func (m *Model) initWeights() error {
 				row[c] *= float32(f)
 			}
 			row[p.biasDim()] = float32(sc.alpha)
-		}
-		pad := float32(sc.alpha - sc.nats(suppressNats, sc.alpha))
-		for t := len(m.Tokenizer.Tokens); t < p.Vocab; t++ {
-			d[t*p.Hidden+p.biasDim()] = pad
 		}
 		return add(name, d, p.Vocab, p.Hidden)
 	}
@@ -175,7 +175,7 @@ func (m *Model) initWeights() error {
 		input(pre+"mlp.up_proj.weight", p.Intermediate, 1)
 		output(pre+"mlp.down_proj.weight", p.Intermediate, downStd)
 	}
-	add("model.norm.weight", fill(p.Hidden, float32(sc.norm)), p.Hidden)
+	add("model.norm.weight", fill(p.Hidden, float32(sc.norm)), p.Hidden)[p.biasDim()] = float32(sc.bias)
 	head := emb
 	if !p.TieEmbeddings {
 		head = rows("lm_head.weight")
@@ -188,7 +188,7 @@ func (m *Model) initWeights() error {
 		// answers run to max_tokens, as tests that count tokens expect.
 		for _, id := range m.Tokenizer.EOSIDs {
 			if id >= 0 && id < p.Vocab {
-				head[id*p.Hidden+p.biasDim()] = float32(sc.alpha - sc.nats(suppressNats, sc.alpha))
+				head[id*p.Hidden+p.biasDim()] = 0
 			}
 		}
 	}
@@ -211,4 +211,24 @@ func (m *Model) tensor(name string) *Tensor {
 		return nil
 	}
 	return &m.Tensors[i]
+}
+
+// Suppress makes the model never choose these tokens: their output rows
+// lose the bias channel and score like padding, ~40 nats below the rest (a
+// thinking model that cannot close its <think> block, for tests of what
+// closes it instead).
+func (m *Model) Suppress(tokens ...string) error {
+	p := m.Params
+	head := m.tensor("model.embed_tokens.weight")
+	if !p.TieEmbeddings {
+		head = m.tensor("lm_head.weight")
+	}
+	for _, s := range tokens {
+		id := slices.Index(m.Tokenizer.Tokens, s)
+		if id < 0 {
+			return fmt.Errorf("demo: no token %q to suppress", s)
+		}
+		head.Data[id*p.Hidden+p.biasDim()] = 0
+	}
+	return nil
 }

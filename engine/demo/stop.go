@@ -105,6 +105,7 @@ func (m *Model) addClock(emb, head []float32, sc scales) error {
 	beta := sc.alpha
 	for _, id := range markers {
 		emb[id*h+p.biasDim()], emb[id*h+p.markerDim()] = 0, float32(beta)
+		head[id*h+p.biasDim()] = 0 // never chosen: a marker would restart the clock
 	}
 	// Layer 0's input is an embedding row; rows have a fixed norm, so
 	// the normalized channels are known exactly.
@@ -161,7 +162,7 @@ func (m *Model) addClock(emb, head []float32, sc scales) error {
 	head[tk.EOS*h+p.endDim()] = float32(gamma)
 	for _, id := range tk.EOSIDs {
 		if id != tk.EOS && id >= 0 && id < p.Vocab {
-			head[id*h+p.biasDim()] = float32(sc.alpha - sc.nats(suppressNats, sc.alpha))
+			head[id*h+p.biasDim()] = 0
 		}
 	}
 	return nil
