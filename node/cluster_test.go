@@ -234,7 +234,7 @@ func TestClusterLeaveDrainsStreams(t *testing.T) {
 		}
 	}
 
-	body := `{"model":"demo","messages":[{"role":"user","content":"hi"}],"max_tokens":300,"stream":true,"logit_bias":` + bias + `}`
+	body := `{"model":"demo","messages":[{"role":"user","content":"hi"}],"max_tokens":300,"stream":true,"stream_options":{"include_usage":true},"logit_bias":` + bias + `}`
 	resp, err := http.Post(a.URL()+"/v1/chat/completions", "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -247,16 +247,8 @@ func TestClusterLeaveDrainsStreams(t *testing.T) {
 	sc.Scan() // running on b
 	stopped := make(chan error, 1)
 	go func() { stopped <- b.Stop(context.Background()) }()
-	var chunks int
-	var last string
-	for sc.Scan() {
-		if line := sc.Text(); strings.HasPrefix(line, "data: ") {
-			chunks++
-			last = line
-		}
-	}
-	if last != "data: [DONE]" || chunks < 300 {
-		t.Errorf("forwarded stream cut while b left: %d chunks, last %q", chunks, last)
+	if last, finish, tokens := readChatStream(sc); last != "data: [DONE]" || finish != "length" || tokens != 300 {
+		t.Errorf("forwarded stream cut while b left: finish %q after %d tokens, last %q", finish, tokens, last)
 	}
 	if err := <-stopped; err != nil {
 		t.Errorf("b.Stop: %v", err)

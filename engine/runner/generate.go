@@ -324,9 +324,8 @@ func (g *generation) advance(logits []float32) (ev engine.Event, done bool, err 
 		}
 	}
 	if res.Stop {
-		out, _ := g.stops.Add(g.dec.Flush())
 		g.usage.CompletionTokens = len(g.output)
-		return g.finish(engine.Event{Done: true, FinishReason: engine.FinishStop, Usage: g.usage}, out+g.stops.Flush()), true, nil
+		return g.finishFlushed(engine.Event{Done: true, FinishReason: engine.FinishStop, Usage: g.usage}, ""), true, nil
 	}
 	g.output = append(g.output, res.ID)
 	g.r.generated.Add(1)
@@ -366,12 +365,24 @@ func (g *generation) advance(logits []float32) (ev engine.Event, done bool, err 
 // window, or a KV budget a lone sequence outgrew), flushing held-back
 // text. ev.FinishReason says which; empty is FinishLength.
 func (g *generation) finishLength(ev engine.Event, text string) engine.Event {
-	out, _ := g.stops.Add(g.dec.Flush())
 	ev.Done = true
 	if ev.FinishReason == "" {
 		ev.FinishReason = engine.FinishLength
 	}
 	ev.Usage = g.usage
+	return g.finishFlushed(ev, text)
+}
+
+// finishFlushed ends the generation with the decoder's last bytes (an
+// incomplete character comes out as U+FFFD) and the text held back for the
+// stop sequences. If that completes a stop sequence, the answer is cut
+// there and ends as stopped by it, as it would have a token earlier.
+func (g *generation) finishFlushed(ev engine.Event, text string) engine.Event {
+	out, matched := g.stops.Add(g.dec.Flush())
+	if matched != "" {
+		ev.FinishReason, ev.StopSequence = engine.FinishStop, matched
+		return g.finish(ev, text+out)
+	}
 	return g.finish(ev, text+out+g.stops.Flush())
 }
 

@@ -61,15 +61,23 @@ func Models(t testing.TB) string {
 	return dir
 }
 
-// Thinker is a second demo model for thinking tests. The default demo
-// model's random weights write only newlines inside a <think> block, which
-// no thinking block shows; this seed's write visible text there.
+// Thinker is a second demo model for thinking tests: it writes visible
+// text inside a <think> block and never closes the block itself (its
+// </think> is suppressed), so only a reasoning budget (or max_tokens) ends
+// its thinking.
 const Thinker = "thinker"
 
 // AddThinker writes the Thinker model into dir, a directory from Models.
 func AddThinker(t testing.TB, dir string) {
 	t.Helper()
-	if _, err := demo.Create(filepath.Join(dir, Thinker), demo.Options{Seed: 6}); err != nil {
+	m, err := demo.Build(demo.Options{Seed: 6})
+	if err == nil {
+		err = m.Suppress("</think>")
+	}
+	if err == nil {
+		err = demo.Write(filepath.Join(dir, Thinker), m)
+	}
+	if err != nil {
 		t.Fatalf("thinker model: %v", err)
 	}
 }
