@@ -143,9 +143,11 @@ func TestClusterFollowerKilled(t *testing.T) {
 	if after.Retried != before.Retried || after.Forwarded-before.Forwarded != 10 {
 		t.Fatalf("dispatch after detection: %+v → %+v; want 10 forwarded and no retry (the dead node never tried)", before, after)
 	}
-	if st := a.Cluster().Leader(); st == "" {
-		t.Fatal("no leader after a follower's death")
-	}
+	// Two of three voters remain: the cluster has a leader, though an
+	// election may be under way at this instant on a loaded machine.
+	waitUntil(t, 10*time.Second, "a leader after a follower's death", func() bool {
+		return a.Cluster().Leader() != ""
+	})
 	waitUntil(t, 10*time.Second, "the catalog marks the follower failed", func() bool {
 		for _, m := range a.Cluster().Members() {
 			if m.ID == victim {
