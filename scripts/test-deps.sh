@@ -22,6 +22,15 @@ if command -v npm >/dev/null 2>&1 && [ "$(node -p "require('./$node_prefix/node_
 	mkdir -p "$node_prefix"
 	npm install --silent --no-audit --no-fund --save-exact --prefix "$node_prefix" openai@6.30.1
 fi
+# Real MCP servers for the MCP host tests (mcp/host), pinned; each is
+# installed only when the cached copy is missing or another version.
+for pkg in @modelcontextprotocol/server-everything@2026.8.31 @modelcontextprotocol/server-filesystem@2026.8.31; do
+	name=${pkg%@*}
+	if command -v npm >/dev/null 2>&1 && [ "$(node -p "require('./$node_prefix/node_modules/$name/package.json').version" 2>/dev/null)" != "${pkg##*@}" ]; then
+		mkdir -p "$node_prefix"
+		npm install --silent --no-audit --no-fund --save-exact --prefix "$node_prefix" "$pkg"
+	fi
+done
 scripts/fixtures.sh .cache/fixtures
 # libmlxc for engine/backend/mlx, against the venv's mlx-cpu wheel; the
 # script prints the cache entry on stderr (stdout is only its path).
