@@ -302,9 +302,9 @@ type server struct {
 
 	relist chan struct{} // the server said its tool list changed
 
-	mu        sync.Mutex
-	state     State
-	lastErr   string
+	mu       sync.Mutex
+	state    State
+	lastErr  string
 	session  *mcp.ClientSession
 	conn     *conn // the ready session's connection
 	tools    []*mcp.Tool
