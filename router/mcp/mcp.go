@@ -98,8 +98,8 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
 	}
 	args := map[string]any{}
 	if len(req.Arguments) > 0 && string(req.Arguments) != "null" {
-		if k := jsonkind.Of(req.Arguments); k != "object" {
-			openai.WriteError(w, openai.InvalidType("arguments", "an object", jsonkind.Described(k)))
+		if k := jsonkind.Of(req.Arguments); k != "an object" {
+			openai.WriteError(w, openai.InvalidType("arguments", "an object", k))
 			return
 		}
 		if err := json.Unmarshal(req.Arguments, &args); err != nil {
