@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"regexp"
 	"sort"
@@ -49,6 +50,11 @@ func (c ServerConfig) Transport() string {
 
 // String names the server and its transport, nothing secret.
 func (c ServerConfig) String() string { return c.Name + " (" + c.Transport() + ")" }
+
+// LogValue keeps a logged ServerConfig to its name and transport.
+func (c ServerConfig) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("name", c.Name), slog.String("transport", c.Transport()))
+}
 
 // Config is a set of MCP servers by name.
 type Config struct {
