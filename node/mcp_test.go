@@ -6,36 +6,44 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"fusion/internal/testenv"
 	"fusion/mcp/host"
+	"fusion/mcp/host/mcptest"
 	"fusion/node"
 	"fusion/node/nodetest"
 )
 
-// mcpDo sends an authenticated request to a /v1/mcp route and decodes the
-// JSON answer.
-func mcpDo(t *testing.T, n *node.Node, method, path, body string) (int, map[string]any) {
+// apiDo sends a JSON request with the API key "k" and returns the status
+// and the body.
+func apiDo(t *testing.T, n *node.Node, method, path, body string) (int, []byte) {
 	t.Helper()
 	req, _ := http.NewRequest(method, n.URL()+path, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer k")
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, raw
+}
+
+// mcpDo sends an authenticated request to a /v1/mcp route and decodes the
+// JSON answer.
+func mcpDo(t *testing.T, n *node.Node, method, path, body string) (int, map[string]any) {
+	t.Helper()
+	code, raw := apiDo(t, n, method, path, body)
 	var doc map[string]any
 	if err := json.Unmarshal(raw, &doc); err != nil {
-		t.Fatalf("%s %s: %d %q is not JSON", method, path, resp.StatusCode, raw)
+		t.Fatalf("%s %s: %d %q is not JSON", method, path, code, raw)
 	}
-	return resp.StatusCode, doc
+	return code, doc
 }
 
 type mcpServerDoc struct {
@@ -103,16 +111,9 @@ func content(doc map[string]any, typ string) []map[string]any {
 // behind the API key; the failed server does not stop the node serving
 // chat.
 func TestMCPEndpoints(t *testing.T) {
-	nodeBin, everything := testenv.NodeScript(t, "@modelcontextprotocol/server-everything", "dist/index.js")
-	_, filesystem := testenv.NodeScript(t, "@modelcontextprotocol/server-filesystem", "dist/index.js")
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "note.txt"), []byte("fusion was here\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	wav := []byte("RIFF\x24\x00\x00\x00WAVEfmt \x10\x00\x00\x00\x01\x00\x01\x00\x40\x1f\x00\x00\x80\x3e\x00\x00\x02\x00\x10\x00data\x00\x00\x00\x00")
-	if err := os.WriteFile(filepath.Join(dir, "beep.wav"), wav, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	nodeBin, everything := mcptest.Everything(t)
+	_, filesystem := mcptest.Filesystem(t)
+	dir := mcptest.Files(t, "fusion was here\n")
 	raw := fmt.Sprintf(`{"mcpServers": {
 		"ev":  {"command": %[1]q, "args": [%[2]q, "stdio"]},
 		"ev2": {"command": %[1]q, "args": [%[2]q, "stdio"]},
@@ -205,7 +206,7 @@ func TestMCPEndpoints(t *testing.T) {
 		t.Errorf("structured content: %d %v", code, doc)
 	}
 	code, doc = execute(t, n, "read_media_file", map[string]any{"path": filepath.Join(dir, "beep.wav")})
-	if audio := content(doc, "audio"); code != 200 || len(audio) != 1 || audio[0]["mime_type"] != "audio/wav" || audio[0]["data"] != base64.StdEncoding.EncodeToString(wav) {
+	if audio := content(doc, "audio"); code != 200 || len(audio) != 1 || audio[0]["mime_type"] != "audio/wav" || audio[0]["data"] != base64.StdEncoding.EncodeToString(mcptest.WAV) {
 		t.Errorf("audio: %d %v", code, doc)
 	}
 	code, doc = execute(t, n, "read_text_file", map[string]any{"path": filepath.Join(dir, "note.txt")})

@@ -19,17 +19,12 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"fusion/internal/testenv"
-)
-
-const (
-	everythingPkg = "@modelcontextprotocol/server-everything"
-	filesystemPkg = "@modelcontextprotocol/server-filesystem"
+	"fusion/mcp/host/mcptest"
 )
 
 // everything is a stdio entry running the real server-everything.
 func everything(t *testing.T, name string) ServerConfig {
-	node, script := testenv.NodeScript(t, everythingPkg, "dist/index.js")
+	node, script := mcptest.Everything(t)
 	return ServerConfig{Name: name, Command: node, Args: []string{script, "stdio"}}
 }
 
@@ -209,7 +204,7 @@ func TestEverythingStdio(t *testing.T) {
 }
 
 func TestEnvInterpolationReachesChild(t *testing.T) {
-	node, script := testenv.NodeScript(t, everythingPkg, "dist/index.js")
+	node, script := mcptest.Everything(t)
 	raw := fmt.Sprintf(`{"mcpServers": {"ev": {"command": %q, "args": [%q, "stdio"], "env": {"FUSION_TEST_TOKEN": "tok-${SECRET_PART}"}}}}`, node, script)
 	cfg, err := ParseConfig([]byte(raw), func(k string) string { return map[string]string{"SECRET_PART": "s3cr3t"}[k] })
 	if err != nil {
@@ -227,15 +222,8 @@ func TestEnvInterpolationReachesChild(t *testing.T) {
 }
 
 func TestFilesystemReadsTestFile(t *testing.T) {
-	node, script := testenv.NodeScript(t, filesystemPkg, "dist/index.js")
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "note.txt"), []byte("written by the test\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	wav := []byte("RIFF\x24\x00\x00\x00WAVEfmt \x10\x00\x00\x00\x01\x00\x01\x00\x40\x1f\x00\x00\x80\x3e\x00\x00\x02\x00\x10\x00data\x00\x00\x00\x00")
-	if err := os.WriteFile(filepath.Join(dir, "beep.wav"), wav, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	node, script := mcptest.Filesystem(t)
+	dir := mcptest.Files(t, "written by the test\n")
 	h := newHost(t, Options{}, ServerConfig{Name: "fs", Command: node, Args: []string{script, dir}})
 	waitState(t, h, "fs", StateReady, 30*time.Second)
 	res, _, err := h.Call(context.Background(), "read_text_file", map[string]any{"path": filepath.Join(dir, "note.txt")})
@@ -250,7 +238,7 @@ func TestFilesystemReadsTestFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, ok := res.Content[0].(*mcp.AudioContent)
-	if !ok || a.MIMEType != "audio/wav" || string(a.Data) != string(wav) {
+	if !ok || a.MIMEType != "audio/wav" || string(a.Data) != string(mcptest.WAV) {
 		t.Errorf("read_media_file: %#v", res.Content[0])
 	}
 	// Outside the allowed directory: the server's own error, as a tool error.
@@ -344,7 +332,7 @@ func TestNeverStarts(t *testing.T) {
 }
 
 func TestCloseLeavesNoProcess(t *testing.T) {
-	node, script := testenv.NodeScript(t, everythingPkg, "dist/index.js")
+	node, script := mcptest.Everything(t)
 	pidFile := filepath.Join(t.TempDir(), "child.pid")
 	// A wrapper that leaves a grandchild behind, as npx does.
 	wrapper := fmt.Sprintf("sleep 300 & echo $! > %s; exec %s %s stdio", pidFile, node, script)
@@ -385,7 +373,7 @@ func freePort(t *testing.T) int {
 }
 
 func TestEverythingOverHTTP(t *testing.T) {
-	node, script := testenv.NodeScript(t, everythingPkg, "dist/index.js")
+	node, script := mcptest.Everything(t)
 	for _, tc := range []struct{ mode, typ, path string }{
 		{"streamableHttp", "", "/mcp"},
 		{"sse", "sse", "/sse"},
