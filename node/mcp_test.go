@@ -295,3 +295,60 @@ func TestMCPEndpoints(t *testing.T) {
 		}
 	}
 }
+
+// TestMCPClusterWide: a stdio server configured on one node of three is
+// listed and executed from every node (forwarded over the MCP gRPC
+// service), its typed errors crossing the hop: bad arguments stay a 400
+// naming the field, a tool error a 200 with is_error.
+func TestMCPClusterWide(t *testing.T) {
+	nodeBin, everything := mcptest.Everything(t)
+	cfg := host.Config{Servers: []host.ServerConfig{{Name: "ev", Command: nodeBin, Args: []string{everything, "stdio"}}}}
+	a := nodetest.Start(t, nodetest.Options{APIKey: "k", Cluster: loopback("a", 1, nil), MCPServers: cfg})
+	join := []string{a.Cluster().GossipAddr()}
+	b := nodetest.Start(t, nodetest.Options{APIKey: "k", Cluster: loopback("b", 0, join)})
+	c := nodetest.Start(t, nodetest.Options{APIKey: "k", Cluster: loopback("c", 0, join)})
+
+	for _, n := range []*node.Node{a, b, c} {
+		servers := waitMCP(t, n, "ev ready on a, seen from every node", func(s map[string]mcpServerDoc) bool {
+			return s["ev"].State == "ready"
+		})
+		if ev := servers["ev"]; len(servers) != 1 || ev.ToolCount < 10 {
+			t.Errorf("servers seen from a node: %+v", servers)
+		}
+		code, doc := mcpDo(t, n, http.MethodGet, "/v1/mcp/servers", "")
+		if list := doc["servers"].([]any); code != 200 || list[0].(map[string]any)["node"] != "a" {
+			t.Errorf("the server's node: %v", doc)
+		}
+		code, doc = mcpDo(t, n, http.MethodGet, "/v1/mcp/tools", "")
+		found := false
+		for _, it := range doc["tools"].([]any) {
+			if m := it.(map[string]any); m["name"] == "echo" && m["server"] == "ev" && m["input_schema"] != nil {
+				found = true
+			}
+		}
+		if code != 200 || !found {
+			t.Errorf("tools seen from a node: %d %v", code, doc)
+		}
+	}
+	for _, n := range []*node.Node{c, b, a} {
+		code, doc := execute(t, n, "echo", map[string]any{"message": "from afar"})
+		if texts := content(doc, "text"); code != 200 || len(texts) != 1 || texts[0]["text"] != "Echo: from afar" || doc["server"] != "ev" {
+			t.Errorf("echo: %d %v", code, doc)
+		}
+	}
+	code, doc := execute(t, c, "get-sum", map[string]any{"a": 1})
+	if e, _ := doc["error"].(map[string]any); code != 400 || e["param"] != "arguments.b" {
+		t.Errorf("bad arguments through a peer: %d %v", code, doc)
+	}
+	code, doc = execute(t, c, "get-resource-reference", map[string]any{"resourceType": "Text", "resourceId": -1})
+	if code != 200 || doc["is_error"] != true {
+		t.Errorf("tool error through a peer: %d %v", code, doc)
+	}
+	code, doc = execute(t, c, "ev__get-tiny-image", nil)
+	if imgs := content(doc, "image"); code != 200 || len(imgs) != 1 || imgs[0]["mime_type"] != "image/png" {
+		t.Errorf("image through a peer: %d %v", code, doc)
+	}
+	if code, _ := execute(t, c, "nope", nil); code != 404 {
+		t.Errorf("unknown tool from a node without servers: %d", code)
+	}
+}

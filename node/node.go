@@ -159,6 +159,15 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: engine: %w", err)
 	}
 	n := &Node{cfg: cfg, runner: run}
+	// The MCP servers start now, so the cluster's MCP service (registered
+	// while joining) has them.
+	var mcpHost routermcp.Host
+	if len(cfg.MCPServers.Servers) > 0 {
+		opts := cfg.MCP
+		opts.Logger, opts.Version = cfg.Logger, cfg.Version
+		n.mcp = host.New(cfg.MCPServers, opts)
+		mcpHost = n.mcp
+	}
 	var clusterStatus http.Handler
 	sessions := cfg.Sessions
 	// Every answer names the node that ran it; a lone node is its own
@@ -169,13 +178,14 @@ func New(cfg Config) (*Node, error) {
 		// router (over the member's session store and dispatcher) comes
 		// after.
 		if n.server, err = router.Listen(cfg.Listen, nil, cfg.Logger); err != nil {
-			return nil, errors.Join(fmt.Errorf("node: %w", err), run.Close())
+			return nil, errors.Join(fmt.Errorf("node: %w", err), n.closeMCP(), run.Close())
 		}
 		if err = n.joinCluster(); err != nil {
-			return nil, errors.Join(err, n.server.Drain(context.Background()), run.Close())
+			return nil, errors.Join(err, n.server.Drain(context.Background()), n.closeMCP(), run.Close())
 		}
 		clusterStatus = n.clusterStatus()
 		gen = n.dispatcher
+		mcpHost = n.clusterMCP()
 		if sessions == nil {
 			n.sessions = raftstore.New(n.member, raftstore.Options{TTL: cfg.OpenClaw.TTL, Cap: cfg.OpenClaw.Cap})
 			sessions = n.sessions
@@ -187,14 +197,7 @@ func New(cfg Config) (*Node, error) {
 		if n.server != nil {
 			drain = n.server.Drain(context.Background())
 		}
-		return nil, errors.Join(err, drain, run.Close())
-	}
-	var mcpHost routermcp.Host
-	if len(cfg.MCPServers.Servers) > 0 {
-		opts := cfg.MCP
-		opts.Logger, opts.Version = cfg.Logger, cfg.Version
-		n.mcp = host.New(cfg.MCPServers, opts)
-		mcpHost = n.mcp
+		return nil, errors.Join(err, drain, n.closeMCP(), run.Close())
 	}
 	n.router = router.New(router.Config{
 		MCP:         mcpHost,

@@ -149,6 +149,8 @@ type ServerStatus struct {
 	LastError string `json:"last_error,omitempty"`
 	PID       int    `json:"pid,omitempty"` // a running stdio server's process
 	Restarts  int    `json:"restarts"`
+	// Node is the cluster node that runs the server ("" from a lone host).
+	Node string `json:"node,omitempty"`
 }
 
 // Servers reports every server, by name.
@@ -178,16 +180,25 @@ type Tool struct {
 // server__tool is accepted by Call for every tool, colliding or not.
 func (h *Host) Tools() []Tool {
 	var all []Tool
-	count := map[string]int{}
 	for _, s := range h.servers {
 		for _, t := range s.readyTools() {
-			all = append(all, Tool{Name: t.Name, Server: s.cfg.Name, ServerTool: t.Name, Title: t.Title,
+			all = append(all, Tool{Server: s.cfg.Name, ServerTool: t.Name, Title: t.Title,
 				Description: t.Description, InputSchema: t.InputSchema})
-			count[t.Name]++
 		}
 	}
+	return UniqueNames(all)
+}
+
+// UniqueNames names each tool (Server and ServerTool set) by the rule of
+// Tools and sorts them by name.
+func UniqueNames(all []Tool) []Tool {
+	count := map[string]int{}
+	for _, t := range all {
+		count[t.ServerTool]++
+	}
 	for i := range all {
-		if count[all[i].Name] > 1 {
+		all[i].Name = all[i].ServerTool
+		if count[all[i].ServerTool] > 1 {
 			all[i].Name = QualifiedName(all[i].Server, all[i].ServerTool)
 		}
 	}
