@@ -407,3 +407,23 @@ func TestEverythingOverHTTP(t *testing.T) {
 		})
 	}
 }
+
+// TestStartTimeout: a server that never answers initialize is failed
+// after the start timeout, saying so, and its process is gone.
+func TestStartTimeout(t *testing.T) {
+	h := newHost(t, Options{StartTimeout: 300 * time.Millisecond, MinBackoff: time.Minute, TerminateGrace: 100 * time.Millisecond},
+		ServerConfig{Name: "mute", Command: "/bin/sh", Args: []string{"-c", "echo $$ >&2; exec sleep 60"}})
+	st := waitState(t, h, "mute", StateFailed, 10*time.Second)
+	if !strings.Contains(st.LastError, "no answer within the start timeout (300ms)") {
+		t.Errorf("error %q", st.LastError)
+	}
+	// The shell printed its pid (then became sleep): it must be gone.
+	fields := strings.Fields(st.LastError[strings.Index(st.LastError, "stderr: ")+len("stderr: "):])
+	pid, err := strconv.Atoi(fields[0])
+	if err != nil {
+		t.Fatalf("no pid in %q", st.LastError)
+	}
+	if alive(pid) {
+		t.Errorf("process %d of a server that timed out is still there", pid)
+	}
+}
