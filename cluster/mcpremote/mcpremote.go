@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 
-	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -25,11 +24,7 @@ import (
 )
 
 // Local is a node's own MCP host (*host.Host).
-type Local interface {
-	Servers() []host.ServerStatus
-	Tools() []host.Tool
-	Call(ctx context.Context, name string, args map[string]any) (*sdk.CallToolResult, host.Tool, error)
-}
+type Local = host.Provider
 
 const serviceName = "fusion.mcp.v1.Host"
 

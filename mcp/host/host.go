@@ -95,6 +95,16 @@ func (o *Options) defaults() {
 	}
 }
 
+// Provider is what serves MCP servers and their tools to the router: a
+// *Host, or a cluster's merged view of every node's (cluster/mcpremote).
+type Provider interface {
+	Servers() []ServerStatus
+	Tools() []Tool
+	Call(ctx context.Context, name string, args map[string]any) (*mcp.CallToolResult, Tool, error)
+}
+
+var _ Provider = (*Host)(nil)
+
 // Host runs the configured MCP servers.
 type Host struct {
 	opts    Options

@@ -5,7 +5,6 @@
 package mcp
 
 import (
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -20,12 +19,9 @@ import (
 	"fusion/router/openai"
 )
 
-// Host is what the routes need of the MCP host (*host.Host).
-type Host interface {
-	Servers() []host.ServerStatus
-	Tools() []host.Tool
-	Call(ctx context.Context, name string, args map[string]any) (*sdk.CallToolResult, host.Tool, error)
-}
+// Host is what the routes need of the MCP host: *host.Host on a lone
+// node, mcpremote.Cluster in a cluster.
+type Host = host.Provider
 
 // Handler serves the /v1/mcp routes.
 type Handler struct{ host Host }
