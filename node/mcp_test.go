@@ -125,7 +125,7 @@ func TestMCPEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := nodetest.Start(t, nodetest.Options{APIKey: "k", MCPServers: cfg,
-		MCP: host.Options{CallTimeout: 2 * time.Second, MinBackoff: 100 * time.Millisecond, MaxBackoff: time.Second}})
+		MCP: host.Options{CallTimeout: 5 * time.Second, MinBackoff: 100 * time.Millisecond, MaxBackoff: time.Second}})
 
 	// Behind the API key, in OpenAI's error shape.
 	resp, err := http.Get(n.URL() + "/v1/mcp/tools")
@@ -258,10 +258,10 @@ func TestMCPEndpoints(t *testing.T) {
 	}
 	done := make(chan answer, 1)
 	go func() {
-		c, d := execute(t, n, "ev__trigger-long-running-operation", map[string]any{"duration": 1.8, "steps": 2})
+		c, d := execute(t, n, "ev__trigger-long-running-operation", map[string]any{"duration": 4, "steps": 2})
 		done <- answer{c, d}
 	}()
-	time.Sleep(400 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // the 4 s call is in flight
 	if err := syscall.Kill(ev.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

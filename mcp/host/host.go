@@ -310,7 +310,10 @@ func (h *Host) Call(ctx context.Context, name string, args map[string]any) (*mcp
 		if !timeout && ctx.Err() != nil {
 			return nil, t, ctx.Err() // the caller went away
 		}
-		return nil, t, &CallError{Server: t.Server, Tool: t.ServerTool, Timeout: timeout, Err: conn.explain(err)}
+		if !timeout {
+			err = conn.explain(err) // did the server die under the call?
+		}
+		return nil, t, &CallError{Server: t.Server, Tool: t.ServerTool, Timeout: timeout, Err: err}
 	}
 	return res, t, nil
 }

@@ -256,7 +256,7 @@ func TestKilledMidCallRestarts(t *testing.T) {
 		_, _, err := h.Call(context.Background(), "trigger-long-running-operation", map[string]any{"duration": 30, "steps": 30})
 		errc <- err
 	}()
-	time.Sleep(500 * time.Millisecond) // the call is in flight
+	time.Sleep(time.Second) // the call is in flight (it lasts 30 s)
 	if err := syscall.Kill(first.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -292,12 +292,18 @@ func TestKilledMidCallRestarts(t *testing.T) {
 }
 
 func TestCallTimeout(t *testing.T) {
-	h := newHost(t, Options{CallTimeout: 300 * time.Millisecond}, everything(t, "ev"))
+	h := newHost(t, Options{CallTimeout: 300 * time.Millisecond, TerminateGrace: 5 * time.Second}, everything(t, "ev"))
 	waitState(t, h, "ev", StateReady, 30*time.Second)
+	began := time.Now()
 	_, _, err := h.Call(context.Background(), "trigger-long-running-operation", map[string]any{"duration": 5, "steps": 5})
 	var ce *CallError
 	if !errors.As(err, &ce) || !ce.Timeout {
 		t.Fatalf("a 5 s call with a 300 ms timeout: %v", err)
+	}
+	// It ended at the timeout, not after waiting for the (live) process
+	// to exit: a 5 s bound, far above 300 ms and equal to the op's length.
+	if took := time.Since(began); took >= 5*time.Second {
+		t.Errorf("the timed-out call took %v", took)
 	}
 	// The session survives a timed-out call.
 	if _, _, err := h.Call(context.Background(), "echo", map[string]any{"message": "x"}); err != nil {
