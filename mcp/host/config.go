@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"regexp"
 	"sort"
@@ -196,4 +197,36 @@ func (c *ServerConfig) interpolate(getenv func(string) string) error {
 		}
 	}
 	return err
+}
+
+// minSecret is the shortest env or header value redact hides: shorter
+// ones ("1", "en") would blank out ordinary words of a message.
+const minSecret = 4
+
+// redact hides what may be secret in a message about the server (an
+// error, a line of its stderr): the values of its env and headers, and
+// its URL's query string and user info, which Go's HTTP errors quote.
+func (c ServerConfig) redact(msg string) string {
+	if c.URL != "" {
+		if u, err := url.Parse(c.URL); err == nil && (u.RawQuery != "" || u.User != nil) {
+			safe := *u
+			safe.User = nil
+			if safe.RawQuery != "" {
+				safe.RawQuery = "REDACTED"
+			}
+			msg = strings.ReplaceAll(msg, c.URL, safe.String())
+		}
+	}
+	for _, m := range []map[string]string{c.Env, c.Headers} {
+		for _, v := range m {
+			if len(v) >= minSecret {
+				msg = strings.ReplaceAll(msg, v, "[redacted]")
+			}
+			// A header's credential without its scheme ("Bearer tok").
+			if _, cred, ok := strings.Cut(v, " "); ok && len(cred) >= minSecret {
+				msg = strings.ReplaceAll(msg, cred, "[redacted]")
+			}
+		}
+	}
+	return msg
 }

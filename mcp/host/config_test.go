@@ -105,8 +105,11 @@ func TestSecretsNotLogged(t *testing.T) {
 	var logs bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	h := New(Config{Servers: []ServerConfig{
-		{Name: "cmd", Command: "/bin/sh", Args: []string{"-c", "echo starting >&2; exit 1"}, Env: map[string]string{"API_KEY": secret}},
-		{Name: "web", URL: "http://127.0.0.1:1/mcp", Headers: map[string]string{"Authorization": "Bearer " + secret}},
+		// A server that prints its secret on stderr: the line is logged
+		// and kept for the failure message, with the secret hidden.
+		{Name: "cmd", Command: "/bin/sh", Args: []string{"-c", "echo starting with key $API_KEY >&2; exit 1"}, Env: map[string]string{"API_KEY": secret}},
+		// Go's HTTP errors quote the URL, query and all.
+		{Name: "web", URL: "http://127.0.0.1:1/mcp?key=" + secret, Headers: map[string]string{"Authorization": "Bearer " + secret}},
 	}}, Options{Logger: logger, MinBackoff: 20 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
@@ -123,19 +126,22 @@ func TestSecretsNotLogged(t *testing.T) {
 		t.Errorf("cmd state %s", statuses[0].State)
 	}
 	slog.New(logger.Handler()).Info("config", "server", ServerConfig{Name: "cmd", Env: map[string]string{"API_KEY": secret}})
+	if !strings.Contains(statuses[1].LastError, "127.0.0.1:1/mcp?REDACTED") {
+		t.Errorf("the web server's error does not name its (redacted) URL: %s", statuses[1].LastError)
+	}
 	for what, text := range map[string]string{"logs": logs.String(), "status": strings.Join([]string{statuses[0].LastError, statuses[1].LastError}, " "), "call error": callErr.Error()} {
 		if strings.Contains(text, secret) {
 			t.Errorf("%s show the secret: %s", what, text)
 		}
 	}
-	if !strings.Contains(logs.String(), "starting") {
+	if !strings.Contains(logs.String(), "starting with key [redacted]") || !strings.Contains(statuses[0].LastError, "starting with key [redacted]") {
 		t.Errorf("the server's stderr is not in the log:\n%s", logs.String())
 	}
 }
 
 func TestTailWriterKeepsTheEnd(t *testing.T) {
 	var logs bytes.Buffer
-	w := newTailWriter(16, slog.New(slog.NewTextHandler(&logs, nil)))
+	w := newTailWriter(16, slog.New(slog.NewTextHandler(&logs, nil)), func(s string) string { return s })
 	for _, s := range []string{"first line\n", "second ", "line\nthird line that is long\n"} {
 		if _, err := w.Write([]byte(s)); err != nil {
 			t.Fatal(err)

@@ -313,6 +313,7 @@ func (h *Host) Call(ctx context.Context, name string, args map[string]any) (*mcp
 		if !timeout {
 			err = conn.explain(err) // did the server die under the call?
 		}
+		err = errors.New(s.cfg.redact(err.Error()))
 		return nil, t, &CallError{Server: t.Server, Tool: t.ServerTool, Timeout: timeout, Err: err}
 	}
 	return res, t, nil
@@ -406,8 +407,9 @@ func (s *server) run(ctx context.Context) {
 		if time.Since(began) > s.opts.MaxBackoff {
 			backoff = s.opts.MinBackoff
 		}
-		s.setState(StateFailed, err.Error())
-		s.log.Warn("mcp server failed; restarting", "err", err, "backoff", backoff)
+		msg := s.cfg.redact(err.Error())
+		s.setState(StateFailed, msg)
+		s.log.Warn("mcp server failed; restarting", "err", msg, "backoff", backoff)
 		select {
 		case <-ctx.Done():
 			s.setState(StateStopped, "")
@@ -617,7 +619,7 @@ func (s *server) startProcess() (*conn, error) {
 	for k, v := range s.cfg.Env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	tail := newTailWriter(s.opts.StderrTail, s.log)
+	tail := newTailWriter(s.opts.StderrTail, s.log, s.cfg.redact)
 	cmd.Stderr = tail
 	// A grandchild holding stderr open must not keep Wait from returning.
 	cmd.WaitDelay = s.opts.TerminateGrace

@@ -23,9 +23,12 @@ type tailWriter struct {
 	tail    []byte
 	partial []byte
 	log     *slog.Logger
+	redact  func(string) string
 }
 
-func newTailWriter(max int, log *slog.Logger) *tailWriter { return &tailWriter{max: max, log: log} }
+func newTailWriter(max int, log *slog.Logger, redact func(string) string) *tailWriter {
+	return &tailWriter{max: max, log: log, redact: redact}
+}
 
 func (w *tailWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
@@ -40,11 +43,11 @@ func (w *tailWriter) Write(p []byte) (int, error) {
 		if i < 0 {
 			break
 		}
-		w.log.Info("mcp server stderr", "line", string(bytes.TrimRight(w.partial[:i], "\r")))
+		w.log.Info("mcp server stderr", "line", w.redact(string(bytes.TrimRight(w.partial[:i], "\r"))))
 		w.partial = w.partial[i+1:]
 	}
 	if len(w.partial) > w.max { // a very long line: log what we have
-		w.log.Info("mcp server stderr", "line", string(w.partial))
+		w.log.Info("mcp server stderr", "line", w.redact(string(w.partial)))
 		w.partial = w.partial[:0]
 	}
 	return len(p), nil
@@ -54,7 +57,7 @@ func (w *tailWriter) Write(p []byte) (int, error) {
 func (w *tailWriter) Tail() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return strings.Join(strings.Fields(strings.ToValidUTF8(string(w.tail), "")), " ")
+	return w.redact(strings.Join(strings.Fields(strings.ToValidUTF8(string(w.tail), "")), " "))
 }
 
 // headerTransport adds the configured headers to every request.
