@@ -310,8 +310,12 @@ func (h *Host) Call(ctx context.Context, name string, args map[string]any) (*mcp
 		if !timeout && ctx.Err() != nil {
 			return nil, t, ctx.Err() // the caller went away
 		}
-		if !timeout {
+		if !timeout && !answered(err) {
 			err = conn.explain(err) // did the server die under the call?
+			// The transport broke (a process that died ends its session
+			// by itself, an HTTP server that went away may not): end the
+			// session so the supervisor reconnects, with backoff.
+			go func() { _ = cs.Close() }()
 		}
 		err = errors.New(s.cfg.redact(err.Error()))
 		return nil, t, &CallError{Server: t.Server, Tool: t.ServerTool, Timeout: timeout, Err: err}
@@ -366,14 +370,20 @@ func (s *server) callable(tool string) (*mcp.ClientSession, *conn, *jsonschema.S
 	return s.session, s.conn, s.schemas[tool], nil
 }
 
-// explain adds how a stdio server's process ended to a call's error when
-// the call failed because it did (the server killed mid-call). An error
-// the server answered is returned as it is.
-func (c *conn) explain(err error) error {
+// codeRejected is the SDK's JSON-RPC code for a message its transport
+// could not send (a connection refused, a pipe closed): not an answer.
+const codeRejected = -32005
+
+// answered reports whether err is an error the server sent back, as
+// opposed to one of the transport.
+func answered(err error) bool {
 	var rpcErr *jsonrpc.Error
-	if errors.As(err, &rpcErr) {
-		return err
-	}
+	return errors.As(err, &rpcErr) && rpcErr.Code != codeRejected
+}
+
+// explain adds how a stdio server's process ended to a call's error when
+// the call failed because it did (the server killed mid-call).
+func (c *conn) explain(err error) error {
 	if st := c.exitStatus(c.grace); st != "" {
 		return fmt.Errorf("%w (server %s)", err, st)
 	}

@@ -433,3 +433,56 @@ func TestStartTimeout(t *testing.T) {
 		t.Errorf("process %d of a server that timed out is still there", pid)
 	}
 }
+
+// TestHTTPServerGoneReconnects: a streamable HTTP server that goes away
+// fails the call in flight or the next one with a CallError, the host
+// leaves ready and keeps reconnecting with backoff, and once the server
+// is back on its address the tools work again.
+func TestHTTPServerGoneReconnects(t *testing.T) {
+	node, script := mcptest.Everything(t)
+	port := freePort(t)
+	start := func() *exec.Cmd {
+		srv := exec.Command(node, script, "streamableHttp")
+		srv.Env = append(os.Environ(), "PORT="+strconv.Itoa(port))
+		if err := srv.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = srv.Process.Kill()
+			_ = srv.Wait()
+		})
+		return srv
+	}
+	srv := start()
+	h := newHost(t, Options{MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond},
+		ServerConfig{Name: "remote", URL: fmt.Sprintf("http://127.0.0.1:%d/mcp", port)})
+	waitState(t, h, "remote", StateReady, 30*time.Second)
+	if _, _, err := h.Call(context.Background(), "echo", map[string]any{"message": "1"}); err != nil {
+		t.Fatal(err)
+	}
+	_ = srv.Process.Kill()
+	_ = srv.Wait()
+	_, _, err := h.Call(context.Background(), "echo", map[string]any{"message": "2"})
+	var ce *CallError
+	if !errors.As(err, &ce) || ce.Timeout {
+		t.Fatalf("call to a server that is gone: %v", err)
+	}
+	st := waitState(t, h, "remote", StateFailed, 10*time.Second)
+	if !strings.Contains(st.LastError, "connection refused") {
+		t.Errorf("failed because %q", st.LastError)
+	}
+	start()
+	var back ServerStatus
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if back = h.Servers()[0]; back.State == StateReady {
+			break
+		}
+	}
+	if back.State != StateReady || back.Restarts < 1 {
+		t.Fatalf("after the server came back: %+v", back)
+	}
+	res, _, err := h.Call(context.Background(), "echo", map[string]any{"message": "3"})
+	if err != nil || contentJSON(t, res.Content[0])["text"] != "Echo: 3" {
+		t.Fatalf("after reconnecting: %v %v", err, res)
+	}
+}
