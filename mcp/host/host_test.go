@@ -257,12 +257,14 @@ func TestKilledMidCallRestarts(t *testing.T) {
 		errc <- err
 	}()
 	time.Sleep(time.Second) // the call is in flight (it lasts 30 s)
+	killed := time.Now()
 	if err := syscall.Kill(first.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	var err error
 	select {
 	case err = <-errc:
+		t.Logf("the call failed %v after the kill: %v", time.Since(killed), err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("the call did not end when its server died")
 	}
@@ -279,6 +281,7 @@ func TestKilledMidCallRestarts(t *testing.T) {
 			break
 		}
 	}
+	t.Logf("ready again %v after the kill (new pid %d)", time.Since(killed), again.PID)
 	if again.State != StateReady || again.PID == first.PID || again.Restarts < 1 || !strings.Contains(again.LastError, "killed") {
 		t.Errorf("after the restart: %+v (first pid %d)", again, first.PID)
 	}
