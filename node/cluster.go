@@ -13,10 +13,13 @@ import (
 	"strconv"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"fusion/cluster"
 	"fusion/cluster/clusterpb"
 	"fusion/cluster/enginepb"
 	"fusion/cluster/fsm"
+	"fusion/cluster/mcpremote"
 	"fusion/cluster/remote"
 	"fusion/engine/runner"
 	"fusion/router/dispatch"
@@ -203,12 +206,48 @@ func (n *Node) joinCluster() error {
 	enginepb.RegisterEngineServer(m.GRPCServer(), remote.NewService(remote.ServerConfig{
 		NodeID: m.ID(), Engine: n.runner, Stats: n.peerStats, Logger: n.cfg.Logger,
 	}))
+	// Every member serves its MCP servers to its peers (none without
+	// --mcp-config), so a stdio server configured on one node runs calls
+	// from any node.
+	var local mcpremote.Local
+	if n.mcp != nil {
+		local = n.mcp
+	}
+	mcpremote.Register(m.GRPCServer(), local)
 	n.pool = remote.NewPool(m.DialOptions()...)
 	n.loads = remote.NewLoads(n.pool, 0)
 	n.dispatcher = dispatch.New(dispatch.Config{
 		Local: n.runner, Table: &clusterTable{m: m, loads: n.loads}, Connect: n.pool, Logger: n.cfg.Logger,
 	})
 	return nil
+}
+
+// clusterMCP is the router's MCP host in a cluster: this node's servers
+// and its live peers'.
+func (n *Node) clusterMCP() *mcpremote.Cluster {
+	c := &mcpremote.Cluster{
+		Self: n.member.ID(),
+		Peers: func() []mcpremote.Peer {
+			var out []mcpremote.Peer
+			for _, p := range n.member.Members() {
+				if p.ID != n.member.ID() && p.GRPC != "" && p.Status == cluster.StatusAlive {
+					out = append(out, mcpremote.Peer{ID: p.ID, Addr: p.GRPC})
+				}
+			}
+			return out
+		},
+		Conn: func(addr string) (grpc.ClientConnInterface, error) {
+			cl, err := n.pool.Client(addr)
+			if err != nil {
+				return nil, err
+			}
+			return cl.Conn(), nil
+		},
+	}
+	if n.mcp != nil {
+		c.Local = n.mcp
+	}
+	return c
 }
 
 // peerStats are this node's live figures for its peers' dispatchers;

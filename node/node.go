@@ -17,8 +17,10 @@ import (
 	"fusion/cluster"
 	"fusion/cluster/remote"
 	"fusion/engine/runner"
+	"fusion/mcp/host"
 	"fusion/router"
 	"fusion/router/dispatch"
+	routermcp "fusion/router/mcp"
 	"fusion/router/metrics"
 	"fusion/router/openai"
 	"fusion/router/openclaw"
@@ -70,6 +72,12 @@ type Config struct {
 	// Cluster makes the node a cluster member (off unless set).
 	Cluster ClusterConfig
 
+	// MCPServers are the MCP servers this node hosts (--mcp-config); their
+	// tools are served under /v1/mcp. MCP sets the host's limits (call
+	// timeout, backoff; zero values take its defaults).
+	MCPServers host.Config
+	MCP        host.Options
+
 	Version string
 	Logger  *slog.Logger
 }
@@ -102,6 +110,7 @@ type Node struct {
 	router *router.Router
 	server *router.Server
 	member *cluster.Member // nil when not clustered
+	mcp    *host.Host      // nil without MCP servers
 
 	// Cluster data plane (nil when not clustered): the dispatcher over
 	// the member's routes, the peers' Engine clients and their loads, the
@@ -149,6 +158,15 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: engine: %w", err)
 	}
 	n := &Node{cfg: cfg, runner: run}
+	// The MCP servers start now, so the cluster's MCP service (registered
+	// while joining) has them.
+	var mcpHost routermcp.Host
+	if len(cfg.MCPServers.Servers) > 0 {
+		opts := cfg.MCP
+		opts.Logger, opts.Version = cfg.Logger, cfg.Version
+		n.mcp = host.New(cfg.MCPServers, opts)
+		mcpHost = n.mcp
+	}
 	var clusterStatus http.Handler
 	sessions := cfg.Sessions
 	// Every answer names the node that ran it; a lone node is its own
@@ -159,13 +177,14 @@ func New(cfg Config) (*Node, error) {
 		// router (over the member's session store and dispatcher) comes
 		// after.
 		if n.server, err = router.Listen(cfg.Listen, nil, cfg.Logger); err != nil {
-			return nil, errors.Join(fmt.Errorf("node: %w", err), run.Close())
+			return nil, errors.Join(fmt.Errorf("node: %w", err), n.closeMCP(), run.Close())
 		}
 		if err = n.joinCluster(); err != nil {
-			return nil, errors.Join(err, n.server.Drain(context.Background()), run.Close())
+			return nil, errors.Join(err, n.server.Drain(context.Background()), n.closeMCP(), run.Close())
 		}
 		clusterStatus = n.clusterStatus()
 		gen = n.dispatcher
+		mcpHost = n.clusterMCP()
 		if sessions == nil {
 			n.sessions = raftstore.New(n.member, raftstore.Options{TTL: cfg.OpenClaw.TTL, Cap: cfg.OpenClaw.Cap})
 			sessions = n.sessions
@@ -177,9 +196,10 @@ func New(cfg Config) (*Node, error) {
 		if n.server != nil {
 			drain = n.server.Drain(context.Background())
 		}
-		return nil, errors.Join(err, drain, run.Close())
+		return nil, errors.Join(err, drain, n.closeMCP(), run.Close())
 	}
 	n.router = router.New(router.Config{
+		MCP:         mcpHost,
 		ThinkingKey: thinkingKey,
 		Engine:      gen, Stats: n.engineStats, Cache: run, Models: run, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes, Cluster: clusterStatus,
 		OpenAI:   openai.Options{MaxTokens: cfg.MaxTokens, Backends: []string{"cpu"}, CompletionsAsChat: cfg.CompletionsAsChat},
@@ -189,10 +209,21 @@ func New(cfg Config) (*Node, error) {
 		n.server.SetHandler(n.router)
 	} else if n.server, err = router.Listen(cfg.Listen, n.router, cfg.Logger); err != nil {
 		n.router.Close()
-		return nil, errors.Join(fmt.Errorf("node: %w", err), run.Close())
+		return nil, errors.Join(fmt.Errorf("node: %w", err), n.closeMCP(), run.Close())
 	}
 	return n, nil
 }
+
+// closeMCP stops the MCP servers (no child process is left).
+func (n *Node) closeMCP() error {
+	if n.mcp == nil {
+		return nil
+	}
+	return n.mcp.Close()
+}
+
+// MCP is the node's MCP host (nil without MCP servers).
+func (n *Node) MCP() *host.Host { return n.mcp }
 
 func (n *Node) engineStats() metrics.EngineStats {
 	s, pc := n.runner.Stats(), n.runner.CacheStats()
@@ -240,7 +271,9 @@ func (n *Node) Stop(ctx context.Context) error {
 		n.markDraining(ctx)
 		err := n.server.Drain(ctx)
 		n.router.Close()
-		n.stopErr = errors.Join(err, n.stopCluster(ctx), n.runner.Close())
+		// MCP servers stop after the frontend: calls in flight have
+		// finished or been cancelled by the drain.
+		n.stopErr = errors.Join(err, n.closeMCP(), n.stopCluster(ctx), n.runner.Close())
 		n.cfg.Logger.Info("node stopped")
 	})
 	return n.stopErr

@@ -297,18 +297,7 @@ func TestPrefixCacheCorruptBlocks(t *testing.T) {
 func TestCacheAdminRoutes(t *testing.T) {
 	n := nodetest.Start(t, nodetest.Options{APIKey: "k"})
 	content := longPrompt()
-	auth := func(method, path, body string) (int, []byte) {
-		req, _ := http.NewRequest(method, n.URL()+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer k")
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		raw, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, raw
-	}
+	auth := func(method, path, body string) (int, []byte) { return apiDo(t, n, method, path, body) }
 	if code := postJSON(t, n.URL()+"/admin/api/hot-cache/clear", "", nil); code != http.StatusUnauthorized {
 		t.Errorf("clear without the key: %d", code)
 	}

@@ -10,6 +10,7 @@ import (
 	"fusion/router/admin"
 	"fusion/router/anthropic"
 	"fusion/router/dispatch"
+	"fusion/router/mcp"
 	"fusion/router/metrics"
 	"fusion/router/openai"
 	"fusion/router/openclaw"
@@ -49,6 +50,8 @@ type Config struct {
 	// Cluster, when set, serves /admin/api/cluster and below (behind the
 	// API key): the cluster status and settings.
 	Cluster http.Handler
+	// MCP is the node's MCP host behind /v1/mcp (nil: no servers, no tools).
+	MCP mcp.Host
 }
 
 // DefaultMaxBodyBytes is the body limit when Config.MaxBodyBytes is 0.
@@ -112,6 +115,7 @@ func New(cfg Config) *Router {
 		r.Use(auth(cfg.APIKey, openaiDeny))
 		oa.Mount(r)
 		rt.openclaw.Mount(r)
+		mcp.New(cfg.MCP).Mount(r)
 		r.Get("/metrics", h.metricsHandler())
 		admin.New(cfg.Cache, cfg.Models).Mount(r)
 		if cfg.Cluster != nil {

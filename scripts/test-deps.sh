@@ -16,18 +16,21 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
 	"$venv/bin/python" -m pip install -q --disable-pip-version-check -r scripts/requirements-test.txt
 	echo "$want" >"$stamp"
 fi
-# The openai npm package for the Node client tests (router/openai/testdata/node), pinned.
+# Pinned npm packages, under .cache/node; each is installed only when the
+# cached copy is missing or another version:
+# - openai: the Node client tests (router/openai/testdata/node);
+# - the Claude Code CLI: node/claudecode_cli_test.go (a native binary per
+#   platform, from the package's optional dependencies);
+# - real MCP servers: the MCP host tests (mcp/host, node).
 node_prefix=${FUSION_NODE_PREFIX:-.cache/node}
-if command -v npm >/dev/null 2>&1 && [ "$(node -p "require('./$node_prefix/node_modules/openai/package.json').version" 2>/dev/null)" != "6.30.1" ]; then
-	mkdir -p "$node_prefix"
-	npm install --silent --no-audit --no-fund --save-exact --prefix "$node_prefix" openai@6.30.1
-fi
-# The Claude Code CLI for node/claudecode_cli_test.go, pinned (a native
-# binary per platform, from the package's optional dependencies).
-if command -v npm >/dev/null 2>&1 && [ "$(node -p "require('./$node_prefix/node_modules/@anthropic-ai/claude-code/package.json').version" 2>/dev/null)" != "2.1.328" ]; then
-	mkdir -p "$node_prefix"
-	npm install --silent --no-audit --no-fund --save-exact --prefix "$node_prefix" @anthropic-ai/claude-code@2.1.328
-fi
+for pkg in openai@6.30.1 @anthropic-ai/claude-code@2.1.328 \
+	@modelcontextprotocol/server-everything@2026.8.31 @modelcontextprotocol/server-filesystem@2026.8.31; do
+	name=${pkg%@*}
+	if command -v npm >/dev/null 2>&1 && [ "$(node -p "require('./$node_prefix/node_modules/$name/package.json').version" 2>/dev/null)" != "${pkg##*@}" ]; then
+		mkdir -p "$node_prefix"
+		npm install --silent --no-audit --no-fund --save-exact --prefix "$node_prefix" "$pkg"
+	fi
+done
 scripts/fixtures.sh .cache/fixtures
 # libmlxc for engine/backend/mlx, against the venv's mlx-cpu wheel; the
 # script prints the cache entry on stderr (stdout is only its path).

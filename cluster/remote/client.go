@@ -49,6 +49,10 @@ func Dial(addr string, opts ...grpc.DialOption) (*Client, error) {
 // Addr is the peer's address.
 func (c *Client) Addr() string { return c.addr }
 
+// Conn is the client's connection, for other services of the peer's
+// gRPC server (they share its auth and TLS).
+func (c *Client) Conn() grpc.ClientConnInterface { return c.conn }
+
 // Close closes the connection; calls in flight fail.
 func (c *Client) Close() error { return c.conn.Close() }
 

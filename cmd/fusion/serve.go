@@ -16,6 +16,7 @@ import (
 
 	"fusion/cluster"
 	"fusion/engine/runner"
+	"fusion/mcp/host"
 	"fusion/node"
 	"fusion/router"
 	"fusion/router/openclaw"
@@ -51,6 +52,8 @@ type serveSettings struct {
 	logFormat string
 	// Inter-node gRPC TLS files (all three or none).
 	tlsCert, tlsKey, tlsCA string
+	// getenv resolves ${VAR} in the MCP config.
+	getenv func(string) string
 }
 
 func (s serveSetting) env() string {
@@ -130,6 +133,18 @@ func serveSettingsTable() []serveSetting {
 			func(s *serveSettings, v string) error { return parseDuration(v, &s.cfg.OpenClaw.Heartbeat, false) }},
 		{"session-max-history-bytes", constant(strconv.Itoa(openclaw.DefaultMaxHistory)), "largest history an OpenClaw agent session may hold",
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.OpenClaw.MaxHistoryBytes, 1) }},
+		{"mcp-config", constant(""), "JSON file of MCP servers in Claude Desktop's format ({\"mcpServers\": {...}}; ${VAR} is replaced from the environment)",
+			func(s *serveSettings, v string) error {
+				if v == "" {
+					s.cfg.MCPServers = host.Config{}
+					return nil
+				}
+				cfg, err := host.LoadConfig(expandHome(v), s.getenv)
+				s.cfg.MCPServers = cfg
+				return err
+			}},
+		{"mcp-call-timeout", constant(host.DefaultCallTimeout.String()), "longest an MCP tool call may take before it fails with 504",
+			func(s *serveSettings, v string) error { return parseDuration(v, &s.cfg.MCP.CallTimeout, false) }},
 		{"node-id", constant(""), "this node's id in the cluster (default: the hostname)",
 			func(s *serveSettings, v string) error { s.cfg.Cluster.NodeID = v; return nil }},
 		{"join", constant(""), "comma-separated gossip addresses (host:port) of cluster members to join",
@@ -209,7 +224,7 @@ func resolveServe(args []string, getenv func(string) string, stderr io.Writer) (
 		}
 	}
 
-	s := &serveSettings{logLevel: slog.LevelInfo, logFormat: "text"}
+	s := &serveSettings{logLevel: slog.LevelInfo, logFormat: "text", getenv: getenv}
 	for _, st := range table {
 		v, from := st.def(s), "default"
 		if fv, ok := file[st.key()]; ok {

@@ -215,3 +215,40 @@ func TestServeSessionSettings(t *testing.T) {
 		}
 	}
 }
+
+func TestServeMCPSettings(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "mcp.json")
+	if err := os.WriteFile(path, []byte(`{"mcpServers": {
+		"fs": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "${HOME_DIR}"]},
+		"web": {"url": "https://mcp.example/mcp", "headers": {"Authorization": "Bearer ${WEB_TOKEN}"}}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"HOME_DIR": "/srv/notes", "WEB_TOKEN": "tok"}
+	getenv := func(k string) string { return env[k] }
+	s, err := resolveServe([]string{"--mcp-config", path, "--mcp-call-timeout", "5s"}, getenv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := s.cfg.MCPServers.Servers
+	if len(got) != 2 || got[0].Name != "fs" || got[0].Args[2] != "/srv/notes" || got[1].Headers["Authorization"] != "Bearer tok" {
+		t.Fatalf("servers: %+v", got)
+	}
+	if s.cfg.MCP.CallTimeout != 5*time.Second {
+		t.Errorf("call timeout %v", s.cfg.MCP.CallTimeout)
+	}
+	// The config file key works too; a missing variable is an error naming
+	// it (and not any value).
+	cfgFile := filepath.Join(dir, "fusion.json")
+	if err := os.WriteFile(cfgFile, []byte(`{"mcp_config": "`+path+`"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	delete(env, "WEB_TOKEN")
+	_, err = resolveServe([]string{"--config", cfgFile}, getenv, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "WEB_TOKEN") || !strings.Contains(err.Error(), "mcp") {
+		t.Errorf("missing variable: %v", err)
+	}
+	if _, err := resolveServe([]string{"--mcp-call-timeout", "0s"}, getenv, io.Discard); err == nil {
+		t.Error("a zero call timeout was accepted")
+	}
+}

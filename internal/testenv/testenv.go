@@ -62,3 +62,28 @@ func Python(t testing.TB) string {
 	}
 	return py
 }
+
+// NodeModules returns the npm packages' directory ($FUSION_NODE_MODULES,
+// else .cache/node/node_modules at the module root).
+func NodeModules() string {
+	if d := os.Getenv("FUSION_NODE_MODULES"); d != "" {
+		return d
+	}
+	return filepath.Join(moduleRoot(), ".cache", "node", "node_modules")
+}
+
+// NodeScript returns the node interpreter and the path of a file inside
+// an installed npm package (e.g. "@modelcontextprotocol/server-everything",
+// "dist/index.js").
+func NodeScript(t testing.TB, pkg, file string) (node, script string) {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		missing(t, "node not found on PATH")
+	}
+	script = filepath.Join(NodeModules(), pkg, file)
+	if _, err := os.Stat(script); err != nil {
+		missing(t, "npm package %s not found in %s", pkg, NodeModules())
+	}
+	return node, script
+}

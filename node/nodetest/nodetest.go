@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"fusion/engine/demo"
+	"fusion/mcp/host"
 	"fusion/node"
 	"fusion/router/openclaw"
 )
@@ -46,6 +47,9 @@ type Options struct {
 	CacheHotBytes, CacheSSDBytes int64
 	// Cluster makes the node a cluster member.
 	Cluster node.ClusterConfig
+	// MCPServers and MCP configure the node's MCP host.
+	MCPServers host.Config
+	MCP        host.Options
 	// Logger, when nil, discards the logs, or writes them to stderr when
 	// FUSION_TEST_LOG=1.
 	Logger *slog.Logger
@@ -137,6 +141,7 @@ func Start(t testing.TB, o Options) *node.Node {
 		CacheHotBytes: o.CacheHotBytes, CacheSSDBytes: o.CacheSSDBytes,
 		MaxQueued: o.MaxQueued, MaxRunning: o.MaxRunning, MaxTokens: o.MaxTokens, MaxBodyBytes: o.MaxBodyBytes, MemoryBudget: o.MemoryBudget, DrainTimeout: o.DrainTimeout,
 		CompletionsAsChat: o.CompletionsAsChat, OpenClaw: o.OpenClaw, Sessions: o.Sessions, Threads: 1, Version: "test", Logger: o.Logger, Cluster: o.Cluster,
+		MCPServers: o.MCPServers, MCP: o.MCP,
 	})
 	if err != nil {
 		t.Fatalf("node: %v", err)

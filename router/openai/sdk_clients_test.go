@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"testing"
 	"time"
@@ -59,28 +58,18 @@ func TestPythonSDK(t *testing.T) {
 	}
 }
 
-// nodeModules is where `make test-deps` installs the pinned openai npm
-// package ($FUSION_NODE_MODULES, else .cache/node/node_modules).
-func nodeModules() string {
-	if d := os.Getenv("FUSION_NODE_MODULES"); d != "" {
-		return d
-	}
-	root, _ := filepath.Abs(filepath.Join("..", ".."))
-	return filepath.Join(root, ".cache", "node", "node_modules")
-}
-
 func TestNodeSDK(t *testing.T) {
 	nodeBin, err := exec.LookPath("node")
 	if err != nil {
 		missing(t, "node is not on PATH")
 	}
-	env := append(os.Environ(), "NODE_PATH="+nodeModules())
+	env := append(os.Environ(), "NODE_PATH="+testenv.NodeModules())
 	check := exec.Command(nodeBin, "-e", "require('openai')")
 	check.Env = env
 	if out, err := check.CombinedOutput(); err != nil {
-		missing(t, "the openai npm package is not installed in %s: %s", nodeModules(), out)
+		missing(t, "the openai npm package is not installed in %s: %s", testenv.NodeModules(), out)
 	}
-	env = append(clientEnv(t), "NODE_PATH="+nodeModules())
+	env = append(clientEnv(t), "NODE_PATH="+testenv.NodeModules())
 	out := runSuite(t, env, nodeBin, "--test", "--test-reporter=spec", "testdata/node/openai_sdk.test.cjs")
 	t.Log(out)
 	if m := regexp.MustCompile(`(?m)^ℹ fail 0$`).FindString(out); m == "" {

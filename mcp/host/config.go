@@ -1,0 +1,232 @@
+package host
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// Transports a server can be reached by.
+const (
+	TransportStdio = "stdio" // a child process speaking over stdin/stdout
+	TransportHTTP  = "http"  // MCP's streamable HTTP transport
+	TransportSSE   = "sse"   // the older HTTP+SSE transport
+)
+
+// ServerConfig is one entry of the "mcpServers" object, in Claude
+// Desktop's format: a command (stdio) or a URL (HTTP). Env and Headers
+// hold secrets: they are never logged or reported (LogValue and String
+// leave them out).
+type ServerConfig struct {
+	Name    string            `json:"-"`
+	Command string            `json:"command,omitempty"`
+	Args    []string          `json:"args,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	Cwd     string            `json:"cwd,omitempty"`
+	URL     string            `json:"url,omitempty"`
+	Headers map[string]string `json:"headers,omitempty"`
+	// Type picks an HTTP transport: "http" (also "streamable-http" or
+	// "streamableHttp", the default for a URL) or "sse". A command is
+	// always stdio.
+	Type string `json:"type,omitempty"`
+}
+
+// Transport is the transport the entry uses.
+func (c ServerConfig) Transport() string {
+	if c.Command != "" {
+		return TransportStdio
+	}
+	if c.Type == TransportSSE {
+		return TransportSSE
+	}
+	return TransportHTTP
+}
+
+// String names the server and its transport, nothing secret.
+func (c ServerConfig) String() string { return c.Name + " (" + c.Transport() + ")" }
+
+// LogValue keeps a logged ServerConfig to its name and transport.
+func (c ServerConfig) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("name", c.Name), slog.String("transport", c.Transport()))
+}
+
+// Config is a set of MCP servers by name.
+type Config struct {
+	Servers []ServerConfig // sorted by name
+}
+
+// ConfigError is a configuration file the host cannot use.
+type ConfigError struct {
+	Path string // "" when parsed from bytes
+	Msg  string
+}
+
+func (e *ConfigError) Error() string {
+	if e.Path == "" {
+		return "mcp config: " + e.Msg
+	}
+	return "mcp config " + e.Path + ": " + e.Msg
+}
+
+// LoadConfig reads a Claude Desktop style file; getenv resolves ${NAME}.
+func LoadConfig(path string, getenv func(string) string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("mcp config: %w", err)
+	}
+	cfg, err := ParseConfig(data, getenv)
+	var ce *ConfigError
+	if errors.As(err, &ce) {
+		ce.Path = path
+	}
+	return cfg, err
+}
+
+// serverNameRE is what a server name may be: it becomes part of tool names
+// (server__tool), so no spaces or separators that would read ambiguously.
+var serverNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+
+// ParseConfig parses {"mcpServers": {"name": {...}}}. Every string of an
+// entry may hold ${NAME}, replaced by getenv(NAME); a variable that is not
+// set is an error naming it (an empty secret is almost always a mistake).
+// Unknown fields are refused so a typo does not silently drop a setting.
+func ParseConfig(data []byte, getenv func(string) string) (Config, error) {
+	var file struct {
+		MCPServers map[string]json.RawMessage `json:"mcpServers"`
+	}
+	if err := json.Unmarshal(data, &file); err != nil {
+		return Config{}, &ConfigError{Msg: err.Error()}
+	}
+	if file.MCPServers == nil {
+		return Config{}, &ConfigError{Msg: `no "mcpServers" object`}
+	}
+	var cfg Config
+	for name, raw := range file.MCPServers {
+		if !serverNameRE.MatchString(name) || strings.Contains(name, "__") {
+			return Config{}, &ConfigError{Msg: fmt.Sprintf("server name %q: use letters, digits, '.', '-', '_' (no \"__\"), at most 64", name)}
+		}
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.DisallowUnknownFields()
+		var sc ServerConfig
+		if err := dec.Decode(&sc); err != nil {
+			return Config{}, &ConfigError{Msg: fmt.Sprintf("server %q: %v", name, err)}
+		}
+		sc.Name = name
+		if err := sc.interpolate(getenv); err != nil {
+			return Config{}, &ConfigError{Msg: fmt.Sprintf("server %q: %v", name, err)}
+		}
+		if err := sc.validate(); err != nil {
+			return Config{}, &ConfigError{Msg: fmt.Sprintf("server %q: %v", name, err)}
+		}
+		cfg.Servers = append(cfg.Servers, sc)
+	}
+	sort.Slice(cfg.Servers, func(i, j int) bool { return cfg.Servers[i].Name < cfg.Servers[j].Name })
+	return cfg, nil
+}
+
+func (c *ServerConfig) validate() error {
+	switch {
+	case c.Command != "" && c.URL != "":
+		return errors.New(`give "command" or "url", not both`)
+	case c.Command == "" && c.URL == "":
+		return errors.New(`give "command" (stdio) or "url" (HTTP)`)
+	case c.URL != "" && (len(c.Args) > 0 || len(c.Env) > 0 || c.Cwd != ""):
+		return errors.New(`"args", "env" and "cwd" belong to a "command"`)
+	case c.Command != "" && len(c.Headers) > 0:
+		return errors.New(`"headers" belong to a "url"`)
+	}
+	switch c.Type {
+	case "", TransportStdio, TransportHTTP, TransportSSE:
+	case "streamable-http", "streamableHttp", "streamable_http":
+		c.Type = TransportHTTP
+	default:
+		return fmt.Errorf("type %q: use http or sse", c.Type)
+	}
+	if c.Type == TransportStdio && c.Command == "" || c.Command != "" && c.Type != "" && c.Type != TransportStdio {
+		return fmt.Errorf("type %q does not match the entry", c.Type)
+	}
+	if c.URL != "" && !strings.HasPrefix(c.URL, "http://") && !strings.HasPrefix(c.URL, "https://") {
+		return errors.New(`"url" must be http:// or https://`)
+	}
+	return nil
+}
+
+var envRefRE = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+
+// expand replaces ${NAME} in s.
+func expand(s string, getenv func(string) string) (string, error) {
+	var missing string
+	out := envRefRE.ReplaceAllStringFunc(s, func(ref string) string {
+		name := ref[2 : len(ref)-1]
+		v := getenv(name)
+		if v == "" && missing == "" {
+			missing = name
+		}
+		return v
+	})
+	if missing != "" {
+		return "", fmt.Errorf("environment variable %s is not set", missing)
+	}
+	return out, nil
+}
+
+func (c *ServerConfig) interpolate(getenv func(string) string) error {
+	var err error
+	one := func(s *string) {
+		if err == nil {
+			*s, err = expand(*s, getenv)
+		}
+	}
+	one(&c.Command)
+	one(&c.Cwd)
+	one(&c.URL)
+	for i := range c.Args {
+		one(&c.Args[i])
+	}
+	for _, m := range []map[string]string{c.Env, c.Headers} {
+		for k, v := range m {
+			one(&v)
+			m[k] = v
+		}
+	}
+	return err
+}
+
+// minSecret is the shortest env or header value redact hides: shorter
+// ones ("1", "en") would blank out ordinary words of a message.
+const minSecret = 4
+
+// redact hides what may be secret in a message about the server (an
+// error, a line of its stderr): the values of its env and headers, and
+// its URL's query string and user info, which Go's HTTP errors quote.
+func (c ServerConfig) redact(msg string) string {
+	if c.URL != "" {
+		if u, err := url.Parse(c.URL); err == nil && (u.RawQuery != "" || u.User != nil) {
+			safe := *u
+			safe.User = nil
+			if safe.RawQuery != "" {
+				safe.RawQuery = "REDACTED"
+			}
+			msg = strings.ReplaceAll(msg, c.URL, safe.String())
+		}
+	}
+	for _, m := range []map[string]string{c.Env, c.Headers} {
+		for _, v := range m {
+			if len(v) >= minSecret {
+				msg = strings.ReplaceAll(msg, v, "[redacted]")
+			}
+			// A header's credential without its scheme ("Bearer tok").
+			if _, cred, ok := strings.Cut(v, " "); ok && len(cred) >= minSecret {
+				msg = strings.ReplaceAll(msg, cred, "[redacted]")
+			}
+		}
+	}
+	return msg
+}
