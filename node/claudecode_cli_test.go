@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"fusion/engine/demo"
 	"fusion/internal/testenv"
 	"fusion/node"
 	"fusion/node/nodetest"
@@ -126,29 +127,19 @@ func (c *captureWriter) Write(b []byte) (int, error) {
 
 func (c *captureWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
-// claudeCodeModels writes the demo model with an 8192-token window and
-// every token an end token: each answer ends at its first token (end_turn),
-// so a session costs the prompts' prefill, and the random weights never
-// run a session into its window. (The demo weights write one token forever
-// and never their end token.)
+// claudeCodeModels writes a demo model whose answers end on their own after
+// about 30 tokens (demo StopAfter: the end token is reached through the
+// weights, as a real model's is) with an 8192-token window, so a session
+// gets real text back, ended by end_turn, and never runs into the window.
 func claudeCodeModels(t *testing.T) string {
 	t.Helper()
-	dir := nodetest.ModelsWithContext(t, 8192)
-	raw, err := os.ReadFile(filepath.Join(dir, nodetest.Model, "config.json"))
-	if err != nil {
-		t.Fatal(err)
+	dir := t.TempDir()
+	o := demo.DefaultOptions()
+	o.StopAfter = 30
+	if _, err := demo.Create(filepath.Join(dir, nodetest.Model), o); err != nil {
+		t.Fatalf("demo model: %v", err)
 	}
-	var cfg struct {
-		VocabSize int `json:"vocab_size"`
-	}
-	if err := json.Unmarshal(raw, &cfg); err != nil || cfg.VocabSize == 0 {
-		t.Fatalf("config.json: vocab_size %d, %v", cfg.VocabSize, err)
-	}
-	every := make([]int, cfg.VocabSize)
-	for i := range every {
-		every[i] = i
-	}
-	nodetest.EditModelJSON(t, dir, nodetest.Model, "generation_config.json", map[string]any{"eos_token_id": every})
+	nodetest.EditModelJSON(t, dir, nodetest.Model, "config.json", map[string]any{"max_position_embeddings": 8192})
 	return dir
 }
 
@@ -260,6 +251,9 @@ func TestClaudeCodeCLI(t *testing.T) {
 			t.Logf("%d requests, %d turns, result %q", len(exchanges), res.NumTurns, res.Result)
 			if len(exchanges) == 0 {
 				t.Fatal("the CLI sent no request")
+			}
+			if strings.TrimSpace(res.Result) == "" {
+				t.Errorf("the session's answer is empty; the model writes about 30 tokens before its end token")
 			}
 			countTokens := 0
 			for i, ex := range exchanges {
