@@ -67,8 +67,9 @@ func Models(t testing.TB) string {
 
 // Thinker is a second demo model for thinking tests: it writes visible
 // text inside a <think> block and never closes the block itself (its
-// </think> is suppressed), so only a reasoning budget (or max_tokens) ends
-// its thinking.
+// </think> is suppressed, and so is <tool_call>, which the output parser
+// also takes as the end of an unclosed reasoning block), so only a
+// reasoning budget (or max_tokens) ends its thinking.
 const Thinker = "thinker"
 
 // AddThinker writes the Thinker model into dir, a directory from Models.
@@ -76,7 +77,7 @@ func AddThinker(t testing.TB, dir string) {
 	t.Helper()
 	m, err := demo.Build(demo.Options{Seed: 6})
 	if err == nil {
-		err = m.Suppress("</think>")
+		err = m.Suppress("</think>", "<tool_call>")
 	}
 	if err == nil {
 		err = demo.Write(filepath.Join(dir, Thinker), m)
