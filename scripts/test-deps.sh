@@ -21,4 +21,4 @@ if command -v npm >/dev/null 2>&1 && [ "$(node -p "require('./$node_prefix/node_
 	mkdir -p "$node_prefix"
 	npm install --silent --no-audit --no-fund --save-exact --prefix "$node_prefix" openai@6.30.1
 fi
-scripts/fixtures.sh .cache/fixtures
+PYTHON="$venv/bin/python" scripts/fixtures.sh .cache/fixtures
