@@ -78,6 +78,22 @@ type Step interface {
 	// 0 … Offset+i. heads must be a multiple of the cache's KV heads (GQA,
 	// K/V never repeated). Returns [rows, heads·headDim].
 	Attention(layer int, q, k, v Array, scale float32, b *Batch) Array
+	// LayerNorm normalizes every row to zero mean and unit variance,
+	// (x−mean)·rsqrt(var + eps), in float32, then multiplies by w and adds
+	// bias (BERT's post-norm; mlx fast.layer_norm). w and bias have the
+	// row's width.
+	LayerNorm(x Array, w, bias Vector, eps float32) Array
+	// GELU returns x·Φ(x) elementwise, with the exact normal CDF
+	// Φ(x) = (1 + erf(x/√2))/2 (BERT's "gelu"; mlx nn.gelu).
+	GELU(x Array) Array
+	// EncoderAttention computes bidirectional scaled dot-product
+	// attention without a cache: the rows are sequences of lens[i] rows,
+	// one after the other, and every query of a sequence sees every key of
+	// its own sequence and none of another's (what a padding mask does for
+	// a padded batch). q, k, v are [rows, heads·headDim]; returns the same
+	// shape (mlx fast.scaled_dot_product_attention without a mask, per
+	// sequence).
+	EncoderAttention(q, k, v Array, heads int, scale float32, lens []int) Array
 	// Add returns a + b elementwise.
 	Add(a, b Array) Array
 	// SwiGLU returns silu(gate)·up elementwise.
