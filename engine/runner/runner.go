@@ -174,7 +174,7 @@ type Runner struct {
 type loadedModel struct {
 	name  string // the model's id
 	text  *prompt.Builder
-	model languageModel // nil for an embedding model
+	model languageModel   // nil for an embedding model
 	emb   *embeddingModel // nil for a language model
 	// parser names the output parser family, detected from the template
 	// or set by the model's settings.
