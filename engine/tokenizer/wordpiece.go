@@ -77,7 +77,7 @@ func (m *wordPieceModel) encode(piece string, _ *bpeScratch, dst []int) []int {
 }
 
 // bertNormalizer is HF's BertNormalizer: drop NUL, U+FFFD and control
-// characters and turn white space into spaces; put spaces around CJK
+// characters (as HF's Unicode version has them: bert_tables.go) and turn white space into spaces; put spaces around CJK
 // ideographs; strip accents (NFD, then drop nonspacing marks; by default
 // when lowercasing); lowercase.
 func bertNormalizer(cfg normalizerJSON) normalizer {
@@ -116,11 +116,12 @@ func bertNormalizer(cfg normalizerJSON) normalizer {
 	}
 }
 
-// stripAccents decomposes s (NFD) and drops the nonspacing marks.
+// stripAccents decomposes s (NFD) and drops the nonspacing marks (as
+// HF's Unicode version has them: bert_tables.go).
 func stripAccents(s string) string {
 	s = norm.NFD.String(s)
 	return strings.Map(func(r rune) rune {
-		if unicode.Is(unicode.Mn, r) {
+		if unicode.Is(bertMarkTable, r) {
 			return -1
 		}
 		return r
@@ -148,19 +149,8 @@ func isBertSpace(r rune) bool {
 	return r == '\t' || r == '\n' || r == '\r' || unicode.Is(unicode.White_Space, r)
 }
 
-// isBertControl: the "other" categories (Cc, Cf, Co, Cs and unassigned)
-// except tab, newline and carriage return.
-func isBertControl(r rune) bool {
-	if r == '\t' || r == '\n' || r == '\r' {
-		return false
-	}
-	return unicode.In(r, unicode.Cc, unicode.Cf, unicode.Co, unicode.Cs) || !isAssigned(r)
-}
-
-// isAssigned reports whether r has a general category other than Cn.
-func isAssigned(r rune) bool {
-	return unicode.In(r, unicode.L, unicode.M, unicode.N, unicode.P, unicode.S, unicode.Z, unicode.C)
-}
+// isBertControl: the characters clean_text drops (bert_tables.go).
+func isBertControl(r rune) bool { return unicode.Is(bertControlTable, r) }
 
 // isCJK reports whether r is in the CJK ideograph blocks BERT splits on.
 func isCJK(r rune) bool {
@@ -180,7 +170,7 @@ func isCJK(r rune) bool {
 
 // bertPreTokenizer splits on white space (dropped) and isolates every
 // punctuation character (ASCII punctuation, which includes symbols such as
-// $ and +, and the Unicode P categories).
+// $ and +, and the P categories of HF's Unicode version; bert_tables.go).
 type bertPreTokenizer struct{}
 
 func (bertPreTokenizer) apply(s string, dst []string) []string {
@@ -210,12 +200,7 @@ func (bertPreTokenizer) apply(s string, dst []string) []string {
 	return dst
 }
 
-func isBertPunct(r rune) bool {
-	if r < 0x80 {
-		return (r >= '!' && r <= '/') || (r >= ':' && r <= '@') || (r >= '[' && r <= '`') || (r >= '{' && r <= '~')
-	}
-	return classOf(r)&classPunct != 0
-}
+func isBertPunct(r rune) bool { return unicode.Is(bertPunctTable, r) }
 
 type wordPieceDecoderJSON struct {
 	Type    string `json:"type"`
