@@ -95,6 +95,8 @@ func serveSettingsTable() []serveSetting {
 			func(s *serveSettings, v string) error { return parseDuration(v, &s.cfg.IdleTTL, true) }},
 		{"max-tool-calls", constant("8"), "most tool calls in one answer when a tool call is forced and parallel calls are allowed",
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.MaxToolCalls, 1) }},
+		{"max-embed-inputs", constant(strconv.Itoa(runner.DefaultMaxEmbedInputs)), "most inputs in one embeddings request (400 above)",
+			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.MaxEmbeds, 1) }},
 		{"threads", constant("0"), "CPU backend threads (0: all cores)",
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.Threads, 0) }},
 		{"drain-timeout", constant(node.DefaultDrainTimeout.String()), "how long shutdown waits for requests in flight",
