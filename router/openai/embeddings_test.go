@@ -10,8 +10,11 @@ import (
 	"regexp"
 	"strconv"
 	"testing"
+	"time"
 
+	"fusion/cluster"
 	"fusion/internal/testenv"
+	"fusion/node"
 	"fusion/node/nodetest"
 )
 
@@ -49,16 +52,42 @@ func embeddingModels(t *testing.T) (models, fixture string) {
 }
 
 // TestPythonSDKEmbeddings runs the openai Python client's
-// embeddings.create against a node serving all-MiniLM-L6-v2 and compares
-// with sentence-transformers.
+// embeddings.create against a node serving all-MiniLM-L6-v2, and through a
+// second node of its cluster that has no models and forwards, and
+// compares with sentence-transformers.
 func TestPythonSDKEmbeddings(t *testing.T) {
 	py := testenv.Python(t)
 	if out, err := exec.Command(py, "-c", "import openai, pytest, sentence_transformers").CombinedOutput(); err != nil {
 		missing(t, "openai, pytest or sentence-transformers is not installed in %s: %s", py, out)
 	}
 	models, fixture := embeddingModels(t)
-	n := nodetest.Start(t, nodetest.Options{APIKey: testKey, ModelsDir: models, MaxEmbeds: maxInputs})
-	env := append(os.Environ(), "FUSION_BASE_URL="+n.URL(), "FUSION_API_KEY="+testKey,
+	member := func(id string, expect int, join []string) node.ClusterConfig {
+		return node.ClusterConfig{NodeID: id, Listen: "127.0.0.1:0", RaftListen: "127.0.0.1:0", GRPCListen: "127.0.0.1:0",
+			BootstrapExpect: expect, Join: join, Secret: "s", Timing: cluster.TestTiming()}
+	}
+	n := nodetest.Start(t, nodetest.Options{APIKey: testKey, ModelsDir: models, MaxEmbeds: maxInputs, Cluster: member("a", 1, nil)})
+	fwd := nodetest.Start(t, nodetest.Options{APIKey: testKey, ModelsDir: t.TempDir(), MaxEmbeds: maxInputs,
+		Cluster: member("b", 0, []string{n.Cluster().GossipAddr()})})
+	// The forwarding node routes to a node that has the model loaded:
+	// load the three models on a, then wait until b answers for each.
+	for _, m := range []string{embedModel, mrlModel, nodetest.Model} {
+		path, body := "/v1/embeddings", any(map[string]any{"model": m, "input": "warm up"})
+		if m == nodetest.Model {
+			path, body = "/v1/chat/completions", map[string]any{"model": m, "messages": []map[string]string{{"role": "user", "content": "hi"}}, "max_tokens": 1}
+		}
+		var out any
+		if code := post(t, n, path, body, &out); code != http.StatusOK {
+			t.Fatalf("warming %s on a: %d", m, code)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for post(t, fwd, path, body, &out) != http.StatusOK {
+			if time.Now().After(deadline) {
+				t.Fatalf("b never forwarded %s to a", m)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	env := append(os.Environ(), "FUSION_BASE_URL="+n.URL(), "FUSION_FORWARD_URL="+fwd.URL(), "FUSION_API_KEY="+testKey,
 		"FUSION_EMBED_MODEL="+embedModel, "FUSION_MRL_MODEL="+mrlModel, "FUSION_CHAT_MODEL="+nodetest.Model,
 		"FUSION_EMBED_DIR="+fixture, "FUSION_MAX_INPUTS="+strconv.Itoa(maxInputs),
 		"HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1", "TOKENIZERS_PARALLELISM=false")
