@@ -20,23 +20,14 @@ import (
 func newEmbedRunner(t *testing.T, cfg Config) *Runner {
 	t.Helper()
 	fixture := testenv.EmbeddingModelDir(t, "all-minilm-l6-v2")
-	dir := t.TempDir()
 	// A chat model of ~2 MB, more than the gap between MiniLM's files and
 	// its loaded weights, so that evictions between the two are forced.
 	o := demo.DefaultOptions()
 	o.Intermediate, o.DType = 2048, "f32"
-	if _, err := demo.Create(filepath.Join(dir, "chat"), o); err != nil {
+	r := newRunnerWith(t, cfg, map[string]demo.Options{"chat": o})
+	if err := os.Symlink(fixture, filepath.Join(r.cfg.ModelsDir, "minilm")); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(fixture, filepath.Join(dir, "minilm")); err != nil {
-		t.Fatal(err)
-	}
-	cfg.ModelsDir = dir
-	r, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Close() })
 	return r
 }
 

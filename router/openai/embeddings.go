@@ -10,7 +10,6 @@ import (
 	"unicode/utf8"
 
 	"fusion/engine"
-	"fusion/router/jsonkind"
 )
 
 // EmbeddingRequest is the body of POST /v1/embeddings.
@@ -76,49 +75,35 @@ func (req *EmbeddingRequest) toEngine() (*engine.EmbedRequest, *Error) {
 }
 
 // parseEmbeddingInput reads input: a string, an array of strings, an
-// array of token ids, or an array of arrays of token ids.
+// array of token ids, or an array of arrays of token ids; none may be
+// empty.
 func parseEmbeddingInput(raw json.RawMessage) ([]engine.EmbedInput, *Error) {
-	if isNull(raw) {
-		return nil, missingParam("input")
-	}
-	var one string
-	if json.Unmarshal(raw, &one) == nil {
-		if one == "" {
-			return nil, invalidRequest("input", "Invalid 'input': empty string.")
-		}
-		return []engine.EmbedInput{{Text: one}}, nil
-	}
-	var items []json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil {
-		return nil, invalidType("input", "a string, an array of strings, an array of token ids or an array of arrays of token ids", jsonkind.Of(raw))
-	}
-	if len(items) == 0 {
-		return nil, invalidRequest("input", "Invalid 'input': empty array.")
-	}
-	if ids, ok := tokenIDs(raw); ok {
-		return []engine.EmbedInput{{Tokens: ids}}, nil
+	items, e := parseTextsOrIDs(raw, "input")
+	if e != nil {
+		return nil, e
 	}
 	out := make([]engine.EmbedInput, len(items))
 	for i, it := range items {
-		param := fmt.Sprintf("input[%d]", i)
-		var s string
-		if json.Unmarshal(it, &s) == nil {
-			if s == "" {
-				return nil, invalidRequest(param, "Invalid '%s': empty string.", param)
-			}
-			out[i] = engine.EmbedInput{Text: s}
+		param := "input"
+		if len(items) > 1 || !isString(raw) {
+			param = fmt.Sprintf("input[%d]", i)
+		}
+		if it.text == nil {
+			out[i] = engine.EmbedInput{Tokens: it.tokens}
 			continue
 		}
-		ids, ok := tokenIDs(it)
-		if !ok {
-			return nil, invalidType(param, "a string or an array of token ids", jsonkind.Of(it))
+		if *it.text == "" {
+			return nil, invalidRequest(param, "Invalid '%s': empty string.", param)
 		}
-		if len(ids) == 0 {
-			return nil, invalidRequest(param, "Invalid '%s': empty array of token ids.", param)
-		}
-		out[i] = engine.EmbedInput{Tokens: ids}
+		out[i] = engine.EmbedInput{Text: *it.text}
 	}
 	return out, nil
+}
+
+// isString reports whether a JSON value is a string.
+func isString(raw json.RawMessage) bool {
+	var s string
+	return json.Unmarshal(raw, &s) == nil
 }
 
 // POST /v1/embeddings
