@@ -6,17 +6,26 @@ MODELS_DIR ?= $(DATA_DIR)/models
 VENV      := $(CURDIR)/.cache/venv
 FIXTURES  := $(CURDIR)/.cache/fixtures
 # Tests that compare against reference implementations find them here and
-# fail (rather than skip) when FUSION_REQUIRE_FIXTURES=1.
-TEST_ENV  := FUSION_FIXTURES=$(FIXTURES) FUSION_PYTHON=$(VENV)/bin/python FUSION_REQUIRE_FIXTURES=1
+# fail (rather than skip) when FUSION_REQUIRE_FIXTURES=1; the MLX tests
+# (engine/backend/mlx) fail rather than skip without libmlxc when
+# FUSION_REQUIRE_MLX=1.
+TEST_ENV  := FUSION_FIXTURES=$(FIXTURES) FUSION_PYTHON=$(VENV)/bin/python FUSION_REQUIRE_FIXTURES=1 FUSION_REQUIRE_MLX=1
 FUZZTIME  ?= 60s
 
 SHELL       := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: build run test test-deps bench fuzz vet clean
+.PHONY: build build-mlx run test test-deps bench fuzz vet clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/fusion
+
+# libmlxc (mlx-c) from ../shared/vendor against the venv's mlx-cpu wheel,
+# cached in ~/.cache/fusion/mlxc/<tarball sha256>-mlx<version>-<os>-<arch>;
+# prints that directory.
+build-mlx:
+	@[ -x $(VENV)/bin/python ] || ./scripts/test-deps.sh
+	@FUSION_PYTHON=$(VENV)/bin/python ./scripts/mlxc.sh
 
 run: build
 	@./scripts/run.sh "$(BIN)" "$(DATA_DIR)" "$(MODELS_DIR)"

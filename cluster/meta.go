@@ -24,6 +24,11 @@ type Meta struct {
 	// Engine service's stats stream). The placement planner prefers
 	// less loaded nodes.
 	Load int64 `json:"ld,omitempty"`
+	// Inventory is the fingerprint of the inventory the node is
+	// recording (Inventory.Fingerprint), gossiped before the log carries
+	// it, so a peer can tell whether it has heard the node's current
+	// inventory (Member.Unheard).
+	Inventory string `json:"iv,omitempty"`
 }
 
 func (m Meta) encode() ([]byte, error) {

@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,9 +24,26 @@ type Inventory struct {
 	MemoryFree   int64    `json:"memory_free_bytes,omitempty"`
 }
 
-// SetInventory records this node's inventory (skipped when unchanged). A
-// node just started may not be in the catalog yet: it waits for the
-// leader to register it, until ctx is done.
+// Fingerprint names the models of the inventory (on disk and loaded, not
+// the memory figures): equal fingerprints, equal model lists. The lists
+// must be sorted, as SetInventory records them.
+func (inv Inventory) Fingerprint() string {
+	h := sha256.New()
+	for _, list := range [][]string{inv.ModelsOnDisk, inv.ModelsLoaded} {
+		for _, id := range list {
+			h.Write([]byte(id))
+			h.Write([]byte{0})
+		}
+		h.Write([]byte{1})
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// SetInventory records this node's inventory (skipped when unchanged). It
+// first gossips the inventory's fingerprint, so peers know there is one
+// they have not heard until the log brings it. A node just started may
+// not be in the catalog yet: it waits for the leader to register it,
+// until ctx is done.
 func (m *Member) SetInventory(ctx context.Context, inv Inventory) error {
 	slices.Sort(inv.ModelsOnDisk)
 	slices.Sort(inv.ModelsLoaded)
@@ -32,6 +51,7 @@ func (m *Member) SetInventory(ctx context.Context, inv Inventory) error {
 	if err != nil {
 		return err
 	}
+	m.announceInventory(inv)
 	backoff := 50 * time.Millisecond
 	for {
 		var cur []byte
@@ -53,6 +73,21 @@ func (m *Member) SetInventory(ctx context.Context, inv Inventory) error {
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// announceInventory gossips the fingerprint of the inventory this node is
+// about to record, when it changed.
+func (m *Member) announceInventory(inv Inventory) {
+	fp := inv.Fingerprint()
+	m.mu.Lock()
+	changed := m.meta.Inventory != fp
+	m.meta.Inventory = fp
+	m.mu.Unlock()
+	if changed && m.ml != nil {
+		if err := m.ml.UpdateNode(m.cfg.ApplyTimeout); err != nil {
+			m.log.Debug("gossip inventory fingerprint", "err", err)
+		}
 	}
 }
 
@@ -121,4 +156,44 @@ func (m *Member) Routes(model string) (ready []Route, known bool) {
 		return 0
 	})
 	return ready, known
+}
+
+// Unheard lists the alive peers, not draining, with an Engine service (a
+// gRPC address), whose current inventory this node has not heard: the
+// replicated catalog has none for them yet, or one other than the
+// fingerprint they gossip (a report on its way, or a restarted node that
+// has not reported yet). Until it is empty, a model that Routes does not
+// know may still be on one of their disks, so a miss is not a definitive
+// "no such model". It reads only local state.
+func (m *Member) Unheard() []Route {
+	peers := m.peerSnapshot()
+	heard := map[string]string{} // node id → fingerprint of its recorded inventory
+	grpc := map[string]string{}  // node id → its catalog gRPC address
+	m.fsm.Read(func(s *fsm.State) {
+		for _, n := range s.Nodes() {
+			grpc[n.Id] = n.GrpcAddr
+			var inv Inventory
+			if len(n.Inventory) > 0 && json.Unmarshal(n.Inventory, &inv) == nil {
+				heard[n.Id] = inv.Fingerprint()
+			}
+		}
+	})
+	var out []Route
+	for _, id := range sortedIDs(peers) {
+		p := peers[id]
+		if id == m.cfg.NodeID || p.status != StatusAlive || p.meta.Draining {
+			continue
+		}
+		addr := p.meta.GRPC
+		if addr == "" {
+			addr = grpc[id]
+		}
+		if addr == "" { // no Engine service to serve or ask
+			continue
+		}
+		if fp, ok := heard[id]; !ok || p.meta.Inventory == "" || fp != p.meta.Inventory {
+			out = append(out, Route{ID: id, GRPC: addr, HTTP: p.meta.HTTP})
+		}
+	}
+	return out
 }

@@ -158,3 +158,59 @@ func TestCommandSizeLimit(t *testing.T) {
 		t.Fatalf("a command over the limit: %v", err)
 	}
 }
+
+// TestUnheard: a peer is unheard until the catalog holds the inventory
+// whose fingerprint it gossips: before its first report, and again while
+// a newer report has been announced but not written yet (the first half
+// of SetInventory alone). Draining peers and this node itself are never
+// listed.
+func TestUnheard(t *testing.T) {
+	nodes := startCluster(t, 3, "")
+	ctx := context.Background()
+	unheard := func(m *Member) []string {
+		var ids []string
+		for _, r := range m.Unheard() {
+			ids = append(ids, r.ID)
+		}
+		return ids
+	}
+	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
+	waitFor(t, 10*time.Second, "n1 sees its peers alive and unheard", func() bool {
+		return sameIDs(unheard(n1), []string{"n2", "n3"})
+	})
+
+	for _, m := range []*Member{n2, n3} {
+		if err := m.SetInventory(ctx, Inventory{ModelsOnDisk: []string{"m-" + m.ID()}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 10*time.Second, "n1 heard n2 and n3", func() bool { return len(unheard(n1)) == 0 })
+	if rs := n1.Unheard(); rs != nil {
+		t.Fatalf("heard everyone, Unheard = %+v", rs)
+	}
+
+	// n3 announces a new inventory, not written yet.
+	n3.announceInventory(Inventory{ModelsOnDisk: []string{"m-n3", "m-new"}})
+	waitFor(t, 10*time.Second, "n1 sees n3's announced inventory unheard", func() bool {
+		return sameIDs(unheard(n1), []string{"n3"})
+	})
+	if _, known := n1.Routes("m-new"); known {
+		t.Fatal("m-new known without its inventory")
+	}
+	// The write goes through: heard again.
+	if err := n3.SetInventory(ctx, Inventory{ModelsOnDisk: []string{"m-new", "m-n3"}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "n1 heard n3's new inventory", func() bool { return len(unheard(n1)) == 0 })
+	if _, known := n1.Routes("m-new"); !known {
+		t.Fatal("m-new unknown once n3's inventory is heard")
+	}
+
+	// A draining peer takes no requests: not worth asking.
+	n2.announceInventory(Inventory{ModelsOnDisk: []string{"other"}})
+	waitFor(t, 10*time.Second, "n2 unheard", func() bool { return sameIDs(unheard(n1), []string{"n2"}) })
+	if err := n2.SetDraining(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "a draining n2 is not listed", func() bool { return len(unheard(n1)) == 0 })
+}

@@ -69,7 +69,7 @@ type Request struct {
 	// TopLogprobs; the runner adds the model's end-of-generation ids to
 	// StopTokenIDs.
 	Sampling  sample.Params
-	MaxTokens int      // 0: until a stop condition or the context is full
+	MaxTokens int      // 0: until a stop condition, the node's cap (if any) or the context is full
 	Stop      []string // stop sequences; the matched text is not returned
 
 	// ResponseFormat, when set, constrains the answer to JSON.
@@ -130,7 +130,12 @@ type FinishReason string
 // Finish reasons.
 const (
 	FinishStop   FinishReason = "stop"   // a stop token or stop sequence
-	FinishLength FinishReason = "length" // MaxTokens or the context length
+	FinishLength FinishReason = "length" // MaxTokens (or a KV budget a lone sequence outgrew)
+	// FinishContextWindow: the model's context window was full before
+	// MaxTokens (or the node's cap) was reached. Anthropic calls it
+	// model_context_window_exceeded; OpenAI dialects have no word for it
+	// and say "length".
+	FinishContextWindow FinishReason = "context_window"
 	// FinishToolCalls: generation stopped normally after tool calls.
 	FinishToolCalls FinishReason = "tool_calls"
 )

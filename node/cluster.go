@@ -39,6 +39,11 @@ type ClusterConfig struct {
 	// neither; see fusion serve --grpc-tls-*).
 	ServerTLS, ClientTLS *tls.Config
 	Timing               cluster.Timing
+	// HoldInventory, when set, is asked before each inventory report;
+	// while it returns true the report waits (the rest of the sync loop
+	// goes on). A test hook: it lets a test keep a member's inventory
+	// from its peers for exactly as long as it needs.
+	HoldInventory func() bool
 }
 
 // Enabled reports whether any cluster setting is given.
@@ -309,6 +314,9 @@ func (n *Node) syncOnce(ctx context.Context, watched map[string]bool) {
 		}
 	}
 	// Inventory: what this node has on disk and loaded.
+	if hold := n.cfg.Cluster.HoldInventory; hold != nil && hold() {
+		return
+	}
 	inv := cluster.Inventory{MemoryTotal: n.runner.MemoryTotal()}
 	// Free memory changes all the time; the inventory goes through the
 	// log, so it carries it rounded to 256 MiB.
@@ -368,6 +376,14 @@ func (t *clusterTable) Candidates(model string) []dispatch.Peer {
 func (t *clusterTable) Known(model string) bool {
 	_, known := t.m.Routes(model)
 	return known
+}
+
+func (t *clusterTable) Unheard() []dispatch.Peer {
+	var out []dispatch.Peer
+	for _, r := range t.m.Unheard() {
+		out = append(out, dispatch.Peer{ID: r.ID, Addr: r.GRPC, Alive: true, Load: t.loads.Load(r.GRPC)})
+	}
+	return out
 }
 
 func (t *clusterTable) Peers() []dispatch.Peer {

@@ -34,6 +34,18 @@ func clusterDoc(t *testing.T, url, key string) (int, cluster.StatusDoc) {
 	return resp.StatusCode, doc
 }
 
+// postChat posts a chat completion body to n with the API key "k".
+func postChat(t *testing.T, n *node.Node, body string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, n.URL()+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer k")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
 // loopback is the cluster config of an in-process test node: every
 // address on 127.0.0.1:0, a shared secret, fast timings.
 func loopback(id string, expect int, join []string) node.ClusterConfig {
@@ -111,12 +123,7 @@ func TestClusterForwards(t *testing.T) {
 	chat := func(n *node.Node) (string, string, int) {
 		t.Helper()
 		body := `{"model":"demo","messages":[{"role":"user","content":"forward me"}],"max_tokens":6,"temperature":0,"logprobs":true}`
-		req, _ := http.NewRequest(http.MethodPost, n.URL()+"/v1/chat/completions", strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer k")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := postChat(t, n, body)
 		defer resp.Body.Close()
 		raw, _ := io.ReadAll(resp.Body)
 		var out struct {
@@ -227,7 +234,7 @@ func TestClusterLeaveDrainsStreams(t *testing.T) {
 		}
 	}
 
-	body := `{"model":"demo","messages":[{"role":"user","content":"hi"}],"max_tokens":300,"stream":true,"logit_bias":` + bias + `}`
+	body := `{"model":"demo","messages":[{"role":"user","content":"hi"}],"max_tokens":300,"stream":true,"stream_options":{"include_usage":true},"logit_bias":` + bias + `}`
 	resp, err := http.Post(a.URL()+"/v1/chat/completions", "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -240,16 +247,8 @@ func TestClusterLeaveDrainsStreams(t *testing.T) {
 	sc.Scan() // running on b
 	stopped := make(chan error, 1)
 	go func() { stopped <- b.Stop(context.Background()) }()
-	var chunks int
-	var last string
-	for sc.Scan() {
-		if line := sc.Text(); strings.HasPrefix(line, "data: ") {
-			chunks++
-			last = line
-		}
-	}
-	if last != "data: [DONE]" || chunks < 300 {
-		t.Errorf("forwarded stream cut while b left: %d chunks, last %q", chunks, last)
+	if last, finish, tokens := readChatStream(sc); last != "data: [DONE]" || finish != "length" || tokens != 300 {
+		t.Errorf("forwarded stream cut while b left: finish %q after %d tokens, last %q", finish, tokens, last)
 	}
 	if err := <-stopped; err != nil {
 		t.Errorf("b.Stop: %v", err)

@@ -34,12 +34,15 @@ type Config struct {
 	Preload   []string
 
 	MaxBodyBytes int64         // request body limit (default 10 MiB)
-	MaxTokens    int           // max_tokens cap per request (default 4096)
+	MaxTokens    int           // max_tokens cap per request, and its default (0: none; the model's context window bounds each generation)
 	MaxQueued    int           // generations admitted at once before 429 (default 64)
 	MaxToolCalls int           // calls in one forced-tool answer with parallel calls (default 8)
 	MaxEmbeds    int           // inputs of one embeddings request before 400 (default 2048)
 	Threads      int           // CPU backend threads (default: all cores)
 	DrainTimeout time.Duration // how long SIGTERM waits for requests in flight (default 30s)
+	// TextCacheModels is how many models' tokenizers and chat templates
+	// stay parsed for token counting and loading, loaded or not (default 8).
+	TextCacheModels int
 
 	// The prefix cache: its SSD tier lives in DataDir/cache (none without
 	// a DataDir). Caps in bytes: 0 takes the default (RAM tier 10% of the
@@ -75,7 +78,6 @@ type Config struct {
 // Defaults.
 const (
 	DefaultListen       = "127.0.0.1:8000"
-	DefaultMaxTokens    = 4096
 	DefaultDrainTimeout = 30 * time.Second
 )
 
@@ -85,9 +87,6 @@ func (c *Config) defaults() {
 	}
 	if c.ModelsDir == "" && c.DataDir != "" {
 		c.ModelsDir = c.DataDir + string(os.PathSeparator) + "models"
-	}
-	if c.MaxTokens == 0 {
-		c.MaxTokens = DefaultMaxTokens
 	}
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = DefaultDrainTimeout
@@ -144,7 +143,7 @@ func New(cfg Config) (*Node, error) {
 		ModelsDir: cfg.ModelsDir, Preload: cfg.Preload, MaxQueued: cfg.MaxQueued, MaxTokens: cfg.MaxTokens,
 		MaxRunning: cfg.MaxRunning, MaxKVBytes: cfg.MaxKVBytes, StepTokens: cfg.StepTokens, MaxWait: cfg.MaxWait,
 		MemoryBudget: cfg.MemoryBudget, IdleTTL: cfg.IdleTTL,
-		Threads: cfg.Threads, MaxToolCalls: cfg.MaxToolCalls, MaxEmbedInputs: cfg.MaxEmbeds, Logger: cfg.Logger,
+		Threads: cfg.Threads, MaxToolCalls: cfg.MaxToolCalls, MaxEmbedInputs: cfg.MaxEmbeds, TextCacheModels: cfg.TextCacheModels, Logger: cfg.Logger,
 		CacheDir: cacheDir, CacheHotBytes: cfg.CacheHotBytes, CacheSSDBytes: cfg.CacheSSDBytes, CacheWriteQueue: cfg.CacheWriteQueue,
 	})
 	if err != nil {

@@ -32,11 +32,46 @@ func noEOSBias(t *testing.T, url string) string {
 	return "{" + strings.Join(parts, ",") + "}"
 }
 
+// readChatStream reads the rest of a chat completion stream: its last data
+// line, the finish_reason and the usage's completion_tokens (the request
+// asks for include_usage). A stream that completes normally ends with
+// "data: [DONE]" after max_tokens tokens. (Chunks are no count of tokens: a
+// token that ends inside a UTF-8 character waits for the next one.)
+func readChatStream(sc *bufio.Scanner) (last, finish string, tokens int) {
+	for sc.Scan() {
+		line, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		last = sc.Text()
+		var c struct {
+			Choices []struct {
+				FinishReason string `json:"finish_reason"`
+			}
+			Usage *struct {
+				CompletionTokens int `json:"completion_tokens"`
+			}
+		}
+		if json.Unmarshal([]byte(line), &c) != nil {
+			continue
+		}
+		for _, ch := range c.Choices {
+			if ch.FinishReason != "" {
+				finish = ch.FinishReason
+			}
+		}
+		if c.Usage != nil {
+			tokens = c.Usage.CompletionTokens
+		}
+	}
+	return last, finish, tokens
+}
+
 // TestDrainFinishesInFlight: Stop waits for a streamed generation that is
 // running, which completes normally, while new connections are refused.
 func TestDrainFinishesInFlight(t *testing.T) {
 	n := nodetest.Start(t, nodetest.Options{DrainTimeout: 30 * time.Second})
-	body := `{"model":"demo","messages":[{"role":"user","content":"hi"}],"max_tokens":300,"stream":true,"logit_bias":` + noEOSBias(t, n.URL()) + `}`
+	body := `{"model":"demo","messages":[{"role":"user","content":"hi"}],"max_tokens":300,"stream":true,"stream_options":{"include_usage":true},"logit_bias":` + noEOSBias(t, n.URL()) + `}`
 	resp, err := http.Post(n.URL()+"/v1/chat/completions", "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -48,16 +83,8 @@ func TestDrainFinishesInFlight(t *testing.T) {
 	stopped := make(chan error, 1)
 	go func() { stopped <- n.Stop(context.Background()) }()
 
-	var chunks int
-	var last string
-	for sc.Scan() {
-		if line := sc.Text(); strings.HasPrefix(line, "data: ") {
-			chunks++
-			last = line
-		}
-	}
-	if last != "data: [DONE]" || chunks < 300 {
-		t.Errorf("stream cut during drain: %d chunks, last %q", chunks, last)
+	if last, finish, tokens := readChatStream(sc); last != "data: [DONE]" || finish != "length" || tokens != 300 {
+		t.Errorf("stream cut during drain: finish %q after %d tokens, last %q", finish, tokens, last)
 	}
 	if err := <-stopped; err != nil {
 		t.Errorf("Stop: %v", err)

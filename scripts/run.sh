@@ -10,7 +10,9 @@ listen=${FUSION_LISTEN:-127.0.0.1:8000}
 mkdir -p "$models"
 if [ -z "$(ls -A "$models" 2>/dev/null)" ]; then
 	echo "run: no models in $models; creating a demo model"
-	"$bin" models create-demo --arch qwen3 --out "$models/demo"
+	# --stop-after: the demo ends its answers on its own after a few dozen
+	# tokens, so a curl or a real client does not wait for max_tokens.
+	"$bin" models create-demo --arch qwen3 --stop-after "${FUSION_DEMO_STOP_AFTER:-40}" --out "$models/demo"
 fi
 model=$(find "$models" -mindepth 1 -maxdepth 1 \( -type d -o -name '*.gguf' \) ! -name '.*' -printf '%f\n' | sort | head -n1)
 model=${model%.gguf}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need, idempotently: Python reference packages in a
-# virtual environment under .cache, and the registry fixtures.
+# virtual environment under .cache, the registry fixtures, and libmlxc
+# (built once per mlx-c source and MLX version, cached in ~/.cache/fusion/mlxc).
 set -euo pipefail
 venv=${FUSION_VENV:-.cache/venv}
 if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
@@ -21,4 +22,13 @@ if command -v npm >/dev/null 2>&1 && [ "$(node -p "require('./$node_prefix/node_
 	mkdir -p "$node_prefix"
 	npm install --silent --no-audit --no-fund --save-exact --prefix "$node_prefix" openai@6.30.1
 fi
+# The Claude Code CLI for node/claudecode_cli_test.go, pinned (a native
+# binary per platform, from the package's optional dependencies).
+if command -v npm >/dev/null 2>&1 && [ "$(node -p "require('./$node_prefix/node_modules/@anthropic-ai/claude-code/package.json').version" 2>/dev/null)" != "2.1.328" ]; then
+	mkdir -p "$node_prefix"
+	npm install --silent --no-audit --no-fund --save-exact --prefix "$node_prefix" @anthropic-ai/claude-code@2.1.328
+fi
 PYTHON="$venv/bin/python" scripts/fixtures.sh .cache/fixtures
+# libmlxc for engine/backend/mlx, against the venv's mlx-cpu wheel; the
+# script prints the cache entry on stderr (stdout is only its path).
+FUSION_PYTHON="$venv/bin/python" scripts/mlxc.sh >/dev/null

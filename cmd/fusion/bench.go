@@ -26,6 +26,7 @@ func benchCommands() map[string]command {
 		"forward":   {summary: "what forwarding to a peer adds, over HTTP and gRPC", run: benchForward},
 		"grammar":   {summary: "JSON-schema compilation and per-token masks", run: benchGrammar},
 		"raft":      {summary: "Raft write latency, throughput and failover", run: benchRaft},
+		"tokens":    {summary: "count_tokens latency on a loaded and an unloaded model (Qwen3 tokenizer)", run: benchTokens},
 	}
 }
 
@@ -138,6 +139,17 @@ func benchRaft(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	return benchError(bench.Raft(ctx, o, stdout))
+}
+
+func benchTokens(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o := bench.DefaultTokensOptions()
+	o.Version = version
+	fs := newFlagSet("bench tokens", stderr)
+	fs.DurationVar(&o.Duration, "duration", o.Duration, "time spent counting on each model")
+	if err := parseBenchFlags(fs, args); err != nil {
+		return err
+	}
+	return benchError(bench.Tokens(ctx, o, stdout))
 }
 
 // parseBenchFlags parses a benchmark's flags; a benchmark takes no

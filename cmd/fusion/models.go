@@ -44,6 +44,7 @@ func runCreateDemo(_ context.Context, args []string, stdout, stderr io.Writer) e
 	fs.StringVar(&o.GGUFType, "gguf-type", "", "GGUF weight layout: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k or q4_k_m (default: from --quantize 8/4 or --dtype)")
 	fs.Uint64Var(&o.Seed, "seed", 0, "random seed (same seed, same weights)")
 	fs.BoolVar(&o.Untied, "untied", false, "write a separate lm_head instead of tying it to the embeddings")
+	fs.IntVar(&o.StopAfter, "stop-after", 0, fmt.Sprintf("end answers on their own after about this many tokens (0: never, answers run to max_tokens; at most %d)", demo.MaxStopAfter))
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

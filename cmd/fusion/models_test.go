@@ -61,6 +61,7 @@ func TestModelsUsageErrors(t *testing.T) {
 		{[]string{"models", "create-demo", "--out", "x", "extra"}, 2, "unexpected argument"},
 		{[]string{"models", "create-demo", "--out", t.TempDir(), "--heads", "5"}, 1, "does not divide"},
 		{[]string{"models", "create-demo", "--out", t.TempDir(), "--format", "gguf", "--quantize", "5"}, 1, "no GGUF equivalent"},
+		{[]string{"models", "create-demo", "--out", t.TempDir(), "--stop-after", "-1"}, 1, "outside 0..256"},
 		{[]string{"models", "inspect"}, 2, "usage: fusion models inspect"},
 		{[]string{"models", "inspect", "--load-mode", "paged", "x"}, 2, "unknown load mode"},
 		{[]string{"models", "inspect", t.TempDir()}, 1, "config.json"},

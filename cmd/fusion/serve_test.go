@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"fusion/engine/demo"
+	"fusion/engine/runner"
 )
 
 func TestServeSettingsPrecedence(t *testing.T) {
@@ -33,7 +34,7 @@ func TestServeSettingsPrecedence(t *testing.T) {
 			home, _ := os.UserHomeDir()
 			c := s.cfg
 			if c.Listen != "127.0.0.1:8000" || c.DataDir != filepath.Join(home, ".fusion") || c.ModelsDir != filepath.Join(home, ".fusion", "models") ||
-				c.MaxBodyBytes != 10<<20 || c.MaxTokens != 4096 || c.DrainTimeout != 30*time.Second || c.APIKey != "" || c.Preload != nil {
+				c.MaxBodyBytes != 10<<20 || c.MaxTokens != 0 || c.DrainTimeout != 30*time.Second || c.APIKey != "" || c.Preload != nil {
 				t.Errorf("config = %+v", c)
 			}
 		}},
@@ -77,9 +78,15 @@ func TestServeSettingsPrecedence(t *testing.T) {
 				t.Errorf("cluster config = %+v", c)
 			}
 		}},
+		{"text cache", []string{"--text-cache-models", "3"}, map[string]string{"FUSION_TEXT_CACHE_MODELS": "5"}, func(t *testing.T, s *serveSettings) {
+			if s.cfg.TextCacheModels != 3 {
+				t.Errorf("text cache models = %d, want the flag's 3", s.cfg.TextCacheModels)
+			}
+		}},
 		{"scheduler and pool defaults", nil, nil, func(t *testing.T, s *serveSettings) {
 			c := s.cfg
-			if c.MaxRunning != 16 || c.MaxKVBytes != 0 || c.StepTokens != 512 || c.MaxWait != 30*time.Second || c.MemoryBudget != 0 || c.IdleTTL != 0 {
+			if c.MaxRunning != 16 || c.MaxKVBytes != 0 || c.StepTokens != 512 || c.MaxWait != 30*time.Second || c.MemoryBudget != 0 || c.IdleTTL != 0 ||
+				c.TextCacheModels != runner.DefaultTextCacheModels {
 				t.Errorf("config = %+v", c)
 			}
 		}},
@@ -106,6 +113,7 @@ func TestServeSettingsPrecedence(t *testing.T) {
 		{[]string{"--idle-ttl", "-1s"}, nil, "flag --idle-ttl"},
 		{[]string{"--max-wait", "0s"}, nil, "flag --max-wait"},
 		{[]string{"--max-running", "0"}, nil, "flag --max-running"},
+		{[]string{"--text-cache-models", "0"}, nil, "flag --text-cache-models"},
 		{[]string{"--voters", "4"}, nil, "flag --voters"},
 		{[]string{"--voters", "1"}, nil, "3 or 5 voters"},
 		{nil, map[string]string{"FUSION_VOTERS": "7"}, "environment variable FUSION_VOTERS"},

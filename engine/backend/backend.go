@@ -24,6 +24,15 @@ type Backend interface {
 	Close() error
 }
 
+// Releaser is implemented by backends whose weights hold memory of their
+// own (MLX's arrays; the CPU backend uses the file's bytes and needs
+// nothing). Release frees weights and vectors, which must not be used
+// afterwards; a model calls it when it closes, before its weight files,
+// whose bytes the backend may still reference.
+type Releaser interface {
+	Release(weights []Weight, vectors []Vector)
+}
+
 // Array is an activation matrix [rows, cols] belonging to one Step: a
 // float32 buffer on the CPU, a lazy array on MLX. It is valid until the
 // step is closed or a Release drops it.

@@ -38,6 +38,10 @@ type parityCase struct {
 	expect   expectation
 	input    Input
 	bos, eos string
+	// conform, when set, is the shape the family's template expects:
+	// Python puts the messages into it with its own json module before
+	// rendering, Go with Shape.Conform (see openai_parity_test.go).
+	conform *Shape
 }
 
 type gen struct {
@@ -232,15 +236,20 @@ func (g *gen) arguments(asString bool) any {
 	if !asString {
 		return args
 	}
-	v, err := toValue(args)
-	if err != nil {
-		panic(err)
-	}
-	s, err := encodePyJSON(v, pick(g, []pyJSONOptions{
+	return g.jsonText(args, []pyJSONOptions{
 		{itemSep: ", ", keySep: ": "},
 		{itemSep: ",", keySep: ":"},
 		{itemSep: ",", keySep: ": ", indented: true, indent: "  "},
-	}))
+	})
+}
+
+// jsonText writes o as JSON with one of the formattings in opts.
+func (g *gen) jsonText(o *Object, opts []pyJSONOptions) string {
+	v, err := toValue(o)
+	if err != nil {
+		panic(err)
+	}
+	s, err := encodePyJSON(v, pick(g, opts))
 	if err != nil {
 		panic(err)
 	}

@@ -98,7 +98,7 @@ func runReference(t *testing.T, templates map[string]string, cases []parityCase)
 		if messages == nil {
 			messages = []*Object{}
 		}
-		caseList[i] = NewObject(
+		obj := NewObject(
 			"id", c.id,
 			"template", c.family,
 			"messages", messages,
@@ -107,6 +107,12 @@ func runReference(t *testing.T, templates map[string]string, cases []parityCase)
 			"special_tokens", special,
 			"kwargs", kwargs,
 		)
+		if c.conform != nil {
+			obj.Set("conform", NewObject(
+				"string_arguments", c.conform.StringArguments,
+				"null_call_content", c.conform.NullCallContent))
+		}
+		caseList[i] = obj
 	}
 	request := NewObject(
 		"now", pinnedNow.Format("2006-01-02T15:04:05"),

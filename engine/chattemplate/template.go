@@ -14,6 +14,7 @@ type Template struct {
 	tmpl    *jinja.Template
 	now     func() time.Time
 	globals map[string]jinja.Value
+	shape   Shape // found by probeShape in New
 }
 
 // Option configures New.
@@ -44,6 +45,7 @@ func New(source string, opts ...Option) (*Template, error) {
 	for name, fn := range overriddenFilters {
 		t.globals[filterPrefix+name] = jinja.NewCallable(name, fn)
 	}
+	t.shape = t.probeShape()
 	return t, nil
 }
 

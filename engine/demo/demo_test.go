@@ -59,6 +59,9 @@ func TestBuildOptions(t *testing.T) {
 	if p.HeadDim != 16 || p.Vocab != 640 || p.Vocab%64 != 0 || p.Vocab < len(m.Tokenizer.Tokens) || m.DType != tensor.F32 || p.RopeScaling["rope_type"] != "llama3" {
 		t.Errorf("params %+v, dtype %v", p, m.DType)
 	}
+	// Padding rows (ids past the tokenizer) are zero: they lack the bias
+	// channel every token's row has, so no id without a token is ever
+	// sampled.
 	emb := m.Tensors[0]
 	for i, v := range emb.Data[len(m.Tokenizer.Tokens)*p.Hidden:] {
 		if v != 0 {

@@ -5,7 +5,9 @@
 // for `make run`. A model is first built in memory (Build), so that other
 // writers (GGUF) can serialise the same weights, then written (Write).
 //
-// Weights are deterministic for a given seed. Unless a real tokenizer is
+// Weights are deterministic for a given seed, drawn so that the model's
+// outputs vary like a small language model's (init.go); with StopAfter the
+// model also ends its answers on its own (stop.go). Unless a real tokenizer is
 // given, the model carries its own byte-level BPE tokenizer, trained on a
 // built-in snippet of English and code, with Qwen-style special tokens and
 // a ChatML chat template.

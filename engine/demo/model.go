@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"math/rand/v2"
 
 	"fusion/engine/modelfile"
 	"fusion/engine/tensor"
@@ -80,7 +79,9 @@ func Build(opts Options) (*Model, error) {
 	}
 	p.Vocab = (len(m.Tokenizer.Tokens) + vocabMultiple - 1) / vocabMultiple * vocabMultiple
 	m.Params = p
-	m.initWeights()
+	if err := m.initWeights(); err != nil {
+		return nil, err
+	}
 	m.Config = m.configJSON()
 	m.Generation = m.generationJSON()
 	// The config we write must be one our own reader accepts.
@@ -92,60 +93,6 @@ func Build(opts Options) (*Model, error) {
 		return nil, fmt.Errorf("demo: generated config is invalid: %w", err)
 	}
 	return m, nil
-}
-
-// initWeights draws the weights. Embeddings are N(0, 1), so the tied
-// output layer scores the current token's own row near hidden_size against
-// N(0, hidden_size) for the others: greedy decoding has a clear top-1
-// (mlx-lm on the default model: top-1 margin median ~20 logits, minimum
-// ~1), and tends to repeat its last token. Linear layers are N(0, 1/in), so
-// every layer moves the residual stream and logits depend on the context;
-// larger layers make the output varied but the margins thin (a coin toss
-// between backends). Norms are 1. Embedding rows past the tokenizer are
-// zero, so no id without a token ever wins.
-func (m *Model) initWeights() {
-	p := m.Params
-	rng := rand.New(rand.NewPCG(m.Options.Seed, 0x9e3779b97f4a7c15))
-	round := m.roundFunc()
-	normal := func(name string, std float64, rows, cols int) {
-		data := make([]float32, rows*cols)
-		for i := range data {
-			data[i] = round(float32(rng.NormFloat64() * std))
-		}
-		m.Tensors = append(m.Tensors, Tensor{Name: name, Shape: []int64{int64(rows), int64(cols)}, Data: data})
-	}
-	linear := func(name string, out, in int) { normal(name, 1/math.Sqrt(float64(in)), out, in) }
-	ones := func(name string, n int) {
-		data := make([]float32, n)
-		for i := range data {
-			data[i] = 1
-		}
-		m.Tensors = append(m.Tensors, Tensor{Name: name, Shape: []int64{int64(n)}, Data: data})
-	}
-	normal("model.embed_tokens.weight", 1, p.Vocab, p.Hidden)
-	clear(m.Tensors[0].Data[len(m.Tokenizer.Tokens)*p.Hidden:])
-	q, kv := p.Heads*p.HeadDim, p.KVHeads*p.HeadDim
-	for l := range p.Layers {
-		pre := fmt.Sprintf("model.layers.%d.", l)
-		ones(pre+"input_layernorm.weight", p.Hidden)
-		linear(pre+"self_attn.q_proj.weight", q, p.Hidden)
-		linear(pre+"self_attn.k_proj.weight", kv, p.Hidden)
-		linear(pre+"self_attn.v_proj.weight", kv, p.Hidden)
-		linear(pre+"self_attn.o_proj.weight", p.Hidden, q)
-		if p.Arch == modelfile.ArchQwen3 {
-			ones(pre+"self_attn.q_norm.weight", p.HeadDim)
-			ones(pre+"self_attn.k_norm.weight", p.HeadDim)
-		}
-		ones(pre+"post_attention_layernorm.weight", p.Hidden)
-		linear(pre+"mlp.gate_proj.weight", p.Intermediate, p.Hidden)
-		linear(pre+"mlp.up_proj.weight", p.Intermediate, p.Hidden)
-		linear(pre+"mlp.down_proj.weight", p.Hidden, p.Intermediate)
-	}
-	ones("model.norm.weight", p.Hidden)
-	if !p.TieEmbeddings {
-		normal("lm_head.weight", 1, p.Vocab, p.Hidden)
-		clear(m.Tensors[len(m.Tensors)-1].Data[len(m.Tokenizer.Tokens)*p.Hidden:])
-	}
 }
 
 // dtype maps the --dtype spelling to a tensor dtype.

@@ -30,6 +30,10 @@ type Options struct {
 	GGUFType     string // GGUF weight layout (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, q4_k_m); "" derives it from Quantize and DType
 	Seed         uint64
 	Untied       bool // write a separate lm_head instead of tying it to the embedding
+	// StopAfter, when positive, makes the model end its answers on its own
+	// after about that many tokens (see stop.go); 0 leaves the end tokens
+	// as unlikely as padding, so answers run to max_tokens.
+	StopAfter int
 }
 
 // DefaultOptions is a tiny Qwen3: 2 layers, hidden 64, 4 heads, 2 KV
@@ -70,6 +74,10 @@ func (o Options) resolve() (Options, error) {
 	switch {
 	case o.Layers < 0 || o.Hidden < 0 || o.Heads < 0 || o.KVHeads < 0 || o.HeadDim < 0 || o.Intermediate < 0:
 		return o, fmt.Errorf("demo: sizes must be positive")
+	case o.StopAfter < 0 || o.StopAfter > MaxStopAfter:
+		return o, fmt.Errorf("demo: --stop-after %d is outside 0..%d", o.StopAfter, MaxStopAfter)
+	case o.Hidden <= reservedDims:
+		return o, fmt.Errorf("demo: --hidden %d is too small (at least %d)", o.Hidden, reservedDims+1)
 	case o.Heads%o.KVHeads != 0:
 		return o, fmt.Errorf("demo: --kv-heads %d does not divide --heads %d", o.KVHeads, o.Heads)
 	case o.HeadDim == 0 && o.Hidden%o.Heads != 0:

@@ -54,6 +54,9 @@ type Model struct {
 	eps     float32
 	scale   float32
 	bytes   int64
+	// Everything uploaded, released by Close (see backend.Releaser).
+	weights []backend.Weight
+	vectors []backend.Vector
 }
 
 // Load opens the model at path (a model directory or a .gguf file) and
@@ -87,6 +90,7 @@ func Load(ctx context.Context, path string, be backend.Backend, opts Options) (*
 		m.Config, m.src, m.Format = mf.Config, safetensorsSource{mf}, "safetensors"
 	}
 	if err := m.load(ctx, opts, ggufFile); err != nil {
+		m.release()
 		return nil, errors.Join(fmt.Errorf("model: %s: %w", path, err), m.src.close())
 	}
 	return m, nil
@@ -129,6 +133,8 @@ func (m *Model) load(ctx context.Context, opts Options, ggufFile *gguf.File) err
 		hidden: c.HiddenSize, intermediate: c.IntermediateSize, vocab: c.VocabSize,
 		heads: c.NumAttentionHeads, kvHeads: c.NumKeyValueHeads, headDim: m.headDim,
 	}}
+	// Kept on every return, so that a failed load releases what it made.
+	defer func() { m.weights, m.vectors = w.weights, w.vectors }()
 	if m.Layers.Start == 0 {
 		m.embed = w.linear("model.embed_tokens")
 	}
@@ -153,6 +159,15 @@ func (m *Model) load(ctx context.Context, opts Options, ggufFile *gguf.File) err
 	return w.err
 }
 
+// release frees what the backend holds for the model's weights, if it
+// holds anything of its own.
+func (m *Model) release() {
+	if r, ok := m.be.(backend.Releaser); ok && (len(m.weights) > 0 || len(m.vectors) > 0) {
+		r.Release(m.weights, m.vectors)
+	}
+	m.weights, m.vectors = nil, nil
+}
+
 // WeightBytes is the exact memory the backend holds for the loaded
 // weights (a tied embedding counted once).
 func (m *Model) WeightBytes() int64 { return m.bytes }
@@ -166,11 +181,13 @@ func (m *Model) KVBytesPerToken() int64 {
 // HeadDim is the width of one attention head.
 func (m *Model) HeadDim() int { return m.headDim }
 
-// Close releases the weight files.
+// Close releases the backend's copies of the weights, then the weight
+// files.
 func (m *Model) Close() error {
 	if m.src == nil {
 		return nil
 	}
+	m.release()
 	err := m.src.close()
 	m.src = nil
 	return err

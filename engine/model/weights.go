@@ -33,6 +33,9 @@ type loader struct {
 	dims  dims
 	err   error
 	bytes int64
+	// What the backend made, for Model.Close to release.
+	weights []backend.Weight
+	vectors []backend.Vector
 }
 
 // dims are the sizes weights are checked against.
@@ -95,6 +98,7 @@ func (l *loader) linear(path string) backend.Weight {
 		return nil
 	}
 	l.bytes += w.Bytes()
+	l.weights = append(l.weights, w)
 	return w
 }
 
@@ -118,6 +122,7 @@ func (l *loader) vector(name string) backend.Vector {
 		return nil
 	}
 	l.bytes += v.Bytes()
+	l.vectors = append(l.vectors, v)
 	return v
 }
 

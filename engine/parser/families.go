@@ -27,7 +27,7 @@ func families() map[string]func(Options) Parser {
 	r := map[string]func(Options) Parser{}
 	hermes := func(o Options) Parser {
 		return newMachine(family{think: true, trim: true, open: []string{toolCallOpen},
-			end: closeTag(toolCallClose), parse: parseHermes, partial: partialJSONCall}, o)
+			end: jsonCloseTag(toolCallClose), parse: parseHermes, partial: partialJSONCall}, o)
 	}
 	r[Qwen3] = hermes
 	r[Hermes] = hermes
@@ -64,6 +64,52 @@ func closeTag(tag string) func(string) ender {
 				return from + i, from + i + len(tag)
 			}
 			from = max(0, len(buf)-len(tag)+1)
+			return -1, 0
+		}
+	}
+}
+
+// jsonCloseTag is closeTag for a JSON body: a tag inside one of its
+// strings (an argument that mentions </tool_call>) does not end the call.
+// A body that does not start as JSON ends at the first tag.
+func jsonCloseTag(tag string) func(string) ender {
+	return func(string) ender {
+		var (
+			from, kind int // kind: 0 not known yet, 1 JSON, -1 not JSON
+			inStr, esc bool
+		)
+		return func(buf []byte) (int, int) {
+			for ; from < len(buf); from++ {
+				c := buf[from]
+				if kind == 0 {
+					switch c {
+					case ' ', '\t', '\r', '\n':
+						continue
+					case '{', '[':
+						kind = 1
+					default:
+						kind = -1
+					}
+				}
+				switch {
+				case inStr && esc:
+					esc = false
+					continue
+				case inStr:
+					esc, inStr = c == '\\', c != '"'
+					continue
+				case c == '"' && kind > 0:
+					inStr = true
+					continue
+				}
+				rest := buf[from:]
+				if bytes.HasPrefix(rest, []byte(tag)) {
+					return from, from + len(tag)
+				}
+				if len(rest) < len(tag) && bytes.HasPrefix([]byte(tag), rest) {
+					return -1, 0 // maybe the tag: wait for more
+				}
+			}
 			return -1, 0
 		}
 	}

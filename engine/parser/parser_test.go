@@ -78,6 +78,8 @@ func hermesCases() []tcase {
 			want: result{Content: "Hi<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": }\n</tool_call>"}},
 		{streamWant: &result{Content: "Hi"}, name: "malformed json error", err: true, opts: Options{ErrorOnMalformed: true}, in: "Hi\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": }\n</tool_call>", want: result{Content: "Hi"}},
 		{name: "undeclared tool", in: "<tool_call>\n{\"name\": \"launch\", \"arguments\": {}}\n</tool_call>", want: result{Calls: calls(call(0, "launch", `{}`))}},
+		{name: "close tag inside a string argument", in: "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": \"a </tool_call> \\\" b\"}}\n</tool_call>\nafter",
+			want: result{Content: "after", Calls: calls(call(0, "search", `{"q":"a </tool_call> \" b"}`))}},
 		{name: "unicode arguments", in: "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": \"Zürich 東京 🌍 \\u00e9\"}}\n</tool_call>", want: result{Calls: calls(call(0, "search", `{"q":"Zürich 東京 🌍 \u00e9"}`))}},
 		{name: "unicode content", in: "<think>Größe 🌍</think>日本語のテキスト 🎉", want: result{Reasoning: "Größe 🌍", Content: "日本語のテキスト 🎉"}},
 		{name: "nested arguments", in: "<tool_call>\n{\"name\": \"search\", \"arguments\": " + nested + "}\n</tool_call>", want: result{Calls: calls(call(0, "search", nestedC))}},

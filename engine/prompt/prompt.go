@@ -154,7 +154,9 @@ func (b *Builder) Render(req Request) (string, error) {
 		extra["enable_thinking"] = *req.EnableThinking
 	}
 	in := chattemplate.Input{
-		Messages:            req.Messages,
+		// Tool-call history in the form the template was trained on
+		// (arguments as JSON text or an object, content null or "").
+		Messages:            b.template.Shape().Conform(req.Messages),
 		Tools:               req.Tools,
 		AddGenerationPrompt: !req.ContinueFinal && (req.AddGenerationPrompt == nil || *req.AddGenerationPrompt),
 		BOSToken:            b.bos,

@@ -248,3 +248,50 @@ func TestStartThinking(t *testing.T) {
 		})
 	}
 }
+
+// TestToolHistoryShape renders one tool exchange, as the OpenAI API
+// carries it (arguments a JSON text, content null) and as the Anthropic
+// API does (arguments an object, content ""), through real models' text
+// sides: each template gets its arguments the way it prints them as JSON.
+func TestToolHistoryShape(t *testing.T) {
+	const (
+		openAI = `{"messages":[{"role":"user","content":"Dim it."},` +
+			`{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"dim","arguments":"{\"level\":0.35,\"nom\":\"salle à manger\",\"tag\":null}"}}]},` +
+			`{"role":"tool","tool_call_id":"call_1","content":"ok"}]}`
+		anthropic = `{"messages":[{"role":"user","content":"Dim it."},` +
+			`{"role":"assistant","content":"","tool_calls":[{"id":"call_1","type":"function","function":{"name":"dim","arguments":{"level":0.35,"nom":"salle à manger","tag":null}}}]},` +
+			`{"role":"tool","tool_call_id":"call_1","content":"ok"}]}`
+	)
+	tests := []struct {
+		fixture, api, body, want string
+	}{
+		// DeepSeek V3 prints arguments as they are: the client's text, or
+		// the object written as JSON, never a Python dict.
+		{"deepseek_v3", "openai", openAI, "```json\n{\"level\":0.35,\"nom\":\"salle à manger\",\"tag\":null}\n```"},
+		{"deepseek_v3", "anthropic", anthropic, "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>dim\n```json\n{\"level\": 0.35, \"nom\": \"salle à manger\", \"tag\": null}\n```"},
+		// Qwen3 and Llama print an object with tojson.
+		{"qwen3", "openai", openAI, "<|im_start|>assistant\n<tool_call>\n{\"name\": \"dim\", \"arguments\": {\"level\": 0.35, \"nom\": \"salle à manger\", \"tag\": null}}\n</tool_call><|im_end|>"},
+		{"qwen3", "anthropic", anthropic, "{\"name\": \"dim\", \"arguments\": {\"level\": 0.35, \"nom\": \"salle à manger\", \"tag\": null}}"},
+		{"llama3_2", "openai", openAI, "{\"name\": \"dim\", \"parameters\": {\"level\": 0.35, \"nom\": \"salle à manger\", \"tag\": null}}<|eot_id|>"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.fixture+"/"+tc.api, func(t *testing.T) {
+			b, err := Load(testenv.TokenizerDir(t, tc.fixture))
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := b.Tokenize(decodeRequest(t, tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(res.Prompt, tc.want) {
+				t.Errorf("prompt lacks %q:\n%s", tc.want, res.Prompt)
+			}
+			for _, bad := range []string{"{'", "None"} {
+				if strings.Contains(res.Prompt, bad) {
+					t.Errorf("prompt has a Python repr (%q):\n%s", bad, res.Prompt)
+				}
+			}
+		})
+	}
+}

@@ -3,6 +3,7 @@ package runner
 import (
 	"fusion/engine"
 	"fusion/engine/grammar"
+	"fusion/engine/parser"
 	"fusion/engine/sample"
 )
 
@@ -44,7 +45,7 @@ type constraint struct {
 
 	thinkOpen  int           // the <think> token id, or -1
 	thinkClose int           // the </think> token id, or -1
-	reasoning  sample.Bitset // what reasoning may use: no stop, no <think>
+	reasoning  sample.Bitset // what reasoning may use: no stop, no <think>, no call tags
 	closeOnly  sample.Bitset // only </think>
 	spaces     sample.Bitset // whitespace-only tokens
 	spacesUsed int
@@ -159,7 +160,10 @@ func (c *constraint) accept(id int) error {
 // every constrained request to share: special tokens are never allowed,
 // end-of-generation ids only once the document is complete. With it come
 // the whitespace-only tokens and the tokens reasoning may use (every
-// token of the tokenizer but the special ones).
+// token of the tokenizer but the special ones and the family's structure
+// markers other than </think>: the output parser takes a call tag inside
+// the reasoning as its end, so a constrained answer reasoning first must
+// not write one before </think>).
 func (lm *loadedModel) grammarVocab() *grammar.Vocab {
 	lm.vocabOnce.Do(func() {
 		tok := lm.text.Tokenizer()
@@ -176,6 +180,11 @@ func (lm *loadedModel) grammarVocab() *grammar.Vocab {
 				if isSpace(b) {
 					lm.spaces.Set(id)
 				}
+			}
+		}
+		for _, m := range parser.Markers(lm.parser) {
+			if id, ok := tok.TokenID(m); ok && m != "</think>" {
+				unset(lm.reasoning, id)
 			}
 		}
 		lm.vocab = grammar.NewVocab(tokens, tok.EOS())

@@ -70,7 +70,7 @@ func (r *Runner) Generate(ctx context.Context, req *engine.Request) (<-chan engi
 	if req.MaxTokens < 0 {
 		return nil, &prompt.InvalidRequestError{Err: fmt.Errorf("max_tokens must be positive, got %d", req.MaxTokens)}
 	}
-	if req.MaxTokens > r.cfg.MaxTokens {
+	if r.cfg.MaxTokens > 0 && req.MaxTokens > r.cfg.MaxTokens {
 		return nil, &prompt.InvalidRequestError{Err: fmt.Errorf("max_tokens %d is over this server's limit of %d", req.MaxTokens, r.cfg.MaxTokens)}
 	}
 	if req.Priority < engine.PriorityRealtime || req.Priority > engine.PriorityBackground {
@@ -178,9 +178,17 @@ func (r *Runner) prepare(ctx context.Context, lm *loadedModel, req *engine.Reque
 	if maxTokens == 0 {
 		maxTokens = r.cfg.MaxTokens
 	}
+	// What the context window leaves after the prompt bounds every
+	// generation; when it is the tighter bound, running out of it is
+	// reported as such, not as max_tokens.
+	room := ctxLen - len(p.Tokens)
+	window := maxTokens == 0 || maxTokens > room
+	if window {
+		maxTokens = room
+	}
 	g := &generation{
 		r: r, ctx: ctx, id: req.ID, lm: lm, prompt: p.Tokens, sampler: smp, params: params,
-		maxTokens: min(maxTokens, ctxLen-len(p.Tokens)), stops: newStopMatcher(req.Stop), out: out, cons: cons,
+		maxTokens: maxTokens, window: window, stops: newStopMatcher(req.Stop), out: out, cons: cons,
 		dec:    lm.text.Tokenizer().NewStreamDecoder(false),
 		usage:  engine.Usage{PromptTokens: len(p.Tokens)},
 		prio:   req.Priority,
@@ -220,6 +228,7 @@ type generation struct {
 	sampler   *sample.Sampler
 	params    sample.Params
 	maxTokens int
+	window    bool // maxTokens is what the context window leaves
 	stops     *stopMatcher
 	out       parser.Parser // splits text into content, reasoning and tool calls
 	calls     int           // tool calls made so far
@@ -320,9 +329,8 @@ func (g *generation) advance(logits []float32) (ev engine.Event, done bool, err 
 		}
 	}
 	if res.Stop {
-		out, _ := g.stops.Add(g.dec.Flush())
 		g.usage.CompletionTokens = len(g.output)
-		return g.finish(engine.Event{Done: true, FinishReason: engine.FinishStop, Usage: g.usage}, out+g.stops.Flush()), true, nil
+		return g.finishFlushed(engine.Event{Done: true, FinishReason: engine.FinishStop, Usage: g.usage}, ""), true, nil
 	}
 	g.output = append(g.output, res.ID)
 	g.r.generated.Add(1)
@@ -345,6 +353,10 @@ func (g *generation) advance(logits []float32) (ev engine.Event, done bool, err 
 		return g.finish(ev, text), true, nil
 	}
 	if len(g.output) >= g.maxTokens {
+		ev.FinishReason = engine.FinishLength
+		if g.window {
+			ev.FinishReason = engine.FinishContextWindow
+		}
 		return g.finishLength(ev, text), true, nil
 	}
 	if len(g.output) == 1 {
@@ -354,12 +366,28 @@ func (g *generation) advance(logits []float32) (ev engine.Event, done bool, err 
 	return ev, false, nil
 }
 
-// finishLength ends the generation for length (max_tokens, the context,
-// or a KV budget a lone sequence outgrew), flushing held-back text.
+// finishLength ends the generation for length (max_tokens, the context
+// window, or a KV budget a lone sequence outgrew), flushing held-back
+// text. ev.FinishReason says which; empty is FinishLength.
 func (g *generation) finishLength(ev engine.Event, text string) engine.Event {
-	out, _ := g.stops.Add(g.dec.Flush())
-	ev.Done, ev.FinishReason = true, engine.FinishLength
+	ev.Done = true
+	if ev.FinishReason == "" {
+		ev.FinishReason = engine.FinishLength
+	}
 	ev.Usage = g.usage
+	return g.finishFlushed(ev, text)
+}
+
+// finishFlushed ends the generation with the decoder's last bytes (an
+// incomplete character comes out as U+FFFD) and the text held back for the
+// stop sequences. If that completes a stop sequence, the answer is cut
+// there and ends as stopped by it, as it would have a token earlier.
+func (g *generation) finishFlushed(ev engine.Event, text string) engine.Event {
+	out, matched := g.stops.Add(g.dec.Flush())
+	if matched != "" {
+		ev.FinishReason, ev.StopSequence = engine.FinishStop, matched
+		return g.finish(ev, text+out)
+	}
 	return g.finish(ev, text+out+g.stops.Flush())
 }
 

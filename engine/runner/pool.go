@@ -12,7 +12,6 @@ import (
 
 	"fusion/engine"
 	"fusion/engine/parser"
-	"fusion/engine/prompt"
 	"fusion/engine/sample"
 )
 
@@ -260,7 +259,7 @@ func (r *Runner) acquire(ctx context.Context, name string) (*loadedModel, func()
 	if err := errors.Join(errs...); err != nil {
 		r.cfg.Logger.Warn("closing an evicted model", "err", err)
 	}
-	lm, err := r.loadModel(e)
+	lm, err := r.loadModel(ctx, e)
 
 	r.mu.Lock()
 	e.loading, e.reserved = nil, 0
@@ -313,9 +312,12 @@ func (r *Runner) makeRoom(target *entry, need int64) ([]*loadedModel, error) {
 	return out, nil
 }
 
-// loadModel loads e's weights, template and tokenizer and starts its
-// scheduler.
-func (r *Runner) loadModel(e *entry) (*loadedModel, error) {
+// loadModel loads e's weights, takes its template and tokenizer from the
+// text cache (parsed already when its tokens were counted before), and
+// starts its scheduler. The load runs to its end for every waiter, so a
+// cancelled ctx does not stop it. An embedding model has no template and
+// no scheduler.
+func (r *Runner) loadModel(ctx context.Context, e *entry) (*loadedModel, error) {
 	if e.info.Kind == engine.KindEmbedding {
 		em, err := r.loader.loadEmbedding(e.info)
 		if err != nil {
@@ -324,9 +326,9 @@ func (r *Runner) loadModel(e *entry) (*loadedModel, error) {
 		r.cfg.Logger.Info("model loaded", "model", e.info.ID, "kind", e.info.Kind, "weight_bytes", em.m.WeightBytes())
 		return &loadedModel{name: e.info.ID, emb: em, settings: r.cfg.Models[e.info.ID]}, nil
 	}
-	text, err := prompt.Load(e.info.Path)
+	text, err := r.text(context.WithoutCancel(ctx), e)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", engine.ErrUnavailable, e.info.ID, err)
+		return nil, err
 	}
 	m, err := r.loader.load(e.info)
 	if err != nil {

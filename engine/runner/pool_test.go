@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -133,7 +134,7 @@ func TestModelSettings(t *testing.T) {
 	req.Sampling.Temperature = 1 // the default: the model's setting applies
 	one := generate(ctx, r, req)
 	two := generate(ctx, r, req)
-	if one.err != nil || two.err != nil || one.text != two.text || one.final.FinishReason != engine.FinishLength {
+	if one.err != nil || two.err != nil || one.text != two.text || one.final.FinishReason != engine.FinishContextWindow {
 		t.Fatalf("with the model's greedy default: %q %v / %q %v", one.text, one.err, two.text, two.err)
 	}
 	if n := one.final.Usage.PromptTokens + one.final.Usage.CompletionTokens; n != 40 {
@@ -157,5 +158,50 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met within 5 s")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestContextWindowBound: without a node cap, a generation may take what
+// the context window leaves after its prompt, and one cut by the window
+// ends with FinishContextWindow, not FinishLength; a configured cap stays
+// a cap and the default under it.
+func TestContextWindowBound(t *testing.T) {
+	const window = 40
+	models := map[string]demo.Options{"a": {Arch: "qwen3", Seed: 1}}
+	settings := map[string]ModelSettings{"a": {ContextLength: window}}
+	uncapped := newRunnerWith(t, Config{Models: settings}, models)
+	capped := newRunnerWith(t, Config{Models: settings, MaxTokens: 10}, models)
+	ctx := context.Background()
+	prompt := generate(ctx, uncapped, chat("a", "Hello", 1)).final.Usage.PromptTokens
+	room := window - prompt
+	tests := []struct {
+		name      string
+		r         *Runner
+		maxTokens int
+		tokens    int
+		finish    engine.FinishReason
+		err       string
+	}{
+		{"no max_tokens: the window", uncapped, 0, room, engine.FinishContextWindow, ""},
+		{"max_tokens over the window", uncapped, 32000, room, engine.FinishContextWindow, ""},
+		{"max_tokens inside the window", uncapped, 5, 5, engine.FinishLength, ""},
+		{"max_tokens exactly the room", uncapped, room, room, engine.FinishLength, ""},
+		{"configured cap is the default", capped, 0, 10, engine.FinishLength, ""},
+		{"configured cap refuses more", capped, 32000, 0, "", "over this server's limit of 10"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := generate(ctx, tt.r, chat("a", "Hello", tt.maxTokens))
+			if tt.err != "" {
+				if got.err == nil || !strings.Contains(got.err.Error(), tt.err) {
+					t.Fatalf("err %v, want one mentioning %q", got.err, tt.err)
+				}
+				return
+			}
+			if got.err != nil || got.final.FinishReason != tt.finish || got.final.Usage.CompletionTokens != tt.tokens {
+				t.Fatalf("finish %q after %d tokens (%v), want %q after %d (prompt %d, window %d)",
+					got.final.FinishReason, got.final.Usage.CompletionTokens, got.err, tt.finish, tt.tokens, prompt, window)
+			}
+		})
 	}
 }

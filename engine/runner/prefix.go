@@ -220,7 +220,7 @@ func (r *Runner) ProbeCache(ctx context.Context, model string, req prompt.Reques
 	if err != nil {
 		return prefixcache.Probe{}, err
 	}
-	text, err := r.textOf(model)
+	text, err := r.textOf(ctx, model)
 	if err != nil {
 		return prefixcache.Probe{}, err
 	}

@@ -46,7 +46,9 @@ type Config struct {
 	// node (default: a quarter of RAM, 4 GiB when RAM is unknown).
 	MaxKVBytes int64
 	// MaxTokens caps max_tokens of any request, and is the default when a
-	// request gives none (default 4096).
+	// request gives none. 0 (the default): no cap of the node's own; a
+	// generation may take what the model's context window leaves after
+	// its prompt.
 	MaxTokens int
 	// StepTokens is the token budget of one scheduler step: the decode
 	// tokens of the running sequences plus prompt chunks up to it
@@ -87,18 +89,23 @@ type Config struct {
 	// MaxToolCalls bounds the calls of one answer under a forced tool
 	// choice with parallel calls allowed (default 8).
 	MaxToolCalls int
-	Logger       *slog.Logger
+	// TextCacheModels is how many models' text sides (tokenizer, chat
+	// template) the runner keeps parsed, loaded or not, least recently
+	// used out first (default DefaultTextCacheModels).
+	TextCacheModels int
+	Logger          *slog.Logger
 }
 
 // Defaults of Config.
 const (
 	DefaultMaxQueued    = 64
 	DefaultMaxRunning   = 16
-	DefaultMaxTokens    = 4096
 	DefaultStepTokens   = 512
 	DefaultMaxWait      = 30 * time.Second
 	DefaultMaxWaitSteps = 4096
 	minPrefillTokens    = 16
+	// DefaultTextCacheModels is TextCacheModels' default.
+	DefaultTextCacheModels = prompt.DefaultCacheModels
 )
 
 func (c *Config) defaults() {
@@ -114,9 +121,6 @@ func (c *Config) defaults() {
 		if ram > 0 {
 			c.MaxKVBytes = ram / 4
 		}
-	}
-	if c.MaxTokens == 0 {
-		c.MaxTokens = DefaultMaxTokens
 	}
 	if c.StepTokens == 0 {
 		c.StepTokens = DefaultStepTokens
@@ -155,6 +159,7 @@ type Runner struct {
 	pcache *prefixcache.Cache // nil when off
 
 	grammars *grammarCache // compiled response formats and forced tool calls
+	texts    *prompt.Cache // the models' text sides, shared by loaded models and token counting
 
 	inFlight  atomic.Int64 // admitted requests not yet finished
 	running   atomic.Int64 // sequences in running batches (≤ MaxRunning)
@@ -204,7 +209,7 @@ func (lm *loadedModel) contextLength() int {
 // New scans cfg.ModelsDir and loads cfg.Preload.
 func New(cfg Config) (*Runner, error) {
 	cfg.defaults()
-	r := &Runner{cfg: cfg, models: map[string]*entry{}, closed: make(chan struct{}), loader: cpuLoader{threads: cfg.Threads, loadMode: cfg.LoadMode}, grammars: newGrammarCache(grammarCacheSize)}
+	r := &Runner{cfg: cfg, models: map[string]*entry{}, closed: make(chan struct{}), loader: cpuLoader{threads: cfg.Threads, loadMode: cfg.LoadMode}, grammars: newGrammarCache(grammarCacheSize), texts: prompt.NewCache(cfg.TextCacheModels)}
 	return r.start()
 }
 
@@ -302,9 +307,10 @@ func (r *Runner) Models(ctx context.Context) ([]engine.ModelInfo, error) {
 	return out, nil
 }
 
-// textOf returns the prompt builder of a model, loading only its tokenizer
-// and template when the model itself is not loaded.
-func (r *Runner) textOf(name string) (*prompt.Builder, error) {
+// textOf returns the prompt builder of a model: the loaded model's, or
+// else the text cache's, which parses the tokenizer and template once and
+// shares them until the files change or the cache drops them.
+func (r *Runner) textOf(ctx context.Context, name string) (*prompt.Builder, error) {
 	e, err := r.entry(name)
 	if err != nil {
 		return nil, err
@@ -315,16 +321,27 @@ func (r *Runner) textOf(name string) (*prompt.Builder, error) {
 	if lm != nil && lm.text != nil {
 		return lm.text, nil
 	}
-	b, err := prompt.Load(e.info.Path)
+	return r.text(ctx, e)
+}
+
+// text gets e's text side from the cache.
+func (r *Runner) text(ctx context.Context, e *entry) (*prompt.Builder, error) {
+	b, err := r.texts.Get(ctx, e.info.Path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", engine.ErrUnavailable, name, err)
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: %s: %v", engine.ErrUnavailable, e.info.ID, err)
 	}
 	return b, nil
 }
 
+// TextCacheStats are the figures of the models' text cache.
+func (r *Runner) TextCacheStats() prompt.CacheStats { return r.texts.Stats() }
+
 // Tokenize renders and tokenizes as POST /tokenize does.
 func (r *Runner) Tokenize(ctx context.Context, model string, req prompt.Request) (prompt.Result, error) {
-	b, err := r.textOf(model)
+	b, err := r.textOf(ctx, model)
 	if err != nil {
 		return prompt.Result{}, err
 	}
@@ -333,7 +350,7 @@ func (r *Runner) Tokenize(ctx context.Context, model string, req prompt.Request)
 
 // Detokenize turns ids into text as POST /detokenize does.
 func (r *Runner) Detokenize(ctx context.Context, model string, ids []int) (string, error) {
-	b, err := r.textOf(model)
+	b, err := r.textOf(ctx, model)
 	if err != nil {
 		return "", err
 	}

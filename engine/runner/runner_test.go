@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"fusion/engine"
 	"fusion/engine/chattemplate"
@@ -94,19 +95,20 @@ func TestGenerate(t *testing.T) {
 	}
 
 	// A stop sequence taken from the greedy text cuts it there.
-	if len(text) > 4 {
-		stop := text[2:4]
-		req := chat("demo", "Hello", 12)
-		req.Stop = []string{stop}
-		ch, err := r.Generate(ctx, req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, final, _ := collect(t, ch)
-		want := text[:strings.Index(text, stop)]
-		if got != want || final.FinishReason != engine.FinishStop || final.StopSequence != stop {
-			t.Errorf("stop %q: text %q finish %q %q; want %q", stop, got, final.FinishReason, final.StopSequence, want)
-		}
+	if len(text) <= 4 {
+		t.Fatalf("greedy text %q: too short to take a stop sequence from", text)
+	}
+	stop := text[2:4]
+	req := chat("demo", "Hello", 12)
+	req.Stop = []string{stop}
+	ch, err = r.Generate(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, final, _ := collect(t, ch)
+	want := text[:strings.Index(text, stop)]
+	if got != want || final.FinishReason != engine.FinishStop || final.StopSequence != stop {
+		t.Errorf("stop %q: text %q finish %q %q; want %q", stop, got, final.FinishReason, final.StopSequence, want)
 	}
 
 	// Same seed, same sampled text.
@@ -200,3 +202,37 @@ func TestModelsAndTokenize(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestStopSequenceCompletedByFlush: an answer cut by max_tokens inside a
+// UTF-8 character ends with U+FFFD; a stop sequence that this last
+// character completes cuts the answer there and ends it as stopped by that
+// sequence, as the same stop one token earlier would (it used to cut the
+// text but report "length" and no stop sequence).
+func TestStopSequenceCompletedByFlush(t *testing.T) {
+	r := newDemoRunner(t, Config{})
+	ctx := context.Background()
+	for n := 1; n <= 64; n++ {
+		ch, err := r.Generate(ctx, chat("demo", "Hello", n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text, final, _ := collect(t, ch)
+		runes := []rune(text)
+		if final.FinishReason != engine.FinishLength || len(runes) < 3 || runes[len(runes)-1] != utf8.RuneError {
+			continue
+		}
+		stop := string(runes[len(runes)-3:])
+		req := chat("demo", "Hello", n)
+		req.Stop = []string{stop}
+		if ch, err = r.Generate(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		got, final, _ := collect(t, ch)
+		if want := text[:strings.Index(text, stop)]; got != want || final.FinishReason != engine.FinishStop || final.StopSequence != stop {
+			t.Errorf("max_tokens %d, stop %q: text %q, finish %q, stop sequence %q; want %q, stop, %q",
+				n, stop, got, final.FinishReason, final.StopSequence, want, stop)
+		}
+		return
+	}
+	t.Fatal("no greedy answer of 1..64 tokens ends inside a character")
+}

@@ -413,7 +413,7 @@ func TestCancelWaiting(t *testing.T) {
 // noEOS forbids the end-of-text tokens so a request runs its length.
 func noEOS(t *testing.T, r *Runner, req *engine.Request) *engine.Request {
 	t.Helper()
-	b, err := r.textOf(req.Model)
+	b, err := r.textOf(context.Background(), req.Model)
 	if err != nil {
 		t.Fatal(err)
 	}

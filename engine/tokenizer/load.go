@@ -10,6 +10,28 @@ import (
 	"strings"
 )
 
+// Files of a model directory that Load reads (the first is required), by
+// name; SourceFiles lists them for callers that must notice a change.
+const (
+	fileTokenizer        = "tokenizer.json"
+	fileGenerationConfig = "generation_config.json"
+	fileConfig           = "config.json"
+	fileTokenizerConfig  = "tokenizer_config.json"
+	fileSpecialTokensMap = "special_tokens_map.json"
+	fileChatTemplate     = "chat_template.jinja"
+	fileChatTemplateJSON = "chat_template.json"
+	// AdditionalTemplatesDir holds named chat templates, one NAME.jinja
+	// each; Load reads every .jinja file in it.
+	AdditionalTemplatesDir = "additional_chat_templates"
+)
+
+// SourceFiles names the files of a model directory that Load reads, besides
+// those in AdditionalTemplatesDir: what a cache of loaded tokenizers must
+// watch to notice that a directory changed.
+func SourceFiles() []string {
+	return []string{fileTokenizer, fileGenerationConfig, fileConfig, fileTokenizerConfig, fileSpecialTokensMap, fileChatTemplate, fileChatTemplateJSON}
+}
+
 // Load reads the tokenizer of a model directory: tokenizer.json (required),
 // and, when present, tokenizer_config.json, chat_template.jinja,
 // chat_template.json, additional_chat_templates/*.jinja,
@@ -21,7 +43,7 @@ import (
 // special_tokens_map.json (the first two give ids, EOS possibly a list; the
 // others token texts).
 func Load(dir string) (*Tokenizer, error) {
-	path := filepath.Join(dir, "tokenizer.json")
+	path := filepath.Join(dir, fileTokenizer)
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -67,10 +89,10 @@ func readModelFiles(dir string) (*modelFiles, error) {
 		name string
 		dst  **configJSON
 	}{
-		{"generation_config.json", &f.generation},
-		{"config.json", &f.config},
-		{"tokenizer_config.json", &f.tokenizerConfig},
-		{"special_tokens_map.json", &f.specialTokensMap},
+		{fileGenerationConfig, &f.generation},
+		{fileConfig, &f.config},
+		{fileTokenizerConfig, &f.tokenizerConfig},
+		{fileSpecialTokensMap, &f.specialTokensMap},
 	} {
 		path := filepath.Join(dir, file.name)
 		data, ok, err := readOptional(path)
@@ -86,15 +108,15 @@ func readModelFiles(dir string) (*modelFiles, error) {
 		}
 		*file.dst = &cfg
 	}
-	f.tokenizerConfigPath = filepath.Join(dir, "tokenizer_config.json")
+	f.tokenizerConfigPath = filepath.Join(dir, fileTokenizerConfig)
 
-	if data, ok, err := readOptional(filepath.Join(dir, "chat_template.jinja")); err != nil {
+	if data, ok, err := readOptional(filepath.Join(dir, fileChatTemplate)); err != nil {
 		return nil, err
 	} else if ok {
 		s := string(data)
 		f.jinjaTemplate = &s
 	}
-	path := filepath.Join(dir, "chat_template.json")
+	path := filepath.Join(dir, fileChatTemplateJSON)
 	if data, ok, err := readOptional(path); err != nil {
 		return nil, err
 	} else if ok {
@@ -106,7 +128,7 @@ func readModelFiles(dir string) (*modelFiles, error) {
 		}
 		f.jsonTemplate = &cfg.ChatTemplate
 	}
-	extra := filepath.Join(dir, "additional_chat_templates")
+	extra := filepath.Join(dir, AdditionalTemplatesDir)
 	entries, err := os.ReadDir(extra)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err

@@ -60,6 +60,11 @@ func TestOptionErrors(t *testing.T) {
 			o.Concurrency = []int{-1}
 			return Forward(ctx, o, io.Discard)
 		}},
+		{"tokens duration", func() error {
+			o := DefaultTokensOptions()
+			o.Duration = 0
+			return Tokens(ctx, o, io.Discard)
+		}},
 		{"raft writers", func() error {
 			o := DefaultRaftOptions()
 			o.Writers = 0

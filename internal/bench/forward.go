@@ -233,6 +233,7 @@ type staticTable struct {
 func (t staticTable) Self() string                      { return t.self }
 func (t staticTable) Candidates(string) []dispatch.Peer { return t.ready }
 func (t staticTable) Known(string) bool                 { return true }
+func (t staticTable) Unheard() []dispatch.Peer          { return nil }
 func (t staticTable) Peers() []dispatch.Peer            { return t.ready }
 
 // trivialEngine answers every request with one final event at once.

@@ -4,9 +4,12 @@
 package nodetest
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"testing"
@@ -59,16 +62,59 @@ func Models(t testing.TB) string {
 	return dir
 }
 
-// Thinker is a second demo model for thinking tests. The default demo
-// model's random weights write only newlines inside a <think> block, which
-// no thinking block shows; this seed's write visible text there.
+// Thinker is a second demo model for thinking tests: it writes visible
+// text inside a <think> block and never closes the block itself (its
+// </think> is suppressed), so only a reasoning budget (or max_tokens) ends
+// its thinking.
 const Thinker = "thinker"
 
 // AddThinker writes the Thinker model into dir, a directory from Models.
 func AddThinker(t testing.TB, dir string) {
 	t.Helper()
-	if _, err := demo.Create(filepath.Join(dir, Thinker), demo.Options{Seed: 6}); err != nil {
+	m, err := demo.Build(demo.Options{Seed: 6})
+	if err == nil {
+		err = m.Suppress("</think>")
+	}
+	if err == nil {
+		err = demo.Write(filepath.Join(dir, Thinker), m)
+	}
+	if err != nil {
 		t.Fatalf("thinker model: %v", err)
+	}
+}
+
+// ModelsWithContext is Models with the demo model's context window set to
+// n tokens, so a generation that runs to the window is short.
+func ModelsWithContext(t testing.TB, n int) string {
+	t.Helper()
+	dir := Models(t)
+	EditModelJSON(t, dir, Model, "config.json", map[string]any{"max_position_embeddings": n})
+	return dir
+}
+
+// EditModelJSON sets keys of one of model's JSON files in dir, a directory
+// from Models (config.json, generation_config.json, ...): a test's way to
+// give the demo model a smaller context window or other end tokens.
+func EditModelJSON(t testing.TB, dir, model, file string, set map[string]any) {
+	t.Helper()
+	p := filepath.Join(dir, model, file)
+	raw, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber() // large integers stay as written
+	var doc map[string]any
+	if err := dec.Decode(&doc); err != nil {
+		t.Fatalf("%s: %v", p, err)
+	}
+	maps.Copy(doc, set)
+	out, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, out, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
 

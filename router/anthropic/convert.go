@@ -17,7 +17,8 @@ import (
 type Options struct {
 	// MaxTokens caps max_tokens: a larger request is clamped to it (Claude
 	// clients send their model's output limit, often far above a local
-	// node's). 0: no cap here.
+	// node's). 0: no cap here; the model's context window bounds the
+	// answer (stop_reason model_context_window_exceeded when it does).
 	MaxTokens int
 }
 
@@ -71,6 +72,9 @@ func (req *MessagesRequest) toPlan(opts Options, id string, codec *thinkingCodec
 		return nil, err
 	}
 	if err := checkOutputConfig(req.OutputConfig); err != nil {
+		return nil, err
+	}
+	if err := checkObject(req.ContextManagement, "context_management"); err != nil {
 		return nil, err
 	}
 	if base.Priority, err = parseTaskTag(req.TaskTag); err != nil {
@@ -142,39 +146,64 @@ func parseSystem(raw json.RawMessage) (*string, *Error) {
 	if err != nil {
 		return nil, err
 	}
+	s, err := systemText(v, "system")
+	if err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// systemText reads a system prompt, the request's or a system entry's
+// content: a string or a list of text blocks (joined with "\n").
+func systemText(v any, param string) (string, *Error) {
 	switch s := v.(type) {
 	case string:
-		return &s, nil
+		return s, nil
 	case []any:
-		var texts []string
+		texts := make([]string, 0, len(s))
 		for i, item := range s {
-			param := at("system", i)
+			bp := at(param, i)
 			b, ok := item.(*chattemplate.Object)
 			if !ok {
-				return nil, invalidType(param, "a valid dictionary", jsonkind.OfValue(item))
+				return "", invalidType(bp, "a valid dictionary", jsonkind.OfValue(item))
 			}
-			typ, err := stringField(b, "type", param)
+			typ, err := stringField(b, "type", bp)
 			if err != nil {
-				return nil, err
+				return "", err
 			}
 			if typ != "text" {
-				return nil, invalid("%s.type: Input should be 'text'", param)
+				return "", invalid("%s.type: Input should be 'text'", bp)
 			}
-			text, err := stringField(b, "text", param)
+			text, err := stringField(b, "text", bp)
 			if err != nil {
-				return nil, err
+				return "", err
 			}
 			texts = append(texts, text)
 		}
-		joined := strings.Join(texts, "\n")
-		return &joined, nil
+		return strings.Join(texts, "\n"), nil
 	}
-	return nil, invalidType("system", "a valid string or a list of text blocks", jsonkind.OfValue(v))
+	return "", invalidType(param, "a valid string or a list of text blocks", jsonkind.OfValue(v))
+}
+
+// systemMessage converts a system entry of messages (as current Claude
+// Code sends, between the turns) into a system message where it stands;
+// the chat template decides how it renders (see doc.go).
+func systemMessage(m *chattemplate.Object, param string) ([]*chattemplate.Object, *Error) {
+	cv, ok := field(m, "content")
+	if !ok {
+		return nil, missing(param + ".content")
+	}
+	text, err := systemText(cv, param+".content")
+	if err != nil {
+		return nil, err
+	}
+	return []*chattemplate.Object{chattemplate.NewObject("role", "system", "content", text)}, nil
 }
 
 // parseMessages converts Anthropic messages into the OpenAI-style messages
-// chat templates expect: tool_use blocks become the assistant's tool_calls
-// (arguments as objects), tool_result blocks become "tool" messages,
+// chat templates expect: system entries stay system messages in order,
+// tool_use blocks become the assistant's tool_calls (arguments as
+// objects), tool_result blocks become "tool" messages,
 // thinking and redacted_thinking blocks, once their signature is checked,
 // become the assistant's reasoning_content.
 func parseMessages(raw json.RawMessage, codec *thinkingCodec) ([]*chattemplate.Object, *Error) {
@@ -206,8 +235,10 @@ func parseMessages(raw json.RawMessage, codec *thinkingCodec) ([]*chattemplate.O
 			conv, err = userMessage(m, param)
 		case "assistant":
 			conv, err = assistantMessage(m, param, codec)
+		case "system":
+			conv, err = systemMessage(m, param)
 		default:
-			return nil, invalid("%s.role: Input should be 'user' or 'assistant'", param)
+			return nil, invalid("%s.role: Input should be 'user', 'assistant' or 'system'", param)
 		}
 		if err != nil {
 			return nil, err
@@ -717,6 +748,19 @@ func checkMetadata(raw json.RawMessage) *Error {
 	return nil
 }
 
+// checkObject accepts a field that has no meaning on this server when it
+// is absent, null or an object (its content is ignored).
+func checkObject(raw json.RawMessage, param string) *Error {
+	if isNull(raw) {
+		return nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return invalidType(param, "a valid dictionary", jsonkind.Of(raw))
+	}
+	return nil
+}
+
 // checkOutputConfig accepts output_config with an effort (ignored); a
 // format (structured output) needs constrained decoding: refused for now.
 func checkOutputConfig(raw json.RawMessage) *Error {
@@ -791,6 +835,8 @@ func stopReason(ev engine.Event, toolCalls bool) (reason string, seq *string) {
 		return "stop_sequence", &s
 	case ev.FinishReason == engine.FinishLength:
 		return "max_tokens", nil
+	case ev.FinishReason == engine.FinishContextWindow:
+		return "model_context_window_exceeded", nil
 	case toolCalls, ev.FinishReason == engine.FinishToolCalls:
 		return "tool_use", nil
 	}

@@ -96,6 +96,17 @@ func TestConvertRequest(t *testing.T) {
 			tools:    `null`,
 		},
 		{
+			// Current Claude Code sends its environment as a system entry
+			// after the first user turn, with text blocks.
+			name: "system entries stay system messages where they stand",
+			body: `{"model":"m","max_tokens":5,"system":"top","messages":[{"role":"user","content":"a"},
+				{"role":"system","content":[{"type":"text","text":"env","cache_control":{"type":"ephemeral"}},{"type":"text","text":"more"}]},
+				{"role":"user","content":"b"},{"role":"assistant","content":"c"},{"role":"system","content":"late"},{"role":"user","content":"d"}]}`,
+			messages: `[{"role":"system","content":"top"},{"role":"user","content":"a"},{"role":"system","content":"env\nmore"},` +
+				`{"role":"user","content":"b"},{"role":"assistant","content":"c"},{"role":"system","content":"late"},{"role":"user","content":"d"}]`,
+			tools: `null`,
+		},
+		{
 			name:     "tool_choice none drops the tools",
 			body:     `{"model":"m","max_tokens":5,"tools":[{"name":"t","input_schema":{"type":"object"}}],"tool_choice":{"type":"none"},"messages":[{"role":"user","content":"hi"}]}`,
 			messages: `[{"role":"user","content":"hi"}]`,
@@ -174,7 +185,11 @@ func TestConvertErrors(t *testing.T) {
 		{`{"model":"m","max_tokens":"5",` + msgs + `}`, "max_tokens: Input should be a valid integer"},
 		{`{"model":"m","max_tokens":5,"temperature":1.5,` + msgs + `}`, "temperature"},
 		{`{"model":"m","max_tokens":5,"top_k":-1,` + msgs + `}`, "top_k"},
-		{`{"model":"m","max_tokens":5,"messages":[{"role":"system","content":"x"}]}`, "messages.0.role"},
+		{`{"model":"m","max_tokens":5,"messages":[{"role":"developer","content":"x"}]}`, "messages.0.role: Input should be 'user', 'assistant' or 'system'"},
+		{`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"x"},{"role":"system"}]}`, "messages.1.content: Field required"},
+		{`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"x"},{"role":"system","content":[{"type":"image"}]}]}`, "messages.1.content.0.type: Input should be 'text'"},
+		{`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"x"},{"role":"system","content":7}]}`, "messages.1.content: Input should be a valid string or a list of text blocks"},
+		{`{"model":"m","max_tokens":5,"context_management":[],` + msgs + `}`, "context_management: Input should be a valid dictionary"},
 		{`{"model":"m","max_tokens":5,"messages":[{"role":"user"}]}`, "messages.0.content: Field required"},
 		{`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AA=="}}]}]}`, "take text only"},
 		{`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"url","url":"http://x/y.png"}}]}]}`, "take text only"},
@@ -213,6 +228,8 @@ func TestStopReason(t *testing.T) {
 		{engine.Event{Done: true, FinishReason: engine.FinishStop, StopSequence: "END"}, false, "stop_sequence", "END"},
 		{engine.Event{Done: true, FinishReason: engine.FinishStop}, true, "tool_use", ""},
 		{engine.Event{Done: true, FinishReason: engine.FinishLength}, true, "max_tokens", ""},
+		{engine.Event{Done: true, FinishReason: engine.FinishContextWindow}, false, "model_context_window_exceeded", ""},
+		{engine.Event{Done: true, FinishReason: engine.FinishContextWindow}, true, "model_context_window_exceeded", ""},
 	}
 	for _, tt := range tests {
 		r, s := stopReason(tt.ev, tt.tools)
@@ -390,5 +407,37 @@ func TestToolChoiceToEngine(t *testing.T) {
 		if p.req.ToolChoice != tt.want || (p.req.Tools != nil) != tt.tools {
 			t.Errorf("%s: %+v (tools %v), want %+v", tt.choice, p.req.ToolChoice, p.req.Tools != nil, tt.want)
 		}
+	}
+}
+
+// TestClaudeCodeFields: every field Claude Code 2.1.x sends (recorded from
+// the real client) is accepted, and max_tokens passes unclamped when the
+// node has no cap of its own.
+func TestClaudeCodeFields(t *testing.T) {
+	var req MessagesRequest
+	body := `{"model":"m","max_tokens":32000,"stream":true,
+		"system":[{"type":"text","text":"x-anthropic-billing-header: cc_version=2.1.328"},{"type":"text","text":"You are an agent.","cache_control":{"type":"ephemeral"}}],
+		"messages":[{"role":"user","content":[{"type":"text","text":"<system-reminder>r</system-reminder>"},{"type":"text","text":"Say hi"}]},
+			{"role":"system","content":[{"type":"text","text":"# Environment"}]}],
+		"tools":[{"name":"Bash","description":"Run","input_schema":{"type":"object","properties":{"command":{"type":"string"}}}},
+			{"name":"Deferred","description":"d","input_schema":{"type":"object"},"defer_loading":true}],
+		"metadata":{"user_id":"{\"device_id\":\"d\",\"session_id\":\"s\"}"},
+		"thinking":{"type":"adaptive","display":"omitted"},
+		"context_management":{"edits":[{"type":"clear_thinking_20251015","keep":"all"}]},
+		"output_config":{"effort":"high"}}`
+	if e := decodeJSON([]byte(body), &req); e != nil {
+		t.Fatal(e)
+	}
+	p, e := req.toPlan(Options{}, "msg_cc", testCodec)
+	if e != nil {
+		t.Fatalf("toPlan: %v", e)
+	}
+	r := p.req
+	if !p.stream || r.MaxTokens != 32000 || r.EnableThinking == nil || !*r.EnableThinking || len(r.Tools) != 2 {
+		t.Errorf("unexpected request: stream %v max_tokens %d thinking %v tools %d", p.stream, r.MaxTokens, r.EnableThinking, len(r.Tools))
+	}
+	if got, want := toJSON(t, r.Messages), `[{"role":"system","content":"x-anthropic-billing-header: cc_version=2.1.328\nYou are an agent."},`+
+		`{"role":"user","content":"<system-reminder>r</system-reminder>\nSay hi"},{"role":"system","content":"# Environment"}]`; got != want {
+		t.Errorf("messages\n got %s\nwant %s", got, want)
 	}
 }

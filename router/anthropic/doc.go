@@ -9,7 +9,9 @@
 // and are answered as {"type":"error","error":{"type","message"}}.
 //
 // Request mapping: system (string or text blocks) becomes a system
-// message; content blocks become the OpenAI-style messages chat templates
+// message; a role "system" entry in messages (current Claude Code sends
+// one) stays a system message where it stands, for the chat template to
+// render; content blocks become the OpenAI-style messages chat templates
 // expect — text blocks joined with "\n", tool_use blocks the assistant's
 // tool_calls (arguments as objects), each tool_result a "tool" message with
 // tool_call_id (is_error prefixes the content with "Error: "), thinking and
@@ -27,8 +29,11 @@
 // enabled also opens a hybrid template's <think> block in the generation
 // prompt (engine.Request.StartThinking), so the answer starts with a
 // thinking block; the budget is enforced (see below). max_tokens is required and clamped to the node's
-// cap. cache_control, metadata, anthropic-version and anthropic-beta are
-// accepted and ignored.
+// cap when it has one; else the context window bounds the answer.
+// cache_control, metadata, context_management (an object),
+// output_config.effort, tools' defer_loading,
+// anthropic-version and anthropic-beta are accepted and ignored (the list
+// of what Claude Code sends is in router/DESIGN.md).
 //
 // Status codes: 400 invalid_request_error, 401 authentication_error (the
 // router's auth middleware writes it in this shape on these routes, key
@@ -46,7 +51,8 @@
 // Streaming: message_start (usage.input_tokens from the runner's Tokenize,
 // output_tokens 1), content_block_start (index 0, text ""), ping,
 // content_block_delta text_delta..., content_block_stop, message_delta
-// (stop_reason end_turn | max_tokens | stop_sequence | tool_use, stop_sequence, the
+// (stop_reason end_turn | max_tokens | model_context_window_exceeded |
+// stop_sequence | tool_use, stop_sequence, the
 // cumulative usage), message_stop. An engine error before the first token
 // is a plain JSON error with its status; after it, an "error" event ends
 // the stream. Final usage follows Anthropic's accounting: input_tokens

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	ant "github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
@@ -87,8 +88,7 @@ func TestGoSDKCreate(t *testing.T) {
 	check(t, err)
 	text := []rune(msg.Content[0].Text)
 	if len(text) < 2 {
-		t.Logf("the demo model wrote %q: too little to test stop_sequences", string(text))
-		return
+		t.Fatalf("the demo model wrote %q: too little to test stop_sequences", string(text))
 	}
 	stop := string(text[len(text)/2:])
 	params.StopSequences = []string{stop}
@@ -334,6 +334,57 @@ func TestBearerAuth(t *testing.T) {
 			}
 			if err := json.Unmarshal(b, &e); err != nil || e.Type != "error" || e.Error.Type != "authentication_error" || e.Error.Message == "" {
 				t.Errorf("error %s", b)
+			}
+		})
+	}
+}
+
+// TestContextWindowStop: a node without a max_tokens cap takes Claude
+// Code's max_tokens (32000) and lets the answer run to the model's context
+// window, which stop_reason names (model_context_window_exceeded, as the
+// SDK's StopReason has it), whole or streamed; a max_tokens inside the
+// window still stops with max_tokens.
+func TestContextWindowStop(t *testing.T) {
+	const window = 64
+	n := nodetest.Start(t, nodetest.Options{APIKey: testKey, ModelsDir: nodetest.ModelsWithContext(t, window)})
+	c := client(n, testKey)
+	tests := []struct {
+		name      string
+		maxTokens int64
+		stream    bool
+		stop      ant.StopReason
+	}{
+		{"whole, cut by the window", 32000, false, ant.StopReasonModelContextWindowExceeded},
+		{"streamed, cut by the window", 32000, true, ant.StopReasonModelContextWindowExceeded},
+		{"whole, max_tokens", 5, false, ant.StopReasonMaxTokens},
+		{"streamed, max_tokens", 5, true, ant.StopReasonMaxTokens},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			params := ant.MessageNewParams{Model: nodetest.Model, MaxTokens: tt.maxTokens, Messages: userMsg("hi")}
+			var msg ant.Message
+			if tt.stream {
+				s := c.Messages.NewStreaming(context.Background(), params)
+				for s.Next() {
+					if err := msg.Accumulate(s.Current()); err != nil {
+						t.Fatal(err)
+					}
+				}
+				check(t, s.Err())
+			} else {
+				// A set timeout lets the SDK send a large max_tokens unstreamed.
+				m, err := c.Messages.New(context.Background(), params, option.WithRequestTimeout(time.Minute))
+				check(t, err)
+				msg = *m
+			}
+			u := msg.Usage
+			prompt := u.InputTokens + u.CacheReadInputTokens + u.CacheCreationInputTokens
+			want := window - prompt
+			if tt.stop == ant.StopReasonMaxTokens {
+				want = tt.maxTokens
+			}
+			if msg.StopReason != tt.stop || u.OutputTokens != want {
+				t.Errorf("stop_reason %q after %d tokens (prompt %d), want %q after %d", msg.StopReason, u.OutputTokens, prompt, tt.stop, want)
 			}
 		})
 	}

@@ -20,6 +20,10 @@ type MessagesRequest struct {
 	ToolChoice    json.RawMessage `json:"tool_choice"`
 	Thinking      json.RawMessage `json:"thinking"`
 	OutputConfig  json.RawMessage `json:"output_config"`
+	// ContextManagement (Claude Code sends clear_thinking edits) has no
+	// meaning here: no thinking or tool results are kept between
+	// requests to clear. Accepted when an object, and ignored.
+	ContextManagement json.RawMessage `json:"context_management"`
 	// TaskTag is the contract's scheduling hint, as in the OpenAI dialect.
 	TaskTag *string `json:"task_tag"`
 }

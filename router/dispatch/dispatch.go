@@ -53,6 +53,11 @@ type Table interface {
 	Known(model string) bool
 	// Peers lists the other nodes, for merged model lists.
 	Peers() []Peer
+	// Unheard lists the alive peers whose current inventory (the models
+	// on their disks) this node has not heard yet. While there are any,
+	// a model the table does not know may be on their disks, and the
+	// dispatcher asks them before it answers "no such model".
+	Unheard() []Peer
 }
 
 // Connector gives the engine of a peer, by the address of its Engine
@@ -77,7 +82,9 @@ type Config struct {
 	PrefixBytes, PrefixChunk int
 	// MaxAttempts bounds the nodes one request tries (default 3).
 	MaxAttempts int
-	// PeerTimeout bounds a peer's answer to Models (default 2 s).
+	// PeerTimeout bounds a peer's answer to Models (default 2 s), for a
+	// merged model list and for asking the Unheard peers about a model
+	// the table does not know.
 	PeerTimeout time.Duration
 	// StrictPlacement, when set, never serves a model that no node has
 	// ready from the local engine; by default a node that has the model
@@ -161,11 +168,16 @@ func SessionFrom(ctx context.Context) string {
 
 // Generate runs req on the best node that takes it.
 func (d *Dispatcher) Generate(ctx context.Context, req *engine.Request) (<-chan engine.Event, error) {
-	self := d.cfg.Table.Self()
 	cands := usable(d.cfg.Table.Candidates(req.Model))
 	if len(cands) == 0 {
 		return d.miss(ctx, req)
 	}
+	return d.runOn(ctx, req, cands)
+}
+
+// runOn runs req on the first of cands, in dispatch order, that takes it.
+func (d *Dispatcher) runOn(ctx context.Context, req *engine.Request, cands []Peer) (<-chan engine.Event, error) {
+	self := d.cfg.Table.Self()
 	order := d.order(ctx, req, self, cands)
 	a := &attempt{d: d, ctx: ctx, req: req, self: self, order: order[:min(len(order), d.cfg.MaxAttempts)]}
 	node, ch, err := a.next()
@@ -304,11 +316,71 @@ func (d *Dispatcher) miss(ctx context.Context, req *engine.Request) (<-chan engi
 			return nil, err
 		}
 	}
-	d.refused.Add(1)
 	if d.cfg.Table.Known(req.Model) {
+		d.refused.Add(1)
 		return nil, fmt.Errorf("%w: %q is not ready on any node yet", engine.ErrUnavailable, req.Model)
 	}
-	return nil, fmt.Errorf("%w: %q", engine.ErrModelNotFound, req.Model)
+	have, err := d.ask(ctx, req.Model)
+	if err != nil {
+		d.refused.Add(1)
+		return nil, err
+	}
+	if len(have) == 0 {
+		d.refused.Add(1)
+		return nil, fmt.Errorf("%w: %q", engine.ErrModelNotFound, req.Model)
+	}
+	return d.runOn(ctx, req, have)
+}
+
+// ask settles a model the table does not know against the peers whose
+// inventory this node has not heard yet: it asks each for its models, at
+// once and for at most PeerTimeout, and returns those that have it (none
+// when every peer is heard). When none has it and some did not answer,
+// the model may be on their disks: an engine.ErrUnavailable (a 503 with
+// Retry-After), never a 404.
+func (d *Dispatcher) ask(ctx context.Context, model string) ([]Peer, error) {
+	self := d.cfg.Table.Self()
+	peers := slices.DeleteFunc(usable(d.cfg.Table.Unheard()), func(p Peer) bool { return p.ID == self })
+	if len(peers) == 0 {
+		return nil, nil
+	}
+	has := make([]bool, len(peers))
+	errs := make([]error, len(peers))
+	var wg sync.WaitGroup
+	for i, p := range peers {
+		wg.Go(func() {
+			pctx, cancel := context.WithTimeout(ctx, d.cfg.PeerTimeout)
+			defer cancel()
+			gen, err := d.cfg.Connect.Engine(p.Addr)
+			var list []engine.ModelInfo
+			if err == nil {
+				list, err = gen.Models(pctx)
+			}
+			errs[i] = err
+			has[i] = slices.ContainsFunc(list, func(m engine.ModelInfo) bool { return m.ID == model })
+		})
+	}
+	wg.Wait()
+	var have []Peer
+	var silent []string
+	for i, p := range peers {
+		switch {
+		case has[i]:
+			have = append(have, p)
+		case errs[i] != nil:
+			silent = append(silent, p.ID)
+			d.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "dispatch: a node whose models are not heard yet did not answer",
+				slog.String("model", model), slog.String("node", p.ID), slog.String("err", errs[i].Error()))
+		}
+	}
+	if len(have) == 0 && len(silent) > 0 {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("%w: %q is not known here yet and %s, whose models this node has not heard yet, did not answer",
+			engine.ErrUnavailable, model, strings.Join(silent, ", "))
+	}
+	return have, nil
 }
 
 func (d *Dispatcher) engineOf(self string, p Peer) (engine.Generator, error) {
@@ -485,13 +557,18 @@ func (d *Dispatcher) Models(ctx context.Context) ([]engine.ModelInfo, error) {
 }
 
 // Tokenize runs on this node when it has the model, else on a node that
-// has it ready.
+// has it ready (or, for a model the table does not know, on an unheard
+// peer that has it; see ask).
 func (d *Dispatcher) Tokenize(ctx context.Context, model string, req prompt.Request) (prompt.Result, error) {
 	res, err := d.cfg.Local.Tokenize(ctx, model, req)
 	if !errors.Is(err, engine.ErrModelNotFound) {
 		return res, err
 	}
-	for _, p := range d.peersWith(model) {
+	peers, aerr := d.peersWith(ctx, model)
+	if aerr != nil {
+		return res, aerr
+	}
+	for _, p := range peers {
 		gen, cerr := d.cfg.Connect.Engine(p.Addr)
 		if cerr != nil {
 			continue
@@ -510,7 +587,11 @@ func (d *Dispatcher) Detokenize(ctx context.Context, model string, ids []int) (s
 	if !errors.Is(err, engine.ErrModelNotFound) {
 		return text, err
 	}
-	for _, p := range d.peersWith(model) {
+	peers, aerr := d.peersWith(ctx, model)
+	if aerr != nil {
+		return text, aerr
+	}
+	for _, p := range peers {
 		gen, cerr := d.cfg.Connect.Engine(p.Addr)
 		if cerr != nil {
 			continue
@@ -537,7 +618,11 @@ func (d *Dispatcher) Embed(ctx context.Context, req *engine.EmbedRequest) (*engi
 	} else {
 		err = fmt.Errorf("%w: %q", engine.ErrModelNotFound, req.Model)
 	}
-	for _, p := range d.peersWith(req.Model) {
+	peers, aerr := d.peersWith(ctx, req.Model)
+	if aerr != nil {
+		return nil, aerr
+	}
+	for _, p := range peers {
 		gen, cerr := d.cfg.Connect.Engine(p.Addr)
 		if cerr != nil {
 			continue
@@ -556,10 +641,15 @@ func (d *Dispatcher) Embed(ctx context.Context, req *engine.EmbedRequest) (*engi
 
 var _ engine.Embedder = (*Dispatcher)(nil)
 
-func (d *Dispatcher) peersWith(model string) []Peer {
+// peersWith lists the peers that have model ready, or on disk; for a
+// model the table does not know, the unheard peers that have it (ask).
+func (d *Dispatcher) peersWith(ctx context.Context, model string) ([]Peer, error) {
 	self := d.cfg.Table.Self()
-	ps := usable(d.cfg.Table.Candidates(model))
-	return slices.DeleteFunc(ps, func(p Peer) bool { return p.ID == self })
+	ps := slices.DeleteFunc(usable(d.cfg.Table.Candidates(model)), func(p Peer) bool { return p.ID == self })
+	if len(ps) > 0 || d.cfg.Table.Known(model) {
+		return ps, nil
+	}
+	return d.ask(ctx, model)
 }
 
 func (d *Dispatcher) notFound(model string, err error) error {
@@ -605,3 +695,6 @@ func (Solo) Known(string) bool { return false }
 
 // Peers is empty.
 func (Solo) Peers() []Peer { return nil }
+
+// Unheard is empty: a lone node knows every model there is.
+func (Solo) Unheard() []Peer { return nil }

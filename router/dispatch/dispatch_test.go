@@ -137,6 +137,8 @@ type table struct {
 	ready map[string][]dispatch.Peer
 	known map[string]bool
 	peers []dispatch.Peer
+	// unheard are the peers whose inventory the table has not heard.
+	unheard []dispatch.Peer
 }
 
 func (t *table) Self() string { return t.self }
@@ -154,6 +156,11 @@ func (t *table) Peers() []dispatch.Peer {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return append([]dispatch.Peer(nil), t.peers...)
+}
+func (t *table) Unheard() []dispatch.Peer {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]dispatch.Peer(nil), t.unheard...)
 }
 
 // frontend is a node's HTTP frontend over a dispatcher; its own engine has
@@ -545,5 +552,98 @@ func TestSessionAffinity(t *testing.T) {
 	}
 	if k3 := fe1.disp.Key(dispatch.WithSession(context.Background(), "s"), req); k3 == k1 {
 		t.Error("a session id did not change the key")
+	}
+}
+
+// silentAddr is a loopback address that accepts connections and never
+// answers: a peer that hangs.
+func silentAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return l.Addr().String()
+}
+
+// TestUnheardPeers: a model the table does not know is not a definitive
+// 404 while some peer's inventory is unheard. The dispatcher asks those
+// peers (for at most PeerTimeout): one that has the model serves it; when
+// all answer without it, 404; when one that did not answer might have it,
+// 503 with Retry-After. With every inventory heard, nobody is asked.
+func TestUnheardPeers(t *testing.T) {
+	b := startPeer(t, "node-b", false)
+	dead := dispatch.Peer{ID: "node-dead", Addr: freeAddr(t), Alive: true}
+	silent := dispatch.Peer{ID: "node-silent", Addr: silentAddr(t), Alive: true}
+	const peerTimeout = 300 * time.Millisecond
+	tests := []struct {
+		name, model string
+		unheard     []dispatch.Peer
+		status      int
+		code        string
+		servedBy    string
+	}{
+		{"unheard peer has it", "demo", []dispatch.Peer{b.entry(0)}, 200, "", "node-b"},
+		{"one unheard peer has it, one is down", "demo", []dispatch.Peer{dead, b.entry(0)}, 200, "", "node-b"},
+		{"unheard peer is down", "demo", []dispatch.Peer{dead}, 503, "model_unavailable", ""},
+		{"unheard peer hangs", "demo", []dispatch.Peer{silent}, 503, "model_unavailable", ""},
+		{"unheard peers answer without it", "nope", []dispatch.Peer{b.entry(0)}, 404, "model_not_found", ""},
+		{"an unheard peer that may have it is down", "nope", []dispatch.Peer{b.entry(0), dead}, 503, "model_unavailable", ""},
+		{"every inventory heard", "nope", nil, 404, "model_not_found", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tbl := &table{self: "node-a", unheard: tc.unheard, peers: append([]dispatch.Peer{b.entry(0)}, tc.unheard...)}
+			pool := remote.NewPool()
+			t.Cleanup(func() { pool.Close() })
+			d := dispatch.New(dispatch.Config{Local: newRunner(t, false), Table: tbl, Connect: pool, PeerTimeout: peerTimeout, Logger: quiet})
+			srv := httptest.NewServer(router.New(router.Config{Engine: d, Logger: quiet, Version: "test"}))
+			t.Cleanup(srv.Close)
+
+			start := time.Now()
+			resp := post(t, context.Background(), srv.URL+"/v1/chat/completions", strings.Replace(chatBody("Hello", 3, false), `"demo"`, `"`+tc.model+`"`, 1))
+			took := time.Since(start)
+			var e struct{ Error struct{ Code string } }
+			json.NewDecoder(resp.Body).Decode(&e)
+			resp.Body.Close()
+			if resp.StatusCode != tc.status || e.Error.Code != tc.code || resp.Header.Get(servedby.Header) != tc.servedBy {
+				t.Errorf("chat: %d %q served by %q; want %d %q served by %q",
+					resp.StatusCode, e.Error.Code, resp.Header.Get(servedby.Header), tc.status, tc.code, tc.servedBy)
+			}
+			if (tc.status == 503) != (resp.Header.Get("Retry-After") != "") {
+				t.Errorf("Retry-After %q on a %d", resp.Header.Get("Retry-After"), resp.StatusCode)
+			}
+			if tc.status == 503 && took > 20*peerTimeout {
+				t.Errorf("the answer took %v: asking is not bounded by PeerTimeout (%v)", took, peerTimeout)
+			}
+
+			// Token counting settles the same way.
+			resp = post(t, context.Background(), srv.URL+"/tokenize", `{"model":"`+tc.model+`","prompt":"Hello"}`)
+			resp.Body.Close()
+			if resp.StatusCode != tc.status {
+				t.Errorf("tokenize: %d, want %d", resp.StatusCode, tc.status)
+			}
+		})
 	}
 }

@@ -194,10 +194,10 @@ func checkMessage(m *chattemplate.Object, param string) (*chattemplate.Object, *
 }
 
 // templateToolCalls checks an assistant message's tool_calls and returns
-// them for the chat template, each function's arguments parsed into an
-// object when they are a JSON object text (templates such as Qwen3's print
-// an object with tojson and a string as it is); arguments that do not
-// parse stay the string they were.
+// them for the chat template. Arguments stay the text the client sent:
+// the engine hands each template the form it expects (a decoded object
+// for Qwen3 and Llama, this very text for DeepSeek V3; see
+// chattemplate.Shape).
 func templateToolCalls(list []any, param string) ([]any, *Error) {
 	out := make([]any, len(list))
 	for j, item := range list {
@@ -228,13 +228,7 @@ func templateToolCalls(list []any, param string) ([]any, *Error) {
 		}
 		av, _ := fn.Get("arguments")
 		switch a := av.(type) {
-		case string:
-			if v, derr := chattemplate.DecodeJSON([]byte(a)); derr == nil {
-				if obj, ok := v.(*chattemplate.Object); ok {
-					fn.Set("arguments", obj)
-				}
-			}
-		case *chattemplate.Object, nil:
+		case string, *chattemplate.Object, nil:
 		default:
 			return nil, invalidType(pp+".function.arguments", "a string", jsonkind.OfValue(a))
 		}

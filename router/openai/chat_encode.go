@@ -87,7 +87,7 @@ func (c *chatCollector) result() ChatCompletion {
 		out.Choices[i] = ChatChoice{
 			Index:        i,
 			Message:      ch.message(),
-			FinishReason: finishReason(ch.finish),
+			FinishReason: FinishReason(ch.finish),
 		}
 		if c.logprobs {
 			out.Choices[i].Logprobs = chatLogprobs(ch.tokens, ch.top)
@@ -191,7 +191,7 @@ func (s *chatStream) event(i int, ev engine.Event) []ChatChunk {
 	if ev.Done {
 		s.usages[i] = ev.Usage
 		s.open--
-		reason := finishReason(ev.FinishReason)
+		reason := FinishReason(ev.FinishReason)
 		fin := s.chunk(ChatChunkChoice{Index: i, FinishReason: &reason})
 		if s.open == 0 && !s.includeUsage {
 			u := usage(s.usages, s.promptOf)

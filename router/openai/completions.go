@@ -239,7 +239,7 @@ func (e *completionEncoder) result() Completion {
 	per := make([]engine.Usage, len(e.choices))
 	for i := range e.choices {
 		ch := &e.choices[i]
-		reason := finishReason(ch.finish)
+		reason := FinishReason(ch.finish)
 		out.Choices[i] = CompletionChoice{Text: e.echoOf(i) + ch.text.String(), Index: i, FinishReason: &reason}
 		if e.plan.logprobs {
 			out.Choices[i].Logprobs = e.legacyLogprobs(i, ch.tokens, ch.top)
@@ -283,7 +283,7 @@ func (e *completionEncoder) event(i int, ev engine.Event) []Completion {
 	if ev.Done {
 		e.choices[i].usage = ev.Usage
 		e.open--
-		reason := finishReason(ev.FinishReason)
+		reason := FinishReason(ev.FinishReason)
 		fin := e.chunk(CompletionChoice{Index: i, FinishReason: &reason})
 		if e.open == 0 && !e.includeUsage {
 			u := e.usage()

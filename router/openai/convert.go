@@ -203,10 +203,14 @@ func isNull(raw json.RawMessage) bool {
 	return t == "" || t == "null"
 }
 
-// finishReason is OpenAI's finish_reason of an engine finish reason.
-func finishReason(r engine.FinishReason) string {
-	if r == "" {
+// FinishReason is OpenAI's finish_reason of an engine finish reason (also the
+// OpenClaw dialect's).
+func FinishReason(r engine.FinishReason) string {
+	switch r {
+	case "":
 		return string(engine.FinishStop)
+	case engine.FinishContextWindow: // OpenAI has no word for it
+		return string(engine.FinishLength)
 	}
 	return string(r)
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -114,20 +115,26 @@ func TestGoSDKChat(t *testing.T) {
 	}
 
 	t.Run("stop sequence", func(t *testing.T) {
-		// The last two characters of the greedy text, as a stop string:
-		// the answer is the text before their first occurrence (the random
-		// demo model repeats itself, so that may be empty).
-		text := ch.Message.Content
-		if len(text) < 2 || !utf8.ValidString(text[len(text)-2:]) {
-			t.Fatalf("no usable stop string in %q", text)
+		// Two characters from the middle of the greedy text (the first
+		// pair from there that holds no U+FFFD, which a token ending
+		// inside a character produces), as a stop string: the answer is
+		// the text before their first occurrence.
+		text := []rune(ch.Message.Content)
+		var stop string
+		for i := len(text) / 2; i+2 <= len(text) && stop == ""; i++ {
+			if !slices.Contains(text[i:i+2], utf8.RuneError) {
+				stop = string(text[i : i+2])
+			}
 		}
-		stop := text[len(text)-2:]
+		if stop == "" {
+			t.Fatalf("no usable stop string in %q", string(text))
+		}
 		p := params
 		p.Stop = oa.ChatCompletionNewParamsStopUnion{OfString: oa.String(stop)}
 		r, err := c.Chat.Completions.New(ctx, p)
 		check(t, err)
-		want := text[:strings.Index(text, stop)]
-		if got := r.Choices[0]; got.Message.Content != want || got.FinishReason != "stop" || r.Usage.CompletionTokens >= 6 {
+		want := string(text)[:strings.Index(string(text), stop)]
+		if got := r.Choices[0]; got.Message.Content != want || got.FinishReason != "stop" || r.Usage.CompletionTokens > 6 {
 			t.Errorf("with stop %q: %q %s (%d tokens), want %q stop", stop, got.Message.Content, got.FinishReason, r.Usage.CompletionTokens, want)
 		}
 	})
@@ -452,6 +459,28 @@ func TestGoSDKUnenforceableSchema(t *testing.T) {
 					t.Errorf("error = %d %s", apiErr.StatusCode, apiErr.RawJSON())
 				}
 			})
+		}
+	}
+}
+
+// TestContextWindowLength: a node without a max_tokens cap lets an answer
+// with no max_tokens, or one past the window, run to the model's context
+// window; OpenAI has no finish_reason of its own for that and says
+// "length".
+func TestContextWindowLength(t *testing.T) {
+	const window = 64
+	n := nodetest.Start(t, nodetest.Options{APIKey: testKey, ModelsDir: nodetest.ModelsWithContext(t, window)})
+	c := client(n, testKey)
+	bias := eosBias(t, n)
+	for _, maxTokens := range []int64{0, 32000} {
+		params := oa.ChatCompletionNewParams{Model: nodetest.Model, Messages: userMsg("hi"), Temperature: oa.Float(0), LogitBias: bias}
+		if maxTokens > 0 {
+			params.MaxTokens = oa.Int(maxTokens)
+		}
+		resp, err := c.Chat.Completions.New(context.Background(), params)
+		check(t, err)
+		if len(resp.Choices) != 1 || resp.Choices[0].FinishReason != "length" || resp.Usage.TotalTokens != window {
+			t.Errorf("max_tokens %d: finish_reason %q, usage %+v; want length at the %d-token window", maxTokens, resp.Choices[0].FinishReason, resp.Usage, window)
 		}
 	}
 }

@@ -224,7 +224,7 @@ func (h *Handler) generate(ctx context.Context, req *engine.Request) (*TurnResul
 				Function: openai.FunctionCall{Name: c.Name, Arguments: c.Arguments}})
 		}
 		if ev.Done {
-			res.FinishReason = string(ev.FinishReason)
+			res.FinishReason = openai.FinishReason(ev.FinishReason)
 			res.Usage = TurnUsage{PromptTokens: ev.Usage.PromptTokens, CompletionTokens: ev.Usage.CompletionTokens,
 				TotalTokens: ev.Usage.PromptTokens + ev.Usage.CompletionTokens}
 			outcome, promptTokens, generated = metrics.OK, ev.Usage.PromptTokens, ev.Usage.CompletionTokens

@@ -32,8 +32,8 @@ var _ backend.KVCache = (*KVCache)(nil)
 
 // NewKVCache makes an empty cache; blocks are allocated on first write.
 func (b *Backend) NewKVCache(spec backend.KVSpec) (backend.KVCache, error) {
-	if spec.FirstLayer < 0 || spec.Layers <= 0 || spec.KVHeads <= 0 || spec.HeadDim <= 0 || spec.MaxLen <= 0 {
-		return nil, fmt.Errorf("cpu: invalid KV cache spec %+v", spec)
+	if err := spec.Check(); err != nil {
+		return nil, fmt.Errorf("cpu: %w", err)
 	}
 	return &KVCache{spec: spec, lens: make([]int, spec.Layers)}, nil
 }
@@ -41,13 +41,7 @@ func (b *Backend) NewKVCache(spec backend.KVSpec) (backend.KVCache, error) {
 // Spec is the cache's shape.
 func (c *KVCache) Spec() backend.KVSpec { return c.spec }
 
-func (c *KVCache) layer(l int) int {
-	i := l - c.spec.FirstLayer
-	if i < 0 || i >= c.spec.Layers {
-		panic(fmt.Sprintf("cpu: layer %d outside the cache's layers [%d, %d)", l, c.spec.FirstLayer, c.spec.FirstLayer+c.spec.Layers))
-	}
-	return i
-}
+func (c *KVCache) layer(l int) int { return c.spec.Index(l) }
 
 // Len is the number of positions held for layer.
 func (c *KVCache) Len(layer int) int { return c.lens[c.layer(layer)] }
@@ -163,13 +157,8 @@ func (c *KVCache) KVBytes(n int) int {
 
 // ReadKV copies positions [from, to) of every layer into a new block.
 func (c *KVCache) ReadKV(from, to int) ([]byte, error) {
-	if from < 0 || to < from {
-		return nil, fmt.Errorf("cpu: ReadKV [%d, %d): invalid range", from, to)
-	}
-	for i, n := range c.lens {
-		if n < to {
-			return nil, fmt.Errorf("cpu: ReadKV [%d, %d): layer %d holds %d positions", from, to, c.spec.FirstLayer+i, n)
-		}
+	if err := c.spec.CheckReadKV(c.lens, from, to); err != nil {
+		return nil, fmt.Errorf("cpu: %w", err)
 	}
 	s := c.spec
 	n := to - from
@@ -197,19 +186,9 @@ func (c *KVCache) ReadKV(from, to int) ([]byte, error) {
 // AppendKV appends the positions of a ReadKV block to every layer.
 func (c *KVCache) AppendKV(block []byte) error {
 	s := c.spec
-	per := c.KVBytes(1)
-	if len(block) == 0 || len(block)%per != 0 {
-		return fmt.Errorf("cpu: AppendKV: a block of %d bytes is not a whole number of positions of %d bytes", len(block), per)
-	}
-	n := len(block) / per
-	off := c.lens[0]
-	for i, l := range c.lens {
-		if l != off {
-			return fmt.Errorf("cpu: AppendKV: layer %d holds %d positions, layer %d %d", s.FirstLayer, off, s.FirstLayer+i, l)
-		}
-	}
-	if off+n > s.MaxLen {
-		return fmt.Errorf("cpu: AppendKV: %d + %d positions exceed the cache's %d", off, n, s.MaxLen)
+	n, off, err := s.CheckAppendKV(c.lens, len(block), c.KVBytes(1))
+	if err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
 	f := bytesToFloats(block)
 	width := s.KVHeads * s.HeadDim

@@ -6,7 +6,9 @@ Reads one JSON document on stdin:
      "templates": {"name": "source", ...},
      "cases": [{"id": "...", "template": "name", "messages": [...],
                 "tools": null | [...], "add_generation_prompt": bool,
-                "special_tokens": {...}, "kwargs": {...}}, ...]}
+                "special_tokens": {...}, "kwargs": {...},
+                "conform": absent | {"string_arguments": bool,
+                                     "null_call_content": bool}}, ...]}
 
 and writes {"results": [{"id": ..., "ok": true, "output": "..."} or
 {"id": ..., "ok": false, "error_type": "...", "error": "..."}]} to stdout.
@@ -17,6 +19,11 @@ trim_blocks, lstrip_blocks and the loopcontrols extension, a tojson filter
 that is json.dumps(ensure_ascii=False) keeping key order, and the
 raise_exception and strftime_now globals. The clock is pinned to "now" so
 both sides see the same instant.
+
+A case with "conform" holds a conversation as a chat API carries it (tool
+arguments as JSON text or objects, content null); conform() puts it into
+the shape the template was trained on, independently of the Go code that
+does the same, before rendering.
 """
 
 import datetime
@@ -56,11 +63,53 @@ def build_environment(now):
     return env
 
 
+def conform(messages, shape):
+    """Hands the template tool-call history in the shape it expects:
+    arguments as JSON text (json.dumps of an object) or as the object
+    json.loads makes of the text; content null for an assistant message
+    with calls where the template wants it, else "" for null content."""
+    out = []
+    for message in messages:
+        if message.get("role") != "assistant":
+            out.append(message)
+            continue
+        message = dict(message)
+        calls = message.get("tool_calls") or []
+        if shape["null_call_content"] and calls:
+            if message.get("content", "") == "":
+                message["content"] = None
+        elif message.get("content") is None:
+            message["content"] = ""
+        if calls:
+            conformed = []
+            for call in calls:
+                call = dict(call)
+                function = dict(call["function"])
+                arguments = function.get("arguments")
+                if shape["string_arguments"] and isinstance(arguments, dict):
+                    function["arguments"] = json.dumps(arguments, ensure_ascii=False)
+                elif not shape["string_arguments"] and isinstance(arguments, str):
+                    try:
+                        decoded = json.loads(arguments)
+                    except ValueError:
+                        decoded = None
+                    if isinstance(decoded, dict):
+                        function["arguments"] = decoded
+                call["function"] = function
+                conformed.append(call)
+            message["tool_calls"] = conformed
+        out.append(message)
+    return out
+
+
 def render_case(compiled, case):
+    messages = case["messages"]
+    if case.get("conform") is not None:
+        messages = conform(messages, case["conform"])
     template_kwargs = dict(case.get("special_tokens") or {})
     template_kwargs.update(case.get("kwargs") or {})
     return compiled.render(
-        messages=case["messages"],
+        messages=messages,
         tools=case.get("tools"),
         documents=None,
         add_generation_prompt=case.get("add_generation_prompt", False),

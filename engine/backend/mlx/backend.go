@@ -1,0 +1,301 @@
+//go:build cgo
+
+package mlx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"fusion/engine/backend"
+	"fusion/engine/backend/cpu/kernels"
+	"fusion/engine/tensor"
+)
+
+// Backend implements backend.Backend on MLX. Its steps record the ops
+// the model calls (checking shapes at once, as the CPU backend does) and
+// build and evaluate MLX's graph on the MLX thread only at Eval and Read:
+// one round trip to the thread per blocking point, not one per op.
+//
+// Activations are float32, like the CPU backend's (mlx-lm computes in the
+// model's dtype; that mode is not implemented yet). Weights keep their
+// file format on the device: dense F32/F16/BF16 and MLX affine codes
+// (quantized_matmul); GGUF block types are dequantized to float32 at load
+// (exact, 32 bits per weight instead of 4.5–8.5).
+type Backend struct {
+	rt *Runtime
+
+	mu     sync.Mutex
+	owned  []*Array // weights and norm vectors, freed by Close
+	closed bool
+}
+
+var (
+	_ backend.Backend  = (*Backend)(nil)
+	_ backend.Releaser = (*Backend)(nil)
+)
+
+// Options configure a Backend.
+type Options struct {
+	// MemoryLimit is MLX's memory limit in bytes (allocations past it wait
+	// for memory to be freed, or fail); 0 keeps MLX's default.
+	MemoryLimit int64
+	// CacheLimit is the most freed memory MLX's allocator keeps for reuse,
+	// in bytes; 0 keeps MLX's default. (The CPU allocator keeps none.)
+	CacheLimit int64
+}
+
+// New opens the MLX thread and applies opts. It fails with Available's
+// reason when the library cannot be used.
+func New(opts Options) (*Backend, error) {
+	if opts.MemoryLimit < 0 || opts.CacheLimit < 0 {
+		return nil, fmt.Errorf("mlx: negative memory limit %d or cache limit %d", opts.MemoryLimit, opts.CacheLimit)
+	}
+	rt, err := Open()
+	if err != nil {
+		return nil, err
+	}
+	ctx := context.Background()
+	if opts.MemoryLimit > 0 {
+		_, err = rt.SetMemoryLimit(ctx, opts.MemoryLimit)
+	}
+	if opts.CacheLimit > 0 && err == nil {
+		_, err = rt.SetCacheLimit(ctx, opts.CacheLimit)
+	}
+	if err != nil {
+		rt.Close()
+		return nil, err
+	}
+	return &Backend{rt: rt}, nil
+}
+
+// Name is "mlx".
+func (b *Backend) Name() string { return "mlx" }
+
+// Runtime is the backend's MLX thread (memory counters and limits).
+func (b *Backend) Runtime() *Runtime { return b.rt }
+
+// Close frees the weights and stops the MLX thread. KV caches must have
+// been freed.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	owned, closed := b.owned, b.closed
+	b.owned, b.closed = nil, true
+	b.mu.Unlock()
+	if closed {
+		return nil
+	}
+	err := b.rt.Do(context.Background(), func() error {
+		for _, x := range owned {
+			x.Free()
+		}
+		return nil
+	})
+	return errors.Join(err, b.rt.Close())
+}
+
+// upload runs fn on the MLX thread with a fresh arena, evaluates the
+// arrays it returns, detaches them for the backend to own, and frees the
+// rest.
+func (b *Backend) upload(fn func(a *Arena) []*Array) ([]*Array, error) {
+	var out []*Array
+	err := b.rt.Do(context.Background(), func() error {
+		a := b.rt.NewArena()
+		defer a.Free()
+		xs := fn(a)
+		if err := a.Eval(xs...); err != nil {
+			return err
+		}
+		for _, x := range xs {
+			out = append(out, a.Detach(x))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, ErrClosed
+	}
+	b.owned = append(b.owned, out...)
+	return out, nil
+}
+
+// weight is a matrix on the device.
+type weight struct {
+	name        string
+	out, in     int
+	affine      bool
+	w           *Array // [out, in] dense, or [out, in·bits/32] uint32 codes
+	scales      *Array // affine: [out, in/group]
+	biases      *Array // affine: [out, in/group]
+	bits, group int
+	bias        *Array // float32 [out], or nil
+	bytes       int64
+}
+
+func (w *weight) Out() int     { return w.out }
+func (w *weight) In() int      { return w.in }
+func (w *weight) Bytes() int64 { return w.bytes }
+
+// vector is a float32 norm weight on the device.
+type vector struct {
+	v *Array
+	n int
+}
+
+func (v *vector) Len() int     { return v.n }
+func (v *vector) Bytes() int64 { return 4 * int64(v.n) }
+
+func floatType(dt tensor.DType) bool {
+	return dt == tensor.F32 || dt == tensor.F16 || dt == tensor.BF16
+}
+
+// Weight puts d on the device: dense and MLX affine data as stored
+// (wrapped; MLX's CPU allocator copies it), GGUF blocks dequantized to
+// float32.
+func (b *Backend) Weight(d backend.WeightData) (backend.Weight, error) {
+	if d.Out <= 0 || d.In <= 0 {
+		return nil, fmt.Errorf("mlx: %s: shape [%d, %d]", d.Name, d.Out, d.In)
+	}
+	w := &weight{name: d.Name, out: d.Out, in: d.In}
+	var host []float32 // GGUF, dequantized
+	switch d.Format {
+	case backend.Dense:
+		if !floatType(d.Data.DType) || len(d.Data.Data) != d.Out*d.In*dtypeBytes(d.Data.DType) {
+			return nil, fmt.Errorf("mlx: %s: %d bytes of %v for [%d, %d]", d.Name, len(d.Data.Data), d.Data.DType, d.Out, d.In)
+		}
+	case backend.MLXAffine:
+		// The CPU kernels' constructor checks bits, group and every length.
+		if _, err := kernels.NewMLXAffine(d.Out, d.In, d.Bits, d.Group, d.Data.Data, d.Scales.Data, d.Biases.Data, d.Scales.DType); err != nil {
+			return nil, fmt.Errorf("mlx: %s: %w", d.Name, err)
+		}
+		if d.Scales.DType != d.Biases.DType {
+			return nil, fmt.Errorf("mlx: %s: scales are %v, biases %v", d.Name, d.Scales.DType, d.Biases.DType)
+		}
+		w.affine, w.bits, w.group = true, d.Bits, d.Group
+	case backend.GGUFBlocks:
+		g, err := kernels.NewGGUF(d.Data.DType, d.Out, d.In, d.Data.Data)
+		if err != nil {
+			return nil, fmt.Errorf("mlx: %s: %w", d.Name, err)
+		}
+		host = make([]float32, d.Out*d.In)
+		for r := range d.Out {
+			kernels.DequantizeRow(host[r*d.In:(r+1)*d.In], g, r)
+		}
+	default:
+		return nil, fmt.Errorf("mlx: %s: unknown weight format %v", d.Name, d.Format)
+	}
+	if d.Bias != nil {
+		if !floatType(d.Bias.DType) || len(d.Bias.Data) != d.Out*dtypeBytes(d.Bias.DType) {
+			return nil, fmt.Errorf("mlx: %s: bias of %d bytes of %v, want %d values", d.Name, len(d.Bias.Data), d.Bias.DType, d.Out)
+		}
+	}
+	xs, err := b.upload(func(a *Arena) []*Array {
+		var xs []*Array
+		switch {
+		case host != nil:
+			xs = append(xs, a.FromFloat32(host, d.Out, d.In))
+		case w.affine:
+			groups := d.In / d.Group
+			xs = append(xs,
+				a.Wrap(tensor.U32, d.Data.Data, d.Out, d.In*d.Bits/32),
+				a.Wrap(d.Scales.DType, d.Scales.Data, d.Out, groups),
+				a.Wrap(d.Biases.DType, d.Biases.Data, d.Out, groups))
+		default:
+			xs = append(xs, a.Wrap(d.Data.DType, d.Data.Data, d.Out, d.In))
+		}
+		if d.Bias != nil {
+			xs = append(xs, a.AsType(a.FromBytes(d.Bias.DType, d.Bias.Data, d.Out), tensor.F32))
+		}
+		return xs
+	})
+	if err != nil {
+		return nil, fmt.Errorf("mlx: %s: %w", d.Name, err)
+	}
+	w.w = xs[0]
+	if w.affine {
+		w.scales, w.biases = xs[1], xs[2]
+	}
+	if d.Bias != nil {
+		w.bias = xs[len(xs)-1]
+	}
+	for _, x := range xs {
+		w.bytes += int64(x.Size() * dtypeBytes(x.DType()))
+	}
+	return w, nil
+}
+
+func dtypeBytes(dt tensor.DType) int {
+	n, _ := dt.ByteSize(1)
+	return int(n)
+}
+
+// Vector puts a norm weight on the device as float32.
+func (b *Backend) Vector(d backend.VectorData) (backend.Vector, error) {
+	v, err := tensor.Floats(d.Data)
+	if err != nil {
+		return nil, fmt.Errorf("mlx: %s: %w", d.Name, err)
+	}
+	if len(v) == 0 {
+		return nil, fmt.Errorf("mlx: %s: empty vector", d.Name)
+	}
+	xs, err := b.upload(func(a *Arena) []*Array { return []*Array{a.FromFloat32(v, len(v))} })
+	if err != nil {
+		return nil, fmt.Errorf("mlx: %s: %w", d.Name, err)
+	}
+	return &vector{v: xs[0], n: len(v)}, nil
+}
+
+// NewStep starts a forward pass; ctx bounds its Eval and Read (while they
+// wait for the MLX thread).
+func (b *Backend) NewStep(ctx context.Context) backend.Step {
+	return &step{ctx: ctx, b: b, a: b.rt.NewArena()}
+}
+
+// Release frees the arrays of weights and vectors (a model's, when it
+// closes) and forgets them.
+func (b *Backend) Release(weights []backend.Weight, vectors []backend.Vector) {
+	free := map[*Array]bool{}
+	seen := map[backend.Weight]bool{} // a tied head is the embedding
+	for _, w := range weights {
+		if w == nil || seen[w] {
+			continue
+		}
+		seen[w] = true
+		m := wt(w)
+		for _, x := range []*Array{m.w, m.scales, m.biases, m.bias} {
+			if x != nil {
+				free[x] = true
+			}
+		}
+	}
+	for _, v := range vectors {
+		if v != nil {
+			free[v.(*vector).v] = true
+		}
+	}
+	b.mu.Lock()
+	kept := b.owned[:0]
+	for _, x := range b.owned {
+		if !free[x] {
+			kept = append(kept, x)
+		}
+	}
+	clear(b.owned[len(kept):])
+	b.owned = kept
+	closed := b.closed
+	b.mu.Unlock()
+	if closed {
+		return
+	}
+	_ = b.rt.Do(context.Background(), func() error {
+		for x := range free {
+			x.Free()
+		}
+		return nil
+	})
+}

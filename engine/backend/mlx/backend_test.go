@@ -1,0 +1,411 @@
+//go:build cgo
+
+package mlx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"path/filepath"
+	"testing"
+
+	"fusion/engine/backend"
+	"fusion/engine/backend/cpu"
+	"fusion/engine/demo"
+	"fusion/engine/model"
+)
+
+// backendFormats are the weight layouts the backend is checked on, each
+// a small demo model (4 layers, hidden 256, GQA 4/2).
+var backendFormats = []struct {
+	name string
+	opts demo.Options
+	arch string
+}{
+	{"bf16-qwen3", demo.Options{}, "qwen3"},
+	{"bf16-llama", demo.Options{}, "llama"},
+	{"f32-qwen3", demo.Options{DType: "f32"}, "qwen3"},
+	{"mlx-q4-qwen3", demo.Options{Quantize: 4, GroupSize: 32}, "qwen3"},
+	{"mlx-q8-qwen3", demo.Options{Quantize: 8, GroupSize: 64}, "qwen3"},
+	{"gguf-q8_0-llama", demo.Options{Format: demo.FormatGGUF, GGUFType: "q8_0"}, "llama"},
+	{"gguf-q4_k_m-qwen3", demo.Options{Format: demo.FormatGGUF, GGUFType: "q4_k_m"}, "qwen3"},
+}
+
+func demoModel(t *testing.T, arch string, o demo.Options) string {
+	t.Helper()
+	o.Arch = arch
+	o.Layers, o.Hidden, o.Heads, o.KVHeads, o.Intermediate = 4, 256, 4, 2, 512
+	o.Seed = 3
+	dir := filepath.Join(t.TempDir(), "m")
+	if _, err := demo.Create(dir, o); err != nil {
+		t.Fatal(err)
+	}
+	if o.Format == demo.FormatGGUF {
+		return demo.GGUFPath(dir)
+	}
+	return dir
+}
+
+func loadModel(t *testing.T, be backend.Backend, path string, layers model.Range) *model.Model {
+	t.Helper()
+	m, err := model.Load(context.Background(), path, be, model.Options{Layers: layers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+func newSeq(t *testing.T, m *model.Model) *model.Sequence {
+	t.Helper()
+	s, err := m.NewSequence(1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+func fwd(t *testing.T, m *model.Model, in []model.Input, layers model.Range, h *model.Hidden) *model.Output {
+	t.Helper()
+	out, err := m.Forward(context.Background(), in, layers, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// promptTokens returns n deterministic token ids below 600.
+func promptTokens(seed, n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = (seed*131 + i*71 + i*i*7) % 600
+	}
+	return out
+}
+
+func argmax(v []float32) int {
+	best := 0
+	for i, x := range v {
+		if x > v[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+// maxDiff is max |a − b| over max(1, max |b|): the error relative to the
+// logits' scale.
+func maxDiff(a, b []float32) float64 {
+	scale, d := 1.0, 0.0
+	for i := range b {
+		scale = max(scale, math.Abs(float64(b[i])))
+		d = max(d, math.Abs(float64(a[i])-float64(b[i])))
+	}
+	return d / scale
+}
+
+func testBackend(t *testing.T) {
+	be, err := New(Options{MemoryLimit: 3 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	// The limit is MLX's now: setting it again returns it.
+	if mem, err := be.Runtime().SetMemoryLimit(context.Background(), 3<<30); err != nil || mem != 3<<30 {
+		t.Errorf("memory limit after New: %d (%v), want %d", mem, err, 3<<30)
+	}
+	if _, err := New(Options{CacheLimit: -1}); err == nil {
+		t.Error("a negative cache limit was accepted")
+	}
+	// The CPU reference runs GGUF products on float32 activations: by
+	// default it quantizes them to 8 bits per block (llama.cpp's scheme),
+	// which differs from MLX's product of the dequantized weights by more
+	// than summation order (5e-3 of the logits' scale here).
+	cb := cpu.New(cpu.Options{ExactActivations: true})
+	defer cb.Close()
+	t.Run("ParityWithCPU", func(t *testing.T) { testParityWithCPU(t, be, cb) })
+	t.Run("BatchedVsAlone", func(t *testing.T) { testBatchedVsAlone(t, be) })
+	t.Run("LayerRanges", func(t *testing.T) { testLayerRanges(t, be) })
+	t.Run("KVExportImport", func(t *testing.T) { testKVExportImport(t, be) })
+	t.Run("StepMemory", func(t *testing.T) { testStepMemory(t, be) })
+	t.Run("ModelRelease", func(t *testing.T) { testModelRelease(t, be) })
+	t.Run("StepError", func(t *testing.T) { testStepError(t, be) })
+}
+
+// parityTol bounds max |Δ logit| / max |logit| between the MLX and CPU
+// backends. Both compute in float32 from the same stored weights; they
+// differ only in summation order (BLAS sgemm or MLX's quantized kernel vs
+// the CPU kernels, MLX's attention vs ours), about n·2⁻²⁴ relative per
+// dot product of n terms (n ≤ 512 here: 3e-5), compounded over 4 layers
+// and the norms between them. Measured: under 2e-6.
+const parityTol = 1e-4
+
+// testParityWithCPU runs the same prompt and greedy decode steps through
+// a model on each backend: logits within parityTol, same tokens.
+func testParityWithCPU(t *testing.T, be *Backend, cb *cpu.Backend) {
+	for _, f := range backendFormats {
+		t.Run(f.name, func(t *testing.T) {
+			path := demoModel(t, f.arch, f.opts)
+			mm, cm := loadModel(t, be, path, model.Range{}), loadModel(t, cb, path, model.Range{})
+			ms, cs := newSeq(t, mm), newSeq(t, cm)
+			toks := promptTokens(1, 300)
+			worst := 0.0
+			for step := range 8 {
+				got := fwd(t, mm, []model.Input{{Seq: ms, Tokens: toks, AllLogits: true}}, model.Range{}, nil).Logits[0]
+				want := fwd(t, cm, []model.Input{{Seq: cs, Tokens: toks, AllLogits: true}}, model.Range{}, nil).Logits[0]
+				if len(got) != len(want) {
+					t.Fatalf("step %d: %d logits, want %d", step, len(got), len(want))
+				}
+				d := maxDiff(got, want)
+				worst = max(worst, d)
+				if d > parityTol {
+					t.Fatalf("step %d: max |Δ logit| %.3g of the logits' scale > %g", step, d, parityTol)
+				}
+				vocab := len(want) / len(toks)
+				last := want[len(want)-vocab:]
+				next := argmax(got[len(got)-vocab:])
+				if next != argmax(last) {
+					t.Fatalf("step %d: greedy token %d, CPU %d", step, next, argmax(last))
+				}
+				toks = []int{next}
+			}
+			if ms.Len() != 307 {
+				t.Errorf("MLX sequence holds %d positions, want 307", ms.Len())
+			}
+			t.Logf("max |Δ logit| / max |logit| over a 300-token prefill and 7 decode steps: %.3g", worst)
+		})
+	}
+}
+
+// testBatchedVsAlone: three sequences at different positions, one
+// decoding and two prefilling, give the same logits batched as alone.
+// MLX's products are row-independent on the CPU (reference BLAS,
+// per-row quantized kernels) and attention runs per sequence, so the
+// results are bit-identical.
+func testBatchedVsAlone(t *testing.T, be *Backend) {
+	for _, f := range backendFormats[:4] {
+		t.Run(f.name, func(t *testing.T) {
+			m := loadModel(t, be, demoModel(t, f.arch, f.opts), model.Range{})
+			history := [][]int{promptTokens(3, 300), promptTokens(4, 10), nil}
+			next := [][]int{{9}, promptTokens(5, 25), promptTokens(6, 7)}
+			alone, batched := make([]*model.Sequence, 3), make([]*model.Sequence, 3)
+			for i := range 3 {
+				alone[i], batched[i] = newSeq(t, m), newSeq(t, m)
+				if history[i] != nil {
+					fwd(t, m, []model.Input{{Seq: alone[i], Tokens: history[i]}}, model.Range{}, nil)
+					fwd(t, m, []model.Input{{Seq: batched[i], Tokens: history[i]}}, model.Range{}, nil)
+				}
+			}
+			for step := range 3 {
+				var in []model.Input
+				var want [][]float32
+				for i := range 3 {
+					toks := next[i]
+					if step > 0 {
+						toks = []int{(step*17 + i*5) % 600}
+					}
+					want = append(want, fwd(t, m, []model.Input{{Seq: alone[i], Tokens: toks, AllLogits: true}}, model.Range{}, nil).Logits[0])
+					in = append(in, model.Input{Seq: batched[i], Tokens: toks, AllLogits: true})
+				}
+				got := fwd(t, m, in, model.Range{}, nil).Logits
+				for i := range 3 {
+					if d := maxDiff(got[i], want[i]); d != 0 {
+						t.Fatalf("step %d, sequence %d: batched differs from alone by %.3g", step, i, d)
+					}
+				}
+			}
+		})
+	}
+}
+
+// testLayerRanges: layers [0, k) then [k, L) on two stage models, the
+// hidden state handed over, give the logits of [0, L) exactly.
+func testLayerRanges(t *testing.T, be *Backend) {
+	for _, f := range backendFormats[:4] {
+		t.Run(f.name, func(t *testing.T) {
+			path := demoModel(t, f.arch, f.opts)
+			full := loadModel(t, be, path, model.Range{})
+			L := full.Config.NumHiddenLayers
+			first, second := loadModel(t, be, path, model.Range{Start: 0, End: 2}), loadModel(t, be, path, model.Range{Start: 2, End: L})
+			ref, s1, s2 := newSeq(t, full), newSeq(t, first), newSeq(t, second)
+			for i, toks := range [][]int{promptTokens(1, 37), {5}, {77}} {
+				want := fwd(t, full, []model.Input{{Seq: ref, Tokens: toks, AllLogits: true}}, model.Range{}, nil).Logits[0]
+				h := fwd(t, first, []model.Input{{Seq: s1, Tokens: toks}}, model.Range{}, nil).Hidden
+				got := fwd(t, second, []model.Input{{Seq: s2, Len: len(toks), AllLogits: true}}, model.Range{}, h).Logits[0]
+				if d := maxDiff(got, want); d != 0 {
+					t.Fatalf("step %d: two stages differ from the whole model by %.3g", i, d)
+				}
+			}
+		})
+	}
+}
+
+// testKVExportImport: positions exported from one sequence and imported
+// into a fresh one continue bit-identically.
+func testKVExportImport(t *testing.T, be *Backend) {
+	m := loadModel(t, be, demoModel(t, "qwen3", demo.Options{}), model.Range{})
+	src := newSeq(t, m)
+	prompt := promptTokens(7, 300)
+	fwd(t, m, []model.Input{{Seq: src, Tokens: prompt}}, model.Range{}, nil)
+	if src.KVFormat() != KVLayout {
+		t.Errorf("format %q", src.KVFormat())
+	}
+	dst := newSeq(t, m)
+	for _, r := range [][2]int{{0, 64}, {64, 128}, {128, 300}} {
+		block, err := src.ExportKV(r[0], r[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(block) != (r[1]-r[0])*int(m.KVBytesPerToken()) {
+			t.Fatalf("block of %d positions: %d bytes, want %d", r[1]-r[0], len(block), (r[1]-r[0])*int(m.KVBytesPerToken()))
+		}
+		if err := dst.ImportKV(block); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, _ := src.ExportKV(0, 300)
+	b, _ := dst.ExportKV(0, 300)
+	if string(a) != string(b) {
+		t.Fatal("the imported positions differ from the exported ones")
+	}
+	for _, toks := range [][]int{{11}, {12}} {
+		want := fwd(t, m, []model.Input{{Seq: src, Tokens: toks}}, model.Range{}, nil).Logits[0]
+		got := fwd(t, m, []model.Input{{Seq: dst, Tokens: toks}}, model.Range{}, nil).Logits[0]
+		if d := maxDiff(got, want); d != 0 {
+			t.Fatalf("after import: logits differ by %.3g", d)
+		}
+	}
+	alloc, used := dst.CacheBytes()
+	if want := 302 * m.KVBytesPerToken(); used != want || alloc != 512*m.KVBytesPerToken() {
+		t.Errorf("cache bytes (%d, %d), want (%d, %d)", alloc, used, 512*m.KVBytesPerToken(), want)
+	}
+	if err := dst.ImportKV(make([]byte, 3)); err == nil {
+		t.Error("a block of 3 bytes imported")
+	}
+}
+
+// testModelRelease: closing a model frees its weights' MLX memory (and a
+// model that fails to load frees what it had uploaded).
+func testModelRelease(t *testing.T, be *Backend) {
+	ctx := context.Background()
+	path := demoModel(t, "qwen3", demo.Options{Quantize: 4, GroupSize: 32})
+	before, err := be.Runtime().Memory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Load(ctx, path, be, model.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	loaded, _ := be.Runtime().Memory(ctx)
+	if loaded.Active-before.Active < m.WeightBytes() {
+		t.Errorf("loading %d bytes of weights grew MLX's active memory by %d", m.WeightBytes(), loaded.Active-before.Active)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := be.Runtime().Memory(ctx)
+	if after.Active != before.Active {
+		t.Errorf("active memory %d after closing the model, %d before (%d loaded)", after.Active, before.Active, loaded.Active)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := model.Load(cctx, path, be, model.Options{}); err == nil {
+		t.Fatal("a load with a cancelled context succeeded")
+	}
+	if failed, _ := be.Runtime().Memory(ctx); failed.Active != before.Active {
+		t.Errorf("active memory %d after a failed load, %d before", failed.Active, before.Active)
+	}
+}
+
+// testStepMemory: a step's arrays are freed by Close, and Release frees
+// intermediates: active memory returns to its level before the step.
+func testStepMemory(t *testing.T, be *Backend) {
+	ctx := context.Background()
+	m := loadModel(t, be, demoModel(t, "qwen3", demo.Options{}), model.Range{})
+	seq := newSeq(t, m)
+	fwd(t, m, []model.Input{{Seq: seq, Tokens: promptTokens(2, 20)}}, model.Range{}, nil)
+	before, err := be.Runtime().Memory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		fwd(t, m, []model.Input{{Seq: seq, Tokens: []int{3}}}, model.Range{}, nil)
+	}
+	after, err := be.Runtime().Memory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Three decode steps stay within the cache's first 256 positions: no
+	// growth at all once the steps are closed.
+	if after.Active != before.Active {
+		t.Errorf("active memory %d after three closed steps, %d before", after.Active, before.Active)
+	}
+	// A step cancelled by its client fails, leaves the sequence where it
+	// was, and frees what it built.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := m.Forward(cctx, []model.Input{{Seq: seq, Tokens: promptTokens(9, 40)}}, model.Range{}, nil); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled forward: %v", err)
+	}
+	if seq.Len() != 23 {
+		t.Errorf("after a cancelled step the sequence holds %d positions, want 23", seq.Len())
+	}
+	if mem, _ := be.Runtime().Memory(ctx); mem.Active != before.Active {
+		t.Errorf("active memory %d after a cancelled step, %d before", mem.Active, before.Active)
+	}
+	s := be.NewStep(ctx)
+	x := s.Input(64, 1024, make([]float32, 64*1024))
+	for range 8 {
+		mk := s.Mark()
+		x = s.Release(mk, s.Add(s.Add(x, x), x))
+	}
+	if err := s.Eval(x); err != nil {
+		t.Fatal(err)
+	}
+	held := s.(*step).a.Len()
+	s.Close()
+	// The input and each layer's output (made before the next mark, so
+	// kept, as on the CPU backend); each layer's inner sum is freed.
+	if held != 9 {
+		t.Errorf("after 8 released layers the step holds %d arrays, want 9", held)
+	}
+	end, _ := be.Runtime().Memory(ctx)
+	if end.Active != before.Active {
+		t.Errorf("active memory %d after closing the step, %d before", end.Active, before.Active)
+	}
+}
+
+// testStepError: an MLX failure inside a step is the step's error (Read,
+// Err), the step can be closed, and the backend keeps working; a
+// cancelled context fails Read without running it.
+func testStepError(t *testing.T, be *Backend) {
+	ctx := context.Background()
+	s := be.NewStep(ctx)
+	st := s.(*step)
+	x := s.Input(2, 3, []float32{1, 2, 3, 4, 5, 6})
+	bad := st.record(2, 3, func(a *Arena) *Array { return a.Reshape(x.(*node).x, 4, 4) })
+	_, err := s.Read(s.Add(bad, x))
+	var me *Error
+	if !errors.As(err, &me) || me.Op != "mlx_reshape" || !errors.Is(s.Err(), err) {
+		t.Errorf("Read after a failing op: %v (Err %v)", err, s.Err())
+	}
+	s.Close()
+
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	s = be.NewStep(cctx)
+	if _, err := s.Read(s.Input(1, 1, []float32{1})); !errors.Is(err, context.Canceled) {
+		t.Errorf("Read with a cancelled context: %v", err)
+	}
+	s.Close()
+
+	s = be.NewStep(ctx)
+	defer s.Close()
+	got, err := s.Read(s.Add(s.Input(1, 2, []float32{1, 2}), s.Input(1, 2, []float32{3, 4})))
+	if err != nil || fmt.Sprint(got) != "[4 6]" {
+		t.Errorf("after the failures: %v, %v", got, err)
+	}
+}

@@ -1,0 +1,5 @@
+//go:build cgo
+
+package mlx
+
+const cgoEnabled = true

@@ -1,0 +1,77 @@
+package chattemplate
+
+import "testing"
+
+// TestConform: each shape's conversions, messages left alone where there
+// is nothing to convert, odd input passed through without a panic, and
+// the caller's messages never modified.
+func TestConform(t *testing.T) {
+	deepseek := Shape{StringArguments: true, NullCallContent: true}
+	tests := []struct {
+		name  string
+		shape Shape
+		in    string // one message, JSON
+		want  string
+	}{
+		{"object family decodes text", Shape{},
+			`{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"b\":1,\"a\":{\"x\":null}}"}}]}`,
+			`{"role":"assistant","content":"","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":{"b":1,"a":{"x":null}}}}]}`},
+		{"object family keeps non-object text", Shape{},
+			`{"role":"assistant","content":"","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"[1]"}},{"id":"d","type":"function","function":{"name":"g","arguments":"not json"}}]}`,
+			`{"role":"assistant","content":"","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"[1]"}},{"id":"d","type":"function","function":{"name":"g","arguments":"not json"}}]}`},
+		{"absent content becomes empty", Shape{},
+			`{"role":"assistant","tool_calls":[]}`,
+			`{"role":"assistant","tool_calls":[],"content":""}`},
+		{"string family keeps the client's text", deepseek,
+			`{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"b\":1}"}}]}`,
+			`{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"b\":1}"}}]}`},
+		{"string family writes an object as tojson would", deepseek,
+			`{"role":"assistant","content":"","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":{"é":"\"q\"\n","n":[1.0,null]}}}]}`,
+			`{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"é\": \"\\\"q\\\"\\n\", \"n\": [1.0, null]}"}}]}`},
+		{"string family keeps text next to calls", deepseek,
+			`{"role":"assistant","content":"Let me look.","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]}`,
+			`{"role":"assistant","content":"Let me look.","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]}`},
+		{"string family: an answer without calls gets empty content", deepseek,
+			`{"role":"assistant","content":null}`,
+			`{"role":"assistant","content":""}`},
+		{"other roles untouched", deepseek,
+			`{"role":"user","content":null}`,
+			`{"role":"user","content":null}`},
+		{"odd tool calls pass through", Shape{},
+			`{"role":"assistant","content":"","tool_calls":[[1,2],"x",{"function":[1]},{"function":{"arguments":[1]}}]}`,
+			`{"role":"assistant","content":"","tool_calls":[[1,2],"x",{"function":[1]},{"function":{"arguments":[1]}}]}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var m Object
+			if err := m.UnmarshalJSON([]byte(tc.in)); err != nil {
+				t.Fatal(err)
+			}
+			in := []*Object{&m}
+			out := tc.shape.Conform(in)
+			got, err := out[0].MarshalJSON()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != tc.want {
+				t.Errorf("got  %s\nwant %s", got, tc.want)
+			}
+			if after, _ := in[0].MarshalJSON(); string(after) != string(mustMarshal(t, tc.in)) {
+				t.Errorf("the caller's message changed: %s", after)
+			}
+		})
+	}
+}
+
+func mustMarshal(t *testing.T, s string) []byte {
+	t.Helper()
+	var m Object
+	if err := m.UnmarshalJSON([]byte(s)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := m.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
