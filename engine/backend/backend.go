@@ -1,6 +1,9 @@
 package backend
 
-import "context"
+import (
+	"context"
+	"fmt"
+)
 
 // Backend owns a device: the weights uploaded to it, the KV caches on it,
 // and the steps run on it. Implementations are safe for concurrent use,
@@ -123,4 +126,22 @@ type Step interface {
 	Err() error
 	// Close frees every array of the step.
 	Close()
+}
+
+// EncoderShape checks the arguments of Step.EncoderAttention and returns
+// the head width, or an error saying what does not fit; backends panic
+// with it (a shape error is a bug of the model code).
+func EncoderShape(q, k, v Array, heads int, lens []int) (headDim int, err error) {
+	rows := 0
+	for _, n := range lens {
+		if n <= 0 {
+			return 0, fmt.Errorf("EncoderAttention: sequence of %d rows", n)
+		}
+		rows += n
+	}
+	if q.Rows() != rows || k.Rows() != rows || v.Rows() != rows || k.Cols() != q.Cols() || v.Cols() != q.Cols() || heads <= 0 || q.Cols()%heads != 0 {
+		return 0, fmt.Errorf("EncoderAttention: q [%d, %d], k [%d, %d], v [%d, %d], %d heads, %d rows in sequences",
+			q.Rows(), q.Cols(), k.Rows(), k.Cols(), v.Rows(), v.Cols(), heads, rows)
+	}
+	return q.Cols() / heads, nil
 }

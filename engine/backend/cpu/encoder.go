@@ -73,18 +73,11 @@ type encoderTask struct {
 // task on one worker.
 func (s *step) EncoderAttention(q, k, v backend.Array, heads int, scale float32, lens []int) backend.Array {
 	qa, ka, va := arr(q), arr(k), arr(v)
-	rows := 0
-	for _, n := range lens {
-		if n <= 0 {
-			panic(fmt.Sprintf("cpu: EncoderAttention: sequence of %d rows", n))
-		}
-		rows += n
+	hd, err := backend.EncoderShape(qa, ka, va, heads, lens)
+	if err != nil {
+		panic("cpu: " + err.Error())
 	}
-	if qa.rows != rows || ka.rows != rows || va.rows != rows || ka.cols != qa.cols || va.cols != qa.cols || heads <= 0 || qa.cols%heads != 0 {
-		panic(fmt.Sprintf("cpu: EncoderAttention: q [%d, %d], k [%d, %d], v [%d, %d], %d heads, %d rows in sequences",
-			qa.rows, qa.cols, ka.rows, ka.cols, va.rows, va.cols, heads, rows))
-	}
-	out := s.new(rows, qa.cols)
+	out := s.new(qa.rows, qa.cols)
 	tasks := make([]encoderTask, 0, len(lens)*heads)
 	base := 0
 	for _, n := range lens {
@@ -93,7 +86,6 @@ func (s *step) EncoderAttention(q, k, v backend.Array, heads int, scale float32,
 		}
 		base += n
 	}
-	hd := qa.cols / heads
 	s.b.parallel(len(tasks), func(w, i int) {
 		s.encoderAttend(&s.scratch[w], tasks[i], qa, ka, va, out, hd, scale)
 	})

@@ -172,20 +172,12 @@ func (s *step) GELU(x backend.Array) backend.Array {
 // per sequence of lens rows: every query sees its own sequence's keys.
 func (s *step) EncoderAttention(q, k, v backend.Array, heads int, scale float32, lens []int) backend.Array {
 	qa, ka, va := nd(q), nd(k), nd(v)
-	rows := 0
-	for _, n := range lens {
-		if n <= 0 {
-			panic(fmt.Sprintf("mlx: EncoderAttention: sequence of %d rows", n))
-		}
-		rows += n
+	hd, err := backend.EncoderShape(qa, ka, va, heads, lens)
+	if err != nil {
+		panic("mlx: " + err.Error())
 	}
-	if qa.rows != rows || ka.rows != rows || va.rows != rows || ka.cols != qa.cols || va.cols != qa.cols || heads <= 0 || qa.cols%heads != 0 {
-		panic(fmt.Sprintf("mlx: EncoderAttention: q [%d, %d], k [%d, %d], v [%d, %d], %d heads, %d rows in sequences",
-			qa.rows, qa.cols, ka.rows, ka.cols, va.rows, va.cols, heads, rows))
-	}
-	hd := qa.cols / heads
 	seqs := append([]int(nil), lens...)
-	return s.record(rows, qa.cols, func(a *Arena) *Array {
+	return s.record(qa.rows, qa.cols, func(a *Arena) *Array {
 		parts := make([]*Array, 0, len(seqs))
 		row := 0
 		for _, n := range seqs {
