@@ -199,6 +199,7 @@ type ModelInfo struct {
 	ID      string
 	Path    string
 	Format  string // "safetensors" or "gguf"
+	Kind    string // KindChat or KindEmbedding
 	Loaded  bool
 	Created int64 // unix seconds (the model file's modification time)
 }
@@ -211,6 +212,49 @@ type Generator interface {
 	Models(ctx context.Context) ([]ModelInfo, error)
 	Tokenize(ctx context.Context, model string, req prompt.Request) (prompt.Result, error)
 	Detokenize(ctx context.Context, model string, ids []int) (string, error)
+}
+
+// Model kinds: what a model answers.
+const (
+	KindChat      = "chat"      // generation (chat, completions, messages)
+	KindEmbedding = "embedding" // embeddings
+)
+
+// EmbedRequest is the dialect-neutral embeddings request: one vector per
+// input.
+type EmbedRequest struct {
+	Model  string
+	Inputs []EmbedInput
+	// Dimensions > 0 keeps that many leading values of each vector and
+	// renormalizes (Matryoshka models only); 0 keeps the model's.
+	Dimensions int
+	// NoTruncate makes an input longer than the model's limit an error
+	// instead of cutting it to the limit.
+	NoTruncate bool
+}
+
+// EmbedInput is a text, or token ids (without special tokens) when
+// Tokens is non-nil.
+type EmbedInput struct {
+	Text   string
+	Tokens []int
+}
+
+// EmbedResult holds the vectors in input order.
+type EmbedResult struct {
+	Vectors [][]float32
+	// PromptTokens counts the tokens the model ran, special ones included.
+	PromptTokens int
+	// Truncated lists the inputs cut to the model's limit, in order.
+	Truncated []int
+}
+
+// Embedder computes embeddings. Errors: ErrModelNotFound, ErrUnavailable,
+// ErrOverloaded, and *prompt.InvalidRequestError for bad input (no input,
+// an empty one, too many, a model that does not embed, dimensions the
+// model cannot give).
+type Embedder interface {
+	Embed(ctx context.Context, req *EmbedRequest) (*EmbedResult, error)
 }
 
 // Errors callers branch on (the HTTP layer maps them to status codes).

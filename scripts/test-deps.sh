@@ -31,7 +31,7 @@ for pkg in openai@6.30.1 @anthropic-ai/claude-code@2.1.328 \
 		npm install --silent --no-audit --no-fund --save-exact --prefix "$node_prefix" "$pkg"
 	fi
 done
-scripts/fixtures.sh .cache/fixtures
+PYTHON="$venv/bin/python" scripts/fixtures.sh .cache/fixtures
 # libmlxc for engine/backend/mlx, against the venv's mlx-cpu wheel; the
 # script prints the cache entry on stderr (stdout is only its path).
 FUSION_PYTHON="$venv/bin/python" scripts/mlxc.sh >/dev/null

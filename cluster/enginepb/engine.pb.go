@@ -1388,6 +1388,238 @@ func (x *DetokenizeReply) GetText() string {
 	return ""
 }
 
+type EmbedInput struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Text          string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	Tokens        []int32                `protobuf:"varint,2,rep,packed,name=tokens,proto3" json:"tokens,omitempty"`
+	IsTokens      bool                   `protobuf:"varint,3,opt,name=is_tokens,json=isTokens,proto3" json:"is_tokens,omitempty"` // tokens, not text
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EmbedInput) Reset() {
+	*x = EmbedInput{}
+	mi := &file_engine_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EmbedInput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EmbedInput) ProtoMessage() {}
+
+func (x *EmbedInput) ProtoReflect() protoreflect.Message {
+	mi := &file_engine_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EmbedInput.ProtoReflect.Descriptor instead.
+func (*EmbedInput) Descriptor() ([]byte, []int) {
+	return file_engine_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *EmbedInput) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *EmbedInput) GetTokens() []int32 {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+func (x *EmbedInput) GetIsTokens() bool {
+	if x != nil {
+		return x.IsTokens
+	}
+	return false
+}
+
+type EmbedRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Model         string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	Inputs        []*EmbedInput          `protobuf:"bytes,2,rep,name=inputs,proto3" json:"inputs,omitempty"`
+	Dimensions    int32                  `protobuf:"varint,3,opt,name=dimensions,proto3" json:"dimensions,omitempty"`
+	NoTruncate    bool                   `protobuf:"varint,4,opt,name=no_truncate,json=noTruncate,proto3" json:"no_truncate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EmbedRequest) Reset() {
+	*x = EmbedRequest{}
+	mi := &file_engine_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EmbedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EmbedRequest) ProtoMessage() {}
+
+func (x *EmbedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engine_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EmbedRequest.ProtoReflect.Descriptor instead.
+func (*EmbedRequest) Descriptor() ([]byte, []int) {
+	return file_engine_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *EmbedRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *EmbedRequest) GetInputs() []*EmbedInput {
+	if x != nil {
+		return x.Inputs
+	}
+	return nil
+}
+
+func (x *EmbedRequest) GetDimensions() int32 {
+	if x != nil {
+		return x.Dimensions
+	}
+	return 0
+}
+
+func (x *EmbedRequest) GetNoTruncate() bool {
+	if x != nil {
+		return x.NoTruncate
+	}
+	return false
+}
+
+type Vector struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Values        []float32              `protobuf:"fixed32,1,rep,packed,name=values,proto3" json:"values,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Vector) Reset() {
+	*x = Vector{}
+	mi := &file_engine_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Vector) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Vector) ProtoMessage() {}
+
+func (x *Vector) ProtoReflect() protoreflect.Message {
+	mi := &file_engine_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Vector.ProtoReflect.Descriptor instead.
+func (*Vector) Descriptor() ([]byte, []int) {
+	return file_engine_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *Vector) GetValues() []float32 {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+type EmbedReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Vectors       []*Vector              `protobuf:"bytes,1,rep,name=vectors,proto3" json:"vectors,omitempty"`
+	PromptTokens  int32                  `protobuf:"varint,2,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
+	Truncated     []int32                `protobuf:"varint,3,rep,packed,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EmbedReply) Reset() {
+	*x = EmbedReply{}
+	mi := &file_engine_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EmbedReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EmbedReply) ProtoMessage() {}
+
+func (x *EmbedReply) ProtoReflect() protoreflect.Message {
+	mi := &file_engine_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EmbedReply.ProtoReflect.Descriptor instead.
+func (*EmbedReply) Descriptor() ([]byte, []int) {
+	return file_engine_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *EmbedReply) GetVectors() []*Vector {
+	if x != nil {
+		return x.Vectors
+	}
+	return nil
+}
+
+func (x *EmbedReply) GetPromptTokens() int32 {
+	if x != nil {
+		return x.PromptTokens
+	}
+	return 0
+}
+
+func (x *EmbedReply) GetTruncated() []int32 {
+	if x != nil {
+		return x.Truncated
+	}
+	return nil
+}
+
 type ModelsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1396,7 +1628,7 @@ type ModelsRequest struct {
 
 func (x *ModelsRequest) Reset() {
 	*x = ModelsRequest{}
-	mi := &file_engine_proto_msgTypes[17]
+	mi := &file_engine_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1408,7 +1640,7 @@ func (x *ModelsRequest) String() string {
 func (*ModelsRequest) ProtoMessage() {}
 
 func (x *ModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[17]
+	mi := &file_engine_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1421,7 +1653,7 @@ func (x *ModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelsRequest.ProtoReflect.Descriptor instead.
 func (*ModelsRequest) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{17}
+	return file_engine_proto_rawDescGZIP(), []int{21}
 }
 
 type ModelInfo struct {
@@ -1431,13 +1663,14 @@ type ModelInfo struct {
 	Format        string                 `protobuf:"bytes,3,opt,name=format,proto3" json:"format,omitempty"`
 	Loaded        bool                   `protobuf:"varint,4,opt,name=loaded,proto3" json:"loaded,omitempty"`
 	Created       int64                  `protobuf:"varint,5,opt,name=created,proto3" json:"created,omitempty"`
+	Kind          string                 `protobuf:"bytes,6,opt,name=kind,proto3" json:"kind,omitempty"` // "chat" or "embedding"
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ModelInfo) Reset() {
 	*x = ModelInfo{}
-	mi := &file_engine_proto_msgTypes[18]
+	mi := &file_engine_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1449,7 +1682,7 @@ func (x *ModelInfo) String() string {
 func (*ModelInfo) ProtoMessage() {}
 
 func (x *ModelInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[18]
+	mi := &file_engine_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1462,7 +1695,7 @@ func (x *ModelInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelInfo.ProtoReflect.Descriptor instead.
 func (*ModelInfo) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{18}
+	return file_engine_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ModelInfo) GetId() string {
@@ -1500,6 +1733,13 @@ func (x *ModelInfo) GetCreated() int64 {
 	return 0
 }
 
+func (x *ModelInfo) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
 type ModelsReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -1510,7 +1750,7 @@ type ModelsReply struct {
 
 func (x *ModelsReply) Reset() {
 	*x = ModelsReply{}
-	mi := &file_engine_proto_msgTypes[19]
+	mi := &file_engine_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1522,7 +1762,7 @@ func (x *ModelsReply) String() string {
 func (*ModelsReply) ProtoMessage() {}
 
 func (x *ModelsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[19]
+	mi := &file_engine_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1535,7 +1775,7 @@ func (x *ModelsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelsReply.ProtoReflect.Descriptor instead.
 func (*ModelsReply) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{19}
+	return file_engine_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ModelsReply) GetNodeId() string {
@@ -1561,7 +1801,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_engine_proto_msgTypes[20]
+	mi := &file_engine_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1573,7 +1813,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[20]
+	mi := &file_engine_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1586,7 +1826,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{20}
+	return file_engine_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StatsRequest) GetIntervalMs() int64 {
@@ -1612,7 +1852,7 @@ type StatsReport struct {
 
 func (x *StatsReport) Reset() {
 	*x = StatsReport{}
-	mi := &file_engine_proto_msgTypes[21]
+	mi := &file_engine_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1624,7 +1864,7 @@ func (x *StatsReport) String() string {
 func (*StatsReport) ProtoMessage() {}
 
 func (x *StatsReport) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[21]
+	mi := &file_engine_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1637,7 +1877,7 @@ func (x *StatsReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsReport.ProtoReflect.Descriptor instead.
 func (*StatsReport) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{21}
+	return file_engine_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StatsReport) GetNodeId() string {
@@ -1826,14 +2066,35 @@ const file_engine_proto_rawDesc = "" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
 	"\x06tokens\x18\x02 \x03(\x05R\x06tokens\"%\n" +
 	"\x0fDetokenizeReply\x12\x12\n" +
-	"\x04text\x18\x01 \x01(\tR\x04text\"\x0f\n" +
-	"\rModelsRequest\"y\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\"U\n" +
+	"\n" +
+	"EmbedInput\x12\x12\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\x12\x16\n" +
+	"\x06tokens\x18\x02 \x03(\x05R\x06tokens\x12\x1b\n" +
+	"\tis_tokens\x18\x03 \x01(\bR\bisTokens\"\x9b\x01\n" +
+	"\fEmbedRequest\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x124\n" +
+	"\x06inputs\x18\x02 \x03(\v2\x1c.fusion.engine.v1.EmbedInputR\x06inputs\x12\x1e\n" +
+	"\n" +
+	"dimensions\x18\x03 \x01(\x05R\n" +
+	"dimensions\x12\x1f\n" +
+	"\vno_truncate\x18\x04 \x01(\bR\n" +
+	"noTruncate\" \n" +
+	"\x06Vector\x12\x16\n" +
+	"\x06values\x18\x01 \x03(\x02R\x06values\"\x83\x01\n" +
+	"\n" +
+	"EmbedReply\x122\n" +
+	"\avectors\x18\x01 \x03(\v2\x18.fusion.engine.v1.VectorR\avectors\x12#\n" +
+	"\rprompt_tokens\x18\x02 \x01(\x05R\fpromptTokens\x12\x1c\n" +
+	"\ttruncated\x18\x03 \x03(\x05R\ttruncated\"\x0f\n" +
+	"\rModelsRequest\"\x8d\x01\n" +
 	"\tModelInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x16\n" +
 	"\x06format\x18\x03 \x01(\tR\x06format\x12\x16\n" +
 	"\x06loaded\x18\x04 \x01(\bR\x06loaded\x12\x18\n" +
-	"\acreated\x18\x05 \x01(\x03R\acreated\"[\n" +
+	"\acreated\x18\x05 \x01(\x03R\acreated\x12\x12\n" +
+	"\x04kind\x18\x06 \x01(\tR\x04kind\"[\n" +
 	"\vModelsReply\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x123\n" +
 	"\x06models\x18\x02 \x03(\v2\x1b.fusion.engine.v1.ModelInfoR\x06models\"/\n" +
@@ -1847,14 +2108,15 @@ const file_engine_proto_rawDesc = "" +
 	"\x06queued\x18\x04 \x01(\x03R\x06queued\x12\x19\n" +
 	"\bkv_bytes\x18\x05 \x01(\x03R\akvBytes\x12*\n" +
 	"\x11free_memory_bytes\x18\x06 \x01(\x03R\x0ffreeMemoryBytes\x12*\n" +
-	"\x11tokens_per_second\x18\a \x01(\x01R\x0ftokensPerSecond2\xe2\x03\n" +
+	"\x11tokens_per_second\x18\a \x01(\x01R\x0ftokensPerSecond2\xa9\x04\n" +
 	"\x06Engine\x12H\n" +
 	"\bGenerate\x12\x19.fusion.engine.v1.Request\x1a\x1f.fusion.engine.v1.GenerateReply0\x01\x12N\n" +
 	"\bTokenize\x12!.fusion.engine.v1.TokenizeRequest\x1a\x1f.fusion.engine.v1.TokenizeReply\x12T\n" +
 	"\vCountTokens\x12!.fusion.engine.v1.TokenizeRequest\x1a\".fusion.engine.v1.CountTokensReply\x12T\n" +
 	"\n" +
 	"Detokenize\x12#.fusion.engine.v1.DetokenizeRequest\x1a!.fusion.engine.v1.DetokenizeReply\x12H\n" +
-	"\x06Models\x12\x1f.fusion.engine.v1.ModelsRequest\x1a\x1d.fusion.engine.v1.ModelsReply\x12H\n" +
+	"\x06Models\x12\x1f.fusion.engine.v1.ModelsRequest\x1a\x1d.fusion.engine.v1.ModelsReply\x12E\n" +
+	"\x05Embed\x12\x1e.fusion.engine.v1.EmbedRequest\x1a\x1c.fusion.engine.v1.EmbedReply\x12H\n" +
 	"\x05Stats\x12\x1e.fusion.engine.v1.StatsRequest\x1a\x1d.fusion.engine.v1.StatsReport0\x01B\x19Z\x17fusion/cluster/enginepbb\x06proto3"
 
 var (
@@ -1870,7 +2132,7 @@ func file_engine_proto_rawDescGZIP() []byte {
 }
 
 var file_engine_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_engine_proto_goTypes = []any{
 	(Error_Code)(0),           // 0: fusion.engine.v1.Error.Code
 	(*Request)(nil),           // 1: fusion.engine.v1.Request
@@ -1890,18 +2152,22 @@ var file_engine_proto_goTypes = []any{
 	(*CountTokensReply)(nil),  // 15: fusion.engine.v1.CountTokensReply
 	(*DetokenizeRequest)(nil), // 16: fusion.engine.v1.DetokenizeRequest
 	(*DetokenizeReply)(nil),   // 17: fusion.engine.v1.DetokenizeReply
-	(*ModelsRequest)(nil),     // 18: fusion.engine.v1.ModelsRequest
-	(*ModelInfo)(nil),         // 19: fusion.engine.v1.ModelInfo
-	(*ModelsReply)(nil),       // 20: fusion.engine.v1.ModelsReply
-	(*StatsRequest)(nil),      // 21: fusion.engine.v1.StatsRequest
-	(*StatsReport)(nil),       // 22: fusion.engine.v1.StatsReport
-	nil,                       // 23: fusion.engine.v1.Sampling.LogitBiasEntry
+	(*EmbedInput)(nil),        // 18: fusion.engine.v1.EmbedInput
+	(*EmbedRequest)(nil),      // 19: fusion.engine.v1.EmbedRequest
+	(*Vector)(nil),            // 20: fusion.engine.v1.Vector
+	(*EmbedReply)(nil),        // 21: fusion.engine.v1.EmbedReply
+	(*ModelsRequest)(nil),     // 22: fusion.engine.v1.ModelsRequest
+	(*ModelInfo)(nil),         // 23: fusion.engine.v1.ModelInfo
+	(*ModelsReply)(nil),       // 24: fusion.engine.v1.ModelsReply
+	(*StatsRequest)(nil),      // 25: fusion.engine.v1.StatsRequest
+	(*StatsReport)(nil),       // 26: fusion.engine.v1.StatsReport
+	nil,                       // 27: fusion.engine.v1.Sampling.LogitBiasEntry
 }
 var file_engine_proto_depIdxs = []int32{
 	3,  // 0: fusion.engine.v1.Request.sampling:type_name -> fusion.engine.v1.Sampling
 	4,  // 1: fusion.engine.v1.Request.response_format:type_name -> fusion.engine.v1.ResponseFormat
 	2,  // 2: fusion.engine.v1.Request.tool_choice:type_name -> fusion.engine.v1.ToolChoice
-	23, // 3: fusion.engine.v1.Sampling.logit_bias:type_name -> fusion.engine.v1.Sampling.LogitBiasEntry
+	27, // 3: fusion.engine.v1.Sampling.logit_bias:type_name -> fusion.engine.v1.Sampling.LogitBiasEntry
 	6,  // 4: fusion.engine.v1.GenerateReply.accepted:type_name -> fusion.engine.v1.Accepted
 	7,  // 5: fusion.engine.v1.GenerateReply.event:type_name -> fusion.engine.v1.Event
 	8,  // 6: fusion.engine.v1.Event.tool_calls:type_name -> fusion.engine.v1.ToolCall
@@ -1911,24 +2177,28 @@ var file_engine_proto_depIdxs = []int32{
 	12, // 10: fusion.engine.v1.Event.error:type_name -> fusion.engine.v1.Error
 	9,  // 11: fusion.engine.v1.TopLogprobs.alternatives:type_name -> fusion.engine.v1.TokenLogprob
 	0,  // 12: fusion.engine.v1.Error.code:type_name -> fusion.engine.v1.Error.Code
-	19, // 13: fusion.engine.v1.ModelsReply.models:type_name -> fusion.engine.v1.ModelInfo
-	1,  // 14: fusion.engine.v1.Engine.Generate:input_type -> fusion.engine.v1.Request
-	13, // 15: fusion.engine.v1.Engine.Tokenize:input_type -> fusion.engine.v1.TokenizeRequest
-	13, // 16: fusion.engine.v1.Engine.CountTokens:input_type -> fusion.engine.v1.TokenizeRequest
-	16, // 17: fusion.engine.v1.Engine.Detokenize:input_type -> fusion.engine.v1.DetokenizeRequest
-	18, // 18: fusion.engine.v1.Engine.Models:input_type -> fusion.engine.v1.ModelsRequest
-	21, // 19: fusion.engine.v1.Engine.Stats:input_type -> fusion.engine.v1.StatsRequest
-	5,  // 20: fusion.engine.v1.Engine.Generate:output_type -> fusion.engine.v1.GenerateReply
-	14, // 21: fusion.engine.v1.Engine.Tokenize:output_type -> fusion.engine.v1.TokenizeReply
-	15, // 22: fusion.engine.v1.Engine.CountTokens:output_type -> fusion.engine.v1.CountTokensReply
-	17, // 23: fusion.engine.v1.Engine.Detokenize:output_type -> fusion.engine.v1.DetokenizeReply
-	20, // 24: fusion.engine.v1.Engine.Models:output_type -> fusion.engine.v1.ModelsReply
-	22, // 25: fusion.engine.v1.Engine.Stats:output_type -> fusion.engine.v1.StatsReport
-	20, // [20:26] is the sub-list for method output_type
-	14, // [14:20] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	18, // 13: fusion.engine.v1.EmbedRequest.inputs:type_name -> fusion.engine.v1.EmbedInput
+	20, // 14: fusion.engine.v1.EmbedReply.vectors:type_name -> fusion.engine.v1.Vector
+	23, // 15: fusion.engine.v1.ModelsReply.models:type_name -> fusion.engine.v1.ModelInfo
+	1,  // 16: fusion.engine.v1.Engine.Generate:input_type -> fusion.engine.v1.Request
+	13, // 17: fusion.engine.v1.Engine.Tokenize:input_type -> fusion.engine.v1.TokenizeRequest
+	13, // 18: fusion.engine.v1.Engine.CountTokens:input_type -> fusion.engine.v1.TokenizeRequest
+	16, // 19: fusion.engine.v1.Engine.Detokenize:input_type -> fusion.engine.v1.DetokenizeRequest
+	22, // 20: fusion.engine.v1.Engine.Models:input_type -> fusion.engine.v1.ModelsRequest
+	19, // 21: fusion.engine.v1.Engine.Embed:input_type -> fusion.engine.v1.EmbedRequest
+	25, // 22: fusion.engine.v1.Engine.Stats:input_type -> fusion.engine.v1.StatsRequest
+	5,  // 23: fusion.engine.v1.Engine.Generate:output_type -> fusion.engine.v1.GenerateReply
+	14, // 24: fusion.engine.v1.Engine.Tokenize:output_type -> fusion.engine.v1.TokenizeReply
+	15, // 25: fusion.engine.v1.Engine.CountTokens:output_type -> fusion.engine.v1.CountTokensReply
+	17, // 26: fusion.engine.v1.Engine.Detokenize:output_type -> fusion.engine.v1.DetokenizeReply
+	24, // 27: fusion.engine.v1.Engine.Models:output_type -> fusion.engine.v1.ModelsReply
+	21, // 28: fusion.engine.v1.Engine.Embed:output_type -> fusion.engine.v1.EmbedReply
+	26, // 29: fusion.engine.v1.Engine.Stats:output_type -> fusion.engine.v1.StatsReport
+	23, // [23:30] is the sub-list for method output_type
+	16, // [16:23] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_engine_proto_init() }
@@ -1949,7 +2219,7 @@ func file_engine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engine_proto_rawDesc), len(file_engine_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   23,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,6 +28,7 @@ const (
 	Engine_CountTokens_FullMethodName = "/fusion.engine.v1.Engine/CountTokens"
 	Engine_Detokenize_FullMethodName  = "/fusion.engine.v1.Engine/Detokenize"
 	Engine_Models_FullMethodName      = "/fusion.engine.v1.Engine/Models"
+	Engine_Embed_FullMethodName       = "/fusion.engine.v1.Engine/Embed"
 	Engine_Stats_FullMethodName       = "/fusion.engine.v1.Engine/Stats"
 )
 
@@ -45,6 +46,8 @@ type EngineClient interface {
 	CountTokens(ctx context.Context, in *TokenizeRequest, opts ...grpc.CallOption) (*CountTokensReply, error)
 	Detokenize(ctx context.Context, in *DetokenizeRequest, opts ...grpc.CallOption) (*DetokenizeReply, error)
 	Models(ctx context.Context, in *ModelsRequest, opts ...grpc.CallOption) (*ModelsReply, error)
+	// Embed computes embeddings on the peer that has the model.
+	Embed(ctx context.Context, in *EmbedRequest, opts ...grpc.CallOption) (*EmbedReply, error)
 	// Stats streams the peer's live figures, one report at once and then one
 	// per interval, until the caller cancels.
 	Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StatsReport], error)
@@ -117,6 +120,16 @@ func (c *engineClient) Models(ctx context.Context, in *ModelsRequest, opts ...gr
 	return out, nil
 }
 
+func (c *engineClient) Embed(ctx context.Context, in *EmbedRequest, opts ...grpc.CallOption) (*EmbedReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EmbedReply)
+	err := c.cc.Invoke(ctx, Engine_Embed_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *engineClient) Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StatsReport], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &Engine_ServiceDesc.Streams[1], Engine_Stats_FullMethodName, cOpts...)
@@ -150,6 +163,8 @@ type EngineServer interface {
 	CountTokens(context.Context, *TokenizeRequest) (*CountTokensReply, error)
 	Detokenize(context.Context, *DetokenizeRequest) (*DetokenizeReply, error)
 	Models(context.Context, *ModelsRequest) (*ModelsReply, error)
+	// Embed computes embeddings on the peer that has the model.
+	Embed(context.Context, *EmbedRequest) (*EmbedReply, error)
 	// Stats streams the peer's live figures, one report at once and then one
 	// per interval, until the caller cancels.
 	Stats(*StatsRequest, grpc.ServerStreamingServer[StatsReport]) error
@@ -177,6 +192,9 @@ func (UnimplementedEngineServer) Detokenize(context.Context, *DetokenizeRequest)
 }
 func (UnimplementedEngineServer) Models(context.Context, *ModelsRequest) (*ModelsReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Models not implemented")
+}
+func (UnimplementedEngineServer) Embed(context.Context, *EmbedRequest) (*EmbedReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Embed not implemented")
 }
 func (UnimplementedEngineServer) Stats(*StatsRequest, grpc.ServerStreamingServer[StatsReport]) error {
 	return status.Error(codes.Unimplemented, "method Stats not implemented")
@@ -285,6 +303,24 @@ func _Engine_Models_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Engine_Embed_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EmbedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EngineServer).Embed(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Engine_Embed_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EngineServer).Embed(ctx, req.(*EmbedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Engine_Stats_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(StatsRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -318,6 +354,10 @@ var Engine_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Models",
 			Handler:    _Engine_Models_Handler,
+		},
+		{
+			MethodName: "Embed",
+			Handler:    _Engine_Embed_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -179,6 +179,21 @@ func (c *Client) Detokenize(ctx context.Context, model string, ids []int) (strin
 	return rep.GetText(), nil
 }
 
+// Embed computes embeddings on the peer.
+func (c *Client) Embed(ctx context.Context, req *engine.EmbedRequest) (*engine.EmbedResult, error) {
+	p, err := embedRequestToPB(req)
+	if err != nil {
+		return nil, err
+	}
+	rep, err := c.pb.Embed(ctx, p)
+	if err != nil {
+		return nil, fromCall(ctx, c.addr, err)
+	}
+	return embedResultFromPB(rep), nil
+}
+
+var _ engine.Embedder = (*Client)(nil)
+
 // PeerStats is one report of a peer's live figures.
 type PeerStats struct {
 	NodeID string

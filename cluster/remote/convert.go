@@ -299,9 +299,62 @@ func promptRequestFromPB(p *enginepb.TokenizeRequest) (prompt.Request, error) {
 }
 
 func modelToPB(m engine.ModelInfo) *enginepb.ModelInfo {
-	return &enginepb.ModelInfo{Id: m.ID, Path: m.Path, Format: m.Format, Loaded: m.Loaded, Created: m.Created}
+	return &enginepb.ModelInfo{Id: m.ID, Path: m.Path, Format: m.Format, Loaded: m.Loaded, Created: m.Created, Kind: m.Kind}
 }
 
 func modelFromPB(m *enginepb.ModelInfo) engine.ModelInfo {
-	return engine.ModelInfo{ID: m.GetId(), Path: m.GetPath(), Format: m.GetFormat(), Loaded: m.GetLoaded(), Created: m.GetCreated()}
+	return engine.ModelInfo{ID: m.GetId(), Path: m.GetPath(), Format: m.GetFormat(), Loaded: m.GetLoaded(), Created: m.GetCreated(), Kind: m.GetKind()}
+}
+
+func embedRequestToPB(req *engine.EmbedRequest) (*enginepb.EmbedRequest, error) {
+	out := &enginepb.EmbedRequest{Model: req.Model, Dimensions: int32(min(req.Dimensions, math.MaxInt32)), NoTruncate: req.NoTruncate,
+		Inputs: make([]*enginepb.EmbedInput, len(req.Inputs))}
+	for i, in := range req.Inputs {
+		p := &enginepb.EmbedInput{Text: in.Text, IsTokens: in.Tokens != nil}
+		if in.Tokens != nil {
+			var err error
+			if p.Tokens, err = int32s(fmt.Sprintf("input[%d]", i), in.Tokens); err != nil {
+				return nil, err
+			}
+		}
+		out.Inputs[i] = p
+	}
+	return out, nil
+}
+
+func embedRequestFromPB(p *enginepb.EmbedRequest) *engine.EmbedRequest {
+	out := &engine.EmbedRequest{Model: p.GetModel(), Dimensions: int(p.GetDimensions()), NoTruncate: p.GetNoTruncate(),
+		Inputs: make([]engine.EmbedInput, len(p.GetInputs()))}
+	for i, in := range p.GetInputs() {
+		out.Inputs[i] = engine.EmbedInput{Text: in.GetText()}
+		if in.GetIsTokens() {
+			out.Inputs[i].Tokens = ints(in.GetTokens())
+			if out.Inputs[i].Tokens == nil {
+				out.Inputs[i].Tokens = []int{}
+			}
+		}
+	}
+	return out
+}
+
+func embedResultToPB(r *engine.EmbedResult) *enginepb.EmbedReply {
+	out := &enginepb.EmbedReply{PromptTokens: int32(r.PromptTokens), Vectors: make([]*enginepb.Vector, len(r.Vectors))}
+	for i, v := range r.Vectors {
+		out.Vectors[i] = &enginepb.Vector{Values: v}
+	}
+	for _, i := range r.Truncated {
+		out.Truncated = append(out.Truncated, int32(i))
+	}
+	return out
+}
+
+func embedResultFromPB(p *enginepb.EmbedReply) *engine.EmbedResult {
+	out := &engine.EmbedResult{PromptTokens: int(p.GetPromptTokens()), Vectors: make([][]float32, len(p.GetVectors()))}
+	for i, v := range p.GetVectors() {
+		out.Vectors[i] = v.GetValues()
+	}
+	for _, i := range p.GetTruncated() {
+		out.Truncated = append(out.Truncated, int(i))
+	}
+	return out
 }

@@ -3,6 +3,7 @@ package remote
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"time"
@@ -201,6 +202,19 @@ func (s *Service) Detokenize(ctx context.Context, p *enginepb.DetokenizeRequest)
 		return nil, statusOf(err)
 	}
 	return &enginepb.DetokenizeReply{Text: text}, nil
+}
+
+// Embed computes embeddings on the local engine.
+func (s *Service) Embed(ctx context.Context, p *enginepb.EmbedRequest) (*enginepb.EmbedReply, error) {
+	emb, ok := s.cfg.Engine.(engine.Embedder)
+	if !ok {
+		return nil, statusOf(fmt.Errorf("%w: this node's engine does not compute embeddings", engine.ErrUnavailable))
+	}
+	res, err := emb.Embed(ctx, embedRequestFromPB(p))
+	if err != nil {
+		return nil, statusOf(err)
+	}
+	return embedResultToPB(res), nil
 }
 
 // Models lists the local engine's models.

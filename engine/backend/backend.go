@@ -1,6 +1,9 @@
 package backend
 
-import "context"
+import (
+	"context"
+	"fmt"
+)
 
 // Backend owns a device: the weights uploaded to it, the KV caches on it,
 // and the steps run on it. Implementations are safe for concurrent use,
@@ -87,6 +90,22 @@ type Step interface {
 	// 0 … Offset+i. heads must be a multiple of the cache's KV heads (GQA,
 	// K/V never repeated). Returns [rows, heads·headDim].
 	Attention(layer int, q, k, v Array, scale float32, b *Batch) Array
+	// LayerNorm normalizes every row to zero mean and unit variance,
+	// (x−mean)·rsqrt(var + eps), in float32, then multiplies by w and adds
+	// bias (BERT's post-norm; mlx fast.layer_norm). w and bias have the
+	// row's width.
+	LayerNorm(x Array, w, bias Vector, eps float32) Array
+	// GELU returns x·Φ(x) elementwise, with the exact normal CDF
+	// Φ(x) = (1 + erf(x/√2))/2 (BERT's "gelu"; mlx nn.gelu).
+	GELU(x Array) Array
+	// EncoderAttention computes bidirectional scaled dot-product
+	// attention without a cache: the rows are sequences of lens[i] rows,
+	// one after the other, and every query of a sequence sees every key of
+	// its own sequence and none of another's (what a padding mask does for
+	// a padded batch). q, k, v are [rows, heads·headDim]; returns the same
+	// shape (mlx fast.scaled_dot_product_attention without a mask, per
+	// sequence).
+	EncoderAttention(q, k, v Array, heads int, scale float32, lens []int) Array
 	// Add returns a + b elementwise.
 	Add(a, b Array) Array
 	// SwiGLU returns silu(gate)·up elementwise.
@@ -107,4 +126,22 @@ type Step interface {
 	Err() error
 	// Close frees every array of the step.
 	Close()
+}
+
+// EncoderShape checks the arguments of Step.EncoderAttention and returns
+// the head width, or an error saying what does not fit; backends panic
+// with it (a shape error is a bug of the model code).
+func EncoderShape(q, k, v Array, heads int, lens []int) (headDim int, err error) {
+	rows := 0
+	for _, n := range lens {
+		if n <= 0 {
+			return 0, fmt.Errorf("EncoderAttention: sequence of %d rows", n)
+		}
+		rows += n
+	}
+	if q.Rows() != rows || k.Rows() != rows || v.Rows() != rows || k.Cols() != q.Cols() || v.Cols() != q.Cols() || heads <= 0 || q.Cols()%heads != 0 {
+		return 0, fmt.Errorf("EncoderAttention: q [%d, %d], k [%d, %d], v [%d, %d], %d heads, %d rows in sequences",
+			q.Rows(), q.Cols(), k.Rows(), k.Cols(), v.Rows(), v.Cols(), heads, rows)
+	}
+	return q.Cols() / heads, nil
 }

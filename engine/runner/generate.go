@@ -51,6 +51,7 @@ type stepInput struct {
 // loader loads a model's weights.
 type loader interface {
 	load(info engine.ModelInfo) (languageModel, error)
+	loadEmbedding(info engine.ModelInfo) (*embeddingModel, error)
 }
 
 // Generate admits req and streams its events. Errors before admission:
@@ -82,6 +83,10 @@ func (r *Runner) Generate(ctx context.Context, req *engine.Request) (<-chan engi
 	lm, release, err := r.acquire(ctx, req.Model)
 	if err != nil {
 		return nil, err
+	}
+	if lm.emb != nil {
+		release()
+		return nil, invalid("model %q is an %s model; it answers /v1/embeddings, not generation", req.Model, engine.KindEmbedding)
 	}
 	g, err := r.prepare(ctx, lm, req)
 	if err != nil {

@@ -124,7 +124,7 @@ func (e *entry) state() ModelState {
 // bytes the entry counts against the memory budget.
 func (e *entry) bytes() int64 {
 	if e.loaded != nil {
-		return e.loaded.model.WeightBytes()
+		return e.loaded.weightBytes()
 	}
 	return e.reserved
 }
@@ -189,7 +189,7 @@ func (r *Runner) List() []ModelStatus {
 	for _, e := range r.models {
 		st := ModelStatus{ID: e.info.ID, State: e.state(), Bytes: e.bytes(), Pinned: e.pinned, Active: e.active, LastUsed: e.lastUsed}
 		if e.loaded != nil {
-			st.KVBytes = e.loaded.model.KVBytes()
+			st.KVBytes = e.loaded.kvBytes()
 		}
 		out = append(out, st)
 	}
@@ -315,8 +315,17 @@ func (r *Runner) makeRoom(target *entry, need int64) ([]*loadedModel, error) {
 // loadModel loads e's weights, takes its template and tokenizer from the
 // text cache (parsed already when its tokens were counted before), and
 // starts its scheduler. The load runs to its end for every waiter, so a
-// cancelled ctx does not stop it.
+// cancelled ctx does not stop it. An embedding model has no template and
+// no scheduler.
 func (r *Runner) loadModel(ctx context.Context, e *entry) (*loadedModel, error) {
+	if e.info.Kind == engine.KindEmbedding {
+		em, err := r.loader.loadEmbedding(e.info)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", engine.ErrUnavailable, e.info.ID, err)
+		}
+		r.cfg.Logger.Info("model loaded", "model", e.info.ID, "kind", e.info.Kind, "weight_bytes", em.m.WeightBytes())
+		return &loadedModel{name: e.info.ID, emb: em, settings: r.cfg.Models[e.info.ID]}, nil
+	}
 	text, err := r.text(context.WithoutCancel(ctx), e)
 	if err != nil {
 		return nil, err

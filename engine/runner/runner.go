@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"fusion/engine"
+	"fusion/engine/embed"
 	"fusion/engine/grammar"
 	"fusion/engine/modelfile"
 	"fusion/engine/prefixcache"
@@ -82,6 +83,9 @@ type Config struct {
 	// CacheWriteQueue is how many blocks may wait to be written to the SSD
 	// before new ones are dropped (default 64).
 	CacheWriteQueue int
+	// MaxEmbedInputs caps the inputs of one embeddings request (default
+	// 2048).
+	MaxEmbedInputs int
 	// MaxToolCalls bounds the calls of one answer under a forced tool
 	// choice with parallel calls allowed (default 8).
 	MaxToolCalls int
@@ -133,6 +137,9 @@ func (c *Config) defaults() {
 			c.MemoryBudget = ram / 2
 		}
 	}
+	if c.MaxEmbedInputs == 0 {
+		c.MaxEmbedInputs = DefaultMaxEmbedInputs
+	}
 	if c.MaxToolCalls == 0 {
 		c.MaxToolCalls = 8
 	}
@@ -172,7 +179,8 @@ type Runner struct {
 type loadedModel struct {
 	name  string // the model's id
 	text  *prompt.Builder
-	model languageModel
+	model languageModel   // nil for an embedding model
+	emb   *embeddingModel // nil for a language model
 	// parser names the output parser family, detected from the template
 	// or set by the model's settings.
 	parser   string
@@ -252,7 +260,10 @@ func (r *Runner) rescan() error {
 		if _, ok := r.models[f.Name]; ok {
 			continue
 		}
-		info := engine.ModelInfo{ID: f.Name, Path: f.Path, Format: string(f.Kind)}
+		info := engine.ModelInfo{ID: f.Name, Path: f.Path, Format: string(f.Kind), Kind: engine.KindChat}
+		if f.Kind == modelfile.KindSafetensors && embed.IsEmbeddingModel(f.Path) {
+			info.Kind = engine.KindEmbedding
+		}
 		if st, err := os.Stat(f.Path); err == nil {
 			info.Created = st.ModTime().Unix()
 		}
@@ -307,7 +318,7 @@ func (r *Runner) textOf(ctx context.Context, name string) (*prompt.Builder, erro
 	r.mu.Lock()
 	lm := e.loaded
 	r.mu.Unlock()
-	if lm != nil {
+	if lm != nil && lm.text != nil {
 		return lm.text, nil
 	}
 	return r.text(ctx, e)
@@ -375,8 +386,11 @@ func (r *Runner) Stats() Stats {
 		if e.loaded == nil {
 			continue
 		}
-		s.WeightBytes += e.loaded.model.WeightBytes()
-		s.KVBytes += e.loaded.model.KVBytes()
+		s.WeightBytes += e.loaded.weightBytes()
+		s.KVBytes += e.loaded.kvBytes()
+		if e.loaded.sched == nil {
+			continue
+		}
 		st := e.loaded.sched.stats()
 		s.Waiting += st.waiting
 		s.Steps += st.steps
@@ -425,8 +439,28 @@ func (r *Runner) Close() error {
 
 // close stops the model's scheduler and frees the model.
 func (lm *loadedModel) close() error {
+	if lm.emb != nil {
+		return lm.emb.close()
+	}
 	lm.sched.close()
 	return lm.model.Close()
+}
+
+// weightBytes is the memory the model's weights hold.
+func (lm *loadedModel) weightBytes() int64 {
+	if lm.emb != nil {
+		return lm.emb.m.WeightBytes()
+	}
+	return lm.model.WeightBytes()
+}
+
+// kvBytes is the KV memory of the model's running sequences (none for an
+// embedding model, which keeps no cache).
+func (lm *loadedModel) kvBytes() int64 {
+	if lm.emb != nil {
+		return 0
+	}
+	return lm.model.KVBytes()
 }
 
 // wakeAll pokes every scheduler: a slot or KV memory was freed, which may
@@ -435,7 +469,7 @@ func (r *Runner) wakeAll() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, e := range r.models {
-		if e.loaded != nil {
+		if e.loaded != nil && e.loaded.sched != nil {
 			e.loaded.sched.poke()
 		}
 	}

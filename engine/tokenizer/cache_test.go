@@ -40,7 +40,7 @@ func TestConcurrentEncode(t *testing.T) {
 	for i, s := range texts {
 		want[i] = tok.Encode(s, false)
 	}
-	tok.model.cache = newPieceCache(64)
+	tok.model.(*bpeModel).cache = newPieceCache(64)
 	var wg sync.WaitGroup
 	errs := make(chan string, 8)
 	for w := range 8 {

@@ -16,8 +16,12 @@ func (t *Tokenizer) Decode(ids []int, skipSpecial bool) string {
 		if t.decodeJoin && !first {
 			buf = append(buf, ' ')
 		}
+		if first && t.decodedFirst != nil {
+			buf = append(buf, t.decodedFirst[id]...)
+		} else {
+			buf = append(buf, t.decoded[id]...)
+		}
 		first = false
-		buf = append(buf, t.decoded[id]...)
 	}
 	return string(appendValidUTF8(nil, buf))
 }
@@ -51,8 +55,12 @@ func (d *StreamDecoder) Add(id int) string {
 	if d.t.decodeJoin && d.started {
 		d.pending = append(d.pending, ' ')
 	}
+	if !d.started && d.t.decodedFirst != nil {
+		d.pending = append(d.pending, d.t.decodedFirst[id]...)
+	} else {
+		d.pending = append(d.pending, d.t.decoded[id]...)
+	}
 	d.started = true
-	d.pending = append(d.pending, d.t.decoded[id]...)
 	ready := len(d.pending) - incompleteTail(d.pending)
 	if ready == 0 {
 		return ""

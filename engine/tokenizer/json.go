@@ -29,6 +29,7 @@ type modelJSON struct {
 	FuseUnk                 bool             `json:"fuse_unk"`
 	ByteFallback            bool             `json:"byte_fallback"`
 	IgnoreMerges            bool             `json:"ignore_merges"`
+	MaxInputCharsPerWord    int              `json:"max_input_chars_per_word"`
 }
 
 // Option sets what a tokenizer.json document does not say: the special ids
@@ -200,6 +201,9 @@ func assignAddedIDs(tokens []addedToken, vocab map[string]int32) {
 }
 
 func (t *Tokenizer) buildModel(cfg *modelJSON) error {
+	if cfg.Type == "WordPiece" {
+		return t.buildWordPiece(cfg)
+	}
 	if cfg.Type != "BPE" && !(cfg.Type == "" && cfg.Merges != nil) {
 		return fmt.Errorf("unsupported model type %q (want BPE)", cfg.Type)
 	}
@@ -314,6 +318,12 @@ type decoderJSON struct {
 // "<｜User｜>") decodes to its own UTF-8 text. Without a decoder, token
 // texts are joined with spaces, as HF does.
 func (t *Tokenizer) buildDecoder(raw json.RawMessage) error {
+	if cfg, ok, err := wordPieceDecoder(raw); err != nil {
+		return err
+	} else if ok {
+		t.buildWordPieceDecoder(cfg)
+		return nil
+	}
 	byteLevel, err := decoderIsByteLevel(raw)
 	if err != nil {
 		return err

@@ -14,6 +14,11 @@ type normalizer func(string) string
 type normalizerJSON struct {
 	Type        string            `json:"type"`
 	Normalizers []json.RawMessage `json:"normalizers"`
+	// BertNormalizer
+	CleanText          bool  `json:"clean_text"`
+	HandleChineseChars bool  `json:"handle_chinese_chars"`
+	StripAccents       *bool `json:"strip_accents"`
+	Lowercase          bool  `json:"lowercase"`
 }
 
 // buildNormalizer builds the normalizer of a tokenizer.json "normalizer"
@@ -35,6 +40,8 @@ func buildNormalizer(raw json.RawMessage) (normalizer, error) {
 		return norm.NFKC.String, nil
 	case "NFKD":
 		return norm.NFKD.String, nil
+	case "BertNormalizer":
+		return bertNormalizer(cfg), nil
 	case "Sequence":
 		var steps []normalizer
 		for i, sub := range cfg.Normalizers {

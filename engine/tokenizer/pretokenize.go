@@ -86,6 +86,9 @@ func (p *preTokenizer) add(raw json.RawMessage) error {
 		}
 		p.steps = append(p.steps, step)
 		return nil
+	case "BertPreTokenizer":
+		p.steps = append(p.steps, bertPreTokenizer{})
+		return nil
 	case "ByteLevel":
 		useRegex := cfg.UseRegex == nil || *cfg.UseRegex
 		if cfg.AddPrefixSpace || useRegex {

@@ -9,7 +9,7 @@ import (
 // Tokenizer encodes text into token ids and decodes ids into text. It is
 // immutable once built and safe for concurrent use.
 type Tokenizer struct {
-	model     *bpeModel
+	model     pieceModel
 	normalize normalizer
 	pre       *preTokenizer
 	// rawAdded matches the added tokens with normalized=false on the raw
@@ -21,7 +21,10 @@ type Tokenizer struct {
 	tokens  []string // the token's text, "" if the id is unused
 	known   []bool   // the id is a vocabulary or added token
 	decoded []string // the bytes the id decodes to
-	special []bool   // the id is a special added token
+	// decodedFirst (WordPiece) is what the id decodes to as the first
+	// token; decoded is then what it decodes to after another.
+	decodedFirst []string
+	special      []bool // the id is a special added token
 	// decodeJoin: no decoder, tokens are joined with spaces.
 	decodeJoin bool
 
@@ -34,6 +37,12 @@ type Tokenizer struct {
 	templates map[string]string // by name; "default" is the default
 
 	states sync.Pool // *encodeState
+}
+
+// pieceModel encodes one pre-tokenized piece: BPE merges or WordPiece's
+// longest-match-first split.
+type pieceModel interface {
+	encode(piece string, sc *bpeScratch, dst []int) []int
 }
 
 // encodeState is the reusable working memory of one Encode call.

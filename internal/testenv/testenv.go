@@ -87,3 +87,15 @@ func NodeScript(t testing.TB, pkg, file string) (node, script string) {
 	}
 	return node, script
 }
+
+// EmbeddingModelDir returns the directory of a real embedding model fixture
+// (all-minilm-l6-v2), in the sentence-transformers layout (config.json,
+// model.safetensors, tokenizer.json, modules.json, 1_Pooling/).
+func EmbeddingModelDir(t testing.TB, name string) string {
+	t.Helper()
+	dir := filepath.Join(FixturesDir(), "models", name)
+	if _, err := os.Stat(filepath.Join(dir, "model.safetensors")); err != nil {
+		missing(t, "embedding model fixture %s not found in %s", name, dir)
+	}
+	return dir
+}

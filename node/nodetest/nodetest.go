@@ -28,6 +28,7 @@ const Model = "demo"
 type Options struct {
 	APIKey            string
 	MaxQueued         int
+	MaxEmbeds         int
 	MaxRunning        int
 	MaxTokens         int
 	MaxBodyBytes      int64
@@ -140,7 +141,7 @@ func Start(t testing.TB, o Options) *node.Node {
 	n, err := node.New(node.Config{
 		Listen: "127.0.0.1:0", DataDir: o.DataDir, ModelsDir: o.ModelsDir, APIKey: o.APIKey,
 		CacheHotBytes: o.CacheHotBytes, CacheSSDBytes: o.CacheSSDBytes,
-		MaxQueued: o.MaxQueued, MaxRunning: o.MaxRunning, MaxTokens: o.MaxTokens, MaxBodyBytes: o.MaxBodyBytes, MemoryBudget: o.MemoryBudget, DrainTimeout: o.DrainTimeout,
+		MaxQueued: o.MaxQueued, MaxEmbeds: o.MaxEmbeds, MaxRunning: o.MaxRunning, MaxTokens: o.MaxTokens, MaxBodyBytes: o.MaxBodyBytes, MemoryBudget: o.MemoryBudget, DrainTimeout: o.DrainTimeout,
 		CompletionsAsChat: o.CompletionsAsChat, OpenClaw: o.OpenClaw, Sessions: o.Sessions, Threads: 1, Version: "test", Logger: o.Logger, Cluster: o.Cluster,
 		MCPServers: o.MCPServers, MCP: o.MCP,
 	})

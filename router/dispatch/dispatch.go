@@ -604,6 +604,43 @@ func (d *Dispatcher) Detokenize(ctx context.Context, model string, ids []int) (s
 	return text, d.notFound(model, err)
 }
 
+// Embed runs on this node when it has the model, else on a node that has
+// it ready (as Tokenize does): embedding models have no KV state or
+// sessions to be near.
+func (d *Dispatcher) Embed(ctx context.Context, req *engine.EmbedRequest) (*engine.EmbedResult, error) {
+	var res *engine.EmbedResult
+	var err error
+	if local, ok := d.cfg.Local.(engine.Embedder); ok {
+		res, err = local.Embed(ctx, req)
+		if !errors.Is(err, engine.ErrModelNotFound) {
+			return res, err
+		}
+	} else {
+		err = fmt.Errorf("%w: %q", engine.ErrModelNotFound, req.Model)
+	}
+	peers, aerr := d.peersWith(ctx, req.Model)
+	if aerr != nil {
+		return nil, aerr
+	}
+	for _, p := range peers {
+		gen, cerr := d.cfg.Connect.Engine(p.Addr)
+		if cerr != nil {
+			continue
+		}
+		remote, ok := gen.(engine.Embedder)
+		if !ok {
+			continue
+		}
+		res, perr := remote.Embed(ctx, req)
+		if perr == nil || !retryable(perr) {
+			return res, perr
+		}
+	}
+	return nil, d.notFound(req.Model, err)
+}
+
+var _ engine.Embedder = (*Dispatcher)(nil)
+
 // peersWith lists the peers that have model ready, or on disk; for a
 // model the table does not know, the unheard peers that have it (ask).
 func (d *Dispatcher) peersWith(ctx context.Context, model string) ([]Peer, error) {

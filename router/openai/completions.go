@@ -60,8 +60,15 @@ type completionPrompt struct {
 // parsePrompt reads prompt: a string, an array of strings, an array of
 // token ids, or an array of arrays of token ids.
 func parsePrompt(raw json.RawMessage) ([]completionPrompt, *Error) {
+	return parseTextsOrIDs(raw, "prompt")
+}
+
+// parseTextsOrIDs reads a field (param) that is a string, an array of
+// strings, an array of token ids, or an array of arrays of token ids (the
+// prompt of completions, the input of embeddings).
+func parseTextsOrIDs(raw json.RawMessage, param string) ([]completionPrompt, *Error) {
 	if isNull(raw) {
-		return nil, missingParam("prompt")
+		return nil, missingParam(param)
 	}
 	var one string
 	if json.Unmarshal(raw, &one) == nil {
@@ -69,10 +76,10 @@ func parsePrompt(raw json.RawMessage) ([]completionPrompt, *Error) {
 	}
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil {
-		return nil, invalidType("prompt", "a string, an array of strings or an array of token ids", jsonkind.Of(raw))
+		return nil, invalidType(param, "a string, an array of strings or an array of token ids", jsonkind.Of(raw))
 	}
 	if len(items) == 0 {
-		return nil, invalidRequest("prompt", "Invalid 'prompt': empty array.")
+		return nil, invalidRequest(param, "Invalid '%s': empty array.", param)
 	}
 	if ids, ok := tokenIDs(raw); ok {
 		return []completionPrompt{{tokens: ids}}, nil
@@ -86,7 +93,7 @@ func parsePrompt(raw json.RawMessage) ([]completionPrompt, *Error) {
 		}
 		ids, ok := tokenIDs(it)
 		if !ok || len(ids) == 0 {
-			return nil, invalidType(fmt.Sprintf("prompt[%d]", i), "a string or a non-empty array of token ids", jsonkind.Of(it))
+			return nil, invalidType(fmt.Sprintf("%s[%d]", param, i), "a string or a non-empty array of token ids", jsonkind.Of(it))
 		}
 		out[i] = completionPrompt{tokens: ids}
 	}

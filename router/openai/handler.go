@@ -47,6 +47,7 @@ func New(cfg Config) *Handler {
 func (h *Handler) Mount(r chi.Router) {
 	r.Post("/v1/chat/completions", h.chatCompletions)
 	r.Post("/v1/completions", h.completions)
+	r.Post("/v1/embeddings", h.embeddings)
 	r.Get("/v1/models", h.listModels)
 	r.Get("/v1/models/*", h.getModel)
 	r.Post("/tokenize", h.tokenize)

@@ -156,6 +156,7 @@ func TestMLX(t *testing.T) {
 	t.Run("Memory", func(t *testing.T) { testMemory(t, rt) })
 	t.Run("Do", func(t *testing.T) { testDo(t, rt) })
 	t.Run("OpenRejects", func(t *testing.T) { testOpenRejects(t) })
+	t.Run("EncoderOps", testEncoderOps)
 	t.Run("Backend", testBackend)
 }
 

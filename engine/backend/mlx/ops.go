@@ -59,6 +59,11 @@ func (a *Arena) Sigmoid(x *Array) *Array {
 	return a.unary("mlx_sigmoid", x, func(res *C.mlx_array) C.int { return C.mlx_sigmoid(res, x.c, a.rt.stream) })
 }
 
+// Erf is the error function, elementwise.
+func (a *Arena) Erf(x *Array) *Array {
+	return a.unary("mlx_erf", x, func(res *C.mlx_array) C.int { return C.mlx_erf(res, x.c, a.rt.stream) })
+}
+
 // Matmul returns x·y over the last two axes (broadcasting the others).
 func (a *Arena) Matmul(x, y *Array) *Array {
 	return a.op("mlx_matmul", []*Array{x, y}, func(res *C.mlx_array) C.int { return C.mlx_matmul(res, x.c, y.c, a.rt.stream) })
@@ -88,6 +93,15 @@ func (a *Arena) Softmax(x *Array, axis int) *Array {
 func (a *Arena) RMSNorm(x, w *Array, eps float32) *Array {
 	return a.op("mlx_fast_rms_norm", []*Array{x, w}, func(res *C.mlx_array) C.int {
 		return C.mlx_fast_rms_norm(res, x.c, w.c, C.float(eps), a.rt.stream)
+	})
+}
+
+// LayerNorm normalizes the last axis of x to zero mean and unit variance,
+// (x − mean)·rsqrt(var + eps), then multiplies by w and adds b ([last
+// axis]); mlx fast.layer_norm.
+func (a *Arena) LayerNorm(x, w, b *Array, eps float32) *Array {
+	return a.op("mlx_fast_layer_norm", []*Array{x, w, b}, func(res *C.mlx_array) C.int {
+		return C.mlx_fast_layer_norm(res, x.c, w.c, b.c, C.float(eps), a.rt.stream)
 	})
 }
 

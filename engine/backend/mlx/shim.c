@@ -42,6 +42,7 @@ fusion_t_mlx_transpose_axes fusion_p_mlx_transpose_axes = NULL;
 fusion_t_mlx_add fusion_p_mlx_add = NULL;
 fusion_t_mlx_multiply fusion_p_mlx_multiply = NULL;
 fusion_t_mlx_sigmoid fusion_p_mlx_sigmoid = NULL;
+fusion_t_mlx_erf fusion_p_mlx_erf = NULL;
 fusion_t_mlx_take_axis fusion_p_mlx_take_axis = NULL;
 fusion_t_mlx_slice fusion_p_mlx_slice = NULL;
 fusion_t_mlx_slice_update fusion_p_mlx_slice_update = NULL;
@@ -52,6 +53,7 @@ fusion_t_mlx_matmul fusion_p_mlx_matmul = NULL;
 fusion_t_mlx_quantized_matmul fusion_p_mlx_quantized_matmul = NULL;
 fusion_t_mlx_softmax_axis fusion_p_mlx_softmax_axis = NULL;
 fusion_t_mlx_fast_rms_norm fusion_p_mlx_fast_rms_norm = NULL;
+fusion_t_mlx_fast_layer_norm fusion_p_mlx_fast_layer_norm = NULL;
 fusion_t_mlx_fast_rope fusion_p_mlx_fast_rope = NULL;
 fusion_t_mlx_fast_scaled_dot_product_attention fusion_p_mlx_fast_scaled_dot_product_attention = NULL;
 fusion_t_mlx_get_active_memory fusion_p_mlx_get_active_memory = NULL;
@@ -238,6 +240,11 @@ int fusion_mlx_bind(void* handle, const char** missing) {
     *missing = "mlx_sigmoid";
     return 1;
   }
+  fusion_p_mlx_erf = (fusion_t_mlx_erf)dlsym(handle, "mlx_erf");
+  if (fusion_p_mlx_erf == NULL) {
+    *missing = "mlx_erf";
+    return 1;
+  }
   fusion_p_mlx_take_axis = (fusion_t_mlx_take_axis)dlsym(handle, "mlx_take_axis");
   if (fusion_p_mlx_take_axis == NULL) {
     *missing = "mlx_take_axis";
@@ -286,6 +293,11 @@ int fusion_mlx_bind(void* handle, const char** missing) {
   fusion_p_mlx_fast_rms_norm = (fusion_t_mlx_fast_rms_norm)dlsym(handle, "mlx_fast_rms_norm");
   if (fusion_p_mlx_fast_rms_norm == NULL) {
     *missing = "mlx_fast_rms_norm";
+    return 1;
+  }
+  fusion_p_mlx_fast_layer_norm = (fusion_t_mlx_fast_layer_norm)dlsym(handle, "mlx_fast_layer_norm");
+  if (fusion_p_mlx_fast_layer_norm == NULL) {
+    *missing = "mlx_fast_layer_norm";
     return 1;
   }
   fusion_p_mlx_fast_rope = (fusion_t_mlx_fast_rope)dlsym(handle, "mlx_fast_rope");

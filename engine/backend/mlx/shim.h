@@ -186,6 +186,10 @@ typedef int (*fusion_t_mlx_sigmoid)(mlx_array* res, const mlx_array a, const mlx
 extern fusion_t_mlx_sigmoid fusion_p_mlx_sigmoid;
 static inline int mlx_sigmoid(mlx_array* res, const mlx_array a, const mlx_stream s) { return fusion_p_mlx_sigmoid(res, a, s); }
 
+typedef int (*fusion_t_mlx_erf)(mlx_array* res, const mlx_array a, const mlx_stream s);
+extern fusion_t_mlx_erf fusion_p_mlx_erf;
+static inline int mlx_erf(mlx_array* res, const mlx_array a, const mlx_stream s) { return fusion_p_mlx_erf(res, a, s); }
+
 typedef int (*fusion_t_mlx_take_axis)(mlx_array* res, const mlx_array a, const mlx_array indices, int axis, const mlx_stream s);
 extern fusion_t_mlx_take_axis fusion_p_mlx_take_axis;
 static inline int mlx_take_axis(mlx_array* res, const mlx_array a, const mlx_array indices, int axis, const mlx_stream s) { return fusion_p_mlx_take_axis(res, a, indices, axis, s); }
@@ -225,6 +229,10 @@ static inline int mlx_softmax_axis(mlx_array* res, const mlx_array a, int axis, 
 typedef int (*fusion_t_mlx_fast_rms_norm)(mlx_array* res, const mlx_array x, const mlx_array weight, float eps, const mlx_stream s);
 extern fusion_t_mlx_fast_rms_norm fusion_p_mlx_fast_rms_norm;
 static inline int mlx_fast_rms_norm(mlx_array* res, const mlx_array x, const mlx_array weight, float eps, const mlx_stream s) { return fusion_p_mlx_fast_rms_norm(res, x, weight, eps, s); }
+
+typedef int (*fusion_t_mlx_fast_layer_norm)(mlx_array* res, const mlx_array x, const mlx_array weight, const mlx_array bias, float eps, const mlx_stream s);
+extern fusion_t_mlx_fast_layer_norm fusion_p_mlx_fast_layer_norm;
+static inline int mlx_fast_layer_norm(mlx_array* res, const mlx_array x, const mlx_array weight, const mlx_array bias, float eps, const mlx_stream s) { return fusion_p_mlx_fast_layer_norm(res, x, weight, bias, eps, s); }
 
 typedef int (*fusion_t_mlx_fast_rope)(mlx_array* res, const mlx_array x, int dims, bool traditional, mlx_optional_float base, float scale, int offset, const mlx_array freqs, const mlx_stream s);
 extern fusion_t_mlx_fast_rope fusion_p_mlx_fast_rope;

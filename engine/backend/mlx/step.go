@@ -5,6 +5,7 @@ package mlx
 import (
 	"context"
 	"fmt"
+	"math"
 
 	"fusion/engine/backend"
 	"fusion/engine/tensor"
@@ -139,6 +140,53 @@ func (s *step) RMSNorm(x backend.Array, w backend.Vector, eps float32) backend.A
 	return s.record(in.rows, in.cols, func(a *Arena) *Array {
 		y := a.RMSNorm(a.Reshape(in.x, in.rows, in.cols/v.n, v.n), v.v, eps)
 		return a.Reshape(y, in.rows, in.cols)
+	})
+}
+
+// LayerNorm normalizes every row, then scales by w and adds bias.
+func (s *step) LayerNorm(x backend.Array, w, bias backend.Vector, eps float32) backend.Array {
+	in := nd(x)
+	wv, ok1 := w.(*vector)
+	bv, ok2 := bias.(*vector)
+	if !ok1 || !ok2 {
+		panic(fmt.Sprintf("mlx: LayerNorm: vectors of another backend (%T, %T)", w, bias))
+	}
+	if wv.n != in.cols || bv.n != in.cols {
+		panic(fmt.Sprintf("mlx: LayerNorm: %d features, weight %d, bias %d", in.cols, wv.n, bv.n))
+	}
+	return s.record(in.rows, in.cols, func(a *Arena) *Array { return a.LayerNorm(in.x, wv.v, bv.v, eps) })
+}
+
+// GELU returns x·(1 + erf(x/√2))/2.
+func (s *step) GELU(x backend.Array) backend.Array {
+	in := nd(x)
+	return s.record(in.rows, in.cols, func(a *Arena) *Array {
+		half, invSqrt2 := a.FromFloat32([]float32{0.5}, 1), a.FromFloat32([]float32{float32(1 / math.Sqrt2)}, 1)
+		one := a.FromFloat32([]float32{1}, 1)
+		cdf := a.Multiply(a.Add(a.Erf(a.Multiply(in.x, invSqrt2)), one), half)
+		return a.Multiply(in.x, cdf)
+	})
+}
+
+// EncoderAttention runs MLX's scaled dot-product attention without a mask
+// per sequence of lens rows: every query sees its own sequence's keys.
+func (s *step) EncoderAttention(q, k, v backend.Array, heads int, scale float32, lens []int) backend.Array {
+	qa, ka, va := nd(q), nd(k), nd(v)
+	hd, err := backend.EncoderShape(qa, ka, va, heads, lens)
+	if err != nil {
+		panic("mlx: " + err.Error())
+	}
+	seqs := append([]int(nil), lens...)
+	return s.record(qa.rows, qa.cols, func(a *Arena) *Array {
+		parts := make([]*Array, 0, len(seqs))
+		row := 0
+		for _, n := range seqs {
+			y := a.Attention(seqHeads(a, qa.x, row, n, qa.cols, hd), seqHeads(a, ka.x, row, n, ka.cols, hd),
+				seqHeads(a, va.x, row, n, va.cols, hd), scale, false)
+			parts = append(parts, rowsOf(a, y, n, qa.cols))
+			row += n
+		}
+		return a.Concatenate(parts, 0)
 	})
 }
 

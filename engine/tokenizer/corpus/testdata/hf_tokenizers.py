@@ -29,6 +29,10 @@ def read_lines():
 def main():
     mode, path, arg = sys.argv[1], sys.argv[2], sys.argv[3]
     tok = Tokenizer.from_file(path)
+    # Length is the caller's business (BERT's tokenizer.json pads and cuts
+    # to 128); the ids of the whole text are what is compared.
+    tok.no_truncation()
+    tok.no_padding()
     items = read_lines()
     out = sys.stdout
     if mode == "encode":

@@ -1,0 +1,75 @@
+//go:build cgo
+
+package mlx
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"fusion/engine/backend"
+	"fusion/engine/backend/cpu"
+	"fusion/engine/tensor"
+)
+
+// testEncoderOps runs LayerNorm, GELU and EncoderAttention (ragged
+// sequences) on both backends; the CPU ones are checked against their
+// formulas in package cpu. Both compute in float32 and differ by
+// summation order and MLX's erf approximation.
+func testEncoderOps(t *testing.T) {
+	be, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	cb := cpu.New(cpu.Options{})
+	defer cb.Close()
+	rng := rand.New(rand.NewPCG(31, 32))
+	const heads, hd = 4, 8
+	const cols = heads * hd
+	lens := []int{3, 1, 9}
+	rows := 13
+	x, q, k, v := randFloats(rng, rows*cols, 2), randFloats(rng, rows*cols, 1), randFloats(rng, rows*cols, 1), randFloats(rng, rows*cols, 1)
+	for i := range x[:cols] {
+		x[i] += 50 // a row far from zero mean
+	}
+	w, b := randFloats(rng, cols, 1), randFloats(rng, cols, 1)
+	scale := float32(1 / math.Sqrt(hd))
+	vec := func(be backend.Backend, data []float32) backend.Vector {
+		out, err := be.Vector(backend.VectorData{Name: "v", Data: tensor.Tensor{DType: tensor.F32, Shape: []int64{int64(len(data))}, Data: f32Bytes(data)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	ops := []struct {
+		name string
+		run  func(be backend.Backend, s backend.Step) backend.Array
+		tol  float64
+	}{
+		{"LayerNorm", func(be backend.Backend, s backend.Step) backend.Array {
+			return s.LayerNorm(s.Input(rows, cols, x), vec(be, w), vec(be, b), 1e-12)
+		}, 1e-5},
+		{"GELU", func(_ backend.Backend, s backend.Step) backend.Array { return s.GELU(s.Input(rows, cols, x)) }, 1e-5},
+		{"EncoderAttention", func(_ backend.Backend, s backend.Step) backend.Array {
+			return s.EncoderAttention(s.Input(rows, cols, q), s.Input(rows, cols, k), s.Input(rows, cols, v), heads, scale, lens)
+		}, 1e-5},
+	}
+	for _, op := range ops {
+		t.Run(op.name, func(t *testing.T) {
+			want := cpuRun(t, cpu.Options{}, func(c *cpu.Backend, s backend.Step) backend.Array { return op.run(c, s) })
+			s := be.NewStep(context.Background())
+			defer s.Close()
+			got, err := s.Read(op.run(be, s))
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := within(op.name, got, widen(want), nil, op.tol)
+			t.Logf("max |MLX − CPU| %.3g", d)
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
