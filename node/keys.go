@@ -6,12 +6,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"fusion/cluster"
+	"fusion/internal/atomicfile"
 	"fusion/router/anthropic"
 )
 
@@ -48,11 +50,11 @@ func localKey(dir, name string) ([]byte, error) {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("node: key %s: %w", name, err)
 		}
-		tmp := path + ".tmp"
-		if err := os.WriteFile(tmp, []byte(hex.EncodeToString(key)+"\n"), 0o600); err != nil {
-			return nil, fmt.Errorf("node: key %s: %w", name, err)
-		}
-		if err := os.Rename(tmp, path); err != nil {
+		err := atomicfile.WriteMode(path, 0o600, func(w io.Writer) error {
+			_, err := io.WriteString(w, hex.EncodeToString(key)+"\n")
+			return err
+		})
+		if err != nil {
 			return nil, fmt.Errorf("node: key %s: %w", name, err)
 		}
 		return key, nil

@@ -4,10 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -39,29 +37,21 @@ func qwenModels(t *testing.T) string {
 }
 
 // countTokens posts a one-message chat for model to one of the three
-// counting routes and returns the status and the count.
-func countTokens(t *testing.T, url, route, model string) (int, int) {
+// counting routes of n and returns the status and the count.
+func countTokens(t *testing.T, n *node.Node, route, model string) (int, int) {
 	t.Helper()
 	body := `{"model":"` + model + `","messages":[{"role":"user","content":"How many tokens is this?"}]}`
-	req, _ := http.NewRequest(http.MethodPost, url+route, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer k")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
+	code, raw := apiDo(t, n, http.MethodPost, route, body)
 	var out struct {
 		Count       int `json:"count"`
 		InputTokens int `json:"input_tokens"`
 	}
-	if resp.StatusCode == http.StatusOK {
+	if code == http.StatusOK {
 		if err := json.Unmarshal(raw, &out); err != nil {
 			t.Fatalf("%s: %v: %s", route, err, raw)
 		}
 	}
-	return resp.StatusCode, max(out.Count, out.InputTokens)
+	return code, max(out.Count, out.InputTokens)
 }
 
 var countRoutes = []string{"/v1/messages/count_tokens", "/v1/count_tokens", "/tokenize"}
@@ -98,7 +88,7 @@ func TestCountTokensUnloadedParsesOnce(t *testing.T) {
 			got = int(res.InputTokens)
 		} else {
 			route := countRoutes[1+i%4/2]
-			code, c := countTokens(t, n.URL(), route, nodetest.Model)
+			code, c := countTokens(t, n, route, nodetest.Model)
 			if code != http.StatusOK {
 				t.Fatalf("count %d (%s): status %d", i, route, code)
 			}
@@ -129,7 +119,7 @@ func TestCountTokensUnloadedParsesOnce(t *testing.T) {
 	if st := n.Runner().TextCacheStats(); st.Parses != 1 {
 		t.Fatalf("loading the weights parsed the tokenizer again: %s", textStats(n))
 	}
-	if _, c := countTokens(t, n.URL(), "/v1/count_tokens", nodetest.Model); c != want {
+	if _, c := countTokens(t, n, "/v1/count_tokens", nodetest.Model); c != want {
 		t.Errorf("loaded count %d, unloaded %d", c, want)
 	}
 }
@@ -147,7 +137,7 @@ func TestCountTokensConcurrentFirstParsesOnce(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			codes[i], counts[i] = countTokens(t, n.URL(), countRoutes[i%len(countRoutes)], qwenModel)
+			codes[i], counts[i] = countTokens(t, n, countRoutes[i%len(countRoutes)], qwenModel)
 		}()
 	}
 	close(start)
@@ -169,14 +159,14 @@ func TestCountTokensThroughForwardingNode(t *testing.T) {
 	a := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: nodetest.Models(t), Cluster: loopback("a", 1, nil)})
 	b := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: t.TempDir(), Cluster: loopback("b", 0, []string{a.Cluster().GossipAddr()})})
 
-	code, direct := countTokens(t, a.URL(), "/v1/messages/count_tokens", nodetest.Model)
+	code, direct := countTokens(t, a, "/v1/messages/count_tokens", nodetest.Model)
 	if code != http.StatusOK {
 		t.Fatalf("direct count on a: %d", code)
 	}
 	// b learns from the replicated inventory that a has the model.
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		code, _ := countTokens(t, b.URL(), "/v1/messages/count_tokens", nodetest.Model)
+		code, _ := countTokens(t, b, "/v1/messages/count_tokens", nodetest.Model)
 		if code == http.StatusOK {
 			break
 		}
@@ -187,7 +177,7 @@ func TestCountTokensThroughForwardingNode(t *testing.T) {
 	}
 	for i := range 100 {
 		route := countRoutes[i%len(countRoutes)]
-		code, got := countTokens(t, b.URL(), route, nodetest.Model)
+		code, got := countTokens(t, b, route, nodetest.Model)
 		if code != http.StatusOK || got != direct {
 			t.Fatalf("count %d through b (%s): status %d, %d tokens; a says %d", i, route, code, got, direct)
 		}

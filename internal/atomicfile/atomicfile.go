@@ -12,7 +12,12 @@ import (
 
 // Write creates path (mode 0644) with what write produces. On any error the
 // temporary file is removed and path is left untouched.
-func Write(path string, write func(w io.Writer) error) (err error) {
+func Write(path string, write func(w io.Writer) error) error {
+	return WriteMode(path, 0o644, write)
+}
+
+// WriteMode is Write with the file's permission bits (0600 for a secret).
+func WriteMode(path string, mode os.FileMode, write func(w io.Writer) error) (err error) {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
 	if err != nil {
 		return err
@@ -23,7 +28,7 @@ func Write(path string, write func(w io.Writer) error) (err error) {
 			os.Remove(tmp.Name())
 		}
 	}()
-	if err = tmp.Chmod(0o644); err != nil {
+	if err = tmp.Chmod(mode); err != nil {
 		return err
 	}
 	if err = write(tmp); err != nil {
