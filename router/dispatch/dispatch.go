@@ -560,7 +560,39 @@ func (d *Dispatcher) Models(ctx context.Context) ([]engine.ModelInfo, error) {
 // has it ready (or, for a model the table does not know, on an unheard
 // peer that has it; see ask).
 func (d *Dispatcher) Tokenize(ctx context.Context, model string, req prompt.Request) (prompt.Result, error) {
-	res, err := d.cfg.Local.Tokenize(ctx, model, req)
+	return onModelNode(ctx, d, model,
+		func() (prompt.Result, error) { return d.cfg.Local.Tokenize(ctx, model, req) },
+		func(g engine.Generator) (prompt.Result, error) { return g.Tokenize(ctx, model, req) })
+}
+
+// Detokenize runs where Tokenize would.
+func (d *Dispatcher) Detokenize(ctx context.Context, model string, ids []int) (string, error) {
+	return onModelNode(ctx, d, model,
+		func() (string, error) { return d.cfg.Local.Detokenize(ctx, model, ids) },
+		func(g engine.Generator) (string, error) { return g.Detokenize(ctx, model, ids) })
+}
+
+// Embed runs where Tokenize would: embedding models have no KV state or
+// sessions to be near.
+func (d *Dispatcher) Embed(ctx context.Context, req *engine.EmbedRequest) (*engine.EmbedResult, error) {
+	// An engine that cannot embed has no embedding model: not found there.
+	embed := func(g any) (*engine.EmbedResult, error) {
+		if e, ok := g.(engine.Embedder); ok {
+			return e.Embed(ctx, req)
+		}
+		return nil, fmt.Errorf("%w: %q", engine.ErrModelNotFound, req.Model)
+	}
+	return onModelNode(ctx, d, req.Model,
+		func() (*engine.EmbedResult, error) { return embed(d.cfg.Local) },
+		func(g engine.Generator) (*engine.EmbedResult, error) { return embed(g) })
+}
+
+// onModelNode runs local on this node unless it does not have the model,
+// then remote on each peer that has it, until one answers or fails for
+// good; with none, the model's not-found error (503 while peers are
+// unheard, see notFound).
+func onModelNode[T any](ctx context.Context, d *Dispatcher, model string, local func() (T, error), remote func(engine.Generator) (T, error)) (T, error) {
+	res, err := local()
 	if !errors.Is(err, engine.ErrModelNotFound) {
 		return res, err
 	}
@@ -573,73 +605,13 @@ func (d *Dispatcher) Tokenize(ctx context.Context, model string, req prompt.Requ
 		if cerr != nil {
 			continue
 		}
-		res, perr := gen.Tokenize(ctx, model, req)
+		out, perr := remote(gen)
 		if perr == nil || !retryable(perr) {
-			return res, perr
+			return out, perr
 		}
 	}
 	return res, d.notFound(model, err)
 }
-
-// Detokenize runs where Tokenize would.
-func (d *Dispatcher) Detokenize(ctx context.Context, model string, ids []int) (string, error) {
-	text, err := d.cfg.Local.Detokenize(ctx, model, ids)
-	if !errors.Is(err, engine.ErrModelNotFound) {
-		return text, err
-	}
-	peers, aerr := d.peersWith(ctx, model)
-	if aerr != nil {
-		return text, aerr
-	}
-	for _, p := range peers {
-		gen, cerr := d.cfg.Connect.Engine(p.Addr)
-		if cerr != nil {
-			continue
-		}
-		text, perr := gen.Detokenize(ctx, model, ids)
-		if perr == nil || !retryable(perr) {
-			return text, perr
-		}
-	}
-	return text, d.notFound(model, err)
-}
-
-// Embed runs on this node when it has the model, else on a node that has
-// it ready (as Tokenize does): embedding models have no KV state or
-// sessions to be near.
-func (d *Dispatcher) Embed(ctx context.Context, req *engine.EmbedRequest) (*engine.EmbedResult, error) {
-	var res *engine.EmbedResult
-	var err error
-	if local, ok := d.cfg.Local.(engine.Embedder); ok {
-		res, err = local.Embed(ctx, req)
-		if !errors.Is(err, engine.ErrModelNotFound) {
-			return res, err
-		}
-	} else {
-		err = fmt.Errorf("%w: %q", engine.ErrModelNotFound, req.Model)
-	}
-	peers, aerr := d.peersWith(ctx, req.Model)
-	if aerr != nil {
-		return nil, aerr
-	}
-	for _, p := range peers {
-		gen, cerr := d.cfg.Connect.Engine(p.Addr)
-		if cerr != nil {
-			continue
-		}
-		remote, ok := gen.(engine.Embedder)
-		if !ok {
-			continue
-		}
-		res, perr := remote.Embed(ctx, req)
-		if perr == nil || !retryable(perr) {
-			return res, perr
-		}
-	}
-	return nil, d.notFound(req.Model, err)
-}
-
-var _ engine.Embedder = (*Dispatcher)(nil)
 
 // peersWith lists the peers that have model ready, or on disk; for a
 // model the table does not know, the unheard peers that have it (ask).
