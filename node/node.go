@@ -78,6 +78,9 @@ type Config struct {
 	// timeout, backoff; zero values take its defaults).
 	MCPServers host.Config
 	MCP        host.Options
+	// MCPMaxSteps bounds the model turns of a chat request with MCP
+	// tools (0: router/mcpchat's default, 8).
+	MCPMaxSteps int
 
 	Version string
 	Logger  *slog.Logger
@@ -200,7 +203,7 @@ func New(cfg Config) (*Node, error) {
 		return nil, errors.Join(err, drain, n.closeMCP(), run.Close())
 	}
 	n.router = router.New(router.Config{
-		MCP:         mcpHost,
+		MCP: mcpHost, MCPMaxSteps: cfg.MCPMaxSteps,
 		ThinkingKey: thinkingKey,
 		Engine:      gen, Stats: n.engineStats, Cache: run, Models: run, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes, Cluster: clusterStatus,
 		OpenAI:   openai.Options{MaxTokens: cfg.MaxTokens, Backends: []string{"cpu"}, CompletionsAsChat: cfg.CompletionsAsChat},

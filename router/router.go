@@ -11,6 +11,7 @@ import (
 	"fusion/router/anthropic"
 	"fusion/router/dispatch"
 	"fusion/router/mcp"
+	"fusion/router/mcpchat"
 	"fusion/router/metrics"
 	"fusion/router/openai"
 	"fusion/router/openclaw"
@@ -52,6 +53,9 @@ type Config struct {
 	Cluster http.Handler
 	// MCP is the node's MCP host behind /v1/mcp (nil: no servers, no tools).
 	MCP mcp.Host
+	// MCPMaxSteps bounds the model turns of a chat request with MCP tools
+	// (0: mcpchat.DefaultMaxSteps).
+	MCPMaxSteps int
 }
 
 // DefaultMaxBodyBytes is the body limit when Config.MaxBodyBytes is 0.
@@ -74,9 +78,10 @@ func New(cfg Config) *Router {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	m := metrics.New(cfg.Stats)
+	tools := &mcpchat.Runner{Host: cfg.MCP, MaxSteps: cfg.MCPMaxSteps}
 	oa := openai.New(openai.Config{
 		Engine: cfg.Engine, Metrics: m, Options: cfg.OpenAI, Logger: cfg.Logger,
-		SystemFingerprint: "fp_fusion_" + cfg.Version,
+		SystemFingerprint: "fp_fusion_" + cfg.Version, MCP: tools,
 	})
 	an := anthropic.New(anthropic.Config{
 		Engine: cfg.Engine, Metrics: m, Options: anthropic.Options{MaxTokens: cfg.OpenAI.MaxTokens}, ThinkingKey: cfg.ThinkingKey, Logger: cfg.Logger,

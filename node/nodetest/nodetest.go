@@ -49,8 +49,9 @@ type Options struct {
 	// Cluster makes the node a cluster member.
 	Cluster node.ClusterConfig
 	// MCPServers and MCP configure the node's MCP host.
-	MCPServers host.Config
-	MCP        host.Options
+	MCPServers  host.Config
+	MCP         host.Options
+	MCPMaxSteps int
 	// Logger, when nil, discards the logs, or writes them to stderr when
 	// FUSION_TEST_LOG=1.
 	Logger *slog.Logger
@@ -143,7 +144,7 @@ func Start(t testing.TB, o Options) *node.Node {
 		CacheHotBytes: o.CacheHotBytes, CacheSSDBytes: o.CacheSSDBytes,
 		MaxQueued: o.MaxQueued, MaxEmbeds: o.MaxEmbeds, MaxRunning: o.MaxRunning, MaxTokens: o.MaxTokens, MaxBodyBytes: o.MaxBodyBytes, MemoryBudget: o.MemoryBudget, DrainTimeout: o.DrainTimeout,
 		CompletionsAsChat: o.CompletionsAsChat, OpenClaw: o.OpenClaw, Sessions: o.Sessions, Threads: 1, Version: "test", Logger: o.Logger, Cluster: o.Cluster,
-		MCPServers: o.MCPServers, MCP: o.MCP,
+		MCPServers: o.MCPServers, MCP: o.MCP, MCPMaxSteps: o.MCPMaxSteps,
 	})
 	if err != nil {
 		t.Fatalf("node: %v", err)

@@ -35,7 +35,7 @@ func ParseTools(raw json.RawMessage) ([]*chattemplate.Object, *Error) { return p
 func ChatEngineRequest(req *ChatRequest, opts Options, id string) (*engine.Request, *Error) {
 	r := *req
 	r.N, r.Stream, r.StreamOptions = nil, nil, nil
-	p, err := r.toPlan(opts, id)
+	p, err := r.toPlan(opts, id, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,243 @@
+package node_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"fusion/mcp/host"
+	"fusion/mcp/host/mcptest"
+	"fusion/node"
+	"fusion/node/nodetest"
+)
+
+// fsConfig is server-filesystem over a fresh directory, as server "fs".
+func fsConfig(t *testing.T) (host.Config, string) {
+	t.Helper()
+	nodeBin, filesystem := mcptest.Filesystem(t)
+	dir := mcptest.Files(t, "fusion was here\n")
+	return host.Config{Servers: []host.ServerConfig{{Name: "fs", Command: nodeBin, Args: []string{filesystem, dir}}}}, dir
+}
+
+// mcpChatBody is a chat completion that asks for fs's
+// list_allowed_directories and forces the model to call it (the demo
+// model's weights are random: only a forced call is certain).
+func mcpChatBody(stream bool) string {
+	opts := ""
+	if stream {
+		opts = `, "stream": true, "stream_options": {"include_usage": true}`
+	}
+	return fmt.Sprintf(`{"model": %q, "messages": [{"role": "user", "content": "Which directories may you read?"}],
+		"tools": [{"type": "mcp", "server_label": "fs", "allowed_tools": ["list_allowed_directories"]}],
+		"tool_choice": {"type": "function", "function": {"name": "list_allowed_directories"}},
+		"max_tokens": 40, "seed": 1%s}`, nodetest.Model, opts)
+}
+
+// mcpCallDoc is a message's mcp_calls entry or a delta's mcp_call.
+type mcpCallDoc struct {
+	ID          string  `json:"id"`
+	Type        string  `json:"type"`
+	ServerLabel string  `json:"server_label"`
+	Name        string  `json:"name"`
+	Arguments   string  `json:"arguments"`
+	Status      string  `json:"status"`
+	Output      *string `json:"output"`
+	Error       *string `json:"error"`
+}
+
+// checkListCall asserts a completed call of fs's list_allowed_directories
+// whose output is the real server's answer: the directory the test made.
+func checkListCall(t *testing.T, what string, c mcpCallDoc, dir string) {
+	t.Helper()
+	if c.Type != "mcp_call" || c.ServerLabel != "fs" || c.Name != "list_allowed_directories" || c.ID == "" ||
+		c.Status != "completed" || c.Error != nil || c.Output == nil || !strings.Contains(*c.Output, dir) {
+		t.Errorf("%s: %+v (want the output to name %s)", what, c, dir)
+	}
+}
+
+// chatMCP posts a non-streamed MCP chat completion and returns the
+// message's calls and the finish reason.
+func chatMCP(t *testing.T, n *node.Node, body string) ([]mcpCallDoc, string) {
+	t.Helper()
+	code, raw := apiDo(t, n, http.MethodPost, "/v1/chat/completions", body)
+	if code != 200 {
+		t.Fatalf("chat with MCP tools: %d %s", code, raw)
+	}
+	return mcpAnswer(t, raw)
+}
+
+// mcpAnswer reads a chat completion's MCP calls and finish reason.
+func mcpAnswer(t *testing.T, raw []byte) ([]mcpCallDoc, string) {
+	t.Helper()
+	var doc struct {
+		Choices []struct {
+			Message struct {
+				MCPCalls  []mcpCallDoc `json:"mcp_calls"`
+				ToolCalls []any        `json:"tool_calls"`
+			}
+			FinishReason string `json:"finish_reason"`
+		}
+		Usage struct {
+			PromptTokens int `json:"prompt_tokens"`
+		}
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil || len(doc.Choices) != 1 {
+		t.Fatalf("chat with MCP tools: %s", raw)
+	}
+	if len(doc.Choices[0].Message.ToolCalls) != 0 {
+		t.Errorf("server-run calls are listed as the client's tool_calls: %s", raw)
+	}
+	return doc.Choices[0].Message.MCPCalls, doc.Choices[0].FinishReason
+}
+
+// streamMCP posts a streamed MCP chat completion and returns the
+// mcp_call deltas in order and the finish reason.
+func streamMCP(t *testing.T, n *node.Node, body string) ([]mcpCallDoc, string) {
+	t.Helper()
+	resp := postChat(t, n, body)
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("streamed chat with MCP tools: %d", resp.StatusCode)
+	}
+	var calls []mcpCallDoc
+	finish, done := "", false
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		if line == "[DONE]" {
+			done = true
+			continue
+		}
+		var c struct {
+			Choices []struct {
+				Delta struct {
+					MCPCall *mcpCallDoc `json:"mcp_call"`
+				}
+				FinishReason string `json:"finish_reason"`
+			}
+		}
+		if err := json.Unmarshal([]byte(line), &c); err != nil {
+			t.Fatalf("chunk %s: %v", line, err)
+		}
+		for _, ch := range c.Choices {
+			if ch.Delta.MCPCall != nil {
+				calls = append(calls, *ch.Delta.MCPCall)
+			}
+			if ch.FinishReason != "" {
+				finish = ch.FinishReason
+			}
+		}
+	}
+	if !done {
+		t.Error("the stream did not end with [DONE]")
+	}
+	return calls, finish
+}
+
+// TestChatRunsMCPTools: a chat completion that asks for an MCP server's
+// tools, forced to call one, gets the call run on the real server
+// (server-filesystem, over a directory the test made) and the real
+// result in its answer, whole and streamed; the step limit ends the
+// answer with max_tool_calls; bad asks are 400s naming the field.
+func TestChatRunsMCPTools(t *testing.T) {
+	cfg, dir := fsConfig(t)
+	n := nodetest.Start(t, nodetest.Options{APIKey: "k", MCPServers: cfg})
+	waitMCP(t, n, "fs ready", func(s map[string]mcpServerDoc) bool { return s["fs"].State == "ready" })
+
+	calls, finish := chatMCP(t, n, mcpChatBody(false))
+	if len(calls) == 0 {
+		t.Fatal("no MCP call in the answer")
+	}
+	checkListCall(t, "first call", calls[0], dir)
+	if finish != "stop" && finish != "length" && finish != "max_tool_calls" {
+		t.Errorf("finish_reason %q", finish)
+	}
+
+	calls, finish = streamMCP(t, n, mcpChatBody(true))
+	if len(calls) < 2 || calls[0].Status != "in_progress" || calls[0].Output != nil || calls[1].ID != calls[0].ID {
+		t.Fatalf("streamed mcp_call deltas: %+v", calls)
+	}
+	checkListCall(t, "streamed result", calls[1], dir)
+	if finish == "" {
+		t.Error("no finish_reason in the stream")
+	}
+
+	// Bad asks.
+	for _, tc := range []struct {
+		tools, choice string
+		code          int
+		param         string
+	}{
+		{`[{"type": "mcp", "server_label": "nope"}]`, `"auto"`, 400, "tools[0].server_label"},
+		{`[{"type": "mcp"}]`, `"auto"`, 400, "tools[0].server_label"},
+		{`[{"type": "mcp", "server_label": 3}]`, `"auto"`, 400, "tools[0].server_label"},
+		{`[{"type": "mcp", "server_label": "fs", "allowed_tools": ["rm_rf"]}]`, `"auto"`, 400, "tools[0].allowed_tools"},
+		{`[{"type": "mcp", "server_label": "fs", "allowed_tools": [1]}]`, `"auto"`, 400, "tools[0].allowed_tools[0]"},
+		{`[{"type": "mcp", "server_label": "fs", "allowed_tools": "x"}]`, `"auto"`, 400, "tools[0].allowed_tools"},
+		{`[{"type": "mcp", "server_label": "fs", "allowed_tools": ["read_text_file"]}]`,
+			`{"type": "function", "function": {"name": "list_allowed_directories"}}`, 400, "tool_choice"},
+		{`[{"type": "function", "function": {"name": "read_text_file"}}, {"type": "mcp", "server_label": "fs"}]`, `"auto"`, 400, "tools"},
+	} {
+		body := fmt.Sprintf(`{"model": %q, "messages": [{"role": "user", "content": "hi"}], "tools": %s, "tool_choice": %s, "max_tokens": 4}`,
+			nodetest.Model, tc.tools, tc.choice)
+		code, doc := mcpDo(t, n, http.MethodPost, "/v1/chat/completions", body)
+		e, _ := doc["error"].(map[string]any)
+		if code != tc.code || e == nil || e["param"] != tc.param || e["message"] == "" {
+			t.Errorf("tools %s: %d %v, want %d naming %s", tc.tools, code, doc, tc.code, tc.param)
+		}
+	}
+}
+
+// TestChatMCPStepLimit: with one model turn allowed, the forced call is
+// run and shown, and the answer ends with finish_reason max_tool_calls.
+func TestChatMCPStepLimit(t *testing.T) {
+	cfg, dir := fsConfig(t)
+	n := nodetest.Start(t, nodetest.Options{APIKey: "k", MCPServers: cfg, MCPMaxSteps: 1})
+	waitMCP(t, n, "fs ready", func(s map[string]mcpServerDoc) bool { return s["fs"].State == "ready" })
+	calls, finish := chatMCP(t, n, mcpChatBody(false))
+	if len(calls) != 1 || finish != "max_tool_calls" {
+		t.Fatalf("one step: calls %+v, finish %q", calls, finish)
+	}
+	checkListCall(t, "the one call", calls[0], dir)
+}
+
+// TestChatMCPToolsClusterWide: in a 3-node cluster where only A runs the
+// MCP server and only B has the model, a chat completion sent to C (which
+// has neither) runs each model turn on B and the tool on A.
+func TestChatMCPToolsClusterWide(t *testing.T) {
+	cfg, dir := fsConfig(t)
+	empty := t.TempDir()
+	a := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: empty, Cluster: loopback("a", 1, nil), MCPServers: cfg})
+	join := []string{a.Cluster().GossipAddr()}
+	nodetest.Start(t, nodetest.Options{APIKey: "k", Cluster: loopback("b", 0, join)})
+	c := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: t.TempDir(), Cluster: loopback("c", 0, join)})
+	waitMCP(t, c, "fs ready on a, seen from c", func(s map[string]mcpServerDoc) bool { return s["fs"].State == "ready" })
+
+	var calls []mcpCallDoc
+	var finish string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		code, raw := apiDo(t, c, http.MethodPost, "/v1/chat/completions", mcpChatBody(false))
+		if code == 200 {
+			calls, finish = mcpAnswer(t, raw)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("chat through c: %d %s", code, raw)
+		}
+	}
+	if len(calls) == 0 {
+		t.Fatal("no MCP call in the answer through c")
+	}
+	checkListCall(t, "call through c", calls[0], dir)
+	if finish == "" {
+		t.Error("no finish_reason")
+	}
+}
