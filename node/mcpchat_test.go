@@ -241,3 +241,140 @@ func TestChatMCPToolsClusterWide(t *testing.T) {
 		t.Error("no finish_reason")
 	}
 }
+
+// messagesMCP posts a Messages request and returns its status and body.
+func messagesMCP(t *testing.T, n *node.Node, path string, body any) (int, map[string]any) {
+	t.Helper()
+	raw, _ := json.Marshal(body)
+	code, out := apiDo(t, n, http.MethodPost, path, string(raw))
+	var doc map[string]any
+	if err := json.Unmarshal(out, &doc); err != nil {
+		t.Fatalf("%s: %d %q is not JSON", path, code, out)
+	}
+	return code, doc
+}
+
+// mcpBlocks checks an answer's mcp_tool_use and mcp_tool_result blocks:
+// a use of fs's list_allowed_directories, then its result naming dir.
+func mcpBlocks(t *testing.T, what string, content []any, dir string) {
+	t.Helper()
+	var use, result map[string]any
+	for _, it := range content {
+		b := it.(map[string]any)
+		switch b["type"] {
+		case "mcp_tool_use":
+			if use == nil {
+				use = b
+			}
+		case "mcp_tool_result":
+			if result == nil {
+				result = b
+			}
+		case "tool_use":
+			t.Errorf("%s: a server-run call is shown as the client's tool_use: %v", what, b)
+		}
+	}
+	if use == nil || result == nil {
+		t.Fatalf("%s: no mcp_tool_use and mcp_tool_result in %v", what, content)
+	}
+	id, _ := use["id"].(string)
+	if use["name"] != "list_allowed_directories" || use["server_name"] != "fs" || !strings.HasPrefix(id, "mcptoolu_") || use["input"] == nil {
+		t.Errorf("%s: mcp_tool_use %v", what, use)
+	}
+	texts, _ := result["content"].([]any)
+	if result["tool_use_id"] != id || result["is_error"] != false || len(texts) != 1 ||
+		!strings.Contains(texts[0].(map[string]any)["text"].(string), dir) {
+		t.Errorf("%s: mcp_tool_result %v (want the text to name %s)", what, result, dir)
+	}
+}
+
+// TestMessagesRunsMCPTools: the Messages API asks for MCP tools in the MCP
+// connector's mcp_servers shape and in the tools shape of the chat API;
+// the forced call runs on the real server and comes back as
+// mcp_tool_use / mcp_tool_result blocks, whole and streamed; the answer
+// sent back as history is accepted; count_tokens counts the MCP tools;
+// one step ends with pause_turn.
+func TestMessagesRunsMCPTools(t *testing.T) {
+	cfg, dir := fsConfig(t)
+	n := nodetest.Start(t, nodetest.Options{APIKey: "k", MCPServers: cfg})
+	waitMCP(t, n, "fs ready", func(s map[string]mcpServerDoc) bool { return s["fs"].State == "ready" })
+	user := []any{map[string]any{"role": "user", "content": "Which directories may you read?"}}
+	force := map[string]any{"type": "tool", "name": "list_allowed_directories"}
+	connector := []any{map[string]any{"type": "url", "url": "https://example.invalid/mcp", "name": "fs",
+		"tool_configuration": map[string]any{"enabled": true, "allowed_tools": []any{"list_allowed_directories"}}}}
+
+	code, doc := messagesMCP(t, n, "/v1/messages", map[string]any{"model": nodetest.Model, "max_tokens": 40, "messages": user,
+		"mcp_servers": connector, "tool_choice": force})
+	if code != 200 {
+		t.Fatalf("messages with mcp_servers: %d %v", code, doc)
+	}
+	content, _ := doc["content"].([]any)
+	mcpBlocks(t, "mcp_servers", content, dir)
+
+	// The answer goes back as history, and the conversation continues.
+	history := append(append([]any{}, user...), map[string]any{"role": "assistant", "content": content},
+		map[string]any{"role": "user", "content": "Thanks."})
+	code, again := messagesMCP(t, n, "/v1/messages", map[string]any{"model": nodetest.Model, "max_tokens": 4, "messages": history,
+		"mcp_servers": connector})
+	if code != 200 {
+		t.Errorf("the answer's MCP blocks as history: %d %v", code, again)
+	}
+
+	// The tools shape, streamed.
+	body, _ := json.Marshal(map[string]any{"model": nodetest.Model, "max_tokens": 40, "messages": user, "stream": true,
+		"tools": []any{map[string]any{"type": "mcp", "server_label": "fs", "allowed_tools": []any{"list_allowed_directories"}}},
+		"tool_choice": force})
+	req, _ := http.NewRequest(http.MethodPost, n.URL()+"/v1/messages", strings.NewReader(string(body)))
+	req.Header.Set("x-api-key", "k")
+	events := streamMessagesReq(t, req)
+	var started []any
+	for _, e := range events {
+		if e.name == "content_block_start" {
+			started = append(started, e.data["content_block"])
+		}
+	}
+	mcpBlocks(t, "streamed", started, dir)
+	if last := events[len(events)-1]; last.name != "message_stop" {
+		t.Errorf("stream ends with %s", last.name)
+	}
+
+	// count_tokens counts the MCP tools' definitions.
+	_, plain := messagesMCP(t, n, "/v1/messages/count_tokens", map[string]any{"model": nodetest.Model, "messages": user})
+	_, with := messagesMCP(t, n, "/v1/messages/count_tokens", map[string]any{"model": nodetest.Model, "messages": user, "mcp_servers": connector})
+	if p, w := plain["input_tokens"].(float64), with["input_tokens"].(float64); w <= p {
+		t.Errorf("count_tokens: %v with the MCP tools, %v without", w, p)
+	}
+
+	for _, tc := range []struct {
+		servers any
+		want    string
+	}{
+		{[]any{map[string]any{"type": "url", "name": "nope"}}, "mcp_servers.0.name"},
+		{[]any{map[string]any{"type": "stdio", "name": "fs"}}, "mcp_servers.0.type"},
+		{[]any{map[string]any{"type": "url"}}, "mcp_servers.0.name"},
+		{[]any{map[string]any{"type": "url", "name": "fs", "tool_configuration": map[string]any{"allowed_tools": []any{"rm"}}}}, "mcp_servers.0.tool_configuration.allowed_tools"},
+		{"fs", "mcp_servers"},
+	} {
+		code, doc := messagesMCP(t, n, "/v1/messages", map[string]any{"model": nodetest.Model, "max_tokens": 4, "messages": user, "mcp_servers": tc.servers})
+		e, _ := doc["error"].(map[string]any)
+		if msg, _ := e["message"].(string); code != 400 || e["type"] != "invalid_request_error" || !strings.HasPrefix(msg, tc.want) {
+			t.Errorf("mcp_servers %v: %d %v, want a 400 about %s", tc.servers, code, doc, tc.want)
+		}
+	}
+}
+
+// TestMessagesMCPStepLimit: one model turn allowed: the forced call runs
+// and the answer stops with pause_turn.
+func TestMessagesMCPStepLimit(t *testing.T) {
+	cfg, dir := fsConfig(t)
+	n := nodetest.Start(t, nodetest.Options{APIKey: "k", MCPServers: cfg, MCPMaxSteps: 1})
+	waitMCP(t, n, "fs ready", func(s map[string]mcpServerDoc) bool { return s["fs"].State == "ready" })
+	code, doc := messagesMCP(t, n, "/v1/messages", map[string]any{"model": nodetest.Model, "max_tokens": 40,
+		"messages":    []any{map[string]any{"role": "user", "content": "Where?"}},
+		"mcp_servers": []any{map[string]any{"type": "url", "name": "fs"}},
+		"tool_choice": map[string]any{"type": "tool", "name": "list_allowed_directories"}})
+	if code != 200 || doc["stop_reason"] != "pause_turn" {
+		t.Fatalf("one step: %d %v", code, doc)
+	}
+	mcpBlocks(t, "one step", doc["content"].([]any), dir)
+}

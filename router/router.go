@@ -84,7 +84,7 @@ func New(cfg Config) *Router {
 		SystemFingerprint: "fp_fusion_" + cfg.Version, MCP: tools,
 	})
 	an := anthropic.New(anthropic.Config{
-		Engine: cfg.Engine, Metrics: m, Options: anthropic.Options{MaxTokens: cfg.OpenAI.MaxTokens}, ThinkingKey: cfg.ThinkingKey, Logger: cfg.Logger,
+		Engine: cfg.Engine, Metrics: m, Options: anthropic.Options{MaxTokens: cfg.OpenAI.MaxTokens}, ThinkingKey: cfg.ThinkingKey, Logger: cfg.Logger, MCP: tools,
 	})
 
 	rt := &Router{metrics: m}
