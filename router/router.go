@@ -12,6 +12,7 @@ import (
 	"fusion/router/dispatch"
 	"fusion/router/mcp"
 	"fusion/router/mcpchat"
+	"fusion/router/mcpserver"
 	"fusion/router/metrics"
 	"fusion/router/openai"
 	"fusion/router/openclaw"
@@ -121,6 +122,8 @@ func New(cfg Config) *Router {
 		oa.Mount(r)
 		rt.openclaw.Mount(r)
 		mcp.New(cfg.MCP).Mount(r)
+		mcpSrv := mcpserver.New(mcpserver.Config{Engine: cfg.Engine, Options: cfg.OpenAI, Version: cfg.Version, MaxBodyBytes: cfg.MaxBodyBytes})
+		r.Handle("/mcp", mcpSrv)
 		r.Get("/metrics", h.metricsHandler())
 		admin.New(cfg.Cache, cfg.Models).Mount(r)
 		if cfg.Cluster != nil {
