@@ -322,7 +322,7 @@ func TestMessagesRunsMCPTools(t *testing.T) {
 
 	// The tools shape, streamed.
 	body, _ := json.Marshal(map[string]any{"model": nodetest.Model, "max_tokens": 40, "messages": user, "stream": true,
-		"tools": []any{map[string]any{"type": "mcp", "server_label": "fs", "allowed_tools": []any{"list_allowed_directories"}}},
+		"tools":       []any{map[string]any{"type": "mcp", "server_label": "fs", "allowed_tools": []any{"list_allowed_directories"}}},
 		"tool_choice": force})
 	req, _ := http.NewRequest(http.MethodPost, n.URL()+"/v1/messages", strings.NewReader(string(body)))
 	req.Header.Set("x-api-key", "k")
