@@ -168,6 +168,7 @@ func New(cfg Config) (*Node, error) {
 	if len(cfg.MCPServers.Servers) > 0 {
 		opts := cfg.MCP
 		opts.Logger, opts.Version = cfg.Logger, cfg.Version
+		opts.Node = soloID(cfg.Cluster.NodeID) // a server may name the nodes that run it
 		n.mcp = host.New(cfg.MCPServers, opts)
 		mcpHost = n.mcp
 	}
