@@ -62,8 +62,8 @@ type Options struct {
 	Version string
 	// Node is this node's id: a server whose Nodes do not name it is not
 	// run here, only listed (StateRemote).
-	Node string
-	Logger  *slog.Logger
+	Node   string
+	Logger *slog.Logger
 }
 
 // Defaults of Options.
