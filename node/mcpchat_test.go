@@ -34,7 +34,7 @@ func mcpChatBody(stream bool) string {
 	return fmt.Sprintf(`{"model": %q, "messages": [{"role": "user", "content": "Which directories may you read?"}],
 		"tools": [{"type": "mcp", "server_label": "fs", "allowed_tools": ["list_allowed_directories"]}],
 		"tool_choice": {"type": "function", "function": {"name": "list_allowed_directories"}},
-		"max_tokens": 40, "seed": 1%s}`, nodetest.Model, opts)
+		"max_tokens": 120, "seed": 1%s}`, nodetest.Model, opts)
 }
 
 // mcpCallDoc is a message's mcp_calls entry or a delta's mcp_call.
@@ -303,7 +303,7 @@ func TestMessagesRunsMCPTools(t *testing.T) {
 	connector := []any{map[string]any{"type": "url", "url": "https://example.invalid/mcp", "name": "fs",
 		"tool_configuration": map[string]any{"enabled": true, "allowed_tools": []any{"list_allowed_directories"}}}}
 
-	code, doc := messagesMCP(t, n, "/v1/messages", map[string]any{"model": nodetest.Model, "max_tokens": 40, "messages": user,
+	code, doc := messagesMCP(t, n, "/v1/messages", map[string]any{"model": nodetest.Model, "max_tokens": 120, "messages": user,
 		"mcp_servers": connector, "tool_choice": force})
 	if code != 200 {
 		t.Fatalf("messages with mcp_servers: %d %v", code, doc)
@@ -321,7 +321,7 @@ func TestMessagesRunsMCPTools(t *testing.T) {
 	}
 
 	// The tools shape, streamed.
-	body, _ := json.Marshal(map[string]any{"model": nodetest.Model, "max_tokens": 40, "messages": user, "stream": true,
+	body, _ := json.Marshal(map[string]any{"model": nodetest.Model, "max_tokens": 120, "messages": user, "stream": true,
 		"tools":       []any{map[string]any{"type": "mcp", "server_label": "fs", "allowed_tools": []any{"list_allowed_directories"}}},
 		"tool_choice": force})
 	req, _ := http.NewRequest(http.MethodPost, n.URL()+"/v1/messages", strings.NewReader(string(body)))
@@ -369,7 +369,7 @@ func TestMessagesMCPStepLimit(t *testing.T) {
 	cfg, dir := fsConfig(t)
 	n := nodetest.Start(t, nodetest.Options{APIKey: "k", MCPServers: cfg, MCPMaxSteps: 1})
 	waitMCP(t, n, "fs ready", func(s map[string]mcpServerDoc) bool { return s["fs"].State == "ready" })
-	code, doc := messagesMCP(t, n, "/v1/messages", map[string]any{"model": nodetest.Model, "max_tokens": 40,
+	code, doc := messagesMCP(t, n, "/v1/messages", map[string]any{"model": nodetest.Model, "max_tokens": 120,
 		"messages":    []any{map[string]any{"role": "user", "content": "Where?"}},
 		"mcp_servers": []any{map[string]any{"type": "url", "name": "fs"}},
 		"tool_choice": map[string]any{"type": "tool", "name": "list_allowed_directories"}})
@@ -377,4 +377,51 @@ func TestMessagesMCPStepLimit(t *testing.T) {
 		t.Fatalf("one step: %d %v", code, doc)
 	}
 	mcpBlocks(t, "one step", doc["content"].([]any), dir)
+}
+
+// TestOpenClawRunsMCPTools: an OpenClaw session whose tools name an MCP
+// server: a turn forced to call its tool gets the call run on the real
+// server, lists it under mcp_calls, and keeps the call and its result in
+// the session's history for the next turn.
+func TestOpenClawRunsMCPTools(t *testing.T) {
+	cfg, dir := fsConfig(t)
+	n := nodetest.Start(t, nodetest.Options{APIKey: "k", MCPServers: cfg})
+	waitMCP(t, n, "fs ready", func(s map[string]mcpServerDoc) bool { return s["fs"].State == "ready" })
+	id := ocOK(t, "create", n, "POST", "/v1/openclaw/agent/sessions", map[string]any{"model": nodetest.Model,
+		"tools": []any{map[string]any{"type": "mcp", "server_label": "fs", "allowed_tools": []any{"list_allowed_directories"}}}})["session_id"].(string)
+	res := ocOK(t, "turn", n, "POST", "/v1/openclaw/agent/turns?session_id="+id, map[string]any{
+		"messages": []any{map[string]any{"role": "user", "content": "Where may you read?"}}, "max_tokens": 200, "seed": 1,
+		"tool_choice": map[string]any{"type": "function", "function": map[string]any{"name": "list_allowed_directories"}}})
+	raw, _ := json.Marshal(res["mcp_calls"])
+	var calls []mcpCallDoc
+	if err := json.Unmarshal(raw, &calls); err != nil || len(calls) == 0 {
+		t.Fatalf("turn: %v", res)
+	}
+	checkListCall(t, "the turn's call", calls[0], dir)
+	if tc, _ := res["tool_calls"].([]any); len(tc) != 0 {
+		t.Errorf("a server-run call is listed as the client's: %v", res)
+	}
+	info := ocOK(t, "session", n, "GET", "/v1/openclaw/agent/sessions/"+id, nil)
+	msgs, _ := info["messages"].([]any)
+	found := false
+	for _, m := range msgs {
+		if mm := m.(map[string]any); mm["role"] == "tool" && mm["tool_call_id"] == calls[0].ID && strings.Contains(fmt.Sprint(mm["content"]), dir) {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("the history lacks the call's result: %v", msgs)
+	}
+	// The next turn continues on that history.
+	ocOK(t, "next turn", n, "POST", "/v1/openclaw/agent/turns?session_id="+id, map[string]any{
+		"messages": []any{map[string]any{"role": "user", "content": "Thanks."}}, "max_tokens": 4})
+	// A session may name a server that is not configured (servers come
+	// and go); its turns are 400s naming the field.
+	bad := ocOK(t, "create", n, "POST", "/v1/openclaw/agent/sessions", map[string]any{"model": nodetest.Model,
+		"tools": []any{map[string]any{"type": "mcp", "server_label": "nope"}}})["session_id"].(string)
+	code, doc := ocCall(t, n, "POST", "/v1/openclaw/agent/turns?session_id="+bad, map[string]any{
+		"messages": []any{map[string]any{"role": "user", "content": "hi"}}, "max_tokens": 4})
+	if e, _ := doc["error"].(map[string]any); code != 400 || e["param"] != "tools[0].server_label" {
+		t.Errorf("a session naming an unknown MCP server: %d %v", code, doc)
+	}
 }

@@ -95,7 +95,7 @@ func New(cfg Config) *Router {
 		sessions = rt.ownStore
 	}
 	rt.openclaw = openclaw.New(openclaw.Config{
-		Engine: cfg.Engine, Store: sessions, OpenAI: cfg.OpenAI, Options: cfg.OpenClaw, Metrics: m, Logger: cfg.Logger,
+		Engine: cfg.Engine, Store: sessions, OpenAI: cfg.OpenAI, Options: cfg.OpenClaw, Metrics: m, Logger: cfg.Logger, MCP: tools,
 	})
 
 	r := chi.NewRouter()

@@ -101,7 +101,7 @@ func (t *tools) generate(ctx context.Context, _ *sdk.CallToolRequest, in Generat
 	if e := openai.DecodeJSON(body, &req); e != nil {
 		return nil, out, apiError(e)
 	}
-	ereq, e := openai.ChatEngineRequest(&req, t.cfg.Options, "mcp_"+requestid.New()[:24])
+	ereq, _, e := openai.ChatEngineRequest(&req, t.cfg.Options, "mcp_"+requestid.New()[:24], nil)
 	if e != nil {
 		return nil, out, apiError(e)
 	}
