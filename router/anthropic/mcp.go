@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 
 	"fusion/engine"
@@ -106,23 +105,10 @@ func resolveMCP(mc *mcpchat.Runner, refs []mcpchat.Ref, tools []*chattemplate.Ob
 		}
 		return nil, nil, invalid("%s: %s", re.Param, re.Msg)
 	}
-	for _, name := range ts.Names() {
-		if slices.ContainsFunc(tools, func(t *chattemplate.Object) bool { return toolName(t) == name }) {
-			return nil, nil, invalid("tools: the tool '%s' has the name of an MCP tool the request asks for; rename it or leave that tool out with allowed_tools.", name)
-		}
+	if name := ts.Clash(tools); name != "" {
+		return nil, nil, invalid("tools: the tool '%s' has the name of an MCP tool the request asks for; rename it or leave that tool out with allowed_tools.", name)
 	}
 	return append(tools, ts.Definitions()...), ts, nil
-}
-
-// toolName is the name of a converted tool definition.
-func toolName(t *chattemplate.Object) string {
-	fv, _ := t.Get("function")
-	if fn, ok := fv.(*chattemplate.Object); ok {
-		n, _ := fn.Get("name")
-		s, _ := n.(string)
-		return s
-	}
-	return ""
 }
 
 // mcpBlock is the block of a server-run call's step: mcp_tool_use when

@@ -188,6 +188,22 @@ func (ts *Toolset) Names() []string {
 	return out
 }
 
+// Clash returns the first of tools (function definitions of the request)
+// whose name is one of the set's, or "".
+func (ts *Toolset) Clash(tools []*chattemplate.Object) string {
+	for _, t := range tools {
+		fv, _ := t.Get("function")
+		if fn, ok := fv.(*chattemplate.Object); ok {
+			if n, _ := fn.Get("name"); n != nil {
+				if name, ok := n.(string); ok && ts.Has(name) {
+					return name
+				}
+			}
+		}
+	}
+	return ""
+}
+
 // Has reports whether name is one of the set's tools.
 func (ts *Toolset) Has(name string) bool {
 	_, ok := ts.byName[name]

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 
 	"fusion/engine"
 	"fusion/engine/chattemplate"
@@ -41,11 +40,8 @@ func resolveMCP(mc *mcpchat.Runner, refs []mcpchat.Ref, tools []*chattemplate.Ob
 	if err != nil {
 		return nil, mcpRefError(err)
 	}
-	own := toolNames(tools)
-	for _, name := range ts.Names() {
-		if slices.Contains(own, name) {
-			return nil, invalidRequest("tools", "Invalid 'tools': the function '%s' has the name of an MCP tool the request asks for; rename it or leave that tool out with 'allowed_tools'.", name)
-		}
+	if name := ts.Clash(tools); name != "" {
+		return nil, invalidRequest("tools", "Invalid 'tools': the function '%s' has the name of an MCP tool the request asks for; rename it or leave that tool out with 'allowed_tools'.", name)
 	}
 	return ts, nil
 }
