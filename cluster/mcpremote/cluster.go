@@ -117,7 +117,6 @@ func (c *Cluster) Servers() []host.ServerStatus {
 			out = append(out, s)
 		}
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
 
