@@ -39,7 +39,7 @@ func commands() map[string]command {
 		"models":   {summary: "model tools: create-demo, inspect", subs: modelsCommands()},
 		"tokenize": {summary: "tokenize text or a chat with a model's tokenizer", run: runTokenize},
 		"bench":    {summary: "run a benchmark and print JSON", subs: benchCommands()},
-		"cluster":  {summary: "cluster tools: status", subs: clusterCommands()},
+		"cluster":  {summary: "cluster tools: status, certs", subs: clusterCommands()},
 		"version":  {summary: "print the version", run: runVersion},
 	}
 }
