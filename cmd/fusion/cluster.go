@@ -46,27 +46,15 @@ func runClusterStatus(ctx context.Context, args []string, stdout, stderr io.Writ
 	if fs.NArg() > 0 {
 		return usagef("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
-	client := http.DefaultClient
-	if *caFile != "" {
-		pem, err := os.ReadFile(expandHome(*caFile))
-		if err != nil {
-			return usagef("--ca: %v", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return usagef("--ca: no PEM certificate in %s", *caFile)
-		}
-		client = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	client, err := nodeClient(*caFile)
+	if err != nil {
+		return err
 	}
 	key := *apiKey
 	if key == "" {
 		key = os.Getenv("FUSION_API_KEY")
 	}
-	url := strings.TrimRight(*addr, "/")
-	if !strings.Contains(url, "://") {
-		url = "http://" + url
-	}
-	url += "/admin/api/cluster"
+	url := nodeURL(*addr) + "/admin/api/cluster"
 	if *consistent {
 		url += "?consistent"
 	}
@@ -143,4 +131,30 @@ func printClusterStatus(w io.Writer, doc cluster.StatusDoc) {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", p.Model, p.Replica, p.Generation, strings.Join(st, ", "))
 	}
 	tw.Flush()
+}
+
+// nodeClient is an HTTP client for a node's API, trusting caFile (PEM)
+// for an https:// node when given.
+func nodeClient(caFile string) (*http.Client, error) {
+	if caFile == "" {
+		return http.DefaultClient, nil
+	}
+	pem, err := os.ReadFile(expandHome(caFile))
+	if err != nil {
+		return nil, usagef("--ca: %v", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, usagef("--ca: no PEM certificate in %s", caFile)
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}, nil
+}
+
+// nodeURL is a node's base URL from an address with or without a scheme.
+func nodeURL(addr string) string {
+	url := strings.TrimRight(addr, "/")
+	if !strings.Contains(url, "://") {
+		url = "http://" + url
+	}
+	return url
 }

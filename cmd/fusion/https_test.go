@@ -63,6 +63,15 @@ func TestServeHTTPS(t *testing.T) {
 	if want := readCert(t, certFile).SerialNumber; first.Cmp(want) != 0 {
 		t.Fatalf("served serial %v, want the issued %v", first, want)
 	}
+	// fusion health: 0 with the CA, 1 without it and for a closed port.
+	if out := fusion(t, "health", "--addr", url, "--ca", caFile, "--timeout", "60s"); !strings.Contains(out, `"status"`) {
+		t.Errorf("fusion health printed %q", out)
+	}
+	for _, args := range [][]string{{"--addr", url}, {"--addr", "http://127.0.0.1:1"}} {
+		if code := run(context.Background(), append([]string{"health", "--timeout", "60s"}, args...), io.Discard, io.Discard); code != 1 {
+			t.Errorf("fusion health %v: exit %d, want 1", args, code)
+		}
+	}
 	// fusion cluster status reaches an https:// node when told its CA (a
 	// lone node has no cluster document: a 404 from the server, not a TLS
 	// failure), and refuses the certificate without it.
@@ -74,7 +83,7 @@ func TestServeHTTPS(t *testing.T) {
 		{nil, "certificate signed by unknown authority"},
 	} {
 		var errb strings.Builder
-		code := run(context.Background(), append([]string{"cluster", "status", "--addr", url}, tc.args...), io.Discard, &errb)
+		code := run(context.Background(), append([]string{"cluster", "status", "--addr", url, "--timeout", "60s"}, tc.args...), io.Discard, &errb)
 		if code != 1 || !strings.Contains(errb.String(), tc.want) {
 			t.Errorf("cluster status %v: exit %d: %s, want %q", tc.args, code, errb.String(), tc.want)
 		}

@@ -18,6 +18,7 @@ import (
 
 	"fusion/cluster"
 	"fusion/engine/runner"
+	"fusion/internal/sdnotify"
 	"fusion/mcp/host"
 	"fusion/node"
 	"fusion/router"
@@ -442,6 +443,28 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 			}
 		}
 	}()
+	// Under systemd (Type=notify): READY=1 once serving, WATCHDOG=1 while
+	// the node's own /health answers, STOPPING=1 when the drain starts.
+	notifier, err := sdnotify.FromEnv(os.Getenv, os.Getpid())
+	if err != nil {
+		s.cfg.Logger.Warn("not talking to the service manager", "err", err)
+	}
+	n.Start()
 	fmt.Fprintf(stderr, "fusion %s serving on %s (models: %s)\n", version, n.URL(), s.cfg.ModelsDir)
-	return n.Run(ctx)
+	if err := notifier.Notify("READY=1\nSTATUS=serving on " + n.URL()); err != nil {
+		s.cfg.Logger.Warn("service manager not told we are ready", "err", err)
+	}
+	wdCtx, stopWD := context.WithCancel(ctx)
+	wdDone := make(chan struct{})
+	go func() {
+		defer close(wdDone)
+		notifier.RunWatchdog(wdCtx, n.CheckHealth, func(err error) {
+			s.cfg.Logger.Warn("watchdog not answered: the node does not serve its own /health", "err", err)
+		})
+	}()
+	<-ctx.Done()
+	stopWD()
+	<-wdDone
+	_ = notifier.Notify("STOPPING=1\nSTATUS=draining")
+	return n.Stop(context.WithoutCancel(ctx))
 }
