@@ -26,8 +26,10 @@ model placements. --json prints the document as the API returns it.
 
 func clusterCommands() map[string]command {
 	return map[string]command{
-		"status": {summary: "print a node's view of the cluster (fusion cluster status -h)", run: runClusterStatus},
-		"certs":  {summary: "the cluster's CA and node certificates for mutual TLS: init, issue", subs: certsCommands()},
+		"status":  {summary: "print a node's view of the cluster (fusion cluster status -h)", run: runClusterStatus},
+		"backup":  {summary: "write a consistent backup of the replicated state to a file", run: runClusterBackup},
+		"restore": {summary: "restore a backup into a (new) cluster", run: runClusterRestore},
+		"certs":   {summary: "the cluster's CA and node certificates for mutual TLS: init, issue", subs: certsCommands()},
 	}
 }
 
