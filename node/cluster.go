@@ -54,6 +54,27 @@ func (c ClusterConfig) Enabled() bool {
 	return len(c.Join) > 0 || c.BootstrapExpect > 0 || c.Listen != ""
 }
 
+// Listeners are the gossip, Raft and gRPC addresses the member binds: the
+// settings, or their defaults (gossip DefaultClusterListen, Raft and gRPC
+// on its host at port+1 and port+2).
+func (c ClusterConfig) Listeners() (gossip, raft, grpc string, err error) {
+	gossip, raft, grpc = c.Listen, c.RaftListen, c.GRPCListen
+	if gossip == "" {
+		gossip = DefaultClusterListen
+	}
+	if raft == "" {
+		if raft, err = offsetPort(gossip, 1); err != nil {
+			return "", "", "", fmt.Errorf("node: cluster listen %q: %w", gossip, err)
+		}
+	}
+	if grpc == "" {
+		if grpc, err = offsetPort(gossip, 2); err != nil {
+			return "", "", "", fmt.Errorf("node: cluster listen %q: %w", gossip, err)
+		}
+	}
+	return gossip, raft, grpc, nil
+}
+
 // DefaultClusterListen is the gossip address when clustering is on.
 const DefaultClusterListen = "0.0.0.0:7946"
 
@@ -87,21 +108,9 @@ func (n *Node) newMember(httpAddr string) (*cluster.Member, error) {
 		}
 		id = h
 	}
-	listen := cc.Listen
-	if listen == "" {
-		listen = DefaultClusterListen
-	}
-	var err error
-	raftListen, grpcListen := cc.RaftListen, cc.GRPCListen
-	if raftListen == "" {
-		if raftListen, err = offsetPort(listen, 1); err != nil {
-			return nil, fmt.Errorf("node: cluster listen %q: %w", listen, err)
-		}
-	}
-	if grpcListen == "" {
-		if grpcListen, err = offsetPort(listen, 2); err != nil {
-			return nil, fmt.Errorf("node: cluster listen %q: %w", listen, err)
-		}
+	listen, raftListen, grpcListen, err := cc.Listeners()
+	if err != nil {
+		return nil, err
 	}
 	gossipAdv := cc.Advertise
 	if gossipAdv != "" {

@@ -13,7 +13,7 @@ import (
 // level's commands, help lists them and exits 0, and a leaf's own errors
 // come back prefixed with its path.
 func TestDispatch(t *testing.T) {
-	top := []string{"bench", "cluster", "health", "models", "serve", "service", "tokenize", "version"}
+	top := []string{"bench", "cluster", "doctor", "health", "models", "serve", "service", "tokenize", "version"}
 	benches := []string{"batch", "cache", "engine", "forward", "grammar", "raft", "server", "tokenizer", "tokens"}
 	tests := []struct {
 		name   string
