@@ -12,6 +12,7 @@ import (
 
 	"fusion/engine"
 	"fusion/engine/parser"
+	"fusion/engine/prompt"
 	"fusion/engine/sample"
 )
 
@@ -31,6 +32,9 @@ type ModelSettings struct {
 	// IdleTTL unloads the model after that long unused, instead of the
 	// runner's IdleTTL (0: the runner's).
 	IdleTTL time.Duration
+	// ChatTemplate replaces the model's chat template (Jinja source; ""
+	// keeps the model's).
+	ChatTemplate string
 }
 
 // SamplingDefaults are optional per-model sampling defaults.
@@ -341,6 +345,11 @@ func (r *Runner) loadModel(ctx context.Context, e *entry) (*loadedModel, error) 
 	}
 	r.cfg.Logger.Info("model loaded", "model", e.info.ID, "weight_bytes", m.WeightBytes())
 	set := r.modelSettings(e.info.ID)
+	if set.ChatTemplate != "" {
+		if text, err = prompt.New(text.Tokenizer(), set.ChatTemplate); err != nil {
+			return nil, fmt.Errorf("%w: %s: the chat template of its settings: %v", engine.ErrUnavailable, e.info.ID, err)
+		}
+	}
 	lm := &loadedModel{name: e.info.ID, text: text, model: m, parser: parser.Detect(text.TemplateSource(), set.Parser)}
 	lm.setSettings(set)
 	lm.cacheKey, lm.cacheKeyErr = modelCacheKey(e.info.Path)

@@ -20,9 +20,11 @@ func (r *Runner) modelSettings(name string) ModelSettings {
 
 // SetModelSettings replaces the settings of the model name, for its next
 // load and, when it is loaded, at once: sampling defaults, context cap,
-// idle TTL and pin apply to the next request; the parser override applies
-// from its next load. The model need not exist yet (settings may name a
-// model another node has).
+// idle TTL and pin apply to the next request. A new chat template or
+// parser needs the model loaded again: an idle loaded model is unloaded
+// (its next request loads it with them), a busy one takes them at its
+// next load. The model need not exist here (settings may name a model
+// another node has).
 func (r *Runner) SetModelSettings(name string, s ModelSettings) {
 	r.settingsMu.Lock()
 	if r.cfg.Models == nil {
@@ -31,14 +33,26 @@ func (r *Runner) SetModelSettings(name string, s ModelSettings) {
 	r.cfg.Models[name] = s
 	r.settingsMu.Unlock()
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	e, ok := r.models[name]
 	if !ok {
+		r.mu.Unlock()
 		return
 	}
 	e.pinned = s.Pinned
-	if e.loaded != nil {
-		e.loaded.setSettings(s)
+	var stale *loadedModel
+	if lm := e.loaded; lm != nil {
+		old := lm.settings()
+		lm.setSettings(s)
+		if (old.ChatTemplate != s.ChatTemplate || old.Parser != s.Parser) && e.active == 0 && e.loading == nil {
+			stale, e.loaded = lm, nil
+		}
+	}
+	r.mu.Unlock()
+	if stale != nil {
+		r.cfg.Logger.Info("model unloaded: its chat template or parser changed", "model", name)
+		if err := stale.close(); err != nil {
+			r.cfg.Logger.Warn("closing a model", "model", name, "err", err)
+		}
 	}
 }
 

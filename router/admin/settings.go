@@ -141,7 +141,7 @@ func (s ModelSettings) Runner() runner.ModelSettings {
 		p = s.ReasoningParser
 	}
 	return runner.ModelSettings{ContextLength: s.MaxContext, Sampling: s.sampling(), Parser: p, Pinned: s.Pinned,
-		IdleTTL: time.Duration(s.TTLSeconds) * ttlUnit}
+		IdleTTL: time.Duration(s.TTLSeconds) * ttlUnit, ChatTemplate: s.ChatTemplate}
 }
 
 // DecodeModelSettings reads stored settings (zero when they do not parse).
