@@ -255,7 +255,7 @@ func New(cfg Config) (*Node, error) {
 		MCP:         mcpHost,
 		ThinkingKey: thinkingKey,
 		Engine:      aliasEngine{Dispatcher: gen, a: n.admin}, Stats: n.engineStats, Cache: run, Models: run, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes, Cluster: clusterStatus,
-		Admin:       adminCfg,
+		Admin: adminCfg,
 		OpenAI: openai.Options{MaxTokens: cfg.MaxTokens, Backends: []string{"cpu"}, CompletionsAsChat: cfg.CompletionsAsChat,
 			AsChat: n.admin.completionsAsChat},
 		OpenClaw: cfg.OpenClaw, Sessions: sessions, Version: cfg.Version, Logger: cfg.Logger,
