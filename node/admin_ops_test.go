@@ -320,3 +320,46 @@ func TestAdminModelSettingsCluster(t *testing.T) {
 		t.Errorf("an unknown node: %d %v", code, out)
 	}
 }
+
+// TestAdminCacheCluster: the probe answers for the model on the nodes
+// that hold it (each answer naming its node; the loaded one first), or on
+// one node with ?node; the clears act on every node, or on one.
+func TestAdminCacheCluster(t *testing.T) {
+	a, b, c := startTrio(t, nil)
+	// b serves a request, so its RAM tier holds the prompt's blocks and
+	// the model is loaded there.
+	prompt := strings.Repeat("a long shared prefix for the cache ", 20)
+	if code, _ := chatText(t, b, "demo", prompt, `,"temperature":0`); code != 200 {
+		t.Fatalf("chat on b: %d", code)
+	}
+	probe := fmt.Sprintf(`{"model_id":"demo","messages":[{"role":"user","content":%q}]}`, prompt)
+	code, out := adminDo(t, a, http.MethodPost, "/admin/api/cache/probe", probe)
+	if code != 200 || out["node"] != "b" || out["model_loaded"] != true || num(out, "blocks_ssd_hot") <= 0 || len(out["nodes"].([]any)) != 3 {
+		t.Fatalf("probe through a: %d %v", code, out)
+	}
+	code, out = adminDo(t, a, http.MethodPost, "/admin/api/cache/probe?node=c", probe)
+	if code != 200 || out["node"] != "c" || out["model_loaded"] != false || num(out, "blocks_ssd_hot") != 0 || num(out, "total_blocks") <= 0 {
+		t.Fatalf("probe on c through a: %d %v", code, out)
+	}
+	if code, out := adminDo(t, c, http.MethodPost, "/admin/api/cache/probe", `{"model_id":"demo"}`); code != 400 || errParam(out) != "messages" {
+		t.Errorf("probe without messages: %d %v", code, out)
+	}
+
+	code, out = adminDo(t, c, http.MethodPost, "/admin/api/hot-cache/clear?node=a", "")
+	if nodes, _ := out["nodes"].(map[string]any); code != 200 || len(nodes) != 1 || nodes["a"] == nil {
+		t.Fatalf("clear a's hot cache through c: %d %v", code, out)
+	}
+	if _, out := adminDo(t, a, http.MethodPost, "/admin/api/cache/probe?node=b", probe); num(out, "blocks_ssd_hot") <= 0 {
+		t.Fatalf("clearing a's cache cleared b's: %v", out)
+	}
+	code, out = adminDo(t, c, http.MethodPost, "/admin/api/hot-cache/clear", "")
+	if nodes, _ := out["nodes"].(map[string]any); code != 200 || len(nodes) != 3 || num(out, "cleared_blocks") <= 0 {
+		t.Fatalf("cluster-wide clear through c: %d %v", code, out)
+	}
+	if _, out := adminDo(t, a, http.MethodPost, "/admin/api/cache/probe?node=b", probe); num(out, "blocks_ssd_hot") != 0 {
+		t.Fatalf("b's cache after a cluster-wide clear: %v", out)
+	}
+	if code, out := adminDo(t, c, http.MethodPost, "/admin/api/ssd-cache/clear", ""); code != 200 || len(out["nodes"].(map[string]any)) != 3 {
+		t.Errorf("cluster-wide SSD clear: %d %v", code, out)
+	}
+}
