@@ -20,12 +20,18 @@ import (
 // adminDo sends an admin request with key "k" and decodes the JSON answer.
 func adminDo(t *testing.T, n *node.Node, method, path, body string) (int, map[string]any) {
 	t.Helper()
+	return adminDoKey(t, n, "k", method, path, body)
+}
+
+// adminDoKey is adminDo with another key.
+func adminDoKey(t *testing.T, n *node.Node, key, method, path, body string) (int, map[string]any) {
+	t.Helper()
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
 	req, _ := http.NewRequest(method, n.URL()+path, rd)
-	req.Header.Set("Authorization", "Bearer k")
+	req.Header.Set("Authorization", "Bearer "+key)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -3,7 +3,6 @@ package admin
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -113,11 +112,8 @@ func (h *Handler) streamLogs(w http.ResponseWriter, r *http.Request) {
 			return lf.FollowLogs(ctx, node, level, fn)
 		}
 	}
-	fl, ok := w.(http.Flusher)
-	if !ok {
-		openai.WriteError(w, errors.New("streaming unsupported"))
-		return
-	}
+	rc := http.NewResponseController(w)
+	fl := flusher{rc}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
@@ -156,6 +152,11 @@ func (h *Handler) streamLogs(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 }
+
+// flusher flushes through the middleware's writers.
+type flusher struct{ rc *http.ResponseController }
+
+func (f flusher) Flush() { _ = f.rc.Flush() }
 
 func hasNode(p Peers, node string) bool {
 	if p == nil {
