@@ -16,8 +16,8 @@ import (
 
 	"fusion/cluster"
 	"fusion/engine/runner"
-	"fusion/mcp/host"
 	"fusion/internal/logfile"
+	"fusion/mcp/host"
 	"fusion/node"
 	"fusion/router"
 	"fusion/router/admin"
