@@ -280,8 +280,7 @@ func (p adminPeers) Forward(ctx context.Context, node string, call admin.Call) (
 	if err != nil {
 		return admin.Reply{}, err
 	}
-	rep, err := adminremote.Do(ctx, cl.Conn(), adminremote.Call(call))
-	return admin.Reply(rep), err
+	return adminremote.Do(ctx, cl.Conn(), call)
 }
 
 func (p adminPeers) FollowLogs(ctx context.Context, node, level string, fn func(string)) error {
@@ -304,8 +303,7 @@ func (l adminLocal) Do(ctx context.Context, call adminremote.Call) (adminremote.
 	if h == nil {
 		return adminremote.Reply{}, adminremote.ErrNoLocal
 	}
-	rep, err := h.Serve(ctx, admin.Call(call))
-	return adminremote.Reply(rep), err
+	return h.Serve(ctx, call)
 }
 
 func (l adminLocal) FollowLogs(ctx context.Context, level string, fn func(string)) error {

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"fusion/cluster/adminremote"
 	"fusion/router/openai"
 )
 
@@ -26,19 +27,12 @@ type Peers interface {
 	Forward(ctx context.Context, node string, call Call) (Reply, error)
 }
 
-// Call is an admin request forwarded to one node.
-type Call struct {
-	Method string `json:"method"`
-	Path   string `json:"path"`
-	Query  string `json:"query"`
-	Body   []byte `json:"body,omitempty"`
-}
-
-// Reply is a node's answer to a Call.
-type Reply struct {
-	Status int    `json:"status"`
-	Body   []byte `json:"body"`
-}
+// Call is an admin request forwarded to one node, and Reply its answer
+// (the cluster's admin service carries them).
+type (
+	Call  = adminremote.Call
+	Reply = adminremote.Reply
+)
 
 // ErrUnknownNode is Forward's error for a node not in the cluster.
 var ErrUnknownNode = fmt.Errorf("admin: unknown node")
