@@ -8,10 +8,12 @@
 package admin
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -135,12 +137,11 @@ func (h *Handler) probe(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req probeRequest
-	if body == nil {
-		openai.WriteError(w, openai.InvalidRequest("", "The body must be a JSON object with model_id and messages."))
-		return
-	}
-	if err := json.Unmarshal(body, &req); err != nil {
-		openai.WriteError(w, openai.InvalidRequest("", "Invalid body: %v", err))
+	// The body was read for forwarding; the dialect's decoder names a
+	// field of the wrong type.
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if e := openai.DecodeBody(r, &req); e != nil {
+		openai.WriteError(w, e)
 		return
 	}
 	model := req.ModelID
