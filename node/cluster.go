@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 
 	"fusion/cluster"
+	"fusion/cluster/adminremote"
 	"fusion/cluster/clusterpb"
 	"fusion/cluster/enginepb"
 	"fusion/cluster/fsm"
@@ -227,6 +228,14 @@ func (n *Node) joinCluster() error {
 		local = n.mcp
 	}
 	mcpremote.Register(m.GRPCServer(), local)
+	// Every member answers its peers' admin calls (stats, models, logs of
+	// this node) once its router exists.
+	adminremote.Register(m.GRPCServer(), func() adminremote.Local {
+		if n.admin.handler.Load() == nil {
+			return nil
+		}
+		return adminLocal{n: n}
+	})
 	n.pool = remote.NewPool(m.DialOptions()...)
 	n.loads = remote.NewLoads(n.pool, 0)
 	n.dispatcher = dispatch.New(dispatch.Config{

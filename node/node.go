@@ -21,12 +21,14 @@ import (
 	"fusion/internal/tlsreload"
 	"fusion/mcp/host"
 	"fusion/router"
+	"fusion/router/admin"
 	"fusion/router/dispatch"
 	routermcp "fusion/router/mcp"
 	"fusion/router/metrics"
 	"fusion/router/openai"
 	"fusion/router/openclaw"
 	"fusion/router/openclaw/raftstore"
+	"fusion/store"
 )
 
 // Config configures a node. Zero values take the defaults noted.
@@ -88,6 +90,18 @@ type Config struct {
 	// current one serving.
 	TLSCertFile, TLSKeyFile string
 	TLSWatchInterval        time.Duration
+	// Effective is the configuration as the program resolved it, for GET
+	// /admin/api/global-settings (key, value in force, source; secrets as
+	// set/unset); nil: the node describes its Config (source "config").
+	Effective []admin.GlobalSetting
+	// CheckSetting validates a global setting's value as its flag would
+	// (nil: the node checks the kinds of the values it knows).
+	CheckSetting func(key, value string) error
+	// LogLevel, when set, is the level of the program's logger: the live
+	// global setting log_level changes it.
+	LogLevel *slog.LevelVar
+	// Logs is the node's log file, served by /admin/api/logs (nil: none).
+	Logs admin.Logs
 
 	Version string
 	Logger  *slog.Logger
@@ -145,6 +159,14 @@ type Node struct {
 	rateAt     time.Time
 	rateTokens int64
 
+	// The admin API's state: node.db (nil without a data dir), the
+	// settings in force, the global configuration, the stats saver.
+	db        *store.NodeDB
+	admin     *adminState
+	global    *globalConfig
+	stopAdmin context.CancelFunc
+	adminDone []chan struct{}
+
 	stopOnce sync.Once
 	stopErr  error
 }
@@ -183,7 +205,18 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node: engine: %w", err)
 	}
-	n := &Node{cfg: cfg, runner: run, cert: cert}
+	db, err := openNodeDB(cfg.DataDir)
+	if err != nil {
+		return nil, errors.Join(err, run.Close())
+	}
+	n := &Node{cfg: cfg, runner: run, db: db, admin: &adminState{}, cert: cert}
+	n.global = &globalConfig{cfg: &n.cfg}
+	closeDB := func() error {
+		if db == nil {
+			return nil
+		}
+		return db.Close()
+	}
 	// The MCP servers start now, so the cluster's MCP service (registered
 	// while joining) has them.
 	var mcpHost routermcp.Host
@@ -203,13 +236,14 @@ func New(cfg Config) (*Node, error) {
 		// router (over the member's session store and dispatcher) comes
 		// after.
 		if n.server, err = router.Listen(cfg.Listen, nil, cfg.Logger); err != nil {
-			return nil, errors.Join(fmt.Errorf("node: %w", err), n.closeMCP(), run.Close())
+			return nil, errors.Join(fmt.Errorf("node: %w", err), n.closeMCP(), run.Close(), closeDB())
 		}
 		if err = n.joinCluster(); err != nil {
-			return nil, errors.Join(err, n.server.Drain(context.Background()), n.closeMCP(), run.Close())
+			return nil, errors.Join(err, n.server.Drain(context.Background()), n.closeMCP(), run.Close(), closeDB())
 		}
 		clusterStatus = n.clusterStatus()
 		gen = n.dispatcher
+		n.admin.store = clusterSettings{m: n.member}
 		mcpHost = n.clusterMCP()
 		if sessions == nil {
 			n.sessions = raftstore.New(n.member, raftstore.Options{TTL: cfg.OpenClaw.TTL, Cap: cfg.OpenClaw.Cap})
@@ -222,20 +256,43 @@ func New(cfg Config) (*Node, error) {
 		if n.server != nil {
 			drain = n.server.Drain(context.Background())
 		}
-		return nil, errors.Join(err, drain, n.closeMCP(), run.Close())
+		return nil, errors.Join(err, drain, n.closeMCP(), run.Close(), closeDB())
+	}
+	if n.admin.store == nil {
+		solo, err := newSoloSettings(db, n.applySettings)
+		if err != nil {
+			var drain error
+			if n.server != nil {
+				drain = n.server.Drain(context.Background())
+			}
+			return nil, errors.Join(err, drain, n.closeMCP(), run.Close(), closeDB())
+		}
+		n.admin.store = solo
+		n.applySettings()
+	}
+	adminCfg := admin.Config{Self: soloID(cfg.Cluster.NodeID), Store: n.admin.store, Engine: n.engineFigures,
+		PersistAllTime: n.persistAllTime, Global: n.global, Logs: cfg.Logs}
+	if n.member != nil {
+		adminCfg.Self, adminCfg.Peers = n.member.ID(), adminPeers{n: n}
 	}
 	n.router = router.New(router.Config{
 		MCP:         mcpHost,
 		ThinkingKey: thinkingKey,
-		Engine:      gen, Stats: n.engineStats, Cache: run, Models: run, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes, Cluster: clusterStatus,
-		OpenAI:   openai.Options{MaxTokens: cfg.MaxTokens, Backends: []string{"cpu"}, CompletionsAsChat: cfg.CompletionsAsChat},
+		Engine:      aliasEngine{Dispatcher: gen, a: n.admin}, Stats: n.engineStats, Cache: run, Models: run, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes, Cluster: clusterStatus,
+		Admin: adminCfg,
+		OpenAI: openai.Options{MaxTokens: cfg.MaxTokens, Backends: []string{"cpu"}, CompletionsAsChat: cfg.CompletionsAsChat,
+			AsChat: n.admin.completionsAsChat},
 		OpenClaw: cfg.OpenClaw, Sessions: sessions, Version: cfg.Version, Logger: cfg.Logger,
 	})
+	n.admin.handler.Store(n.router.Admin())
+	if err := n.restoreAllTime(n.router.Metrics()); err != nil {
+		n.cfg.Logger.Warn("all-time stats not restored", "err", err)
+	}
 	if n.server != nil {
 		n.server.SetHandler(n.router)
 	} else if n.server, err = router.Listen(cfg.Listen, n.router, cfg.Logger); err != nil {
 		n.router.Close()
-		return nil, errors.Join(fmt.Errorf("node: %w", err), n.closeMCP(), run.Close())
+		return nil, errors.Join(fmt.Errorf("node: %w", err), n.closeMCP(), run.Close(), closeDB())
 	}
 	if cert != nil {
 		n.server.SetTLS(cert.Config())
@@ -336,6 +393,19 @@ func (n *Node) Start() {
 			n.cert.Watch(ctx, n.cfg.TLSWatchInterval)
 		}()
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n.stopAdmin = cancel
+	saved := make(chan struct{})
+	n.adminDone = append(n.adminDone, saved)
+	go n.saveStatsLoop(ctx, saved)
+	if n.member != nil {
+		watched := make(chan struct{})
+		n.adminDone = append(n.adminDone, watched)
+		go func() {
+			defer close(watched)
+			n.watchSettings(ctx)
+		}()
+	}
 	n.server.Serve()
 	n.cfg.Logger.Info("node serving", "addr", n.Addr(), "tls", n.cert != nil, "models_dir", n.cfg.ModelsDir, "auth", n.cfg.APIKey != "")
 }
@@ -357,10 +427,25 @@ func (n *Node) Stop(ctx context.Context) error {
 		n.router.Close()
 		// MCP servers stop after the frontend: calls in flight have
 		// finished or been cancelled by the drain.
-		n.stopErr = errors.Join(err, n.closeMCP(), n.stopCluster(ctx), n.runner.Close())
+		n.stopErr = errors.Join(err, n.closeMCP(), n.stopCluster(ctx), n.runner.Close(), n.closeAdmin())
 		n.cfg.Logger.Info("node stopped")
 	})
 	return n.stopErr
+}
+
+// closeAdmin stops the admin loops, saves the all-time stats and closes
+// node.db.
+func (n *Node) closeAdmin() error {
+	if n.stopAdmin != nil {
+		n.stopAdmin()
+		for _, d := range n.adminDone {
+			<-d
+		}
+	}
+	if n.db == nil {
+		return nil
+	}
+	return errors.Join(n.persistAllTime(n.router.Metrics().AllTime()), n.db.Close())
 }
 
 // Run starts the node and serves until ctx is done (SIGTERM), then stops

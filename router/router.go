@@ -28,6 +28,9 @@ type Config struct {
 	Cache admin.Cache
 	// Models serves the engine pool's admin routes (nil: not mounted).
 	Models admin.Models
+	// Admin configures the rest of the admin routes (its Cache, Models,
+	// Metrics and Logger default to the fields above and the router's).
+	Admin admin.Config
 	// APIKey, when set, is required on every route but /health, as
 	// "Authorization: Bearer KEY" or "x-api-key: KEY".
 	APIKey string
@@ -62,6 +65,7 @@ type Router struct {
 	handler  http.Handler
 	metrics  *metrics.Metrics
 	openclaw *openclaw.Handler
+	admin    *admin.Handler
 	ownStore *openclaw.MemStore // nil when the sessions live elsewhere
 }
 
@@ -83,6 +87,20 @@ func New(cfg Config) *Router {
 	})
 
 	rt := &Router{metrics: m}
+	ac := cfg.Admin
+	if ac.Cache == nil {
+		ac.Cache = cfg.Cache
+	}
+	if ac.Models == nil {
+		ac.Models = cfg.Models
+	}
+	if ac.Metrics == nil {
+		ac.Metrics = m
+	}
+	if ac.Logger == nil {
+		ac.Logger = cfg.Logger
+	}
+	rt.admin = admin.New(ac)
 	sessions := cfg.Sessions
 	if sessions == nil {
 		rt.ownStore = openclaw.NewMemStore(openclaw.MemStoreOptions{TTL: cfg.OpenClaw.TTL, Cap: cfg.OpenClaw.Cap})
@@ -117,7 +135,7 @@ func New(cfg Config) *Router {
 		rt.openclaw.Mount(r)
 		mcp.New(cfg.MCP).Mount(r)
 		r.Get("/metrics", h.metricsHandler())
-		admin.New(cfg.Cache, cfg.Models).Mount(r)
+		rt.admin.Mount(r)
 		if cfg.Cluster != nil {
 			r.Handle("/admin/api/cluster", cfg.Cluster)
 			r.Handle("/admin/api/cluster/*", cfg.Cluster)
@@ -147,6 +165,10 @@ func (rt *Router) Close() {
 
 // ServeHTTP serves a request.
 func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) { rt.handler.ServeHTTP(w, r) }
+
+// Admin returns the admin routes' handler (its Serve runs the calls
+// peers forward).
+func (rt *Router) Admin() *admin.Handler { return rt.admin }
 
 // Metrics returns the frontend's metrics.
 func (rt *Router) Metrics() *metrics.Metrics { return rt.metrics }

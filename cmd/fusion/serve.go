@@ -18,10 +18,12 @@ import (
 
 	"fusion/cluster"
 	"fusion/engine/runner"
+	"fusion/internal/logfile"
 	"fusion/internal/sdnotify"
 	"fusion/mcp/host"
 	"fusion/node"
 	"fusion/router"
+	"fusion/router/admin"
 	"fusion/router/openclaw"
 )
 
@@ -57,6 +59,8 @@ type serveSettings struct {
 	tlsCert, tlsKey, tlsCA string
 	// getenv resolves ${VAR} in the MCP config.
 	getenv func(string) string
+	// The log file's rotation (<data-dir>/logs/server.log).
+	logMaxSizeMB, logMaxFiles int
 }
 
 func (s serveSetting) env() string {
@@ -198,6 +202,10 @@ func serveSettingsTable() []serveSetting {
 			func(s *serveSettings, v string) error { s.tlsCA = expandHome(v); return nil }},
 		{"log-level", constant("info"), "debug, info, warn or error",
 			func(s *serveSettings, v string) error { return s.logLevel.UnmarshalText([]byte(v)) }},
+		{"log-max-size-mb", constant(strconv.Itoa(logfile.DefaultMaxSizeMB)), "rotate <data-dir>/logs/server.log past this many megabytes",
+			func(s *serveSettings, v string) error { return parseInt(v, &s.logMaxSizeMB, 1) }},
+		{"log-max-files", constant(strconv.Itoa(logfile.DefaultMaxFiles)), "rotated log files kept",
+			func(s *serveSettings, v string) error { return parseInt(v, &s.logMaxFiles, 1) }},
 		{"log-format", constant("text"), "text or json",
 			func(s *serveSettings, v string) error {
 				if v != "text" && v != "json" {
@@ -260,10 +268,12 @@ func resolveServe(args []string, getenv func(string) string, stderr io.Writer) (
 		if err := st.apply(s, v); err != nil {
 			return nil, usagef("%s: %v", from, err)
 		}
+		s.cfg.Effective = append(s.cfg.Effective, effective(st, v, from))
 	}
 	if (s.cfg.TLSCertFile == "") != (s.cfg.TLSKeyFile == "") {
 		return nil, usagef("--tls-cert and --tls-key go together")
 	}
+	s.cfg.CheckSetting = checkServeSetting
 	if s.tlsCert != "" || s.tlsKey != "" || s.tlsCA != "" {
 		if s.tlsCert == "" || s.tlsKey == "" || s.tlsCA == "" {
 			return nil, usagef("--grpc-tls-cert, --grpc-tls-key and --grpc-tls-ca go together")
@@ -275,6 +285,39 @@ func resolveServe(args []string, getenv func(string) string, stderr io.Writer) (
 		s.cfg.Cluster.ServerTLS, s.cfg.Cluster.ClientTLS = server, client
 	}
 	return s, nil
+}
+
+// secretSettings are shown as set or unset, never their value.
+var secretSettings = map[string]bool{"api-key": true, "cluster-secret": true}
+
+// effective is one resolved setting for GET /admin/api/global-settings:
+// its value (a secret's as set/unset) and where it came from.
+func effective(st serveSetting, v, from string) admin.GlobalSetting {
+	source, _, _ := strings.Cut(from, " ")
+	switch source {
+	case "config":
+		source = "file"
+	case "environment":
+		source = "env"
+	}
+	if secretSettings[st.name] {
+		v = "unset"
+		if from != "default" {
+			v = "set"
+		}
+	}
+	return admin.GlobalSetting{Key: st.key(), Value: v, Source: source}
+}
+
+// checkServeSetting validates a value for the setting whose file key is
+// key, as its flag would.
+func checkServeSetting(key, value string) error {
+	for _, st := range serveSettingsTable() {
+		if st.key() == key {
+			return st.apply(&serveSettings{}, value)
+		}
+	}
+	return fmt.Errorf("unknown setting")
 }
 
 // lookupEnv treats an unset and an empty variable alike.
@@ -411,12 +454,22 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	opts := &slog.HandlerOptions{Level: s.logLevel}
+	level := new(slog.LevelVar)
+	level.Set(s.logLevel)
+	opts := &slog.HandlerOptions{Level: level}
 	var h slog.Handler = slog.NewTextHandler(stderr, opts)
 	if s.logFormat == "json" {
 		h = slog.NewJSONHandler(stderr, opts)
 	}
-	s.cfg.Logger = slog.New(h)
+	// The log file is JSON whatever the console's format, so the admin
+	// API can filter it by level.
+	logs, err := logfile.Open(filepath.Join(s.cfg.DataDir, "logs"), logfile.Options{MaxSizeMB: s.logMaxSizeMB, MaxFiles: s.logMaxFiles})
+	if err != nil {
+		return err
+	}
+	defer logs.Close()
+	s.cfg.Logger = slog.New(slog.NewMultiHandler(h, slog.NewJSONHandler(logs, opts)))
+	s.cfg.LogLevel, s.cfg.Logs = level, logs
 	s.cfg.Version = version
 	n, err := node.New(s.cfg)
 	if err != nil {

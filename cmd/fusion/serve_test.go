@@ -191,6 +191,50 @@ func TestServeRunsAndStops(t *testing.T) {
 	if out := stderr.String(); !strings.Contains(out, `"msg":"node stopped"`) || !strings.Contains(out, `"msg":"http request"`) {
 		t.Errorf("logs: %s", out)
 	}
+	// The same lines went to the log file.
+	if raw, err := os.ReadFile(filepath.Join(dir, "logs", "server.log")); err != nil || !strings.Contains(string(raw), `"msg":"node stopped"`) ||
+		!strings.Contains(string(raw), `"path":"/v1/completions"`) {
+		t.Errorf("log file: %v %s", err, raw)
+	}
+}
+
+// TestServeEffectiveSettings: each resolved setting carries its source
+// (default, file, env, flag), secrets show as set/unset, and a change is
+// checked by the flag's own parser.
+func TestServeEffectiveSettings(t *testing.T) {
+	cfgFile := filepath.Join(t.TempDir(), "fusion.json")
+	if err := os.WriteFile(cfgFile, []byte(`{"max_queued":9,"cluster_secret":"file-secret"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"FUSION_CONFIG": cfgFile, "FUSION_MAX_RUNNING": "3"}
+	s, err := resolveServe([]string{"--api-key", "flag-key", "--max-tokens", "50"}, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, e := range s.cfg.Effective {
+		got[e.Key] = e.Value + "/" + e.Source
+	}
+	for k, want := range map[string]string{"max_queued": "9/file", "max_running": "3/env", "max_tokens": "50/flag", "step_tokens": "512/default",
+		"api_key": "set/flag", "cluster_secret": "set/file", "log_max_files": "5/default"} {
+		if got[k] != want {
+			t.Errorf("%s = %q, want %q", k, got[k], want)
+		}
+	}
+	for k, v := range got {
+		if strings.Contains(v, "flag-key") || strings.Contains(v, "file-secret") {
+			t.Errorf("%s shows a secret: %s", k, v)
+		}
+	}
+	if err := s.cfg.CheckSetting("max_queued", "0"); err == nil {
+		t.Error("max_queued 0 accepted (the flag wants ≥ 1)")
+	}
+	if err := s.cfg.CheckSetting("log_level", "debug"); err != nil {
+		t.Errorf("log_level debug: %v", err)
+	}
+	if err := s.cfg.CheckSetting("nope", "1"); err == nil {
+		t.Error("an unknown setting accepted")
+	}
 }
 
 func TestServeSessionSettings(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 
 	"fusion/engine"
 	"fusion/engine/parser"
+	"fusion/engine/prompt"
 	"fusion/engine/sample"
 )
 
@@ -28,6 +29,12 @@ type ModelSettings struct {
 	Parser string
 	// Pinned models are never evicted nor unloaded idle.
 	Pinned bool
+	// IdleTTL unloads the model after that long unused, instead of the
+	// runner's IdleTTL (0: the runner's).
+	IdleTTL time.Duration
+	// ChatTemplate replaces the model's chat template (Jinja source; ""
+	// keeps the model's).
+	ChatTemplate string
 }
 
 // SamplingDefaults are optional per-model sampling defaults.
@@ -39,8 +46,8 @@ type SamplingDefaults struct {
 	RepetitionPenalty *float64
 }
 
-// apply fills p's fields left at their defaults.
-func (d SamplingDefaults) apply(p *sample.Params) {
+// Apply fills p's fields left at their defaults.
+func (d SamplingDefaults) Apply(p *sample.Params) {
 	def := sample.DefaultParams()
 	if d.Temperature != nil && p.Temperature == def.Temperature {
 		p.Temperature = *d.Temperature
@@ -324,7 +331,9 @@ func (r *Runner) loadModel(ctx context.Context, e *entry) (*loadedModel, error) 
 			return nil, fmt.Errorf("%w: %s: %v", engine.ErrUnavailable, e.info.ID, err)
 		}
 		r.cfg.Logger.Info("model loaded", "model", e.info.ID, "kind", e.info.Kind, "weight_bytes", em.m.WeightBytes())
-		return &loadedModel{name: e.info.ID, emb: em, settings: r.cfg.Models[e.info.ID]}, nil
+		lm := &loadedModel{name: e.info.ID, emb: em}
+		lm.setSettings(r.modelSettings(e.info.ID))
+		return lm, nil
 	}
 	text, err := r.text(context.WithoutCancel(ctx), e)
 	if err != nil {
@@ -335,8 +344,14 @@ func (r *Runner) loadModel(ctx context.Context, e *entry) (*loadedModel, error) 
 		return nil, fmt.Errorf("%w: %s: %v", engine.ErrUnavailable, e.info.ID, err)
 	}
 	r.cfg.Logger.Info("model loaded", "model", e.info.ID, "weight_bytes", m.WeightBytes())
-	set := r.cfg.Models[e.info.ID]
-	lm := &loadedModel{name: e.info.ID, text: text, model: m, settings: set, parser: parser.Detect(text.TemplateSource(), set.Parser)}
+	set := r.modelSettings(e.info.ID)
+	if set.ChatTemplate != "" {
+		if text, err = prompt.New(text.Tokenizer(), set.ChatTemplate); err != nil {
+			return nil, fmt.Errorf("%w: %s: the chat template of its settings: %v", engine.ErrUnavailable, e.info.ID, err)
+		}
+	}
+	lm := &loadedModel{name: e.info.ID, text: text, model: m, parser: parser.Detect(text.TemplateSource(), set.Parser)}
+	lm.setSettings(set)
 	lm.cacheKey, lm.cacheKeyErr = modelCacheKey(e.info.Path)
 	lm.sched = newScheduler(r, e.info.ID, m)
 	return lm, nil
@@ -368,7 +383,10 @@ func estimateBytes(path string) int64 {
 // reapIdle unloads unpinned models idle for IdleTTL, until Close.
 func (r *Runner) reapIdle() {
 	defer r.bg.Done()
-	every := min(max(r.cfg.IdleTTL/4, 10*time.Millisecond), time.Minute)
+	every := time.Second // per-model TTLs only
+	if r.cfg.IdleTTL > 0 {
+		every = min(max(r.cfg.IdleTTL/4, 10*time.Millisecond), time.Minute)
+	}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -379,7 +397,13 @@ func (r *Runner) reapIdle() {
 			var idle []*loadedModel
 			r.mu.Lock()
 			for _, e := range r.models {
-				if e.loaded != nil && e.active == 0 && !e.pinned && now.Sub(e.lastUsed) >= r.cfg.IdleTTL {
+				ttl := r.cfg.IdleTTL
+				if e.loaded != nil {
+					if t := e.loaded.settings().IdleTTL; t > 0 {
+						ttl = t
+					}
+				}
+				if ttl > 0 && e.loaded != nil && e.active == 0 && !e.pinned && now.Sub(e.lastUsed) >= ttl {
 					r.cfg.Logger.Info("model unloaded idle", "model", e.info.ID, "idle", now.Sub(e.lastUsed).Round(time.Second))
 					idle = append(idle, e.loaded)
 					e.loaded = nil

@@ -156,6 +156,8 @@ type Runner struct {
 	mu     sync.Mutex // guards models and the pool state of every entry
 	models map[string]*entry
 
+	settingsMu sync.Mutex // guards cfg.Models (SetModelSettings writes it)
+
 	pcache *prefixcache.Cache // nil when off
 
 	grammars *grammarCache // compiled response formats and forced tool calls
@@ -183,9 +185,9 @@ type loadedModel struct {
 	emb   *embeddingModel // nil for a language model
 	// parser names the output parser family, detected from the template
 	// or set by the model's settings.
-	parser   string
-	settings ModelSettings
-	sched    *scheduler
+	parser string
+	live   atomic.Pointer[ModelSettings] // the settings in force (SetModelSettings swaps them)
+	sched  *scheduler
 
 	// cacheKey is the model's prefix-cache identity (see modelCacheKey).
 	cacheKey    prefixcache.Key
@@ -200,7 +202,7 @@ type loadedModel struct {
 // contextLength is the model's context, capped by its settings.
 func (lm *loadedModel) contextLength() int {
 	n := lm.model.ContextLength()
-	if c := lm.settings.ContextLength; c > 0 && c < n {
+	if c := lm.settings().ContextLength; c > 0 && c < n {
 		return c
 	}
 	return n
@@ -235,10 +237,9 @@ func (r *Runner) start() (*Runner, error) {
 			return nil, errors.Join(fmt.Errorf("preload %s: %w", name, err), r.Close())
 		}
 	}
-	if r.cfg.IdleTTL > 0 {
-		r.bg.Add(1)
-		go r.reapIdle()
-	}
+	// The reaper always runs: a model's own TTL may be set at any time.
+	r.bg.Add(1)
+	go r.reapIdle()
 	return r, nil
 }
 

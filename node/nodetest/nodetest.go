@@ -18,6 +18,7 @@ import (
 	"fusion/engine/demo"
 	"fusion/mcp/host"
 	"fusion/node"
+	"fusion/router/admin"
 	"fusion/router/openclaw"
 )
 
@@ -54,6 +55,9 @@ type Options struct {
 	// Logger, when nil, discards the logs, or writes them to stderr when
 	// FUSION_TEST_LOG=1.
 	Logger *slog.Logger
+	// LogLevel and Logs are the node's (see node.Config).
+	LogLevel *slog.LevelVar
+	Logs     admin.Logs
 }
 
 // Models writes the demo model into a fresh directory and returns it.
@@ -143,7 +147,7 @@ func Start(t testing.TB, o Options) *node.Node {
 		CacheHotBytes: o.CacheHotBytes, CacheSSDBytes: o.CacheSSDBytes,
 		MaxQueued: o.MaxQueued, MaxEmbeds: o.MaxEmbeds, MaxRunning: o.MaxRunning, MaxTokens: o.MaxTokens, MaxBodyBytes: o.MaxBodyBytes, MemoryBudget: o.MemoryBudget, DrainTimeout: o.DrainTimeout,
 		CompletionsAsChat: o.CompletionsAsChat, OpenClaw: o.OpenClaw, Sessions: o.Sessions, Threads: 1, Version: "test", Logger: o.Logger, Cluster: o.Cluster,
-		MCPServers: o.MCPServers, MCP: o.MCP,
+		MCPServers: o.MCPServers, MCP: o.MCP, LogLevel: o.LogLevel, Logs: o.Logs,
 	})
 	if err != nil {
 		t.Fatalf("node: %v", err)
