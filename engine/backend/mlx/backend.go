@@ -23,9 +23,10 @@ import (
 // bf16-scaled quantized checkpoint), each op in the type MLX's promotion
 // gives it. Options.Float32 computes in float32 instead, the CPU
 // backend's numbers. Weights keep their file format on the device: dense
-// F32/F16/BF16 and MLX affine codes (quantized_matmul); GGUF block types
+// F32/F16/BF16 and MLX affine codes (quantized_matmul); GGUF Q8_0 and
+// Q4_0 become MLX affine codes with float32 scales (exact), Q4_K and Q6_K
 // are dequantized to float32 at load (exact, 32 bits per weight instead
-// of 4.5–8.5), so GGUF models compute in float32 in either mode.
+// of 4.5–6.6), so GGUF models compute in float32 in either mode.
 type Backend struct {
 	rt  *Runtime
 	f32 bool // Options.Float32
@@ -169,14 +170,16 @@ func floatType(dt tensor.DType) bool {
 }
 
 // Weight puts d on the device: dense and MLX affine data as stored
-// (wrapped; MLX's CPU allocator copies it), GGUF blocks dequantized to
-// float32.
+// (wrapped; MLX's CPU allocator copies it), GGUF Q8_0 and Q4_0 as MLX
+// affine codes with float32 scales (exact), other GGUF blocks dequantized
+// to float32.
 func (b *Backend) Weight(d backend.WeightData) (backend.Weight, error) {
 	if d.Out <= 0 || d.In <= 0 {
 		return nil, fmt.Errorf("mlx: %s: shape [%d, %d]", d.Name, d.Out, d.In)
 	}
 	w := &weight{name: d.Name, out: d.Out, in: d.In}
-	var host []float32 // GGUF, dequantized
+	var host []float32   // GGUF, dequantized
+	var gguf affineCodes // GGUF, mapped to MLX affine codes
 	switch d.Format {
 	case backend.Dense:
 		if !floatType(d.Data.DType) || len(d.Data.Data) != d.Out*d.In*dtypeBytes(d.Data.DType) {
@@ -195,6 +198,11 @@ func (b *Backend) Weight(d backend.WeightData) (backend.Weight, error) {
 		g, err := kernels.NewGGUF(d.Data.DType, d.Out, d.In, d.Data.Data)
 		if err != nil {
 			return nil, fmt.Errorf("mlx: %s: %w", d.Name, err)
+		}
+		var ok bool
+		if gguf, ok = ggufAffine(d.Data.DType, d.Out, d.In, d.Data.Data); ok {
+			w.affine, w.bits, w.group = true, gguf.bits, ggufGroup
+			break
 		}
 		host = make([]float32, d.Out*d.In)
 		for r := range d.Out {
@@ -219,6 +227,11 @@ func (b *Backend) Weight(d backend.WeightData) (backend.Weight, error) {
 		switch {
 		case host != nil:
 			xs = append(xs, a.FromFloat32(host, d.Out, d.In))
+		case gguf.codes != nil:
+			xs = append(xs,
+				a.FromBytes(tensor.U32, gguf.codes, d.Out, d.In*gguf.bits/32),
+				a.FromBytes(tensor.F32, gguf.scales, d.Out, d.In/ggufGroup),
+				a.FromBytes(tensor.F32, gguf.biases, d.Out, d.In/ggufGroup))
 		case w.affine:
 			groups := d.In / d.Group
 			xs = append(xs,

@@ -30,6 +30,7 @@ var backendFormats = []struct {
 	{"mlx-q4-qwen3", demo.Options{Quantize: 4, GroupSize: 32}, "qwen3"},
 	{"mlx-q8-qwen3", demo.Options{Quantize: 8, GroupSize: 64}, "qwen3"},
 	{"gguf-q8_0-llama", demo.Options{Format: demo.FormatGGUF, GGUFType: "q8_0"}, "llama"},
+	{"gguf-q4_0-qwen3", demo.Options{Format: demo.FormatGGUF, GGUFType: "q4_0"}, "qwen3"},
 	{"gguf-q4_k_m-qwen3", demo.Options{Format: demo.FormatGGUF, GGUFType: "q4_k_m"}, "qwen3"},
 }
 
