@@ -59,6 +59,13 @@ func loadModel(t *testing.T, be backend.Backend, path string, layers model.Range
 	return m
 }
 
+// loadPair loads the model at path on two backends, each with a sequence.
+func loadPair(t *testing.T, a, b backend.Backend, path string) (ma, mb *model.Model, sa, sb *model.Sequence) {
+	t.Helper()
+	ma, mb = loadModel(t, a, path, model.Range{}), loadModel(t, b, path, model.Range{})
+	return ma, mb, newSeq(t, ma), newSeq(t, mb)
+}
+
 func newSeq(t *testing.T, m *model.Model) *model.Sequence {
 	t.Helper()
 	s, err := m.NewSequence(1024)
@@ -208,9 +215,7 @@ const nativeTol = (13*4 + 3) * (1.0 / 256)
 func testParityWithCPU(t *testing.T, be *Backend, cb *cpu.Backend, tol float64) {
 	for _, f := range backendFormats {
 		t.Run(f.name, func(t *testing.T) {
-			path := demoModel(t, f.arch, f.opts)
-			mm, cm := loadModel(t, be, path, model.Range{}), loadModel(t, cb, path, model.Range{})
-			ms, cs := newSeq(t, mm), newSeq(t, cm)
+			mm, cm, ms, cs := loadPair(t, be, cb, demoModel(t, f.arch, f.opts))
 			toks := promptTokens(1, 300)
 			worst := 0.0
 			ftol := tol
@@ -484,15 +489,13 @@ func testStepError(t *testing.T, be *Backend) {
 
 // testNativeTypes: native mode keeps the KV cache in the model's type
 // (bf16 for bf16 weights and for bf16-scaled 4-bit ones: half the bytes
-// of float32 mode; float32 for an f32 model and for GGUF, dequantized to
-// float32), and its logits are not float32 mode's (they are rounded to
+// of float32 mode; float32 for an f32 model and for GGUF, whose weights
+// are float32 or float32-scaled on the device), and its logits are not float32 mode's (they are rounded to
 // bf16 on the way), except where both compute in float32.
 func testNativeTypes(t *testing.T, be, fb *Backend) {
 	for _, f := range backendFormats {
 		t.Run(f.name, func(t *testing.T) {
-			path := demoModel(t, f.arch, f.opts)
-			nm, fm := loadModel(t, be, path, model.Range{}), loadModel(t, fb, path, model.Range{})
-			ns, fs := newSeq(t, nm), newSeq(t, fm)
+			nm, fm, ns, fs := loadPair(t, be, fb, demoModel(t, f.arch, f.opts))
 			toks := promptTokens(2, 40)
 			got := fwd(t, nm, []model.Input{{Seq: ns, Tokens: toks}}, model.Range{}, nil).Logits[0]
 			want := fwd(t, fm, []model.Input{{Seq: fs, Tokens: toks}}, model.Range{}, nil).Logits[0]
