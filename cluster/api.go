@@ -210,6 +210,8 @@ const AdminPath = "/admin/api/cluster"
 //	GET /admin/api/cluster                  the status document
 //	GET /admin/api/cluster/settings/{key}   {"key","value","version"}
 //	PUT /admin/api/cluster/settings/{key}   {"value", "expect_version"?} → CAS write
+//	GET /admin/api/cluster/backup           a consistent backup (octet stream)
+//	POST /admin/api/cluster/restore[?force] restores a backup (the body); leader only
 //
 // Settings under KeyPrefix (the cluster's keys) are a 403.
 //
@@ -229,6 +231,10 @@ func (m *Member) AdminHandler() http.Handler {
 			writeJSON(w, http.StatusOK, m.Status())
 		case ok && strings.HasPrefix(rest, "/settings/") && len(rest) > len("/settings/"):
 			m.serveSetting(w, r, strings.TrimPrefix(rest, "/settings/"))
+		case ok && rest == "/backup":
+			m.serveBackup(w, r)
+		case ok && rest == "/restore":
+			m.serveRestore(w, r)
 		default:
 			writeJSONError(w, http.StatusNotFound, "not found: "+r.URL.Path)
 		}

@@ -110,10 +110,14 @@ func (n *Node) newMember(httpAddr string) (*cluster.Member, error) {
 			gossipAdv = net.JoinHostPort(gossipAdv, port)
 		}
 	}
+	scheme := "http://"
+	if n.cert != nil {
+		scheme = "https://"
+	}
 	return cluster.New(cluster.Config{
 		NodeID: id, DataDir: n.cfg.DataDir,
 		GossipListen: listen, GossipAdvertise: gossipAdv, RaftListen: raftListen, GRPCListen: grpcListen,
-		HTTPAdvertise: "http://" + advertiseHTTP(httpAddr, gossipAdv),
+		HTTPAdvertise: scheme + advertiseHTTP(httpAddr, gossipAdv),
 		Join:          cc.Join, BootstrapExpect: cc.BootstrapExpect, Voters: cc.Voters, Secret: cc.Secret,
 		ServerTLS: cc.ServerTLS, ClientTLS: cc.ClientTLS,
 		Role: "server", Version: n.cfg.Version, Timing: cc.Timing, Logger: n.cfg.Logger,

@@ -5,6 +5,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 	"fusion/cluster"
 	"fusion/cluster/remote"
 	"fusion/engine/runner"
+	"fusion/internal/tlsreload"
 	"fusion/mcp/host"
 	"fusion/router"
 	"fusion/router/dispatch"
@@ -79,6 +81,14 @@ type Config struct {
 	MCPServers host.Config
 	MCP        host.Options
 
+	// TLSCertFile and TLSKeyFile make the frontend speak HTTPS (and
+	// HTTP/2). The pair is read again on ReloadTLS (SIGHUP) and whenever
+	// its files change, checked every TLSWatchInterval (default 10s;
+	// negative: only on ReloadTLS); a pair that does not load leaves the
+	// current one serving.
+	TLSCertFile, TLSKeyFile string
+	TLSWatchInterval        time.Duration
+
 	Version string
 	Logger  *slog.Logger
 }
@@ -87,6 +97,7 @@ type Config struct {
 const (
 	DefaultListen       = "127.0.0.1:8000"
 	DefaultDrainTimeout = 30 * time.Second
+	DefaultTLSWatch     = 10 * time.Second
 )
 
 func (c *Config) defaults() {
@@ -99,6 +110,9 @@ func (c *Config) defaults() {
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = DefaultDrainTimeout
 	}
+	if c.TLSWatchInterval == 0 {
+		c.TLSWatchInterval = DefaultTLSWatch
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -110,8 +124,12 @@ type Node struct {
 	runner *runner.Runner
 	router *router.Router
 	server *router.Server
-	member *cluster.Member // nil when not clustered
-	mcp    *host.Host      // nil without MCP servers
+	member *cluster.Member        // nil when not clustered
+	mcp    *host.Host             // nil without MCP servers
+	cert   *tlsreload.Certificate // nil without TLS
+
+	stopWatch context.CancelFunc // the TLS files' watcher (nil if none)
+	watchDone chan struct{}
 
 	// Cluster data plane (nil when not clustered): the dispatcher over
 	// the member's routes, the peers' Engine clients and their loads, the
@@ -136,6 +154,13 @@ type Node struct {
 // does not serve until Start.
 func New(cfg Config) (*Node, error) {
 	cfg.defaults()
+	var cert *tlsreload.Certificate
+	if cfg.TLSCertFile != "" || cfg.TLSKeyFile != "" {
+		var err error
+		if cert, err = tlsreload.Load(cfg.TLSCertFile, cfg.TLSKeyFile, cfg.Logger); err != nil {
+			return nil, fmt.Errorf("node: %w", err)
+		}
+	}
 	for _, dir := range []string{cfg.DataDir, cfg.ModelsDir} {
 		if dir == "" {
 			continue
@@ -158,7 +183,7 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node: engine: %w", err)
 	}
-	n := &Node{cfg: cfg, runner: run}
+	n := &Node{cfg: cfg, runner: run, cert: cert}
 	// The MCP servers start now, so the cluster's MCP service (registered
 	// while joining) has them.
 	var mcpHost routermcp.Host
@@ -212,7 +237,27 @@ func New(cfg Config) (*Node, error) {
 		n.router.Close()
 		return nil, errors.Join(fmt.Errorf("node: %w", err), n.closeMCP(), run.Close())
 	}
+	if cert != nil {
+		n.server.SetTLS(cert.Config())
+	}
 	return n, nil
+}
+
+// ReloadTLS reads the HTTPS certificate and key again (the server calls it
+// on SIGHUP); the current pair stays when the new one does not load. A
+// node without TLS has nothing to reload.
+func (n *Node) ReloadTLS() error {
+	if n.cert == nil {
+		return nil
+	}
+	changed, err := n.cert.Reload()
+	if err != nil {
+		return err
+	}
+	if changed {
+		n.cfg.Logger.Info("tls: certificate reloaded", "subject", n.cert.Leaf().Subject.String(), "not_after", n.cert.Leaf().NotAfter)
+	}
+	return nil
 }
 
 // closeMCP stops the MCP servers (no child process is left).
@@ -240,7 +285,33 @@ func (n *Node) engineStats() metrics.EngineStats {
 func (n *Node) Addr() string { return n.server.Addr() }
 
 // URL is the base URL of the node's API.
-func (n *Node) URL() string { return "http://" + n.Addr() }
+func (n *Node) URL() string {
+	if n.cert != nil {
+		return "https://" + n.Addr()
+	}
+	return "http://" + n.Addr()
+}
+
+// CheckHealth asks the node's own HTTP listener for /health: nil when it
+// answers 200. The service manager's watchdog is answered only then. Over
+// HTTPS the certificate is not checked (the node is talking to itself).
+func (n *Node) CheckHealth(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.URL()+"/health", nil)
+	if err != nil {
+		return err
+	}
+	tr := &http.Transport{DisableKeepAlives: true, TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		return fmt.Errorf("health: %w", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("health: %s", resp.Status)
+	}
+	return nil
+}
 
 // Runner is the node's engine.
 func (n *Node) Runner() *runner.Runner { return n.runner }
@@ -257,8 +328,16 @@ func (n *Node) Start() {
 			n.startSync()
 		}
 	}
+	if n.cert != nil && n.cfg.TLSWatchInterval > 0 {
+		ctx, cancel := context.WithCancel(context.Background())
+		n.stopWatch, n.watchDone = cancel, make(chan struct{})
+		go func() {
+			defer close(n.watchDone)
+			n.cert.Watch(ctx, n.cfg.TLSWatchInterval)
+		}()
+	}
 	n.server.Serve()
-	n.cfg.Logger.Info("node serving", "addr", n.Addr(), "models_dir", n.cfg.ModelsDir, "auth", n.cfg.APIKey != "")
+	n.cfg.Logger.Info("node serving", "addr", n.Addr(), "tls", n.cert != nil, "models_dir", n.cfg.ModelsDir, "auth", n.cfg.APIKey != "")
 }
 
 // Stop drains the frontend for at most the drain timeout (or until ctx is
@@ -271,6 +350,10 @@ func (n *Node) Stop(ctx context.Context) error {
 		n.cfg.Logger.Info("node draining", "timeout", n.cfg.DrainTimeout)
 		n.markDraining(ctx)
 		err := n.server.Drain(ctx)
+		if n.stopWatch != nil {
+			n.stopWatch()
+			<-n.watchDone
+		}
 		n.router.Close()
 		// MCP servers stop after the frontend: calls in flight have
 		// finished or been cancelled by the drain.

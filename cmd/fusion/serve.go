@@ -8,14 +8,17 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"fusion/cluster"
 	"fusion/engine/runner"
+	"fusion/internal/sdnotify"
 	"fusion/mcp/host"
 	"fusion/node"
 	"fusion/router"
@@ -111,6 +114,22 @@ func serveSettingsTable() []serveSetting {
 					return fmt.Errorf("%q is not a positive duration (e.g. 30s)", v)
 				}
 				s.cfg.DrainTimeout = d
+				return nil
+			}},
+		{"tls-cert", constant(""), "PEM certificate of the HTTPS frontend (with --tls-key; HTTP/2 too); reloaded on SIGHUP and when the file changes",
+			func(s *serveSettings, v string) error { s.cfg.TLSCertFile = expandHome(v); return nil }},
+		{"tls-key", constant(""), "PEM private key of --tls-cert",
+			func(s *serveSettings, v string) error { s.cfg.TLSKeyFile = expandHome(v); return nil }},
+		{"tls-watch-interval", constant(node.DefaultTLSWatch.String()), "how often the HTTPS certificate files are checked for a change (0: only on SIGHUP)",
+			func(s *serveSettings, v string) error {
+				d, err := time.ParseDuration(v)
+				if err != nil || d < 0 {
+					return fmt.Errorf("%q is not a duration (e.g. 10s, or 0 for SIGHUP only)", v)
+				}
+				if d == 0 {
+					d = -1 // node.Config: negative is off
+				}
+				s.cfg.TLSWatchInterval = d
 				return nil
 			}},
 		{"cache-hot-bytes", constant("0"), "prefix cache RAM tier cap in bytes (0: 10% of RAM; -1: off)",
@@ -241,6 +260,9 @@ func resolveServe(args []string, getenv func(string) string, stderr io.Writer) (
 		if err := st.apply(s, v); err != nil {
 			return nil, usagef("%s: %v", from, err)
 		}
+	}
+	if (s.cfg.TLSCertFile == "") != (s.cfg.TLSKeyFile == "") {
+		return nil, usagef("--tls-cert and --tls-key go together")
 	}
 	if s.tlsCert != "" || s.tlsKey != "" || s.tlsCA != "" {
 		if s.tlsCert == "" || s.tlsKey == "" || s.tlsCA == "" {
@@ -400,6 +422,49 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// SIGHUP reloads the HTTPS certificate (as nginx and others do after a
+	// renewal); the watcher also notices changed files on its own.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	hupCtx, stopHup := context.WithCancel(ctx)
+	defer stopHup()
+	go func() {
+		for {
+			select {
+			case <-hupCtx.Done():
+				return
+			case <-hup:
+				if err := n.ReloadTLS(); err != nil {
+					s.cfg.Logger.Error("SIGHUP: certificate not reloaded; still serving the previous one", "err", err)
+				} else {
+					s.cfg.Logger.Info("SIGHUP: certificate checked")
+				}
+			}
+		}
+	}()
+	// Under systemd (Type=notify): READY=1 once serving, WATCHDOG=1 while
+	// the node's own /health answers, STOPPING=1 when the drain starts.
+	notifier, err := sdnotify.FromEnv(os.Getenv, os.Getpid())
+	if err != nil {
+		s.cfg.Logger.Warn("not talking to the service manager", "err", err)
+	}
+	n.Start()
 	fmt.Fprintf(stderr, "fusion %s serving on %s (models: %s)\n", version, n.URL(), s.cfg.ModelsDir)
-	return n.Run(ctx)
+	if err := notifier.Notify("READY=1\nSTATUS=serving on " + n.URL()); err != nil {
+		s.cfg.Logger.Warn("service manager not told we are ready", "err", err)
+	}
+	wdCtx, stopWD := context.WithCancel(ctx)
+	wdDone := make(chan struct{})
+	go func() {
+		defer close(wdDone)
+		notifier.RunWatchdog(wdCtx, n.CheckHealth, func(err error) {
+			s.cfg.Logger.Warn("watchdog not answered: the node does not serve its own /health", "err", err)
+		})
+	}()
+	<-ctx.Done()
+	stopWD()
+	<-wdDone
+	_ = notifier.Notify("STOPPING=1\nSTATUS=draining")
+	return n.Stop(context.WithoutCancel(ctx))
 }
