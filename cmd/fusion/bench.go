@@ -27,6 +27,7 @@ func benchCommands() map[string]command {
 		"grammar":   {summary: "JSON-schema compilation and per-token masks", run: benchGrammar},
 		"raft":      {summary: "Raft write latency, throughput and failover", run: benchRaft},
 		"tokens":    {summary: "count_tokens latency on a loaded and an unloaded model (Qwen3 tokenizer)", run: benchTokens},
+		"mlx":       {summary: "MLX backend against mlx-lm: prefill and decode tokens/s on a 4-bit Qwen3-0.6B-shaped model", run: benchMLX},
 	}
 }
 
@@ -150,6 +151,20 @@ func benchTokens(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	return benchError(bench.Tokens(ctx, o, stdout))
+}
+
+func benchMLX(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o := bench.DefaultMLXOptions()
+	fs := newFlagSet("bench mlx", stderr)
+	fs.StringVar(&o.CacheDir, "cache", o.CacheDir, "directory the benchmark model is created in (reused)")
+	fs.IntVar(&o.Layers, "layers", o.Layers, "layers of the Qwen3-0.6B-shaped model (it has 28)")
+	fs.IntVar(&o.Prompt, "prompt", o.Prompt, "prompt tokens (one prefill step)")
+	fs.IntVar(&o.Decode, "decode", o.Decode, "greedy decode steps after the first token")
+	fs.IntVar(&o.Repeat, "repeat", o.Repeat, "runs of each side after a warm-up; the medians are reported")
+	if err := parseBenchFlags(fs, args); err != nil {
+		return err
+	}
+	return benchError(bench.MLX(ctx, o, stdout, stderr))
 }
 
 // parseBenchFlags parses a benchmark's flags; a benchmark takes no
