@@ -29,6 +29,7 @@ type ModelEntry struct {
 	Pinned   bool   `json:"pinned"`
 	Active   int    `json:"active"`
 	LastUsed *int64 `json:"last_used"` // unix seconds; null if never used
+	Backend  string `json:"backend"`   // compute backend it runs (or will load) on: mlx or cpu
 }
 
 // ModelList is the answer of GET /admin/api/models.
@@ -53,7 +54,7 @@ func (h *Handler) mountModels(r chi.Router) {
 }
 
 func entryOf(s runner.ModelStatus) ModelEntry {
-	e := ModelEntry{ID: s.ID, State: string(s.State), Bytes: s.Bytes, KVBytes: s.KVBytes, Pinned: s.Pinned, Active: s.Active}
+	e := ModelEntry{ID: s.ID, State: string(s.State), Bytes: s.Bytes, KVBytes: s.KVBytes, Pinned: s.Pinned, Active: s.Active, Backend: s.Backend}
 	if !s.LastUsed.IsZero() {
 		u := s.LastUsed.Unix()
 		e.LastUsed = &u
