@@ -143,6 +143,11 @@ func TestSchemaSuite(t *testing.T) {
 	if raceEnabled {
 		gens = 60
 	}
+	if r.BackendStatus().Name == BackendMLX {
+		// MLX's CPU device is ~10x slower than the CPU backend: one
+		// generation per schema (every tool is forced at least once too).
+		gens = len(suiteSchemas)
+	}
 	validators := make([]*jsonschema.Schema, len(suiteSchemas))
 	for i, s := range suiteSchemas {
 		validators[i] = compileValidator(t, s)
