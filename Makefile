@@ -47,6 +47,11 @@ test: test-deps
 	FUSION_PYTHON=$(VENV)/bin/python ./scripts/darwin-build.sh
 	$(GO) build -o .cache/testsum ./internal/testsum
 	$(TEST_ENV) $(GO) test -race -count=1 -timeout 30m -json ./... | .cache/testsum -log .cache/test.json
+	@# The HTTP suites (OpenAI, Anthropic, OpenClaw, tools, router) and the
+	@# schema suite again, every test node's models on MLX (issue 16);
+	@# nodetest fails a node that did not get MLX.
+	FUSION_TEST_BACKEND=mlx $(TEST_ENV) $(GO) test -race -count=1 -timeout 30m -json ./router ./router/openai ./router/anthropic ./router/openclaw | .cache/testsum -log .cache/test-mlx.json
+	FUSION_TEST_BACKEND=mlx $(TEST_ENV) $(GO) test -race -count=1 -run 'TestSchemaSuite' ./engine/runner
 	@# Issue #5's suite at full size (200 answers + 200 forced calls; the
 	@# race run above does 60 + 60), printing its counts.
 	$(TEST_ENV) $(GO) test -count=1 -run 'TestSchemaSuite' -v ./engine/runner | grep -E 'valid|^(ok|FAIL|--- )'

@@ -31,6 +31,7 @@ type MemberInfo struct {
 	Draining bool   `json:"draining"`
 	Role     string `json:"role,omitempty"`
 	Version  string `json:"version,omitempty"`
+	Backend  string `json:"backend,omitempty"` // compute backend, from gossip
 }
 
 // Members lists every node known to gossip, the raft configuration or the
@@ -64,7 +65,7 @@ func (m *Member) Members() []MemberInfo {
 			mi.Raft = p.meta.Raft
 		}
 		mi.Gossip, mi.Status, mi.Draining = p.gossip, p.status, p.meta.Draining
-		mi.Role, mi.Version = p.meta.Role, p.meta.Version
+		mi.Role, mi.Version, mi.Backend = p.meta.Role, p.meta.Version, p.meta.Backend
 	}
 	if f := m.raft.GetConfiguration(); f.Error() == nil {
 		for _, s := range f.Configuration().Servers {

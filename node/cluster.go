@@ -130,7 +130,7 @@ func (n *Node) newMember(httpAddr string) (*cluster.Member, error) {
 		HTTPAdvertise: scheme + advertiseHTTP(httpAddr, gossipAdv),
 		Join:          cc.Join, BootstrapExpect: cc.BootstrapExpect, Voters: cc.Voters, Secret: cc.Secret,
 		ServerTLS: cc.ServerTLS, ClientTLS: cc.ClientTLS,
-		Role: "server", Version: n.cfg.Version, Timing: cc.Timing, Logger: n.cfg.Logger,
+		Role: "server", Version: n.cfg.Version, Backend: n.runner.BackendStatus().Name, Timing: cc.Timing, Logger: n.cfg.Logger,
 	})
 }
 

@@ -46,6 +46,16 @@ type Config struct {
 	MaxEmbeds    int           // inputs of one embeddings request before 400 (default 2048)
 	Threads      int           // CPU backend threads (default: all cores)
 	DrainTimeout time.Duration // how long SIGTERM waits for requests in flight (default 30s)
+
+	// Backend is the compute backend: auto (""), mlx or cpu; ModelBackends
+	// overrides it per model name (see runner.Config.Backend).
+	Backend       string
+	ModelBackends map[string]string
+	// MLXMemoryLimit and MLXCacheLimit are MLX's limits in bytes (0: MLX's).
+	MLXMemoryLimit, MLXCacheLimit int64
+	// WrapBackend wraps every backend a model gets (tests inject faults).
+	WrapBackend runner.WrapBackend
+
 	// TextCacheModels is how many models' tokenizers and chat templates
 	// stay parsed for token counting and loading, loaded or not (default 8).
 	TextCacheModels int
@@ -195,7 +205,15 @@ func New(cfg Config) (*Node, error) {
 	if cfg.DataDir != "" {
 		cacheDir = filepath.Join(cfg.DataDir, "cache")
 	}
+	var models map[string]runner.ModelSettings
+	for name, be := range cfg.ModelBackends {
+		if models == nil {
+			models = map[string]runner.ModelSettings{}
+		}
+		models[name] = runner.ModelSettings{Backend: be}
+	}
 	run, err := runner.New(runner.Config{
+		Backend: cfg.Backend, Models: models, MLXMemoryLimit: cfg.MLXMemoryLimit, MLXCacheLimit: cfg.MLXCacheLimit, WrapBackend: cfg.WrapBackend,
 		ModelsDir: cfg.ModelsDir, Preload: cfg.Preload, MaxQueued: cfg.MaxQueued, MaxTokens: cfg.MaxTokens,
 		MaxRunning: cfg.MaxRunning, MaxKVBytes: cfg.MaxKVBytes, StepTokens: cfg.StepTokens, MaxWait: cfg.MaxWait,
 		MemoryBudget: cfg.MemoryBudget, IdleTTL: cfg.IdleTTL,
@@ -278,6 +296,7 @@ func New(cfg Config) (*Node, error) {
 	n.router = router.New(router.Config{
 		MCP:         mcpHost,
 		ThinkingKey: thinkingKey,
+		Backend:     run.BackendStatus,
 		Engine:      aliasEngine{Dispatcher: gen, a: n.admin}, Stats: n.engineStats, Cache: run, Models: run, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes, Cluster: clusterStatus,
 		Admin: adminCfg,
 		OpenAI: openai.Options{MaxTokens: cfg.MaxTokens, Backends: []string{"cpu"}, CompletionsAsChat: cfg.CompletionsAsChat,
@@ -330,12 +349,20 @@ func (n *Node) MCP() *host.Host { return n.mcp }
 
 func (n *Node) engineStats() metrics.EngineStats {
 	s, pc := n.runner.Stats(), n.runner.CacheStats()
-	return metrics.EngineStats{
+	st := metrics.EngineStats{
 		InFlight: s.InFlight, QueueDepth: s.Waiting, Cancelled: s.Cancelled,
 		ActiveBytes: s.WeightBytes + s.KVBytes, PeakBytes: s.PeakBytes,
 		CachedBytes: pc.HotBytes, // the prefix cache's RAM tier
 		PrefixCache: pc,
 	}
+	// When MLX serves, memory is MLX's allocator counters (weights, KV and
+	// a step's arrays live there; cached is its buffer cache).
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if m, err := n.runner.MLXMemory(ctx); err == nil {
+		st.ActiveBytes, st.PeakBytes, st.CachedBytes = m.Active, m.Peak, m.Cache
+	}
+	return st
 }
 
 // Addr is the address the node listens on (useful with port 0).

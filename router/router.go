@@ -7,6 +7,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"fusion/engine"
+	"fusion/engine/runner"
 	"fusion/router/admin"
 	"fusion/router/anthropic"
 	"fusion/router/dispatch"
@@ -24,6 +25,8 @@ type Config struct {
 	// Stats gives the engine's live figures (memory, in-flight, queue) for
 	// /health and /metrics; nil reports zeros.
 	Stats func() metrics.EngineStats
+	// Backend, when set, is the engine's compute backend for /health.
+	Backend func() runner.BackendStatus
 	// Cache serves the prefix-cache admin routes (nil: not mounted).
 	Cache admin.Cache
 	// Models serves the engine pool's admin routes (nil: not mounted).
@@ -127,7 +130,7 @@ func New(cfg Config) *Router {
 		openai.WriteError(w, openai.MethodNotAllowed(r.Method, r.URL.Path))
 	})
 
-	h := &health{engine: cfg.Engine, metrics: m, version: cfg.Version}
+	h := &health{engine: cfg.Engine, metrics: m, version: cfg.Version, backend: cfg.Backend}
 	r.Get("/health", h.health)
 	r.Group(func(r chi.Router) {
 		r.Use(auth(cfg.APIKey, openaiDeny))

@@ -111,6 +111,20 @@ func serveSettingsTable() []serveSetting {
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.TextCacheModels, 1) }},
 		{"threads", constant("0"), "CPU backend threads (0: all cores)",
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.Threads, 0) }},
+		{"backend", constant(runner.BackendAuto), "compute backend: auto (MLX when it loads and has a Metal GPU, else cpu), mlx or cpu; MLX that does not load falls back to cpu, /health says why",
+			func(s *serveSettings, v string) error {
+				if v != runner.BackendAuto && v != runner.BackendMLX && v != runner.BackendCPU {
+					return fmt.Errorf("%q is not auto, mlx or cpu", v)
+				}
+				s.cfg.Backend = v
+				return nil
+			}},
+		{"model-backends", constant(""), "per-model compute backend, comma-separated model=auto|mlx|cpu (overrides --backend for those models)",
+			func(s *serveSettings, v string) error { return parseModelBackends(v, &s.cfg.ModelBackends) }},
+		{"mlx-memory-limit", constant("0"), "MLX memory limit in bytes (0: MLX's default)",
+			func(s *serveSettings, v string) error { return parseInt64(v, &s.cfg.MLXMemoryLimit, 0) }},
+		{"mlx-cache-limit", constant("0"), "MLX buffer cache limit in bytes, at most --mlx-memory-limit (0: MLX's default)",
+			func(s *serveSettings, v string) error { return parseInt64(v, &s.cfg.MLXCacheLimit, 0) }},
 		{"drain-timeout", constant(node.DefaultDrainTimeout.String()), "how long shutdown waits for requests in flight",
 			func(s *serveSettings, v string) error {
 				d, err := time.ParseDuration(v)
@@ -274,6 +288,9 @@ func resolveServe(args []string, getenv func(string) string, stderr io.Writer) (
 		return nil, usagef("--tls-cert and --tls-key go together")
 	}
 	s.cfg.CheckSetting = checkServeSetting
+	if c := s.cfg; c.MLXMemoryLimit > 0 && c.MLXCacheLimit > c.MLXMemoryLimit {
+		return nil, usagef("--mlx-cache-limit %d is over --mlx-memory-limit %d", c.MLXCacheLimit, c.MLXMemoryLimit)
+	}
 	if s.tlsCert != "" || s.tlsKey != "" || s.tlsCA != "" {
 		if s.tlsCert == "" || s.tlsKey == "" || s.tlsCA == "" {
 			return nil, usagef("--grpc-tls-cert, --grpc-tls-key and --grpc-tls-ca go together")
@@ -328,7 +345,7 @@ func lookupEnv(getenv func(string) string, name string) (string, bool) {
 
 // readServeConfig reads a JSON object of settings. Lists may be arrays or
 // comma-separated strings; completions_as_chat may also be an object of
-// model → bool. Unknown keys are an error, so typos do not pass silently.
+// model → bool, model_backends one of model → backend. Unknown keys are an error, so typos do not pass silently.
 func readServeConfig(path string, table []serveSetting) (map[string]string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -385,18 +402,39 @@ func configValue(v json.RawMessage) (string, error) {
 	case map[string]any:
 		var on []string
 		for k, e := range t {
-			b, ok := e.(bool)
-			if !ok {
-				return "", fmt.Errorf("value of %q is not a boolean", k)
-			}
-			if b {
-				on = append(on, k)
+			switch b := e.(type) {
+			case bool:
+				if b {
+					on = append(on, k)
+				}
+			case string: // model_backends: {"model": "mlx"}
+				on = append(on, k+"="+b)
+			default:
+				return "", fmt.Errorf("value of %q is not a boolean or a string", k)
 			}
 		}
 		sort.Strings(on)
 		return strings.Join(on, ","), nil
 	}
 	return "", fmt.Errorf("unsupported value %s", v)
+}
+
+// parseModelBackends parses model=backend pairs.
+func parseModelBackends(v string, dst *map[string]string) error {
+	out := map[string]string{}
+	for _, p := range splitList(v) {
+		model, be, ok := strings.Cut(p, "=")
+		model, be = strings.TrimSpace(model), strings.TrimSpace(be)
+		if !ok || model == "" {
+			return fmt.Errorf("%q is not model=backend", p)
+		}
+		if be != runner.BackendAuto && be != runner.BackendMLX && be != runner.BackendCPU {
+			return fmt.Errorf("%s: %q is not auto, mlx or cpu", model, be)
+		}
+		out[model] = be
+	}
+	*dst = out
+	return nil
 }
 
 func splitList(v string) []string {

@@ -7,7 +7,7 @@ import (
 	"sync"
 
 	"fusion/engine"
-	"fusion/engine/backend/cpu"
+	"fusion/engine/backend"
 	"fusion/engine/embed"
 	"fusion/engine/prompt"
 )
@@ -25,12 +25,15 @@ const embedBatchTokens = 4096
 // (a backend runs one step of a model at a time).
 type embeddingModel struct {
 	m  *embed.Model
-	be *cpu.Backend
+	be backend.Backend
 	mu sync.Mutex
 }
 
-func (l cpuLoader) loadEmbedding(info engine.ModelInfo) (*embeddingModel, error) {
-	be := cpu.New(cpu.Options{Threads: l.threads})
+func (l backendLoader) loadEmbedding(info engine.ModelInfo) (*embeddingModel, error) {
+	be, _, _, err := l.backends.newBackend(info.ID, l.threads)
+	if err != nil {
+		return nil, err
+	}
 	m, err := embed.Load(context.Background(), info.Path, be, l.loadMode == "mmap")
 	if err != nil {
 		return nil, errors.Join(err, be.Close())

@@ -32,6 +32,8 @@ type languageModel interface {
 	KVBlock() (positions int, bytesPerPosition int64)
 	WeightBytes() int64
 	KVBytes() int64
+	// Backend names the compute backend the model runs on.
+	Backend() string
 	Close() error
 }
 

@@ -35,6 +35,9 @@ type ModelSettings struct {
 	// ChatTemplate replaces the model's chat template (Jinja source; ""
 	// keeps the model's).
 	ChatTemplate string
+	// Backend overrides Config.Backend for this model: auto, mlx or cpu
+	// ("": the runner's).
+	Backend string
 }
 
 // SamplingDefaults are optional per-model sampling defaults.
@@ -86,6 +89,9 @@ type ModelStatus struct {
 	Pinned   bool
 	Active   int       // requests in flight (waiting or running)
 	LastUsed time.Time // zero if never used
+	// Backend is the compute backend the model runs on when loaded, or
+	// will load on (mlx or cpu).
+	Backend string
 }
 
 // Errors of the pool API.
@@ -194,9 +200,11 @@ func (r *Runner) List() []ModelStatus {
 	defer r.mu.Unlock()
 	out := make([]ModelStatus, 0, len(r.models))
 	for _, e := range r.models {
-		st := ModelStatus{ID: e.info.ID, State: e.state(), Bytes: e.bytes(), Pinned: e.pinned, Active: e.active, LastUsed: e.lastUsed}
+		st := ModelStatus{ID: e.info.ID, State: e.state(), Bytes: e.bytes(), Pinned: e.pinned, Active: e.active, LastUsed: e.lastUsed,
+			Backend: r.backends.forModel(e.info.ID)}
 		if e.loaded != nil {
 			st.KVBytes = e.loaded.kvBytes()
+			st.Backend = e.loaded.backend()
 		}
 		out = append(out, st)
 	}
@@ -352,7 +360,7 @@ func (r *Runner) loadModel(ctx context.Context, e *entry) (*loadedModel, error) 
 	}
 	lm := &loadedModel{name: e.info.ID, text: text, model: m, parser: parser.Detect(text.TemplateSource(), set.Parser)}
 	lm.setSettings(set)
-	lm.cacheKey, lm.cacheKeyErr = modelCacheKey(e.info.Path)
+	lm.cacheKey, lm.cacheKeyErr = modelCacheKey(e.info.Path, m.Backend(), r.backends.kvLayout(e.info.ID))
 	lm.sched = newScheduler(r, e.info.ID, m)
 	return lm, nil
 }

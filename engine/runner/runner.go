@@ -71,6 +71,18 @@ type Config struct {
 	Models map[string]ModelSettings
 	// Threads for the CPU backend (default: all cores).
 	Threads int
+	// Backend is the compute backend models load on: BackendAuto (""),
+	// BackendMLX or BackendCPU; ModelSettings.Backend overrides it per
+	// model. MLX that does not load falls back to the CPU backend, with
+	// the reason in BackendStatus.
+	Backend string
+	// MLXMemoryLimit and MLXCacheLimit are MLX's memory limit and buffer
+	// cache limit in bytes, applied when MLX is loaded (0: MLX's own;
+	// the cache limit may not exceed the memory limit).
+	MLXMemoryLimit, MLXCacheLimit int64
+	// WrapBackend, when set, wraps every backend made for a model (tests
+	// inject faults with it).
+	WrapBackend WrapBackend
 	// LoadMode for weights: "read" or "mmap" ("" = the loader's default).
 	LoadMode string
 	// CacheDir is the prefix cache's SSD tier directory ("" = no SSD tier).
@@ -150,8 +162,9 @@ func (c *Config) defaults() {
 
 // Runner implements engine.Generator over a models directory.
 type Runner struct {
-	cfg    Config
-	loader loader
+	cfg      Config
+	loader   loader
+	backends *backends
 
 	mu     sync.Mutex // guards models and the pool state of every entry
 	models map[string]*entry
@@ -211,17 +224,23 @@ func (lm *loadedModel) contextLength() int {
 // New scans cfg.ModelsDir and loads cfg.Preload.
 func New(cfg Config) (*Runner, error) {
 	cfg.defaults()
-	r := &Runner{cfg: cfg, models: map[string]*entry{}, closed: make(chan struct{}), loader: cpuLoader{threads: cfg.Threads, loadMode: cfg.LoadMode}, grammars: newGrammarCache(grammarCacheSize), texts: prompt.NewCache(cfg.TextCacheModels)}
+	bes, err := resolveBackends(cfg)
+	if err != nil {
+		return nil, err
+	}
+	r := &Runner{cfg: cfg, models: map[string]*entry{}, closed: make(chan struct{}), backends: bes,
+		loader:   backendLoader{threads: cfg.Threads, loadMode: cfg.LoadMode, backends: bes},
+		grammars: newGrammarCache(grammarCacheSize), texts: prompt.NewCache(cfg.TextCacheModels)}
 	return r.start()
 }
 
 func (r *Runner) start() (*Runner, error) {
 	if err := r.rescan(); err != nil {
-		return nil, err
+		return nil, errors.Join(err, r.backends.close())
 	}
 	var err error
 	if r.pcache, err = openPrefixCache(r.cfg); err != nil {
-		return nil, err
+		return nil, errors.Join(err, r.backends.close())
 	}
 	for name, s := range r.cfg.Models {
 		if s.Pinned {
@@ -435,6 +454,7 @@ func (r *Runner) Close() error {
 		// After the schedulers stopped: writes the queued blocks.
 		errs = append(errs, r.pcache.Close())
 	}
+	errs = append(errs, r.backends.close())
 	return errors.Join(errs...)
 }
 
@@ -453,6 +473,14 @@ func (lm *loadedModel) weightBytes() int64 {
 		return lm.emb.m.WeightBytes()
 	}
 	return lm.model.WeightBytes()
+}
+
+// backend names the compute backend the model runs on.
+func (lm *loadedModel) backend() string {
+	if lm.emb != nil {
+		return lm.emb.be.Name()
+	}
+	return lm.model.Backend()
 }
 
 // kvBytes is the KV memory of the model's running sequences (none for an

@@ -100,14 +100,16 @@ func (r *Runner) Details() []ModelDetails {
 	r.mu.Unlock()
 	out := make([]ModelDetails, 0, len(infos))
 	for _, info := range infos {
-		out = append(out, describe(info))
+		d := describe(info)
+		d.Backend = r.backends.forModel(info.ID)
+		out = append(out, d)
 	}
 	return out
 }
 
 // describe reads what a model's files say about it.
 func describe(info engine.ModelInfo) ModelDetails {
-	d := ModelDetails{ID: info.ID, Format: info.Format, Kind: info.Kind, Bytes: dirBytes(info.Path), Compatible: true, Backend: "cpu"}
+	d := ModelDetails{ID: info.ID, Format: info.Format, Kind: info.Kind, Bytes: dirBytes(info.Path), Compatible: true}
 	if info.Format != string(modelfile.KindSafetensors) {
 		return d
 	}
