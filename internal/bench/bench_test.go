@@ -65,6 +65,11 @@ func TestOptionErrors(t *testing.T) {
 			o.Duration = 0
 			return Tokens(ctx, o, io.Discard)
 		}},
+		{"embed batches", func() error {
+			o := DefaultEmbedOptions()
+			o.Batches = []int{8, 0}
+			return Embed(ctx, o, io.Discard, io.Discard)
+		}},
 		{"raft writers", func() error {
 			o := DefaultRaftOptions()
 			o.Writers = 0
