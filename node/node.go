@@ -39,13 +39,16 @@ type Config struct {
 	APIKey    string // required on every route but /health when set
 	Preload   []string
 
-	MaxBodyBytes int64         // request body limit (default 10 MiB)
-	MaxTokens    int           // max_tokens cap per request, and its default (0: none; the model's context window bounds each generation)
-	MaxQueued    int           // generations admitted at once before 429 (default 64)
-	MaxToolCalls int           // calls in one forced-tool answer with parallel calls (default 8)
-	MaxEmbeds    int           // inputs of one embeddings request before 400 (default 2048)
-	Threads      int           // CPU backend threads (default: all cores)
-	DrainTimeout time.Duration // how long SIGTERM waits for requests in flight (default 30s)
+	MaxBodyBytes int64 // request body limit (default 10 MiB)
+	MaxTokens    int   // max_tokens cap per request, and its default (0: none; the model's context window bounds each generation)
+	MaxQueued    int   // generations admitted at once before 429 (default 64)
+	MaxToolCalls int   // calls in one forced-tool answer with parallel calls (default 8)
+	MaxEmbeds    int   // inputs of one embeddings request before 400 (default 2048)
+	// EmbedBatchTokens bounds one embedding-model pass in padded tokens
+	// (default runner.DefaultEmbedBatchTokens).
+	EmbedBatchTokens int
+	Threads          int           // CPU backend threads (default: all cores)
+	DrainTimeout     time.Duration // how long SIGTERM waits for requests in flight (default 30s)
 
 	// Backend is the compute backend: auto (""), mlx or cpu; ModelBackends
 	// overrides it per model name (see runner.Config.Backend).
@@ -217,7 +220,7 @@ func New(cfg Config) (*Node, error) {
 		ModelsDir: cfg.ModelsDir, Preload: cfg.Preload, MaxQueued: cfg.MaxQueued, MaxTokens: cfg.MaxTokens,
 		MaxRunning: cfg.MaxRunning, MaxKVBytes: cfg.MaxKVBytes, StepTokens: cfg.StepTokens, MaxWait: cfg.MaxWait,
 		MemoryBudget: cfg.MemoryBudget, IdleTTL: cfg.IdleTTL,
-		Threads: cfg.Threads, MaxToolCalls: cfg.MaxToolCalls, MaxEmbedInputs: cfg.MaxEmbeds, TextCacheModels: cfg.TextCacheModels, Logger: cfg.Logger,
+		Threads: cfg.Threads, MaxToolCalls: cfg.MaxToolCalls, MaxEmbedInputs: cfg.MaxEmbeds, EmbedBatchTokens: cfg.EmbedBatchTokens, TextCacheModels: cfg.TextCacheModels, Logger: cfg.Logger,
 		CacheDir: cacheDir, CacheHotBytes: cfg.CacheHotBytes, CacheSSDBytes: cfg.CacheSSDBytes, CacheWriteQueue: cfg.CacheWriteQueue,
 	})
 	if err != nil {

@@ -338,6 +338,7 @@ func (r *Runner) loadModel(ctx context.Context, e *entry) (*loadedModel, error) 
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: %v", engine.ErrUnavailable, e.info.ID, err)
 		}
+		em.start(r.cfg.EmbedBatchTokens, &r.embedStats)
 		r.cfg.Logger.Info("model loaded", "model", e.info.ID, "kind", e.info.Kind, "weight_bytes", em.m.WeightBytes())
 		lm := &loadedModel{name: e.info.ID, emb: em}
 		lm.setSettings(r.modelSettings(e.info.ID))

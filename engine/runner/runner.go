@@ -98,6 +98,12 @@ type Config struct {
 	// MaxEmbedInputs caps the inputs of one embeddings request (default
 	// 2048).
 	MaxEmbedInputs int
+	// EmbedBatchTokens bounds one encoder pass of an embedding model, in
+	// padded tokens (inputs × the longest of them): the waiting inputs of
+	// all requests are sorted by length and run in passes up to this
+	// bound (default DefaultEmbedBatchTokens; an input longer than it
+	// runs alone).
+	EmbedBatchTokens int
 	// MaxToolCalls bounds the calls of one answer under a forced tool
 	// choice with parallel calls allowed (default 8).
 	MaxToolCalls int
@@ -152,6 +158,9 @@ func (c *Config) defaults() {
 	if c.MaxEmbedInputs == 0 {
 		c.MaxEmbedInputs = DefaultMaxEmbedInputs
 	}
+	if c.EmbedBatchTokens == 0 {
+		c.EmbedBatchTokens = DefaultEmbedBatchTokens
+	}
 	if c.MaxToolCalls == 0 {
 		c.MaxToolCalls = 8
 	}
@@ -184,6 +193,8 @@ type Runner struct {
 	peak      atomic.Int64 // highest weight+KV bytes seen
 	evictions int64        // models evicted or unloaded idle (under mu)
 	avgMillis atomic.Int64 // moving average of a generation's duration
+
+	embedStats embedStats // passes and inputs of the embeddings batchers
 
 	wg      sync.WaitGroup // delivery goroutines of generations
 	bg      sync.WaitGroup // the idle reaper

@@ -75,6 +75,11 @@ func TestOptionErrors(t *testing.T) {
 			o.Layers = 0
 			return MLX(ctx, o, io.Discard, io.Discard)
 		}},
+		{"embed batches", func() error {
+			o := DefaultEmbedOptions()
+			o.Batches = []int{8, 0}
+			return Embed(ctx, o, io.Discard, io.Discard)
+		}},
 		{"raft writers", func() error {
 			o := DefaultRaftOptions()
 			o.Writers = 0
