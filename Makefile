@@ -15,7 +15,7 @@ FUZZTIME  ?= 60s
 SHELL       := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: build build-mlx run test test-deps bench fuzz vet clean
+.PHONY: build build-mlx build-darwin run test test-deps bench fuzz vet clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/fusion
@@ -26,6 +26,12 @@ build:
 build-mlx:
 	@[ -x $(VENV)/bin/python ] || ./scripts/test-deps.sh
 	@FUSION_PYTHON=$(VENV)/bin/python ./scripts/mlxc.sh
+
+# The Mac binary (darwin/arm64, cgo) cross-built here with zig; see
+# scripts/darwin-build.sh for what it checks and how it links.
+build-darwin:
+	@[ -x $(VENV)/bin/python ] || ./scripts/test-deps.sh
+	@FUSION_PYTHON=$(VENV)/bin/python ./scripts/darwin-build.sh bin/fusion-darwin-arm64
 
 run: build
 	@./scripts/run.sh "$(BIN)" "$(DATA_DIR)" "$(MODELS_DIR)"
@@ -38,8 +44,14 @@ test-deps:
 # every skipped test with its reason, and fails when anything failed.
 test: test-deps
 	$(GO) vet ./...
+	FUSION_PYTHON=$(VENV)/bin/python ./scripts/darwin-build.sh
 	$(GO) build -o .cache/testsum ./internal/testsum
 	$(TEST_ENV) $(GO) test -race -count=1 -timeout 30m -json ./... | .cache/testsum -log .cache/test.json
+	@# The HTTP suites (OpenAI, Anthropic, OpenClaw, tools, router) and the
+	@# schema suite again, every test node's models on MLX (issue 16);
+	@# nodetest fails a node that did not get MLX.
+	FUSION_TEST_BACKEND=mlx $(TEST_ENV) $(GO) test -race -count=1 -timeout 30m -json ./router ./router/openai ./router/anthropic ./router/openclaw | .cache/testsum -log .cache/test-mlx.json
+	FUSION_TEST_BACKEND=mlx $(TEST_ENV) $(GO) test -race -count=1 -run 'TestSchemaSuite' ./engine/runner
 	@# Issue #5's suite at full size (200 answers + 200 forced calls; the
 	@# race run above does 60 + 60), printing its counts.
 	$(TEST_ENV) $(GO) test -count=1 -run 'TestSchemaSuite' -v ./engine/runner | grep -E 'valid|^(ok|FAIL|--- )'

@@ -31,6 +31,7 @@ type MemberInfo struct {
 	Draining bool   `json:"draining"`
 	Role     string `json:"role,omitempty"`
 	Version  string `json:"version,omitempty"`
+	Backend  string `json:"backend,omitempty"` // compute backend, from gossip
 }
 
 // Members lists every node known to gossip, the raft configuration or the
@@ -64,7 +65,7 @@ func (m *Member) Members() []MemberInfo {
 			mi.Raft = p.meta.Raft
 		}
 		mi.Gossip, mi.Status, mi.Draining = p.gossip, p.status, p.meta.Draining
-		mi.Role, mi.Version = p.meta.Role, p.meta.Version
+		mi.Role, mi.Version, mi.Backend = p.meta.Role, p.meta.Version, p.meta.Backend
 	}
 	if f := m.raft.GetConfiguration(); f.Error() == nil {
 		for _, s := range f.Configuration().Servers {
@@ -210,6 +211,8 @@ const AdminPath = "/admin/api/cluster"
 //	GET /admin/api/cluster                  the status document
 //	GET /admin/api/cluster/settings/{key}   {"key","value","version"}
 //	PUT /admin/api/cluster/settings/{key}   {"value", "expect_version"?} → CAS write
+//	GET /admin/api/cluster/backup           a consistent backup (octet stream)
+//	POST /admin/api/cluster/restore[?force] restores a backup (the body); leader only
 //
 // Settings under KeyPrefix (the cluster's keys) are a 403.
 //
@@ -229,6 +232,10 @@ func (m *Member) AdminHandler() http.Handler {
 			writeJSON(w, http.StatusOK, m.Status())
 		case ok && strings.HasPrefix(rest, "/settings/") && len(rest) > len("/settings/"):
 			m.serveSetting(w, r, strings.TrimPrefix(rest, "/settings/"))
+		case ok && rest == "/backup":
+			m.serveBackup(w, r)
+		case ok && rest == "/restore":
+			m.serveRestore(w, r)
 		default:
 			writeJSONError(w, http.StatusNotFound, "not found: "+r.URL.Path)
 		}

@@ -85,6 +85,7 @@ type Config struct {
 
 	Role    string
 	Version string
+	Backend string // compute backend of the node's models, gossiped (mlx, cpu)
 
 	Voters            int           // raft voters kept (3 when 0)
 	DedupSize         int           // request ids remembered (fsm.DefaultDedupSize when 0; same on all nodes)

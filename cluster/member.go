@@ -126,7 +126,7 @@ func New(cfg Config) (_ *Member, err error) {
 		return nil, fmt.Errorf("cluster: grpc: %w", err)
 	}
 	m.meta = Meta{ID: cfg.NodeID, HTTP: cfg.HTTPAdvertise, GRPC: grpcAdv, Raft: raftAdv,
-		Role: cfg.Role, Version: cfg.Version, BootstrapExpect: cfg.BootstrapExpect}
+		Role: cfg.Role, Version: cfg.Version, Backend: cfg.Backend, BootstrapExpect: cfg.BootstrapExpect}
 	if _, err := m.meta.encode(); err != nil {
 		return nil, err
 	}

@@ -29,6 +29,8 @@ type Meta struct {
 	// it, so a peer can tell whether it has heard the node's current
 	// inventory (Member.Unheard).
 	Inventory string `json:"iv,omitempty"`
+	// Backend is the compute backend the node's models run on (mlx, cpu).
+	Backend string `json:"be,omitempty"`
 }
 
 func (m Meta) encode() ([]byte, error) {

@@ -2,8 +2,6 @@ package node_test
 
 import (
 	"bufio"
-	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -19,19 +17,7 @@ func TestAdminModelRoutes(t *testing.T) {
 	n := nodetest.Start(t, nodetest.Options{APIKey: "k"})
 	do := func(method, path, key string) (int, map[string]any) {
 		t.Helper()
-		req, _ := http.NewRequest(method, n.URL()+path, nil)
-		req.Header.Set("Authorization", "Bearer "+key)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		raw, _ := io.ReadAll(resp.Body)
-		var out map[string]any
-		if err := json.Unmarshal(raw, &out); err != nil {
-			t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, raw)
-		}
-		return resp.StatusCode, out
+		return adminDoKey(t, n, key, method, path, "")
 	}
 	stateOf := func() string {
 		_, list := do("GET", "/admin/api/models", "k")

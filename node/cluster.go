@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 
 	"fusion/cluster"
+	"fusion/cluster/adminremote"
 	"fusion/cluster/clusterpb"
 	"fusion/cluster/enginepb"
 	"fusion/cluster/fsm"
@@ -54,6 +55,27 @@ func (c ClusterConfig) Enabled() bool {
 	return len(c.Join) > 0 || c.BootstrapExpect > 0 || c.Listen != ""
 }
 
+// Listeners are the gossip, Raft and gRPC addresses the member binds: the
+// settings, or their defaults (gossip DefaultClusterListen, Raft and gRPC
+// on its host at port+1 and port+2).
+func (c ClusterConfig) Listeners() (gossip, raft, grpc string, err error) {
+	gossip, raft, grpc = c.Listen, c.RaftListen, c.GRPCListen
+	if gossip == "" {
+		gossip = DefaultClusterListen
+	}
+	if raft == "" {
+		if raft, err = offsetPort(gossip, 1); err != nil {
+			return "", "", "", fmt.Errorf("node: cluster listen %q: %w", gossip, err)
+		}
+	}
+	if grpc == "" {
+		if grpc, err = offsetPort(gossip, 2); err != nil {
+			return "", "", "", fmt.Errorf("node: cluster listen %q: %w", gossip, err)
+		}
+	}
+	return gossip, raft, grpc, nil
+}
+
 // DefaultClusterListen is the gossip address when clustering is on.
 const DefaultClusterListen = "0.0.0.0:7946"
 
@@ -87,21 +109,9 @@ func (n *Node) newMember(httpAddr string) (*cluster.Member, error) {
 		}
 		id = h
 	}
-	listen := cc.Listen
-	if listen == "" {
-		listen = DefaultClusterListen
-	}
-	var err error
-	raftListen, grpcListen := cc.RaftListen, cc.GRPCListen
-	if raftListen == "" {
-		if raftListen, err = offsetPort(listen, 1); err != nil {
-			return nil, fmt.Errorf("node: cluster listen %q: %w", listen, err)
-		}
-	}
-	if grpcListen == "" {
-		if grpcListen, err = offsetPort(listen, 2); err != nil {
-			return nil, fmt.Errorf("node: cluster listen %q: %w", listen, err)
-		}
+	listen, raftListen, grpcListen, err := cc.Listeners()
+	if err != nil {
+		return nil, err
 	}
 	gossipAdv := cc.Advertise
 	if gossipAdv != "" {
@@ -110,13 +120,17 @@ func (n *Node) newMember(httpAddr string) (*cluster.Member, error) {
 			gossipAdv = net.JoinHostPort(gossipAdv, port)
 		}
 	}
+	scheme := "http://"
+	if n.cert != nil {
+		scheme = "https://"
+	}
 	return cluster.New(cluster.Config{
 		NodeID: id, DataDir: n.cfg.DataDir,
 		GossipListen: listen, GossipAdvertise: gossipAdv, RaftListen: raftListen, GRPCListen: grpcListen,
-		HTTPAdvertise: "http://" + advertiseHTTP(httpAddr, gossipAdv),
+		HTTPAdvertise: scheme + advertiseHTTP(httpAddr, gossipAdv),
 		Join:          cc.Join, BootstrapExpect: cc.BootstrapExpect, Voters: cc.Voters, Secret: cc.Secret,
 		ServerTLS: cc.ServerTLS, ClientTLS: cc.ClientTLS,
-		Role: "server", Version: n.cfg.Version, Timing: cc.Timing, Logger: n.cfg.Logger,
+		Role: "server", Version: n.cfg.Version, Backend: n.runner.BackendStatus().Name, Timing: cc.Timing, Logger: n.cfg.Logger,
 	})
 }
 
@@ -214,6 +228,14 @@ func (n *Node) joinCluster() error {
 		local = n.mcp
 	}
 	mcpremote.Register(m.GRPCServer(), local)
+	// Every member answers its peers' admin calls (stats, models, logs of
+	// this node) once its router exists.
+	adminremote.Register(m.GRPCServer(), func() adminremote.Local {
+		if n.admin.handler.Load() == nil {
+			return nil
+		}
+		return adminLocal{n: n}
+	})
 	n.pool = remote.NewPool(m.DialOptions()...)
 	n.loads = remote.NewLoads(n.pool, 0)
 	n.dispatcher = dispatch.New(dispatch.Config{

@@ -5,6 +5,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,14 +18,17 @@ import (
 	"fusion/cluster"
 	"fusion/cluster/remote"
 	"fusion/engine/runner"
+	"fusion/internal/tlsreload"
 	"fusion/mcp/host"
 	"fusion/router"
+	"fusion/router/admin"
 	"fusion/router/dispatch"
 	routermcp "fusion/router/mcp"
 	"fusion/router/metrics"
 	"fusion/router/openai"
 	"fusion/router/openclaw"
 	"fusion/router/openclaw/raftstore"
+	"fusion/store"
 )
 
 // Config configures a node. Zero values take the defaults noted.
@@ -35,13 +39,26 @@ type Config struct {
 	APIKey    string // required on every route but /health when set
 	Preload   []string
 
-	MaxBodyBytes int64         // request body limit (default 10 MiB)
-	MaxTokens    int           // max_tokens cap per request, and its default (0: none; the model's context window bounds each generation)
-	MaxQueued    int           // generations admitted at once before 429 (default 64)
-	MaxToolCalls int           // calls in one forced-tool answer with parallel calls (default 8)
-	MaxEmbeds    int           // inputs of one embeddings request before 400 (default 2048)
-	Threads      int           // CPU backend threads (default: all cores)
-	DrainTimeout time.Duration // how long SIGTERM waits for requests in flight (default 30s)
+	MaxBodyBytes int64 // request body limit (default 10 MiB)
+	MaxTokens    int   // max_tokens cap per request, and its default (0: none; the model's context window bounds each generation)
+	MaxQueued    int   // generations admitted at once before 429 (default 64)
+	MaxToolCalls int   // calls in one forced-tool answer with parallel calls (default 8)
+	MaxEmbeds    int   // inputs of one embeddings request before 400 (default 2048)
+	// EmbedBatchTokens bounds one embedding-model pass in padded tokens
+	// (default runner.DefaultEmbedBatchTokens).
+	EmbedBatchTokens int
+	Threads          int           // CPU backend threads (default: all cores)
+	DrainTimeout     time.Duration // how long SIGTERM waits for requests in flight (default 30s)
+
+	// Backend is the compute backend: auto (""), mlx or cpu; ModelBackends
+	// overrides it per model name (see runner.Config.Backend).
+	Backend       string
+	ModelBackends map[string]string
+	// MLXMemoryLimit and MLXCacheLimit are MLX's limits in bytes (0: MLX's).
+	MLXMemoryLimit, MLXCacheLimit int64
+	// WrapBackend wraps every backend a model gets (tests inject faults).
+	WrapBackend runner.WrapBackend
+
 	// TextCacheModels is how many models' tokenizers and chat templates
 	// stay parsed for token counting and loading, loaded or not (default 8).
 	TextCacheModels int
@@ -82,6 +99,26 @@ type Config struct {
 	// tools (0: router/mcpchat's default, 8).
 	MCPMaxSteps int
 
+	// TLSCertFile and TLSKeyFile make the frontend speak HTTPS (and
+	// HTTP/2). The pair is read again on ReloadTLS (SIGHUP) and whenever
+	// its files change, checked every TLSWatchInterval (default 10s;
+	// negative: only on ReloadTLS); a pair that does not load leaves the
+	// current one serving.
+	TLSCertFile, TLSKeyFile string
+	TLSWatchInterval        time.Duration
+	// Effective is the configuration as the program resolved it, for GET
+	// /admin/api/global-settings (key, value in force, source; secrets as
+	// set/unset); nil: the node describes its Config (source "config").
+	Effective []admin.GlobalSetting
+	// CheckSetting validates a global setting's value as its flag would
+	// (nil: the node checks the kinds of the values it knows).
+	CheckSetting func(key, value string) error
+	// LogLevel, when set, is the level of the program's logger: the live
+	// global setting log_level changes it.
+	LogLevel *slog.LevelVar
+	// Logs is the node's log file, served by /admin/api/logs (nil: none).
+	Logs admin.Logs
+
 	Version string
 	Logger  *slog.Logger
 }
@@ -90,6 +127,7 @@ type Config struct {
 const (
 	DefaultListen       = "127.0.0.1:8000"
 	DefaultDrainTimeout = 30 * time.Second
+	DefaultTLSWatch     = 10 * time.Second
 )
 
 func (c *Config) defaults() {
@@ -102,6 +140,9 @@ func (c *Config) defaults() {
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = DefaultDrainTimeout
 	}
+	if c.TLSWatchInterval == 0 {
+		c.TLSWatchInterval = DefaultTLSWatch
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -113,8 +154,12 @@ type Node struct {
 	runner *runner.Runner
 	router *router.Router
 	server *router.Server
-	member *cluster.Member // nil when not clustered
-	mcp    *host.Host      // nil without MCP servers
+	member *cluster.Member        // nil when not clustered
+	mcp    *host.Host             // nil without MCP servers
+	cert   *tlsreload.Certificate // nil without TLS
+
+	stopWatch context.CancelFunc // the TLS files' watcher (nil if none)
+	watchDone chan struct{}
 
 	// Cluster data plane (nil when not clustered): the dispatcher over
 	// the member's routes, the peers' Engine clients and their loads, the
@@ -130,6 +175,14 @@ type Node struct {
 	rateAt     time.Time
 	rateTokens int64
 
+	// The admin API's state: node.db (nil without a data dir), the
+	// settings in force, the global configuration, the stats saver.
+	db        *store.NodeDB
+	admin     *adminState
+	global    *globalConfig
+	stopAdmin context.CancelFunc
+	adminDone []chan struct{}
+
 	stopOnce sync.Once
 	stopErr  error
 }
@@ -139,6 +192,13 @@ type Node struct {
 // does not serve until Start.
 func New(cfg Config) (*Node, error) {
 	cfg.defaults()
+	var cert *tlsreload.Certificate
+	if cfg.TLSCertFile != "" || cfg.TLSKeyFile != "" {
+		var err error
+		if cert, err = tlsreload.Load(cfg.TLSCertFile, cfg.TLSKeyFile, cfg.Logger); err != nil {
+			return nil, fmt.Errorf("node: %w", err)
+		}
+	}
 	for _, dir := range []string{cfg.DataDir, cfg.ModelsDir} {
 		if dir == "" {
 			continue
@@ -151,17 +211,36 @@ func New(cfg Config) (*Node, error) {
 	if cfg.DataDir != "" {
 		cacheDir = filepath.Join(cfg.DataDir, "cache")
 	}
+	var models map[string]runner.ModelSettings
+	for name, be := range cfg.ModelBackends {
+		if models == nil {
+			models = map[string]runner.ModelSettings{}
+		}
+		models[name] = runner.ModelSettings{Backend: be}
+	}
 	run, err := runner.New(runner.Config{
+		Backend: cfg.Backend, Models: models, MLXMemoryLimit: cfg.MLXMemoryLimit, MLXCacheLimit: cfg.MLXCacheLimit, WrapBackend: cfg.WrapBackend,
 		ModelsDir: cfg.ModelsDir, Preload: cfg.Preload, MaxQueued: cfg.MaxQueued, MaxTokens: cfg.MaxTokens,
 		MaxRunning: cfg.MaxRunning, MaxKVBytes: cfg.MaxKVBytes, StepTokens: cfg.StepTokens, MaxWait: cfg.MaxWait,
 		MemoryBudget: cfg.MemoryBudget, IdleTTL: cfg.IdleTTL,
-		Threads: cfg.Threads, MaxToolCalls: cfg.MaxToolCalls, MaxEmbedInputs: cfg.MaxEmbeds, TextCacheModels: cfg.TextCacheModels, Logger: cfg.Logger,
+		Threads: cfg.Threads, MaxToolCalls: cfg.MaxToolCalls, MaxEmbedInputs: cfg.MaxEmbeds, EmbedBatchTokens: cfg.EmbedBatchTokens, TextCacheModels: cfg.TextCacheModels, Logger: cfg.Logger,
 		CacheDir: cacheDir, CacheHotBytes: cfg.CacheHotBytes, CacheSSDBytes: cfg.CacheSSDBytes, CacheWriteQueue: cfg.CacheWriteQueue,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node: engine: %w", err)
 	}
-	n := &Node{cfg: cfg, runner: run}
+	db, err := openNodeDB(cfg.DataDir)
+	if err != nil {
+		return nil, errors.Join(err, run.Close())
+	}
+	n := &Node{cfg: cfg, runner: run, db: db, admin: &adminState{}, cert: cert}
+	n.global = &globalConfig{cfg: &n.cfg}
+	closeDB := func() error {
+		if db == nil {
+			return nil
+		}
+		return db.Close()
+	}
 	// The MCP servers start now, so the cluster's MCP service (registered
 	// while joining) has them.
 	var mcpHost routermcp.Host
@@ -182,13 +261,14 @@ func New(cfg Config) (*Node, error) {
 		// router (over the member's session store and dispatcher) comes
 		// after.
 		if n.server, err = router.Listen(cfg.Listen, nil, cfg.Logger); err != nil {
-			return nil, errors.Join(fmt.Errorf("node: %w", err), n.closeMCP(), run.Close())
+			return nil, errors.Join(fmt.Errorf("node: %w", err), n.closeMCP(), run.Close(), closeDB())
 		}
 		if err = n.joinCluster(); err != nil {
-			return nil, errors.Join(err, n.server.Drain(context.Background()), n.closeMCP(), run.Close())
+			return nil, errors.Join(err, n.server.Drain(context.Background()), n.closeMCP(), run.Close(), closeDB())
 		}
 		clusterStatus = n.clusterStatus()
 		gen = n.dispatcher
+		n.admin.store = clusterSettings{m: n.member}
 		mcpHost = n.clusterMCP()
 		if sessions == nil {
 			n.sessions = raftstore.New(n.member, raftstore.Options{TTL: cfg.OpenClaw.TTL, Cap: cfg.OpenClaw.Cap})
@@ -201,22 +281,66 @@ func New(cfg Config) (*Node, error) {
 		if n.server != nil {
 			drain = n.server.Drain(context.Background())
 		}
-		return nil, errors.Join(err, drain, n.closeMCP(), run.Close())
+		return nil, errors.Join(err, drain, n.closeMCP(), run.Close(), closeDB())
+	}
+	if n.admin.store == nil {
+		solo, err := newSoloSettings(db, n.applySettings)
+		if err != nil {
+			var drain error
+			if n.server != nil {
+				drain = n.server.Drain(context.Background())
+			}
+			return nil, errors.Join(err, drain, n.closeMCP(), run.Close(), closeDB())
+		}
+		n.admin.store = solo
+		n.applySettings()
+	}
+	adminCfg := admin.Config{Self: soloID(cfg.Cluster.NodeID), Store: n.admin.store, Engine: n.engineFigures,
+		PersistAllTime: n.persistAllTime, Global: n.global, Logs: cfg.Logs}
+	if n.member != nil {
+		adminCfg.Self, adminCfg.Peers = n.member.ID(), adminPeers{n: n}
 	}
 	n.router = router.New(router.Config{
 		MCP: mcpHost, MCPMaxSteps: cfg.MCPMaxSteps,
 		ThinkingKey: thinkingKey,
-		Engine:      gen, Stats: n.engineStats, Cache: run, Models: run, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes, Cluster: clusterStatus,
-		OpenAI:   openai.Options{MaxTokens: cfg.MaxTokens, Backends: []string{"cpu"}, CompletionsAsChat: cfg.CompletionsAsChat},
+		Backend:     run.BackendStatus,
+		Engine:      aliasEngine{Dispatcher: gen, a: n.admin}, Stats: n.engineStats, Cache: run, Models: run, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes, Cluster: clusterStatus,
+		Admin: adminCfg,
+		OpenAI: openai.Options{MaxTokens: cfg.MaxTokens, Backends: []string{"cpu"}, CompletionsAsChat: cfg.CompletionsAsChat,
+			AsChat: n.admin.completionsAsChat},
 		OpenClaw: cfg.OpenClaw, Sessions: sessions, Version: cfg.Version, Logger: cfg.Logger,
 	})
+	n.admin.handler.Store(n.router.Admin())
+	if err := n.restoreAllTime(n.router.Metrics()); err != nil {
+		n.cfg.Logger.Warn("all-time stats not restored", "err", err)
+	}
 	if n.server != nil {
 		n.server.SetHandler(n.router)
 	} else if n.server, err = router.Listen(cfg.Listen, n.router, cfg.Logger); err != nil {
 		n.router.Close()
-		return nil, errors.Join(fmt.Errorf("node: %w", err), n.closeMCP(), run.Close())
+		return nil, errors.Join(fmt.Errorf("node: %w", err), n.closeMCP(), run.Close(), closeDB())
+	}
+	if cert != nil {
+		n.server.SetTLS(cert.Config())
 	}
 	return n, nil
+}
+
+// ReloadTLS reads the HTTPS certificate and key again (the server calls it
+// on SIGHUP); the current pair stays when the new one does not load. A
+// node without TLS has nothing to reload.
+func (n *Node) ReloadTLS() error {
+	if n.cert == nil {
+		return nil
+	}
+	changed, err := n.cert.Reload()
+	if err != nil {
+		return err
+	}
+	if changed {
+		n.cfg.Logger.Info("tls: certificate reloaded", "subject", n.cert.Leaf().Subject.String(), "not_after", n.cert.Leaf().NotAfter)
+	}
+	return nil
 }
 
 // closeMCP stops the MCP servers (no child process is left).
@@ -232,19 +356,53 @@ func (n *Node) MCP() *host.Host { return n.mcp }
 
 func (n *Node) engineStats() metrics.EngineStats {
 	s, pc := n.runner.Stats(), n.runner.CacheStats()
-	return metrics.EngineStats{
+	st := metrics.EngineStats{
 		InFlight: s.InFlight, QueueDepth: s.Waiting, Cancelled: s.Cancelled,
 		ActiveBytes: s.WeightBytes + s.KVBytes, PeakBytes: s.PeakBytes,
 		CachedBytes: pc.HotBytes, // the prefix cache's RAM tier
 		PrefixCache: pc,
 	}
+	// When MLX serves, memory is MLX's allocator counters (weights, KV and
+	// a step's arrays live there; cached is its buffer cache).
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if m, err := n.runner.MLXMemory(ctx); err == nil {
+		st.ActiveBytes, st.PeakBytes, st.CachedBytes = m.Active, m.Peak, m.Cache
+	}
+	return st
 }
 
 // Addr is the address the node listens on (useful with port 0).
 func (n *Node) Addr() string { return n.server.Addr() }
 
 // URL is the base URL of the node's API.
-func (n *Node) URL() string { return "http://" + n.Addr() }
+func (n *Node) URL() string {
+	if n.cert != nil {
+		return "https://" + n.Addr()
+	}
+	return "http://" + n.Addr()
+}
+
+// CheckHealth asks the node's own HTTP listener for /health: nil when it
+// answers 200. The service manager's watchdog is answered only then. Over
+// HTTPS the certificate is not checked (the node is talking to itself).
+func (n *Node) CheckHealth(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.URL()+"/health", nil)
+	if err != nil {
+		return err
+	}
+	tr := &http.Transport{DisableKeepAlives: true, TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		return fmt.Errorf("health: %w", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("health: %s", resp.Status)
+	}
+	return nil
+}
 
 // Runner is the node's engine.
 func (n *Node) Runner() *runner.Runner { return n.runner }
@@ -261,8 +419,29 @@ func (n *Node) Start() {
 			n.startSync()
 		}
 	}
+	if n.cert != nil && n.cfg.TLSWatchInterval > 0 {
+		ctx, cancel := context.WithCancel(context.Background())
+		n.stopWatch, n.watchDone = cancel, make(chan struct{})
+		go func() {
+			defer close(n.watchDone)
+			n.cert.Watch(ctx, n.cfg.TLSWatchInterval)
+		}()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n.stopAdmin = cancel
+	saved := make(chan struct{})
+	n.adminDone = append(n.adminDone, saved)
+	go n.saveStatsLoop(ctx, saved)
+	if n.member != nil {
+		watched := make(chan struct{})
+		n.adminDone = append(n.adminDone, watched)
+		go func() {
+			defer close(watched)
+			n.watchSettings(ctx)
+		}()
+	}
 	n.server.Serve()
-	n.cfg.Logger.Info("node serving", "addr", n.Addr(), "models_dir", n.cfg.ModelsDir, "auth", n.cfg.APIKey != "")
+	n.cfg.Logger.Info("node serving", "addr", n.Addr(), "tls", n.cert != nil, "models_dir", n.cfg.ModelsDir, "auth", n.cfg.APIKey != "")
 }
 
 // Stop drains the frontend for at most the drain timeout (or until ctx is
@@ -275,13 +454,32 @@ func (n *Node) Stop(ctx context.Context) error {
 		n.cfg.Logger.Info("node draining", "timeout", n.cfg.DrainTimeout)
 		n.markDraining(ctx)
 		err := n.server.Drain(ctx)
+		if n.stopWatch != nil {
+			n.stopWatch()
+			<-n.watchDone
+		}
 		n.router.Close()
 		// MCP servers stop after the frontend: calls in flight have
 		// finished or been cancelled by the drain.
-		n.stopErr = errors.Join(err, n.closeMCP(), n.stopCluster(ctx), n.runner.Close())
+		n.stopErr = errors.Join(err, n.closeMCP(), n.stopCluster(ctx), n.runner.Close(), n.closeAdmin())
 		n.cfg.Logger.Info("node stopped")
 	})
 	return n.stopErr
+}
+
+// closeAdmin stops the admin loops, saves the all-time stats and closes
+// node.db.
+func (n *Node) closeAdmin() error {
+	if n.stopAdmin != nil {
+		n.stopAdmin()
+		for _, d := range n.adminDone {
+			<-d
+		}
+	}
+	if n.db == nil {
+		return nil
+	}
+	return errors.Join(n.persistAllTime(n.router.Metrics().AllTime()), n.db.Close())
 }
 
 // Run starts the node and serves until ctx is done (SIGTERM), then stops

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"fusion/engine/demo"
+	"fusion/engine/runner"
 	"fusion/node"
 	"fusion/node/nodetest"
 )
@@ -153,16 +154,26 @@ func probe(t *testing.T, url, content string) probeAnswer {
 	return p
 }
 
-// TestPrefixCacheColdHotRestart: the same greedy request gives the same
-// answer, to the bit of its log-probabilities, with no cache, with the
-// cache cold, hot in RAM, and restored from the SSD after the node
-// restarts on the same data directory; the restored runs report the
-// reused tokens, and the probe sees the blocks where they are.
+// TestPrefixCacheColdHotRestart: on each backend, the same greedy request
+// gives the same answer, to the bit of its log-probabilities, with no
+// cache, with the cache cold, hot in RAM (the KV blocks exported from the
+// backend to host bytes), and restored from the SSD after the node
+// restarts on the same data directory (imported back); the restored runs
+// report the reused tokens, and the probe sees the blocks where they are.
+// A node on the other backend does not take the blocks (the backend is
+// part of the model's cache key).
 func TestPrefixCacheColdHotRestart(t *testing.T) {
 	models := nodetest.Models(t)
 	content := longPrompt()
+	for _, backend := range []string{runner.BackendCPU, runner.BackendMLX} {
+		t.Run(backend, func(t *testing.T) {
+			prefixColdHotRestart(t, backend, models, content)
+		})
+	}
+}
 
-	off := nodetest.Start(t, nodetest.Options{ModelsDir: models, CacheHotBytes: -1, CacheSSDBytes: -1})
+func prefixColdHotRestart(t *testing.T, backend, models, content string) {
+	off := nodetest.Start(t, nodetest.Options{Backend: backend, ModelsDir: models, CacheHotBytes: -1, CacheSSDBytes: -1})
 	base := chatGreedy(t, off.URL(), content)
 	if base.Prompt < 4*64 || base.Cached != 0 {
 		t.Fatalf("no-cache run: %d prompt tokens, %d cached", base.Prompt, base.Cached)
@@ -171,7 +182,7 @@ func TestPrefixCacheColdHotRestart(t *testing.T) {
 	wantCached := reusable(base.Prompt)
 
 	data := t.TempDir()
-	a := nodetest.Start(t, nodetest.Options{ModelsDir: models, DataDir: data})
+	a := nodetest.Start(t, nodetest.Options{Backend: backend, ModelsDir: models, DataDir: data})
 	if p := probe(t, a.URL(), content); p.ModelLoaded || p.BlocksCold != p.TotalBlocks || p.TotalTokens != base.Prompt {
 		t.Errorf("probe before any request: %+v", p)
 	}
@@ -198,7 +209,7 @@ func TestPrefixCacheColdHotRestart(t *testing.T) {
 		t.Fatalf("%d block files under %s/cache after stop, want at least %d", len(files), data, base.Prompt/64)
 	}
 
-	b := nodetest.Start(t, nodetest.Options{ModelsDir: models, DataDir: data})
+	b := nodetest.Start(t, nodetest.Options{Backend: backend, ModelsDir: models, DataDir: data})
 	p = probe(t, b.URL(), content)
 	if p.ModelLoaded || p.BlocksSSDHot != 0 || p.BlocksSSDDisk != base.Prompt/64 {
 		t.Errorf("probe after the restart: %+v", p)
@@ -230,6 +241,16 @@ func TestPrefixCacheColdHotRestart(t *testing.T) {
 	}
 	if msg.Usage.CacheReadInputTokens != wantCached || msg.Usage.InputTokens+msg.Usage.CacheReadInputTokens+msg.Usage.CacheCreationInputTokens != base.Prompt {
 		t.Errorf("anthropic usage %+v, want %d read of %d", msg.Usage, wantCached, base.Prompt)
+	}
+
+	other := runner.BackendMLX
+	if backend == runner.BackendMLX {
+		other = runner.BackendCPU
+	}
+	stop(t, b)
+	c := nodetest.Start(t, nodetest.Options{Backend: other, ModelsDir: models, DataDir: data})
+	if p := probe(t, c.URL(), content); p.BlocksSSDDisk != 0 || p.BlocksSSDHot != 0 {
+		t.Errorf("a node on %s finds the blocks of %s: %+v", other, backend, p)
 	}
 }
 

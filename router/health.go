@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"fusion/engine"
+	"fusion/engine/runner"
 	"fusion/router/metrics"
 )
 
@@ -17,6 +18,7 @@ type health struct {
 	engine  engine.Generator
 	metrics *metrics.Metrics
 	version string
+	backend func() runner.BackendStatus // nil: not reported
 }
 
 // Health is the answer of GET /health.
@@ -25,6 +27,10 @@ type Health struct {
 	Version  string   `json:"version"`
 	Engines  []string `json:"engines"`
 	MXMemory Memory   `json:"mx_memory"`
+	// Backend is the compute backend models run on, and why (MLX
+	// unavailable, auto's choice); mx_memory is MLX's counters when MLX
+	// serves.
+	Backend *runner.BackendStatus `json:"backend,omitempty"`
 }
 
 // Memory is mx_memory: human-readable figures as the contract shows them,
@@ -54,6 +60,10 @@ func (h *health) health(w http.ResponseWriter, r *http.Request) {
 	out.MXMemory = Memory{
 		Active: HumanBytes(s.ActiveBytes), Cached: HumanBytes(s.CachedBytes), Peak: HumanBytes(s.PeakBytes),
 		ActiveBytes: s.ActiveBytes, CachedBytes: s.CachedBytes, PeakBytes: s.PeakBytes,
+	}
+	if h.backend != nil {
+		b := h.backend()
+		out.Backend = &b
 	}
 	writeJSON(w, out)
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"fusion/engine"
+	"fusion/engine/runner"
 	"fusion/router/admin"
 	"fusion/router/anthropic"
 	"fusion/router/dispatch"
@@ -26,10 +27,15 @@ type Config struct {
 	// Stats gives the engine's live figures (memory, in-flight, queue) for
 	// /health and /metrics; nil reports zeros.
 	Stats func() metrics.EngineStats
+	// Backend, when set, is the engine's compute backend for /health.
+	Backend func() runner.BackendStatus
 	// Cache serves the prefix-cache admin routes (nil: not mounted).
 	Cache admin.Cache
 	// Models serves the engine pool's admin routes (nil: not mounted).
 	Models admin.Models
+	// Admin configures the rest of the admin routes (its Cache, Models,
+	// Metrics and Logger default to the fields above and the router's).
+	Admin admin.Config
 	// APIKey, when set, is required on every route but /health, as
 	// "Authorization: Bearer KEY" or "x-api-key: KEY".
 	APIKey string
@@ -67,6 +73,7 @@ type Router struct {
 	handler  http.Handler
 	metrics  *metrics.Metrics
 	openclaw *openclaw.Handler
+	admin    *admin.Handler
 	ownStore *openclaw.MemStore // nil when the sessions live elsewhere
 }
 
@@ -89,6 +96,20 @@ func New(cfg Config) *Router {
 	})
 
 	rt := &Router{metrics: m}
+	ac := cfg.Admin
+	if ac.Cache == nil {
+		ac.Cache = cfg.Cache
+	}
+	if ac.Models == nil {
+		ac.Models = cfg.Models
+	}
+	if ac.Metrics == nil {
+		ac.Metrics = m
+	}
+	if ac.Logger == nil {
+		ac.Logger = cfg.Logger
+	}
+	rt.admin = admin.New(ac)
 	sessions := cfg.Sessions
 	if sessions == nil {
 		rt.ownStore = openclaw.NewMemStore(openclaw.MemStoreOptions{TTL: cfg.OpenClaw.TTL, Cap: cfg.OpenClaw.Cap})
@@ -115,7 +136,7 @@ func New(cfg Config) *Router {
 		openai.WriteError(w, openai.MethodNotAllowed(r.Method, r.URL.Path))
 	})
 
-	h := &health{engine: cfg.Engine, metrics: m, version: cfg.Version}
+	h := &health{engine: cfg.Engine, metrics: m, version: cfg.Version, backend: cfg.Backend}
 	r.Get("/health", h.health)
 	r.Group(func(r chi.Router) {
 		r.Use(auth(cfg.APIKey, openaiDeny))
@@ -125,7 +146,7 @@ func New(cfg Config) *Router {
 		mcpSrv := mcpserver.New(mcpserver.Config{Engine: cfg.Engine, Options: cfg.OpenAI, Version: cfg.Version, MaxBodyBytes: cfg.MaxBodyBytes})
 		r.Handle("/mcp", mcpSrv)
 		r.Get("/metrics", h.metricsHandler())
-		admin.New(cfg.Cache, cfg.Models).Mount(r)
+		rt.admin.Mount(r)
 		if cfg.Cluster != nil {
 			r.Handle("/admin/api/cluster", cfg.Cluster)
 			r.Handle("/admin/api/cluster/*", cfg.Cluster)
@@ -155,6 +176,10 @@ func (rt *Router) Close() {
 
 // ServeHTTP serves a request.
 func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) { rt.handler.ServeHTTP(w, r) }
+
+// Admin returns the admin routes' handler (its Serve runs the calls
+// peers forward).
+func (rt *Router) Admin() *admin.Handler { return rt.admin }
 
 // Metrics returns the frontend's metrics.
 func (rt *Router) Metrics() *metrics.Metrics { return rt.metrics }

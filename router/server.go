@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,6 +21,7 @@ type Server struct {
 	log  *slog.Logger
 
 	started bool
+	tls     bool
 }
 
 // Listen binds addr and returns a server for h that is not serving yet.
@@ -55,6 +57,14 @@ func (s *Server) SetHandler(h http.Handler) {
 	}
 }
 
+// SetTLS makes the server speak HTTPS with cfg (its GetCertificate or
+// Certificates), HTTP/2 and HTTP/1.1 negotiated by ALPN. Call it before
+// Serve.
+func (s *Server) SetTLS(cfg *tls.Config) {
+	s.srv.TLSConfig = cfg
+	s.tls = cfg != nil
+}
+
 // Addr is the address the server listens on.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 
@@ -62,7 +72,14 @@ func (s *Server) Addr() string { return s.ln.Addr().String() }
 func (s *Server) Serve() {
 	s.started = true
 	go func() {
-		err := s.srv.Serve(s.ln)
+		var err error
+		if s.tls {
+			// The certificate comes from TLSConfig; ServeTLS adds "h2"
+			// to its protocols.
+			err = s.srv.ServeTLS(s.ln, "", "")
+		} else {
+			err = s.srv.Serve(s.ln)
+		}
 		if errors.Is(err, http.ErrServerClosed) {
 			err = nil
 		}

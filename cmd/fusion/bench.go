@@ -26,7 +26,9 @@ func benchCommands() map[string]command {
 		"forward":   {summary: "what forwarding to a peer adds, over HTTP and gRPC", run: benchForward},
 		"grammar":   {summary: "JSON-schema compilation and per-token masks", run: benchGrammar},
 		"raft":      {summary: "Raft write latency, throughput and failover", run: benchRaft},
+		"embed":     {summary: "sentence embeddings (all-MiniLM-L6-v2) against sentence-transformers", run: benchEmbed},
 		"tokens":    {summary: "count_tokens latency on a loaded and an unloaded model (Qwen3 tokenizer)", run: benchTokens},
+		"mlx":       {summary: "MLX backend against mlx-lm: prefill and decode tokens/s on a 4-bit Qwen3-0.6B-shaped model", run: benchMLX},
 	}
 }
 
@@ -152,6 +154,20 @@ func benchTokens(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	return benchError(bench.Tokens(ctx, o, stdout))
 }
 
+func benchMLX(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o := bench.DefaultMLXOptions()
+	fs := newFlagSet("bench mlx", stderr)
+	fs.StringVar(&o.CacheDir, "cache", o.CacheDir, "directory the benchmark model is created in (reused)")
+	fs.IntVar(&o.Layers, "layers", o.Layers, "layers of the Qwen3-0.6B-shaped model (it has 28)")
+	fs.IntVar(&o.Prompt, "prompt", o.Prompt, "prompt tokens (one prefill step)")
+	fs.IntVar(&o.Decode, "decode", o.Decode, "greedy decode steps after the first token")
+	fs.IntVar(&o.Repeat, "repeat", o.Repeat, "runs of each side after a warm-up; the medians are reported")
+	if err := parseBenchFlags(fs, args); err != nil {
+		return err
+	}
+	return benchError(bench.MLX(ctx, o, stdout, stderr))
+}
+
 // parseBenchFlags parses a benchmark's flags; a benchmark takes no
 // positional arguments.
 func parseBenchFlags(fs *flag.FlagSet, args []string) error {
@@ -212,4 +228,19 @@ func (l *intsFlag) Set(s string) error {
 	}
 	*l = v
 	return nil
+}
+
+func benchEmbed(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o := bench.DefaultEmbedOptions()
+	fs := newFlagSet("bench embed", stderr)
+	fs.StringVar(&o.Model, "model", o.Model, "embedding model directory (default: the all-MiniLM-L6-v2 fixture)")
+	fs.IntVar(&o.Sentences, "sentences", o.Sentences, "sentences embedded at each batch size")
+	fs.Var((*intsFlag)(&o.Batches), "batches", "comma-separated `list` of batch sizes")
+	fs.IntVar(&o.Threads, "threads", o.Threads, "compute threads on both sides (0: all cores)")
+	fs.IntVar(&o.Repeat, "repeat", o.Repeat, "timed passes per batch size on each side; the fastest counts")
+	fs.StringVar(&o.CPUProfile, "cpuprofile", o.CPUProfile, "write a CPU profile of our passes to this file")
+	if err := parseBenchFlags(fs, args); err != nil {
+		return err
+	}
+	return benchError(bench.Embed(ctx, o, stdout, stderr))
 }

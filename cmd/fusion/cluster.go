@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -24,33 +26,37 @@ model placements. --json prints the document as the API returns it.
 
 func clusterCommands() map[string]command {
 	return map[string]command{
-		"status": {summary: "print a node's view of the cluster (fusion cluster status -h)", run: runClusterStatus},
+		"status":  {summary: "print a node's view of the cluster (fusion cluster status -h)", run: runClusterStatus},
+		"backup":  {summary: "write a consistent backup of the replicated state to a file", run: runClusterBackup},
+		"restore": {summary: "restore a backup into a (new) cluster", run: runClusterRestore},
+		"certs":   {summary: "the cluster's CA and node certificates for mutual TLS: init, issue", subs: certsCommands()},
 	}
 }
 
 func runClusterStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("cluster status", stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, clusterUsage); fs.PrintDefaults() }
-	addr := fs.String("addr", "http://"+node.DefaultListen, "the node's HTTP address")
+	addr := fs.String("addr", "http://"+node.DefaultListen, "the node's HTTP address (https://… for a node with --tls-cert)")
 	apiKey := fs.String("api-key", "", "API key of the node (env FUSION_API_KEY)")
 	asJSON := fs.Bool("json", false, "print the JSON document")
 	consistent := fs.Bool("consistent", false, "read through the leader (linearizable)")
 	timeout := fs.Duration("timeout", 10*time.Second, "request timeout")
+	caFile := fs.String("ca", "", "PEM CA certificate to trust for an https:// address (e.g. the cluster's ca.crt)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
+	client, err := nodeClient(*caFile)
+	if err != nil {
+		return err
+	}
 	key := *apiKey
 	if key == "" {
 		key = os.Getenv("FUSION_API_KEY")
 	}
-	url := strings.TrimRight(*addr, "/")
-	if !strings.Contains(url, "://") {
-		url = "http://" + url
-	}
-	url += "/admin/api/cluster"
+	url := nodeURL(*addr) + "/admin/api/cluster"
 	if *consistent {
 		url += "?consistent"
 	}
@@ -63,7 +69,7 @@ func runClusterStatus(ctx context.Context, args []string, stdout, stderr io.Writ
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}
@@ -127,4 +133,30 @@ func printClusterStatus(w io.Writer, doc cluster.StatusDoc) {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", p.Model, p.Replica, p.Generation, strings.Join(st, ", "))
 	}
 	tw.Flush()
+}
+
+// nodeClient is an HTTP client for a node's API, trusting caFile (PEM)
+// for an https:// node when given.
+func nodeClient(caFile string) (*http.Client, error) {
+	if caFile == "" {
+		return http.DefaultClient, nil
+	}
+	pem, err := os.ReadFile(expandHome(caFile))
+	if err != nil {
+		return nil, usagef("--ca: %v", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, usagef("--ca: no PEM certificate in %s", caFile)
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}, nil
+}
+
+// nodeURL is a node's base URL from an address with or without a scheme.
+func nodeURL(addr string) string {
+	url := strings.TrimRight(addr, "/")
+	if !strings.Contains(url, "://") {
+		url = "http://" + url
+	}
+	return url
 }

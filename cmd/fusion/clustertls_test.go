@@ -2,15 +2,10 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"io"
-	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,78 +16,41 @@ import (
 	pb "fusion/cluster/clusterpb"
 )
 
-// testCA is a certificate authority for the TLS tests.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
+// testCA is a cluster CA made by `fusion cluster certs init` in its own
+// directory; issue runs `fusion cluster certs issue` there.
+type testCA struct{ dir string }
 
 func newTestCA(t *testing.T, name string) testCA {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature, IsCA: true, BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return testCA{cert, key, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+	dir := filepath.Join(t.TempDir(), "certs")
+	fusion(t, "cluster", "certs", "init", "--dir", dir, "--name", name)
+	return testCA{dir}
 }
 
-// issue writes a member certificate signed by ca (no host names: members
-// are checked by their CA, not their address) and returns cert, key and
-// CA file paths.
-func (ca testCA) issue(t *testing.T, dir, name string) (certFile, keyFile, caFile string) {
+// issue returns the cert, key and CA files of a member certificate valid
+// for the given hosts.
+func (ca testCA) issue(t *testing.T, name string, hosts ...string) (certFile, keyFile, caFile string) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile, caFile = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key"), filepath.Join(dir, name+"-ca.crt")
-	for f, data := range map[string][]byte{
-		certFile: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		keyFile:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}),
-		caFile:   ca.pem,
-	} {
-		if err := os.WriteFile(f, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return certFile, keyFile, caFile
+	fusion(t, "cluster", "certs", "issue", "--dir", ca.dir, "--host", strings.Join(hosts, ","), name)
+	return filepath.Join(ca.dir, name+".crt"), filepath.Join(ca.dir, name+".key"), filepath.Join(ca.dir, "ca.crt")
 }
 
-// TestGRPCTLSFlags: --grpc-tls-cert/key/ca give mutual TLS between
-// members: two members with certificates of the cluster's CA form a
-// cluster and replicate over it; a handshake with a certificate of
-// another CA fails on either side; the three flags go together.
+// fusion runs the command line args as main does and fails the test on
+// a non-zero exit status.
+func fusion(t *testing.T, args ...string) string {
+	t.Helper()
+	var out, errb strings.Builder
+	if code := run(context.Background(), args, &out, &errb); code != 0 {
+		t.Fatalf("fusion %s: exit %d: %s", strings.Join(args, " "), code, errb.String())
+	}
+	return out.String()
+}
+
 func TestGRPCTLSFlags(t *testing.T) {
-	dir := t.TempDir()
 	ca, rogue := newTestCA(t, "fusion cluster CA"), newTestCA(t, "someone else")
 	tlsFor := func(ca testCA, name string) (server, client *tls.Config) {
 		t.Helper()
-		cert, key, caf := ca.issue(t, dir, name)
+		cert, key, caf := ca.issue(t, name)
 		s, err := resolveServe([]string{"--grpc-tls-cert", cert, "--grpc-tls-key", key, "--grpc-tls-ca", caf}, func(string) string { return "" }, io.Discard)
 		if err != nil {
 			t.Fatal(err)
@@ -187,9 +145,96 @@ func TestGRPCTLSFlags(t *testing.T) {
 	}
 
 	// The flags go together.
-	cert, key, _ := ca.issue(t, dir, "c")
+	cert, key, _ := ca.issue(t, "c")
 	_, err := resolveServe([]string{"--grpc-tls-cert", cert, "--grpc-tls-key", key}, func(string) string { return "" }, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "go together") {
 		t.Errorf("cert and key without a CA: %v", err)
 	}
+}
+
+// TestCertsCommands: what `fusion cluster certs` writes (modes, names,
+// host names, validity within the CA's) and what it refuses.
+func TestCertsCommands(t *testing.T) {
+	ca := newTestCA(t, "test CA")
+	certFile, keyFile, caFile := ca.issue(t, "mac1", "127.0.0.1", "mac1.local")
+	for f, mode := range map[string]os.FileMode{caFile: 0o644, filepath.Join(ca.dir, "ca.key"): 0o600, certFile: 0o644, keyFile: 0o600} {
+		st, err := os.Stat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm() != mode {
+			t.Errorf("%s: mode %v, want %v", f, st.Mode().Perm(), mode)
+		}
+	}
+	leaf := readCert(t, certFile)
+	root := readCert(t, caFile)
+	if leaf.Subject.CommonName != "mac1" || root.Subject.CommonName != "test CA" || !root.IsCA || leaf.IsCA {
+		t.Errorf("names: leaf %q (CA %v), root %q (CA %v)", leaf.Subject.CommonName, leaf.IsCA, root.Subject.CommonName, root.IsCA)
+	}
+	if len(leaf.IPAddresses) != 1 || leaf.IPAddresses[0].String() != "127.0.0.1" || len(leaf.DNSNames) != 1 || leaf.DNSNames[0] != "mac1.local" {
+		t.Errorf("host names: %v %v", leaf.IPAddresses, leaf.DNSNames)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(root)
+	for _, host := range []string{"127.0.0.1", "mac1.local"} {
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, DNSName: host}); err != nil {
+			t.Errorf("verify for %s: %v", host, err)
+		}
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, DNSName: "other.local"}); err == nil {
+		t.Error("a host the certificate does not name was accepted")
+	}
+	// A certificate never outlives its CA.
+	fusion(t, "cluster", "certs", "issue", "--dir", ca.dir, "--days", "100000", "long")
+	if long := readCert(t, filepath.Join(ca.dir, "long.crt")); long.NotAfter.After(root.NotAfter) {
+		t.Errorf("issued until %v, after the CA's %v", long.NotAfter, root.NotAfter)
+	}
+
+	empty := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"cluster", "certs", "init", "--dir", ca.dir}, 1, "not overwriting a CA"},
+		{[]string{"cluster", "certs", "init", "--dir", empty, "--days", "0"}, 2, "--days must be positive"},
+		{[]string{"cluster", "certs", "issue", "--dir", empty, "n"}, 1, "no CA"},
+		{[]string{"cluster", "certs", "issue", "--dir", ca.dir}, 2, "give one node name"},
+		{[]string{"cluster", "certs", "issue", "--dir", ca.dir, "ca"}, 2, "cannot name a certificate file"},
+		{[]string{"cluster", "certs", "issue", "--dir", ca.dir, "../x"}, 2, "cannot name a certificate file"},
+		{[]string{"cluster", "certs", "issue", "--dir", ca.dir, "--days", "-1", "n"}, 2, "--days must be positive"},
+	} {
+		var out, errb strings.Builder
+		code := run(context.Background(), tc.args, &out, &errb)
+		if code != tc.code || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("%v: exit %d (%s), want %d with %q", tc.args, code, errb.String(), tc.code, tc.want)
+		}
+	}
+	// A CA key that is not the CA certificate's is refused.
+	other := newTestCA(t, "other")
+	key, _ := os.ReadFile(filepath.Join(other.dir, "ca.key"))
+	if err := os.WriteFile(filepath.Join(ca.dir, "ca.key"), key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var errb strings.Builder
+	if code := run(context.Background(), []string{"cluster", "certs", "issue", "--dir", ca.dir, "n"}, io.Discard, &errb); code != 1 || !strings.Contains(errb.String(), "does not belong to the CA certificate") {
+		t.Errorf("mismatched CA key: exit %d: %s", code, errb.String())
+	}
+}
+
+func readCert(t *testing.T, file string) *x509.Certificate {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := pem.Decode(data)
+	if b == nil {
+		t.Fatalf("%s: no PEM", file)
+	}
+	c, err := x509.ParseCertificate(b.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -39,7 +39,10 @@ func commands() map[string]command {
 		"models":   {summary: "model tools: create-demo, inspect", subs: modelsCommands()},
 		"tokenize": {summary: "tokenize text or a chat with a model's tokenizer", run: runTokenize},
 		"bench":    {summary: "run a benchmark and print JSON", subs: benchCommands()},
-		"cluster":  {summary: "cluster tools: status", subs: clusterCommands()},
+		"cluster":  {summary: "cluster tools: status, certs, backup, restore", subs: clusterCommands()},
+		"doctor":   {summary: "check a node's machine, settings, ports and cluster, and say what to fix", run: runDoctor},
+		"health":   {summary: "ask a node for /health: exit 0 when it answers 200", run: runHealth},
+		"service":  {summary: "install fusion as a service: install, uninstall, status", subs: serviceCommands()},
 		"version":  {summary: "print the version", run: runVersion},
 	}
 }

@@ -8,17 +8,22 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"fusion/cluster"
 	"fusion/engine/runner"
+	"fusion/internal/logfile"
+	"fusion/internal/sdnotify"
 	"fusion/mcp/host"
 	"fusion/node"
 	"fusion/router"
+	"fusion/router/admin"
 	"fusion/router/mcpchat"
 	"fusion/router/openclaw"
 )
@@ -55,6 +60,8 @@ type serveSettings struct {
 	tlsCert, tlsKey, tlsCA string
 	// getenv resolves ${VAR} in the MCP config.
 	getenv func(string) string
+	// The log file's rotation (<data-dir>/logs/server.log).
+	logMaxSizeMB, logMaxFiles int
 }
 
 func (s serveSetting) env() string {
@@ -101,10 +108,26 @@ func serveSettingsTable() []serveSetting {
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.MaxToolCalls, 1) }},
 		{"max-embed-inputs", constant(strconv.Itoa(runner.DefaultMaxEmbedInputs)), "most inputs in one embeddings request (400 above)",
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.MaxEmbeds, 1) }},
+		{"embed-batch-tokens", constant(strconv.Itoa(runner.DefaultEmbedBatchTokens)), "most padded tokens (inputs × the longest) in one embedding-model pass; waiting inputs of all requests are sorted by length and batched up to it",
+			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.EmbedBatchTokens, 1) }},
 		{"text-cache-models", constant(strconv.Itoa(runner.DefaultTextCacheModels)), "models whose tokenizer and chat template stay parsed, loaded or not (token counting, loading), least recently used out first",
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.TextCacheModels, 1) }},
 		{"threads", constant("0"), "CPU backend threads (0: all cores)",
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.Threads, 0) }},
+		{"backend", constant(runner.BackendAuto), "compute backend: auto (MLX when it loads and has a Metal GPU, else cpu), mlx or cpu; MLX that does not load falls back to cpu, /health says why",
+			func(s *serveSettings, v string) error {
+				if v != runner.BackendAuto && v != runner.BackendMLX && v != runner.BackendCPU {
+					return fmt.Errorf("%q is not auto, mlx or cpu", v)
+				}
+				s.cfg.Backend = v
+				return nil
+			}},
+		{"model-backends", constant(""), "per-model compute backend, comma-separated model=auto|mlx|cpu (overrides --backend for those models)",
+			func(s *serveSettings, v string) error { return parseModelBackends(v, &s.cfg.ModelBackends) }},
+		{"mlx-memory-limit", constant("0"), "MLX memory limit in bytes (0: MLX's default)",
+			func(s *serveSettings, v string) error { return parseInt64(v, &s.cfg.MLXMemoryLimit, 0) }},
+		{"mlx-cache-limit", constant("0"), "MLX buffer cache limit in bytes, at most --mlx-memory-limit (0: MLX's default)",
+			func(s *serveSettings, v string) error { return parseInt64(v, &s.cfg.MLXCacheLimit, 0) }},
 		{"drain-timeout", constant(node.DefaultDrainTimeout.String()), "how long shutdown waits for requests in flight",
 			func(s *serveSettings, v string) error {
 				d, err := time.ParseDuration(v)
@@ -112,6 +135,22 @@ func serveSettingsTable() []serveSetting {
 					return fmt.Errorf("%q is not a positive duration (e.g. 30s)", v)
 				}
 				s.cfg.DrainTimeout = d
+				return nil
+			}},
+		{"tls-cert", constant(""), "PEM certificate of the HTTPS frontend (with --tls-key; HTTP/2 too); reloaded on SIGHUP and when the file changes",
+			func(s *serveSettings, v string) error { s.cfg.TLSCertFile = expandHome(v); return nil }},
+		{"tls-key", constant(""), "PEM private key of --tls-cert",
+			func(s *serveSettings, v string) error { s.cfg.TLSKeyFile = expandHome(v); return nil }},
+		{"tls-watch-interval", constant(node.DefaultTLSWatch.String()), "how often the HTTPS certificate files are checked for a change (0: only on SIGHUP)",
+			func(s *serveSettings, v string) error {
+				d, err := time.ParseDuration(v)
+				if err != nil || d < 0 {
+					return fmt.Errorf("%q is not a duration (e.g. 10s, or 0 for SIGHUP only)", v)
+				}
+				if d == 0 {
+					d = -1 // node.Config: negative is off
+				}
+				s.cfg.TLSWatchInterval = d
 				return nil
 			}},
 		{"cache-hot-bytes", constant("0"), "prefix cache RAM tier cap in bytes (0: 10% of RAM; -1: off)",
@@ -182,6 +221,10 @@ func serveSettingsTable() []serveSetting {
 			func(s *serveSettings, v string) error { s.tlsCA = expandHome(v); return nil }},
 		{"log-level", constant("info"), "debug, info, warn or error",
 			func(s *serveSettings, v string) error { return s.logLevel.UnmarshalText([]byte(v)) }},
+		{"log-max-size-mb", constant(strconv.Itoa(logfile.DefaultMaxSizeMB)), "rotate <data-dir>/logs/server.log past this many megabytes",
+			func(s *serveSettings, v string) error { return parseInt(v, &s.logMaxSizeMB, 1) }},
+		{"log-max-files", constant(strconv.Itoa(logfile.DefaultMaxFiles)), "rotated log files kept",
+			func(s *serveSettings, v string) error { return parseInt(v, &s.logMaxFiles, 1) }},
 		{"log-format", constant("text"), "text or json",
 			func(s *serveSettings, v string) error {
 				if v != "text" && v != "json" {
@@ -244,6 +287,14 @@ func resolveServe(args []string, getenv func(string) string, stderr io.Writer) (
 		if err := st.apply(s, v); err != nil {
 			return nil, usagef("%s: %v", from, err)
 		}
+		s.cfg.Effective = append(s.cfg.Effective, effective(st, v, from))
+	}
+	if (s.cfg.TLSCertFile == "") != (s.cfg.TLSKeyFile == "") {
+		return nil, usagef("--tls-cert and --tls-key go together")
+	}
+	s.cfg.CheckSetting = checkServeSetting
+	if c := s.cfg; c.MLXMemoryLimit > 0 && c.MLXCacheLimit > c.MLXMemoryLimit {
+		return nil, usagef("--mlx-cache-limit %d is over --mlx-memory-limit %d", c.MLXCacheLimit, c.MLXMemoryLimit)
 	}
 	if s.tlsCert != "" || s.tlsKey != "" || s.tlsCA != "" {
 		if s.tlsCert == "" || s.tlsKey == "" || s.tlsCA == "" {
@@ -258,6 +309,39 @@ func resolveServe(args []string, getenv func(string) string, stderr io.Writer) (
 	return s, nil
 }
 
+// secretSettings are shown as set or unset, never their value.
+var secretSettings = map[string]bool{"api-key": true, "cluster-secret": true}
+
+// effective is one resolved setting for GET /admin/api/global-settings:
+// its value (a secret's as set/unset) and where it came from.
+func effective(st serveSetting, v, from string) admin.GlobalSetting {
+	source, _, _ := strings.Cut(from, " ")
+	switch source {
+	case "config":
+		source = "file"
+	case "environment":
+		source = "env"
+	}
+	if secretSettings[st.name] {
+		v = "unset"
+		if from != "default" {
+			v = "set"
+		}
+	}
+	return admin.GlobalSetting{Key: st.key(), Value: v, Source: source}
+}
+
+// checkServeSetting validates a value for the setting whose file key is
+// key, as its flag would.
+func checkServeSetting(key, value string) error {
+	for _, st := range serveSettingsTable() {
+		if st.key() == key {
+			return st.apply(&serveSettings{}, value)
+		}
+	}
+	return fmt.Errorf("unknown setting")
+}
+
 // lookupEnv treats an unset and an empty variable alike.
 func lookupEnv(getenv func(string) string, name string) (string, bool) {
 	v := getenv(name)
@@ -266,7 +350,7 @@ func lookupEnv(getenv func(string) string, name string) (string, bool) {
 
 // readServeConfig reads a JSON object of settings. Lists may be arrays or
 // comma-separated strings; completions_as_chat may also be an object of
-// model → bool. Unknown keys are an error, so typos do not pass silently.
+// model → bool, model_backends one of model → backend. Unknown keys are an error, so typos do not pass silently.
 func readServeConfig(path string, table []serveSetting) (map[string]string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -323,18 +407,39 @@ func configValue(v json.RawMessage) (string, error) {
 	case map[string]any:
 		var on []string
 		for k, e := range t {
-			b, ok := e.(bool)
-			if !ok {
-				return "", fmt.Errorf("value of %q is not a boolean", k)
-			}
-			if b {
-				on = append(on, k)
+			switch b := e.(type) {
+			case bool:
+				if b {
+					on = append(on, k)
+				}
+			case string: // model_backends: {"model": "mlx"}
+				on = append(on, k+"="+b)
+			default:
+				return "", fmt.Errorf("value of %q is not a boolean or a string", k)
 			}
 		}
 		sort.Strings(on)
 		return strings.Join(on, ","), nil
 	}
 	return "", fmt.Errorf("unsupported value %s", v)
+}
+
+// parseModelBackends parses model=backend pairs.
+func parseModelBackends(v string, dst *map[string]string) error {
+	out := map[string]string{}
+	for _, p := range splitList(v) {
+		model, be, ok := strings.Cut(p, "=")
+		model, be = strings.TrimSpace(model), strings.TrimSpace(be)
+		if !ok || model == "" {
+			return fmt.Errorf("%q is not model=backend", p)
+		}
+		if be != runner.BackendAuto && be != runner.BackendMLX && be != runner.BackendCPU {
+			return fmt.Errorf("%s: %q is not auto, mlx or cpu", model, be)
+		}
+		out[model] = be
+	}
+	*dst = out
+	return nil
 }
 
 func splitList(v string) []string {
@@ -392,17 +497,70 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	opts := &slog.HandlerOptions{Level: s.logLevel}
+	level := new(slog.LevelVar)
+	level.Set(s.logLevel)
+	opts := &slog.HandlerOptions{Level: level}
 	var h slog.Handler = slog.NewTextHandler(stderr, opts)
 	if s.logFormat == "json" {
 		h = slog.NewJSONHandler(stderr, opts)
 	}
-	s.cfg.Logger = slog.New(h)
+	// The log file is JSON whatever the console's format, so the admin
+	// API can filter it by level.
+	logs, err := logfile.Open(filepath.Join(s.cfg.DataDir, "logs"), logfile.Options{MaxSizeMB: s.logMaxSizeMB, MaxFiles: s.logMaxFiles})
+	if err != nil {
+		return err
+	}
+	defer logs.Close()
+	s.cfg.Logger = slog.New(slog.NewMultiHandler(h, slog.NewJSONHandler(logs, opts)))
+	s.cfg.LogLevel, s.cfg.Logs = level, logs
 	s.cfg.Version = version
 	n, err := node.New(s.cfg)
 	if err != nil {
 		return err
 	}
+	// SIGHUP reloads the HTTPS certificate (as nginx and others do after a
+	// renewal); the watcher also notices changed files on its own.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	hupCtx, stopHup := context.WithCancel(ctx)
+	defer stopHup()
+	go func() {
+		for {
+			select {
+			case <-hupCtx.Done():
+				return
+			case <-hup:
+				if err := n.ReloadTLS(); err != nil {
+					s.cfg.Logger.Error("SIGHUP: certificate not reloaded; still serving the previous one", "err", err)
+				} else {
+					s.cfg.Logger.Info("SIGHUP: certificate checked")
+				}
+			}
+		}
+	}()
+	// Under systemd (Type=notify): READY=1 once serving, WATCHDOG=1 while
+	// the node's own /health answers, STOPPING=1 when the drain starts.
+	notifier, err := sdnotify.FromEnv(os.Getenv, os.Getpid())
+	if err != nil {
+		s.cfg.Logger.Warn("not talking to the service manager", "err", err)
+	}
+	n.Start()
 	fmt.Fprintf(stderr, "fusion %s serving on %s (models: %s)\n", version, n.URL(), s.cfg.ModelsDir)
-	return n.Run(ctx)
+	if err := notifier.Notify("READY=1\nSTATUS=serving on " + n.URL()); err != nil {
+		s.cfg.Logger.Warn("service manager not told we are ready", "err", err)
+	}
+	wdCtx, stopWD := context.WithCancel(ctx)
+	wdDone := make(chan struct{})
+	go func() {
+		defer close(wdDone)
+		notifier.RunWatchdog(wdCtx, n.CheckHealth, func(err error) {
+			s.cfg.Logger.Warn("watchdog not answered: the node does not serve its own /health", "err", err)
+		})
+	}()
+	<-ctx.Done()
+	stopWD()
+	<-wdDone
+	_ = notifier.Notify("STOPPING=1\nSTATUS=draining")
+	return n.Stop(context.WithoutCancel(ctx))
 }

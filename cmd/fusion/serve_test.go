@@ -21,7 +21,8 @@ func TestServeSettingsPrecedence(t *testing.T) {
 	dir := t.TempDir()
 	cfgFile := filepath.Join(dir, "fusion.json")
 	if err := os.WriteFile(cfgFile, []byte(`{"listen":"127.0.0.1:7001","max_tokens":100,"api_key":"from-file",
-		"preload":["a","b"],"completions_as_chat":{"x":true,"y":false},"drain_timeout":"5s","data_dir":"/data"}`), 0o644); err != nil {
+		"preload":["a","b"],"completions_as_chat":{"x":true,"y":false},"drain_timeout":"5s","data_dir":"/data",
+		"backend":"cpu","model_backends":{"a":"mlx","b":"cpu"},"mlx_memory_limit":4096,"mlx_cache_limit":1024}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -41,10 +42,20 @@ func TestServeSettingsPrecedence(t *testing.T) {
 		{"file", []string{"--config", cfgFile}, nil, func(t *testing.T, s *serveSettings) {
 			c := s.cfg
 			if c.Listen != "127.0.0.1:7001" || c.MaxTokens != 100 || c.APIKey != "from-file" || strings.Join(c.Preload, "+") != "a+b" ||
-				!c.CompletionsAsChat["x"] || c.CompletionsAsChat["y"] || c.DrainTimeout != 5*time.Second || c.ModelsDir != "/data/models" {
+				!c.CompletionsAsChat["x"] || c.CompletionsAsChat["y"] || c.DrainTimeout != 5*time.Second || c.ModelsDir != "/data/models" ||
+				c.Backend != "cpu" || len(c.ModelBackends) != 2 || c.ModelBackends["a"] != "mlx" || c.ModelBackends["b"] != "cpu" ||
+				c.MLXMemoryLimit != 4096 || c.MLXCacheLimit != 1024 {
 				t.Errorf("config = %+v", c)
 			}
 		}},
+		{"backend", []string{"--backend", "mlx", "--model-backends", "x=cpu, y=auto", "--mlx-memory-limit", "8000"},
+			map[string]string{"FUSION_BACKEND": "cpu", "FUSION_MLX_CACHE_LIMIT": "100"}, func(t *testing.T, s *serveSettings) {
+				c := s.cfg
+				if c.Backend != "mlx" || c.ModelBackends["x"] != "cpu" || c.ModelBackends["y"] != "auto" || len(c.ModelBackends) != 2 ||
+					c.MLXMemoryLimit != 8000 || c.MLXCacheLimit != 100 {
+					t.Errorf("config = %+v", c)
+				}
+			}},
 		{"env over file", nil, map[string]string{"FUSION_CONFIG": cfgFile, "FUSION_MAX_TOKENS": "200", "FUSION_MODELS_DIR": "/m"},
 			func(t *testing.T, s *serveSettings) {
 				if s.cfg.MaxTokens != 200 || s.cfg.Listen != "127.0.0.1:7001" || s.cfg.ModelsDir != "/m" {
@@ -86,7 +97,8 @@ func TestServeSettingsPrecedence(t *testing.T) {
 		{"scheduler and pool defaults", nil, nil, func(t *testing.T, s *serveSettings) {
 			c := s.cfg
 			if c.MaxRunning != 16 || c.MaxKVBytes != 0 || c.StepTokens != 512 || c.MaxWait != 30*time.Second || c.MemoryBudget != 0 || c.IdleTTL != 0 ||
-				c.TextCacheModels != runner.DefaultTextCacheModels {
+				c.TextCacheModels != runner.DefaultTextCacheModels || c.Backend != runner.BackendAuto || len(c.ModelBackends) != 0 ||
+				c.MLXMemoryLimit != 0 || c.MLXCacheLimit != 0 {
 				t.Errorf("config = %+v", c)
 			}
 		}},
@@ -117,6 +129,11 @@ func TestServeSettingsPrecedence(t *testing.T) {
 		{[]string{"--voters", "4"}, nil, "flag --voters"},
 		{[]string{"--voters", "1"}, nil, "3 or 5 voters"},
 		{nil, map[string]string{"FUSION_VOTERS": "7"}, "environment variable FUSION_VOTERS"},
+		{[]string{"--backend", "metal"}, nil, "flag --backend"},
+		{[]string{"--model-backends", "a=gpu"}, nil, "flag --model-backends"},
+		{[]string{"--model-backends", "a"}, nil, "not model=backend"},
+		{[]string{"--mlx-memory-limit", "-1"}, nil, "flag --mlx-memory-limit"},
+		{[]string{"--mlx-memory-limit", "100", "--mlx-cache-limit", "200"}, nil, "over --mlx-memory-limit"},
 	}
 	for _, tt := range bad {
 		_, err := resolveServe(tt.args, func(k string) string { return tt.env[k] }, io.Discard)
@@ -190,6 +207,50 @@ func TestServeRunsAndStops(t *testing.T) {
 	}
 	if out := stderr.String(); !strings.Contains(out, `"msg":"node stopped"`) || !strings.Contains(out, `"msg":"http request"`) {
 		t.Errorf("logs: %s", out)
+	}
+	// The same lines went to the log file.
+	if raw, err := os.ReadFile(filepath.Join(dir, "logs", "server.log")); err != nil || !strings.Contains(string(raw), `"msg":"node stopped"`) ||
+		!strings.Contains(string(raw), `"path":"/v1/completions"`) {
+		t.Errorf("log file: %v %s", err, raw)
+	}
+}
+
+// TestServeEffectiveSettings: each resolved setting carries its source
+// (default, file, env, flag), secrets show as set/unset, and a change is
+// checked by the flag's own parser.
+func TestServeEffectiveSettings(t *testing.T) {
+	cfgFile := filepath.Join(t.TempDir(), "fusion.json")
+	if err := os.WriteFile(cfgFile, []byte(`{"max_queued":9,"cluster_secret":"file-secret"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"FUSION_CONFIG": cfgFile, "FUSION_MAX_RUNNING": "3"}
+	s, err := resolveServe([]string{"--api-key", "flag-key", "--max-tokens", "50"}, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, e := range s.cfg.Effective {
+		got[e.Key] = e.Value + "/" + e.Source
+	}
+	for k, want := range map[string]string{"max_queued": "9/file", "max_running": "3/env", "max_tokens": "50/flag", "step_tokens": "512/default",
+		"api_key": "set/flag", "cluster_secret": "set/file", "log_max_files": "5/default"} {
+		if got[k] != want {
+			t.Errorf("%s = %q, want %q", k, got[k], want)
+		}
+	}
+	for k, v := range got {
+		if strings.Contains(v, "flag-key") || strings.Contains(v, "file-secret") {
+			t.Errorf("%s shows a secret: %s", k, v)
+		}
+	}
+	if err := s.cfg.CheckSetting("max_queued", "0"); err == nil {
+		t.Error("max_queued 0 accepted (the flag wants ≥ 1)")
+	}
+	if err := s.cfg.CheckSetting("log_level", "debug"); err != nil {
+		t.Errorf("log_level debug: %v", err)
+	}
+	if err := s.cfg.CheckSetting("nope", "1"); err == nil {
+		t.Error("an unknown setting accepted")
 	}
 }
 

@@ -64,9 +64,32 @@ func (m *Model) Tokens(text string, ids []int) (out []int, truncated bool) {
 // values (Matryoshka), then the vector is normalized if the model
 // normalizes or was truncated.
 func (m *Model) Embed(ctx context.Context, seqs [][]int, dims int) ([][]float32, error) {
-	if dims < 0 || dims > m.Dimensions() {
-		return nil, fmt.Errorf("embed: dimensions %d outside [1, %d]", dims, m.Dimensions())
+	if err := m.CheckDimensions(dims); err != nil {
+		return nil, err
 	}
+	out, err := m.Pool(ctx, seqs)
+	if err != nil {
+		return nil, err
+	}
+	for i, v := range out {
+		out[i] = m.Output(v, dims)
+	}
+	return out, nil
+}
+
+// CheckDimensions checks a dims argument of Embed or Output.
+func (m *Model) CheckDimensions(dims int) error {
+	if dims < 0 || dims > m.Dimensions() {
+		return fmt.Errorf("embed: dimensions %d outside [1, %d]", dims, m.Dimensions())
+	}
+	return nil
+}
+
+// Pool runs the token sequences through the encoder in one batch and
+// returns each one's pooled vector, before any cut or normalization
+// (Output's work): what a batch of requests asking for different
+// dimensions can share.
+func (m *Model) Pool(ctx context.Context, seqs [][]int) ([][]float32, error) {
 	states, err := m.enc.Forward(ctx, seqs)
 	if err != nil {
 		return nil, err
@@ -74,16 +97,24 @@ func (m *Model) Embed(ctx context.Context, seqs [][]int, dims int) ([][]float32,
 	h := m.Dimensions()
 	out := make([][]float32, len(seqs))
 	for i, st := range states {
-		v := pool(m.Config.Pooling, st, h)
-		if dims > 0 && dims < h {
-			v = v[:dims]
-		}
-		if m.Config.Normalize || (dims > 0 && dims < h) {
-			normalize(v)
-		}
-		out[i] = v
+		out[i] = pool(m.Config.Pooling, st, h)
 	}
 	return out, nil
+}
+
+// Output turns a pooled vector into the embedding asked for: dims > 0
+// (checked by CheckDimensions) keeps the first dims values, then the
+// vector is normalized if the model normalizes or was cut. It works in
+// place on v.
+func (m *Model) Output(v []float32, dims int) []float32 {
+	h := m.Dimensions()
+	if dims > 0 && dims < h {
+		v = v[:dims]
+	}
+	if m.Config.Normalize || (dims > 0 && dims < h) {
+		normalize(v)
+	}
+	return v
 }
 
 // pool reduces rows×h token states to one vector of h.

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"fusion/engine/backend"
 	"fusion/engine/backend/cpu"
 	"fusion/engine/demo"
 	"fusion/engine/modelfile"
@@ -93,9 +94,30 @@ type mlxResult struct {
 
 func TestParityMLX(t *testing.T) {
 	py := mlxPython(t)
-	vocabDir := testenv.TokenizerDir(t, "qwen3")
-	prompt := promptTokens(t, vocabDir, parityPrompt)
 	cases := parityCases()
+	dirs, prompt := parityModels(t, cases, testenv.TokenizerDir(t, "qwen3"))
+	start := time.Now()
+	refs := runMLX(t, py, dirs, prompt, false)
+	t.Logf("mlx-lm: %v", time.Since(start))
+
+	be := cpu.New(cpu.Options{})
+	defer be.Close()
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ref := refs[i]
+			got := teacherForced(t, be, dirs[i], prompt, ref.Tokens)
+			maxDiff, agree, decided := compareSteps(t, got, ref, c.tol)
+			t.Logf("max |Δ logprob| over the top 8 of %d steps: %.2e (tolerance %.0e); greedy agrees on %d/%d steps with a top-2 gap > tolerance",
+				len(ref.Steps), maxDiff, c.tol, agree, decided)
+		})
+	}
+}
+
+// parityModels writes the demo model of every case, with the tokenizer of
+// vocabDir (or, if it is "", the demo's own byte-level BPE of 640 tokens),
+// and returns their directories and the prompt.
+func parityModels(t *testing.T, cases []parityCase, vocabDir string) (dirs []string, prompt []int) {
+	t.Helper()
 	// Cases sharing demo options share one generated model, copied.
 	bases := map[demo.Options]string{}
 	for _, c := range cases {
@@ -122,7 +144,15 @@ func TestParityMLX(t *testing.T) {
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
-	dirs := make([]string, len(cases))
+	tokDir := vocabDir
+	if tokDir == "" {
+		for _, dir := range bases {
+			tokDir = dir // the demo's tokenizer is the same in every model
+			break
+		}
+	}
+	prompt = promptTokens(t, tokDir, parityPrompt)
+	dirs = make([]string, len(cases))
 	for i, c := range cases {
 		dirs[i] = filepath.Join(t.TempDir(), c.name)
 		err := copyDir(bases[c.opts], dirs[i])
@@ -136,21 +166,7 @@ func TestParityMLX(t *testing.T) {
 			t.Fatalf("%s: %v", c.name, err)
 		}
 	}
-	start := time.Now()
-	refs := runMLX(t, py, dirs, prompt)
-	t.Logf("mlx-lm: %v", time.Since(start))
-
-	be := cpu.New(cpu.Options{})
-	defer be.Close()
-	for i, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			ref := refs[i]
-			got := teacherForced(t, be, dirs[i], prompt, ref.Tokens)
-			maxDiff, agree, decided := compareSteps(t, got, ref, c.tol)
-			t.Logf("max |Δ logprob| over the top 8 of %d steps: %.2e (tolerance %.0e); greedy agrees on %d/%d steps with a top-2 gap > tolerance",
-				len(ref.Steps), maxDiff, c.tol, agree, decided)
-		})
-	}
+	return dirs, prompt
 }
 
 // compareSteps checks our log-probabilities against mlx-lm's at every step
@@ -184,7 +200,7 @@ func compareSteps(t *testing.T, got [][]float64, ref mlxResult, tol float64) (ma
 // teacherForced prefills prompt in one step, then feeds tokens one at a
 // time, and returns the log-probabilities after the prompt and after each
 // token but the last.
-func teacherForced(t *testing.T, be *cpu.Backend, dir string, prompt, tokens []int) [][]float64 {
+func teacherForced(t *testing.T, be backend.Backend, dir string, prompt, tokens []int) [][]float64 {
 	t.Helper()
 	ctx := context.Background()
 	m, err := Load(ctx, dir, be, Options{})
@@ -416,19 +432,22 @@ func mlxPython(t *testing.T) string {
 	return py
 }
 
-func runMLX(t *testing.T, py string, dirs []string, prompt []int) []mlxResult {
+// runMLX runs mlx_logits.py on the models: in float32 (native false) or
+// in the models' own dtype, mlx-lm's native path.
+func runMLX(t *testing.T, py string, dirs []string, prompt []int, native bool) []mlxResult {
 	t.Helper()
 	type model struct {
 		Dir    string `json:"dir"`
 		Prompt []int  `json:"prompt"`
 		Steps  int    `json:"steps"`
 		Top    int    `json:"top"`
+		Native bool   `json:"native"`
 	}
 	var req struct {
 		Models []model `json:"models"`
 	}
 	for _, d := range dirs {
-		req.Models = append(req.Models, model{Dir: d, Prompt: prompt, Steps: paritySteps, Top: 8})
+		req.Models = append(req.Models, model{Dir: d, Prompt: prompt, Steps: paritySteps, Top: 8, Native: native})
 	}
 	in, err := json.Marshal(req)
 	if err != nil {

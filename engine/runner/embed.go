@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	"fusion/engine"
-	"fusion/engine/backend/cpu"
+	"fusion/engine/backend"
 	"fusion/engine/embed"
 	"fusion/engine/prompt"
 )
@@ -16,21 +15,19 @@ import (
 // OpenAI does).
 const DefaultMaxEmbedInputs = 2048
 
-// embedBatchTokens bounds the tokens of one encoder pass: a request's
-// inputs run in passes of about this many tokens, so a large request
-// does not build one huge batch.
-const embedBatchTokens = 4096
-
-// embeddingModel is a loaded embedding model. Passes run one at a time
-// (a backend runs one step of a model at a time).
+// embeddingModel is a loaded embedding model. Its batcher runs the
+// passes, one at a time (a backend runs one step of a model at a time).
 type embeddingModel struct {
-	m  *embed.Model
-	be *cpu.Backend
-	mu sync.Mutex
+	m     *embed.Model
+	be    backend.Backend
+	batch *embedBatcher // nil until start
 }
 
-func (l cpuLoader) loadEmbedding(info engine.ModelInfo) (*embeddingModel, error) {
-	be := cpu.New(cpu.Options{Threads: l.threads})
+func (l backendLoader) loadEmbedding(info engine.ModelInfo) (*embeddingModel, error) {
+	be, _, _, err := l.backends.newBackend(info.ID, l.threads)
+	if err != nil {
+		return nil, err
+	}
 	m, err := embed.Load(context.Background(), info.Path, be, l.loadMode == "mmap")
 	if err != nil {
 		return nil, errors.Join(err, be.Close())
@@ -38,7 +35,17 @@ func (l cpuLoader) loadEmbedding(info engine.ModelInfo) (*embeddingModel, error)
 	return &embeddingModel{m: m, be: be}, nil
 }
 
-func (e *embeddingModel) close() error { return errors.Join(e.m.Close(), e.be.Close()) }
+// start starts the model's batcher.
+func (e *embeddingModel) start(maxTokens int, stats *embedStats) {
+	e.batch = newEmbedBatcher(e.m, maxTokens, stats)
+}
+
+func (e *embeddingModel) close() error {
+	if e.batch != nil {
+		e.batch.close()
+	}
+	return errors.Join(e.m.Close(), e.be.Close())
+}
 
 func invalid(format string, a ...any) error {
 	return &prompt.InvalidRequestError{Err: fmt.Errorf(format, a...)}
@@ -93,7 +100,7 @@ func (r *Runner) Embed(ctx context.Context, req *engine.EmbedRequest) (*engine.E
 			return nil, invalid("dimensions %d is over the model's %d", d, m.Dimensions())
 		}
 	}
-	res := &engine.EmbedResult{Vectors: make([][]float32, len(req.Inputs))}
+	res := &engine.EmbedResult{}
 	seqs := make([][]int, len(req.Inputs))
 	for i, in := range req.Inputs {
 		for _, id := range in.Tokens {
@@ -111,20 +118,10 @@ func (r *Runner) Embed(ctx context.Context, req *engine.EmbedRequest) (*engine.E
 		seqs[i] = ids
 		res.PromptTokens += len(ids)
 	}
-	for lo := 0; lo < len(seqs); {
-		hi, tokens := lo, 0
-		for hi < len(seqs) && (hi == lo || tokens+len(seqs[hi]) <= embedBatchTokens) {
-			tokens += len(seqs[hi])
-			hi++
-		}
-		em.mu.Lock()
-		vecs, err := m.Embed(ctx, seqs[lo:hi], req.Dimensions)
-		em.mu.Unlock()
-		if err != nil {
-			return nil, err
-		}
-		copy(res.Vectors[lo:hi], vecs)
-		lo = hi
+	vecs, err := em.batch.embed(ctx, seqs, req.Dimensions)
+	if err != nil {
+		return nil, err
 	}
+	res.Vectors = vecs
 	return res, nil
 }

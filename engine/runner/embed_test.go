@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"fusion/engine"
 	"fusion/engine/demo"
@@ -171,5 +173,140 @@ func TestEmbedRequests(t *testing.T) {
 	}
 	if _, err := r.Embed(ctx, &engine.EmbedRequest{Model: "nope", Inputs: texts("a")}); !errors.Is(err, engine.ErrModelNotFound) {
 		t.Fatalf("unknown model: %v", err)
+	}
+}
+
+// TestEmbedBatching: the inputs of one request share one encoder pass,
+// requests arriving while a pass runs share the next one (counted by
+// EmbedStats), and every vector is bit-identical to its input embedded
+// alone.
+func TestEmbedBatching(t *testing.T) {
+	r := newEmbedRunner(t, Config{EmbedBatchTokens: 192})
+	ctx := context.Background()
+	small := []string{"hello world", "a cat sat on the mat", "vector search engines", "der schnelle braune Fuchs",
+		"😀 emoji and text", "how do I reset my password?", "the quick brown fox jumps over the lazy dog", "x"}
+	alone := make([][]float32, len(small))
+	for i, s := range small {
+		res, err := r.Embed(ctx, &engine.EmbedRequest{Model: "minilm", Inputs: texts(s)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		alone[i] = res.Vectors[0]
+	}
+
+	// One request of eight short inputs: one pass.
+	before := r.EmbedStats()
+	res, err := r.Embed(ctx, &engine.EmbedRequest{Model: "minilm", Inputs: texts(small...)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := r.EmbedStats().Passes - before.Passes; d != 1 {
+		t.Errorf("eight short inputs of one request took %d passes, want 1", d)
+	}
+	for i := range small {
+		if !slices.Equal(res.Vectors[i], alone[i]) {
+			t.Errorf("input %d: batched in one request, the vector differs from alone", i)
+		}
+	}
+
+	// A large request alone: 9 inputs of 64 tokens in passes of 192
+	// padded tokens (3 inputs each).
+	var big []engine.EmbedInput
+	for i := range 9 {
+		big = append(big, engine.EmbedInput{Text: strings.Repeat([]string{"alpha ", "beta ", "gamma "}[i%3], 62)})
+	}
+	before = r.EmbedStats()
+	bigAlone, err := r.Embed(ctx, &engine.EmbedRequest{Model: "minilm", Inputs: big})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bigPasses := r.EmbedStats().Passes - before.Passes
+	if bigPasses != 3 {
+		t.Fatalf("9 inputs of 64 tokens took %d passes of 192 tokens, want 3", bigPasses)
+	}
+
+	// The large request again, and while its first pass runs, eight
+	// concurrent one-input requests: they wait together and share passes.
+	before = r.EmbedStats()
+	bigDone := make(chan *engine.EmbedResult, 1)
+	go func() {
+		res, err := r.Embed(ctx, &engine.EmbedRequest{Model: "minilm", Inputs: big})
+		if err != nil {
+			t.Error(err)
+		}
+		bigDone <- res
+	}()
+	for r.EmbedStats().Inputs == before.Inputs {
+		time.Sleep(time.Millisecond)
+	}
+	var wg sync.WaitGroup
+	got := make([][]float32, len(small))
+	for i, s := range small {
+		wg.Go(func() {
+			res, err := r.Embed(ctx, &engine.EmbedRequest{Model: "minilm", Inputs: texts(s)})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			got[i] = res.Vectors[0]
+		})
+	}
+	wg.Wait()
+	bigRes := <-bigDone
+	after := r.EmbedStats()
+	smallPasses := after.Passes - before.Passes - bigPasses
+	t.Logf("8 concurrent requests behind a large one: %d passes for them", smallPasses)
+	if smallPasses >= int64(len(small)) || smallPasses < 1 {
+		t.Errorf("8 concurrent one-input requests took %d passes; they should share", smallPasses)
+	}
+	if in := after.Inputs - before.Inputs; in != int64(len(big)+len(small)) {
+		t.Errorf("%d inputs counted, want %d", in, len(big)+len(small))
+	}
+	for i := range small {
+		if !slices.Equal(got[i], alone[i]) {
+			t.Errorf("input %d: batched with other requests, the vector differs from alone", i)
+		}
+	}
+	for i := range big {
+		if bigRes == nil || !slices.Equal(bigRes.Vectors[i], bigAlone.Vectors[i]) {
+			t.Errorf("large request's input %d differs between runs", i)
+		}
+	}
+}
+
+// TestEmbedCancelQueued: a request whose context ends while it waits
+// returns at once; the requests it was batched with still get their
+// vectors.
+func TestEmbedCancelQueued(t *testing.T) {
+	r := newEmbedRunner(t, Config{EmbedBatchTokens: 192})
+	var big []engine.EmbedInput
+	for range 9 {
+		big = append(big, engine.EmbedInput{Text: strings.Repeat("alpha ", 62)})
+	}
+	before := r.EmbedStats()
+	bigDone := make(chan error, 1)
+	go func() {
+		_, err := r.Embed(context.Background(), &engine.EmbedRequest{Model: "minilm", Inputs: big})
+		bigDone <- err
+	}()
+	for r.EmbedStats().Inputs == before.Inputs {
+		time.Sleep(time.Millisecond)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancelled := make(chan error, 1)
+	go func() {
+		_, err := r.Embed(ctx, &engine.EmbedRequest{Model: "minilm", Inputs: texts("never mind")})
+		cancelled <- err
+	}()
+	time.Sleep(10 * time.Millisecond)
+	cancel()
+	if err := <-cancelled; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled request: %v", err)
+	}
+	if err := <-bigDone; err != nil {
+		t.Fatal(err)
+	}
+	if in := r.EmbedStats().Inputs - before.Inputs; in != int64(len(big)) {
+		t.Errorf("%d inputs embedded, want the large request's %d (the cancelled one skipped)", in, len(big))
 	}
 }

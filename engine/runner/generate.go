@@ -32,6 +32,8 @@ type languageModel interface {
 	KVBlock() (positions int, bytesPerPosition int64)
 	WeightBytes() int64
 	KVBytes() int64
+	// Backend names the compute backend the model runs on.
+	Backend() string
 	Close() error
 }
 
@@ -165,7 +167,7 @@ func (r *Runner) prepare(ctx context.Context, lm *loadedModel, req *engine.Reque
 		return nil, err
 	}
 	params := req.Sampling
-	lm.settings.Sampling.apply(&params)
+	lm.settings().Sampling.Apply(&params)
 	params.StopTokenIDs = append(slices.Clone(params.StopTokenIDs), lm.text.Tokenizer().EOS()...)
 	smp, err := sample.New(params, lm.model.VocabSize())
 	if err != nil {

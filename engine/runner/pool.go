@@ -12,6 +12,7 @@ import (
 
 	"fusion/engine"
 	"fusion/engine/parser"
+	"fusion/engine/prompt"
 	"fusion/engine/sample"
 )
 
@@ -28,6 +29,15 @@ type ModelSettings struct {
 	Parser string
 	// Pinned models are never evicted nor unloaded idle.
 	Pinned bool
+	// IdleTTL unloads the model after that long unused, instead of the
+	// runner's IdleTTL (0: the runner's).
+	IdleTTL time.Duration
+	// ChatTemplate replaces the model's chat template (Jinja source; ""
+	// keeps the model's).
+	ChatTemplate string
+	// Backend overrides Config.Backend for this model: auto, mlx or cpu
+	// ("": the runner's).
+	Backend string
 }
 
 // SamplingDefaults are optional per-model sampling defaults.
@@ -39,8 +49,8 @@ type SamplingDefaults struct {
 	RepetitionPenalty *float64
 }
 
-// apply fills p's fields left at their defaults.
-func (d SamplingDefaults) apply(p *sample.Params) {
+// Apply fills p's fields left at their defaults.
+func (d SamplingDefaults) Apply(p *sample.Params) {
 	def := sample.DefaultParams()
 	if d.Temperature != nil && p.Temperature == def.Temperature {
 		p.Temperature = *d.Temperature
@@ -79,6 +89,9 @@ type ModelStatus struct {
 	Pinned   bool
 	Active   int       // requests in flight (waiting or running)
 	LastUsed time.Time // zero if never used
+	// Backend is the compute backend the model runs on when loaded, or
+	// will load on (mlx or cpu).
+	Backend string
 }
 
 // Errors of the pool API.
@@ -187,9 +200,11 @@ func (r *Runner) List() []ModelStatus {
 	defer r.mu.Unlock()
 	out := make([]ModelStatus, 0, len(r.models))
 	for _, e := range r.models {
-		st := ModelStatus{ID: e.info.ID, State: e.state(), Bytes: e.bytes(), Pinned: e.pinned, Active: e.active, LastUsed: e.lastUsed}
+		st := ModelStatus{ID: e.info.ID, State: e.state(), Bytes: e.bytes(), Pinned: e.pinned, Active: e.active, LastUsed: e.lastUsed,
+			Backend: r.backends.forModel(e.info.ID)}
 		if e.loaded != nil {
 			st.KVBytes = e.loaded.kvBytes()
+			st.Backend = e.loaded.backend()
 		}
 		out = append(out, st)
 	}
@@ -323,8 +338,11 @@ func (r *Runner) loadModel(ctx context.Context, e *entry) (*loadedModel, error) 
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: %v", engine.ErrUnavailable, e.info.ID, err)
 		}
+		em.start(r.cfg.EmbedBatchTokens, &r.embedStats)
 		r.cfg.Logger.Info("model loaded", "model", e.info.ID, "kind", e.info.Kind, "weight_bytes", em.m.WeightBytes())
-		return &loadedModel{name: e.info.ID, emb: em, settings: r.cfg.Models[e.info.ID]}, nil
+		lm := &loadedModel{name: e.info.ID, emb: em}
+		lm.setSettings(r.modelSettings(e.info.ID))
+		return lm, nil
 	}
 	text, err := r.text(context.WithoutCancel(ctx), e)
 	if err != nil {
@@ -335,9 +353,15 @@ func (r *Runner) loadModel(ctx context.Context, e *entry) (*loadedModel, error) 
 		return nil, fmt.Errorf("%w: %s: %v", engine.ErrUnavailable, e.info.ID, err)
 	}
 	r.cfg.Logger.Info("model loaded", "model", e.info.ID, "weight_bytes", m.WeightBytes())
-	set := r.cfg.Models[e.info.ID]
-	lm := &loadedModel{name: e.info.ID, text: text, model: m, settings: set, parser: parser.Detect(text.TemplateSource(), set.Parser)}
-	lm.cacheKey, lm.cacheKeyErr = modelCacheKey(e.info.Path)
+	set := r.modelSettings(e.info.ID)
+	if set.ChatTemplate != "" {
+		if text, err = prompt.New(text.Tokenizer(), set.ChatTemplate); err != nil {
+			return nil, fmt.Errorf("%w: %s: the chat template of its settings: %v", engine.ErrUnavailable, e.info.ID, err)
+		}
+	}
+	lm := &loadedModel{name: e.info.ID, text: text, model: m, parser: parser.Detect(text.TemplateSource(), set.Parser)}
+	lm.setSettings(set)
+	lm.cacheKey, lm.cacheKeyErr = modelCacheKey(e.info.Path, m.Backend(), r.backends.kvLayout(e.info.ID))
 	lm.sched = newScheduler(r, e.info.ID, m)
 	return lm, nil
 }
@@ -368,7 +392,10 @@ func estimateBytes(path string) int64 {
 // reapIdle unloads unpinned models idle for IdleTTL, until Close.
 func (r *Runner) reapIdle() {
 	defer r.bg.Done()
-	every := min(max(r.cfg.IdleTTL/4, 10*time.Millisecond), time.Minute)
+	every := time.Second // per-model TTLs only
+	if r.cfg.IdleTTL > 0 {
+		every = min(max(r.cfg.IdleTTL/4, 10*time.Millisecond), time.Minute)
+	}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -379,7 +406,13 @@ func (r *Runner) reapIdle() {
 			var idle []*loadedModel
 			r.mu.Lock()
 			for _, e := range r.models {
-				if e.loaded != nil && e.active == 0 && !e.pinned && now.Sub(e.lastUsed) >= r.cfg.IdleTTL {
+				ttl := r.cfg.IdleTTL
+				if e.loaded != nil {
+					if t := e.loaded.settings().IdleTTL; t > 0 {
+						ttl = t
+					}
+				}
+				if ttl > 0 && e.loaded != nil && e.active == 0 && !e.pinned && now.Sub(e.lastUsed) >= ttl {
 					r.cfg.Logger.Info("model unloaded idle", "model", e.info.ID, "idle", now.Sub(e.lastUsed).Round(time.Second))
 					idle = append(idle, e.loaded)
 					e.loaded = nil

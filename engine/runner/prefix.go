@@ -11,7 +11,6 @@ import (
 	"sort"
 	"strings"
 
-	"fusion/engine/backend/cpu"
 	"fusion/engine/prefixcache"
 	"fusion/engine/prompt"
 )
@@ -64,8 +63,10 @@ func openPrefixCache(cfg Config) (*prefixcache.Cache, error) {
 // modelCacheKey is the prefix-cache identity of a model of the models
 // dir as this runner loads it: the fingerprint of its files (name, size,
 // modification time and the first 64 KiB of each: headers and configs),
-// the backend and its KV layout, and the layers (all of them).
-func modelCacheKey(path string) (prefixcache.Key, error) {
+// the backend and its KV layout, and the layers (all of them). Blocks of
+// one backend are never given to another: the layouts may match, the
+// numbers computed differ in their last bits.
+func modelCacheKey(path, backendName, kvLayout string) (prefixcache.Key, error) {
 	files := []string{path}
 	if st, err := os.Stat(path); err != nil {
 		return prefixcache.Key{}, err
@@ -83,7 +84,7 @@ func modelCacheKey(path string) (prefixcache.Key, error) {
 		}
 		sort.Strings(files)
 	}
-	parts := []string{"backend=cpu", "kv=" + cpu.KVLayout, "layers=all"}
+	parts := []string{"backend=" + backendName, "kv=" + kvLayout, "layers=all"}
 	for _, f := range files {
 		fp, err := fileFingerprint(f)
 		if err != nil {
@@ -241,7 +242,7 @@ func (r *Runner) ProbeCache(ctx context.Context, model string, req prompt.Reques
 		if lm != nil {
 			key, kerr = lm.cacheKey, lm.cacheKeyErr
 		} else {
-			key, kerr = modelCacheKey(e.info.Path)
+			key, kerr = modelCacheKey(e.info.Path, r.backends.forModel(e.info.ID), r.backends.kvLayout(e.info.ID))
 		}
 		if kerr == nil {
 		probe:

@@ -71,6 +71,18 @@ type Config struct {
 	Models map[string]ModelSettings
 	// Threads for the CPU backend (default: all cores).
 	Threads int
+	// Backend is the compute backend models load on: BackendAuto (""),
+	// BackendMLX or BackendCPU; ModelSettings.Backend overrides it per
+	// model. MLX that does not load falls back to the CPU backend, with
+	// the reason in BackendStatus.
+	Backend string
+	// MLXMemoryLimit and MLXCacheLimit are MLX's memory limit and buffer
+	// cache limit in bytes, applied when MLX is loaded (0: MLX's own;
+	// the cache limit may not exceed the memory limit).
+	MLXMemoryLimit, MLXCacheLimit int64
+	// WrapBackend, when set, wraps every backend made for a model (tests
+	// inject faults with it).
+	WrapBackend WrapBackend
 	// LoadMode for weights: "read" or "mmap" ("" = the loader's default).
 	LoadMode string
 	// CacheDir is the prefix cache's SSD tier directory ("" = no SSD tier).
@@ -86,6 +98,12 @@ type Config struct {
 	// MaxEmbedInputs caps the inputs of one embeddings request (default
 	// 2048).
 	MaxEmbedInputs int
+	// EmbedBatchTokens bounds one encoder pass of an embedding model, in
+	// padded tokens (inputs × the longest of them): the waiting inputs of
+	// all requests are sorted by length and run in passes up to this
+	// bound (default DefaultEmbedBatchTokens; an input longer than it
+	// runs alone).
+	EmbedBatchTokens int
 	// MaxToolCalls bounds the calls of one answer under a forced tool
 	// choice with parallel calls allowed (default 8).
 	MaxToolCalls int
@@ -140,6 +158,9 @@ func (c *Config) defaults() {
 	if c.MaxEmbedInputs == 0 {
 		c.MaxEmbedInputs = DefaultMaxEmbedInputs
 	}
+	if c.EmbedBatchTokens == 0 {
+		c.EmbedBatchTokens = DefaultEmbedBatchTokens
+	}
 	if c.MaxToolCalls == 0 {
 		c.MaxToolCalls = 8
 	}
@@ -150,11 +171,14 @@ func (c *Config) defaults() {
 
 // Runner implements engine.Generator over a models directory.
 type Runner struct {
-	cfg    Config
-	loader loader
+	cfg      Config
+	loader   loader
+	backends *backends
 
 	mu     sync.Mutex // guards models and the pool state of every entry
 	models map[string]*entry
+
+	settingsMu sync.Mutex // guards cfg.Models (SetModelSettings writes it)
 
 	pcache *prefixcache.Cache // nil when off
 
@@ -170,6 +194,8 @@ type Runner struct {
 	evictions int64        // models evicted or unloaded idle (under mu)
 	avgMillis atomic.Int64 // moving average of a generation's duration
 
+	embedStats embedStats // passes and inputs of the embeddings batchers
+
 	wg      sync.WaitGroup // delivery goroutines of generations
 	bg      sync.WaitGroup // the idle reaper
 	closed  chan struct{}
@@ -183,9 +209,9 @@ type loadedModel struct {
 	emb   *embeddingModel // nil for a language model
 	// parser names the output parser family, detected from the template
 	// or set by the model's settings.
-	parser   string
-	settings ModelSettings
-	sched    *scheduler
+	parser string
+	live   atomic.Pointer[ModelSettings] // the settings in force (SetModelSettings swaps them)
+	sched  *scheduler
 
 	// cacheKey is the model's prefix-cache identity (see modelCacheKey).
 	cacheKey    prefixcache.Key
@@ -200,7 +226,7 @@ type loadedModel struct {
 // contextLength is the model's context, capped by its settings.
 func (lm *loadedModel) contextLength() int {
 	n := lm.model.ContextLength()
-	if c := lm.settings.ContextLength; c > 0 && c < n {
+	if c := lm.settings().ContextLength; c > 0 && c < n {
 		return c
 	}
 	return n
@@ -209,17 +235,23 @@ func (lm *loadedModel) contextLength() int {
 // New scans cfg.ModelsDir and loads cfg.Preload.
 func New(cfg Config) (*Runner, error) {
 	cfg.defaults()
-	r := &Runner{cfg: cfg, models: map[string]*entry{}, closed: make(chan struct{}), loader: cpuLoader{threads: cfg.Threads, loadMode: cfg.LoadMode}, grammars: newGrammarCache(grammarCacheSize), texts: prompt.NewCache(cfg.TextCacheModels)}
+	bes, err := resolveBackends(cfg)
+	if err != nil {
+		return nil, err
+	}
+	r := &Runner{cfg: cfg, models: map[string]*entry{}, closed: make(chan struct{}), backends: bes,
+		loader:   backendLoader{threads: cfg.Threads, loadMode: cfg.LoadMode, backends: bes},
+		grammars: newGrammarCache(grammarCacheSize), texts: prompt.NewCache(cfg.TextCacheModels)}
 	return r.start()
 }
 
 func (r *Runner) start() (*Runner, error) {
 	if err := r.rescan(); err != nil {
-		return nil, err
+		return nil, errors.Join(err, r.backends.close())
 	}
 	var err error
 	if r.pcache, err = openPrefixCache(r.cfg); err != nil {
-		return nil, err
+		return nil, errors.Join(err, r.backends.close())
 	}
 	for name, s := range r.cfg.Models {
 		if s.Pinned {
@@ -235,10 +267,9 @@ func (r *Runner) start() (*Runner, error) {
 			return nil, errors.Join(fmt.Errorf("preload %s: %w", name, err), r.Close())
 		}
 	}
-	if r.cfg.IdleTTL > 0 {
-		r.bg.Add(1)
-		go r.reapIdle()
-	}
+	// The reaper always runs: a model's own TTL may be set at any time.
+	r.bg.Add(1)
+	go r.reapIdle()
 	return r, nil
 }
 
@@ -434,6 +465,7 @@ func (r *Runner) Close() error {
 		// After the schedulers stopped: writes the queued blocks.
 		errs = append(errs, r.pcache.Close())
 	}
+	errs = append(errs, r.backends.close())
 	return errors.Join(errs...)
 }
 
@@ -452,6 +484,14 @@ func (lm *loadedModel) weightBytes() int64 {
 		return lm.emb.m.WeightBytes()
 	}
 	return lm.model.WeightBytes()
+}
+
+// backend names the compute backend the model runs on.
+func (lm *loadedModel) backend() string {
+	if lm.emb != nil {
+		return lm.emb.be.Name()
+	}
+	return lm.model.Backend()
 }
 
 // kvBytes is the KV memory of the model's running sequences (none for an

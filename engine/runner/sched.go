@@ -161,6 +161,8 @@ func (s *scheduler) step() bool {
 	began := time.Now()
 	ctx, stop := s.stepContext(gens)
 	logits, err := s.model.Forward(ctx, inputs)
+	// Read before stop, which cancels ctx in any case.
+	stepCancelled := ctx.Err() != nil
 	stop()
 	rows := 0
 	for i, g := range gens {
@@ -180,7 +182,7 @@ func (s *scheduler) step() bool {
 		}
 	}
 	if err != nil {
-		if ctx.Err() != nil {
+		if stepCancelled {
 			// Closing (shutdown fails them), or every client of the
 			// step went away (the next step retires them).
 			return true

@@ -11,6 +11,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"fusion/engine"
+	"fusion/engine/backend/mlx"
 	"fusion/engine/chattemplate"
 	"fusion/engine/demo"
 	"fusion/engine/grammar"
@@ -66,11 +67,15 @@ func newSuiteRunner(t *testing.T) *Runner {
 	if _, err := demo.Create(filepath.Join(dir, "qwen3-random"), demo.Options{Arch: "qwen3", Seed: 11, VocabFrom: vocab, Layers: 1, Hidden: 32, Heads: 2, KVHeads: 1, Intermediate: 64, DType: "bf16"}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := New(Config{ModelsDir: dir})
+	backend := suiteBackend(t)
+	r, err := New(Config{ModelsDir: dir, Backend: backend})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Close() })
+	if st := r.BackendStatus(); backend == BackendMLX && st.Name != BackendMLX {
+		t.Fatalf("the suite asked for MLX runs on %s: %s", st.Name, st.Reason)
+	}
 	return r
 }
 
@@ -137,6 +142,11 @@ func TestSchemaSuite(t *testing.T) {
 	gens := 200
 	if raceEnabled {
 		gens = 60
+	}
+	if r.BackendStatus().Name == BackendMLX {
+		// MLX's CPU device is ~10x slower than the CPU backend: one
+		// generation per schema (every tool is forced at least once too).
+		gens = len(suiteSchemas)
 	}
 	validators := make([]*jsonschema.Schema, len(suiteSchemas))
 	for i, s := range suiteSchemas {
@@ -257,4 +267,15 @@ func mustIndex(t *testing.T, tools []*chattemplate.Object, k int) int {
 		t.Fatal(err)
 	}
 	return i
+}
+
+// suiteBackend is the backend the suites run on: FUSION_TEST_BACKEND's
+// (make test runs them on MLX as well), else the runner's default. On
+// MLX it must be MLX indeed.
+func suiteBackend(t *testing.T) string {
+	b := testenv.Backend()
+	if b == BackendMLX {
+		testenv.NeedMLX(t, mlx.Available())
+	}
+	return b
 }

@@ -65,6 +65,21 @@ func TestOptionErrors(t *testing.T) {
 			o.Duration = 0
 			return Tokens(ctx, o, io.Discard)
 		}},
+		{"mlx prompt", func() error {
+			o := DefaultMLXOptions()
+			o.Prompt = 8
+			return MLX(ctx, o, io.Discard, io.Discard)
+		}},
+		{"mlx layers", func() error {
+			o := DefaultMLXOptions()
+			o.Layers = 0
+			return MLX(ctx, o, io.Discard, io.Discard)
+		}},
+		{"embed batches", func() error {
+			o := DefaultEmbedOptions()
+			o.Batches = []int{8, 0}
+			return Embed(ctx, o, io.Discard, io.Discard)
+		}},
 		{"raft writers", func() error {
 			o := DefaultRaftOptions()
 			o.Writers = 0

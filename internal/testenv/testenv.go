@@ -99,3 +99,24 @@ func EmbeddingModelDir(t testing.TB, name string) string {
 	}
 	return dir
 }
+
+// EnvBackend names the compute backend test nodes and runners use when a
+// test does not choose one (`make test` runs the HTTP suites a second time
+// with FUSION_TEST_BACKEND=mlx); empty means the node's default.
+const EnvBackend = "FUSION_TEST_BACKEND"
+
+// Backend is $FUSION_TEST_BACKEND.
+func Backend() string { return os.Getenv(EnvBackend) }
+
+// NeedMLX skips the test when unavailable (MLX's Available error) is not
+// nil, or fails it when FUSION_REQUIRE_MLX=1 (as `make test` sets).
+func NeedMLX(t testing.TB, unavailable error) {
+	t.Helper()
+	if unavailable == nil {
+		return
+	}
+	if os.Getenv("FUSION_REQUIRE_MLX") == "1" {
+		t.Fatalf("FUSION_REQUIRE_MLX=1 and MLX is unavailable: %v", unavailable)
+	}
+	t.Skipf("MLX unavailable (make build-mlx builds libmlxc): %v", unavailable)
+}

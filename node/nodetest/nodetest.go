@@ -15,9 +15,13 @@ import (
 	"testing"
 	"time"
 
+	"fusion/engine/backend/mlx"
 	"fusion/engine/demo"
+	"fusion/engine/runner"
+	"fusion/internal/testenv"
 	"fusion/mcp/host"
 	"fusion/node"
+	"fusion/router/admin"
 	"fusion/router/openclaw"
 )
 
@@ -55,6 +59,19 @@ type Options struct {
 	// Logger, when nil, discards the logs, or writes them to stderr when
 	// FUSION_TEST_LOG=1.
 	Logger *slog.Logger
+	// LogLevel and Logs are the node's (see node.Config).
+	LogLevel *slog.LevelVar
+	Logs     admin.Logs
+	// Backend is the node's compute backend (auto, mlx, cpu; "": the
+	// FUSION_TEST_BACKEND environment variable's, else the node's
+	// default). A node asked for mlx must get it: Start skips without
+	// MLX (fails under FUSION_REQUIRE_MLX=1) and fails if the node fell
+	// back to the CPU backend, so a suite run "on MLX" really ran there.
+	Backend string
+	// MLXMemoryLimit is the node's MLX memory limit in bytes (0: MLX's).
+	MLXMemoryLimit int64
+	// WrapBackend wraps every backend the node makes for a model.
+	WrapBackend runner.WrapBackend
 }
 
 // Models writes the demo model into a fresh directory and returns it.
@@ -139,12 +156,19 @@ func Start(t testing.TB, o Options) *node.Node {
 	if o.DataDir == "" {
 		o.DataDir = t.TempDir()
 	}
+	if o.Backend == "" {
+		o.Backend = testenv.Backend()
+	}
+	if o.Backend == runner.BackendMLX {
+		testenv.NeedMLX(t, mlx.Available())
+	}
 	n, err := node.New(node.Config{
 		Listen: "127.0.0.1:0", DataDir: o.DataDir, ModelsDir: o.ModelsDir, APIKey: o.APIKey,
 		CacheHotBytes: o.CacheHotBytes, CacheSSDBytes: o.CacheSSDBytes,
 		MaxQueued: o.MaxQueued, MaxEmbeds: o.MaxEmbeds, MaxRunning: o.MaxRunning, MaxTokens: o.MaxTokens, MaxBodyBytes: o.MaxBodyBytes, MemoryBudget: o.MemoryBudget, DrainTimeout: o.DrainTimeout,
 		CompletionsAsChat: o.CompletionsAsChat, OpenClaw: o.OpenClaw, Sessions: o.Sessions, Threads: 1, Version: "test", Logger: o.Logger, Cluster: o.Cluster,
-		MCPServers: o.MCPServers, MCP: o.MCP, MCPMaxSteps: o.MCPMaxSteps,
+		MCPServers: o.MCPServers, MCP: o.MCP, MCPMaxSteps: o.MCPMaxSteps, LogLevel: o.LogLevel, Logs: o.Logs,
+		Backend: o.Backend, MLXMemoryLimit: o.MLXMemoryLimit, WrapBackend: o.WrapBackend,
 	})
 	if err != nil {
 		t.Fatalf("node: %v", err)
@@ -157,5 +181,8 @@ func Start(t testing.TB, o Options) *node.Node {
 			t.Errorf("node stop: %v", err)
 		}
 	})
+	if st := n.Runner().BackendStatus(); o.Backend == runner.BackendMLX && st.Name != runner.BackendMLX {
+		t.Fatalf("node asked for the MLX backend serves on %s: %s", st.Name, st.Reason)
+	}
 	return n
 }

@@ -61,6 +61,12 @@ type Metrics struct {
 	gen      int64
 	inFlight int64
 	models   map[string]*ModelStats
+
+	// The admin API's stats (stats.go), under mu.
+	session, alltime  Counters
+	sessionStart      time.Time
+	events            []event
+	latency, ttftRing ring
 }
 
 // ModelStats are the per-model figures of the JSON metrics.
@@ -75,7 +81,8 @@ type ModelStats struct {
 // New returns metrics with a fresh registry. engine, when not nil, gives
 // the engine's live figures (exported as gauges and in the JSON).
 func New(engine func() EngineStats) *Metrics {
-	m := &Metrics{reg: prometheus.NewRegistry(), engine: engine, start: time.Now(), models: map[string]*ModelStats{}}
+	m := &Metrics{reg: prometheus.NewRegistry(), engine: engine, start: time.Now(), models: map[string]*ModelStats{},
+		session: newCounters(), alltime: newCounters(), sessionStart: time.Now()}
 	latency := []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120}
 	m.httpRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fusion_http_requests_total", Help: "HTTP requests by route, method and status code.",
@@ -152,6 +159,7 @@ func (m *Metrics) HTTPDone(route, method, code string, d time.Duration) {
 	m.httpInFlight.Dec()
 	m.httpRequests.WithLabelValues(route, method, code).Inc()
 	m.httpDuration.WithLabelValues(route, method).Observe(d.Seconds())
+	m.recordStatus(route, code)
 }
 
 // Rejected counts a generation request refused before it reached a model
@@ -160,6 +168,8 @@ func (m *Metrics) Rejected() {
 	m.mu.Lock()
 	m.total++
 	m.failed++
+	m.session.count("", "", false, 0, 0)
+	m.alltime.count("", "", false, 0, 0)
 	m.mu.Unlock()
 	m.generations.WithLabelValues("", string(Failed)).Inc()
 }
@@ -181,6 +191,7 @@ type Generation struct {
 	start time.Time
 	first bool
 	ended bool
+	key   string // the API key's id (SetKey), for the per-key stats
 }
 
 // FirstToken records the time to the first generated text (once).
@@ -189,7 +200,11 @@ func (g *Generation) FirstToken() {
 		return
 	}
 	g.first = true
-	g.m.ttft.WithLabelValues(g.model).Observe(time.Since(g.start).Seconds())
+	d := time.Since(g.start).Seconds()
+	g.m.ttft.WithLabelValues(g.model).Observe(d)
+	g.m.mu.Lock()
+	g.m.ttftRing.add(d)
+	g.m.mu.Unlock()
 }
 
 // End records how the request ended and its tokens. Later calls do nothing.
@@ -229,6 +244,7 @@ func (g *Generation) End(o Outcome, promptTokens, generated int) {
 	}
 	m.prompt += int64(promptTokens)
 	m.gen += int64(generated)
+	m.recordEnd(g, o == OK, int64(promptTokens), int64(generated), time.Now())
 	ms.TokensPrompt += int64(promptTokens)
 	ms.TokensGenerated += int64(generated)
 }

@@ -151,7 +151,7 @@ func (req *CompletionRequest) toPlan(opts Options, id string) (*plan, []completi
 	if base.Sampling, err = req.samplingParams(logprobs, top); err != nil {
 		return nil, nil, err
 	}
-	asChat := opts.CompletionsAsChat[req.Model]
+	asChat := opts.CompletionsAsChat[req.Model] || (opts.AsChat != nil && opts.AsChat(req.Model))
 	p := &plan{stream: stream, includeUsage: includeUsage, logprobs: logprobs, topLogprobs: top}
 	for pi, pr := range prompts {
 		r := base

@@ -24,6 +24,9 @@ type Options struct {
 	// CompletionsAsChat names the models whose /v1/completions prompts are
 	// wrapped into a one-message chat and rendered with the chat template.
 	CompletionsAsChat map[string]bool
+	// AsChat, when set, also names such models (the per-model settings of
+	// the admin API, which change while the node runs).
+	AsChat func(model string) bool
 }
 
 // Limits of request fields, as the OpenAI API sets them where it does.

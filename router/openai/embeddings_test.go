@@ -52,9 +52,9 @@ func embeddingModels(t *testing.T) (models, fixture string) {
 }
 
 // TestPythonSDKEmbeddings runs the openai Python client's
-// embeddings.create against a node serving all-MiniLM-L6-v2, and through a
-// second node of its cluster that has no models and forwards, and
-// compares with sentence-transformers.
+// embeddings.create against a node serving all-MiniLM-L6-v2, and through
+// another node of its 3-node cluster that has no models and forwards over
+// gRPC, and compares with sentence-transformers.
 func TestPythonSDKEmbeddings(t *testing.T) {
 	py := testenv.Python(t)
 	if out, err := exec.Command(py, "-c", "import openai, pytest, sentence_transformers").CombinedOutput(); err != nil {
@@ -66,8 +66,19 @@ func TestPythonSDKEmbeddings(t *testing.T) {
 			BootstrapExpect: expect, Join: join, Secret: "s", Timing: cluster.TestTiming()}
 	}
 	n := nodetest.Start(t, nodetest.Options{APIKey: testKey, ModelsDir: models, MaxEmbeds: maxInputs, Cluster: member("a", 1, nil)})
-	fwd := nodetest.Start(t, nodetest.Options{APIKey: testKey, ModelsDir: t.TempDir(), MaxEmbeds: maxInputs,
-		Cluster: member("b", 0, []string{n.Cluster().GossipAddr()})})
+	var others []*node.Node
+	for _, id := range []string{"b", "c"} {
+		others = append(others, nodetest.Start(t, nodetest.Options{APIKey: testKey, ModelsDir: t.TempDir(), MaxEmbeds: maxInputs,
+			Cluster: member(id, 0, []string{n.Cluster().GossipAddr()})}))
+	}
+	fwd := others[1]
+	deadline := time.Now().Add(30 * time.Second)
+	for len(n.Cluster().Members()) != 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the cluster has %d members, want 3", len(n.Cluster().Members()))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	// The forwarding node routes to a node that has the model loaded:
 	// load the three models on a, then wait until b answers for each.
 	for _, m := range []string{embedModel, mrlModel, nodetest.Model} {
@@ -82,7 +93,7 @@ func TestPythonSDKEmbeddings(t *testing.T) {
 		deadline := time.Now().Add(30 * time.Second)
 		for post(t, fwd, path, body, &out) != http.StatusOK {
 			if time.Now().After(deadline) {
-				t.Fatalf("b never forwarded %s to a", m)
+				t.Fatalf("c never forwarded %s to a", m)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}

@@ -18,13 +18,18 @@ import (
 // build and evaluate MLX's graph on the MLX thread only at Eval and Read:
 // one round trip to the thread per blocking point, not one per op.
 //
-// Activations are float32, like the CPU backend's (mlx-lm computes in the
-// model's dtype; that mode is not implemented yet). Weights keep their
-// file format on the device: dense F32/F16/BF16 and MLX affine codes
-// (quantized_matmul); GGUF block types are dequantized to float32 at load
-// (exact, 32 bits per weight instead of 4.5–8.5).
+// By default it computes as mlx-lm does: activations, KV caches and
+// intermediate products in the model's dtype (bf16 for a bf16 or
+// bf16-scaled quantized checkpoint), each op in the type MLX's promotion
+// gives it. Options.Float32 computes in float32 instead, the CPU
+// backend's numbers. Weights keep their file format on the device: dense
+// F32/F16/BF16 and MLX affine codes (quantized_matmul); GGUF Q8_0 and
+// Q4_0 become MLX affine codes with float32 scales (exact), Q4_K and Q6_K
+// are dequantized to float32 at load (exact, 32 bits per weight instead
+// of 4.5–6.6), so GGUF models compute in float32 in either mode.
 type Backend struct {
-	rt *Runtime
+	rt  *Runtime
+	f32 bool // Options.Float32
 
 	mu     sync.Mutex
 	owned  []*Array // weights and norm vectors, freed by Close
@@ -44,6 +49,11 @@ type Options struct {
 	// CacheLimit is the most freed memory MLX's allocator keeps for reuse,
 	// in bytes; 0 keeps MLX's default. (The CPU allocator keeps none.)
 	CacheLimit int64
+	// Float32 computes activations and KV caches in float32, widening
+	// bf16/f16 weights, scales and norm vectors as they are used (the CPU
+	// backend's arithmetic, which the parity tests against it need).
+	// False, the default, computes in the model's dtype, as mlx-lm does.
+	Float32 bool
 }
 
 // New opens the MLX thread and applies opts. It fails with Available's
@@ -67,7 +77,7 @@ func New(opts Options) (*Backend, error) {
 		rt.Close()
 		return nil, err
 	}
-	return &Backend{rt: rt}, nil
+	return &Backend{rt: rt, f32: opts.Float32}, nil
 }
 
 // Name is "mlx".
@@ -133,36 +143,43 @@ type weight struct {
 	scales      *Array // affine: [out, in/group]
 	biases      *Array // affine: [out, in/group]
 	bits, group int
-	bias        *Array // float32 [out], or nil
+	bias        *Array // [out] (float32 with Options.Float32), or nil
 	bytes       int64
+	// dt is the type the weight computes in: a dense matrix's, an affine
+	// matrix's scales' (what mlx.dequantize gives), float32 for GGUF.
+	dt tensor.DType
 }
 
 func (w *weight) Out() int     { return w.out }
 func (w *weight) In() int      { return w.in }
 func (w *weight) Bytes() int64 { return w.bytes }
 
-// vector is a float32 norm weight on the device.
+// vector is a norm weight on the device, in its file's type (float32 with
+// Options.Float32).
 type vector struct {
-	v *Array
-	n int
+	v  *Array
+	n  int
+	dt tensor.DType
 }
 
 func (v *vector) Len() int     { return v.n }
-func (v *vector) Bytes() int64 { return 4 * int64(v.n) }
+func (v *vector) Bytes() int64 { return int64(v.n * dtypeBytes(v.dt)) }
 
 func floatType(dt tensor.DType) bool {
 	return dt == tensor.F32 || dt == tensor.F16 || dt == tensor.BF16
 }
 
 // Weight puts d on the device: dense and MLX affine data as stored
-// (wrapped; MLX's CPU allocator copies it), GGUF blocks dequantized to
-// float32.
+// (wrapped; MLX's CPU allocator copies it), GGUF Q8_0 and Q4_0 as MLX
+// affine codes with float32 scales (exact), other GGUF blocks dequantized
+// to float32.
 func (b *Backend) Weight(d backend.WeightData) (backend.Weight, error) {
 	if d.Out <= 0 || d.In <= 0 {
 		return nil, fmt.Errorf("mlx: %s: shape [%d, %d]", d.Name, d.Out, d.In)
 	}
 	w := &weight{name: d.Name, out: d.Out, in: d.In}
-	var host []float32 // GGUF, dequantized
+	var host []float32   // GGUF, dequantized
+	var gguf affineCodes // GGUF, mapped to MLX affine codes
 	switch d.Format {
 	case backend.Dense:
 		if !floatType(d.Data.DType) || len(d.Data.Data) != d.Out*d.In*dtypeBytes(d.Data.DType) {
@@ -176,11 +193,16 @@ func (b *Backend) Weight(d backend.WeightData) (backend.Weight, error) {
 		if d.Scales.DType != d.Biases.DType {
 			return nil, fmt.Errorf("mlx: %s: scales are %v, biases %v", d.Name, d.Scales.DType, d.Biases.DType)
 		}
-		w.affine, w.bits, w.group = true, d.Bits, d.Group
+		w.affine, w.bits, w.group, w.dt = true, d.Bits, d.Group, d.Scales.DType
 	case backend.GGUFBlocks:
 		g, err := kernels.NewGGUF(d.Data.DType, d.Out, d.In, d.Data.Data)
 		if err != nil {
 			return nil, fmt.Errorf("mlx: %s: %w", d.Name, err)
+		}
+		var ok bool
+		if gguf, ok = ggufAffine(d.Data.DType, d.Out, d.In, d.Data.Data); ok {
+			w.affine, w.bits, w.group = true, gguf.bits, ggufGroup
+			break
 		}
 		host = make([]float32, d.Out*d.In)
 		for r := range d.Out {
@@ -188,6 +210,12 @@ func (b *Backend) Weight(d backend.WeightData) (backend.Weight, error) {
 		}
 	default:
 		return nil, fmt.Errorf("mlx: %s: unknown weight format %v", d.Name, d.Format)
+	}
+	switch d.Format {
+	case backend.Dense:
+		w.dt = d.Data.DType
+	case backend.GGUFBlocks:
+		w.dt = tensor.F32
 	}
 	if d.Bias != nil {
 		if !floatType(d.Bias.DType) || len(d.Bias.Data) != d.Out*dtypeBytes(d.Bias.DType) {
@@ -199,6 +227,11 @@ func (b *Backend) Weight(d backend.WeightData) (backend.Weight, error) {
 		switch {
 		case host != nil:
 			xs = append(xs, a.FromFloat32(host, d.Out, d.In))
+		case gguf.codes != nil:
+			xs = append(xs,
+				a.FromBytes(tensor.U32, gguf.codes, d.Out, d.In*gguf.bits/32),
+				a.FromBytes(tensor.F32, gguf.scales, d.Out, d.In/ggufGroup),
+				a.FromBytes(tensor.F32, gguf.biases, d.Out, d.In/ggufGroup))
 		case w.affine:
 			groups := d.In / d.Group
 			xs = append(xs,
@@ -209,7 +242,11 @@ func (b *Backend) Weight(d backend.WeightData) (backend.Weight, error) {
 			xs = append(xs, a.Wrap(d.Data.DType, d.Data.Data, d.Out, d.In))
 		}
 		if d.Bias != nil {
-			xs = append(xs, a.AsType(a.FromBytes(d.Bias.DType, d.Bias.Data, d.Out), tensor.F32))
+			bias := a.FromBytes(d.Bias.DType, d.Bias.Data, d.Out)
+			if b.f32 && d.Bias.DType != tensor.F32 {
+				bias = a.AsType(bias, tensor.F32)
+			}
+			xs = append(xs, bias)
 		}
 		return xs
 	})
@@ -234,7 +271,8 @@ func dtypeBytes(dt tensor.DType) int {
 	return int(n)
 }
 
-// Vector puts a norm weight on the device as float32.
+// Vector puts a norm weight on the device in its file's type (float32
+// with Options.Float32, or when the file's type is not a float MLX has).
 func (b *Backend) Vector(d backend.VectorData) (backend.Vector, error) {
 	v, err := tensor.Floats(d.Data)
 	if err != nil {
@@ -243,11 +281,21 @@ func (b *Backend) Vector(d backend.VectorData) (backend.Vector, error) {
 	if len(v) == 0 {
 		return nil, fmt.Errorf("mlx: %s: empty vector", d.Name)
 	}
-	xs, err := b.upload(func(a *Arena) []*Array { return []*Array{a.FromFloat32(v, len(v))} })
+	dt := d.Data.DType
+	native := !b.f32 && floatType(dt) && len(d.Data.Data) == len(v)*dtypeBytes(dt)
+	if !native {
+		dt = tensor.F32
+	}
+	xs, err := b.upload(func(a *Arena) []*Array {
+		if native {
+			return []*Array{a.FromBytes(dt, d.Data.Data, len(v))}
+		}
+		return []*Array{a.FromFloat32(v, len(v))}
+	})
 	if err != nil {
 		return nil, fmt.Errorf("mlx: %s: %w", d.Name, err)
 	}
-	return &vector{v: xs[0], n: len(v)}, nil
+	return &vector{v: xs[0], n: len(v), dt: dt}, nil
 }
 
 // NewStep starts a forward pass; ctx bounds its Eval and Read (while they

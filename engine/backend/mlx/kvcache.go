@@ -16,17 +16,25 @@ const KVStep = 256
 
 // KVLayout is the block layout of ReadKV and AppendKV: for each layer of
 // the spec in order, the keys [n, kvHeads·headDim] then the values, of the
-// n positions, float32 little-endian — the CPU backend's layout, since
-// both keep float32 keys and values.
+// n positions, float32 little-endian — the CPU backend's layout. A cache
+// in native mode holds bf16 (or f16) keys and values: ReadKV widens them
+// to float32 and AppendKV narrows them back, both exact (every bf16 or
+// f16 value is a float32, and converts back to itself).
 const KVLayout = "f32le-layer-k-v"
 
 // KVCache holds one sequence's keys and values as MLX arrays, per layer
-// [1, kvHeads, capacity, headDim] float32, grown by KVStep positions. The
-// positions held (lens) are kept on the Go side and change when an op is
-// recorded; the arrays change on the MLX thread when the step runs.
+// [1, kvHeads, capacity, headDim] in the type of the keys the model
+// writes (float32, or bf16 in native mode for a bf16 model), grown by
+// KVStep positions. The positions held (lens) are kept on the Go side and
+// change when an op is recorded; the arrays change on the MLX thread when
+// the step runs.
 type KVCache struct {
 	b    *Backend
 	spec backend.KVSpec
+	// dt is the type of the keys and values, known from the first write
+	// recorded (Invalid before: blocks imported into a fresh cache are held
+	// as float32 and converted, exactly, when the model first writes).
+	dt   tensor.DType
 	lens []int
 	held []int    // capacity per layer as recorded (Go side, for Bytes)
 	caps []int    // capacity per layer of the arrays (MLX thread)
@@ -61,8 +69,17 @@ func (c *KVCache) Truncate(n int) {
 	}
 }
 
-// perPos is the bytes of one position of one layer (K and V).
-func (c *KVCache) perPos() int64 { return int64(2 * c.spec.KVHeads * c.spec.HeadDim * 4) }
+// perPos is the bytes of one position of one layer (K and V) in memory.
+func (c *KVCache) perPos() int64 {
+	size := 4
+	if c.dt != tensor.Invalid {
+		size = dtypeBytes(c.dt)
+	}
+	return int64(2 * c.spec.KVHeads * c.spec.HeadDim * size)
+}
+
+// blockPerPos is the bytes of one position of one layer in a block.
+func (c *KVCache) blockPerPos() int { return 2 * c.spec.KVHeads * c.spec.HeadDim * 4 }
 
 // Bytes is the memory of the arrays and of the positions held.
 func (c *KVCache) Bytes() (allocated, used int64) {
@@ -97,10 +114,14 @@ func (c *KVCache) Free() {
 	})
 }
 
-// reserve records that layer will hold offset+n positions (at op time,
-// as the CPU backend's write does), checking that the write leaves no gap
-// and fits.
-func (c *KVCache) reserve(layer, offset, n int) {
+// reserve records that layer will hold offset+n positions of type dt (at
+// op time, as the CPU backend's write does), checking that the write
+// leaves no gap and fits.
+func (c *KVCache) reserve(layer, offset, n int, dt tensor.DType) {
+	if c.dt != tensor.Invalid && c.dt != dt {
+		panic(fmt.Sprintf("mlx: KV cache of %v written with %v", c.dt, dt))
+	}
+	c.dt = dt
 	li := c.layer(layer)
 	if offset > c.lens[li] {
 		panic(fmt.Sprintf("mlx: KV write at %d leaves a gap after %d positions (layer %d)", offset, c.lens[li], layer))
@@ -122,10 +143,18 @@ func (c *KVCache) write(a *Arena, layer, offset int, k, v *Array) (keys, values 
 	n := k.Shape()[2]
 	end := offset + n
 	kvh, hd := c.spec.KVHeads, c.spec.HeadDim
+	for _, p := range []*[]*Array{&c.k, &c.v} {
+		// Positions imported before the model's first write are float32
+		// values of k's type: converted exactly.
+		if arr := (*p)[li]; arr != nil && arr.DType() != k.DType() {
+			(*p)[li] = a.Detach(a.AsType(arr, k.DType()))
+			arr.Free()
+		}
+	}
 	if need := c.capFor(end); need > c.caps[li] {
 		for _, p := range []*[]*Array{&c.k, &c.v} {
 			arr := (*p)[li]
-			grown := a.Zeros(tensor.F32, 1, kvh, need-c.caps[li], hd)
+			grown := a.Zeros(k.DType(), 1, kvh, need-c.caps[li], hd)
 			if arr != nil {
 				grown = a.Concatenate([]*Array{arr, grown}, 2)
 				arr.Free()
@@ -154,7 +183,7 @@ func (c *KVCache) write(a *Arena, layer, offset int, k, v *Array) (keys, values 
 func (c *KVCache) KVFormat() string { return KVLayout }
 
 // KVBytes is the size of a block of n positions.
-func (c *KVCache) KVBytes(n int) int { return c.spec.Layers * n * int(c.perPos()) }
+func (c *KVCache) KVBytes(n int) int { return c.spec.Layers * n * c.blockPerPos() }
 
 // ReadKV copies positions [from, to) of every layer into a new block.
 func (c *KVCache) ReadKV(from, to int) ([]byte, error) {
@@ -172,7 +201,7 @@ func (c *KVCache) ReadKV(from, to int) ([]byte, error) {
 		for li := range c.spec.Layers {
 			for _, arr := range []*Array{c.k[li], c.v[li]} {
 				part := a.Transpose(a.Slice(arr, []int{0, 0, from, 0}, []int{1, kvh, to, hd}), 0, 2, 1, 3)
-				b, err := a.Bytes(part)
+				b, err := a.Bytes(f32(a, part))
 				if err != nil {
 					return err
 				}
@@ -195,6 +224,7 @@ func (c *KVCache) AppendKV(block []byte) error {
 	}
 	kvh, hd := c.spec.KVHeads, c.spec.HeadDim
 	half := n * kvh * hd * 4
+	dt := c.dt
 	err = c.b.rt.Do(context.Background(), func() error {
 		a := c.b.rt.NewArena()
 		defer a.Free()
@@ -203,6 +233,9 @@ func (c *KVCache) AppendKV(block []byte) error {
 			base := 2 * li * half
 			k := a.Transpose(a.FromBytes(tensor.F32, block[base:base+half], 1, n, kvh, hd), 0, 2, 1, 3)
 			v := a.Transpose(a.FromBytes(tensor.F32, block[base+half:base+2*half], 1, n, kvh, hd), 0, 2, 1, 3)
+			if dt != tensor.Invalid {
+				k, v = as(a, k, dt), as(a, v, dt)
+			}
 			keys, values := c.write(a, c.spec.FirstLayer+li, off, k, v)
 			written = append(written, keys, values)
 		}

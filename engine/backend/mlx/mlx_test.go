@@ -148,6 +148,7 @@ func TestMLX(t *testing.T) {
 	t.Run("Wrap", func(t *testing.T) { testWrap(t, rt) })
 	t.Run("Matmul", func(t *testing.T) { testMatmul(t, rt) })
 	t.Run("QuantizedMatmul", func(t *testing.T) { testQuantizedMatmul(t, rt) })
+	t.Run("GGUFAffine", func(t *testing.T) { testGGUFAffine(t, rt) })
 	t.Run("RMSNorm", func(t *testing.T) { testRMSNorm(t, rt) })
 	t.Run("RoPE", func(t *testing.T) { testRoPE(t, rt) })
 	t.Run("Attention", func(t *testing.T) { testAttention(t, rt) })

@@ -69,6 +69,15 @@ func (a *Arena) Matmul(x, y *Array) *Array {
 	return a.op("mlx_matmul", []*Array{x, y}, func(res *C.mlx_array) C.int { return C.mlx_matmul(res, x.c, y.c, a.rt.stream) })
 }
 
+// Addmm returns c + x·y in one op (mlx addmm, alpha = beta = 1): what
+// mlx.nn.Linear computes when it has a bias, rounded once in the
+// output's type rather than after the product and again after the sum.
+func (a *Arena) Addmm(c, x, y *Array) *Array {
+	return a.op("mlx_addmm", []*Array{c, x, y}, func(res *C.mlx_array) C.int {
+		return C.mlx_addmm(res, c.c, x.c, y.c, 1, 1, a.rt.stream)
+	})
+}
+
 // QuantizedMatmul multiplies x by an MLX affine quantized matrix: packed
 // uint32 codes w [out, in·bits/32] with scales and biases [out,
 // in/group]. With transpose it computes x·Wᵀ, a Linear layer: [..., in] →

@@ -50,6 +50,7 @@ fusion_t_mlx_concatenate_axis fusion_p_mlx_concatenate_axis = NULL;
 fusion_t_mlx_zeros fusion_p_mlx_zeros = NULL;
 fusion_t_mlx_dequantize fusion_p_mlx_dequantize = NULL;
 fusion_t_mlx_matmul fusion_p_mlx_matmul = NULL;
+fusion_t_mlx_addmm fusion_p_mlx_addmm = NULL;
 fusion_t_mlx_quantized_matmul fusion_p_mlx_quantized_matmul = NULL;
 fusion_t_mlx_softmax_axis fusion_p_mlx_softmax_axis = NULL;
 fusion_t_mlx_fast_rms_norm fusion_p_mlx_fast_rms_norm = NULL;
@@ -278,6 +279,11 @@ int fusion_mlx_bind(void* handle, const char** missing) {
   fusion_p_mlx_matmul = (fusion_t_mlx_matmul)dlsym(handle, "mlx_matmul");
   if (fusion_p_mlx_matmul == NULL) {
     *missing = "mlx_matmul";
+    return 1;
+  }
+  fusion_p_mlx_addmm = (fusion_t_mlx_addmm)dlsym(handle, "mlx_addmm");
+  if (fusion_p_mlx_addmm == NULL) {
+    *missing = "mlx_addmm";
     return 1;
   }
   fusion_p_mlx_quantized_matmul = (fusion_t_mlx_quantized_matmul)dlsym(handle, "mlx_quantized_matmul");

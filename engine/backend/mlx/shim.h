@@ -218,6 +218,10 @@ typedef int (*fusion_t_mlx_matmul)(mlx_array* res, const mlx_array a, const mlx_
 extern fusion_t_mlx_matmul fusion_p_mlx_matmul;
 static inline int mlx_matmul(mlx_array* res, const mlx_array a, const mlx_array b, const mlx_stream s) { return fusion_p_mlx_matmul(res, a, b, s); }
 
+typedef int (*fusion_t_mlx_addmm)(mlx_array* res, const mlx_array c, const mlx_array a, const mlx_array b, float alpha, float beta, const mlx_stream s);
+extern fusion_t_mlx_addmm fusion_p_mlx_addmm;
+static inline int mlx_addmm(mlx_array* res, const mlx_array c, const mlx_array a, const mlx_array b, float alpha, float beta, const mlx_stream s) { return fusion_p_mlx_addmm(res, c, a, b, alpha, beta, s); }
+
 typedef int (*fusion_t_mlx_quantized_matmul)(mlx_array* res, const mlx_array x, const mlx_array w, const mlx_array scales, const mlx_array biases, bool transpose, mlx_optional_int group_size, mlx_optional_int bits, const char* mode, const mlx_stream s);
 extern fusion_t_mlx_quantized_matmul fusion_p_mlx_quantized_matmul;
 static inline int mlx_quantized_matmul(mlx_array* res, const mlx_array x, const mlx_array w, const mlx_array scales, const mlx_array biases, bool transpose, mlx_optional_int group_size, mlx_optional_int bits, const char* mode, const mlx_stream s) { return fusion_p_mlx_quantized_matmul(res, x, w, scales, biases, transpose, group_size, bits, mode, s); }

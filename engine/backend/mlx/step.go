@@ -11,13 +11,18 @@ import (
 	"fusion/engine/tensor"
 )
 
-// node is an activation of a step: its shape is known when the op is
-// recorded; its MLX array exists once the step has been flushed.
+// node is an activation of a step: its shape and type are known when the
+// op is recorded; its MLX array exists once the step has been flushed.
 type node struct {
 	rows, cols int
+	dt         tensor.DType          // the type build gives x
 	build      func(a *Arena) *Array // makes x from the inputs' x
 	x          *Array
 	dead       bool // released: its handle is freed at the next flush
+	// open: an Input whose type the first op using it decides (native
+	// mode: a hidden state handed over by the previous stage takes the
+	// type of the layer weights it meets, as it had there).
+	open bool
 }
 
 func (n *node) Rows() int { return n.rows }
@@ -56,14 +61,35 @@ func wt(w backend.Weight) *weight {
 	return x
 }
 
-// record adds an op producing a [rows, cols] float32 array.
-func (s *step) record(rows, cols int, build func(a *Arena) *Array) *node {
+// record adds an op producing a [rows, cols] array of type dt.
+func (s *step) record(rows, cols int, dt tensor.DType, build func(a *Arena) *Array) *node {
 	if s.closed {
 		panic("mlx: op on a closed step")
 	}
-	n := &node{rows: rows, cols: cols, build: build}
+	n := &node{rows: rows, cols: cols, dt: dt, build: build}
 	s.pending = append(s.pending, n)
 	s.live = append(s.live, n)
+	return n
+}
+
+// promote is MLX's result type of a binary op on floats of types x and y:
+// the same type, or float32 when they differ (bf16 with f16 included).
+func promote(x, y tensor.DType) tensor.DType {
+	if x == y {
+		return x
+	}
+	return tensor.F32
+}
+
+// use returns n for an op about to read it; an open Input takes dt (the
+// type of the weight it meets) if it has not been built yet.
+func use(n *node, dt tensor.DType) *node {
+	if n.open {
+		n.open = false
+		if n.x == nil {
+			n.dt = dt
+		}
+	}
 	return n
 }
 
@@ -75,16 +101,30 @@ func f32(a *Arena, x *Array) *Array {
 	return a.AsType(x, tensor.F32)
 }
 
-// Input copies data into a new [rows, cols] array.
+// as converts x to dt unless it is dt already.
+func as(a *Arena, x *Array, dt tensor.DType) *Array {
+	if x.DType() == dt || a.Err() != nil {
+		return x
+	}
+	return a.AsType(x, dt)
+}
+
+// Input copies data into a new [rows, cols] array: float32, or in native
+// mode the type of the first weight it meets (values a previous stage
+// computed in that type convert back exactly).
 func (s *step) Input(rows, cols int, data []float32) backend.Array {
 	if rows < 0 || cols < 0 || len(data) != rows*cols {
 		panic(fmt.Sprintf("mlx: Input: %d values for [%d, %d]", len(data), rows, cols))
 	}
 	d := append([]float32(nil), data...)
-	return s.record(rows, cols, func(a *Arena) *Array { return a.FromFloat32(d, rows, cols) })
+	var n *node
+	n = s.record(rows, cols, tensor.F32, func(a *Arena) *Array { return as(a, a.FromFloat32(d, rows, cols), n.dt) })
+	n.open = !s.b.f32
+	return n
 }
 
-// Embed gathers rows of table as float32 (affine rows dequantized).
+// Embed gathers rows of table in the table's type (affine rows dequantized
+// in the scales' type, as mlx.dequantize does), or as float32.
 func (s *step) Embed(table backend.Weight, ids []int32) backend.Array {
 	w := wt(table)
 	for _, id := range ids {
@@ -93,51 +133,81 @@ func (s *step) Embed(table backend.Weight, ids []int32) backend.Array {
 		}
 	}
 	idx := append([]int32(nil), ids...)
-	return s.record(len(ids), w.in, func(a *Arena) *Array {
+	dt := w.dt
+	if s.b.f32 {
+		dt = tensor.F32
+	}
+	return s.record(len(ids), w.in, dt, func(a *Arena) *Array {
 		i := a.FromInt32(idx, len(idx))
 		if w.affine {
-			// Scales and biases widened first: MLX dequantizes in the
-			// scales' type, and bf16 rows would lose 16 bits that the
-			// CPU backend (and quantized_matmul) keep.
-			s, b := f32(a, a.Take(w.scales, i, 0)), f32(a, a.Take(w.biases, i, 0))
-			return a.Dequantize(a.Take(w.w, i, 0), s, b, w.group, w.bits, tensor.F32)
+			// In float32 mode scales and biases are widened first: MLX
+			// dequantizes in the scales' type, and bf16 rows would lose
+			// 16 bits that the CPU backend (and quantized_matmul) keep.
+			s, b := as(a, a.Take(w.scales, i, 0), dt), as(a, a.Take(w.biases, i, 0), dt)
+			return a.Dequantize(a.Take(w.w, i, 0), s, b, w.group, w.bits, dt)
 		}
-		return f32(a, a.Take(w.w, i, 0))
+		return as(a, a.Take(w.w, i, 0), dt)
 	})
 }
 
-// Linear computes x·Wᵀ + bias.
+// Linear computes x·Wᵀ + bias, as mlx.nn.Linear (addmm when there is a
+// bias) and QuantizedLinear (quantized_matmul, then the bias) do.
 func (s *step) Linear(x backend.Array, w backend.Weight) backend.Array {
-	in, m := nd(x), wt(w)
+	m := wt(w)
+	in := use(nd(x), m.dt)
 	if in.cols != m.in {
 		panic(fmt.Sprintf("mlx: Linear %s: input has %d features, weight takes %d", m.name, in.cols, m.in))
 	}
-	return s.record(in.rows, m.out, func(a *Arena) *Array {
-		var y *Array
-		if m.affine {
-			y = a.QuantizedMatmul(in.x, m.w, m.scales, m.biases, true, m.group, m.bits)
-		} else {
-			y = a.Matmul(in.x, a.Transpose(m.w, 1, 0))
+	dt := in.dt // quantized_matmul computes in x's type
+	if !m.affine {
+		dt = promote(in.dt, m.dt)
+	}
+	if m.bias != nil {
+		dt = promote(dt, m.bias.DType())
+	}
+	if s.b.f32 {
+		dt = tensor.F32
+	}
+	return s.record(in.rows, m.out, dt, func(a *Arena) *Array {
+		if s.b.f32 {
+			var y *Array
+			if m.affine {
+				y = a.QuantizedMatmul(in.x, m.w, m.scales, m.biases, true, m.group, m.bits)
+			} else {
+				y = a.Matmul(in.x, a.Transpose(m.w, 1, 0))
+			}
+			y = f32(a, y)
+			if m.bias != nil {
+				y = a.Add(y, m.bias)
+			}
+			return y
 		}
-		y = f32(a, y)
-		if m.bias != nil {
-			y = a.Add(y, m.bias)
+		switch {
+		case m.affine:
+			y := a.QuantizedMatmul(in.x, m.w, m.scales, m.biases, true, m.group, m.bits)
+			if m.bias != nil {
+				y = a.Add(y, m.bias)
+			}
+			return y
+		case m.bias != nil:
+			return a.Addmm(m.bias, in.x, a.Transpose(m.w, 1, 0))
+		default:
+			return a.Matmul(in.x, a.Transpose(m.w, 1, 0))
 		}
-		return y
 	})
 }
 
 // RMSNorm normalizes each group of w.Len() features of every row.
 func (s *step) RMSNorm(x backend.Array, w backend.Vector, eps float32) backend.Array {
-	in := nd(x)
 	v, ok := w.(*vector)
 	if !ok {
 		panic(fmt.Sprintf("mlx: vector of another backend (%T)", w))
 	}
+	in := use(nd(x), v.dt)
 	if in.cols%v.n != 0 {
 		panic(fmt.Sprintf("mlx: RMSNorm: %d features are not groups of %d", in.cols, v.n))
 	}
-	return s.record(in.rows, in.cols, func(a *Arena) *Array {
+	return s.record(in.rows, in.cols, promote(in.dt, v.dt), func(a *Arena) *Array {
 		y := a.RMSNorm(a.Reshape(in.x, in.rows, in.cols/v.n, v.n), v.v, eps)
 		return a.Reshape(y, in.rows, in.cols)
 	})
@@ -145,24 +215,25 @@ func (s *step) RMSNorm(x backend.Array, w backend.Vector, eps float32) backend.A
 
 // LayerNorm normalizes every row, then scales by w and adds bias.
 func (s *step) LayerNorm(x backend.Array, w, bias backend.Vector, eps float32) backend.Array {
-	in := nd(x)
 	wv, ok1 := w.(*vector)
 	bv, ok2 := bias.(*vector)
 	if !ok1 || !ok2 {
 		panic(fmt.Sprintf("mlx: LayerNorm: vectors of another backend (%T, %T)", w, bias))
 	}
+	in := use(nd(x), wv.dt)
 	if wv.n != in.cols || bv.n != in.cols {
 		panic(fmt.Sprintf("mlx: LayerNorm: %d features, weight %d, bias %d", in.cols, wv.n, bv.n))
 	}
-	return s.record(in.rows, in.cols, func(a *Arena) *Array { return a.LayerNorm(in.x, wv.v, bv.v, eps) })
+	dt := promote(promote(in.dt, wv.dt), bv.dt)
+	return s.record(in.rows, in.cols, dt, func(a *Arena) *Array { return a.LayerNorm(in.x, wv.v, bv.v, eps) })
 }
 
-// GELU returns x·(1 + erf(x/√2))/2.
+// GELU returns x·(1 + erf(x/√2))/2, in x's type.
 func (s *step) GELU(x backend.Array) backend.Array {
-	in := nd(x)
-	return s.record(in.rows, in.cols, func(a *Arena) *Array {
-		half, invSqrt2 := a.FromFloat32([]float32{0.5}, 1), a.FromFloat32([]float32{float32(1 / math.Sqrt2)}, 1)
-		one := a.FromFloat32([]float32{1}, 1)
+	in := use(nd(x), tensor.F32)
+	return s.record(in.rows, in.cols, in.dt, func(a *Arena) *Array {
+		c := func(v float32) *Array { return as(a, a.FromFloat32([]float32{v}, 1), in.dt) }
+		half, invSqrt2, one := c(0.5), c(float32(1/math.Sqrt2)), c(1)
 		cdf := a.Multiply(a.Add(a.Erf(a.Multiply(in.x, invSqrt2)), one), half)
 		return a.Multiply(in.x, cdf)
 	})
@@ -171,13 +242,13 @@ func (s *step) GELU(x backend.Array) backend.Array {
 // EncoderAttention runs MLX's scaled dot-product attention without a mask
 // per sequence of lens rows: every query sees its own sequence's keys.
 func (s *step) EncoderAttention(q, k, v backend.Array, heads int, scale float32, lens []int) backend.Array {
-	qa, ka, va := nd(q), nd(k), nd(v)
+	qa, ka, va := use(nd(q), tensor.F32), use(nd(k), tensor.F32), use(nd(v), tensor.F32)
 	hd, err := backend.EncoderShape(qa, ka, va, heads, lens)
 	if err != nil {
 		panic("mlx: " + err.Error())
 	}
 	seqs := append([]int(nil), lens...)
-	return s.record(qa.rows, qa.cols, func(a *Arena) *Array {
+	return s.record(qa.rows, qa.cols, promote(promote(qa.dt, ka.dt), va.dt), func(a *Arena) *Array {
 		parts := make([]*Array, 0, len(seqs))
 		row := 0
 		for _, n := range seqs {
@@ -206,7 +277,7 @@ func rowsOf(a *Arena, y *Array, n, cols int) *Array {
 // RoPE rotates each head of each row by the row's position, one
 // mlx fast.rope per sequence (its offset is a scalar).
 func (s *step) RoPE(x backend.Array, r *backend.RoPE, b *backend.Batch) backend.Array {
-	in := nd(x)
+	in := use(nd(x), tensor.F32)
 	hd := r.HeadDim
 	if hd <= 0 || r.Dims <= 0 || r.Dims%2 != 0 || r.Dims > hd || in.cols%hd != 0 {
 		panic(fmt.Sprintf("mlx: RoPE: dims %d, head dim %d, row of %d", r.Dims, hd, in.cols))
@@ -223,7 +294,7 @@ func (s *step) RoPE(x backend.Array, r *backend.RoPE, b *backend.Batch) backend.
 	if scale == 0 {
 		scale = 1
 	}
-	return s.record(in.rows, in.cols, func(a *Arena) *Array {
+	return s.record(in.rows, in.cols, in.dt, func(a *Arena) *Array {
 		var freqs, inScale *Array
 		if rope.Freqs != nil {
 			freqs = a.FromFloat32(rope.Freqs, len(rope.Freqs))
@@ -236,7 +307,9 @@ func (s *step) RoPE(x backend.Array, r *backend.RoPE, b *backend.Batch) backend.
 					v[i] = rope.InputScale
 				}
 			}
-			inScale = a.FromFloat32(v, hd)
+			// In x's type: mlx-lm multiplies by a Python scalar, which
+			// takes the array's type.
+			inScale = as(a, a.FromFloat32(v, hd), in.dt)
 		}
 		parts := make([]*Array, 0, len(seqs))
 		row := 0
@@ -257,12 +330,13 @@ func (s *step) RoPE(x backend.Array, r *backend.RoPE, b *backend.Batch) backend.
 // scaled dot-product attention per sequence over its cached positions
 // (causal, aligned to the last key; GQA native).
 func (s *step) Attention(layer int, q, k, v backend.Array, scale float32, b *backend.Batch) backend.Array {
-	qa, ka, va := nd(q), nd(k), nd(v)
+	qa, ka, va := use(nd(q), tensor.F32), use(nd(k), tensor.F32), use(nd(v), tensor.F32)
+	dt := promote(promote(qa.dt, ka.dt), va.dt)
 	if b.Rows() != qa.rows || ka.rows != qa.rows || va.rows != qa.rows {
 		panic(fmt.Sprintf("mlx: Attention: q, k, v have %d, %d, %d rows, batch %d", qa.rows, ka.rows, va.rows, b.Rows()))
 	}
 	if len(b.Seqs) == 0 {
-		return s.record(0, qa.cols, func(a *Arena) *Array { return a.Zeros(tensor.F32, 0, qa.cols) })
+		return s.record(0, qa.cols, qa.dt, func(a *Arena) *Array { return a.Zeros(qa.dt, 0, qa.cols) })
 	}
 	spec := b.Seqs[0].Cache.Spec()
 	hd, kvh := spec.HeadDim, spec.KVHeads
@@ -279,10 +353,10 @@ func (s *step) Attention(layer int, q, k, v backend.Array, scale float32, b *bac
 		if cs := c.Spec(); cs.KVHeads != kvh || cs.HeadDim != hd {
 			panic("mlx: Attention: sequences with different KV cache shapes")
 		}
-		c.reserve(layer, sq.Offset, sq.Len)
+		c.reserve(layer, sq.Offset, sq.Len, promote(ka.dt, va.dt))
 		caches[i] = c
 	}
-	return s.record(qa.rows, qa.cols, func(a *Arena) *Array {
+	return s.record(qa.rows, qa.cols, dt, func(a *Arena) *Array {
 		parts := make([]*Array, 0, len(seqs))
 		row := 0
 		for i, sq := range seqs {
@@ -304,22 +378,29 @@ func sameShape(op string, x, y *node) {
 // Add returns x + y.
 func (s *step) Add(x, y backend.Array) backend.Array {
 	p, q := nd(x), nd(y)
+	switch { // an open Input added to a computed array takes its type
+	case p.open && !q.open:
+		use(p, q.dt)
+	case q.open && !p.open:
+		use(q, p.dt)
+	}
+	p, q = use(p, tensor.F32), use(q, tensor.F32)
 	sameShape("Add", p, q)
-	return s.record(p.rows, p.cols, func(a *Arena) *Array { return a.Add(p.x, q.x) })
+	return s.record(p.rows, p.cols, promote(p.dt, q.dt), func(a *Arena) *Array { return a.Add(p.x, q.x) })
 }
 
 // SwiGLU returns silu(gate)·up = gate·sigmoid(gate)·up.
 func (s *step) SwiGLU(gate, up backend.Array) backend.Array {
-	g, u := nd(gate), nd(up)
+	g, u := use(nd(gate), tensor.F32), use(nd(up), tensor.F32)
 	sameShape("SwiGLU", g, u)
-	return s.record(g.rows, g.cols, func(a *Arena) *Array {
+	return s.record(g.rows, g.cols, promote(g.dt, u.dt), func(a *Arena) *Array {
 		return a.Multiply(a.Multiply(g.x, a.Sigmoid(g.x)), u.x)
 	})
 }
 
 // Rows gathers rows of x.
 func (s *step) Rows(x backend.Array, rows []int) backend.Array {
-	in := nd(x)
+	in := use(nd(x), tensor.F32)
 	idx := make([]int32, len(rows))
 	for i, r := range rows {
 		if r < 0 || r >= in.rows {
@@ -327,7 +408,7 @@ func (s *step) Rows(x backend.Array, rows []int) backend.Array {
 		}
 		idx[i] = int32(r)
 	}
-	return s.record(len(rows), in.cols, func(a *Arena) *Array {
+	return s.record(len(rows), in.cols, in.dt, func(a *Arena) *Array {
 		return a.Take(in.x, a.FromInt32(idx, len(idx)), 0)
 	})
 }
@@ -376,6 +457,11 @@ func (s *step) flush(then func(a *Arena) error) error {
 			x := n.build(a)
 			if a.Err() != nil {
 				return a.Err()
+			}
+			if x.DType() != n.dt {
+				// The recorded type decides KV caches' and Inputs' types:
+				// a difference is a bug of this file.
+				return fmt.Errorf("mlx: an op made %v, recorded as %v", x.DType(), n.dt)
 			}
 			a.Release(m, x)
 			n.x = x

@@ -2,7 +2,8 @@
 
 Reads a JSON request on stdin:
 
-    {"models": [{"dir": "...", "prompt": [ids...], "steps": 64, "top": 8}, ...]}
+    {"models": [{"dir": "...", "prompt": [ids...], "steps": 64, "top": 8,
+                 "native": false}, ...]}
 
 and, for each model, loads it with mlx-lm, casts its floating-point
 parameters to float32 (bf16 weights are exact in f32; quantized layers keep
@@ -10,7 +11,14 @@ their packed uint32 codes and get f32 scales and biases), prefills the
 prompt with a KV cache, then decodes greedily. The prompt goes in as two
 calls, all but its last token and then the last one, so that MLX's lazy
 graph never computes the LM head over the whole prompt (the first call's
-logits are never evaluated). It writes one JSON object on stdout:
+logits are never evaluated).
+
+With "native", the model keeps its dtype (mlx-lm's own path: activations,
+KV cache and logits in bf16 for a bf16 or bf16-scaled quantized model),
+and the prompt goes in as one call of the model's body, the LM head then
+applied to its last row only: the engine's prefill (its logits are rows of
+the same bf16 computation; the head is row-wise). It writes one JSON
+object on stdout:
 
     {"results": [{"tokens": [...], "steps": [{"ids": [...], "logprobs": [...]}]}]}
 
@@ -28,26 +36,44 @@ from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.utils import load_model
 
 
+def head(model, h):
+    """The LM head of mlx-lm's Model.__call__, on hidden states h."""
+    if getattr(model.args, "tie_word_embeddings", False):
+        return model.model.embed_tokens.as_linear(h)
+    return model.lm_head(h)
+
+
 def run(spec):
     model, _ = load_model(Path(spec["dir"]))
-    model.set_dtype(mx.float32)
+    native = spec.get("native", False)
+    if not native:
+        model.set_dtype(mx.float32)
     cache = make_prompt_cache(model)
     top = spec.get("top", 8)
     tokens, steps = [], []
     prompt = spec["prompt"]
-    model(mx.array([prompt[:-1]]), cache=cache)
-    mx.eval([c.state for c in cache])
-    inputs = mx.array([prompt[-1:]])
-    for _ in range(spec["steps"]):
-        logits = model(inputs, cache=cache)[0, -1, :].astype(mx.float32)
+    if native:
+        h = model.model(mx.array([prompt]), cache=cache)
+        first = head(model, h[:, -1:, :])
+    else:
+        model(mx.array([prompt[:-1]]), cache=cache)
+        mx.eval([c.state for c in cache])
+        first = model(mx.array([prompt[-1:]]), cache=cache)
+    for i in range(spec["steps"]):
+        out = first if i == 0 else model(inputs, cache=cache)
+        logits = out[0, -1, :].astype(mx.float32)
         logprobs = logits - mx.logsumexp(logits)
         order = mx.argsort(-logprobs)[:top]
-        mx.eval(order, logprobs)
+        # The greedy token is argmax's (the first of equal logits, as the
+        # engine's): bf16 logits tie, and argsort's order of ties is not
+        # the index order.
+        best = mx.argmax(logprobs)
+        mx.eval(order, logprobs, best)
         ids = [int(i) for i in order.tolist()]
         lp = logprobs.tolist()
         steps.append({"ids": ids, "logprobs": [lp[i] for i in ids]})
-        tokens.append(ids[0])
-        inputs = mx.array([[ids[0]]])
+        tokens.append(int(best.item()))
+        inputs = mx.array([[tokens[-1]]])
     return {"tokens": tokens, "steps": steps}
 
 

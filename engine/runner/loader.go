@@ -7,30 +7,35 @@ import (
 	"sync/atomic"
 
 	"fusion/engine"
-	"fusion/engine/backend/cpu"
+	"fusion/engine/backend"
 	"fusion/engine/model"
 )
 
-// cpuLoader loads models onto the CPU backend, one backend (and worker
-// pool) per model.
-type cpuLoader struct {
+// backendLoader loads models onto the backend the runner chose for each
+// (see backends): one backend (CPU worker pool, or MLX thread) per model.
+type backendLoader struct {
 	threads  int
 	loadMode string
+	backends *backends
 }
 
-func (l cpuLoader) load(info engine.ModelInfo) (languageModel, error) {
-	be := cpu.New(cpu.Options{Threads: l.threads})
+func (l backendLoader) load(info engine.ModelInfo) (languageModel, error) {
+	be, kvBlock, _, err := l.backends.newBackend(info.ID, l.threads)
+	if err != nil {
+		return nil, err
+	}
 	m, err := model.Load(context.Background(), info.Path, be, model.Options{Mmap: l.loadMode == "mmap"})
 	if err != nil {
 		return nil, errors.Join(err, be.Close())
 	}
-	return &cpuModel{m: m, be: be, live: map[*cpuSequence]struct{}{}}, nil
+	return &cpuModel{m: m, be: be, kvBlock: kvBlock, live: map[*cpuSequence]struct{}{}}, nil
 }
 
-// cpuModel adapts model.Model to the runner.
+// cpuModel adapts model.Model, on whichever backend, to the runner.
 type cpuModel struct {
-	m  *model.Model
-	be *cpu.Backend
+	m       *model.Model
+	be      backend.Backend
+	kvBlock int // positions the backend's KV caches grow by
 
 	mu   sync.Mutex
 	live map[*cpuSequence]struct{}
@@ -39,9 +44,10 @@ type cpuModel struct {
 func (c *cpuModel) VocabSize() int     { return c.m.Config.VocabSize }
 func (c *cpuModel) ContextLength() int { return c.m.Config.MaxPositionEmbeddings }
 func (c *cpuModel) WeightBytes() int64 { return c.m.WeightBytes() }
+func (c *cpuModel) Backend() string    { return c.be.Name() }
 func (c *cpuModel) Close() error       { return errors.Join(c.m.Close(), c.be.Close()) }
 func (c *cpuModel) KVBlock() (int, int64) {
-	return cpu.BlockSize, c.m.KVBytesPerToken()
+	return c.kvBlock, c.m.KVBytesPerToken()
 }
 func (c *cpuModel) KVBytes() (n int64) {
 	c.mu.Lock()

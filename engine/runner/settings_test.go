@@ -1,0 +1,77 @@
+package runner
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"fusion/engine/demo"
+)
+
+// TestSetModelSettingsLive: settings changed while a model is loaded take
+// effect without a reload (context cap, pin, its own idle TTL with no
+// runner TTL); a new chat template unloads the idle model, whose next load
+// renders with it.
+func TestSetModelSettingsLive(t *testing.T) {
+	r := newRunnerWith(t, Config{}, map[string]demo.Options{"a": {Arch: "qwen3", Seed: 1}})
+	ctx := context.Background()
+	if got := generate(ctx, r, chat("a", "Hello", 2)); got.err != nil {
+		t.Fatal(got.err)
+	}
+	r.SetModelSettings("a", ModelSettings{ContextLength: 12, Pinned: true})
+	if st := states(r)["a"]; st.State != StateIdle || !st.Pinned {
+		t.Fatalf("after pinning: %+v", st)
+	}
+	if got := generate(ctx, r, chat("a", strings.Repeat("Hello there ", 10), 2)); got.err == nil || !strings.Contains(got.err.Error(), "context is 12") {
+		t.Fatalf("the new context cap is not in force: %v", got.err)
+	}
+	r.SetModelSettings("a", ModelSettings{IdleTTL: 100 * time.Millisecond})
+	waitFor(t, func() bool { return states(r)["a"].State == StateUnloaded })
+
+	if got := generate(ctx, r, chat("a", "Hello", 2)); got.err != nil {
+		t.Fatal(got.err)
+	}
+	const tmpl = "{% for m in messages %}OVERRIDE {{ m.content }}{% endfor %}"
+	r.SetModelSettings("a", ModelSettings{ChatTemplate: tmpl})
+	if st := states(r)["a"]; st.State != StateUnloaded {
+		t.Fatalf("an idle model whose template changed stays loaded: %+v", st)
+	}
+	lm, release, err := r.acquire(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	if lm.text.TemplateSource() != tmpl {
+		t.Errorf("template after reload: %q", lm.text.TemplateSource())
+	}
+}
+
+// TestDetails: a config this engine cannot load is reported, not an error.
+func TestDetails(t *testing.T) {
+	r := newRunnerWith(t, Config{}, map[string]demo.Options{"a": {Arch: "qwen3", Seed: 1}})
+	raw, err := os.ReadFile(filepath.Join(r.cfg.ModelsDir, "a", "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(r.cfg.ModelsDir, "paro")
+	if err := os.MkdirAll(bad, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	paro := strings.Replace(string(raw), "{", `{"quantization_config":{"quant_method":"paroquant","bits":4,"group_size":128},`, 1)
+	if err := os.WriteFile(filepath.Join(bad, "config.json"), []byte(paro), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]ModelDetails{}
+	for _, d := range r.Details() {
+		got[d.ID] = d
+	}
+	if a := got["a"]; !a.Compatible || a.Architecture != "qwen3" || a.ContextLength <= 0 || a.Bytes <= 0 || a.Format != "safetensors" {
+		t.Errorf("a: %+v", a)
+	}
+	if p := got["paro"]; p.Compatible || p.Quantization != "paroquant" || !strings.Contains(p.Reason, "quant_method") {
+		t.Errorf("paro: %+v", p)
+	}
+}
