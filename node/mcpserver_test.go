@@ -74,8 +74,8 @@ func callJSON(t *testing.T, s *sdk.ClientSession, name string, args map[string]a
 	return res
 }
 
-// chatText is the text of a greedy chat completion of prompt.
-func chatText(t *testing.T, n *node.Node, prompt string, maxTokens int) string {
+// greedyChatText is the text of a greedy chat completion of prompt.
+func greedyChatText(t *testing.T, n *node.Node, prompt string, maxTokens int) string {
 	t.Helper()
 	body, _ := json.Marshal(map[string]any{"model": nodetest.Model, "messages": []any{map[string]any{"role": "user", "content": prompt}},
 		"max_tokens": maxTokens, "temperature": 0})
@@ -156,7 +156,7 @@ func TestMCPServerGoClient(t *testing.T) {
 	if res.IsError || out.CompletionTokens < 1 || (out.FinishReason != "stop" && out.FinishReason != "length") {
 		t.Fatalf("generate: %+v %+v", res, out)
 	}
-	if want := chatText(t, n, "Say hello.", 8); out.Text != want {
+	if want := greedyChatText(t, n, "Say hello.", 8); out.Text != want {
 		t.Errorf("generate %q, the chat completion %q", out.Text, want)
 	}
 	if tc, ok := res.Content[0].(*sdk.TextContent); !ok || tc.Text != out.Text {
@@ -239,7 +239,7 @@ func TestMCPServerPythonClient(t *testing.T) {
 	if !slices.Contains(got.Models, nodetest.Model) || !slices.Contains(got.Models, embedModel) {
 		t.Errorf("models %v", got.Models)
 	}
-	if want := chatText(t, n, "Say hello.", 8); got.Text != want {
+	if want := greedyChatText(t, n, "Say hello.", 8); got.Text != want {
 		t.Errorf("generate %q, the chat completion %q", got.Text, want)
 	}
 	if want := embeddings(t, n, []string{"the cat sat"}); fmt.Sprint(got.Embeddings) != fmt.Sprint(want) {
