@@ -138,7 +138,27 @@ const (
 	FinishContextWindow FinishReason = "context_window"
 	// FinishToolCalls: generation stopped normally after tool calls.
 	FinishToolCalls FinishReason = "tool_calls"
+	// FinishToolStepLimit: the server ran tools for the model (MCP tools,
+	// router/mcpchat) for as many model turns as it allows and stopped
+	// while the model was still calling them. OpenAI's Responses API
+	// calls this max_tool_calls, Anthropic pause_turn.
+	FinishToolStepLimit FinishReason = "max_tool_calls"
 )
+
+// ServerToolStep is a tool call the server runs itself, not the client
+// (an MCP tool the request asked for, see router/mcpchat): an event
+// carries it once when the call starts and once, Done, with its result.
+type ServerToolStep struct {
+	ID        string // the model's call id
+	Server    string // the MCP server that runs it
+	Name      string // the tool's name on that server
+	Arguments string // a JSON object, as the model wrote it
+	// Done marks the result: Output is what the model is shown of it
+	// (its text), IsError a failed call or a tool's own error.
+	Done    bool
+	Output  string
+	IsError bool
+}
 
 // ToolCall is one complete tool call the model made, found by the model
 // family's output parser.
@@ -182,6 +202,8 @@ type Event struct {
 	Tokens []TokenLogprob
 	// TopLogprobs holds, per token in Tokens, the most likely alternatives.
 	TopLogprobs [][]TokenLogprob
+	// ServerTool is a step of a tool call the server runs itself.
+	ServerTool *ServerToolStep
 
 	// Done marks the final event. Usage is set on it and, with the
 	// prompt's figures (and CompletionTokens 1), on the first token's

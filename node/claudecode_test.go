@@ -78,6 +78,15 @@ func streamMessages(t *testing.T, url string, body []byte) []sseEvent {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("anthropic-version", "2023-06-01")
 	req.Header.Set("anthropic-beta", "prompt-caching-2024-07-31")
+	return streamMessagesReq(t, req)
+}
+
+// streamMessagesReq sends a streamed /v1/messages request and returns its
+// events.
+func streamMessagesReq(t *testing.T, req *http.Request) []sseEvent {
+	t.Helper()
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("anthropic-version", "2023-06-01")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -352,3 +352,48 @@ func TestMCPClusterWide(t *testing.T) {
 		t.Errorf("unknown tool from a node without servers: %d", code)
 	}
 }
+
+// TestMCPNodesField: every node has the same configuration, whose stdio
+// server names node a in "nodes": only a runs it (one process in the
+// cluster), every node lists it as a's, and calls from b and c run on a.
+// A lone node the server does not name lists it as remote and refuses
+// its calls with 503.
+func TestMCPNodesField(t *testing.T) {
+	nodeBin, everything := mcptest.Everything(t)
+	raw := fmt.Sprintf(`{"mcpServers": {"ev": {"command": %q, "args": [%q, "stdio"], "nodes": ["a"]}}}`, nodeBin, everything)
+	cfg, err := host.ParseConfig([]byte(raw), func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := nodetest.Start(t, nodetest.Options{APIKey: "k", Cluster: loopback("a", 1, nil), MCPServers: cfg})
+	join := []string{a.Cluster().GossipAddr()}
+	b := nodetest.Start(t, nodetest.Options{APIKey: "k", Cluster: loopback("b", 0, join), MCPServers: cfg})
+	c := nodetest.Start(t, nodetest.Options{APIKey: "k", Cluster: loopback("c", 0, join), MCPServers: cfg})
+	if st := b.MCP().Servers(); len(st) != 1 || st[0].State != host.StateRemote || st[0].PID != 0 {
+		t.Errorf("b's own host: %+v", st)
+	}
+	for _, n := range []*node.Node{b, c, a} {
+		waitMCP(t, n, "ev ready on a", func(s map[string]mcpServerDoc) bool { return s["ev"].State == "ready" })
+		code, doc := mcpDo(t, n, http.MethodGet, "/v1/mcp/servers", "")
+		list, _ := doc["servers"].([]any)
+		if code != 200 || len(list) != 1 {
+			t.Fatalf("servers: %d %v", code, doc)
+		}
+		if s := list[0].(map[string]any); s["node"] != "a" || fmt.Sprint(s["nodes"]) != "[a]" {
+			t.Errorf("the server seen from a node: %v", s)
+		}
+		code, doc = execute(t, n, "echo", map[string]any{"message": "where"})
+		if texts := content(doc, "text"); code != 200 || len(texts) != 1 || texts[0]["text"] != "Echo: where" {
+			t.Errorf("echo: %d %v", code, doc)
+		}
+	}
+
+	lone := nodetest.Start(t, nodetest.Options{APIKey: "k", MCPServers: cfg})
+	servers := mcpServers(t, lone)
+	if s := servers["ev"]; s.State != "remote" || s.PID != 0 {
+		t.Errorf("a node the server does not name: %+v", s)
+	}
+	if code, doc := execute(t, lone, "ev__echo", map[string]any{"message": "x"}); code != 503 || !strings.Contains(fmt.Sprint(doc), "runs on a only") {
+		t.Errorf("calling it there: %d %v", code, doc)
+	}
+}

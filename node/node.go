@@ -95,6 +95,9 @@ type Config struct {
 	// timeout, backoff; zero values take its defaults).
 	MCPServers host.Config
 	MCP        host.Options
+	// MCPMaxSteps bounds the model turns of a chat request with MCP
+	// tools (0: router/mcpchat's default, 8).
+	MCPMaxSteps int
 
 	// TLSCertFile and TLSKeyFile make the frontend speak HTTPS (and
 	// HTTP/2). The pair is read again on ReloadTLS (SIGHUP) and whenever
@@ -244,6 +247,7 @@ func New(cfg Config) (*Node, error) {
 	if len(cfg.MCPServers.Servers) > 0 {
 		opts := cfg.MCP
 		opts.Logger, opts.Version = cfg.Logger, cfg.Version
+		opts.Node = soloID(cfg.Cluster.NodeID) // a server may name the nodes that run it
 		n.mcp = host.New(cfg.MCPServers, opts)
 		mcpHost = n.mcp
 	}
@@ -297,7 +301,7 @@ func New(cfg Config) (*Node, error) {
 		adminCfg.Self, adminCfg.Peers = n.member.ID(), adminPeers{n: n}
 	}
 	n.router = router.New(router.Config{
-		MCP:         mcpHost,
+		MCP: mcpHost, MCPMaxSteps: cfg.MCPMaxSteps,
 		ThinkingKey: thinkingKey,
 		Backend:     run.BackendStatus,
 		Engine:      aliasEngine{Dispatcher: gen, a: n.admin}, Stats: n.engineStats, Cache: run, Models: run, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes, Cluster: clusterStatus,

@@ -12,6 +12,8 @@ import (
 	"fusion/router/anthropic"
 	"fusion/router/dispatch"
 	"fusion/router/mcp"
+	"fusion/router/mcpchat"
+	"fusion/router/mcpserver"
 	"fusion/router/metrics"
 	"fusion/router/openai"
 	"fusion/router/openclaw"
@@ -58,6 +60,9 @@ type Config struct {
 	Cluster http.Handler
 	// MCP is the node's MCP host behind /v1/mcp (nil: no servers, no tools).
 	MCP mcp.Host
+	// MCPMaxSteps bounds the model turns of a chat request with MCP tools
+	// (0: mcpchat.DefaultMaxSteps).
+	MCPMaxSteps int
 }
 
 // DefaultMaxBodyBytes is the body limit when Config.MaxBodyBytes is 0.
@@ -81,12 +86,13 @@ func New(cfg Config) *Router {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	m := metrics.New(cfg.Stats)
+	tools := &mcpchat.Runner{Host: cfg.MCP, MaxSteps: cfg.MCPMaxSteps}
 	oa := openai.New(openai.Config{
 		Engine: cfg.Engine, Metrics: m, Options: cfg.OpenAI, Logger: cfg.Logger,
-		SystemFingerprint: "fp_fusion_" + cfg.Version,
+		SystemFingerprint: "fp_fusion_" + cfg.Version, MCP: tools,
 	})
 	an := anthropic.New(anthropic.Config{
-		Engine: cfg.Engine, Metrics: m, Options: anthropic.Options{MaxTokens: cfg.OpenAI.MaxTokens}, ThinkingKey: cfg.ThinkingKey, Logger: cfg.Logger,
+		Engine: cfg.Engine, Metrics: m, Options: anthropic.Options{MaxTokens: cfg.OpenAI.MaxTokens}, ThinkingKey: cfg.ThinkingKey, Logger: cfg.Logger, MCP: tools,
 	})
 
 	rt := &Router{metrics: m}
@@ -110,7 +116,7 @@ func New(cfg Config) *Router {
 		sessions = rt.ownStore
 	}
 	rt.openclaw = openclaw.New(openclaw.Config{
-		Engine: cfg.Engine, Store: sessions, OpenAI: cfg.OpenAI, Options: cfg.OpenClaw, Metrics: m, Logger: cfg.Logger,
+		Engine: cfg.Engine, Store: sessions, OpenAI: cfg.OpenAI, Options: cfg.OpenClaw, Metrics: m, Logger: cfg.Logger, MCP: tools,
 	})
 
 	r := chi.NewRouter()
@@ -137,6 +143,8 @@ func New(cfg Config) *Router {
 		oa.Mount(r)
 		rt.openclaw.Mount(r)
 		mcp.New(cfg.MCP).Mount(r)
+		mcpSrv := mcpserver.New(mcpserver.Config{Engine: cfg.Engine, Options: cfg.OpenAI, Version: cfg.Version, MaxBodyBytes: cfg.MaxBodyBytes})
+		r.Handle("/mcp", mcpSrv)
 		r.Get("/metrics", h.metricsHandler())
 		rt.admin.Mount(r)
 		if cfg.Cluster != nil {

@@ -92,12 +92,28 @@ func (c *Cluster) gather(ctx context.Context) []nodeList {
 	return append(out, lists...)
 }
 
-// Servers lists every node's servers, each with its node.
+// Servers lists every node's servers, each with its node. A server the
+// configuration gives to other nodes (host.StateRemote) is listed by the
+// nodes that run it; only when none of them answers is it listed once,
+// as remote with its configured nodes and no node of its own.
 func (c *Cluster) Servers() []host.ServerStatus {
 	var out []host.ServerStatus
+	var remote []host.ServerStatus
+	running := map[string]bool{}
 	for _, l := range c.gather(context.Background()) {
 		for _, s := range l.servers {
+			if s.State == host.StateRemote {
+				remote = append(remote, s)
+				continue
+			}
 			s.Node = l.node.ID
+			running[s.Name] = true
+			out = append(out, s)
+		}
+	}
+	for _, s := range remote {
+		if !running[s.Name] {
+			running[s.Name] = true
 			out = append(out, s)
 		}
 	}

@@ -24,6 +24,7 @@ import (
 	"fusion/node"
 	"fusion/router"
 	"fusion/router/admin"
+	"fusion/router/mcpchat"
 	"fusion/router/openclaw"
 )
 
@@ -186,6 +187,8 @@ func serveSettingsTable() []serveSetting {
 			}},
 		{"mcp-call-timeout", constant(host.DefaultCallTimeout.String()), "longest an MCP tool call may take before it fails with 504",
 			func(s *serveSettings, v string) error { return parseDuration(v, &s.cfg.MCP.CallTimeout, false) }},
+		{"mcp-max-steps", constant(strconv.Itoa(mcpchat.DefaultMaxSteps)), "model turns a chat request with MCP tools may take (the server runs the calls between them)",
+			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.MCPMaxSteps, 1) }},
 		{"node-id", constant(""), "this node's id in the cluster (default: the hostname)",
 			func(s *serveSettings, v string) error { s.cfg.Cluster.NodeID = v; return nil }},
 		{"join", constant(""), "comma-separated gossip addresses (host:port) of cluster members to join",

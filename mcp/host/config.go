@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -36,6 +37,15 @@ type ServerConfig struct {
 	// "streamableHttp", the default for a URL) or "sse". A command is
 	// always stdio.
 	Type string `json:"type,omitempty"`
+	// Nodes, when set, names the cluster nodes that run the server (an
+	// extension of the format); the others list it with these nodes and
+	// send its calls to one of them. Empty: every node runs it.
+	Nodes []string `json:"nodes,omitempty"`
+}
+
+// RunsOn reports whether the node with this id runs the server.
+func (c ServerConfig) RunsOn(node string) bool {
+	return len(c.Nodes) == 0 || slices.Contains(c.Nodes, node)
 }
 
 // Transport is the transport the entry uses.
@@ -154,6 +164,14 @@ func (c *ServerConfig) validate() error {
 	}
 	if c.URL != "" && !strings.HasPrefix(c.URL, "http://") && !strings.HasPrefix(c.URL, "https://") {
 		return errors.New(`"url" must be http:// or https://`)
+	}
+	if c.Nodes != nil && len(c.Nodes) == 0 {
+		return errors.New(`"nodes" is empty: name at least one node, or leave it out to run the server on every node`)
+	}
+	for _, n := range c.Nodes {
+		if strings.TrimSpace(n) == "" {
+			return errors.New(`"nodes" holds an empty node id`)
+		}
 	}
 	return nil
 }

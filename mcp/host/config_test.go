@@ -52,6 +52,16 @@ func TestParseConfig(t *testing.T) {
 				t.Errorf("%+v", c)
 			}
 		}, ""},
+		{"nodes", `{"mcpServers": {"fs": {"command": "a", "nodes": ["mac-1", "mac-2"]}, "web": {"url": "http://x"}}}`,
+			func(t *testing.T, c Config) {
+				fs, web := c.Servers[0], c.Servers[1]
+				if !fs.RunsOn("mac-2") || fs.RunsOn("mac-3") || !web.RunsOn("mac-3") {
+					t.Errorf("nodes: %+v %+v", fs, web)
+				}
+			}, ""},
+		{"empty nodes", `{"mcpServers": {"x": {"command": "a", "nodes": []}}}`, nil, `"nodes" is empty`},
+		{"blank node", `{"mcpServers": {"x": {"command": "a", "nodes": [" "]}}}`, nil, `empty node id`},
+		{"nodes not a list", `{"mcpServers": {"x": {"command": "a", "nodes": "mac-1"}}}`, nil, `nodes`},
 		{"not json", `{`, nil, "unexpected end"},
 		{"no mcpServers", `{"servers": {}}`, nil, `no "mcpServers"`},
 		{"neither", `{"mcpServers": {"x": {}}}`, nil, `give "command" (stdio) or "url"`},

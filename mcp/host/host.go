@@ -34,6 +34,8 @@ const (
 	StateReady    State = "ready"    // its tools can be called
 	StateFailed   State = "failed"   // the last start or session failed; retried after a backoff
 	StateStopped  State = "stopped"  // the host is closed
+	// StateRemote: configured to run on other nodes (its Nodes) only.
+	StateRemote State = "remote"
 )
 
 // Options are the host's limits. Zero values take the defaults.
@@ -58,7 +60,10 @@ type Options struct {
 	TerminateGrace time.Duration
 	// Version is reported to servers as the client's version.
 	Version string
-	Logger  *slog.Logger
+	// Node is this node's id: a server whose Nodes do not name it is not
+	// run here, only listed (StateRemote).
+	Node   string
+	Logger *slog.Logger
 }
 
 // Defaults of Options.
@@ -110,6 +115,7 @@ type Host struct {
 	opts    Options
 	servers []*server // sorted by name
 	byName  map[string]*server
+	remote  []ServerConfig // configured for other nodes only, sorted by name
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	once    sync.Once
@@ -121,6 +127,10 @@ func New(cfg Config, opts Options) *Host {
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &Host{opts: opts, byName: map[string]*server{}, cancel: cancel}
 	for _, sc := range cfg.Servers {
+		if !sc.RunsOn(opts.Node) {
+			h.remote = append(h.remote, sc)
+			continue
+		}
 		s := &server{cfg: sc, opts: &h.opts, log: opts.Logger.With("mcp_server", sc.Name),
 			state: StateStarting, relist: make(chan struct{}, 1)}
 		h.servers = append(h.servers, s)
@@ -161,14 +171,21 @@ type ServerStatus struct {
 	Restarts  int    `json:"restarts"`
 	// Node is the cluster node that runs the server ("" from a lone host).
 	Node string `json:"node,omitempty"`
+	// Nodes are the nodes the configuration names to run it (empty:
+	// every node).
+	Nodes []string `json:"nodes,omitempty"`
 }
 
 // Servers reports every server, by name.
 func (h *Host) Servers() []ServerStatus {
-	out := make([]ServerStatus, 0, len(h.servers))
+	out := make([]ServerStatus, 0, len(h.servers)+len(h.remote))
 	for _, s := range h.servers {
 		out = append(out, s.status())
 	}
+	for _, sc := range h.remote {
+		out = append(out, ServerStatus{Name: sc.Name, State: StateRemote, Transport: sc.Transport(), Nodes: sc.Nodes})
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
 
@@ -269,6 +286,11 @@ func (h *Host) Resolve(name string) (Tool, error) {
 			st := s.status()
 			return Tool{}, fmt.Errorf("%w: %q is %s%s", ErrNotReady, srv, st.State, reason(st.LastError))
 		}
+		for _, sc := range h.remote {
+			if sc.Name == srv {
+				return Tool{}, fmt.Errorf("%w: %q runs on %s only", ErrNotReady, srv, strings.Join(sc.Nodes, ", "))
+			}
+		}
 	}
 	return Tool{}, fmt.Errorf("%w: %q", ErrToolNotFound, name)
 }
@@ -344,7 +366,7 @@ type server struct {
 func (s *server) status() ServerStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := ServerStatus{Name: s.cfg.Name, State: s.state, Transport: s.cfg.Transport(), LastError: s.lastErr, Restarts: s.restarts}
+	st := ServerStatus{Name: s.cfg.Name, State: s.state, Transport: s.cfg.Transport(), LastError: s.lastErr, Restarts: s.restarts, Nodes: s.cfg.Nodes}
 	if s.state == StateReady {
 		st.ToolCount = len(s.tools)
 		st.PID = s.conn.pid()

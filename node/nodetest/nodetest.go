@@ -53,8 +53,9 @@ type Options struct {
 	// Cluster makes the node a cluster member.
 	Cluster node.ClusterConfig
 	// MCPServers and MCP configure the node's MCP host.
-	MCPServers host.Config
-	MCP        host.Options
+	MCPServers  host.Config
+	MCP         host.Options
+	MCPMaxSteps int
 	// Logger, when nil, discards the logs, or writes them to stderr when
 	// FUSION_TEST_LOG=1.
 	Logger *slog.Logger
@@ -166,7 +167,7 @@ func Start(t testing.TB, o Options) *node.Node {
 		CacheHotBytes: o.CacheHotBytes, CacheSSDBytes: o.CacheSSDBytes,
 		MaxQueued: o.MaxQueued, MaxEmbeds: o.MaxEmbeds, MaxRunning: o.MaxRunning, MaxTokens: o.MaxTokens, MaxBodyBytes: o.MaxBodyBytes, MemoryBudget: o.MemoryBudget, DrainTimeout: o.DrainTimeout,
 		CompletionsAsChat: o.CompletionsAsChat, OpenClaw: o.OpenClaw, Sessions: o.Sessions, Threads: 1, Version: "test", Logger: o.Logger, Cluster: o.Cluster,
-		MCPServers: o.MCPServers, MCP: o.MCP, LogLevel: o.LogLevel, Logs: o.Logs,
+		MCPServers: o.MCPServers, MCP: o.MCP, MCPMaxSteps: o.MCPMaxSteps, LogLevel: o.LogLevel, Logs: o.Logs,
 		Backend: o.Backend, MLXMemoryLimit: o.MLXMemoryLimit, WrapBackend: o.WrapBackend,
 	})
 	if err != nil {

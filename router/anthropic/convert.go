@@ -11,6 +11,7 @@ import (
 	"fusion/engine"
 	"fusion/engine/chattemplate"
 	"fusion/engine/sample"
+	"fusion/router/mcpchat"
 )
 
 // Options are the settings of the Anthropic dialect.
@@ -35,11 +36,12 @@ type plan struct {
 	// omitThinking: thinking.display "omitted" — thinking blocks are
 	// answered empty, their signature sealing the text.
 	omitThinking bool
+	mcp          *mcpchat.Toolset // the MCP tools the server runs (nil: none)
 }
 
 // toPlan checks a messages request and converts it into an engine request;
 // codec checks the thinking blocks of the history.
-func (req *MessagesRequest) toPlan(opts Options, id string, codec *thinkingCodec) (*plan, *Error) {
+func (req *MessagesRequest) toPlan(opts Options, id string, codec *thinkingCodec, mc *mcpchat.Runner) (*plan, *Error) {
 	if req.Model == "" {
 		return nil, missing("model")
 	}
@@ -49,7 +51,7 @@ func (req *MessagesRequest) toPlan(opts Options, id string, codec *thinkingCodec
 	if *req.MaxTokens < 1 {
 		return nil, invalid("max_tokens: Input should be greater than or equal to 1")
 	}
-	base, err := req.prompt(id, codec)
+	base, mcpTools, err := req.prompt(id, codec, mc)
 	if err != nil {
 		return nil, err
 	}
@@ -84,13 +86,44 @@ func (req *MessagesRequest) toPlan(opts Options, id string, codec *thinkingCodec
 	if err != nil {
 		return nil, err
 	}
-	return &plan{req: base, stream: req.Stream != nil && *req.Stream, omitThinking: omit}, nil
+	return &plan{req: base, stream: req.Stream != nil && *req.Stream, omitThinking: omit, mcp: mcpTools}, nil
 }
 
 // prompt converts what decides the prompt (system, messages, tools,
-// tool_choice, thinking): all of count_tokens' input. codec checks the
-// history's thinking blocks and opens the sealed ones.
-func (req *MessagesRequest) prompt(id string, codec *thinkingCodec) (*engine.Request, *Error) {
+// tool_choice, thinking, the MCP tools asked for): all of count_tokens'
+// input. codec checks the history's thinking blocks and opens the sealed
+// ones; mc resolves the MCP servers.
+func (req *MessagesRequest) prompt(id string, codec *thinkingCodec, mc *mcpchat.Runner) (*engine.Request, *mcpchat.Toolset, *Error) {
+	r, err := req.promptRequest(id, codec)
+	if err != nil {
+		return nil, nil, err
+	}
+	refs, err := parseMCPServers(req.MCPServers)
+	if err != nil {
+		return nil, nil, err
+	}
+	tools, mcpTools, err := resolveMCP(mc, append(r.mcpRefs, refs...), r.Tools)
+	if err != nil {
+		return nil, nil, err
+	}
+	r.Tools = tools
+	if r.ToolChoice, err = parseToolChoice(req.ToolChoice, r.Tools); err != nil {
+		return nil, nil, err
+	}
+	if r.ToolChoice.Mode == engine.ToolNone {
+		r.Tools, mcpTools = nil, nil // the model is not offered the tools
+	}
+	return r.Request, mcpTools, nil
+}
+
+// promptRequest is a request's prompt before its MCP servers are
+// resolved, and tool_choice checked against the tools.
+type promptRequest struct {
+	*engine.Request
+	mcpRefs []mcpchat.Ref
+}
+
+func (req *MessagesRequest) promptRequest(id string, codec *thinkingCodec) (*promptRequest, *Error) {
 	if req.Model == "" {
 		return nil, missing("model")
 	}
@@ -114,18 +147,11 @@ func (req *MessagesRequest) prompt(id string, codec *thinkingCodec) (*engine.Req
 	if err != nil {
 		return nil, err
 	}
-	tools, err := parseTools(req.Tools)
+	tools, refs, err := parseTools(req.Tools)
 	if err != nil {
 		return nil, err
 	}
-	choice, err := parseToolChoice(req.ToolChoice, tools)
-	if err != nil {
-		return nil, err
-	}
-	if choice.Mode == engine.ToolNone {
-		tools = nil // the model is not offered the tools
-	}
-	r := &engine.Request{ID: id, Model: req.Model, Messages: msgs, Tools: tools, ToolChoice: choice, ContinueFinal: continueFinal}
+	r := &engine.Request{ID: id, Model: req.Model, Messages: msgs, Tools: tools, ContinueFinal: continueFinal}
 	var budget int
 	if r.EnableThinking, budget, err = parseThinking(req.Thinking, 0); err != nil {
 		return nil, err
@@ -134,7 +160,7 @@ func (req *MessagesRequest) prompt(id string, codec *thinkingCodec) (*engine.Req
 	// block: a hybrid model's generation prompt opens it (adaptive leaves
 	// the choice to the model).
 	r.StartThinking = budget > 0
-	return r, nil
+	return &promptRequest{Request: r, mcpRefs: refs}, nil
 }
 
 // parseSystem reads system: a string or a list of text blocks.
@@ -441,8 +467,22 @@ func assistantMessage(m *chattemplate.Object, param string, codec *thinkingCodec
 	if err != nil {
 		return nil, err
 	}
+	var out []*chattemplate.Object
 	var texts, thinking []string
 	var calls []any
+	// flush ends the assistant message so far; an mcp_tool_result (the
+	// server ran the call inside the turn) follows it as a tool message.
+	flush := func() {
+		msg := chattemplate.NewObject("role", "assistant", "content", strings.Join(texts, "\n"))
+		if len(thinking) > 0 {
+			msg.Set("reasoning_content", strings.Join(thinking, "\n"))
+		}
+		if len(calls) > 0 {
+			msg.Set("tool_calls", calls)
+		}
+		out = append(out, msg)
+		texts, thinking, calls = nil, nil, nil
+	}
 	for j, b := range bs {
 		bp := at(param+".content", j)
 		typ, _ := b.Get("type")
@@ -461,7 +501,7 @@ func assistantMessage(m *chattemplate.Object, param string, codec *thinkingCodec
 			if s != "" {
 				thinking = append(thinking, s)
 			}
-		case "tool_use":
+		case "tool_use", "mcp_tool_use":
 			id, err := stringField(b, "id", bp)
 			if err != nil {
 				return nil, err
@@ -480,18 +520,25 @@ func assistantMessage(m *chattemplate.Object, param string, codec *thinkingCodec
 			}
 			calls = append(calls, chattemplate.NewObject("id", id, "type", "function",
 				"function", chattemplate.NewObject("name", name, "arguments", input)))
+		case "mcp_tool_result":
+			id, err := stringField(b, "tool_use_id", bp)
+			if err != nil {
+				return nil, err
+			}
+			text, err := mcpResultText(b, bp)
+			if err != nil {
+				return nil, err
+			}
+			flush()
+			out = append(out, chattemplate.NewObject("role", "tool", "tool_call_id", id, "content", text))
 		default:
 			return nil, unsupportedBlock(bp, typ.(string))
 		}
 	}
-	msg := chattemplate.NewObject("role", "assistant", "content", strings.Join(texts, "\n"))
-	if len(thinking) > 0 {
-		msg.Set("reasoning_content", strings.Join(thinking, "\n"))
+	if len(out) == 0 || len(texts) > 0 || len(thinking) > 0 || len(calls) > 0 {
+		flush()
 	}
-	if len(calls) > 0 {
-		msg.Set("tool_calls", calls)
-	}
-	return []*chattemplate.Object{msg}, nil
+	return out, nil
 }
 
 // reasoningOf checks the signature of a thinking block (or the data of a
@@ -524,66 +571,75 @@ func reasoningOf(b *chattemplate.Object, param, typ string, codec *thinkingCodec
 
 // parseTools converts Anthropic tool definitions into OpenAI-style
 // function tools for the chat template.
-func parseTools(raw json.RawMessage) ([]*chattemplate.Object, *Error) {
+func parseTools(raw json.RawMessage) ([]*chattemplate.Object, []mcpchat.Ref, *Error) {
 	if isNull(raw) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	v, err := decodeRaw(raw, "tools", "a valid list")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	list, ok := v.([]any)
 	if !ok {
-		return nil, invalidType("tools", "a valid list", jsonkind.OfValue(v))
+		return nil, nil, invalidType("tools", "a valid list", jsonkind.OfValue(v))
 	}
+	var refs []mcpchat.Ref
 	out := make([]*chattemplate.Object, 0, len(list))
 	seen := map[string]bool{}
 	for i, item := range list {
 		param := at("tools", i)
 		t, ok := item.(*chattemplate.Object)
 		if !ok {
-			return nil, invalidType(param, "a valid dictionary", jsonkind.OfValue(item))
+			return nil, nil, invalidType(param, "a valid dictionary", jsonkind.OfValue(item))
 		}
 		if tv, ok := field(t, "type"); ok {
 			typ, ok := tv.(string)
 			if !ok {
-				return nil, invalidType(param+".type", "a valid string", jsonkind.OfValue(tv))
+				return nil, nil, invalidType(param+".type", "a valid string", jsonkind.OfValue(tv))
+			}
+			if typ == "mcp" {
+				ref, err := mcpRef(t, param, "server_label", "allowed_tools")
+				if err != nil {
+					return nil, nil, err
+				}
+				refs = append(refs, ref)
+				continue
 			}
 			if typ != "custom" {
-				return nil, invalid("%s.type: server and client tools of type '%s' are not supported by this server; define custom tools with name and input_schema.", param, typ)
+				return nil, nil, invalid("%s.type: server and client tools of type '%s' are not supported by this server; define custom tools with name and input_schema.", param, typ)
 			}
 		}
 		name, err := stringField(t, "name", param)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if name == "" {
-			return nil, invalid("%s.name: String should have at least 1 character", param)
+			return nil, nil, invalid("%s.name: String should have at least 1 character", param)
 		}
 		if seen[name] {
-			return nil, invalid("tools: Tool names must be unique (%q repeats).", name)
+			return nil, nil, invalid("tools: Tool names must be unique (%q repeats).", name)
 		}
 		seen[name] = true
 		sv, ok := field(t, "input_schema")
 		if !ok {
-			return nil, missing(param + ".input_schema")
+			return nil, nil, missing(param + ".input_schema")
 		}
 		schema, ok := sv.(*chattemplate.Object)
 		if !ok {
-			return nil, invalidType(param+".input_schema", "a valid dictionary", jsonkind.OfValue(sv))
+			return nil, nil, invalidType(param+".input_schema", "a valid dictionary", jsonkind.OfValue(sv))
 		}
 		fn := chattemplate.NewObject("name", name)
 		if dv, ok := field(t, "description"); ok {
 			d, ok := dv.(string)
 			if !ok {
-				return nil, invalidType(param+".description", "a valid string", jsonkind.OfValue(dv))
+				return nil, nil, invalidType(param+".description", "a valid string", jsonkind.OfValue(dv))
 			}
 			fn.Set("description", d)
 		}
 		fn.Set("parameters", schema)
 		out = append(out, chattemplate.NewObject("type", "function", "function", fn))
 	}
-	return out, nil
+	return out, refs, nil
 }
 
 // parseToolChoice checks tool_choice: auto (also when absent), none, any
@@ -837,6 +893,8 @@ func stopReason(ev engine.Event, toolCalls bool) (reason string, seq *string) {
 		return "max_tokens", nil
 	case ev.FinishReason == engine.FinishContextWindow:
 		return "model_context_window_exceeded", nil
+	case ev.FinishReason == engine.FinishToolStepLimit:
+		return "pause_turn", nil
 	case toolCalls, ev.FinishReason == engine.FinishToolCalls:
 		return "tool_use", nil
 	}

@@ -15,7 +15,7 @@ func mustPlan(t *testing.T, body string) *plan {
 	if e := decodeJSON([]byte(body), &req); e != nil {
 		t.Fatalf("decode: %v", e)
 	}
-	p, e := req.toPlan(Options{MaxTokens: 100}, "msg_test", testCodec)
+	p, e := req.toPlan(Options{MaxTokens: 100}, "msg_test", testCodec, nil)
 	if e != nil {
 		t.Fatalf("toPlan: %v", e)
 	}
@@ -27,7 +27,7 @@ func planErr(body string) *Error {
 	if e := decodeJSON([]byte(body), &req); e != nil {
 		return e
 	}
-	_, e := req.toPlan(Options{}, "msg_test", testCodec)
+	_, e := req.toPlan(Options{}, "msg_test", testCodec, nil)
 	return e
 }
 
@@ -147,7 +147,7 @@ func TestPrefillAndBudget(t *testing.T) {
 	if e := decodeJSON([]byte(`{"model":"m","thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"hi"}]}`), &count); e != nil {
 		t.Fatal(e)
 	}
-	if r, e := count.prompt("", testCodec); e != nil || !r.PromptRequest().StartThinking {
+	if r, _, e := count.prompt("", testCodec, nil); e != nil || !r.PromptRequest().StartThinking {
 		t.Errorf("count_tokens prompt: %+v, %v", r, e)
 	}
 	for body, want := range map[string]string{
@@ -428,7 +428,7 @@ func TestClaudeCodeFields(t *testing.T) {
 	if e := decodeJSON([]byte(body), &req); e != nil {
 		t.Fatal(e)
 	}
-	p, e := req.toPlan(Options{}, "msg_cc", testCodec)
+	p, e := req.toPlan(Options{}, "msg_cc", testCodec, nil)
 	if e != nil {
 		t.Fatalf("toPlan: %v", e)
 	}

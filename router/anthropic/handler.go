@@ -8,6 +8,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"fusion/engine"
+	"fusion/router/mcpchat"
 	"fusion/router/metrics"
 	"fusion/router/requestid"
 )
@@ -21,6 +22,8 @@ type Config struct {
 	// cluster's; nil: RandomKey, good for one process only).
 	ThinkingKey KeySource
 	Logger      *slog.Logger
+	// MCP runs the MCP tools requests ask for (nil: none).
+	MCP *mcpchat.Runner
 }
 
 // Handler serves the Anthropic Messages dialect.
@@ -30,6 +33,7 @@ type Handler struct {
 	opts    Options
 	codecs  *codecs
 	log     *slog.Logger
+	mcp     *mcpchat.Runner
 }
 
 // New returns the handler of the Anthropic dialect.
@@ -43,7 +47,7 @@ func New(cfg Config) *Handler {
 	if cfg.ThinkingKey == nil {
 		cfg.ThinkingKey = RandomKey()
 	}
-	return &Handler{engine: cfg.Engine, metrics: cfg.Metrics, opts: cfg.Options, codecs: &codecs{source: cfg.ThinkingKey}, log: cfg.Logger}
+	return &Handler{engine: cfg.Engine, metrics: cfg.Metrics, opts: cfg.Options, codecs: &codecs{source: cfg.ThinkingKey}, log: cfg.Logger, mcp: cfg.MCP}
 }
 
 // Mount registers the dialect's routes on r. The anthropic-version and
@@ -91,7 +95,7 @@ func (h *Handler) messages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := "msg_" + requestid.New()[:24]
-	p, e := req.toPlan(h.opts, id, codec)
+	p, e := req.toPlan(h.opts, id, codec, h.mcp)
 	if e != nil {
 		h.reject(w, r, e)
 		return
@@ -109,7 +113,13 @@ func (h *Handler) messages(w http.ResponseWriter, r *http.Request) {
 		}
 		inputTokens = res.Count
 	}
-	events, err := h.engine.Generate(ctx, p.req)
+	var events <-chan engine.Event
+	var err error
+	if p.mcp != nil {
+		events, err = p.mcp.Generate(ctx, h.engine, p.req)
+	} else {
+		events, err = h.engine.Generate(ctx, p.req)
+	}
 	if err != nil {
 		h.reject(w, r, engineError(err, req.Model))
 		return
@@ -204,7 +214,7 @@ func (h *Handler) countTokens(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, e)
 		return
 	}
-	pr, e := req.prompt("", codec)
+	pr, _, e := req.prompt("", codec, h.mcp)
 	if e != nil {
 		WriteError(w, e)
 		return

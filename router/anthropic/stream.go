@@ -40,6 +40,7 @@ const (
 	textBlock
 	thinkingBlock
 	toolBlock
+	serverBlock // mcp_tool_use, mcp_tool_result: whole at their start
 )
 
 // blocks is the state machine shared by the streamed and the non-streamed
@@ -176,6 +177,12 @@ func (b *blocks) add(o output) []event {
 	return out
 }
 
+// serverTool shows a step of a server-run call as a block of its own,
+// whole in its content_block_start.
+func (b *blocks) serverTool(st *engine.ServerToolStep) []event {
+	return append(b.start(serverBlock, mcpBlock(st)), b.close()...)
+}
+
 // finish closes the last block; a message with no block gets an empty
 // text block, so the content is never empty.
 func (b *blocks) finish() []event {
@@ -229,6 +236,9 @@ func (c *streamConverter) ping(evs []event) []event {
 
 // event returns the events of one engine event (not an error).
 func (c *streamConverter) event(ev engine.Event) []event {
+	if ev.ServerTool != nil {
+		return c.ping(c.blocks.serverTool(ev.ServerTool))
+	}
 	return c.output(outputOf(ev), ev)
 }
 
@@ -274,7 +284,13 @@ func newAccumulator(id, model string, sig thinkingSigner) *accumulator {
 	return &accumulator{msg: Message{ID: id, Type: "message", Role: "assistant", Model: model}, blocks: blocks{sig: sig}}
 }
 
-func (a *accumulator) add(ev engine.Event) { a.output(outputOf(ev), ev) }
+func (a *accumulator) add(ev engine.Event) {
+	if ev.ServerTool != nil {
+		a.blocks.serverTool(ev.ServerTool)
+		return
+	}
+	a.output(outputOf(ev), ev)
+}
 
 func (a *accumulator) output(o output, ev engine.Event) {
 	a.blocks.add(o)

@@ -26,6 +26,9 @@ type MessagesRequest struct {
 	ContextManagement json.RawMessage `json:"context_management"`
 	// TaskTag is the contract's scheduling hint, as in the OpenAI dialect.
 	TaskTag *string `json:"task_tag"`
+	// MCPServers names MCP servers whose tools the server runs for the
+	// model (the MCP connector's shape; see mcp.go).
+	MCPServers json.RawMessage `json:"mcp_servers"`
 }
 
 // Message is the answer of a non-streamed request (and, with empty
@@ -62,6 +65,24 @@ type ToolUseBlock struct {
 	ID    string          `json:"id"`
 	Name  string          `json:"name"`
 	Input json.RawMessage `json:"input"`
+}
+
+// MCPToolUseBlock is an MCP tool call the server ran for the model (the
+// MCP connector's block).
+type MCPToolUseBlock struct {
+	Type       string          `json:"type"` // "mcp_tool_use"
+	ID         string          `json:"id"`
+	Name       string          `json:"name"`
+	ServerName string          `json:"server_name"`
+	Input      json.RawMessage `json:"input"`
+}
+
+// MCPToolResultBlock is the result of an MCPToolUseBlock.
+type MCPToolResultBlock struct {
+	Type      string      `json:"type"` // "mcp_tool_result"
+	ToolUseID string      `json:"tool_use_id"`
+	IsError   bool        `json:"is_error"`
+	Content   []TextBlock `json:"content"`
 }
 
 // Usage counts the tokens of a message.

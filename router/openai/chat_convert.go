@@ -10,6 +10,7 @@ import (
 
 	"fusion/engine"
 	"fusion/engine/chattemplate"
+	"fusion/router/mcpchat"
 )
 
 // chatRoles are the message roles the chat API takes. "developer" is
@@ -18,7 +19,7 @@ var chatRoles = []string{"system", "developer", "user", "assistant", "tool", "fu
 
 // toPlan checks a chat request and converts it into one engine request per
 // choice.
-func (req *ChatRequest) toPlan(opts Options, id string) (*plan, *Error) {
+func (req *ChatRequest) toPlan(opts Options, id string, mc *mcpchat.Runner) (*plan, *Error) {
 	if req.Model == "" {
 		return nil, missingParam("model")
 	}
@@ -29,9 +30,16 @@ func (req *ChatRequest) toPlan(opts Options, id string) (*plan, *Error) {
 	if err != nil {
 		return nil, err
 	}
-	tools, err := parseToolList(req.Tools)
+	tools, refs, err := parseTools(req.Tools)
 	if err != nil {
 		return nil, err
+	}
+	mcpTools, err := resolveMCP(mc, refs, tools)
+	if err != nil {
+		return nil, err
+	}
+	if mcpTools != nil {
+		tools = append(tools, mcpTools.Definitions()...)
 	}
 	choice, err := checkToolChoice(req.ToolChoice, tools)
 	if err != nil {
@@ -63,7 +71,10 @@ func (req *ChatRequest) toPlan(opts Options, id string) (*plan, *Error) {
 	if base.Sampling, err = req.samplingParams(logprobs, top); err != nil {
 		return nil, err
 	}
-	p := &plan{stream: stream, includeUsage: includeUsage, logprobs: logprobs, topLogprobs: top}
+	p := &plan{stream: stream, includeUsage: includeUsage, logprobs: logprobs, topLogprobs: top, mcp: mcpTools}
+	if choice.Mode == engine.ToolNone {
+		p.mcp = nil // no calls to run
+	}
 	p.reqs = fanOut(&base, n)
 	p.promptOf = make([]int, n)
 	return p, nil
@@ -278,51 +289,71 @@ func flattenContent(parts []any, param string) (string, *Error) {
 var toolName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 
 // parseToolList checks tool definitions in OpenAI's format and returns
-// them, as sent, for the chat template.
+// them, as sent, for the chat template; MCP tools are refused (where the
+// server runs no tools for the model).
 func parseToolList(raw json.RawMessage) ([]*chattemplate.Object, *Error) {
+	tools, refs, err := parseTools(raw)
+	if err == nil && len(refs) > 0 {
+		return nil, invalidRequest(refs[0].Param+".type", "Invalid value: 'mcp'. MCP tools are run by the server only in chat completions and messages; supported values here are: 'function'.")
+	}
+	return tools, err
+}
+
+// parseTools checks tool definitions in OpenAI's format: the functions,
+// as sent, for the chat template, and the MCP servers asked for with
+// OpenAI Responses' {"type": "mcp", "server_label", "allowed_tools"}.
+func parseTools(raw json.RawMessage) ([]*chattemplate.Object, []mcpchat.Ref, *Error) {
 	if isNull(raw) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	v, derr := chattemplate.DecodeJSON(raw)
 	list, ok := v.([]any)
 	if derr != nil || !ok {
-		return nil, invalidType("tools", "an array of tool objects", jsonkind.Of(raw))
+		return nil, nil, invalidType("tools", "an array of tool objects", jsonkind.Of(raw))
 	}
-	out := make([]*chattemplate.Object, len(list))
+	out := make([]*chattemplate.Object, 0, len(list))
+	var refs []mcpchat.Ref
 	for i, item := range list {
 		param := fmt.Sprintf("tools[%d]", i)
 		t, ok := item.(*chattemplate.Object)
 		if !ok {
-			return nil, invalidType(param, "an object", jsonkind.OfValue(item))
+			return nil, nil, invalidType(param, "an object", jsonkind.OfValue(item))
 		}
-		if tv, _ := t.Get("type"); tv != "function" {
-			return nil, invalidRequest(param+".type", "Invalid value for '%s.type': expected 'function'.", param)
+		if tv, _ := t.Get("type"); tv == "mcp" {
+			ref, err := parseMCPTool(t, param)
+			if err != nil {
+				return nil, nil, err
+			}
+			refs = append(refs, ref)
+			continue
+		} else if tv != "function" {
+			return nil, nil, invalidRequest(param+".type", "Invalid value for '%s.type': expected 'function' or 'mcp'.", param)
 		}
 		fv, _ := t.Get("function")
 		f, ok := fv.(*chattemplate.Object)
 		if !ok {
-			return nil, missingParam(param + ".function")
+			return nil, nil, missingParam(param + ".function")
 		}
 		if nv, _ := f.Get("name"); nv == nil || nv == "" {
-			return nil, missingParam(param + ".function.name")
+			return nil, nil, missingParam(param + ".function.name")
 		} else if name, ok := nv.(string); !ok {
-			return nil, invalidType(param+".function.name", "a string", jsonkind.OfValue(nv))
+			return nil, nil, invalidType(param+".function.name", "a string", jsonkind.OfValue(nv))
 		} else if !toolName.MatchString(name) {
-			return nil, invalidRequest(param+".function.name", "Invalid '%s.function.name': string does not match pattern. Expected a string that matches the pattern '^[a-zA-Z0-9_-]{1,64}$'.", param)
+			return nil, nil, invalidRequest(param+".function.name", "Invalid '%s.function.name': string does not match pattern. Expected a string that matches the pattern '^[a-zA-Z0-9_-]{1,64}$'.", param)
 		}
 		if dv, ok := f.Get("description"); ok && dv != nil {
 			if _, ok := dv.(string); !ok {
-				return nil, invalidType(param+".function.description", "a string", jsonkind.OfValue(dv))
+				return nil, nil, invalidType(param+".function.description", "a string", jsonkind.OfValue(dv))
 			}
 		}
 		if pv, ok := f.Get("parameters"); ok && pv != nil {
 			if _, ok := pv.(*chattemplate.Object); !ok {
-				return nil, invalidType(param+".function.parameters", "an object", jsonkind.OfValue(pv))
+				return nil, nil, invalidType(param+".function.parameters", "an object", jsonkind.OfValue(pv))
 			}
 		}
-		out[i] = t
+		out = append(out, t)
 	}
-	return out, nil
+	return out, refs, nil
 }
 
 // checkToolChoice reads tool_choice: "auto" (the default, also when

@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"slices"
 	"strings"
 
 	"fusion/engine"
@@ -19,6 +20,7 @@ type choiceState struct {
 	text      strings.Builder
 	reasoning strings.Builder
 	calls     []engine.ToolCall
+	mcp       []MCPCall
 	tokens    []engine.TokenLogprob
 	top       [][]engine.TokenLogprob
 	finish    engine.FinishReason
@@ -30,6 +32,13 @@ func (c *choiceState) add(ev engine.Event) {
 	c.text.WriteString(ev.Text)
 	c.reasoning.WriteString(ev.Reasoning)
 	c.calls = append(c.calls, ev.ToolCalls...)
+	if st := ev.ServerTool; st != nil {
+		if i := slices.IndexFunc(c.mcp, func(m MCPCall) bool { return m.ID == st.ID }); i >= 0 {
+			c.mcp[i] = mcpCall(st)
+		} else {
+			c.mcp = append(c.mcp, mcpCall(st))
+		}
+	}
 	c.tokens = append(c.tokens, ev.Tokens...)
 	c.top = append(c.top, padTop(ev)...)
 	if ev.Done {
@@ -101,7 +110,7 @@ func (c *chatCollector) result() ChatCompletion {
 // message is the assistant's message of a finished choice: content null
 // when the model only called tools, the reasoning under both names.
 func (c *choiceState) message() ChatMessage {
-	m := ChatMessage{Role: "assistant"}
+	m := ChatMessage{Role: "assistant", MCPCalls: c.mcp}
 	if text := c.text.String(); text != "" || len(c.calls) == 0 {
 		m.Content = &text
 	}
@@ -173,6 +182,10 @@ func (s *chatStream) event(i int, ev engine.Event) []ChatChunk {
 	if ev.Text != "" || (len(deltas) == 0 && len(ev.ToolCalls) == 0 && s.logprobs && len(ev.Tokens) > 0) {
 		text := ev.Text
 		deltas = append(deltas, ChatDelta{Content: &text})
+	}
+	if ev.ServerTool != nil {
+		call := mcpCall(ev.ServerTool)
+		deltas = append(deltas, ChatDelta{MCPCall: &call})
 	}
 	for _, tc := range ev.ToolCalls {
 		deltas = append(deltas,

@@ -82,6 +82,9 @@ type ChatMessage struct {
 	Reasoning        *string    `json:"reasoning,omitempty"`
 	Refusal          *string    `json:"refusal"`
 	ToolCalls        []ToolCall `json:"tool_calls"`
+	// MCPCalls are the MCP tool calls the server ran for the model (an
+	// extension: only with MCP tools in the request).
+	MCPCalls []MCPCall `json:"mcp_calls,omitempty"`
 }
 
 // ToolCall is one call of ChatMessage.ToolCalls.
@@ -183,6 +186,9 @@ type ChatDelta struct {
 	ReasoningContent *string         `json:"reasoning_content,omitempty"`
 	Reasoning        *string         `json:"reasoning,omitempty"`
 	ToolCalls        []ToolCallDelta `json:"tool_calls,omitempty"`
+	// MCPCall is an MCP tool call the server runs for the model, or its
+	// result (an extension: only with MCP tools in the request).
+	MCPCall *MCPCall `json:"mcp_call,omitempty"`
 }
 
 // OptionalUsage is the usage member of a chunk: absent (the zero value),

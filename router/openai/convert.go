@@ -11,6 +11,7 @@ import (
 	"fusion/engine"
 	"fusion/engine/sample"
 	"fusion/router/jsonkind"
+	"fusion/router/mcpchat"
 )
 
 // Options are the node settings the converters apply.
@@ -48,6 +49,7 @@ type plan struct {
 	includeUsage bool
 	logprobs     bool
 	topLogprobs  int
+	mcp          *mcpchat.Toolset // the MCP tools the server runs (nil: none)
 }
 
 // convertCommon checks the shared fields and fills base with them. n is

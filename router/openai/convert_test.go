@@ -125,7 +125,7 @@ func TestChatToPlan(t *testing.T) {
 			if e != nil {
 				t.Fatalf("decode: %v", e)
 			}
-			p, e := req.toPlan(opts, "id")
+			p, e := req.toPlan(opts, "id", nil)
 			if e != nil {
 				t.Fatalf("toPlan: %v", e)
 			}
@@ -199,7 +199,7 @@ func TestChatErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			req, e := decodeChat(t, tt.body)
 			if e == nil {
-				_, e = req.toPlan(opts, "id")
+				_, e = req.toPlan(opts, "id", nil)
 			}
 			if e == nil {
 				t.Fatal("no error")

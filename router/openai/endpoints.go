@@ -39,7 +39,7 @@ func (h *Handler) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		h.reject(w, r, e)
 		return
 	}
-	p, e := req.toPlan(h.opts, requestid.From(r.Context()))
+	p, e := req.toPlan(h.opts, requestid.From(r.Context()), h.mcp)
 	if e != nil {
 		h.reject(w, r, e)
 		return

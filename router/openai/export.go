@@ -6,6 +6,7 @@ import (
 
 	"fusion/engine"
 	"fusion/engine/chattemplate"
+	"fusion/router/mcpchat"
 )
 
 // This file exports the checks of the chat API to dialects built on it
@@ -31,16 +32,27 @@ func ParseTools(raw json.RawMessage) ([]*chattemplate.Object, *Error) { return p
 
 // ChatEngineRequest checks a chat request and converts it into one engine
 // request, as /v1/chat/completions does for one non-streamed choice (n,
-// stream and stream_options are ignored).
-func ChatEngineRequest(req *ChatRequest, opts Options, id string) (*engine.Request, *Error) {
+// stream and stream_options are ignored), with the MCP tools it asks for
+// that mc resolves (nil: none; with a nil mc an MCP tool is a 400).
+func ChatEngineRequest(req *ChatRequest, opts Options, id string, mc *mcpchat.Runner) (*engine.Request, *mcpchat.Toolset, *Error) {
 	r := *req
 	r.N, r.Stream, r.StreamOptions = nil, nil, nil
-	p, err := r.toPlan(opts, id)
+	p, err := r.toPlan(opts, id, mc)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return p.reqs[0], nil
+	return p.reqs[0], p.mcp, nil
 }
+
+// CheckChatTools checks a chat request's tools (functions and MCP
+// servers) as the chat API does, without resolving the servers.
+func CheckChatTools(raw json.RawMessage) *Error {
+	_, _, err := parseTools(raw)
+	return err
+}
+
+// MCPCallOf is a server-run MCP call's step as the chat API shows it.
+func MCPCallOf(st *engine.ServerToolStep) MCPCall { return mcpCall(st) }
 
 // InvalidRequest is a 400 invalid_value naming param.
 func InvalidRequest(param, format string, a ...any) *Error {

@@ -19,13 +19,13 @@ type indexedEvent struct {
 // those already admitted. Cancelling ctx at any time stops everything; the
 // forwarding goroutines then drain the engine's channels until it closes
 // them.
-func startAll(ctx context.Context, gen engine.Generator, reqs []*engine.Request) (<-chan indexedEvent, error) {
+func startAll(ctx context.Context, generate func(context.Context, *engine.Request) (<-chan engine.Event, error), reqs []*engine.Request) (<-chan indexedEvent, error) {
 	out := make(chan indexedEvent, len(reqs))
 	var wg sync.WaitGroup
 	var err error
 	for i, r := range reqs {
 		var ch <-chan engine.Event
-		ch, err = gen.Generate(ctx, r)
+		ch, err = generate(ctx, r)
 		if err != nil {
 			break
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"fusion/engine"
+	"fusion/router/mcpchat"
 	"fusion/router/metrics"
 	"fusion/router/requestid"
 )
@@ -21,6 +22,8 @@ type Config struct {
 	Options           Options
 	SystemFingerprint string
 	Logger            *slog.Logger
+	// MCP runs the MCP tools chat completions ask for (nil: none).
+	MCP *mcpchat.Runner
 }
 
 // Handler serves the OpenAI dialect.
@@ -30,6 +33,7 @@ type Handler struct {
 	opts    Options
 	fp      string
 	log     *slog.Logger
+	mcp     *mcpchat.Runner
 }
 
 // New returns the handler of the OpenAI dialect.
@@ -40,7 +44,7 @@ func New(cfg Config) *Handler {
 	if cfg.Metrics == nil {
 		cfg.Metrics = metrics.New(nil)
 	}
-	return &Handler{engine: cfg.Engine, metrics: cfg.Metrics, opts: cfg.Options, fp: cfg.SystemFingerprint, log: cfg.Logger}
+	return &Handler{engine: cfg.Engine, metrics: cfg.Metrics, opts: cfg.Options, fp: cfg.SystemFingerprint, log: cfg.Logger, mcp: cfg.MCP}
 }
 
 // Mount registers the dialect's routes on r.
@@ -89,7 +93,13 @@ type encoder interface {
 func (h *Handler) run(w http.ResponseWriter, r *http.Request, model string, p *plan, enc encoder) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	events, err := startAll(ctx, h.engine, p.reqs)
+	generate := h.engine.Generate
+	if p.mcp != nil {
+		generate = func(ctx context.Context, req *engine.Request) (<-chan engine.Event, error) {
+			return p.mcp.Generate(ctx, h.engine, req)
+		}
+	}
+	events, err := startAll(ctx, generate, p.reqs)
 	if err != nil {
 		cancel()
 		h.reject(w, r, engineError(err, model))

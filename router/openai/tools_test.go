@@ -98,7 +98,7 @@ func TestChatToolsRequest(t *testing.T) {
 		if e := decodeJSON([]byte(body), &req); e != nil {
 			t.Fatal(e)
 		}
-		p, e := req.toPlan(Options{}, "id")
+		p, e := req.toPlan(Options{}, "id", nil)
 		if e != nil {
 			t.Fatalf("toPlan: %+v", e)
 		}
@@ -158,7 +158,7 @@ func TestChatToolsErrors(t *testing.T) {
 			if e := decodeJSON([]byte(body), &req); e != nil {
 				t.Fatal(e)
 			}
-			_, e := req.toPlan(Options{}, "id")
+			_, e := req.toPlan(Options{}, "id", nil)
 			if e == nil {
 				t.Fatal("accepted")
 			}
@@ -187,7 +187,7 @@ func TestResponseFormatToEngine(t *testing.T) {
 			if e := decodeJSON([]byte(body), &req); e != nil {
 				t.Fatal(e)
 			}
-			p, e := req.toPlan(Options{}, "id")
+			p, e := req.toPlan(Options{}, "id", nil)
 			if e != nil {
 				t.Fatal(e)
 			}

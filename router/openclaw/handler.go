@@ -17,6 +17,7 @@ import (
 
 	"fusion/engine"
 	"fusion/router/jsonkind"
+	"fusion/router/mcpchat"
 	"fusion/router/metrics"
 	"fusion/router/openai"
 	"fusion/router/wire"
@@ -61,6 +62,8 @@ type Config struct {
 	// Metrics counts the turns as generations (nil: a private registry).
 	Metrics *metrics.Metrics
 	Logger  *slog.Logger
+	// MCP runs the MCP tools a session's tools name (nil: none).
+	MCP *mcpchat.Runner
 }
 
 // Handler serves the OpenClaw agent protocol.
@@ -73,6 +76,7 @@ type Handler struct {
 	log     *slog.Logger
 	hub     *hub
 	unsub   func()
+	mcp     *mcpchat.Runner
 }
 
 // New returns the handler and subscribes it to the store's changes;
@@ -94,7 +98,7 @@ func New(cfg Config) *Handler {
 		cfg.Metrics = metrics.New(nil)
 	}
 	h := &Handler{engine: cfg.Engine, store: cfg.Store, chat: cfg.OpenAI, opts: cfg.Options, metrics: cfg.Metrics, log: cfg.Logger,
-		hub: newHub(cfg.Options.StreamBuffer)}
+		hub: newHub(cfg.Options.StreamBuffer), mcp: cfg.MCP}
 	h.unsub = cfg.Store.Subscribe(h.hub.publish)
 	return h
 }
@@ -175,7 +179,7 @@ func (h *Handler) createSession(w http.ResponseWriter, r *http.Request) {
 		openai.WriteError(w, openai.MissingParam("model"))
 		return
 	}
-	if _, e := openai.ParseTools(req.Tools); e != nil {
+	if e := openai.CheckChatTools(req.Tools); e != nil {
 		openai.WriteError(w, e)
 		return
 	}

@@ -11,6 +11,7 @@ import (
 	"fusion/engine"
 	"fusion/router/dispatch"
 	"fusion/router/jsonkind"
+	"fusion/router/mcpchat"
 	"fusion/router/metrics"
 	"fusion/router/openai"
 	"fusion/router/requestid"
@@ -62,7 +63,7 @@ func (h *Handler) turn(w http.ResponseWriter, r *http.Request) {
 		openai.WriteError(w, storeError(err, id))
 		return
 	}
-	if _, e := h.engineRequest(r, &req, s, input); e != nil {
+	if _, _, e := h.engineRequest(r, &req, s, input); e != nil {
 		openai.WriteError(w, e)
 		return
 	}
@@ -90,7 +91,7 @@ func (h *Handler) turn(w http.ResponseWriter, r *http.Request) {
 	}
 	defer fail("the turn was interrupted")
 
-	ereq, e := h.engineRequest(r, &req, s, input)
+	ereq, mcpTools, e := h.engineRequest(r, &req, s, input)
 	if e != nil {
 		fail(e.Message)
 		openai.WriteError(w, e)
@@ -98,7 +99,7 @@ func (h *Handler) turn(w http.ResponseWriter, r *http.Request) {
 	}
 	// A session's turns go to the same node (its prefix cache holds the
 	// conversation) when the engine is the cluster's dispatcher.
-	res, err := h.generate(dispatch.WithSession(r.Context(), id), ereq)
+	res, err := h.generate(dispatch.WithSession(r.Context(), id), ereq, mcpTools)
 	if err != nil {
 		oe := openai.EngineError(err, s.Model)
 		fail(oe.Message)
@@ -107,6 +108,10 @@ func (h *Handler) turn(w http.ResponseWriter, r *http.Request) {
 	}
 	res.SessionID, res.Turn = id, turn
 
+	// The MCP calls the server ran go into the history as the model made
+	// them (one assistant message with the calls, a tool message with
+	// each result), before the answer, so later turns see the results.
+	answers := mcpHistory(res.MCPCalls)
 	answer := map[string]any{"role": "assistant", "content": res.Content}
 	if res.ReasoningContent != nil {
 		answer["reasoning_content"] = *res.ReasoningContent
@@ -115,14 +120,15 @@ func (h *Handler) turn(w http.ResponseWriter, r *http.Request) {
 		answer["tool_calls"] = res.ToolCalls
 	}
 	am, _ := wire.Marshal(answer)
-	if e := h.roomFor(s, append(input, am)...); e != nil {
+	answers = append(answers, am)
+	if e := h.roomFor(s, append(input, answers...)...); e != nil {
 		fail(e.Message)
 		openai.WriteError(w, e)
 		return
 	}
 	data, _ := wire.Marshal(res)
 	ended = true
-	if _, err := h.store.EndTurn(context.WithoutCancel(r.Context()), id, TurnEnd{Turn: turn, Messages: append(input, am), Result: data}); err != nil {
+	if _, err := h.store.EndTurn(context.WithoutCancel(r.Context()), id, TurnEnd{Turn: turn, Messages: append(input, answers...), Result: data}); err != nil {
 		openai.WriteError(w, storeError(err, id))
 		return
 	}
@@ -157,7 +163,7 @@ func inputMessages(raw json.RawMessage) ([]json.RawMessage, *openai.Error) {
 // engineRequest builds the turn's engine request through the chat API's
 // converter, so sampling, max_tokens, tool_choice and response_format are
 // checked exactly as /v1/chat/completions checks them.
-func (h *Handler) engineRequest(r *http.Request, req *turnRequest, s *Session, input []json.RawMessage) (*engine.Request, *openai.Error) {
+func (h *Handler) engineRequest(r *http.Request, req *turnRequest, s *Session, input []json.RawMessage) (*engine.Request, *mcpchat.Toolset, *openai.Error) {
 	msgs := make([]json.RawMessage, 0, 1+len(s.History)+len(input))
 	if s.SystemPrompt != "" {
 		sys, _ := wire.Marshal(map[string]string{"role": "system", "content": s.SystemPrompt})
@@ -166,11 +172,11 @@ func (h *Handler) engineRequest(r *http.Request, req *turnRequest, s *Session, i
 	msgs = append(msgs, s.History...)
 	msgs = append(msgs, input...)
 	if len(msgs) == 0 {
-		return nil, openai.InvalidRequest("messages", "The session has no history yet: the first turn needs at least one message.")
+		return nil, nil, openai.InvalidRequest("messages", "The session has no history yet: the first turn needs at least one message.")
 	}
 	all, err := json.Marshal(msgs)
 	if err != nil {
-		return nil, openai.Internal()
+		return nil, nil, openai.Internal()
 	}
 	c := *req
 	c.Model, c.Messages, c.Tools = s.Model, all, s.Tools
@@ -180,20 +186,27 @@ func (h *Handler) engineRequest(r *http.Request, req *turnRequest, s *Session, i
 	}
 	// tool_choice (forced calls too) and response_format go through the
 	// chat API's converter to the engine.
-	ereq, e := openai.ChatEngineRequest(&c, h.chat, "oc_"+requestid.From(r.Context()))
+	ereq, mcpTools, e := openai.ChatEngineRequest(&c, h.chat, "oc_"+requestid.From(r.Context()), h.mcp)
 	if e != nil {
 		// The history was checked when it was written; errors come from
 		// the new input, whose indices follow the history's.
-		return nil, e
+		return nil, nil, e
 	}
-	return ereq, nil
+	return ereq, mcpTools, nil
 }
 
-// generate runs req and gathers its answer.
-func (h *Handler) generate(ctx context.Context, req *engine.Request) (*TurnResult, error) {
+// generate runs req (through the MCP loop when it has MCP tools) and
+// gathers its answer.
+func (h *Handler) generate(ctx context.Context, req *engine.Request, mcpTools *mcpchat.Toolset) (*TurnResult, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	events, err := h.engine.Generate(ctx, req)
+	var events <-chan engine.Event
+	var err error
+	if mcpTools != nil {
+		events, err = mcpTools.Generate(ctx, h.engine, req)
+	} else {
+		events, err = h.engine.Generate(ctx, req)
+	}
 	if err != nil {
 		h.metrics.Rejected()
 		return nil, err
@@ -217,6 +230,9 @@ func (h *Handler) generate(ctx context.Context, req *engine.Request) (*TurnResul
 			g.FirstToken()
 		}
 		generated += len(ev.Tokens)
+		if st := ev.ServerTool; st != nil && st.Done {
+			res.MCPCalls = append(res.MCPCalls, openai.MCPCallOf(st))
+		}
 		text.WriteString(ev.Text)
 		reasoning.WriteString(ev.Reasoning)
 		for _, c := range ev.ToolCalls {
@@ -242,4 +258,29 @@ func (h *Handler) generate(ctx context.Context, req *engine.Request) (*TurnResul
 		res.ReasoningContent = &rc
 	}
 	return res, nil
+}
+
+// mcpHistory is the history of a turn's server-run MCP calls: one
+// assistant message with the calls, then a tool message with each result.
+func mcpHistory(calls []openai.MCPCall) []json.RawMessage {
+	if len(calls) == 0 {
+		return nil
+	}
+	var tcs []openai.ToolCall
+	var results []json.RawMessage
+	for _, c := range calls {
+		tcs = append(tcs, openai.ToolCall{ID: c.ID, Type: "function", Function: openai.FunctionCall{Name: c.Name, Arguments: c.Arguments}})
+		out := c.Output
+		if out == nil {
+			out = c.Error
+		}
+		text := ""
+		if out != nil {
+			text = *out
+		}
+		m, _ := wire.Marshal(map[string]any{"role": "tool", "tool_call_id": c.ID, "content": text})
+		results = append(results, m)
+	}
+	am, _ := wire.Marshal(map[string]any{"role": "assistant", "content": "", "tool_calls": tcs})
+	return append([]json.RawMessage{am}, results...)
 }

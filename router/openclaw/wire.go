@@ -77,10 +77,13 @@ type TurnResult struct {
 	Content          string            `json:"content"`
 	ReasoningContent *string           `json:"reasoning_content,omitempty"`
 	ToolCalls        []openai.ToolCall `json:"tool_calls"`
-	FinishReason     string            `json:"finish_reason"`
-	Usage            TurnUsage         `json:"usage"`
-	SessionID        string            `json:"session_id"`
-	Turn             int               `json:"turn"`
+	// MCPCalls are the MCP tool calls the server ran during the turn
+	// (the session's tools named MCP servers), with their results.
+	MCPCalls     []openai.MCPCall `json:"mcp_calls,omitempty"`
+	FinishReason string           `json:"finish_reason"`
+	Usage        TurnUsage        `json:"usage"`
+	SessionID    string           `json:"session_id"`
+	Turn         int              `json:"turn"`
 }
 
 // TurnUsage counts the tokens of a turn.
