@@ -9,6 +9,7 @@ import (
 	"fusion/engine"
 	"fusion/router/admin"
 	"fusion/router/anthropic"
+	"fusion/router/auth"
 	"fusion/router/dispatch"
 	"fusion/router/mcp"
 	"fusion/router/metrics"
@@ -29,8 +30,19 @@ type Config struct {
 	// Models serves the engine pool's admin routes (nil: not mounted).
 	Models admin.Models
 	// APIKey, when set, is required on every route but /health, as
-	// "Authorization: Bearer KEY" or "x-api-key: KEY".
+	// "Authorization: Bearer KEY" or "x-api-key: KEY": the admin key.
+	// Sub-keys (Keys) then open the routes of their scopes.
 	APIKey string
+	// Keys stores the sub-keys (nil: in memory, for this router only).
+	Keys auth.Store
+	// KeyLimits counts the sub-keys' use against their rate limits (nil:
+	// this node only; a cluster feeds it its peers' reports).
+	KeyLimits *auth.Limiter
+	// MaxSubKeys bounds the live sub-keys (0: auth.DefaultMaxKeys).
+	MaxSubKeys int
+	// AuthFailures limits failed key attempts per client address (nil:
+	// auth.DefaultMaxFailures per auth.DefaultFailureWindow).
+	AuthFailures *auth.FailLimiter
 	// MaxBodyBytes limits request bodies (default 10 MiB); larger ones get
 	// a 413.
 	MaxBodyBytes int64
@@ -63,6 +75,7 @@ type Router struct {
 	metrics  *metrics.Metrics
 	openclaw *openclaw.Handler
 	ownStore *openclaw.MemStore // nil when the sessions live elsewhere
+	auth     *auth.Authenticator
 }
 
 // New builds the frontend.
@@ -92,6 +105,16 @@ func New(cfg Config) *Router {
 		Engine: cfg.Engine, Store: sessions, OpenAI: cfg.OpenAI, Options: cfg.OpenClaw, Metrics: m, Logger: cfg.Logger,
 	})
 
+	keys := cfg.Keys
+	if keys == nil {
+		keys = auth.NewMemStore()
+	}
+	fails := cfg.AuthFailures
+	if fails == nil {
+		fails = auth.NewFailLimiter(auth.DefaultMaxFailures, auth.DefaultFailureWindow, nil)
+	}
+	rt.auth = auth.New(auth.Config{AdminKey: cfg.APIKey, Keys: keys, Limits: cfg.KeyLimits, Failures: fails, Logger: cfg.Logger})
+
 	r := chi.NewRouter()
 	r.Use(requestID, servedby.Middleware, dispatch.SessionMiddleware, accessLog(cfg.Logger, m), recoverer(cfg.Logger), limitBody(cfg.MaxBodyBytes))
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
@@ -112,19 +135,20 @@ func New(cfg Config) *Router {
 	h := &health{engine: cfg.Engine, metrics: m, version: cfg.Version}
 	r.Get("/health", h.health)
 	r.Group(func(r chi.Router) {
-		r.Use(auth(cfg.APIKey, openaiDeny))
+		r.Use(rt.auth.Middleware(openaiDeny), meterKeys(rt.auth))
 		oa.Mount(r)
 		rt.openclaw.Mount(r)
 		mcp.New(cfg.MCP).Mount(r)
 		r.Get("/metrics", h.metricsHandler())
 		admin.New(cfg.Cache, cfg.Models).Mount(r)
+		auth.NewRoutes(rt.auth, cfg.MaxSubKeys).Mount(r)
 		if cfg.Cluster != nil {
 			r.Handle("/admin/api/cluster", cfg.Cluster)
 			r.Handle("/admin/api/cluster/*", cfg.Cluster)
 		}
 	})
 	r.Group(func(r chi.Router) {
-		r.Use(auth(cfg.APIKey, anthropic.Deny)) // 401s in Anthropic's shape
+		r.Use(rt.auth.Middleware(anthropicDeny), meterKeys(rt.auth)) // 401s in Anthropic's shape
 		an.Mount(r)
 	})
 	rt.handler = r
@@ -147,6 +171,10 @@ func (rt *Router) Close() {
 
 // ServeHTTP serves a request.
 func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) { rt.handler.ServeHTTP(w, r) }
+
+// Auth is the frontend's authenticator (its Limits().Usage() is each
+// sub-key's use).
+func (rt *Router) Auth() *auth.Authenticator { return rt.auth }
 
 // Metrics returns the frontend's metrics.
 func (rt *Router) Metrics() *metrics.Metrics { return rt.metrics }
