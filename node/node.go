@@ -19,6 +19,7 @@ import (
 	"fusion/engine/runner"
 	"fusion/mcp/host"
 	"fusion/router"
+	"fusion/router/auth"
 	"fusion/router/dispatch"
 	routermcp "fusion/router/mcp"
 	"fusion/router/metrics"
@@ -32,8 +33,20 @@ type Config struct {
 	Listen    string // address to listen on (default 127.0.0.1:8000)
 	DataDir   string // the node's data directory (created if missing)
 	ModelsDir string // models directory (default DataDir/models)
-	APIKey    string // required on every route but /health when set
 	Preload   []string
+	APIKey    string // the admin key: required on every route but /health when set
+	// InsecureNoAuth lets a node without an APIKey listen beyond
+	// loopback (otherwise New refuses: an open node on the network is a
+	// door).
+	InsecureNoAuth bool
+	// AuthFailures is how many failed key attempts a client address may
+	// make per minute before it is answered 429 (0: 20; -1: no limit).
+	AuthFailures int
+	// MaxSubKeys bounds the live sub-keys (0: 10000).
+	MaxSubKeys int
+	// KeyUsageInterval is how often a cluster member asks each peer for
+	// its sub-keys' usage (0: 250 ms): the rate limits' tolerance.
+	KeyUsageInterval time.Duration
 
 	MaxBodyBytes int64         // request body limit (default 10 MiB)
 	MaxTokens    int           // max_tokens cap per request, and its default (0: none; the model's context window bounds each generation)
@@ -83,6 +96,10 @@ type Config struct {
 	Logger  *slog.Logger
 }
 
+// ErrNoAuth is the error of a node that would listen beyond loopback
+// without an API key.
+var ErrNoAuth = errors.New("node: no API key")
+
 // Defaults.
 const (
 	DefaultListen       = "127.0.0.1:8000"
@@ -126,6 +143,12 @@ type Node struct {
 	rateMu     sync.Mutex // peerStats' tokens/s
 	rateAt     time.Time
 	rateTokens int64
+	// Sub-keys: their use on this node (and its peers' reports), and in
+	// a cluster the replicated store and the usage exchange.
+	keyLimits *auth.Limiter
+	keys      *raftKeys
+	stopUsage context.CancelFunc
+	usageWG   sync.WaitGroup
 
 	stopOnce sync.Once
 	stopErr  error
@@ -136,6 +159,9 @@ type Node struct {
 // does not serve until Start.
 func New(cfg Config) (*Node, error) {
 	cfg.defaults()
+	if cfg.APIKey == "" && !cfg.InsecureNoAuth && !cluster.IsLoopback(cfg.Listen) {
+		return nil, fmt.Errorf("%w: %s is reachable beyond loopback; set an API key, listen on 127.0.0.1, or accept an open node with --insecure-no-auth", ErrNoAuth, cfg.Listen)
+	}
 	for _, dir := range []string{cfg.DataDir, cfg.ModelsDir} {
 		if dir == "" {
 			continue
@@ -158,7 +184,7 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node: engine: %w", err)
 	}
-	n := &Node{cfg: cfg, runner: run}
+	n := &Node{cfg: cfg, runner: run, keyLimits: auth.NewLimiter(nil)}
 	// The MCP servers start now, so the cluster's MCP service (registered
 	// while joining) has them.
 	var mcpHost routermcp.Host
@@ -184,6 +210,7 @@ func New(cfg Config) (*Node, error) {
 			return nil, errors.Join(err, n.server.Drain(context.Background()), n.closeMCP(), run.Close())
 		}
 		clusterStatus = n.clusterStatus()
+		n.keys = newRaftKeys(n.member)
 		gen = n.dispatcher
 		mcpHost = n.clusterMCP()
 		if sessions == nil {
@@ -199,10 +226,19 @@ func New(cfg Config) (*Node, error) {
 		}
 		return nil, errors.Join(err, drain, n.closeMCP(), run.Close())
 	}
+	var keys auth.Store
+	if n.keys != nil {
+		keys = n.keys
+	}
+	fails := cfg.AuthFailures
+	if fails == 0 {
+		fails = auth.DefaultMaxFailures
+	}
 	n.router = router.New(router.Config{
-		MCP:         mcpHost,
-		ThinkingKey: thinkingKey,
-		Engine:      gen, Stats: n.engineStats, Cache: run, Models: run, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes, Cluster: clusterStatus,
+		Keys: keys, KeyLimits: n.keyLimits, MaxSubKeys: cfg.MaxSubKeys,
+		AuthFailures: auth.NewFailLimiter(fails, auth.DefaultFailureWindow, nil),
+		MCP:          mcpHost, ThinkingKey: thinkingKey,
+		Engine: gen, Stats: n.engineStats, Cache: run, Models: run, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes, Cluster: clusterStatus,
 		OpenAI:   openai.Options{MaxTokens: cfg.MaxTokens, Backends: []string{"cpu"}, CompletionsAsChat: cfg.CompletionsAsChat},
 		OpenClaw: cfg.OpenClaw, Sessions: sessions, Version: cfg.Version, Logger: cfg.Logger,
 	})
@@ -255,6 +291,10 @@ func (n *Node) Start() {
 			n.cfg.Logger.Error("cluster start failed", "err", err)
 		} else {
 			n.startSync()
+			ctx, cancel := context.WithCancel(context.Background())
+			n.stopUsage = cancel
+			n.usageWG.Add(1)
+			go n.followKeyUsage(ctx, &n.usageWG)
 		}
 	}
 	n.server.Serve()
