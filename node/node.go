@@ -281,6 +281,13 @@ func (n *Node) URL() string { return "http://" + n.Addr() }
 // Runner is the node's engine.
 func (n *Node) Runner() *runner.Runner { return n.runner }
 
+// Router is the node's HTTP frontend.
+func (n *Node) Router() *router.Router { return n.router }
+
+// KeyUsage is each sub-key's requests and tokens since the nodes
+// started: this node's and its peers' latest reports (for the stats).
+func (n *Node) KeyUsage() map[string]auth.Counts { return n.keyLimits.Usage() }
+
 // Metrics are the node's frontend metrics.
 func (n *Node) Metrics() *metrics.Metrics { return n.router.Metrics() }
 

@@ -76,6 +76,7 @@ type Router struct {
 	openclaw *openclaw.Handler
 	ownStore *openclaw.MemStore // nil when the sessions live elsewhere
 	auth     *auth.Authenticator
+	mux      *chi.Mux
 }
 
 // New builds the frontend.
@@ -151,7 +152,7 @@ func New(cfg Config) *Router {
 		r.Use(rt.auth.Middleware(anthropicDeny), meterKeys(rt.auth)) // 401s in Anthropic's shape
 		an.Mount(r)
 	})
-	rt.handler = r
+	rt.handler, rt.mux = r, r
 	return rt
 }
 
@@ -171,6 +172,9 @@ func (rt *Router) Close() {
 
 // ServeHTTP serves a request.
 func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) { rt.handler.ServeHTTP(w, r) }
+
+// Routes lists the frontend's routes (the security tests walk them all).
+func (rt *Router) Routes() chi.Routes { return rt.mux }
 
 // Auth is the frontend's authenticator (its Limits().Usage() is each
 // sub-key's use).

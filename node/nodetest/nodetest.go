@@ -27,6 +27,8 @@ const Model = "demo"
 // Options change the node a test gets.
 type Options struct {
 	APIKey            string
+	AuthFailures      int           // failed key attempts per address per minute (0: the node's default; -1: no limit)
+	KeyUsageInterval  time.Duration // sub-key usage exchange between members (0: the node's default)
 	MaxQueued         int
 	MaxEmbeds         int
 	MaxRunning        int
@@ -143,7 +145,7 @@ func Start(t testing.TB, o Options) *node.Node {
 		CacheHotBytes: o.CacheHotBytes, CacheSSDBytes: o.CacheSSDBytes,
 		MaxQueued: o.MaxQueued, MaxEmbeds: o.MaxEmbeds, MaxRunning: o.MaxRunning, MaxTokens: o.MaxTokens, MaxBodyBytes: o.MaxBodyBytes, MemoryBudget: o.MemoryBudget, DrainTimeout: o.DrainTimeout,
 		CompletionsAsChat: o.CompletionsAsChat, OpenClaw: o.OpenClaw, Sessions: o.Sessions, Threads: 1, Version: "test", Logger: o.Logger, Cluster: o.Cluster,
-		MCPServers: o.MCPServers, MCP: o.MCP,
+		MCPServers: o.MCPServers, MCP: o.MCP, AuthFailures: o.AuthFailures, KeyUsageInterval: o.KeyUsageInterval,
 	})
 	if err != nil {
 		t.Fatalf("node: %v", err)
