@@ -187,13 +187,18 @@ func (n *Node) followKeyUsage(ctx context.Context, wg *sync.WaitGroup) {
 				defer wg.Done()
 				cl, err := n.pool.Client(p.GRPC)
 				if err != nil {
+					n.cfg.Logger.Debug("key usage: peer", "peer", p.ID, "err", err)
 					return
 				}
-				cctx, cancel := context.WithTimeout(ctx, 2*interval)
+				cctx, cancel := context.WithTimeout(ctx, max(2*interval, time.Second))
 				defer cancel()
 				b, err := keyusage.Fetch(cctx, cl.Conn())
 				var r auth.Report
-				if err != nil || json.Unmarshal(b, &r) != nil {
+				if err == nil {
+					err = json.Unmarshal(b, &r)
+				}
+				if err != nil {
+					n.cfg.Logger.Debug("key usage: peer report", "peer", p.ID, "err", err)
 					return
 				}
 				n.keyLimits.SetPeer(p.ID, r)
