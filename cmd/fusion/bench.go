@@ -26,6 +26,7 @@ func benchCommands() map[string]command {
 		"forward":   {summary: "what forwarding to a peer adds, over HTTP and gRPC", run: benchForward},
 		"grammar":   {summary: "JSON-schema compilation and per-token masks", run: benchGrammar},
 		"raft":      {summary: "Raft write latency, throughput and failover", run: benchRaft},
+		"auth":      {summary: "what authentication and sub-key rate limits add per request (1,000 sub-keys)", run: benchAuth},
 		"tokens":    {summary: "count_tokens latency on a loaded and an unloaded model (Qwen3 tokenizer)", run: benchTokens},
 	}
 }
@@ -150,6 +151,18 @@ func benchTokens(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	return benchError(bench.Tokens(ctx, o, stdout))
+}
+
+func benchAuth(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o := bench.DefaultAuthOptions()
+	fs := newFlagSet("bench auth", stderr)
+	fs.IntVar(&o.Keys, "keys", o.Keys, "sub-keys in the store")
+	fs.IntVar(&o.Peers, "peers", o.Peers, "peers whose usage reports the rate limiter adds")
+	fs.DurationVar(&o.Duration, "duration", o.Duration, "time spent on each case")
+	if err := parseBenchFlags(fs, args); err != nil {
+		return err
+	}
+	return benchError(bench.Auth(ctx, o, stdout))
 }
 
 // parseBenchFlags parses a benchmark's flags; a benchmark takes no
