@@ -227,8 +227,16 @@ func New(cfg Config) (*Node, error) {
 		return nil, errors.Join(err, drain, n.closeMCP(), run.Close())
 	}
 	var keys auth.Store
-	if n.keys != nil {
+	switch {
+	case n.keys != nil:
 		keys = n.keys
+	case cfg.DataDir != "":
+		// A node alone keeps its sub-keys (hashes) in its data dir.
+		fileKeys, err := auth.OpenFileStore(filepath.Join(cfg.DataDir, "keys", "subkeys.json"))
+		if err != nil {
+			return nil, errors.Join(err, n.closeMCP(), run.Close())
+		}
+		keys = fileKeys
 	}
 	fails := cfg.AuthFailures
 	if fails == 0 {

@@ -209,3 +209,31 @@ func TestNoOpenNode(t *testing.T) {
 		t.Fatalf("exposed gossip without a secret: %v", err)
 	}
 }
+
+// TestSubkeysLoneNodeRestart: a node without a cluster keeps its
+// sub-keys (hashes) in its data dir: a key made before a restart works
+// after it, a key revoked before it stays revoked.
+func TestSubkeysLoneNodeRestart(t *testing.T) {
+	models, data := nodetest.Models(t), t.TempDir()
+	n := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, DataDir: data})
+	var keep, gone auth.KeyDoc
+	for _, d := range []*auth.KeyDoc{&keep, &gone} {
+		code, b := adminDo(t, "POST", n.URL()+"/admin/api/subkeys", `{"scopes":["inference"]}`)
+		if code != 201 || json.Unmarshal(b, d) != nil {
+			t.Fatalf("create: %d %s", code, b)
+		}
+	}
+	if code, b := adminDo(t, "DELETE", n.URL()+"/admin/api/subkeys/"+gone.ID, ""); code != 200 {
+		t.Fatalf("delete: %d %s", code, b)
+	}
+	if err := n.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	again := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, DataDir: data})
+	if err := chatAs(again, keep.Key, "demo"); err != nil {
+		t.Fatalf("kept key after the restart: %v", err)
+	}
+	if st, _ := apiStatus(chatAs(again, gone.Key, "demo")); st != 401 {
+		t.Fatalf("revoked key after the restart: %d", st)
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -319,10 +321,45 @@ func TestFailedAttemptsLimited(t *testing.T) {
 	}
 }
 
-func TestMemStoreRevoke(t *testing.T) {
-	s := NewMemStore()
-	if err := s.Revoke(context.Background(), "nope", time.Now()); err != ErrNotFound {
+func TestFileStore(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys", "subkeys.json")
+	s, err := OpenFileStore(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := s.Revoke(ctx, "nope", time.Now()); err != ErrNotFound {
 		t.Fatalf("revoke unknown: %v", err)
+	}
+	id, secret := NewSecret()
+	id2, secret2 := NewSecret()
+	exp := time.Now().Add(time.Hour).Round(0)
+	for _, k := range []Key{{ID: id, Name: "a", Hash: Hash(secret), Scopes: []Scope{ScopeMCP}, Models: []string{"m"}, RequestsPerMin: 3, Expires: exp},
+		{ID: id2, Hash: Hash(secret2), Scopes: []Scope{ScopeAdmin}}} {
+		if err := s.Put(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Revoke(ctx, id2, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 || bytes.Contains(b, []byte(secret)) {
+		t.Fatalf("file %v %v holds: %s", fi.Mode(), err, b)
+	}
+	again, err := OpenFileStore(path) // a restart
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, ok := again.Lookup(Hash(secret))
+	if !ok || k.Name != "a" || k.RequestsPerMin != 3 || !k.Expires.Equal(exp) || k.Models[0] != "m" || !k.Has(ScopeMCP) {
+		t.Fatalf("after reopening: %+v %v", k, ok)
+	}
+	if k, ok := again.Lookup(Hash(secret2)); !ok || k.Revoked.IsZero() {
+		t.Fatalf("revoked key after reopening: %+v %v", k, ok)
+	}
+	if l := again.List(); len(l) != 1 || l[0].ID != id {
+		t.Fatalf("list after reopening: %+v", l)
 	}
 }
 

@@ -7,11 +7,19 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"sync"
 	"time"
+
+	"fusion/internal/atomicfile"
 )
 
 // Scope names a group of routes a sub-key may call.
@@ -100,11 +108,58 @@ func Hash(secret string) [sha256.Size]byte { return sha256.Sum256([]byte(secret)
 // equalHash compares two hashes in constant time.
 func equalHash(a, b [sha256.Size]byte) bool { return subtle.ConstantTimeCompare(a[:], b[:]) == 1 }
 
-// MemStore is a Store in memory: a node without a cluster.
+// MemStore is a Store in memory: a node without a cluster. Opened with
+// OpenFileStore, it also keeps its keys (hashes only) in a file, so they
+// outlive a restart.
 type MemStore struct {
 	mu     sync.RWMutex
 	byID   map[string]Key
 	byHash map[[sha256.Size]byte]string
+	path   string // "": memory only
+}
+
+// OpenFileStore returns a store kept in the JSON file path (mode 0600,
+// written whole and atomically on every change), loading it when it
+// exists.
+func OpenFileStore(path string) (*MemStore, error) {
+	s := NewMemStore()
+	s.path = path
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return s, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("auth: keys file: %w", err)
+	}
+	var keys []Key
+	if err := json.Unmarshal(b, &keys); err != nil {
+		return nil, fmt.Errorf("auth: keys file %s: %w", path, err)
+	}
+	for _, k := range keys {
+		s.byID[k.ID] = k
+		s.byHash[k.Hash] = k.ID
+	}
+	return s, nil
+}
+
+// save writes the keys to the file; s.mu is held.
+func (s *MemStore) save() error {
+	if s.path == "" {
+		return nil
+	}
+	keys := make([]Key, 0, len(s.byID))
+	for _, k := range s.byID {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].ID < keys[j].ID })
+	if err := os.MkdirAll(filepath.Dir(s.path), 0o700); err != nil {
+		return fmt.Errorf("auth: keys file: %w", err)
+	}
+	err := atomicfile.WriteMode(s.path, 0o600, func(w io.Writer) error { return json.NewEncoder(w).Encode(keys) })
+	if err != nil {
+		return fmt.Errorf("auth: keys file: %w", err)
+	}
+	return nil
 }
 
 // NewMemStore returns an empty in-memory store.
@@ -146,6 +201,11 @@ func (s *MemStore) Put(_ context.Context, k Key) error {
 	}
 	s.byID[k.ID] = k
 	s.byHash[k.Hash] = k.ID
+	if err := s.save(); err != nil {
+		delete(s.byID, k.ID)
+		delete(s.byHash, k.Hash)
+		return err
+	}
 	return nil
 }
 
@@ -157,7 +217,12 @@ func (s *MemStore) Revoke(_ context.Context, id string, now time.Time) error {
 	if !ok || !k.Revoked.IsZero() {
 		return ErrNotFound
 	}
+	old := k
 	k.Revoked = now
 	s.byID[id] = k
+	if err := s.save(); err != nil {
+		s.byID[id] = old
+		return err
+	}
 	return nil
 }
