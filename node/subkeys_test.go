@@ -66,7 +66,7 @@ func TestSubkeysCluster(t *testing.T) {
 	b := start("b", 0, []string{a.Cluster().GossipAddr()})
 	c := start("c", 0, []string{a.Cluster().GossipAddr()})
 	nodes := []*node.Node{a, b, c}
-	waitUntil(t, 20*time.Second, "three members in raft", func() bool {
+	waitUntil(t, 60*time.Second, "three members in raft", func() bool {
 		code, doc := clusterDoc(t, c.URL(), "k")
 		in := 0
 		for _, m := range doc.Members {
@@ -91,7 +91,7 @@ func TestSubkeysCluster(t *testing.T) {
 		time.Sleep(time.Duration(61-s) * time.Second)
 	}
 	for _, n := range nodes {
-		waitUntil(t, 2*time.Second, "the key on "+n.Cluster().ID(), func() bool {
+		waitUntil(t, 5*time.Second, "the key on "+n.Cluster().ID(), func() bool {
 			st, _ := apiStatus(chatAs(n, key.Key, "other"))
 			return st == http.StatusForbidden // known here, and the model check runs before the rate
 		})
@@ -166,7 +166,7 @@ func TestSubkeysCluster(t *testing.T) {
 		return resp.StatusCode
 	}
 	for _, n := range nodes[1:] {
-		waitUntil(t, 2*time.Second, "the fresh key on "+n.Cluster().ID(), func() bool { return probe(n) == 400 })
+		waitUntil(t, 5*time.Second, "the fresh key on "+n.Cluster().ID(), func() bool { return probe(n) == 400 })
 	}
 	asked := time.Now()
 	if code, body := adminDo(t, "DELETE", a.URL()+"/admin/api/subkeys/"+fresh.ID, ""); code != 200 {
