@@ -13,6 +13,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -29,29 +30,45 @@ const AuthMetadataKey = "x-fusion-cluster-token"
 // memberlist encryption key, the gRPC token and the raft handshake key,
 // and the base of the cluster's named keys (Member.Key).
 // A nil *Auth means no secret: everything is open (single machine, tests).
+//
+// For a rotation without downtime, other secrets may be accepted beside
+// it (NewAuth's accept): credentials made from any of them are taken,
+// while this node sends only those of the first.
 type Auth struct {
-	token     string // hex HMAC, sent on every gRPC call
-	gossipKey []byte // AES-256 key for memberlist
-	raftKey   []byte // HMAC key for the raft connection handshake
-	keyBase   []byte // HMAC key the named keys are derived with
+	token      string   // hex HMAC, sent on every gRPC call
+	tokens     []string // tokens accepted: token first, then the accepted secrets'
+	gossipKey  []byte   // AES-256 key for memberlist
+	gossipKeys [][]byte // decryption keys: gossipKey first
+	raftKey    []byte   // HMAC key for the raft connection handshake
+	raftKeys   [][]byte // handshake keys accepted: raftKey first
+	keyBase    []byte   // HMAC key the named keys are derived with
 }
 
-// NewAuth returns the credentials for a secret, or nil for "".
-func NewAuth(secret string) *Auth {
+// NewAuth returns the credentials for a secret, or nil for "". The
+// accept secrets are also taken from other nodes (a rotation in
+// progress); empty ones and repeats of secret are ignored.
+func NewAuth(secret string, accept ...string) *Auth {
 	if secret == "" {
 		return nil
 	}
-	derive := func(label string) []byte {
+	derive := func(secret, label string) []byte {
 		m := hmac.New(sha256.New, []byte(secret))
 		m.Write([]byte(label))
 		return m.Sum(nil)
 	}
-	return &Auth{
-		token:     hex.EncodeToString(derive("fusion-cluster-grpc-v1")),
-		gossipKey: derive("fusion-cluster-gossip-v1"),
-		raftKey:   derive("fusion-cluster-raft-v1"),
-		keyBase:   derive("fusion-cluster-keys-v1"),
+	a := &Auth{keyBase: derive(secret, "fusion-cluster-keys-v1")}
+	for _, s := range append([]string{secret}, accept...) {
+		if s == "" || (s == secret && a.token != "") {
+			continue
+		}
+		a.tokens = append(a.tokens, hex.EncodeToString(derive(s, "fusion-cluster-grpc-v1")))
+		a.gossipKeys = append(a.gossipKeys, derive(s, "fusion-cluster-gossip-v1"))
+		a.raftKeys = append(a.raftKeys, derive(s, "fusion-cluster-raft-v1"))
+		if a.token == "" {
+			a.token, a.gossipKey, a.raftKey = a.tokens[0], a.gossipKeys[0], a.raftKeys[0]
+		}
 	}
+	return a
 }
 
 // key is the named key derived from the secret.
@@ -69,13 +86,28 @@ func (a *Auth) GossipKey() []byte {
 	return a.gossipKey
 }
 
+// GossipKeyring is memberlist's keyring: gossip is encrypted with the
+// secret's key and decrypted with any accepted one (nil without a secret).
+func (a *Auth) GossipKeyring() (*memberlist.Keyring, error) {
+	if a == nil {
+		return nil, nil
+	}
+	return memberlist.NewKeyring(a.gossipKeys, a.gossipKey)
+}
+
 func (a *Auth) check(ctx context.Context) error {
 	if a == nil {
 		return nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	vals := md.Get(AuthMetadataKey)
-	if len(vals) != 1 || subtle.ConstantTimeCompare([]byte(vals[0]), []byte(a.token)) != 1 {
+	ok := 0
+	if len(vals) == 1 {
+		for _, t := range a.tokens { // every one compared: no early exit to time
+			ok |= subtle.ConstantTimeCompare([]byte(vals[0]), []byte(t))
+		}
+	}
+	if ok != 1 {
 		return status.Error(codes.Unauthenticated, "cluster: missing or wrong cluster token")
 	}
 	return nil
@@ -188,9 +220,13 @@ func (s *streamLayer) serverHandshake(c net.Conn) error {
 	if _, err := io.ReadFull(c, got); err != nil {
 		return err
 	}
-	m := hmac.New(sha256.New, s.auth.raftKey)
-	m.Write(nonce)
-	if !hmac.Equal(got, m.Sum(nil)) {
+	ok := false
+	for _, k := range s.auth.raftKeys {
+		m := hmac.New(sha256.New, k)
+		m.Write(nonce)
+		ok = hmac.Equal(got, m.Sum(nil)) || ok
+	}
+	if !ok {
 		return errHandshake
 	}
 	return nil

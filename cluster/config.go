@@ -3,7 +3,10 @@ package cluster
 import (
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
+	"strings"
 	"time"
 )
 
@@ -79,7 +82,13 @@ type Config struct {
 
 	// Secret, when set, encrypts gossip, authenticates raft connections and
 	// gRPC calls. Every node must use the same secret.
-	Secret    string
+	Secret string
+	// SecretAccept are more secrets whose credentials are accepted from
+	// other nodes (never sent): a secret rotation in progress.
+	SecretAccept []string
+	// Insecure lets the cluster listeners bind beyond loopback without a
+	// secret (anyone reaching the ports could join and write).
+	Insecure  bool
 	ServerTLS *tls.Config // gRPC server TLS (optional)
 	ClientTLS *tls.Config // gRPC client TLS (optional)
 
@@ -123,6 +132,9 @@ func (c *Config) defaults() error {
 	if c.GRPCListen == "" {
 		c.GRPCListen = "0.0.0.0:7948"
 	}
+	if err := c.checkExposure(); err != nil {
+		return err
+	}
 	if c.Voters <= 0 {
 		c.Voters = 3
 	}
@@ -146,4 +158,38 @@ func (c *Config) defaults() error {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return nil
+}
+
+// ErrExposed is the error of a member whose gossip, raft or gRPC listener
+// is reachable beyond loopback with no cluster secret.
+var ErrExposed = errors.New("cluster: listeners reachable beyond loopback without a cluster secret")
+
+// checkExposure refuses listeners beyond loopback without a secret unless
+// Insecure says so. Mutual TLS is not enough on its own: it guards gRPC,
+// not raft or gossip.
+func (c *Config) checkExposure() error {
+	if c.Secret != "" || c.Insecure {
+		return nil
+	}
+	for _, l := range []struct{ name, addr string }{{"gossip", c.GossipListen}, {"raft", c.RaftListen}, {"grpc", c.GRPCListen}} {
+		if !IsLoopback(l.addr) {
+			return fmt.Errorf("%w: %s listens on %s; set a cluster secret (fusion cluster secret makes one), bind to loopback, or accept the risk with --insecure-cluster", ErrExposed, l.name, l.addr)
+		}
+	}
+	return nil
+}
+
+// IsLoopback reports whether a listen address (host:port) binds only to
+// loopback: 127.0.0.0/8, ::1 or localhost. An empty host is every
+// interface.
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -90,7 +90,7 @@ func New(cfg Config) (_ *Member, err error) {
 	m := &Member{
 		cfg:         cfg,
 		log:         cfg.Logger.With("component", "cluster", "node", cfg.NodeID),
-		auth:        NewAuth(cfg.Secret),
+		auth:        NewAuth(cfg.Secret, cfg.SecretAccept...),
 		fsm:         fsm.New(cfg.DedupSize),
 		peers:       map[string]*peer{},
 		reconcileCh: make(chan struct{}, 1),
@@ -326,7 +326,9 @@ func (m *Member) Start(ctx context.Context) error {
 		mc.AdvertiseAddr = ah
 		mc.AdvertisePort, _ = strconv.Atoi(ap)
 	}
-	mc.SecretKey = m.auth.GossipKey()
+	if mc.Keyring, err = m.auth.GossipKeyring(); err != nil {
+		return fmt.Errorf("cluster: gossip keyring: %w", err)
+	}
 	mc.Delegate = &delegate{m: m}
 	mc.Events = &events{m: m}
 	mc.Logger = slog.NewLogLogger(m.log.With("component", "memberlist").Handler(), slog.LevelDebug)

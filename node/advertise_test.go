@@ -28,6 +28,7 @@ func TestClusterAdvertise(t *testing.T) {
 	ln.Close()
 	ac := loopback("a", 1, nil)
 	ac.Listen, ac.RaftListen, ac.GRPCListen, ac.Advertise = "0.0.0.0:"+strconv.Itoa(port), "0.0.0.0:0", "0.0.0.0:0", "127.0.0.2"
+	ac.Insecure = true // every interface without a secret: this test is about addresses
 	a := nodetest.Start(t, nodetest.Options{Cluster: ac})
 	b := nodetest.Start(t, nodetest.Options{ModelsDir: t.TempDir(), Cluster: loopback("b", 0, []string{"127.0.0.2:" + strconv.Itoa(port)})})
 

@@ -39,6 +39,12 @@ type ClusterConfig struct {
 	BootstrapExpect int      // form the first cluster once this many nodes are up
 	Voters          int      // raft voters the leader keeps: 3 (default) or 5
 	Secret          string   // encrypts gossip, authenticates raft and gRPC
+	// SecretAccept are secrets also accepted from other nodes (a rotation
+	// in progress; this node sends Secret's credentials only).
+	SecretAccept []string
+	// Insecure lets the cluster listeners bind beyond loopback without a
+	// Secret (cluster.ErrExposed otherwise).
+	Insecure bool
 	// ServerTLS and ClientTLS run inter-node gRPC over TLS (both or
 	// neither; see fusion serve --grpc-tls-*).
 	ServerTLS, ClientTLS *tls.Config
@@ -128,7 +134,7 @@ func (n *Node) newMember(httpAddr string) (*cluster.Member, error) {
 		NodeID: id, DataDir: n.cfg.DataDir,
 		GossipListen: listen, GossipAdvertise: gossipAdv, RaftListen: raftListen, GRPCListen: grpcListen,
 		HTTPAdvertise: scheme + advertiseHTTP(httpAddr, gossipAdv),
-		Join:          cc.Join, BootstrapExpect: cc.BootstrapExpect, Voters: cc.Voters, Secret: cc.Secret,
+		Join:          cc.Join, BootstrapExpect: cc.BootstrapExpect, Voters: cc.Voters, Secret: cc.Secret, SecretAccept: cc.SecretAccept, Insecure: cc.Insecure,
 		ServerTLS: cc.ServerTLS, ClientTLS: cc.ClientTLS,
 		Role: "server", Version: n.cfg.Version, Backend: n.runner.BackendStatus().Name, Timing: cc.Timing, Logger: n.cfg.Logger,
 	})
@@ -236,6 +242,7 @@ func (n *Node) joinCluster() error {
 		}
 		return adminLocal{n: n}
 	})
+	n.registerKeyUsage()
 	n.pool = remote.NewPool(m.DialOptions()...)
 	n.loads = remote.NewLoads(n.pool, 0)
 	n.dispatcher = dispatch.New(dispatch.Config{
@@ -297,6 +304,13 @@ func (n *Node) stopCluster(ctx context.Context) error {
 	}
 	if n.sessions != nil {
 		n.sessions.Close()
+	}
+	if n.stopUsage != nil {
+		n.stopUsage()
+		n.usageWG.Wait()
+	}
+	if n.keys != nil {
+		n.keys.Close()
 	}
 	if n.stopSync != nil {
 		n.stopSync()

@@ -22,6 +22,7 @@ import (
 	"fusion/mcp/host"
 	"fusion/router"
 	"fusion/router/admin"
+	"fusion/router/auth"
 	"fusion/router/dispatch"
 	routermcp "fusion/router/mcp"
 	"fusion/router/metrics"
@@ -36,8 +37,20 @@ type Config struct {
 	Listen    string // address to listen on (default 127.0.0.1:8000)
 	DataDir   string // the node's data directory (created if missing)
 	ModelsDir string // models directory (default DataDir/models)
-	APIKey    string // required on every route but /health when set
 	Preload   []string
+	APIKey    string // the admin key: required on every route but /health when set
+	// InsecureNoAuth lets a node without an APIKey listen beyond
+	// loopback (otherwise New refuses: an open node on the network is a
+	// door).
+	InsecureNoAuth bool
+	// AuthFailures is how many failed key attempts a client address may
+	// make per minute before it is answered 429 (0: 20; -1: no limit).
+	AuthFailures int
+	// MaxSubKeys bounds the live sub-keys (0: 10000).
+	MaxSubKeys int
+	// KeyUsageInterval is how often a cluster member asks each peer for
+	// its sub-keys' usage (0: 250 ms): the rate limits' tolerance.
+	KeyUsageInterval time.Duration
 
 	MaxBodyBytes int64 // request body limit (default 10 MiB)
 	MaxTokens    int   // max_tokens cap per request, and its default (0: none; the model's context window bounds each generation)
@@ -123,6 +136,10 @@ type Config struct {
 	Logger  *slog.Logger
 }
 
+// ErrNoAuth is the error of a node that would listen beyond loopback
+// without an API key.
+var ErrNoAuth = errors.New("node: no API key")
+
 // Defaults.
 const (
 	DefaultListen       = "127.0.0.1:8000"
@@ -174,6 +191,12 @@ type Node struct {
 	rateMu     sync.Mutex // peerStats' tokens/s
 	rateAt     time.Time
 	rateTokens int64
+	// Sub-keys: their use on this node (and its peers' reports), and in
+	// a cluster the replicated store and the usage exchange.
+	keyLimits *auth.Limiter
+	keys      *raftKeys
+	stopUsage context.CancelFunc
+	usageWG   sync.WaitGroup
 
 	// The admin API's state: node.db (nil without a data dir), the
 	// settings in force, the global configuration, the stats saver.
@@ -192,6 +215,9 @@ type Node struct {
 // does not serve until Start.
 func New(cfg Config) (*Node, error) {
 	cfg.defaults()
+	if cfg.APIKey == "" && !cfg.InsecureNoAuth && !cluster.IsLoopback(cfg.Listen) {
+		return nil, fmt.Errorf("%w: %s is reachable beyond loopback; set an API key, listen on 127.0.0.1, or accept an open node with --insecure-no-auth", ErrNoAuth, cfg.Listen)
+	}
 	var cert *tlsreload.Certificate
 	if cfg.TLSCertFile != "" || cfg.TLSKeyFile != "" {
 		var err error
@@ -233,7 +259,7 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, errors.Join(err, run.Close())
 	}
-	n := &Node{cfg: cfg, runner: run, db: db, admin: &adminState{}, cert: cert}
+	n := &Node{cfg: cfg, runner: run, db: db, admin: &adminState{}, cert: cert, keyLimits: auth.NewLimiter(nil)}
 	n.global = &globalConfig{cfg: &n.cfg}
 	closeDB := func() error {
 		if db == nil {
@@ -267,6 +293,7 @@ func New(cfg Config) (*Node, error) {
 			return nil, errors.Join(err, n.server.Drain(context.Background()), n.closeMCP(), run.Close(), closeDB())
 		}
 		clusterStatus = n.clusterStatus()
+		n.keys = newRaftKeys(n.member)
 		gen = n.dispatcher
 		n.admin.store = clusterSettings{m: n.member}
 		mcpHost = n.clusterMCP()
@@ -300,8 +327,26 @@ func New(cfg Config) (*Node, error) {
 	if n.member != nil {
 		adminCfg.Self, adminCfg.Peers = n.member.ID(), adminPeers{n: n}
 	}
+	var keys auth.Store
+	switch {
+	case n.keys != nil:
+		keys = n.keys
+	case cfg.DataDir != "":
+		// A node alone keeps its sub-keys (hashes) in its data dir.
+		fileKeys, err := auth.OpenFileStore(filepath.Join(cfg.DataDir, "keys", "subkeys.json"))
+		if err != nil {
+			return nil, errors.Join(err, n.closeMCP(), run.Close())
+		}
+		keys = fileKeys
+	}
+	fails := cfg.AuthFailures
+	if fails == 0 {
+		fails = auth.DefaultMaxFailures
+	}
 	n.router = router.New(router.Config{
-		MCP: mcpHost, MCPMaxSteps: cfg.MCPMaxSteps,
+		Keys: keys, KeyLimits: n.keyLimits, MaxSubKeys: cfg.MaxSubKeys,
+		AuthFailures: auth.NewFailLimiter(fails, auth.DefaultFailureWindow, nil),
+		MCP:          mcpHost, MCPMaxSteps: cfg.MCPMaxSteps,
 		ThinkingKey: thinkingKey,
 		Backend:     run.BackendStatus,
 		Engine:      aliasEngine{Dispatcher: gen, a: n.admin}, Stats: n.engineStats, Cache: run, Models: run, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes, Cluster: clusterStatus,
@@ -407,6 +452,13 @@ func (n *Node) CheckHealth(ctx context.Context) error {
 // Runner is the node's engine.
 func (n *Node) Runner() *runner.Runner { return n.runner }
 
+// Router is the node's HTTP frontend.
+func (n *Node) Router() *router.Router { return n.router }
+
+// KeyUsage is each sub-key's requests and tokens since the nodes
+// started: this node's and its peers' latest reports (for the stats).
+func (n *Node) KeyUsage() map[string]auth.Counts { return n.keyLimits.Usage() }
+
 // Metrics are the node's frontend metrics.
 func (n *Node) Metrics() *metrics.Metrics { return n.router.Metrics() }
 
@@ -417,6 +469,10 @@ func (n *Node) Start() {
 			n.cfg.Logger.Error("cluster start failed", "err", err)
 		} else {
 			n.startSync()
+			ctx, cancel := context.WithCancel(context.Background())
+			n.stopUsage = cancel
+			n.usageWG.Add(1)
+			go n.followKeyUsage(ctx, &n.usageWG)
 		}
 	}
 	if n.cert != nil && n.cfg.TLSWatchInterval > 0 {

@@ -1,19 +1,17 @@
 package router
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 
 	"fusion/router/anthropic"
+	"fusion/router/auth"
 	"fusion/router/metrics"
 	"fusion/router/openai"
 	"fusion/router/requestid"
@@ -138,45 +136,38 @@ func limitBody(limit int64) func(http.Handler) http.Handler {
 	}
 }
 
-// auth requires the API key, when one is set, as a bearer token or in
-// x-api-key (the Anthropic dialect's header). Keys are compared in
-// constant time over their SHA-256 digests, so neither content nor length
-// leaks through timing. deny writes the 401 in the dialect's shape.
-func auth(key string, deny func(w http.ResponseWriter, msg string)) func(http.Handler) http.Handler {
-	want := sha256.Sum256([]byte(key))
+// openaiDeny answers an authentication failure in OpenAI's shape (the
+// admin routes use it too).
+func openaiDeny(w http.ResponseWriter, d auth.Denial) {
+	typ := openai.TypeInvalidRequest
+	if d.Status == http.StatusTooManyRequests {
+		typ = openai.TypeRateLimit
+	}
+	openai.WriteError(w, &openai.Error{Status: d.Status, Type: typ, Code: d.Code, Message: d.Message, RetryAfter: d.RetryAfter})
+}
+
+// anthropicDeny answers an authentication failure in Anthropic's shape.
+func anthropicDeny(w http.ResponseWriter, d auth.Denial) {
+	typ := anthropic.TypeAuthentication
+	switch d.Status {
+	case http.StatusForbidden:
+		typ = anthropic.TypePermission
+	case http.StatusTooManyRequests:
+		typ = anthropic.TypeRateLimit
+	}
+	anthropic.WriteError(w, &anthropic.Error{Status: d.Status, Type: typ, Message: d.Message, RetryAfter: d.RetryAfter})
+}
+
+// meterKeys counts the tokens of a sub-key's generations against its
+// limit (the admin key has none).
+func meterKeys(a *auth.Authenticator) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
-		if key == "" {
-			return next
-		}
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			got, ok := presentedKey(r)
-			if !ok {
-				deny(w, "You didn't provide an API key. Send it as 'Authorization: Bearer KEY' (or in the 'x-api-key' header).")
-				return
-			}
-			sum := sha256.Sum256([]byte(got))
-			if subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
-				deny(w, "Incorrect API key provided.")
-				return
+			if p := auth.FromContext(r.Context()); p != nil && !p.Admin {
+				ctx := r.Context()
+				r = r.WithContext(metrics.WithTokenSink(ctx, func(n int64) { a.CountTokens(ctx, n) }))
 			}
 			next.ServeHTTP(w, r)
 		})
 	}
-}
-
-// openaiDeny answers an authentication failure in OpenAI's shape.
-func openaiDeny(w http.ResponseWriter, msg string) { openai.WriteError(w, openai.Unauthorized(msg)) }
-
-func presentedKey(r *http.Request) (string, bool) {
-	if h := r.Header.Get("Authorization"); h != "" {
-		scheme, tok, ok := strings.Cut(h, " ")
-		if ok && strings.EqualFold(scheme, "Bearer") && strings.TrimSpace(tok) != "" {
-			return strings.TrimSpace(tok), true
-		}
-		return "", false
-	}
-	if k := r.Header.Get("X-Api-Key"); k != "" {
-		return k, true
-	}
-	return "", false
 }

@@ -10,6 +10,7 @@ import (
 	"fusion/engine/runner"
 	"fusion/router/admin"
 	"fusion/router/anthropic"
+	"fusion/router/auth"
 	"fusion/router/dispatch"
 	"fusion/router/mcp"
 	"fusion/router/mcpchat"
@@ -37,8 +38,19 @@ type Config struct {
 	// Metrics and Logger default to the fields above and the router's).
 	Admin admin.Config
 	// APIKey, when set, is required on every route but /health, as
-	// "Authorization: Bearer KEY" or "x-api-key: KEY".
+	// "Authorization: Bearer KEY" or "x-api-key: KEY": the admin key.
+	// Sub-keys (Keys) then open the routes of their scopes.
 	APIKey string
+	// Keys stores the sub-keys (nil: in memory, for this router only).
+	Keys auth.Store
+	// KeyLimits counts the sub-keys' use against their rate limits (nil:
+	// this node only; a cluster feeds it its peers' reports).
+	KeyLimits *auth.Limiter
+	// MaxSubKeys bounds the live sub-keys (0: auth.DefaultMaxKeys).
+	MaxSubKeys int
+	// AuthFailures limits failed key attempts per client address (nil:
+	// auth.DefaultMaxFailures per auth.DefaultFailureWindow).
+	AuthFailures *auth.FailLimiter
 	// MaxBodyBytes limits request bodies (default 10 MiB); larger ones get
 	// a 413.
 	MaxBodyBytes int64
@@ -75,6 +87,8 @@ type Router struct {
 	openclaw *openclaw.Handler
 	admin    *admin.Handler
 	ownStore *openclaw.MemStore // nil when the sessions live elsewhere
+	auth     *auth.Authenticator
+	mux      *chi.Mux
 }
 
 // New builds the frontend.
@@ -119,6 +133,16 @@ func New(cfg Config) *Router {
 		Engine: cfg.Engine, Store: sessions, OpenAI: cfg.OpenAI, Options: cfg.OpenClaw, Metrics: m, Logger: cfg.Logger, MCP: tools,
 	})
 
+	keys := cfg.Keys
+	if keys == nil {
+		keys = auth.NewMemStore()
+	}
+	fails := cfg.AuthFailures
+	if fails == nil {
+		fails = auth.NewFailLimiter(auth.DefaultMaxFailures, auth.DefaultFailureWindow, nil)
+	}
+	rt.auth = auth.New(auth.Config{AdminKey: cfg.APIKey, Keys: keys, Limits: cfg.KeyLimits, Failures: fails, Logger: cfg.Logger})
+
 	r := chi.NewRouter()
 	r.Use(requestID, servedby.Middleware, dispatch.SessionMiddleware, accessLog(cfg.Logger, m), recoverer(cfg.Logger), limitBody(cfg.MaxBodyBytes))
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
@@ -139,7 +163,7 @@ func New(cfg Config) *Router {
 	h := &health{engine: cfg.Engine, metrics: m, version: cfg.Version, backend: cfg.Backend}
 	r.Get("/health", h.health)
 	r.Group(func(r chi.Router) {
-		r.Use(auth(cfg.APIKey, openaiDeny))
+		r.Use(rt.auth.Middleware(openaiDeny), meterKeys(rt.auth))
 		oa.Mount(r)
 		rt.openclaw.Mount(r)
 		mcp.New(cfg.MCP).Mount(r)
@@ -147,16 +171,17 @@ func New(cfg Config) *Router {
 		r.Handle("/mcp", mcpSrv)
 		r.Get("/metrics", h.metricsHandler())
 		rt.admin.Mount(r)
+		auth.NewRoutes(rt.auth, cfg.MaxSubKeys).Mount(r)
 		if cfg.Cluster != nil {
 			r.Handle("/admin/api/cluster", cfg.Cluster)
 			r.Handle("/admin/api/cluster/*", cfg.Cluster)
 		}
 	})
 	r.Group(func(r chi.Router) {
-		r.Use(auth(cfg.APIKey, anthropic.Deny)) // 401s in Anthropic's shape
+		r.Use(rt.auth.Middleware(anthropicDeny), meterKeys(rt.auth)) // 401s in Anthropic's shape
 		an.Mount(r)
 	})
-	rt.handler = r
+	rt.handler, rt.mux = r, r
 	return rt
 }
 
@@ -180,6 +205,13 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) { rt.handler
 // Admin returns the admin routes' handler (its Serve runs the calls
 // peers forward).
 func (rt *Router) Admin() *admin.Handler { return rt.admin }
+
+// Routes lists the frontend's routes (the security tests walk them all).
+func (rt *Router) Routes() chi.Routes { return rt.mux }
+
+// Auth is the frontend's authenticator (its Limits().Usage() is each
+// sub-key's use).
+func (rt *Router) Auth() *auth.Authenticator { return rt.auth }
 
 // Metrics returns the frontend's metrics.
 func (rt *Router) Metrics() *metrics.Metrics { return rt.metrics }

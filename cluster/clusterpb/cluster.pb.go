@@ -662,6 +662,12 @@ type APIKey struct {
 	CreatedUnixNano int64                  `protobuf:"varint,5,opt,name=created_unix_nano,json=createdUnixNano,proto3" json:"created_unix_nano,omitempty"`
 	RevokedUnixNano int64                  `protobuf:"varint,6,opt,name=revoked_unix_nano,json=revokedUnixNano,proto3" json:"revoked_unix_nano,omitempty"` // 0: live
 	ModifyIndex     uint64                 `protobuf:"varint,7,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	Name            string                 `protobuf:"bytes,8,opt,name=name,proto3" json:"name,omitempty"`
+	Models          []string               `protobuf:"bytes,9,rep,name=models,proto3" json:"models,omitempty"`                                              // allowed models (empty: any)
+	RequestsPerMin  int64                  `protobuf:"varint,10,opt,name=requests_per_min,json=requestsPerMin,proto3" json:"requests_per_min,omitempty"`    // 0: unlimited
+	TokensPerMin    int64                  `protobuf:"varint,11,opt,name=tokens_per_min,json=tokensPerMin,proto3" json:"tokens_per_min,omitempty"`          // 0: unlimited
+	ExpiresUnixNano int64                  `protobuf:"varint,12,opt,name=expires_unix_nano,json=expiresUnixNano,proto3" json:"expires_unix_nano,omitempty"` // 0: never
+	Prefix          string                 `protobuf:"bytes,13,opt,name=prefix,proto3" json:"prefix,omitempty"`                                             // the key's first characters, shown to tell keys apart
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -743,6 +749,48 @@ func (x *APIKey) GetModifyIndex() uint64 {
 		return x.ModifyIndex
 	}
 	return 0
+}
+
+func (x *APIKey) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *APIKey) GetModels() []string {
+	if x != nil {
+		return x.Models
+	}
+	return nil
+}
+
+func (x *APIKey) GetRequestsPerMin() int64 {
+	if x != nil {
+		return x.RequestsPerMin
+	}
+	return 0
+}
+
+func (x *APIKey) GetTokensPerMin() int64 {
+	if x != nil {
+		return x.TokensPerMin
+	}
+	return 0
+}
+
+func (x *APIKey) GetExpiresUnixNano() int64 {
+	if x != nil {
+		return x.ExpiresUnixNano
+	}
+	return 0
+}
+
+func (x *APIKey) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
 }
 
 type Setting struct {
@@ -2795,7 +2843,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\baffinity\x18\r \x01(\tR\baffinity\x12\x1a\n" +
 	"\bmetadata\x18\x0e \x01(\fR\bmetadata\x12!\n" +
 	"\fcreate_index\x18\x0f \x01(\x04R\vcreateIndex\x12!\n" +
-	"\fmodify_index\x18\x10 \x01(\x04R\vmodifyIndex\"\xd5\x01\n" +
+	"\fmodify_index\x18\x10 \x01(\x04R\vmodifyIndex\"\x95\x03\n" +
 	"\x06APIKey\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04hash\x18\x02 \x01(\fR\x04hash\x12\x16\n" +
@@ -2803,7 +2851,14 @@ const file_cluster_proto_rawDesc = "" +
 	"\x05owner\x18\x04 \x01(\tR\x05owner\x12*\n" +
 	"\x11created_unix_nano\x18\x05 \x01(\x03R\x0fcreatedUnixNano\x12*\n" +
 	"\x11revoked_unix_nano\x18\x06 \x01(\x03R\x0frevokedUnixNano\x12!\n" +
-	"\fmodify_index\x18\a \x01(\x04R\vmodifyIndex\"K\n" +
+	"\fmodify_index\x18\a \x01(\x04R\vmodifyIndex\x12\x12\n" +
+	"\x04name\x18\b \x01(\tR\x04name\x12\x16\n" +
+	"\x06models\x18\t \x03(\tR\x06models\x12(\n" +
+	"\x10requests_per_min\x18\n" +
+	" \x01(\x03R\x0erequestsPerMin\x12$\n" +
+	"\x0etokens_per_min\x18\v \x01(\x03R\ftokensPerMin\x12*\n" +
+	"\x11expires_unix_nano\x18\f \x01(\x03R\x0fexpiresUnixNano\x12\x16\n" +
+	"\x06prefix\x18\r \x01(\tR\x06prefix\"K\n" +
 	"\aSetting\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12\x18\n" +

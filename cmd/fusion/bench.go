@@ -27,6 +27,7 @@ func benchCommands() map[string]command {
 		"grammar":   {summary: "JSON-schema compilation and per-token masks", run: benchGrammar},
 		"raft":      {summary: "Raft write latency, throughput and failover", run: benchRaft},
 		"embed":     {summary: "sentence embeddings (all-MiniLM-L6-v2) against sentence-transformers", run: benchEmbed},
+		"auth":      {summary: "what authentication and sub-key rate limits add per request (1,000 sub-keys)", run: benchAuth},
 		"tokens":    {summary: "count_tokens latency on a loaded and an unloaded model (Qwen3 tokenizer)", run: benchTokens},
 		"mlx":       {summary: "MLX backend against mlx-lm: prefill and decode tokens/s on a 4-bit Qwen3-0.6B-shaped model", run: benchMLX},
 	}
@@ -166,6 +167,18 @@ func benchMLX(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	return benchError(bench.MLX(ctx, o, stdout, stderr))
+}
+
+func benchAuth(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o := bench.DefaultAuthOptions()
+	fs := newFlagSet("bench auth", stderr)
+	fs.IntVar(&o.Keys, "keys", o.Keys, "sub-keys in the store")
+	fs.IntVar(&o.Peers, "peers", o.Peers, "peers whose usage reports the rate limiter adds")
+	fs.DurationVar(&o.Duration, "duration", o.Duration, "time spent on each case")
+	if err := parseBenchFlags(fs, args); err != nil {
+		return err
+	}
+	return benchError(bench.Auth(ctx, o, stdout))
 }
 
 // parseBenchFlags parses a benchmark's flags; a benchmark takes no

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,7 +19,7 @@ import (
 	"fusion/node"
 )
 
-const clusterUsage = `usage: fusion cluster status [flags]
+const clusterUsage = `usage: fusion cluster status [flags]  (fusion cluster secret prints a new cluster secret)
 
 Prints a node's view of the cluster (GET /admin/api/cluster): itself, the
 leader, every member with its gossip status and raft suffrage, and the
@@ -30,7 +32,27 @@ func clusterCommands() map[string]command {
 		"backup":  {summary: "write a consistent backup of the replicated state to a file", run: runClusterBackup},
 		"restore": {summary: "restore a backup into a (new) cluster", run: runClusterRestore},
 		"certs":   {summary: "the cluster's CA and node certificates for mutual TLS: init, issue", subs: certsCommands()},
+		"secret":  {summary: "print a new random cluster secret (for --cluster-secret or --cluster-secret-file)", run: runClusterSecret},
 	}
+}
+
+// runClusterSecret prints 32 random bytes, base64url, one line: a
+// cluster secret.
+func runClusterSecret(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("cluster secret", stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, "usage: fusion cluster secret\n\nPrints a new random cluster secret (256 bits). Give every node the same one:\n  fusion cluster secret > secret && chmod 600 secret\n  fusion serve --cluster-secret-file secret ...\n")
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // never fails: crypto/rand crashes the program rather than return an error
+	_, err := fmt.Fprintln(stdout, base64.RawURLEncoding.EncodeToString(b))
+	return err
 }
 
 func runClusterStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {

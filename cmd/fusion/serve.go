@@ -58,6 +58,8 @@ type serveSettings struct {
 	logFormat string
 	// Inter-node gRPC TLS files (all three or none).
 	tlsCert, tlsKey, tlsCA string
+	// Files holding the admin key and the cluster secret.
+	apiKeyFile, secretFile string
 	// getenv resolves ${VAR} in the MCP config.
 	getenv func(string) string
 	// The log file's rotation (<data-dir>/logs/server.log).
@@ -82,8 +84,18 @@ func serveSettingsTable() []serveSetting {
 			func(s *serveSettings, v string) error { s.cfg.DataDir = expandHome(v); return nil }},
 		{"models-dir", func(s *serveSettings) string { return filepath.Join(s.cfg.DataDir, "models") }, "models directory (default <data-dir>/models)",
 			func(s *serveSettings, v string) error { s.cfg.ModelsDir = expandHome(v); return nil }},
-		{"api-key", constant(""), "API key required on every route but /health (Authorization: Bearer KEY)",
+		{"api-key", constant(""), "the admin API key, required on every route but /health (Authorization: Bearer KEY); sub-keys made with it open the routes of their scopes",
 			func(s *serveSettings, v string) error { s.cfg.APIKey = v; return nil }},
+		{"api-key-file", constant(""), "file holding the admin API key (instead of --api-key, which shows in the process list)",
+			func(s *serveSettings, v string) error { s.apiKeyFile = expandHome(v); return nil }},
+		{"insecure-no-auth", constant("false"), "serve without an API key on an address beyond loopback (anyone who reaches it can use and administer the node)",
+			func(s *serveSettings, v string) error { return parseBool(v, &s.cfg.InsecureNoAuth) }},
+		{"auth-failures", constant("20"), "failed API key attempts a client address may make per minute before it is answered 429 (-1: no limit)",
+			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.AuthFailures, -1) }},
+		{"max-subkeys", constant("10000"), "live sub-API keys at most (POST /admin/api/subkeys answers 409 beyond)",
+			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.MaxSubKeys, 1) }},
+		{"key-usage-interval", constant(node.DefaultKeyUsageInterval.String()), "how often a cluster member asks each peer for its sub-keys' usage: a key's rate limit holds cluster-wide within what the other nodes admit in this time",
+			func(s *serveSettings, v string) error { return parseDuration(v, &s.cfg.KeyUsageInterval, false) }},
 		{"preload", constant(""), "comma-separated models to load at start",
 			func(s *serveSettings, v string) error { s.cfg.Preload = splitList(v); return nil }},
 		{"max-body-bytes", constant(strconv.Itoa(router.DefaultMaxBodyBytes)), "largest request body accepted (413 above)",
@@ -211,8 +223,14 @@ func serveSettingsTable() []serveSetting {
 				s.cfg.Cluster.Voters, _ = strconv.Atoi(v)
 				return nil
 			}},
-		{"cluster-secret", constant(""), "shared secret: encrypts gossip and authenticates raft and gRPC between nodes",
+		{"cluster-secret", constant(""), "shared secret: encrypts gossip and authenticates raft and gRPC between nodes (fusion cluster secret makes one)",
 			func(s *serveSettings, v string) error { s.cfg.Cluster.Secret = v; return nil }},
+		{"cluster-secret-file", constant(""), "file holding the cluster secret (instead of --cluster-secret)",
+			func(s *serveSettings, v string) error { s.secretFile = expandHome(v); return nil }},
+		{"cluster-secret-previous", constant(""), "a second secret also accepted from other nodes, for a rotation without downtime (see the README)",
+			func(s *serveSettings, v string) error { s.cfg.Cluster.SecretAccept = splitList(v); return nil }},
+		{"insecure-cluster", constant("false"), "let gossip, raft and gRPC listen beyond loopback without a cluster secret (anyone reaching those ports can join and write)",
+			func(s *serveSettings, v string) error { return parseBool(v, &s.cfg.Cluster.Insecure) }},
 		{"grpc-tls-cert", constant(""), "PEM certificate this node presents on inter-node gRPC (mutual TLS; with --grpc-tls-key and --grpc-tls-ca)",
 			func(s *serveSettings, v string) error { s.tlsCert = expandHome(v); return nil }},
 		{"grpc-tls-key", constant(""), "PEM private key of --grpc-tls-cert",
@@ -296,6 +314,12 @@ func resolveServe(args []string, getenv func(string) string, stderr io.Writer) (
 	if c := s.cfg; c.MLXMemoryLimit > 0 && c.MLXCacheLimit > c.MLXMemoryLimit {
 		return nil, usagef("--mlx-cache-limit %d is over --mlx-memory-limit %d", c.MLXCacheLimit, c.MLXMemoryLimit)
 	}
+	if err := readSecretFile(s.apiKeyFile, "--api-key", &s.cfg.APIKey); err != nil {
+		return nil, err
+	}
+	if err := readSecretFile(s.secretFile, "--cluster-secret", &s.cfg.Cluster.Secret); err != nil {
+		return nil, err
+	}
 	if s.tlsCert != "" || s.tlsKey != "" || s.tlsCA != "" {
 		if s.tlsCert == "" || s.tlsKey == "" || s.tlsCA == "" {
 			return nil, usagef("--grpc-tls-cert, --grpc-tls-key and --grpc-tls-ca go together")
@@ -309,8 +333,42 @@ func resolveServe(args []string, getenv func(string) string, stderr io.Writer) (
 	return s, nil
 }
 
-// secretSettings are shown as set or unset, never their value.
-var secretSettings = map[string]bool{"api-key": true, "cluster-secret": true}
+// secretSettings are the settings whose values are credentials: nothing
+// that shows the configuration (logs, /admin/api/global-settings) may
+// print their values.
+var secretSettings = map[string]bool{"api-key": true, "cluster-secret": true, "cluster-secret-previous": true}
+
+// isSecretSetting reports whether the setting called name holds a
+// credential.
+func isSecretSetting(name string) bool { return secretSettings[name] }
+
+// readSecretFile reads a secret from path (surrounding white space
+// trimmed) into dst, which the flag named by other must not also set.
+func readSecretFile(path, other string, dst *string) error {
+	if path == "" {
+		return nil
+	}
+	if *dst != "" {
+		return usagef("%s and %s-file go together badly: give one", other, other)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return usagef("%s-file: %v", other, err)
+	}
+	if *dst = strings.TrimSpace(string(b)); *dst == "" {
+		return usagef("%s-file: %s is empty", other, path)
+	}
+	return nil
+}
+
+func parseBool(v string, dst *bool) error {
+	b, err := strconv.ParseBool(strings.TrimSpace(v))
+	if err != nil {
+		return fmt.Errorf("%q is not true or false", v)
+	}
+	*dst = b
+	return nil
+}
 
 // effective is one resolved setting for GET /admin/api/global-settings:
 // its value (a secret's as set/unset) and where it came from.

@@ -31,6 +31,8 @@ const Model = "demo"
 // Options change the node a test gets.
 type Options struct {
 	APIKey            string
+	AuthFailures      int           // failed key attempts per address per minute (0: the node's default; -1: no limit)
+	KeyUsageInterval  time.Duration // sub-key usage exchange between members (0: the node's default)
 	MaxQueued         int
 	MaxEmbeds         int
 	MaxRunning        int
@@ -169,6 +171,7 @@ func Start(t testing.TB, o Options) *node.Node {
 		CompletionsAsChat: o.CompletionsAsChat, OpenClaw: o.OpenClaw, Sessions: o.Sessions, Threads: 1, Version: "test", Logger: o.Logger, Cluster: o.Cluster,
 		MCPServers: o.MCPServers, MCP: o.MCP, MCPMaxSteps: o.MCPMaxSteps, LogLevel: o.LogLevel, Logs: o.Logs,
 		Backend: o.Backend, MLXMemoryLimit: o.MLXMemoryLimit, WrapBackend: o.WrapBackend,
+		AuthFailures: o.AuthFailures, KeyUsageInterval: o.KeyUsageInterval,
 	})
 	if err != nil {
 		t.Fatalf("node: %v", err)

@@ -124,7 +124,7 @@ func (h *Handler) messages(w http.ResponseWriter, r *http.Request) {
 		h.reject(w, r, engineError(err, req.Model))
 		return
 	}
-	g := h.metrics.Begin(req.Model)
+	g := h.metrics.BeginFor(r.Context(), req.Model)
 	outcome := metrics.OK
 	var final *engine.Usage
 	seen := 0

@@ -5,6 +5,7 @@
 package metrics
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -183,6 +184,23 @@ func (m *Metrics) Begin(model string) *Generation {
 	return &Generation{m: m, model: model, start: time.Now()}
 }
 
+type sinkKey struct{}
+
+// WithTokenSink returns ctx carrying fn, which BeginFor's generation calls
+// with its prompt + generated tokens when it ends (a sub-key's token
+// limit counts them).
+func WithTokenSink(ctx context.Context, fn func(tokens int64)) context.Context {
+	return context.WithValue(ctx, sinkKey{}, fn)
+}
+
+// BeginFor is Begin for the request of ctx: its token sink hears the
+// generation's tokens.
+func (m *Metrics) BeginFor(ctx context.Context, model string) *Generation {
+	g := m.Begin(model)
+	g.sink, _ = ctx.Value(sinkKey{}).(func(int64))
+	return g
+}
+
 // Generation is one admitted generation request (all its choices). It is
 // used by the one goroutine that serves the request.
 type Generation struct {
@@ -191,7 +209,8 @@ type Generation struct {
 	start time.Time
 	first bool
 	ended bool
-	key   string // the API key's id (SetKey), for the per-key stats
+	key   string      // the API key's id (SetKey), for the per-key stats
+	sink  func(int64) // nil: none
 }
 
 // FirstToken records the time to the first generated text (once).
@@ -213,6 +232,9 @@ func (g *Generation) End(o Outcome, promptTokens, generated int) {
 		return
 	}
 	g.ended = true
+	if g.sink != nil {
+		g.sink(int64(promptTokens) + int64(generated))
+	}
 	m := g.m
 	m.active.Dec()
 	m.generations.WithLabelValues(g.model, string(o)).Inc()

@@ -105,7 +105,7 @@ func (h *Handler) run(w http.ResponseWriter, r *http.Request, model string, p *p
 		h.reject(w, r, engineError(err, model))
 		return
 	}
-	g := h.metrics.Begin(model)
+	g := h.metrics.BeginFor(r.Context(), model)
 	var t tally
 	outcome := metrics.OK
 	defer func() {

@@ -211,7 +211,7 @@ func (h *Handler) generate(ctx context.Context, req *engine.Request, mcpTools *m
 		h.metrics.Rejected()
 		return nil, err
 	}
-	g := h.metrics.Begin(req.Model)
+	g := h.metrics.BeginFor(ctx, req.Model)
 	outcome, promptTokens, generated := metrics.Cancelled, 0, 0
 	defer func() { g.End(outcome, promptTokens, generated) }()
 	defer func() {
