@@ -28,7 +28,7 @@ func runCreateDemo(_ context.Context, args []string, stdout, stderr io.Writer) e
 	var o demo.Options
 	var out string
 	fs := newFlagSet("models create-demo", stderr)
-	fs.StringVar(&o.Arch, "arch", d.Arch, "architecture: llama or qwen3")
+	fs.StringVar(&o.Arch, "arch", d.Arch, "architecture: llama, qwen3 or qwen3_moe")
 	fs.StringVar(&out, "out", "", "output directory (required)")
 	fs.IntVar(&o.Layers, "layers", d.Layers, "number of layers")
 	fs.IntVar(&o.Hidden, "hidden", d.Hidden, "hidden size")
@@ -45,6 +45,11 @@ func runCreateDemo(_ context.Context, args []string, stdout, stderr io.Writer) e
 	fs.Uint64Var(&o.Seed, "seed", 0, "random seed (same seed, same weights)")
 	fs.BoolVar(&o.Untied, "untied", false, "write a separate lm_head instead of tying it to the embeddings")
 	fs.IntVar(&o.StopAfter, "stop-after", 0, fmt.Sprintf("end answers on their own after about this many tokens (0: never, answers run to max_tokens; at most %d)", demo.MaxStopAfter))
+	e, k, inter, step := demo.DefaultMoE()
+	fs.IntVar(&o.Experts, "experts", 0, fmt.Sprintf("qwen3_moe: number of experts (default %d)", e))
+	fs.IntVar(&o.ExpertsPerTok, "experts-per-tok", 0, fmt.Sprintf("qwen3_moe: experts per token (default %d)", k))
+	fs.IntVar(&o.MoEIntermediate, "moe-intermediate", 0, fmt.Sprintf("qwen3_moe: intermediate size of one expert (default %d)", inter))
+	fs.IntVar(&o.SparseStep, "sparse-step", 0, fmt.Sprintf("qwen3_moe: every n-th layer has experts, the others a dense MLP (default %d)", step))
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -67,8 +72,12 @@ func runCreateDemo(_ context.Context, args []string, stdout, stderr io.Writer) e
 		out = demo.GGUFPath(out)
 		quant, _ = m.Options.GGUFLayout()
 	}
-	fmt.Fprintf(stdout, "wrote %s: %s, %d layers, hidden %d, %d/%d heads, head_dim %d, intermediate %d, vocab %d, %s %s\n",
-		out, p.Arch, p.Layers, p.Hidden, p.Heads, p.KVHeads, p.HeadDim, p.Intermediate, p.Vocab, m.Options.DType, quant)
+	moe := ""
+	if p.Experts > 0 {
+		moe = fmt.Sprintf(", %d experts of %d (%d per token)", p.Experts, p.MoEIntermediate, p.ExpertsPerTok)
+	}
+	fmt.Fprintf(stdout, "wrote %s: %s, %d layers, hidden %d, %d/%d heads, head_dim %d, intermediate %d%s, vocab %d, %s %s\n",
+		out, p.Arch, p.Layers, p.Hidden, p.Heads, p.KVHeads, p.HeadDim, p.Intermediate, moe, p.Vocab, m.Options.DType, quant)
 	return nil
 }
 

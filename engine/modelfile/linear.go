@@ -32,15 +32,21 @@ type Linear struct {
 // or "model.embed_tokens") with its effective quantization, deciding as
 // Quantization.For does, and validates dtypes and shapes.
 func LookupLinear(w *Weights, q *Quantization, path string) (*Linear, error) {
-	weight, ok := w.Tensor(path + ".weight")
+	return lookupLinear(w.Tensor, q, path)
+}
+
+// lookupLinear is LookupLinear over a function that finds tensors by name.
+func lookupLinear(get func(name string) (tensor.Tensor, bool), q *Quantization, path string) (*Linear, error) {
+	has := func(name string) bool { _, ok := get(name); return ok }
+	weight, ok := get(path + ".weight")
 	if !ok {
 		return nil, fmt.Errorf("modelfile: %w: %s.weight", ErrMissingTensor, path)
 	}
 	l := &Linear{Path: path, Weight: weight}
-	if b, ok := w.Tensor(path + ".bias"); ok {
+	if b, ok := get(path + ".bias"); ok {
 		l.Bias = &b
 	}
-	params, quantized := q.For(path, w.Has(path+".scales"))
+	params, quantized := q.For(path, has(path+".scales"))
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("modelfile: %w: %s: %s", ErrBadLinear, path, fmt.Sprintf(format, args...))
 	}
@@ -48,12 +54,12 @@ func LookupLinear(w *Weights, q *Quantization, path string) (*Linear, error) {
 		return nil, bad("weight has shape %v, want 2 dimensions", weight.Shape)
 	}
 	for _, t := range []string{".weight", ".scales", ".biases"} {
-		if x, ok := w.Tensor(path + t); ok && slices.ContainsFunc(x.Shape, func(d int64) bool { return d > maxLinearDim }) {
+		if x, ok := get(path + t); ok && slices.ContainsFunc(x.Shape, func(d int64) bool { return d > maxLinearDim }) {
 			return nil, bad("%s%s has shape %v, beyond any real layer", path, t, x.Shape)
 		}
 	}
 	if !quantized {
-		if w.Has(path + ".scales") {
+		if has(path + ".scales") {
 			return nil, bad("has scales but the quantization config says it is not quantized")
 		}
 		if !isFloat(weight.DType) {
@@ -63,10 +69,10 @@ func LookupLinear(w *Weights, q *Quantization, path string) (*Linear, error) {
 		return l, l.checkBias(bad)
 	}
 	l.Quantized, l.Bits, l.GroupSize = true, params.Bits, params.GroupSize
-	if l.Scales, ok = w.Tensor(path + ".scales"); !ok {
+	if l.Scales, ok = get(path + ".scales"); !ok {
 		return nil, fmt.Errorf("modelfile: %w: %s.scales (the module is quantized)", ErrMissingTensor, path)
 	}
-	if l.Biases, ok = w.Tensor(path + ".biases"); !ok {
+	if l.Biases, ok = get(path + ".biases"); !ok {
 		return nil, fmt.Errorf("modelfile: %w: %s.biases (affine quantization)", ErrMissingTensor, path)
 	}
 	if weight.DType != tensor.U32 {

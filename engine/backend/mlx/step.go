@@ -112,19 +112,22 @@ func (s *step) Linear(x backend.Array, w backend.Weight) backend.Array {
 	if in.cols != m.in {
 		panic(fmt.Sprintf("mlx: Linear %s: input has %d features, weight takes %d", m.name, in.cols, m.in))
 	}
-	return s.record(in.rows, m.out, func(a *Arena) *Array {
-		var y *Array
-		if m.affine {
-			y = a.QuantizedMatmul(in.x, m.w, m.scales, m.biases, true, m.group, m.bits)
-		} else {
-			y = a.Matmul(in.x, a.Transpose(m.w, 1, 0))
-		}
-		y = f32(a, y)
-		if m.bias != nil {
-			y = a.Add(y, m.bias)
-		}
-		return y
-	})
+	return s.record(in.rows, m.out, func(a *Arena) *Array { return linear(a, in.x, m) })
+}
+
+// linear is x·Wᵀ + bias in float32.
+func linear(a *Arena, x *Array, m *weight) *Array {
+	var y *Array
+	if m.affine {
+		y = a.QuantizedMatmul(x, m.w, m.scales, m.biases, true, m.group, m.bits)
+	} else {
+		y = a.Matmul(x, a.Transpose(m.w, 1, 0))
+	}
+	y = f32(a, y)
+	if m.bias != nil {
+		y = a.Add(y, m.bias)
+	}
+	return y
 }
 
 // RMSNorm normalizes each group of w.Len() features of every row.
