@@ -27,6 +27,8 @@ var backendFormats = []struct {
 	{"bf16-llama", demo.Options{}, "llama"},
 	{"f32-qwen3", demo.Options{DType: "f32"}, "qwen3"},
 	{"mlx-q4-qwen3", demo.Options{Quantize: 4, GroupSize: 32}, "qwen3"},
+	{"bf16-qwen3_moe", demo.Options{}, "qwen3_moe"},
+	{"mlx-q4-qwen3_moe", demo.Options{Quantize: 4, GroupSize: 32}, "qwen3_moe"},
 	{"mlx-q8-qwen3", demo.Options{Quantize: 8, GroupSize: 64}, "qwen3"},
 	{"gguf-q8_0-llama", demo.Options{Format: demo.FormatGGUF, GGUFType: "q8_0"}, "llama"},
 	{"gguf-q4_k_m-qwen3", demo.Options{Format: demo.FormatGGUF, GGUFType: "q4_k_m"}, "qwen3"},
@@ -185,7 +187,7 @@ func testParityWithCPU(t *testing.T, be *Backend, cb *cpu.Backend) {
 // per-row quantized kernels) and attention runs per sequence, so the
 // results are bit-identical.
 func testBatchedVsAlone(t *testing.T, be *Backend) {
-	for _, f := range backendFormats[:4] {
+	for _, f := range backendFormats[:6] {
 		t.Run(f.name, func(t *testing.T) {
 			m := loadModel(t, be, demoModel(t, f.arch, f.opts), model.Range{})
 			history := [][]int{promptTokens(3, 300), promptTokens(4, 10), nil}
@@ -223,7 +225,7 @@ func testBatchedVsAlone(t *testing.T, be *Backend) {
 // testLayerRanges: layers [0, k) then [k, L) on two stage models, the
 // hidden state handed over, give the logits of [0, L) exactly.
 func testLayerRanges(t *testing.T, be *Backend) {
-	for _, f := range backendFormats[:4] {
+	for _, f := range backendFormats[:6] {
 		t.Run(f.name, func(t *testing.T) {
 			path := demoModel(t, f.arch, f.opts)
 			full := loadModel(t, be, path, model.Range{})
