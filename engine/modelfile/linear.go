@@ -19,7 +19,7 @@ const maxLinearDim = 1 << 31
 type Linear struct {
 	Path      string
 	Quantized bool
-	Bits      int // quantized only
+	Bits      int    // quantized only
 	GroupSize int    // quantized only
 	Mode      string // quantized only: ModeAffine, ModeMXFP4, ModeMXFP8 or ModeNVFP4
 	Out, In   int    // logical shape of the weight
