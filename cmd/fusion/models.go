@@ -39,6 +39,7 @@ func runCreateDemo(_ context.Context, args []string, stdout, stderr io.Writer) e
 	fs.StringVar(&o.VocabFrom, "vocab-from", "", "copy tokenizer.json and tokenizer_config.json from this directory (default: a built-in byte-level BPE tokenizer)")
 	fs.IntVar(&o.Quantize, "quantize", 0, "MLX affine quantization bits: 0 (none), 4 or 8 (also 2, 3, 5, 6)")
 	fs.IntVar(&o.GroupSize, "group-size", d.GroupSize, "quantization group size: 32, 64 or 128")
+	fs.StringVar(&o.QuantMode, "quant", "", "MLX quantization mode: affine (with --quantize bits), or mxfp4, mxfp8, nvfp4 (bits and group size fixed by the mode)")
 	fs.StringVar(&o.DType, "dtype", d.DType, "weight dtype: bf16, f16 or f32")
 	fs.StringVar(&o.Format, "format", d.Format, "output format: safetensors (a model directory) or gguf (one file: --out, with .gguf appended if missing)")
 	fs.StringVar(&o.GGUFType, "gguf-type", "", "GGUF weight layout: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k or q4_k_m (default: from --quantize 8/4 or --dtype)")
@@ -66,7 +67,7 @@ func runCreateDemo(_ context.Context, args []string, stdout, stderr io.Writer) e
 	p := m.Params
 	quant := "float"
 	if m.Options.Quantize != 0 {
-		quant = fmt.Sprintf("%d-bit, group %d", m.Options.Quantize, m.Options.GroupSize)
+		quant = fmt.Sprintf("%s %d-bit, group %d", m.Options.QuantMode, m.Options.Quantize, m.Options.GroupSize)
 	}
 	if m.Options.Format == demo.FormatGGUF {
 		out = demo.GGUFPath(out)

@@ -69,7 +69,7 @@ func (m *Model) configJSON() map[string]any {
 	}
 	if o := m.Options; o.Quantize != 0 {
 		// mlx-lm writes the block twice; "mode" is absent from older files.
-		q := map[string]any{"group_size": o.GroupSize, "bits": o.Quantize, "mode": modelfile.ModeAffine}
+		q := map[string]any{"group_size": o.GroupSize, "bits": o.Quantize, "mode": o.QuantMode}
 		for path, params := range m.quantOverrides() {
 			q[path] = params
 		}

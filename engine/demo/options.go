@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"fusion/engine/modelfile"
+	"fusion/engine/tensor"
 )
 
 // Output formats.
@@ -25,6 +26,10 @@ type Options struct {
 	VocabFrom    string // directory of a real tokenizer to copy; "" for the built-in one
 	Quantize     int    // 0 (float), or MLX affine bits: 2, 3, 4, 5, 6, 8
 	GroupSize    int    // quantization group size: 32, 64 or 128
+	// QuantMode is MLX's quantization mode: "" or "affine" (with Quantize
+	// and GroupSize), or "mxfp4", "mxfp8", "nvfp4", which fix the bits and
+	// group size.
+	QuantMode string
 	DType        string // "bf16", "f16" or "f32"
 	Format       string // "safetensors" or "gguf"
 	GGUFType     string // GGUF weight layout (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, q4_k_m); "" derives it from Quantize and DType
@@ -76,18 +81,6 @@ func (o Options) resolve() (Options, error) {
 	if o.Format == "" {
 		o.Format = d.Format
 	}
-	switch o.Arch {
-	case modelfile.ArchLlama, modelfile.ArchQwen3:
-		if o.Experts != 0 || o.ExpertsPerTok != 0 || o.MoEIntermediate != 0 || o.SparseStep != 0 {
-			return o, fmt.Errorf("demo: --experts, --experts-per-tok, --moe-intermediate and --sparse-step need --arch %s", modelfile.ArchQwen3MoE)
-		}
-	case modelfile.ArchQwen3MoE:
-		if err := o.resolveMoE(); err != nil {
-			return o, err
-		}
-	default:
-		return o, fmt.Errorf("demo: unknown arch %q (want llama, qwen3 or qwen3_moe)", o.Arch)
-	}
 	switch {
 	case o.Layers < 0 || o.Hidden < 0 || o.Heads < 0 || o.KVHeads < 0 || o.HeadDim < 0 || o.Intermediate < 0:
 		return o, fmt.Errorf("demo: sizes must be positive")
@@ -106,10 +99,32 @@ func (o Options) resolve() (Options, error) {
 	if _, err := o.dtype(); err != nil {
 		return o, err
 	}
+	if f, ok := tensor.FP(o.QuantMode); ok {
+		if o.Format == FormatGGUF {
+			return o, fmt.Errorf("demo: --quant %s is MLX's, not GGUF's", o.QuantMode)
+		}
+		o.Quantize, o.GroupSize = f.Bits, f.Group
+	} else if o.QuantMode != "" && o.QuantMode != modelfile.ModeAffine {
+		return o, fmt.Errorf("demo: unknown --quant %q (want affine, mxfp4, mxfp8 or nvfp4)", o.QuantMode)
+	} else if o.Quantize != 0 {
+		o.QuantMode = modelfile.ModeAffine
+	}
 	if o.Quantize != 0 {
-		if err := modelfile.CheckAffine(o.GroupSize, o.Quantize); err != nil {
+		if err := modelfile.CheckQuant(o.QuantMode, o.GroupSize, o.Quantize); err != nil {
 			return o, fmt.Errorf("demo: %w", err)
 		}
+	}
+	switch o.Arch {
+	case modelfile.ArchLlama, modelfile.ArchQwen3:
+		if o.Experts != 0 || o.ExpertsPerTok != 0 || o.MoEIntermediate != 0 || o.SparseStep != 0 {
+			return o, fmt.Errorf("demo: --experts, --experts-per-tok, --moe-intermediate and --sparse-step need --arch %s", modelfile.ArchQwen3MoE)
+		}
+	case modelfile.ArchQwen3MoE:
+		if err := o.resolveMoE(); err != nil {
+			return o, err
+		}
+	default:
+		return o, fmt.Errorf("demo: unknown arch %q (want llama, qwen3 or qwen3_moe)", o.Arch)
 	}
 	if o.Format != FormatSafetensors && o.Format != FormatGGUF {
 		return o, fmt.Errorf("demo: unknown format %q (want safetensors or gguf)", o.Format)

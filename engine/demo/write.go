@@ -75,7 +75,7 @@ func Write(dir string, m *Model) error {
 func (m *Model) SafetensorsTensors() ([]tensor.Tensor, error) {
 	var out []tensor.Tensor
 	for _, t := range m.Tensors {
-		group, bits, ok := m.quantParams(t)
+		group, bits, mode, ok := m.quantParams(t)
 		if !ok {
 			out = append(out, tensor.Tensor{Name: t.Name, DType: m.DType, Shape: t.Shape, Data: m.encode(t.Data)})
 			continue
@@ -83,6 +83,18 @@ func (m *Model) SafetensorsTensors() ([]tensor.Tensor, error) {
 		lead := t.Shape[:len(t.Shape)-1] // [out] or [experts, out]
 		cols := int(t.Shape[len(t.Shape)-1])
 		rows := len(t.Data) / cols
+		path := strings.TrimSuffix(t.Name, ".weight")
+		shape := func(last int) []int64 { return append(slices.Clone(lead), int64(last)) }
+		if mode != modelfile.ModeAffine {
+			codes, scales, err := modelfile.QuantizeFP(mode, t.Data, rows, cols)
+			if err != nil {
+				return nil, fmt.Errorf("demo: %s: %w", t.Name, err)
+			}
+			out = append(out,
+				tensor.Tensor{Name: t.Name, DType: tensor.U32, Shape: shape(modelfile.PackedCols(cols, bits)), Data: codes},
+				tensor.Tensor{Name: path + ".scales", DType: tensor.U8, Shape: shape(cols / group), Data: scales})
+			continue
+		}
 		packed, scales, biases, err := modelfile.QuantizeAffine(t.Data, rows, cols, group, bits)
 		if err != nil {
 			return nil, fmt.Errorf("demo: %s: %w", t.Name, err)
@@ -91,8 +103,6 @@ func (m *Model) SafetensorsTensors() ([]tensor.Tensor, error) {
 		for i, w := range packed {
 			binary.LittleEndian.PutUint32(words[4*i:], w)
 		}
-		path := strings.TrimSuffix(t.Name, ".weight")
-		shape := func(last int) []int64 { return append(slices.Clone(lead), int64(last)) }
 		out = append(out,
 			tensor.Tensor{Name: t.Name, DType: tensor.U32, Shape: shape(modelfile.PackedCols(cols, bits)), Data: words},
 			tensor.Tensor{Name: path + ".scales", DType: m.DType, Shape: shape(cols / group), Data: m.encode(scales)},
@@ -110,31 +120,32 @@ const routerGroup, routerBits = 64, 8
 // quantParams says whether t is quantized and how: linear layers,
 // embeddings and stacked experts whose input size is a multiple of the
 // group size, the rule mlx-lm quantizes by; a MoE router at 8 bits in
-// groups of 64 (mlx-lm's quant_predicate for qwen3_moe). Norms stay
-// float.
-func (m *Model) quantParams(t Tensor) (group, bits int, ok bool) {
+// groups of 64, affine (mlx-lm's quant_predicate for qwen3_moe). Norms
+// stay float.
+func (m *Model) quantParams(t Tensor) (group, bits int, mode string, ok bool) {
 	o := m.Options
 	if o.Quantize == 0 {
-		return 0, 0, false
+		return 0, 0, "", false
 	}
 	router := strings.HasSuffix(t.Name, ".mlp.gate.weight")
 	linear := strings.HasSuffix(t.Name, "_proj.weight") || t.Name == "model.embed_tokens.weight" || t.Name == "lm_head.weight" || router
 	if !linear || len(t.Shape) < 2 || t.Shape[len(t.Shape)-1]%int64(o.GroupSize) != 0 {
-		return 0, 0, false
+		return 0, 0, "", false
 	}
 	if router {
-		return routerGroup, routerBits, true
+		return routerGroup, routerBits, modelfile.ModeAffine, true
 	}
-	return o.GroupSize, o.Quantize, true
+	return o.GroupSize, o.Quantize, o.QuantMode, true
 }
 
 // quantOverrides are the per-module entries of config.json's
 // quantization block: the routers' parameters.
 func (m *Model) quantOverrides() map[string]any {
+	o := m.Options
 	out := map[string]any{}
 	for _, t := range m.Tensors {
-		if g, b, ok := m.quantParams(t); ok && (g != m.Options.GroupSize || b != m.Options.Quantize) {
-			out[strings.TrimSuffix(t.Name, ".weight")] = map[string]any{"group_size": g, "bits": b}
+		if g, b, mode, ok := m.quantParams(t); ok && (g != o.GroupSize || b != o.Quantize || mode != o.QuantMode) {
+			out[strings.TrimSuffix(t.Name, ".weight")] = map[string]any{"group_size": g, "bits": b, "mode": mode}
 		}
 	}
 	return out

@@ -70,6 +70,7 @@ func parityCases() []parityCase {
 	moeStep2 := moe
 	moeStep2.SparseStep, moeStep2.Seed = 2, 15
 	q4 := func(o demo.Options) demo.Options { o.Quantize, o.GroupSize = 4, 64; return o }
+	fp := func(o demo.Options, mode string) demo.Options { o.QuantMode = mode; return o }
 	return []parityCase{
 		// The demo llama carries Llama 3.1's rope_scaling (llama3, factor 32).
 		{name: "llama-bf16-llama3rope", opts: llama, tol: 1e-3},
@@ -89,6 +90,13 @@ func parityCases() []parityCase {
 		{name: "qwen3_moe-bf16-sparse-step-2", opts: moeStep2, tol: 1e-3},
 		// The routers at 8 bits (mlx-lm's quant_predicate), the rest 4.
 		{name: "qwen3_moe-mlx4", opts: q4(moe), tol: 1e-2},
+		// MLX's floating-point modes (the MoE routers affine 8-bit: mixed
+		// modes in one model).
+		{name: "qwen3-mxfp4", opts: fp(qwen3, "mxfp4"), tol: 1e-2},
+		{name: "qwen3-mxfp8", opts: fp(qwen3, "mxfp8"), tol: 1e-2},
+		{name: "qwen3-nvfp4", opts: fp(qwen3, "nvfp4"), tol: 1e-2},
+		{name: "qwen3_moe-mxfp4", opts: fp(moe, "mxfp4"), tol: 1e-2},
+		{name: "qwen3_moe-mxfp8", opts: fp(moe, "mxfp8"), tol: 1e-2},
 	}
 }
 

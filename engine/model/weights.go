@@ -154,8 +154,11 @@ func (s safetensorsSource) weight(path string) (backend.WeightData, error) {
 // linearData describes a safetensors module for the backend.
 func linearData(name string, l *modelfile.Linear) backend.WeightData {
 	d := backend.WeightData{Name: name, Format: backend.Dense, Out: l.Out, In: l.In, Data: l.Weight, Bias: l.Bias}
-	if l.Quantized {
+	switch {
+	case l.Quantized && l.Mode == modelfile.ModeAffine:
 		d.Format, d.Scales, d.Biases, d.Bits, d.Group = backend.MLXAffine, l.Scales, l.Biases, l.Bits, l.GroupSize
+	case l.Quantized:
+		d.Format, d.Scales, d.Mode, d.Bits, d.Group = backend.MLXFloat, l.Scales, l.Mode, l.Bits, l.GroupSize
 	}
 	return d
 }

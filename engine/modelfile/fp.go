@@ -8,42 +8,13 @@ import (
 	"fusion/engine/tensor"
 )
 
-// FPFormat is how one of MLX's floating-point quantization modes stores a
-// matrix: codes of Bits bits (E2M1 or E4M3) packed little-endian in uint32
-// words, low bits first, and one uint8 scale per Group values (E8M0, or
-// E4M3 for nvfp4): w = code·scale.
-type FPFormat struct {
-	Mode        string
-	Bits, Group int
-}
-
-// FP returns the format of a floating-point mode.
-func FP(mode string) (FPFormat, error) {
-	switch mode {
-	case ModeMXFP4:
-		return FPFormat{mode, 4, 32}, nil
-	case ModeMXFP8:
-		return FPFormat{mode, 8, 32}, nil
-	case ModeNVFP4:
-		return FPFormat{mode, 4, 16}, nil
+// FP returns the format of a floating-point mode (mxfp4, mxfp8, nvfp4).
+func FP(mode string) (tensor.FPFormat, error) {
+	f, ok := tensor.FP(mode)
+	if !ok {
+		return f, fmt.Errorf("modelfile: %w: %q is not a floating-point quantization mode", ErrUnsupported, mode)
 	}
-	return FPFormat{}, fmt.Errorf("modelfile: %w: %q is not a floating-point quantization mode", ErrUnsupported, mode)
-}
-
-// Code decodes one element code.
-func (f FPFormat) Code(c uint8) float32 {
-	if f.Bits == 8 {
-		return tensor.E4M3ToF32(c)
-	}
-	return tensor.E2M1ToF32(c)
-}
-
-// Scale decodes one group scale.
-func (f FPFormat) Scale(s uint8) float32 {
-	if f.Mode == ModeNVFP4 {
-		return tensor.E4M3ToF32(s)
-	}
-	return tensor.E8M0ToF32(s)
+	return f, nil
 }
 
 // DequantizeFP widens a [rows, cols] matrix in a floating-point mode to
@@ -60,13 +31,7 @@ func DequantizeFP(mode string, packed, scales []byte, rows, cols int) ([]float32
 	}
 	out := make([]float32, rows*cols)
 	for i := range out {
-		var c uint8
-		if f.Bits == 8 {
-			c = packed[i]
-		} else {
-			c = packed[i/2] >> (4 * (i % 2))
-		}
-		out[i] = f.Code(c) * f.Scale(scales[i/f.Group])
+		out[i] = f.Code(f.CodeAt(packed, i)) * f.Scale(scales[i/f.Group])
 	}
 	return out, nil
 }
@@ -85,9 +50,9 @@ func QuantizeFP(mode string, w []float32, rows, cols int) (packed, scales []byte
 	if cols%f.Group != 0 || len(w) != rows*cols {
 		return nil, nil, fmt.Errorf("modelfile: quantize %s: %d values for [%d, %d]", mode, len(w), rows, cols)
 	}
-	codes := f.positiveCodes()
+	codes := positiveCodes(f)
 	top := codes[len(codes)-1].v
-	scaleCodes := f.scaleCodes()
+	scales8 := scaleCodes(f)
 	packed = make([]byte, rows*cols*f.Bits/8)
 	scales = make([]byte, rows*cols/f.Group)
 	for g := range scales {
@@ -97,7 +62,7 @@ func QuantizeFP(mode string, w []float32, rows, cols int) (packed, scales []byte
 			amax = max(amax, abs32(v))
 		}
 		// The smallest scale s with amax/s ≤ top.
-		i, _ := slices.BinarySearchFunc(scaleCodes, amax/top, func(c fpCode, t float32) int {
+		i, _ := slices.BinarySearchFunc(scales8, amax/top, func(c fpCode, t float32) int {
 			switch {
 			case c.v < t:
 				return -1
@@ -106,7 +71,7 @@ func QuantizeFP(mode string, w []float32, rows, cols int) (packed, scales []byte
 			}
 			return 0
 		})
-		sc := scaleCodes[min(i, len(scaleCodes)-1)]
+		sc := scales8[min(i, len(scales8)-1)]
 		scales[g] = sc.c
 		for j, v := range vals {
 			c := nearest(codes, abs32(v)/sc.v)
@@ -131,7 +96,7 @@ type fpCode struct {
 }
 
 // positiveCodes are the format's non-negative finite codes, ascending.
-func (f FPFormat) positiveCodes() []fpCode {
+func positiveCodes(f tensor.FPFormat) []fpCode {
 	var out []fpCode
 	for c := range 1 << (f.Bits - 1) {
 		if v := f.Code(uint8(c)); !math.IsNaN(float64(v)) {
@@ -142,7 +107,7 @@ func (f FPFormat) positiveCodes() []fpCode {
 }
 
 // scaleCodes are the positive finite scales, ascending.
-func (f FPFormat) scaleCodes() []fpCode {
+func scaleCodes(f tensor.FPFormat) []fpCode {
 	var out []fpCode
 	for c := range 256 {
 		if v := f.Scale(uint8(c)); v > 0 && !math.IsNaN(float64(v)) && !math.IsInf(float64(v), 0) {

@@ -136,7 +136,7 @@ func TestQuantizeFP(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		codes := f.positiveCodes()
+		codes := positiveCodes(f)
 		for i, v := range got {
 			s := f.Scale(scales[i/f.Group])
 			x := abs32(w[i]) / s

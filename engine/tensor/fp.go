@@ -47,3 +47,49 @@ func E8M0ToF32(c uint8) float32 {
 	}
 	return float32(math.Ldexp(1, int(c)-127))
 }
+
+// FPFormat is how one of MLX's floating-point quantization modes stores a
+// matrix: codes of Bits bits (E2M1 or E4M3) packed little-endian in uint32
+// words, low bits first, and one uint8 scale per Group values (E8M0, or
+// E4M3 for nvfp4): w = code·scale.
+type FPFormat struct {
+	Mode        string
+	Bits, Group int
+}
+
+// FP returns the format of mode "mxfp4", "mxfp8" or "nvfp4".
+func FP(mode string) (FPFormat, bool) {
+	switch mode {
+	case "mxfp4":
+		return FPFormat{mode, 4, 32}, true
+	case "mxfp8":
+		return FPFormat{mode, 8, 32}, true
+	case "nvfp4":
+		return FPFormat{mode, 4, 16}, true
+	}
+	return FPFormat{}, false
+}
+
+// Code decodes one element code.
+func (f FPFormat) Code(c uint8) float32 {
+	if f.Bits == 8 {
+		return E4M3ToF32(c)
+	}
+	return E2M1ToF32(c)
+}
+
+// Scale decodes one group scale.
+func (f FPFormat) Scale(s uint8) float32 {
+	if f.Mode == "nvfp4" {
+		return E4M3ToF32(s)
+	}
+	return E8M0ToF32(s)
+}
+
+// CodeAt is the code of element i of a row of packed codes.
+func (f FPFormat) CodeAt(packed []byte, i int) uint8 {
+	if f.Bits == 8 {
+		return packed[i]
+	}
+	return packed[i/2] >> (4 * (i % 2)) & 15
+}

@@ -102,6 +102,9 @@ func (s *step) Embed(table backend.Weight, ids []int32) backend.Array {
 			s, b := f32(a, a.Take(w.scales, i, 0)), f32(a, a.Take(w.biases, i, 0))
 			return a.Dequantize(a.Take(w.w, i, 0), s, b, w.group, w.bits, tensor.F32)
 		}
+		if w.fp != "" {
+			return a.DequantizeMode(a.Take(w.w, i, 0), a.Take(w.scales, i, 0), nil, w.group, w.bits, tensor.F32, w.fp)
+		}
 		return f32(a, a.Take(w.w, i, 0))
 	})
 }
@@ -118,9 +121,12 @@ func (s *step) Linear(x backend.Array, w backend.Weight) backend.Array {
 // linear is x·Wᵀ + bias in float32.
 func linear(a *Arena, x *Array, m *weight) *Array {
 	var y *Array
-	if m.affine {
+	switch {
+	case m.affine:
 		y = a.QuantizedMatmul(x, m.w, m.scales, m.biases, true, m.group, m.bits)
-	} else {
+	case m.fp != "":
+		y = a.QuantizedMatmulMode(x, m.w, m.scales, nil, true, m.group, m.bits, m.fp)
+	default:
 		y = a.Matmul(x, a.Transpose(m.w, 1, 0))
 	}
 	y = f32(a, y)
