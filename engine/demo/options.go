@@ -30,11 +30,11 @@ type Options struct {
 	// and GroupSize), or "mxfp4", "mxfp8", "nvfp4", which fix the bits and
 	// group size.
 	QuantMode string
-	DType        string // "bf16", "f16" or "f32"
-	Format       string // "safetensors" or "gguf"
-	GGUFType     string // GGUF weight layout (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, q4_k_m); "" derives it from Quantize and DType
-	Seed         uint64
-	Untied       bool // write a separate lm_head instead of tying it to the embedding
+	DType     string // "bf16", "f16" or "f32"
+	Format    string // "safetensors" or "gguf"
+	GGUFType  string // GGUF weight layout (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, q4_k_m); "" derives it from Quantize and DType
+	Seed      uint64
+	Untied    bool // write a separate lm_head instead of tying it to the embedding
 	// StopAfter, when positive, makes the model end its answers on its own
 	// after about that many tokens (see stop.go); 0 leaves the end tokens
 	// as unlikely as padding, so answers run to max_tokens.
