@@ -158,6 +158,7 @@ func TestMLX(t *testing.T) {
 	t.Run("OpenRejects", func(t *testing.T) { testOpenRejects(t) })
 	t.Run("EncoderOps", testEncoderOps)
 	t.Run("ExpertOps", testExpertOps)
+	t.Run("FPLinear", testFPLinear)
 	t.Run("Backend", testBackend)
 }
 

@@ -84,3 +84,59 @@ func testExpertOps(t *testing.T) {
 		})
 	}
 }
+
+// testFPLinear runs Linear and Embed on mxfp4, mxfp8 and nvfp4 weights on
+// both backends: MLX's quantized_matmul and dequantize with the mode
+// string against the CPU kernel (whose dequantization is checked
+// bit-exact against mlx.core.dequantize in package modelfile).
+func testFPLinear(t *testing.T) {
+	be, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	rng := rand.New(rand.NewPCG(43, 44))
+	const out, in, rows = 48, 128, 5
+	w, x := randFloats(rng, out*in, 0.1), randFloats(rng, rows*in, 1)
+	ids := []int32{3, 0, 47, 3}
+	for _, mode := range []string{modelfile.ModeMXFP4, modelfile.ModeMXFP8, modelfile.ModeNVFP4} {
+		t.Run(mode, func(t *testing.T) {
+			f, _ := modelfile.FP(mode)
+			codes, scales, err := modelfile.QuantizeFP(mode, w, out, in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := backend.WeightData{Name: mode, Format: backend.MLXFloat, Mode: mode, Out: out, In: in, Bits: f.Bits, Group: f.Group,
+				Data:   tensor.Tensor{DType: tensor.U32, Shape: []int64{out, int64(modelfile.PackedCols(in, f.Bits))}, Data: codes},
+				Scales: tensor.Tensor{DType: tensor.U8, Shape: []int64{out, int64(in / f.Group)}, Data: scales}}
+			for _, op := range []struct {
+				name string
+				run  func(s backend.Step, w backend.Weight) backend.Array
+				tol  float64
+			}{
+				{"Linear", func(s backend.Step, w backend.Weight) backend.Array { return s.Linear(s.Input(rows, in, x), w) }, 1e-5},
+				{"Embed", func(s backend.Step, w backend.Weight) backend.Array { return s.Embed(w, ids) }, 0},
+			} {
+				run := func(b backend.Backend, s backend.Step) backend.Array {
+					wt, err := b.Weight(d)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return op.run(s, wt)
+				}
+				want := cpuRun(t, cpu.Options{}, func(cb *cpu.Backend, s backend.Step) backend.Array { return run(cb, s) })
+				s := be.NewStep(context.Background())
+				got, err := s.Read(run(be, s))
+				s.Close()
+				if err != nil {
+					t.Fatal(err)
+				}
+				dd, err := within(mode+" "+op.name, got, widen(want), nil, op.tol)
+				t.Logf("%s: max |MLX − CPU| %.3g", op.name, dd)
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
