@@ -20,6 +20,7 @@ func benchCommands() map[string]command {
 	return map[string]command{
 		"batch":     {summary: "continuous batching: aggregate decode tokens/s at 1..8 streams", run: benchBatch},
 		"engine":    {summary: "CPU engine: prefill and decode tokens/s, peak RSS, bandwidth", run: benchEngine},
+		"moe":       {summary: "CPU engine on a Qwen3-30B-A3B-shaped MoE (4-bit, few layers) vs mlx-lm: prefill and decode tokens/s", run: benchMoE},
 		"cache":     {summary: "prefix cache: time to first token cold, from RAM, from the SSD", run: benchCache},
 		"tokenizer": {summary: "tokenizer throughput against HF tokenizers", run: benchTokenizer},
 		"server":    {summary: "HTTP node against its own engine: latency, requests/s, chunks/s", run: benchServer},
@@ -48,6 +49,22 @@ func benchEngine(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	o.LlamaBench = os.Getenv("LLAMA_BENCH")
 	return benchError(bench.Engine(ctx, o, stdout, stderr))
+}
+
+func benchMoE(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o := bench.DefaultMoEOptions()
+	fs := newFlagSet("bench moe", stderr)
+	fs.StringVar(&o.CacheDir, "cache", o.CacheDir, "directory the benchmark model is created in (reused)")
+	fs.IntVar(&o.Layers, "layers", o.Layers, "layers of the Qwen3-30B-A3B shape (1..48)")
+	fs.IntVar(&o.Prompt, "prompt", o.Prompt, "prompt tokens (one prefill step)")
+	fs.IntVar(&o.Decode, "decode", o.Decode, "greedy decode steps")
+	fs.IntVar(&o.Threads, "threads", o.Threads, "compute goroutines (0: all cores)")
+	fs.IntVar(&o.Repeat, "repeat", o.Repeat, "prefill runs after a warm-up step; prefill_tok_s is their median")
+	fs.BoolVar(&o.MLXLM, "mlx-lm", o.MLXLM, "run mlx-lm on the same model in the same run")
+	if err := parseBenchFlags(fs, args); err != nil {
+		return err
+	}
+	return benchError(bench.MoE(ctx, o, stdout, stderr))
 }
 
 func benchBatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -28,7 +28,7 @@ func runCreateDemo(_ context.Context, args []string, stdout, stderr io.Writer) e
 	var o demo.Options
 	var out string
 	fs := newFlagSet("models create-demo", stderr)
-	fs.StringVar(&o.Arch, "arch", d.Arch, "architecture: llama or qwen3")
+	fs.StringVar(&o.Arch, "arch", d.Arch, "architecture: llama, qwen3 or qwen3_moe")
 	fs.StringVar(&out, "out", "", "output directory (required)")
 	fs.IntVar(&o.Layers, "layers", d.Layers, "number of layers")
 	fs.IntVar(&o.Hidden, "hidden", d.Hidden, "hidden size")
@@ -39,12 +39,18 @@ func runCreateDemo(_ context.Context, args []string, stdout, stderr io.Writer) e
 	fs.StringVar(&o.VocabFrom, "vocab-from", "", "copy tokenizer.json and tokenizer_config.json from this directory (default: a built-in byte-level BPE tokenizer)")
 	fs.IntVar(&o.Quantize, "quantize", 0, "MLX affine quantization bits: 0 (none), 4 or 8 (also 2, 3, 5, 6)")
 	fs.IntVar(&o.GroupSize, "group-size", d.GroupSize, "quantization group size: 32, 64 or 128")
+	fs.StringVar(&o.QuantMode, "quant", "", "MLX quantization mode: affine (with --quantize bits), or mxfp4, mxfp8, nvfp4 (bits and group size fixed by the mode)")
 	fs.StringVar(&o.DType, "dtype", d.DType, "weight dtype: bf16, f16 or f32")
 	fs.StringVar(&o.Format, "format", d.Format, "output format: safetensors (a model directory) or gguf (one file: --out, with .gguf appended if missing)")
 	fs.StringVar(&o.GGUFType, "gguf-type", "", "GGUF weight layout: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k or q4_k_m (default: from --quantize 8/4 or --dtype)")
 	fs.Uint64Var(&o.Seed, "seed", 0, "random seed (same seed, same weights)")
 	fs.BoolVar(&o.Untied, "untied", false, "write a separate lm_head instead of tying it to the embeddings")
 	fs.IntVar(&o.StopAfter, "stop-after", 0, fmt.Sprintf("end answers on their own after about this many tokens (0: never, answers run to max_tokens; at most %d)", demo.MaxStopAfter))
+	e, k, inter, step := demo.DefaultMoE()
+	fs.IntVar(&o.Experts, "experts", 0, fmt.Sprintf("qwen3_moe: number of experts (default %d)", e))
+	fs.IntVar(&o.ExpertsPerTok, "experts-per-tok", 0, fmt.Sprintf("qwen3_moe: experts per token (default %d)", k))
+	fs.IntVar(&o.MoEIntermediate, "moe-intermediate", 0, fmt.Sprintf("qwen3_moe: intermediate size of one expert (default %d)", inter))
+	fs.IntVar(&o.SparseStep, "sparse-step", 0, fmt.Sprintf("qwen3_moe: every n-th layer has experts, the others a dense MLP (default %d)", step))
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -61,14 +67,18 @@ func runCreateDemo(_ context.Context, args []string, stdout, stderr io.Writer) e
 	p := m.Params
 	quant := "float"
 	if m.Options.Quantize != 0 {
-		quant = fmt.Sprintf("%d-bit, group %d", m.Options.Quantize, m.Options.GroupSize)
+		quant = fmt.Sprintf("%s %d-bit, group %d", m.Options.QuantMode, m.Options.Quantize, m.Options.GroupSize)
 	}
 	if m.Options.Format == demo.FormatGGUF {
 		out = demo.GGUFPath(out)
 		quant, _ = m.Options.GGUFLayout()
 	}
-	fmt.Fprintf(stdout, "wrote %s: %s, %d layers, hidden %d, %d/%d heads, head_dim %d, intermediate %d, vocab %d, %s %s\n",
-		out, p.Arch, p.Layers, p.Hidden, p.Heads, p.KVHeads, p.HeadDim, p.Intermediate, p.Vocab, m.Options.DType, quant)
+	moe := ""
+	if p.Experts > 0 {
+		moe = fmt.Sprintf(", %d experts of %d (%d per token)", p.Experts, p.MoEIntermediate, p.ExpertsPerTok)
+	}
+	fmt.Fprintf(stdout, "wrote %s: %s, %d layers, hidden %d, %d/%d heads, head_dim %d, intermediate %d%s, vocab %d, %s %s\n",
+		out, p.Arch, p.Layers, p.Hidden, p.Heads, p.KVHeads, p.HeadDim, p.Intermediate, moe, p.Vocab, m.Options.DType, quant)
 	return nil
 }
 

@@ -62,6 +62,11 @@ func TestModelsUsageErrors(t *testing.T) {
 		{[]string{"models", "create-demo", "--out", t.TempDir(), "--heads", "5"}, 1, "does not divide"},
 		{[]string{"models", "create-demo", "--out", t.TempDir(), "--format", "gguf", "--quantize", "5"}, 1, "no GGUF equivalent"},
 		{[]string{"models", "create-demo", "--out", t.TempDir(), "--stop-after", "-1"}, 1, "outside 0..256"},
+		{[]string{"models", "create-demo", "--out", t.TempDir(), "--experts", "4"}, 1, "need --arch qwen3_moe"},
+		{[]string{"models", "create-demo", "--out", t.TempDir(), "--arch", "qwen3_moe", "--experts", "2", "--experts-per-tok", "3"}, 1, "exceeds --experts 2"},
+		{[]string{"models", "create-demo", "--out", t.TempDir(), "--arch", "qwen3_moe", "--format", "gguf"}, 1, "safetensors only"},
+		{[]string{"models", "create-demo", "--out", t.TempDir(), "--quant", "mxint4"}, 1, "unknown --quant"},
+		{[]string{"models", "create-demo", "--out", t.TempDir(), "--quant", "mxfp4", "--format", "gguf"}, 1, "not GGUF's"},
 		{[]string{"models", "inspect"}, 2, "usage: fusion models inspect"},
 		{[]string{"models", "inspect", "--load-mode", "paged", "x"}, 2, "unknown load mode"},
 		{[]string{"models", "inspect", t.TempDir()}, 1, "config.json"},
@@ -71,5 +76,47 @@ func TestModelsUsageErrors(t *testing.T) {
 		if code := run(context.Background(), tc.args, &out, &errb); code != tc.code || !strings.Contains(errb.String(), tc.msg) {
 			t.Errorf("%v: exit %d, stderr %q; want %d mentioning %q", tc.args, code, errb.String(), tc.code, tc.msg)
 		}
+	}
+}
+
+// A qwen3_moe demo in mxfp4: stacked experts as codes and uint8 scales,
+// the router affine 8-bit (an override), all loadable.
+func TestModelsCreateDemoMoE(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "moe")
+	var out, errb bytes.Buffer
+	args := []string{"models", "create-demo", "--arch", "qwen3_moe", "--out", dir, "--layers", "1", "--quant", "mxfp4", "--experts", "4", "--experts-per-tok", "2"}
+	if code := run(context.Background(), args, &out, &errb); code != 0 {
+		t.Fatalf("create-demo exited %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "qwen3_moe, 1 layers") || !strings.Contains(out.String(), "4 experts of 64 (2 per token)") || !strings.Contains(out.String(), "mxfp4 4-bit, group 32") {
+		t.Errorf("create-demo printed %q", out.String())
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"models", "inspect", dir}, &out, &errb); code != 0 {
+		t.Fatalf("inspect exited %d: %s", code, errb.String())
+	}
+	var r struct {
+		Architecture string
+		Quantization struct {
+			Bits      int
+			GroupSize int `json:"group_size"`
+			Mode      string
+			Overrides map[string]struct {
+				Bits      int
+				GroupSize int `json:"group_size"`
+				Mode      string
+			}
+		}
+		Tensors int
+	}
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	// Norms 2 + q/k norms 2, attention 4×(codes, scales), router (codes,
+	// scales, biases), 3 expert stacks ×2, embedding 2, final norm.
+	router := r.Quantization.Overrides["model.layers.0.mlp.gate"]
+	if r.Architecture != "qwen3_moe" || r.Quantization.Mode != "mxfp4" || r.Quantization.Bits != 4 || r.Quantization.GroupSize != 32 ||
+		router.Mode != "affine" || router.Bits != 8 || router.GroupSize != 64 || r.Tensors != 2+2+4*2+3+3*2+2+1 {
+		t.Errorf("inspect: %+v", r)
 	}
 }

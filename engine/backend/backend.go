@@ -112,6 +112,8 @@ type Step interface {
 	SwiGLU(gate, up Array) Array
 	// Rows gathers rows of x: out[i] = x[rows[i]].
 	Rows(x Array, rows []int) Array
+	// ExpertLinear and MixRows, for mixtures of experts (moe.go).
+	ExpertOps
 
 	// Mark and Release bound the memory of a pass: Release frees every
 	// array made since m except keep, which it returns (valid, possibly

@@ -4,8 +4,9 @@
 // A Backend turns weights into device handles (Weight, Vector), creates
 // per-sequence KV caches, and opens Steps. A Step is one forward pass: the
 // model code calls its ops (Embed, Linear, RMSNorm, RoPE, Attention, Add,
-// SwiGLU, Rows) to build the pass, and Read is the point where values must
-// exist. The ops mirror mlx-c's (take, matmul / quantized_matmul,
+// SwiGLU, Rows; ExpertLinear and MixRows for mixtures of experts) to build
+// the pass, and Read is the point where values must exist. The ops mirror
+// mlx-c's (take, matmul / quantized_matmul, gather_qmm,
 // fast.rms_norm, fast.rope with an offset, fast.scaled_dot_product_attention
 // with GQA and a causal mask, elementwise ops), so two very different
 // backends fit behind it:

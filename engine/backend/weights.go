@@ -19,6 +19,10 @@ const (
 	// GGUFBlocks: a ggml block type (Q8_0, Q4_0, Q4_K, Q6_K), row-major
 	// [Out, In], each row whole blocks.
 	GGUFBlocks
+	// MLXFloat: one of MLX's floating-point modes (Mode "mxfp4", "mxfp8"
+	// or "nvfp4"; see tensor.FPFormat): Data is the U32 packed codes,
+	// Scales the U8 scales [Out, In/group]; no Biases.
+	MLXFloat
 )
 
 func (f Format) String() string {
@@ -29,6 +33,8 @@ func (f Format) String() string {
 		return "mlx-affine"
 	case GGUFBlocks:
 		return "gguf"
+	case MLXFloat:
+		return "mlx-float"
 	}
 	return fmt.Sprintf("Format(%d)", int(f))
 }
@@ -41,8 +47,9 @@ type WeightData struct {
 	Format  Format
 	Out, In int
 	Data    tensor.Tensor
-	Scales  tensor.Tensor  // MLXAffine only
+	Scales  tensor.Tensor  // MLXAffine and MLXFloat
 	Biases  tensor.Tensor  // MLXAffine only
+	Mode    string         // MLXFloat only
 	Bits    int            // MLXAffine only
 	Group   int            // MLXAffine only
 	Bias    *tensor.Tensor // additive bias [Out] (F32, F16 or BF16), or nil

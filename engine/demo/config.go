@@ -43,6 +43,22 @@ func (m *Model) configJSON() map[string]any {
 		c["mlp_bias"] = false
 		c["pretraining_tp"] = 1
 		c["transformers_version"] = "4.45.0.dev0"
+	} else if p.Arch == modelfile.ArchQwen3MoE {
+		// Qwen3-30B-A3B's keys.
+		c["architectures"] = []string{"Qwen3MoeForCausalLM"}
+		c["model_type"] = modelfile.ArchQwen3MoE
+		c["decoder_sparse_step"] = p.SparseStep
+		c["max_window_layers"] = p.Layers
+		c["mlp_only_layers"] = []int{}
+		c["moe_intermediate_size"] = p.MoEIntermediate
+		c["norm_topk_prob"] = true
+		c["num_experts"] = p.Experts
+		c["num_experts_per_tok"] = p.ExpertsPerTok
+		c["output_router_logits"] = false
+		c["router_aux_loss_coef"] = 0.001
+		c["sliding_window"] = nil
+		c["use_sliding_window"] = false
+		c["transformers_version"] = "4.51.0"
 	} else {
 		c["architectures"] = []string{"Qwen3ForCausalLM"}
 		c["model_type"] = "qwen3"
@@ -53,7 +69,10 @@ func (m *Model) configJSON() map[string]any {
 	}
 	if o := m.Options; o.Quantize != 0 {
 		// mlx-lm writes the block twice; "mode" is absent from older files.
-		q := map[string]any{"group_size": o.GroupSize, "bits": o.Quantize, "mode": modelfile.ModeAffine}
+		q := map[string]any{"group_size": o.GroupSize, "bits": o.Quantize, "mode": o.QuantMode}
+		for path, params := range m.quantOverrides() {
+			q[path] = params
+		}
 		c["quantization"] = q
 		c["quantization_config"] = q
 	}

@@ -189,7 +189,7 @@ func checkModel(t *testing.T, dir string, m *Model, mode safetensors.LoadMode) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if l.Quantized != (o.Quantize != 0 && m.quantizable(want)) {
+		if _, _, _, q := m.quantParams(want); l.Quantized != q {
 			t.Fatalf("%s: quantized = %v", path, l.Quantized)
 		}
 		if !l.Quantized {

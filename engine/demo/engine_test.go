@@ -98,18 +98,20 @@ var spreadPrompts = []string{"Hello!", "Write a function that adds two numbers."
 // gaps of 10 to 100 nats, the same token at every step.)
 func TestOutputsVary(t *testing.T) {
 	models := map[string]demo.Options{
-		"qwen3-bf16":    {Seed: 1},
-		"qwen3-untied":  {Untied: true, Seed: 2},
-		"llama-f16":     {Arch: "llama", DType: "f16", Seed: 3},
-		"llama-f32-big": {Arch: "llama", DType: "f32", Layers: 4, Hidden: 256, Heads: 8, KVHeads: 2, Intermediate: 512, Seed: 4},
-		"qwen3-mlx4":    {Quantize: 4, GroupSize: 32, Seed: 5},
-		"llama-mlx8":    {Arch: "llama", Quantize: 8, GroupSize: 64, Seed: 6},
-		"gguf-f16":      {Format: demo.FormatGGUF, GGUFType: "f16", Seed: 7},
-		"gguf-q8_0":     {Arch: "llama", Format: demo.FormatGGUF, GGUFType: "q8_0", Seed: 8},
-		"gguf-q4_0":     {Format: demo.FormatGGUF, GGUFType: "q4_0", Seed: 9},
-		"gguf-q4_k_m":   {Arch: "llama", Format: demo.FormatGGUF, GGUFType: "q4_k_m", Hidden: 256, Heads: 4, KVHeads: 2, Intermediate: 512, Seed: 10},
-		"gguf-q6_k":     {Format: demo.FormatGGUF, GGUFType: "q6_k", Hidden: 256, Heads: 4, KVHeads: 2, Intermediate: 512, Seed: 11},
-		"stop-after":    {StopAfter: 200, Seed: 12},
+		"qwen3-bf16":     {Seed: 1},
+		"qwen3-untied":   {Untied: true, Seed: 2},
+		"llama-f16":      {Arch: "llama", DType: "f16", Seed: 3},
+		"llama-f32-big":  {Arch: "llama", DType: "f32", Layers: 4, Hidden: 256, Heads: 8, KVHeads: 2, Intermediate: 512, Seed: 4},
+		"qwen3-mlx4":     {Quantize: 4, GroupSize: 32, Seed: 5},
+		"llama-mlx8":     {Arch: "llama", Quantize: 8, GroupSize: 64, Seed: 6},
+		"gguf-f16":       {Format: demo.FormatGGUF, GGUFType: "f16", Seed: 7},
+		"gguf-q8_0":      {Arch: "llama", Format: demo.FormatGGUF, GGUFType: "q8_0", Seed: 8},
+		"gguf-q4_0":      {Format: demo.FormatGGUF, GGUFType: "q4_0", Seed: 9},
+		"gguf-q4_k_m":    {Arch: "llama", Format: demo.FormatGGUF, GGUFType: "q4_k_m", Hidden: 256, Heads: 4, KVHeads: 2, Intermediate: 512, Seed: 10},
+		"gguf-q6_k":      {Format: demo.FormatGGUF, GGUFType: "q6_k", Hidden: 256, Heads: 4, KVHeads: 2, Intermediate: 512, Seed: 11},
+		"stop-after":     {StopAfter: 200, Seed: 12},
+		"qwen3_moe":      {Arch: "qwen3_moe", Seed: 14},
+		"qwen3_moe-mlx4": {Arch: "qwen3_moe", Quantize: 4, GroupSize: 64, Seed: 15},
 	}
 	r := newRunner(t, models)
 	names := make([]string, 0, len(models))

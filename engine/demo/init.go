@@ -5,8 +5,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-
-	"fusion/engine/modelfile"
 )
 
 // The weights are drawn so that a demo model behaves like a small language
@@ -107,24 +105,34 @@ func (m *Model) initWeights() error {
 		}
 		return d
 	}
-	// input: [out, Hidden], random over the content columns, N(0, gain²/in).
-	input := func(name string, out int, gain float64) []float32 {
-		d := make([]float32, out*p.Hidden)
+	// inputs: n stacked [out, Hidden] matrices, random over the content
+	// columns, N(0, gain²/in).
+	inputs := func(n, out int, gain float64) []float32 {
+		d := make([]float32, n*out*p.Hidden)
 		std := gain / math.Sqrt(float64(hc))
-		for r := range out {
+		for r := range n * out {
 			for c := range hc {
 				d[r*p.Hidden+c] = float32(rng.NormFloat64() * std)
 			}
 		}
-		return add(name, d, out, p.Hidden)
+		return d
 	}
-	// output: [Hidden, in], random over the content rows.
-	output := func(name string, in int, std float64) []float32 {
-		d := make([]float32, p.Hidden*in)
-		for i := range hc * in {
-			d[i] = float32(rng.NormFloat64() * std)
+	input := func(name string, out int, gain float64) []float32 {
+		return add(name, inputs(1, out, gain), out, p.Hidden)
+	}
+	// outputs: n stacked [Hidden, in] matrices, random over the content
+	// rows.
+	outputs := func(n, in int, std float64) []float32 {
+		d := make([]float32, n*p.Hidden*in)
+		for e := range n {
+			for i := range hc * in {
+				d[e*p.Hidden*in+i] = float32(rng.NormFloat64() * std)
+			}
 		}
-		return add(name, d, p.Hidden, in)
+		return d
+	}
+	output := func(name string, in int, std float64) []float32 {
+		return add(name, outputs(1, in, std), p.Hidden, in)
 	}
 	// rows: [Vocab, Hidden] embedding-like rows for the tokenizer's ids,
 	// content of norm 0.02·sqrt(content), the bias channel at alpha;
@@ -166,11 +174,24 @@ func (m *Model) initWeights() error {
 		input(pre+"self_attn.k_proj.weight", kv, qkGain)
 		input(pre+"self_attn.v_proj.weight", kv, 1)
 		output(pre+"self_attn.o_proj.weight", q, oStd)
-		if p.Arch == modelfile.ArchQwen3 {
+		if p.qkNorm() {
 			add(pre+"self_attn.q_norm.weight", fill(p.HeadDim, float32(qkGain)), p.HeadDim)
 			add(pre+"self_attn.k_norm.weight", fill(p.HeadDim, float32(qkGain)), p.HeadDim)
 		}
 		add(pre+"post_attention_layernorm.weight", fill(p.Hidden, 1), p.Hidden)
+		if p.sparse(l) {
+			// The router at unit gain spreads its logits by ~1, so a
+			// token's experts change with its context; each expert is
+			// an MLP of the same scale, and their mix (weights summing
+			// to ~1) stays that size.
+			e, in := p.Experts, p.MoEIntermediate
+			input(pre+"mlp.gate.weight", e, 1)
+			add(pre+"mlp.switch_mlp.gate_proj.weight", inputs(e, in, 1), e, in, p.Hidden)
+			add(pre+"mlp.switch_mlp.up_proj.weight", inputs(e, in, 1), e, in, p.Hidden)
+			std := sc.rho * initializerRange / (0.6 * math.Sqrt(float64(in)))
+			add(pre+"mlp.switch_mlp.down_proj.weight", outputs(e, in, std), e, p.Hidden, in)
+			continue
+		}
 		input(pre+"mlp.gate_proj.weight", p.Intermediate, 1)
 		input(pre+"mlp.up_proj.weight", p.Intermediate, 1)
 		output(pre+"mlp.down_proj.weight", p.Intermediate, downStd)

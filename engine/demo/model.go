@@ -33,6 +33,18 @@ type Params struct {
 	RopeTheta     float64
 	RopeScaling   map[string]any // nil: none
 	TieEmbeddings bool
+	// Mixture of experts (qwen3_moe only).
+	Experts, ExpertsPerTok, MoEIntermediate, SparseStep int
+}
+
+// qkNorm: the family normalizes each head of q and k (Qwen3, Qwen3-MoE).
+func (p Params) qkNorm() bool {
+	return p.Arch == modelfile.ArchQwen3 || p.Arch == modelfile.ArchQwen3MoE
+}
+
+// sparse reports whether layer l has the mixture of experts.
+func (p Params) sparse(l int) bool {
+	return p.Arch == modelfile.ArchQwen3MoE && (l+1)%p.SparseStep == 0
 }
 
 // Model is a demo model in memory: everything Write puts on disk, in a
@@ -61,7 +73,8 @@ func Build(opts Options) (*Model, error) {
 	dt, _ := o.dtype()
 	m := &Model{Options: o, DType: dt}
 	p := Params{Arch: o.Arch, Layers: o.Layers, Hidden: o.Hidden, Heads: o.Heads, KVHeads: o.KVHeads,
-		HeadDim: o.HeadDim, Intermediate: o.Intermediate, TieEmbeddings: !o.Untied}
+		HeadDim: o.HeadDim, Intermediate: o.Intermediate, TieEmbeddings: !o.Untied,
+		Experts: o.Experts, ExpertsPerTok: o.ExpertsPerTok, MoEIntermediate: o.MoEIntermediate, SparseStep: o.SparseStep}
 	if p.Arch == modelfile.ArchLlama {
 		p.MaxPositions, p.RMSNormEps, p.RopeTheta = 131072, 1e-5, 500000
 		p.RopeScaling = map[string]any{"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"fusion/engine/modelfile"
+	"fusion/engine/tensor"
 )
 
 // Output formats.
@@ -15,7 +16,7 @@ const (
 // Options describe the model to build. Zero fields take the defaults of
 // DefaultOptions.
 type Options struct {
-	Arch         string // "llama" or "qwen3"
+	Arch         string // "llama", "qwen3" or "qwen3_moe"
 	Layers       int
 	Hidden       int
 	Heads        int
@@ -25,16 +26,28 @@ type Options struct {
 	VocabFrom    string // directory of a real tokenizer to copy; "" for the built-in one
 	Quantize     int    // 0 (float), or MLX affine bits: 2, 3, 4, 5, 6, 8
 	GroupSize    int    // quantization group size: 32, 64 or 128
-	DType        string // "bf16", "f16" or "f32"
-	Format       string // "safetensors" or "gguf"
-	GGUFType     string // GGUF weight layout (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, q4_k_m); "" derives it from Quantize and DType
-	Seed         uint64
-	Untied       bool // write a separate lm_head instead of tying it to the embedding
+	// QuantMode is MLX's quantization mode: "" or "affine" (with Quantize
+	// and GroupSize), or "mxfp4", "mxfp8", "nvfp4", which fix the bits and
+	// group size.
+	QuantMode string
+	DType     string // "bf16", "f16" or "f32"
+	Format    string // "safetensors" or "gguf"
+	GGUFType  string // GGUF weight layout (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, q4_k_m); "" derives it from Quantize and DType
+	Seed      uint64
+	Untied    bool // write a separate lm_head instead of tying it to the embedding
 	// StopAfter, when positive, makes the model end its answers on its own
 	// after about that many tokens (see stop.go); 0 leaves the end tokens
 	// as unlikely as padding, so answers run to max_tokens.
 	StopAfter int
+	// Mixture of experts (qwen3_moe): Experts experts of MoEIntermediate
+	// features, ExpertsPerTok per token, in every SparseStep-th layer (the
+	// others dense). Zero fields take DefaultMoE's values.
+	Experts, ExpertsPerTok, MoEIntermediate, SparseStep int
 }
+
+// DefaultMoE is the demo mixture: 8 experts of 64 features, 2 per token,
+// every layer sparse (Qwen3-30B-A3B has 128 of 768, 8 per token).
+func DefaultMoE() (experts, perTok, intermediate, sparseStep int) { return 8, 2, 64, 1 }
 
 // DefaultOptions is a tiny Qwen3: 2 layers, hidden 64, 4 heads, 2 KV
 // heads, intermediate 128, bf16, unquantized.
@@ -68,9 +81,6 @@ func (o Options) resolve() (Options, error) {
 	if o.Format == "" {
 		o.Format = d.Format
 	}
-	if o.Arch != modelfile.ArchLlama && o.Arch != modelfile.ArchQwen3 {
-		return o, fmt.Errorf("demo: unknown arch %q (want llama or qwen3)", o.Arch)
-	}
 	switch {
 	case o.Layers < 0 || o.Hidden < 0 || o.Heads < 0 || o.KVHeads < 0 || o.HeadDim < 0 || o.Intermediate < 0:
 		return o, fmt.Errorf("demo: sizes must be positive")
@@ -89,10 +99,32 @@ func (o Options) resolve() (Options, error) {
 	if _, err := o.dtype(); err != nil {
 		return o, err
 	}
+	if f, ok := tensor.FP(o.QuantMode); ok {
+		if o.Format == FormatGGUF {
+			return o, fmt.Errorf("demo: --quant %s is MLX's, not GGUF's", o.QuantMode)
+		}
+		o.Quantize, o.GroupSize = f.Bits, f.Group
+	} else if o.QuantMode != "" && o.QuantMode != modelfile.ModeAffine {
+		return o, fmt.Errorf("demo: unknown --quant %q (want affine, mxfp4, mxfp8 or nvfp4)", o.QuantMode)
+	} else if o.Quantize != 0 {
+		o.QuantMode = modelfile.ModeAffine
+	}
 	if o.Quantize != 0 {
-		if err := modelfile.CheckAffine(o.GroupSize, o.Quantize); err != nil {
+		if err := modelfile.CheckQuant(o.QuantMode, o.GroupSize, o.Quantize); err != nil {
 			return o, fmt.Errorf("demo: %w", err)
 		}
+	}
+	switch o.Arch {
+	case modelfile.ArchLlama, modelfile.ArchQwen3:
+		if o.Experts != 0 || o.ExpertsPerTok != 0 || o.MoEIntermediate != 0 || o.SparseStep != 0 {
+			return o, fmt.Errorf("demo: --experts, --experts-per-tok, --moe-intermediate and --sparse-step need --arch %s", modelfile.ArchQwen3MoE)
+		}
+	case modelfile.ArchQwen3MoE:
+		if err := o.resolveMoE(); err != nil {
+			return o, err
+		}
+	default:
+		return o, fmt.Errorf("demo: unknown arch %q (want llama, qwen3 or qwen3_moe)", o.Arch)
 	}
 	if o.Format != FormatSafetensors && o.Format != FormatGGUF {
 		return o, fmt.Errorf("demo: unknown format %q (want safetensors or gguf)", o.Format)
@@ -105,4 +137,29 @@ func (o Options) resolve() (Options, error) {
 		return o, fmt.Errorf("demo: --gguf-type needs --format gguf")
 	}
 	return o, nil
+}
+
+// resolveMoE fills and checks the mixture's options.
+func (o *Options) resolveMoE() error {
+	e, k, inter, step := DefaultMoE()
+	for _, f := range []struct {
+		v   *int
+		def int
+	}{{&o.Experts, e}, {&o.ExpertsPerTok, k}, {&o.MoEIntermediate, inter}, {&o.SparseStep, step}} {
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+	}
+	switch {
+	case o.Experts < 0 || o.ExpertsPerTok < 0 || o.MoEIntermediate < 0 || o.SparseStep < 0:
+		return fmt.Errorf("demo: expert sizes must be positive")
+	case o.ExpertsPerTok > o.Experts:
+		return fmt.Errorf("demo: --experts-per-tok %d exceeds --experts %d", o.ExpertsPerTok, o.Experts)
+	case o.Format == FormatGGUF:
+		return fmt.Errorf("demo: %s is written as safetensors only", modelfile.ArchQwen3MoE)
+	case o.Quantize != 0 && o.Hidden%routerGroup != 0:
+		// mlx-lm quantizes Qwen3-MoE's router at 8 bits in groups of 64.
+		return fmt.Errorf("demo: quantized %s needs --hidden a multiple of %d (the router's group)", modelfile.ArchQwen3MoE, routerGroup)
+	}
+	return nil
 }

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-
-	"fusion/engine/modelfile"
 )
 
 // A model built with StopAfter ends its answers on its own, through its
@@ -123,7 +121,7 @@ func (m *Model) addClock(emb, head []float32, sc scales) error {
 	clear(wq[:d*h])
 	clear(wk[:d*h])
 	clear(wv[:d*h])
-	if p.Arch == modelfile.ArchQwen3 {
+	if p.qkNorm() {
 		// q and k are RMS-normalized per head: raw directions, scaled by
 		// the norm weights of the two dims (shared by the layer's heads).
 		wq[pair*h+p.biasDim()], wq[sink*h+p.biasDim()] = 1, 1

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -68,17 +69,33 @@ func Write(dir string, m *Model) error {
 // in the model dtype, or, when quantizing, each linear and embedding whose
 // input size is a multiple of the group size as an MLX affine triple
 // (weight U32, scales and biases in the model dtype), exactly as
-// mlx.core.quantize makes it; in the order the Python library writes.
+// mlx.core.quantize makes it (stacked experts [E, out, in] quantized along
+// their last axis, as a matrix of E·out rows); in the order the Python
+// library writes.
 func (m *Model) SafetensorsTensors() ([]tensor.Tensor, error) {
-	o := m.Options
 	var out []tensor.Tensor
 	for _, t := range m.Tensors {
-		if o.Quantize == 0 || !m.quantizable(t) {
+		group, bits, mode, ok := m.quantParams(t)
+		if !ok {
 			out = append(out, tensor.Tensor{Name: t.Name, DType: m.DType, Shape: t.Shape, Data: m.encode(t.Data)})
 			continue
 		}
-		rows, cols := int(t.Shape[0]), int(t.Shape[1])
-		packed, scales, biases, err := modelfile.QuantizeAffine(t.Data, rows, cols, o.GroupSize, o.Quantize)
+		lead := t.Shape[:len(t.Shape)-1] // [out] or [experts, out]
+		cols := int(t.Shape[len(t.Shape)-1])
+		rows := len(t.Data) / cols
+		path := strings.TrimSuffix(t.Name, ".weight")
+		shape := func(last int) []int64 { return append(slices.Clone(lead), int64(last)) }
+		if mode != modelfile.ModeAffine {
+			codes, scales, err := modelfile.QuantizeFP(mode, t.Data, rows, cols)
+			if err != nil {
+				return nil, fmt.Errorf("demo: %s: %w", t.Name, err)
+			}
+			out = append(out,
+				tensor.Tensor{Name: t.Name, DType: tensor.U32, Shape: shape(modelfile.PackedCols(cols, bits)), Data: codes},
+				tensor.Tensor{Name: path + ".scales", DType: tensor.U8, Shape: shape(cols / group), Data: scales})
+			continue
+		}
+		packed, scales, biases, err := modelfile.QuantizeAffine(t.Data, rows, cols, group, bits)
 		if err != nil {
 			return nil, fmt.Errorf("demo: %s: %w", t.Name, err)
 		}
@@ -86,21 +103,50 @@ func (m *Model) SafetensorsTensors() ([]tensor.Tensor, error) {
 		for i, w := range packed {
 			binary.LittleEndian.PutUint32(words[4*i:], w)
 		}
-		path := strings.TrimSuffix(t.Name, ".weight")
-		groups := int64(cols / o.GroupSize)
 		out = append(out,
-			tensor.Tensor{Name: t.Name, DType: tensor.U32, Shape: []int64{int64(rows), int64(modelfile.PackedCols(cols, o.Quantize))}, Data: words},
-			tensor.Tensor{Name: path + ".scales", DType: m.DType, Shape: []int64{int64(rows), groups}, Data: m.encode(scales)},
-			tensor.Tensor{Name: path + ".biases", DType: m.DType, Shape: []int64{int64(rows), groups}, Data: m.encode(biases)},
+			tensor.Tensor{Name: t.Name, DType: tensor.U32, Shape: shape(modelfile.PackedCols(cols, bits)), Data: words},
+			tensor.Tensor{Name: path + ".scales", DType: m.DType, Shape: shape(cols / group), Data: m.encode(scales)},
+			tensor.Tensor{Name: path + ".biases", DType: m.DType, Shape: shape(cols / group), Data: m.encode(biases)},
 		)
 	}
 	safetensors.SortLikePython(out)
 	return out, nil
 }
 
-// quantizable: linear layers and embeddings whose input size is a multiple
-// of the group size, the rule mlx-lm quantizes by. Norms stay float.
-func (m *Model) quantizable(t Tensor) bool {
-	linear := strings.HasSuffix(t.Name, "_proj.weight") || t.Name == "model.embed_tokens.weight" || t.Name == "lm_head.weight"
-	return linear && len(t.Shape) == 2 && t.Shape[1]%int64(m.Options.GroupSize) == 0
+// routerGroup and routerBits are how mlx-lm quantizes Qwen3-MoE's router
+// (mlp.gate), whatever the rest of the model gets.
+const routerGroup, routerBits = 64, 8
+
+// quantParams says whether t is quantized and how: linear layers,
+// embeddings and stacked experts whose input size is a multiple of the
+// group size, the rule mlx-lm quantizes by; a MoE router at 8 bits in
+// groups of 64, affine (mlx-lm's quant_predicate for qwen3_moe). Norms
+// stay float.
+func (m *Model) quantParams(t Tensor) (group, bits int, mode string, ok bool) {
+	o := m.Options
+	if o.Quantize == 0 {
+		return 0, 0, "", false
+	}
+	router := strings.HasSuffix(t.Name, ".mlp.gate.weight")
+	linear := strings.HasSuffix(t.Name, "_proj.weight") || t.Name == "model.embed_tokens.weight" || t.Name == "lm_head.weight" || router
+	if !linear || len(t.Shape) < 2 || t.Shape[len(t.Shape)-1]%int64(o.GroupSize) != 0 {
+		return 0, 0, "", false
+	}
+	if router {
+		return routerGroup, routerBits, modelfile.ModeAffine, true
+	}
+	return o.GroupSize, o.Quantize, o.QuantMode, true
+}
+
+// quantOverrides are the per-module entries of config.json's
+// quantization block: the routers' parameters.
+func (m *Model) quantOverrides() map[string]any {
+	o := m.Options
+	out := map[string]any{}
+	for _, t := range m.Tensors {
+		if g, b, mode, ok := m.quantParams(t); ok && (g != o.GroupSize || b != o.Quantize || mode != o.QuantMode) {
+			out[strings.TrimSuffix(t.Name, ".weight")] = map[string]any{"group_size": g, "bits": b, "mode": mode}
+		}
+	}
+	return out
 }

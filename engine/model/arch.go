@@ -12,9 +12,10 @@ type architecture struct {
 }
 
 var architectures = map[string]architecture{
-	modelfile.ArchLlama: {load: loadLlama, headDim: configHeadDim},
-	modelfile.ArchQwen2: {load: loadQwen2, headDim: hiddenPerHead},
-	modelfile.ArchQwen3: {load: loadQwen3, headDim: configHeadDim},
+	modelfile.ArchLlama:    {load: loadLlama, headDim: configHeadDim},
+	modelfile.ArchQwen2:    {load: loadQwen2, headDim: hiddenPerHead},
+	modelfile.ArchQwen3:    {load: loadQwen3, headDim: configHeadDim},
+	modelfile.ArchQwen3MoE: {load: loadQwen3MoE, headDim: configHeadDim},
 }
 
 // configHeadDim is head_dim, which modelfile defaults to hidden/heads.

@@ -146,57 +146,63 @@ func TestConcurrentForward(t *testing.T) {
 	}
 }
 
-// Memory is reported exactly: the weights the backend holds and the KV
-// cache's blocks and positions.
+// Memory is reported exactly: the weights the backend holds (a MoE's
+// experts included) and the KV cache's blocks and positions.
 func TestMemory(t *testing.T) {
 	be := cpu.New(cpu.Options{})
 	defer be.Close()
 	for _, f := range formats {
-		t.Run(f.name, func(t *testing.T) {
-			path := smallModel(t, "qwen3", f.opts)
-			m := load(t, be, path, Range{})
-			// Norm weights are widened to f32; everything else is used as
-			// stored (the embedding once, as it is tied).
-			var tensors []tensor.Tensor
-			if f.opts.Format == demo.FormatGGUF {
-				gf, err := gguf.Open(path, gguf.LoadRead)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer gf.Close()
-				tensors = gf.Tensors
-			} else {
-				mf, err := modelfile.Open(path, modelfile.Options{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer mf.Close()
-				for _, name := range mf.Weights.Names() {
-					tt, _ := mf.Weights.Tensor(name)
-					tensors = append(tensors, tt)
-				}
+		for _, arch := range f.archs {
+			if arch != "llama" {
+				t.Run(f.name+"/"+arch, func(t *testing.T) { checkMemory(t, be, smallModel(t, arch, f.opts), f.opts) })
 			}
-			var want int64
-			for _, tt := range tensors {
-				if len(tt.Shape) == 1 {
-					want += 4 * tt.Shape[0]
-				} else {
-					want += int64(len(tt.Data))
-				}
-			}
-			if m.WeightBytes() != want {
-				t.Errorf("WeightBytes = %d, want %d", m.WeightBytes(), want)
-			}
-			seq := newSeq(t, m)
-			forward(t, m, []Input{{Seq: seq, Tokens: tokens(1, 300)}}, Range{}, nil)
-			alloc, used := seq.CacheBytes()
-			if used != 300*m.KVBytesPerToken() || alloc != 2*cpu.BlockSize*m.KVBytesPerToken() {
-				t.Errorf("cache bytes (%d, %d), want (%d, %d)", alloc, used, 2*cpu.BlockSize*m.KVBytesPerToken(), 300*m.KVBytesPerToken())
-			}
-			seq.Truncate(10)
-			if alloc, used := seq.CacheBytes(); used != 10*m.KVBytesPerToken() || alloc != cpu.BlockSize*m.KVBytesPerToken() {
-				t.Errorf("after Truncate(10): cache bytes (%d, %d)", alloc, used)
-			}
-		})
+		}
+	}
+}
+
+func checkMemory(t *testing.T, be *cpu.Backend, path string, opts demo.Options) {
+	t.Helper()
+	m := load(t, be, path, Range{})
+	// Norm weights are widened to f32; everything else is used as
+	// stored (the embedding once, as it is tied).
+	var tensors []tensor.Tensor
+	if opts.Format == demo.FormatGGUF {
+		gf, err := gguf.Open(path, gguf.LoadRead)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer gf.Close()
+		tensors = gf.Tensors
+	} else {
+		mf, err := modelfile.Open(path, modelfile.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer mf.Close()
+		for _, name := range mf.Weights.Names() {
+			tt, _ := mf.Weights.Tensor(name)
+			tensors = append(tensors, tt)
+		}
+	}
+	var want int64
+	for _, tt := range tensors {
+		if len(tt.Shape) == 1 {
+			want += 4 * tt.Shape[0]
+		} else {
+			want += int64(len(tt.Data))
+		}
+	}
+	if m.WeightBytes() != want {
+		t.Errorf("WeightBytes = %d, want %d", m.WeightBytes(), want)
+	}
+	seq := newSeq(t, m)
+	forward(t, m, []Input{{Seq: seq, Tokens: tokens(1, 300)}}, Range{}, nil)
+	alloc, used := seq.CacheBytes()
+	if used != 300*m.KVBytesPerToken() || alloc != 2*cpu.BlockSize*m.KVBytesPerToken() {
+		t.Errorf("cache bytes (%d, %d), want (%d, %d)", alloc, used, 2*cpu.BlockSize*m.KVBytesPerToken(), 300*m.KVBytesPerToken())
+	}
+	seq.Truncate(10)
+	if alloc, used := seq.CacheBytes(); used != 10*m.KVBytesPerToken() || alloc != cpu.BlockSize*m.KVBytesPerToken() {
+		t.Errorf("after Truncate(10): cache bytes (%d, %d)", alloc, used)
 	}
 }

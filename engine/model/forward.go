@@ -153,6 +153,9 @@ func (m *Model) forward(ctx context.Context, inputs []Input, layers Range, hidde
 		f.layer = l
 		mark := s.Mark()
 		x = s.Release(mark, m.blocks[l-m.Layers.Start].forward(f, x))
+		if f.err != nil {
+			return nil, f.err
+		}
 	}
 	if layers.End < m.Config.NumHiddenLayers {
 		data, err := s.Read(x)

@@ -129,7 +129,7 @@ func (m *Model) load(ctx context.Context, opts Options, ggufFile *gguf.File) err
 		}
 	}
 
-	w := &loader{src: m.src, be: m.be, dims: dims{
+	w := &loader{src: m.src, be: m.be, cfg: c, dims: dims{
 		hidden: c.HiddenSize, intermediate: c.IntermediateSize, vocab: c.VocabSize,
 		heads: c.NumAttentionHeads, kvHeads: c.NumKeyValueHeads, headDim: m.headDim,
 	}}
@@ -142,6 +142,7 @@ func (m *Model) load(ctx context.Context, opts Options, ggufFile *gguf.File) err
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		w.layer = i
 		m.blocks = append(m.blocks, arch.load(w, fmt.Sprintf("model.layers.%d.", i)))
 	}
 	if m.Layers.End == c.NumHiddenLayers {

@@ -16,6 +16,9 @@ type frame struct {
 	eps   float32
 	rope  *backend.RoPE
 	scale float32 // attention scale, head_dim^−½
+	// err is the first failure of an op that reads values back (a
+	// router's scores); Forward stops at it.
+	err error
 }
 
 // norm is RMSNorm with the model's epsilon; a weight of head_dim entries
@@ -30,6 +33,12 @@ func (f *frame) rotate(x backend.Array) backend.Array { return f.RoPE(x, f.rope,
 // attend is causal grouped-query attention over the layer's KV cache.
 func (f *frame) attend(q, k, v backend.Array) backend.Array {
 	return f.Attention(f.layer, q, k, v, f.scale, f.batch)
+}
+
+// ffn is a block's feed-forward part: a dense MLP or a mixture of
+// experts.
+type ffn interface {
+	forward(f *frame, x backend.Array) backend.Array
 }
 
 // mlp is the SwiGLU feed-forward block: down(silu(gate(x)) · up(x)).

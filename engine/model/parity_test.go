@@ -32,7 +32,8 @@ import (
 // then 64 greedy steps. Llama (with its llama3 RoPE scaling, and with
 // yarn), Qwen3 (head_dim 64 ≠ hidden/heads) and Qwen2 (q/k/v biases), all
 // with grouped-query attention (4 query heads, 2 KV heads) and tied
-// embeddings, in BF16 and MLX 4-bit (group 64).
+// embeddings, in BF16 and MLX 4-bit (group 64); and Qwen3-MoE (stacked
+// experts, top-2 of 8 softmax routing) in both.
 //
 // The reference is fair to an f32 engine: MLX would compute a bf16 model in
 // bf16 activations, so the script casts every floating-point parameter to
@@ -63,7 +64,14 @@ type parityCase struct {
 func parityCases() []parityCase {
 	llama := demo.Options{Arch: "llama", Layers: 2, Hidden: 128, Heads: 4, KVHeads: 2, Intermediate: 256, Seed: 11}
 	qwen3 := demo.Options{Arch: "qwen3", Layers: 3, Hidden: 128, Heads: 4, KVHeads: 2, HeadDim: 64, Intermediate: 256, Seed: 12}
+	// Qwen3-MoE: 8 experts of 64, 2 per token, every layer sparse, or
+	// (sparse step 2) only the middle one.
+	moe := demo.Options{Arch: "qwen3_moe", Layers: 3, Hidden: 128, Heads: 4, KVHeads: 2, HeadDim: 64, Intermediate: 256,
+		Experts: 8, ExpertsPerTok: 2, MoEIntermediate: 64, Seed: 14}
+	moeStep2 := moe
+	moeStep2.SparseStep, moeStep2.Seed = 2, 15
 	q4 := func(o demo.Options) demo.Options { o.Quantize, o.GroupSize = 4, 64; return o }
+	fp := func(o demo.Options, mode string) demo.Options { o.QuantMode = mode; return o }
 	return []parityCase{
 		// The demo llama carries Llama 3.1's rope_scaling (llama3, factor 32).
 		{name: "llama-bf16-llama3rope", opts: llama, tol: 1e-3},
@@ -79,6 +87,17 @@ func parityCases() []parityCase {
 		// Per-layer quantization overrides: down_proj at 8 bits, one
 		// o_proj left in bf16, the rest 4-bit.
 		{name: "qwen3-mlx-mixed", opts: q4(qwen3), tol: 1e-2, setup: mixQuantization},
+		{name: "qwen3_moe-bf16", opts: moe, tol: 1e-3},
+		{name: "qwen3_moe-bf16-sparse-step-2", opts: moeStep2, tol: 1e-3},
+		// The routers at 8 bits (mlx-lm's quant_predicate), the rest 4.
+		{name: "qwen3_moe-mlx4", opts: q4(moe), tol: 1e-2},
+		// MLX's floating-point modes (the MoE routers affine 8-bit: mixed
+		// modes in one model).
+		{name: "qwen3-mxfp4", opts: fp(qwen3, "mxfp4"), tol: 1e-2},
+		{name: "qwen3-mxfp8", opts: fp(qwen3, "mxfp8"), tol: 1e-2},
+		{name: "qwen3-nvfp4", opts: fp(qwen3, "nvfp4"), tol: 1e-2},
+		{name: "qwen3_moe-mxfp4", opts: fp(moe, "mxfp4"), tol: 1e-2},
+		{name: "qwen3_moe-mxfp8", opts: fp(moe, "mxfp8"), tol: 1e-2},
 	}
 }
 

@@ -10,10 +10,16 @@ type qwen3Block struct {
 	inputNorm, postNorm backend.Vector
 	q, k, v, o          backend.Weight
 	qNorm, kNorm        backend.Vector // [head_dim]
-	mlp                 mlp
+	mlp                 ffn
 }
 
 func loadQwen3(w *loader, prefix string) block {
+	m := loadMLP(w, prefix)
+	return newQwen3Block(w, prefix, &m)
+}
+
+// newQwen3Block loads the attention part of a Qwen3 layer around mlp.
+func newQwen3Block(w *loader, prefix string, mlp ffn) *qwen3Block {
 	return &qwen3Block{
 		inputNorm: w.vector(prefix + "input_layernorm.weight"),
 		postNorm:  w.vector(prefix + "post_attention_layernorm.weight"),
@@ -23,7 +29,7 @@ func loadQwen3(w *loader, prefix string) block {
 		o:         w.linear(prefix + "self_attn.o_proj"),
 		qNorm:     w.vector(prefix + "self_attn.q_norm.weight"),
 		kNorm:     w.vector(prefix + "self_attn.k_norm.weight"),
-		mlp:       loadMLP(w, prefix),
+		mlp:       mlp,
 	}
 }
 

@@ -19,6 +19,9 @@ var ErrBadWeights = errors.New("bad weights")
 // ("model.norm.weight") for vectors.
 type source interface {
 	weight(path string) (backend.WeightData, error)
+	// experts returns the experts of a stacked module (mlx-lm's
+	// SwitchLinear: path.weight [E, out, in]).
+	experts(path string) ([]backend.WeightData, error)
 	vector(name string) (backend.VectorData, error)
 	has(name string) bool
 	close() error
@@ -30,6 +33,8 @@ type source interface {
 type loader struct {
 	src   source
 	be    backend.Backend
+	cfg   *modelfile.Config
+	layer int // the layer being loaded
 	dims  dims
 	err   error
 	bytes int64
@@ -80,16 +85,18 @@ func (l *loader) fail(err error) {
 
 // linear loads the matrix (and bias) of the module at path.
 func (l *loader) linear(path string) backend.Weight {
+	out, in := l.dims.shape(path)
+	return l.matrix(path, out, in)
+}
+
+// upload checks d's shape against [out, in] (unless out is 0) and puts
+// it on the backend.
+func (l *loader) upload(d backend.WeightData, out, in int) backend.Weight {
 	if l.err != nil {
 		return nil
 	}
-	d, err := l.src.weight(path)
-	if err != nil {
-		l.fail(err)
-		return nil
-	}
-	if out, in := l.dims.shape(path); out != 0 && (d.Out != out || d.In != in) {
-		l.fail(fmt.Errorf("%w: %s is [%d, %d], the config says [%d, %d]", ErrBadWeights, path, d.Out, d.In, out, in))
+	if out != 0 && (d.Out != out || d.In != in) {
+		l.fail(fmt.Errorf("%w: %s is [%d, %d], the config says [%d, %d]", ErrBadWeights, d.Name, d.Out, d.In, out, in))
 		return nil
 	}
 	w, err := l.be.Weight(d)
@@ -141,11 +148,31 @@ func (s safetensorsSource) weight(path string) (backend.WeightData, error) {
 	if err != nil {
 		return backend.WeightData{}, fmt.Errorf("%w: %w", ErrBadWeights, err)
 	}
-	d := backend.WeightData{Name: path, Format: backend.Dense, Out: l.Out, In: l.In, Data: l.Weight, Bias: l.Bias}
-	if l.Quantized {
+	return linearData(path, l), nil
+}
+
+// linearData describes a safetensors module for the backend.
+func linearData(name string, l *modelfile.Linear) backend.WeightData {
+	d := backend.WeightData{Name: name, Format: backend.Dense, Out: l.Out, In: l.In, Data: l.Weight, Bias: l.Bias}
+	switch {
+	case l.Quantized && l.Mode == modelfile.ModeAffine:
 		d.Format, d.Scales, d.Biases, d.Bits, d.Group = backend.MLXAffine, l.Scales, l.Biases, l.Bits, l.GroupSize
+	case l.Quantized:
+		d.Format, d.Scales, d.Mode, d.Bits, d.Group = backend.MLXFloat, l.Scales, l.Mode, l.Bits, l.GroupSize
 	}
-	return d, nil
+	return d
+}
+
+func (s safetensorsSource) experts(path string) ([]backend.WeightData, error) {
+	ls, err := s.m.Experts(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadWeights, err)
+	}
+	out := make([]backend.WeightData, len(ls))
+	for e, l := range ls {
+		out[e] = linearData(fmt.Sprintf("%s[%d]", path, e), l)
+	}
+	return out, nil
 }
 
 func (s safetensorsSource) vector(name string) (backend.VectorData, error) {
@@ -193,6 +220,10 @@ func (g ggufSource) weight(path string) (backend.WeightData, error) {
 	return d, nil
 }
 
+func (g ggufSource) experts(path string) ([]backend.WeightData, error) {
+	return nil, fmt.Errorf("%w: %s: stacked experts are not read from GGUF files yet", ErrBadWeights, path)
+}
+
 func (g ggufSource) vector(name string) (backend.VectorData, error) {
 	t, ok := g.tensor(name)
 	if !ok {
@@ -203,3 +234,41 @@ func (g ggufSource) vector(name string) (backend.VectorData, error) {
 
 func (g ggufSource) has(name string) bool { _, ok := g.tensor(name); return ok }
 func (g ggufSource) close() error         { return g.f.Close() }
+
+// matrix loads the matrix at path, which must be [out, in] (unless out
+// is 0).
+func (l *loader) matrix(path string, out, in int) backend.Weight {
+	if l.err != nil {
+		return nil
+	}
+	d, err := l.src.weight(path)
+	if err != nil {
+		l.fail(err)
+		return nil
+	}
+	return l.upload(d, out, in)
+}
+
+// experts loads the n experts of the stacked module at path, each
+// [out, in].
+func (l *loader) experts(path string, n, out, in int) []backend.Weight {
+	if l.err != nil {
+		return nil
+	}
+	ds, err := l.src.experts(path)
+	if err != nil {
+		l.fail(err)
+		return nil
+	}
+	if len(ds) != n {
+		l.fail(fmt.Errorf("%w: %s stacks %d experts, the config says %d", ErrBadWeights, path, len(ds), n))
+		return nil
+	}
+	ws := make([]backend.Weight, n)
+	for e, d := range ds {
+		if ws[e] = l.upload(d, out, in); ws[e] == nil {
+			return nil
+		}
+	}
+	return ws
+}

@@ -13,6 +13,9 @@ const (
 	ArchLlama = "llama"
 	ArchQwen2 = "qwen2"
 	ArchQwen3 = "qwen3"
+	// ArchQwen3MoE is Qwen3's mixture of experts (Qwen3-30B-A3B,
+	// Qwen3-235B-A22B); see MoE.
+	ArchQwen3MoE = "qwen3_moe"
 )
 
 // ConfigFile and GenerationConfigFile are the file names in a model
@@ -43,6 +46,8 @@ func archFor(name string) string {
 		return ArchQwen2
 	case "Qwen3ForCausalLM", "qwen3":
 		return ArchQwen3
+	case "Qwen3MoeForCausalLM", "qwen3_moe":
+		return ArchQwen3MoE
 	}
 	return ""
 }
@@ -77,6 +82,10 @@ type Config struct {
 	TorchDType  string   `json:"torch_dtype,omitempty"` // bfloat16, float16, float32 or ""
 
 	Quantization *Quantization `json:"quantization"` // nil: not quantized
+
+	// MoE is the mixture-of-experts block (qwen3_moe), nil for a dense
+	// model.
+	MoE *MoE `json:"moe,omitempty"`
 }
 
 type rawConfig struct {
@@ -103,6 +112,7 @@ type rawConfig struct {
 	DType                 *string         `json:"dtype"`
 	Quantization          json.RawMessage `json:"quantization"`
 	QuantizationConfig    json.RawMessage `json:"quantization_config"`
+	rawMoE
 }
 
 // LoadConfig reads and validates dir/config.json.
@@ -135,7 +145,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		c.Architecture = archFor(r.ModelType)
 	}
 	if c.Architecture == "" {
-		return nil, fmt.Errorf("%w: architectures %q, model_type %q (want LlamaForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM)", ErrUnknownArchitecture, r.Architectures, r.ModelType)
+		return nil, fmt.Errorf("%w: architectures %q, model_type %q (want LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM or Qwen3MoeForCausalLM)", ErrUnknownArchitecture, r.Architectures, r.ModelType)
 	}
 	if err := c.sizes(&r); err != nil {
 		return nil, err
@@ -143,7 +153,14 @@ func ParseConfig(data []byte) (*Config, error) {
 	if err := c.rope(&r); err != nil {
 		return nil, err
 	}
-	c.TieWordEmbeddings = orBool(r.TieWordEmbeddings, c.Architecture != ArchQwen3)
+	if c.Architecture == ArchQwen3MoE {
+		moe, err := r.rawMoE.parse(c.NumHiddenLayers)
+		if err != nil {
+			return nil, err
+		}
+		c.MoE = moe
+	}
+	c.TieWordEmbeddings = orBool(r.TieWordEmbeddings, c.Architecture != ArchQwen3 && c.Architecture != ArchQwen3MoE)
 	c.AttentionBias = orBool(r.AttentionBias, false)
 	c.MLPBias = orBool(r.MLPBias, false)
 	c.BOSTokenIDs, c.EOSTokenIDs = r.BOSTokenID, r.EOSTokenID

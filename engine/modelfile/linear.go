@@ -19,12 +19,13 @@ const maxLinearDim = 1 << 31
 type Linear struct {
 	Path      string
 	Quantized bool
-	Bits      int // quantized only
-	GroupSize int // quantized only
-	Out, In   int // logical shape of the weight
+	Bits      int    // quantized only
+	GroupSize int    // quantized only
+	Mode      string // quantized only: ModeAffine, ModeMXFP4, ModeMXFP8 or ModeNVFP4
+	Out, In   int    // logical shape of the weight
 	Weight    tensor.Tensor
 	Scales    tensor.Tensor // quantized only
-	Biases    tensor.Tensor // quantized only
+	Biases    tensor.Tensor // affine only
 	Bias      *tensor.Tensor
 }
 
@@ -32,15 +33,21 @@ type Linear struct {
 // or "model.embed_tokens") with its effective quantization, deciding as
 // Quantization.For does, and validates dtypes and shapes.
 func LookupLinear(w *Weights, q *Quantization, path string) (*Linear, error) {
-	weight, ok := w.Tensor(path + ".weight")
+	return lookupLinear(w.Tensor, q, path)
+}
+
+// lookupLinear is LookupLinear over a function that finds tensors by name.
+func lookupLinear(get func(name string) (tensor.Tensor, bool), q *Quantization, path string) (*Linear, error) {
+	has := func(name string) bool { _, ok := get(name); return ok }
+	weight, ok := get(path + ".weight")
 	if !ok {
 		return nil, fmt.Errorf("modelfile: %w: %s.weight", ErrMissingTensor, path)
 	}
 	l := &Linear{Path: path, Weight: weight}
-	if b, ok := w.Tensor(path + ".bias"); ok {
+	if b, ok := get(path + ".bias"); ok {
 		l.Bias = &b
 	}
-	params, quantized := q.For(path, w.Has(path+".scales"))
+	params, quantized := q.For(path, has(path+".scales"))
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("modelfile: %w: %s: %s", ErrBadLinear, path, fmt.Sprintf(format, args...))
 	}
@@ -48,12 +55,12 @@ func LookupLinear(w *Weights, q *Quantization, path string) (*Linear, error) {
 		return nil, bad("weight has shape %v, want 2 dimensions", weight.Shape)
 	}
 	for _, t := range []string{".weight", ".scales", ".biases"} {
-		if x, ok := w.Tensor(path + t); ok && slices.ContainsFunc(x.Shape, func(d int64) bool { return d > maxLinearDim }) {
+		if x, ok := get(path + t); ok && slices.ContainsFunc(x.Shape, func(d int64) bool { return d > maxLinearDim }) {
 			return nil, bad("%s%s has shape %v, beyond any real layer", path, t, x.Shape)
 		}
 	}
 	if !quantized {
-		if w.Has(path + ".scales") {
+		if has(path + ".scales") {
 			return nil, bad("has scales but the quantization config says it is not quantized")
 		}
 		if !isFloat(weight.DType) {
@@ -62,22 +69,36 @@ func LookupLinear(w *Weights, q *Quantization, path string) (*Linear, error) {
 		l.Out, l.In = int(weight.Shape[0]), int(weight.Shape[1])
 		return l, l.checkBias(bad)
 	}
-	l.Quantized, l.Bits, l.GroupSize = true, params.Bits, params.GroupSize
-	if l.Scales, ok = w.Tensor(path + ".scales"); !ok {
+	l.Quantized, l.Bits, l.GroupSize, l.Mode = true, params.Bits, params.GroupSize, params.Mode
+	if l.Scales, ok = get(path + ".scales"); !ok {
 		return nil, fmt.Errorf("modelfile: %w: %s.scales (the module is quantized)", ErrMissingTensor, path)
-	}
-	if l.Biases, ok = w.Tensor(path + ".biases"); !ok {
-		return nil, fmt.Errorf("modelfile: %w: %s.biases (affine quantization)", ErrMissingTensor, path)
 	}
 	if weight.DType != tensor.U32 {
 		return nil, bad("quantized weight has dtype %v, want U32", weight.DType)
 	}
-	s, b := l.Scales, l.Biases
-	if !isFloat(s.DType) || len(s.Shape) != 2 {
-		return nil, bad("scales are %v %v, want a float matrix", s.DType, s.Shape)
-	}
-	if b.DType != s.DType || len(b.Shape) != 2 || b.Shape[0] != s.Shape[0] || b.Shape[1] != s.Shape[1] {
-		return nil, bad("biases %v %v differ from scales %v %v", b.DType, b.Shape, s.DType, s.Shape)
+	s := l.Scales
+	if l.Mode != ModeAffine {
+		// mxfp4, mxfp8, nvfp4: uint8 scales, no biases.
+		if has(path + ".biases") {
+			return nil, bad("has biases, which %s quantization has not", l.Mode)
+		}
+		if has(path + ".global_scale") {
+			return nil, fmt.Errorf("modelfile: %w: %s: an nvfp4 global_scale is not supported", ErrUnsupported, path)
+		}
+		if s.DType != tensor.U8 || len(s.Shape) != 2 {
+			return nil, bad("scales are %v %v, want a U8 matrix (%s)", s.DType, s.Shape, l.Mode)
+		}
+	} else {
+		if l.Biases, ok = get(path + ".biases"); !ok {
+			return nil, fmt.Errorf("modelfile: %w: %s.biases (affine quantization)", ErrMissingTensor, path)
+		}
+		b := l.Biases
+		if !isFloat(s.DType) || len(s.Shape) != 2 {
+			return nil, bad("scales are %v %v, want a float matrix", s.DType, s.Shape)
+		}
+		if b.DType != s.DType || len(b.Shape) != 2 || b.Shape[0] != s.Shape[0] || b.Shape[1] != s.Shape[1] {
+			return nil, bad("biases %v %v differ from scales %v %v", b.DType, b.Shape, s.DType, s.Shape)
+		}
 	}
 	out, groups := weight.Shape[0], s.Shape[1]
 	if s.Shape[0] != out {
@@ -107,6 +128,9 @@ func (l *Linear) checkBias(bad func(string, ...any) error) error {
 func (l *Linear) Dequantize() ([]float32, error) {
 	if !l.Quantized {
 		return ToFloat32(l.Weight)
+	}
+	if l.Mode != ModeAffine {
+		return DequantizeFP(l.Mode, l.Weight.Data, l.Scales.Data, l.Out, l.In)
 	}
 	scales, err := ToFloat32(l.Scales)
 	if err != nil {

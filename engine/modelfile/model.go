@@ -74,6 +74,15 @@ func (m *Model) Linear(path string) (*Linear, error) {
 	return LookupLinear(m.Weights, m.Config.Quantization, path)
 }
 
+// Experts returns the experts of the stacked module at path; see
+// LookupExperts.
+func (m *Model) Experts(path string) ([]*Linear, error) {
+	if m.Weights == nil {
+		return nil, fmt.Errorf("modelfile: %s: weights not loaded", m.Dir)
+	}
+	return LookupExperts(m.Weights, m.Config.Quantization, path)
+}
+
 // EOSTokenIDs returns the end-of-sequence ids of config.json followed by
 // those generation_config.json adds.
 func (m *Model) EOSTokenIDs() []int {

@@ -7,8 +7,34 @@ import (
 	"sort"
 )
 
-// ModeAffine is MLX's affine quantization, the only mode we load.
-const ModeAffine = "affine"
+// MLX quantization modes: affine (codes times a scale plus a bias per
+// group) and the floating-point ones, whose codes are small floats
+// (E2M1, E4M3) times a uint8 scale per group (E8M0, or E4M3 for nvfp4),
+// without biases.
+const (
+	ModeAffine = "affine"
+	ModeMXFP4  = "mxfp4"
+	ModeMXFP8  = "mxfp8"
+	ModeNVFP4  = "nvfp4"
+)
+
+// CheckQuant validates a mode's parameters: affine as CheckAffine says;
+// mxfp4 is 4 bits in groups of 32, mxfp8 8 bits in groups of 32, nvfp4 4
+// bits in groups of 16 (the only values MLX takes).
+func CheckQuant(mode string, groupSize, bits int) error {
+	want := map[string][2]int{ModeMXFP4: {32, 4}, ModeMXFP8: {32, 8}, ModeNVFP4: {16, 4}}
+	if mode == ModeAffine {
+		return CheckAffine(groupSize, bits)
+	}
+	w, ok := want[mode]
+	if !ok {
+		return fmt.Errorf("%w: quantization mode %q (want affine, mxfp4, mxfp8 or nvfp4)", ErrUnsupported, mode)
+	}
+	if groupSize != w[0] || bits != w[1] {
+		return fmt.Errorf("%w: %s quantization with group size %d and %d bits (want %d and %d)", ErrInvalidConfig, mode, groupSize, bits, w[0], w[1])
+	}
+	return nil
+}
 
 // QuantParams is how one layer is quantized.
 type QuantParams struct {
@@ -169,10 +195,7 @@ func decodeParam(keys map[string]json.RawMessage, name string, dst any) error {
 }
 
 func checkParams(where string, p QuantParams) error {
-	if p.Mode != ModeAffine {
-		return fmt.Errorf("%w: %s: quantization mode %q (only affine loads)", ErrUnsupported, where, p.Mode)
-	}
-	if err := CheckAffine(p.GroupSize, p.Bits); err != nil {
+	if err := CheckQuant(p.Mode, p.GroupSize, p.Bits); err != nil {
 		return fmt.Errorf("%s: %w", where, err)
 	}
 	return nil

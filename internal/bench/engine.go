@@ -182,7 +182,11 @@ func withOpts(o demo.Options, f func(*demo.Options)) demo.Options {
 // benchModel returns the path of the format's model in cacheDir, creating
 // it if it is not there yet.
 func benchModel(cacheDir string, f engineFormat) (string, error) {
-	dir := filepath.Join(cacheDir, "qwen3-0.6b-shape-"+f.name)
+	return benchModelAt(filepath.Join(cacheDir, "qwen3-0.6b-shape-"+f.name), f)
+}
+
+// benchModelAt is benchModel in directory dir.
+func benchModelAt(dir string, f engineFormat) (string, error) {
 	path, marker := dir, filepath.Join(dir, "config.json")
 	if f.opts.Format == demo.FormatGGUF {
 		path = demo.GGUFPath(dir)

@@ -72,6 +72,8 @@ func wrap(d backend.WeightData) (kernels.Weights, error) {
 		return kernels.NewMLXAffine(d.Out, d.In, d.Bits, d.Group, d.Data.Data, d.Scales.Data, d.Biases.Data, d.Scales.DType)
 	case backend.GGUFBlocks:
 		return kernels.NewGGUF(d.Data.DType, d.Out, d.In, d.Data.Data)
+	case backend.MLXFloat:
+		return kernels.NewMLXFloat(d.Mode, d.Out, d.In, d.Data.Data, d.Scales.Data)
 	}
 	return nil, fmt.Errorf("unknown weight format %v", d.Format)
 }

@@ -139,8 +139,9 @@ type weight struct {
 	name        string
 	out, in     int
 	affine      bool
+	fp          string // a floating-point mode (mxfp4, mxfp8, nvfp4), or ""
 	w           *Array // [out, in] dense, or [out, in·bits/32] uint32 codes
-	scales      *Array // affine: [out, in/group]
+	scales      *Array // affine, fp: [out, in/group] (uint8 for fp)
 	biases      *Array // affine: [out, in/group]
 	bits, group int
 	bias        *Array // [out] (float32 with Options.Float32), or nil
@@ -194,6 +195,14 @@ func (b *Backend) Weight(d backend.WeightData) (backend.Weight, error) {
 			return nil, fmt.Errorf("mlx: %s: scales are %v, biases %v", d.Name, d.Scales.DType, d.Biases.DType)
 		}
 		w.affine, w.bits, w.group, w.dt = true, d.Bits, d.Group, d.Scales.DType
+	case backend.MLXFloat:
+		// The CPU kernels' constructor checks the mode and every length.
+		if _, err := kernels.NewMLXFloat(d.Mode, d.Out, d.In, d.Data.Data, d.Scales.Data); err != nil {
+			return nil, fmt.Errorf("mlx: %s: %w", d.Name, err)
+		}
+		// mlx.dequantize gives bfloat16 for these modes (their
+		// scales have no float type to follow).
+		w.fp, w.bits, w.group, w.dt = d.Mode, d.Bits, d.Group, tensor.BF16
 	case backend.GGUFBlocks:
 		g, err := kernels.NewGGUF(d.Data.DType, d.Out, d.In, d.Data.Data)
 		if err != nil {
@@ -238,6 +247,10 @@ func (b *Backend) Weight(d backend.WeightData) (backend.Weight, error) {
 				a.Wrap(tensor.U32, d.Data.Data, d.Out, d.In*d.Bits/32),
 				a.Wrap(d.Scales.DType, d.Scales.Data, d.Out, groups),
 				a.Wrap(d.Biases.DType, d.Biases.Data, d.Out, groups))
+		case w.fp != "":
+			xs = append(xs,
+				a.Wrap(tensor.U32, d.Data.Data, d.Out, d.In*d.Bits/32),
+				a.Wrap(tensor.U8, d.Scales.Data, d.Out, d.In/d.Group))
 		default:
 			xs = append(xs, a.Wrap(d.Data.DType, d.Data.Data, d.Out, d.In))
 		}
@@ -256,6 +269,9 @@ func (b *Backend) Weight(d backend.WeightData) (backend.Weight, error) {
 	w.w = xs[0]
 	if w.affine {
 		w.scales, w.biases = xs[1], xs[2]
+	}
+	if w.fp != "" {
+		w.scales = xs[1]
 	}
 	if d.Bias != nil {
 		w.bias = xs[len(xs)-1]

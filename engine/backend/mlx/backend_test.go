@@ -28,6 +28,8 @@ var backendFormats = []struct {
 	{"bf16-llama", demo.Options{}, "llama"},
 	{"f32-qwen3", demo.Options{DType: "f32"}, "qwen3"},
 	{"mlx-q4-qwen3", demo.Options{Quantize: 4, GroupSize: 32}, "qwen3"},
+	{"bf16-qwen3_moe", demo.Options{}, "qwen3_moe"},
+	{"mlx-q4-qwen3_moe", demo.Options{Quantize: 4, GroupSize: 32}, "qwen3_moe"},
 	{"mlx-q8-qwen3", demo.Options{Quantize: 8, GroupSize: 64}, "qwen3"},
 	{"gguf-q8_0-llama", demo.Options{Format: demo.FormatGGUF, GGUFType: "q8_0"}, "llama"},
 	{"gguf-q4_0-qwen3", demo.Options{Format: demo.FormatGGUF, GGUFType: "q4_0"}, "qwen3"},
@@ -171,7 +173,7 @@ func testBackend(t *testing.T) {
 		name    string
 		be      *Backend
 		formats int
-	}{{"Native", be, 4}, {"Float32", fb, 1}} {
+	}{{"Native", be, 6}, {"Float32", fb, 1}} {
 		t.Run("BatchedVsAlone/"+mode.name, func(t *testing.T) { testBatchedVsAlone(t, mode.be, mode.formats) })
 		t.Run("LayerRanges/"+mode.name, func(t *testing.T) { testLayerRanges(t, mode.be, mode.formats) })
 		t.Run("KVExportImport/"+mode.name, func(t *testing.T) { testKVExportImport(t, mode.be) })

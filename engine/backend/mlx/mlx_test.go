@@ -158,6 +158,8 @@ func TestMLX(t *testing.T) {
 	t.Run("Do", func(t *testing.T) { testDo(t, rt) })
 	t.Run("OpenRejects", func(t *testing.T) { testOpenRejects(t) })
 	t.Run("EncoderOps", testEncoderOps)
+	t.Run("ExpertOps", testExpertOps)
+	t.Run("FPLinear", testFPLinear)
 	t.Run("Backend", testBackend)
 }
 

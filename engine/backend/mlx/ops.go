@@ -14,6 +14,9 @@ import (
 // Static strings for mlx-c's mode arguments, allocated once.
 var (
 	cAffine = C.CString("affine")
+	cMXFP4  = C.CString("mxfp4")
+	cMXFP8  = C.CString("mxfp8")
+	cNVFP4  = C.CString("nvfp4")
 	cCausal = C.CString("causal")
 	cNone   = C.CString("")
 )
@@ -83,10 +86,22 @@ func (a *Arena) Addmm(c, x, y *Array) *Array {
 // in/group]. With transpose it computes x·Wᵀ, a Linear layer: [..., in] →
 // [..., out], in the type of x.
 func (a *Arena) QuantizedMatmul(x, w, scales, biases *Array, transpose bool, group, bits int) *Array {
+	return a.QuantizedMatmulMode(x, w, scales, biases, transpose, group, bits, "")
+}
+
+// QuantizedMatmulMode is QuantizedMatmul in any of MLX's modes: "" or
+// "affine", or a floating-point mode ("mxfp4", "mxfp8", "nvfp4"; biases
+// nil, scales uint8).
+func (a *Arena) QuantizedMatmulMode(x, w, scales, biases *Array, transpose bool, group, bits int, mode string) *Array {
 	g := C.mlx_optional_int{value: C.int(group), has_value: true}
 	b := C.mlx_optional_int{value: C.int(bits), has_value: true}
-	return a.op("mlx_quantized_matmul", []*Array{x, w, scales, biases}, func(res *C.mlx_array) C.int {
-		return C.mlx_quantized_matmul(res, x.c, w.c, scales.c, biases.c, C.bool(transpose), g, b, cAffine, a.rt.stream)
+	in, bc := []*Array{x, w, scales}, C.mlx_array_new()
+	if biases != nil {
+		in, bc = append(in, biases), biases.c
+	}
+	m := modeString(mode)
+	return a.op("mlx_quantized_matmul", in, func(res *C.mlx_array) C.int {
+		return C.mlx_quantized_matmul(res, x.c, w.c, scales.c, bc, C.bool(transpose), g, b, m, a.rt.stream)
 	})
 }
 
@@ -208,11 +223,35 @@ func (a *Arena) Zeros(dt tensor.DType, shape ...int) *Array {
 // Dequantize widens MLX affine codes w [..., n·bits/32] with scales and
 // biases [..., n/group] to dt: q·scale + bias.
 func (a *Arena) Dequantize(w, scales, biases *Array, group, bits int, dt tensor.DType) *Array {
+	return a.DequantizeMode(w, scales, biases, group, bits, dt, "")
+}
+
+// DequantizeMode is Dequantize in any of MLX's modes (see
+// QuantizedMatmulMode): code·scale for the floating-point ones.
+func (a *Arena) DequantizeMode(w, scales, biases *Array, group, bits int, dt tensor.DType, mode string) *Array {
 	g := C.mlx_optional_int{value: C.int(group), has_value: true}
 	b := C.mlx_optional_int{value: C.int(bits), has_value: true}
 	d := C.mlx_optional_dtype{value: toMLX(dt), has_value: true}
 	none := C.mlx_array_new()
-	return a.op("mlx_dequantize", []*Array{w, scales, biases}, func(res *C.mlx_array) C.int {
-		return C.mlx_dequantize(res, w.c, scales.c, biases.c, g, b, cAffine, none, d, a.rt.stream)
+	in, bc := []*Array{w, scales}, C.mlx_array_new()
+	if biases != nil {
+		in, bc = append(in, biases), biases.c
+	}
+	m := modeString(mode)
+	return a.op("mlx_dequantize", in, func(res *C.mlx_array) C.int {
+		return C.mlx_dequantize(res, w.c, scales.c, bc, g, b, m, none, d, a.rt.stream)
 	})
+}
+
+// modeString is the C string of a quantization mode ("" is affine).
+func modeString(mode string) *C.char {
+	switch mode {
+	case "mxfp4":
+		return cMXFP4
+	case "mxfp8":
+		return cMXFP8
+	case "nvfp4":
+		return cNVFP4
+	}
+	return cAffine
 }

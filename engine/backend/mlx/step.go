@@ -146,6 +146,9 @@ func (s *step) Embed(table backend.Weight, ids []int32) backend.Array {
 			s, b := as(a, a.Take(w.scales, i, 0), dt), as(a, a.Take(w.biases, i, 0), dt)
 			return a.Dequantize(a.Take(w.w, i, 0), s, b, w.group, w.bits, dt)
 		}
+		if w.fp != "" {
+			return a.DequantizeMode(a.Take(w.w, i, 0), a.Take(w.scales, i, 0), nil, w.group, w.bits, dt, w.fp)
+		}
 		return as(a, a.Take(w.w, i, 0), dt)
 	})
 }
@@ -158,43 +161,57 @@ func (s *step) Linear(x backend.Array, w backend.Weight) backend.Array {
 	if in.cols != m.in {
 		panic(fmt.Sprintf("mlx: Linear %s: input has %d features, weight takes %d", m.name, in.cols, m.in))
 	}
-	dt := in.dt // quantized_matmul computes in x's type
-	if !m.affine {
-		dt = promote(in.dt, m.dt)
+	dt := linearType(s.b.f32, in.dt, m)
+	return s.record(in.rows, m.out, dt, func(a *Arena) *Array { return linear(a, in.x, m, s.b.f32) })
+}
+
+// linearType is the type of x·Wᵀ + bias: float32 in float32 mode; else
+// the activations' type for quantized weights (quantized_matmul computes
+// in x's type) and the promotion of both for dense ones, promoted with
+// the bias's type.
+func linearType(f32mode bool, x tensor.DType, m *weight) tensor.DType {
+	if f32mode {
+		return tensor.F32
+	}
+	dt := x
+	if !m.affine && m.fp == "" {
+		dt = promote(x, m.dt)
 	}
 	if m.bias != nil {
 		dt = promote(dt, m.bias.DType())
 	}
-	if s.b.f32 {
-		dt = tensor.F32
-	}
-	return s.record(in.rows, m.out, dt, func(a *Arena) *Array {
-		if s.b.f32 {
-			var y *Array
-			if m.affine {
-				y = a.QuantizedMatmul(in.x, m.w, m.scales, m.biases, true, m.group, m.bits)
-			} else {
-				y = a.Matmul(in.x, a.Transpose(m.w, 1, 0))
-			}
-			y = f32(a, y)
-			if m.bias != nil {
-				y = a.Add(y, m.bias)
-			}
-			return y
-		}
+	return dt
+}
+
+// linear is x·Wᵀ + bias: in float32 mode the product is widened before the
+// bias is added; else as mlx.nn.Linear (addmm with a bias) and
+// QuantizedLinear (the quantized product, then the bias) compute it.
+func linear(a *Arena, x *Array, m *weight, f32mode bool) *Array {
+	product := func() *Array {
 		switch {
 		case m.affine:
-			y := a.QuantizedMatmul(in.x, m.w, m.scales, m.biases, true, m.group, m.bits)
-			if m.bias != nil {
-				y = a.Add(y, m.bias)
-			}
-			return y
-		case m.bias != nil:
-			return a.Addmm(m.bias, in.x, a.Transpose(m.w, 1, 0))
+			return a.QuantizedMatmul(x, m.w, m.scales, m.biases, true, m.group, m.bits)
+		case m.fp != "":
+			return a.QuantizedMatmulMode(x, m.w, m.scales, nil, true, m.group, m.bits, m.fp)
 		default:
-			return a.Matmul(in.x, a.Transpose(m.w, 1, 0))
+			return a.Matmul(x, a.Transpose(m.w, 1, 0))
 		}
-	})
+	}
+	if f32mode {
+		y := f32(a, product())
+		if m.bias != nil {
+			y = a.Add(y, m.bias)
+		}
+		return y
+	}
+	if m.bias != nil && !m.affine && m.fp == "" {
+		return a.Addmm(m.bias, x, a.Transpose(m.w, 1, 0))
+	}
+	y := product()
+	if m.bias != nil {
+		y = a.Add(y, m.bias)
+	}
+	return y
 }
 
 // RMSNorm normalizes each group of w.Len() features of every row.

@@ -35,6 +35,20 @@ import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.utils import load_model
 
+# mlx-lm 0.32.2's QuantizedSwitchLinear passes global_scale=None to
+# gather_qmm, a keyword the mlx-cpu wheel it runs on here does not have;
+# None is that keyword's default, so dropping it changes nothing.
+_gather_qmm = mx.gather_qmm
+
+
+def _gather_qmm_compat(*args, global_scale=None, **kwargs):
+    if global_scale is not None:
+        kwargs["global_scale"] = global_scale
+    return _gather_qmm(*args, **kwargs)
+
+
+mx.gather_qmm = _gather_qmm_compat
+
 
 def head(model, h):
     """The LM head of mlx-lm's Model.__call__, on hidden states h."""
