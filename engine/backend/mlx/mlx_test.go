@@ -157,6 +157,7 @@ func TestMLX(t *testing.T) {
 	t.Run("Do", func(t *testing.T) { testDo(t, rt) })
 	t.Run("OpenRejects", func(t *testing.T) { testOpenRejects(t) })
 	t.Run("EncoderOps", testEncoderOps)
+	t.Run("GemmaOps", testGemmaOps)
 	t.Run("Backend", testBackend)
 }
 
