@@ -28,7 +28,7 @@ func runCreateDemo(_ context.Context, args []string, stdout, stderr io.Writer) e
 	var o demo.Options
 	var out string
 	fs := newFlagSet("models create-demo", stderr)
-	fs.StringVar(&o.Arch, "arch", d.Arch, "architecture: llama or qwen3")
+	fs.StringVar(&o.Arch, "arch", d.Arch, "architecture: llama, qwen3 or gemma3_text")
 	fs.StringVar(&out, "out", "", "output directory (required)")
 	fs.IntVar(&o.Layers, "layers", d.Layers, "number of layers")
 	fs.IntVar(&o.Hidden, "hidden", d.Hidden, "hidden size")
@@ -45,6 +45,8 @@ func runCreateDemo(_ context.Context, args []string, stdout, stderr io.Writer) e
 	fs.Uint64Var(&o.Seed, "seed", 0, "random seed (same seed, same weights)")
 	fs.BoolVar(&o.Untied, "untied", false, "write a separate lm_head instead of tying it to the embeddings")
 	fs.IntVar(&o.StopAfter, "stop-after", 0, fmt.Sprintf("end answers on their own after about this many tokens (0: never, answers run to max_tokens; at most %d)", demo.MaxStopAfter))
+	fs.IntVar(&o.SlidingWindow, "sliding-window", 0, "gemma3_text: positions a local layer attends to (default 512)")
+	fs.IntVar(&o.SlidingPattern, "sliding-pattern", 0, "gemma3_text: one global layer in every N (default 6)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -159,23 +159,31 @@ func (m *Model) initWeights() error {
 	// MLP's silu(gate)·up has an RMS of ~0.6.
 	oStd := sc.rho * initializerRange / (0.7 * math.Sqrt(float64(q)))
 	downStd := sc.rho * initializerRange / (0.6 * math.Sqrt(float64(p.Intermediate)))
-	for l := range p.Layers {
-		pre := fmt.Sprintf("model.layers.%d.", l)
-		add(pre+"input_layernorm.weight", fill(p.Hidden, 1), p.Hidden)
-		input(pre+"self_attn.q_proj.weight", q, qkGain)
-		input(pre+"self_attn.k_proj.weight", kv, qkGain)
-		input(pre+"self_attn.v_proj.weight", kv, 1)
-		output(pre+"self_attn.o_proj.weight", q, oStd)
-		if p.Arch == modelfile.ArchQwen3 {
-			add(pre+"self_attn.q_norm.weight", fill(p.HeadDim, float32(qkGain)), p.HeadDim)
-			add(pre+"self_attn.k_norm.weight", fill(p.HeadDim, float32(qkGain)), p.HeadDim)
+	if p.Arch == modelfile.ArchGemma3Text {
+		m.gemmaLayers(sc, input, output, add, fill)
+	} else {
+		for l := range p.Layers {
+			pre := fmt.Sprintf("model.layers.%d.", l)
+			add(pre+"input_layernorm.weight", fill(p.Hidden, 1), p.Hidden)
+			input(pre+"self_attn.q_proj.weight", q, qkGain)
+			input(pre+"self_attn.k_proj.weight", kv, qkGain)
+			input(pre+"self_attn.v_proj.weight", kv, 1)
+			output(pre+"self_attn.o_proj.weight", q, oStd)
+			if p.Arch == modelfile.ArchQwen3 {
+				add(pre+"self_attn.q_norm.weight", fill(p.HeadDim, float32(qkGain)), p.HeadDim)
+				add(pre+"self_attn.k_norm.weight", fill(p.HeadDim, float32(qkGain)), p.HeadDim)
+			}
+			add(pre+"post_attention_layernorm.weight", fill(p.Hidden, 1), p.Hidden)
+			input(pre+"mlp.gate_proj.weight", p.Intermediate, 1)
+			input(pre+"mlp.up_proj.weight", p.Intermediate, 1)
+			output(pre+"mlp.down_proj.weight", p.Intermediate, downStd)
 		}
-		add(pre+"post_attention_layernorm.weight", fill(p.Hidden, 1), p.Hidden)
-		input(pre+"mlp.gate_proj.weight", p.Intermediate, 1)
-		input(pre+"mlp.up_proj.weight", p.Intermediate, 1)
-		output(pre+"mlp.down_proj.weight", p.Intermediate, downStd)
 	}
-	add("model.norm.weight", fill(p.Hidden, float32(sc.norm)), p.Hidden)[p.biasDim()] = float32(sc.bias)
+	final := add("model.norm.weight", fill(p.Hidden, float32(sc.norm)), p.Hidden)
+	final[p.biasDim()] = float32(sc.bias)
+	if p.Arch == modelfile.ArchGemma3Text {
+		gemmaNormOffset(final)
+	}
 	head := emb
 	if !p.TieEmbeddings {
 		head = rows("lm_head.weight")

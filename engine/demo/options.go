@@ -15,7 +15,7 @@ const (
 // Options describe the model to build. Zero fields take the defaults of
 // DefaultOptions.
 type Options struct {
-	Arch         string // "llama" or "qwen3"
+	Arch         string // "llama", "qwen3" or "gemma3_text"
 	Layers       int
 	Hidden       int
 	Heads        int
@@ -34,6 +34,10 @@ type Options struct {
 	// after about that many tokens (see stop.go); 0 leaves the end tokens
 	// as unlikely as padding, so answers run to max_tokens.
 	StopAfter int
+	// SlidingWindow and SlidingPattern (gemma3_text): the local layers'
+	// window and one global layer in every SlidingPattern (defaults 512
+	// and 6, Gemma 3 1B's).
+	SlidingWindow, SlidingPattern int
 }
 
 // DefaultOptions is a tiny Qwen3: 2 layers, hidden 64, 4 heads, 2 KV
@@ -68,8 +72,8 @@ func (o Options) resolve() (Options, error) {
 	if o.Format == "" {
 		o.Format = d.Format
 	}
-	if o.Arch != modelfile.ArchLlama && o.Arch != modelfile.ArchQwen3 {
-		return o, fmt.Errorf("demo: unknown arch %q (want llama or qwen3)", o.Arch)
+	if err := o.resolveGemma(); err != nil {
+		return o, err
 	}
 	switch {
 	case o.Layers < 0 || o.Hidden < 0 || o.Heads < 0 || o.KVHeads < 0 || o.HeadDim < 0 || o.Intermediate < 0:

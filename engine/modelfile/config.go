@@ -13,6 +13,8 @@ const (
 	ArchLlama = "llama"
 	ArchQwen2 = "qwen2"
 	ArchQwen3 = "qwen3"
+	// ArchGemma3Text is Gemma 3's text model (mlx-lm's gemma3_text).
+	ArchGemma3Text = "gemma3_text"
 )
 
 // ConfigFile and GenerationConfigFile are the file names in a model
@@ -43,13 +45,15 @@ func archFor(name string) string {
 		return ArchQwen2
 	case "Qwen3ForCausalLM", "qwen3":
 		return ArchQwen3
+	case "Gemma3ForCausalLM", "gemma3_text":
+		return ArchGemma3Text
 	}
 	return ""
 }
 
 // Config is a validated config.json with mlx-lm's defaults applied.
 type Config struct {
-	Architecture  string   `json:"architecture"`  // llama, qwen2 or qwen3
+	Architecture  string   `json:"architecture"`  // llama, qwen2, qwen3 or gemma3_text
 	Architectures []string `json:"architectures"` // as written in the file
 	ModelType     string   `json:"model_type,omitempty"`
 
@@ -77,6 +81,9 @@ type Config struct {
 	TorchDType  string   `json:"torch_dtype,omitempty"` // bfloat16, float16, float32 or ""
 
 	Quantization *Quantization `json:"quantization"` // nil: not quantized
+
+	// Gemma holds what only Gemma 3 has (nil for other families).
+	Gemma *GemmaConfig `json:"gemma,omitempty"`
 }
 
 type rawConfig struct {
@@ -135,7 +142,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		c.Architecture = archFor(r.ModelType)
 	}
 	if c.Architecture == "" {
-		return nil, fmt.Errorf("%w: architectures %q, model_type %q (want LlamaForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM)", ErrUnknownArchitecture, r.Architectures, r.ModelType)
+		return nil, fmt.Errorf("%w: architectures %q, model_type %q (want LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM or Gemma3ForCausalLM)", ErrUnknownArchitecture, r.Architectures, r.ModelType)
 	}
 	if err := c.sizes(&r); err != nil {
 		return nil, err
@@ -170,6 +177,11 @@ func ParseConfig(data []byte) (*Config, error) {
 		return nil, err
 	}
 	c.Quantization = q
+	if c.Architecture == ArchGemma3Text {
+		if c.Gemma, err = parseGemma(data, c); err != nil {
+			return nil, err
+		}
+	}
 	return c, nil
 }
 
