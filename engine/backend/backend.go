@@ -119,6 +119,8 @@ type Step interface {
 	// Softcap returns tanh(x/cap)·cap elementwise (Gemma's logit
 	// soft-capping).
 	Softcap(x Array, cap float32) Array
+	// Scale returns x·c elementwise (Gemma's embedding scale).
+	Scale(x Array, c float32) Array
 	// Add returns a + b elementwise.
 	Add(a, b Array) Array
 	// SwiGLU returns silu(gate)·up elementwise.

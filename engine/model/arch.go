@@ -16,9 +16,9 @@ type architecture struct {
 }
 
 var architectures = map[string]architecture{
-	modelfile.ArchLlama: {load: loadLlama, headDim: configHeadDim},
-	modelfile.ArchQwen2: {load: loadQwen2, headDim: hiddenPerHead},
-	modelfile.ArchQwen3: {load: loadQwen3, headDim: configHeadDim},
+	modelfile.ArchLlama:      {load: loadLlama, headDim: configHeadDim},
+	modelfile.ArchQwen2:      {load: loadQwen2, headDim: hiddenPerHead},
+	modelfile.ArchQwen3:      {load: loadQwen3, headDim: configHeadDim},
 	modelfile.ArchGemma3Text: {load: loadGemma3, headDim: configHeadDim, setup: setupGemma3},
 }
 

@@ -39,3 +39,13 @@ func (s *step) Softcap(x backend.Array, limit float32) backend.Array {
 	})
 	return out
 }
+
+// Scale returns x·c.
+func (s *step) Scale(x backend.Array, c float32) backend.Array {
+	a := arr(x)
+	out := s.new(a.rows, a.cols)
+	s.b.parallelRows(a.rows, elementwiseRows(a.cols), func(lo, hi int) {
+		s.b.k.Scale(out.data[lo*a.cols:hi*a.cols], a.data[lo*a.cols:hi*a.cols], c)
+	})
+	return out
+}

@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// TestGELUTanhGate and TestSoftcap check Gemma's elementwise ops against
+// TestGELUTanhGate, TestSoftcap and TestScale check Gemma's elementwise ops against
 // their formulas in float64.
 func TestGELUTanhGate(t *testing.T) {
 	b := New(Options{})
@@ -37,4 +37,17 @@ func TestSoftcap(t *testing.T) {
 	s := b.NewStep(context.Background())
 	defer s.Close()
 	closeTo(t, "Softcap", read(t, s, s.Softcap(s.Input(2, 4, x), 30)), want, 1e-5)
+}
+
+func TestScale(t *testing.T) {
+	b := New(Options{})
+	defer b.Close()
+	x := []float32{0, 1, -1, 3.5, 1e-3, -250}
+	want := make([]float64, len(x))
+	for i, v := range x {
+		want[i] = float64(v) * 11.3125
+	}
+	s := b.NewStep(context.Background())
+	defer s.Close()
+	closeTo(t, "Scale", read(t, s, s.Scale(s.Input(2, 3, x), 11.3125)), want, 1e-6)
 }

@@ -90,3 +90,9 @@ func (s *step) Softcap(x backend.Array, limit float32) backend.Array {
 		return a.Multiply(a.Tanh(a.Multiply(in.x, a.FromFloat32([]float32{1 / limit}, 1))), a.FromFloat32([]float32{limit}, 1))
 	})
 }
+
+// Scale returns x·c.
+func (s *step) Scale(x backend.Array, c float32) backend.Array {
+	in := nd(x)
+	return s.record(in.rows, in.cols, func(a *Arena) *Array { return a.Multiply(in.x, a.FromFloat32([]float32{c}, 1)) })
+}

@@ -12,7 +12,7 @@ import (
 	"fusion/engine/backend/cpu"
 )
 
-// testGemmaOps runs GELUTanhGate, Softcap and WindowAttention on both
+// testGemmaOps runs GELUTanhGate, Softcap, Scale and WindowAttention on both
 // backends (the CPU ones are checked against their formulas in package
 // cpu). WindowAttention runs a batch of a long prefill past the window, a
 // decode step deep into a sequence and a short chunk after history, then
@@ -38,6 +38,7 @@ func testGemmaOps(t *testing.T) {
 			return s.GELUTanhGate(s.Input(rows, cols, g), s.Input(rows, cols, u))
 		}, 1e-5},
 		{"Softcap", func(s backend.Step) backend.Array { return s.Softcap(s.Input(rows, cols, x), 30) }, 1e-4},
+		{"Scale", func(s backend.Step) backend.Array { return s.Scale(s.Input(rows, cols, x), 11.3125) }, 1e-6},
 	}
 	for _, op := range ops {
 		t.Run(op.name, func(t *testing.T) {
