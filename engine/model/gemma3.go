@@ -22,8 +22,7 @@ import (
 type gemma3Block struct {
 	inputNorm, postAttnNorm backend.Vector
 	preFFNorm, postFFNorm   backend.Vector
-	q, k, v, o              backend.Weight
-	qNorm, kNorm            backend.Vector // [head_dim]
+	attn                    qkNormAttention
 	mlp                     mlp
 }
 
@@ -33,28 +32,16 @@ func loadGemma3(w *loader, prefix string) block {
 		postAttnNorm: w.vector(prefix + "post_attention_layernorm.weight"),
 		preFFNorm:    w.vector(prefix + "pre_feedforward_layernorm.weight"),
 		postFFNorm:   w.vector(prefix + "post_feedforward_layernorm.weight"),
-		q:            w.linear(prefix + "self_attn.q_proj"),
-		k:            w.linear(prefix + "self_attn.k_proj"),
-		v:            w.linear(prefix + "self_attn.v_proj"),
-		o:            w.linear(prefix + "self_attn.o_proj"),
-		qNorm:        w.vector(prefix + "self_attn.q_norm.weight"),
-		kNorm:        w.vector(prefix + "self_attn.k_norm.weight"),
+		attn:         loadQKNormAttention(w, prefix),
 		mlp:          loadMLP(w, prefix),
 	}
 }
 
 func (b *gemma3Block) forward(f *frame, x backend.Array) backend.Array {
-	h := f.Add(x, f.norm(b.attention(f, f.norm(x, b.inputNorm)), b.postAttnNorm))
+	h := f.Add(x, f.norm(b.attn.forward(f, f.norm(x, b.inputNorm)), b.postAttnNorm))
 	n := f.norm(h, b.preFFNorm)
 	r := f.Linear(f.GELUTanhGate(f.Linear(n, b.mlp.gate), f.Linear(n, b.mlp.up)), b.mlp.down)
 	return f.Add(h, f.norm(r, b.postFFNorm))
-}
-
-func (b *gemma3Block) attention(f *frame, x backend.Array) backend.Array {
-	q := f.rotate(f.norm(f.Linear(x, b.q), b.qNorm))
-	k := f.rotate(f.norm(f.Linear(x, b.k), b.kNorm))
-	v := f.Linear(x, b.v)
-	return f.Linear(f.attend(q, k, v), b.o)
 }
 
 // setupGemma3 sets Gemma's constants as mlx-lm does: the attention scale

@@ -48,10 +48,7 @@ func TestParityMLXGemma3(t *testing.T) {
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			ref := refs[i]
-			got := teacherForced(t, be, dirs[i], prompt, ref.Tokens)
-			maxDiff, agree, decided := compareSteps(t, got, ref, c.tol)
-			t.Logf("max |Δ logprob| over the top 8 of %d steps: %.2e (tolerance %.0e); greedy agrees on %d/%d steps with a top-2 gap > tolerance",
-				len(ref.Steps), maxDiff, c.tol, agree, decided)
+			checkParity(t, be, dirs[i], prompt, ref, c.tol)
 			lo, hi := 1.0, 0.0
 			for _, st := range ref.Steps {
 				p := math.Exp(st.LogProbs[0])

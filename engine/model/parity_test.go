@@ -143,14 +143,18 @@ func TestParityMLX(t *testing.T) {
 	be := cpu.New(cpu.Options{})
 	defer be.Close()
 	for i, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			ref := refs[i]
-			got := teacherForced(t, be, dirs[i], prompt, ref.Tokens)
-			maxDiff, agree, decided := compareSteps(t, got, ref, c.tol)
-			t.Logf("max |Δ logprob| over the top 8 of %d steps: %.2e (tolerance %.0e); greedy agrees on %d/%d steps with a top-2 gap > tolerance",
-				len(ref.Steps), maxDiff, c.tol, agree, decided)
-		})
+		t.Run(c.name, func(t *testing.T) { checkParity(t, be, dirs[i], prompt, refs[i], c.tol) })
 	}
+}
+
+// checkParity runs our side of one model, teacher-forced with mlx-lm's
+// tokens, and compares every step with mlx-lm's.
+func checkParity(t *testing.T, be *cpu.Backend, dir string, prompt []int, ref mlxResult, tol float64) {
+	t.Helper()
+	got := teacherForced(t, be, dir, prompt, ref.Tokens)
+	maxDiff, agree, decided := compareSteps(t, got, ref, tol)
+	t.Logf("max |Δ logprob| over the top 8 of %d steps: %.2e (tolerance %.0e); greedy agrees on %d/%d steps with a top-2 gap > tolerance",
+		len(ref.Steps), maxDiff, tol, agree, decided)
 }
 
 // compareSteps checks our log-probabilities against mlx-lm's at every step

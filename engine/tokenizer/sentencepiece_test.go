@@ -23,7 +23,7 @@ func TestMetaspaceParityWithHF(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	texts := corpus.Generate(20260202, 3000)
+	texts := corpus.Generate(20260202, 2000)
 	for _, tc := range []struct {
 		scheme string
 		split  bool

@@ -29,33 +29,13 @@ func testGemmaOps(t *testing.T) {
 	const rows, cols = 6, 64
 	g, u := randFloats(rng, rows*cols, 3), randFloats(rng, rows*cols, 1)
 	x := randFloats(rng, rows*cols, 60)
-	ops := []struct {
-		name string
-		run  func(s backend.Step) backend.Array
-		tol  float64
-	}{
-		{"GELUTanhGate", func(s backend.Step) backend.Array {
+	compareWithCPU(t, be, []opCase{
+		{"GELUTanhGate", func(_ backend.Backend, s backend.Step) backend.Array {
 			return s.GELUTanhGate(s.Input(rows, cols, g), s.Input(rows, cols, u))
 		}, 1e-5},
-		{"Softcap", func(s backend.Step) backend.Array { return s.Softcap(s.Input(rows, cols, x), 30) }, 1e-4},
-		{"Scale", func(s backend.Step) backend.Array { return s.Scale(s.Input(rows, cols, x), 11.3125) }, 1e-6},
-	}
-	for _, op := range ops {
-		t.Run(op.name, func(t *testing.T) {
-			want := cpuRun(t, cpu.Options{}, func(_ *cpu.Backend, s backend.Step) backend.Array { return op.run(s) })
-			s := be.NewStep(context.Background())
-			defer s.Close()
-			got, err := s.Read(op.run(s))
-			if err != nil {
-				t.Fatal(err)
-			}
-			d, err := within(op.name, got, widen(want), nil, op.tol)
-			t.Logf("max |MLX − CPU| %.3g", d)
-			if err != nil {
-				t.Fatal(err)
-			}
-		})
-	}
+		{"Softcap", func(_ backend.Backend, s backend.Step) backend.Array { return s.Softcap(s.Input(rows, cols, x), 30) }, 1e-4},
+		{"Scale", func(_ backend.Backend, s backend.Step) backend.Array { return s.Scale(s.Input(rows, cols, x), 11.3125) }, 1e-6},
+	})
 
 	t.Run("WindowAttention", func(t *testing.T) {
 		const heads, kvh, hd, window = 4, 2, 16, 37
