@@ -117,7 +117,8 @@ func checkSameIDs(t *testing.T, what string, texts []string, got, want [][]int) 
 // checkRoundTrip wants Decode(Encode(s)) == s. Qwen normalizes its input
 // to NFC, so there the text to get back is NFC(s); the SentencePiece
 // tokenizers (Gemma 3, Llama 2) write spaces as "▁", so there a "▁" of the
-// text comes back as a space (as with HF).
+// text comes back as a space (as with HF), and Llama 2's texts with its
+// added tokens are left out (a space comes back after each).
 func checkRoundTrip(t *testing.T, name string, tok *tokenizer.Tokenizer, texts []string, ids [][]int) {
 	t.Helper()
 	failures := 0
@@ -129,6 +130,9 @@ func checkRoundTrip(t *testing.T, name string, tok *tokenizer.Tokenizer, texts [
 		case "gemma3", "llama2":
 			want = strings.ReplaceAll(text, "▁", " ")
 		}
+		if name == "llama2" && containsAny(text, "<s>", "</s>", "<unk>") {
+			continue // its Prepend normalizer adds "▁" after each added token, as HF's does
+		}
 		if got := tok.Decode(ids[i], false); got != want {
 			failures++
 			if failures <= 5 {
@@ -139,6 +143,16 @@ func checkRoundTrip(t *testing.T, name string, tok *tokenizer.Tokenizer, texts [
 	if failures > 0 {
 		t.Errorf("%d of %d strings do not survive encode then decode", failures, len(texts))
 	}
+}
+
+// containsAny reports whether s contains one of subs.
+func containsAny(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkDecodeParity decodes random id lists (with special tokens, and ids
