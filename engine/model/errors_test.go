@@ -153,7 +153,7 @@ func TestMemory(t *testing.T) {
 	defer be.Close()
 	for _, f := range formats {
 		t.Run(f.name, func(t *testing.T) {
-			path := smallModel(t, "qwen3", f.opts)
+			path := smallModel(t, f.archs[len(f.archs)-1], f.opts)
 			m := load(t, be, path, Range{})
 			// Norm weights are widened to f32; everything else is used as
 			// stored (the embedding once, as it is tied).
