@@ -106,6 +106,21 @@ type Step interface {
 	// shape (mlx fast.scaled_dot_product_attention without a mask, per
 	// sequence).
 	EncoderAttention(q, k, v Array, heads int, scale float32, lens []int) Array
+	// WindowAttention is Attention over a sliding window (Gemma's local
+	// layers): query i of a sequence, at position p = Offset+i, sees the
+	// keys at positions max(0, p−window+1) … p (mlx-lm's
+	// create_attention_mask with window_size). The cache keeps every
+	// position, so the same cache serves both kinds of layer.
+	WindowAttention(layer int, q, k, v Array, scale float32, window int, b *Batch) Array
+	// GELUTanhGate returns gelu_tanh(gate)·up elementwise, with the tanh
+	// approximation gelu_tanh(x) = x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))/2
+	// (Gemma's MLP; mlx nn.gelu_approx).
+	GELUTanhGate(gate, up Array) Array
+	// Softcap returns tanh(x/cap)·cap elementwise (Gemma's logit
+	// soft-capping).
+	Softcap(x Array, cap float32) Array
+	// Scale returns x·c elementwise (Gemma's embedding scale).
+	Scale(x Array, c float32) Array
 	// Add returns a + b elementwise.
 	Add(a, b Array) Array
 	// SwiGLU returns silu(gate)·up elementwise.

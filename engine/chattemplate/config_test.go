@@ -102,7 +102,7 @@ func TestNamedTemplate(t *testing.T) {
 }
 
 func TestFixtureTemplatesCompile(t *testing.T) {
-	for _, name := range []string{"qwen3", "llama3_1", "llama3_2", "deepseek_v3"} {
+	for _, name := range []string{"qwen3", "llama3_1", "llama3_2", "deepseek_v3", "gemma3"} {
 		src, err := FromTokenizerConfig(testenv.TokenizerDir(t, name))
 		if err != nil {
 			t.Fatal(err)

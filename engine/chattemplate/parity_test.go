@@ -47,6 +47,8 @@ var families = []struct {
 		"\"parameters\": {", "<|start_header_id|>ipython<|end_header_id|>", "Today Date: 07 Mar 2025", "Today Date: 29 Feb 2028"}},
 	{"deepseek_v3", "deepseek_v3", (*gen).deepseekCase, 4, []string{
 		"<｜tool▁calls▁begin｜>", "<｜tool▁outputs▁begin｜>", "\n<｜tool▁output▁begin｜>", "<｜tool▁outputs▁end｜>", "<｜Assistant｜>"}},
+	{"gemma3", "gemma3", (*gen).gemma3Case, 5, []string{
+		"<bos><start_of_turn>user\n", "\n\n", "<start_of_image>", "<start_of_turn>model\n", "<end_of_turn>\n<start_of_turn>user\n"}},
 }
 
 type pyResult struct {

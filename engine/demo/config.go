@@ -67,6 +67,9 @@ func (m *Model) configJSON() map[string]any {
 		c["use_sliding_window"] = false
 		c["transformers_version"] = "4.51.0"
 	}
+	if p.Arch == modelfile.ArchGemma3Text {
+		m.gemmaConfig(c)
+	}
 	if o := m.Options; o.Quantize != 0 {
 		// mlx-lm writes the block twice; "mode" is absent from older files.
 		q := map[string]any{"group_size": o.GroupSize, "bits": o.Quantize, "mode": o.QuantMode}
@@ -92,7 +95,15 @@ func (m *Model) generationJSON() map[string]any {
 	if bos, ok := m.Config["bos_token_id"]; ok && bos != nil {
 		g["bos_token_id"] = bos
 	}
-	if m.Params.Arch == modelfile.ArchLlama {
+	if m.Params.Arch == modelfile.ArchGemma3Text {
+		g["cache_implementation"] = "hybrid"
+		g["top_k"] = 64
+		g["top_p"] = 0.95
+		g["transformers_version"] = "4.50.0.dev0"
+		if tk.Pad >= 0 {
+			g["pad_token_id"] = tk.Pad
+		}
+	} else if m.Params.Arch == modelfile.ArchLlama {
 		g["top_p"] = 0.9
 		g["transformers_version"] = "4.45.0.dev0"
 	} else {

@@ -112,6 +112,8 @@ func TestOutputsVary(t *testing.T) {
 		"stop-after":     {StopAfter: 200, Seed: 12},
 		"qwen3_moe":      {Arch: "qwen3_moe", Seed: 14},
 		"qwen3_moe-mlx4": {Arch: "qwen3_moe", Quantize: 4, GroupSize: 64, Seed: 15},
+		"gemma3-bf16":    {Arch: "gemma3_text", SlidingWindow: 16, SlidingPattern: 2, Layers: 4, Seed: 14},
+		"gemma3-mlx4":    {Arch: "gemma3_text", Quantize: 4, GroupSize: 32, SlidingWindow: 16, SlidingPattern: 3, Layers: 3, Seed: 15},
 	}
 	r := newRunner(t, models)
 	names := make([]string, 0, len(models))
@@ -128,6 +130,15 @@ func TestOutputsVary(t *testing.T) {
 // vocabulary.
 func TestOutputsVaryQwen3Vocab(t *testing.T) {
 	r := newRunner(t, map[string]demo.Options{"m": {VocabFrom: testenv.TokenizerDir(t, "qwen3"), Seed: 13}})
+	checkSpread(t, r, "m")
+}
+
+// TestOutputsVaryGemma3Vocab: a Gemma 3 demo with the real Gemma 3
+// tokenizer (SentencePiece-style, 262,208 rows) and chat template, its
+// local layers' window shorter than the answers, through the runner.
+func TestOutputsVaryGemma3Vocab(t *testing.T) {
+	r := newRunner(t, map[string]demo.Options{"m": {Arch: "gemma3_text", VocabFrom: testenv.TokenizerDir(t, "gemma3"),
+		SlidingWindow: 24, SlidingPattern: 2, Seed: 16}})
 	checkSpread(t, r, "m")
 }
 

@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+
+	"fusion/engine/modelfile"
 )
 
 // The weights are drawn so that a demo model behaves like a small language
@@ -167,36 +169,44 @@ func (m *Model) initWeights() error {
 	// MLP's silu(gate)·up has an RMS of ~0.6.
 	oStd := sc.rho * initializerRange / (0.7 * math.Sqrt(float64(q)))
 	downStd := sc.rho * initializerRange / (0.6 * math.Sqrt(float64(p.Intermediate)))
-	for l := range p.Layers {
-		pre := fmt.Sprintf("model.layers.%d.", l)
-		add(pre+"input_layernorm.weight", fill(p.Hidden, 1), p.Hidden)
-		input(pre+"self_attn.q_proj.weight", q, qkGain)
-		input(pre+"self_attn.k_proj.weight", kv, qkGain)
-		input(pre+"self_attn.v_proj.weight", kv, 1)
-		output(pre+"self_attn.o_proj.weight", q, oStd)
-		if p.qkNorm() {
-			add(pre+"self_attn.q_norm.weight", fill(p.HeadDim, float32(qkGain)), p.HeadDim)
-			add(pre+"self_attn.k_norm.weight", fill(p.HeadDim, float32(qkGain)), p.HeadDim)
+	if p.Arch == modelfile.ArchGemma3Text {
+		m.gemmaLayers(sc, input, output, add, fill)
+	} else {
+		for l := range p.Layers {
+			pre := fmt.Sprintf("model.layers.%d.", l)
+			add(pre+"input_layernorm.weight", fill(p.Hidden, 1), p.Hidden)
+			input(pre+"self_attn.q_proj.weight", q, qkGain)
+			input(pre+"self_attn.k_proj.weight", kv, qkGain)
+			input(pre+"self_attn.v_proj.weight", kv, 1)
+			output(pre+"self_attn.o_proj.weight", q, oStd)
+			if p.qkNorm() {
+				add(pre+"self_attn.q_norm.weight", fill(p.HeadDim, float32(qkGain)), p.HeadDim)
+				add(pre+"self_attn.k_norm.weight", fill(p.HeadDim, float32(qkGain)), p.HeadDim)
+			}
+			add(pre+"post_attention_layernorm.weight", fill(p.Hidden, 1), p.Hidden)
+			if p.sparse(l) {
+				// The router at unit gain spreads its logits by ~1, so a
+				// token's experts change with its context; each expert is
+				// an MLP of the same scale, and their mix (weights summing
+				// to ~1) stays that size.
+				e, in := p.Experts, p.MoEIntermediate
+				input(pre+"mlp.gate.weight", e, 1)
+				add(pre+"mlp.switch_mlp.gate_proj.weight", inputs(e, in, 1), e, in, p.Hidden)
+				add(pre+"mlp.switch_mlp.up_proj.weight", inputs(e, in, 1), e, in, p.Hidden)
+				std := sc.rho * initializerRange / (0.6 * math.Sqrt(float64(in)))
+				add(pre+"mlp.switch_mlp.down_proj.weight", outputs(e, in, std), e, p.Hidden, in)
+				continue
+			}
+			input(pre+"mlp.gate_proj.weight", p.Intermediate, 1)
+			input(pre+"mlp.up_proj.weight", p.Intermediate, 1)
+			output(pre+"mlp.down_proj.weight", p.Intermediate, downStd)
 		}
-		add(pre+"post_attention_layernorm.weight", fill(p.Hidden, 1), p.Hidden)
-		if p.sparse(l) {
-			// The router at unit gain spreads its logits by ~1, so a
-			// token's experts change with its context; each expert is
-			// an MLP of the same scale, and their mix (weights summing
-			// to ~1) stays that size.
-			e, in := p.Experts, p.MoEIntermediate
-			input(pre+"mlp.gate.weight", e, 1)
-			add(pre+"mlp.switch_mlp.gate_proj.weight", inputs(e, in, 1), e, in, p.Hidden)
-			add(pre+"mlp.switch_mlp.up_proj.weight", inputs(e, in, 1), e, in, p.Hidden)
-			std := sc.rho * initializerRange / (0.6 * math.Sqrt(float64(in)))
-			add(pre+"mlp.switch_mlp.down_proj.weight", outputs(e, in, std), e, p.Hidden, in)
-			continue
-		}
-		input(pre+"mlp.gate_proj.weight", p.Intermediate, 1)
-		input(pre+"mlp.up_proj.weight", p.Intermediate, 1)
-		output(pre+"mlp.down_proj.weight", p.Intermediate, downStd)
 	}
-	add("model.norm.weight", fill(p.Hidden, float32(sc.norm)), p.Hidden)[p.biasDim()] = float32(sc.bias)
+	final := add("model.norm.weight", fill(p.Hidden, float32(sc.norm)), p.Hidden)
+	final[p.biasDim()] = float32(sc.bias)
+	if p.Arch == modelfile.ArchGemma3Text {
+		gemmaNormOffset(final)
+	}
 	head := emb
 	if !p.TieEmbeddings {
 		head = rows("lm_head.weight")

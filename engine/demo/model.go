@@ -20,7 +20,7 @@ type Tensor struct {
 
 // Params are the model's hyperparameters, as config.json states them.
 type Params struct {
-	Arch          string // "llama" or "qwen3"
+	Arch          string // "llama", "qwen3" or "gemma3_text"
 	Layers        int
 	Hidden        int
 	Heads         int
@@ -35,6 +35,8 @@ type Params struct {
 	TieEmbeddings bool
 	// Mixture of experts (qwen3_moe only).
 	Experts, ExpertsPerTok, MoEIntermediate, SparseStep int
+	// gemma3_text only.
+	SlidingWindow, SlidingPattern int
 }
 
 // qkNorm: the family normalizes each head of q and k (Qwen3, Qwen3-MoE).
@@ -81,6 +83,9 @@ func Build(opts Options) (*Model, error) {
 			"original_max_position_embeddings": 8192, "rope_type": "llama3"}
 	} else {
 		p.MaxPositions, p.RMSNormEps, p.RopeTheta = 40960, 1e-6, 1000000
+	}
+	if p.Arch == modelfile.ArchGemma3Text {
+		p.gemma(o)
 	}
 	if o.VocabFrom != "" {
 		m.Tokenizer, err = loadTokenizer(o.VocabFrom)

@@ -16,7 +16,7 @@ const (
 // Options describe the model to build. Zero fields take the defaults of
 // DefaultOptions.
 type Options struct {
-	Arch         string // "llama", "qwen3" or "qwen3_moe"
+	Arch         string // "llama", "qwen3", "qwen3_moe" or "gemma3_text"
 	Layers       int
 	Hidden       int
 	Heads        int
@@ -43,6 +43,10 @@ type Options struct {
 	// features, ExpertsPerTok per token, in every SparseStep-th layer (the
 	// others dense). Zero fields take DefaultMoE's values.
 	Experts, ExpertsPerTok, MoEIntermediate, SparseStep int
+	// SlidingWindow and SlidingPattern (gemma3_text): the local layers'
+	// window and one global layer in every SlidingPattern (defaults 512
+	// and 6, Gemma 3 1B's).
+	SlidingWindow, SlidingPattern int
 }
 
 // DefaultMoE is the demo mixture: 8 experts of 64 features, 2 per token,
@@ -80,6 +84,9 @@ func (o Options) resolve() (Options, error) {
 	}
 	if o.Format == "" {
 		o.Format = d.Format
+	}
+	if err := o.resolveGemma(); err != nil {
+		return o, err
 	}
 	switch {
 	case o.Layers < 0 || o.Hidden < 0 || o.Heads < 0 || o.KVHeads < 0 || o.HeadDim < 0 || o.Intermediate < 0:

@@ -155,7 +155,7 @@ var copiedTokenizerFiles = []string{TokenizerFile, TokenizerConfigFile, "special
 
 // endTokens are the end-of-turn and end-of-text tokens a generation config
 // lists besides the tokenizer's eos_token, when the vocabulary has them.
-var endTokens = []string{"<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|eom_id|>"}
+var endTokens = []string{"<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|eom_id|>", "<end_of_turn>", "<eos>"}
 
 // loadTokenizer reads a real tokenizer from dir (tokenizer.json and
 // tokenizer_config.json, plus special_tokens_map.json and

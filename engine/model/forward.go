@@ -142,6 +142,9 @@ func (m *Model) forward(ctx context.Context, inputs []Input, layers Range, hidde
 			}
 		}
 		x = s.Embed(m.embed, ids)
+		if m.embedScale != 0 {
+			x = s.Scale(x, m.embedScale)
+		}
 	} else {
 		x = s.Input(hidden.Rows, hidden.Cols, hidden.Data)
 	}
@@ -151,6 +154,14 @@ func (m *Model) forward(ctx context.Context, inputs []Input, layers Range, hidde
 			return nil, err
 		}
 		f.layer = l
+		if m.windows != nil {
+			f.window = m.windows[l]
+		}
+		if m.ropes != nil && m.ropes[l] != nil {
+			f.rope = m.ropes[l]
+		} else {
+			f.rope = m.rope
+		}
 		mark := s.Mark()
 		x = s.Release(mark, m.blocks[l-m.Layers.Start].forward(f, x))
 		if f.err != nil {
@@ -184,6 +195,9 @@ func (m *Model) logits(s backend.Step, x backend.Array, inputs []Input, b *backe
 		row += sq.Len
 	}
 	logits := s.Linear(s.RMSNorm(s.Rows(x, rows), m.norm, m.eps), m.head)
+	if m.softcap != 0 {
+		logits = s.Softcap(logits, m.softcap)
+	}
 	data, err := s.Read(logits)
 	if err != nil {
 		return nil, err

@@ -53,7 +53,15 @@ type Model struct {
 	headDim int
 	eps     float32
 	scale   float32
-	bytes   int64
+	// Per layer (nil: none differ): the attention window (0: causal
+	// over all positions) and the RoPE (nil: rope).
+	windows []int
+	ropes   []*backend.RoPE
+	// embedScale multiplies the embeddings (0: none); normOffset is added
+	// to every norm weight as it loads (Gemma's 1 + w); softcap caps the
+	// logits (0: none).
+	embedScale, normOffset, softcap float32
+	bytes                           int64
 	// Everything uploaded, released by Close (see backend.Releaser).
 	weights []backend.Weight
 	vectors []backend.Vector
@@ -129,7 +137,13 @@ func (m *Model) load(ctx context.Context, opts Options, ggufFile *gguf.File) err
 		}
 	}
 
-	w := &loader{src: m.src, be: m.be, cfg: c, dims: dims{
+	if arch.setup != nil {
+		if err := arch.setup(m); err != nil {
+			return err
+		}
+	}
+
+	w := &loader{src: m.src, be: m.be, cfg: c, normOffset: m.normOffset, dims: dims{
 		hidden: c.HiddenSize, intermediate: c.IntermediateSize, vocab: c.VocabSize,
 		heads: c.NumAttentionHeads, kvHeads: c.NumKeyValueHeads, headDim: m.headDim,
 	}}

@@ -15,7 +15,9 @@ type frame struct {
 	layer int
 	eps   float32
 	rope  *backend.RoPE
-	scale float32 // attention scale, head_dim^−½
+	scale float32 // attention scale, head_dim^−½ unless the family says
+	// window > 0 makes the layer attend to its last window positions.
+	window int
 	// err is the first failure of an op that reads values back (a
 	// router's scores); Forward stops at it.
 	err error
@@ -32,6 +34,9 @@ func (f *frame) rotate(x backend.Array) backend.Array { return f.RoPE(x, f.rope,
 
 // attend is causal grouped-query attention over the layer's KV cache.
 func (f *frame) attend(q, k, v backend.Array) backend.Array {
+	if f.window > 0 {
+		return f.WindowAttention(f.layer, q, k, v, f.scale, f.window, f.batch)
+	}
 	return f.Attention(f.layer, q, k, v, f.scale, f.batch)
 }
 

@@ -188,6 +188,16 @@ func parityModels(t *testing.T, cases []parityCase, vocabDir string) (dirs []str
 	return dirs, prompt
 }
 
+// checkParity runs our side of one model, teacher-forced with mlx-lm's
+// tokens, and compares every step with mlx-lm's.
+func checkParity(t *testing.T, be *cpu.Backend, dir string, prompt []int, ref mlxResult, tol float64) {
+	t.Helper()
+	got := teacherForced(t, be, dir, prompt, ref.Tokens)
+	maxDiff, agree, decided := compareSteps(t, got, ref, tol)
+	t.Logf("max |Δ logprob| over the top 8 of %d steps: %.2e (tolerance %.0e); greedy agrees on %d/%d steps with a top-2 gap > tolerance",
+		len(ref.Steps), maxDiff, tol, agree, decided)
+}
+
 // compareSteps checks our log-probabilities against mlx-lm's at every step
 // and returns the largest difference and the greedy agreement.
 func compareSteps(t *testing.T, got [][]float64, ref mlxResult, tol float64) (maxDiff float64, agree, decided int) {

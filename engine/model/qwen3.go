@@ -8,8 +8,7 @@ import "fusion/engine/backend"
 //	q = rope(rms_norm_per_head(q(n))),  k = rope(rms_norm_per_head(k(n)))
 type qwen3Block struct {
 	inputNorm, postNorm backend.Vector
-	q, k, v, o          backend.Weight
-	qNorm, kNorm        backend.Vector // [head_dim]
+	attn                qkNormAttention
 	mlp                 ffn
 }
 
@@ -23,24 +22,37 @@ func newQwen3Block(w *loader, prefix string, mlp ffn) *qwen3Block {
 	return &qwen3Block{
 		inputNorm: w.vector(prefix + "input_layernorm.weight"),
 		postNorm:  w.vector(prefix + "post_attention_layernorm.weight"),
-		q:         w.linear(prefix + "self_attn.q_proj"),
-		k:         w.linear(prefix + "self_attn.k_proj"),
-		v:         w.linear(prefix + "self_attn.v_proj"),
-		o:         w.linear(prefix + "self_attn.o_proj"),
-		qNorm:     w.vector(prefix + "self_attn.q_norm.weight"),
-		kNorm:     w.vector(prefix + "self_attn.k_norm.weight"),
+		attn:      loadQKNormAttention(w, prefix),
 		mlp:       mlp,
 	}
 }
 
 func (b *qwen3Block) forward(f *frame, x backend.Array) backend.Array {
-	h := f.Add(x, b.attention(f, f.norm(x, b.inputNorm)))
+	h := f.Add(x, b.attn.forward(f, f.norm(x, b.inputNorm)))
 	return f.Add(h, b.mlp.forward(f, f.norm(h, b.postNorm)))
 }
 
-func (b *qwen3Block) attention(f *frame, x backend.Array) backend.Array {
-	q := f.rotate(f.norm(f.Linear(x, b.q), b.qNorm))
-	k := f.rotate(f.norm(f.Linear(x, b.k), b.kNorm))
-	v := f.Linear(x, b.v)
-	return f.Linear(f.attend(q, k, v), b.o)
+// qkNormAttention is attention with an RMSNorm over each head of q and k
+// before RoPE (Qwen3, Gemma 3).
+type qkNormAttention struct {
+	q, k, v, o   backend.Weight
+	qNorm, kNorm backend.Vector // [head_dim]
+}
+
+func loadQKNormAttention(w *loader, prefix string) qkNormAttention {
+	return qkNormAttention{
+		q:     w.linear(prefix + "self_attn.q_proj"),
+		k:     w.linear(prefix + "self_attn.k_proj"),
+		v:     w.linear(prefix + "self_attn.v_proj"),
+		o:     w.linear(prefix + "self_attn.o_proj"),
+		qNorm: w.vector(prefix + "self_attn.q_norm.weight"),
+		kNorm: w.vector(prefix + "self_attn.k_norm.weight"),
+	}
+}
+
+func (a *qkNormAttention) forward(f *frame, x backend.Array) backend.Array {
+	q := f.rotate(f.norm(f.Linear(x, a.q), a.qNorm))
+	k := f.rotate(f.norm(f.Linear(x, a.k), a.kNorm))
+	v := f.Linear(x, a.v)
+	return f.Linear(f.attend(q, k, v), a.o)
 }

@@ -38,6 +38,9 @@ type loader struct {
 	dims  dims
 	err   error
 	bytes int64
+	// normOffset is added to every vector (Gemma's RMSNorm scales by
+	// 1 + weight).
+	normOffset float32
 	// What the backend made, for Model.Close to release.
 	weights []backend.Weight
 	vectors []backend.Vector
@@ -122,6 +125,12 @@ func (l *loader) vector(name string) backend.Vector {
 	if n := d.Data.Shape; len(n) != 1 || int(n[0]) != l.dims.length(name) {
 		l.fail(fmt.Errorf("%w: %s has shape %v, want [%d]", ErrBadWeights, name, n, l.dims.length(name)))
 		return nil
+	}
+	if l.normOffset != 0 {
+		if d, err = offsetVector(d, l.normOffset); err != nil {
+			l.fail(fmt.Errorf("%w: %w", ErrBadWeights, err))
+			return nil
+		}
 	}
 	v, err := l.be.Vector(d)
 	if err != nil {

@@ -16,6 +16,8 @@ const (
 	// ArchQwen3MoE is Qwen3's mixture of experts (Qwen3-30B-A3B,
 	// Qwen3-235B-A22B); see MoE.
 	ArchQwen3MoE = "qwen3_moe"
+	// ArchGemma3Text is Gemma 3's text model (mlx-lm's gemma3_text).
+	ArchGemma3Text = "gemma3_text"
 )
 
 // ConfigFile and GenerationConfigFile are the file names in a model
@@ -48,13 +50,15 @@ func archFor(name string) string {
 		return ArchQwen3
 	case "Qwen3MoeForCausalLM", "qwen3_moe":
 		return ArchQwen3MoE
+	case "Gemma3ForCausalLM", "gemma3_text":
+		return ArchGemma3Text
 	}
 	return ""
 }
 
 // Config is a validated config.json with mlx-lm's defaults applied.
 type Config struct {
-	Architecture  string   `json:"architecture"`  // llama, qwen2 or qwen3
+	Architecture  string   `json:"architecture"`  // llama, qwen2, qwen3 or gemma3_text
 	Architectures []string `json:"architectures"` // as written in the file
 	ModelType     string   `json:"model_type,omitempty"`
 
@@ -86,6 +90,8 @@ type Config struct {
 	// MoE is the mixture-of-experts block (qwen3_moe), nil for a dense
 	// model.
 	MoE *MoE `json:"moe,omitempty"`
+	// Gemma holds what only Gemma 3 has (nil for other families).
+	Gemma *GemmaConfig `json:"gemma,omitempty"`
 }
 
 type rawConfig struct {
@@ -145,7 +151,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		c.Architecture = archFor(r.ModelType)
 	}
 	if c.Architecture == "" {
-		return nil, fmt.Errorf("%w: architectures %q, model_type %q (want LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM or Qwen3MoeForCausalLM)", ErrUnknownArchitecture, r.Architectures, r.ModelType)
+		return nil, fmt.Errorf("%w: architectures %q, model_type %q (want LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM or Gemma3ForCausalLM)", ErrUnknownArchitecture, r.Architectures, r.ModelType)
 	}
 	if err := c.sizes(&r); err != nil {
 		return nil, err
@@ -187,6 +193,11 @@ func ParseConfig(data []byte) (*Config, error) {
 		return nil, err
 	}
 	c.Quantization = q
+	if c.Architecture == ArchGemma3Text {
+		if c.Gemma, err = parseGemma(data, c); err != nil {
+			return nil, err
+		}
+	}
 	return c, nil
 }
 

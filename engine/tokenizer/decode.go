@@ -5,25 +5,16 @@ import "unicode/utf8"
 // Decode returns the text of ids. With skipSpecial, special tokens are left
 // out (added tokens marked special: true; Qwen's <think> and <tool_call>
 // are not special and stay). Unknown ids are skipped; byte sequences that
-// are not UTF-8 become U+FFFD.
+// are not UTF-8 become U+FFFD (for a run of <0xNN> byte-fallback tokens
+// that is not UTF-8, one U+FFFD per byte, as HF's ByteFallback does).
 func (t *Tokenizer) Decode(ids []int, skipSpecial bool) string {
-	buf := make([]byte, 0, 4*len(ids))
-	first := true
+	d := decodeState{t: t, skipSpecial: skipSpecial}
+	d.reset()
+	d.pending = make([]byte, 0, 4*len(ids))
 	for _, id := range ids {
-		if !t.decodable(id, skipSpecial) {
-			continue
-		}
-		if t.decodeJoin && !first {
-			buf = append(buf, ' ')
-		}
-		if first && t.decodedFirst != nil {
-			buf = append(buf, t.decodedFirst[id]...)
-		} else {
-			buf = append(buf, t.decoded[id]...)
-		}
-		first = false
+		d.add(id)
 	}
-	return string(appendValidUTF8(nil, buf))
+	return d.take(true)
 }
 
 // decodable reports whether id contributes to decoded text.
@@ -31,51 +22,144 @@ func (t *Tokenizer) decodable(id int, skipSpecial bool) bool {
 	return id >= 0 && id < len(t.known) && t.known[id] && !(skipSpecial && t.special[id])
 }
 
-// StreamDecoder decodes ids one at a time, as a model generates them, and
-// only ever returns whole UTF-8 characters: bytes of a character that later
-// tokens complete are held back. The outputs of Add and Flush concatenate
-// to Decode of the same ids. It is not safe for concurrent use.
-type StreamDecoder struct {
+// decodeState is the decoding of one stream of ids, shared by Decode and
+// StreamDecoder.
+type decodeState struct {
 	t           *Tokenizer
 	skipSpecial bool
-	pending     []byte
-	started     bool
+	// eager moves the complete characters of a run of byte tokens out
+	// before the run ends (streaming).
+	eager   bool
+	started bool
+	pending []byte // decoded bytes not yet returned
+	// run is the current run of byte-fallback bytes, of which the first
+	// runDone were moved to pending.
+	run       []byte
+	runDone   int
+	stripLeft int // leading strip characters still to cut
 }
 
-// NewStreamDecoder returns a decoder for one stream of ids.
-func (t *Tokenizer) NewStreamDecoder(skipSpecial bool) *StreamDecoder {
-	return &StreamDecoder{t: t, skipSpecial: skipSpecial}
-}
-
-// Add decodes one more id and returns the text that is now complete.
-func (d *StreamDecoder) Add(id int) string {
-	if !d.t.decodable(id, d.skipSpecial) {
-		return ""
+func (d *decodeState) reset() {
+	d.started = false
+	d.pending, d.run, d.runDone = d.pending[:0], d.run[:0], 0
+	d.stripLeft = 0
+	if d.t.dec != nil {
+		d.stripLeft = d.t.dec.stripStart
 	}
-	if d.t.decodeJoin && d.started {
+}
+
+// add decodes one more id into pending (or the byte run).
+func (d *decodeState) add(id int) {
+	t := d.t
+	if !t.decodable(id, d.skipSpecial) {
+		return
+	}
+	if t.byteOf != nil && t.byteOf[id] >= 0 {
+		d.run = append(d.run, byte(t.byteOf[id]))
+		d.started = true
+		if d.eager {
+			d.moveCompleteRun()
+		}
+		return
+	}
+	d.endRun()
+	if t.decodeJoin && d.started {
 		d.pending = append(d.pending, ' ')
 	}
-	if !d.started && d.t.decodedFirst != nil {
-		d.pending = append(d.pending, d.t.decodedFirst[id]...)
+	if !d.started && t.decodedFirst != nil {
+		d.pending = append(d.pending, t.decodedFirst[id]...)
 	} else {
-		d.pending = append(d.pending, d.t.decoded[id]...)
+		d.pending = append(d.pending, t.decoded[id]...)
 	}
 	d.started = true
-	ready := len(d.pending) - incompleteTail(d.pending)
+}
+
+// moveCompleteRun moves the whole characters at the start of what remains
+// of the byte run to pending, stopping at an unfinished or invalid one.
+func (d *decodeState) moveCompleteRun() {
+	rest := d.run[d.runDone:]
+	n := 0
+	for n < len(rest) {
+		r, size := utf8.DecodeRune(rest[n:])
+		if r == utf8.RuneError && size <= 1 {
+			break
+		}
+		n += size
+	}
+	d.pending = append(d.pending, rest[:n]...)
+	d.runDone += n
+}
+
+// endRun ends a run of byte tokens: its bytes if they are UTF-8, else one
+// U+FFFD per byte.
+func (d *decodeState) endRun() {
+	rest := d.run[d.runDone:]
+	if utf8.Valid(rest) {
+		d.pending = append(d.pending, rest...)
+	} else {
+		for range rest {
+			d.pending = append(d.pending, "\uFFFD"...)
+		}
+	}
+	d.run, d.runDone = d.run[:0], 0
+}
+
+// take returns the text that is complete (all of it when final), with
+// ill-formed bytes as U+FFFD and the decoder's leading strip applied.
+func (d *decodeState) take(final bool) string {
+	if final {
+		d.endRun()
+	}
+	ready := len(d.pending)
+	if !final {
+		ready -= incompleteTail(d.pending)
+	}
 	if ready == 0 {
 		return ""
 	}
 	out := string(appendValidUTF8(nil, d.pending[:ready]))
 	d.pending = d.pending[:copy(d.pending, d.pending[ready:])]
+	for d.stripLeft > 0 && out != "" {
+		r, size := utf8.DecodeRuneInString(out)
+		if r != d.t.dec.stripChar {
+			d.stripLeft = 0
+			break
+		}
+		out = out[size:]
+		d.stripLeft--
+	}
 	return out
+}
+
+// StreamDecoder decodes ids one at a time, as a model generates them, and
+// only ever returns whole UTF-8 characters: bytes of a character that later
+// tokens complete are held back. The outputs of Add and Flush concatenate
+// to Decode of the same ids, except after a run of byte-fallback tokens
+// that is not UTF-8 as a whole: its characters that were whole when they
+// came are kept, where Decode turns every byte of the run into U+FFFD. It
+// is not safe for concurrent use.
+type StreamDecoder struct {
+	d decodeState
+}
+
+// NewStreamDecoder returns a decoder for one stream of ids.
+func (t *Tokenizer) NewStreamDecoder(skipSpecial bool) *StreamDecoder {
+	s := &StreamDecoder{d: decodeState{t: t, skipSpecial: skipSpecial, eager: true}}
+	s.d.reset()
+	return s
+}
+
+// Add decodes one more id and returns the text that is now complete.
+func (s *StreamDecoder) Add(id int) string {
+	s.d.add(id)
+	return s.d.take(false)
 }
 
 // Flush returns what is held back, with an unfinished character as U+FFFD,
 // and resets the decoder for a new stream.
-func (d *StreamDecoder) Flush() string {
-	out := string(appendValidUTF8(nil, d.pending))
-	d.pending = d.pending[:0]
-	d.started = false
+func (s *StreamDecoder) Flush() string {
+	out := s.d.take(true)
+	s.d.reset()
 	return out
 }
 

@@ -312,11 +312,11 @@ type decoderJSON struct {
 	Decoders []json.RawMessage `json:"decoders"`
 }
 
-// buildDecoder reads the decoder and fills the decoded bytes of every id.
-// ByteLevel (alone or in a Sequence) maps the alphabet back to bytes; a
-// token with a rune outside it (an added token such as DeepSeek's
-// "<｜User｜>") decodes to its own UTF-8 text. Without a decoder, token
-// texts are joined with spaces, as HF does.
+// buildDecoder reads the decoder and fills the decoded bytes of every id
+// (see textDecoder). ByteLevel maps the alphabet back to bytes; a token
+// with a rune outside it (an added token such as DeepSeek's "<｜User｜>")
+// decodes to its own UTF-8 text. Without a decoder, token texts are joined
+// with spaces, as HF does.
 func (t *Tokenizer) buildDecoder(raw json.RawMessage) error {
 	if cfg, ok, err := wordPieceDecoder(raw); err != nil {
 		return err
@@ -324,55 +324,13 @@ func (t *Tokenizer) buildDecoder(raw json.RawMessage) error {
 		t.buildWordPieceDecoder(cfg)
 		return nil
 	}
-	byteLevel, err := decoderIsByteLevel(raw)
+	d, err := parseTextDecoder(raw)
 	if err != nil {
 		return err
 	}
-	t.decodeJoin = !byteLevel
-	t.decoded = make([]string, len(t.tokens))
-	for id, token := range t.tokens {
-		if !t.known[id] {
-			continue
-		}
-		t.decoded[id] = token
-		if byteLevel {
-			if raw, ok := byteLevelDecode(token); ok {
-				t.decoded[id] = string(raw)
-			}
-		}
-	}
+	t.decodeJoin = d.join
+	t.buildTextDecoder(d)
 	return nil
-}
-
-// decoderIsByteLevel reports whether the decoder is ByteLevel (false for
-// null) and rejects the decoders this package does not implement.
-func decoderIsByteLevel(raw json.RawMessage) (bool, error) {
-	if isNull(raw) {
-		return false, nil
-	}
-	var cfg decoderJSON
-	if err := json.Unmarshal(raw, &cfg); err != nil {
-		return false, err
-	}
-	switch cfg.Type {
-	case "ByteLevel":
-		return true, nil
-	case "Sequence":
-		if len(cfg.Decoders) == 0 {
-			return false, errors.New("empty Sequence")
-		}
-		for i, sub := range cfg.Decoders {
-			byteLevel, err := decoderIsByteLevel(sub)
-			if err != nil {
-				return false, fmt.Errorf("decoders[%d]: %w", i, err)
-			}
-			if !byteLevel {
-				return false, fmt.Errorf("decoders[%d]: only ByteLevel is supported in a Sequence", i)
-			}
-		}
-		return true, nil
-	}
-	return false, fmt.Errorf("unsupported decoder type %q", cfg.Type)
 }
 
 // buildAddedMatchers splits the added tokens by where they are matched.

@@ -19,6 +19,11 @@ type normalizerJSON struct {
 	HandleChineseChars bool  `json:"handle_chinese_chars"`
 	StripAccents       *bool `json:"strip_accents"`
 	Lowercase          bool  `json:"lowercase"`
+	// Replace
+	Pattern *patternJSON `json:"pattern"`
+	Content *string      `json:"content"`
+	// Prepend
+	Prepend *string `json:"prepend"`
 }
 
 // buildNormalizer builds the normalizer of a tokenizer.json "normalizer"
@@ -42,6 +47,10 @@ func buildNormalizer(raw json.RawMessage) (normalizer, error) {
 		return norm.NFKD.String, nil
 	case "BertNormalizer":
 		return bertNormalizer(cfg), nil
+	case "Replace":
+		return replaceNormalizer(cfg)
+	case "Prepend":
+		return prependNormalizer(cfg)
 	case "Sequence":
 		var steps []normalizer
 		for i, sub := range cfg.Normalizers {

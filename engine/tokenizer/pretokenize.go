@@ -22,13 +22,18 @@ type preTokenizeStep interface {
 }
 
 // run appends the pieces of s to dst, using tmp as scratch; it returns both
-// slices for reuse.
-func (p *preTokenizer) run(s string, dst, tmp []string) (pieces, scratch []string) {
+// slices for reuse. atStart says whether s begins the original text (not
+// after an added token), which Metaspace's "first" scheme looks at.
+func (p *preTokenizer) run(s string, atStart bool, dst, tmp []string) (pieces, scratch []string) {
 	dst = append(dst[:0], s)
 	for _, step := range p.steps {
 		tmp = tmp[:0]
-		for _, piece := range dst {
-			tmp = step.apply(piece, tmp)
+		for i, piece := range dst {
+			if sa, ok := step.(startAware); ok {
+				tmp = sa.applyAt(piece, atStart && i == 0, tmp)
+			} else {
+				tmp = step.apply(piece, tmp)
+			}
 		}
 		dst, tmp = tmp, dst
 	}
@@ -81,6 +86,13 @@ func (p *preTokenizer) add(raw json.RawMessage) error {
 		return nil
 	case "Split":
 		step, err := newSplitStep(cfg)
+		if err != nil {
+			return err
+		}
+		p.steps = append(p.steps, step)
+		return nil
+	case "Metaspace":
+		step, err := newMetaspaceStep(raw)
 		if err != nil {
 			return err
 		}

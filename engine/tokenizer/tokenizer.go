@@ -27,6 +27,10 @@ type Tokenizer struct {
 	special      []bool // the id is a special added token
 	// decodeJoin: no decoder, tokens are joined with spaces.
 	decodeJoin bool
+	// dec is the decoder (nil for WordPiece); byteOf the byte of each
+	// <0xNN> token (−1 for others) when it has ByteFallback.
+	dec    *textDecoder
+	byteOf []int16
 
 	added map[string]int // added token content → id
 	vocab map[string]int32
@@ -83,25 +87,26 @@ func (t *Tokenizer) encodeRaw(text string, st *encodeState, ids []int) []int {
 			break
 		}
 		if m.start > offset {
-			ids = t.encodeNormalized(text[offset:m.start], st, ids)
+			ids = t.encodeNormalized(text[offset:m.start], offset == 0, st, ids)
 		}
 		ids = append(ids, m.id)
 		offset, from = m.stop, m.resume
 	}
 	if offset < len(text) {
-		ids = t.encodeNormalized(text[offset:], st, ids)
+		ids = t.encodeNormalized(text[offset:], offset == 0, st, ids)
 	}
 	return ids
 }
 
 // encodeNormalized normalizes a stretch of text between added tokens and
-// splits it at the added tokens matched on normalized text.
-func (t *Tokenizer) encodeNormalized(text string, st *encodeState, ids []int) []int {
+// splits it at the added tokens matched on normalized text; atStart says
+// whether the stretch begins the text.
+func (t *Tokenizer) encodeNormalized(text string, atStart bool, st *encodeState, ids []int) []int {
 	if t.normalize != nil {
 		text = t.normalize(text)
 	}
 	if t.normAdded.empty() {
-		return t.encodeWords(text, st, ids)
+		return t.encodeWords(text, atStart, st, ids)
 	}
 	offset, from := 0, 0
 	for {
@@ -110,23 +115,23 @@ func (t *Tokenizer) encodeNormalized(text string, st *encodeState, ids []int) []
 			break
 		}
 		if m.start > offset {
-			ids = t.encodeWords(text[offset:m.start], st, ids)
+			ids = t.encodeWords(text[offset:m.start], atStart && offset == 0, st, ids)
 		}
 		ids = append(ids, m.id)
 		offset, from = m.stop, m.resume
 	}
 	if offset < len(text) {
-		ids = t.encodeWords(text[offset:], st, ids)
+		ids = t.encodeWords(text[offset:], atStart && offset == 0, st, ids)
 	}
 	return ids
 }
 
 // encodeWords pre-tokenizes normalized text and encodes each piece.
-func (t *Tokenizer) encodeWords(text string, st *encodeState, ids []int) []int {
+func (t *Tokenizer) encodeWords(text string, atStart bool, st *encodeState, ids []int) []int {
 	if text == "" {
 		return ids
 	}
-	st.pieces, st.tmp = t.pre.run(text, st.pieces, st.tmp)
+	st.pieces, st.tmp = t.pre.run(text, atStart, st.pieces, st.tmp)
 	for _, piece := range st.pieces {
 		if piece != "" {
 			ids = t.model.encode(piece, &st.bpe, ids)

@@ -23,6 +23,21 @@ type attnTask struct {
 // for every sequence, query head group and chunk of query rows in
 // parallel.
 func (s *step) Attention(layer int, q, k, v backend.Array, scale float32, b *backend.Batch) backend.Array {
+	return s.attention(layer, q, k, v, scale, 0, b)
+}
+
+// WindowAttention is Attention where each query sees the last window
+// positions only.
+func (s *step) WindowAttention(layer int, q, k, v backend.Array, scale float32, window int, b *backend.Batch) backend.Array {
+	if window <= 0 {
+		panic(fmt.Sprintf("cpu: WindowAttention: window %d", window))
+	}
+	return s.attention(layer, q, k, v, scale, window, b)
+}
+
+// attention is causal attention, over the last window positions of each
+// query if window > 0.
+func (s *step) attention(layer int, q, k, v backend.Array, scale float32, window int, b *backend.Batch) backend.Array {
 	qa, ka, va := arr(q), arr(k), arr(v)
 	if b.Rows() != qa.rows || ka.rows != qa.rows || va.rows != qa.rows {
 		panic(fmt.Sprintf("cpu: Attention: q, k, v have %d, %d, %d rows, batch %d", qa.rows, ka.rows, va.rows, b.Rows()))
@@ -60,7 +75,7 @@ func (s *step) Attention(layer int, q, k, v backend.Array, scale float32, b *bac
 	out := s.new(qa.rows, qa.cols)
 	s.b.parallel(len(tasks), func(w, i int) {
 		t := tasks[i]
-		s.attend(&s.scratch[w], t, qa, out, caches[t.seq], layer, b.Seqs[t.seq].Offset, rep, scale)
+		s.attend(&s.scratch[w], t, qa, out, caches[t.seq], layer, b.Seqs[t.seq].Offset, rep, scale, window)
 	})
 	return out
 }
@@ -71,8 +86,10 @@ func (s *step) Attention(layer int, q, k, v backend.Array, scale float32, b *bac
 // then out = P·V. Scores are kept block-major, [blocks][m][BlockSize], so
 // each block's products read and write contiguous memory; the softmax of
 // a query runs over exactly its visible keys, and probabilities past them
-// are zero.
-func (s *step) attend(sc *scratch, t attnTask, q, out *array, c *KVCache, layer, offset, rep int, scale float32) {
+// are zero. With window > 0, a query at position p sees the positions
+// from p−window+1: blocks before the task's first visible key are not
+// read at all, and the softmax runs over the window.
+func (s *step) attend(sc *scratch, t attnTask, q, out *array, c *KVCache, layer, offset, rep int, scale float32, window int) {
 	k := s.b.k
 	hd := c.spec.HeadDim
 	li := c.layer(layer)
@@ -80,6 +97,10 @@ func (s *step) attend(sc *scratch, t attnTask, q, out *array, c *KVCache, layer,
 	m := n * rep
 	visibleMax := offset + t.r1
 	nb := (visibleMax + BlockSize - 1) / BlockSize
+	first := 0 // the first block any query of the task sees
+	if window > 0 {
+		first = max(0, offset+t.r0+1-window) / BlockSize
+	}
 	// part holds a block's partial products: m·headDim (values) or
 	// m·BlockSize (scores) floats.
 	pn := m * max(hd, BlockSize)
@@ -96,7 +117,7 @@ func (s *step) attend(sc *scratch, t attnTask, q, out *array, c *KVCache, layer,
 			k.Scale(qs[(i*rep+j)*hd:(i*rep+j+1)*hd], src[h*hd:(h+1)*hd], scale)
 		}
 	}
-	for blk := range nb {
+	for blk := first; blk < nb; blk++ {
 		pb := p[blk*m*BlockSize : (blk+1)*m*BlockSize]
 		if valid := visibleMax - blk*BlockSize; valid < BlockSize {
 			// The last block: only its filled rows, then spread to the
@@ -117,22 +138,27 @@ func (s *step) attend(sc *scratch, t attnTask, q, out *array, c *KVCache, layer,
 	}
 	for i := range n {
 		visible := offset + t.r0 + i + 1
+		lo := 0
+		if window > 0 {
+			lo = max(0, visible-window)
+		}
 		for j := range rep {
 			qi := i*rep + j
-			for blk := range nb {
+			for blk := first; blk < nb; blk++ {
 				copy(row[blk*BlockSize:(blk+1)*BlockSize], p[(blk*m+qi)*BlockSize:(blk*m+qi+1)*BlockSize])
 			}
-			k.Softmax(row[:visible])
+			k.Softmax(row[lo:visible])
+			clear(row[first*BlockSize : lo])
 			clear(row[visible:])
-			for blk := range nb {
+			for blk := first; blk < nb; blk++ {
 				copy(p[(blk*m+qi)*BlockSize:(blk*m+qi+1)*BlockSize], row[blk*BlockSize:(blk+1)*BlockSize])
 			}
 		}
 	}
-	for blk := range nb {
+	for blk := first; blk < nb; blk++ {
 		vt := c.blocks[blk].vt[li*c.spec.KVHeads+t.g]
 		pb := p[blk*m*BlockSize : (blk+1)*m*BlockSize]
-		if blk == 0 {
+		if blk == first {
 			k.MatMul(acc, pb, m, vt)
 			continue
 		}

@@ -182,8 +182,9 @@ func TestRoPE(t *testing.T) {
 }
 
 // naiveAttention is causal attention in float64 over a sequence's whole
-// keys and values ([n, kvh·hd]), for its last len(q)/(heads·hd) rows.
-func naiveAttention(q, k, v []float32, heads, kvh, hd, offset int, scale float64) []float64 {
+// keys and values ([n, kvh·hd]), for its last len(q)/(heads·hd) rows;
+// with window > 0, the query at position p sees positions p−window+1 … p.
+func naiveAttention(q, k, v []float32, heads, kvh, hd, offset int, scale float64, window int) []float64 {
 	rows := len(q) / (heads * hd)
 	out := make([]float64, len(q))
 	for i := range rows {
@@ -193,6 +194,10 @@ func naiveAttention(q, k, v []float32, heads, kvh, hd, offset int, scale float64
 			scores := make([]float64, pos+1)
 			m := math.Inf(-1)
 			for j := range scores {
+				if window > 0 && j <= pos-window {
+					scores[j] = math.Inf(-1)
+					continue
+				}
 				var d float64
 				for e := range hd {
 					d += float64(q[(i*heads+h)*hd+e]) * scale * float64(k[(j*kvh+g)*hd+e])
@@ -223,11 +228,17 @@ func TestAttention(t *testing.T) {
 		name              string
 		heads, kvh, hd    int
 		history, newToken []int // per sequence: positions already cached, new rows
+		window            int   // > 0: WindowAttention
 	}{
-		{"gqa-prefill", 4, 2, 32, []int{0}, []int{BlockSize + 50}},
-		{"mha-decode", 2, 2, 16, []int{BlockSize + 70}, []int{1}},
-		{"gqa-mixed-batch", 6, 2, 24, []int{63, 0, 2*BlockSize - 3}, []int{1, 40, 5}},
-		{"block-boundary", 2, 1, 8, []int{BlockSize - 1}, []int{1}},
+		{"gqa-prefill", 4, 2, 32, []int{0}, []int{BlockSize + 50}, 0},
+		{"mha-decode", 2, 2, 16, []int{BlockSize + 70}, []int{1}, 0},
+		{"gqa-mixed-batch", 6, 2, 24, []int{63, 0, 2*BlockSize - 3}, []int{1, 40, 5}, 0},
+		{"block-boundary", 2, 1, 8, []int{BlockSize - 1}, []int{1}, 0},
+		// Windows smaller than the sequences, crossing block boundaries.
+		{"window-prefill", 4, 2, 16, []int{0}, []int{2*BlockSize + 30}, 100},
+		{"window-decode", 2, 1, 8, []int{2*BlockSize + 5}, []int{1}, BlockSize + 3},
+		{"window-mixed-batch", 6, 2, 8, []int{BlockSize + 40, 0, 3, 2 * BlockSize}, []int{1, 90, 40, 33}, 17},
+		{"window-wider-than-sequence", 2, 2, 8, []int{10}, []int{20}, 4 * BlockSize},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			spec := backend.KVSpec{FirstLayer: 2, Layers: 2, KVHeads: c.kvh, HeadDim: c.hd, MaxLen: 4 * BlockSize}
@@ -259,7 +270,13 @@ func TestAttention(t *testing.T) {
 			scale := 1 / math.Sqrt(float64(c.hd))
 			s := b.NewStep(context.Background())
 			defer s.Close()
-			got := read(t, s, s.Attention(3, s.Input(rows, qw, q), s.Input(rows, kw, knew), s.Input(rows, kw, vnew), float32(scale), batch))
+			var out backend.Array
+			if c.window > 0 {
+				out = s.WindowAttention(3, s.Input(rows, qw, q), s.Input(rows, kw, knew), s.Input(rows, kw, vnew), float32(scale), c.window, batch)
+			} else {
+				out = s.Attention(3, s.Input(rows, qw, q), s.Input(rows, kw, knew), s.Input(rows, kw, vnew), float32(scale), batch)
+			}
+			got := read(t, s, out)
 			row := 0
 			for i, sq := range batch.Seqs {
 				if n := sq.Cache.Len(3); n != sq.Offset+sq.Len {
@@ -268,7 +285,7 @@ func TestAttention(t *testing.T) {
 				if n := sq.Cache.Len(2); n != 0 {
 					t.Errorf("sequence %d: layer 2 holds %d positions, want 0", i, n)
 				}
-				want := naiveAttention(q[row*qw:(row+sq.Len)*qw], ks[i], vs[i], c.heads, c.kvh, c.hd, sq.Offset, scale)
+				want := naiveAttention(q[row*qw:(row+sq.Len)*qw], ks[i], vs[i], c.heads, c.kvh, c.hd, sq.Offset, scale, c.window)
 				closeTo(t, "Attention", got[row*qw:(row+sq.Len)*qw], want, 1e-5)
 				row += sq.Len
 			}

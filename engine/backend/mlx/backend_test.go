@@ -34,6 +34,9 @@ var backendFormats = []struct {
 	{"gguf-q8_0-llama", demo.Options{Format: demo.FormatGGUF, GGUFType: "q8_0"}, "llama"},
 	{"gguf-q4_0-qwen3", demo.Options{Format: demo.FormatGGUF, GGUFType: "q4_0"}, "qwen3"},
 	{"gguf-q4_k_m-qwen3", demo.Options{Format: demo.FormatGGUF, GGUFType: "q4_k_m"}, "qwen3"},
+	// Gemma 3: local layers with a 40-position window, under the prompt.
+	{"bf16-gemma3", demo.Options{SlidingWindow: 40, SlidingPattern: 2}, "gemma3_text"},
+	{"mlx-q4-gemma3", demo.Options{Quantize: 4, GroupSize: 32, SlidingWindow: 40, SlidingPattern: 2}, "gemma3_text"},
 }
 
 func demoModel(t *testing.T, arch string, o demo.Options) string {

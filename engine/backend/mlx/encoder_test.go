@@ -43,11 +43,7 @@ func testEncoderOps(t *testing.T) {
 		}
 		return out
 	}
-	ops := []struct {
-		name string
-		run  func(be backend.Backend, s backend.Step) backend.Array
-		tol  float64
-	}{
+	compareWithCPU(t, be, []opCase{
 		{"LayerNorm", func(be backend.Backend, s backend.Step) backend.Array {
 			return s.LayerNorm(s.Input(rows, cols, x), vec(be, w), vec(be, b), 1e-12)
 		}, 1e-5},
@@ -55,7 +51,20 @@ func testEncoderOps(t *testing.T) {
 		{"EncoderAttention", func(_ backend.Backend, s backend.Step) backend.Array {
 			return s.EncoderAttention(s.Input(rows, cols, q), s.Input(rows, cols, k), s.Input(rows, cols, v), heads, scale, lens)
 		}, 1e-5},
-	}
+	})
+}
+
+// opCase is an op to run on both backends, and how close they must be.
+type opCase struct {
+	name string
+	run  func(be backend.Backend, s backend.Step) backend.Array
+	tol  float64
+}
+
+// compareWithCPU runs each op on be and on the CPU backend and wants the
+// results within the op's tolerance.
+func compareWithCPU(t *testing.T, be *Backend, ops []opCase) {
+	t.Helper()
 	for _, op := range ops {
 		t.Run(op.name, func(t *testing.T) {
 			want := cpuRun(t, cpu.Options{}, func(c *cpu.Backend, s backend.Step) backend.Array { return op.run(c, s) })

@@ -160,6 +160,7 @@ func TestMLX(t *testing.T) {
 	t.Run("EncoderOps", testEncoderOps)
 	t.Run("ExpertOps", testExpertOps)
 	t.Run("FPLinear", testFPLinear)
+	t.Run("GemmaOps", testGemmaOps)
 	t.Run("Backend", testBackend)
 }
 

@@ -43,6 +43,7 @@ fusion_t_mlx_add fusion_p_mlx_add = NULL;
 fusion_t_mlx_multiply fusion_p_mlx_multiply = NULL;
 fusion_t_mlx_sigmoid fusion_p_mlx_sigmoid = NULL;
 fusion_t_mlx_erf fusion_p_mlx_erf = NULL;
+fusion_t_mlx_tanh fusion_p_mlx_tanh = NULL;
 fusion_t_mlx_take_axis fusion_p_mlx_take_axis = NULL;
 fusion_t_mlx_slice fusion_p_mlx_slice = NULL;
 fusion_t_mlx_slice_update fusion_p_mlx_slice_update = NULL;
@@ -244,6 +245,11 @@ int fusion_mlx_bind(void* handle, const char** missing) {
   fusion_p_mlx_erf = (fusion_t_mlx_erf)dlsym(handle, "mlx_erf");
   if (fusion_p_mlx_erf == NULL) {
     *missing = "mlx_erf";
+    return 1;
+  }
+  fusion_p_mlx_tanh = (fusion_t_mlx_tanh)dlsym(handle, "mlx_tanh");
+  if (fusion_p_mlx_tanh == NULL) {
+    *missing = "mlx_tanh";
     return 1;
   }
   fusion_p_mlx_take_axis = (fusion_t_mlx_take_axis)dlsym(handle, "mlx_take_axis");

@@ -190,6 +190,10 @@ typedef int (*fusion_t_mlx_erf)(mlx_array* res, const mlx_array a, const mlx_str
 extern fusion_t_mlx_erf fusion_p_mlx_erf;
 static inline int mlx_erf(mlx_array* res, const mlx_array a, const mlx_stream s) { return fusion_p_mlx_erf(res, a, s); }
 
+typedef int (*fusion_t_mlx_tanh)(mlx_array* res, const mlx_array a, const mlx_stream s);
+extern fusion_t_mlx_tanh fusion_p_mlx_tanh;
+static inline int mlx_tanh(mlx_array* res, const mlx_array a, const mlx_stream s) { return fusion_p_mlx_tanh(res, a, s); }
+
 typedef int (*fusion_t_mlx_take_axis)(mlx_array* res, const mlx_array a, const mlx_array indices, int axis, const mlx_stream s);
 extern fusion_t_mlx_take_axis fusion_p_mlx_take_axis;
 static inline int mlx_take_axis(mlx_array* res, const mlx_array a, const mlx_array indices, int axis, const mlx_stream s) { return fusion_p_mlx_take_axis(res, a, indices, axis, s); }

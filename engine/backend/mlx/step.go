@@ -347,6 +347,12 @@ func (s *step) RoPE(x backend.Array, r *backend.RoPE, b *backend.Batch) backend.
 // scaled dot-product attention per sequence over its cached positions
 // (causal, aligned to the last key; GQA native).
 func (s *step) Attention(layer int, q, k, v backend.Array, scale float32, b *backend.Batch) backend.Array {
+	return s.attention(layer, q, k, v, scale, 0, b)
+}
+
+// attention is Attention, over the last window positions of each query
+// if window > 0 (see windowAttend).
+func (s *step) attention(layer int, q, k, v backend.Array, scale float32, window int, b *backend.Batch) backend.Array {
 	qa, ka, va := use(nd(q), tensor.F32), use(nd(k), tensor.F32), use(nd(v), tensor.F32)
 	dt := promote(promote(qa.dt, ka.dt), va.dt)
 	if b.Rows() != qa.rows || ka.rows != qa.rows || va.rows != qa.rows {
@@ -378,7 +384,12 @@ func (s *step) Attention(layer int, q, k, v backend.Array, scale float32, b *bac
 		row := 0
 		for i, sq := range seqs {
 			keys, values := caches[i].write(a, layer, sq.Offset, seqHeads(a, ka.x, row, sq.Len, ka.cols, hd), seqHeads(a, va.x, row, sq.Len, va.cols, hd))
-			y := a.Attention(seqHeads(a, qa.x, row, sq.Len, qa.cols, hd), keys, values, scale, sq.Len > 1)
+			var y *Array
+			if window > 0 {
+				y = windowAttend(a, seqHeads(a, qa.x, row, sq.Len, qa.cols, hd), keys, values, scale, window, sq, hd, kvh)
+			} else {
+				y = a.Attention(seqHeads(a, qa.x, row, sq.Len, qa.cols, hd), keys, values, scale, sq.Len > 1)
+			}
 			parts = append(parts, rowsOf(a, y, sq.Len, qa.cols))
 			row += sq.Len
 		}

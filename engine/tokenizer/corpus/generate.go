@@ -24,8 +24,8 @@ func Generate(seed uint64, n int) []string {
 	return out
 }
 
-// AddedTokens are the added tokens of the Qwen3, Llama 3 and DeepSeek V3
-// tokenizers that the corpus writes inside text (each tokenizer sees the
+// AddedTokens are the added tokens of the Qwen3, Llama 3, DeepSeek V3,
+// Gemma 3 and Llama 2 tokenizers that the corpus writes inside text (each tokenizer sees the
 // others' as plain text), with near misses.
 var AddedTokens = []string{
 	"<|im_start|>", "<|im_end|>", "<|endoftext|>", "<think>", "</think>",
@@ -34,6 +34,10 @@ var AddedTokens = []string{
 	"<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>", "<|python_tag|>",
 	"<|reserved_special_token_7|>", "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>",
 	"<｜User｜>", "<｜Assistant｜>", "<｜tool▁call▁begin｜>", "<｜fim▁hole｜>",
+	// Gemma 3 and Llama 2 (SentencePiece): their specials, the space
+	// marker and byte tokens written as text
+	"<start_of_turn>", "<end_of_turn>", "<start_of_image>", "<bos>", "<eos>", "<s>", "</s>", "<unk>",
+	"▁", "▁▁the", "<0x41>", "<0xE2>",
 	// near misses
 	"<|im_end", "<|im_end|", "<think", "</think", "<|begin_of_text", "<<|im_end|>>", "<|IM_END|>",
 	"< think>", "<｜User", "<|eot_id|>>",
