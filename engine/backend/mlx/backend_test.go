@@ -227,6 +227,14 @@ func testParityWithCPU(t *testing.T, be *Backend, cb *cpu.Backend, tol float64) 
 			if f.opts.Format == demo.FormatGGUF {
 				ftol = parityTol // float32 in both modes
 			}
+			if f.arch == "qwen3_moe" && tol != parityTol {
+				// A router's top k is not continuous in its logits: one
+				// bf16 rounding can swap an expert, so native mode has no
+				// first-order bound against float32 here. Its float32
+				// mode is checked against the CPU (ParityWithCPU); a
+				// native-mode check against mlx-lm is still to come.
+				t.Skip("mixture of experts: no bf16-vs-float32 bound (routing is discontinuous)")
+			}
 			for step := range 8 {
 				got := fwd(t, mm, []model.Input{{Seq: ms, Tokens: toks, AllLogits: true}}, model.Range{}, nil).Logits[0]
 				want := fwd(t, cm, []model.Input{{Seq: cs, Tokens: toks, AllLogits: true}}, model.Range{}, nil).Logits[0]

@@ -18,7 +18,7 @@ import (
 // decode step deep into a sequence and a short chunk after history, then
 // one more step on the caches it filled.
 func testGemmaOps(t *testing.T) {
-	be, err := New(Options{})
+	be, err := New(Options{Float32: true}) // the ops against the CPU formulas, in float32
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 // are checked against their formulas in package cpu. Both compute in
 // float32 and differ by summation order.
 func testExpertOps(t *testing.T) {
-	be, err := New(Options{})
+	be, err := New(Options{Float32: true}) // the ops against the CPU formulas, in float32
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func testExpertOps(t *testing.T) {
 // string against the CPU kernel (whose dequantization is checked
 // bit-exact against mlx.core.dequantize in package modelfile).
 func testFPLinear(t *testing.T) {
-	be, err := New(Options{})
+	be, err := New(Options{Float32: true}) // the ops against the CPU formulas, in float32
 	if err != nil {
 		t.Fatal(err)
 	}
