@@ -16,14 +16,14 @@ import (
 // resolveGemma checks the architecture and what gemma3_text allows.
 func (o *Options) resolveGemma() error {
 	switch o.Arch {
-	case modelfile.ArchLlama, modelfile.ArchQwen3:
+	case modelfile.ArchLlama, modelfile.ArchQwen3, modelfile.ArchQwen3MoE:
 		if o.SlidingWindow != 0 || o.SlidingPattern != 0 {
 			return fmt.Errorf("demo: a sliding window is only for gemma3_text")
 		}
 		return nil
 	case modelfile.ArchGemma3Text:
 	default:
-		return fmt.Errorf("demo: unknown arch %q (want llama, qwen3 or gemma3_text)", o.Arch)
+		return fmt.Errorf("demo: unknown arch %q (want llama, qwen3, qwen3_moe or gemma3_text)", o.Arch)
 	}
 	switch {
 	case o.StopAfter != 0:

@@ -122,7 +122,7 @@ func (o Options) resolve() (Options, error) {
 		}
 	}
 	switch o.Arch {
-	case modelfile.ArchLlama, modelfile.ArchQwen3:
+	case modelfile.ArchLlama, modelfile.ArchQwen3, modelfile.ArchGemma3Text:
 		if o.Experts != 0 || o.ExpertsPerTok != 0 || o.MoEIntermediate != 0 || o.SparseStep != 0 {
 			return o, fmt.Errorf("demo: --experts, --experts-per-tok, --moe-intermediate and --sparse-step need --arch %s", modelfile.ArchQwen3MoE)
 		}
@@ -131,7 +131,7 @@ func (o Options) resolve() (Options, error) {
 			return o, err
 		}
 	default:
-		return o, fmt.Errorf("demo: unknown arch %q (want llama, qwen3 or qwen3_moe)", o.Arch)
+		return o, fmt.Errorf("demo: unknown arch %q (want llama, qwen3, qwen3_moe or gemma3_text)", o.Arch)
 	}
 	if o.Format != FormatSafetensors && o.Format != FormatGGUF {
 		return o, fmt.Errorf("demo: unknown format %q (want safetensors or gguf)", o.Format)
