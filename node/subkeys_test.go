@@ -237,3 +237,33 @@ func TestSubkeysLoneNodeRestart(t *testing.T) {
 		t.Fatalf("revoked key after the restart: %d", st)
 	}
 }
+
+// TestSubkeyStats: a sub-key's generations are counted under its id in
+// /admin/api/stats (session and all-time), the admin key's under none.
+func TestSubkeyStats(t *testing.T) {
+	n := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: nodetest.Models(t), DataDir: t.TempDir(),
+		Cluster: node.ClusterConfig{NodeID: "solo"}})
+	var key auth.KeyDoc
+	if code, b := keyAdminDo(t, "POST", n.URL()+"/admin/api/subkeys", `{"scopes":["inference"]}`); code != 201 || json.Unmarshal(b, &key) != nil {
+		t.Fatalf("create: %d %s", code, b)
+	}
+	for range 2 {
+		if err := chatAs(n, key.Key, "demo"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := chatAs(n, "k", "demo"); err != nil {
+		t.Fatal(err)
+	}
+	s := nodeStats(t, n, "solo")
+	for path, want := range map[string]float64{
+		"session.requests": 3, "session.keys." + key.ID + ".requests": 2, "alltime.keys." + key.ID + ".requests": 2,
+	} {
+		if got := num(s, path); got != want {
+			t.Errorf("%s = %v, want %v", path, got, want)
+		}
+	}
+	if got := num(s, "session.keys."+key.ID+".tokens_in"); got <= 0 {
+		t.Errorf("the key's tokens in = %v", got)
+	}
+}

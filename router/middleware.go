@@ -158,14 +158,14 @@ func anthropicDeny(w http.ResponseWriter, d auth.Denial) {
 	anthropic.WriteError(w, &anthropic.Error{Status: d.Status, Type: typ, Message: d.Message, RetryAfter: d.RetryAfter})
 }
 
-// meterKeys counts the tokens of a sub-key's generations against its
-// limit (the admin key has none).
+// meterKeys names a sub-key's generations in the per-key stats and
+// counts their tokens against its limit (the admin key has none).
 func meterKeys(a *auth.Authenticator) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if p := auth.FromContext(r.Context()); p != nil && !p.Admin {
 				ctx := r.Context()
-				r = r.WithContext(metrics.WithTokenSink(ctx, func(n int64) { a.CountTokens(ctx, n) }))
+				r = r.WithContext(metrics.WithKey(ctx, p.Key.ID, func(n int64) { a.CountTokens(ctx, n) }))
 			}
 			next.ServeHTTP(w, r)
 		})

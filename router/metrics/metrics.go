@@ -184,20 +184,31 @@ func (m *Metrics) Begin(model string) *Generation {
 	return &Generation{m: m, model: model, start: time.Now()}
 }
 
-type sinkKey struct{}
+type keyCtx struct{}
 
-// WithTokenSink returns ctx carrying fn, which BeginFor's generation calls
-// with its prompt + generated tokens when it ends (a sub-key's token
-// limit counts them).
-func WithTokenSink(ctx context.Context, fn func(tokens int64)) context.Context {
-	return context.WithValue(ctx, sinkKey{}, fn)
+// keyOf is the API key a request was made with, as the auth middleware
+// puts it in the request's context.
+type keyOf struct {
+	id   string
+	sink func(int64)
 }
 
-// BeginFor is Begin for the request of ctx: its token sink hears the
-// generation's tokens.
+// WithKey returns ctx naming the sub-key id the request was made with:
+// BeginFor's generation counts under it in the per-key stats and calls
+// sink (when not nil) with its prompt + generated tokens when it ends (a
+// sub-key's token limit counts them).
+func WithKey(ctx context.Context, id string, sink func(tokens int64)) context.Context {
+	return context.WithValue(ctx, keyCtx{}, keyOf{id, sink})
+}
+
+// BeginFor is Begin for the request of ctx: counted under its key, and
+// its token sink hears the generation's tokens.
 func (m *Metrics) BeginFor(ctx context.Context, model string) *Generation {
 	g := m.Begin(model)
-	g.sink, _ = ctx.Value(sinkKey{}).(func(int64))
+	if k, ok := ctx.Value(keyCtx{}).(keyOf); ok {
+		g.SetKey(k.id)
+		g.sink = k.sink
+	}
 	return g
 }
 
