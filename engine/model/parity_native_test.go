@@ -5,6 +5,7 @@ package model
 import (
 	"math"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,9 +37,18 @@ func TestParityMLXNative(t *testing.T) {
 	py := mlxPython(t)
 	var cases []parityCase
 	for _, c := range append(parityCases(), nativeCases()...) {
-		// 8-bit is covered by its own cases; the mixed one would add a
-		// slow model for nothing new in native mode.
-		if c.name != "qwen3-mlx-mixed" {
+		switch {
+		case c.name == "qwen3-mlx-mixed":
+			// 8-bit is covered by its own cases; the mixed one would add
+			// a slow model for nothing new in native mode.
+		case strings.HasPrefix(c.name, "qwen3_moe"):
+			// mlx-lm's experts run through gather_mm/gather_qmm, which
+			// the mlx-cpu wheel evaluates in float32 only ("GatherMM
+			// only supports float32"): there is no native reference here.
+		case strings.Contains(c.name, "fp4") || strings.Contains(c.name, "fp8"):
+			// mxfp/nvfp models: checked in float32 (TestParityMLX); their
+			// native-mode run is not part of this suite yet.
+		default:
 			cases = append(cases, c)
 		}
 	}
