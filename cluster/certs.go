@@ -23,25 +23,12 @@ func NewCA(name string, validity time.Duration) (certPEM, keyPEM []byte, err err
 	if validity <= 0 {
 		return nil, nil, errors.New("certs: the validity must be positive")
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, fmt.Errorf("certs: %w", err)
-	}
-	serial, err := serialNumber()
+	key, tmpl, err := newCert(name, validity)
 	if err != nil {
 		return nil, nil, err
 	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: name, Organization: []string{"fusion cluster"}},
-		NotBefore:             now.Add(-5 * time.Minute), // clock skew between the machines
-		NotAfter:              now.Add(validity),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		MaxPathLenZero:        true,
-	}
+	tmpl.KeyUsage = x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature
+	tmpl.IsCA, tmpl.BasicConstraintsValid, tmpl.MaxPathLenZero = true, true, true
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
 		return nil, nil, fmt.Errorf("certs: %w", err)
@@ -66,23 +53,12 @@ func IssueCert(caCertPEM, caKeyPEM []byte, name string, hosts []string, validity
 	if err != nil {
 		return nil, nil, err
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, fmt.Errorf("certs: %w", err)
-	}
-	serial, err := serialNumber()
+	key, tmpl, err := newCert(name, validity)
 	if err != nil {
 		return nil, nil, err
 	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: name, Organization: []string{"fusion cluster"}},
-		NotBefore:    now.Add(-5 * time.Minute),
-		NotAfter:     now.Add(validity),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-	}
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
 	if tmpl.NotAfter.After(ca.NotAfter) {
 		tmpl.NotAfter = ca.NotAfter
 	}
@@ -135,11 +111,23 @@ func encodePair(der []byte, key *ecdsa.PrivateKey) (certPEM, keyPEM []byte, err 
 		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), nil
 }
 
-// serialNumber is a random 128-bit serial, as RFC 5280 asks (unique per CA).
-func serialNumber() (*big.Int, error) {
-	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 128))
+// newCert makes a key and the template of its certificate: named name, a
+// random 128-bit serial (unique per CA, as RFC 5280 asks), valid from a
+// few minutes ago (clock skew between the machines) for validity.
+func newCert(name string, validity time.Duration) (*ecdsa.PrivateKey, *x509.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, fmt.Errorf("certs: %w", err)
+		return nil, nil, fmt.Errorf("certs: %w", err)
 	}
-	return n, nil
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 128))
+	if err != nil {
+		return nil, nil, fmt.Errorf("certs: %w", err)
+	}
+	now := time.Now()
+	return key, &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: name, Organization: []string{"fusion cluster"}},
+		NotBefore:    now.Add(-5 * time.Minute),
+		NotAfter:     now.Add(validity),
+	}, nil
 }

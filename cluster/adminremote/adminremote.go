@@ -19,6 +19,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"fusion/cluster/jsongrpc"
 )
 
 const (
@@ -107,31 +109,13 @@ var serviceDesc = grpc.ServiceDesc{
 	HandlerType: (*adminServer)(nil),
 	Methods: []grpc.MethodDesc{{
 		MethodName: "Do",
-		Handler: func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
-			in := new(wrapperspb.BytesValue)
-			if err := dec(in); err != nil {
+		Handler: jsongrpc.Unary(methodDo, func(s adminServer, ctx context.Context, c *Call) (*Reply, error) {
+			rep, err := s.do(ctx, *c)
+			if err != nil {
 				return nil, err
 			}
-			h := func(ctx context.Context, req any) (any, error) {
-				var c Call
-				if err := json.Unmarshal(req.(*wrapperspb.BytesValue).GetValue(), &c); err != nil {
-					return nil, fmt.Errorf("adminremote: bad call: %w", err)
-				}
-				rep, err := srv.(adminServer).do(ctx, c)
-				if err != nil {
-					return nil, err
-				}
-				b, err := json.Marshal(rep)
-				if err != nil {
-					return nil, err
-				}
-				return wrapperspb.Bytes(b), nil
-			}
-			if interceptor == nil {
-				return h(ctx, in)
-			}
-			return interceptor(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: methodDo}, h)
-		},
+			return &rep, nil
+		}),
 	}},
 	Streams: []grpc.StreamDesc{{
 		StreamName:    "FollowLogs",
@@ -155,19 +139,9 @@ var serviceDesc = grpc.ServiceDesc{
 
 // Do runs call on the peer behind conn.
 func Do(ctx context.Context, conn grpc.ClientConnInterface, call Call) (Reply, error) {
-	b, err := json.Marshal(call)
-	if err != nil {
-		return Reply{}, err
-	}
-	out := new(wrapperspb.BytesValue)
-	if err := conn.Invoke(ctx, methodDo, wrapperspb.Bytes(b), out); err != nil {
-		return Reply{}, err
-	}
 	var rep Reply
-	if err := json.Unmarshal(out.GetValue(), &rep); err != nil {
-		return Reply{}, fmt.Errorf("adminremote: bad reply: %w", err)
-	}
-	return rep, nil
+	err := jsongrpc.Invoke(ctx, conn, methodDo, call, &rep)
+	return rep, err
 }
 
 // FollowLogs streams the peer's new log lines at level or above into fn

@@ -11,6 +11,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"google.golang.org/grpc"
 
+	"fusion/cluster/jsongrpc"
 	"fusion/mcp/host"
 )
 
@@ -77,7 +78,7 @@ func (c *Cluster) gather(ctx context.Context) []nodeList {
 			ctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
 			var rep listReply
-			if err := invoke(ctx, conn, methodList, struct{}{}, &rep); err != nil {
+			if err := jsongrpc.Invoke(ctx, conn, methodList, struct{}{}, &rep); err != nil {
 				lists[i].err = err
 				return
 			}
@@ -173,7 +174,7 @@ func (c *Cluster) Call(ctx context.Context, name string, args map[string]any) (*
 		return nil, tool, &host.CallError{Server: tool.Server, Tool: tool.ServerTool, Err: fmt.Errorf("node %s: %w", node.ID, err)}
 	}
 	var rep callReply
-	if err := invoke(ctx, conn, methodCall, callRequest{Name: qualified, Arguments: args}, &rep); err != nil {
+	if err := jsongrpc.Invoke(ctx, conn, methodCall, callRequest{Name: qualified, Arguments: args}, &rep); err != nil {
 		if ctx.Err() != nil {
 			return nil, tool, ctx.Err()
 		}

@@ -18,8 +18,8 @@ import (
 	"fmt"
 
 	"google.golang.org/grpc"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"fusion/cluster/jsongrpc"
 	"fusion/mcp/host"
 )
 
@@ -142,60 +142,16 @@ func (s *Service) call(ctx context.Context, req *callRequest) (*callReply, error
 	return &callReply{Result: raw}, nil
 }
 
-// unary adapts a JSON method to gRPC's unary handler shape.
-func unary[Req, Rep any](method string, fn func(hostServer, context.Context, *Req) (*Rep, error)) grpc.MethodHandler {
-	return func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
-		in := new(wrapperspb.BytesValue)
-		if err := dec(in); err != nil {
-			return nil, err
-		}
-		h := func(ctx context.Context, req any) (any, error) {
-			var r Req
-			if b := req.(*wrapperspb.BytesValue).GetValue(); len(b) > 0 {
-				if err := json.Unmarshal(b, &r); err != nil {
-					return nil, fmt.Errorf("mcpremote: bad request: %w", err)
-				}
-			}
-			rep, err := fn(srv.(hostServer), ctx, &r)
-			if err != nil {
-				return nil, err
-			}
-			b, err := json.Marshal(rep)
-			if err != nil {
-				return nil, err
-			}
-			return wrapperspb.Bytes(b), nil
-		}
-		if interceptor == nil {
-			return h(ctx, in)
-		}
-		return interceptor(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: method}, h)
-	}
-}
-
 var serviceDesc = grpc.ServiceDesc{
 	ServiceName: serviceName,
 	HandlerType: (*hostServer)(nil),
 	Methods: []grpc.MethodDesc{
-		{MethodName: "List", Handler: unary(methodList, func(s hostServer, ctx context.Context, _ *struct{}) (*listReply, error) {
+		{MethodName: "List", Handler: jsongrpc.Unary(methodList, func(s hostServer, ctx context.Context, _ *struct{}) (*listReply, error) {
 			return s.list(ctx)
 		})},
-		{MethodName: "Call", Handler: unary(methodCall, func(s hostServer, ctx context.Context, r *callRequest) (*callReply, error) {
+		{MethodName: "Call", Handler: jsongrpc.Unary(methodCall, func(s hostServer, ctx context.Context, r *callRequest) (*callReply, error) {
 			return s.call(ctx, r)
 		})},
 	},
 	Metadata: "cluster/mcpremote",
-}
-
-// invoke calls a JSON method on a peer.
-func invoke(ctx context.Context, conn grpc.ClientConnInterface, method string, req, rep any) error {
-	b, err := json.Marshal(req)
-	if err != nil {
-		return err
-	}
-	out := new(wrapperspb.BytesValue)
-	if err := conn.Invoke(ctx, method, wrapperspb.Bytes(b), out); err != nil {
-		return err
-	}
-	return json.Unmarshal(out.GetValue(), rep)
 }

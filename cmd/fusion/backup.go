@@ -52,6 +52,25 @@ func addClusterAdminFlags(fs interface {
 	}
 }
 
+// get reads path of the node and returns its URL and body, or an error
+// naming the URL with the answer's status and text when it is not a 200.
+func (f clusterAdminFlags) get(ctx context.Context, path string, limit int64) (string, []byte, error) {
+	url := nodeURL(*f.addr) + path
+	resp, err := f.do(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return url, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, limit))
+	if err != nil {
+		return url, nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return url, nil, fmt.Errorf("%s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return url, body, nil
+}
+
 // do sends one request to url with the API key.
 func (f clusterAdminFlags) do(ctx context.Context, method, url string, body []byte) (*http.Response, error) {
 	client, err := nodeClient(*f.caFile)

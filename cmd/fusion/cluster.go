@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"fusion/cluster"
-	"fusion/node"
 )
 
 const clusterUsage = `usage: fusion cluster status [flags]  (fusion cluster secret prints a new cluster secret)
@@ -58,50 +57,24 @@ func runClusterSecret(_ context.Context, args []string, stdout, stderr io.Writer
 func runClusterStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("cluster status", stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, clusterUsage); fs.PrintDefaults() }
-	addr := fs.String("addr", "http://"+node.DefaultListen, "the node's HTTP address (https://… for a node with --tls-cert)")
-	apiKey := fs.String("api-key", "", "API key of the node (env FUSION_API_KEY)")
+	f := addClusterAdminFlags(fs, 10*time.Second)
 	asJSON := fs.Bool("json", false, "print the JSON document")
 	consistent := fs.Bool("consistent", false, "read through the leader (linearizable)")
-	timeout := fs.Duration("timeout", 10*time.Second, "request timeout")
-	caFile := fs.String("ca", "", "PEM CA certificate to trust for an https:// address (e.g. the cluster's ca.crt)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
-	client, err := nodeClient(*caFile)
-	if err != nil {
-		return err
-	}
-	key := *apiKey
-	if key == "" {
-		key = os.Getenv("FUSION_API_KEY")
-	}
-	url := nodeURL(*addr) + "/admin/api/cluster"
+	path := cluster.AdminPath
 	if *consistent {
-		url += "?consistent"
+		path += "?consistent"
 	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	ctx, cancel := context.WithTimeout(ctx, *f.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return usagef("--addr: %v", err)
-	}
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	resp, err := client.Do(req)
+	url, body, err := f.get(ctx, path, 16<<20)
 	if err != nil {
 		return err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
 	}
 	if *asJSON {
 		_, err := stdout.Write(body)
