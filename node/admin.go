@@ -1,9 +1,12 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -28,6 +31,11 @@ const (
 	bucketSettings = "settings" // a lone node's settings (a cluster keeps them in Raft)
 	bucketStats    = "stats"    // the all-time counters
 	keyAllTime     = "alltime"
+	// bucketGlobal keeps the last replicated global overrides this node
+	// applied, so its next start can put the restart-only ones in force
+	// before anything reads the configuration (see StoredGlobalOverrides).
+	bucketGlobal = "global"
+	keyOverrides = "overrides"
 )
 
 // statsSaveEvery is how often the all-time counters are written to
@@ -167,7 +175,46 @@ func (n *Node) applySettings() {
 	a.asChat.Store(&asChat)
 	if b, ok := a.store.Setting(admin.GlobalSettingsKey); ok {
 		n.global.apply(admin.DecodeGlobalOverrides(b))
+		n.keepGlobalOverrides(b)
 	}
+}
+
+// keepGlobalOverrides writes the overrides (raw, as stored) to node.db
+// when they changed since the last write.
+func (n *Node) keepGlobalOverrides(b []byte) {
+	if n.db == nil {
+		return
+	}
+	if old, ok, err := n.db.Get(bucketGlobal, keyOverrides); err == nil && ok && bytes.Equal(old, b) {
+		return
+	}
+	if err := n.db.Put(bucketGlobal, keyOverrides, b); err != nil {
+		n.cfg.Logger.Warn("global overrides not kept for the next start", "err", err)
+	}
+}
+
+// StoredGlobalOverrides returns the replicated global overrides the node
+// with this data dir last applied (nil when it never had any). A program
+// calls it before New, while no node holds node.db, to put in force the
+// overrides that need a restart (see Config.Effective).
+func StoredGlobalOverrides(dataDir string) (map[string]string, error) {
+	path := filepath.Join(dataDir, "node.db")
+	if dataDir == "" {
+		return nil, nil
+	}
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	db, err := store.OpenNodeDB(path, 0)
+	if err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	defer db.Close()
+	b, ok, err := db.Get(bucketGlobal, keyOverrides)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return admin.DecodeGlobalOverrides(b), nil
 }
 
 // watchSettings applies the settings whenever the Raft state changes them

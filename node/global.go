@@ -105,10 +105,19 @@ func (g *globalConfig) Effective() []admin.GlobalSetting {
 		if !ok {
 			continue
 		}
-		if s.Live {
+		switch {
+		case s.Live:
 			s.Value, s.Source = v, "cluster"
-		} else if v != s.Value {
+		case s.Source == "flag" || s.Source == "env" || s.Source == "file":
+			// This node's own setting wins over the cluster's, now and
+			// after a restart.
+			s.ClusterValue = v
+		case v != s.Value:
+			// Changed since this process started (a restart takes it:
+			// the program applies StoredGlobalOverrides).
 			s.Value, s.Source, s.RestartRequired = v, "cluster", true
+		default:
+			s.Source = "cluster"
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })

@@ -550,11 +550,44 @@ func expandHome(p string) string {
 	return filepath.Join(home, strings.TrimPrefix(p, "~"))
 }
 
+// applyOverrides puts in force the cluster's replicated overrides (as
+// node.StoredGlobalOverrides kept them) of the settings this node left at
+// their defaults: its own flags, environment and config file win. The
+// data dir, where the overrides are kept, and secrets are never taken. It
+// returns the keys applied and, for each override refused by the flag's
+// parser (a newer build may check more), why.
+func (s *serveSettings) applyOverrides(over map[string]string) (applied, refused []string) {
+	table := serveSettingsTable()
+	for i, row := range s.cfg.Effective {
+		v, ok := over[row.Key]
+		if !ok || row.Source != "default" || row.Key == "data_dir" {
+			continue
+		}
+		for _, st := range table {
+			if st.key() != row.Key || secretSettings[st.name] {
+				continue
+			}
+			if err := st.apply(s, v); err != nil {
+				refused = append(refused, fmt.Sprintf("%s=%q: %v", row.Key, v, err))
+				continue
+			}
+			s.cfg.Effective[i] = effective(st, v, "cluster")
+			applied = append(applied, row.Key)
+		}
+	}
+	return applied, refused
+}
+
 func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	s, err := resolveServe(args, os.Getenv, stderr)
 	if err != nil {
 		return err
 	}
+	over, err := node.StoredGlobalOverrides(s.cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	overridden, refused := s.applyOverrides(over)
 	level := new(slog.LevelVar)
 	level.Set(s.logLevel)
 	opts := &slog.HandlerOptions{Level: level}
@@ -572,6 +605,12 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	s.cfg.Logger = slog.New(slog.NewMultiHandler(h, slog.NewJSONHandler(logs, opts)))
 	s.cfg.LogLevel, s.cfg.Logs = level, logs
 	s.cfg.Version = version
+	if len(overridden) > 0 {
+		s.cfg.Logger.Info("cluster settings in force from the last run", "keys", overridden)
+	}
+	for _, r := range refused {
+		s.cfg.Logger.Warn("cluster setting not taken; this node keeps its default", "setting", r)
+	}
 	n, err := node.New(s.cfg)
 	if err != nil {
 		return err

@@ -32,8 +32,13 @@ type GlobalSetting struct {
 	Key   string `json:"key"`
 	Value string `json:"value"`
 	// Source: default, flag, env, file, config (set by the embedding
-	// program) or cluster (a replicated override).
+	// program) or cluster (a replicated override). A replicated override
+	// replaces a default (live, or at the next start); a node's own flag,
+	// environment variable or config file key wins over it.
 	Source string `json:"source"`
+	// ClusterValue is the replicated override that this node's own flag,
+	// environment variable or config file key shadows.
+	ClusterValue string `json:"cluster_value,omitempty"`
 	// Live says whether a change applies without a restart.
 	Live bool `json:"live"`
 	// RestartRequired: a replicated override differs from what this
