@@ -366,8 +366,14 @@ func (l adminLocal) FollowLogs(ctx context.Context, level string, fn func(string
 // engineFigures are the engine's live figures for the admin stats.
 func (n *Node) engineFigures() admin.EngineFigures {
 	s := n.runner.Stats()
-	return admin.EngineFigures{Queued: s.Waiting, RAMTotal: n.runner.MemoryTotal(), RAMFree: n.runner.MemoryFree(),
+	f := admin.EngineFigures{Queued: s.Waiting, RAMTotal: n.runner.MemoryTotal(), RAMFree: n.runner.MemoryFree(),
 		WeightBytes: s.WeightBytes, KVBytes: s.KVBytes, PeakBytes: s.PeakBytes, PrefixCache: n.runner.CacheStats()}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if m, err := n.runner.MLXMemory(ctx); err == nil {
+		f.MLX = &admin.MLXMemory{Active: m.Active, Peak: m.Peak, Cache: m.Cache}
+	}
+	return f
 }
 
 // restoreAllTime loads the persisted all-time counters into m.

@@ -125,6 +125,18 @@ func TestAdminStatsCluster(t *testing.T) {
 			t.Errorf("%s: session.requests %v, want %v", id, got, want)
 		}
 	}
+	// The total's percentiles are over the three requests' samples; the
+	// samples themselves only travel between nodes.
+	tot, nb, nc := nodeStats(t, a, "total"), nodeStats(t, a, "b"), nodeStats(t, a, "c")
+	if got := num(tot, "latency_seconds.samples"); got != 3 {
+		t.Errorf("total latency samples %v, want 3", got)
+	}
+	if got, want := num(tot, "latency_seconds.p99"), max(num(nb, "latency_seconds.p99"), num(nc, "latency_seconds.p99")); got != want {
+		t.Errorf("total p99 %v, want the slowest request's %v", got, want)
+	}
+	if _, ok := nb["samples"]; ok {
+		t.Errorf("a node's samples in the answer: %v", nb["samples"])
+	}
 	if got := num(nodeStats(t, c, "total"), "memory.ram_total"); got != 3*num(nodeStats(t, c, "c"), "memory.ram_total") {
 		t.Errorf("total RAM %v is not three nodes' (one machine)", got)
 	}

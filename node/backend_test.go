@@ -102,6 +102,11 @@ func TestBackendInHealthAndModels(t *testing.T) {
 	if got := modelBackend(t, n.URL(), "", nodetest.Model); got != "mlx" {
 		t.Errorf("/admin/api/models: loaded demo on %q, want mlx", got)
 	}
+	var stats admin.StatsAnswer
+	getJSON(t, n.URL()+"/admin/api/stats", "", &stats)
+	if mm := stats.Total.Memory.MLX; mm == nil || mm.Active < n.Runner().Stats().WeightBytes || mm.Peak < mm.Active {
+		t.Errorf("/admin/api/stats: MLX memory %+v (weights %d)", mm, n.Runner().Stats().WeightBytes)
+	}
 
 	auto := nodetest.Start(t, nodetest.Options{ModelsDir: models, Backend: runner.BackendAuto})
 	b := health(t, auto.URL()).Backend
@@ -117,6 +122,11 @@ func TestBackendInHealthAndModels(t *testing.T) {
 	}
 	if _, err := auto.Runner().MLXMemory(context.Background()); want == "cpu" && err == nil {
 		t.Error("a node whose models run on the CPU backend reads MLX's counters")
+	}
+	var autoStats admin.StatsAnswer
+	getJSON(t, auto.URL()+"/admin/api/stats", "", &autoStats)
+	if mm := autoStats.Total.Memory.MLX; want == "cpu" && mm != nil {
+		t.Errorf("/admin/api/stats of a node on the CPU backend shows MLX memory %+v", mm)
 	}
 	if got := modelBackend(t, auto.URL(), "", nodetest.Model); got != want {
 		t.Errorf("auto: /admin/api/models: demo on %q, want %s", got, want)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"sync"
 
 	"github.com/go-chi/chi/v5"
@@ -22,6 +23,15 @@ type EngineFigures struct {
 	KVBytes     int64
 	PeakBytes   int64
 	PrefixCache prefixcache.Stats
+	MLX         *MLXMemory // nil unless MLX serves on this node
+}
+
+// MLXMemory are MLX's allocator counters in bytes (process-wide: weights,
+// KV and a step's arrays live there; cache is its buffer cache).
+type MLXMemory struct {
+	Active int64 `json:"active"`
+	Peak   int64 `json:"peak"`
+	Cache  int64 `json:"cache"`
 }
 
 // NodeStats are one node's figures in GET /admin/api/stats.
@@ -40,6 +50,15 @@ type NodeStats struct {
 	CachedTokens int64      `json:"cached_tokens"`
 	Memory       Memory     `json:"memory"`
 	PrefixCache  CacheRates `json:"prefix_cache"`
+	// Samples travel only between nodes (?samples=1), so that the
+	// cluster total's percentiles are those of every node's samples.
+	Samples *LatencySamples `json:"samples,omitempty"`
+}
+
+// LatencySamples are a node's kept TTFT and latency samples, in seconds.
+type LatencySamples struct {
+	TTFT    []float64 `json:"ttft"`
+	Latency []float64 `json:"latency"`
 }
 
 // Memory are a node's memory figures in bytes.
@@ -49,6 +68,8 @@ type Memory struct {
 	Weights  int64 `json:"weights"`
 	KV       int64 `json:"kv"`
 	Peak     int64 `json:"peak"`
+	// MLX is set on a node where MLX serves (summed in the total).
+	MLX *MLXMemory `json:"mlx,omitempty"`
 }
 
 // CacheRates are the prefix cache's lookups this session by tier, and
@@ -63,7 +84,9 @@ type CacheRates struct {
 }
 
 // StatsAnswer is the answer of GET /admin/api/stats: every node's figures
-// and their cluster total (percentiles in the total are the worst node's).
+// and their cluster total (percentiles in the total are those of all the
+// nodes' samples together; a node that sent none counts with its own
+// percentiles as an upper bound).
 type StatsAnswer struct {
 	Node        string               `json:"node"` // the node that answered
 	Nodes       map[string]NodeStats `json:"nodes"`
@@ -113,8 +136,8 @@ func (h *Handler) localStats() NodeStats {
 	return NodeStats{Node: h.cfg.Self, Session: s.Session, AllTime: s.AllTime, SessionStart: s.SessionStart, Rates: s.Rates,
 		TTFT: s.TTFT, Latency: s.Latency, Active: s.Active, Queued: e.Queued,
 		CachedTokens: (c.HotHits + c.SSDHits) * int64(pc.BlockSize),
-		Memory:       Memory{RAMTotal: e.RAMTotal, RAMFree: e.RAMFree, Weights: e.WeightBytes, KV: e.KVBytes, Peak: e.PeakBytes},
-		PrefixCache:  c}
+		Memory:       Memory{RAMTotal: e.RAMTotal, RAMFree: e.RAMFree, Weights: e.WeightBytes, KV: e.KVBytes, Peak: e.PeakBytes, MLX: e.MLX},
+		PrefixCache:  c, Samples: &LatencySamples{TTFT: s.TTFTSamples, Latency: s.LatencySamples}}
 }
 
 func (c *CacheRates) rates() {
@@ -132,7 +155,7 @@ func (h *Handler) getStats(w http.ResponseWriter, r *http.Request) {
 	self := h.localStats()
 	out := StatsAnswer{Node: h.cfg.Self, Nodes: map[string]NodeStats{h.cfg.Self: self}}
 	if !h.local(r) {
-		for _, a := range h.each(r.Context(), http.MethodGet, "/admin/api/stats", nil, nil) {
+		for _, a := range h.each(r.Context(), http.MethodGet, "/admin/api/stats", url.Values{"samples": {"1"}}, nil) {
 			var sa StatsAnswer
 			if a.err == nil {
 				a.err = json.Unmarshal(a.body, &sa)
@@ -152,6 +175,12 @@ func (h *Handler) getStats(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	out.Total = total(out.Nodes)
+	if r.URL.Query().Get("samples") != "1" {
+		for id, n := range out.Nodes {
+			n.Samples = nil
+			out.Nodes[id] = n
+		}
+	}
 	openai.WriteJSON(w, http.StatusOK, out)
 }
 
@@ -160,6 +189,8 @@ var errNoFigures = errors.New("the node's answer has no figures of its own")
 // total sums the nodes' figures.
 func total(nodes map[string]NodeStats) NodeStats {
 	t := NodeStats{Node: "total"}
+	var ttft, latency []float64
+	var ttftBound, latencyBound metrics.Percentiles // nodes without samples
 	t.Session.Add(metrics.Counters{})
 	t.AllTime.Add(metrics.Counters{})
 	for _, n := range nodes {
@@ -172,8 +203,11 @@ func total(nodes map[string]NodeStats) NodeStats {
 		t.Rates.Prefill5m += n.Rates.Prefill5m
 		t.Rates.Decode1m += n.Rates.Decode1m
 		t.Rates.Decode5m += n.Rates.Decode5m
-		t.TTFT = worst(t.TTFT, n.TTFT)
-		t.Latency = worst(t.Latency, n.Latency)
+		if n.Samples != nil {
+			ttft, latency = append(ttft, n.Samples.TTFT...), append(latency, n.Samples.Latency...)
+		} else {
+			ttftBound, latencyBound = worst(ttftBound, n.TTFT), worst(latencyBound, n.Latency)
+		}
 		t.Active += n.Active
 		t.Queued += n.Queued
 		t.CachedTokens += n.CachedTokens
@@ -182,11 +216,21 @@ func total(nodes map[string]NodeStats) NodeStats {
 		t.Memory.Weights += n.Memory.Weights
 		t.Memory.KV += n.Memory.KV
 		t.Memory.Peak += n.Memory.Peak
+		if m := n.Memory.MLX; m != nil {
+			if t.Memory.MLX == nil {
+				t.Memory.MLX = &MLXMemory{}
+			}
+			t.Memory.MLX.Active += m.Active
+			t.Memory.MLX.Peak += m.Peak
+			t.Memory.MLX.Cache += m.Cache
+		}
 		t.PrefixCache.HotHits += n.PrefixCache.HotHits
 		t.PrefixCache.SSDHits += n.PrefixCache.SSDHits
 		t.PrefixCache.Misses += n.PrefixCache.Misses
 	}
 	t.PrefixCache.rates()
+	t.TTFT = worst(metrics.PercentilesOf(ttft), ttftBound)
+	t.Latency = worst(metrics.PercentilesOf(latency), latencyBound)
 	return t
 }
 

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -159,11 +160,15 @@ type Percentiles struct {
 	Samples int     `json:"samples"`
 }
 
-func (r *ring) percentiles() Percentiles {
-	if len(r.vals) == 0 {
+func (r *ring) percentiles() Percentiles { return PercentilesOf(r.vals) }
+
+// PercentilesOf are the percentiles of samples (which it does not change):
+// how a cluster total merges its nodes' samples exactly.
+func PercentilesOf(samples []float64) Percentiles {
+	if len(samples) == 0 {
 		return Percentiles{}
 	}
-	s := append([]float64(nil), r.vals...)
+	s := append([]float64(nil), samples...)
 	sort.Float64s(s)
 	at := func(p float64) float64 {
 		i := int(p*float64(len(s))+0.999999) - 1
@@ -192,6 +197,10 @@ type StatsSnapshot struct {
 	TTFT         Percentiles `json:"ttft_seconds"`
 	Latency      Percentiles `json:"latency_seconds"`
 	Active       int64       `json:"active_requests"`
+	// TTFTSamples and LatencySamples are the kept samples (at most 4096
+	// each, in no order) the percentiles come from.
+	TTFTSamples    []float64 `json:"-"`
+	LatencySamples []float64 `json:"-"`
 }
 
 // recordEnd counts a finished generation in the admin stats (under m.mu).
@@ -248,6 +257,7 @@ func (m *Metrics) Stats() StatsSnapshot {
 	return StatsSnapshot{
 		Session: m.session.clone(), AllTime: m.alltime.clone(), SessionStart: m.sessionStart.Unix(),
 		Rates: r, TTFT: m.ttftRing.percentiles(), Latency: m.latency.percentiles(), Active: m.inFlight,
+		TTFTSamples: slices.Clone(m.ttftRing.vals), LatencySamples: slices.Clone(m.latency.vals),
 	}
 }
 
