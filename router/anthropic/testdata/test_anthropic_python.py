@@ -125,7 +125,8 @@ def test_thinking():
     budget, max_tokens = 1024, 1100
     thinking = {"type": "enabled", "budget_tokens": budget}
     m = client().messages.create(model=THINKER, max_tokens=max_tokens, messages=MSGS, thinking=thinking)
-    assert [b.type for b in m.content] == ["thinking", "text"]
+    # (the reason, usage and thinking's tail say what ended the answer, if this fails)
+    assert [b.type for b in m.content] == ["thinking", "text"], (m.stop_reason, m.usage, m.content[-1].model_dump_json()[-300:])
     assert m.content[0].thinking.strip() and m.content[0].signature
     assert m.content[1].text
     assert m.stop_reason == "max_tokens" and m.usage.output_tokens == max_tokens
@@ -144,7 +145,7 @@ def test_thinking():
             elif ev.type == "thinking":  # the SDK's helper event, with the block so far
                 helper.append(ev.snapshot)
         final = s.get_final_message()
-    assert starts == ["thinking", "text"]
+    assert starts == ["thinking", "text"], (final.stop_reason, final.usage, deltas, len("".join(thought)))
     assert deltas["signature_delta"] == 1 and deltas["thinking_delta"] > 0
     # The thinker never closes its thinking, so a text block at all means the
     # budget closed it: at most budget thinking tokens, then </think>, then
