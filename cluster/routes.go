@@ -22,6 +22,19 @@ type Inventory struct {
 	ModelsLoaded []string `json:"models_loaded,omitempty"`
 	MemoryTotal  int64    `json:"memory_total_bytes,omitempty"`
 	MemoryFree   int64    `json:"memory_free_bytes,omitempty"`
+	// Backend is the compute backend (mlx, cpu) the node's models run on,
+	// and ModelBackends the models whose settings choose another one.
+	Backend       string            `json:"backend,omitempty"`
+	ModelBackends map[string]string `json:"model_backends,omitempty"`
+}
+
+// BackendOf is the backend the node runs model on ("" when the inventory
+// does not say).
+func (inv Inventory) BackendOf(model string) string {
+	if be, ok := inv.ModelBackends[model]; ok {
+		return be
+	}
+	return inv.Backend
 }
 
 // Fingerprint names the models of the inventory (on disk and loaded, not

@@ -60,6 +60,11 @@ type Request struct {
 	// ReasoningBudget, when positive, bounds the reasoning tokens: once
 	// spent, the runner makes the model close its <think> block.
 	ReasoningBudget int
+	// Backend, when set ("mlx" or "cpu"), makes the request run only on an
+	// engine whose backend for the model is that one (the chat request's
+	// backend_override): the dispatcher picks such a node, and a runner
+	// whose model loads on another backend refuses with ErrUnavailable.
+	Backend string
 	// StartThinking opens the reasoning block in the generation prompt
 	// where a hybrid template leaves that to the model (see
 	// prompt.Request.StartThinking).

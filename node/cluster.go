@@ -392,7 +392,16 @@ func (n *Node) syncOnce(ctx context.Context, watched map[string]bool) {
 	if hold := n.cfg.Cluster.HoldInventory; hold != nil && hold() {
 		return
 	}
-	inv := cluster.Inventory{MemoryTotal: n.runner.MemoryTotal()}
+	bs := n.runner.BackendStatus()
+	inv := cluster.Inventory{MemoryTotal: n.runner.MemoryTotal(), Backend: bs.Name}
+	for model, be := range bs.Models {
+		if be != bs.Name {
+			if inv.ModelBackends == nil {
+				inv.ModelBackends = map[string]string{}
+			}
+			inv.ModelBackends[model] = be
+		}
+	}
 	// Free memory changes all the time; the inventory goes through the
 	// log, so it carries it rounded to 256 MiB.
 	inv.MemoryFree = n.runner.MemoryFree() &^ (256<<20 - 1)
@@ -431,6 +440,13 @@ func (t *clusterTable) Candidates(model string) []dispatch.Peer {
 	if len(out) > 0 || !known {
 		return out
 	}
+	return t.Holders(model)
+}
+
+// Holders are the live nodes, not draining, with model on disk (which
+// includes those that have it loaded).
+func (t *clusterTable) Holders(model string) []dispatch.Peer {
+	var out []dispatch.Peer
 	onDisk := map[string]bool{}
 	t.m.FSM().Read(func(s *fsm.State) {
 		for _, n := range s.Nodes() {
@@ -446,6 +462,29 @@ func (t *clusterTable) Candidates(model string) []dispatch.Peer {
 		}
 	}
 	return out
+}
+
+// Backend is the compute backend node runs model on, from its replicated
+// inventory, else the backend it gossips ("" when neither says).
+func (t *clusterTable) Backend(node, model string) string {
+	var be string
+	t.m.FSM().Read(func(s *fsm.State) {
+		for _, n := range s.Nodes() {
+			var inv cluster.Inventory
+			if n.Id == node && json.Unmarshal(n.Inventory, &inv) == nil {
+				be = inv.BackendOf(model)
+			}
+		}
+	})
+	if be != "" {
+		return be
+	}
+	for _, p := range t.m.Members() {
+		if p.ID == node {
+			return p.Backend
+		}
+	}
+	return ""
 }
 
 func (t *clusterTable) Known(model string) bool {

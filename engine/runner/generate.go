@@ -78,6 +78,14 @@ func (r *Runner) Generate(ctx context.Context, req *engine.Request) (<-chan engi
 	if req.Priority < engine.PriorityRealtime || req.Priority > engine.PriorityBackground {
 		return nil, &prompt.InvalidRequestError{Err: fmt.Errorf("unknown priority class %d", req.Priority)}
 	}
+	if req.Backend != "" {
+		if _, err := r.entry(req.Model); err != nil {
+			return nil, err
+		}
+		if have := r.backends.forModel(req.Model); have != req.Backend {
+			return nil, fmt.Errorf("%w: %q runs on the %s backend on this node, not %s (backend_override)", engine.ErrUnavailable, req.Model, have, req.Backend)
+		}
+	}
 	// Refuse before loading anything when the node is full.
 	if n := r.inFlight.Load(); n >= int64(r.cfg.MaxQueued) {
 		return nil, r.overloaded(n)

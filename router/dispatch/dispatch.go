@@ -60,6 +60,18 @@ type Table interface {
 	Unheard() []Peer
 }
 
+// BackendTable is a Table that knows which compute backend (mlx, cpu) a
+// node runs a model on; the dispatcher asks it only for requests that
+// name a backend (engine.Request.Backend).
+type BackendTable interface {
+	// Backend is the backend node runs model on ("" when unknown).
+	Backend(node, model string) string
+	// Holders lists the usable nodes that have model loaded or on disk:
+	// where a request for a backend goes when none of the nodes that
+	// have it ready runs it on that backend.
+	Holders(model string) []Peer
+}
+
 // Connector gives the engine of a peer, by the address of its Engine
 // service (remote.Pool implements it).
 type Connector interface {
@@ -172,7 +184,51 @@ func (d *Dispatcher) Generate(ctx context.Context, req *engine.Request) (<-chan 
 	if len(cands) == 0 {
 		return d.miss(ctx, req)
 	}
+	if req.Backend != "" {
+		var err error
+		if cands, err = d.onBackend(req, cands); err != nil {
+			d.refused.Add(1)
+			return nil, err
+		}
+	}
 	return d.runOn(ctx, req, cands)
+}
+
+// onBackend keeps the candidates that run req's model on req.Backend.
+// This node stays when its backend is not known here (its runner checks);
+// a peer whose backend is not known is dropped, since it would not check.
+func (d *Dispatcher) onBackend(req *engine.Request, cands []Peer) ([]Peer, error) {
+	bt, _ := d.cfg.Table.(BackendTable)
+	if bt != nil {
+		// Ready nodes first (in their order), then those that would load it.
+		for _, p := range usable(bt.Holders(req.Model)) {
+			if !slices.ContainsFunc(cands, func(c Peer) bool { return c.ID == p.ID }) {
+				cands = append(cands, p)
+			}
+		}
+	}
+	self := d.cfg.Table.Self()
+	var keep []Peer
+	var seen []string
+	for _, p := range cands {
+		be := ""
+		if bt != nil {
+			be = bt.Backend(p.ID, req.Model)
+		}
+		if be == req.Backend || (be == "" && p.ID == self) {
+			keep = append(keep, p)
+			continue
+		}
+		if be == "" {
+			be = "unknown"
+		}
+		seen = append(seen, p.ID+": "+be)
+	}
+	if len(keep) == 0 {
+		return nil, fmt.Errorf("%w: no node runs %q on the %s backend (backend_override); where it runs: %s",
+			engine.ErrUnavailable, req.Model, req.Backend, strings.Join(seen, ", "))
+	}
+	return keep, nil
 }
 
 // runOn runs req on the first of cands, in dispatch order, that takes it.

@@ -19,8 +19,6 @@ type Options struct {
 	// MaxTokens caps max_tokens (and max_completion_tokens); a request over
 	// it is a 400. 0: no cap here (the engine may still have one).
 	MaxTokens int
-	// Backends lists the backend_override values this node serves.
-	Backends []string
 	// CompletionsAsChat names the models whose /v1/completions prompts are
 	// wrapped into a one-message chat and rendered with the chat template.
 	CompletionsAsChat map[string]bool
@@ -37,8 +35,13 @@ const (
 	maxLegacyLPs = 5   // legacy completions logprobs
 )
 
-// The backend_override values of the contract.
-var contractBackends = []string{"mlx", "rapid", "cloud"}
+// The backend_override values: the compute backends a request can be
+// pinned to (engine.Request.Backend; the dispatcher finds a node), and
+// the contract's other values, which this server does not offer yet.
+var (
+	engineBackends  = []string{"mlx", "cpu"}
+	pendingBackends = []string{"rapid", "cloud"}
+)
 
 // plan is a converted request: one engine request per choice, plus what
 // the encoder needs to shape the answer.
@@ -80,7 +83,9 @@ func (c *commonRequest) convertCommon(opts Options, base *engine.Request, maxTok
 	if base.Priority, err = parseTaskTag(c.TaskTag); err != nil {
 		return
 	}
-	err = checkBackend(c.BackendOverride, opts.Backends)
+	if err = checkBackend(c.BackendOverride); err == nil && c.BackendOverride != nil {
+		base.Backend = *c.BackendOverride
+	}
 	return
 }
 
@@ -192,15 +197,15 @@ func parseTaskTag(tag *string) (engine.Priority, *Error) {
 	return p, nil
 }
 
-// checkBackend accepts a backend_override this node serves.
-func checkBackend(b *string, have []string) *Error {
-	if b == nil || *b == "" || slices.Contains(have, *b) {
+// checkBackend accepts a backend_override naming a compute backend.
+func checkBackend(b *string) *Error {
+	if b == nil || *b == "" || slices.Contains(engineBackends, *b) {
 		return nil
 	}
-	if slices.Contains(contractBackends, *b) {
-		return unsupported("backend_override", "backend_override %q is not available on this node (available: %s).", *b, strings.Join(have, ", "))
+	if slices.Contains(pendingBackends, *b) {
+		return unsupported("backend_override", "backend_override %q is not available on this server yet (available: %s).", *b, strings.Join(engineBackends, ", "))
 	}
-	return invalidRequest("backend_override", "Invalid 'backend_override': %q is not one of %s.", *b, strings.Join(slices.Concat(contractBackends, have), ", "))
+	return invalidRequest("backend_override", "Invalid 'backend_override': %q is not one of %s.", *b, strings.Join(slices.Concat(engineBackends, pendingBackends), ", "))
 }
 
 func isNull(raw json.RawMessage) bool {

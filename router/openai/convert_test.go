@@ -15,7 +15,7 @@ func decodeChat(t *testing.T, body string) (*ChatRequest, *Error) {
 }
 
 func TestChatToPlan(t *testing.T) {
-	opts := Options{MaxTokens: 100, Backends: []string{"cpu"}}
+	opts := Options{MaxTokens: 100}
 	const msgs = `"messages":[{"role":"user","content":"hi"}]`
 	tests := []struct {
 		name  string
@@ -90,7 +90,11 @@ func TestChatToPlan(t *testing.T) {
 			}
 		}},
 		{"accepted later-issue fields", `{"model":"m",` + msgs + `,"tools":[],"tool_choice":"auto","parallel_tool_calls":true,
-			"response_format":{"type":"text"},"backend_override":"cpu","user":"u1"}`, func(t *testing.T, p *plan) {}},
+			"response_format":{"type":"text"},"backend_override":"cpu","user":"u1"}`, func(t *testing.T, p *plan) {
+			if p.reqs[0].Backend != "cpu" {
+				t.Errorf("Backend = %q, want cpu (backend_override)", p.reqs[0].Backend)
+			}
+		}},
 		{"forced named tool, no parallel calls", `{"model":"m",` + msgs + `,"tools":[{"type":"function","function":{"name":"f"}}],
 			"tool_choice":{"type":"function","function":{"name":"f"}},"parallel_tool_calls":false}`, func(t *testing.T, p *plan) {
 			want := engine.ToolChoice{Mode: engine.ToolNamed, Name: "f", NoParallel: true}
@@ -135,7 +139,7 @@ func TestChatToPlan(t *testing.T) {
 }
 
 func TestChatErrors(t *testing.T) {
-	opts := Options{MaxTokens: 100, Backends: []string{"cpu"}}
+	opts := Options{MaxTokens: 100}
 	const msgs = `"messages":[{"role":"user","content":"hi"}]`
 	tests := []struct {
 		name   string
@@ -190,7 +194,7 @@ func TestChatErrors(t *testing.T) {
 		{"response_format json_schema without schema object", `{"model":"m",` + msgs + `,"response_format":{"type":"json_schema"}}`, 400, "response_format.json_schema", "missing_required_parameter"},
 		{"response_format bogus", `{"model":"m",` + msgs + `,"response_format":{"type":"xml"}}`, 400, "response_format.type", "invalid_value"},
 		{"task_tag bogus", `{"model":"m",` + msgs + `,"task_tag":"urgent"}`, 400, "task_tag", "invalid_value"},
-		{"backend mlx", `{"model":"m",` + msgs + `,"backend_override":"mlx"}`, 400, "backend_override", "unsupported_parameter"},
+		{"backend rapid", `{"model":"m",` + msgs + `,"backend_override":"rapid"}`, 400, "backend_override", "unsupported_parameter"},
 		{"backend bogus", `{"model":"m",` + msgs + `,"backend_override":"gpu9"}`, 400, "backend_override", "invalid_value"},
 		{"enable_thinking string", `{"model":"m",` + msgs + `,"enable_thinking":"yes"}`, 400, "enable_thinking", "invalid_type"},
 		{"seed fraction", `{"model":"m",` + msgs + `,"seed":1.5}`, 400, "seed", "invalid_type"},

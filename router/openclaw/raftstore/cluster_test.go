@@ -60,7 +60,7 @@ func startCluster(t *testing.T) []*clusterNode {
 			t.Fatal(err)
 		}
 		st := raftstore.New(m, raftstore.Options{})
-		h := openclaw.New(openclaw.Config{Engine: run, Store: st, OpenAI: openai.Options{MaxTokens: 512, Backends: []string{"cpu"}}})
+		h := openclaw.New(openclaw.Config{Engine: run, Store: st, OpenAI: openai.Options{MaxTokens: 512}})
 		r := chi.NewRouter()
 		h.Mount(r)
 		n := &clusterNode{member: m, store: st, h: h, srv: httptest.NewServer(r), run: run}
