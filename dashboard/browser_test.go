@@ -3,16 +3,21 @@ package dashboard_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"image/png"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -315,7 +320,11 @@ func startCluster(t *testing.T) []*node.Node {
 		}
 		t.Cleanup(func() { f.Close() })
 		level := new(slog.LevelVar)
-		return nodetest.Start(t, nodetest.Options{APIKey: key, Backend: "cpu", WrapBackend: slow, DataDir: dir, Logs: f, LogLevel: level,
+		models := nodetest.Models(t)
+		if id == "a" {
+			addBroken(t, models)
+		}
+		return nodetest.Start(t, nodetest.Options{APIKey: key, Backend: "cpu", WrapBackend: slow, DataDir: dir, Logs: f, LogLevel: level, ModelsDir: models,
 			Logger: slog.New(slog.NewJSONHandler(f, &slog.HandlerOptions{Level: level})),
 			Cluster: node.ClusterConfig{NodeID: id, Listen: "127.0.0.1:0", RaftListen: "127.0.0.1:0", GRPCListen: "127.0.0.1:0",
 				BootstrapExpect: expect, Join: join, Secret: "s", Timing: cluster.TestTiming()}})
@@ -342,6 +351,56 @@ func startCluster(t *testing.T) []*node.Node {
 		})
 	}
 	return nodes
+}
+
+// addBroken writes the model "broken" into a models directory: the demo
+// model with its weights cut short, which lists as compatible (its config
+// is fine) and fails when it loads.
+func addBroken(t *testing.T, models string) {
+	t.Helper()
+	dst := filepath.Join(models, "broken")
+	if err := os.CopyFS(dst, os.DirFS(filepath.Join(models, nodetest.Model))); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dst, "model.safetensors")
+	raw, err := os.ReadFile(p)
+	if err != nil || len(raw) < 8 {
+		t.Fatalf("demo weights: %v", err)
+	}
+	header := 8 + int(binary.LittleEndian.Uint64(raw[:8]))
+	if err := os.WriteFile(p, raw[:header+100], 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// switchProxy forwards to a node until it is switched off; then it drops
+// every connection, as a node that went away would.
+type switchProxy struct {
+	down  atomic.Bool
+	proxy *httputil.ReverseProxy
+}
+
+func (p *switchProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p.down.Load() {
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			conn.Close()
+		}
+		return
+	}
+	p.proxy.ServeHTTP(w, r)
+}
+
+func newSwitchProxy(t *testing.T, target string) (*switchProxy, string) {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &switchProxy{proxy: httputil.NewSingleHostReverseProxy(u)}
+	p.proxy.FlushInterval = -1 // streams pass as they come
+	srv := httptest.NewServer(p)
+	t.Cleanup(srv.Close)
+	return p, srv.URL
 }
 
 // activeRequests is the cluster's count of generations in flight.
@@ -402,17 +461,19 @@ func TestPanelCluster(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`button[aria-label="Load demo"]`)))
 	pa.waitText("demo loaded on b", "main tbody", "on b")
 	pa.waitText("load message", "#models-msg", "demo loaded")
-	pa.do("open settings", chromedp.Click(chromedp.CSS(`main details summary`)))
+	pa.do("open settings", chromedp.Click(chromedp.CSS(`details:has(form[aria-label="Settings of demo"]) summary`)))
 	pa.do("bad temperature", chromedp.SendKeys(chromedp.CSS(`form[aria-label="Settings of demo"] input[name="temperature"]`), "9"),
 		chromedp.Click(chromedp.CSS(`form[aria-label="Settings of demo"] button[type="submit"]`)))
 	pa.waitText("the API's 400", `form[aria-label="Settings of demo"] [role="status"]`, "Refused (400): Invalid 'temperature'")
+	pa.do("load broken", chromedp.Click(chromedp.CSS(`button[aria-label="Load broken"]`)))
+	pa.waitText("a failed load", "#models-msg", "load broken failed (503)")
 	pa.shoot("models")
 
 	// Chat: the answer streams (its text grows while the request runs) and
 	// Stop cancels the generation on the node that runs it.
 	pa.nav("Chat")
-	pa.wait("models listed", `document.querySelector('select[name="model"]').value === 'demo'`)
-	pa.do("ask", chromedp.SetValue(chromedp.CSS(`input[name="max_tokens"]`), "3000"),
+	pa.wait("models listed", `[...document.querySelector('select[name="model"]').options].some((o) => o.value === 'demo')`)
+	pa.do("ask", chromedp.SetValue(chromedp.CSS(`select[name="model"]`), "demo"), chromedp.SetValue(chromedp.CSS(`input[name="max_tokens"]`), "3000"),
 		chromedp.SendKeys(chromedp.CSS(`textarea[name="message"]`), "Tell me a long story."),
 		chromedp.Click(chromedp.CSS(`main form button[type="submit"]`)))
 	const answerLen = `(() => { const m = [...document.querySelectorAll('.msg.assistant')].pop(); return m ? m.textContent.length : 0; })()`
@@ -521,6 +582,19 @@ func TestPanelCluster(t *testing.T) {
 	if strings.Contains(eval[string](pa, `document.querySelector('#log-lines').textContent`), "panel-canary-info") {
 		t.Error("an info line showed under the error filter")
 	}
+
+	// A lost connection: the page says so, and recovers when the node is
+	// back (c's panel, through a proxy that can drop it).
+	proxy, viaProxy := newSwitchProxy(t, nodes[2].URL())
+	pc := newTab(t, browser, viaProxy)
+	pc.open("/admin/", "Sign in")
+	pc.do("sign in on c", chromedp.SendKeys(chromedp.CSS(`input[name="key"]`), key), chromedp.Click(chromedp.CSS(`form.signin button`)))
+	pc.waitText("c's dashboard", "main tbody", "leader")
+	proxy.down.Store(true)
+	pc.wait("lost connection shown", `!document.querySelector('#banner').hidden && document.querySelector('#banner').textContent.includes('Connection to the node lost')`)
+	pc.shoot("connection-lost")
+	proxy.down.Store(false)
+	pc.wait("connection back", `document.querySelector('#banner').hidden && document.querySelectorAll('main tbody tr').length >= 3`)
 
 	// The model hub's pages say what the API says: not yet (501).
 	pa.nav("Hub")
