@@ -13,6 +13,8 @@ export function render(main) {
   const system = h('textarea', { name: 'system', rows: 3 });
   const temperature = h('input', { name: 'temperature', inputmode: 'decimal', placeholder: 'model default' });
   const maxTokens = h('input', { name: 'max_tokens', inputmode: 'numeric', value: '256' });
+  const thinking = h('select', { name: 'thinking' }, h('option', { value: '' }, 'model default'),
+    h('option', { value: 'on' }, 'on'), h('option', { value: 'off' }, 'off'));
   const input = h('textarea', { name: 'message', rows: 3, required: true });
   const send = h('button', { type: 'submit' }, 'Send');
   const stopB = h('button', { type: 'button', class: 'danger', disabled: true }, 'Stop');
@@ -24,7 +26,7 @@ export function render(main) {
   const form = h('form', { 'aria-label': 'Message' }, field('Message', input), h('div', { class: 'row' }, send, stopB, clear), err);
   main.append(h('h1', {}, 'Chat'), h('div', { class: 'chat' },
     h('section', { 'aria-label': 'Parameters' }, field('Model', model), field('System prompt', system),
-      field('Temperature', temperature), field('Max tokens', maxTokens)),
+      field('Temperature', temperature), field('Max tokens', maxTokens), field('Thinking', thinking)),
     h('section', { 'aria-label': 'Conversation' }, msgs, form)));
 
   api('GET', '/v1/models').then((doc) => {
@@ -55,8 +57,8 @@ export function render(main) {
     bubble('user', content);
     const b = bubble('assistant', '');
     b.el.setAttribute('aria-busy', 'true');
-    const thinking = h('div', { class: 'reasoning' });
-    const details = h('details', { open: true, hidden: true }, h('summary', {}, 'Reasoning'), thinking);
+    const reasoning = h('div', { class: 'reasoning' });
+    const details = h('details', { open: true, hidden: true }, h('summary', {}, 'Reasoning'), reasoning);
     b.el.insertBefore(details, b.text);
     const tools = h('div', {});
     const usage = h('div', { class: 'usage' });
@@ -67,6 +69,7 @@ export function render(main) {
     body.messages.push(...history);
     if (temperature.value.trim() !== '') body.temperature = Number(temperature.value);
     if (maxTokens.value.trim() !== '') body.max_tokens = Number(maxTokens.value);
+    if (thinking.value) body.enable_thinking = thinking.value === 'on';
 
     ctrl = new AbortController();
     send.disabled = true;
@@ -83,7 +86,7 @@ export function render(main) {
         for (const c of chunk.choices || []) {
           const d = c.delta || {};
           const r = d.reasoning_content || d.reasoning;
-          if (r) { details.hidden = false; thinking.append(r); }
+          if (r) { details.hidden = false; reasoning.append(r); }
           if (d.content) {
             if (!first) first = performance.now();
             answer += d.content;
