@@ -563,6 +563,12 @@ func TestPanelCluster(t *testing.T) {
 	}
 	canary("panel-canary-live")
 	pa.waitText("a request's line, live", "#log-lines", "panel-canary-live")
+	pa.do("search", chromedp.SendKeys(chromedp.CSS(`input[name="search"]`), "panel-canary-live"))
+	pa.wait("search hides the other lines", `(() => { const rows = [...document.querySelectorAll('#log-lines div')];
+	  return rows.some((r) => r.hidden) && rows.filter((r) => !r.hidden).every((r) => r.textContent.includes('panel-canary-live')); })()`)
+	if _, err := evalIn[bool](pa, `(() => { const i = document.querySelector('input[name="search"]'); i.value = ''; return i.dispatchEvent(new Event('input')); })()`); err != nil {
+		t.Fatal(err)
+	}
 	pa.do("pause", chromedp.Click(chromedp.CSS(`main button[aria-pressed]`)))
 	canary("panel-canary-paused")
 	time.Sleep(1500 * time.Millisecond)
@@ -607,7 +613,13 @@ func TestPanelCluster(t *testing.T) {
 		pa.shoot(strings.ToLower(p))
 	}
 	pa.nav("Profiles")
+	// Back on the dashboard, the figures have moved with what the test did.
 	pa.nav("Dashboard")
+	pa.wait("live figures", `(() => {
+	  const card = [...document.querySelectorAll('.card')].find((c) => c.querySelector('.k').textContent === 'Requests (session)');
+	  const b = [...document.querySelectorAll('main tbody tr')].find((r) => r.cells[0].textContent === 'b');
+	  return !!card && Number(card.querySelector('.v').textContent) >= 3 && !!b && b.cells[6].textContent.includes('demo');
+	})()`)
 
 	// Sign-out: the page asks for the key again, and the old cookie opens
 	// nothing, from the page or from elsewhere.
