@@ -140,17 +140,13 @@ func (b *tab) text() string {
 // wait polls a JavaScript condition until it holds.
 func (b *tab) wait(what, js string) {
 	b.t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for {
+	eventually(b.t, what, func() string {
 		ok, err := evalIn[bool](b, js)
 		if err == nil && ok {
-			return
+			return ""
 		}
-		if time.Now().After(deadline) {
-			b.t.Fatalf("%s: never true (%s, last error %v); page: %.800s", what, js, err, b.text())
-		}
-		time.Sleep(150 * time.Millisecond)
-	}
+		return fmt.Sprintf("never true (%s, last error %v); page: %.800s", js, err, b.text())
+	})
 }
 
 // waitText waits until the element of a CSS selector contains want.
@@ -303,7 +299,7 @@ func eventually(t *testing.T, what string, f func() string) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: %s", what, msg)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(150 * time.Millisecond)
 	}
 }
 

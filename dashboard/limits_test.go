@@ -5,28 +5,17 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
 
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // TestSessionLimits: a session ends at its TTL, and past MaxSessions a
 // sign-in ends the session that expires first; both come from Options.
 func TestSessionLimits(t *testing.T) {
-	clk := &clock{t: time.Unix(1_800_000_000, 0)}
-	p := New(Config{AdminKey: "k", Now: clk.now, Logger: slog.New(slog.DiscardHandler), Options: Options{SessionTTL: time.Minute, MaxSessions: 2}})
+	// The handler runs on this goroutine (httptest.NewRecorder), so a
+	// plain variable is the clock.
+	now := time.Unix(1_800_000_000, 0)
+	p := New(Config{AdminKey: "k", Now: func() time.Time { return now }, Logger: slog.New(slog.DiscardHandler), Options: Options{SessionTTL: time.Minute, MaxSessions: 2}})
 	// next answers whether the request reached it with the admin key.
 	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") == "Bearer k" {
@@ -57,12 +46,12 @@ func TestSessionLimits(t *testing.T) {
 	}
 
 	first := signIn()
-	clk.add(10 * time.Second)
+	now = now.Add(10 * time.Second)
 	second := signIn()
 	if use(first) != 200 || use(second) != 200 {
 		t.Fatal("two sessions under the cap")
 	}
-	clk.add(10 * time.Second)
+	now = now.Add(10 * time.Second)
 	third := signIn() // past the cap: first (expiring first) ends
 	cases := []struct {
 		name   string
@@ -77,7 +66,7 @@ func TestSessionLimits(t *testing.T) {
 	if n := p.sessions.len(); n != 2 {
 		t.Errorf("%d sessions held, want 2", n)
 	}
-	clk.add(51 * time.Second) // second is 61 s old, third 51 s
+	now = now.Add(51 * time.Second) // second is 61 s old, third 51 s
 	if use(second) != 401 || use(third) != 200 {
 		t.Errorf("at the TTL: second %d, third %d", use(second), use(third))
 	}
