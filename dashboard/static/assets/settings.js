@@ -35,7 +35,10 @@ export function render(main) {
         ? h('span', { class: 'muted' }, s.value + ' (secret, not shown)')
         : h('input', { name: s.key, value: s.value, 'aria-label': s.key, 'data-was': s.value });
       if (!s.secret) inputs[s.key] = input;
-      groups.get(g).push([h('code', {}, s.key), input, h('span', { class: 'badge' }, s.source),
+      const source = s.cluster_value !== undefined
+        ? [h('span', { class: 'badge' }, s.source), ` (the cluster's ${s.cluster_value} is shadowed here)`]
+        : h('span', { class: 'badge' }, s.source);
+      groups.get(g).push([h('code', {}, s.key), input, source,
         s.restart_required ? h('span', { class: 'state-warn' }, 'restart required') : (s.live ? 'applies live' : 'on restart')]);
     }
     const save = h('button', { type: 'submit' }, 'Save changes');
