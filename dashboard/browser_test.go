@@ -457,6 +457,8 @@ func TestPanelCluster(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`button[aria-label="Load demo"]`)))
 	pa.waitText("demo loaded on b", "main tbody", "on b")
 	pa.waitText("load message", "#models-msg", "demo loaded")
+	pa.do("pin demo", chromedp.Click(chromedp.CSS(`button[aria-label="Pin demo"]`)))
+	pa.wait("demo pinned", `(() => { const b = document.querySelector('button[aria-label="Unpin demo"]'); return !!b && b.closest('tr').textContent.includes('pinned'); })()`)
 	pa.do("open settings", chromedp.Click(chromedp.CSS(`details:has(form[aria-label="Settings of demo"]) summary`)))
 	pa.do("bad temperature", chromedp.SendKeys(chromedp.CSS(`form[aria-label="Settings of demo"] input[name="temperature"]`), "9"),
 		chromedp.Click(chromedp.CSS(`form[aria-label="Settings of demo"] button[type="submit"]`)))
