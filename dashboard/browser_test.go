@@ -447,7 +447,6 @@ func TestPanelCluster(t *testing.T) {
 	    rows.filter((r) => r.cells[2].textContent === 'leader').length === 1;
 	})()`)
 	pa.checkAccessible("dashboard")
-	pa.shoot("dashboard")
 
 	// Models: load demo on b from a's panel and watch its state change; a
 	// bad per-model setting shows the API's 400.
@@ -618,6 +617,8 @@ func TestPanelCluster(t *testing.T) {
 	  const b = [...document.querySelectorAll('main tbody tr')].find((r) => r.cells[0].textContent === 'b');
 	  return !!card && Number(card.querySelector('.v').textContent) >= 3 && !!b && b.cells[6].textContent.includes('demo');
 	})()`)
+	pa.do("a few samples for the sparklines", chromedp.Sleep(5*time.Second))
+	pa.shoot("dashboard")
 
 	// Sign-out: the page asks for the key again, and the old cookie opens
 	// nothing, from the page or from elsewhere.

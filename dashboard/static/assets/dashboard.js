@@ -7,6 +7,18 @@ import { h, table, bytes, num, sparkline } from './dom.js';
 const every = 2000; // ms between polls
 const keep = 1800; // samples kept: an hour at one per 2 s
 const history = []; // {t, requests, decode, prefill, ttft50, ttft95}
+const ramHistory = new Map(); // node id → RAM used, one per sample
+
+function sampleRAM(nodes) {
+  for (const [id, s] of Object.entries(nodes || {})) {
+    const m = s.memory;
+    if (!m) continue;
+    if (!ramHistory.has(id)) ramHistory.set(id, []);
+    const h = ramHistory.get(id);
+    h.push(m.ram_total - m.ram_free);
+    if (h.length > keep) h.shift();
+  }
+}
 
 function sample(total) {
   const now = Date.now();
@@ -56,6 +68,7 @@ export function render(main) {
   function draw(stats, models, cluster, health) {
     const total = stats.total;
     sample(total);
+    sampleRAM(stats.nodes);
     const ser = (k) => history.map((s) => s[k]);
     const members = cluster ? cluster.members : [{ id: stats.node, status: 'alive', leader: false, backend: health && health.backend ? health.backend.name : '' }];
     const loadedOn = (id) => models.filter((m) => (m.loaded_on || []).includes(id)).map((m) => m.id);
@@ -67,7 +80,8 @@ export function render(main) {
         statusCell(m.status),
         m.leader ? 'leader' : (cluster ? 'follower' : 'alone'),
         m.backend || '–',
-        mem ? `${bytes(mem.ram_total - mem.ram_free)} / ${bytes(mem.ram_total)}` : 'no answer',
+        mem ? h('div', { class: 'ram' }, `${bytes(mem.ram_total - mem.ram_free)} / ${bytes(mem.ram_total)}`,
+          sparkline(ramHistory.get(m.id) || [], `RAM used on ${m.id} over the last hour`)) : 'no answer',
         mem ? bytes(mem.kv) : '–',
         loadedOn(m.id).join(', ') || 'none',
         s ? num(s.rates.decode_tokens_per_second_1m) : '–',
