@@ -575,12 +575,23 @@ func TestPanelCluster(t *testing.T) {
 	pa.shoot("logs")
 	pa.do("resume", chromedp.Click(chromedp.CSS(`main button[aria-pressed]`)))
 	pa.waitText("the held line after resume", "#log-lines", "panel-canary-paused")
+	// Another node's lines, streamed through a.
+	pa.wait("b in the node list", `[...document.querySelector('select[name="node"]').options].some((o) => o.value === 'b')`)
+	pa.do("follow b", chromedp.SetValue(chromedp.CSS(`select[name="node"]`), "b"))
+	if _, err := evalIn[bool](pa, `document.querySelector('select[name="node"]').dispatchEvent(new Event('change'))`); err != nil {
+		t.Fatal(err)
+	}
+	pa.waitText("following b", `main [role="status"]`, "Following b")
+	if code, raw := call(t, "GET", b.URL()+"/v1/models", key, "", map[string]string{"X-Request-Id": "panel-canary-on-b"}); code != 200 {
+		t.Fatalf("request on b: %d %s", code, raw)
+	}
+	pa.waitText("b's line, live on a's panel", "#log-lines", "panel-canary-on-b")
 	pa.do("level error", chromedp.SetValue(chromedp.CSS(`select[name="level"]`), "error"))
 	if _, err := evalIn[bool](pa, `document.querySelector('select[name="level"]').dispatchEvent(new Event('change'))`); err != nil {
 		t.Fatal(err)
 	}
-	pa.waitText("following errors", `main [role="status"]`, "at error")
-	canary("panel-canary-info")
+	pa.waitText("following b's errors", `main [role="status"]`, "Following b at error")
+	call(t, "GET", b.URL()+"/v1/models", key, "", map[string]string{"X-Request-Id": "panel-canary-info"}) // an info line of b
 	time.Sleep(1500 * time.Millisecond)
 	if strings.Contains(eval[string](pa, `document.querySelector('#log-lines').textContent`), "panel-canary-info") {
 		t.Error("an info line showed under the error filter")
