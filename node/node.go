@@ -17,6 +17,7 @@ import (
 
 	"fusion/cluster"
 	"fusion/cluster/remote"
+	"fusion/dashboard"
 	"fusion/engine/runner"
 	"fusion/internal/tlsreload"
 	"fusion/mcp/host"
@@ -111,6 +112,9 @@ type Config struct {
 	// MCPMaxSteps bounds the model turns of a chat request with MCP
 	// tools (0: router/mcpchat's default, 8).
 	MCPMaxSteps int
+	// Panel holds the admin panel's session limits (zero values: the
+	// dashboard package's defaults).
+	Panel dashboard.Options
 
 	// TLSCertFile and TLSKeyFile make the frontend speak HTTPS (and
 	// HTTP/2). The pair is read again on ReloadTLS (SIGHUP) and whenever
@@ -346,7 +350,7 @@ func New(cfg Config) (*Node, error) {
 	n.router = router.New(router.Config{
 		Keys: keys, KeyLimits: n.keyLimits, MaxSubKeys: cfg.MaxSubKeys,
 		AuthFailures: auth.NewFailLimiter(fails, auth.DefaultFailureWindow, nil),
-		MCP:          mcpHost, MCPMaxSteps: cfg.MCPMaxSteps,
+		MCP:          mcpHost, MCPMaxSteps: cfg.MCPMaxSteps, Panel: cfg.Panel,
 		ThinkingKey: thinkingKey,
 		Backend:     run.BackendStatus,
 		Engine:      aliasEngine{Dispatcher: gen, a: n.admin}, Stats: n.engineStats, Cache: run, Models: run, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes, Cluster: clusterStatus,

@@ -6,6 +6,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"fusion/dashboard"
 	"fusion/engine"
 	"fusion/engine/runner"
 	"fusion/router/admin"
@@ -72,6 +73,8 @@ type Config struct {
 	Cluster http.Handler
 	// MCP is the node's MCP host behind /v1/mcp (nil: no servers, no tools).
 	MCP mcp.Host
+	// Panel holds the limits of the admin panel's sign-in sessions.
+	Panel dashboard.Options
 	// MCPMaxSteps bounds the model turns of a chat request with MCP tools
 	// (0: mcpchat.DefaultMaxSteps).
 	MCPMaxSteps int
@@ -89,6 +92,7 @@ type Router struct {
 	ownStore *openclaw.MemStore // nil when the sessions live elsewhere
 	auth     *auth.Authenticator
 	mux      *chi.Mux
+	panel    *dashboard.Panel
 }
 
 // New builds the frontend.
@@ -181,7 +185,11 @@ func New(cfg Config) *Router {
 		r.Use(rt.auth.Middleware(anthropicDeny), meterKeys(rt.auth)) // 401s in Anthropic's shape
 		an.Mount(r)
 	})
-	rt.handler, rt.mux = r, r
+	// The panel (/admin/ but for /admin/api) is outside the chi tree: its
+	// pages and sign-in are open, and a signed-in browser's calls reach the
+	// tree carrying the admin key.
+	rt.panel = dashboard.New(dashboard.Config{AdminKey: cfg.APIKey, Failures: fails, NodeID: cfg.Admin.Self, Options: cfg.Panel, Logger: cfg.Logger})
+	rt.handler, rt.mux = rt.panel.Wrap(r), r
 	return rt
 }
 
@@ -212,6 +220,9 @@ func (rt *Router) Routes() chi.Routes { return rt.mux }
 // Auth is the frontend's authenticator (its Limits().Usage() is each
 // sub-key's use).
 func (rt *Router) Auth() *auth.Authenticator { return rt.auth }
+
+// Panel is the admin panel (its CookieName names this node's session).
+func (rt *Router) Panel() *dashboard.Panel { return rt.panel }
 
 // Metrics returns the frontend's metrics.
 func (rt *Router) Metrics() *metrics.Metrics { return rt.metrics }

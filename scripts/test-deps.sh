@@ -7,6 +7,11 @@ venv=${FUSION_VENV:-.cache/venv}
 if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
 	apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null
 fi
+# Debian's chromium for the admin panel's browser tests (dashboard), driven
+# by chromedp; no browser download.
+if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+	apt-get update -qq && apt-get install -y -qq chromium >/dev/null
+fi
 if [ ! -x "$venv/bin/python" ]; then
 	python3 -m venv "$venv"
 fi

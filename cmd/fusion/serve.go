@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"fusion/cluster"
+	"fusion/dashboard"
 	"fusion/engine/runner"
 	"fusion/internal/logfile"
 	"fusion/internal/sdnotify"
@@ -201,6 +202,10 @@ func serveSettingsTable() []serveSetting {
 			func(s *serveSettings, v string) error { return parseDuration(v, &s.cfg.MCP.CallTimeout, false) }},
 		{"mcp-max-steps", constant(strconv.Itoa(mcpchat.DefaultMaxSteps)), "model turns a chat request with MCP tools may take (the server runs the calls between them)",
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.MCPMaxSteps, 1) }},
+		{"panel-session-ttl", constant(dashboard.DefaultSessionTTL.String()), "how long a sign-in to the admin panel (/admin/) lasts",
+			func(s *serveSettings, v string) error { return parseDuration(v, &s.cfg.Panel.SessionTTL, false) }},
+		{"panel-max-sessions", constant(strconv.Itoa(dashboard.DefaultMaxSessions)), "admin panel sign-ins a node keeps at most (past it the one that expires first ends)",
+			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.Panel.MaxSessions, 1) }},
 		{"node-id", constant(""), "this node's id in the cluster (default: the hostname)",
 			func(s *serveSettings, v string) error { s.cfg.Cluster.NodeID = v; return nil }},
 		{"join", constant(""), "comma-separated gossip addresses (host:port) of cluster members to join",
