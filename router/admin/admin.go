@@ -59,8 +59,13 @@ type Config struct {
 	// global-settings routes).
 	Global Global
 	// Logs reads the node's log files (nil: no log routes).
-	Logs   Logs
-	Logger *slog.Logger
+	Logs Logs
+	// MCP serves /admin/api/mcp/servers (nil: not mounted);
+	// MaxMCPConfigBytes bounds a PUT's body (default
+	// DefaultMaxMCPConfigBytes).
+	MCP               MCP
+	MaxMCPConfigBytes int
+	Logger            *slog.Logger
 }
 
 // Handler serves the admin routes.
@@ -86,6 +91,7 @@ func (h *Handler) Mount(r chi.Router) {
 	h.mountStats(r)
 	h.mountGlobal(r)
 	h.mountLogs(r)
+	h.mountMCP(r)
 	mountPlaceholders(r)
 	if h.cache == nil {
 		return
