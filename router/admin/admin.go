@@ -1,6 +1,7 @@
 // Package admin serves the node's /admin/api routes: models (list, load,
 // unload, per-model settings), global settings, stats, logs, the prefix
-// cache's probe and clears, and the model hub's placeholders. Every route
+// cache's probe and clears, the MCP server configuration, and the model
+// hub's placeholders. Every route
 // means the same on any node of a cluster: a request with ?node=ID runs on
 // that node (forwarded over the cluster's gRPC through Peers), one
 // without runs on every node that matters and merges the answers. Errors
