@@ -85,7 +85,8 @@ func TestMCPAdminConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs lockedBuffer
-	n := nodetest.Start(t, nodetest.Options{APIKey: "k", MCPServers: file,
+	dataDir := t.TempDir()
+	n := nodetest.Start(t, nodetest.Options{APIKey: "k", MCPServers: file, DataDir: dataDir,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		MCP: host.Options{TerminateGrace: 500 * time.Millisecond, Getenv: func(k string) string {
 			return map[string]string{"NOTES": dir}[k]
@@ -189,6 +190,21 @@ func TestMCPAdminConfig(t *testing.T) {
 	if strings.Contains(logs.String(), secret) {
 		t.Error("a log line holds the secret")
 	}
+
+	// The stored configuration outlives a restart; the file given again
+	// is not read over it.
+	if err := n.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	fileWithFS, err := host.ParseConfig([]byte(fmt.Sprintf(`{"mcpServers": {"fs": {"command": %q, "args": [%q, %q]}}}`, nodeBin, filesystem, dir)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := nodetest.Start(t, nodetest.Options{APIKey: "k", MCPServers: fileWithFS, DataDir: dataDir})
+	if doc, _ := mcpAdminGet(t, again); doc.Source != "node" || len(doc.MCPServers) != 1 || doc.MCPServers["ev"].Env["FUSION_TEST_TOKEN"] != host.SecretMask {
+		t.Errorf("after a restart: %+v", doc)
+	}
+	waitMCP(t, again, "ev ready after a restart", func(s map[string]mcpServerDoc) bool { _, fs := s["fs"]; return s["ev"].State == "ready" && !fs })
 }
 
 // TestMCPAdminConfigCluster: a PUT on node a is replicated through Raft;
