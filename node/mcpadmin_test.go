@@ -8,36 +8,18 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"fusion/cluster/fsm"
+	"fusion/internal/testenv"
 	"fusion/mcp/host"
 	"fusion/mcp/host/mcptest"
 	"fusion/node"
 	"fusion/node/nodetest"
 	"fusion/router/admin"
 )
-
-// lockedBuffer is a log sink several goroutines write.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // mcpAdmin sends a request to /admin/api/mcp/servers and returns the
 // status and the raw answer.
@@ -84,7 +66,7 @@ func TestMCPAdminConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs lockedBuffer
+	var logs testenv.SyncBuffer
 	dataDir := t.TempDir()
 	n := nodetest.Start(t, nodetest.Options{APIKey: "k", MCPServers: file, DataDir: dataDir,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
