@@ -214,7 +214,8 @@ const AdminPath = "/admin/api/cluster"
 //	GET /admin/api/cluster/backup           a consistent backup (octet stream)
 //	POST /admin/api/cluster/restore[?force] restores a backup (the body); leader only
 //
-// Settings under KeyPrefix (the cluster's keys) are a 403.
+// Settings under KeyPrefix (the cluster's keys) and the MCP configuration
+// (fsm.MCPConfigKey: secrets; /admin/api/mcp/servers serves it) are a 403.
 //
 // ?consistent on a GET first waits for a linearizable read index. No
 // leader → 503 + Retry-After; CAS mismatch → 409 with current_version.
@@ -275,6 +276,12 @@ func (m *Member) serveSetting(w http.ResponseWriter, r *http.Request, key string
 		// The cluster's keys stay inside it: reading one would let a
 		// client forge what it signs.
 		writeJSONError(w, http.StatusForbidden, "setting "+strconv.Quote(key)+" is one of the cluster's keys: not readable or writable here")
+		return
+	}
+	if key == fsm.MCPConfigKey {
+		// Its env and headers hold secrets, shown masked by
+		// /admin/api/mcp/servers, which also checks what is written.
+		writeJSONError(w, http.StatusForbidden, "setting "+strconv.Quote(key)+" is the MCP configuration: use /admin/api/mcp/servers")
 		return
 	}
 	switch r.Method {

@@ -514,6 +514,9 @@ func TestAdminHandler(t *testing.T) {
 		{http.MethodPut, "/admin/api/cluster/settings/k", `not json`, 400},
 		{http.MethodGet, "/admin/api/cluster/settings/k?consistent", "", 200},
 		{http.MethodDelete, "/admin/api/cluster/settings/k", "", 405},
+		// The MCP configuration holds secrets: its own route shows it masked.
+		{http.MethodGet, "/admin/api/cluster/settings/mcp/servers", "", 403},
+		{http.MethodPut, "/admin/api/cluster/settings/mcp/servers", `{"value":"{}"}`, 403},
 	}
 	for _, tc := range tests {
 		req, _ := http.NewRequest(tc.method, srv.URL+tc.path, strings.NewReader(tc.body))

@@ -20,6 +20,7 @@ import (
 	"fusion/cluster/fsm"
 	"fusion/engine"
 	"fusion/engine/prompt"
+	"fusion/mcp/host"
 	"fusion/router/admin"
 	"fusion/router/dispatch"
 	"fusion/router/metrics"
@@ -149,6 +150,9 @@ type adminState struct {
 	asChat  atomic.Pointer[map[string]bool]
 	handler atomic.Pointer[admin.Handler]
 	applyMu sync.Mutex // one applySettings at a time
+	// mcpApplied is the stored MCP configuration last put in force
+	// (under applyMu).
+	mcpApplied []byte
 }
 
 // applySettings puts the stored settings in force on this node: each
@@ -177,6 +181,7 @@ func (n *Node) applySettings() {
 		n.global.apply(admin.DecodeGlobalOverrides(b))
 		n.keepGlobalOverrides(b)
 	}
+	n.applyMCP()
 }
 
 // keepGlobalOverrides writes the overrides (raw, as stored) to node.db
@@ -216,6 +221,54 @@ func StoredGlobalOverrides(dataDir string) (map[string]string, error) {
 	}
 	return admin.DecodeGlobalOverrides(b), nil
 }
+
+// applyMCP puts the stored MCP configuration in force on this node, once
+// there is one (until then the --mcp-config file is): servers added,
+// dropped or changed are started, stopped or restarted, the others left
+// running. Called under applyMu.
+func (n *Node) applyMCP() {
+	a := n.admin
+	b, ok := a.store.Setting(fsm.MCPConfigKey)
+	if !ok || bytes.Equal(b, a.mcpApplied) {
+		return
+	}
+	a.mcpApplied = bytes.Clone(b)
+	cfg, err := host.ParseRaw(b)
+	if err != nil { // checked before it was written; never expected
+		n.cfg.Logger.Warn("stored mcp configuration not usable; the servers stay as they are", "err", err)
+		return
+	}
+	n.mcp.Update(cfg)
+}
+
+// nodeMCP is the admin API's view of the MCP configuration: stored in
+// the Raft state in a cluster, in node.db on a lone node.
+type nodeMCP struct {
+	n       *Node
+	servers func() []host.ServerStatus // every node's, in a cluster
+}
+
+func (m nodeMCP) MCPConfig() (host.Config, string) {
+	if b, ok := m.n.admin.store.Setting(fsm.MCPConfigKey); ok {
+		if cfg, err := host.ParseRaw(b); err == nil {
+			if m.n.member != nil {
+				return cfg, "cluster"
+			}
+			return cfg, "node"
+		}
+	}
+	return m.n.cfg.MCPServers, "file"
+}
+
+func (m nodeMCP) PutMCPConfig(ctx context.Context, doc []byte) error {
+	if m.n.member != nil {
+		_, err := m.n.member.Apply(ctx, &pb.MCPConfigPut{Config: doc})
+		return err
+	}
+	return m.n.admin.store.PutSetting(ctx, fsm.MCPConfigKey, doc)
+}
+
+func (m nodeMCP) Servers() []host.ServerStatus { return m.servers() }
 
 // watchSettings applies the settings whenever the Raft state changes them
 // on this node, until ctx ends. The FSM's callback only signals: it runs

@@ -226,14 +226,9 @@ func (n *Node) joinCluster() error {
 	enginepb.RegisterEngineServer(m.GRPCServer(), remote.NewService(remote.ServerConfig{
 		NodeID: m.ID(), Engine: n.runner, Stats: n.peerStats, Logger: n.cfg.Logger,
 	}))
-	// Every member serves its MCP servers to its peers (none without
-	// --mcp-config), so a stdio server configured on one node runs calls
-	// from any node.
-	var local mcpremote.Local
-	if n.mcp != nil {
-		local = n.mcp
-	}
-	mcpremote.Register(m.GRPCServer(), local)
+	// Every member serves its MCP servers to its peers (maybe none), so a
+	// stdio server configured on one node runs calls from any node.
+	mcpremote.Register(m.GRPCServer(), n.mcp)
 	// Every member answers its peers' admin calls (stats, models, logs of
 	// this node) once its router exists.
 	adminremote.Register(m.GRPCServer(), func() adminremote.Local {
@@ -272,9 +267,7 @@ func (n *Node) clusterMCP() *mcpremote.Cluster {
 			}
 			return cl.Conn(), nil
 		},
-	}
-	if n.mcp != nil {
-		c.Local = n.mcp
+		Local: n.mcp,
 	}
 	return c
 }

@@ -112,6 +112,9 @@ type Config struct {
 	// MCPMaxSteps bounds the model turns of a chat request with MCP
 	// tools (0: router/mcpchat's default, 8).
 	MCPMaxSteps int
+	// MCPMaxConfigBytes bounds the configuration PUT
+	// /admin/api/mcp/servers takes (0: admin.DefaultMaxMCPConfigBytes).
+	MCPMaxConfigBytes int
 	// Panel holds the admin panel's session limits (zero values: the
 	// dashboard package's defaults).
 	Panel dashboard.Options
@@ -176,7 +179,7 @@ type Node struct {
 	router *router.Router
 	server *router.Server
 	member *cluster.Member        // nil when not clustered
-	mcp    *host.Host             // nil without MCP servers
+	mcp    *host.Host             // the node's MCP servers (maybe none)
 	cert   *tlsreload.Certificate // nil without TLS
 
 	stopWatch context.CancelFunc // the TLS files' watcher (nil if none)
@@ -273,14 +276,13 @@ func New(cfg Config) (*Node, error) {
 	}
 	// The MCP servers start now, so the cluster's MCP service (registered
 	// while joining) has them.
-	var mcpHost routermcp.Host
-	if len(cfg.MCPServers.Servers) > 0 {
-		opts := cfg.MCP
-		opts.Logger, opts.Version = cfg.Logger, cfg.Version
-		opts.Node = soloID(cfg.Cluster.NodeID) // a server may name the nodes that run it
-		n.mcp = host.New(cfg.MCPServers, opts)
-		mcpHost = n.mcp
-	}
+	// The host runs even with no servers: /admin/api/mcp/servers may add
+	// some at run time.
+	mcpOpts := cfg.MCP
+	mcpOpts.Logger, mcpOpts.Version = cfg.Logger, cfg.Version
+	mcpOpts.Node = soloID(cfg.Cluster.NodeID) // a server may name the nodes that run it
+	n.mcp = host.New(cfg.MCPServers, mcpOpts)
+	var mcpHost routermcp.Host = n.mcp
 	var clusterStatus http.Handler
 	sessions := cfg.Sessions
 	// Every answer names the node that ran it; a lone node is its own
@@ -327,7 +329,8 @@ func New(cfg Config) (*Node, error) {
 		n.applySettings()
 	}
 	adminCfg := admin.Config{Self: soloID(cfg.Cluster.NodeID), Store: n.admin.store, Engine: n.engineFigures,
-		PersistAllTime: n.persistAllTime, Global: n.global, Logs: cfg.Logs}
+		PersistAllTime: n.persistAllTime, Global: n.global, Logs: cfg.Logs,
+		MCP: nodeMCP{n: n, servers: mcpHost.Servers}, MaxMCPConfigBytes: cfg.MCPMaxConfigBytes}
 	if n.member != nil {
 		adminCfg.Self, adminCfg.Peers = n.member.ID(), adminPeers{n: n}
 	}
@@ -394,13 +397,10 @@ func (n *Node) ReloadTLS() error {
 
 // closeMCP stops the MCP servers (no child process is left).
 func (n *Node) closeMCP() error {
-	if n.mcp == nil {
-		return nil
-	}
 	return n.mcp.Close()
 }
 
-// MCP is the node's MCP host (nil without MCP servers).
+// MCP is the node's MCP host.
 func (n *Node) MCP() *host.Host { return n.mcp }
 
 func (n *Node) engineStats() metrics.EngineStats {

@@ -2444,6 +2444,78 @@ func (x *Noop) GetRequestId() string {
 	return ""
 }
 
+// MCPConfigPut replaces the cluster's MCP server configuration: Claude
+// Desktop's {"mcpServers": {...}} as written (${NAME} unresolved), stored
+// as the setting "mcp/servers", which no SettingPut may write. Apply
+// refuses a config over fsm.MaxMCPConfigBytes.
+type MCPConfigPut struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Config        []byte                 `protobuf:"bytes,2,opt,name=config,proto3" json:"config,omitempty"`
+	Cas           bool                   `protobuf:"varint,3,opt,name=cas,proto3" json:"cas,omitempty"`
+	ExpectVersion uint64                 `protobuf:"varint,4,opt,name=expect_version,json=expectVersion,proto3" json:"expect_version,omitempty"` // with cas; 0: none set yet
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MCPConfigPut) Reset() {
+	*x = MCPConfigPut{}
+	mi := &file_cluster_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MCPConfigPut) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MCPConfigPut) ProtoMessage() {}
+
+func (x *MCPConfigPut) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MCPConfigPut.ProtoReflect.Descriptor instead.
+func (*MCPConfigPut) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *MCPConfigPut) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *MCPConfigPut) GetConfig() []byte {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
+func (x *MCPConfigPut) GetCas() bool {
+	if x != nil {
+		return x.Cas
+	}
+	return false
+}
+
+func (x *MCPConfigPut) GetExpectVersion() uint64 {
+	if x != nil {
+		return x.ExpectVersion
+	}
+	return 0
+}
+
 type ApplyRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Command       []byte                 `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"` // type byte + payload, as in the raft log
@@ -2453,7 +2525,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_cluster_proto_msgTypes[28]
+	mi := &file_cluster_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2465,7 +2537,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[28]
+	mi := &file_cluster_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2478,7 +2550,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{28}
+	return file_cluster_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ApplyRequest) GetCommand() []byte {
@@ -2504,7 +2576,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_cluster_proto_msgTypes[29]
+	mi := &file_cluster_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2516,7 +2588,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[29]
+	mi := &file_cluster_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2529,7 +2601,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{29}
+	return file_cluster_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ApplyResponse) GetIndex() uint64 {
@@ -2596,7 +2668,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_cluster_proto_msgTypes[30]
+	mi := &file_cluster_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2608,7 +2680,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[30]
+	mi := &file_cluster_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2621,7 +2693,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{30}
+	return file_cluster_proto_rawDescGZIP(), []int{31}
 }
 
 type StatusResponse struct {
@@ -2638,7 +2710,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_cluster_proto_msgTypes[31]
+	mi := &file_cluster_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2650,7 +2722,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[31]
+	mi := &file_cluster_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2663,7 +2735,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{31}
+	return file_cluster_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StatusResponse) GetNodeId() string {
@@ -2716,7 +2788,7 @@ type ReadIndexRequest struct {
 
 func (x *ReadIndexRequest) Reset() {
 	*x = ReadIndexRequest{}
-	mi := &file_cluster_proto_msgTypes[32]
+	mi := &file_cluster_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2728,7 +2800,7 @@ func (x *ReadIndexRequest) String() string {
 func (*ReadIndexRequest) ProtoMessage() {}
 
 func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[32]
+	mi := &file_cluster_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2741,7 +2813,7 @@ func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexRequest.ProtoReflect.Descriptor instead.
 func (*ReadIndexRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{32}
+	return file_cluster_proto_rawDescGZIP(), []int{33}
 }
 
 type ReadIndexResponse struct {
@@ -2753,7 +2825,7 @@ type ReadIndexResponse struct {
 
 func (x *ReadIndexResponse) Reset() {
 	*x = ReadIndexResponse{}
-	mi := &file_cluster_proto_msgTypes[33]
+	mi := &file_cluster_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2765,7 +2837,7 @@ func (x *ReadIndexResponse) String() string {
 func (*ReadIndexResponse) ProtoMessage() {}
 
 func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[33]
+	mi := &file_cluster_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2778,7 +2850,7 @@ func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexResponse.ProtoReflect.Descriptor instead.
 func (*ReadIndexResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{33}
+	return file_cluster_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ReadIndexResponse) GetIndex() uint64 {
@@ -3019,7 +3091,13 @@ const file_cluster_proto_rawDesc = "" +
 	"\x0eexpect_version\x18\x04 \x01(\x04R\rexpectVersion\"%\n" +
 	"\x04Noop\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x01 \x01(\tR\trequestId\"(\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\"~\n" +
+	"\fMCPConfigPut\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x16\n" +
+	"\x06config\x18\x02 \x01(\fR\x06config\x12\x10\n" +
+	"\x03cas\x18\x03 \x01(\bR\x03cas\x12%\n" +
+	"\x0eexpect_version\x18\x04 \x01(\x04R\rexpectVersion\"(\n" +
 	"\fApplyRequest\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\fR\acommand\"\xee\x01\n" +
 	"\rApplyResponse\x12\x14\n" +
@@ -3081,7 +3159,7 @@ func file_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_cluster_proto_goTypes = []any{
 	(NodeStatus)(0),           // 0: fusion.cluster.v1.NodeStatus
 	(StageState)(0),           // 1: fusion.cluster.v1.StageState
@@ -3114,12 +3192,13 @@ var file_cluster_proto_goTypes = []any{
 	(*SettingPut)(nil),        // 28: fusion.cluster.v1.SettingPut
 	(*SettingDelete)(nil),     // 29: fusion.cluster.v1.SettingDelete
 	(*Noop)(nil),              // 30: fusion.cluster.v1.Noop
-	(*ApplyRequest)(nil),      // 31: fusion.cluster.v1.ApplyRequest
-	(*ApplyResponse)(nil),     // 32: fusion.cluster.v1.ApplyResponse
-	(*StatusRequest)(nil),     // 33: fusion.cluster.v1.StatusRequest
-	(*StatusResponse)(nil),    // 34: fusion.cluster.v1.StatusResponse
-	(*ReadIndexRequest)(nil),  // 35: fusion.cluster.v1.ReadIndexRequest
-	(*ReadIndexResponse)(nil), // 36: fusion.cluster.v1.ReadIndexResponse
+	(*MCPConfigPut)(nil),      // 31: fusion.cluster.v1.MCPConfigPut
+	(*ApplyRequest)(nil),      // 32: fusion.cluster.v1.ApplyRequest
+	(*ApplyResponse)(nil),     // 33: fusion.cluster.v1.ApplyResponse
+	(*StatusRequest)(nil),     // 34: fusion.cluster.v1.StatusRequest
+	(*StatusResponse)(nil),    // 35: fusion.cluster.v1.StatusResponse
+	(*ReadIndexRequest)(nil),  // 36: fusion.cluster.v1.ReadIndexRequest
+	(*ReadIndexResponse)(nil), // 37: fusion.cluster.v1.ReadIndexResponse
 }
 var file_cluster_proto_depIdxs = []int32{
 	0,  // 0: fusion.cluster.v1.Node.status:type_name -> fusion.cluster.v1.NodeStatus
@@ -3132,12 +3211,12 @@ var file_cluster_proto_depIdxs = []int32{
 	6,  // 7: fusion.cluster.v1.SessionCreate.session:type_name -> fusion.cluster.v1.Session
 	2,  // 8: fusion.cluster.v1.SessionCreate.policy:type_name -> fusion.cluster.v1.CapPolicy
 	7,  // 9: fusion.cluster.v1.APIKeyPut.key:type_name -> fusion.cluster.v1.APIKey
-	31, // 10: fusion.cluster.v1.Cluster.Apply:input_type -> fusion.cluster.v1.ApplyRequest
-	33, // 11: fusion.cluster.v1.Cluster.Status:input_type -> fusion.cluster.v1.StatusRequest
-	35, // 12: fusion.cluster.v1.Cluster.ReadIndex:input_type -> fusion.cluster.v1.ReadIndexRequest
-	32, // 13: fusion.cluster.v1.Cluster.Apply:output_type -> fusion.cluster.v1.ApplyResponse
-	34, // 14: fusion.cluster.v1.Cluster.Status:output_type -> fusion.cluster.v1.StatusResponse
-	36, // 15: fusion.cluster.v1.Cluster.ReadIndex:output_type -> fusion.cluster.v1.ReadIndexResponse
+	32, // 10: fusion.cluster.v1.Cluster.Apply:input_type -> fusion.cluster.v1.ApplyRequest
+	34, // 11: fusion.cluster.v1.Cluster.Status:input_type -> fusion.cluster.v1.StatusRequest
+	36, // 12: fusion.cluster.v1.Cluster.ReadIndex:input_type -> fusion.cluster.v1.ReadIndexRequest
+	33, // 13: fusion.cluster.v1.Cluster.Apply:output_type -> fusion.cluster.v1.ApplyResponse
+	35, // 14: fusion.cluster.v1.Cluster.Status:output_type -> fusion.cluster.v1.StatusResponse
+	37, // 15: fusion.cluster.v1.Cluster.ReadIndex:output_type -> fusion.cluster.v1.ReadIndexResponse
 	13, // [13:16] is the sub-list for method output_type
 	10, // [10:13] is the sub-list for method input_type
 	10, // [10:10] is the sub-list for extension type_name
@@ -3157,7 +3236,7 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   34,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -47,6 +47,9 @@ const (
 	TypeSettingPut        Type = 18
 	TypeSettingDelete     Type = 19
 	TypeNodeSetInventory  Type = 20
+	// 30, not 21: other commands being written at the same time take the
+	// numbers after 20.
+	TypeMCPConfigPut Type = 30
 )
 
 // registry maps a type to a constructor of its payload. It is built once
@@ -72,6 +75,7 @@ var registry = map[Type]func() proto.Message{
 	TypeSettingPut:        func() proto.Message { return new(pb.SettingPut) },
 	TypeSettingDelete:     func() proto.Message { return new(pb.SettingDelete) },
 	TypeNodeSetInventory:  func() proto.Message { return new(pb.NodeSetInventory) },
+	TypeMCPConfigPut:      func() proto.Message { return new(pb.MCPConfigPut) },
 }
 
 // typeOf is the reverse of registry, keyed by message full name.

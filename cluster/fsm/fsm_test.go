@@ -166,6 +166,52 @@ func TestSettingsCAS(t *testing.T) {
 	}
 }
 
+// TestMCPConfigPut: the MCP configuration is a setting only its own
+// command writes, bounded and JSON, with the settings' CAS; a snapshot
+// carries it.
+func TestMCPConfigPut(t *testing.T) {
+	h := newHarness(t)
+	doc := []byte(`{"mcpServers": {}}`)
+	for _, tc := range []struct {
+		name string
+		cmd  proto.Message
+		want error
+	}{
+		{"a setting may not write it", &pb.SettingPut{Key: MCPConfigKey, Value: doc}, ErrInvalid},
+		{"nor delete it", &pb.SettingDelete{Key: MCPConfigKey}, ErrInvalid},
+		{"over the bound", &pb.MCPConfigPut{Config: []byte(`"` + strings.Repeat("x", MaxMCPConfigBytes) + `"`)}, ErrInvalid},
+		{"not JSON", &pb.MCPConfigPut{Config: []byte(`{"mcpServers":`)}, ErrInvalid},
+		{"cas on a version that is not there", &pb.MCPConfigPut{Config: doc, Cas: true, ExpectVersion: 7}, ErrConflict},
+	} {
+		if r := h.apply(tc.cmd); !errors.Is(r.Err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, r.Err, tc.want)
+		}
+	}
+	if _, ok := h.s.Setting(MCPConfigKey); ok {
+		t.Fatal("a refused command wrote the setting")
+	}
+	r := h.ok(&pb.MCPConfigPut{Config: doc, Cas: true})
+	if r.Changes[0].Table != TableSettings || r.Changes[0].Key != MCPConfigKey || r.Changes[0].Kind != Created {
+		t.Errorf("changes %+v", r.Changes)
+	}
+	next := []byte(`{"mcpServers": {"fs": {"command": "x"}}}`)
+	if r := h.apply(&pb.MCPConfigPut{Config: next, Cas: true, ExpectVersion: r.Value - 1}); !errors.Is(r.Err, ErrConflict) {
+		t.Errorf("stale cas: %v", r.Err)
+	}
+	h.ok(&pb.MCPConfigPut{Config: next, Cas: true, ExpectVersion: r.Value})
+	var buf bytes.Buffer
+	if _, err := h.s.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := ReadState(&buf, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := s2.Setting(MCPConfigKey); !ok || string(v.Value) != string(next) {
+		t.Errorf("after a snapshot: %q %v", v.GetValue(), ok)
+	}
+}
+
 func TestSessionLifecycle(t *testing.T) {
 	h := newHarness(t)
 	now := 100 * sec

@@ -251,6 +251,8 @@ func (s *State) apply(t Type, m proto.Message, index uint64) Result {
 		return s.settingPut(c, index)
 	case *pb.SettingDelete:
 		return s.settingDelete(c, index)
+	case *pb.MCPConfigPut:
+		return s.mcpConfigPut(c, index)
 	}
 	panic(fmt.Sprintf("fsm: type %d has no apply case", t))
 }
@@ -739,23 +741,54 @@ func (s *State) settingPut(c *pb.SettingPut, index uint64) Result {
 	if c.Key == "" {
 		return fail(CodeInvalid, 0, "setting key is required")
 	}
+	if c.Key == MCPConfigKey {
+		return fail(CodeInvalid, 0, "setting %q is written by MCPConfigPut only", c.Key)
+	}
+	return s.putSetting(c.Key, c.Value, c.Cas, c.ExpectVersion, index)
+}
+
+// MCPConfigKey is the setting that holds the cluster's MCP server
+// configuration; only MCPConfigPut writes it.
+const MCPConfigKey = "mcp/servers"
+
+// MaxMCPConfigBytes bounds the MCP configuration one MCPConfigPut may
+// carry: it is a few entries of command lines and URLs, replicated and
+// snapshotted like every setting.
+const MaxMCPConfigBytes = 256 << 10
+
+func (s *State) mcpConfigPut(c *pb.MCPConfigPut, index uint64) Result {
+	if len(c.Config) > MaxMCPConfigBytes {
+		return fail(CodeInvalid, 0, "mcp config of %d bytes is over the limit of %d", len(c.Config), MaxMCPConfigBytes)
+	}
+	if !json.Valid(c.Config) {
+		return fail(CodeInvalid, 0, "mcp config is not JSON")
+	}
+	return s.putSetting(MCPConfigKey, c.Config, c.Cas, c.ExpectVersion, index)
+}
+
+// putSetting writes a setting, with a compare-and-set on its version
+// when cas is set.
+func (s *State) putSetting(key string, value []byte, cas bool, expect, index uint64) Result {
 	var cur uint64
-	old, ok := s.settings[c.Key]
+	old, ok := s.settings[key]
 	if ok {
 		cur = old.Version
 	}
-	if c.Cas && cur != c.ExpectVersion {
-		return fail(CodeConflict, cur, "setting %q: expected version %d, current %d", c.Key, c.ExpectVersion, cur)
+	if cas && cur != expect {
+		return fail(CodeConflict, cur, "setting %q: expected version %d, current %d", key, expect, cur)
 	}
 	kind := Created
 	if ok {
 		kind = Updated
 	}
-	s.settings[c.Key] = &pb.Setting{Key: c.Key, Value: append([]byte(nil), c.Value...), Version: index}
-	return Result{Value: index, Changes: []Change{{Table: TableSettings, Kind: kind, Key: c.Key}}}
+	s.settings[key] = &pb.Setting{Key: key, Value: append([]byte(nil), value...), Version: index}
+	return Result{Value: index, Changes: []Change{{Table: TableSettings, Kind: kind, Key: key}}}
 }
 
 func (s *State) settingDelete(c *pb.SettingDelete, index uint64) Result {
+	if c.Key == MCPConfigKey {
+		return fail(CodeInvalid, 0, "setting %q is written by MCPConfigPut only", c.Key)
+	}
 	old, ok := s.settings[c.Key]
 	var cur uint64
 	if ok {

@@ -200,6 +200,16 @@ func serveSettingsTable() []serveSetting {
 			}},
 		{"mcp-call-timeout", constant(host.DefaultCallTimeout.String()), "longest an MCP tool call may take before it fails with 504",
 			func(s *serveSettings, v string) error { return parseDuration(v, &s.cfg.MCP.CallTimeout, false) }},
+		{"mcp-config-max-bytes", constant(strconv.Itoa(admin.DefaultMaxMCPConfigBytes)), "largest MCP configuration PUT /admin/api/mcp/servers takes (the cluster keeps it in Raft, which takes at most the default)",
+			func(s *serveSettings, v string) error {
+				if err := parseInt(v, &s.cfg.MCPMaxConfigBytes, 1); err != nil {
+					return err
+				}
+				if s.cfg.MCPMaxConfigBytes > admin.DefaultMaxMCPConfigBytes {
+					return fmt.Errorf("at most %d", admin.DefaultMaxMCPConfigBytes)
+				}
+				return nil
+			}},
 		{"mcp-max-steps", constant(strconv.Itoa(mcpchat.DefaultMaxSteps)), "model turns a chat request with MCP tools may take (the server runs the calls between them)",
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.MCPMaxSteps, 1) }},
 		{"panel-session-ttl", constant(dashboard.DefaultSessionTTL.String()), "how long a sign-in to the admin panel (/admin/) lasts",

@@ -14,6 +14,8 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -62,7 +64,11 @@ type Options struct {
 	Version string
 	// Node is this node's id: a server whose Nodes do not name it is not
 	// run here, only listed (StateRemote).
-	Node   string
+	Node string
+	// Getenv resolves ${NAME} in the entries Update is given (default
+	// os.Getenv): a replicated configuration is resolved on the node that
+	// runs the server, from that node's environment.
+	Getenv func(string) string
 	Logger *slog.Logger
 }
 
@@ -98,6 +104,9 @@ func (o *Options) defaults() {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.Getenv == nil {
+		o.Getenv = os.Getenv
+	}
 }
 
 // Provider is what serves MCP servers and their tools to the router: a
@@ -110,51 +119,152 @@ type Provider interface {
 
 var _ Provider = (*Host)(nil)
 
-// Host runs the configured MCP servers.
+// Host runs the configured MCP servers. Update changes them while it runs.
 type Host struct {
-	opts    Options
+	opts   Options
+	ctx    context.Context // every server's context descends from it
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+
+	updateMu sync.Mutex // one Update (or Close) at a time
+	closed   bool       // under updateMu
+
+	mu      sync.RWMutex
+	config  Config    // as written, sorted by name
 	servers []*server // sorted by name
 	byName  map[string]*server
 	remote  []ServerConfig // configured for other nodes only, sorted by name
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	once    sync.Once
 }
 
 // New starts every server of cfg in the background; Close stops them.
 func New(cfg Config, opts Options) *Host {
 	opts.defaults()
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &Host{opts: opts, byName: map[string]*server{}, cancel: cancel}
+	h := &Host{opts: opts, ctx: ctx, cancel: cancel, byName: map[string]*server{}}
+	h.Update(cfg)
+	return h
+}
+
+// Update puts cfg in force without a restart: servers it adds are
+// started, servers it drops are stopped (their processes gone when Update
+// returns), servers whose entry changed (as written) are stopped and
+// started again, and the others are left running untouched. Entries are
+// resolved (${NAME}) here, with Options.Getenv; an entry whose variable
+// is not set on this node is listed as failed, saying which.
+func (h *Host) Update(cfg Config) {
+	h.updateMu.Lock()
+	defer h.updateMu.Unlock()
+	if h.closed {
+		return
+	}
+	var written Config
+	var remote []ServerConfig
+	next := map[string]*server{}
+	var start []*server
+	h.mu.RLock()
 	for _, sc := range cfg.Servers {
-		if !sc.RunsOn(opts.Node) {
-			h.remote = append(h.remote, sc)
+		w := sc.Written()
+		written.Servers = append(written.Servers, w)
+		if !sc.RunsOn(h.opts.Node) {
+			remote = append(remote, w)
 			continue
 		}
-		s := &server{cfg: sc, opts: &h.opts, log: opts.Logger.With("mcp_server", sc.Name),
-			state: StateStarting, relist: make(chan struct{}, 1)}
-		h.servers = append(h.servers, s)
-		h.byName[sc.Name] = s
+		if old := h.byName[sc.Name]; old != nil && reflect.DeepEqual(old.written, w) {
+			next[sc.Name] = old
+			continue
+		}
+		s := h.newServer(sc)
+		next[sc.Name] = s
+		start = append(start, s)
 	}
-	sort.Slice(h.servers, func(i, j int) bool { return h.servers[i].cfg.Name < h.servers[j].cfg.Name })
-	for _, s := range h.servers {
+	var stop []*server
+	for name, old := range h.byName {
+		if next[name] != old {
+			stop = append(stop, old)
+		}
+	}
+	h.mu.RUnlock()
+
+	// The old servers go first, so a changed server never runs twice.
+	var wg sync.WaitGroup
+	for _, s := range stop {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.stop()
+		}()
+	}
+	wg.Wait()
+
+	servers := make([]*server, 0, len(next))
+	for _, s := range next {
+		servers = append(servers, s)
+	}
+	sort.Slice(servers, func(i, j int) bool { return servers[i].cfg.Name < servers[j].cfg.Name })
+	sort.Slice(written.Servers, func(i, j int) bool { return written.Servers[i].Name < written.Servers[j].Name })
+	sort.Slice(remote, func(i, j int) bool { return remote[i].Name < remote[j].Name })
+	h.mu.Lock()
+	h.config, h.servers, h.byName, h.remote = written, servers, next, remote
+	h.mu.Unlock()
+	for _, s := range start {
 		h.wg.Add(1)
 		go func() {
 			defer h.wg.Done()
-			s.run(ctx)
+			defer close(s.done)
+			s.run(s.ctx)
 		}()
 	}
-	return h
+	if len(start)+len(stop) > 0 {
+		h.opts.Logger.Info("mcp servers updated", "started", len(start), "stopped", len(stop), "servers", len(servers))
+	}
+}
+
+// newServer makes the supervisor of one entry (not yet running).
+func (h *Host) newServer(sc ServerConfig) *server {
+	w := sc.Written()
+	cfg, err := sc, error(nil)
+	if sc.written == nil { // as written: resolve it here
+		if cfg, err = sc.Interpolate(h.opts.Getenv); err != nil {
+			cfg = w
+		}
+	}
+	ctx, cancel := context.WithCancel(h.ctx)
+	return &server{cfg: cfg, written: w, startErr: err, opts: &h.opts, log: h.opts.Logger.With("mcp_server", sc.Name),
+		state: StateStarting, relist: make(chan struct{}, 1), ctx: ctx, cancel: cancel, done: make(chan struct{})}
+}
+
+// Config is the configuration in force, as written.
+func (h *Host) Config() Config {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return Config{Servers: slices.Clone(h.config.Servers)}
 }
 
 // Close stops every server (closing stdio servers' stdin, then signalling
 // their process group) and waits until they are gone.
 func (h *Host) Close() error {
 	h.once.Do(func() {
+		h.updateMu.Lock()
+		h.closed = true
+		h.updateMu.Unlock()
 		h.cancel()
 		h.wg.Wait()
 	})
 	return nil
+}
+
+// snapshot is the servers and remote entries now.
+func (h *Host) snapshot() ([]*server, []ServerConfig) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.servers, h.remote
+}
+
+func (h *Host) server(name string) *server {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.byName[name]
 }
 
 // ServerStatus is what /v1/mcp/servers reports of a server: nothing of
@@ -178,11 +288,12 @@ type ServerStatus struct {
 
 // Servers reports every server, by name.
 func (h *Host) Servers() []ServerStatus {
-	out := make([]ServerStatus, 0, len(h.servers)+len(h.remote))
-	for _, s := range h.servers {
+	servers, remote := h.snapshot()
+	out := make([]ServerStatus, 0, len(servers)+len(remote))
+	for _, s := range servers {
 		out = append(out, s.status())
 	}
-	for _, sc := range h.remote {
+	for _, sc := range remote {
 		out = append(out, ServerStatus{Name: sc.Name, State: StateRemote, Transport: sc.Transport(), Nodes: sc.Nodes})
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Name < out[j].Name })
@@ -207,7 +318,8 @@ type Tool struct {
 // server__tool is accepted by Call for every tool, colliding or not.
 func (h *Host) Tools() []Tool {
 	var all []Tool
-	for _, s := range h.servers {
+	servers, _ := h.snapshot()
+	for _, s := range servers {
 		for _, t := range s.readyTools() {
 			all = append(all, Tool{Server: s.cfg.Name, ServerTool: t.Name, Title: t.Title,
 				Description: t.Description, InputSchema: t.InputSchema})
@@ -282,11 +394,12 @@ func (h *Host) Resolve(name string) (Tool, error) {
 	// Not listed: a server that is not ready may own it under a
 	// qualified name; say so rather than "not found".
 	if srv, _, ok := strings.Cut(name, "__"); ok {
-		if s := h.byName[srv]; s != nil {
+		if s := h.server(srv); s != nil {
 			st := s.status()
 			return Tool{}, fmt.Errorf("%w: %q is %s%s", ErrNotReady, srv, st.State, reason(st.LastError))
 		}
-		for _, sc := range h.remote {
+		_, remote := h.snapshot()
+		for _, sc := range remote {
 			if sc.Name == srv {
 				return Tool{}, fmt.Errorf("%w: %q runs on %s only", ErrNotReady, srv, strings.Join(sc.Nodes, ", "))
 			}
@@ -311,7 +424,10 @@ func (h *Host) Call(ctx context.Context, name string, args map[string]any) (*mcp
 	if err != nil {
 		return nil, Tool{}, err
 	}
-	s := h.byName[t.Server]
+	s := h.server(t.Server)
+	if s == nil { // removed by an Update since
+		return nil, Tool{}, fmt.Errorf("%w: %q", ErrToolNotFound, name)
+	}
 	cs, conn, schema, err := s.callable(t.ServerTool)
 	if err != nil {
 		return nil, t, err
@@ -347,9 +463,15 @@ func (h *Host) Call(ctx context.Context, name string, args map[string]any) (*mcp
 
 // server is one configured MCP server and its supervisor's state.
 type server struct {
-	cfg  ServerConfig
-	opts *Options
-	log  *slog.Logger
+	cfg      ServerConfig // resolved
+	written  ServerConfig // as written: an Update that leaves it equal leaves the server be
+	startErr error        // resolving the entry failed: it is failed and never started
+	opts     *Options
+	log      *slog.Logger
+
+	ctx    context.Context // cancelled to stop this server alone
+	cancel context.CancelFunc
+	done   chan struct{} // closed when run has returned
 
 	relist chan struct{} // the server said its tool list changed
 
@@ -424,8 +546,21 @@ func (s *server) setState(st State, errMsg string) {
 	s.mu.Unlock()
 }
 
+// stop stops the server and waits until it is gone.
+func (s *server) stop() {
+	s.cancel()
+	<-s.done
+}
+
 // run keeps the server running until ctx is done.
 func (s *server) run(ctx context.Context) {
+	if s.startErr != nil {
+		s.setState(StateFailed, s.startErr.Error())
+		s.log.Warn("mcp server not started", "err", s.startErr)
+		<-ctx.Done()
+		s.setState(StateStopped, "")
+		return
+	}
 	backoff := s.opts.MinBackoff
 	for {
 		s.setState(StateStarting, "")

@@ -1,6 +1,7 @@
 // Package admin serves the node's /admin/api routes: models (list, load,
 // unload, per-model settings), global settings, stats, logs, the prefix
-// cache's probe and clears, and the model hub's placeholders. Every route
+// cache's probe and clears, the MCP server configuration, and the model
+// hub's placeholders. Every route
 // means the same on any node of a cluster: a request with ?node=ID runs on
 // that node (forwarded over the cluster's gRPC through Peers), one
 // without runs on every node that matters and merges the answers. Errors
@@ -59,8 +60,13 @@ type Config struct {
 	// global-settings routes).
 	Global Global
 	// Logs reads the node's log files (nil: no log routes).
-	Logs   Logs
-	Logger *slog.Logger
+	Logs Logs
+	// MCP serves /admin/api/mcp/servers (nil: not mounted);
+	// MaxMCPConfigBytes bounds a PUT's body (default
+	// DefaultMaxMCPConfigBytes).
+	MCP               MCP
+	MaxMCPConfigBytes int
+	Logger            *slog.Logger
 }
 
 // Handler serves the admin routes.
@@ -86,6 +92,7 @@ func (h *Handler) Mount(r chi.Router) {
 	h.mountStats(r)
 	h.mountGlobal(r)
 	h.mountLogs(r)
+	h.mountMCP(r)
 	mountPlaceholders(r)
 	if h.cache == nil {
 		return

@@ -204,6 +204,37 @@ func (ts *Toolset) Clash(tools []*chattemplate.Object) string {
 	return ""
 }
 
+// HasServer reports whether the set has tools of server.
+func (ts *Toolset) HasServer(server string) bool {
+	for _, t := range ts.byName {
+		if t.Server == server {
+			return true
+		}
+	}
+	return false
+}
+
+// OnlyServer reports whether every tool of the set is server's.
+func (ts *Toolset) OnlyServer(server string) bool {
+	for _, t := range ts.byName {
+		if t.Server != server {
+			return false
+		}
+	}
+	return true
+}
+
+// Find returns the name the model sees for server's tool name (its name
+// on the server, or the name it is listed under).
+func (ts *Toolset) Find(server, name string) (string, bool) {
+	for listed, t := range ts.byName {
+		if t.Server == server && (t.ServerTool == name || listed == name) {
+			return listed, true
+		}
+	}
+	return "", false
+}
+
 // Has reports whether name is one of the set's tools.
 func (ts *Toolset) Has(name string) bool {
 	_, ok := ts.byName[name]

@@ -41,7 +41,7 @@ func (req *ChatRequest) toPlan(opts Options, id string, mc *mcpchat.Runner) (*pl
 	if mcpTools != nil {
 		tools = append(tools, mcpTools.Definitions()...)
 	}
-	choice, err := checkToolChoice(req.ToolChoice, tools)
+	choice, err := checkToolChoice(req.ToolChoice, tools, mcpTools)
 	if err != nil {
 		return nil, err
 	}
@@ -357,10 +357,12 @@ func parseTools(raw json.RawMessage) ([]*chattemplate.Object, []mcpchat.Ref, *Er
 }
 
 // checkToolChoice reads tool_choice: "auto" (the default, also when
-// absent), "none", "required" or {"type": "function", "function": {"name"}}
-// naming one of tools. The engine constrains forced calls to the model's
-// call format and the tool's parameters.
-func checkToolChoice(raw json.RawMessage, tools []*chattemplate.Object) (engine.ToolChoice, *Error) {
+// absent), "none", "required", {"type": "function", "function": {"name"}}
+// naming one of tools, or OpenAI Responses' {"type": "mcp",
+// "server_label", "name"?} naming one of the request's MCP servers (and
+// tool). The engine constrains forced calls to the model's call format
+// and the tool's parameters.
+func checkToolChoice(raw json.RawMessage, tools []*chattemplate.Object, mcpTools *mcpchat.Toolset) (engine.ToolChoice, *Error) {
 	if isNull(raw) {
 		return engine.ToolChoice{}, nil
 	}
@@ -383,8 +385,12 @@ func checkToolChoice(raw json.RawMessage, tools []*chattemplate.Object) (engine.
 			return choice, invalidRequest("tool_choice", "Invalid value: '%s'. Supported values are: 'none', 'auto' and 'required'.", c)
 		}
 	case *chattemplate.Object:
-		if tv, _ := c.Get("type"); tv != "function" {
-			return choice, invalidRequest("tool_choice.type", "Invalid value for 'tool_choice.type': expected 'function'.")
+		tv, _ := c.Get("type")
+		if tv == "mcp" {
+			return mcpToolChoice(c, tools, mcpTools)
+		}
+		if tv != "function" {
+			return choice, invalidRequest("tool_choice.type", "Invalid value for 'tool_choice.type': expected 'function' or 'mcp'.")
 		}
 		fv, _ := c.Get("function")
 		fn, ok := fv.(*chattemplate.Object)

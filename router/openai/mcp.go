@@ -7,6 +7,7 @@ import (
 
 	"fusion/engine"
 	"fusion/engine/chattemplate"
+	"fusion/router/jsonkind"
 	"fusion/router/mcpchat"
 )
 
@@ -88,4 +89,39 @@ func mcpCall(st *engine.ServerToolStep) MCPCall {
 		}
 	}
 	return c
+}
+
+// mcpToolChoice reads OpenAI Responses' MCP tool choice, {"type": "mcp",
+// "server_label": "fs", "name": "read_text_file"}: with a name, the model
+// must call that tool of that server (the tool's name on the server or as
+// listed); without one, it must call a tool, which is only expressible
+// when every tool of the request is that server's.
+func mcpToolChoice(c *chattemplate.Object, tools []*chattemplate.Object, ts *mcpchat.Toolset) (engine.ToolChoice, *Error) {
+	var choice engine.ToolChoice
+	lv, _ := c.Get("server_label")
+	label, ok := lv.(string)
+	if !ok || label == "" {
+		return choice, missingParam("tool_choice.server_label")
+	}
+	if ts == nil || !ts.HasServer(label) {
+		return choice, invalidRequest("tool_choice.server_label", "Invalid value for 'tool_choice.server_label': '%s' is not among the request's MCP tools.", label)
+	}
+	nv, _ := c.Get("name")
+	if nv == nil {
+		if !ts.OnlyServer(label) || len(tools) != len(ts.Definitions()) { // other servers' or the client's tools
+			return choice, missingParam("tool_choice.name")
+		}
+		choice.Mode = engine.ToolRequired
+		return choice, nil
+	}
+	name, ok := nv.(string)
+	if !ok {
+		return choice, invalidType("tool_choice.name", "a string", jsonkind.OfValue(nv))
+	}
+	listed, ok := ts.Find(label, name)
+	if !ok {
+		return choice, invalidRequest("tool_choice.name", "Invalid value for 'tool_choice.name': the MCP server '%s' offers no tool '%s' to this request.", label, name)
+	}
+	choice.Mode, choice.Name = engine.ToolNamed, listed
+	return choice, nil
 }

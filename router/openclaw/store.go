@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fusion/router/openai"
 	"time"
 )
 
@@ -115,6 +116,10 @@ const (
 	TurnEnded            // a turn ended (TurnEnd set)
 	Edited               // a steering message or tool result (Edit set)
 	Closed               // the session is gone (Reason set)
+	// MCPStepped: an MCP call the server runs during a turn started or
+	// ended (Step set). Not a store change: the node running the turn
+	// hands it to its own streams as it happens.
+	MCPStepped
 )
 
 // Reasons a session closes.
@@ -132,6 +137,14 @@ type Change struct {
 	TurnEnd *TurnEnd // TurnEnded
 	Edit    *Edit    // Edited
 	Reason  string   // Closed
+	Step    *MCPStep // MCPStepped
+}
+
+// MCPStep is one step of a server-run MCP call: its start (Call.Status
+// "in_progress") or its result ("completed" or "failed").
+type MCPStep struct {
+	Turn int
+	Call openai.MCPCall
 }
 
 // SessionStore holds agent sessions: the in-memory MemStore on a single

@@ -85,6 +85,9 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	// The MCP calls this stream showed as they ran, so the turn's end
+	// does not show them again.
+	shown := map[string]bool{}
 	tick := time.NewTicker(h.opts.Heartbeat)
 	defer tick.Stop()
 	for {
@@ -99,17 +102,21 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request) {
 			if !ok { // lagged behind, or the node is draining: the client reconnects
 				return
 			}
-			if writeChange(out, c) != nil || c.Kind == Closed {
+			if writeChange(out, c, shown) != nil || c.Kind == Closed {
 				return
 			}
 		}
 	}
 }
 
-// writeChange writes the events of one change.
-func writeChange(out *sse, c Change) error {
+// writeChange writes the events of one change; shown holds the ids of
+// the MCP calls the stream showed while the turn ran.
+func writeChange(out *sse, c Change, shown map[string]bool) error {
 	id := c.Session.ID
 	switch c.Kind {
+	case MCPStepped:
+		shown[c.Step.Call.ID] = true
+		return writeMCPStep(out, id, c.Step.Turn, c.Step.Call)
 	case TurnBegan:
 		return out.event(EventTurnStart, turnStartEvent{SessionID: id, Turn: c.Session.TurnCount + 1})
 	case TurnEnded:
@@ -126,6 +133,27 @@ func writeChange(out *sse, c Change) error {
 			res = resultFromMessages(id, c.TurnEnd.Turn, c.TurnEnd.Messages)
 			data, _ = wire.Marshal(res)
 		}
+		// The server-run MCP calls first (they ran before the answer),
+		// for a stream that did not see them run: the turn ran on
+		// another node, or before the stream opened.
+		calls := res.MCPCalls
+		if !c.TurnEnd.Failed && calls == nil {
+			calls = mcpCallsFromMessages(c.TurnEnd.Messages)
+		}
+		for _, mc := range calls {
+			if shown[mc.ID] {
+				continue
+			}
+			start := mc
+			start.Status, start.Output, start.Error = "in_progress", nil, nil
+			if err := writeMCPStep(out, id, c.TurnEnd.Turn, start); err != nil {
+				return err
+			}
+			if err := writeMCPStep(out, id, c.TurnEnd.Turn, mc); err != nil {
+				return err
+			}
+		}
+		clear(shown)
 		for _, tc := range res.ToolCalls {
 			if err := out.event(EventToolCall, toolCallEvent{SessionID: id, Turn: c.TurnEnd.Turn, ToolCall: tc}); err != nil {
 				return err
@@ -172,4 +200,70 @@ func resultFromMessages(id string, turn int, msgs []json.RawMessage) TurnResult 
 		break
 	}
 	return res
+}
+
+// writeMCPStep shows one step of a server-run MCP call with the
+// contract's tool-call events: its start as tool_call, its result as
+// tool_result, each with the call as OpenAI Responses' mcp_call item
+// (server_label, status, output or error), which also tells them from the
+// client's own calls.
+func writeMCPStep(out *sse, id string, turn int, c openai.MCPCall) error {
+	if c.Status == "in_progress" {
+		return out.event(EventToolCall, toolCallEvent{SessionID: id, Turn: turn, MCPCall: &c,
+			ToolCall: openai.ToolCall{ID: c.ID, Type: "function", Function: openai.FunctionCall{Name: c.Name, Arguments: c.Arguments}}})
+	}
+	result, isError := "", c.Status == "failed"
+	switch {
+	case c.Output != nil:
+		result = *c.Output
+	case c.Error != nil:
+		result = *c.Error
+	}
+	return out.event(EventToolResult, toolResultEvent{SessionID: id, Turn: turn, ToolCallID: c.ID, Result: result, IsError: &isError, MCPCall: &c})
+}
+
+// mcpCallsFromMessages finds the server-run MCP calls of a turn in the
+// messages it appended (a store that does not carry the turn's answer):
+// the assistant message with the calls and their tool messages that the
+// turn puts just before its answer (mcpHistory). The server each ran on
+// is not in the history.
+func mcpCallsFromMessages(msgs []json.RawMessage) []openai.MCPCall {
+	type message struct {
+		Role       string            `json:"role"`
+		Content    *string           `json:"content"`
+		ToolCalls  []openai.ToolCall `json:"tool_calls"`
+		ToolCallID string            `json:"tool_call_id"`
+	}
+	if len(msgs) < 3 {
+		return nil
+	}
+	// Back from the answer (the last message): the tool results, then
+	// the assistant message that made exactly those calls.
+	results := map[string]string{}
+	i := len(msgs) - 2
+	for ; i >= 0; i-- {
+		var m message
+		if json.Unmarshal(msgs[i], &m) != nil || m.Role != "tool" {
+			break
+		}
+		text := ""
+		if m.Content != nil {
+			text = *m.Content
+		}
+		results[m.ToolCallID] = text
+	}
+	var m message
+	if i < 0 || len(results) == 0 || json.Unmarshal(msgs[i], &m) != nil || m.Role != "assistant" || len(m.ToolCalls) != len(results) {
+		return nil
+	}
+	out := make([]openai.MCPCall, 0, len(m.ToolCalls))
+	for _, tc := range m.ToolCalls {
+		text, ok := results[tc.ID]
+		if !ok {
+			return nil
+		}
+		out = append(out, openai.MCPCall{ID: tc.ID, Type: "mcp_call", Name: tc.Function.Name, Arguments: tc.Function.Arguments,
+			Status: "completed", Output: &text})
+	}
+	return out
 }

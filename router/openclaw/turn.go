@@ -99,7 +99,12 @@ func (h *Handler) turn(w http.ResponseWriter, r *http.Request) {
 	}
 	// A session's turns go to the same node (its prefix cache holds the
 	// conversation) when the engine is the cluster's dispatcher.
-	res, err := h.generate(dispatch.WithSession(r.Context(), id), ereq, mcpTools)
+	// Each MCP call the server runs shows on this node's streams as it
+	// starts and ends (streams elsewhere get them with the turn's end).
+	step := func(c openai.MCPCall) {
+		h.hub.publish(Change{Kind: MCPStepped, Session: s, Step: &MCPStep{Turn: turn, Call: c}})
+	}
+	res, err := h.generate(dispatch.WithSession(r.Context(), id), ereq, mcpTools, step)
 	if err != nil {
 		oe := openai.EngineError(err, s.Model)
 		fail(oe.Message)
@@ -197,7 +202,7 @@ func (h *Handler) engineRequest(r *http.Request, req *turnRequest, s *Session, i
 
 // generate runs req (through the MCP loop when it has MCP tools) and
 // gathers its answer.
-func (h *Handler) generate(ctx context.Context, req *engine.Request, mcpTools *mcpchat.Toolset) (*TurnResult, error) {
+func (h *Handler) generate(ctx context.Context, req *engine.Request, mcpTools *mcpchat.Toolset, step func(openai.MCPCall)) (*TurnResult, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var events <-chan engine.Event
@@ -230,8 +235,12 @@ func (h *Handler) generate(ctx context.Context, req *engine.Request, mcpTools *m
 			g.FirstToken()
 		}
 		generated += len(ev.Tokens)
-		if st := ev.ServerTool; st != nil && st.Done {
-			res.MCPCalls = append(res.MCPCalls, openai.MCPCallOf(st))
+		if st := ev.ServerTool; st != nil {
+			c := openai.MCPCallOf(st)
+			step(c)
+			if st.Done {
+				res.MCPCalls = append(res.MCPCalls, c)
+			}
 		}
 		text.WriteString(ev.Text)
 		reasoning.WriteString(ev.Reasoning)

@@ -123,6 +123,8 @@ type toolCallEvent struct {
 	SessionID string          `json:"session_id"`
 	Turn      int             `json:"turn"`
 	ToolCall  openai.ToolCall `json:"tool_call"`
+	// MCPCall is set for a call the server runs on an MCP server.
+	MCPCall *openai.MCPCall `json:"mcp_call,omitempty"`
 }
 
 type turnFailedEvent struct {
@@ -135,6 +137,11 @@ type toolResultEvent struct {
 	SessionID  string `json:"session_id"`
 	ToolCallID string `json:"tool_call_id"`
 	Result     string `json:"result"`
+	// For a server-run MCP call: the turn, whether the tool failed, and
+	// the call with its output.
+	Turn    int             `json:"turn,omitempty"`
+	IsError *bool           `json:"is_error,omitempty"`
+	MCPCall *openai.MCPCall `json:"mcp_call,omitempty"`
 }
 
 type heartbeatEvent struct {
