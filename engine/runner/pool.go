@@ -348,7 +348,15 @@ func (r *Runner) loadModel(ctx context.Context, e *entry) (*loadedModel, error) 
 	if err != nil {
 		return nil, err
 	}
-	m, err := r.loader.load(e.info)
+	r.mu.Lock()
+	pipe := r.pipelines[e.info.ID]
+	r.mu.Unlock()
+	var m languageModel
+	if pipe != nil {
+		m, err = r.loadPipeline(e.info, pipe)
+	} else {
+		m, err = r.loader.load(e.info)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", engine.ErrUnavailable, e.info.ID, err)
 	}

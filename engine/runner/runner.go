@@ -177,6 +177,9 @@ type Runner struct {
 
 	mu     sync.Mutex // guards models and the pool state of every entry
 	models map[string]*entry
+	// pipelines: the models this node runs as a pipeline's first stage
+	// (SetPipeline), loaded with their layers only.
+	pipelines map[string]*Pipeline
 
 	settingsMu sync.Mutex // guards cfg.Models (SetModelSettings writes it)
 
@@ -461,6 +464,7 @@ func (r *Runner) Close() error {
 	for _, lm := range loaded {
 		errs = append(errs, lm.close())
 	}
+	errs = append(errs, r.closePipelines())
 	if r.pcache != nil {
 		// After the schedulers stopped: writes the queued blocks.
 		errs = append(errs, r.pcache.Close())

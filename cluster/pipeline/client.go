@@ -1,0 +1,221 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"google.golang.org/grpc"
+
+	pb "fusion/cluster/pipelinepb"
+	"fusion/engine/model"
+	"fusion/engine/runner"
+)
+
+// Dial returns a connection to the node at a gRPC address (a pooled one).
+type Dial func(addr string) (grpc.ClientConnInterface, error)
+
+// Client is one pipeline's link to its next stage: a runner.Downstream.
+// It opens the stream on the first step and keeps it; if the stream
+// breaks, every step in flight and every sequence that ran on it fails
+// with runner.ErrPipelineStage (retryable), and the next new sequence
+// opens a fresh stream.
+type Client struct {
+	model      string
+	generation uint64
+	addr       string
+	dial       Dial
+
+	mu      sync.Mutex // guards the stream and sends on it
+	stream  pb.Pipeline_RunClient
+	cancel  context.CancelFunc
+	readerW sync.WaitGroup
+	seqs    map[uint64]bool // sequences the current stream has seen
+	step    uint64
+	closed  bool
+
+	rmu     sync.Mutex // guards pending
+	pending map[uint64]chan result
+}
+
+type result struct {
+	reply *pb.StepReply
+	err   error
+}
+
+// NewClient makes the link from a stage to the stage at addr for model's
+// placement generation. Nothing is dialled before the first step.
+func NewClient(model string, generation uint64, addr string, dial Dial) *Client {
+	return &Client{model: model, generation: generation, addr: addr, dial: dial, seqs: map[uint64]bool{}, pending: map[uint64]chan result{}}
+}
+
+var _ runner.Downstream = (*Client)(nil)
+
+// Step implements runner.Downstream.
+func (c *Client) Step(ctx context.Context, seqs []runner.StageSeq, h *model.Hidden) ([][]float32, error) {
+	req := &pb.StepRequest{Model: c.model, Generation: c.generation, Seqs: make([]*pb.Seq, len(seqs)),
+		Rows: uint32(h.Rows), Cols: uint32(h.Cols), Dtype: DTypeF32, Hidden: encodeF32(h.Data)}
+	for i, s := range seqs {
+		req.Seqs[i] = &pb.Seq{Id: s.ID, Len: uint32(s.Len), MaxLen: uint32(s.MaxLen)}
+	}
+	ch, err := c.send(req, seqs)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return nil, r.err
+		}
+		return splitLogits(r.reply, len(seqs))
+	case <-ctx.Done():
+		// The later stages may still take this step: the sequences are
+		// out of step with them now, so they are dropped there.
+		c.rmu.Lock()
+		delete(c.pending, req.Step)
+		c.rmu.Unlock()
+		ids := make([]uint64, len(seqs))
+		for i, s := range seqs {
+			ids[i] = s.ID
+		}
+		c.Free(ids)
+		return nil, ctx.Err()
+	}
+}
+
+// send opens the stream if needed and sends one step; the reply arrives
+// on the returned channel.
+func (c *Client) send(req *pb.StepRequest, seqs []runner.StageSeq) (chan result, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, fmt.Errorf("%w: the pipeline of %s was closed", runner.ErrPipelineStage, c.model)
+	}
+	for _, s := range seqs {
+		if s.MaxLen == 0 && !c.seqs[s.ID] {
+			return nil, fmt.Errorf("%w: sequence %d of %s ran on a link to %s that broke", runner.ErrPipelineStage, s.ID, c.model, c.addr)
+		}
+	}
+	if c.stream == nil {
+		if err := c.open(); err != nil {
+			return nil, err
+		}
+	}
+	for _, s := range seqs {
+		c.seqs[s.ID] = true
+	}
+	c.step++
+	req.Step = c.step
+	ch := make(chan result, 1)
+	c.rmu.Lock()
+	c.pending[req.Step] = ch
+	c.rmu.Unlock()
+	if err := c.stream.Send(req); err != nil {
+		// The reader sees the stream end and fails what is pending.
+		c.rmu.Lock()
+		delete(c.pending, req.Step)
+		c.rmu.Unlock()
+		return nil, fmt.Errorf("%w: %s: %v", runner.ErrPipelineStage, c.addr, err)
+	}
+	return ch, nil
+}
+
+// open starts a stream and its reader. Called with c.mu held.
+func (c *Client) open() error {
+	conn, err := c.dial(c.addr)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", runner.ErrPipelineStage, c.addr, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stream, err := pb.NewPipelineClient(conn).Run(ctx)
+	if err != nil {
+		cancel()
+		return fmt.Errorf("%w: %s: %v", runner.ErrPipelineStage, c.addr, err)
+	}
+	c.stream, c.cancel = stream, cancel
+	c.seqs = map[uint64]bool{}
+	c.readerW.Add(1)
+	go c.read(stream, cancel)
+	return nil
+}
+
+// read delivers replies until the stream ends, then fails what is pending
+// and forgets the stream (if it is still the current one).
+func (c *Client) read(stream pb.Pipeline_RunClient, cancel context.CancelFunc) {
+	defer c.readerW.Done()
+	var err error
+	for {
+		var r *pb.StepReply
+		if r, err = stream.Recv(); err != nil {
+			break
+		}
+		c.rmu.Lock()
+		ch := c.pending[r.Step]
+		delete(c.pending, r.Step)
+		c.rmu.Unlock()
+		if ch != nil {
+			ch <- result{reply: r}
+		}
+	}
+	cancel()
+	c.mu.Lock()
+	if c.stream == stream {
+		c.stream, c.cancel = nil, nil
+		c.seqs = map[uint64]bool{}
+	}
+	c.mu.Unlock()
+	failed := fmt.Errorf("%w: %s: %v", runner.ErrPipelineStage, c.addr, err)
+	c.rmu.Lock()
+	for step, ch := range c.pending {
+		ch <- result{err: failed}
+		delete(c.pending, step)
+	}
+	c.rmu.Unlock()
+}
+
+// Free implements runner.Downstream.
+func (c *Client) Free(ids []uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var drop []uint64
+	for _, id := range ids {
+		if c.seqs[id] {
+			delete(c.seqs, id)
+			drop = append(drop, id)
+		}
+	}
+	if c.stream == nil || len(drop) == 0 {
+		return
+	}
+	// A failed send ends the stream; the reader cleans up.
+	_ = c.stream.Send(&pb.StepRequest{Model: c.model, Generation: c.generation, Free: drop})
+}
+
+// Close ends the stream (the later stages free every sequence of it).
+func (c *Client) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	if c.cancel != nil {
+		c.cancel()
+	}
+	c.mu.Unlock()
+	c.readerW.Wait()
+	return nil
+}
+
+// splitLogits cuts a reply's logits into one row per sequence.
+func splitLogits(r *pb.StepReply, n int) ([][]float32, error) {
+	v, err := decodeF32(r.Logits)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", runner.ErrPipelineStage, err)
+	}
+	vocab := int(r.Vocab)
+	if vocab <= 0 || len(v) != n*vocab {
+		return nil, fmt.Errorf("%w: %d logits for %d sequences of vocabulary %d", runner.ErrPipelineStage, len(v), n, vocab)
+	}
+	out := make([][]float32, n)
+	for i := range out {
+		out[i] = v[i*vocab : (i+1)*vocab : (i+1)*vocab]
+	}
+	return out, nil
+}

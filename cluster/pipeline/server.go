@@ -1,0 +1,176 @@
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "fusion/cluster/pipelinepb"
+	"fusion/engine/model"
+	"fusion/engine/runner"
+)
+
+// Stage is a later stage of a pipeline held by this node.
+type Stage struct {
+	Generation uint64
+	Model      *model.Model // only the stage's layers
+	// Next is the gRPC address of the next stage; "" on the last stage,
+	// which answers with logits.
+	Next string
+	// Live reports whether the stage is still the one placed here (nil:
+	// always); a stream on a stage that is not refuses its next message.
+	Live func() bool
+	// Release is called once the stream that looked the stage up ended
+	// and freed its sequences (the holder may close Model then).
+	Release func()
+}
+
+// Lookup finds this node's stage of a model's pipeline and holds it for a
+// stream, until Stage.Release.
+type Lookup func(model string) (Stage, bool)
+
+// Server is the Pipeline service of a node.
+type Server struct {
+	pb.UnimplementedPipelineServer
+	lookup Lookup
+	dial   Dial
+	log    *slog.Logger
+}
+
+// Register adds the Pipeline service to a gRPC server (the member's: its
+// auth and TLS apply). dial reaches the next stages.
+func Register(s *grpc.Server, lookup Lookup, dial Dial, log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.Default()
+	}
+	srv := &Server{lookup: lookup, dial: dial, log: log}
+	pb.RegisterPipelineServer(s, srv)
+	return srv
+}
+
+// Run serves one pipeline's stream: each step through this stage's layers
+// and on to the next stage (or to logits on the last), each release
+// passed down. The KV of the stream's sequences is freed when it ends.
+func (s *Server) Run(stream pb.Pipeline_RunServer) error {
+	var (
+		st   Stage
+		held bool
+		name string
+		next *Client
+		seqs = map[uint64]*model.Sequence{}
+	)
+	defer func() {
+		for _, q := range seqs {
+			q.Close()
+		}
+		if next != nil {
+			_ = next.Close()
+		}
+		if held && st.Release != nil {
+			st.Release()
+		}
+	}()
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if !held {
+			if st, held = s.lookup(req.Model); !held {
+				return status.Errorf(codes.NotFound, "pipeline: no stage of %q here", req.Model)
+			}
+			name = req.Model
+			if st.Next != "" {
+				next = NewClient(name, st.Generation, st.Next, s.dial)
+			}
+		}
+		switch {
+		case req.Model != name:
+			return status.Errorf(codes.InvalidArgument, "pipeline: model %q on a stream of %q", req.Model, name)
+		case st.Generation != req.Generation || st.Live != nil && !st.Live():
+			return status.Errorf(codes.FailedPrecondition, "%v: %q: the stream is at generation %d, this stage at %d (live %v)",
+				ErrStale, name, req.Generation, st.Generation, st.Live == nil || st.Live())
+		}
+		for _, id := range req.Free {
+			if q := seqs[id]; q != nil {
+				q.Close()
+				delete(seqs, id)
+			}
+		}
+		if next != nil && len(req.Free) > 0 {
+			next.Free(req.Free)
+		}
+		if len(req.Seqs) == 0 {
+			continue
+		}
+		reply, err := s.step(stream, st, next, seqs, req)
+		if err != nil {
+			return err
+		}
+		if err := stream.Send(reply); err != nil {
+			return err
+		}
+	}
+}
+
+// step runs one step through this stage and the ones after it.
+func (s *Server) step(stream pb.Pipeline_RunServer, st Stage, next *Client, seqs map[uint64]*model.Sequence, req *pb.StepRequest) (*pb.StepReply, error) {
+	ctx := stream.Context()
+	h, err := hidden(req.Rows, req.Cols, req.Dtype, req.Hidden)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	in := make([]model.Input, len(req.Seqs))
+	down := make([]runner.StageSeq, len(req.Seqs))
+	for i, sq := range req.Seqs {
+		q := seqs[sq.Id]
+		switch {
+		case q == nil && sq.MaxLen == 0:
+			return nil, status.Errorf(codes.InvalidArgument, "pipeline: sequence %d is not on this stream", sq.Id)
+		case q != nil && sq.MaxLen != 0:
+			return nil, status.Errorf(codes.InvalidArgument, "pipeline: sequence %d started twice", sq.Id)
+		case q == nil:
+			if q, err = st.Model.NewSequence(int(sq.MaxLen)); err != nil {
+				return nil, status.Errorf(codes.InvalidArgument, "pipeline: sequence %d: %v", sq.Id, err)
+			}
+			seqs[sq.Id] = q
+		}
+		in[i] = model.Input{Seq: q, Len: int(sq.Len)}
+		down[i] = runner.StageSeq{ID: sq.Id, Len: int(sq.Len), MaxLen: int(sq.MaxLen)}
+	}
+	out, err := st.Model.Forward(ctx, in, model.Range{}, h)
+	if err != nil {
+		code := codes.Internal
+		if errors.Is(err, model.ErrBadInput) {
+			code = codes.InvalidArgument
+		}
+		return nil, status.Error(code, err.Error())
+	}
+	logits := out.Logits
+	if next != nil {
+		if logits, err = next.Step(ctx, down, out.Hidden); err != nil {
+			return nil, status.Error(codes.Unavailable, err.Error())
+		}
+	}
+	reply := &pb.StepReply{Step: req.Step}
+	if len(logits) > 0 {
+		reply.Vocab = uint32(len(logits[0]))
+	}
+	flat := make([]float32, 0, len(logits)*int(reply.Vocab))
+	for _, l := range logits {
+		if len(l) != int(reply.Vocab) {
+			return nil, status.Error(codes.Internal, fmt.Sprintf("pipeline: logits of %d and %d values", len(l), reply.Vocab))
+		}
+		flat = append(flat, l...)
+	}
+	reply.Logits = encodeF32(flat)
+	return reply, nil
+}

@@ -1,0 +1,260 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"fusion/engine"
+	"fusion/engine/backend"
+	"fusion/engine/model"
+	"fusion/engine/modelfile"
+)
+
+// This file is the engine's side of pipeline stages (a model sharded by
+// layer ranges across nodes). The first stage is an ordinary loaded model
+// of the pool whose forward pass runs its own layers and hands the hidden
+// state to a Downstream (the later stages, over the network), so the
+// scheduler, sampling, stops and output parsing are the same code as on
+// one node. A later stage is a StageModel: only its layers, driven by the
+// pipeline service, outside the scheduler.
+
+// StageSeq is one sequence's part of a pipeline step.
+type StageSeq struct {
+	ID  uint64 // unique within the pipeline
+	Len int    // new positions this step
+	// MaxLen is the positions the sequence may hold; set on its first
+	// step only (the later stages make its KV cache then).
+	MaxLen int
+}
+
+// Downstream runs the layers after the first stage's.
+type Downstream interface {
+	// Step sends one step's hidden state (rows in seqs' order) down the
+	// pipeline and returns the logits of each sequence's last new token.
+	// An error fails the step's sequences: their KV on the later stages
+	// may be gone.
+	Step(ctx context.Context, seqs []StageSeq, hidden *model.Hidden) ([][]float32, error)
+	// Free drops sequences' KV on the later stages (best effort: a
+	// broken pipeline has dropped them already).
+	Free(ids []uint64)
+	// Close ends the pipeline's stream for good.
+	Close() error
+}
+
+// Pipeline is this node's part of a sharded model as its first stage.
+type Pipeline struct {
+	Layers     model.Range // this node's layers; Start must be 0
+	Generation uint64      // the placement's generation
+	Down       Downstream
+}
+
+// ErrPipelineStage: a pipeline's later stage failed or went away. It
+// wraps engine.ErrUnavailable (retryable).
+var ErrPipelineStage = fmt.Errorf("%w: pipeline stage lost", engine.ErrUnavailable)
+
+// SetPipeline makes name run as the first stage of a pipeline: the model
+// is (re)loaded with only p.Layers, and its steps continue on p.Down. A
+// nil p returns the model to a whole local model (unloaded; the next
+// request loads it). It refuses with ErrBusy while the model has requests
+// in flight (p.Down then stays the caller's). The runner closes p.Down
+// when the pipeline is replaced or the runner closed; an unload or an
+// eviction keeps it (a later load runs the same pipeline).
+func (r *Runner) SetPipeline(ctx context.Context, name string, p *Pipeline) error {
+	if p != nil && (p.Layers.Start != 0 || p.Layers.Len() <= 0 || p.Down == nil) {
+		return fmt.Errorf("runner: pipeline of %s: a first stage needs layers from 0 and a downstream, got %v", name, p.Layers)
+	}
+	// The plan goes in before the unload, so that a request arriving in
+	// between loads the pipeline, never the whole model.
+	r.mu.Lock()
+	if r.pipelines == nil {
+		r.pipelines = map[string]*Pipeline{}
+	}
+	old := r.pipelines[name]
+	set := func(p *Pipeline) {
+		if p == nil {
+			delete(r.pipelines, name)
+		} else {
+			r.pipelines[name] = p
+		}
+	}
+	set(p)
+	r.mu.Unlock()
+	if err := r.Unload(ctx, name); err != nil {
+		r.mu.Lock()
+		set(old)
+		r.mu.Unlock()
+		return err
+	}
+	if old != nil {
+		if err := old.Down.Close(); err != nil {
+			r.cfg.Logger.Debug("closing a replaced pipeline", "model", name, "err", err)
+		}
+	}
+	if p == nil {
+		return nil
+	}
+	return r.Load(ctx, name)
+}
+
+// PipelineOf returns the pipeline name runs in, if any.
+func (r *Runner) PipelineOf(name string) (Pipeline, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, ok := r.pipelines[name]
+	if !ok {
+		return Pipeline{}, false
+	}
+	return *p, true
+}
+
+// loadPipeline loads the first stage of info's pipeline. Weights are
+// memory-mapped, so the other layers' tensors are never read.
+func (r *Runner) loadPipeline(info engine.ModelInfo, p *Pipeline) (languageModel, error) {
+	be, kvBlock, _, err := r.backends.newBackend(info.ID, r.cfg.Threads)
+	if err != nil {
+		return nil, err
+	}
+	m, err := model.Load(context.Background(), info.Path, be, model.Options{Layers: p.Layers, Mmap: true})
+	if err != nil {
+		return nil, errors.Join(err, be.Close())
+	}
+	if p.Layers.End >= m.Config.NumHiddenLayers {
+		return nil, errors.Join(fmt.Errorf("runner: pipeline of %s: the first stage %v holds every layer", info.ID, p.Layers), m.Close(), be.Close())
+	}
+	return &pipelineModel{cpuModel: &cpuModel{m: m, be: be, kvBlock: kvBlock, live: map[*cpuSequence]struct{}{}}, p: p}, nil
+}
+
+// pipelineModel is the first stage of a pipeline as the scheduler's model.
+type pipelineModel struct {
+	*cpuModel // this node's layers
+	p         *Pipeline
+	nextID    uint64 // owned by the scheduler goroutine (NewSequence)
+}
+
+func (pm *pipelineModel) NewSequence(maxLen int) (sequence, error) {
+	s, err := pm.cpuModel.NewSequence(maxLen)
+	if err != nil {
+		return nil, err
+	}
+	pm.nextID++
+	return &pipeSequence{local: s.(*cpuSequence), pm: pm, id: pm.nextID}, nil
+}
+
+// Forward runs this node's layers over the batch, then the later stages.
+// If they fail, the local caches are rewound too and the error wraps
+// ErrPipelineStage.
+func (pm *pipelineModel) Forward(ctx context.Context, inputs []stepInput) ([][]float32, error) {
+	in := make([]model.Input, len(inputs))
+	seqs := make([]StageSeq, len(inputs))
+	before := make([]int, len(inputs))
+	for i, x := range inputs {
+		s := x.seq.(*pipeSequence)
+		before[i] = s.local.seq.Len()
+		in[i] = model.Input{Seq: s.local.seq, Tokens: x.tokens}
+		seqs[i] = StageSeq{ID: s.id, Len: len(x.tokens)}
+		if before[i] == 0 {
+			seqs[i].MaxLen = s.local.seq.MaxLen()
+		}
+	}
+	out, err := pm.m.Forward(ctx, in, pm.p.Layers, nil)
+	defer func() {
+		for _, x := range inputs {
+			s := x.seq.(*pipeSequence)
+			alloc, _ := s.local.seq.CacheBytes()
+			s.local.kvBytes.Store(alloc)
+		}
+	}()
+	if err != nil {
+		return nil, err
+	}
+	logits, err := pm.p.Down.Step(ctx, seqs, out.Hidden)
+	if err != nil {
+		for i, x := range inputs {
+			x.seq.(*pipeSequence).local.seq.Truncate(before[i])
+		}
+		if errors.Is(err, engine.ErrUnavailable) || ctx.Err() != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: %v", ErrPipelineStage, err)
+	}
+	if len(logits) != len(inputs) {
+		return nil, fmt.Errorf("%w: %d logits for %d sequences", ErrPipelineStage, len(logits), len(inputs))
+	}
+	return logits, nil
+}
+
+// pipeSequence is a sequence of the first stage: its local KV, and an id
+// the later stages know it by. It is not a kvSequence on purpose: the
+// prefix cache holds whole-model KV, and this node has only its layers'.
+type pipeSequence struct {
+	local *cpuSequence
+	pm    *pipelineModel
+	id    uint64
+}
+
+func (s *pipeSequence) Bytes() int64 { return s.local.Bytes() }
+
+func (s *pipeSequence) Release() {
+	s.local.Release()
+	s.pm.p.Down.Free([]uint64{s.id})
+}
+
+// StageModel is a later stage of a pipeline on this node: only its
+// layers, loaded from memory-mapped weights (the other layers' tensors
+// are never read).
+type StageModel struct {
+	*model.Model
+	be backend.Backend
+}
+
+// LoadStage loads the layers of name for a later pipeline stage, on the
+// backend the runner picks for the model. It does not enter the pool (it
+// is neither evicted nor counted against MemoryBudget).
+func (r *Runner) LoadStage(ctx context.Context, name string, layers model.Range) (*StageModel, error) {
+	e, err := r.entry(name)
+	if err != nil {
+		return nil, err
+	}
+	be, _, _, err := r.backends.newBackend(name, r.cfg.Threads)
+	if err != nil {
+		return nil, err
+	}
+	m, err := model.Load(ctx, e.info.Path, be, model.Options{Layers: layers, Mmap: true})
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("%w: %s %v: %v", engine.ErrUnavailable, name, layers, err), be.Close())
+	}
+	r.cfg.Logger.Info("pipeline stage loaded", "model", name, "layers", layers.String(), "weight_bytes", m.WeightBytes())
+	return &StageModel{Model: m, be: be}, nil
+}
+
+// Close frees the stage's weights and backend.
+func (s *StageModel) Close() error { return errors.Join(s.Model.Close(), s.be.Close()) }
+
+// closePipelines ends every pipeline's downstream (the runner is closing).
+func (r *Runner) closePipelines() error {
+	r.mu.Lock()
+	ps := r.pipelines
+	r.pipelines = nil
+	r.mu.Unlock()
+	var errs []error
+	for _, p := range ps {
+		errs = append(errs, p.Down.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// NumLayers is the number of layers a chat model's configuration gives
+// (0 for a model it cannot tell: a GGUF file, an embedding model, a
+// missing or bad config).
+func (r *Runner) NumLayers(name string) int {
+	e, err := r.entry(name)
+	if err != nil || e.info.Kind != engine.KindChat || e.info.Format != string(modelfile.KindSafetensors) {
+		return 0
+	}
+	c, err := modelfile.LoadConfig(e.info.Path)
+	if err != nil {
+		return 0
+	}
+	return c.NumHiddenLayers
+}
