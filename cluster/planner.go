@@ -18,17 +18,20 @@ import (
 // "placement/<model>" → PlacementSpec as JSON.
 const PlacementSpecPrefix = "placement/"
 
-// PlacementSpec is the desired placement of one (unsharded) model.
+// PlacementSpec is the desired placement of one model.
 type PlacementSpec struct {
 	Replicas int      `json:"replicas"`
 	Pin      []string `json:"pin,omitempty"` // preferred nodes, best first
+	// Stages ≥ 2 shards each replica group into that many pipeline
+	// stages on distinct nodes, by layer ranges (see planSharded).
+	Stages int `json:"stages,omitempty"`
 }
 
 // SetPlacementSpec stores a model's desired placement; Replicas 0 removes
 // its replica groups.
 func (m *Member) SetPlacementSpec(ctx context.Context, model string, spec PlacementSpec) error {
-	if model == "" || spec.Replicas < 0 {
-		return fmt.Errorf("%w: model %q, %d replicas", ErrInvalidCommand, model, spec.Replicas)
+	if model == "" || spec.Replicas < 0 || spec.Stages < 0 || spec.Stages > MaxStages {
+		return fmt.Errorf("%w: model %q, %d replicas, %d stages (at most %d)", ErrInvalidCommand, model, spec.Replicas, spec.Stages, MaxStages)
 	}
 	b, err := json.Marshal(spec)
 	if err != nil {
@@ -123,6 +126,10 @@ func (m *Member) plan(ctx context.Context) {
 	for _, model := range sortedIDs(specs) {
 		spec := specs[model]
 		have := groups[model]
+		if spec.Stages >= 2 {
+			m.planSharded(ctx, model, spec, nodes, have, usable)
+			continue
+		}
 		hosting := map[string]bool{}
 		for _, g := range have {
 			if int(g.Replica) < spec.Replicas && len(g.Stages) > 0 && !gone(g.Stages[0].Node) {
@@ -131,8 +138,8 @@ func (m *Member) plan(ctx context.Context) {
 		}
 		for r := range uint32(spec.Replicas) {
 			g := have[r]
-			if g != nil && (len(g.Stages) != 1 || !gone(g.Stages[0].Node)) {
-				continue // healthy, sharded (not planned here), or within the grace
+			if g != nil && g.NumLayers == 0 && len(g.Stages) == 1 && !gone(g.Stages[0].Node) {
+				continue // healthy, or within the grace (a sharded group is re-placed whole)
 			}
 			node := m.pick(model, spec, nodes, hosting, usable, func(id string) int64 { return peers[id].meta.Load })
 			if node == "" {

@@ -26,6 +26,9 @@ type Inventory struct {
 	// and ModelBackends the models whose settings choose another one.
 	Backend       string            `json:"backend,omitempty"`
 	ModelBackends map[string]string `json:"model_backends,omitempty"`
+	// Layers is the number of layers of each model on disk whose
+	// configuration says it (what the planner splits a pipeline by).
+	Layers map[string]int `json:"layers,omitempty"`
 }
 
 // BackendOf is the backend the node runs model on ("" when the inventory
@@ -138,14 +141,30 @@ func (m *Member) Routes(model string) (ready []Route, known bool) {
 				seen[n.Id] = true
 			}
 		}
+		pipes := map[string]bool{}
+		sharded := false
 		for _, p := range s.Placements() {
 			if p.Model != model {
 				continue
 			}
 			known = true
+			if p.NumLayers > 0 {
+				// A pipeline is served by its first stage, once every
+				// stage is ready on a live node.
+				sharded = true
+				if pipelineReady(p, usable) {
+					pipes[p.Stages[0].Node] = true
+				}
+				continue
+			}
 			if len(p.Stages) == 1 && p.Stages[0].State == pb.StageState_STAGE_STATE_READY {
 				seen[p.Stages[0].Node] = true
 			}
+		}
+		if sharded {
+			// Not where a whole copy happens to be loaded: the model
+			// runs where it is planned.
+			seen = pipes
 		}
 		for id := range seen {
 			n, ok := nodes[id]
@@ -209,4 +228,29 @@ func (m *Member) Unheard() []Route {
 		}
 	}
 	return out
+}
+
+// pipelineReady reports whether every stage of a sharded group is ready
+// on a usable node.
+func pipelineReady(p *pb.Placement, usable func(string) bool) bool {
+	for _, st := range p.Stages {
+		if st.State != pb.StageState_STAGE_STATE_READY || !usable(st.Node) {
+			return false
+		}
+	}
+	return len(p.Stages) > 0
+}
+
+// Sharded reports whether model has a sharded placement: it is served only
+// through its pipelines, never by loading a whole copy on a miss.
+func (m *Member) Sharded(model string) bool {
+	sharded := false
+	m.fsm.Read(func(s *fsm.State) {
+		for _, p := range s.Placements() {
+			if p.Model == model && p.NumLayers > 0 {
+				sharded = true
+			}
+		}
+	})
+	return sharded
 }

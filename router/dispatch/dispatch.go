@@ -72,6 +72,13 @@ type BackendTable interface {
 	Holders(model string) []Peer
 }
 
+// PlacedTable is a Table that knows models served only where they are
+// placed (a model sharded into pipeline stages): a miss on one is a 503
+// while its pipeline is not ready, never a whole copy loaded here.
+type PlacedTable interface {
+	PlacedOnly(model string) bool
+}
+
 // Connector gives the engine of a peer, by the address of its Engine
 // service (remote.Pool implements it).
 type Connector interface {
@@ -359,7 +366,8 @@ func (d *Dispatcher) miss(ctx context.Context, req *engine.Request) (<-chan engi
 	if d.cfg.OnMiss != nil {
 		go d.cfg.OnMiss(req.Model)
 	}
-	if !d.cfg.StrictPlacement {
+	placed, _ := d.cfg.Table.(PlacedTable)
+	if !d.cfg.StrictPlacement && (placed == nil || !placed.PlacedOnly(req.Model)) {
 		ch, err := d.cfg.Local.Generate(ctx, req)
 		if err == nil {
 			d.local.Add(1)
