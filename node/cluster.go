@@ -13,8 +13,6 @@ import (
 	"strconv"
 	"time"
 
-	"google.golang.org/grpc"
-
 	"fusion/cluster"
 	"fusion/cluster/adminremote"
 	"fusion/cluster/clusterpb"
@@ -238,6 +236,7 @@ func (n *Node) joinCluster() error {
 		return adminLocal{n: n}
 	})
 	n.registerKeyUsage()
+	n.registerPipeline()
 	n.pool = remote.NewPool(m.DialOptions()...)
 	n.loads = remote.NewLoads(n.pool, 0)
 	n.dispatcher = dispatch.New(dispatch.Config{
@@ -260,13 +259,7 @@ func (n *Node) clusterMCP() *mcpremote.Cluster {
 			}
 			return out
 		},
-		Conn: func(addr string) (grpc.ClientConnInterface, error) {
-			cl, err := n.pool.Client(addr)
-			if err != nil {
-				return nil, err
-			}
-			return cl.Conn(), nil
-		},
+		Conn:  n.peerConn,
 		Local: n.mcp,
 	}
 	return c
@@ -311,6 +304,7 @@ func (n *Node) stopCluster(ctx context.Context) error {
 	}
 	err := n.leaveCluster(ctx)
 	n.loads.Close()
+	n.closeStages()
 	return errors.Join(err, n.pool.Close())
 }
 
@@ -367,6 +361,9 @@ func (n *Node) syncOnce(ctx context.Context, watched map[string]bool) {
 	}
 	// Assignments of the planner: load, then report ready (or failed).
 	for _, p := range m.Assignments() {
+		if p.NumLayers > 0 {
+			continue // a pipeline: syncStages
+		}
 		for _, st := range p.Stages {
 			if st.Node != m.ID() || st.State != clusterpb.StageState_STAGE_STATE_ASSIGNED {
 				continue
@@ -381,6 +378,7 @@ func (n *Node) syncOnce(ctx context.Context, watched map[string]bool) {
 			}
 		}
 	}
+	n.syncStages(ctx)
 	// Inventory: what this node has on disk and loaded.
 	if hold := n.cfg.Cluster.HoldInventory; hold != nil && hold() {
 		return
@@ -398,8 +396,22 @@ func (n *Node) syncOnce(ctx context.Context, watched map[string]bool) {
 	// Free memory changes all the time; the inventory goes through the
 	// log, so it carries it rounded to 256 MiB.
 	inv.MemoryFree = n.runner.MemoryFree() &^ (256<<20 - 1)
+	if n.layerCount == nil {
+		n.layerCount = map[string]int{}
+	}
 	for _, s := range n.runner.List() {
 		inv.ModelsOnDisk = append(inv.ModelsOnDisk, s.ID)
+		l, ok := n.layerCount[s.ID]
+		if !ok {
+			l = n.runner.NumLayers(s.ID)
+			n.layerCount[s.ID] = l
+		}
+		if l > 0 {
+			if inv.Layers == nil {
+				inv.Layers = map[string]int{}
+			}
+			inv.Layers[s.ID] = l
+		}
 		if s.State == runner.StateReady || s.State == runner.StateIdle {
 			inv.ModelsLoaded = append(inv.ModelsLoaded, s.ID)
 		}
@@ -430,8 +442,8 @@ func (t *clusterTable) Candidates(model string) []dispatch.Peer {
 	for _, r := range routes {
 		out = append(out, dispatch.Peer{ID: r.ID, Addr: r.GRPC, Alive: true, Load: t.loads.Load(r.GRPC)})
 	}
-	if len(out) > 0 || !known {
-		return out
+	if len(out) > 0 || !known || t.m.Sharded(model) {
+		return out // a sharded model is served by its pipelines only
 	}
 	return t.Holders(model)
 }
@@ -479,6 +491,9 @@ func (t *clusterTable) Backend(node, model string) string {
 	}
 	return ""
 }
+
+// PlacedOnly: a sharded model never loads whole on a miss.
+func (t *clusterTable) PlacedOnly(model string) bool { return t.m.Sharded(model) }
 
 func (t *clusterTable) Known(model string) bool {
 	_, known := t.m.Routes(model)

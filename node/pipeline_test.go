@@ -1,0 +1,334 @@
+package node_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"fusion/cluster"
+	"fusion/engine/demo"
+	"fusion/engine/safetensors"
+	"fusion/node"
+	"fusion/node/nodetest"
+)
+
+// deepModel is a six-layer demo model, deep enough for three stages.
+const deepModel = "deep"
+
+func deepModels(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	o := demo.DefaultOptions()
+	o.Layers, o.Seed = 6, 18
+	if _, err := demo.Create(filepath.Join(dir, deepModel), o); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// stageBytes is what a stage of [start, end) of the model at dir must
+// hold: the bytes of exactly its tensors in the weights file (its layers,
+// the embedding on the first stage, the final norm and the head — the
+// tied embedding — on the last), matrices as stored (the CPU backend
+// uses the mapped file's bytes in place) and vectors in float32.
+func stageBytes(t *testing.T, dir string, start, end, layers int) int64 {
+	t.Helper()
+	f, err := safetensors.Open(filepath.Join(dir, deepModel, "model.safetensors"), safetensors.LoadMmap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	layer := regexp.MustCompile(`^model\.layers\.(\d+)\.`)
+	var n int64
+	for _, ts := range f.Tensors() {
+		in := false
+		if m := layer.FindStringSubmatch(ts.Name); m != nil {
+			l, _ := strconv.Atoi(m[1])
+			in = l >= start && l < end
+		} else {
+			switch ts.Name {
+			case "model.embed_tokens.weight":
+				in = start == 0 || end == layers // the last stage's tied head
+			case "model.norm.weight", "lm_head.weight":
+				in = end == layers
+			default:
+				t.Fatalf("unexpected tensor %s", ts.Name)
+			}
+		}
+		switch {
+		case !in:
+		case len(ts.Shape) == 1:
+			n += 4 * ts.Elements() // vectors are widened to float32 as they load
+		default:
+			n += int64(len(ts.Data))
+		}
+	}
+	return n
+}
+
+// answer is everything a client sees of one greedy request, per route.
+type answer struct{ openai, openaiStream, anthropic string }
+
+func pipePost(url, path, body string) (*http.Response, error) {
+	req, _ := http.NewRequest(http.MethodPost, url+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer k")
+	req.Header.Set("x-api-key", "k")
+	req.Header.Set("anthropic-version", "2023-06-01")
+	req.Header.Set("Content-Type", "application/json")
+	return http.DefaultClient.Do(req)
+}
+
+// greedyAnswers asks url for prompt through OpenAI chat (plain and
+// streamed, with logprobs) and Anthropic messages. It returns an error
+// rather than failing, so it may run on other goroutines.
+func greedyAnswers(url, prompt string) (answer, string, error) {
+	var a answer
+	msgs := fmt.Sprintf(`[{"role":"user","content":%q}]`, prompt)
+	resp, err := pipePost(url, "/v1/chat/completions", `{"model":"deep","messages":`+msgs+`,"max_tokens":8,"temperature":0,"logprobs":true,"top_logprobs":3}`)
+	if err != nil {
+		return a, "", err
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	servedBy := resp.Header.Get("X-Fusion-Node")
+	if resp.StatusCode != 200 {
+		return a, servedBy, fmt.Errorf("openai: %d %s", resp.StatusCode, raw)
+	}
+	var out struct {
+		Choices []struct {
+			Message  json.RawMessage `json:"message"`
+			Logprobs json.RawMessage `json:"logprobs"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil || len(out.Choices) != 1 {
+		return a, servedBy, fmt.Errorf("openai: %v %s", err, raw)
+	}
+	a.openai = string(out.Choices[0].Message) + string(out.Choices[0].Logprobs)
+
+	resp, err = pipePost(url, "/v1/chat/completions", `{"model":"deep","messages":`+msgs+`,"max_tokens":8,"temperature":0,"logprobs":true,"top_logprobs":3,"stream":true}`)
+	if err != nil {
+		return a, servedBy, err
+	}
+	if resp.StatusCode != 200 {
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return a, servedBy, fmt.Errorf("openai stream: %d %s", resp.StatusCode, raw)
+	}
+	var b strings.Builder
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok || data == "[DONE]" {
+			continue
+		}
+		var chunk struct {
+			Choices []struct {
+				Delta        json.RawMessage `json:"delta"`
+				Logprobs     json.RawMessage `json:"logprobs"`
+				FinishReason *string         `json:"finish_reason"`
+			} `json:"choices"`
+			Error json.RawMessage `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(data), &chunk); err != nil {
+			resp.Body.Close()
+			return a, servedBy, fmt.Errorf("openai stream chunk %q: %v", data, err)
+		}
+		if chunk.Error != nil {
+			resp.Body.Close()
+			return a, servedBy, fmt.Errorf("openai stream error: %s", chunk.Error)
+		}
+		for _, c := range chunk.Choices {
+			b.Write(c.Delta)
+			b.Write(c.Logprobs)
+			if c.FinishReason != nil {
+				b.WriteString(*c.FinishReason)
+			}
+		}
+	}
+	resp.Body.Close()
+	a.openaiStream = b.String()
+
+	resp, err = pipePost(url, "/v1/messages", `{"model":"deep","messages":`+msgs+`,"max_tokens":8,"temperature":0}`)
+	if err != nil {
+		return a, servedBy, err
+	}
+	raw, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return a, servedBy, fmt.Errorf("anthropic: %d %s", resp.StatusCode, raw)
+	}
+	var msg struct {
+		Content    json.RawMessage `json:"content"`
+		StopReason string          `json:"stop_reason"`
+		Usage      struct {
+			OutputTokens int `json:"output_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(raw, &msg); err != nil {
+		return a, servedBy, err
+	}
+	a.anthropic = fmt.Sprintf("%s %s %d", msg.Content, msg.StopReason, msg.Usage.OutputTokens)
+	return a, servedBy, nil
+}
+
+var pipelinePrompts = []string{"shard me", "a pipeline of stages", "hidden states over gRPC", "bit for bit, please"}
+
+// putPlacement writes the placement spec of the deep model through the
+// admin settings API of n.
+func putPlacement(t *testing.T, n *node.Node, spec string) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"value": spec})
+	req, _ := http.NewRequest(http.MethodPut, n.URL()+"/admin/api/cluster/settings/"+cluster.PlacementSpecPrefix+deepModel, strings.NewReader(string(body)))
+	req.Header.Set("Authorization", "Bearer k")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("placement setting: %d %s", resp.StatusCode, raw)
+	}
+}
+
+// readyPipeline waits until /admin/api/cluster on n shows the deep model
+// in a ready pipeline of stages stages, and returns it.
+func readyPipeline(t *testing.T, n *node.Node, stages int, timeout time.Duration) cluster.PlacementInfo {
+	t.Helper()
+	var got cluster.PlacementInfo
+	waitUntil(t, timeout, fmt.Sprintf("a ready pipeline of %d stages", stages), func() bool {
+		_, doc := clusterDoc(t, n.URL(), "k")
+		for _, p := range doc.Placements {
+			if p.Model != deepModel || p.NumLayers != 6 || len(p.Stages) != stages {
+				continue
+			}
+			for _, st := range p.Stages {
+				if st.State != "ready" {
+					return false
+				}
+			}
+			got = p
+			return true
+		}
+		return false
+	})
+	return got
+}
+
+func startPipelineCluster(t *testing.T, models string) map[string]*node.Node {
+	t.Helper()
+	nodes := map[string]*node.Node{}
+	opts := func(c node.ClusterConfig) nodetest.Options {
+		return nodetest.Options{APIKey: "k", ModelsDir: models, Backend: "cpu", Cluster: c}
+	}
+	nodes["a"] = nodetest.Start(t, opts(loopback("a", 3, nil)))
+	seed := []string{nodes["a"].Cluster().GossipAddr()}
+	for _, id := range []string{"b", "c"} {
+		nodes[id] = nodetest.Start(t, opts(loopback(id, 3, seed)))
+	}
+	waitUntil(t, 15*time.Second, "a leader known to all three", func() bool {
+		l := nodes["a"].Cluster().Leader()
+		return l != "" && nodes["b"].Cluster().Leader() == l && nodes["c"].Cluster().Leader() == l
+	})
+	return nodes
+}
+
+// checkStageWeights asserts that each stage of p holds exactly the bytes
+// of its own tensors, on the node it was planned on.
+func checkStageWeights(t *testing.T, nodes map[string]*node.Node, models string, p cluster.PlacementInfo) {
+	t.Helper()
+	for i, st := range p.Stages {
+		want := stageBytes(t, models, int(st.Layers[0]), int(st.Layers[1]), 6)
+		var got int64 = -1
+		n := nodes[st.Node]
+		if i == 0 {
+			for _, s := range n.Runner().List() {
+				if s.ID == deepModel {
+					got = s.Bytes
+				}
+			}
+		} else {
+			for _, s := range n.Stages() {
+				if s.Model == deepModel && s.Generation == p.Generation && s.Layers.Start == int(st.Layers[0]) && s.Layers.End == int(st.Layers[1]) {
+					got = s.WeightBytes
+				}
+			}
+		}
+		if got != want {
+			t.Errorf("stage %d on %s, layers %v: %d weight bytes, want %d (its tensors only)", i, st.Node, st.Layers, got, want)
+		}
+	}
+}
+
+// TestPipelineStages: the deep model forced into 2, then 3 pipeline
+// stages by its placement setting gives, through every node of the
+// cluster and with all requests at once, the same greedy tokens and
+// logprobs as the model on one node (same CPU backend), on OpenAI chat
+// (plain and streamed) and Anthropic messages; each stage holds only its
+// layers' weights.
+func TestPipelineStages(t *testing.T) {
+	models := deepModels(t)
+	ref := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Backend: "cpu"})
+	want := map[string]answer{}
+	for _, p := range pipelinePrompts {
+		a, _, err := greedyAnswers(ref.URL(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[p] = a
+	}
+	nodes := startPipelineCluster(t, models)
+	for _, stages := range []int{2, 3} {
+		t.Run(fmt.Sprintf("stages=%d", stages), func(t *testing.T) {
+			putPlacement(t, nodes["c"], fmt.Sprintf(`{"replicas":1,"stages":%d}`, stages))
+			p := readyPipeline(t, nodes["a"], stages, 30*time.Second)
+			t.Logf("pipeline: generation %d, stages %+v", p.Generation, p.Stages)
+			checkStageWeights(t, nodes, models, p)
+			// Every node's routes name the first stage only.
+			waitUntil(t, 10*time.Second, "routes to the first stage", func() bool {
+				for _, n := range nodes {
+					if ids := routeIDs(n, deepModel); len(ids) != 1 || ids[0] != p.Stages[0].Node {
+						return false
+					}
+				}
+				return true
+			})
+			// One client per prompt, all at once, spread over the nodes
+			// (the 2-core CI machine under -race: more at once starves
+			// gossip into declaring nodes dead).
+			var wg sync.WaitGroup
+			errs := make(chan error, len(pipelinePrompts))
+			for i, prompt := range pipelinePrompts {
+				id := []string{"a", "b", "c"}[i%3]
+				n := nodes[id]
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					got, servedBy, err := greedyAnswers(n.URL(), prompt)
+					switch {
+					case err != nil:
+						errs <- fmt.Errorf("via %s: %q: %v", id, prompt, err)
+					case servedBy != p.Stages[0].Node:
+						errs <- fmt.Errorf("via %s: %q served by %q, want the first stage %s", id, prompt, servedBy, p.Stages[0].Node)
+					case got != want[prompt]:
+						errs <- fmt.Errorf("via %s: %q:\n got %+v\nwant %+v", id, prompt, got, want[prompt])
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+		})
+	}
+}
