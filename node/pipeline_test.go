@@ -332,3 +332,163 @@ func TestPipelineStages(t *testing.T) {
 		})
 	}
 }
+
+// streamOnce runs one streamed greedy chat on url and classifies how it
+// ended: "ok" (finished), "503" (refused before the first byte, with
+// Retry-After or a retryable status), "stream-error" (an error event
+// after the first byte), or an error for anything else (a hang is the
+// client's timeout).
+func streamOnce(client *http.Client, url, prompt string) (string, error) {
+	body := fmt.Sprintf(`{"model":"deep","messages":[{"role":"user","content":%q}],"max_tokens":48,"temperature":0,"stream":true}`, prompt)
+	req, _ := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer k")
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == 529 {
+		return "503", nil
+	}
+	if resp.StatusCode != 200 {
+		raw, _ := io.ReadAll(resp.Body)
+		return "", fmt.Errorf("status %d: %s", resp.StatusCode, raw)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	finished := false
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		if data == "[DONE]" {
+			break
+		}
+		if strings.Contains(data, `"error"`) {
+			return "stream-error", nil
+		}
+		if strings.Contains(data, `"finish_reason":"`) {
+			finished = true
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return "", err
+	}
+	if !finished {
+		return "", fmt.Errorf("stream ended without a finish reason or an error")
+	}
+	return "ok", nil
+}
+
+// TestPipelineStageKilled: the middle stage of a 3-stage pipeline is
+// killed (its member closed as in a crash) while clients stream through
+// the other two nodes. No request hangs (each is bounded by its client's
+// timeout): each finishes, is refused with a retryable 503 before its
+// first byte, or ends with a stream error after it. The planner re-places
+// the model on the two survivors (a new generation, two stages) and it
+// serves again, bit for bit as one node would; the time from the kill to
+// the first success is logged.
+func TestPipelineStageKilled(t *testing.T) {
+	models := deepModels(t)
+	ref := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Backend: "cpu"})
+	want, _, err := greedyAnswers(ref.URL(), pipelinePrompts[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := startPipelineCluster(t, models)
+	putPlacement(t, nodes["a"], `{"replicas":1,"stages":3}`)
+	before := readyPipeline(t, nodes["a"], 3, 30*time.Second)
+	victim := before.Stages[1].Node
+	var survivors []string
+	for _, st := range before.Stages {
+		if st.Node != victim {
+			survivors = append(survivors, st.Node)
+		}
+	}
+	waitUntil(t, 10*time.Second, "routes to the first stage", func() bool {
+		ids := routeIDs(nodes[survivors[1]], deepModel)
+		return len(ids) == 1 && ids[0] == before.Stages[0].Node
+	})
+
+	client := &http.Client{Timeout: 30 * time.Second}
+	var (
+		mu       sync.Mutex
+		outcomes = map[string]int{}
+		failures []error
+		killedAt time.Time
+		firstOK  time.Duration
+	)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			url := nodes[survivors[i%2]].URL()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				began := time.Now()
+				out, err := streamOnce(client, url, pipelinePrompts[i])
+				mu.Lock()
+				switch {
+				case err != nil:
+					failures = append(failures, err)
+				default:
+					outcomes[out]++
+					// A request begun once the stage was gone cannot
+					// have run on the old pipeline.
+					if out == "ok" && !killedAt.IsZero() && began.After(killedAt) && firstOK == 0 {
+						firstOK = time.Since(killedAt)
+					}
+				}
+				mu.Unlock()
+				if out == "503" {
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	// Let the clients get going, then kill the middle stage mid-stream.
+	waitUntil(t, 20*time.Second, "requests under way", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return outcomes["ok"] >= 2
+	})
+	if err := nodes[victim].Cluster().Close(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	killedAt = time.Now() // its gRPC server is stopped: no step reaches it
+	mu.Unlock()
+	waitUntil(t, 60*time.Second, "a success after the kill", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return firstOK > 0
+	})
+	close(stop)
+	wg.Wait()
+	t.Logf("kill of the middle stage %s → first success %v; outcomes %v", victim, firstOK, outcomes)
+	for _, err := range failures {
+		t.Errorf("a request neither finished nor failed cleanly: %v", err)
+	}
+	after := readyPipeline(t, nodes[survivors[0]], 2, 10*time.Second)
+	if after.Generation <= before.Generation {
+		t.Errorf("re-placed at generation %d, not after %d", after.Generation, before.Generation)
+	}
+	for _, st := range after.Stages {
+		if st.Node == victim {
+			t.Errorf("re-placed on the killed node: %+v", after.Stages)
+		}
+	}
+	got, _, err := greedyAnswers(nodes[survivors[1]].URL(), pipelinePrompts[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != want {
+		t.Errorf("after re-placing:\n got %+v\nwant %+v", got, want)
+	}
+}
