@@ -158,7 +158,13 @@ type PlacementInfo struct {
 	Replica    uint32      `json:"replica"`
 	Generation uint64      `json:"generation"`
 	NumLayers  uint32      `json:"num_layers,omitempty"`
-	Stages     []StageInfo `json:"stages"`
+	// State of a sharded group's pipeline as this node sees it: ready
+	// (every stage ready on a live node), loading, failed (a stage failed
+	// to load) or broken (a stage's node is not alive; the planner
+	// re-places the group on the live nodes, or logs that it no longer
+	// fits them).
+	State  string      `json:"state,omitempty"`
+	Stages []StageInfo `json:"stages"`
 }
 
 // StageInfo is one stage of a replica group.
@@ -172,8 +178,16 @@ type StageInfo struct {
 func (m *Member) Status() StatusDoc {
 	doc := StatusDoc{Self: m.cfg.NodeID, Leader: m.Leader(), AppliedIndex: m.fsm.AppliedIndex(),
 		Members: m.Members(), Placements: []PlacementInfo{}}
+	peers := m.peerSnapshot()
+	alive := func(id string) bool {
+		p, ok := peers[id]
+		return ok && p.status == StatusAlive && !p.meta.Draining
+	}
 	for _, p := range m.Placements() {
 		pi := PlacementInfo{Model: p.Model, Replica: p.Replica, Generation: p.Generation, NumLayers: p.NumLayers}
+		if p.NumLayers > 0 {
+			pi.State = pipelineState(p, alive)
+		}
 		for _, st := range p.Stages {
 			pi.Stages = append(pi.Stages, StageInfo{Node: st.Node, Layers: [2]uint32{st.LayerStart, st.LayerEnd}, State: stageState(st.State)})
 		}

@@ -152,7 +152,7 @@ func (m *Member) Routes(model string) (ready []Route, known bool) {
 				// A pipeline is served by its first stage, once every
 				// stage is ready on a live node.
 				sharded = true
-				if pipelineReady(p, usable) {
+				if pipelineState(p, usable) == "ready" {
 					pipes[p.Stages[0].Node] = true
 				}
 				continue
@@ -230,15 +230,21 @@ func (m *Member) Unheard() []Route {
 	return out
 }
 
-// pipelineReady reports whether every stage of a sharded group is ready
-// on a usable node.
-func pipelineReady(p *pb.Placement, usable func(string) bool) bool {
+// pipelineState sums up a sharded group: broken, failed, ready or loading
+// (see PlacementInfo.State).
+func pipelineState(p *pb.Placement, usable func(string) bool) string {
+	state := "ready"
 	for _, st := range p.Stages {
-		if st.State != pb.StageState_STAGE_STATE_READY || !usable(st.Node) {
-			return false
+		switch {
+		case !usable(st.Node):
+			return "broken"
+		case st.State == pb.StageState_STAGE_STATE_FAILED:
+			state = "failed"
+		case st.State != pb.StageState_STAGE_STATE_READY && state == "ready":
+			state = "loading"
 		}
 	}
-	return len(p.Stages) > 0
+	return state
 }
 
 // Sharded reports whether model has a sharded placement: it is served only

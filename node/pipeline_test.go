@@ -292,6 +292,9 @@ func TestPipelineStages(t *testing.T) {
 			putPlacement(t, nodes["c"], fmt.Sprintf(`{"replicas":1,"stages":%d}`, stages))
 			p := readyPipeline(t, nodes["a"], stages, 30*time.Second)
 			t.Logf("pipeline: generation %d, stages %+v", p.Generation, p.Stages)
+			if p.State != "ready" {
+				t.Errorf("/admin/api/cluster says the pipeline is %q, want ready", p.State)
+			}
 			checkStageWeights(t, nodes, models, p)
 			// Every node's routes name the first stage only.
 			waitUntil(t, 10*time.Second, "routes to the first stage", func() bool {
@@ -464,6 +467,16 @@ func TestPipelineStageKilled(t *testing.T) {
 	mu.Lock()
 	killedAt = time.Now() // its gRPC server is stopped: no step reaches it
 	mu.Unlock()
+	// Until it is re-placed, the status names the pipeline broken.
+	waitUntil(t, 30*time.Second, "the pipeline shown broken or re-placed", func() bool {
+		_, doc := clusterDoc(t, nodes[survivors[0]].URL(), "k")
+		for _, p := range doc.Placements {
+			if p.Model == deepModel && (p.State == "broken" || p.Generation > before.Generation) {
+				return true
+			}
+		}
+		return false
+	})
 	waitUntil(t, 60*time.Second, "a success after the kill", func() bool {
 		mu.Lock()
 		defer mu.Unlock()

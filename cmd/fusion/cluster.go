@@ -115,7 +115,7 @@ func printClusterStatus(w io.Writer, doc cluster.StatusDoc) {
 	}
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "MODEL\tREPLICA\tGENERATION\tSTAGES")
+	fmt.Fprintln(tw, "MODEL\tREPLICA\tGENERATION\tSTATE\tSTAGES")
 	for _, p := range doc.Placements {
 		var st []string
 		for _, s := range p.Stages {
@@ -125,7 +125,11 @@ func printClusterStatus(w io.Writer, doc cluster.StatusDoc) {
 				st = append(st, s.Node+" "+s.State)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", p.Model, p.Replica, p.Generation, strings.Join(st, ", "))
+		state := p.State
+		if state == "" {
+			state = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", p.Model, p.Replica, p.Generation, state, strings.Join(st, ", "))
 	}
 	tw.Flush()
 }
