@@ -154,10 +154,10 @@ type StatusDoc struct {
 
 // PlacementInfo is a replica group in StatusDoc.
 type PlacementInfo struct {
-	Model      string      `json:"model"`
-	Replica    uint32      `json:"replica"`
-	Generation uint64      `json:"generation"`
-	NumLayers  uint32      `json:"num_layers,omitempty"`
+	Model      string `json:"model"`
+	Replica    uint32 `json:"replica"`
+	Generation uint64 `json:"generation"`
+	NumLayers  uint32 `json:"num_layers,omitempty"`
 	// State of a sharded group's pipeline as this node sees it: ready
 	// (every stage ready on a live node), loading, failed (a stage failed
 	// to load) or broken (a stage's node is not alive; the planner

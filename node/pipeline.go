@@ -20,6 +20,16 @@ import (
 type stageSet struct {
 	mu   sync.Mutex
 	held map[string]*heldStage // by model
+	srv  *pipeline.Server      // the Pipeline service (set before the member starts)
+}
+
+// PipelineSequences is the number of sequences whose KV the later
+// pipeline stages on this node hold (0 when it is not a cluster member).
+func (n *Node) PipelineSequences() int64 {
+	if n.stages.srv == nil {
+		return 0
+	}
+	return n.stages.srv.Sequences()
 }
 
 type heldStage struct {
@@ -83,7 +93,7 @@ func grpcOf(m *cluster.Member, id string) string {
 
 // registerPipeline serves this node's later stages to the stage before.
 func (n *Node) registerPipeline() {
-	pipeline.Register(n.member.GRPCServer(), func(name string) (pipeline.Stage, bool) {
+	n.stages.srv = pipeline.Register(n.member.GRPCServer(), func(name string) (pipeline.Stage, bool) {
 		n.stages.mu.Lock()
 		h, ok := n.stages.held[name]
 		n.stages.mu.Unlock()

@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -332,6 +333,31 @@ func TestPipelineStages(t *testing.T) {
 			for err := range errs {
 				t.Error(err)
 			}
+			// A client that goes away mid-stream frees its sequence's KV
+			// on every stage.
+			ctx, cancel := context.WithCancel(context.Background())
+			body := `{"model":"deep","messages":[{"role":"user","content":"cancel me"}],"max_tokens":400,"temperature":0,"stream":true}`
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, nodes["c"].URL()+"/v1/chat/completions", strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer k")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
+				t.Fatal(err)
+			}
+			held := func() (n int64) {
+				for _, nd := range nodes {
+					n += nd.PipelineSequences() + nd.Runner().Stats().KVBytes
+				}
+				return n
+			}
+			if held() == 0 {
+				t.Error("no stage holds the streaming request's KV")
+			}
+			cancel()
+			resp.Body.Close()
+			waitUntil(t, 10*time.Second, "every stage's KV freed after the cancel", func() bool { return held() == 0 })
 		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -40,7 +41,12 @@ type Server struct {
 	lookup Lookup
 	dial   Dial
 	log    *slog.Logger
+	live   atomic.Int64 // sequences held by all streams
 }
+
+// Sequences is the number of sequences whose KV this node's stages hold
+// now, over every stream.
+func (s *Server) Sequences() int64 { return s.live.Load() }
 
 // Register adds the Pipeline service to a gRPC server (the member's: its
 // auth and TLS apply). dial reaches the next stages.
@@ -68,6 +74,7 @@ func (s *Server) Run(stream pb.Pipeline_RunServer) error {
 		for _, q := range seqs {
 			q.Close()
 		}
+		s.live.Add(-int64(len(seqs)))
 		if next != nil {
 			_ = next.Close()
 		}
@@ -103,6 +110,7 @@ func (s *Server) Run(stream pb.Pipeline_RunServer) error {
 			if q := seqs[id]; q != nil {
 				q.Close()
 				delete(seqs, id)
+				s.live.Add(-1)
 			}
 		}
 		if next != nil && len(req.Free) > 0 {
@@ -142,6 +150,7 @@ func (s *Server) step(stream pb.Pipeline_RunServer, st Stage, next *Client, seqs
 				return nil, status.Errorf(codes.InvalidArgument, "pipeline: sequence %d: %v", sq.Id, err)
 			}
 			seqs[sq.Id] = q
+			s.live.Add(1)
 		}
 		in[i] = model.Input{Seq: q, Len: int(sq.Len)}
 		down[i] = runner.StageSeq{ID: sq.Id, Len: int(sq.Len), MaxLen: int(sq.MaxLen)}

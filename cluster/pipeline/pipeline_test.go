@@ -1,0 +1,163 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"fusion/engine/backend/cpu"
+	"fusion/engine/demo"
+	"fusion/engine/model"
+	"fusion/engine/runner"
+)
+
+// load loads layers of the demo model at dir on a CPU backend.
+func load(t *testing.T, dir string, layers model.Range) *model.Model {
+	t.Helper()
+	be := cpu.New(cpu.Options{Threads: 1})
+	m, err := model.Load(context.Background(), dir, be, model.Options{Layers: layers, Mmap: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close(); be.Close() })
+	return m
+}
+
+// serve starts a Pipeline server over lookup on loopback and returns a
+// dial function to it.
+func serve(t *testing.T, lookup Lookup) (*Server, string, Dial) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	srv := Register(gs, lookup, nil, nil)
+	go gs.Serve(lis)
+	t.Cleanup(gs.Stop)
+	dial := func(addr string) (grpc.ClientConnInterface, error) {
+		return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}
+	return srv, lis.Addr().String(), dial
+}
+
+// TestClientServer: two sequences prefilled and decoded through a first
+// stage here and the rest over a Pipeline stream give the whole model's
+// logits bit for bit; freeing them drops their KV on the far stage; a
+// client of another generation, or for a model the server has no stage
+// of, is refused with ErrPipelineStage.
+func TestClientServer(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "m")
+	o := demo.DefaultOptions()
+	o.Layers, o.Seed = 4, 3
+	if _, err := demo.Create(dir, o); err != nil {
+		t.Fatal(err)
+	}
+	whole := load(t, dir, model.Range{})
+	first := load(t, dir, model.Range{Start: 0, End: 1})
+	rest := load(t, dir, model.Range{Start: 1, End: 4})
+	srv, addr, dial := serve(t, func(name string) (Stage, bool) {
+		if name != "m" {
+			return Stage{}, false
+		}
+		return Stage{Generation: 7, Model: rest}, true
+	})
+	c := NewClient("m", 7, addr, dial)
+	defer c.Close()
+	ctx := context.Background()
+
+	prompts := [][]int{{1, 2, 3, 4, 5}, {9, 8, 7}}
+	ws := make([]*model.Sequence, 2)
+	fs := make([]*model.Sequence, 2)
+	for i := range ws {
+		var err error
+		if ws[i], err = whole.NewSequence(64); err != nil {
+			t.Fatal(err)
+		}
+		if fs[i], err = first.NewSequence(64); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step := func(tokens [][]int, firstStep bool) {
+		t.Helper()
+		var win, fin []model.Input
+		var seqs []runner.StageSeq
+		for i, toks := range tokens {
+			win = append(win, model.Input{Seq: ws[i], Tokens: toks})
+			fin = append(fin, model.Input{Seq: fs[i], Tokens: toks})
+			s := runner.StageSeq{ID: uint64(i + 1), Len: len(toks)}
+			if firstStep {
+				s.MaxLen = 64
+			}
+			seqs = append(seqs, s)
+		}
+		want, err := whole.Forward(ctx, win, model.Range{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := first.Forward(ctx, fin, model.Range{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := c.Step(ctx, seqs, h.Hidden)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range want.Logits {
+			for j := range want.Logits[i] {
+				if math.Float32bits(got[i][j]) != math.Float32bits(want.Logits[i][j]) {
+					t.Fatalf("sequence %d logit %d: %v over the pipeline, %v whole", i, j, got[i][j], want.Logits[i][j])
+				}
+			}
+		}
+	}
+	step(prompts, true)
+	for k := range 4 {
+		step([][]int{{10 + k}, {20 + k}}, false)
+	}
+	if n := srv.Sequences(); n != 2 {
+		t.Fatalf("the far stage holds %d sequences, want 2", n)
+	}
+	c.Free([]uint64{1, 2})
+	deadline := time.Now().Add(5 * time.Second)
+	for srv.Sequences() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the far stage still holds %d sequences after the free", srv.Sequences())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	h := &model.Hidden{Rows: 1, Cols: whole.Config.HiddenSize, Data: make([]float32, whole.Config.HiddenSize)}
+	for _, tc := range []struct {
+		name, model string
+		gen         uint64
+		want        string
+	}{
+		{"older generation", "m", 6, "stale generation"},
+		{"no stage here", "other", 7, "no stage"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bad := NewClient(tc.model, tc.gen, addr, dial)
+			defer bad.Close()
+			_, err := bad.Step(ctx, []runner.StageSeq{{ID: 1, Len: 1, MaxLen: 8}}, h)
+			if !errors.Is(err, runner.ErrPipelineStage) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want ErrPipelineStage naming %q", err, tc.want)
+			}
+		})
+	}
+	// A sequence the broken stream had seen cannot continue on a new one.
+	bad := NewClient("m", 6, addr, dial)
+	defer bad.Close()
+	_, _ = bad.Step(ctx, []runner.StageSeq{{ID: 1, Len: 1, MaxLen: 8}}, h)
+	if _, err := bad.Step(ctx, []runner.StageSeq{{ID: 1, Len: 1}}, h); !errors.Is(err, runner.ErrPipelineStage) {
+		t.Fatalf("a sequence of a broken stream stepped again: %v", err)
+	}
+}

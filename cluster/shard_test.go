@@ -1,0 +1,78 @@
+package cluster
+
+import (
+	"fmt"
+	"testing"
+
+	pb "fusion/cluster/clusterpb"
+)
+
+// TestPlanStages: layer ranges follow free memory, every stage gets at
+// least one layer, the fewest nodes asked for are used, and impossible
+// plans are nil.
+func TestPlanStages(t *testing.T) {
+	const gib = 1 << 30
+	cand := func(id string, free int64, layers int) shardCand {
+		return shardCand{id: id, free: free, layers: layers}
+	}
+	for _, tc := range []struct {
+		name   string
+		stages int
+		cands  []shardCand
+		want   string // "" for nil
+	}{
+		{"equal memory, 2 stages", 2, []shardCand{cand("a", 8*gib, 6), cand("b", 8*gib, 6), cand("c", 8*gib, 6)}, "6: a[0,3) b[3,6)"},
+		{"equal memory, 3 stages", 3, []shardCand{cand("a", 8*gib, 6), cand("b", 8*gib, 6), cand("c", 8*gib, 6)}, "6: a[0,2) b[2,4) c[4,6)"},
+		{"proportional", 2, []shardCand{cand("a", 24*gib, 32), cand("b", 8*gib, 32)}, "32: a[0,24) b[24,32)"},
+		{"unknown memory is equal", 2, []shardCand{cand("a", 0, 5), cand("b", 0, 5)}, "5: a[0,3) b[3,5)"},
+		{"one layer at least", 3, []shardCand{cand("a", 100*gib, 4), cand("b", 1, 4), cand("c", 1, 4)}, "4: a[0,2) b[2,3) c[3,4)"},
+		{"fewer nodes than stages", 3, []shardCand{cand("a", gib, 6), cand("b", gib, 6)}, "6: a[0,3) b[3,6)"},
+		{"more stages than layers", 3, []shardCand{cand("a", gib, 2), cand("b", gib, 2), cand("c", gib, 2)}, "2: a[0,1) b[1,2)"},
+		{"one node: unsharded", 2, []shardCand{cand("a", gib, 6)}, "0: a[0,0)"},
+		{"no node", 2, nil, ""},
+		{"layer counts disagree", 2, []shardCand{cand("a", gib, 6), cand("b", gib, 8)}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := planStages("m", 0, tc.stages, tc.cands)
+			got := ""
+			if p != nil {
+				got = fmt.Sprintf("%d: %s", p.NumLayers, stagesString(p))
+			}
+			if got != tc.want {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+			if p != nil && p.NumLayers > 0 {
+				var next uint32
+				for _, st := range p.Stages {
+					if st.LayerStart != next || st.LayerEnd <= st.LayerStart {
+						t.Fatalf("ranges do not tile: %s", stagesString(p))
+					}
+					next = st.LayerEnd
+				}
+				if next != p.NumLayers {
+					t.Fatalf("ranges end at %d of %d", next, p.NumLayers)
+				}
+			}
+		})
+	}
+}
+
+// TestPipelineState: a group is broken as soon as a stage's node is not
+// usable, failed if a stage failed, ready when every stage is.
+func TestPipelineState(t *testing.T) {
+	ready, loading, failed := pb.StageState_STAGE_STATE_READY, pb.StageState_STAGE_STATE_ASSIGNED, pb.StageState_STAGE_STATE_FAILED
+	live := func(id string) bool { return id != "dead" }
+	for _, tc := range []struct {
+		stages []*pb.Stage
+		want   string
+	}{
+		{[]*pb.Stage{{Node: "a", State: ready}, {Node: "b", State: ready}}, "ready"},
+		{[]*pb.Stage{{Node: "a", State: ready}, {Node: "b", State: loading}}, "loading"},
+		{[]*pb.Stage{{Node: "a", State: loading}, {Node: "b", State: failed}}, "failed"},
+		{[]*pb.Stage{{Node: "a", State: ready}, {Node: "dead", State: ready}}, "broken"},
+	} {
+		if got := pipelineState(&pb.Placement{NumLayers: 2, Stages: tc.stages}, live); got != tc.want {
+			t.Errorf("%v: %s, want %s", tc.stages, got, tc.want)
+		}
+	}
+}
