@@ -170,7 +170,7 @@ func (n *Node) syncStages(ctx context.Context) {
 	for _, h := range drop {
 		n.closeStage(h)
 	}
-	for _, name := range n.pipelinedModels() {
+	for _, name := range n.runner.Pipelines() {
 		if w, ok := want[name]; !ok || w.i != 0 {
 			if err := n.runner.SetPipeline(ctx, name, nil); err != nil {
 				n.cfg.Logger.Debug("cluster: leaving a pipeline", "model", name, "err", err)
@@ -180,17 +180,6 @@ func (n *Node) syncStages(ctx context.Context) {
 	for name, w := range want {
 		n.syncStage(ctx, name, w.p, w.i)
 	}
-}
-
-// pipelinedModels are the models the runner runs as a first stage.
-func (n *Node) pipelinedModels() []string {
-	var out []string
-	for _, s := range n.runner.List() {
-		if _, ok := n.runner.PipelineOf(s.ID); ok {
-			out = append(out, s.ID)
-		}
-	}
-	return out
 }
 
 // syncStage loads stage i of p here if it is not loaded yet, and reports

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 
 	"fusion/engine"
 	"fusion/engine/backend"
@@ -95,6 +96,18 @@ func (r *Runner) SetPipeline(ctx context.Context, name string, p *Pipeline) erro
 		return nil
 	}
 	return r.Load(ctx, name)
+}
+
+// Pipelines names the models set to run as a first stage, sorted.
+func (r *Runner) Pipelines() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, 0, len(r.pipelines))
+	for name := range r.pipelines {
+		out = append(out, name)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // PipelineOf returns the pipeline name runs in, if any.
