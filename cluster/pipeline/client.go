@@ -33,6 +33,7 @@ type Client struct {
 	seqs    map[uint64]bool // sequences the current stream has seen
 	step    uint64
 	closed  bool
+	chunk   int // payload bytes per message (ChunkBytes)
 
 	rmu     sync.Mutex // guards pending
 	pending map[uint64]chan result
@@ -46,7 +47,8 @@ type result struct {
 // NewClient makes the link from a stage to the stage at addr for model's
 // placement generation. Nothing is dialled before the first step.
 func NewClient(model string, generation uint64, addr string, dial Dial) *Client {
-	return &Client{model: model, generation: generation, addr: addr, dial: dial, seqs: map[uint64]bool{}, pending: map[uint64]chan result{}}
+	return &Client{model: model, generation: generation, addr: addr, dial: dial, seqs: map[uint64]bool{}, pending: map[uint64]chan result{},
+		chunk: ChunkBytes}
 }
 
 var _ runner.Downstream = (*Client)(nil)
@@ -110,7 +112,7 @@ func (c *Client) send(req *pb.StepRequest, seqs []runner.StageSeq) (chan result,
 	c.rmu.Lock()
 	c.pending[req.Step] = ch
 	c.rmu.Unlock()
-	if err := c.stream.Send(req); err != nil {
+	if err := c.sendChunked(req); err != nil {
 		// The reader sees the stream end and fails what is pending.
 		c.rmu.Lock()
 		delete(c.pending, req.Step)
@@ -118,6 +120,23 @@ func (c *Client) send(req *pb.StepRequest, seqs []runner.StageSeq) (chan result,
 		return nil, fmt.Errorf("%w: %s: %v", runner.ErrPipelineStage, c.addr, err)
 	}
 	return ch, nil
+}
+
+// sendChunked sends req, its hidden state split over several messages
+// when it exceeds ChunkBytes. Called with c.mu held.
+func (c *Client) sendChunked(req *pb.StepRequest) error {
+	parts := chunks(req.Hidden, c.chunk)
+	for i, part := range parts {
+		m := req // the first message carries the step's fields
+		if i > 0 {
+			m = &pb.StepRequest{Model: req.Model, Generation: req.Generation, Step: req.Step}
+		}
+		m.Hidden, m.More = part, i < len(parts)-1
+		if err := c.stream.Send(m); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // open starts a stream and its reader. Called with c.mu held.
@@ -143,12 +162,29 @@ func (c *Client) open() error {
 // and forgets the stream (if it is still the current one).
 func (c *Client) read(stream pb.Pipeline_RunClient, cancel context.CancelFunc) {
 	defer c.readerW.Done()
-	var err error
+	var (
+		err     error
+		partial *pb.StepReply // a reply whose logits continue
+	)
 	for {
 		var r *pb.StepReply
 		if r, err = stream.Recv(); err != nil {
 			break
 		}
+		if partial != nil {
+			if r.Step != partial.Step {
+				err = fmt.Errorf("pipeline: step %d's logits cut by step %d", partial.Step, r.Step)
+				break
+			}
+			partial.Logits = append(partial.Logits, r.Logits...)
+			partial.More = r.More
+			r = partial
+		}
+		if r.More {
+			partial = r
+			continue
+		}
+		partial = nil
 		c.rmu.Lock()
 		ch := c.pending[r.Step]
 		delete(c.pending, r.Step)

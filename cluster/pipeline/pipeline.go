@@ -25,6 +25,23 @@ import (
 // float32, the activations' type on the CPU backend.
 const DTypeF32 = "f32"
 
+// ChunkBytes bounds the payload (hidden state or logits) of one message;
+// a larger one goes in several messages with more set. It keeps every
+// message under the members' gRPC receive limit (4 MiB and a little)
+// whatever the step's rows or the vocabulary.
+const ChunkBytes = 1 << 20
+
+// chunks splits b into pieces of at most size bytes (one, maybe empty,
+// at least).
+func chunks(b []byte, size int) [][]byte {
+	var out [][]byte
+	for len(b) > size {
+		out = append(out, b[:size])
+		b = b[size:]
+	}
+	return append(out, b)
+}
+
 // ErrStale: a stage holds another generation of the placement.
 var ErrStale = errors.New("pipeline: stale generation")
 

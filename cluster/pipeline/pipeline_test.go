@@ -50,8 +50,9 @@ func serve(t *testing.T, lookup Lookup) (*Server, string, Dial) {
 }
 
 // TestClientServer: two sequences prefilled and decoded through a first
-// stage here and the rest over a Pipeline stream give the whole model's
-// logits bit for bit; freeing them drops their KV on the far stage; a
+// stage here and the rest over a Pipeline stream (hidden states and
+// logits split over several messages) give the whole model's logits bit
+// for bit; freeing them drops their KV on the far stage; a
 // client of another generation, or for a model the server has no stage
 // of, is refused with ErrPipelineStage.
 func TestClientServer(t *testing.T) {
@@ -72,6 +73,8 @@ func TestClientServer(t *testing.T) {
 	})
 	c := NewClient("m", 7, addr, dial)
 	defer c.Close()
+	// Small chunks: every step's hidden state and logits go in parts.
+	c.chunk, srv.chunk = 100, 300
 	ctx := context.Background()
 
 	prompts := [][]int{{1, 2, 3, 4, 5}, {9, 8, 7}}

@@ -42,6 +42,7 @@ type Server struct {
 	dial   Dial
 	log    *slog.Logger
 	live   atomic.Int64 // sequences held by all streams
+	chunk  int          // payload bytes per message (ChunkBytes)
 }
 
 // Sequences is the number of sequences whose KV this node's stages hold
@@ -54,7 +55,7 @@ func Register(s *grpc.Server, lookup Lookup, dial Dial, log *slog.Logger) *Serve
 	if log == nil {
 		log = slog.Default()
 	}
-	srv := &Server{lookup: lookup, dial: dial, log: log}
+	srv := &Server{lookup: lookup, dial: dial, log: log, chunk: ChunkBytes}
 	pb.RegisterPipelineServer(s, srv)
 	return srv
 }
@@ -83,7 +84,7 @@ func (s *Server) Run(stream pb.Pipeline_RunServer) error {
 		}
 	}()
 	for {
-		req, err := stream.Recv()
+		req, err := recvWhole(stream)
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
@@ -97,6 +98,7 @@ func (s *Server) Run(stream pb.Pipeline_RunServer) error {
 			name = req.Model
 			if st.Next != "" {
 				next = NewClient(name, st.Generation, st.Next, s.dial)
+				next.chunk = s.chunk
 			}
 		}
 		switch {
@@ -123,10 +125,43 @@ func (s *Server) Run(stream pb.Pipeline_RunServer) error {
 		if err != nil {
 			return err
 		}
-		if err := stream.Send(reply); err != nil {
-			return err
+		parts := chunks(reply.Logits, s.chunk)
+		for i, part := range parts {
+			m := &pb.StepReply{Step: reply.Step, Logits: part, More: i < len(parts)-1}
+			if i == 0 {
+				m.Vocab = reply.Vocab
+			}
+			if err := stream.Send(m); err != nil {
+				return err
+			}
 		}
 	}
+}
+
+// recvWhole receives one request, joining a hidden state sent in parts.
+// The parts must belong to the same step; their total is bounded by the
+// shape the first part declares.
+func recvWhole(stream pb.Pipeline_RunServer) (*pb.StepRequest, error) {
+	req, err := stream.Recv()
+	if err != nil {
+		return nil, err
+	}
+	limit := uint64(req.Rows) * uint64(req.Cols) * 4
+	for more := req.More; more; {
+		part, err := stream.Recv()
+		if err != nil {
+			return nil, err
+		}
+		if part.Step != req.Step || part.Model != req.Model || part.Generation != req.Generation {
+			return nil, status.Errorf(codes.InvalidArgument, "pipeline: step %d's hidden state cut by step %d", req.Step, part.Step)
+		}
+		if uint64(len(req.Hidden))+uint64(len(part.Hidden)) > limit {
+			return nil, status.Errorf(codes.InvalidArgument, "pipeline: step %d's hidden state exceeds its [%d, %d]", req.Step, req.Rows, req.Cols)
+		}
+		req.Hidden = append(req.Hidden, part.Hidden...)
+		more = part.More
+	}
+	return req, nil
 }
 
 // step runs one step through this stage and the ones after it.

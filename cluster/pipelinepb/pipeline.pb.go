@@ -99,9 +99,13 @@ type StepRequest struct {
 	Rows       uint32                 `protobuf:"varint,5,opt,name=rows,proto3" json:"rows,omitempty"`
 	Cols       uint32                 `protobuf:"varint,6,opt,name=cols,proto3" json:"cols,omitempty"`
 	// dtype of hidden: "f32" (little-endian float32, row-major [rows, cols]).
-	Dtype         string   `protobuf:"bytes,7,opt,name=dtype,proto3" json:"dtype,omitempty"`
-	Hidden        []byte   `protobuf:"bytes,8,opt,name=hidden,proto3" json:"hidden,omitempty"`
-	Free          []uint64 `protobuf:"varint,9,rep,packed,name=free,proto3" json:"free,omitempty"` // sequences whose KV every later stage drops
+	Dtype  string   `protobuf:"bytes,7,opt,name=dtype,proto3" json:"dtype,omitempty"`
+	Hidden []byte   `protobuf:"bytes,8,opt,name=hidden,proto3" json:"hidden,omitempty"`
+	Free   []uint64 `protobuf:"varint,9,rep,packed,name=free,proto3" json:"free,omitempty"` // sequences whose KV every later stage drops
+	// more: hidden continues in the next message (same model, generation and
+	// step, only hidden set), so no message exceeds the chunk size whatever
+	// the step's rows.
+	More          bool `protobuf:"varint,10,opt,name=more,proto3" json:"more,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -199,6 +203,13 @@ func (x *StepRequest) GetFree() []uint64 {
 	return nil
 }
 
+func (x *StepRequest) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
 // StepReply answers a step: the logits of each sequence's last new token,
 // float32 little-endian, row-major [len(seqs), vocab].
 type StepReply struct {
@@ -206,6 +217,7 @@ type StepReply struct {
 	Step          uint64                 `protobuf:"varint,1,opt,name=step,proto3" json:"step,omitempty"`
 	Vocab         uint32                 `protobuf:"varint,2,opt,name=vocab,proto3" json:"vocab,omitempty"`
 	Logits        []byte                 `protobuf:"bytes,3,opt,name=logits,proto3" json:"logits,omitempty"`
+	More          bool                   `protobuf:"varint,4,opt,name=more,proto3" json:"more,omitempty"` // logits continue in the next reply of the same step
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -261,6 +273,13 @@ func (x *StepReply) GetLogits() []byte {
 	return nil
 }
 
+func (x *StepReply) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
 var File_pipeline_proto protoreflect.FileDescriptor
 
 const file_pipeline_proto_rawDesc = "" +
@@ -269,7 +288,7 @@ const file_pipeline_proto_rawDesc = "" +
 	"\x03Seq\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x10\n" +
 	"\x03len\x18\x02 \x01(\rR\x03len\x12\x17\n" +
-	"\amax_len\x18\x03 \x01(\rR\x06maxLen\"\xeb\x01\n" +
+	"\amax_len\x18\x03 \x01(\rR\x06maxLen\"\xff\x01\n" +
 	"\vStepRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1e\n" +
 	"\n" +
@@ -281,11 +300,14 @@ const file_pipeline_proto_rawDesc = "" +
 	"\x04cols\x18\x06 \x01(\rR\x04cols\x12\x14\n" +
 	"\x05dtype\x18\a \x01(\tR\x05dtype\x12\x16\n" +
 	"\x06hidden\x18\b \x01(\fR\x06hidden\x12\x12\n" +
-	"\x04free\x18\t \x03(\x04R\x04free\"M\n" +
+	"\x04free\x18\t \x03(\x04R\x04free\x12\x12\n" +
+	"\x04more\x18\n" +
+	" \x01(\bR\x04more\"a\n" +
 	"\tStepReply\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x04R\x04step\x12\x14\n" +
 	"\x05vocab\x18\x02 \x01(\rR\x05vocab\x12\x16\n" +
-	"\x06logits\x18\x03 \x01(\fR\x06logits2O\n" +
+	"\x06logits\x18\x03 \x01(\fR\x06logits\x12\x12\n" +
+	"\x04more\x18\x04 \x01(\bR\x04more2O\n" +
 	"\bPipeline\x12C\n" +
 	"\x03Run\x12\x1c.fusion.pipeline.StepRequest\x1a\x1a.fusion.pipeline.StepReply(\x010\x01B\x1bZ\x19fusion/cluster/pipelinepbb\x06proto3"
 
