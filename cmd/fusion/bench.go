@@ -27,6 +27,7 @@ func benchCommands() map[string]command {
 		"forward":   {summary: "what forwarding to a peer adds, over HTTP and gRPC", run: benchForward},
 		"grammar":   {summary: "JSON-schema compilation and per-token masks", run: benchGrammar},
 		"raft":      {summary: "Raft write latency, throughput and failover", run: benchRaft},
+		"pipeline":  {summary: "a model in 1, 2 and 3 pipeline stages on loopback: decode tokens/s at 1 and 8 streams, added latency per hop", run: benchPipeline},
 		"embed":     {summary: "sentence embeddings (all-MiniLM-L6-v2) against sentence-transformers", run: benchEmbed},
 		"auth":      {summary: "what authentication and sub-key rate limits add per request (1,000 sub-keys)", run: benchAuth},
 		"tokens":    {summary: "count_tokens latency on a loaded and an unloaded model (Qwen3 tokenizer)", run: benchTokens},
@@ -82,6 +83,22 @@ func benchBatch(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	return benchError(bench.Batch(ctx, o, stdout, stderr))
+}
+
+func benchPipeline(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o := bench.DefaultPipelineOptions()
+	fs := newFlagSet("bench pipeline", stderr)
+	fs.StringVar(&o.CacheDir, "cache", o.CacheDir, "directory the benchmark model is created in (reused)")
+	fs.IntVar(&o.Layers, "layers", o.Layers, "layers of the Qwen3-0.6B-shaped model")
+	fs.Var((*intsFlag)(&o.Stages), "stages", "comma-separated `list` of pipeline lengths")
+	fs.Var((*intsFlag)(&o.Streams), "streams", "comma-separated `list` of concurrency levels")
+	fs.IntVar(&o.Prompt, "prompt", o.Prompt, "prompt tokens per stream")
+	fs.IntVar(&o.Decode, "decode", o.Decode, "greedy tokens per stream")
+	fs.IntVar(&o.Threads, "threads", o.Threads, "compute goroutines per stage (0: all cores)")
+	if err := parseBenchFlags(fs, args); err != nil {
+		return err
+	}
+	return benchError(bench.Pipeline(ctx, o, stdout, stderr))
 }
 
 func benchCache(ctx context.Context, args []string, stdout, stderr io.Writer) error {

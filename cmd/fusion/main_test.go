@@ -14,7 +14,7 @@ import (
 // come back prefixed with its path.
 func TestDispatch(t *testing.T) {
 	top := []string{"bench", "cluster", "doctor", "health", "models", "serve", "service", "tokenize", "version"}
-	benches := []string{"auth", "batch", "cache", "embed", "engine", "forward", "grammar", "mlx", "moe", "raft", "server", "tokenizer", "tokens"}
+	benches := []string{"auth", "batch", "cache", "embed", "engine", "forward", "grammar", "mlx", "moe", "pipeline", "raft", "server", "tokenizer", "tokens"}
 	tests := []struct {
 		name   string
 		args   []string
@@ -33,6 +33,7 @@ func TestDispatch(t *testing.T) {
 		{"unknown cluster command", []string{"cluster", "frob"}, 2, `fusion cluster: unknown command "frob"`, []string{"backup", "certs", "restore", "secret", "status"}},
 		{"bench flag out of range", []string{"bench", "batch", "-streams", "1,0"}, 2, `fusion bench batch: invalid value "1,0" for flag -streams`, nil},
 		{"bench option out of range", []string{"bench", "tokenizer", "-strings", "0"}, 2, "fusion bench tokenizer: -strings and -repeat must be positive", nil},
+		{"pipeline stages beyond the layers", []string{"bench", "pipeline", "-layers", "2", "-stages", "1,3"}, 2, "fusion bench pipeline: pipeline: want -layers", nil},
 		{"bench positional argument", []string{"bench", "raft", "extra"}, 2, "fusion bench raft: unexpected arguments: extra", nil},
 		{"bench flag help", []string{"bench", "grammar", "-h"}, 0, "-walks int", nil},
 		{"cpuprofile of two formats", []string{"bench", "engine", "-cpuprofile", "x", "-formats", "bf16,mlx-q4"}, 2, "-cpuprofile takes one format", nil},
