@@ -203,6 +203,9 @@ func (n *Node) syncStage(ctx context.Context, name string, p *clusterpb.Placemen
 			return
 		}
 		next := grpcOf(m, p.Stages[1].Node)
+		if next == "" {
+			return // the next stage's node is not known here yet: next round
+		}
 		down := pipeline.NewClient(name, p.Generation, next, n.peerConn)
 		err := n.runner.SetPipeline(ctx, name, &runner.Pipeline{Layers: layers, Generation: p.Generation, Down: down})
 		if err != nil {

@@ -258,6 +258,9 @@ func (r *Runner) acquire(ctx context.Context, name string) (*loadedModel, func()
 	}
 	// Load it: reserve its estimated size, evicting what must go.
 	need := estimateBytes(e.info.Path)
+	if p := r.pipelines[e.info.ID]; p != nil && p.numLayers > 0 {
+		need = need * int64(p.Layers.Len()) / int64(p.numLayers) // its share of the layers
+	}
 	victims, err := r.makeRoom(e, need)
 	if err != nil {
 		r.mu.Unlock()

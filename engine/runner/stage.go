@@ -48,6 +48,8 @@ type Pipeline struct {
 	Layers     model.Range // this node's layers; Start must be 0
 	Generation uint64      // the placement's generation
 	Down       Downstream
+
+	numLayers int // the model's, for the pool's size estimate
 }
 
 // ErrPipelineStage: a pipeline's later stage failed or went away. It
@@ -64,6 +66,9 @@ var ErrPipelineStage = fmt.Errorf("%w: pipeline stage lost", engine.ErrUnavailab
 func (r *Runner) SetPipeline(ctx context.Context, name string, p *Pipeline) error {
 	if p != nil && (p.Layers.Start != 0 || p.Layers.Len() <= 0 || p.Down == nil) {
 		return fmt.Errorf("runner: pipeline of %s: a first stage needs layers from 0 and a downstream, got %v", name, p.Layers)
+	}
+	if p != nil {
+		p.numLayers = r.NumLayers(name)
 	}
 	// The plan goes in before the unload, so that a request arriving in
 	// between loads the pipeline, never the whole model.
