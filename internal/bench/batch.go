@@ -139,21 +139,7 @@ func runBatch(ctx context.Context, path string, levels []int, repeat, promptLen,
 	if err != nil {
 		return nil, err
 	}
-	// Random weights stop early on an end-of-text token; forbid them so
-	// every stream decodes its full length.
-	bias := map[int]float64{}
-	for _, id := range text.Tokenizer().EOS() {
-		bias[id] = -100
-	}
-	request := func(i int) *engine.Request {
-		p := sample.DefaultParams()
-		p.Temperature, p.LogitBias = 0, bias
-		toks := make([]int, promptLen)
-		for j := range toks {
-			toks[j] = (i*104729 + j*7919 + 13) % 150000
-		}
-		return &engine.Request{Model: name, PromptTokens: toks, Sampling: p, MaxTokens: decodeLen}
-	}
+	request := fullLengthRequests(text, name, promptLen, decodeLen)
 	runs := make([][]batchResult, len(levels))
 	// A runner per repetition: its scheduler's max_batch counts from the
 	// start of the repetition.
@@ -180,6 +166,25 @@ func runBatch(ctx context.Context, path string, levels []int, repeat, promptLen,
 		rows[i] = medianRun(rs)
 	}
 	return rows, nil
+}
+
+// fullLengthRequests makes stream i's greedy request: a prompt of its
+// own and decodeLen tokens. Random weights stop early on an end-of-text
+// token, so those are forbidden and every stream decodes its full length.
+func fullLengthRequests(text *prompt.Builder, name string, promptLen, decodeLen int) func(i int) *engine.Request {
+	bias := map[int]float64{}
+	for _, id := range text.Tokenizer().EOS() {
+		bias[id] = -100
+	}
+	return func(i int) *engine.Request {
+		p := sample.DefaultParams()
+		p.Temperature, p.LogitBias = 0, bias
+		toks := make([]int, promptLen)
+		for j := range toks {
+			toks[j] = (i*104729 + j*7919 + 13) % 150000
+		}
+		return &engine.Request{Model: name, PromptTokens: toks, Sampling: p, MaxTokens: decodeLen}
+	}
 }
 
 // runLevel runs n streams at once and measures them.

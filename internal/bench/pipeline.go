@@ -15,11 +15,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"fusion/cluster/pipeline"
-	"fusion/engine"
 	"fusion/engine/model"
 	"fusion/engine/prompt"
 	"fusion/engine/runner"
-	"fusion/engine/sample"
 )
 
 // PipelineOptions are the settings of the pipeline benchmark.
@@ -124,19 +122,7 @@ func runPipeline(ctx context.Context, path string, k int, o PipelineOptions, tex
 	if err != nil {
 		return nil, err
 	}
-	bias := map[int]float64{}
-	for _, id := range text.Tokenizer().EOS() {
-		bias[id] = -100
-	}
-	request := func(i int) *engine.Request {
-		p := sample.DefaultParams()
-		p.Temperature, p.LogitBias = 0, bias
-		toks := make([]int, o.Prompt)
-		for j := range toks {
-			toks[j] = (i*104729 + j*7919 + 13) % 150000
-		}
-		return &engine.Request{Model: name, PromptTokens: toks, Sampling: p, MaxTokens: o.Decode}
-	}
+	request := fullLengthRequests(text, name, o.Prompt, o.Decode)
 	if _, err := streamTimes(ctx, r, request(99)); err != nil { // warm-up
 		return nil, err
 	}
