@@ -226,7 +226,7 @@ type ModelInfo struct {
 	ID      string
 	Path    string
 	Format  string // "safetensors" or "gguf"
-	Kind    string // KindChat or KindEmbedding
+	Kind    string // KindChat, KindEmbedding or KindRerank
 	Loaded  bool
 	Created int64 // unix seconds (the model file's modification time)
 }
@@ -245,6 +245,7 @@ type Generator interface {
 const (
 	KindChat      = "chat"      // generation (chat, completions, messages)
 	KindEmbedding = "embedding" // embeddings
+	KindRerank    = "rerank"    // cross-encoder scores of query–document pairs (/v1/rerank)
 )
 
 // EmbedRequest is the dialect-neutral embeddings request: one vector per

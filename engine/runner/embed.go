@@ -15,10 +15,12 @@ import (
 // OpenAI does).
 const DefaultMaxEmbedInputs = 2048
 
-// embeddingModel is a loaded embedding model. Its batcher runs the
-// passes, one at a time (a backend runs one step of a model at a time).
+// embeddingModel is a loaded encoder model: an embedding model (m) or a
+// cross-encoder (ce). Its batcher runs the passes, one at a time (a
+// backend runs one step of a model at a time).
 type embeddingModel struct {
-	m     *embed.Model
+	m     *embed.Model        // nil for a cross-encoder
+	ce    *embed.CrossEncoder // nil for an embedding model
 	be    backend.Backend
 	batch *embedBatcher // nil until start
 }
@@ -28,21 +30,58 @@ func (l backendLoader) loadEmbedding(info engine.ModelInfo) (*embeddingModel, er
 	if err != nil {
 		return nil, err
 	}
-	m, err := embed.Load(context.Background(), info.Path, be, l.loadMode == "mmap")
+	em := &embeddingModel{be: be}
+	if info.Kind == engine.KindRerank {
+		em.ce, err = embed.LoadCrossEncoder(context.Background(), info.Path, be, l.loadMode == "mmap")
+	} else {
+		em.m, err = embed.Load(context.Background(), info.Path, be, l.loadMode == "mmap")
+	}
 	if err != nil {
 		return nil, errors.Join(err, be.Close())
 	}
-	return &embeddingModel{m: m, be: be}, nil
+	return em, nil
 }
 
 // start starts the model's batcher.
 func (e *embeddingModel) start(maxTokens int, stats *embedStats) {
-	e.batch = newEmbedBatcher(e.m, maxTokens, stats)
+	if e.ce != nil {
+		forward := func(seqs, types [][]int) ([][]float32, error) {
+			scores, err := e.ce.Scores(context.Background(), seqs, types)
+			out := make([][]float32, len(scores))
+			for i := range scores {
+				out[i] = scores[i : i+1]
+			}
+			return out, err
+		}
+		e.batch = newEmbedBatcher(forward, func(v []float32, _ int) []float32 { return v }, maxTokens, stats)
+		return
+	}
+	forward := func(seqs, _ [][]int) ([][]float32, error) { return e.m.Pool(context.Background(), seqs) }
+	e.batch = newEmbedBatcher(forward, e.m.Output, maxTokens, stats)
+}
+
+// weightBytes is the memory the backend holds for the weights.
+func (e *embeddingModel) weightBytes() int64 {
+	if e.ce != nil {
+		return e.ce.WeightBytes()
+	}
+	return e.m.WeightBytes()
+}
+
+// kind is the model's engine.Kind*.
+func (e *embeddingModel) kind() string {
+	if e.ce != nil {
+		return engine.KindRerank
+	}
+	return engine.KindEmbedding
 }
 
 func (e *embeddingModel) close() error {
 	if e.batch != nil {
 		e.batch.close()
+	}
+	if e.ce != nil {
+		return errors.Join(e.ce.Close(), e.be.Close())
 	}
 	return errors.Join(e.m.Close(), e.be.Close())
 }
@@ -88,8 +127,12 @@ func (r *Runner) Embed(ctx context.Context, req *engine.EmbedRequest) (*engine.E
 	}
 	defer release()
 	em := lm.emb
-	if em == nil {
-		return nil, invalid("model %q is a %s model; it does not compute embeddings", req.Model, engine.KindChat)
+	if em == nil || em.m == nil {
+		kind := engine.KindChat
+		if em != nil {
+			kind = em.kind()
+		}
+		return nil, invalid("model %q is a %s model; it does not compute embeddings", req.Model, kind)
 	}
 	m := em.m
 	if d := req.Dimensions; d > 0 {
@@ -118,7 +161,7 @@ func (r *Runner) Embed(ctx context.Context, req *engine.EmbedRequest) (*engine.E
 		seqs[i] = ids
 		res.PromptTokens += len(ids)
 	}
-	vecs, err := em.batch.embed(ctx, seqs, req.Dimensions)
+	vecs, err := em.batch.embed(ctx, seqs, nil, req.Dimensions)
 	if err != nil {
 		return nil, err
 	}

@@ -292,7 +292,11 @@ func (r *Runner) rescan() error {
 			continue
 		}
 		info := engine.ModelInfo{ID: f.Name, Path: f.Path, Format: string(f.Kind), Kind: engine.KindChat}
-		if f.Kind == modelfile.KindSafetensors && embed.IsEmbeddingModel(f.Path) {
+		switch {
+		case f.Kind != modelfile.KindSafetensors:
+		case embed.IsCrossEncoder(f.Path):
+			info.Kind = engine.KindRerank
+		case embed.IsEmbeddingModel(f.Path):
 			info.Kind = engine.KindEmbedding
 		}
 		if st, err := os.Stat(f.Path); err == nil {
@@ -481,7 +485,7 @@ func (lm *loadedModel) close() error {
 // weightBytes is the memory the model's weights hold.
 func (lm *loadedModel) weightBytes() int64 {
 	if lm.emb != nil {
-		return lm.emb.m.WeightBytes()
+		return lm.emb.weightBytes()
 	}
 	return lm.model.WeightBytes()
 }

@@ -1,0 +1,145 @@
+package embed_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	_ "embed"
+	"encoding/json"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"fusion/engine/backend/cpu"
+	"fusion/engine/embed"
+	"fusion/engine/embed/embedtest"
+	"fusion/internal/testenv"
+)
+
+//go:embed testdata/st_rerank.py
+var rerankScript string
+
+type rerankRef struct {
+	Score  float64 `json:"score"`
+	IDs    []int   `json:"ids"`
+	Types  []int   `json:"types"`
+	MaxLen int     `json:"max_len"`
+}
+
+// rerankReference runs sentence-transformers' CrossEncoder on the pairs.
+func rerankReference(t *testing.T, python, dir string, pairs [][2]string) []rerankRef {
+	t.Helper()
+	var in bytes.Buffer
+	enc := json.NewEncoder(&in)
+	enc.SetEscapeHTML(false)
+	for _, p := range pairs {
+		if err := enc.Encode(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	script := filepath.Join(t.TempDir(), "st_rerank.py")
+	if err := os.WriteFile(script, []byte(rerankScript), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(python, script, dir)
+	cmd.Stdin = &in
+	cmd.Env = append(os.Environ(), "HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1", "TOKENIZERS_PARALLELISM=false")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("CrossEncoder: %v\n%s", err, stderr.String())
+	}
+	var refs []rerankRef
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(nil, 1<<24)
+	for sc.Scan() {
+		var r rerankRef
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatal(err)
+		}
+		refs = append(refs, r)
+	}
+	if len(refs) != len(pairs) {
+		t.Fatalf("CrossEncoder gave %d scores for %d pairs", len(refs), len(pairs))
+	}
+	return refs
+}
+
+// TestRerankParityWithCrossEncoder scores query–document pairs (mixed
+// languages and lengths, some past the 512-token limit on one side or
+// both) with the cross-encoder fixture and with sentence-transformers'
+// CrossEncoder.predict: the tokens and token types must be equal, and
+// the scores equal within 1e-5.
+func TestRerankParityWithCrossEncoder(t *testing.T) {
+	python := testenv.Python(t)
+	dir := embedtest.CrossEncoder(t)
+	if !embed.IsCrossEncoder(dir) {
+		t.Fatal("the fixture is not recognised as a cross-encoder")
+	}
+	be := cpu.New(cpu.Options{})
+	defer be.Close()
+	ce, err := embed.LoadCrossEncoder(context.Background(), dir, be, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ce.Close()
+	if ce.MaxLen != 512 || ce.Activation != embed.ActSigmoid {
+		t.Fatalf("max length %d, activation %s; want 512, sigmoid", ce.MaxLen, ce.Activation)
+	}
+	texts := sentences(96)
+	long := strings.Repeat("retrieval augmented generation ranks passages ", 120)
+	pairs := [][2]string{
+		{"what is a vector database?", "A vector database stores embeddings and finds the nearest ones."},
+		{"what is a vector database?", "The weather in Paris is mild in spring."},
+		{"short query", long},      // the document is cut
+		{long, "short document"},   // the query is cut
+		{long, long + " and more"}, // both are cut, half each
+		{"😀 emoji?", "emoji 😀 👍🏽 🚀"},
+	}
+	for i := 0; i+1 < len(texts); i += 2 {
+		pairs = append(pairs, [2]string{texts[i], texts[i+1]})
+	}
+	refs := rerankReference(t, python, dir, pairs)
+	var seqs, types [][]int
+	truncated := 0
+	for i, p := range pairs {
+		ids, ty, cut := ce.Pair(p[0], p[1])
+		if cut {
+			truncated++
+		}
+		if !slices.Equal(ids, refs[i].IDs) || !slices.Equal(ty, refs[i].Types) {
+			t.Fatalf("pair %d: tokens differ from the reference:\nfusion %v\n    HF %v\ntypes %v\n   HF %v", i, ids, refs[i].IDs, ty, refs[i].Types)
+		}
+		seqs, types = append(seqs, ids), append(types, ty)
+	}
+	var scores []float32
+	for lo := 0; lo < len(seqs); lo += 16 {
+		hi := min(lo+16, len(seqs))
+		got, err := ce.Scores(context.Background(), seqs[lo:hi], types[lo:hi])
+		if err != nil {
+			t.Fatal(err)
+		}
+		scores = append(scores, got...)
+	}
+	worst, lo, hi := 0.0, 1.0, 0.0
+	for i, s := range scores {
+		d := math.Abs(float64(s) - refs[i].Score)
+		worst = max(worst, d)
+		lo, hi = min(lo, refs[i].Score), max(hi, refs[i].Score)
+		if d > 1e-5 {
+			t.Errorf("pair %d: score %.7f, CrossEncoder %.7f", i, s, refs[i].Score)
+		}
+	}
+	t.Logf("%d pairs (%d truncated): largest score difference %.1e; scores span [%.4f, %.4f]", len(pairs), truncated, worst, lo, hi)
+	if truncated < 3 {
+		t.Errorf("%d pairs were truncated; the cases should cut the query, the document and both", truncated)
+	}
+	if hi-lo < 0.2 {
+		t.Errorf("scores span only [%.4f, %.4f]: the head does not discriminate, the test would prove little", lo, hi)
+	}
+}
