@@ -285,6 +285,36 @@ type Embedder interface {
 	Embed(ctx context.Context, req *EmbedRequest) (*EmbedResult, error)
 }
 
+// RerankRequest is the dialect-neutral reranking request: one score per
+// document for how well it answers the query (a cross-encoder reads the
+// two together).
+type RerankRequest struct {
+	Model     string
+	Query     string
+	Documents []string
+	// NoTruncate makes a query–document pair longer than the model's
+	// limit an error instead of cutting it (longest side first).
+	NoTruncate bool
+}
+
+// RerankResult holds the scores in document order (ordering and top_n
+// are the dialect's business).
+type RerankResult struct {
+	Scores []float32
+	// PromptTokens counts the tokens the model ran over all pairs,
+	// special ones included.
+	PromptTokens int
+	// Truncated lists the documents whose pair was cut, in order.
+	Truncated []int
+}
+
+// Reranker scores documents against a query. Errors as Embedder's, with
+// *prompt.InvalidRequestError for an empty query, no documents, too
+// many, an empty one, or a model that is not a cross-encoder.
+type Reranker interface {
+	Rerank(ctx context.Context, req *RerankRequest) (*RerankResult, error)
+}
+
 // Errors callers branch on (the HTTP layer maps them to status codes).
 var (
 	// ErrModelNotFound: no model of that name (404).

@@ -358,3 +358,19 @@ func embedResultFromPB(p *enginepb.EmbedReply) *engine.EmbedResult {
 	}
 	return out
 }
+
+func rerankResultToPB(r *engine.RerankResult) *enginepb.RerankReply {
+	out := &enginepb.RerankReply{Scores: r.Scores, PromptTokens: int32(r.PromptTokens)}
+	for _, i := range r.Truncated {
+		out.Truncated = append(out.Truncated, int32(i))
+	}
+	return out
+}
+
+func rerankResultFromPB(p *enginepb.RerankReply) *engine.RerankResult {
+	out := &engine.RerankResult{Scores: p.GetScores(), PromptTokens: int(p.GetPromptTokens())}
+	for _, i := range p.GetTruncated() {
+		out.Truncated = append(out.Truncated, int(i))
+	}
+	return out
+}

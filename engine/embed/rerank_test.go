@@ -1,15 +1,8 @@
 package embed_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	_ "embed"
-	"encoding/json"
 	"math"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -19,56 +12,6 @@ import (
 	"fusion/engine/embed/embedtest"
 	"fusion/internal/testenv"
 )
-
-//go:embed testdata/st_rerank.py
-var rerankScript string
-
-type rerankRef struct {
-	Score  float64 `json:"score"`
-	IDs    []int   `json:"ids"`
-	Types  []int   `json:"types"`
-	MaxLen int     `json:"max_len"`
-}
-
-// rerankReference runs sentence-transformers' CrossEncoder on the pairs.
-func rerankReference(t *testing.T, python, dir string, pairs [][2]string) []rerankRef {
-	t.Helper()
-	var in bytes.Buffer
-	enc := json.NewEncoder(&in)
-	enc.SetEscapeHTML(false)
-	for _, p := range pairs {
-		if err := enc.Encode(p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	script := filepath.Join(t.TempDir(), "st_rerank.py")
-	if err := os.WriteFile(script, []byte(rerankScript), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(python, script, dir)
-	cmd.Stdin = &in
-	cmd.Env = append(os.Environ(), "HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1", "TOKENIZERS_PARALLELISM=false")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("CrossEncoder: %v\n%s", err, stderr.String())
-	}
-	var refs []rerankRef
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(nil, 1<<24)
-	for sc.Scan() {
-		var r rerankRef
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			t.Fatal(err)
-		}
-		refs = append(refs, r)
-	}
-	if len(refs) != len(pairs) {
-		t.Fatalf("CrossEncoder gave %d scores for %d pairs", len(refs), len(pairs))
-	}
-	return refs
-}
 
 // TestRerankParityWithCrossEncoder scores query–document pairs (mixed
 // languages and lengths, some past the 512-token limit on one side or
@@ -104,7 +47,7 @@ func TestRerankParityWithCrossEncoder(t *testing.T) {
 	for i := 0; i+1 < len(texts); i += 2 {
 		pairs = append(pairs, [2]string{texts[i], texts[i+1]})
 	}
-	refs := rerankReference(t, python, dir, pairs)
+	refs := embedtest.CrossEncoderReference(t, python, dir, pairs)
 	var seqs, types [][]int
 	truncated := 0
 	for i, p := range pairs {

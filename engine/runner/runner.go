@@ -98,6 +98,9 @@ type Config struct {
 	// MaxEmbedInputs caps the inputs of one embeddings request (default
 	// 2048).
 	MaxEmbedInputs int
+	// MaxRerankDocuments caps the documents of one rerank request
+	// (default DefaultMaxRerankDocuments).
+	MaxRerankDocuments int
 	// EmbedBatchTokens bounds one encoder pass of an embedding model, in
 	// padded tokens (inputs × the longest of them): the waiting inputs of
 	// all requests are sorted by length and run in passes up to this
@@ -157,6 +160,9 @@ func (c *Config) defaults() {
 	}
 	if c.MaxEmbedInputs == 0 {
 		c.MaxEmbedInputs = DefaultMaxEmbedInputs
+	}
+	if c.MaxRerankDocuments == 0 {
+		c.MaxRerankDocuments = DefaultMaxRerankDocuments
 	}
 	if c.EmbedBatchTokens == 0 {
 		c.EmbedBatchTokens = DefaultEmbedBatchTokens

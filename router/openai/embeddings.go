@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"unicode/utf8"
 
 	"fusion/engine"
 )
@@ -108,18 +107,8 @@ func isString(raw json.RawMessage) bool {
 
 // POST /v1/embeddings
 func (h *Handler) embeddings(w http.ResponseWriter, r *http.Request) {
-	body, e := readBody(r)
-	if e != nil {
-		h.reject(w, r, e)
-		return
-	}
-	if !utf8.Valid(body) {
-		h.reject(w, r, &Error{Status: http.StatusBadRequest, Type: TypeInvalidRequest, Code: "invalid_json",
-			Message: "The request body is not valid UTF-8."})
-		return
-	}
 	var req EmbeddingRequest
-	if e := decodeJSON(body, &req); e != nil {
+	if e := decodeUTF8Body(r, &req); e != nil {
 		h.reject(w, r, e)
 		return
 	}
