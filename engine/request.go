@@ -259,6 +259,14 @@ type EmbedRequest struct {
 	// NoTruncate makes an input longer than the model's limit an error
 	// instead of cutting it to the limit.
 	NoTruncate bool
+	// Prompt, when set (even to ""), is put before every text input;
+	// else PromptName names one of the model's prompts
+	// (config_sentence_transformers.json, e.g. Qwen3-Embedding's "query"
+	// instruction); else the model's default prompt, if any, is used — as
+	// sentence-transformers' encode(prompt=, prompt_name=) does. Token-id
+	// inputs take no prompt.
+	Prompt     *string
+	PromptName string
 }
 
 // EmbedInput is a text, or token ids (without special tokens) when

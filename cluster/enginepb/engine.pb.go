@@ -1454,6 +1454,8 @@ type EmbedRequest struct {
 	Inputs        []*EmbedInput          `protobuf:"bytes,2,rep,name=inputs,proto3" json:"inputs,omitempty"`
 	Dimensions    int32                  `protobuf:"varint,3,opt,name=dimensions,proto3" json:"dimensions,omitempty"`
 	NoTruncate    bool                   `protobuf:"varint,4,opt,name=no_truncate,json=noTruncate,proto3" json:"no_truncate,omitempty"`
+	Prompt        *string                `protobuf:"bytes,5,opt,name=prompt,proto3,oneof" json:"prompt,omitempty"` // engine.EmbedRequest.Prompt (unset: nil)
+	PromptName    string                 `protobuf:"bytes,6,opt,name=prompt_name,json=promptName,proto3" json:"prompt_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1514,6 +1516,20 @@ func (x *EmbedRequest) GetNoTruncate() bool {
 		return x.NoTruncate
 	}
 	return false
+}
+
+func (x *EmbedRequest) GetPrompt() string {
+	if x != nil && x.Prompt != nil {
+		return *x.Prompt
+	}
+	return ""
+}
+
+func (x *EmbedRequest) GetPromptName() string {
+	if x != nil {
+		return x.PromptName
+	}
+	return ""
 }
 
 type Vector struct {
@@ -2199,7 +2215,7 @@ const file_engine_proto_rawDesc = "" +
 	"EmbedInput\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x16\n" +
 	"\x06tokens\x18\x02 \x03(\x05R\x06tokens\x12\x1b\n" +
-	"\tis_tokens\x18\x03 \x01(\bR\bisTokens\"\x9b\x01\n" +
+	"\tis_tokens\x18\x03 \x01(\bR\bisTokens\"\xe4\x01\n" +
 	"\fEmbedRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x124\n" +
 	"\x06inputs\x18\x02 \x03(\v2\x1c.fusion.engine.v1.EmbedInputR\x06inputs\x12\x1e\n" +
@@ -2207,7 +2223,11 @@ const file_engine_proto_rawDesc = "" +
 	"dimensions\x18\x03 \x01(\x05R\n" +
 	"dimensions\x12\x1f\n" +
 	"\vno_truncate\x18\x04 \x01(\bR\n" +
-	"noTruncate\" \n" +
+	"noTruncate\x12\x1b\n" +
+	"\x06prompt\x18\x05 \x01(\tH\x00R\x06prompt\x88\x01\x01\x12\x1f\n" +
+	"\vprompt_name\x18\x06 \x01(\tR\n" +
+	"promptNameB\t\n" +
+	"\a_prompt\" \n" +
 	"\x06Vector\x12\x16\n" +
 	"\x06values\x18\x01 \x03(\x02R\x06values\"\x83\x01\n" +
 	"\n" +
@@ -2356,6 +2376,7 @@ func file_engine_proto_init() {
 		(*GenerateReply_Event)(nil),
 	}
 	file_engine_proto_msgTypes[12].OneofWrappers = []any{}
+	file_engine_proto_msgTypes[18].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

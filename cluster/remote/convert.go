@@ -308,7 +308,7 @@ func modelFromPB(m *enginepb.ModelInfo) engine.ModelInfo {
 
 func embedRequestToPB(req *engine.EmbedRequest) (*enginepb.EmbedRequest, error) {
 	out := &enginepb.EmbedRequest{Model: req.Model, Dimensions: int32(min(req.Dimensions, math.MaxInt32)), NoTruncate: req.NoTruncate,
-		Inputs: make([]*enginepb.EmbedInput, len(req.Inputs))}
+		Prompt: req.Prompt, PromptName: req.PromptName, Inputs: make([]*enginepb.EmbedInput, len(req.Inputs))}
 	for i, in := range req.Inputs {
 		p := &enginepb.EmbedInput{Text: in.Text, IsTokens: in.Tokens != nil}
 		if in.Tokens != nil {
@@ -324,7 +324,7 @@ func embedRequestToPB(req *engine.EmbedRequest) (*enginepb.EmbedRequest, error) 
 
 func embedRequestFromPB(p *enginepb.EmbedRequest) *engine.EmbedRequest {
 	out := &engine.EmbedRequest{Model: p.GetModel(), Dimensions: int(p.GetDimensions()), NoTruncate: p.GetNoTruncate(),
-		Inputs: make([]engine.EmbedInput, len(p.GetInputs()))}
+		Prompt: p.Prompt, PromptName: p.GetPromptName(), Inputs: make([]engine.EmbedInput, len(p.GetInputs()))}
 	for i, in := range p.GetInputs() {
 		out.Inputs[i] = engine.EmbedInput{Text: in.GetText()}
 		if in.GetIsTokens() {

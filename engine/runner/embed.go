@@ -94,11 +94,6 @@ func invalid(format string, a ...any) error {
 // it, evicting others, as Generate does). Inputs longer than the model's
 // limit are cut to it and listed, unless NoTruncate asks for an error.
 func (r *Runner) Embed(ctx context.Context, req *engine.EmbedRequest) (*engine.EmbedResult, error) {
-	select {
-	case <-r.closed:
-		return nil, fmt.Errorf("%w: shutting down", engine.ErrUnavailable)
-	default:
-	}
 	switch n := len(req.Inputs); {
 	case n == 0:
 		return nil, invalid("input must not be empty")
@@ -116,23 +111,13 @@ func (r *Runner) Embed(ctx context.Context, req *engine.EmbedRequest) (*engine.E
 	if req.Dimensions < 0 {
 		return nil, invalid("dimensions must be positive, got %d", req.Dimensions)
 	}
-	if n := r.inFlight.Add(1); n > int64(r.cfg.MaxQueued) {
-		r.inFlight.Add(-1)
-		return nil, r.overloaded(n - 1)
-	}
-	defer r.inFlight.Add(-1)
-	lm, release, err := r.acquire(ctx, req.Model)
+	em, done, err := r.enterEncoder(ctx, req.Model)
 	if err != nil {
 		return nil, err
 	}
-	defer release()
-	em := lm.emb
+	defer done()
 	if em == nil || em.m == nil {
-		kind := engine.KindChat
-		if em != nil {
-			kind = em.kind()
-		}
-		return nil, invalid("model %q is a %s model; it does not compute embeddings", req.Model, kind)
+		return nil, invalid("model %q is a%s %s model; it does not compute embeddings", req.Model, article(kindOf(em)), kindOf(em))
 	}
 	m := em.m
 	if d := req.Dimensions; d > 0 {
@@ -143,6 +128,10 @@ func (r *Runner) Embed(ctx context.Context, req *engine.EmbedRequest) (*engine.E
 			return nil, invalid("dimensions %d is over the model's %d", d, m.Dimensions())
 		}
 	}
+	prompt, err := embedPrompt(req, m)
+	if err != nil {
+		return nil, err
+	}
 	res := &engine.EmbedResult{}
 	seqs := make([][]int, len(req.Inputs))
 	for i, in := range req.Inputs {
@@ -151,7 +140,11 @@ func (r *Runner) Embed(ctx context.Context, req *engine.EmbedRequest) (*engine.E
 				return nil, invalid("input[%d]: %d is not a token id of this model (vocabulary size %d)", i, id, m.VocabSize())
 			}
 		}
-		ids, cut := m.Tokens(in.Text, in.Tokens)
+		text := in.Text
+		if in.Tokens == nil {
+			text = prompt + text
+		}
+		ids, cut := m.Tokens(text, in.Tokens)
 		if cut {
 			if req.NoTruncate {
 				return nil, invalid("input[%d] is longer than the model's %d tokens", i, m.Config.MaxSeqLen)
@@ -167,4 +160,55 @@ func (r *Runner) Embed(ctx context.Context, req *engine.EmbedRequest) (*engine.E
 	}
 	res.Vectors = vecs
 	return res, nil
+}
+
+// embedPrompt is the text put before each text input of req: the one it
+// gives, or the model's prompt it names, or the model's default.
+func embedPrompt(req *engine.EmbedRequest, m *embed.Model) (string, error) {
+	prompt, err := m.Prompt(req.PromptName, req.Prompt)
+	if err != nil {
+		return "", invalid("%v", err)
+	}
+	asked := req.Prompt != nil || req.PromptName != ""
+	if asked && prompt != "" {
+		for i, in := range req.Inputs {
+			if in.Tokens != nil {
+				return "", invalid("input[%d] is token ids: a prompt applies to text inputs only", i)
+			}
+		}
+	}
+	if prompt != "" && m.Config.ExcludePrompt {
+		return "", invalid("model %q pools without its prompt tokens (include_prompt false), which this server does not do; send the text without a prompt", req.Model)
+	}
+	return prompt, nil
+}
+
+// enterEncoder admits a request on an encoder model once its input is
+// checked: refused while shutting down or when MaxQueued requests are in
+// flight, else the model acquired (loading it if need be). em is nil for
+// a chat model. done ends the request.
+func (r *Runner) enterEncoder(ctx context.Context, model string) (em *embeddingModel, done func(), err error) {
+	select {
+	case <-r.closed:
+		return nil, nil, fmt.Errorf("%w: shutting down", engine.ErrUnavailable)
+	default:
+	}
+	if n := r.inFlight.Add(1); n > int64(r.cfg.MaxQueued) {
+		r.inFlight.Add(-1)
+		return nil, nil, r.overloaded(n - 1)
+	}
+	lm, release, err := r.acquire(ctx, model)
+	if err != nil {
+		r.inFlight.Add(-1)
+		return nil, nil, err
+	}
+	return lm.emb, func() { release(); r.inFlight.Add(-1) }, nil
+}
+
+// kindOf is the engine.Kind* of a model enterEncoder returned.
+func kindOf(em *embeddingModel) string {
+	if em == nil {
+		return engine.KindChat
+	}
+	return em.kind()
 }

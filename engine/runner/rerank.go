@@ -2,7 +2,6 @@ package runner
 
 import (
 	"context"
-	"fmt"
 
 	"fusion/engine"
 )
@@ -17,11 +16,6 @@ const DefaultMaxRerankDocuments = 1000
 // model's limit is cut longest side first and listed, unless NoTruncate
 // asks for an error.
 func (r *Runner) Rerank(ctx context.Context, req *engine.RerankRequest) (*engine.RerankResult, error) {
-	select {
-	case <-r.closed:
-		return nil, fmt.Errorf("%w: shutting down", engine.ErrUnavailable)
-	default:
-	}
 	if req.Query == "" {
 		return nil, invalid("query must not be empty")
 	}
@@ -36,22 +30,13 @@ func (r *Runner) Rerank(ctx context.Context, req *engine.RerankRequest) (*engine
 			return nil, invalid("documents[%d] is an empty string", i)
 		}
 	}
-	if n := r.inFlight.Add(1); n > int64(r.cfg.MaxQueued) {
-		r.inFlight.Add(-1)
-		return nil, r.overloaded(n - 1)
-	}
-	defer r.inFlight.Add(-1)
-	lm, release, err := r.acquire(ctx, req.Model)
+	em, done, err := r.enterEncoder(ctx, req.Model)
 	if err != nil {
 		return nil, err
 	}
-	defer release()
-	em := lm.emb
+	defer done()
 	if em == nil || em.ce == nil {
-		kind := engine.KindChat
-		if em != nil {
-			kind = em.kind()
-		}
+		kind := kindOf(em)
 		return nil, invalid("model %q is a%s %s model; reranking needs a cross-encoder (a model with a sequence-classification head)", req.Model, article(kind), kind)
 	}
 	ce := em.ce

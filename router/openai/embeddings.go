@@ -22,6 +22,13 @@ type EmbeddingRequest struct {
 	// the model's limit, as sentence-transformers does, and marks them
 	// "truncated" in the answer; false makes such an input a 400.
 	Truncate *bool `json:"truncate"`
+	// PromptName and Prompt (fusion extensions, sentence-transformers'
+	// encode arguments) put an instruction before every text input: the
+	// model's prompt of that name (Qwen3-Embedding's "query"), or the
+	// text given, which wins. Without either the model's default prompt
+	// applies, if it has one.
+	PromptName string  `json:"prompt_name"`
+	Prompt     *string `json:"prompt"`
 }
 
 // EmbeddingResponse is the answer of POST /v1/embeddings.
@@ -58,7 +65,7 @@ func (req *EmbeddingRequest) toEngine() (*engine.EmbedRequest, *Error) {
 	default:
 		return nil, invalidRequest("encoding_format", "Invalid 'encoding_format': %q (expected 'float' or 'base64').", req.EncodingFormat)
 	}
-	out := &engine.EmbedRequest{Model: req.Model, NoTruncate: req.Truncate != nil && !*req.Truncate}
+	out := &engine.EmbedRequest{Model: req.Model, NoTruncate: req.Truncate != nil && !*req.Truncate, Prompt: req.Prompt, PromptName: req.PromptName}
 	if req.Dimensions != nil {
 		if *req.Dimensions < 1 {
 			return nil, invalidRequest("dimensions", "Invalid 'dimensions': %d (expected a positive integer).", *req.Dimensions)

@@ -57,10 +57,10 @@ func rerankModels(t *testing.T) (models, reranker string) {
 	return models, reranker
 }
 
-// rerankCluster starts node a with the models and nodes b and c with
+// forwardingCluster starts node a with the models and nodes b and c with
 // none, joined into one cluster, and returns a and c once c forwards
-// the reranker to a.
-func rerankCluster(t *testing.T, models string) (a, c *node.Node) {
+// the warm-up request (path, body) to a.
+func forwardingCluster(t *testing.T, models, path string, body any) (a, c *node.Node) {
 	t.Helper()
 	member := func(id string, expect int, join []string) node.ClusterConfig {
 		return node.ClusterConfig{NodeID: id, Listen: "127.0.0.1:0", RaftListen: "127.0.0.1:0", GRPCListen: "127.0.0.1:0",
@@ -80,19 +80,26 @@ func rerankCluster(t *testing.T, models string) (a, c *node.Node) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	warm := map[string]any{"model": rerankModel, "query": "warm", "documents": []string{"up"}}
-	var out rerankAnswer
-	if code := post(t, a, "/v1/rerank", warm, &out); code != http.StatusOK {
-		t.Fatalf("warming the reranker on a: %d %+v", code, out.Error)
+	var out struct {
+		Error any `json:"error"`
+	}
+	if code := post(t, a, path, body, &out); code != http.StatusOK {
+		t.Fatalf("warming %s on a: %d %+v", path, code, out.Error)
 	}
 	deadline = time.Now().Add(30 * time.Second)
-	for post(t, c, "/v1/rerank", warm, &out) != http.StatusOK {
+	for post(t, c, path, body, &out) != http.StatusOK {
 		if time.Now().After(deadline) {
-			t.Fatalf("c never forwarded the reranker to a: %+v", out.Error)
+			t.Fatalf("c never forwarded %s to a: %+v", path, out.Error)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	return a, c
+}
+
+// rerankCluster is forwardingCluster warmed with the reranker.
+func rerankCluster(t *testing.T, models string) (a, c *node.Node) {
+	t.Helper()
+	return forwardingCluster(t, models, "/v1/rerank", map[string]any{"model": rerankModel, "query": "warm", "documents": []string{"up"}})
 }
 
 // TestRerank sends /v1/rerank (and /rerank) to the node that has the
@@ -264,4 +271,3 @@ func TestRerankBadInput(t *testing.T) {
 		}
 	}
 }
-

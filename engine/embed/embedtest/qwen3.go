@@ -69,7 +69,9 @@ func WriteQwen3Embedding(tokenizerDir, dst string, seed uint64) error {
 		if eos == 0 {
 			return fmt.Errorf("no <|endoftext|> among the added tokens")
 		}
-		seq := func(id string, ty int) map[string]any { return map[string]any{"Sequence": map[string]any{"id": id, "type_id": ty}} }
+		seq := func(id string, ty int) map[string]any {
+			return map[string]any{"Sequence": map[string]any{"id": id, "type_id": ty}}
+		}
 		end := func(ty int) map[string]any {
 			return map[string]any{"SpecialToken": map[string]any{"id": "<|endoftext|>", "type_id": ty}}
 		}
