@@ -3,6 +3,7 @@ package embed_test
 import (
 	"context"
 	"math"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -84,5 +85,51 @@ func TestRerankParityWithCrossEncoder(t *testing.T) {
 	}
 	if hi-lo < 0.2 {
 		t.Errorf("scores span only [%.4f, %.4f]: the head does not discriminate, the test would prove little", lo, hi)
+	}
+}
+
+// TestRerankIdentityActivation: a cross-encoder whose config names the
+// identity activation scores with the raw logit, as CrossEncoder.predict
+// does (σ(x) is far from x for every reference score, so applying the
+// sigmoid would fail the comparison).
+func TestRerankIdentityActivation(t *testing.T) {
+	python := testenv.Python(t)
+	dir := filepath.Join(t.TempDir(), "identity")
+	if err := embedtest.WriteCrossEncoderWith(testenv.EmbeddingModelDir(t, "all-minilm-l6-v2"), dir, 5, embedtest.Identity); err != nil {
+		t.Fatal(err)
+	}
+	be := cpu.New(cpu.Options{})
+	defer be.Close()
+	ce, err := embed.LoadCrossEncoder(context.Background(), dir, be, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ce.Close()
+	if ce.Activation != embed.ActIdentity {
+		t.Fatalf("activation %s, want identity", ce.Activation)
+	}
+	texts := sentences(16)
+	var pairs [][2]string
+	for i := 0; i+1 < len(texts); i += 2 {
+		pairs = append(pairs, [2]string{texts[i], texts[i+1]})
+	}
+	refs := embedtest.CrossEncoderReference(t, python, dir, pairs)
+	var seqs, types [][]int
+	for _, p := range pairs {
+		ids, ty, _ := ce.Pair(p[0], p[1])
+		seqs, types = append(seqs, ids), append(types, ty)
+	}
+	scores, err := ce.Scores(context.Background(), seqs, types)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range scores {
+		ref := refs[i].Score
+		if d := math.Abs(float64(s) - ref); d > 1e-5 {
+			t.Errorf("pair %d: score %.7f, CrossEncoder %.7f", i, s, ref)
+		}
+		if math.Abs(1/(1+math.Exp(-ref))-ref) < 1e-3 {
+			t.Errorf("pair %d: CrossEncoder's %.7f is its own sigmoid: it cannot tell identity from sigmoid", i, ref)
+		}
 	}
 }

@@ -34,11 +34,24 @@ func CrossEncoder(t testing.TB) string {
 	return dir
 }
 
+// Activations of a cross-encoder's config, as sentence-transformers'
+// CrossEncoder saves them.
+const (
+	Sigmoid  = "torch.nn.modules.activation.Sigmoid"
+	Identity = "torch.nn.modules.linear.Identity"
+)
+
 // WriteCrossEncoder writes into dst a BertForSequenceClassification
 // checkpoint (one label, sigmoid activation as sentence-transformers'
 // CrossEncoder saves it) with src's BERT weights under "bert." and a
 // classifier drawn from seed.
 func WriteCrossEncoder(src, dst string, seed uint64) error {
+	return WriteCrossEncoderWith(src, dst, seed, Sigmoid)
+}
+
+// WriteCrossEncoderWith is WriteCrossEncoder with the activation
+// (Sigmoid or Identity) config.json names.
+func WriteCrossEncoderWith(src, dst string, seed uint64, activation string) error {
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return err
 	}
@@ -66,7 +79,7 @@ func WriteCrossEncoder(src, dst string, seed uint64) error {
 	cfg["architectures"] = []string{"BertForSequenceClassification"}
 	cfg["id2label"] = map[string]string{"0": "LABEL_0"}
 	cfg["label2id"] = map[string]int{"LABEL_0": 0}
-	cfg["sentence_transformers"] = map[string]string{"activation_fn": "torch.nn.modules.activation.Sigmoid"}
+	cfg["sentence_transformers"] = map[string]string{"activation_fn": activation}
 	out, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {
 		return err
