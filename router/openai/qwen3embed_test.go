@@ -45,8 +45,6 @@ func TestQwen3Embeddings(t *testing.T) {
 	if err := embedtest.WriteQwen3Embedding(testenv.TokenizerDir(t, "qwen3"), dir, 21); err != nil {
 		t.Fatal(err)
 	}
-	a, c := forwardingCluster(t, models, "/v1/embeddings", map[string]any{"model": qwen3EmbedModel, "input": "warm up"})
-
 	texts := []string{
 		"What is the capital of China?",
 		"Explain gravity",
@@ -60,6 +58,8 @@ func TestQwen3Embeddings(t *testing.T) {
 		"":      embedtest.STReference(t, py, dir, texts, ""),
 		"query": embedtest.STReference(t, py, dir, texts, "query"),
 	}
+	// The cluster starts after the reference (see TestRerank).
+	a, c := forwardingCluster(t, models, "/v1/embeddings", map[string]any{"model": qwen3EmbedModel, "input": "warm up"})
 	for _, n := range []struct {
 		name string
 		node *node.Node

@@ -111,8 +111,6 @@ func rerankCluster(t *testing.T, models string) (a, c *node.Node) {
 func TestRerank(t *testing.T) {
 	py := testenv.Python(t)
 	models, reranker := rerankModels(t)
-	a, c := rerankCluster(t, models)
-
 	query := "how do vector databases find similar passages?"
 	docs := []string{
 		"A vector database stores embeddings and answers nearest-neighbour queries.",
@@ -137,6 +135,9 @@ func TestRerank(t *testing.T) {
 		order[i] = i
 	}
 	slices.SortStableFunc(order, func(x, y int) int { return -cmpFloat(refs[x].Score, refs[y].Score) })
+	// The cluster starts after the reference, which takes minutes on a
+	// loaded machine: the requests then follow the warm-up closely.
+	a, c := rerankCluster(t, models)
 
 	for _, n := range []struct {
 		name string
