@@ -226,7 +226,7 @@ type ModelInfo struct {
 	ID      string
 	Path    string
 	Format  string // "safetensors" or "gguf"
-	Kind    string // KindChat or KindEmbedding
+	Kind    string // KindChat, KindEmbedding or KindRerank
 	Loaded  bool
 	Created int64 // unix seconds (the model file's modification time)
 }
@@ -245,6 +245,7 @@ type Generator interface {
 const (
 	KindChat      = "chat"      // generation (chat, completions, messages)
 	KindEmbedding = "embedding" // embeddings
+	KindRerank    = "rerank"    // cross-encoder scores of query–document pairs (/v1/rerank)
 )
 
 // EmbedRequest is the dialect-neutral embeddings request: one vector per
@@ -258,6 +259,14 @@ type EmbedRequest struct {
 	// NoTruncate makes an input longer than the model's limit an error
 	// instead of cutting it to the limit.
 	NoTruncate bool
+	// Prompt, when set (even to ""), is put before every text input;
+	// else PromptName names one of the model's prompts
+	// (config_sentence_transformers.json, e.g. Qwen3-Embedding's "query"
+	// instruction); else the model's default prompt, if any, is used — as
+	// sentence-transformers' encode(prompt=, prompt_name=) does. Token-id
+	// inputs take no prompt.
+	Prompt     *string
+	PromptName string
 }
 
 // EmbedInput is a text, or token ids (without special tokens) when
@@ -282,6 +291,36 @@ type EmbedResult struct {
 // model cannot give).
 type Embedder interface {
 	Embed(ctx context.Context, req *EmbedRequest) (*EmbedResult, error)
+}
+
+// RerankRequest is the dialect-neutral reranking request: one score per
+// document for how well it answers the query (a cross-encoder reads the
+// two together).
+type RerankRequest struct {
+	Model     string
+	Query     string
+	Documents []string
+	// NoTruncate makes a query–document pair longer than the model's
+	// limit an error instead of cutting it (longest side first).
+	NoTruncate bool
+}
+
+// RerankResult holds the scores in document order (ordering and top_n
+// are the dialect's business).
+type RerankResult struct {
+	Scores []float32
+	// PromptTokens counts the tokens the model ran over all pairs,
+	// special ones included.
+	PromptTokens int
+	// Truncated lists the documents whose pair was cut, in order.
+	Truncated []int
+}
+
+// Reranker scores documents against a query. Errors as Embedder's, with
+// *prompt.InvalidRequestError for an empty query, no documents, too
+// many, an empty one, or a model that is not a cross-encoder.
+type Reranker interface {
+	Rerank(ctx context.Context, req *RerankRequest) (*RerankResult, error)
 }
 
 // Errors callers branch on (the HTTP layer maps them to status codes).

@@ -348,6 +348,15 @@ func (e aliasEngine) Embed(ctx context.Context, req *engine.EmbedRequest) (*engi
 	return e.Dispatcher.Embed(ctx, req)
 }
 
+func (e aliasEngine) Rerank(ctx context.Context, req *engine.RerankRequest) (*engine.RerankResult, error) {
+	if id := e.a.resolve(req.Model); id != req.Model {
+		r := *req
+		r.Model = id
+		req = &r
+	}
+	return e.Dispatcher.Rerank(ctx, req)
+}
+
 // adminPeers reaches the other nodes' admin API over the member's gRPC.
 type adminPeers struct{ n *Node }
 

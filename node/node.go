@@ -58,6 +58,9 @@ type Config struct {
 	MaxQueued    int   // generations admitted at once before 429 (default 64)
 	MaxToolCalls int   // calls in one forced-tool answer with parallel calls (default 8)
 	MaxEmbeds    int   // inputs of one embeddings request before 400 (default 2048)
+	// MaxRerankDocs caps the documents of one rerank request (default
+	// runner.DefaultMaxRerankDocuments).
+	MaxRerankDocs int
 	// EmbedBatchTokens bounds one embedding-model pass in padded tokens
 	// (default runner.DefaultEmbedBatchTokens).
 	EmbedBatchTokens int
@@ -258,7 +261,7 @@ func New(cfg Config) (*Node, error) {
 		ModelsDir: cfg.ModelsDir, Preload: cfg.Preload, MaxQueued: cfg.MaxQueued, MaxTokens: cfg.MaxTokens,
 		MaxRunning: cfg.MaxRunning, MaxKVBytes: cfg.MaxKVBytes, StepTokens: cfg.StepTokens, MaxWait: cfg.MaxWait,
 		MemoryBudget: cfg.MemoryBudget, IdleTTL: cfg.IdleTTL,
-		Threads: cfg.Threads, MaxToolCalls: cfg.MaxToolCalls, MaxEmbedInputs: cfg.MaxEmbeds, EmbedBatchTokens: cfg.EmbedBatchTokens, TextCacheModels: cfg.TextCacheModels, Logger: cfg.Logger,
+		Threads: cfg.Threads, MaxToolCalls: cfg.MaxToolCalls, MaxEmbedInputs: cfg.MaxEmbeds, MaxRerankDocuments: cfg.MaxRerankDocs, EmbedBatchTokens: cfg.EmbedBatchTokens, TextCacheModels: cfg.TextCacheModels, Logger: cfg.Logger,
 		CacheDir: cacheDir, CacheHotBytes: cfg.CacheHotBytes, CacheSSDBytes: cfg.CacheSSDBytes, CacheWriteQueue: cfg.CacheWriteQueue,
 	})
 	if err != nil {

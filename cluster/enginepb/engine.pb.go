@@ -1454,6 +1454,8 @@ type EmbedRequest struct {
 	Inputs        []*EmbedInput          `protobuf:"bytes,2,rep,name=inputs,proto3" json:"inputs,omitempty"`
 	Dimensions    int32                  `protobuf:"varint,3,opt,name=dimensions,proto3" json:"dimensions,omitempty"`
 	NoTruncate    bool                   `protobuf:"varint,4,opt,name=no_truncate,json=noTruncate,proto3" json:"no_truncate,omitempty"`
+	Prompt        *string                `protobuf:"bytes,5,opt,name=prompt,proto3,oneof" json:"prompt,omitempty"` // engine.EmbedRequest.Prompt (unset: nil)
+	PromptName    string                 `protobuf:"bytes,6,opt,name=prompt_name,json=promptName,proto3" json:"prompt_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1514,6 +1516,20 @@ func (x *EmbedRequest) GetNoTruncate() bool {
 		return x.NoTruncate
 	}
 	return false
+}
+
+func (x *EmbedRequest) GetPrompt() string {
+	if x != nil && x.Prompt != nil {
+		return *x.Prompt
+	}
+	return ""
+}
+
+func (x *EmbedRequest) GetPromptName() string {
+	if x != nil {
+		return x.PromptName
+	}
+	return ""
 }
 
 type Vector struct {
@@ -1620,6 +1636,134 @@ func (x *EmbedReply) GetTruncated() []int32 {
 	return nil
 }
 
+type RerankRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Model         string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	Query         string                 `protobuf:"bytes,2,opt,name=query,proto3" json:"query,omitempty"`
+	Documents     []string               `protobuf:"bytes,3,rep,name=documents,proto3" json:"documents,omitempty"`
+	NoTruncate    bool                   `protobuf:"varint,4,opt,name=no_truncate,json=noTruncate,proto3" json:"no_truncate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RerankRequest) Reset() {
+	*x = RerankRequest{}
+	mi := &file_engine_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RerankRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RerankRequest) ProtoMessage() {}
+
+func (x *RerankRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engine_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RerankRequest.ProtoReflect.Descriptor instead.
+func (*RerankRequest) Descriptor() ([]byte, []int) {
+	return file_engine_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *RerankRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *RerankRequest) GetQuery() string {
+	if x != nil {
+		return x.Query
+	}
+	return ""
+}
+
+func (x *RerankRequest) GetDocuments() []string {
+	if x != nil {
+		return x.Documents
+	}
+	return nil
+}
+
+func (x *RerankRequest) GetNoTruncate() bool {
+	if x != nil {
+		return x.NoTruncate
+	}
+	return false
+}
+
+type RerankReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Scores        []float32              `protobuf:"fixed32,1,rep,packed,name=scores,proto3" json:"scores,omitempty"` // document order
+	PromptTokens  int32                  `protobuf:"varint,2,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
+	Truncated     []int32                `protobuf:"varint,3,rep,packed,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RerankReply) Reset() {
+	*x = RerankReply{}
+	mi := &file_engine_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RerankReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RerankReply) ProtoMessage() {}
+
+func (x *RerankReply) ProtoReflect() protoreflect.Message {
+	mi := &file_engine_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RerankReply.ProtoReflect.Descriptor instead.
+func (*RerankReply) Descriptor() ([]byte, []int) {
+	return file_engine_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *RerankReply) GetScores() []float32 {
+	if x != nil {
+		return x.Scores
+	}
+	return nil
+}
+
+func (x *RerankReply) GetPromptTokens() int32 {
+	if x != nil {
+		return x.PromptTokens
+	}
+	return 0
+}
+
+func (x *RerankReply) GetTruncated() []int32 {
+	if x != nil {
+		return x.Truncated
+	}
+	return nil
+}
+
 type ModelsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1628,7 +1772,7 @@ type ModelsRequest struct {
 
 func (x *ModelsRequest) Reset() {
 	*x = ModelsRequest{}
-	mi := &file_engine_proto_msgTypes[21]
+	mi := &file_engine_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1640,7 +1784,7 @@ func (x *ModelsRequest) String() string {
 func (*ModelsRequest) ProtoMessage() {}
 
 func (x *ModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[21]
+	mi := &file_engine_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1653,7 +1797,7 @@ func (x *ModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelsRequest.ProtoReflect.Descriptor instead.
 func (*ModelsRequest) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{21}
+	return file_engine_proto_rawDescGZIP(), []int{23}
 }
 
 type ModelInfo struct {
@@ -1663,14 +1807,14 @@ type ModelInfo struct {
 	Format        string                 `protobuf:"bytes,3,opt,name=format,proto3" json:"format,omitempty"`
 	Loaded        bool                   `protobuf:"varint,4,opt,name=loaded,proto3" json:"loaded,omitempty"`
 	Created       int64                  `protobuf:"varint,5,opt,name=created,proto3" json:"created,omitempty"`
-	Kind          string                 `protobuf:"bytes,6,opt,name=kind,proto3" json:"kind,omitempty"` // "chat" or "embedding"
+	Kind          string                 `protobuf:"bytes,6,opt,name=kind,proto3" json:"kind,omitempty"` // "chat", "embedding" or "rerank"
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ModelInfo) Reset() {
 	*x = ModelInfo{}
-	mi := &file_engine_proto_msgTypes[22]
+	mi := &file_engine_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1682,7 +1826,7 @@ func (x *ModelInfo) String() string {
 func (*ModelInfo) ProtoMessage() {}
 
 func (x *ModelInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[22]
+	mi := &file_engine_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1695,7 +1839,7 @@ func (x *ModelInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelInfo.ProtoReflect.Descriptor instead.
 func (*ModelInfo) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{22}
+	return file_engine_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ModelInfo) GetId() string {
@@ -1750,7 +1894,7 @@ type ModelsReply struct {
 
 func (x *ModelsReply) Reset() {
 	*x = ModelsReply{}
-	mi := &file_engine_proto_msgTypes[23]
+	mi := &file_engine_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1762,7 +1906,7 @@ func (x *ModelsReply) String() string {
 func (*ModelsReply) ProtoMessage() {}
 
 func (x *ModelsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[23]
+	mi := &file_engine_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1775,7 +1919,7 @@ func (x *ModelsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelsReply.ProtoReflect.Descriptor instead.
 func (*ModelsReply) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{23}
+	return file_engine_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ModelsReply) GetNodeId() string {
@@ -1801,7 +1945,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_engine_proto_msgTypes[24]
+	mi := &file_engine_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1813,7 +1957,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[24]
+	mi := &file_engine_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1826,7 +1970,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{24}
+	return file_engine_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *StatsRequest) GetIntervalMs() int64 {
@@ -1852,7 +1996,7 @@ type StatsReport struct {
 
 func (x *StatsReport) Reset() {
 	*x = StatsReport{}
-	mi := &file_engine_proto_msgTypes[25]
+	mi := &file_engine_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1864,7 +2008,7 @@ func (x *StatsReport) String() string {
 func (*StatsReport) ProtoMessage() {}
 
 func (x *StatsReport) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[25]
+	mi := &file_engine_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1877,7 +2021,7 @@ func (x *StatsReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsReport.ProtoReflect.Descriptor instead.
 func (*StatsReport) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{25}
+	return file_engine_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *StatsReport) GetNodeId() string {
@@ -2071,7 +2215,7 @@ const file_engine_proto_rawDesc = "" +
 	"EmbedInput\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x16\n" +
 	"\x06tokens\x18\x02 \x03(\x05R\x06tokens\x12\x1b\n" +
-	"\tis_tokens\x18\x03 \x01(\bR\bisTokens\"\x9b\x01\n" +
+	"\tis_tokens\x18\x03 \x01(\bR\bisTokens\"\xe4\x01\n" +
 	"\fEmbedRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x124\n" +
 	"\x06inputs\x18\x02 \x03(\v2\x1c.fusion.engine.v1.EmbedInputR\x06inputs\x12\x1e\n" +
@@ -2079,12 +2223,26 @@ const file_engine_proto_rawDesc = "" +
 	"dimensions\x18\x03 \x01(\x05R\n" +
 	"dimensions\x12\x1f\n" +
 	"\vno_truncate\x18\x04 \x01(\bR\n" +
-	"noTruncate\" \n" +
+	"noTruncate\x12\x1b\n" +
+	"\x06prompt\x18\x05 \x01(\tH\x00R\x06prompt\x88\x01\x01\x12\x1f\n" +
+	"\vprompt_name\x18\x06 \x01(\tR\n" +
+	"promptNameB\t\n" +
+	"\a_prompt\" \n" +
 	"\x06Vector\x12\x16\n" +
 	"\x06values\x18\x01 \x03(\x02R\x06values\"\x83\x01\n" +
 	"\n" +
 	"EmbedReply\x122\n" +
 	"\avectors\x18\x01 \x03(\v2\x18.fusion.engine.v1.VectorR\avectors\x12#\n" +
+	"\rprompt_tokens\x18\x02 \x01(\x05R\fpromptTokens\x12\x1c\n" +
+	"\ttruncated\x18\x03 \x03(\x05R\ttruncated\"z\n" +
+	"\rRerankRequest\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x14\n" +
+	"\x05query\x18\x02 \x01(\tR\x05query\x12\x1c\n" +
+	"\tdocuments\x18\x03 \x03(\tR\tdocuments\x12\x1f\n" +
+	"\vno_truncate\x18\x04 \x01(\bR\n" +
+	"noTruncate\"h\n" +
+	"\vRerankReply\x12\x16\n" +
+	"\x06scores\x18\x01 \x03(\x02R\x06scores\x12#\n" +
 	"\rprompt_tokens\x18\x02 \x01(\x05R\fpromptTokens\x12\x1c\n" +
 	"\ttruncated\x18\x03 \x03(\x05R\ttruncated\"\x0f\n" +
 	"\rModelsRequest\"\x8d\x01\n" +
@@ -2108,7 +2266,7 @@ const file_engine_proto_rawDesc = "" +
 	"\x06queued\x18\x04 \x01(\x03R\x06queued\x12\x19\n" +
 	"\bkv_bytes\x18\x05 \x01(\x03R\akvBytes\x12*\n" +
 	"\x11free_memory_bytes\x18\x06 \x01(\x03R\x0ffreeMemoryBytes\x12*\n" +
-	"\x11tokens_per_second\x18\a \x01(\x01R\x0ftokensPerSecond2\xa9\x04\n" +
+	"\x11tokens_per_second\x18\a \x01(\x01R\x0ftokensPerSecond2\xf3\x04\n" +
 	"\x06Engine\x12H\n" +
 	"\bGenerate\x12\x19.fusion.engine.v1.Request\x1a\x1f.fusion.engine.v1.GenerateReply0\x01\x12N\n" +
 	"\bTokenize\x12!.fusion.engine.v1.TokenizeRequest\x1a\x1f.fusion.engine.v1.TokenizeReply\x12T\n" +
@@ -2117,6 +2275,7 @@ const file_engine_proto_rawDesc = "" +
 	"Detokenize\x12#.fusion.engine.v1.DetokenizeRequest\x1a!.fusion.engine.v1.DetokenizeReply\x12H\n" +
 	"\x06Models\x12\x1f.fusion.engine.v1.ModelsRequest\x1a\x1d.fusion.engine.v1.ModelsReply\x12E\n" +
 	"\x05Embed\x12\x1e.fusion.engine.v1.EmbedRequest\x1a\x1c.fusion.engine.v1.EmbedReply\x12H\n" +
+	"\x06Rerank\x12\x1f.fusion.engine.v1.RerankRequest\x1a\x1d.fusion.engine.v1.RerankReply\x12H\n" +
 	"\x05Stats\x12\x1e.fusion.engine.v1.StatsRequest\x1a\x1d.fusion.engine.v1.StatsReport0\x01B\x19Z\x17fusion/cluster/enginepbb\x06proto3"
 
 var (
@@ -2132,7 +2291,7 @@ func file_engine_proto_rawDescGZIP() []byte {
 }
 
 var file_engine_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_engine_proto_goTypes = []any{
 	(Error_Code)(0),           // 0: fusion.engine.v1.Error.Code
 	(*Request)(nil),           // 1: fusion.engine.v1.Request
@@ -2156,18 +2315,20 @@ var file_engine_proto_goTypes = []any{
 	(*EmbedRequest)(nil),      // 19: fusion.engine.v1.EmbedRequest
 	(*Vector)(nil),            // 20: fusion.engine.v1.Vector
 	(*EmbedReply)(nil),        // 21: fusion.engine.v1.EmbedReply
-	(*ModelsRequest)(nil),     // 22: fusion.engine.v1.ModelsRequest
-	(*ModelInfo)(nil),         // 23: fusion.engine.v1.ModelInfo
-	(*ModelsReply)(nil),       // 24: fusion.engine.v1.ModelsReply
-	(*StatsRequest)(nil),      // 25: fusion.engine.v1.StatsRequest
-	(*StatsReport)(nil),       // 26: fusion.engine.v1.StatsReport
-	nil,                       // 27: fusion.engine.v1.Sampling.LogitBiasEntry
+	(*RerankRequest)(nil),     // 22: fusion.engine.v1.RerankRequest
+	(*RerankReply)(nil),       // 23: fusion.engine.v1.RerankReply
+	(*ModelsRequest)(nil),     // 24: fusion.engine.v1.ModelsRequest
+	(*ModelInfo)(nil),         // 25: fusion.engine.v1.ModelInfo
+	(*ModelsReply)(nil),       // 26: fusion.engine.v1.ModelsReply
+	(*StatsRequest)(nil),      // 27: fusion.engine.v1.StatsRequest
+	(*StatsReport)(nil),       // 28: fusion.engine.v1.StatsReport
+	nil,                       // 29: fusion.engine.v1.Sampling.LogitBiasEntry
 }
 var file_engine_proto_depIdxs = []int32{
 	3,  // 0: fusion.engine.v1.Request.sampling:type_name -> fusion.engine.v1.Sampling
 	4,  // 1: fusion.engine.v1.Request.response_format:type_name -> fusion.engine.v1.ResponseFormat
 	2,  // 2: fusion.engine.v1.Request.tool_choice:type_name -> fusion.engine.v1.ToolChoice
-	27, // 3: fusion.engine.v1.Sampling.logit_bias:type_name -> fusion.engine.v1.Sampling.LogitBiasEntry
+	29, // 3: fusion.engine.v1.Sampling.logit_bias:type_name -> fusion.engine.v1.Sampling.LogitBiasEntry
 	6,  // 4: fusion.engine.v1.GenerateReply.accepted:type_name -> fusion.engine.v1.Accepted
 	7,  // 5: fusion.engine.v1.GenerateReply.event:type_name -> fusion.engine.v1.Event
 	8,  // 6: fusion.engine.v1.Event.tool_calls:type_name -> fusion.engine.v1.ToolCall
@@ -2179,23 +2340,25 @@ var file_engine_proto_depIdxs = []int32{
 	0,  // 12: fusion.engine.v1.Error.code:type_name -> fusion.engine.v1.Error.Code
 	18, // 13: fusion.engine.v1.EmbedRequest.inputs:type_name -> fusion.engine.v1.EmbedInput
 	20, // 14: fusion.engine.v1.EmbedReply.vectors:type_name -> fusion.engine.v1.Vector
-	23, // 15: fusion.engine.v1.ModelsReply.models:type_name -> fusion.engine.v1.ModelInfo
+	25, // 15: fusion.engine.v1.ModelsReply.models:type_name -> fusion.engine.v1.ModelInfo
 	1,  // 16: fusion.engine.v1.Engine.Generate:input_type -> fusion.engine.v1.Request
 	13, // 17: fusion.engine.v1.Engine.Tokenize:input_type -> fusion.engine.v1.TokenizeRequest
 	13, // 18: fusion.engine.v1.Engine.CountTokens:input_type -> fusion.engine.v1.TokenizeRequest
 	16, // 19: fusion.engine.v1.Engine.Detokenize:input_type -> fusion.engine.v1.DetokenizeRequest
-	22, // 20: fusion.engine.v1.Engine.Models:input_type -> fusion.engine.v1.ModelsRequest
+	24, // 20: fusion.engine.v1.Engine.Models:input_type -> fusion.engine.v1.ModelsRequest
 	19, // 21: fusion.engine.v1.Engine.Embed:input_type -> fusion.engine.v1.EmbedRequest
-	25, // 22: fusion.engine.v1.Engine.Stats:input_type -> fusion.engine.v1.StatsRequest
-	5,  // 23: fusion.engine.v1.Engine.Generate:output_type -> fusion.engine.v1.GenerateReply
-	14, // 24: fusion.engine.v1.Engine.Tokenize:output_type -> fusion.engine.v1.TokenizeReply
-	15, // 25: fusion.engine.v1.Engine.CountTokens:output_type -> fusion.engine.v1.CountTokensReply
-	17, // 26: fusion.engine.v1.Engine.Detokenize:output_type -> fusion.engine.v1.DetokenizeReply
-	24, // 27: fusion.engine.v1.Engine.Models:output_type -> fusion.engine.v1.ModelsReply
-	21, // 28: fusion.engine.v1.Engine.Embed:output_type -> fusion.engine.v1.EmbedReply
-	26, // 29: fusion.engine.v1.Engine.Stats:output_type -> fusion.engine.v1.StatsReport
-	23, // [23:30] is the sub-list for method output_type
-	16, // [16:23] is the sub-list for method input_type
+	22, // 22: fusion.engine.v1.Engine.Rerank:input_type -> fusion.engine.v1.RerankRequest
+	27, // 23: fusion.engine.v1.Engine.Stats:input_type -> fusion.engine.v1.StatsRequest
+	5,  // 24: fusion.engine.v1.Engine.Generate:output_type -> fusion.engine.v1.GenerateReply
+	14, // 25: fusion.engine.v1.Engine.Tokenize:output_type -> fusion.engine.v1.TokenizeReply
+	15, // 26: fusion.engine.v1.Engine.CountTokens:output_type -> fusion.engine.v1.CountTokensReply
+	17, // 27: fusion.engine.v1.Engine.Detokenize:output_type -> fusion.engine.v1.DetokenizeReply
+	26, // 28: fusion.engine.v1.Engine.Models:output_type -> fusion.engine.v1.ModelsReply
+	21, // 29: fusion.engine.v1.Engine.Embed:output_type -> fusion.engine.v1.EmbedReply
+	23, // 30: fusion.engine.v1.Engine.Rerank:output_type -> fusion.engine.v1.RerankReply
+	28, // 31: fusion.engine.v1.Engine.Stats:output_type -> fusion.engine.v1.StatsReport
+	24, // [24:32] is the sub-list for method output_type
+	16, // [16:24] is the sub-list for method input_type
 	16, // [16:16] is the sub-list for extension type_name
 	16, // [16:16] is the sub-list for extension extendee
 	0,  // [0:16] is the sub-list for field type_name
@@ -2213,13 +2376,14 @@ func file_engine_proto_init() {
 		(*GenerateReply_Event)(nil),
 	}
 	file_engine_proto_msgTypes[12].OneofWrappers = []any{}
+	file_engine_proto_msgTypes[18].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engine_proto_rawDesc), len(file_engine_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   27,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

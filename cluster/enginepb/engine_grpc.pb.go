@@ -29,6 +29,7 @@ const (
 	Engine_Detokenize_FullMethodName  = "/fusion.engine.v1.Engine/Detokenize"
 	Engine_Models_FullMethodName      = "/fusion.engine.v1.Engine/Models"
 	Engine_Embed_FullMethodName       = "/fusion.engine.v1.Engine/Embed"
+	Engine_Rerank_FullMethodName      = "/fusion.engine.v1.Engine/Rerank"
 	Engine_Stats_FullMethodName       = "/fusion.engine.v1.Engine/Stats"
 )
 
@@ -48,6 +49,9 @@ type EngineClient interface {
 	Models(ctx context.Context, in *ModelsRequest, opts ...grpc.CallOption) (*ModelsReply, error)
 	// Embed computes embeddings on the peer that has the model.
 	Embed(ctx context.Context, in *EmbedRequest, opts ...grpc.CallOption) (*EmbedReply, error)
+	// Rerank scores documents against a query on the peer that has the
+	// cross-encoder.
+	Rerank(ctx context.Context, in *RerankRequest, opts ...grpc.CallOption) (*RerankReply, error)
 	// Stats streams the peer's live figures, one report at once and then one
 	// per interval, until the caller cancels.
 	Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StatsReport], error)
@@ -130,6 +134,16 @@ func (c *engineClient) Embed(ctx context.Context, in *EmbedRequest, opts ...grpc
 	return out, nil
 }
 
+func (c *engineClient) Rerank(ctx context.Context, in *RerankRequest, opts ...grpc.CallOption) (*RerankReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RerankReply)
+	err := c.cc.Invoke(ctx, Engine_Rerank_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *engineClient) Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StatsReport], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &Engine_ServiceDesc.Streams[1], Engine_Stats_FullMethodName, cOpts...)
@@ -165,6 +179,9 @@ type EngineServer interface {
 	Models(context.Context, *ModelsRequest) (*ModelsReply, error)
 	// Embed computes embeddings on the peer that has the model.
 	Embed(context.Context, *EmbedRequest) (*EmbedReply, error)
+	// Rerank scores documents against a query on the peer that has the
+	// cross-encoder.
+	Rerank(context.Context, *RerankRequest) (*RerankReply, error)
 	// Stats streams the peer's live figures, one report at once and then one
 	// per interval, until the caller cancels.
 	Stats(*StatsRequest, grpc.ServerStreamingServer[StatsReport]) error
@@ -195,6 +212,9 @@ func (UnimplementedEngineServer) Models(context.Context, *ModelsRequest) (*Model
 }
 func (UnimplementedEngineServer) Embed(context.Context, *EmbedRequest) (*EmbedReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Embed not implemented")
+}
+func (UnimplementedEngineServer) Rerank(context.Context, *RerankRequest) (*RerankReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Rerank not implemented")
 }
 func (UnimplementedEngineServer) Stats(*StatsRequest, grpc.ServerStreamingServer[StatsReport]) error {
 	return status.Error(codes.Unimplemented, "method Stats not implemented")
@@ -321,6 +341,24 @@ func _Engine_Embed_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Engine_Rerank_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RerankRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EngineServer).Rerank(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Engine_Rerank_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EngineServer).Rerank(ctx, req.(*RerankRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Engine_Stats_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(StatsRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -358,6 +396,10 @@ var Engine_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Embed",
 			Handler:    _Engine_Embed_Handler,
+		},
+		{
+			MethodName: "Rerank",
+			Handler:    _Engine_Rerank_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -192,7 +192,19 @@ func (c *Client) Embed(ctx context.Context, req *engine.EmbedRequest) (*engine.E
 	return embedResultFromPB(rep), nil
 }
 
-var _ engine.Embedder = (*Client)(nil)
+// Rerank scores documents on the peer.
+func (c *Client) Rerank(ctx context.Context, req *engine.RerankRequest) (*engine.RerankResult, error) {
+	rep, err := c.pb.Rerank(ctx, &enginepb.RerankRequest{Model: req.Model, Query: req.Query, Documents: req.Documents, NoTruncate: req.NoTruncate})
+	if err != nil {
+		return nil, fromCall(ctx, c.addr, err)
+	}
+	return rerankResultFromPB(rep), nil
+}
+
+var (
+	_ engine.Embedder = (*Client)(nil)
+	_ engine.Reranker = (*Client)(nil)
+)
 
 // PeerStats is one report of a peer's live figures.
 type PeerStats struct {

@@ -308,7 +308,7 @@ func modelFromPB(m *enginepb.ModelInfo) engine.ModelInfo {
 
 func embedRequestToPB(req *engine.EmbedRequest) (*enginepb.EmbedRequest, error) {
 	out := &enginepb.EmbedRequest{Model: req.Model, Dimensions: int32(min(req.Dimensions, math.MaxInt32)), NoTruncate: req.NoTruncate,
-		Inputs: make([]*enginepb.EmbedInput, len(req.Inputs))}
+		Prompt: req.Prompt, PromptName: req.PromptName, Inputs: make([]*enginepb.EmbedInput, len(req.Inputs))}
 	for i, in := range req.Inputs {
 		p := &enginepb.EmbedInput{Text: in.Text, IsTokens: in.Tokens != nil}
 		if in.Tokens != nil {
@@ -324,7 +324,7 @@ func embedRequestToPB(req *engine.EmbedRequest) (*enginepb.EmbedRequest, error) 
 
 func embedRequestFromPB(p *enginepb.EmbedRequest) *engine.EmbedRequest {
 	out := &engine.EmbedRequest{Model: p.GetModel(), Dimensions: int(p.GetDimensions()), NoTruncate: p.GetNoTruncate(),
-		Inputs: make([]engine.EmbedInput, len(p.GetInputs()))}
+		Prompt: p.Prompt, PromptName: p.GetPromptName(), Inputs: make([]engine.EmbedInput, len(p.GetInputs()))}
 	for i, in := range p.GetInputs() {
 		out.Inputs[i] = engine.EmbedInput{Text: in.GetText()}
 		if in.GetIsTokens() {
@@ -353,6 +353,22 @@ func embedResultFromPB(p *enginepb.EmbedReply) *engine.EmbedResult {
 	for i, v := range p.GetVectors() {
 		out.Vectors[i] = v.GetValues()
 	}
+	for _, i := range p.GetTruncated() {
+		out.Truncated = append(out.Truncated, int(i))
+	}
+	return out
+}
+
+func rerankResultToPB(r *engine.RerankResult) *enginepb.RerankReply {
+	out := &enginepb.RerankReply{Scores: r.Scores, PromptTokens: int32(r.PromptTokens)}
+	for _, i := range r.Truncated {
+		out.Truncated = append(out.Truncated, int32(i))
+	}
+	return out
+}
+
+func rerankResultFromPB(p *enginepb.RerankReply) *engine.RerankResult {
+	out := &engine.RerankResult{Scores: p.GetScores(), PromptTokens: int(p.GetPromptTokens())}
 	for _, i := range p.GetTruncated() {
 		out.Truncated = append(out.Truncated, int(i))
 	}

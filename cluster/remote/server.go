@@ -217,6 +217,19 @@ func (s *Service) Embed(ctx context.Context, p *enginepb.EmbedRequest) (*enginep
 	return embedResultToPB(res), nil
 }
 
+// Rerank scores documents on the local engine.
+func (s *Service) Rerank(ctx context.Context, p *enginepb.RerankRequest) (*enginepb.RerankReply, error) {
+	rr, ok := s.cfg.Engine.(engine.Reranker)
+	if !ok {
+		return nil, statusOf(fmt.Errorf("%w: this node's engine does not rerank", engine.ErrUnavailable))
+	}
+	res, err := rr.Rerank(ctx, &engine.RerankRequest{Model: p.GetModel(), Query: p.GetQuery(), Documents: p.GetDocuments(), NoTruncate: p.GetNoTruncate()})
+	if err != nil {
+		return nil, statusOf(err)
+	}
+	return rerankResultToPB(res), nil
+}
+
 // Models lists the local engine's models.
 func (s *Service) Models(ctx context.Context, _ *enginepb.ModelsRequest) (*enginepb.ModelsReply, error) {
 	ms, err := s.cfg.Engine.Models(ctx)

@@ -121,6 +121,8 @@ func serveSettingsTable() []serveSetting {
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.MaxToolCalls, 1) }},
 		{"max-embed-inputs", constant(strconv.Itoa(runner.DefaultMaxEmbedInputs)), "most inputs in one embeddings request (400 above)",
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.MaxEmbeds, 1) }},
+		{"max-rerank-documents", constant(strconv.Itoa(runner.DefaultMaxRerankDocuments)), "most documents in one rerank request (400 above)",
+			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.MaxRerankDocs, 1) }},
 		{"embed-batch-tokens", constant(strconv.Itoa(runner.DefaultEmbedBatchTokens)), "most padded tokens (inputs × the longest) in one embedding-model pass; waiting inputs of all requests are sorted by length and batched up to it",
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.EmbedBatchTokens, 1) }},
 		{"text-cache-models", constant(strconv.Itoa(runner.DefaultTextCacheModels)), "models whose tokenizer and chat template stay parsed, loaded or not (token counting, loading), least recently used out first",

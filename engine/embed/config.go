@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -37,6 +38,16 @@ type Config struct {
 	// "loss:MatryoshkaLoss" / "loss:Matryoshka2dLoss"; a model without them
 	// refuses `dimensions`.
 	Matryoshka bool
+	// Prompts are the texts put before inputs by name
+	// (config_sentence_transformers.json's prompts: Qwen3-Embedding's
+	// "query" is "Instruct: …\nQuery:"); DefaultPrompt names the one used
+	// when a request names none ("": none).
+	Prompts       map[string]string
+	DefaultPrompt string
+	// ExcludePrompt: the pooling leaves the prompt's tokens out
+	// (1_Pooling's include_prompt false), which this package does not
+	// do, so a prompted input is refused.
+	ExcludePrompt bool
 }
 
 type moduleJSON struct {
@@ -45,17 +56,21 @@ type moduleJSON struct {
 }
 
 type poolingJSON struct {
-	CLS       bool `json:"pooling_mode_cls_token"`
-	Mean      bool `json:"pooling_mode_mean_tokens"`
-	Max       bool `json:"pooling_mode_max_tokens"`
-	MeanSqrt  bool `json:"pooling_mode_mean_sqrt_len_tokens"`
-	WeightedM bool `json:"pooling_mode_weightedmean_tokens"`
-	LastToken bool `json:"pooling_mode_lasttoken"`
+	IncludePrompt *bool `json:"include_prompt"`
+	CLS           bool  `json:"pooling_mode_cls_token"`
+	Mean          bool  `json:"pooling_mode_mean_tokens"`
+	Max           bool  `json:"pooling_mode_max_tokens"`
+	MeanSqrt      bool  `json:"pooling_mode_mean_sqrt_len_tokens"`
+	WeightedM     bool  `json:"pooling_mode_weightedmean_tokens"`
+	LastToken     bool  `json:"pooling_mode_lasttoken"`
 }
 
 // ErrUnsupported: the directory asks for a module or pooling this package
 // does not implement.
 var ErrUnsupported = errors.New("unsupported sentence-transformers setting")
+
+// ErrUnknownPrompt: a request names a prompt the model does not have.
+var ErrUnknownPrompt = errors.New("unknown prompt")
 
 // ReadConfig reads modules.json, the pooling module's config.json,
 // sentence_bert_config.json and README.md of dir. Without modules.json
@@ -73,7 +88,7 @@ func ReadConfig(dir string, maxPositions int) (Config, error) {
 			switch m.Type {
 			case "sentence_transformers.models.Transformer":
 			case "sentence_transformers.models.Pooling":
-				if c.Pooling, err = readPooling(filepath.Join(dir, m.Path, "config.json")); err != nil {
+				if c.Pooling, c.ExcludePrompt, err = readPooling(filepath.Join(dir, m.Path, "config.json")); err != nil {
 					return c, err
 				}
 			case "sentence_transformers.models.Normalize":
@@ -95,18 +110,33 @@ func ReadConfig(dir string, maxPositions int) (Config, error) {
 	if c.Matryoshka, err = readMatryoshka(filepath.Join(dir, "README.md")); err != nil {
 		return c, err
 	}
+	var stc struct {
+		Prompts           map[string]string `json:"prompts"`
+		DefaultPromptName *string           `json:"default_prompt_name"`
+	}
+	if _, err := readJSON(filepath.Join(dir, "config_sentence_transformers.json"), &stc); err != nil {
+		return c, err
+	}
+	c.Prompts = stc.Prompts
+	if n := stc.DefaultPromptName; n != nil && *n != "" {
+		if _, ok := c.Prompts[*n]; !ok {
+			return c, fmt.Errorf("config_sentence_transformers.json: default_prompt_name %q is not among the prompts", *n)
+		}
+		c.DefaultPrompt = *n
+	}
 	return c, nil
 }
 
-func readPooling(path string) (Pooling, error) {
+func readPooling(path string) (_ Pooling, excludePrompt bool, _ error) {
 	var p poolingJSON
 	ok, err := readJSON(path, &p)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	if !ok {
-		return "", fmt.Errorf("%s is missing", path)
+		return "", false, fmt.Errorf("%s is missing", path)
 	}
+	excludePrompt = p.IncludePrompt != nil && !*p.IncludePrompt
 	var modes []Pooling
 	if p.CLS {
 		modes = append(modes, PoolCLS)
@@ -118,9 +148,9 @@ func readPooling(path string) (Pooling, error) {
 		modes = append(modes, PoolLastToken)
 	}
 	if p.Max || p.MeanSqrt || p.WeightedM || len(modes) != 1 {
-		return "", fmt.Errorf("%w: %s: pooling %+v (want exactly one of cls, mean, last token)", ErrUnsupported, path, p)
+		return "", false, fmt.Errorf("%w: %s: pooling %+v (want exactly one of cls, mean, last token)", ErrUnsupported, path, p)
 	}
-	return modes[0], nil
+	return modes[0], excludePrompt, nil
 }
 
 // readMatryoshka looks for the Matryoshka tags in the YAML front matter of
@@ -170,12 +200,29 @@ func readJSON(path string, v any) (bool, error) {
 	return true, nil
 }
 
-// IsEmbeddingModel reports whether the model directory holds an encoder
-// this package serves (config.json's model_type is bert).
+// IsEmbeddingModel reports whether the model directory holds an
+// embedding model this package serves: a BERT encoder (config.json's
+// model_type is bert), or any other model in the sentence-transformers
+// layout (modules.json with a Pooling module), a decoder embedding model
+// such as Qwen3-Embedding.
 func IsEmbeddingModel(dir string) bool {
+	if modelType(dir) == "bert" {
+		return true
+	}
+	var modules []moduleJSON
+	if ok, err := readJSON(filepath.Join(dir, "modules.json"), &modules); !ok || err != nil {
+		return false
+	}
+	return slices.ContainsFunc(modules, func(m moduleJSON) bool { return m.Type == "sentence_transformers.models.Pooling" })
+}
+
+// modelType is config.json's model_type ("" if unreadable).
+func modelType(dir string) string {
 	var c struct {
 		ModelType string `json:"model_type"`
 	}
-	ok, err := readJSON(filepath.Join(dir, "config.json"), &c)
-	return ok && err == nil && c.ModelType == "bert"
+	if ok, err := readJSON(filepath.Join(dir, "config.json"), &c); !ok || err != nil {
+		return ""
+	}
+	return c.ModelType
 }

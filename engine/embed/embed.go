@@ -4,59 +4,115 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 
 	"fusion/engine/backend"
 	"fusion/engine/model"
 	"fusion/engine/tokenizer"
 )
 
-// Model is a loaded embedding model: tokenizer, encoder and pooling.
+// Model is a loaded embedding model: tokenizer, network and pooling.
 type Model struct {
 	Config Config
-	enc    *model.Encoder
+	net    network
 	tok    *tokenizer.Tokenizer
 }
 
-// Load loads the embedding model of dir onto be.
+// network is the transformer under the pooling: a BERT-family encoder,
+// or a decoder of engine/model run for its final hidden states
+// (Qwen3-Embedding).
+type network struct {
+	// states returns each sequence's last hidden states, row-major
+	// [len(seq) × hidden].
+	states                   func(ctx context.Context, seqs [][]int) ([][]float32, error)
+	hidden, vocab, positions int
+	bytes                    int64
+	close                    func() error
+}
+
+// Load loads the embedding model of dir onto be: a BERT encoder when
+// config.json's model_type is bert, else a decoder architecture of
+// engine/model without its LM head.
 func Load(ctx context.Context, dir string, be backend.Backend, mmap bool) (*Model, error) {
 	tok, err := tokenizer.Load(dir)
 	if err != nil {
 		return nil, fmt.Errorf("embed: %w", err)
 	}
-	enc, err := model.LoadEncoder(ctx, dir, be, mmap)
+	net, err := loadNetwork(ctx, dir, be, mmap)
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := ReadConfig(dir, enc.MaxLen())
+	cfg, err := ReadConfig(dir, net.positions)
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("embed: %s: %w", dir, err), enc.Close())
+		return nil, errors.Join(fmt.Errorf("embed: %s: %w", dir, err), net.close())
 	}
-	return &Model{Config: cfg, enc: enc, tok: tok}, nil
+	return &Model{Config: cfg, net: net, tok: tok}, nil
+}
+
+func loadNetwork(ctx context.Context, dir string, be backend.Backend, mmap bool) (network, error) {
+	if modelType(dir) == "bert" {
+		enc, err := model.LoadEncoder(ctx, dir, be, mmap)
+		if err != nil {
+			return network{}, err
+		}
+		return network{states: enc.Forward, hidden: enc.Hidden(), vocab: enc.Config.VocabSize, positions: enc.MaxLen(),
+			bytes: enc.WeightBytes(), close: enc.Close}, nil
+	}
+	dec, err := model.Load(ctx, dir, be, model.Options{Mmap: mmap, NoHead: true})
+	if err != nil {
+		return network{}, err
+	}
+	c := dec.Config
+	return network{states: dec.States, hidden: c.HiddenSize, vocab: c.VocabSize, positions: c.MaxPositionEmbeddings,
+		bytes: dec.WeightBytes(), close: dec.Close}, nil
 }
 
 // Dimensions is the length of the model's vectors.
-func (m *Model) Dimensions() int { return m.enc.Hidden() }
+func (m *Model) Dimensions() int { return m.net.hidden }
 
 // WeightBytes is the memory the backend holds for the weights.
-func (m *Model) WeightBytes() int64 { return m.enc.WeightBytes() }
+func (m *Model) WeightBytes() int64 { return m.net.bytes }
 
-// VocabSize is the number of token ids the encoder takes.
-func (m *Model) VocabSize() int { return m.enc.Config.VocabSize }
+// VocabSize is the number of token ids the network takes.
+func (m *Model) VocabSize() int { return m.net.vocab }
 
 // Tokenizer is the model's tokenizer.
 func (m *Model) Tokenizer() *tokenizer.Tokenizer { return m.tok }
 
 // Close releases the weights.
-func (m *Model) Close() error { return m.enc.Close() }
+func (m *Model) Close() error { return m.net.close() }
 
 // Tokens turns an input (text, or token ids without special tokens) into
-// the ids the encoder runs: special tokens added, cut to MaxSeqLen.
+// the ids the network runs: special tokens added, cut to MaxSeqLen.
 func (m *Model) Tokens(text string, ids []int) (out []int, truncated bool) {
 	if ids != nil {
 		return m.tok.WrapWithin(ids, m.Config.MaxSeqLen)
 	}
 	return m.tok.EncodeWithin(text, m.Config.MaxSeqLen)
+}
+
+// Prompt is the text put before an input, as sentence-transformers'
+// encode(prompt=..., prompt_name=...) puts it: prompt when set (even
+// empty), else the model's prompt of that name (config_sentence_transformers.json),
+// else its default prompt, else none.
+func (m *Model) Prompt(name string, prompt *string) (string, error) {
+	if prompt != nil {
+		return *prompt, nil
+	}
+	if name == "" {
+		name = m.Config.DefaultPrompt
+		if name == "" {
+			return "", nil
+		}
+	}
+	p, ok := m.Config.Prompts[name]
+	if !ok {
+		names := slices.Sorted(maps.Keys(m.Config.Prompts))
+		return "", fmt.Errorf("%w: the model has no prompt %q (it has %q)", ErrUnknownPrompt, name, names)
+	}
+	return p, nil
 }
 
 // Embed runs the token sequences (as Tokens makes them) through the
@@ -90,7 +146,7 @@ func (m *Model) CheckDimensions(dims int) error {
 // (Output's work): what a batch of requests asking for different
 // dimensions can share.
 func (m *Model) Pool(ctx context.Context, seqs [][]int) ([][]float32, error) {
-	states, err := m.enc.Forward(ctx, seqs)
+	states, err := m.net.states(ctx, seqs)
 	if err != nil {
 		return nil, err
 	}

@@ -1,29 +1,22 @@
 package embed_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	_ "embed"
-	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
-	"os/exec"
-	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"fusion/engine/backend/cpu"
 	"fusion/engine/embed"
+	"fusion/engine/embed/embedtest"
 	"fusion/engine/tokenizer/corpus"
 	"fusion/internal/testenv"
 )
-
-//go:embed testdata/st_embed.py
-var referenceScript string
 
 // minCosine is the agreement wanted with sentence-transformers.
 const minCosine = 0.9999
@@ -84,46 +77,6 @@ func sentences(n int) []string {
 	return out
 }
 
-// reference runs sentence-transformers on texts.
-func reference(t *testing.T, python, dir string, texts []string) [][]float64 {
-	t.Helper()
-	var in bytes.Buffer
-	enc := json.NewEncoder(&in)
-	enc.SetEscapeHTML(false)
-	for _, s := range texts {
-		if err := enc.Encode(s); err != nil {
-			t.Fatal(err)
-		}
-	}
-	script := filepath.Join(t.TempDir(), "st_embed.py")
-	if err := os.WriteFile(script, []byte(referenceScript), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(python, script, dir)
-	cmd.Stdin = &in
-	cmd.Env = append(os.Environ(), "HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1", "TOKENIZERS_PARALLELISM=false")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("sentence-transformers: %v\n%s", err, stderr.String())
-	}
-	var vecs [][]float64
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(nil, 1<<24)
-	for sc.Scan() {
-		var v []float64
-		if err := json.Unmarshal(sc.Bytes(), &v); err != nil {
-			t.Fatal(err)
-		}
-		vecs = append(vecs, v)
-	}
-	if len(vecs) != len(texts) {
-		t.Fatalf("sentence-transformers gave %d vectors for %d texts", len(vecs), len(texts))
-	}
-	return vecs
-}
-
 func cosine(a []float32, b []float64) float64 {
 	var dot, na, nb float64
 	for i := range a {
@@ -148,12 +101,12 @@ func TestParityWithSentenceTransformers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	if m.Config != (embed.Config{Pooling: embed.PoolMean, Normalize: true, MaxSeqLen: 256}) {
+	if !reflect.DeepEqual(m.Config, embed.Config{Pooling: embed.PoolMean, Normalize: true, MaxSeqLen: 256}) {
 		t.Fatalf("config %+v, want mean pooling, normalized, 256 tokens", m.Config)
 	}
 	texts := sentences(512)
 	start := time.Now()
-	want := reference(t, python, dir, texts)
+	refs := embedtest.STReference(t, python, dir, texts, "")
 	t.Logf("sentence-transformers: %v", time.Since(start).Round(time.Millisecond))
 	start = time.Now()
 	worst, sum, truncated := 1.0, 0.0, 0
@@ -166,6 +119,9 @@ func TestParityWithSentenceTransformers(t *testing.T) {
 			if cut {
 				truncated++
 			}
+			if want := refs[lo+len(seqs)].IDs; !slices.Equal(ids, want) {
+				t.Fatalf("text %d: tokens %v, sentence-transformers %v", lo+len(seqs), ids, want)
+			}
 			seqs = append(seqs, ids)
 		}
 		got, err := m.Embed(context.Background(), seqs, 0)
@@ -176,7 +132,7 @@ func TestParityWithSentenceTransformers(t *testing.T) {
 			if len(v) != 384 {
 				t.Fatalf("text %d: %d dimensions", lo+i, len(v))
 			}
-			c := cosine(v, want[lo+i])
+			c := cosine(v, refs[lo+i].Vector)
 			sum += c
 			if c < worst {
 				worst = c

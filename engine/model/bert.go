@@ -169,6 +169,15 @@ func (e *Encoder) Hidden() int { return e.Config.HiddenSize }
 // [len(seq) × Hidden] row-major. Sequences attend only to themselves, so
 // a sequence's output does not depend on the others.
 func (e *Encoder) Forward(ctx context.Context, seqs [][]int) ([][]float32, error) {
+	return e.ForwardTyped(ctx, seqs, nil)
+}
+
+// ForwardTyped is Forward with the token type id of every token (types[i]
+// parallel to seqs[i]; nil: all 0), as a text pair has them.
+func (e *Encoder) ForwardTyped(ctx context.Context, seqs, typeIDs [][]int) ([][]float32, error) {
+	if typeIDs != nil && len(typeIDs) != len(seqs) {
+		return nil, fmt.Errorf("model: %d type id lists for %d sequences", len(typeIDs), len(seqs))
+	}
 	var ids, positions, types []int32
 	lens := make([]int, len(seqs))
 	for i, seq := range seqs {
@@ -182,12 +191,25 @@ func (e *Encoder) Forward(ctx context.Context, seqs [][]int) ([][]float32, error
 			ids = append(ids, int32(id))
 			positions = append(positions, int32(j))
 		}
+		if typeIDs != nil {
+			if len(typeIDs[i]) != len(seq) {
+				return nil, fmt.Errorf("model: sequence %d has %d tokens and %d type ids", i, len(seq), len(typeIDs[i]))
+			}
+			for _, ty := range typeIDs[i] {
+				if ty < 0 || ty >= e.Config.TypeVocabSize {
+					return nil, fmt.Errorf("model: sequence %d: token type %d is outside [0, %d)", i, ty, e.Config.TypeVocabSize)
+				}
+				types = append(types, int32(ty))
+			}
+		}
 		lens[i] = len(seq)
 	}
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	types = make([]int32, len(ids))
+	if typeIDs == nil {
+		types = make([]int32, len(ids))
+	}
 	s := e.be.NewStep(ctx)
 	defer s.Close()
 	x := s.Add(s.Add(s.Embed(e.word, ids), s.Embed(e.pos, positions)), s.Embed(e.types, types))

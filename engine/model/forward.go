@@ -133,6 +133,26 @@ func (m *Model) batch(inputs []Input, layers Range, hidden *Hidden) (*backend.Ba
 func (m *Model) forward(ctx context.Context, inputs []Input, layers Range, hidden *Hidden, b *backend.Batch) (*Output, error) {
 	s := m.be.NewStep(ctx)
 	defer s.Close()
+	x, err := m.run(ctx, s, inputs, layers, hidden, b)
+	if err != nil {
+		return nil, err
+	}
+	if layers.End < m.Config.NumHiddenLayers {
+		data, err := s.Read(x)
+		if err != nil {
+			return nil, err
+		}
+		return &Output{Hidden: &Hidden{Rows: x.Rows(), Cols: x.Cols(), Data: data}}, nil
+	}
+	if m.head == nil {
+		return nil, fmt.Errorf("%w: the model was loaded without its LM head", ErrBadInput)
+	}
+	return m.logits(s, x, inputs, b)
+}
+
+// run embeds the inputs (or takes hidden) and runs the layers of the
+// range on step s, returning the residual stream after the last one.
+func (m *Model) run(ctx context.Context, s backend.Step, inputs []Input, layers Range, hidden *Hidden, b *backend.Batch) (backend.Array, error) {
 	var x backend.Array
 	if layers.Start == 0 {
 		ids := make([]int32, 0, b.Rows())
@@ -168,14 +188,7 @@ func (m *Model) forward(ctx context.Context, inputs []Input, layers Range, hidde
 			return nil, f.err
 		}
 	}
-	if layers.End < m.Config.NumHiddenLayers {
-		data, err := s.Read(x)
-		if err != nil {
-			return nil, err
-		}
-		return &Output{Hidden: &Hidden{Rows: x.Rows(), Cols: x.Cols(), Data: data}}, nil
-	}
-	return m.logits(s, x, inputs, b)
+	return x, nil
 }
 
 // logits applies the final norm and the LM head to the rows that need

@@ -33,6 +33,10 @@ type Options struct {
 	Layers Range
 	// Mmap memory-maps the weight files instead of reading them.
 	Mmap bool
+	// NoHead loads no LM head: the model gives hidden states (States), not
+	// logits, as a decoder embedding model does (Qwen3-Embedding ships
+	// without lm_head).
+	NoHead bool
 }
 
 // Model is a loaded model: the weights of its layer range on a backend.
@@ -91,11 +95,22 @@ func Load(ctx context.Context, path string, be backend.Backend, opts Options) (*
 		if opts.Mmap {
 			mode = safetensors.LoadMmap
 		}
-		mf, err := modelfile.Open(path, modelfile.Options{LoadMode: mode})
+		// Open checks the embedding under its "model." name and the LM
+		// head, which a bare decoder without its head lacks: with NoHead
+		// the weights open unchecked (the loader checks each one's shape).
+		mf, err := modelfile.Open(path, modelfile.Options{LoadMode: mode, ConfigOnly: opts.NoHead})
+		if err == nil && opts.NoHead {
+			mf.Weights, err = modelfile.OpenWeights(path, mode)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("model: %w", err)
 		}
 		m.Config, m.src, m.Format = mf.Config, safetensorsSource{mf}, "safetensors"
+		if !m.src.has("model.embed_tokens.weight") && m.src.has("embed_tokens.weight") {
+			// A checkpoint saved from the bare decoder (Qwen3Model, as
+			// Qwen3-Embedding is): its names lack the "model." prefix.
+			m.src = bareSource{m.src}
+		}
 	}
 	if err := m.load(ctx, opts, ggufFile); err != nil {
 		m.release()
@@ -162,6 +177,7 @@ func (m *Model) load(ctx context.Context, opts Options, ggufFile *gguf.File) err
 	if m.Layers.End == c.NumHiddenLayers {
 		m.norm = w.vector("model.norm.weight")
 		switch {
+		case opts.NoHead:
 		case !c.TieWordEmbeddings:
 			m.head = w.linear("lm_head")
 		case m.embed != nil:

@@ -15,10 +15,12 @@ import (
 // OpenAI does).
 const DefaultMaxEmbedInputs = 2048
 
-// embeddingModel is a loaded embedding model. Its batcher runs the
-// passes, one at a time (a backend runs one step of a model at a time).
+// embeddingModel is a loaded encoder model: an embedding model (m) or a
+// cross-encoder (ce). Its batcher runs the passes, one at a time (a
+// backend runs one step of a model at a time).
 type embeddingModel struct {
-	m     *embed.Model
+	m     *embed.Model        // nil for a cross-encoder
+	ce    *embed.CrossEncoder // nil for an embedding model
 	be    backend.Backend
 	batch *embedBatcher // nil until start
 }
@@ -28,21 +30,58 @@ func (l backendLoader) loadEmbedding(info engine.ModelInfo) (*embeddingModel, er
 	if err != nil {
 		return nil, err
 	}
-	m, err := embed.Load(context.Background(), info.Path, be, l.loadMode == "mmap")
+	em := &embeddingModel{be: be}
+	if info.Kind == engine.KindRerank {
+		em.ce, err = embed.LoadCrossEncoder(context.Background(), info.Path, be, l.loadMode == "mmap")
+	} else {
+		em.m, err = embed.Load(context.Background(), info.Path, be, l.loadMode == "mmap")
+	}
 	if err != nil {
 		return nil, errors.Join(err, be.Close())
 	}
-	return &embeddingModel{m: m, be: be}, nil
+	return em, nil
 }
 
 // start starts the model's batcher.
 func (e *embeddingModel) start(maxTokens int, stats *embedStats) {
-	e.batch = newEmbedBatcher(e.m, maxTokens, stats)
+	if e.ce != nil {
+		forward := func(seqs, types [][]int) ([][]float32, error) {
+			scores, err := e.ce.Scores(context.Background(), seqs, types)
+			out := make([][]float32, len(scores))
+			for i := range scores {
+				out[i] = scores[i : i+1]
+			}
+			return out, err
+		}
+		e.batch = newEmbedBatcher(forward, func(v []float32, _ int) []float32 { return v }, maxTokens, stats)
+		return
+	}
+	forward := func(seqs, _ [][]int) ([][]float32, error) { return e.m.Pool(context.Background(), seqs) }
+	e.batch = newEmbedBatcher(forward, e.m.Output, maxTokens, stats)
+}
+
+// weightBytes is the memory the backend holds for the weights.
+func (e *embeddingModel) weightBytes() int64 {
+	if e.ce != nil {
+		return e.ce.WeightBytes()
+	}
+	return e.m.WeightBytes()
+}
+
+// kind is the model's engine.Kind*.
+func (e *embeddingModel) kind() string {
+	if e.ce != nil {
+		return engine.KindRerank
+	}
+	return engine.KindEmbedding
 }
 
 func (e *embeddingModel) close() error {
 	if e.batch != nil {
 		e.batch.close()
+	}
+	if e.ce != nil {
+		return errors.Join(e.ce.Close(), e.be.Close())
 	}
 	return errors.Join(e.m.Close(), e.be.Close())
 }
@@ -55,11 +94,6 @@ func invalid(format string, a ...any) error {
 // it, evicting others, as Generate does). Inputs longer than the model's
 // limit are cut to it and listed, unless NoTruncate asks for an error.
 func (r *Runner) Embed(ctx context.Context, req *engine.EmbedRequest) (*engine.EmbedResult, error) {
-	select {
-	case <-r.closed:
-		return nil, fmt.Errorf("%w: shutting down", engine.ErrUnavailable)
-	default:
-	}
 	switch n := len(req.Inputs); {
 	case n == 0:
 		return nil, invalid("input must not be empty")
@@ -77,19 +111,13 @@ func (r *Runner) Embed(ctx context.Context, req *engine.EmbedRequest) (*engine.E
 	if req.Dimensions < 0 {
 		return nil, invalid("dimensions must be positive, got %d", req.Dimensions)
 	}
-	if n := r.inFlight.Add(1); n > int64(r.cfg.MaxQueued) {
-		r.inFlight.Add(-1)
-		return nil, r.overloaded(n - 1)
-	}
-	defer r.inFlight.Add(-1)
-	lm, release, err := r.acquire(ctx, req.Model)
+	em, done, err := r.enterEncoder(ctx, req.Model)
 	if err != nil {
 		return nil, err
 	}
-	defer release()
-	em := lm.emb
-	if em == nil {
-		return nil, invalid("model %q is a %s model; it does not compute embeddings", req.Model, engine.KindChat)
+	defer done()
+	if em == nil || em.m == nil {
+		return nil, invalid("model %q is a%s %s model; it does not compute embeddings", req.Model, article(kindOf(em)), kindOf(em))
 	}
 	m := em.m
 	if d := req.Dimensions; d > 0 {
@@ -100,6 +128,10 @@ func (r *Runner) Embed(ctx context.Context, req *engine.EmbedRequest) (*engine.E
 			return nil, invalid("dimensions %d is over the model's %d", d, m.Dimensions())
 		}
 	}
+	prompt, err := embedPrompt(req, m)
+	if err != nil {
+		return nil, err
+	}
 	res := &engine.EmbedResult{}
 	seqs := make([][]int, len(req.Inputs))
 	for i, in := range req.Inputs {
@@ -108,7 +140,11 @@ func (r *Runner) Embed(ctx context.Context, req *engine.EmbedRequest) (*engine.E
 				return nil, invalid("input[%d]: %d is not a token id of this model (vocabulary size %d)", i, id, m.VocabSize())
 			}
 		}
-		ids, cut := m.Tokens(in.Text, in.Tokens)
+		text := in.Text
+		if in.Tokens == nil {
+			text = prompt + text
+		}
+		ids, cut := m.Tokens(text, in.Tokens)
 		if cut {
 			if req.NoTruncate {
 				return nil, invalid("input[%d] is longer than the model's %d tokens", i, m.Config.MaxSeqLen)
@@ -118,10 +154,61 @@ func (r *Runner) Embed(ctx context.Context, req *engine.EmbedRequest) (*engine.E
 		seqs[i] = ids
 		res.PromptTokens += len(ids)
 	}
-	vecs, err := em.batch.embed(ctx, seqs, req.Dimensions)
+	vecs, err := em.batch.embed(ctx, seqs, nil, req.Dimensions)
 	if err != nil {
 		return nil, err
 	}
 	res.Vectors = vecs
 	return res, nil
+}
+
+// embedPrompt is the text put before each text input of req: the one it
+// gives, or the model's prompt it names, or the model's default.
+func embedPrompt(req *engine.EmbedRequest, m *embed.Model) (string, error) {
+	prompt, err := m.Prompt(req.PromptName, req.Prompt)
+	if err != nil {
+		return "", invalid("%v", err)
+	}
+	asked := req.Prompt != nil || req.PromptName != ""
+	if asked && prompt != "" {
+		for i, in := range req.Inputs {
+			if in.Tokens != nil {
+				return "", invalid("input[%d] is token ids: a prompt applies to text inputs only", i)
+			}
+		}
+	}
+	if prompt != "" && m.Config.ExcludePrompt {
+		return "", invalid("model %q pools without its prompt tokens (include_prompt false), which this server does not do; send the text without a prompt", req.Model)
+	}
+	return prompt, nil
+}
+
+// enterEncoder admits a request on an encoder model once its input is
+// checked: refused while shutting down or when MaxQueued requests are in
+// flight, else the model acquired (loading it if need be). em is nil for
+// a chat model. done ends the request.
+func (r *Runner) enterEncoder(ctx context.Context, model string) (em *embeddingModel, done func(), err error) {
+	select {
+	case <-r.closed:
+		return nil, nil, fmt.Errorf("%w: shutting down", engine.ErrUnavailable)
+	default:
+	}
+	if n := r.inFlight.Add(1); n > int64(r.cfg.MaxQueued) {
+		r.inFlight.Add(-1)
+		return nil, nil, r.overloaded(n - 1)
+	}
+	lm, release, err := r.acquire(ctx, model)
+	if err != nil {
+		r.inFlight.Add(-1)
+		return nil, nil, err
+	}
+	return lm.emb, func() { release(); r.inFlight.Add(-1) }, nil
+}
+
+// kindOf is the engine.Kind* of a model enterEncoder returned.
+func kindOf(em *embeddingModel) string {
+	if em == nil {
+		return engine.KindChat
+	}
+	return em.kind()
 }

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 
 	"fusion/engine"
-	"fusion/engine/embed"
 )
 
 // DefaultEmbedBatchTokens bounds one encoder pass of an embedding model.
@@ -22,7 +21,11 @@ const DefaultEmbedBatchTokens = 4096
 // concurrent requests share passes. One goroutine runs the passes, one at
 // a time, until stop.
 type embedBatcher struct {
-	m         *embed.Model
+	// forward runs one pass: a vector per sequence (types: each one's
+	// token type ids, nil entries for none); output turns a vector into
+	// what one request asked for (dims), in place.
+	forward   func(seqs, types [][]int) ([][]float32, error)
+	output    func(v []float32, dims int) []float32
 	maxTokens int
 	stats     *embedStats
 
@@ -53,9 +56,10 @@ func (r *Runner) EmbedStats() EmbedStats {
 
 // embedItem is one input of a request waiting for its pass.
 type embedItem struct {
-	seq  []int
-	call *embedCall
-	idx  int // the input's place in the request
+	seq   []int
+	types []int // token type ids (nil: all 0)
+	call  *embedCall
+	idx   int // the input's place in the request
 }
 
 // embedCall is one request's share of the batcher's work. Only the
@@ -69,16 +73,18 @@ type embedCall struct {
 	done chan struct{}
 }
 
-func newEmbedBatcher(m *embed.Model, maxTokens int, stats *embedStats) *embedBatcher {
-	b := &embedBatcher{m: m, maxTokens: maxTokens, stats: stats,
+func newEmbedBatcher(forward func(seqs, types [][]int) ([][]float32, error), output func([]float32, int) []float32,
+	maxTokens int, stats *embedStats) *embedBatcher {
+	b := &embedBatcher{forward: forward, output: output, maxTokens: maxTokens, stats: stats,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go b.run()
 	return b
 }
 
-// embed queues the sequences of one request and waits for their vectors
-// (or for ctx to end: its inputs not yet run are then skipped).
-func (b *embedBatcher) embed(ctx context.Context, seqs [][]int, dims int) ([][]float32, error) {
+// embed queues the sequences of one request (types: nil, or each
+// sequence's token type ids) and waits for their vectors (or for ctx to
+// end: its inputs not yet run are then skipped).
+func (b *embedBatcher) embed(ctx context.Context, seqs, types [][]int, dims int) ([][]float32, error) {
 	c := &embedCall{ctx: ctx, dims: dims, out: make([][]float32, len(seqs)), left: len(seqs), done: make(chan struct{})}
 	b.mu.Lock()
 	if b.stopped {
@@ -86,7 +92,11 @@ func (b *embedBatcher) embed(ctx context.Context, seqs [][]int, dims int) ([][]f
 		return nil, fmt.Errorf("%w: the model is unloading", engine.ErrUnavailable)
 	}
 	for i, s := range seqs {
-		b.queue = append(b.queue, embedItem{seq: s, call: c, idx: i})
+		it := embedItem{seq: s, call: c, idx: i}
+		if types != nil {
+			it.types = types[i]
+		}
+		b.queue = append(b.queue, it)
 	}
 	b.mu.Unlock()
 	select {
@@ -156,12 +166,12 @@ func (b *embedBatcher) pass(items []embedItem) {
 	if len(items) == 0 {
 		return
 	}
-	seqs := make([][]int, len(items))
+	seqs, types := make([][]int, len(items)), make([][]int, len(items))
 	for i, it := range items {
-		seqs[i] = it.seq
+		seqs[i], types[i] = it.seq, it.types
 	}
 	// The pass serves several requests: one going away must not stop it.
-	vecs, err := b.m.Pool(context.Background(), seqs)
+	vecs, err := b.forward(seqs, types)
 	b.stats.passes.Add(1)
 	if err != nil {
 		fail(items, err)
@@ -170,7 +180,7 @@ func (b *embedBatcher) pass(items []embedItem) {
 	b.stats.inputs.Add(int64(len(items)))
 	for i, it := range items {
 		c := it.call
-		c.out[it.idx] = b.m.Output(vecs[i], c.dims)
+		c.out[it.idx] = b.output(vecs[i], c.dims)
 		if c.left--; c.left == 0 {
 			close(c.done)
 		}

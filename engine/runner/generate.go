@@ -96,6 +96,9 @@ func (r *Runner) Generate(ctx context.Context, req *engine.Request) (<-chan engi
 	}
 	if lm.emb != nil {
 		release()
+		if lm.emb.ce != nil {
+			return nil, invalid("model %q is a %s model; it answers /v1/rerank, not generation", req.Model, engine.KindRerank)
+		}
 		return nil, invalid("model %q is an %s model; it answers /v1/embeddings, not generation", req.Model, engine.KindEmbedding)
 	}
 	g, err := r.prepare(ctx, lm, req)

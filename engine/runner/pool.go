@@ -336,13 +336,13 @@ func (r *Runner) makeRoom(target *entry, need int64) ([]*loadedModel, error) {
 // cancelled ctx does not stop it. An embedding model has no template and
 // no scheduler.
 func (r *Runner) loadModel(ctx context.Context, e *entry) (*loadedModel, error) {
-	if e.info.Kind == engine.KindEmbedding {
+	if e.info.Kind == engine.KindEmbedding || e.info.Kind == engine.KindRerank {
 		em, err := r.loader.loadEmbedding(e.info)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: %v", engine.ErrUnavailable, e.info.ID, err)
 		}
 		em.start(r.cfg.EmbedBatchTokens, &r.embedStats)
-		r.cfg.Logger.Info("model loaded", "model", e.info.ID, "kind", e.info.Kind, "weight_bytes", em.m.WeightBytes())
+		r.cfg.Logger.Info("model loaded", "model", e.info.ID, "kind", e.info.Kind, "weight_bytes", em.weightBytes())
 		lm := &loadedModel{name: e.info.ID, emb: em}
 		lm.setSettings(r.modelSettings(e.info.ID))
 		return lm, nil

@@ -98,6 +98,9 @@ type Config struct {
 	// MaxEmbedInputs caps the inputs of one embeddings request (default
 	// 2048).
 	MaxEmbedInputs int
+	// MaxRerankDocuments caps the documents of one rerank request
+	// (default DefaultMaxRerankDocuments).
+	MaxRerankDocuments int
 	// EmbedBatchTokens bounds one encoder pass of an embedding model, in
 	// padded tokens (inputs × the longest of them): the waiting inputs of
 	// all requests are sorted by length and run in passes up to this
@@ -157,6 +160,9 @@ func (c *Config) defaults() {
 	}
 	if c.MaxEmbedInputs == 0 {
 		c.MaxEmbedInputs = DefaultMaxEmbedInputs
+	}
+	if c.MaxRerankDocuments == 0 {
+		c.MaxRerankDocuments = DefaultMaxRerankDocuments
 	}
 	if c.EmbedBatchTokens == 0 {
 		c.EmbedBatchTokens = DefaultEmbedBatchTokens
@@ -295,7 +301,11 @@ func (r *Runner) rescan() error {
 			continue
 		}
 		info := engine.ModelInfo{ID: f.Name, Path: f.Path, Format: string(f.Kind), Kind: engine.KindChat}
-		if f.Kind == modelfile.KindSafetensors && embed.IsEmbeddingModel(f.Path) {
+		switch {
+		case f.Kind != modelfile.KindSafetensors:
+		case embed.IsCrossEncoder(f.Path):
+			info.Kind = engine.KindRerank
+		case embed.IsEmbeddingModel(f.Path):
 			info.Kind = engine.KindEmbedding
 		}
 		if st, err := os.Stat(f.Path); err == nil {
@@ -485,7 +495,7 @@ func (lm *loadedModel) close() error {
 // weightBytes is the memory the model's weights hold.
 func (lm *loadedModel) weightBytes() int64 {
 	if lm.emb != nil {
-		return lm.emb.m.WeightBytes()
+		return lm.emb.weightBytes()
 	}
 	return lm.model.WeightBytes()
 }

@@ -71,7 +71,7 @@ func (lm *loadedModel) settings() ModelSettings {
 type ModelDetails struct {
 	ID           string
 	Format       string // safetensors or gguf
-	Kind         string // engine.KindChat or engine.KindEmbedding
+	Kind         string // engine.KindChat, KindEmbedding or KindRerank
 	Bytes        int64  // size of its files
 	Architecture string // from config.json ("" when unknown)
 	ModelType    string
@@ -153,7 +153,7 @@ func describe(info engine.ModelInfo) ModelDetails {
 			d.Quantization = "affine " + strconv.Itoa(q.Bits) + "-bit/" + strconv.Itoa(q.GroupSize)
 		}
 	}
-	if info.Kind == engine.KindEmbedding {
+	if info.Kind == engine.KindEmbedding || info.Kind == engine.KindRerank {
 		return d
 	}
 	cfg, err := modelfile.ParseConfig(raw)

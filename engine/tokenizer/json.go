@@ -93,6 +93,9 @@ func build(doc *tokenizerJSON) (*Tokenizer, error) {
 	if err := t.buildModel(&doc.Model); err != nil {
 		return nil, fmt.Errorf("model: %w", err)
 	}
+	// A pair template only serves text pairs (cross-encoders): one this
+	// package cannot read leaves the tokenizer without pairs, not broken.
+	t.pair, _ = buildPairTemplate(doc.PostProcessor)
 	if t.wrap, err = buildPostProcessor(doc.PostProcessor); err != nil {
 		return nil, fmt.Errorf("post_processor: %w", err)
 	}

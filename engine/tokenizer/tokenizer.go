@@ -16,6 +16,7 @@ type Tokenizer struct {
 	// text; normAdded the others on normalized text.
 	rawAdded, normAdded *addedMatcher
 	wrap                specialWrap
+	pair                []pairPiece // the post-processor's pair template (nil: none)
 
 	// Tables indexed by id.
 	tokens  []string // the token's text, "" if the id is unused

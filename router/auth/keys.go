@@ -28,7 +28,7 @@ type Scope string
 // The scopes, one per route group (ScopeOf maps every route to one).
 const (
 	ScopeInference  Scope = "inference"  // chat, completions, messages, responses, models, tokenize
-	ScopeEmbeddings Scope = "embeddings" // /v1/embeddings
+	ScopeEmbeddings Scope = "embeddings" // /v1/embeddings, /v1/rerank
 	ScopeAudio      Scope = "audio"      // /v1/audio
 	ScopeImages     Scope = "images"     // /v1/images
 	ScopeMCP        Scope = "mcp"        // /v1/mcp, /mcp

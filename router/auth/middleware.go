@@ -26,7 +26,7 @@ func ScopeOf(method, path string) Scope {
 			return ScopeAdminRead
 		}
 		return ScopeAdmin
-	case under("/v1/embeddings"):
+	case under("/v1/embeddings"), path == "/v1/rerank", path == "/rerank":
 		return ScopeEmbeddings
 	case under("/v1/audio"):
 		return ScopeAudio

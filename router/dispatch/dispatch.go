@@ -651,6 +651,19 @@ func (d *Dispatcher) Embed(ctx context.Context, req *engine.EmbedRequest) (*engi
 		func(g engine.Generator) (*engine.EmbedResult, error) { return embed(g) })
 }
 
+// Rerank runs where Embed would.
+func (d *Dispatcher) Rerank(ctx context.Context, req *engine.RerankRequest) (*engine.RerankResult, error) {
+	rerank := func(g any) (*engine.RerankResult, error) {
+		if r, ok := g.(engine.Reranker); ok {
+			return r.Rerank(ctx, req)
+		}
+		return nil, fmt.Errorf("%w: %q", engine.ErrModelNotFound, req.Model)
+	}
+	return onModelNode(ctx, d, req.Model,
+		func() (*engine.RerankResult, error) { return rerank(d.cfg.Local) },
+		func(g engine.Generator) (*engine.RerankResult, error) { return rerank(g) })
+}
+
 // onModelNode runs local on this node unless it does not have the model,
 // then remote on each peer that has it, until one answers or fails for
 // good; with none, the model's not-found error (503 while peers are

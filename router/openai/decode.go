@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"unicode/utf8"
 )
 
 // MaxBytesError reports whether err comes from a body over the limit set by
@@ -41,6 +42,21 @@ func decodeBody(r *http.Request, v any) *Error {
 	body, e := readBody(r)
 	if e != nil {
 		return e
+	}
+	return decodeJSON(body, v)
+}
+
+// decodeUTF8Body is decodeBody for routes that also refuse a body that
+// is not valid UTF-8 (which encoding/json would quietly replace), because
+// its text goes to a model as it is.
+func decodeUTF8Body(r *http.Request, v any) *Error {
+	body, e := readBody(r)
+	if e != nil {
+		return e
+	}
+	if !utf8.Valid(body) {
+		return &Error{Status: http.StatusBadRequest, Type: TypeInvalidRequest, Code: "invalid_json",
+			Message: "The request body is not valid UTF-8."}
 	}
 	return decodeJSON(body, v)
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"unicode/utf8"
 
 	"fusion/engine"
 )
@@ -23,6 +22,13 @@ type EmbeddingRequest struct {
 	// the model's limit, as sentence-transformers does, and marks them
 	// "truncated" in the answer; false makes such an input a 400.
 	Truncate *bool `json:"truncate"`
+	// PromptName and Prompt (fusion extensions, sentence-transformers'
+	// encode arguments) put an instruction before every text input: the
+	// model's prompt of that name (Qwen3-Embedding's "query"), or the
+	// text given, which wins. Without either the model's default prompt
+	// applies, if it has one.
+	PromptName string  `json:"prompt_name"`
+	Prompt     *string `json:"prompt"`
 }
 
 // EmbeddingResponse is the answer of POST /v1/embeddings.
@@ -59,7 +65,7 @@ func (req *EmbeddingRequest) toEngine() (*engine.EmbedRequest, *Error) {
 	default:
 		return nil, invalidRequest("encoding_format", "Invalid 'encoding_format': %q (expected 'float' or 'base64').", req.EncodingFormat)
 	}
-	out := &engine.EmbedRequest{Model: req.Model, NoTruncate: req.Truncate != nil && !*req.Truncate}
+	out := &engine.EmbedRequest{Model: req.Model, NoTruncate: req.Truncate != nil && !*req.Truncate, Prompt: req.Prompt, PromptName: req.PromptName}
 	if req.Dimensions != nil {
 		if *req.Dimensions < 1 {
 			return nil, invalidRequest("dimensions", "Invalid 'dimensions': %d (expected a positive integer).", *req.Dimensions)
@@ -108,18 +114,8 @@ func isString(raw json.RawMessage) bool {
 
 // POST /v1/embeddings
 func (h *Handler) embeddings(w http.ResponseWriter, r *http.Request) {
-	body, e := readBody(r)
-	if e != nil {
-		h.reject(w, r, e)
-		return
-	}
-	if !utf8.Valid(body) {
-		h.reject(w, r, &Error{Status: http.StatusBadRequest, Type: TypeInvalidRequest, Code: "invalid_json",
-			Message: "The request body is not valid UTF-8."})
-		return
-	}
 	var req EmbeddingRequest
-	if e := decodeJSON(body, &req); e != nil {
+	if e := decodeUTF8Body(r, &req); e != nil {
 		h.reject(w, r, e)
 		return
 	}

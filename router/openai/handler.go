@@ -52,6 +52,8 @@ func (h *Handler) Mount(r chi.Router) {
 	r.Post("/v1/chat/completions", h.chatCompletions)
 	r.Post("/v1/completions", h.completions)
 	r.Post("/v1/embeddings", h.embeddings)
+	r.Post("/v1/rerank", h.rerank)
+	r.Post("/rerank", h.rerank)
 	r.Get("/v1/models", h.listModels)
 	r.Get("/v1/models/*", h.getModel)
 	r.Post("/tokenize", h.tokenize)
