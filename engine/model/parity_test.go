@@ -72,7 +72,7 @@ func parityCases() []parityCase {
 	moeStep2.SparseStep, moeStep2.Seed = 2, 15
 	q4 := func(o demo.Options) demo.Options { o.Quantize, o.GroupSize = 4, 64; return o }
 	fp := func(o demo.Options, mode string) demo.Options { o.QuantMode = mode; return o }
-	return []parityCase{
+	return append([]parityCase{
 		// The demo llama carries Llama 3.1's rope_scaling (llama3, factor 32).
 		{name: "llama-bf16-llama3rope", opts: llama, tol: 1e-3},
 		{name: "llama-mlx4-llama3rope", opts: q4(llama), tol: 1e-2},
@@ -98,6 +98,34 @@ func parityCases() []parityCase {
 		{name: "qwen3-nvfp4", opts: fp(qwen3, "nvfp4"), tol: 1e-2},
 		{name: "qwen3_moe-mxfp4", opts: fp(moe, "mxfp4"), tol: 1e-2},
 		{name: "qwen3_moe-mxfp8", opts: fp(moe, "mxfp8"), tol: 1e-2},
+	}, familyCases(q4)...)
+}
+
+// familyCases are phi3 and the mistral families. Phi-3 as Phi-4-mini
+// ships (fused qkv and gate_up, tied, longrope with mscale 1.19, RoPE on
+// 24 of 32 features) and as Phi-3.5-mini (untied, every feature
+// rotated); Mistral with head_dim 64 ≠ hidden/heads (as Nemo), with
+// sliding-window layers (a window of 100, shorter than the prompt, on
+// every other layer), and Mistral 3's text model under language_model.
+// beside a vision tower.
+func familyCases(q4 func(demo.Options) demo.Options) []parityCase {
+	phi3 := demo.Options{Arch: "phi3", Layers: 3, Hidden: 128, Heads: 4, KVHeads: 2, Intermediate: 256, Seed: 16}
+	phi35 := phi3
+	phi35.PartialRotary, phi35.Untied, phi35.Seed = 1, true, 17
+	mistral := demo.Options{Arch: "mistral", Layers: 2, Hidden: 128, Heads: 4, KVHeads: 2, HeadDim: 64, Intermediate: 256, Seed: 18}
+	window := mistral
+	window.SlidingWindow, window.SlidingPattern, window.Seed = 100, 2, 19
+	mistral3 := mistral
+	mistral3.Arch, mistral3.Seed = "mistral3", 20
+	return []parityCase{
+		{name: "phi3-bf16-longrope-partial", opts: phi3, tol: 1e-3},
+		{name: "phi3-mlx4-longrope-partial", opts: q4(phi3), tol: 1e-2},
+		{name: "phi3-bf16-untied-full-rotary", opts: phi35, tol: 1e-3},
+		{name: "mistral-bf16", opts: mistral, tol: 1e-3},
+		{name: "mistral-mlx4", opts: q4(mistral), tol: 1e-2},
+		{name: "mistral-bf16-window", opts: window, tol: 1e-3},
+		{name: "mistral3-bf16", opts: mistral3, tol: 1e-3},
+		{name: "mistral3-mlx4", opts: q4(mistral3), tol: 1e-2},
 	}
 }
 

@@ -185,14 +185,14 @@ func (s safetensorsSource) experts(path string) ([]backend.WeightData, error) {
 }
 
 func (s safetensorsSource) vector(name string) (backend.VectorData, error) {
-	t, ok := s.m.Weights.Tensor(name)
+	t, ok := s.m.Tensor(name)
 	if !ok {
 		return backend.VectorData{}, fmt.Errorf("%w: %s is missing", ErrBadWeights, name)
 	}
 	return backend.VectorData{Name: name, Data: t}, nil
 }
 
-func (s safetensorsSource) has(name string) bool { return s.m.Weights.Has(name) }
+func (s safetensorsSource) has(name string) bool { return s.m.Has(name) }
 func (s safetensorsSource) close() error         { return s.m.Close() }
 
 // ggufSource reads a GGUF file through the Hugging Face names.
