@@ -18,12 +18,14 @@ func (o *Options) resolveGemma() error {
 	switch o.Arch {
 	case modelfile.ArchLlama, modelfile.ArchQwen3, modelfile.ArchQwen3MoE:
 		if o.SlidingWindow != 0 || o.SlidingPattern != 0 {
-			return fmt.Errorf("demo: a sliding window is only for gemma3_text")
+			return fmt.Errorf("demo: a sliding window is only for gemma3_text, mistral and mistral3")
 		}
 		return nil
 	case modelfile.ArchGemma3Text:
+	case modelfile.ArchPhi3, modelfile.ArchMistral, modelfile.ArchMistral3:
+		return nil // resolveFamily
 	default:
-		return fmt.Errorf("demo: unknown arch %q (want llama, qwen3, qwen3_moe or gemma3_text)", o.Arch)
+		return fmt.Errorf("demo: unknown arch %q (want %s)", o.Arch, archList)
 	}
 	switch {
 	case o.StopAfter != 0:

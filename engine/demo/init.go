@@ -226,6 +226,9 @@ func (m *Model) initWeights() error {
 	if err != nil {
 		return err
 	}
+	if p.Arch == modelfile.ArchMistral3 {
+		m.visionTensors(add)
+	}
 	round := m.roundFunc()
 	for _, t := range m.Tensors {
 		for i, v := range t.Data {

@@ -76,6 +76,7 @@ func (m *Model) SafetensorsTensors() ([]tensor.Tensor, error) {
 	var out []tensor.Tensor
 	for _, t := range m.Tensors {
 		group, bits, mode, ok := m.quantParams(t)
+		t.Name = m.Params.fileName(t.Name)
 		if !ok {
 			out = append(out, tensor.Tensor{Name: t.Name, DType: m.DType, Shape: t.Shape, Data: m.encode(t.Data)})
 			continue
