@@ -27,6 +27,10 @@ const (
 	// mistral config inside text_config, weights under "language_model.";
 	// the vision tower is not loaded.
 	ArchMistral3 = "mistral3"
+	// ArchGptOss is gpt-oss (20b, 120b): a mixture of biased experts with
+	// a clamped SwiGLU, attention sinks, alternating sliding and full
+	// layers; see GptOss.
+	ArchGptOss = "gpt_oss"
 )
 
 // ConfigFile and GenerationConfigFile are the file names in a model
@@ -65,6 +69,8 @@ func archFor(name string) string {
 		return ArchPhi3
 	case "MistralForCausalLM", "mistral":
 		return ArchMistral
+	case "GptOssForCausalLM", "gpt_oss":
+		return ArchGptOss
 	}
 	return ""
 }
@@ -108,6 +114,8 @@ type Config struct {
 	MoE *MoE `json:"moe,omitempty"`
 	// Gemma holds what only Gemma 3 has (nil for other families).
 	Gemma *GemmaConfig `json:"gemma,omitempty"`
+	// GptOss holds what only gpt-oss has (nil for other families).
+	GptOss *GptOss `json:"gpt_oss,omitempty"`
 	// Sliding marks the layers that attend to the last SlidingWindow
 	// positions only (llama and mistral: layer_types with
 	// "sliding_attention", as mlx-lm's llama.py reads them); nil when every
@@ -205,6 +213,11 @@ func ParseConfig(data []byte) (*Config, error) {
 	c.TieWordEmbeddings = orBool(r.TieWordEmbeddings, c.Architecture != ArchQwen3 && c.Architecture != ArchQwen3MoE)
 	c.AttentionBias = orBool(r.AttentionBias, false)
 	c.MLPBias = orBool(r.MLPBias, false)
+	if c.Architecture == ArchGptOss {
+		if err := c.gptOss(data); err != nil {
+			return nil, err
+		}
+	}
 	c.BOSTokenIDs, c.EOSTokenIDs = r.BOSTokenID, r.EOSTokenID
 	if err := c.BOSTokenIDs.check("bos_token_id", c.VocabSize); err != nil {
 		return nil, err

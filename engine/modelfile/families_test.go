@@ -186,3 +186,51 @@ func TestParseMistral(t *testing.T) {
 		}
 	})
 }
+
+func TestParseGptOss(t *testing.T) {
+	oss := func(edits obj) []byte {
+		base := obj{"architectures": []string{"GptOssForCausalLM"}, "model_type": "gpt_oss", "head_dim": nil, "rope_theta": nil,
+			"tie_word_embeddings": false, "num_local_experts": 8, "num_experts_per_tok": 2, "num_hidden_layers": 4}
+		for k, v := range edits {
+			base[k] = v
+		}
+		return cfgJSON(t, base)
+	}
+	c, err := ParseConfig(oss(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantMoE := &MoE{Experts: 8, TopK: 2, Intermediate: 128, SparseStep: 1}
+	if c.Architecture != ArchGptOss || c.HeadDim != 64 || c.RopeTheta != 150000 || c.TieWordEmbeddings || !c.AttentionBias ||
+		!reflect.DeepEqual(c.MoE, wantMoE) || c.SlidingWindow != 128 || !reflect.DeepEqual(c.Sliding, []bool{true, false, true, false}) ||
+		!reflect.DeepEqual(c.GptOss, &GptOss{SwiGLUAlpha: 1.702, SwiGLULimit: 7}) {
+		t.Errorf("defaults: %+v moe %+v gpt_oss %+v", c, c.MoE, c.GptOss)
+	}
+	c, err = ParseConfig(oss(obj{"sliding_window": 32, "layer_types": []string{"full_attention", "sliding_attention", "sliding_attention", "full_attention"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.SlidingWindow != 32 || !reflect.DeepEqual(c.Sliding, []bool{false, true, true, false}) {
+		t.Errorf("layer_types: window %d sliding %v", c.SlidingWindow, c.Sliding)
+	}
+	for _, tc := range []struct {
+		name string
+		data []byte
+		want error
+		msg  string
+	}{
+		{"tied", oss(obj{"tie_word_embeddings": true}), ErrUnsupported, "tied"},
+		{"more per token than experts", oss(obj{"num_experts_per_tok": 9}), ErrInvalidConfig, "9 per token"},
+		{"zero experts", oss(obj{"num_local_experts": 0}), ErrInvalidConfig, "0 experts"},
+		{"window zero", oss(obj{"sliding_window": 0}), ErrInvalidConfig, "sliding_window 0"},
+		{"no full layer", oss(obj{"layer_types": []string{"sliding_attention", "sliding_attention", "sliding_attention", "sliding_attention"}}), ErrInvalidConfig, "both"},
+		{"layer_types count", oss(obj{"layer_types": []string{"full_attention"}}), ErrInvalidConfig, "1 layer_types for 4 layers"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseConfig(tc.data)
+			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.msg) {
+				t.Fatalf("error = %v, want %v mentioning %q", err, tc.want, tc.msg)
+			}
+		})
+	}
+}
