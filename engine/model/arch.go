@@ -26,6 +26,7 @@ var architectures = map[string]architecture{
 	// (mlx-lm maps mistral to llama, and mistral3's text model too).
 	modelfile.ArchMistral:  {load: loadLlama, headDim: configHeadDim, setup: setupWindows},
 	modelfile.ArchMistral3: {load: loadLlama, headDim: configHeadDim, setup: setupWindows},
+	modelfile.ArchGptOss:   {load: loadGptOss, headDim: configHeadDim, setup: setupGptOss},
 }
 
 // configHeadDim is head_dim, which modelfile defaults to hidden/heads.

@@ -18,14 +18,15 @@ import (
 // (GGUF's interleaved q/k rows), Qwen3 on all, Gemma 3 and Mistral
 // (safetensors only) with sliding windows, Phi-3 (its fused matrices
 // split into row views) float and quantized, Mistral 3 (weights under
-// language_model.) float.
+// language_model.) float, gpt-oss (sinks, windows of 128, biased experts)
+// float and quantized.
 var formats = []struct {
 	name  string
 	opts  demo.Options
 	archs []string
 }{
-	{"bf16", demo.Options{}, []string{"llama", "qwen3", "qwen3_moe", "phi3", "mistral3"}},
-	{"mlx-q4", demo.Options{Quantize: 4, GroupSize: 32}, []string{"qwen3", "qwen3_moe", "phi3"}},
+	{"bf16", demo.Options{}, []string{"llama", "qwen3", "qwen3_moe", "phi3", "mistral3", "gpt_oss"}},
+	{"mlx-q4", demo.Options{Quantize: 4, GroupSize: 32}, []string{"qwen3", "qwen3_moe", "phi3", "gpt_oss"}},
 	{"mlx-q8", demo.Options{Quantize: 8, GroupSize: 64}, []string{"qwen3"}},
 	{"gguf-f16", demo.Options{Format: demo.FormatGGUF, GGUFType: "f16"}, []string{"llama", "qwen3"}},
 	{"gguf-q8_0", demo.Options{Format: demo.FormatGGUF, GGUFType: "q8_0"}, []string{"llama", "qwen3"}},

@@ -77,6 +77,9 @@ func (d dims) length(name string) int {
 	if strings.HasSuffix(name, "q_norm.weight") || strings.HasSuffix(name, "k_norm.weight") {
 		return d.headDim
 	}
+	if strings.HasSuffix(name, "self_attn.sinks") {
+		return d.heads
+	}
 	return d.hidden
 }
 
