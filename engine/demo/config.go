@@ -80,7 +80,7 @@ func (m *Model) configJSON() map[string]any {
 		c["quantization_config"] = q
 	}
 	switch p.Arch {
-	case modelfile.ArchPhi3, modelfile.ArchMistral, modelfile.ArchMistral3:
+	case modelfile.ArchPhi3, modelfile.ArchMistral, modelfile.ArchMistral3, modelfile.ArchGptOss:
 		return m.familyConfig(c)
 	}
 	return c

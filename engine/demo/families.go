@@ -3,6 +3,7 @@ package demo
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"strings"
 
 	"fusion/engine/modelfile"
@@ -22,15 +23,21 @@ import (
 //     "language_model." as mlx-lm saves them, beside a (tiny, random)
 //     vision tower and projector that the text model does not use.
 
-// resolveFamily checks what phi3 and the mistral families allow.
+// resolveFamily checks what phi3, the mistral families and gpt_oss
+// allow.
 func (o *Options) resolveFamily() error {
 	phi3 := o.Arch == modelfile.ArchPhi3
 	mistral := o.Arch == modelfile.ArchMistral || o.Arch == modelfile.ArchMistral3
+	oss := o.Arch == modelfile.ArchGptOss
 	switch {
 	case o.PartialRotary != 0 && !phi3:
 		return fmt.Errorf("demo: --partial-rotary is only for phi3")
-	case !phi3 && !mistral:
+	case !phi3 && !mistral && !oss:
 		return nil
+	case o.StopAfter != 0 && (phi3 || oss || o.SlidingWindow != 0):
+		return fmt.Errorf("demo: --stop-after is not supported for %s (or with sliding windows)", o.Arch)
+	case oss && o.SlidingPattern != 0 && o.SlidingPattern != 2:
+		return fmt.Errorf("demo: gpt_oss alternates sliding and full layers (--sliding-pattern 2)")
 	case o.Format == FormatGGUF:
 		return fmt.Errorf("demo: %s demos are written as safetensors only", o.Arch)
 	case phi3 && o.HeadDim != 0 && o.HeadDim*o.Heads != o.Hidden:
@@ -50,6 +57,15 @@ func (o *Options) resolveFamily() error {
 			return fmt.Errorf("demo: --partial-rotary %v is outside (0, 1]", o.PartialRotary)
 		}
 	}
+	if oss {
+		if o.SlidingWindow == 0 {
+			o.SlidingWindow = 128
+		}
+		o.SlidingPattern = 2
+		if o.Untied {
+			return fmt.Errorf("demo: gpt_oss is always untied")
+		}
+	}
 	if o.SlidingWindow != 0 && o.SlidingPattern == 0 {
 		o.SlidingPattern = 4
 	}
@@ -67,6 +83,14 @@ func (p *Params) family(o Options) {
 		p.MaxPositions, p.RMSNormEps, p.RopeTheta = 32768, 1e-5, 1000000
 		p.TieEmbeddings = false
 		p.SlidingWindow, p.SlidingPattern = o.SlidingWindow, o.SlidingPattern
+	case modelfile.ArchGptOss:
+		// gpt-oss-20b's RoPE: yarn ×32 over 4096 positions.
+		p.MaxPositions, p.RMSNormEps, p.RopeTheta = 131072, 1e-5, 150000
+		p.RopeScaling = map[string]any{"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
+			"original_max_position_embeddings": 4096, "rope_type": "yarn", "truncate": false}
+		p.TieEmbeddings = false
+		p.SlidingWindow, p.SlidingPattern = o.SlidingWindow, o.SlidingPattern
+		p.Intermediate = o.MoEIntermediate // the experts' width is intermediate_size
 	}
 }
 
@@ -96,6 +120,8 @@ func (m *Model) familyConfig(c map[string]any) map[string]any {
 		}
 	}
 	switch p.Arch {
+	case modelfile.ArchGptOss:
+		return m.gptOssConfig(c)
 	case modelfile.ArchPhi3:
 		for k, v := range map[string]any{
 			"architectures":                    []string{"Phi3ForCausalLM"},
@@ -120,14 +146,7 @@ func (m *Model) familyConfig(c map[string]any) map[string]any {
 	c["sliding_window"] = nil
 	c["transformers_version"] = "4.42.0.dev0"
 	if p.SlidingWindow > 0 {
-		types := make([]string, p.Layers)
-		for i := range types {
-			types[i] = "sliding_attention"
-			if (i+1)%p.SlidingPattern == 0 {
-				types[i] = "full_attention"
-			}
-		}
-		c["sliding_window"], c["layer_types"] = p.SlidingWindow, types
+		c["sliding_window"], c["layer_types"] = p.SlidingWindow, p.layerTypes()
 	}
 	if p.Arch != modelfile.ArchMistral3 {
 		return c
@@ -227,4 +246,101 @@ func (p Params) fileName(name string) string {
 		return "language_model." + name
 	}
 	return name
+}
+
+// layerTypes is layer_types with one full layer in every SlidingPattern.
+func (p Params) layerTypes() []string {
+	types := make([]string, p.Layers)
+	for i := range types {
+		types[i] = "sliding_attention"
+		if (i+1)%p.SlidingPattern == 0 {
+			types[i] = "full_attention"
+		}
+	}
+	return types
+}
+
+// gptOssConfig is GptOssForCausalLM's config.json (gpt-oss-20b's keys).
+func (m *Model) gptOssConfig(c map[string]any) map[string]any {
+	p := m.Params
+	for k, v := range map[string]any{
+		"architectures":          []string{"GptOssForCausalLM"},
+		"model_type":             modelfile.ArchGptOss,
+		"attention_bias":         true,
+		"experts_per_token":      p.ExpertsPerTok,
+		"num_experts_per_tok":    p.ExpertsPerTok,
+		"num_local_experts":      p.Experts,
+		"initial_context_length": 4096,
+		"layer_types":            p.layerTypes(),
+		"output_router_logits":   false,
+		"router_aux_loss_coef":   0.9,
+		"sliding_window":         p.SlidingWindow,
+		"swiglu_limit":           7.0,
+		"transformers_version":   "4.55.0.dev0",
+	} {
+		c[k] = v
+	}
+	if m.Tokenizer.Pad >= 0 {
+		c["pad_token_id"] = m.Tokenizer.Pad
+	}
+	return c
+}
+
+// gptOssLayers draws gpt-oss's layers with the magnitudes of init.go:
+// biased q, k, v (their biases spread by 0.1), the o and expert down
+// biases small and on the content dimensions only, a router and expert
+// gates at unit gain, and one sink logit per head around 0.
+func (m *Model) gptOssLayers(sc scales, rng *rand.Rand,
+	inputs func(n, out int, gain float64) []float32,
+	outputs func(n, in int, std float64) []float32,
+	add func(name string, data []float32, shape ...int) []float32,
+	fill func(n int, v float32) []float32,
+) {
+	p := m.Params
+	qkGain := math.Sqrt(2)
+	q, kv := p.Heads*p.HeadDim, p.KVHeads*p.HeadDim
+	e, in := p.Experts, p.Intermediate
+	normal := func(n int, std float64) []float32 {
+		d := make([]float32, n)
+		for i := range d {
+			d[i] = float32(rng.NormFloat64() * std)
+		}
+		return d
+	}
+	// content: n values of residual biases, zero on the reserved dims.
+	content := func(n int, std float64) []float32 {
+		d := normal(n, std)
+		for r := range n / p.Hidden {
+			clear(d[r*p.Hidden+sc.content : (r+1)*p.Hidden])
+		}
+		return d
+	}
+	oStd := sc.rho * initializerRange / (0.7 * math.Sqrt(float64(q)))
+	// (clip(up) + 1)·g·σ(1.702g) over unit-variance inputs has an RMS of
+	// ~1.
+	downStd := sc.rho * initializerRange / math.Sqrt(float64(in))
+	for l := range p.Layers {
+		pre := fmt.Sprintf("model.layers.%d.", l)
+		add(pre+"input_layernorm.weight", fill(p.Hidden, 1), p.Hidden)
+		for _, proj := range []struct {
+			name string
+			out  int
+			gain float64
+		}{{"q_proj", q, qkGain}, {"k_proj", kv, qkGain}, {"v_proj", kv, 1}} {
+			add(pre+"self_attn."+proj.name+".weight", inputs(1, proj.out, proj.gain), proj.out, p.Hidden)
+			add(pre+"self_attn."+proj.name+".bias", normal(proj.out, 0.1), proj.out)
+		}
+		add(pre+"self_attn.o_proj.weight", outputs(1, q, oStd), p.Hidden, q)
+		add(pre+"self_attn.o_proj.bias", content(p.Hidden, 0.1*oStd), p.Hidden)
+		add(pre+"self_attn.sinks", normal(p.Heads, 1), p.Heads)
+		add(pre+"post_attention_layernorm.weight", fill(p.Hidden, 1), p.Hidden)
+		add(pre+"mlp.router.weight", inputs(1, e, 1), e, p.Hidden)
+		add(pre+"mlp.router.bias", normal(e, 0.1), e)
+		add(pre+"mlp.experts.gate_proj.weight", inputs(e, in, 1), e, in, p.Hidden)
+		add(pre+"mlp.experts.gate_proj.bias", normal(e*in, 0.1), e, in)
+		add(pre+"mlp.experts.up_proj.weight", inputs(e, in, 1), e, in, p.Hidden)
+		add(pre+"mlp.experts.up_proj.bias", normal(e*in, 0.1), e, in)
+		add(pre+"mlp.experts.down_proj.weight", outputs(e, in, downStd), e, p.Hidden, in)
+		add(pre+"mlp.experts.down_proj.bias", content(e*p.Hidden, 0.1*downStd), e, p.Hidden)
+	}
 }

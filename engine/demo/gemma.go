@@ -22,7 +22,7 @@ func (o *Options) resolveGemma() error {
 		}
 		return nil
 	case modelfile.ArchGemma3Text:
-	case modelfile.ArchPhi3, modelfile.ArchMistral, modelfile.ArchMistral3:
+	case modelfile.ArchPhi3, modelfile.ArchMistral, modelfile.ArchMistral3, modelfile.ArchGptOss:
 		return nil // resolveFamily
 	default:
 		return fmt.Errorf("demo: unknown arch %q (want %s)", o.Arch, archList)
@@ -60,13 +60,6 @@ func (m *Model) gemmaConfig(c map[string]any) {
 	for _, k := range []string{"hidden_act", "max_window_layers", "use_sliding_window"} {
 		delete(c, k) // Qwen3's
 	}
-	types := make([]string, p.Layers)
-	for i := range types {
-		types[i] = "sliding_attention"
-		if (i+1)%p.SlidingPattern == 0 {
-			types[i] = "full_attention"
-		}
-	}
 	for k, v := range map[string]any{
 		"architectures":           []string{"Gemma3ForCausalLM"},
 		"model_type":              modelfile.ArchGemma3Text,
@@ -74,7 +67,7 @@ func (m *Model) gemmaConfig(c map[string]any) {
 		"cache_implementation":    "hybrid",
 		"final_logit_softcapping": nil,
 		"hidden_activation":       "gelu_pytorch_tanh",
-		"layer_types":             types,
+		"layer_types":             p.layerTypes(),
 		"query_pre_attn_scalar":   p.HeadDim,
 		"rope_local_base_freq":    10000.0,
 		"sliding_window":          p.SlidingWindow,

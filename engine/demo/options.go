@@ -54,7 +54,7 @@ type Options struct {
 }
 
 // archList names the architectures the demo writes.
-const archList = "llama, qwen3, qwen3_moe, gemma3_text, phi3, mistral or mistral3"
+const archList = "llama, qwen3, qwen3_moe, gemma3_text, phi3, mistral, mistral3 or gpt_oss"
 
 // DefaultMoE is the demo mixture: 8 experts of 64 features, 2 per token,
 // every layer sparse (Qwen3-30B-A3B has 128 of 768, 8 per token).
@@ -134,9 +134,9 @@ func (o Options) resolve() (Options, error) {
 	switch o.Arch {
 	case modelfile.ArchLlama, modelfile.ArchQwen3, modelfile.ArchGemma3Text, modelfile.ArchPhi3, modelfile.ArchMistral, modelfile.ArchMistral3:
 		if o.Experts != 0 || o.ExpertsPerTok != 0 || o.MoEIntermediate != 0 || o.SparseStep != 0 {
-			return o, fmt.Errorf("demo: --experts, --experts-per-tok, --moe-intermediate and --sparse-step need --arch %s", modelfile.ArchQwen3MoE)
+			return o, fmt.Errorf("demo: --experts, --experts-per-tok, --moe-intermediate and --sparse-step need --arch %s or %s", modelfile.ArchQwen3MoE, modelfile.ArchGptOss)
 		}
-	case modelfile.ArchQwen3MoE:
+	case modelfile.ArchQwen3MoE, modelfile.ArchGptOss:
 		if err := o.resolveMoE(); err != nil {
 			return o, err
 		}
@@ -173,10 +173,10 @@ func (o *Options) resolveMoE() error {
 	case o.ExpertsPerTok > o.Experts:
 		return fmt.Errorf("demo: --experts-per-tok %d exceeds --experts %d", o.ExpertsPerTok, o.Experts)
 	case o.Format == FormatGGUF:
-		return fmt.Errorf("demo: %s is written as safetensors only", modelfile.ArchQwen3MoE)
+		return fmt.Errorf("demo: %s is written as safetensors only", o.Arch)
 	case o.Quantize != 0 && o.Hidden%routerGroup != 0:
 		// mlx-lm quantizes Qwen3-MoE's router at 8 bits in groups of 64.
-		return fmt.Errorf("demo: quantized %s needs --hidden a multiple of %d (the router's group)", modelfile.ArchQwen3MoE, routerGroup)
+		return fmt.Errorf("demo: quantized %s needs --hidden a multiple of %d (the router's group)", o.Arch, routerGroup)
 	}
 	return nil
 }
