@@ -123,7 +123,7 @@ func (m *Model) familyConfig(c map[string]any) map[string]any {
 	case modelfile.ArchGptOss:
 		return m.gptOssConfig(c)
 	case modelfile.ArchPhi3:
-		for k, v := range map[string]any{
+		return m.setKeys(c, map[string]any{
 			"architectures":                    []string{"Phi3ForCausalLM"},
 			"model_type":                       modelfile.ArchPhi3,
 			"embd_pdrop":                       0.0,
@@ -133,13 +133,7 @@ func (m *Model) familyConfig(c map[string]any) map[string]any {
 			"partial_rotary_factor":            p.PartialRotary,
 			"sliding_window":                   262144,
 			"transformers_version":             "4.45.0",
-		} {
-			c[k] = v
-		}
-		if m.Tokenizer.Pad >= 0 {
-			c["pad_token_id"] = m.Tokenizer.Pad
-		}
-		return c
+		})
 	}
 	c["architectures"] = []string{"MistralForCausalLM"}
 	c["model_type"] = modelfile.ArchMistral
@@ -263,7 +257,7 @@ func (p Params) layerTypes() []string {
 // gptOssConfig is GptOssForCausalLM's config.json (gpt-oss-20b's keys).
 func (m *Model) gptOssConfig(c map[string]any) map[string]any {
 	p := m.Params
-	for k, v := range map[string]any{
+	return m.setKeys(c, map[string]any{
 		"architectures":          []string{"GptOssForCausalLM"},
 		"model_type":             modelfile.ArchGptOss,
 		"attention_bias":         true,
@@ -277,7 +271,13 @@ func (m *Model) gptOssConfig(c map[string]any) map[string]any {
 		"sliding_window":         p.SlidingWindow,
 		"swiglu_limit":           7.0,
 		"transformers_version":   "4.55.0.dev0",
-	} {
+	})
+}
+
+// setKeys sets keys in config.json c, and pad_token_id when the
+// tokenizer has a padding token; it returns c.
+func (m *Model) setKeys(c, keys map[string]any) map[string]any {
+	for k, v := range keys {
 		c[k] = v
 	}
 	if m.Tokenizer.Pad >= 0 {

@@ -60,7 +60,7 @@ func (m *Model) gemmaConfig(c map[string]any) {
 	for _, k := range []string{"hidden_act", "max_window_layers", "use_sliding_window"} {
 		delete(c, k) // Qwen3's
 	}
-	for k, v := range map[string]any{
+	m.setKeys(c, map[string]any{
 		"architectures":           []string{"Gemma3ForCausalLM"},
 		"model_type":              modelfile.ArchGemma3Text,
 		"attn_logit_softcapping":  nil,
@@ -73,12 +73,7 @@ func (m *Model) gemmaConfig(c map[string]any) {
 		"sliding_window":          p.SlidingWindow,
 		"sliding_window_pattern":  p.SlidingPattern,
 		"transformers_version":    "4.50.0.dev0",
-	} {
-		c[k] = v
-	}
-	if m.Tokenizer.Pad >= 0 {
-		c["pad_token_id"] = m.Tokenizer.Pad
-	}
+	})
 }
 
 // gemmaEmbedScale is what gemma3_text multiplies the embeddings by.

@@ -3,7 +3,6 @@ package model
 import (
 	"fmt"
 	"math"
-	"slices"
 
 	"fusion/engine/backend"
 	"fusion/engine/modelfile"
@@ -22,7 +21,7 @@ import (
 // (mlp.experts.{gate,up,down}_proj with [experts, out] biases).
 type gptOssBlock struct {
 	inputNorm, postNorm backend.Vector
-	q, k, v, o          backend.Weight // with biases
+	attnProj                           // with biases
 	sinks               backend.Vector // [heads]
 	moe                 *oaiExperts
 }
@@ -47,10 +46,7 @@ func loadGptOss(w *loader, prefix string) block {
 	return &gptOssBlock{
 		inputNorm: w.vector(prefix + "input_layernorm.weight"),
 		postNorm:  w.vector(prefix + "post_attention_layernorm.weight"),
-		q:         w.linear(prefix + "self_attn.q_proj"),
-		k:         w.linear(prefix + "self_attn.k_proj"),
-		v:         w.linear(prefix + "self_attn.v_proj"),
-		o:         w.linear(prefix + "self_attn.o_proj"),
+		attnProj:  loadAttnProj(w, prefix),
 		sinks:     w.vector(prefix + "self_attn.sinks"),
 		moe: &oaiExperts{
 			router: w.matrix(m+"router", n, hidden),
@@ -83,18 +79,8 @@ func (b *gptOssBlock) forward(f *frame, x backend.Array) backend.Array {
 }
 
 func (m *oaiExperts) forward(f *frame, x backend.Array) backend.Array {
-	logits, err := f.Read(f.Linear(x, m.router))
-	if err != nil {
-		f.err = fmt.Errorf("layer %d router: %w", f.layer, err)
-		logits = make([]float32, x.Rows()*len(m.gate)) // any routing; the step fails
-	}
-	rows, which, weights := m.route(logits, x.Rows())
-	h := f.ClampedSwiGLU(f.ExpertLinear(x, m.gate, rows, which), f.ExpertLinear(x, m.up, rows, which), m.alpha, m.limit)
-	pairs := make([]int, len(rows))
-	for i := range pairs {
-		pairs[i] = i
-	}
-	return f.MixRows(f.ExpertLinear(h, m.down, pairs, which), m.topK, weights)
+	act := func(gate, up backend.Array) backend.Array { return f.ClampedSwiGLU(gate, up, m.alpha, m.limit) }
+	return runExperts(f, x, m.router, m.gate, m.up, m.down, m.topK, m.route, act)
 }
 
 // route picks each token's k experts with the largest router logits
@@ -110,15 +96,7 @@ func (m *oaiExperts) route(logits []float32, tokens int) (rows, which []int, wei
 		for e := range order {
 			order[e] = e
 		}
-		slices.SortStableFunc(order, func(a, b int) int {
-			switch {
-			case l[a] > l[b]:
-				return -1
-			case l[a] < l[b]:
-				return 1
-			}
-			return 0
-		})
+		sortDescending(order, l)
 		top := order[:k]
 		mx := l[top[0]]
 		var sum float32

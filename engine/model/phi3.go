@@ -25,7 +25,7 @@ func loadPhi3(w *loader, prefix string) block {
 	b := &llamaBlock{
 		inputNorm: w.vector(prefix + "input_layernorm.weight"),
 		postNorm:  w.vector(prefix + "post_attention_layernorm.weight"),
-		o:         w.linear(prefix + "self_attn.o_proj"),
+		attnProj:  attnProj{o: w.linear(prefix + "self_attn.o_proj")},
 		mlp:       mlp{down: w.linear(prefix + "mlp.down_proj")},
 	}
 	if qkv != nil && gateUp != nil {
@@ -38,12 +38,8 @@ func loadPhi3(w *loader, prefix string) block {
 // split loads the fused matrix at path, [Σ outs, in], as one weight per
 // consecutive range of outs rows.
 func (l *loader) split(path string, in int, outs ...int) []backend.Weight {
-	if l.err != nil {
-		return nil
-	}
-	d, err := l.src.weight(path)
-	if err != nil {
-		l.fail(err)
+	d, ok := l.data(path)
+	if !ok {
 		return nil
 	}
 	total := 0

@@ -250,15 +250,25 @@ func (g ggufSource) close() error         { return g.f.Close() }
 // matrix loads the matrix at path, which must be [out, in] (unless out
 // is 0).
 func (l *loader) matrix(path string, out, in int) backend.Weight {
-	if l.err != nil {
+	d, ok := l.data(path)
+	if !ok {
 		return nil
+	}
+	return l.upload(d, out, in)
+}
+
+// data looks the matrix at path up, false (the failure recorded) if it
+// cannot, or if loading has already failed.
+func (l *loader) data(path string) (backend.WeightData, bool) {
+	if l.err != nil {
+		return backend.WeightData{}, false
 	}
 	d, err := l.src.weight(path)
 	if err != nil {
 		l.fail(err)
-		return nil
+		return backend.WeightData{}, false
 	}
-	return l.upload(d, out, in)
+	return d, true
 }
 
 // experts loads the n experts of the stacked module at path, each

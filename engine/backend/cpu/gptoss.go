@@ -39,16 +39,7 @@ func sinkSoftmax(x []float32, sink float32) {
 // ClampedSwiGLU returns gpt-oss's gated activation: with g = min(gate,
 // limit) and u = clip(up, −limit, limit), (u + 1)·g·sigmoid(alpha·g).
 func (s *step) ClampedSwiGLU(gate, up backend.Array, alpha, limit float32) backend.Array {
-	g, u := arr(gate), arr(up)
-	sameShape("ClampedSwiGLU", g, u)
-	out := s.new(g.rows, g.cols)
-	s.b.parallelRows(g.rows, elementwiseRows(g.cols), func(lo, hi int) {
-		src, mul, dst := g.data[lo*g.cols:hi*g.cols], u.data[lo*g.cols:hi*g.cols], out.data[lo*g.cols:hi*g.cols]
-		for i, v := range src {
-			dst[i] = clampedSwiGLU(v, mul[i], alpha, limit)
-		}
-	})
-	return out
+	return s.gated("ClampedSwiGLU", gate, up, func(g, u float32) float32 { return clampedSwiGLU(g, u, alpha, limit) })
 }
 
 // clampedSwiGLU is one element of ClampedSwiGLU, in float32 as mlx-lm's
