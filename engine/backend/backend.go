@@ -112,6 +112,17 @@ type Step interface {
 	// create_attention_mask with window_size). The cache keeps every
 	// position, so the same cache serves both kinds of layer.
 	WindowAttention(layer int, q, k, v Array, scale float32, window int, b *Batch) Array
+	// SinkAttention is Attention (window 0) or WindowAttention (window >
+	// 0) where each query head h has a learned sink logit sinks[h] in its
+	// softmax, whose share is then dropped: p_j = e^{s_j} / (Σ_i e^{s_i} +
+	// e^{sinks[h]}) over the visible keys (gpt-oss; mlx
+	// fast.scaled_dot_product_attention with sinks). sinks has one value
+	// per query head.
+	SinkAttention(layer int, q, k, v Array, scale float32, window int, sinks Vector, b *Batch) Array
+	// ClampedSwiGLU returns gpt-oss's gated activation elementwise: with
+	// g = min(gate, limit) and u = clip(up, −limit, limit),
+	// (u + 1)·g·sigmoid(alpha·g) (mlx-lm's swiglu_oai).
+	ClampedSwiGLU(gate, up Array, alpha, limit float32) Array
 	// GELUTanhGate returns gelu_tanh(gate)·up elementwise, with the tanh
 	// approximation gelu_tanh(x) = x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))/2
 	// (Gemma's MLP; mlx nn.gelu_approx).

@@ -60,3 +60,47 @@ type VectorData struct {
 	Name string
 	Data tensor.Tensor
 }
+
+// RowRange returns rows [from, to) of w as a weight of its own: views of
+// the same bytes (every format stores a matrix row after row, with its
+// scales, biases and additive bias per row), e.g. the q, k and v parts of
+// a fused qkv projection. Each output row of a product is its own dot
+// product, so the parts compute what the whole would.
+func RowRange(w WeightData, from, to int) (WeightData, error) {
+	if from < 0 || to > w.Out || from >= to {
+		return WeightData{}, fmt.Errorf("%s: rows [%d, %d) of %d", w.Name, from, to, w.Out)
+	}
+	rows := func(t tensor.Tensor) (tensor.Tensor, error) {
+		if len(t.Shape) == 0 || t.Shape[0] != int64(w.Out) || len(t.Data)%w.Out != 0 {
+			return t, fmt.Errorf("%s: %s has shape %v and %d bytes, not %d rows", w.Name, t.Name, t.Shape, len(t.Data), w.Out)
+		}
+		size := len(t.Data) / w.Out
+		shape := append([]int64{int64(to - from)}, t.Shape[1:]...)
+		return tensor.Tensor{Name: fmt.Sprintf("%s[%d:%d]", t.Name, from, to), DType: t.DType, Shape: shape,
+			Data: t.Data[from*size : to*size : to*size]}, nil
+	}
+	out := w
+	out.Name, out.Out = fmt.Sprintf("%s[%d:%d]", w.Name, from, to), to-from
+	var err error
+	if out.Data, err = rows(w.Data); err != nil {
+		return WeightData{}, err
+	}
+	if w.Format == MLXAffine || w.Format == MLXFloat {
+		if out.Scales, err = rows(w.Scales); err != nil {
+			return WeightData{}, err
+		}
+	}
+	if w.Format == MLXAffine {
+		if out.Biases, err = rows(w.Biases); err != nil {
+			return WeightData{}, err
+		}
+	}
+	if w.Bias != nil {
+		b, err := rows(*w.Bias)
+		if err != nil {
+			return WeightData{}, err
+		}
+		out.Bias = &b
+	}
+	return out, nil
+}

@@ -79,6 +79,10 @@ func (m *Model) configJSON() map[string]any {
 		c["quantization"] = q
 		c["quantization_config"] = q
 	}
+	switch p.Arch {
+	case modelfile.ArchPhi3, modelfile.ArchMistral, modelfile.ArchMistral3, modelfile.ArchGptOss:
+		return m.familyConfig(c)
+	}
 	return c
 }
 

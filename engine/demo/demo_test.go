@@ -69,7 +69,7 @@ func TestBuildOptions(t *testing.T) {
 		}
 	}
 	bad := []Options{
-		{Arch: "mistral"}, {Heads: 5}, {Heads: 4, KVHeads: 3}, {Quantize: 7}, {Quantize: 4, GroupSize: 48},
+		{Arch: "falcon"}, {Heads: 5}, {Heads: 4, KVHeads: 3}, {Quantize: 7}, {Quantize: 4, GroupSize: 48},
 		{DType: "f8"}, {Format: "onnx"}, {Hidden: -1}, {VocabFrom: "/nonexistent"},
 		{Format: FormatGGUF, Quantize: 5}, {Format: FormatGGUF, GGUFType: "q3_k_xl"}, {GGUFType: "q8_0"},
 	}

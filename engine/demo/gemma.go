@@ -18,12 +18,14 @@ func (o *Options) resolveGemma() error {
 	switch o.Arch {
 	case modelfile.ArchLlama, modelfile.ArchQwen3, modelfile.ArchQwen3MoE:
 		if o.SlidingWindow != 0 || o.SlidingPattern != 0 {
-			return fmt.Errorf("demo: a sliding window is only for gemma3_text")
+			return fmt.Errorf("demo: a sliding window is only for gemma3_text, mistral and mistral3")
 		}
 		return nil
 	case modelfile.ArchGemma3Text:
+	case modelfile.ArchPhi3, modelfile.ArchMistral, modelfile.ArchMistral3, modelfile.ArchGptOss:
+		return nil // resolveFamily
 	default:
-		return fmt.Errorf("demo: unknown arch %q (want llama, qwen3, qwen3_moe or gemma3_text)", o.Arch)
+		return fmt.Errorf("demo: unknown arch %q (want %s)", o.Arch, archList)
 	}
 	switch {
 	case o.StopAfter != 0:
@@ -58,32 +60,20 @@ func (m *Model) gemmaConfig(c map[string]any) {
 	for _, k := range []string{"hidden_act", "max_window_layers", "use_sliding_window"} {
 		delete(c, k) // Qwen3's
 	}
-	types := make([]string, p.Layers)
-	for i := range types {
-		types[i] = "sliding_attention"
-		if (i+1)%p.SlidingPattern == 0 {
-			types[i] = "full_attention"
-		}
-	}
-	for k, v := range map[string]any{
+	m.setKeys(c, map[string]any{
 		"architectures":           []string{"Gemma3ForCausalLM"},
 		"model_type":              modelfile.ArchGemma3Text,
 		"attn_logit_softcapping":  nil,
 		"cache_implementation":    "hybrid",
 		"final_logit_softcapping": nil,
 		"hidden_activation":       "gelu_pytorch_tanh",
-		"layer_types":             types,
+		"layer_types":             p.layerTypes(),
 		"query_pre_attn_scalar":   p.HeadDim,
 		"rope_local_base_freq":    10000.0,
 		"sliding_window":          p.SlidingWindow,
 		"sliding_window_pattern":  p.SlidingPattern,
 		"transformers_version":    "4.50.0.dev0",
-	} {
-		c[k] = v
-	}
-	if m.Tokenizer.Pad >= 0 {
-		c["pad_token_id"] = m.Tokenizer.Pad
-	}
+	})
 }
 
 // gemmaEmbedScale is what gemma3_text multiplies the embeddings by.

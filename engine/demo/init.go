@@ -171,6 +171,8 @@ func (m *Model) initWeights() error {
 	downStd := sc.rho * initializerRange / (0.6 * math.Sqrt(float64(p.Intermediate)))
 	if p.Arch == modelfile.ArchGemma3Text {
 		m.gemmaLayers(sc, input, output, add, fill)
+	} else if p.Arch == modelfile.ArchGptOss {
+		m.gptOssLayers(sc, rng, inputs, outputs, add, fill)
 	} else {
 		for l := range p.Layers {
 			pre := fmt.Sprintf("model.layers.%d.", l)
@@ -225,6 +227,9 @@ func (m *Model) initWeights() error {
 	}
 	if err != nil {
 		return err
+	}
+	if p.Arch == modelfile.ArchMistral3 {
+		m.visionTensors(add)
 	}
 	round := m.roundFunc()
 	for _, t := range m.Tensors {

@@ -20,7 +20,7 @@ type Tensor struct {
 
 // Params are the model's hyperparameters, as config.json states them.
 type Params struct {
-	Arch          string // "llama", "qwen3" or "gemma3_text"
+	Arch          string // one of archList
 	Layers        int
 	Hidden        int
 	Heads         int
@@ -35,8 +35,10 @@ type Params struct {
 	TieEmbeddings bool
 	// Mixture of experts (qwen3_moe only).
 	Experts, ExpertsPerTok, MoEIntermediate, SparseStep int
-	// gemma3_text only.
+	// gemma3_text, mistral and mistral3 (0: no window).
 	SlidingWindow, SlidingPattern int
+	// PartialRotary is phi3's partial_rotary_factor.
+	PartialRotary float64
 }
 
 // qkNorm: the family normalizes each head of q and k (Qwen3, Qwen3-MoE).
@@ -87,6 +89,7 @@ func Build(opts Options) (*Model, error) {
 	if p.Arch == modelfile.ArchGemma3Text {
 		p.gemma(o)
 	}
+	p.family(o)
 	if o.VocabFrom != "" {
 		m.Tokenizer, err = loadTokenizer(o.VocabFrom)
 	} else {
@@ -99,6 +102,9 @@ func Build(opts Options) (*Model, error) {
 	m.Params = p
 	if err := m.initWeights(); err != nil {
 		return nil, err
+	}
+	if p.Arch == modelfile.ArchPhi3 {
+		m.fusePhi3()
 	}
 	m.Config = m.configJSON()
 	m.Generation = m.generationJSON()

@@ -16,7 +16,7 @@ const (
 // Options describe the model to build. Zero fields take the defaults of
 // DefaultOptions.
 type Options struct {
-	Arch         string // "llama", "qwen3", "qwen3_moe" or "gemma3_text"
+	Arch         string // one of archList
 	Layers       int
 	Hidden       int
 	Heads        int
@@ -45,9 +45,16 @@ type Options struct {
 	Experts, ExpertsPerTok, MoEIntermediate, SparseStep int
 	// SlidingWindow and SlidingPattern (gemma3_text): the local layers'
 	// window and one global layer in every SlidingPattern (defaults 512
-	// and 6, Gemma 3 1B's).
+	// and 6, Gemma 3 1B's). mistral and mistral3 take them too (no
+	// window by default; pattern 4), written as layer_types.
 	SlidingWindow, SlidingPattern int
+	// PartialRotary (phi3) is partial_rotary_factor, the share of each
+	// head RoPE rotates (default 0.75, Phi-4-mini's).
+	PartialRotary float64
 }
+
+// archList names the architectures the demo writes.
+const archList = "llama, qwen3, qwen3_moe, gemma3_text, phi3, mistral, mistral3 or gpt_oss"
 
 // DefaultMoE is the demo mixture: 8 experts of 64 features, 2 per token,
 // every layer sparse (Qwen3-30B-A3B has 128 of 768, 8 per token).
@@ -88,6 +95,9 @@ func (o Options) resolve() (Options, error) {
 	if err := o.resolveGemma(); err != nil {
 		return o, err
 	}
+	if err := o.resolveFamily(); err != nil {
+		return o, err
+	}
 	switch {
 	case o.Layers < 0 || o.Hidden < 0 || o.Heads < 0 || o.KVHeads < 0 || o.HeadDim < 0 || o.Intermediate < 0:
 		return o, fmt.Errorf("demo: sizes must be positive")
@@ -122,16 +132,16 @@ func (o Options) resolve() (Options, error) {
 		}
 	}
 	switch o.Arch {
-	case modelfile.ArchLlama, modelfile.ArchQwen3, modelfile.ArchGemma3Text:
+	case modelfile.ArchLlama, modelfile.ArchQwen3, modelfile.ArchGemma3Text, modelfile.ArchPhi3, modelfile.ArchMistral, modelfile.ArchMistral3:
 		if o.Experts != 0 || o.ExpertsPerTok != 0 || o.MoEIntermediate != 0 || o.SparseStep != 0 {
-			return o, fmt.Errorf("demo: --experts, --experts-per-tok, --moe-intermediate and --sparse-step need --arch %s", modelfile.ArchQwen3MoE)
+			return o, fmt.Errorf("demo: --experts, --experts-per-tok, --moe-intermediate and --sparse-step need --arch %s or %s", modelfile.ArchQwen3MoE, modelfile.ArchGptOss)
 		}
-	case modelfile.ArchQwen3MoE:
+	case modelfile.ArchQwen3MoE, modelfile.ArchGptOss:
 		if err := o.resolveMoE(); err != nil {
 			return o, err
 		}
 	default:
-		return o, fmt.Errorf("demo: unknown arch %q (want llama, qwen3, qwen3_moe or gemma3_text)", o.Arch)
+		return o, fmt.Errorf("demo: unknown arch %q (want %s)", o.Arch, archList)
 	}
 	if o.Format != FormatSafetensors && o.Format != FormatGGUF {
 		return o, fmt.Errorf("demo: unknown format %q (want safetensors or gguf)", o.Format)
@@ -163,10 +173,10 @@ func (o *Options) resolveMoE() error {
 	case o.ExpertsPerTok > o.Experts:
 		return fmt.Errorf("demo: --experts-per-tok %d exceeds --experts %d", o.ExpertsPerTok, o.Experts)
 	case o.Format == FormatGGUF:
-		return fmt.Errorf("demo: %s is written as safetensors only", modelfile.ArchQwen3MoE)
+		return fmt.Errorf("demo: %s is written as safetensors only", o.Arch)
 	case o.Quantize != 0 && o.Hidden%routerGroup != 0:
 		// mlx-lm quantizes Qwen3-MoE's router at 8 bits in groups of 64.
-		return fmt.Errorf("demo: quantized %s needs --hidden a multiple of %d (the router's group)", modelfile.ArchQwen3MoE, routerGroup)
+		return fmt.Errorf("demo: quantized %s needs --hidden a multiple of %d (the router's group)", o.Arch, routerGroup)
 	}
 	return nil
 }

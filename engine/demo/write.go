@@ -76,6 +76,7 @@ func (m *Model) SafetensorsTensors() ([]tensor.Tensor, error) {
 	var out []tensor.Tensor
 	for _, t := range m.Tensors {
 		group, bits, mode, ok := m.quantParams(t)
+		t.Name = m.Params.fileName(t.Name)
 		if !ok {
 			out = append(out, tensor.Tensor{Name: t.Name, DType: m.DType, Shape: t.Shape, Data: m.encode(t.Data)})
 			continue
@@ -113,8 +114,9 @@ func (m *Model) SafetensorsTensors() ([]tensor.Tensor, error) {
 	return out, nil
 }
 
-// routerGroup and routerBits are how mlx-lm quantizes Qwen3-MoE's router
-// (mlp.gate), whatever the rest of the model gets.
+// routerGroup and routerBits are how mlx-lm quantizes Qwen3-MoE's and
+// gpt-oss's routers (mlp.gate, mlp.router), whatever the rest of the model
+// gets.
 const routerGroup, routerBits = 64, 8
 
 // quantParams says whether t is quantized and how: linear layers,
@@ -127,7 +129,7 @@ func (m *Model) quantParams(t Tensor) (group, bits int, mode string, ok bool) {
 	if o.Quantize == 0 {
 		return 0, 0, "", false
 	}
-	router := strings.HasSuffix(t.Name, ".mlp.gate.weight")
+	router := strings.HasSuffix(t.Name, ".mlp.gate.weight") || strings.HasSuffix(t.Name, ".mlp.router.weight")
 	linear := strings.HasSuffix(t.Name, "_proj.weight") || t.Name == "model.embed_tokens.weight" || t.Name == "lm_head.weight" || router
 	if !linear || len(t.Shape) < 2 || t.Shape[len(t.Shape)-1]%int64(o.GroupSize) != 0 {
 		return 0, 0, "", false

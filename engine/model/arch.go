@@ -16,11 +16,17 @@ type architecture struct {
 }
 
 var architectures = map[string]architecture{
-	modelfile.ArchLlama:      {load: loadLlama, headDim: configHeadDim},
+	modelfile.ArchLlama:      {load: loadLlama, headDim: configHeadDim, setup: setupWindows},
 	modelfile.ArchQwen2:      {load: loadQwen2, headDim: hiddenPerHead},
 	modelfile.ArchQwen3:      {load: loadQwen3, headDim: configHeadDim},
 	modelfile.ArchGemma3Text: {load: loadGemma3, headDim: configHeadDim, setup: setupGemma3},
 	modelfile.ArchQwen3MoE:   {load: loadQwen3MoE, headDim: configHeadDim},
+	modelfile.ArchPhi3:       {load: loadPhi3, headDim: hiddenPerHead},
+	// Mistral's text models are Llama's block with an explicit head_dim
+	// (mlx-lm maps mistral to llama, and mistral3's text model too).
+	modelfile.ArchMistral:  {load: loadLlama, headDim: configHeadDim, setup: setupWindows},
+	modelfile.ArchMistral3: {load: loadLlama, headDim: configHeadDim, setup: setupWindows},
+	modelfile.ArchGptOss:   {load: loadGptOss, headDim: configHeadDim, setup: setupGptOss},
 }
 
 // configHeadDim is head_dim, which modelfile defaults to hidden/heads.
@@ -28,3 +34,19 @@ func configHeadDim(c *modelfile.Config) int { return c.HeadDim }
 
 // hiddenPerHead ignores head_dim.
 func hiddenPerHead(c *modelfile.Config) int { return c.HiddenSize / c.NumAttentionHeads }
+
+// setupWindows gives the layers that layer_types names sliding_attention
+// their window (llama and mistral; see modelfile.Config.Sliding).
+func setupWindows(m *Model) error {
+	c := m.Config
+	if c.Sliding == nil {
+		return nil
+	}
+	m.windows = make([]int, c.NumHiddenLayers)
+	for i, s := range c.Sliding {
+		if s {
+			m.windows[i] = c.SlidingWindow
+		}
+	}
+	return nil
+}

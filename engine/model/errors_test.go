@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -163,8 +164,8 @@ func TestMemory(t *testing.T) {
 func checkMemory(t *testing.T, be *cpu.Backend, path string, opts demo.Options) {
 	t.Helper()
 	m := load(t, be, path, Range{})
-	// Norm weights are widened to f32; everything else is used as
-	// stored (the embedding once, as it is tied).
+	// Norm weights and biases are widened to f32; everything else is
+	// used as stored (the embedding once, as it is tied).
 	var tensors []tensor.Tensor
 	if opts.Format == demo.FormatGGUF {
 		gf, err := gguf.Open(path, gguf.LoadRead)
@@ -180,14 +181,23 @@ func checkMemory(t *testing.T, be *cpu.Backend, path string, opts demo.Options) 
 		}
 		defer mf.Close()
 		for _, name := range mf.Weights.Names() {
+			if !strings.HasPrefix(name, mf.Config.WeightPrefix) {
+				continue // mistral3's vision tower, which is not loaded
+			}
 			tt, _ := mf.Weights.Tensor(name)
 			tensors = append(tensors, tt)
 		}
 	}
 	var want int64
 	for _, tt := range tensors {
-		if len(tt.Shape) == 1 {
-			want += 4 * tt.Shape[0]
+		if len(tt.Shape) == 1 || strings.HasSuffix(tt.Name, ".bias") {
+			// Norms and biases (gpt-oss's stacked expert biases too)
+			// are widened to f32.
+			n := int64(1)
+			for _, d := range tt.Shape {
+				n *= d
+			}
+			want += 4 * n
 		} else {
 			want += int64(len(tt.Data))
 		}

@@ -15,24 +15,27 @@ import (
 // formats are the weight layouts every forward-pass property is checked
 // on: one small model (built-in tokenizer, 4 layers, GQA 4/2) per layout
 // and architecture. Llama runs on the layouts where its path differs
-// (GGUF's interleaved q/k rows), Qwen3 on all, Gemma 3 (safetensors only)
-// with sliding windows.
+// (GGUF's interleaved q/k rows), Qwen3 on all, Gemma 3 and Mistral
+// (safetensors only) with sliding windows, Phi-3 (its fused matrices
+// split into row views) float and quantized, Mistral 3 (weights under
+// language_model.) float, gpt-oss (sinks, windows of 128, biased experts)
+// float and quantized.
 var formats = []struct {
 	name  string
 	opts  demo.Options
 	archs []string
 }{
-	{"bf16", demo.Options{}, []string{"llama", "qwen3", "qwen3_moe"}},
-	{"mlx-q4", demo.Options{Quantize: 4, GroupSize: 32}, []string{"qwen3", "qwen3_moe"}},
+	{"bf16", demo.Options{}, []string{"llama", "qwen3", "qwen3_moe", "phi3", "mistral3", "gpt_oss"}},
+	{"mlx-q4", demo.Options{Quantize: 4, GroupSize: 32}, []string{"qwen3", "qwen3_moe", "phi3", "gpt_oss"}},
 	{"mlx-q8", demo.Options{Quantize: 8, GroupSize: 64}, []string{"qwen3"}},
 	{"gguf-f16", demo.Options{Format: demo.FormatGGUF, GGUFType: "f16"}, []string{"llama", "qwen3"}},
 	{"gguf-q8_0", demo.Options{Format: demo.FormatGGUF, GGUFType: "q8_0"}, []string{"llama", "qwen3"}},
 	{"gguf-q4_0", demo.Options{Format: demo.FormatGGUF, GGUFType: "q4_0"}, []string{"qwen3"}},
 	{"gguf-q4_k_m", demo.Options{Format: demo.FormatGGUF, GGUFType: "q4_k_m"}, []string{"qwen3"}},
-	// Gemma 3 with a window of 20 positions, shorter than the prompts, on
-	// every other layer.
-	{"bf16-window20", demo.Options{SlidingWindow: 20, SlidingPattern: 2}, []string{"gemma3_text"}},
-	{"mlx-q4-window20", demo.Options{Quantize: 4, GroupSize: 32, SlidingWindow: 20, SlidingPattern: 2}, []string{"gemma3_text"}},
+	// Gemma 3 and Mistral with a window of 20 positions, shorter than the
+	// prompts, on every other layer.
+	{"bf16-window20", demo.Options{SlidingWindow: 20, SlidingPattern: 2}, []string{"gemma3_text", "mistral"}},
+	{"mlx-q4-window20", demo.Options{Quantize: 4, GroupSize: 32, SlidingWindow: 20, SlidingPattern: 2}, []string{"gemma3_text", "mistral"}},
 }
 
 // smallModel writes a demo model and returns the path Load takes.

@@ -9,7 +9,7 @@ import "fusion/engine/backend"
 //	out = h + mlp(rms_norm(h))
 type llamaBlock struct {
 	inputNorm, postNorm backend.Vector
-	q, k, v, o          backend.Weight // with biases if attention_bias
+	attnProj            // with biases if attention_bias
 	mlp                 mlp
 }
 
@@ -17,11 +17,21 @@ func loadLlama(w *loader, prefix string) block {
 	return &llamaBlock{
 		inputNorm: w.vector(prefix + "input_layernorm.weight"),
 		postNorm:  w.vector(prefix + "post_attention_layernorm.weight"),
-		q:         w.linear(prefix + "self_attn.q_proj"),
-		k:         w.linear(prefix + "self_attn.k_proj"),
-		v:         w.linear(prefix + "self_attn.v_proj"),
-		o:         w.linear(prefix + "self_attn.o_proj"),
+		attnProj:  loadAttnProj(w, prefix),
 		mlp:       loadMLP(w, prefix),
+	}
+}
+
+// attnProj are an attention's q, k, v and o projections (with the biases
+// the file has).
+type attnProj struct{ q, k, v, o backend.Weight }
+
+func loadAttnProj(w *loader, prefix string) attnProj {
+	return attnProj{
+		q: w.linear(prefix + "self_attn.q_proj"),
+		k: w.linear(prefix + "self_attn.k_proj"),
+		v: w.linear(prefix + "self_attn.v_proj"),
+		o: w.linear(prefix + "self_attn.o_proj"),
 	}
 }
 

@@ -5,6 +5,7 @@ package model
 import (
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +15,8 @@ import (
 
 // Parity of the MLX backend in its native mode with mlx-lm's native path:
 // the architectures and options of TestParityMLX (llama with llama3 and
-// yarn RoPE, qwen2 with biases, qwen3) in BF16, MLX 4-bit and MLX 8-bit,
+// yarn RoPE, qwen2 with biases, qwen3) and TestParityMLXFamilies (phi3,
+// mistral, mistral3) in BF16, MLX 4-bit and MLX 8-bit,
 // a 512-token prompt and 64 greedy steps, but neither side casts to
 // float32: activations, KV caches and logits are bf16 (the models' bf16
 // weights, or the bf16 scales of their quantized ones). Both build the
@@ -36,12 +38,12 @@ func TestParityMLXNative(t *testing.T) {
 	}
 	py := mlxPython(t)
 	var cases []parityCase
-	for _, c := range append(parityCases(), nativeCases()...) {
+	for _, c := range slices.Concat(parityCases(), nativeCases(), familyCases()) {
 		switch {
 		case c.name == "qwen3-mlx-mixed":
 			// 8-bit is covered by its own cases; the mixed one would add
 			// a slow model for nothing new in native mode.
-		case strings.HasPrefix(c.name, "qwen3_moe"):
+		case strings.HasPrefix(c.name, "qwen3_moe"), strings.HasPrefix(c.name, "gpt_oss"):
 			// mlx-lm's experts run through gather_mm/gather_qmm, which
 			// the mlx-cpu wheel evaluates in float32 only ("GatherMM
 			// only supports float32"): there is no native reference here.

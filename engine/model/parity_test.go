@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -98,6 +99,84 @@ func parityCases() []parityCase {
 		{name: "qwen3-nvfp4", opts: fp(qwen3, "nvfp4"), tol: 1e-2},
 		{name: "qwen3_moe-mxfp4", opts: fp(moe, "mxfp4"), tol: 1e-2},
 		{name: "qwen3_moe-mxfp8", opts: fp(moe, "mxfp8"), tol: 1e-2},
+	}
+}
+
+// familyCases are phi3 and the mistral families. Phi-3 as Phi-4-mini
+// ships (fused qkv and gate_up, tied, longrope with mscale 1.19, RoPE on
+// 24 of 32 features) and as Phi-3.5-mini (untied, every feature
+// rotated); Mistral with head_dim 64 ≠ hidden/heads (as Nemo), with
+// sliding-window layers (a window of 100, shorter than the prompt, on
+// every other layer), Mistral 3's text model under language_model.
+// beside a vision tower, and gpt-oss.
+func familyCases() []parityCase {
+	q4 := func(o demo.Options) demo.Options { o.Quantize, o.GroupSize = 4, 64; return o }
+	phi3 := demo.Options{Arch: "phi3", Layers: 3, Hidden: 128, Heads: 4, KVHeads: 2, Intermediate: 256, Seed: 16}
+	phi35 := phi3
+	phi35.PartialRotary, phi35.Untied, phi35.Seed = 1, true, 17
+	mistral := demo.Options{Arch: "mistral", Layers: 2, Hidden: 128, Heads: 4, KVHeads: 2, HeadDim: 64, Intermediate: 256, Seed: 18}
+	window := mistral
+	window.SlidingWindow, window.SlidingPattern, window.Seed = 100, 2, 19
+	mistral3 := mistral
+	mistral3.Arch, mistral3.Seed = "mistral3", 20
+	// gpt-oss: 8 biased experts of 64, 2 per token, sinks, windows of
+	// 100 on every other layer.
+	oss := demo.Options{Arch: "gpt_oss", Layers: 4, Hidden: 128, Heads: 4, KVHeads: 2, HeadDim: 64,
+		Experts: 8, ExpertsPerTok: 2, MoEIntermediate: 64, SlidingWindow: 100, Seed: 21}
+	mxfp4 := oss
+	mxfp4.QuantMode = "mxfp4"
+	return []parityCase{
+		{name: "phi3-bf16-longrope-partial", opts: phi3, tol: 1e-3},
+		{name: "phi3-mlx4-longrope-partial", opts: q4(phi3), tol: 1e-2},
+		{name: "phi3-bf16-untied-full-rotary", opts: phi35, tol: 1e-3},
+		{name: "mistral-bf16", opts: mistral, tol: 1e-3},
+		{name: "mistral-mlx4", opts: q4(mistral), tol: 1e-2},
+		{name: "mistral-bf16-window", opts: window, tol: 1e-3},
+		{name: "mistral3-bf16", opts: mistral3, tol: 1e-3},
+		{name: "mistral3-mlx4", opts: q4(mistral3), tol: 1e-2},
+		{name: "gpt_oss-bf16", opts: oss, tol: 1e-3},
+		// The routers at 8 bits (mlx-lm's quant_predicate), the rest 4;
+		// or everything but the routers in mxfp4, as gpt-oss ships.
+		{name: "gpt_oss-mlx4", opts: q4(oss), tol: 1e-2},
+		{name: "gpt_oss-mxfp4", opts: mxfp4, tol: 1e-2},
+	}
+}
+
+// TestParityMLXFamilies is TestParityMLX for familyCases, on the demo's
+// own 640-token vocabulary (the families' differences are in the blocks,
+// not the head, and a real vocabulary's head makes each model minutes
+// slower here). It also wants outputs that are not saturated: the top-1
+// probability varies across the steps and greedy decoding walks through
+// many tokens.
+func TestParityMLXFamilies(t *testing.T) {
+	py := mlxPython(t)
+	cases := familyCases()
+	dirs, prompt := parityModels(t, cases, "")
+	refs := runMLX(t, py, dirs, prompt, false)
+	be := cpu.New(cpu.Options{})
+	defer be.Close()
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			checkParity(t, be, dirs[i], prompt, refs[i], c.tol)
+			checkNotSaturated(t, refs[i])
+		})
+	}
+}
+
+// checkNotSaturated fails a reference run whose top-1 probability barely
+// moves, or is ≈ 1, or whose greedy tokens repeat a few ids: a parity
+// check on such outputs would be weak.
+func checkNotSaturated(t *testing.T, ref mlxResult) {
+	t.Helper()
+	lo, hi := 1.0, 0.0
+	for _, st := range ref.Steps {
+		p := math.Exp(st.LogProbs[0])
+		lo, hi = min(lo, p), max(hi, p)
+	}
+	distinct := len(slices.Compact(slices.Sorted(slices.Values(ref.Tokens))))
+	t.Logf("top-1 probability from %.2f to %.2f; %d distinct tokens in %d greedy steps", lo, hi, distinct, len(ref.Tokens))
+	if hi-lo < 0.1 || hi > 0.99 || distinct < 16 {
+		t.Errorf("saturated outputs: top-1 probability %.2f–%.2f, %d distinct tokens", lo, hi, distinct)
 	}
 }
 

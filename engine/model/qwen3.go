@@ -35,18 +35,15 @@ func (b *qwen3Block) forward(f *frame, x backend.Array) backend.Array {
 // qkNormAttention is attention with an RMSNorm over each head of q and k
 // before RoPE (Qwen3, Gemma 3).
 type qkNormAttention struct {
-	q, k, v, o   backend.Weight
+	attnProj
 	qNorm, kNorm backend.Vector // [head_dim]
 }
 
 func loadQKNormAttention(w *loader, prefix string) qkNormAttention {
 	return qkNormAttention{
-		q:     w.linear(prefix + "self_attn.q_proj"),
-		k:     w.linear(prefix + "self_attn.k_proj"),
-		v:     w.linear(prefix + "self_attn.v_proj"),
-		o:     w.linear(prefix + "self_attn.o_proj"),
-		qNorm: w.vector(prefix + "self_attn.q_norm.weight"),
-		kNorm: w.vector(prefix + "self_attn.k_norm.weight"),
+		attnProj: loadAttnProj(w, prefix),
+		qNorm:    w.vector(prefix + "self_attn.q_norm.weight"),
+		kNorm:    w.vector(prefix + "self_attn.k_norm.weight"),
 	}
 }
 

@@ -47,18 +47,30 @@ func loadExperts(w *loader, prefix string) *experts {
 }
 
 func (m *experts) forward(f *frame, x backend.Array) backend.Array {
-	logits, err := f.Read(f.Linear(x, m.router))
+	return runExperts(f, x, m.router, m.gate, m.up, m.down, m.topK, m.route, f.SwiGLU)
+}
+
+// runExperts is a mixture's forward pass: the router's logits [tokens,
+// experts] are read back (one Read: on MLX a flush of the step's graph),
+// route picks each token's k (row, expert, weight) entries, every entry
+// goes through its expert's gate and up, act, and down, and MixRows sums
+// each token's k outputs with their weights.
+func runExperts(f *frame, x backend.Array, router backend.Weight, gate, up, down []backend.Weight, k int,
+	route func(logits []float32, tokens int) (rows, which []int, weights []float32),
+	act func(gate, up backend.Array) backend.Array,
+) backend.Array {
+	logits, err := f.Read(f.Linear(x, router))
 	if err != nil {
 		f.err = fmt.Errorf("layer %d router: %w", f.layer, err)
-		logits = make([]float32, x.Rows()*len(m.gate)) // any routing; the step fails
+		logits = make([]float32, x.Rows()*len(gate)) // any routing; the step fails
 	}
-	rows, which, weights := m.route(logits, x.Rows())
-	h := f.SwiGLU(f.ExpertLinear(x, m.gate, rows, which), f.ExpertLinear(x, m.up, rows, which))
+	rows, which, weights := route(logits, x.Rows())
+	h := act(f.ExpertLinear(x, gate, rows, which), f.ExpertLinear(x, up, rows, which))
 	pairs := make([]int, len(rows))
 	for i := range pairs {
 		pairs[i] = i
 	}
-	return f.MixRows(f.ExpertLinear(h, m.down, pairs, which), m.topK, weights)
+	return f.MixRows(f.ExpertLinear(h, down, pairs, which), k, weights)
 }
 
 // route picks each token's top k experts from the router's logits
@@ -86,15 +98,7 @@ func (m *experts) route(logits []float32, tokens int) (rows, which []int, weight
 			p[e] /= sum
 			order[e] = e
 		}
-		slices.SortStableFunc(order, func(a, b int) int {
-			switch {
-			case p[a] > p[b]:
-				return -1
-			case p[a] < p[b]:
-				return 1
-			}
-			return 0
-		})
+		sortDescending(order, p)
 		var top float32
 		for _, e := range order[:k] {
 			top += p[e]
@@ -108,4 +112,18 @@ func (m *experts) route(logits []float32, tokens int) (rows, which []int, weight
 		}
 	}
 	return rows, which, weights
+}
+
+// sortDescending orders the indices idx by vals[idx] from largest to
+// smallest, equal values keeping idx's order (the lower expert first).
+func sortDescending(idx []int, vals []float32) {
+	slices.SortStableFunc(idx, func(a, b int) int {
+		switch {
+		case vals[a] > vals[b]:
+			return -1
+		case vals[a] < vals[b]:
+			return 1
+		}
+		return 0
+	})
 }

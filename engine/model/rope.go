@@ -10,10 +10,19 @@ import (
 
 // newRoPE builds the rotary embedding of a config exactly as mlx-lm's
 // initialize_rope does (rope_utils.py), in float32 like MLX: default and
-// linear scaling pass a base (and a position scale), llama3 and yarn pass
-// precomputed periods, yarn also its mscale on the rotated features.
+// linear scaling pass a base (and a position scale), llama3, yarn and
+// longrope pass precomputed periods, yarn and longrope also their mscale
+// on the rotated features. It rotates the first
+// int(headDim·partial_rotary_factor) features of each head.
 func newRoPE(c *modelfile.Config, headDim int, traditional bool) (*backend.RoPE, error) {
-	r := &backend.RoPE{HeadDim: headDim, Dims: headDim, Traditional: traditional, Base: c.RopeTheta, Scale: 1}
+	dims := headDim
+	if f := c.PartialRotaryFactor; f != 0 && f != 1 {
+		dims = int(float64(headDim) * f)
+	}
+	if dims <= 0 || dims%2 != 0 || dims > headDim {
+		return nil, fmt.Errorf("%w: RoPE over %d of %d features", modelfile.ErrInvalidConfig, dims, headDim)
+	}
+	r := &backend.RoPE{HeadDim: headDim, Dims: dims, Traditional: traditional, Base: c.RopeTheta, Scale: 1}
 	s := c.RopeScaling
 	if s == nil {
 		return r, nil
@@ -22,9 +31,15 @@ func newRoPE(c *modelfile.Config, headDim int, traditional bool) (*backend.RoPE,
 	case modelfile.RopeLinear:
 		r.Scale = float32(1 / s.Factor)
 	case modelfile.RopeLlama3:
-		r.Freqs = llama3Freqs(c.RopeTheta, headDim, s)
+		r.Freqs = llama3Freqs(c.RopeTheta, dims, s)
 	case modelfile.RopeYarn:
-		r.Freqs, r.InputScale = yarnFreqs(c.RopeTheta, headDim, s)
+		r.Freqs, r.InputScale = yarnFreqs(c.RopeTheta, dims, s)
+	case modelfile.RopeLongRope:
+		if len(s.LongFactor) != dims/2 {
+			return nil, fmt.Errorf("%w: %d longrope factors for %d rotated features", modelfile.ErrInvalidConfig, len(s.LongFactor), dims)
+		}
+		r.Freqs, r.InputScale = longRopeFreqs(c.RopeTheta, dims, c.MaxPositionEmbeddings, s)
+		r.Traditional = false // SuScaledRoPE always rotates halves
 	default:
 		return nil, fmt.Errorf("%w: RoPE scaling %q", modelfile.ErrUnsupported, s.Type)
 	}
@@ -61,6 +76,24 @@ func llama3Freqs(base float64, dims int, s *modelfile.RopeScaling) []float32 {
 		freqs[i] = f
 	}
 	return freqs
+}
+
+// longRopeFreqs is mlx-lm's SuScaledRoPE: periods long_factor_i ·
+// base^(2i/dims) (the long factors at every length: mlx-lm 0.32.2 never
+// switches to the short ones), and the features scaled by
+// √(1 + ln(max/orig)/ln(orig)) when max_position_embeddings exceeds the
+// original context (else 1).
+func longRopeFreqs(base float64, dims, maxPositions int, s *modelfile.RopeScaling) ([]float32, float32) {
+	freqs := basePeriods(base, dims)
+	for i := range freqs {
+		freqs[i] *= float32(s.LongFactor[i])
+	}
+	orig := float64(s.OriginalMaxPositionEmbeddings)
+	scale := 1.0
+	if factor := float64(maxPositions) / orig; factor > 1 {
+		scale = math.Sqrt(1 + math.Log(factor)/math.Log(orig))
+	}
+	return freqs, float32(scale)
 }
 
 // yarnFreqs: YaRN's blend of interpolated (factor·f) and extrapolated (f)

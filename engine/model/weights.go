@@ -77,6 +77,9 @@ func (d dims) length(name string) int {
 	if strings.HasSuffix(name, "q_norm.weight") || strings.HasSuffix(name, "k_norm.weight") {
 		return d.headDim
 	}
+	if strings.HasSuffix(name, "self_attn.sinks") {
+		return d.heads
+	}
 	return d.hidden
 }
 
@@ -185,14 +188,14 @@ func (s safetensorsSource) experts(path string) ([]backend.WeightData, error) {
 }
 
 func (s safetensorsSource) vector(name string) (backend.VectorData, error) {
-	t, ok := s.m.Weights.Tensor(name)
+	t, ok := s.m.Tensor(name)
 	if !ok {
 		return backend.VectorData{}, fmt.Errorf("%w: %s is missing", ErrBadWeights, name)
 	}
 	return backend.VectorData{Name: name, Data: t}, nil
 }
 
-func (s safetensorsSource) has(name string) bool { return s.m.Weights.Has(name) }
+func (s safetensorsSource) has(name string) bool { return s.m.Has(name) }
 func (s safetensorsSource) close() error         { return s.m.Close() }
 
 // ggufSource reads a GGUF file through the Hugging Face names.
@@ -247,15 +250,25 @@ func (g ggufSource) close() error         { return g.f.Close() }
 // matrix loads the matrix at path, which must be [out, in] (unless out
 // is 0).
 func (l *loader) matrix(path string, out, in int) backend.Weight {
-	if l.err != nil {
+	d, ok := l.data(path)
+	if !ok {
 		return nil
+	}
+	return l.upload(d, out, in)
+}
+
+// data looks the matrix at path up, false (the failure recorded) if it
+// cannot, or if loading has already failed.
+func (l *loader) data(path string) (backend.WeightData, bool) {
+	if l.err != nil {
+		return backend.WeightData{}, false
 	}
 	d, err := l.src.weight(path)
 	if err != nil {
 		l.fail(err)
-		return nil
+		return backend.WeightData{}, false
 	}
-	return l.upload(d, out, in)
+	return d, true
 }
 
 // experts loads the n experts of the stacked module at path, each

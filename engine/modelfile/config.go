@@ -18,6 +18,19 @@ const (
 	ArchQwen3MoE = "qwen3_moe"
 	// ArchGemma3Text is Gemma 3's text model (mlx-lm's gemma3_text).
 	ArchGemma3Text = "gemma3_text"
+	// ArchPhi3 is Phi-3, Phi-3.5 and Phi-4-mini (fused qkv_proj and
+	// gate_up_proj, partial rotary, longrope).
+	ArchPhi3 = "phi3"
+	// ArchMistral is Mistral's text models (mlx-lm runs them as llama).
+	ArchMistral = "mistral"
+	// ArchMistral3 is Mistral 3's text model (Mistral Small 3.1/3.2): a
+	// mistral config inside text_config, weights under "language_model.";
+	// the vision tower is not loaded.
+	ArchMistral3 = "mistral3"
+	// ArchGptOss is gpt-oss (20b, 120b): a mixture of biased experts with
+	// a clamped SwiGLU, attention sinks, alternating sliding and full
+	// layers; see GptOss.
+	ArchGptOss = "gpt_oss"
 )
 
 // ConfigFile and GenerationConfigFile are the file names in a model
@@ -52,6 +65,12 @@ func archFor(name string) string {
 		return ArchQwen3MoE
 	case "Gemma3ForCausalLM", "gemma3_text":
 		return ArchGemma3Text
+	case "Phi3ForCausalLM", "phi3":
+		return ArchPhi3
+	case "MistralForCausalLM", "mistral":
+		return ArchMistral
+	case "GptOssForCausalLM", "gpt_oss":
+		return ArchGptOss
 	}
 	return ""
 }
@@ -74,6 +93,9 @@ type Config struct {
 
 	RopeTheta   float64      `json:"rope_theta"`
 	RopeScaling *RopeScaling `json:"rope_scaling"` // nil: no scaling
+	// PartialRotaryFactor is the share of each head RoPE rotates (phi3's
+	// partial_rotary_factor; 1 for every other family).
+	PartialRotaryFactor float64 `json:"partial_rotary_factor"`
 
 	TieWordEmbeddings bool `json:"tie_word_embeddings"`
 	// AttentionBias: q/k/v/o carry biases (Llama attention_bias). Qwen2
@@ -92,6 +114,18 @@ type Config struct {
 	MoE *MoE `json:"moe,omitempty"`
 	// Gemma holds what only Gemma 3 has (nil for other families).
 	Gemma *GemmaConfig `json:"gemma,omitempty"`
+	// GptOss holds what only gpt-oss has (nil for other families).
+	GptOss *GptOss `json:"gpt_oss,omitempty"`
+	// Sliding marks the layers that attend to the last SlidingWindow
+	// positions only (llama and mistral: layer_types with
+	// "sliding_attention", as mlx-lm's llama.py reads them); nil when every
+	// layer attends to all positions. Gemma's are in Gemma.
+	Sliding       []bool `json:"sliding,omitempty"`
+	SlidingWindow int    `json:"sliding_window,omitempty"`
+	// WeightPrefix is put before every tensor name the model looks up
+	// ("language_model." for mistral3, whose file also holds a vision
+	// tower).
+	WeightPrefix string `json:"weight_prefix,omitempty"`
 }
 
 type rawConfig struct {
@@ -109,6 +143,8 @@ type rawConfig struct {
 	RopeTheta             *float64        `json:"rope_theta"`
 	RopeScaling           json.RawMessage `json:"rope_scaling"`
 	RopeParameters        json.RawMessage `json:"rope_parameters"`
+	PartialRotaryFactor   *float64        `json:"partial_rotary_factor"`
+	OriginalMaxPositions  *int64          `json:"original_max_position_embeddings"`
 	TieWordEmbeddings     *bool           `json:"tie_word_embeddings"`
 	AttentionBias         *bool           `json:"attention_bias"`
 	MLPBias               *bool           `json:"mlp_bias"`
@@ -137,6 +173,11 @@ func LoadConfig(dir string) (*Config, error) {
 
 // ParseConfig parses and validates the contents of a config.json.
 func ParseConfig(data []byte) (*Config, error) {
+	if text, ok, err := textConfig(data); err != nil {
+		return nil, err
+	} else if ok {
+		return parseMistral3(data, text)
+	}
 	var r rawConfig
 	if err := json.Unmarshal(data, &r); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
@@ -151,12 +192,15 @@ func ParseConfig(data []byte) (*Config, error) {
 		c.Architecture = archFor(r.ModelType)
 	}
 	if c.Architecture == "" {
-		return nil, fmt.Errorf("%w: architectures %q, model_type %q (want LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM or Gemma3ForCausalLM)", ErrUnknownArchitecture, r.Architectures, r.ModelType)
+		return nil, fmt.Errorf("%w: architectures %q, model_type %q (want LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM, MistralForCausalLM or Mistral3ForConditionalGeneration)", ErrUnknownArchitecture, r.Architectures, r.ModelType)
 	}
 	if err := c.sizes(&r); err != nil {
 		return nil, err
 	}
 	if err := c.rope(&r); err != nil {
+		return nil, err
+	}
+	if err := c.phi3(&r); err != nil {
 		return nil, err
 	}
 	if c.Architecture == ArchQwen3MoE {
@@ -169,6 +213,11 @@ func ParseConfig(data []byte) (*Config, error) {
 	c.TieWordEmbeddings = orBool(r.TieWordEmbeddings, c.Architecture != ArchQwen3 && c.Architecture != ArchQwen3MoE)
 	c.AttentionBias = orBool(r.AttentionBias, false)
 	c.MLPBias = orBool(r.MLPBias, false)
+	if c.Architecture == ArchGptOss {
+		if err := c.gptOss(data); err != nil {
+			return nil, err
+		}
+	}
 	c.BOSTokenIDs, c.EOSTokenIDs = r.BOSTokenID, r.EOSTokenID
 	if err := c.BOSTokenIDs.check("bos_token_id", c.VocabSize); err != nil {
 		return nil, err
@@ -193,8 +242,13 @@ func ParseConfig(data []byte) (*Config, error) {
 		return nil, err
 	}
 	c.Quantization = q
-	if c.Architecture == ArchGemma3Text {
+	switch c.Architecture {
+	case ArchGemma3Text:
 		if c.Gemma, err = parseGemma(data, c); err != nil {
+			return nil, err
+		}
+	case ArchLlama, ArchMistral:
+		if c.SlidingWindow, c.Sliding, err = parseLlamaWindows(data, c.NumHiddenLayers); err != nil {
 			return nil, err
 		}
 	}

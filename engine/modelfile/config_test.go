@@ -56,7 +56,7 @@ func TestParseConfig(t *testing.T) {
 		{"qwen3 head_dim differs from hidden/heads", nil, func(t *testing.T, c *Config) {
 			want := Config{Architecture: ArchQwen3, Architectures: []string{"Qwen3ForCausalLM"}, ModelType: "qwen3",
 				HiddenSize: 64, IntermediateSize: 128, NumHiddenLayers: 2, NumAttentionHeads: 4, NumKeyValueHeads: 2, HeadDim: 32,
-				VocabSize: 1024, MaxPositionEmbeddings: 40960, RMSNormEps: 1e-6, RopeTheta: 1e6, TieWordEmbeddings: true,
+				VocabSize: 1024, MaxPositionEmbeddings: 40960, RMSNormEps: 1e-6, RopeTheta: 1e6, PartialRotaryFactor: 1, TieWordEmbeddings: true,
 				BOSTokenIDs: TokenIDs{1000}, EOSTokenIDs: TokenIDs{1001}, TorchDType: "bfloat16"}
 			if !reflect.DeepEqual(*c, want) {
 				t.Errorf("got  %+v\nwant %+v", *c, want)
@@ -188,7 +188,7 @@ func TestParseConfigErrors(t *testing.T) {
 		want  error
 		msg   string
 	}{
-		{"unknown architecture", obj{"architectures": []string{"MistralForCausalLM"}}, ErrUnknownArchitecture, "MistralForCausalLM"},
+		{"unknown architecture", obj{"architectures": []string{"FalconForCausalLM"}}, ErrUnknownArchitecture, "FalconForCausalLM"},
 		{"no architecture at all", obj{"architectures": nil, "model_type": nil}, ErrUnknownArchitecture, ""},
 		{"missing hidden_size", obj{"hidden_size": nil}, ErrInvalidConfig, "missing hidden_size"},
 		{"zero layers", obj{"num_hidden_layers": 0}, ErrInvalidConfig, "num_hidden_layers 0 out of range"},
@@ -207,7 +207,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"negative bos", obj{"bos_token_id": -1}, ErrInvalidConfig, "bos_token_id -1"},
 		{"eos not an int", obj{"eos_token_id": "x"}, ErrInvalidConfig, ""},
 		{"bad dtype", obj{"torch_dtype": "int8"}, ErrInvalidConfig, "torch_dtype"},
-		{"rope type unsupported", obj{"rope_scaling": obj{"rope_type": "longrope", "factor": 2}}, ErrUnsupported, "longrope"},
+		{"rope type unsupported", obj{"rope_scaling": obj{"rope_type": "mrope", "factor": 2}}, ErrUnsupported, "mrope"},
 		{"rope type and rope_type disagree", obj{"rope_scaling": obj{"type": "linear", "rope_type": "yarn", "factor": 2}}, ErrInvalidConfig, "disagree"},
 		{"rope without factor", obj{"rope_scaling": obj{"rope_type": "llama3"}}, ErrInvalidConfig, "needs a factor"},
 		{"rope zero factor", obj{"rope_scaling": obj{"rope_type": "yarn", "factor": 0}}, ErrInvalidConfig, "factor 0"},

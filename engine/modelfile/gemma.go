@@ -3,6 +3,7 @@ package modelfile
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 )
 
 // GemmaConfig is what Gemma 3's config.json adds to the common fields,
@@ -41,7 +42,8 @@ type rawGemma struct {
 // ones (a missing head_dim is set to Gemma's 256 here).
 func parseGemma(data []byte, c *Config) (*GemmaConfig, error) {
 	var r rawGemma
-	if err := json.Unmarshal(data, &r); err != nil {
+	var err error
+	if err = json.Unmarshal(data, &r); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 	bad := func(format string, args ...any) error {
@@ -86,17 +88,8 @@ func parseGemma(data []byte, c *Config) (*GemmaConfig, error) {
 	g.Sliding = make([]bool, c.NumHiddenLayers)
 	switch {
 	case r.LayerTypes != nil:
-		if len(r.LayerTypes) != c.NumHiddenLayers {
-			return nil, bad("%d layer_types for %d layers", len(r.LayerTypes), c.NumHiddenLayers)
-		}
-		for i, t := range r.LayerTypes {
-			switch t {
-			case "sliding_attention":
-				g.Sliding[i] = true
-			case "full_attention":
-			default:
-				return nil, bad("layer_types[%d] is %q (want sliding_attention or full_attention)", i, t)
-			}
+		if g.Sliding, err = layerTypes(r.LayerTypes, c.NumHiddenLayers); err != nil {
+			return nil, fmt.Errorf("%w: gemma3_text: %w", ErrInvalidConfig, err)
 		}
 	default:
 		pattern := int64(6)
@@ -111,4 +104,51 @@ func parseGemma(data []byte, c *Config) (*GemmaConfig, error) {
 		}
 	}
 	return g, nil
+}
+
+// layerTypes reads layer_types: true for each "sliding_attention" layer.
+func layerTypes(types []string, layers int) ([]bool, error) {
+	if len(types) != layers {
+		return nil, fmt.Errorf("%d layer_types for %d layers", len(types), layers)
+	}
+	sliding := make([]bool, layers)
+	for i, t := range types {
+		switch t {
+		case "sliding_attention":
+			sliding[i] = true
+		case "full_attention":
+		default:
+			return nil, fmt.Errorf("layer_types[%d] is %q (want sliding_attention or full_attention)", i, t)
+		}
+	}
+	return sliding, nil
+}
+
+// parseLlamaWindows reads the sliding-window layers of a llama or mistral
+// config as mlx-lm's llama.py does: only layers layer_types names
+// "sliding_attention" use sliding_window (a sliding_window alone, as
+// Mistral 7B v0.1 has, changes nothing). It returns a nil list when no
+// layer slides.
+func parseLlamaWindows(data []byte, layers int) (int, []bool, error) {
+	var r struct {
+		SlidingWindow *int64   `json:"sliding_window"`
+		LayerTypes    []string `json:"layer_types"`
+	}
+	if err := json.Unmarshal(data, &r); err != nil {
+		return 0, nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
+	if r.LayerTypes == nil {
+		return 0, nil, nil
+	}
+	sliding, err := layerTypes(r.LayerTypes, layers)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if !slices.Contains(sliding, true) {
+		return 0, nil, nil
+	}
+	if r.SlidingWindow == nil || *r.SlidingWindow <= 0 || *r.SlidingWindow > maxPositions {
+		return 0, nil, fmt.Errorf("%w: sliding_attention layers need a sliding_window in [1, %d]", ErrInvalidConfig, maxPositions)
+	}
+	return int(*r.SlidingWindow), sliding, nil
 }

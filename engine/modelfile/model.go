@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"fusion/engine/safetensors"
+	"fusion/engine/tensor"
 )
 
 // Options control Open.
@@ -59,7 +60,7 @@ func (m *Model) checkWeights() error {
 		return fmt.Errorf("%w: model.embed_tokens is [%d, %d], config says [vocab_size %d, hidden_size %d]",
 			ErrBadLinear, emb.Out, emb.In, c.VocabSize, c.HiddenSize)
 	}
-	if !c.TieWordEmbeddings && !m.Weights.Has("lm_head.weight") {
+	if !c.TieWordEmbeddings && !m.Has("lm_head.weight") {
 		return fmt.Errorf("%w: lm_head.weight (tie_word_embeddings is false)", ErrMissingTensor)
 	}
 	return nil
@@ -71,7 +72,7 @@ func (m *Model) Linear(path string) (*Linear, error) {
 	if m.Weights == nil {
 		return nil, fmt.Errorf("modelfile: %s: weights not loaded", m.Dir)
 	}
-	return LookupLinear(m.Weights, m.Config.Quantization, path)
+	return LookupLinear(m.Weights, m.Config.Quantization, m.Config.WeightPrefix+path)
 }
 
 // Experts returns the experts of the stacked module at path; see
@@ -80,7 +81,23 @@ func (m *Model) Experts(path string) ([]*Linear, error) {
 	if m.Weights == nil {
 		return nil, fmt.Errorf("modelfile: %s: weights not loaded", m.Dir)
 	}
-	return LookupExperts(m.Weights, m.Config.Quantization, path)
+	return LookupExperts(m.Weights, m.Config.Quantization, m.Config.WeightPrefix+path)
+}
+
+// Tensor returns the tensor of that name, under the config's
+// WeightPrefix.
+func (m *Model) Tensor(name string) (tensor.Tensor, bool) {
+	if m.Weights == nil {
+		return tensor.Tensor{}, false
+	}
+	return m.Weights.Tensor(m.Config.WeightPrefix + name)
+}
+
+// Has reports whether the tensor of that name exists, under the config's
+// WeightPrefix.
+func (m *Model) Has(name string) bool {
+	_, ok := m.Tensor(name)
+	return ok
 }
 
 // EOSTokenIDs returns the end-of-sequence ids of config.json followed by

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 )
 
 // RoPE scaling types.
@@ -13,6 +14,9 @@ const (
 	RopeDynamic = "dynamic"
 	RopeLlama3  = "llama3"
 	RopeYarn    = "yarn"
+	// RopeLongRope is Phi-3's "longrope" (also spelled "su"): per-frequency
+	// factors; see RopeScaling.LongFactor.
+	RopeLongRope = "longrope"
 )
 
 // RopeScaling is the "rope_scaling" block of config.json, with the
@@ -32,21 +36,29 @@ type RopeScaling struct {
 	Mscale          float64 `json:"mscale,omitempty"`
 	MscaleAllDim    float64 `json:"mscale_all_dim,omitempty"`
 	AttentionFactor float64 `json:"attention_factor,omitempty"`
+	// longrope: one factor per rotated frequency for long and short
+	// contexts (mlx-lm 0.32.2's SuScaledRoPE uses the long ones at every
+	// length), and OriginalMaxPositionEmbeddings (Phi-3 puts it beside
+	// rope_scaling; default 4096).
+	ShortFactor []float64 `json:"short_factor,omitempty"`
+	LongFactor  []float64 `json:"long_factor,omitempty"`
 }
 
 type rawRope struct {
-	Type            *string  `json:"type"`
-	RopeType        *string  `json:"rope_type"`
-	RopeTheta       *float64 `json:"rope_theta"` // transformers v5 rope_parameters
-	Factor          *float64 `json:"factor"`
-	OriginalMax     *int64   `json:"original_max_position_embeddings"`
-	LowFreqFactor   *float64 `json:"low_freq_factor"`
-	HighFreqFactor  *float64 `json:"high_freq_factor"`
-	BetaFast        *float64 `json:"beta_fast"`
-	BetaSlow        *float64 `json:"beta_slow"`
-	Mscale          *float64 `json:"mscale"`
-	MscaleAllDim    *float64 `json:"mscale_all_dim"`
-	AttentionFactor *float64 `json:"attention_factor"`
+	Type            *string   `json:"type"`
+	RopeType        *string   `json:"rope_type"`
+	RopeTheta       *float64  `json:"rope_theta"` // transformers v5 rope_parameters
+	Factor          *float64  `json:"factor"`
+	OriginalMax     *int64    `json:"original_max_position_embeddings"`
+	LowFreqFactor   *float64  `json:"low_freq_factor"`
+	HighFreqFactor  *float64  `json:"high_freq_factor"`
+	BetaFast        *float64  `json:"beta_fast"`
+	BetaSlow        *float64  `json:"beta_slow"`
+	Mscale          *float64  `json:"mscale"`
+	MscaleAllDim    *float64  `json:"mscale_all_dim"`
+	AttentionFactor *float64  `json:"attention_factor"`
+	ShortFactor     []float64 `json:"short_factor"`
+	LongFactor      []float64 `json:"long_factor"`
 }
 
 // parseRope parses a rope_scaling (or rope_parameters) block. It returns
@@ -71,6 +83,10 @@ func parseRope(field string, b json.RawMessage) (*RopeScaling, *float64, error) 
 	}
 	if typ == "" || typ == "default" {
 		return nil, r.RopeTheta, nil
+	}
+	if typ == RopeLongRope || typ == "su" {
+		s, err := parseLongRope(field, &r)
+		return s, r.RopeTheta, err
 	}
 	s := &RopeScaling{Type: typ}
 	if r.Factor == nil {
@@ -121,6 +137,37 @@ func parseRope(field string, b json.RawMessage) (*RopeScaling, *float64, error) 
 		return nil, nil, fmt.Errorf("%w: %s: RoPE scaling type %q", ErrUnsupported, field, typ)
 	}
 	return s, r.RopeTheta, nil
+}
+
+// maxRopeFactors bounds the length of longrope's factor lists (one per
+// rotated frequency: at most half the widest head).
+const maxRopeFactors = maxHeadDim / 2
+
+// parseLongRope reads a longrope (or "su") block: long_factor and
+// short_factor, lists of positive numbers of the same length (that the
+// length is the rotated dimensions' half is checked when the model is
+// built), and original_max_position_embeddings if the block has it.
+func parseLongRope(field string, r *rawRope) (*RopeScaling, error) {
+	s := &RopeScaling{Type: RopeLongRope, ShortFactor: r.ShortFactor, LongFactor: r.LongFactor}
+	switch {
+	case len(s.LongFactor) == 0 || len(s.ShortFactor) == 0:
+		return nil, fmt.Errorf("%w: %s: longrope needs long_factor and short_factor", ErrInvalidConfig, field)
+	case len(s.LongFactor) != len(s.ShortFactor) || len(s.LongFactor) > maxRopeFactors:
+		return nil, fmt.Errorf("%w: %s: %d long and %d short factors (want the same number, at most %d)",
+			ErrInvalidConfig, field, len(s.LongFactor), len(s.ShortFactor), maxRopeFactors)
+	}
+	for _, f := range append(slices.Clone(s.LongFactor), s.ShortFactor...) {
+		if !positive(f) {
+			return nil, fmt.Errorf("%w: %s: longrope factor %v must be positive", ErrInvalidConfig, field, f)
+		}
+	}
+	if r.OriginalMax != nil {
+		if *r.OriginalMax <= 0 || *r.OriginalMax > maxPositions {
+			return nil, fmt.Errorf("%w: %s: original_max_position_embeddings %d out of range", ErrInvalidConfig, field, *r.OriginalMax)
+		}
+		s.OriginalMaxPositionEmbeddings = int(*r.OriginalMax)
+	}
+	return s, nil
 }
 
 func orDefault(v *float64, def float64) float64 {

@@ -49,9 +49,13 @@ func TestSetModelSettingsLive(t *testing.T) {
 	}
 }
 
-// TestDetails: a config this engine cannot load is reported, not an error.
+// TestDetails: a config this engine cannot load is reported, not an
+// error; every family reports its architecture (mistral3's dims and
+// context length from its text_config, its quantization from the top)
+// and generates.
 func TestDetails(t *testing.T) {
-	r := newRunnerWith(t, Config{}, map[string]demo.Options{"a": {Arch: "qwen3", Seed: 1}})
+	r := newRunnerWith(t, Config{}, map[string]demo.Options{"a": {Arch: "qwen3", Seed: 1},
+		"phi": {Arch: "phi3", Quantize: 4, GroupSize: 32, Seed: 2}, "m3": {Arch: "mistral3", Seed: 3}, "oss": {Arch: "gpt_oss", Seed: 4}})
 	raw, err := os.ReadFile(filepath.Join(r.cfg.ModelsDir, "a", "config.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -70,6 +74,20 @@ func TestDetails(t *testing.T) {
 	}
 	if a := got["a"]; !a.Compatible || a.Architecture != "qwen3" || a.ContextLength <= 0 || a.Bytes <= 0 || a.Format != "safetensors" {
 		t.Errorf("a: %+v", a)
+	}
+	if p := got["phi"]; !p.Compatible || p.Architecture != "phi3" || p.ContextLength != 131072 || p.Quantization != "affine 4-bit/32" {
+		t.Errorf("phi: %+v", p)
+	}
+	if m := got["m3"]; !m.Compatible || m.Architecture != "mistral3" || m.ModelType != "mistral3" || m.ContextLength != 32768 {
+		t.Errorf("m3: %+v", m)
+	}
+	if o := got["oss"]; !o.Compatible || o.Architecture != "gpt_oss" || o.ContextLength != 131072 {
+		t.Errorf("oss: %+v", o)
+	}
+	for _, id := range []string{"phi", "m3", "oss"} {
+		if res := generate(context.Background(), r, chat(id, "Hello", 4)); res.err != nil || len(res.ids) != 4 {
+			t.Errorf("%s: generation: %+v", id, res)
+		}
 	}
 	if p := got["paro"]; p.Compatible || p.Quantization != "paroquant" || !strings.Contains(p.Reason, "quant_method") {
 		t.Errorf("paro: %+v", p)

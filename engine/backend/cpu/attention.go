@@ -23,7 +23,7 @@ type attnTask struct {
 // for every sequence, query head group and chunk of query rows in
 // parallel.
 func (s *step) Attention(layer int, q, k, v backend.Array, scale float32, b *backend.Batch) backend.Array {
-	return s.attention(layer, q, k, v, scale, 0, b)
+	return s.attention(layer, q, k, v, scale, 0, nil, b)
 }
 
 // WindowAttention is Attention where each query sees the last window
@@ -32,12 +32,13 @@ func (s *step) WindowAttention(layer int, q, k, v backend.Array, scale float32, 
 	if window <= 0 {
 		panic(fmt.Sprintf("cpu: WindowAttention: window %d", window))
 	}
-	return s.attention(layer, q, k, v, scale, window, b)
+	return s.attention(layer, q, k, v, scale, window, nil, b)
 }
 
 // attention is causal attention, over the last window positions of each
-// query if window > 0.
-func (s *step) attention(layer int, q, k, v backend.Array, scale float32, window int, b *backend.Batch) backend.Array {
+// query if window > 0, with a sink logit per query head if sinks is not
+// nil.
+func (s *step) attention(layer int, q, k, v backend.Array, scale float32, window int, sinks []float32, b *backend.Batch) backend.Array {
 	qa, ka, va := arr(q), arr(k), arr(v)
 	if b.Rows() != qa.rows || ka.rows != qa.rows || va.rows != qa.rows {
 		panic(fmt.Sprintf("cpu: Attention: q, k, v have %d, %d, %d rows, batch %d", qa.rows, ka.rows, va.rows, b.Rows()))
@@ -51,6 +52,9 @@ func (s *step) attention(layer int, q, k, v backend.Array, scale float32, window
 		panic(fmt.Sprintf("cpu: Attention: q, k, v have %d, %d, %d features for %d KV heads of %d", qa.cols, ka.cols, va.cols, kvh, hd))
 	}
 	rep := qa.cols / (kvh * hd)
+	if sinks != nil && len(sinks) != rep*kvh {
+		panic(fmt.Sprintf("cpu: SinkAttention: %d sinks for %d heads", len(sinks), rep*kvh))
+	}
 
 	var tasks []attnTask
 	caches := make([]*KVCache, len(b.Seqs))
@@ -75,7 +79,7 @@ func (s *step) attention(layer int, q, k, v backend.Array, scale float32, window
 	out := s.new(qa.rows, qa.cols)
 	s.b.parallel(len(tasks), func(w, i int) {
 		t := tasks[i]
-		s.attend(&s.scratch[w], t, qa, out, caches[t.seq], layer, b.Seqs[t.seq].Offset, rep, scale, window)
+		s.attend(&s.scratch[w], t, qa, out, caches[t.seq], layer, b.Seqs[t.seq].Offset, rep, scale, window, sinks)
 	})
 	return out
 }
@@ -88,8 +92,9 @@ func (s *step) attention(layer int, q, k, v backend.Array, scale float32, window
 // a query runs over exactly its visible keys, and probabilities past them
 // are zero. With window > 0, a query at position p sees the positions
 // from p−window+1: blocks before the task's first visible key are not
-// read at all, and the softmax runs over the window.
-func (s *step) attend(sc *scratch, t attnTask, q, out *array, c *KVCache, layer, offset, rep int, scale float32, window int) {
+// read at all, and the softmax runs over the window. With sinks, each
+// head's softmax also counts its sink logit (sinkSoftmax).
+func (s *step) attend(sc *scratch, t attnTask, q, out *array, c *KVCache, layer, offset, rep int, scale float32, window int, sinks []float32) {
 	k := s.b.k
 	hd := c.spec.HeadDim
 	li := c.layer(layer)
@@ -147,7 +152,11 @@ func (s *step) attend(sc *scratch, t attnTask, q, out *array, c *KVCache, layer,
 			for blk := first; blk < nb; blk++ {
 				copy(row[blk*BlockSize:(blk+1)*BlockSize], p[(blk*m+qi)*BlockSize:(blk*m+qi+1)*BlockSize])
 			}
-			k.Softmax(row[lo:visible])
+			if sinks != nil {
+				sinkSoftmax(row[lo:visible], sinks[t.g*rep+j])
+			} else {
+				k.Softmax(row[lo:visible])
+			}
 			clear(row[first*BlockSize : lo])
 			clear(row[visible:])
 			for blk := first; blk < nb; blk++ {

@@ -8,13 +8,18 @@ import (
 
 // GELUTanhGate returns gelu_tanh(gate)·up.
 func (s *step) GELUTanhGate(gate, up backend.Array) backend.Array {
+	return s.gated("GELUTanhGate", gate, up, func(g, u float32) float32 { return geluTanh(g) * u })
+}
+
+// gated returns f(gate, up) elementwise.
+func (s *step) gated(op string, gate, up backend.Array, f func(g, u float32) float32) backend.Array {
 	g, u := arr(gate), arr(up)
-	sameShape("GELUTanhGate", g, u)
+	sameShape(op, g, u)
 	out := s.new(g.rows, g.cols)
 	s.b.parallelRows(g.rows, elementwiseRows(g.cols), func(lo, hi int) {
 		src, mul, dst := g.data[lo*g.cols:hi*g.cols], u.data[lo*g.cols:hi*g.cols], out.data[lo*g.cols:hi*g.cols]
 		for i, v := range src {
-			dst[i] = geluTanh(v) * mul[i]
+			dst[i] = f(v, mul[i])
 		}
 	})
 	return out

@@ -183,8 +183,9 @@ func TestRoPE(t *testing.T) {
 
 // naiveAttention is causal attention in float64 over a sequence's whole
 // keys and values ([n, kvh·hd]), for its last len(q)/(heads·hd) rows;
-// with window > 0, the query at position p sees positions p−window+1 … p.
-func naiveAttention(q, k, v []float32, heads, kvh, hd, offset int, scale float64, window int) []float64 {
+// with window > 0, the query at position p sees positions p−window+1 … p;
+// with sinks, head h's softmax also counts e^{sinks[h]} in its sum.
+func naiveAttention(q, k, v []float32, heads, kvh, hd, offset int, scale float64, window int, sinks []float32) []float64 {
 	rows := len(q) / (heads * hd)
 	out := make([]float64, len(q))
 	for i := range rows {
@@ -206,6 +207,10 @@ func naiveAttention(q, k, v []float32, heads, kvh, hd, offset int, scale float64
 				m = max(m, d)
 			}
 			var sum float64
+			if sinks != nil {
+				m = max(m, float64(sinks[h]))
+				sum = math.Exp(float64(sinks[h]) - m)
+			}
 			for j := range scores {
 				scores[j] = math.Exp(scores[j] - m)
 				sum += scores[j]
@@ -229,16 +234,21 @@ func TestAttention(t *testing.T) {
 		heads, kvh, hd    int
 		history, newToken []int // per sequence: positions already cached, new rows
 		window            int   // > 0: WindowAttention
+		sinks             bool  // SinkAttention, a sink logit per head
 	}{
-		{"gqa-prefill", 4, 2, 32, []int{0}, []int{BlockSize + 50}, 0},
-		{"mha-decode", 2, 2, 16, []int{BlockSize + 70}, []int{1}, 0},
-		{"gqa-mixed-batch", 6, 2, 24, []int{63, 0, 2*BlockSize - 3}, []int{1, 40, 5}, 0},
-		{"block-boundary", 2, 1, 8, []int{BlockSize - 1}, []int{1}, 0},
+		{"gqa-prefill", 4, 2, 32, []int{0}, []int{BlockSize + 50}, 0, false},
+		{"mha-decode", 2, 2, 16, []int{BlockSize + 70}, []int{1}, 0, false},
+		{"gqa-mixed-batch", 6, 2, 24, []int{63, 0, 2*BlockSize - 3}, []int{1, 40, 5}, 0, false},
+		{"block-boundary", 2, 1, 8, []int{BlockSize - 1}, []int{1}, 0, false},
 		// Windows smaller than the sequences, crossing block boundaries.
-		{"window-prefill", 4, 2, 16, []int{0}, []int{2*BlockSize + 30}, 100},
-		{"window-decode", 2, 1, 8, []int{2*BlockSize + 5}, []int{1}, BlockSize + 3},
-		{"window-mixed-batch", 6, 2, 8, []int{BlockSize + 40, 0, 3, 2 * BlockSize}, []int{1, 90, 40, 33}, 17},
-		{"window-wider-than-sequence", 2, 2, 8, []int{10}, []int{20}, 4 * BlockSize},
+		{"window-prefill", 4, 2, 16, []int{0}, []int{2*BlockSize + 30}, 100, false},
+		{"window-decode", 2, 1, 8, []int{2*BlockSize + 5}, []int{1}, BlockSize + 3, false},
+		{"window-mixed-batch", 6, 2, 8, []int{BlockSize + 40, 0, 3, 2 * BlockSize}, []int{1, 90, 40, 33}, 17, false},
+		{"window-wider-than-sequence", 2, 2, 8, []int{10}, []int{20}, 4 * BlockSize, false},
+		// gpt-oss's sinks, with and without a window.
+		{"sinks-prefill", 4, 2, 16, []int{0}, []int{BlockSize + 50}, 0, true},
+		{"sinks-decode", 4, 1, 8, []int{BlockSize + 9}, []int{1}, 0, true},
+		{"sinks-window-mixed-batch", 6, 2, 8, []int{BlockSize + 40, 0, 3}, []int{1, 90, 40}, 17, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			spec := backend.KVSpec{FirstLayer: 2, Layers: 2, KVHeads: c.kvh, HeadDim: c.hd, MaxLen: 4 * BlockSize}
@@ -271,7 +281,19 @@ func TestAttention(t *testing.T) {
 			s := b.NewStep(context.Background())
 			defer s.Close()
 			var out backend.Array
-			if c.window > 0 {
+			var sinks []float32
+			if c.sinks {
+				// Logits of the scale of the scores, some far above them.
+				sinks = randFloats(rng, c.heads)
+				for h := range sinks {
+					sinks[h] = sinks[h]*2 + float32(h%3)
+				}
+				sv, err := b.Vector(backend.VectorData{Name: "sinks", Data: f32Tensor(sinks)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				out = s.SinkAttention(3, s.Input(rows, qw, q), s.Input(rows, kw, knew), s.Input(rows, kw, vnew), float32(scale), c.window, sv, batch)
+			} else if c.window > 0 {
 				out = s.WindowAttention(3, s.Input(rows, qw, q), s.Input(rows, kw, knew), s.Input(rows, kw, vnew), float32(scale), c.window, batch)
 			} else {
 				out = s.Attention(3, s.Input(rows, qw, q), s.Input(rows, kw, knew), s.Input(rows, kw, vnew), float32(scale), batch)
@@ -285,7 +307,7 @@ func TestAttention(t *testing.T) {
 				if n := sq.Cache.Len(2); n != 0 {
 					t.Errorf("sequence %d: layer 2 holds %d positions, want 0", i, n)
 				}
-				want := naiveAttention(q[row*qw:(row+sq.Len)*qw], ks[i], vs[i], c.heads, c.kvh, c.hd, sq.Offset, scale, c.window)
+				want := naiveAttention(q[row*qw:(row+sq.Len)*qw], ks[i], vs[i], c.heads, c.kvh, c.hd, sq.Offset, scale, c.window, sinks)
 				closeTo(t, "Attention", got[row*qw:(row+sq.Len)*qw], want, 1e-5)
 				row += sq.Len
 			}

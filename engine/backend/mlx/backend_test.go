@@ -37,6 +37,11 @@ var backendFormats = []struct {
 	// Gemma 3: local layers with a 40-position window, under the prompt.
 	{"bf16-gemma3", demo.Options{SlidingWindow: 40, SlidingPattern: 2}, "gemma3_text"},
 	{"mlx-q4-gemma3", demo.Options{Quantize: 4, GroupSize: 32, SlidingWindow: 40, SlidingPattern: 2}, "gemma3_text"},
+	// Phi-3's fused matrices as row views; gpt-oss's sinks, 40-position
+	// windows and biased experts.
+	{"bf16-phi3", demo.Options{}, "phi3"},
+	{"bf16-gpt_oss", demo.Options{SlidingWindow: 40}, "gpt_oss"},
+	{"mlx-q4-gpt_oss", demo.Options{Quantize: 4, GroupSize: 32, SlidingWindow: 40}, "gpt_oss"},
 }
 
 func demoModel(t *testing.T, arch string, o demo.Options) string {
@@ -227,7 +232,7 @@ func testParityWithCPU(t *testing.T, be *Backend, cb *cpu.Backend, tol float64) 
 			if f.opts.Format == demo.FormatGGUF {
 				ftol = parityTol // float32 in both modes
 			}
-			if f.arch == "qwen3_moe" && tol != parityTol {
+			if (f.arch == "qwen3_moe" || f.arch == "gpt_oss") && tol != parityTol {
 				// A router's top k is not continuous in its logits: one
 				// bf16 rounding can swap an expert, so native mode has no
 				// first-order bound against float32 here. Its float32

@@ -20,23 +20,13 @@ func (a *Arena) Tanh(x *Array) *Array {
 	return a.unary("mlx_tanh", x, func(res *C.mlx_array) C.int { return C.mlx_tanh(res, x.c, a.rt.stream) })
 }
 
-// MaskedAttention is scaled dot-product attention with an additive mask
-// [qL, kL] (0 where a query sees a key, −∞ where it does not), MLX's
-// fast.scaled_dot_product_attention with mask_arr.
-func (a *Arena) MaskedAttention(q, k, v *Array, scale float32, mask *Array) *Array {
-	none := C.mlx_array_new()
-	return a.op("mlx_fast_scaled_dot_product_attention", []*Array{q, k, v, mask}, func(res *C.mlx_array) C.int {
-		return C.mlx_fast_scaled_dot_product_attention(res, q.c, k.c, v.c, C.float(scale), cNone, mask.c, none, a.rt.stream)
-	})
-}
-
 // windowAttend attends q [1, heads, len, hd] of a sequence at sq.Offset
 // over the cached keys and values [1, kvHeads, Offset+len, hd] it may see:
 // those from the first query's window on, sliced out, and for a chunk of
 // several queries a mask that also hides, per query, the keys before its
 // own window and after itself (mlx-lm's create_attention_mask with
 // window_size).
-func windowAttend(a *Arena, q, keys, values *Array, scale float32, window int, sq backend.Seq, hd, kvh int) *Array {
+func windowAttend(a *Arena, q, keys, values *Array, scale float32, window int, sq backend.Seq, hd, kvh int, sinks *Array) *Array {
 	end := sq.Offset + sq.Len
 	start := max(0, sq.Offset+1-window)
 	if start > 0 {
@@ -44,7 +34,7 @@ func windowAttend(a *Arena, q, keys, values *Array, scale float32, window int, s
 		values = a.Slice(values, []int{0, 0, start, 0}, []int{1, kvh, end, hd})
 	}
 	if sq.Len == 1 {
-		return a.Attention(q, keys, values, scale, false)
+		return a.SDPA(q, keys, values, scale, false, nil, sinks)
 	}
 	n := end - start
 	mask := make([]float32, sq.Len*n)
@@ -57,7 +47,7 @@ func windowAttend(a *Arena, q, keys, values *Array, scale float32, window int, s
 			}
 		}
 	}
-	return a.MaskedAttention(q, keys, values, scale, as(a, a.FromFloat32(mask, sq.Len, n), q.DType()))
+	return a.SDPA(q, keys, values, scale, false, as(a, a.FromFloat32(mask, sq.Len, n), q.DType()), sinks)
 }
 
 // WindowAttention is Attention where each query sees the last window
@@ -66,7 +56,7 @@ func (s *step) WindowAttention(layer int, q, k, v backend.Array, scale float32, 
 	if window <= 0 {
 		panic(fmt.Sprintf("mlx: WindowAttention: window %d", window))
 	}
-	return s.attention(layer, q, k, v, scale, window, b)
+	return s.attention(layer, q, k, v, scale, window, nil, b)
 }
 
 // GELUTanhGate returns gelu_tanh(gate)·up, with MLX's nn.gelu_approx:

@@ -41,6 +41,8 @@ fusion_t_mlx_reshape fusion_p_mlx_reshape = NULL;
 fusion_t_mlx_transpose_axes fusion_p_mlx_transpose_axes = NULL;
 fusion_t_mlx_add fusion_p_mlx_add = NULL;
 fusion_t_mlx_multiply fusion_p_mlx_multiply = NULL;
+fusion_t_mlx_minimum fusion_p_mlx_minimum = NULL;
+fusion_t_mlx_maximum fusion_p_mlx_maximum = NULL;
 fusion_t_mlx_sigmoid fusion_p_mlx_sigmoid = NULL;
 fusion_t_mlx_erf fusion_p_mlx_erf = NULL;
 fusion_t_mlx_tanh fusion_p_mlx_tanh = NULL;
@@ -235,6 +237,16 @@ int fusion_mlx_bind(void* handle, const char** missing) {
   fusion_p_mlx_multiply = (fusion_t_mlx_multiply)dlsym(handle, "mlx_multiply");
   if (fusion_p_mlx_multiply == NULL) {
     *missing = "mlx_multiply";
+    return 1;
+  }
+  fusion_p_mlx_minimum = (fusion_t_mlx_minimum)dlsym(handle, "mlx_minimum");
+  if (fusion_p_mlx_minimum == NULL) {
+    *missing = "mlx_minimum";
+    return 1;
+  }
+  fusion_p_mlx_maximum = (fusion_t_mlx_maximum)dlsym(handle, "mlx_maximum");
+  if (fusion_p_mlx_maximum == NULL) {
+    *missing = "mlx_maximum";
     return 1;
   }
   fusion_p_mlx_sigmoid = (fusion_t_mlx_sigmoid)dlsym(handle, "mlx_sigmoid");

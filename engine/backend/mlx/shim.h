@@ -182,6 +182,14 @@ typedef int (*fusion_t_mlx_multiply)(mlx_array* res, const mlx_array a, const ml
 extern fusion_t_mlx_multiply fusion_p_mlx_multiply;
 static inline int mlx_multiply(mlx_array* res, const mlx_array a, const mlx_array b, const mlx_stream s) { return fusion_p_mlx_multiply(res, a, b, s); }
 
+typedef int (*fusion_t_mlx_minimum)(mlx_array* res, const mlx_array a, const mlx_array b, const mlx_stream s);
+extern fusion_t_mlx_minimum fusion_p_mlx_minimum;
+static inline int mlx_minimum(mlx_array* res, const mlx_array a, const mlx_array b, const mlx_stream s) { return fusion_p_mlx_minimum(res, a, b, s); }
+
+typedef int (*fusion_t_mlx_maximum)(mlx_array* res, const mlx_array a, const mlx_array b, const mlx_stream s);
+extern fusion_t_mlx_maximum fusion_p_mlx_maximum;
+static inline int mlx_maximum(mlx_array* res, const mlx_array a, const mlx_array b, const mlx_stream s) { return fusion_p_mlx_maximum(res, a, b, s); }
+
 typedef int (*fusion_t_mlx_sigmoid)(mlx_array* res, const mlx_array a, const mlx_stream s);
 extern fusion_t_mlx_sigmoid fusion_p_mlx_sigmoid;
 static inline int mlx_sigmoid(mlx_array* res, const mlx_array a, const mlx_stream s) { return fusion_p_mlx_sigmoid(res, a, s); }

@@ -347,12 +347,12 @@ func (s *step) RoPE(x backend.Array, r *backend.RoPE, b *backend.Batch) backend.
 // scaled dot-product attention per sequence over its cached positions
 // (causal, aligned to the last key; GQA native).
 func (s *step) Attention(layer int, q, k, v backend.Array, scale float32, b *backend.Batch) backend.Array {
-	return s.attention(layer, q, k, v, scale, 0, b)
+	return s.attention(layer, q, k, v, scale, 0, nil, b)
 }
 
 // attention is Attention, over the last window positions of each query
 // if window > 0 (see windowAttend).
-func (s *step) attention(layer int, q, k, v backend.Array, scale float32, window int, b *backend.Batch) backend.Array {
+func (s *step) attention(layer int, q, k, v backend.Array, scale float32, window int, sinks *vector, b *backend.Batch) backend.Array {
 	qa, ka, va := use(nd(q), tensor.F32), use(nd(k), tensor.F32), use(nd(v), tensor.F32)
 	dt := promote(promote(qa.dt, ka.dt), va.dt)
 	if b.Rows() != qa.rows || ka.rows != qa.rows || va.rows != qa.rows {
@@ -365,6 +365,9 @@ func (s *step) attention(layer int, q, k, v backend.Array, scale float32, window
 	hd, kvh := spec.HeadDim, spec.KVHeads
 	if ka.cols != kvh*hd || va.cols != kvh*hd || qa.cols%(kvh*hd) != 0 {
 		panic(fmt.Sprintf("mlx: Attention: q, k, v have %d, %d, %d features for %d KV heads of %d", qa.cols, ka.cols, va.cols, kvh, hd))
+	}
+	if sinks != nil && sinks.n != qa.cols/hd {
+		panic(fmt.Sprintf("mlx: SinkAttention: %d sinks for %d heads", sinks.n, qa.cols/hd))
 	}
 	caches := make([]*KVCache, len(b.Seqs))
 	seqs := append([]backend.Seq(nil), b.Seqs...)
@@ -381,14 +384,18 @@ func (s *step) attention(layer int, q, k, v backend.Array, scale float32, window
 	}
 	return s.record(qa.rows, qa.cols, dt, func(a *Arena) *Array {
 		parts := make([]*Array, 0, len(seqs))
+		var sk *Array
+		if sinks != nil {
+			sk = as(a, sinks.v, dt)
+		}
 		row := 0
 		for i, sq := range seqs {
 			keys, values := caches[i].write(a, layer, sq.Offset, seqHeads(a, ka.x, row, sq.Len, ka.cols, hd), seqHeads(a, va.x, row, sq.Len, va.cols, hd))
 			var y *Array
 			if window > 0 {
-				y = windowAttend(a, seqHeads(a, qa.x, row, sq.Len, qa.cols, hd), keys, values, scale, window, sq, hd, kvh)
+				y = windowAttend(a, seqHeads(a, qa.x, row, sq.Len, qa.cols, hd), keys, values, scale, window, sq, hd, kvh, sk)
 			} else {
-				y = a.Attention(seqHeads(a, qa.x, row, sq.Len, qa.cols, hd), keys, values, scale, sq.Len > 1)
+				y = a.SDPA(seqHeads(a, qa.x, row, sq.Len, qa.cols, hd), keys, values, scale, sq.Len > 1, nil, sk)
 			}
 			parts = append(parts, rowsOf(a, y, sq.Len, qa.cols))
 			row += sq.Len

@@ -50,8 +50,14 @@ def _gather_qmm_compat(*args, global_scale=None, **kwargs):
 mx.gather_qmm = _gather_qmm_compat
 
 
+def text_model(model):
+    """The causal LM inside model: mistral3's language_model, else model."""
+    return getattr(model, "language_model", model)
+
+
 def head(model, h):
     """The LM head of mlx-lm's Model.__call__, on hidden states h."""
+    model = text_model(model)
     if getattr(model.args, "tie_word_embeddings", False):
         return model.model.embed_tokens.as_linear(h)
     return model.lm_head(h)
@@ -67,7 +73,7 @@ def run(spec):
     tokens, steps = [], []
     prompt = spec["prompt"]
     if native:
-        h = model.model(mx.array([prompt]), cache=cache)
+        h = text_model(model).model(mx.array([prompt]), cache=cache)
         first = head(model, h[:, -1:, :])
     else:
         model(mx.array([prompt[:-1]]), cache=cache)
