@@ -252,13 +252,26 @@ func (m *Model) tensor(name string) *Tensor {
 // Suppress makes the model never choose these tokens: their output rows
 // lose the bias channel and score like padding, ~40 nats below the rest (a
 // thinking model that cannot close its <think> block, for tests of what
-// closes it instead).
+// closes it instead). A tied model is untied first (lm_head.weight, a copy
+// of the embedding): the tokens' input rows keep their bias channel, so
+// when a suppressed token is fed in anyway (a reasoning budget forcing
+// </think>), the next step's end tokens and padding still score ~40 nats
+// below the rest. (Tied, the bias channel vanished at that position and
+// every row scored alike: an end token right after a forced </think>, a
+// 1-in-hundreds event that made thinking tests flaky.)
 func (m *Model) Suppress(tokens ...string) error {
-	p := m.Params
-	head := m.tensor("model.embed_tokens.weight")
-	if !p.TieEmbeddings {
-		head = m.tensor("lm_head.weight")
+	if m.Params.TieEmbeddings {
+		emb := m.tensor("model.embed_tokens.weight")
+		head := *emb
+		head.Name = "lm_head.weight"
+		head.Data = slices.Clone(emb.Data)
+		m.Tensors = append(m.Tensors, head)
+		m.Params.TieEmbeddings = false
+		m.Options.Untied = true
+		m.Config["tie_word_embeddings"] = false
 	}
+	p := m.Params
+	head := m.tensor("lm_head.weight")
 	for _, s := range tokens {
 		id := slices.Index(m.Tokenizer.Tokens, s)
 		if id < 0 {
