@@ -1,12 +1,11 @@
 package router_test
 
 import (
-	"bytes"
 	"encoding/json"
+	"fusion/internal/testenv"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,19 +14,6 @@ import (
 	"fusion/node/nodetest"
 	"fusion/router/auth"
 )
-
-// syncBuffer is a log sink several goroutines write to.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 // anthropicRoute: the routes that answer in Anthropic's shape.
 func anthropicRoute(path string) bool {
@@ -65,7 +51,7 @@ func b2s(b []byte) string { return string(b) }
 // and a key in the query string, each with a 401/403 in the route's
 // dialect; then that the logs never show a key.
 func TestSecuritySuite(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	n := nodetest.Start(t, nodetest.Options{APIKey: key, AuthFailures: -1,
 		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	admin := map[string]string{"Authorization": "Bearer " + key}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fusion/internal/testenv"
 	"io"
 	"net"
 	"path/filepath"
@@ -67,7 +68,7 @@ func TestDoctor(t *testing.T) {
 	// not reported as taken.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stderr syncBuffer
+	var stderr testenv.SyncBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--data-dir", dir, "--threads", "1"}, io.Discard, &stderr)

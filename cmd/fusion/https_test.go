@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fusion/internal/testenv"
 	"io"
 	"math/big"
 	"net/http"
@@ -25,7 +26,7 @@ func TestServeHTTPS(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stderr syncBuffer
+	var stderr testenv.SyncBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--data-dir", dir, "--threads", "1",

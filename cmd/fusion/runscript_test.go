@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"fusion/internal/testenv"
 	"net/http"
 	"os"
 	"os/exec"
@@ -44,7 +45,7 @@ func TestMakeRunAnswersEnd(t *testing.T) {
 	listen := fmt.Sprintf("127.0.0.1:%d", freePorts(t, 1)[0])
 	cmd := exec.Command("bash", filepath.Join("..", "..", "scripts", "run.sh"), bin, filepath.Join(dir, "data"), filepath.Join(dir, "models"), "--threads", "1")
 	cmd.Env = append(os.Environ(), "FUSION_LISTEN="+listen)
-	var out syncBuffer
+	var out testenv.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

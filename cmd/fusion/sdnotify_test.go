@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fusion/internal/testenv"
 	"io"
 	"net"
 	"path/filepath"
@@ -54,7 +55,7 @@ func TestServeSystemdNotify(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stderr syncBuffer
+	var stderr testenv.SyncBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--data-dir", t.TempDir(), "--threads", "1"}, io.Discard, &stderr)

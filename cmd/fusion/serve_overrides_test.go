@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fusion/internal/testenv"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -19,7 +20,7 @@ import (
 func startServe(t *testing.T, args ...string) (string, func() string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	var stderr syncBuffer
+	var stderr testenv.SyncBuffer
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, append([]string{"serve"}, args...), io.Discard, &stderr) }()
 	var url string

@@ -1,15 +1,11 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -149,20 +145,6 @@ func TestServeSettingsPrecedence(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe to write from the server's goroutines
-// while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
 // TestServeRunsAndStops starts `fusion serve` as main does, asks it for a
 // completion, then cancels its context as SIGTERM does: it drains and
 // returns nil (exit status 0).
@@ -171,22 +153,7 @@ func TestServeRunsAndStops(t *testing.T) {
 	if _, err := demo.Create(filepath.Join(dir, "models", "demo"), demo.DefaultOptions()); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var stderr syncBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--data-dir", dir, "--threads", "1", "--log-format", "json"}, io.Discard, &stderr)
-	}()
-	var url string
-	for deadline := time.Now().Add(20 * time.Second); url == ""; time.Sleep(10 * time.Millisecond) {
-		if m := regexp.MustCompile(`serving on (http://\S+)`).FindStringSubmatch(stderr.String()); m != nil {
-			url = m[1]
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no address in the output: %s", stderr.String())
-		}
-	}
+	url, stop := startServe(t, "--listen", "127.0.0.1:0", "--data-dir", dir, "--threads", "1", "--log-format", "json")
 	resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(`{"model":"demo","prompt":"Hi","max_tokens":2}`))
 	if err != nil {
 		t.Fatal(err)
@@ -196,16 +163,7 @@ func TestServeRunsAndStops(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.Contains(string(body), `"text_completion"`) {
 		t.Fatalf("completion: %d %s", resp.StatusCode, body)
 	}
-	cancel()
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Errorf("exit status %d: %s", code, stderr.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("serve did not stop")
-	}
-	if out := stderr.String(); !strings.Contains(out, `"msg":"node stopped"`) || !strings.Contains(out, `"msg":"http request"`) {
+	if out := stop(); !strings.Contains(out, `"msg":"node stopped"`) || !strings.Contains(out, `"msg":"http request"`) {
 		t.Errorf("logs: %s", out)
 	}
 	// The same lines went to the log file.

@@ -5,11 +5,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"fusion/internal/testenv"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -75,7 +75,7 @@ func TestReloadAndWatch(t *testing.T) {
 	certFile, keyFile := filepath.Join(dir, "node.crt"), filepath.Join(dir, "node.key")
 	first := pairFiles(t, dir, caCert, caKey)
 
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	c, err := Load(certFile, keyFile, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -164,16 +164,3 @@ func wait(t *testing.T, ok func() bool) {
 		}
 	}
 }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
