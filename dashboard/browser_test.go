@@ -628,7 +628,18 @@ func TestPanelCluster(t *testing.T) {
 	  const b = [...document.querySelectorAll('main tbody tr')].find((r) => r.cells[0].textContent === 'b');
 	  return !!card && Number(card.querySelector('.v').textContent) >= 3 && !!b && b.cells[6].textContent.includes('demo');
 	})()`)
-	pa.do("a few samples for the sparklines", chromedp.Sleep(5*time.Second))
+	// The charts come from the nodes' own last hour (a point every 10 s
+	// from each node's start, GET /admin/api/stats/history), not from
+	// what this page saw: each node's RAM line and the request rate have
+	// several points, and the rate saw the test's requests.
+	pa.wait("the last hour's charts", `(() => {
+	  const n = (svg) => svg ? svg.querySelector('polyline').getAttribute('points').trim().split(' ').filter(Boolean).length : 0;
+	  const rows = [...document.querySelectorAll('main tbody tr')].filter((r) => ['a', 'b', 'c'].includes(r.cells[0].textContent));
+	  const card = [...document.querySelectorAll('.card')].find((c) => c.querySelector('.k').textContent === 'Requests (session)');
+	  const rate = card && card.querySelector('svg');
+	  const peak = rate ? Math.min(...rate.querySelector('polyline').getAttribute('points').trim().split(' ').map((xy) => Number(xy.split(',')[1]))) : 99;
+	  return rows.length === 3 && rows.every((r) => n(r.querySelector('svg')) >= 2) && n(rate) >= 2 && peak < 31;
+	})()`)
 	pa.shoot("dashboard")
 
 	// Sign-out: the page asks for the key again, and the old cookie opens

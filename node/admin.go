@@ -468,12 +468,21 @@ func (n *Node) persistAllTime(c metrics.Counters) error {
 	return n.db.Put(bucketStats, keyAllTime, b)
 }
 
-// saveStatsLoop persists the all-time counters every statsSaveEvery until
-// ctx ends.
+// saveStatsLoop persists the all-time counters every statsSaveEvery and
+// records a point of the stats history (the panel's last hour) every
+// admin.HistoryEvery, from the start, until ctx ends.
 func (n *Node) saveStatsLoop(ctx context.Context, done chan<- struct{}) {
 	defer close(done)
 	t := time.NewTicker(statsSaveEvery)
 	defer t.Stop()
+	hist := time.NewTicker(admin.HistoryEvery)
+	defer hist.Stop()
+	record := func() {
+		if h := n.admin.handler.Load(); h != nil {
+			h.RecordHistory(time.Now())
+		}
+	}
+	record()
 	for {
 		select {
 		case <-ctx.Done():
@@ -482,6 +491,8 @@ func (n *Node) saveStatsLoop(ctx context.Context, done chan<- struct{}) {
 			if err := n.persistAllTime(n.router.Metrics().AllTime()); err != nil {
 				n.cfg.Logger.Warn("saving the all-time stats", "err", err)
 			}
+		case <-hist.C:
+			record()
 		}
 	}
 }

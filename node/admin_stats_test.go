@@ -143,6 +143,11 @@ func TestAdminStatsCluster(t *testing.T) {
 	if code, out := adminDo(t, a, http.MethodGet, "/admin/api/stats?node=b", ""); code != 200 || len(out["nodes"].(map[string]any)) != 1 || num(out, "nodes.b.session.requests") != 2 {
 		t.Errorf("stats of b alone through a: %d %v", code, out)
 	}
+	// Each node's last hour (a point from its start) through any node.
+	if code, out := adminDo(t, c, http.MethodGet, "/admin/api/stats/history", ""); code != 200 || len(out["nodes"].(map[string]any)) != 3 ||
+		num(out, "every_seconds") != 10 || len(out["nodes"].(map[string]any)["a"].([]any)) == 0 {
+		t.Errorf("history through c: %d %v", code, out)
+	}
 	if code, out := adminDo(t, c, http.MethodPost, "/admin/api/stats/clear", ""); code != 200 || len(strs(out["nodes"])) != 3 {
 		t.Fatalf("clear through c: %d %v", code, out)
 	}

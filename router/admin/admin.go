@@ -75,12 +75,13 @@ type Handler struct {
 	cache  Cache
 	models Models
 	stats  *statsState
+	hist   *history
 	mux    chi.Router // the routes alone, for forwarded calls (Serve)
 }
 
 // New makes the handler.
 func New(cfg Config) *Handler {
-	h := &Handler{cfg: cfg, cache: cfg.Cache, models: cfg.Models, stats: &statsState{}}
+	h := &Handler{cfg: cfg, cache: cfg.Cache, models: cfg.Models, stats: &statsState{}, hist: &history{}}
 	h.mux = chi.NewRouter()
 	h.Mount(h.mux)
 	return h

@@ -112,6 +112,7 @@ func (h *Handler) mountStats(r chi.Router) {
 		return
 	}
 	r.Get("/admin/api/stats", h.getStats)
+	r.Get("/admin/api/stats/history", h.getHistory)
 	r.Post("/admin/api/stats/clear", h.clearStats(false))
 	r.Post("/admin/api/stats/clear-alltime", h.clearStats(true))
 }

@@ -5,33 +5,24 @@ import { api } from './api.js';
 import { h, table, bytes, num, sparkline } from './dom.js';
 
 const every = 2000; // ms between polls
-const keep = 1800; // samples kept: an hour at one per 2 s
-const history = []; // {t, requests, decode, prefill, ttft50, ttft95}
-const ramHistory = new Map(); // node id → RAM used, one per sample
+const historyEvery = 10000; // ms between reads of the nodes' last hour
 
-function sampleRAM(nodes) {
-  for (const [id, s] of Object.entries(nodes || {})) {
-    const m = s.memory;
-    if (!m) continue;
-    if (!ramHistory.has(id)) ramHistory.set(id, []);
-    const h = ramHistory.get(id);
-    h.push(m.ram_total - m.ram_free);
-    if (h.length > keep) h.shift();
+// series turns the nodes' history (GET /admin/api/stats/history: each
+// node's points over the last hour, one per every_seconds) into one value
+// per time step, combining the nodes' values with combine.
+function series(hist, key, combine) {
+  if (!hist) return [];
+  const buckets = new Map();
+  for (const pts of Object.values(hist.nodes || {})) {
+    for (const p of pts) {
+      const b = Math.round(p.t / hist.every_seconds);
+      buckets.set(b, combine(buckets.get(b), p[key]));
+    }
   }
+  return [...buckets.keys()].sort((a, b) => a - b).map((b) => buckets.get(b));
 }
-
-function sample(total) {
-  const now = Date.now();
-  const prev = history[history.length - 1];
-  const reqs = total.session.requests;
-  const rps = prev ? Math.max(0, (reqs - prev.requests) / ((now - prev.t) / 1000)) : 0;
-  history.push({
-    t: now, requests: reqs, rps,
-    decode: total.rates.decode_tokens_per_second_1m, prefill: total.rates.prefill_tokens_per_second_1m,
-    ttft50: total.ttft_seconds.p50, ttft95: total.ttft_seconds.p95,
-  });
-  if (history.length > keep) history.shift();
-}
+const sum = (a, v) => (a || 0) + v;
+const most = (a, v) => Math.max(a || 0, v);
 
 function card(label, value, series) {
   return h('div', { class: 'card' }, h('div', { class: 'k' }, label), h('div', { class: 'v' }, value),
@@ -46,7 +37,7 @@ function statusCell(st) {
 export function render(main) {
   const body = h('div', {}, h('p', { class: 'muted' }, 'Loading…'));
   main.append(h('h1', {}, 'Dashboard'), body);
-  let timer = 0, alive = true;
+  let timer = 0, alive = true, hist = null, histAt = 0;
 
   async function tick() {
     try {
@@ -56,6 +47,10 @@ export function render(main) {
         api('GET', '/admin/api/cluster').catch((e) => (e.status === 404 ? null : Promise.reject(e))),
         fetch('/health').then((r) => r.json()).catch(() => null),
       ]);
+      if (Date.now() - histAt >= historyEvery) {
+        histAt = Date.now();
+        hist = await api('GET', '/admin/api/stats/history').catch(() => hist);
+      }
       if (!alive) return;
       draw(stats, models.data || [], cluster, health);
     } catch (e) {
@@ -67,9 +62,7 @@ export function render(main) {
 
   function draw(stats, models, cluster, health) {
     const total = stats.total;
-    sample(total);
-    sampleRAM(stats.nodes);
-    const ser = (k) => history.map((s) => s[k]);
+    const ser = (k, combine) => series(hist, k, combine || sum);
     const members = cluster ? cluster.members : [{ id: stats.node, status: 'alive', leader: false, backend: health && health.backend ? health.backend.name : '' }];
     const loadedOn = (id) => models.filter((m) => (m.loaded_on || []).includes(id)).map((m) => m.id);
     const nodeRows = members.map((m) => {
@@ -81,7 +74,7 @@ export function render(main) {
         m.leader ? 'leader' : (cluster ? 'follower' : 'alone'),
         m.backend || '–',
         mem ? h('div', { class: 'ram' }, `${bytes(mem.ram_total - mem.ram_free)} / ${bytes(mem.ram_total)}`,
-          sparkline(ramHistory.get(m.id) || [], `RAM used on ${m.id} over the last hour`)) : 'no answer',
+          sparkline(((hist && hist.nodes[m.id]) || []).map((p) => p.ram_used), `RAM used on ${m.id} over the last hour`)) : 'no answer',
         mem ? bytes(mem.kv) : '–',
         loadedOn(m.id).join(', ') || 'none',
         s ? num(s.rates.decode_tokens_per_second_1m) : '–',
@@ -93,19 +86,20 @@ export function render(main) {
       h('h2', {}, 'Cluster totals'),
       h('div', { class: 'cards' },
         card('Nodes', String(members.length)),
-        card('Requests (session)', String(total.session.requests), ser('rps')),
+        card('Requests (session)', String(total.session.requests), ser('requests_per_second')),
         card('Failed requests', String(total.session.failed_requests)),
         card('Tokens in / out', `${total.session.tokens_in} / ${total.session.tokens_out}`),
-        card('Decode tokens/s (1 min)', num(total.rates.decode_tokens_per_second_1m), ser('decode')),
-        card('Prefill tokens/s (1 min)', num(total.rates.prefill_tokens_per_second_1m), ser('prefill')),
-        card('TTFT p50 / p95 (s)', `${num(total.ttft_seconds.p50, 3)} / ${num(total.ttft_seconds.p95, 3)}`, ser('ttft95')),
+        card('Decode tokens/s (1 min)', num(total.rates.decode_tokens_per_second_1m), ser('decode_tokens_per_second')),
+        card('Prefill tokens/s (1 min)', num(total.rates.prefill_tokens_per_second_1m), ser('prefill_tokens_per_second')),
+        card('TTFT p50 / p95 (s)', `${num(total.ttft_seconds.p50, 3)} / ${num(total.ttft_seconds.p95, 3)}`, ser('ttft_p95', most)),
         card('Active / queued', `${total.active_requests} / ${total.queued_requests}`),
         card('Prefix cache hit rate', `${num(100 * (pc.hit_rate || 0))} % (hot ${num(100 * (pc.hot_hit_rate || 0))} %, SSD ${num(100 * (pc.ssd_hit_rate || 0))} %)`)),
       h('h2', {}, 'Nodes'),
       table('', ['Node', 'Status', 'Role', 'Backend', 'RAM used', 'KV', 'Loaded models', 'Decode tok/s', 'Active / queued'], nodeRows),
     ];
-    if (stats.unreachable && stats.unreachable.length) {
-      parts.push(h('p', { class: 'error' }, 'Not answering: ' + stats.unreachable.join(', ')));
+    const silent = Object.keys(stats.unreachable || {});
+    if (silent.length) {
+      parts.push(h('p', { class: 'error' }, 'Not answering: ' + silent.join(', ')));
     }
     if (cluster) {
       parts.push(h('h2', {}, 'Placements'));
