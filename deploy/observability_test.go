@@ -131,8 +131,8 @@ func TestGrafanaDashboard(t *testing.T) {
 			List []struct{ Name, Type, Query string } `json:"list"`
 		} `json:"templating"`
 		Panels []struct {
-			ID      int    `json:"id"`
-			Title   string `json:"title"`
+			ID      int                      `json:"id"`
+			Title   string                   `json:"title"`
 			GridPos struct{ X, Y, W, H int } `json:"gridPos"`
 			Targets []struct {
 				RefID string `json:"refId"`
