@@ -333,7 +333,12 @@ func TestAdminModelSettingsCluster(t *testing.T) {
 func TestAdminCacheCluster(t *testing.T) {
 	a, b, c := startTrio(t, nil)
 	// b serves a request, so its RAM tier holds the prompt's blocks and
-	// the model is loaded there.
+	// the model is loaded there. The model is loaded on b first: left to
+	// itself the placement may load it on another node and b would
+	// forward the chat there.
+	if code, out := adminDo(t, a, http.MethodPost, "/admin/api/models/demo/load", `{"node":"b"}`); code != 200 {
+		t.Fatalf("load on b: %d %v", code, out)
+	}
 	prompt := strings.Repeat("a long shared prefix for the cache ", 20)
 	if code, _ := chatText(t, b, "demo", prompt, `,"temperature":0`); code != 200 {
 		t.Fatalf("chat on b: %d", code)
