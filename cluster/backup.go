@@ -72,6 +72,17 @@ func (m *Member) Restore(ctx context.Context, r io.Reader, force bool) error {
 	if err != nil {
 		return fmt.Errorf("cluster: restore: %w", err)
 	}
+	timeout := time.Minute
+	if d, ok := ctx.Deadline(); ok {
+		timeout = time.Until(d)
+	}
+	// A leader fresh from its election may not have applied its own
+	// configuration entry (or the nodes' joins) yet, and raft refuses a
+	// restore until it has: the barrier waits for everything before it to
+	// be applied, so the node catalog kept below is the current one.
+	if err := m.raft.Barrier(timeout).Error(); err != nil {
+		return fmt.Errorf("cluster: restore: waiting for the log to be applied: %w", err)
+	}
 	var (
 		next    *fsm.State
 		hasData bool
@@ -91,10 +102,6 @@ func (m *Member) Restore(ctx context.Context, r io.Reader, force bool) error {
 	var snap bytes.Buffer
 	if _, err := next.WriteTo(&snap); err != nil {
 		return fmt.Errorf("cluster: restore: %w", err)
-	}
-	timeout := time.Minute
-	if d, ok := ctx.Deadline(); ok {
-		timeout = time.Until(d)
 	}
 	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Size: int64(snap.Len())}
 	if err := m.raft.Restore(meta, &snap, timeout); err != nil {
