@@ -12,6 +12,15 @@ fi
 if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
 	apt-get update -qq && apt-get install -y -qq chromium >/dev/null
 fi
+# Debian's ffmpeg (with ffprobe) for the audio formats without a Go decoder
+# (Opus, AAC/M4A; engine/audio), and as the reference decoder its tests
+# compare against; espeak-ng synthesizes the speech clips of the audio
+# front-end tests.
+for tool in ffmpeg espeak-ng; do
+	if ! command -v "$tool" >/dev/null 2>&1; then
+		apt-get update -qq && apt-get install -y -qq "$tool" >/dev/null
+	fi
+done
 if [ ! -x "$venv/bin/python" ]; then
 	python3 -m venv "$venv"
 fi
