@@ -316,3 +316,31 @@ func TestDecodeWAVPlainFloat(t *testing.T) {
 		}
 	}
 }
+
+// TestMono16k: a stereo 44.1 kHz file whose channels hold the same tone at
+// opposite signs plus a shared tone comes out as the shared tone alone at
+// 16 kHz (downmix first, then resample).
+func TestMono16k(t *testing.T) {
+	const rate = 44100
+	n := rate
+	sig := Signal{Rate: rate, Channels: 2, Samples: make([]float32, 2*n)}
+	for i := range n {
+		tt := float64(i) / rate
+		shared := 0.4 * math.Sin(2*math.Pi*440*tt)
+		anti := 0.4 * math.Sin(2*math.Pi*1000*tt)
+		sig.Samples[2*i], sig.Samples[2*i+1] = float32(shared+anti), float32(shared-anti)
+	}
+	y, err := Mono16k(context.Background(), sig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(y) != 16000 {
+		t.Fatalf("%d samples, want 16000", len(y))
+	}
+	for i := 200; i < len(y)-200; i++ {
+		want := 0.4 * math.Sin(2*math.Pi*440*float64(i)/16000)
+		if d := math.Abs(float64(y[i]) - want); d > 1e-6 {
+			t.Fatalf("sample %d: %g, want %g", i, y[i], want)
+		}
+	}
+}
