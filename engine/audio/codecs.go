@@ -24,6 +24,23 @@ func safely(format string, fn func() (Signal, error)) (sig Signal, err error) {
 	return fn()
 }
 
+// stallGuard stops a decode loop whose decoder keeps returning no samples
+// and no error (a malformed stream must not spin forever).
+type stallGuard struct{ idle int }
+
+const maxIdleReads = 64
+
+func (g *stallGuard) check(format string, n int) error {
+	if n > 0 {
+		g.idle = 0
+		return nil
+	}
+	if g.idle++; g.idle > maxIdleReads {
+		return errorf(format, ErrMalformed, "the decoder makes no progress")
+	}
+	return nil
+}
+
 // decoderError classifies an error from a third-party decoder: a context
 // error passes through, an unexpected end of input is ErrTruncated, the
 // rest ErrMalformed with the decoder's message.
@@ -59,7 +76,7 @@ func decodeFLAC(ctx context.Context, data []byte, opts Options) (Signal, error) 
 		}
 		var out []float32
 		if total > 0 {
-			out = make([]float32, 0, total*int64(channels))
+			out = make([]float32, 0, preallocLen(total*int64(channels)))
 		}
 		for {
 			if err := ctx.Err(); err != nil {
@@ -86,7 +103,7 @@ func decodeFLAC(ctx context.Context, data []byte, opts Options) (Signal, error) 
 					out = append(out, float32(float64(fr.Subframes[c].Samples[i])*scale))
 				}
 			}
-			if err := opts.checkFrames(f, rate, int64(len(out)/channels)); err != nil {
+			if err := opts.checkFrames(f, rate, channels, int64(len(out)/channels)); err != nil {
 				return Signal{}, err
 			}
 		}
@@ -117,23 +134,28 @@ func decodeMP3(ctx context.Context, data []byte, opts Options) (Signal, error) {
 		if err := opts.checkFormat(f, rate, channels, frames); err != nil {
 			return Signal{}, err
 		}
-		out := make([]float32, 0, max(frames, 0)*channels)
+		out := make([]float32, 0, preallocLen(frames*channels))
 		buf := make([]byte, 1<<16)
+		var stall stallGuard
 		for {
 			if err := ctx.Err(); err != nil {
 				return Signal{}, err
 			}
-			n, err := io.ReadFull(d, buf)
-			for i := 0; i+1 < n; i += 2 {
+			n, err := d.Read(buf)
+			n -= n % 2
+			for i := 0; i < n; i += 2 {
 				out = append(out, float32(int16(binary.LittleEndian.Uint16(buf[i:])))/(1<<15))
 			}
-			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			if errors.Is(err, io.EOF) {
 				break
 			}
 			if err != nil {
 				return Signal{}, decoderError(f, err)
 			}
-			if err := opts.checkFrames(f, rate, int64(len(out)/channels)); err != nil {
+			if err := stall.check(f, n); err != nil {
+				return Signal{}, err
+			}
+			if err := opts.checkFrames(f, rate, channels, int64(len(out)/channels)); err != nil {
 				return Signal{}, err
 			}
 		}
@@ -239,8 +261,9 @@ func decodeVorbis(ctx context.Context, data []byte, opts Options) (Signal, error
 		if err := opts.checkFormat(f, rate, channels, frames); err != nil {
 			return Signal{}, err
 		}
-		out := make([]float32, 0, max(frames, 0)*int64(channels))
+		out := make([]float32, 0, preallocLen(frames*int64(channels)))
 		buf := make([]float32, 1<<14*channels)
+		var stall stallGuard
 		for {
 			if err := ctx.Err(); err != nil {
 				return Signal{}, err
@@ -253,7 +276,10 @@ func decodeVorbis(ctx context.Context, data []byte, opts Options) (Signal, error
 			if err != nil {
 				return Signal{}, decoderError(f, err)
 			}
-			if err := opts.checkFrames(f, rate, int64(len(out)/channels)); err != nil {
+			if err := stall.check(f, n); err != nil {
+				return Signal{}, err
+			}
+			if err := opts.checkFrames(f, rate, channels, int64(len(out)/channels)); err != nil {
 				return Signal{}, err
 			}
 		}

@@ -40,11 +40,11 @@ const (
 	DefaultMaxDuration = 30 * time.Minute
 	DefaultMaxChannels = 8
 	DefaultMaxRate     = 384000
+	DefaultMaxSamples  = 30 * 60 * 48000 * 2 // 30 min of 48 kHz stereo: 691 MB of float32
 )
 
-// Options bounds what Decode accepts. Zero fields take the defaults above,
-// so the decoded size is at most MaxDuration × MaxRate × MaxChannels × 4
-// bytes; a server lowers MaxDuration to bound memory further.
+// Options bounds what Decode accepts. Zero fields take the defaults above;
+// the decoded signal takes at most 4 × MaxSamples bytes.
 type Options struct {
 	// MaxBytes caps the encoded input read from the reader.
 	MaxBytes int64
@@ -55,6 +55,9 @@ type Options struct {
 	// MaxChannels and MaxRate cap the channel count and sample rate.
 	MaxChannels int
 	MaxRate     int
+	// MaxSamples caps frames × channels of the decoded signal, so its
+	// memory (4 bytes a sample), whatever the rate and channel count.
+	MaxSamples int64
 	// FFmpeg is the ffmpeg binary for the formats without a Go decoder
 	// (Opus, AAC/M4A, ...): "" looks "ffmpeg" up on PATH, "off" disables
 	// it. ffprobe is looked up next to it.
@@ -73,6 +76,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxRate <= 0 {
 		o.MaxRate = DefaultMaxRate
+	}
+	if o.MaxSamples <= 0 {
+		o.MaxSamples = DefaultMaxSamples
 	}
 	return o
 }
@@ -95,15 +101,28 @@ func (o Options) checkFormat(format string, rate, channels int, frames int64) er
 	case rate > o.MaxRate:
 		return errorf(format, ErrTooLong, "sample rate %d Hz, the limit is %d Hz", rate, o.MaxRate)
 	}
-	return o.checkFrames(format, rate, frames)
+	return o.checkFrames(format, rate, channels, frames)
 }
 
-func (o Options) checkFrames(format string, rate int, frames int64) error {
+// checkFrames checks a length in frames (negative: unknown) against
+// MaxDuration and MaxSamples.
+func (o Options) checkFrames(format string, rate, channels int, frames int64) error {
 	if frames > o.maxFrames(rate) {
 		return errorf(format, ErrTooLong, "%.1f s of audio, the limit is %s",
 			float64(frames)/float64(rate), o.MaxDuration)
 	}
+	if frames*int64(channels) > o.MaxSamples {
+		return errorf(format, ErrTooLong, "%d frames of %d channels, the limit is %d samples",
+			frames, channels, o.MaxSamples)
+	}
 	return nil
+}
+
+// preallocLen bounds what a decoder reserves from a length its header
+// declares: a forged header may claim the whole duration limit in a few
+// bytes, so beyond 1 Mi samples the slice grows as samples really come.
+func preallocLen(declared int64) int64 {
+	return max(0, min(declared, 1<<20))
 }
 
 // Decode reads at most opts.MaxBytes from r, recognizes the format from the

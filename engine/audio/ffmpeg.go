@@ -129,7 +129,7 @@ func decodeFFmpeg(ctx context.Context, format string, data []byte, opts Options)
 	}
 	for _, d := range []string{st.Duration, p.Format.Duration} {
 		if sec, err := strconv.ParseFloat(d, 64); err == nil && sec > 0 && !math.IsInf(sec, 0) {
-			if err := opts.checkFrames(format, rate, int64(sec*float64(rate))); err != nil {
+			if err := opts.checkFrames(format, rate, st.Channels, int64(sec*float64(rate))); err != nil {
 				return Signal{}, err
 			}
 			break
@@ -150,12 +150,12 @@ func decodeFFmpeg(ctx context.Context, format string, data []byte, opts Options)
 	if err := cmd.Start(); err != nil {
 		return Signal{}, errorf(format, ErrNoFFmpeg, "starting ffmpeg: %v", err)
 	}
-	limit := opts.maxFrames(rate) * int64(st.Channels) * 4
+	limit := min(opts.maxFrames(rate)*int64(st.Channels), opts.MaxSamples) * 4
 	raw, rerr := io.ReadAll(io.LimitReader(stdout, limit+1))
 	if int64(len(raw)) > limit {
 		cancel()
 		_ = cmd.Wait()
-		return Signal{}, errorf(format, ErrTooLong, "more than %s of audio", opts.MaxDuration)
+		return Signal{}, errorf(format, ErrTooLong, "more than %s of audio or %d samples (the limits)", opts.MaxDuration, opts.MaxSamples)
 	}
 	werr := cmd.Wait()
 	if err := ctx.Err(); err != nil {

@@ -84,7 +84,7 @@ func decodeWAV(ctx context.Context, data []byte, opts Options) (Signal, error) {
 				return Signal{}, errorf(f, ErrMalformed, "data chunk of %d bytes is not a whole number of %d-byte frames", size, format.blockAlign)
 			}
 			frames := size / int64(format.blockAlign)
-			if err := opts.checkFrames(f, format.rate, frames); err != nil {
+			if err := opts.checkFrames(f, format.rate, format.channels, frames); err != nil {
 				return Signal{}, err
 			}
 			return convertPCM(ctx, data[body:body+int(size)], format)
