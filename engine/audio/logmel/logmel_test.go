@@ -228,3 +228,15 @@ func TestShapesAndErrors(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkWindow: one 30-s window of 80 mels (3000 frames).
+func BenchmarkWindow(b *testing.B) {
+	e, _ := New(80)
+	x := synthetic(30)
+	b.SetBytes(int64(len(x) * 4))
+	for b.Loop() {
+		if _, err := e.Window(context.Background(), x); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -256,3 +256,18 @@ func TestNewAndEdges(t *testing.T) {
 		t.Fatal("cancelled context: no error")
 	}
 }
+
+// BenchmarkTo16k: 30 s of audio at each input rate to 16 kHz.
+func BenchmarkTo16k(b *testing.B) {
+	for _, in := range []int{8000, 22050, 44100, 48000} {
+		b.Run(strconv.Itoa(in), func(b *testing.B) {
+			r, _ := New(in, 16000, Spec{})
+			x := noise(1, 30*in)
+			for b.Loop() {
+				if _, err := r.Resample(context.Background(), x); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
