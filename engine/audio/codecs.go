@@ -24,21 +24,38 @@ func safely(format string, fn func() (Signal, error)) (sig Signal, err error) {
 	return fn()
 }
 
-// stallGuard stops a decode loop whose decoder keeps returning no samples
-// and no error (a malformed stream must not spin forever).
-type stallGuard struct{ idle int }
-
+// maxIdleReads is how many reads in a row may return no samples and no
+// error before a stream decoder is declared stuck (a malformed stream must
+// not spin forever).
 const maxIdleReads = 64
 
-func (g *stallGuard) check(format string, n int) error {
-	if n > 0 {
-		g.idle = 0
-		return nil
+// pull drives a streaming decoder until io.EOF: read appends what one
+// call decodes to dst. It checks ctx between reads, the length limits as
+// samples arrive, and that the decoder makes progress.
+func pull(ctx context.Context, format string, opts Options, rate, channels int, out []float32, read func(dst []float32) ([]float32, error)) ([]float32, error) {
+	idle := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		before := len(out)
+		var err error
+		out, err = read(out)
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, decoderError(format, err)
+		}
+		if len(out) > before {
+			idle = 0
+		} else if idle++; idle > maxIdleReads {
+			return nil, errorf(format, ErrMalformed, "the decoder makes no progress")
+		}
+		if err := opts.checkFrames(format, rate, channels, int64(len(out)/channels)); err != nil {
+			return nil, err
+		}
 	}
-	if g.idle++; g.idle > maxIdleReads {
-		return errorf(format, ErrMalformed, "the decoder makes no progress")
-	}
-	return nil
 }
 
 // decoderError classifies an error from a third-party decoder: a context
@@ -136,28 +153,19 @@ func decodeMP3(ctx context.Context, data []byte, opts Options) (Signal, error) {
 		}
 		out := make([]float32, 0, preallocLen(frames*channels))
 		buf := make([]byte, 1<<16)
-		var stall stallGuard
-		for {
-			if err := ctx.Err(); err != nil {
-				return Signal{}, err
+		pending := 0 // an odd byte left from the last read, at buf[0]
+		out, err = pull(ctx, f, opts, rate, channels, out, func(dst []float32) ([]float32, error) {
+			n, err := d.Read(buf[pending:])
+			n += pending
+			even := n &^ 1
+			for i := 0; i < even; i += 2 {
+				dst = append(dst, float32(int16(binary.LittleEndian.Uint16(buf[i:])))/(1<<15))
 			}
-			n, err := d.Read(buf)
-			n -= n % 2
-			for i := 0; i < n; i += 2 {
-				out = append(out, float32(int16(binary.LittleEndian.Uint16(buf[i:])))/(1<<15))
-			}
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return Signal{}, decoderError(f, err)
-			}
-			if err := stall.check(f, n); err != nil {
-				return Signal{}, err
-			}
-			if err := opts.checkFrames(f, rate, channels, int64(len(out)/channels)); err != nil {
-				return Signal{}, err
-			}
+			pending = copy(buf, buf[even:n])
+			return dst, err
+		})
+		if err != nil {
+			return Signal{}, err
 		}
 		out = out[:len(out)/channels*channels]
 		if g, ok := parseGapless(data); ok {
@@ -263,25 +271,12 @@ func decodeVorbis(ctx context.Context, data []byte, opts Options) (Signal, error
 		}
 		out := make([]float32, 0, preallocLen(frames*int64(channels)))
 		buf := make([]float32, 1<<14*channels)
-		var stall stallGuard
-		for {
-			if err := ctx.Err(); err != nil {
-				return Signal{}, err
-			}
+		out, err = pull(ctx, f, opts, rate, channels, out, func(dst []float32) ([]float32, error) {
 			n, err := r.Read(buf)
-			out = append(out, buf[:n]...)
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return Signal{}, decoderError(f, err)
-			}
-			if err := stall.check(f, n); err != nil {
-				return Signal{}, err
-			}
-			if err := opts.checkFrames(f, rate, channels, int64(len(out)/channels)); err != nil {
-				return Signal{}, err
-			}
+			return append(dst, buf[:n]...), err
+		})
+		if err != nil {
+			return Signal{}, err
 		}
 		if frames > 0 && int64(len(out)/channels) < frames {
 			return Signal{}, errorf(f, ErrTruncated, "the last page says %d samples, %d decoded", frames, len(out)/channels)

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"testing"
 
+	"fusion/engine/audio/audiotest"
 	"fusion/internal/testenv"
 )
 
@@ -93,11 +94,7 @@ func ffmpegDecode(t testing.TB, data []byte, channels int) []float32 {
 	if err != nil {
 		t.Fatalf("ffmpeg decode: %v\n%s", err, stderr.String())
 	}
-	out := make([]float32, len(b)/4)
-	for i := range out {
-		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[i*4:]))
-	}
-	return out
+	return audiotest.F32s(b)
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }

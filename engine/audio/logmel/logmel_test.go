@@ -3,7 +3,6 @@ package logmel
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"testing"
 
 	"fusion/engine/audio"
+	"fusion/engine/audio/audiotest"
 	"fusion/internal/testenv"
 )
 
@@ -32,24 +32,12 @@ type refJob struct {
 // and torch once).
 func reference(t *testing.T, jobs []*refJob) {
 	t.Helper()
-	py := testenv.Python(t)
-	if err := exec.Command(py, "-c", "import transformers, numpy").Run(); err != nil {
-		if testenv.Required() {
-			t.Fatalf("%s has no transformers: %v", py, err)
-		}
-		t.Skipf("%s has no transformers: %v", py, err)
-	}
+	py := audiotest.Python(t, "transformers", "numpy")
 	dir := t.TempDir()
 	var args []string
 	for i, j := range jobs {
 		src := filepath.Join(dir, strconv.Itoa(i)+".in")
-		b := make([]byte, 4*len(j.x))
-		for k, v := range j.x {
-			binary.LittleEndian.PutUint32(b[k*4:], math.Float32bits(v))
-		}
-		if err := os.WriteFile(src, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		audiotest.WriteF32(t, src, j.x)
 		args = append(args, src, src+".out", strconv.Itoa(j.mels), j.mode, j.path)
 	}
 	script := `import sys, numpy as np
@@ -71,14 +59,7 @@ for i in range(0, len(a), 5):
 		t.Fatalf("reference: %v\n%s", err, o)
 	}
 	for i, j := range jobs {
-		b, err := os.ReadFile(filepath.Join(dir, strconv.Itoa(i)+".in.out"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		j.out = make([]float32, len(b)/4)
-		for k := range j.out {
-			j.out[k] = math.Float32frombits(binary.LittleEndian.Uint32(b[k*4:]))
-		}
+		j.out = audiotest.ReadF32(t, filepath.Join(dir, strconv.Itoa(i)+".in.out"))
 	}
 }
 

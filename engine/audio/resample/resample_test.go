@@ -2,16 +2,14 @@ package resample
 
 import (
 	"context"
-	"encoding/binary"
 	"math"
 	"math/rand/v2"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
 
-	"fusion/internal/testenv"
+	"fusion/engine/audio/audiotest"
 )
 
 // sweep is a linear sine sweep from f0 to f1 Hz over n samples at rate,
@@ -38,37 +36,17 @@ func noise(seed uint64, n int) []float32 {
 // soxr resamples x with python-soxr at its default (HQ) quality.
 func soxr(t *testing.T, x []float32, in, out int) []float32 {
 	t.Helper()
-	py := testenv.Python(t)
-	if err := exec.Command(py, "-c", "import soxr").Run(); err != nil {
-		if testenv.Required() {
-			t.Fatalf("%s has no soxr (scripts/requirements-test.txt): %v", py, err)
-		}
-		t.Skipf("%s has no soxr: %v", py, err)
-	}
+	py := audiotest.Python(t, "soxr", "numpy")
 	dir := t.TempDir()
 	src, dst := filepath.Join(dir, "in.f32"), filepath.Join(dir, "out.f32")
-	b := make([]byte, 4*len(x))
-	for i, v := range x {
-		binary.LittleEndian.PutUint32(b[i*4:], math.Float32bits(v))
-	}
-	if err := os.WriteFile(src, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	audiotest.WriteF32(t, src, x)
 	script := `import sys, numpy as np, soxr
 x = np.fromfile(sys.argv[1], dtype="<f4")
 soxr.resample(x, int(sys.argv[3]), int(sys.argv[4])).astype("<f4").tofile(sys.argv[2])`
 	if o, err := exec.Command(py, "-c", script, src, dst, strconv.Itoa(in), strconv.Itoa(out)).CombinedOutput(); err != nil {
 		t.Fatalf("soxr: %v\n%s", err, o)
 	}
-	b, err := os.ReadFile(dst)
-	if err != nil {
-		t.Fatal(err)
-	}
-	y := make([]float32, len(b)/4)
-	for i := range y {
-		y[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[i*4:]))
-	}
-	return y
+	return audiotest.ReadF32(t, dst)
 }
 
 // diff returns the max and RMS of a-b over [from, len-from).
