@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -345,5 +346,41 @@ func TestMono16k(t *testing.T) {
 		if d := math.Abs(float64(y[i]) - want); d > 1e-6 {
 			t.Fatalf("sample %d: %g, want %g", i, y[i], want)
 		}
+	}
+}
+
+// TestDecodeWAVLayouts: WAVs as real tools leave them. ffmpeg writing to a
+// pipe cannot seek back to fill in sizes and leaves 0xFFFFFFFF ("to the
+// end"); chunks of odd size are followed by a pad byte.
+func TestDecodeWAVLayouts(t *testing.T) {
+	ff := needFFmpeg(t)
+	cmd := exec.Command(ff, "-nostdin", "-hide_banner", "-loglevel", "error", "-f", "lavfi", "-i", "sine=f=440:d=0.5",
+		"-ar", "16000", "-f", "wav", "pipe:1")
+	piped, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if le32(piped[4:]) != math.MaxUint32 {
+		t.Fatalf("expected ffmpeg to leave the RIFF size unknown, got %d", le32(piped[4:]))
+	}
+	sig, err := Decode(context.Background(), bytes.NewReader(piped), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sig.Frames() != 8000 || maxDiff(sig.Samples, ffmpegDecode(t, piped, 1)) != 0 {
+		t.Fatalf("piped WAV: %d frames (want 8000) or samples differ from ffmpeg's", sig.Frames())
+	}
+
+	var b bytes.Buffer
+	b.WriteString("RIFF\x00\x00\x00\x00WAVE")
+	b.WriteString("junk\x03\x00\x00\x00abc\x00") // odd size, padded
+	fmtc := wavBytes(1, 1, 8000, 2, 16, 4, []byte{0x00, 0x40, 0x00, 0xc0})[12:]
+	b.Write(fmtc)
+	sig, err = Decode(context.Background(), bytes.NewReader(b.Bytes()), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sig.Samples) != 2 || sig.Samples[0] != 0.5 || sig.Samples[1] != -0.5 {
+		t.Fatalf("odd chunk: got %v", sig.Samples)
 	}
 }
