@@ -7,11 +7,13 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"fusion/engine/audio/audiotest"
@@ -75,32 +77,75 @@ print(json.dumps(out))`
 
 var ctDTypes = map[string]tensor.DType{"float32": tensor.F32, "int8": tensor.I8, "int16": tensor.I16, "int32": tensor.I32, "float16": tensor.F16, "bfloat16": tensor.BF16}
 
-func converted(t *testing.T, models string) []manifest {
+// Both tests' models are converted in one Python run (importing torch,
+// transformers and ctranslate2 once).
+const models = `[["tiny", {"vocab_size": 300, "num_mel_bins": 80, "d_model": 64,
+	"encoder_layers": 2, "encoder_attention_heads": 2, "decoder_layers": 2, "decoder_attention_heads": 2,
+	"encoder_ffn_dim": 128, "decoder_ffn_dim": 128, "max_source_positions": 1500, "max_target_positions": 448,
+	"decoder_start_token_id": 1, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
+	["float32", "float16", "bfloat16", "int8", "int8_float16", "int16"]],
+	["tiny.en", {"vocab_size": 51864, "num_mel_bins": 80, "d_model": 384,
+	"encoder_layers": 4, "encoder_attention_heads": 6, "decoder_layers": 4, "decoder_attention_heads": 6,
+	"encoder_ffn_dim": 1536, "decoder_ffn_dim": 1536, "max_source_positions": 1500, "max_target_positions": 448,
+	"decoder_start_token_id": 50257, "pad_token_id": 50256, "bos_token_id": 50257, "eos_token_id": 50256},
+	["float16"]]]`
+
+var conversion struct {
+	once sync.Once
+	dir  string
+	ms   []manifest
+	err  string
+}
+
+// converted returns the manifests of the converted models, running the
+// conversion on first use.
+func converted(t *testing.T) []manifest {
 	t.Helper()
 	py := audiotest.Python(t, "ctranslate2", "transformers", "torch")
-	cmd := exec.Command(py, "-c", converterScript, t.TempDir(), models)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("converter: %v\n%s", err, stderr.String())
+	conversion.once.Do(func() {
+		dir, err := os.MkdirTemp("", "ct2-test-")
+		if err != nil {
+			conversion.err = err.Error()
+			return
+		}
+		conversion.dir = dir
+		cmd := exec.Command(py, "-c", converterScript, dir, models)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			conversion.err = fmt.Sprintf("converter: %v\n%s", err, stderr.String())
+			return
+		}
+		if err := json.Unmarshal(out, &conversion.ms); err != nil {
+			conversion.err = fmt.Sprintf("converter output: %v\n%s", err, out)
+		}
+	})
+	if conversion.err != "" {
+		t.Fatal(conversion.err)
 	}
-	var ms []manifest
-	if err := json.Unmarshal(out, &ms); err != nil {
-		t.Fatalf("converter output: %v\n%s", err, out)
+	return conversion.ms
+}
+
+// TestMain removes the converted models after the tests.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if conversion.dir != "" {
+		os.RemoveAll(conversion.dir)
 	}
-	return ms
+	os.Exit(code)
 }
 
 // TestMatchesConverter: files ctranslate2 writes, in every weight type it
 // writes, parse to exactly the variables (names, shapes, types, bytes)
 // and aliases its spec held.
 func TestMatchesConverter(t *testing.T) {
-	ms := converted(t, `[["tiny", {"vocab_size": 300, "num_mel_bins": 80, "d_model": 64,
-		"encoder_layers": 2, "encoder_attention_heads": 2, "decoder_layers": 2, "decoder_attention_heads": 2,
-		"encoder_ffn_dim": 128, "decoder_ffn_dim": 128, "max_source_positions": 1500, "max_target_positions": 448,
-		"decoder_start_token_id": 1, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
-		["float32", "float16", "bfloat16", "int8", "int8_float16", "int16"]]]`)
+	var ms []manifest
+	for _, mf := range converted(t) {
+		if strings.HasPrefix(mf.Dir, filepath.Join(conversion.dir, "tiny-")) {
+			ms = append(ms, mf)
+		}
+	}
 	if len(ms) != 6 {
 		t.Fatalf("%d converted models", len(ms))
 	}
@@ -161,12 +206,12 @@ func TestMeetingNoterWhisper(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms := converted(t, `[["tiny.en", {"vocab_size": 51864, "num_mel_bins": 80, "d_model": 384,
-		"encoder_layers": 4, "encoder_attention_heads": 6, "decoder_layers": 4, "decoder_attention_heads": 6,
-		"encoder_ffn_dim": 1536, "decoder_ffn_dim": 1536, "max_source_positions": 1500, "max_target_positions": 448,
-		"decoder_start_token_id": 50257, "pad_token_id": 50256, "bos_token_id": 50257, "eos_token_id": 50256},
-		["float16"]]]`)
-	mf := ms[0]
+	var mf manifest
+	for _, c := range converted(t) {
+		if c.Dir == filepath.Join(conversion.dir, "tiny.en-float16") {
+			mf = c
+		}
+	}
 	if m.Spec != mf.Spec || m.Revision != mf.Revision {
 		t.Fatalf("spec %q rev %d, ctranslate2 writes %q rev %d", m.Spec, m.Revision, mf.Spec, mf.Revision)
 	}
