@@ -318,7 +318,7 @@ var routes = []route{
 		map[string]any{"model": "demo", "messages": []any{map[string]any{"role": "user", "content": "hi"}}, "max_tokens": 2},
 		with(common, map[string]string{"messages": "a", "max_completion_tokens": "i", "logprobs": "b", "top_logprobs": "i",
 			"tools": "a", "tool_choice": "so", "parallel_tool_calls": "b", "response_format": "o", "enable_thinking": "b",
-			"chat_template_kwargs": "o"})},
+			"chat_template_kwargs": "o", "reasoning_effort": "s"})},
 	{"POST", "/v1/completions", map[string]any{"model": "demo", "prompt": "Once", "max_tokens": 2},
 		with(common, map[string]string{"prompt": "sa", "echo": "b", "logprobs": "i", "suffix": "s", "best_of": "i"})},
 	{"POST", "/tokenize", map[string]any{"model": "demo", "prompt": "hi"},

@@ -54,13 +54,16 @@ func (req *ChatRequest) toPlan(opts Options, id string, mc *mcpchat.Runner) (*pl
 		return nil, err
 	}
 
-	base := engine.Request{ID: id, Model: req.Model, Messages: msgs, Tools: tools, ToolChoice: choice, EnableThinking: req.EnableThinking, ChatTemplateKwargs: req.ChatTemplateKwargs, ResponseFormat: format}
+	base := engine.Request{ID: id, Model: req.Model, Messages: msgs, Tools: tools, ToolChoice: choice, ChatTemplateKwargs: req.ChatTemplateKwargs, ResponseFormat: format}
 	maxTokens, param := req.MaxTokens, "max_tokens"
 	if req.MaxCompletionTokens != nil {
 		maxTokens, param = req.MaxCompletionTokens, "max_completion_tokens"
 	}
 	n, stream, includeUsage, err := req.convertCommon(opts, &base, maxTokens, param)
 	if err != nil {
+		return nil, err
+	}
+	if err := req.applyThinking(&base); err != nil {
 		return nil, err
 	}
 	logprobs := req.Logprobs != nil && *req.Logprobs

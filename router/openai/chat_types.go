@@ -20,6 +20,7 @@ type ChatRequest struct {
 	ResponseFormat     json.RawMessage `json:"response_format"`
 	EnableThinking     *bool           `json:"enable_thinking"`
 	ChatTemplateKwargs map[string]any  `json:"chat_template_kwargs"`
+	ReasoningEffort    *string         `json:"reasoning_effort"`
 }
 
 // commonRequest holds the fields the chat and the legacy completions

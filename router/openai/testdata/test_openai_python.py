@@ -361,3 +361,64 @@ def test_stream_structured_output():
             pass
         final = stream.get_final_completion()
     assert isinstance(final.choices[0].message.parsed, Point)
+
+
+def reasoning_of(message):
+    """The reasoning the node sends beside the content (reasoning_content, and its reasoning alias)."""
+    extra = message.model_extra or {}
+    assert extra.get("reasoning_content") == extra.get("reasoning")
+    return extra.get("reasoning_content")
+
+
+def test_reasoning_effort(no_eos):
+    """reasoning_effort starts the demo model (a Qwen3 hybrid template) in thinking mode: the reasoning
+    comes apart from the content, bounded by the effort's share of max_tokens, then the answer follows."""
+    seen = {}
+    for effort in ("low", "high"):
+        r = client().chat.completions.create(model=MODEL, messages=MSGS, max_tokens=40, temperature=0,
+                                             logit_bias=no_eos, reasoning_effort=effort)
+        c = r.choices[0]
+        reasoning = reasoning_of(c.message)
+        assert reasoning and reasoning.strip(), effort
+        assert "<think>" not in (c.message.content or "") and "</think>" not in reasoning
+        assert c.message.content, effort  # the budget closed the block; the answer came after it
+        assert r.usage.completion_tokens == 40
+        seen[effort] = reasoning
+    # Greedy, so both start alike; low's budget (8 of 40 tokens) ends its reasoning before high's (32).
+    assert seen["high"].startswith(seen["low"]) and len(seen["high"]) > len(seen["low"]), seen
+    # Streamed: reasoning deltas first, then content.
+    kinds = []
+    for chunk in client().chat.completions.create(model=MODEL, messages=MSGS, max_tokens=20, temperature=0,
+                                                  logit_bias=no_eos, reasoning_effort="medium", stream=True):
+        for ch in chunk.choices:
+            extra = ch.delta.model_extra or {}
+            if extra.get("reasoning_content"):
+                kinds.append("r")
+            if ch.delta.content:
+                kinds.append("c")
+    assert kinds and kinds[0] == "r" and "c" in kinds and "r" not in kinds[kinds.index("c"):], kinds
+    # none: no thinking at all.
+    r = client().chat.completions.create(model=MODEL, messages=MSGS, max_tokens=10, temperature=0,
+                                         logit_bias=no_eos, reasoning_effort="none")
+    assert not reasoning_of(r.choices[0].message) and r.choices[0].message.content
+    with pytest.raises(openai.BadRequestError) as e:
+        client().chat.completions.create(model=MODEL, messages=MSGS, max_tokens=3, reasoning_effort="extreme")
+    assert e.value.param == "reasoning_effort" and e.value.code == "invalid_value"
+    with pytest.raises(openai.BadRequestError) as e:
+        client().chat.completions.create(model=MODEL, messages=MSGS, max_tokens=3, reasoning_effort="low",
+                                         extra_body={"enable_thinking": False})
+    assert e.value.param == "reasoning_effort"
+
+
+def test_chat_template_kwargs_enable_thinking(no_eos):
+    """chat_template_kwargs.enable_thinking (vLLM's way) true: the answer starts in reasoning; false: none."""
+    r = client().chat.completions.create(model=MODEL, messages=MSGS, max_tokens=12, temperature=0, logit_bias=no_eos,
+                                         extra_body={"chat_template_kwargs": {"enable_thinking": True}})
+    assert reasoning_of(r.choices[0].message)
+    r = client().chat.completions.create(model=MODEL, messages=MSGS, max_tokens=12, temperature=0, logit_bias=no_eos,
+                                         extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    assert not reasoning_of(r.choices[0].message) and r.choices[0].message.content
+    with pytest.raises(openai.BadRequestError) as e:
+        client().chat.completions.create(model=MODEL, messages=MSGS, max_tokens=3,
+                                         extra_body={"chat_template_kwargs": {"enable_thinking": "yes"}})
+    assert e.value.param == "chat_template_kwargs.enable_thinking" and e.value.code == "invalid_type"
