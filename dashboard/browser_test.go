@@ -28,6 +28,8 @@ import (
 	"fusion/engine/backend"
 	"fusion/internal/logfile"
 	"fusion/internal/testenv"
+	"fusion/mcp/host"
+	"fusion/mcp/host/mcptest"
 	"fusion/node"
 	"fusion/node/nodetest"
 )
@@ -305,8 +307,11 @@ func eventually(t *testing.T, what string, f func() string) {
 
 // startCluster starts three members a, b, c with the admin key, log files
 // and a slow CPU backend.
-func startCluster(t *testing.T) []*node.Node {
+func startCluster(t *testing.T) ([]*node.Node, string) {
 	t.Helper()
+	// a runs server-filesystem over a fresh directory as MCP server "fs".
+	nodeBin, filesystem := mcptest.Filesystem(t)
+	mcpDir := mcptest.Files(t, "fusion was here\n")
 	slow := func(_ string, be backend.Backend) backend.Backend { return slowBackend{be, 30 * time.Millisecond} }
 	mk := func(id string, expect int, join []string) *node.Node {
 		dir := t.TempDir()
@@ -317,10 +322,12 @@ func startCluster(t *testing.T) []*node.Node {
 		t.Cleanup(func() { f.Close() })
 		level := new(slog.LevelVar)
 		models := nodetest.Models(t)
+		var servers host.Config
 		if id == "a" {
 			addBroken(t, models)
+			servers = host.Config{Servers: []host.ServerConfig{{Name: "fs", Command: nodeBin, Args: []string{filesystem, mcpDir}}}}
 		}
-		return nodetest.Start(t, nodetest.Options{APIKey: key, Backend: "cpu", WrapBackend: slow, DataDir: dir, Logs: f, LogLevel: level, ModelsDir: models,
+		return nodetest.Start(t, nodetest.Options{APIKey: key, MCPServers: servers, Backend: "cpu", WrapBackend: slow, DataDir: dir, Logs: f, LogLevel: level, ModelsDir: models,
 			Logger: slog.New(slog.NewJSONHandler(f, &slog.HandlerOptions{Level: level})),
 			Cluster: node.ClusterConfig{NodeID: id, Listen: "127.0.0.1:0", RaftListen: "127.0.0.1:0", GRPCListen: "127.0.0.1:0",
 				BootstrapExpect: expect, Join: join, Secret: "s", Timing: cluster.TestTiming()}})
@@ -346,7 +353,7 @@ func startCluster(t *testing.T) []*node.Node {
 			return ""
 		})
 	}
-	return nodes
+	return nodes, mcpDir
 }
 
 // addBroken writes the model "broken" into a models directory: the demo
@@ -424,7 +431,7 @@ func activeRequests(t *testing.T, n *node.Node) int {
 // photographed at desktop and phone width.
 func TestPanelCluster(t *testing.T) {
 	browser := startBrowser(t)
-	nodes := startCluster(t)
+	nodes, mcpDir := startCluster(t)
 	a, b := nodes[0], nodes[1]
 	pa := newTab(t, browser, a.URL())
 
@@ -504,6 +511,7 @@ func TestPanelCluster(t *testing.T) {
 	pa.do("ask again", chromedp.SetValue(chromedp.CSS(`input[name="max_tokens"]`), "4"),
 		chromedp.SendKeys(chromedp.CSS(`textarea[name="message"]`), "Hi"), chromedp.Click(chromedp.CSS(`main form button[type="submit"]`)))
 	pa.wait("complete answer", `(() => { const m = [...document.querySelectorAll('.msg.assistant')].pop(); return m && m.dataset.done === 'complete' && m.querySelector('.usage').textContent.includes('4 completion tokens'); })()`)
+	chatReasoningAndTools(t, pa, mcpDir)
 	pa.shoot("chat")
 
 	// Sub-keys: a key made in the panel is shown once and works for another
@@ -671,4 +679,117 @@ func TestPanelCluster(t *testing.T) {
 	if code, raw := call(t, "GET", a.URL()+"/admin/api/stats", "", "", map[string]string{"Cookie": a.Router().Panel().CookieName() + "=" + old}); code != 401 {
 		t.Errorf("the old cookie after sign-out: %d %s", code, raw)
 	}
+}
+
+// lastAnswer is the JavaScript of the newest assistant message.
+const lastAnswer = `[...document.querySelectorAll('.msg.assistant')].pop()`
+
+// chatReasoningAndTools asks the chat page for reasoning (reasoning
+// effort), then for a forced call of a function given as JSON, then for
+// a forced call of an MCP tool the node runs, and checks what the page
+// shows: the reasoning in its own collapsible block beside the answer,
+// each call as a card with its name and JSON arguments, the MCP call's
+// result.
+func chatReasoningAndTools(t *testing.T, pa *tab, mcpDir string) {
+	t.Helper()
+	ask := func(what, message string) {
+		pa.do(what, chromedp.SendKeys(chromedp.CSS(`textarea[name="message"]`), message), chromedp.Click(chromedp.CSS(`main form button[type="submit"]`)))
+		pa.wait(what+": complete", `(() => { const m = `+lastAnswer+`; return !!m && m.dataset.done === 'complete'; })()`)
+		if e := eval[string](pa, `document.querySelector('main form [role="alert"]').textContent`); e != "" {
+			t.Fatalf("%s: the page says %q", what, e)
+		}
+	}
+	selectValue := func(sel, v string) {
+		t.Helper()
+		if _, err := evalIn[bool](pa, fmt.Sprintf(`(() => { const e = document.querySelector(%q); e.value = %q; return true; })()`, sel, v)); err != nil {
+			t.Fatalf("set %s: %v", sel, err)
+		}
+	}
+
+	// Reasoning: with an effort the answer starts in thinking mode; the
+	// reasoning is in its own block, collapsed once the answer is done,
+	// and opens and closes on a click.
+	selectValue(`select[name="reasoning_effort"]`, "low")
+	selectValue(`input[name="max_tokens"]`, "40")
+	selectValue(`input[name="temperature"]`, "0")
+	ask("ask with reasoning", "Why is the sky blue?")
+	type reasoningDoc struct {
+		Shown, Open    bool
+		Summary        string
+		Reasoning      string
+		Answer         string
+		InsideAnswer   bool
+		BeforeAnswer   bool
+		ReasoningInAns bool
+	}
+	r := eval[reasoningDoc](pa, `(() => { const m = `+lastAnswer+`; const d = m.querySelector('details'); const txt = m.querySelector('.text');
+	  return { shown: !!d && !d.hidden, open: !!d && d.open, summary: d ? d.querySelector('summary').textContent : '',
+	    reasoning: d ? d.querySelector('.reasoning').textContent : '', answer: txt.textContent,
+	    insideAnswer: !!d && txt.contains(d), beforeAnswer: !!d && !!(d.compareDocumentPosition(txt) & Node.DOCUMENT_POSITION_FOLLOWING),
+	    reasoningInAns: !!d && d.querySelector('.reasoning').textContent !== '' && txt.textContent.includes(d.querySelector('.reasoning').textContent) }; })()`)
+	if !r.Shown || r.Summary != "Reasoning" || strings.TrimSpace(r.Reasoning) == "" || r.InsideAnswer || !r.BeforeAnswer || r.ReasoningInAns {
+		t.Fatalf("the reasoning block: %+v", r)
+	}
+	if r.Open {
+		t.Errorf("the reasoning block is still open once the answer is done")
+	}
+	if strings.TrimSpace(r.Answer) == "" {
+		t.Errorf("no answer after the reasoning: %+v", r)
+	}
+	for _, want := range []bool{true, false} {
+		pa.do("toggle the reasoning", chromedp.Click(chromedp.CSS(`.msg.assistant:last-child details summary`)))
+		if open := eval[bool](pa, lastAnswer+`.querySelector('details').open`); open != want {
+			t.Errorf("after a click on the summary the reasoning is open=%v, want %v", open, want)
+		}
+	}
+	t.Logf("reasoning %q, answer %q", r.Reasoning, r.Answer)
+
+	// A function given as JSON, its call forced: a card with the name and
+	// the JSON arguments (the node constrains the output to a valid call).
+	selectValue(`select[name="reasoning_effort"]`, "")
+	selectValue(`input[name="max_tokens"]`, "120")
+	selectValue(`textarea[name="tools"]`, `[{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
+	  "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]`)
+	selectValue(`input[name="force_tool"]`, "get_weather")
+	ask("ask for a tool call", "Weather in Paris?")
+	type callDoc struct {
+		Kind, Name, Args, Result string
+		ResultShown              bool
+	}
+	cards := func() []callDoc {
+		return eval[[]callDoc](pa, `[...`+lastAnswer+`.querySelectorAll('.tool-call')].map((c) => ({ kind: c.querySelector('.who').textContent,
+		  name: c.querySelector('.tool-name').textContent, args: c.querySelector('.tool-args').textContent,
+		  result: c.querySelector('.tool-result').textContent, resultShown: !c.querySelector('.tool-result').hidden }))`)
+	}
+	calls := cards()
+	if len(calls) != 1 || !strings.HasPrefix(calls[0].Kind, "tool call") || calls[0].Name != "get_weather" {
+		t.Fatalf("tool call cards: %+v", calls)
+	}
+	var args struct {
+		City *string `json:"city"`
+	}
+	if err := json.Unmarshal([]byte(calls[0].Args), &args); err != nil || args.City == nil {
+		t.Errorf("the call's arguments %q: %v (want an object with a city)", calls[0].Args, err)
+	}
+	pa.shoot("chat-tools")
+
+	// An MCP tool of a's server "fs", forced: the node runs it and the
+	// card shows the call and the server's answer (the directory).
+	selectValue(`textarea[name="tools"]`, "")
+	pa.wait("fs offered", `!!document.querySelector('input[name="mcp"][value="fs"]')`)
+	pa.do("offer fs", chromedp.Click(chromedp.CSS(`input[name="mcp"][value="fs"]`)))
+	selectValue(`input[name="force_tool"]`, "list_allowed_directories")
+	ask("ask for an MCP call", "Which directories may you read?")
+	calls = cards()
+	if len(calls) == 0 || calls[0].Kind != "MCP call · fs completed" || calls[0].Name != "list_allowed_directories" ||
+		!calls[0].ResultShown || !strings.Contains(calls[0].Result, mcpDir) {
+		t.Fatalf("MCP call cards: %+v (want list_allowed_directories completed, naming %s)", calls, mcpDir)
+	}
+	if err := json.Unmarshal([]byte(calls[0].Args), new(map[string]any)); err != nil {
+		t.Errorf("the MCP call's arguments %q: %v", calls[0].Args, err)
+	}
+	// Back to a plain chat for what follows.
+	pa.do("plain chat again", chromedp.Click(chromedp.CSS(`input[name="mcp"][value="fs"]`)))
+	selectValue(`input[name="force_tool"]`, "")
+	selectValue(`input[name="temperature"]`, "")
 }
