@@ -2516,6 +2516,194 @@ func (x *MCPConfigPut) GetExpectVersion() uint64 {
 	return 0
 }
 
+// PanelSession is a signed-in browser of the admin panel: the SHA-256 of
+// its cookie's secret (never the secret itself), when it started and
+// when it ends (absolute, the clock of the node that signed it in).
+type PanelSession struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Hash            []byte                 `protobuf:"bytes,1,opt,name=hash,proto3" json:"hash,omitempty"` // 32 bytes
+	CreatedUnixNano int64                  `protobuf:"varint,2,opt,name=created_unix_nano,json=createdUnixNano,proto3" json:"created_unix_nano,omitempty"`
+	ExpiresUnixNano int64                  `protobuf:"varint,3,opt,name=expires_unix_nano,json=expiresUnixNano,proto3" json:"expires_unix_nano,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *PanelSession) Reset() {
+	*x = PanelSession{}
+	mi := &file_cluster_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PanelSession) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PanelSession) ProtoMessage() {}
+
+func (x *PanelSession) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PanelSession.ProtoReflect.Descriptor instead.
+func (*PanelSession) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *PanelSession) GetHash() []byte {
+	if x != nil {
+		return x.Hash
+	}
+	return nil
+}
+
+func (x *PanelSession) GetCreatedUnixNano() int64 {
+	if x != nil {
+		return x.CreatedUnixNano
+	}
+	return 0
+}
+
+func (x *PanelSession) GetExpiresUnixNano() int64 {
+	if x != nil {
+		return x.ExpiresUnixNano
+	}
+	return 0
+}
+
+// PanelSessionPut starts a panel session (sign-in). Apply first drops the
+// sessions expired at now_unix_nano, then, while max_sessions or more
+// remain, ends the one that expires first, so the cap holds cluster-wide.
+type PanelSessionPut struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Session       *PanelSession          `protobuf:"bytes,2,opt,name=session,proto3" json:"session,omitempty"`
+	NowUnixNano   int64                  `protobuf:"varint,3,opt,name=now_unix_nano,json=nowUnixNano,proto3" json:"now_unix_nano,omitempty"`
+	MaxSessions   uint32                 `protobuf:"varint,4,opt,name=max_sessions,json=maxSessions,proto3" json:"max_sessions,omitempty"` // 0: unlimited
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PanelSessionPut) Reset() {
+	*x = PanelSessionPut{}
+	mi := &file_cluster_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PanelSessionPut) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PanelSessionPut) ProtoMessage() {}
+
+func (x *PanelSessionPut) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PanelSessionPut.ProtoReflect.Descriptor instead.
+func (*PanelSessionPut) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *PanelSessionPut) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *PanelSessionPut) GetSession() *PanelSession {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+func (x *PanelSessionPut) GetNowUnixNano() int64 {
+	if x != nil {
+		return x.NowUnixNano
+	}
+	return 0
+}
+
+func (x *PanelSessionPut) GetMaxSessions() uint32 {
+	if x != nil {
+		return x.MaxSessions
+	}
+	return 0
+}
+
+// PanelSessionEnd ends a panel session on every node (sign-out); an
+// unknown hash is not an error.
+type PanelSessionEnd struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Hash          []byte                 `protobuf:"bytes,2,opt,name=hash,proto3" json:"hash,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PanelSessionEnd) Reset() {
+	*x = PanelSessionEnd{}
+	mi := &file_cluster_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PanelSessionEnd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PanelSessionEnd) ProtoMessage() {}
+
+func (x *PanelSessionEnd) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PanelSessionEnd.ProtoReflect.Descriptor instead.
+func (*PanelSessionEnd) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *PanelSessionEnd) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *PanelSessionEnd) GetHash() []byte {
+	if x != nil {
+		return x.Hash
+	}
+	return nil
+}
+
 type ApplyRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Command       []byte                 `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"` // type byte + payload, as in the raft log
@@ -2525,7 +2713,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_cluster_proto_msgTypes[29]
+	mi := &file_cluster_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2537,7 +2725,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[29]
+	mi := &file_cluster_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2550,7 +2738,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{29}
+	return file_cluster_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ApplyRequest) GetCommand() []byte {
@@ -2576,7 +2764,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_cluster_proto_msgTypes[30]
+	mi := &file_cluster_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2588,7 +2776,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[30]
+	mi := &file_cluster_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2601,7 +2789,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{30}
+	return file_cluster_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ApplyResponse) GetIndex() uint64 {
@@ -2668,7 +2856,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_cluster_proto_msgTypes[31]
+	mi := &file_cluster_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2680,7 +2868,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[31]
+	mi := &file_cluster_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2693,7 +2881,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{31}
+	return file_cluster_proto_rawDescGZIP(), []int{34}
 }
 
 type StatusResponse struct {
@@ -2710,7 +2898,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_cluster_proto_msgTypes[32]
+	mi := &file_cluster_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2722,7 +2910,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[32]
+	mi := &file_cluster_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2735,7 +2923,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{32}
+	return file_cluster_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *StatusResponse) GetNodeId() string {
@@ -2788,7 +2976,7 @@ type ReadIndexRequest struct {
 
 func (x *ReadIndexRequest) Reset() {
 	*x = ReadIndexRequest{}
-	mi := &file_cluster_proto_msgTypes[33]
+	mi := &file_cluster_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2800,7 +2988,7 @@ func (x *ReadIndexRequest) String() string {
 func (*ReadIndexRequest) ProtoMessage() {}
 
 func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[33]
+	mi := &file_cluster_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2813,7 +3001,7 @@ func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexRequest.ProtoReflect.Descriptor instead.
 func (*ReadIndexRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{33}
+	return file_cluster_proto_rawDescGZIP(), []int{36}
 }
 
 type ReadIndexResponse struct {
@@ -2825,7 +3013,7 @@ type ReadIndexResponse struct {
 
 func (x *ReadIndexResponse) Reset() {
 	*x = ReadIndexResponse{}
-	mi := &file_cluster_proto_msgTypes[34]
+	mi := &file_cluster_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2837,7 +3025,7 @@ func (x *ReadIndexResponse) String() string {
 func (*ReadIndexResponse) ProtoMessage() {}
 
 func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[34]
+	mi := &file_cluster_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2850,7 +3038,7 @@ func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIndexResponse.ProtoReflect.Descriptor instead.
 func (*ReadIndexResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{34}
+	return file_cluster_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ReadIndexResponse) GetIndex() uint64 {
@@ -3097,7 +3285,21 @@ const file_cluster_proto_rawDesc = "" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x16\n" +
 	"\x06config\x18\x02 \x01(\fR\x06config\x12\x10\n" +
 	"\x03cas\x18\x03 \x01(\bR\x03cas\x12%\n" +
-	"\x0eexpect_version\x18\x04 \x01(\x04R\rexpectVersion\"(\n" +
+	"\x0eexpect_version\x18\x04 \x01(\x04R\rexpectVersion\"z\n" +
+	"\fPanelSession\x12\x12\n" +
+	"\x04hash\x18\x01 \x01(\fR\x04hash\x12*\n" +
+	"\x11created_unix_nano\x18\x02 \x01(\x03R\x0fcreatedUnixNano\x12*\n" +
+	"\x11expires_unix_nano\x18\x03 \x01(\x03R\x0fexpiresUnixNano\"\xb2\x01\n" +
+	"\x0fPanelSessionPut\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x129\n" +
+	"\asession\x18\x02 \x01(\v2\x1f.fusion.cluster.v1.PanelSessionR\asession\x12\"\n" +
+	"\rnow_unix_nano\x18\x03 \x01(\x03R\vnowUnixNano\x12!\n" +
+	"\fmax_sessions\x18\x04 \x01(\rR\vmaxSessions\"D\n" +
+	"\x0fPanelSessionEnd\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x12\n" +
+	"\x04hash\x18\x02 \x01(\fR\x04hash\"(\n" +
 	"\fApplyRequest\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\fR\acommand\"\xee\x01\n" +
 	"\rApplyResponse\x12\x14\n" +
@@ -3159,7 +3361,7 @@ func file_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_cluster_proto_goTypes = []any{
 	(NodeStatus)(0),           // 0: fusion.cluster.v1.NodeStatus
 	(StageState)(0),           // 1: fusion.cluster.v1.StageState
@@ -3193,12 +3395,15 @@ var file_cluster_proto_goTypes = []any{
 	(*SettingDelete)(nil),     // 29: fusion.cluster.v1.SettingDelete
 	(*Noop)(nil),              // 30: fusion.cluster.v1.Noop
 	(*MCPConfigPut)(nil),      // 31: fusion.cluster.v1.MCPConfigPut
-	(*ApplyRequest)(nil),      // 32: fusion.cluster.v1.ApplyRequest
-	(*ApplyResponse)(nil),     // 33: fusion.cluster.v1.ApplyResponse
-	(*StatusRequest)(nil),     // 34: fusion.cluster.v1.StatusRequest
-	(*StatusResponse)(nil),    // 35: fusion.cluster.v1.StatusResponse
-	(*ReadIndexRequest)(nil),  // 36: fusion.cluster.v1.ReadIndexRequest
-	(*ReadIndexResponse)(nil), // 37: fusion.cluster.v1.ReadIndexResponse
+	(*PanelSession)(nil),      // 32: fusion.cluster.v1.PanelSession
+	(*PanelSessionPut)(nil),   // 33: fusion.cluster.v1.PanelSessionPut
+	(*PanelSessionEnd)(nil),   // 34: fusion.cluster.v1.PanelSessionEnd
+	(*ApplyRequest)(nil),      // 35: fusion.cluster.v1.ApplyRequest
+	(*ApplyResponse)(nil),     // 36: fusion.cluster.v1.ApplyResponse
+	(*StatusRequest)(nil),     // 37: fusion.cluster.v1.StatusRequest
+	(*StatusResponse)(nil),    // 38: fusion.cluster.v1.StatusResponse
+	(*ReadIndexRequest)(nil),  // 39: fusion.cluster.v1.ReadIndexRequest
+	(*ReadIndexResponse)(nil), // 40: fusion.cluster.v1.ReadIndexResponse
 }
 var file_cluster_proto_depIdxs = []int32{
 	0,  // 0: fusion.cluster.v1.Node.status:type_name -> fusion.cluster.v1.NodeStatus
@@ -3211,17 +3416,18 @@ var file_cluster_proto_depIdxs = []int32{
 	6,  // 7: fusion.cluster.v1.SessionCreate.session:type_name -> fusion.cluster.v1.Session
 	2,  // 8: fusion.cluster.v1.SessionCreate.policy:type_name -> fusion.cluster.v1.CapPolicy
 	7,  // 9: fusion.cluster.v1.APIKeyPut.key:type_name -> fusion.cluster.v1.APIKey
-	32, // 10: fusion.cluster.v1.Cluster.Apply:input_type -> fusion.cluster.v1.ApplyRequest
-	34, // 11: fusion.cluster.v1.Cluster.Status:input_type -> fusion.cluster.v1.StatusRequest
-	36, // 12: fusion.cluster.v1.Cluster.ReadIndex:input_type -> fusion.cluster.v1.ReadIndexRequest
-	33, // 13: fusion.cluster.v1.Cluster.Apply:output_type -> fusion.cluster.v1.ApplyResponse
-	35, // 14: fusion.cluster.v1.Cluster.Status:output_type -> fusion.cluster.v1.StatusResponse
-	37, // 15: fusion.cluster.v1.Cluster.ReadIndex:output_type -> fusion.cluster.v1.ReadIndexResponse
-	13, // [13:16] is the sub-list for method output_type
-	10, // [10:13] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	32, // 10: fusion.cluster.v1.PanelSessionPut.session:type_name -> fusion.cluster.v1.PanelSession
+	35, // 11: fusion.cluster.v1.Cluster.Apply:input_type -> fusion.cluster.v1.ApplyRequest
+	37, // 12: fusion.cluster.v1.Cluster.Status:input_type -> fusion.cluster.v1.StatusRequest
+	39, // 13: fusion.cluster.v1.Cluster.ReadIndex:input_type -> fusion.cluster.v1.ReadIndexRequest
+	36, // 14: fusion.cluster.v1.Cluster.Apply:output_type -> fusion.cluster.v1.ApplyResponse
+	38, // 15: fusion.cluster.v1.Cluster.Status:output_type -> fusion.cluster.v1.StatusResponse
+	40, // 16: fusion.cluster.v1.Cluster.ReadIndex:output_type -> fusion.cluster.v1.ReadIndexResponse
+	14, // [14:17] is the sub-list for method output_type
+	11, // [11:14] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_cluster_proto_init() }
@@ -3236,7 +3442,7 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   35,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

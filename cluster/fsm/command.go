@@ -50,6 +50,9 @@ const (
 	// 30, not 21: other commands being written at the same time take the
 	// numbers after 20.
 	TypeMCPConfigPut Type = 30
+	// 34 and 35: the admin panel's sessions.
+	TypePanelSessionPut Type = 34
+	TypePanelSessionEnd Type = 35
 )
 
 // registry maps a type to a constructor of its payload. It is built once
@@ -76,6 +79,8 @@ var registry = map[Type]func() proto.Message{
 	TypeSettingDelete:     func() proto.Message { return new(pb.SettingDelete) },
 	TypeNodeSetInventory:  func() proto.Message { return new(pb.NodeSetInventory) },
 	TypeMCPConfigPut:      func() proto.Message { return new(pb.MCPConfigPut) },
+	TypePanelSessionPut:   func() proto.Message { return new(pb.PanelSessionPut) },
+	TypePanelSessionEnd:   func() proto.Message { return new(pb.PanelSessionEnd) },
 }
 
 // typeOf is the reverse of registry, keyed by message full name.

@@ -27,6 +27,12 @@ func ForRestore(backup io.Reader, current *State) (*State, error) {
 	for k, v := range current.nodes {
 		s.nodes[k] = v
 	}
+	// The panel's sign-ins are the running cluster's too: the admin who
+	// restores stays signed in, and a backup's old sessions stay out.
+	s.panel = make(map[string]*pb.PanelSession, len(current.panel))
+	for k, v := range current.panel {
+		s.panel[k] = v
+	}
 	return s, nil
 }
 

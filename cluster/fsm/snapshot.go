@@ -28,7 +28,10 @@ const (
 	recAPIKey    byte = 5
 	recSetting   byte = 6
 	recDedup     byte = 7
-	recEnd       byte = 0xFF
+	// 34: the admin panel's sessions (the number of their command, so
+	// record types added at the same time elsewhere do not collide).
+	recPanelSession byte = 34
+	recEnd          byte = 0xFF
 )
 
 // MaxSnapshotRecord bounds one snapshot record (a session with a long
@@ -84,6 +87,11 @@ func (s *State) WriteTo(w io.Writer) (int64, error) {
 	}
 	for _, k := range sortedKeys(s.settings) {
 		if err := frame(recSetting, s.settings[k]); err != nil {
+			return cw.n, err
+		}
+	}
+	for _, k := range sortedKeys(s.panel) {
+		if err := frame(recPanelSession, s.panel[k]); err != nil {
 			return cw.n, err
 		}
 	}
@@ -197,6 +205,11 @@ func (s *State) restoreRecord(t byte, buf []byte, dedup *[]*pb.DedupEntry) error
 		v := new(pb.Setting)
 		if err = proto.Unmarshal(buf, v); err == nil {
 			s.settings[v.Key] = v
+		}
+	case recPanelSession:
+		v := new(pb.PanelSession)
+		if err = proto.Unmarshal(buf, v); err == nil {
+			s.panel[string(v.Hash)] = v
 		}
 	case recDedup:
 		v := new(pb.DedupEntry)

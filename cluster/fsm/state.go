@@ -73,6 +73,7 @@ type State struct {
 	sessions   map[string]*pb.Session
 	apiKeys    map[string]*pb.APIKey
 	settings   map[string]*pb.Setting
+	panel      map[string]*pb.PanelSession // by the hash's bytes
 	dedup      map[string]*pb.DedupEntry
 	dedupRing  []string // FIFO of request ids; len ≤ dedupSize
 	dedupHead  int
@@ -91,6 +92,7 @@ func NewState(dedupSize int) *State {
 		sessions:   map[string]*pb.Session{},
 		apiKeys:    map[string]*pb.APIKey{},
 		settings:   map[string]*pb.Setting{},
+		panel:      map[string]*pb.PanelSession{},
 		dedup:      map[string]*pb.DedupEntry{},
 		dedupSize:  dedupSize,
 	}
@@ -109,6 +111,7 @@ func (s *State) clone() *State {
 		sessions:   make(map[string]*pb.Session, len(s.sessions)),
 		apiKeys:    make(map[string]*pb.APIKey, len(s.apiKeys)),
 		settings:   make(map[string]*pb.Setting, len(s.settings)),
+		panel:      make(map[string]*pb.PanelSession, len(s.panel)),
 		dedup:      make(map[string]*pb.DedupEntry, len(s.dedup)),
 		dedupRing:  append([]string(nil), s.dedupRing...),
 		dedupHead:  s.dedupHead,
@@ -128,6 +131,9 @@ func (s *State) clone() *State {
 	}
 	for k, v := range s.settings {
 		c.settings[k] = v
+	}
+	for k, v := range s.panel {
+		c.panel[k] = v
 	}
 	for k, v := range s.dedup {
 		c.dedup[k] = v
@@ -253,6 +259,10 @@ func (s *State) apply(t Type, m proto.Message, index uint64) Result {
 		return s.settingDelete(c, index)
 	case *pb.MCPConfigPut:
 		return s.mcpConfigPut(c, index)
+	case *pb.PanelSessionPut:
+		return s.panelSessionPut(c)
+	case *pb.PanelSessionEnd:
+		return s.panelSessionEnd(c)
 	}
 	panic(fmt.Sprintf("fsm: type %d has no apply case", t))
 }
