@@ -543,17 +543,15 @@ func TestPanelCluster(t *testing.T) {
 		return ""
 	})
 
-	// Settings: a change on a's panel is on b's (b's panel has its own
-	// session: sign in there through a bookmarked page).
+	// Settings: a change on a's panel is on b's; the session signed in on
+	// a opens b's panel (a bookmarked page) without a new sign-in.
 	pa.nav("Settings")
 	pa.do("change max_queued", chromedp.SetValue(chromedp.CSS(`input[name="max_queued"]`), "77"),
 		chromedp.Click(chromedp.CSS(`main form button[type="submit"]`)))
 	pa.waitText("saved", "#settings-msg", "Restart required: max_queued")
 	pa.shoot("settings")
 	pb := newTab(t, browser, b.URL())
-	pb.open("/admin/settings", "Sign in")
-	pb.do("sign in on b", chromedp.SendKeys(chromedp.CSS(`input[name="key"]`), key), chromedp.Click(chromedp.CSS(`form.signin button`)))
-	pb.waitText("b's settings", "main h1", "Settings")
+	pb.open("/admin/settings", "Settings")
 	pb.wait("a's change on b's panel", `(() => { const i = document.querySelector('input[name="max_queued"]'); return !!i && i.value === '77' && i.closest('tr').textContent.includes('cluster') && i.closest('tr').textContent.includes('restart required'); })()`)
 	pb.checkAccessible("settings on b")
 
@@ -609,8 +607,7 @@ func TestPanelCluster(t *testing.T) {
 	// back (c's panel, through a proxy that can drop it).
 	proxy, viaProxy := newSwitchProxy(t, nodes[2].URL())
 	pc := newTab(t, browser, viaProxy)
-	pc.open("/admin/", "Sign in")
-	pc.do("sign in on c", chromedp.SendKeys(chromedp.CSS(`input[name="key"]`), key), chromedp.Click(chromedp.CSS(`form.signin button`)))
+	pc.open("/admin/", "Dashboard") // the session of a's panel
 	pc.waitText("c's dashboard", "main tbody", "leader")
 	proxy.down.Store(true)
 	pc.wait("lost connection shown", `!document.querySelector('#banner').hidden && document.querySelector('#banner').textContent.includes('Connection to the node lost')`)
@@ -651,7 +648,8 @@ func TestPanelCluster(t *testing.T) {
 	pa.shoot("dashboard")
 
 	// Sign-out: the page asks for the key again, and the old cookie opens
-	// nothing, from the page or from elsewhere.
+	// nothing, from the page or from elsewhere, on a or on any other
+	// member.
 	cookies, err := chromedp.Call(pa.ctx, network.GetCookies, network.GetCookiesParams{URLs: []string{a.URL()}})
 	if err != nil {
 		t.Fatal(err)
@@ -679,6 +677,13 @@ func TestPanelCluster(t *testing.T) {
 	if code, raw := call(t, "GET", a.URL()+"/admin/api/stats", "", "", map[string]string{"Cookie": a.Router().Panel().CookieName() + "=" + old}); code != 401 {
 		t.Errorf("the old cookie after sign-out: %d %s", code, raw)
 	}
+	eventually(t, "the sign-out on a seen by b", func() string {
+		if code := eval[int](pb, `fetch('/admin/api/stats').then((r) => r.status)`); code != 401 {
+			return fmt.Sprintf("b's page after the sign-out on a: %d", code)
+		}
+		return ""
+	})
+	pb.open("/admin/settings", "Sign in")
 }
 
 // lastAnswer is the JavaScript of the newest assistant message.

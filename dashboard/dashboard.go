@@ -28,6 +28,9 @@ const (
 	DefaultMaxSessions = 1000
 	// maxSignInBody bounds the sign-in body ({"key": "..."}).
 	maxSignInBody = 4 << 10
+	// maxCookie bounds a session cookie's value (ours are 43 bytes): a
+	// longer one is no session and is not hashed or looked up.
+	maxCookie = 256
 	// CSRFHeader carries the session's CSRF token on state-changing
 	// requests.
 	CSRFHeader = "X-CSRF-Token"
@@ -37,9 +40,27 @@ const (
 type Options struct {
 	// SessionTTL is how long a sign-in lasts (0: DefaultSessionTTL).
 	SessionTTL time.Duration
-	// MaxSessions bounds the live sessions of the node (0:
-	// DefaultMaxSessions); past it the session that expires first ends.
+	// MaxSessions bounds the live sessions (0: DefaultMaxSessions) of
+	// the node, or of the whole cluster when the sessions are replicated;
+	// past it the session that expires first ends.
 	MaxSessions int
+	// CookieDomain, when set, is the session cookie's Domain, so that a
+	// browser sends it to every member under that domain (a.lan.example
+	// and b.lan.example with "lan.example"): without it a browser keeps a
+	// cookie for the host that set it (ports aside).
+	CookieDomain string
+}
+
+// cookieDomain is a host name (labels of letters, digits and hyphens),
+// optionally with a leading dot.
+var cookieDomain = regexp.MustCompile(`^\.?[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$`)
+
+// CheckCookieDomain says why a value cannot be Options.CookieDomain.
+func CheckCookieDomain(d string) error {
+	if !cookieDomain.MatchString(d) || len(d) > 253 {
+		return errors.New("not a domain name (e.g. lan.example: no scheme, port or path)")
+	}
+	return nil
 }
 
 // Config is what the panel needs.
@@ -50,8 +71,13 @@ type Config struct {
 	// Failures limits failed sign-ins per client address, shared with the
 	// API's key checks (nil: no limit).
 	Failures *auth.FailLimiter
-	// NodeID names the session cookie, so the panels of several nodes on
-	// one host (cookies ignore ports) keep their own sessions.
+	// Sessions keeps the sign-ins (nil: in memory, this node only). A
+	// cluster gives its replicated store: a session is then good on every
+	// node, and its cookie is named the same on all of them.
+	Sessions SessionStore
+	// NodeID names the session cookie of a node whose sessions are its
+	// own, so the panels of several nodes on one host (cookies ignore
+	// ports) do not overwrite each other's cookies.
 	NodeID  string
 	Options Options
 	Now     func() time.Time
@@ -62,7 +88,7 @@ type Config struct {
 // admin-key requests for the rest of the node.
 type Panel struct {
 	cfg      Config
-	sessions *sessions
+	sessions SessionStore
 	cookie   string
 	files    fs.FS
 	index    []byte
@@ -94,11 +120,27 @@ func New(cfg Config) *Panel {
 		panic("dashboard: embedded index.html: " + err.Error())
 	}
 	cookie := "fusion_panel"
-	if id := cookieUnsafe.ReplaceAllString(cfg.NodeID, "_"); id != "" {
+	if id := cookieUnsafe.ReplaceAllString(cfg.NodeID, "_"); id != "" && cfg.Sessions == nil {
 		cookie += "_" + id
 	}
-	return &Panel{cfg: cfg, sessions: newSessions(cfg.Options.MaxSessions, cfg.Options.SessionTTL, cfg.Now),
-		cookie: cookie, files: files, index: index}
+	if cfg.Sessions == nil {
+		cfg.Sessions = NewMemSessions()
+	}
+	return &Panel{cfg: cfg, sessions: cfg.Sessions, cookie: cookie, files: files, index: index}
+}
+
+// current is the live session of the request's cookie, and the cookie's
+// secret.
+func (p *Panel) current(r *http.Request) (s session, secret string, ok bool) {
+	c, err := r.Cookie(p.cookie)
+	if err != nil || c.Value == "" || len(c.Value) > maxCookie {
+		return session{}, "", false
+	}
+	exp, ok := p.sessions.Lookup(r.Context(), cookieHash(c.Value), p.cfg.Now())
+	if !ok {
+		return session{}, "", false
+	}
+	return session{csrf: csrfOf(c.Value), expires: exp}, c.Value, true
 }
 
 // CookieName is the name of this node's session cookie.
@@ -125,12 +167,7 @@ func (p *Panel) Wrap(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		c, err := r.Cookie(p.cookie)
-		if err != nil {
-			next.ServeHTTP(w, r)
-			return
-		}
-		s, ok := p.sessions.get(c.Value)
+		s, _, ok := p.current(r)
 		if !ok {
 			next.ServeHTTP(w, r) // the API answers its own 401
 			return
@@ -249,12 +286,7 @@ func (p *Panel) session(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, sessionDoc{Auth: false, SignedIn: true})
 		return
 	}
-	cur, signedIn := session{}, false
-	secret := ""
-	if c, err := r.Cookie(p.cookie); err == nil {
-		secret = c.Value
-		cur, signedIn = p.sessions.get(secret)
-	}
+	cur, secret, signedIn := p.current(r)
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
 		doc := sessionDoc{Auth: true, SignedIn: signedIn}
@@ -273,7 +305,11 @@ func (p *Panel) session(w http.ResponseWriter, r *http.Request) {
 			openai.WriteError(w, e)
 			return
 		}
-		p.sessions.end(secret)
+		if err := p.sessions.End(r.Context(), cookieHash(secret)); err != nil {
+			p.cfg.Logger.Warn("panel: sign-out not stored", "err", err)
+			openai.WriteError(w, storeDown("sign-out", err))
+			return
+		}
 		http.SetCookie(w, p.newCookie(r, "", -1))
 		p.cfg.Logger.Info("panel: signed out", "remote", clientAddr(r.RemoteAddr))
 		writeJSON(w, http.StatusOK, sessionDoc{Auth: true})
@@ -319,16 +355,29 @@ func (p *Panel) signIn(w http.ResponseWriter, r *http.Request) {
 		openai.WriteError(w, openai.Unauthorized("Incorrect admin key."))
 		return
 	}
-	secret, s := p.sessions.create()
+	secret, now := token(), p.cfg.Now()
+	expires := now.Add(p.cfg.Options.SessionTTL)
+	if err := p.sessions.Create(r.Context(), cookieHash(secret), now, expires, p.cfg.Options.MaxSessions); err != nil {
+		p.cfg.Logger.Warn("panel: sign-in not stored", "err", err)
+		openai.WriteError(w, storeDown("sign-in", err))
+		return
+	}
 	http.SetCookie(w, p.newCookie(r, secret, int(p.cfg.Options.SessionTTL/time.Second)))
 	p.cfg.Logger.Info("panel: signed in", "remote", addr)
-	writeJSON(w, http.StatusOK, sessionDoc{Auth: true, SignedIn: true, CSRFToken: s.csrf, ExpiresAt: &s.expires})
+	writeJSON(w, http.StatusOK, sessionDoc{Auth: true, SignedIn: true, CSRFToken: csrfOf(secret), ExpiresAt: &expires})
+}
+
+// storeDown is the 503 of a sign-in or sign-out the session store could
+// not record (a cluster without a leader).
+func storeDown(what string, err error) *openai.Error {
+	return &openai.Error{Status: http.StatusServiceUnavailable, Type: openai.TypeUnavailable, Code: "sessions_unavailable", RetryAfter: 1,
+		Message: "The " + what + " could not be recorded (" + err.Error() + "); try again."}
 }
 
 // newCookie is the session cookie (maxAge < 0 deletes it). Its path is
 // / because the panel calls /v1 routes (the chat) as well as /admin/api.
 func (p *Panel) newCookie(r *http.Request, value string, maxAge int) *http.Cookie {
-	return &http.Cookie{Name: p.cookie, Value: value, Path: "/", MaxAge: maxAge,
+	return &http.Cookie{Name: p.cookie, Value: value, Path: "/", Domain: p.cfg.Options.CookieDomain, MaxAge: maxAge,
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil}
 }
 

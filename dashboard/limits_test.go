@@ -63,7 +63,7 @@ func TestSessionLimits(t *testing.T) {
 			t.Errorf("%s: %d, want %d", c.name, got, c.want)
 		}
 	}
-	if n := p.sessions.len(); n != 2 {
+	if n := p.sessions.(*MemSessions).Len(); n != 2 {
 		t.Errorf("%d sessions held, want 2", n)
 	}
 	now = now.Add(51 * time.Second) // second is 61 s old, third 51 s
@@ -75,5 +75,27 @@ func TestSessionLimits(t *testing.T) {
 	}
 	if got := New(Config{NodeID: "mac mini.2"}).CookieName(); got != "fusion_panel_mac_mini_2" {
 		t.Errorf("cookie name of a node id: %q", got)
+	}
+}
+
+// TestCookieDomain: with Options.CookieDomain the session cookie names
+// the domain (members on several hosts under it all get it); without,
+// it has none (the host that set it only). CheckCookieDomain refuses
+// what is not a host name.
+func TestCookieDomain(t *testing.T) {
+	for _, domain := range []string{"", "lan.example"} {
+		p := New(Config{AdminKey: "k", Logger: slog.New(slog.DiscardHandler), Options: Options{CookieDomain: domain}})
+		rec := httptest.NewRecorder()
+		p.Wrap(http.NotFoundHandler()).ServeHTTP(rec, httptest.NewRequest("POST", "/admin/session", strings.NewReader(`{"key":"k"}`)))
+		c := rec.Result().Cookies()
+		if rec.Code != 200 || len(c) != 1 || c[0].Domain != domain {
+			t.Errorf("domain %q: %d, cookies %v", domain, rec.Code, c)
+		}
+	}
+	for d, ok := range map[string]bool{"lan.example": true, ".lan.example": true, "mac-mini": true,
+		"http://lan.example": false, "lan.example:8000": false, "a b": false, "lan.example/": false, "-x.example": false} {
+		if err := CheckCookieDomain(d); (err == nil) != ok {
+			t.Errorf("CheckCookieDomain(%q) = %v", d, err)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -9,26 +10,25 @@ import (
 	"time"
 )
 
-// session is one signed-in browser.
+// SessionStore keeps the panel's sessions, each known by the SHA-256 of
+// its cookie's secret (the secret itself is kept nowhere). In a cluster
+// it is the replicated state (cluster.PanelSessions), so a session is
+// good on every node; alone, an in-memory map (NewMemSessions).
+type SessionStore interface {
+	// Create stores a session until expires; past max live sessions
+	// (0: no cap) it ends those that expire first.
+	Create(ctx context.Context, hash [sha256.Size]byte, now, expires time.Time, max int) error
+	// Lookup returns the expiry of the session of hash if it is live at
+	// now.
+	Lookup(ctx context.Context, hash [sha256.Size]byte, now time.Time) (expires time.Time, ok bool)
+	// End ends the session of hash (unknown: no error).
+	End(ctx context.Context, hash [sha256.Size]byte) error
+}
+
+// session is one signed-in browser, as a request sees it.
 type session struct {
 	csrf    string
 	expires time.Time
-}
-
-// sessions holds the signed-in browsers of this node, in memory, keyed by
-// the SHA-256 of the cookie's secret (the secret itself is kept nowhere).
-// At most max live sessions: signing in past the cap ends the session
-// that expires first.
-type sessions struct {
-	mu  sync.Mutex
-	byH map[[sha256.Size]byte]session
-	max int
-	ttl time.Duration
-	now func() time.Time
-}
-
-func newSessions(max int, ttl time.Duration, now func() time.Time) *sessions {
-	return &sessions{byH: map[[sha256.Size]byte]session{}, max: max, ttl: ttl, now: now}
 }
 
 // token is 32 random bytes, base64url.
@@ -40,58 +40,78 @@ func token() string {
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
-// create starts a session and returns its cookie secret.
-func (s *sessions) create() (secret string, ss session) {
-	secret = token()
-	now := s.now()
-	ss = session{csrf: token(), expires: now.Add(s.ttl)}
+// cookieHash is what the store knows a session by.
+func cookieHash(secret string) [sha256.Size]byte { return sha256.Sum256([]byte(secret)) }
+
+// csrfOf is a session's CSRF token, derived from its cookie's secret so
+// that every node can check it without storing it: the page reads it
+// from /admin/session (the cookie itself is HttpOnly), a page of another
+// site can read neither, and the store's hash does not give it.
+func csrfOf(secret string) string {
+	h := sha256.Sum256([]byte("fusion panel csrf\x00" + secret))
+	return base64.RawURLEncoding.EncodeToString(h[:])
+}
+
+// MemSessions is the SessionStore of a node alone: a map in memory, lost
+// on restart.
+type MemSessions struct {
+	mu  sync.Mutex
+	byH map[[sha256.Size]byte]time.Time // expiry by hash
+}
+
+// NewMemSessions returns an empty in-memory store.
+func NewMemSessions() *MemSessions { return &MemSessions{byH: map[[sha256.Size]byte]time.Time{}} }
+
+// Create implements SessionStore.
+func (s *MemSessions) Create(_ context.Context, hash [sha256.Size]byte, now, expires time.Time, max int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for h, o := range s.byH {
-		if !now.Before(o.expires) {
+	for h, exp := range s.byH {
+		if !now.Before(exp) {
 			delete(s.byH, h)
 		}
 	}
-	for len(s.byH) >= s.max {
+	delete(s.byH, hash)
+	for max > 0 && len(s.byH) >= max {
 		var first [sha256.Size]byte
 		var at time.Time
-		for h, o := range s.byH {
-			if at.IsZero() || o.expires.Before(at) {
-				first, at = h, o.expires
+		for h, exp := range s.byH {
+			if at.IsZero() || exp.Before(at) {
+				first, at = h, exp
 			}
 		}
 		delete(s.byH, first)
 	}
-	s.byH[sha256.Sum256([]byte(secret))] = ss
-	return secret, ss
+	s.byH[hash] = expires
+	return nil
 }
 
-// get returns the live session of a cookie secret.
-func (s *sessions) get(secret string) (session, bool) {
-	h := sha256.Sum256([]byte(secret))
+// Lookup implements SessionStore.
+func (s *MemSessions) Lookup(_ context.Context, hash [sha256.Size]byte, now time.Time) (time.Time, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ss, ok := s.byH[h]
+	exp, ok := s.byH[hash]
 	if !ok {
-		return session{}, false
+		return time.Time{}, false
 	}
-	if !s.now().Before(ss.expires) {
-		delete(s.byH, h)
-		return session{}, false
+	if !now.Before(exp) {
+		delete(s.byH, hash)
+		return time.Time{}, false
 	}
-	return ss, true
+	return exp, true
 }
 
-// end forgets a session.
-func (s *sessions) end(secret string) {
-	h := sha256.Sum256([]byte(secret))
+// End implements SessionStore.
+func (s *MemSessions) End(_ context.Context, hash [sha256.Size]byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.byH, h)
+	delete(s.byH, hash)
+	return nil
 }
 
-// len is the number of sessions held (expired ones included until pruned).
-func (s *sessions) len() int {
+// Len is the number of sessions held (expired ones included until
+// pruned).
+func (s *MemSessions) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.byH)

@@ -336,8 +336,10 @@ func New(cfg Config) (*Node, error) {
 	adminCfg := admin.Config{Self: soloID(cfg.Cluster.NodeID), Store: n.admin.store, Engine: n.engineFigures,
 		PersistAllTime: n.persistAllTime, Global: n.global, Logs: cfg.Logs,
 		MCP: nodeMCP{n: n, servers: mcpHost.Servers}, MaxMCPConfigBytes: cfg.MCPMaxConfigBytes}
+	var panelSessions dashboard.SessionStore // nil: the panel's own, in memory
 	if n.member != nil {
 		adminCfg.Self, adminCfg.Peers = n.member.ID(), adminPeers{n: n}
+		panelSessions = n.member.PanelSessions()
 	}
 	var keys auth.Store
 	switch {
@@ -358,7 +360,7 @@ func New(cfg Config) (*Node, error) {
 	n.router = router.New(router.Config{
 		Keys: keys, KeyLimits: n.keyLimits, MaxSubKeys: cfg.MaxSubKeys,
 		AuthFailures: auth.NewFailLimiter(fails, auth.DefaultFailureWindow, nil),
-		MCP:          mcpHost, MCPMaxSteps: cfg.MCPMaxSteps, Panel: cfg.Panel,
+		MCP:          mcpHost, MCPMaxSteps: cfg.MCPMaxSteps, Panel: cfg.Panel, PanelSessions: panelSessions,
 		ThinkingKey: thinkingKey,
 		Backend:     run.BackendStatus,
 		Engine:      aliasEngine{Dispatcher: gen, a: n.admin}, Stats: n.engineStats, Cache: run, Models: run, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes, Cluster: clusterStatus,

@@ -75,6 +75,9 @@ type Config struct {
 	MCP mcp.Host
 	// Panel holds the limits of the admin panel's sign-in sessions.
 	Panel dashboard.Options
+	// PanelSessions stores those sessions (the replicated state in a
+	// cluster, so they are good on every node); nil: in memory.
+	PanelSessions dashboard.SessionStore
 	// MCPMaxSteps bounds the model turns of a chat request with MCP tools
 	// (0: mcpchat.DefaultMaxSteps).
 	MCPMaxSteps int
@@ -188,7 +191,8 @@ func New(cfg Config) *Router {
 	// The panel (/admin/ but for /admin/api) is outside the chi tree: its
 	// pages and sign-in are open, and a signed-in browser's calls reach the
 	// tree carrying the admin key.
-	rt.panel = dashboard.New(dashboard.Config{AdminKey: cfg.APIKey, Failures: fails, NodeID: cfg.Admin.Self, Options: cfg.Panel, Logger: cfg.Logger})
+	rt.panel = dashboard.New(dashboard.Config{AdminKey: cfg.APIKey, Failures: fails, NodeID: cfg.Admin.Self,
+		Sessions: cfg.PanelSessions, Options: cfg.Panel, Logger: cfg.Logger})
 	rt.handler, rt.mux = rt.panel.Wrap(r), r
 	return rt
 }
@@ -221,7 +225,7 @@ func (rt *Router) Routes() chi.Routes { return rt.mux }
 // sub-key's use).
 func (rt *Router) Auth() *auth.Authenticator { return rt.auth }
 
-// Panel is the admin panel (its CookieName names this node's session).
+// Panel is the admin panel (its CookieName names the session cookie).
 func (rt *Router) Panel() *dashboard.Panel { return rt.panel }
 
 // Metrics returns the frontend's metrics.

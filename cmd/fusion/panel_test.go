@@ -27,7 +27,12 @@ func TestServePanelSettings(t *testing.T) {
 	if p := s.cfg.Panel; p.SessionTTL != 30*time.Minute || p.MaxSessions != 7 {
 		t.Fatalf("set: %+v", p)
 	}
-	for _, args := range [][]string{{"--panel-session-ttl", "0s"}, {"--panel-max-sessions", "0"}, {"--panel-session-ttl", "soon"}} {
+	s, err = resolveServe([]string{"--panel-cookie-domain", "lan.example"}, func(string) string { return "" }, io.Discard)
+	if err != nil || s.cfg.Panel.CookieDomain != "lan.example" {
+		t.Fatalf("cookie domain: %v %+v", err, s.cfg.Panel)
+	}
+	for _, args := range [][]string{{"--panel-session-ttl", "0s"}, {"--panel-max-sessions", "0"}, {"--panel-session-ttl", "soon"},
+		{"--panel-cookie-domain", "http://lan.example"}, {"--panel-cookie-domain", "lan.example:8000"}, {"--panel-cookie-domain", "a b"}} {
 		if _, err := resolveServe(args, func(string) string { return "" }, io.Discard); err == nil || !strings.Contains(err.Error(), args[0]) {
 			t.Errorf("%v: err = %v", args, err)
 		}

@@ -216,8 +216,16 @@ func serveSettingsTable() []serveSetting {
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.MCPMaxSteps, 1) }},
 		{"panel-session-ttl", constant(dashboard.DefaultSessionTTL.String()), "how long a sign-in to the admin panel (/admin/) lasts",
 			func(s *serveSettings, v string) error { return parseDuration(v, &s.cfg.Panel.SessionTTL, false) }},
-		{"panel-max-sessions", constant(strconv.Itoa(dashboard.DefaultMaxSessions)), "admin panel sign-ins a node keeps at most (past it the one that expires first ends)",
+		{"panel-max-sessions", constant(strconv.Itoa(dashboard.DefaultMaxSessions)), "admin panel sign-ins kept at most, by the node or, in a cluster, by the whole cluster (past it the one that expires first ends)",
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.Panel.MaxSessions, 1) }},
+		{"panel-cookie-domain", constant(""), "Domain of the admin panel's session cookie (e.g. lan.example), so a sign-in on one member's panel reaches the members on other hosts under it (default: the host that signed in)",
+			func(s *serveSettings, v string) error {
+				if v == "" {
+					return nil
+				}
+				s.cfg.Panel.CookieDomain = v
+				return dashboard.CheckCookieDomain(v)
+			}},
 		{"node-id", constant(""), "this node's id in the cluster (default: the hostname)",
 			func(s *serveSettings, v string) error { s.cfg.Cluster.NodeID = v; return nil }},
 		{"join", constant(""), "comma-separated gossip addresses (host:port) of cluster members to join",

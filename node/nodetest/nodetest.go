@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"fusion/dashboard"
 	"fusion/engine/backend/mlx"
 	"fusion/engine/demo"
 	"fusion/engine/runner"
@@ -75,6 +76,8 @@ type Options struct {
 	MLXMemoryLimit int64
 	// WrapBackend wraps every backend the node makes for a model.
 	WrapBackend runner.WrapBackend
+	// Panel holds the admin panel's session limits.
+	Panel dashboard.Options
 }
 
 // Models writes the demo model into a fresh directory and returns it.
@@ -172,7 +175,7 @@ func Start(t testing.TB, o Options) *node.Node {
 		CompletionsAsChat: o.CompletionsAsChat, OpenClaw: o.OpenClaw, Sessions: o.Sessions, Threads: 1, Version: "test", Logger: o.Logger, Cluster: o.Cluster,
 		MCPServers: o.MCPServers, MCP: o.MCP, MCPMaxSteps: o.MCPMaxSteps, LogLevel: o.LogLevel, Logs: o.Logs,
 		Backend: o.Backend, MLXMemoryLimit: o.MLXMemoryLimit, WrapBackend: o.WrapBackend,
-		AuthFailures: o.AuthFailures, KeyUsageInterval: o.KeyUsageInterval,
+		AuthFailures: o.AuthFailures, KeyUsageInterval: o.KeyUsageInterval, Panel: o.Panel,
 	})
 	if err != nil {
 		t.Fatalf("node: %v", err)
