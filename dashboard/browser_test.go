@@ -459,10 +459,20 @@ func TestPanelCluster(t *testing.T) {
 	// bad per-model setting shows the API's 400.
 	pa.nav("Models")
 	pa.waitText("demo unloaded", "main tbody", "unloaded")
+	// The state cell says "loading…" while the load runs (a demo model
+	// loads in milliseconds: an observer keeps what the page showed).
+	if _, err := evalIn[bool](pa, `(() => { window.sawLoading = false; const m = document.querySelector('main');
+	  new MutationObserver(() => { if (m.textContent.includes('loading…')) window.sawLoading = true; }).observe(m, { subtree: true, childList: true, characterData: true });
+	  return true; })()`); err != nil {
+		t.Fatal(err)
+	}
 	pa.do("load demo on b", chromedp.SetValue(chromedp.CSS(`select[aria-label="Node to load demo on"]`), "b"),
 		chromedp.Click(chromedp.CSS(`button[aria-label="Load demo"]`)))
 	pa.waitText("demo loaded on b", "main tbody", "on b")
 	pa.waitText("load message", "#models-msg", "demo loaded")
+	if !eval[bool](pa, `window.sawLoading`) {
+		t.Error("the models page never said loading… while demo loaded")
+	}
 	pa.do("pin demo", chromedp.Click(chromedp.CSS(`button[aria-label="Pin demo"]`)))
 	pa.wait("demo pinned", `(() => { const b = document.querySelector('button[aria-label="Unpin demo"]'); return !!b && b.closest('tr').textContent.includes('pinned'); })()`)
 	pa.do("open settings", chromedp.Click(chromedp.CSS(`details:has(form[aria-label="Settings of demo"]) summary`)))
@@ -517,8 +527,12 @@ func TestPanelCluster(t *testing.T) {
 	// Sub-keys: a key made in the panel is shown once and works for another
 	// client, within its scope only; deleted in the panel, it stops working.
 	pa.nav("Keys")
-	pa.do("create key", chromedp.SendKeys(chromedp.CSS(`input[name="name"]`), "ci-key"), chromedp.Click(chromedp.CSS(`main form button[type="submit"]`)))
+	pa.do("create key", chromedp.SendKeys(chromedp.CSS(`input[name="name"]`), "ci-key"), chromedp.SendKeys(chromedp.CSS(`input[name="rpm"]`), "60"),
+		chromedp.Click(chromedp.CSS(`input[name="scope"][value="embeddings"]`)), chromedp.Click(chromedp.CSS(`main form button[type="submit"]`)))
 	pa.wait("key shown", `!!document.querySelector('#new-key')`)
+	pa.do("copy the key", chromedp.Click(chromedp.CSS(`#key-created button`)))
+	// Headless, the clipboard may refuse: the button then says how to copy by hand.
+	pa.wait("copy answered", `['Copied', 'Select the key and copy it'].includes(document.querySelector('#key-created button').textContent)`)
 	sub := eval[string](pa, `document.querySelector('#new-key').textContent`)
 	if !strings.HasPrefix(sub, "fsk-") {
 		t.Fatalf("created key %q", sub)
@@ -533,6 +547,17 @@ func TestPanelCluster(t *testing.T) {
 	if strings.Contains(eval[string](pa, `document.querySelector('main tbody').textContent`), sub) {
 		t.Error("the key's secret is in the list")
 	}
+	// The list shows the key's scopes, limits and the request b served.
+	eventually(t, "the key's usage listed", func() string {
+		pa.nav("Settings")
+		pa.nav("Keys")
+		pa.waitText("key listed again", "main tbody", "ci-key")
+		row := eval[[]string](pa, `[...[...document.querySelectorAll('main tbody tr')].find((r) => r.cells[0].textContent === 'ci-key').cells].map((c) => c.textContent)`)
+		if len(row) < 7 || row[3] != "inference, embeddings" || row[5] != "60, ∞" || !strings.HasPrefix(row[6], "1, ") {
+			return fmt.Sprintf("row %q", row)
+		}
+		return ""
+	})
 	pa.shoot("keys")
 	pa.do("delete key", chromedp.Click(chromedp.CSS(`button[aria-label="Delete key ci-key"]`)))
 	pa.waitText("key deleted", "#key-created", "deleted")
@@ -588,10 +613,19 @@ func TestPanelCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	pa.waitText("following b", `main [role="status"]`, "Following b")
-	if code, raw := call(t, "GET", b.URL()+"/v1/models", key, "", map[string]string{"X-Request-Id": "panel-canary-on-b"}); code != 200 {
-		t.Fatalf("request on b: %d %s", code, raw)
-	}
-	pa.waitText("b's line, live on a's panel", "#log-lines", "panel-canary-on-b")
+	// The status says "Following b" once a answers the stream; b may
+	// subscribe a moment later, so the request is repeated until its line
+	// shows.
+	eventually(t, "b's line, live on a's panel", func() string {
+		if code, raw := call(t, "GET", b.URL()+"/v1/models", key, "", map[string]string{"X-Request-Id": "panel-canary-on-b"}); code != 200 {
+			t.Fatalf("request on b: %d %s", code, raw)
+		}
+		time.Sleep(300 * time.Millisecond)
+		if !strings.Contains(eval[string](pa, `document.querySelector('#log-lines').textContent`), "panel-canary-on-b") {
+			return fmt.Sprintf("not shown: %.300s", pa.text())
+		}
+		return ""
+	})
 	pa.do("level error", chromedp.SetValue(chromedp.CSS(`select[name="level"]`), "error"))
 	if _, err := evalIn[bool](pa, `document.querySelector('select[name="level"]').dispatchEvent(new Event('change'))`); err != nil {
 		t.Fatal(err)
@@ -626,12 +660,20 @@ func TestPanelCluster(t *testing.T) {
 		pa.shoot(strings.ToLower(p))
 	}
 	pa.nav("Profiles")
+	pa.shoot("profiles")
 	// Back on the dashboard, the figures have moved with what the test did.
 	pa.nav("Dashboard")
 	pa.wait("live figures", `(() => {
 	  const card = [...document.querySelectorAll('.card')].find((c) => c.querySelector('.k').textContent === 'Requests (session)');
 	  const b = [...document.querySelectorAll('main tbody tr')].find((r) => r.cells[0].textContent === 'b');
 	  return !!card && Number(card.querySelector('.v').textContent) >= 3 && !!b && b.cells[6].textContent.includes('demo');
+	})()`)
+	// Every node's backend, the prefix cache's hit rate by tier.
+	pa.wait("backends, cache", `(() => {
+	  const nodes = [...document.querySelectorAll('main tbody tr')].filter((r) => ['a', 'b', 'c'].includes(r.cells[0].textContent));
+	  const cache = [...document.querySelectorAll('.card')].find((c) => c.querySelector('.k').textContent === 'Prefix cache hit rate');
+	  return nodes.length === 3 && nodes.every((r) => r.cells[3].textContent === 'cpu') &&
+	    !!cache && /^[0-9.]+ % \(hot [0-9.]+ %, SSD [0-9.]+ %\)$/.test(cache.querySelector('.v').textContent);
 	})()`)
 	// The charts come from the nodes' own last hour (a point every 10 s
 	// from each node's start, GET /admin/api/stats/history), not from
@@ -646,6 +688,27 @@ func TestPanelCluster(t *testing.T) {
 	  return rows.length === 3 && rows.every((r) => n(r.querySelector('svg')) >= 2) && n(rate) >= 2 && peak < 31;
 	})()`)
 	pa.shoot("dashboard")
+
+	// Unload: unpinned, demo leaves b.
+	pa.nav("Models")
+	pa.do("unpin demo", chromedp.Click(chromedp.CSS(`button[aria-label="Unpin demo"]`)))
+	pa.wait("demo unpinned", `!!document.querySelector('button[aria-label="Pin demo"]')`)
+	pa.do("unload demo", chromedp.Click(chromedp.CSS(`button[aria-label="Unload demo"]`)))
+	pa.waitText("unload message", "#models-msg", "demo unloaded")
+	pa.wait("demo unloaded everywhere", `(() => { const r = document.querySelector('button[aria-label="Load demo"]').closest('tr'); return r.textContent.includes('unloaded') && !r.textContent.includes('on b'); })()`)
+	// Placed (one replica), demo shows on the dashboard's placements with
+	// its stage (node, layers, state); a bad count is refused on the page.
+	pa.do("open placement", chromedp.Click(chromedp.CSS(`details:has(form[aria-label="Placement of demo"]) summary`)))
+	pa.do("bad replicas", chromedp.SetValue(chromedp.CSS(`form[aria-label="Placement of demo"] input[name="replicas"]`), "-1"),
+		chromedp.Click(chromedp.CSS(`form[aria-label="Placement of demo"] button[type="submit"]`)))
+	pa.waitText("bad replicas refused", `form[aria-label="Placement of demo"] [role="status"]`, "replicas must be a whole number")
+	pa.do("place demo", chromedp.SetValue(chromedp.CSS(`form[aria-label="Placement of demo"] input[name="replicas"]`), "1"),
+		chromedp.Click(chromedp.CSS(`form[aria-label="Placement of demo"] button[type="submit"]`)))
+	pa.waitText("placed", `form[aria-label="Placement of demo"] [role="status"]`, "Placed")
+	pa.checkAccessible("models with placements")
+	pa.nav("Dashboard")
+	pa.wait("demo's placement", `(() => { const r = [...document.querySelectorAll('main tbody tr')].find((r) => r.cells.length === 3 && r.cells[0].textContent === 'demo');
+	  return !!r && /^[abc]: \d+–\d+ \S+/.test(r.cells[2].textContent); })()`)
 
 	// Sign-out: the page asks for the key again, and the old cookie opens
 	// nothing, from the page or from elsewhere, on a or on any other
@@ -748,6 +811,16 @@ func chatReasoningAndTools(t *testing.T, pa *tab, mcpDir string) {
 		}
 	}
 	t.Logf("reasoning %q, answer %q", r.Reasoning, r.Answer)
+
+	// A tools box that is not JSON is refused on the page: nothing is sent.
+	answers := eval[int](pa, `document.querySelectorAll('.msg.assistant').length`)
+	selectValue(`textarea[name="tools"]`, `[{"type": "function"`)
+	pa.do("send bad tools", chromedp.SendKeys(chromedp.CSS(`textarea[name="message"]`), "Weather?"), chromedp.Click(chromedp.CSS(`main form button[type="submit"]`)))
+	pa.waitText("bad tools refused", `main form [role="alert"]`, "Tools: not valid JSON")
+	if n := eval[int](pa, `document.querySelectorAll('.msg.assistant').length`); n != answers {
+		t.Errorf("a request went out with bad tools: %d answers, were %d", n, answers)
+	}
+	selectValue(`textarea[name="message"]`, "")
 
 	// A function given as JSON, its call forced: a card with the name and
 	// the JSON arguments (the node constrains the output to a valid call).

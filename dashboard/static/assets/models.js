@@ -1,5 +1,6 @@
-// Models: every discovered model on any node, load/unload/pin, and the
-// per-model settings form (the API validates; its 400 is shown).
+// Models: every discovered model on any node, load/unload/pin, the
+// per-model settings form (the API validates; its 400 is shown) and, in a
+// cluster, the model's placement (replicas, pipeline stages).
 import { api } from './api.js';
 import { h, field, table, bytes } from './dom.js';
 
@@ -10,6 +11,38 @@ const flags = ['completions_as_chat', 'pinned'];
 
 function stateText(m) {
   return m.loaded_on && m.loaded_on.length ? `${m.state} on ${m.loaded_on.join(', ')}` : m.state;
+}
+
+// placementForm sets the cluster setting placement/<model> ({"replicas",
+// "stages"}): the leader places the replica groups and re-places them
+// when a node fails.
+function placementForm(m) {
+  const replicas = h('input', { name: 'replicas', inputmode: 'numeric', value: '1' });
+  const stages = h('input', { name: 'stages', inputmode: 'numeric', placeholder: 'whole model' });
+  const out = h('p', { role: 'status' });
+  const form = h('form', { 'aria-label': `Placement of ${m.id}` },
+    h('div', { class: 'row' }, field('Replicas (0: none)', replicas), field('Pipeline stages', stages)),
+    h('button', { type: 'submit' }, `Place ${m.id}`), out);
+  form.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    const spec = { replicas: Number(replicas.value.trim()) };
+    if (stages.value.trim() !== '') spec.stages = Number(stages.value.trim());
+    const bad = Object.entries(spec).find(([, v]) => !Number.isInteger(v) || v < 0);
+    if (bad) {
+      out.className = 'error';
+      out.textContent = `Refused: ${bad[0]} must be a whole number ≥ 0.`;
+      return;
+    }
+    try {
+      await api('PUT', `/admin/api/cluster/settings/placement/${encodeURIComponent(m.id)}`, { value: JSON.stringify(spec) });
+      out.className = 'okmsg';
+      out.textContent = spec.replicas ? 'Placed: the leader puts it on the nodes (see the dashboard).' : 'Placement removed.';
+    } catch (e) {
+      out.className = 'error';
+      out.textContent = `Refused (${e.status}): ${e.message}`;
+    }
+  });
+  return h('details', {}, h('summary', {}, `Placement of ${m.id}`), form);
 }
 
 function settingsForm(m, onSaved) {
@@ -62,7 +95,7 @@ export function render(main) {
   const msg = h('p', { role: 'status', id: 'models-msg' });
   const body = h('div', {}, h('p', { class: 'muted' }, 'Loading…'));
   main.append(h('h1', {}, 'Models'), msg, body);
-  let timer = 0, alive = true;
+  let timer = 0, alive = true, clustered = false;
   const cells = new Map(); // id → {state, pin}
 
   async function act(m, what, node, button) {
@@ -106,7 +139,7 @@ export function render(main) {
       const loadB = h('button', { type: 'button', 'aria-label': `Load ${m.id}`, disabled: !m.compatible, onclick: () => act(m, 'load', nodeSel.value, loadB) }, 'Load');
       const unloadB = h('button', { type: 'button', class: 'secondary', 'aria-label': `Unload ${m.id}`, onclick: () => act(m, 'unload', nodeSel.value, unloadB) }, 'Unload');
       const pinB = h('button', { type: 'button', class: 'secondary', 'aria-label': `${m.pinned ? 'Unpin' : 'Pin'} ${m.id}`, onclick: () => pin(m) }, m.pinned ? 'Unpin' : 'Pin');
-      cells.set(m.id, { state });
+      cells.set(m.id, { state, pinned: !!m.pinned });
       return [
         h('strong', {}, m.id), m.kind || '', m.format, bytes(m.size), m.quantization || 'none', m.architecture || '',
         String(m.context_length || ''),
@@ -118,7 +151,9 @@ export function render(main) {
     body.replaceChildren(
       table('', ['Model', 'Kind', 'Format', 'Size', 'Quantization', 'Architecture', 'Context', 'Compatible', 'On disk', 'State', 'Pinned', 'Actions'], rows),
       h('h2', {}, 'Per-model settings'),
-      ...list.map((m) => settingsForm(m, load)));
+      ...list.map((m) => settingsForm(m, load)),
+      clustered ? h('h2', {}, 'Placements') : null,
+      ...(clustered ? list.map((m) => placementForm(m)) : []));
   }
 
   async function load() {
@@ -133,6 +168,11 @@ export function render(main) {
   async function poll() {
     try {
       const doc = await api('GET', '/admin/api/models');
+      // A pin set through another node reaches this one a moment after
+      // the write: redraw when it shows.
+      if ((doc.data || []).some((m) => cells.has(m.id) && cells.get(m.id).pinned !== !!m.pinned)) {
+        if (alive) draw(doc.data);
+      }
       for (const m of doc.data || []) {
         const c = cells.get(m.id);
         if (c && !c.state.textContent.endsWith('…')) c.state.textContent = stateText(m);
@@ -141,6 +181,8 @@ export function render(main) {
     if (alive) timer = setTimeout(poll, every);
   }
 
-  load().then(() => { if (alive) timer = setTimeout(poll, every); });
+  // Placements exist in a cluster only (a lone node answers 404).
+  api('GET', '/admin/api/cluster').then(() => { clustered = true; }, () => {})
+    .then(load).then(() => { if (alive) timer = setTimeout(poll, every); });
   return () => { alive = false; clearTimeout(timer); };
 }
