@@ -313,7 +313,7 @@ func startCluster(t *testing.T) ([]*node.Node, string) {
 	nodeBin, filesystem := mcptest.Filesystem(t)
 	mcpDir := mcptest.Files(t, "fusion was here\n")
 	slow := func(_ string, be backend.Backend) backend.Backend { return slowBackend{be, 30 * time.Millisecond} }
-	mk := func(id string, expect int, join []string) *node.Node {
+	nodes := startMembers(t, func(id string) nodetest.Options {
 		dir := t.TempDir()
 		f, err := logfile.Open(filepath.Join(dir, "logs"), logfile.Options{})
 		if err != nil {
@@ -327,15 +327,9 @@ func startCluster(t *testing.T) ([]*node.Node, string) {
 			addBroken(t, models)
 			servers = host.Config{Servers: []host.ServerConfig{{Name: "fs", Command: nodeBin, Args: []string{filesystem, mcpDir}}}}
 		}
-		return nodetest.Start(t, nodetest.Options{APIKey: key, MCPServers: servers, Backend: "cpu", WrapBackend: slow, DataDir: dir, Logs: f, LogLevel: level, ModelsDir: models,
-			Logger: slog.New(slog.NewJSONHandler(f, &slog.HandlerOptions{Level: level})),
-			Cluster: node.ClusterConfig{NodeID: id, Listen: "127.0.0.1:0", RaftListen: "127.0.0.1:0", GRPCListen: "127.0.0.1:0",
-				BootstrapExpect: expect, Join: join, Secret: "s", Timing: cluster.TestTiming()}})
-	}
-	a := mk("a", 1, nil)
-	b := mk("b", 0, []string{a.Cluster().GossipAddr()})
-	c := mk("c", 0, []string{a.Cluster().GossipAddr()})
-	nodes := []*node.Node{a, b, c}
+		return nodetest.Options{MCPServers: servers, Backend: "cpu", WrapBackend: slow, DataDir: dir, Logs: f, LogLevel: level, ModelsDir: models,
+			Logger: slog.New(slog.NewJSONHandler(f, &slog.HandlerOptions{Level: level}))}
+	})
 	for _, n := range nodes {
 		eventually(t, "three members seen by "+n.Cluster().ID(), func() string {
 			_, raw := call(t, "GET", n.URL()+"/admin/api/cluster", key, "", nil)

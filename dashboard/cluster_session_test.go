@@ -13,19 +13,24 @@ import (
 	"fusion/node/nodetest"
 )
 
-// startPanelCluster starts three members a, b, c with the admin key and
-// the panel's session cap.
-func startPanelCluster(t *testing.T, maxSessions int) []*node.Node {
+// startMembers starts the members a (which bootstraps), b and c (which
+// join it), each with the admin key and the options opts gives it, and
+// waits until each knows a leader.
+func startMembers(t *testing.T, opts func(id string) nodetest.Options) []*node.Node {
 	t.Helper()
-	mk := func(id string, expect int, join []string) *node.Node {
-		return nodetest.Start(t, nodetest.Options{APIKey: key, AuthFailures: -1, Panel: dashboard.Options{MaxSessions: maxSessions},
-			Cluster: node.ClusterConfig{NodeID: id, Listen: "127.0.0.1:0", RaftListen: "127.0.0.1:0", GRPCListen: "127.0.0.1:0",
-				BootstrapExpect: expect, Join: join, Secret: "s", Timing: cluster.TestTiming()}})
+	var nodes []*node.Node
+	for i, id := range []string{"a", "b", "c"} {
+		o := opts(id)
+		o.APIKey = key
+		o.Cluster = node.ClusterConfig{NodeID: id, Listen: "127.0.0.1:0", RaftListen: "127.0.0.1:0", GRPCListen: "127.0.0.1:0",
+			Secret: "s", Timing: cluster.TestTiming()}
+		if i == 0 {
+			o.Cluster.BootstrapExpect = 1
+		} else {
+			o.Cluster.Join = []string{nodes[0].Cluster().GossipAddr()}
+		}
+		nodes = append(nodes, nodetest.Start(t, o))
 	}
-	a := mk("a", 1, nil)
-	b := mk("b", 0, []string{a.Cluster().GossipAddr()})
-	c := mk("c", 0, []string{a.Cluster().GossipAddr()})
-	nodes := []*node.Node{a, b, c}
 	for _, n := range nodes {
 		eventually(t, "a leader known to "+n.Cluster().ID(), func() string {
 			if code, raw := call(t, "GET", n.URL()+"/admin/api/cluster", key, "", nil); code != 200 || !json200Leader(raw) {
@@ -72,7 +77,10 @@ func with(t *testing.T, n *node.Node, cookie *http.Cookie) *client {
 // included), a sign-out on any member ends it on all of them, and the
 // session cap counts the whole cluster.
 func TestPanelSessionsCluster(t *testing.T) {
-	nodes := startPanelCluster(t, 2)
+	// The session cap: 2 in the whole cluster.
+	nodes := startMembers(t, func(string) nodetest.Options {
+		return nodetest.Options{AuthFailures: -1, Panel: dashboard.Options{MaxSessions: 2}}
+	})
 	a, b, c := nodes[0], nodes[1], nodes[2]
 	names := map[string]bool{}
 	for _, n := range nodes {
