@@ -77,7 +77,7 @@ func (g *gen) next() []byte {
 	g.now += int64(g.r.IntN(3)) * 2e8
 	var m proto.Message
 	sec := int64(1e9)
-	switch g.r.IntN(18) {
+	switch g.r.IntN(20) {
 	case 0:
 		m = &pb.NodeUpsert{Node: &pb.Node{Id: g.pick("n", 4), HttpAddr: g.pick("h", 3)}, NowUnixNano: g.now}
 	case 1:
@@ -135,6 +135,11 @@ func (g *gen) next() []byte {
 		}
 		key := g.pick("k", 3)
 		m = &pb.SettingPut{Key: key, Value: []byte(g.pick("v", 100)), Cas: g.r.IntN(2) == 0, ExpectVersion: g.version(key)}
+	case 18:
+		m = &pb.PanelSessionPut{Session: &pb.PanelSession{Hash: panelHash(g.pick("ps", 8)), CreatedUnixNano: g.now,
+			ExpiresUnixNano: g.now + int64(1+g.r.IntN(20))*sec}, NowUnixNano: g.now, MaxSessions: uint32(g.r.IntN(5))}
+	case 19:
+		m = &pb.PanelSessionEnd{Hash: panelHash(g.pick("ps", 8))}
 	}
 	SetRequestID(m, g.rid())
 	b, err := Encode(m)
