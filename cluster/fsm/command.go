@@ -1,6 +1,6 @@
 // Package fsm is the fusion cluster's replicated state machine: the node
-// catalog, model placements, agent sessions, API-key hashes, settings and a
-// bounded request-id dedup table.
+// catalog, model placements, agent sessions, API-key hashes, settings, the
+// background jobs' records and a bounded request-id dedup table.
 //
 // State.Apply is a pure, deterministic function of (state, command, index):
 // no clock, randomness or I/O; every timestamp arrives inside the command
@@ -50,6 +50,10 @@ const (
 	// 30, not 21: other commands being written at the same time take the
 	// numbers after 20.
 	TypeMCPConfigPut Type = 30
+	// The background jobs' records (jobs.proto).
+	TypeJobPut        Type = 31
+	TypeJobDelete     Type = 32
+	TypeJobsInterrupt Type = 33
 	// 34 and 35: the admin panel's sessions.
 	TypePanelSessionPut Type = 34
 	TypePanelSessionEnd Type = 35
@@ -79,6 +83,9 @@ var registry = map[Type]func() proto.Message{
 	TypeSettingDelete:     func() proto.Message { return new(pb.SettingDelete) },
 	TypeNodeSetInventory:  func() proto.Message { return new(pb.NodeSetInventory) },
 	TypeMCPConfigPut:      func() proto.Message { return new(pb.MCPConfigPut) },
+	TypeJobPut:            func() proto.Message { return new(pb.JobPut) },
+	TypeJobDelete:         func() proto.Message { return new(pb.JobDelete) },
+	TypeJobsInterrupt:     func() proto.Message { return new(pb.JobsInterrupt) },
 	TypePanelSessionPut:   func() proto.Message { return new(pb.PanelSessionPut) },
 	TypePanelSessionEnd:   func() proto.Message { return new(pb.PanelSessionEnd) },
 }

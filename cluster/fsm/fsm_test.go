@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -499,4 +500,86 @@ func TestSessionUpdateModifyCAS(t *testing.T) {
 	}
 	cur := se.ModifyIndex
 	h.ok(&pb.SessionUpdate{Id: "s", ExpectModify: &cur, SetHistory: true, History: []byte(`[]`), NowUnixNano: now})
+}
+
+// TestJobs: a job record is written whole, a finished one never changes
+// again (a late progress write cannot revive it), only finished jobs are
+// deleted, a restart interrupts exactly the node's live jobs, the table
+// keeps at most MaxJobs by evicting the oldest finished, and a snapshot
+// carries the records.
+func TestJobs(t *testing.T) {
+	h := newHarness(t)
+	job := func(id, node, state string, at int64) *pb.Job {
+		return &pb.Job{Id: id, Kind: "download", Node: node, State: state, CreatedUnixNano: at, UpdatedUnixNano: at, Unit: "bytes", Total: 10}
+	}
+	for _, tc := range []struct {
+		name string
+		cmd  proto.Message
+		want error
+	}{
+		{"no id", &pb.JobPut{Job: &pb.Job{Kind: "download", Node: "a", State: JobQueued}}, ErrInvalid},
+		{"no node", &pb.JobPut{Job: &pb.Job{Id: "x", Kind: "download", State: JobQueued}}, ErrInvalid},
+		{"unknown state", &pb.JobPut{Job: job("x", "a", "sleeping", 1)}, ErrInvalid},
+		{"over the bound", &pb.JobPut{Job: &pb.Job{Id: "x", Kind: "download", Node: "a", State: JobRunning, Params: make([]byte, MaxJobBytes)}}, ErrInvalid},
+		{"delete unknown", &pb.JobDelete{Id: "x"}, ErrNotFound},
+		{"interrupt without node", &pb.JobsInterrupt{}, ErrInvalid},
+	} {
+		if r := h.apply(tc.cmd); !errors.Is(r.Err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, r.Err, tc.want)
+		}
+	}
+	h.ok(&pb.JobPut{Job: job("j1", "a", JobRunning, 1)})
+	h.ok(&pb.JobPut{Job: job("j2", "a", JobQueued, 2)})
+	h.ok(&pb.JobPut{Job: job("j3", "b", JobRunning, 3)})
+	if r := h.apply(&pb.JobDelete{Id: "j1"}); !errors.Is(r.Err, ErrConflict) {
+		t.Errorf("deleting a running job: %v", r.Err)
+	}
+	if r := h.apply(&pb.JobPut{Job: job("j1", "b", JobRunning, 1)}); !errors.Is(r.Err, ErrInvalid) {
+		t.Errorf("moving a job to another node: %v", r.Err)
+	}
+	r := h.ok(&pb.JobsInterrupt{Node: "a", UnixNano: 9})
+	if r.Value != 2 {
+		t.Errorf("interrupted %d jobs, want 2", r.Value)
+	}
+	for id, want := range map[string]string{"j1": JobInterrupted, "j2": JobInterrupted, "j3": JobRunning} {
+		if j, _ := h.s.Job(id); j.State != want {
+			t.Errorf("%s: %s, want %s", id, j.State, want)
+		}
+	}
+	if j, _ := h.s.Job("j1"); j.UpdatedUnixNano != 9 || j.Error == "" {
+		t.Errorf("interrupted record %+v", j)
+	}
+	if r := h.apply(&pb.JobPut{Job: job("j1", "a", JobRunning, 1)}); !errors.Is(r.Err, ErrConflict) {
+		t.Errorf("reviving a finished job: %v", r.Err)
+	}
+	h.ok(&pb.JobDelete{Id: "j2"})
+	if _, ok := h.s.Job("j2"); ok {
+		t.Error("deleted job still there")
+	}
+	// Fill to the cap: the oldest finished job (j1) goes first; with
+	// only live jobs left a new one is refused.
+	for i := len(h.s.jobs); i < MaxJobs; i++ {
+		h.ok(&pb.JobPut{Job: job(fmt.Sprintf("q%04d", i), "c", JobQueued, int64(100+i))})
+	}
+	r = h.ok(&pb.JobPut{Job: job("new", "c", JobQueued, 5000)})
+	if _, ok := h.s.Job("j1"); ok || r.Changes[0].Kind != Deleted || r.Changes[0].Key != "j1" {
+		t.Errorf("the oldest finished job was not evicted: %+v", r.Changes)
+	}
+	if r := h.apply(&pb.JobPut{Job: job("more", "c", JobQueued, 5001)}); !errors.Is(r.Err, ErrInvalid) {
+		t.Errorf("over the cap with every job live: %v", r.Err)
+	}
+	var buf bytes.Buffer
+	if _, err := h.s.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := ReadState(&buf, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(s2.Jobs()), MaxJobs; got != want {
+		t.Errorf("after a snapshot: %d jobs, want %d", got, want)
+	}
+	if j, ok := s2.Job("j3"); !ok || j.State != JobRunning || j.Node != "b" {
+		t.Errorf("after a snapshot: %+v", j)
+	}
 }

@@ -77,7 +77,7 @@ func (g *gen) next() []byte {
 	g.now += int64(g.r.IntN(3)) * 2e8
 	var m proto.Message
 	sec := int64(1e9)
-	switch g.r.IntN(20) {
+	switch g.r.IntN(21) {
 	case 0:
 		m = &pb.NodeUpsert{Node: &pb.Node{Id: g.pick("n", 4), HttpAddr: g.pick("h", 3)}, NowUnixNano: g.now}
 	case 1:
@@ -140,6 +140,17 @@ func (g *gen) next() []byte {
 			ExpiresUnixNano: g.now + int64(1+g.r.IntN(20))*sec}, NowUnixNano: g.now, MaxSessions: uint32(g.r.IntN(5))}
 	case 19:
 		m = &pb.PanelSessionEnd{Hash: panelHash(g.pick("ps", 8))}
+	case 20:
+		switch g.r.IntN(4) {
+		case 0, 1:
+			states := []string{JobQueued, JobRunning, JobDone, JobFailed, JobCancelled}
+			m = &pb.JobPut{Job: &pb.Job{Id: g.pick("j", 5), Kind: "download", Node: g.pick("n", 2), State: states[g.r.IntN(len(states))],
+				CreatedUnixNano: g.now, UpdatedUnixNano: g.now, Unit: "bytes", Done: int64(g.r.IntN(100)), Total: 100}}
+		case 2:
+			m = &pb.JobDelete{Id: g.pick("j", 5)}
+		default:
+			m = &pb.JobsInterrupt{Node: g.pick("n", 2), UnixNano: g.now}
+		}
 	}
 	SetRequestID(m, g.rid())
 	b, err := Encode(m)

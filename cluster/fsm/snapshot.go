@@ -28,6 +28,7 @@ const (
 	recAPIKey    byte = 5
 	recSetting   byte = 6
 	recDedup     byte = 7
+	recJob       byte = 31 // numbered apart: other records are being added after 7
 	// 34: the admin panel's sessions (the number of their command, so
 	// record types added at the same time elsewhere do not collide).
 	recPanelSession byte = 34
@@ -92,6 +93,11 @@ func (s *State) WriteTo(w io.Writer) (int64, error) {
 	}
 	for _, k := range sortedKeys(s.panel) {
 		if err := frame(recPanelSession, s.panel[k]); err != nil {
+			return cw.n, err
+		}
+	}
+	for _, k := range sortedKeys(s.jobs) {
+		if err := frame(recJob, s.jobs[k]); err != nil {
 			return cw.n, err
 		}
 	}
@@ -210,6 +216,11 @@ func (s *State) restoreRecord(t byte, buf []byte, dedup *[]*pb.DedupEntry) error
 		v := new(pb.PanelSession)
 		if err = proto.Unmarshal(buf, v); err == nil {
 			s.panel[string(v.Hash)] = v
+		}
+	case recJob:
+		v := new(pb.Job)
+		if err = proto.Unmarshal(buf, v); err == nil {
+			s.jobs[v.Id] = v
 		}
 	case recDedup:
 		v := new(pb.DedupEntry)

@@ -26,6 +26,7 @@ const (
 	TableSessions
 	TableAPIKeys
 	TableSettings
+	TableJobs
 )
 
 // ChangeKind says what happened to a record.
@@ -74,6 +75,7 @@ type State struct {
 	apiKeys    map[string]*pb.APIKey
 	settings   map[string]*pb.Setting
 	panel      map[string]*pb.PanelSession // by the hash's bytes
+	jobs       map[string]*pb.Job
 	dedup      map[string]*pb.DedupEntry
 	dedupRing  []string // FIFO of request ids; len ≤ dedupSize
 	dedupHead  int
@@ -93,6 +95,7 @@ func NewState(dedupSize int) *State {
 		apiKeys:    map[string]*pb.APIKey{},
 		settings:   map[string]*pb.Setting{},
 		panel:      map[string]*pb.PanelSession{},
+		jobs:       map[string]*pb.Job{},
 		dedup:      map[string]*pb.DedupEntry{},
 		dedupSize:  dedupSize,
 	}
@@ -112,6 +115,7 @@ func (s *State) clone() *State {
 		apiKeys:    make(map[string]*pb.APIKey, len(s.apiKeys)),
 		settings:   make(map[string]*pb.Setting, len(s.settings)),
 		panel:      make(map[string]*pb.PanelSession, len(s.panel)),
+		jobs:       make(map[string]*pb.Job, len(s.jobs)),
 		dedup:      make(map[string]*pb.DedupEntry, len(s.dedup)),
 		dedupRing:  append([]string(nil), s.dedupRing...),
 		dedupHead:  s.dedupHead,
@@ -134,6 +138,9 @@ func (s *State) clone() *State {
 	}
 	for k, v := range s.panel {
 		c.panel[k] = v
+	}
+	for k, v := range s.jobs {
+		c.jobs[k] = v
 	}
 	for k, v := range s.dedup {
 		c.dedup[k] = v
@@ -263,6 +270,12 @@ func (s *State) apply(t Type, m proto.Message, index uint64) Result {
 		return s.panelSessionPut(c)
 	case *pb.PanelSessionEnd:
 		return s.panelSessionEnd(c)
+	case *pb.JobPut:
+		return s.jobPut(c)
+	case *pb.JobDelete:
+		return s.jobDelete(c)
+	case *pb.JobsInterrupt:
+		return s.jobsInterrupt(c)
 	}
 	panic(fmt.Sprintf("fsm: type %d has no apply case", t))
 }
