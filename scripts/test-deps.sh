@@ -21,6 +21,10 @@ for tool in ffmpeg espeak-ng; do
 		apt-get update -qq && apt-get install -y -qq "$tool" >/dev/null
 	fi
 done
+# git-lfs for the Hub tests' model repositories (internal/hubtest).
+if ! command -v git-lfs >/dev/null 2>&1; then
+	apt-get update -qq && apt-get install -y -qq git-lfs >/dev/null
+fi
 if [ ! -x "$venv/bin/python" ]; then
 	python3 -m venv "$venv"
 fi

@@ -1,0 +1,320 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// Errors of Fetch that callers branch on.
+var (
+	// ErrNoSpace: the files left to fetch do not fit in the free space
+	// (less the space to keep free); nothing was fetched.
+	ErrNoSpace = errors.New("hub: not enough disk space")
+	// ErrExists: the model is already in the models directory.
+	ErrExists = errors.New("hub: model already in the models directory")
+	// ErrNoFiles: the allow patterns select no file of the repo.
+	ErrNoFiles = errors.New("hub: no file matches")
+)
+
+// Request names what to download.
+type Request struct {
+	Repo     string   `json:"repo"`
+	Revision string   `json:"revision,omitempty"` // branch, tag or commit (default main)
+	Allow    []string `json:"allow_patterns,omitempty"`
+}
+
+// FetchOptions configure Fetch.
+type FetchOptions struct {
+	ModelsDir string
+	// Name is the model's name in the models directory (default the
+	// repo's name without its owner).
+	Name string
+	// MinFree is the space to leave free on the models directory's file
+	// system; FreeBytes reads the free space (default the package's
+	// FreeBytes, statfs).
+	MinFree   int64
+	FreeBytes func(dir string) (int64, error)
+	// Parallel is how many files download at once (default 4).
+	Parallel int
+	// Progress is called with the bytes on disk and the bytes of the
+	// selected files, as they grow (from several goroutines, serialized).
+	Progress func(done, total int64)
+	// Log gets one line per step worth telling (may be nil).
+	Log func(msg string)
+}
+
+// Result says what Fetch put where.
+type Result struct {
+	Model  string   `json:"model"`  // its name in the models directory
+	Paths  []string `json:"paths"`  // what was renamed into the models directory
+	Commit string   `json:"commit"` // the revision's commit
+	Files  int      `json:"files"`
+	Bytes  int64    `json:"bytes"`
+	// Resumed is the bytes that were already on disk when it started.
+	Resumed int64 `json:"resumed_bytes"`
+}
+
+// DownloadsDir is the hidden folder of a models directory where
+// downloads are staged (model discovery skips hidden entries).
+const DownloadsDir = ".downloads"
+
+// Fetch downloads the files of req's repo at its revision that its allow
+// patterns select into o.ModelsDir: staged under DownloadsDir (each file
+// as NAME.incomplete until its checksum matches), then renamed into
+// place, so a model appears whole or not at all. A Fetch stopped part way
+// resumes from the staged bytes when run again for the same commit.
+// Before fetching anything it refuses with ErrNoSpace when the bytes left
+// do not fit.
+func Fetch(ctx context.Context, c *Client, req Request, o FetchOptions) (Result, error) {
+	logf := func(format string, args ...any) {
+		if o.Log != nil {
+			o.Log(fmt.Sprintf(format, args...))
+		}
+	}
+	if err := CheckRepo(req.Repo); err != nil {
+		return Result{}, err
+	}
+	name := o.Name
+	if name == "" {
+		name = path.Base(req.Repo)
+	}
+	if !filepath.IsLocal(name) || strings.ContainsAny(name, `/\`) || strings.HasPrefix(name, ".") {
+		return Result{}, fmt.Errorf("hub: model name %q is not a plain name", name)
+	}
+	info, err := c.Info(ctx, req.Repo, req.Revision)
+	if err != nil {
+		return Result{}, err
+	}
+	logf("%s at %s is commit %s", req.Repo, orMain(req.Revision), info.SHA)
+	all, err := c.Files(ctx, req.Repo, info.SHA)
+	if err != nil {
+		return Result{}, err
+	}
+	var files []File
+	for _, f := range all {
+		if !filepath.IsLocal(filepath.FromSlash(f.Path)) || f.Size < 0 {
+			return Result{}, fmt.Errorf("hub: %s lists a file with an unsafe path %q", req.Repo, f.Path)
+		}
+		if path.Base(f.Path) == ".gitattributes" && len(req.Allow) == 0 {
+			continue
+		}
+		if MatchAny(req.Allow, f.Path) {
+			files = append(files, f)
+		}
+	}
+	if len(files) == 0 {
+		return Result{}, fmt.Errorf("%w: %s has %d files, none matches %q", ErrNoFiles, req.Repo, len(all), req.Allow)
+	}
+	// Where the model lands: a directory, or for a selection of GGUF
+	// files without a config.json, the .gguf files themselves.
+	var targets []string // final paths, checked free first
+	ggufOnly := true
+	for _, f := range files {
+		if f.Path == "config.json" || !strings.EqualFold(path.Ext(f.Path), ".gguf") && isWeights(f.Path) {
+			ggufOnly = false
+		}
+	}
+	hasGGUF := false
+	for _, f := range files {
+		if strings.EqualFold(path.Ext(f.Path), ".gguf") {
+			hasGGUF = true
+			targets = append(targets, filepath.Join(o.ModelsDir, path.Base(f.Path)))
+		}
+	}
+	if !ggufOnly || !hasGGUF {
+		targets = []string{filepath.Join(o.ModelsDir, name)}
+		ggufOnly = false
+	}
+	for _, t := range targets {
+		if _, err := os.Lstat(t); err == nil {
+			return Result{}, fmt.Errorf("%w: %s", ErrExists, t)
+		}
+	}
+	stage := filepath.Join(o.ModelsDir, DownloadsDir, strings.ReplaceAll(req.Repo, "/", "--")+"--"+info.SHA)
+	if err := os.MkdirAll(stage, 0o755); err != nil {
+		return Result{}, fmt.Errorf("hub: %w", err)
+	}
+	res := Result{Model: name, Commit: info.SHA, Files: len(files)}
+	var total, need int64
+	have := make([]int64, len(files))
+	for i, f := range files {
+		total += f.Size
+		if st, err := os.Stat(filepath.Join(stage, filepath.FromSlash(f.Path))); err == nil && st.Size() == f.Size {
+			have[i] = f.Size // verified before its rename
+		} else if st, err := os.Stat(partPath(stage, f)); err == nil && st.Size() <= f.Size {
+			have[i] = st.Size()
+		}
+		res.Resumed += have[i]
+		need += f.Size - have[i]
+	}
+	res.Bytes = total
+	free := o.FreeBytes
+	if free == nil {
+		free = FreeBytes
+	}
+	if n, err := free(o.ModelsDir); err == nil && n-need < o.MinFree {
+		return Result{}, fmt.Errorf("%w: %s needs %s more, %s is free and %s must stay free on %s",
+			ErrNoSpace, req.Repo, human(need), human(n), human(o.MinFree), o.ModelsDir)
+	} else if err != nil && !errors.Is(err, errors.ErrUnsupported) {
+		return Result{}, fmt.Errorf("hub: free space of %s: %w", o.ModelsDir, err)
+	}
+	if res.Resumed > 0 {
+		logf("resuming: %s of %s already on disk", human(res.Resumed), human(total))
+	}
+	logf("fetching %d files, %s", len(files), human(need))
+	if err := fetchAll(ctx, c, req.Repo, info.SHA, files, have, stage, o, logf); err != nil {
+		return Result{}, err
+	}
+	// Into place.
+	if ggufOnly {
+		for _, f := range files {
+			if !strings.EqualFold(path.Ext(f.Path), ".gguf") {
+				continue
+			}
+			dst := filepath.Join(o.ModelsDir, path.Base(f.Path))
+			if err := os.Rename(filepath.Join(stage, filepath.FromSlash(f.Path)), dst); err != nil {
+				return Result{}, fmt.Errorf("hub: %w", err)
+			}
+			res.Paths = append(res.Paths, dst)
+		}
+		res.Model = strings.TrimSuffix(path.Base(files[0].Path), path.Ext(files[0].Path))
+		if err := os.RemoveAll(stage); err != nil {
+			return Result{}, fmt.Errorf("hub: %w", err)
+		}
+	} else {
+		if err := os.Rename(stage, targets[0]); err != nil {
+			return Result{}, fmt.Errorf("hub: %w", err)
+		}
+		res.Paths = targets
+	}
+	logf("done: %s", strings.Join(res.Paths, ", "))
+	return res, nil
+}
+
+// fetchAll downloads the files not yet whole, o.Parallel at a time; a
+// file failing its checksum is fetched once more from its start.
+func fetchAll(ctx context.Context, c *Client, repo, commit string, files []File, have []int64, stage string, o FetchOptions, logf func(string, ...any)) error {
+	var total int64
+	for _, f := range files {
+		total += f.Size
+	}
+	var mu sync.Mutex
+	report := func() {
+		if o.Progress == nil {
+			return
+		}
+		var done int64
+		for _, n := range have {
+			done += n
+		}
+		o.Progress(done, total)
+	}
+	mu.Lock()
+	report()
+	mu.Unlock()
+	par := o.Parallel
+	if par <= 0 {
+		par = 4
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sem := make(chan struct{}, par)
+	var wg sync.WaitGroup
+	var firstErr atomic.Pointer[error]
+	for i, f := range files {
+		final := filepath.Join(stage, filepath.FromSlash(f.Path))
+		if st, err := os.Stat(final); err == nil && st.Size() == f.Size {
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			progress := func(n int64) {
+				mu.Lock()
+				have[i] = n
+				report()
+				mu.Unlock()
+			}
+			err := fetchOne(ctx, c, repo, commit, f, final, progress, logf)
+			if err != nil {
+				firstErr.CompareAndSwap(nil, &err)
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	if p := firstErr.Load(); p != nil {
+		return *p
+	}
+	return ctx.Err()
+}
+
+// fetchOne downloads f into its .incomplete file and renames it to final
+// once it checks out.
+func fetchOne(ctx context.Context, c *Client, repo, commit string, f File, final string, progress func(int64), logf func(string, ...any)) error {
+	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
+		return fmt.Errorf("hub: %w", err)
+	}
+	part := final + ".incomplete"
+	err := c.DownloadFile(ctx, repo, commit, f, part, progress)
+	if errors.Is(err, ErrChecksum) {
+		logf("%v: fetching %s again", err, f.Path)
+		if rerr := os.Remove(part); rerr != nil {
+			return fmt.Errorf("hub: %w", rerr)
+		}
+		progress(0)
+		err = c.DownloadFile(ctx, repo, commit, f, part, progress)
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(part, final); err != nil {
+		return fmt.Errorf("hub: %w", err)
+	}
+	return nil
+}
+
+func partPath(stage string, f File) string {
+	return filepath.Join(stage, filepath.FromSlash(f.Path)) + ".incomplete"
+}
+
+// isWeights reports whether p is a weights file a model directory holds.
+func isWeights(p string) bool {
+	return strings.HasSuffix(p, ".safetensors") || strings.HasSuffix(p, ".safetensors.index.json")
+}
+
+func orMain(rev string) string {
+	if rev == "" {
+		return "main"
+	}
+	return rev
+}
+
+// human prints a byte count.
+func human(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

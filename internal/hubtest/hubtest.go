@@ -1,0 +1,373 @@
+// Package hubtest runs a real Hugging Face Hub-protocol server for tests:
+// olah (PyPI olah, a self-hosted Hub mirror) serving local git
+// repositories with their LFS objects offline, which answers the API
+// routes, and a second olah in its caching mode in front of it for the
+// file downloads (the offline mirror ignores Range, and its plain
+// /api/models/{repo} route does not know mirrored repos, which the
+// caching olah checks before its API answers; the caching olah answers
+// Range as the Hub does), behind a small gate written here that routes
+// between the two,
+// counts the bytes of every file download, can throttle them, corrupt one
+// answer, and answers a gated repository without its token the Hub's 401
+// GatedRepo (olah has no gated repos). Every other answer is olah's.
+package hubtest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"fusion/internal/testenv"
+)
+
+// Server is the Hub for one test.
+type Server struct {
+	// URL is the gate's address: what clients use as HF_ENDPOINT.
+	URL string
+	// OlahURL is the caching olah's address (file downloads) and
+	// MirrorURL the offline mirror's (the API), both behind the gate.
+	OlahURL, MirrorURL string
+
+	t      testing.TB
+	mirror string // mirrors-path of the offline olah
+	srv    *http.Server
+
+	mu       sync.Mutex
+	fetched  map[string]int64  // bytes of file downloads by repo file path ("org/name/path")
+	gated    map[string]string // repo → the token it takes
+	corrupt  map[string]bool   // repo file path → corrupt its next answer
+	throttle int64             // bytes per second of file downloads (0: none)
+	requests []string          // method and path of every request, in order
+}
+
+// olahCLI is the olah-cli next to the test Python interpreter.
+func olahCLI(t testing.TB) string {
+	py := testenv.Python(t)
+	cli := filepath.Join(filepath.Dir(py), "olah-cli")
+	if _, err := os.Stat(cli); err != nil {
+		if testenv.Required() {
+			t.Fatalf("olah-cli not found next to %s (scripts/requirements-test.txt installs olah)", py)
+		}
+		t.Skipf("olah-cli not found next to %s (run `make test`, which installs it)", py)
+	}
+	for _, tool := range []string{"git", "git-lfs"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if testenv.Required() {
+				t.Fatalf("%s not found (scripts/test-deps.sh installs it)", tool)
+			}
+			t.Skipf("%s not found", tool)
+		}
+	}
+	return cli
+}
+
+// Start runs the servers until the test ends.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	cli := olahCLI(t)
+	dir := t.TempDir()
+	s := &Server{t: t, mirror: filepath.Join(dir, "mirror"), fetched: map[string]int64{}, gated: map[string]string{}, corrupt: map[string]bool{}}
+	if err := os.MkdirAll(filepath.Join(s.mirror, "models"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	back := freePort(t)
+	front := freePort(t)
+	runOlah(t, cli, dir, "back", fmt.Sprintf(`[basic]
+host = "127.0.0.1"
+port = %d
+repos-path = %q
+mirrors-path = [%q]
+[accessibility]
+offline = true
+`, back, filepath.Join(dir, "repos-back"), s.mirror))
+	runOlah(t, cli, dir, "front", fmt.Sprintf(`[basic]
+host = "127.0.0.1"
+port = %d
+repos-path = %q
+hf-scheme = "http"
+hf-netloc = "127.0.0.1:%d"
+hf-lfs-netloc = "127.0.0.1:%d"
+metadata-cache-ttl = 0
+[accessibility]
+offline = false
+`, front, filepath.Join(dir, "repos-front"), back, back))
+	s.OlahURL = fmt.Sprintf("http://127.0.0.1:%d", front)
+	s.MirrorURL = fmt.Sprintf("http://127.0.0.1:%d", back)
+	files, _ := url.Parse(s.OlahURL)
+	api, _ := url.Parse(s.MirrorURL)
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			if strings.HasPrefix(r.In.URL.Path, "/api/") {
+				r.SetURL(api)
+			} else {
+				r.SetURL(files)
+			}
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			if p := s.filePath(resp.Request.URL.Path); p != "" && resp.Request.Method == http.MethodGet {
+				resp.Body = &counted{s: s, path: p, r: resp.Body, corrupt: s.takeCorrupt(p)}
+			}
+			return nil
+		},
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.URL = "http://" + ln.Addr().String()
+	s.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.requests = append(s.requests, r.Method+" "+r.URL.Path)
+		s.mu.Unlock()
+		if repo := s.repoOf(r.URL.Path); repo != "" && s.refused(repo, r.Header.Get("Authorization")) {
+			// The Hub's answer for a gated repo without (the right) token.
+			w.Header().Set("X-Error-Code", "GatedRepo")
+			w.Header().Set("X-Error-Message", "Access to model "+repo+" is restricted. You must have access to it and be authenticated to access it. Please log in.")
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			fmt.Fprintf(w, `{"error":"Access to model %s is restricted. You must have access to it and be authenticated to access it. Please log in."}`, repo)
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = s.srv.Serve(ln) }()
+	t.Cleanup(func() { _ = s.srv.Close() })
+	waitUp(t, s.OlahURL+"/api/whoami-v2")
+	waitUp(t, s.MirrorURL+"/api/whoami-v2")
+	return s
+}
+
+// runOlah starts one olah with config text until the test ends.
+func runOlah(t testing.TB, cli, dir, name, config string) {
+	cfg := filepath.Join(dir, name+".toml")
+	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	log, err := os.Create(filepath.Join(dir, name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(cli, "-c", cfg)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Env = append(os.Environ(), "HF_HUB_OFFLINE=0")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		log.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(log.Name())
+			t.Logf("olah %s log (tail):\n%s", name, tail(b, 3000))
+		}
+	})
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
+
+func freePort(t testing.TB) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func waitUp(t testing.TB, u string) {
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(u)
+		if err == nil {
+			resp.Body.Close()
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("olah did not answer %s within 60s", u)
+}
+
+// AddModel commits the files of src (a model directory) as the model repo
+// repo ("org/name"), weights (*.safetensors, *.gguf) through git-lfs, and
+// returns the commit.
+func (s *Server) AddModel(t testing.TB, repo, src string) string {
+	t.Helper()
+	dst := filepath.Join(s.mirror, "models", filepath.FromSlash(repo))
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.CopyFS(dst, os.DirFS(src)); err != nil {
+		t.Fatal(err)
+	}
+	git := func(args ...string) string {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dst
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	git("init", "-q", "-b", "main")
+	git("lfs", "install", "--local")
+	git("lfs", "track", "*.safetensors", "*.gguf")
+	git("add", "-A")
+	git("commit", "-q", "-m", "add "+repo)
+	return git("rev-parse", "HEAD")
+}
+
+// Gate makes repo answer 401 GatedRepo unless a request carries token.
+func (s *Server) Gate(repo, token string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gated[repo] = token
+}
+
+// Throttle caps file downloads at bytesPerSecond (0: no cap).
+func (s *Server) Throttle(bytesPerSecond int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.throttle = bytesPerSecond
+}
+
+// CorruptNext flips one byte of the next download of path ("org/name/file").
+func (s *Server) CorruptNext(path string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.corrupt[path] = true
+}
+
+// Fetched is the bytes of path ("org/name/file") sent so far.
+func (s *Server) Fetched(path string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fetched[path]
+}
+
+// Requests lists the requests so far ("GET /path").
+func (s *Server) Requests() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.requests...)
+}
+
+// repoOf is the model repo a request path is about ("" none).
+func (s *Server) repoOf(p string) string {
+	parts := strings.Split(strings.TrimPrefix(p, "/"), "/")
+	if len(parts) >= 4 && parts[0] == "api" && parts[1] == "models" {
+		return parts[2] + "/" + parts[3]
+	}
+	if len(parts) >= 3 && parts[2] == "resolve" {
+		return parts[0] + "/" + parts[1]
+	}
+	return ""
+}
+
+// filePath is "org/name/file" of a resolve path ("" for other paths).
+func (s *Server) filePath(p string) string {
+	parts := strings.SplitN(strings.TrimPrefix(p, "/"), "/", 5)
+	if len(parts) == 5 && parts[2] == "resolve" {
+		return parts[0] + "/" + parts[1] + "/" + parts[4]
+	}
+	return ""
+}
+
+func (s *Server) refused(repo, auth string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	tok, ok := s.gated[repo]
+	return ok && auth != "Bearer "+tok
+}
+
+func (s *Server) takeCorrupt(p string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.corrupt[p]
+	delete(s.corrupt, p)
+	return c
+}
+
+// counted relays a file download, counting (and maybe throttling or
+// corrupting) its bytes.
+type counted struct {
+	s       *Server
+	path    string
+	r       io.ReadCloser
+	corrupt bool
+	start   time.Time
+	n       int64
+}
+
+func (c *counted) Read(p []byte) (int, error) {
+	if c.start.IsZero() {
+		c.start = time.Now()
+	}
+	c.s.mu.Lock()
+	rate := c.s.throttle
+	c.s.mu.Unlock()
+	if rate > 0 {
+		p = p[:min(len(p), 16<<10)]
+		if ahead := time.Duration(float64(c.n)/float64(rate)*float64(time.Second)) - time.Since(c.start); ahead > 0 {
+			time.Sleep(ahead)
+		}
+	}
+	n, err := c.r.Read(p)
+	if n > 0 && c.corrupt {
+		p[0] ^= 0xff
+		c.corrupt = false
+	}
+	c.n += int64(n)
+	c.s.mu.Lock()
+	c.s.fetched[c.path] += int64(n)
+	c.s.mu.Unlock()
+	return n, err
+}
+
+func (c *counted) Close() error { return c.r.Close() }
+
+// HFDownload downloads repo with the official huggingface_hub client into
+// dir (snapshot_download, local_dir) from the server, so a test can
+// compare it with what fusion fetched.
+func (s *Server) HFDownload(t testing.TB, repo, dir string, allow ...string) {
+	t.Helper()
+	py := testenv.Python(t)
+	script := `import sys, json
+from huggingface_hub import snapshot_download
+allow = json.loads(sys.argv[3]) or None
+snapshot_download(sys.argv[1], local_dir=sys.argv[2], allow_patterns=allow)
+`
+	allowJSON := "null"
+	if len(allow) > 0 {
+		allowJSON = `["` + strings.Join(allow, `","`) + `"]`
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, py, "-c", script, repo, dir, allowJSON)
+	cmd.Env = append(os.Environ(), "HF_ENDPOINT="+s.URL, "HF_HUB_DISABLE_XET=1", "HF_HUB_OFFLINE=0", "HF_HUB_DISABLE_TELEMETRY=1",
+		"HF_HOME="+t.TempDir(), "HF_HUB_DISABLE_PROGRESS_BARS=1")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("huggingface_hub snapshot_download: %v\n%s", err, out.String())
+	}
+}
