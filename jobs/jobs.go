@@ -71,7 +71,8 @@ type Store interface {
 	Put(ctx context.Context, j Job) error
 	// Delete removes a finished job's record.
 	Delete(ctx context.Context, id string) error
-	// Interrupt marks every queued or running job of node interrupted.
+	// Interrupt marks every queued or running job of node created up to
+	// at interrupted.
 	Interrupt(ctx context.Context, node string, at time.Time) error
 	// List returns every record, newest first; Get one.
 	List() []Job
@@ -87,6 +88,7 @@ var (
 	ErrElsewhere = errors.New("jobs: the job runs on another node")
 	ErrClosed    = errors.New("jobs: the manager is closed")
 	ErrTooMany   = errors.New("jobs: too many jobs running")
+	ErrNotReady  = errors.New("jobs: not ready")
 )
 
 // Limits.
@@ -128,11 +130,16 @@ type Manager struct {
 	closed bool
 	live   map[string]*run
 	wg     sync.WaitGroup
+	// ready closes once Start has marked the last run's jobs: a job
+	// submitted before would be marked with them.
+	ready     chan struct{}
+	readyOnce sync.Once
 }
 
 type run struct {
 	cancel context.CancelCauseFunc
 	done   chan struct{}
+	final  Job // the last record, set before done closes
 }
 
 // errShutdown is the cause of a job stopped by Close.
@@ -156,7 +163,7 @@ func New(cfg Config) *Manager {
 		cfg.Logger = slog.Default()
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	return &Manager{cfg: cfg, ctx: ctx, stop: stop, live: map[string]*run{}}
+	return &Manager{cfg: cfg, ctx: ctx, stop: stop, live: map[string]*run{}, ready: make(chan struct{})}
 }
 
 // Start marks the jobs a previous run of this node left queued or
@@ -165,6 +172,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	if err := m.cfg.Store.Interrupt(ctx, m.cfg.Node, time.Now()); err != nil {
 		return fmt.Errorf("jobs: marking the last run's jobs interrupted: %w", err)
 	}
+	m.readyOnce.Do(func() { close(m.ready) })
 	return nil
 }
 
@@ -180,8 +188,16 @@ func newID() string {
 	return "job-" + hex.EncodeToString(b[:])
 }
 
-// Submit records a job of kind with params and runs fn in the background.
+// Submit records a job of kind with params and runs fn in the
+// background. It waits for Start to have succeeded (or ctx to end).
 func (m *Manager) Submit(ctx context.Context, kind string, params any, fn Func) (Job, error) {
+	select {
+	case <-m.ready:
+	case <-ctx.Done():
+		return Job{}, fmt.Errorf("%w: the last run's jobs are not marked yet: %v", ErrNotReady, ctx.Err())
+	case <-m.ctx.Done():
+		return Job{}, ErrClosed
+	}
 	p, err := json.Marshal(params)
 	if err != nil {
 		return Job{}, fmt.Errorf("jobs: params: %w", err)
@@ -278,6 +294,7 @@ func (m *Manager) run(ctx context.Context, r *run, rep *Reporter, fn Func) {
 		j.State, j.Error = Failed, err.Error()
 	}
 	m.cfg.Logger.Info("job finished", "job", id, "kind", j.Kind, "state", j.State, "err", j.Error)
+	r.final = j.Job
 	if perr := m.put(j.Job); perr != nil {
 		m.cfg.Logger.Warn("job end not recorded (the next start marks it interrupted)", "job", id, "err", perr)
 	}
@@ -293,10 +310,11 @@ func (m *Manager) put(j Job) error {
 	return m.cfg.Store.Put(ctx, j)
 }
 
-// Cancel stops a job running on this node and waits for its record to
-// say so. A job of another node is ErrElsewhere; a finished one
+// Cancel stops a job running on this node, waits for it to end and
+// returns its last record (which a replicated store may show a moment
+// later). A job of another node is ErrElsewhere; a finished one
 // ErrFinished.
-func (m *Manager) Cancel(ctx context.Context, id string) error {
+func (m *Manager) Cancel(ctx context.Context, id string) (Job, error) {
 	m.mu.Lock()
 	r, ok := m.live[id]
 	m.mu.Unlock()
@@ -304,21 +322,21 @@ func (m *Manager) Cancel(ctx context.Context, id string) error {
 		j, found := m.cfg.Store.Get(id)
 		switch {
 		case !found:
-			return ErrNotFound
+			return Job{}, ErrNotFound
 		case Final(j.State):
-			return ErrFinished
+			return j, ErrFinished
 		case j.Node != m.cfg.Node:
-			return ErrElsewhere
+			return j, ErrElsewhere
 		}
 		// Ours but not live: left by a previous run (Start marks those).
-		return ErrFinished
+		return j, ErrFinished
 	}
 	r.cancel(errCancelled)
 	select {
 	case <-r.done:
-		return nil
+		return r.final, nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return Job{}, ctx.Err()
 	}
 }
 

@@ -82,7 +82,7 @@ func TestLifecycle(t *testing.T) {
 	if got.State != Done || string(got.Result) != `{"files":3}` || got.Progress.Percent != 100 || got.Progress.Rate != 0 {
 		t.Errorf("done %+v", got)
 	}
-	if err := m.Cancel(ctx, j.ID); !errors.Is(err, ErrFinished) {
+	if _, err := m.Cancel(ctx, j.ID); !errors.Is(err, ErrFinished) {
 		t.Errorf("cancelling a finished job: %v", err)
 	}
 
@@ -93,11 +93,12 @@ func TestLifecycle(t *testing.T) {
 
 	block := func(ctx context.Context, _ *Reporter) (any, error) { <-ctx.Done(); return nil, ctx.Err() }
 	c, _ := m.Submit(ctx, "download", nil, block)
-	if err := m.Cancel(ctx, c.ID); err != nil {
+	last, err := m.Cancel(ctx, c.ID)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := store.Get(c.ID); got.State != Cancelled {
-		t.Errorf("cancelled job %+v", got)
+	if got, _ := store.Get(c.ID); got.State != Cancelled || last.State != Cancelled {
+		t.Errorf("cancelled job %+v, Cancel answered %+v", got, last)
 	}
 	if err := store.Delete(ctx, c.ID); err != nil {
 		t.Errorf("deleting a finished job: %v", err)
@@ -111,7 +112,7 @@ func TestLifecycle(t *testing.T) {
 	if err := store.Delete(ctx, k1.ID); !errors.Is(err, ErrRunning) {
 		t.Errorf("deleting a running job: %v", err)
 	}
-	if err := m.Cancel(ctx, "nope"); !errors.Is(err, ErrNotFound) {
+	if _, err := m.Cancel(ctx, "nope"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("cancelling an unknown job: %v", err)
 	}
 	m.Close()

@@ -125,7 +125,7 @@ func (s *MemStore) Interrupt(_ context.Context, node string, at time.Time) error
 	defer s.mu.Unlock()
 	changed := false
 	for id, j := range s.jobs {
-		if j.Node == node && !Final(j.State) {
+		if j.Node == node && !Final(j.State) && !j.Created.After(at) {
 			j.State, j.Updated, j.Progress.Rate, j.Progress.ETA = Interrupted, at, 0, 0
 			if j.Error == "" {
 				j.Error = "the node restarted while the job ran"

@@ -297,9 +297,9 @@ func (x *JobDelete) GetId() string {
 	return ""
 }
 
-// JobsInterrupt marks every queued or running job of node interrupted:
-// what a node writes when it starts again, since its jobs' goroutines
-// died with it.
+// JobsInterrupt marks every queued or running job of node created up to
+// unix_nano interrupted: what a node writes when it starts again, since
+// its jobs' goroutines died with it.
 type JobsInterrupt struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`

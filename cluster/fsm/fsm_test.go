@@ -531,6 +531,7 @@ func TestJobs(t *testing.T) {
 	h.ok(&pb.JobPut{Job: job("j1", "a", JobRunning, 1)})
 	h.ok(&pb.JobPut{Job: job("j2", "a", JobQueued, 2)})
 	h.ok(&pb.JobPut{Job: job("j3", "b", JobRunning, 3)})
+	h.ok(&pb.JobPut{Job: job("j4", "a", JobRunning, 10)}) // the new run's, after the restart at 9
 	if r := h.apply(&pb.JobDelete{Id: "j1"}); !errors.Is(r.Err, ErrConflict) {
 		t.Errorf("deleting a running job: %v", r.Err)
 	}
@@ -541,7 +542,7 @@ func TestJobs(t *testing.T) {
 	if r.Value != 2 {
 		t.Errorf("interrupted %d jobs, want 2", r.Value)
 	}
-	for id, want := range map[string]string{"j1": JobInterrupted, "j2": JobInterrupted, "j3": JobRunning} {
+	for id, want := range map[string]string{"j1": JobInterrupted, "j2": JobInterrupted, "j3": JobRunning, "j4": JobRunning} {
 		if j, _ := h.s.Job(id); j.State != want {
 			t.Errorf("%s: %s, want %s", id, j.State, want)
 		}

@@ -116,7 +116,9 @@ func (s *State) jobsInterrupt(c *pb.JobsInterrupt) Result {
 	var changes []Change
 	for _, id := range sortedKeys(s.jobs) {
 		j := s.jobs[id]
-		if j.Node != c.Node || JobFinal(j.State) {
+		// A job created after the restart (same node, same clock) is
+		// the new run's, even if this command commits after it.
+		if j.Node != c.Node || JobFinal(j.State) || j.CreatedUnixNano > c.UnixNano {
 			continue
 		}
 		n := proto.Clone(j).(*pb.Job)
