@@ -19,7 +19,9 @@ import (
 	"fusion/cluster/remote"
 	"fusion/dashboard"
 	"fusion/engine/runner"
+	"fusion/hub"
 	"fusion/internal/tlsreload"
+	"fusion/jobs"
 	"fusion/mcp/host"
 	"fusion/router"
 	"fusion/router/admin"
@@ -121,6 +123,10 @@ type Config struct {
 	// Panel holds the admin panel's session limits (zero values: the
 	// dashboard package's defaults).
 	Panel dashboard.Options
+	// HF configures Hugging Face downloads and Jobs the background jobs
+	// that run them.
+	HF   HFConfig
+	Jobs JobsConfig
 
 	// TLSCertFile and TLSKeyFile make the frontend speak HTTPS (and
 	// HTTP/2). The pair is read again on ReloadTLS (SIGHUP) and whenever
@@ -217,6 +223,12 @@ type Node struct {
 	global    *globalConfig
 	stopAdmin context.CancelFunc
 	adminDone []chan struct{}
+
+	// Background jobs (downloads) and the Hugging Face client.
+	jobs     *jobs.Manager
+	hub      *hub.Client
+	stopJobs context.CancelFunc
+	jobsDone chan struct{}
 
 	stopOnce sync.Once
 	stopErr  error
@@ -333,7 +345,15 @@ func New(cfg Config) (*Node, error) {
 		n.admin.store = solo
 		n.applySettings()
 	}
+	if err := n.newJobs(); err != nil {
+		var drain error
+		if n.server != nil {
+			drain = n.server.Drain(context.Background())
+		}
+		return nil, errors.Join(err, drain, n.closeMCP(), run.Close(), closeDB())
+	}
 	adminCfg := admin.Config{Self: soloID(cfg.Cluster.NodeID), Store: n.admin.store, Engine: n.engineFigures,
+		Jobs: nodeJobs{m: n.jobs}, Hub: nodeHub{n: n},
 		PersistAllTime: n.persistAllTime, Global: n.global, Logs: cfg.Logs,
 		MCP: nodeMCP{n: n, servers: mcpHost.Servers}, MaxMCPConfigBytes: cfg.MCPMaxConfigBytes}
 	var panelSessions dashboard.SessionStore // nil: the panel's own, in memory
@@ -494,6 +514,7 @@ func (n *Node) Start() {
 			n.cert.Watch(ctx, n.cfg.TLSWatchInterval)
 		}()
 	}
+	n.startJobs()
 	ctx, cancel := context.WithCancel(context.Background())
 	n.stopAdmin = cancel
 	saved := make(chan struct{})
@@ -528,7 +549,9 @@ func (n *Node) Stop(ctx context.Context) error {
 		n.router.Close()
 		// MCP servers stop after the frontend: calls in flight have
 		// finished or been cancelled by the drain.
-		n.stopErr = errors.Join(err, n.closeMCP(), n.stopCluster(ctx), n.runner.Close(), n.closeAdmin())
+		// Jobs stop before the cluster is left, so their records say
+		// interrupted.
+		n.stopErr = errors.Join(err, n.closeJobs(), n.closeMCP(), n.stopCluster(ctx), n.runner.Close(), n.closeAdmin())
 		n.cfg.Logger.Info("node stopped")
 	})
 	return n.stopErr

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -19,8 +20,10 @@ import (
 	"fusion/cluster"
 	"fusion/dashboard"
 	"fusion/engine/runner"
+	"fusion/hub"
 	"fusion/internal/logfile"
 	"fusion/internal/sdnotify"
+	"fusion/jobs"
 	"fusion/mcp/host"
 	"fusion/node"
 	"fusion/router"
@@ -214,6 +217,32 @@ func serveSettingsTable() []serveSetting {
 			}},
 		{"mcp-max-steps", constant(strconv.Itoa(mcpchat.DefaultMaxSteps)), "model turns a chat request with MCP tools may take (the server runs the calls between them)",
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.MCPMaxSteps, 1) }},
+		{"hf-endpoint", func(s *serveSettings) string {
+			if s.getenv != nil && s.getenv("HF_ENDPOINT") != "" {
+				return s.getenv("HF_ENDPOINT")
+			}
+			return hub.DefaultEndpoint
+		}, "the Hugging Face Hub that /admin/api/hf/* and model downloads use (default $HF_ENDPOINT, else " + hub.DefaultEndpoint + ")",
+			func(s *serveSettings, v string) error {
+				u, err := url.Parse(v)
+				if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+					return fmt.Errorf("%q is not an http(s) URL", v)
+				}
+				s.cfg.HF.Endpoint = v
+				return nil
+			}},
+		{"hf-token", constant(""), "Hugging Face token sent to the Hub for gated and private repos (default $HF_TOKEN)",
+			func(s *serveSettings, v string) error {
+				s.cfg.HF.Token = v
+				if v == "" && s.getenv != nil {
+					s.cfg.HF.Token = s.getenv("HF_TOKEN")
+				}
+				return nil
+			}},
+		{"min-free-disk", constant(strconv.FormatInt(node.DefaultMinFreeDisk, 10)), "bytes a model download must leave free on the models directory's disk; a download that would not is refused before it starts",
+			func(s *serveSettings, v string) error { return parseInt64(v, &s.cfg.HF.MinFreeDisk, 0) }},
+		{"max-jobs", constant(strconv.Itoa(jobs.DefaultMaxRunning)), "background jobs (downloads) running at once on this node; more are answered 429",
+			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.Jobs.MaxRunning, 1) }},
 		{"panel-session-ttl", constant(dashboard.DefaultSessionTTL.String()), "how long a sign-in to the admin panel (/admin/) lasts",
 			func(s *serveSettings, v string) error { return parseDuration(v, &s.cfg.Panel.SessionTTL, false) }},
 		{"panel-max-sessions", constant(strconv.Itoa(dashboard.DefaultMaxSessions)), "admin panel sign-ins kept at most, by the node or, in a cluster, by the whole cluster (past it the one that expires first ends)",
@@ -361,7 +390,7 @@ func resolveServe(args []string, getenv func(string) string, stderr io.Writer) (
 // secretSettings are the settings whose values are credentials: nothing
 // that shows the configuration (logs, /admin/api/global-settings) may
 // print their values.
-var secretSettings = map[string]bool{"api-key": true, "cluster-secret": true, "cluster-secret-previous": true}
+var secretSettings = map[string]bool{"api-key": true, "cluster-secret": true, "cluster-secret-previous": true, "hf-token": true}
 
 // isSecretSetting reports whether the setting called name holds a
 // credential.

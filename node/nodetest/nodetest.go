@@ -78,6 +78,11 @@ type Options struct {
 	WrapBackend runner.WrapBackend
 	// Panel holds the admin panel's session limits.
 	Panel dashboard.Options
+	// HF configures the node's Hugging Face downloads; an empty Endpoint
+	// is a closed local port, so no test reaches the real Hub.
+	HF node.HFConfig
+	// ProgressEvery is how often a job's record is written (0: 50 ms).
+	ProgressEvery time.Duration
 }
 
 // Models writes the demo model into a fresh directory and returns it.
@@ -165,6 +170,12 @@ func Start(t testing.TB, o Options) *node.Node {
 	if o.Backend == "" {
 		o.Backend = testenv.Backend()
 	}
+	if o.HF.Endpoint == "" {
+		o.HF.Endpoint = "http://127.0.0.1:1"
+	}
+	if o.ProgressEvery == 0 {
+		o.ProgressEvery = 50 * time.Millisecond
+	}
 	if o.Backend == runner.BackendMLX {
 		testenv.NeedMLX(t, mlx.Available())
 	}
@@ -176,6 +187,7 @@ func Start(t testing.TB, o Options) *node.Node {
 		MCPServers: o.MCPServers, MCP: o.MCP, MCPMaxSteps: o.MCPMaxSteps, LogLevel: o.LogLevel, Logs: o.Logs,
 		Backend: o.Backend, MLXMemoryLimit: o.MLXMemoryLimit, WrapBackend: o.WrapBackend,
 		AuthFailures: o.AuthFailures, KeyUsageInterval: o.KeyUsageInterval, Panel: o.Panel,
+		HF: o.HF, Jobs: node.JobsConfig{ProgressEvery: o.ProgressEvery},
 	})
 	if err != nil {
 		t.Fatalf("node: %v", err)

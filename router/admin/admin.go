@@ -1,7 +1,7 @@
 // Package admin serves the node's /admin/api routes: models (list, load,
 // unload, per-model settings), global settings, stats, logs, the prefix
-// cache's probe and clears, the MCP server configuration, and the model
-// hub's placeholders. Every route
+// cache's probe and clears, the MCP server configuration, background jobs,
+// Hugging Face search and downloads, and the model hub's placeholders. Every route
 // means the same on any node of a cluster: a request with ?node=ID runs on
 // that node (forwarded over the cluster's gRPC through Peers), one
 // without runs on every node that matters and merges the answers. Errors
@@ -66,7 +66,11 @@ type Config struct {
 	// DefaultMaxMCPConfigBytes).
 	MCP               MCP
 	MaxMCPConfigBytes int
-	Logger            *slog.Logger
+	// Jobs serves /admin/api/jobs and Hub the Hugging Face routes (nil:
+	// not mounted; the Hugging Face routes then answer 501).
+	Jobs   Jobs
+	Hub    Hub
+	Logger *slog.Logger
 }
 
 // Handler serves the admin routes.
@@ -94,7 +98,8 @@ func (h *Handler) Mount(r chi.Router) {
 	h.mountGlobal(r)
 	h.mountLogs(r)
 	h.mountMCP(r)
-	mountPlaceholders(r)
+	h.mountJobs(r)
+	mountPlaceholders(r, h.cfg.Hub != nil && h.cfg.Jobs != nil)
 	if h.cache == nil {
 		return
 	}

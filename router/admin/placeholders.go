@@ -2,6 +2,7 @@ package admin
 
 import (
 	"net/http"
+	"strings"
 
 	"github.com/go-chi/chi/v5"
 
@@ -19,8 +20,13 @@ var placeholders = []struct{ method, path, what string }{
 	{http.MethodPost, "/admin/api/oq/start", "Online quantization"},
 }
 
-func mountPlaceholders(r chi.Router) {
+// mountPlaceholders mounts the 501s; withHub leaves out the Hugging Face
+// routes, which the node serves.
+func mountPlaceholders(r chi.Router, withHub bool) {
 	for _, p := range placeholders {
+		if withHub && strings.HasPrefix(p.path, "/admin/api/hf/") {
+			continue
+		}
 		r.Method(p.method, p.path, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			openai.WriteError(w, &openai.Error{Status: http.StatusNotImplemented, Type: "not_implemented", Code: "not_implemented",
 				Message: p.what + " (" + p.method + " " + p.path + ") is not available on this server yet: it comes with the model hub."})
