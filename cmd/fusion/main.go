@@ -36,7 +36,7 @@ type command struct {
 func commands() map[string]command {
 	return map[string]command{
 		"serve":    {summary: "start a node", run: runServe},
-		"models":   {summary: "model tools: create-demo, inspect", subs: modelsCommands()},
+		"models":   {summary: "model tools: create-demo, inspect, pull", subs: modelsCommands()},
 		"tokenize": {summary: "tokenize text or a chat with a model's tokenizer", run: runTokenize},
 		"bench":    {summary: "run a benchmark and print JSON", subs: benchCommands()},
 		"cluster":  {summary: "cluster tools: status, certs, backup, restore", subs: clusterCommands()},

@@ -20,6 +20,7 @@ func modelsCommands() map[string]command {
 		"create-demo": {summary: "write a random-weight demo model (fusion models create-demo -h)", run: runCreateDemo},
 		"inspect": {summary: "DIR: print a model directory's architecture, dims, quantization, tensor count and weight bytes as JSON",
 			run: runInspect},
+		"pull": {summary: "OWNER/NAME: download a model from the Hugging Face Hub (fusion models pull -h)", run: runPull},
 	}
 }
 

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"fusion/hub"
+	"fusion/jobs"
+	"fusion/node"
+)
+
+const pullUsage = `usage: fusion models pull [flags] OWNER/NAME
+
+Downloads a model repository from the Hugging Face Hub (or the Hub at
+--hf-endpoint / $HF_ENDPOINT) into a models directory: every file, or the
+files the --include patterns select (fnmatch, as huggingface_hub's
+allow_patterns: --include '*Q4_K_M.gguf' takes one GGUF quant). Files are
+checked against the Hub's sha256 and land in place only when all are
+complete; a pull stopped part way resumes from what is on disk.
+
+Without --addr it downloads here, into --models-dir. With --addr it asks
+that running node (or, with --node, another node of its cluster) to run
+the download as a job, and follows its progress.
+
+`
+
+// stringsFlag collects a repeated flag.
+type stringsFlag []string
+
+func (s *stringsFlag) String() string { return strings.Join(*s, ",") }
+func (s *stringsFlag) Set(v string) error {
+	*s = append(*s, v)
+	return nil
+}
+
+func runPull(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("models pull", stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, pullUsage); fs.PrintDefaults() }
+	var include stringsFlag
+	fs.Var(&include, "include", "download only the files matching this pattern (repeatable)")
+	revision := fs.String("revision", "", "branch, tag or commit (default main)")
+	name := fs.String("name", "", "the model's name in the models directory (default the repo's name)")
+	modelsDir := fs.String("models-dir", "~/.fusion/models", "models directory (without --addr)")
+	endpoint := fs.String("hf-endpoint", "", "the Hub (default $HF_ENDPOINT, else "+hub.DefaultEndpoint+"; without --addr)")
+	token := fs.String("hf-token", "", "Hugging Face token for gated and private repos (default $HF_TOKEN; without --addr)")
+	minFree := fs.Int64("min-free-disk", node.DefaultMinFreeDisk, "bytes the download must leave free on the disk (without --addr)")
+	addr := fs.String("addr", "", "a running node's HTTP address: the node downloads, as a job")
+	apiKey := fs.String("api-key", "", "API key of the node (env FUSION_API_KEY)")
+	caFile := fs.String("ca", "", "PEM CA certificate to trust for an https:// address")
+	onNode := fs.String("node", "", "with --addr: the cluster node that downloads (default the one at --addr)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usagef("give one repository, OWNER/NAME")
+	}
+	req := hub.Request{Repo: fs.Arg(0), Revision: *revision, Allow: include}
+	if err := hub.CheckRepo(req.Repo); err != nil {
+		return usagef("%v", err)
+	}
+	if *addr != "" {
+		return pullOnNode(ctx, *addr, *apiKey, *caFile, *onNode, *name, req, stdout, stderr)
+	}
+	if *endpoint == "" {
+		*endpoint = os.Getenv("HF_ENDPOINT")
+	}
+	if *token == "" {
+		*token = os.Getenv("HF_TOKEN")
+	}
+	dir := expandHome(*modelsDir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	c := hub.New(hub.Options{Endpoint: *endpoint, Token: *token})
+	p := &progressLine{w: stderr}
+	res, err := hub.Fetch(ctx, c, req, hub.FetchOptions{ModelsDir: dir, Name: *name, MinFree: *minFree,
+		Progress: p.update, Log: func(msg string) { p.log(msg) }})
+	p.end()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s: %d files, %d bytes, commit %s, in %s\n", res.Model, res.Files, res.Bytes, res.Commit, strings.Join(res.Paths, ", "))
+	return nil
+}
+
+// progressLine prints a download's progress at most twice a second.
+type progressLine struct {
+	w    io.Writer
+	last time.Time
+}
+
+func (p *progressLine) update(done, total int64) {
+	if time.Since(p.last) < 500*time.Millisecond && done != total {
+		return
+	}
+	p.last = time.Now()
+	pct := 0.0
+	if total > 0 {
+		pct = float64(done) * 100 / float64(total)
+	}
+	fmt.Fprintf(p.w, "\r%5.1f%%  %d / %d bytes", pct, done, total)
+}
+
+func (p *progressLine) log(msg string) { fmt.Fprintf(p.w, "\r%s\n", msg) }
+func (p *progressLine) end()           { fmt.Fprintln(p.w) }
+
+// pullOnNode starts the download as a job on a running node and follows
+// its event stream until it ends.
+func pullOnNode(ctx context.Context, addr, apiKey, caFile, onNode, name string, req hub.Request, stdout, stderr io.Writer) error {
+	client, err := nodeClient(caFile)
+	if err != nil {
+		return err
+	}
+	if apiKey == "" {
+		apiKey = os.Getenv("FUSION_API_KEY")
+	}
+	body, _ := json.Marshal(map[string]any{"repo": req.Repo, "revision": req.Revision, "allow_patterns": req.Allow, "name": name, "node": onNode})
+	send := func(method, url string, body []byte, accept string) (*http.Response, error) {
+		r, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
+		if err != nil {
+			return nil, usagef("--addr: %v", err)
+		}
+		if apiKey != "" {
+			r.Header.Set("Authorization", "Bearer "+apiKey)
+		}
+		if body != nil {
+			r.Header.Set("Content-Type", "application/json")
+		}
+		if accept != "" {
+			r.Header.Set("Accept", accept)
+		}
+		return client.Do(r)
+	}
+	base := nodeURL(addr)
+	resp, err := send(http.MethodPost, base+"/admin/api/hf/download", body, "")
+	if err != nil {
+		return err
+	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		return fmt.Errorf("%s: %s: %s", base, resp.Status, strings.TrimSpace(string(b)))
+	}
+	var j jobs.Job
+	if err := json.Unmarshal(b, &j); err != nil {
+		return fmt.Errorf("%s: %w", base, err)
+	}
+	fmt.Fprintf(stderr, "job %s on node %s\n", j.ID, j.Node)
+	resp, err = send(http.MethodGet, base+"/admin/api/jobs/"+j.ID, nil, "text/event-stream")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	p := &progressLine{w: stderr}
+	logged := 0
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	event := ""
+	for sc.Scan() {
+		line := sc.Text()
+		if v, ok := strings.CutPrefix(line, "event: "); ok {
+			event = v
+			continue
+		}
+		data, ok := strings.CutPrefix(line, "data: ")
+		if !ok || event != "job" {
+			continue
+		}
+		if err := json.Unmarshal([]byte(data), &j); err != nil {
+			return fmt.Errorf("job stream: %w", err)
+		}
+		for _, l := range j.Log[min(logged, len(j.Log)):] {
+			p.log(l)
+		}
+		logged = len(j.Log)
+		p.update(j.Progress.Done, j.Progress.Total)
+		if jobs.Final(j.State) {
+			break
+		}
+	}
+	p.end()
+	if !jobs.Final(j.State) {
+		return fmt.Errorf("job %s: the progress stream ended (%v); it goes on on node %s", j.ID, sc.Err(), j.Node)
+	}
+	if j.State != jobs.Done {
+		return errors.New(j.Error)
+	}
+	var res hub.Result
+	if err := json.Unmarshal(j.Result, &res); err != nil {
+		return fmt.Errorf("job %s: result: %w", j.ID, err)
+	}
+	fmt.Fprintf(stdout, "%s: %d files, %d bytes, commit %s, on node %s in %s\n", res.Model, res.Files, res.Bytes, res.Commit, j.Node,
+		strings.Join(relPaths(res.Paths), ", "))
+	return nil
+}
+
+// relPaths shortens paths to their base names (the node's paths mean
+// little here).
+func relPaths(ps []string) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = filepath.Base(p)
+	}
+	return out
+}
