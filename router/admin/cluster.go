@@ -81,6 +81,15 @@ func (h *Handler) forwarded(w http.ResponseWriter, r *http.Request, body []byte)
 	return true
 }
 
+// nodeFromBody makes a body's "node" r's ?node, unless r names one.
+func nodeFromBody(r *http.Request, node string) {
+	if node != "" && r.URL.Query().Get("node") == "" {
+		q := r.URL.Query()
+		q.Set("node", node)
+		r.URL.RawQuery = q.Encode()
+	}
+}
+
 // callOf is r as a call for node (its ?node set to node).
 func callOf(r *http.Request, node string, body []byte) Call {
 	q := r.URL.Query()

@@ -261,11 +261,7 @@ func (h *Handler) hfDownload(w http.ResponseWriter, r *http.Request) {
 		openai.WriteError(w, e)
 		return
 	}
-	if req.Node != "" && r.URL.Query().Get("node") == "" {
-		q := r.URL.Query()
-		q.Set("node", req.Node)
-		r.URL.RawQuery = q.Encode()
-	}
+	nodeFromBody(r, req.Node)
 	if h.forwarded(w, r, body) {
 		return
 	}

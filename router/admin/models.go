@@ -214,11 +214,7 @@ func (h *Handler) modelAction(do func(Models, context.Context, string) error, ve
 			openai.WriteError(w, e)
 			return
 		}
-		if ab.Node != "" && r.URL.Query().Get("node") == "" {
-			q := r.URL.Query()
-			q.Set("node", ab.Node)
-			r.URL.RawQuery = q.Encode()
-		}
+		nodeFromBody(r, ab.Node)
 		if h.forwarded(w, r, nil) {
 			return
 		}
