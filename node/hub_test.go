@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	pb "fusion/cluster/clusterpb"
 	"fusion/engine/demo"
 	"fusion/hub"
 	"fusion/internal/hubtest"
@@ -412,5 +413,20 @@ func TestHubDownloadsCluster(t *testing.T) {
 	}
 	if got := waitJob(t, b, j.ID, final); got.State != jobs.Cancelled {
 		t.Errorf("b sees %+v", got)
+	}
+
+	// A job c's previous process left running (it was killed: nothing
+	// recorded its end), written through a's member: c's start marks it
+	// interrupted for every node.
+	left := &pb.Job{Id: "job-left", Kind: "download", Node: "c", State: jobs.Running,
+		CreatedUnixNano: time.Now().Add(-time.Minute).UnixNano(), UpdatedUnixNano: time.Now().Add(-time.Minute).UnixNano()}
+	if _, err := a.Cluster().Apply(context.Background(), &pb.JobPut{Job: left}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Jobs().Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := waitJob(t, a, "job-left", final); got.State != jobs.Interrupted || !strings.Contains(got.Error, "restarted") {
+		t.Errorf("a sees the left job as %+v", got)
 	}
 }
