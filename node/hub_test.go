@@ -375,6 +375,12 @@ func TestHubSearch(t *testing.T) {
 	if code, out := adminDo(t, n, http.MethodGet, "/admin/api/hf/models?search=boom", ""); code != 502 || out["error"].(map[string]any)["code"] != "hub_error" {
 		t.Errorf("a failing Hub: %d %v", code, out)
 	}
+	if code, _ := adminDo(t, n, http.MethodGet, "/admin/api/hf/models?source=modelscope", ""); code != 501 {
+		t.Errorf("ModelScope: %d, want 501", code)
+	}
+	if code, _ := adminDo(t, n, http.MethodGet, "/admin/api/hf/models?source=ftp", ""); code != 400 {
+		t.Errorf("an unknown source: %d, want 400", code)
+	}
 }
 
 // TestHubDownloadsCluster: a download asked of node b to run on node c is

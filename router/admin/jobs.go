@@ -213,6 +213,16 @@ type ModelSearch struct {
 
 func (h *Handler) hfSearch(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
+	switch src := q.Get("source"); src {
+	case "", "hf", "huggingface":
+	case "modelscope":
+		openai.WriteError(w, &openai.Error{Status: http.StatusNotImplemented, Type: "not_implemented", Code: "not_implemented",
+			Message: "ModelScope search is not available on this server yet: only Hugging Face (source=hf)."})
+		return
+	default:
+		openai.WriteError(w, openai.InvalidRequest("source", "source must be hf (or modelscope, not available yet)."))
+		return
+	}
 	o := hub.SearchOptions{Search: q.Get("search"), Author: q.Get("author"), Library: q.Get("library"), Sort: q.Get("sort")}
 	if o.Search == "" {
 		o.Search = q.Get("q")
