@@ -138,9 +138,6 @@ func Fetch(ctx context.Context, c *Client, req Request, o FetchOptions) (Result,
 		}
 	}
 	stage := filepath.Join(o.ModelsDir, DownloadsDir, strings.ReplaceAll(req.Repo, "/", "--")+"--"+info.SHA)
-	if err := os.MkdirAll(stage, 0o755); err != nil {
-		return Result{}, fmt.Errorf("hub: %w", err)
-	}
 	res := Result{Model: name, Commit: info.SHA, Files: len(files)}
 	var total, need int64
 	have := make([]int64, len(files))
@@ -164,6 +161,9 @@ func Fetch(ctx context.Context, c *Client, req Request, o FetchOptions) (Result,
 			ErrNoSpace, req.Repo, human(need), human(n), human(o.MinFree), o.ModelsDir)
 	} else if err != nil && !errors.Is(err, errors.ErrUnsupported) {
 		return Result{}, fmt.Errorf("hub: free space of %s: %w", o.ModelsDir, err)
+	}
+	if err := os.MkdirAll(stage, 0o755); err != nil {
+		return Result{}, fmt.Errorf("hub: %w", err)
 	}
 	if res.Resumed > 0 {
 		logf("resuming: %s of %s already on disk", human(res.Resumed), human(total))
