@@ -124,18 +124,28 @@ func (c *Client) fetchInto(ctx context.Context, repo, commit string, f File, out
 	return nil
 }
 
-// checkHeaders compares what a resolve answer says of the file (the
-// Hub's X-Linked-Size and X-Linked-Etag for LFS files, else its ETag)
-// with what the file listing said.
+// checkHeaders compares what a resolve answer says of the file with what
+// the file listing said: the Hub's X-Linked-Size and X-Linked-Etag (on
+// its redirect to the CDN, for LFS files), or the ETag of an answer that
+// was not redirected (a CDN's ETag is its own business: a Xet hash, an
+// MD5).
 func checkHeaders(resp *http.Response, f File) error {
-	if s := resp.Header.Get("X-Linked-Size"); s != "" {
+	h := resp.Header
+	redirected := false
+	for r := resp.Request; r != nil && r.Response != nil; r = r.Response.Request {
+		redirected = true
+		if r.Response.Header.Get("X-Linked-Etag") != "" || r.Response.Header.Get("X-Linked-Size") != "" {
+			h = r.Response.Header
+		}
+	}
+	if s := h.Get("X-Linked-Size"); s != "" {
 		if n, err := strconv.ParseInt(s, 10, 64); err == nil && n != f.Size {
 			return fmt.Errorf("%w: X-Linked-Size %d, listed %d", ErrChecksum, n, f.Size)
 		}
 	}
-	etag := resp.Header.Get("X-Linked-Etag")
-	if etag == "" {
-		etag = resp.Header.Get("ETag")
+	etag := h.Get("X-Linked-Etag")
+	if etag == "" && !redirected {
+		etag = h.Get("ETag")
 	}
 	etag = strings.Trim(strings.TrimPrefix(etag, "W/"), `"`)
 	if f.SHA256 != "" && sha256Hex.MatchString(etag) && etag != f.SHA256 {

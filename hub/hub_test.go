@@ -3,6 +3,8 @@ package hub_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -295,6 +297,41 @@ func TestMatch(t *testing.T) {
 	} {
 		if got := hub.Match(tc.pattern, tc.name); got != tc.want {
 			t.Errorf("Match(%q, %q) = %v", tc.pattern, tc.name, got)
+		}
+	}
+}
+
+// TestRedirectHeaders: a resolve answer that redirects to a CDN (as the
+// Hub's do for LFS files) is checked with the X-Linked-Size and
+// X-Linked-Etag of the redirect, not the CDN's own ETag; a redirect whose
+// X-Linked-Etag disagrees with the listing is a checksum error.
+func TestRedirectHeaders(t *testing.T) {
+	content := []byte("weights")
+	sum := "a6ac0e52a4ae57e0d62c15ba7a66d1b2e62ec94a2e6786aa8a8e26cdfe1e67a1" // not content's: set per case
+	var linked string
+	cdn := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("ETag", `"`+strings.Repeat("e", 64)+`"`) // a CDN's own hash
+		_, _ = w.Write(content)
+	}))
+	defer cdn.Close()
+	hubSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Linked-Etag", `"`+linked+`"`)
+		w.Header().Set("X-Linked-Size", "7")
+		http.Redirect(w, r, cdn.URL+"/blob", http.StatusFound)
+	}))
+	defer hubSrv.Close()
+	c := hub.New(hub.Options{Endpoint: hubSrv.URL})
+	h := sha256.Sum256(content)
+	good := hex.EncodeToString(h[:])
+	for _, tc := range []struct {
+		linked string
+		ok     bool
+	}{{good, true}, {sum, false}} {
+		linked = tc.linked
+		dst := filepath.Join(t.TempDir(), "f")
+		err := c.DownloadFile(context.Background(), "o/r", "main", hub.File{Path: "f", Size: 7, SHA256: good}, dst, nil)
+		if tc.ok != (err == nil) || (!tc.ok && !errors.Is(err, hub.ErrChecksum)) {
+			t.Errorf("X-Linked-Etag %s: %v", tc.linked[:8], err)
 		}
 	}
 }
