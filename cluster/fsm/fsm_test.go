@@ -569,14 +569,7 @@ func TestJobs(t *testing.T) {
 	if r := h.apply(&pb.JobPut{Job: job("more", "c", JobQueued, 5001)}); !errors.Is(r.Err, ErrInvalid) {
 		t.Errorf("over the cap with every job live: %v", r.Err)
 	}
-	var buf bytes.Buffer
-	if _, err := h.s.WriteTo(&buf); err != nil {
-		t.Fatal(err)
-	}
-	s2, err := ReadState(&buf, 16)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s2 := restore(t, encodeState(t, h.s), 16)
 	if got, want := len(s2.Jobs()), MaxJobs; got != want {
 		t.Errorf("after a snapshot: %d jobs, want %d", got, want)
 	}
