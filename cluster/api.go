@@ -227,6 +227,9 @@ const AdminPath = "/admin/api/cluster"
 //	PUT /admin/api/cluster/settings/{key}   {"value", "expect_version"?} → CAS write
 //	GET /admin/api/cluster/backup           a consistent backup (octet stream)
 //	POST /admin/api/cluster/restore[?force] restores a backup (the body); leader only
+//	GET  /admin/api/cluster/nodes/{id}/drain  the node's drain record
+//	POST /admin/api/cluster/nodes/{id}/drain  asks the node to drain (202 + record)
+//	POST /admin/api/cluster/nodes/{id}/undrain  takes it back
 //
 // Settings under KeyPrefix (the cluster's keys) and the MCP configuration
 // (fsm.MCPConfigKey: secrets; /admin/api/mcp/servers serves it) are a 403.
@@ -251,6 +254,8 @@ func (m *Member) AdminHandler() http.Handler {
 			m.serveBackup(w, r)
 		case ok && rest == "/restore":
 			m.serveRestore(w, r)
+		case ok && strings.HasPrefix(rest, "/nodes/"):
+			m.serveDrain(w, r, strings.TrimPrefix(rest, "/nodes/"))
 		default:
 			writeJSONError(w, http.StatusNotFound, "not found: "+r.URL.Path)
 		}

@@ -77,7 +77,7 @@ func (m *Member) WatchPlacements(fn func(fsm.Change)) (cancel func()) {
 
 // plan runs on the leader: for every PlacementSpec it creates missing
 // replica groups on the best candidate, moves a group whose node has been
-// failed (or gone) for longer than FailoverGrace to another candidate
+// failed (or gone) for longer than FailoverGrace, or is draining, to another candidate
 // (CAS → a new generation fences the old one), and deletes groups beyond
 // the replica count. A candidate is alive in gossip and the catalog, not
 // draining, has the model on disk or loaded, and hosts no other replica
@@ -115,6 +115,13 @@ func (m *Member) plan(ctx context.Context) {
 		return ok && okp && n.Status == pb.NodeStatus_NODE_STATUS_ALIVE && !n.Draining &&
 			p.status == StatusAlive && !p.meta.Draining
 	}
+	// A draining node's replicas move to another candidate (the drain
+	// waits for that); with none, they stay.
+	draining := func(id string) bool {
+		n, ok := nodes[id]
+		p, okp := peers[id]
+		return ok && n.Draining || okp && p.meta.Draining
+	}
 	gone := func(id string) bool {
 		n, ok := nodes[id]
 		if !ok {
@@ -138,8 +145,12 @@ func (m *Member) plan(ctx context.Context) {
 		}
 		for r := range uint32(spec.Replicas) {
 			g := have[r]
+			drained := false
 			if g != nil && g.NumLayers == 0 && len(g.Stages) == 1 && !gone(g.Stages[0].Node) {
-				continue // healthy, or within the grace (a sharded group is re-placed whole)
+				if !draining(g.Stages[0].Node) {
+					continue // healthy, or within the grace (a sharded group is re-placed whole)
+				}
+				drained = true // moved when another node can take it
 			}
 			node := m.pick(model, spec, nodes, hosting, usable, func(id string) int64 { return peers[id].meta.Load })
 			if node == "" {
@@ -148,7 +159,11 @@ func (m *Member) plan(ctx context.Context) {
 			var expect uint64
 			if g != nil {
 				expect = g.ModifyIndex
-				m.log.Info("planner: moving a replica off a failed node", "model", model, "replica", r, "from", g.Stages[0].Node, "to", node)
+				why := "moving a replica off a failed node"
+				if drained {
+					why = "moving a replica off a draining node"
+				}
+				m.log.Info("planner: "+why, "model", model, "replica", r, "from", g.Stages[0].Node, "to", node)
 			}
 			_, err := m.Apply(ctx, &pb.PlacementPut{Placement: &pb.Placement{Model: model, Replica: r,
 				Stages: []*pb.Stage{{Node: node}}}, ExpectIndex: expect})
