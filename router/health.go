@@ -15,10 +15,11 @@ import (
 
 // health serves /health and /metrics.
 type health struct {
-	engine  engine.Generator
-	metrics *metrics.Metrics
-	version string
-	backend func() runner.BackendStatus // nil: not reported
+	engine   engine.Generator
+	metrics  *metrics.Metrics
+	version  string
+	backend  func() runner.BackendStatus // nil: not reported
+	draining func() bool                 // nil: never
 }
 
 // Health is the answer of GET /health.
@@ -31,6 +32,9 @@ type Health struct {
 	// unavailable, auto's choice); mx_memory is MLX's counters when MLX
 	// serves.
 	Backend *runner.BackendStatus `json:"backend,omitempty"`
+	// Draining is true while the node is drained (fusion cluster drain):
+	// it finishes what it runs and its peers route nothing new to it.
+	Draining bool `json:"draining,omitempty"`
 }
 
 // Memory is mx_memory: human-readable figures as the contract shows them,
@@ -45,6 +49,7 @@ type Memory struct {
 }
 
 // GET /health: never behind the API key. engines lists the loaded models.
+// GET /health?ready is 503 while the node drains.
 func (h *health) health(w http.ResponseWriter, r *http.Request) {
 	out := Health{Status: "ok", Version: h.version, Engines: []string{}}
 	models, err := h.engine.Models(r.Context())
@@ -64,6 +69,16 @@ func (h *health) health(w http.ResponseWriter, r *http.Request) {
 	if h.backend != nil {
 		b := h.backend()
 		out.Backend = &b
+	}
+	out.Draining = h.draining != nil && h.draining()
+	if _, ready := r.URL.Query()["ready"]; ready && out.Draining {
+		// A readiness probe: take this node out of a load balancer. The
+		// plain /health stays 200 (a service manager's liveness check
+		// must not restart a node for draining).
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_ = json.NewEncoder(w).Encode(out)
+		return
 	}
 	writeJSON(w, out)
 }

@@ -29,6 +29,10 @@ type Config struct {
 	// Stats gives the engine's live figures (memory, in-flight, queue) for
 	// /health and /metrics; nil reports zeros.
 	Stats func() metrics.EngineStats
+	// Draining, when set, reports whether the node is draining: /health
+	// says so ("draining": true), and GET /health?ready answers 503 then,
+	// so a load balancer stops sending it new clients.
+	Draining func() bool
 	// Backend, when set, is the engine's compute backend for /health.
 	Backend func() runner.BackendStatus
 	// Cache serves the prefix-cache admin routes (nil: not mounted).
@@ -167,7 +171,7 @@ func New(cfg Config) *Router {
 		openai.WriteError(w, openai.MethodNotAllowed(r.Method, r.URL.Path))
 	})
 
-	h := &health{engine: cfg.Engine, metrics: m, version: cfg.Version, backend: cfg.Backend}
+	h := &health{engine: cfg.Engine, metrics: m, version: cfg.Version, backend: cfg.Backend, draining: cfg.Draining}
 	r.Get("/health", h.health)
 	r.Group(func(r chi.Router) {
 		r.Use(rt.auth.Middleware(openaiDeny), meterKeys(rt.auth))
