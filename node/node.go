@@ -68,6 +68,11 @@ type Config struct {
 	EmbedBatchTokens int
 	Threads          int           // CPU backend threads (default: all cores)
 	DrainTimeout     time.Duration // how long SIGTERM waits for requests in flight (default 30s)
+	// DrainSettle is how long a node drained by fusion cluster drain must
+	// have been idle before it reports itself drained (default
+	// DefaultDrainSettle): peers that had not yet heard the drain may
+	// still forward a request in that time.
+	DrainSettle time.Duration
 
 	// Backend is the compute backend: auto (""), mlx or cpu; ModelBackends
 	// overrides it per model name (see runner.Config.Backend).
@@ -172,6 +177,9 @@ func (c *Config) defaults() {
 	}
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = DefaultDrainTimeout
+	}
+	if c.DrainSettle == 0 {
+		c.DrainSettle = DefaultDrainSettle
 	}
 	if c.TLSWatchInterval == 0 {
 		c.TLSWatchInterval = DefaultTLSWatch
@@ -373,6 +381,10 @@ func New(cfg Config) (*Node, error) {
 		}
 		keys = fileKeys
 	}
+	var draining func() bool
+	if n.member != nil {
+		draining = n.member.Draining
+	}
 	fails := cfg.AuthFailures
 	if fails == 0 {
 		fails = auth.DefaultMaxFailures
@@ -382,8 +394,8 @@ func New(cfg Config) (*Node, error) {
 		AuthFailures: auth.NewFailLimiter(fails, auth.DefaultFailureWindow, nil),
 		MCP:          mcpHost, MCPMaxSteps: cfg.MCPMaxSteps, Panel: cfg.Panel, PanelSessions: panelSessions,
 		ThinkingKey: thinkingKey,
-		Backend:     run.BackendStatus,
-		Engine:      aliasEngine{Dispatcher: gen, a: n.admin}, Stats: n.engineStats, Cache: run, Models: run, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes, Cluster: clusterStatus,
+		Backend:     run.BackendStatus, Draining: draining,
+		Engine: aliasEngine{Dispatcher: gen, a: n.admin}, Stats: n.engineStats, Cache: run, Models: run, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes, Cluster: clusterStatus,
 		Admin: adminCfg,
 		OpenAI: openai.Options{MaxTokens: cfg.MaxTokens, CompletionsAsChat: cfg.CompletionsAsChat,
 			AsChat: n.admin.completionsAsChat},
@@ -526,6 +538,12 @@ func (n *Node) Start() {
 		go func() {
 			defer close(watched)
 			n.watchSettings(ctx)
+		}()
+		drains := make(chan struct{})
+		n.adminDone = append(n.adminDone, drains)
+		go func() {
+			defer close(drains)
+			n.followDrain(ctx)
 		}()
 	}
 	n.server.Serve()

@@ -12,11 +12,18 @@ import (
 	"fusion/node/nodetest"
 )
 
-func noEOSBias(t *testing.T, url string) string {
+// noEOSBias is a logit_bias that keeps the demo model from ending (key:
+// the node's API key, if any).
+func noEOSBias(t *testing.T, url string, key ...string) string {
 	t.Helper()
 	var parts []string
 	for _, s := range []string{"<|im_end|>", "<|endoftext|>"} {
-		resp, err := http.Post(url+"/tokenize", "application/json", strings.NewReader(`{"model":"demo","add_special_tokens":false,"prompt":"`+s+`"}`))
+		req, _ := http.NewRequest(http.MethodPost, url+"/tokenize", strings.NewReader(`{"model":"demo","add_special_tokens":false,"prompt":"`+s+`"}`))
+		req.Header.Set("Content-Type", "application/json")
+		if len(key) > 0 {
+			req.Header.Set("Authorization", "Bearer "+key[0])
+		}
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
