@@ -30,6 +30,8 @@ func clusterCommands() map[string]command {
 		"status":  {summary: "print a node's view of the cluster (fusion cluster status -h)", run: runClusterStatus},
 		"backup":  {summary: "write a consistent backup of the replicated state to a file", run: runClusterBackup},
 		"restore": {summary: "restore a backup into a (new) cluster", run: runClusterRestore},
+		"drain":   {summary: "drain a node before stopping or upgrading it (fusion cluster drain -h)", run: runClusterDrain},
+		"undrain": {summary: "let a drained node serve again", run: runClusterUndrain},
 		"certs":   {summary: "the cluster's CA and node certificates for mutual TLS: init, issue", subs: certsCommands()},
 		"secret":  {summary: "print a new random cluster secret (for --cluster-secret or --cluster-secret-file)", run: runClusterSecret},
 	}
