@@ -45,15 +45,16 @@ func (n *Node) followDrain(ctx context.Context) {
 	)
 	for {
 		rec, _ := m.Drain(m.ID())
-		switch {
-		case rec.Drain && !draining:
-			if err := n.setDraining(ctx, true); err == nil {
-				draining, idleSince = true, time.Time{}
+		// The loop acts on changes of the record only (Stop's own
+		// draining is not undone here). The gossiped flag is set even
+		// when the catalog write fails (a restarted node not yet back in
+		// the catalog): the leader copies gossip into the catalog.
+		if rec.Drain != draining {
+			draining, idleSince = rec.Drain, time.Time{}
+			n.setDraining(ctx, draining)
+			if draining {
 				n.cfg.Logger.Info("cluster: draining (fusion cluster drain)")
-			}
-		case !rec.Drain && draining:
-			if err := n.setDraining(ctx, false); err == nil {
-				draining = false
+			} else {
 				n.cfg.Logger.Info("cluster: undrained, serving again")
 			}
 		}
@@ -69,14 +70,12 @@ func (n *Node) followDrain(ctx context.Context) {
 	}
 }
 
-func (n *Node) setDraining(ctx context.Context, on bool) error {
+func (n *Node) setDraining(ctx context.Context, on bool) {
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	err := n.member.SetDraining(rctx, on)
-	if err != nil && ctx.Err() == nil {
-		n.cfg.Logger.Warn("cluster: set draining", "draining", on, "err", err)
+	if err := n.member.SetDraining(rctx, on); err != nil && ctx.Err() == nil {
+		n.cfg.Logger.Warn("cluster: set draining (gossiped; the catalog follows)", "draining", on, "err", err)
 	}
-	return err
 }
 
 // drainStep moves a drain on: it hands leadership over, and writes the

@@ -65,6 +65,7 @@ type procNode struct {
 	cmd      *exec.Cmd
 	log      string
 	netns    string // run inside this network namespace
+	bin      string // a fusion binary to run instead of the test binary
 }
 
 func (p *procNode) start(t *testing.T) {
@@ -75,6 +76,9 @@ func (p *procNode) start(t *testing.T) {
 		cmd = exec.Command("ip", "netns", "exec", p.netns, os.Args[0], "-test.run=^TestClusterProcessChild$")
 	}
 	cmd.Env = append(os.Environ(), "FUSION_CLUSTER_CHILD_ARGS="+string(b))
+	if p.bin != "" {
+		cmd = exec.Command(p.bin, p.args...)
+	}
 	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
@@ -407,6 +411,13 @@ func startLoad(nodes []*procNode) *steadyLoad {
 		}()
 	}
 	return l
+}
+
+// add puts n (back) into the clients' list.
+func (l *steadyLoad) add(n *procNode) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.targets = append(l.targets, n)
 }
 
 // drop takes n out of the clients' list.

@@ -78,7 +78,7 @@ func drainCommand(ctx context.Context, action, usage string, args []string, stdo
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
 	for {
-		_, body, err := f.get(ctx, path+"drain", 1<<20)
+		_, body, err := f.get(ctx, path+"drain?consistent", 1<<20)
 		var rec cluster.DrainRecord
 		if err == nil {
 			err = json.Unmarshal(body, &rec)
