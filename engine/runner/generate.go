@@ -206,6 +206,7 @@ func (r *Runner) prepare(ctx context.Context, lm *loadedModel, req *engine.Reque
 		usage:  engine.Usage{PromptTokens: len(p.Tokens)},
 		prio:   req.Priority,
 		events: make(chan engine.Event, 16), notify: make(chan struct{}, 1),
+		phases: engine.PhasesFrom(ctx),
 	}
 	if req.ReasoningBudget > 0 && req.Messages != nil {
 		g.think = newThinkBudget(lm, req.ReasoningBudget, parser.StartInReasoning(p.Prompt))
@@ -271,6 +272,22 @@ type generation struct {
 
 	think *thinkBudget // nil without a reasoning budget
 	pfx   prefixRun    // the prefix cache's part (prefix.go)
+
+	// phases hears the queue wait, prefill and decode (nil: nobody
+	// asked); runAt and firstAt are when the generation first ran and
+	// sampled its first token (scheduler goroutine only).
+	phases         engine.Phases
+	runAt, firstAt time.Time
+}
+
+// notePhases reports the phases of a generation that ended normally.
+func (g *generation) notePhases() {
+	if g.phases == nil || g.runAt.IsZero() || g.firstAt.IsZero() {
+		return
+	}
+	g.phases.Phase(engine.PhaseQueue, g.arrived, g.runAt)
+	g.phases.Phase(engine.PhasePrefill, g.runAt, g.firstAt)
+	g.phases.Phase(engine.PhaseDecode, g.firstAt, time.Now())
 }
 
 // pending returns the tokens of prompt+output not yet in the KV cache:

@@ -204,6 +204,9 @@ func (s *scheduler) step() bool {
 			continue // a prompt chunk short of the end, or leaving next step
 		}
 		ev, done, err := g.advance(logits[i])
+		if g.phases != nil && g.firstAt.IsZero() {
+			g.firstAt = time.Now()
+		}
 		switch {
 		case err != nil:
 			s.remove(g)
@@ -361,6 +364,9 @@ func (s *scheduler) start(g *generation) {
 		g.usage.CachedTokens = cached
 	}
 	g.seq, g.kvLen = seq, cached
+	if g.phases != nil && g.runAt.IsZero() {
+		g.runAt = time.Now() // a preempted generation keeps its first start
+	}
 	s.orders++
 	g.order = s.orders
 	s.running = append(s.running, g)
@@ -491,6 +497,7 @@ func (s *scheduler) retire(g *generation, final *engine.Event, cancelled bool) {
 		s.r.cancelled.Add(1)
 	case final != nil && final.Err == nil:
 		s.r.noteDuration(time.Since(g.started))
+		g.notePhases()
 	}
 	g.release()
 	s.r.wakeAll()
