@@ -8,6 +8,8 @@ import (
 	"net"
 	"strings"
 	"time"
+
+	"google.golang.org/grpc"
 )
 
 // DefaultMaxCommandBytes bounds one raft command (a session's turn with
@@ -91,6 +93,9 @@ type Config struct {
 	Insecure  bool
 	ServerTLS *tls.Config // gRPC server TLS (optional)
 	ClientTLS *tls.Config // gRPC client TLS (optional)
+	// GRPCServerOptions are added to the member's gRPC server's (e.g. the
+	// tracing interceptors, chained after the cluster's auth).
+	GRPCServerOptions []grpc.ServerOption
 
 	Role    string
 	Version string

@@ -195,7 +195,7 @@ func New(cfg Config) (_ *Member, err error) {
 		return nil, fmt.Errorf("cluster: raft: %w", err)
 	}
 
-	m.grpcSrv = grpc.NewServer(append(ServerOptions(m.auth, cfg.ServerTLS), grpc.MaxRecvMsgSize(cfg.MaxCommandBytes+64<<10))...)
+	m.grpcSrv = grpc.NewServer(append(append(ServerOptions(m.auth, cfg.ServerTLS), grpc.MaxRecvMsgSize(cfg.MaxCommandBytes+64<<10)), cfg.GRPCServerOptions...)...)
 	pb.RegisterClusterServer(m.grpcSrv, &service{m: m})
 	dialOpts := append(DialOptions(m.auth, cfg.ClientTLS), grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(cfg.MaxCommandBytes+64<<10)))
 	if cfg.blocked != nil {

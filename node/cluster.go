@@ -133,7 +133,7 @@ func (n *Node) newMember(httpAddr string) (*cluster.Member, error) {
 		GossipListen: listen, GossipAdvertise: gossipAdv, RaftListen: raftListen, GRPCListen: grpcListen,
 		HTTPAdvertise: scheme + advertiseHTTP(httpAddr, gossipAdv),
 		Join:          cc.Join, BootstrapExpect: cc.BootstrapExpect, Voters: cc.Voters, Secret: cc.Secret, SecretAccept: cc.SecretAccept, Insecure: cc.Insecure,
-		ServerTLS: cc.ServerTLS, ClientTLS: cc.ClientTLS,
+		ServerTLS: cc.ServerTLS, ClientTLS: cc.ClientTLS, GRPCServerOptions: n.tracer.ServerOptions(),
 		Role: "server", Version: n.cfg.Version, Backend: n.runner.BackendStatus().Name, Timing: cc.Timing, Logger: n.cfg.Logger,
 	})
 }
@@ -237,7 +237,7 @@ func (n *Node) joinCluster() error {
 	})
 	n.registerKeyUsage()
 	n.registerPipeline()
-	n.pool = remote.NewPool(m.DialOptions()...)
+	n.pool = remote.NewPool(append(m.DialOptions(), n.tracer.DialOptions()...)...)
 	n.loads = remote.NewLoads(n.pool, 0)
 	n.dispatcher = dispatch.New(dispatch.Config{
 		Local: n.runner, Table: &clusterTable{m: m, loads: n.loads}, Connect: n.pool, Logger: n.cfg.Logger,

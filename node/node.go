@@ -21,6 +21,7 @@ import (
 	"fusion/engine/runner"
 	"fusion/hub"
 	"fusion/internal/tlsreload"
+	"fusion/internal/tracing"
 	"fusion/jobs"
 	"fusion/mcp/host"
 	"fusion/router"
@@ -153,6 +154,10 @@ type Config struct {
 	// Logs is the node's log file, served by /admin/api/logs (nil: none).
 	Logs admin.Logs
 
+	// Tracing sends OpenTelemetry traces to Tracing.Endpoint (off when
+	// empty); the node fills in its id and version.
+	Tracing tracing.Config
+
 	Version string
 	Logger  *slog.Logger
 }
@@ -198,6 +203,7 @@ type Node struct {
 	member *cluster.Member        // nil when not clustered
 	mcp    *host.Host             // the node's MCP servers (maybe none)
 	cert   *tlsreload.Certificate // nil without TLS
+	tracer *tracing.Tracer        // nil: tracing off
 
 	stopWatch context.CancelFunc // the TLS files' watcher (nil if none)
 	watchDone chan struct{}
@@ -287,11 +293,23 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node: engine: %w", err)
 	}
+	tcfg := cfg.Tracing
+	tcfg.NodeID, tcfg.Version = soloID(cfg.Cluster.NodeID), cfg.Version
+	tracer, err := tracing.New(context.Background(), tcfg)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("node: %w", err), run.Close())
+	}
+	built := false
+	defer func() {
+		if !built { // every error return below
+			_ = tracer.Shutdown(context.Background())
+		}
+	}()
 	db, err := openNodeDB(cfg.DataDir)
 	if err != nil {
 		return nil, errors.Join(err, run.Close())
 	}
-	n := &Node{cfg: cfg, runner: run, db: db, admin: &adminState{}, cert: cert, keyLimits: auth.NewLimiter(nil)}
+	n := &Node{cfg: cfg, runner: run, db: db, admin: &adminState{}, cert: cert, tracer: tracer, keyLimits: auth.NewLimiter(nil)}
 	n.global = &globalConfig{cfg: &n.cfg}
 	closeDB := func() error {
 		if db == nil {
@@ -405,15 +423,17 @@ func New(cfg Config) (*Node, error) {
 	if err := n.restoreAllTime(n.router.Metrics()); err != nil {
 		n.cfg.Logger.Warn("all-time stats not restored", "err", err)
 	}
+	handler := n.tracer.Middleware(n.router)
 	if n.server != nil {
-		n.server.SetHandler(n.router)
-	} else if n.server, err = router.Listen(cfg.Listen, n.router, cfg.Logger); err != nil {
+		n.server.SetHandler(handler)
+	} else if n.server, err = router.Listen(cfg.Listen, handler, cfg.Logger); err != nil {
 		n.router.Close()
 		return nil, errors.Join(fmt.Errorf("node: %w", err), n.closeMCP(), run.Close(), closeDB())
 	}
 	if cert != nil {
 		n.server.SetTLS(cert.Config())
 	}
+	built = true
 	return n, nil
 }
 
@@ -569,7 +589,7 @@ func (n *Node) Stop(ctx context.Context) error {
 		// finished or been cancelled by the drain.
 		// Jobs stop before the cluster is left, so their records say
 		// interrupted.
-		n.stopErr = errors.Join(err, n.closeJobs(), n.closeMCP(), n.stopCluster(ctx), n.runner.Close(), n.closeAdmin())
+		n.stopErr = errors.Join(err, n.closeJobs(), n.closeMCP(), n.stopCluster(ctx), n.runner.Close(), n.closeAdmin(), n.tracer.Shutdown(ctx))
 		n.cfg.Logger.Info("node stopped")
 	})
 	return n.stopErr

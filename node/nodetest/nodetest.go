@@ -20,6 +20,7 @@ import (
 	"fusion/engine/demo"
 	"fusion/engine/runner"
 	"fusion/internal/testenv"
+	"fusion/internal/tracing"
 	"fusion/mcp/host"
 	"fusion/node"
 	"fusion/router/admin"
@@ -83,6 +84,8 @@ type Options struct {
 	HF node.HFConfig
 	// ProgressEvery is how often a job's record is written (0: 50 ms).
 	ProgressEvery time.Duration
+	// Tracing is the node's OpenTelemetry exporter (off by default).
+	Tracing tracing.Config
 }
 
 // Models writes the demo model into a fresh directory and returns it.
@@ -186,7 +189,7 @@ func Start(t testing.TB, o Options) *node.Node {
 		CompletionsAsChat: o.CompletionsAsChat, OpenClaw: o.OpenClaw, Sessions: o.Sessions, Threads: 1, Version: "test", Logger: o.Logger, Cluster: o.Cluster,
 		MCPServers: o.MCPServers, MCP: o.MCP, MCPMaxSteps: o.MCPMaxSteps, LogLevel: o.LogLevel, Logs: o.Logs,
 		Backend: o.Backend, MLXMemoryLimit: o.MLXMemoryLimit, WrapBackend: o.WrapBackend,
-		AuthFailures: o.AuthFailures, KeyUsageInterval: o.KeyUsageInterval, Panel: o.Panel,
+		AuthFailures: o.AuthFailures, KeyUsageInterval: o.KeyUsageInterval, Panel: o.Panel, Tracing: o.Tracing,
 		HF: o.HF, Jobs: node.JobsConfig{ProgressEvery: o.ProgressEvery},
 	})
 	if err != nil {
