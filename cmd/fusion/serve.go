@@ -155,6 +155,23 @@ func serveSettingsTable() []serveSetting {
 				s.cfg.DrainTimeout = d
 				return nil
 			}},
+		{"otlp-endpoint", constant(""), "send OpenTelemetry traces here: grpc://host:port or a bare host:port (OTLP/gRPC), grpcs:// (over TLS), http(s)://host:port[/path] (OTLP/HTTP); off when empty",
+			func(s *serveSettings, v string) error {
+				if v != "" && !strings.Contains(v, "://") && !strings.Contains(v, ":") {
+					return fmt.Errorf("%q is not an OTLP endpoint (e.g. grpc://collector:4317)", v)
+				}
+				s.cfg.Tracing.Endpoint = v
+				return nil
+			}},
+		{"otlp-sample-ratio", constant("1"), "share of new traces recorded, in (0, 1] (a trace a client started follows its decision)",
+			func(s *serveSettings, v string) error {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil || f <= 0 || f > 1 {
+					return fmt.Errorf("%q is not a ratio in (0, 1]", v)
+				}
+				s.cfg.Tracing.SampleRatio = f
+				return nil
+			}},
 		{"tls-cert", constant(""), "PEM certificate of the HTTPS frontend (with --tls-key; HTTP/2 too); reloaded on SIGHUP and when the file changes",
 			func(s *serveSettings, v string) error { s.cfg.TLSCertFile = expandHome(v); return nil }},
 		{"tls-key", constant(""), "PEM private key of --tls-cert",
