@@ -15,8 +15,9 @@ fi
 # Debian's ffmpeg (with ffprobe) for the audio formats without a Go decoder
 # (Opus, AAC/M4A; engine/audio), and as the reference decoder its tests
 # compare against; espeak-ng synthesizes the speech clips of the audio
-# front-end tests.
-for tool in ffmpeg espeak-ng; do
+# front-end tests; ruby checks the Homebrew formula (deploy/homebrew: ruby
+# -c and a stand-in for Homebrew's DSL).
+for tool in ffmpeg espeak-ng ruby; do
 	if ! command -v "$tool" >/dev/null 2>&1; then
 		apt-get update -qq && apt-get install -y -qq "$tool" >/dev/null
 	fi
