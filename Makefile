@@ -15,7 +15,7 @@ FUZZTIME  ?= 60s
 SHELL       := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: build build-mlx build-darwin run test test-deps bench fuzz vet clean
+.PHONY: build build-mlx build-darwin run test test-deps bench soak fuzz vet clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/fusion
@@ -61,6 +61,18 @@ test: test-deps
 bench:
 	@$(MAKE) --no-print-directory -s build test-deps >&2
 	@$(TEST_ENV) ./scripts/bench.sh
+
+# The soak (not in make test): 3 fusion processes under mixed chat, agent
+# and embedding load, a node drained and restarted every 5 minutes, for
+# SOAK_DURATION (default 30m; e.g. make soak SOAK_DURATION=5m); RSS and
+# goroutines of each process must stay flat after the warm-up and no
+# request may fail outside a restart window. The JSON summary is the last
+# line of the output and .cache/soak.json.
+SOAK_DURATION ?= 30m
+soak: test-deps
+	@FUSION_SOAK=1 SOAK_DURATION=$(SOAK_DURATION) SOAK_OUT=$(CURDIR)/.cache/soak.json $(TEST_ENV) \
+		$(GO) test -count=1 -timeout 0 -run '^TestSoak$$' -v ./cmd/fusion >.cache/soak.log 2>&1; rc=$$?; \
+		grep -E '^(--- |ok|FAIL|\s+soak_test)' .cache/soak.log; cat .cache/soak.json; exit $$rc
 
 # Runs every fuzz target for FUZZTIME each (go test allows one target per run).
 fuzz:

@@ -1,0 +1,522 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"fusion/engine/demo"
+	"fusion/internal/testenv"
+	"fusion/node/nodetest"
+)
+
+// soakSample is one reading of a node process.
+type soakSample struct {
+	at         time.Duration // since the soak began
+	rss        int64         // bytes (VmRSS)
+	goroutines int
+}
+
+// soakLife is one process of a node, from start to stop.
+type soakLife struct {
+	Node            string  `json:"node"`
+	StartS          float64 `json:"start_s"`
+	EndS            float64 `json:"end_s"`
+	RSSBaseline     int64   `json:"rss_baseline_bytes"` // first sample after the warm-up
+	RSSMax          int64   `json:"rss_max_bytes"`      // after the warm-up
+	RSSEnd          int64   `json:"rss_end_bytes"`
+	RSSGrowthPct    float64 `json:"rss_growth_pct"` // (max - baseline) / baseline
+	GoroutinesStart int     `json:"goroutines_baseline"`
+	GoroutinesMax   int     `json:"goroutines_max"`
+	GoroutinesEnd   int     `json:"goroutines_end"`
+	Judged          bool    `json:"judged"` // lived long enough past the warm-up to judge
+	samples         []soakSample
+}
+
+// soakSummary is make soak's JSON document.
+type soakSummary struct {
+	DurationS      float64        `json:"duration_s"`
+	RestartEveryS  float64        `json:"restart_every_s"`
+	WarmupS        float64        `json:"warmup_s"`
+	Restarts       int            `json:"restarts"`
+	Requests       map[string]int `json:"requests"`        // by kind: chat, agent, embed
+	Failed         map[string]int `json:"failed"`          // by kind, outside restart windows
+	FailedInWindow map[string]int `json:"failed_in_window"` // by kind, inside them
+	Lives          []*soakLife    `json:"lives"`
+	MaxRSSGrowth   float64        `json:"max_rss_growth_pct"`
+	MaxGoroutineUp int            `json:"max_goroutine_growth"`
+	Pass           bool           `json:"pass"`
+}
+
+// TestSoak is make soak (not in make test; FUSION_SOAK=1 runs it): three
+// fusion processes under mixed load — chat completions (plain and
+// streamed), agent sessions (OpenClaw turns) and embeddings — from
+// clients of every node, one node restarted every SOAK_RESTART_EVERY
+// (default 5 min, at most a sixth of the run so a short run still
+// restarts each node) by drain, SIGTERM, start, undrain, for
+// SOAK_DURATION (default 30m). Every process is sampled every 5 s (RSS
+// from /proc, goroutines from its /metrics); after a warm-up
+// (SOAK_WARMUP, default a fifth of the restart interval, at least 20 s)
+// each process that lived twice the warm-up must keep its RSS within 10%
+// of its first sample after the warm-up and its goroutines within 10%
+// (+10); no request may fail outside a restart window (from the drain to
+// 2 s after the undrain). The JSON summary goes to stdout after "SOAK "
+// and to SOAK_OUT when set.
+func TestSoak(t *testing.T) {
+	if os.Getenv("FUSION_SOAK") != "1" {
+		t.Skip("the soak runs under make soak (FUSION_SOAK=1)")
+	}
+	dur := envDuration(t, "SOAK_DURATION", 30*time.Minute)
+	every := envDuration(t, "SOAK_RESTART_EVERY", min(5*time.Minute, dur/6))
+	warm := envDuration(t, "SOAK_WARMUP", max(20*time.Second, every/5))
+
+	dir := t.TempDir()
+	models := nodetest.Models(t)
+	if err := os.Symlink(testenv.EmbeddingModelDir(t, "all-minilm-l6-v2"), filepath.Join(models, "minilm")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := demo.Create(filepath.Join(models, "other"), demo.DefaultOptions()); err != nil {
+		t.Fatal(err)
+	}
+	bin := buildFusion(t, dir, "fusion", "soak", "")
+	ports := freePorts(t, 12)
+	var join []string
+	for i := range 3 {
+		join = append(join, "127.0.0.1:"+strconv.Itoa(ports[4*i+1]))
+	}
+	var nodes []*procNode
+	for i := range 3 {
+		id := fmt.Sprintf("p%d", i+1)
+		p := func(k int) string { return "127.0.0.1:" + strconv.Itoa(ports[4*i+k]) }
+		nodes = append(nodes, &procNode{id: id, http: "http://" + p(0), log: filepath.Join(dir, id+".log"), bin: bin, args: []string{
+			"serve", "--listen", p(0), "--data-dir", filepath.Join(dir, id), "--api-key", "key",
+			"--node-id", id, "--cluster-listen", p(1), "--raft-listen", p(2), "--grpc-listen", p(3),
+			"--join", strings.Join(join, ","), "--bootstrap-expect", "3", "--cluster-secret", "s3cret",
+			"--drain-timeout", "20s", "--models-dir", models, "--threads", "1",
+		}})
+	}
+	began := time.Now()
+	var (
+		mu    sync.Mutex
+		lives []*soakLife
+		cur   = map[string]*soakLife{}
+	)
+	startNode := func(n *procNode) {
+		n.start(t)
+		l := &soakLife{Node: n.id, StartS: time.Since(began).Seconds()}
+		mu.Lock()
+		lives = append(lives, l)
+		cur[n.id] = l
+		mu.Unlock()
+	}
+	for _, n := range nodes {
+		startNode(n)
+	}
+	t.Cleanup(func() {
+		for _, n := range nodes {
+			if n.cmd != nil && n.cmd.ProcessState == nil {
+				n.cmd.Process.Kill()
+				n.cmd.Wait()
+			}
+		}
+		if t.Failed() {
+			for _, n := range nodes {
+				b, _ := os.ReadFile(n.log)
+				t.Logf("%s log tail:\n%s", n.id, tail(string(b), 3000))
+			}
+		}
+	})
+	waitAll := func(what string, ok func(*procNode) bool) {
+		t.Helper()
+		for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			all := true
+			for _, n := range nodes {
+				all = all && ok(n)
+			}
+			if all {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	threeVoters := func(n *procNode) bool {
+		doc, err := n.status()
+		if err != nil || doc.Leader == "" {
+			return false
+		}
+		v := 0
+		for _, m := range doc.Members {
+			if m.Voter && m.Status == "alive" {
+				v++
+			}
+		}
+		return v == 3
+	}
+	waitAll("three voters", threeVoters)
+
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	// Sampling.
+	var sampleWG sync.WaitGroup
+	sampleWG.Add(1)
+	go func() {
+		defer sampleWG.Done()
+		tick := time.NewTicker(5 * time.Second)
+		defer tick.Stop()
+		for {
+			for _, n := range nodes {
+				mu.Lock()
+				l, cmd := cur[n.id], n.cmd
+				mu.Unlock()
+				if l == nil || cmd == nil || cmd.Process == nil {
+					continue
+				}
+				rss, err1 := procRSS(cmd.Process.Pid)
+				g, err2 := nodeGoroutines(n.http)
+				if err1 != nil || err2 != nil {
+					continue // stopping or starting
+				}
+				mu.Lock()
+				if cur[n.id] == l {
+					l.samples = append(l.samples, soakSample{at: time.Since(began), rss: rss, goroutines: g})
+				}
+				mu.Unlock()
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+
+	// The load: clients over the nodes in service, as a load balancer's
+	// pool (a node leaves it once drained, and comes back once undrained).
+	type result struct {
+		kind       string
+		start, end time.Time
+		err        error
+	}
+	var (
+		poolMu  sync.Mutex
+		pool    = map[string]*procNode{"p1": nodes[0], "p2": nodes[1], "p3": nodes[2]}
+		resMu   sync.Mutex
+		results []result
+		windows [][2]time.Time
+		loadWG  sync.WaitGroup
+	)
+	pick := func(rng *rand.Rand) *procNode {
+		poolMu.Lock()
+		defer poolMu.Unlock()
+		ids := make([]string, 0, len(pool))
+		for id := range pool {
+			ids = append(ids, id)
+		}
+		if len(ids) == 0 {
+			return nodes[0]
+		}
+		slices.Sort(ids)
+		return pool[ids[rng.IntN(len(ids))]]
+	}
+	client := &http.Client{Timeout: 60 * time.Second}
+	kinds := []string{"chat", "chat", "agent", "embed"}
+	for c, kind := range kinds {
+		loadWG.Add(1)
+		go func() {
+			defer loadWG.Done()
+			rng := rand.New(rand.NewPCG(uint64(c), 7))
+			for i := 0; ctx.Err() == nil; i++ {
+				start := time.Now()
+				var err error
+				switch kind {
+				case "chat":
+					err = soakChat(client, pick(rng).http, i%2 == 1, []string{"demo", "other"}[i%2])
+				case "agent":
+					err = soakAgent(client, pick(rng).http, pick(rng).http)
+				case "embed":
+					err = soakEmbed(client, pick(rng).http, i)
+				}
+				if ctx.Err() != nil && err != nil {
+					return // stopped mid-request
+				}
+				resMu.Lock()
+				results = append(results, result{kind: kind, start: start, end: time.Now(), err: err})
+				resMu.Unlock()
+				time.Sleep(50 * time.Millisecond)
+			}
+		}()
+	}
+
+	// Restarts, one node at a time, every interval.
+	restarts := 0
+	tick := time.NewTicker(every)
+	deadline := time.After(dur)
+loop:
+	for k := 0; ; k++ {
+		select {
+		case <-deadline:
+			break loop
+		case <-tick.C:
+		}
+		n := nodes[k%3]
+		other := nodes[(k+1)%3]
+		w0 := time.Now()
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), []string{"cluster", "drain", "--addr", other.http, "--api-key", "key", "--timeout", "2m", n.id}, &out, &errb); code != 0 {
+			t.Fatalf("drain %s: %s%s", n.id, out.String(), errb.String())
+		}
+		poolMu.Lock()
+		delete(pool, n.id)
+		poolMu.Unlock()
+		time.Sleep(200 * time.Millisecond)
+		n.cmd.Process.Signal(syscall.SIGTERM)
+		if err := n.cmd.Wait(); err != nil {
+			t.Errorf("%s exit: %v", n.id, err)
+		}
+		mu.Lock()
+		cur[n.id].EndS = time.Since(began).Seconds()
+		cur[n.id] = nil
+		mu.Unlock()
+		startNode(n)
+		waitAll(n.id+" back", threeVoters)
+		if code := run(context.Background(), []string{"cluster", "undrain", "--addr", other.http, "--api-key", "key", n.id}, &out, &errb); code != 0 {
+			t.Fatalf("undrain %s: %s%s", n.id, out.String(), errb.String())
+		}
+		for dl := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			code, _ := rawCall(t, http.MethodGet, n.http+"/health?ready", "")
+			if code == http.StatusOK {
+				break
+			}
+			if time.Now().After(dl) {
+				t.Fatalf("%s not ready after undrain", n.id)
+			}
+		}
+		poolMu.Lock()
+		pool[n.id] = n
+		poolMu.Unlock()
+		restarts++
+		resMu.Lock()
+		windows = append(windows, [2]time.Time{w0, time.Now().Add(2 * time.Second)})
+		resMu.Unlock()
+		t.Logf("restart %d: %s in %v", restarts, n.id, time.Since(w0).Round(time.Millisecond))
+	}
+	tick.Stop()
+	stop()
+	loadWG.Wait()
+	sampleWG.Wait()
+	end := time.Since(began).Seconds()
+
+	sum := soakSummary{DurationS: dur.Seconds(), RestartEveryS: every.Seconds(), WarmupS: warm.Seconds(), Restarts: restarts,
+		Requests: map[string]int{}, Failed: map[string]int{}, FailedInWindow: map[string]int{}, Lives: lives, Pass: true}
+	for _, r := range results {
+		sum.Requests[r.kind]++
+		if r.err == nil {
+			continue
+		}
+		in := false
+		for _, w := range windows {
+			in = in || !r.end.Before(w[0]) && !r.start.After(w[1])
+		}
+		if in {
+			sum.FailedInWindow[r.kind]++
+		} else {
+			sum.Failed[r.kind]++
+			sum.Pass = false
+			t.Errorf("%s failed at %.1fs outside the restart windows: %v", r.kind, r.start.Sub(began).Seconds(), r.err)
+		}
+	}
+	for _, l := range lives {
+		if l.EndS == 0 {
+			l.EndS = end
+		}
+		var after []soakSample
+		for _, s := range l.samples {
+			if s.at.Seconds() >= l.StartS+warm.Seconds() {
+				after = append(after, s)
+			}
+		}
+		if len(after) == 0 {
+			continue
+		}
+		l.RSSBaseline, l.GoroutinesStart = after[0].rss, after[0].goroutines
+		l.RSSEnd, l.GoroutinesEnd = after[len(after)-1].rss, after[len(after)-1].goroutines
+		for _, s := range after {
+			l.RSSMax, l.GoroutinesMax = max(l.RSSMax, s.rss), max(l.GoroutinesMax, s.goroutines)
+		}
+		l.RSSGrowthPct = 100 * float64(l.RSSMax-l.RSSBaseline) / float64(l.RSSBaseline)
+		l.Judged = l.EndS-l.StartS >= 2*warm.Seconds() && len(after) >= 3
+		if !l.Judged {
+			continue
+		}
+		sum.MaxRSSGrowth = max(sum.MaxRSSGrowth, l.RSSGrowthPct)
+		sum.MaxGoroutineUp = max(sum.MaxGoroutineUp, l.GoroutinesMax-l.GoroutinesStart)
+		if l.RSSGrowthPct > 10 {
+			sum.Pass = false
+			t.Errorf("%s (from %.0fs): RSS grew %.1f%% after the warm-up (%d → max %d bytes)", l.Node, l.StartS, l.RSSGrowthPct, l.RSSBaseline, l.RSSMax)
+		}
+		if l.GoroutinesMax > l.GoroutinesStart+l.GoroutinesStart/10+10 {
+			sum.Pass = false
+			t.Errorf("%s (from %.0fs): goroutines grew %d → max %d", l.Node, l.StartS, l.GoroutinesStart, l.GoroutinesMax)
+		}
+	}
+	if sum.Requests["chat"] == 0 || sum.Requests["agent"] == 0 || sum.Requests["embed"] == 0 {
+		sum.Pass = false
+		t.Errorf("a kind of load sent nothing: %v", sum.Requests)
+	}
+	doc, _ := json.Marshal(sum)
+	fmt.Printf("SOAK %s\n", doc)
+	if out := os.Getenv("SOAK_OUT"); out != "" {
+		if err := os.WriteFile(out, append(doc, '\n'), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+	for _, n := range nodes {
+		n.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, n := range nodes {
+		n.cmd.Wait()
+	}
+}
+
+func envDuration(t *testing.T, key string, def time.Duration) time.Duration {
+	t.Helper()
+	v := os.Getenv(key)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		t.Fatalf("%s=%q is not a positive duration", key, v)
+	}
+	return d
+}
+
+// procRSS is a process's resident set (Linux /proc).
+func procRSS(pid int) (int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS for %d", pid)
+}
+
+// nodeGoroutines reads go_goroutines from a node's Prometheus metrics.
+func nodeGoroutines(base string) (int, error) {
+	req, _ := http.NewRequest(http.MethodGet, base+"/metrics?format=prometheus", nil)
+	req.Header.Set("Authorization", "Bearer key")
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "go_goroutines "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			return int(f), err
+		}
+	}
+	return 0, fmt.Errorf("no go_goroutines at %s", base)
+}
+
+// soakPost posts body to base+path with the key and returns the answer.
+func soakPost(c *http.Client, method, url string, body any) ([]byte, error) {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, url, rd)
+	req.Header.Set("Authorization", "Bearer key")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s %s: %d %s", method, url, resp.StatusCode, bytes.TrimSpace(b))
+	}
+	return b, nil
+}
+
+func soakChat(c *http.Client, base string, stream bool, model string) error {
+	b, err := soakPost(c, http.MethodPost, base+"/v1/chat/completions", map[string]any{
+		"model": model, "messages": []any{map[string]any{"role": "user", "content": "soak"}}, "max_tokens": 16, "stream": stream})
+	if err != nil {
+		return err
+	}
+	if stream && !bytes.Contains(b, []byte("data: [DONE]")) {
+		return fmt.Errorf("stream without [DONE]: %s", tail(string(b), 200))
+	}
+	if !stream && !bytes.Contains(b, []byte(`"finish_reason"`)) {
+		return fmt.Errorf("no finish_reason: %s", b)
+	}
+	return nil
+}
+
+// soakAgent creates a session on one node, runs two turns on another and
+// the first, and deletes it.
+func soakAgent(c *http.Client, a, b string) error {
+	raw, err := soakPost(c, http.MethodPost, a+"/v1/openclaw/agent/sessions", map[string]any{"model": "demo", "system_prompt": "Be brief."})
+	if err != nil {
+		return err
+	}
+	var s struct {
+		ID string `json:"session_id"`
+	}
+	if json.Unmarshal(raw, &s) != nil || s.ID == "" {
+		return fmt.Errorf("session: %s", raw)
+	}
+	for _, base := range []string{b, a} {
+		if _, err := soakPost(c, http.MethodPost, base+"/v1/openclaw/agent/turns?session_id="+s.ID, map[string]any{
+			"messages": []any{map[string]any{"role": "user", "content": "next"}}, "max_tokens": 8}); err != nil {
+			return err
+		}
+	}
+	_, err = soakPost(c, http.MethodDelete, b+"/v1/openclaw/agent/sessions/"+s.ID, nil)
+	return err
+}
+
+func soakEmbed(c *http.Client, base string, i int) error {
+	raw, err := soakPost(c, http.MethodPost, base+"/v1/embeddings", map[string]any{
+		"model": "minilm", "input": []string{"soak text " + strconv.Itoa(i), "another line"}})
+	if err != nil {
+		return err
+	}
+	var doc struct {
+		Data []struct{ Embedding []float32 }
+	}
+	if json.Unmarshal(raw, &doc) != nil || len(doc.Data) != 2 || len(doc.Data[0].Embedding) != 384 {
+		return fmt.Errorf("embeddings: %s", tail(string(raw), 200))
+	}
+	return nil
+}
