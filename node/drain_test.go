@@ -19,24 +19,9 @@ import (
 	"fusion/node/nodetest"
 )
 
-// adminCall sends method path (with body, may be "") to the node at url
-// with the API key "k" and returns the status and body.
-func adminCall(t *testing.T, method, url, body string) (int, []byte) {
-	t.Helper()
-	req, _ := http.NewRequest(method, url, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer k")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
-}
-
 func drainRecord(t *testing.T, url, id string) cluster.DrainRecord {
 	t.Helper()
-	code, b := adminCall(t, http.MethodGet, url+"/admin/api/cluster/nodes/"+id+"/drain", "")
+	code, b := keyAdminDo(t, http.MethodGet, url+"/admin/api/cluster/nodes/"+id+"/drain", "")
 	var rec cluster.DrainRecord
 	if code != http.StatusOK || json.Unmarshal(b, &rec) != nil {
 		t.Fatalf("drain record of %s: %d %s", id, code, b)
@@ -181,7 +166,7 @@ func TestClusterDrain(t *testing.T) {
 		other = b
 	}
 	time.Sleep(500 * time.Millisecond)
-	code, body := adminCall(t, http.MethodPost, other.URL()+"/admin/api/cluster/nodes/"+leader+"/drain", "")
+	code, body := keyAdminDo(t, http.MethodPost, other.URL()+"/admin/api/cluster/nodes/"+leader+"/drain", "")
 	if code != http.StatusAccepted {
 		t.Fatalf("drain: %d %s", code, body)
 	}
@@ -216,10 +201,10 @@ func TestClusterDrain(t *testing.T) {
 			t.Errorf("a placement is still on the drained node: %v", placedOn())
 		}
 	}
-	if code, body := adminCall(t, http.MethodGet, victim.URL()+"/health?ready", ""); code != http.StatusServiceUnavailable || !strings.Contains(string(body), `"draining":true`) {
+	if code, body := keyAdminDo(t, http.MethodGet, victim.URL()+"/health?ready", ""); code != http.StatusServiceUnavailable || !strings.Contains(string(body), `"draining":true`) {
 		t.Errorf("/health?ready of the drained node: %d %s", code, body)
 	}
-	if code, _ := adminCall(t, http.MethodGet, victim.URL()+"/health", ""); code != http.StatusOK {
+	if code, _ := keyAdminDo(t, http.MethodGet, victim.URL()+"/health", ""); code != http.StatusOK {
 		t.Errorf("/health (liveness) of the drained node: %d", code)
 	}
 	time.Sleep(2 * time.Second) // load on the drained cluster
@@ -236,13 +221,13 @@ func TestClusterDrain(t *testing.T) {
 	}
 
 	// Undrain: back in the routes.
-	if code, body := adminCall(t, http.MethodPost, other.URL()+"/admin/api/cluster/nodes/"+leader+"/undrain", ""); code != http.StatusAccepted {
+	if code, body := keyAdminDo(t, http.MethodPost, other.URL()+"/admin/api/cluster/nodes/"+leader+"/undrain", ""); code != http.StatusAccepted {
 		t.Fatalf("undrain: %d %s", code, body)
 	}
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		routes, _ := other.Cluster().Routes(nodetest.Model)
 		back := slices.ContainsFunc(routes, func(r cluster.Route) bool { return r.ID == leader })
-		code, _ := adminCall(t, http.MethodGet, victim.URL()+"/health?ready", "")
+		code, _ := keyAdminDo(t, http.MethodGet, victim.URL()+"/health?ready", "")
 		if back && code == http.StatusOK && !drainRecord(t, other.URL(), leader).Drain {
 			break
 		}
@@ -261,7 +246,7 @@ func TestClusterDrain(t *testing.T) {
 		{http.MethodPost, "/admin/api/cluster/nodes/" + leader + "/drain", `{"bogus":1}`, http.StatusBadRequest},
 		{http.MethodGet, "/admin/api/cluster/nodes/" + leader + "/undrain", "", http.StatusMethodNotAllowed},
 	} {
-		if code, body := adminCall(t, tc.method, other.URL()+tc.path, tc.body); code != tc.want {
+		if code, body := keyAdminDo(t, tc.method, other.URL()+tc.path, tc.body); code != tc.want {
 			t.Errorf("%s %s: %d %s, want %d", tc.method, tc.path, code, body, tc.want)
 		}
 	}

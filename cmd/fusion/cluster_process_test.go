@@ -125,43 +125,12 @@ func TestClusterProcesses(t *testing.T) {
 	if _, err := demo.Create(filepath.Join(withSolo, "solo"), demo.DefaultOptions()); err != nil {
 		t.Fatal(err)
 	}
-	ports := freePorts(t, 12)
-	var join []string
-	for i := range 3 {
-		join = append(join, "127.0.0.1:"+strconv.Itoa(ports[4*i+1]))
-	}
-	var nodes []*procNode
-	for i := range 3 {
-		id := fmt.Sprintf("p%d", i+1)
-		p := func(k int) string { return "127.0.0.1:" + strconv.Itoa(ports[4*i+k]) }
-		models := models
+	nodes := startProcCluster(t, dir, "", func(i int) string {
 		if i < 2 {
-			models = withSolo
+			return withSolo
 		}
-		nodes = append(nodes, &procNode{id: id, http: "http://" + p(0), log: filepath.Join(dir, id+".log"), args: []string{
-			"serve", "--listen", p(0), "--data-dir", filepath.Join(dir, id), "--api-key", "key",
-			"--node-id", id, "--cluster-listen", p(1), "--raft-listen", p(2), "--grpc-listen", p(3),
-			"--join", strings.Join(join, ","), "--bootstrap-expect", "3", "--cluster-secret", "s3cret",
-			"--drain-timeout", "5s", "--log-level", "debug", "--models-dir", models, "--threads", "1",
-		}})
-	}
-	for _, n := range nodes {
-		n.start(t)
-	}
-	t.Cleanup(func() {
-		for _, n := range nodes {
-			if n.cmd != nil && n.cmd.ProcessState == nil {
-				n.cmd.Process.Kill()
-				n.cmd.Wait()
-			}
-		}
-		if t.Failed() {
-			for _, n := range nodes {
-				b, _ := os.ReadFile(n.log)
-				t.Logf("%s log tail:\n%s", n.id, tail(string(b), 3000))
-			}
-		}
-	})
+		return models
+	}, "--drain-timeout", "5s", "--log-level", "debug")
 	waitDoc := func(what string, timeout time.Duration, on []*procNode, ok func(cluster.StatusDoc) bool) time.Duration {
 		t.Helper()
 		start := time.Now()
@@ -339,6 +308,49 @@ func TestClusterProcesses(t *testing.T) {
 			t.Errorf("%s did not exit after SIGTERM", n.id)
 		}
 	}
+}
+
+// startProcCluster starts three `fusion serve` processes, p1 to p3, that
+// form one cluster (--bootstrap-expect 3) on free loopback ports with the
+// API key "key": bin runs them ("": the test binary), node i serves
+// modelsFor(i), extra are more flags. What is still running at the end of
+// the test is killed, and the logs of a failed test are printed.
+func startProcCluster(t *testing.T, dir, bin string, modelsFor func(i int) string, extra ...string) []*procNode {
+	t.Helper()
+	ports := freePorts(t, 12)
+	var join []string
+	for i := range 3 {
+		join = append(join, "127.0.0.1:"+strconv.Itoa(ports[4*i+1]))
+	}
+	var nodes []*procNode
+	for i := range 3 {
+		id := fmt.Sprintf("p%d", i+1)
+		p := func(k int) string { return "127.0.0.1:" + strconv.Itoa(ports[4*i+k]) }
+		nodes = append(nodes, &procNode{id: id, http: "http://" + p(0), log: filepath.Join(dir, id+".log"), bin: bin, args: append([]string{
+			"serve", "--listen", p(0), "--data-dir", filepath.Join(dir, id), "--api-key", "key",
+			"--node-id", id, "--cluster-listen", p(1), "--raft-listen", p(2), "--grpc-listen", p(3),
+			"--join", strings.Join(join, ","), "--bootstrap-expect", "3", "--cluster-secret", "s3cret",
+			"--models-dir", modelsFor(i), "--threads", "1",
+		}, extra...)})
+	}
+	for _, n := range nodes {
+		n.start(t)
+	}
+	t.Cleanup(func() {
+		for _, n := range nodes {
+			if n.cmd != nil && n.cmd.ProcessState == nil {
+				n.cmd.Process.Kill()
+				n.cmd.Wait()
+			}
+		}
+		if t.Failed() {
+			for _, n := range nodes {
+				b, _ := os.ReadFile(n.log)
+				t.Logf("%s log tail:\n%s", n.id, tail(string(b), 4000))
+			}
+		}
+	})
+	return nodes
 }
 
 // httpJSON sends body (nil: none) with the test's key and decodes the

@@ -53,8 +53,8 @@ type soakSummary struct {
 	RestartEveryS  float64        `json:"restart_every_s"`
 	WarmupS        float64        `json:"warmup_s"`
 	Restarts       int            `json:"restarts"`
-	Requests       map[string]int `json:"requests"`        // by kind: chat, agent, embed
-	Failed         map[string]int `json:"failed"`          // by kind, outside restart windows
+	Requests       map[string]int `json:"requests"`         // by kind: chat, agent, embed
+	Failed         map[string]int `json:"failed"`           // by kind, outside restart windows
 	FailedInWindow map[string]int `json:"failed_in_window"` // by kind, inside them
 	Lives          []*soakLife    `json:"lives"`
 	MaxRSSGrowth   float64        `json:"max_rss_growth_pct"`
@@ -93,30 +93,15 @@ func TestSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := buildFusion(t, dir, "fusion", "soak", "")
-	ports := freePorts(t, 12)
-	var join []string
-	for i := range 3 {
-		join = append(join, "127.0.0.1:"+strconv.Itoa(ports[4*i+1]))
-	}
-	var nodes []*procNode
-	for i := range 3 {
-		id := fmt.Sprintf("p%d", i+1)
-		p := func(k int) string { return "127.0.0.1:" + strconv.Itoa(ports[4*i+k]) }
-		nodes = append(nodes, &procNode{id: id, http: "http://" + p(0), log: filepath.Join(dir, id+".log"), bin: bin, args: []string{
-			"serve", "--listen", p(0), "--data-dir", filepath.Join(dir, id), "--api-key", "key",
-			"--node-id", id, "--cluster-listen", p(1), "--raft-listen", p(2), "--grpc-listen", p(3),
-			"--join", strings.Join(join, ","), "--bootstrap-expect", "3", "--cluster-secret", "s3cret",
-			"--drain-timeout", "20s", "--models-dir", models, "--threads", "1",
-		}})
-	}
 	began := time.Now()
+	nodes := startProcCluster(t, dir, bin, func(int) string { return models }, "--drain-timeout", "20s")
 	var (
 		mu    sync.Mutex
 		lives []*soakLife
 		cur   = map[string]*soakLife{}
 	)
-	startNode := func(n *procNode) {
-		n.start(t)
+	// newLife records a process of n started now.
+	newLife := func(n *procNode) {
 		l := &soakLife{Node: n.id, StartS: time.Since(began).Seconds()}
 		mu.Lock()
 		lives = append(lives, l)
@@ -124,22 +109,8 @@ func TestSoak(t *testing.T) {
 		mu.Unlock()
 	}
 	for _, n := range nodes {
-		startNode(n)
+		newLife(n)
 	}
-	t.Cleanup(func() {
-		for _, n := range nodes {
-			if n.cmd != nil && n.cmd.ProcessState == nil {
-				n.cmd.Process.Kill()
-				n.cmd.Wait()
-			}
-		}
-		if t.Failed() {
-			for _, n := range nodes {
-				b, _ := os.ReadFile(n.log)
-				t.Logf("%s log tail:\n%s", n.id, tail(string(b), 3000))
-			}
-		}
-	})
 	waitAll := func(what string, ok func(*procNode) bool) {
 		t.Helper()
 		for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(200 * time.Millisecond) {
@@ -293,7 +264,8 @@ loop:
 		cur[n.id].EndS = time.Since(began).Seconds()
 		cur[n.id] = nil
 		mu.Unlock()
-		startNode(n)
+		n.start(t)
+		newLife(n)
 		waitAll(n.id+" back", threeVoters)
 		if code := run(context.Background(), []string{"cluster", "undrain", "--addr", other.http, "--api-key", "key", n.id}, &out, &errb); code != 0 {
 			t.Fatalf("undrain %s: %s%s", n.id, out.String(), errb.String())

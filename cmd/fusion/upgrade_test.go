@@ -7,10 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -77,39 +75,7 @@ func TestRollingUpgrade(t *testing.T) {
 	if _, err := demo.Create(filepath.Join(models, "solo"), demo.DefaultOptions()); err != nil {
 		t.Fatal(err)
 	}
-	ports := freePorts(t, 12)
-	var join []string
-	for i := range 3 {
-		join = append(join, "127.0.0.1:"+strconv.Itoa(ports[4*i+1]))
-	}
-	var nodes []*procNode
-	for i := range 3 {
-		id := fmt.Sprintf("p%d", i+1)
-		p := func(k int) string { return "127.0.0.1:" + strconv.Itoa(ports[4*i+k]) }
-		nodes = append(nodes, &procNode{id: id, http: "http://" + p(0), log: filepath.Join(dir, id+".log"), bin: oldBin, args: []string{
-			"serve", "--listen", p(0), "--data-dir", filepath.Join(dir, id), "--api-key", "key",
-			"--node-id", id, "--cluster-listen", p(1), "--raft-listen", p(2), "--grpc-listen", p(3),
-			"--join", strings.Join(join, ","), "--bootstrap-expect", "3", "--cluster-secret", "s3cret",
-			"--drain-timeout", "10s", "--log-level", "debug", "--models-dir", models, "--threads", "1",
-		}})
-	}
-	for _, n := range nodes {
-		n.start(t)
-	}
-	t.Cleanup(func() {
-		for _, n := range nodes {
-			if n.cmd != nil && n.cmd.ProcessState == nil {
-				n.cmd.Process.Kill()
-				n.cmd.Wait()
-			}
-		}
-		if t.Failed() {
-			for _, n := range nodes {
-				b, _ := os.ReadFile(n.log)
-				t.Logf("%s log tail:\n%s", n.id, tail(string(b), 4000))
-			}
-		}
-	})
+	nodes := startProcCluster(t, dir, oldBin, func(int) string { return models }, "--drain-timeout", "10s", "--log-level", "debug")
 	wait := func(what string, timeout time.Duration, ok func() bool) {
 		t.Helper()
 		for deadline := time.Now().Add(timeout); !ok(); time.Sleep(100 * time.Millisecond) {
