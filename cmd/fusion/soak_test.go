@@ -30,6 +30,7 @@ type soakSample struct {
 	at         time.Duration // since the soak began
 	rss        int64         // bytes (VmRSS)
 	goroutines int
+	models     int // loaded, from /health
 }
 
 // soakLife is one process of a node, from start to stop.
@@ -37,6 +38,7 @@ type soakLife struct {
 	Node            string  `json:"node"`
 	StartS          float64 `json:"start_s"`
 	ServingS        float64 `json:"serving_s"` // back in the clients' pool (the warm-up counts from here)
+	SettledS        float64 `json:"settled_s"` // the warm-up's end: RSS grew < 2% over the next 30 s
 	EndS            float64 `json:"end_s"`
 	RSSBaseline     int64   `json:"rss_baseline_bytes"` // first sample after the warm-up
 	RSSMax          int64   `json:"rss_max_bytes"`      // after the warm-up
@@ -76,14 +78,16 @@ type soakSummary struct {
 // (default 5 min, at most a quarter of the run so a short run still
 // restarts each node once) by drain, SIGTERM, start, undrain, for
 // SOAK_DURATION (default 30m). Every process is sampled every 5 s (RSS
-// from /proc, goroutines from its /metrics); after a warm-up
-// (SOAK_WARMUP, counted from when the process is back in the clients'
-// pool: a fresh process's RSS climbs for about 100 s as its models load
-// and its caches fill, then holds; default half the restart interval, at
-// least 2 min) each process with at least three
-// samples after it must keep its RSS within 10% of its first sample after
-// the warm-up and its goroutines within 10% (+10); no request may fail outside a restart window (from the drain to
-// 2 s after the undrain). The JSON summary goes to stdout after "SOAK "
+// from /proc, goroutines from its /metrics). A fresh process's RSS climbs
+// for a few minutes as its models load and its caches fill (how long
+// depends on the load it gets), then holds: its warm-up ends at the first
+// sample, once it serves with its three models loaded (--preload;
+// /health), after which RSS grows less than 2% in 30 s, and
+// must end within SOAK_WARMUP (default 4 min, or half the restart
+// interval) — a process that never settles fails. After it, RSS must stay
+// within 10% of that sample and goroutines within 10% (+10). No request
+// may fail outside a restart window (from the drain to 2 s after the
+// undrain). The JSON summary goes to stdout after "SOAK "
 // and to SOAK_OUT when set.
 func TestSoak(t *testing.T) {
 	if os.Getenv("FUSION_SOAK") != "1" {
@@ -91,7 +95,7 @@ func TestSoak(t *testing.T) {
 	}
 	dur := envDuration(t, "SOAK_DURATION", 30*time.Minute)
 	every := envDuration(t, "SOAK_RESTART_EVERY", min(5*time.Minute, dur/4))
-	warm := envDuration(t, "SOAK_WARMUP", max(2*time.Minute, every/2))
+	warm := envDuration(t, "SOAK_WARMUP", max(4*time.Minute, every/2))
 
 	dir := t.TempDir()
 	models := nodetest.Models(t)
@@ -103,7 +107,9 @@ func TestSoak(t *testing.T) {
 	}
 	bin := buildFusion(t, dir, "fusion", "soak", "")
 	began := time.Now()
-	nodes := startProcCluster(t, dir, bin, func(int) string { return models }, "--drain-timeout", "20s")
+	// Every process loads every model at start, so what it holds does not
+	// depend on where the first requests happened to go.
+	nodes := startProcCluster(t, dir, bin, func(int) string { return models }, "--drain-timeout", "20s", "--preload", "demo,other,minilm")
 	var (
 		mu    sync.Mutex
 		lives []*soakLife
@@ -170,12 +176,13 @@ func TestSoak(t *testing.T) {
 				}
 				rss, err1 := procRSS(cmd.Process.Pid)
 				g, err2 := nodeGoroutines(n.http)
-				if err1 != nil || err2 != nil {
+				m, err3 := nodeLoaded(n.http)
+				if err1 != nil || err2 != nil || err3 != nil {
 					continue // stopping or starting
 				}
 				mu.Lock()
 				if cur[n.id] == l {
-					l.samples = append(l.samples, soakSample{at: time.Since(began), rss: rss, goroutines: g})
+					l.samples = append(l.samples, soakSample{at: time.Since(began), rss: rss, goroutines: g, models: m})
 				}
 				mu.Unlock()
 			}
@@ -331,15 +338,25 @@ loop:
 		if l.EndS == 0 {
 			l.EndS = end
 		}
+		const settle = 6 // samples: 30 s
 		var after []soakSample
-		for _, s := range l.samples {
+		for i, s := range l.samples {
 			l.Samples = append(l.Samples, [3]float64{math.Round(s.at.Seconds()), math.Round(float64(s.rss)/(1<<20)*10) / 10, float64(s.goroutines)})
-			if s.at.Seconds() >= l.ServingS+warm.Seconds() {
-				after = append(after, s)
+			if after == nil && s.at.Seconds() >= l.ServingS && s.models == soakModels && i+settle < len(l.samples) && l.samples[i+settle].rss*100 <= s.rss*102 {
+				after = l.samples[i:]
+				l.SettledS = s.at.Seconds()
 			}
 		}
-		if len(after) == 0 {
+		switch {
+		case after == nil && l.EndS-l.ServingS >= warm.Seconds()+30:
+			sum.Pass = false
+			t.Errorf("%s (from %.0fs): RSS never settled (all models loaded, < 2%% in 30 s) in %.0fs of service", l.Node, l.StartS, l.EndS-l.ServingS)
 			continue
+		case after == nil:
+			continue // too short a life to tell
+		case l.SettledS-l.ServingS > warm.Seconds():
+			sum.Pass = false
+			t.Errorf("%s (from %.0fs): RSS settled only %.0fs after it served (SOAK_WARMUP %v)", l.Node, l.StartS, l.SettledS-l.ServingS, warm)
 		}
 		l.RSSBaseline, l.GoroutinesStart = after[0].rss, after[0].goroutines
 		l.RSSEnd, l.GoroutinesEnd = after[len(after)-1].rss, after[len(after)-1].goroutines
@@ -347,7 +364,7 @@ loop:
 			l.RSSMax, l.GoroutinesMax = max(l.RSSMax, s.rss), max(l.GoroutinesMax, s.goroutines)
 		}
 		l.RSSGrowthPct = 100 * float64(l.RSSMax-l.RSSBaseline) / float64(l.RSSBaseline)
-		l.Judged = len(after) >= 3
+		l.Judged = len(after) > settle
 		if !l.Judged {
 			continue
 		}
@@ -416,6 +433,26 @@ func procRSS(pid int) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no VmRSS for %d", pid)
+}
+
+// soakModels is how many models the soak's load uses (demo, other,
+// minilm).
+const soakModels = 3
+
+// nodeLoaded is how many models a node has loaded (/health's engines).
+func nodeLoaded(base string) (int, error) {
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(base + "/health")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var h struct {
+		Engines []string `json:"engines"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+		return 0, err
+	}
+	return len(h.Engines), nil
 }
 
 // nodeGoroutines reads go_goroutines from a node's Prometheus metrics.
