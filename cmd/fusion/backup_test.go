@@ -28,9 +28,19 @@ func soloMember(t *testing.T, id string) (*cluster.Member, string) {
 	if err := m.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); !m.IsLeader(); time.Sleep(20 * time.Millisecond) {
+	// Leading, and its own record in the node catalog (a restore keeps
+	// the catalog it finds).
+	inCatalog := func() (in bool) {
+		m.FSM().Read(func(s *fsm.State) {
+			for _, n := range s.Nodes() {
+				in = in || n.Id == id
+			}
+		})
+		return in
+	}
+	for deadline := time.Now().Add(10 * time.Second); !m.IsLeader() || !inCatalog(); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatal("no leader")
+			t.Fatalf("no leader, or %s not in the catalog", id)
 		}
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
