@@ -39,13 +39,13 @@ func serve(t *testing.T, lookup Lookup) (*Server, string, Dial) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer()
-	srv := Register(gs, lookup, nil, nil)
-	go gs.Serve(lis)
-	t.Cleanup(gs.Stop)
 	dial := func(addr string) (grpc.ClientConnInterface, error) {
 		return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	}
+	gs := grpc.NewServer()
+	srv := Register(gs, lookup, dial, nil)
+	go gs.Serve(lis)
+	t.Cleanup(gs.Stop)
 	return srv, lis.Addr().String(), dial
 }
 
@@ -116,8 +116,8 @@ func TestClientServer(t *testing.T) {
 		}
 		for i := range want.Logits {
 			for j := range want.Logits[i] {
-				if math.Float32bits(got[i][j]) != math.Float32bits(want.Logits[i][j]) {
-					t.Fatalf("sequence %d logit %d: %v over the pipeline, %v whole", i, j, got[i][j], want.Logits[i][j])
+				if math.Float32bits(got[i].Logits[j]) != math.Float32bits(want.Logits[i][j]) {
+					t.Fatalf("sequence %d logit %d: %v over the pipeline, %v whole", i, j, got[i].Logits[j], want.Logits[i][j])
 				}
 			}
 		}

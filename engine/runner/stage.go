@@ -27,15 +27,22 @@ type StageSeq struct {
 	// MaxLen is the positions the sequence may hold; set on its first
 	// step only (the later stages make its KV cache then).
 	MaxLen int
+	// Sampler, on the first step only, has the last stage keep a sampler
+	// for the sequence (see stagesample.go); Tokens are then the ids of
+	// every step's rows, and Draw asks for this step's token.
+	Sampler *StageSampler
+	Tokens  []int
+	Draw    *StageDraw
 }
 
 // Downstream runs the layers after the first stage's.
 type Downstream interface {
 	// Step sends one step's hidden state (rows in seqs' order) down the
-	// pipeline and returns the logits of each sequence's last new token.
-	// An error fails the step's sequences: their KV on the later stages
-	// may be gone.
-	Step(ctx context.Context, seqs []StageSeq, hidden *model.Hidden) ([][]float32, error)
+	// pipeline and returns, for each sequence, the token the last stage
+	// drew (when the step asked for one) or the logits of its last new
+	// token. An error fails the step's sequences: their KV on the later
+	// stages may be gone.
+	Step(ctx context.Context, seqs []StageSeq, hidden *model.Hidden) ([]StageResult, error)
 	// Free drops sequences' KV on the later stages (best effort: a
 	// broken pipeline has dropped them already).
 	Free(ids []uint64)
@@ -48,6 +55,9 @@ type Pipeline struct {
 	Layers     model.Range // this node's layers; Start must be 0
 	Generation uint64      // the placement's generation
 	Down       Downstream
+	// LogitsBack has the last stage send logits back for the first stage
+	// to sample, instead of sampling there (the bench compares the two).
+	LogitsBack bool
 
 	numLayers int // the model's, for the pool's size estimate
 }
@@ -173,6 +183,14 @@ func (pm *pipelineModel) Forward(ctx context.Context, inputs []stepInput) ([][]f
 		seqs[i] = StageSeq{ID: s.id, Len: len(x.tokens)}
 		if before[i] == 0 {
 			seqs[i].MaxLen = s.local.seq.MaxLen()
+			if !pm.p.LogitsBack && x.gen != nil {
+				seqs[i].Sampler = x.gen.stageSampler()
+				s.sampled = true
+			}
+		}
+		if s.sampled {
+			seqs[i].Tokens = x.tokens
+			seqs[i].Draw = x.gen.stageDraw(len(x.tokens))
 		}
 	}
 	out, err := pm.m.Forward(ctx, in, pm.p.Layers, nil)
@@ -186,7 +204,10 @@ func (pm *pipelineModel) Forward(ctx context.Context, inputs []stepInput) ([][]f
 	if err != nil {
 		return nil, err
 	}
-	logits, err := pm.p.Down.Step(ctx, seqs, out.Hidden)
+	res, err := pm.p.Down.Step(ctx, seqs, out.Hidden)
+	if err == nil && len(res) != len(inputs) {
+		err = fmt.Errorf("%w: %d answers for %d sequences", ErrPipelineStage, len(res), len(inputs))
+	}
 	if err != nil {
 		for i, x := range inputs {
 			x.seq.(*pipeSequence).local.seq.Truncate(before[i])
@@ -196,8 +217,15 @@ func (pm *pipelineModel) Forward(ctx context.Context, inputs []stepInput) ([][]f
 		}
 		return nil, fmt.Errorf("%w: %v", ErrPipelineStage, err)
 	}
-	if len(logits) != len(inputs) {
-		return nil, fmt.Errorf("%w: %d logits for %d sequences", ErrPipelineStage, len(logits), len(inputs))
+	logits := make([][]float32, len(inputs))
+	for i, r := range res {
+		logits[i] = r.Logits
+		switch {
+		case r.Drawn != nil && seqs[i].Draw != nil:
+			inputs[i].gen.drawn = r.Drawn
+		case r.Logits == nil && (seqs[i].Draw != nil || !inputs[i].seq.(*pipeSequence).sampled):
+			return nil, fmt.Errorf("%w: sequence %d: neither a token nor logits came back", ErrPipelineStage, seqs[i].ID)
+		}
 	}
 	return logits, nil
 }
@@ -206,9 +234,10 @@ func (pm *pipelineModel) Forward(ctx context.Context, inputs []stepInput) ([][]f
 // the later stages know it by. It is not a kvSequence on purpose: the
 // prefix cache holds whole-model KV, and this node has only its layers'.
 type pipeSequence struct {
-	local *cpuSequence
-	pm    *pipelineModel
-	id    uint64
+	local   *cpuSequence
+	pm      *pipelineModel
+	id      uint64
+	sampled bool // the last stage keeps a sampler for it
 }
 
 func (s *pipeSequence) Bytes() int64 { return s.local.Bytes() }
