@@ -181,6 +181,67 @@ func greedyAnswers(url, prompt string) (answer, string, error) {
 	return a, servedBy, nil
 }
 
+// sampledAnswers asks url for prompt with what the last stage must apply
+// as one node would: seeded temperature with nucleus, penalties, logit
+// bias and logprobs; a response_format json_schema; a forced tool call
+// (grammar masks). It returns the answers' content, tool calls' function,
+// logprobs and finish reasons (not their random ids).
+func sampledAnswers(url, prompt string) (string, error) {
+	msgs := fmt.Sprintf(`[{"role":"user","content":%q}]`, prompt)
+	bodies := []string{
+		`{"model":"deep","messages":` + msgs + `,"max_tokens":12,"temperature":1.6,"top_p":0.97,"seed":11,"presence_penalty":0.8,` +
+			`"frequency_penalty":0.5,"logit_bias":{"30":6,"31":-100},"logprobs":true,"top_logprobs":4}`,
+		`{"model":"deep","messages":` + msgs + `,"max_tokens":40,"temperature":1.3,"seed":5,"response_format":{"type":"json_schema",` +
+			`"json_schema":{"name":"item","schema":{"type":"object","properties":{"name":{"type":"string","maxLength":10},"n":{"type":"integer"}},` +
+			`"required":["name","n"],"additionalProperties":false}}}}`,
+		`{"model":"deep","messages":` + msgs + `,"max_tokens":60,"temperature":1.2,"seed":8,"tools":[{"type":"function","function":` +
+			`{"name":"lookup","parameters":{"type":"object","properties":{"q":{"type":"string","maxLength":12}},"required":["q"]}}}],` +
+			`"tool_choice":{"type":"function","function":{"name":"lookup"}}}`,
+	}
+	var b strings.Builder
+	for i, body := range bodies {
+		resp, err := pipePost(url, "/v1/chat/completions", body)
+		if err != nil {
+			return "", err
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return "", fmt.Errorf("sampled %d: %d %s", i, resp.StatusCode, raw)
+		}
+		var out struct {
+			Choices []struct {
+				Message struct {
+					Content   *string `json:"content"`
+					ToolCalls []struct {
+						Function json.RawMessage `json:"function"`
+					} `json:"tool_calls"`
+				} `json:"message"`
+				Logprobs     json.RawMessage `json:"logprobs"`
+				FinishReason string          `json:"finish_reason"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal(raw, &out); err != nil || len(out.Choices) != 1 {
+			return "", fmt.Errorf("sampled %d: %v %s", i, err, raw)
+		}
+		c := out.Choices[0]
+		if i == 2 && (len(c.Message.ToolCalls) == 0 || c.FinishReason != "tool_calls") {
+			return "", fmt.Errorf("sampled %d: no forced tool call: %s", i, raw)
+		}
+		if i == 1 && (c.Message.Content == nil || !json.Valid([]byte(*c.Message.Content))) {
+			return "", fmt.Errorf("sampled %d: not JSON: %s", i, raw)
+		}
+		if c.Message.Content != nil {
+			fmt.Fprintf(&b, "%q ", *c.Message.Content)
+		}
+		for _, tc := range c.Message.ToolCalls {
+			fmt.Fprintf(&b, "%s ", tc.Function)
+		}
+		fmt.Fprintf(&b, "%s %s|", c.Logprobs, c.FinishReason)
+	}
+	return b.String(), nil
+}
+
 // retryable reports whether greedyAnswers failed with a 503/529 or a
 // stream error: what a pipeline being re-placed answers.
 func retryable(err error) bool {
@@ -281,18 +342,24 @@ func checkStageWeights(t *testing.T, nodes map[string]*node.Node, models string,
 // stages by its placement setting gives, through every node of the
 // cluster and with all requests at once, the same greedy tokens and
 // logprobs as the model on one node (same CPU backend), on OpenAI chat
-// (plain and streamed) and Anthropic messages; each stage holds only its
-// layers' weights.
+// (plain and streamed) and Anthropic messages, and the same sampled
+// answers (seeded temperature with penalties, logit bias and logprobs, a
+// json_schema response format, a forced tool call), which the last stage
+// draws; each stage holds only its layers' weights.
 func TestPipelineStages(t *testing.T) {
 	models := deepModels(t)
 	ref := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Backend: "cpu"})
 	want := map[string]answer{}
+	wantSampled := map[string]string{}
 	for _, p := range pipelinePrompts {
 		a, _, err := greedyAnswers(ref.URL(), p)
 		if err != nil {
 			t.Fatal(err)
 		}
 		want[p] = a
+		if wantSampled[p], err = sampledAnswers(ref.URL(), p); err != nil {
+			t.Fatal(err)
+		}
 	}
 	nodes := startPipelineCluster(t, models)
 	for _, stages := range []int{2, 3} {
@@ -336,10 +403,22 @@ func TestPipelineStages(t *testing.T) {
 					switch {
 					case err != nil:
 						errs <- fmt.Errorf("via %s: %q: %v", id, prompt, err)
+						return
 					case servedBy != p.Stages[0].Node:
 						errs <- fmt.Errorf("via %s: %q served by %q, want the first stage %s", id, prompt, servedBy, p.Stages[0].Node)
 					case got != want[prompt]:
 						errs <- fmt.Errorf("via %s: %q:\n got %+v\nwant %+v", id, prompt, got, want[prompt])
+					}
+					sampled, err := sampledAnswers(n.URL(), prompt)
+					for try := 0; err != nil && retryable(err) && try < 5; try++ {
+						time.Sleep(500 * time.Millisecond)
+						sampled, err = sampledAnswers(n.URL(), prompt)
+					}
+					switch {
+					case err != nil:
+						errs <- fmt.Errorf("via %s: %q sampled: %v", id, prompt, err)
+					case sampled != wantSampled[prompt]:
+						errs <- fmt.Errorf("via %s: %q sampled:\n got %s\nwant %s", id, prompt, sampled, wantSampled[prompt])
 					}
 				}()
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 
 	"fusion/engine"
 	"fusion/engine/backend"
@@ -252,31 +253,95 @@ func (s *pipeSequence) Release() {
 // are never read).
 type StageModel struct {
 	*model.Model
-	be backend.Backend
+	be   backend.Backend
+	r    *Runner
+	held int64 // what it counts against the memory budget
+	once sync.Once
 }
 
 // LoadStage loads the layers of name for a later pipeline stage, on the
-// backend the runner picks for the model. It does not enter the pool (it
-// is neither evicted nor counted against MemoryBudget).
+// backend the runner picks for the model. It is not a model of the pool
+// (never evicted), but its share of the weights counts against
+// MemoryBudget until Close: idle unpinned models are evicted to make room,
+// and a stage that does not fit even so is refused with ErrOverBudget.
 func (r *Runner) LoadStage(ctx context.Context, name string, layers model.Range) (*StageModel, error) {
 	e, err := r.entry(name)
 	if err != nil {
 		return nil, err
 	}
-	be, _, _, err := r.backends.newBackend(name, r.cfg.Threads)
+	need := estimateBytes(e.info.Path)
+	if n := r.NumLayers(name); n > 0 && layers.Len() > 0 && layers.Len() < n {
+		need = need * int64(layers.Len()) / int64(n)
+	}
+	r.mu.Lock()
+	victims, err := r.makeRoom(nil, need)
 	if err != nil {
+		r.mu.Unlock()
+		return nil, fmt.Errorf("%w (a pipeline stage of layers %v)", err, layers)
+	}
+	r.stageBytes += need
+	r.mu.Unlock()
+	for _, v := range victims {
+		if err := v.close(); err != nil {
+			r.cfg.Logger.Warn("closing an evicted model", "err", err)
+		}
+	}
+	sm := &StageModel{r: r, held: need}
+	sm.be, _, _, err = r.backends.newBackend(name, r.cfg.Threads)
+	if err == nil {
+		sm.Model, err = model.Load(ctx, e.info.Path, sm.be, model.Options{Layers: layers, Mmap: true})
+		if err != nil {
+			err = errors.Join(fmt.Errorf("%w: %s %v: %v", engine.ErrUnavailable, name, layers, err), sm.be.Close())
+		}
+	}
+	if err != nil {
+		sm.release()
 		return nil, err
 	}
-	m, err := model.Load(ctx, e.info.Path, be, model.Options{Layers: layers, Mmap: true})
-	if err != nil {
-		return nil, errors.Join(fmt.Errorf("%w: %s %v: %v", engine.ErrUnavailable, name, layers, err), be.Close())
-	}
-	r.cfg.Logger.Info("pipeline stage loaded", "model", name, "layers", layers.String(), "weight_bytes", m.WeightBytes())
-	return &StageModel{Model: m, be: be}, nil
+	r.cfg.Logger.Info("pipeline stage loaded", "model", name, "layers", layers.String(), "weight_bytes", sm.WeightBytes())
+	return sm, nil
 }
 
-// Close frees the stage's weights and backend.
-func (s *StageModel) Close() error { return errors.Join(s.Model.Close(), s.be.Close()) }
+// release gives the stage's share of the budget back.
+func (s *StageModel) release() {
+	s.once.Do(func() {
+		s.r.mu.Lock()
+		s.r.stageBytes -= s.held
+		s.r.mu.Unlock()
+	})
+}
+
+// Close frees the stage's weights and backend, and its share of the
+// memory budget.
+func (s *StageModel) Close() error {
+	defer s.release()
+	return errors.Join(s.Model.Close(), s.be.Close())
+}
+
+// ModelNeed is the memory the planner counts for a chat model: its weight
+// files plus the float32 KV cache of one sequence at the configured
+// context (the model's, or its settings' cap). 0 for a model it cannot
+// tell (as NumLayers).
+func (r *Runner) ModelNeed(name string) int64 {
+	e, err := r.entry(name)
+	if err != nil || e.info.Kind != engine.KindChat || e.info.Format != string(modelfile.KindSafetensors) {
+		return 0
+	}
+	c, err := modelfile.LoadConfig(e.info.Path)
+	if err != nil {
+		return 0
+	}
+	ctxLen := c.MaxPositionEmbeddings
+	if capped := r.modelSettings(name).ContextLength; capped > 0 && (ctxLen <= 0 || capped < ctxLen) {
+		ctxLen = capped
+	}
+	kv := int64(2*c.NumHiddenLayers*c.NumKeyValueHeads*c.HeadDim) * 4 * int64(max(ctxLen, 0))
+	return estimateBytes(e.info.Path) + kv
+}
+
+// MemoryBudget is the budget the weights of this node's models (and
+// pipeline stages) may hold.
+func (r *Runner) MemoryBudget() int64 { return r.cfg.MemoryBudget }
 
 // closePipelines ends every pipeline's downstream (the runner is closing).
 func (r *Runner) closePipelines() error {

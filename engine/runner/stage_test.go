@@ -108,7 +108,8 @@ func TestPipelineFirstStage(t *testing.T) {
 	if n := small.NumLayers("deep"); n != 4 {
 		t.Fatalf("NumLayers = %d, want 4", n)
 	}
-	sm, err := small.LoadStage(context.Background(), "deep", model.Range{Start: 2, End: 4})
+	// The later stage is another node's: here, the whole runner's.
+	sm, err := whole.LoadStage(context.Background(), "deep", model.Range{Start: 2, End: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,5 +201,61 @@ func TestPipelineFirstStage(t *testing.T) {
 	}
 	if len(small.Pipelines()) != 0 {
 		t.Fatal("the pipeline is still set")
+	}
+}
+
+// TestStageBudget: later pipeline stages count against the memory budget:
+// a stage that does not fit beside the ones held is refused with
+// ErrOverBudget, fits once they are closed, and an idle model is evicted
+// to make room for one.
+func TestStageBudget(t *testing.T) {
+	dir := t.TempDir()
+	o := demo.DefaultOptions()
+	o.Layers, o.Seed = 4, 12
+	if _, err := demo.Create(filepath.Join(dir, "deep"), o); err != nil {
+		t.Fatal(err)
+	}
+	o.Layers, o.Seed = 1, 13
+	if _, err := demo.Create(filepath.Join(dir, "small"), o); err != nil {
+		t.Fatal(err)
+	}
+	size := estimateBytes(filepath.Join(dir, "deep"))
+	r, err := New(Config{ModelsDir: dir, Threads: 1, Backend: BackendCPU, CacheHotBytes: -1, CacheSSDBytes: -1, MemoryBudget: size * 3 / 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ctx := context.Background()
+	if r.ModelNeed("deep") <= size {
+		t.Errorf("ModelNeed = %d, want the weights (%d) and a context's KV", r.ModelNeed("deep"), size)
+	}
+	half, err := r.LoadStage(ctx, "deep", model.Range{Start: 2, End: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.LoadStage(ctx, "deep", model.Range{Start: 1, End: 4}); !errors.Is(err, ErrOverBudget) {
+		t.Fatalf("a second stage of 3/4 of the model beside one of 1/2 under a budget of 3/4: %v, want ErrOverBudget", err)
+	}
+	if err := half.Close(); err != nil {
+		t.Fatal(err)
+	}
+	three, err := r.LoadStage(ctx, "deep", model.Range{Start: 1, End: 4})
+	if err != nil {
+		t.Fatalf("after the first stage closed: %v", err)
+	}
+	three.Close()
+	// An idle model gives its room to a stage that needs it.
+	if err := r.Load(ctx, "small"); err != nil {
+		t.Fatal(err)
+	}
+	more, err := r.LoadStage(ctx, "deep", model.Range{Start: 0, End: 3})
+	if err != nil {
+		t.Fatalf("a stage that fits once the idle model is evicted: %v", err)
+	}
+	defer more.Close()
+	for _, s := range r.List() {
+		if s.ID == "small" && (s.State == StateReady || s.State == StateIdle) {
+			t.Errorf("small is still loaded (%v) beside a stage that needed its room", s.State)
+		}
 	}
 }
