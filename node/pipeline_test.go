@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 
 	"fusion/cluster"
 	"fusion/engine/demo"
+	"fusion/engine/runner"
 	"fusion/engine/safetensors"
 	"fusion/node"
 	"fusion/node/nodetest"
@@ -427,6 +429,47 @@ func TestPipelineStages(t *testing.T) {
 			for err := range errs {
 				t.Error(err)
 			}
+			// backend_override goes to the pipeline on its backend, and
+			// is refused on another; no node loads a whole copy for it.
+			for _, id := range []string{"a", "b", "c"} {
+				for _, tc := range []struct {
+					backend string
+					code    int
+					msg     string
+				}{
+					{"cpu", 200, ""},
+					{"mlx", 503, "is sharded into pipeline stages"},
+				} {
+					body := `{"model":"deep","messages":[{"role":"user","content":"override"}],"max_tokens":3,"temperature":0,"backend_override":"` + tc.backend + `"}`
+					code, servedBy, msg := 0, "", ""
+					for try := 0; try < 5; try++ {
+						resp, err := pipePost(nodes[id].URL(), "/v1/chat/completions", body)
+						if err != nil {
+							t.Fatal(err)
+						}
+						raw, _ := io.ReadAll(resp.Body)
+						resp.Body.Close()
+						var e errorBody
+						_ = json.Unmarshal(raw, &e)
+						code, servedBy, msg = resp.StatusCode, resp.Header.Get("X-Fusion-Node"), e.Error.Message
+						if code == tc.code || tc.code != 200 {
+							break
+						}
+						time.Sleep(500 * time.Millisecond) // re-placed under load: retry
+					}
+					if code != tc.code || !strings.Contains(msg, tc.msg) || code == 200 && servedBy != p.Stages[0].Node {
+						t.Errorf("backend_override %s via %s: %d %q served by %q, want %d with %q from the first stage %s",
+							tc.backend, id, code, msg, servedBy, tc.code, tc.msg, p.Stages[0].Node)
+					}
+				}
+			}
+			for id, n := range nodes {
+				for _, s := range n.Runner().List() {
+					if s.ID == deepModel && id != p.Stages[0].Node && (s.State == runner.StateReady || s.State == runner.StateIdle) {
+						t.Errorf("%s holds a whole copy of the sharded model (%v)", id, s.State)
+					}
+				}
+			}
 			// A client that goes away mid-stream frees its sequence's KV
 			// on every stage.
 			ctx, cancel := context.WithCancel(context.Background())
@@ -623,5 +666,118 @@ func TestPipelineStageKilled(t *testing.T) {
 	}
 	if got != want {
 		t.Errorf("after re-placing:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// TestPipelineAutoShard: three nodes whose memory budgets are each too
+// small for the deep model (weights and a context's KV) but hold it two
+// together: a request for it, with no placement setting, is told to retry
+// while the planner shards it across the fewest nodes (two, equal
+// budgets: three layers each); then every node serves it through the
+// pipeline, bit for bit as one node does, and each stage counts against
+// its node's budget. A model the three budgets cannot hold even together
+// is refused with a 503 naming its need and the total.
+func TestPipelineAutoShard(t *testing.T) {
+	models := t.TempDir()
+	o := demo.DefaultOptions()
+	o.Layers, o.Seed = 6, 18
+	if _, err := demo.Create(filepath.Join(models, deepModel), o); err != nil {
+		t.Fatal(err)
+	}
+	o.Hidden, o.Seed = 256, 19
+	if _, err := demo.Create(filepath.Join(models, "big"), o); err != nil {
+		t.Fatal(err)
+	}
+	ref := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Backend: "cpu"})
+	need, bigNeed := ref.Runner().ModelNeed(deepModel), ref.Runner().ModelNeed("big")
+	budget := need * 6 / 10 // one node: too small; two: enough
+	if bigNeed <= 3*budget {
+		t.Fatalf("the big model needs %d bytes, not more than three budgets of %d", bigNeed, budget)
+	}
+	want, _, err := greedyAnswers(ref.URL(), pipelinePrompts[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := map[string]*node.Node{}
+	opts := func(c node.ClusterConfig) nodetest.Options {
+		return nodetest.Options{APIKey: "k", ModelsDir: models, Backend: "cpu", MemoryBudget: budget, Cluster: c}
+	}
+	nodes["a"] = nodetest.Start(t, opts(loopback("a", 3, nil)))
+	seed := []string{nodes["a"].Cluster().GossipAddr()}
+	for _, id := range []string{"b", "c"} {
+		nodes[id] = nodetest.Start(t, opts(loopback(id, 3, seed)))
+	}
+	waitUntil(t, 15*time.Second, "every inventory heard with the budgets", func() bool {
+		k, err := nodes["c"].Cluster().Fit(deepModel)
+		return err == nil && k == 2 && len(nodes["c"].Cluster().Members()) == 3
+	})
+	var first string
+	var retried int
+	waitUntil(t, 60*time.Second, "the deep model served through an automatic pipeline", func() bool {
+		resp, err := pipePost(nodes["b"].URL(), "/v1/chat/completions", `{"model":"deep","messages":[{"role":"user","content":"auto"}],"max_tokens":2}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == 200 {
+			return true
+		}
+		if resp.StatusCode != 503 {
+			t.Fatalf("while sharding: %d %s, want 503 then 200", resp.StatusCode, raw)
+		}
+		if first == "" {
+			first = string(raw)
+		}
+		retried++
+		time.Sleep(200 * time.Millisecond)
+		return false
+	})
+	t.Logf("before the pipeline was ready (%d refusals): %s", retried, first)
+	if retried == 0 || !strings.Contains(first, "being sharded across 2 nodes") {
+		t.Errorf("the first request got %q, want a 503 saying the model is being sharded across 2 nodes", first)
+	}
+	p := readyPipeline(t, nodes["a"], 2, 30*time.Second)
+	if p.Stages[0].Layers != [2]uint32{0, 3} || p.Stages[1].Layers != [2]uint32{3, 6} {
+		t.Errorf("stages %+v, want three layers each (equal budgets)", p.Stages)
+	}
+	checkStageWeights(t, nodes, models, p)
+	for _, id := range []string{"a", "b", "c"} {
+		got, _, err := greedyAnswers(nodes[id].URL(), pipelinePrompts[0])
+		for try := 0; err != nil && retryable(err) && try < 5; try++ {
+			time.Sleep(500 * time.Millisecond)
+			got, _, err = greedyAnswers(nodes[id].URL(), pipelinePrompts[0])
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("via %s:\n got %+v\nwant %+v", id, got, want)
+		}
+	}
+	// The later stage holds its share of the budget: a whole copy of the
+	// model does not fit beside it.
+	later := nodes[p.Stages[1].Node]
+	if err := later.Runner().Load(context.Background(), deepModel); !errors.Is(err, runner.ErrOverBudget) {
+		t.Errorf("loading the whole model beside its later stage: %v, want ErrOverBudget", err)
+	}
+
+	resp, err := pipePost(nodes["c"].URL(), "/v1/chat/completions", `{"model":"big","messages":[{"role":"user","content":"too big"}],"max_tokens":2}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	msg := string(raw)
+	if resp.StatusCode != 503 || !strings.Contains(msg, "insufficient memory") || !strings.Contains(msg, strconv.FormatInt(bigNeed, 10)) ||
+		!strings.Contains(msg, strconv.FormatInt(3*budget, 10)) {
+		t.Errorf("a model too big for the cluster: %d %s, want a 503 for insufficient memory naming %d bytes needed and %d in all", resp.StatusCode, msg, bigNeed, 3*budget)
+	}
+	for id, n := range nodes {
+		for _, s := range n.Runner().List() {
+			if s.ID == "big" && s.State != runner.StateUnloaded {
+				t.Errorf("%s: big is %v", id, s.State)
+			}
+		}
 	}
 }
