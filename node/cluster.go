@@ -443,7 +443,8 @@ func (t *clusterTable) Self() string { return t.m.ID() }
 
 // Candidates are the nodes with model loaded; when none has it loaded,
 // the live nodes with it on disk (the one picked loads it on demand, and
-// the next requests find it ready there).
+// the next requests find it ready there) — unless no node's memory budget
+// holds it whole: then none, and the miss is the dispatcher's (Unfit).
 func (t *clusterTable) Candidates(model string) []dispatch.Peer {
 	routes, known := t.m.Routes(model)
 	out := make([]dispatch.Peer, 0, len(routes))
@@ -452,6 +453,9 @@ func (t *clusterTable) Candidates(model string) []dispatch.Peer {
 	}
 	if len(out) > 0 || !known || t.m.Sharded(model) {
 		return out // a sharded model is served by its pipelines only
+	}
+	if k, err := t.m.Fit(model); err != nil || k >= 2 {
+		return nil
 	}
 	return t.Holders(model)
 }
