@@ -95,14 +95,7 @@ func (m *Member) Fit(model string) (stages int, err error) {
 			nodes[n.Id] = n
 		}
 	})
-	peers := m.peerSnapshot()
-	usable := func(id string) bool {
-		n, ok := nodes[id]
-		p, okp := peers[id]
-		return ok && okp && n.Status == pb.NodeStatus_NODE_STATUS_ALIVE && !n.Draining &&
-			p.status == StatusAlive && !p.meta.Draining
-	}
-	return fitError(model, nodes, usable)
+	return fitError(model, nodes, usableIn(nodes, m.peerSnapshot()))
 }
 
 func fitError(model string, nodes map[string]*pb.Node, usable func(string) bool) (int, error) {

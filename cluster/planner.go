@@ -125,12 +125,7 @@ func (m *Member) plan(ctx context.Context) {
 	})
 	peers := m.peerSnapshot()
 	now := time.Now()
-	usable := func(id string) bool {
-		n, ok := nodes[id]
-		p, okp := peers[id]
-		return ok && okp && n.Status == pb.NodeStatus_NODE_STATUS_ALIVE && !n.Draining &&
-			p.status == StatusAlive && !p.meta.Draining
-	}
+	usable := usableIn(nodes, peers)
 	gone := func(id string) bool {
 		n, ok := nodes[id]
 		if !ok {
@@ -247,4 +242,15 @@ func (m *Member) pick(model string, spec PlacementSpec, nodes map[string]*pb.Nod
 		return strings.Compare(a.id, b.id)
 	})
 	return cs[0].id
+}
+
+// usableIn tells whether a node may take a placement: alive in the
+// catalog and in local gossip, and draining in neither.
+func usableIn(nodes map[string]*pb.Node, peers map[string]peer) func(string) bool {
+	return func(id string) bool {
+		n, ok := nodes[id]
+		p, okp := peers[id]
+		return ok && okp && n.Status == pb.NodeStatus_NODE_STATUS_ALIVE && !n.Draining &&
+			p.status == StatusAlive && !p.meta.Draining
+	}
 }

@@ -770,6 +770,7 @@ func TestPipelineAutoShard(t *testing.T) {
 	raw, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	msg := string(raw)
+	t.Logf("a model too big for the cluster: %d %s", resp.StatusCode, msg)
 	if resp.StatusCode != 503 || !strings.Contains(msg, "insufficient memory") || !strings.Contains(msg, strconv.FormatInt(bigNeed, 10)) ||
 		!strings.Contains(msg, strconv.FormatInt(3*budget, 10)) {
 		t.Errorf("a model too big for the cluster: %d %s, want a 503 for insufficient memory naming %d bytes needed and %d in all", resp.StatusCode, msg, bigNeed, 3*budget)

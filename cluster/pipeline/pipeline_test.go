@@ -49,6 +49,27 @@ func serve(t *testing.T, lookup Lookup) (*Server, string, Dial) {
 	return srv, lis.Addr().String(), dial
 }
 
+// stepBoth runs a step on the whole model (win) and through the pipeline
+// (fin on first, then c): the whole model's output and the pipeline's
+// answers.
+func stepBoth(t *testing.T, whole, first *model.Model, c *Client, win, fin []model.Input, seqs []runner.StageSeq) (*model.Output, []runner.StageResult) {
+	t.Helper()
+	ctx := context.Background()
+	want, err := whole.Forward(ctx, win, model.Range{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := first.Forward(ctx, fin, model.Range{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Step(ctx, seqs, h.Hidden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return want, got
+}
+
 // TestClientServer: two sequences prefilled and decoded through a first
 // stage here and the rest over a Pipeline stream (hidden states and
 // logits split over several messages) give the whole model's logits bit
@@ -102,18 +123,7 @@ func TestClientServer(t *testing.T) {
 			}
 			seqs = append(seqs, s)
 		}
-		want, err := whole.Forward(ctx, win, model.Range{}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h, err := first.Forward(ctx, fin, model.Range{}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := c.Step(ctx, seqs, h.Hidden)
-		if err != nil {
-			t.Fatal(err)
-		}
+		want, got := stepBoth(t, whole, first, c, win, fin, seqs)
 		for i := range want.Logits {
 			for j := range want.Logits[i] {
 				if math.Float32bits(got[i].Logits[j]) != math.Float32bits(want.Logits[i][j]) {

@@ -174,18 +174,7 @@ func TestDrawOnLastStage(t *testing.T) {
 			}
 			seqs = append(seqs, s)
 		}
-		want, err := whole.Forward(ctx, win, model.Range{}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h, err := first.Forward(ctx, fin, model.Range{}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := c.Step(ctx, seqs, h.Hidden)
-		if err != nil {
-			t.Fatal(err)
-		}
+		want, got := stepBoth(t, whole, first, c, win, fin, seqs)
 		for i := range n {
 			if i == 2 {
 				if got[i].Drawn != nil || !slices.Equal(got[i].Logits, want.Logits[i]) {
