@@ -706,9 +706,15 @@ func TestPipelineAutoShard(t *testing.T) {
 	for _, id := range []string{"b", "c"} {
 		nodes[id] = nodetest.Start(t, opts(loopback(id, 3, seed)))
 	}
-	waitUntil(t, 15*time.Second, "every inventory heard with the budgets", func() bool {
-		k, err := nodes["c"].Cluster().Fit(deepModel)
-		return err == nil && k == 2 && len(nodes["c"].Cluster().Members()) == 3
+	// Until a node has heard the inventories (budgets and needs), it
+	// cannot tell that the model fits no node: it would load it whole.
+	waitUntil(t, 15*time.Second, "every node hearing every inventory with the budgets", func() bool {
+		for _, n := range nodes {
+			if k, err := n.Cluster().Fit(deepModel); err != nil || k != 2 {
+				return false
+			}
+		}
+		return true
 	})
 	var first string
 	var retried int
