@@ -21,7 +21,7 @@ type Stage struct {
 	Generation uint64
 	Model      *model.Model // only the stage's layers
 	// Next is the gRPC address of the next stage; "" on the last stage,
-	// which answers with logits.
+	// which samples (or answers with logits).
 	Next string
 	// Live reports whether the stage is still the one placed here (nil:
 	// always); a stream on a stage that is not refuses its next message.
@@ -61,8 +61,8 @@ func Register(s *grpc.Server, lookup Lookup, dial Dial, log *slog.Logger) *Serve
 }
 
 // Run serves one pipeline's stream: each step through this stage's layers
-// and on to the next stage (or to logits on the last), each release
-// passed down. The KV of the stream's sequences is freed when it ends.
+// and on to the next stage (or, on the last, to the draws it asks for),
+// each release passed down. The KV of the stream's sequences is freed when it ends.
 func (s *Server) Run(stream pb.Pipeline_RunServer) error {
 	var (
 		st   Stage
