@@ -19,6 +19,19 @@ import (
 	"fusion/engine/runner"
 )
 
+// demoModel creates a four-layer demo model of seed and returns its
+// directory.
+func demoModel(t *testing.T, seed uint64) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "m")
+	o := demo.DefaultOptions()
+	o.Layers, o.Seed = 4, seed
+	if _, err := demo.Create(dir, o); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // load loads layers of the demo model at dir on a CPU backend.
 func load(t *testing.T, dir string, layers model.Range) *model.Model {
 	t.Helper()
@@ -77,12 +90,7 @@ func stepBoth(t *testing.T, whole, first *model.Model, c *Client, win, fin []mod
 // client of another generation, or for a model the server has no stage
 // of, is refused with ErrPipelineStage.
 func TestClientServer(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "m")
-	o := demo.DefaultOptions()
-	o.Layers, o.Seed = 4, 3
-	if _, err := demo.Create(dir, o); err != nil {
-		t.Fatal(err)
-	}
+	dir := demoModel(t, 3)
 	whole := load(t, dir, model.Range{})
 	first := load(t, dir, model.Range{Start: 0, End: 1})
 	rest := load(t, dir, model.Range{Start: 1, End: 4})

@@ -3,13 +3,11 @@ package pipeline
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	pb "fusion/cluster/pipelinepb"
-	"fusion/engine/demo"
 	"fusion/engine/model"
 	"fusion/engine/runner"
 	"fusion/engine/sample"
@@ -90,12 +88,7 @@ func mustMarshal(t *testing.T, m *pb.Mask) []byte {
 // gets its logits. A draw for a sequence without a sampler, or token ids
 // out of the vocabulary, are refused.
 func TestDrawOnLastStage(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "m")
-	o := demo.DefaultOptions()
-	o.Layers, o.Seed = 4, 5
-	if _, err := demo.Create(dir, o); err != nil {
-		t.Fatal(err)
-	}
+	dir := demoModel(t, 5)
 	whole := load(t, dir, model.Range{})
 	first := load(t, dir, model.Range{Start: 0, End: 1})
 	middle := load(t, dir, model.Range{Start: 1, End: 2})
