@@ -41,6 +41,22 @@ func (m *Member) SetPlacementSpec(ctx context.Context, model string, spec Placem
 	return err
 }
 
+// PlacementSpecOf is the desired placement of model, if one is set.
+func (m *Member) PlacementSpecOf(model string) (PlacementSpec, bool) {
+	var (
+		spec PlacementSpec
+		ok   bool
+	)
+	m.fsm.Read(func(s *fsm.State) {
+		for _, st := range s.Settings() {
+			if st.Key == PlacementSpecPrefix+model {
+				ok = json.Unmarshal(st.Value, &spec) == nil
+			}
+		}
+	})
+	return spec, ok
+}
+
 // ReportStage records the lifecycle of this node's stage of a replica
 // group (Loading, Ready, Failed, ...). A stale generation is refused with
 // fsm.ErrStale: the group has moved on.
@@ -109,12 +125,7 @@ func (m *Member) plan(ctx context.Context) {
 	})
 	peers := m.peerSnapshot()
 	now := time.Now()
-	usable := func(id string) bool {
-		n, ok := nodes[id]
-		p, okp := peers[id]
-		return ok && okp && n.Status == pb.NodeStatus_NODE_STATUS_ALIVE && !n.Draining &&
-			p.status == StatusAlive && !p.meta.Draining
-	}
+	usable := usableIn(nodes, peers)
 	// A draining node's replicas move to another candidate (the drain
 	// waits for that); with none, they stay.
 	draining := func(id string) bool {
@@ -133,6 +144,18 @@ func (m *Member) plan(ctx context.Context) {
 	for _, model := range sortedIDs(specs) {
 		spec := specs[model]
 		have := groups[model]
+		if spec.Stages < 2 && spec.Replicas > 0 {
+			// A model no live node holds whole is sharded across the
+			// fewest that hold it together; one they cannot hold together
+			// is left unplaced (requests for it say so).
+			switch k, err := fitError(model, nodes, usable); {
+			case err != nil:
+				m.log.Debug("planner: no placement", "model", model, "err", err)
+				continue
+			case k >= 2:
+				spec.Stages = k
+			}
+		}
 		if spec.Stages >= 2 {
 			m.planSharded(ctx, model, spec, nodes, have, usable)
 			continue
@@ -234,4 +257,15 @@ func (m *Member) pick(model string, spec PlacementSpec, nodes map[string]*pb.Nod
 		return strings.Compare(a.id, b.id)
 	})
 	return cs[0].id
+}
+
+// usableIn tells whether a node may take a placement: alive in the
+// catalog and in local gossip, and draining in neither.
+func usableIn(nodes map[string]*pb.Node, peers map[string]peer) func(string) bool {
+	return func(id string) bool {
+		n, ok := nodes[id]
+		p, okp := peers[id]
+		return ok && okp && n.Status == pb.NodeStatus_NODE_STATUS_ALIVE && !n.Draining &&
+			p.status == StatusAlive && !p.meta.Draining
+	}
 }

@@ -29,6 +29,12 @@ type Inventory struct {
 	// Layers is the number of layers of each model on disk whose
 	// configuration says it (what the planner splits a pipeline by).
 	Layers map[string]int `json:"layers,omitempty"`
+	// MemoryBudget is the bytes the node's models' weights and pipeline
+	// stages may hold, and ModelBytes what each model on disk needs (its
+	// weights and the KV cache of one sequence at its context): what the
+	// planner decides by whether and how to shard a model (fit.go).
+	MemoryBudget int64            `json:"memory_budget_bytes,omitempty"`
+	ModelBytes   map[string]int64 `json:"model_bytes,omitempty"`
 }
 
 // BackendOf is the backend the node runs model on ("" when the inventory

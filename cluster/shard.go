@@ -92,12 +92,12 @@ func (m *Member) planSharded(ctx context.Context, model string, spec PlacementSp
 type shardCand struct {
 	id     string
 	pin    int
-	free   int64 // memory free, from the inventory
+	free   int64 // its capacity (memory budget, else free memory), from the inventory
 	layers int   // the model's layers, from the inventory
 }
 
 // shardCandidates are the usable nodes with the model on disk and its
-// layer count known, pinned first, then by most free memory, then id.
+// layer count known, pinned first, then by most capacity, then id.
 func shardCandidates(model string, spec PlacementSpec, nodes map[string]*pb.Node, usable func(string) bool) []shardCand {
 	var cs []shardCand
 	for id, n := range nodes {
@@ -113,7 +113,7 @@ func shardCandidates(model string, spec PlacementSpec, nodes map[string]*pb.Node
 		if pin < 0 {
 			pin = len(spec.Pin)
 		}
-		cs = append(cs, shardCand{id: id, pin: pin, free: inv.MemoryFree, layers: inv.Layers[model]})
+		cs = append(cs, shardCand{id: id, pin: pin, free: inv.capacity(), layers: inv.Layers[model]})
 	}
 	slices.SortFunc(cs, func(a, b shardCand) int {
 		if c := cmp.Compare(a.pin, b.pin); c != 0 {
@@ -128,7 +128,7 @@ func shardCandidates(model string, spec PlacementSpec, nodes map[string]*pb.Node
 }
 
 // planStages shards a model over the first min(stages, len(cands))
-// candidates: layer ranges proportional to each node's free memory (equal
+// candidates: layer ranges proportional to each node's capacity (equal
 // when none is known), at least one layer each, in candidate order. With
 // one candidate the group is unsharded; with none, or candidates that
 // disagree on the layer count, nil.

@@ -20,6 +20,7 @@ import (
 	"fusion/cluster/fsm"
 	"fusion/cluster/mcpremote"
 	"fusion/cluster/remote"
+	"fusion/engine"
 	"fusion/engine/runner"
 	"fusion/router/dispatch"
 )
@@ -396,6 +397,7 @@ func (n *Node) syncOnce(ctx context.Context, watched map[string]bool) {
 	// Free memory changes all the time; the inventory goes through the
 	// log, so it carries it rounded to 256 MiB.
 	inv.MemoryFree = n.runner.MemoryFree() &^ (256<<20 - 1)
+	inv.MemoryBudget = n.runner.MemoryBudget()
 	if n.layerCount == nil {
 		n.layerCount = map[string]int{}
 	}
@@ -411,6 +413,12 @@ func (n *Node) syncOnce(ctx context.Context, watched map[string]bool) {
 				inv.Layers = map[string]int{}
 			}
 			inv.Layers[s.ID] = l
+		}
+		if need := n.runner.ModelNeed(s.ID); need > 0 {
+			if inv.ModelBytes == nil {
+				inv.ModelBytes = map[string]int64{}
+			}
+			inv.ModelBytes[s.ID] = need
 		}
 		if s.State == runner.StateReady || s.State == runner.StateIdle {
 			inv.ModelsLoaded = append(inv.ModelsLoaded, s.ID)
@@ -435,7 +443,8 @@ func (t *clusterTable) Self() string { return t.m.ID() }
 
 // Candidates are the nodes with model loaded; when none has it loaded,
 // the live nodes with it on disk (the one picked loads it on demand, and
-// the next requests find it ready there).
+// the next requests find it ready there) — unless no node's memory budget
+// holds it whole: then none, and the miss is the dispatcher's (Unfit).
 func (t *clusterTable) Candidates(model string) []dispatch.Peer {
 	routes, known := t.m.Routes(model)
 	out := make([]dispatch.Peer, 0, len(routes))
@@ -444,6 +453,9 @@ func (t *clusterTable) Candidates(model string) []dispatch.Peer {
 	}
 	if len(out) > 0 || !known || t.m.Sharded(model) {
 		return out // a sharded model is served by its pipelines only
+	}
+	if k, err := t.m.Fit(model); err != nil || k >= 2 {
+		return nil
 	}
 	return t.Holders(model)
 }
@@ -494,6 +506,29 @@ func (t *clusterTable) Backend(node, model string) string {
 
 // PlacedOnly: a sharded model never loads whole on a miss.
 func (t *clusterTable) PlacedOnly(model string) bool { return t.m.Sharded(model) }
+
+// Unfit refuses a model no node can take whole: one the live nodes' memory
+// budgets cannot hold even together (insufficient memory, naming the need
+// and the total), or one that needs a pipeline and has no placement
+// setting yet — it gets {"replicas":1}, so the planner shards it, and the
+// request is told to retry.
+func (t *clusterTable) Unfit(model string) error {
+	k, err := t.m.Fit(model)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: %v", engine.ErrUnavailable, err)
+	case k < 2 || t.m.Sharded(model):
+		return nil
+	}
+	if _, ok := t.m.PlacementSpecOf(model); !ok {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := t.m.SetPlacementSpec(ctx, model, cluster.PlacementSpec{Replicas: 1}); err != nil {
+			return fmt.Errorf("%w: %q fits no node whole and needs a pipeline of %d stages; placing it failed: %v", engine.ErrUnavailable, model, k, err)
+		}
+	}
+	return fmt.Errorf("%w: %q fits no node whole: it is being sharded across %d nodes", engine.ErrUnavailable, model, k)
+}
 
 func (t *clusterTable) Known(model string) bool {
 	_, known := t.m.Routes(model)

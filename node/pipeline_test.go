@@ -17,6 +17,7 @@ import (
 
 	"fusion/cluster"
 	"fusion/engine/demo"
+	"fusion/engine/runner"
 	"fusion/engine/safetensors"
 	"fusion/node"
 	"fusion/node/nodetest"
@@ -181,6 +182,67 @@ func greedyAnswers(url, prompt string) (answer, string, error) {
 	return a, servedBy, nil
 }
 
+// sampledAnswers asks url for prompt with what the last stage must apply
+// as one node would: seeded temperature with nucleus, penalties, logit
+// bias and logprobs; a response_format json_schema; a forced tool call
+// (grammar masks). It returns the answers' content, tool calls' function,
+// logprobs and finish reasons (not their random ids).
+func sampledAnswers(url, prompt string) (string, error) {
+	msgs := fmt.Sprintf(`[{"role":"user","content":%q}]`, prompt)
+	bodies := []string{
+		`{"model":"deep","messages":` + msgs + `,"max_tokens":12,"temperature":1.6,"top_p":0.97,"seed":11,"presence_penalty":0.8,` +
+			`"frequency_penalty":0.5,"logit_bias":{"30":6,"31":-100},"logprobs":true,"top_logprobs":4}`,
+		`{"model":"deep","messages":` + msgs + `,"max_tokens":40,"temperature":1.3,"seed":5,"response_format":{"type":"json_schema",` +
+			`"json_schema":{"name":"item","schema":{"type":"object","properties":{"name":{"type":"string","maxLength":10},"n":{"type":"integer"}},` +
+			`"required":["name","n"],"additionalProperties":false}}}}`,
+		`{"model":"deep","messages":` + msgs + `,"max_tokens":60,"temperature":1.2,"seed":8,"tools":[{"type":"function","function":` +
+			`{"name":"lookup","parameters":{"type":"object","properties":{"q":{"type":"string","maxLength":12}},"required":["q"]}}}],` +
+			`"tool_choice":{"type":"function","function":{"name":"lookup"}}}`,
+	}
+	var b strings.Builder
+	for i, body := range bodies {
+		resp, err := pipePost(url, "/v1/chat/completions", body)
+		if err != nil {
+			return "", err
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return "", fmt.Errorf("sampled %d: %d %s", i, resp.StatusCode, raw)
+		}
+		var out struct {
+			Choices []struct {
+				Message struct {
+					Content   *string `json:"content"`
+					ToolCalls []struct {
+						Function json.RawMessage `json:"function"`
+					} `json:"tool_calls"`
+				} `json:"message"`
+				Logprobs     json.RawMessage `json:"logprobs"`
+				FinishReason string          `json:"finish_reason"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal(raw, &out); err != nil || len(out.Choices) != 1 {
+			return "", fmt.Errorf("sampled %d: %v %s", i, err, raw)
+		}
+		c := out.Choices[0]
+		if i == 2 && (len(c.Message.ToolCalls) == 0 || c.FinishReason != "tool_calls") {
+			return "", fmt.Errorf("sampled %d: no forced tool call: %s", i, raw)
+		}
+		if i == 1 && (c.Message.Content == nil || !json.Valid([]byte(*c.Message.Content))) {
+			return "", fmt.Errorf("sampled %d: not JSON: %s", i, raw)
+		}
+		if c.Message.Content != nil {
+			fmt.Fprintf(&b, "%q ", *c.Message.Content)
+		}
+		for _, tc := range c.Message.ToolCalls {
+			fmt.Fprintf(&b, "%s ", tc.Function)
+		}
+		fmt.Fprintf(&b, "%s %s|", c.Logprobs, c.FinishReason)
+	}
+	return b.String(), nil
+}
+
 // retryable reports whether greedyAnswers failed with a 503/529 or a
 // stream error: what a pipeline being re-placed answers.
 func retryable(err error) bool {
@@ -281,18 +343,24 @@ func checkStageWeights(t *testing.T, nodes map[string]*node.Node, models string,
 // stages by its placement setting gives, through every node of the
 // cluster and with all requests at once, the same greedy tokens and
 // logprobs as the model on one node (same CPU backend), on OpenAI chat
-// (plain and streamed) and Anthropic messages; each stage holds only its
-// layers' weights.
+// (plain and streamed) and Anthropic messages, and the same sampled
+// answers (seeded temperature with penalties, logit bias and logprobs, a
+// json_schema response format, a forced tool call), which the last stage
+// draws; each stage holds only its layers' weights.
 func TestPipelineStages(t *testing.T) {
 	models := deepModels(t)
 	ref := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Backend: "cpu"})
 	want := map[string]answer{}
+	wantSampled := map[string]string{}
 	for _, p := range pipelinePrompts {
 		a, _, err := greedyAnswers(ref.URL(), p)
 		if err != nil {
 			t.Fatal(err)
 		}
 		want[p] = a
+		if wantSampled[p], err = sampledAnswers(ref.URL(), p); err != nil {
+			t.Fatal(err)
+		}
 	}
 	nodes := startPipelineCluster(t, models)
 	for _, stages := range []int{2, 3} {
@@ -336,10 +404,22 @@ func TestPipelineStages(t *testing.T) {
 					switch {
 					case err != nil:
 						errs <- fmt.Errorf("via %s: %q: %v", id, prompt, err)
+						return
 					case servedBy != p.Stages[0].Node:
 						errs <- fmt.Errorf("via %s: %q served by %q, want the first stage %s", id, prompt, servedBy, p.Stages[0].Node)
 					case got != want[prompt]:
 						errs <- fmt.Errorf("via %s: %q:\n got %+v\nwant %+v", id, prompt, got, want[prompt])
+					}
+					sampled, err := sampledAnswers(n.URL(), prompt)
+					for try := 0; err != nil && retryable(err) && try < 5; try++ {
+						time.Sleep(500 * time.Millisecond)
+						sampled, err = sampledAnswers(n.URL(), prompt)
+					}
+					switch {
+					case err != nil:
+						errs <- fmt.Errorf("via %s: %q sampled: %v", id, prompt, err)
+					case sampled != wantSampled[prompt]:
+						errs <- fmt.Errorf("via %s: %q sampled:\n got %s\nwant %s", id, prompt, sampled, wantSampled[prompt])
 					}
 				}()
 			}
@@ -347,6 +427,47 @@ func TestPipelineStages(t *testing.T) {
 			close(errs)
 			for err := range errs {
 				t.Error(err)
+			}
+			// backend_override goes to the pipeline on its backend, and
+			// is refused on another; no node loads a whole copy for it.
+			for _, id := range []string{"a", "b", "c"} {
+				for _, tc := range []struct {
+					backend string
+					code    int
+					msg     string
+				}{
+					{"cpu", 200, ""},
+					{"mlx", 503, "is sharded into pipeline stages"},
+				} {
+					body := `{"model":"deep","messages":[{"role":"user","content":"override"}],"max_tokens":3,"temperature":0,"backend_override":"` + tc.backend + `"}`
+					code, servedBy, msg := 0, "", ""
+					for try := 0; try < 5; try++ {
+						resp, err := pipePost(nodes[id].URL(), "/v1/chat/completions", body)
+						if err != nil {
+							t.Fatal(err)
+						}
+						raw, _ := io.ReadAll(resp.Body)
+						resp.Body.Close()
+						var e errorBody
+						_ = json.Unmarshal(raw, &e)
+						code, servedBy, msg = resp.StatusCode, resp.Header.Get("X-Fusion-Node"), e.Error.Message
+						if code == tc.code || tc.code != 200 {
+							break
+						}
+						time.Sleep(500 * time.Millisecond) // re-placed under load: retry
+					}
+					if code != tc.code || !strings.Contains(msg, tc.msg) || code == 200 && servedBy != p.Stages[0].Node {
+						t.Errorf("backend_override %s via %s: %d %q served by %q, want %d with %q from the first stage %s",
+							tc.backend, id, code, msg, servedBy, tc.code, tc.msg, p.Stages[0].Node)
+					}
+				}
+			}
+			for id, n := range nodes {
+				for _, s := range n.Runner().List() {
+					if s.ID == deepModel && id != p.Stages[0].Node && (s.State == runner.StateReady || s.State == runner.StateIdle) {
+						t.Errorf("%s holds a whole copy of the sharded model (%v)", id, s.State)
+					}
+				}
 			}
 			// A client that goes away mid-stream frees its sequence's KV
 			// on every stage.
@@ -544,5 +665,127 @@ func TestPipelineStageKilled(t *testing.T) {
 	}
 	if got != want {
 		t.Errorf("after re-placing:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// TestPipelineAutoShard: three nodes whose memory budgets are each too
+// small for the deep model (weights and a context's KV) but hold it two
+// together: a request for it, with no placement setting, is told to retry
+// while the planner shards it across the fewest nodes (two, equal
+// budgets: three layers each); then every node serves it through the
+// pipeline, bit for bit as one node does, and no node loads a whole copy.
+// A model the three budgets cannot hold even together
+// is refused with a 503 naming its need and the total.
+func TestPipelineAutoShard(t *testing.T) {
+	models := t.TempDir()
+	o := demo.DefaultOptions()
+	o.Layers, o.Seed = 6, 18
+	if _, err := demo.Create(filepath.Join(models, deepModel), o); err != nil {
+		t.Fatal(err)
+	}
+	o.Hidden, o.Seed = 256, 19
+	if _, err := demo.Create(filepath.Join(models, "big"), o); err != nil {
+		t.Fatal(err)
+	}
+	ref := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Backend: "cpu"})
+	need, bigNeed := ref.Runner().ModelNeed(deepModel), ref.Runner().ModelNeed("big")
+	budget := need * 6 / 10 // one node: too small; two: enough
+	if bigNeed <= 3*budget {
+		t.Fatalf("the big model needs %d bytes, not more than three budgets of %d", bigNeed, budget)
+	}
+	want, _, err := greedyAnswers(ref.URL(), pipelinePrompts[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := map[string]*node.Node{}
+	opts := func(c node.ClusterConfig) nodetest.Options {
+		return nodetest.Options{APIKey: "k", ModelsDir: models, Backend: "cpu", MemoryBudget: budget, Cluster: c}
+	}
+	nodes["a"] = nodetest.Start(t, opts(loopback("a", 3, nil)))
+	seed := []string{nodes["a"].Cluster().GossipAddr()}
+	for _, id := range []string{"b", "c"} {
+		nodes[id] = nodetest.Start(t, opts(loopback(id, 3, seed)))
+	}
+	// Until a node has heard the inventories (budgets and needs), it
+	// cannot tell that the model fits no node: it would load it whole.
+	waitUntil(t, 15*time.Second, "every node hearing every inventory with the budgets", func() bool {
+		for _, n := range nodes {
+			if k, err := n.Cluster().Fit(deepModel); err != nil || k != 2 {
+				return false
+			}
+		}
+		return true
+	})
+	var first string
+	var retried int
+	waitUntil(t, 60*time.Second, "the deep model served through an automatic pipeline", func() bool {
+		resp, err := pipePost(nodes["b"].URL(), "/v1/chat/completions", `{"model":"deep","messages":[{"role":"user","content":"auto"}],"max_tokens":2}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == 200 {
+			return true
+		}
+		if resp.StatusCode != 503 {
+			t.Fatalf("while sharding: %d %s, want 503 then 200", resp.StatusCode, raw)
+		}
+		if first == "" {
+			first = string(raw)
+		}
+		retried++
+		time.Sleep(200 * time.Millisecond)
+		return false
+	})
+	t.Logf("before the pipeline was ready (%d refusals): %s", retried, first)
+	if retried == 0 || !strings.Contains(first, "being sharded across 2 nodes") {
+		t.Errorf("the first request got %q, want a 503 saying the model is being sharded across 2 nodes", first)
+	}
+	p := readyPipeline(t, nodes["a"], 2, 30*time.Second)
+	if p.Stages[0].Layers != [2]uint32{0, 3} || p.Stages[1].Layers != [2]uint32{3, 6} {
+		t.Errorf("stages %+v, want three layers each (equal budgets)", p.Stages)
+	}
+	checkStageWeights(t, nodes, models, p)
+	for _, id := range []string{"a", "b", "c"} {
+		got, _, err := greedyAnswers(nodes[id].URL(), pipelinePrompts[0])
+		for try := 0; err != nil && retryable(err) && try < 5; try++ {
+			time.Sleep(500 * time.Millisecond)
+			got, _, err = greedyAnswers(nodes[id].URL(), pipelinePrompts[0])
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("via %s:\n got %+v\nwant %+v", id, got, want)
+		}
+	}
+	// No node loaded a whole copy on the way.
+	for id, n := range nodes {
+		for _, s := range n.Runner().List() {
+			if s.ID == deepModel && id != p.Stages[0].Node && s.State != runner.StateUnloaded {
+				t.Errorf("%s holds a whole copy of the sharded model (%v)", id, s.State)
+			}
+		}
+	}
+
+	resp, err := pipePost(nodes["c"].URL(), "/v1/chat/completions", `{"model":"big","messages":[{"role":"user","content":"too big"}],"max_tokens":2}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	msg := string(raw)
+	t.Logf("a model too big for the cluster: %d %s", resp.StatusCode, msg)
+	if resp.StatusCode != 503 || !strings.Contains(msg, "insufficient memory") || !strings.Contains(msg, strconv.FormatInt(bigNeed, 10)) ||
+		!strings.Contains(msg, strconv.FormatInt(3*budget, 10)) {
+		t.Errorf("a model too big for the cluster: %d %s, want a 503 for insufficient memory naming %d bytes needed and %d in all", resp.StatusCode, msg, bigNeed, 3*budget)
+	}
+	for id, n := range nodes {
+		for _, s := range n.Runner().List() {
+			if s.ID == "big" && s.State != runner.StateUnloaded {
+				t.Errorf("%s: big is %v", id, s.State)
+			}
+		}
 	}
 }

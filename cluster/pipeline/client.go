@@ -54,11 +54,11 @@ func NewClient(model string, generation uint64, addr string, dial Dial) *Client 
 var _ runner.Downstream = (*Client)(nil)
 
 // Step implements runner.Downstream.
-func (c *Client) Step(ctx context.Context, seqs []runner.StageSeq, h *model.Hidden) ([][]float32, error) {
+func (c *Client) Step(ctx context.Context, seqs []runner.StageSeq, h *model.Hidden) ([]runner.StageResult, error) {
 	req := &pb.StepRequest{Model: c.model, Generation: c.generation, Seqs: make([]*pb.Seq, len(seqs)),
 		Rows: uint32(h.Rows), Cols: uint32(h.Cols), Dtype: DTypeF32, Hidden: encodeF32(h.Data)}
 	for i, s := range seqs {
-		req.Seqs[i] = &pb.Seq{Id: s.ID, Len: uint32(s.Len), MaxLen: uint32(s.MaxLen)}
+		req.Seqs[i] = encodeSeq(s)
 	}
 	ch, err := c.send(req, seqs)
 	if err != nil {
@@ -69,7 +69,7 @@ func (c *Client) Step(ctx context.Context, seqs []runner.StageSeq, h *model.Hidd
 		if r.err != nil {
 			return nil, r.err
 		}
-		return splitLogits(r.reply, len(seqs))
+		return results(r.reply, seqs)
 	case <-ctx.Done():
 		// The later stages may still take this step: the sequences are
 		// out of step with them now, so they are dropped there.
@@ -239,19 +239,40 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// splitLogits cuts a reply's logits into one row per sequence.
-func splitLogits(r *pb.StepReply, n int) ([][]float32, error) {
+// results reads a reply: the drawn token of each sequence that asked for
+// a draw, the logits of each that has no sampler on the last stage (rows
+// in the step's order), nothing for the others.
+func results(r *pb.StepReply, seqs []runner.StageSeq) ([]runner.StageResult, error) {
 	v, err := decodeF32(r.Logits)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", runner.ErrPipelineStage, err)
 	}
 	vocab := int(r.Vocab)
-	if vocab <= 0 || len(v) != n*vocab {
-		return nil, fmt.Errorf("%w: %d logits for %d sequences of vocabulary %d", runner.ErrPipelineStage, len(v), n, vocab)
+	out := make([]runner.StageResult, len(seqs))
+	rows, drawn := 0, 0
+	for i, s := range seqs {
+		switch {
+		case s.Draw != nil:
+			if drawn >= len(r.Drawn) || r.Drawn[drawn].Id != s.ID {
+				return nil, fmt.Errorf("%w: no token came back for sequence %d", runner.ErrPipelineStage, s.ID)
+			}
+			d, err := decodeDrawn(r.Drawn[drawn])
+			if err != nil {
+				return nil, fmt.Errorf("%w: %v", runner.ErrPipelineStage, err)
+			}
+			out[i].Drawn = d
+			drawn++
+		case !sampledHere(s):
+			if vocab <= 0 || len(v) < (rows+1)*vocab {
+				return nil, fmt.Errorf("%w: %d logits short of sequence %d's row (vocabulary %d)", runner.ErrPipelineStage, len(v), s.ID, vocab)
+			}
+			out[i].Logits = v[rows*vocab : (rows+1)*vocab : (rows+1)*vocab]
+			rows++
+		}
 	}
-	out := make([][]float32, n)
-	for i := range out {
-		out[i] = v[i*vocab : (i+1)*vocab : (i+1)*vocab]
+	if drawn != len(r.Drawn) || len(v) != rows*vocab {
+		return nil, fmt.Errorf("%w: %d tokens and %d logits came back for %d draws and %d rows of %d", runner.ErrPipelineStage,
+			len(r.Drawn), len(v), drawn, rows, vocab)
 	}
 	return out, nil
 }

@@ -4,8 +4,9 @@
 //
 // One bidirectional stream per pipeline runs from stage i to stage i+1.
 // A step goes down the chain as the hidden state after each stage's
-// layers and comes back up as the last stage's logits; releases (free)
-// follow the same path. A stage keeps the KV caches of the sequences it
+// layers, with what the sampler needs (sampling.go), and comes back up as
+// the tokens the last stage drew (or, for a sequence without a sampler
+// there, its logits); releases (free) follow the same path. A stage keeps the KV caches of the sequences it
 // saw on a stream for as long as the stream lives, so a broken link frees
 // them everywhere below it. Every message carries the placement's
 // generation: a stage that holds another generation refuses the stream

@@ -19,6 +19,19 @@ import (
 	"fusion/engine/runner"
 )
 
+// demoModel creates a four-layer demo model of seed and returns its
+// directory.
+func demoModel(t *testing.T, seed uint64) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "m")
+	o := demo.DefaultOptions()
+	o.Layers, o.Seed = 4, seed
+	if _, err := demo.Create(dir, o); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // load loads layers of the demo model at dir on a CPU backend.
 func load(t *testing.T, dir string, layers model.Range) *model.Model {
 	t.Helper()
@@ -39,14 +52,35 @@ func serve(t *testing.T, lookup Lookup) (*Server, string, Dial) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer()
-	srv := Register(gs, lookup, nil, nil)
-	go gs.Serve(lis)
-	t.Cleanup(gs.Stop)
 	dial := func(addr string) (grpc.ClientConnInterface, error) {
 		return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	}
+	gs := grpc.NewServer()
+	srv := Register(gs, lookup, dial, nil)
+	go gs.Serve(lis)
+	t.Cleanup(gs.Stop)
 	return srv, lis.Addr().String(), dial
+}
+
+// stepBoth runs a step on the whole model (win) and through the pipeline
+// (fin on first, then c): the whole model's output and the pipeline's
+// answers.
+func stepBoth(t *testing.T, whole, first *model.Model, c *Client, win, fin []model.Input, seqs []runner.StageSeq) (*model.Output, []runner.StageResult) {
+	t.Helper()
+	ctx := context.Background()
+	want, err := whole.Forward(ctx, win, model.Range{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := first.Forward(ctx, fin, model.Range{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Step(ctx, seqs, h.Hidden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return want, got
 }
 
 // TestClientServer: two sequences prefilled and decoded through a first
@@ -56,12 +90,7 @@ func serve(t *testing.T, lookup Lookup) (*Server, string, Dial) {
 // client of another generation, or for a model the server has no stage
 // of, is refused with ErrPipelineStage.
 func TestClientServer(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "m")
-	o := demo.DefaultOptions()
-	o.Layers, o.Seed = 4, 3
-	if _, err := demo.Create(dir, o); err != nil {
-		t.Fatal(err)
-	}
+	dir := demoModel(t, 3)
 	whole := load(t, dir, model.Range{})
 	first := load(t, dir, model.Range{Start: 0, End: 1})
 	rest := load(t, dir, model.Range{Start: 1, End: 4})
@@ -102,22 +131,11 @@ func TestClientServer(t *testing.T) {
 			}
 			seqs = append(seqs, s)
 		}
-		want, err := whole.Forward(ctx, win, model.Range{}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h, err := first.Forward(ctx, fin, model.Range{}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := c.Step(ctx, seqs, h.Hidden)
-		if err != nil {
-			t.Fatal(err)
-		}
+		want, got := stepBoth(t, whole, first, c, win, fin, seqs)
 		for i := range want.Logits {
 			for j := range want.Logits[i] {
-				if math.Float32bits(got[i][j]) != math.Float32bits(want.Logits[i][j]) {
-					t.Fatalf("sequence %d logit %d: %v over the pipeline, %v whole", i, j, got[i][j], want.Logits[i][j])
+				if math.Float32bits(got[i].Logits[j]) != math.Float32bits(want.Logits[i][j]) {
+					t.Fatalf("sequence %d logit %d: %v over the pipeline, %v whole", i, j, got[i].Logits[j], want.Logits[i][j])
 				}
 			}
 		}

@@ -21,7 +21,7 @@ type Stage struct {
 	Generation uint64
 	Model      *model.Model // only the stage's layers
 	// Next is the gRPC address of the next stage; "" on the last stage,
-	// which answers with logits.
+	// which samples (or answers with logits).
 	Next string
 	// Live reports whether the stage is still the one placed here (nil:
 	// always); a stream on a stage that is not refuses its next message.
@@ -61,8 +61,8 @@ func Register(s *grpc.Server, lookup Lookup, dial Dial, log *slog.Logger) *Serve
 }
 
 // Run serves one pipeline's stream: each step through this stage's layers
-// and on to the next stage (or to logits on the last), each release
-// passed down. The KV of the stream's sequences is freed when it ends.
+// and on to the next stage (or, on the last, to the draws it asks for),
+// each release passed down. The KV of the stream's sequences is freed when it ends.
 func (s *Server) Run(stream pb.Pipeline_RunServer) error {
 	var (
 		st   Stage
@@ -70,6 +70,7 @@ func (s *Server) Run(stream pb.Pipeline_RunServer) error {
 		name string
 		next *Client
 		seqs = map[uint64]*model.Sequence{}
+		smp  runner.StageSamplers // the last stage's
 	)
 	defer func() {
 		for _, q := range seqs {
@@ -115,13 +116,14 @@ func (s *Server) Run(stream pb.Pipeline_RunServer) error {
 				s.live.Add(-1)
 			}
 		}
+		smp.Free(req.Free...)
 		if next != nil && len(req.Free) > 0 {
 			next.Free(req.Free)
 		}
 		if len(req.Seqs) == 0 {
 			continue
 		}
-		reply, err := s.step(stream, st, next, seqs, req)
+		reply, err := s.step(stream, st, next, seqs, &smp, req)
 		if err != nil {
 			return err
 		}
@@ -129,7 +131,7 @@ func (s *Server) Run(stream pb.Pipeline_RunServer) error {
 		for i, part := range parts {
 			m := &pb.StepReply{Step: reply.Step, Logits: part, More: i < len(parts)-1}
 			if i == 0 {
-				m.Vocab = reply.Vocab
+				m.Vocab, m.Drawn = reply.Vocab, reply.Drawn
 			}
 			if err := stream.Send(m); err != nil {
 				return err
@@ -164,8 +166,9 @@ func recvWhole(stream pb.Pipeline_RunServer) (*pb.StepRequest, error) {
 	return req, nil
 }
 
-// step runs one step through this stage and the ones after it.
-func (s *Server) step(stream pb.Pipeline_RunServer, st Stage, next *Client, seqs map[uint64]*model.Sequence, req *pb.StepRequest) (*pb.StepReply, error) {
+// step runs one step through this stage and the ones after it (on the
+// last, the draws it asks for).
+func (s *Server) step(stream pb.Pipeline_RunServer, st Stage, next *Client, seqs map[uint64]*model.Sequence, smp *runner.StageSamplers, req *pb.StepRequest) (*pb.StepReply, error) {
 	ctx := stream.Context()
 	h, err := hidden(req.Rows, req.Cols, req.Dtype, req.Hidden)
 	if err != nil {
@@ -188,7 +191,9 @@ func (s *Server) step(stream pb.Pipeline_RunServer, st Stage, next *Client, seqs
 			s.live.Add(1)
 		}
 		in[i] = model.Input{Seq: q, Len: int(sq.Len)}
-		down[i] = runner.StageSeq{ID: sq.Id, Len: int(sq.Len), MaxLen: int(sq.MaxLen)}
+		if down[i], err = decodeSeq(sq); err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
 	}
 	out, err := st.Model.Forward(ctx, in, model.Range{}, h)
 	if err != nil {
@@ -198,22 +203,35 @@ func (s *Server) step(stream pb.Pipeline_RunServer, st Stage, next *Client, seqs
 		}
 		return nil, status.Error(code, err.Error())
 	}
-	logits := out.Logits
+	var res []runner.StageResult
 	if next != nil {
-		if logits, err = next.Step(ctx, down, out.Hidden); err != nil {
+		if res, err = next.Step(ctx, down, out.Hidden); err != nil {
 			return nil, status.Error(codes.Unavailable, err.Error())
 		}
+	} else if res, err = smp.Step(down, out.Logits); err != nil {
+		code := codes.Internal
+		if runner.IsBadStep(err) {
+			code = codes.InvalidArgument
+		}
+		return nil, status.Error(code, err.Error())
 	}
 	reply := &pb.StepReply{Step: req.Step}
-	if len(logits) > 0 {
-		reply.Vocab = uint32(len(logits[0]))
-	}
-	flat := make([]float32, 0, len(logits)*int(reply.Vocab))
-	for _, l := range logits {
-		if len(l) != int(reply.Vocab) {
-			return nil, status.Error(codes.Internal, fmt.Sprintf("pipeline: logits of %d and %d values", len(l), reply.Vocab))
+	var flat []float32
+	for i, r := range res {
+		if r.Drawn != nil {
+			reply.Drawn = append(reply.Drawn, encodeDrawn(down[i].ID, r.Drawn))
 		}
-		flat = append(flat, l...)
+		if r.Logits == nil {
+			continue
+		}
+		if reply.Vocab == 0 {
+			reply.Vocab = uint32(len(r.Logits))
+			flat = make([]float32, 0, len(res)*len(r.Logits))
+		}
+		if len(r.Logits) != int(reply.Vocab) {
+			return nil, status.Error(codes.Internal, fmt.Sprintf("pipeline: logits of %d and %d values", len(r.Logits), reply.Vocab))
+		}
+		flat = append(flat, r.Logits...)
 	}
 	reply.Logits = encodeF32(flat)
 	return reply, nil

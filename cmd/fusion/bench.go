@@ -95,6 +95,8 @@ func benchPipeline(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.IntVar(&o.Prompt, "prompt", o.Prompt, "prompt tokens per stream")
 	fs.IntVar(&o.Decode, "decode", o.Decode, "greedy tokens per stream")
 	fs.IntVar(&o.Threads, "threads", o.Threads, "compute goroutines per stage (0: all cores)")
+	fs.IntVar(&o.Repeat, "repeat", o.Repeat, "runs of every row, interleaved; each level reports its median run")
+	fs.BoolVar(&o.LogitsBack, "logits-back", o.LogitsBack, "also run each pipeline with the logits sent back to the first stage (the former protocol) for comparison")
 	if err := parseBenchFlags(fs, args); err != nil {
 		return err
 	}

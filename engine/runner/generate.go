@@ -48,6 +48,7 @@ type sequence interface {
 type stepInput struct {
 	seq    sequence
 	tokens []int
+	gen    *generation // whose step it is (a pipeline samples on its last stage with it)
 }
 
 // loader loads a model's weights.
@@ -273,6 +274,8 @@ type generation struct {
 	think *thinkBudget // nil without a reasoning budget
 	pfx   prefixRun    // the prefix cache's part (prefix.go)
 
+	drawn *StageDrawn // the token a pipeline's last stage drew this step
+
 	// phases hears the queue wait, prefill and decode (nil: nobody
 	// asked); runAt and firstAt are when the generation first ran and
 	// sampled its first token (scheduler goroutine only).
@@ -342,17 +345,46 @@ func (g *generation) deliver() {
 // advance samples the next token from the logits after the last pending
 // token and returns the event it makes; done is set on the final event.
 func (g *generation) advance(logits []float32) (ev engine.Event, done bool, err error) {
-	in := sample.Input{Logits: logits, Prompt: g.prompt, Output: g.output}
-	if g.cons != nil {
-		in.Mask = g.cons.mask(g.maxTokens - len(g.output))
-	}
-	if g.think != nil && g.think.spent() {
-		in.Mask = g.think.end
-	}
-	res, err := g.sampler.Sample(in)
+	res, err := g.sampler.Sample(sample.Input{Logits: logits, Prompt: g.prompt, Output: g.output, Mask: g.mask()})
 	if err != nil {
 		return ev, true, err
 	}
+	return g.take(res)
+}
+
+// mask is what the next token may be: the grammar's mask, or only
+// </think> once the reasoning budget is spent; nil for any token.
+func (g *generation) mask() sample.Mask {
+	var m sample.Mask
+	if g.cons != nil {
+		m = g.cons.mask(g.maxTokens - len(g.output))
+	}
+	if g.think != nil && g.think.spent() {
+		m = g.think.end
+	}
+	return m
+}
+
+// takeDrawn advances by a token a pipeline's last stage drew with this
+// generation's sampler state (stageDraw), which the sampler takes over.
+func (g *generation) takeDrawn(d *StageDrawn) (ev engine.Event, done bool, err error) {
+	if d.Err != nil {
+		return ev, true, d.Err
+	}
+	if d.RNG != nil {
+		if err := g.sampler.SetRNGState(d.RNG); err != nil {
+			return ev, true, fmt.Errorf("%w: %v", ErrPipelineStage, err)
+		}
+	}
+	if d.ID < 0 || d.ID >= g.lm.model.VocabSize() {
+		return ev, true, fmt.Errorf("%w: token %d drawn out of the vocabulary", ErrPipelineStage, d.ID)
+	}
+	return g.take(d.Result)
+}
+
+// take advances by a sampled token and returns the event it makes; done
+// is set on the final event.
+func (g *generation) take(res sample.Result) (ev engine.Event, done bool, err error) {
 	if g.cons != nil && !res.Stop {
 		if err := g.cons.accept(res.ID); err != nil {
 			return ev, true, err

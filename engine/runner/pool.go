@@ -295,10 +295,11 @@ func (r *Runner) acquire(ctx context.Context, name string) (*loadedModel, func()
 }
 
 // makeRoom evicts idle unpinned models, least recently used first, until
-// need more bytes fit the budget; it detaches them (the caller closes
-// them outside the lock). Called with r.mu held.
+// need more bytes fit the budget (target: the model they are for, nil for
+// a pipeline stage); it detaches them (the caller closes them outside the
+// lock). Called with r.mu held.
 func (r *Runner) makeRoom(target *entry, need int64) ([]*loadedModel, error) {
-	used := int64(0)
+	used := r.stageBytes // later pipeline stages held here
 	var idle []*entry
 	for _, e := range r.models {
 		used += e.bytes()
@@ -316,13 +317,17 @@ func (r *Runner) makeRoom(target *entry, need int64) ([]*loadedModel, error) {
 		freeable += idle[n].bytes()
 		n++
 	}
+	what := "a pipeline stage"
+	if target != nil {
+		what = target.info.ID
+	}
 	if used-freeable+need > r.cfg.MemoryBudget {
-		return nil, fmt.Errorf("%w: %s needs %d bytes; %d of the budget of %d bytes are held by models that are pinned or in use",
-			ErrOverBudget, target.info.ID, need, used-freeable, r.cfg.MemoryBudget)
+		return nil, fmt.Errorf("%w: %s needs %d bytes; %d of the budget of %d bytes are held by models that are pinned or in use (or pipeline stages)",
+			ErrOverBudget, what, need, used-freeable, r.cfg.MemoryBudget)
 	}
 	var out []*loadedModel
 	for _, v := range idle[:n] {
-		r.cfg.Logger.Info("model evicted", "model", v.info.ID, "bytes", v.bytes(), "for", target.info.ID)
+		r.cfg.Logger.Info("model evicted", "model", v.info.ID, "bytes", v.bytes(), "for", what)
 		out = append(out, v.loaded)
 		v.loaded = nil
 		r.evictions++

@@ -186,6 +186,8 @@ type Runner struct {
 	// pipelines: the models this node runs as a pipeline's first stage
 	// (SetPipeline), loaded with their layers only.
 	pipelines map[string]*Pipeline
+	// stageBytes: the budget later pipeline stages hold (LoadStage).
+	stageBytes int64
 
 	settingsMu sync.Mutex // guards cfg.Models (SetModelSettings writes it)
 

@@ -194,6 +194,8 @@ func (s *scheduler) step() bool {
 		return true
 	}
 	for i, g := range gens {
+		drawn := g.drawn
+		g.drawn = nil
 		before := g.kvLen
 		g.kvLen += len(inputs[i].tokens)
 		if before < len(g.prompt) && g.kvLen >= len(g.prompt) && len(g.output) == 0 {
@@ -203,7 +205,16 @@ func (s *scheduler) step() bool {
 		if g.pendingLen() > 0 || g.ctx.Err() != nil {
 			continue // a prompt chunk short of the end, or leaving next step
 		}
-		ev, done, err := g.advance(logits[i])
+		var (
+			ev   engine.Event
+			done bool
+			err  error
+		)
+		if drawn != nil {
+			ev, done, err = g.takeDrawn(drawn)
+		} else {
+			ev, done, err = g.advance(logits[i])
+		}
 		if g.phases != nil && g.firstAt.IsZero() {
 			g.firstAt = time.Now()
 		}
@@ -384,7 +395,7 @@ func (s *scheduler) plan() ([]stepInput, []*generation) {
 	)
 	for _, g := range s.running {
 		if g.pendingLen() == 1 {
-			inputs = append(inputs, stepInput{seq: g.seq, tokens: g.pending()})
+			inputs = append(inputs, stepInput{seq: g.seq, tokens: g.pending(), gen: g})
 			gens = append(gens, g)
 		} else if g.pendingLen() > 1 {
 			prefills = append(prefills, g)
@@ -403,7 +414,7 @@ func (s *scheduler) plan() ([]stepInput, []*generation) {
 		}
 		p := g.pending()
 		n := min(len(p), budget)
-		inputs = append(inputs, stepInput{seq: g.seq, tokens: p[:n]})
+		inputs = append(inputs, stepInput{seq: g.seq, tokens: p[:n], gen: g})
 		gens = append(gens, g)
 		budget -= n
 	}

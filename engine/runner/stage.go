@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 
 	"fusion/engine"
 	"fusion/engine/backend"
@@ -27,15 +28,22 @@ type StageSeq struct {
 	// MaxLen is the positions the sequence may hold; set on its first
 	// step only (the later stages make its KV cache then).
 	MaxLen int
+	// Sampler, on the first step only, has the last stage keep a sampler
+	// for the sequence (see stagesample.go); Tokens are then the ids of
+	// every step's rows, and Draw asks for this step's token.
+	Sampler *StageSampler
+	Tokens  []int
+	Draw    *StageDraw
 }
 
 // Downstream runs the layers after the first stage's.
 type Downstream interface {
 	// Step sends one step's hidden state (rows in seqs' order) down the
-	// pipeline and returns the logits of each sequence's last new token.
-	// An error fails the step's sequences: their KV on the later stages
-	// may be gone.
-	Step(ctx context.Context, seqs []StageSeq, hidden *model.Hidden) ([][]float32, error)
+	// pipeline and returns, for each sequence, the token the last stage
+	// drew (when the step asked for one) or the logits of its last new
+	// token. An error fails the step's sequences: their KV on the later
+	// stages may be gone.
+	Step(ctx context.Context, seqs []StageSeq, hidden *model.Hidden) ([]StageResult, error)
 	// Free drops sequences' KV on the later stages (best effort: a
 	// broken pipeline has dropped them already).
 	Free(ids []uint64)
@@ -48,6 +56,9 @@ type Pipeline struct {
 	Layers     model.Range // this node's layers; Start must be 0
 	Generation uint64      // the placement's generation
 	Down       Downstream
+	// LogitsBack has the last stage send logits back for the first stage
+	// to sample, instead of sampling there (the bench compares the two).
+	LogitsBack bool
 
 	numLayers int // the model's, for the pool's size estimate
 }
@@ -173,6 +184,14 @@ func (pm *pipelineModel) Forward(ctx context.Context, inputs []stepInput) ([][]f
 		seqs[i] = StageSeq{ID: s.id, Len: len(x.tokens)}
 		if before[i] == 0 {
 			seqs[i].MaxLen = s.local.seq.MaxLen()
+			if !pm.p.LogitsBack && x.gen != nil {
+				seqs[i].Sampler = x.gen.stageSampler()
+				s.sampled = true
+			}
+		}
+		if s.sampled {
+			seqs[i].Tokens = x.tokens
+			seqs[i].Draw = x.gen.stageDraw(len(x.tokens))
 		}
 	}
 	out, err := pm.m.Forward(ctx, in, pm.p.Layers, nil)
@@ -186,7 +205,10 @@ func (pm *pipelineModel) Forward(ctx context.Context, inputs []stepInput) ([][]f
 	if err != nil {
 		return nil, err
 	}
-	logits, err := pm.p.Down.Step(ctx, seqs, out.Hidden)
+	res, err := pm.p.Down.Step(ctx, seqs, out.Hidden)
+	if err == nil && len(res) != len(inputs) {
+		err = fmt.Errorf("%w: %d answers for %d sequences", ErrPipelineStage, len(res), len(inputs))
+	}
 	if err != nil {
 		for i, x := range inputs {
 			x.seq.(*pipeSequence).local.seq.Truncate(before[i])
@@ -196,8 +218,15 @@ func (pm *pipelineModel) Forward(ctx context.Context, inputs []stepInput) ([][]f
 		}
 		return nil, fmt.Errorf("%w: %v", ErrPipelineStage, err)
 	}
-	if len(logits) != len(inputs) {
-		return nil, fmt.Errorf("%w: %d logits for %d sequences", ErrPipelineStage, len(logits), len(inputs))
+	logits := make([][]float32, len(inputs))
+	for i, r := range res {
+		logits[i] = r.Logits
+		switch {
+		case r.Drawn != nil && seqs[i].Draw != nil:
+			inputs[i].gen.drawn = r.Drawn
+		case r.Logits == nil && (seqs[i].Draw != nil || !inputs[i].seq.(*pipeSequence).sampled):
+			return nil, fmt.Errorf("%w: sequence %d: neither a token nor logits came back", ErrPipelineStage, seqs[i].ID)
+		}
 	}
 	return logits, nil
 }
@@ -206,9 +235,10 @@ func (pm *pipelineModel) Forward(ctx context.Context, inputs []stepInput) ([][]f
 // the later stages know it by. It is not a kvSequence on purpose: the
 // prefix cache holds whole-model KV, and this node has only its layers'.
 type pipeSequence struct {
-	local *cpuSequence
-	pm    *pipelineModel
-	id    uint64
+	local   *cpuSequence
+	pm      *pipelineModel
+	id      uint64
+	sampled bool // the last stage keeps a sampler for it
 }
 
 func (s *pipeSequence) Bytes() int64 { return s.local.Bytes() }
@@ -223,31 +253,95 @@ func (s *pipeSequence) Release() {
 // are never read).
 type StageModel struct {
 	*model.Model
-	be backend.Backend
+	be   backend.Backend
+	r    *Runner
+	held int64 // what it counts against the memory budget
+	once sync.Once
 }
 
 // LoadStage loads the layers of name for a later pipeline stage, on the
-// backend the runner picks for the model. It does not enter the pool (it
-// is neither evicted nor counted against MemoryBudget).
+// backend the runner picks for the model. It is not a model of the pool
+// (never evicted), but its share of the weights counts against
+// MemoryBudget until Close: idle unpinned models are evicted to make room,
+// and a stage that does not fit even so is refused with ErrOverBudget.
 func (r *Runner) LoadStage(ctx context.Context, name string, layers model.Range) (*StageModel, error) {
 	e, err := r.entry(name)
 	if err != nil {
 		return nil, err
 	}
-	be, _, _, err := r.backends.newBackend(name, r.cfg.Threads)
+	need := estimateBytes(e.info.Path)
+	if n := r.NumLayers(name); n > 0 && layers.Len() > 0 && layers.Len() < n {
+		need = need * int64(layers.Len()) / int64(n)
+	}
+	r.mu.Lock()
+	victims, err := r.makeRoom(nil, need)
 	if err != nil {
+		r.mu.Unlock()
+		return nil, fmt.Errorf("%w (a pipeline stage of layers %v)", err, layers)
+	}
+	r.stageBytes += need
+	r.mu.Unlock()
+	for _, v := range victims {
+		if err := v.close(); err != nil {
+			r.cfg.Logger.Warn("closing an evicted model", "err", err)
+		}
+	}
+	sm := &StageModel{r: r, held: need}
+	sm.be, _, _, err = r.backends.newBackend(name, r.cfg.Threads)
+	if err == nil {
+		sm.Model, err = model.Load(ctx, e.info.Path, sm.be, model.Options{Layers: layers, Mmap: true})
+		if err != nil {
+			err = errors.Join(fmt.Errorf("%w: %s %v: %v", engine.ErrUnavailable, name, layers, err), sm.be.Close())
+		}
+	}
+	if err != nil {
+		sm.release()
 		return nil, err
 	}
-	m, err := model.Load(ctx, e.info.Path, be, model.Options{Layers: layers, Mmap: true})
-	if err != nil {
-		return nil, errors.Join(fmt.Errorf("%w: %s %v: %v", engine.ErrUnavailable, name, layers, err), be.Close())
-	}
-	r.cfg.Logger.Info("pipeline stage loaded", "model", name, "layers", layers.String(), "weight_bytes", m.WeightBytes())
-	return &StageModel{Model: m, be: be}, nil
+	r.cfg.Logger.Info("pipeline stage loaded", "model", name, "layers", layers.String(), "weight_bytes", sm.WeightBytes())
+	return sm, nil
 }
 
-// Close frees the stage's weights and backend.
-func (s *StageModel) Close() error { return errors.Join(s.Model.Close(), s.be.Close()) }
+// release gives the stage's share of the budget back.
+func (s *StageModel) release() {
+	s.once.Do(func() {
+		s.r.mu.Lock()
+		s.r.stageBytes -= s.held
+		s.r.mu.Unlock()
+	})
+}
+
+// Close frees the stage's weights and backend, and its share of the
+// memory budget.
+func (s *StageModel) Close() error {
+	defer s.release()
+	return errors.Join(s.Model.Close(), s.be.Close())
+}
+
+// ModelNeed is the memory the planner counts for a chat model: its weight
+// files plus the float32 KV cache of one sequence at the configured
+// context (the model's, or its settings' cap). 0 for a model it cannot
+// tell (as NumLayers).
+func (r *Runner) ModelNeed(name string) int64 {
+	e, err := r.entry(name)
+	if err != nil || e.info.Kind != engine.KindChat || e.info.Format != string(modelfile.KindSafetensors) {
+		return 0
+	}
+	c, err := modelfile.LoadConfig(e.info.Path)
+	if err != nil {
+		return 0
+	}
+	ctxLen := c.MaxPositionEmbeddings
+	if capped := r.modelSettings(name).ContextLength; capped > 0 && (ctxLen <= 0 || capped < ctxLen) {
+		ctxLen = capped
+	}
+	kv := int64(2*c.NumHiddenLayers*c.NumKeyValueHeads*c.HeadDim) * 4 * int64(max(ctxLen, 0))
+	return estimateBytes(e.info.Path) + kv
+}
+
+// MemoryBudget is the budget the weights of this node's models (and
+// pipeline stages) may hold.
+func (r *Runner) MemoryBudget() int64 { return r.cfg.MemoryBudget }
 
 // closePipelines ends every pipeline's downstream (the runner is closing).
 func (r *Runner) closePipelines() error {

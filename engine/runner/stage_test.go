@@ -8,19 +8,24 @@ import (
 	"sync"
 	"testing"
 
+	"fusion/engine"
 	"fusion/engine/demo"
 	"fusion/engine/model"
 )
 
 // localDown is a Downstream that runs the later layers in this process
-// on a StageModel: the runner's side of a pipeline without the network.
+// on a StageModel, sampling as a last stage does: the runner's side of a
+// pipeline without the network. It counts what it sent back.
 type localDown struct {
-	sm   *StageModel
-	mu   sync.Mutex
-	seqs map[uint64]*model.Sequence
+	sm       *StageModel
+	mu       sync.Mutex
+	seqs     map[uint64]*model.Sequence
+	samplers StageSamplers
+	drawn    int // tokens drawn here
+	rows     int // logits rows sent back
 }
 
-func (d *localDown) Step(ctx context.Context, seqs []StageSeq, h *model.Hidden) ([][]float32, error) {
+func (d *localDown) Step(ctx context.Context, seqs []StageSeq, h *model.Hidden) ([]StageResult, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	in := make([]model.Input, len(seqs))
@@ -42,12 +47,22 @@ func (d *localDown) Step(ctx context.Context, seqs []StageSeq, h *model.Hidden) 
 	if err != nil {
 		return nil, err
 	}
-	return out.Logits, nil
+	res, err := d.samplers.Step(seqs, out.Logits)
+	for _, r := range res {
+		if r.Drawn != nil {
+			d.drawn++
+		}
+		if r.Logits != nil {
+			d.rows++
+		}
+	}
+	return res, err
 }
 
 func (d *localDown) Free(ids []uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.samplers.Free(ids...)
 	for _, id := range ids {
 		if q := d.seqs[id]; q != nil {
 			q.Close()
@@ -93,7 +108,8 @@ func TestPipelineFirstStage(t *testing.T) {
 	if n := small.NumLayers("deep"); n != 4 {
 		t.Fatalf("NumLayers = %d, want 4", n)
 	}
-	sm, err := small.LoadStage(context.Background(), "deep", model.Range{Start: 2, End: 4})
+	// The later stage is another node's: here, the whole runner's.
+	sm, err := whole.LoadStage(context.Background(), "deep", model.Range{Start: 2, End: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,9 +121,31 @@ func TestPipelineFirstStage(t *testing.T) {
 	if got := small.Pipelines(); len(got) != 1 || got[0] != "deep" {
 		t.Fatalf("Pipelines = %v", got)
 	}
-	run := func(r *Runner, prompt string) string {
+	seed := func(v int64) *int64 { return &v }
+	schema := `{"type":"object","properties":{"name":{"type":"string","maxLength":8},"n":{"type":"integer"}},"required":["name","n"],"additionalProperties":false}`
+	cases := []struct {
+		name string
+		set  func(*engine.Request)
+	}{
+		{"greedy", func(*engine.Request) {}},
+		{"seeded temperature", func(r *engine.Request) {
+			r.Sampling.Temperature, r.Sampling.TopP, r.Sampling.TopK, r.Sampling.Seed = 3, 0.98, 200, seed(7)
+		}},
+		{"penalties and bias", func(r *engine.Request) {
+			r.Sampling.Temperature, r.Sampling.Seed = 1.1, seed(3)
+			r.Sampling.RepetitionPenalty, r.Sampling.PresencePenalty, r.Sampling.FrequencyPenalty = 1.3, 0.5, 0.7
+			r.Sampling.LogitBias = map[int]float64{5: 4, 6: -100}
+		}},
+		{"json schema", func(r *engine.Request) {
+			r.Sampling.Temperature, r.Sampling.Seed = 2, seed(11)
+			r.ResponseFormat = &engine.ResponseFormat{Schema: []byte(schema)}
+			r.MaxTokens = 40
+		}},
+	}
+	run := func(r *Runner, prompt string, set func(*engine.Request)) string {
 		req := chat("deep", prompt, 12)
 		req.Sampling.Logprobs, req.Sampling.TopLogprobs = true, 3
+		set(req)
 		ch, err := r.Generate(context.Background(), req)
 		if err != nil {
 			t.Fatal(err)
@@ -117,29 +155,107 @@ func TestPipelineFirstStage(t *testing.T) {
 			if ev.Err != nil {
 				t.Fatal(ev.Err)
 			}
-			s += fmt.Sprintf("%q %v %v|", ev.Text, ev.Tokens, ev.TopLogprobs)
+			s += fmt.Sprintf("%q %v %v %s|", ev.Text, ev.Tokens, ev.TopLogprobs, ev.FinishReason)
 		}
 		return s
 	}
 	prompts := []string{"split me", "in two", "bit for bit", "four at once"}
-	got := make([]string, len(prompts))
-	var wg sync.WaitGroup
-	for i, p := range prompts {
-		wg.Go(func() { got[i] = run(small, p) })
-	}
-	wg.Wait()
-	for i, p := range prompts {
-		if want := run(whole, p); got[i] != want {
-			t.Errorf("%q as a pipeline:\n%s\nwhole:\n%s", p, got[i], want)
+	for _, logitsBack := range []bool{false, true} {
+		if logitsBack {
+			// The same answers with the logits coming back instead.
+			if err := small.SetPipeline(context.Background(), "deep", &Pipeline{Layers: model.Range{Start: 0, End: 2}, Generation: 2, Down: down, LogitsBack: true}); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	if n := down.held(); n != 0 {
-		t.Errorf("%d sequences still held downstream", n)
+		for _, tc := range cases {
+			t.Run(fmt.Sprintf("%s/logits back %v", tc.name, logitsBack), func(t *testing.T) {
+				down.mu.Lock()
+				down.drawn, down.rows = 0, 0
+				down.mu.Unlock()
+				got := make([]string, len(prompts))
+				var wg sync.WaitGroup
+				for i, p := range prompts {
+					wg.Go(func() { got[i] = run(small, p, tc.set) })
+				}
+				wg.Wait()
+				for i, p := range prompts {
+					if want := run(whole, p, tc.set); got[i] != want {
+						t.Errorf("%q as a pipeline:\n%s\nwhole:\n%s", p, got[i], want)
+					}
+				}
+				down.mu.Lock()
+				drawn, rows := down.drawn, down.rows
+				down.mu.Unlock()
+				t.Logf("drawn on the last stage %d, logits rows sent back %d", drawn, rows)
+				if logitsBack && (drawn != 0 || rows == 0) || !logitsBack && (drawn == 0 || rows != 0) {
+					t.Errorf("%d tokens drawn downstream and %d logits rows back (logits back: %v)", drawn, rows, logitsBack)
+				}
+				if n := down.held(); n != 0 {
+					t.Errorf("%d sequences still held downstream", n)
+				}
+			})
+		}
 	}
 	if err := small.SetPipeline(context.Background(), "deep", nil); err != nil {
 		t.Fatal(err)
 	}
 	if len(small.Pipelines()) != 0 {
 		t.Fatal("the pipeline is still set")
+	}
+}
+
+// TestStageBudget: later pipeline stages count against the memory budget:
+// a stage that does not fit beside the ones held is refused with
+// ErrOverBudget, fits once they are closed, and an idle model is evicted
+// to make room for one.
+func TestStageBudget(t *testing.T) {
+	dir := t.TempDir()
+	o := demo.DefaultOptions()
+	o.Layers, o.Seed = 4, 12
+	if _, err := demo.Create(filepath.Join(dir, "deep"), o); err != nil {
+		t.Fatal(err)
+	}
+	o.Layers, o.Seed = 1, 13
+	if _, err := demo.Create(filepath.Join(dir, "small"), o); err != nil {
+		t.Fatal(err)
+	}
+	size := estimateBytes(filepath.Join(dir, "deep"))
+	r, err := New(Config{ModelsDir: dir, Threads: 1, Backend: BackendCPU, CacheHotBytes: -1, CacheSSDBytes: -1, MemoryBudget: size * 3 / 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ctx := context.Background()
+	if r.ModelNeed("deep") <= size {
+		t.Errorf("ModelNeed = %d, want the weights (%d) and a context's KV", r.ModelNeed("deep"), size)
+	}
+	half, err := r.LoadStage(ctx, "deep", model.Range{Start: 2, End: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.LoadStage(ctx, "deep", model.Range{Start: 1, End: 4}); !errors.Is(err, ErrOverBudget) {
+		t.Fatalf("a second stage of 3/4 of the model beside one of 1/2 under a budget of 3/4: %v, want ErrOverBudget", err)
+	}
+	if err := half.Close(); err != nil {
+		t.Fatal(err)
+	}
+	three, err := r.LoadStage(ctx, "deep", model.Range{Start: 1, End: 4})
+	if err != nil {
+		t.Fatalf("after the first stage closed: %v", err)
+	}
+	three.Close()
+	// An idle model gives its room to a stage that needs it.
+	if err := r.Load(ctx, "small"); err != nil {
+		t.Fatal(err)
+	}
+	more, err := r.LoadStage(ctx, "deep", model.Range{Start: 0, End: 3})
+	if err != nil {
+		t.Fatalf("a stage that fits once the idle model is evicted: %v", err)
+	}
+	defer more.Close()
+	for _, s := range r.List() {
+		if s.ID == "small" && (s.State == StateReady || s.State == StateIdle) {
+			t.Errorf("small is still loaded (%v) beside a stage that needed its room", s.State)
+		}
 	}
 }

@@ -64,6 +64,7 @@ type Sampler struct {
 	topLogprobs int
 	stop        []int
 	pen         penalties
+	src         *rand.PCG // rng's source, whose state RNGState exports
 	rng         *rand.Rand
 
 	work  []float32 // transformed logits
@@ -92,13 +93,31 @@ func New(p Params, vocabSize int) (*Sampler, error) {
 		pen:         newPenalties(p),
 	}
 	if p.Seed != nil {
-		s.rng = rand.New(rand.NewPCG(uint64(*p.Seed), seedStream))
+		s.src = rand.NewPCG(uint64(*p.Seed), seedStream)
 	} else {
 		var b [16]byte
 		_, _ = crand.Read(b[:]) // never fails: it crashes the program instead
-		s.rng = rand.New(rand.NewPCG(binary.LittleEndian.Uint64(b[:8]), binary.LittleEndian.Uint64(b[8:])))
+		s.src = rand.NewPCG(binary.LittleEndian.Uint64(b[:8]), binary.LittleEndian.Uint64(b[8:]))
 	}
+	s.rng = rand.New(s.src)
 	return s, nil
+}
+
+// RNGState is the state of the sampler's random generator: another
+// sampler of the same parameters given it by SetRNGState draws the same
+// numbers from then on (a pipeline's last stage samples for the first
+// stage's sampler that way, and hands the state back).
+func (s *Sampler) RNGState() []byte {
+	b, _ := s.src.MarshalBinary() // never fails
+	return b
+}
+
+// SetRNGState sets the random generator to a state RNGState returned.
+func (s *Sampler) SetRNGState(b []byte) error {
+	if err := s.src.UnmarshalBinary(b); err != nil {
+		return fmt.Errorf("sample: random generator state: %w", err)
+	}
+	return nil
 }
 
 // Sample picks the next token from in.Logits. The transforms run in this

@@ -213,3 +213,32 @@ func TestPositiveInfinityLogits(t *testing.T) {
 		}
 	}
 }
+
+// TestRNGState: a sampler handed another's generator state draws what
+// that one would have, step after step, so sampling can move between
+// processes without changing a seeded sequence; a bad state is an error.
+func TestRNGState(t *testing.T) {
+	p := params(func(p *Params) { p.Temperature, p.Seed = 0.9, seed(42) })
+	logits := randomLogits(500, 3, 5)
+	a, b := newSampler(t, p, 500), newSampler(t, p, 500)
+	other := params(func(p *Params) { p.Temperature, p.Seed = 0.9, seed(7) })
+	c := newSampler(t, other, 500)
+	for step := range 50 {
+		want := mustSample(t, a, Input{Logits: logits})
+		// c starts from another seed: only the state handed over makes it
+		// draw a's numbers.
+		if err := c.SetRNGState(b.RNGState()); err != nil {
+			t.Fatal(err)
+		}
+		got := mustSample(t, c, Input{Logits: logits})
+		if err := b.SetRNGState(c.RNGState()); err != nil {
+			t.Fatal(err)
+		}
+		if got.ID != want.ID {
+			t.Fatalf("step %d: %d with the handed state, want %d", step, got.ID, want.ID)
+		}
+	}
+	if err := c.SetRNGState([]byte("nonsense")); err == nil {
+		t.Error("a bad generator state was accepted")
+	}
+}

@@ -79,6 +79,13 @@ type PlacedTable interface {
 	PlacedOnly(model string) bool
 }
 
+// FitTable is a Table that knows models no node can take whole (a
+// cluster planning by memory budgets): Unfit's error refuses a miss on
+// one before anything loads.
+type FitTable interface {
+	Unfit(model string) error
+}
+
 // Connector gives the engine of a peer, by the address of its Engine
 // service (remote.Pool implements it).
 type Connector interface {
@@ -201,12 +208,18 @@ func (d *Dispatcher) Generate(ctx context.Context, req *engine.Request) (<-chan 
 	return d.runOn(ctx, req, cands)
 }
 
-// onBackend keeps the candidates that run req's model on req.Backend.
-// This node stays when its backend is not known here (its runner checks);
-// a peer whose backend is not known is dropped, since it would not check.
+// onBackend keeps the candidates that run req's model on req.Backend,
+// adding the nodes that would load it — except for a model placed only as
+// a pipeline, which runs on its first stage or not at all. This node
+// stays when its backend is not known here (its runner checks); a peer
+// whose backend is not known is dropped, since it would not check.
 func (d *Dispatcher) onBackend(req *engine.Request, cands []Peer) ([]Peer, error) {
 	bt, _ := d.cfg.Table.(BackendTable)
-	if bt != nil {
+	// A model placed only as a pipeline runs where its first stage is:
+	// another holder would load a whole copy.
+	placed, _ := d.cfg.Table.(PlacedTable)
+	pipelined := placed != nil && placed.PlacedOnly(req.Model)
+	if bt != nil && !pipelined {
 		// Ready nodes first (in their order), then those that would load it.
 		for _, p := range usable(bt.Holders(req.Model)) {
 			if !slices.ContainsFunc(cands, func(c Peer) bool { return c.ID == p.ID }) {
@@ -231,7 +244,11 @@ func (d *Dispatcher) onBackend(req *engine.Request, cands []Peer) ([]Peer, error
 		}
 		seen = append(seen, p.ID+": "+be)
 	}
-	if len(keep) == 0 {
+	switch {
+	case len(keep) == 0 && pipelined:
+		return nil, fmt.Errorf("%w: %q is sharded into pipeline stages and runs where its first stage is (%s), not on the %s backend (backend_override); a whole copy is not loaded elsewhere",
+			engine.ErrUnavailable, req.Model, strings.Join(seen, ", "), req.Backend)
+	case len(keep) == 0:
 		return nil, fmt.Errorf("%w: no node runs %q on the %s backend (backend_override); where it runs: %s",
 			engine.ErrUnavailable, req.Model, req.Backend, strings.Join(seen, ", "))
 	}
@@ -365,6 +382,12 @@ func retryable(err error) bool {
 func (d *Dispatcher) miss(ctx context.Context, req *engine.Request) (<-chan engine.Event, error) {
 	if d.cfg.OnMiss != nil {
 		go d.cfg.OnMiss(req.Model)
+	}
+	if f, ok := d.cfg.Table.(FitTable); ok {
+		if err := f.Unfit(req.Model); err != nil {
+			d.refused.Add(1)
+			return nil, err
+		}
 	}
 	placed, _ := d.cfg.Table.(PlacedTable)
 	if !d.cfg.StrictPlacement && (placed == nil || !placed.PlacedOnly(req.Model)) {
