@@ -173,9 +173,9 @@ func (b *tab) nav(title string) {
 }
 
 var navHref = map[string]string{"Dashboard": "/admin/", "Models": "/admin/models", "Chat": "/admin/chat", "Keys": "/admin/keys",
-	"Settings": "/admin/settings", "Logs": "/admin/logs", "Hub": "/admin/hub", "oQ": "/admin/oq", "Bench": "/admin/bench", "Profiles": "/admin/profiles"}
+	"Settings": "/admin/settings", "Logs": "/admin/logs", "Hub": "/admin/hub", "Jobs": "/admin/jobs", "oQ": "/admin/oq", "Bench": "/admin/bench", "Profiles": "/admin/profiles"}
 var navH1 = map[string]string{"Dashboard": "Dashboard", "Models": "Models", "Chat": "Chat", "Keys": "Sub-API keys",
-	"Settings": "Settings", "Logs": "Logs", "Hub": "Hugging Face", "oQ": "Quantization", "Bench": "Benchmarks", "Profiles": "Profiles"}
+	"Settings": "Settings", "Logs": "Logs", "Hub": "Hugging Face", "Jobs": "Jobs", "oQ": "Quantization", "Bench": "Benchmarks", "Profiles": "Profiles"}
 
 // a11yJS lists the accessibility faults of the page: not exactly one h1,
 // a visible control without a name, a state shown by colour alone.
@@ -647,7 +647,7 @@ func TestPanelCluster(t *testing.T) {
 	// asks the Hub, which these nodes cannot reach (a closed port: 502);
 	// the others are not built yet (501).
 	pa.nav("Hub")
-	pa.waitText("hub 502", ".hub-answer", "Refused (502)")
+	pa.waitText("hub 502", ".hub-answer", "Refused (502): the Hub is unreachable from this node")
 	pa.shoot("hub")
 	for _, p := range []string{"oQ", "Bench"} {
 		pa.nav(p)

@@ -10,6 +10,7 @@ import * as keys from './keys.js';
 import * as settings from './settings.js';
 import * as logs from './logs.js';
 import * as hub from './hub.js';
+import * as jobs from './jobs.js';
 
 const pages = [
   ['', 'Dashboard', dashboard.render],
@@ -19,6 +20,7 @@ const pages = [
   ['settings', 'Settings', settings.render],
   ['logs', 'Logs', logs.render],
   ['hub', 'Hugging Face', hub.renderHub],
+  ['jobs', 'Jobs', jobs.render],
   ['oq', 'Quantization', hub.renderOQ],
   ['bench', 'Benchmarks', hub.renderBench],
   ['profiles', 'Profiles', hub.renderProfiles],

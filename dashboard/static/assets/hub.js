@@ -1,6 +1,7 @@
-// The model hub's pages (Hugging Face / ModelScope, quantization,
-// benchmarks, profiles): each calls its endpoint and shows the answer;
-// until the model hub exists that is the API's 501 message.
+// The model hub's pages: Hugging Face search with a download form per
+// result (the download runs as a job: see jobs.js); ModelScope,
+// quantization, benchmarks and profiles call their endpoints and show the
+// answer, today the API's 501 message.
 import { api } from './api.js';
 import { h, field } from './dom.js';
 
@@ -11,17 +12,120 @@ function answer(out, p) {
       e.status === 501 ? `Not available yet: ${e.message}` : `Refused (${e.status}): ${e.message}`)));
 }
 
+// hubWords says in words what went wrong talking to the Hub, from the
+// API's status and message (the node answers 502 for every failed call
+// to the Hub, the Hub's own status inside its message) or a failed job's
+// error.
+export function hubWords(status, message) {
+  const m = message || '';
+  if (status === 501) return 'not available yet';
+  if (/\b401\b|GatedRepo|unauthorized/i.test(m)) return 'needs a token: set --hf-token (or HF_TOKEN) on the node, with an account that accepted the repo\'s terms';
+  if (/\b403\b|forbidden/i.test(m)) return 'the token has no access to this repo: accept its terms on the Hub, or use another token';
+  if (/\b404\b|not found|RepoNotFound|EntryNotFound/i.test(m)) return 'no such repo, revision or file on the Hub';
+  if (/no space|disk space|free disk/i.test(m)) return 'not enough free disk on the node';
+  if (/already in the models directory/i.test(m)) return 'already downloaded: the model is in the node\'s models directory';
+  if (status === 429) return 'too many jobs at once on that node: wait for one to finish';
+  if (status === 502) return 'the Hub is unreachable from this node';
+  if (status === 503) return 'the node could not start it now: try again';
+  if (status === 400) return 'refused';
+  return '';
+}
+
+function refusal(e) {
+  const words = hubWords(e.status, e.message);
+  return `Refused (${e.status}): ${words ? words + ' — ' : ''}${e.message}`;
+}
+
+// nodeIDs is the cluster's members (a lone node: none, the node itself
+// runs the download).
+async function nodeIDs() {
+  try {
+    const doc = await api('GET', '/admin/api/cluster');
+    return (doc.members || []).map((m) => m.id).filter(Boolean).sort();
+  } catch {
+    return [];
+  }
+}
+
+function patterns(s) {
+  return s.split(/[\s,]+/).map((p) => p.trim()).filter(Boolean);
+}
+
+// downloadForm starts a download of one search result.
+function downloadForm(m, nodes) {
+  const revision = h('input', { name: 'revision', placeholder: 'main' });
+  const allow = h('input', { name: 'allow_patterns', placeholder: '*.json, *.safetensors' });
+  const name = h('input', { name: 'name', placeholder: m.id.split('/').pop() });
+  const node = h('select', { name: 'node' }, h('option', { value: '' }, 'this node'), nodes.map((n) => h('option', { value: n }, n)));
+  const out = h('p', { role: 'status', class: 'dl-msg' });
+  const form = h('form', { 'aria-label': `Download ${m.id}` },
+    h('div', { class: 'row' }, field('Revision', revision), field('Allow patterns (comma-separated)', allow),
+      field('Name in the models directory', name), field('Target node', node)),
+    h('button', { type: 'submit', 'aria-label': `Download ${m.id}` }, 'Download'), out);
+  form.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    const body = { repo: m.id };
+    if (revision.value.trim()) body.revision = revision.value.trim();
+    if (patterns(allow.value).length) body.allow_patterns = patterns(allow.value);
+    if (name.value.trim()) body.name = name.value.trim();
+    if (node.value) body.node = node.value;
+    out.className = 'dl-msg';
+    out.textContent = 'Starting…';
+    try {
+      const j = await api('POST', '/admin/api/hf/download', body);
+      out.className = 'dl-msg okmsg';
+      out.replaceChildren(`Job ${j.id} started on ${j.node}: `, h('a', { href: '/admin/jobs' }, 'follow it on the Jobs page'), '.');
+    } catch (e) {
+      out.className = 'dl-msg error';
+      out.textContent = refusal(e);
+    }
+  });
+  return h('details', { class: 'dl' }, h('summary', {}, `Download ${m.id}…`), form);
+}
+
+function updated(s) {
+  if (!s) return '–';
+  const d = new Date(s);
+  return Number.isNaN(d.getTime()) ? s : d.toISOString().slice(0, 10);
+}
+
+function results(list, nodes) {
+  if (!list.length) return h('p', { class: 'muted', role: 'status' }, 'No model matches.');
+  return h('div', { class: 'hub-results' }, h('p', { class: 'muted', role: 'status' }, `${list.length} models`),
+    list.map((m) => h('div', { class: 'card hub-model' },
+      h('div', { class: 'hub-id' }, m.id, m.gated && m.gated !== false ? h('span', { class: 'badge' }, 'gated') : null,
+        m.private ? h('span', { class: 'badge' }, 'private') : null),
+      h('div', { class: 'muted' }, `${m.downloads ?? 0} downloads · ${m.likes ?? 0} likes · updated ${updated(m.lastModified)}`),
+      h('div', {}, [m.pipeline_tag, m.library_name].filter(Boolean).map((t) => h('span', { class: 'badge' }, t))),
+      downloadForm(m, nodes))));
+}
+
 export function renderHub(main) {
   const q = h('input', { name: 'search', type: 'search' });
   const src = h('select', { name: 'source' }, h('option', { value: 'hf' }, 'Hugging Face'), h('option', { value: 'modelscope' }, 'ModelScope'));
   const out = h('div', { class: 'hub-answer' });
   const form = h('form', { 'aria-label': 'Search models' }, h('div', { class: 'row' }, field('Search', q), field('Source', src), h('button', { type: 'submit' }, 'Search')));
-  form.addEventListener('submit', (ev) => {
-    ev.preventDefault();
-    answer(out, api('GET', '/admin/api/hf/models?' + new URLSearchParams({ search: q.value, source: src.value })));
-  });
-  main.append(h('h1', {}, 'Hugging Face / ModelScope'), form, out);
-  answer(out, api('GET', '/admin/api/hf/models'));
+  let alive = true;
+  const nodes = nodeIDs();
+  const search = async () => {
+    out.replaceChildren(h('p', { role: 'status' }, 'Searching…'));
+    const params = { source: src.value };
+    if (q.value.trim()) params.search = q.value.trim();
+    try {
+      const doc = await api('GET', '/admin/api/hf/models?' + new URLSearchParams(params));
+      const ids = await nodes;
+      if (alive) out.replaceChildren(results(doc.data || [], ids));
+    } catch (e) {
+      if (!alive) return;
+      out.replaceChildren(h('p', { class: e.status === 501 ? 'muted' : 'error', role: 'status' },
+        e.status === 501 ? `Not available yet: ${e.message}` : refusal(e)));
+    }
+  };
+  form.addEventListener('submit', (ev) => { ev.preventDefault(); search(); });
+  main.append(h('h1', {}, 'Hugging Face / ModelScope'), form,
+    h('p', { class: 'muted' }, 'Downloads run as jobs: ', h('a', { href: '/admin/jobs' }, 'see the Jobs page'), '.'), out);
+  search();
+  return () => { alive = false; };
 }
 
 function startPage(main, title, path, labelText) {
