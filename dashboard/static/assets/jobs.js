@@ -75,9 +75,10 @@ function update(el, j) {
   el.state.className = 'job-state ' + stateClass(j.state);
   el.state.textContent = j.state;
   const p = j.progress || {};
-  if (p.total) el.bar.value = Math.min(100, p.percent || 0);
-  else el.bar.removeAttribute('value'); // unknown total: indeterminate
   if (j.state === 'done') el.bar.value = 100;
+  else if (p.total) el.bar.value = Math.min(100, p.percent || 0);
+  else if (live.includes(j.state)) el.bar.removeAttribute('value'); // unknown total: indeterminate
+  else el.bar.value = 0;
   el.figures.textContent = progressText(j);
   const words = j.error && j.state !== 'cancelled' ? hubWords(0, j.error) : '';
   el.error.textContent = j.error ? (words ? words + ' — ' : '') + j.error : '';
