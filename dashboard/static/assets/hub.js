@@ -27,7 +27,6 @@ export function hubWords(status, message) {
   if (status === 429) return 'too many jobs at once on that node: wait for one to finish';
   if (status === 502) return 'the Hub is unreachable from this node';
   if (status === 503) return 'the node could not start it now: try again';
-  if (status === 400) return 'refused';
   return '';
 }
 
@@ -93,7 +92,7 @@ function results(list, nodes) {
   if (!list.length) return h('p', { class: 'muted', role: 'status' }, 'No model matches.');
   return h('div', { class: 'hub-results' }, h('p', { class: 'muted', role: 'status' }, `${list.length} models`),
     list.map((m) => h('div', { class: 'card hub-model' },
-      h('div', { class: 'hub-id' }, m.id, m.gated && m.gated !== false ? h('span', { class: 'badge' }, 'gated') : null,
+      h('div', { class: 'hub-id' }, m.id, m.gated ? h('span', { class: 'badge' }, 'gated') : null,
         m.private ? h('span', { class: 'badge' }, 'private') : null),
       h('div', { class: 'muted' }, `${m.downloads ?? 0} downloads · ${m.likes ?? 0} likes · updated ${updated(m.lastModified)}`),
       h('div', {}, [m.pipeline_tag, m.library_name].filter(Boolean).map((t) => h('span', { class: 'badge' }, t))),
