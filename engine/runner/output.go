@@ -17,7 +17,8 @@ func newOutputParser(family string, req *engine.Request, renderedPrompt string) 
 	switch {
 	case req.Messages == nil:
 		family = parser.None
-	case req.ToolChoice.Mode == engine.ToolNone:
+	case req.ToolChoice.Mode == engine.ToolNone && family != parser.Harmony:
+		// (Harmony's channels are the format itself: its parser stays.)
 		// No tool calls: call-like text stays content; reasoning is still
 		// split off where the family has it.
 		if slices.Contains(parser.Markers(family), "<think>") {
