@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"fusion/engine/chattemplate"
 )
 
 // Tokenizer file names.
@@ -155,7 +157,7 @@ var copiedTokenizerFiles = []string{TokenizerFile, TokenizerConfigFile, "special
 
 // endTokens are the end-of-turn and end-of-text tokens a generation config
 // lists besides the tokenizer's eos_token, when the vocabulary has them.
-var endTokens = []string{"<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|eom_id|>", "<end_of_turn>", "<eos>"}
+var endTokens = []string{"<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|eom_id|>", "<end_of_turn>", "<eos>", "<|call|>"}
 
 // loadTokenizer reads a real tokenizer from dir (tokenizer.json and
 // tokenizer_config.json, plus special_tokens_map.json and
@@ -301,6 +303,12 @@ func (tk *Tokenizer) readConfig(dir string) error {
 	}
 	if tmpl == "" {
 		tmpl = string(tk.Files["chat_template.jinja"])
+	}
+	if _, harmony := ids["<|channel|>"]; tmpl == "" && harmony {
+		// gpt-oss's tokenizer package ships no template: its models get
+		// our harmony one, written as chat_template.jinja.
+		tmpl = chattemplate.Harmony
+		tk.Files["chat_template.jinja"] = []byte(tmpl)
 	}
 	tk.ChatTemplate = tmpl
 	return nil

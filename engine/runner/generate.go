@@ -146,6 +146,7 @@ func (r *Runner) prepare(ctx context.Context, lm *loadedModel, req *engine.Reque
 	} else if p, err = lm.text.Tokenize(req.PromptRequest()); err != nil {
 		return nil, err
 	}
+	openFinal := harmonyOpenFinal(lm, req, &p)
 	ctxLen := lm.contextLength()
 	if len(p.Tokens) == 0 {
 		return nil, &prompt.InvalidRequestError{Err: errors.New("the prompt is empty")}
@@ -159,6 +160,9 @@ func (r *Runner) prepare(ctx context.Context, lm *loadedModel, req *engine.Reque
 	out, err := newOutputParser(lm.parser, req, p.Prompt)
 	if err != nil {
 		return nil, err
+	}
+	if openFinal {
+		out.Add(harmonyFinalHeader) // the parser reads the answer as the final message
 	}
 	var cons *constraint
 	var gram *grammar.Grammar
