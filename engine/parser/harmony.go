@@ -16,9 +16,13 @@ const (
 
 // harmonyMarkers are all of them; harmonyEnds end a message body (a
 // header marker too: a model that skipped <|end|> starts its next message).
+// harmonyBodyStops are what a body looks for: its ends, and the markers
+// that have no place in a body (<|message|>, <|constrain|>), which are
+// dropped, so that no marker ever shows in content or reasoning.
 var (
-	harmonyMarkers = []string{hStart, hChannel, hMessage, hEnd, hCall, hReturn, hConstrain}
-	harmonyEnds    = []string{hEnd, hCall, hReturn, hStart, hChannel}
+	harmonyMarkers   = []string{hStart, hChannel, hMessage, hEnd, hCall, hReturn, hConstrain}
+	harmonyEnds      = []string{hEnd, hCall, hReturn, hStart, hChannel}
+	harmonyBodyStops = []string{hEnd, hCall, hReturn, hStart, hChannel, hMessage, hConstrain}
 )
 
 // maxHarmonyHeader bounds a message header (role, recipient, channel,
@@ -123,11 +127,11 @@ func (h *harmony) step(final bool) {
 			h.open()
 			continue
 		}
-		i, tag := findFirst(h.buf, harmonyEnds)
+		i, tag := findFirst(h.buf, harmonyBodyStops)
 		if i < 0 {
 			keep := 0
 			if !final {
-				keep = holdback(h.buf, harmonyEnds)
+				keep = holdback(h.buf, harmonyBodyStops)
 				keep += incompleteTail(h.buf[:len(h.buf)-keep])
 			}
 			h.part(h.buf[:len(h.buf)-keep])
@@ -135,6 +139,10 @@ func (h *harmony) step(final bool) {
 			return
 		}
 		h.part(h.buf[:i])
+		if tag == hMessage || tag == hConstrain {
+			h.buf = h.buf[i+len(tag):] // stray: dropped
+			continue
+		}
 		rest := h.buf[i+len(tag):]
 		if tag == hStart || tag == hChannel {
 			rest = h.buf[i:] // the next header begins here

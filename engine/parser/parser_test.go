@@ -211,6 +211,7 @@ func harmonyCases() []tcase {
 		{name: "no format", in: "Hello world", want: result{Content: "Hello world"}},
 		{name: "long text without a header", in: long + "<|end|>tail", noTag: true, want: result{Content: long + "tail"}},
 		{name: "unicode", in: "<|channel|>analysis<|message|>ça 日本<|end|><|channel|>final<|message|>café 😀 <| x |>", want: result{Reasoning: "ça 日本", Content: "café 😀 <| x |>"}},
+		{name: "stray markers in a body", in: "<|channel|>final<|message|>a<|message|>b<|constrain|>c", want: result{Content: "abc"}},
 		{name: "unfinished reasoning", in: "<|channel|>analysis<|message|>Still thinking", want: result{Reasoning: "Still thinking"}},
 		{name: "unfinished header dropped", in: "<|channel|>final<|message|>Hi<|end|><|start|>assistant<|channel|>fin", want: result{Content: "Hi"}},
 	}

@@ -8,6 +8,7 @@ import (
 	"fusion/engine/grammar"
 	"fusion/engine/parser"
 	"fusion/engine/prompt"
+	"fusion/engine/sample"
 )
 
 // gpt-oss's harmony format (parser.Harmony) writes its structure with
@@ -62,21 +63,51 @@ func harmonyCallGrammar(b *grammar.Builder, names []string, args []grammar.Expr)
 	return b.Sequence(b.Literal(harmonyLiteral("<|channel|>commentary to=functions.")), b.Choice(alts...))
 }
 
-// harmonyFinalHeader opens the final message.
-const harmonyFinalHeader = "<|channel|>final<|message|>"
+// Headers a prompt may end with, opening a message the model continues.
+const (
+	harmonyFinalHeader    = "<|channel|>final<|message|>"
+	harmonyAnalysisHeader = "<|channel|>analysis<|message|>"
+)
 
-// harmonyOpenFinal ends the prompt of a structured answer (response_format)
-// of a harmony model inside an opened final message, so that the
-// grammar's document is that message's body; it reports whether it did.
-// (A harmony prompt ends with "<|start|>assistant", where the model would
-// choose its channel.)
-func harmonyOpenFinal(lm *loadedModel, req *engine.Request, p *prompt.Result) bool {
-	if lm.parser != parser.Harmony || req.Messages == nil || req.ResponseFormat == nil || req.ToolChoice.Forced() ||
-		!strings.HasSuffix(p.Prompt, "<|start|>assistant") {
-		return false
+// harmonyOpen ends the prompt of a harmony model inside an opened message
+// where the request says what the answer starts with, and returns the
+// header it added ("" for none): a structured answer (response_format) is
+// the final message, so that the grammar's document is its body; a request
+// that asks the answer to start with reasoning (StartThinking: Anthropic's
+// thinking enabled) opens the analysis message. A harmony prompt otherwise
+// ends with "<|start|>assistant", where the model chooses its channel.
+func harmonyOpen(lm *loadedModel, req *engine.Request, p *prompt.Result) string {
+	if lm.parser != parser.Harmony || req.Messages == nil || req.ToolChoice.Forced() || !strings.HasSuffix(p.Prompt, "<|start|>assistant") {
+		return ""
 	}
-	p.Prompt += harmonyFinalHeader
-	p.Tokens = slices.Concat(p.Tokens, lm.text.Tokenizer().Encode(harmonyFinalHeader, false))
+	var header string
+	switch {
+	case req.ResponseFormat != nil:
+		header = harmonyFinalHeader
+	case req.StartThinking && (req.EnableThinking == nil || *req.EnableThinking):
+		header = harmonyAnalysisHeader
+	default:
+		return ""
+	}
+	p.Prompt += header
+	p.Tokens = slices.Concat(p.Tokens, lm.text.Tokenizer().Encode(header, false))
 	p.Count = len(p.Tokens)
-	return true
+	return header
+}
+
+// harmonyThinkBudget bounds the reasoning of a harmony answer whose prompt
+// opened the analysis message: once the budget is spent the next token is
+// <|end|>, which closes the message (the model then opens its answer). A
+// later analysis message of the same answer is not counted.
+func harmonyThinkBudget(lm *loadedModel, budget int, opened string) *thinkBudget {
+	if opened != harmonyAnalysisHeader {
+		return nil
+	}
+	end, ok := lm.text.Tokenizer().TokenID("<|end|>")
+	if !ok {
+		return nil
+	}
+	mask := sample.NewBitset(lm.model.VocabSize())
+	mask.Set(end)
+	return &thinkBudget{open: -1, close: end, budget: budget, inside: true, end: mask}
 }

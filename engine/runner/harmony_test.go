@@ -147,6 +147,39 @@ func TestHarmonyServed(t *testing.T) {
 		}
 	}
 
+	// Thinking asked for (Anthropic's thinking enabled): the answer starts
+	// in the analysis message, which a budget of 5 tokens closes.
+	end, _ := tok.TokenID("<|end|>")
+	for seed := range 4 {
+		req := chat(model, "Think first.", 24)
+		req.StartThinking, req.ReasoningBudget = true, 5
+		s := int64(seed)
+		req.Sampling.Seed, req.Sampling.Temperature = &s, 1
+		ch, err := r.Generate(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var reasoning string
+		var ids []int
+		for ev := range ch {
+			if ev.Err != nil {
+				t.Fatal(ev.Err)
+			}
+			reasoning += ev.Reasoning
+			for _, tl := range ev.Tokens {
+				ids = append(ids, tl.ID)
+			}
+		}
+		closed := slices.Index(ids, end)
+		if closed < 0 || closed > 5 {
+			t.Fatalf("seed %d: <|end|> at %d of %v, want within the budget of 5", seed, closed, ids)
+		}
+		if want := tok.Decode(ids[:closed], false); reasoning != want || reasoning == "" {
+			t.Errorf("seed %d: reasoning %q, want the analysis body %q", seed, reasoning, want)
+		}
+		noHarmonyMarkers(t, "reasoning", reasoning)
+	}
+
 	schema := `{"type":"object","properties":{"answer":{"type":"string","maxLength":8},"n":{"type":"integer"}},"required":["answer","n"],"additionalProperties":false}`
 	v := compileValidator(t, schema)
 	for seed := range 6 {
