@@ -40,7 +40,8 @@
 //     recipient but assistant, undeclared) a call whose body is the JSON
 //     arguments, ended by <|call|>, <|end|> or the end of the output.
 //     Bodies are exact (no trimming); two of the same kind are joined by
-//     a blank line. Text that is not harmony (no <|message|> within 256
+//     a blank line; a stray <|message|> or <|constrain|> in a body is
+//     dropped. Text that is not harmony (no <|message|> within 256
 //     bytes, or a short output without markers) is content. Calls come
 //     whole, also with StreamArguments.
 //   - think: <think>…</think> reasoning only.
