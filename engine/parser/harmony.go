@@ -238,3 +238,27 @@ func (h *harmony) endCall(tag string) {
 		ToolCallDelta{Index: c.Index, ID: c.ID, Name: c.Name},
 		ToolCallDelta{Index: c.Index, ArgumentsFragment: c.Arguments})
 }
+
+// HarmonyOpenHeader returns the header of the message a rendered harmony
+// prompt leaves open — "<|start|>assistant<|channel|>final<|message|>" when
+// it ends inside a final message's body (a template that opens the answer,
+// a structured answer, a prefill) — or "" when it ends between messages.
+// Fed to a fresh harmony parser it makes the output that message's body;
+// the body text already in the prompt is not part of it.
+func HarmonyOpenHeader(prompt string) string {
+	i := strings.LastIndex(prompt, hStart)
+	if i < 0 {
+		return ""
+	}
+	j := strings.Index(prompt[i:], hMessage)
+	if j < 0 {
+		return ""
+	}
+	rest := prompt[i+j+len(hMessage):]
+	for _, end := range []string{hEnd, hCall, hReturn} {
+		if strings.Contains(rest, end) {
+			return ""
+		}
+	}
+	return prompt[i : i+j+len(hMessage)]
+}

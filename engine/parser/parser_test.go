@@ -587,3 +587,28 @@ func FuzzChunking(f *testing.F) {
 		}
 	})
 }
+
+func TestHarmonyOpenHeader(t *testing.T) {
+	for prompt, want := range map[string]string{
+		"<|start|>user<|message|>hi<|end|><|start|>assistant":                                "",
+		"<|start|>user<|message|>hi<|end|><|start|>assistant<|channel|>final<|message|>":     "<|start|>assistant<|channel|>final<|message|>",
+		"<|start|>user<|message|>hi<|end|><|start|>assistant<|channel|>final<|message|>Once": "<|start|>assistant<|channel|>final<|message|>",
+		"<|start|>assistant<|channel|>analysis<|message|>x<|end|>":                           "",
+		"<|start|>assistant to=functions.f<|channel|>commentary json<|message|>{}<|call|>":   "",
+		"no harmony here": "",
+	} {
+		if got := HarmonyOpenHeader(prompt); got != want {
+			t.Errorf("HarmonyOpenHeader(%q) = %q, want %q", prompt, got, want)
+		}
+	}
+	// Fed first, the header makes the output that message's body.
+	p, _ := New(Harmony, Options{})
+	if o := p.Add("<|start|>assistant<|channel|>analysis<|message|>"); !o.Empty() {
+		t.Fatalf("the header alone gave %+v", o)
+	}
+	o := p.Add("Thinking.<|end|><|start|>assistant<|channel|>final<|message|>Done")
+	f, _ := p.Finish()
+	if o.Reasoning != "Thinking." || o.Content+f.Content != "Done" {
+		t.Errorf("got %+v then %+v", o, f)
+	}
+}

@@ -161,9 +161,6 @@ func (r *Runner) prepare(ctx context.Context, lm *loadedModel, req *engine.Reque
 	if err != nil {
 		return nil, err
 	}
-	if opened != "" {
-		out.Add(opened) // the parser reads the answer as that message's body
-	}
 	var cons *constraint
 	var gram *grammar.Grammar
 	switch {

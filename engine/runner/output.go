@@ -42,7 +42,12 @@ func newOutputParser(family string, req *engine.Request, renderedPrompt string) 
 			}
 		}
 	}
-	return parser.New(family, opts)
+	p, err := parser.New(family, opts)
+	if err == nil && family == parser.Harmony {
+		// A prompt that ends inside a message: the output is its body.
+		p.Add(parser.HarmonyOpenHeader(renderedPrompt))
+	}
+	return p, err
 }
 
 // toolNames lists the function names of OpenAI-style tool definitions
