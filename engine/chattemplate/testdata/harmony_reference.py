@@ -22,55 +22,22 @@ rendering three ways:
   - "jinja": Python jinja2 rendering the template, set up as transformers
     does (render_reference.build_environment).
 
-openai-harmony reads its o200k_base vocabulary from TIKTOKEN_ENCODINGS_BASE;
-it is rebuilt here from the tokenizer.json's byte-level vocabulary (base64
-of each token's bytes and its rank, one a line) and must hash to the
-published o200k_base.tiktoken, so no download is needed.
+openai-harmony's o200k_base vocabulary is rebuilt from the tokenizer.json
+(engine/tokenizer/testdata/o200k_reference.py), so no download is needed.
 """
 
-import base64
 import datetime
-import hashlib
 import json
 import os
 import random
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tokenizer", "testdata"))
+from o200k_reference import harmony_encoding  # noqa: E402
 from render_reference import build_environment  # noqa: E402
-
-O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
-
-
-def byte_decoder():
-    """GPT-2's byte-level alphabet, reversed: character -> byte."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(bs, cs)}
-
-
-def write_tiktoken(tokenizer_json, directory):
-    with open(tokenizer_json, encoding="utf-8") as f:
-        vocab = json.load(f)["model"]["vocab"]
-    dec = byte_decoder()
-    lines = []
-    for token, rank in sorted(vocab.items(), key=lambda kv: kv[1]):
-        raw = bytes(dec[ch] for ch in token)
-        lines.append(base64.b64encode(raw).decode() + " " + str(rank) + "\n")
-    data = "".join(lines).encode()
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != O200K_SHA256:
-        raise SystemExit(f"o200k_base rebuilt from {tokenizer_json} hashes to {digest}, want {O200K_SHA256}")
-    with open(os.path.join(directory, "o200k_base.tiktoken"), "wb") as f:
-        f.write(data)
-
 
 WORDS = ["the", "weather", "in", "Paris", "is", "sunny", "42", "café", "naïve", "日本語", "😀", "x=1;",
          "don't", "HELLO", "a\nb", "  spaced  ", "\"quoted\"", "<tag>", "{json}", "tab\there", "ünïcödé",
@@ -253,11 +220,7 @@ def main():
     request = json.load(sys.stdin)
     now = datetime.datetime.fromisoformat(request["now"])
     with tempfile.TemporaryDirectory() as vocab_dir:
-        write_tiktoken(request["tokenizer_json"], vocab_dir)
-        os.environ["TIKTOKEN_ENCODINGS_BASE"] = vocab_dir
-        import openai_harmony as h
-
-        enc = h.load_harmony_encoding(h.HarmonyEncodingName.HARMONY_GPT_OSS)
+        h, enc = harmony_encoding(request["tokenizer_json"], vocab_dir)
         env = build_environment(now)
         template = env.from_string(request["template"])
         gen = Gen(request["seed"])
