@@ -47,7 +47,7 @@ type Tokenizer struct {
 	Pad          int   // -1 when the tokenizer has none
 	EOSIDs       []int // every end-of-generation id, EOS first
 	ChatTemplate string
-	Pre          string            // pre-tokenizer family: "qwen2", "llama-bpe", or "" if unknown
+	Pre          string            // pre-tokenizer family: "qwen2", "llama-bpe", "gpt-4o" (o200k), or "" if unknown
 	Files        map[string][]byte // file name -> contents, written into the model directory
 }
 
@@ -219,6 +219,8 @@ func loadTokenizer(dir string) (*Tokenizer, error) {
 		return nil, fmt.Errorf("demo: %s: %w", path, err)
 	}
 	switch pre := string(tj.PreTokenizer); {
+	case strings.Contains(pre, `\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}`):
+		tk.Pre = "gpt-4o" // o200k (gpt-oss): llama.cpp's name; no GGUF preset here
 	case strings.Contains(pre, `\\p{N}{1,3}`):
 		tk.Pre = "llama-bpe"
 	case strings.Contains(pre, `\\p{N}|`):
