@@ -1,9 +1,7 @@
 package chattemplate
 
 import (
-	"bytes"
 	"encoding/json"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -81,19 +79,10 @@ func TestHarmonyTemplate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(python, filepath.Join("testdata", "harmony_reference.py"))
-	cmd.Stdin = bytes.NewReader(req)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("harmony reference: %v\n%s", err, stderr.String())
-	}
 	var resp struct {
 		Cases []harmonyCase `json:"cases"`
 	}
-	if err := json.Unmarshal(stdout.Bytes(), &resp); err != nil {
-		t.Fatal(err)
-	}
+	runScript(t, python, "harmony_reference.py", req, &resp)
 	if len(resp.Cases) != harmonyCases {
 		t.Fatalf("reference returned %d cases, want %d", len(resp.Cases), harmonyCases)
 	}

@@ -45,6 +45,34 @@ var harmonyTools = []*chattemplate.Object{
 	chattemplate.NewObject("type", "function", "function", chattemplate.NewObject("name", "get_time")),
 }
 
+// harmonyOutput is what one generation streamed.
+type harmonyOutput struct {
+	text, reasoning string
+	calls           []engine.ToolCall
+	ids             []int
+	final           engine.Event
+}
+
+// generateHarmony runs req and collects its events.
+func generateHarmony(t *testing.T, r *Runner, req *engine.Request) harmonyOutput {
+	t.Helper()
+	ch, err := r.Generate(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out harmonyOutput
+	for ev := range ch {
+		out.text += ev.Text
+		out.reasoning += ev.Reasoning
+		out.calls = append(out.calls, ev.ToolCalls...)
+		for _, tl := range ev.Tokens {
+			out.ids = append(out.ids, tl.ID)
+		}
+		out.final = ev
+	}
+	return out
+}
+
 // noHarmonyMarkers fails if s shows a harmony marker: the parser must have
 // taken them all.
 func noHarmonyMarkers(t *testing.T, what, s string) {
@@ -94,24 +122,8 @@ func TestHarmonyServed(t *testing.T) {
 			req.Tools, req.ToolChoice = harmonyTools, choice
 			s := int64(seed)
 			req.Sampling.Seed, req.Sampling.Temperature = &s, 1.2
-			ch, err := r.Generate(ctx, req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var reasoning string
-			var final engine.Event
-			var text string
-			var calls []engine.ToolCall
-			var ids []int
-			for ev := range ch {
-				text += ev.Text
-				reasoning += ev.Reasoning
-				calls = append(calls, ev.ToolCalls...)
-				for _, tl := range ev.Tokens {
-					ids = append(ids, tl.ID)
-				}
-				final = ev
-			}
+			out := generateHarmony(t, r, req)
+			text, reasoning, calls, ids, final := out.text, out.reasoning, out.calls, out.ids, out.final
 			// The header is written with the special tokens, as gpt-oss
 			// writes it, never spelled out with ordinary ones.
 			for _, m := range []string{"<|channel|>", "<|constrain|>", "<|message|>"} {
@@ -155,21 +167,11 @@ func TestHarmonyServed(t *testing.T) {
 		req.StartThinking, req.ReasoningBudget = true, 5
 		s := int64(seed)
 		req.Sampling.Seed, req.Sampling.Temperature = &s, 1
-		ch, err := r.Generate(ctx, req)
-		if err != nil {
-			t.Fatal(err)
+		out := generateHarmony(t, r, req)
+		if out.final.Err != nil {
+			t.Fatal(out.final.Err)
 		}
-		var reasoning string
-		var ids []int
-		for ev := range ch {
-			if ev.Err != nil {
-				t.Fatal(ev.Err)
-			}
-			reasoning += ev.Reasoning
-			for _, tl := range ev.Tokens {
-				ids = append(ids, tl.ID)
-			}
-		}
+		reasoning, ids := out.reasoning, out.ids
 		closed := slices.Index(ids, end)
 		if closed < 0 || closed > 5 {
 			t.Fatalf("seed %d: <|end|> at %d of %v, want within the budget of 5", seed, closed, ids)
