@@ -126,24 +126,31 @@ func runReference(t *testing.T, templates map[string]string, cases []parityCase)
 		t.Fatalf("encode reference request: %v", err)
 	}
 
-	cmd := exec.Command(python, filepath.Join("testdata", "render_reference.py"))
-	cmd.Stdin = bytes.NewReader(body)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("reference renderer: %v\n%s", err, stderr.String())
-	}
 	var response struct {
 		Results []pyResult `json:"results"`
 	}
-	if err := json.Unmarshal(stdout.Bytes(), &response); err != nil {
-		t.Fatalf("decode reference response: %v", err)
-	}
+	runScript(t, python, "render_reference.py", body, &response)
 	results := make(map[string]pyResult, len(response.Results))
 	for _, r := range response.Results {
 		results[r.ID] = r
 	}
 	return results
+}
+
+// runScript runs testdata/script with body on stdin and decodes its JSON
+// answer into out.
+func runScript(t *testing.T, python, script string, body []byte, out any) {
+	t.Helper()
+	cmd := exec.Command(python, filepath.Join("testdata", script))
+	cmd.Stdin = bytes.NewReader(body)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s: %v\n%s", script, err, stderr.String())
+	}
+	if err := json.Unmarshal(stdout.Bytes(), out); err != nil {
+		t.Fatalf("decode the answer of %s: %v", script, err)
+	}
 }
 
 // tally counts outcomes for one family.

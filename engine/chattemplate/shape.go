@@ -24,6 +24,11 @@ type Shape struct {
 	// assistant message's null or absent content becomes "" (templates
 	// concatenate it: Python fails on None, or prints "None").
 	NullCallContent bool
+	// ThinkingField: the template reads an assistant message's reasoning
+	// from "thinking" (gpt-oss's, which keeps the reasoning of the tool
+	// calls of a turn in progress) and not from "reasoning_content",
+	// which the engine's messages carry, so Conform copies it there.
+	ThinkingField bool
 }
 
 // Probe values: arguments the template must reproduce as JSON text
@@ -54,11 +59,28 @@ func (t *Template) probeShape() Shape {
 				want = probeStringJSON
 			}
 			if strings.Contains(out, want) {
-				return Shape{StringArguments: stringArgs, NullCallContent: nullContent}
+				sh := Shape{StringArguments: stringArgs, NullCallContent: nullContent}
+				sh.ThinkingField = t.readsThinking(stringArgs, nullContent)
+				return sh
 			}
 		}
 	}
 	return Shape{}
+}
+
+// probeReasoning is reasoning the thinking probe looks for.
+const probeReasoning = "fusion probe reasoning"
+
+// readsThinking reports whether the template shows the probe call's
+// reasoning given as "thinking" but not given as "reasoning_content".
+func (t *Template) readsThinking(stringArgs, nullContent bool) bool {
+	shows := func(key string) bool {
+		in := probeInput(stringArgs, nullContent)
+		in.Messages[1] = clone(in.Messages[1]).Set(key, probeReasoning)
+		out, err := t.Render(in)
+		return err == nil && strings.Contains(out, probeReasoning)
+	}
+	return shows("thinking") && !shows("reasoning_content")
 }
 
 // probeInput is a user question, an assistant message calling one tool
@@ -143,7 +165,8 @@ func (s Shape) message(m *Object) *Object {
 			newCalls[i], changedCalls = nc, true
 		}
 	}
-	if !newContent && !changedCalls {
+	thinking := s.thinking(m, content, len(calls) > 0)
+	if !newContent && !changedCalls && thinking == nil {
 		return m
 	}
 	out := clone(m)
@@ -153,7 +176,31 @@ func (s Shape) message(m *Object) *Object {
 	if changedCalls {
 		out.Set("tool_calls", newCalls)
 	}
+	if thinking != nil {
+		out.Set("thinking", thinking)
+	}
 	return out
+}
+
+// thinking is the "thinking" to give an assistant message under
+// ThinkingField (its reasoning_content), or nil. A message with calls and
+// text keeps only its text there: gpt-oss's template shows that text as
+// the calls' reasoning and refuses a message with both.
+func (s Shape) thinking(m *Object, content any, hasCalls bool) any {
+	if !s.ThinkingField {
+		return nil
+	}
+	if _, ok := m.Get("thinking"); ok {
+		return nil
+	}
+	r, _ := m.Get("reasoning_content")
+	if text, ok := r.(string); !ok || text == "" {
+		return nil
+	}
+	if c, _ := content.(string); hasCalls && c != "" {
+		return nil
+	}
+	return r
 }
 
 // call conforms one tool call's function arguments: a copy and true, or

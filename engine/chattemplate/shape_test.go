@@ -37,6 +37,21 @@ func TestConform(t *testing.T) {
 		{"other roles untouched", deepseek,
 			`{"role":"user","content":null}`,
 			`{"role":"user","content":null}`},
+		{"thinking field gets the reasoning", Shape{ThinkingField: true},
+			`{"role":"assistant","content":"","reasoning_content":"Need it.","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":{}}}]}`,
+			`{"role":"assistant","content":"","reasoning_content":"Need it.","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":{}}}],"thinking":"Need it."}`},
+		{"thinking field: an answer's reasoning too", Shape{ThinkingField: true},
+			`{"role":"assistant","content":"4","reasoning_content":"2+2"}`,
+			`{"role":"assistant","content":"4","reasoning_content":"2+2","thinking":"2+2"}`},
+		{"thinking field: text next to calls wins", Shape{ThinkingField: true},
+			`{"role":"assistant","content":"Let me look.","reasoning_content":"Need it.","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":{}}}]}`,
+			`{"role":"assistant","content":"Let me look.","reasoning_content":"Need it.","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":{}}}]}`},
+		{"thinking field: a given thinking stays", Shape{ThinkingField: true},
+			`{"role":"assistant","content":"4","reasoning_content":"a","thinking":"b"}`,
+			`{"role":"assistant","content":"4","reasoning_content":"a","thinking":"b"}`},
+		{"no thinking field, no copy", Shape{},
+			`{"role":"assistant","content":"4","reasoning_content":"2+2"}`,
+			`{"role":"assistant","content":"4","reasoning_content":"2+2"}`},
 		{"odd tool calls pass through", Shape{},
 			`{"role":"assistant","content":"","tool_calls":[[1,2],"x",{"function":[1]},{"function":{"arguments":[1]}}]}`,
 			`{"role":"assistant","content":"","tool_calls":[[1,2],"x",{"function":[1]},{"function":{"arguments":[1]}}]}`},
@@ -74,4 +89,28 @@ func mustMarshal(t *testing.T, s string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestProbeThinkingField: a template that shows a call's reasoning from
+// "thinking" only (as gpt-oss's does) gets ThinkingField; one that reads
+// reasoning_content, or both, does not; Harmony reads reasoning_content.
+func TestProbeThinkingField(t *testing.T) {
+	const calls = `{%- for m in messages %}{{ m.role }}:{% if m.tool_calls %}{{ m.tool_calls[0].function.arguments | tojson }}{% endif %}`
+	for _, tc := range []struct {
+		name, src string
+		want      bool
+	}{
+		{"thinking", calls + `{% if m.thinking is defined %}[{{ m.thinking }}]{% endif %}{% endfor %}`, true},
+		{"reasoning_content", calls + `{% if m.reasoning_content is defined %}[{{ m.reasoning_content }}]{% endif %}{% endfor %}`, false},
+		{"either", calls + `{{ m.thinking or m.reasoning_content or "" }}{% endfor %}`, false},
+		{"harmony", Harmony, false},
+	} {
+		tmpl, err := New(tc.src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tmpl.Shape().ThinkingField; got != tc.want {
+			t.Errorf("%s: ThinkingField = %v, want %v (shape %+v)", tc.name, got, tc.want, tmpl.Shape())
+		}
+	}
 }

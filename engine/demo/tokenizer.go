@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"fusion/engine/chattemplate"
 )
 
 // Tokenizer file names.
@@ -45,7 +47,7 @@ type Tokenizer struct {
 	Pad          int   // -1 when the tokenizer has none
 	EOSIDs       []int // every end-of-generation id, EOS first
 	ChatTemplate string
-	Pre          string            // pre-tokenizer family: "qwen2", "llama-bpe", or "" if unknown
+	Pre          string            // pre-tokenizer family: "qwen2", "llama-bpe", "gpt-4o" (o200k), or "" if unknown
 	Files        map[string][]byte // file name -> contents, written into the model directory
 }
 
@@ -155,7 +157,7 @@ var copiedTokenizerFiles = []string{TokenizerFile, TokenizerConfigFile, "special
 
 // endTokens are the end-of-turn and end-of-text tokens a generation config
 // lists besides the tokenizer's eos_token, when the vocabulary has them.
-var endTokens = []string{"<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|eom_id|>", "<end_of_turn>", "<eos>"}
+var endTokens = []string{"<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|eom_id|>", "<end_of_turn>", "<eos>", "<|call|>"}
 
 // loadTokenizer reads a real tokenizer from dir (tokenizer.json and
 // tokenizer_config.json, plus special_tokens_map.json and
@@ -217,6 +219,8 @@ func loadTokenizer(dir string) (*Tokenizer, error) {
 		return nil, fmt.Errorf("demo: %s: %w", path, err)
 	}
 	switch pre := string(tj.PreTokenizer); {
+	case strings.Contains(pre, `\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}`):
+		tk.Pre = "gpt-4o" // o200k (gpt-oss): llama.cpp's name; no GGUF preset here
 	case strings.Contains(pre, `\\p{N}{1,3}`):
 		tk.Pre = "llama-bpe"
 	case strings.Contains(pre, `\\p{N}|`):
@@ -301,6 +305,12 @@ func (tk *Tokenizer) readConfig(dir string) error {
 	}
 	if tmpl == "" {
 		tmpl = string(tk.Files["chat_template.jinja"])
+	}
+	if _, harmony := ids["<|channel|>"]; tmpl == "" && harmony {
+		// gpt-oss's tokenizer package ships no template: its models get
+		// our harmony one, written as chat_template.jinja.
+		tmpl = chattemplate.Harmony
+		tk.Files["chat_template.jinja"] = []byte(tmpl)
 	}
 	tk.ChatTemplate = tmpl
 	return nil

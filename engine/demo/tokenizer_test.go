@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"fusion/engine/chattemplate"
 	"fusion/internal/testenv"
 )
 
@@ -169,6 +170,9 @@ func TestVocabFrom(t *testing.T) {
 	}{
 		{"qwen3", 151680, 151643, 151645, []int{151645, 151643}, "qwen2"},
 		{"llama3_2", 128256, 128000, 128009, []int{128009, 128001, 128008}, "llama-bpe"},
+		// gpt-oss: <|return|>, <|endoftext|> and <|call|> end a generation,
+		// as its generation_config.json says.
+		{"gptoss", 200064, 199998, 200002, []int{200002, 199999, 200012}, "gpt-4o"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.fixture, func(t *testing.T) {
@@ -180,6 +184,13 @@ func TestVocabFrom(t *testing.T) {
 			}
 			if tk.ChatTemplate == "" || len(tk.Merges) < 100000 {
 				t.Errorf("template %d bytes, %d merges", len(tk.ChatTemplate), len(tk.Merges))
+			}
+			if tc.fixture == "gptoss" {
+				// The package ships no template: the model gets Harmony.
+				b, err := os.ReadFile(filepath.Join(dir, "chat_template.jinja"))
+				if err != nil || string(b) != chattemplate.Harmony || tk.ChatTemplate != chattemplate.Harmony {
+					t.Errorf("chat_template.jinja: %v, %d bytes, not the Harmony template", err, len(b))
+				}
 			}
 			for _, name := range []string{TokenizerFile, TokenizerConfigFile} {
 				a, _ := os.ReadFile(filepath.Join(src, name))

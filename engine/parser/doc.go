@@ -3,7 +3,7 @@
 //
 // A Parser is built per request with New(name, Options) for one model
 // family (qwen3, hermes, qwen3_coder, llama3_json, mistral, deepseek_v3,
-// think, none/passthrough); Detect picks the family from a chat template.
+// harmony, think, none/passthrough); Detect picks the family from a chat template.
 // Add consumes text as it is decoded and returns only what is certain: a
 // suffix that could still be the start of a tag is held back until it is
 // ruled out, and so is an incomplete UTF-8 sequence, so every emitted
@@ -32,6 +32,18 @@
 //     ARGS```<｜tool▁call▁end｜> (and V3.1's NAME<｜tool▁sep｜>ARGS), the
 //     <｜tool▁calls▁begin｜>/<｜tool▁calls▁end｜> section markers are dropped
 //     (the begin marker also ends reasoning); <think> reasoning as R1 emits.
+//   - harmony (aliases gpt_oss, openai, openai_gptoss): gpt-oss's
+//     messages, header (<|channel|>NAME, optional " to=RECIPIENT", content
+//     type, <|constrain|>) then <|message|>BODY<|end|>; analysis bodies are
+//     reasoning, final bodies, commentary preambles and unknown channels
+//     content, and a body addressed to functions.NAME (or any other
+//     recipient but assistant, undeclared) a call whose body is the JSON
+//     arguments, ended by <|call|>, <|end|> or the end of the output.
+//     Bodies are exact (no trimming); two of the same kind are joined by
+//     a blank line; a stray <|message|> or <|constrain|> in a body is
+//     dropped. Text that is not harmony (no <|message|> within 256
+//     bytes, or a short output without markers) is content. Calls come
+//     whole, also with StreamArguments.
 //   - think: <think>…</think> reasoning only.
 //   - none, passthrough: everything is content, untouched.
 //

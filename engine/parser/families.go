@@ -50,6 +50,7 @@ func families() map[string]func(Options) Parser {
 	r[Think] = func(o Options) Parser {
 		return newMachine(family{think: true, trim: true}, o)
 	}
+	r[Harmony] = newHarmony
 	pass := func(o Options) Parser { return newMachine(family{}, o) }
 	r[None] = pass
 	r[Passthrough] = pass

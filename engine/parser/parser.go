@@ -95,6 +95,7 @@ const (
 	Llama3JSON  = "llama3_json"
 	Mistral     = "mistral"
 	DeepSeekV3  = "deepseek_v3"
+	Harmony     = "harmony"
 	Think       = "think"
 	None        = "none"
 	Passthrough = "passthrough"
@@ -115,7 +116,14 @@ var aliases = map[string]string{
 	"deepseek_r1": Think,
 	"deepseek":    DeepSeekV3,
 	"deepseekv3":  DeepSeekV3,
-	"":            None,
+	// gpt-oss: vLLM calls its reasoning parser openai_gptoss and its tool
+	// parser openai.
+	"gpt_oss":       Harmony,
+	"gpt-oss":       Harmony,
+	"gptoss":        Harmony,
+	"openai":        Harmony,
+	"openai_gptoss": Harmony,
+	"":              None,
 }
 
 // Names lists the registered family names, sorted.
@@ -178,6 +186,8 @@ func Detect(chatTemplate string, override string) string {
 	t := chatTemplate
 	hasThink := strings.Contains(t, "<think>")
 	switch {
+	case strings.Contains(t, "<|channel|>"):
+		return Harmony
 	case strings.Contains(t, "tool▁calls▁begin"):
 		return DeepSeekV3
 	case strings.Contains(t, "[TOOL_CALLS]"):
@@ -215,6 +225,8 @@ func Markers(name string) []string {
 		return []string{mistralCalls, mistralArgs, mistralID}
 	case Think:
 		return think
+	case Harmony:
+		return harmonyMarkers
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"fusion/engine/chattemplate"
 	"fusion/internal/testenv"
 
 	"fmt"
@@ -50,6 +51,7 @@ var familyTags = map[string][]string{
 	Mistral:    {"[TOOL_CALLS]", "[ARGS]"},
 	DeepSeekV3: {dsCallsBegin, dsCallsEnd, dsCallBegin, dsCallEnd, dsSep, "<think>", "</think>"},
 	Think:      {"<think>", "</think>"},
+	Harmony:    harmonyMarkers,
 	None:       nil,
 }
 
@@ -181,6 +183,40 @@ func thinkCases() []tcase {
 	}
 }
 
+func harmonyCases() []tcase {
+	const (
+		analysis = "<|channel|>analysis<|message|>Need the weather.<|end|>"
+		callHead = "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+		bad      = "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": }<|call|>"
+	)
+	long := strings.Repeat("plain words, no format. ", 12)
+	return []tcase{
+		{name: "analysis then final", in: "<|channel|>analysis<|message|>Let me think.\n2+2<|end|><|start|>assistant<|channel|>final<|message|>The answer is 4.",
+			want: result{Reasoning: "Let me think.\n2+2", Content: "The answer is 4."}},
+		{name: "return kept out", in: "<|channel|>final<|message|> Hi there.\n<|return|>", want: result{Content: " Hi there.\n"}},
+		{name: "call after analysis", in: analysis + callHead + `{"city": "Paris"}<|call|>`,
+			want: result{Reasoning: "Need the weather.", Calls: calls(call(0, "get_weather", `{"city":"Paris"}`))}},
+		{name: "recipient in the role, stopped at call", in: ` to=functions.search<|channel|>commentary json<|message|>{"q":"rain","n":3}`,
+			want: result{Calls: calls(call(0, "search", `{"q":"rain","n":3}`))}},
+		{name: "preamble then call", in: "<|channel|>commentary<|message|>Let me check.<|end|><|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|><|call|>",
+			want: result{Content: "Let me check.", Calls: calls(call(0, "get_weather", `{}`))}},
+		{name: "two calls", in: callHead + `{"city":"Oslo"}<|call|>` + callHead + `{"city":"Rome"}`,
+			want: result{Calls: calls(call(0, "get_weather", `{"city":"Oslo"}`), call(1, "get_weather", `{"city":"Rome"}`))}},
+		{name: "malformed arguments", noTag: true, in: bad, want: result{Content: bad}},
+		{name: "malformed arguments error", err: true, opts: Options{ErrorOnMalformed: true}, in: analysis + bad, want: result{Reasoning: "Need the weather."}},
+		{name: "undeclared tool", in: "<|channel|>commentary to=functions.launch <|constrain|>json<|message|>{}", want: result{Calls: calls(call(0, "launch", `{}`))}},
+		{name: "built-in tool", in: "<|channel|>analysis to=browser.search code<|message|>{\"query\": \"x\"}<|call|>", want: result{Calls: calls(call(0, "browser.search", `{"query":"x"}`))}},
+		{name: "two analysis messages", in: "<|channel|>analysis<|message|>First.<|end|><|start|>assistant<|channel|>analysis<|message|>Second.<|end|><|start|>assistant<|channel|>final<|message|>Done",
+			want: result{Reasoning: "First.\n\nSecond.", Content: "Done"}},
+		{name: "no format", in: "Hello world", want: result{Content: "Hello world"}},
+		{name: "long text without a header", in: long + "<|end|>tail", noTag: true, want: result{Content: long + "tail"}},
+		{name: "unicode", in: "<|channel|>analysis<|message|>ça 日本<|end|><|channel|>final<|message|>café 😀 <| x |>", want: result{Reasoning: "ça 日本", Content: "café 😀 <| x |>"}},
+		{name: "stray markers in a body", in: "<|channel|>final<|message|>a<|message|>b<|constrain|>c", want: result{Content: "abc"}},
+		{name: "unfinished reasoning", in: "<|channel|>analysis<|message|>Still thinking", want: result{Reasoning: "Still thinking"}},
+		{name: "unfinished header dropped", in: "<|channel|>final<|message|>Hi<|end|><|start|>assistant<|channel|>fin", want: result{Content: "Hi"}},
+	}
+}
+
 func noneCases() []tcase {
 	return []tcase{
 		{name: "everything is content", noTag: true, in: "  <think>x</think>\n" + wCall + " \n", opts: Options{StartInReasoning: true, Tools: tools}, want: result{Content: "  <think>x</think>\n" + wCall + " \n"}},
@@ -190,6 +226,7 @@ func noneCases() []tcase {
 var allCases = map[string][]tcase{
 	Qwen3: hermesCases(), Hermes: hermesCases(), Qwen3Coder: coderCases(), Llama3JSON: llamaCases(),
 	Mistral: mistralCases(), DeepSeekV3: deepseekCases(), Think: thinkCases(), None: noneCases(), Passthrough: noneCases(),
+	Harmony: harmonyCases(),
 }
 
 // run feeds chunks to a fresh parser and checks per-output invariants.
@@ -313,6 +350,10 @@ func TestDetect(t *testing.T) {
 		{`<tool_call>`, "json_tools", Hermes},
 		{`<tool_call>`, "qwen3_xml", Qwen3Coder},
 		{``, "Mistral", Mistral},
+		{chattemplate.Harmony, "", Harmony},
+		{`{{- "<|start|>assistant<|channel|>final<|message|>" + message.content }}<think>`, "", Harmony},
+		{``, "openai_gptoss", Harmony},
+		{``, "gpt_oss", Harmony},
 	} {
 		if got := Detect(c.tmpl, c.override); got != c.want {
 			t.Errorf("Detect(%q, %q) = %q, want %q", c.tmpl, c.override, got, c.want)
@@ -545,4 +586,29 @@ func FuzzChunking(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestHarmonyOpenHeader(t *testing.T) {
+	for prompt, want := range map[string]string{
+		"<|start|>user<|message|>hi<|end|><|start|>assistant":                                "",
+		"<|start|>user<|message|>hi<|end|><|start|>assistant<|channel|>final<|message|>":     "<|start|>assistant<|channel|>final<|message|>",
+		"<|start|>user<|message|>hi<|end|><|start|>assistant<|channel|>final<|message|>Once": "<|start|>assistant<|channel|>final<|message|>",
+		"<|start|>assistant<|channel|>analysis<|message|>x<|end|>":                           "",
+		"<|start|>assistant to=functions.f<|channel|>commentary json<|message|>{}<|call|>":   "",
+		"no harmony here": "",
+	} {
+		if got := HarmonyOpenHeader(prompt); got != want {
+			t.Errorf("HarmonyOpenHeader(%q) = %q, want %q", prompt, got, want)
+		}
+	}
+	// Fed first, the header makes the output that message's body.
+	p, _ := New(Harmony, Options{})
+	if o := p.Add("<|start|>assistant<|channel|>analysis<|message|>"); !o.Empty() {
+		t.Fatalf("the header alone gave %+v", o)
+	}
+	o := p.Add("Thinking.<|end|><|start|>assistant<|channel|>final<|message|>Done")
+	f, _ := p.Finish()
+	if o.Reasoning != "Thinking." || o.Content+f.Content != "Done" {
+		t.Errorf("got %+v then %+v", o, f)
+	}
 }

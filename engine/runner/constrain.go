@@ -187,6 +187,7 @@ func (lm *loadedModel) grammarVocab() *grammar.Vocab {
 				unset(lm.reasoning, id)
 			}
 		}
+		lm.harmonyTokens(tokens)
 		lm.vocab = grammar.NewVocab(tokens, tok.EOS())
 	})
 	return lm.vocab

@@ -115,6 +115,12 @@ func toolCallGrammar(family string, tools []*chattemplate.Object, choice engine.
 		root = jsonCall("parameters") // one bare call: the format has no list
 	case parser.Mistral:
 		root = b.Sequence(b.Literal("[TOOL_CALLS]"), b.Array(jsonCall("arguments"), 1, maxCalls))
+	case parser.Harmony:
+		names, args := make([]string, len(calls)), make([]grammar.Expr, len(calls))
+		for i, c := range calls {
+			names[i], args[i] = c.name, c.args
+		}
+		root = harmonyCallGrammar(b, names, args)
 	case parser.DeepSeekV3:
 		var alts []grammar.Expr
 		for _, c := range calls {

@@ -146,6 +146,7 @@ func (r *Runner) prepare(ctx context.Context, lm *loadedModel, req *engine.Reque
 	} else if p, err = lm.text.Tokenize(req.PromptRequest()); err != nil {
 		return nil, err
 	}
+	opened := harmonyOpen(lm, req, &p)
 	ctxLen := lm.contextLength()
 	if len(p.Tokens) == 0 {
 		return nil, &prompt.InvalidRequestError{Err: errors.New("the prompt is empty")}
@@ -210,7 +211,11 @@ func (r *Runner) prepare(ctx context.Context, lm *loadedModel, req *engine.Reque
 		phases: engine.PhasesFrom(ctx),
 	}
 	if req.ReasoningBudget > 0 && req.Messages != nil {
-		g.think = newThinkBudget(lm, req.ReasoningBudget, parser.StartInReasoning(p.Prompt))
+		if lm.parser == parser.Harmony {
+			g.think = harmonyThinkBudget(lm, req.ReasoningBudget, opened)
+		} else {
+			g.think = newThinkBudget(lm, req.ReasoningBudget, parser.StartInReasoning(p.Prompt))
+		}
 	}
 	return g, nil
 }

@@ -17,7 +17,8 @@ func newOutputParser(family string, req *engine.Request, renderedPrompt string) 
 	switch {
 	case req.Messages == nil:
 		family = parser.None
-	case req.ToolChoice.Mode == engine.ToolNone:
+	case req.ToolChoice.Mode == engine.ToolNone && family != parser.Harmony:
+		// (Harmony's channels are the format itself: its parser stays.)
 		// No tool calls: call-like text stays content; reasoning is still
 		// split off where the family has it.
 		if slices.Contains(parser.Markers(family), "<think>") {
@@ -41,7 +42,12 @@ func newOutputParser(family string, req *engine.Request, renderedPrompt string) 
 			}
 		}
 	}
-	return parser.New(family, opts)
+	p, err := parser.New(family, opts)
+	if err == nil && family == parser.Harmony {
+		// A prompt that ends inside a message: the output is its body.
+		p.Add(parser.HarmonyOpenHeader(renderedPrompt))
+	}
+	return p, err
 }
 
 // toolNames lists the function names of OpenAI-style tool definitions

@@ -102,7 +102,7 @@ func added(id int, content string, special, lstrip, rstrip, singleWord, normaliz
 var loadedFixtures sync.Map // name → func() (*tokenizer.Tokenizer, error)
 
 // loadFixture returns the real tokenizer of a fixture directory (qwen3,
-// llama3_1, llama3_2, deepseek_v3), loaded once.
+// llama3_1, llama3_2, deepseek_v3, gemma3, llama2, gptoss), loaded once.
 func loadFixture(t testing.TB, name string) *tokenizer.Tokenizer {
 	t.Helper()
 	dir := testenv.TokenizerDir(t, name)

@@ -33,6 +33,11 @@ func TestLoadFixtures(t *testing.T) {
 		{"deepseek_v3", 128815, []int{1}, 0, true, "{% if not add_generation_prompt",
 			map[string]int{"<｜begin▁of▁sentence｜>": 0, "<｜User｜>": 128803},
 			map[int]bool{0: true, 1: true, 128803: false}},
+		// gpt-oss (o200k_harmony) ships no chat template in the package;
+		// its harmony markers are special tokens.
+		{"gptoss", 200019, []int{200002}, 199998, false, "",
+			map[string]int{"<|start|>": 200006, "<|channel|>": 200005, "<|message|>": 200008, "<|call|>": 200012, "Ġthe": 290},
+			map[int]bool{200002: true, 200005: true, 200012: true, 290: false}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

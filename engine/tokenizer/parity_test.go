@@ -42,10 +42,12 @@ var parityFixtures = []struct {
 	{"llama3_2", corpusSize / 4},
 	{"gemma3", corpusSize},
 	{"llama2", corpusSize / 4},
+	{"gptoss", corpusSize},
 }
 
 // TestParityWithHF encodes the generated corpus with the real Qwen3,
-// Llama 3.1, DeepSeek V3, Llama 3.2, Gemma 3 and Llama 2 tokenizers and with HF tokenizers,
+// Llama 3.1, DeepSeek V3, Llama 3.2, Gemma 3, Llama 2 and gpt-oss (o200k_harmony)
+// tokenizers and with HF tokenizers,
 // and wants identical ids; it also checks decoding against HF and that
 // decoding what was encoded gives the text back.
 func TestParityWithHF(t *testing.T) {

@@ -63,23 +63,28 @@ func TestStreamDecoderTiny(t *testing.T) {
 	}
 }
 
-// TestStreamDecoderQwen3 streams the ids of the corpus and random ids
-// (which split characters anywhere) through the real Qwen3 tokenizer.
-func TestStreamDecoderQwen3(t *testing.T) {
-	tok := loadFixture(t, "qwen3")
-	for _, text := range corpus.Generate(3, 500) {
-		checkStream(t, tok, tok.Encode(text, false), false)
-	}
-	rng := rand.New(rand.NewPCG(5, 6))
-	for range 2000 {
-		ids := make([]int, rng.IntN(12))
-		for i := range ids {
-			if rng.IntN(2) == 0 {
-				ids[i] = rng.IntN(256) // single-byte tokens, often partial characters
-			} else {
-				ids[i] = rng.IntN(tok.VocabSize() + 10)
+// TestStreamDecoderReal streams the ids of the corpus and random ids
+// (which split characters anywhere) through the real Qwen3 and gpt-oss
+// (o200k_harmony) tokenizers.
+func TestStreamDecoderReal(t *testing.T) {
+	for _, name := range []string{"qwen3", "gptoss"} {
+		t.Run(name, func(t *testing.T) {
+			tok := loadFixture(t, name)
+			for _, text := range corpus.Generate(3, 500) {
+				checkStream(t, tok, tok.Encode(text, false), false)
 			}
-		}
-		checkStream(t, tok, ids, rng.IntN(2) == 0)
+			rng := rand.New(rand.NewPCG(5, 6))
+			for range 2000 {
+				ids := make([]int, rng.IntN(12))
+				for i := range ids {
+					if rng.IntN(2) == 0 {
+						ids[i] = rng.IntN(256) // single-byte tokens, often partial characters
+					} else {
+						ids[i] = rng.IntN(tok.VocabSize() + 10)
+					}
+				}
+				checkStream(t, tok, ids, rng.IntN(2) == 0)
+			}
+		})
 	}
 }

@@ -1,0 +1,176 @@
+"""The official OpenAI and Anthropic Python SDKs against a gpt_oss demo model
+served in gpt-oss's harmony format (sdk_harmony_test.go).
+
+FUSION_BASE_URL is a node holding the model, FUSION_FORWARD_URL a node of
+the same cluster without it (it forwards); FUSION_API_KEY and FUSION_MODEL
+as in test_openai_python.py. Every test runs through both.
+
+The model has random weights: what it writes freely is noise, so these
+tests check what the server guarantees whatever the model prefers — the
+harmony prompt, the markers never reaching the client, tool calls forced
+through the grammar, structured output, reasoning opened by thinking —
+and that streamed and whole answers agree.
+"""
+
+import json
+import os
+import urllib.request
+
+import anthropic
+import openai
+import pytest
+
+KEY = os.environ["FUSION_API_KEY"]
+MODEL = os.environ["FUSION_MODEL"]
+URLS = [os.environ["FUSION_BASE_URL"], os.environ["FUSION_FORWARD_URL"]]
+MARKERS = ["<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|>", "<|return|>", "<|constrain|>"]
+MSGS = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is the weather in Paris?"}]
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
+                                           "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
+                                                          "required": ["city"], "additionalProperties": False}}},
+         {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}]
+
+
+def oai(base):
+    return openai.OpenAI(base_url=base + "/v1", api_key=KEY, max_retries=0)
+
+
+def ant(base):
+    return anthropic.Anthropic(base_url=base, api_key=KEY, max_retries=0)
+
+
+def http_json(url, body):
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
+    req.add_header("Content-Type", "application/json")
+    req.add_header("Authorization", "Bearer " + KEY)
+    with urllib.request.urlopen(req) as r:
+        return json.load(r)
+
+
+def no_markers(*texts):
+    for t in texts:
+        if t:
+            for m in MARKERS:
+                assert m not in t, (m, t)
+
+
+@pytest.fixture(scope="module")
+def no_end():
+    """logit_bias banning the model's end tokens: generation runs to max_tokens."""
+    bias = {}
+    for s in ("<|return|>", "<|call|>", "<|endoftext|>"):
+        res = http_json(URLS[0] + "/tokenize", {"model": MODEL, "prompt": s, "add_special_tokens": False})
+        assert res["count"] == 1
+        bias[str(res["tokens"][0])] = -100
+    return bias
+
+
+@pytest.mark.parametrize("base", URLS)
+def test_prompt_is_harmony(base):
+    res = http_json(base + "/tokenize", {"model": MODEL, "messages": MSGS, "tools": TOOLS})
+    p = res["prompt"]
+    assert p.startswith("<|start|>system<|message|>You are ChatGPT")
+    assert "<|start|>developer<|message|># Instructions\n\nBe brief.\n\n# Tools\n\n## functions\n\nnamespace functions {" in p
+    assert p.endswith("<|start|>user<|message|>What is the weather in Paris?<|end|><|start|>assistant")
+
+
+@pytest.mark.parametrize("base", URLS)
+def test_chat_stream_and_not_agree(base, no_end):
+    c = oai(base)
+    r = c.chat.completions.create(model=MODEL, messages=MSGS, max_tokens=12, temperature=0, logit_bias=no_end)
+    ch = r.choices[0]
+    assert ch.finish_reason == "length" and r.usage.completion_tokens == 12
+    reasoning = (ch.message.model_extra or {}).get("reasoning_content")
+    no_markers(ch.message.content, reasoning)
+    content, streamed_reasoning, last = "", "", None
+    for chunk in c.chat.completions.create(model=MODEL, messages=MSGS, max_tokens=12, temperature=0, logit_bias=no_end,
+                                           stream=True, stream_options={"include_usage": True}):
+        if chunk.choices:
+            d = chunk.choices[0].delta
+            content += d.content or ""
+            streamed_reasoning += (d.model_extra or {}).get("reasoning_content") or ""
+            last = chunk.choices[0].finish_reason or last
+    assert last == "length"
+    assert content == (ch.message.content or "")
+    assert streamed_reasoning == (reasoning or "")
+
+
+@pytest.mark.parametrize("base", URLS)
+def test_forced_tool_calls(base):
+    c = oai(base)
+    for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
+        for seed in range(1):
+            r = c.chat.completions.create(model=MODEL, messages=MSGS, tools=TOOLS, tool_choice=choice,
+                                          max_tokens=60, seed=seed, temperature=1)
+            ch = r.choices[0]
+            assert ch.finish_reason == "tool_calls"
+            calls = ch.message.tool_calls
+            assert len(calls) == 1 and calls[0].id and calls[0].type == "function"
+            name = calls[0].function.name
+            assert name in ("get_weather", "get_time")
+            if choice != "required":
+                assert name == "get_weather"
+            args = json.loads(calls[0].function.arguments)
+            assert isinstance(args, dict)
+            if name == "get_weather":
+                assert isinstance(args["city"], str) and len(args["city"]) <= 12
+            no_markers(ch.message.content)
+            chunks = list(c.chat.completions.create(model=MODEL, messages=MSGS, tools=TOOLS, tool_choice=choice,
+                                                    max_tokens=60, seed=seed, temperature=1, stream=True))
+            assert chunks[-1].choices[0].finish_reason == "tool_calls"
+            deltas = [tc for k in chunks if k.choices for tc in (k.choices[0].delta.tool_calls or [])]
+            assert deltas[0].id and deltas[0].function.name == name
+            assert json.loads("".join(d.function.arguments or "" for d in deltas)) == args
+    # The call and its result go back in the history, rendered as harmony.
+    history = MSGS + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": calls[0].id, "type": "function", "function": {"name": name, "arguments": calls[0].function.arguments}}]},
+        {"role": "tool", "tool_call_id": calls[0].id, "content": "sunny"},
+    ]
+    p = http_json(base + "/tokenize", {"model": MODEL, "messages": history, "tools": TOOLS})["prompt"]
+    assert ("<|start|>assistant to=functions." + name + "<|channel|>commentary json<|message|>") in p
+    assert p.endswith("<|start|>functions." + name + " to=assistant<|channel|>commentary<|message|>sunny<|end|><|start|>assistant")
+    r = c.chat.completions.create(model=MODEL, messages=history, tools=TOOLS, max_tokens=5, tool_choice="none")
+    assert r.choices[0].message.tool_calls is None
+
+
+@pytest.mark.parametrize("base", URLS)
+def test_structured_output(base):
+    schema = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 8}, "n": {"type": "integer"}},
+              "required": ["answer", "n"], "additionalProperties": False}
+    for seed in range(1):
+        r = oai(base).chat.completions.create(
+            model=MODEL, messages=MSGS, max_tokens=40, seed=seed, temperature=1,
+            response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": schema, "strict": True}})
+        doc = json.loads(r.choices[0].message.content)
+        assert set(doc) == {"answer", "n"} and isinstance(doc["n"], int) and len(doc["answer"]) <= 8
+
+
+@pytest.mark.parametrize("base", URLS)
+def test_anthropic_tool_use_and_thinking(base):
+    a = ant(base)
+    tools = [{"name": t["function"]["name"], "description": t["function"].get("description", ""),
+              "input_schema": t["function"].get("parameters", {"type": "object"})} for t in TOOLS]
+    m = a.messages.create(model=MODEL, max_tokens=60, messages=[{"role": "user", "content": "Weather in Paris?"}],
+                          tools=tools, tool_choice={"type": "tool", "name": "get_weather"})
+    assert m.stop_reason == "tool_use"
+    uses = [b for b in m.content if b.type == "tool_use"]
+    assert len(uses) == 1 and uses[0].name == "get_weather" and isinstance(uses[0].input["city"], str)
+    with a.messages.stream(model=MODEL, max_tokens=60, messages=[{"role": "user", "content": "Weather in Paris?"}],
+                           tools=tools, tool_choice={"type": "any"}) as s:
+        final = s.get_final_message()
+    assert final.stop_reason == "tool_use" and [b.type for b in final.content if b.type == "tool_use"] == ["tool_use"]
+    # Thinking enabled: the answer starts in the analysis channel, which
+    # comes back as a thinking block. (The stream is closed at its first
+    # thinking text, which cancels the rest: a budget is at least 1024.)
+    first, thinking = None, ""
+    with a.messages.stream(model=MODEL, max_tokens=1030, messages=[{"role": "user", "content": "Think, then answer."}],
+                           thinking={"type": "enabled", "budget_tokens": 1024}) as s:
+        for ev in s:
+            if ev.type == "content_block_start" and first is None:
+                first = ev.content_block.type
+            if ev.type == "content_block_delta" and ev.delta.type == "thinking_delta" and ev.delta.thinking:
+                thinking = ev.delta.thinking
+                break
+    assert first == "thinking" and thinking
+    no_markers(thinking)
