@@ -126,39 +126,59 @@ func (s *Sampler) SetRNGState(b []byte) error {
 // top-p, min-p, renormalisation and one draw. Every non-greedy call takes
 // exactly one number from the random generator.
 func (s *Sampler) Sample(in Input) (Result, error) {
+	src, err := s.transform(in)
+	if err != nil {
+		return Result{}, err
+	}
+	var id int
+	if s.temperature == 0 {
+		src, id = s.greedy(src, in)
+	} else {
+		id = s.draw(src)
+	}
+	return s.result(src, id)
+}
+
+// transform checks the row and applies the penalties and logit bias, and
+// the mask unless the greedy path can do without it (see greedy). The
+// returned row is in.Logits itself or the sampler's work buffer.
+func (s *Sampler) transform(in Input) ([]float32, error) {
 	if len(in.Logits) != s.vocab {
-		return Result{}, fmt.Errorf("sample: logits row has %d entries, want %d", len(in.Logits), s.vocab)
+		return nil, fmt.Errorf("sample: logits row has %d entries, want %d", len(in.Logits), s.vocab)
 	}
 	src := in.Logits
 	if s.pen.changes(in.Prompt, in.Output) {
 		src = s.scratch(in.Logits)
 		if err := s.pen.apply(src, in.Prompt, in.Output); err != nil {
-			return Result{}, fmt.Errorf("sample: %w", err)
+			return nil, fmt.Errorf("sample: %w", err)
 		}
 	}
 	// Penalties and bias leave -Inf logits at -Inf, so masking after them
 	// equals masking first. The greedy path masks the whole row only if it
 	// needs to: when the argmax is rejected or log-probabilities are asked.
-	masked := in.Mask == nil
-	if !masked && (s.temperature > 0 || s.logprobs) {
+	if in.Mask != nil && (s.temperature > 0 || s.logprobs) {
 		src = s.applyMask(src, in.Logits, in.Mask)
-		masked = true
 	}
+	return src, nil
+}
 
-	var id int
-	if s.temperature == 0 {
+// greedy returns the argmax of the transformed row src under in's mask,
+// and the row, masked now if the unmasked argmax was rejected.
+func (s *Sampler) greedy(src []float32, in Input) ([]float32, int) {
+	id := argmax(src)
+	masked := in.Mask == nil || s.logprobs
+	if !masked && id >= 0 && !in.Mask.Allowed(id) {
+		src = s.applyMask(src, in.Logits, in.Mask)
 		id = argmax(src)
-		if !masked && id >= 0 && !in.Mask.Allowed(id) {
-			src = s.applyMask(src, in.Logits, in.Mask)
-			id = argmax(src)
-		}
-	} else {
-		id = s.draw(src)
 	}
+	return src, id
+}
+
+// result is the Result of choosing id from the transformed row src.
+func (s *Sampler) result(src []float32, id int) (Result, error) {
 	if id < 0 {
 		return Result{}, ErrNoCandidates
 	}
-
 	r := Result{ID: id, Stop: slices.Contains(s.stop, id)}
 	if s.logprobs {
 		r.Logprob, r.Top = s.logprobsOf(src, id)
@@ -190,18 +210,7 @@ func (s *Sampler) applyMask(src, logits []float32, m Mask) []float32 {
 func (s *Sampler) draw(logits []float32) int {
 	u := s.rng.Float64() // taken first so that every call takes one
 	c, total := s.truncate(logits)
-	if len(c) == 0 {
-		return -1
-	}
-	r := u * total
-	acc := 0.0
-	for _, x := range c {
-		acc += float64(x.v)
-		if r < acc {
-			return int(x.id)
-		}
-	}
-	return int(c[len(c)-1].id)
+	return pick(c, u*total)
 }
 
 // truncate applies temperature, top-k, top-p and min-p and returns the
