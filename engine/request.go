@@ -65,6 +65,12 @@ type Request struct {
 	// backend_override): the dispatcher picks such a node, and a runner
 	// whose model loads on another backend refuses with ErrUnavailable.
 	Backend string
+	// Speculative turns speculative decoding on for the request
+	// (backend_override "rapid"): a draft model, or prompt lookup when the
+	// model has none, proposes tokens the model verifies several at a time.
+	// The output is distributed as without it (greedy: identical). A
+	// model's settings may make it the default.
+	Speculative bool
 	// StartThinking opens the reasoning block in the generation prompt
 	// where a hybrid template leaves that to the model (see
 	// prompt.Request.StartThinking).
@@ -189,6 +195,9 @@ type Usage struct {
 	CompletionTokens int
 	CachedTokens     int // prompt tokens whose KV came from the cache
 	CacheWriteTokens int // prompt tokens whose KV this request newly stored in the cache
+	// DraftedTokens are the tokens speculative decoding proposed and
+	// AcceptedTokens those of them the model kept (both 0 without it).
+	DraftedTokens, AcceptedTokens int
 }
 
 // Event is one step of a generation, in order: zero or more deltas, then

@@ -24,7 +24,8 @@ type languageModel interface {
 	NewSequence(maxLen int) (sequence, error)
 	// Forward runs one step over a batch: each input's tokens at its
 	// sequence's next positions. logits[i] are the logits of input i's
-	// last token (valid until the next call). If it fails, the sequences
+	// last token, or with stepInput.all of each of its tokens row after
+	// row (valid until the next call). If it fails, the sequences
 	// are as they were before the step.
 	Forward(ctx context.Context, inputs []stepInput) ([][]float32, error)
 	// KVBlock is how the KV cache grows: in blocks of that many positions
@@ -49,6 +50,7 @@ type stepInput struct {
 	seq    sequence
 	tokens []int
 	gen    *generation // whose step it is (a pipeline samples on its last stage with it)
+	all    bool        // logits of every token (verifying drafts), not only the last
 }
 
 // loader loads a model's weights.
@@ -210,6 +212,11 @@ func (r *Runner) prepare(ctx context.Context, lm *loadedModel, req *engine.Reque
 		events: make(chan engine.Event, 16), notify: make(chan struct{}, 1),
 		phases: engine.PhasesFrom(ctx),
 	}
+	if req.Speculative || lm.settings().Speculative {
+		if g.spec, err = r.newSpeculation(lm, params); err != nil {
+			return nil, &prompt.InvalidRequestError{Err: err}
+		}
+	}
 	if req.ReasoningBudget > 0 && req.Messages != nil {
 		if lm.parser == parser.Harmony {
 			g.think = harmonyThinkBudget(lm, req.ReasoningBudget, opened)
@@ -286,6 +293,7 @@ type generation struct {
 	// sampled its first token (scheduler goroutine only).
 	phases         engine.Phases
 	runAt, firstAt time.Time
+	spec           *speculation // nil unless the request drafts (speculative.go)
 }
 
 // notePhases reports the phases of a generation that ended normally.
@@ -350,11 +358,18 @@ func (g *generation) deliver() {
 // advance samples the next token from the logits after the last pending
 // token and returns the event it makes; done is set on the final event.
 func (g *generation) advance(logits []float32) (ev engine.Event, done bool, err error) {
-	res, err := g.sampler.Sample(sample.Input{Logits: logits, Prompt: g.prompt, Output: g.output, Mask: g.mask()})
+	res, err := g.sampler.Sample(g.input(logits))
 	if err != nil {
 		return ev, true, err
 	}
 	return g.take(res)
+}
+
+// input is the sampler's input for the next token: the logits after the
+// last token, the context for the penalties, and the mask in the
+// current state of the constraint and reasoning budget.
+func (g *generation) input(logits []float32) sample.Input {
+	return sample.Input{Logits: logits, Prompt: g.prompt, Output: g.output, Mask: g.mask()}
 }
 
 // mask is what the next token may be: the grammar's mask, or only

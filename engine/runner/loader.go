@@ -76,7 +76,7 @@ func (c *cpuModel) NewSequence(maxLen int) (sequence, error) {
 func (c *cpuModel) Forward(ctx context.Context, inputs []stepInput) ([][]float32, error) {
 	in := make([]model.Input, len(inputs))
 	for i, x := range inputs {
-		in[i] = model.Input{Seq: x.seq.(*cpuSequence).seq, Tokens: x.tokens}
+		in[i] = model.Input{Seq: x.seq.(*cpuSequence).seq, Tokens: x.tokens, AllLogits: x.all}
 	}
 	out, err := c.m.Forward(ctx, in, model.Range{}, nil)
 	for _, x := range inputs {

@@ -38,6 +38,16 @@ type ModelSettings struct {
 	// Backend overrides Config.Backend for this model: auto, mlx or cpu
 	// ("": the runner's).
 	Backend string
+	// DraftModel names the model (of this node's models dir) that drafts
+	// tokens for this one in speculative decoding; it must have the same
+	// tokenizer and vocabulary (CheckDraft). "": prompt lookup.
+	DraftModel string
+	// NumDraftTokens is how many tokens a draft proposes per step
+	// (1..MaxDraftTokens; 0: Config.DraftTokens).
+	NumDraftTokens int
+	// Speculative makes speculative decoding the default for the model's
+	// requests (as if each asked for backend_override "rapid").
+	Speculative bool
 }
 
 // SamplingDefaults are optional per-model sampling defaults.
@@ -260,6 +270,8 @@ func (r *Runner) acquire(ctx context.Context, name string) (*loadedModel, func()
 	need := estimateBytes(e.info.Path)
 	if p := r.pipelines[e.info.ID]; p != nil && p.numLayers > 0 {
 		need = need * int64(p.Layers.Len()) / int64(p.numLayers) // its share of the layers
+	} else {
+		need += r.draftBytes(e.info.ID) // a draft model loads with it
 	}
 	victims, err := r.makeRoom(e, need)
 	if err != nil {
@@ -370,12 +382,18 @@ func (r *Runner) loadModel(ctx context.Context, e *entry) (*loadedModel, error) 
 	}
 	r.cfg.Logger.Info("model loaded", "model", e.info.ID, "weight_bytes", m.WeightBytes())
 	set := r.modelSettings(e.info.ID)
+	var draft *draftModel
+	if set.DraftModel != "" && pipe == nil {
+		if draft, err = r.loadDraft(context.WithoutCancel(ctx), e.info.ID, set.DraftModel, m); err != nil {
+			return nil, errors.Join(fmt.Errorf("%w: %s: %v", engine.ErrUnavailable, e.info.ID, err), m.Close())
+		}
+	}
 	if set.ChatTemplate != "" {
 		if text, err = prompt.New(text.Tokenizer(), set.ChatTemplate); err != nil {
 			return nil, fmt.Errorf("%w: %s: the chat template of its settings: %v", engine.ErrUnavailable, e.info.ID, err)
 		}
 	}
-	lm := &loadedModel{name: e.info.ID, text: text, model: m, parser: parser.Detect(text.TemplateSource(), set.Parser)}
+	lm := &loadedModel{name: e.info.ID, text: text, model: m, draft: draft, parser: parser.Detect(text.TemplateSource(), set.Parser)}
 	lm.setSettings(set)
 	lm.cacheKey, lm.cacheKeyErr = modelCacheKey(e.info.Path, m.Backend(), r.backends.kvLayout(e.info.ID))
 	lm.sched = newScheduler(r, e.info.ID, m)

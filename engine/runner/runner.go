@@ -114,7 +114,15 @@ type Config struct {
 	// template) the runner keeps parsed, loaded or not, least recently
 	// used out first (default DefaultTextCacheModels).
 	TextCacheModels int
-	Logger          *slog.Logger
+	// DraftTokens is how many tokens speculative decoding proposes per
+	// step (1..MaxDraftTokens; default DefaultDraftTokens); a model's
+	// num_draft_tokens setting replaces it.
+	DraftTokens int
+	// LookupMin and LookupMax are the n-gram sizes prompt-lookup drafting
+	// matches, longest first (1 ≤ min ≤ max ≤ MaxLookupNgram; defaults
+	// DefaultLookupMin and DefaultLookupMax).
+	LookupMin, LookupMax int
+	Logger               *slog.Logger
 }
 
 // Defaults of Config.
@@ -170,6 +178,15 @@ func (c *Config) defaults() {
 	if c.MaxToolCalls == 0 {
 		c.MaxToolCalls = 8
 	}
+	if c.DraftTokens == 0 {
+		c.DraftTokens = DefaultDraftTokens
+	}
+	if c.LookupMin == 0 {
+		c.LookupMin = DefaultLookupMin
+	}
+	if c.LookupMax == 0 {
+		c.LookupMax = max(DefaultLookupMax, c.LookupMin)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -201,6 +218,8 @@ type Runner struct {
 	kvBytes   atomic.Int64 // KV allocated by running sequences, all models
 	cancelled atomic.Int64 // generations stopped by their context
 	generated atomic.Int64 // tokens sampled for clients
+	drafted   atomic.Int64 // tokens speculative decoding proposed
+	accepted  atomic.Int64 // drafted tokens the models kept
 	peak      atomic.Int64 // highest weight+KV bytes seen
 	evictions int64        // models evicted or unloaded idle (under mu)
 	avgMillis atomic.Int64 // moving average of a generation's duration
@@ -217,6 +236,7 @@ type loadedModel struct {
 	name  string // the model's id
 	text  *prompt.Builder
 	model languageModel   // nil for an embedding model
+	draft *draftModel     // the draft model of its settings, if any
 	emb   *embeddingModel // nil for a language model
 	// parser names the output parser family, detected from the template
 	// or set by the model's settings.
@@ -246,6 +266,9 @@ func (lm *loadedModel) contextLength() int {
 // New scans cfg.ModelsDir and loads cfg.Preload.
 func New(cfg Config) (*Runner, error) {
 	cfg.defaults()
+	if err := cfg.checkDrafting(); err != nil {
+		return nil, err
+	}
 	bes, err := resolveBackends(cfg)
 	if err != nil {
 		return nil, err
@@ -421,11 +444,15 @@ type Stats struct {
 	Preemptions int64 // sequences preempted (their KV freed, re-queued)
 	Evictions   int64 // models evicted or unloaded idle (whole runner)
 	Generated   int64 // tokens sampled for clients (since start)
+	// Speculative decoding (since start): tokens drafted, and those of
+	// them the models accepted.
+	Drafted, Accepted int64
 }
 
 // Stats returns the live figures.
 func (r *Runner) Stats() Stats {
-	s := Stats{InFlight: r.inFlight.Load(), Running: r.running.Load(), Cancelled: r.cancelled.Load(), Generated: r.generated.Load()}
+	s := Stats{InFlight: r.inFlight.Load(), Running: r.running.Load(), Cancelled: r.cancelled.Load(), Generated: r.generated.Load(),
+		Drafted: r.drafted.Load(), Accepted: r.accepted.Load()}
 	r.mu.Lock()
 	s.Evictions = r.evictions
 	for _, e := range r.models {
@@ -491,7 +518,11 @@ func (lm *loadedModel) close() error {
 		return lm.emb.close()
 	}
 	lm.sched.close()
-	return lm.model.Close()
+	err := lm.model.Close()
+	if lm.draft != nil {
+		err = errors.Join(err, lm.draft.model.Close())
+	}
+	return err
 }
 
 // weightBytes is the memory the model's weights hold.
@@ -499,7 +530,11 @@ func (lm *loadedModel) weightBytes() int64 {
 	if lm.emb != nil {
 		return lm.emb.weightBytes()
 	}
-	return lm.model.WeightBytes()
+	n := lm.model.WeightBytes()
+	if lm.draft != nil {
+		n += lm.draft.model.WeightBytes()
+	}
+	return n
 }
 
 // backend names the compute backend the model runs on.
@@ -516,7 +551,11 @@ func (lm *loadedModel) kvBytes() int64 {
 	if lm.emb != nil {
 		return 0
 	}
-	return lm.model.KVBytes()
+	n := lm.model.KVBytes()
+	if lm.draft != nil {
+		n += lm.draft.model.KVBytes()
+	}
+	return n
 }
 
 // wakeAll pokes every scheduler: a slot or KV memory was freed, which may

@@ -154,6 +154,7 @@ func (s *scheduler) step() bool {
 	for _, g := range s.admit(time.Now()) {
 		s.start(g)
 	}
+	s.propose(s.ctx)
 	inputs, gens := s.plan()
 	if len(inputs) == 0 {
 		return false
@@ -197,13 +198,22 @@ func (s *scheduler) step() bool {
 		drawn := g.drawn
 		g.drawn = nil
 		before := g.kvLen
-		g.kvLen += len(inputs[i].tokens)
+		drafting := inputs[i].all
+		if drafting {
+			g.kvLen++ // the pending token; the drafts' positions are settled below
+		} else {
+			g.kvLen += len(inputs[i].tokens)
+		}
 		if before < len(g.prompt) && g.kvLen >= len(g.prompt) && len(g.output) == 0 {
 			// The prompt is in: its new blocks go to the prefix cache.
 			g.usage.CacheWriteTokens = g.storePrefix(g.seq, g.prompt)
 		}
 		if g.pendingLen() > 0 || g.ctx.Err() != nil {
 			continue // a prompt chunk short of the end, or leaving next step
+		}
+		if drafting {
+			s.verify(g, logits[i])
+			continue
 		}
 		var (
 			ev   engine.Event
@@ -395,7 +405,13 @@ func (s *scheduler) plan() ([]stepInput, []*generation) {
 	)
 	for _, g := range s.running {
 		if g.pendingLen() == 1 {
-			inputs = append(inputs, stepInput{seq: g.seq, tokens: g.pending(), gen: g})
+			in := stepInput{seq: g.seq, tokens: g.pending(), gen: g}
+			if g.spec != nil && len(g.spec.drafts) > 0 {
+				// Verify the drafts: every row's logits.
+				in.tokens = append(slices.Clip(in.tokens), g.spec.drafts...)
+				in.all = true
+			}
+			inputs = append(inputs, in)
 			gens = append(gens, g)
 		} else if g.pendingLen() > 1 {
 			prefills = append(prefills, g)
@@ -414,6 +430,11 @@ func (s *scheduler) plan() ([]stepInput, []*generation) {
 		}
 		p := g.pending()
 		n := min(len(p), budget)
+		if g.spec != nil {
+			// The last token waits for the first drafting step, so the
+			// first generated token is verified like the others.
+			n = min(n, len(p)-1)
+		}
 		inputs = append(inputs, stepInput{seq: g.seq, tokens: p[:n], gen: g})
 		gens = append(gens, g)
 		budget -= n
@@ -473,6 +494,9 @@ func (s *scheduler) account(g *generation) {
 	if g.seq != nil {
 		b = g.seq.Bytes()
 	}
+	if g.spec != nil && g.spec.dseq != nil {
+		b += g.spec.dseq.Bytes()
+	}
 	s.r.kvBytes.Add(b - g.kvAcct)
 	g.kvAcct = b
 }
@@ -484,6 +508,7 @@ func (s *scheduler) freeSeq(g *generation) {
 	}
 	g.seq.Release()
 	g.seq = nil
+	g.spec.releaseDraft()
 	g.kvLen = 0
 	s.account(g)
 	s.r.running.Add(-1)

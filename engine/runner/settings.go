@@ -20,8 +20,9 @@ func (r *Runner) modelSettings(name string) ModelSettings {
 
 // SetModelSettings replaces the settings of the model name, for its next
 // load and, when it is loaded, at once: sampling defaults, context cap,
-// idle TTL and pin apply to the next request. A new chat template or
-// parser needs the model loaded again: an idle loaded model is unloaded
+// idle TTL, pin and drafting (num_draft_tokens, speculative) apply to the
+// next request. A new chat template, parser or draft model needs the
+// model loaded again: an idle loaded model is unloaded
 // (its next request loads it with them), a busy one takes them at its
 // next load. The model need not exist here (settings may name a model
 // another node has).
@@ -43,13 +44,13 @@ func (r *Runner) SetModelSettings(name string, s ModelSettings) {
 	if lm := e.loaded; lm != nil {
 		old := lm.settings()
 		lm.setSettings(s)
-		if (old.ChatTemplate != s.ChatTemplate || old.Parser != s.Parser) && e.active == 0 && e.loading == nil {
+		if (old.ChatTemplate != s.ChatTemplate || old.Parser != s.Parser || old.DraftModel != s.DraftModel) && e.active == 0 && e.loading == nil {
 			stale, e.loaded = lm, nil
 		}
 	}
 	r.mu.Unlock()
 	if stale != nil {
-		r.cfg.Logger.Info("model unloaded: its chat template or parser changed", "model", name)
+		r.cfg.Logger.Info("model unloaded: its chat template, parser or draft model changed", "model", name)
 		if err := stale.close(); err != nil {
 			r.cfg.Logger.Warn("closing a model", "model", name, "err", err)
 		}
