@@ -34,6 +34,8 @@ const (
 	DefaultLookupMax = 3
 	// MaxLookupNgram bounds Config.LookupMax.
 	MaxLookupNgram = 16
+	// draftTopK: a draft model draws among its most likely tokens only.
+	draftTopK = 64
 )
 
 // ErrDraftModel is wrapped by the errors of CheckDraft: the draft model
@@ -85,6 +87,11 @@ func (r *Runner) newSpeculation(lm *loadedModel, params sample.Params) (*specula
 			dp.Seed = &seed
 		}
 		dp.Logprobs, dp.TopLogprobs = false, 0
+		// Any q keeps the output exact; the draft's best draftTopK
+		// tokens keep drawing and verifying cheap on a large vocabulary.
+		if dp.TopK == 0 || dp.TopK > draftTopK {
+			dp.TopK = draftTopK
+		}
 		smp, err := sample.New(dp, sp.draft.model.VocabSize())
 		if err != nil {
 			return nil, err
@@ -189,8 +196,14 @@ func (s *scheduler) draftWithModel(ctx context.Context, gens []*generation) {
 			if len(inputs[i].tokens) < len(feed[g]) {
 				continue // catching up on a long prompt: no drafts this step
 			}
-			out := append(slices.Clip(g.output), sp.drafts...)
-			res, q, err := sp.dsmp.Draw(sample.Input{Logits: logits[i], Prompt: g.prompt, Output: out})
+			in := sample.Input{Logits: logits[i], Prompt: g.prompt, Output: append(slices.Clip(g.output), sp.drafts...)}
+			if len(sp.drafts) == 0 {
+				// The first draft is at the sequence's current state: its
+				// constraint or reasoning-budget mask applies (the later
+				// ones are left to verification to reject).
+				in.Mask = g.input(nil).Mask
+			}
+			res, q, err := sp.dsmp.Draw(in)
 			if err != nil || res.ID >= s.model.VocabSize() {
 				continue
 			}

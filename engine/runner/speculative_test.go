@@ -2,12 +2,14 @@ package runner
 
 import (
 	"context"
+	"math"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 
 	"fusion/engine/demo"
+	"fusion/engine/sample"
 	"fusion/internal/testenv"
 )
 
@@ -166,5 +168,133 @@ func TestLookup(t *testing.T) {
 		if got := lookup(tt.prompt, tt.output, tt.nmin, tt.nmax, tt.k); !slices.Equal(got, tt.want) {
 			t.Errorf("lookup(%v, %v, %d..%d, k %d) = %v, want %v", tt.prompt, tt.output, tt.nmin, tt.nmax, tt.k, got, tt.want)
 		}
+	}
+}
+
+// TestSpeculativeFirstTokenDistribution: at temperature > 0 the first
+// generated token of a drafting request (which goes through
+// verification: the prompt's last token waits for the first drafting
+// step) is distributed exactly as the model's p after the request's
+// transforms (temperature, top-p, repetition penalty), over 20,000
+// draws with fixed seeds, chi-square at the 0.999 quantile. The drafts
+// are drawn from the real draft model's distribution q at that position,
+// and verified by the generation's own verify path on the model's real
+// logits.
+func TestSpeculativeFirstTokenDistribution(t *testing.T) {
+	const draws = 20000
+	ctx := context.Background()
+	r := newRunnerWith(t, Config{Models: map[string]ModelSettings{"target": {DraftModel: "small", NumDraftTokens: 1}}}, specModels)
+	lm, release, err := r.acquire(ctx, "target")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	req := chat("target", prompts[2], 4)
+	req.Speculative = true
+	req.Sampling.Temperature, req.Sampling.TopP, req.Sampling.RepetitionPenalty = 1.3, 0.97, 1.2
+	g, err := r.prepare(ctx, lm, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The model's logits after the prompt, and the draft's.
+	rowAfterPrompt := func(m languageModel) []float32 {
+		seq, err := m.NewSequence(len(g.prompt) + 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer seq.Release()
+		logits, err := m.Forward(ctx, []stepInput{{seq: seq, tokens: g.prompt}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.Clone(logits[0])
+	}
+	row := rowAfterPrompt(lm.model)
+	drow := rowAfterPrompt(lm.draft.model)
+	vocab := lm.model.VocabSize()
+	rows := append(slices.Clone(row), row...) // the second row only picks the bonus token
+
+	p := want(t, g, row)
+	dsmp := g.spec.dsmp
+	counts := make([]int, vocab)
+	accepted := 0
+	for i := range draws {
+		seed := int64(1000 + i)
+		req.Sampling.Seed = &seed
+		g, err := r.prepare(ctx, lm, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, q, err := dsmp.Draw(g.input(drow))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.spec.drafts, g.spec.qs = []int{res.ID}, []sample.Dist{q}
+		evs, _, a, err := g.verify(rows, vocab)
+		if err != nil || len(evs) == 0 || len(evs[0].Tokens) != 1 {
+			t.Fatalf("verify: %v %v", evs, err)
+		}
+		accepted += a
+		counts[evs[0].Tokens[0].ID]++
+	}
+	t.Logf("draft accepted %d of %d", accepted, draws)
+	if accepted == 0 || accepted == draws {
+		t.Errorf("accepted %d of %d: the test does not exercise both branches", accepted, draws)
+	}
+	chiSquareTest(t, counts, p, draws)
+}
+
+// want is the distribution g's sampler draws its next token from after
+// logits row (every transform applied).
+func want(t *testing.T, g *generation, row []float32) []float64 {
+	t.Helper()
+	s, err := sample.New(g.params, len(row))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, d, err := s.Draw(g.input(row))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := make([]float64, len(row))
+	for _, x := range d {
+		p[x.ID] = x.P
+	}
+	return p
+}
+
+// chiSquareTest compares counts with draws from p, the ids expected
+// fewer than 5 times pooled into one bin; the bound is the 0.999
+// quantile (Wilson–Hilferty).
+func chiSquareTest(t *testing.T, counts []int, p []float64, draws int) {
+	t.Helper()
+	chi2, df := 0.0, -1
+	var poolE, poolO float64
+	for id, q := range p {
+		e := q * float64(draws)
+		if q == 0 {
+			if counts[id] != 0 {
+				t.Errorf("token %d has probability 0 but was drawn %d times", id, counts[id])
+			}
+			continue
+		}
+		if e < 5 {
+			poolE += e
+			poolO += float64(counts[id])
+			continue
+		}
+		chi2 += (float64(counts[id]) - e) * (float64(counts[id]) - e) / e
+		df++
+	}
+	if poolE > 0 {
+		chi2 += (poolO - poolE) * (poolO - poolE) / poolE
+		df++
+	}
+	const z = 3.090
+	k := float64(df)
+	bound := k * math.Pow(1-2/(9*k)+z*math.Sqrt(2/(9*k)), 3)
+	t.Logf("chi-square %.2f, bound %.2f, df %d", chi2, bound, df)
+	if chi2 > bound {
+		t.Errorf("chi-square %.2f > %.2f (df %d)", chi2, bound, df)
 	}
 }

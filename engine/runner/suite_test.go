@@ -60,15 +60,24 @@ var suiteSchemas = []string{
 
 // newSuiteRunner serves a random-weight Qwen3 with the real Qwen3
 // tokenizer (151,936 tokens), so masks run over a real vocabulary.
-func newSuiteRunner(t *testing.T) *Runner {
+func newSuiteRunner(t *testing.T) *Runner { return newSuiteRunnerWith(t, nil) }
+
+// newSuiteRunnerWith is newSuiteRunner with models' settings; it writes a
+// second random Qwen3 of the same tokenizer, qwen3-draft, to draft with.
+func newSuiteRunnerWith(t *testing.T, models map[string]ModelSettings) *Runner {
 	t.Helper()
 	vocab := testenv.TokenizerDir(t, "qwen3")
 	dir := t.TempDir()
-	if _, err := demo.Create(filepath.Join(dir, "qwen3-random"), demo.Options{Arch: "qwen3", Seed: 11, VocabFrom: vocab, Layers: 1, Hidden: 32, Heads: 2, KVHeads: 1, Intermediate: 64, DType: "bf16"}); err != nil {
-		t.Fatal(err)
+	for name, seed := range map[string]uint64{"qwen3-random": 11, "qwen3-draft": 12} {
+		if name == "qwen3-draft" && models == nil {
+			continue
+		}
+		if _, err := demo.Create(filepath.Join(dir, name), demo.Options{Arch: "qwen3", Seed: seed, VocabFrom: vocab, Layers: 1, Hidden: 32, Heads: 2, KVHeads: 1, Intermediate: 64, DType: "bf16"}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	backend := suiteBackend(t)
-	r, err := New(Config{ModelsDir: dir, Backend: backend})
+	r, err := New(Config{ModelsDir: dir, Backend: backend, Models: models})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +145,6 @@ func drain(ch <-chan engine.Event) (text string, calls []engine.ToolCall, final 
 // -race for the full 200).
 func TestSchemaSuite(t *testing.T) {
 	r := newSuiteRunner(t)
-	ctx := context.Background()
 	// 200 of each; under the race detector (make test) 60, which still
 	// covers every schema and tool, to keep the package near two minutes.
 	gens := 200
@@ -148,6 +156,37 @@ func TestSchemaSuite(t *testing.T) {
 		// generation per schema (every tool is forced at least once too).
 		gens = len(suiteSchemas)
 	}
+	schemaSuite(t, r, gens, false)
+}
+
+// TestSchemaSuiteSpeculative: the schema suite with drafting on, by
+// prompt lookup and by a draft model (another random Qwen3 of the same
+// tokenizer): the grammar masks every verified position, so every answer
+// still validates and every forced call is whole. Prompt lookup runs 100
+// of each (one per schema under the race detector), the draft model one
+// per schema (len(suiteSchemas) answers and as many forced calls).
+func TestSchemaSuiteSpeculative(t *testing.T) {
+	for _, draft := range []string{"", "qwen3-draft"} {
+		t.Run("draft="+draft, func(t *testing.T) {
+			r := newSuiteRunnerWith(t, map[string]ModelSettings{"qwen3-random": {DraftModel: draft, Speculative: true}})
+			gens := 100
+			if draft != "" || raceEnabled || r.BackendStatus().Name == BackendMLX {
+				// A draft model's step costs about two plain ones here.
+				gens = len(suiteSchemas)
+			}
+			schemaSuite(t, r, gens, true)
+			st := r.Stats()
+			t.Logf("drafted %d, accepted %d", st.Drafted, st.Accepted)
+			if st.Drafted == 0 || st.Accepted == 0 {
+				t.Errorf("drafted %d, accepted %d: drafting did not run", st.Drafted, st.Accepted)
+			}
+		})
+	}
+}
+
+// schemaSuite runs gens constrained answers and gens forced tool calls.
+func schemaSuite(t *testing.T, r *Runner, gens int, speculative bool) {
+	ctx := context.Background()
 	validators := make([]*jsonschema.Schema, len(suiteSchemas))
 	for i, s := range suiteSchemas {
 		validators[i] = compileValidator(t, s)
@@ -158,6 +197,7 @@ func TestSchemaSuite(t *testing.T) {
 		i := n % len(suiteSchemas)
 		req := suiteRequest(n, shortest(t, suiteSchemas[i]))
 		req.ResponseFormat = &engine.ResponseFormat{Schema: []byte(suiteSchemas[i])}
+		req.Speculative = speculative
 		ch, err := r.Generate(ctx, req)
 		if err != nil {
 			t.Fatalf("schema %d: %v", i, err)
@@ -191,6 +231,7 @@ func TestSchemaSuite(t *testing.T) {
 		// Three tools per request keep the prompt short.
 		req := suiteRequest(n, 0)
 		req.Tools = []*chattemplate.Object{tools[k], tools[(k+1)%len(tools)], tools[(k+5)%len(tools)]}
+		req.Speculative = speculative
 		switch n % 3 {
 		case 0:
 			req.ToolChoice = engine.ToolChoice{Mode: engine.ToolRequired}

@@ -69,7 +69,8 @@ type Sampler struct {
 
 	work  []float32 // transformed logits
 	cands []cand
-	top   []cand // top-logprobs scratch
+	top   []cand    // top-logprobs scratch
+	qrow  []float64 // a draft's distribution by id (Verify's scratch)
 }
 
 // New returns a sampler for logits rows of vocabSize entries. It validates

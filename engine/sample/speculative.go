@@ -84,20 +84,33 @@ func (s *Sampler) Verify(in Input, draft int, q Dist) (Result, bool, error) {
 			break
 		}
 	}
-	qAt := q.At
 	if q == nil { // a point mass on the draft
-		qAt = func(id int) float64 { return float64(b2i(id == draft)) }
+		q = Dist{{ID: draft, P: 1}}
 	}
-	if qd := qAt(draft); pd > 0 && u*qd < pd {
+	if qd := q.At(draft); pd > 0 && u*qd < pd {
 		r, err := s.result(src, draft)
 		return r, err == nil, err
 	}
-	// The residual max(0, p − q) over p's candidates (elsewhere p is 0).
+	// The residual max(0, p − q) over p's candidates (elsewhere p is 0),
+	// with q spread over a vocabulary-sized scratch row.
+	if s.qrow == nil {
+		s.qrow = make([]float64, s.vocab)
+	}
+	for _, x := range q {
+		if x.ID >= 0 && x.ID < s.vocab {
+			s.qrow[x.ID] = x.P
+		}
+	}
 	rest := 0.0
 	for i, x := range c {
-		w := max(float64(x.v)/total-qAt(int(x.id)), 0)
+		w := max(float64(x.v)/total-s.qrow[x.id], 0)
 		c[i].v = float32(w)
 		rest += float64(c[i].v)
+	}
+	for _, x := range q {
+		if x.ID >= 0 && x.ID < s.vocab {
+			s.qrow[x.ID] = 0
+		}
 	}
 	u2 := s.rng.Float64()
 	if rest <= 0 {
@@ -137,16 +150,12 @@ func distOf(c []cand, total float64) Dist {
 			d = append(d, Prob{ID: int(x.id), P: float64(x.v) / total})
 		}
 	}
-	slices.SortFunc(d, func(a, b Prob) int { return a.ID - b.ID })
+	byID := func(a, b Prob) int { return a.ID - b.ID }
+	if !slices.IsSortedFunc(d, byID) { // top-k and top-p reorder
+		slices.SortFunc(d, byID)
+	}
 	return d
 }
 
 // Greedy reports whether the sampler takes the argmax.
 func (s *Sampler) Greedy() bool { return s.temperature == 0 }
-
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
