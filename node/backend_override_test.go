@@ -50,7 +50,8 @@ func TestBackendOverrideOneNode(t *testing.T) {
 		{"cpu", 200, ""},
 		{"", 200, ""},
 		{"mlx", 503, `runs on the cpu backend on this node, not mlx`},
-		{"rapid", 400, `not available on this server yet`},
+		{"rapid", 200, ""},
+		{"cloud", 400, `not available on this server yet (available: mlx, cpu, rapid)`},
 		{"gpu9", 400, `not one of mlx, cpu, rapid, cloud`},
 	}
 	for _, tc := range tests {

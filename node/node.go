@@ -469,6 +469,7 @@ func (n *Node) engineStats() metrics.EngineStats {
 		ActiveBytes: s.WeightBytes + s.KVBytes, PeakBytes: s.PeakBytes,
 		CachedBytes: pc.HotBytes, // the prefix cache's RAM tier
 		PrefixCache: pc,
+		Drafted:     s.Drafted, Accepted: s.Accepted,
 	}
 	// When MLX serves, memory is MLX's allocator counters (weights, KV and
 	// a step's arrays live there; cached is its buffer cache).

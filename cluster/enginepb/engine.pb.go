@@ -111,6 +111,7 @@ type Request struct {
 	ContinueFinal          bool                   `protobuf:"varint,16,opt,name=continue_final,json=continueFinal,proto3" json:"continue_final,omitempty"`
 	ReasoningBudget        int32                  `protobuf:"varint,17,opt,name=reasoning_budget,json=reasoningBudget,proto3" json:"reasoning_budget,omitempty"`
 	StartThinking          bool                   `protobuf:"varint,18,opt,name=start_thinking,json=startThinking,proto3" json:"start_thinking,omitempty"`
+	Speculative            bool                   `protobuf:"varint,19,opt,name=speculative,proto3" json:"speculative,omitempty"` // backend_override "rapid"
 	unknownFields          protoimpl.UnknownFields
 	sizeCache              protoimpl.SizeCache
 }
@@ -267,6 +268,13 @@ func (x *Request) GetReasoningBudget() int32 {
 func (x *Request) GetStartThinking() bool {
 	if x != nil {
 		return x.StartThinking
+	}
+	return false
+}
+
+func (x *Request) GetSpeculative() bool {
+	if x != nil {
+		return x.Speculative
 	}
 	return false
 }
@@ -947,6 +955,8 @@ type Usage struct {
 	CompletionTokens int32                  `protobuf:"varint,2,opt,name=completion_tokens,json=completionTokens,proto3" json:"completion_tokens,omitempty"`
 	CachedTokens     int32                  `protobuf:"varint,3,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`
 	CacheWriteTokens int32                  `protobuf:"varint,4,opt,name=cache_write_tokens,json=cacheWriteTokens,proto3" json:"cache_write_tokens,omitempty"`
+	DraftedTokens    int32                  `protobuf:"varint,5,opt,name=drafted_tokens,json=draftedTokens,proto3" json:"drafted_tokens,omitempty"`    // speculative decoding: proposed
+	AcceptedTokens   int32                  `protobuf:"varint,6,opt,name=accepted_tokens,json=acceptedTokens,proto3" json:"accepted_tokens,omitempty"` // and kept
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -1005,6 +1015,20 @@ func (x *Usage) GetCachedTokens() int32 {
 func (x *Usage) GetCacheWriteTokens() int32 {
 	if x != nil {
 		return x.CacheWriteTokens
+	}
+	return 0
+}
+
+func (x *Usage) GetDraftedTokens() int32 {
+	if x != nil {
+		return x.DraftedTokens
+	}
+	return 0
+}
+
+func (x *Usage) GetAcceptedTokens() int32 {
+	if x != nil {
+		return x.AcceptedTokens
 	}
 	return 0
 }
@@ -2077,7 +2101,7 @@ var File_engine_proto protoreflect.FileDescriptor
 
 const file_engine_proto_rawDesc = "" +
 	"\n" +
-	"\fengine.proto\x12\x10fusion.engine.v1\"\xf3\x05\n" +
+	"\fengine.proto\x12\x10fusion.engine.v1\"\x95\x06\n" +
 	"\aRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12#\n" +
@@ -2100,7 +2124,8 @@ const file_engine_proto_rawDesc = "" +
 	"toolChoice\x12%\n" +
 	"\x0econtinue_final\x18\x10 \x01(\bR\rcontinueFinal\x12)\n" +
 	"\x10reasoning_budget\x18\x11 \x01(\x05R\x0freasoningBudget\x12%\n" +
-	"\x0estart_thinking\x18\x12 \x01(\bR\rstartThinkingB\t\n" +
+	"\x0estart_thinking\x18\x12 \x01(\bR\rstartThinking\x12 \n" +
+	"\vspeculative\x18\x13 \x01(\bR\vspeculativeB\t\n" +
 	"\a_promptB\x12\n" +
 	"\x10_enable_thinking\"U\n" +
 	"\n" +
@@ -2163,12 +2188,14 @@ const file_engine_proto_rawDesc = "" +
 	"\x04text\x18\x02 \x01(\tR\x04text\x12\x18\n" +
 	"\alogprob\x18\x03 \x01(\x01R\alogprob\"Q\n" +
 	"\vTopLogprobs\x12B\n" +
-	"\falternatives\x18\x01 \x03(\v2\x1e.fusion.engine.v1.TokenLogprobR\falternatives\"\xac\x01\n" +
+	"\falternatives\x18\x01 \x03(\v2\x1e.fusion.engine.v1.TokenLogprobR\falternatives\"\xfc\x01\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x05R\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\x05R\x10completionTokens\x12#\n" +
 	"\rcached_tokens\x18\x03 \x01(\x05R\fcachedTokens\x12,\n" +
-	"\x12cache_write_tokens\x18\x04 \x01(\x05R\x10cacheWriteTokens\"\xa1\x02\n" +
+	"\x12cache_write_tokens\x18\x04 \x01(\x05R\x10cacheWriteTokens\x12%\n" +
+	"\x0edrafted_tokens\x18\x05 \x01(\x05R\rdraftedTokens\x12'\n" +
+	"\x0faccepted_tokens\x18\x06 \x01(\x05R\x0eacceptedTokens\"\xa1\x02\n" +
 	"\x05Error\x120\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x1c.fusion.engine.v1.Error.CodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +

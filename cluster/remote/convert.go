@@ -86,6 +86,7 @@ func RequestToPB(r *engine.Request) (*enginepb.Request, error) {
 		HasPromptTokens: r.PromptTokens != nil, MaxTokens: clampInt32(r.MaxTokens), Stop: r.Stop,
 		Priority: clampInt32(int(r.Priority)), ContinueFinal: r.ContinueFinal, ReasoningBudget: clampInt32(r.ReasoningBudget),
 		StartThinking: r.StartThinking,
+		Speculative:   r.Speculative,
 	}
 	if r.ToolChoice != (engine.ToolChoice{}) {
 		p.ToolChoice = &enginepb.ToolChoice{Mode: clampInt32(int(r.ToolChoice.Mode)), Name: r.ToolChoice.Name, NoParallel: r.ToolChoice.NoParallel}
@@ -120,6 +121,7 @@ func RequestFromPB(p *enginepb.Request) (*engine.Request, error) {
 		MaxTokens: int(p.GetMaxTokens()), Stop: p.GetStop(), Priority: engine.Priority(p.GetPriority()),
 		Sampling: samplingFromPB(p.GetSampling()), ContinueFinal: p.GetContinueFinal(), ReasoningBudget: int(p.GetReasoningBudget()),
 		StartThinking: p.GetStartThinking(),
+		Speculative:   p.GetSpeculative(),
 	}
 	if tc := p.GetToolChoice(); tc != nil {
 		r.ToolChoice = engine.ToolChoice{Mode: engine.ToolMode(tc.GetMode()), Name: tc.GetName(), NoParallel: tc.GetNoParallel()}
@@ -237,7 +239,8 @@ func EventToPB(ev engine.Event) *enginepb.Event {
 	if ev.Done || ev.Usage != (engine.Usage{}) {
 		p.Usage = &enginepb.Usage{PromptTokens: clampInt32(ev.Usage.PromptTokens),
 			CompletionTokens: clampInt32(ev.Usage.CompletionTokens), CachedTokens: clampInt32(ev.Usage.CachedTokens),
-			CacheWriteTokens: clampInt32(ev.Usage.CacheWriteTokens)}
+			CacheWriteTokens: clampInt32(ev.Usage.CacheWriteTokens),
+			DraftedTokens:    clampInt32(ev.Usage.DraftedTokens), AcceptedTokens: clampInt32(ev.Usage.AcceptedTokens)}
 	}
 	if ev.Err != nil {
 		p.Error = errorToPB(ev.Err)
@@ -260,7 +263,8 @@ func EventFromPB(p *enginepb.Event) engine.Event {
 	}
 	if u := p.GetUsage(); u != nil {
 		ev.Usage = engine.Usage{PromptTokens: int(u.GetPromptTokens()), CompletionTokens: int(u.GetCompletionTokens()), CachedTokens: int(u.GetCachedTokens()),
-			CacheWriteTokens: int(u.GetCacheWriteTokens())}
+			CacheWriteTokens: int(u.GetCacheWriteTokens()),
+			DraftedTokens:    int(u.GetDraftedTokens()), AcceptedTokens: int(u.GetAcceptedTokens())}
 	}
 	if e := p.GetError(); e != nil {
 		ev.Err = errorFromPB(e)

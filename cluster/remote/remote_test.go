@@ -155,7 +155,7 @@ func TestRequestRoundTrip(t *testing.T) {
 			ResponseFormat: &engine.ResponseFormat{Schema: []byte(`{"type":"object"}`)},
 			Priority:       engine.PriorityRealtime,
 			ToolChoice:     engine.ToolChoice{Mode: engine.ToolNamed, Name: "f", NoParallel: true},
-			ContinueFinal:  true, ReasoningBudget: 128, StartThinking: true,
+			ContinueFinal:  true, ReasoningBudget: 128, StartThinking: true, Speculative: true,
 		},
 		"prompt":       {Model: "m", Prompt: &text, Sampling: sample.DefaultParams(), ResponseFormat: &engine.ResponseFormat{}},
 		"token ids":    {Model: "m", PromptTokens: []int{1, 2, 3}, Sampling: sample.DefaultParams(), Priority: engine.PriorityBackground},
@@ -192,7 +192,7 @@ func TestEventRoundTrip(t *testing.T) {
 		{Text: "hé", Reasoning: "hm", Tokens: []engine.TokenLogprob{{ID: 3, Text: "h", Logprob: -0.25}},
 			TopLogprobs: [][]engine.TokenLogprob{{{ID: 3, Text: "h", Logprob: -0.25}, {ID: 9, Text: "x", Logprob: -2}}}},
 		{ToolCalls: []engine.ToolCall{{Index: 1, ID: "call_1", Name: "f", Arguments: `{"a":1}`, Undeclared: true}}},
-		{Done: true, FinishReason: engine.FinishStop, StopSequence: "END", Usage: engine.Usage{PromptTokens: 5, CompletionTokens: 7, CachedTokens: 2, CacheWriteTokens: 3}},
+		{Done: true, FinishReason: engine.FinishStop, StopSequence: "END", Usage: engine.Usage{PromptTokens: 5, CompletionTokens: 7, CachedTokens: 2, CacheWriteTokens: 3, DraftedTokens: 8, AcceptedTokens: 6}},
 	}
 	for i, ev := range tests {
 		if got := remote.EventFromPB(remote.EventToPB(ev)); !reflect.DeepEqual(got, ev) {

@@ -327,6 +327,10 @@ func (h *Handler) putSettings(w http.ResponseWriter, r *http.Request) {
 		openai.WriteError(w, e)
 		return
 	}
+	if e := h.checkDraft(r.Context(), id, s, ids); e != nil {
+		openai.WriteError(w, e)
+		return
+	}
 	b, err := json.Marshal(s)
 	if err != nil {
 		openai.WriteError(w, err)

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
+	"fusion/engine"
 	"fusion/engine/parser"
 	"fusion/engine/runner"
 	"fusion/engine/sample"
@@ -57,6 +59,14 @@ type ModelSettings struct {
 	// parses both, ToolParser wins when both are set).
 	ReasoningParser string `json:"reasoning_parser,omitempty"`
 	ToolParser      string `json:"tool_parser,omitempty"`
+	// DraftModel drafts tokens for this model in speculative decoding
+	// (backend_override "rapid"): a model of the same tokenizer and
+	// vocabulary; absent: prompt lookup. NumDraftTokens is how many it
+	// proposes per step (absent: the node's). Speculative makes "rapid"
+	// the default for the model's requests.
+	DraftModel     string `json:"draft_model,omitempty"`
+	NumDraftTokens int    `json:"num_draft_tokens,omitempty"`
+	Speculative    bool   `json:"speculative,omitempty"`
 }
 
 // Limits of per-model settings.
@@ -72,7 +82,8 @@ const (
 )
 
 var modelSettingsKeys = []string{"temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_context", "chat_template",
-	"completions_as_chat", "pinned", "ttl_seconds", "alias", "reasoning_parser", "tool_parser"}
+	"completions_as_chat", "pinned", "ttl_seconds", "alias", "reasoning_parser", "tool_parser",
+	"draft_model", "num_draft_tokens", "speculative"}
 
 // ParseModelSettings decodes and validates a settings body: unknown keys,
 // wrong types and out-of-range values are a 400 naming the key.
@@ -116,6 +127,8 @@ func (s ModelSettings) validate() *openai.Error {
 		return openai.InvalidRequest("alias", "Invalid 'alias': at most %d characters, no surrounding spaces, no '/', '?' or '#'.", MaxAliasLen)
 	case len(s.ChatTemplate) > MaxChatTemplateSz:
 		return openai.InvalidRequest("chat_template", "Invalid 'chat_template': %d bytes; at most %d.", len(s.ChatTemplate), MaxChatTemplateSz)
+	case s.NumDraftTokens < 0 || s.NumDraftTokens > runner.MaxDraftTokens:
+		return openai.InvalidRequest("num_draft_tokens", "Invalid 'num_draft_tokens': %d must be between 1 and %d (0 or absent: the node's).", s.NumDraftTokens, runner.MaxDraftTokens)
 	}
 	for _, f := range []struct{ key, v string }{{"reasoning_parser", s.ReasoningParser}, {"tool_parser", s.ToolParser}} {
 		if f.v == "" {
@@ -141,7 +154,8 @@ func (s ModelSettings) Runner() runner.ModelSettings {
 		p = s.ReasoningParser
 	}
 	return runner.ModelSettings{ContextLength: s.MaxContext, Sampling: s.sampling(), Parser: p, Pinned: s.Pinned,
-		IdleTTL: time.Duration(s.TTLSeconds) * ttlUnit, ChatTemplate: s.ChatTemplate}
+		IdleTTL: time.Duration(s.TTLSeconds) * ttlUnit, ChatTemplate: s.ChatTemplate,
+		DraftModel: s.DraftModel, NumDraftTokens: s.NumDraftTokens, Speculative: s.Speculative}
 }
 
 // DecodeModelSettings reads stored settings (zero when they do not parse).
@@ -161,6 +175,37 @@ func (h *Handler) modelSettings() map[string]ModelSettings {
 		out[strings.TrimPrefix(k, ModelSettingsPrefix)] = DecodeModelSettings(v)
 	}
 	return out
+}
+
+// DraftChecker is what the Models of this node may offer to check a
+// draft_model against its target (runner.Runner.CheckDraft).
+type DraftChecker interface {
+	CheckDraft(ctx context.Context, target, draft string) error
+}
+
+// checkDraft refuses a draft_model that is not a model of the cluster,
+// is the model itself, or (where this node holds both) has another
+// tokenizer or vocabulary. A pair this node cannot read is checked when
+// the node that has it loads the model (which then fails to load, naming
+// draft_model).
+func (h *Handler) checkDraft(ctx context.Context, id string, s ModelSettings, ids []string) *openai.Error {
+	if s.DraftModel == "" {
+		return nil
+	}
+	if s.DraftModel == id {
+		return openai.InvalidRequest("draft_model", "Invalid 'draft_model': %q cannot draft for itself.", id)
+	}
+	if !slices.Contains(ids, s.DraftModel) {
+		return openai.InvalidRequest("draft_model", "Invalid 'draft_model': %q is not a model of this cluster.", s.DraftModel)
+	}
+	dc, ok := h.models.(DraftChecker)
+	if !ok {
+		return nil
+	}
+	if err := dc.CheckDraft(ctx, id, s.DraftModel); err != nil && !errors.Is(err, engine.ErrModelNotFound) {
+		return openai.InvalidRequest("draft_model", "Invalid 'draft_model': %v.", err)
+	}
+	return nil
 }
 
 // checkAlias refuses an alias that is a model's id or another model's

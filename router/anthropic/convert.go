@@ -906,6 +906,10 @@ func stopReason(ev engine.Event, toolCalls bool) (reason string, seq *string) {
 // (cache_read_input_tokens) and those newly written to it
 // (cache_creation_input_tokens); the three add up to the prompt.
 func usage(u engine.Usage) Usage {
-	return Usage{InputTokens: u.PromptTokens - u.CachedTokens - u.CacheWriteTokens, OutputTokens: u.CompletionTokens,
+	out := Usage{InputTokens: u.PromptTokens - u.CachedTokens - u.CacheWriteTokens, OutputTokens: u.CompletionTokens,
 		CacheReadInputTokens: u.CachedTokens, CacheCreationInputTokens: u.CacheWriteTokens}
+	if u.DraftedTokens > 0 {
+		out.Speculative = &SpeculativeUsage{Drafted: u.DraftedTokens, Accepted: u.AcceptedTokens}
+	}
+	return out
 }

@@ -91,6 +91,16 @@ type Usage struct {
 	OutputTokens             int `json:"output_tokens"`
 	CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
 	CacheReadInputTokens     int `json:"cache_read_input_tokens"`
+	// Speculative counts speculative decoding's tokens when the model
+	// drafted (its settings make "rapid" the default); absent otherwise.
+	Speculative *SpeculativeUsage `json:"speculative,omitempty"`
+}
+
+// SpeculativeUsage is usage.speculative: the tokens drafted and the
+// tokens of them the model accepted.
+type SpeculativeUsage struct {
+	Drafted  int `json:"drafted"`
+	Accepted int `json:"accepted"`
 }
 
 // Stream events. Each has the Type its SSE event is named after.

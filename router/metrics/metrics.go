@@ -25,6 +25,9 @@ type EngineStats struct {
 	PeakBytes   int64 // highest ActiveBytes seen
 	// PrefixCache are the prefix cache's sizes and counters.
 	PrefixCache prefixcache.Stats
+	// Drafted and Accepted count speculative decoding's tokens: proposed
+	// by drafts, and kept by the models.
+	Drafted, Accepted int64
 }
 
 // Outcome is how a generation request ended.
@@ -136,6 +139,8 @@ func New(engine func() EngineStats) *Metrics {
 			counter("fusion_prefix_cache_write_dropped_total", "Prefix cache blocks not written to the SSD: write queue full.", func(s EngineStats) int64 { return s.PrefixCache.Dropped }),
 			counter("fusion_prefix_cache_write_errors_total", "Prefix cache block files that failed to write.", func(s EngineStats) int64 { return s.PrefixCache.WriteErrors }),
 			counter("fusion_prefix_cache_corrupt_total", "Bad prefix cache block files found and removed.", func(s EngineStats) int64 { return s.PrefixCache.Corrupt }),
+			counter("fusion_speculative_drafted_tokens_total", "Tokens speculative decoding drafted (backend_override rapid).", func(s EngineStats) int64 { return s.Drafted }),
+			counter("fusion_speculative_accepted_tokens_total", "Drafted tokens the models accepted.", func(s EngineStats) int64 { return s.Accepted }),
 		)
 	}
 	return m
@@ -304,6 +309,14 @@ type EngineSnapshot struct {
 	Cancelled  int64 `json:"cancelled"`
 	// PrefixCache: sizes, caps, hits, misses, drops, errors, bad files.
 	PrefixCache prefixcache.Stats `json:"prefix_cache"`
+	// Speculative: tokens drafted and accepted (backend_override rapid).
+	Speculative SpeculativeSnapshot `json:"speculative"`
+}
+
+// SpeculativeSnapshot counts speculative decoding's tokens.
+type SpeculativeSnapshot struct {
+	Drafted  int64 `json:"drafted"`
+	Accepted int64 `json:"accepted"`
 }
 
 // Snapshot returns the JSON figures.
@@ -314,8 +327,9 @@ func (m *Metrics) Snapshot() Snapshot {
 	s := Snapshot{
 		TotalRequests: m.total, SuccessfulRequests: m.ok, FailedRequests: m.failed, CancelledRequests: m.cancel,
 		TotalTokensGenerated: m.gen, TotalTokensPrompt: m.prompt, ActiveRequests: m.inFlight,
-		ModelStats:    make(map[string]ModelStats, len(m.models)),
-		Engine:        EngineSnapshot{InFlight: e.InFlight, QueueDepth: e.QueueDepth, Cancelled: e.Cancelled, PrefixCache: e.PrefixCache},
+		ModelStats: make(map[string]ModelStats, len(m.models)),
+		Engine: EngineSnapshot{InFlight: e.InFlight, QueueDepth: e.QueueDepth, Cancelled: e.Cancelled, PrefixCache: e.PrefixCache,
+			Speculative: SpeculativeSnapshot{Drafted: e.Drafted, Accepted: e.Accepted}},
 		UptimeSeconds: time.Since(m.start).Seconds(),
 	}
 	for n, ms := range m.models {

@@ -147,6 +147,16 @@ type Usage struct {
 	PromptTokensDetails     PromptTokensDetails     `json:"prompt_tokens_details"`
 	CompletionTokensDetails CompletionTokensDetails `json:"completion_tokens_details"`
 	CachedTokens            int                     `json:"cached_tokens"`
+	// Speculative counts speculative decoding's tokens (backend_override
+	// "rapid"); absent when the request did not draft.
+	Speculative *SpeculativeUsage `json:"speculative,omitempty"`
+}
+
+// SpeculativeUsage is usage.speculative: the tokens drafted and the
+// tokens of them the model accepted.
+type SpeculativeUsage struct {
+	Drafted  int `json:"drafted"`
+	Accepted int `json:"accepted"`
 }
 
 // PromptTokensDetails is usage.prompt_tokens_details.

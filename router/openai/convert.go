@@ -36,11 +36,13 @@ const (
 )
 
 // The backend_override values: the compute backends a request can be
-// pinned to (engine.Request.Backend; the dispatcher finds a node), and
-// the contract's other values, which this server does not offer yet.
+// pinned to (engine.Request.Backend; the dispatcher finds a node),
+// "rapid" (speculative decoding, engine.Request.Speculative), and the
+// contract's other values, which this server does not offer yet.
 var (
 	engineBackends  = []string{"mlx", "cpu"}
-	pendingBackends = []string{"rapid", "cloud"}
+	rapidBackend    = "rapid"
+	pendingBackends = []string{"cloud"}
 )
 
 // plan is a converted request: one engine request per choice, plus what
@@ -84,7 +86,11 @@ func (c *commonRequest) convertCommon(opts Options, base *engine.Request, maxTok
 		return
 	}
 	if err = checkBackend(c.BackendOverride); err == nil && c.BackendOverride != nil {
-		base.Backend = *c.BackendOverride
+		if *c.BackendOverride == rapidBackend {
+			base.Speculative = true
+		} else {
+			base.Backend = *c.BackendOverride
+		}
 	}
 	return
 }
@@ -197,15 +203,17 @@ func parseTaskTag(tag *string) (engine.Priority, *Error) {
 	return p, nil
 }
 
-// checkBackend accepts a backend_override naming a compute backend.
+// checkBackend accepts a backend_override naming a compute backend or
+// "rapid".
 func checkBackend(b *string) *Error {
-	if b == nil || *b == "" || slices.Contains(engineBackends, *b) {
+	if b == nil || *b == "" || *b == rapidBackend || slices.Contains(engineBackends, *b) {
 		return nil
 	}
+	available := append(slices.Clone(engineBackends), rapidBackend)
 	if slices.Contains(pendingBackends, *b) {
-		return unsupported("backend_override", "backend_override %q is not available on this server yet (available: %s).", *b, strings.Join(engineBackends, ", "))
+		return unsupported("backend_override", "backend_override %q is not available on this server yet (available: %s).", *b, strings.Join(available, ", "))
 	}
-	return invalidRequest("backend_override", "Invalid 'backend_override': %q is not one of %s.", *b, strings.Join(slices.Concat(engineBackends, pendingBackends), ", "))
+	return invalidRequest("backend_override", "Invalid 'backend_override': %q is not one of %s.", *b, strings.Join(slices.Concat(available, pendingBackends), ", "))
 }
 
 func isNull(raw json.RawMessage) bool {
@@ -241,6 +249,13 @@ func usage(per []engine.Usage, promptOf []int) Usage {
 			u.CachedTokens += e.CachedTokens
 		}
 		u.CompletionTokens += e.CompletionTokens
+		if e.DraftedTokens > 0 {
+			if u.Speculative == nil {
+				u.Speculative = &SpeculativeUsage{}
+			}
+			u.Speculative.Drafted += e.DraftedTokens
+			u.Speculative.Accepted += e.AcceptedTokens
+		}
 	}
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
 	u.PromptTokensDetails.CachedTokens = u.CachedTokens
