@@ -18,20 +18,21 @@ import (
 // writes one JSON object to stdout.
 func benchCommands() map[string]command {
 	return map[string]command{
-		"batch":     {summary: "continuous batching: aggregate decode tokens/s at 1..8 streams", run: benchBatch},
-		"engine":    {summary: "CPU engine: prefill and decode tokens/s, peak RSS, bandwidth", run: benchEngine},
-		"moe":       {summary: "CPU engine on a Qwen3-30B-A3B-shaped MoE (4-bit, few layers) vs mlx-lm: prefill and decode tokens/s", run: benchMoE},
-		"cache":     {summary: "prefix cache: time to first token cold, from RAM, from the SSD", run: benchCache},
-		"tokenizer": {summary: "tokenizer throughput against HF tokenizers", run: benchTokenizer},
-		"server":    {summary: "HTTP node against its own engine: latency, requests/s, chunks/s", run: benchServer},
-		"forward":   {summary: "what forwarding to a peer adds, over HTTP and gRPC", run: benchForward},
-		"grammar":   {summary: "JSON-schema compilation and per-token masks", run: benchGrammar},
-		"raft":      {summary: "Raft write latency, throughput and failover", run: benchRaft},
-		"pipeline":  {summary: "a model in 1, 2 and 3 pipeline stages on loopback: decode tokens/s at 1 and 8 streams, added latency per hop", run: benchPipeline},
-		"embed":     {summary: "sentence embeddings (all-MiniLM-L6-v2) against sentence-transformers", run: benchEmbed},
-		"auth":      {summary: "what authentication and sub-key rate limits add per request (1,000 sub-keys)", run: benchAuth},
-		"tokens":    {summary: "count_tokens latency on a loaded and an unloaded model (Qwen3 tokenizer)", run: benchTokens},
-		"mlx":       {summary: "MLX backend against mlx-lm: prefill and decode tokens/s on a 4-bit Qwen3-0.6B-shaped model", run: benchMLX},
+		"batch":       {summary: "continuous batching: aggregate decode tokens/s at 1..8 streams", run: benchBatch},
+		"engine":      {summary: "CPU engine: prefill and decode tokens/s, peak RSS, bandwidth", run: benchEngine},
+		"moe":         {summary: "CPU engine on a Qwen3-30B-A3B-shaped MoE (4-bit, few layers) vs mlx-lm: prefill and decode tokens/s", run: benchMoE},
+		"cache":       {summary: "prefix cache: time to first token cold, from RAM, from the SSD", run: benchCache},
+		"tokenizer":   {summary: "tokenizer throughput against HF tokenizers", run: benchTokenizer},
+		"server":      {summary: "HTTP node against its own engine: latency, requests/s, chunks/s", run: benchServer},
+		"forward":     {summary: "what forwarding to a peer adds, over HTTP and gRPC", run: benchForward},
+		"grammar":     {summary: "JSON-schema compilation and per-token masks", run: benchGrammar},
+		"raft":        {summary: "Raft write latency, throughput and failover", run: benchRaft},
+		"pipeline":    {summary: "a model in 1, 2 and 3 pipeline stages on loopback: decode tokens/s at 1 and 8 streams, added latency per hop", run: benchPipeline},
+		"embed":       {summary: "sentence embeddings (all-MiniLM-L6-v2) against sentence-transformers", run: benchEmbed},
+		"auth":        {summary: "what authentication and sub-key rate limits add per request (1,000 sub-keys)", run: benchAuth},
+		"tokens":      {summary: "count_tokens latency on a loaded and an unloaded model (Qwen3 tokenizer)", run: benchTokens},
+		"speculative": {summary: "speculative decoding: decode tokens/s without drafting, with prompt lookup, with a copy of the model and with its first layers as drafts", run: benchSpeculative},
+		"mlx":         {summary: "MLX backend against mlx-lm: prefill and decode tokens/s on a 4-bit Qwen3-0.6B-shaped model", run: benchMLX},
 	}
 }
 
@@ -83,6 +84,21 @@ func benchBatch(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	return benchError(bench.Batch(ctx, o, stdout, stderr))
+}
+
+func benchSpeculative(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o := bench.DefaultSpeculativeOptions()
+	fs := newFlagSet("bench speculative", stderr)
+	fs.StringVar(&o.CacheDir, "cache", o.CacheDir, "directory the benchmark models are created in (reused)")
+	fs.IntVar(&o.Decode, "decode", o.Decode, "greedy tokens per run")
+	fs.IntVar(&o.DraftTokens, "draft-tokens", o.DraftTokens, "tokens drafted per step")
+	fs.Var((*intsFlag)(&o.DraftLayers), "draft-layers", "comma-separated `list` of draft depths (the model's first n layers)")
+	fs.IntVar(&o.Threads, "threads", o.Threads, "compute goroutines (0: all cores)")
+	fs.IntVar(&o.Repeat, "repeat", o.Repeat, "runs of every case, interleaved; each reports its median")
+	if err := parseBenchFlags(fs, args); err != nil {
+		return err
+	}
+	return benchError(bench.Speculative(ctx, o, stdout, stderr))
 }
 
 func benchPipeline(ctx context.Context, args []string, stdout, stderr io.Writer) error {
