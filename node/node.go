@@ -60,6 +60,7 @@ type Config struct {
 	MaxTokens    int   // max_tokens cap per request, and its default (0: none; the model's context window bounds each generation)
 	MaxQueued    int   // generations admitted at once before 429 (default 64)
 	MaxToolCalls int   // calls in one forced-tool answer with parallel calls (default 8)
+	DraftTokens  int   // tokens speculative decoding proposes per step (default runner.DefaultDraftTokens)
 	MaxEmbeds    int   // inputs of one embeddings request before 400 (default 2048)
 	// MaxRerankDocs caps the documents of one rerank request (default
 	// runner.DefaultMaxRerankDocuments).
@@ -287,7 +288,7 @@ func New(cfg Config) (*Node, error) {
 		ModelsDir: cfg.ModelsDir, Preload: cfg.Preload, MaxQueued: cfg.MaxQueued, MaxTokens: cfg.MaxTokens,
 		MaxRunning: cfg.MaxRunning, MaxKVBytes: cfg.MaxKVBytes, StepTokens: cfg.StepTokens, MaxWait: cfg.MaxWait,
 		MemoryBudget: cfg.MemoryBudget, IdleTTL: cfg.IdleTTL,
-		Threads: cfg.Threads, MaxToolCalls: cfg.MaxToolCalls, MaxEmbedInputs: cfg.MaxEmbeds, MaxRerankDocuments: cfg.MaxRerankDocs, EmbedBatchTokens: cfg.EmbedBatchTokens, TextCacheModels: cfg.TextCacheModels, Logger: cfg.Logger,
+		Threads: cfg.Threads, MaxToolCalls: cfg.MaxToolCalls, DraftTokens: cfg.DraftTokens, MaxEmbedInputs: cfg.MaxEmbeds, MaxRerankDocuments: cfg.MaxRerankDocs, EmbedBatchTokens: cfg.EmbedBatchTokens, TextCacheModels: cfg.TextCacheModels, Logger: cfg.Logger,
 		CacheDir: cacheDir, CacheHotBytes: cfg.CacheHotBytes, CacheSSDBytes: cfg.CacheSSDBytes, CacheWriteQueue: cfg.CacheWriteQueue,
 	})
 	if err != nil {

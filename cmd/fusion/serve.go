@@ -122,6 +122,16 @@ func serveSettingsTable() []serveSetting {
 			func(s *serveSettings, v string) error { return parseDuration(v, &s.cfg.IdleTTL, true) }},
 		{"max-tool-calls", constant("8"), "most tool calls in one answer when a tool call is forced and parallel calls are allowed",
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.MaxToolCalls, 1) }},
+		{"draft-tokens", constant(strconv.Itoa(runner.DefaultDraftTokens)), "tokens speculative decoding (backend_override rapid) proposes per step, 1-16; a model's num_draft_tokens setting wins",
+			func(s *serveSettings, v string) error {
+				if err := parseInt(v, &s.cfg.DraftTokens, 1); err != nil {
+					return err
+				}
+				if s.cfg.DraftTokens > runner.MaxDraftTokens {
+					return fmt.Errorf("%q is over %d", v, runner.MaxDraftTokens)
+				}
+				return nil
+			}},
 		{"max-embed-inputs", constant(strconv.Itoa(runner.DefaultMaxEmbedInputs)), "most inputs in one embeddings request (400 above)",
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.MaxEmbeds, 1) }},
 		{"max-rerank-documents", constant(strconv.Itoa(runner.DefaultMaxRerankDocuments)), "most documents in one rerank request (400 above)",
