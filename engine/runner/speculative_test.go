@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"fusion/engine/backend/mlx"
 	"fusion/engine/demo"
 	"fusion/engine/sample"
 	"fusion/internal/testenv"
@@ -72,6 +73,35 @@ func TestSpeculativeGreedyIdentical(t *testing.T) {
 			}
 			if st.KVBytes != 0 || st.Running != 0 {
 				t.Errorf("after the run: %+v", st)
+			}
+		})
+	}
+}
+
+// TestSpeculativeGreedyIdenticalMLX: the same on the MLX backend, whose
+// KV cache is truncated differently (lengths only, arrays kept).
+func TestSpeculativeGreedyIdenticalMLX(t *testing.T) {
+	testenv.NeedMLX(t, mlx.Available())
+	ctx := context.Background()
+	for _, draft := range []string{"", "copy"} {
+		t.Run("draft="+draft, func(t *testing.T) {
+			cfg := Config{Backend: BackendMLX, Models: map[string]ModelSettings{"target": {DraftModel: draft}}}
+			r := newRunnerWith(t, cfg, specModels)
+			if st := r.BackendStatus(); st.Name != BackendMLX {
+				t.Fatalf("runs on %s: %s", st.Name, st.Reason)
+			}
+			const n = 24
+			want := generate(ctx, r, chat("target", repetitive, n))
+			req := chat("target", repetitive, n)
+			req.Speculative = true
+			got := generate(ctx, r, req)
+			if want.err != nil || got.err != nil || !slices.Equal(got.ids, want.ids) {
+				t.Fatalf("drafting: %v %v\nplain:    %v %v", got.ids, got.err, want.ids, want.err)
+			}
+			u := got.final.Usage
+			t.Logf("drafted %d, accepted %d", u.DraftedTokens, u.AcceptedTokens)
+			if u.DraftedTokens == 0 || draft == "copy" && u.AcceptedTokens != u.DraftedTokens {
+				t.Errorf("usage %+v", u)
 			}
 		})
 	}
