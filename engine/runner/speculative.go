@@ -45,7 +45,8 @@ var ErrDraftModel = errors.New("unusable draft model")
 // speculation is one generation's speculative decoding state, used only
 // by its model's scheduler goroutine.
 type speculation struct {
-	k          int // tokens to propose per step
+	k          int // most tokens to propose per step
+	cur        int // tokens to propose next step (adapts, 1..k)
 	nmin, nmax int // prompt lookup n-gram sizes
 
 	// With a draft model: its sequence, how many of prompt+output it
@@ -80,6 +81,7 @@ func (r *Runner) newSpeculation(lm *loadedModel, params sample.Params) (*specula
 	if set.NumDraftTokens > 0 {
 		sp.k = set.NumDraftTokens
 	}
+	sp.cur = sp.k
 	if sp.draft != nil {
 		dp := params
 		if dp.Seed != nil {
@@ -131,7 +133,7 @@ func (s *scheduler) propose(ctx context.Context) {
 			continue
 		}
 		// A step makes up to k+1 tokens; never draft past max_tokens.
-		k := min(sp.k, g.maxTokens-len(g.output)-1)
+		k := min(sp.cur, g.maxTokens-len(g.output)-1)
 		if k <= 0 {
 			continue
 		}
@@ -167,7 +169,7 @@ func (s *scheduler) draftWithModel(ctx context.Context, gens []*generation) {
 		}
 		full := append(slices.Clip(g.prompt), g.output...)
 		feed[g] = full[sp.dlen:]
-		want[g] = min(sp.k, g.maxTokens-len(g.output)-1)
+		want[g] = min(sp.cur, g.maxTokens-len(g.output)-1)
 	}
 	active := slices.DeleteFunc(slices.Clone(gens), func(g *generation) bool { return feed[g] == nil })
 	for len(active) > 0 {
@@ -274,6 +276,13 @@ func (s *scheduler) settle(g *generation, base, accepted int) {
 			ds.Truncate(keep)
 			sp.dlen = keep
 		}
+	}
+	// Draft more while all are kept, fewer after a rejection (each
+	// rejected draft is a row the step computed for nothing).
+	if accepted == len(sp.drafts) {
+		sp.cur = min(sp.cur+2, sp.k)
+	} else {
+		sp.cur = max(sp.cur-1, 1)
 	}
 	s.r.drafted.Add(int64(len(sp.drafts)))
 	s.r.accepted.Add(int64(accepted))
