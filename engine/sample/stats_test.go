@@ -45,23 +45,7 @@ func TestSamplingFrequencies(t *testing.T) {
 			for range draws {
 				counts[mustSample(t, s, Input{Logits: tt.logits}).ID]++
 			}
-			chi2, df := 0.0, -1
-			for id, q := range want {
-				if q == 0 {
-					if counts[id] != 0 {
-						t.Errorf("token %d has probability 0 but was drawn %d times", id, counts[id])
-					}
-					continue
-				}
-				e := q * draws
-				chi2 += (float64(counts[id]) - e) * (float64(counts[id]) - e) / e
-				df++
-			}
-			bound := chiSquareBound(df)
-			t.Logf("chi-square %.2f, bound %.2f, df %d", chi2, bound, df)
-			if chi2 > bound {
-				t.Errorf("chi-square %.2f > %.2f (df %d): counts %v", chi2, bound, df, counts)
-			}
+			chiSquare(t, counts, want, draws)
 		})
 	}
 }

@@ -257,27 +257,8 @@ func (b *batchResult) fill(start time.Time, times [][]time.Time) {
 
 // streamTimes runs one request and returns the arrival time of each token.
 func streamTimes(ctx context.Context, r *runner.Runner, req *engine.Request) ([]time.Time, error) {
-	ch, err := r.Generate(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	var ts []time.Time
-	for ev := range ch {
-		now := time.Now()
-		for range ev.Tokens {
-			ts = append(ts, now)
-		}
-		if ev.Done {
-			if ev.Err != nil {
-				return nil, ev.Err
-			}
-			if len(ts) < 2 {
-				return nil, fmt.Errorf("only %d tokens", len(ts))
-			}
-			return ts, nil
-		}
-	}
-	return nil, ctx.Err()
+	ts, _, err := specTimes(ctx, r, req)
+	return ts, err
 }
 
 // forwardOnly times decode steps of each level's number of rows straight

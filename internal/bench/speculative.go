@@ -273,7 +273,8 @@ func specRun(ctx context.Context, dir, draft string, text *prompt.Builder, o Spe
 	return float64(len(ts)-1) / span.Seconds(), u, nil
 }
 
-// specTimes runs req and returns when each token arrived and the usage.
+// specTimes runs req and returns when each token arrived and the final
+// usage (streamTimes without the usage).
 func specTimes(ctx context.Context, r *runner.Runner, req *engine.Request) ([]time.Time, engine.Usage, error) {
 	ch, err := r.Generate(ctx, req)
 	if err != nil {
