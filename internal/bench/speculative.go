@@ -50,7 +50,7 @@ func specShape() demo.Options {
 // construction), and every layer still costs a full layer.
 const (
 	specKeep = 2
-	specDamp = 0.15
+	specDamp = 0.05
 )
 
 // dampLayers scales the output projections (attention o_proj, MLP
@@ -99,7 +99,7 @@ func Speculative(ctx context.Context, o SpeculativeOptions, stdout, stderr io.Wr
 			return optionErrorf("-draft-layers: each in [1, %d), got %d", shape.Layers, n)
 		}
 	}
-	dir := filepath.Join(o.CacheDir, "speculative-damped")
+	dir := filepath.Join(o.CacheDir, fmt.Sprintf("speculative-damped-%v", specDamp)) // the target depends on it
 	target := filepath.Join(dir, "target")
 	if err := specModels(target, shape, o.DraftLayers, stderr); err != nil {
 		return err
