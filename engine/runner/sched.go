@@ -211,6 +211,9 @@ func (s *scheduler) step() bool {
 		if g.pendingLen() > 0 || g.ctx.Err() != nil {
 			continue // a prompt chunk short of the end, or leaving next step
 		}
+		if g.phases != nil && g.firstAt.IsZero() {
+			g.firstAt = time.Now() // the first token's logits are out
+		}
 		if drafting {
 			s.verify(g, logits[i])
 			continue
@@ -224,9 +227,6 @@ func (s *scheduler) step() bool {
 			ev, done, err = g.takeDrawn(drawn)
 		} else {
 			ev, done, err = g.advance(logits[i])
-		}
-		if g.phases != nil && g.firstAt.IsZero() {
-			g.firstAt = time.Now()
 		}
 		switch {
 		case err != nil:
