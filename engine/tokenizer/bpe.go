@@ -35,6 +35,7 @@ type bpeScratch struct {
 	ids        []int32
 	prev, next []int32
 	heap       []uint64 // rank<<32 | position, a min-heap
+	unigram    unigramScratch
 }
 
 // encode appends the ids of one pre-tokenized piece to dst.
