@@ -261,7 +261,7 @@ func (t *Tokenizer) buildModel(cfg *modelJSON) error {
 		return t.buildUnigram(cfg)
 	}
 	if cfg.Type != "BPE" && !(cfg.Type == "" && cfg.Merges != nil) {
-		return fmt.Errorf("unsupported model type %q (want BPE)", cfg.Type)
+		return fmt.Errorf("unsupported model type %q (want BPE, WordPiece or Unigram)", cfg.Type)
 	}
 	if p := cfg.ContinuingSubwordPrefix; p != nil && *p != "" {
 		return fmt.Errorf("continuing_subword_prefix %q is not supported", *p)

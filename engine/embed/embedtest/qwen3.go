@@ -1,6 +1,7 @@
 package embedtest
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"fusion/engine/modelfile"
 	"fusion/engine/safetensors"
 	"fusion/engine/tensor"
+	"fusion/engine/tokenizer/corpus"
 	"fusion/internal/testenv"
 )
 
@@ -177,4 +179,17 @@ func setJSON(doc map[string]json.RawMessage, key string, v any) error {
 	}
 	doc[key] = raw
 	return nil
+}
+
+// XLMRoberta returns the XLM-RoBERTa embedding fixture (a random-weight
+// XLMRobertaModel in multilingual-e5-small's sentence-transformers layout,
+// with the generated XLM-R tokenizer; see corpus.XLMRModel), building it
+// into the fixtures cache on first use.
+func XLMRoberta(t testing.TB) string {
+	t.Helper()
+	dir, err := corpus.XLMRModel(context.Background(), testenv.Python(t), testenv.FixturesDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }

@@ -167,15 +167,17 @@ def model(tokenizer_dir, out_dir):
                            architectures=["XLMRobertaModel"])
     net = XLMRobertaModel(cfg, add_pooling_layer=True)
     # Wider initial weights than the 0.02 of training from scratch, so that
-    # different texts get clearly different vectors.
+    # different texts get clearly different vectors (with small weights
+    # the position embeddings and biases, common to all texts, dominate
+    # the mean).
     with torch.no_grad():
         for name, p in net.named_parameters():
             if p.dim() == 2:
-                p.normal_(0.0, 0.15 if "embeddings" in name else 0.08)
+                p.normal_(0.0, 0.5 if "embeddings" in name else 0.2)
             elif "LayerNorm.weight" in name:
                 p.uniform_(0.8, 1.2)
             else:
-                p.normal_(0.0, 0.05)
+                p.normal_(0.0, 0.02)
     net.save_pretrained(out_dir, safe_serialization=True)
     for name in ["tokenizer.json", "tokenizer_config.json", "sentencepiece.bpe.model"]:
         shutil.copy(os.path.join(tokenizer_dir, name), out_dir)
