@@ -127,12 +127,9 @@ func (m *precompiledMap) normalize(s string) string {
 				continue
 			}
 		}
-		for i, c := range g {
-			part := g[i : i+utf8.RuneLen(c)]
-			if c == utf8.RuneError {
-				_, size := utf8.DecodeRuneInString(g[i:])
-				part = g[i : i+size]
-			}
+		for i := 0; i < len(g); {
+			_, size := utf8.DecodeRuneInString(g[i:])
+			part := g[i : i+size]
 			norm, ok := m.transform(part)
 			if ok && !modified {
 				b.Grow(len(s))
@@ -145,6 +142,7 @@ func (m *precompiledMap) normalize(s string) string {
 			case modified:
 				b.WriteString(part)
 			}
+			i += size
 		}
 	}
 	if !modified {
