@@ -83,10 +83,7 @@ func (m *unigramModel) encode(piece string, sc *bpeScratch, dst []int) []int {
 	cacheable := len(piece) < maxCachedPiece
 	if cacheable {
 		if ids, ok := m.cache.get(piece); ok {
-			for _, id := range ids {
-				dst = append(dst, int(id))
-			}
-			return dst
+			return appendIDs(dst, ids)
 		}
 	}
 	mark := len(dst)

@@ -57,17 +57,7 @@ func TestUnigramParityWithHF(t *testing.T) {
 			}
 			ref := corpus.Reference{Python: python, TokenizerJSON: path}
 			ctx := context.Background()
-			for _, special := range []bool{false, true} {
-				want, err := ref.Encode(ctx, texts, special)
-				if err != nil {
-					t.Fatal(err)
-				}
-				what := "add_special_tokens=false"
-				if special {
-					what = "add_special_tokens=true"
-				}
-				checkSameIDs(t, what, texts, encodeAll(tok, texts, special), want)
-			}
+			checkEncodeParity(t, ctx, ref, tok, "", texts)
 			checkDecodeParity(t, ctx, ref, tok)
 		})
 	}
@@ -104,18 +94,7 @@ func TestUnigramByteFallbackParityWithHF(t *testing.T) {
 		map[string]any{"type": "ByteFallback"},
 		map[string]any{"type": "Fuse"},
 	}}
-	variant, err := json.Marshal(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "tokenizer.json")
-	if err := os.WriteFile(path, variant, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	tok, err := tokenizer.FromJSON(variant)
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, tok := writeVariant(t, doc)
 	texts := slices.Concat(unigramExtra, corpus.Generate(20260303, 4000))
 	ref := corpus.Reference{Python: python, TokenizerJSON: path}
 	ctx := context.Background()

@@ -185,9 +185,15 @@ func setJSON(doc map[string]json.RawMessage, key string, v any) error {
 // XLMRobertaModel in multilingual-e5-small's sentence-transformers layout,
 // with the generated XLM-R tokenizer; see corpus.XLMRModel), building it
 // into the fixtures cache on first use.
-func XLMRoberta(t testing.TB) string {
+func XLMRoberta(t testing.TB) string { return generated(t, corpus.XLMRModel) }
+
+// XLMRReranker returns the XLM-RoBERTa cross-encoder fixture (see
+// corpus.XLMRReranker), building it into the fixtures cache on first use.
+func XLMRReranker(t testing.TB) string { return generated(t, corpus.XLMRReranker) }
+
+func generated(t testing.TB, build func(ctx context.Context, python, cacheDir string) (string, error)) string {
 	t.Helper()
-	dir, err := corpus.XLMRModel(context.Background(), testenv.Python(t), testenv.FixturesDir())
+	dir, err := build(context.Background(), testenv.Python(t), testenv.FixturesDir())
 	if err != nil {
 		t.Fatal(err)
 	}

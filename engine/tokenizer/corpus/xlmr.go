@@ -49,6 +49,19 @@ func XLMRModel(ctx context.Context, python, cacheDir string) (string, error) {
 	return dir, generate(ctx, dir, python, "model", tok)
 }
 
+// XLMRReranker returns the directory of the XLM-R cross-encoder fixture
+// in cacheDir (a random-weight one-label XLMRobertaForSequenceClassification,
+// bge-reranker-v2-m3's architecture, as sentence-transformers' CrossEncoder
+// saves it), building it first if needed. python must also have torch.
+func XLMRReranker(ctx context.Context, python, cacheDir string) (string, error) {
+	tok, err := XLMRTokenizer(ctx, python, cacheDir)
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(filepath.Dir(tok), "reranker")
+	return dir, generate(ctx, dir, python, "reranker", tok)
+}
+
 // generate runs the script into a temporary directory beside dir and
 // renames it into place, so that concurrent test binaries never see a
 // half-written fixture (the loser of a race drops its copy).

@@ -3,6 +3,7 @@ tokenizer.json, so one is made the way the real ones were made.
 
     python xlmr_fixture.py tokenizer OUT_DIR
     python xlmr_fixture.py model TOKENIZER_DIR OUT_DIR
+    python xlmr_fixture.py reranker TOKENIZER_DIR OUT_DIR
 
 tokenizer: trains a SentencePiece unigram model (nmt_nfkc normalization, as
 XLM-R's) on a multilingual corpus built here, deterministically (fixed seed,
@@ -17,6 +18,11 @@ model: a random-weight XLMRobertaModel (torch seed 21, small sizes, the
 padding_idx 1 position offset of XLM-R) in the sentence-transformers layout
 of intfloat/multilingual-e5-small (mean pooling, Normalize, 512 tokens), with
 the tokenizer of TOKENIZER_DIR.
+
+reranker: a random-weight XLMRobertaForSequenceClassification with one
+label (torch seed 22; bge-reranker-v2-m3's architecture, small) as
+sentence-transformers' CrossEncoder saves it (sigmoid activation), with the
+tokenizer of TOKENIZER_DIR.
 """
 
 import json
@@ -154,22 +160,17 @@ def train(out_dir):
         shutil.rmtree(work)
 
 
-def model(tokenizer_dir, out_dir):
-    import torch
-    from transformers import XLMRobertaConfig, XLMRobertaModel
-
+def vocab_size(tokenizer_dir):
     with open(os.path.join(tokenizer_dir, "tokenizer.json"), encoding="utf-8") as f:
-        vocab = len(json.load(f)["model"]["vocab"])
-    torch.manual_seed(21)
-    cfg = XLMRobertaConfig(vocab_size=vocab, hidden_size=96, num_hidden_layers=3, num_attention_heads=4,
-                           intermediate_size=384, max_position_embeddings=514, type_vocab_size=1,
-                           layer_norm_eps=1e-5, pad_token_id=1, bos_token_id=0, eos_token_id=2,
-                           architectures=["XLMRobertaModel"])
-    net = XLMRobertaModel(cfg, add_pooling_layer=True)
-    # Wider initial weights than the 0.02 of training from scratch, so that
-    # different texts get clearly different vectors (with small weights
-    # the position embeddings and biases, common to all texts, dominate
-    # the mean).
+        return len(json.load(f)["model"]["vocab"])
+
+
+def randomize(net):
+    """Draws the weights wider than the 0.02 of training from scratch, so
+    that different texts get clearly different vectors (with small weights
+    the position embeddings and biases, common to all texts, dominate the
+    mean)."""
+    import torch
     with torch.no_grad():
         for name, p in net.named_parameters():
             if p.dim() == 2:
@@ -178,9 +179,32 @@ def model(tokenizer_dir, out_dir):
                 p.uniform_(0.8, 1.2)
             else:
                 p.normal_(0.0, 0.02)
+
+
+def xlmr_config(tokenizer_dir, **sizes):
+    """XLM-R's configuration (514 positions from padding_idx 1, one token
+    type, its special ids) at the given sizes."""
+    from transformers import XLMRobertaConfig
+    return XLMRobertaConfig(vocab_size=vocab_size(tokenizer_dir), max_position_embeddings=514, type_vocab_size=1,
+                            layer_norm_eps=1e-5, pad_token_id=1, bos_token_id=0, eos_token_id=2, **sizes)
+
+
+def save_with_tokenizer(net, tokenizer_dir, out_dir):
     net.save_pretrained(out_dir, safe_serialization=True)
     for name in ["tokenizer.json", "tokenizer_config.json", "sentencepiece.bpe.model"]:
         shutil.copy(os.path.join(tokenizer_dir, name), out_dir)
+
+
+def model(tokenizer_dir, out_dir):
+    import torch
+    from transformers import XLMRobertaModel
+
+    torch.manual_seed(21)
+    cfg = xlmr_config(tokenizer_dir, hidden_size=96, num_hidden_layers=3, num_attention_heads=4,
+                      intermediate_size=384, architectures=["XLMRobertaModel"])
+    net = XLMRobertaModel(cfg, add_pooling_layer=True)
+    randomize(net)
+    save_with_tokenizer(net, tokenizer_dir, out_dir)
     files = {
         "modules.json": [
             {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
@@ -204,13 +228,28 @@ def model(tokenizer_dir, out_dir):
             json.dump(v, f, indent=2)
 
 
+def reranker(tokenizer_dir, out_dir):
+    import torch
+    from transformers import XLMRobertaForSequenceClassification
+
+    torch.manual_seed(22)
+    cfg = xlmr_config(tokenizer_dir, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=256, num_labels=1, architectures=["XLMRobertaForSequenceClassification"])
+    cfg.sentence_transformers = {"activation_fn": "torch.nn.modules.activation.Sigmoid"}
+    net = XLMRobertaForSequenceClassification(cfg)
+    randomize(net)
+    save_with_tokenizer(net, tokenizer_dir, out_dir)
+
+
 def main():
     if sys.argv[1] == "tokenizer":
         train(sys.argv[2])
     elif sys.argv[1] == "model":
         model(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "reranker":
+        reranker(sys.argv[2], sys.argv[3])
     else:
-        sys.exit("usage: xlmr_fixture.py tokenizer OUT_DIR | model TOKENIZER_DIR OUT_DIR")
+        sys.exit("usage: xlmr_fixture.py tokenizer OUT_DIR | model|reranker TOKENIZER_DIR OUT_DIR")
 
 
 if __name__ == "__main__":
