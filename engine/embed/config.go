@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"fusion/engine/model"
 )
 
 // Pooling is how a sentence embedding is made from the token states.
@@ -201,12 +203,12 @@ func readJSON(path string, v any) (bool, error) {
 }
 
 // IsEmbeddingModel reports whether the model directory holds an
-// embedding model this package serves: a BERT encoder (config.json's
-// model_type is bert), or any other model in the sentence-transformers
+// embedding model this package serves: a BERT-family encoder (config.json's
+// model_type is bert, roberta or xlm-roberta), or any other model in the sentence-transformers
 // layout (modules.json with a Pooling module), a decoder embedding model
 // such as Qwen3-Embedding.
 func IsEmbeddingModel(dir string) bool {
-	if modelType(dir) == "bert" {
+	if model.IsEncoderType(modelType(dir)) {
 		return true
 	}
 	var modules []moduleJSON

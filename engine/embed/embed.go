@@ -32,8 +32,8 @@ type network struct {
 	close                    func() error
 }
 
-// Load loads the embedding model of dir onto be: a BERT encoder when
-// config.json's model_type is bert, else a decoder architecture of
+// Load loads the embedding model of dir onto be: a BERT-family encoder
+// when config.json's model_type is bert, roberta or xlm-roberta, else a decoder architecture of
 // engine/model without its LM head.
 func Load(ctx context.Context, dir string, be backend.Backend, mmap bool) (*Model, error) {
 	tok, err := tokenizer.Load(dir)
@@ -52,7 +52,7 @@ func Load(ctx context.Context, dir string, be backend.Backend, mmap bool) (*Mode
 }
 
 func loadNetwork(ctx context.Context, dir string, be backend.Backend, mmap bool) (network, error) {
-	if modelType(dir) == "bert" {
+	if model.IsEncoderType(modelType(dir)) {
 		enc, err := model.LoadEncoder(ctx, dir, be, mmap)
 		if err != nil {
 			return network{}, err

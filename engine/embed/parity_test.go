@@ -77,6 +77,20 @@ func sentences(n int) []string {
 	return out
 }
 
+// loadCPU loads the embedding model of dir on a CPU backend, closed with
+// the test.
+func loadCPU(t *testing.T, dir string) *embed.Model {
+	t.Helper()
+	be := cpu.New(cpu.Options{})
+	t.Cleanup(func() { be.Close() })
+	m, err := embed.Load(context.Background(), dir, be, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
 func cosine(a []float32, b []float64) float64 {
 	var dot, na, nb float64
 	for i := range a {
@@ -94,13 +108,7 @@ func cosine(a []float32, b []float64) float64 {
 func TestParityWithSentenceTransformers(t *testing.T) {
 	python := testenv.Python(t)
 	dir := testenv.EmbeddingModelDir(t, "all-minilm-l6-v2")
-	be := cpu.New(cpu.Options{})
-	defer be.Close()
-	m, err := embed.Load(context.Background(), dir, be, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m := loadCPU(t, dir)
 	if !reflect.DeepEqual(m.Config, embed.Config{Pooling: embed.PoolMean, Normalize: true, MaxSeqLen: 256}) {
 		t.Fatalf("config %+v, want mean pooling, normalized, 256 tokens", m.Config)
 	}

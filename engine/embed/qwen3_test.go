@@ -4,8 +4,8 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
-	"fusion/engine/backend/cpu"
 	"fusion/engine/embed"
 	"fusion/engine/embed/embedtest"
 	"fusion/internal/testenv"
@@ -23,21 +23,31 @@ func TestQwen3EmbeddingParity(t *testing.T) {
 	if !embed.IsEmbeddingModel(dir) || embed.IsCrossEncoder(dir) {
 		t.Fatal("the fixture is not recognised as an embedding model")
 	}
-	be := cpu.New(cpu.Options{})
-	defer be.Close()
-	m, err := embed.Load(context.Background(), dir, be, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m := loadCPU(t, dir)
 	c := m.Config
 	if c.Pooling != embed.PoolLastToken || !c.Normalize || c.MaxSeqLen != embedtest.Qwen3MaxSeqLen ||
 		c.Prompts["query"] != embedtest.QueryPrompt || c.DefaultPrompt != "" || c.ExcludePrompt {
 		t.Fatalf("config %+v, want last-token pooling, normalized, %d tokens, the query prompt", c, embedtest.Qwen3MaxSeqLen)
 	}
-	texts := sentences(96)
-	for _, name := range []string{"", "query"} {
+	checkPromptParity(t, python, dir, m, sentences(96), "", "query")
+	if _, err := m.Prompt("passage", nil); err == nil {
+		t.Error("an unknown prompt name was accepted")
+	}
+}
+
+// checkPromptParity embeds texts with m and with sentence-transformers
+// (from dir) under each prompt name ("" for none): the tokens must be
+// equal and the vectors' cosine ≥ minCosine; some text must be cut at
+// the model's limit, and neighbouring texts' vectors must differ (parity
+// proves little if every text gets about the same vector).
+func checkPromptParity(t *testing.T, python, dir string, m *embed.Model, texts []string, names ...string) {
+	t.Helper()
+	limit := m.Config.MaxSeqLen
+	for _, name := range names {
+		start := time.Now()
 		refs := embedtest.STReference(t, python, dir, texts, name)
+		t.Logf("prompt %q: sentence-transformers %v", name, time.Since(start).Round(time.Millisecond))
+		start = time.Now()
 		prompt, err := m.Prompt(name, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -50,6 +60,9 @@ func TestQwen3EmbeddingParity(t *testing.T) {
 				ids, cut := m.Tokens(prompt+s, nil)
 				if cut {
 					truncated++
+					if len(ids) != limit {
+						t.Errorf("prompt %q, text %d: cut to %d tokens, want %d", name, lo+i, len(ids), limit)
+					}
 				}
 				if want := refs[lo+i].IDs; !slices.Equal(ids, want) {
 					t.Fatalf("prompt %q, text %d: tokens %v, sentence-transformers %v", name, lo+i, ids, want)
@@ -68,11 +81,11 @@ func TestQwen3EmbeddingParity(t *testing.T) {
 				}
 			}
 		}
-		t.Logf("prompt %q: %d texts (%d truncated to %d tokens): cosine min %.9f (1 − %.1e)", name, len(texts), truncated, embedtest.Qwen3MaxSeqLen, worst, 1-worst)
+		t.Logf("prompt %q: fusion %v", name, time.Since(start).Round(time.Millisecond))
+		t.Logf("prompt %q: %d texts (%d truncated to %d tokens): cosine min %.9f (1 − %.1e)", name, len(texts), truncated, limit, worst, 1-worst)
 		if truncated == 0 {
-			t.Errorf("no text reached the %d-token limit", embedtest.Qwen3MaxSeqLen)
+			t.Errorf("no text reached the %d-token limit", limit)
 		}
-		// Parity proves little if every text gets about the same vector.
 		var spread float64
 		for i := 1; i < len(refs); i++ {
 			f := make([]float32, len(refs[i].Vector))
@@ -84,8 +97,5 @@ func TestQwen3EmbeddingParity(t *testing.T) {
 		if spread /= float64(len(refs) - 1); spread > 0.95 {
 			t.Errorf("neighbouring texts' vectors have a mean cosine of %.4f: the fixture does not tell texts apart", spread)
 		}
-	}
-	if _, err := m.Prompt("passage", nil); err == nil {
-		t.Error("an unknown prompt name was accepted")
 	}
 }

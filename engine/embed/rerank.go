@@ -24,7 +24,7 @@ const (
 )
 
 // CrossEncoder is a loaded cross-encoder (a BertForSequenceClassification
-// checkpoint with one label, as sentence-transformers' CrossEncoder
+// or XLMRobertaForSequenceClassification checkpoint with one label, as sentence-transformers' CrossEncoder
 // loads it): it scores a query and a document read together.
 type CrossEncoder struct {
 	// MaxLen is the tokens of a pair, special ones included
@@ -37,15 +37,24 @@ type CrossEncoder struct {
 	tok        *tokenizer.Tokenizer
 }
 
-// IsCrossEncoder reports whether the directory holds a BERT checkpoint
-// with a sequence-classification head (a reranker).
+// crossEncoderArchitectures are the sequence-classification checkpoints
+// of the encoders model.Encoder runs, by model_type.
+var crossEncoderArchitectures = map[string]string{
+	"bert":        "BertForSequenceClassification",
+	"roberta":     "RobertaForSequenceClassification",
+	"xlm-roberta": "XLMRobertaForSequenceClassification",
+}
+
+// IsCrossEncoder reports whether the directory holds a BERT-family
+// checkpoint with a sequence-classification head (a reranker).
 func IsCrossEncoder(dir string) bool {
 	var c struct {
 		ModelType     string   `json:"model_type"`
 		Architectures []string `json:"architectures"`
 	}
 	ok, err := readJSON(filepath.Join(dir, "config.json"), &c)
-	return ok && err == nil && c.ModelType == "bert" && slices.Contains(c.Architectures, "BertForSequenceClassification")
+	arch, known := crossEncoderArchitectures[c.ModelType]
+	return ok && err == nil && known && slices.Contains(c.Architectures, arch)
 }
 
 // LoadCrossEncoder loads the cross-encoder of dir onto be.

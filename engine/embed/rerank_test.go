@@ -20,8 +20,21 @@ import (
 // CrossEncoder.predict: the tokens and token types must be equal, and
 // the scores equal within 1e-5.
 func TestRerankParityWithCrossEncoder(t *testing.T) {
-	python := testenv.Python(t)
-	dir := embedtest.CrossEncoder(t)
+	checkRerankParity(t, testenv.Python(t), embedtest.CrossEncoder(t))
+}
+
+// TestXLMRobertaRerankParity is TestRerankParityWithCrossEncoder on a
+// random-weight XLMRobertaForSequenceClassification (bge-reranker-v2-m3's
+// architecture: RoBERTa's classification head, <s> q </s> </s> d </s>
+// with the Unigram tokenizer, no token types).
+func TestXLMRobertaRerankParity(t *testing.T) {
+	checkRerankParity(t, testenv.Python(t), embedtest.XLMRReranker(t))
+}
+
+// checkRerankParity scores query–document pairs with the cross-encoder
+// of dir and with sentence-transformers' CrossEncoder (see
+// TestRerankParityWithCrossEncoder).
+func checkRerankParity(t *testing.T, python, dir string) {
 	if !embed.IsCrossEncoder(dir) {
 		t.Fatal("the fixture is not recognised as a cross-encoder")
 	}

@@ -29,6 +29,27 @@ type BertConfig struct {
 	LayerNormEps          float64  `json:"layer_norm_eps"`
 	HiddenAct             string   `json:"hidden_act"`
 	PositionEmbeddingType string   `json:"position_embedding_type"`
+	PadTokenID            int      `json:"pad_token_id"`
+}
+
+// EncoderTypes are the config.json model_type values of the encoders
+// this package runs: BERT, and RoBERTa and XLM-RoBERTa (multilingual-e5,
+// bge-m3), which differ from it in where positions start.
+var EncoderTypes = []string{"bert", "roberta", "xlm-roberta"}
+
+// IsEncoderType reports whether a config.json model_type is one of
+// EncoderTypes.
+func IsEncoderType(modelType string) bool { return slices.Contains(EncoderTypes, modelType) }
+
+// PositionOffset is the position id of a sequence's first token: 0 for
+// BERT; RoBERTa's positions start after its padding index (pad_token_id
+// + 1, so 2 for XLM-R), as transformers' create_position_ids_from_input_ids
+// numbers them.
+func (c *BertConfig) PositionOffset() int {
+	if c.ModelType == "bert" {
+		return 0
+	}
+	return c.PadTokenID + 1
 }
 
 // ErrNotEncoder: config.json does not describe a BERT encoder.
@@ -41,11 +62,17 @@ func ReadBertConfig(dir string) (*BertConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &BertConfig{PositionEmbeddingType: "absolute", HiddenAct: "gelu", TypeVocabSize: 2, LayerNormEps: 1e-12}
+	c := &BertConfig{PositionEmbeddingType: "absolute", HiddenAct: "gelu", TypeVocabSize: 2, LayerNormEps: 1e-12, PadTokenID: -1}
 	if err := json.Unmarshal(data, c); err != nil {
 		return nil, fmt.Errorf("%w: config.json: %w", modelfile.ErrInvalidConfig, err)
 	}
-	if c.ModelType != "bert" {
+	if c.PadTokenID == -1 { // transformers' defaults
+		c.PadTokenID = 0
+		if c.ModelType != "bert" {
+			c.PadTokenID = 1
+		}
+	}
+	if !IsEncoderType(c.ModelType) {
 		return nil, fmt.Errorf("%w: model_type %q", ErrNotEncoder, c.ModelType)
 	}
 	switch {
@@ -57,12 +84,15 @@ func ReadBertConfig(dir string) (*BertConfig, error) {
 		c.MaxPositionEmbeddings <= 0, c.TypeVocabSize <= 0, c.NumAttentionHeads <= 0,
 		c.HiddenSize%c.NumAttentionHeads != 0, c.LayerNormEps <= 0:
 		return nil, fmt.Errorf("%w: sizes %+v", modelfile.ErrInvalidConfig, *c)
+	case c.PadTokenID < 0 || c.PadTokenID >= c.VocabSize || c.PositionOffset() >= c.MaxPositionEmbeddings:
+		return nil, fmt.Errorf("%w: pad_token_id %d with %d positions and %d tokens", modelfile.ErrInvalidConfig, c.PadTokenID, c.MaxPositionEmbeddings, c.VocabSize)
 	}
 	return c, nil
 }
 
 // Encoder is a BERT-family encoder (BERT, MiniLM, bge, e5, gte
-// checkpoints): word + absolute position + token type embeddings, then
+// checkpoints; RoBERTa and XLM-RoBERTa ones such as multilingual-e5 and
+// bge-m3): word + absolute position + token type embeddings, then
 // post-norm layers of bidirectional attention and a GELU MLP. It returns
 // the last hidden state of every token; pooling is the caller's.
 type Encoder struct {
@@ -90,7 +120,8 @@ type bertLayer struct {
 }
 
 // LoadEncoder loads the encoder of a model directory (config.json and
-// safetensors; names with or without BertModel's "bert." prefix) onto be.
+// safetensors; names with or without the "bert." or "roberta." prefix a
+// task model such as BertForSequenceClassification puts on them) onto be.
 func LoadEncoder(ctx context.Context, dir string, be backend.Backend, mmap bool) (*Encoder, error) {
 	c, err := ReadBertConfig(dir)
 	if err != nil {
@@ -115,8 +146,10 @@ func LoadEncoder(ctx context.Context, dir string, be backend.Backend, mmap bool)
 func (e *Encoder) load(ctx context.Context) error {
 	c := e.Config
 	p := ""
-	if e.weights.Has("bert.embeddings.word_embeddings.weight") {
-		p = "bert."
+	for _, prefix := range []string{"bert.", "roberta."} {
+		if e.weights.Has(prefix + "embeddings.word_embeddings.weight") {
+			p = prefix
+		}
 	}
 	w := &loader{src: safetensorsSource{&modelfile.Model{Weights: e.weights, Config: &modelfile.Config{}}}, be: e.be,
 		dims: dims{hidden: c.HiddenSize}}
@@ -158,8 +191,9 @@ func (e *Encoder) load(ctx context.Context) error {
 // WeightBytes is the exact memory the backend holds for the weights.
 func (e *Encoder) WeightBytes() int64 { return e.bytes }
 
-// MaxLen is the longest sequence the position embeddings cover.
-func (e *Encoder) MaxLen() int { return e.Config.MaxPositionEmbeddings }
+// MaxLen is the longest sequence the position embeddings cover (for
+// RoBERTa, those after the padding index: 512 of XLM-R's 514).
+func (e *Encoder) MaxLen() int { return e.Config.MaxPositionEmbeddings - e.Config.PositionOffset() }
 
 // Hidden is the width of a token's hidden state.
 func (e *Encoder) Hidden() int { return e.Config.HiddenSize }
@@ -184,12 +218,11 @@ func (e *Encoder) ForwardTyped(ctx context.Context, seqs, typeIDs [][]int) ([][]
 		if len(seq) == 0 || len(seq) > e.MaxLen() {
 			return nil, fmt.Errorf("model: sequence %d has %d tokens (want 1 to %d)", i, len(seq), e.MaxLen())
 		}
-		for j, id := range seq {
+		ids, positions = e.appendPositions(ids, positions, seq)
+		for _, id := range seq {
 			if id < 0 || id >= e.Config.VocabSize {
 				return nil, fmt.Errorf("model: sequence %d: token id %d is outside the vocabulary [0, %d)", i, id, e.Config.VocabSize)
 			}
-			ids = append(ids, int32(id))
-			positions = append(positions, int32(j))
 		}
 		if typeIDs != nil {
 			if len(typeIDs[i]) != len(seq) {
@@ -238,6 +271,29 @@ func (e *Encoder) ForwardTyped(ctx context.Context, seqs, typeIDs [][]int) ([][]
 		off += n
 	}
 	return res, nil
+}
+
+// appendPositions appends the ids of seq and their position ids. BERT
+// numbers tokens from 0. RoBERTa numbers the tokens that are not padding
+// from its offset and gives a padding token the padding index itself,
+// as create_position_ids_from_input_ids does (a <pad> id inside a
+// sequence, which only token-id input can put there, takes no position).
+func (e *Encoder) appendPositions(ids, positions []int32, seq []int) ([]int32, []int32) {
+	off := e.Config.PositionOffset()
+	next := off
+	for j, id := range seq {
+		ids = append(ids, int32(id))
+		switch {
+		case off == 0:
+			positions = append(positions, int32(j))
+		case id == e.Config.PadTokenID:
+			positions = append(positions, int32(e.Config.PadTokenID))
+		default:
+			positions = append(positions, int32(next))
+			next++
+		}
+	}
+	return ids, positions
 }
 
 // Close releases the weight files.

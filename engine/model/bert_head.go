@@ -9,7 +9,9 @@ import (
 
 // SequenceClassifier is the head of a BertForSequenceClassification
 // checkpoint (a cross-encoder): the pooler, tanh(W·h + b) on the first
-// token's last state, then a linear layer to the labels' logits. It is
+// token's last state, then a linear layer to the labels' logits; or the
+// head of a (XLM-)RobertaForSequenceClassification one, the same
+// computation. It is
 // small (hidden² + hidden·labels values) and runs in Go on the pooled
 // states, whatever the encoder's backend.
 type SequenceClassifier struct {
@@ -20,7 +22,8 @@ type SequenceClassifier struct {
 }
 
 // LoadClassifier reads the head of the encoder's checkpoint: pooler.dense
-// and classifier, with or without the "bert." prefix on the pooler.
+// and classifier, with or without the "bert." prefix on the pooler; or
+// RoBERTa's classifier.dense and classifier.out_proj.
 func (e *Encoder) LoadClassifier() (*SequenceClassifier, error) {
 	if e.weights == nil {
 		return nil, fmt.Errorf("model: the encoder is closed")
@@ -45,26 +48,33 @@ func (e *Encoder) LoadClassifier() (*SequenceClassifier, error) {
 		}
 		return v, nil
 	}
-	p := ""
+	// BERT: the pooler, then classifier. RoBERTa's classification head
+	// (XLMRobertaForSequenceClassification, bge-reranker-v2-m3) is the
+	// same computation under other names: classifier.dense with tanh,
+	// then classifier.out_proj.
+	pool, class := "pooler.dense", "classifier"
 	if e.weights.Has("bert.pooler.dense.weight") {
-		p = "bert."
+		pool = "bert.pooler.dense"
+	}
+	if e.weights.Has("classifier.out_proj.weight") {
+		pool, class = "classifier.dense", "classifier.out_proj"
 	}
 	c := &SequenceClassifier{hidden: h}
 	var err error
-	if c.poolW, err = get(p+"pooler.dense.weight", h, h); err != nil {
+	if c.poolW, err = get(pool+".weight", h, h); err != nil {
 		return nil, err
 	}
-	if c.poolB, err = get(p+"pooler.dense.bias", h); err != nil {
+	if c.poolB, err = get(pool+".bias", h); err != nil {
 		return nil, err
 	}
-	if c.classW, err = get("classifier.weight", -1, h); err != nil {
+	if c.classW, err = get(class+".weight", -1, h); err != nil {
 		return nil, err
 	}
 	c.Labels = len(c.classW) / h
 	if c.Labels < 1 {
-		return nil, fmt.Errorf("%w: classifier.weight has no rows", ErrBadWeights)
+		return nil, fmt.Errorf("%w: %s.weight has no rows", ErrBadWeights, class)
 	}
-	if c.classB, err = get("classifier.bias", c.Labels); err != nil {
+	if c.classB, err = get(class+".bias", c.Labels); err != nil {
 		return nil, err
 	}
 	return c, nil

@@ -35,6 +35,7 @@ type bpeScratch struct {
 	ids        []int32
 	prev, next []int32
 	heap       []uint64 // rank<<32 | position, a min-heap
+	unigram    unigramScratch
 }
 
 // encode appends the ids of one pre-tokenized piece to dst.
@@ -50,20 +51,14 @@ func (m *bpeModel) encode(piece string, sc *bpeScratch, dst []int) []int {
 	cacheable := len(piece) < maxCachedPiece
 	if cacheable {
 		if ids, ok := m.cache.get(piece); ok {
-			for _, id := range ids {
-				dst = append(dst, int(id))
-			}
-			return dst
+			return appendIDs(dst, ids)
 		}
 	}
 	ids := m.merge(piece, sc)
 	if cacheable {
 		m.cache.put(piece, slices.Clone(ids))
 	}
-	for _, id := range ids {
-		dst = append(dst, int(id))
-	}
-	return dst
+	return appendIDs(dst, ids)
 }
 
 // whole returns the id of the piece as a single vocabulary token.

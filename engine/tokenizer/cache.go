@@ -80,3 +80,11 @@ func (c *pieceCache) len() int {
 	}
 	return n
 }
+
+// appendIDs appends cached or merged ids to an Encode result.
+func appendIDs(dst []int, ids []int32) []int {
+	for _, id := range ids {
+		dst = append(dst, int(id))
+	}
+	return dst
+}

@@ -2,7 +2,9 @@
 // tokenizers of Hugging Face `tokenizer.json` files — byte-level, as used by
 // Qwen2/3, Llama 3 and DeepSeek V3, and SentencePiece-style with "▁" spaces
 // and <0xNN> byte fallback, as used by Gemma 3, Llama 2 and Mistral — and
-// WordPiece (BERT), and produces the same ids as the HF `tokenizers` library.
+// WordPiece (BERT), and Unigram (SentencePiece unigram: XLM-R, with its
+// Precompiled normalizer), and produces the same ids as the HF `tokenizers`
+// library.
 //
 // Encoding runs the HF pipeline: added tokens are matched first on the raw
 // text (longest match wins); the text between them is normalized (NFC,

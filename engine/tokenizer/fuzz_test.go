@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -38,6 +39,12 @@ var fuzzSeeds = []string{
 	`{"model": {"type": "BPE"}, "normalizer": {"type": "Lowercase"}}`,
 	`{"added_tokens": [{"id": 0, "content": ""}], "model": {"type": "BPE", "vocab": {"x": 0}}}`,
 	`{"added_tokens": [{"id": 2000000000, "content": ""}, {"id": -5, "content": "y"}], "model": {"type": "BPE", "vocab": {"x": 0}}}`,
+	`{"model": {"type": "Unigram", "unk_id": 0, "byte_fallback": true, "vocab": [["<unk>", 0], ["▁a", -1.5], ["b", -2], ["▁", -3], ["<0x63>", -9]]},
+	  "normalizer": {"type": "Sequence", "normalizers": [{"type": "Precompiled", "precompiled_charsmap": "` + byteCharsmap(map[byte]string{'A': "a", 'B': ""}) + `"},
+	    {"type": "Strip", "strip_left": false, "strip_right": true}, {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": "▁"}]},
+	  "pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "WhitespaceSplit"}, {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true}]},
+	  "decoder": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true}}`,
+	`{"model": {"type": "Unigram", "unk_id": 1, "vocab": [["a", -1], ["<unk>", 0], ["a", -2]]}, "normalizer": {"type": "Precompiled", "precompiled_charsmap": "CAAAAP////8AAAAAYQA="}}`,
 	`{`, `null`, `[]`, `{"model": 3}`, ``,
 }
 
@@ -55,7 +62,7 @@ func FuzzFromJSON(f *testing.F) {
 			}
 			return
 		}
-		if tok.usesRegexEngine() && len(text) > 16 {
+		if (tok.usesRegexEngine() || bytes.Contains(data, []byte("Regex"))) && len(text) > 16 {
 			// A fuzzed pattern can backtrack exponentially; keep the
 			// text short enough to finish.
 			text = text[:16]

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 )
@@ -20,8 +21,15 @@ type tokenizerJSON struct {
 }
 
 type modelJSON struct {
-	Type                    string           `json:"type"`
-	Vocab                   map[string]int32 `json:"vocab"`
+	Type string `json:"type"`
+	// RawVocab is a map of token → id (BPE, WordPiece) or a list of
+	// [token, score] pairs in id order (Unigram); readVocab fills Vocab and
+	// Scores from it.
+	RawVocab                json.RawMessage  `json:"vocab"`
+	Vocab                   map[string]int32 `json:"-"`
+	Scores                  []float64        `json:"-"`
+	Pieces                  []string         `json:"-"` // Unigram: the token of each id
+	UnkID                   *int             `json:"unk_id"`
 	Merges                  json.RawMessage  `json:"merges"`
 	UnkToken                *string          `json:"unk_token"`
 	ContinuingSubwordPrefix *string          `json:"continuing_subword_prefix"`
@@ -67,6 +75,9 @@ func FromJSON(data []byte, opts ...Option) (*Tokenizer, error) {
 	var doc tokenizerJSON
 	if err := json.Unmarshal(data, &doc); err != nil {
 		return nil, err
+	}
+	if err := doc.Model.readVocab(); err != nil {
+		return nil, fmt.Errorf("model: %w", err)
 	}
 	t, err := build(&doc)
 	if err != nil {
@@ -149,6 +160,9 @@ func (t *Tokenizer) buildVocab(doc *tokenizerJSON) error {
 		}
 		t.known[id] = true
 	}
+	for id, token := range doc.Model.Pieces {
+		t.tokens[id], t.known[id] = token, true
+	}
 	t.added = make(map[string]int, len(doc.AddedTokens))
 	specials := map[string]bool{}
 	for _, tok := range doc.AddedTokens {
@@ -203,12 +217,51 @@ func assignAddedIDs(tokens []addedToken, vocab map[string]int32) {
 	}
 }
 
+// readVocab reads the vocabulary: a map for BPE and WordPiece, a list of
+// [token, score] pairs for Unigram. A token listed twice in a Unigram
+// vocabulary resolves to its last id, as in HF.
+func (m *modelJSON) readVocab() error {
+	if m.Type != "Unigram" {
+		if isNull(m.RawVocab) {
+			return nil
+		}
+		if err := json.Unmarshal(m.RawVocab, &m.Vocab); err != nil {
+			return fmt.Errorf("vocab: %w", err)
+		}
+		return nil
+	}
+	var pairs [][2]json.RawMessage
+	if err := json.Unmarshal(m.RawVocab, &pairs); err != nil {
+		return fmt.Errorf("vocab: want a list of [token, score]: %w", err)
+	}
+	if len(pairs) > math.MaxInt32 {
+		return fmt.Errorf("vocab: %d tokens", len(pairs))
+	}
+	m.Vocab = make(map[string]int32, len(pairs))
+	m.Scores = make([]float64, len(pairs))
+	m.Pieces = make([]string, len(pairs))
+	for i, p := range pairs {
+		token := &m.Pieces[i]
+		if err := json.Unmarshal(p[0], token); err != nil {
+			return fmt.Errorf("vocab[%d]: token: %w", i, err)
+		}
+		if err := json.Unmarshal(p[1], &m.Scores[i]); err != nil {
+			return fmt.Errorf("vocab[%d]: score: %w", i, err)
+		}
+		m.Vocab[*token] = int32(i)
+	}
+	return nil
+}
+
 func (t *Tokenizer) buildModel(cfg *modelJSON) error {
-	if cfg.Type == "WordPiece" {
+	switch cfg.Type {
+	case "WordPiece":
 		return t.buildWordPiece(cfg)
+	case "Unigram":
+		return t.buildUnigram(cfg)
 	}
 	if cfg.Type != "BPE" && !(cfg.Type == "" && cfg.Merges != nil) {
-		return fmt.Errorf("unsupported model type %q (want BPE)", cfg.Type)
+		return fmt.Errorf("unsupported model type %q (want BPE, WordPiece or Unigram)", cfg.Type)
 	}
 	if p := cfg.ContinuingSubwordPrefix; p != nil && *p != "" {
 		return fmt.Errorf("continuing_subword_prefix %q is not supported", *p)

@@ -226,12 +226,12 @@ func TestLoadErrorsNameTheFile(t *testing.T) {
 		})
 	}
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), []byte(`{"model": {"type": "Unigram"}}`), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), []byte(`{"model": {"type": "WordLevel"}}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	_, err := tokenizer.Load(dir)
-	if err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "tokenizer.json")) || !strings.Contains(err.Error(), `unsupported model type "Unigram"`) {
-		t.Errorf("Load of a Unigram tokenizer.json: error %v", err)
+	if err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "tokenizer.json")) || !strings.Contains(err.Error(), `unsupported model type "WordLevel"`) {
+		t.Errorf("Load of a WordLevel tokenizer.json: error %v", err)
 	}
 	if _, err := tokenizer.Load(t.TempDir()); err == nil || !strings.Contains(err.Error(), "tokenizer.json") {
 		t.Errorf("Load of an empty directory: error %v", err)

@@ -3,6 +3,8 @@ package tokenizer
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
+	"unicode"
 
 	"golang.org/x/text/unicode/norm"
 )
@@ -24,6 +26,11 @@ type normalizerJSON struct {
 	Content *string      `json:"content"`
 	// Prepend
 	Prepend *string `json:"prepend"`
+	// Precompiled
+	PrecompiledCharsmap *string `json:"precompiled_charsmap"`
+	// Strip
+	StripLeft  bool `json:"strip_left"`
+	StripRight bool `json:"strip_right"`
 }
 
 // buildNormalizer builds the normalizer of a tokenizer.json "normalizer"
@@ -51,6 +58,10 @@ func buildNormalizer(raw json.RawMessage) (normalizer, error) {
 		return replaceNormalizer(cfg)
 	case "Prepend":
 		return prependNormalizer(cfg)
+	case "Precompiled":
+		return precompiledNormalizer(cfg)
+	case "Strip":
+		return stripNormalizer(cfg), nil
 	case "Sequence":
 		var steps []normalizer
 		for i, sub := range cfg.Normalizers {
@@ -76,6 +87,21 @@ func buildNormalizer(raw json.RawMessage) (normalizer, error) {
 		}, nil
 	}
 	return nil, fmt.Errorf("unsupported normalizer type %q", cfg.Type)
+}
+
+// stripNormalizer is HF's Strip normalizer: white space (Rust's
+// char::is_whitespace, the White_Space property) cut from either end.
+func stripNormalizer(cfg normalizerJSON) normalizer {
+	isSpace := func(r rune) bool { return unicode.Is(unicode.White_Space, r) }
+	return func(s string) string {
+		if cfg.StripLeft {
+			s = strings.TrimLeftFunc(s, isSpace)
+		}
+		if cfg.StripRight {
+			s = strings.TrimRightFunc(s, isSpace)
+		}
+		return s
+	}
 }
 
 // isNull reports whether a JSON value is absent or null.

@@ -2,8 +2,10 @@ package tokenizer_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -94,6 +96,38 @@ func encodeAll(tok *tokenizer.Tokenizer, texts []string, addSpecial bool) [][]in
 	}
 	wg.Wait()
 	return out
+}
+
+// checkEncodeParity encodes texts with tok and with the reference, with
+// and without the post-processor's special tokens, and wants the same ids.
+func checkEncodeParity(t *testing.T, ctx context.Context, ref corpus.Reference, tok *tokenizer.Tokenizer, what string, texts []string) {
+	t.Helper()
+	for _, special := range []bool{false, true} {
+		want, err := ref.Encode(ctx, texts, special)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkSameIDs(t, fmt.Sprintf("%sadd_special_tokens=%v", what, special), texts, encodeAll(tok, texts, special), want)
+	}
+}
+
+// writeVariant writes a tokenizer.json document (a real one, edited) into
+// a temporary directory for the reference, and builds it.
+func writeVariant(t *testing.T, doc any) (string, *tokenizer.Tokenizer) {
+	t.Helper()
+	data, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "tokenizer.json")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.FromJSON(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path, tok
 }
 
 // checkSameIDs reports the number of mismatches and the first few.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode"
 )
 
 // preTokenizer cuts normalized text into the pieces BPE encodes one by one.
@@ -100,6 +101,9 @@ func (p *preTokenizer) add(raw json.RawMessage) error {
 		return nil
 	case "BertPreTokenizer":
 		p.steps = append(p.steps, bertPreTokenizer{})
+		return nil
+	case "WhitespaceSplit":
+		p.steps = append(p.steps, whitespaceSplit{})
 		return nil
 	case "ByteLevel":
 		useRegex := cfg.UseRegex == nil || *cfg.UseRegex
@@ -289,6 +293,17 @@ func appendPieces(s string, spans []span, dst []string) []string {
 		if !sp.match && sp.end > sp.start {
 			dst = append(dst, s[sp.start:sp.end])
 		}
+	}
+	return dst
+}
+
+// whitespaceSplit is HF's WhitespaceSplit: pieces separated by white
+// space (Rust's char::is_whitespace), which is dropped.
+type whitespaceSplit struct{}
+
+func (whitespaceSplit) apply(s string, dst []string) []string {
+	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return unicode.Is(unicode.White_Space, r) }) {
+		dst = append(dst, f)
 	}
 	return dst
 }

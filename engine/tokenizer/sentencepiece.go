@@ -13,9 +13,34 @@ import (
 // outside the vocabulary as <0xNN> byte tokens (the BPE model's
 // byte_fallback), and the decoders that undo both.
 
-// replaceNormalizer is HF's Replace normalizer with a String pattern: every
-// occurrence, left to right, replaced by content.
+// replaceNormalizer is HF's Replace normalizer: every occurrence of the
+// pattern, left to right, replaced by content. A Regex pattern runs on
+// the backtracking engine of the Split pre-tokenizer (Oniguruma's
+// leftmost-first semantics), as XLM-R's converter writes " {2,}".
 func replaceNormalizer(cfg normalizerJSON) (normalizer, error) {
+	if cfg.Pattern != nil && cfg.Pattern.Regex != nil && cfg.Content != nil {
+		re, err := compileSplitPattern(*cfg.Pattern.Regex)
+		if err != nil {
+			return nil, fmt.Errorf("Replace: %w", err)
+		}
+		content := *cfg.Content
+		return func(s string) string {
+			found := re.matches(s)
+			if len(found) == 0 {
+				return s
+			}
+			var b strings.Builder
+			b.Grow(len(s))
+			last := 0
+			for _, m := range found {
+				b.WriteString(s[last:m[0]])
+				b.WriteString(content)
+				last = m[1]
+			}
+			b.WriteString(s[last:])
+			return b.String()
+		}, nil
+	}
 	from, to, err := replacePattern(cfg.Pattern, cfg.Content)
 	if err != nil {
 		return nil, err
@@ -23,8 +48,9 @@ func replaceNormalizer(cfg normalizerJSON) (normalizer, error) {
 	return func(s string) string { return strings.ReplaceAll(s, from, to) }, nil
 }
 
-// replacePattern reads the pattern and content of a Replace normalizer or
-// decoder; only literal (String) patterns are supported.
+// replacePattern reads the pattern and content of a Replace decoder (or
+// a normalizer with a String pattern); only literal (String) patterns are
+// supported there.
 func replacePattern(p *patternJSON, content *string) (from, to string, err error) {
 	switch {
 	case p == nil || content == nil:

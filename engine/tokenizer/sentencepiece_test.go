@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"fusion/engine/tokenizer"
 	"fusion/engine/tokenizer/corpus"
 	"fusion/internal/testenv"
 )
@@ -40,27 +39,10 @@ func TestMetaspaceParityWithHF(t *testing.T) {
 				map[string]any{"type": "ByteFallback"},
 				map[string]any{"type": "Fuse"},
 			}}
-			variant, err := json.Marshal(doc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			path := filepath.Join(t.TempDir(), "tokenizer.json")
-			if err := os.WriteFile(path, variant, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			tok, err := tokenizer.FromJSON(variant)
-			if err != nil {
-				t.Fatal(err)
-			}
+			path, tok := writeVariant(t, doc)
 			ref := corpus.Reference{Python: python, TokenizerJSON: path}
 			ctx := context.Background()
-			for _, special := range []bool{false, true} {
-				want, err := ref.Encode(ctx, texts, special)
-				if err != nil {
-					t.Fatal(err)
-				}
-				checkSameIDs(t, "Metaspace "+tc.scheme, texts, encodeAll(tok, texts, special), want)
-			}
+			checkEncodeParity(t, ctx, ref, tok, "Metaspace "+tc.scheme+": ", texts)
 			checkDecodeParity(t, ctx, ref, tok)
 		})
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"fusion/cluster"
+	"fusion/engine/embed/embedtest"
 	"fusion/internal/testenv"
 	"fusion/node"
 	"fusion/node/nodetest"
@@ -22,6 +23,7 @@ import (
 const (
 	embedModel = "minilm"
 	mrlModel   = "minilm-mrl" // the same weights with a Matryoshka model card
+	xlmrModel  = "xlmr"       // an XLM-RoBERTa (SentencePiece unigram tokenizer) in multilingual-e5's layout
 	maxInputs  = 16
 )
 
@@ -52,15 +54,20 @@ func embeddingModels(t *testing.T) (models, fixture string) {
 }
 
 // TestPythonSDKEmbeddings runs the openai Python client's
-// embeddings.create against a node serving all-MiniLM-L6-v2, and through
-// another node of its 3-node cluster that has no models and forwards over
-// gRPC, and compares with sentence-transformers.
+// embeddings.create against a node serving all-MiniLM-L6-v2 and the
+// XLM-RoBERTa fixture, and through another node of its 3-node cluster that
+// has no models and forwards over gRPC, and compares with
+// sentence-transformers.
 func TestPythonSDKEmbeddings(t *testing.T) {
 	py := testenv.Python(t)
 	if out, err := exec.Command(py, "-c", "import openai, pytest, sentence_transformers").CombinedOutput(); err != nil {
 		missing(t, "openai, pytest or sentence-transformers is not installed in %s: %s", py, out)
 	}
 	models, fixture := embeddingModels(t)
+	xlmr := embedtest.XLMRoberta(t)
+	if err := os.Symlink(xlmr, filepath.Join(models, xlmrModel)); err != nil {
+		t.Fatal(err)
+	}
 	member := func(id string, expect int, join []string) node.ClusterConfig {
 		return node.ClusterConfig{NodeID: id, Listen: "127.0.0.1:0", RaftListen: "127.0.0.1:0", GRPCListen: "127.0.0.1:0",
 			BootstrapExpect: expect, Join: join, Secret: "s", Timing: cluster.TestTiming()}
@@ -81,7 +88,7 @@ func TestPythonSDKEmbeddings(t *testing.T) {
 	}
 	// The forwarding node routes to a node that has the model loaded:
 	// load the three models on a, then wait until b answers for each.
-	for _, m := range []string{embedModel, mrlModel, nodetest.Model} {
+	for _, m := range []string{embedModel, mrlModel, xlmrModel, nodetest.Model} {
 		path, body := "/v1/embeddings", any(map[string]any{"model": m, "input": "warm up"})
 		if m == nodetest.Model {
 			path, body = "/v1/chat/completions", map[string]any{"model": m, "messages": []map[string]string{{"role": "user", "content": "hi"}}, "max_tokens": 1}
@@ -101,6 +108,7 @@ func TestPythonSDKEmbeddings(t *testing.T) {
 	env := append(os.Environ(), "FUSION_BASE_URL="+n.URL(), "FUSION_FORWARD_URL="+fwd.URL(), "FUSION_API_KEY="+testKey,
 		"FUSION_EMBED_MODEL="+embedModel, "FUSION_MRL_MODEL="+mrlModel, "FUSION_CHAT_MODEL="+nodetest.Model,
 		"FUSION_EMBED_DIR="+fixture, "FUSION_MAX_INPUTS="+strconv.Itoa(maxInputs),
+		"FUSION_XLMR_MODEL="+xlmrModel, "FUSION_XLMR_DIR="+xlmr,
 		"HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1", "TOKENIZERS_PARALLELISM=false")
 	out := runSuite(t, env, py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "testdata/test_openai_embeddings.py")
 	t.Log(out)

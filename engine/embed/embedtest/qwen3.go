@@ -1,6 +1,7 @@
 package embedtest
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"fusion/engine/modelfile"
 	"fusion/engine/safetensors"
 	"fusion/engine/tensor"
+	"fusion/engine/tokenizer/corpus"
 	"fusion/internal/testenv"
 )
 
@@ -177,4 +179,23 @@ func setJSON(doc map[string]json.RawMessage, key string, v any) error {
 	}
 	doc[key] = raw
 	return nil
+}
+
+// XLMRoberta returns the XLM-RoBERTa embedding fixture (a random-weight
+// XLMRobertaModel in multilingual-e5-small's sentence-transformers layout,
+// with the generated XLM-R tokenizer; see corpus.XLMRModel), building it
+// into the fixtures cache on first use.
+func XLMRoberta(t testing.TB) string { return generated(t, corpus.XLMRModel) }
+
+// XLMRReranker returns the XLM-RoBERTa cross-encoder fixture (see
+// corpus.XLMRReranker), building it into the fixtures cache on first use.
+func XLMRReranker(t testing.TB) string { return generated(t, corpus.XLMRReranker) }
+
+func generated(t testing.TB, build func(ctx context.Context, python, cacheDir string) (string, error)) string {
+	t.Helper()
+	dir, err := build(context.Background(), testenv.Python(t), testenv.FixturesDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }

@@ -4,7 +4,8 @@
 
 stdin: JSON lines of [query, document]; stdout: one JSON line per pair with
 CrossEncoder.predict's score, and the token ids and type ids its tokenizer
-gives the pair (truncated as predict truncates it). Torch runs in float32 on
+gives the pair (truncated as predict truncates it; all 0 for a tokenizer
+without token types, such as XLM-R's). Torch runs in float32 on
 the CPU, one thread, batches of 32.
 """
 
@@ -25,7 +26,7 @@ def main():
     out = sys.stdout
     for (q, d), s in zip(pairs, scores):
         enc = tok(q, d, truncation=True, max_length=model.max_seq_length)
-        out.write(json.dumps({"score": float(s), "ids": enc["input_ids"], "types": enc["token_type_ids"],
+        out.write(json.dumps({"score": float(s), "ids": enc["input_ids"], "types": enc.get("token_type_ids", [0] * len(enc["input_ids"])),
                               "max_len": model.max_seq_length}) + "\n")
 
 

@@ -3,7 +3,9 @@
 Driven by TestPythonSDKEmbeddings (embeddings_test.go), which starts a node
 serving all-MiniLM-L6-v2 (FUSION_EMBED_MODEL, its files in
 FUSION_EMBED_DIR), the same weights with a Matryoshka model card
-(FUSION_MRL_MODEL) and a chat model (FUSION_CHAT_MODEL), with at most
+(FUSION_MRL_MODEL), an XLM-RoBERTa in multilingual-e5's layout
+(FUSION_XLMR_MODEL, its files in FUSION_XLMR_DIR) and a chat model
+(FUSION_CHAT_MODEL), with at most
 FUSION_MAX_INPUTS inputs per request, and sets FUSION_BASE_URL and
 FUSION_API_KEY. FUSION_FORWARD_URL, when set, is a node without the models
 that must forward to the first. Vectors are compared with
@@ -24,6 +26,7 @@ EMB = os.environ["FUSION_EMBED_MODEL"]
 MRL = os.environ["FUSION_MRL_MODEL"]
 CHAT = os.environ["FUSION_CHAT_MODEL"]
 MAX_INPUTS = int(os.environ["FUSION_MAX_INPUTS"])
+XLMR = os.environ["FUSION_XLMR_MODEL"]
 URLS = [BASE] + [u for u in [os.environ.get("FUSION_FORWARD_URL")] if u]
 TEXTS = ["The cat sits on the mat.", "Der Hund schläft. 🐶", "北京是中国的首都", "a", "Embeddings turn text into vectors " * 40]
 
@@ -54,6 +57,20 @@ def test_float_matches_sentence_transformers(client, st):
     assert np.allclose(np.linalg.norm(got, axis=1), 1, atol=1e-5)
     tokens = sum(min(len(st.tokenizer(t)["input_ids"]), 256) for t in TEXTS)
     assert r.usage.prompt_tokens == tokens == r.usage.total_tokens
+
+
+def test_xlmr_matches_sentence_transformers(client):
+    st = SentenceTransformer(os.environ["FUSION_XLMR_DIR"], device="cpu", local_files_only=True)
+    texts = ["query: " + t for t in TEXTS] + ["ﬁne Ｆｕｌｌ ① e\u0301té  ", "word " * 600]
+    r = client.embeddings.create(model=XLMR, input=texts, encoding_format="float")
+    got = np.array([d.embedding for d in r.data])
+    assert got.shape == (len(texts), st.get_embedding_dimension())
+    want = st.encode(texts, convert_to_numpy=True)
+    assert cosines(got, want).min() >= 0.9999
+    lengths = [len(st.tokenizer(t)["input_ids"]) for t in texts]
+    assert r.usage.prompt_tokens == sum(min(n, 512) for n in lengths)
+    truncated = [(d.model_extra or {}).get("truncated", False) for d in r.data]
+    assert truncated == [n > 512 for n in lengths] and truncated[-1]
 
 
 def test_base64_is_the_same_vector(client):
