@@ -515,6 +515,7 @@ func TestPanelCluster(t *testing.T) {
 	pa.do("ask again", chromedp.SetValue(chromedp.CSS(`input[name="max_tokens"]`), "4"),
 		chromedp.SendKeys(chromedp.CSS(`textarea[name="message"]`), "Hi"), chromedp.Click(chromedp.CSS(`main form button[type="submit"]`)))
 	pa.wait("complete answer", `(() => { const m = [...document.querySelectorAll('.msg.assistant')].pop(); return m && m.dataset.done === 'complete' && m.querySelector('.usage').textContent.includes('4 completion tokens'); })()`)
+	chatSystemPrompt(t, pa)
 	chatReasoningAndTools(t, pa, mcpDir)
 	pa.shoot("chat")
 
@@ -866,4 +867,38 @@ func chatReasoningAndTools(t *testing.T, pa *tab, mcpDir string) {
 	pa.do("plain chat again", chromedp.Click(chromedp.CSS(`input[name="mcp"][value="fs"]`)))
 	selectValue(`input[name="force_tool"]`, "")
 	selectValue(`input[name="temperature"]`, "")
+}
+
+// chatSystemPrompt: the system prompt typed in the chat page is sent. The
+// same question in a new chat, once without and once with a system
+// prompt, differs in its prompt tokens by at least the system prompt's
+// words (the usage line is the server's count).
+func chatSystemPrompt(t *testing.T, pa *tab) {
+	t.Helper()
+	setSystem := func(v string) {
+		t.Helper()
+		if _, err := evalIn[bool](pa, fmt.Sprintf(`(() => { document.querySelector('textarea[name="system"]').value = %q; return true; })()`, v)); err != nil {
+			t.Fatalf("set the system prompt: %v", err)
+		}
+	}
+	promptTokens := func(what, system string) int {
+		t.Helper()
+		setSystem(system)
+		pa.do(what, chromedp.Click(chromedp.Search(`//main//button[text()="New chat"]`)),
+			chromedp.SendKeys(chromedp.CSS(`textarea[name="message"]`), "Hi"), chromedp.Click(chromedp.CSS(`main form button[type="submit"]`)))
+		pa.wait(what+": complete", `(() => { const m = `+lastAnswer+`; return !!m && m.dataset.done === 'complete' && /^\d+ prompt/.test(m.querySelector('.usage').textContent); })()`)
+		if n := eval[int](pa, `document.querySelectorAll('.msg.assistant').length`); n != 1 {
+			t.Fatalf("%s: %d answers on the page after New chat, want 1", what, n)
+		}
+		return eval[int](pa, `parseInt(`+lastAnswer+`.querySelector('.usage').textContent, 10)`)
+	}
+	const system = "You are a terse assistant. Answer in one short sentence, in French, without any preamble."
+	without := promptTokens("ask without a system prompt", "")
+	with := promptTokens("ask with a system prompt", system)
+	if with < without+len(strings.Fields(system)) {
+		t.Errorf("prompt tokens %d with the system prompt, %d without: the system prompt was not sent", with, without)
+	}
+	t.Logf("prompt tokens: %d without the system prompt, %d with it", without, with)
+	setSystem("")
+	pa.do("new chat", chromedp.Click(chromedp.Search(`//main//button[text()="New chat"]`)))
 }
