@@ -324,9 +324,9 @@ func (n *Node) startSync() {
 		defer close(n.syncDone)
 		t := time.NewTicker(syncInterval)
 		defer t.Stop()
-		watched := map[string]bool{}
+		watched, gone := map[string]bool{}, map[string]time.Time{}
 		for {
-			n.syncOnce(ctx, watched)
+			n.syncOnce(ctx, watched, gone)
 			select {
 			case <-ctx.Done():
 				return
@@ -336,7 +336,13 @@ func (n *Node) startSync() {
 	}()
 }
 
-func (n *Node) syncOnce(ctx context.Context, watched map[string]bool) {
+// peerClientGrace is how long the client of a peer gossip calls failed
+// is kept before it is closed: closing it ends the requests in flight on
+// it, and a peer briefly taken for failed (a loaded machine missing its
+// probes) comes back within seconds, its connection still good.
+const peerClientGrace = 30 * time.Second
+
+func (n *Node) syncOnce(ctx context.Context, watched map[string]bool, gone map[string]time.Time) {
 	m := n.member
 	// This node's load, gossiped coarsely for the placement planner.
 	m.SetLoad(n.runner.Stats().InFlight)
@@ -353,11 +359,21 @@ func (n *Node) syncOnce(ctx context.Context, watched map[string]bool) {
 			watched[addr] = true
 		}
 	}
+	now := time.Now()
 	for addr := range watched {
 		if !live[addr] {
 			n.loads.Forget(addr)
-			n.pool.Forget(addr)
 			delete(watched, addr)
+			gone[addr] = now
+		}
+	}
+	for addr, since := range gone {
+		switch {
+		case live[addr]:
+			delete(gone, addr)
+		case now.Sub(since) > peerClientGrace:
+			n.pool.Forget(addr)
+			delete(gone, addr)
 		}
 	}
 	// Assignments of the planner: load, then report ready (or failed).
