@@ -1,0 +1,112 @@
+package flux2
+
+// The diffusers folder layout of a FLUX.2 [klein] checkpoint:
+// model_index.json names one class per component folder.
+const (
+	ModelIndexFile      = "model_index.json"
+	SchedulerConfigFile = "scheduler/scheduler_config.json"
+	TransformerDir      = "transformer"
+	VAEDir              = "vae"
+	TextEncoderDir      = "text_encoder"
+	TokenizerDir        = "tokenizer"
+	// ComponentWeights is a component's single weights file; large
+	// checkpoints shard it (…-00001-of-0000N.safetensors with an
+	// index.json), as transformers does.
+	ComponentWeights = "diffusion_pytorch_model.safetensors"
+	ComponentConfig  = "config.json"
+)
+
+// ModelIndex is model_index.json of a Flux2KleinPipeline.
+type ModelIndex struct {
+	ClassName        string    `json:"_class_name"`
+	DiffusersVersion string    `json:"_diffusers_version"`
+	IsDistilled      bool      `json:"is_distilled"`
+	Scheduler        [2]string `json:"scheduler"`
+	TextEncoder      [2]string `json:"text_encoder"`
+	Tokenizer        [2]string `json:"tokenizer"`
+	Transformer      [2]string `json:"transformer"`
+	VAE              [2]string `json:"vae"`
+}
+
+// KleinIndex is the model index of a FLUX.2 [klein] checkpoint.
+func KleinIndex(distilled bool) ModelIndex {
+	return ModelIndex{
+		ClassName:        "Flux2KleinPipeline",
+		DiffusersVersion: "0.42.1",
+		IsDistilled:      distilled,
+		Scheduler:        [2]string{"diffusers", "FlowMatchEulerDiscreteScheduler"},
+		TextEncoder:      [2]string{"transformers", "Qwen3ForCausalLM"},
+		Tokenizer:        [2]string{"transformers", "Qwen2TokenizerFast"},
+		Transformer:      [2]string{"diffusers", "Flux2Transformer2DModel"},
+		VAE:              [2]string{"diffusers", "AutoencoderKLFlux2"},
+	}
+}
+
+// TransformerConfig is transformer/config.json of a
+// Flux2Transformer2DModel.
+type TransformerConfig struct {
+	ClassName                string  `json:"_class_name"`
+	PatchSize                int     `json:"patch_size"`
+	InChannels               int     `json:"in_channels"`
+	OutChannels              *int    `json:"out_channels"`
+	NumLayers                int     `json:"num_layers"`
+	NumSingleLayers          int     `json:"num_single_layers"`
+	AttentionHeadDim         int     `json:"attention_head_dim"`
+	NumAttentionHeads        int     `json:"num_attention_heads"`
+	JointAttentionDim        int     `json:"joint_attention_dim"`
+	TimestepGuidanceChannels int     `json:"timestep_guidance_channels"`
+	MLPRatio                 float64 `json:"mlp_ratio"`
+	AxesDimsRoPE             []int   `json:"axes_dims_rope"`
+	RoPETheta                int     `json:"rope_theta"`
+	Eps                      float64 `json:"eps"`
+	GuidanceEmbeds           bool    `json:"guidance_embeds"`
+}
+
+// Inner is the width of the transformer's residual stream.
+func (c TransformerConfig) Inner() int { return c.NumAttentionHeads * c.AttentionHeadDim }
+
+// MLPHidden is the width of the feed-forward layers (int(inner·ratio)).
+func (c TransformerConfig) MLPHidden() int { return int(float64(c.Inner()) * c.MLPRatio) }
+
+// Out is the number of output channels (in_channels unless set).
+func (c TransformerConfig) Out() int {
+	if c.OutChannels != nil {
+		return *c.OutChannels
+	}
+	return c.InChannels
+}
+
+// VAEConfig is vae/config.json of an AutoencoderKLFlux2.
+type VAEConfig struct {
+	ClassName            string   `json:"_class_name"`
+	InChannels           int      `json:"in_channels"`
+	OutChannels          int      `json:"out_channels"`
+	DownBlockTypes       []string `json:"down_block_types"`
+	UpBlockTypes         []string `json:"up_block_types"`
+	BlockOutChannels     []int    `json:"block_out_channels"`
+	DecoderBlockOutChans []int    `json:"decoder_block_out_channels"`
+	LayersPerBlock       int      `json:"layers_per_block"`
+	ActFn                string   `json:"act_fn"`
+	LatentChannels       int      `json:"latent_channels"`
+	NormNumGroups        int      `json:"norm_num_groups"`
+	SampleSize           int      `json:"sample_size"`
+	UseQuantConv         bool     `json:"use_quant_conv"`
+	UsePostQuantConv     bool     `json:"use_post_quant_conv"`
+	MidBlockAddAttention bool     `json:"mid_block_add_attention"`
+	BatchNormEps         float64  `json:"batch_norm_eps"`
+	BatchNormMomentum    float64  `json:"batch_norm_momentum"`
+	PatchSize            [2]int   `json:"patch_size"`
+}
+
+// ScaleFactor is the VAE's downsampling factor, 2^(blocks−1) (the
+// pipeline's vae_scale_factor).
+func (c VAEConfig) ScaleFactor() int { return 1 << (len(c.BlockOutChannels) - 1) }
+
+// decoderChannels is the decoder's block widths, outermost first
+// (decoder_block_out_channels, else block_out_channels).
+func (c VAEConfig) decoderChannels() []int {
+	if len(c.DecoderBlockOutChans) > 0 {
+		return c.DecoderBlockOutChans
+	}
+	return c.BlockOutChannels
+}

@@ -1,0 +1,20 @@
+// Package flux2 holds the pieces of FLUX.2 text-to-image generation that
+// do not need a compute backend, each equal to what diffusers
+// (Flux2KleinPipeline, diffusers 0.42) computes:
+//
+//   - noise.go: the initial latents of a seed, bit for bit those of
+//     torch.Generator("cpu").manual_seed(seed) and torch.randn on the CPU
+//     (mt19937 and torch's Box–Muller for float32);
+//   - latents.go: the 2×2 patchify/unpatchify of the VAE latents, the
+//     packing of [C, H, W] latents into [H·W, C] tokens and back, and the
+//     4-axis (t, h, w, l) position ids of image and text tokens;
+//   - schedule.go: the flow-matching Euler scheduler with FLUX.2's
+//     empirical, resolution- and step-dependent shift (sigmas, timesteps,
+//     one Euler step);
+//   - config.go and demo.go: the diffusers folder layout (model_index.json
+//     and one folder per component) and `create-demo --arch flux2`, a tiny
+//     random-weight checkpoint diffusers loads.
+//
+// The transformer and the VAE decoder, which need backend ops, are not
+// here yet (DESIGN.md).
+package flux2

@@ -1,0 +1,182 @@
+package flux2
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"fusion/engine/audio/audiotest"
+)
+
+// The diffusers side of every parity test comes from one run of
+// testdata/reference.py (importing torch and diffusers takes most of the
+// time), on the request below and a tiny checkpoint written by
+// CreateDemo.
+
+type randnCase struct {
+	Seed   uint64    `json:"seed"`
+	Shapes [][]int64 `json:"shapes"`
+}
+
+type latentsCase struct {
+	Seed          uint64 `json:"seed"`
+	N             int    `json:"n"`
+	Width, Height int
+}
+
+func (c latentsCase) MarshalJSON() ([]byte, error) {
+	return json.Marshal(map[string]any{"seed": c.Seed, "n": c.N, "width": c.Width, "height": c.Height})
+}
+
+type layoutCase struct {
+	Seed  uint64 `json:"seed"`
+	Shape []int  `json:"shape"` // [1, C, H, W]
+}
+
+type scheduleCase struct {
+	Steps int    `json:"steps"`
+	Seq   int    `json:"seq"`
+	Seed  uint64 `json:"seed"`
+}
+
+type demoCase struct {
+	Dir    string `json:"dir"`
+	Prompt string `json:"prompt"`
+	Size   int    `json:"size"`
+	Steps  int    `json:"steps"`
+	Seed   uint64 `json:"seed"`
+}
+
+var refRequest = struct {
+	Randn    []randnCase    `json:"randn"`
+	Demo     demoCase       `json:"demo"`
+	Latents  []latentsCase  `json:"latents"`
+	Layout   []layoutCase   `json:"layout"`
+	Schedule []scheduleCase `json:"schedule"`
+}{
+	Randn: []randnCase{
+		{Seed: 0, Shapes: [][]int64{{1}, {2}, {7}, {15}}},             // torch's double sampler
+		{Seed: 42, Shapes: [][]int64{{16}, {17}, {31}, {2, 8, 4, 4}}}, // float Box–Muller, redrawn tails
+		{Seed: 1234567, Shapes: [][]int64{{3}, {100}, {1, 128, 8, 8}}},
+		{Seed: 1<<32 + 5, Shapes: [][]int64{{64}}}, // only the low 32 bits seed the engine
+		{Seed: math.MaxUint64, Shapes: [][]int64{{4, 16, 4, 4}}},
+	},
+	Demo: demoCase{Prompt: "a red fox in the snow", Size: 64, Steps: 2, Seed: 7},
+	Latents: []latentsCase{
+		{Seed: 0, N: 1, Width: 64, Height: 64},
+		{Seed: 99, N: 2, Width: 128, Height: 64},
+		{Seed: 3, N: 1, Width: 80, Height: 48}, // not multiples of 16·… : rounded down
+	},
+	Layout: []layoutCase{{Seed: 5, Shape: []int{1, 4, 8, 8}}, {Seed: 6, Shape: []int{1, 3, 4, 10}}},
+	Schedule: []scheduleCase{
+		{Steps: 1, Seq: 16, Seed: 1}, {Steps: 2, Seq: 256, Seed: 2}, {Steps: 4, Seq: 16, Seed: 3},
+		{Steps: 4, Seq: 1024, Seed: 4}, {Steps: 28, Seq: 4096, Seed: 5}, {Steps: 50, Seq: 9216, Seed: 6},
+	},
+}
+
+type refReply struct {
+	Randn [][][]uint32 `json:"randn"`
+	Demo  struct {
+		Transformer map[string][]string `json:"transformer"`
+		VAE         map[string][]string `json:"vae"`
+		Warnings    []string            `json:"warnings"`
+		Classes     map[string]string   `json:"classes"`
+		ImageShape  []int               `json:"image_shape"`
+		ImageFinite bool                `json:"image_finite"`
+		ImageStd    float64             `json:"image_std"`
+	} `json:"demo"`
+	Latents []struct {
+		Shape []int      `json:"shape"`
+		Bits  []uint32   `json:"bits"`
+		IDs   [][4]int32 `json:"ids"`
+	} `json:"latents"`
+	Layout []struct {
+		Patchified, Unpatchified, Packed, Unpacked []uint32
+	} `json:"layout"`
+	Schedule []struct {
+		Mu        float64  `json:"mu"`
+		Sigmas    []uint32 `json:"sigmas"`
+		Timesteps []uint32 `json:"timesteps"`
+		Final     []uint32 `json:"final"`
+	} `json:"schedule"`
+}
+
+var (
+	refOnce  sync.Once
+	refValue refReply
+	refErr   error
+	refDir   string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if refDir != "" {
+		os.RemoveAll(refDir)
+	}
+	os.Exit(code)
+}
+
+// reference returns diffusers' answers, computing them on first use.
+func reference(t *testing.T) *refReply {
+	t.Helper()
+	py := audiotest.Python(t, "torch", "diffusers")
+	refOnce.Do(func() {
+		refDir, refErr = os.MkdirTemp("", "flux2-ref-")
+		if refErr != nil {
+			return
+		}
+		req := refRequest
+		req.Demo.Dir = filepath.Join(refDir, "demo")
+		if refErr = CreateDemo(req.Demo.Dir, TinyDemo()); refErr != nil {
+			return
+		}
+		in, _ := json.Marshal(req)
+		cmd := exec.Command(py, filepath.Join("testdata", "reference.py"), string(in))
+		out, err := cmd.Output()
+		if err != nil {
+			if ee, ok := err.(*exec.ExitError); ok {
+				err = fmt.Errorf("%w\n%s", err, ee.Stderr)
+			}
+			refErr = fmt.Errorf("reference.py: %w", err)
+			return
+		}
+		refErr = json.Unmarshal(out, &refValue)
+	})
+	if refErr != nil {
+		t.Fatal(refErr)
+	}
+	return &refValue
+}
+
+// sameBits compares float32 values with torch's bit patterns and reports
+// the first differences; it returns how many differ.
+func sameBits(t *testing.T, what string, got []float32, want []uint32) int {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Errorf("%s: %d values, diffusers %d", what, len(got), len(want))
+		return len(want)
+	}
+	diff := 0
+	for i, v := range got {
+		if math.Float32bits(v) != want[i] {
+			if diff < 5 {
+				t.Errorf("%s[%d] = %v (%#08x), diffusers %v (%#08x)", what, i, v, math.Float32bits(v), math.Float32frombits(want[i]), want[i])
+			}
+			diff++
+		}
+	}
+	return diff
+}
+
+func elements(shape []int64) int {
+	n := 1
+	for _, d := range shape {
+		n *= int(d)
+	}
+	return n
+}

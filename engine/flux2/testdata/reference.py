@@ -1,0 +1,92 @@
+# The diffusers side of engine/flux2's parity tests, in one process (torch
+# and diffusers take long to import): reads a JSON request from argv[1],
+# prints one JSON object with a section per test. Floats travel as their
+# float32 bit patterns so the tests can compare them exactly.
+import json
+import sys
+import warnings
+
+import numpy as np
+import torch
+from diffusers import (
+    AutoencoderKLFlux2,
+    FlowMatchEulerDiscreteScheduler,
+    Flux2KleinPipeline,
+    Flux2Transformer2DModel,
+)
+from diffusers.pipelines.flux2.pipeline_flux2_klein import compute_empirical_mu, retrieve_timesteps
+
+
+def bits(t):
+    return t.detach().to(torch.float32).contiguous().numpy().view(np.uint32).ravel().tolist()
+
+
+req = json.loads(sys.argv[1])
+out = {}
+
+# torch.randn from seeded CPU generators, several draws in a row.
+out["randn"] = []
+for c in req["randn"]:
+    g = torch.Generator("cpu").manual_seed(c["seed"])
+    out["randn"].append([bits(torch.randn(tuple(s), generator=g)) for s in c["shapes"]])
+
+# The checkpoint create-demo wrote: every component loads with no
+# missing, unexpected or mismatched weight, and the pipeline generates.
+d = req["demo"]
+info = {}
+for name, cls in (("transformer", Flux2Transformer2DModel), ("vae", AutoencoderKLFlux2)):
+    _, li = cls.from_pretrained(d["dir"], subfolder=name, output_loading_info=True)
+    info[name] = {k: [str(x) for x in v] for k, v in li.items()}
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    pipe = Flux2KleinPipeline.from_pretrained(d["dir"], dtype=torch.float32)
+info["warnings"] = [str(w.message) for w in caught]
+info["classes"] = {k: type(v).__name__ for k, v in pipe.components.items()}
+image = pipe(
+    prompt=d["prompt"], height=d["size"], width=d["size"], num_inference_steps=d["steps"],
+    generator=torch.Generator("cpu").manual_seed(d["seed"]), output_type="np",
+).images
+info["image_shape"] = list(image.shape)
+info["image_finite"] = bool(np.isfinite(image).all())
+info["image_std"] = float(image.std())
+out["demo"] = info
+
+# Initial latents and their position ids, as the pipeline prepares them.
+out["latents"] = []
+for c in req["latents"]:
+    lat, ids = pipe.prepare_latents(
+        batch_size=c["n"], num_latents_channels=pipe.transformer.config.in_channels // 4,
+        height=c["height"], width=c["width"], dtype=torch.float32, device="cpu",
+        generator=torch.Generator("cpu").manual_seed(c["seed"]),
+    )
+    out["latents"].append({"shape": list(lat.shape), "bits": bits(lat), "ids": ids[0].tolist()})
+
+# Patchify, unpatchify, and unpacking tokens by their ids, on randn input.
+out["layout"] = []
+for c in req["layout"]:
+    x = torch.randn(tuple(c["shape"]), generator=torch.Generator("cpu").manual_seed(c["seed"]))
+    p = Flux2KleinPipeline._patchify_latents(x)
+    u = Flux2KleinPipeline._unpatchify_latents(p)
+    packed = Flux2KleinPipeline._pack_latents(p)
+    ids = Flux2KleinPipeline._prepare_latent_ids(p)
+    un = Flux2KleinPipeline._unpack_latents_with_ids(packed, ids, p.shape[2], p.shape[3])
+    out["layout"].append({"patchified": bits(p), "unpatchified": bits(u), "packed": bits(packed), "unpacked": bits(un)})
+
+# The scheduler's sigmas and timesteps as the pipeline sets them, and
+# Euler steps on randn latents and velocities.
+out["schedule"] = []
+for c in req["schedule"]:
+    sch = FlowMatchEulerDiscreteScheduler.from_pretrained(d["dir"], subfolder="scheduler")
+    n = c["steps"]
+    sigmas = np.linspace(1.0, 1 / n, n)
+    mu = compute_empirical_mu(image_seq_len=c["seq"], num_steps=n)
+    ts, _ = retrieve_timesteps(sch, n, "cpu", sigmas=sigmas, mu=mu)
+    sch.set_begin_index(0)
+    g = torch.Generator("cpu").manual_seed(c["seed"])
+    x = torch.randn((1, c["seq"], 16), generator=g)
+    for t in ts:
+        v = torch.randn((1, c["seq"], 16), generator=g)
+        x = sch.step(v, t, x, return_dict=False)[0]
+    out["schedule"].append({"mu": mu, "sigmas": bits(sch.sigmas), "timesteps": bits(ts), "final": bits(x)})
+
+print(json.dumps(out))
