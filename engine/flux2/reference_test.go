@@ -44,6 +44,17 @@ type scheduleCase struct {
 	Seed  uint64 `json:"seed"`
 }
 
+type ropeCase struct {
+	Theta float64    `json:"theta"`
+	Axes  []int      `json:"axes"`
+	IDs   [][4]int32 `json:"ids"`
+}
+
+type tembCase struct {
+	T        []float32 `json:"t"`
+	Channels int       `json:"channels"`
+}
+
 type demoCase struct {
 	Dir    string `json:"dir"`
 	Prompt string `json:"prompt"`
@@ -58,6 +69,8 @@ var refRequest = struct {
 	Latents  []latentsCase  `json:"latents"`
 	Layout   []layoutCase   `json:"layout"`
 	Schedule []scheduleCase `json:"schedule"`
+	RoPE     []ropeCase     `json:"rope"`
+	Temb     []tembCase     `json:"temb"`
 }{
 	Randn: []randnCase{
 		{Seed: 0, Shapes: [][]int64{{1}, {2}, {7}, {15}}},             // torch's double sampler
@@ -77,6 +90,20 @@ var refRequest = struct {
 		{Steps: 1, Seq: 16, Seed: 1}, {Steps: 2, Seq: 256, Seed: 2}, {Steps: 4, Seq: 16, Seed: 3},
 		{Steps: 4, Seq: 1024, Seed: 4}, {Steps: 28, Seq: 4096, Seed: 5}, {Steps: 50, Seq: 9216, Seed: 6},
 	},
+	RoPE: []ropeCase{
+		{Theta: 2000, Axes: []int{4, 4, 4, 4}, IDs: idRows(append(TextIDs(3), LatentIDs(2, 3)...))},
+		// FLUX.2 [klein]'s real axes, text positions up to 511 and a 64×64 grid's corner.
+		{Theta: 2000, Axes: []int{32, 32, 32, 32}, IDs: idRows(append(TextIDs(512)[500:], PosID{H: 63, W: 63}, PosID{T: 10, H: 5, W: 7}))},
+	},
+	Temb: []tembCase{{T: []float32{1000, 987.6543, 750.25, 3.2, 0}, Channels: 32}, {T: []float32{999.1, 512}, Channels: 256}},
+}
+
+func idRows(ids []PosID) [][4]int32 {
+	out := make([][4]int32, len(ids))
+	for i, id := range ids {
+		out[i] = [4]int32{id.T, id.H, id.W, id.L}
+	}
+	return out
 }
 
 type refReply struct {
@@ -104,6 +131,14 @@ type refReply struct {
 		Timesteps []uint32 `json:"timesteps"`
 		Final     []uint32 `json:"final"`
 	} `json:"schedule"`
+	RoPE []struct {
+		Cos []uint32 `json:"cos"`
+		Sin []uint32 `json:"sin"`
+	} `json:"rope"`
+	Temb []struct {
+		T   []uint32 `json:"t"`
+		Emb []uint32 `json:"emb"`
+	} `json:"temb"`
 }
 
 var (
@@ -111,7 +146,22 @@ var (
 	refValue refReply
 	refErr   error
 	refDir   string
+
+	pyOnce sync.Once
+	pyPath string // the reference Python, once it imported torch and diffusers
 )
+
+// refPython returns the Python with torch and diffusers, checking the
+// imports once (a check takes tens of seconds): when they fail, every
+// test skips, or fails under FUSION_REQUIRE_FIXTURES=1.
+func refPython(t *testing.T) string {
+	t.Helper()
+	pyOnce.Do(func() { pyPath = audiotest.Python(t, "torch", "diffusers") })
+	if pyPath == "" {
+		return audiotest.Python(t, "torch", "diffusers")
+	}
+	return pyPath
+}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
@@ -124,7 +174,7 @@ func TestMain(m *testing.M) {
 // reference returns diffusers' answers, computing them on first use.
 func reference(t *testing.T) *refReply {
 	t.Helper()
-	py := audiotest.Python(t, "torch", "diffusers")
+	py := refPython(t)
 	refOnce.Do(func() {
 		refDir, refErr = os.MkdirTemp("", "flux2-ref-")
 		if refErr != nil {
@@ -171,6 +221,28 @@ func sameBits(t *testing.T, what string, got []float32, want []uint32) int {
 		}
 	}
 	return diff
+}
+
+// maxULP returns the largest distance in units in the last place between
+// got and torch's values, and the largest absolute difference.
+func maxULP(got []float32, want []uint32) (ulps int64, abs float64) {
+	for i, v := range got {
+		w := math.Float32frombits(want[i])
+		abs = max(abs, math.Abs(float64(v-w)))
+		a, b := int64(int32(math.Float32bits(v))), int64(int32(want[i]))
+		if a < 0 {
+			a = math.MinInt32 - a
+		}
+		if b < 0 {
+			b = math.MinInt32 - b
+		}
+		d := a - b
+		if d < 0 {
+			d = -d
+		}
+		ulps = max(ulps, d)
+	}
+	return ulps, abs
 }
 
 func elements(shape []int64) int {

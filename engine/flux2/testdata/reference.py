@@ -89,4 +89,19 @@ for c in req["schedule"]:
         x = sch.step(v, t, x, return_dict=False)[0]
     out["schedule"].append({"mu": mu, "sigmas": bits(sch.sigmas), "timesteps": bits(ts), "final": bits(x)})
 
+# The rotary tables of position ids, and the timestep projection of
+# scheduler timesteps as the pipeline hands them to the transformer.
+from diffusers.models.embeddings import Timesteps
+from diffusers.models.transformers.transformer_flux2 import Flux2PosEmbed
+
+out["rope"] = []
+for c in req["rope"]:
+    cos, sin = Flux2PosEmbed(theta=c["theta"], axes_dim=c["axes"])(torch.tensor(c["ids"]))
+    out["rope"].append({"cos": bits(cos), "sin": bits(sin)})
+out["temb"] = []
+for c in req["temb"]:
+    t = (torch.tensor(c["t"], dtype=torch.float32) / 1000).to(torch.float32) * 1000
+    emb = Timesteps(num_channels=c["channels"], flip_sin_to_cos=True, downscale_freq_shift=0)(t)
+    out["temb"].append({"t": bits(t), "emb": bits(emb)})
+
 print(json.dumps(out))
