@@ -29,7 +29,7 @@ func runCreateDemo(_ context.Context, args []string, stdout, stderr io.Writer) e
 	var o demo.Options
 	var out string
 	fs := newFlagSet("models create-demo", stderr)
-	fs.StringVar(&o.Arch, "arch", d.Arch, "architecture: llama, qwen3, qwen3_moe, gemma3_text, phi3, mistral, mistral3 or gpt_oss")
+	fs.StringVar(&o.Arch, "arch", d.Arch, "architecture: llama, qwen3, qwen3_moe, gemma3_text, phi3, mistral, mistral3 or gpt_oss; flux2 writes a tiny FLUX.2 [klein] image checkpoint in the diffusers layout (only --seed and --dtype f32|bf16 apply)")
 	fs.StringVar(&out, "out", "", "output directory (required)")
 	fs.IntVar(&o.Layers, "layers", d.Layers, "number of layers")
 	fs.IntVar(&o.Hidden, "hidden", d.Hidden, "hidden size")
@@ -63,6 +63,9 @@ func runCreateDemo(_ context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	if out == "" {
 		return usagef("--out is required")
+	}
+	if o.Arch == flux2Arch {
+		return createFlux2Demo(out, o, fs, stdout)
 	}
 	m, err := demo.Create(out, o)
 	if err != nil {

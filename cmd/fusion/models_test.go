@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -118,5 +119,27 @@ func TestModelsCreateDemoMoE(t *testing.T) {
 	if r.Architecture != "qwen3_moe" || r.Quantization.Mode != "mxfp4" || r.Quantization.Bits != 4 || r.Quantization.GroupSize != 32 ||
 		router.Mode != "affine" || router.Bits != 8 || router.GroupSize != 64 || r.Tensors != 2+2+4*2+3+3*2+2+1 {
 		t.Errorf("inspect: %+v", r)
+	}
+}
+
+// TestModelsCreateDemoFlux2: --arch flux2 writes the diffusers layout
+// (its loading by diffusers is engine/flux2's TestCreateDemoLoadsInDiffusers).
+func TestModelsCreateDemoFlux2(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "flux2")
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"models", "create-demo", "--arch", "flux2", "--out", dir, "--seed", "4", "--dtype", "bf16"}, &out, &errb); code != 0 {
+		t.Fatalf("create-demo exited %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "flux2 (Flux2KleinPipeline)") || !strings.Contains(out.String(), "bf16") {
+		t.Errorf("create-demo printed %q", out.String())
+	}
+	for _, f := range []string{"model_index.json", "scheduler/scheduler_config.json", "transformer/diffusion_pytorch_model.safetensors",
+		"vae/diffusion_pytorch_model.safetensors", "text_encoder/model.safetensors", "tokenizer/tokenizer.json"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Error(err)
+		}
+	}
+	if code := run(context.Background(), []string{"models", "create-demo", "--arch", "flux2", "--out", t.TempDir(), "--dtype", "f16"}, &out, &errb); code == 0 {
+		t.Error("--dtype f16 accepted for flux2")
 	}
 }
