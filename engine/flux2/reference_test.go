@@ -41,6 +41,7 @@ type layoutCase struct {
 type scheduleCase struct {
 	Steps int    `json:"steps"`
 	Seq   int    `json:"seq"`
+	Ch    int    `json:"ch"` // channels of the stepped latents (fewer for long schedules: test time)
 	Seed  uint64 `json:"seed"`
 }
 
@@ -87,8 +88,8 @@ var refRequest = struct {
 	},
 	Layout: []layoutCase{{Seed: 5, Shape: []int{1, 4, 8, 8}}, {Seed: 6, Shape: []int{1, 3, 4, 10}}},
 	Schedule: []scheduleCase{
-		{Steps: 1, Seq: 16, Seed: 1}, {Steps: 2, Seq: 256, Seed: 2}, {Steps: 4, Seq: 16, Seed: 3},
-		{Steps: 4, Seq: 1024, Seed: 4}, {Steps: 28, Seq: 4096, Seed: 5}, {Steps: 50, Seq: 9216, Seed: 6},
+		{Steps: 1, Seq: 16, Ch: 16, Seed: 1}, {Steps: 2, Seq: 256, Ch: 16, Seed: 2}, {Steps: 4, Seq: 16, Ch: 16, Seed: 3},
+		{Steps: 4, Seq: 1024, Ch: 16, Seed: 4}, {Steps: 28, Seq: 4096, Ch: 1, Seed: 5}, {Steps: 50, Seq: 9216, Ch: 1, Seed: 6},
 	},
 	RoPE: []ropeCase{
 		{Theta: 2000, Axes: []int{4, 4, 4, 4}, IDs: idRows(append(TextIDs(3), LatentIDs(2, 3)...))},

@@ -27,9 +27,9 @@ func TestScheduleMatchesDiffusers(t *testing.T) {
 		sameBits(t, name+" sigmas", s.Sigmas, want.Sigmas)
 		sameBits(t, name+" timesteps", s.Timesteps, want.Timesteps)
 		g := NewGenerator(c.Seed)
-		x := g.Randn(c.Seq * 16)
+		x := g.Randn(c.Seq * c.Ch)
 		for k := range s.Timesteps {
-			s.EulerStep(k, x, g.Randn(c.Seq*16))
+			s.EulerStep(k, x, g.Randn(c.Seq*c.Ch))
 		}
 		sameBits(t, name+" latents after the steps", x, want.Final)
 	}

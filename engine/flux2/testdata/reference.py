@@ -83,9 +83,9 @@ for c in req["schedule"]:
     ts, _ = retrieve_timesteps(sch, n, "cpu", sigmas=sigmas, mu=mu)
     sch.set_begin_index(0)
     g = torch.Generator("cpu").manual_seed(c["seed"])
-    x = torch.randn((1, c["seq"], 16), generator=g)
+    x = torch.randn((1, c["seq"], c["ch"]), generator=g)
     for t in ts:
-        v = torch.randn((1, c["seq"], 16), generator=g)
+        v = torch.randn((1, c["seq"], c["ch"]), generator=g)
         x = sch.step(v, t, x, return_dict=False)[0]
     out["schedule"].append({"mu": mu, "sigmas": bits(sch.sigmas), "timesteps": bits(ts), "final": bits(x)})
 
