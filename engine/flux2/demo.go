@@ -299,22 +299,27 @@ func vaeWeights(c VAEConfig, rng *rand.Rand) *weights {
 		resnet(p+"resnets.0.", ch, ch)
 		resnet(p+"resnets.1.", ch, ch)
 	}
+	// stage writes each block's resnets and the resampling convolution
+	// between blocks (the encoder's downsamplers, the decoder's upsamplers).
+	stage := func(blocks, sampler string, chans []int, resnets int) {
+		prev := chans[0]
+		for i, out := range chans {
+			for j := 0; j < resnets; j++ {
+				in := out
+				if j == 0 {
+					in = prev
+				}
+				resnet(fmt.Sprintf("%s.%d.resnets.%d.", blocks, i, j), in, out)
+			}
+			if i < len(chans)-1 {
+				w.conv(fmt.Sprintf("%s.%d.%s.0.conv", blocks, i, sampler), out, out, 3)
+			}
+			prev = out
+		}
+	}
 	enc := c.BlockOutChannels
 	w.conv("encoder.conv_in", enc[0], c.InChannels, 3)
-	prev := enc[0]
-	for i, out := range enc {
-		for j := 0; j < c.LayersPerBlock; j++ {
-			in := out
-			if j == 0 {
-				in = prev
-			}
-			resnet(fmt.Sprintf("encoder.down_blocks.%d.resnets.%d.", i, j), in, out)
-		}
-		if i < len(enc)-1 {
-			w.conv(fmt.Sprintf("encoder.down_blocks.%d.downsamplers.0.conv", i), out, out, 3)
-		}
-		prev = out
-	}
+	stage("encoder.down_blocks", "downsamplers", enc, c.LayersPerBlock)
 	last := enc[len(enc)-1]
 	mid("encoder.mid_block.", last)
 	w.norm("encoder.conv_norm_out", last, true)
@@ -327,20 +332,8 @@ func vaeWeights(c VAEConfig, rng *rand.Rand) *weights {
 	}
 	w.conv("decoder.conv_in", rev[0], c.LatentChannels, 3)
 	mid("decoder.mid_block.", rev[0])
-	prev = rev[0]
-	for i, out := range rev {
-		for j := 0; j <= c.LayersPerBlock; j++ {
-			in := out
-			if j == 0 {
-				in = prev
-			}
-			resnet(fmt.Sprintf("decoder.up_blocks.%d.resnets.%d.", i, j), in, out)
-		}
-		if i < len(rev)-1 {
-			w.conv(fmt.Sprintf("decoder.up_blocks.%d.upsamplers.0.conv", i), out, out, 3)
-		}
-		prev = out
-	}
+	// The decoder's blocks have one resnet more than the encoder's.
+	stage("decoder.up_blocks", "upsamplers", rev, c.LayersPerBlock+1)
 	w.norm("decoder.conv_norm_out", rev[len(rev)-1], true)
 	w.conv("decoder.conv_out", c.OutChannels, rev[len(rev)-1], 3)
 	if c.UseQuantConv {
