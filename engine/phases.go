@@ -23,6 +23,14 @@ type Phases interface {
 	Phase(p Phase, start, end time.Time)
 }
 
+// Traced is implemented by Phases that belong to a distributed trace:
+// TraceParent is the W3C traceparent of the span the phases go under. The
+// engine hands it to the later stages of a sharded model, whose spans of
+// the sequence join the request's trace.
+type Traced interface {
+	TraceParent() string
+}
+
 type phasesKey struct{}
 
 // WithPhases returns ctx carrying p.

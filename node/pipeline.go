@@ -128,6 +128,9 @@ func (n *Node) registerPipeline() {
 		}
 		return st, true
 	}, n.peerConn, n.cfg.Logger)
+	if n.tracer != nil {
+		n.stages.srv.TraceWith(n.tracer.StartRemoteChild)
+	}
 }
 
 // syncStages follows the sharded placements: for each pipeline with a

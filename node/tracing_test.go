@@ -2,8 +2,11 @@ package node_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +15,7 @@ import (
 
 	"fusion/internal/tracing"
 	"fusion/internal/tracing/otlptest"
+	"fusion/node"
 	"fusion/node/nodetest"
 )
 
@@ -117,5 +121,129 @@ func TestTraceAcrossNodes(t *testing.T) {
 	}
 	if q.EndNano > p.StartNano || p.EndNano > decode.StartNano || q.StartNano > q.EndNano || decode.StartNano > decode.EndNano {
 		t.Errorf("phases out of order: queue [%d,%d] prefill [%d,%d] decode [%d,%d]", q.StartNano, q.EndNano, p.StartNano, p.EndNano, decode.StartNano, decode.EndNano)
+	}
+}
+
+// TestTracePipeline: a model in three stages on three nodes that export to
+// one OTLP receiver; a chat request with a client's traceparent, sent to
+// the first stage. Each later stage records a span of the sequence in the
+// request's trace: the second stage's is a child of a span on the first
+// stage's node, the third stage's a child of the second's, and each counts
+// the steps and positions the sequence took there.
+func TestTracePipeline(t *testing.T) {
+	recv := otlptest.Start(t)
+	tc := tracing.Config{Endpoint: "grpc://" + recv.Addr, BatchTimeout: 100 * time.Millisecond}
+	models := deepModels(t)
+	nodes := map[string]*node.Node{}
+	opts := func(c node.ClusterConfig) nodetest.Options {
+		return nodetest.Options{APIKey: "k", ModelsDir: models, Backend: "cpu", Cluster: c, Tracing: tc}
+	}
+	nodes["a"] = nodetest.Start(t, opts(loopback("a", 3, nil)))
+	seed := []string{nodes["a"].Cluster().GossipAddr()}
+	for _, id := range []string{"b", "c"} {
+		nodes[id] = nodetest.Start(t, opts(loopback(id, 3, seed)))
+	}
+	waitUntil(t, 15*time.Second, "a leader known to all three", func() bool {
+		l := nodes["a"].Cluster().Leader()
+		return l != "" && nodes["b"].Cluster().Leader() == l && nodes["c"].Cluster().Leader() == l
+	})
+	putPlacement(t, nodes["c"], `{"replicas":1,"stages":3}`)
+	p := readyPipeline(t, nodes["a"], 3, 30*time.Second)
+	first := nodes[p.Stages[0].Node]
+
+	const clientTrace, clientSpan = "5cf92f3577b34da6a3ce929d0e0e4737", "10f067aa0ba902b8"
+	const maxTokens = 4
+	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"trace me"}],"max_tokens":%d,"temperature":0}`, deepModel, maxTokens)
+	var answer struct {
+		Usage struct {
+			PromptTokens     int `json:"prompt_tokens"`
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		req, _ := http.NewRequest(http.MethodPost, first.URL()+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer k")
+		req.Header.Set("traceparent", "00-"+clientTrace+"-"+clientSpan+"-01")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == 200 {
+			if err := json.Unmarshal(raw, &answer); err != nil || answer.Usage.CompletionTokens < 1 {
+				t.Fatalf("answer %s: %v", raw, err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("chat on the first stage: %d %s", resp.StatusCode, raw)
+		}
+	}
+	for _, n := range nodes {
+		if err := n.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	byID := map[string]otlptest.Span{}
+	var stageSpans []otlptest.Span
+	for _, s := range recv.Spans() {
+		if s.TraceID != clientTrace {
+			continue
+		}
+		byID[s.SpanID] = s
+		if s.Name == "pipeline stage" {
+			stageSpans = append(stageSpans, s)
+		}
+	}
+	var second, third []otlptest.Span
+	for _, s := range stageSpans {
+		switch s.Node {
+		case p.Stages[1].Node:
+			second = append(second, s)
+		case p.Stages[2].Node:
+			third = append(third, s)
+		default:
+			t.Errorf("a stage span on %s, which holds no later stage of %+v", s.Node, p.Stages)
+		}
+	}
+	if len(second) == 0 || len(third) != len(second) {
+		t.Fatalf("stage spans: %d on the second stage (%s), %d on the third (%s); all spans: %+v", len(second), p.Stages[1].Node, len(third), p.Stages[2].Node, byID)
+	}
+	for _, s3 := range third {
+		parent, ok := byID[s3.Parent]
+		if !ok || parent.Name != "pipeline stage" || parent.Node != p.Stages[1].Node {
+			t.Errorf("the third stage's span's parent is %+v, want the second stage's span", parent)
+		}
+		if s3.Attrs["fusion.pipeline.last"] != "true" || s3.Attrs["fusion.model"] != deepModel {
+			t.Errorf("third stage span attributes %v", s3.Attrs)
+		}
+	}
+	counted := false    // a span counts the answered request's steps and positions
+	var counts [][2]int // every span's
+	for _, s2 := range second {
+		parent, ok := byID[s2.Parent]
+		if !ok || parent.Node != p.Stages[0].Node {
+			t.Errorf("the second stage's span's parent is %+v, want a span on the first stage %s", parent, p.Stages[0].Node)
+		}
+		if s2.Attrs["fusion.pipeline.last"] != "false" || s2.Attrs["fusion.pipeline.generation"] != fmt.Sprint(p.Generation) {
+			t.Errorf("second stage span attributes %v", s2.Attrs)
+		}
+		// The prompt's prefill and a step per further token: every token
+		// but the last went back through the stages (the last request's
+		// span: retries before it may have made others).
+		steps, _ := strconv.Atoi(s2.Attrs["fusion.pipeline.steps"])
+		positions, _ := strconv.Atoi(s2.Attrs["fusion.pipeline.positions"])
+		u := answer.Usage
+		if steps >= u.CompletionTokens && positions == u.PromptTokens+u.CompletionTokens-1 {
+			counted = true
+		}
+		counts = append(counts, [2]int{steps, positions})
+		if s2.StartNano > s2.EndNano {
+			t.Errorf("second stage span ends before it starts: %+v", s2)
+		}
+	}
+	if u := answer.Usage; !counted {
+		t.Errorf("no second stage span counts ≥ %d steps and %d positions (usage %+v): (steps, positions) %v", u.CompletionTokens, u.PromptTokens+u.CompletionTokens-1, u, counts)
 	}
 }

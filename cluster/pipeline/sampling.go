@@ -208,7 +208,7 @@ func decodeDrawn(m *pb.Drawn) (*runner.StageDrawn, error) {
 
 // encodeSeq is a step's sequence on the wire.
 func encodeSeq(s runner.StageSeq) *pb.Seq {
-	m := &pb.Seq{Id: s.ID, Len: uint32(s.Len), MaxLen: uint32(s.MaxLen)}
+	m := &pb.Seq{Id: s.ID, Len: uint32(s.Len), MaxLen: uint32(s.MaxLen), Traceparent: s.Trace}
 	if s.Sampler != nil {
 		m.Sampler = encodeSampler(s.Sampler)
 	}
@@ -225,7 +225,7 @@ func encodeSeq(s runner.StageSeq) *pb.Seq {
 }
 
 func decodeSeq(m *pb.Seq) (runner.StageSeq, error) {
-	s := runner.StageSeq{ID: m.Id, Len: int(m.Len), MaxLen: int(m.MaxLen)}
+	s := runner.StageSeq{ID: m.Id, Len: int(m.Len), MaxLen: int(m.MaxLen), Trace: m.Traceparent}
 	var err error
 	if m.Sampler != nil {
 		if s.Sampler, err = decodeSampler(m.Sampler); err != nil {

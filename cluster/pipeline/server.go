@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -43,6 +44,9 @@ type Server struct {
 	log    *slog.Logger
 	live   atomic.Int64 // sequences held by all streams
 	chunk  int          // payload bytes per message (ChunkBytes)
+	// startSpan, when set (TraceWith), makes the spans of traced
+	// sequences.
+	startSpan StartSpan
 }
 
 // Sequences is the number of sequences whose KV this node's stages hold
@@ -65,16 +69,20 @@ func Register(s *grpc.Server, lookup Lookup, dial Dial, log *slog.Logger) *Serve
 // each release passed down. The KV of the stream's sequences is freed when it ends.
 func (s *Server) Run(stream pb.Pipeline_RunServer) error {
 	var (
-		st   Stage
-		held bool
-		name string
-		next *Client
-		seqs = map[uint64]*model.Sequence{}
-		smp  runner.StageSamplers // the last stage's
+		st    Stage
+		held  bool
+		name  string
+		next  *Client
+		seqs  = map[uint64]*model.Sequence{}
+		spans = map[uint64]*seqSpan{} // the traced sequences'
+		smp   runner.StageSamplers    // the last stage's
 	)
 	defer func() {
 		for _, q := range seqs {
 			q.Close()
+		}
+		for _, sp := range spans {
+			sp.finish()
 		}
 		s.live.Add(-int64(len(seqs)))
 		if next != nil {
@@ -115,6 +123,10 @@ func (s *Server) Run(stream pb.Pipeline_RunServer) error {
 				delete(seqs, id)
 				s.live.Add(-1)
 			}
+			if sp := spans[id]; sp != nil {
+				sp.finish()
+				delete(spans, id)
+			}
 		}
 		smp.Free(req.Free...)
 		if next != nil && len(req.Free) > 0 {
@@ -123,7 +135,7 @@ func (s *Server) Run(stream pb.Pipeline_RunServer) error {
 		if len(req.Seqs) == 0 {
 			continue
 		}
-		reply, err := s.step(stream, st, next, seqs, &smp, req)
+		reply, err := s.step(stream, st, next, seqs, spans, &smp, req)
 		if err != nil {
 			return err
 		}
@@ -168,7 +180,7 @@ func recvWhole(stream pb.Pipeline_RunServer) (*pb.StepRequest, error) {
 
 // step runs one step through this stage and the ones after it (on the
 // last, the draws it asks for).
-func (s *Server) step(stream pb.Pipeline_RunServer, st Stage, next *Client, seqs map[uint64]*model.Sequence, smp *runner.StageSamplers, req *pb.StepRequest) (*pb.StepReply, error) {
+func (s *Server) step(stream pb.Pipeline_RunServer, st Stage, next *Client, seqs map[uint64]*model.Sequence, spans map[uint64]*seqSpan, smp *runner.StageSamplers, req *pb.StepRequest) (*pb.StepReply, error) {
 	ctx := stream.Context()
 	h, err := hidden(req.Rows, req.Cols, req.Dtype, req.Hidden)
 	if err != nil {
@@ -194,8 +206,23 @@ func (s *Server) step(stream pb.Pipeline_RunServer, st Stage, next *Client, seqs
 		if down[i], err = decodeSeq(sq); err != nil {
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
+		if sq.MaxLen != 0 {
+			if sp := s.startSeqSpan(sq.Traceparent, st, req.Model); sp != nil {
+				spans[sq.Id] = sp
+				down[i].Trace = sp.traceparent // the next stage's span is this one's child
+			}
+		}
 	}
+	began := time.Now()
 	out, err := st.Model.Forward(ctx, in, model.Range{}, h)
+	took := time.Since(began)
+	for _, sq := range req.Seqs {
+		if sp := spans[sq.Id]; sp != nil {
+			sp.steps++
+			sp.positions += int64(sq.Len)
+			sp.forward += took
+		}
+	}
 	if err != nil {
 		code := codes.Internal
 		if errors.Is(err, model.ErrBadInput) {

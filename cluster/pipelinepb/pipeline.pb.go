@@ -89,9 +89,13 @@ type Seq struct {
 	// sampler for it; tokens are then the ids of every step's rows (len of
 	// them: the history the penalties read), and draw asks for this step's
 	// token. A sequence without a sampler gets its logits back.
-	Sampler       *Sampler `protobuf:"bytes,4,opt,name=sampler,proto3" json:"sampler,omitempty"`
-	Tokens        []int32  `protobuf:"varint,5,rep,packed,name=tokens,proto3" json:"tokens,omitempty"`
-	Draw          *Draw    `protobuf:"bytes,6,opt,name=draw,proto3" json:"draw,omitempty"`
+	Sampler *Sampler `protobuf:"bytes,4,opt,name=sampler,proto3" json:"sampler,omitempty"`
+	Tokens  []int32  `protobuf:"varint,5,rep,packed,name=tokens,proto3" json:"tokens,omitempty"`
+	Draw    *Draw    `protobuf:"bytes,6,opt,name=draw,proto3" json:"draw,omitempty"`
+	// traceparent, on the sequence's first step only, is the W3C trace
+	// context of the sequence's span on the stage before (or of the request
+	// on the first stage): the stage's span of the sequence is its child.
+	Traceparent   string `protobuf:"bytes,7,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -166,6 +170,13 @@ func (x *Seq) GetDraw() *Draw {
 		return x.Draw
 	}
 	return nil
+}
+
+func (x *Seq) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
 }
 
 // Sampler is a sequence's sampling parameters (engine/sample.Params).
@@ -760,14 +771,15 @@ var File_pipeline_proto protoreflect.FileDescriptor
 
 const file_pipeline_proto_rawDesc = "" +
 	"\n" +
-	"\x0epipeline.proto\x12\x0ffusion.pipeline\"\xb7\x01\n" +
+	"\x0epipeline.proto\x12\x0ffusion.pipeline\"\xd9\x01\n" +
 	"\x03Seq\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x10\n" +
 	"\x03len\x18\x02 \x01(\rR\x03len\x12\x17\n" +
 	"\amax_len\x18\x03 \x01(\rR\x06maxLen\x122\n" +
 	"\asampler\x18\x04 \x01(\v2\x18.fusion.pipeline.SamplerR\asampler\x12\x16\n" +
 	"\x06tokens\x18\x05 \x03(\x05R\x06tokens\x12)\n" +
-	"\x04draw\x18\x06 \x01(\v2\x15.fusion.pipeline.DrawR\x04draw\"\xde\x03\n" +
+	"\x04draw\x18\x06 \x01(\v2\x15.fusion.pipeline.DrawR\x04draw\x12 \n" +
+	"\vtraceparent\x18\a \x01(\tR\vtraceparent\"\xde\x03\n" +
 	"\aSampler\x12 \n" +
 	"\vtemperature\x18\x01 \x01(\x01R\vtemperature\x12\x13\n" +
 	"\x05top_k\x18\x02 \x01(\x05R\x04topK\x12\x13\n" +

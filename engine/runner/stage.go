@@ -34,6 +34,10 @@ type StageSeq struct {
 	Sampler *StageSampler
 	Tokens  []int
 	Draw    *StageDraw
+	// Trace, on the first step only, is the W3C traceparent of the
+	// request's span ("" when it is not traced): the later stages put
+	// their span of the sequence in the request's trace.
+	Trace string
 }
 
 // Downstream runs the layers after the first stage's.
@@ -184,6 +188,11 @@ func (pm *pipelineModel) Forward(ctx context.Context, inputs []stepInput) ([][]f
 		seqs[i] = StageSeq{ID: s.id, Len: len(x.tokens)}
 		if before[i] == 0 {
 			seqs[i].MaxLen = s.local.seq.MaxLen()
+			if x.gen != nil {
+				if t, ok := x.gen.phases.(engine.Traced); ok {
+					seqs[i].Trace = t.TraceParent()
+				}
+			}
 			if !pm.p.LogitsBack && x.gen != nil {
 				seqs[i].Sampler = x.gen.stageSampler()
 				s.sampled = true

@@ -3,7 +3,9 @@
 // peer over gRPC with the trace context in the call's metadata (so one
 // trace spans the node that took the request and the node that ran it), a
 // server span for the call on the peer, and the engine's queue wait,
-// prefill and decode under whichever ran the generation.
+// prefill and decode under whichever ran the generation, and, for a model
+// sharded into stages, a span of each sequence on every later stage (the
+// trace context travels in the pipeline's first step of the sequence).
 //
 // It is off unless an endpoint is given; off, a nil *Tracer adds nothing
 // (no middleware, no interceptors, no context values).
@@ -199,4 +201,42 @@ type phases struct {
 func (p phases) Phase(ph engine.Phase, start, end time.Time) {
 	_, span := p.t.tr.Start(p.parent, string(ph), trace.WithTimestamp(start))
 	span.End(trace.WithTimestamp(end))
+}
+
+// TraceParent is the W3C traceparent of the span the phases go under
+// (engine.Traced): a sharded model's later stages make their spans of the
+// sequence its children.
+func (p phases) TraceParent() string {
+	c := propagation.MapCarrier{}
+	p.t.prop.Inject(p.parent, c)
+	return c["traceparent"]
+}
+
+// StartRemoteChild starts a span under the span whose W3C traceparent is
+// parent, for work that outlives any one call (a sequence on a later
+// stage of a sharded model lives across the steps of a long stream). It
+// returns the new span's traceparent and the function that ends it with
+// integer attributes; an invalid parent or tracing off gives "" and nil.
+// Its signature is cluster/pipeline's StartSpan.
+func (t *Tracer) StartRemoteChild(parent, name string, attrs map[string]string) (string, func(map[string]int64)) {
+	if t == nil {
+		return "", nil
+	}
+	ctx := t.prop.Extract(context.Background(), propagation.MapCarrier{"traceparent": parent})
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return "", nil
+	}
+	kv := make([]attribute.KeyValue, 0, len(attrs))
+	for k, v := range attrs {
+		kv = append(kv, attribute.String(k, v))
+	}
+	ctx, span := t.tr.Start(ctx, name, trace.WithAttributes(kv...))
+	c := propagation.MapCarrier{}
+	t.prop.Inject(ctx, c)
+	return c["traceparent"], func(counts map[string]int64) {
+		for k, v := range counts {
+			span.SetAttributes(attribute.Int64(k, v))
+		}
+		span.End()
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/hex"
 	"net"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -23,7 +24,7 @@ type Span struct {
 	Kind                    tracepb.Span_SpanKind
 	Node                    string // the resource's fusion.node
 	StartNano, EndNano      uint64
-	Attrs                   map[string]string // string attributes
+	Attrs                   map[string]string // string and integer (in decimal) attributes
 }
 
 // Receiver collects spans.
@@ -67,8 +68,11 @@ func (r *Receiver) Export(_ context.Context, req *coltrace.ExportTraceServiceReq
 					Parent: hex.EncodeToString(s.ParentSpanId), Kind: s.Kind, Node: node,
 					StartNano: s.StartTimeUnixNano, EndNano: s.EndTimeUnixNano, Attrs: map[string]string{}}
 				for _, kv := range s.Attributes {
-					if v, ok := kv.GetValue().GetValue().(*commonpb.AnyValue_StringValue); ok {
+					switch v := kv.GetValue().GetValue().(type) {
+					case *commonpb.AnyValue_StringValue:
 						sp.Attrs[kv.Key] = v.StringValue
+					case *commonpb.AnyValue_IntValue:
+						sp.Attrs[kv.Key] = strconv.FormatInt(v.IntValue, 10)
 					}
 				}
 				r.spans = append(r.spans, sp)
