@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"fusion/engine/backend"
+	"fusion/engine/backend/cpu/kernels"
 )
 
 // LayerNorm normalizes every row, then scales by w and adds bias.
@@ -47,21 +48,14 @@ func layerNorm(dst, x, w, b []float32, eps float32) {
 	}
 }
 
-// GELU applies x·Φ(x) elementwise with the exact erf.
+// GELU applies x·Φ(x) elementwise, the erf form (kernels.GELU).
 func (s *step) GELU(x backend.Array) backend.Array {
 	a := arr(x)
 	out := s.new(a.rows, a.cols)
 	s.b.parallelRows(a.rows, elementwiseRows(a.cols), func(lo, hi int) {
-		src, dst := a.data[lo*a.cols:hi*a.cols], out.data[lo*a.cols:hi*a.cols]
-		for i, v := range src {
-			dst[i] = gelu(v)
-		}
+		s.b.k.GELU(out.data[lo*a.cols:hi*a.cols], a.data[lo*a.cols:hi*a.cols])
 	})
 	return out
-}
-
-func gelu(v float32) float32 {
-	return float32(0.5 * float64(v) * (1 + math.Erf(float64(v)/math.Sqrt2)))
 }
 
 // encoderTask is the attention of one head of one sequence.
@@ -92,31 +86,25 @@ func (s *step) EncoderAttention(q, k, v backend.Array, heads int, scale float32,
 	return out
 }
 
-// encoderAttend computes one task: the head's keys and values are copied
-// into contiguous matrices, then for each query the scores over all keys,
-// their softmax, and the weighted sum of the values.
+// encoderAttend computes one task as two products on packed matrices:
+// the head's keys and values are packed (kernels.PackRows, PackCols),
+// the scores S = q·kᵀ of all the sequence's queries come out of one
+// product, each row is scaled and softmaxed in place, and S·v is written
+// straight into the head's columns of out.
 func (s *step) encoderAttend(sc *scratch, t encoderTask, q, k, v, out *array, hd int, scale float32) {
 	kern := s.b.k
 	n := t.n
-	buf := sc.floats(2*n*hd + n + hd)
-	keys, buf := buf[:n*hd], buf[n*hd:]
-	vals, buf := buf[:n*hd], buf[n*hd:]
-	p, qs := buf[:n], buf[n:n+hd]
-	col := t.head * hd
-	for j := range n {
-		copy(keys[j*hd:(j+1)*hd], k.row(t.base + j)[col:col+hd])
-		copy(vals[j*hd:(j+1)*hd], v.row(t.base + j)[col:col+hd])
-	}
+	nk, nv := kernels.PackedLen(n, hd), kernels.PackedLen(hd, n)
+	buf := sc.floats(nk + nv + n*n)
+	keys, vals, scores := buf[:nk], buf[nk:nk+nv], buf[nk+nv:]
+	off := func(a *array) []float32 { return a.data[t.base*a.cols+t.head*hd:] }
+	kernels.PackRows(keys, off(k), k.cols, n, hd)
+	kernels.PackCols(vals, off(v), v.cols, hd, n)
+	kern.MulPacked(scores, n, off(q), q.cols, n, keys, n, hd)
 	for i := range n {
-		kern.Scale(qs, q.row(t.base + i)[col:col+hd], scale)
-		for j := range n {
-			p[j] = kern.Dot(qs, keys[j*hd:(j+1)*hd])
-		}
+		p := scores[i*n : (i+1)*n]
+		kern.Scale(p, p, scale)
 		kern.Softmax(p)
-		dst := out.row(t.base + i)[col : col+hd]
-		clear(dst)
-		for j := range n {
-			kern.Axpy(p[j], vals[j*hd:(j+1)*hd], dst)
-		}
 	}
+	kern.MulPacked(off(out), out.cols, scores, n, n, vals, hd, n)
 }

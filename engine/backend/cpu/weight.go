@@ -49,6 +49,12 @@ func (b *Backend) Weight(d backend.WeightData) (backend.Weight, error) {
 			w.bytes = 4 * int64(len(f))
 		}
 	}
+	if dn, ok := w.w.(*kernels.Dense); ok && dn.DType() == tensor.F32 && b.k.PackedFast() {
+		// F32 matrices are repacked for the outer-product kernels (same
+		// size; the file's bytes are no longer read).
+		p := kernels.PackF32(dn)
+		w.w, w.bytes = p, int64(p.Bytes())
+	}
 	if d.Bias != nil {
 		if w.bias, err = tensor.Floats(*d.Bias); err != nil {
 			return nil, fmt.Errorf("cpu: %s bias: %w", d.Name, err)

@@ -39,6 +39,12 @@ type impl struct {
 	// multiple of 128, without the scratch; it serves batches under 4.
 	mlx4Fused func(xp []float32, w []byte, rowBytes int, s, b []float32, ng, group int, out *[4]float32)
 
+	// gemm computes outputs [r0, r1) (r0 a multiple of PanelRows) of m
+	// activation rows against a packed matrix (see Packed and MulPacked);
+	// every output is summed in column order from 0 with one rounding per
+	// step, so each is the same whatever m and the tile it lands in.
+	gemm func(dst []float32, ldd int, x []float32, ldx, m int, p []float32, cols, r0, r1 int)
+
 	// widen converts len(dst) BF16 (bf16 set) or F16 values to f32.
 	widen func(dst []float32, src []byte, bf16 bool)
 
@@ -89,6 +95,8 @@ type impl struct {
 	maxf      func(x []float32) float32
 	expSubSum func(x []float32, m float32) float32
 	swiglu    func(dst, g, u []float32)
+	// gelu computes dst = x·Φ(x) (see Kernels.GELU).
+	gelu func(dst, x []float32)
 }
 
 var genericImpl = impl{
@@ -98,6 +106,7 @@ var genericImpl = impl{
 	dotBF16:    dotBF16Generic,
 	dotF16:     dotF16Generic,
 	widen:      widenGeneric,
+	gemm:       gemmGeneric,
 	mlx4:       mlx4Generic,
 	mlx8:       mlx8Generic,
 	quantizeQ8: quantizeQ8Generic,
@@ -113,6 +122,7 @@ var genericImpl = impl{
 	maxf:      maxGeneric,
 	expSubSum: expSubSumGeneric,
 	swiglu:    swigluGeneric,
+	gelu:      geluGeneric,
 }
 
 // Kernels is the set of kernels of one Level. It is immutable and safe for

@@ -43,6 +43,18 @@ func denseCase(dt tensor.DType) weightCase {
 	}}
 }
 
+// packedCase is an F32 matrix repacked by PackF32.
+func packedCase() weightCase {
+	return weightCase{name: "PackedF32", step: 1, make: func(r *rand.Rand, rows, cols int) (Weights, *refMatrix, error) {
+		data := encodeFloats(randFloats(r, rows*cols), tensor.F32)
+		w, err := NewDense(tensor.F32, rows, cols, data)
+		if err != nil {
+			return nil, nil, err
+		}
+		return PackF32(w), refDense(tensor.F32, rows, cols, data), nil
+	}}
+}
+
 func mlxWeightCase(bits, group int, sdt tensor.DType) weightCase {
 	return weightCase{
 		name: fmt.Sprintf("MLX%d_g%d_%v", bits, group, sdt), step: group,
@@ -78,7 +90,7 @@ func ggufExactCase(dt tensor.DType) weightCase {
 }
 
 func allCases() []weightCase {
-	cs := []weightCase{denseCase(tensor.F32), denseCase(tensor.BF16), denseCase(tensor.F16)}
+	cs := []weightCase{denseCase(tensor.F32), denseCase(tensor.BF16), denseCase(tensor.F16), packedCase()}
 	for _, bits := range []int{2, 3, 4, 5, 6, 8} {
 		for _, g := range []int{32, 64, 128} {
 			cs = append(cs, mlxWeightCase(bits, g, tensor.BF16))

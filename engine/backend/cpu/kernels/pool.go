@@ -281,6 +281,9 @@ func (p *Pool) MatMul(dst, x []float32, batch int, w Weights) {
 		per = 2
 	}
 	chunk := max(minChunk, (rows+per*p.threads-1)/(per*p.threads))
+	if a, ok := w.(interface{ rowAlign() int }); ok {
+		chunk = (chunk + a.rowAlign() - 1) / a.rowAlign() * a.rowAlign()
+	}
 	p.do(rows, chunk, func(_ int, s *scratch, lo, hi int) {
 		w.mulRows(k, &p.act, dst, lo, hi, s)
 	})

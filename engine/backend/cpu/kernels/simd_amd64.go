@@ -134,6 +134,8 @@ func simdImpl(l Level) impl {
 		k.dotF164 = dotF16x4SIMD512
 		k.bf16Tile = bf16TileSIMD512
 		k.f32Tile = f32TileSIMD512
+		k.gemm = gemmSIMD512
+		k.gelu = geluSIMD512
 		k.mlx4Dequant = mlx4DequantSIMD512
 		k.mlx4Fused = mlx4Fused1x4SIMD512
 		k.mlx4Perm = true
