@@ -302,7 +302,8 @@ func benchEmbed(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.IntVar(&o.Sentences, "sentences", o.Sentences, "sentences embedded at each batch size")
 	fs.Var((*intsFlag)(&o.Batches), "batches", "comma-separated `list` of batch sizes")
 	fs.IntVar(&o.Threads, "threads", o.Threads, "compute threads on both sides (0: all cores)")
-	fs.IntVar(&o.Repeat, "repeat", o.Repeat, "timed passes per batch size on each side; the fastest counts")
+	fs.IntVar(&o.Repeat, "repeat", o.Repeat, "timed rounds (a pass per batch size on each side, taking turns); medians count")
+	fs.StringVar(&o.Backend, "backend", o.Backend, "our side's backend: cpu (as a node runs it) or mlx (libmlxc; MLX's CPU device without a GPU)")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", o.CPUProfile, "write a CPU profile of our passes to this file")
 	if err := parseBenchFlags(fs, args); err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"context"
 	"time"
 
+	"fusion/engine/backend"
 	"fusion/engine/backend/mlx"
 	"fusion/engine/model"
 )
@@ -81,4 +82,13 @@ func greedy(ctx context.Context, m *model.Model, prompt []int, n int, done ...fu
 		}
 	}
 	return toks, nil
+}
+
+// newMLXBackend starts the MLX backend (on MLX's CPU device when the
+// library has no GPU), or says why it cannot.
+func newMLXBackend() (backend.Backend, error) {
+	if err := mlx.Available(); err != nil {
+		return nil, err
+	}
+	return mlx.New(mlx.Options{})
 }
