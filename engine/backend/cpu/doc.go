@@ -3,10 +3,13 @@
 // vector kernels of package kernels.
 //
 // Weights are used where the model file put them (read or memory-mapped):
-// F32/F16/BF16 matrices are widened inside the dot products, MLX affine
+// F16/BF16 matrices are widened inside the dot products, MLX affine
 // 4/8-bit and GGUF Q8_0/Q4_0/Q4_K/Q6_K matrices are multiplied on their
 // packed codes; nothing keeps a float32 copy (unless Options.Dequantize
-// asks for one, which reference runs do). Matrix products run on a
+// asks for one, which reference runs do). F32 matrices are repacked once
+// at load into the panels of kernels.Packed when the kernels multiply
+// those with SIMD (AVX-512): a copy of the same size (plus the last
+// panel's padding), after which the file's bytes are not read. Matrix products run on a
 // kernels.Pool over all cores; attention, RoPE and the elementwise ops
 // split their rows over the same number of goroutines.
 //

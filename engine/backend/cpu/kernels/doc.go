@@ -75,6 +75,24 @@
 // TestBatchRowsBitIdentical checks it for batches of 2 to 17 rows).
 // Levels still differ from each other by rounding only.
 //
+// # Packed f32 matrices
+//
+// F32 weights are the encoders' (all-MiniLM-L6-v2 and the other
+// sentence-transformers checkpoints ship f32), whose products have tens
+// to thousands of activation rows. PackF32 copies such a matrix into
+// panels of 16 weight rows stored column by column (Packed), and the
+// AVX-512 kernels multiply it as outer products: per column, 4 activation
+// values are broadcast and multiplied into 4 panels (a tile of 4 rows by
+// 64 outputs, 16 accumulators, 8 loads per 16 FMAs), with no horizontal
+// sums at the end. Each output is one accumulator summed in column order
+// from 0, so every tile shape (4x64, 1x64, 4x16, 1x16) gives the same
+// bits and products stay row-independent with nothing special at batch 1.
+// A Pool hands out whole groups of 4 panels. MulPacked exposes the same
+// kernels on matrices packed on the fly (PackRows, PackCols), which is
+// how the encoder's attention computes q·kᵀ and p·v per head. GELU (the
+// erf form) has an AVX-512 kernel too: a rational approximation of erf
+// (within 7e-8) with FMAs and one division, instead of float64 math.Erf.
+//
 // # Threads
 //
 // Kernels.MatMul runs on the calling goroutine. A Pool splits output rows
