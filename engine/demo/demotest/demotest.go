@@ -37,7 +37,15 @@ var built sync.Map
 // time the test binary asks for these options.
 func Create(t testing.TB, dir string, opts demo.Options) {
 	t.Helper()
-	Write(t, dir, opts, func() (*demo.Model, error) { return demo.Build(opts) })
+	if err := CreateErr(dir, opts); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// CreateErr is Create returning its error, for goroutines other than the
+// test's (which must not call t.Fatal).
+func CreateErr(dir string, opts demo.Options) error {
+	return put(dir, opts, func() (*demo.Model, error) { return demo.Build(opts) })
 }
 
 // Write writes at dir the model build returns, calling build only the
@@ -46,15 +54,22 @@ func Create(t testing.TB, dir string, opts demo.Options) {
 // its own (any comparable value; different builds must not share one).
 func Write(t testing.TB, dir string, key any, build func() (*demo.Model, error)) {
 	t.Helper()
+	if err := put(dir, key, build); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func put(dir string, key any, build func() (*demo.Model, error)) error {
 	v, _ := built.LoadOrStore(key, &files{})
 	f := v.(*files)
 	f.once.Do(func() { f.gguf, f.data, f.err = capture(build) })
 	if f.err != nil {
-		t.Fatalf("demo model %v: %v", key, f.err)
+		return fmt.Errorf("demo model %+v: %w", key, f.err)
 	}
 	if err := f.write(dir); err != nil {
-		t.Fatalf("demo model %v: %v", key, err)
+		return fmt.Errorf("demo model %+v: %w", key, err)
 	}
+	return nil
 }
 
 // capture builds a model, writes it into a scratch directory with
