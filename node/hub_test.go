@@ -17,6 +17,7 @@ import (
 
 	pb "fusion/cluster/clusterpb"
 	"fusion/engine/demo"
+	"fusion/engine/demo/demotest"
 	"fusion/hub"
 	"fusion/internal/hubtest"
 	"fusion/jobs"
@@ -29,14 +30,11 @@ import (
 // the source directory.
 func hubRepo(t *testing.T, srv *hubtest.Server, repo string) string {
 	t.Helper()
+	// Both models are built once per test binary (demotest).
 	dir := filepath.Join(t.TempDir(), "src")
-	if _, err := demo.Create(dir, demo.Options{Hidden: 256, Heads: 4, KVHeads: 2, Intermediate: 512, Layers: 4, Seed: 5}); err != nil {
-		t.Fatal(err)
-	}
+	demotest.Create(t, dir, demo.Options{Hidden: 256, Heads: 4, KVHeads: 2, Intermediate: 512, Layers: 4, Seed: 5})
 	g := filepath.Join(t.TempDir(), "q")
-	if _, err := demo.Create(g, demo.Options{Format: demo.FormatGGUF, GGUFType: "q8_0", Seed: 5}); err != nil {
-		t.Fatal(err)
-	}
+	demotest.Create(t, g, demo.Options{Format: demo.FormatGGUF, GGUFType: "q8_0", Seed: 5})
 	b, err := os.ReadFile(demo.GGUFPath(g))
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 
 	"fusion/cluster"
 	"fusion/engine/demo"
+	"fusion/engine/demo/demotest"
 	"fusion/engine/runner"
 	"fusion/engine/safetensors"
 	"fusion/node"
@@ -31,9 +32,7 @@ func deepModels(t *testing.T) string {
 	dir := t.TempDir()
 	o := demo.DefaultOptions()
 	o.Layers, o.Seed = 6, 18
-	if _, err := demo.Create(filepath.Join(dir, deepModel), o); err != nil {
-		t.Fatal(err)
-	}
+	demotest.Create(t, filepath.Join(dir, deepModel), o) // built once per test binary
 	return dir
 }
 
@@ -680,9 +679,7 @@ func TestPipelineAutoShard(t *testing.T) {
 	models := t.TempDir()
 	o := demo.DefaultOptions()
 	o.Layers, o.Seed = 6, 18
-	if _, err := demo.Create(filepath.Join(models, deepModel), o); err != nil {
-		t.Fatal(err)
-	}
+	demotest.Create(t, filepath.Join(models, deepModel), o) // deepModels' model
 	o.Hidden, o.Seed = 256, 19
 	if _, err := demo.Create(filepath.Join(models, "big"), o); err != nil {
 		t.Fatal(err)

@@ -24,6 +24,7 @@ import (
 	"fusion/engine"
 	"fusion/engine/chattemplate"
 	"fusion/engine/demo"
+	"fusion/engine/demo/demotest"
 	"fusion/engine/prompt"
 	"fusion/engine/runner"
 	"fusion/engine/sample"
@@ -36,9 +37,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 func newRunner(t testing.TB, cfg runner.Config) *runner.Runner {
 	t.Helper()
 	dir := t.TempDir()
-	if _, err := demo.Create(filepath.Join(dir, "demo"), demo.Options{Arch: "qwen3", Seed: 7}); err != nil {
-		t.Fatal(err)
-	}
+	demotest.Create(t, filepath.Join(dir, "demo"), demo.Options{Arch: "qwen3", Seed: 7}) // built once per test binary
 	cfg.ModelsDir, cfg.Threads, cfg.Logger = dir, 1, quiet
 	r, err := runner.New(cfg)
 	if err != nil {

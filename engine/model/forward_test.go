@@ -10,6 +10,7 @@ import (
 
 	"fusion/engine/backend/cpu"
 	"fusion/engine/demo"
+	"fusion/engine/demo/demotest"
 )
 
 // formats are the weight layouts every forward-pass property is checked
@@ -38,7 +39,9 @@ var formats = []struct {
 	{"mlx-q4-window20", demo.Options{Quantize: 4, GroupSize: 32, SlidingWindow: 20, SlidingPattern: 2}, []string{"gemma3_text", "mistral"}},
 }
 
-// smallModel writes a demo model and returns the path Load takes.
+// smallModel writes a demo model and returns the path Load takes. The
+// files are the test's own (it may edit them); each model is built once
+// per test binary (demotest), as most are asked for by several tests.
 func smallModel(t *testing.T, arch string, o demo.Options) string {
 	t.Helper()
 	o.Arch = arch
@@ -47,9 +50,7 @@ func smallModel(t *testing.T, arch string, o demo.Options) string {
 		o.Seed = 3
 	}
 	dir := filepath.Join(t.TempDir(), "m")
-	if _, err := demo.Create(dir, o); err != nil {
-		t.Fatal(err)
-	}
+	demotest.Create(t, dir, o)
 	if o.Format == demo.FormatGGUF {
 		return demo.GGUFPath(dir)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"fusion/engine/demo"
+	"fusion/engine/demo/demotest"
 	"fusion/engine/tokenizer"
 )
 
@@ -21,9 +22,7 @@ func demoModel(t *testing.T, name, format string) string {
 	if format == demo.FormatGGUF {
 		path += ".gguf"
 	}
-	if _, err := demo.Create(path, demo.Options{Arch: "qwen3", Seed: 1, Format: format}); err != nil {
-		t.Fatal(err)
-	}
+	demotest.Create(t, path, demo.Options{Arch: "qwen3", Seed: 1, Format: format}) // built once per test binary
 	return path
 }
 

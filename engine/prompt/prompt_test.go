@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"fusion/engine/demo"
+	"fusion/engine/demo/demotest"
 	"fusion/internal/testenv"
 )
 
@@ -17,12 +18,9 @@ func demoModels(t *testing.T) map[string]string {
 	t.Helper()
 	dir := t.TempDir()
 	out := map[string]string{"safetensors": filepath.Join(dir, "demo"), "gguf": filepath.Join(dir, "demo.gguf")}
-	if _, err := demo.Create(out["safetensors"], demo.Options{Arch: "qwen3", Seed: 1}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := demo.Create(out["gguf"], demo.Options{Arch: "qwen3", Seed: 1, Format: demo.FormatGGUF}); err != nil {
-		t.Fatal(err)
-	}
+	// Built once per test binary (demotest); the files are this test's.
+	demotest.Create(t, out["safetensors"], demo.Options{Arch: "qwen3", Seed: 1})
+	demotest.Create(t, out["gguf"], demo.Options{Arch: "qwen3", Seed: 1, Format: demo.FormatGGUF})
 	return out
 }
 

@@ -12,21 +12,19 @@ import (
 	"fusion/engine"
 	"fusion/engine/chattemplate"
 	"fusion/engine/demo"
+	"fusion/engine/demo/demotest"
 	"fusion/engine/prompt"
 	"fusion/engine/sample"
 )
 
 // newDemoRunner writes a tiny demo model named "demo" (and its GGUF twin
-// "demo-gguf") and starts a runner over them.
+// "demo-gguf") and starts a runner over them. The models are built once
+// per test binary (demotest); every runner gets its own copy.
 func newDemoRunner(t *testing.T, cfg Config) *Runner {
 	t.Helper()
 	dir := t.TempDir()
-	if _, err := demo.Create(filepath.Join(dir, "demo"), demo.Options{Arch: "qwen3", Seed: 7}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := demo.Create(filepath.Join(dir, "demo-gguf"), demo.Options{Arch: "qwen3", Seed: 7, Format: demo.FormatGGUF, DType: "f32"}); err != nil {
-		t.Fatal(err)
-	}
+	demotest.Create(t, filepath.Join(dir, "demo"), demo.Options{Arch: "qwen3", Seed: 7})
+	demotest.Create(t, filepath.Join(dir, "demo-gguf"), demo.Options{Arch: "qwen3", Seed: 7, Format: demo.FormatGGUF, DType: "f32"})
 	cfg.ModelsDir = dir
 	r, err := New(cfg)
 	if err != nil {

@@ -12,17 +12,16 @@ import (
 
 	"fusion/engine"
 	"fusion/engine/demo"
+	"fusion/engine/demo/demotest"
 )
 
-// newRunnerWith writes the named demo models and starts a runner over
-// them.
+// newRunnerWith writes the named demo models (each built once per test
+// binary: demotest) and starts a runner over them.
 func newRunnerWith(t *testing.T, cfg Config, models map[string]demo.Options) *Runner {
 	t.Helper()
 	dir := t.TempDir()
 	for name, o := range models {
-		if _, err := demo.Create(filepath.Join(dir, name), o); err != nil {
-			t.Fatal(err)
-		}
+		demotest.Create(t, filepath.Join(dir, name), o)
 	}
 	cfg.ModelsDir = dir
 	r, err := New(cfg)

@@ -14,6 +14,7 @@ import (
 	"fusion/engine/backend/mlx"
 	"fusion/engine/chattemplate"
 	"fusion/engine/demo"
+	"fusion/engine/demo/demotest"
 	"fusion/engine/grammar"
 	"fusion/internal/testenv"
 )
@@ -72,9 +73,7 @@ func newSuiteRunnerWith(t *testing.T, models map[string]ModelSettings) *Runner {
 		if name == "qwen3-draft" && models == nil {
 			continue
 		}
-		if _, err := demo.Create(filepath.Join(dir, name), demo.Options{Arch: "qwen3", Seed: seed, VocabFrom: vocab, Layers: 1, Hidden: 32, Heads: 2, KVHeads: 1, Intermediate: 64, DType: "bf16"}); err != nil {
-			t.Fatal(err)
-		}
+		demotest.Create(t, filepath.Join(dir, name), demo.Options{Arch: "qwen3", Seed: seed, VocabFrom: vocab, Layers: 1, Hidden: 32, Heads: 2, KVHeads: 1, Intermediate: 64, DType: "bf16"})
 	}
 	backend := suiteBackend(t)
 	r, err := New(Config{ModelsDir: dir, Backend: backend, Models: models})

@@ -18,6 +18,7 @@ import (
 	"fusion/dashboard"
 	"fusion/engine/backend/mlx"
 	"fusion/engine/demo"
+	"fusion/engine/demo/demotest"
 	"fusion/engine/runner"
 	"fusion/internal/testenv"
 	"fusion/internal/tracing"
@@ -88,13 +89,13 @@ type Options struct {
 	Tracing tracing.Config
 }
 
-// Models writes the demo model into a fresh directory and returns it.
+// Models writes the demo model into a fresh directory and returns it. The
+// model is built once per test binary (demotest); every directory holds a
+// copy of its own, which the test may edit.
 func Models(t testing.TB) string {
 	t.Helper()
 	dir := t.TempDir()
-	if _, err := demo.Create(filepath.Join(dir, Model), demo.DefaultOptions()); err != nil {
-		t.Fatalf("demo model: %v", err)
-	}
+	demotest.Create(t, filepath.Join(dir, Model), demo.DefaultOptions())
 	return dir
 }
 
@@ -105,20 +106,21 @@ func Models(t testing.TB) string {
 // reasoning budget (or max_tokens) ends its thinking.
 const Thinker = "thinker"
 
-// AddThinker writes the Thinker model into dir, a directory from Models.
+// AddThinker writes the Thinker model into dir, a directory from Models
+// (built once per test binary, as Models' model is).
 func AddThinker(t testing.TB, dir string) {
 	t.Helper()
-	m, err := demo.Build(demo.Options{Seed: 6})
-	if err == nil {
-		err = m.Suppress("</think>", "<tool_call>")
-	}
-	if err == nil {
-		err = demo.Write(filepath.Join(dir, Thinker), m)
-	}
-	if err != nil {
-		t.Fatalf("thinker model: %v", err)
-	}
+	demotest.Write(t, filepath.Join(dir, Thinker), thinkerKey{}, func() (*demo.Model, error) {
+		m, err := demo.Build(demo.Options{Seed: 6})
+		if err == nil {
+			err = m.Suppress("</think>", "<tool_call>")
+		}
+		return m, err
+	})
 }
+
+// thinkerKey is the Thinker's key in demotest's models.
+type thinkerKey struct{}
 
 // ModelsWithContext is Models with the demo model's context window set to
 // n tokens, so a generation that runs to the window is short.

@@ -21,6 +21,7 @@ import (
 	"fusion/engine"
 	"fusion/engine/chattemplate"
 	"fusion/engine/demo"
+	"fusion/engine/demo/demotest"
 	"fusion/engine/runner"
 	"fusion/engine/sample"
 	"fusion/router"
@@ -36,9 +37,7 @@ func newRunner(t testing.TB, withDemo bool) *runner.Runner {
 	t.Helper()
 	dir := t.TempDir()
 	if withDemo {
-		if _, err := demo.Create(filepath.Join(dir, "demo"), demo.Options{Arch: "qwen3", Seed: 7}); err != nil {
-			t.Fatal(err)
-		}
+		demotest.Create(t, filepath.Join(dir, "demo"), demo.Options{Arch: "qwen3", Seed: 7}) // built once per test binary
 	}
 	r, err := runner.New(runner.Config{ModelsDir: dir, Threads: 1, Logger: quiet})
 	if err != nil {
