@@ -56,6 +56,17 @@ type tembCase struct {
 	Channels int       `json:"channels"`
 }
 
+// forwardCase is one transformer forward: the initial latents of a
+// size×size image for Seed, Text tokens of randn hidden states drawn with
+// TextSeed, scheduler timestep T.
+type forwardCase struct {
+	Size     int     `json:"size"`
+	Seed     uint64  `json:"seed"`
+	Text     int     `json:"text"`
+	TextSeed uint64  `json:"text_seed"`
+	T        float32 `json:"t"`
+}
+
 type demoCase struct {
 	Dir    string `json:"dir"`
 	Prompt string `json:"prompt"`
@@ -72,6 +83,7 @@ var refRequest = struct {
 	Schedule []scheduleCase `json:"schedule"`
 	RoPE     []ropeCase     `json:"rope"`
 	Temb     []tembCase     `json:"temb"`
+	Forward  []forwardCase  `json:"forward"`
 }{
 	Randn: []randnCase{
 		{Seed: 0, Shapes: [][]int64{{1}, {2}, {7}, {15}}},             // torch's double sampler
@@ -97,6 +109,10 @@ var refRequest = struct {
 		{Theta: 2000, Axes: []int{32, 32, 32, 32}, IDs: idRows(append(TextIDs(512)[500:], PosID{H: 63, W: 63}, PosID{T: 10, H: 5, W: 7}))},
 	},
 	Temb: []tembCase{{T: []float32{1000, 987.6543, 750.25, 3.2, 0}, Channels: 32}, {T: []float32{999.1, 512}, Channels: 256}},
+	Forward: []forwardCase{
+		{Size: 64, Seed: 11, Text: 5, TextSeed: 12, T: 1000},
+		{Size: 80, Seed: 13, Text: 3, TextSeed: 14, T: 437.5},
+	},
 }
 
 func idRows(ids []PosID) [][4]int32 {
@@ -140,6 +156,9 @@ type refReply struct {
 		T   []uint32 `json:"t"`
 		Emb []uint32 `json:"emb"`
 	} `json:"temb"`
+	Forward []struct {
+		Out []uint32 `json:"out"`
+	} `json:"forward"`
 }
 
 var (
