@@ -67,6 +67,17 @@ type forwardCase struct {
 	T        float32 `json:"t"`
 }
 
+// denoiseCase is the pipeline's loop of Steps steps from the initial
+// latents of a size×size image for Seed, with Text tokens of randn
+// prompt embeddings drawn with TextSeed.
+type denoiseCase struct {
+	Size     int    `json:"size"`
+	Seed     uint64 `json:"seed"`
+	Text     int    `json:"text"`
+	TextSeed uint64 `json:"text_seed"`
+	Steps    int    `json:"steps"`
+}
+
 type demoCase struct {
 	Dir    string `json:"dir"`
 	Prompt string `json:"prompt"`
@@ -84,6 +95,7 @@ var refRequest = struct {
 	RoPE     []ropeCase     `json:"rope"`
 	Temb     []tembCase     `json:"temb"`
 	Forward  []forwardCase  `json:"forward"`
+	Denoise  []denoiseCase  `json:"denoise"`
 }{
 	Randn: []randnCase{
 		{Seed: 0, Shapes: [][]int64{{1}, {2}, {7}, {15}}},             // torch's double sampler
@@ -113,6 +125,7 @@ var refRequest = struct {
 		{Size: 64, Seed: 11, Text: 5, TextSeed: 12, T: 1000},
 		{Size: 80, Seed: 13, Text: 3, TextSeed: 14, T: 437.5},
 	},
+	Denoise: []denoiseCase{{Size: 64, Seed: 21, Text: 4, TextSeed: 22, Steps: 2}, {Size: 48, Seed: 23, Text: 6, TextSeed: 24, Steps: 4}},
 }
 
 func idRows(ids []PosID) [][4]int32 {
@@ -159,6 +172,10 @@ type refReply struct {
 	Forward []struct {
 		Out []uint32 `json:"out"`
 	} `json:"forward"`
+	Denoise []struct {
+		Steps   int      `json:"steps"`
+		Latents []uint32 `json:"latents"`
+	} `json:"denoise"`
 }
 
 var (

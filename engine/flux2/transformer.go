@@ -337,3 +337,20 @@ func span(lo, hi int) []int {
 	}
 	return out
 }
+
+// Denoise runs the distilled pipeline's loop from the packed latents
+// in.Image: at every timestep of sched the transformer's velocity, then
+// an Euler step. It returns the final packed latents (in.Timestep is not
+// used).
+func (m *Transformer) Denoise(ctx context.Context, sched Schedule, in Inputs) ([]float32, error) {
+	x := append([]float32(nil), in.Image...)
+	for i, t := range sched.Timesteps {
+		in.Image, in.Timestep = x, t
+		v, err := m.Forward(ctx, in)
+		if err != nil {
+			return nil, fmt.Errorf("flux2: step %d of %d: %w", i+1, len(sched.Timesteps), err)
+		}
+		sched.EulerStep(i, x, v)
+	}
+	return x, nil
+}

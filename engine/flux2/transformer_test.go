@@ -2,8 +2,10 @@ package flux2
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -87,5 +89,46 @@ func checkClose(t *testing.T, what string, got []float32, want []uint32, tol flo
 	t.Logf("%s: max |ours − diffusers| %.3g, max |diffusers| %.3g (relative %.3g)", what, worst, scale, worst/scale)
 	if !(worst <= tol*scale) {
 		t.Errorf("%s: max difference %.3g > %.3g", what, worst, tol*scale)
+	}
+}
+
+// TestDenoiseMatchesPipeline: the schedule and the transformer stepped
+// 2 and 4 times give the packed latents Flux2KleinPipeline has after its
+// last step, within 1e-4 relative to their scale.
+func TestDenoiseMatchesPipeline(t *testing.T) {
+	ref := reference(t)
+	cfg := TinyDemo()
+	dir := filepath.Join(refDir, "demo")
+	raw, err := os.ReadFile(filepath.Join(dir, SchedulerConfigFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sc SchedulerConfig
+	if err := json.Unmarshal(raw, &sc); err != nil {
+		t.Fatal(err)
+	}
+	for _, nb := range testBackends(t) {
+		t.Run(nb.name, func(t *testing.T) {
+			m, err := LoadTransformer(nb.be, dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			for i, c := range refRequest.Denoise {
+				in := forwardInputs(cfg, forwardCase{Size: c.Size, Seed: c.Seed, Text: c.Text, TextSeed: c.TextSeed})
+				sched, err := NewSchedule(sc, c.Steps, len(in.ImageIDs))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ref.Denoise[i].Steps != c.Steps {
+					t.Fatalf("case %d: the pipeline took %d steps, want %d", i, ref.Denoise[i].Steps, c.Steps)
+				}
+				got, err := m.Denoise(context.Background(), sched, in)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkClose(t, fmt.Sprintf("case %d (%d×%d, %d steps)", i, c.Size, c.Size, c.Steps), got, ref.Denoise[i].Latents, 1e-4)
+			}
+		})
 	}
 }

@@ -123,4 +123,22 @@ for c in req["forward"]:
         )[0]
     out["forward"].append({"out": bits(v)})
 
+# The pipeline's own denoising loop from prompt embeddings (randn), its
+# packed latents after the last step taken from the step-end callback.
+out["denoise"] = []
+for c in req["denoise"]:
+    txt = torch.randn((1, c["text"], tr.config.joint_attention_dim), generator=torch.Generator("cpu").manual_seed(c["text_seed"]))
+    seen = []
+
+    def grab(p, i, t, kw):
+        seen.append(kw["latents"].clone())
+        return {}
+
+    pipe(
+        prompt_embeds=txt, height=c["size"], width=c["size"], num_inference_steps=c["steps"],
+        generator=torch.Generator("cpu").manual_seed(c["seed"]), output_type="latent",
+        callback_on_step_end=grab, callback_on_step_end_tensor_inputs=["latents"],
+    )
+    out["denoise"].append({"steps": len(seen), "latents": bits(seen[-1])})
+
 print(json.dumps(out))
