@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"fusion/engine/backend"
@@ -130,5 +131,74 @@ func TestDenoiseMatchesPipeline(t *testing.T) {
 				checkClose(t, fmt.Sprintf("case %d (%d×%d, %d steps)", i, c.Size, c.Size, c.Steps), got, ref.Denoise[i].Latents, 1e-4)
 			}
 		})
+	}
+}
+
+// TestTransformerRejects: checkpoints the transformer cannot run and
+// inputs of the wrong size are errors, not panics (no Python needed).
+func TestTransformerRejects(t *testing.T) {
+	dir := t.TempDir()
+	if err := CreateDemo(dir, TinyDemo()); err != nil {
+		t.Fatal(err)
+	}
+	be := cpu.New(cpu.Options{})
+	defer be.Close()
+	cfgPath := filepath.Join(dir, TransformerDir, ComponentConfig)
+	good, err := os.ReadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		edit func(*TransformerConfig)
+		want string
+	}{
+		{"guidance", func(c *TransformerConfig) { c.GuidanceEmbeds = true }, "guidance_embeds"},
+		{"missing weight", func(c *TransformerConfig) { c.NumLayers = 2 }, "is missing"},
+		{"patch size", func(c *TransformerConfig) { c.PatchSize = 2 }, "unsupported"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var cfg TransformerConfig
+			if err := json.Unmarshal(good, &cfg); err != nil {
+				t.Fatal(err)
+			}
+			c.edit(&cfg)
+			raw, _ := json.Marshal(cfg)
+			if err := os.WriteFile(cfgPath, raw, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			defer os.WriteFile(cfgPath, good, 0o644)
+			m, err := LoadTransformer(be, dir)
+			if err == nil {
+				m.Close()
+				t.Fatal("loaded")
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %q, want it to mention %q", err, c.want)
+			}
+		})
+	}
+
+	m, err := LoadTransformer(be, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	ok := forwardInputs(TinyDemo(), forwardCase{Size: 32, Seed: 1, Text: 2, TextSeed: 2, T: 500})
+	if _, err := m.Forward(context.Background(), ok); err != nil {
+		t.Fatal(err)
+	}
+	for name, edit := range map[string]func(*Inputs){
+		"short image":  func(in *Inputs) { in.Image = in.Image[1:] },
+		"short text":   func(in *Inputs) { in.Text = in.Text[:len(in.Text)-1] },
+		"no text":      func(in *Inputs) { in.Text, in.TextIDs = nil, nil },
+		"no image":     func(in *Inputs) { in.Image, in.ImageIDs = nil, nil },
+		"ids mismatch": func(in *Inputs) { in.ImageIDs = in.ImageIDs[1:] },
+	} {
+		in := ok
+		edit(&in)
+		if _, err := m.Forward(context.Background(), in); err == nil {
+			t.Errorf("%s: no error", name)
+		}
 	}
 }
