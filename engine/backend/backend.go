@@ -138,6 +138,26 @@ type Step interface {
 	SwiGLU(gate, up Array) Array
 	// Rows gathers rows of x: out[i] = x[rows[i]].
 	Rows(x Array, rows []int) Array
+	// ConcatRows stacks arrays of the same width, one after the other
+	// (FLUX's joint text+image sequence).
+	ConcatRows(parts ...Array) Array
+	// SiLU returns x·sigmoid(x) elementwise.
+	SiLU(x Array) Array
+	// Modulate returns LayerNorm(x)·(1 + scale) + shift, the layer norm
+	// without affine weights, (x−mean)·rsqrt(var + eps) in float32, and
+	// shift and scale one row [1, cols] broadcast over x's rows (FLUX's
+	// adaLN).
+	Modulate(x, shift, scale Array, eps float32) Array
+	// Gate returns res + g·x, with g one row [1, cols] broadcast over the
+	// rows (FLUX's gated residual).
+	Gate(res, x, g Array) Array
+	// RoPETable rotates adjacent pairs (2i, 2i+1) of every head of x
+	// ([rows, heads·d]) by per-row tables cos and sin ([rows, d], each
+	// angle's value at both features of its pair): out = x·cos + r·sin,
+	// with r[2i] = −x[2i+1] and r[2i+1] = x[2i] (diffusers'
+	// apply_rotary_emb with real tables interleaved, as FLUX.2's 4-axis
+	// positions are not one position per row).
+	RoPETable(x, cos, sin Array) Array
 	// ExpertLinear and MixRows, for mixtures of experts (moe.go).
 	ExpertOps
 

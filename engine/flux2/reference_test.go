@@ -56,6 +56,28 @@ type tembCase struct {
 	Channels int       `json:"channels"`
 }
 
+// forwardCase is one transformer forward: the initial latents of a
+// size×size image for Seed, Text tokens of randn hidden states drawn with
+// TextSeed, scheduler timestep T.
+type forwardCase struct {
+	Size     int     `json:"size"`
+	Seed     uint64  `json:"seed"`
+	Text     int     `json:"text"`
+	TextSeed uint64  `json:"text_seed"`
+	T        float32 `json:"t"`
+}
+
+// denoiseCase is the pipeline's loop of Steps steps from the initial
+// latents of a size×size image for Seed, with Text tokens of randn
+// prompt embeddings drawn with TextSeed.
+type denoiseCase struct {
+	Size     int    `json:"size"`
+	Seed     uint64 `json:"seed"`
+	Text     int    `json:"text"`
+	TextSeed uint64 `json:"text_seed"`
+	Steps    int    `json:"steps"`
+}
+
 type demoCase struct {
 	Dir    string `json:"dir"`
 	Prompt string `json:"prompt"`
@@ -72,6 +94,8 @@ var refRequest = struct {
 	Schedule []scheduleCase `json:"schedule"`
 	RoPE     []ropeCase     `json:"rope"`
 	Temb     []tembCase     `json:"temb"`
+	Forward  []forwardCase  `json:"forward"`
+	Denoise  []denoiseCase  `json:"denoise"`
 }{
 	Randn: []randnCase{
 		{Seed: 0, Shapes: [][]int64{{1}, {2}, {7}, {15}}},             // torch's double sampler
@@ -97,6 +121,11 @@ var refRequest = struct {
 		{Theta: 2000, Axes: []int{32, 32, 32, 32}, IDs: idRows(append(TextIDs(512)[500:], PosID{H: 63, W: 63}, PosID{T: 10, H: 5, W: 7}))},
 	},
 	Temb: []tembCase{{T: []float32{1000, 987.6543, 750.25, 3.2, 0}, Channels: 32}, {T: []float32{999.1, 512}, Channels: 256}},
+	Forward: []forwardCase{
+		{Size: 64, Seed: 11, Text: 5, TextSeed: 12, T: 1000},
+		{Size: 80, Seed: 13, Text: 3, TextSeed: 14, T: 437.5},
+	},
+	Denoise: []denoiseCase{{Size: 64, Seed: 21, Text: 4, TextSeed: 22, Steps: 2}, {Size: 48, Seed: 23, Text: 6, TextSeed: 24, Steps: 4}},
 }
 
 func idRows(ids []PosID) [][4]int32 {
@@ -140,6 +169,13 @@ type refReply struct {
 		T   []uint32 `json:"t"`
 		Emb []uint32 `json:"emb"`
 	} `json:"temb"`
+	Forward []struct {
+		Out []uint32 `json:"out"`
+	} `json:"forward"`
+	Denoise []struct {
+		Steps   int      `json:"steps"`
+		Latents []uint32 `json:"latents"`
+	} `json:"denoise"`
 }
 
 var (

@@ -161,6 +161,7 @@ func TestMLX(t *testing.T) {
 	t.Run("ExpertOps", testExpertOps)
 	t.Run("FPLinear", testFPLinear)
 	t.Run("GemmaOps", testGemmaOps)
+	t.Run("FluxOps", testFluxOps)
 	t.Run("Backend", testBackend)
 }
 

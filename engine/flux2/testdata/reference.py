@@ -104,4 +104,41 @@ for c in req["temb"]:
     emb = Timesteps(num_channels=c["channels"], flip_sin_to_cos=True, downscale_freq_shift=0)(t)
     out["temb"].append({"t": bits(t), "emb": bits(emb)})
 
+# One transformer forward on the demo checkpoint: the pipeline's initial
+# latents for a seed, randn text hidden states, a scheduler timestep.
+out["forward"] = []
+tr = pipe.transformer.eval()
+for c in req["forward"]:
+    lat, img_ids = pipe.prepare_latents(
+        batch_size=1, num_latents_channels=tr.config.in_channels // 4,
+        height=c["size"], width=c["size"], dtype=torch.float32, device="cpu",
+        generator=torch.Generator("cpu").manual_seed(c["seed"]),
+    )
+    txt = torch.randn((1, c["text"], tr.config.joint_attention_dim), generator=torch.Generator("cpu").manual_seed(c["text_seed"]))
+    t = torch.tensor([c["t"]], dtype=torch.float32)
+    with torch.no_grad():
+        v = tr(
+            hidden_states=lat, encoder_hidden_states=txt, timestep=t / 1000, guidance=None,
+            img_ids=img_ids, txt_ids=Flux2KleinPipeline._prepare_text_ids(txt), return_dict=False,
+        )[0]
+    out["forward"].append({"out": bits(v)})
+
+# The pipeline's own denoising loop from prompt embeddings (randn), its
+# packed latents after the last step taken from the step-end callback.
+out["denoise"] = []
+for c in req["denoise"]:
+    txt = torch.randn((1, c["text"], tr.config.joint_attention_dim), generator=torch.Generator("cpu").manual_seed(c["text_seed"]))
+    seen = []
+
+    def grab(p, i, t, kw):
+        seen.append(kw["latents"].clone())
+        return {}
+
+    pipe(
+        prompt_embeds=txt, height=c["size"], width=c["size"], num_inference_steps=c["steps"],
+        generator=torch.Generator("cpu").manual_seed(c["seed"]), output_type="latent",
+        callback_on_step_end=grab, callback_on_step_end_tensor_inputs=["latents"],
+    )
+    out["denoise"].append({"steps": len(seen), "latents": bits(seen[-1])})
+
 print(json.dumps(out))
