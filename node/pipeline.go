@@ -210,7 +210,7 @@ func (n *Node) syncStage(ctx context.Context, name string, p *clusterpb.Placemen
 			return // the next stage's node is not known here yet: next round
 		}
 		down := pipeline.NewClient(name, p.Generation, next, n.peerConn)
-		err := n.runner.SetPipeline(ctx, name, &runner.Pipeline{Layers: layers, Generation: p.Generation, Down: down})
+		err := n.runner.SetPipeline(ctx, name, &runner.Pipeline{Layers: layers, Generation: p.Generation, Down: down, Stages: len(p.Stages)})
 		if err != nil {
 			_ = down.Close()
 			if errors.Is(err, runner.ErrBusy) {

@@ -51,10 +51,21 @@ func NewClient(model string, generation uint64, addr string, dial Dial) *Client 
 		chunk: ChunkBytes}
 }
 
-var _ runner.Downstream = (*Client)(nil)
+var _ runner.Starter = (*Client)(nil)
 
 // Step implements runner.Downstream.
 func (c *Client) Step(ctx context.Context, seqs []runner.StageSeq, h *model.Hidden) ([]runner.StageResult, error) {
+	wait, err := c.Start(ctx, seqs, h)
+	if err != nil {
+		return nil, err
+	}
+	return wait()
+}
+
+// Start implements runner.Starter: the step is on the stream when it
+// returns (steps reach the next stage in the order they were started),
+// and wait takes its answer.
+func (c *Client) Start(ctx context.Context, seqs []runner.StageSeq, h *model.Hidden) (func() ([]runner.StageResult, error), error) {
 	req := &pb.StepRequest{Model: c.model, Generation: c.generation, Seqs: make([]*pb.Seq, len(seqs)),
 		Rows: uint32(h.Rows), Cols: uint32(h.Cols), Dtype: DTypeF32, Hidden: encodeF32(h.Data)}
 	for i, s := range seqs {
@@ -64,25 +75,27 @@ func (c *Client) Step(ctx context.Context, seqs []runner.StageSeq, h *model.Hidd
 	if err != nil {
 		return nil, err
 	}
-	select {
-	case r := <-ch:
-		if r.err != nil {
-			return nil, r.err
+	return func() ([]runner.StageResult, error) {
+		select {
+		case r := <-ch:
+			if r.err != nil {
+				return nil, r.err
+			}
+			return results(r.reply, seqs)
+		case <-ctx.Done():
+			// The later stages may still take this step: the sequences are
+			// out of step with them now, so they are dropped there.
+			c.rmu.Lock()
+			delete(c.pending, req.Step)
+			c.rmu.Unlock()
+			ids := make([]uint64, len(seqs))
+			for i, s := range seqs {
+				ids[i] = s.ID
+			}
+			c.Free(ids)
+			return nil, ctx.Err()
 		}
-		return results(r.reply, seqs)
-	case <-ctx.Done():
-		// The later stages may still take this step: the sequences are
-		// out of step with them now, so they are dropped there.
-		c.rmu.Lock()
-		delete(c.pending, req.Step)
-		c.rmu.Unlock()
-		ids := make([]uint64, len(seqs))
-		for i, s := range seqs {
-			ids[i] = s.ID
-		}
-		c.Free(ids)
-		return nil, ctx.Err()
-	}
+	}, nil
 }
 
 // send opens the stream if needed and sends one step; the reply arrives

@@ -1,10 +1,12 @@
 package pipeline
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -66,7 +68,11 @@ func Register(s *grpc.Server, lookup Lookup, dial Dial, log *slog.Logger) *Serve
 
 // Run serves one pipeline's stream: each step through this stage's layers
 // and on to the next stage (or, on the last, to the draws it asks for),
-// each release passed down. The KV of the stream's sequences is freed when it ends.
+// each release passed down. A middle stage does not wait for a step's
+// answer before taking the next step: answers go back up from a goroutine
+// of their own, in order, so that several micro-batches are in flight
+// along the pipeline at once. The KV of the stream's sequences is freed
+// when it ends.
 func (s *Server) Run(stream pb.Pipeline_RunServer) error {
 	var (
 		st    Stage
@@ -76,8 +82,20 @@ func (s *Server) Run(stream pb.Pipeline_RunServer) error {
 		seqs  = map[uint64]*model.Sequence{}
 		spans = map[uint64]*seqSpan{} // the traced sequences'
 		smp   runner.StageSamplers    // the last stage's
+		up    *uplink                 // a middle stage's answers on their way up
 	)
+	done := make(chan struct{})
 	defer func() {
+		close(done)
+		if up != nil {
+			up.close()
+		}
+		if next != nil {
+			_ = next.Close()
+		}
+		if up != nil {
+			up.wait()
+		}
 		for _, q := range seqs {
 			q.Close()
 		}
@@ -85,19 +103,48 @@ func (s *Server) Run(stream pb.Pipeline_RunServer) error {
 			sp.finish()
 		}
 		s.live.Add(-int64(len(seqs)))
-		if next != nil {
-			_ = next.Close()
-		}
 		if held && st.Release != nil {
 			st.Release()
 		}
 	}()
-	for {
-		req, err := recvWhole(stream)
-		if errors.Is(err, io.EOF) {
-			return nil
+	type received struct {
+		req *pb.StepRequest
+		err error
+	}
+	reqs := make(chan received)
+	go func() {
+		for {
+			req, err := recvWhole(stream)
+			select {
+			case reqs <- received{req, err}:
+			case <-done:
+				return
+			}
+			if err != nil {
+				return
+			}
 		}
-		if err != nil {
+	}()
+	for {
+		var req *pb.StepRequest
+		var upErr <-chan error
+		if up != nil {
+			upErr = up.failed
+		}
+		select {
+		case r := <-reqs:
+			if errors.Is(r.err, io.EOF) {
+				if up != nil {
+					up.close()
+					return up.wait()
+				}
+				return nil
+			}
+			if r.err != nil {
+				return r.err
+			}
+			req = r.req
+		case err := <-upErr:
 			return err
 		}
 		if !held {
@@ -108,6 +155,7 @@ func (s *Server) Run(stream pb.Pipeline_RunServer) error {
 			if st.Next != "" {
 				next = NewClient(name, st.Generation, st.Next, s.dial)
 				next.chunk = s.chunk
+				up = newUplink(stream, s.chunk)
 			}
 		}
 		switch {
@@ -135,22 +183,83 @@ func (s *Server) Run(stream pb.Pipeline_RunServer) error {
 		if len(req.Seqs) == 0 {
 			continue
 		}
-		reply, err := s.step(stream, st, next, seqs, spans, &smp, req)
+		down, out, err := s.forward(stream.Context(), st, seqs, spans, req)
 		if err != nil {
 			return err
 		}
-		parts := chunks(reply.Logits, s.chunk)
-		for i, part := range parts {
-			m := &pb.StepReply{Step: reply.Step, Logits: part, More: i < len(parts)-1}
-			if i == 0 {
-				m.Vocab, m.Drawn = reply.Vocab, reply.Drawn
+		if next != nil {
+			wait, err := next.Start(stream.Context(), down, out.Hidden)
+			if err != nil {
+				return status.Error(codes.Unavailable, err.Error())
 			}
-			if err := stream.Send(m); err != nil {
-				return err
+			up.add(req.Step, down, wait)
+			continue
+		}
+		res, err := smp.Step(down, out.Logits)
+		if err != nil {
+			code := codes.Internal
+			if runner.IsBadStep(err) {
+				code = codes.InvalidArgument
 			}
+			return status.Error(code, err.Error())
+		}
+		if err := sendReply(stream, s.chunk, req.Step, down, res); err != nil {
+			return err
 		}
 	}
 }
+
+// uplink sends a middle stage's answers back up, in the order of their
+// steps, as the next stage gives them.
+type uplink struct {
+	queue  chan upStep
+	failed chan error // the first error; the stream ends with it
+	ended  chan struct{}
+	once   sync.Once
+	err    error
+}
+
+type upStep struct {
+	step uint64
+	down []runner.StageSeq
+	wait func() ([]runner.StageResult, error)
+}
+
+// upQueue bounds the steps in flight below a middle stage; a full queue
+// holds the stream until the oldest is answered.
+const upQueue = 64
+
+func newUplink(stream pb.Pipeline_RunServer, chunk int) *uplink {
+	u := &uplink{queue: make(chan upStep, upQueue), failed: make(chan error, 1), ended: make(chan struct{})}
+	go func() {
+		defer close(u.ended)
+		for q := range u.queue {
+			res, err := q.wait()
+			if err != nil {
+				err = status.Error(codes.Unavailable, err.Error())
+			} else {
+				err = sendReply(stream, chunk, q.step, q.down, res)
+			}
+			if err != nil {
+				u.err = err
+				u.failed <- err
+				for range u.queue { // the stream ends: the rest fail with it
+				}
+				return
+			}
+		}
+	}()
+	return u
+}
+
+func (u *uplink) add(step uint64, down []runner.StageSeq, wait func() ([]runner.StageResult, error)) {
+	u.queue <- upStep{step: step, down: down, wait: wait}
+}
+
+// close takes no more steps; wait returns once the queued ones are
+// answered (or failed), with the first error.
+func (u *uplink) close()      { u.once.Do(func() { close(u.queue) }) }
+func (u *uplink) wait() error { <-u.ended; return u.err }
 
 // recvWhole receives one request, joining a hidden state sent in parts.
 // The parts must belong to the same step; their total is bounded by the
@@ -178,13 +287,12 @@ func recvWhole(stream pb.Pipeline_RunServer) (*pb.StepRequest, error) {
 	return req, nil
 }
 
-// step runs one step through this stage and the ones after it (on the
-// last, the draws it asks for).
-func (s *Server) step(stream pb.Pipeline_RunServer, st Stage, next *Client, seqs map[uint64]*model.Sequence, spans map[uint64]*seqSpan, smp *runner.StageSamplers, req *pb.StepRequest) (*pb.StepReply, error) {
-	ctx := stream.Context()
+// forward runs one step through this stage's layers; down are the
+// step's sequences as the next stage (or the sampler) takes them.
+func (s *Server) forward(ctx context.Context, st Stage, seqs map[uint64]*model.Sequence, spans map[uint64]*seqSpan, req *pb.StepRequest) ([]runner.StageSeq, *model.Output, error) {
 	h, err := hidden(req.Rows, req.Cols, req.Dtype, req.Hidden)
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	in := make([]model.Input, len(req.Seqs))
 	down := make([]runner.StageSeq, len(req.Seqs))
@@ -192,19 +300,19 @@ func (s *Server) step(stream pb.Pipeline_RunServer, st Stage, next *Client, seqs
 		q := seqs[sq.Id]
 		switch {
 		case q == nil && sq.MaxLen == 0:
-			return nil, status.Errorf(codes.InvalidArgument, "pipeline: sequence %d is not on this stream", sq.Id)
+			return nil, nil, status.Errorf(codes.InvalidArgument, "pipeline: sequence %d is not on this stream", sq.Id)
 		case q != nil && sq.MaxLen != 0:
-			return nil, status.Errorf(codes.InvalidArgument, "pipeline: sequence %d started twice", sq.Id)
+			return nil, nil, status.Errorf(codes.InvalidArgument, "pipeline: sequence %d started twice", sq.Id)
 		case q == nil:
 			if q, err = st.Model.NewSequence(int(sq.MaxLen)); err != nil {
-				return nil, status.Errorf(codes.InvalidArgument, "pipeline: sequence %d: %v", sq.Id, err)
+				return nil, nil, status.Errorf(codes.InvalidArgument, "pipeline: sequence %d: %v", sq.Id, err)
 			}
 			seqs[sq.Id] = q
 			s.live.Add(1)
 		}
 		in[i] = model.Input{Seq: q, Len: int(sq.Len)}
 		if down[i], err = decodeSeq(sq); err != nil {
-			return nil, status.Error(codes.InvalidArgument, err.Error())
+			return nil, nil, status.Error(codes.InvalidArgument, err.Error())
 		}
 		if sq.MaxLen != 0 {
 			if sp := s.startSeqSpan(sq.Traceparent, st, req.Model); sp != nil {
@@ -228,21 +336,16 @@ func (s *Server) step(stream pb.Pipeline_RunServer, st Stage, next *Client, seqs
 		if errors.Is(err, model.ErrBadInput) {
 			code = codes.InvalidArgument
 		}
-		return nil, status.Error(code, err.Error())
+		return nil, nil, status.Error(code, err.Error())
 	}
-	var res []runner.StageResult
-	if next != nil {
-		if res, err = next.Step(ctx, down, out.Hidden); err != nil {
-			return nil, status.Error(codes.Unavailable, err.Error())
-		}
-	} else if res, err = smp.Step(down, out.Logits); err != nil {
-		code := codes.Internal
-		if runner.IsBadStep(err) {
-			code = codes.InvalidArgument
-		}
-		return nil, status.Error(code, err.Error())
-	}
-	reply := &pb.StepReply{Step: req.Step}
+	return down, out, nil
+}
+
+// sendReply sends a step's answer up: the tokens drawn and the logits of
+// the sequences without a sampler, the logits in parts of at most chunk
+// bytes.
+func sendReply(stream pb.Pipeline_RunServer, chunk int, step uint64, down []runner.StageSeq, res []runner.StageResult) error {
+	reply := &pb.StepReply{Step: step}
 	var flat []float32
 	for i, r := range res {
 		if r.Drawn != nil {
@@ -256,10 +359,19 @@ func (s *Server) step(stream pb.Pipeline_RunServer, st Stage, next *Client, seqs
 			flat = make([]float32, 0, len(res)*len(r.Logits))
 		}
 		if len(r.Logits) != int(reply.Vocab) {
-			return nil, status.Error(codes.Internal, fmt.Sprintf("pipeline: logits of %d and %d values", len(r.Logits), reply.Vocab))
+			return status.Error(codes.Internal, fmt.Sprintf("pipeline: logits of %d and %d values", len(r.Logits), reply.Vocab))
 		}
 		flat = append(flat, r.Logits...)
 	}
-	reply.Logits = encodeF32(flat)
-	return reply, nil
+	parts := chunks(encodeF32(flat), chunk)
+	for i, part := range parts {
+		m := &pb.StepReply{Step: reply.Step, Logits: part, More: i < len(parts)-1}
+		if i == 0 {
+			m.Vocab, m.Drawn = reply.Vocab, reply.Drawn
+		}
+		if err := stream.Send(m); err != nil {
+			return err
+		}
+	}
+	return nil
 }

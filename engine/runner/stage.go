@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 
@@ -55,6 +56,17 @@ type Downstream interface {
 	Close() error
 }
 
+// Starter is a Downstream that can send a step without waiting for its
+// answer, so that several micro-batches are in flight down the pipeline
+// at once. Start sends the step (hidden may be reused once it returns)
+// and wait blocks for its answer as Step would; steps are taken by the
+// next stage in the order they were started. A Downstream without Start
+// is driven from a goroutine per step instead.
+type Starter interface {
+	Downstream
+	Start(ctx context.Context, seqs []StageSeq, hidden *model.Hidden) (wait func() ([]StageResult, error), err error)
+}
+
 // Pipeline is this node's part of a sharded model as its first stage.
 type Pipeline struct {
 	Layers     model.Range // this node's layers; Start must be 0
@@ -63,6 +75,12 @@ type Pipeline struct {
 	// LogitsBack has the last stage send logits back for the first stage
 	// to sample, instead of sampling there (the bench compares the two).
 	LogitsBack bool
+	// Stages is the pipeline's length (0: 2).
+	Stages int
+	// MicroBatches is how many micro-batches the running sequences are
+	// split into, each in flight at its own stage (0: one per stage; 1:
+	// one step over the whole batch at a time, as before).
+	MicroBatches int
 
 	numLayers int // the model's, for the pool's size estimate
 }
@@ -174,10 +192,29 @@ func (pm *pipelineModel) NewSequence(maxLen int) (sequence, error) {
 	return &pipeSequence{local: s.(*cpuSequence), pm: pm, id: pm.nextID}, nil
 }
 
+// MicroBatches is the scheduler's split of the running sequences.
+func (pm *pipelineModel) MicroBatches() int {
+	if pm.p.MicroBatches > 0 {
+		return pm.p.MicroBatches
+	}
+	return max(pm.p.Stages, 2)
+}
+
 // Forward runs this node's layers over the batch, then the later stages.
 // If they fail, the local caches are rewound too and the error wraps
 // ErrPipelineStage.
 func (pm *pipelineModel) Forward(ctx context.Context, inputs []stepInput) ([][]float32, error) {
+	wait, err := pm.Launch(ctx, inputs)
+	if err != nil {
+		return nil, err
+	}
+	return wait()
+}
+
+// Launch runs this node's layers over the batch and sends the hidden
+// state down the pipeline; wait takes the later stages' answer (as
+// Forward's). The scheduler launches the next micro-batch in between.
+func (pm *pipelineModel) Launch(ctx context.Context, inputs []stepInput) (func() ([][]float32, error), error) {
 	in := make([]model.Input, len(inputs))
 	seqs := make([]StageSeq, len(inputs))
 	before := make([]int, len(inputs))
@@ -186,7 +223,7 @@ func (pm *pipelineModel) Forward(ctx context.Context, inputs []stepInput) ([][]f
 		before[i] = s.local.seq.Len()
 		in[i] = model.Input{Seq: s.local.seq, Tokens: x.tokens}
 		seqs[i] = StageSeq{ID: s.id, Len: len(x.tokens)}
-		if before[i] == 0 {
+		if !s.started {
 			seqs[i].MaxLen = s.local.seq.MaxLen()
 			if x.gen != nil {
 				if t, ok := x.gen.phases.(engine.Traced); ok {
@@ -204,40 +241,74 @@ func (pm *pipelineModel) Forward(ctx context.Context, inputs []stepInput) ([][]f
 		}
 	}
 	out, err := pm.m.Forward(ctx, in, pm.p.Layers, nil)
-	defer func() {
-		for _, x := range inputs {
-			s := x.seq.(*pipeSequence)
-			alloc, _ := s.local.seq.CacheBytes()
-			s.local.kvBytes.Store(alloc)
-		}
-	}()
+	for _, x := range inputs {
+		s := x.seq.(*pipeSequence)
+		alloc, _ := s.local.seq.CacheBytes()
+		s.local.kvBytes.Store(alloc)
+	}
 	if err != nil {
 		return nil, err
 	}
-	res, err := pm.p.Down.Step(ctx, seqs, out.Hidden)
-	if err == nil && len(res) != len(inputs) {
-		err = fmt.Errorf("%w: %d answers for %d sequences", ErrPipelineStage, len(res), len(inputs))
-	}
-	if err != nil {
+	rewind := func(err error) error {
 		for i, x := range inputs {
 			x.seq.(*pipeSequence).local.seq.Truncate(before[i])
 		}
 		if errors.Is(err, engine.ErrUnavailable) || ctx.Err() != nil {
-			return nil, err
+			return err
 		}
-		return nil, fmt.Errorf("%w: %v", ErrPipelineStage, err)
+		return fmt.Errorf("%w: %v", ErrPipelineStage, err)
 	}
-	logits := make([][]float32, len(inputs))
-	for i, r := range res {
-		logits[i] = r.Logits
-		switch {
-		case r.Drawn != nil && seqs[i].Draw != nil:
-			inputs[i].gen.drawn = r.Drawn
-		case r.Logits == nil && (seqs[i].Draw != nil || !inputs[i].seq.(*pipeSequence).sampled):
-			return nil, fmt.Errorf("%w: sequence %d: neither a token nor logits came back", ErrPipelineStage, seqs[i].ID)
+	wait, err := pm.start(ctx, seqs, out.Hidden)
+	if err != nil {
+		return nil, rewind(err)
+	}
+	for _, x := range inputs {
+		s := x.seq.(*pipeSequence)
+		s.started = true
+	}
+	return func() ([][]float32, error) {
+		res, err := wait()
+		if err == nil && len(res) != len(inputs) {
+			err = fmt.Errorf("%w: %d answers for %d sequences", ErrPipelineStage, len(res), len(inputs))
 		}
+		if err != nil {
+			return nil, rewind(err)
+		}
+		logits := make([][]float32, len(inputs))
+		for i, r := range res {
+			logits[i] = r.Logits
+			switch {
+			case r.Drawn != nil && seqs[i].Draw != nil:
+				inputs[i].gen.drawn = r.Drawn
+			case r.Logits == nil && (seqs[i].Draw != nil || !inputs[i].seq.(*pipeSequence).sampled):
+				return nil, fmt.Errorf("%w: sequence %d: neither a token nor logits came back", ErrPipelineStage, seqs[i].ID)
+			}
+		}
+		return logits, nil
+	}, nil
+}
+
+// start sends a step down the pipeline: through Starter when the
+// downstream has it, else on a goroutine of its own (with a copy of the
+// hidden state, which the next local forward may reuse).
+func (pm *pipelineModel) start(ctx context.Context, seqs []StageSeq, h *model.Hidden) (func() ([]StageResult, error), error) {
+	if st, ok := pm.p.Down.(Starter); ok {
+		return st.Start(ctx, seqs, h)
 	}
-	return logits, nil
+	h = &model.Hidden{Rows: h.Rows, Cols: h.Cols, Data: slices.Clone(h.Data)}
+	type answer struct {
+		res []StageResult
+		err error
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		res, err := pm.p.Down.Step(ctx, seqs, h)
+		ch <- answer{res, err}
+	}()
+	return func() ([]StageResult, error) {
+		a := <-ch
+		return a.res, a.err
+	}, nil
 }
 
 // pipeSequence is a sequence of the first stage: its local KV, and an id
@@ -248,6 +319,7 @@ type pipeSequence struct {
 	pm      *pipelineModel
 	id      uint64
 	sampled bool // the last stage keeps a sampler for it
+	started bool // the later stages have had its first step
 }
 
 func (s *pipeSequence) Bytes() int64 { return s.local.Bytes() }
