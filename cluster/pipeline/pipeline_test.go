@@ -182,3 +182,80 @@ func TestClientServer(t *testing.T) {
 		t.Fatalf("a sequence of a broken stream stepped again: %v", err)
 	}
 }
+
+// TestThreeStagesInFlight: micro-batches started one after the other
+// without waiting (as the first stage's scheduler does) go through a
+// middle stage that forwards each before the previous is answered, and
+// come back with the whole model's logits bit for bit; freeing the
+// sequences drops their KV on both later stages.
+func TestThreeStagesInFlight(t *testing.T) {
+	dir := demoModel(t, 5)
+	whole := load(t, dir, model.Range{})
+	first := load(t, dir, model.Range{Start: 0, End: 1})
+	middle := load(t, dir, model.Range{Start: 1, End: 2})
+	last := load(t, dir, model.Range{Start: 2, End: 4})
+	lastSrv, lastAddr, _ := serve(t, func(string) (Stage, bool) { return Stage{Generation: 3, Model: last}, true })
+	midSrv, midAddr, dial := serve(t, func(string) (Stage, bool) { return Stage{Generation: 3, Model: middle, Next: lastAddr}, true })
+	c := NewClient("m", 3, midAddr, dial)
+	defer c.Close()
+	ctx := context.Background()
+	const n = 4 // micro-batches of one sequence each
+	ws, fs := make([]*model.Sequence, n), make([]*model.Sequence, n)
+	for i := range n {
+		var err error
+		if ws[i], err = whole.NewSequence(32); err != nil {
+			t.Fatal(err)
+		}
+		if fs[i], err = first.NewSequence(32); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for step := range 5 {
+		waits := make([]func() ([]runner.StageResult, error), n)
+		wants := make([][]float32, n)
+		for i := range n {
+			toks := []int{1 + i + step, 2 + step}
+			if step > 0 {
+				toks = toks[:1]
+			}
+			w, err := whole.Forward(ctx, []model.Input{{Seq: ws[i], Tokens: toks}}, model.Range{}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wants[i] = w.Logits[0]
+			h, err := first.Forward(ctx, []model.Input{{Seq: fs[i], Tokens: toks}}, model.Range{}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := runner.StageSeq{ID: uint64(i + 1), Len: len(toks)}
+			if step == 0 {
+				s.MaxLen = 32
+			}
+			if waits[i], err = c.Start(ctx, []runner.StageSeq{s}, h.Hidden); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i, wait := range waits {
+			got, err := wait()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for j, v := range wants[i] {
+				if math.Float32bits(got[0].Logits[j]) != math.Float32bits(v) {
+					t.Fatalf("step %d sequence %d logit %d: %v over 3 stages, %v whole", step, i, j, got[0].Logits[j], v)
+				}
+			}
+		}
+	}
+	if a, b := midSrv.Sequences(), lastSrv.Sequences(); a != n || b != n {
+		t.Fatalf("the later stages hold %d and %d sequences, want %d", a, b, n)
+	}
+	c.Free([]uint64{1, 2, 3, 4})
+	deadline := time.Now().Add(10 * time.Second)
+	for midSrv.Sequences()+lastSrv.Sequences() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("still held after the free: %d and %d", midSrv.Sequences(), lastSrv.Sequences())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
