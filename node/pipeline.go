@@ -101,6 +101,10 @@ func (n *Node) registerPipeline() {
 			return pipeline.Stage{}, false
 		}
 		st := pipeline.Stage{Generation: h.generation, Model: h.sm.Model}
+		// The stage's blocks of prompts go into this node's prefix cache.
+		if key, err := n.runner.StageCacheKey(name, h.layers); err == nil {
+			st.Cache, st.CacheKey = n.runner.PrefixCache(), key
+		}
 		if h.next != "" {
 			if st.Next = grpcOf(n.member, h.next); st.Next == "" {
 				return pipeline.Stage{}, false

@@ -16,6 +16,7 @@ import (
 
 	pb "fusion/cluster/pipelinepb"
 	"fusion/engine/model"
+	"fusion/engine/prefixcache"
 	"fusion/engine/runner"
 )
 
@@ -32,6 +33,11 @@ type Stage struct {
 	// Release is called once the stream that looked the stage up ended
 	// and freed its sequences (the holder may close Model then).
 	Release func()
+	// Cache holds this stage's blocks of prompts (the pipeline's prefix
+	// cache, per stage), under runner.StageBlockKey(CacheKey, chained
+	// key); nil: the stage restores and saves nothing.
+	Cache    *prefixcache.Cache
+	CacheKey prefixcache.Key
 }
 
 // Lookup finds this node's stage of a model's pipeline and holds it for a
@@ -49,6 +55,20 @@ type Server struct {
 	// startSpan, when set (TraceWith), makes the spans of traced
 	// sequences.
 	startSpan StartSpan
+	// rows are the positions this node's stages computed, restored those
+	// they took from their prefix caches.
+	rows, restored atomic.Int64
+}
+
+// Counts are what this node's stages did, over every stream.
+type Counts struct {
+	Rows     int64 // positions computed (hidden-state rows through the layers)
+	Restored int64 // positions taken from the stages' prefix caches
+}
+
+// Counts reports the positions computed and restored so far.
+func (s *Server) Counts() Counts {
+	return Counts{Rows: s.rows.Load(), Restored: s.restored.Load()}
 }
 
 // Sequences is the number of sequences whose KV this node's stages hold
@@ -167,6 +187,9 @@ func (s *Server) Run(stream pb.Pipeline_RunServer) error {
 		}
 		for _, id := range req.Free {
 			if q := seqs[id]; q != nil {
+				if up != nil {
+					up.forget(q) // a Prefix's answer may be on its way
+				}
 				q.Close()
 				delete(seqs, id)
 				s.live.Add(-1)
@@ -179,6 +202,18 @@ func (s *Server) Run(stream pb.Pipeline_RunServer) error {
 		smp.Free(req.Free...)
 		if next != nil && len(req.Free) > 0 {
 			next.Free(req.Free)
+		}
+		if len(req.Saves) > 0 {
+			s.save(st, seqs, req.Saves)
+			if next != nil {
+				next.saves(req.Saves)
+			}
+		}
+		if req.Prefix != nil {
+			if err := s.restore(stream, st, next, up, seqs, req.Step, req.Prefix); err != nil {
+				return err
+			}
+			continue
 		}
 		if len(req.Seqs) == 0 {
 			continue
@@ -217,12 +252,18 @@ type uplink struct {
 	ended  chan struct{}
 	once   sync.Once
 	err    error
+	mu     sync.Mutex
+	pend   map[*model.Sequence]bool // opened by a Prefix, not answered yet
 }
 
 type upStep struct {
 	step uint64
 	down []runner.StageSeq
 	wait func() ([]runner.StageResult, error)
+	// A Prefix's answer instead: the positions the stages below restored,
+	// which seq keeps too.
+	restored func() (int, error)
+	seq      *model.Sequence
 }
 
 // upQueue bounds the steps in flight below a middle stage; a full queue
@@ -230,13 +271,31 @@ type upStep struct {
 const upQueue = 64
 
 func newUplink(stream pb.Pipeline_RunServer, chunk int) *uplink {
-	u := &uplink{queue: make(chan upStep, upQueue), failed: make(chan error, 1), ended: make(chan struct{})}
+	u := &uplink{queue: make(chan upStep, upQueue), failed: make(chan error, 1), ended: make(chan struct{}), pend: map[*model.Sequence]bool{}}
 	go func() {
 		defer close(u.ended)
 		for q := range u.queue {
-			res, err := q.wait()
-			if err != nil {
-				err = status.Error(codes.Unavailable, err.Error())
+			var err error
+			if q.restored != nil {
+				var n int
+				if n, err = q.restored(); err == nil {
+					// The sequence takes no step before this answer; it
+					// may have been freed (the first stage gave up).
+					u.mu.Lock()
+					if u.pend[q.seq] {
+						delete(u.pend, q.seq)
+						q.seq.Truncate(min(n, q.seq.Len()))
+						n = q.seq.Len()
+					} else {
+						n = 0
+					}
+					u.mu.Unlock()
+					err = stream.Send(&pb.StepReply{Step: q.step, Restored: uint32(n)})
+				} else {
+					err = status.Error(codes.Unavailable, err.Error())
+				}
+			} else if res, werr := q.wait(); werr != nil {
+				err = status.Error(codes.Unavailable, werr.Error())
 			} else {
 				err = sendReply(stream, chunk, q.step, q.down, res)
 			}
@@ -256,10 +315,113 @@ func (u *uplink) add(step uint64, down []runner.StageSeq, wait func() ([]runner.
 	u.queue <- upStep{step: step, down: down, wait: wait}
 }
 
+func (u *uplink) addRestore(step uint64, seq *model.Sequence, restored func() (int, error)) {
+	u.mu.Lock()
+	u.pend[seq] = true
+	u.mu.Unlock()
+	u.queue <- upStep{step: step, seq: seq, restored: restored}
+}
+
+// forget is called before a sequence is closed: a Prefix's answer still
+// queued leaves it alone.
+func (u *uplink) forget(seq *model.Sequence) {
+	u.mu.Lock()
+	delete(u.pend, seq)
+	u.mu.Unlock()
+}
+
 // close takes no more steps; wait returns once the queued ones are
 // answered (or failed), with the first error.
 func (u *uplink) close()      { u.once.Do(func() { close(u.queue) }) }
 func (u *uplink) wait() error { <-u.ended; return u.err }
+
+// restore opens a sequence with what this stage's cache holds of a
+// prompt's blocks, passes the Prefix on with the positions it restored
+// as the limit, and answers with the positions every stage below kept.
+func (s *Server) restore(stream pb.Pipeline_RunServer, st Stage, next *Client, up *uplink, seqs map[uint64]*model.Sequence, step uint64, p *pb.Prefix) error {
+	if seqs[p.Id] != nil {
+		return status.Errorf(codes.InvalidArgument, "pipeline: sequence %d started twice", p.Id)
+	}
+	if p.Block == 0 || uint64(p.Limit) > uint64(len(p.Keys))*uint64(p.Block) || p.Limit > p.MaxLen {
+		return status.Errorf(codes.InvalidArgument, "pipeline: a prefix of %d positions in %d blocks of %d (%d positions)", p.Limit, len(p.Keys), p.Block, p.MaxLen)
+	}
+	q, err := st.Model.NewSequence(int(p.MaxLen))
+	if err != nil {
+		return status.Errorf(codes.InvalidArgument, "pipeline: sequence %d: %v", p.Id, err)
+	}
+	seqs[p.Id] = q
+	s.live.Add(1)
+	bs := int(p.Block)
+	for i, kb := range p.Keys {
+		if st.Cache == nil || q.Len() >= int(p.Limit) {
+			break
+		}
+		var chain prefixcache.Key
+		if len(kb) != len(chain) {
+			return status.Errorf(codes.InvalidArgument, "pipeline: a block key of %d bytes", len(kb))
+		}
+		copy(chain[:], kb)
+		key := runner.StageBlockKey(st.CacheKey, chain)
+		data, tier := st.Cache.Get(key)
+		if tier == prefixcache.Miss {
+			break
+		}
+		if err := q.ImportKV(data); err != nil || q.Len() != (i+1)*bs {
+			s.log.Warn("pipeline: prefix block not imported", "block", i, "err", err)
+			q.Truncate(i * bs)
+			st.Cache.Remove(key)
+			break
+		}
+	}
+	q.Truncate(min(q.Len(), int(p.Limit)))
+	s.restored.Add(int64(q.Len()))
+	if next == nil {
+		return stream.Send(&pb.StepReply{Step: step, Restored: uint32(q.Len())})
+	}
+	keys := make([]prefixcache.Key, (q.Len()+bs-1)/bs)
+	for i := range keys {
+		copy(keys[i][:], p.Keys[i])
+	}
+	wait, err := next.startRestore(stream.Context(), p.Id, int(p.MaxLen), keys, bs, q.Len())
+	if err != nil {
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	up.addRestore(step, q, wait)
+	return nil
+}
+
+// save puts blocks of the stream's sequences into this stage's cache
+// (those it holds; best effort).
+func (s *Server) save(st Stage, seqs map[uint64]*model.Sequence, saves []*pb.Save) {
+	if st.Cache == nil {
+		return
+	}
+	for _, sv := range saves {
+		q := seqs[sv.Id]
+		bs := int(sv.Block)
+		if q == nil || bs <= 0 {
+			continue
+		}
+		for i, kb := range sv.Keys {
+			b := int(sv.First) + i
+			var chain prefixcache.Key
+			if len(kb) != len(chain) || q.Len() < (b+1)*bs {
+				break
+			}
+			copy(chain[:], kb)
+			key := runner.StageBlockKey(st.CacheKey, chain)
+			if st.Cache.Contains(key) == prefixcache.Hot {
+				continue
+			}
+			data, err := q.ExportKV(b*bs, (b+1)*bs)
+			if err != nil {
+				s.log.Warn("pipeline: prefix block not exported", "block", b, "err", err)
+				break
+			}
+			st.Cache.Put(st.CacheKey, key, bs, data)
+		}
+	}
+}
 
 // recvWhole receives one request, joining a hidden state sent in parts.
 // The parts must belong to the same step; their total is bounded by the
@@ -323,6 +485,7 @@ func (s *Server) forward(ctx context.Context, st Stage, seqs map[uint64]*model.S
 	}
 	began := time.Now()
 	out, err := st.Model.Forward(ctx, in, model.Range{}, h)
+	s.rows.Add(int64(h.Rows))
 	took := time.Since(began)
 	for _, sq := range req.Seqs {
 		if sp := spans[sq.Id]; sp != nil {

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"fusion/engine/backend"
 	"fusion/engine/model"
 	"fusion/engine/modelfile"
+	"fusion/engine/prefixcache"
 )
 
 // This file is the engine's side of pipeline stages (a model sharded by
@@ -66,6 +68,44 @@ type Starter interface {
 	Downstream
 	Start(ctx context.Context, seqs []StageSeq, hidden *model.Hidden) (wait func() ([]StageResult, error), err error)
 }
+
+// Prefixer is a Downstream whose later stages keep a prefix cache each
+// (the pipeline's prefix cache: every stage holds its own layers' KV of
+// a prompt's blocks, under keys derived with StageBlockKey from the
+// chained keys the first stage computes).
+type Prefixer interface {
+	// Restore opens sequence id (of maxLen positions) on the later
+	// stages, each importing from its cache the blocks of keys it holds
+	// (block positions each, from the first, at most limit positions);
+	// it returns the positions every one of them restored, which they
+	// keep (0: none; the sequence is open all the same).
+	Restore(ctx context.Context, id uint64, maxLen int, keys []prefixcache.Key, block, limit int) (int, error)
+	// Save has the later stages put blocks [first, first+len(keys)) of
+	// sequence id into their caches (best effort).
+	Save(id uint64, block, first int, keys []prefixcache.Key)
+}
+
+// StageBlockKey is the prefix-cache key of a block as a pipeline stage
+// holds it: the block's chained key (the whole prompt up to it, see
+// prefixcache.Chain) and the stage's own key (its model, backend, KV
+// layout and layers: StageCacheKey).
+func StageBlockKey(stage, chain prefixcache.Key) prefixcache.Key {
+	return prefixcache.ModelKey("pipeline stage block", hex.EncodeToString(stage[:]), hex.EncodeToString(chain[:]))
+}
+
+// StageCacheKey is the prefix-cache identity of layers of a model of the
+// models dir as a pipeline stage of this runner holds them.
+func (r *Runner) StageCacheKey(name string, layers model.Range) (prefixcache.Key, error) {
+	e, err := r.entry(name)
+	if err != nil {
+		return prefixcache.Key{}, err
+	}
+	return modelCacheKeyOf(e.info.Path, r.backends.forModel(e.info.ID), r.backends.kvLayout(e.info.ID), "layers="+layers.String())
+}
+
+// PrefixCache is the runner's prefix cache (nil when it is off); the
+// pipeline stages on this node keep their blocks in it.
+func (r *Runner) PrefixCache() *prefixcache.Cache { return r.pcache }
 
 // Pipeline is this node's part of a sharded model as its first stage.
 type Pipeline struct {
@@ -173,7 +213,9 @@ func (r *Runner) loadPipeline(info engine.ModelInfo, p *Pipeline) (languageModel
 	if p.Layers.End >= m.Config.NumHiddenLayers {
 		return nil, errors.Join(fmt.Errorf("runner: pipeline of %s: the first stage %v holds every layer", info.ID, p.Layers), m.Close(), be.Close())
 	}
-	return &pipelineModel{cpuModel: &cpuModel{m: m, be: be, kvBlock: kvBlock, live: map[*cpuSequence]struct{}{}}, p: p}, nil
+	pm := &pipelineModel{cpuModel: &cpuModel{m: m, be: be, kvBlock: kvBlock, live: map[*cpuSequence]struct{}{}}, p: p}
+	pm.stageKey, pm.keyErr = modelCacheKeyOf(info.Path, r.backends.forModel(info.ID), r.backends.kvLayout(info.ID), "layers="+p.Layers.String())
+	return pm, nil
 }
 
 // pipelineModel is the first stage of a pipeline as the scheduler's model.
@@ -181,6 +223,10 @@ type pipelineModel struct {
 	*cpuModel // this node's layers
 	p         *Pipeline
 	nextID    uint64 // owned by the scheduler goroutine (NewSequence)
+	// stageKey is the prefix-cache identity of this stage's layers;
+	// keyErr, if set, turns the pipeline's prefix cache off.
+	stageKey prefixcache.Key
+	keyErr   error
 }
 
 func (pm *pipelineModel) NewSequence(maxLen int) (sequence, error) {
@@ -224,7 +270,9 @@ func (pm *pipelineModel) Launch(ctx context.Context, inputs []stepInput) (func()
 		in[i] = model.Input{Seq: s.local.seq, Tokens: x.tokens}
 		seqs[i] = StageSeq{ID: s.id, Len: len(x.tokens)}
 		if !s.started {
-			seqs[i].MaxLen = s.local.seq.MaxLen()
+			if !s.opened {
+				seqs[i].MaxLen = s.local.seq.MaxLen()
+			}
 			if x.gen != nil {
 				if t, ok := x.gen.phases.(engine.Traced); ok {
 					seqs[i].Trace = t.TraceParent()
@@ -232,6 +280,10 @@ func (pm *pipelineModel) Launch(ctx context.Context, inputs []stepInput) (func()
 			}
 			if !pm.p.LogitsBack && x.gen != nil {
 				seqs[i].Sampler = x.gen.stageSampler()
+				if s.opened { // by a Restore: the restored tokens and the positions
+					seqs[i].Sampler.Prefix = x.gen.prompt[:before[i]:before[i]]
+					seqs[i].Sampler.MaxLen = s.local.seq.MaxLen()
+				}
 				s.sampled = true
 			}
 		}
@@ -320,6 +372,8 @@ type pipeSequence struct {
 	id      uint64
 	sampled bool // the last stage keeps a sampler for it
 	started bool // the later stages have had its first step
+	opened  bool // the later stages opened it with a restored prefix (Prefixer.Restore)
+	stored  int  // blocks of it the later stages were told to save
 }
 
 func (s *pipeSequence) Bytes() int64 { return s.local.Bytes() }
