@@ -62,6 +62,50 @@ func serve(t *testing.T, lookup Lookup) (*Server, string, Dial) {
 	return srv, lis.Addr().String(), dial
 }
 
+// stages3 is a demo model in three stages: the whole model and the first
+// stage's layers here, the middle and last stages served on loopback,
+// and a client to the middle one.
+type stages3 struct {
+	whole, first *model.Model
+	c            *Client
+	mid, last    *Server
+	lastAddr     string // the last stage's address
+	dial         Dial
+}
+
+func threeStages(t *testing.T, seed, generation uint64) stages3 {
+	t.Helper()
+	dir := demoModel(t, seed)
+	p := stages3{whole: load(t, dir, model.Range{}), first: load(t, dir, model.Range{Start: 0, End: 1})}
+	middle := load(t, dir, model.Range{Start: 1, End: 2})
+	last := load(t, dir, model.Range{Start: 2, End: 4})
+	var midAddr string
+	p.last, p.lastAddr, _ = serve(t, func(string) (Stage, bool) { return Stage{Generation: generation, Model: last}, true })
+	p.mid, midAddr, p.dial = serve(t, func(string) (Stage, bool) {
+		return Stage{Generation: generation, Model: middle, Next: p.lastAddr}, true
+	})
+	p.c = NewClient("m", generation, midAddr, p.dial)
+	t.Cleanup(func() { p.c.Close() })
+	return p
+}
+
+// sequencePairs makes n sequences of maxLen positions on whole and on
+// first each.
+func sequencePairs(t *testing.T, whole, first *model.Model, n, maxLen int) (ws, fs []*model.Sequence) {
+	t.Helper()
+	ws, fs = make([]*model.Sequence, n), make([]*model.Sequence, n)
+	for i := range n {
+		var err error
+		if ws[i], err = whole.NewSequence(maxLen); err != nil {
+			t.Fatal(err)
+		}
+		if fs[i], err = first.NewSequence(maxLen); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ws, fs
+}
+
 // stepBoth runs a step on the whole model (win) and through the pipeline
 // (fin on first, then c): the whole model's output and the pipeline's
 // answers.
@@ -107,17 +151,7 @@ func TestClientServer(t *testing.T) {
 	ctx := context.Background()
 
 	prompts := [][]int{{1, 2, 3, 4, 5}, {9, 8, 7}}
-	ws := make([]*model.Sequence, 2)
-	fs := make([]*model.Sequence, 2)
-	for i := range ws {
-		var err error
-		if ws[i], err = whole.NewSequence(64); err != nil {
-			t.Fatal(err)
-		}
-		if fs[i], err = first.NewSequence(64); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ws, fs := sequencePairs(t, whole, first, 2, 64)
 	step := func(tokens [][]int, firstStep bool) {
 		t.Helper()
 		var win, fin []model.Input
@@ -189,27 +223,11 @@ func TestClientServer(t *testing.T) {
 // come back with the whole model's logits bit for bit; freeing the
 // sequences drops their KV on both later stages.
 func TestThreeStagesInFlight(t *testing.T) {
-	dir := demoModel(t, 5)
-	whole := load(t, dir, model.Range{})
-	first := load(t, dir, model.Range{Start: 0, End: 1})
-	middle := load(t, dir, model.Range{Start: 1, End: 2})
-	last := load(t, dir, model.Range{Start: 2, End: 4})
-	lastSrv, lastAddr, _ := serve(t, func(string) (Stage, bool) { return Stage{Generation: 3, Model: last}, true })
-	midSrv, midAddr, dial := serve(t, func(string) (Stage, bool) { return Stage{Generation: 3, Model: middle, Next: lastAddr}, true })
-	c := NewClient("m", 3, midAddr, dial)
-	defer c.Close()
+	p := threeStages(t, 5, 3)
+	whole, first, c, midSrv, lastSrv := p.whole, p.first, p.c, p.mid, p.last
 	ctx := context.Background()
 	const n = 4 // micro-batches of one sequence each
-	ws, fs := make([]*model.Sequence, n), make([]*model.Sequence, n)
-	for i := range n {
-		var err error
-		if ws[i], err = whole.NewSequence(32); err != nil {
-			t.Fatal(err)
-		}
-		if fs[i], err = first.NewSequence(32); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ws, fs := sequencePairs(t, whole, first, n, 32)
 	for step := range 5 {
 		waits := make([]func() ([]runner.StageResult, error), n)
 		wants := make([][]float32, n)
