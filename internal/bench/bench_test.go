@@ -6,6 +6,8 @@ import (
 	"io"
 	"slices"
 	"testing"
+
+	"fusion/engine/model"
 )
 
 // TestOptionErrors: options out of range are an *OptionError (a usage
@@ -35,6 +37,15 @@ func TestOptionErrors(t *testing.T) {
 			o := DefaultBatchOptions()
 			o.Streams = []int{1, 0}
 			return Batch(ctx, o, io.Discard, io.Discard)
+		}},
+		{"pipeline split", func() error {
+			o := DefaultPipelineOptions()
+			o.Split = "thirds"
+			return Pipeline(ctx, o, io.Discard, io.Discard)
+		}},
+		{"pipeline procs without the binary", func() error {
+			_, _, err := startStageProc(ctx, "", "", model.Range{Start: 1, End: 2}, "", 0)
+			return err
 		}},
 		{"cache repeat", func() error {
 			o := DefaultCacheOptions()
