@@ -101,6 +101,10 @@ func (n *Node) registerPipeline() {
 			return pipeline.Stage{}, false
 		}
 		st := pipeline.Stage{Generation: h.generation, Model: h.sm.Model}
+		// The stage's blocks of prompts go into this node's prefix cache.
+		if key, err := n.runner.StageCacheKey(name, h.layers); err == nil {
+			st.Cache, st.CacheKey = n.runner.PrefixCache(), key
+		}
 		if h.next != "" {
 			if st.Next = grpcOf(n.member, h.next); st.Next == "" {
 				return pipeline.Stage{}, false
@@ -210,7 +214,7 @@ func (n *Node) syncStage(ctx context.Context, name string, p *clusterpb.Placemen
 			return // the next stage's node is not known here yet: next round
 		}
 		down := pipeline.NewClient(name, p.Generation, next, n.peerConn)
-		err := n.runner.SetPipeline(ctx, name, &runner.Pipeline{Layers: layers, Generation: p.Generation, Down: down})
+		err := n.runner.SetPipeline(ctx, name, &runner.Pipeline{Layers: layers, Generation: p.Generation, Down: down, Stages: len(p.Stages)})
 		if err != nil {
 			_ = down.Close()
 			if errors.Is(err, runner.ErrBusy) {

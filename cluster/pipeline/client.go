@@ -3,12 +3,14 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
 	"google.golang.org/grpc"
 
 	pb "fusion/cluster/pipelinepb"
 	"fusion/engine/model"
+	"fusion/engine/prefixcache"
 	"fusion/engine/runner"
 )
 
@@ -51,10 +53,88 @@ func NewClient(model string, generation uint64, addr string, dial Dial) *Client 
 		chunk: ChunkBytes}
 }
 
-var _ runner.Downstream = (*Client)(nil)
+var (
+	_ runner.Starter  = (*Client)(nil)
+	_ runner.Prefixer = (*Client)(nil)
+)
+
+// Restore implements runner.Prefixer: a Prefix message, answered when
+// every later stage has opened the sequence.
+func (c *Client) Restore(ctx context.Context, id uint64, maxLen int, keys []prefixcache.Key, block, limit int) (int, error) {
+	wait, err := c.startRestore(ctx, id, maxLen, keys, block, limit)
+	if err != nil {
+		return 0, err
+	}
+	return wait()
+}
+
+// startRestore sends a Prefix; wait takes the positions every later stage
+// restored.
+func (c *Client) startRestore(ctx context.Context, id uint64, maxLen int, keys []prefixcache.Key, block, limit int) (func() (int, error), error) {
+	req := &pb.StepRequest{Model: c.model, Generation: c.generation,
+		Prefix: &pb.Prefix{Id: id, MaxLen: uint32(maxLen), Block: uint32(block), Limit: uint32(limit), Keys: keyBytes(keys)}}
+	ch, err := c.send(req, []runner.StageSeq{{ID: id, MaxLen: maxLen}})
+	if err != nil {
+		return nil, err
+	}
+	return func() (int, error) {
+		select {
+		case r := <-ch:
+			if r.err != nil {
+				return 0, r.err
+			}
+			if int(r.reply.Restored) > limit {
+				return 0, fmt.Errorf("%w: %d positions restored of at most %d", runner.ErrPipelineStage, r.reply.Restored, limit)
+			}
+			return int(r.reply.Restored), nil
+		case <-ctx.Done():
+			c.rmu.Lock()
+			delete(c.pending, req.Step)
+			c.rmu.Unlock()
+			c.Free([]uint64{id})
+			return 0, ctx.Err()
+		}
+	}, nil
+}
+
+// Save implements runner.Prefixer.
+func (c *Client) Save(id uint64, block, first int, keys []prefixcache.Key) {
+	c.saves([]*pb.Save{{Id: id, Block: uint32(block), First: uint32(first), Keys: keyBytes(keys)}})
+}
+
+// saves sends Save messages down (on a live stream, for sequences it has
+// seen; best effort).
+func (c *Client) saves(saves []*pb.Save) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	saves = slices.DeleteFunc(slices.Clone(saves), func(s *pb.Save) bool { return !c.seqs[s.Id] || len(s.Keys) == 0 })
+	if c.stream == nil || len(saves) == 0 {
+		return
+	}
+	_ = c.stream.Send(&pb.StepRequest{Model: c.model, Generation: c.generation, Saves: saves})
+}
+
+func keyBytes(keys []prefixcache.Key) [][]byte {
+	out := make([][]byte, len(keys))
+	for i := range keys {
+		out[i] = keys[i][:]
+	}
+	return out
+}
 
 // Step implements runner.Downstream.
 func (c *Client) Step(ctx context.Context, seqs []runner.StageSeq, h *model.Hidden) ([]runner.StageResult, error) {
+	wait, err := c.Start(ctx, seqs, h)
+	if err != nil {
+		return nil, err
+	}
+	return wait()
+}
+
+// Start implements runner.Starter: the step is on the stream when it
+// returns (steps reach the next stage in the order they were started),
+// and wait takes its answer.
+func (c *Client) Start(ctx context.Context, seqs []runner.StageSeq, h *model.Hidden) (func() ([]runner.StageResult, error), error) {
 	req := &pb.StepRequest{Model: c.model, Generation: c.generation, Seqs: make([]*pb.Seq, len(seqs)),
 		Rows: uint32(h.Rows), Cols: uint32(h.Cols), Dtype: DTypeF32, Hidden: encodeF32(h.Data)}
 	for i, s := range seqs {
@@ -64,25 +144,27 @@ func (c *Client) Step(ctx context.Context, seqs []runner.StageSeq, h *model.Hidd
 	if err != nil {
 		return nil, err
 	}
-	select {
-	case r := <-ch:
-		if r.err != nil {
-			return nil, r.err
+	return func() ([]runner.StageResult, error) {
+		select {
+		case r := <-ch:
+			if r.err != nil {
+				return nil, r.err
+			}
+			return results(r.reply, seqs)
+		case <-ctx.Done():
+			// The later stages may still take this step: the sequences are
+			// out of step with them now, so they are dropped there.
+			c.rmu.Lock()
+			delete(c.pending, req.Step)
+			c.rmu.Unlock()
+			ids := make([]uint64, len(seqs))
+			for i, s := range seqs {
+				ids[i] = s.ID
+			}
+			c.Free(ids)
+			return nil, ctx.Err()
 		}
-		return results(r.reply, seqs)
-	case <-ctx.Done():
-		// The later stages may still take this step: the sequences are
-		// out of step with them now, so they are dropped there.
-		c.rmu.Lock()
-		delete(c.pending, req.Step)
-		c.rmu.Unlock()
-		ids := make([]uint64, len(seqs))
-		for i, s := range seqs {
-			ids[i] = s.ID
-		}
-		c.Free(ids)
-		return nil, ctx.Err()
-	}
+	}, nil
 }
 
 // send opens the stream if needed and sends one step; the reply arrives

@@ -62,6 +62,50 @@ func serve(t *testing.T, lookup Lookup) (*Server, string, Dial) {
 	return srv, lis.Addr().String(), dial
 }
 
+// stages3 is a demo model in three stages: the whole model and the first
+// stage's layers here, the middle and last stages served on loopback,
+// and a client to the middle one.
+type stages3 struct {
+	whole, first *model.Model
+	c            *Client
+	mid, last    *Server
+	lastAddr     string // the last stage's address
+	dial         Dial
+}
+
+func threeStages(t *testing.T, seed, generation uint64) stages3 {
+	t.Helper()
+	dir := demoModel(t, seed)
+	p := stages3{whole: load(t, dir, model.Range{}), first: load(t, dir, model.Range{Start: 0, End: 1})}
+	middle := load(t, dir, model.Range{Start: 1, End: 2})
+	last := load(t, dir, model.Range{Start: 2, End: 4})
+	var midAddr string
+	p.last, p.lastAddr, _ = serve(t, func(string) (Stage, bool) { return Stage{Generation: generation, Model: last}, true })
+	p.mid, midAddr, p.dial = serve(t, func(string) (Stage, bool) {
+		return Stage{Generation: generation, Model: middle, Next: p.lastAddr}, true
+	})
+	p.c = NewClient("m", generation, midAddr, p.dial)
+	t.Cleanup(func() { p.c.Close() })
+	return p
+}
+
+// sequencePairs makes n sequences of maxLen positions on whole and on
+// first each.
+func sequencePairs(t *testing.T, whole, first *model.Model, n, maxLen int) (ws, fs []*model.Sequence) {
+	t.Helper()
+	ws, fs = make([]*model.Sequence, n), make([]*model.Sequence, n)
+	for i := range n {
+		var err error
+		if ws[i], err = whole.NewSequence(maxLen); err != nil {
+			t.Fatal(err)
+		}
+		if fs[i], err = first.NewSequence(maxLen); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ws, fs
+}
+
 // stepBoth runs a step on the whole model (win) and through the pipeline
 // (fin on first, then c): the whole model's output and the pipeline's
 // answers.
@@ -107,17 +151,7 @@ func TestClientServer(t *testing.T) {
 	ctx := context.Background()
 
 	prompts := [][]int{{1, 2, 3, 4, 5}, {9, 8, 7}}
-	ws := make([]*model.Sequence, 2)
-	fs := make([]*model.Sequence, 2)
-	for i := range ws {
-		var err error
-		if ws[i], err = whole.NewSequence(64); err != nil {
-			t.Fatal(err)
-		}
-		if fs[i], err = first.NewSequence(64); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ws, fs := sequencePairs(t, whole, first, 2, 64)
 	step := func(tokens [][]int, firstStep bool) {
 		t.Helper()
 		var win, fin []model.Input
@@ -180,5 +214,66 @@ func TestClientServer(t *testing.T) {
 	_, _ = bad.Step(ctx, []runner.StageSeq{{ID: 1, Len: 1, MaxLen: 8}}, h)
 	if _, err := bad.Step(ctx, []runner.StageSeq{{ID: 1, Len: 1}}, h); !errors.Is(err, runner.ErrPipelineStage) {
 		t.Fatalf("a sequence of a broken stream stepped again: %v", err)
+	}
+}
+
+// TestThreeStagesInFlight: micro-batches started one after the other
+// without waiting (as the first stage's scheduler does) go through a
+// middle stage that forwards each before the previous is answered, and
+// come back with the whole model's logits bit for bit; freeing the
+// sequences drops their KV on both later stages.
+func TestThreeStagesInFlight(t *testing.T) {
+	p := threeStages(t, 5, 3)
+	whole, first, c, midSrv, lastSrv := p.whole, p.first, p.c, p.mid, p.last
+	ctx := context.Background()
+	const n = 4 // micro-batches of one sequence each
+	ws, fs := sequencePairs(t, whole, first, n, 32)
+	for step := range 5 {
+		waits := make([]func() ([]runner.StageResult, error), n)
+		wants := make([][]float32, n)
+		for i := range n {
+			toks := []int{1 + i + step, 2 + step}
+			if step > 0 {
+				toks = toks[:1]
+			}
+			w, err := whole.Forward(ctx, []model.Input{{Seq: ws[i], Tokens: toks}}, model.Range{}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wants[i] = w.Logits[0]
+			h, err := first.Forward(ctx, []model.Input{{Seq: fs[i], Tokens: toks}}, model.Range{}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := runner.StageSeq{ID: uint64(i + 1), Len: len(toks)}
+			if step == 0 {
+				s.MaxLen = 32
+			}
+			if waits[i], err = c.Start(ctx, []runner.StageSeq{s}, h.Hidden); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i, wait := range waits {
+			got, err := wait()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for j, v := range wants[i] {
+				if math.Float32bits(got[0].Logits[j]) != math.Float32bits(v) {
+					t.Fatalf("step %d sequence %d logit %d: %v over 3 stages, %v whole", step, i, j, got[0].Logits[j], v)
+				}
+			}
+		}
+	}
+	if a, b := midSrv.Sequences(), lastSrv.Sequences(); a != n || b != n {
+		t.Fatalf("the later stages hold %d and %d sequences, want %d", a, b, n)
+	}
+	c.Free([]uint64{1, 2, 3, 4})
+	deadline := time.Now().Add(10 * time.Second)
+	for midSrv.Sequences()+lastSrv.Sequences() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("still held after the free: %d and %d", midSrv.Sequences(), lastSrv.Sequences())
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -29,6 +29,7 @@ func encodeSampler(s *runner.StageSampler) *pb.Sampler {
 		RepetitionPenalty: p.RepetitionPenalty, RepetitionWindow: int32(p.RepetitionWindow),
 		PresencePenalty: p.PresencePenalty, FrequencyPenalty: p.FrequencyPenalty,
 		Logprobs: p.Logprobs, TopLogprobs: int32(p.TopLogprobs), PromptLen: uint32(s.PromptLen),
+		PrefixTokens: int32s(s.Prefix), MaxLen: uint32(s.MaxLen),
 	}
 	ids := make([]int, 0, len(p.LogitBias))
 	for id := range p.LogitBias {
@@ -67,7 +68,7 @@ func decodeSampler(m *pb.Sampler) (*runner.StageSampler, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("pipeline: sampler: %w", err)
 	}
-	return &runner.StageSampler{Params: p, PromptLen: int(m.PromptLen)}, nil
+	return &runner.StageSampler{Params: p, PromptLen: int(m.PromptLen), Prefix: ints(m.PrefixTokens), MaxLen: int(m.MaxLen)}, nil
 }
 
 // encodeMask writes b in its smallest form. The ids it covers are those
@@ -212,12 +213,7 @@ func encodeSeq(s runner.StageSeq) *pb.Seq {
 	if s.Sampler != nil {
 		m.Sampler = encodeSampler(s.Sampler)
 	}
-	if len(s.Tokens) > 0 {
-		m.Tokens = make([]int32, len(s.Tokens))
-		for i, id := range s.Tokens {
-			m.Tokens[i] = int32(id)
-		}
-	}
+	m.Tokens = int32s(s.Tokens)
 	if s.Draw != nil {
 		m.Draw = encodeDraw(s.Draw)
 	}
@@ -232,18 +228,36 @@ func decodeSeq(m *pb.Seq) (runner.StageSeq, error) {
 			return s, err
 		}
 	}
-	if len(m.Tokens) > 0 {
-		s.Tokens = make([]int, len(m.Tokens))
-		for i, id := range m.Tokens {
-			s.Tokens[i] = int(id)
-		}
-	}
+	s.Tokens = ints(m.Tokens)
 	if m.Draw != nil {
 		if s.Draw, err = decodeDraw(m.Draw); err != nil {
 			return s, err
 		}
 	}
 	return s, nil
+}
+
+// int32s and ints convert token ids to and from the wire (nil for none).
+func int32s(v []int) []int32 {
+	if len(v) == 0 {
+		return nil
+	}
+	out := make([]int32, len(v))
+	for i, id := range v {
+		out[i] = int32(id)
+	}
+	return out
+}
+
+func ints(v []int32) []int {
+	if len(v) == 0 {
+		return nil
+	}
+	out := make([]int, len(v))
+	for i, id := range v {
+		out[i] = int(id)
+	}
+	return out
 }
 
 // sampledHere: a sequence whose step sends token ids has a sampler on the

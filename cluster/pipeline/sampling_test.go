@@ -88,15 +88,8 @@ func mustMarshal(t *testing.T, m *pb.Mask) []byte {
 // gets its logits. A draw for a sequence without a sampler, or token ids
 // out of the vocabulary, are refused.
 func TestDrawOnLastStage(t *testing.T) {
-	dir := demoModel(t, 5)
-	whole := load(t, dir, model.Range{})
-	first := load(t, dir, model.Range{Start: 0, End: 1})
-	middle := load(t, dir, model.Range{Start: 1, End: 2})
-	last := load(t, dir, model.Range{Start: 2, End: 4})
-	_, lastAddr, dial := serve(t, func(string) (Stage, bool) { return Stage{Generation: 1, Model: last}, true })
-	_, midAddr, _ := serve(t, func(string) (Stage, bool) { return Stage{Generation: 1, Model: middle, Next: lastAddr}, true })
-	c := NewClient("m", 1, midAddr, dial)
-	defer c.Close()
+	p := threeStages(t, 5, 1)
+	whole, first, c := p.whole, p.first, p.c
 	ctx := context.Background()
 	vocab := whole.Config.VocabSize
 
@@ -217,7 +210,7 @@ func TestDrawOnLastStage(t *testing.T) {
 			Sampler: &runner.StageSampler{Params: sample.DefaultParams(), PromptLen: 1}, Draw: &runner.StageDraw{}}, "out of the vocabulary"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			bad := NewClient("m", 1, lastAddr, dial)
+			bad := NewClient("m", 1, p.lastAddr, p.dial)
 			defer bad.Close()
 			h := &model.Hidden{Rows: 1, Cols: whole.Config.HiddenSize, Data: make([]float32, whole.Config.HiddenSize)}
 			if _, err := bad.Step(ctx, []runner.StageSeq{tc.seq}, h); err == nil || !strings.Contains(err.Error(), tc.want) {

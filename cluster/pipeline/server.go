@@ -1,10 +1,12 @@
 package pipeline
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 
 	pb "fusion/cluster/pipelinepb"
 	"fusion/engine/model"
+	"fusion/engine/prefixcache"
 	"fusion/engine/runner"
 )
 
@@ -30,6 +33,11 @@ type Stage struct {
 	// Release is called once the stream that looked the stage up ended
 	// and freed its sequences (the holder may close Model then).
 	Release func()
+	// Cache holds this stage's blocks of prompts (the pipeline's prefix
+	// cache, per stage), under runner.StageBlockKey(CacheKey, chained
+	// key); nil: the stage restores and saves nothing.
+	Cache    *prefixcache.Cache
+	CacheKey prefixcache.Key
 }
 
 // Lookup finds this node's stage of a model's pipeline and holds it for a
@@ -47,6 +55,20 @@ type Server struct {
 	// startSpan, when set (TraceWith), makes the spans of traced
 	// sequences.
 	startSpan StartSpan
+	// rows are the positions this node's stages computed, restored those
+	// they took from their prefix caches.
+	rows, restored atomic.Int64
+}
+
+// Counts are what this node's stages did, over every stream.
+type Counts struct {
+	Rows     int64 // positions computed (hidden-state rows through the layers)
+	Restored int64 // positions taken from the stages' prefix caches
+}
+
+// Counts reports the positions computed and restored so far.
+func (s *Server) Counts() Counts {
+	return Counts{Rows: s.rows.Load(), Restored: s.restored.Load()}
 }
 
 // Sequences is the number of sequences whose KV this node's stages hold
@@ -66,7 +88,11 @@ func Register(s *grpc.Server, lookup Lookup, dial Dial, log *slog.Logger) *Serve
 
 // Run serves one pipeline's stream: each step through this stage's layers
 // and on to the next stage (or, on the last, to the draws it asks for),
-// each release passed down. The KV of the stream's sequences is freed when it ends.
+// each release passed down. A middle stage does not wait for a step's
+// answer before taking the next step: answers go back up from a goroutine
+// of their own, in order, so that several micro-batches are in flight
+// along the pipeline at once. The KV of the stream's sequences is freed
+// when it ends.
 func (s *Server) Run(stream pb.Pipeline_RunServer) error {
 	var (
 		st    Stage
@@ -76,8 +102,20 @@ func (s *Server) Run(stream pb.Pipeline_RunServer) error {
 		seqs  = map[uint64]*model.Sequence{}
 		spans = map[uint64]*seqSpan{} // the traced sequences'
 		smp   runner.StageSamplers    // the last stage's
+		up    *uplink                 // a middle stage's answers on their way up
 	)
+	done := make(chan struct{})
 	defer func() {
+		close(done)
+		if up != nil {
+			up.close()
+		}
+		if next != nil {
+			_ = next.Close()
+		}
+		if up != nil {
+			up.wait()
+		}
 		for _, q := range seqs {
 			q.Close()
 		}
@@ -85,19 +123,48 @@ func (s *Server) Run(stream pb.Pipeline_RunServer) error {
 			sp.finish()
 		}
 		s.live.Add(-int64(len(seqs)))
-		if next != nil {
-			_ = next.Close()
-		}
 		if held && st.Release != nil {
 			st.Release()
 		}
 	}()
-	for {
-		req, err := recvWhole(stream)
-		if errors.Is(err, io.EOF) {
-			return nil
+	type received struct {
+		req *pb.StepRequest
+		err error
+	}
+	reqs := make(chan received)
+	go func() {
+		for {
+			req, err := recvWhole(stream)
+			select {
+			case reqs <- received{req, err}:
+			case <-done:
+				return
+			}
+			if err != nil {
+				return
+			}
 		}
-		if err != nil {
+	}()
+	for {
+		var req *pb.StepRequest
+		var upErr <-chan error
+		if up != nil {
+			upErr = up.failed
+		}
+		select {
+		case r := <-reqs:
+			if errors.Is(r.err, io.EOF) {
+				if up != nil {
+					up.close()
+					return up.wait()
+				}
+				return nil
+			}
+			if r.err != nil {
+				return r.err
+			}
+			req = r.req
+		case err := <-upErr:
 			return err
 		}
 		if !held {
@@ -108,6 +175,7 @@ func (s *Server) Run(stream pb.Pipeline_RunServer) error {
 			if st.Next != "" {
 				next = NewClient(name, st.Generation, st.Next, s.dial)
 				next.chunk = s.chunk
+				up = newUplink(stream, s.chunk)
 			}
 		}
 		switch {
@@ -119,6 +187,9 @@ func (s *Server) Run(stream pb.Pipeline_RunServer) error {
 		}
 		for _, id := range req.Free {
 			if q := seqs[id]; q != nil {
+				if up != nil {
+					up.forget(q) // a Prefix's answer may be on its way
+				}
 				q.Close()
 				delete(seqs, id)
 				s.live.Add(-1)
@@ -132,22 +203,222 @@ func (s *Server) Run(stream pb.Pipeline_RunServer) error {
 		if next != nil && len(req.Free) > 0 {
 			next.Free(req.Free)
 		}
+		if len(req.Saves) > 0 {
+			s.save(st, seqs, req.Saves)
+			if next != nil {
+				next.saves(req.Saves)
+			}
+		}
+		if req.Prefix != nil {
+			if err := s.restore(stream, st, next, up, seqs, req.Step, req.Prefix); err != nil {
+				return err
+			}
+			continue
+		}
 		if len(req.Seqs) == 0 {
 			continue
 		}
-		reply, err := s.step(stream, st, next, seqs, spans, &smp, req)
+		down, out, err := s.forward(stream.Context(), st, seqs, spans, req)
 		if err != nil {
 			return err
 		}
-		parts := chunks(reply.Logits, s.chunk)
-		for i, part := range parts {
-			m := &pb.StepReply{Step: reply.Step, Logits: part, More: i < len(parts)-1}
-			if i == 0 {
-				m.Vocab, m.Drawn = reply.Vocab, reply.Drawn
+		if next != nil {
+			wait, err := next.Start(stream.Context(), down, out.Hidden)
+			if err != nil {
+				return status.Error(codes.Unavailable, err.Error())
 			}
-			if err := stream.Send(m); err != nil {
-				return err
+			up.add(req.Step, down, wait)
+			continue
+		}
+		res, err := smp.Step(down, out.Logits)
+		if err != nil {
+			code := codes.Internal
+			if runner.IsBadStep(err) {
+				code = codes.InvalidArgument
 			}
+			return status.Error(code, err.Error())
+		}
+		if err := sendReply(stream, s.chunk, req.Step, down, res); err != nil {
+			return err
+		}
+	}
+}
+
+// uplink sends a middle stage's answers back up, in the order of their
+// steps, as the next stage gives them.
+type uplink struct {
+	queue  chan upStep
+	failed chan error // the first error; the stream ends with it
+	ended  chan struct{}
+	once   sync.Once
+	err    error
+	mu     sync.Mutex
+	pend   map[*model.Sequence]bool // opened by a Prefix, not answered yet
+}
+
+type upStep struct {
+	step uint64
+	down []runner.StageSeq
+	wait func() ([]runner.StageResult, error)
+	// A Prefix's answer instead: the positions the stages below restored,
+	// which seq keeps too.
+	restored func() (int, error)
+	seq      *model.Sequence
+}
+
+// upQueue bounds the steps in flight below a middle stage; a full queue
+// holds the stream until the oldest is answered.
+const upQueue = 64
+
+func newUplink(stream pb.Pipeline_RunServer, chunk int) *uplink {
+	u := &uplink{queue: make(chan upStep, upQueue), failed: make(chan error, 1), ended: make(chan struct{}), pend: map[*model.Sequence]bool{}}
+	go func() {
+		defer close(u.ended)
+		for q := range u.queue {
+			var err error
+			if q.restored != nil {
+				var n int
+				if n, err = q.restored(); err == nil {
+					// The sequence takes no step before this answer; it
+					// may have been freed (the first stage gave up).
+					u.mu.Lock()
+					if u.pend[q.seq] {
+						delete(u.pend, q.seq)
+						q.seq.Truncate(min(n, q.seq.Len()))
+						n = q.seq.Len()
+					} else {
+						n = 0
+					}
+					u.mu.Unlock()
+					err = stream.Send(&pb.StepReply{Step: q.step, Restored: uint32(n)})
+				} else {
+					err = status.Error(codes.Unavailable, err.Error())
+				}
+			} else if res, werr := q.wait(); werr != nil {
+				err = status.Error(codes.Unavailable, werr.Error())
+			} else {
+				err = sendReply(stream, chunk, q.step, q.down, res)
+			}
+			if err != nil {
+				u.err = err
+				u.failed <- err
+				for range u.queue { // the stream ends: the rest fail with it
+				}
+				return
+			}
+		}
+	}()
+	return u
+}
+
+func (u *uplink) add(step uint64, down []runner.StageSeq, wait func() ([]runner.StageResult, error)) {
+	u.queue <- upStep{step: step, down: down, wait: wait}
+}
+
+func (u *uplink) addRestore(step uint64, seq *model.Sequence, restored func() (int, error)) {
+	u.mu.Lock()
+	u.pend[seq] = true
+	u.mu.Unlock()
+	u.queue <- upStep{step: step, seq: seq, restored: restored}
+}
+
+// forget is called before a sequence is closed: a Prefix's answer still
+// queued leaves it alone.
+func (u *uplink) forget(seq *model.Sequence) {
+	u.mu.Lock()
+	delete(u.pend, seq)
+	u.mu.Unlock()
+}
+
+// close takes no more steps; wait returns once the queued ones are
+// answered (or failed), with the first error.
+func (u *uplink) close()      { u.once.Do(func() { close(u.queue) }) }
+func (u *uplink) wait() error { <-u.ended; return u.err }
+
+// restore opens a sequence with what this stage's cache holds of a
+// prompt's blocks, passes the Prefix on with the positions it restored
+// as the limit, and answers with the positions every stage below kept.
+func (s *Server) restore(stream pb.Pipeline_RunServer, st Stage, next *Client, up *uplink, seqs map[uint64]*model.Sequence, step uint64, p *pb.Prefix) error {
+	if seqs[p.Id] != nil {
+		return status.Errorf(codes.InvalidArgument, "pipeline: sequence %d started twice", p.Id)
+	}
+	if p.Block == 0 || uint64(p.Limit) > uint64(len(p.Keys))*uint64(p.Block) || p.Limit > p.MaxLen {
+		return status.Errorf(codes.InvalidArgument, "pipeline: a prefix of %d positions in %d blocks of %d (%d positions)", p.Limit, len(p.Keys), p.Block, p.MaxLen)
+	}
+	q, err := st.Model.NewSequence(int(p.MaxLen))
+	if err != nil {
+		return status.Errorf(codes.InvalidArgument, "pipeline: sequence %d: %v", p.Id, err)
+	}
+	seqs[p.Id] = q
+	s.live.Add(1)
+	bs := int(p.Block)
+	for i, kb := range p.Keys {
+		if st.Cache == nil || q.Len() >= int(p.Limit) {
+			break
+		}
+		var chain prefixcache.Key
+		if len(kb) != len(chain) {
+			return status.Errorf(codes.InvalidArgument, "pipeline: a block key of %d bytes", len(kb))
+		}
+		copy(chain[:], kb)
+		key := runner.StageBlockKey(st.CacheKey, chain)
+		data, tier := st.Cache.Get(key)
+		if tier == prefixcache.Miss {
+			break
+		}
+		if err := q.ImportKV(data); err != nil || q.Len() != (i+1)*bs {
+			s.log.Warn("pipeline: prefix block not imported", "block", i, "err", err)
+			q.Truncate(i * bs)
+			st.Cache.Remove(key)
+			break
+		}
+	}
+	q.Truncate(min(q.Len(), int(p.Limit)))
+	s.restored.Add(int64(q.Len()))
+	if next == nil {
+		return stream.Send(&pb.StepReply{Step: step, Restored: uint32(q.Len())})
+	}
+	keys := make([]prefixcache.Key, (q.Len()+bs-1)/bs)
+	for i := range keys {
+		copy(keys[i][:], p.Keys[i])
+	}
+	wait, err := next.startRestore(stream.Context(), p.Id, int(p.MaxLen), keys, bs, q.Len())
+	if err != nil {
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	up.addRestore(step, q, wait)
+	return nil
+}
+
+// save puts blocks of the stream's sequences into this stage's cache
+// (those it holds; best effort).
+func (s *Server) save(st Stage, seqs map[uint64]*model.Sequence, saves []*pb.Save) {
+	if st.Cache == nil {
+		return
+	}
+	for _, sv := range saves {
+		q := seqs[sv.Id]
+		bs := int(sv.Block)
+		if q == nil || bs <= 0 {
+			continue
+		}
+		for i, kb := range sv.Keys {
+			b := int(sv.First) + i
+			var chain prefixcache.Key
+			if len(kb) != len(chain) || q.Len() < (b+1)*bs {
+				break
+			}
+			copy(chain[:], kb)
+			key := runner.StageBlockKey(st.CacheKey, chain)
+			if st.Cache.Contains(key) == prefixcache.Hot {
+				continue
+			}
+			data, err := q.ExportKV(b*bs, (b+1)*bs)
+			if err != nil {
+				s.log.Warn("pipeline: prefix block not exported", "block", b, "err", err)
+				break
+			}
+			st.Cache.Put(st.CacheKey, key, bs, data)
 		}
 	}
 }
@@ -178,13 +449,12 @@ func recvWhole(stream pb.Pipeline_RunServer) (*pb.StepRequest, error) {
 	return req, nil
 }
 
-// step runs one step through this stage and the ones after it (on the
-// last, the draws it asks for).
-func (s *Server) step(stream pb.Pipeline_RunServer, st Stage, next *Client, seqs map[uint64]*model.Sequence, spans map[uint64]*seqSpan, smp *runner.StageSamplers, req *pb.StepRequest) (*pb.StepReply, error) {
-	ctx := stream.Context()
+// forward runs one step through this stage's layers; down are the
+// step's sequences as the next stage (or the sampler) takes them.
+func (s *Server) forward(ctx context.Context, st Stage, seqs map[uint64]*model.Sequence, spans map[uint64]*seqSpan, req *pb.StepRequest) ([]runner.StageSeq, *model.Output, error) {
 	h, err := hidden(req.Rows, req.Cols, req.Dtype, req.Hidden)
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	in := make([]model.Input, len(req.Seqs))
 	down := make([]runner.StageSeq, len(req.Seqs))
@@ -192,19 +462,19 @@ func (s *Server) step(stream pb.Pipeline_RunServer, st Stage, next *Client, seqs
 		q := seqs[sq.Id]
 		switch {
 		case q == nil && sq.MaxLen == 0:
-			return nil, status.Errorf(codes.InvalidArgument, "pipeline: sequence %d is not on this stream", sq.Id)
+			return nil, nil, status.Errorf(codes.InvalidArgument, "pipeline: sequence %d is not on this stream", sq.Id)
 		case q != nil && sq.MaxLen != 0:
-			return nil, status.Errorf(codes.InvalidArgument, "pipeline: sequence %d started twice", sq.Id)
+			return nil, nil, status.Errorf(codes.InvalidArgument, "pipeline: sequence %d started twice", sq.Id)
 		case q == nil:
 			if q, err = st.Model.NewSequence(int(sq.MaxLen)); err != nil {
-				return nil, status.Errorf(codes.InvalidArgument, "pipeline: sequence %d: %v", sq.Id, err)
+				return nil, nil, status.Errorf(codes.InvalidArgument, "pipeline: sequence %d: %v", sq.Id, err)
 			}
 			seqs[sq.Id] = q
 			s.live.Add(1)
 		}
 		in[i] = model.Input{Seq: q, Len: int(sq.Len)}
 		if down[i], err = decodeSeq(sq); err != nil {
-			return nil, status.Error(codes.InvalidArgument, err.Error())
+			return nil, nil, status.Error(codes.InvalidArgument, err.Error())
 		}
 		if sq.MaxLen != 0 {
 			if sp := s.startSeqSpan(sq.Traceparent, st, req.Model); sp != nil {
@@ -215,6 +485,7 @@ func (s *Server) step(stream pb.Pipeline_RunServer, st Stage, next *Client, seqs
 	}
 	began := time.Now()
 	out, err := st.Model.Forward(ctx, in, model.Range{}, h)
+	s.rows.Add(int64(h.Rows))
 	took := time.Since(began)
 	for _, sq := range req.Seqs {
 		if sp := spans[sq.Id]; sp != nil {
@@ -228,21 +499,16 @@ func (s *Server) step(stream pb.Pipeline_RunServer, st Stage, next *Client, seqs
 		if errors.Is(err, model.ErrBadInput) {
 			code = codes.InvalidArgument
 		}
-		return nil, status.Error(code, err.Error())
+		return nil, nil, status.Error(code, err.Error())
 	}
-	var res []runner.StageResult
-	if next != nil {
-		if res, err = next.Step(ctx, down, out.Hidden); err != nil {
-			return nil, status.Error(codes.Unavailable, err.Error())
-		}
-	} else if res, err = smp.Step(down, out.Logits); err != nil {
-		code := codes.Internal
-		if runner.IsBadStep(err) {
-			code = codes.InvalidArgument
-		}
-		return nil, status.Error(code, err.Error())
-	}
-	reply := &pb.StepReply{Step: req.Step}
+	return down, out, nil
+}
+
+// sendReply sends a step's answer up: the tokens drawn and the logits of
+// the sequences without a sampler, the logits in parts of at most chunk
+// bytes.
+func sendReply(stream pb.Pipeline_RunServer, chunk int, step uint64, down []runner.StageSeq, res []runner.StageResult) error {
+	reply := &pb.StepReply{Step: step}
 	var flat []float32
 	for i, r := range res {
 		if r.Drawn != nil {
@@ -256,10 +522,19 @@ func (s *Server) step(stream pb.Pipeline_RunServer, st Stage, next *Client, seqs
 			flat = make([]float32, 0, len(res)*len(r.Logits))
 		}
 		if len(r.Logits) != int(reply.Vocab) {
-			return nil, status.Error(codes.Internal, fmt.Sprintf("pipeline: logits of %d and %d values", len(r.Logits), reply.Vocab))
+			return status.Error(codes.Internal, fmt.Sprintf("pipeline: logits of %d and %d values", len(r.Logits), reply.Vocab))
 		}
 		flat = append(flat, r.Logits...)
 	}
-	reply.Logits = encodeF32(flat)
-	return reply, nil
+	parts := chunks(encodeF32(flat), chunk)
+	for i, part := range parts {
+		m := &pb.StepReply{Step: reply.Step, Logits: part, More: i < len(parts)-1}
+		if i == 0 {
+			m.Vocab, m.Drawn = reply.Vocab, reply.Drawn
+		}
+		if err := stream.Send(m); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -196,8 +196,13 @@ type Sampler struct {
 	Logprobs          bool                   `protobuf:"varint,12,opt,name=logprobs,proto3" json:"logprobs,omitempty"`
 	TopLogprobs       int32                  `protobuf:"varint,13,opt,name=top_logprobs,json=topLogprobs,proto3" json:"top_logprobs,omitempty"`
 	PromptLen         uint32                 `protobuf:"varint,14,opt,name=prompt_len,json=promptLen,proto3" json:"prompt_len,omitempty"` // the first prompt_len tokens are the prompt
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// A sequence opened by a Prefix: the tokens its restored positions hold
+	// (the penalties read them) and its positions (its first step has no
+	// max_len).
+	PrefixTokens  []int32 `protobuf:"varint,15,rep,packed,name=prefix_tokens,json=prefixTokens,proto3" json:"prefix_tokens,omitempty"`
+	MaxLen        uint32  `protobuf:"varint,16,opt,name=max_len,json=maxLen,proto3" json:"max_len,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Sampler) Reset() {
@@ -324,6 +329,20 @@ func (x *Sampler) GetTopLogprobs() int32 {
 func (x *Sampler) GetPromptLen() uint32 {
 	if x != nil {
 		return x.PromptLen
+	}
+	return 0
+}
+
+func (x *Sampler) GetPrefixTokens() []int32 {
+	if x != nil {
+		return x.PrefixTokens
+	}
+	return nil
+}
+
+func (x *Sampler) GetMaxLen() uint32 {
+	if x != nil {
+		return x.MaxLen
 	}
 	return 0
 }
@@ -580,7 +599,12 @@ type StepRequest struct {
 	// more: hidden continues in the next message (same model, generation and
 	// step, only hidden set), so no message exceeds the chunk size whatever
 	// the step's rows.
-	More          bool `protobuf:"varint,10,opt,name=more,proto3" json:"more,omitempty"`
+	More bool `protobuf:"varint,10,opt,name=more,proto3" json:"more,omitempty"`
+	// Opens a sequence with its prompt's cached prefix (the prefix cache per
+	// stage); answered by a reply of the same step with restored.
+	Prefix *Prefix `protobuf:"bytes,11,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// Blocks of sequences each stage puts into its prefix cache.
+	Saves         []*Save `protobuf:"bytes,12,rep,name=saves,proto3" json:"saves,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -685,6 +709,170 @@ func (x *StepRequest) GetMore() bool {
 	return false
 }
 
+func (x *StepRequest) GetPrefix() *Prefix {
+	if x != nil {
+		return x.Prefix
+	}
+	return nil
+}
+
+func (x *StepRequest) GetSaves() []*Save {
+	if x != nil {
+		return x.Saves
+	}
+	return nil
+}
+
+// Prefix opens sequence id on every later stage, each importing the
+// blocks of keys it holds (from the first, contiguously) from its own
+// prefix cache, at most limit positions; every stage then keeps the
+// positions all of them restored.
+type Prefix struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	MaxLen        uint32                 `protobuf:"varint,2,opt,name=max_len,json=maxLen,proto3" json:"max_len,omitempty"`
+	Block         uint32                 `protobuf:"varint,3,opt,name=block,proto3" json:"block,omitempty"` // positions per block
+	Limit         uint32                 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"` // positions at most
+	Keys          [][]byte               `protobuf:"bytes,5,rep,name=keys,proto3" json:"keys,omitempty"`    // the prompt's chained block keys
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Prefix) Reset() {
+	*x = Prefix{}
+	mi := &file_pipeline_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Prefix) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Prefix) ProtoMessage() {}
+
+func (x *Prefix) ProtoReflect() protoreflect.Message {
+	mi := &file_pipeline_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Prefix.ProtoReflect.Descriptor instead.
+func (*Prefix) Descriptor() ([]byte, []int) {
+	return file_pipeline_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Prefix) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *Prefix) GetMaxLen() uint32 {
+	if x != nil {
+		return x.MaxLen
+	}
+	return 0
+}
+
+func (x *Prefix) GetBlock() uint32 {
+	if x != nil {
+		return x.Block
+	}
+	return 0
+}
+
+func (x *Prefix) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *Prefix) GetKeys() [][]byte {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+// Save has every later stage store blocks [first, first+len(keys)) of
+// sequence id under keys (the blocks it holds).
+type Save struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Block         uint32                 `protobuf:"varint,2,opt,name=block,proto3" json:"block,omitempty"`
+	First         uint32                 `protobuf:"varint,3,opt,name=first,proto3" json:"first,omitempty"`
+	Keys          [][]byte               `protobuf:"bytes,4,rep,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Save) Reset() {
+	*x = Save{}
+	mi := &file_pipeline_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Save) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Save) ProtoMessage() {}
+
+func (x *Save) ProtoReflect() protoreflect.Message {
+	mi := &file_pipeline_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Save.ProtoReflect.Descriptor instead.
+func (*Save) Descriptor() ([]byte, []int) {
+	return file_pipeline_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Save) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *Save) GetBlock() uint32 {
+	if x != nil {
+		return x.Block
+	}
+	return 0
+}
+
+func (x *Save) GetFirst() uint32 {
+	if x != nil {
+		return x.First
+	}
+	return 0
+}
+
+func (x *Save) GetKeys() [][]byte {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
 // StepReply answers a step: drawn holds the tokens of the sequences that
 // asked for a draw, and logits, float32 little-endian, row-major
 // [n, vocab], the last new token's logits of the n sequences that have
@@ -696,15 +884,16 @@ type StepReply struct {
 	Step          uint64                 `protobuf:"varint,1,opt,name=step,proto3" json:"step,omitempty"`
 	Vocab         uint32                 `protobuf:"varint,2,opt,name=vocab,proto3" json:"vocab,omitempty"`
 	Logits        []byte                 `protobuf:"bytes,3,opt,name=logits,proto3" json:"logits,omitempty"`
-	More          bool                   `protobuf:"varint,4,opt,name=more,proto3" json:"more,omitempty"`  // logits continue in the next reply of the same step
-	Drawn         []*Drawn               `protobuf:"bytes,5,rep,name=drawn,proto3" json:"drawn,omitempty"` // on the step's first reply
+	More          bool                   `protobuf:"varint,4,opt,name=more,proto3" json:"more,omitempty"`         // logits continue in the next reply of the same step
+	Drawn         []*Drawn               `protobuf:"bytes,5,rep,name=drawn,proto3" json:"drawn,omitempty"`        // on the step's first reply
+	Restored      uint32                 `protobuf:"varint,6,opt,name=restored,proto3" json:"restored,omitempty"` // a Prefix's answer: positions every stage restored
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StepReply) Reset() {
 	*x = StepReply{}
-	mi := &file_pipeline_proto_msgTypes[6]
+	mi := &file_pipeline_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -716,7 +905,7 @@ func (x *StepReply) String() string {
 func (*StepReply) ProtoMessage() {}
 
 func (x *StepReply) ProtoReflect() protoreflect.Message {
-	mi := &file_pipeline_proto_msgTypes[6]
+	mi := &file_pipeline_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -729,7 +918,7 @@ func (x *StepReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepReply.ProtoReflect.Descriptor instead.
 func (*StepReply) Descriptor() ([]byte, []int) {
-	return file_pipeline_proto_rawDescGZIP(), []int{6}
+	return file_pipeline_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *StepReply) GetStep() uint64 {
@@ -767,6 +956,13 @@ func (x *StepReply) GetDrawn() []*Drawn {
 	return nil
 }
 
+func (x *StepReply) GetRestored() uint32 {
+	if x != nil {
+		return x.Restored
+	}
+	return 0
+}
+
 var File_pipeline_proto protoreflect.FileDescriptor
 
 const file_pipeline_proto_rawDesc = "" +
@@ -779,7 +975,7 @@ const file_pipeline_proto_rawDesc = "" +
 	"\asampler\x18\x04 \x01(\v2\x18.fusion.pipeline.SamplerR\asampler\x12\x16\n" +
 	"\x06tokens\x18\x05 \x03(\x05R\x06tokens\x12)\n" +
 	"\x04draw\x18\x06 \x01(\v2\x15.fusion.pipeline.DrawR\x04draw\x12 \n" +
-	"\vtraceparent\x18\a \x01(\tR\vtraceparent\"\xde\x03\n" +
+	"\vtraceparent\x18\a \x01(\tR\vtraceparent\"\x9c\x04\n" +
 	"\aSampler\x12 \n" +
 	"\vtemperature\x18\x01 \x01(\x01R\vtemperature\x12\x13\n" +
 	"\x05top_k\x18\x02 \x01(\x05R\x04topK\x12\x13\n" +
@@ -797,7 +993,9 @@ const file_pipeline_proto_rawDesc = "" +
 	"\blogprobs\x18\f \x01(\bR\blogprobs\x12!\n" +
 	"\ftop_logprobs\x18\r \x01(\x05R\vtopLogprobs\x12\x1d\n" +
 	"\n" +
-	"prompt_len\x18\x0e \x01(\rR\tpromptLen\"C\n" +
+	"prompt_len\x18\x0e \x01(\rR\tpromptLen\x12#\n" +
+	"\rprefix_tokens\x18\x0f \x03(\x05R\fprefixTokens\x12\x17\n" +
+	"\amax_len\x18\x10 \x01(\rR\x06maxLen\"C\n" +
 	"\x04Draw\x12\x10\n" +
 	"\x03rng\x18\x01 \x01(\fR\x03rng\x12)\n" +
 	"\x04mask\x18\x02 \x01(\v2\x15.fusion.pipeline.MaskR\x04mask\"\xca\x01\n" +
@@ -820,7 +1018,7 @@ const file_pipeline_proto_rawDesc = "" +
 	"\ftop_logprobs\x18\x06 \x03(\x01R\vtopLogprobs\x12\x10\n" +
 	"\x03rng\x18\a \x01(\fR\x03rng\x12#\n" +
 	"\rno_candidates\x18\b \x01(\bR\fnoCandidates\x12\x14\n" +
-	"\x05error\x18\t \x01(\tR\x05error\"\xff\x01\n" +
+	"\x05error\x18\t \x01(\tR\x05error\"\xdd\x02\n" +
 	"\vStepRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1e\n" +
 	"\n" +
@@ -834,13 +1032,27 @@ const file_pipeline_proto_rawDesc = "" +
 	"\x06hidden\x18\b \x01(\fR\x06hidden\x12\x12\n" +
 	"\x04free\x18\t \x03(\x04R\x04free\x12\x12\n" +
 	"\x04more\x18\n" +
-	" \x01(\bR\x04more\"\x8f\x01\n" +
+	" \x01(\bR\x04more\x12/\n" +
+	"\x06prefix\x18\v \x01(\v2\x17.fusion.pipeline.PrefixR\x06prefix\x12+\n" +
+	"\x05saves\x18\f \x03(\v2\x15.fusion.pipeline.SaveR\x05saves\"q\n" +
+	"\x06Prefix\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x17\n" +
+	"\amax_len\x18\x02 \x01(\rR\x06maxLen\x12\x14\n" +
+	"\x05block\x18\x03 \x01(\rR\x05block\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\rR\x05limit\x12\x12\n" +
+	"\x04keys\x18\x05 \x03(\fR\x04keys\"V\n" +
+	"\x04Save\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
+	"\x05block\x18\x02 \x01(\rR\x05block\x12\x14\n" +
+	"\x05first\x18\x03 \x01(\rR\x05first\x12\x12\n" +
+	"\x04keys\x18\x04 \x03(\fR\x04keys\"\xab\x01\n" +
 	"\tStepReply\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x04R\x04step\x12\x14\n" +
 	"\x05vocab\x18\x02 \x01(\rR\x05vocab\x12\x16\n" +
 	"\x06logits\x18\x03 \x01(\fR\x06logits\x12\x12\n" +
 	"\x04more\x18\x04 \x01(\bR\x04more\x12,\n" +
-	"\x05drawn\x18\x05 \x03(\v2\x16.fusion.pipeline.DrawnR\x05drawn2O\n" +
+	"\x05drawn\x18\x05 \x03(\v2\x16.fusion.pipeline.DrawnR\x05drawn\x12\x1a\n" +
+	"\brestored\x18\x06 \x01(\rR\brestored2O\n" +
 	"\bPipeline\x12C\n" +
 	"\x03Run\x12\x1c.fusion.pipeline.StepRequest\x1a\x1a.fusion.pipeline.StepReply(\x010\x01B\x1bZ\x19fusion/cluster/pipelinepbb\x06proto3"
 
@@ -857,7 +1069,7 @@ func file_pipeline_proto_rawDescGZIP() []byte {
 }
 
 var file_pipeline_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pipeline_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_pipeline_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_pipeline_proto_goTypes = []any{
 	(Mask_Kind)(0),      // 0: fusion.pipeline.Mask.Kind
 	(*Seq)(nil),         // 1: fusion.pipeline.Seq
@@ -866,7 +1078,9 @@ var file_pipeline_proto_goTypes = []any{
 	(*Mask)(nil),        // 4: fusion.pipeline.Mask
 	(*Drawn)(nil),       // 5: fusion.pipeline.Drawn
 	(*StepRequest)(nil), // 6: fusion.pipeline.StepRequest
-	(*StepReply)(nil),   // 7: fusion.pipeline.StepReply
+	(*Prefix)(nil),      // 7: fusion.pipeline.Prefix
+	(*Save)(nil),        // 8: fusion.pipeline.Save
+	(*StepReply)(nil),   // 9: fusion.pipeline.StepReply
 }
 var file_pipeline_proto_depIdxs = []int32{
 	2, // 0: fusion.pipeline.Seq.sampler:type_name -> fusion.pipeline.Sampler
@@ -874,14 +1088,16 @@ var file_pipeline_proto_depIdxs = []int32{
 	4, // 2: fusion.pipeline.Draw.mask:type_name -> fusion.pipeline.Mask
 	0, // 3: fusion.pipeline.Mask.kind:type_name -> fusion.pipeline.Mask.Kind
 	1, // 4: fusion.pipeline.StepRequest.seqs:type_name -> fusion.pipeline.Seq
-	5, // 5: fusion.pipeline.StepReply.drawn:type_name -> fusion.pipeline.Drawn
-	6, // 6: fusion.pipeline.Pipeline.Run:input_type -> fusion.pipeline.StepRequest
-	7, // 7: fusion.pipeline.Pipeline.Run:output_type -> fusion.pipeline.StepReply
-	7, // [7:8] is the sub-list for method output_type
-	6, // [6:7] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	7, // 5: fusion.pipeline.StepRequest.prefix:type_name -> fusion.pipeline.Prefix
+	8, // 6: fusion.pipeline.StepRequest.saves:type_name -> fusion.pipeline.Save
+	5, // 7: fusion.pipeline.StepReply.drawn:type_name -> fusion.pipeline.Drawn
+	6, // 8: fusion.pipeline.Pipeline.Run:input_type -> fusion.pipeline.StepRequest
+	9, // 9: fusion.pipeline.Pipeline.Run:output_type -> fusion.pipeline.StepReply
+	9, // [9:10] is the sub-list for method output_type
+	8, // [8:9] is the sub-list for method input_type
+	8, // [8:8] is the sub-list for extension type_name
+	8, // [8:8] is the sub-list for extension extendee
+	0, // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_pipeline_proto_init() }
@@ -895,7 +1111,7 @@ func file_pipeline_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pipeline_proto_rawDesc), len(file_pipeline_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   7,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

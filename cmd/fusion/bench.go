@@ -18,21 +18,22 @@ import (
 // writes one JSON object to stdout.
 func benchCommands() map[string]command {
 	return map[string]command{
-		"batch":       {summary: "continuous batching: aggregate decode tokens/s at 1..8 streams", run: benchBatch},
-		"engine":      {summary: "CPU engine: prefill and decode tokens/s, peak RSS, bandwidth", run: benchEngine},
-		"moe":         {summary: "CPU engine on a Qwen3-30B-A3B-shaped MoE (4-bit, few layers) vs mlx-lm: prefill and decode tokens/s", run: benchMoE},
-		"cache":       {summary: "prefix cache: time to first token cold, from RAM, from the SSD", run: benchCache},
-		"tokenizer":   {summary: "tokenizer throughput against HF tokenizers", run: benchTokenizer},
-		"server":      {summary: "HTTP node against its own engine: latency, requests/s, chunks/s", run: benchServer},
-		"forward":     {summary: "what forwarding to a peer adds, over HTTP and gRPC", run: benchForward},
-		"grammar":     {summary: "JSON-schema compilation and per-token masks", run: benchGrammar},
-		"raft":        {summary: "Raft write latency, throughput and failover", run: benchRaft},
-		"pipeline":    {summary: "a model in 1, 2 and 3 pipeline stages on loopback: decode tokens/s at 1 and 8 streams, added latency per hop", run: benchPipeline},
-		"embed":       {summary: "sentence embeddings (all-MiniLM-L6-v2) against sentence-transformers", run: benchEmbed},
-		"auth":        {summary: "what authentication and sub-key rate limits add per request (1,000 sub-keys)", run: benchAuth},
-		"tokens":      {summary: "count_tokens latency on a loaded and an unloaded model (Qwen3 tokenizer)", run: benchTokens},
-		"speculative": {summary: "speculative decoding: decode tokens/s without drafting, with prompt lookup, with a copy of the model and with its first layers as drafts", run: benchSpeculative},
-		"mlx":         {summary: "MLX backend against mlx-lm: prefill and decode tokens/s on a 4-bit Qwen3-0.6B-shaped model", run: benchMLX},
+		"batch":          {summary: "continuous batching: aggregate decode tokens/s at 1..8 streams", run: benchBatch},
+		"engine":         {summary: "CPU engine: prefill and decode tokens/s, peak RSS, bandwidth", run: benchEngine},
+		"moe":            {summary: "CPU engine on a Qwen3-30B-A3B-shaped MoE (4-bit, few layers) vs mlx-lm: prefill and decode tokens/s", run: benchMoE},
+		"cache":          {summary: "prefix cache: time to first token cold, from RAM, from the SSD", run: benchCache},
+		"tokenizer":      {summary: "tokenizer throughput against HF tokenizers", run: benchTokenizer},
+		"server":         {summary: "HTTP node against its own engine: latency, requests/s, chunks/s", run: benchServer},
+		"forward":        {summary: "what forwarding to a peer adds, over HTTP and gRPC", run: benchForward},
+		"grammar":        {summary: "JSON-schema compilation and per-token masks", run: benchGrammar},
+		"raft":           {summary: "Raft write latency, throughput and failover", run: benchRaft},
+		"pipeline":       {summary: "a model in 1, 2 and 3 pipeline stages on loopback: decode tokens/s at 1 and 8 streams, added latency per hop", run: benchPipeline},
+		"pipeline-stage": {summary: "one later stage of `bench pipeline -procs`, as a process of its own (the benchmark starts it)", run: benchPipelineStage},
+		"embed":          {summary: "sentence embeddings (all-MiniLM-L6-v2) against sentence-transformers", run: benchEmbed},
+		"auth":           {summary: "what authentication and sub-key rate limits add per request (1,000 sub-keys)", run: benchAuth},
+		"tokens":         {summary: "count_tokens latency on a loaded and an unloaded model (Qwen3 tokenizer)", run: benchTokens},
+		"speculative":    {summary: "speculative decoding: decode tokens/s without drafting, with prompt lookup, with a copy of the model and with its first layers as drafts", run: benchSpeculative},
+		"mlx":            {summary: "MLX backend against mlx-lm: prefill and decode tokens/s on a 4-bit Qwen3-0.6B-shaped model", run: benchMLX},
 	}
 }
 
@@ -113,10 +114,35 @@ func benchPipeline(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.IntVar(&o.Threads, "threads", o.Threads, "compute goroutines per stage (0: all cores)")
 	fs.IntVar(&o.Repeat, "repeat", o.Repeat, "runs of every row, interleaved; each level reports its median run")
 	fs.BoolVar(&o.LogitsBack, "logits-back", o.LogitsBack, "also run each pipeline with the logits sent back to the first stage (the former protocol) for comparison")
+	fs.IntVar(&o.MicroBatches, "micro-batches", o.MicroBatches, "micro-batches the first stage keeps in flight (0: one per stage; 1: one step at a time)")
+	fs.StringVar(&o.Split, "split", o.Split, "layers per stage: even, or balanced (the same weights per token on each stage, the output head counted)")
+	fs.BoolVar(&o.Procs, "procs", o.Procs, "run each later stage as a process of its own on a core of its own (taskset; Linux), one compute goroutine per stage")
 	if err := parseBenchFlags(fs, args); err != nil {
 		return err
 	}
+	if o.Procs {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		o.Exe = exe
+	}
 	return benchError(bench.Pipeline(ctx, o, stdout, stderr))
+}
+
+// benchPipelineStage is one stage process of `bench pipeline -procs`
+// (not listed: the benchmark starts it).
+func benchPipelineStage(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var o bench.PipelineStageOptions
+	fs := newFlagSet("bench pipeline-stage", stderr)
+	fs.StringVar(&o.Model, "model", "", "model directory")
+	fs.IntVar(&o.Start, "start", 0, "first layer")
+	fs.IntVar(&o.End, "end", 0, "end of the layers (exclusive)")
+	fs.StringVar(&o.Next, "next", "", "the next stage's gRPC address (none on the last stage)")
+	if err := parseBenchFlags(fs, args); err != nil {
+		return err
+	}
+	return benchError(bench.PipelineStage(ctx, o, os.Stdin, stdout))
 }
 
 func benchCache(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -273,6 +273,7 @@ type generation struct {
 	seq         sequence  // nil unless running
 	kvLen       int       // tokens of prompt+output in seq
 	kvAcct      int64     // KV bytes of seq counted in Runner.kvBytes
+	busy        bool      // in a micro-batch still in flight (sched.go): not planned, freed or preempted
 	release     func()    // the pool's in-flight count on the model
 	unwatch     func()    // stops waking the scheduler on cancellation
 

@@ -67,6 +67,11 @@ func openPrefixCache(cfg Config) (*prefixcache.Cache, error) {
 // one backend are never given to another: the layouts may match, the
 // numbers computed differ in their last bits.
 func modelCacheKey(path, backendName, kvLayout string) (prefixcache.Key, error) {
+	return modelCacheKeyOf(path, backendName, kvLayout, "layers=all")
+}
+
+// modelCacheKeyOf is modelCacheKey for some of the layers (named).
+func modelCacheKeyOf(path, backendName, kvLayout, layers string) (prefixcache.Key, error) {
 	files := []string{path}
 	if st, err := os.Stat(path); err != nil {
 		return prefixcache.Key{}, err
@@ -84,7 +89,7 @@ func modelCacheKey(path, backendName, kvLayout string) (prefixcache.Key, error) 
 		}
 		sort.Strings(files)
 	}
-	parts := []string{"backend=" + backendName, "kv=" + kvLayout, "layers=all"}
+	parts := []string{"backend=" + backendName, "kv=" + kvLayout, layers}
 	for _, f := range files {
 		fp, err := fileFingerprint(f)
 		if err != nil {
@@ -125,6 +130,9 @@ type prefixRun struct {
 // every token was restored (a prompt of whole blocks), the last position
 // is dropped again.
 func (g *generation) restorePrefix(ctx context.Context, seq sequence) int {
+	if ps, ok := seq.(*pipeSequence); ok {
+		return g.restorePipe(ctx, ps)
+	}
 	c := g.r.pcache
 	ks, ok := seq.(kvSequence)
 	if c == nil || !ok || g.lm.cacheKeyErr != nil || ks.Len() != 0 {
@@ -169,6 +177,9 @@ func (g *generation) restorePrefix(ctx context.Context, seq sequence) int {
 // cache. tokens is the prompt after prefill, the prompt and the output at
 // the end.
 func (g *generation) storePrefix(seq sequence, tokens []int) int {
+	if ps, ok := seq.(*pipeSequence); ok {
+		return g.storePipe(ps, tokens)
+	}
 	c := g.r.pcache
 	ks, ok := seq.(kvSequence)
 	if c == nil || !ok || g.lm.cacheKeyErr != nil {
@@ -197,6 +208,97 @@ func (g *generation) storePrefix(seq sequence, tokens []int) int {
 			created += bs
 		}
 	}
+	g.pfx.stored = held / bs
+	return created
+}
+
+// restorePipe is restorePrefix for a pipeline's first stage: the
+// longest run of the prompt's blocks this stage's cache holds is
+// imported here, then offered to the later stages (Prefixer.Restore),
+// which import what their own caches hold of it; every stage keeps the
+// positions all of them restored, and only the rest goes through
+// prefill — on every stage.
+func (g *generation) restorePipe(ctx context.Context, ps *pipeSequence) int {
+	c, pm := g.r.pcache, ps.pm
+	pf, ok := pm.p.Down.(Prefixer)
+	if c == nil || !ok || g.lm.cacheKeyErr != nil || pm.keyErr != nil || ps.local.Len() != 0 || ps.started || ps.opened {
+		return 0
+	}
+	bs := c.BlockSize()
+	g.pfx.keys = prefixcache.Chain(g.lm.cacheKey, g.prompt, bs)
+	n := 0
+	for ; n < len(g.pfx.keys) && ctx.Err() == nil; n++ {
+		key := StageBlockKey(pm.stageKey, g.pfx.keys[n])
+		data, tier := c.Get(key)
+		if tier == prefixcache.Miss {
+			break
+		}
+		err := ps.local.ImportKV(data)
+		if err == nil && ps.local.Len() != (n+1)*bs {
+			err = fmt.Errorf("the block held %d positions, not %d", ps.local.Len()-n*bs, bs)
+		}
+		if err != nil {
+			g.r.cfg.Logger.Warn("prefix cache: pipeline block not imported", "model", g.lm.name, "block", n, "err", err)
+			ps.local.Truncate(n * bs)
+			c.Remove(key)
+			break
+		}
+	}
+	limit := min(n*bs, len(g.prompt)-1) // the prompt's last token is computed
+	if limit <= 0 {
+		ps.local.Truncate(0)
+		return 0
+	}
+	got, err := pf.Restore(ctx, ps.id, ps.local.seq.MaxLen(), g.pfx.keys[:n], bs, limit)
+	if err != nil {
+		g.r.cfg.Logger.Debug("prefix cache: the later stages restored nothing", "model", g.lm.name, "err", err)
+		ps.local.Truncate(0)
+		pm.p.Down.Free([]uint64{ps.id})
+		return 0
+	}
+	ps.opened = true
+	ps.local.Truncate(got)
+	g.pfx.restored, g.pfx.stored = got, got/bs
+	if got > 0 {
+		g.r.cfg.Logger.Debug("prefix cache: restored on every stage", "model", g.lm.name, "tokens", got, "prompt", len(g.prompt))
+	}
+	return got
+}
+
+// storePipe is storePrefix for a pipeline's first stage: its blocks go
+// into this node's cache and the later stages are told to save theirs
+// (Prefixer.Save), under the same chained keys.
+func (g *generation) storePipe(ps *pipeSequence, tokens []int) int {
+	c, pm := g.r.pcache, ps.pm
+	pf, ok := pm.p.Down.(Prefixer)
+	if c == nil || !ok || g.lm.cacheKeyErr != nil || pm.keyErr != nil || !ps.started {
+		return 0
+	}
+	bs := c.BlockSize()
+	held := min(ps.local.Len(), len(tokens))
+	if held/bs <= g.pfx.stored {
+		return 0
+	}
+	keys := g.pfx.keys
+	if held/bs > len(keys) { // the output's blocks
+		keys = prefixcache.Chain(g.lm.cacheKey, tokens[:held/bs*bs], bs)
+	}
+	created := 0
+	for i := g.pfx.stored; i < held/bs; i++ {
+		key := StageBlockKey(pm.stageKey, keys[i])
+		if c.Contains(key) == prefixcache.Hot {
+			continue
+		}
+		data, err := ps.local.ExportKV(i*bs, (i+1)*bs)
+		if err != nil {
+			g.r.cfg.Logger.Warn("prefix cache: pipeline block not exported", "model", g.lm.name, "block", i, "err", err)
+			break
+		}
+		if c.Put(g.lm.cacheKey, key, bs, data) {
+			created += bs
+		}
+	}
+	pf.Save(ps.id, bs, g.pfx.stored, keys[g.pfx.stored:held/bs])
 	g.pfx.stored = held / bs
 	return created
 }

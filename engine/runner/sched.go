@@ -41,8 +41,11 @@ type scheduler struct {
 	stopped bool
 
 	// Owned by the loop goroutine.
-	running []*generation
-	orders  int64
+	running  []*generation
+	orders   int64
+	inflight []*flight // micro-batches launched, oldest first (launcher models)
+
+	inFlightSteps atomic.Int64 // len(inflight), for tests and stats
 
 	steps, sharedSteps, rows, maxBatch, preemptions, nWaiting atomic.Int64
 }
@@ -113,6 +116,9 @@ func (s *scheduler) loop() {
 	for {
 		progressed := s.step()
 		if s.ctx.Err() != nil {
+			for len(s.inflight) > 0 { // cancelled with the loop: they end at once
+				s.land(s.inflight[0])
+			}
 			s.shutdown()
 			return
 		}
@@ -141,12 +147,14 @@ func (s *scheduler) shutdown() {
 	}
 }
 
-// step runs one scheduling round and at most one forward pass; it reports
-// whether it did any work.
+// step runs one scheduling round and at most one forward pass (or, for
+// a model that launches micro-batches, one launch and at most one wait);
+// it reports whether it did any work.
 func (s *scheduler) step() bool {
-	// Requests whose client went away leave at once.
+	// Requests whose client went away leave at once (those in a
+	// micro-batch in flight when it comes back).
 	for _, g := range slices.Clone(s.running) {
-		if g.ctx.Err() != nil {
+		if g.ctx.Err() != nil && !g.busy {
 			s.remove(g)
 			s.retire(g, nil, true)
 		}
@@ -155,7 +163,10 @@ func (s *scheduler) step() bool {
 		s.start(g)
 	}
 	s.propose(s.ctx)
-	inputs, gens := s.plan()
+	if l, ok := s.model.(launcher); ok {
+		return s.stepMicro(l)
+	}
+	inputs, gens := s.plan(0)
 	if len(inputs) == 0 {
 		return false
 	}
@@ -165,6 +176,94 @@ func (s *scheduler) step() bool {
 	// Read before stop, which cancels ctx in any case.
 	stepCancelled := ctx.Err() != nil
 	stop()
+	s.finish(inputs, gens, logits, err, stepCancelled, began)
+	return true
+}
+
+// launcher is a model whose steps can overlap: a pipeline's first stage
+// (stage.go). Launch runs what this node computes of a step and sends the
+// rest on; wait returns the step's logits (or draws, as Forward). Up to
+// MicroBatches steps of disjoint sequences are in flight at once.
+type launcher interface {
+	Launch(ctx context.Context, inputs []stepInput) (wait func() ([][]float32, error), err error)
+	MicroBatches() int
+}
+
+// flight is a micro-batch launched and not yet waited for.
+type flight struct {
+	inputs []stepInput
+	gens   []*generation
+	ctx    context.Context
+	stop   func()
+	wait   func() ([][]float32, error)
+	began  time.Time
+}
+
+// stepMicro is step for a launcher: the running set is split into
+// MicroBatches micro-batches (of at most ceil(running/k) sequences each),
+// launched one after the other while fewer than k are in flight; once k
+// are (or nothing else is ready), it waits for the oldest and takes its
+// tokens. With k micro-batches and k stages every stage has one to work
+// on: the first stage computes micro-batch i while the next computes i−1.
+// A sequence is in one micro-batch at a time (busy), so its steps stay in
+// order; greedy output is that of one step over the whole batch.
+func (s *scheduler) stepMicro(l launcher) bool {
+	k := max(l.MicroBatches(), 1)
+	if len(s.inflight) < k {
+		inputs, gens := s.plan((len(s.running) + k - 1) / k)
+		if len(inputs) > 0 {
+			f := &flight{inputs: inputs, gens: gens, began: time.Now()}
+			f.ctx, f.stop = s.stepContext(gens)
+			for _, g := range gens {
+				g.busy = true
+			}
+			wait, err := l.Launch(f.ctx, inputs)
+			if err != nil {
+				wait = func() ([][]float32, error) { return nil, err }
+			}
+			f.wait = wait
+			s.inflight = append(s.inflight, f)
+			s.inFlightSteps.Store(int64(len(s.inflight)))
+			if len(s.inflight) < k && s.ready() {
+				return true // launch the next micro-batch before waiting
+			}
+		}
+	}
+	if len(s.inflight) == 0 {
+		return false
+	}
+	s.land(s.inflight[0])
+	return true
+}
+
+// land waits for the oldest micro-batch in flight and takes its results.
+func (s *scheduler) land(f *flight) {
+	s.inflight = s.inflight[1:]
+	s.inFlightSteps.Store(int64(len(s.inflight)))
+	logits, err := f.wait()
+	stepCancelled := f.ctx.Err() != nil
+	f.stop()
+	for _, g := range f.gens {
+		g.busy = false
+	}
+	s.finish(f.inputs, f.gens, logits, err, stepCancelled, f.began)
+}
+
+// ready reports whether a running sequence outside the micro-batches in
+// flight has work for a step.
+func (s *scheduler) ready() bool {
+	for _, g := range s.running {
+		if !g.busy && g.pendingLen() > 0 && g.ctx.Err() == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// finish takes one step's results: the KV and prefix-cache accounting,
+// then each sequence's token (or its end); a failed step ends its
+// sequences.
+func (s *scheduler) finish(inputs []stepInput, gens []*generation, logits [][]float32, err error, stepCancelled bool, began time.Time) {
 	rows := 0
 	for i, g := range gens {
 		s.account(g)
@@ -186,13 +285,13 @@ func (s *scheduler) step() bool {
 		if stepCancelled {
 			// Closing (shutdown fails them), or every client of the
 			// step went away (the next step retires them).
-			return true
+			return
 		}
 		for _, g := range gens {
 			s.remove(g)
 			s.retire(g, &engine.Event{Done: true, Err: err}, false)
 		}
-		return true
+		return
 	}
 	for i, g := range gens {
 		drawn := g.drawn
@@ -239,7 +338,6 @@ func (s *scheduler) step() bool {
 			g.emit(ev)
 		}
 	}
-	return true
 }
 
 // stepContext is the context of one forward pass: cancelled when the
@@ -345,7 +443,7 @@ func (s *scheduler) admit(now time.Time) []*generation {
 func (s *scheduler) victim(ok func(*generation) bool) *generation {
 	var best *generation
 	for _, g := range s.running {
-		if !ok(g) {
+		if g.busy || !ok(g) {
 			continue
 		}
 		if best == nil || g.prio > best.prio || (g.prio == best.prio && g.order > best.order) {
@@ -396,14 +494,18 @@ func (s *scheduler) start(g *generation) {
 // plan picks this step's inputs: one decode token of every running
 // sequence that has one, then prompt chunks in admission order
 // (class first) with what is left of the step budget, trimmed to the KV
-// memory limit.
-func (s *scheduler) plan() ([]stepInput, []*generation) {
+// memory limit. With limit > 0 it takes at most limit sequences (a
+// micro-batch); sequences in a micro-batch in flight are left out.
+func (s *scheduler) plan(limit int) ([]stepInput, []*generation) {
 	var (
 		inputs   []stepInput
 		gens     []*generation
 		prefills []*generation
 	)
 	for _, g := range s.running {
+		if g.busy || limit > 0 && len(gens) >= limit {
+			continue
+		}
 		if g.pendingLen() == 1 {
 			in := stepInput{seq: g.seq, tokens: g.pending(), gen: g}
 			if g.spec != nil && len(g.spec.drafts) > 0 {
@@ -425,7 +527,7 @@ func (s *scheduler) plan() ([]stepInput, []*generation) {
 	})
 	budget := max(s.r.cfg.StepTokens-len(inputs), minPrefillTokens)
 	for _, g := range prefills {
-		if budget <= 0 {
+		if budget <= 0 || limit > 0 && len(gens) >= limit {
 			break
 		}
 		p := g.pending()
@@ -454,6 +556,8 @@ func (s *scheduler) plan() ([]stepInput, []*generation) {
 		last := len(inputs) - 1
 		switch {
 		case gens[last].pendingLen() > 1: // a prompt chunk: it waits
+			inputs, gens = inputs[:last], gens[:last]
+		case len(s.inflight) > 0: // micro-batches in flight free or settle KV first
 			inputs, gens = inputs[:last], gens[:last]
 		case len(s.running) > 1:
 			v := s.victim(func(g *generation) bool { return g.kvAcct > 0 && !g.aged })

@@ -125,7 +125,7 @@ func (s *scheduler) propose(ctx context.Context) {
 	var viaModel []*generation
 	for _, g := range s.running {
 		sp := g.spec
-		if sp == nil {
+		if sp == nil || g.busy {
 			continue
 		}
 		sp.drafts, sp.qs = sp.drafts[:0], sp.qs[:0]

@@ -2,8 +2,10 @@ package runner
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 
@@ -11,6 +13,7 @@ import (
 	"fusion/engine/backend"
 	"fusion/engine/model"
 	"fusion/engine/modelfile"
+	"fusion/engine/prefixcache"
 )
 
 // This file is the engine's side of pipeline stages (a model sharded by
@@ -55,6 +58,55 @@ type Downstream interface {
 	Close() error
 }
 
+// Starter is a Downstream that can send a step without waiting for its
+// answer, so that several micro-batches are in flight down the pipeline
+// at once. Start sends the step (hidden may be reused once it returns)
+// and wait blocks for its answer as Step would; steps are taken by the
+// next stage in the order they were started. A Downstream without Start
+// is driven from a goroutine per step instead.
+type Starter interface {
+	Downstream
+	Start(ctx context.Context, seqs []StageSeq, hidden *model.Hidden) (wait func() ([]StageResult, error), err error)
+}
+
+// Prefixer is a Downstream whose later stages keep a prefix cache each
+// (the pipeline's prefix cache: every stage holds its own layers' KV of
+// a prompt's blocks, under keys derived with StageBlockKey from the
+// chained keys the first stage computes).
+type Prefixer interface {
+	// Restore opens sequence id (of maxLen positions) on the later
+	// stages, each importing from its cache the blocks of keys it holds
+	// (block positions each, from the first, at most limit positions);
+	// it returns the positions every one of them restored, which they
+	// keep (0: none; the sequence is open all the same).
+	Restore(ctx context.Context, id uint64, maxLen int, keys []prefixcache.Key, block, limit int) (int, error)
+	// Save has the later stages put blocks [first, first+len(keys)) of
+	// sequence id into their caches (best effort).
+	Save(id uint64, block, first int, keys []prefixcache.Key)
+}
+
+// StageBlockKey is the prefix-cache key of a block as a pipeline stage
+// holds it: the block's chained key (the whole prompt up to it, see
+// prefixcache.Chain) and the stage's own key (its model, backend, KV
+// layout and layers: StageCacheKey).
+func StageBlockKey(stage, chain prefixcache.Key) prefixcache.Key {
+	return prefixcache.ModelKey("pipeline stage block", hex.EncodeToString(stage[:]), hex.EncodeToString(chain[:]))
+}
+
+// StageCacheKey is the prefix-cache identity of layers of a model of the
+// models dir as a pipeline stage of this runner holds them.
+func (r *Runner) StageCacheKey(name string, layers model.Range) (prefixcache.Key, error) {
+	e, err := r.entry(name)
+	if err != nil {
+		return prefixcache.Key{}, err
+	}
+	return modelCacheKeyOf(e.info.Path, r.backends.forModel(e.info.ID), r.backends.kvLayout(e.info.ID), "layers="+layers.String())
+}
+
+// PrefixCache is the runner's prefix cache (nil when it is off); the
+// pipeline stages on this node keep their blocks in it.
+func (r *Runner) PrefixCache() *prefixcache.Cache { return r.pcache }
+
 // Pipeline is this node's part of a sharded model as its first stage.
 type Pipeline struct {
 	Layers     model.Range // this node's layers; Start must be 0
@@ -63,6 +115,12 @@ type Pipeline struct {
 	// LogitsBack has the last stage send logits back for the first stage
 	// to sample, instead of sampling there (the bench compares the two).
 	LogitsBack bool
+	// Stages is the pipeline's length (0: 2).
+	Stages int
+	// MicroBatches is how many micro-batches the running sequences are
+	// split into, each in flight at its own stage (0: one per stage; 1:
+	// one step over the whole batch at a time, as before).
+	MicroBatches int
 
 	numLayers int // the model's, for the pool's size estimate
 }
@@ -155,7 +213,9 @@ func (r *Runner) loadPipeline(info engine.ModelInfo, p *Pipeline) (languageModel
 	if p.Layers.End >= m.Config.NumHiddenLayers {
 		return nil, errors.Join(fmt.Errorf("runner: pipeline of %s: the first stage %v holds every layer", info.ID, p.Layers), m.Close(), be.Close())
 	}
-	return &pipelineModel{cpuModel: &cpuModel{m: m, be: be, kvBlock: kvBlock, live: map[*cpuSequence]struct{}{}}, p: p}, nil
+	pm := &pipelineModel{cpuModel: &cpuModel{m: m, be: be, kvBlock: kvBlock, live: map[*cpuSequence]struct{}{}}, p: p}
+	pm.stageKey, pm.keyErr = modelCacheKeyOf(info.Path, r.backends.forModel(info.ID), r.backends.kvLayout(info.ID), "layers="+p.Layers.String())
+	return pm, nil
 }
 
 // pipelineModel is the first stage of a pipeline as the scheduler's model.
@@ -163,6 +223,10 @@ type pipelineModel struct {
 	*cpuModel // this node's layers
 	p         *Pipeline
 	nextID    uint64 // owned by the scheduler goroutine (NewSequence)
+	// stageKey is the prefix-cache identity of this stage's layers;
+	// keyErr, if set, turns the pipeline's prefix cache off.
+	stageKey prefixcache.Key
+	keyErr   error
 }
 
 func (pm *pipelineModel) NewSequence(maxLen int) (sequence, error) {
@@ -174,10 +238,29 @@ func (pm *pipelineModel) NewSequence(maxLen int) (sequence, error) {
 	return &pipeSequence{local: s.(*cpuSequence), pm: pm, id: pm.nextID}, nil
 }
 
+// MicroBatches is the scheduler's split of the running sequences.
+func (pm *pipelineModel) MicroBatches() int {
+	if pm.p.MicroBatches > 0 {
+		return pm.p.MicroBatches
+	}
+	return max(pm.p.Stages, 2)
+}
+
 // Forward runs this node's layers over the batch, then the later stages.
 // If they fail, the local caches are rewound too and the error wraps
 // ErrPipelineStage.
 func (pm *pipelineModel) Forward(ctx context.Context, inputs []stepInput) ([][]float32, error) {
+	wait, err := pm.Launch(ctx, inputs)
+	if err != nil {
+		return nil, err
+	}
+	return wait()
+}
+
+// Launch runs this node's layers over the batch and sends the hidden
+// state down the pipeline; wait takes the later stages' answer (as
+// Forward's). The scheduler launches the next micro-batch in between.
+func (pm *pipelineModel) Launch(ctx context.Context, inputs []stepInput) (func() ([][]float32, error), error) {
 	in := make([]model.Input, len(inputs))
 	seqs := make([]StageSeq, len(inputs))
 	before := make([]int, len(inputs))
@@ -186,8 +269,10 @@ func (pm *pipelineModel) Forward(ctx context.Context, inputs []stepInput) ([][]f
 		before[i] = s.local.seq.Len()
 		in[i] = model.Input{Seq: s.local.seq, Tokens: x.tokens}
 		seqs[i] = StageSeq{ID: s.id, Len: len(x.tokens)}
-		if before[i] == 0 {
-			seqs[i].MaxLen = s.local.seq.MaxLen()
+		if !s.started {
+			if !s.opened {
+				seqs[i].MaxLen = s.local.seq.MaxLen()
+			}
 			if x.gen != nil {
 				if t, ok := x.gen.phases.(engine.Traced); ok {
 					seqs[i].Trace = t.TraceParent()
@@ -195,6 +280,10 @@ func (pm *pipelineModel) Forward(ctx context.Context, inputs []stepInput) ([][]f
 			}
 			if !pm.p.LogitsBack && x.gen != nil {
 				seqs[i].Sampler = x.gen.stageSampler()
+				if s.opened { // by a Restore: the restored tokens and the positions
+					seqs[i].Sampler.Prefix = x.gen.prompt[:before[i]:before[i]]
+					seqs[i].Sampler.MaxLen = s.local.seq.MaxLen()
+				}
 				s.sampled = true
 			}
 		}
@@ -204,40 +293,74 @@ func (pm *pipelineModel) Forward(ctx context.Context, inputs []stepInput) ([][]f
 		}
 	}
 	out, err := pm.m.Forward(ctx, in, pm.p.Layers, nil)
-	defer func() {
-		for _, x := range inputs {
-			s := x.seq.(*pipeSequence)
-			alloc, _ := s.local.seq.CacheBytes()
-			s.local.kvBytes.Store(alloc)
-		}
-	}()
+	for _, x := range inputs {
+		s := x.seq.(*pipeSequence)
+		alloc, _ := s.local.seq.CacheBytes()
+		s.local.kvBytes.Store(alloc)
+	}
 	if err != nil {
 		return nil, err
 	}
-	res, err := pm.p.Down.Step(ctx, seqs, out.Hidden)
-	if err == nil && len(res) != len(inputs) {
-		err = fmt.Errorf("%w: %d answers for %d sequences", ErrPipelineStage, len(res), len(inputs))
-	}
-	if err != nil {
+	rewind := func(err error) error {
 		for i, x := range inputs {
 			x.seq.(*pipeSequence).local.seq.Truncate(before[i])
 		}
 		if errors.Is(err, engine.ErrUnavailable) || ctx.Err() != nil {
-			return nil, err
+			return err
 		}
-		return nil, fmt.Errorf("%w: %v", ErrPipelineStage, err)
+		return fmt.Errorf("%w: %v", ErrPipelineStage, err)
 	}
-	logits := make([][]float32, len(inputs))
-	for i, r := range res {
-		logits[i] = r.Logits
-		switch {
-		case r.Drawn != nil && seqs[i].Draw != nil:
-			inputs[i].gen.drawn = r.Drawn
-		case r.Logits == nil && (seqs[i].Draw != nil || !inputs[i].seq.(*pipeSequence).sampled):
-			return nil, fmt.Errorf("%w: sequence %d: neither a token nor logits came back", ErrPipelineStage, seqs[i].ID)
+	wait, err := pm.start(ctx, seqs, out.Hidden)
+	if err != nil {
+		return nil, rewind(err)
+	}
+	for _, x := range inputs {
+		s := x.seq.(*pipeSequence)
+		s.started = true
+	}
+	return func() ([][]float32, error) {
+		res, err := wait()
+		if err == nil && len(res) != len(inputs) {
+			err = fmt.Errorf("%w: %d answers for %d sequences", ErrPipelineStage, len(res), len(inputs))
 		}
+		if err != nil {
+			return nil, rewind(err)
+		}
+		logits := make([][]float32, len(inputs))
+		for i, r := range res {
+			logits[i] = r.Logits
+			switch {
+			case r.Drawn != nil && seqs[i].Draw != nil:
+				inputs[i].gen.drawn = r.Drawn
+			case r.Logits == nil && (seqs[i].Draw != nil || !inputs[i].seq.(*pipeSequence).sampled):
+				return nil, fmt.Errorf("%w: sequence %d: neither a token nor logits came back", ErrPipelineStage, seqs[i].ID)
+			}
+		}
+		return logits, nil
+	}, nil
+}
+
+// start sends a step down the pipeline: through Starter when the
+// downstream has it, else on a goroutine of its own (with a copy of the
+// hidden state, which the next local forward may reuse).
+func (pm *pipelineModel) start(ctx context.Context, seqs []StageSeq, h *model.Hidden) (func() ([]StageResult, error), error) {
+	if st, ok := pm.p.Down.(Starter); ok {
+		return st.Start(ctx, seqs, h)
 	}
-	return logits, nil
+	h = &model.Hidden{Rows: h.Rows, Cols: h.Cols, Data: slices.Clone(h.Data)}
+	type answer struct {
+		res []StageResult
+		err error
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		res, err := pm.p.Down.Step(ctx, seqs, h)
+		ch <- answer{res, err}
+	}()
+	return func() ([]StageResult, error) {
+		a := <-ch
+		return a.res, a.err
+	}, nil
 }
 
 // pipeSequence is a sequence of the first stage: its local KV, and an id
@@ -248,6 +371,9 @@ type pipeSequence struct {
 	pm      *pipelineModel
 	id      uint64
 	sampled bool // the last stage keeps a sampler for it
+	started bool // the later stages have had its first step
+	opened  bool // the later stages opened it with a restored prefix (Prefixer.Restore)
+	stored  int  // blocks of it the later stages were told to save
 }
 
 func (s *pipeSequence) Bytes() int64 { return s.local.Bytes() }

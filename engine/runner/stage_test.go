@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 
@@ -257,5 +258,157 @@ func TestStageBudget(t *testing.T) {
 		if s.ID == "small" && (s.State == StateReady || s.State == StateIdle) {
 			t.Errorf("small is still loaded (%v) beside a stage that needed its room", s.State)
 		}
+	}
+}
+
+// queuedDown is a Starter over a localDown: steps are taken in the order
+// they were started by a goroutine of its own (a later stage on another
+// machine), and it records how many were in flight at most.
+type queuedDown struct {
+	*localDown
+	queue chan func()
+	mu    sync.Mutex
+	open  int // started, not answered
+	most  int
+}
+
+func newQueuedDown(d *localDown) *queuedDown {
+	q := &queuedDown{localDown: d, queue: make(chan func(), 64)}
+	go func() {
+		for f := range q.queue {
+			f()
+		}
+	}()
+	return q
+}
+
+func (q *queuedDown) Start(ctx context.Context, seqs []StageSeq, h *model.Hidden) (func() ([]StageResult, error), error) {
+	h = &model.Hidden{Rows: h.Rows, Cols: h.Cols, Data: slices.Clone(h.Data)}
+	q.mu.Lock()
+	q.open++
+	q.most = max(q.most, q.open)
+	q.mu.Unlock()
+	type answer struct {
+		res []StageResult
+		err error
+	}
+	ch := make(chan answer, 1)
+	q.queue <- func() {
+		res, err := q.localDown.Step(ctx, seqs, h)
+		q.mu.Lock()
+		q.open--
+		q.mu.Unlock()
+		ch <- answer{res, err}
+	}
+	return func() ([]StageResult, error) { a := <-ch; return a.res, a.err }, nil
+}
+
+func (q *queuedDown) Close() error { close(q.queue); return nil }
+
+func (q *queuedDown) reset() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	m := q.most
+	q.most = 0
+	return m
+}
+
+// TestPipelineMicroBatches: with concurrent streams the first stage
+// splits the running sequences into micro-batches and keeps several in
+// flight down the pipeline (the next stage works on one while this one
+// computes the next), and the answers — greedy, and seeded sampling with
+// logprobs — are those of the whole model on one runner. With one
+// micro-batch a single step is in flight at a time.
+func TestPipelineMicroBatches(t *testing.T) {
+	dir := t.TempDir()
+	o := demo.DefaultOptions()
+	o.Layers, o.Seed = 4, 13
+	if _, err := demo.Create(filepath.Join(dir, "deep"), o); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{ModelsDir: dir, Threads: 1, Backend: BackendCPU, CacheHotBytes: -1, CacheSSDBytes: -1}
+	whole, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer whole.Close()
+	first, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	sm, err := whole.LoadStage(context.Background(), "deep", model.Range{Start: 2, End: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sm.Close()
+	run := func(r *Runner, prompt string, sampled bool) string {
+		req := chat("deep", prompt, 10)
+		req.Sampling.Logprobs, req.Sampling.TopLogprobs = true, 2
+		if sampled {
+			seed := int64(len(prompt))
+			req.Sampling.Temperature, req.Sampling.Seed = 1.5, &seed
+		}
+		ch, err := r.Generate(context.Background(), req)
+		if err != nil {
+			t.Error(err)
+			return ""
+		}
+		var s string
+		for ev := range ch {
+			if ev.Err != nil {
+				t.Error(ev.Err)
+			}
+			s += fmt.Sprintf("%q %v %v %s|", ev.Text, ev.Tokens, ev.TopLogprobs, ev.FinishReason)
+		}
+		return s
+	}
+	prompts := []string{"one", "two streams", "three at once", "four", "five in flight", "six"}
+	want := map[string]string{}
+	for _, p := range prompts {
+		want[p+"/greedy"], want[p+"/sampled"] = run(whole, p, false), run(whole, p, true)
+	}
+	for _, tc := range []struct {
+		micro    int
+		wantMost func(int) bool
+	}{
+		{0, func(n int) bool { return n >= 2 }}, // one per stage: 2
+		{3, func(n int) bool { return n >= 2 && n <= 3 }},
+		{1, func(n int) bool { return n == 1 }},
+	} {
+		t.Run(fmt.Sprintf("micro-batches %d", tc.micro), func(t *testing.T) {
+			down := newQueuedDown(&localDown{sm: sm, seqs: map[uint64]*model.Sequence{}})
+			p := &Pipeline{Layers: model.Range{Start: 0, End: 2}, Generation: uint64(tc.micro + 1), Down: down, Stages: 2, MicroBatches: tc.micro}
+			if err := first.SetPipeline(context.Background(), "deep", p); err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]string{}
+			var mu sync.Mutex
+			var wg sync.WaitGroup
+			for _, p := range prompts {
+				for _, sampled := range []bool{false, true} {
+					wg.Go(func() {
+						s := run(first, p, sampled)
+						mu.Lock()
+						got[fmt.Sprintf("%s/%s", p, map[bool]string{false: "greedy", true: "sampled"}[sampled])] = s
+						mu.Unlock()
+					})
+				}
+			}
+			wg.Wait()
+			for k, w := range want {
+				if got[k] != w {
+					t.Errorf("%s as a pipeline:\n%s\nwhole:\n%s", k, got[k], w)
+				}
+			}
+			most := down.reset()
+			t.Logf("%d streams, at most %d steps in flight down the pipeline", 2*len(prompts), most)
+			if !tc.wantMost(most) {
+				t.Errorf("at most %d steps in flight with %d micro-batches", most, tc.micro)
+			}
+			if n := down.held(); n != 0 {
+				t.Errorf("%d sequences still held downstream", n)
+			}
+		})
 	}
 }

@@ -36,6 +36,11 @@ import (
 type StageSampler struct {
 	Params    sample.Params // Seed is unused: the state comes with each draw
 	PromptLen int           // the first PromptLen tokens are the prompt
+	// For a sequence opened from the prefix caches (Prefixer.Restore):
+	// the tokens its restored positions hold, and its positions (its
+	// first step has no MaxLen).
+	Prefix []int
+	MaxLen int
 }
 
 // StageDraw asks the last stage to sample a sequence's next token after
@@ -83,11 +88,16 @@ func (ss *StageSamplers) Step(seqs []StageSeq, logits [][]float32) ([]StageResul
 	for i, q := range seqs {
 		st := ss.seqs[q.ID]
 		if q.Sampler != nil {
-			if st != nil || q.MaxLen == 0 {
+			maxLen := q.MaxLen
+			if maxLen == 0 { // opened by a Restore
+				maxLen = q.Sampler.MaxLen
+			}
+			if st != nil || maxLen == 0 {
 				return nil, fmt.Errorf("%w: sequence %d: a sampler comes with its first step only", errBadStage, q.ID)
 			}
-			if q.Sampler.PromptLen <= 0 || q.Sampler.PromptLen > q.MaxLen {
-				return nil, fmt.Errorf("%w: sequence %d: prompt of %d tokens in %d positions", errBadStage, q.ID, q.Sampler.PromptLen, q.MaxLen)
+			if q.Sampler.PromptLen <= 0 || q.Sampler.PromptLen > maxLen || len(q.Sampler.Prefix) >= q.Sampler.PromptLen {
+				return nil, fmt.Errorf("%w: sequence %d: prompt of %d tokens (%d restored) in %d positions", errBadStage, q.ID,
+					q.Sampler.PromptLen, len(q.Sampler.Prefix), maxLen)
 			}
 			p := q.Sampler.Params
 			p.Seed = nil
@@ -95,7 +105,12 @@ func (ss *StageSamplers) Step(seqs []StageSeq, logits [][]float32) ([]StageResul
 			if err != nil {
 				return nil, fmt.Errorf("%w: sequence %d: %v", errBadStage, q.ID, err)
 			}
-			st = &stageSeqSampler{s: s, promptLen: q.Sampler.PromptLen, maxLen: q.MaxLen}
+			for _, id := range q.Sampler.Prefix {
+				if id < 0 || id >= len(logits[i]) {
+					return nil, fmt.Errorf("%w: sequence %d: restored token %d out of the vocabulary of %d", errBadStage, q.ID, id, len(logits[i]))
+				}
+			}
+			st = &stageSeqSampler{s: s, promptLen: q.Sampler.PromptLen, maxLen: maxLen, hist: slices.Clone(q.Sampler.Prefix)}
 			if ss.seqs == nil {
 				ss.seqs = map[uint64]*stageSeqSampler{}
 			}

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"testing"
+
+	"fusion/engine/model"
 )
 
 // TestOptionErrors: options out of range are an *OptionError (a usage
@@ -34,6 +37,15 @@ func TestOptionErrors(t *testing.T) {
 			o := DefaultBatchOptions()
 			o.Streams = []int{1, 0}
 			return Batch(ctx, o, io.Discard, io.Discard)
+		}},
+		{"pipeline split", func() error {
+			o := DefaultPipelineOptions()
+			o.Split = "thirds"
+			return Pipeline(ctx, o, io.Discard, io.Discard)
+		}},
+		{"pipeline procs without the binary", func() error {
+			_, _, err := startStageProc(ctx, "", "", model.Range{Start: 1, End: 2}, "", 0)
+			return err
 		}},
 		{"cache repeat", func() error {
 			o := DefaultCacheOptions()
@@ -98,5 +110,28 @@ func TestOptionErrors(t *testing.T) {
 				t.Fatalf("got %v (%T), want an *OptionError", err, err)
 			}
 		})
+	}
+}
+
+// TestStageBounds: the balanced split gives the last stage, which holds
+// the output head, fewer layers, so that no stage reads more weights per
+// token than it must; the even split is the plain one.
+func TestStageBounds(t *testing.T) {
+	layer, head := shapeCosts(demo0p6Shape(), 151669)
+	for _, tc := range []struct {
+		layers, k int
+		split     string
+		want      []int
+	}{
+		{12, 2, "even", []int{0, 6, 12}},
+		{12, 2, "balanced", []int{0, 11, 12}}, // the head weighs ~9.9 layers
+		{6, 2, "balanced", []int{0, 5, 6}},
+		{28, 2, "balanced", []int{0, 19, 28}},
+		{28, 3, "balanced", []int{0, 12, 25, 28}},
+		{6, 1, "balanced", []int{0, 6}},
+	} {
+		if got := stageBounds(tc.layers, tc.k, tc.split, layer, head); !slices.Equal(got, tc.want) {
+			t.Errorf("%d layers in %d stages, %s: %v, want %v", tc.layers, tc.k, tc.split, got, tc.want)
+		}
 	}
 }

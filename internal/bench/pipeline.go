@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,13 +9,19 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"fusion/cluster/pipeline"
+	"fusion/engine/demo"
 	"fusion/engine/model"
 	"fusion/engine/prompt"
 	"fusion/engine/runner"
@@ -36,11 +43,26 @@ type PipelineOptions struct {
 	// Repeat is the runs of every row, interleaved (round after round
 	// over the rows); each level reports its median run.
 	Repeat int
+	// MicroBatches is the first stage's split of the running sequences
+	// (0: one micro-batch per stage; 1: one step at a time).
+	MicroBatches int
+	// Procs runs every later stage as a process of its own (Exe's
+	// `bench pipeline-stage`, started through taskset) on a core of its
+	// own: stage i on CPU i mod the CPUs, the first stage (this process,
+	// with the load generator) pinned to CPU 0, one compute goroutine
+	// each. Without it every stage shares this process's cores.
+	Procs bool
+	Exe   string // the fusion binary (Procs)
+	// Split is how the layers are divided: "even" (the same number on
+	// each stage) or "balanced" (the same weights to read per token on
+	// each stage, the last stage's output head counted: on the
+	// Qwen3-0.6B shape the head weighs as much as ten layers).
+	Split string
 }
 
 // DefaultPipelineOptions are the settings `make bench` uses.
 func DefaultPipelineOptions() PipelineOptions {
-	return PipelineOptions{CacheDir: DefaultCacheDir, Layers: 6, Stages: []int{1, 2, 3}, Streams: []int{1, 8}, Prompt: 16, Decode: 16, LogitsBack: true, Repeat: 3}
+	return PipelineOptions{CacheDir: DefaultCacheDir, Layers: 6, Stages: []int{1, 2, 3}, Streams: []int{1, 8}, Prompt: 16, Decode: 16, LogitsBack: true, Repeat: 3, Split: "balanced"}
 }
 
 type pipelineRow struct {
@@ -48,6 +70,7 @@ type pipelineRow struct {
 	// Back is what the last stage sends back: "tokens" (it samples) or
 	// "logits" (the first stage samples); "" for one stage.
 	Back   string        `json:"back,omitempty"`
+	Bounds []int         `json:"layer_bounds,omitempty"` // stage i runs layers [bounds[i], bounds[i+1])
 	Levels []batchResult `json:"levels"`
 	// AddedMsPerHop is, for one stream, the per-token latency over the
 	// one-stage figure divided by the hops (stages − 1).
@@ -63,6 +86,9 @@ type pipelineRow struct {
 // logits — back, one step in flight), not the speed-up of stages on
 // machines of their own.
 func Pipeline(ctx context.Context, o PipelineOptions, stdout, stderr io.Writer) error {
+	if o.Split != "even" && o.Split != "balanced" {
+		return optionErrorf("pipeline: -split is even or balanced, not %q", o.Split)
+	}
 	if o.Layers < 1 || o.Prompt < 1 || o.Decode < 2 || o.Repeat < 1 || len(o.Stages) == 0 || slices.Min(o.Stages) < 1 || slices.Max(o.Stages) > o.Layers ||
 		len(o.Streams) == 0 || slices.Min(o.Streams) < 1 {
 		return optionErrorf("pipeline: want -layers ≥ 1, stages in [1, layers], positive streams, prompt and repeat, decode ≥ 2")
@@ -88,6 +114,14 @@ func Pipeline(ctx context.Context, o PipelineOptions, stdout, stderr io.Writer) 
 		"decode":                      o.Decode,
 		"note": "every stage in this process on loopback, sharing its cores: the cost of the hops, not a speed-up " +
 			"(see cluster/DESIGN.md for the bound with a machine per stage)",
+		"micro_batches": o.MicroBatches,
+		"split":         o.Split,
+	}
+	layerCost, headCost := shapeCosts(shape, text.Tokenizer().VocabSize())
+	if o.Procs {
+		out["note"] = fmt.Sprintf("stage i in a process of its own on CPU i mod %d (taskset; the first stage, with the load generator, "+
+			"pinned to CPU 0), one compute goroutine per stage, gRPC over loopback", runtime.NumCPU())
+		o.Threads = 1
 	}
 	var rows []pipelineRow
 	for _, k := range o.Stages {
@@ -99,7 +133,7 @@ func Pipeline(ctx context.Context, o PipelineOptions, stdout, stderr io.Writer) 
 			backs = append(backs, "logits")
 		}
 		for _, back := range backs {
-			rows = append(rows, pipelineRow{Stages: k, Back: back})
+			rows = append(rows, pipelineRow{Stages: k, Back: back, Bounds: stageBounds(o.Layers, k, o.Split, layerCost, headCost)})
 		}
 	}
 	// Round after round over the rows, so that the machine's drift (other
@@ -112,7 +146,7 @@ func Pipeline(ctx context.Context, o PipelineOptions, stdout, stderr io.Writer) 
 				continue
 			}
 			fmt.Fprintf(stderr, "bench pipeline: round %d, %d stages %s\n", rep+1, row.Stages, row.Back)
-			levels, err := runPipeline(ctx, path, row.Stages, row.Back == "logits", o, text)
+			levels, err := runPipeline(ctx, path, row.Bounds, row.Back == "logits", o, text)
 			if err != nil {
 				row.Error = err.Error()
 				continue
@@ -145,11 +179,19 @@ func Pipeline(ctx context.Context, o PipelineOptions, stdout, stderr io.Writer) 
 	return json.NewEncoder(stdout).Encode(out)
 }
 
-// runPipeline serves the model at path in k stages and runs every
-// concurrency level once after a warm-up.
-func runPipeline(ctx context.Context, path string, k int, logitsBack bool, o PipelineOptions, text *prompt.Builder) ([]batchResult, error) {
+// runPipeline serves the model at path in the stages bounds gives and
+// runs every concurrency level once after a warm-up.
+func runPipeline(ctx context.Context, path string, bounds []int, logitsBack bool, o PipelineOptions, text *prompt.Builder) ([]batchResult, error) {
+	k := len(bounds) - 1
 	dir, name := filepath.Dir(path), filepath.Base(path)
 	maxStreams := slices.Max(o.Streams)
+	if o.Procs {
+		restore, err := pinProcess(0)
+		if err != nil {
+			return nil, err
+		}
+		defer restore()
+	}
 	r, err := runner.New(runner.Config{ModelsDir: dir, Threads: o.Threads, MaxRunning: maxStreams, MaxQueued: maxStreams,
 		CacheHotBytes: -1, CacheSSDBytes: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
@@ -165,7 +207,7 @@ func runPipeline(ctx context.Context, path string, k int, logitsBack bool, o Pip
 	if k == 1 {
 		err = r.Load(ctx, name)
 	} else {
-		err = pipelineStages(ctx, r, name, k, o.Layers, logitsBack, &cleanup)
+		err = pipelineStages(ctx, r, path, bounds, logitsBack, o, &cleanup)
 	}
 	if err != nil {
 		return nil, err
@@ -185,38 +227,181 @@ func runPipeline(ctx context.Context, path string, k int, logitsBack bool, o Pip
 	return rows, nil
 }
 
-// pipelineStages loads stages 1..k−1 as Pipeline servers on loopback and
-// makes the runner's model the first stage; layers are split evenly.
-func pipelineStages(ctx context.Context, r *runner.Runner, name string, k, layers int, logitsBack bool, cleanup *[]func()) error {
+// shapeCosts are the weights a token reads in one layer of shape and in
+// its output head (vocab × hidden), in parameters.
+func shapeCosts(shape demo.Options, vocab int) (layer, head int64) {
+	h, q, kv := int64(shape.Hidden), int64(shape.Heads*shape.HeadDim), int64(shape.KVHeads*shape.HeadDim)
+	return 2*h*q + 2*h*kv + 3*h*int64(shape.Intermediate), int64(vocab) * h
+}
+
+// stageBounds splits layers over k stages: evenly, or ("balanced") so
+// that the largest stage's cost (its layers, and the head on the last)
+// is the least, every stage holding at least one layer.
+func stageBounds(layers, k int, split string, layerCost, headCost int64) []int {
 	bounds := make([]int, k+1)
 	for i := range bounds {
 		bounds[i] = i * layers / k
 	}
+	if split != "balanced" || k < 2 {
+		return bounds
+	}
+	cost := func(b []int) (worst int64) {
+		for i := 0; i+1 < len(b); i++ {
+			c := int64(b[i+1]-b[i]) * layerCost
+			if i+2 == len(b) {
+				c += headCost
+			}
+			worst = max(worst, c)
+		}
+		return worst
+	}
+	best := slices.Clone(bounds)
+	var try func(i int)
+	try = func(i int) { // choose bounds[i] for i in 1..k-1
+		if i == k {
+			if cost(bounds) < cost(best) {
+				copy(best, bounds)
+			}
+			return
+		}
+		for b := bounds[i-1] + 1; b <= layers-(k-i); b++ {
+			bounds[i] = b
+			try(i + 1)
+		}
+	}
+	try(1)
+	return best
+}
+
+// pipelineStages loads stages 1..k−1 as Pipeline servers on loopback (in
+// this process, or with o.Procs each in a process of its own) and makes
+// the runner's model the first stage on the layers bounds gives.
+func pipelineStages(ctx context.Context, r *runner.Runner, path string, bounds []int, logitsBack bool, o PipelineOptions, cleanup *[]func()) error {
+	name := filepath.Base(path)
+	k := len(bounds) - 1
 	dial := func(addr string) (grpc.ClientConnInterface, error) {
 		return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	}
 	next := ""
 	for i := k - 1; i >= 1; i-- {
-		sm, err := r.LoadStage(ctx, name, model.Range{Start: bounds[i], End: bounds[i+1]})
+		layers := model.Range{Start: bounds[i], End: bounds[i+1]}
+		if o.Procs {
+			addr, stop, err := startStageProc(ctx, o.Exe, path, layers, next, i%runtime.NumCPU())
+			if err != nil {
+				return err
+			}
+			*cleanup = append(*cleanup, stop)
+			next = addr
+			continue
+		}
+		sm, err := r.LoadStage(ctx, name, layers)
 		if err != nil {
 			return err
 		}
 		*cleanup = append(*cleanup, func() { sm.Close() })
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		addr, stop, err := serveStage(sm.Model, next, dial)
 		if err != nil {
 			return err
 		}
-		gs := grpc.NewServer()
-		st := pipeline.Stage{Generation: 1, Model: sm.Model, Next: next}
-		pipeline.Register(gs, func(string) (pipeline.Stage, bool) { return st, true }, dial, nil)
-		go gs.Serve(lis)
-		*cleanup = append(*cleanup, gs.Stop)
-		next = lis.Addr().String()
+		*cleanup = append(*cleanup, stop)
+		next = addr
 	}
 	down := pipeline.NewClient(name, 1, next, dial)
-	if err := r.SetPipeline(ctx, name, &runner.Pipeline{Layers: model.Range{Start: 0, End: bounds[1]}, Generation: 1, Down: down, LogitsBack: logitsBack}); err != nil {
+	p := &runner.Pipeline{Layers: model.Range{Start: 0, End: bounds[1]}, Generation: 1, Down: down, LogitsBack: logitsBack,
+		Stages: k, MicroBatches: o.MicroBatches}
+	if err := r.SetPipeline(ctx, name, p); err != nil {
 		down.Close()
 		return err
+	}
+	return nil
+}
+
+// serveStage serves m as a later stage (generation 1) on a loopback port.
+func serveStage(m *model.Model, next string, dial pipeline.Dial) (addr string, stop func(), err error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	gs := grpc.NewServer()
+	st := pipeline.Stage{Generation: 1, Model: m, Next: next}
+	pipeline.Register(gs, func(string) (pipeline.Stage, bool) { return st, true }, dial, nil)
+	go gs.Serve(lis)
+	return lis.Addr().String(), gs.Stop, nil
+}
+
+// startStageProc starts `exe bench pipeline-stage` for layers of the
+// model at path on CPU cpu (taskset) and returns the address it serves.
+func startStageProc(ctx context.Context, exe, path string, layers model.Range, next string, cpu int) (string, func(), error) {
+	if exe == "" {
+		return "", nil, optionErrorf("pipeline: -procs needs the fusion binary")
+	}
+	cmd := exec.CommandContext(ctx, "taskset", "-c", strconv.Itoa(cpu), exe, "bench", "pipeline-stage",
+		"-model", path, "-start", strconv.Itoa(layers.Start), "-end", strconv.Itoa(layers.End), "-next", next)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return "", nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", nil, err
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return "", nil, fmt.Errorf("pipeline: starting a stage process: %w", err)
+	}
+	stop := func() {
+		stdin.Close() // the stage ends when its stdin does
+		_ = cmd.Wait()
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening ")
+	if err != nil || !ok {
+		stop()
+		return "", nil, fmt.Errorf("pipeline: stage process of layers %v: %q, %v", layers, line, err)
+	}
+	return addr, stop, nil
+}
+
+// PipelineStageOptions are those of one stage process (`bench
+// pipeline-stage`, started by the pipeline benchmark with -procs).
+type PipelineStageOptions struct {
+	Model      string // model directory
+	Start, End int    // layers
+	Next       string // the next stage's address ("" on the last)
+}
+
+// PipelineStage serves layers of a model as a later pipeline stage on a
+// loopback port, with one compute goroutine: it writes "listening ADDR"
+// and serves until stdin closes (its parent went away) or ctx ends.
+func PipelineStage(ctx context.Context, o PipelineStageOptions, stdin io.Reader, stdout io.Writer) error {
+	r, err := runner.New(runner.Config{ModelsDir: filepath.Dir(o.Model), Threads: 1, CacheHotBytes: -1, CacheSSDBytes: -1,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	sm, err := r.LoadStage(ctx, filepath.Base(o.Model), model.Range{Start: o.Start, End: o.End})
+	if err != nil {
+		return err
+	}
+	defer sm.Close()
+	dial := func(addr string) (grpc.ClientConnInterface, error) {
+		return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}
+	addr, stop, err := serveStage(sm.Model, o.Next, dial)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	fmt.Fprintf(stdout, "listening %s\n", addr)
+	ended := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, stdin)
+		close(ended)
+	}()
+	select {
+	case <-ended:
+	case <-ctx.Done():
 	}
 	return nil
 }
