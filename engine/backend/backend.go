@@ -140,6 +140,9 @@ type Step interface {
 	Rows(x Array, rows []int) Array
 	// ExpertLinear and MixRows, for mixtures of experts (moe.go).
 	ExpertOps
+	// HeadSlice, HeadConcat and HeadLinear, for multi-head latent
+	// attention (heads.go).
+	HeadOps
 
 	// Mark and Release bound the memory of a pass: Release frees every
 	// array made since m except keep, which it returns (valid, possibly

@@ -90,6 +90,9 @@ func Build(opts Options) (*Model, error) {
 		p.gemma(o)
 	}
 	p.family(o)
+	if p.Arch == modelfile.ArchDeepseekV3 {
+		p.deepseek()
+	}
 	if o.VocabFrom != "" {
 		m.Tokenizer, err = loadTokenizer(o.VocabFrom)
 	} else {

@@ -50,6 +50,7 @@ type loader struct {
 type dims struct {
 	hidden, intermediate, vocab int
 	heads, kvHeads, headDim     int
+	mla                         *modelfile.MLA // the low-rank norms' widths
 }
 
 // shape returns the [out, in] a matrix named path must have (0, 0 if
@@ -79,6 +80,12 @@ func (d dims) length(name string) int {
 	}
 	if strings.HasSuffix(name, "self_attn.sinks") {
 		return d.heads
+	}
+	if d.mla != nil && strings.HasSuffix(name, "q_a_layernorm.weight") {
+		return d.mla.QLoraRank
+	}
+	if d.mla != nil && strings.HasSuffix(name, "kv_a_layernorm.weight") {
+		return d.mla.KVLoraRank
 	}
 	return d.hidden
 }
