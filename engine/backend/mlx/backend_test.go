@@ -42,6 +42,10 @@ var backendFormats = []struct {
 	{"bf16-phi3", demo.Options{}, "phi3"},
 	{"bf16-gpt_oss", demo.Options{SlidingWindow: 40}, "gpt_oss"},
 	{"mlx-q4-gpt_oss", demo.Options{Quantize: 4, GroupSize: 32, SlidingWindow: 40}, "gpt_oss"},
+	// DeepSeek-V3's latent attention (per-head projections, one latent KV
+	// head) and sigmoid-routed experts with a shared one.
+	{"bf16-deepseek_v3", demo.Options{}, "deepseek_v3"},
+	{"mlx-q4-deepseek_v3", demo.Options{Quantize: 4, GroupSize: 32}, "deepseek_v3"},
 }
 
 func demoModel(t *testing.T, arch string, o demo.Options) string {
