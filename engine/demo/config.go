@@ -84,6 +84,8 @@ func (m *Model) configJSON() map[string]any {
 		return m.familyConfig(c)
 	case modelfile.ArchDeepseekV3:
 		return m.deepseekConfig(c)
+	case modelfile.ArchGlm4MoE:
+		return m.glmConfig(c)
 	}
 	return c
 }

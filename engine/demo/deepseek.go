@@ -27,18 +27,18 @@ const (
 	deepseekRope   = 32
 )
 
-// resolveDeepseek checks what deepseek_v3 allows.
+// resolveDeepseek checks what deepseek_v3 and glm4_moe allow.
 func (o *Options) resolveDeepseek() error {
-	if o.Arch != modelfile.ArchDeepseekV3 {
+	if o.Arch != modelfile.ArchDeepseekV3 && o.Arch != modelfile.ArchGlm4MoE {
 		return nil
 	}
 	switch {
 	case o.Format == FormatGGUF:
-		return fmt.Errorf("demo: deepseek_v3 demos are written as safetensors only")
+		return fmt.Errorf("demo: %s demos are written as safetensors only", o.Arch)
 	case o.StopAfter != 0 || o.SlidingWindow != 0 || o.SlidingPattern != 0:
-		return fmt.Errorf("demo: --stop-after and sliding windows are not for deepseek_v3")
+		return fmt.Errorf("demo: --stop-after and sliding windows are not for %s", o.Arch)
 	case o.Untied:
-		return fmt.Errorf("demo: deepseek_v3 is always untied")
+		return fmt.Errorf("demo: %s is always untied", o.Arch)
 	}
 	return nil
 }
@@ -117,8 +117,6 @@ func (m *Model) deepseekLayers(sc scales, rng *rand.Rand,
 	}
 	oStd := sc.rho * initializerRange / (0.7 * math.Sqrt(float64(h*v)))
 	downStd := sc.rho * initializerRange / (0.6 * math.Sqrt(float64(p.Intermediate)))
-	e, in := p.Experts, p.MoEIntermediate
-	expertStd := sc.rho * initializerRange / (0.6 * math.Sqrt(float64(in)) * (2.5 + 1))
 	for l := range p.Layers {
 		pre := fmt.Sprintf("model.layers.%d.", l)
 		a := pre + "self_attn."
@@ -138,13 +136,116 @@ func (m *Model) deepseekLayers(sc scales, rng *rand.Rand,
 			add(pre+"mlp.down_proj.weight", outputs(1, p.Intermediate, downStd), p.Hidden, p.Intermediate)
 			continue
 		}
-		add(pre+"mlp.gate.weight", inputs(1, e, 1), e, p.Hidden)
-		add(pre+"mlp.gate.e_score_correction_bias", normal(e, 0.1), e)
-		add(pre+"mlp.switch_mlp.gate_proj.weight", inputs(e, in, 1), e, in, p.Hidden)
-		add(pre+"mlp.switch_mlp.up_proj.weight", inputs(e, in, 1), e, in, p.Hidden)
-		add(pre+"mlp.switch_mlp.down_proj.weight", outputs(e, in, expertStd), e, p.Hidden, in)
-		add(pre+"mlp.shared_experts.gate_proj.weight", inputs(1, in, 1), in, p.Hidden)
-		add(pre+"mlp.shared_experts.up_proj.weight", inputs(1, in, 1), in, p.Hidden)
-		add(pre+"mlp.shared_experts.down_proj.weight", outputs(1, in, expertStd), p.Hidden, in)
+		sigmoidMoE(p, sc, pre, normal, inputs, outputs, add)
+	}
+}
+
+// sigmoidMoE draws one layer's DeepSeek-V3-style mixture (deepseek_v3,
+// glm4_moe): a router at unit gain and a correction bias around 0, the
+// routed experts and one shared expert, the outputs scaled so that the
+// mixture (weights summing to ~routed_scaling_factor, plus the shared
+// expert) stays one MLP's size.
+func sigmoidMoE(p Params, sc scales, pre string,
+	normal func(n int, std float64) []float32,
+	inputs func(n, out int, gain float64) []float32,
+	outputs func(n, in int, std float64) []float32,
+	add func(name string, data []float32, shape ...int) []float32,
+) {
+	e, in := p.Experts, p.MoEIntermediate
+	std := sc.rho * initializerRange / (0.6 * math.Sqrt(float64(in)) * (routedScaling + 1))
+	add(pre+"mlp.gate.weight", inputs(1, e, 1), e, p.Hidden)
+	add(pre+"mlp.gate.e_score_correction_bias", normal(e, 0.1), e)
+	add(pre+"mlp.switch_mlp.gate_proj.weight", inputs(e, in, 1), e, in, p.Hidden)
+	add(pre+"mlp.switch_mlp.up_proj.weight", inputs(e, in, 1), e, in, p.Hidden)
+	add(pre+"mlp.switch_mlp.down_proj.weight", outputs(e, in, std), e, p.Hidden, in)
+	add(pre+"mlp.shared_experts.gate_proj.weight", inputs(1, in, 1), in, p.Hidden)
+	add(pre+"mlp.shared_experts.up_proj.weight", inputs(1, in, 1), in, p.Hidden)
+	add(pre+"mlp.shared_experts.down_proj.weight", outputs(1, in, std), p.Hidden, in)
+}
+
+// routedScaling is the demos' routed_scaling_factor (DeepSeek-V3's and
+// GLM-4.5's).
+const routedScaling = 2.5
+
+// GLM-4.5 demo models (glm4_moe): GLM-4.5-Air's config.json keys (head_dim
+// explicit, partial_rotary_factor 0.5, rope_theta 1e6, q/k/v biases, no
+// q/k norms, n_group 1), a dense first layer (first_k_dense_replace 1),
+// then in every layer Experts sigmoid-routed experts and one shared
+// expert, routed_scaling_factor 2.5.
+
+// glm sets GLM-4.5's hyperparameters.
+func (p *Params) glm() {
+	p.MaxPositions, p.RMSNormEps, p.RopeTheta = 131072, 1e-5, 1000000
+	p.RopeScaling = nil
+	p.TieEmbeddings = false
+}
+
+// glmConfig is Glm4MoeForCausalLM's config.json.
+func (m *Model) glmConfig(c map[string]any) map[string]any {
+	p := m.Params
+	delete(c, "max_window_layers")
+	delete(c, "sliding_window")
+	delete(c, "use_sliding_window")
+	return m.setKeys(c, map[string]any{
+		"architectures":            []string{"Glm4MoeForCausalLM"},
+		"model_type":               modelfile.ArchGlm4MoE,
+		"attention_bias":           true,
+		"first_k_dense_replace":    1,
+		"moe_intermediate_size":    p.MoEIntermediate,
+		"n_group":                  1,
+		"n_routed_experts":         p.Experts,
+		"n_shared_experts":         1,
+		"norm_topk_prob":           true,
+		"num_experts_per_tok":      p.ExpertsPerTok,
+		"num_nextn_predict_layers": 1,
+		"partial_rotary_factor":    0.5,
+		"routed_scaling_factor":    routedScaling,
+		"topk_group":               1,
+		"use_qk_norm":              false,
+		"transformers_version":     "4.54.0",
+	})
+}
+
+// glmLayers draws GLM-4.5's layers: Llama's attention with q/k/v biases
+// (spread by 0.1), then a dense MLP in layer 0 and the sigmoid mixture in
+// the others.
+func (m *Model) glmLayers(sc scales, rng *rand.Rand,
+	inputs func(n, out int, gain float64) []float32,
+	outputs func(n, in int, std float64) []float32,
+	add func(name string, data []float32, shape ...int) []float32,
+	fill func(n int, v float32) []float32,
+) {
+	p := m.Params
+	qkGain := math.Sqrt(2)
+	q, kv := p.Heads*p.HeadDim, p.KVHeads*p.HeadDim
+	normal := func(n int, std float64) []float32 {
+		d := make([]float32, n)
+		for i := range d {
+			d[i] = float32(rng.NormFloat64() * std)
+		}
+		return d
+	}
+	oStd := sc.rho * initializerRange / (0.7 * math.Sqrt(float64(q)))
+	downStd := sc.rho * initializerRange / (0.6 * math.Sqrt(float64(p.Intermediate)))
+	for l := range p.Layers {
+		pre := fmt.Sprintf("model.layers.%d.", l)
+		add(pre+"input_layernorm.weight", fill(p.Hidden, 1), p.Hidden)
+		for _, proj := range []struct {
+			name string
+			out  int
+			gain float64
+		}{{"q_proj", q, qkGain}, {"k_proj", kv, qkGain}, {"v_proj", kv, 1}} {
+			add(pre+"self_attn."+proj.name+".weight", inputs(1, proj.out, proj.gain), proj.out, p.Hidden)
+			add(pre+"self_attn."+proj.name+".bias", normal(proj.out, 0.1), proj.out)
+		}
+		add(pre+"self_attn.o_proj.weight", outputs(1, q, oStd), p.Hidden, q)
+		add(pre+"post_attention_layernorm.weight", fill(p.Hidden, 1), p.Hidden)
+		if l == 0 {
+			add(pre+"mlp.gate_proj.weight", inputs(1, p.Intermediate, 1), p.Intermediate, p.Hidden)
+			add(pre+"mlp.up_proj.weight", inputs(1, p.Intermediate, 1), p.Intermediate, p.Hidden)
+			add(pre+"mlp.down_proj.weight", outputs(1, p.Intermediate, downStd), p.Hidden, p.Intermediate)
+			continue
+		}
+		sigmoidMoE(p, sc, pre, normal, inputs, outputs, add)
 	}
 }

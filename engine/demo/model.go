@@ -90,8 +90,11 @@ func Build(opts Options) (*Model, error) {
 		p.gemma(o)
 	}
 	p.family(o)
-	if p.Arch == modelfile.ArchDeepseekV3 {
+	switch p.Arch {
+	case modelfile.ArchDeepseekV3:
 		p.deepseek()
+	case modelfile.ArchGlm4MoE:
+		p.glm()
 	}
 	if o.VocabFrom != "" {
 		m.Tokenizer, err = loadTokenizer(o.VocabFrom)

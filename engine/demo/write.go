@@ -129,7 +129,7 @@ func (m *Model) quantParams(t Tensor) (group, bits int, mode string, ok bool) {
 	if o.Quantize == 0 {
 		return 0, 0, "", false
 	}
-	if m.Params.Arch == modelfile.ArchDeepseekV3 && strings.HasSuffix(t.Name, ".mlp.gate.weight") {
+	if (m.Params.Arch == modelfile.ArchDeepseekV3 || m.Params.Arch == modelfile.ArchGlm4MoE) && strings.HasSuffix(t.Name, ".mlp.gate.weight") {
 		return 0, 0, "", false // MoEGate is not a layer mlx-lm quantizes
 	}
 	router := strings.HasSuffix(t.Name, ".mlp.gate.weight") || strings.HasSuffix(t.Name, ".mlp.router.weight")

@@ -35,6 +35,9 @@ const (
 	// runs as deepseek_v3): multi-head latent attention (see MLA) and a
 	// sigmoid-routed mixture with shared experts (see Router).
 	ArchDeepseekV3 = "deepseek_v3"
+	// ArchGlm4MoE is GLM-4.5 and GLM-4.6: biased attention on half-rotated
+	// heads and DeepSeek-V3's sigmoid-routed mixture (see Router).
+	ArchGlm4MoE = "glm4_moe"
 )
 
 // ConfigFile and GenerationConfigFile are the file names in a model
@@ -77,6 +80,8 @@ func archFor(name string) string {
 		return ArchGptOss
 	case "DeepseekV3ForCausalLM", "deepseek_v3":
 		return ArchDeepseekV3
+	case "Glm4MoeForCausalLM", "glm4_moe":
+		return ArchGlm4MoE
 	}
 	return ""
 }
@@ -124,9 +129,12 @@ type Config struct {
 	GptOss *GptOss `json:"gpt_oss,omitempty"`
 	// MLA is DeepSeek-V3's latent attention (nil for other families).
 	MLA *MLA `json:"mla,omitempty"`
-	// Router is a sigmoid, group-limited mixture's routing (deepseek_v3;
-	// nil for softmax-routed families).
+	// Router is a sigmoid, group-limited mixture's routing (deepseek_v3,
+	// glm4_moe; nil for softmax-routed families).
 	Router *Router `json:"router,omitempty"`
+	// QKNorm: glm4_moe's use_qk_norm, an RMSNorm over each head of q and k
+	// (Qwen3 always has them).
+	QKNorm bool `json:"qk_norm,omitempty"`
 	// Sliding marks the layers that attend to the last SlidingWindow
 	// positions only (llama and mistral: layer_types with
 	// "sliding_attention", as mlx-lm's llama.py reads them); nil when every
@@ -231,6 +239,11 @@ func ParseConfig(data []byte) (*Config, error) {
 	}
 	if c.Architecture == ArchDeepseekV3 {
 		if err := c.deepseekV3(data); err != nil {
+			return nil, err
+		}
+	}
+	if c.Architecture == ArchGlm4MoE {
+		if err := c.glm4MoE(data); err != nil {
 			return nil, err
 		}
 	}

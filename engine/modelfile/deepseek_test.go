@@ -88,3 +88,66 @@ func TestParseDeepseekV3(t *testing.T) {
 		})
 	}
 }
+
+// glmJSON is a GLM-4.5-Air-shaped config with the given keys replaced
+// (nil deletes).
+func glmJSON(t *testing.T, edits map[string]any) []byte {
+	t.Helper()
+	base := obj{
+		"architectures": []string{"Glm4MoeForCausalLM"}, "model_type": "glm4_moe", "head_dim": 32, "attention_bias": true,
+		"partial_rotary_factor": 0.5, "use_qk_norm": false, "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2,
+		"moe_intermediate_size": 32, "routed_scaling_factor": 1.0, "norm_topk_prob": true, "n_group": 1, "topk_group": 1,
+		"first_k_dense_replace": 1, "tie_word_embeddings": false,
+		"rope_scaling": obj{"rope_type": "linear", "factor": 2.0},
+	}
+	for k, v := range edits {
+		base[k] = v
+	}
+	return cfgJSON(t, base)
+}
+
+func TestParseGlm4MoE(t *testing.T) {
+	tests := []struct {
+		name  string
+		edits map[string]any
+		check func(t *testing.T, c *Config)
+		err   error
+	}{
+		{"glm-4.5-air's keys; rope_scaling dropped as mlx-lm does", nil, func(t *testing.T, c *Config) {
+			moe := &MoE{Experts: 8, TopK: 2, Intermediate: 32, SparseStep: 1, NormTopK: true}
+			rt := &Router{Groups: 1, TopKGroups: 1, ScalingFactor: 1, SharedExperts: 1, FirstDense: 1, LayerFreq: 1}
+			if c.Architecture != ArchGlm4MoE || !reflect.DeepEqual(c.MoE, moe) || !reflect.DeepEqual(c.Router, rt) || c.RotaryDims() != 16 ||
+				c.RopeScaling != nil || c.QKNorm || !c.AttentionBias || c.TieWordEmbeddings || c.MLA != nil {
+				t.Errorf("got %+v %+v rotary %d rope %+v qk norm %v", c.MoE, c.Router, c.RotaryDims(), c.RopeScaling, c.QKNorm)
+			}
+			if h, d := c.KVDims(); h != 2 || d != 32 {
+				t.Errorf("KV dims %d × %d", h, d)
+			}
+		}, nil},
+		{"use_qk_norm", obj{"use_qk_norm": true}, func(t *testing.T, c *Config) {
+			if !c.QKNorm {
+				t.Error("no q/k norms")
+			}
+		}, nil},
+		{"no head_dim", obj{"head_dim": nil}, nil, ErrInvalidConfig},
+		{"no n_routed_experts", obj{"n_routed_experts": nil}, nil, ErrInvalidConfig},
+		{"odd rotary features", obj{"partial_rotary_factor": 0.3}, nil, ErrInvalidConfig},
+		{"tied", obj{"tie_word_embeddings": true}, nil, ErrUnsupported},
+		{"another topk_method", obj{"topk_method": "greedy"}, nil, ErrUnsupported},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := ParseConfig(glmJSON(t, tc.edits))
+			if tc.err != nil {
+				if !errors.Is(err, tc.err) {
+					t.Fatalf("error %v, want %v", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, c)
+		})
+	}
+}

@@ -46,6 +46,7 @@ var backendFormats = []struct {
 	// head) and sigmoid-routed experts with a shared one.
 	{"bf16-deepseek_v3", demo.Options{}, "deepseek_v3"},
 	{"mlx-q4-deepseek_v3", demo.Options{Quantize: 4, GroupSize: 32}, "deepseek_v3"},
+	{"bf16-glm4_moe", demo.Options{}, "glm4_moe"},
 }
 
 func demoModel(t *testing.T, arch string, o demo.Options) string {
