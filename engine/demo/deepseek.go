@@ -46,6 +46,7 @@ func (o *Options) resolveDeepseek() error {
 // deepseek sets DeepSeek-V3's hyperparameters.
 func (p *Params) deepseek() {
 	p.MaxPositions, p.RMSNormEps, p.RopeTheta = 163840, 1e-6, 10000
+	p.KVHeads = p.Heads // num_key_value_heads: MLA has no KV heads of its own
 	p.RopeScaling = map[string]any{"beta_fast": 32.0, "beta_slow": 1.0, "factor": 40.0, "mscale": 1.0, "mscale_all_dim": 1.0,
 		"original_max_position_embeddings": 4096, "type": "yarn"}
 	p.TieEmbeddings = false
