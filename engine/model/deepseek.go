@@ -67,8 +67,7 @@ func loadDeepseekV3(w *loader, prefix string) block {
 	}
 	a.kva = w.matrix(p+"kv_a_proj_with_mqa", m.CacheDim(), hidden)
 	a.kvaNorm = w.vector(p + "kv_a_layernorm.weight")
-	a.embedQ = w.experts(p+"embed_q", heads, m.KVLoraRank, m.NopeDim)
-	a.unembedOut = w.experts(p+"unembed_out", heads, m.VDim, m.KVLoraRank)
+	a.embedQ, a.unembedOut = loadMLAHeads(w, p)
 	a.o = w.matrix(p+"o_proj", hidden, heads*m.VDim)
 	b := &deepseekBlock{
 		inputNorm: w.vector(prefix + "input_layernorm.weight"),

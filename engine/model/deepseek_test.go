@@ -1,6 +1,7 @@
 package model
 
 import (
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -39,4 +40,27 @@ func TestDeepseekKVCache(t *testing.T) {
 	}
 	got := forward(t, m, []Input{{Seq: dst, Tokens: toks[192:]}}, Range{}, nil).Logits[0]
 	sameBits(t, "logits after a restored prefix", got, want)
+}
+
+// A bf16 deepseek_v3 checkpoint with kv_b_proj (the older layout) gives
+// bit-identical logits to the same weights as embed_q and unembed_out:
+// the split on load only moves values.
+func TestDeepseekKVBProj(t *testing.T) {
+	be := cpu.New(cpu.Options{Threads: 2})
+	defer be.Close()
+	dir := smallModel(t, "deepseek_v3", demo.Options{})
+	old := filepath.Join(t.TempDir(), "kvb")
+	if err := copyDir(dir, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := toKVBProj(old); err != nil {
+		t.Fatal(err)
+	}
+	toks := tokens(3, 40)
+	var logits [][]float32
+	for _, path := range []string{dir, old} {
+		m := load(t, be, path, Range{})
+		logits = append(logits, slices.Clone(forward(t, m, []Input{{Seq: newSeq(t, m), Tokens: toks}}, Range{}, nil).Logits[0]))
+	}
+	sameBits(t, "logits from kv_b_proj", logits[1], logits[0])
 }

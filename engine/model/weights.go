@@ -23,6 +23,9 @@ type source interface {
 	// SwitchLinear: path.weight [E, out, in]).
 	experts(path string) ([]backend.WeightData, error)
 	vector(name string) (backend.VectorData, error)
+	// module returns the file's module at path as modelfile describes it
+	// (for weights rebuilt on load, as DeepSeek's kv_b_proj).
+	module(path string) (*modelfile.Linear, error)
 	has(name string) bool
 	close() error
 }
@@ -202,6 +205,14 @@ func (s safetensorsSource) vector(name string) (backend.VectorData, error) {
 	return backend.VectorData{Name: name, Data: t}, nil
 }
 
+func (s safetensorsSource) module(path string) (*modelfile.Linear, error) {
+	l, err := s.m.Linear(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadWeights, err)
+	}
+	return l, nil
+}
+
 func (s safetensorsSource) has(name string) bool { return s.m.Has(name) }
 func (s safetensorsSource) close() error         { return s.m.Close() }
 
@@ -249,6 +260,10 @@ func (g ggufSource) vector(name string) (backend.VectorData, error) {
 		return backend.VectorData{}, fmt.Errorf("%w: %s is missing from %s", ErrBadWeights, name, g.f.Name)
 	}
 	return backend.VectorData{Name: name, Data: t}, nil
+}
+
+func (g ggufSource) module(path string) (*modelfile.Linear, error) {
+	return nil, fmt.Errorf("%w: %s: not read from GGUF files", ErrBadWeights, path)
 }
 
 func (g ggufSource) has(name string) bool { _, ok := g.tensor(name); return ok }
