@@ -109,15 +109,8 @@ func (m *Model) deepseekLayers(sc scales, rng *rand.Rand,
 	qkGain := math.Sqrt(2)
 	h, nope, v := p.Heads, p.HeadDim, p.HeadDim
 	qhd := nope + deepseekRope
-	normal := func(n int, std float64) []float32 {
-		d := make([]float32, n)
-		for i := range d {
-			d[i] = float32(rng.NormFloat64() * std)
-		}
-		return d
-	}
+	normal := normalFunc(rng)
 	oStd := sc.rho * initializerRange / (0.7 * math.Sqrt(float64(h*v)))
-	downStd := sc.rho * initializerRange / (0.6 * math.Sqrt(float64(p.Intermediate)))
 	for l := range p.Layers {
 		pre := fmt.Sprintf("model.layers.%d.", l)
 		a := pre + "self_attn."
@@ -132,9 +125,7 @@ func (m *Model) deepseekLayers(sc scales, rng *rand.Rand,
 		add(a+"o_proj.weight", outputs(1, h*v, oStd), p.Hidden, h*v)
 		add(pre+"post_attention_layernorm.weight", fill(p.Hidden, 1), p.Hidden)
 		if l == 0 { // first_k_dense_replace
-			add(pre+"mlp.gate_proj.weight", inputs(1, p.Intermediate, 1), p.Intermediate, p.Hidden)
-			add(pre+"mlp.up_proj.weight", inputs(1, p.Intermediate, 1), p.Intermediate, p.Hidden)
-			add(pre+"mlp.down_proj.weight", outputs(1, p.Intermediate, downStd), p.Hidden, p.Intermediate)
+			denseMLP(p, sc, pre, inputs, outputs, add)
 			continue
 		}
 		sigmoidMoE(p, sc, pre, normal, inputs, outputs, add)
@@ -217,36 +208,61 @@ func (m *Model) glmLayers(sc scales, rng *rand.Rand,
 	fill func(n int, v float32) []float32,
 ) {
 	p := m.Params
-	qkGain := math.Sqrt(2)
-	q, kv := p.Heads*p.HeadDim, p.KVHeads*p.HeadDim
-	normal := func(n int, std float64) []float32 {
+	q := p.Heads * p.HeadDim
+	normal := normalFunc(rng)
+	oStd := sc.rho * initializerRange / (0.7 * math.Sqrt(float64(q)))
+	for l := range p.Layers {
+		pre := fmt.Sprintf("model.layers.%d.", l)
+		add(pre+"input_layernorm.weight", fill(p.Hidden, 1), p.Hidden)
+		biasedQKV(p, pre, normal, inputs, add)
+		add(pre+"self_attn.o_proj.weight", outputs(1, q, oStd), p.Hidden, q)
+		add(pre+"post_attention_layernorm.weight", fill(p.Hidden, 1), p.Hidden)
+		if l == 0 {
+			denseMLP(p, sc, pre, inputs, outputs, add)
+			continue
+		}
+		sigmoidMoE(p, sc, pre, normal, inputs, outputs, add)
+	}
+}
+
+// normalFunc draws n values of N(0, std²) from rng.
+func normalFunc(rng *rand.Rand) func(n int, std float64) []float32 {
+	return func(n int, std float64) []float32 {
 		d := make([]float32, n)
 		for i := range d {
 			d[i] = float32(rng.NormFloat64() * std)
 		}
 		return d
 	}
-	oStd := sc.rho * initializerRange / (0.7 * math.Sqrt(float64(q)))
-	downStd := sc.rho * initializerRange / (0.6 * math.Sqrt(float64(p.Intermediate)))
-	for l := range p.Layers {
-		pre := fmt.Sprintf("model.layers.%d.", l)
-		add(pre+"input_layernorm.weight", fill(p.Hidden, 1), p.Hidden)
-		for _, proj := range []struct {
-			name string
-			out  int
-			gain float64
-		}{{"q_proj", q, qkGain}, {"k_proj", kv, qkGain}, {"v_proj", kv, 1}} {
-			add(pre+"self_attn."+proj.name+".weight", inputs(1, proj.out, proj.gain), proj.out, p.Hidden)
-			add(pre+"self_attn."+proj.name+".bias", normal(proj.out, 0.1), proj.out)
-		}
-		add(pre+"self_attn.o_proj.weight", outputs(1, q, oStd), p.Hidden, q)
-		add(pre+"post_attention_layernorm.weight", fill(p.Hidden, 1), p.Hidden)
-		if l == 0 {
-			add(pre+"mlp.gate_proj.weight", inputs(1, p.Intermediate, 1), p.Intermediate, p.Hidden)
-			add(pre+"mlp.up_proj.weight", inputs(1, p.Intermediate, 1), p.Intermediate, p.Hidden)
-			add(pre+"mlp.down_proj.weight", outputs(1, p.Intermediate, downStd), p.Hidden, p.Intermediate)
-			continue
-		}
-		sigmoidMoE(p, sc, pre, normal, inputs, outputs, add)
+}
+
+// biasedQKV draws q, k and v projections with biases spread by 0.1 (q
+// and k at √2 gain, as init.go's).
+func biasedQKV(p Params, pre string, normal func(n int, std float64) []float32,
+	inputs func(n, out int, gain float64) []float32,
+	add func(name string, data []float32, shape ...int) []float32,
+) {
+	qkGain := math.Sqrt(2)
+	q, kv := p.Heads*p.HeadDim, p.KVHeads*p.HeadDim
+	for _, proj := range []struct {
+		name string
+		out  int
+		gain float64
+	}{{"q_proj", q, qkGain}, {"k_proj", kv, qkGain}, {"v_proj", kv, 1}} {
+		add(pre+"self_attn."+proj.name+".weight", inputs(1, proj.out, proj.gain), proj.out, p.Hidden)
+		add(pre+"self_attn."+proj.name+".bias", normal(proj.out, 0.1), proj.out)
 	}
+}
+
+// denseMLP draws a dense SwiGLU MLP of intermediate_size (a mixture
+// family's first layers), scaled as init.go's.
+func denseMLP(p Params, sc scales, pre string,
+	inputs func(n, out int, gain float64) []float32,
+	outputs func(n, in int, std float64) []float32,
+	add func(name string, data []float32, shape ...int) []float32,
+) {
+	std := sc.rho * initializerRange / (0.6 * math.Sqrt(float64(p.Intermediate)))
+	add(pre+"mlp.gate_proj.weight", inputs(1, p.Intermediate, 1), p.Intermediate, p.Hidden)
+	add(pre+"mlp.up_proj.weight", inputs(1, p.Intermediate, 1), p.Intermediate, p.Hidden)
+	add(pre+"mlp.down_proj.weight", outputs(1, p.Intermediate, std), p.Hidden, p.Intermediate)
 }

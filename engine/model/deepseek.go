@@ -231,12 +231,8 @@ func (m *sigmoidExperts) choose(logits []float32, tokens int) (rows, which []int
 // hostVector reads the float vector name, of n values, into Go memory
 // (a router's correction bias, used on the host).
 func (l *loader) hostVector(name string, n int) []float32 {
-	if l.err != nil {
-		return nil
-	}
-	d, err := l.src.vector(name)
-	if err != nil {
-		l.fail(err)
+	d, ok := l.lookupVector(name)
+	if !ok {
 		return nil
 	}
 	v, err := tensor.Floats(d.Data)

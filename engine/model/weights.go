@@ -125,14 +125,24 @@ func (l *loader) upload(d backend.WeightData, out, in int) backend.Weight {
 	return w
 }
 
-// vector loads a norm weight.
-func (l *loader) vector(name string) backend.Vector {
+// lookupVector finds the vector name, false (the failure recorded) if
+// it cannot, or if loading has already failed.
+func (l *loader) lookupVector(name string) (backend.VectorData, bool) {
 	if l.err != nil {
-		return nil
+		return backend.VectorData{}, false
 	}
 	d, err := l.src.vector(name)
 	if err != nil {
 		l.fail(err)
+		return backend.VectorData{}, false
+	}
+	return d, true
+}
+
+// vector loads a norm weight.
+func (l *loader) vector(name string) backend.Vector {
+	d, ok := l.lookupVector(name)
+	if !ok {
 		return nil
 	}
 	if n := d.Data.Shape; len(n) != 1 || int(n[0]) != l.dims.length(name) {
@@ -140,6 +150,7 @@ func (l *loader) vector(name string) backend.Vector {
 		return nil
 	}
 	if l.normOffset != 0 {
+		var err error
 		if d, err = offsetVector(d, l.normOffset); err != nil {
 			l.fail(fmt.Errorf("%w: %w", ErrBadWeights, err))
 			return nil

@@ -47,28 +47,99 @@ type Router struct {
 // first_k_dense_replace and l % moe_layer_freq == 0).
 func (r *Router) Sparse(l int) bool { return l >= r.FirstDense && l%r.LayerFreq == 0 }
 
+// rawRouter is the keys of a sigmoid-routed mixture (DeepSeek-V3,
+// GLM-4.5) and what comes with them.
+type rawRouter struct {
+	RoutedExperts    *int64   `json:"n_routed_experts"`
+	SharedExperts    *int64   `json:"n_shared_experts"`
+	TopK             *int64   `json:"num_experts_per_tok"`
+	MoEIntermediate  *int64   `json:"moe_intermediate_size"`
+	ScalingFactor    *float64 `json:"routed_scaling_factor"`
+	TopKMethod       *string  `json:"topk_method"`
+	NormTopK         *bool    `json:"norm_topk_prob"`
+	Groups           *int64   `json:"n_group"`
+	TopKGroups       *int64   `json:"topk_group"`
+	FirstDense       *int64   `json:"first_k_dense_replace"`
+	LayerFreq        *int64   `json:"moe_layer_freq"`
+	TieWordEmbedding *bool    `json:"tie_word_embeddings"`
+}
+
+// intField is an integer key: its value (nil: absent), where it goes, its
+// default and its range.
+type intField struct {
+	name   string
+	v      *int64
+	dst    *int
+	def    int64
+	lo, hi int64
+}
+
+// setInts fills the fields, with their defaults, and checks their ranges.
+func setInts(arch string, fields []intField) error {
+	for _, f := range fields {
+		x := f.def
+		if f.v != nil {
+			x = *f.v
+		}
+		if x < f.lo || x > f.hi {
+			return fmt.Errorf("%w: %s: %s %d out of range [%d, %d]", ErrInvalidConfig, arch, f.name, x, f.lo, f.hi)
+		}
+		*f.dst = int(x)
+	}
+	return nil
+}
+
+// common checks what both sigmoid-routed families refuse: another
+// topk_method than noaux_tc (the only one mlx-lm runs) and tied
+// embeddings (mlx-lm always reads an lm_head).
+func (r *rawRouter) common(c *Config) error {
+	if r.TopKMethod != nil && *r.TopKMethod != "noaux_tc" {
+		return fmt.Errorf("%w: %s topk_method %q (mlx-lm runs noaux_tc only)", ErrUnsupported, c.Architecture, *r.TopKMethod)
+	}
+	if r.TieWordEmbedding != nil && *r.TieWordEmbedding {
+		return fmt.Errorf("%w: %s with tied embeddings (mlx-lm always reads an lm_head)", ErrUnsupported, c.Architecture)
+	}
+	c.TieWordEmbeddings = false
+	return nil
+}
+
+// router sets c's MoE and Router from the keys, with the family's
+// defaults for moe_intermediate_size and n_shared_experts (mlx-lm's).
+func (r *rawRouter) router(c *Config, intermediate, shared int64) error {
+	moe := &MoE{NormTopK: orBool(r.NormTopK, true), SparseStep: 1}
+	rt := &Router{ScalingFactor: 1}
+	if r.ScalingFactor != nil {
+		rt.ScalingFactor = *r.ScalingFactor
+		if !positive(rt.ScalingFactor) {
+			return fmt.Errorf("%w: %s: routed_scaling_factor %v is not positive", ErrInvalidConfig, c.Architecture, rt.ScalingFactor)
+		}
+	}
+	err := setInts(c.Architecture, []intField{
+		{"n_routed_experts", r.RoutedExperts, &moe.Experts, 0, 1, maxExperts},
+		{"num_experts_per_tok", r.TopK, &moe.TopK, 1, 1, maxExperts},
+		{"moe_intermediate_size", r.MoEIntermediate, &moe.Intermediate, intermediate, 1, maxIntermediate},
+		{"n_shared_experts", r.SharedExperts, &rt.SharedExperts, shared, 0, maxExperts},
+		{"n_group", r.Groups, &rt.Groups, 1, 1, maxExperts},
+		{"topk_group", r.TopKGroups, &rt.TopKGroups, 1, 1, maxExperts},
+		{"first_k_dense_replace", r.FirstDense, &rt.FirstDense, 0, 0, maxLayers},
+		{"moe_layer_freq", r.LayerFreq, &rt.LayerFreq, 1, 1, maxLayers},
+	})
+	if err != nil {
+		return err
+	}
+	return c.checkRouter(moe, rt)
+}
+
 // deepseekV3 reads DeepSeek-V3's keys with mlx-lm's defaults: MLA, the
-// sigmoid router (topk_method must be noaux_tc, the only one mlx-lm
-// runs), an untied lm_head.
+// sigmoid router, an untied lm_head.
 func (c *Config) deepseekV3(data []byte) error {
 	var r struct {
-		QLoraRank        json.RawMessage `json:"q_lora_rank"`
-		KVLoraRank       *int64          `json:"kv_lora_rank"`
-		NopeDim          *int64          `json:"qk_nope_head_dim"`
-		RopeDim          *int64          `json:"qk_rope_head_dim"`
-		VDim             *int64          `json:"v_head_dim"`
-		RoutedExperts    *int64          `json:"n_routed_experts"`
-		SharedExperts    *int64          `json:"n_shared_experts"`
-		TopK             *int64          `json:"num_experts_per_tok"`
-		MoEIntermediate  *int64          `json:"moe_intermediate_size"`
-		ScalingFactor    *float64        `json:"routed_scaling_factor"`
-		TopKMethod       *string         `json:"topk_method"`
-		NormTopK         *bool           `json:"norm_topk_prob"`
-		Groups           *int64          `json:"n_group"`
-		TopKGroups       *int64          `json:"topk_group"`
-		FirstDense       *int64          `json:"first_k_dense_replace"`
-		LayerFreq        *int64          `json:"moe_layer_freq"`
-		TieWordEmbedding *bool           `json:"tie_word_embeddings"`
+		rawRouter
+		QLoraRank  json.RawMessage `json:"q_lora_rank"`
+		KVLoraRank *int64          `json:"kv_lora_rank"`
+		NopeDim    *int64          `json:"qk_nope_head_dim"`
+		RopeDim    *int64          `json:"qk_rope_head_dim"`
+		VDim       *int64          `json:"v_head_dim"`
 	}
 	if err := json.Unmarshal(data, &r); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
@@ -76,22 +147,8 @@ func (c *Config) deepseekV3(data []byte) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: deepseek_v3: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
 	}
-	if r.TopKMethod != nil && *r.TopKMethod != "noaux_tc" {
-		return fmt.Errorf("%w: deepseek_v3 topk_method %q (mlx-lm runs noaux_tc only)", ErrUnsupported, *r.TopKMethod)
-	}
-	if r.TieWordEmbedding != nil && *r.TieWordEmbedding {
-		return fmt.Errorf("%w: deepseek_v3 with tied embeddings (mlx-lm always has an lm_head)", ErrUnsupported)
-	}
-	c.TieWordEmbeddings = false
-	get := func(name string, v *int64, def, lo, hi int64) (int, error) {
-		x := def
-		if v != nil {
-			x = *v
-		}
-		if x < lo || x > hi {
-			return 0, bad("%s %d out of range [%d, %d]", name, x, lo, hi)
-		}
-		return int(x), nil
+	if err := r.common(c); err != nil {
+		return err
 	}
 	m := &MLA{}
 	if !isNull(r.QLoraRank) {
@@ -106,63 +163,23 @@ func (c *Config) deepseekV3(data []byte) error {
 	} else if r.QLoraRank == nil {
 		m.QLoraRank = 1536
 	}
-	var err error
-	fields := []struct {
-		name string
-		v    *int64
-		dst  *int
-		def  int64
-		lo   int64
-		hi   int64
-	}{
+	err := setInts(c.Architecture, []intField{
 		{"kv_lora_rank", r.KVLoraRank, &m.KVLoraRank, 512, 1, maxHidden},
 		{"qk_nope_head_dim", r.NopeDim, &m.NopeDim, 128, 1, maxHeadDim},
 		{"qk_rope_head_dim", r.RopeDim, &m.RopeDim, 64, 2, maxHeadDim},
 		{"v_head_dim", r.VDim, &m.VDim, 128, 1, maxHeadDim},
-	}
-	for _, f := range fields {
-		if *f.dst, err = get(f.name, f.v, f.def, f.lo, f.hi); err != nil {
-			return err
-		}
+	})
+	if err != nil {
+		return err
 	}
 	if m.RopeDim%2 != 0 {
 		return bad("qk_rope_head_dim %d is odd (RoPE rotates pairs)", m.RopeDim)
 	}
 	c.MLA = m
-
 	if r.RoutedExperts == nil { // mlx-lm: no mixture at all
 		return nil
 	}
-	moe := &MoE{NormTopK: orBool(r.NormTopK, true), SparseStep: 1}
-	rt := &Router{ScalingFactor: 1}
-	if r.ScalingFactor != nil {
-		rt.ScalingFactor = *r.ScalingFactor
-		if !positive(rt.ScalingFactor) {
-			return bad("routed_scaling_factor %v is not positive", rt.ScalingFactor)
-		}
-	}
-	for _, f := range []struct {
-		name string
-		v    *int64
-		dst  *int
-		def  int64
-		lo   int64
-		hi   int64
-	}{
-		{"n_routed_experts", r.RoutedExperts, &moe.Experts, 0, 1, maxExperts},
-		{"num_experts_per_tok", r.TopK, &moe.TopK, 1, 1, maxExperts},
-		{"moe_intermediate_size", r.MoEIntermediate, &moe.Intermediate, 1407, 1, maxIntermediate},
-		{"n_shared_experts", r.SharedExperts, &rt.SharedExperts, 0, 0, maxExperts},
-		{"n_group", r.Groups, &rt.Groups, 1, 1, maxExperts},
-		{"topk_group", r.TopKGroups, &rt.TopKGroups, 1, 1, maxExperts},
-		{"first_k_dense_replace", r.FirstDense, &rt.FirstDense, 0, 0, maxLayers},
-		{"moe_layer_freq", r.LayerFreq, &rt.LayerFreq, 1, 1, maxLayers},
-	} {
-		if *f.dst, err = get(f.name, f.v, f.def, f.lo, f.hi); err != nil {
-			return err
-		}
-	}
-	return c.checkRouter(moe, rt)
+	return r.router(c, 1407, 0)
 }
 
 // checkRouter checks a sigmoid router's sizes and sets c's MoE and Router.

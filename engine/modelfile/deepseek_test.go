@@ -20,19 +20,11 @@ func deepseekJSON(t *testing.T, edits map[string]any) []byte {
 		"rope_scaling": obj{"type": "yarn", "factor": 40.0, "mscale": 1.0, "mscale_all_dim": 1.0, "beta_fast": 32, "beta_slow": 1,
 			"original_max_position_embeddings": 4096},
 	}
-	for k, v := range edits {
-		base[k] = v
-	}
-	return cfgJSON(t, base)
+	return cfgJSON(t, withEdits(base, edits))
 }
 
 func TestParseDeepseekV3(t *testing.T) {
-	tests := []struct {
-		name  string
-		edits map[string]any
-		check func(t *testing.T, c *Config)
-		err   error
-	}{
+	tests := []configCase{
 		{"deepseek-v3's keys", nil, func(t *testing.T, c *Config) {
 			mla := &MLA{QLoraRank: 48, KVLoraRank: 32, NopeDim: 16, RopeDim: 8, VDim: 24}
 			moe := &MoE{Experts: 8, TopK: 2, Intermediate: 32, SparseStep: 1, NormTopK: true}
@@ -72,21 +64,7 @@ func TestParseDeepseekV3(t *testing.T) {
 		{"odd rope dims", obj{"qk_rope_head_dim": 7}, nil, ErrInvalidConfig},
 		{"more per token than experts", obj{"num_experts_per_tok": 9}, nil, ErrInvalidConfig},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			c, err := ParseConfig(deepseekJSON(t, tc.edits))
-			if tc.err != nil {
-				if !errors.Is(err, tc.err) {
-					t.Fatalf("error %v, want %v", err, tc.err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			tc.check(t, c)
-		})
-	}
+	runConfigCases(t, deepseekJSON, tests)
 }
 
 // glmJSON is a GLM-4.5-Air-shaped config with the given keys replaced
@@ -100,19 +78,11 @@ func glmJSON(t *testing.T, edits map[string]any) []byte {
 		"first_k_dense_replace": 1, "tie_word_embeddings": false,
 		"rope_scaling": obj{"rope_type": "linear", "factor": 2.0},
 	}
-	for k, v := range edits {
-		base[k] = v
-	}
-	return cfgJSON(t, base)
+	return cfgJSON(t, withEdits(base, edits))
 }
 
 func TestParseGlm4MoE(t *testing.T) {
-	tests := []struct {
-		name  string
-		edits map[string]any
-		check func(t *testing.T, c *Config)
-		err   error
-	}{
+	tests := []configCase{
 		{"glm-4.5-air's keys; rope_scaling dropped as mlx-lm does", nil, func(t *testing.T, c *Config) {
 			moe := &MoE{Experts: 8, TopK: 2, Intermediate: 32, SparseStep: 1, NormTopK: true}
 			rt := &Router{Groups: 1, TopKGroups: 1, ScalingFactor: 1, SharedExperts: 1, FirstDense: 1, LayerFreq: 1}
@@ -135,9 +105,22 @@ func TestParseGlm4MoE(t *testing.T) {
 		{"tied", obj{"tie_word_embeddings": true}, nil, ErrUnsupported},
 		{"another topk_method", obj{"topk_method": "greedy"}, nil, ErrUnsupported},
 	}
+	runConfigCases(t, glmJSON, tests)
+}
+
+// configCase is a config made by editing a family's base config, and
+// what parsing it must give: check on the config, or err.
+type configCase struct {
+	name  string
+	edits map[string]any
+	check func(t *testing.T, c *Config)
+	err   error
+}
+
+func runConfigCases(t *testing.T, base func(*testing.T, map[string]any) []byte, tests []configCase) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := ParseConfig(glmJSON(t, tc.edits))
+			c, err := ParseConfig(base(t, tc.edits))
 			if tc.err != nil {
 				if !errors.Is(err, tc.err) {
 					t.Fatalf("error %v, want %v", err, tc.err)
@@ -150,4 +133,12 @@ func TestParseGlm4MoE(t *testing.T) {
 			tc.check(t, c)
 		})
 	}
+}
+
+// withEdits sets edits' keys in base and returns it.
+func withEdits(base, edits map[string]any) map[string]any {
+	for k, v := range edits {
+		base[k] = v
+	}
+	return base
 }

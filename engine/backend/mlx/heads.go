@@ -24,14 +24,7 @@ func (s *step) HeadSlice(x backend.Array, heads, from, to int) backend.Array {
 // HeadConcat concatenates a and b along the last axis of [rows, heads,
 // width].
 func (s *step) HeadConcat(x, y backend.Array, heads int) backend.Array {
-	p, q := nd(x), nd(y)
-	switch { // an open Input joined to a computed array takes its type
-	case p.open && !q.open:
-		use(p, q.dt)
-	case q.open && !p.open:
-		use(q, p.dt)
-	}
-	p, q = use(p, tensor.F32), use(q, tensor.F32)
+	p, q := operands(x, y)
 	wa, wb, err := backend.HeadConcatShape(p, q, heads)
 	if err != nil {
 		panic("mlx: " + err.Error())

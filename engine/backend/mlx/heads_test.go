@@ -31,18 +31,7 @@ func testHeadOps(t *testing.T) {
 		w := randFloats(rng, out*in, 0.1)
 		dense[h] = backend.WeightData{Name: "dense", Format: backend.Dense, Out: out, In: in,
 			Data: tensor.Tensor{DType: tensor.F32, Shape: []int64{out, in}, Data: f32Bytes(w)}}
-		packed, scales, biases, err := modelfile.QuantizeAffine(w, out, in, group, bits)
-		if err != nil {
-			t.Fatal(err)
-		}
-		words := make([]byte, 0, 4*len(packed))
-		for _, p := range packed {
-			words = append(words, byte(p), byte(p>>8), byte(p>>16), byte(p>>24))
-		}
-		quant[h] = backend.WeightData{Name: "quant", Format: backend.MLXAffine, Out: out, In: in, Bits: bits, Group: group,
-			Data:   tensor.Tensor{DType: tensor.U32, Shape: []int64{out, int64(modelfile.PackedCols(in, bits))}, Data: words},
-			Scales: tensor.Tensor{DType: tensor.F32, Shape: []int64{out, in / group}, Data: f32Bytes(scales)},
-			Biases: tensor.Tensor{DType: tensor.F32, Shape: []int64{out, in / group}, Data: f32Bytes(biases)}}
+		quant[h] = affineData(t, "quant", w, out, in, group, bits)
 	}
 	upload := func(b backend.Backend, ds []backend.WeightData) []backend.Weight {
 		ws := make([]backend.Weight, len(ds))
@@ -77,4 +66,22 @@ func testHeadOps(t *testing.T) {
 			}
 		})
 	}
+}
+
+// affineData is w [out, in] quantized to MLX affine codes, scales and
+// biases in float32.
+func affineData(t *testing.T, name string, w []float32, out, in, group, bits int) backend.WeightData {
+	t.Helper()
+	packed, scales, biases, err := modelfile.QuantizeAffine(w, out, in, group, bits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	words := make([]byte, 0, 4*len(packed))
+	for _, p := range packed {
+		words = append(words, byte(p), byte(p>>8), byte(p>>16), byte(p>>24))
+	}
+	return backend.WeightData{Name: name, Format: backend.MLXAffine, Out: out, In: in, Bits: bits, Group: group,
+		Data:   tensor.Tensor{DType: tensor.U32, Shape: []int64{int64(out), int64(modelfile.PackedCols(in, bits))}, Data: words},
+		Scales: tensor.Tensor{DType: tensor.F32, Shape: []int64{int64(out), int64(in / group)}, Data: f32Bytes(scales)},
+		Biases: tensor.Tensor{DType: tensor.F32, Shape: []int64{int64(out), int64(in / group)}, Data: f32Bytes(biases)}}
 }
