@@ -160,6 +160,9 @@ type Step interface {
 	RoPETable(x, cos, sin Array) Array
 	// ExpertLinear and MixRows, for mixtures of experts (moe.go).
 	ExpertOps
+	// HeadSlice, HeadConcat and HeadLinear, for multi-head latent
+	// attention (heads.go).
+	HeadOps
 
 	// Mark and Release bound the memory of a pass: Release frees every
 	// array made since m except keep, which it returns (valid, possibly

@@ -82,6 +82,10 @@ func (m *Model) configJSON() map[string]any {
 	switch p.Arch {
 	case modelfile.ArchPhi3, modelfile.ArchMistral, modelfile.ArchMistral3, modelfile.ArchGptOss:
 		return m.familyConfig(c)
+	case modelfile.ArchDeepseekV3:
+		return m.deepseekConfig(c)
+	case modelfile.ArchGlm4MoE:
+		return m.glmConfig(c)
 	}
 	return c
 }

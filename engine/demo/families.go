@@ -297,16 +297,9 @@ func (m *Model) gptOssLayers(sc scales, rng *rand.Rand,
 	fill func(n int, v float32) []float32,
 ) {
 	p := m.Params
-	qkGain := math.Sqrt(2)
-	q, kv := p.Heads*p.HeadDim, p.KVHeads*p.HeadDim
+	q := p.Heads * p.HeadDim
 	e, in := p.Experts, p.Intermediate
-	normal := func(n int, std float64) []float32 {
-		d := make([]float32, n)
-		for i := range d {
-			d[i] = float32(rng.NormFloat64() * std)
-		}
-		return d
-	}
+	normal := normalFunc(rng)
 	// content: n values of residual biases, zero on the reserved dims.
 	content := func(n int, std float64) []float32 {
 		d := normal(n, std)
@@ -322,14 +315,7 @@ func (m *Model) gptOssLayers(sc scales, rng *rand.Rand,
 	for l := range p.Layers {
 		pre := fmt.Sprintf("model.layers.%d.", l)
 		add(pre+"input_layernorm.weight", fill(p.Hidden, 1), p.Hidden)
-		for _, proj := range []struct {
-			name string
-			out  int
-			gain float64
-		}{{"q_proj", q, qkGain}, {"k_proj", kv, qkGain}, {"v_proj", kv, 1}} {
-			add(pre+"self_attn."+proj.name+".weight", inputs(1, proj.out, proj.gain), proj.out, p.Hidden)
-			add(pre+"self_attn."+proj.name+".bias", normal(proj.out, 0.1), proj.out)
-		}
+		biasedQKV(p, pre, normal, inputs, add)
 		add(pre+"self_attn.o_proj.weight", outputs(1, q, oStd), p.Hidden, q)
 		add(pre+"self_attn.o_proj.bias", content(p.Hidden, 0.1*oStd), p.Hidden)
 		add(pre+"self_attn.sinks", normal(p.Heads, 1), p.Heads)

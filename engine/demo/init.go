@@ -173,6 +173,10 @@ func (m *Model) initWeights() error {
 		m.gemmaLayers(sc, input, output, add, fill)
 	} else if p.Arch == modelfile.ArchGptOss {
 		m.gptOssLayers(sc, rng, inputs, outputs, add, fill)
+	} else if p.Arch == modelfile.ArchDeepseekV3 {
+		m.deepseekLayers(sc, rng, inputs, outputs, add, fill)
+	} else if p.Arch == modelfile.ArchGlm4MoE {
+		m.glmLayers(sc, rng, inputs, outputs, add, fill)
 	} else {
 		for l := range p.Layers {
 			pre := fmt.Sprintf("model.layers.%d.", l)

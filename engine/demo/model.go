@@ -90,6 +90,12 @@ func Build(opts Options) (*Model, error) {
 		p.gemma(o)
 	}
 	p.family(o)
+	switch p.Arch {
+	case modelfile.ArchDeepseekV3:
+		p.deepseek()
+	case modelfile.ArchGlm4MoE:
+		p.glm()
+	}
 	if o.VocabFrom != "" {
 		m.Tokenizer, err = loadTokenizer(o.VocabFrom)
 	} else {

@@ -27,6 +27,10 @@ var architectures = map[string]architecture{
 	modelfile.ArchMistral:  {load: loadLlama, headDim: configHeadDim, setup: setupWindows},
 	modelfile.ArchMistral3: {load: loadLlama, headDim: configHeadDim, setup: setupWindows},
 	modelfile.ArchGptOss:   {load: loadGptOss, headDim: configHeadDim, setup: setupGptOss},
+	// DeepSeek-V3's cache is one head of its latent and rotated key
+	// features (headDim is that width; see deepseek.go).
+	modelfile.ArchDeepseekV3: {load: loadDeepseekV3, headDim: mlaCacheDim, setup: setupDeepseekV3},
+	modelfile.ArchGlm4MoE:    {load: loadGlm4MoE, headDim: configHeadDim, setup: setupGlm4MoE},
 }
 
 // configHeadDim is head_dim, which modelfile defaults to hidden/heads.

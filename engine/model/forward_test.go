@@ -20,13 +20,15 @@ import (
 // (safetensors only) with sliding windows, Phi-3 (its fused matrices
 // split into row views) float and quantized, Mistral 3 (weights under
 // language_model.) float, gpt-oss (sinks, windows of 128, biased experts)
-// float and quantized.
+// float and quantized, DeepSeek-V3 (latent attention, sigmoid-routed and
+// shared experts) and GLM-4.5 (the same mixture) float (their quantized
+// weights go through the same ops; TestParityMLXFamilies checks them).
 var formats = []struct {
 	name  string
 	opts  demo.Options
 	archs []string
 }{
-	{"bf16", demo.Options{}, []string{"llama", "qwen3", "qwen3_moe", "phi3", "mistral3", "gpt_oss"}},
+	{"bf16", demo.Options{}, []string{"llama", "qwen3", "qwen3_moe", "phi3", "mistral3", "gpt_oss", "deepseek_v3", "glm4_moe"}},
 	{"mlx-q4", demo.Options{Quantize: 4, GroupSize: 32}, []string{"qwen3", "qwen3_moe", "phi3", "gpt_oss"}},
 	{"mlx-q8", demo.Options{Quantize: 8, GroupSize: 64}, []string{"qwen3"}},
 	{"gguf-f16", demo.Options{Format: demo.FormatGGUF, GGUFType: "f16"}, []string{"llama", "qwen3"}},

@@ -36,13 +36,14 @@ func loadAttnProj(w *loader, prefix string) attnProj {
 }
 
 func (b *llamaBlock) forward(f *frame, x backend.Array) backend.Array {
-	h := f.Add(x, b.attention(f, f.norm(x, b.inputNorm)))
+	h := f.Add(x, b.attnProj.forward(f, f.norm(x, b.inputNorm)))
 	return f.Add(h, b.mlp.forward(f, f.norm(h, b.postNorm)))
 }
 
-func (b *llamaBlock) attention(f *frame, x backend.Array) backend.Array {
-	q := f.rotate(f.Linear(x, b.q))
-	k := f.rotate(f.Linear(x, b.k))
-	v := f.Linear(x, b.v)
-	return f.Linear(f.attend(q, k, v), b.o)
+// forward is Llama's attention: o(attention(rope(q(x)), rope(k(x)), v(x))).
+func (a *attnProj) forward(f *frame, x backend.Array) backend.Array {
+	q := f.rotate(f.Linear(x, a.q))
+	k := f.rotate(f.Linear(x, a.k))
+	v := f.Linear(x, a.v)
+	return f.Linear(f.attend(q, k, v), a.o)
 }

@@ -54,7 +54,8 @@ type Model struct {
 	norm    backend.Vector
 	head    backend.Weight
 	rope    *backend.RoPE
-	headDim int
+	headDim int // also the KV cache's head width
+	kvHeads int // the KV cache's heads (1 for latent attention)
 	eps     float32
 	scale   float32
 	// Per layer (nil: none differ): the attention window (0: causal
@@ -133,6 +134,7 @@ func (m *Model) load(ctx context.Context, opts Options, ggufFile *gguf.File) err
 		return fmt.Errorf("layers %v outside the model's [0, %d)", m.Layers, c.NumHiddenLayers)
 	}
 	m.headDim = arch.headDim(c)
+	m.kvHeads, _ = c.KVDims()
 	if m.headDim <= 0 || m.headDim%2 != 0 {
 		return fmt.Errorf("%w: head dim %d", modelfile.ErrInvalidConfig, m.headDim)
 	}
@@ -160,7 +162,7 @@ func (m *Model) load(ctx context.Context, opts Options, ggufFile *gguf.File) err
 
 	w := &loader{src: m.src, be: m.be, cfg: c, normOffset: m.normOffset, dims: dims{
 		hidden: c.HiddenSize, intermediate: c.IntermediateSize, vocab: c.VocabSize,
-		heads: c.NumAttentionHeads, kvHeads: c.NumKeyValueHeads, headDim: m.headDim,
+		heads: c.NumAttentionHeads, kvHeads: c.NumKeyValueHeads, headDim: m.headDim, mla: c.MLA,
 	}}
 	// Kept on every return, so that a failed load releases what it made.
 	defer func() { m.weights, m.vectors = w.weights, w.vectors }()
@@ -206,7 +208,7 @@ func (m *Model) WeightBytes() int64 { return m.bytes }
 // KVBytesPerToken is the KV cache memory of one position over the loaded
 // layers, at float32.
 func (m *Model) KVBytesPerToken() int64 {
-	return int64(m.Layers.Len()) * int64(m.Config.NumKeyValueHeads) * int64(m.headDim) * 2 * 4
+	return int64(m.Layers.Len()) * int64(m.kvHeads) * int64(m.headDim) * 2 * 4
 }
 
 // HeadDim is the width of one attention head.

@@ -109,7 +109,8 @@ func parityCases() []parityCase {
 // rotated); Mistral with head_dim 64 ≠ hidden/heads (as Nemo), with
 // sliding-window layers (a window of 100, shorter than the prompt, on
 // every other layer), Mistral 3's text model under language_model.
-// beside a vision tower, and gpt-oss.
+// beside a vision tower, gpt-oss, and the sigmoid-routed deepseek_v3 and
+// glm4_moe (deepseekCases).
 func familyCases() []parityCase {
 	q4 := func(o demo.Options) demo.Options { o.Quantize, o.GroupSize = 4, 64; return o }
 	phi3 := demo.Options{Arch: "phi3", Layers: 3, Hidden: 128, Heads: 4, KVHeads: 2, Intermediate: 256, Seed: 16}
@@ -126,7 +127,7 @@ func familyCases() []parityCase {
 		Experts: 8, ExpertsPerTok: 2, MoEIntermediate: 64, SlidingWindow: 100, Seed: 21}
 	mxfp4 := oss
 	mxfp4.QuantMode = "mxfp4"
-	return []parityCase{
+	return append([]parityCase{
 		{name: "phi3-bf16-longrope-partial", opts: phi3, tol: 1e-3},
 		{name: "phi3-mlx4-longrope-partial", opts: q4(phi3), tol: 1e-2},
 		{name: "phi3-bf16-untied-full-rotary", opts: phi35, tol: 1e-3},
@@ -140,7 +141,7 @@ func familyCases() []parityCase {
 		// or everything but the routers in mxfp4, as gpt-oss ships.
 		{name: "gpt_oss-mlx4", opts: q4(oss), tol: 1e-2},
 		{name: "gpt_oss-mxfp4", opts: mxfp4, tol: 1e-2},
-	}
+	}, deepseekCases()...)
 }
 
 // TestParityMLXFamilies is TestParityMLX for familyCases, on the demo's

@@ -21,7 +21,7 @@ func (m *Model) NewSequence(maxLen int) (*Sequence, error) {
 	}
 	c, err := m.be.NewKVCache(backend.KVSpec{
 		FirstLayer: m.Layers.Start, Layers: m.Layers.Len(),
-		KVHeads: m.Config.NumKeyValueHeads, HeadDim: m.headDim, MaxLen: maxLen,
+		KVHeads: m.kvHeads, HeadDim: m.headDim, MaxLen: maxLen,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("model: %w", err)

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"fusion/engine/backend"
+	"fusion/engine/modelfile"
 )
 
 // bareSource reads a checkpoint whose weight names lack the "model."
@@ -23,6 +24,9 @@ func (b bareSource) experts(path string) ([]backend.WeightData, error) {
 }
 func (b bareSource) vector(name string) (backend.VectorData, error) {
 	return b.source.vector(bare(name))
+}
+func (b bareSource) module(path string) (*modelfile.Linear, error) {
+	return b.source.module(bare(path))
 }
 func (b bareSource) has(name string) bool { return b.source.has(bare(name)) }
 

@@ -23,6 +23,9 @@ type source interface {
 	// SwitchLinear: path.weight [E, out, in]).
 	experts(path string) ([]backend.WeightData, error)
 	vector(name string) (backend.VectorData, error)
+	// module returns the file's module at path as modelfile describes it
+	// (for weights rebuilt on load, as DeepSeek's kv_b_proj).
+	module(path string) (*modelfile.Linear, error)
 	has(name string) bool
 	close() error
 }
@@ -50,6 +53,7 @@ type loader struct {
 type dims struct {
 	hidden, intermediate, vocab int
 	heads, kvHeads, headDim     int
+	mla                         *modelfile.MLA // the low-rank norms' widths
 }
 
 // shape returns the [out, in] a matrix named path must have (0, 0 if
@@ -79,6 +83,12 @@ func (d dims) length(name string) int {
 	}
 	if strings.HasSuffix(name, "self_attn.sinks") {
 		return d.heads
+	}
+	if d.mla != nil && strings.HasSuffix(name, "q_a_layernorm.weight") {
+		return d.mla.QLoraRank
+	}
+	if d.mla != nil && strings.HasSuffix(name, "kv_a_layernorm.weight") {
+		return d.mla.KVLoraRank
 	}
 	return d.hidden
 }
@@ -115,14 +125,24 @@ func (l *loader) upload(d backend.WeightData, out, in int) backend.Weight {
 	return w
 }
 
-// vector loads a norm weight.
-func (l *loader) vector(name string) backend.Vector {
+// lookupVector finds the vector name, false (the failure recorded) if
+// it cannot, or if loading has already failed.
+func (l *loader) lookupVector(name string) (backend.VectorData, bool) {
 	if l.err != nil {
-		return nil
+		return backend.VectorData{}, false
 	}
 	d, err := l.src.vector(name)
 	if err != nil {
 		l.fail(err)
+		return backend.VectorData{}, false
+	}
+	return d, true
+}
+
+// vector loads a norm weight.
+func (l *loader) vector(name string) backend.Vector {
+	d, ok := l.lookupVector(name)
+	if !ok {
 		return nil
 	}
 	if n := d.Data.Shape; len(n) != 1 || int(n[0]) != l.dims.length(name) {
@@ -130,6 +150,7 @@ func (l *loader) vector(name string) backend.Vector {
 		return nil
 	}
 	if l.normOffset != 0 {
+		var err error
 		if d, err = offsetVector(d, l.normOffset); err != nil {
 			l.fail(fmt.Errorf("%w: %w", ErrBadWeights, err))
 			return nil
@@ -195,6 +216,14 @@ func (s safetensorsSource) vector(name string) (backend.VectorData, error) {
 	return backend.VectorData{Name: name, Data: t}, nil
 }
 
+func (s safetensorsSource) module(path string) (*modelfile.Linear, error) {
+	l, err := s.m.Linear(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadWeights, err)
+	}
+	return l, nil
+}
+
 func (s safetensorsSource) has(name string) bool { return s.m.Has(name) }
 func (s safetensorsSource) close() error         { return s.m.Close() }
 
@@ -242,6 +271,10 @@ func (g ggufSource) vector(name string) (backend.VectorData, error) {
 		return backend.VectorData{}, fmt.Errorf("%w: %s is missing from %s", ErrBadWeights, name, g.f.Name)
 	}
 	return backend.VectorData{Name: name, Data: t}, nil
+}
+
+func (g ggufSource) module(path string) (*modelfile.Linear, error) {
+	return nil, fmt.Errorf("%w: %s: not read from GGUF files", ErrBadWeights, path)
 }
 
 func (g ggufSource) has(name string) bool { _, ok := g.tensor(name); return ok }

@@ -31,6 +31,13 @@ const (
 	// a clamped SwiGLU, attention sinks, alternating sliding and full
 	// layers; see GptOss.
 	ArchGptOss = "gpt_oss"
+	// ArchDeepseekV3 is DeepSeek-V3 (and R1, V3.1, Kimi K2, which mlx-lm
+	// runs as deepseek_v3): multi-head latent attention (see MLA) and a
+	// sigmoid-routed mixture with shared experts (see Router).
+	ArchDeepseekV3 = "deepseek_v3"
+	// ArchGlm4MoE is GLM-4.5 and GLM-4.6: biased attention on half-rotated
+	// heads and DeepSeek-V3's sigmoid-routed mixture (see Router).
+	ArchGlm4MoE = "glm4_moe"
 )
 
 // ConfigFile and GenerationConfigFile are the file names in a model
@@ -71,6 +78,10 @@ func archFor(name string) string {
 		return ArchMistral
 	case "GptOssForCausalLM", "gpt_oss":
 		return ArchGptOss
+	case "DeepseekV3ForCausalLM", "deepseek_v3":
+		return ArchDeepseekV3
+	case "Glm4MoeForCausalLM", "glm4_moe":
+		return ArchGlm4MoE
 	}
 	return ""
 }
@@ -116,6 +127,14 @@ type Config struct {
 	Gemma *GemmaConfig `json:"gemma,omitempty"`
 	// GptOss holds what only gpt-oss has (nil for other families).
 	GptOss *GptOss `json:"gpt_oss,omitempty"`
+	// MLA is DeepSeek-V3's latent attention (nil for other families).
+	MLA *MLA `json:"mla,omitempty"`
+	// Router is a sigmoid, group-limited mixture's routing (deepseek_v3,
+	// glm4_moe; nil for softmax-routed families).
+	Router *Router `json:"router,omitempty"`
+	// QKNorm: glm4_moe's use_qk_norm, an RMSNorm over each head of q and k
+	// (Qwen3 always has them).
+	QKNorm bool `json:"qk_norm,omitempty"`
 	// Sliding marks the layers that attend to the last SlidingWindow
 	// positions only (llama and mistral: layer_types with
 	// "sliding_attention", as mlx-lm's llama.py reads them); nil when every
@@ -215,6 +234,16 @@ func ParseConfig(data []byte) (*Config, error) {
 	c.MLPBias = orBool(r.MLPBias, false)
 	if c.Architecture == ArchGptOss {
 		if err := c.gptOss(data); err != nil {
+			return nil, err
+		}
+	}
+	if c.Architecture == ArchDeepseekV3 {
+		if err := c.deepseekV3(data); err != nil {
+			return nil, err
+		}
+	}
+	if c.Architecture == ArchGlm4MoE {
+		if err := c.glm4MoE(data); err != nil {
 			return nil, err
 		}
 	}
@@ -346,6 +375,16 @@ func (c *Config) rope(r *rawConfig) error {
 		return fmt.Errorf("%w: rope_theta %v must be positive", ErrInvalidConfig, c.RopeTheta)
 	}
 	return nil
+}
+
+// KVDims are the KV heads and head width one position of one layer
+// caches (keys and values alike): num_key_value_heads × head_dim, or for
+// latent attention one head of the latent and the rotated key features.
+func (c *Config) KVDims() (heads, dim int) {
+	if c.MLA != nil {
+		return 1, c.MLA.CacheDim()
+	}
+	return c.NumKeyValueHeads, c.HeadDim
 }
 
 func orBool(v *bool, def bool) bool {

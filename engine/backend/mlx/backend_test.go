@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"fusion/engine/backend"
@@ -42,6 +43,11 @@ var backendFormats = []struct {
 	{"bf16-phi3", demo.Options{}, "phi3"},
 	{"bf16-gpt_oss", demo.Options{SlidingWindow: 40}, "gpt_oss"},
 	{"mlx-q4-gpt_oss", demo.Options{Quantize: 4, GroupSize: 32, SlidingWindow: 40}, "gpt_oss"},
+	// DeepSeek-V3's latent attention (per-head projections, one latent KV
+	// head) and sigmoid-routed experts with a shared one.
+	{"bf16-deepseek_v3", demo.Options{}, "deepseek_v3"},
+	{"mlx-q4-deepseek_v3", demo.Options{Quantize: 4, GroupSize: 32}, "deepseek_v3"},
+	{"bf16-glm4_moe", demo.Options{}, "glm4_moe"},
 }
 
 func demoModel(t *testing.T, arch string, o demo.Options) string {
@@ -232,7 +238,7 @@ func testParityWithCPU(t *testing.T, be *Backend, cb *cpu.Backend, tol float64) 
 			if f.opts.Format == demo.FormatGGUF {
 				ftol = parityTol // float32 in both modes
 			}
-			if (f.arch == "qwen3_moe" || f.arch == "gpt_oss") && tol != parityTol {
+			if slices.Contains([]string{"qwen3_moe", "gpt_oss", "deepseek_v3", "glm4_moe"}, f.arch) && tol != parityTol {
 				// A router's top k is not continuous in its logits: one
 				// bf16 rounding can swap an expert, so native mode has no
 				// first-order bound against float32 here. Its float32

@@ -159,6 +159,7 @@ func TestMLX(t *testing.T) {
 	t.Run("OpenRejects", func(t *testing.T) { testOpenRejects(t) })
 	t.Run("EncoderOps", testEncoderOps)
 	t.Run("ExpertOps", testExpertOps)
+	t.Run("HeadOps", testHeadOps)
 	t.Run("FPLinear", testFPLinear)
 	t.Run("GemmaOps", testGemmaOps)
 	t.Run("FluxOps", testFluxOps)

@@ -32,18 +32,7 @@ func testExpertOps(t *testing.T) {
 		bias := tensor.Tensor{DType: tensor.F32, Shape: []int64{out}, Data: f32Bytes(randFloats(rng, out, 1))}
 		dense[e] = backend.WeightData{Name: "dense", Format: backend.Dense, Out: out, In: in,
 			Data: tensor.Tensor{DType: tensor.F32, Shape: []int64{out, in}, Data: f32Bytes(w)}, Bias: &bias}
-		packed, scales, biases, err := modelfile.QuantizeAffine(w, out, in, group, bits)
-		if err != nil {
-			t.Fatal(err)
-		}
-		words := make([]byte, 0, 4*len(packed))
-		for _, p := range packed {
-			words = append(words, byte(p), byte(p>>8), byte(p>>16), byte(p>>24))
-		}
-		quant[e] = backend.WeightData{Name: "quant", Format: backend.MLXAffine, Out: out, In: in, Bits: bits, Group: group,
-			Data:   tensor.Tensor{DType: tensor.U32, Shape: []int64{out, int64(modelfile.PackedCols(in, bits))}, Data: words},
-			Scales: tensor.Tensor{DType: tensor.F32, Shape: []int64{out, in / group}, Data: f32Bytes(scales)},
-			Biases: tensor.Tensor{DType: tensor.F32, Shape: []int64{out, in / group}, Data: f32Bytes(biases)}}
+		quant[e] = affineData(t, "quant", w, out, in, group, bits)
 	}
 	x := randFloats(rng, tokens*in, 1)
 	rows := []int{0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5}

@@ -410,16 +410,22 @@ func sameShape(op string, x, y *node) {
 	}
 }
 
-// Add returns x + y.
-func (s *step) Add(x, y backend.Array) backend.Array {
-	p, q := nd(x), nd(y)
-	switch { // an open Input added to a computed array takes its type
+// operands returns the nodes of a binary op: an open Input meeting a
+// computed array takes its type (float32 when both are open).
+func operands(x, y backend.Array) (p, q *node) {
+	p, q = nd(x), nd(y)
+	switch {
 	case p.open && !q.open:
 		use(p, q.dt)
 	case q.open && !p.open:
 		use(q, p.dt)
 	}
-	p, q = use(p, tensor.F32), use(q, tensor.F32)
+	return use(p, tensor.F32), use(q, tensor.F32)
+}
+
+// Add returns x + y.
+func (s *step) Add(x, y backend.Array) backend.Array {
+	p, q := operands(x, y)
 	sameShape("Add", p, q)
 	return s.record(p.rows, p.cols, promote(p.dt, q.dt), func(a *Arena) *Array { return a.Add(p.x, q.x) })
 }
