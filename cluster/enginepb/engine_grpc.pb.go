@@ -30,6 +30,7 @@ const (
 	Engine_Models_FullMethodName      = "/fusion.engine.v1.Engine/Models"
 	Engine_Embed_FullMethodName       = "/fusion.engine.v1.Engine/Embed"
 	Engine_Rerank_FullMethodName      = "/fusion.engine.v1.Engine/Rerank"
+	Engine_Transcribe_FullMethodName  = "/fusion.engine.v1.Engine/Transcribe"
 	Engine_Stats_FullMethodName       = "/fusion.engine.v1.Engine/Stats"
 )
 
@@ -52,6 +53,9 @@ type EngineClient interface {
 	// Rerank scores documents against a query on the peer that has the
 	// cross-encoder.
 	Rerank(ctx context.Context, in *RerankRequest, opts ...grpc.CallOption) (*RerankReply, error)
+	// Transcribe turns speech into text on the peer that has the speech
+	// model; the audio travels as uploaded.
+	Transcribe(ctx context.Context, in *TranscribeRequest, opts ...grpc.CallOption) (*TranscribeReply, error)
 	// Stats streams the peer's live figures, one report at once and then one
 	// per interval, until the caller cancels.
 	Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StatsReport], error)
@@ -144,6 +148,16 @@ func (c *engineClient) Rerank(ctx context.Context, in *RerankRequest, opts ...gr
 	return out, nil
 }
 
+func (c *engineClient) Transcribe(ctx context.Context, in *TranscribeRequest, opts ...grpc.CallOption) (*TranscribeReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TranscribeReply)
+	err := c.cc.Invoke(ctx, Engine_Transcribe_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *engineClient) Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StatsReport], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &Engine_ServiceDesc.Streams[1], Engine_Stats_FullMethodName, cOpts...)
@@ -182,6 +196,9 @@ type EngineServer interface {
 	// Rerank scores documents against a query on the peer that has the
 	// cross-encoder.
 	Rerank(context.Context, *RerankRequest) (*RerankReply, error)
+	// Transcribe turns speech into text on the peer that has the speech
+	// model; the audio travels as uploaded.
+	Transcribe(context.Context, *TranscribeRequest) (*TranscribeReply, error)
 	// Stats streams the peer's live figures, one report at once and then one
 	// per interval, until the caller cancels.
 	Stats(*StatsRequest, grpc.ServerStreamingServer[StatsReport]) error
@@ -215,6 +232,9 @@ func (UnimplementedEngineServer) Embed(context.Context, *EmbedRequest) (*EmbedRe
 }
 func (UnimplementedEngineServer) Rerank(context.Context, *RerankRequest) (*RerankReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Rerank not implemented")
+}
+func (UnimplementedEngineServer) Transcribe(context.Context, *TranscribeRequest) (*TranscribeReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Transcribe not implemented")
 }
 func (UnimplementedEngineServer) Stats(*StatsRequest, grpc.ServerStreamingServer[StatsReport]) error {
 	return status.Error(codes.Unimplemented, "method Stats not implemented")
@@ -359,6 +379,24 @@ func _Engine_Rerank_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Engine_Transcribe_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TranscribeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EngineServer).Transcribe(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Engine_Transcribe_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EngineServer).Transcribe(ctx, req.(*TranscribeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Engine_Stats_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(StatsRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -400,6 +438,10 @@ var Engine_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Rerank",
 			Handler:    _Engine_Rerank_Handler,
+		},
+		{
+			MethodName: "Transcribe",
+			Handler:    _Engine_Transcribe_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -201,9 +201,19 @@ func (c *Client) Rerank(ctx context.Context, req *engine.RerankRequest) (*engine
 	return rerankResultFromPB(rep), nil
 }
 
+// Transcribe transcribes speech on the peer.
+func (c *Client) Transcribe(ctx context.Context, req *engine.TranscribeRequest) (*engine.TranscribeResult, error) {
+	rep, err := c.pb.Transcribe(ctx, transcribeRequestToPB(req))
+	if err != nil {
+		return nil, fromCall(ctx, c.addr, err)
+	}
+	return transcribeResultFromPB(rep), nil
+}
+
 var (
-	_ engine.Embedder = (*Client)(nil)
-	_ engine.Reranker = (*Client)(nil)
+	_ engine.Embedder    = (*Client)(nil)
+	_ engine.Reranker    = (*Client)(nil)
+	_ engine.Transcriber = (*Client)(nil)
 )
 
 // PeerStats is one report of a peer's live figures.

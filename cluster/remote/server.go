@@ -230,6 +230,19 @@ func (s *Service) Rerank(ctx context.Context, p *enginepb.RerankRequest) (*engin
 	return rerankResultToPB(res), nil
 }
 
+// Transcribe transcribes speech on the local engine.
+func (s *Service) Transcribe(ctx context.Context, p *enginepb.TranscribeRequest) (*enginepb.TranscribeReply, error) {
+	t, ok := s.cfg.Engine.(engine.Transcriber)
+	if !ok {
+		return nil, statusOf(fmt.Errorf("%w: this node's engine does not transcribe", engine.ErrUnavailable))
+	}
+	res, err := t.Transcribe(ctx, transcribeRequestFromPB(p))
+	if err != nil {
+		return nil, statusOf(err)
+	}
+	return transcribeResultToPB(res), nil
+}
+
 // Models lists the local engine's models.
 func (s *Service) Models(ctx context.Context, _ *enginepb.ModelsRequest) (*enginepb.ModelsReply, error) {
 	ms, err := s.cfg.Engine.Models(ctx)

@@ -2,9 +2,11 @@ package whisper
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -393,4 +395,21 @@ func (m *Model) Close() error {
 	}
 	m.weights, m.vectors, m.file = nil, nil, nil
 	return nil
+}
+
+// IsModelDir reports whether dir holds a CTranslate2 Whisper model: a
+// model.bin whose header names the WhisperSpec (only the first bytes
+// are read).
+func IsModelDir(dir string) bool {
+	f, err := os.Open(filepath.Join(dir, "model.bin"))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	const spec = "WhisperSpec"
+	head := make([]byte, 4+2+len(spec)+1)
+	if _, err := io.ReadFull(f, head); err != nil {
+		return false
+	}
+	return binary.LittleEndian.Uint16(head[4:]) == uint16(len(spec)+1) && string(head[6:6+len(spec)]) == spec && head[len(head)-1] == 0
 }

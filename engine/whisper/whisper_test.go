@@ -115,8 +115,8 @@ np.asarray(enc, dtype="<f4").tofile(sys.argv[3])
 }
 
 // clips are the espeak-ng passages of the transcript tests: a paragraph
-// within one window, and a passage past 30 s that makes the seek loop
-// take a second window.
+// within one window, a passage past 30 s that makes the seek loop take a
+// second window, and silence.
 var clips = []struct{ name, text string }{
 	{"paragraph", "Good morning everyone. Today we will talk about the weather in the north of the country. " +
 		"It has been raining for three days, and the rivers are very high. " +
@@ -129,6 +129,7 @@ var clips = []struct{ name, text string }{
 		"She wanted to know who lived there, so she built a boat from branches and rope. " +
 		"When she reached the tower, the door opened by itself, and a warm light shone from inside. " +
 		"She went back to tell the others what she had found, and the whole village came to see the tower."},
+	{"silence", ""}, // 4 s of zeros: the no-speech path
 }
 
 // refSegment is a faster-whisper Segment as the reference script writes it.
@@ -177,7 +178,11 @@ func TestTranscriptsMatchFasterWhisper(t *testing.T) {
 	var files []string
 	samples := make([][]float32, len(clips))
 	for i, c := range clips {
-		samples[i] = speech16k(t, c.text)
+		if c.text == "" {
+			samples[i] = make([]float32, 4*16000)
+		} else {
+			samples[i] = speech16k(t, c.text)
+		}
 		files = append(files, filepath.Join(dir, c.name+".f32"))
 		audiotest.WriteF32(t, files[i], samples[i])
 	}

@@ -687,6 +687,19 @@ func (d *Dispatcher) Rerank(ctx context.Context, req *engine.RerankRequest) (*en
 		func(g engine.Generator) (*engine.RerankResult, error) { return rerank(g) })
 }
 
+// Transcribe runs where Embed would.
+func (d *Dispatcher) Transcribe(ctx context.Context, req *engine.TranscribeRequest) (*engine.TranscribeResult, error) {
+	transcribe := func(g any) (*engine.TranscribeResult, error) {
+		if t, ok := g.(engine.Transcriber); ok {
+			return t.Transcribe(ctx, req)
+		}
+		return nil, fmt.Errorf("%w: %q", engine.ErrModelNotFound, req.Model)
+	}
+	return onModelNode(ctx, d, req.Model,
+		func() (*engine.TranscribeResult, error) { return transcribe(d.cfg.Local) },
+		func(g engine.Generator) (*engine.TranscribeResult, error) { return transcribe(g) })
+}
+
 // onModelNode runs local on this node unless it does not have the model,
 // then remote on each peer that has it, until one answers or fails for
 // good; with none, the model's not-found error (503 while peers are
