@@ -279,6 +279,10 @@ type TranscribeRequest struct {
 	// engine's defaults, 25 MiB and 30 minutes).
 	MaxBytes   int64
 	MaxSeconds float64
+	// OnSegment, if set, is called with each segment as it is decoded,
+	// before Transcribe returns (a forwarded request's segments arrive as
+	// the peer decodes them). It must not block for long.
+	OnSegment func(TranscribeSegment)
 }
 
 // TranscribeSegment is one timed piece of a transcript (faster-whisper's

@@ -2307,13 +2307,16 @@ func (x *TranscribeSegment) GetNoSpeechProb() float64 {
 	return 0
 }
 
-// TranscribeReply is engine.TranscribeResult.
+// TranscribeReply is a decoded segment (segment set), or the final
+// engine.TranscribeResult (done set).
 type TranscribeReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Text          string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
 	Language      string                 `protobuf:"bytes,2,opt,name=language,proto3" json:"language,omitempty"`
 	Duration      float64                `protobuf:"fixed64,3,opt,name=duration,proto3" json:"duration,omitempty"`
 	Segments      []*TranscribeSegment   `protobuf:"bytes,4,rep,name=segments,proto3" json:"segments,omitempty"`
+	Done          bool                   `protobuf:"varint,5,opt,name=done,proto3" json:"done,omitempty"`
+	Segment       *TranscribeSegment     `protobuf:"bytes,6,opt,name=segment,proto3" json:"segment,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2372,6 +2375,20 @@ func (x *TranscribeReply) GetDuration() float64 {
 func (x *TranscribeReply) GetSegments() []*TranscribeSegment {
 	if x != nil {
 		return x.Segments
+	}
+	return nil
+}
+
+func (x *TranscribeReply) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *TranscribeReply) GetSegment() *TranscribeSegment {
+	if x != nil {
+		return x.Segment
 	}
 	return nil
 }
@@ -2594,12 +2611,14 @@ const file_engine_proto_rawDesc = "" +
 	"avgLogprob\x12+\n" +
 	"\x11compression_ratio\x18\t \x01(\x01R\x10compressionRatio\x12$\n" +
 	"\x0eno_speech_prob\x18\n" +
-	" \x01(\x01R\fnoSpeechProb\"\x9e\x01\n" +
+	" \x01(\x01R\fnoSpeechProb\"\xf1\x01\n" +
 	"\x0fTranscribeReply\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x1a\n" +
 	"\blanguage\x18\x02 \x01(\tR\blanguage\x12\x1a\n" +
 	"\bduration\x18\x03 \x01(\x01R\bduration\x12?\n" +
-	"\bsegments\x18\x04 \x03(\v2#.fusion.engine.v1.TranscribeSegmentR\bsegments2\xc9\x05\n" +
+	"\bsegments\x18\x04 \x03(\v2#.fusion.engine.v1.TranscribeSegmentR\bsegments\x12\x12\n" +
+	"\x04done\x18\x05 \x01(\bR\x04done\x12=\n" +
+	"\asegment\x18\x06 \x01(\v2#.fusion.engine.v1.TranscribeSegmentR\asegment2\xcb\x05\n" +
 	"\x06Engine\x12H\n" +
 	"\bGenerate\x12\x19.fusion.engine.v1.Request\x1a\x1f.fusion.engine.v1.GenerateReply0\x01\x12N\n" +
 	"\bTokenize\x12!.fusion.engine.v1.TokenizeRequest\x1a\x1f.fusion.engine.v1.TokenizeReply\x12T\n" +
@@ -2608,9 +2627,9 @@ const file_engine_proto_rawDesc = "" +
 	"Detokenize\x12#.fusion.engine.v1.DetokenizeRequest\x1a!.fusion.engine.v1.DetokenizeReply\x12H\n" +
 	"\x06Models\x12\x1f.fusion.engine.v1.ModelsRequest\x1a\x1d.fusion.engine.v1.ModelsReply\x12E\n" +
 	"\x05Embed\x12\x1e.fusion.engine.v1.EmbedRequest\x1a\x1c.fusion.engine.v1.EmbedReply\x12H\n" +
-	"\x06Rerank\x12\x1f.fusion.engine.v1.RerankRequest\x1a\x1d.fusion.engine.v1.RerankReply\x12T\n" +
+	"\x06Rerank\x12\x1f.fusion.engine.v1.RerankRequest\x1a\x1d.fusion.engine.v1.RerankReply\x12V\n" +
 	"\n" +
-	"Transcribe\x12#.fusion.engine.v1.TranscribeRequest\x1a!.fusion.engine.v1.TranscribeReply\x12H\n" +
+	"Transcribe\x12#.fusion.engine.v1.TranscribeRequest\x1a!.fusion.engine.v1.TranscribeReply0\x01\x12H\n" +
 	"\x05Stats\x12\x1e.fusion.engine.v1.StatsRequest\x1a\x1d.fusion.engine.v1.StatsReport0\x01B\x19Z\x17fusion/cluster/enginepbb\x06proto3"
 
 var (
@@ -2680,29 +2699,30 @@ var file_engine_proto_depIdxs = []int32{
 	20, // 14: fusion.engine.v1.EmbedReply.vectors:type_name -> fusion.engine.v1.Vector
 	25, // 15: fusion.engine.v1.ModelsReply.models:type_name -> fusion.engine.v1.ModelInfo
 	30, // 16: fusion.engine.v1.TranscribeReply.segments:type_name -> fusion.engine.v1.TranscribeSegment
-	1,  // 17: fusion.engine.v1.Engine.Generate:input_type -> fusion.engine.v1.Request
-	13, // 18: fusion.engine.v1.Engine.Tokenize:input_type -> fusion.engine.v1.TokenizeRequest
-	13, // 19: fusion.engine.v1.Engine.CountTokens:input_type -> fusion.engine.v1.TokenizeRequest
-	16, // 20: fusion.engine.v1.Engine.Detokenize:input_type -> fusion.engine.v1.DetokenizeRequest
-	24, // 21: fusion.engine.v1.Engine.Models:input_type -> fusion.engine.v1.ModelsRequest
-	19, // 22: fusion.engine.v1.Engine.Embed:input_type -> fusion.engine.v1.EmbedRequest
-	22, // 23: fusion.engine.v1.Engine.Rerank:input_type -> fusion.engine.v1.RerankRequest
-	29, // 24: fusion.engine.v1.Engine.Transcribe:input_type -> fusion.engine.v1.TranscribeRequest
-	27, // 25: fusion.engine.v1.Engine.Stats:input_type -> fusion.engine.v1.StatsRequest
-	5,  // 26: fusion.engine.v1.Engine.Generate:output_type -> fusion.engine.v1.GenerateReply
-	14, // 27: fusion.engine.v1.Engine.Tokenize:output_type -> fusion.engine.v1.TokenizeReply
-	15, // 28: fusion.engine.v1.Engine.CountTokens:output_type -> fusion.engine.v1.CountTokensReply
-	17, // 29: fusion.engine.v1.Engine.Detokenize:output_type -> fusion.engine.v1.DetokenizeReply
-	26, // 30: fusion.engine.v1.Engine.Models:output_type -> fusion.engine.v1.ModelsReply
-	21, // 31: fusion.engine.v1.Engine.Embed:output_type -> fusion.engine.v1.EmbedReply
-	23, // 32: fusion.engine.v1.Engine.Rerank:output_type -> fusion.engine.v1.RerankReply
-	31, // 33: fusion.engine.v1.Engine.Transcribe:output_type -> fusion.engine.v1.TranscribeReply
-	28, // 34: fusion.engine.v1.Engine.Stats:output_type -> fusion.engine.v1.StatsReport
-	26, // [26:35] is the sub-list for method output_type
-	17, // [17:26] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	30, // 17: fusion.engine.v1.TranscribeReply.segment:type_name -> fusion.engine.v1.TranscribeSegment
+	1,  // 18: fusion.engine.v1.Engine.Generate:input_type -> fusion.engine.v1.Request
+	13, // 19: fusion.engine.v1.Engine.Tokenize:input_type -> fusion.engine.v1.TokenizeRequest
+	13, // 20: fusion.engine.v1.Engine.CountTokens:input_type -> fusion.engine.v1.TokenizeRequest
+	16, // 21: fusion.engine.v1.Engine.Detokenize:input_type -> fusion.engine.v1.DetokenizeRequest
+	24, // 22: fusion.engine.v1.Engine.Models:input_type -> fusion.engine.v1.ModelsRequest
+	19, // 23: fusion.engine.v1.Engine.Embed:input_type -> fusion.engine.v1.EmbedRequest
+	22, // 24: fusion.engine.v1.Engine.Rerank:input_type -> fusion.engine.v1.RerankRequest
+	29, // 25: fusion.engine.v1.Engine.Transcribe:input_type -> fusion.engine.v1.TranscribeRequest
+	27, // 26: fusion.engine.v1.Engine.Stats:input_type -> fusion.engine.v1.StatsRequest
+	5,  // 27: fusion.engine.v1.Engine.Generate:output_type -> fusion.engine.v1.GenerateReply
+	14, // 28: fusion.engine.v1.Engine.Tokenize:output_type -> fusion.engine.v1.TokenizeReply
+	15, // 29: fusion.engine.v1.Engine.CountTokens:output_type -> fusion.engine.v1.CountTokensReply
+	17, // 30: fusion.engine.v1.Engine.Detokenize:output_type -> fusion.engine.v1.DetokenizeReply
+	26, // 31: fusion.engine.v1.Engine.Models:output_type -> fusion.engine.v1.ModelsReply
+	21, // 32: fusion.engine.v1.Engine.Embed:output_type -> fusion.engine.v1.EmbedReply
+	23, // 33: fusion.engine.v1.Engine.Rerank:output_type -> fusion.engine.v1.RerankReply
+	31, // 34: fusion.engine.v1.Engine.Transcribe:output_type -> fusion.engine.v1.TranscribeReply
+	28, // 35: fusion.engine.v1.Engine.Stats:output_type -> fusion.engine.v1.StatsReport
+	27, // [27:36] is the sub-list for method output_type
+	18, // [18:27] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_engine_proto_init() }

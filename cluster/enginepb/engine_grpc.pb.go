@@ -54,8 +54,9 @@ type EngineClient interface {
 	// cross-encoder.
 	Rerank(ctx context.Context, in *RerankRequest, opts ...grpc.CallOption) (*RerankReply, error)
 	// Transcribe turns speech into text on the peer that has the speech
-	// model; the audio travels as uploaded.
-	Transcribe(ctx context.Context, in *TranscribeRequest, opts ...grpc.CallOption) (*TranscribeReply, error)
+	// model; the audio travels as uploaded. Each segment comes as it is
+	// decoded (segment set), then the result (done set).
+	Transcribe(ctx context.Context, in *TranscribeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[TranscribeReply], error)
 	// Stats streams the peer's live figures, one report at once and then one
 	// per interval, until the caller cancels.
 	Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StatsReport], error)
@@ -148,19 +149,28 @@ func (c *engineClient) Rerank(ctx context.Context, in *RerankRequest, opts ...gr
 	return out, nil
 }
 
-func (c *engineClient) Transcribe(ctx context.Context, in *TranscribeRequest, opts ...grpc.CallOption) (*TranscribeReply, error) {
+func (c *engineClient) Transcribe(ctx context.Context, in *TranscribeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[TranscribeReply], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(TranscribeReply)
-	err := c.cc.Invoke(ctx, Engine_Transcribe_FullMethodName, in, out, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Engine_ServiceDesc.Streams[1], Engine_Transcribe_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	x := &grpc.GenericClientStream[TranscribeRequest, TranscribeReply]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
 }
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Engine_TranscribeClient = grpc.ServerStreamingClient[TranscribeReply]
 
 func (c *engineClient) Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StatsReport], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Engine_ServiceDesc.Streams[1], Engine_Stats_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Engine_ServiceDesc.Streams[2], Engine_Stats_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -197,8 +207,9 @@ type EngineServer interface {
 	// cross-encoder.
 	Rerank(context.Context, *RerankRequest) (*RerankReply, error)
 	// Transcribe turns speech into text on the peer that has the speech
-	// model; the audio travels as uploaded.
-	Transcribe(context.Context, *TranscribeRequest) (*TranscribeReply, error)
+	// model; the audio travels as uploaded. Each segment comes as it is
+	// decoded (segment set), then the result (done set).
+	Transcribe(*TranscribeRequest, grpc.ServerStreamingServer[TranscribeReply]) error
 	// Stats streams the peer's live figures, one report at once and then one
 	// per interval, until the caller cancels.
 	Stats(*StatsRequest, grpc.ServerStreamingServer[StatsReport]) error
@@ -233,8 +244,8 @@ func (UnimplementedEngineServer) Embed(context.Context, *EmbedRequest) (*EmbedRe
 func (UnimplementedEngineServer) Rerank(context.Context, *RerankRequest) (*RerankReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Rerank not implemented")
 }
-func (UnimplementedEngineServer) Transcribe(context.Context, *TranscribeRequest) (*TranscribeReply, error) {
-	return nil, status.Error(codes.Unimplemented, "method Transcribe not implemented")
+func (UnimplementedEngineServer) Transcribe(*TranscribeRequest, grpc.ServerStreamingServer[TranscribeReply]) error {
+	return status.Error(codes.Unimplemented, "method Transcribe not implemented")
 }
 func (UnimplementedEngineServer) Stats(*StatsRequest, grpc.ServerStreamingServer[StatsReport]) error {
 	return status.Error(codes.Unimplemented, "method Stats not implemented")
@@ -379,23 +390,16 @@ func _Engine_Rerank_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
-func _Engine_Transcribe_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(TranscribeRequest)
-	if err := dec(in); err != nil {
-		return nil, err
+func _Engine_Transcribe_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(TranscribeRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
 	}
-	if interceptor == nil {
-		return srv.(EngineServer).Transcribe(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: Engine_Transcribe_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(EngineServer).Transcribe(ctx, req.(*TranscribeRequest))
-	}
-	return interceptor(ctx, in, info, handler)
+	return srv.(EngineServer).Transcribe(m, &grpc.GenericServerStream[TranscribeRequest, TranscribeReply]{ServerStream: stream})
 }
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Engine_TranscribeServer = grpc.ServerStreamingServer[TranscribeReply]
 
 func _Engine_Stats_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(StatsRequest)
@@ -439,15 +443,16 @@ var Engine_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Rerank",
 			Handler:    _Engine_Rerank_Handler,
 		},
-		{
-			MethodName: "Transcribe",
-			Handler:    _Engine_Transcribe_Handler,
-		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Generate",
 			Handler:       _Engine_Generate_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Transcribe",
+			Handler:       _Engine_Transcribe_Handler,
 			ServerStreams: true,
 		},
 		{

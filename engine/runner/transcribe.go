@@ -45,6 +45,9 @@ func (r *Runner) Transcribe(ctx context.Context, req *engine.TranscribeRequest) 
 	for t := req.Temperature; t <= 1+1e-9; t += 0.2 {
 		o.Temperatures = append(o.Temperatures, math.Round(t*1e6)/1e6)
 	}
+	if req.OnSegment != nil {
+		o.OnSegment = func(s whisper.Segment) { req.OnSegment(engine.TranscribeSegment(s)) }
+	}
 	em.asrMu.Lock()
 	res, err := em.asr.Transcribe(ctx, samples, o)
 	em.asrMu.Unlock()

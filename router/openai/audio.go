@@ -28,13 +28,14 @@ var audioFormats = []string{"json", "text", "srt", "verbose_json", "vtt"}
 type audioRequest struct {
 	model, language, format string
 	temperature             float64
+	stream                  bool
 	file                    []byte
 }
 
 // parseAudioForm reads the multipart form: file (required, at most
 // maxBytes), model (required), language, prompt (accepted, unused),
 // response_format, temperature (0 to 1), timestamp_granularities[]
-// (segment only), stream (false only).
+// (segment only), stream.
 func parseAudioForm(r *http.Request, maxBytes int64, translate bool) (*audioRequest, *Error) {
 	ct, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || ct != "multipart/form-data" {
@@ -93,9 +94,11 @@ func parseAudioForm(r *http.Request, maxBytes int64, translate bool) (*audioRequ
 				return nil, unsupported(name, "Invalid '%s': %q; this server gives segment timestamps only.", name, value)
 			}
 		case "stream":
-			if b, err := strconv.ParseBool(value); err != nil || b {
-				return nil, unsupported("stream", "Invalid 'stream': %q; this server does not stream transcriptions yet.", value)
+			b, err := strconv.ParseBool(value)
+			if err != nil {
+				return nil, invalidRequest("stream", "Invalid 'stream': %q (expected true or false).", value)
 			}
+			req.stream = b
 		case "word_timestamps":
 			if b, err := strconv.ParseBool(value); err != nil || b {
 				return nil, unsupported("word_timestamps", "Invalid 'word_timestamps': %q; word timestamps are not supported yet.", value)
@@ -160,14 +163,37 @@ func (h *Handler) audio(w http.ResponseWriter, r *http.Request, translate bool) 
 			Message: "This server's engine does not transcribe speech."})
 		return
 	}
-	res, err := t.Transcribe(r.Context(), &engine.TranscribeRequest{Model: req.model, Audio: req.file, Language: req.language,
-		Translate: translate, Temperature: req.temperature, MaxBytes: maxBytes, MaxSeconds: maxSeconds})
+	treq := &engine.TranscribeRequest{Model: req.model, Audio: req.file, Language: req.language,
+		Translate: translate, Temperature: req.temperature, MaxBytes: maxBytes, MaxSeconds: maxSeconds}
+	var sse *sseWriter
+	if req.stream {
+		sse = newSSEWriter(w)
+		first := true
+		treq.OnSegment = func(s engine.TranscribeSegment) {
+			delta := s.Text
+			if first {
+				delta = strings.TrimLeft(delta, " ")
+			}
+			first = false
+			sse.data(TranscriptDelta{Type: "transcript.text.delta", Delta: delta})
+		}
+	}
+	res, err := t.Transcribe(r.Context(), treq)
 	if err != nil {
 		ee := engineError(err, req.model)
 		if ee.Status == http.StatusBadRequest && ee.Param == "" {
 			ee.Param = "file"
 		}
+		if sse != nil && sse.started {
+			h.metrics.Rejected()
+			sse.fail(ee)
+			return
+		}
 		h.reject(w, r, ee)
+		return
+	}
+	if sse != nil {
+		sse.data(TranscriptDone{Type: "transcript.text.done", Text: res.Text})
 		return
 	}
 	task := "transcribe"
@@ -199,6 +225,20 @@ type Transcription struct {
 	Text     string  `json:"text"`
 	Language string  `json:"language"`
 	Duration float64 `json:"duration"`
+}
+
+// TranscriptDelta and TranscriptDone are the events of a streamed
+// transcription (stream=true): the text of each segment as it is
+// decoded (their concatenation is the text), then the whole text.
+type TranscriptDelta struct {
+	Type  string `json:"type"` // "transcript.text.delta"
+	Delta string `json:"delta"`
+}
+
+// TranscriptDone ends a streamed transcription.
+type TranscriptDone struct {
+	Type string `json:"type"` // "transcript.text.done"
+	Text string `json:"text"`
 }
 
 // VerboseTranscription is the verbose_json response_format, OpenAI's.

@@ -207,7 +207,7 @@ func TestTranscriptionsBadInput(t *testing.T) {
 		{"too long", "/v1/audio/transcriptions", form(m, long), "file", "the limit is 2s"},
 		{"format", "/v1/audio/transcriptions", form(with("response_format", "mp3"), short), "response_format", "expected one of"},
 		{"temperature", "/v1/audio/transcriptions", form(with("temperature", "3"), short), "temperature", "from 0 to 1"},
-		{"stream", "/v1/audio/transcriptions", form(with("stream", "true"), short), "stream", "stream"},
+		{"stream", "/v1/audio/transcriptions", form(with("stream", "maybe"), short), "stream", "true or false"},
 		{"words", "/v1/audio/transcriptions", form(with("timestamp_granularities[]", "word"), short), "timestamp_granularities[]", "segment"},
 		{"unknown field", "/v1/audio/transcriptions", form(with("colour", "blue"), short), "colour", "Unrecognized"},
 		{"language", "/v1/audio/transcriptions", form(with("language", "fr"), short), "file", "English-only"},

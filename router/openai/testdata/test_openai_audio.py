@@ -1,5 +1,5 @@
-"""The official openai Python library's audio.transcriptions.create and
-audio.translations.create against fusion.
+"""The official openai Python library's audio.transcriptions.create
+(streamed too) and audio.translations.create against fusion.
 
 Driven by TestPythonSDKTranscriptions (audio_test.go), which starts a node
 serving Whisper tiny.en (FUSION_ASR_MODEL, its CTranslate2 files in
@@ -98,3 +98,16 @@ def test_errors(url):
     assert "English-only" in e.value.message
     with open(WAV, "rb") as f, pytest.raises(openai.NotFoundError):
         c.audio.transcriptions.create(model="no-such-model", file=f)
+
+
+@pytest.mark.parametrize("url", [BASE, FORWARD], ids=["direct", "forwarded"])
+def test_stream(url, ref):
+    segs, _ = ref
+    with open(WAV, "rb") as f:
+        events = list(client(url).audio.transcriptions.create(model=ASR, file=f, stream=True))
+    deltas = [e.delta for e in events if e.type == "transcript.text.delta"]
+    text = "".join(s.text for s in segs).strip()
+    # One delta per segment, as decoded; they add up to the text.
+    assert len(deltas) == len(segs)
+    assert "".join(deltas) == text
+    assert events[-1].type == "transcript.text.done" and events[-1].text == text
