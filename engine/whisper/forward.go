@@ -60,7 +60,6 @@ func (w *Window) encode(ctx context.Context, mel []float32) error {
 		pos[i] = int32(i)
 	}
 	h = s.Add(h, s.Embed(m.encPos, pos))
-	lens := []int{d.AudioCtx}
 	for _, l := range m.encoder {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -68,7 +67,9 @@ func (w *Window) encode(ctx context.Context, mel []float32) error {
 		mark := s.Mark()
 		a := l.attn
 		n := s.LayerNorm(h, a.norm.w, a.norm.b, eps)
-		h = s.Add(h, s.Linear(s.EncoderAttention(s.Linear(n, a.q), s.Linear(n, a.k), s.Linear(n, a.v), d.Heads, m.scale, lens), a.o))
+		// One sequence attending to itself without a mask: CrossAttention
+		// of the window over itself (one matrix product per head).
+		h = s.Add(h, s.Linear(s.CrossAttention(s.Linear(n, a.q), s.Linear(n, a.k), s.Linear(n, a.v), d.Heads, m.scale), a.o))
 		h = s.Add(h, l.mlp.run(s, h))
 		h = s.Release(mark, h)
 		if err := s.Eval(h); err != nil {

@@ -61,12 +61,19 @@ func TestConv1D(t *testing.T) {
 }
 
 // TestCrossAttention compares unmasked attention of q rows over a
-// different number of key rows with the formula in float64.
+// different number of key rows with the formula in float64, for a few
+// queries (used in place) and for many (gathered into matrices).
 func TestCrossAttention(t *testing.T) {
+	for _, nq := range []int{1, 4, crossMatrixRows, 40} {
+		testCrossAttention(t, nq)
+	}
+}
+
+func testCrossAttention(t *testing.T, nq int) {
 	b := New(Options{Threads: 3})
 	defer b.Close()
 	rng := rand.New(rand.NewPCG(9, 10))
-	const heads, hd, nq, nk = 3, 8, 4, 37
+	const heads, hd, nk = 3, 8, 37
 	const cols = heads * hd
 	q, k, v := randFloats(rng, nq*cols), randFloats(rng, nk*cols), randFloats(rng, nk*cols)
 	scale := float32(1 / math.Sqrt(hd))

@@ -64,10 +64,9 @@ func gelu(v float32) float32 {
 	return float32(0.5 * float64(v) * (1 + math.Erf(float64(v)/math.Sqrt2)))
 }
 
-// encoderTask is the attention of one head of one sequence: queries
-// [q, q+nq) over keys and values [k, k+nk).
+// encoderTask is the attention of one head of one sequence.
 type encoderTask struct {
-	q, nq, k, nk, head int
+	base, n, head int
 }
 
 // EncoderAttention runs softmax(q·kᵀ·scale)·v per sequence and head, each
@@ -78,37 +77,17 @@ func (s *step) EncoderAttention(q, k, v backend.Array, heads int, scale float32,
 	if err != nil {
 		panic("cpu: " + err.Error())
 	}
+	out := s.new(qa.rows, qa.cols)
 	tasks := make([]encoderTask, 0, len(lens)*heads)
 	base := 0
 	for _, n := range lens {
 		for h := range heads {
-			tasks = append(tasks, encoderTask{q: base, nq: n, k: base, nk: n, head: h})
+			tasks = append(tasks, encoderTask{base: base, n: n, head: h})
 		}
 		base += n
 	}
-	return s.attendAll(tasks, qa, ka, va, hd, scale)
-}
-
-// CrossAttention runs softmax(q·kᵀ·scale)·v per head, every query over
-// every key.
-func (s *step) CrossAttention(q, k, v backend.Array, heads int, scale float32) backend.Array {
-	qa, ka, va := arr(q), arr(k), arr(v)
-	hd, err := backend.CrossShape(qa, ka, va, heads)
-	if err != nil {
-		panic("cpu: " + err.Error())
-	}
-	tasks := make([]encoderTask, 0, heads)
-	for h := range heads {
-		tasks = append(tasks, encoderTask{q: 0, nq: qa.rows, k: 0, nk: ka.rows, head: h})
-	}
-	return s.attendAll(tasks, qa, ka, va, hd, scale)
-}
-
-// attendAll runs the tasks on the workers into a new array shaped as q.
-func (s *step) attendAll(tasks []encoderTask, q, k, v *array, hd int, scale float32) *array {
-	out := s.new(q.rows, q.cols)
 	s.b.parallel(len(tasks), func(w, i int) {
-		s.encoderAttend(&s.scratch[w], tasks[i], q, k, v, out, hd, scale)
+		s.encoderAttend(&s.scratch[w], tasks[i], qa, ka, va, out, hd, scale)
 	})
 	return out
 }
@@ -118,53 +97,26 @@ func (s *step) attendAll(tasks []encoderTask, q, k, v *array, hd int, scale floa
 // their softmax, and the weighted sum of the values.
 func (s *step) encoderAttend(sc *scratch, t encoderTask, q, k, v, out *array, hd int, scale float32) {
 	kern := s.b.k
-	n := t.nk
+	n := t.n
 	buf := sc.floats(2*n*hd + n + hd)
 	keys, buf := buf[:n*hd], buf[n*hd:]
 	vals, buf := buf[:n*hd], buf[n*hd:]
 	p, qs := buf[:n], buf[n:n+hd]
 	col := t.head * hd
 	for j := range n {
-		copy(keys[j*hd:(j+1)*hd], k.row(t.k + j)[col:col+hd])
-		copy(vals[j*hd:(j+1)*hd], v.row(t.k + j)[col:col+hd])
+		copy(keys[j*hd:(j+1)*hd], k.row(t.base + j)[col:col+hd])
+		copy(vals[j*hd:(j+1)*hd], v.row(t.base + j)[col:col+hd])
 	}
-	for i := range t.nq {
-		kern.Scale(qs, q.row(t.q + i)[col:col+hd], scale)
+	for i := range n {
+		kern.Scale(qs, q.row(t.base + i)[col:col+hd], scale)
 		for j := range n {
 			p[j] = kern.Dot(qs, keys[j*hd:(j+1)*hd])
 		}
 		kern.Softmax(p)
-		dst := out.row(t.q + i)[col : col+hd]
+		dst := out.row(t.base + i)[col : col+hd]
 		clear(dst)
 		for j := range n {
 			kern.Axpy(p[j], vals[j*hd:(j+1)*hd], dst)
 		}
 	}
-}
-
-// Conv1D gathers each output row's receptive field into one row (kernel
-// input rows side by side, zeros past the ends: im2col), then runs the
-// weight over it as a Linear.
-func (s *step) Conv1D(x backend.Array, w backend.Weight, kernel, stride, pad int) backend.Array {
-	a := arr(x)
-	rows, err := backend.ConvShape(a, w, kernel, stride, pad)
-	if err != nil {
-		panic("cpu: " + err.Error())
-	}
-	c := a.cols
-	col := s.new(rows, kernel*c)
-	s.b.parallelRows(rows, elementwiseRows(kernel*c), func(lo, hi int) {
-		for t := lo; t < hi; t++ {
-			dst := col.row(t)
-			for j := range kernel {
-				src := t*stride + j - pad
-				if src < 0 || src >= a.rows {
-					clear(dst[j*c : (j+1)*c])
-				} else {
-					copy(dst[j*c:(j+1)*c], a.row(src))
-				}
-			}
-		}
-	})
-	return s.Linear(col, w)
 }
