@@ -12,11 +12,11 @@ import (
 )
 
 // TestTranscribeOnMLX runs the model on the MLX backend (MLX's CPU device
-// here, Metal on a Mac): in float32 mode its greedy transcript must be
-// the CPU backend's token for token (which TestTranscriptsMatchFasterWhisper
-// checks against faster-whisper); in native mode (float16 weights and
-// activations, what a Mac runs) the text is logged with its word error
-// rate.
+// here, Metal on a Mac) in float32 mode: its greedy transcript must be the
+// CPU backend's token for token (which TestTranscriptsMatchFasterWhisper
+// checks against faster-whisper). Native mode (float16 activations, what
+// a Mac runs) is not run here: the mlx-cpu wheel's float16 products have
+// no BLAS and would take minutes per window.
 func TestTranscribeOnMLX(t *testing.T) {
 	if err := mlx.Available(); err != nil {
 		if os.Getenv("FUSION_REQUIRE_MLX") == "1" {
@@ -31,7 +31,7 @@ func TestTranscribeOnMLX(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f32 := range []bool{true, false} {
+	for _, f32 := range []bool{true} {
 		be, err := mlx.New(mlx.Options{Float32: f32})
 		if err != nil {
 			t.Fatal(err)
