@@ -235,7 +235,7 @@ type ModelInfo struct {
 	ID      string
 	Path    string
 	Format  string // "safetensors" or "gguf"
-	Kind    string // KindChat, KindEmbedding or KindRerank
+	Kind    string // KindChat, KindEmbedding, KindRerank or KindTranscription
 	Loaded  bool
 	Created int64 // unix seconds (the model file's modification time)
 }
@@ -255,7 +255,65 @@ const (
 	KindChat      = "chat"      // generation (chat, completions, messages)
 	KindEmbedding = "embedding" // embeddings
 	KindRerank    = "rerank"    // cross-encoder scores of query–document pairs (/v1/rerank)
+	// KindTranscription: speech to text (/v1/audio/transcriptions).
+	KindTranscription = "transcription"
 )
+
+// TranscribeRequest is the dialect-neutral speech-to-text request. The
+// audio travels as uploaded (any format package audio decodes), so a
+// forwarding node passes the file on and the node holding the model
+// decodes it.
+type TranscribeRequest struct {
+	Model string
+	Audio []byte
+	// Language is the spoken language's code ("" : the model's, or
+	// detected).
+	Language string
+	// Translate asks for an English translation instead of a transcript.
+	Translate bool
+	// Temperature is the first decoding temperature; on failure decoding
+	// falls back to higher ones in steps of 0.2 up to 1 (OpenAI's
+	// temperature 0 is greedy with fallback).
+	Temperature float64
+	// MaxBytes and MaxSeconds cap the upload and its duration (0: the
+	// engine's defaults, 25 MiB and 30 minutes).
+	MaxBytes   int64
+	MaxSeconds float64
+	// OnSegment, if set, is called with each segment as it is decoded,
+	// before Transcribe returns (a forwarded request's segments arrive as
+	// the peer decodes them). It must not block for long.
+	OnSegment func(TranscribeSegment)
+}
+
+// TranscribeSegment is one timed piece of a transcript (faster-whisper's
+// Segment fields; OpenAI's verbose_json segments).
+type TranscribeSegment struct {
+	ID               int
+	Seek             int
+	Start, End       float64
+	Text             string
+	Tokens           []int
+	Temperature      float64
+	AvgLogprob       float64
+	CompressionRatio float64
+	NoSpeechProb     float64
+}
+
+// TranscribeResult is a transcript.
+type TranscribeResult struct {
+	Text     string
+	Language string  // code, e.g. "en"
+	Duration float64 // of the audio, in seconds
+	Segments []TranscribeSegment
+}
+
+// Transcriber turns speech into text. Errors: ErrModelNotFound,
+// ErrUnavailable, ErrOverloaded, and *prompt.InvalidRequestError for bad
+// input (not audio, truncated, too large or long, a language or task the
+// model cannot do, a model that does not transcribe).
+type Transcriber interface {
+	Transcribe(ctx context.Context, req *TranscribeRequest) (*TranscribeResult, error)
+}
 
 // EmbedRequest is the dialect-neutral embeddings request: one vector per
 // input.

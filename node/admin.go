@@ -348,6 +348,15 @@ func (e aliasEngine) Embed(ctx context.Context, req *engine.EmbedRequest) (*engi
 	return e.Dispatcher.Embed(ctx, req)
 }
 
+func (e aliasEngine) Transcribe(ctx context.Context, req *engine.TranscribeRequest) (*engine.TranscribeResult, error) {
+	if id := e.a.resolve(req.Model); id != req.Model {
+		r := *req
+		r.Model = id
+		req = &r
+	}
+	return e.Dispatcher.Transcribe(ctx, req)
+}
+
 func (e aliasEngine) Rerank(ctx context.Context, req *engine.RerankRequest) (*engine.RerankResult, error) {
 	if id := e.a.resolve(req.Model); id != req.Model {
 		r := *req

@@ -57,11 +57,14 @@ type Config struct {
 	KeyUsageInterval time.Duration
 
 	MaxBodyBytes int64 // request body limit (default 10 MiB)
-	MaxTokens    int   // max_tokens cap per request, and its default (0: none; the model's context window bounds each generation)
-	MaxQueued    int   // generations admitted at once before 429 (default 64)
-	MaxToolCalls int   // calls in one forced-tool answer with parallel calls (default 8)
-	DraftTokens  int   // tokens speculative decoding proposes per step (default runner.DefaultDraftTokens)
-	MaxEmbeds    int   // inputs of one embeddings request before 400 (default 2048)
+	// MaxAudioBytes and MaxAudioSeconds cap an audio upload (0: 25 MiB and
+	// 30 minutes).
+	MaxAudioBytes, MaxAudioSeconds int64
+	MaxTokens                      int // max_tokens cap per request, and its default (0: none; the model's context window bounds each generation)
+	MaxQueued                      int // generations admitted at once before 429 (default 64)
+	MaxToolCalls                   int // calls in one forced-tool answer with parallel calls (default 8)
+	DraftTokens                    int // tokens speculative decoding proposes per step (default runner.DefaultDraftTokens)
+	MaxEmbeds                      int // inputs of one embeddings request before 400 (default 2048)
 	// MaxRerankDocs caps the documents of one rerank request (default
 	// runner.DefaultMaxRerankDocuments).
 	MaxRerankDocs int
@@ -417,7 +420,7 @@ func New(cfg Config) (*Node, error) {
 		Engine: aliasEngine{Dispatcher: gen, a: n.admin}, Stats: n.engineStats, Cache: run, Models: run, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes, Cluster: clusterStatus,
 		Admin: adminCfg,
 		OpenAI: openai.Options{MaxTokens: cfg.MaxTokens, CompletionsAsChat: cfg.CompletionsAsChat,
-			AsChat: n.admin.completionsAsChat},
+			AsChat: n.admin.completionsAsChat, MaxAudioBytes: cfg.MaxAudioBytes, MaxAudioSeconds: float64(cfg.MaxAudioSeconds)},
 		OpenClaw: cfg.OpenClaw, Sessions: sessions, Version: cfg.Version, Logger: cfg.Logger,
 	})
 	n.admin.handler.Store(n.router.Admin())

@@ -2097,6 +2097,302 @@ func (x *StatsReport) GetTokensPerSecond() float64 {
 	return 0
 }
 
+// TranscribeRequest is engine.TranscribeRequest.
+type TranscribeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Model         string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	Audio         []byte                 `protobuf:"bytes,2,opt,name=audio,proto3" json:"audio,omitempty"`
+	Language      string                 `protobuf:"bytes,3,opt,name=language,proto3" json:"language,omitempty"`
+	Translate     bool                   `protobuf:"varint,4,opt,name=translate,proto3" json:"translate,omitempty"`
+	Temperature   float64                `protobuf:"fixed64,5,opt,name=temperature,proto3" json:"temperature,omitempty"`
+	MaxBytes      int64                  `protobuf:"varint,6,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	MaxSeconds    float64                `protobuf:"fixed64,7,opt,name=max_seconds,json=maxSeconds,proto3" json:"max_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TranscribeRequest) Reset() {
+	*x = TranscribeRequest{}
+	mi := &file_engine_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TranscribeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TranscribeRequest) ProtoMessage() {}
+
+func (x *TranscribeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engine_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TranscribeRequest.ProtoReflect.Descriptor instead.
+func (*TranscribeRequest) Descriptor() ([]byte, []int) {
+	return file_engine_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *TranscribeRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *TranscribeRequest) GetAudio() []byte {
+	if x != nil {
+		return x.Audio
+	}
+	return nil
+}
+
+func (x *TranscribeRequest) GetLanguage() string {
+	if x != nil {
+		return x.Language
+	}
+	return ""
+}
+
+func (x *TranscribeRequest) GetTranslate() bool {
+	if x != nil {
+		return x.Translate
+	}
+	return false
+}
+
+func (x *TranscribeRequest) GetTemperature() float64 {
+	if x != nil {
+		return x.Temperature
+	}
+	return 0
+}
+
+func (x *TranscribeRequest) GetMaxBytes() int64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+func (x *TranscribeRequest) GetMaxSeconds() float64 {
+	if x != nil {
+		return x.MaxSeconds
+	}
+	return 0
+}
+
+// TranscribeSegment is engine.TranscribeSegment.
+type TranscribeSegment struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Id               int32                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Seek             int32                  `protobuf:"varint,2,opt,name=seek,proto3" json:"seek,omitempty"`
+	Start            float64                `protobuf:"fixed64,3,opt,name=start,proto3" json:"start,omitempty"`
+	End              float64                `protobuf:"fixed64,4,opt,name=end,proto3" json:"end,omitempty"`
+	Text             string                 `protobuf:"bytes,5,opt,name=text,proto3" json:"text,omitempty"`
+	Tokens           []int32                `protobuf:"varint,6,rep,packed,name=tokens,proto3" json:"tokens,omitempty"`
+	Temperature      float64                `protobuf:"fixed64,7,opt,name=temperature,proto3" json:"temperature,omitempty"`
+	AvgLogprob       float64                `protobuf:"fixed64,8,opt,name=avg_logprob,json=avgLogprob,proto3" json:"avg_logprob,omitempty"`
+	CompressionRatio float64                `protobuf:"fixed64,9,opt,name=compression_ratio,json=compressionRatio,proto3" json:"compression_ratio,omitempty"`
+	NoSpeechProb     float64                `protobuf:"fixed64,10,opt,name=no_speech_prob,json=noSpeechProb,proto3" json:"no_speech_prob,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *TranscribeSegment) Reset() {
+	*x = TranscribeSegment{}
+	mi := &file_engine_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TranscribeSegment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TranscribeSegment) ProtoMessage() {}
+
+func (x *TranscribeSegment) ProtoReflect() protoreflect.Message {
+	mi := &file_engine_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TranscribeSegment.ProtoReflect.Descriptor instead.
+func (*TranscribeSegment) Descriptor() ([]byte, []int) {
+	return file_engine_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *TranscribeSegment) GetId() int32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *TranscribeSegment) GetSeek() int32 {
+	if x != nil {
+		return x.Seek
+	}
+	return 0
+}
+
+func (x *TranscribeSegment) GetStart() float64 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *TranscribeSegment) GetEnd() float64 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+func (x *TranscribeSegment) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *TranscribeSegment) GetTokens() []int32 {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+func (x *TranscribeSegment) GetTemperature() float64 {
+	if x != nil {
+		return x.Temperature
+	}
+	return 0
+}
+
+func (x *TranscribeSegment) GetAvgLogprob() float64 {
+	if x != nil {
+		return x.AvgLogprob
+	}
+	return 0
+}
+
+func (x *TranscribeSegment) GetCompressionRatio() float64 {
+	if x != nil {
+		return x.CompressionRatio
+	}
+	return 0
+}
+
+func (x *TranscribeSegment) GetNoSpeechProb() float64 {
+	if x != nil {
+		return x.NoSpeechProb
+	}
+	return 0
+}
+
+// TranscribeReply is a decoded segment (segment set), or the final
+// engine.TranscribeResult (done set).
+type TranscribeReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Text          string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	Language      string                 `protobuf:"bytes,2,opt,name=language,proto3" json:"language,omitempty"`
+	Duration      float64                `protobuf:"fixed64,3,opt,name=duration,proto3" json:"duration,omitempty"`
+	Segments      []*TranscribeSegment   `protobuf:"bytes,4,rep,name=segments,proto3" json:"segments,omitempty"`
+	Done          bool                   `protobuf:"varint,5,opt,name=done,proto3" json:"done,omitempty"`
+	Segment       *TranscribeSegment     `protobuf:"bytes,6,opt,name=segment,proto3" json:"segment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TranscribeReply) Reset() {
+	*x = TranscribeReply{}
+	mi := &file_engine_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TranscribeReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TranscribeReply) ProtoMessage() {}
+
+func (x *TranscribeReply) ProtoReflect() protoreflect.Message {
+	mi := &file_engine_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TranscribeReply.ProtoReflect.Descriptor instead.
+func (*TranscribeReply) Descriptor() ([]byte, []int) {
+	return file_engine_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *TranscribeReply) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *TranscribeReply) GetLanguage() string {
+	if x != nil {
+		return x.Language
+	}
+	return ""
+}
+
+func (x *TranscribeReply) GetDuration() float64 {
+	if x != nil {
+		return x.Duration
+	}
+	return 0
+}
+
+func (x *TranscribeReply) GetSegments() []*TranscribeSegment {
+	if x != nil {
+		return x.Segments
+	}
+	return nil
+}
+
+func (x *TranscribeReply) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *TranscribeReply) GetSegment() *TranscribeSegment {
+	if x != nil {
+		return x.Segment
+	}
+	return nil
+}
+
 var File_engine_proto protoreflect.FileDescriptor
 
 const file_engine_proto_rawDesc = "" +
@@ -2293,7 +2589,36 @@ const file_engine_proto_rawDesc = "" +
 	"\x06queued\x18\x04 \x01(\x03R\x06queued\x12\x19\n" +
 	"\bkv_bytes\x18\x05 \x01(\x03R\akvBytes\x12*\n" +
 	"\x11free_memory_bytes\x18\x06 \x01(\x03R\x0ffreeMemoryBytes\x12*\n" +
-	"\x11tokens_per_second\x18\a \x01(\x01R\x0ftokensPerSecond2\xf3\x04\n" +
+	"\x11tokens_per_second\x18\a \x01(\x01R\x0ftokensPerSecond\"\xd9\x01\n" +
+	"\x11TranscribeRequest\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x14\n" +
+	"\x05audio\x18\x02 \x01(\fR\x05audio\x12\x1a\n" +
+	"\blanguage\x18\x03 \x01(\tR\blanguage\x12\x1c\n" +
+	"\ttranslate\x18\x04 \x01(\bR\ttranslate\x12 \n" +
+	"\vtemperature\x18\x05 \x01(\x01R\vtemperature\x12\x1b\n" +
+	"\tmax_bytes\x18\x06 \x01(\x03R\bmaxBytes\x12\x1f\n" +
+	"\vmax_seconds\x18\a \x01(\x01R\n" +
+	"maxSeconds\"\xa1\x02\n" +
+	"\x11TranscribeSegment\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x12\n" +
+	"\x04seek\x18\x02 \x01(\x05R\x04seek\x12\x14\n" +
+	"\x05start\x18\x03 \x01(\x01R\x05start\x12\x10\n" +
+	"\x03end\x18\x04 \x01(\x01R\x03end\x12\x12\n" +
+	"\x04text\x18\x05 \x01(\tR\x04text\x12\x16\n" +
+	"\x06tokens\x18\x06 \x03(\x05R\x06tokens\x12 \n" +
+	"\vtemperature\x18\a \x01(\x01R\vtemperature\x12\x1f\n" +
+	"\vavg_logprob\x18\b \x01(\x01R\n" +
+	"avgLogprob\x12+\n" +
+	"\x11compression_ratio\x18\t \x01(\x01R\x10compressionRatio\x12$\n" +
+	"\x0eno_speech_prob\x18\n" +
+	" \x01(\x01R\fnoSpeechProb\"\xf1\x01\n" +
+	"\x0fTranscribeReply\x12\x12\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\x12\x1a\n" +
+	"\blanguage\x18\x02 \x01(\tR\blanguage\x12\x1a\n" +
+	"\bduration\x18\x03 \x01(\x01R\bduration\x12?\n" +
+	"\bsegments\x18\x04 \x03(\v2#.fusion.engine.v1.TranscribeSegmentR\bsegments\x12\x12\n" +
+	"\x04done\x18\x05 \x01(\bR\x04done\x12=\n" +
+	"\asegment\x18\x06 \x01(\v2#.fusion.engine.v1.TranscribeSegmentR\asegment2\xcb\x05\n" +
 	"\x06Engine\x12H\n" +
 	"\bGenerate\x12\x19.fusion.engine.v1.Request\x1a\x1f.fusion.engine.v1.GenerateReply0\x01\x12N\n" +
 	"\bTokenize\x12!.fusion.engine.v1.TokenizeRequest\x1a\x1f.fusion.engine.v1.TokenizeReply\x12T\n" +
@@ -2302,7 +2627,9 @@ const file_engine_proto_rawDesc = "" +
 	"Detokenize\x12#.fusion.engine.v1.DetokenizeRequest\x1a!.fusion.engine.v1.DetokenizeReply\x12H\n" +
 	"\x06Models\x12\x1f.fusion.engine.v1.ModelsRequest\x1a\x1d.fusion.engine.v1.ModelsReply\x12E\n" +
 	"\x05Embed\x12\x1e.fusion.engine.v1.EmbedRequest\x1a\x1c.fusion.engine.v1.EmbedReply\x12H\n" +
-	"\x06Rerank\x12\x1f.fusion.engine.v1.RerankRequest\x1a\x1d.fusion.engine.v1.RerankReply\x12H\n" +
+	"\x06Rerank\x12\x1f.fusion.engine.v1.RerankRequest\x1a\x1d.fusion.engine.v1.RerankReply\x12V\n" +
+	"\n" +
+	"Transcribe\x12#.fusion.engine.v1.TranscribeRequest\x1a!.fusion.engine.v1.TranscribeReply0\x01\x12H\n" +
 	"\x05Stats\x12\x1e.fusion.engine.v1.StatsRequest\x1a\x1d.fusion.engine.v1.StatsReport0\x01B\x19Z\x17fusion/cluster/enginepbb\x06proto3"
 
 var (
@@ -2318,7 +2645,7 @@ func file_engine_proto_rawDescGZIP() []byte {
 }
 
 var file_engine_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_engine_proto_goTypes = []any{
 	(Error_Code)(0),           // 0: fusion.engine.v1.Error.Code
 	(*Request)(nil),           // 1: fusion.engine.v1.Request
@@ -2349,13 +2676,16 @@ var file_engine_proto_goTypes = []any{
 	(*ModelsReply)(nil),       // 26: fusion.engine.v1.ModelsReply
 	(*StatsRequest)(nil),      // 27: fusion.engine.v1.StatsRequest
 	(*StatsReport)(nil),       // 28: fusion.engine.v1.StatsReport
-	nil,                       // 29: fusion.engine.v1.Sampling.LogitBiasEntry
+	(*TranscribeRequest)(nil), // 29: fusion.engine.v1.TranscribeRequest
+	(*TranscribeSegment)(nil), // 30: fusion.engine.v1.TranscribeSegment
+	(*TranscribeReply)(nil),   // 31: fusion.engine.v1.TranscribeReply
+	nil,                       // 32: fusion.engine.v1.Sampling.LogitBiasEntry
 }
 var file_engine_proto_depIdxs = []int32{
 	3,  // 0: fusion.engine.v1.Request.sampling:type_name -> fusion.engine.v1.Sampling
 	4,  // 1: fusion.engine.v1.Request.response_format:type_name -> fusion.engine.v1.ResponseFormat
 	2,  // 2: fusion.engine.v1.Request.tool_choice:type_name -> fusion.engine.v1.ToolChoice
-	29, // 3: fusion.engine.v1.Sampling.logit_bias:type_name -> fusion.engine.v1.Sampling.LogitBiasEntry
+	32, // 3: fusion.engine.v1.Sampling.logit_bias:type_name -> fusion.engine.v1.Sampling.LogitBiasEntry
 	6,  // 4: fusion.engine.v1.GenerateReply.accepted:type_name -> fusion.engine.v1.Accepted
 	7,  // 5: fusion.engine.v1.GenerateReply.event:type_name -> fusion.engine.v1.Event
 	8,  // 6: fusion.engine.v1.Event.tool_calls:type_name -> fusion.engine.v1.ToolCall
@@ -2368,27 +2698,31 @@ var file_engine_proto_depIdxs = []int32{
 	18, // 13: fusion.engine.v1.EmbedRequest.inputs:type_name -> fusion.engine.v1.EmbedInput
 	20, // 14: fusion.engine.v1.EmbedReply.vectors:type_name -> fusion.engine.v1.Vector
 	25, // 15: fusion.engine.v1.ModelsReply.models:type_name -> fusion.engine.v1.ModelInfo
-	1,  // 16: fusion.engine.v1.Engine.Generate:input_type -> fusion.engine.v1.Request
-	13, // 17: fusion.engine.v1.Engine.Tokenize:input_type -> fusion.engine.v1.TokenizeRequest
-	13, // 18: fusion.engine.v1.Engine.CountTokens:input_type -> fusion.engine.v1.TokenizeRequest
-	16, // 19: fusion.engine.v1.Engine.Detokenize:input_type -> fusion.engine.v1.DetokenizeRequest
-	24, // 20: fusion.engine.v1.Engine.Models:input_type -> fusion.engine.v1.ModelsRequest
-	19, // 21: fusion.engine.v1.Engine.Embed:input_type -> fusion.engine.v1.EmbedRequest
-	22, // 22: fusion.engine.v1.Engine.Rerank:input_type -> fusion.engine.v1.RerankRequest
-	27, // 23: fusion.engine.v1.Engine.Stats:input_type -> fusion.engine.v1.StatsRequest
-	5,  // 24: fusion.engine.v1.Engine.Generate:output_type -> fusion.engine.v1.GenerateReply
-	14, // 25: fusion.engine.v1.Engine.Tokenize:output_type -> fusion.engine.v1.TokenizeReply
-	15, // 26: fusion.engine.v1.Engine.CountTokens:output_type -> fusion.engine.v1.CountTokensReply
-	17, // 27: fusion.engine.v1.Engine.Detokenize:output_type -> fusion.engine.v1.DetokenizeReply
-	26, // 28: fusion.engine.v1.Engine.Models:output_type -> fusion.engine.v1.ModelsReply
-	21, // 29: fusion.engine.v1.Engine.Embed:output_type -> fusion.engine.v1.EmbedReply
-	23, // 30: fusion.engine.v1.Engine.Rerank:output_type -> fusion.engine.v1.RerankReply
-	28, // 31: fusion.engine.v1.Engine.Stats:output_type -> fusion.engine.v1.StatsReport
-	24, // [24:32] is the sub-list for method output_type
-	16, // [16:24] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	30, // 16: fusion.engine.v1.TranscribeReply.segments:type_name -> fusion.engine.v1.TranscribeSegment
+	30, // 17: fusion.engine.v1.TranscribeReply.segment:type_name -> fusion.engine.v1.TranscribeSegment
+	1,  // 18: fusion.engine.v1.Engine.Generate:input_type -> fusion.engine.v1.Request
+	13, // 19: fusion.engine.v1.Engine.Tokenize:input_type -> fusion.engine.v1.TokenizeRequest
+	13, // 20: fusion.engine.v1.Engine.CountTokens:input_type -> fusion.engine.v1.TokenizeRequest
+	16, // 21: fusion.engine.v1.Engine.Detokenize:input_type -> fusion.engine.v1.DetokenizeRequest
+	24, // 22: fusion.engine.v1.Engine.Models:input_type -> fusion.engine.v1.ModelsRequest
+	19, // 23: fusion.engine.v1.Engine.Embed:input_type -> fusion.engine.v1.EmbedRequest
+	22, // 24: fusion.engine.v1.Engine.Rerank:input_type -> fusion.engine.v1.RerankRequest
+	29, // 25: fusion.engine.v1.Engine.Transcribe:input_type -> fusion.engine.v1.TranscribeRequest
+	27, // 26: fusion.engine.v1.Engine.Stats:input_type -> fusion.engine.v1.StatsRequest
+	5,  // 27: fusion.engine.v1.Engine.Generate:output_type -> fusion.engine.v1.GenerateReply
+	14, // 28: fusion.engine.v1.Engine.Tokenize:output_type -> fusion.engine.v1.TokenizeReply
+	15, // 29: fusion.engine.v1.Engine.CountTokens:output_type -> fusion.engine.v1.CountTokensReply
+	17, // 30: fusion.engine.v1.Engine.Detokenize:output_type -> fusion.engine.v1.DetokenizeReply
+	26, // 31: fusion.engine.v1.Engine.Models:output_type -> fusion.engine.v1.ModelsReply
+	21, // 32: fusion.engine.v1.Engine.Embed:output_type -> fusion.engine.v1.EmbedReply
+	23, // 33: fusion.engine.v1.Engine.Rerank:output_type -> fusion.engine.v1.RerankReply
+	31, // 34: fusion.engine.v1.Engine.Transcribe:output_type -> fusion.engine.v1.TranscribeReply
+	28, // 35: fusion.engine.v1.Engine.Stats:output_type -> fusion.engine.v1.StatsReport
+	27, // [27:36] is the sub-list for method output_type
+	18, // [18:27] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_engine_proto_init() }
@@ -2410,7 +2744,7 @@ func file_engine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engine_proto_rawDesc), len(file_engine_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   29,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -30,6 +30,7 @@ const (
 	Engine_Models_FullMethodName      = "/fusion.engine.v1.Engine/Models"
 	Engine_Embed_FullMethodName       = "/fusion.engine.v1.Engine/Embed"
 	Engine_Rerank_FullMethodName      = "/fusion.engine.v1.Engine/Rerank"
+	Engine_Transcribe_FullMethodName  = "/fusion.engine.v1.Engine/Transcribe"
 	Engine_Stats_FullMethodName       = "/fusion.engine.v1.Engine/Stats"
 )
 
@@ -52,6 +53,10 @@ type EngineClient interface {
 	// Rerank scores documents against a query on the peer that has the
 	// cross-encoder.
 	Rerank(ctx context.Context, in *RerankRequest, opts ...grpc.CallOption) (*RerankReply, error)
+	// Transcribe turns speech into text on the peer that has the speech
+	// model; the audio travels as uploaded. Each segment comes as it is
+	// decoded (segment set), then the result (done set).
+	Transcribe(ctx context.Context, in *TranscribeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[TranscribeReply], error)
 	// Stats streams the peer's live figures, one report at once and then one
 	// per interval, until the caller cancels.
 	Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StatsReport], error)
@@ -144,9 +149,28 @@ func (c *engineClient) Rerank(ctx context.Context, in *RerankRequest, opts ...gr
 	return out, nil
 }
 
+func (c *engineClient) Transcribe(ctx context.Context, in *TranscribeRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[TranscribeReply], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Engine_ServiceDesc.Streams[1], Engine_Transcribe_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[TranscribeRequest, TranscribeReply]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Engine_TranscribeClient = grpc.ServerStreamingClient[TranscribeReply]
+
 func (c *engineClient) Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StatsReport], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Engine_ServiceDesc.Streams[1], Engine_Stats_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Engine_ServiceDesc.Streams[2], Engine_Stats_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -182,6 +206,10 @@ type EngineServer interface {
 	// Rerank scores documents against a query on the peer that has the
 	// cross-encoder.
 	Rerank(context.Context, *RerankRequest) (*RerankReply, error)
+	// Transcribe turns speech into text on the peer that has the speech
+	// model; the audio travels as uploaded. Each segment comes as it is
+	// decoded (segment set), then the result (done set).
+	Transcribe(*TranscribeRequest, grpc.ServerStreamingServer[TranscribeReply]) error
 	// Stats streams the peer's live figures, one report at once and then one
 	// per interval, until the caller cancels.
 	Stats(*StatsRequest, grpc.ServerStreamingServer[StatsReport]) error
@@ -215,6 +243,9 @@ func (UnimplementedEngineServer) Embed(context.Context, *EmbedRequest) (*EmbedRe
 }
 func (UnimplementedEngineServer) Rerank(context.Context, *RerankRequest) (*RerankReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Rerank not implemented")
+}
+func (UnimplementedEngineServer) Transcribe(*TranscribeRequest, grpc.ServerStreamingServer[TranscribeReply]) error {
+	return status.Error(codes.Unimplemented, "method Transcribe not implemented")
 }
 func (UnimplementedEngineServer) Stats(*StatsRequest, grpc.ServerStreamingServer[StatsReport]) error {
 	return status.Error(codes.Unimplemented, "method Stats not implemented")
@@ -359,6 +390,17 @@ func _Engine_Rerank_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Engine_Transcribe_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(TranscribeRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(EngineServer).Transcribe(m, &grpc.GenericServerStream[TranscribeRequest, TranscribeReply]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Engine_TranscribeServer = grpc.ServerStreamingServer[TranscribeReply]
+
 func _Engine_Stats_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(StatsRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -406,6 +448,11 @@ var Engine_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Generate",
 			Handler:       _Engine_Generate_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Transcribe",
+			Handler:       _Engine_Transcribe_Handler,
 			ServerStreams: true,
 		},
 		{

@@ -201,9 +201,34 @@ func (c *Client) Rerank(ctx context.Context, req *engine.RerankRequest) (*engine
 	return rerankResultFromPB(rep), nil
 }
 
+// Transcribe transcribes speech on the peer, handing each segment to
+// req.OnSegment as it arrives.
+func (c *Client) Transcribe(ctx context.Context, req *engine.TranscribeRequest) (*engine.TranscribeResult, error) {
+	stream, err := c.pb.Transcribe(ctx, transcribeRequestToPB(req))
+	if err != nil {
+		return nil, fromCall(ctx, c.addr, err)
+	}
+	for {
+		rep, err := stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = fmt.Errorf("%w: %s ended the transcription without a result", engine.ErrUnavailable, c.addr)
+			}
+			return nil, fromCall(ctx, c.addr, err)
+		}
+		if rep.GetDone() {
+			return transcribeResultFromPB(rep), nil
+		}
+		if s := rep.GetSegment(); s != nil && req.OnSegment != nil {
+			req.OnSegment(transcribeSegmentFromPB(s))
+		}
+	}
+}
+
 var (
-	_ engine.Embedder = (*Client)(nil)
-	_ engine.Reranker = (*Client)(nil)
+	_ engine.Embedder    = (*Client)(nil)
+	_ engine.Reranker    = (*Client)(nil)
+	_ engine.Transcriber = (*Client)(nil)
 )
 
 // PeerStats is one report of a peer's live figures.

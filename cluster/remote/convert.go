@@ -378,3 +378,44 @@ func rerankResultFromPB(p *enginepb.RerankReply) *engine.RerankResult {
 	}
 	return out
 }
+
+func transcribeRequestToPB(r *engine.TranscribeRequest) *enginepb.TranscribeRequest {
+	return &enginepb.TranscribeRequest{Model: r.Model, Audio: r.Audio, Language: r.Language, Translate: r.Translate,
+		Temperature: r.Temperature, MaxBytes: r.MaxBytes, MaxSeconds: r.MaxSeconds}
+}
+
+func transcribeRequestFromPB(p *enginepb.TranscribeRequest) *engine.TranscribeRequest {
+	return &engine.TranscribeRequest{Model: p.GetModel(), Audio: p.GetAudio(), Language: p.GetLanguage(), Translate: p.GetTranslate(),
+		Temperature: p.GetTemperature(), MaxBytes: p.GetMaxBytes(), MaxSeconds: p.GetMaxSeconds()}
+}
+
+func transcribeResultToPB(r *engine.TranscribeResult) *enginepb.TranscribeReply {
+	out := &enginepb.TranscribeReply{Text: r.Text, Language: r.Language, Duration: r.Duration,
+		Segments: make([]*enginepb.TranscribeSegment, len(r.Segments))}
+	for i, s := range r.Segments {
+		out.Segments[i] = transcribeSegmentToPB(s)
+	}
+	return out
+}
+
+func transcribeSegmentToPB(s engine.TranscribeSegment) *enginepb.TranscribeSegment {
+	toks, _ := int32s("tokens", s.Tokens) // vocabulary ids: always in range
+	return &enginepb.TranscribeSegment{Id: int32(s.ID), Seek: int32(s.Seek), Start: s.Start, End: s.End, Text: s.Text,
+		Tokens: toks, Temperature: s.Temperature, AvgLogprob: s.AvgLogprob, CompressionRatio: s.CompressionRatio,
+		NoSpeechProb: s.NoSpeechProb}
+}
+
+func transcribeResultFromPB(p *enginepb.TranscribeReply) *engine.TranscribeResult {
+	out := &engine.TranscribeResult{Text: p.GetText(), Language: p.GetLanguage(), Duration: p.GetDuration(),
+		Segments: make([]engine.TranscribeSegment, len(p.GetSegments()))}
+	for i, s := range p.GetSegments() {
+		out.Segments[i] = transcribeSegmentFromPB(s)
+	}
+	return out
+}
+
+func transcribeSegmentFromPB(s *enginepb.TranscribeSegment) engine.TranscribeSegment {
+	return engine.TranscribeSegment{ID: int(s.GetId()), Seek: int(s.GetSeek()), Start: s.GetStart(), End: s.GetEnd(),
+		Text: s.GetText(), Tokens: ints(s.GetTokens()), Temperature: s.GetTemperature(), AvgLogprob: s.GetAvgLogprob(),
+		CompressionRatio: s.GetCompressionRatio(), NoSpeechProb: s.GetNoSpeechProb()}
+}

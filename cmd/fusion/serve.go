@@ -29,6 +29,7 @@ import (
 	"fusion/router"
 	"fusion/router/admin"
 	"fusion/router/mcpchat"
+	"fusion/router/openai"
 	"fusion/router/openclaw"
 )
 
@@ -104,6 +105,10 @@ func serveSettingsTable() []serveSetting {
 			func(s *serveSettings, v string) error { s.cfg.Preload = splitList(v); return nil }},
 		{"max-body-bytes", constant(strconv.Itoa(router.DefaultMaxBodyBytes)), "largest request body accepted (413 above)",
 			func(s *serveSettings, v string) error { return parseInt64(v, &s.cfg.MaxBodyBytes, 1) }},
+		{"max-audio-bytes", constant(strconv.Itoa(openai.DefaultMaxAudioBytes)), "largest audio file /v1/audio/transcriptions and translations accept (400 above; --max-body-bytes applies first, with 413)",
+			func(s *serveSettings, v string) error { return parseInt64(v, &s.cfg.MaxAudioBytes, 1) }},
+		{"max-audio-seconds", constant(strconv.Itoa(openai.DefaultMaxAudioSeconds)), "longest audio, in seconds, /v1/audio/transcriptions and translations accept (400 above)",
+			func(s *serveSettings, v string) error { return parseInt64(v, &s.cfg.MaxAudioSeconds, 1) }},
 		{"max-tokens", constant("0"), "cap on max_tokens per request, and its default (0: none; a generation may take what the model's context window leaves after its prompt)",
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.MaxTokens, 0) }},
 		{"max-queued", constant("64"), "generations admitted at once before answering 429",

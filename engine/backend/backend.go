@@ -106,6 +106,21 @@ type Step interface {
 	// shape (mlx fast.scaled_dot_product_attention without a mask, per
 	// sequence).
 	EncoderAttention(q, k, v Array, heads int, scale float32, lens []int) Array
+	// CrossAttention computes scaled dot-product attention of every query
+	// row of q [rows, heads·headDim] over every row of k and v [n,
+	// heads·headDim], without a mask or a cache (an encoder-decoder's
+	// cross-attention: Whisper's decoder over the encoded audio). Returns
+	// [rows, heads·headDim] (mlx fast.scaled_dot_product_attention without
+	// a mask).
+	CrossAttention(q, k, v Array, heads int, scale float32) Array
+	// Conv1D convolves the rows of x [rows, C] (time along rows, channels
+	// along columns) with w [Out, kernel·C]: output row t is
+	// Σ_j x[t·stride + j − pad]·W_jᵀ + bias, where W_j is columns
+	// [j·C, (j+1)·C) of w and rows outside x read as zeros. So w holds
+	// PyTorch's [Out, C, kernel] weight transposed to [Out, kernel, C]
+	// (mlx conv1d's layout). Returns [(rows + 2·pad − kernel)/stride + 1,
+	// Out] (Whisper's convolution stem).
+	Conv1D(x Array, w Weight, kernel, stride, pad int) Array
 	// WindowAttention is Attention over a sliding window (Gemma's local
 	// layers): query i of a sequence, at position p = Offset+i, sees the
 	// keys at positions max(0, p−window+1) … p (mlx-lm's
@@ -195,4 +210,24 @@ func EncoderShape(q, k, v Array, heads int, lens []int) (headDim int, err error)
 			q.Rows(), q.Cols(), k.Rows(), k.Cols(), v.Rows(), v.Cols(), heads, rows)
 	}
 	return q.Cols() / heads, nil
+}
+
+// CrossShape checks the arguments of Step.CrossAttention and returns the
+// head width, or an error saying what does not fit.
+func CrossShape(q, k, v Array, heads int) (headDim int, err error) {
+	if heads <= 0 || q.Cols()%heads != 0 || k.Cols() != q.Cols() || v.Cols() != q.Cols() || k.Rows() != v.Rows() || k.Rows() == 0 || q.Rows() == 0 {
+		return 0, fmt.Errorf("CrossAttention: q [%d, %d], k [%d, %d], v [%d, %d], %d heads",
+			q.Rows(), q.Cols(), k.Rows(), k.Cols(), v.Rows(), v.Cols(), heads)
+	}
+	return q.Cols() / heads, nil
+}
+
+// ConvShape checks the arguments of Step.Conv1D and returns the number of
+// output rows, or an error saying what does not fit.
+func ConvShape(x Array, w Weight, kernel, stride, pad int) (rows int, err error) {
+	if kernel <= 0 || stride <= 0 || pad < 0 || pad >= kernel || w.In() != kernel*x.Cols() || x.Rows()+2*pad < kernel {
+		return 0, fmt.Errorf("Conv1D: x [%d, %d], weight [%d, %d], kernel %d, stride %d, pad %d",
+			x.Rows(), x.Cols(), w.Out(), w.In(), kernel, stride, pad)
+	}
+	return (x.Rows()+2*pad-kernel)/stride + 1, nil
 }

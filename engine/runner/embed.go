@@ -4,23 +4,29 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"fusion/engine"
 	"fusion/engine/backend"
 	"fusion/engine/embed"
 	"fusion/engine/prompt"
+	"fusion/engine/whisper"
 )
 
 // DefaultMaxEmbedInputs caps the inputs of one embeddings request (as
 // OpenAI does).
 const DefaultMaxEmbedInputs = 2048
 
-// embeddingModel is a loaded encoder model: an embedding model (m) or a
-// cross-encoder (ce). Its batcher runs the passes, one at a time (a
-// backend runs one step of a model at a time).
+// embeddingModel is a loaded model without a generation scheduler: an
+// embedding model (m), a cross-encoder (ce) or a speech-to-text model
+// (asr, see transcribe.go). A batcher runs the encoders' passes, one at a
+// time (a backend runs one step of a model at a time); asrMu does the
+// same for transcriptions.
 type embeddingModel struct {
 	m     *embed.Model        // nil for a cross-encoder
 	ce    *embed.CrossEncoder // nil for an embedding model
+	asr   *whisper.Model
+	asrMu sync.Mutex
 	be    backend.Backend
 	batch *embedBatcher // nil until start
 }
@@ -31,9 +37,12 @@ func (l backendLoader) loadEmbedding(info engine.ModelInfo) (*embeddingModel, er
 		return nil, err
 	}
 	em := &embeddingModel{be: be}
-	if info.Kind == engine.KindRerank {
+	switch info.Kind {
+	case engine.KindTranscription:
+		em.asr, err = whisper.Load(context.Background(), info.Path, be)
+	case engine.KindRerank:
 		em.ce, err = embed.LoadCrossEncoder(context.Background(), info.Path, be, l.loadMode == "mmap")
-	} else {
+	default:
 		em.m, err = embed.Load(context.Background(), info.Path, be, l.loadMode == "mmap")
 	}
 	if err != nil {
@@ -44,6 +53,9 @@ func (l backendLoader) loadEmbedding(info engine.ModelInfo) (*embeddingModel, er
 
 // start starts the model's batcher.
 func (e *embeddingModel) start(maxTokens int, stats *embedStats) {
+	if e.asr != nil {
+		return
+	}
 	if e.ce != nil {
 		forward := func(seqs, types [][]int) ([][]float32, error) {
 			scores, err := e.ce.Scores(context.Background(), seqs, types)
@@ -62,6 +74,9 @@ func (e *embeddingModel) start(maxTokens int, stats *embedStats) {
 
 // weightBytes is the memory the backend holds for the weights.
 func (e *embeddingModel) weightBytes() int64 {
+	if e.asr != nil {
+		return e.asr.WeightBytes()
+	}
 	if e.ce != nil {
 		return e.ce.WeightBytes()
 	}
@@ -70,6 +85,9 @@ func (e *embeddingModel) weightBytes() int64 {
 
 // kind is the model's engine.Kind*.
 func (e *embeddingModel) kind() string {
+	if e.asr != nil {
+		return engine.KindTranscription
+	}
 	if e.ce != nil {
 		return engine.KindRerank
 	}
@@ -79,6 +97,9 @@ func (e *embeddingModel) kind() string {
 func (e *embeddingModel) close() error {
 	if e.batch != nil {
 		e.batch.close()
+	}
+	if e.asr != nil {
+		return errors.Join(e.asr.Close(), e.be.Close())
 	}
 	if e.ce != nil {
 		return errors.Join(e.ce.Close(), e.be.Close())

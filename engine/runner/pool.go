@@ -353,7 +353,7 @@ func (r *Runner) makeRoom(target *entry, need int64) ([]*loadedModel, error) {
 // cancelled ctx does not stop it. An embedding model has no template and
 // no scheduler.
 func (r *Runner) loadModel(ctx context.Context, e *entry) (*loadedModel, error) {
-	if e.info.Kind == engine.KindEmbedding || e.info.Kind == engine.KindRerank {
+	if e.info.Kind == engine.KindEmbedding || e.info.Kind == engine.KindRerank || e.info.Kind == engine.KindTranscription {
 		em, err := r.loader.loadEmbedding(e.info)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: %v", engine.ErrUnavailable, e.info.ID, err)
@@ -414,7 +414,7 @@ func estimateBytes(path string) int64 {
 	entries, _ := os.ReadDir(path)
 	for _, de := range entries {
 		name := de.Name()
-		if strings.HasSuffix(name, ".safetensors") || strings.HasSuffix(name, ".gguf") {
+		if strings.HasSuffix(name, ".safetensors") || strings.HasSuffix(name, ".gguf") || name == "model.bin" {
 			if fi, err := os.Stat(filepath.Join(path, name)); err == nil {
 				n += fi.Size()
 			}

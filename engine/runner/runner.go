@@ -26,6 +26,7 @@ import (
 	"fusion/engine/prefixcache"
 	"fusion/engine/prompt"
 	"fusion/engine/sample"
+	"fusion/engine/whisper"
 )
 
 // Config configures a Runner. Zero values take the defaults noted; every
@@ -328,6 +329,8 @@ func (r *Runner) rescan() error {
 		info := engine.ModelInfo{ID: f.Name, Path: f.Path, Format: string(f.Kind), Kind: engine.KindChat}
 		switch {
 		case f.Kind != modelfile.KindSafetensors:
+		case whisper.IsModelDir(f.Path):
+			info.Kind, info.Format = engine.KindTranscription, "ctranslate2"
 		case embed.IsCrossEncoder(f.Path):
 			info.Kind = engine.KindRerank
 		case embed.IsEmbeddingModel(f.Path):

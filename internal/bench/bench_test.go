@@ -97,6 +97,11 @@ func TestOptionErrors(t *testing.T) {
 			o.Backend = "gpu"
 			return Embed(ctx, o, io.Discard, io.Discard)
 		}},
+		{"whisper repeat", func() error {
+			o := DefaultWhisperOptions()
+			o.Repeat = 0
+			return Whisper(ctx, o, io.Discard, io.Discard)
+		}},
 		{"raft writers", func() error {
 			o := DefaultRaftOptions()
 			o.Writers = 0

@@ -42,6 +42,8 @@ type Options struct {
 	MaxRunning        int
 	MaxTokens         int
 	MaxBodyBytes      int64
+	MaxAudioBytes     int64 // audio upload caps (0: the node's defaults)
+	MaxAudioSeconds   int64
 	MemoryBudget      int64 // weights of loaded models (0: the node's default)
 	DrainTimeout      time.Duration
 	CompletionsAsChat map[string]bool
@@ -187,7 +189,7 @@ func Start(t testing.TB, o Options) *node.Node {
 	n, err := node.New(node.Config{
 		Listen: "127.0.0.1:0", DataDir: o.DataDir, ModelsDir: o.ModelsDir, APIKey: o.APIKey,
 		CacheHotBytes: o.CacheHotBytes, CacheSSDBytes: o.CacheSSDBytes,
-		MaxQueued: o.MaxQueued, MaxEmbeds: o.MaxEmbeds, MaxRerankDocs: o.MaxRerankDocs, MaxRunning: o.MaxRunning, MaxTokens: o.MaxTokens, MaxBodyBytes: o.MaxBodyBytes, MemoryBudget: o.MemoryBudget, DrainTimeout: o.DrainTimeout,
+		MaxQueued: o.MaxQueued, MaxEmbeds: o.MaxEmbeds, MaxRerankDocs: o.MaxRerankDocs, MaxRunning: o.MaxRunning, MaxTokens: o.MaxTokens, MaxBodyBytes: o.MaxBodyBytes, MaxAudioBytes: o.MaxAudioBytes, MaxAudioSeconds: o.MaxAudioSeconds, MemoryBudget: o.MemoryBudget, DrainTimeout: o.DrainTimeout,
 		CompletionsAsChat: o.CompletionsAsChat, OpenClaw: o.OpenClaw, Sessions: o.Sessions, Threads: 1, Version: "test", Logger: o.Logger, Cluster: o.Cluster,
 		MCPServers: o.MCPServers, MCP: o.MCP, MCPMaxSteps: o.MCPMaxSteps, LogLevel: o.LogLevel, Logs: o.Logs,
 		Backend: o.Backend, MLXMemoryLimit: o.MLXMemoryLimit, WrapBackend: o.WrapBackend,

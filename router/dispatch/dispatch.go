@@ -687,6 +687,31 @@ func (d *Dispatcher) Rerank(ctx context.Context, req *engine.RerankRequest) (*en
 		func(g engine.Generator) (*engine.RerankResult, error) { return rerank(g) })
 }
 
+// Transcribe runs where Embed would. Once a node has handed segments to
+// req.OnSegment its failure is final: another node would hand them again.
+func (d *Dispatcher) Transcribe(ctx context.Context, req *engine.TranscribeRequest) (*engine.TranscribeResult, error) {
+	transcribe := func(g any) (*engine.TranscribeResult, error) {
+		t, ok := g.(engine.Transcriber)
+		if !ok {
+			return nil, fmt.Errorf("%w: %q", engine.ErrModelNotFound, req.Model)
+		}
+		if req.OnSegment == nil {
+			return t.Transcribe(ctx, req)
+		}
+		sent := false
+		r := *req
+		r.OnSegment = func(s engine.TranscribeSegment) { sent = true; req.OnSegment(s) }
+		res, err := t.Transcribe(ctx, &r)
+		if err != nil && sent {
+			return nil, fmt.Errorf("transcription failed after its first segments: %v", err)
+		}
+		return res, err
+	}
+	return onModelNode(ctx, d, req.Model,
+		func() (*engine.TranscribeResult, error) { return transcribe(d.cfg.Local) },
+		func(g engine.Generator) (*engine.TranscribeResult, error) { return transcribe(g) })
+}
+
 // onModelNode runs local on this node unless it does not have the model,
 // then remote on each peer that has it, until one answers or fails for
 // good; with none, the model's not-found error (503 while peers are

@@ -25,6 +25,11 @@ type Options struct {
 	// AsChat, when set, also names such models (the per-model settings of
 	// the admin API, which change while the node runs).
 	AsChat func(model string) bool
+	// MaxAudioBytes and MaxAudioSeconds cap an upload to
+	// /v1/audio/transcriptions and translations (0: DefaultMaxAudioBytes,
+	// DefaultMaxAudioSeconds); over them is a 400.
+	MaxAudioBytes   int64
+	MaxAudioSeconds float64
 }
 
 // Limits of request fields, as the OpenAI API sets them where it does.

@@ -53,6 +53,8 @@ func (h *Handler) Mount(r chi.Router) {
 	r.Post("/v1/completions", h.completions)
 	r.Post("/v1/embeddings", h.embeddings)
 	r.Post("/v1/rerank", h.rerank)
+	r.Post("/v1/audio/transcriptions", h.transcriptions)
+	r.Post("/v1/audio/translations", h.translations)
 	r.Post("/rerank", h.rerank)
 	r.Get("/v1/models", h.listModels)
 	r.Get("/v1/models/*", h.getModel)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -13,7 +12,6 @@ import (
 
 	"fusion/engine/audio"
 	"fusion/engine/audio/audiotest"
-	"fusion/internal/testenv"
 )
 
 // refJob is one reference computation: transformers'
@@ -67,21 +65,7 @@ for i in range(0, len(a), 5):
 // package audio and brought to 16 kHz mono by its resampler.
 func espeak(t *testing.T, text string) []float32 {
 	t.Helper()
-	bin, err := exec.LookPath("espeak-ng")
-	if err != nil {
-		if testenv.Required() {
-			t.Fatalf("espeak-ng not found (scripts/test-deps.sh installs it): %v", err)
-		}
-		t.Skipf("espeak-ng not found: %v", err)
-	}
-	wav := filepath.Join(t.TempDir(), "speech.wav")
-	if o, err := exec.Command(bin, "-w", wav, text).CombinedOutput(); err != nil {
-		t.Fatalf("espeak-ng: %v\n%s", err, o)
-	}
-	data, err := os.ReadFile(wav)
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := audiotest.EspeakWAV(t, text)
 	sig, err := audio.Decode(context.Background(), bytes.NewReader(data), audio.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ package mlx
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -13,8 +14,8 @@ import (
 	"fusion/engine/tensor"
 )
 
-// testEncoderOps runs LayerNorm, GELU and EncoderAttention (ragged
-// sequences) on both backends; the CPU ones are checked against their
+// testEncoderOps runs LayerNorm, GELU, EncoderAttention (ragged
+// sequences), CrossAttention and Conv1D on both backends; the CPU ones are checked against their
 // formulas in package cpu. Both compute in float32 and differ by
 // summation order and MLX's erf approximation.
 func testEncoderOps(t *testing.T) {
@@ -51,7 +52,29 @@ func testEncoderOps(t *testing.T) {
 		{"EncoderAttention", func(_ backend.Backend, s backend.Step) backend.Array {
 			return s.EncoderAttention(s.Input(rows, cols, q), s.Input(rows, cols, k), s.Input(rows, cols, v), heads, scale, lens)
 		}, 1e-5},
+		{"CrossAttention", func(_ backend.Backend, s backend.Step) backend.Array {
+			return s.CrossAttention(s.Input(4, cols, q[:4*cols]), s.Input(rows, cols, k), s.Input(rows, cols, v), heads, scale)
+		}, 1e-5},
 	})
+	// Conv1D: Whisper's stem shapes (kernel 3, pad 1, stride 1 and 2) and
+	// a wider stride, odd lengths included.
+	for _, c := range []struct{ rows, kernel, stride, pad int }{{13, 3, 1, 1}, {13, 3, 2, 1}, {12, 3, 2, 1}, {13, 5, 3, 2}} {
+		const out = 6
+		cw, cb := randFloats(rng, out*c.kernel*cols, 0.3), randFloats(rng, out, 1)
+		weight := func(be backend.Backend) backend.Weight {
+			bt := tensor.Tensor{DType: tensor.F32, Shape: []int64{out}, Data: f32Bytes(cb)}
+			w, err := be.Weight(backend.WeightData{Name: "conv", Format: backend.Dense, Out: out, In: c.kernel * cols,
+				Data: tensor.Tensor{DType: tensor.F32, Shape: []int64{out, int64(c.kernel * cols)}, Data: f32Bytes(cw)}, Bias: &bt})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return w
+		}
+		compareWithCPU(t, be, []opCase{{fmt.Sprintf("Conv1D/%d-k%d-s%d-p%d", c.rows, c.kernel, c.stride, c.pad),
+			func(be backend.Backend, s backend.Step) backend.Array {
+				return s.Conv1D(s.Input(c.rows, cols, x[:c.rows*cols]), weight(be), c.kernel, c.stride, c.pad)
+			}, 1e-5}})
+	}
 }
 
 // opCase is an op to run on both backends, and how close they must be.

@@ -1,0 +1,76 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"math"
+	"time"
+
+	"fusion/engine"
+	"fusion/engine/audio"
+	"fusion/engine/whisper"
+)
+
+// Transcribe decodes the request's audio (package audio: WAV, FLAC, MP3,
+// Vorbis in Go, the rest through ffmpeg), brings it to 16 kHz mono and
+// transcribes it on a speech model of the pool (loading it, evicting
+// others, as Generate does). One transcription runs at a time per model.
+func (r *Runner) Transcribe(ctx context.Context, req *engine.TranscribeRequest) (*engine.TranscribeResult, error) {
+	if len(req.Audio) == 0 {
+		return nil, invalid("file is empty")
+	}
+	if t := req.Temperature; t < 0 || t > 1 || math.IsNaN(t) {
+		return nil, invalid("temperature must be between 0 and 1, got %v", t)
+	}
+	em, done, err := r.enterEncoder(ctx, req.Model)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	if em == nil || em.asr == nil {
+		return nil, invalid("model %q is a%s %s model; it does not transcribe speech", req.Model, article(kindOf(em)), kindOf(em))
+	}
+	opts := audio.Options{MaxBytes: req.MaxBytes, MaxDuration: time.Duration(req.MaxSeconds * float64(time.Second))}
+	sig, err := audio.DecodeBytes(ctx, req.Audio, opts)
+	if err != nil {
+		return nil, audioError(err)
+	}
+	samples, err := audio.Mono16k(ctx, sig)
+	if err != nil {
+		return nil, audioError(err)
+	}
+	o := whisper.DefaultOptions()
+	o.Language, o.Translate = req.Language, req.Translate
+	o.Temperatures = nil
+	for t := req.Temperature; t <= 1+1e-9; t += 0.2 {
+		o.Temperatures = append(o.Temperatures, math.Round(t*1e6)/1e6)
+	}
+	if req.OnSegment != nil {
+		o.OnSegment = func(s whisper.Segment) { req.OnSegment(engine.TranscribeSegment(s)) }
+	}
+	em.asrMu.Lock()
+	res, err := em.asr.Transcribe(ctx, samples, o)
+	em.asrMu.Unlock()
+	if err != nil {
+		if errors.Is(err, whisper.ErrLanguage) || errors.Is(err, whisper.ErrTranslate) {
+			return nil, invalid("%v", err)
+		}
+		return nil, err
+	}
+	out := &engine.TranscribeResult{Text: res.Text, Language: res.Language, Duration: res.Duration,
+		Segments: make([]engine.TranscribeSegment, len(res.Segments))}
+	for i, s := range res.Segments {
+		out.Segments[i] = engine.TranscribeSegment(s)
+	}
+	return out, nil
+}
+
+// audioError makes a decoding failure of the input a bad request, naming
+// the problem; a cancelled context stays what it is.
+func audioError(err error) error {
+	var ae *audio.Error
+	if errors.As(err, &ae) {
+		return invalid("%v", err)
+	}
+	return err
+}

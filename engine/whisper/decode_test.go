@@ -1,0 +1,118 @@
+package whisper
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+
+	"fusion/engine/audio/logmel"
+)
+
+// TestSplit cuts timestamped token sequences into segments as
+// faster-whisper's _split_segments_by_timestamps does (expected values
+// worked out from its code; tb is <|0.00|>).
+func TestSplit(t *testing.T) {
+	const tb = 100
+	m := &Model{Tokens: Special{TimestampBegin: tb, EOT: 50}}
+	cases := []struct {
+		name     string
+		tokens   []int
+		segs     []rawSegment
+		nextSeek int
+	}{
+		{"pairs, single ending", []int{tb, 1, 2, tb + 50, tb + 50, 3, tb + 100},
+			[]rawSegment{{0.3, 1.3, []int{tb, 1, 2, tb + 50}}, {1.3, 2.3, []int{tb + 50, 3, tb + 100}}}, 30 + 3000},
+		{"pairs, unfinished last", []int{tb, 1, tb + 50, tb + 50, 3},
+			[]rawSegment{{0.3, 1.3, []int{tb, 1, tb + 50}}}, 30 + 100},
+		{"one pair only", []int{tb + 10, 1, 2, tb + 60},
+			[]rawSegment{{0.3, 0.3 + 1.2, []int{tb + 10, 1, 2, tb + 60}}}, 30 + 3000}, // ends at the last timestamp
+		{"no timestamps", []int{1, 2, 3},
+			[]rawSegment{{0.3, 0.3 + 29.9, []int{1, 2, 3}}}, 30 + 3000},
+		{"only the first timestamp", []int{tb, 1, 2},
+			[]rawSegment{{0.3, 0.3 + 29.9, []int{tb, 1, 2}}}, 30 + 3000},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			segs, seek := m.split(c.tokens, 0.3, 3000, 29.9, 30)
+			if seek != c.nextSeek || len(segs) != len(c.segs) {
+				t.Fatalf("seek %d, %d segments %+v; want %d, %+v", seek, len(segs), segs, c.nextSeek, c.segs)
+			}
+			for i, s := range segs {
+				w := c.segs[i]
+				if !close(s.start, w.start) || !close(s.end, w.end) || !reflect.DeepEqual(s.tokens, w.tokens) {
+					t.Errorf("segment %d: %+v, want %+v", i, s, w)
+				}
+			}
+		})
+	}
+}
+
+func close(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
+
+// TestLanguageAndTask: an English-only model decodes English only and
+// cannot translate; the errors say so.
+func TestLanguageAndTask(t *testing.T) {
+	m := loadTinyEn(t)
+	x := make([]float32, 16000)
+	for _, c := range []struct {
+		o    func(*Options)
+		want error
+	}{
+		{func(o *Options) { o.Language = "fr" }, ErrLanguage},
+		{func(o *Options) { o.Translate = true }, ErrTranslate},
+	} {
+		o := DefaultOptions()
+		c.o(&o)
+		if _, err := m.Transcribe(context.Background(), x, o); !errors.Is(err, c.want) {
+			t.Errorf("error %v, want %v", err, c.want)
+		}
+	}
+	for _, lang := range []string{"", "en", "EN"} {
+		if got, err := m.language(Options{Language: lang}); got != "en" || err != nil {
+			t.Errorf("language %q: %q, %v", lang, got, err)
+		}
+	}
+}
+
+// TestTemperatureFallback makes every decode of a window fail the
+// log-probability threshold (0: no decode is that sure), so each
+// temperature is tried, and the likeliest decode is kept with the last
+// temperature, as faster-whisper's generate_with_fallback does; sampling
+// with the same seed gives the same decode. One encoded window serves
+// every decode (the encoder is what costs under -race).
+func TestTemperatureFallback(t *testing.T) {
+	m := loadTinyEn(t)
+	ext, err := logmel.New(m.Dims.Mels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	feats, err := ext.Window(context.Background(), speech16k(t, "It has been raining for three days."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := m.Encode(context.Background(), feats.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	o := DefaultOptions()
+	o.Temperatures, o.BestOf, o.LogProbThreshold, o.NoSpeechThreshold = []float64{0, 0.6}, 2, 0, 2
+	run := func() (generation, float64) {
+		g, _, temp, _, err := m.fallback(context.Background(), w, m.prompt(nil, o), o, rand.New(rand.NewPCG(7, 0x5eed)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g, temp
+	}
+	a, temp := run()
+	b, _ := run()
+	if temp != 0.6 {
+		t.Errorf("temperature %v, want the last one, 0.6", temp)
+	}
+	if len(a.tokens) == 0 || !reflect.DeepEqual(a, b) {
+		t.Errorf("the same seed gave\n%+v\n%+v", a, b)
+	}
+	t.Logf("%q", m.Text(a.tokens))
+}

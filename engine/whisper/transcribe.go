@@ -1,0 +1,335 @@
+package whisper
+
+import (
+	"bytes"
+	"compress/zlib"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+
+	"fusion/engine/audio/logmel"
+)
+
+// Options are a transcription's settings; DefaultOptions are
+// faster-whisper's defaults with greedy decoding (beam_size=1).
+type Options struct {
+	// Language is the spoken language's code. An English-only model
+	// (tiny.en and the other *.en) always decodes English: "" and "en"
+	// are accepted, any other code is ErrLanguage.
+	Language string
+	// Translate asks for an English translation (Whisper's translate
+	// task); an English-only model cannot (ErrTranslate).
+	Translate bool
+	// Temperatures are tried in order until a decode passes the
+	// thresholds (temperature fallback); 0 is greedy.
+	Temperatures []float64
+	// BestOf samples are drawn at a temperature above 0.
+	BestOf int
+	// CompressionRatioThreshold: a decode whose text's zlib compression
+	// ratio is above it is too repetitive (0: no check).
+	CompressionRatioThreshold float64
+	// LogProbThreshold: a decode whose average log probability is below
+	// it is too unlikely (−Inf: no check).
+	LogProbThreshold float64
+	// NoSpeechThreshold: a window whose <|nospeech|> probability is above
+	// it and whose decode is below LogProbThreshold is silence, skipped
+	// (above 1: no check).
+	NoSpeechThreshold float64
+	// ConditionOnPreviousText puts the text decoded so far (up to 223
+	// tokens) in the prompt of the next window, unless the last window
+	// needed a temperature above PromptResetOnTemperature.
+	ConditionOnPreviousText  bool
+	PromptResetOnTemperature float64
+	// WithoutTimestamps decodes text only: one segment per window.
+	WithoutTimestamps bool
+	// MaxInitialTimestamp bounds the first timestamp, in seconds.
+	MaxInitialTimestamp float64
+	SuppressBlank       bool
+	// Seed makes sampling at temperatures above 0 reproducible.
+	Seed uint64
+	// OnSegment, if set, is called with each segment as it is decoded.
+	OnSegment func(Segment)
+}
+
+// DefaultOptions are faster-whisper's transcribe defaults, greedy.
+func DefaultOptions() Options {
+	return Options{
+		Temperatures:              []float64{0, 0.2, 0.4, 0.6, 0.8, 1},
+		BestOf:                    5,
+		CompressionRatioThreshold: 2.4,
+		LogProbThreshold:          -1,
+		NoSpeechThreshold:         0.6,
+		ConditionOnPreviousText:   true,
+		PromptResetOnTemperature:  0.5,
+		MaxInitialTimestamp:       1,
+		SuppressBlank:             true,
+	}
+}
+
+// Errors a caller may branch on (a request's mistake, not the model's).
+var (
+	ErrLanguage  = errors.New("language not supported by the model")
+	ErrTranslate = errors.New("the model cannot translate")
+)
+
+// Segment is one timed piece of a transcript, with faster-whisper's
+// fields.
+type Segment struct {
+	ID               int
+	Seek             int // the window's first frame
+	Start, End       float64
+	Text             string
+	Tokens           []int
+	Temperature      float64
+	AvgLogprob       float64
+	CompressionRatio float64
+	NoSpeechProb     float64
+}
+
+// Result is a transcription.
+type Result struct {
+	Text     string // the segments' texts joined, trimmed
+	Language string
+	Duration float64 // of the audio, in seconds
+	Segments []Segment
+}
+
+// Whisper's fixed time grid.
+const (
+	timePrecision = 0.02                                          // seconds per timestamp token
+	inputStride   = 2                                             // mel frames per encoder position
+	timePerFrame  = float64(logmel.HopLength) / logmel.SampleRate // 0.01, computed as the reference does
+)
+
+// Transcribe transcribes 16 kHz mono samples as faster-whisper's
+// transcribe does (without VAD or word timestamps): the features of the
+// whole signal, then windows of 30 s from seek, each decoded with
+// temperature fallback and cut into segments at its timestamp tokens,
+// seek advancing to the last complete segment's end.
+func (m *Model) Transcribe(ctx context.Context, samples []float32, o Options) (*Result, error) {
+	lang, err := m.language(o)
+	if err != nil {
+		return nil, err
+	}
+	if len(o.Temperatures) == 0 {
+		o.Temperatures = []float64{0}
+	}
+	ext, err := logmel.New(m.Dims.Mels)
+	if err != nil {
+		return nil, err
+	}
+	// faster-whisper pads the signal with one hop of zeros before the
+	// features; the last frame is then not content.
+	padded := make([]float32, len(samples)+logmel.HopLength)
+	copy(padded, samples)
+	feats, err := ext.Features(ctx, padded)
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{Language: lang, Duration: float64(len(samples)) / logmel.SampleRate}
+	content := feats.Frames - 1
+	window := 2 * m.Dims.AudioCtx
+	rng := rand.New(rand.NewPCG(o.Seed, 0x5eed))
+	var all []int
+	resetSince := 0
+	for seek := 0; seek < content; {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		timeOffset := float64(seek) * timePerFrame
+		size := min(window, content-seek)
+		mel := make([]float32, m.Dims.Mels*window)
+		for c := range m.Dims.Mels {
+			copy(mel[c*window:c*window+size], feats.Data[c*feats.Frames+seek:c*feats.Frames+seek+size])
+		}
+		w, err := m.Encode(ctx, mel)
+		if err != nil {
+			return nil, err
+		}
+		prompt := m.prompt(all[resetSince:], o)
+		g, avg, temp, ratio, err := m.fallback(ctx, w, prompt, o, rng)
+		w.Close()
+		if err != nil {
+			return nil, err
+		}
+		if g.noSpeechProb > o.NoSpeechThreshold && !(avg > o.LogProbThreshold) {
+			seek += size
+			continue
+		}
+		prevSeek := seek
+		var segs []rawSegment
+		segs, seek = m.split(g.tokens, timeOffset, size, float64(size)*timePerFrame, seek)
+		for _, s := range segs {
+			text := m.Text(s.tokens)
+			if s.start == s.end || strings.TrimSpace(text) == "" {
+				continue
+			}
+			all = append(all, s.tokens...)
+			seg := Segment{ID: len(res.Segments) + 1, Seek: prevSeek, Start: s.start, End: s.end, Text: text, Tokens: s.tokens,
+				Temperature: temp, AvgLogprob: avg, CompressionRatio: ratio, NoSpeechProb: g.noSpeechProb}
+			res.Segments = append(res.Segments, seg)
+			if o.OnSegment != nil {
+				o.OnSegment(seg)
+			}
+		}
+		if !o.ConditionOnPreviousText || temp > o.PromptResetOnTemperature {
+			resetSince = len(all)
+		}
+	}
+	var b strings.Builder
+	for _, s := range res.Segments {
+		b.WriteString(s.Text)
+	}
+	res.Text = strings.TrimSpace(b.String())
+	return res, nil
+}
+
+func (m *Model) language(o Options) (string, error) {
+	if m.Tokens.Multilingual {
+		return "", fmt.Errorf("whisper: multilingual models are not supported yet: %w", ErrLanguage)
+	}
+	if o.Translate {
+		return "", fmt.Errorf("whisper: English-only model: %w", ErrTranslate)
+	}
+	if o.Language != "" && !strings.EqualFold(o.Language, "en") {
+		return "", fmt.Errorf("whisper: English-only model, language %q: %w", o.Language, ErrLanguage)
+	}
+	return "en", nil
+}
+
+// prompt is faster-whisper's get_prompt: <|startofprev|> and the last
+// previous tokens, then the start-of-transcript sequence (for an
+// English-only model <|startoftranscript|> alone).
+func (m *Model) prompt(previous []int, o Options) []int {
+	var p []int
+	if len(previous) > 0 {
+		p = append(p, m.Tokens.SOTPrev)
+		keep := m.Dims.TextCtx/2 - 1
+		p = append(p, previous[max(0, len(previous)-keep):]...)
+	}
+	p = append(p, m.Tokens.SOT)
+	if o.WithoutTimestamps {
+		p = append(p, m.Tokens.NoTimestamps)
+	}
+	return p
+}
+
+// fallback decodes at each temperature in turn until the decode is
+// neither too repetitive nor too unlikely (or is silence), as
+// generate_with_fallback does; if none passes, the likeliest of those
+// under the compression threshold (or of all) is kept, with the last
+// temperature.
+func (m *Model) fallback(ctx context.Context, w *Window, prompt []int, o Options, rng *rand.Rand) (generation, float64, float64, float64, error) {
+	type decoded struct {
+		g               generation
+		avg, temp, comp float64
+	}
+	var all, below []decoded
+	for _, temp := range o.Temperatures {
+		g, err := m.generate(ctx, w, prompt, genOptions{temperature: temp, bestOf: o.BestOf, suppressBlank: o.SuppressBlank,
+			maxInitialTS: int(math.Round(o.MaxInitialTimestamp / timePrecision)), maxLength: m.Dims.TextCtx,
+			withTimestamps: !o.WithoutTimestamps}, rng)
+		if err != nil {
+			return g, 0, 0, 0, err
+		}
+		d := decoded{g: g, avg: g.sumLogprob / float64(len(g.tokens)+1), temp: temp,
+			comp: compressionRatio(strings.TrimSpace(m.Text(g.tokens)))}
+		all = append(all, d)
+		needs := false
+		if o.CompressionRatioThreshold > 0 {
+			if d.comp > o.CompressionRatioThreshold {
+				needs = true
+			} else {
+				below = append(below, d)
+			}
+		}
+		if d.avg < o.LogProbThreshold {
+			needs = true
+		}
+		if g.noSpeechProb > o.NoSpeechThreshold && d.avg < o.LogProbThreshold {
+			needs = false
+		}
+		if !needs {
+			return d.g, d.avg, d.temp, d.comp, nil
+		}
+	}
+	pool := below
+	if len(pool) == 0 {
+		pool = all
+	}
+	best := pool[0]
+	for _, d := range pool[1:] {
+		if d.avg > best.avg {
+			best = d
+		}
+	}
+	return best.g, best.avg, o.Temperatures[len(o.Temperatures)-1], best.comp, nil
+}
+
+// compressionRatio is len(text) / len(zlib(text)), zlib at level 6 as
+// Python's zlib.compress. (Go's deflate is not zlib's: the compressed
+// lengths can differ by a few bytes, which matters only at the
+// threshold.)
+func compressionRatio(text string) float64 {
+	var b bytes.Buffer
+	zw, _ := zlib.NewWriterLevel(&b, 6)
+	zw.Write([]byte(text))
+	zw.Close()
+	return float64(len(text)) / float64(b.Len())
+}
+
+type rawSegment struct {
+	start, end float64
+	tokens     []int
+}
+
+// split cuts a window's tokens at consecutive timestamp pairs, as
+// faster-whisper's _split_segments_by_timestamps does, and returns the
+// segments and the next seek: past the window when it ended on a single
+// timestamp (no speech after it) or had no pair, else at the last
+// complete segment's end timestamp.
+func (m *Model) split(tokens []int, timeOffset float64, size int, duration float64, seek int) ([]rawSegment, int) {
+	tb := m.Tokens.TimestampBegin
+	n := len(tokens)
+	single := n >= 2 && tokens[n-2] < tb && tokens[n-1] >= tb
+	var cuts []int
+	for i := 1; i < n; i++ {
+		if tokens[i] >= tb && tokens[i-1] >= tb {
+			cuts = append(cuts, i)
+		}
+	}
+	if len(cuts) == 0 {
+		end := duration
+		var lastTS = -1
+		for _, t := range tokens {
+			if t >= tb {
+				lastTS = t
+			}
+		}
+		if lastTS >= 0 && lastTS != tb {
+			end = float64(lastTS-tb) * timePrecision
+		}
+		return []rawSegment{{start: timeOffset, end: timeOffset + end, tokens: tokens}}, seek + size
+	}
+	if single {
+		cuts = append(cuts, n)
+	}
+	var segs []rawSegment
+	last := 0
+	for _, c := range cuts {
+		part := tokens[last:c]
+		segs = append(segs, rawSegment{
+			start:  timeOffset + float64(part[0]-tb)*timePrecision,
+			end:    timeOffset + float64(part[len(part)-1]-tb)*timePrecision,
+			tokens: part,
+		})
+		last = c
+	}
+	if single {
+		return segs, seek + size
+	}
+	return segs, seek + (tokens[last-1]-tb)*inputStride
+}

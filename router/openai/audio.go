@@ -1,0 +1,328 @@
+package openai
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"fusion/engine"
+)
+
+// Default caps of an audio upload (Options.MaxAudioBytes and
+// MaxAudioSeconds): OpenAI's 25 MB, and 30 minutes. The body limit of the
+// router (--max-body-bytes, 10 MiB by default) applies first, with 413.
+const (
+	DefaultMaxAudioBytes   = 25 << 20
+	DefaultMaxAudioSeconds = 30 * 60
+)
+
+// The response_format values of /v1/audio/transcriptions and
+// /v1/audio/translations.
+var audioFormats = []string{"json", "text", "srt", "verbose_json", "vtt"}
+
+// audioRequest is a parsed multipart transcription or translation form.
+type audioRequest struct {
+	model, language, format string
+	temperature             float64
+	stream                  bool
+	file                    []byte
+}
+
+// parseAudioForm reads the multipart form: file (required, at most
+// maxBytes), model (required), language, prompt (accepted, unused),
+// response_format, temperature (0 to 1), timestamp_granularities[]
+// (segment only), stream.
+func parseAudioForm(r *http.Request, maxBytes int64, translate bool) (*audioRequest, *Error) {
+	ct, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || ct != "multipart/form-data" {
+		return nil, &Error{Status: http.StatusBadRequest, Type: TypeInvalidRequest, Code: "invalid_content_type",
+			Message: fmt.Sprintf("Invalid Content-Type %q: this endpoint takes multipart/form-data with a 'file' part.", r.Header.Get("Content-Type"))}
+	}
+	mr, err := r.MultipartReader()
+	if err != nil {
+		return nil, invalidRequest("file", "Invalid multipart body: %v.", err)
+	}
+	req := &audioRequest{format: "json"}
+	haveFile := false
+	for {
+		part, err := mr.NextPart()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, bodyError(err, "Invalid multipart body: %v.")
+		}
+		name := part.FormName()
+		if name == "file" {
+			data, err := io.ReadAll(io.LimitReader(part, maxBytes+1))
+			if err != nil {
+				return nil, bodyError(err, "Reading 'file': %v.")
+			}
+			if int64(len(data)) > maxBytes {
+				return nil, invalidRequest("file", "Invalid 'file': larger than this server's limit of %d bytes.", maxBytes)
+			}
+			req.file, haveFile = data, true
+			continue
+		}
+		v, err := io.ReadAll(io.LimitReader(part, 64<<10))
+		if err != nil {
+			return nil, bodyError(err, "Invalid multipart body: %v.")
+		}
+		value := string(v)
+		switch name {
+		case "model":
+			req.model = value
+		case "language":
+			if translate {
+				return nil, unsupported("language", "Unrecognized request argument supplied: language (translations are always into English).")
+			}
+			req.language = value
+		case "response_format":
+			req.format = value
+		case "temperature":
+			t, err := strconv.ParseFloat(value, 64)
+			if err != nil || t < 0 || t > 1 {
+				return nil, invalidRequest("temperature", "Invalid 'temperature': %q (expected a number from 0 to 1).", value)
+			}
+			req.temperature = t
+		case "timestamp_granularities[]", "timestamp_granularities":
+			if value != "segment" {
+				return nil, unsupported(name, "Invalid '%s': %q; this server gives segment timestamps only.", name, value)
+			}
+		case "stream":
+			b, err := strconv.ParseBool(value)
+			if err != nil {
+				return nil, invalidRequest("stream", "Invalid 'stream': %q (expected true or false).", value)
+			}
+			req.stream = b
+		case "word_timestamps":
+			if b, err := strconv.ParseBool(value); err != nil || b {
+				return nil, unsupported("word_timestamps", "Invalid 'word_timestamps': %q; word timestamps are not supported yet.", value)
+			}
+		case "prompt", "max_tokens", "chunking_strategy", "include[]":
+			// Accepted and not used.
+		default:
+			return nil, unsupported(name, "Unrecognized request argument supplied: %s", name)
+		}
+	}
+	switch {
+	case !haveFile:
+		return nil, missingParam("file")
+	case len(req.file) == 0:
+		return nil, invalidRequest("file", "Invalid 'file': the file is empty.")
+	case req.model == "":
+		return nil, missingParam("model")
+	}
+	ok := false
+	for _, f := range audioFormats {
+		ok = ok || f == req.format
+	}
+	if !ok {
+		return nil, invalidRequest("response_format", "Invalid 'response_format': %q (expected one of %s).", req.format, strings.Join(audioFormats, ", "))
+	}
+	return req, nil
+}
+
+// bodyError is the answer to a failed read of the body: 413 past the
+// router's body limit, else a 400.
+func bodyError(err error, format string) *Error {
+	var mb *http.MaxBytesError
+	if errors.As(err, &mb) {
+		return TooLarge(mb.Limit)
+	}
+	return invalidRequest("file", format, err)
+}
+
+// POST /v1/audio/transcriptions
+func (h *Handler) transcriptions(w http.ResponseWriter, r *http.Request) { h.audio(w, r, false) }
+
+// POST /v1/audio/translations
+func (h *Handler) translations(w http.ResponseWriter, r *http.Request) { h.audio(w, r, true) }
+
+func (h *Handler) audio(w http.ResponseWriter, r *http.Request, translate bool) {
+	maxBytes := h.opts.MaxAudioBytes
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxAudioBytes
+	}
+	maxSeconds := h.opts.MaxAudioSeconds
+	if maxSeconds <= 0 {
+		maxSeconds = DefaultMaxAudioSeconds
+	}
+	req, e := parseAudioForm(r, maxBytes, translate)
+	if e != nil {
+		h.reject(w, r, e)
+		return
+	}
+	t, ok := h.engine.(engine.Transcriber)
+	if !ok {
+		h.reject(w, r, &Error{Status: http.StatusNotImplemented, Type: TypeInvalidRequest, Code: "unsupported",
+			Message: "This server's engine does not transcribe speech."})
+		return
+	}
+	treq := &engine.TranscribeRequest{Model: req.model, Audio: req.file, Language: req.language,
+		Translate: translate, Temperature: req.temperature, MaxBytes: maxBytes, MaxSeconds: maxSeconds}
+	var sse *sseWriter
+	if req.stream {
+		sse = newSSEWriter(w)
+		first := true
+		treq.OnSegment = func(s engine.TranscribeSegment) {
+			delta := s.Text
+			if first {
+				delta = strings.TrimLeft(delta, " ")
+			}
+			first = false
+			sse.data(TranscriptDelta{Type: "transcript.text.delta", Delta: delta})
+		}
+	}
+	res, err := t.Transcribe(r.Context(), treq)
+	if err != nil {
+		ee := engineError(err, req.model)
+		if ee.Status == http.StatusBadRequest && ee.Param == "" {
+			ee.Param = "file"
+		}
+		if sse != nil && sse.started {
+			h.metrics.Rejected()
+			sse.fail(ee)
+			return
+		}
+		h.reject(w, r, ee)
+		return
+	}
+	if sse != nil {
+		sse.data(TranscriptDone{Type: "transcript.text.done", Text: res.Text})
+		return
+	}
+	task := "transcribe"
+	if translate {
+		task = "translate"
+	}
+	switch req.format {
+	case "text":
+		writeText(w, "text/plain; charset=utf-8", res.Text+"\n")
+	case "srt":
+		writeText(w, "application/x-subrip; charset=utf-8", SRT(res.Segments))
+	case "vtt":
+		writeText(w, "text/vtt; charset=utf-8", VTT(res.Segments))
+	case "verbose_json":
+		writeJSON(w, http.StatusOK, verboseTranscription(task, res))
+	default:
+		writeJSON(w, http.StatusOK, Transcription{Text: res.Text, Language: res.Language, Duration: res.Duration})
+	}
+}
+
+func writeText(w http.ResponseWriter, contentType, body string) {
+	w.Header().Set("Content-Type", contentType)
+	io.WriteString(w, body)
+}
+
+// Transcription is the json response_format (the contract's shape:
+// OpenAI's text, with the language and the duration).
+type Transcription struct {
+	Text     string  `json:"text"`
+	Language string  `json:"language"`
+	Duration float64 `json:"duration"`
+}
+
+// TranscriptDelta and TranscriptDone are the events of a streamed
+// transcription (stream=true): the text of each segment as it is
+// decoded (their concatenation is the text), then the whole text.
+type TranscriptDelta struct {
+	Type  string `json:"type"` // "transcript.text.delta"
+	Delta string `json:"delta"`
+}
+
+// TranscriptDone ends a streamed transcription.
+type TranscriptDone struct {
+	Type string `json:"type"` // "transcript.text.done"
+	Text string `json:"text"`
+}
+
+// VerboseTranscription is the verbose_json response_format, OpenAI's.
+type VerboseTranscription struct {
+	Task     string                 `json:"task"`
+	Language string                 `json:"language"` // the language's name, e.g. "english"
+	Duration float64                `json:"duration"`
+	Text     string                 `json:"text"`
+	Segments []TranscriptionSegment `json:"segments"`
+}
+
+// TranscriptionSegment is a segment of verbose_json (ids from 0).
+type TranscriptionSegment struct {
+	ID               int     `json:"id"`
+	Seek             int     `json:"seek"`
+	Start            float64 `json:"start"`
+	End              float64 `json:"end"`
+	Text             string  `json:"text"`
+	Tokens           []int   `json:"tokens"`
+	Temperature      float64 `json:"temperature"`
+	AvgLogprob       float64 `json:"avg_logprob"`
+	CompressionRatio float64 `json:"compression_ratio"`
+	NoSpeechProb     float64 `json:"no_speech_prob"`
+}
+
+func verboseTranscription(task string, res *engine.TranscribeResult) VerboseTranscription {
+	out := VerboseTranscription{Task: task, Language: languageName(res.Language), Duration: res.Duration, Text: res.Text,
+		Segments: make([]TranscriptionSegment, len(res.Segments))}
+	for i, s := range res.Segments {
+		tokens := s.Tokens
+		if tokens == nil {
+			tokens = []int{}
+		}
+		out.Segments[i] = TranscriptionSegment{ID: i, Seek: s.Seek, Start: s.Start, End: s.End, Text: s.Text, Tokens: tokens,
+			Temperature: s.Temperature, AvgLogprob: s.AvgLogprob, CompressionRatio: s.CompressionRatio, NoSpeechProb: s.NoSpeechProb}
+	}
+	return out
+}
+
+// languageName is the English name OpenAI's verbose_json gives a language
+// code (the code itself for one not listed).
+func languageName(code string) string {
+	names := map[string]string{"en": "english", "de": "german", "fr": "french", "es": "spanish", "it": "italian",
+		"ja": "japanese", "zh": "chinese", "pt": "portuguese", "ru": "russian", "nl": "dutch", "ko": "korean"}
+	if n, ok := names[code]; ok {
+		return n
+	}
+	return code
+}
+
+// Timestamp formats a time in seconds as HH:MM:SS plus the milliseconds
+// after marker (',' for SubRip, '.' for WebVTT), rounding to the
+// millisecond as faster-whisper's format_timestamp does.
+func Timestamp(seconds float64, marker string) string {
+	ms := int64(seconds*1000 + 0.5)
+	if seconds < 0 {
+		ms = 0
+	}
+	h := ms / 3_600_000
+	ms -= h * 3_600_000
+	m := ms / 60_000
+	ms -= m * 60_000
+	s := ms / 1000
+	ms -= s * 1000
+	return fmt.Sprintf("%02d:%02d:%02d%s%03d", h, m, s, marker, ms)
+}
+
+// SRT is the segments as SubRip: numbered cues from 1, times with a
+// comma, the text trimmed, a blank line after each.
+func SRT(segs []engine.TranscribeSegment) string {
+	var b strings.Builder
+	for i, s := range segs {
+		fmt.Fprintf(&b, "%d\n%s --> %s\n%s\n\n", i+1, Timestamp(s.Start, ","), Timestamp(s.End, ","), strings.TrimSpace(s.Text))
+	}
+	return b.String()
+}
+
+// VTT is the segments as WebVTT: the header, then cues with times with a
+// dot, the text trimmed, a blank line after each.
+func VTT(segs []engine.TranscribeSegment) string {
+	var b strings.Builder
+	b.WriteString("WEBVTT\n\n")
+	for _, s := range segs {
+		fmt.Fprintf(&b, "%s --> %s\n%s\n\n", Timestamp(s.Start, "."), Timestamp(s.End, "."), strings.TrimSpace(s.Text))
+	}
+	return b.String()
+}
