@@ -123,6 +123,7 @@ func (c *Client) Generate(ctx context.Context, req *engine.Request) (<-chan engi
 	if err != nil {
 		return nil, err
 	}
+	parent := ctx // the client's: its end stops the call
 	ctx, cancel := context.WithCancel(ctx)
 	// One timer bounds the wait for the answer to start and every
 	// silence after: each line read resets it.
@@ -149,7 +150,7 @@ func (c *Client) Generate(ctx context.Context, req *engine.Request) (<-chan engi
 		reason := redact(err.Error(), key)
 		if timedOut() {
 			reason = fmt.Sprintf("no answer within %v", u.Timeout())
-		} else if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		} else if parent.Err() != nil {
 			return nil, err // the client went away
 		}
 		c.opts.Logger.Warn("cloud upstream unreachable", "upstream", u.Name, "url", u.BaseURL, "err", reason)
@@ -182,7 +183,7 @@ func (c *Client) Generate(ctx context.Context, req *engine.Request) (<-chan engi
 			select {
 			case out <- ev:
 				return true
-			case <-ctx.Done():
+			case <-parent.Done():
 				return false
 			}
 		})
@@ -191,14 +192,14 @@ func (c *Client) Generate(ctx context.Context, req *engine.Request) (<-chan engi
 		}
 		if timedOut() || errors.Is(err, errTimeout) {
 			err = fmt.Errorf("%w: upstream %q went silent for %v", engine.ErrUpstream, u.Name, u.Timeout())
-		} else if ctx.Err() != nil {
+		} else if parent.Err() != nil {
 			return // the client went away
 		} else if !errors.Is(err, engine.ErrUpstream) {
 			err = fmt.Errorf("%w: upstream %q: %s", engine.ErrUpstream, u.Name, redact(err.Error(), key))
 		}
 		select {
 		case out <- engine.Event{Err: err}:
-		case <-ctx.Done():
+		case <-parent.Done():
 		}
 	}()
 	return out, nil

@@ -1,9 +1,15 @@
 package cloud
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"fusion/engine"
@@ -219,3 +225,97 @@ func TestDecoders(t *testing.T) {
 		})
 	}
 }
+
+// TestClientErrors: the error paths of a call against a local HTTP server
+// that misbehaves on purpose (the real upstreams are in node's
+// TestCloudUpstreams): no answer in time and silence mid-stream (502
+// naming the timeout), a 5xx (502), a 4xx that echoes the key (passed
+// back, the key redacted), the key not readable here.
+func TestClientErrors(t *testing.T) {
+	const key = "sk-test-echo-5e1f"
+	stall := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/slow/chat/completions":
+			select {
+			case <-stall:
+			case <-r.Context().Done():
+			}
+		case "/silent/chat/completions":
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\n")
+			w.(http.Flusher).Flush()
+			select {
+			case <-stall:
+			case <-r.Context().Done():
+			}
+		case "/broken/chat/completions":
+			http.Error(w, `{"error":{"message":"internal trouble"}}`, http.StatusInternalServerError)
+		case "/echo/chat/completions":
+			w.WriteHeader(http.StatusUnauthorized)
+			fmt.Fprintf(w, `{"error":{"type":"invalid_request_error","message":"Incorrect API key provided: %s"}}`, strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "))
+		}
+	}))
+	defer srv.Close()
+	defer close(stall) // before the server's Close, which waits for its handlers
+	var logs strings.Builder
+	var mu sync.Mutex
+	c := New(Options{Secrets: Secrets{Getenv: func(name string) string {
+		if name == "KEY" {
+			return key
+		}
+		return ""
+	}}, Logger: slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(p)
+	}), nil))})
+	up := func(name, env string) Upstream {
+		return Upstream{Name: name, Kind: KindOpenAI, BaseURL: srv.URL + "/" + name, APIKeyEnv: env, TimeoutSeconds: 1, Models: map[string]string{name: "m"}}
+	}
+	c.SetConfig(Config{Upstreams: []Upstream{up("slow", "KEY"), up("silent", "KEY"), up("broken", "KEY"), up("echo", "KEY"), up("nokey", "UNSET")}})
+	msgs := []*chattemplate.Object{chattemplate.NewObject("role", "user", "content", "hi")}
+	tests := []struct {
+		model  string
+		status int    // 0: engine.ErrUpstream (502)
+		want   string // in the error
+		inEv   bool   // the error comes as an event
+	}{
+		{"slow", 0, "no answer within 1s", false},
+		{"silent", 0, "went silent for 1s", true},
+		{"broken", 0, "answered 500: internal trouble", false},
+		{"echo", 401, "Incorrect API key provided: [redacted]", false},
+		{"nokey", 0, "environment variable UNSET is unset", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.model, func(t *testing.T) {
+			ch, err := c.Generate(context.Background(), &engine.Request{Model: tt.model, Messages: msgs})
+			if tt.inEv {
+				if err != nil {
+					t.Fatal(err)
+				}
+				var last engine.Event
+				for ev := range ch {
+					last = ev
+				}
+				err = last.Err
+			}
+			var ue *engine.UpstreamError
+			switch {
+			case tt.status == 0 && !errors.Is(err, engine.ErrUpstream),
+				tt.status != 0 && (!errors.As(err, &ue) || ue.Status != tt.status),
+				err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), key):
+				t.Errorf("err %v, want %d with %q", err, tt.status, tt.want)
+			}
+		})
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Contains(logs.String(), key) || !strings.Contains(logs.String(), "cloud upstream") {
+		t.Errorf("logs:\n%s", logs.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
