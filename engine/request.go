@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"fusion/engine/chattemplate"
@@ -35,6 +36,10 @@ func PriorityOf(taskTag string) (p Priority, ok bool) {
 	return 0, false
 }
 
+// BackendCloud is the Request.Backend of a request for an upstream
+// provider (backend_override "cloud").
+const BackendCloud = "cloud"
+
 // Request is the one neutral request every API dialect converts into and
 // every node forwards. Exactly one of Messages, Prompt and PromptTokens is
 // set.
@@ -64,6 +69,8 @@ type Request struct {
 	// engine whose backend for the model is that one (the chat request's
 	// backend_override): the dispatcher picks such a node, and a runner
 	// whose model loads on another backend refuses with ErrUnavailable.
+	// BackendCloud sends it to a configured upstream provider instead
+	// (the node's frontend does; no engine runs it).
 	Backend string
 	// Speculative turns speculative decoding on for the request
 	// (backend_override "rapid"): a draft model, or prompt lookup when the
@@ -398,7 +405,24 @@ var (
 	ErrOverloaded = errors.New("server overloaded")
 	// ErrUnavailable: the model exists but cannot be loaded now (503).
 	ErrUnavailable = errors.New("model unavailable")
+	// ErrUpstream: an upstream provider the request was sent to (a cloud
+	// upstream, backend_override "cloud") could not be reached, or failed
+	// on its side (502).
+	ErrUpstream = errors.New("upstream provider failed")
 )
+
+// UpstreamError is a refusal of an upstream provider (its 4xx), passed
+// back to the client with the provider's status and message.
+type UpstreamError struct {
+	Upstream string // the upstream's configured name
+	Status   int    // the provider's HTTP status (400-499)
+	Type     string // the provider's error type, if it gave one
+	Message  string // the provider's message (never an API key)
+}
+
+func (e *UpstreamError) Error() string {
+	return fmt.Sprintf("upstream %q refused the request (%d): %s", e.Upstream, e.Status, e.Message)
+}
 
 // OverloadedError is the ErrOverloaded of a full node: it says why and
 // when a retry is likely to be admitted. errors.Is(err, ErrOverloaded)

@@ -148,8 +148,10 @@ type adminState struct {
 	store   admin.Store
 	aliases atomic.Pointer[map[string]string] // alias → model id
 	asChat  atomic.Pointer[map[string]bool]
-	handler atomic.Pointer[admin.Handler]
-	applyMu sync.Mutex // one applySettings at a time
+	// fallback names the models with cloud_fallback.
+	fallback atomic.Pointer[map[string]bool]
+	handler  atomic.Pointer[admin.Handler]
+	applyMu  sync.Mutex // one applySettings at a time
 	// mcpApplied is the stored MCP configuration last put in force
 	// (under applyMu).
 	mcpApplied []byte
@@ -163,7 +165,7 @@ func (n *Node) applySettings() {
 	a := n.admin
 	a.applyMu.Lock()
 	defer a.applyMu.Unlock()
-	aliases, asChat := map[string]string{}, map[string]bool{}
+	aliases, asChat, fallback := map[string]string{}, map[string]bool{}, map[string]bool{}
 	for k, v := range a.store.Settings(admin.ModelSettingsPrefix) {
 		id := strings.TrimPrefix(k, admin.ModelSettingsPrefix)
 		s := admin.DecodeModelSettings(v)
@@ -174,9 +176,14 @@ func (n *Node) applySettings() {
 		if s.CompletionsAsChat {
 			asChat[id] = true
 		}
+		if s.CloudFallback {
+			fallback[id] = true
+		}
 	}
 	a.aliases.Store(&aliases)
 	a.asChat.Store(&asChat)
+	a.fallback.Store(&fallback)
+	n.applyCloud()
 	if b, ok := a.store.Setting(admin.GlobalSettingsKey); ok {
 		n.global.apply(admin.DecodeGlobalOverrides(b))
 		n.keepGlobalOverrides(b)
@@ -504,4 +511,12 @@ func (n *Node) saveStatsLoop(ctx context.Context, done chan<- struct{}) {
 			record()
 		}
 	}
+}
+
+// cloudFallback reports whether model has cloud_fallback.
+func (a *adminState) cloudFallback(model string) bool {
+	if m := a.fallback.Load(); m != nil {
+		return (*m)[model]
+	}
+	return false
 }

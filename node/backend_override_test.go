@@ -38,8 +38,9 @@ func overrideChat(t *testing.T, url, key, backend string) (int, string, string) 
 }
 
 // TestBackendOverrideOneNode: a lone CPU node serves backend_override
-// "cpu", answers "mlx" with a 503 saying where the model runs, and
-// refuses values that are not backends with a 400 listing them.
+// "cpu", answers "mlx" with a 503 saying where the model runs, "cloud"
+// with a 400 while no cloud upstream serves the model, and refuses values
+// that are not backends with a 400 listing them.
 func TestBackendOverrideOneNode(t *testing.T) {
 	n := nodetest.Start(t, nodetest.Options{Backend: runner.BackendCPU})
 	tests := []struct {
@@ -51,7 +52,7 @@ func TestBackendOverrideOneNode(t *testing.T) {
 		{"", 200, ""},
 		{"mlx", 503, `runs on the cpu backend on this node, not mlx`},
 		{"rapid", 200, ""},
-		{"cloud", 400, `not available on this server yet (available: mlx, cpu, rapid)`},
+		{"cloud", 400, `no cloud upstream is configured for the model "demo"`},
 		{"gpu9", 400, `not one of mlx, cpu, rapid, cloud`},
 	}
 	for _, tc := range tests {

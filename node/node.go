@@ -27,6 +27,7 @@ import (
 	"fusion/router"
 	"fusion/router/admin"
 	"fusion/router/auth"
+	"fusion/router/cloud"
 	"fusion/router/dispatch"
 	routermcp "fusion/router/mcp"
 	"fusion/router/metrics"
@@ -158,6 +159,11 @@ type Config struct {
 	// Logs is the node's log file, served by /admin/api/logs (nil: none).
 	Logs admin.Logs
 
+	// Cloud is the cloud upstreams' configuration from the program's
+	// --cloud-config file: in force until one is stored through PUT
+	// /admin/api/cloud (replicated in a cluster).
+	Cloud cloud.Config
+
 	// Tracing sends OpenTelemetry traces to Tracing.Endpoint (off when
 	// empty); the node fills in its id and version.
 	Tracing tracing.Config
@@ -208,6 +214,7 @@ type Node struct {
 	mcp    *host.Host             // the node's MCP servers (maybe none)
 	cert   *tlsreload.Certificate // nil without TLS
 	tracer *tracing.Tracer        // nil: tracing off
+	cloud  *cloud.Client          // the cloud upstreams (maybe none configured)
 
 	stopWatch context.CancelFunc // the TLS files' watcher (nil if none)
 	watchDone chan struct{}
@@ -313,7 +320,9 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, errors.Join(err, run.Close())
 	}
-	n := &Node{cfg: cfg, runner: run, db: db, admin: &adminState{}, cert: cert, tracer: tracer, keyLimits: auth.NewLimiter(nil)}
+	n := &Node{cfg: cfg, runner: run, db: db, admin: &adminState{}, cert: cert, tracer: tracer, keyLimits: auth.NewLimiter(nil),
+		cloud: cloud.New(cloud.Options{Logger: cfg.Logger})}
+	n.cloud.SetConfig(cfg.Cloud)
 	n.global = &globalConfig{cfg: &n.cfg}
 	closeDB := func() error {
 		if db == nil {
@@ -385,7 +394,7 @@ func New(cfg Config) (*Node, error) {
 	adminCfg := admin.Config{Self: soloID(cfg.Cluster.NodeID), Store: n.admin.store, Engine: n.engineFigures,
 		Jobs: nodeJobs{m: n.jobs}, Hub: nodeHub{n: n},
 		PersistAllTime: n.persistAllTime, Global: n.global, Logs: cfg.Logs,
-		MCP: nodeMCP{n: n, servers: mcpHost.Servers}, MaxMCPConfigBytes: cfg.MCPMaxConfigBytes}
+		MCP: nodeMCP{n: n, servers: mcpHost.Servers}, MaxMCPConfigBytes: cfg.MCPMaxConfigBytes, Cloud: nodeCloud{n: n}}
 	var panelSessions dashboard.SessionStore // nil: the panel's own, in memory
 	if n.member != nil {
 		adminCfg.Self, adminCfg.Peers = n.member.ID(), adminPeers{n: n}
@@ -417,7 +426,7 @@ func New(cfg Config) (*Node, error) {
 		MCP:          mcpHost, MCPMaxSteps: cfg.MCPMaxSteps, Panel: cfg.Panel, PanelSessions: panelSessions,
 		ThinkingKey: thinkingKey,
 		Backend:     run.BackendStatus, Draining: draining,
-		Engine: aliasEngine{Dispatcher: gen, a: n.admin}, Stats: n.engineStats, Cache: run, Models: run, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes, Cluster: clusterStatus,
+		Engine: cloudEngine{aliasEngine: aliasEngine{Dispatcher: gen, a: n.admin}, cloud: n.cloud}, Stats: n.engineStats, Cache: run, Models: run, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes, Cluster: clusterStatus,
 		Admin: adminCfg,
 		OpenAI: openai.Options{MaxTokens: cfg.MaxTokens, CompletionsAsChat: cfg.CompletionsAsChat,
 			AsChat: n.admin.completionsAsChat, MaxAudioBytes: cfg.MaxAudioBytes, MaxAudioSeconds: float64(cfg.MaxAudioSeconds)},

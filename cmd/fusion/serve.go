@@ -28,6 +28,7 @@ import (
 	"fusion/node"
 	"fusion/router"
 	"fusion/router/admin"
+	"fusion/router/cloud"
 	"fusion/router/mcpchat"
 	"fusion/router/openai"
 	"fusion/router/openclaw"
@@ -233,6 +234,19 @@ func serveSettingsTable() []serveSetting {
 				}
 				cfg, err := host.LoadConfig(expandHome(v), s.getenv)
 				s.cfg.MCPServers = cfg
+				return err
+			}},
+		{"cloud-config", constant(""), "JSON file of cloud upstreams for backend_override \"cloud\" and cloud_fallback ({\"upstreams\": [...]}, see the README; keys are named by api_key_env or api_key_file, never written in it); PUT /admin/api/cloud replaces it for the cluster",
+			func(s *serveSettings, v string) error {
+				s.cfg.Cloud = cloud.Config{}
+				if v == "" {
+					return nil
+				}
+				doc, err := os.ReadFile(expandHome(v))
+				if err != nil {
+					return err
+				}
+				s.cfg.Cloud, err = cloud.Parse(doc)
 				return err
 			}},
 		{"mcp-call-timeout", constant(host.DefaultCallTimeout.String()), "longest an MCP tool call may take before it fails with 504",

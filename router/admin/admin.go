@@ -66,6 +66,8 @@ type Config struct {
 	// DefaultMaxMCPConfigBytes).
 	MCP               MCP
 	MaxMCPConfigBytes int
+	// Cloud serves /admin/api/cloud (nil: not mounted).
+	Cloud Cloud
 	// Jobs serves /admin/api/jobs and Hub the Hugging Face routes (nil:
 	// not mounted; the Hugging Face routes then answer 501).
 	Jobs   Jobs
@@ -98,6 +100,7 @@ func (h *Handler) Mount(r chi.Router) {
 	h.mountGlobal(r)
 	h.mountLogs(r)
 	h.mountMCP(r)
+	h.mountCloud(r)
 	h.mountJobs(r)
 	mountPlaceholders(r, h.cfg.Hub != nil && h.cfg.Jobs != nil)
 	if h.cache == nil {

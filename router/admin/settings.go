@@ -67,6 +67,10 @@ type ModelSettings struct {
 	DraftModel     string `json:"draft_model,omitempty"`
 	NumDraftTokens int    `json:"num_draft_tokens,omitempty"`
 	Speculative    bool   `json:"speculative,omitempty"`
+	// CloudFallback sends the model's requests to its cloud upstream
+	// (router/cloud) when the cluster would refuse them with a 429 or
+	// 503 (full queues, no node able to load it).
+	CloudFallback bool `json:"cloud_fallback,omitempty"`
 }
 
 // Limits of per-model settings.
@@ -83,7 +87,7 @@ const (
 
 var modelSettingsKeys = []string{"temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_context", "chat_template",
 	"completions_as_chat", "pinned", "ttl_seconds", "alias", "reasoning_parser", "tool_parser",
-	"draft_model", "num_draft_tokens", "speculative"}
+	"draft_model", "num_draft_tokens", "speculative", "cloud_fallback"}
 
 // ParseModelSettings decodes and validates a settings body: unknown keys,
 // wrong types and out-of-range values are a 400 naming the key.

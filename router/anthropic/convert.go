@@ -82,6 +82,9 @@ func (req *MessagesRequest) toPlan(opts Options, id string, codec *thinkingCodec
 	if base.Priority, err = parseTaskTag(req.TaskTag); err != nil {
 		return nil, err
 	}
+	if err := applyBackend(req.BackendOverride, base); err != nil {
+		return nil, err
+	}
 	omit, err := parseThinkingDisplay(req.Thinking)
 	if err != nil {
 		return nil, err
@@ -879,6 +882,25 @@ func parseTaskTag(tag *string) (engine.Priority, *Error) {
 		return 0, invalid("task_tag: %q is not one of claude_code, openclaw, background.", *tag)
 	}
 	return p, nil
+}
+
+// backendOverrides are the values of backend_override (the OpenAI
+// dialect's): compute backends, "rapid" (speculative decoding) and
+// "cloud" (an upstream provider).
+var backendOverrides = []string{"mlx", "cpu", "rapid", engine.BackendCloud}
+
+// applyBackend puts backend_override into r.
+func applyBackend(b *string, r *engine.Request) *Error {
+	switch {
+	case b == nil || *b == "":
+	case *b == "rapid":
+		r.Speculative = true
+	case slices.Contains(backendOverrides, *b):
+		r.Backend = *b
+	default:
+		return invalid("backend_override: %q is not one of %s.", *b, strings.Join(backendOverrides, ", "))
+	}
+	return nil
 }
 
 // stopReason is Anthropic's stop_reason of a finished generation; a

@@ -141,6 +141,7 @@ func FromEngine(err error) *Error {
 		e  *Error
 		pe *sample.ParamError
 		ie *prompt.InvalidRequestError
+		ue *engine.UpstreamError
 	)
 	switch {
 	case errors.As(err, &e):
@@ -152,6 +153,12 @@ func FromEngine(err error) *Error {
 			Message: "The server is overloaded: " + err.Error() + ". Retry shortly."}
 	case errors.Is(err, engine.ErrUnavailable):
 		return &Error{Status: StatusOverloaded, Type: TypeOverloaded, RetryAfter: 5, Message: "Overloaded: " + err.Error()}
+	case errors.As(err, &ue):
+		// An upstream provider's refusal (backend_override "cloud"): its
+		// status and message, in this dialect's shape.
+		return &Error{Status: ue.Status, Type: upstreamType(ue.Status), Message: ue.Error()}
+	case errors.Is(err, engine.ErrUpstream):
+		return &Error{Status: http.StatusBadGateway, Type: TypeAPI, Message: err.Error()}
 	case errors.As(err, &pe):
 		return invalid("%s", pe.Error())
 	case errors.Is(err, sample.ErrInvalidParams):
@@ -178,4 +185,21 @@ func engineError(err error, model string) *Error {
 		return ModelNotFound(model)
 	}
 	return FromEngine(err)
+}
+
+// upstreamType is the Messages API's error type of an upstream's 4xx.
+func upstreamType(status int) string {
+	switch status {
+	case http.StatusUnauthorized:
+		return TypeAuthentication
+	case http.StatusForbidden:
+		return TypePermission
+	case http.StatusNotFound:
+		return TypeNotFound
+	case http.StatusRequestEntityTooLarge:
+		return TypeTooLarge
+	case http.StatusTooManyRequests:
+		return TypeRateLimit
+	}
+	return TypeInvalidRequest
 }

@@ -103,9 +103,11 @@ func (h *Handler) messages(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 
-	// A stream's message_start reports the prompt's size before any token.
+	// A stream's message_start reports the prompt's size before any token
+	// (a cloud upstream's model may be unknown here: its message_delta
+	// gives the upstream's count).
 	inputTokens := 0
-	if p.stream {
+	if p.stream && p.req.Backend != engine.BackendCloud {
 		res, err := h.engine.Tokenize(ctx, req.Model, p.req.PromptRequest())
 		if err != nil {
 			h.reject(w, r, engineError(err, req.Model))

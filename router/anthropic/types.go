@@ -26,6 +26,9 @@ type MessagesRequest struct {
 	ContextManagement json.RawMessage `json:"context_management"`
 	// TaskTag is the contract's scheduling hint, as in the OpenAI dialect.
 	TaskTag *string `json:"task_tag"`
+	// BackendOverride is the contract's backend_override, as in the
+	// OpenAI dialect: "mlx", "cpu", "rapid" or "cloud".
+	BackendOverride *string `json:"backend_override"`
 	// MCPServers names MCP servers whose tools the server runs for the
 	// model (the MCP connector's shape; see mcp.go).
 	MCPServers json.RawMessage `json:"mcp_servers"`

@@ -42,13 +42,19 @@ const (
 
 // The backend_override values: the compute backends a request can be
 // pinned to (engine.Request.Backend; the dispatcher finds a node),
-// "rapid" (speculative decoding, engine.Request.Speculative), and the
-// contract's other values, which this server does not offer yet.
+// "rapid" (speculative decoding, engine.Request.Speculative), and
+// "cloud" (engine.Request.Backend too: a configured upstream provider
+// answers, see router/cloud).
 var (
-	engineBackends  = []string{"mlx", "cpu"}
-	rapidBackend    = "rapid"
-	pendingBackends = []string{"cloud"}
+	engineBackends = []string{"mlx", "cpu"}
+	rapidBackend   = "rapid"
+	cloudBackend   = engine.BackendCloud
 )
+
+// BackendOverrides lists the values backend_override takes.
+func BackendOverrides() []string {
+	return append(slices.Clone(engineBackends), rapidBackend, cloudBackend)
+}
 
 // plan is a converted request: one engine request per choice, plus what
 // the encoder needs to shape the answer.
@@ -208,17 +214,13 @@ func parseTaskTag(tag *string) (engine.Priority, *Error) {
 	return p, nil
 }
 
-// checkBackend accepts a backend_override naming a compute backend or
-// "rapid".
+// checkBackend accepts a backend_override naming a compute backend,
+// "rapid" or "cloud".
 func checkBackend(b *string) *Error {
-	if b == nil || *b == "" || *b == rapidBackend || slices.Contains(engineBackends, *b) {
+	if b == nil || *b == "" || slices.Contains(BackendOverrides(), *b) {
 		return nil
 	}
-	available := append(slices.Clone(engineBackends), rapidBackend)
-	if slices.Contains(pendingBackends, *b) {
-		return unsupported("backend_override", "backend_override %q is not available on this server yet (available: %s).", *b, strings.Join(available, ", "))
-	}
-	return invalidRequest("backend_override", "Invalid 'backend_override': %q is not one of %s.", *b, strings.Join(slices.Concat(available, pendingBackends), ", "))
+	return invalidRequest("backend_override", "Invalid 'backend_override': %q is not one of %s.", *b, strings.Join(BackendOverrides(), ", "))
 }
 
 func isNull(raw json.RawMessage) bool {

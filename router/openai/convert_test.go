@@ -95,6 +95,11 @@ func TestChatToPlan(t *testing.T) {
 				t.Errorf("Backend = %q, want cpu (backend_override)", p.reqs[0].Backend)
 			}
 		}},
+		{"backend cloud", `{"model":"m",` + msgs + `,"backend_override":"cloud"}`, func(t *testing.T, p *plan) {
+			if p.reqs[0].Backend != engine.BackendCloud || p.reqs[0].Speculative {
+				t.Errorf("Backend = %q, speculative %v, want cloud", p.reqs[0].Backend, p.reqs[0].Speculative)
+			}
+		}},
 		{"backend rapid drafts", `{"model":"m",` + msgs + `,"backend_override":"rapid"}`, func(t *testing.T, p *plan) {
 			if r := p.reqs[0]; !r.Speculative || r.Backend != "" {
 				t.Errorf("Speculative = %v, Backend = %q; want drafting on any backend", r.Speculative, r.Backend)
@@ -199,7 +204,6 @@ func TestChatErrors(t *testing.T) {
 		{"response_format json_schema without schema object", `{"model":"m",` + msgs + `,"response_format":{"type":"json_schema"}}`, 400, "response_format.json_schema", "missing_required_parameter"},
 		{"response_format bogus", `{"model":"m",` + msgs + `,"response_format":{"type":"xml"}}`, 400, "response_format.type", "invalid_value"},
 		{"task_tag bogus", `{"model":"m",` + msgs + `,"task_tag":"urgent"}`, 400, "task_tag", "invalid_value"},
-		{"backend cloud", `{"model":"m",` + msgs + `,"backend_override":"cloud"}`, 400, "backend_override", "unsupported_parameter"},
 		{"backend bogus", `{"model":"m",` + msgs + `,"backend_override":"gpu9"}`, 400, "backend_override", "invalid_value"},
 		{"enable_thinking string", `{"model":"m",` + msgs + `,"enable_thinking":"yes"}`, 400, "enable_thinking", "invalid_type"},
 		{"seed fraction", `{"model":"m",` + msgs + `,"seed":1.5}`, 400, "seed", "invalid_type"},

@@ -155,6 +155,7 @@ func FromEngine(err error) *Error {
 		e  *Error
 		pe *sample.ParamError
 		ie *prompt.InvalidRequestError
+		ue *engine.UpstreamError
 	)
 	switch {
 	case errors.As(err, &e):
@@ -166,6 +167,16 @@ func FromEngine(err error) *Error {
 			Message: "The server is overloaded: " + err.Error() + ". Retry shortly."}
 	case errors.Is(err, engine.ErrUnavailable):
 		return &Error{Status: http.StatusServiceUnavailable, Type: TypeUnavailable, Code: "model_unavailable", RetryAfter: 5, Message: err.Error()}
+	case errors.As(err, &ue):
+		// An upstream provider's refusal (backend_override "cloud"): its
+		// status and message, in this dialect's shape.
+		typ := TypeInvalidRequest
+		if ue.Status == http.StatusTooManyRequests {
+			typ = TypeRateLimit
+		}
+		return &Error{Status: ue.Status, Type: typ, Code: "upstream_error", Message: ue.Error()}
+	case errors.Is(err, engine.ErrUpstream):
+		return &Error{Status: http.StatusBadGateway, Type: TypeServer, Code: "upstream_error", Message: err.Error()}
 	case errors.As(err, &pe):
 		return invalidRequest(pe.Param, "%s", pe.Error())
 	case errors.Is(err, sample.ErrInvalidParams):
