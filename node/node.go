@@ -380,7 +380,7 @@ func New(cfg Config) (*Node, error) {
 		return nil, errors.Join(err, drain, n.closeMCP(), run.Close(), closeDB())
 	}
 	adminCfg := admin.Config{Self: soloID(cfg.Cluster.NodeID), Store: n.admin.store, Engine: n.engineFigures,
-		Jobs: nodeJobs{m: n.jobs}, Hub: nodeHub{n: n},
+		Jobs: nodeJobs{m: n.jobs}, Hub: nodeHub{n: n}, Quantizer: nodeQuantizer{n: n},
 		PersistAllTime: n.persistAllTime, Global: n.global, Logs: cfg.Logs,
 		MCP: nodeMCP{n: n, servers: mcpHost.Servers}, MaxMCPConfigBytes: cfg.MCPMaxConfigBytes}
 	var panelSessions dashboard.SessionStore // nil: the panel's own, in memory

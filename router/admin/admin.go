@@ -68,9 +68,12 @@ type Config struct {
 	MaxMCPConfigBytes int
 	// Jobs serves /admin/api/jobs and Hub the Hugging Face routes (nil:
 	// not mounted; the Hugging Face routes then answer 501).
-	Jobs   Jobs
-	Hub    Hub
-	Logger *slog.Logger
+	Jobs Jobs
+	Hub  Hub
+	// Quantizer serves POST /admin/api/oq/start (nil, or without Jobs:
+	// the route answers 501).
+	Quantizer Quantizer
+	Logger    *slog.Logger
 }
 
 // Handler serves the admin routes.
@@ -99,7 +102,7 @@ func (h *Handler) Mount(r chi.Router) {
 	h.mountLogs(r)
 	h.mountMCP(r)
 	h.mountJobs(r)
-	mountPlaceholders(r, h.cfg.Hub != nil && h.cfg.Jobs != nil)
+	mountPlaceholders(r, h.cfg.Hub != nil && h.cfg.Jobs != nil, h.cfg.Quantizer != nil && h.cfg.Jobs != nil)
 	if h.cache == nil {
 		return
 	}

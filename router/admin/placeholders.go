@@ -21,10 +21,10 @@ var placeholders = []struct{ method, path, what string }{
 }
 
 // mountPlaceholders mounts the 501s; withHub leaves out the Hugging Face
-// routes, which the node serves.
-func mountPlaceholders(r chi.Router, withHub bool) {
+// routes and withOQ the quantization route, which the node serves.
+func mountPlaceholders(r chi.Router, withHub, withOQ bool) {
 	for _, p := range placeholders {
-		if withHub && strings.HasPrefix(p.path, "/admin/api/hf/") {
+		if withHub && strings.HasPrefix(p.path, "/admin/api/hf/") || withOQ && strings.HasPrefix(p.path, "/admin/api/oq/") {
 			continue
 		}
 		r.Method(p.method, p.path, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
