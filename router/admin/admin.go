@@ -73,7 +73,10 @@ type Config struct {
 	// Quantizer serves POST /admin/api/oq/start (nil, or without Jobs:
 	// the route answers 501).
 	Quantizer Quantizer
-	Logger    *slog.Logger
+	// Bench serves the benchmark and profile routes (nil, or without
+	// Jobs: the benchmark routes answer 501).
+	Bench  Bench
+	Logger *slog.Logger
 }
 
 // Handler serves the admin routes.
@@ -102,7 +105,8 @@ func (h *Handler) Mount(r chi.Router) {
 	h.mountLogs(r)
 	h.mountMCP(r)
 	h.mountJobs(r)
-	mountPlaceholders(r, h.cfg.Hub != nil && h.cfg.Jobs != nil, h.cfg.Quantizer != nil && h.cfg.Jobs != nil)
+	h.mountBench(r)
+	mountPlaceholders(r, h.cfg.Hub != nil && h.cfg.Jobs != nil, h.cfg.Quantizer != nil && h.cfg.Jobs != nil, h.cfg.Bench != nil && h.cfg.Jobs != nil)
 	if h.cache == nil {
 		return
 	}
