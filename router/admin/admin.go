@@ -1,7 +1,8 @@
 // Package admin serves the node's /admin/api routes: models (list, load,
 // unload, per-model settings), global settings, stats, logs, the prefix
 // cache's probe and clears, the MCP server configuration, background jobs,
-// Hugging Face search and downloads, and the model hub's placeholders. Every route
+// Hugging Face search and downloads, oQ quantization, benchmarks and their
+// profiles (501 placeholders where the node gives no implementation). Every route
 // means the same on any node of a cluster: a request with ?node=ID runs on
 // that node (forwarded over the cluster's gRPC through Peers), one
 // without runs on every node that matters and merges the answers. Errors
