@@ -36,10 +36,10 @@ type ThroughputPoint struct {
 	// Generated is the tokens the streams produced in all (a stream ends
 	// early at an end-of-sequence token).
 	Generated int `json:"generated_tokens"`
-	// TTFT is the mean time to the first token; PrefillTokS the prompt
-	// tokens of all streams over the time to the last first token;
-	// DecodeTokS the tokens after each stream's first over the time from
-	// the first first token to the last stream's end (aggregate).
+	// TTFT is the time for every stream to get its first token (the
+	// prefill run's wall time); PrefillTokS the prompt tokens of all
+	// streams over it; DecodeTokS the tokens after each stream's first
+	// over the time the full run took beyond the prefill run (aggregate).
 	TTFTSeconds float64 `json:"ttft_seconds"`
 	PrefillTokS float64 `json:"prefill_tok_s"`
 	DecodeTokS  float64 `json:"decode_tok_s"`
@@ -125,22 +125,48 @@ func (b nodeBench) Run(ctx context.Context, req admin.BenchRunRequest) (jobs.Job
 	})
 }
 
-// point runs c streams of a prompt of p tokens, each generating up to
-// gen tokens.
+// point measures c streams of a prompt of p tokens in two runs, each
+// with prompts of its own (no prefix-cache hits): one generating a single
+// token (prefill: its wall time gives TTFT and prefill tokens/s), one
+// generating up to gen tokens; decode tokens/s is the second run's tokens
+// after each stream's first over the difference of the two wall times.
+// Wall times, not event arrival times: a busy reader may receive a
+// stream's tokens late and all at once.
 func (b nodeBench) point(ctx context.Context, model string, p, c, gen, run int) (ThroughputPoint, error) {
-	type stream struct {
-		first, end time.Time
-		usage      engine.Usage
-		err        error
+	pt := ThroughputPoint{PromptTokens: p, Concurrency: c}
+	pre, prefillTime, err := b.streams(ctx, model, p, c, 1, 2*run)
+	if err != nil {
+		return pt, err
 	}
-	streams := make([]stream, c)
+	full, fullTime, err := b.streams(ctx, model, p, c, gen, 2*run+1)
+	if err != nil {
+		return pt, err
+	}
+	pt.Seconds = (prefillTime + fullTime).Seconds()
+	pt.TTFTSeconds = prefillTime.Seconds()
+	if d := prefillTime.Seconds(); d > 0 {
+		pt.PrefillTokS = float64(pre.PromptTokens) / d
+	}
+	pt.Generated = full.CompletionTokens
+	decoded := full.CompletionTokens - c
+	if d := (fullTime - prefillTime).Seconds(); d > 0 && decoded > 0 {
+		pt.DecodeTokS = float64(decoded) / d
+	}
+	return pt, nil
+}
+
+// streams runs c greedy generations of a p-token prompt at once, each up
+// to gen tokens, and returns their summed usage and the wall time until
+// the last ended.
+func (b nodeBench) streams(ctx context.Context, model string, p, c, gen, run int) (engine.Usage, time.Duration, error) {
+	usages := make([]engine.Usage, c)
+	errs := make([]error, c)
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i := range c {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s := &streams[i]
 			prompt := make([]int, p)
 			for k := range prompt {
 				// Distinct from the first token on, so no stream or run
@@ -152,54 +178,30 @@ func (b nodeBench) point(ctx context.Context, model string, p, c, gen, run int) 
 			events, err := b.n.runner.Generate(ctx, &engine.Request{Model: model, PromptTokens: prompt, MaxTokens: gen,
 				Sampling: sp, Priority: engine.PriorityBackground})
 			if err != nil {
-				s.err = err
+				errs[i] = err
 				return
 			}
 			for ev := range events {
-				if s.first.IsZero() && (ev.Text != "" || len(ev.Tokens) > 0 || ev.Done) {
-					s.first = time.Now()
-				}
 				if ev.Err != nil {
-					s.err = ev.Err
+					errs[i] = ev.Err
 				}
 				if ev.Done {
-					s.usage = ev.Usage
+					usages[i] = ev.Usage
 				}
 			}
-			s.end = time.Now()
 		}()
 	}
 	wg.Wait()
-	pt := ThroughputPoint{PromptTokens: p, Concurrency: c, Seconds: time.Since(start).Seconds()}
-	var prompted, decoded int
-	var ttft float64
-	var lastFirst, firstFirst, lastEnd time.Time
-	for _, s := range streams {
-		if s.err != nil {
-			return pt, s.err
+	took := time.Since(start)
+	var sum engine.Usage
+	for i, u := range usages {
+		if errs[i] != nil {
+			return sum, took, errs[i]
 		}
-		prompted += s.usage.PromptTokens
-		decoded += max(s.usage.CompletionTokens-1, 0)
-		pt.Generated += s.usage.CompletionTokens
-		ttft += s.first.Sub(start).Seconds()
-		if s.first.After(lastFirst) {
-			lastFirst = s.first
-		}
-		if firstFirst.IsZero() || s.first.Before(firstFirst) {
-			firstFirst = s.first
-		}
-		if s.end.After(lastEnd) {
-			lastEnd = s.end
-		}
+		sum.PromptTokens += u.PromptTokens
+		sum.CompletionTokens += u.CompletionTokens
 	}
-	pt.TTFTSeconds = ttft / float64(c)
-	if d := lastFirst.Sub(start).Seconds(); d > 0 {
-		pt.PrefillTokS = float64(prompted) / d
-	}
-	if d := lastEnd.Sub(firstFirst).Seconds(); d > 0 && decoded > 0 {
-		pt.DecodeTokS = float64(decoded) / d
-	}
-	return pt, nil
+	return sum, took, nil
 }
 
 // Accuracy starts a job scoring the model's perplexity on a text (and

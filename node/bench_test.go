@@ -72,10 +72,12 @@ func TestBenchCluster(t *testing.T) {
 	}
 	var tp struct {
 		Points []struct {
-			PromptTokens, Concurrency, Generated int
-			Prefill                              float64 `json:"prefill_tok_s"`
-			Decode                               float64 `json:"decode_tok_s"`
-			TTFT                                 float64 `json:"ttft_seconds"`
+			PromptTokens int     `json:"prompt_tokens"`
+			Concurrency  int     `json:"concurrency"`
+			Generated    int     `json:"generated_tokens"`
+			Prefill      float64 `json:"prefill_tok_s"`
+			Decode       float64 `json:"decode_tok_s"`
+			TTFT         float64 `json:"ttft_seconds"`
 		} `json:"points"`
 	}
 	var ac struct {
@@ -99,8 +101,9 @@ func TestBenchCluster(t *testing.T) {
 	if len(tp.Points) != 4 {
 		t.Fatalf("throughput points %+v", tp)
 	}
-	for _, p := range tp.Points {
-		if p.Prefill <= 0 || p.TTFT <= 0 || p.Generated == 0 {
+	want := [][2]int{{16, 1}, {16, 2}, {40, 1}, {40, 2}}
+	for i, p := range tp.Points {
+		if p.PromptTokens != want[i][0] || p.Concurrency != want[i][1] || p.Prefill <= 0 || p.TTFT <= 0 || p.Generated < p.Concurrency || p.Generated > 4*p.Concurrency {
 			t.Errorf("point %+v", p)
 		}
 	}

@@ -52,6 +52,9 @@ func (q nodeQuantizer) Quantize(ctx context.Context, req admin.OQRequest) (jobs.
 	if _, err := os.Stat(filepath.Join(src, modelfile.ConfigFile)); err != nil {
 		return jobs.Job{}, fmt.Errorf("%w: %q", admin.ErrNoModel, req.Model)
 	}
+	if err := quant.CheckSource(src); err != nil {
+		return jobs.Job{}, err
+	}
 	dst := filepath.Join(n.cfg.ModelsDir, req.Name)
 	if _, err := os.Stat(dst); err == nil {
 		return jobs.Job{}, fmt.Errorf("%w: %q", admin.ErrNameTaken, req.Name)

@@ -132,7 +132,7 @@ type source struct {
 func openSource(dir string, groupSize int) (*source, error) {
 	cfg, err := modelfile.LoadConfig(dir)
 	if err != nil {
-		return nil, fmt.Errorf("quant: %w", err)
+		return nil, fmt.Errorf("%w: %v", ErrUnsupported, err)
 	}
 	if !slices.Contains(architectures, cfg.Architecture) {
 		return nil, fmt.Errorf("%w: architecture %q (oQ takes %s)", ErrUnsupported, cfg.Architecture, strings.Join(architectures, ", "))
@@ -424,4 +424,14 @@ func copyOthers(src, dir string) error {
 		}
 	}
 	return nil
+}
+
+// CheckSource reports whether the model in dir can be quantized
+// (ErrUnsupported says why not) without reading its weights' data.
+func CheckSource(dir string) error {
+	s, err := openSource(dir, DefaultGroupSize)
+	if err != nil {
+		return err
+	}
+	return s.w.Close()
 }
