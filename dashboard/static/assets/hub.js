@@ -129,7 +129,7 @@ export function renderHub(main) {
 
 // startPage is a form of a model and extra fields whose submit posts
 // {model, ...body(fields)} to path and shows the answer (a job).
-function startPage(main, title, path, labelText, extra = [], body = () => ({})) {
+function startPage(main, title, path, labelText, extra = [], body = () => ({}), heading = 'h1') {
   const model = h('input', { name: 'model' });
   const out = h('div', { class: 'hub-answer' });
   const form = h('form', { 'aria-label': title }, h('div', { class: 'row' }, field('Model', model),
@@ -138,7 +138,7 @@ function startPage(main, title, path, labelText, extra = [], body = () => ({})) 
     ev.preventDefault();
     answer(out, api('POST', path, { model: model.value.trim(), ...body() }));
   });
-  main.append(h('h1', {}, title), form,
+  main.append(h(heading, {}, title), form,
     h('p', { class: 'muted' }, 'It runs as a job: ', h('a', { href: '/admin/jobs' }, 'see the Jobs page'), '.'), out);
   return form;
 }
@@ -167,7 +167,7 @@ export function renderBench(main) {
   startPage(main, 'Benchmarks', '/admin/api/bench/run', 'Run benchmark',
     [['Prompt lengths', prompts], ['Concurrency', streams]],
     () => ({ prompt_lengths: ints(prompts), concurrency: ints(streams) }));
-  startPage(main, 'Accuracy', '/admin/api/bench/accuracy', 'Measure perplexity');
+  startPage(main, 'Accuracy', '/admin/api/bench/accuracy', 'Measure perplexity', [], () => ({}), 'h2');
 }
 
 // summary says a profile's figures in a few words.
