@@ -374,6 +374,13 @@ type Reporter struct {
 	job   Job
 }
 
+// JobID is the id of the job reporting.
+func (r *Reporter) JobID() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.job.ID
+}
+
 // SetTotal sets the unit ("bytes", "steps") and total of the progress.
 func (r *Reporter) SetTotal(unit string, total int64) {
 	r.mu.Lock()

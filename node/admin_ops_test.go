@@ -238,21 +238,6 @@ func TestAdminModelSettingsOneNode(t *testing.T) {
 	}
 }
 
-// TestAdminPlaceholders: the model hub's routes not built yet answer 501
-// with a message, not 404.
-func TestAdminPlaceholders(t *testing.T) {
-	n := nodetest.Start(t, nodetest.Options{APIKey: "k"})
-	for _, r := range []struct{ method, path string }{
-		{http.MethodPost, "/admin/api/bench/run"}, {http.MethodPost, "/admin/api/bench/accuracy"}, {http.MethodPost, "/admin/api/oq/start"},
-	} {
-		code, out := adminDo(t, n, r.method, r.path, "")
-		e, _ := out["error"].(map[string]any)
-		if code != http.StatusNotImplemented || e == nil || !strings.Contains(fmt.Sprint(e["message"]), "model hub") {
-			t.Errorf("%s %s: %d %v", r.method, r.path, code, out)
-		}
-	}
-}
-
 // startTrio starts a 3-node cluster a, b, c on loopback, each with the
 // demo model (a also with the incompatible ones), and waits until every
 // node lists demo on all three.

@@ -254,6 +254,9 @@ type Node struct {
 	hub      *hub.Client
 	stopJobs context.CancelFunc
 	jobsDone chan struct{}
+	// A lone node's benchmark profiles (a cluster's are in its Raft
+	// state).
+	profiles soloProfiles
 
 	stopOnce sync.Once
 	stopErr  error
@@ -392,7 +395,7 @@ func New(cfg Config) (*Node, error) {
 		return nil, errors.Join(err, drain, n.closeMCP(), run.Close(), closeDB())
 	}
 	adminCfg := admin.Config{Self: soloID(cfg.Cluster.NodeID), Store: n.admin.store, Engine: n.engineFigures,
-		Jobs: nodeJobs{m: n.jobs}, Hub: nodeHub{n: n},
+		Jobs: nodeJobs{m: n.jobs}, Hub: nodeHub{n: n}, Quantizer: nodeQuantizer{n: n}, Bench: nodeBench{n: n},
 		PersistAllTime: n.persistAllTime, Global: n.global, Logs: cfg.Logs,
 		MCP: nodeMCP{n: n, servers: mcpHost.Servers}, MaxMCPConfigBytes: cfg.MCPMaxConfigBytes, Cloud: nodeCloud{n: n}}
 	var panelSessions dashboard.SessionStore // nil: the panel's own, in memory

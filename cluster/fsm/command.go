@@ -57,6 +57,10 @@ const (
 	// 34 and 35: the admin panel's sessions.
 	TypePanelSessionPut Type = 34
 	TypePanelSessionEnd Type = 35
+	// 36 and 37: the per-model performance profiles (profiles.proto; 38
+	// and 39 are kept for them).
+	TypeProfilePut    Type = 36
+	TypeProfileDelete Type = 37
 )
 
 // registry maps a type to a constructor of its payload. It is built once
@@ -88,6 +92,8 @@ var registry = map[Type]func() proto.Message{
 	TypeJobsInterrupt:     func() proto.Message { return new(pb.JobsInterrupt) },
 	TypePanelSessionPut:   func() proto.Message { return new(pb.PanelSessionPut) },
 	TypePanelSessionEnd:   func() proto.Message { return new(pb.PanelSessionEnd) },
+	TypeProfilePut:        func() proto.Message { return new(pb.ProfilePut) },
+	TypeProfileDelete:     func() proto.Message { return new(pb.ProfileDelete) },
 }
 
 // typeOf is the reverse of registry, keyed by message full name.

@@ -32,6 +32,7 @@ const (
 	// 34: the admin panel's sessions (the number of their command, so
 	// record types added at the same time elsewhere do not collide).
 	recPanelSession byte = 34
+	recProfile      byte = 36 // the number of its command, as above
 	recEnd          byte = 0xFF
 )
 
@@ -98,6 +99,11 @@ func (s *State) WriteTo(w io.Writer) (int64, error) {
 	}
 	for _, k := range sortedKeys(s.jobs) {
 		if err := frame(recJob, s.jobs[k]); err != nil {
+			return cw.n, err
+		}
+	}
+	for _, k := range sortedKeys(s.profiles) {
+		if err := frame(recProfile, s.profiles[k]); err != nil {
 			return cw.n, err
 		}
 	}
@@ -221,6 +227,11 @@ func (s *State) restoreRecord(t byte, buf []byte, dedup *[]*pb.DedupEntry) error
 		v := new(pb.Job)
 		if err = proto.Unmarshal(buf, v); err == nil {
 			s.jobs[v.Id] = v
+		}
+	case recProfile:
+		v := new(pb.Profile)
+		if err = proto.Unmarshal(buf, v); err == nil {
+			s.profiles[profileKey(v.Model, v.Node, v.Kind)] = v
 		}
 	case recDedup:
 		v := new(pb.DedupEntry)

@@ -27,6 +27,7 @@ const (
 	TableAPIKeys
 	TableSettings
 	TableJobs
+	TableProfiles
 )
 
 // ChangeKind says what happened to a record.
@@ -76,6 +77,7 @@ type State struct {
 	settings   map[string]*pb.Setting
 	panel      map[string]*pb.PanelSession // by the hash's bytes
 	jobs       map[string]*pb.Job
+	profiles   map[string]*pb.Profile // by profileKey
 	dedup      map[string]*pb.DedupEntry
 	dedupRing  []string // FIFO of request ids; len ≤ dedupSize
 	dedupHead  int
@@ -96,6 +98,7 @@ func NewState(dedupSize int) *State {
 		settings:   map[string]*pb.Setting{},
 		panel:      map[string]*pb.PanelSession{},
 		jobs:       map[string]*pb.Job{},
+		profiles:   map[string]*pb.Profile{},
 		dedup:      map[string]*pb.DedupEntry{},
 		dedupSize:  dedupSize,
 	}
@@ -116,6 +119,7 @@ func (s *State) clone() *State {
 		settings:   make(map[string]*pb.Setting, len(s.settings)),
 		panel:      make(map[string]*pb.PanelSession, len(s.panel)),
 		jobs:       make(map[string]*pb.Job, len(s.jobs)),
+		profiles:   make(map[string]*pb.Profile, len(s.profiles)),
 		dedup:      make(map[string]*pb.DedupEntry, len(s.dedup)),
 		dedupRing:  append([]string(nil), s.dedupRing...),
 		dedupHead:  s.dedupHead,
@@ -141,6 +145,9 @@ func (s *State) clone() *State {
 	}
 	for k, v := range s.jobs {
 		c.jobs[k] = v
+	}
+	for k, v := range s.profiles {
+		c.profiles[k] = v
 	}
 	for k, v := range s.dedup {
 		c.dedup[k] = v
@@ -276,6 +283,10 @@ func (s *State) apply(t Type, m proto.Message, index uint64) Result {
 		return s.jobDelete(c)
 	case *pb.JobsInterrupt:
 		return s.jobsInterrupt(c)
+	case *pb.ProfilePut:
+		return s.profilePut(c)
+	case *pb.ProfileDelete:
+		return s.profileDelete(c)
 	}
 	panic(fmt.Sprintf("fsm: type %d has no apply case", t))
 }

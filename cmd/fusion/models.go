@@ -21,6 +21,8 @@ func modelsCommands() map[string]command {
 		"inspect": {summary: "DIR: print a model directory's architecture, dims, quantization, tensor count and weight bytes as JSON",
 			run: runInspect},
 		"pull": {summary: "OWNER/NAME: download a model from the Hugging Face Hub (fusion models pull -h)", run: runPull},
+		"quantize": {summary: "SRC DST: oQ, quantize a float model to MLX affine weights, uniform or mixed precision (fusion models quantize -h)",
+			run: runQuantize},
 	}
 }
 

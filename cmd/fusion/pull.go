@@ -93,9 +93,10 @@ func runPull(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	return nil
 }
 
-// progressLine prints a download's progress at most twice a second.
+// progressLine prints a job's progress at most twice a second.
 type progressLine struct {
 	w    io.Writer
+	unit string // "bytes" (default) or "steps"
 	last time.Time
 }
 
@@ -108,7 +109,11 @@ func (p *progressLine) update(done, total int64) {
 	if total > 0 {
 		pct = float64(done) * 100 / float64(total)
 	}
-	fmt.Fprintf(p.w, "\r%5.1f%%  %d / %d bytes", pct, done, total)
+	unit := p.unit
+	if unit == "" {
+		unit = "bytes"
+	}
+	fmt.Fprintf(p.w, "\r%5.1f%%  %d / %d %s", pct, done, total, unit)
 }
 
 func (p *progressLine) log(msg string) { fmt.Fprintf(p.w, "\r%s\n", msg) }
@@ -117,14 +122,32 @@ func (p *progressLine) end()           { fmt.Fprintln(p.w) }
 // pullOnNode starts the download as a job on a running node and follows
 // its event stream until it ends.
 func pullOnNode(ctx context.Context, addr, apiKey, caFile, onNode, name string, req hub.Request, stdout, stderr io.Writer) error {
-	client, err := nodeClient(caFile)
+	body := map[string]any{"repo": req.Repo, "revision": req.Revision, "allow_patterns": req.Allow, "name": name, "node": onNode}
+	j, err := runJobOnNode(ctx, addr, apiKey, caFile, "/admin/api/hf/download", body, stderr)
 	if err != nil {
 		return err
+	}
+	var res hub.Result
+	if err := json.Unmarshal(j.Result, &res); err != nil {
+		return fmt.Errorf("job %s: result: %w", j.ID, err)
+	}
+	fmt.Fprintf(stdout, "%s: %d files, %d bytes, commit %s, on node %s in %s\n", res.Model, res.Files, res.Bytes, res.Commit, j.Node,
+		strings.Join(relPaths(res.Paths), ", "))
+	return nil
+}
+
+// runJobOnNode posts body to a running node's job route (path), follows
+// the job's event stream (its log and progress on stderr) and returns
+// its final record: an error unless it is done.
+func runJobOnNode(ctx context.Context, addr, apiKey, caFile, path string, reqBody any, stderr io.Writer) (jobs.Job, error) {
+	client, err := nodeClient(caFile)
+	if err != nil {
+		return jobs.Job{}, err
 	}
 	if apiKey == "" {
 		apiKey = os.Getenv("FUSION_API_KEY")
 	}
-	body, _ := json.Marshal(map[string]any{"repo": req.Repo, "revision": req.Revision, "allow_patterns": req.Allow, "name": name, "node": onNode})
+	body, _ := json.Marshal(reqBody)
 	send := func(method, url string, body []byte, accept string) (*http.Response, error) {
 		r, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
 		if err != nil {
@@ -142,26 +165,26 @@ func pullOnNode(ctx context.Context, addr, apiKey, caFile, onNode, name string, 
 		return client.Do(r)
 	}
 	base := nodeURL(addr)
-	resp, err := send(http.MethodPost, base+"/admin/api/hf/download", body, "")
+	resp, err := send(http.MethodPost, base+path, body, "")
 	if err != nil {
-		return err
+		return jobs.Job{}, err
 	}
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusAccepted {
-		return fmt.Errorf("%s: %s: %s", base, resp.Status, strings.TrimSpace(string(b)))
+		return jobs.Job{}, fmt.Errorf("%s: %s: %s", base, resp.Status, strings.TrimSpace(string(b)))
 	}
 	var j jobs.Job
 	if err := json.Unmarshal(b, &j); err != nil {
-		return fmt.Errorf("%s: %w", base, err)
+		return jobs.Job{}, fmt.Errorf("%s: %w", base, err)
 	}
 	fmt.Fprintf(stderr, "job %s on node %s\n", j.ID, j.Node)
 	resp, err = send(http.MethodGet, base+"/admin/api/jobs/"+j.ID, nil, "text/event-stream")
 	if err != nil {
-		return err
+		return jobs.Job{}, err
 	}
 	defer resp.Body.Close()
-	p := &progressLine{w: stderr}
+	p := &progressLine{w: stderr, unit: j.Progress.Unit}
 	logged := 0
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
@@ -177,12 +200,13 @@ func pullOnNode(ctx context.Context, addr, apiKey, caFile, onNode, name string, 
 			continue
 		}
 		if err := json.Unmarshal([]byte(data), &j); err != nil {
-			return fmt.Errorf("job stream: %w", err)
+			return jobs.Job{}, fmt.Errorf("job stream: %w", err)
 		}
 		for _, l := range j.Log[min(logged, len(j.Log)):] {
 			p.log(l)
 		}
 		logged = len(j.Log)
+		p.unit = j.Progress.Unit
 		p.update(j.Progress.Done, j.Progress.Total)
 		if jobs.Final(j.State) {
 			break
@@ -190,18 +214,12 @@ func pullOnNode(ctx context.Context, addr, apiKey, caFile, onNode, name string, 
 	}
 	p.end()
 	if !jobs.Final(j.State) {
-		return fmt.Errorf("job %s: the progress stream ended (%v); it goes on on node %s", j.ID, sc.Err(), j.Node)
+		return j, fmt.Errorf("job %s: the progress stream ended (%v); it goes on on node %s", j.ID, sc.Err(), j.Node)
 	}
 	if j.State != jobs.Done {
-		return errors.New(j.Error)
+		return j, errors.New(j.Error)
 	}
-	var res hub.Result
-	if err := json.Unmarshal(j.Result, &res); err != nil {
-		return fmt.Errorf("job %s: result: %w", j.ID, err)
-	}
-	fmt.Fprintf(stdout, "%s: %d files, %d bytes, commit %s, on node %s in %s\n", res.Model, res.Files, res.Bytes, res.Commit, j.Node,
-		strings.Join(relPaths(res.Paths), ", "))
-	return nil
+	return j, nil
 }
 
 // relPaths shortens paths to their base names (the node's paths mean

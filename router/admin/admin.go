@@ -1,7 +1,8 @@
 // Package admin serves the node's /admin/api routes: models (list, load,
 // unload, per-model settings), global settings, stats, logs, the prefix
 // cache's probe and clears, the MCP server configuration, background jobs,
-// Hugging Face search and downloads, and the model hub's placeholders. Every route
+// Hugging Face search and downloads, oQ quantization, benchmarks and their
+// profiles (501 placeholders where the node gives no implementation). Every route
 // means the same on any node of a cluster: a request with ?node=ID runs on
 // that node (forwarded over the cluster's gRPC through Peers), one
 // without runs on every node that matters and merges the answers. Errors
@@ -70,8 +71,14 @@ type Config struct {
 	Cloud Cloud
 	// Jobs serves /admin/api/jobs and Hub the Hugging Face routes (nil:
 	// not mounted; the Hugging Face routes then answer 501).
-	Jobs   Jobs
-	Hub    Hub
+	Jobs Jobs
+	Hub  Hub
+	// Quantizer serves POST /admin/api/oq/start (nil, or without Jobs:
+	// the route answers 501).
+	Quantizer Quantizer
+	// Bench serves the benchmark and profile routes (nil, or without
+	// Jobs: the benchmark routes answer 501).
+	Bench  Bench
 	Logger *slog.Logger
 }
 
@@ -102,7 +109,8 @@ func (h *Handler) Mount(r chi.Router) {
 	h.mountMCP(r)
 	h.mountCloud(r)
 	h.mountJobs(r)
-	mountPlaceholders(r, h.cfg.Hub != nil && h.cfg.Jobs != nil)
+	h.mountBench(r)
+	mountPlaceholders(r, h.cfg.Hub != nil && h.cfg.Jobs != nil, h.cfg.Quantizer != nil && h.cfg.Jobs != nil, h.cfg.Bench != nil && h.cfg.Jobs != nil)
 	if h.cache == nil {
 		return
 	}

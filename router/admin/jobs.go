@@ -85,6 +85,9 @@ func (h *Handler) mountJobs(r chi.Router) {
 		r.Get("/admin/api/hf/models", h.hfSearch)
 		r.Post("/admin/api/hf/download", h.hfDownload)
 	}
+	if h.cfg.Quantizer != nil && h.cfg.Jobs != nil {
+		r.Post("/admin/api/oq/start", h.oqStart)
+	}
 }
 
 func (h *Handler) jobList(w http.ResponseWriter, r *http.Request) {
@@ -279,6 +282,12 @@ func (h *Handler) hfDownload(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), startWait)
 	defer cancel()
 	j, err := h.cfg.Hub.Download(ctx, req)
+	writeJobStarted(w, "download", j, err)
+}
+
+// writeJobStarted answers a request that submitted a job: 202 and its
+// record, or why it did not start.
+func writeJobStarted(w http.ResponseWriter, what string, j jobs.Job, err error) {
 	switch {
 	case errors.Is(err, jobs.ErrTooMany):
 		openai.WriteError(w, &openai.Error{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "too_many_jobs", Message: err.Error(), RetryAfter: 10})
@@ -287,7 +296,7 @@ func (h *Handler) hfDownload(w http.ResponseWriter, r *http.Request) {
 		openai.WriteError(w, &openai.Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "stopping", Message: err.Error(), RetryAfter: 1})
 		return
 	case err != nil:
-		openai.WriteError(w, &openai.Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "job_not_started", Message: "The download did not start: " + err.Error(), RetryAfter: 1})
+		openai.WriteError(w, &openai.Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "job_not_started", Message: "The " + what + " did not start: " + err.Error(), RetryAfter: 1})
 		return
 	}
 	openai.WriteJSON(w, http.StatusAccepted, j)

@@ -21,10 +21,12 @@ var placeholders = []struct{ method, path, what string }{
 }
 
 // mountPlaceholders mounts the 501s; withHub leaves out the Hugging Face
+// routes, withOQ the quantization route and withBench the benchmark
 // routes, which the node serves.
-func mountPlaceholders(r chi.Router, withHub bool) {
+func mountPlaceholders(r chi.Router, withHub, withOQ, withBench bool) {
 	for _, p := range placeholders {
-		if withHub && strings.HasPrefix(p.path, "/admin/api/hf/") {
+		if withHub && strings.HasPrefix(p.path, "/admin/api/hf/") || withOQ && strings.HasPrefix(p.path, "/admin/api/oq/") ||
+			withBench && strings.HasPrefix(p.path, "/admin/api/bench/") {
 			continue
 		}
 		r.Method(p.method, p.path, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {

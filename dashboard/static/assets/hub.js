@@ -1,9 +1,9 @@
 // The model hub's pages: Hugging Face search with a download form per
 // result (the download runs as a job: see jobs.js); ModelScope,
-// quantization, benchmarks and profiles call their endpoints and show the
-// answer, today the API's 501 message.
+// quantization and benchmarks start jobs (their record is shown; the Jobs
+// page follows them) and Profiles lists what the benchmarks measured.
 import { api } from './api.js';
-import { h, field } from './dom.js';
+import { h, field, table, num } from './dom.js';
 
 function answer(out, p) {
   out.replaceChildren(h('p', {}, 'Working…'));
@@ -127,21 +127,70 @@ export function renderHub(main) {
   return () => { alive = false; };
 }
 
-function startPage(main, title, path, labelText) {
+// startPage is a form of a model and extra fields whose submit posts
+// {model, ...body(fields)} to path and shows the answer (a job).
+function startPage(main, title, path, labelText, extra = [], body = () => ({}), heading = 'h1') {
   const model = h('input', { name: 'model' });
   const out = h('div', { class: 'hub-answer' });
-  const form = h('form', { 'aria-label': title }, h('div', { class: 'row' }, field('Model', model), h('button', { type: 'submit' }, labelText)));
+  const form = h('form', { 'aria-label': title }, h('div', { class: 'row' }, field('Model', model),
+    ...extra.map(([label, input]) => field(label, input)), h('button', { type: 'submit' }, labelText)));
   form.addEventListener('submit', (ev) => {
     ev.preventDefault();
-    answer(out, api('POST', path, { model: model.value }));
+    answer(out, api('POST', path, { model: model.value.trim(), ...body() }));
   });
-  main.append(h('h1', {}, title), form, out);
+  main.append(h(heading, {}, title), form,
+    h('p', { class: 'muted' }, 'It runs as a job: ', h('a', { href: '/admin/jobs' }, 'see the Jobs page'), '.'), out);
   return form;
 }
 
-export function renderOQ(main) { startPage(main, 'Quantization (oQ)', '/admin/api/oq/start', 'Start quantization'); }
-export function renderBench(main) { startPage(main, 'Benchmarks', '/admin/api/bench/run', 'Run benchmark'); }
+// ints reads a comma-separated list of integers ([] when empty).
+function ints(input) {
+  return input.value.split(',').map((v) => v.trim()).filter((v) => v !== '').map(Number);
+}
+
+export function renderOQ(main) {
+  const bits = h('input', { name: 'bits', type: 'number', value: '4', min: '2', max: '8' });
+  const group = h('select', { name: 'group_size' }, ['64', '32', '128'].map((g) => h('option', { value: g }, g)));
+  const target = h('input', { name: 'target_bits', type: 'number', step: '0.1', placeholder: 'uniform' });
+  startPage(main, 'Quantization (oQ)', '/admin/api/oq/start', 'Start quantization',
+    [['Bits', bits], ['Group size', group], ['Target bits (mixed)', target]],
+    () => {
+      const b = { bits: Number(bits.value), group_size: Number(group.value), evaluate: true };
+      if (target.value) b.target_bits = Number(target.value);
+      return b;
+    });
+}
+
+export function renderBench(main) {
+  const prompts = h('input', { name: 'prompt_lengths', value: '128' });
+  const streams = h('input', { name: 'concurrency', value: '1' });
+  startPage(main, 'Benchmarks', '/admin/api/bench/run', 'Run benchmark',
+    [['Prompt lengths', prompts], ['Concurrency', streams]],
+    () => ({ prompt_lengths: ints(prompts), concurrency: ints(streams) }));
+  startPage(main, 'Accuracy', '/admin/api/bench/accuracy', 'Measure perplexity', [], () => ({}), 'h2');
+}
+
+// summary says a profile's figures in a few words.
+function summary(p) {
+  const r = p.result || {};
+  if (p.kind === 'throughput') {
+    return (r.points || []).map((x) => `${x.prompt_tokens}×${x.concurrency}: prefill ${num(x.prefill_tok_s)} tok/s, decode ${num(x.decode_tok_s)} tok/s`).join('; ');
+  }
+  if (p.kind === 'accuracy' && r.score) return `perplexity ${num(r.score.perplexity, 3)} over ${r.score.tokens} tokens`;
+  return JSON.stringify(r);
+}
+
 export function renderProfiles(main) {
-  main.append(h('h1', {}, 'Profiles'), h('p', { class: 'muted', role: 'status' },
-    'Per-model performance profiles are built from benchmark runs, which come with the model hub: see Benchmarks.'));
+  const out = h('div', { class: 'profiles' }, h('p', { role: 'status' }, 'Loading…'));
+  main.append(h('h1', {}, 'Profiles'), out);
+  let alive = true;
+  api('GET', '/admin/api/profiles').then((doc) => {
+    if (!alive) return;
+    const list = doc.data || [];
+    out.replaceChildren(list.length === 0
+      ? h('p', { class: 'muted', role: 'status' }, 'No profiles yet: run a benchmark or an accuracy measurement (Benchmarks).')
+      : table('', ['Model', 'Node', 'Kind', 'Measured', 'Figures'],
+        list.map((p) => [p.model, p.node, p.kind, new Date(p.updated_at).toLocaleString(), summary(p)])));
+  }).catch((e) => { if (alive) out.replaceChildren(h('p', { class: 'error', role: 'status' }, `Refused (${e.status}): ${e.message}`)); });
+  return () => { alive = false; };
 }

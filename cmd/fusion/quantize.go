@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"fusion/engine/quant"
+)
+
+const quantizeUsage = `usage: fusion models quantize [flags] SRC DST
+       fusion models quantize --addr HOST:PORT [flags] MODEL
+
+oQ: quantizes a float model (BF16/F16/F32 safetensors; llama, mistral,
+qwen2, qwen3, phi3) to MLX affine weights. Uniform settings write the same
+bytes as mlx_lm.convert -q --q-bits B --q-group-size G; --target-bits asks
+for mixed precision, the tensors whose quantization error drops most
+raised to --high-bits while the average code bits per weight stays within
+the target.
+
+Without --addr it reads the model directory SRC and writes DST here. With
+--addr it asks that running node (or, with --node, another node of its
+cluster) to quantize MODEL of its models directory as a job, and follows
+its progress.
+
+`
+
+func runQuantize(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("models quantize", stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, quantizeUsage); fs.PrintDefaults() }
+	bits := fs.Int("bits", quant.DefaultBits, "bits per weight: 2, 3, 4, 5, 6 or 8 (the base of a mixed plan)")
+	group := fs.Int("group-size", quant.DefaultGroupSize, "quantization group size: 32, 64 or 128")
+	target := fs.Float64("target-bits", 0, "mixed precision at this average code bits per weight (above --bits; 0: uniform)")
+	high := fs.Int("high-bits", quant.DefaultHighBits, "bits of the raised tensors of a mixed plan")
+	evaluate := fs.Bool("evaluate", false, "measure the perplexity of the source and the result on a bundled text")
+	addr := fs.String("addr", "", "a running node's HTTP address: the node quantizes, as a job")
+	apiKey := fs.String("api-key", "", "API key of the node (env FUSION_API_KEY)")
+	caFile := fs.String("ca", "", "PEM CA certificate to trust for an https:// address")
+	onNode := fs.String("node", "", "with --addr: the cluster node that quantizes (default the one at --addr)")
+	name := fs.String("name", "", "with --addr: the new model's name (default MODEL-oqBITS or MODEL-oqTARGET)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	o := quant.Options{Bits: *bits, GroupSize: *group, TargetBits: *target, HighBits: *high}
+	if err := o.Validate(); err != nil {
+		return usagef("%v", err)
+	}
+	if *addr != "" {
+		if fs.NArg() != 1 {
+			return usagef("give one model of the node's models directory")
+		}
+		body := map[string]any{"model": fs.Arg(0), "bits": *bits, "group_size": *group, "target_bits": *target,
+			"high_bits": *high, "evaluate": *evaluate, "name": *name, "node": *onNode}
+		j, err := runJobOnNode(ctx, *addr, *apiKey, *caFile, "/admin/api/oq/start", body, stderr)
+		if err != nil {
+			return err
+		}
+		var out json.RawMessage = j.Result
+		fmt.Fprintf(stdout, "%s\n", out)
+		return nil
+	}
+	if fs.NArg() != 2 {
+		return usagef("give the source and destination directories")
+	}
+	src, dst := expandHome(fs.Arg(0)), expandHome(fs.Arg(1))
+	p := &progressLine{w: stderr, unit: "steps"}
+	o.Progress = func(done, total int) { p.update(int64(done), int64(total)) }
+	o.Log = p.log
+	res, err := quant.Quantize(ctx, src, dst, o)
+	p.end()
+	if err != nil {
+		return err
+	}
+	out := map[string]any{"result": res}
+	if *evaluate {
+		s, err := quant.Perplexity(ctx, src, quant.EvalText, 0)
+		if err != nil {
+			return err
+		}
+		d, err := quant.Perplexity(ctx, dst, quant.EvalText, 0)
+		if err != nil {
+			return err
+		}
+		out["source_score"], out["quantized_score"], out["perplexity_delta"] = s, d, d.Perplexity-s.Perplexity
+	}
+	b, _ := json.MarshalIndent(out, "", "  ")
+	fmt.Fprintf(stdout, "%s\n", b)
+	return nil
+}

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"fusion/engine/demo"
+)
+
+// TestModelsQuantize: `fusion models quantize SRC DST` writes the
+// quantized model create-demo writes from the same seed, and reports it;
+// bad flags are usage errors.
+func TestModelsQuantize(t *testing.T) {
+	src, want := filepath.Join(t.TempDir(), "src"), filepath.Join(t.TempDir(), "want")
+	if _, err := demo.Create(src, demo.Options{Seed: 9}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := demo.Create(want, demo.Options{Seed: 9, Quantize: 8, GroupSize: 32}); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "out")
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"models", "quantize", "--bits", "8", "--group-size", "32", "--evaluate", src, dst}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	a, _ := os.ReadFile(filepath.Join(dst, "model.safetensors"))
+	b, _ := os.ReadFile(filepath.Join(want, "model.safetensors"))
+	if !bytes.Equal(a, b) {
+		t.Error("the weights differ from create-demo's")
+	}
+	var rep struct {
+		Result struct {
+			Bits      int `json:"bits"`
+			Quantized int `json:"quantized"`
+		} `json:"result"`
+		Delta *float64 `json:"perplexity_delta"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil || rep.Result.Bits != 8 || rep.Result.Quantized == 0 || rep.Delta == nil {
+		t.Errorf("report %s: %v", out.String(), err)
+	}
+	for _, args := range [][]string{{"--bits", "7", src, dst + "2"}, {src}, {"--target-bits", "3", src, dst + "3"}} {
+		out.Reset()
+		errb.Reset()
+		if code := run(context.Background(), append([]string{"models", "quantize"}, args...), &out, &errb); code != 2 {
+			t.Errorf("%v: exit %d, want 2 (%s)", args, code, errb.String())
+		}
+	}
+}

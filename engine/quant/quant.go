@@ -1,0 +1,437 @@
+// Package quant makes quantized models from float ones (oQ, "online
+// quantization"): it reads a model directory with BF16/F16/F32 safetensors
+// weights and writes a new directory with MLX affine-quantized weights,
+// the same bytes mlx_lm.convert -q writes for a uniform setting, or a
+// mixed-precision plan that gives the tensors whose quantization error is
+// largest more bits at a target average. Perplexity measures a model
+// (float or quantized) on a text with the CPU backend, so a plan can be
+// judged against the source.
+package quant
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+
+	"fusion/engine/modelfile"
+	"fusion/engine/safetensors"
+	"fusion/engine/tensor"
+	"fusion/internal/atomicfile"
+)
+
+// Errors callers branch on.
+var (
+	// ErrBadOptions: the options are out of range.
+	ErrBadOptions = errors.New("quant: bad options")
+	// ErrUnsupported: the source cannot be quantized here (already
+	// quantized, not safetensors, an architecture whose mlx-lm weight
+	// names differ from the file's).
+	ErrUnsupported = errors.New("quant: unsupported source")
+	// ErrExists: the destination exists.
+	ErrExists = errors.New("quant: destination exists")
+)
+
+// Limits and defaults.
+const (
+	DefaultBits      = 4
+	DefaultGroupSize = 64
+	DefaultHighBits  = 8
+)
+
+// Options say how to quantize.
+type Options struct {
+	// Bits (2, 3, 4, 5, 6 or 8) and GroupSize (32, 64 or 128): the
+	// uniform setting, and the base of a mixed one.
+	Bits      int
+	GroupSize int
+	// TargetBits > Bits asks for mixed precision: tensors are raised to
+	// HighBits, the most sensitive first, while the average bits per
+	// quantized weight (codes only, scales and biases not counted) stays
+	// within TargetBits. 0: uniform.
+	TargetBits float64
+	// HighBits is the precision of the raised tensors (default 8).
+	HighBits int
+	// Progress is told after each tensor (steps: tensors analysed in a
+	// mixed plan, then tensors written); Log gets a line now and then.
+	Progress func(done, total int)
+	Log      func(msg string)
+}
+
+// Result describes what Quantize wrote.
+type Result struct {
+	Dir       string  `json:"dir"`
+	Bytes     int64   `json:"bytes"`      // size of the weights file
+	Bits      int     `json:"bits"`       // base bits
+	GroupSize int     `json:"group_size"` // group size
+	Mixed     bool    `json:"mixed"`
+	Tensors   int     `json:"tensors"`   // tensors written
+	Quantized int     `json:"quantized"` // of which quantized
+	Raised    int     `json:"raised"`    // of which at HighBits (mixed)
+	AvgBits   float64 `json:"avg_bits"`  // code bits per quantized weight
+	// BitsPerWeight counts every bit of the quantized tensors (codes,
+	// scales, biases) per weight, as mlx-lm reports it.
+	BitsPerWeight float64 `json:"bits_per_weight"`
+}
+
+// Validate checks the options, filling in the defaults.
+func (o *Options) Validate() error {
+	if o.Bits == 0 {
+		o.Bits = DefaultBits
+	}
+	if o.GroupSize == 0 {
+		o.GroupSize = DefaultGroupSize
+	}
+	if o.HighBits == 0 {
+		o.HighBits = DefaultHighBits
+	}
+	for _, b := range []int{o.Bits, o.HighBits} {
+		if err := modelfile.CheckAffine(o.GroupSize, b); err != nil {
+			return fmt.Errorf("%w: %v", ErrBadOptions, err)
+		}
+	}
+	if o.TargetBits < 0 || o.TargetBits != 0 && (o.TargetBits <= float64(o.Bits) || o.TargetBits > float64(o.HighBits)) {
+		return fmt.Errorf("%w: target_bits %.2f must be above bits %d and at most %d", ErrBadOptions, o.TargetBits, o.Bits, o.HighBits)
+	}
+	return nil
+}
+
+// architectures are the families whose safetensors names are mlx-lm's
+// parameter names (besides the two sanitize drops below), so the output
+// matches mlx_lm.convert's.
+var architectures = []string{modelfile.ArchLlama, modelfile.ArchMistral, modelfile.ArchQwen2, modelfile.ArchQwen3, modelfile.ArchPhi3}
+
+// weightFiles are the source files not copied to the destination.
+func weightFile(name string) bool {
+	for _, suf := range []string{".safetensors", ".bin", ".pt", ".pth", ".gguf", ".npz"} {
+		if strings.HasSuffix(name, suf) {
+			return true
+		}
+	}
+	return name == modelfile.IndexFile || name == modelfile.ConfigFile
+}
+
+// source is an opened float model.
+type source struct {
+	cfg     *modelfile.Config
+	raw     map[string]any // config.json as written
+	w       *modelfile.Weights
+	dtype   tensor.DType // what the weights are cast to
+	names   []string     // tensors written, sorted
+	quantOK map[string]bool
+}
+
+func openSource(dir string, groupSize int) (*source, error) {
+	cfg, err := modelfile.LoadConfig(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnsupported, err)
+	}
+	if !slices.Contains(architectures, cfg.Architecture) {
+		return nil, fmt.Errorf("%w: architecture %q (oQ takes %s)", ErrUnsupported, cfg.Architecture, strings.Join(architectures, ", "))
+	}
+	b, err := os.ReadFile(filepath.Join(dir, modelfile.ConfigFile))
+	if err != nil {
+		return nil, fmt.Errorf("quant: %w", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.UseNumber()
+	var raw map[string]any
+	if err := dec.Decode(&raw); err != nil {
+		return nil, fmt.Errorf("quant: config.json: %w", err)
+	}
+	if raw["quantization"] != nil || raw["quantization_config"] != nil {
+		return nil, fmt.Errorf("%w: the model is already quantized", ErrUnsupported)
+	}
+	w, err := modelfile.OpenWeights(dir, safetensors.LoadMmap)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnsupported, err)
+	}
+	s := &source{cfg: cfg, raw: raw, w: w, quantOK: map[string]bool{}}
+	// mlx_lm.convert casts the floating weights to the config's dtype.
+	switch dt, _ := raw["torch_dtype"].(string); {
+	case dt == "bfloat16":
+		s.dtype = tensor.BF16
+	case dt == "float16":
+		s.dtype = tensor.F16
+	case dt == "float32":
+		s.dtype = tensor.F32
+	}
+	for _, name := range w.Names() {
+		// What mlx-lm's sanitize drops for these families.
+		if strings.Contains(name, "rotary_emb.inv_freq") || (cfg.TieWordEmbeddings && name == "lm_head.weight") {
+			continue
+		}
+		t, _ := w.Tensor(name)
+		switch t.DType {
+		case tensor.F32, tensor.F16, tensor.BF16:
+		default:
+			w.Close()
+			return nil, fmt.Errorf("%w: tensor %s is %v, not a float", ErrUnsupported, name, t.DType)
+		}
+		if s.dtype == tensor.Invalid {
+			s.dtype = t.DType
+		}
+		s.names = append(s.names, name)
+		// mlx-lm quantizes every Linear and Embedding whose input size is
+		// a multiple of the group size; in these families those are the
+		// 2-D weights.
+		s.quantOK[name] = strings.HasSuffix(name, ".weight") && len(t.Shape) == 2 && t.Shape[1]%int64(groupSize) == 0
+	}
+	return s, nil
+}
+
+// floats reads a tensor as float32 values after the cast to s.dtype.
+func (s *source) floats(name string) (tensor.Tensor, []float32, error) {
+	t, _ := s.w.Tensor(name)
+	v, err := tensor.Floats(t)
+	if err != nil {
+		return t, nil, fmt.Errorf("quant: %w", err)
+	}
+	switch {
+	case s.dtype == tensor.BF16 && t.DType != tensor.BF16:
+		for i, x := range v {
+			v[i] = tensor.BF16ToF32(tensor.F32ToBF16(x))
+		}
+	case s.dtype == tensor.F16 && t.DType != tensor.F16:
+		for i, x := range v {
+			v[i] = tensor.F16ToF32(tensor.F32ToF16(x))
+		}
+	}
+	return t, v, nil
+}
+
+func encode(dt tensor.DType, vals []float32) []byte {
+	switch dt {
+	case tensor.BF16, tensor.F16:
+		conv := tensor.F32ToBF16
+		if dt == tensor.F16 {
+			conv = tensor.F32ToF16
+		}
+		b := make([]byte, 2*len(vals))
+		for i, v := range vals {
+			binary.LittleEndian.PutUint16(b[2*i:], conv(v))
+		}
+		return b
+	}
+	b := make([]byte, 4*len(vals))
+	for i, v := range vals {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+	}
+	return b
+}
+
+// Quantize writes the quantized model of src into dst (which must not
+// exist; it is built beside it and renamed into place). ctx ends it
+// between tensors.
+func Quantize(ctx context.Context, src, dst string, o Options) (Result, error) {
+	if err := o.Validate(); err != nil {
+		return Result{}, err
+	}
+	if _, err := os.Stat(dst); err == nil {
+		return Result{}, fmt.Errorf("%w: %s", ErrExists, dst)
+	}
+	s, err := openSource(src, o.GroupSize)
+	if err != nil {
+		return Result{}, err
+	}
+	defer s.w.Close()
+	logf := func(format string, args ...any) {
+		if o.Log != nil {
+			o.Log(fmt.Sprintf(format, args...))
+		}
+	}
+	total := len(s.names)
+	if o.TargetBits > 0 {
+		total *= 2
+	}
+	step := 0
+	progress := func() {
+		step++
+		if o.Progress != nil {
+			o.Progress(step, total)
+		}
+	}
+	bits := map[string]int{}
+	for _, n := range s.names {
+		if s.quantOK[n] {
+			bits[n] = o.Bits
+		}
+	}
+	if o.TargetBits > 0 {
+		if bits, err = s.plan(ctx, o, progress); err != nil {
+			return Result{}, err
+		}
+	}
+	res := Result{Dir: dst, Bits: o.Bits, GroupSize: o.GroupSize, Mixed: o.TargetBits > 0}
+	var out []tensor.Tensor
+	var codeBits, allBits, weights float64
+	for _, name := range s.names {
+		if err := ctx.Err(); err != nil {
+			return Result{}, context.Cause(ctx)
+		}
+		t, v, err := s.floats(name)
+		if err != nil {
+			return Result{}, err
+		}
+		b, ok := bits[name]
+		if !ok {
+			out = append(out, tensor.Tensor{Name: name, DType: s.dtype, Shape: t.Shape, Data: encode(s.dtype, v)})
+			progress()
+			continue
+		}
+		rows, cols := int(t.Shape[0]), int(t.Shape[1])
+		packed, scales, biases, err := modelfile.QuantizeAffine(v, rows, cols, o.GroupSize, b)
+		if err != nil {
+			return Result{}, fmt.Errorf("quant: %s: %w", name, err)
+		}
+		words := make([]byte, 4*len(packed))
+		for i, w := range packed {
+			binary.LittleEndian.PutUint32(words[4*i:], w)
+		}
+		path := strings.TrimSuffix(name, ".weight")
+		g := int64(cols / o.GroupSize)
+		out = append(out,
+			tensor.Tensor{Name: name, DType: tensor.U32, Shape: []int64{int64(rows), int64(modelfile.PackedCols(cols, b))}, Data: words},
+			tensor.Tensor{Name: path + ".scales", DType: s.dtype, Shape: []int64{int64(rows), g}, Data: encode(s.dtype, scales)},
+			tensor.Tensor{Name: path + ".biases", DType: s.dtype, Shape: []int64{int64(rows), g}, Data: encode(s.dtype, biases)},
+		)
+		n := float64(len(v))
+		weights += n
+		codeBits += n * float64(b)
+		allBits += 8 * float64(len(words)+2*len(scales)*s.dtype.BlockBytes())
+		res.Quantized++
+		if b != o.Bits {
+			res.Raised++
+		}
+		progress()
+	}
+	if weights > 0 {
+		res.AvgBits, res.BitsPerWeight = codeBits/weights, allBits/weights
+	}
+	res.Tensors = len(s.names)
+	safetensors.SortLikePython(out)
+	if res.Bytes, err = s.write(dst, src, out, o, bits); err != nil {
+		return Result{}, err
+	}
+	logf("wrote %s: %d tensors, %d quantized (%d at %d bits), %.3f bits per weight", dst, res.Tensors, res.Quantized, res.Raised, o.HighBits, res.BitsPerWeight)
+	return res, nil
+}
+
+// write puts the weights, the index, config.json with its quantization
+// block, and the source's other files into a staging directory beside
+// dst, then renames it to dst.
+func (s *source) write(dst, src string, ts []tensor.Tensor, o Options, bits map[string]int) (int64, error) {
+	parent := filepath.Dir(dst)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return 0, fmt.Errorf("quant: %w", err)
+	}
+	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(dst)+".oq-")
+	if err != nil {
+		return 0, fmt.Errorf("quant: %w", err)
+	}
+	done := false
+	defer func() {
+		if !done {
+			os.RemoveAll(tmp)
+		}
+	}()
+	wpath := filepath.Join(tmp, modelfile.SingleWeightsFile)
+	if err := safetensors.WriteFile(wpath, ts, map[string]string{"format": "mlx"}); err != nil {
+		return 0, fmt.Errorf("quant: %w", err)
+	}
+	st, err := os.Stat(wpath)
+	if err != nil {
+		return 0, fmt.Errorf("quant: %w", err)
+	}
+	// The index mlx-lm writes beside even a single file.
+	var size int64
+	wm := map[string]string{}
+	for _, t := range ts {
+		size += int64(len(t.Data))
+		wm[t.Name] = modelfile.SingleWeightsFile
+	}
+	idx := map[string]any{"metadata": map[string]any{"total_size": size}, "weight_map": wm}
+	if err := writeJSON(filepath.Join(tmp, modelfile.IndexFile), idx); err != nil {
+		return 0, err
+	}
+	q := map[string]any{"group_size": o.GroupSize, "bits": o.Bits, "mode": modelfile.ModeAffine}
+	for name, b := range bits {
+		if b != o.Bits {
+			q[strings.TrimSuffix(name, ".weight")] = map[string]any{"group_size": o.GroupSize, "bits": b, "mode": modelfile.ModeAffine}
+		}
+	}
+	cfg := maps(s.raw)
+	cfg["quantization"], cfg["quantization_config"] = q, q
+	if err := writeJSON(filepath.Join(tmp, modelfile.ConfigFile), cfg); err != nil {
+		return 0, err
+	}
+	if err := copyOthers(src, tmp); err != nil {
+		return 0, err
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		return 0, fmt.Errorf("quant: %w", err)
+	}
+	done = true
+	return st.Size(), nil
+}
+
+func maps(m map[string]any) map[string]any {
+	out := make(map[string]any, len(m)+2)
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// writeJSON writes v as mlx-lm does: sorted keys, indented by 4.
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "    ")
+	if err != nil {
+		return fmt.Errorf("quant: %s: %w", filepath.Base(path), err)
+	}
+	return atomicfile.WriteMode(path, 0o644, func(w io.Writer) error {
+		_, err := w.Write(b)
+		return err
+	})
+}
+
+// copyOthers copies the source's regular non-weight files (tokenizer,
+// generation config, chat template, license...) into dir.
+func copyOthers(src, dir string) error {
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		return fmt.Errorf("quant: %w", err)
+	}
+	sort.Slice(ents, func(i, j int) bool { return ents[i].Name() < ents[j].Name() })
+	for _, e := range ents {
+		if !e.Type().IsRegular() || strings.HasPrefix(e.Name(), ".") || weightFile(e.Name()) {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			return fmt.Errorf("quant: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, e.Name()), b, 0o644); err != nil {
+			return fmt.Errorf("quant: %w", err)
+		}
+	}
+	return nil
+}
+
+// CheckSource reports whether the model in dir can be quantized
+// (ErrUnsupported says why not) without reading its weights' data.
+func CheckSource(dir string) error {
+	s, err := openSource(dir, DefaultGroupSize)
+	if err != nil {
+		return err
+	}
+	return s.w.Close()
+}

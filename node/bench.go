@@ -1,0 +1,324 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	pb "fusion/cluster/clusterpb"
+	"fusion/cluster/fsm"
+	"fusion/engine"
+	"fusion/engine/quant"
+	"fusion/engine/sample"
+	"fusion/jobs"
+	"fusion/router/admin"
+)
+
+// Profile kinds.
+const (
+	ProfileThroughput = "throughput"
+	ProfileAccuracy   = "accuracy"
+)
+
+// Benchmark defaults.
+const (
+	defaultBenchPrompt   = 128
+	defaultBenchGenerate = 32
+)
+
+// ThroughputPoint is one (prompt length, concurrency) measurement.
+type ThroughputPoint struct {
+	PromptTokens int `json:"prompt_tokens"` // asked per stream
+	Concurrency  int `json:"concurrency"`
+	// Generated is the tokens the streams produced in all (a stream ends
+	// early at an end-of-sequence token).
+	Generated int `json:"generated_tokens"`
+	// TTFT is the time for every stream to get its first token (the
+	// prefill run's wall time); PrefillTokS the prompt tokens of all
+	// streams over it; DecodeTokS the tokens after each stream's first
+	// over the time the full run took beyond the prefill run (aggregate).
+	TTFTSeconds float64 `json:"ttft_seconds"`
+	PrefillTokS float64 `json:"prefill_tok_s"`
+	DecodeTokS  float64 `json:"decode_tok_s"`
+	Seconds     float64 `json:"seconds"`
+}
+
+// ThroughputResult is a throughput job's result and profile.
+type ThroughputResult struct {
+	Model            string            `json:"model"`
+	Node             string            `json:"node"`
+	GenerationLength int               `json:"generation_length"`
+	Points           []ThroughputPoint `json:"points"`
+}
+
+// AccuracyResult is an accuracy job's result and profile.
+type AccuracyResult struct {
+	Model   string       `json:"model"`
+	Node    string       `json:"node"`
+	Text    string       `json:"text"` // "bundled" or "request"
+	Score   quant.Score  `json:"score"`
+	Compare string       `json:"compare,omitempty"`
+	Against *quant.Score `json:"compare_score,omitempty"`
+	// PerplexityDelta is the model's perplexity minus compare's.
+	PerplexityDelta *float64 `json:"perplexity_delta,omitempty"`
+}
+
+// nodeBench serves the benchmark and profile routes.
+type nodeBench struct{ n *Node }
+
+func (b nodeBench) model(ctx context.Context, id string) (engine.ModelInfo, error) {
+	models, err := b.n.runner.Models(ctx)
+	if err != nil {
+		return engine.ModelInfo{}, err
+	}
+	for _, m := range models {
+		if m.ID == id {
+			return m, nil
+		}
+	}
+	return engine.ModelInfo{}, fmt.Errorf("%w: %q", admin.ErrNoModel, id)
+}
+
+// Run starts a throughput job: for each prompt length and concurrency,
+// that many streams of greedy generation at once through this node's
+// engine, each prompt distinct (no prefix-cache hits).
+func (b nodeBench) Run(ctx context.Context, req admin.BenchRunRequest) (jobs.Job, error) {
+	n := b.n
+	if _, err := b.model(ctx, req.Model); err != nil {
+		return jobs.Job{}, err
+	}
+	req.Node = n.jobs.Node()
+	if len(req.PromptLengths) == 0 {
+		req.PromptLengths = []int{defaultBenchPrompt}
+	}
+	if len(req.Concurrency) == 0 {
+		req.Concurrency = []int{1}
+	}
+	if req.GenerationLength == 0 {
+		req.GenerationLength = defaultBenchGenerate
+	}
+	return n.jobs.Submit(ctx, "bench", req, func(ctx context.Context, r *jobs.Reporter) (any, error) {
+		total := len(req.PromptLengths) * len(req.Concurrency)
+		r.SetTotal("steps", int64(total))
+		res := ThroughputResult{Model: req.Model, Node: req.Node, GenerationLength: req.GenerationLength}
+		run := 0
+		for _, p := range req.PromptLengths {
+			for _, c := range req.Concurrency {
+				pt, err := b.point(ctx, req.Model, p, c, req.GenerationLength, run)
+				if err != nil {
+					r.Logf("failed at prompt %d, concurrency %d: %v", p, c, err)
+					return nil, err
+				}
+				res.Points = append(res.Points, pt)
+				run++
+				r.SetDone(int64(run))
+				r.Logf("prompt %d × %d: prefill %.1f tok/s, decode %.1f tok/s, ttft %.3fs", p, c, pt.PrefillTokS, pt.DecodeTokS, pt.TTFTSeconds)
+			}
+		}
+		if err := b.putProfile(ctx, req.Model, ProfileThroughput, r, res); err != nil {
+			return nil, err
+		}
+		return res, nil
+	})
+}
+
+// point measures c streams of a prompt of p tokens in two runs, each
+// with prompts of its own (no prefix-cache hits): one generating a single
+// token (prefill: its wall time gives TTFT and prefill tokens/s), one
+// generating up to gen tokens; decode tokens/s is the second run's tokens
+// after each stream's first over the difference of the two wall times.
+// Wall times, not event arrival times: a busy reader may receive a
+// stream's tokens late and all at once.
+func (b nodeBench) point(ctx context.Context, model string, p, c, gen, run int) (ThroughputPoint, error) {
+	pt := ThroughputPoint{PromptTokens: p, Concurrency: c}
+	pre, prefillTime, err := b.streams(ctx, model, p, c, 1, 2*run)
+	if err != nil {
+		return pt, err
+	}
+	full, fullTime, err := b.streams(ctx, model, p, c, gen, 2*run+1)
+	if err != nil {
+		return pt, err
+	}
+	pt.Seconds = (prefillTime + fullTime).Seconds()
+	pt.TTFTSeconds = prefillTime.Seconds()
+	if d := prefillTime.Seconds(); d > 0 {
+		pt.PrefillTokS = float64(pre.PromptTokens) / d
+	}
+	pt.Generated = full.CompletionTokens
+	decoded := full.CompletionTokens - c
+	if d := (fullTime - prefillTime).Seconds(); d > 0 && decoded > 0 {
+		pt.DecodeTokS = float64(decoded) / d
+	}
+	return pt, nil
+}
+
+// streams runs c greedy generations of a p-token prompt at once, each up
+// to gen tokens, and returns their summed usage and the wall time until
+// the last ended.
+func (b nodeBench) streams(ctx context.Context, model string, p, c, gen, run int) (engine.Usage, time.Duration, error) {
+	usages := make([]engine.Usage, c)
+	errs := make([]error, c)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range c {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			prompt := make([]int, p)
+			for k := range prompt {
+				// Distinct from the first token on, so no stream or run
+				// reuses another's cached prefix.
+				prompt[k] = 3 + (run*131+i*17+k*7+k*k)%250
+			}
+			sp := sample.DefaultParams()
+			sp.Temperature = 0
+			events, err := b.n.runner.Generate(ctx, &engine.Request{Model: model, PromptTokens: prompt, MaxTokens: gen,
+				Sampling: sp, Priority: engine.PriorityBackground})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			for ev := range events {
+				if ev.Err != nil {
+					errs[i] = ev.Err
+				}
+				if ev.Done {
+					usages[i] = ev.Usage
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	took := time.Since(start)
+	var sum engine.Usage
+	for i, u := range usages {
+		if errs[i] != nil {
+			return sum, took, errs[i]
+		}
+		sum.PromptTokens += u.PromptTokens
+		sum.CompletionTokens += u.CompletionTokens
+	}
+	return sum, took, nil
+}
+
+// Accuracy starts a job scoring the model's perplexity on a text (and
+// compare's on the same text), on the CPU backend from its files.
+func (b nodeBench) Accuracy(ctx context.Context, req admin.AccuracyRequest) (jobs.Job, error) {
+	n := b.n
+	m, err := b.model(ctx, req.Model)
+	if err != nil {
+		return jobs.Job{}, err
+	}
+	var cmp engine.ModelInfo
+	if req.Compare != "" {
+		if cmp, err = b.model(ctx, req.Compare); err != nil {
+			return jobs.Job{}, err
+		}
+	}
+	req.Node = n.jobs.Node()
+	text, source := req.Text, "request"
+	if text == "" {
+		text, source = quant.EvalText, "bundled"
+	}
+	params := req
+	params.Text = "" // the record carries the request, not a long text
+	return n.jobs.Submit(ctx, "accuracy", params, func(ctx context.Context, r *jobs.Reporter) (any, error) {
+		steps := int64(1)
+		if req.Compare != "" {
+			steps = 2
+		}
+		r.SetTotal("steps", steps)
+		s, err := quant.Perplexity(ctx, m.Path, text, req.Window)
+		if err != nil {
+			return nil, err
+		}
+		r.SetDone(1)
+		r.Logf("%s: perplexity %.4g over %d tokens", req.Model, s.Perplexity, s.Tokens)
+		res := AccuracyResult{Model: req.Model, Node: req.Node, Text: source, Score: s}
+		if req.Compare != "" {
+			c, err := quant.Perplexity(ctx, cmp.Path, text, req.Window)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", req.Compare, err)
+			}
+			d := s.Perplexity - c.Perplexity
+			res.Compare, res.Against, res.PerplexityDelta = req.Compare, &c, &d
+			r.SetDone(2)
+			r.Logf("%s: perplexity %.4g", req.Compare, c.Perplexity)
+		}
+		if err := b.putProfile(ctx, req.Model, ProfileAccuracy, r, res); err != nil {
+			return nil, err
+		}
+		return res, nil
+	})
+}
+
+// putProfile records a job's result as the model's profile of kind on
+// this node.
+func (b nodeBench) putProfile(ctx context.Context, model, kind string, r *jobs.Reporter, res any) error {
+	raw, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	p := admin.Profile{Model: model, Node: b.n.jobs.Node(), Kind: kind, JobID: r.JobID(), Updated: time.Now(), Result: raw}
+	if b.n.member == nil {
+		b.n.profiles.put(p)
+		return nil
+	}
+	_, err = b.n.member.Apply(ctx, &pb.ProfilePut{Profile: &pb.Profile{Model: p.Model, Node: p.Node, Kind: p.Kind, JobId: p.JobID,
+		UpdatedUnixNano: p.Updated.UnixNano(), Result: raw}})
+	if err != nil {
+		return fmt.Errorf("recording the profile: %w", err)
+	}
+	return nil
+}
+
+// Profiles implements admin.Bench.
+func (b nodeBench) Profiles(model string) []admin.Profile {
+	if b.n.member == nil {
+		return b.n.profiles.list(model)
+	}
+	var list []*pb.Profile
+	b.n.member.FSM().Read(func(st *fsm.State) { list = st.Profiles(model) })
+	out := make([]admin.Profile, len(list))
+	for i, p := range list {
+		out[i] = admin.Profile{Model: p.Model, Node: p.Node, Kind: p.Kind, JobID: p.JobId, Updated: time.Unix(0, p.UpdatedUnixNano), Result: p.Result}
+	}
+	return out
+}
+
+// soloProfiles keeps a lone node's profiles in memory (a restart loses
+// them; a cluster keeps them in its Raft state).
+type soloProfiles struct {
+	mu sync.Mutex
+	m  map[string]admin.Profile
+}
+
+func (s *soloProfiles) put(p admin.Profile) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[string]admin.Profile{}
+	}
+	s.m[p.Model+"\x00"+p.Kind] = p
+}
+
+func (s *soloProfiles) list(model string) []admin.Profile {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []admin.Profile
+	for _, p := range s.m {
+		if model == "" || p.Model == model {
+			out = append(out, p)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Model != out[j].Model {
+			return out[i].Model < out[j].Model
+		}
+		return out[i].Kind < out[j].Kind
+	})
+	return out
+}

@@ -1,0 +1,162 @@
+package node_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"testing"
+
+	"fusion/jobs"
+	"fusion/node"
+	"fusion/node/nodetest"
+)
+
+// profilesOf is n's GET /admin/api/profiles[/model].
+func profilesOf(t *testing.T, n *node.Node, model string) []map[string]any {
+	t.Helper()
+	path := "/admin/api/profiles"
+	if model != "" {
+		path += "/" + model
+	}
+	code, out := adminDo(t, n, http.MethodGet, path, "")
+	if code != 200 {
+		t.Fatalf("profiles: %d %v", code, out)
+	}
+	var list []map[string]any
+	for _, p := range out["data"].([]any) {
+		list = append(list, p.(map[string]any))
+	}
+	return list
+}
+
+// TestBenchCluster: a throughput benchmark asked of a to run on c and an
+// accuracy job asked of c to run on b run as jobs; their results are
+// profiles every node lists, per model, node and kind.
+func TestBenchCluster(t *testing.T) {
+	a, b, c := startTrio(t, nil)
+	code, out := adminDo(t, a, http.MethodPost, "/admin/api/bench/run",
+		`{"model":"demo","prompt_lengths":[16],"concurrency":[1,2],"generation_length":4,"node":"c"}`)
+	if code != http.StatusAccepted {
+		t.Fatalf("bench/run: %d %v", code, out)
+	}
+	run := decodeJob(t, out)
+	code, out = adminDo(t, c, http.MethodPost, "/admin/api/bench/accuracy", `{"model":"demo","window":64,"node":"b"}`)
+	if code != http.StatusAccepted {
+		t.Fatalf("bench/accuracy: %d %v", code, out)
+	}
+	acc := decodeJob(t, out)
+	if run.Node != "c" || acc.Node != "b" {
+		t.Fatalf("jobs on %s and %s", run.Node, acc.Node)
+	}
+	if j := waitJob(t, b, run.ID, final); j.State != jobs.Done || j.Progress.Done != 2 {
+		t.Fatalf("bench job %+v", j)
+	}
+	if j := waitJob(t, a, acc.ID, final); j.State != jobs.Done {
+		t.Fatalf("accuracy job %+v", j)
+	}
+	for _, n := range []*node.Node{a, b, c} {
+		eventually(t, "profiles on "+n.Cluster().ID(), func() string {
+			list := profilesOf(t, n, "demo")
+			if len(list) != 2 {
+				return fmt.Sprint(list)
+			}
+			got := map[string]any{}
+			for _, p := range list {
+				got[p["kind"].(string)+"@"+p["node"].(string)] = p
+			}
+			if got["throughput@c"] == nil || got["accuracy@b"] == nil {
+				return fmt.Sprint(list)
+			}
+			return ""
+		})
+	}
+	var tp struct {
+		Points []struct {
+			PromptTokens int     `json:"prompt_tokens"`
+			Concurrency  int     `json:"concurrency"`
+			Generated    int     `json:"generated_tokens"`
+			Prefill      float64 `json:"prefill_tok_s"`
+			Decode       float64 `json:"decode_tok_s"`
+			TTFT         float64 `json:"ttft_seconds"`
+		} `json:"points"`
+	}
+	var ac struct {
+		Score struct {
+			Tokens     int     `json:"tokens"`
+			Perplexity float64 `json:"perplexity"`
+		} `json:"score"`
+	}
+	for _, p := range profilesOf(t, a, "demo") {
+		raw, _ := json.Marshal(p["result"])
+		var err error
+		if p["kind"] == "throughput" {
+			err = json.Unmarshal(raw, &tp)
+		} else {
+			err = json.Unmarshal(raw, &ac)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(tp.Points) != 2 {
+		t.Fatalf("throughput points %+v", tp)
+	}
+	want := [][2]int{{16, 1}, {16, 2}}
+	for i, p := range tp.Points {
+		if p.PromptTokens != want[i][0] || p.Concurrency != want[i][1] || p.Prefill <= 0 || p.TTFT <= 0 || p.Generated < p.Concurrency || p.Generated > 4*p.Concurrency {
+			t.Errorf("point %+v", p)
+		}
+	}
+	if ac.Score.Tokens < 100 || ac.Score.Perplexity <= 1 {
+		t.Errorf("accuracy %+v", ac)
+	}
+	t.Logf("throughput %+v; accuracy %+v", tp.Points, ac.Score)
+	if len(profilesOf(t, b, "")) != 2 || len(profilesOf(t, b, "nope")) != 0 {
+		t.Errorf("profile listing")
+	}
+}
+
+// TestBenchRequests: a lone node refuses bad benchmark bodies with 4xx in
+// the OpenAI shape, and keeps its profiles itself.
+func TestBenchRequests(t *testing.T) {
+	n := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: nodetest.Models(t)})
+	for _, tc := range []struct {
+		path, body string
+		code       int
+		param      string
+	}{
+		{"run", `{}`, 400, "model"},
+		{"run", `{"model":"nope"}`, 404, "model"},
+		{"run", `{"model":"demo","prompt_lengths":[0]}`, 400, "prompt_lengths[0]"},
+		{"run", `{"model":"demo","prompt_lengths":[1,2,3,4,5,6,7,8,9]}`, 400, "prompt_lengths"},
+		{"run", `{"model":"demo","concurrency":[65]}`, 400, "concurrency[0]"},
+		{"run", `{"model":"demo","generation_length":5000}`, 400, "generation_length"},
+		{"run", `{"model":"demo","node":"zz"}`, 404, "node"},
+		{"run", `{"model":"demo","extra":1}`, 400, "extra"},
+		{"accuracy", `{}`, 400, "model"},
+		{"accuracy", `{"model":"nope"}`, 404, "model"},
+		{"accuracy", `{"model":"demo","compare":"nope"}`, 404, "model"},
+		{"accuracy", `{"model":"demo","window":1}`, 400, "window"},
+		{"accuracy", `{"model":"../x"}`, 400, "model"},
+	} {
+		code, out := adminDo(t, n, http.MethodPost, "/admin/api/bench/"+tc.path, tc.body)
+		if code != tc.code || errParam(out) != tc.param {
+			t.Errorf("%s %s: %d %v, want %d on %q", tc.path, tc.body, code, out, tc.code, tc.param)
+		}
+	}
+	code, out := adminDo(t, n, http.MethodPost, "/admin/api/bench/accuracy", `{"model":"demo","text":"One two three four five six seven eight nine ten.","compare":"demo"}`)
+	if code != http.StatusAccepted {
+		t.Fatalf("accuracy: %d %v", code, out)
+	}
+	if j := waitJob(t, n, decodeJob(t, out).ID, final); j.State != jobs.Done {
+		t.Fatalf("accuracy job %+v", j)
+	}
+	list := profilesOf(t, n, "demo")
+	if len(list) != 1 || list[0]["kind"] != "accuracy" {
+		t.Fatalf("profiles %v", list)
+	}
+	res := list[0]["result"].(map[string]any)
+	if res["perplexity_delta"] != 0.0 || res["text"] != "request" {
+		t.Errorf("comparing a model with itself: %v", res)
+	}
+}

@@ -1,0 +1,94 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"fusion/engine/modelfile"
+	"fusion/engine/quant"
+	"fusion/jobs"
+	"fusion/router/admin"
+)
+
+// oqResult is a quantization job's result: what was written and, when
+// asked, the perplexity of the source and of the result on the bundled
+// text.
+type oqResult struct {
+	Model string `json:"model"` // the new model's name
+	quant.Result
+	Source    *quant.Score `json:"source_score,omitempty"`
+	Quantized *quant.Score `json:"quantized_score,omitempty"`
+	// PerplexityDelta is the result's perplexity minus the source's.
+	PerplexityDelta *float64 `json:"perplexity_delta,omitempty"`
+}
+
+// nodeQuantizer serves POST /admin/api/oq/start.
+type nodeQuantizer struct{ n *Node }
+
+// OQName is the default name of a quantized model.
+func OQName(req admin.OQRequest) string {
+	if req.TargetBits > 0 {
+		return req.Model + "-oq" + strconv.FormatFloat(req.TargetBits, 'f', -1, 64)
+	}
+	bits := req.Bits
+	if bits == 0 {
+		bits = quant.DefaultBits
+	}
+	return req.Model + "-oq" + strconv.Itoa(bits)
+}
+
+// Quantize starts a job that writes the quantized model into the models
+// directory.
+func (q nodeQuantizer) Quantize(ctx context.Context, req admin.OQRequest) (jobs.Job, error) {
+	n := q.n
+	req.Node = n.jobs.Node()
+	if req.Name == "" {
+		req.Name = OQName(req)
+	}
+	src := filepath.Join(n.cfg.ModelsDir, req.Model)
+	if _, err := os.Stat(filepath.Join(src, modelfile.ConfigFile)); err != nil {
+		return jobs.Job{}, fmt.Errorf("%w: %q", admin.ErrNoModel, req.Model)
+	}
+	if err := quant.CheckSource(src); err != nil {
+		return jobs.Job{}, err
+	}
+	dst := filepath.Join(n.cfg.ModelsDir, req.Name)
+	if _, err := os.Stat(dst); err == nil {
+		return jobs.Job{}, fmt.Errorf("%w: %q", admin.ErrNameTaken, req.Name)
+	}
+	o := quant.Options{Bits: req.Bits, GroupSize: req.GroupSize, TargetBits: req.TargetBits, HighBits: req.HighBits}
+	return n.jobs.Submit(ctx, "quantize", req, func(ctx context.Context, r *jobs.Reporter) (any, error) {
+		r.SetTotal("steps", 0)
+		r.Logf("quantizing %s into %s", req.Model, req.Name)
+		o.Progress = func(done, total int) {
+			r.SetTotal("steps", int64(total))
+			r.SetDone(int64(done))
+		}
+		o.Log = func(msg string) { r.Logf("%s", msg) }
+		res, err := quant.Quantize(ctx, src, dst, o)
+		if err != nil {
+			r.Logf("failed: %v", err)
+			return nil, err
+		}
+		out := oqResult{Model: req.Name, Result: res}
+		out.Dir = "" // the node's path means little to a client
+		if req.Evaluate {
+			r.Logf("measuring perplexity on the bundled text")
+			s, err := quant.Perplexity(ctx, src, quant.EvalText, 0)
+			if err != nil {
+				return nil, fmt.Errorf("perplexity of the source: %w", err)
+			}
+			d, err := quant.Perplexity(ctx, dst, quant.EvalText, 0)
+			if err != nil {
+				return nil, fmt.Errorf("perplexity of the result: %w", err)
+			}
+			delta := d.Perplexity - s.Perplexity
+			out.Source, out.Quantized, out.PerplexityDelta = &s, &d, &delta
+			r.Logf("perplexity %.4g → %.4g", s.Perplexity, d.Perplexity)
+		}
+		return out, nil
+	})
+}

@@ -1,0 +1,107 @@
+package node_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"fusion/jobs"
+	"fusion/node/nodetest"
+)
+
+// TestOQStart: POST /admin/api/oq/start quantizes the float demo model
+// into the models directory as a job (steps as progress), whose result
+// states the size, bits and perplexity against the source; the new model
+// is listed and loads; bad requests answer 4xx in the OpenAI shape.
+func TestOQStart(t *testing.T) {
+	models := nodetest.Models(t)
+	n := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, DataDir: t.TempDir()})
+	code, out := adminDo(t, n, http.MethodPost, "/admin/api/oq/start", `{"model":"demo","bits":4,"group_size":64,"target_bits":4.5,"evaluate":true}`)
+	if code != http.StatusAccepted {
+		t.Fatalf("start: %d %v", code, out)
+	}
+	j := waitJob(t, n, decodeJob(t, out).ID, final)
+	if j.State != jobs.Done || j.Kind != "quantize" || j.Progress.Unit != "steps" || j.Progress.Total == 0 || j.Progress.Done != j.Progress.Total {
+		t.Fatalf("job %+v", j)
+	}
+	var res struct {
+		Model         string  `json:"model"`
+		Bytes         int64   `json:"bytes"`
+		AvgBits       float64 `json:"avg_bits"`
+		BitsPerWeight float64 `json:"bits_per_weight"`
+		Raised        int     `json:"raised"`
+		Source        struct {
+			Perplexity float64 `json:"perplexity"`
+		} `json:"source_score"`
+		Delta *float64 `json:"perplexity_delta"`
+	}
+	if err := json.Unmarshal(j.Result, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Model != "demo-oq4.5" || res.Bytes == 0 || res.AvgBits <= 4 || res.AvgBits > 4.5 || res.Raised == 0 || res.Source.Perplexity <= 1 || res.Delta == nil {
+		t.Errorf("result %s", j.Result)
+	}
+	if _, err := os.Stat(filepath.Join(models, "demo-oq4.5", "model.safetensors")); err != nil {
+		t.Fatal(err)
+	}
+	if ids := modelIDs(t, n); ids["demo-oq4.5"] == nil {
+		t.Errorf("the new model is not listed: %v", ids)
+	}
+	code, out = adminDo(t, n, http.MethodPost, "/admin/api/models/demo-oq4.5/load", "")
+	if code != http.StatusOK {
+		t.Errorf("load: %d %v", code, out)
+	}
+
+	for _, tc := range []struct {
+		body  string
+		code  int
+		param string
+	}{
+		{`{"model":"nope"}`, 404, "model"},
+		{`{"model":"demo","target_bits":4.5}`, 409, "name"},
+		{`{"model":"demo-oq4.5","name":"again"}`, 400, "model"},
+		{`{"model":"../demo"}`, 400, "model"},
+		{`{"model":"demo","bits":7}`, 400, "bits"},
+		{`{"model":"demo","group_size":48}`, 400, "group_size"},
+		{`{"model":"demo","bits":4,"target_bits":9}`, 400, "target_bits"},
+		{`{"model":"demo","name":".hidden"}`, 400, "name"},
+		{`{"model":"demo","colour":1}`, 400, "colour"},
+		{`{}`, 400, "model"},
+	} {
+		code, out := adminDo(t, n, http.MethodPost, "/admin/api/oq/start", tc.body)
+		if code != tc.code || errParam(out) != tc.param {
+			t.Errorf("%s: %d %v, want %d on %q", tc.body, code, out, tc.code, tc.param)
+		}
+	}
+}
+
+// TestOQCluster: a quantization asked of a to run on c writes the model
+// into c's models directory; every node sees the job, and the model
+// listed on c.
+func TestOQCluster(t *testing.T) {
+	a, b, c := startTrio(t, nil)
+	code, out := adminDo(t, a, http.MethodPost, "/admin/api/oq/start", `{"model":"demo","bits":8,"group_size":32,"node":"c"}`)
+	if code != http.StatusAccepted {
+		t.Fatalf("start: %d %v", code, out)
+	}
+	j := decodeJob(t, out)
+	if j.Node != "c" {
+		t.Fatalf("job on %q, want c", j.Node)
+	}
+	if got := waitJob(t, b, j.ID, final); got.State != jobs.Done {
+		t.Fatalf("b sees %+v", got)
+	}
+	if _, err := os.Stat(filepath.Join(c.ModelsDir(), "demo-oq8", "model.safetensors")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "demo-oq8 listed on c", func() string {
+		if nodes := modelIDs(t, a)["demo-oq8"]; !slices.Equal(nodes, []string{"c"}) {
+			return fmt.Sprint(nodes)
+		}
+		return ""
+	})
+}

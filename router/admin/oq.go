@@ -1,0 +1,117 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+
+	"fusion/engine/quant"
+	"fusion/jobs"
+	"fusion/router/openai"
+)
+
+// Quantizer is what the oQ route needs of the node.
+type Quantizer interface {
+	// Quantize checks req against this node's models (ErrNoModel,
+	// ErrNameTaken, quant.ErrUnsupported) and starts the job.
+	Quantize(ctx context.Context, req OQRequest) (jobs.Job, error)
+}
+
+// Errors a Quantizer answers before starting a job.
+var (
+	ErrNoModel   = errors.New("no such model in this node's models directory")
+	ErrNameTaken = errors.New("the output name is taken in the models directory")
+)
+
+// OQRequest is the body of POST /admin/api/oq/start.
+type OQRequest struct {
+	// Model is the float source: a model directory's name in the node's
+	// models directory.
+	Model string `json:"model"`
+	// Bits (default 4) and GroupSize (default 64): the uniform setting,
+	// the base of a mixed one.
+	Bits      int `json:"bits,omitempty"`
+	GroupSize int `json:"group_size,omitempty"`
+	// TargetBits above Bits asks for mixed precision at that average;
+	// HighBits is the precision of the raised tensors (default 8).
+	TargetBits float64 `json:"target_bits,omitempty"`
+	HighBits   int     `json:"high_bits,omitempty"`
+	// Name is the new model's name (default <model>-oq<bits>, or
+	// -oq<target_bits> for a mixed plan).
+	Name string `json:"name,omitempty"`
+	// Evaluate measures the perplexity of the source and the result on a
+	// bundled text and reports both.
+	Evaluate bool `json:"evaluate,omitempty"`
+	// Node runs the job (default the node asked).
+	Node string `json:"node,omitempty"`
+}
+
+const maxOQBody = 16 << 10
+
+func (h *Handler) oqStart(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxOQBody)
+	body, e := readBody(r)
+	if e != nil {
+		openai.WriteError(w, e)
+		return
+	}
+	var req OQRequest
+	if e := decodeStrict(body, &req, "model", "bits", "group_size", "target_bits", "high_bits", "name", "evaluate", "node"); e != nil {
+		openai.WriteError(w, e)
+		return
+	}
+	if e := checkOQ(req); e != nil {
+		openai.WriteError(w, e)
+		return
+	}
+	nodeFromBody(r, req.Node)
+	if h.forwarded(w, r, body) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), startWait)
+	defer cancel()
+	j, err := h.cfg.Quantizer.Quantize(ctx, req)
+	switch {
+	case errors.Is(err, ErrNoModel):
+		openai.WriteError(w, &openai.Error{Status: http.StatusNotFound, Type: openai.TypeInvalidRequest, Param: "model", Code: "model_not_found", Message: err.Error()})
+		return
+	case errors.Is(err, ErrNameTaken):
+		openai.WriteError(w, &openai.Error{Status: http.StatusConflict, Type: openai.TypeInvalidRequest, Param: "name", Code: "model_exists", Message: err.Error()})
+		return
+	case errors.Is(err, quant.ErrUnsupported), errors.Is(err, quant.ErrBadOptions):
+		openai.WriteError(w, openai.InvalidRequest("model", "%v", err))
+		return
+	}
+	writeJobStarted(w, "quantization", j, err)
+}
+
+// plainName reports whether s names an entry of the models directory:
+// a plain, visible file name.
+func plainName(s string) bool {
+	return s != "" && !strings.ContainsAny(s, "/\\\x00") && !strings.HasPrefix(s, ".") && len(s) <= 200
+}
+
+func checkOQ(req OQRequest) *openai.Error {
+	if req.Model == "" {
+		return openai.MissingParam("model")
+	}
+	if !plainName(req.Model) {
+		return openai.InvalidRequest("model", "model must be a model directory's name in the models directory.")
+	}
+	if req.Name != "" && !plainName(req.Name) {
+		return openai.InvalidRequest("name", "name must be a plain file name, not hidden.")
+	}
+	o := quant.Options{Bits: req.Bits, GroupSize: req.GroupSize, TargetBits: req.TargetBits, HighBits: req.HighBits}
+	if err := o.Validate(); err != nil {
+		param := "bits"
+		switch {
+		case req.TargetBits != 0 && strings.Contains(err.Error(), "target_bits"):
+			param = "target_bits"
+		case req.GroupSize != 0 && strings.Contains(err.Error(), "group"):
+			param = "group_size"
+		}
+		return openai.InvalidRequest(param, "%v (bits 2, 3, 4, 5, 6 or 8; group_size 32, 64 or 128; target_bits between bits and high_bits).", err)
+	}
+	return nil
+}
