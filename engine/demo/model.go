@@ -1,9 +1,7 @@
 package demo
 
 import (
-	"encoding/binary"
 	"fmt"
-	"math"
 
 	"fusion/engine/modelfile"
 	"fusion/engine/tensor"
@@ -155,22 +153,4 @@ func (m *Model) roundFunc() func(float32) float32 {
 }
 
 // encode stores float32 values in the model dtype, little-endian.
-func (m *Model) encode(vals []float32) []byte {
-	switch m.DType {
-	case tensor.BF16, tensor.F16:
-		conv := tensor.F32ToBF16
-		if m.DType == tensor.F16 {
-			conv = tensor.F32ToF16
-		}
-		b := make([]byte, 2*len(vals))
-		for i, v := range vals {
-			binary.LittleEndian.PutUint16(b[2*i:], conv(v))
-		}
-		return b
-	}
-	b := make([]byte, 4*len(vals))
-	for i, v := range vals {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
-	}
-	return b
-}
+func (m *Model) encode(vals []float32) []byte { return tensor.Encode(m.DType, vals) }

@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -208,26 +207,6 @@ func (s *source) floats(name string) (tensor.Tensor, []float32, error) {
 	return t, v, nil
 }
 
-func encode(dt tensor.DType, vals []float32) []byte {
-	switch dt {
-	case tensor.BF16, tensor.F16:
-		conv := tensor.F32ToBF16
-		if dt == tensor.F16 {
-			conv = tensor.F32ToF16
-		}
-		b := make([]byte, 2*len(vals))
-		for i, v := range vals {
-			binary.LittleEndian.PutUint16(b[2*i:], conv(v))
-		}
-		return b
-	}
-	b := make([]byte, 4*len(vals))
-	for i, v := range vals {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
-	}
-	return b
-}
-
 // Quantize writes the quantized model of src into dst (which must not
 // exist; it is built beside it and renamed into place). ctx ends it
 // between tensors.
@@ -283,7 +262,7 @@ func Quantize(ctx context.Context, src, dst string, o Options) (Result, error) {
 		}
 		b, ok := bits[name]
 		if !ok {
-			out = append(out, tensor.Tensor{Name: name, DType: s.dtype, Shape: t.Shape, Data: encode(s.dtype, v)})
+			out = append(out, tensor.Tensor{Name: name, DType: s.dtype, Shape: t.Shape, Data: tensor.Encode(s.dtype, v)})
 			progress()
 			continue
 		}
@@ -300,8 +279,8 @@ func Quantize(ctx context.Context, src, dst string, o Options) (Result, error) {
 		g := int64(cols / o.GroupSize)
 		out = append(out,
 			tensor.Tensor{Name: name, DType: tensor.U32, Shape: []int64{int64(rows), int64(modelfile.PackedCols(cols, b))}, Data: words},
-			tensor.Tensor{Name: path + ".scales", DType: s.dtype, Shape: []int64{int64(rows), g}, Data: encode(s.dtype, scales)},
-			tensor.Tensor{Name: path + ".biases", DType: s.dtype, Shape: []int64{int64(rows), g}, Data: encode(s.dtype, biases)},
+			tensor.Tensor{Name: path + ".scales", DType: s.dtype, Shape: []int64{int64(rows), g}, Data: tensor.Encode(s.dtype, scales)},
+			tensor.Tensor{Name: path + ".biases", DType: s.dtype, Shape: []int64{int64(rows), g}, Data: tensor.Encode(s.dtype, biases)},
 		)
 		n := float64(len(v))
 		weights += n

@@ -107,3 +107,25 @@ func Floats(t Tensor) ([]float32, error) {
 	}
 	return nil, fmt.Errorf("tensor %s: cannot widen %v to float32", t.Name, t.DType)
 }
+
+// Encode stores float32 values as dt's little-endian bytes: BF16 and F16
+// rounded to nearest even, anything else as F32 (Floats' inverse).
+func Encode(dt DType, vals []float32) []byte {
+	switch dt {
+	case BF16, F16:
+		conv := F32ToBF16
+		if dt == F16 {
+			conv = F32ToF16
+		}
+		b := make([]byte, 2*len(vals))
+		for i, v := range vals {
+			binary.LittleEndian.PutUint16(b[2*i:], conv(v))
+		}
+		return b
+	}
+	b := make([]byte, 4*len(vals))
+	for i, v := range vals {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+	}
+	return b
+}

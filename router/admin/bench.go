@@ -97,23 +97,8 @@ func (h *Handler) profiles(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) benchRun(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, maxBenchBody)
-	body, e := readBody(r)
-	if e != nil {
-		openai.WriteError(w, e)
-		return
-	}
-	var req BenchRunRequest
-	if e := decodeStrict(body, &req, "model", "prompt_lengths", "concurrency", "generation_length", "node"); e != nil {
-		openai.WriteError(w, e)
-		return
-	}
-	if e := checkBenchRun(req); e != nil {
-		openai.WriteError(w, e)
-		return
-	}
-	nodeFromBody(r, req.Node)
-	if h.forwarded(w, r, body) {
+	req, ok := jobRequest(h, w, r, maxBenchBody, checkBenchRun, "model", "prompt_lengths", "concurrency", "generation_length", "node")
+	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), startWait)
@@ -125,36 +110,8 @@ func (h *Handler) benchRun(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) benchAccuracy(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, maxBenchBody)
-	body, e := readBody(r)
-	if e != nil {
-		openai.WriteError(w, e)
-		return
-	}
-	var req AccuracyRequest
-	if e := decodeStrict(body, &req, "model", "text", "window", "compare", "node"); e != nil {
-		openai.WriteError(w, e)
-		return
-	}
-	switch {
-	case req.Model == "":
-		openai.WriteError(w, openai.MissingParam("model"))
-		return
-	case !plainName(req.Model):
-		openai.WriteError(w, openai.InvalidRequest("model", "model must be a model directory's name in the models directory."))
-		return
-	case req.Compare != "" && !plainName(req.Compare):
-		openai.WriteError(w, openai.InvalidRequest("compare", "compare must be a model directory's name in the models directory."))
-		return
-	case len(req.Text) > MaxAccuracyText:
-		openai.WriteError(w, openai.InvalidRequest("text", "text is at most %d bytes.", MaxAccuracyText))
-		return
-	case req.Window < 0 || req.Window == 1 || req.Window > MaxAccuracyWindow:
-		openai.WriteError(w, openai.InvalidRequest("window", "window is 2 to %d tokens (0: the whole text).", MaxAccuracyWindow))
-		return
-	}
-	nodeFromBody(r, req.Node)
-	if h.forwarded(w, r, body) {
+	req, ok := jobRequest(h, w, r, maxBenchBody, checkAccuracy, "model", "text", "window", "compare", "node")
+	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), startWait)
@@ -163,6 +120,22 @@ func (h *Handler) benchAccuracy(w http.ResponseWriter, r *http.Request) {
 	if !writeNoModel(w, err) {
 		writeJobStarted(w, "accuracy benchmark", j, err)
 	}
+}
+
+func checkAccuracy(req AccuracyRequest) *openai.Error {
+	switch {
+	case req.Model == "":
+		return openai.MissingParam("model")
+	case !plainName(req.Model):
+		return openai.InvalidRequest("model", "model must be a model directory's name in the models directory.")
+	case req.Compare != "" && !plainName(req.Compare):
+		return openai.InvalidRequest("compare", "compare must be a model directory's name in the models directory.")
+	case len(req.Text) > MaxAccuracyText:
+		return openai.InvalidRequest("text", "text is at most %d bytes.", MaxAccuracyText)
+	case req.Window < 0 || req.Window == 1 || req.Window > MaxAccuracyWindow:
+		return openai.InvalidRequest("window", "window is 2 to %d tokens (0: the whole text).", MaxAccuracyWindow)
+	}
+	return nil
 }
 
 // writeNoModel answers ErrNoModel with a 404.

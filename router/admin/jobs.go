@@ -259,23 +259,8 @@ func hubError(err error) *openai.Error {
 }
 
 func (h *Handler) hfDownload(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, maxDownloadBody)
-	body, e := readBody(r)
-	if e != nil {
-		openai.WriteError(w, e)
-		return
-	}
-	var req DownloadRequest
-	if e := decodeStrict(body, &req, "repo", "revision", "allow_patterns", "name", "node"); e != nil {
-		openai.WriteError(w, e)
-		return
-	}
-	if e := checkDownload(req); e != nil {
-		openai.WriteError(w, e)
-		return
-	}
-	nodeFromBody(r, req.Node)
-	if h.forwarded(w, r, body) {
+	req, ok := jobRequest(h, w, r, maxDownloadBody, checkDownload, "repo", "revision", "allow_patterns", "name", "node")
+	if !ok {
 		return
 	}
 	// A node just started may still be marking its last run's jobs.
@@ -283,6 +268,37 @@ func (h *Handler) hfDownload(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	j, err := h.cfg.Hub.Download(ctx, req)
 	writeJobStarted(w, "download", j, err)
+}
+
+// jobRequester is the body of a request that starts a job on a node.
+type jobRequester interface {
+	jobNode() string // the node asked to run the job ("": this one)
+}
+
+func (q DownloadRequest) jobNode() string { return q.Node }
+func (q BenchRunRequest) jobNode() string { return q.Node }
+func (q AccuracyRequest) jobNode() string { return q.Node }
+func (q OQRequest) jobNode() string       { return q.Node }
+
+// jobRequest reads the body of a request that starts a job (at most
+// limit bytes), decodes it strictly (known: its fields), checks it and,
+// when another node is to run the job, forwards it there. ok is false
+// when the answer has been written (an error, or the other node's).
+func jobRequest[T jobRequester](h *Handler, w http.ResponseWriter, r *http.Request, limit int64, check func(T) *openai.Error, known ...string) (req T, ok bool) {
+	r.Body = http.MaxBytesReader(w, r.Body, limit)
+	body, e := readBody(r)
+	if e == nil {
+		e = decodeStrict(body, &req, known...)
+	}
+	if e == nil {
+		e = check(req)
+	}
+	if e != nil {
+		openai.WriteError(w, e)
+		return req, false
+	}
+	nodeFromBody(r, req.jobNode())
+	return req, !h.forwarded(w, r, body)
 }
 
 // writeJobStarted answers a request that submitted a job: 202 and its

@@ -50,23 +50,8 @@ type OQRequest struct {
 const maxOQBody = 16 << 10
 
 func (h *Handler) oqStart(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, maxOQBody)
-	body, e := readBody(r)
-	if e != nil {
-		openai.WriteError(w, e)
-		return
-	}
-	var req OQRequest
-	if e := decodeStrict(body, &req, "model", "bits", "group_size", "target_bits", "high_bits", "name", "evaluate", "node"); e != nil {
-		openai.WriteError(w, e)
-		return
-	}
-	if e := checkOQ(req); e != nil {
-		openai.WriteError(w, e)
-		return
-	}
-	nodeFromBody(r, req.Node)
-	if h.forwarded(w, r, body) {
+	req, ok := jobRequest(h, w, r, maxOQBody, checkOQ, "model", "bits", "group_size", "target_bits", "high_bits", "name", "evaluate", "node")
+	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), startWait)
