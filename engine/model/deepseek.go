@@ -240,5 +240,6 @@ func (l *loader) hostVector(name string, n int) []float32 {
 		l.fail(fmt.Errorf("%w: %s has shape %v, want [%d] floats (%v)", ErrBadWeights, name, d.Data.Shape, n, err))
 		return nil
 	}
+	l.bytes += 4 * int64(n) // held in Go memory, counted with the weights
 	return v
 }
