@@ -27,7 +27,7 @@ const (
 )
 
 // Voice is a loaded Piper voice: its config and the weights of the VITS
-// parts implemented so far (the text encoder).
+// parts implemented so far (the text encoder and the duration predictor).
 type Voice struct {
 	Config *Config
 	Dims   Dims
@@ -41,6 +41,8 @@ type Voice struct {
 	layers []encoderLayer
 	projM  backend.Weight // proj rows [0, hidden): the prior's mean
 	projS  backend.Weight // proj rows [hidden, 2·hidden): its log-scale
+
+	dp durationPredictor
 }
 
 // Dims are the sizes read from the weights' shapes.
@@ -261,6 +263,7 @@ func (l *loader) load() {
 		}
 		*dst = l.upload(part)
 	}
+	l.loadDurations()
 }
 
 // Encoded is the text encoder's output for one sentence, row-major

@@ -129,10 +129,12 @@ func maxAbsDiff(got []float32, want []float64) float64 {
 	return d
 }
 
-// TestTextEncoderMatchesONNX runs the text encoder of the real voice over
-// a sentence's ids and compares its hidden states and the prior's mean and
-// log-scale with onnxruntime's values of the same tensors in Piper's graph.
-func TestTextEncoderMatchesONNX(t *testing.T) {
+// TestEncoderAndDurationsMatchONNX runs the text encoder and the duration
+// predictor of the real voice over a sentence's ids and compares the
+// hidden states, the prior's mean and log-scale, the log-durations and the
+// frame counts with onnxruntime's values of the same tensors in Piper's
+// graph (noise scales 0, length scale 1).
+func TestEncoderAndDurationsMatchONNX(t *testing.T) {
 	v, model := loadJoe(t)
 	c := v.Config
 	if v.Dims != (Dims{Hidden: 192, Heads: 2, HeadDim: 96, Filter: 768, FFNKernel: 3, Layers: 6}) {
@@ -147,7 +149,7 @@ func TestTextEncoderMatchesONNX(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	names := []string{"/enc_p/encoder/Mul_2_output_0", "/enc_p/Split_output_0", "/enc_p/Split_output_1"}
+	names := []string{"/enc_p/encoder/Mul_2_output_0", "/enc_p/Split_output_0", "/enc_p/Split_output_1", "/dp/Split_output_0", "/Ceil_output_0"}
 	tmp := filepath.Join(t.TempDir(), "voice.onnx")
 	if err := os.WriteFile(tmp, withOutputs(t, b, names...), 0o600); err != nil {
 		t.Fatal(err)
@@ -156,6 +158,20 @@ func TestTextEncoderMatchesONNX(t *testing.T) {
 	got, err := v.EncodeText(context.Background(), ids)
 	if err != nil {
 		t.Fatal(err)
+	}
+	frames, logw, err := v.Durations(context.Background(), got, 1, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := maxAbsDiff(logw, want["/dp/Split_output_0"].Data)
+	t.Logf("log-durations: max |ours − onnxruntime| %.3g", d)
+	if d > 1e-3 {
+		t.Errorf("log-durations differ by up to %.3g", d)
+	}
+	for i, f := range frames {
+		if w := want["/Ceil_output_0"].Data[i]; float64(f) != w {
+			t.Errorf("phoneme %d: %d frames, onnxruntime %v (log w %v vs %v)", i, f, w, logw[i], want["/dp/Split_output_0"].Data[i])
+		}
 	}
 	for i, g := range [][]float32{got.Hidden, got.Mean, got.LogStd} {
 		w := want[names[i]]
