@@ -16,6 +16,12 @@ type VITSOps interface {
 	// output is Σ_j p_j·v_j + Σ_{|j−i|≤w} p_j·relV[j−i+w]. q, k, v are
 	// [rows, heads·headDim]; returns the same shape.
 	RelAttention(q, k, v, relK, relV Array, heads int, scale float32) Array
+	// LeakyReLU returns x for x ≥ 0 and slope·x below, elementwise
+	// (HiFi-GAN's activation, slope 0.1 and 0.01).
+	LeakyReLU(x Array, slope float32) Array
+	// GatedTanh returns tanh(a)·sigmoid(b) elementwise (WaveNet's gated
+	// activation in VITS's flow).
+	GatedTanh(a, b Array) Array
 }
 
 // RelShape checks the arguments of Step.RelAttention and returns the head

@@ -1,6 +1,10 @@
 package cpu
 
-import "fusion/engine/backend"
+import (
+	"math"
+
+	"fusion/engine/backend"
+)
 
 // ReLU returns max(x, 0).
 func (s *step) ReLU(x backend.Array) backend.Array {
@@ -50,6 +54,36 @@ func (s *step) RelAttention(q, k, v, relK, relV backend.Array, heads int, scale 
 			if r := j - i + w; r >= 0 && r <= 2*w {
 				kern.Axpy(p[j], rv.row(r), dst)
 			}
+		}
+	})
+	return out
+}
+
+// LeakyReLU returns x, or slope·x below zero.
+func (s *step) LeakyReLU(x backend.Array, slope float32) backend.Array {
+	a := arr(x)
+	out := s.new(a.rows, a.cols)
+	s.b.parallelRows(a.rows, elementwiseRows(a.cols), func(lo, hi int) {
+		src, dst := a.data[lo*a.cols:hi*a.cols], out.data[lo*a.cols:hi*a.cols]
+		for i, v := range src {
+			if v < 0 {
+				v *= slope
+			}
+			dst[i] = v
+		}
+	})
+	return out
+}
+
+// GatedTanh returns tanh(a)·sigmoid(b).
+func (s *step) GatedTanh(x, y backend.Array) backend.Array {
+	a, b := arr(x), arr(y)
+	sameShape("GatedTanh", a, b)
+	out := s.new(a.rows, a.cols)
+	s.b.parallelRows(a.rows, elementwiseRows(a.cols), func(lo, hi int) {
+		ta, tb, dst := a.data[lo*a.cols:hi*a.cols], b.data[lo*a.cols:hi*a.cols], out.data[lo*a.cols:hi*a.cols]
+		for i := range dst {
+			dst[i] = float32(math.Tanh(float64(ta[i])) / (1 + math.Exp(-float64(tb[i]))))
 		}
 	})
 	return out

@@ -70,3 +70,25 @@ func TestRelAttention(t *testing.T) {
 		s.Close()
 	}
 }
+
+// TestLeakyReLUAndGatedTanh checks both against their formulas.
+func TestLeakyReLUAndGatedTanh(t *testing.T) {
+	b := New(Options{Threads: 2})
+	defer b.Close()
+	s := b.NewStep(context.Background())
+	defer s.Close()
+	x := []float32{-2, -0.5, 0, 0.5, 3, -10}
+	y := []float32{1, -1, 0.25, 4, -3, 0}
+	want := make([]float64, len(x))
+	for i, v := range x {
+		want[i] = float64(v)
+		if v < 0 {
+			want[i] = 0.1 * float64(v)
+		}
+	}
+	closeTo(t, "LeakyReLU", read(t, s, s.LeakyReLU(s.Input(2, 3, x), 0.1)), want, 1e-7)
+	for i := range x {
+		want[i] = math.Tanh(float64(x[i])) / (1 + math.Exp(-float64(y[i])))
+	}
+	closeTo(t, "GatedTanh", read(t, s, s.GatedTanh(s.Input(2, 3, x), s.Input(2, 3, y))), want, 1e-6)
+}

@@ -64,3 +64,26 @@ func (s *step) RelAttention(q, k, v, relK, relV backend.Array, heads int, scale 
 		return rowsOf(a, o, n, qa.cols)
 	})
 }
+
+// LeakyReLU is maximum(x, slope·x) (slope < 1), or minimum for slope > 1.
+func (s *step) LeakyReLU(x backend.Array, slope float32) backend.Array {
+	in := use(nd(x), tensor.F32)
+	return s.record(in.rows, in.cols, in.dt, func(a *Arena) *Array {
+		scaled := a.Multiply(in.x, as(a, a.FromFloat32([]float32{slope}, 1), in.dt))
+		if slope > 1 {
+			return a.Minimum(in.x, scaled)
+		}
+		return a.Maximum(in.x, scaled)
+	})
+}
+
+// GatedTanh is tanh(a)·sigmoid(b).
+func (s *step) GatedTanh(x, y backend.Array) backend.Array {
+	a, b := use(nd(x), tensor.F32), use(nd(y), tensor.F32)
+	if a.rows != b.rows || a.cols != b.cols {
+		panic("mlx: GatedTanh: shapes differ")
+	}
+	return s.record(a.rows, a.cols, promote(a.dt, b.dt), func(ar *Arena) *Array {
+		return ar.Multiply(ar.Tanh(a.x), ar.Sigmoid(b.x))
+	})
+}

@@ -11,7 +11,7 @@ import (
 	"fusion/engine/backend"
 )
 
-// testVITSOps runs ReLU and RelAttention on both backends (the CPU ones
+// testVITSOps runs ReLU, LeakyReLU, GatedTanh and RelAttention on both backends (the CPU ones
 // are checked against their formulas in package cpu), for sequences
 // shorter and longer than the window.
 func testVITSOps(t *testing.T) {
@@ -25,7 +25,14 @@ func testVITSOps(t *testing.T) {
 	const cols, width = heads * hd, 2*w + 1
 	scale := float32(1 / math.Sqrt(hd))
 	x := randFloats(rng, 5*cols, 1)
-	ops := []opCase{{"ReLU", func(_ backend.Backend, s backend.Step) backend.Array { return s.ReLU(s.Input(5, cols, x)) }, 0}}
+	y := randFloats(rng, 5*cols, 2)
+	ops := []opCase{
+		{"ReLU", func(_ backend.Backend, s backend.Step) backend.Array { return s.ReLU(s.Input(5, cols, x)) }, 0},
+		{"LeakyReLU", func(_ backend.Backend, s backend.Step) backend.Array { return s.LeakyReLU(s.Input(5, cols, x), 0.1) }, 1e-7},
+		{"GatedTanh", func(_ backend.Backend, s backend.Step) backend.Array {
+			return s.GatedTanh(s.Input(5, cols, x), s.Input(5, cols, y))
+		}, 1e-6},
+	}
 	for _, n := range []int{1, 3, 12} {
 		q, k, v := randFloats(rng, n*cols, 1), randFloats(rng, n*cols, 1), randFloats(rng, n*cols, 1)
 		rk, rv := randFloats(rng, width*hd, 1), randFloats(rng, width*hd, 1)
