@@ -42,7 +42,9 @@ type Voice struct {
 	projM  backend.Weight // proj rows [0, hidden): the prior's mean
 	projS  backend.Weight // proj rows [hidden, 2·hidden): its log-scale
 
-	dp durationPredictor
+	dp   durationPredictor
+	flow []coupling // in the order inference runs them
+	dec  generator
 }
 
 // Dims are the sizes read from the weights' shapes.
@@ -264,6 +266,7 @@ func (l *loader) load() {
 		*dst = l.upload(part)
 	}
 	l.loadDurations()
+	l.loadFlowAndDecoder()
 }
 
 // Encoded is the text encoder's output for one sentence, row-major

@@ -129,18 +129,18 @@ func maxAbsDiff(got []float32, want []float64) float64 {
 	return d
 }
 
-// TestEncoderAndDurationsMatchONNX runs the text encoder and the duration
-// predictor of the real voice over a sentence's ids and compares the
-// hidden states, the prior's mean and log-scale, the log-durations and the
-// frame counts with onnxruntime's values of the same tensors in Piper's
-// graph (noise scales 0, length scale 1).
-func TestEncoderAndDurationsMatchONNX(t *testing.T) {
+// TestVoiceMatchesONNX runs the real voice over a sentence's ids and
+// compares every stage with onnxruntime's values of the same tensors in
+// Piper's graph (noise scales 0, length scale 1): the text encoder's
+// hidden states, the prior's mean and log-scale, the log-durations, the
+// frame counts, and the waveform after the flow and the HiFi-GAN decoder.
+func TestVoiceMatchesONNX(t *testing.T) {
 	v, model := loadJoe(t)
 	c := v.Config
 	if v.Dims != (Dims{Hidden: 192, Heads: 2, HeadDim: 96, Filter: 768, FFNKernel: 3, Layers: 6}) {
 		t.Errorf("dims %+v", v.Dims)
 	}
-	sents, err := Espeak{}.Phonemize(context.Background(), c.Espeak.Voice, "The birch canoe slid on the smooth planks.")
+	sents, err := Espeak{}.Phonemize(context.Background(), c.Espeak.Voice, "Glue the sheet.")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func TestEncoderAndDurationsMatchONNX(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	names := []string{"/enc_p/encoder/Mul_2_output_0", "/enc_p/Split_output_0", "/enc_p/Split_output_1", "/dp/Split_output_0", "/Ceil_output_0"}
+	names := []string{"/enc_p/encoder/Mul_2_output_0", "/enc_p/Split_output_0", "/enc_p/Split_output_1", "/dp/Split_output_0", "/Ceil_output_0", "output"}
 	tmp := filepath.Join(t.TempDir(), "voice.onnx")
 	if err := os.WriteFile(tmp, withOutputs(t, b, names...), 0o600); err != nil {
 		t.Fatal(err)
@@ -172,6 +172,24 @@ func TestEncoderAndDurationsMatchONNX(t *testing.T) {
 		if w := want["/Ceil_output_0"].Data[i]; float64(f) != w {
 			t.Errorf("phoneme %d: %d frames, onnxruntime %v (log w %v vs %v)", i, f, w, logw[i], want["/dp/Split_output_0"].Data[i])
 		}
+	}
+	samples, err := v.Synthesize(context.Background(), ids, Scales{Length: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := want["output"].Data
+	if len(samples) != len(ref) {
+		t.Fatalf("%d samples, onnxruntime %d", len(samples), len(ref))
+	}
+	var num, den float64
+	for i, x := range samples {
+		num += (float64(x) - ref[i]) * (float64(x) - ref[i])
+		den += ref[i] * ref[i]
+	}
+	d = maxAbsDiff(samples, ref)
+	t.Logf("waveform: %d samples, max |ours − onnxruntime| %.3g, relative RMS error %.3g", len(samples), d, math.Sqrt(num/den))
+	if d > 1e-3 {
+		t.Errorf("waveform differs by up to %.3g", d)
 	}
 	for i, g := range [][]float32{got.Hidden, got.Mean, got.LogStd} {
 		w := want[names[i]]
