@@ -19,15 +19,15 @@ import (
 var ErrNotPiper = errors.New("piper: not a supported Piper voice")
 
 // Text encoder hyper-parameters every Piper voice shares (VITS's
-// attentions.Encoder as Piper trains it): the attention window, the layer
-// norm's epsilon and the ONNX node-name prefix.
+// attentions.Encoder as Piper trains it): the attention window and the
+// layer norms' epsilon.
 const (
 	relWindow = 4
 	normEps   = 1e-5
 )
 
 // Voice is a loaded Piper voice: its config and the weights of the VITS
-// parts implemented so far (the text encoder and the duration predictor).
+// graph (text encoder, duration predictor, flow, HiFi-GAN decoder).
 type Voice struct {
 	Config *Config
 	Dims   Dims

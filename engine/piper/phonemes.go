@@ -176,9 +176,9 @@ func nextLower(rs []rune) bool {
 	return false
 }
 
-// linkVowels are the vowels after which newer espeak-ng (the 1.52 code
-// piper-tts bundles) writes a linking "ʲ" before a following vowel; the
-// 1.51 command-line tool does not, so linkI adds it.
+// linkVowels are the vowels before which newer espeak-ng (the 1.52 code
+// piper-tts bundles) writes a linking "ʲ" after an i-vowel; the 1.51
+// command-line tool does not, so linkI adds it.
 var linkVowels = "aeiouæɐɑɒɔəɚɛɜɪʊʌᵻ"
 
 // linkI inserts "ʲ" after an i-vowel ("i", "iː", "ɪ" not ending a
