@@ -285,6 +285,28 @@ func serveSettingsTable() []serveSetting {
 				}
 				return nil
 			}},
+		{"modelscope-endpoint", func(s *serveSettings) string {
+			if s.getenv != nil && s.getenv("MODELSCOPE_ENDPOINT") != "" {
+				return s.getenv("MODELSCOPE_ENDPOINT")
+			}
+			return hub.DefaultModelScopeEndpoint
+		}, "the ModelScope that /admin/api/hf/* with source=modelscope uses (default $MODELSCOPE_ENDPOINT, else " + hub.DefaultModelScopeEndpoint + ")",
+			func(s *serveSettings, v string) error {
+				u, err := url.Parse(v)
+				if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+					return fmt.Errorf("%q is not an http(s) URL", v)
+				}
+				s.cfg.HF.ModelScopeEndpoint = v
+				return nil
+			}},
+		{"modelscope-token", constant(""), "ModelScope access token for private repos (default $MODELSCOPE_API_TOKEN)",
+			func(s *serveSettings, v string) error {
+				s.cfg.HF.ModelScopeToken = v
+				if v == "" && s.getenv != nil {
+					s.cfg.HF.ModelScopeToken = s.getenv("MODELSCOPE_API_TOKEN")
+				}
+				return nil
+			}},
 		{"min-free-disk", constant(strconv.FormatInt(node.DefaultMinFreeDisk, 10)), "bytes a model download must leave free on the models directory's disk; a download that would not is refused before it starts",
 			func(s *serveSettings, v string) error { return parseInt64(v, &s.cfg.HF.MinFreeDisk, 0) }},
 		{"max-jobs", constant(strconv.Itoa(jobs.DefaultMaxRunning)), "background jobs (downloads) running at once on this node; more are answered 429",
@@ -436,7 +458,7 @@ func resolveServe(args []string, getenv func(string) string, stderr io.Writer) (
 // secretSettings are the settings whose values are credentials: nothing
 // that shows the configuration (logs, /admin/api/global-settings) may
 // print their values.
-var secretSettings = map[string]bool{"api-key": true, "cluster-secret": true, "cluster-secret-previous": true, "hf-token": true}
+var secretSettings = map[string]bool{"api-key": true, "cluster-secret": true, "cluster-secret-previous": true, "hf-token": true, "modelscope-token": true}
 
 // isSecretSetting reports whether the setting called name holds a
 // credential.
