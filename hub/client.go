@@ -1,10 +1,12 @@
 // Package hub speaks the Hugging Face Hub's HTTP API as huggingface_hub
-// does: model search, a revision's commit and files, and file downloads
-// through resolve URLs (redirects followed, Range resume, sha256 of LFS
-// files and git blob ids of the others checked). Fetch downloads a
-// repository, or the files of it that allow patterns select, into a
-// models directory: resumable, checked, and renamed into place only when
-// complete. The endpoint (HF_ENDPOINT) and token (HF_TOKEN) are the
+// does, and ModelScope's as its modelscope client does: model search, a
+// revision's commit and files, and file downloads (the Hub's resolve URLs
+// with redirects followed, ModelScope's repo?FilePath= route; Range
+// resume; sha256 of LFS files and git blob ids of the others checked).
+// Fetch downloads a repository of either, or the files of it that allow
+// patterns select, into a models directory: resumable, checked, and
+// renamed into place only when complete. The endpoint (HF_ENDPOINT,
+// MODELSCOPE_ENDPOINT) and token (HF_TOKEN, MODELSCOPE_API_TOKEN) are the
 // caller's; nothing here reads the environment.
 package hub
 
