@@ -45,9 +45,17 @@ func TestFetchModelScope(t *testing.T) {
 		if got := names(t, filepath.Join(models, hub.DownloadsDir)); len(got) != 0 {
 			t.Errorf("staging left behind: %v", got)
 		}
+		// The official client, in one run: the same bytes from the stand-in,
+		// and a private repo without a token refused with a 401.
 		official := t.TempDir()
-		srv.MSDownload(t, repo, official, "")
+		srv.AddModel(t, "demo-org/private-model", src)
+		srv.Private("demo-org/private-model", "secret")
+		refused := srv.MSDownload(t, repo, official, "demo-org/private-model")
 		sameFiles(t, official, src, all...)
+		// E3001 is the client's code for an authentication error.
+		if got := refused["demo-org/private-model"]; !strings.Contains(got, "[E3001] [401]") {
+			t.Errorf("the modelscope client on a private repo without a token: %q, want its 401 authentication error", got)
+		}
 		reqs := srv.Requests()
 		for _, want := range []string{"GET /api/v1/models/demo-org/demo-model/repo/files?Recursive=True&Revision=master",
 			"GET /api/v1/models/demo-org/demo-model/repo?Revision=master&FilePath=model.safetensors"} {
@@ -133,9 +141,7 @@ func TestFetchModelScope(t *testing.T) {
 	})
 
 	t.Run("a private repo without its token", func(t *testing.T) {
-		const private = "demo-org/private-model"
-		srv.AddModel(t, private, src)
-		srv.Private(private, "secret")
+		const private = "demo-org/private-model" // added by the first case
 		_, err := hub.Fetch(ctx, client, hub.Request{Repo: private}, hub.FetchOptions{ModelsDir: t.TempDir()})
 		if !errors.Is(err, hub.ErrUnauthorized) {
 			t.Fatalf("err %v, want 401", err)

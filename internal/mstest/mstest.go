@@ -313,30 +313,44 @@ func (s *Server) search(w http.ResponseWriter, r *http.Request) {
 }
 
 // MSDownload downloads repo with the official modelscope client's
-// snapshot_download into dir (local_dir) from the server, with token
-// (MODELSCOPE_API_TOKEN) when not empty, so a test can compare the bytes
-// with what fusion fetched.
-func (s *Server) MSDownload(t testing.TB, repo, dir, token string, allow ...string) {
+// snapshot_download into dir (local_dir) from the server, so a test can
+// compare the bytes with what fusion fetched; in the same run it tries
+// each of refused without a token and returns what the client raised for
+// it ("ExceptionClass: the first line of its message"; "downloaded" if
+// it did not refuse).
+func (s *Server) MSDownload(t testing.TB, repo, dir string, refused ...string) map[string]string {
 	t.Helper()
 	py := testenv.Python(t)
-	script := `import sys, json
+	script := `import sys, json, tempfile
 from modelscope.hub.snapshot_download import snapshot_download
-allow = json.loads(sys.argv[3]) or None
-snapshot_download(repo_id=sys.argv[1], local_dir=sys.argv[2], allow_patterns=allow)
+snapshot_download(repo_id=sys.argv[1], local_dir=sys.argv[2])
+out = {}
+for r in sys.argv[3:]:
+    try:
+        snapshot_download(repo_id=r, local_dir=tempfile.mkdtemp())
+        out[r] = "downloaded"
+    except Exception as e:
+        out[r] = "%s: %s" % (type(e).__name__, (str(e).splitlines() or [""])[0][:300])
+print("MSTEST " + json.dumps(out))
 `
-	allowJSON, _ := json.Marshal(allow)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, py, "-c", script, repo, dir, string(allowJSON))
+	cmd := exec.CommandContext(ctx, py, append([]string{"-c", script, repo, dir}, refused...)...)
 	home := t.TempDir()
 	cmd.Env = append(os.Environ(), "MODELSCOPE_ENDPOINT="+s.URL, "MODELSCOPE_CACHE="+filepath.Join(home, "cache"),
-		"MODELSCOPE_HOME="+home, "HOME="+home, "MODELSCOPE_LOG_LEVEL=40")
-	if token != "" {
-		cmd.Env = append(cmd.Env, "MODELSCOPE_API_TOKEN="+token)
-	}
+		"MODELSCOPE_HOME="+home, "HOME="+home, "MODELSCOPE_LOG_LEVEL=40", "TMPDIR="+home)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("modelscope snapshot_download: %v\n%s", err, out.String())
 	}
+	res := map[string]string{}
+	for _, line := range strings.Split(out.String(), "\n") {
+		if js, ok := strings.CutPrefix(line, "MSTEST "); ok {
+			if err := json.Unmarshal([]byte(js), &res); err != nil {
+				t.Fatalf("modelscope run: %v in %q", err, line)
+			}
+		}
+	}
+	return res
 }
