@@ -127,7 +127,7 @@ type nodeHub struct{ n *Node }
 
 // client is the client of source (hub.SourceHF or hub.SourceModelScope).
 func (h nodeHub) client(source string) *hub.Client {
-	if source == hub.SourceModelScope || source == "ms" {
+	if source == hub.SourceModelScope {
 		return h.n.modelScope
 	}
 	return h.n.hub

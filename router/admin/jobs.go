@@ -256,7 +256,7 @@ func hubSource(s string) (string, bool) {
 	switch s {
 	case "", "hf", "huggingface":
 		return hub.SourceHF, true
-	case "modelscope", "ms":
+	case "modelscope":
 		return hub.SourceModelScope, true
 	}
 	return "", false
