@@ -250,10 +250,11 @@ type Node struct {
 	adminDone []chan struct{}
 
 	// Background jobs (downloads) and the Hugging Face client.
-	jobs     *jobs.Manager
-	hub      *hub.Client
-	stopJobs context.CancelFunc
-	jobsDone chan struct{}
+	jobs       *jobs.Manager
+	hub        *hub.Client
+	modelScope *hub.Client // the same, speaking ModelScope's API
+	stopJobs   context.CancelFunc
+	jobsDone   chan struct{}
 	// A lone node's benchmark profiles (a cluster's are in its Raft
 	// state).
 	profiles soloProfiles
