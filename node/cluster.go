@@ -416,6 +416,7 @@ func (n *Node) syncOnce(ctx context.Context, watched map[string]bool, gone map[s
 	inv.MemoryBudget = n.runner.MemoryBudget()
 	if n.layerCount == nil {
 		n.layerCount = map[string]int{}
+		n.headLayers = map[string]float64{}
 	}
 	for _, s := range n.runner.List() {
 		inv.ModelsOnDisk = append(inv.ModelsOnDisk, s.ID)
@@ -429,6 +430,17 @@ func (n *Node) syncOnce(ctx context.Context, watched map[string]bool, gone map[s
 				inv.Layers = map[string]int{}
 			}
 			inv.Layers[s.ID] = l
+		}
+		head, ok := n.headLayers[s.ID]
+		if !ok {
+			head = n.runner.HeadLayers(s.ID)
+			n.headLayers[s.ID] = head
+		}
+		if head > 0 {
+			if inv.HeadLayers == nil {
+				inv.HeadLayers = map[string]float64{}
+			}
+			inv.HeadLayers[s.ID] = head
 		}
 		if need := n.runner.ModelNeed(s.ID); need > 0 {
 			if inv.ModelBytes == nil {

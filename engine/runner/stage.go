@@ -492,6 +492,21 @@ func (r *Runner) closePipelines() error {
 	return errors.Join(errs...)
 }
 
+// HeadLayers is a chat model's output head counted in layers of compute
+// per token (modelfile.Config.HeadLayers; 0 when it cannot tell): what the
+// planner adds to the last stage of a pipeline.
+func (r *Runner) HeadLayers(name string) float64 {
+	e, err := r.entry(name)
+	if err != nil || e.info.Kind != engine.KindChat || e.info.Format != string(modelfile.KindSafetensors) {
+		return 0
+	}
+	c, err := modelfile.LoadConfig(e.info.Path)
+	if err != nil {
+		return 0
+	}
+	return c.HeadLayers()
+}
+
 // NumLayers is the number of layers a chat model's configuration gives
 // (0 for a model it cannot tell: a GGUF file, an embedding model, a
 // missing or bad config).

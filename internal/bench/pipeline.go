@@ -20,9 +20,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"fusion/cluster/layersplit"
 	"fusion/cluster/pipeline"
-	"fusion/engine/demo"
 	"fusion/engine/model"
+	"fusion/engine/modelfile"
 	"fusion/engine/prompt"
 	"fusion/engine/runner"
 )
@@ -117,7 +118,11 @@ func Pipeline(ctx context.Context, o PipelineOptions, stdout, stderr io.Writer) 
 		"micro_batches": o.MicroBatches,
 		"split":         o.Split,
 	}
-	layerCost, headCost := shapeCosts(shape, text.Tokenizer().VocabSize())
+	cfg, err := modelfile.LoadConfig(path)
+	if err != nil {
+		return err
+	}
+	out["head_layers"] = cfg.HeadLayers()
 	if o.Procs {
 		out["note"] = fmt.Sprintf("stage i in a process of its own on CPU i mod %d (taskset; the first stage, with the load generator, "+
 			"pinned to CPU 0), one compute goroutine per stage, gRPC over loopback", runtime.NumCPU())
@@ -133,7 +138,7 @@ func Pipeline(ctx context.Context, o PipelineOptions, stdout, stderr io.Writer) 
 			backs = append(backs, "logits")
 		}
 		for _, back := range backs {
-			rows = append(rows, pipelineRow{Stages: k, Back: back, Bounds: stageBounds(o.Layers, k, o.Split, layerCost, headCost)})
+			rows = append(rows, pipelineRow{Stages: k, Back: back, Bounds: stageBounds(o.Layers, k, o.Split, cfg.HeadLayers())})
 		}
 	}
 	// Round after round over the rows, so that the machine's drift (other
@@ -227,50 +232,21 @@ func runPipeline(ctx context.Context, path string, bounds []int, logitsBack bool
 	return rows, nil
 }
 
-// shapeCosts are the weights a token reads in one layer of shape and in
-// its output head (vocab × hidden), in parameters.
-func shapeCosts(shape demo.Options, vocab int) (layer, head int64) {
-	h, q, kv := int64(shape.Hidden), int64(shape.Heads*shape.HeadDim), int64(shape.KVHeads*shape.HeadDim)
-	return 2*h*q + 2*h*kv + 3*h*int64(shape.Intermediate), int64(vocab) * h
-}
-
-// stageBounds splits layers over k stages: evenly, or ("balanced") so
-// that the largest stage's cost (its layers, and the head on the last)
-// is the least, every stage holding at least one layer.
-func stageBounds(layers, k int, split string, layerCost, headCost int64) []int {
+// stageBounds splits layers over k stages: evenly, or ("balanced") by
+// compute cost per token, the output head (head layers' worth) on the
+// last stage — the cluster planner's split (layersplit), unbounded by
+// memory.
+func stageBounds(layers, k int, split string, head float64) []int {
+	if split == "balanced" {
+		if b, ok := layersplit.Split(layersplit.Model{Layers: layers, Head: head}, k, nil); ok {
+			return b
+		}
+	}
 	bounds := make([]int, k+1)
 	for i := range bounds {
 		bounds[i] = i * layers / k
 	}
-	if split != "balanced" || k < 2 {
-		return bounds
-	}
-	cost := func(b []int) (worst int64) {
-		for i := 0; i+1 < len(b); i++ {
-			c := int64(b[i+1]-b[i]) * layerCost
-			if i+2 == len(b) {
-				c += headCost
-			}
-			worst = max(worst, c)
-		}
-		return worst
-	}
-	best := slices.Clone(bounds)
-	var try func(i int)
-	try = func(i int) { // choose bounds[i] for i in 1..k-1
-		if i == k {
-			if cost(bounds) < cost(best) {
-				copy(best, bounds)
-			}
-			return
-		}
-		for b := bounds[i-1] + 1; b <= layers-(k-i); b++ {
-			bounds[i] = b
-			try(i + 1)
-		}
-	}
-	try(1)
-	return best
+	return bounds
 }
 
 // pipelineStages loads stages 1..k−1 as Pipeline servers on loopback (in
