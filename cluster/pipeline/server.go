@@ -431,7 +431,7 @@ func recvWhole(stream pb.Pipeline_RunServer) (*pb.StepRequest, error) {
 	if err != nil {
 		return nil, err
 	}
-	limit := uint64(req.Rows) * uint64(req.Cols) * 4
+	limit := uint64(req.Rows) * uint64(req.Cols) * max(dtypeBytes(req.Dtype), 4)
 	for more := req.More; more; {
 		part, err := stream.Recv()
 		if err != nil {
