@@ -82,6 +82,13 @@ func nativeMLX(t *testing.T) backend.Backend {
 // dial function to it.
 func serve(t *testing.T, lookup Lookup) (*Server, string, Dial) {
 	t.Helper()
+	return serveTraced(t, lookup, nil)
+}
+
+// serveTraced is serve with the server recording spans through start
+// (nil: none).
+func serveTraced(t *testing.T, lookup Lookup, start StartSpan) (*Server, string, Dial) {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -91,6 +98,9 @@ func serve(t *testing.T, lookup Lookup) (*Server, string, Dial) {
 	}
 	gs := grpc.NewServer()
 	srv := Register(gs, lookup, dial, nil)
+	if start != nil {
+		srv.TraceWith(start)
+	}
 	go gs.Serve(lis)
 	t.Cleanup(gs.Stop)
 	return srv, lis.Addr().String(), dial
