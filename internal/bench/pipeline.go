@@ -146,6 +146,7 @@ func Pipeline(ctx context.Context, o PipelineOptions, stdout, stderr io.Writer) 
 			rows = append(rows, pipelineRow{Stages: k, Back: back, Bounds: stageBounds(o.Layers, k, o.Split, cfg.HeadLayers())})
 		}
 	}
+	start := loadAverage()
 	// Round after round over the rows, so that the machine's drift (other
 	// work on a shared VM) spreads over all of them.
 	runs := make([][][]batchResult, len(rows)) // row, level, run
@@ -190,7 +191,20 @@ func Pipeline(ctx context.Context, o PipelineOptions, stdout, stderr io.Writer) 
 		}
 	}
 	out["runs"] = rows
+	out["load_average"] = map[string]string{"start": start, "end": loadAverage()}
 	return json.NewEncoder(stdout).Encode(out)
+}
+
+// loadAverage is the machine's 1, 5 and 15-minute load averages (Linux's
+// /proc/loadavg; "" elsewhere): on a shared machine the figures mean
+// little without it.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
 }
 
 // runPipeline serves the model at path in the stages bounds gives and
