@@ -20,9 +20,8 @@ import (
 // (rows of a matrix, or columns for the single blocks' to_out), so that
 // every product is one Linear.
 type Transformer struct {
-	cfg  TransformerConfig
-	be   backend.Backend
-	file *safetensors.File
+	cfg TransformerConfig
+	params
 
 	timeIn, timeOut    backend.Weight // time_guidance_embed.timestep_embedder
 	modImg, modTxt     [6]backend.Weight
@@ -32,9 +31,25 @@ type Transformer struct {
 	single             []singleBlock
 	outScale, outShift backend.Weight // norm_out.linear's halves
 	projOut            backend.Weight
+}
 
+// params are a component's weights file and what has been uploaded from
+// it to the backend (the transformer's, the VAE's).
+type params struct {
+	what    string // the component, for errors
+	be      backend.Backend
+	file    *safetensors.File
 	weights []backend.Weight
 	vectors []backend.Vector
+}
+
+// close releases the uploaded weights and closes the file.
+func (p *params) close() error {
+	if r, ok := p.be.(backend.Releaser); ok {
+		r.Release(p.weights, p.vectors)
+	}
+	p.weights, p.vectors = nil, nil
+	return p.file.Close()
 }
 
 // stream is one side (image or text) of a double-stream block.
@@ -77,7 +92,7 @@ func LoadTransformer(be backend.Backend, dir string) (*Transformer, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Transformer{cfg: cfg, be: be, file: f}
+	m := &Transformer{cfg: cfg, params: params{what: "transformer", be: be, file: f}}
 	if err := m.load(); err != nil {
 		m.Close()
 		return nil, err
@@ -89,19 +104,13 @@ func LoadTransformer(be backend.Backend, dir string) (*Transformer, error) {
 func (m *Transformer) Config() TransformerConfig { return m.cfg }
 
 // Close releases the weights and closes the file.
-func (m *Transformer) Close() error {
-	if r, ok := m.be.(backend.Releaser); ok {
-		r.Release(m.weights, m.vectors)
-	}
-	m.weights, m.vectors = nil, nil
-	return m.file.Close()
-}
+func (m *Transformer) Close() error { return m.close() }
 
 // load uploads every weight; the first error stops it.
 func (m *Transformer) load() error {
 	c := m.cfg
 	d, ff := c.Inner(), c.MLPHidden()
-	l := loader{m: m}
+	l := loader{m: &m.params}
 	m.timeIn = l.linear("time_guidance_embed.timestep_embedder.linear_1")
 	m.timeOut = l.linear("time_guidance_embed.timestep_embedder.linear_2")
 	mi, mt, ms := l.split("double_stream_modulation_img.linear", d, 6), l.split("double_stream_modulation_txt.linear", d, 6), l.split("single_stream_modulation.linear", d, 3)
@@ -136,7 +145,7 @@ func (m *Transformer) load() error {
 
 // loader uploads named tensors, keeping the first error.
 type loader struct {
-	m   *Transformer
+	m   *params
 	err error
 }
 
@@ -146,7 +155,7 @@ func (l *loader) tensor(name string) (tensor.Tensor, bool) {
 	}
 	t, ok := l.m.file.Tensor(name)
 	if !ok {
-		l.err = fmt.Errorf("flux2: transformer weight %s is missing", name)
+		l.err = fmt.Errorf("flux2: %s weight %s is missing", l.m.what, name)
 	}
 	return t, ok
 }
@@ -234,8 +243,11 @@ func (l *loader) columns(name string, cols int) [2]backend.Weight {
 	return out
 }
 
-func (l *loader) vector(name string) backend.Vector {
-	t, ok := l.tensor(name + ".weight")
+func (l *loader) vector(name string) backend.Vector { return l.vectorOf(name + ".weight") }
+
+// vectorOf uploads the tensor name as a vector.
+func (l *loader) vectorOf(name string) backend.Vector {
+	t, ok := l.tensor(name)
 	if !ok {
 		return nil
 	}
