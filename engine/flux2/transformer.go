@@ -43,6 +43,33 @@ type params struct {
 	vectors []backend.Vector
 }
 
+// readConfig reads the config.json of the component in folder sub.
+func readConfig(dir, sub string, cfg any) error {
+	raw, err := os.ReadFile(filepath.Join(dir, sub, ComponentConfig))
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(raw, cfg); err != nil {
+		return fmt.Errorf("flux2: %s config: %w", sub, err)
+	}
+	return nil
+}
+
+// open opens the weights of the component in folder sub and runs load,
+// which uploads them; when it fails, what it uploaded is released.
+func (p *params) open(be backend.Backend, dir, sub string, load func() error) error {
+	f, err := safetensors.Open(filepath.Join(dir, sub, ComponentWeights), safetensors.LoadDefault)
+	if err != nil {
+		return err
+	}
+	*p = params{what: sub, be: be, file: f}
+	if err := load(); err != nil {
+		p.close()
+		return err
+	}
+	return nil
+}
+
 // close releases the uploaded weights and closes the file.
 func (p *params) close() error {
 	if r, ok := p.be.(backend.Releaser); ok {
@@ -74,13 +101,9 @@ type singleBlock struct {
 // LoadTransformer reads transformer/config.json and the weights of a
 // checkpoint directory and uploads them to be. Close releases them.
 func LoadTransformer(be backend.Backend, dir string) (*Transformer, error) {
-	raw, err := os.ReadFile(filepath.Join(dir, TransformerDir, ComponentConfig))
-	if err != nil {
-		return nil, err
-	}
 	var cfg TransformerConfig
-	if err := json.Unmarshal(raw, &cfg); err != nil {
-		return nil, fmt.Errorf("flux2: transformer config: %w", err)
+	if err := readConfig(dir, TransformerDir, &cfg); err != nil {
+		return nil, err
 	}
 	if cfg.GuidanceEmbeds {
 		return nil, errors.New("flux2: guidance_embeds is not supported (FLUX.2 [klein] has no guidance embedder)")
@@ -88,13 +111,8 @@ func LoadTransformer(be backend.Backend, dir string) (*Transformer, error) {
 	if cfg.PatchSize != 1 || cfg.AttentionHeadDim%2 != 0 || cfg.NumAttentionHeads <= 0 {
 		return nil, fmt.Errorf("flux2: unsupported transformer config (patch %d, %d heads of %d)", cfg.PatchSize, cfg.NumAttentionHeads, cfg.AttentionHeadDim)
 	}
-	f, err := safetensors.Open(filepath.Join(dir, TransformerDir, ComponentWeights), safetensors.LoadDefault)
-	if err != nil {
-		return nil, err
-	}
-	m := &Transformer{cfg: cfg, params: params{what: "transformer", be: be, file: f}}
-	if err := m.load(); err != nil {
-		m.Close()
+	m := &Transformer{cfg: cfg}
+	if err := m.open(be, dir, TransformerDir, m.load); err != nil {
 		return nil, err
 	}
 	return m, nil

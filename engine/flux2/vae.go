@@ -2,15 +2,11 @@ package flux2
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"image"
 	"math"
-	"os"
-	"path/filepath"
 
 	"fusion/engine/backend"
-	"fusion/engine/safetensors"
 	"fusion/engine/tensor"
 )
 
@@ -60,13 +56,9 @@ type upBlock struct {
 // directory and uploads them to be (the encoder's are not read). Close
 // releases them.
 func LoadVAE(be backend.Backend, dir string) (*VAE, error) {
-	raw, err := os.ReadFile(filepath.Join(dir, VAEDir, ComponentConfig))
-	if err != nil {
-		return nil, err
-	}
 	var cfg VAEConfig
-	if err := json.Unmarshal(raw, &cfg); err != nil {
-		return nil, fmt.Errorf("flux2: VAE config: %w", err)
+	if err := readConfig(dir, VAEDir, &cfg); err != nil {
+		return nil, err
 	}
 	chans := cfg.decoderChannels()
 	switch {
@@ -86,13 +78,8 @@ func LoadVAE(be backend.Backend, dir string) (*VAE, error) {
 			return nil, fmt.Errorf("flux2: VAE width %d is not a multiple of %d groups", c, cfg.NormNumGroups)
 		}
 	}
-	f, err := safetensors.Open(filepath.Join(dir, VAEDir, ComponentWeights), safetensors.LoadDefault)
-	if err != nil {
-		return nil, err
-	}
-	v := &VAE{cfg: cfg, params: params{what: "VAE", be: be, file: f}}
-	if err := v.load(); err != nil {
-		v.Close()
+	v := &VAE{cfg: cfg}
+	if err := v.open(be, dir, VAEDir, v.load); err != nil {
 		return nil, err
 	}
 	return v, nil

@@ -4,10 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"image"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"fusion/engine/backend/cpu"
@@ -178,43 +178,13 @@ func TestVAERejects(t *testing.T) {
 	}
 	be := cpu.New(cpu.Options{})
 	defer be.Close()
-	cfgPath := filepath.Join(dir, VAEDir, ComponentConfig)
-	good, err := os.ReadFile(cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range []struct {
-		name string
-		edit func(*VAEConfig)
-		want string
-	}{
+	rejectConfigs(t, filepath.Join(dir, VAEDir, ComponentConfig), []configCase[VAEConfig]{
 		{"activation", func(c *VAEConfig) { c.ActFn = "gelu" }, "unsupported"},
 		{"block type", func(c *VAEConfig) { c.UpBlockTypes[1] = "AttnUpDecoderBlock2D" }, "not supported"},
 		{"groups", func(c *VAEConfig) { c.NormNumGroups = 3 }, "groups"},
 		{"missing weight", func(c *VAEConfig) { c.LayersPerBlock = 2 }, "is missing"},
 		{"latent channels", func(c *VAEConfig) { c.LatentChannels = 8 }, "want 32"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			var cfg VAEConfig
-			if err := json.Unmarshal(good, &cfg); err != nil {
-				t.Fatal(err)
-			}
-			c.edit(&cfg)
-			raw, _ := json.Marshal(cfg)
-			if err := os.WriteFile(cfgPath, raw, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			defer os.WriteFile(cfgPath, good, 0o644)
-			v, err := LoadVAE(be, dir)
-			if err == nil {
-				v.Close()
-				t.Fatal("loaded")
-			}
-			if !strings.Contains(err.Error(), c.want) {
-				t.Fatalf("error %q, want it to mention %q", err, c.want)
-			}
-		})
-	}
+	}, func() (io.Closer, error) { return LoadVAE(be, dir) })
 
 	v, err := LoadVAE(be, dir)
 	if err != nil {

@@ -80,3 +80,19 @@ func Upsample2x(x []float32, h, w, c int) []float64 {
 	}
 	return y
 }
+
+// ImageCase is one size of the image ops' tests: an h×w image of c
+// channels, a convolution to out channels with a k×k kernel and padding
+// pad, a group norm of groups groups.
+type ImageCase struct{ H, W, C, Out, Kernel, Pad, Groups int }
+
+// ImageCases are odd sizes for every backend's image-op test: kernels 1
+// and 3 with and without padding, a 1×1 image, one group and several,
+// and an image of more pixels (143) than one 128-row chunk.
+var ImageCases = []ImageCase{
+	{5, 7, 6, 5, 3, 1, 3},
+	{3, 4, 4, 3, 1, 0, 2},
+	{1, 1, 2, 3, 3, 1, 1},
+	{6, 5, 3, 2, 3, 0, 1},
+	{13, 11, 8, 4, 3, 1, 4},
+}

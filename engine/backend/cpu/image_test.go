@@ -18,23 +18,16 @@ func TestImageOps(t *testing.T) {
 	b := New(Options{Threads: 3})
 	defer b.Close()
 	rng := rand.New(rand.NewPCG(25, 26))
-	cases := []struct{ h, w, c, out, kernel, pad, groups int }{
-		{5, 7, 6, 5, 3, 1, 3},
-		{3, 4, 4, 3, 1, 0, 2},
-		{1, 1, 2, 3, 3, 1, 1},
-		{6, 5, 3, 2, 3, 0, 1},
-		{13, 11, 8, 4, 3, 1, 4}, // 143 pixels: two chunks of im2col rows
-	}
-	for _, c := range cases {
-		t.Run(fmt.Sprintf("%dx%dx%d-k%d-p%d-g%d", c.h, c.w, c.c, c.kernel, c.pad, c.groups), func(t *testing.T) {
-			n := c.h * c.w
-			x := randFloats(rng, n*c.c)
+	for _, c := range backendtest.ImageCases {
+		t.Run(fmt.Sprintf("%dx%dx%d-k%d-p%d-g%d", c.H, c.W, c.C, c.Kernel, c.Pad, c.Groups), func(t *testing.T) {
+			n := c.H * c.W
+			x := randFloats(rng, n*c.C)
 			for i := range x {
 				x[i] = x[i]*3 + 5 // a mean and spread the norm must remove
 			}
-			cw, cb := randFloats(rng, c.out*c.c*c.kernel*c.kernel), randFloats(rng, c.out)
+			cw, cb := randFloats(rng, c.Out*c.C*c.Kernel*c.Kernel), randFloats(rng, c.Out)
 			wt, bt := f32Tensor(cw), f32Tensor(cb)
-			wt.Shape = []int64{int64(c.out), int64(c.c), int64(c.kernel), int64(c.kernel)}
+			wt.Shape = []int64{int64(c.Out), int64(c.C), int64(c.Kernel), int64(c.Kernel)}
 			wd, err := backend.ConvWeight("conv", wt, &bt)
 			if err != nil {
 				t.Fatal(err)
@@ -43,7 +36,7 @@ func TestImageOps(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			gw, gb := randFloats(rng, c.c), randFloats(rng, c.c)
+			gw, gb := randFloats(rng, c.C), randFloats(rng, c.C)
 			gwv, err := b.Vector(backend.VectorData{Name: "w", Data: f32Tensor(gw)})
 			if err != nil {
 				t.Fatal(err)
@@ -54,16 +47,16 @@ func TestImageOps(t *testing.T) {
 			}
 			s := b.NewStep(context.Background())
 			defer s.Close()
-			xa := s.Input(n, c.c, x)
-			y := s.Conv2D(xa, weight, c.h, c.w, c.kernel, c.pad)
-			oh, ow := c.h+2*c.pad-c.kernel+1, c.w+2*c.pad-c.kernel+1
-			if y.Rows() != oh*ow || y.Cols() != c.out {
-				t.Fatalf("Conv2D: [%d, %d], want [%d, %d]", y.Rows(), y.Cols(), oh*ow, c.out)
+			xa := s.Input(n, c.C, x)
+			y := s.Conv2D(xa, weight, c.H, c.W, c.Kernel, c.Pad)
+			oh, ow := c.H+2*c.Pad-c.Kernel+1, c.W+2*c.Pad-c.Kernel+1
+			if y.Rows() != oh*ow || y.Cols() != c.Out {
+				t.Fatalf("Conv2D: [%d, %d], want [%d, %d]", y.Rows(), y.Cols(), oh*ow, c.Out)
 			}
-			closeTo(t, "Conv2D", read(t, s, y), backendtest.Conv2D(x, c.h, c.w, c.c, cw, cb, c.out, c.kernel, c.pad), 1e-5)
-			closeTo(t, "GroupNorm", read(t, s, s.GroupNorm(xa, c.groups, gwv, gbv, 1e-6)),
-				backendtest.GroupNorm(x, n, c.c, c.groups, gw, gb, 1e-6), 1e-5)
-			closeTo(t, "Upsample2x", read(t, s, s.Upsample2x(xa, c.h, c.w)), backendtest.Upsample2x(x, c.h, c.w, c.c), 0)
+			closeTo(t, "Conv2D", read(t, s, y), backendtest.Conv2D(x, c.H, c.W, c.C, cw, cb, c.Out, c.Kernel, c.Pad), 1e-5)
+			closeTo(t, "GroupNorm", read(t, s, s.GroupNorm(xa, c.Groups, gwv, gbv, 1e-6)),
+				backendtest.GroupNorm(x, n, c.C, c.Groups, gw, gb, 1e-6), 1e-5)
+			closeTo(t, "Upsample2x", read(t, s, s.Upsample2x(xa, c.H, c.W)), backendtest.Upsample2x(x, c.H, c.W, c.C), 0)
 		})
 	}
 }
