@@ -111,3 +111,43 @@ func TestImageShapes(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkConv2D is a 3×3 convolution of a 64×64 image of 128 channels
+// to 128 (one of a VAE decoder's mid-resolution layers), and the Linear
+// of the same product on an input already gathered: the FLOP rates show
+// what im2col costs.
+func BenchmarkConv2D(b *testing.B) {
+	be := New(Options{})
+	defer be.Close()
+	const h, w, c, out = 64, 64, 128, 128
+	rng := rand.New(rand.NewPCG(1, 1))
+	wt := f32Tensor(randFloats(rng, out*c*9))
+	wt.Shape = []int64{out, c, 3, 3}
+	wd, err := backend.ConvWeight("conv", wt, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	weight, err := be.Weight(wd)
+	if err != nil {
+		b.Fatal(err)
+	}
+	x := randFloats(rng, h*w*c)
+	wide := randFloats(rng, h*w*c*9)
+	flops := float64(2 * h * w * out * 9 * c)
+	for _, run := range []struct {
+		name string
+		op   func(s backend.Step)
+	}{
+		{"conv", func(s backend.Step) { s.Conv2D(s.Input(h*w, c, x), weight, h, w, 3, 1) }},
+		{"linear", func(s backend.Step) { s.Linear(s.Input(h*w, 9*c, wide), weight) }},
+	} {
+		b.Run(run.name, func(b *testing.B) {
+			for range b.N {
+				s := be.NewStep(context.Background())
+				run.op(s)
+				s.Close()
+			}
+			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}
