@@ -1,10 +1,6 @@
 package backend
 
-import (
-	"fmt"
-
-	"fusion/engine/tensor"
-)
+import "fmt"
 
 // ImageOps are the ops of convolutional image models (part of Step):
 // what FLUX.2's VAE decoder needs besides Linear, SiLU, Add and
@@ -23,7 +19,7 @@ type ImageOps interface {
 	// columns [(i·k+j)·C, (i·k+j+1)·C) of w and pixels outside the image
 	// read as zeros. So w holds PyTorch's [Out, C, k, k] weight with the
 	// channels moved last, [Out, k, k, C] (mlx conv2d's layout; see
-	// ConvWeight). Returns [(h+2·pad−k+1)·(w+2·pad−k+1), Out].
+	// ConvData). Returns [(h+2·pad−k+1)·(w+2·pad−k+1), Out].
 	Conv2D(x Array, w Weight, height, width, kernel, pad int) Array
 	// GroupNorm normalizes the image x [h·w, C] per group of C/groups
 	// consecutive channels over all pixels, (x−mean)·rsqrt(var + eps)
@@ -63,41 +59,4 @@ func Upsample2xShape(x Array, height, width int) error {
 		return fmt.Errorf("Upsample2x: x [%d, %d] as %d×%d", x.Rows(), x.Cols(), height, width)
 	}
 	return nil
-}
-
-// ConvWeight makes the WeightData of a convolution from PyTorch's weight
-// [Out, C, k…] (any number of kernel axes, dense elements) and its bias
-// (nil for none): the channels are moved after the kernel axes, [Out,
-// k…·C], the layout Conv2D (and Conv1D) take. The result is a copy.
-func ConvWeight(name string, w tensor.Tensor, bias *tensor.Tensor) (WeightData, error) {
-	if len(w.Shape) < 3 || w.DType.Quantized() {
-		return WeightData{}, fmt.Errorf("%s: convolution weight %v of shape %v", name, w.DType, w.Shape)
-	}
-	out, c, taps := int(w.Shape[0]), int(w.Shape[1]), 1
-	for _, d := range w.Shape[2:] {
-		taps *= int(d)
-	}
-	if out <= 0 || c <= 0 || taps <= 0 || len(w.Data)%(out*c*taps) != 0 {
-		return WeightData{}, fmt.Errorf("%s: %d bytes for shape %v", name, len(w.Data), w.Shape)
-	}
-	size := len(w.Data) / (out * c * taps)
-	if size != w.DType.BlockBytes() {
-		return WeightData{}, fmt.Errorf("%s: %d bytes for shape %v of %v", name, len(w.Data), w.Shape, w.DType)
-	}
-	t := make([]byte, len(w.Data))
-	for o := range out {
-		for ch := range c {
-			for j := range taps {
-				src := ((o*c+ch)*taps + j) * size
-				dst := ((o*taps+j)*c + ch) * size
-				copy(t[dst:dst+size], w.Data[src:src+size])
-			}
-		}
-	}
-	in := taps * c
-	if bias != nil && (len(bias.Shape) != 1 || bias.Shape[0] != int64(out)) {
-		return WeightData{}, fmt.Errorf("%s: bias of shape %v for %d outputs", name, bias.Shape, out)
-	}
-	return WeightData{Name: name, Format: Dense, Out: out, In: in, Bias: bias,
-		Data: tensor.Tensor{Name: w.Name, DType: w.DType, Shape: []int64{int64(out), int64(in)}, Data: t}}, nil
 }

@@ -171,7 +171,7 @@ func (l *loader) conv(name string) backend.Weight {
 		l.err = fmt.Errorf("flux2: %s has shape %v, not a square 2-D convolution", w.Name, w.Shape)
 		return nil
 	}
-	d, err := backend.ConvWeight(name, w, &b)
+	d, err := backend.ConvData(name, w, &b)
 	if err != nil {
 		l.err = fmt.Errorf("flux2: %w", err)
 		return nil

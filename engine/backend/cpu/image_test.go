@@ -11,7 +11,7 @@ import (
 )
 
 // TestImageOps compares Conv2D (with PyTorch's weight layout converted by
-// backend.ConvWeight), GroupNorm and Upsample2x with their formulas in
+// backend.ConvData), GroupNorm and Upsample2x with their formulas in
 // float64 on odd sizes: kernels 1 and 3, with and without padding, one
 // image of more pixels than a Conv2D chunk, one group and several.
 func TestImageOps(t *testing.T) {
@@ -28,7 +28,7 @@ func TestImageOps(t *testing.T) {
 			cw, cb := randFloats(rng, c.Out*c.C*c.Kernel*c.Kernel), randFloats(rng, c.Out)
 			wt, bt := f32Tensor(cw), f32Tensor(cb)
 			wt.Shape = []int64{int64(c.Out), int64(c.C), int64(c.Kernel), int64(c.Kernel)}
-			wd, err := backend.ConvWeight("conv", wt, &bt)
+			wd, err := backend.ConvData("conv", wt, &bt)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -68,7 +68,7 @@ func TestImageShapes(t *testing.T) {
 	defer b.Close()
 	wt := f32Tensor(make([]float32, 2*3*9))
 	wt.Shape = []int64{2, 3, 3, 3}
-	wd, err := backend.ConvWeight("conv", wt, nil)
+	wd, err := backend.ConvData("conv", wt, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,8 +106,8 @@ func TestImageShapes(t *testing.T) {
 	}{{[]int64{2, 3}, 6}, {[]int64{2, 3, 3, 3}, 50}} {
 		w := f32Tensor(make([]float32, bad.n))
 		w.Shape = bad.shape
-		if _, err := backend.ConvWeight("bad", w, nil); err == nil {
-			t.Errorf("ConvWeight accepted %v with %d values", bad.shape, bad.n)
+		if _, err := backend.ConvData("bad", w, nil); err == nil {
+			t.Errorf("ConvData accepted %v with %d values", bad.shape, bad.n)
 		}
 	}
 }
@@ -123,7 +123,7 @@ func BenchmarkConv2D(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 1))
 	wt := f32Tensor(randFloats(rng, out*c*9))
 	wt.Shape = []int64{out, c, 3, 3}
-	wd, err := backend.ConvWeight("conv", wt, nil)
+	wd, err := backend.ConvData("conv", wt, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

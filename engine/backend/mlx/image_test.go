@@ -14,7 +14,7 @@ import (
 )
 
 // testImageOps checks Conv2D (PyTorch's weight layout converted by
-// backend.ConvWeight), GroupNorm and Upsample2x against their formulas in
+// backend.ConvData), GroupNorm and Upsample2x against their formulas in
 // float64 (the ones the CPU backend's test uses), in float32, on odd
 // sizes: kernels 1 and 3, with and without padding, one and several
 // groups.
@@ -37,7 +37,7 @@ func testImageOps(t *testing.T) {
 			}
 			cw, cb := randFloats(rng, c.Out*c.C*c.Kernel*c.Kernel, 1), randFloats(rng, c.Out, 1)
 			bt := upload(cb, int64(c.Out))
-			wd, err := backend.ConvWeight("conv", upload(cw, int64(c.Out), int64(c.C), int64(c.Kernel), int64(c.Kernel)), &bt)
+			wd, err := backend.ConvData("conv", upload(cw, int64(c.Out), int64(c.C), int64(c.Kernel), int64(c.Kernel)), &bt)
 			if err != nil {
 				t.Fatal(err)
 			}
