@@ -180,6 +180,9 @@ type Step interface {
 	HeadOps
 	// ReLU and RelAttention, for VITS text-to-speech (vits.go).
 	VITSOps
+	// Conv2D, GroupNorm and Upsample2x, for convolutional image models
+	// (image.go).
+	ImageOps
 
 	// Mark and Release bound the memory of a pass: Release frees every
 	// array made since m except keep, which it returns (valid, possibly

@@ -164,6 +164,7 @@ func TestMLX(t *testing.T) {
 	t.Run("GemmaOps", testGemmaOps)
 	t.Run("FluxOps", testFluxOps)
 	t.Run("VITSOps", testVITSOps)
+	t.Run("ImageOps", testImageOps)
 	t.Run("Backend", testBackend)
 }
 
