@@ -264,7 +264,47 @@ const (
 	KindRerank    = "rerank"    // cross-encoder scores of query–document pairs (/v1/rerank)
 	// KindTranscription: speech to text (/v1/audio/transcriptions).
 	KindTranscription = "transcription"
+	// KindSpeech: text to speech (/v1/audio/speech).
+	KindSpeech = "speech"
 )
+
+// SpeechRequest is the dialect-neutral text-to-speech request.
+type SpeechRequest struct {
+	Model string
+	Input string
+	// Voice is one of the model's voices ("" : its default).
+	Voice string
+	// Speed multiplies the speaking rate (0: 1): the voice's length
+	// scale is divided by it, so speed 2 gives half the length.
+	Speed float64
+	// OnAudio is called with each sentence's audio as it is synthesized,
+	// before Speak returns (a forwarded request's sentences arrive as the
+	// peer makes them). An error stops the synthesis and is returned.
+	OnAudio func(SpeechAudio) error
+}
+
+// SpeechAudio is the speech of one sentence: 16-bit mono PCM.
+type SpeechAudio struct {
+	SampleRate int
+	PCM        []int16
+}
+
+// SpeechResult is what Speak made in all.
+type SpeechResult struct {
+	SampleRate int
+	Samples    int // over all sentences
+}
+
+// Speaker turns text into speech. Errors: ErrModelNotFound,
+// ErrUnavailable, ErrOverloaded, and *prompt.InvalidRequestError for bad
+// input (empty or too long text, unknown voice, speed out of range, a
+// model that does not speak).
+type Speaker interface {
+	Speak(ctx context.Context, req *SpeechRequest) (*SpeechResult, error)
+}
+
+// DefaultVoice is the name of a single-speaker voice model's only voice.
+const DefaultVoice = "default"
 
 // TranscribeRequest is the dialect-neutral speech-to-text request. The
 // audio travels as uploaded (any format package audio decodes), so a

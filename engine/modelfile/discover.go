@@ -15,6 +15,9 @@ type Kind string
 const (
 	KindSafetensors Kind = "safetensors" // a directory with config.json
 	KindGGUF        Kind = "gguf"        // a single .gguf file
+	// KindONNX: a directory without config.json holding one *.onnx and
+	// its *.onnx.json (a Piper voice).
+	KindONNX Kind = "onnx"
 )
 
 // Entry is a model found in a models directory.
@@ -49,6 +52,8 @@ func Discover(modelsDir string) ([]Entry, error) {
 		case st.IsDir():
 			if cs, err := os.Stat(filepath.Join(path, ConfigFile)); err == nil && cs.Mode().IsRegular() {
 				out = append(out, Entry{Name: name, Path: path, Kind: KindSafetensors})
+			} else if isONNXDir(path) {
+				out = append(out, Entry{Name: name, Path: path, Kind: KindONNX})
 			}
 		case st.Mode().IsRegular() && strings.EqualFold(filepath.Ext(name), ".gguf"):
 			out = append(out, Entry{Name: strings.TrimSuffix(name, filepath.Ext(name)), Path: path, Kind: KindGGUF})
@@ -61,4 +66,15 @@ func Discover(modelsDir string) ([]Entry, error) {
 		return out[i].Kind < out[j].Kind
 	})
 	return out, nil
+}
+
+// isONNXDir reports whether dir holds exactly one *.onnx with its
+// *.onnx.json beside it.
+func isONNXDir(dir string) bool {
+	models, _ := filepath.Glob(filepath.Join(dir, "*.onnx"))
+	if len(models) != 1 {
+		return false
+	}
+	st, err := os.Stat(models[0] + ".json")
+	return err == nil && st.Mode().IsRegular()
 }

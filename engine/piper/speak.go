@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
 )
 
 // Sentence is the speech of one sentence of the text: samples in [−1, 1]
@@ -68,4 +69,11 @@ func PCM16(x []float32) []int16 {
 		out[i] = int16(min(max(v*32767, -32767), 32767))
 	}
 	return out
+}
+
+// Normal is a source of standard normal numbers for Speak's noise,
+// seeded: the same seed, text and scales give the same samples.
+func Normal(seed uint64) func() float32 {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	return func() float32 { return float32(r.NormFloat64()) }
 }

@@ -9,6 +9,7 @@ import (
 	"fusion/engine"
 	"fusion/engine/backend"
 	"fusion/engine/embed"
+	"fusion/engine/piper"
 	"fusion/engine/prompt"
 	"fusion/engine/whisper"
 )
@@ -27,6 +28,8 @@ type embeddingModel struct {
 	ce    *embed.CrossEncoder // nil for an embedding model
 	asr   *whisper.Model
 	asrMu sync.Mutex
+	tts   *piper.Voice // a text-to-speech voice (see speech.go)
+	ttsMu sync.Mutex
 	be    backend.Backend
 	batch *embedBatcher // nil until start
 }
@@ -40,6 +43,8 @@ func (l backendLoader) loadEmbedding(info engine.ModelInfo) (*embeddingModel, er
 	switch info.Kind {
 	case engine.KindTranscription:
 		em.asr, err = whisper.Load(context.Background(), info.Path, be)
+	case engine.KindSpeech:
+		em.tts, err = piper.Load(context.Background(), info.Path, be)
 	case engine.KindRerank:
 		em.ce, err = embed.LoadCrossEncoder(context.Background(), info.Path, be, l.loadMode == "mmap")
 	default:
@@ -53,7 +58,7 @@ func (l backendLoader) loadEmbedding(info engine.ModelInfo) (*embeddingModel, er
 
 // start starts the model's batcher.
 func (e *embeddingModel) start(maxTokens int, stats *embedStats) {
-	if e.asr != nil {
+	if e.asr != nil || e.tts != nil {
 		return
 	}
 	if e.ce != nil {
@@ -77,6 +82,9 @@ func (e *embeddingModel) weightBytes() int64 {
 	if e.asr != nil {
 		return e.asr.WeightBytes()
 	}
+	if e.tts != nil {
+		return e.tts.Bytes()
+	}
 	if e.ce != nil {
 		return e.ce.WeightBytes()
 	}
@@ -87,6 +95,9 @@ func (e *embeddingModel) weightBytes() int64 {
 func (e *embeddingModel) kind() string {
 	if e.asr != nil {
 		return engine.KindTranscription
+	}
+	if e.tts != nil {
+		return engine.KindSpeech
 	}
 	if e.ce != nil {
 		return engine.KindRerank
@@ -100,6 +111,9 @@ func (e *embeddingModel) close() error {
 	}
 	if e.asr != nil {
 		return errors.Join(e.asr.Close(), e.be.Close())
+	}
+	if e.tts != nil {
+		return errors.Join(e.tts.Close(), e.be.Close())
 	}
 	if e.ce != nil {
 		return errors.Join(e.ce.Close(), e.be.Close())

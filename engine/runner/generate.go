@@ -102,6 +102,9 @@ func (r *Runner) Generate(ctx context.Context, req *engine.Request) (<-chan engi
 		if lm.emb.ce != nil {
 			return nil, invalid("model %q is a %s model; it answers /v1/rerank, not generation", req.Model, engine.KindRerank)
 		}
+		if lm.emb.tts != nil {
+			return nil, invalid("model %q is a %s model; it answers /v1/audio/speech, not generation", req.Model, engine.KindSpeech)
+		}
 		if lm.emb.asr != nil {
 			return nil, invalid("model %q is a %s model; it answers /v1/audio/transcriptions, not generation", req.Model, engine.KindTranscription)
 		}

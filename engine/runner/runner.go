@@ -23,6 +23,7 @@ import (
 	"fusion/engine/embed"
 	"fusion/engine/grammar"
 	"fusion/engine/modelfile"
+	"fusion/engine/piper"
 	"fusion/engine/prefixcache"
 	"fusion/engine/prompt"
 	"fusion/engine/sample"
@@ -99,6 +100,9 @@ type Config struct {
 	// MaxEmbedInputs caps the inputs of one embeddings request (default
 	// 2048).
 	MaxEmbedInputs int
+	// Espeak is the phonemizer of the text-to-speech voices (zero:
+	// espeak-ng on PATH with its own data).
+	Espeak piper.Espeak
 	// MaxRerankDocuments caps the documents of one rerank request
 	// (default DefaultMaxRerankDocuments).
 	MaxRerankDocuments int
@@ -328,6 +332,8 @@ func (r *Runner) rescan() error {
 		}
 		info := engine.ModelInfo{ID: f.Name, Path: f.Path, Format: string(f.Kind), Kind: engine.KindChat}
 		switch {
+		case f.Kind == modelfile.KindONNX && piper.IsVoiceDir(f.Path):
+			info.Kind = engine.KindSpeech
 		case f.Kind != modelfile.KindSafetensors:
 		case whisper.IsModelDir(f.Path):
 			info.Kind, info.Format = engine.KindTranscription, "ctranslate2"

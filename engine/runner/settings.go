@@ -154,7 +154,7 @@ func describe(info engine.ModelInfo) ModelDetails {
 			d.Quantization = "affine " + strconv.Itoa(q.Bits) + "-bit/" + strconv.Itoa(q.GroupSize)
 		}
 	}
-	if info.Kind == engine.KindEmbedding || info.Kind == engine.KindRerank || info.Kind == engine.KindTranscription {
+	if info.Kind == engine.KindEmbedding || info.Kind == engine.KindRerank || info.Kind == engine.KindTranscription || info.Kind == engine.KindSpeech {
 		return d
 	}
 	cfg, err := modelfile.ParseConfig(raw)
