@@ -2393,6 +2393,145 @@ func (x *TranscribeReply) GetSegment() *TranscribeSegment {
 	return nil
 }
 
+// SpeechRequest is engine.SpeechRequest.
+type SpeechRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Model         string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	Input         string                 `protobuf:"bytes,2,opt,name=input,proto3" json:"input,omitempty"`
+	Voice         string                 `protobuf:"bytes,3,opt,name=voice,proto3" json:"voice,omitempty"`
+	Speed         float64                `protobuf:"fixed64,4,opt,name=speed,proto3" json:"speed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SpeechRequest) Reset() {
+	*x = SpeechRequest{}
+	mi := &file_engine_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SpeechRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SpeechRequest) ProtoMessage() {}
+
+func (x *SpeechRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engine_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SpeechRequest.ProtoReflect.Descriptor instead.
+func (*SpeechRequest) Descriptor() ([]byte, []int) {
+	return file_engine_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *SpeechRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *SpeechRequest) GetInput() string {
+	if x != nil {
+		return x.Input
+	}
+	return ""
+}
+
+func (x *SpeechRequest) GetVoice() string {
+	if x != nil {
+		return x.Voice
+	}
+	return ""
+}
+
+func (x *SpeechRequest) GetSpeed() float64 {
+	if x != nil {
+		return x.Speed
+	}
+	return 0
+}
+
+// SpeechReply is one sentence's audio (pcm: little-endian 16-bit mono at
+// sample_rate), or the final engine.SpeechResult (done set).
+type SpeechReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SampleRate    int32                  `protobuf:"varint,1,opt,name=sample_rate,json=sampleRate,proto3" json:"sample_rate,omitempty"`
+	Pcm           []byte                 `protobuf:"bytes,2,opt,name=pcm,proto3" json:"pcm,omitempty"`
+	Samples       int64                  `protobuf:"varint,3,opt,name=samples,proto3" json:"samples,omitempty"`
+	Done          bool                   `protobuf:"varint,4,opt,name=done,proto3" json:"done,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SpeechReply) Reset() {
+	*x = SpeechReply{}
+	mi := &file_engine_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SpeechReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SpeechReply) ProtoMessage() {}
+
+func (x *SpeechReply) ProtoReflect() protoreflect.Message {
+	mi := &file_engine_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SpeechReply.ProtoReflect.Descriptor instead.
+func (*SpeechReply) Descriptor() ([]byte, []int) {
+	return file_engine_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *SpeechReply) GetSampleRate() int32 {
+	if x != nil {
+		return x.SampleRate
+	}
+	return 0
+}
+
+func (x *SpeechReply) GetPcm() []byte {
+	if x != nil {
+		return x.Pcm
+	}
+	return nil
+}
+
+func (x *SpeechReply) GetSamples() int64 {
+	if x != nil {
+		return x.Samples
+	}
+	return 0
+}
+
+func (x *SpeechReply) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
 var File_engine_proto protoreflect.FileDescriptor
 
 const file_engine_proto_rawDesc = "" +
@@ -2618,7 +2757,18 @@ const file_engine_proto_rawDesc = "" +
 	"\bduration\x18\x03 \x01(\x01R\bduration\x12?\n" +
 	"\bsegments\x18\x04 \x03(\v2#.fusion.engine.v1.TranscribeSegmentR\bsegments\x12\x12\n" +
 	"\x04done\x18\x05 \x01(\bR\x04done\x12=\n" +
-	"\asegment\x18\x06 \x01(\v2#.fusion.engine.v1.TranscribeSegmentR\asegment2\xcb\x05\n" +
+	"\asegment\x18\x06 \x01(\v2#.fusion.engine.v1.TranscribeSegmentR\asegment\"g\n" +
+	"\rSpeechRequest\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x14\n" +
+	"\x05input\x18\x02 \x01(\tR\x05input\x12\x14\n" +
+	"\x05voice\x18\x03 \x01(\tR\x05voice\x12\x14\n" +
+	"\x05speed\x18\x04 \x01(\x01R\x05speed\"n\n" +
+	"\vSpeechReply\x12\x1f\n" +
+	"\vsample_rate\x18\x01 \x01(\x05R\n" +
+	"sampleRate\x12\x10\n" +
+	"\x03pcm\x18\x02 \x01(\fR\x03pcm\x12\x18\n" +
+	"\asamples\x18\x03 \x01(\x03R\asamples\x12\x12\n" +
+	"\x04done\x18\x04 \x01(\bR\x04done2\x96\x06\n" +
 	"\x06Engine\x12H\n" +
 	"\bGenerate\x12\x19.fusion.engine.v1.Request\x1a\x1f.fusion.engine.v1.GenerateReply0\x01\x12N\n" +
 	"\bTokenize\x12!.fusion.engine.v1.TokenizeRequest\x1a\x1f.fusion.engine.v1.TokenizeReply\x12T\n" +
@@ -2630,7 +2780,8 @@ const file_engine_proto_rawDesc = "" +
 	"\x06Rerank\x12\x1f.fusion.engine.v1.RerankRequest\x1a\x1d.fusion.engine.v1.RerankReply\x12V\n" +
 	"\n" +
 	"Transcribe\x12#.fusion.engine.v1.TranscribeRequest\x1a!.fusion.engine.v1.TranscribeReply0\x01\x12H\n" +
-	"\x05Stats\x12\x1e.fusion.engine.v1.StatsRequest\x1a\x1d.fusion.engine.v1.StatsReport0\x01B\x19Z\x17fusion/cluster/enginepbb\x06proto3"
+	"\x05Stats\x12\x1e.fusion.engine.v1.StatsRequest\x1a\x1d.fusion.engine.v1.StatsReport0\x01\x12I\n" +
+	"\x05Speak\x12\x1f.fusion.engine.v1.SpeechRequest\x1a\x1d.fusion.engine.v1.SpeechReply0\x01B\x19Z\x17fusion/cluster/enginepbb\x06proto3"
 
 var (
 	file_engine_proto_rawDescOnce sync.Once
@@ -2645,7 +2796,7 @@ func file_engine_proto_rawDescGZIP() []byte {
 }
 
 var file_engine_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_engine_proto_goTypes = []any{
 	(Error_Code)(0),           // 0: fusion.engine.v1.Error.Code
 	(*Request)(nil),           // 1: fusion.engine.v1.Request
@@ -2679,13 +2830,15 @@ var file_engine_proto_goTypes = []any{
 	(*TranscribeRequest)(nil), // 29: fusion.engine.v1.TranscribeRequest
 	(*TranscribeSegment)(nil), // 30: fusion.engine.v1.TranscribeSegment
 	(*TranscribeReply)(nil),   // 31: fusion.engine.v1.TranscribeReply
-	nil,                       // 32: fusion.engine.v1.Sampling.LogitBiasEntry
+	(*SpeechRequest)(nil),     // 32: fusion.engine.v1.SpeechRequest
+	(*SpeechReply)(nil),       // 33: fusion.engine.v1.SpeechReply
+	nil,                       // 34: fusion.engine.v1.Sampling.LogitBiasEntry
 }
 var file_engine_proto_depIdxs = []int32{
 	3,  // 0: fusion.engine.v1.Request.sampling:type_name -> fusion.engine.v1.Sampling
 	4,  // 1: fusion.engine.v1.Request.response_format:type_name -> fusion.engine.v1.ResponseFormat
 	2,  // 2: fusion.engine.v1.Request.tool_choice:type_name -> fusion.engine.v1.ToolChoice
-	32, // 3: fusion.engine.v1.Sampling.logit_bias:type_name -> fusion.engine.v1.Sampling.LogitBiasEntry
+	34, // 3: fusion.engine.v1.Sampling.logit_bias:type_name -> fusion.engine.v1.Sampling.LogitBiasEntry
 	6,  // 4: fusion.engine.v1.GenerateReply.accepted:type_name -> fusion.engine.v1.Accepted
 	7,  // 5: fusion.engine.v1.GenerateReply.event:type_name -> fusion.engine.v1.Event
 	8,  // 6: fusion.engine.v1.Event.tool_calls:type_name -> fusion.engine.v1.ToolCall
@@ -2709,17 +2862,19 @@ var file_engine_proto_depIdxs = []int32{
 	22, // 24: fusion.engine.v1.Engine.Rerank:input_type -> fusion.engine.v1.RerankRequest
 	29, // 25: fusion.engine.v1.Engine.Transcribe:input_type -> fusion.engine.v1.TranscribeRequest
 	27, // 26: fusion.engine.v1.Engine.Stats:input_type -> fusion.engine.v1.StatsRequest
-	5,  // 27: fusion.engine.v1.Engine.Generate:output_type -> fusion.engine.v1.GenerateReply
-	14, // 28: fusion.engine.v1.Engine.Tokenize:output_type -> fusion.engine.v1.TokenizeReply
-	15, // 29: fusion.engine.v1.Engine.CountTokens:output_type -> fusion.engine.v1.CountTokensReply
-	17, // 30: fusion.engine.v1.Engine.Detokenize:output_type -> fusion.engine.v1.DetokenizeReply
-	26, // 31: fusion.engine.v1.Engine.Models:output_type -> fusion.engine.v1.ModelsReply
-	21, // 32: fusion.engine.v1.Engine.Embed:output_type -> fusion.engine.v1.EmbedReply
-	23, // 33: fusion.engine.v1.Engine.Rerank:output_type -> fusion.engine.v1.RerankReply
-	31, // 34: fusion.engine.v1.Engine.Transcribe:output_type -> fusion.engine.v1.TranscribeReply
-	28, // 35: fusion.engine.v1.Engine.Stats:output_type -> fusion.engine.v1.StatsReport
-	27, // [27:36] is the sub-list for method output_type
-	18, // [18:27] is the sub-list for method input_type
+	32, // 27: fusion.engine.v1.Engine.Speak:input_type -> fusion.engine.v1.SpeechRequest
+	5,  // 28: fusion.engine.v1.Engine.Generate:output_type -> fusion.engine.v1.GenerateReply
+	14, // 29: fusion.engine.v1.Engine.Tokenize:output_type -> fusion.engine.v1.TokenizeReply
+	15, // 30: fusion.engine.v1.Engine.CountTokens:output_type -> fusion.engine.v1.CountTokensReply
+	17, // 31: fusion.engine.v1.Engine.Detokenize:output_type -> fusion.engine.v1.DetokenizeReply
+	26, // 32: fusion.engine.v1.Engine.Models:output_type -> fusion.engine.v1.ModelsReply
+	21, // 33: fusion.engine.v1.Engine.Embed:output_type -> fusion.engine.v1.EmbedReply
+	23, // 34: fusion.engine.v1.Engine.Rerank:output_type -> fusion.engine.v1.RerankReply
+	31, // 35: fusion.engine.v1.Engine.Transcribe:output_type -> fusion.engine.v1.TranscribeReply
+	28, // 36: fusion.engine.v1.Engine.Stats:output_type -> fusion.engine.v1.StatsReport
+	33, // 37: fusion.engine.v1.Engine.Speak:output_type -> fusion.engine.v1.SpeechReply
+	28, // [28:38] is the sub-list for method output_type
+	18, // [18:28] is the sub-list for method input_type
 	18, // [18:18] is the sub-list for extension type_name
 	18, // [18:18] is the sub-list for extension extendee
 	0,  // [0:18] is the sub-list for field type_name
@@ -2744,7 +2899,7 @@ func file_engine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engine_proto_rawDesc), len(file_engine_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   32,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

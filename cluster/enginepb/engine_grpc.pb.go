@@ -32,6 +32,7 @@ const (
 	Engine_Rerank_FullMethodName      = "/fusion.engine.v1.Engine/Rerank"
 	Engine_Transcribe_FullMethodName  = "/fusion.engine.v1.Engine/Transcribe"
 	Engine_Stats_FullMethodName       = "/fusion.engine.v1.Engine/Stats"
+	Engine_Speak_FullMethodName       = "/fusion.engine.v1.Engine/Speak"
 )
 
 // EngineClient is the client API for Engine service.
@@ -60,6 +61,10 @@ type EngineClient interface {
 	// Stats streams the peer's live figures, one report at once and then one
 	// per interval, until the caller cancels.
 	Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StatsReport], error)
+	// Speak turns text into speech on the peer that has the voice: each
+	// sentence's 16-bit PCM as it is synthesized (audio set), then the
+	// result (done set).
+	Speak(ctx context.Context, in *SpeechRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SpeechReply], error)
 }
 
 type engineClient struct {
@@ -187,6 +192,25 @@ func (c *engineClient) Stats(ctx context.Context, in *StatsRequest, opts ...grpc
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Engine_StatsClient = grpc.ServerStreamingClient[StatsReport]
 
+func (c *engineClient) Speak(ctx context.Context, in *SpeechRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SpeechReply], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Engine_ServiceDesc.Streams[3], Engine_Speak_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SpeechRequest, SpeechReply]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Engine_SpeakClient = grpc.ServerStreamingClient[SpeechReply]
+
 // EngineServer is the server API for Engine service.
 // All implementations must embed UnimplementedEngineServer
 // for forward compatibility.
@@ -213,6 +237,10 @@ type EngineServer interface {
 	// Stats streams the peer's live figures, one report at once and then one
 	// per interval, until the caller cancels.
 	Stats(*StatsRequest, grpc.ServerStreamingServer[StatsReport]) error
+	// Speak turns text into speech on the peer that has the voice: each
+	// sentence's 16-bit PCM as it is synthesized (audio set), then the
+	// result (done set).
+	Speak(*SpeechRequest, grpc.ServerStreamingServer[SpeechReply]) error
 	mustEmbedUnimplementedEngineServer()
 }
 
@@ -249,6 +277,9 @@ func (UnimplementedEngineServer) Transcribe(*TranscribeRequest, grpc.ServerStrea
 }
 func (UnimplementedEngineServer) Stats(*StatsRequest, grpc.ServerStreamingServer[StatsReport]) error {
 	return status.Error(codes.Unimplemented, "method Stats not implemented")
+}
+func (UnimplementedEngineServer) Speak(*SpeechRequest, grpc.ServerStreamingServer[SpeechReply]) error {
+	return status.Error(codes.Unimplemented, "method Speak not implemented")
 }
 func (UnimplementedEngineServer) mustEmbedUnimplementedEngineServer() {}
 func (UnimplementedEngineServer) testEmbeddedByValue()                {}
@@ -412,6 +443,17 @@ func _Engine_Stats_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Engine_StatsServer = grpc.ServerStreamingServer[StatsReport]
 
+func _Engine_Speak_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(SpeechRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(EngineServer).Speak(m, &grpc.GenericServerStream[SpeechRequest, SpeechReply]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Engine_SpeakServer = grpc.ServerStreamingServer[SpeechReply]
+
 // Engine_ServiceDesc is the grpc.ServiceDesc for Engine service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -458,6 +500,11 @@ var Engine_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Stats",
 			Handler:       _Engine_Stats_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Speak",
+			Handler:       _Engine_Speak_Handler,
 			ServerStreams: true,
 		},
 	},

@@ -329,3 +329,33 @@ func (p *Pool) Close() error {
 	}
 	return errors.Join(errs...)
 }
+
+// Speak synthesizes speech on the peer, handing each sentence's audio to
+// req.OnAudio as it arrives.
+func (c *Client) Speak(ctx context.Context, req *engine.SpeechRequest) (*engine.SpeechResult, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := c.pb.Speak(ctx, &enginepb.SpeechRequest{Model: req.Model, Input: req.Input, Voice: req.Voice, Speed: req.Speed})
+	if err != nil {
+		return nil, fromCall(ctx, c.addr, err)
+	}
+	for {
+		rep, err := stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = fmt.Errorf("%w: %s ended the speech without a result", engine.ErrUnavailable, c.addr)
+			}
+			return nil, fromCall(ctx, c.addr, err)
+		}
+		if rep.GetDone() {
+			return &engine.SpeechResult{SampleRate: int(rep.GetSampleRate()), Samples: int(rep.GetSamples())}, nil
+		}
+		if req.OnAudio != nil {
+			if err := req.OnAudio(engine.SpeechAudio{SampleRate: int(rep.GetSampleRate()), PCM: pcmFromBytes(rep.GetPcm())}); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+var _ engine.Speaker = (*Client)(nil)

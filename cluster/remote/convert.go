@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -418,4 +419,22 @@ func transcribeSegmentFromPB(s *enginepb.TranscribeSegment) engine.TranscribeSeg
 	return engine.TranscribeSegment{ID: int(s.GetId()), Seek: int(s.GetSeek()), Start: s.GetStart(), End: s.GetEnd(),
 		Text: s.GetText(), Tokens: ints(s.GetTokens()), Temperature: s.GetTemperature(), AvgLogprob: s.GetAvgLogprob(),
 		CompressionRatio: s.GetCompressionRatio(), NoSpeechProb: s.GetNoSpeechProb()}
+}
+
+// pcmToBytes packs 16-bit samples little-endian.
+func pcmToBytes(pcm []int16) []byte {
+	b := make([]byte, 2*len(pcm))
+	for i, s := range pcm {
+		binary.LittleEndian.PutUint16(b[2*i:], uint16(s))
+	}
+	return b
+}
+
+// pcmFromBytes unpacks what pcmToBytes packed (an odd last byte is dropped).
+func pcmFromBytes(b []byte) []int16 {
+	pcm := make([]int16, len(b)/2)
+	for i := range pcm {
+		pcm[i] = int16(binary.LittleEndian.Uint16(b[2*i:]))
+	}
+	return pcm
 }

@@ -256,6 +256,24 @@ func (s *Service) Transcribe(p *enginepb.TranscribeRequest, stream grpc.ServerSt
 	return stream.Send(out)
 }
 
+// Speak synthesizes speech on the local engine, sending each sentence's
+// audio as it is made, then the result.
+func (s *Service) Speak(p *enginepb.SpeechRequest, stream grpc.ServerStreamingServer[enginepb.SpeechReply]) error {
+	sp, ok := s.cfg.Engine.(engine.Speaker)
+	if !ok {
+		return statusOf(fmt.Errorf("%w: this node's engine does not speak", engine.ErrUnavailable))
+	}
+	req := &engine.SpeechRequest{Model: p.GetModel(), Input: p.GetInput(), Voice: p.GetVoice(), Speed: p.GetSpeed(),
+		OnAudio: func(a engine.SpeechAudio) error {
+			return stream.Send(&enginepb.SpeechReply{SampleRate: int32(a.SampleRate), Pcm: pcmToBytes(a.PCM)})
+		}}
+	res, err := sp.Speak(stream.Context(), req)
+	if err != nil {
+		return statusOf(err)
+	}
+	return stream.Send(&enginepb.SpeechReply{SampleRate: int32(res.SampleRate), Samples: int64(res.Samples), Done: true})
+}
+
 // Models lists the local engine's models.
 func (s *Service) Models(ctx context.Context, _ *enginepb.ModelsRequest) (*enginepb.ModelsReply, error) {
 	ms, err := s.cfg.Engine.Models(ctx)

@@ -712,6 +712,31 @@ func (d *Dispatcher) Transcribe(ctx context.Context, req *engine.TranscribeReque
 		func(g engine.Generator) (*engine.TranscribeResult, error) { return transcribe(g) })
 }
 
+// Speak runs where Embed would. Once a node has handed audio to
+// req.OnAudio its failure is final: another node would hand it again.
+func (d *Dispatcher) Speak(ctx context.Context, req *engine.SpeechRequest) (*engine.SpeechResult, error) {
+	speak := func(g any) (*engine.SpeechResult, error) {
+		s, ok := g.(engine.Speaker)
+		if !ok {
+			return nil, fmt.Errorf("%w: %q", engine.ErrModelNotFound, req.Model)
+		}
+		if req.OnAudio == nil {
+			return s.Speak(ctx, req)
+		}
+		sent := false
+		r := *req
+		r.OnAudio = func(a engine.SpeechAudio) error { sent = true; return req.OnAudio(a) }
+		res, err := s.Speak(ctx, &r)
+		if err != nil && sent {
+			return nil, fmt.Errorf("speech failed after its first sentences: %v", err)
+		}
+		return res, err
+	}
+	return onModelNode(ctx, d, req.Model,
+		func() (*engine.SpeechResult, error) { return speak(d.cfg.Local) },
+		func(g engine.Generator) (*engine.SpeechResult, error) { return speak(g) })
+}
+
 // onModelNode runs local on this node unless it does not have the model,
 // then remote on each peer that has it, until one answers or fails for
 // good; with none, the model's not-found error (503 while peers are
