@@ -69,6 +69,8 @@ type Config struct {
 	// MaxRerankDocs caps the documents of one rerank request (default
 	// runner.DefaultMaxRerankDocuments).
 	MaxRerankDocs int
+	// MaxSpeechInput caps /v1/audio/speech's input in characters (0: 4096).
+	MaxSpeechInput int
 	// EmbedBatchTokens bounds one embedding-model pass in padded tokens
 	// (default runner.DefaultEmbedBatchTokens).
 	EmbedBatchTokens int
@@ -433,7 +435,8 @@ func New(cfg Config) (*Node, error) {
 		Engine: cloudEngine{aliasEngine: aliasEngine{Dispatcher: gen, a: n.admin}, cloud: n.cloud}, Stats: n.engineStats, Cache: run, Models: run, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes, Cluster: clusterStatus,
 		Admin: adminCfg,
 		OpenAI: openai.Options{MaxTokens: cfg.MaxTokens, CompletionsAsChat: cfg.CompletionsAsChat,
-			AsChat: n.admin.completionsAsChat, MaxAudioBytes: cfg.MaxAudioBytes, MaxAudioSeconds: float64(cfg.MaxAudioSeconds)},
+			AsChat: n.admin.completionsAsChat, MaxAudioBytes: cfg.MaxAudioBytes, MaxAudioSeconds: float64(cfg.MaxAudioSeconds),
+			MaxSpeechInput: cfg.MaxSpeechInput},
 		OpenClaw: cfg.OpenClaw, Sessions: sessions, Version: cfg.Version, Logger: cfg.Logger,
 	})
 	n.admin.handler.Store(n.router.Admin())

@@ -130,6 +130,8 @@ func serveSettingsTable() []serveSetting {
 			func(s *serveSettings, v string) error { return parseInt64(v, &s.cfg.MaxAudioBytes, 1) }},
 		{"max-audio-seconds", constant(strconv.Itoa(openai.DefaultMaxAudioSeconds)), "longest audio, in seconds, /v1/audio/transcriptions and translations accept (400 above)",
 			func(s *serveSettings, v string) error { return parseInt64(v, &s.cfg.MaxAudioSeconds, 1) }},
+		{"max-speech-input", constant(strconv.Itoa(openai.DefaultMaxSpeechInput)), "longest input, in characters, /v1/audio/speech accepts (400 above)",
+			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.MaxSpeechInput, 1) }},
 		{"max-tokens", constant("0"), "cap on max_tokens per request, and its default (0: none; a generation may take what the model's context window leaves after its prompt)",
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.MaxTokens, 0) }},
 		{"max-queued", constant("64"), "generations admitted at once before answering 429",

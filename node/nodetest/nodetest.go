@@ -44,6 +44,7 @@ type Options struct {
 	MaxBodyBytes      int64
 	MaxAudioBytes     int64 // audio upload caps (0: the node's defaults)
 	MaxAudioSeconds   int64
+	MaxSpeechInput    int   // /v1/audio/speech input cap in characters (0: the node's default)
 	MemoryBudget      int64 // weights of loaded models (0: the node's default)
 	DrainTimeout      time.Duration
 	CompletionsAsChat map[string]bool
@@ -189,7 +190,7 @@ func Start(t testing.TB, o Options) *node.Node {
 	n, err := node.New(node.Config{
 		Listen: "127.0.0.1:0", DataDir: o.DataDir, ModelsDir: o.ModelsDir, APIKey: o.APIKey,
 		CacheHotBytes: o.CacheHotBytes, CacheSSDBytes: o.CacheSSDBytes,
-		MaxQueued: o.MaxQueued, MaxEmbeds: o.MaxEmbeds, MaxRerankDocs: o.MaxRerankDocs, MaxRunning: o.MaxRunning, MaxTokens: o.MaxTokens, MaxBodyBytes: o.MaxBodyBytes, MaxAudioBytes: o.MaxAudioBytes, MaxAudioSeconds: o.MaxAudioSeconds, MemoryBudget: o.MemoryBudget, DrainTimeout: o.DrainTimeout,
+		MaxQueued: o.MaxQueued, MaxEmbeds: o.MaxEmbeds, MaxRerankDocs: o.MaxRerankDocs, MaxRunning: o.MaxRunning, MaxTokens: o.MaxTokens, MaxBodyBytes: o.MaxBodyBytes, MaxAudioBytes: o.MaxAudioBytes, MaxAudioSeconds: o.MaxAudioSeconds, MaxSpeechInput: o.MaxSpeechInput, MemoryBudget: o.MemoryBudget, DrainTimeout: o.DrainTimeout,
 		CompletionsAsChat: o.CompletionsAsChat, OpenClaw: o.OpenClaw, Sessions: o.Sessions, Threads: 1, Version: "test", Logger: o.Logger, Cluster: o.Cluster,
 		MCPServers: o.MCPServers, MCP: o.MCP, MCPMaxSteps: o.MCPMaxSteps, LogLevel: o.LogLevel, Logs: o.Logs,
 		Backend: o.Backend, MLXMemoryLimit: o.MLXMemoryLimit, WrapBackend: o.WrapBackend,

@@ -30,6 +30,9 @@ type Options struct {
 	// DefaultMaxAudioSeconds); over them is a 400.
 	MaxAudioBytes   int64
 	MaxAudioSeconds float64
+	// MaxSpeechInput caps /v1/audio/speech's input in characters (0:
+	// DefaultMaxSpeechInput); over it is a 400.
+	MaxSpeechInput int
 }
 
 // Limits of request fields, as the OpenAI API sets them where it does.
