@@ -58,7 +58,7 @@ test: test-deps
 	@# TestTranscribeOnMLX. (Run one after another, not side by side: three
 	@# race-enabled runs on two cores made the MLX pass's cluster tests
 	@# miss their deadlines.)
-	FUSION_TEST_BACKEND=mlx $(TEST_ENV) $(GO) test -race -count=1 -timeout 30m -json -skip '^TestPythonSDKTranscriptions$$' ./router ./router/openai ./router/anthropic ./router/openclaw | .cache/testsum -log .cache/test-mlx.json
+	FUSION_TEST_BACKEND=mlx $(TEST_ENV) $(GO) test -race -count=1 -timeout 30m -json -skip '^(TestPythonSDKTranscriptions|TestPythonSDKSpeech)$$' ./router ./router/openai ./router/anthropic ./router/openclaw | .cache/testsum -log .cache/test-mlx.json
 	FUSION_TEST_BACKEND=mlx $(TEST_ENV) $(GO) test -race -count=1 -timeout 30m -run 'TestSchemaSuite' ./engine/runner
 	@# Issue #5's suite at full size (200 answers + 200 forced calls; the
 	@# race run above does 60 + 60), printing its counts.
