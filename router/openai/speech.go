@@ -58,8 +58,10 @@ type VoiceList struct {
 }
 
 // check validates the request against OpenAI's rules and this server's
-// input limit, and fills the defaults (voice "default", format mp3 as
-// OpenAI would, which is refused here).
+// input limit, and fills the defaults. A missing response_format is wav,
+// not OpenAI's mp3: this server has no mp3 encoder, and a client that did
+// not choose a format is better served audio it can play (the answer's
+// Content-Type says what it is) than a 400; an explicit mp3 is refused.
 func (req *SpeechRequest) check(maxInput int) *Error {
 	switch {
 	case req.Model == "":
@@ -76,7 +78,7 @@ func (req *SpeechRequest) check(maxInput int) *Error {
 		return invalidRequest("speed", "Invalid 'speed': %v is not between %v and %v.", *req.Speed, minSpeechSpeed, maxSpeechSpeed)
 	}
 	if req.ResponseFormat == "" {
-		req.ResponseFormat = "mp3"
+		req.ResponseFormat = "wav"
 	}
 	if !slices.Contains(wavFormats, req.ResponseFormat) {
 		if slices.Contains(speechFormats, req.ResponseFormat) {
