@@ -364,6 +364,15 @@ func (e aliasEngine) Transcribe(ctx context.Context, req *engine.TranscribeReque
 	return e.Dispatcher.Transcribe(ctx, req)
 }
 
+func (e aliasEngine) GenerateImage(ctx context.Context, req *engine.ImageRequest) (*engine.ImageResult, error) {
+	if id := e.a.resolve(req.Model); id != req.Model {
+		r := *req
+		r.Model = id
+		req = &r
+	}
+	return e.Dispatcher.GenerateImage(ctx, req)
+}
+
 func (e aliasEngine) Rerank(ctx context.Context, req *engine.RerankRequest) (*engine.RerankResult, error) {
 	if id := e.a.resolve(req.Model); id != req.Model {
 		r := *req

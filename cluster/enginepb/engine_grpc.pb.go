@@ -23,15 +23,16 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Engine_Generate_FullMethodName    = "/fusion.engine.v1.Engine/Generate"
-	Engine_Tokenize_FullMethodName    = "/fusion.engine.v1.Engine/Tokenize"
-	Engine_CountTokens_FullMethodName = "/fusion.engine.v1.Engine/CountTokens"
-	Engine_Detokenize_FullMethodName  = "/fusion.engine.v1.Engine/Detokenize"
-	Engine_Models_FullMethodName      = "/fusion.engine.v1.Engine/Models"
-	Engine_Embed_FullMethodName       = "/fusion.engine.v1.Engine/Embed"
-	Engine_Rerank_FullMethodName      = "/fusion.engine.v1.Engine/Rerank"
-	Engine_Transcribe_FullMethodName  = "/fusion.engine.v1.Engine/Transcribe"
-	Engine_Stats_FullMethodName       = "/fusion.engine.v1.Engine/Stats"
+	Engine_Generate_FullMethodName      = "/fusion.engine.v1.Engine/Generate"
+	Engine_Tokenize_FullMethodName      = "/fusion.engine.v1.Engine/Tokenize"
+	Engine_CountTokens_FullMethodName   = "/fusion.engine.v1.Engine/CountTokens"
+	Engine_Detokenize_FullMethodName    = "/fusion.engine.v1.Engine/Detokenize"
+	Engine_Models_FullMethodName        = "/fusion.engine.v1.Engine/Models"
+	Engine_Embed_FullMethodName         = "/fusion.engine.v1.Engine/Embed"
+	Engine_Rerank_FullMethodName        = "/fusion.engine.v1.Engine/Rerank"
+	Engine_Transcribe_FullMethodName    = "/fusion.engine.v1.Engine/Transcribe"
+	Engine_Stats_FullMethodName         = "/fusion.engine.v1.Engine/Stats"
+	Engine_GenerateImage_FullMethodName = "/fusion.engine.v1.Engine/GenerateImage"
 )
 
 // EngineClient is the client API for Engine service.
@@ -60,6 +61,10 @@ type EngineClient interface {
 	// Stats streams the peer's live figures, one report at once and then one
 	// per interval, until the caller cancels.
 	Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[StatsReport], error)
+	// GenerateImage makes images on the peer that has the image model. Each
+	// denoising step comes as it is taken (step set, when progress was asked
+	// for), then the images (done set).
+	GenerateImage(ctx context.Context, in *ImageRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ImageReply], error)
 }
 
 type engineClient struct {
@@ -187,6 +192,25 @@ func (c *engineClient) Stats(ctx context.Context, in *StatsRequest, opts ...grpc
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Engine_StatsClient = grpc.ServerStreamingClient[StatsReport]
 
+func (c *engineClient) GenerateImage(ctx context.Context, in *ImageRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ImageReply], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Engine_ServiceDesc.Streams[3], Engine_GenerateImage_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ImageRequest, ImageReply]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Engine_GenerateImageClient = grpc.ServerStreamingClient[ImageReply]
+
 // EngineServer is the server API for Engine service.
 // All implementations must embed UnimplementedEngineServer
 // for forward compatibility.
@@ -213,6 +237,10 @@ type EngineServer interface {
 	// Stats streams the peer's live figures, one report at once and then one
 	// per interval, until the caller cancels.
 	Stats(*StatsRequest, grpc.ServerStreamingServer[StatsReport]) error
+	// GenerateImage makes images on the peer that has the image model. Each
+	// denoising step comes as it is taken (step set, when progress was asked
+	// for), then the images (done set).
+	GenerateImage(*ImageRequest, grpc.ServerStreamingServer[ImageReply]) error
 	mustEmbedUnimplementedEngineServer()
 }
 
@@ -249,6 +277,9 @@ func (UnimplementedEngineServer) Transcribe(*TranscribeRequest, grpc.ServerStrea
 }
 func (UnimplementedEngineServer) Stats(*StatsRequest, grpc.ServerStreamingServer[StatsReport]) error {
 	return status.Error(codes.Unimplemented, "method Stats not implemented")
+}
+func (UnimplementedEngineServer) GenerateImage(*ImageRequest, grpc.ServerStreamingServer[ImageReply]) error {
+	return status.Error(codes.Unimplemented, "method GenerateImage not implemented")
 }
 func (UnimplementedEngineServer) mustEmbedUnimplementedEngineServer() {}
 func (UnimplementedEngineServer) testEmbeddedByValue()                {}
@@ -412,6 +443,17 @@ func _Engine_Stats_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Engine_StatsServer = grpc.ServerStreamingServer[StatsReport]
 
+func _Engine_GenerateImage_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ImageRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(EngineServer).GenerateImage(m, &grpc.GenericServerStream[ImageRequest, ImageReply]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Engine_GenerateImageServer = grpc.ServerStreamingServer[ImageReply]
+
 // Engine_ServiceDesc is the grpc.ServiceDesc for Engine service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -458,6 +500,11 @@ var Engine_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Stats",
 			Handler:       _Engine_Stats_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "GenerateImage",
+			Handler:       _Engine_GenerateImage_Handler,
 			ServerStreams: true,
 		},
 	},

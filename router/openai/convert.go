@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"fusion/engine"
 	"fusion/engine/sample"
@@ -30,6 +31,13 @@ type Options struct {
 	// DefaultMaxAudioSeconds); over them is a 400.
 	MaxAudioBytes   int64
 	MaxAudioSeconds float64
+	// MaxImageSide, MaxImages and MaxImageSteps cap an image generation's
+	// width and height, n and steps (0: DefaultMaxImageSide,
+	// DefaultMaxImages, DefaultMaxImageSteps); over them is a 400.
+	// ImageRetention is how long a url result is served (0:
+	// DefaultImageRetention).
+	MaxImageSide, MaxImages, MaxImageSteps int
+	ImageRetention                         time.Duration
 }
 
 // Limits of request fields, as the OpenAI API sets them where it does.
