@@ -69,6 +69,12 @@ type Config struct {
 	// MaxRerankDocs caps the documents of one rerank request (default
 	// runner.DefaultMaxRerankDocuments).
 	MaxRerankDocs int
+	// MaxImageSide, MaxImages and MaxImageSteps cap an image generation's
+	// sides, n and steps (0: openai's defaults).
+	MaxImageSide, MaxImages, MaxImageSteps int
+	// ImageRetention is how long a url result of an image generation is
+	// served (0: openai.DefaultImageRetention).
+	ImageRetention time.Duration
 	// EmbedBatchTokens bounds one embedding-model pass in padded tokens
 	// (default runner.DefaultEmbedBatchTokens).
 	EmbedBatchTokens int
@@ -432,7 +438,8 @@ func New(cfg Config) (*Node, error) {
 		Engine: cloudEngine{aliasEngine: aliasEngine{Dispatcher: gen, a: n.admin}, cloud: n.cloud}, Stats: n.engineStats, Cache: run, Models: run, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes, Cluster: clusterStatus,
 		Admin: adminCfg,
 		OpenAI: openai.Options{MaxTokens: cfg.MaxTokens, CompletionsAsChat: cfg.CompletionsAsChat,
-			AsChat: n.admin.completionsAsChat, MaxAudioBytes: cfg.MaxAudioBytes, MaxAudioSeconds: float64(cfg.MaxAudioSeconds)},
+			AsChat: n.admin.completionsAsChat, MaxAudioBytes: cfg.MaxAudioBytes, MaxAudioSeconds: float64(cfg.MaxAudioSeconds),
+			MaxImageSide: cfg.MaxImageSide, MaxImages: cfg.MaxImages, MaxImageSteps: cfg.MaxImageSteps, ImageRetention: cfg.ImageRetention},
 		OpenClaw: cfg.OpenClaw, Sessions: sessions, Version: cfg.Version, Logger: cfg.Logger,
 	})
 	n.admin.handler.Store(n.router.Admin())
