@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"fusion/engine/backend"
 )
@@ -64,6 +65,22 @@ func readJSON(path string, v any) error {
 		return fmt.Errorf("flux2: %s: %w", path, err)
 	}
 	return nil
+}
+
+// IsCheckpoint reports whether dir holds a FLUX.2 pipeline in diffusers'
+// layout: a model_index.json naming a Flux2 pipeline class.
+func IsCheckpoint(dir string) bool {
+	var idx ModelIndex
+	if readJSON(filepath.Join(dir, ModelIndexFile), &idx) != nil {
+		return false
+	}
+	return strings.HasPrefix(idx.ClassName, "Flux2")
+}
+
+// WeightBytes is the memory the weights hold: the text encoder's loaded
+// layers and the transformer's file.
+func (p *Pipeline) WeightBytes() int64 {
+	return p.Text.model.WeightBytes() + p.Transformer.bytes
 }
 
 // Close releases the text encoder and the transformer.

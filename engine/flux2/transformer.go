@@ -20,9 +20,10 @@ import (
 // (rows of a matrix, or columns for the single blocks' to_out), so that
 // every product is one Linear.
 type Transformer struct {
-	cfg  TransformerConfig
-	be   backend.Backend
-	file *safetensors.File
+	cfg   TransformerConfig
+	be    backend.Backend
+	file  *safetensors.File
+	bytes int64 // the weights file's size
 
 	timeIn, timeOut    backend.Weight // time_guidance_embed.timestep_embedder
 	modImg, modTxt     [6]backend.Weight
@@ -78,6 +79,9 @@ func LoadTransformer(be backend.Backend, dir string) (*Transformer, error) {
 		return nil, err
 	}
 	m := &Transformer{cfg: cfg, be: be, file: f}
+	if st, err := os.Stat(filepath.Join(dir, TransformerDir, ComponentWeights)); err == nil {
+		m.bytes = st.Size()
+	}
 	if err := m.load(); err != nil {
 		m.Close()
 		return nil, err

@@ -13,9 +13,13 @@ type Kind string
 
 // Model kinds.
 const (
-	KindSafetensors Kind = "safetensors" // a directory with config.json
+	KindSafetensors Kind = "safetensors" // a directory with config.json (or a diffusers model_index.json)
 	KindGGUF        Kind = "gguf"        // a single .gguf file
 )
+
+// DiffusersIndexFile marks a diffusers pipeline folder (one subfolder per
+// component): an image model.
+const DiffusersIndexFile = "model_index.json"
 
 // Entry is a model found in a models directory.
 type Entry struct {
@@ -25,7 +29,7 @@ type Entry struct {
 }
 
 // Discover lists the models in modelsDir: every subdirectory holding a
-// config.json (named after the directory) and every *.gguf file (named
+// config.json or a diffusers model_index.json (named after the directory) and every *.gguf file (named
 // after the file without its extension). Hidden entries are skipped;
 // symbolic links are followed. The list is sorted by name, then kind. It
 // reads no weights.
@@ -47,8 +51,11 @@ func Discover(modelsDir string) ([]Entry, error) {
 		}
 		switch {
 		case st.IsDir():
-			if cs, err := os.Stat(filepath.Join(path, ConfigFile)); err == nil && cs.Mode().IsRegular() {
-				out = append(out, Entry{Name: name, Path: path, Kind: KindSafetensors})
+			for _, f := range []string{ConfigFile, DiffusersIndexFile} {
+				if cs, err := os.Stat(filepath.Join(path, f)); err == nil && cs.Mode().IsRegular() {
+					out = append(out, Entry{Name: name, Path: path, Kind: KindSafetensors})
+					break
+				}
 			}
 		case st.Mode().IsRegular() && strings.EqualFold(filepath.Ext(name), ".gguf"):
 			out = append(out, Entry{Name: strings.TrimSuffix(name, filepath.Ext(name)), Path: path, Kind: KindGGUF})

@@ -9,6 +9,7 @@ import (
 	"fusion/engine"
 	"fusion/engine/backend"
 	"fusion/engine/embed"
+	"fusion/engine/flux2"
 	"fusion/engine/prompt"
 	"fusion/engine/whisper"
 )
@@ -27,6 +28,7 @@ type embeddingModel struct {
 	ce    *embed.CrossEncoder // nil for an embedding model
 	asr   *whisper.Model
 	asrMu sync.Mutex
+	img   *flux2.Pipeline // an image model (image.go)
 	be    backend.Backend
 	batch *embedBatcher // nil until start
 }
@@ -40,6 +42,8 @@ func (l backendLoader) loadEmbedding(info engine.ModelInfo) (*embeddingModel, er
 	switch info.Kind {
 	case engine.KindTranscription:
 		em.asr, err = whisper.Load(context.Background(), info.Path, be)
+	case engine.KindImage:
+		em.img, err = flux2.LoadPipeline(context.Background(), be, info.Path)
 	case engine.KindRerank:
 		em.ce, err = embed.LoadCrossEncoder(context.Background(), info.Path, be, l.loadMode == "mmap")
 	default:
@@ -53,7 +57,7 @@ func (l backendLoader) loadEmbedding(info engine.ModelInfo) (*embeddingModel, er
 
 // start starts the model's batcher.
 func (e *embeddingModel) start(maxTokens int, stats *embedStats) {
-	if e.asr != nil {
+	if e.asr != nil || e.img != nil {
 		return
 	}
 	if e.ce != nil {
@@ -74,6 +78,9 @@ func (e *embeddingModel) start(maxTokens int, stats *embedStats) {
 
 // weightBytes is the memory the backend holds for the weights.
 func (e *embeddingModel) weightBytes() int64 {
+	if e.img != nil {
+		return e.img.WeightBytes()
+	}
 	if e.asr != nil {
 		return e.asr.WeightBytes()
 	}
@@ -85,6 +92,9 @@ func (e *embeddingModel) weightBytes() int64 {
 
 // kind is the model's engine.Kind*.
 func (e *embeddingModel) kind() string {
+	if e.img != nil {
+		return engine.KindImage
+	}
 	if e.asr != nil {
 		return engine.KindTranscription
 	}
@@ -100,6 +110,9 @@ func (e *embeddingModel) close() error {
 	}
 	if e.asr != nil {
 		return errors.Join(e.asr.Close(), e.be.Close())
+	}
+	if e.img != nil {
+		return errors.Join(e.img.Close(), e.be.Close())
 	}
 	if e.ce != nil {
 		return errors.Join(e.ce.Close(), e.be.Close())
