@@ -15,6 +15,8 @@
 //     and one folder per component) and `create-demo --arch flux2`, a tiny
 //     random-weight checkpoint diffusers loads.
 //
-// The transformer and the VAE decoder, which need backend ops, are not
-// here yet (DESIGN.md).
+// On engine/backend ops: transformer.go (Flux2Transformer2DModel and the
+// denoising loop), textencoder.go (the Qwen3 prompt encoder, reusing
+// engine/model) and pipeline.go (a checkpoint from a prompt to the
+// denoised latents). The VAE decoder is not here yet (DESIGN.md).
 package flux2
