@@ -373,6 +373,15 @@ func (e aliasEngine) Speak(ctx context.Context, req *engine.SpeechRequest) (*eng
 	return e.Dispatcher.Speak(ctx, req)
 }
 
+func (e aliasEngine) GenerateImage(ctx context.Context, req *engine.ImageRequest) (*engine.ImageResult, error) {
+	if id := e.a.resolve(req.Model); id != req.Model {
+		r := *req
+		r.Model = id
+		req = &r
+	}
+	return e.Dispatcher.GenerateImage(ctx, req)
+}
+
 func (e aliasEngine) Rerank(ctx context.Context, req *engine.RerankRequest) (*engine.RerankResult, error) {
 	if id := e.a.resolve(req.Model); id != req.Model {
 		r := *req

@@ -71,6 +71,12 @@ type Config struct {
 	MaxRerankDocs int
 	// MaxSpeechInput caps /v1/audio/speech's input in characters (0: 4096).
 	MaxSpeechInput int
+	// MaxImageSide, MaxImages and MaxImageSteps cap an image generation's
+	// sides, n and steps (0: openai's defaults).
+	MaxImageSide, MaxImages, MaxImageSteps int
+	// ImageRetention is how long a url result of an image generation is
+	// served (0: openai.DefaultImageRetention).
+	ImageRetention time.Duration
 	// EmbedBatchTokens bounds one embedding-model pass in padded tokens
 	// (default runner.DefaultEmbedBatchTokens).
 	EmbedBatchTokens int
@@ -436,7 +442,9 @@ func New(cfg Config) (*Node, error) {
 		Admin: adminCfg,
 		OpenAI: openai.Options{MaxTokens: cfg.MaxTokens, CompletionsAsChat: cfg.CompletionsAsChat,
 			AsChat: n.admin.completionsAsChat, MaxAudioBytes: cfg.MaxAudioBytes, MaxAudioSeconds: float64(cfg.MaxAudioSeconds),
-			MaxSpeechInput: cfg.MaxSpeechInput},
+			MaxSpeechInput: cfg.MaxSpeechInput,
+			MaxImageSide:   cfg.MaxImageSide, MaxImages: cfg.MaxImages, MaxImageSteps: cfg.MaxImageSteps, ImageRetention: cfg.ImageRetention},
+
 		OpenClaw: cfg.OpenClaw, Sessions: sessions, Version: cfg.Version, Logger: cfg.Logger,
 	})
 	n.admin.handler.Store(n.router.Admin())

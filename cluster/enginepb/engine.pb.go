@@ -2532,6 +2532,193 @@ func (x *SpeechReply) GetDone() bool {
 	return false
 }
 
+// ImageRequest is engine.ImageRequest; progress asks for the steps.
+type ImageRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Model         string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	Prompt        string                 `protobuf:"bytes,2,opt,name=prompt,proto3" json:"prompt,omitempty"`
+	N             int32                  `protobuf:"varint,3,opt,name=n,proto3" json:"n,omitempty"`
+	Width         int32                  `protobuf:"varint,4,opt,name=width,proto3" json:"width,omitempty"`
+	Height        int32                  `protobuf:"varint,5,opt,name=height,proto3" json:"height,omitempty"`
+	Steps         int32                  `protobuf:"varint,6,opt,name=steps,proto3" json:"steps,omitempty"`
+	Guidance      float64                `protobuf:"fixed64,7,opt,name=guidance,proto3" json:"guidance,omitempty"`
+	Seed          uint64                 `protobuf:"varint,8,opt,name=seed,proto3" json:"seed,omitempty"`
+	Progress      bool                   `protobuf:"varint,9,opt,name=progress,proto3" json:"progress,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImageRequest) Reset() {
+	*x = ImageRequest{}
+	mi := &file_engine_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImageRequest) ProtoMessage() {}
+
+func (x *ImageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engine_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImageRequest.ProtoReflect.Descriptor instead.
+func (*ImageRequest) Descriptor() ([]byte, []int) {
+	return file_engine_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ImageRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ImageRequest) GetPrompt() string {
+	if x != nil {
+		return x.Prompt
+	}
+	return ""
+}
+
+func (x *ImageRequest) GetN() int32 {
+	if x != nil {
+		return x.N
+	}
+	return 0
+}
+
+func (x *ImageRequest) GetWidth() int32 {
+	if x != nil {
+		return x.Width
+	}
+	return 0
+}
+
+func (x *ImageRequest) GetHeight() int32 {
+	if x != nil {
+		return x.Height
+	}
+	return 0
+}
+
+func (x *ImageRequest) GetSteps() int32 {
+	if x != nil {
+		return x.Steps
+	}
+	return 0
+}
+
+func (x *ImageRequest) GetGuidance() float64 {
+	if x != nil {
+		return x.Guidance
+	}
+	return 0
+}
+
+func (x *ImageRequest) GetSeed() uint64 {
+	if x != nil {
+		return x.Seed
+	}
+	return 0
+}
+
+func (x *ImageRequest) GetProgress() bool {
+	if x != nil {
+		return x.Progress
+	}
+	return false
+}
+
+// ImageReply is a step taken (engine.ImageStep: image, step, steps), or
+// the final engine.ImageResult (done set, one PNG file per image).
+type ImageReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Image         int32                  `protobuf:"varint,1,opt,name=image,proto3" json:"image,omitempty"`
+	Step          int32                  `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
+	Steps         int32                  `protobuf:"varint,3,opt,name=steps,proto3" json:"steps,omitempty"`
+	Done          bool                   `protobuf:"varint,4,opt,name=done,proto3" json:"done,omitempty"`
+	Png           [][]byte               `protobuf:"bytes,5,rep,name=png,proto3" json:"png,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImageReply) Reset() {
+	*x = ImageReply{}
+	mi := &file_engine_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImageReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImageReply) ProtoMessage() {}
+
+func (x *ImageReply) ProtoReflect() protoreflect.Message {
+	mi := &file_engine_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImageReply.ProtoReflect.Descriptor instead.
+func (*ImageReply) Descriptor() ([]byte, []int) {
+	return file_engine_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ImageReply) GetImage() int32 {
+	if x != nil {
+		return x.Image
+	}
+	return 0
+}
+
+func (x *ImageReply) GetStep() int32 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *ImageReply) GetSteps() int32 {
+	if x != nil {
+		return x.Steps
+	}
+	return 0
+}
+
+func (x *ImageReply) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *ImageReply) GetPng() [][]byte {
+	if x != nil {
+		return x.Png
+	}
+	return nil
+}
+
 var File_engine_proto protoreflect.FileDescriptor
 
 const file_engine_proto_rawDesc = "" +
@@ -2768,7 +2955,24 @@ const file_engine_proto_rawDesc = "" +
 	"sampleRate\x12\x10\n" +
 	"\x03pcm\x18\x02 \x01(\fR\x03pcm\x12\x18\n" +
 	"\asamples\x18\x03 \x01(\x03R\asamples\x12\x12\n" +
-	"\x04done\x18\x04 \x01(\bR\x04done2\x96\x06\n" +
+	"\x04done\x18\x04 \x01(\bR\x04done\"\xda\x01\n" +
+	"\fImageRequest\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
+	"\x06prompt\x18\x02 \x01(\tR\x06prompt\x12\f\n" +
+	"\x01n\x18\x03 \x01(\x05R\x01n\x12\x14\n" +
+	"\x05width\x18\x04 \x01(\x05R\x05width\x12\x16\n" +
+	"\x06height\x18\x05 \x01(\x05R\x06height\x12\x14\n" +
+	"\x05steps\x18\x06 \x01(\x05R\x05steps\x12\x1a\n" +
+	"\bguidance\x18\a \x01(\x01R\bguidance\x12\x12\n" +
+	"\x04seed\x18\b \x01(\x04R\x04seed\x12\x1a\n" +
+	"\bprogress\x18\t \x01(\bR\bprogress\"r\n" +
+	"\n" +
+	"ImageReply\x12\x14\n" +
+	"\x05image\x18\x01 \x01(\x05R\x05image\x12\x12\n" +
+	"\x04step\x18\x02 \x01(\x05R\x04step\x12\x14\n" +
+	"\x05steps\x18\x03 \x01(\x05R\x05steps\x12\x12\n" +
+	"\x04done\x18\x04 \x01(\bR\x04done\x12\x10\n" +
+	"\x03png\x18\x05 \x03(\fR\x03png2\xe7\x06\n" +
 	"\x06Engine\x12H\n" +
 	"\bGenerate\x12\x19.fusion.engine.v1.Request\x1a\x1f.fusion.engine.v1.GenerateReply0\x01\x12N\n" +
 	"\bTokenize\x12!.fusion.engine.v1.TokenizeRequest\x1a\x1f.fusion.engine.v1.TokenizeReply\x12T\n" +
@@ -2781,7 +2985,8 @@ const file_engine_proto_rawDesc = "" +
 	"\n" +
 	"Transcribe\x12#.fusion.engine.v1.TranscribeRequest\x1a!.fusion.engine.v1.TranscribeReply0\x01\x12H\n" +
 	"\x05Stats\x12\x1e.fusion.engine.v1.StatsRequest\x1a\x1d.fusion.engine.v1.StatsReport0\x01\x12I\n" +
-	"\x05Speak\x12\x1f.fusion.engine.v1.SpeechRequest\x1a\x1d.fusion.engine.v1.SpeechReply0\x01B\x19Z\x17fusion/cluster/enginepbb\x06proto3"
+	"\x05Speak\x12\x1f.fusion.engine.v1.SpeechRequest\x1a\x1d.fusion.engine.v1.SpeechReply0\x01\x12O\n" +
+	"\rGenerateImage\x12\x1e.fusion.engine.v1.ImageRequest\x1a\x1c.fusion.engine.v1.ImageReply0\x01B\x19Z\x17fusion/cluster/enginepbb\x06proto3"
 
 var (
 	file_engine_proto_rawDescOnce sync.Once
@@ -2796,7 +3001,7 @@ func file_engine_proto_rawDescGZIP() []byte {
 }
 
 var file_engine_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_engine_proto_goTypes = []any{
 	(Error_Code)(0),           // 0: fusion.engine.v1.Error.Code
 	(*Request)(nil),           // 1: fusion.engine.v1.Request
@@ -2832,13 +3037,15 @@ var file_engine_proto_goTypes = []any{
 	(*TranscribeReply)(nil),   // 31: fusion.engine.v1.TranscribeReply
 	(*SpeechRequest)(nil),     // 32: fusion.engine.v1.SpeechRequest
 	(*SpeechReply)(nil),       // 33: fusion.engine.v1.SpeechReply
-	nil,                       // 34: fusion.engine.v1.Sampling.LogitBiasEntry
+	(*ImageRequest)(nil),      // 34: fusion.engine.v1.ImageRequest
+	(*ImageReply)(nil),        // 35: fusion.engine.v1.ImageReply
+	nil,                       // 36: fusion.engine.v1.Sampling.LogitBiasEntry
 }
 var file_engine_proto_depIdxs = []int32{
 	3,  // 0: fusion.engine.v1.Request.sampling:type_name -> fusion.engine.v1.Sampling
 	4,  // 1: fusion.engine.v1.Request.response_format:type_name -> fusion.engine.v1.ResponseFormat
 	2,  // 2: fusion.engine.v1.Request.tool_choice:type_name -> fusion.engine.v1.ToolChoice
-	34, // 3: fusion.engine.v1.Sampling.logit_bias:type_name -> fusion.engine.v1.Sampling.LogitBiasEntry
+	36, // 3: fusion.engine.v1.Sampling.logit_bias:type_name -> fusion.engine.v1.Sampling.LogitBiasEntry
 	6,  // 4: fusion.engine.v1.GenerateReply.accepted:type_name -> fusion.engine.v1.Accepted
 	7,  // 5: fusion.engine.v1.GenerateReply.event:type_name -> fusion.engine.v1.Event
 	8,  // 6: fusion.engine.v1.Event.tool_calls:type_name -> fusion.engine.v1.ToolCall
@@ -2863,18 +3070,20 @@ var file_engine_proto_depIdxs = []int32{
 	29, // 25: fusion.engine.v1.Engine.Transcribe:input_type -> fusion.engine.v1.TranscribeRequest
 	27, // 26: fusion.engine.v1.Engine.Stats:input_type -> fusion.engine.v1.StatsRequest
 	32, // 27: fusion.engine.v1.Engine.Speak:input_type -> fusion.engine.v1.SpeechRequest
-	5,  // 28: fusion.engine.v1.Engine.Generate:output_type -> fusion.engine.v1.GenerateReply
-	14, // 29: fusion.engine.v1.Engine.Tokenize:output_type -> fusion.engine.v1.TokenizeReply
-	15, // 30: fusion.engine.v1.Engine.CountTokens:output_type -> fusion.engine.v1.CountTokensReply
-	17, // 31: fusion.engine.v1.Engine.Detokenize:output_type -> fusion.engine.v1.DetokenizeReply
-	26, // 32: fusion.engine.v1.Engine.Models:output_type -> fusion.engine.v1.ModelsReply
-	21, // 33: fusion.engine.v1.Engine.Embed:output_type -> fusion.engine.v1.EmbedReply
-	23, // 34: fusion.engine.v1.Engine.Rerank:output_type -> fusion.engine.v1.RerankReply
-	31, // 35: fusion.engine.v1.Engine.Transcribe:output_type -> fusion.engine.v1.TranscribeReply
-	28, // 36: fusion.engine.v1.Engine.Stats:output_type -> fusion.engine.v1.StatsReport
-	33, // 37: fusion.engine.v1.Engine.Speak:output_type -> fusion.engine.v1.SpeechReply
-	28, // [28:38] is the sub-list for method output_type
-	18, // [18:28] is the sub-list for method input_type
+	34, // 28: fusion.engine.v1.Engine.GenerateImage:input_type -> fusion.engine.v1.ImageRequest
+	5,  // 29: fusion.engine.v1.Engine.Generate:output_type -> fusion.engine.v1.GenerateReply
+	14, // 30: fusion.engine.v1.Engine.Tokenize:output_type -> fusion.engine.v1.TokenizeReply
+	15, // 31: fusion.engine.v1.Engine.CountTokens:output_type -> fusion.engine.v1.CountTokensReply
+	17, // 32: fusion.engine.v1.Engine.Detokenize:output_type -> fusion.engine.v1.DetokenizeReply
+	26, // 33: fusion.engine.v1.Engine.Models:output_type -> fusion.engine.v1.ModelsReply
+	21, // 34: fusion.engine.v1.Engine.Embed:output_type -> fusion.engine.v1.EmbedReply
+	23, // 35: fusion.engine.v1.Engine.Rerank:output_type -> fusion.engine.v1.RerankReply
+	31, // 36: fusion.engine.v1.Engine.Transcribe:output_type -> fusion.engine.v1.TranscribeReply
+	28, // 37: fusion.engine.v1.Engine.Stats:output_type -> fusion.engine.v1.StatsReport
+	33, // 38: fusion.engine.v1.Engine.Speak:output_type -> fusion.engine.v1.SpeechReply
+	35, // 39: fusion.engine.v1.Engine.GenerateImage:output_type -> fusion.engine.v1.ImageReply
+	29, // [29:40] is the sub-list for method output_type
+	18, // [18:29] is the sub-list for method input_type
 	18, // [18:18] is the sub-list for extension type_name
 	18, // [18:18] is the sub-list for extension extendee
 	0,  // [0:18] is the sub-list for field type_name
@@ -2899,7 +3108,7 @@ func file_engine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engine_proto_rawDesc), len(file_engine_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   34,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

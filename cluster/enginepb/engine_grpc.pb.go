@@ -23,16 +23,17 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Engine_Generate_FullMethodName    = "/fusion.engine.v1.Engine/Generate"
-	Engine_Tokenize_FullMethodName    = "/fusion.engine.v1.Engine/Tokenize"
-	Engine_CountTokens_FullMethodName = "/fusion.engine.v1.Engine/CountTokens"
-	Engine_Detokenize_FullMethodName  = "/fusion.engine.v1.Engine/Detokenize"
-	Engine_Models_FullMethodName      = "/fusion.engine.v1.Engine/Models"
-	Engine_Embed_FullMethodName       = "/fusion.engine.v1.Engine/Embed"
-	Engine_Rerank_FullMethodName      = "/fusion.engine.v1.Engine/Rerank"
-	Engine_Transcribe_FullMethodName  = "/fusion.engine.v1.Engine/Transcribe"
-	Engine_Stats_FullMethodName       = "/fusion.engine.v1.Engine/Stats"
-	Engine_Speak_FullMethodName       = "/fusion.engine.v1.Engine/Speak"
+	Engine_Generate_FullMethodName      = "/fusion.engine.v1.Engine/Generate"
+	Engine_Tokenize_FullMethodName      = "/fusion.engine.v1.Engine/Tokenize"
+	Engine_CountTokens_FullMethodName   = "/fusion.engine.v1.Engine/CountTokens"
+	Engine_Detokenize_FullMethodName    = "/fusion.engine.v1.Engine/Detokenize"
+	Engine_Models_FullMethodName        = "/fusion.engine.v1.Engine/Models"
+	Engine_Embed_FullMethodName         = "/fusion.engine.v1.Engine/Embed"
+	Engine_Rerank_FullMethodName        = "/fusion.engine.v1.Engine/Rerank"
+	Engine_Transcribe_FullMethodName    = "/fusion.engine.v1.Engine/Transcribe"
+	Engine_Stats_FullMethodName         = "/fusion.engine.v1.Engine/Stats"
+	Engine_Speak_FullMethodName         = "/fusion.engine.v1.Engine/Speak"
+	Engine_GenerateImage_FullMethodName = "/fusion.engine.v1.Engine/GenerateImage"
 )
 
 // EngineClient is the client API for Engine service.
@@ -65,6 +66,10 @@ type EngineClient interface {
 	// sentence's 16-bit PCM as it is synthesized (audio set), then the
 	// result (done set).
 	Speak(ctx context.Context, in *SpeechRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SpeechReply], error)
+	// GenerateImage makes images on the peer that has the image model. Each
+	// denoising step comes as it is taken (step set, when progress was asked
+	// for), then the images (done set).
+	GenerateImage(ctx context.Context, in *ImageRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ImageReply], error)
 }
 
 type engineClient struct {
@@ -211,6 +216,25 @@ func (c *engineClient) Speak(ctx context.Context, in *SpeechRequest, opts ...grp
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Engine_SpeakClient = grpc.ServerStreamingClient[SpeechReply]
 
+func (c *engineClient) GenerateImage(ctx context.Context, in *ImageRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ImageReply], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Engine_ServiceDesc.Streams[4], Engine_GenerateImage_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ImageRequest, ImageReply]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Engine_GenerateImageClient = grpc.ServerStreamingClient[ImageReply]
+
 // EngineServer is the server API for Engine service.
 // All implementations must embed UnimplementedEngineServer
 // for forward compatibility.
@@ -241,6 +265,10 @@ type EngineServer interface {
 	// sentence's 16-bit PCM as it is synthesized (audio set), then the
 	// result (done set).
 	Speak(*SpeechRequest, grpc.ServerStreamingServer[SpeechReply]) error
+	// GenerateImage makes images on the peer that has the image model. Each
+	// denoising step comes as it is taken (step set, when progress was asked
+	// for), then the images (done set).
+	GenerateImage(*ImageRequest, grpc.ServerStreamingServer[ImageReply]) error
 	mustEmbedUnimplementedEngineServer()
 }
 
@@ -280,6 +308,9 @@ func (UnimplementedEngineServer) Stats(*StatsRequest, grpc.ServerStreamingServer
 }
 func (UnimplementedEngineServer) Speak(*SpeechRequest, grpc.ServerStreamingServer[SpeechReply]) error {
 	return status.Error(codes.Unimplemented, "method Speak not implemented")
+}
+func (UnimplementedEngineServer) GenerateImage(*ImageRequest, grpc.ServerStreamingServer[ImageReply]) error {
+	return status.Error(codes.Unimplemented, "method GenerateImage not implemented")
 }
 func (UnimplementedEngineServer) mustEmbedUnimplementedEngineServer() {}
 func (UnimplementedEngineServer) testEmbeddedByValue()                {}
@@ -454,6 +485,17 @@ func _Engine_Speak_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Engine_SpeakServer = grpc.ServerStreamingServer[SpeechReply]
 
+func _Engine_GenerateImage_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ImageRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(EngineServer).GenerateImage(m, &grpc.GenericServerStream[ImageRequest, ImageReply]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Engine_GenerateImageServer = grpc.ServerStreamingServer[ImageReply]
+
 // Engine_ServiceDesc is the grpc.ServiceDesc for Engine service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -505,6 +547,11 @@ var Engine_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Speak",
 			Handler:       _Engine_Speak_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "GenerateImage",
+			Handler:       _Engine_GenerateImage_Handler,
 			ServerStreams: true,
 		},
 	},

@@ -225,10 +225,38 @@ func (c *Client) Transcribe(ctx context.Context, req *engine.TranscribeRequest) 
 	}
 }
 
+// GenerateImage makes images on the peer, handing each step to
+// req.OnStep as it arrives. The images come one message each (a message
+// stays under the size limit for any image the limits allow).
+func (c *Client) GenerateImage(ctx context.Context, req *engine.ImageRequest) (*engine.ImageResult, error) {
+	stream, err := c.pb.GenerateImage(ctx, imageRequestToPB(req))
+	if err != nil {
+		return nil, fromCall(ctx, c.addr, err)
+	}
+	res := &engine.ImageResult{}
+	for {
+		rep, err := stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = fmt.Errorf("%w: %s ended the image generation without a result", engine.ErrUnavailable, c.addr)
+			}
+			return nil, fromCall(ctx, c.addr, err)
+		}
+		res.PNG = append(res.PNG, rep.GetPng()...)
+		switch {
+		case rep.GetDone():
+			return res, nil
+		case rep.GetSteps() > 0 && req.OnStep != nil:
+			req.OnStep(engine.ImageStep{Image: int(rep.GetImage()), Step: int(rep.GetStep()), Steps: int(rep.GetSteps())})
+		}
+	}
+}
+
 var (
-	_ engine.Embedder    = (*Client)(nil)
-	_ engine.Reranker    = (*Client)(nil)
-	_ engine.Transcriber = (*Client)(nil)
+	_ engine.ImageGenerator = (*Client)(nil)
+	_ engine.Embedder       = (*Client)(nil)
+	_ engine.Reranker       = (*Client)(nil)
+	_ engine.Transcriber    = (*Client)(nil)
 )
 
 // PeerStats is one report of a peer's live figures.

@@ -438,3 +438,13 @@ func pcmFromBytes(b []byte) []int16 {
 	}
 	return pcm
 }
+
+func imageRequestToPB(r *engine.ImageRequest) *enginepb.ImageRequest {
+	return &enginepb.ImageRequest{Model: r.Model, Prompt: r.Prompt, N: int32(r.N), Width: int32(r.Width), Height: int32(r.Height),
+		Steps: int32(r.Steps), Guidance: r.Guidance, Seed: r.Seed, Progress: r.OnStep != nil}
+}
+
+func imageRequestFromPB(p *enginepb.ImageRequest) *engine.ImageRequest {
+	return &engine.ImageRequest{Model: p.GetModel(), Prompt: p.GetPrompt(), N: int(p.GetN()), Width: int(p.GetWidth()),
+		Height: int(p.GetHeight()), Steps: int(p.GetSteps()), Guidance: p.GetGuidance(), Seed: p.GetSeed()}
+}

@@ -274,6 +274,38 @@ func (s *Service) Speak(p *enginepb.SpeechRequest, stream grpc.ServerStreamingSe
 	return stream.Send(&enginepb.SpeechReply{SampleRate: int32(res.SampleRate), Samples: int64(res.Samples), Done: true})
 }
 
+// GenerateImage makes images on the local engine, sending each step as
+// it is taken (when asked for), then each image in a message of its own,
+// then done.
+func (s *Service) GenerateImage(p *enginepb.ImageRequest, stream grpc.ServerStreamingServer[enginepb.ImageReply]) error {
+	ig, ok := s.cfg.Engine.(engine.ImageGenerator)
+	if !ok {
+		return statusOf(fmt.Errorf("%w: this node's engine does not make images", engine.ErrUnavailable))
+	}
+	req := imageRequestFromPB(p)
+	var sendErr error
+	if p.GetProgress() {
+		req.OnStep = func(st engine.ImageStep) {
+			if sendErr == nil {
+				sendErr = stream.Send(&enginepb.ImageReply{Image: int32(st.Image), Step: int32(st.Step), Steps: int32(st.Steps)})
+			}
+		}
+	}
+	res, err := ig.GenerateImage(stream.Context(), req)
+	if err != nil {
+		return statusOf(err)
+	}
+	if sendErr != nil {
+		return sendErr
+	}
+	for i, png := range res.PNG {
+		if err := stream.Send(&enginepb.ImageReply{Image: int32(i), Png: [][]byte{png}}); err != nil {
+			return err
+		}
+	}
+	return stream.Send(&enginepb.ImageReply{Done: true})
+}
+
 // Models lists the local engine's models.
 func (s *Service) Models(ctx context.Context, _ *enginepb.ModelsRequest) (*enginepb.ModelsReply, error) {
 	ms, err := s.cfg.Engine.Models(ctx)

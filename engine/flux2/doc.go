@@ -15,14 +15,13 @@
 //     and one folder per component) and `create-demo --arch flux2`, a tiny
 //     random-weight checkpoint diffusers loads.
 //
-// On a compute backend (engine/backend):
+// On engine/backend ops:
 //
 //   - transformer.go: Flux2Transformer2DModel and the distilled
 //     denoising loop;
+//   - textencoder.go: the Qwen3 prompt encoder, reusing engine/model;
+//   - pipeline.go: a checkpoint from a prompt to the denoised latents;
 //   - vae.go: AutoencoderKLFlux2's decoder, the latent batch norm the
 //     pipeline undoes before it, and the quantization of the decoded
 //     pixels to an image (VAE.Image: final latents → *image.NRGBA).
-//
-// The text encoder's hidden states and the endpoints are not here yet
-// (DESIGN.md).
 package flux2

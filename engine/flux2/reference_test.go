@@ -78,6 +78,23 @@ type denoiseCase struct {
 	Steps    int    `json:"steps"`
 }
 
+// textCase is a prompt through the text encoder, padded or truncated to
+// MaxLen tokens.
+type textCase struct {
+	Prompt string `json:"prompt"`
+	MaxLen int    `json:"max_len"`
+}
+
+// generateCase is a whole generation from a prompt up to the latents.
+type generateCase struct {
+	Prompt string `json:"prompt"`
+	N      int    `json:"n"`
+	Width  int    `json:"width"`
+	Height int    `json:"height"`
+	Steps  int    `json:"steps"`
+	Seed   uint64 `json:"seed"`
+}
+
 type demoCase struct {
 	Dir    string `json:"dir"`
 	Prompt string `json:"prompt"`
@@ -97,6 +114,8 @@ var refRequest = struct {
 	Forward  []forwardCase  `json:"forward"`
 	Denoise  []denoiseCase  `json:"denoise"`
 	Image    []denoiseCase  `json:"image"`
+	Text     []textCase     `json:"text"`
+	Generate []generateCase `json:"generate"`
 }{
 	Randn: []randnCase{
 		{Seed: 0, Shapes: [][]int64{{1}, {2}, {7}, {15}}},             // torch's double sampler
@@ -128,6 +147,12 @@ var refRequest = struct {
 	},
 	Denoise: []denoiseCase{{Size: 64, Seed: 21, Text: 4, TextSeed: 22, Steps: 2}, {Size: 48, Seed: 23, Text: 6, TextSeed: 24, Steps: 4}},
 	Image:   []denoiseCase{{Size: 64, Seed: 25, Text: 4, TextSeed: 26, Steps: 4}},
+	Text: []textCase{
+		{Prompt: "a red fox in the snow", MaxLen: DefaultMaxSequenceLength},
+		{Prompt: "Ein Fuchs im Schnee, 雪の中の狐 🦊", MaxLen: 64},
+		{Prompt: "a very long prompt that the tokenizer truncates to sixteen tokens, chat template and all", MaxLen: 16},
+	},
+	Generate: []generateCase{{Prompt: "a lighthouse at dusk", N: 2, Width: 64, Height: 32, Steps: 2, Seed: 31}},
 }
 
 func idRows(ids []PosID) [][4]int32 {
@@ -185,6 +210,15 @@ type refReply struct {
 		NP      []uint32 `json:"np"`    // output_type="np": [height, width, 3] in [0, 1]
 		PIL     []int    `json:"pil"`   // the PIL image's bytes, row-major RGB
 	} `json:"image"`
+	Text []struct {
+		IDs    []int    `json:"ids"`
+		Real   int      `json:"real"`
+		Embeds []uint32 `json:"embeds"`
+	} `json:"text"`
+	Generate []struct {
+		Steps   int        `json:"steps"`
+		Latents [][]uint32 `json:"latents"`
+	} `json:"generate"`
 }
 
 var (

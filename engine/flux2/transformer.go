@@ -39,6 +39,7 @@ type params struct {
 	what    string // the component, for errors
 	be      backend.Backend
 	file    *safetensors.File
+	bytes   int64 // the weights file's size
 	weights []backend.Weight
 	vectors []backend.Vector
 }
@@ -63,6 +64,9 @@ func (p *params) open(be backend.Backend, dir, sub string, load func() error) er
 		return err
 	}
 	*p = params{what: sub, be: be, file: f}
+	if st, err := os.Stat(filepath.Join(dir, sub, ComponentWeights)); err == nil {
+		p.bytes = st.Size()
+	}
 	if err := load(); err != nil {
 		p.close()
 		return err
@@ -371,16 +375,28 @@ func span(lo, hi int) []int {
 // Denoise runs the distilled pipeline's loop from the packed latents
 // in.Image: at every timestep of sched the transformer's velocity, then
 // an Euler step. It returns the final packed latents (in.Timestep is not
-// used).
+// used). It stops between steps when ctx is done.
 func (m *Transformer) Denoise(ctx context.Context, sched Schedule, in Inputs) ([]float32, error) {
+	return m.denoise(ctx, sched, in, nil)
+}
+
+// denoise is Denoise calling after (when not nil) with each step done
+// (from 1) and the number of steps.
+func (m *Transformer) denoise(ctx context.Context, sched Schedule, in Inputs, after func(step, steps int)) ([]float32, error) {
 	x := append([]float32(nil), in.Image...)
 	for i, t := range sched.Timesteps {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		in.Image, in.Timestep = x, t
 		v, err := m.Forward(ctx, in)
 		if err != nil {
 			return nil, fmt.Errorf("flux2: step %d of %d: %w", i+1, len(sched.Timesteps), err)
 		}
 		sched.EulerStep(i, x, v)
+		if after != nil {
+			after(i+1, len(sched.Timesteps))
+		}
 	}
 	return x, nil
 }

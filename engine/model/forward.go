@@ -155,20 +155,19 @@ func (m *Model) forward(ctx context.Context, inputs []Input, layers Range, hidde
 func (m *Model) run(ctx context.Context, s backend.Step, inputs []Input, layers Range, hidden *Hidden, b *backend.Batch) (backend.Array, error) {
 	var x backend.Array
 	if layers.Start == 0 {
-		ids := make([]int32, 0, b.Rows())
-		for _, in := range inputs {
-			for _, t := range in.Tokens {
-				ids = append(ids, int32(t))
-			}
-		}
-		x = s.Embed(m.embed, ids)
-		if m.embedScale != 0 {
-			x = s.Scale(x, m.embedScale)
-		}
+		x = m.embedTokens(s, inputs)
 	} else {
 		x = s.Input(hidden.Rows, hidden.Cols, hidden.Data)
 	}
 	f := &frame{Step: s, batch: b, eps: m.eps, rope: m.rope, scale: m.scale}
+	return m.layers(ctx, f, x, layers, nil)
+}
+
+// layers runs the layers of the range on f's step from x, calling after
+// (when not nil) with each layer's output before the next starts, and
+// returns the residual stream after the last one.
+func (m *Model) layers(ctx context.Context, f *frame, x backend.Array, layers Range, after func(l int, x backend.Array) error) (backend.Array, error) {
+	s := f.Step
 	for l := layers.Start; l < layers.End; l++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -187,8 +186,28 @@ func (m *Model) run(ctx context.Context, s backend.Step, inputs []Input, layers 
 		if f.err != nil {
 			return nil, f.err
 		}
+		if after != nil {
+			if err := after(l, x); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return x, nil
+}
+
+// embedTokens embeds the inputs' tokens, one row each in input order.
+func (m *Model) embedTokens(s backend.Step, inputs []Input) backend.Array {
+	var ids []int32
+	for _, in := range inputs {
+		for _, t := range in.Tokens {
+			ids = append(ids, int32(t))
+		}
+	}
+	x := s.Embed(m.embed, ids)
+	if m.embedScale != 0 {
+		x = s.Scale(x, m.embedScale)
+	}
+	return x
 }
 
 // logits applies the final norm and the LM head to the rows that need

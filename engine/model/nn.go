@@ -18,6 +18,10 @@ type frame struct {
 	scale float32 // attention scale, head_dim^−½ unless the family says
 	// window > 0 makes the layer attend to its last window positions.
 	window int
+	// padded, when not nil, makes the batch one right-padded sequence
+	// whose padding rows attend to its real positions only (see
+	// Model.PaddedStates).
+	padded *padding
 	// err is the first failure of an op that reads values back (a
 	// router's scores); Forward stops at it.
 	err error
@@ -34,6 +38,9 @@ func (f *frame) rotate(x backend.Array) backend.Array { return f.RoPE(x, f.rope,
 
 // attend is causal grouped-query attention over the layer's KV cache.
 func (f *frame) attend(q, k, v backend.Array) backend.Array {
+	if f.padded != nil {
+		return f.attendPadded(q, k, v)
+	}
 	if f.window > 0 {
 		return f.WindowAttention(f.layer, q, k, v, f.scale, f.window, f.batch)
 	}

@@ -13,12 +13,16 @@ type Kind string
 
 // Model kinds.
 const (
-	KindSafetensors Kind = "safetensors" // a directory with config.json
+	KindSafetensors Kind = "safetensors" // a directory with config.json (or a diffusers model_index.json)
 	KindGGUF        Kind = "gguf"        // a single .gguf file
 	// KindONNX: a directory without config.json holding one *.onnx and
 	// its *.onnx.json (a Piper voice).
 	KindONNX Kind = "onnx"
 )
+
+// DiffusersIndexFile marks a diffusers pipeline folder (one subfolder per
+// component): an image model.
+const DiffusersIndexFile = "model_index.json"
 
 // Entry is a model found in a models directory.
 type Entry struct {
@@ -28,7 +32,7 @@ type Entry struct {
 }
 
 // Discover lists the models in modelsDir: every subdirectory holding a
-// config.json (named after the directory) and every *.gguf file (named
+// config.json or a diffusers model_index.json (named after the directory) and every *.gguf file (named
 // after the file without its extension). Hidden entries are skipped;
 // symbolic links are followed. The list is sorted by name, then kind. It
 // reads no weights.
@@ -50,9 +54,10 @@ func Discover(modelsDir string) ([]Entry, error) {
 		}
 		switch {
 		case st.IsDir():
-			if cs, err := os.Stat(filepath.Join(path, ConfigFile)); err == nil && cs.Mode().IsRegular() {
+			switch {
+			case regularFile(filepath.Join(path, ConfigFile)), regularFile(filepath.Join(path, DiffusersIndexFile)):
 				out = append(out, Entry{Name: name, Path: path, Kind: KindSafetensors})
-			} else if isONNXDir(path) {
+			case isONNXDir(path):
 				out = append(out, Entry{Name: name, Path: path, Kind: KindONNX})
 			}
 		case st.Mode().IsRegular() && strings.EqualFold(filepath.Ext(name), ".gguf"):
@@ -76,5 +81,11 @@ func isONNXDir(dir string) bool {
 		return false
 	}
 	st, err := os.Stat(models[0] + ".json")
+	return err == nil && st.Mode().IsRegular()
+}
+
+// regularFile reports whether path is a regular file (links followed).
+func regularFile(path string) bool {
+	st, err := os.Stat(path)
 	return err == nil && st.Mode().IsRegular()
 }

@@ -9,6 +9,7 @@ import (
 	"fusion/engine"
 	"fusion/engine/backend"
 	"fusion/engine/embed"
+	"fusion/engine/flux2"
 	"fusion/engine/piper"
 	"fusion/engine/prompt"
 	"fusion/engine/whisper"
@@ -30,6 +31,7 @@ type embeddingModel struct {
 	asrMu sync.Mutex
 	tts   *piper.Voice // a text-to-speech voice (see speech.go)
 	ttsMu sync.Mutex
+	img   *flux2.Pipeline // an image model (image.go)
 	be    backend.Backend
 	batch *embedBatcher // nil until start
 }
@@ -45,6 +47,8 @@ func (l backendLoader) loadEmbedding(info engine.ModelInfo) (*embeddingModel, er
 		em.asr, err = whisper.Load(context.Background(), info.Path, be)
 	case engine.KindSpeech:
 		em.tts, err = piper.Load(context.Background(), info.Path, be)
+	case engine.KindImage:
+		em.img, err = flux2.LoadPipeline(context.Background(), be, info.Path)
 	case engine.KindRerank:
 		em.ce, err = embed.LoadCrossEncoder(context.Background(), info.Path, be, l.loadMode == "mmap")
 	default:
@@ -58,7 +62,7 @@ func (l backendLoader) loadEmbedding(info engine.ModelInfo) (*embeddingModel, er
 
 // start starts the model's batcher.
 func (e *embeddingModel) start(maxTokens int, stats *embedStats) {
-	if e.asr != nil || e.tts != nil {
+	if e.asr != nil || e.tts != nil || e.img != nil {
 		return
 	}
 	if e.ce != nil {
@@ -79,6 +83,9 @@ func (e *embeddingModel) start(maxTokens int, stats *embedStats) {
 
 // weightBytes is the memory the backend holds for the weights.
 func (e *embeddingModel) weightBytes() int64 {
+	if e.img != nil {
+		return e.img.WeightBytes()
+	}
 	if e.asr != nil {
 		return e.asr.WeightBytes()
 	}
@@ -93,6 +100,9 @@ func (e *embeddingModel) weightBytes() int64 {
 
 // kind is the model's engine.Kind*.
 func (e *embeddingModel) kind() string {
+	if e.img != nil {
+		return engine.KindImage
+	}
 	if e.asr != nil {
 		return engine.KindTranscription
 	}
@@ -114,6 +124,9 @@ func (e *embeddingModel) close() error {
 	}
 	if e.tts != nil {
 		return errors.Join(e.tts.Close(), e.be.Close())
+	}
+	if e.img != nil {
+		return errors.Join(e.img.Close(), e.be.Close())
 	}
 	if e.ce != nil {
 		return errors.Join(e.ce.Close(), e.be.Close())

@@ -105,6 +105,9 @@ func (r *Runner) Generate(ctx context.Context, req *engine.Request) (<-chan engi
 		if lm.emb.tts != nil {
 			return nil, invalid("model %q is a %s model; it answers /v1/audio/speech, not generation", req.Model, engine.KindSpeech)
 		}
+		if lm.emb.img != nil {
+			return nil, invalid("model %q is an %s model; it answers /v1/images/generations, not generation", req.Model, engine.KindImage)
+		}
 		if lm.emb.asr != nil {
 			return nil, invalid("model %q is a %s model; it answers /v1/audio/transcriptions, not generation", req.Model, engine.KindTranscription)
 		}

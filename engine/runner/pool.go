@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"fusion/engine"
+	"fusion/engine/flux2"
 	"fusion/engine/parser"
 	"fusion/engine/prompt"
 	"fusion/engine/sample"
@@ -353,7 +354,7 @@ func (r *Runner) makeRoom(target *entry, need int64) ([]*loadedModel, error) {
 // cancelled ctx does not stop it. An embedding model has no template and
 // no scheduler.
 func (r *Runner) loadModel(ctx context.Context, e *entry) (*loadedModel, error) {
-	if e.info.Kind == engine.KindEmbedding || e.info.Kind == engine.KindRerank || e.info.Kind == engine.KindTranscription || e.info.Kind == engine.KindSpeech {
+	if e.info.Kind == engine.KindEmbedding || e.info.Kind == engine.KindRerank || e.info.Kind == engine.KindTranscription || e.info.Kind == engine.KindSpeech || e.info.Kind == engine.KindImage {
 		em, err := r.loader.loadEmbedding(e.info)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: %v", engine.ErrUnavailable, e.info.ID, err)
@@ -411,6 +412,13 @@ func estimateBytes(path string) int64 {
 		return st.Size()
 	}
 	var n int64
+	if flux2.IsCheckpoint(path) {
+		// A diffusers checkpoint: the weights of its component folders.
+		for _, c := range []string{flux2.TextEncoderDir, flux2.TransformerDir, flux2.VAEDir} {
+			n += estimateBytes(filepath.Join(path, c))
+		}
+		return n
+	}
 	entries, _ := os.ReadDir(path)
 	for _, de := range entries {
 		name := de.Name()

@@ -21,6 +21,7 @@ import (
 
 	"fusion/engine"
 	"fusion/engine/embed"
+	"fusion/engine/flux2"
 	"fusion/engine/grammar"
 	"fusion/engine/modelfile"
 	"fusion/engine/piper"
@@ -34,6 +35,13 @@ import (
 // limit is per node.
 type Config struct {
 	ModelsDir string
+	// MaxQueuedImages is how many image generations may be in flight at
+	// once (one runs, the rest wait) before GenerateImage answers
+	// engine.ErrOverloaded (default DefaultMaxQueuedImages). MaxImageBytes
+	// caps the working memory one generation may need (default: half of
+	// the free RAM when it starts).
+	MaxQueuedImages int
+	MaxImageBytes   int64
 	// Preload names models to load at start.
 	Preload []string
 	// MaxQueued is how many requests may be in flight (waiting or running)
@@ -200,6 +208,7 @@ func (c *Config) defaults() {
 // Runner implements engine.Generator over a models directory.
 type Runner struct {
 	cfg      Config
+	images   *imageQueue // image generations, outside the chat scheduler (image.go)
 	loader   loader
 	backends *backends
 
@@ -278,7 +287,7 @@ func New(cfg Config) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Runner{cfg: cfg, models: map[string]*entry{}, closed: make(chan struct{}), backends: bes,
+	r := &Runner{cfg: cfg, models: map[string]*entry{}, closed: make(chan struct{}), backends: bes, images: newImageQueue(cfg.MaxQueuedImages),
 		loader:   backendLoader{threads: cfg.Threads, loadMode: cfg.LoadMode, backends: bes},
 		grammars: newGrammarCache(grammarCacheSize), texts: prompt.NewCache(cfg.TextCacheModels)}
 	return r.start()
@@ -335,6 +344,8 @@ func (r *Runner) rescan() error {
 		case f.Kind == modelfile.KindONNX && piper.IsVoiceDir(f.Path):
 			info.Kind = engine.KindSpeech
 		case f.Kind != modelfile.KindSafetensors:
+		case flux2.IsCheckpoint(f.Path):
+			info.Kind, info.Format = engine.KindImage, "diffusers"
 		case whisper.IsModelDir(f.Path):
 			info.Kind, info.Format = engine.KindTranscription, "ctranslate2"
 		case embed.IsCrossEncoder(f.Path):

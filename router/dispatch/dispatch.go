@@ -737,6 +737,31 @@ func (d *Dispatcher) Speak(ctx context.Context, req *engine.SpeechRequest) (*eng
 		func(g engine.Generator) (*engine.SpeechResult, error) { return speak(g) })
 }
 
+// GenerateImage runs where Embed would. Once a node has reported a step
+// to req.OnStep its failure is final: another node would start again.
+func (d *Dispatcher) GenerateImage(ctx context.Context, req *engine.ImageRequest) (*engine.ImageResult, error) {
+	generate := func(g any) (*engine.ImageResult, error) {
+		ig, ok := g.(engine.ImageGenerator)
+		if !ok {
+			return nil, fmt.Errorf("%w: %q", engine.ErrModelNotFound, req.Model)
+		}
+		if req.OnStep == nil {
+			return ig.GenerateImage(ctx, req)
+		}
+		sent := false
+		r := *req
+		r.OnStep = func(s engine.ImageStep) { sent = true; req.OnStep(s) }
+		res, err := ig.GenerateImage(ctx, &r)
+		if err != nil && sent {
+			return nil, fmt.Errorf("image generation failed after its first steps: %v", err)
+		}
+		return res, err
+	}
+	return onModelNode(ctx, d, req.Model,
+		func() (*engine.ImageResult, error) { return generate(d.cfg.Local) },
+		func(g engine.Generator) (*engine.ImageResult, error) { return generate(g) })
+}
+
 // onModelNode runs local on this node unless it does not have the model,
 // then remote on each peer that has it, until one answers or fails for
 // good; with none, the model's not-found error (503 while peers are

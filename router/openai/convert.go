@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"fusion/engine"
 	"fusion/engine/sample"
@@ -33,6 +34,13 @@ type Options struct {
 	// MaxSpeechInput caps /v1/audio/speech's input in characters (0:
 	// DefaultMaxSpeechInput); over it is a 400.
 	MaxSpeechInput int
+	// MaxImageSide, MaxImages and MaxImageSteps cap an image generation's
+	// width and height, n and steps (0: DefaultMaxImageSide,
+	// DefaultMaxImages, DefaultMaxImageSteps); over them is a 400.
+	// ImageRetention is how long a url result is served (0:
+	// DefaultImageRetention).
+	MaxImageSide, MaxImages, MaxImageSteps int
+	ImageRetention                         time.Duration
 }
 
 // Limits of request fields, as the OpenAI API sets them where it does.

@@ -34,6 +34,7 @@ type Handler struct {
 	fp      string
 	log     *slog.Logger
 	mcp     *mcpchat.Runner
+	images  *imageStore // url results of image generations
 }
 
 // New returns the handler of the OpenAI dialect.
@@ -44,7 +45,8 @@ func New(cfg Config) *Handler {
 	if cfg.Metrics == nil {
 		cfg.Metrics = metrics.New(nil)
 	}
-	return &Handler{engine: cfg.Engine, metrics: cfg.Metrics, opts: cfg.Options, fp: cfg.SystemFingerprint, log: cfg.Logger, mcp: cfg.MCP}
+	return &Handler{engine: cfg.Engine, metrics: cfg.Metrics, opts: cfg.Options, fp: cfg.SystemFingerprint, log: cfg.Logger, mcp: cfg.MCP,
+		images: newImageStore(maxStoredImageBytes)}
 }
 
 // Mount registers the dialect's routes on r.
@@ -57,6 +59,9 @@ func (h *Handler) Mount(r chi.Router) {
 	r.Post("/v1/audio/translations", h.translations)
 	r.Post("/v1/audio/speech", h.speech)
 	r.Get("/v1/audio/voices", h.voices)
+	r.Post("/v1/images/generate", h.imagesGenerate)
+	r.Post("/v1/images/generations", h.imagesGenerate)
+	r.Get("/v1/images/files/{id}", h.imageFile)
 	r.Post("/rerank", h.rerank)
 	r.Get("/v1/models", h.listModels)
 	r.Get("/v1/models/*", h.getModel)

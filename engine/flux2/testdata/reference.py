@@ -165,4 +165,34 @@ for c in req["image"]:
         "np": bits(torch.from_numpy(img[0])), "pil": pil.ravel().tolist(),
     })
 
+# The prompt's text tokens: the token ids the pipeline gives the text
+# encoder and the stacked hidden states it hands the transformer.
+out["text"] = []
+for c in req["text"]:
+    msg = [{"role": "user", "content": c["prompt"]}]
+    templ = pipe.tokenizer.apply_chat_template(msg, tokenize=False, add_generation_prompt=True, enable_thinking=False)
+    toks = pipe.tokenizer(templ, padding="max_length", truncation=True, max_length=c["max_len"])
+    with torch.no_grad():
+        emb = Flux2KleinPipeline._get_qwen3_prompt_embeds(
+            pipe.text_encoder, pipe.tokenizer, c["prompt"], dtype=torch.float32, device="cpu", max_sequence_length=c["max_len"],
+        )
+    out["text"].append({"ids": toks["input_ids"], "real": sum(toks["attention_mask"]), "embeds": bits(emb)})
+
+# Whole generations from a prompt up to the latents: the packed latents of
+# every image after the last step.
+out["generate"] = []
+for c in req["generate"]:
+    seen = []
+
+    def grab(p, i, t, kw):
+        seen.append(kw["latents"].clone())
+        return {}
+
+    pipe(
+        prompt=c["prompt"], height=c["height"], width=c["width"], num_inference_steps=c["steps"],
+        num_images_per_prompt=c["n"], generator=torch.Generator("cpu").manual_seed(c["seed"]), output_type="latent",
+        callback_on_step_end=grab, callback_on_step_end_tensor_inputs=["latents"],
+    )
+    out["generate"].append({"steps": len(seen), "latents": [bits(x) for x in seen[-1]]})
+
 print(json.dumps(out))

@@ -1,0 +1,173 @@
+package flux2
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"image"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"fusion/engine/backend"
+)
+
+// Pipeline is a loaded FLUX.2 [klein] checkpoint: the text encoder, the
+// transformer, the scheduler's configuration and the VAE decoder.
+type Pipeline struct {
+	Text        *TextEncoder
+	Transformer *Transformer
+	VAE         *VAE
+	Scheduler   SchedulerConfig
+	// VAEScale is the VAE's downsampling factor (2^(levels−1)); an image
+	// side must be a multiple of 2·VAEScale.
+	VAEScale int
+	// LatentChannels is the VAE's latent channels.
+	LatentChannels int
+}
+
+// LoadPipeline loads a checkpoint directory's text encoder, transformer,
+// scheduler and VAE decoder onto be.
+func LoadPipeline(ctx context.Context, be backend.Backend, dir string) (*Pipeline, error) {
+	var sc SchedulerConfig
+	if err := readJSON(filepath.Join(dir, SchedulerConfigFile), &sc); err != nil {
+		return nil, err
+	}
+	var vc VAEConfig
+	if err := readJSON(filepath.Join(dir, VAEDir, ComponentConfig), &vc); err != nil {
+		return nil, err
+	}
+	if len(vc.BlockOutChannels) == 0 {
+		return nil, errors.New("flux2: vae config without block_out_channels")
+	}
+	te, err := LoadTextEncoder(ctx, be, dir)
+	if err != nil {
+		return nil, err
+	}
+	tr, err := LoadTransformer(be, dir)
+	if err != nil {
+		te.Close()
+		return nil, err
+	}
+	if tr.Config().JointAttentionDim != te.Width() {
+		te.Close()
+		tr.Close()
+		return nil, fmt.Errorf("flux2: the transformer takes text tokens of %d, the text encoder gives %d", tr.Config().JointAttentionDim, te.Width())
+	}
+	vae, err := LoadVAE(be, dir)
+	if err != nil {
+		te.Close()
+		tr.Close()
+		return nil, err
+	}
+	return &Pipeline{Text: te, Transformer: tr, VAE: vae, Scheduler: sc, VAEScale: vc.ScaleFactor(), LatentChannels: vc.LatentChannels}, nil
+}
+
+func readJSON(path string, v any) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("flux2: %w", err)
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return fmt.Errorf("flux2: %s: %w", path, err)
+	}
+	return nil
+}
+
+// IsCheckpoint reports whether dir holds a FLUX.2 pipeline in diffusers'
+// layout: a model_index.json naming a Flux2 pipeline class.
+func IsCheckpoint(dir string) bool {
+	var idx ModelIndex
+	if readJSON(filepath.Join(dir, ModelIndexFile), &idx) != nil {
+		return false
+	}
+	return strings.HasPrefix(idx.ClassName, "Flux2")
+}
+
+// WeightBytes is the memory the weights hold: the text encoder's loaded
+// layers, the transformer's and the VAE's files.
+func (p *Pipeline) WeightBytes() int64 {
+	return p.Text.model.WeightBytes() + p.Transformer.bytes + p.VAE.bytes
+}
+
+// Close releases the text encoder, the transformer and the VAE.
+func (p *Pipeline) Close() error {
+	return errors.Join(p.Text.Close(), p.Transformer.Close(), p.VAE.Close())
+}
+
+// Image decodes one image's latents as Latents returns them (patchified,
+// [4·latent_channels, h, w]; overwritten): the latent batch norm undone,
+// the patches unfolded, the VAE's decoder, and the pixels quantized as
+// diffusers' image processor does for PIL output.
+func (p *Pipeline) Image(ctx context.Context, l Latents) (*image.NRGBA, error) {
+	if err := p.VAE.Denormalize(l); err != nil {
+		return nil, err
+	}
+	px, h, w, err := p.VAE.Decode(ctx, Unpatchify(l))
+	if err != nil {
+		return nil, err
+	}
+	return ToImage(px, h, w)
+}
+
+// Request is one generation: N images of Width×Height pixels from Prompt,
+// Steps denoising steps, the initial noise of Seed.
+type Request struct {
+	Prompt        string
+	N             int
+	Width, Height int
+	Steps         int
+	Seed          uint64
+}
+
+// ErrBadSize: a side that is not a positive multiple of 2·VAEScale.
+var ErrBadSize = errors.New("flux2: image size")
+
+// Progress is told after each denoising step of each image (image from
+// 0, step from 1 to steps).
+type Progress func(image, step, steps int)
+
+// Latents runs the pipeline up to the denoised latents: the prompt's text
+// tokens, the initial noise of the seed for all N images in one draw (as
+// diffusers' num_images_per_prompt), then per image the schedule's steps.
+// It returns each image's latents unpacked to [C, H, W] (the transformer's
+// patchified channels; Unpatchify gives the VAE's). It stops between
+// steps when ctx is done.
+func (p *Pipeline) Latents(ctx context.Context, r Request, progress Progress) ([]Latents, error) {
+	side := 2 * p.VAEScale
+	if r.Width <= 0 || r.Height <= 0 || r.Width%side != 0 || r.Height%side != 0 {
+		return nil, fmt.Errorf("%w: %d×%d is not a multiple of %d", ErrBadSize, r.Width, r.Height, side)
+	}
+	if r.N <= 0 || r.Steps <= 0 {
+		return nil, fmt.Errorf("flux2: %d images of %d steps", r.N, r.Steps)
+	}
+	text, err := p.Text.Encode(ctx, r.Prompt)
+	if err != nil {
+		return nil, err
+	}
+	h, w := LatentGrid(r.Width, r.Height, p.VAEScale)
+	cfg := p.Transformer.Config()
+	noise := InitialNoise(NewGenerator(r.Seed), r.N, cfg.InChannels, h, w)
+	ids := LatentIDs(h, w)
+	sched, err := NewSchedule(p.Scheduler, r.Steps, len(ids))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Latents, r.N)
+	for i, n := range noise {
+		in := Inputs{Image: Pack(n), ImageIDs: ids, Text: text, TextIDs: TextIDs(p.Text.MaxLen)}
+		var after func(step, steps int)
+		if progress != nil {
+			after = func(step, steps int) { progress(i, step, steps) }
+		}
+		x, err := p.Transformer.denoise(ctx, sched, in, after)
+		if err != nil {
+			return nil, fmt.Errorf("flux2: image %d of %d: %w", i+1, r.N, err)
+		}
+		if out[i], err = Unpack(x, ids, cfg.InChannels, h, w); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}

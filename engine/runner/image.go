@@ -1,0 +1,130 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"image/png"
+	"strings"
+
+	"fusion/engine"
+	"fusion/engine/flux2"
+)
+
+// DefaultMaxQueuedImages is Config.MaxQueuedImages' default.
+const DefaultMaxQueuedImages = 4
+
+// imageQueue is the image generations' own admission: a bounded number in
+// flight and one running at a time on the node. It is apart from the chat
+// scheduler, whose step loop keeps running while an image denoises (the
+// two share the cores, not a queue), so images cannot starve chat.
+type imageQueue struct {
+	slots chan struct{} // in flight
+	run   chan struct{} // running
+}
+
+func newImageQueue(n int) *imageQueue {
+	if n <= 0 {
+		n = DefaultMaxQueuedImages
+	}
+	return &imageQueue{slots: make(chan struct{}, n), run: make(chan struct{}, 1)}
+}
+
+// enter admits a generation (ErrOverloaded when the queue is full) and
+// waits for its turn; done ends it.
+func (q *imageQueue) enter(ctx context.Context) (done func(), err error) {
+	select {
+	case q.slots <- struct{}{}:
+	default:
+		return nil, &engine.OverloadedError{Reason: fmt.Sprintf("%d image generations in flight (limit %d)", cap(q.slots), cap(q.slots)), RetryAfter: 5}
+	}
+	select {
+	case q.run <- struct{}{}:
+		return func() { <-q.run; <-q.slots }, nil
+	case <-ctx.Done():
+		<-q.slots
+		return nil, ctx.Err()
+	}
+}
+
+// GenerateImage makes req.N images on an image model of the pool (FLUX.2
+// [klein] in diffusers' layout), in the node's image queue, after checking
+// that the node has the working memory for it. It stops between
+// denoising steps when ctx is done.
+func (r *Runner) GenerateImage(ctx context.Context, req *engine.ImageRequest) (*engine.ImageResult, error) {
+	if strings.TrimSpace(req.Prompt) == "" {
+		return nil, invalid("prompt is empty")
+	}
+	if req.N < 1 || req.Steps < 1 || req.Width < 1 || req.Height < 1 {
+		return nil, invalid("%d images of %d×%d in %d steps", req.N, req.Width, req.Height, req.Steps)
+	}
+	done, err := r.images.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	em, release, err := r.enterEncoder(ctx, req.Model)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	if em == nil || em.img == nil {
+		return nil, invalid("model %q is a%s %s model; it does not make images", req.Model, article(kindOf(em)), kindOf(em))
+	}
+	p := em.img
+	if need, have := imageBytes(p, req), r.imageMemory(); need > have {
+		return nil, &engine.OverloadedError{Reason: fmt.Sprintf("a %d×%d image needs about %d bytes of working memory, %d are available", req.Width, req.Height, need, have), RetryAfter: 5}
+	}
+	var progress flux2.Progress
+	if req.OnStep != nil {
+		progress = func(image, step, steps int) { req.OnStep(engine.ImageStep{Image: image, Step: step, Steps: steps}) }
+	}
+	lat, err := p.Latents(ctx, flux2.Request{Prompt: req.Prompt, N: req.N, Width: req.Width, Height: req.Height, Steps: req.Steps, Seed: req.Seed}, progress)
+	switch {
+	case errors.Is(err, flux2.ErrBadSize):
+		return nil, invalid("%v", err)
+	case err != nil:
+		return nil, err
+	}
+	return decodeImages(ctx, p, lat)
+}
+
+// decodeImages turns each image's latents into a PNG file through the
+// pipeline's VAE decoder; it stops between images when ctx is done.
+func decodeImages(ctx context.Context, p *flux2.Pipeline, lat []flux2.Latents) (*engine.ImageResult, error) {
+	res := &engine.ImageResult{PNG: make([][]byte, len(lat))}
+	for i, l := range lat {
+		img, err := p.Image(ctx, l)
+		if err != nil {
+			return nil, fmt.Errorf("image %d of %d: %w", i+1, len(lat), err)
+		}
+		var b bytes.Buffer
+		if err := png.Encode(&b, img); err != nil {
+			return nil, fmt.Errorf("image %d of %d: png: %w", i+1, len(lat), err)
+		}
+		res.PNG[i] = b.Bytes()
+	}
+	return res, nil
+}
+
+// imageMemory is the working memory a generation may take.
+func (r *Runner) imageMemory() int64 {
+	if r.cfg.MaxImageBytes > 0 {
+		return r.cfg.MaxImageBytes
+	}
+	if free := FreeRAM(); free > 0 {
+		return free / 2
+	}
+	return 1 << 62 // unknown: do not refuse
+}
+
+// imageBytes estimates the working memory of one transformer pass: the
+// joint sequence's activations (a dozen arrays of its width, the MLP's
+// hidden ones) and one head's attention scores at a time, in float32.
+func imageBytes(p *flux2.Pipeline, req *engine.ImageRequest) int64 {
+	c := p.Transformer.Config()
+	side := int64(2 * p.VAEScale)
+	tokens := int64(p.Text.MaxLen) + int64(req.Width)/side*(int64(req.Height)/side)
+	return 4 * (tokens*int64(12*c.Inner()+3*c.MLPHidden()) + tokens*tokens)
+}

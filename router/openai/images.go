@@ -1,0 +1,413 @@
+package openai
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"image/jpeg"
+	"image/png"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"fusion/engine"
+)
+
+// Default limits of an image generation (Options.MaxImageSide,
+// MaxImages, MaxImageSteps, ImageRetention).
+const (
+	DefaultMaxImageSide   = 2048
+	DefaultMaxImages      = 4
+	DefaultMaxImageSteps  = 100
+	DefaultImageRetention = time.Hour
+	// DefaultImageSteps: FLUX.2 [klein] is distilled for 4 steps.
+	DefaultImageSteps = 4
+	// imageMultiple: sides are multiples of the latent patch (FLUX.2's VAE
+	// downsamples by 8, then 2×2 patches).
+	imageMultiple = 16
+	// maxStoredImageBytes caps the url results kept at once; the oldest
+	// go first.
+	maxStoredImageBytes = 512 << 20
+)
+
+// ImageRequest is the body of POST /v1/images/generate (the contract:
+// prompt, n, width, height, steps, guidance, seed) and of OpenAI's POST
+// /v1/images/generations (also model, size "WxH", response_format,
+// output_format, output_compression, stream; quality, style, user,
+// background and moderation are accepted and ignored).
+type ImageRequest struct {
+	Prompt            *string  `json:"prompt"`
+	Model             string   `json:"model"`
+	N                 *int     `json:"n"`
+	Width             *int     `json:"width"`
+	Height            *int     `json:"height"`
+	Size              string   `json:"size"`
+	Steps             *int     `json:"steps"`
+	Guidance          *float64 `json:"guidance"`
+	Seed              *uint64  `json:"seed"`
+	ResponseFormat    string   `json:"response_format"`
+	OutputFormat      string   `json:"output_format"`
+	OutputCompression *int     `json:"output_compression"`
+	Stream            bool     `json:"stream"`
+	Quality           string   `json:"quality"`
+	Style             string   `json:"style"`
+	User              string   `json:"user"`
+	Background        string   `json:"background"`
+	Moderation        string   `json:"moderation"`
+}
+
+// ImagesResponse is the answer: {created, data: [{b64_json, url}]}, the
+// contract's and OpenAI's shape (the field not asked for is null).
+type ImagesResponse struct {
+	Created      int64       `json:"created"`
+	Data         []ImageData `json:"data"`
+	OutputFormat string      `json:"output_format"`
+	Size         string      `json:"size"`
+}
+
+// ImageData is one image.
+type ImageData struct {
+	B64JSON *string `json:"b64_json"`
+	URL     *string `json:"url"`
+}
+
+// ImageProgress and ImageCompleted are the events of a streamed generation
+// (stream=true): one per denoising step of each image, then one per image.
+type ImageProgress struct {
+	Type       string `json:"type"` // "image_generation.progress"
+	ImageIndex int    `json:"image_index"`
+	Step       int    `json:"step"`
+	Steps      int    `json:"steps"`
+}
+
+// ImageCompleted carries one finished image (b64_json or url, as
+// response_format asks).
+type ImageCompleted struct {
+	Type         string  `json:"type"` // "image_generation.completed"
+	ImageIndex   int     `json:"image_index"`
+	Created      int64   `json:"created"`
+	B64JSON      *string `json:"b64_json"`
+	URL          *string `json:"url"`
+	OutputFormat string  `json:"output_format"`
+	Size         string  `json:"size"`
+}
+
+// imageJob is a checked request.
+type imageJob struct {
+	req         engine.ImageRequest
+	url, stream bool
+	format      string // "png" or "jpeg"
+	quality     int
+	sizeText    string
+}
+
+// checkImageRequest applies the defaults and the limits (both endpoints
+// take every field).
+func (h *Handler) checkImageRequest(q *ImageRequest) (*imageJob, *Error) {
+	maxSide, maxN, maxSteps := orInt(h.opts.MaxImageSide, DefaultMaxImageSide), orInt(h.opts.MaxImages, DefaultMaxImages), orInt(h.opts.MaxImageSteps, DefaultMaxImageSteps)
+	if q.Prompt == nil {
+		return nil, missingParam("prompt")
+	}
+	if strings.TrimSpace(*q.Prompt) == "" {
+		return nil, invalidRequest("prompt", "Invalid 'prompt': empty string. Describe the image.")
+	}
+	j := &imageJob{req: engine.ImageRequest{Model: q.Model, Prompt: *q.Prompt, N: 1, Steps: DefaultImageSteps}, format: "png", quality: 100}
+	if q.N != nil {
+		if *q.N < 1 || *q.N > maxN {
+			return nil, invalidRequest("n", "Invalid 'n': %d. This server makes 1 to %d images per request.", *q.N, maxN)
+		}
+		j.req.N = *q.N
+	}
+	if q.Steps != nil {
+		if *q.Steps < 1 || *q.Steps > maxSteps {
+			return nil, invalidRequest("steps", "Invalid 'steps': %d. This server takes 1 to %d steps.", *q.Steps, maxSteps)
+		}
+		j.req.Steps = *q.Steps
+	}
+	if q.Guidance != nil {
+		if g := *q.Guidance; !(g >= 0 && g <= 100) {
+			return nil, invalidRequest("guidance", "Invalid 'guidance': %v. It is between 0 and 100.", g)
+		}
+		j.req.Guidance = *q.Guidance
+	}
+	if q.Seed != nil {
+		j.req.Seed = *q.Seed
+	} else {
+		var b [8]byte
+		rand.Read(b[:])
+		j.req.Seed = binary.LittleEndian.Uint64(b[:]) >> 1 // fits JSON's exact integers and torch's int64
+	}
+	w, hgt := min(1024, maxSide), min(1024, maxSide)
+	if s := q.Size; s != "" && s != "auto" {
+		if q.Width != nil || q.Height != nil {
+			return nil, invalidRequest("size", "Give either 'size' or 'width' and 'height', not both.")
+		}
+		ws, hs, ok := strings.Cut(s, "x")
+		var err1, err2 error
+		w, err1 = strconv.Atoi(ws)
+		hgt, err2 = strconv.Atoi(hs)
+		if !ok || err1 != nil || err2 != nil {
+			return nil, invalidRequest("size", "Invalid 'size': %q. Use \"WIDTHxHEIGHT\", e.g. \"1024x1024\".", s)
+		}
+	}
+	if q.Width != nil {
+		w = *q.Width
+	}
+	if q.Height != nil {
+		hgt = *q.Height
+	}
+	for _, side := range []struct {
+		name string
+		v    int
+	}{{"width", w}, {"height", hgt}} {
+		if side.v < imageMultiple || side.v > maxSide || side.v%imageMultiple != 0 {
+			param := side.name
+			if q.Size != "" && q.Size != "auto" {
+				param = "size"
+			}
+			return nil, invalidRequest(param, "Invalid %s %d: image sides are multiples of %d from %d to %d.", side.name, side.v, imageMultiple, imageMultiple, maxSide)
+		}
+	}
+	j.req.Width, j.req.Height = w, hgt
+	j.sizeText = fmt.Sprintf("%dx%d", w, hgt)
+	switch q.ResponseFormat {
+	case "", "b64_json":
+	case "url":
+		j.url = true
+	default:
+		return nil, invalidRequest("response_format", "Invalid 'response_format': %q. Supported values are: 'b64_json' and 'url'.", q.ResponseFormat)
+	}
+	switch q.OutputFormat {
+	case "", "png":
+	case "jpeg", "jpg":
+		j.format, j.quality = "jpeg", 90
+	default:
+		return nil, invalidRequest("output_format", "Invalid 'output_format': %q. Supported values are: 'png' and 'jpeg'.", q.OutputFormat)
+	}
+	if c := q.OutputCompression; c != nil {
+		if *c < 0 || *c > 100 {
+			return nil, invalidRequest("output_compression", "Invalid 'output_compression': %d. It is between 0 and 100.", *c)
+		}
+		if j.format == "jpeg" {
+			j.quality = max(1, 100-*c)
+		}
+	}
+	j.stream = q.Stream
+	return j, nil
+}
+
+func orInt(v, def int) int {
+	if v > 0 {
+		return v
+	}
+	return def
+}
+
+// POST /v1/images/generate and /v1/images/generations
+func (h *Handler) imagesGenerate(w http.ResponseWriter, r *http.Request) {
+	var q ImageRequest
+	if e := decodeBody(r, &q); e != nil {
+		h.reject(w, r, e)
+		return
+	}
+	j, e := h.checkImageRequest(&q)
+	if e != nil {
+		h.reject(w, r, e)
+		return
+	}
+	ig, ok := h.engine.(engine.ImageGenerator)
+	if !ok {
+		h.reject(w, r, &Error{Status: http.StatusNotImplemented, Type: TypeInvalidRequest, Code: "unsupported",
+			Message: "This server's engine does not make images."})
+		return
+	}
+	if j.req.Model == "" {
+		if j.req.Model, e = h.defaultImageModel(r); e != nil {
+			h.reject(w, r, e)
+			return
+		}
+	}
+	var sse *sseWriter
+	if j.stream {
+		sse = newSSEWriter(w)
+		j.req.OnStep = func(s engine.ImageStep) {
+			sse.data(ImageProgress{Type: "image_generation.progress", ImageIndex: s.Image, Step: s.Step, Steps: s.Steps})
+		}
+	}
+	res, err := ig.GenerateImage(r.Context(), &j.req)
+	if err == nil && len(res.PNG) != j.req.N {
+		err = fmt.Errorf("the engine made %d images of %d", len(res.PNG), j.req.N)
+	}
+	var data []ImageData
+	if err == nil {
+		data, err = h.imageData(r, j, res.PNG)
+	}
+	if err != nil {
+		ee := engineError(err, j.req.Model)
+		if ee.Code == "model_not_found" {
+			ee.Status = http.StatusBadRequest // OpenAI's images API: an invalid model is a 400
+		}
+		if sse != nil && sse.started {
+			h.metrics.Rejected()
+			sse.fail(ee)
+			return
+		}
+		h.reject(w, r, ee)
+		return
+	}
+	created := time.Now().Unix()
+	if sse != nil {
+		for i, d := range data {
+			sse.data(ImageCompleted{Type: "image_generation.completed", ImageIndex: i, Created: created, B64JSON: d.B64JSON, URL: d.URL,
+				OutputFormat: j.format, Size: j.sizeText})
+		}
+		sse.done()
+		return
+	}
+	writeJSON(w, http.StatusOK, ImagesResponse{Created: created, Data: data, OutputFormat: j.format, Size: j.sizeText})
+}
+
+// defaultImageModel is the first image model the engine lists.
+func (h *Handler) defaultImageModel(r *http.Request) (string, *Error) {
+	models, err := h.engine.Models(r.Context())
+	if err != nil {
+		return "", FromEngine(err)
+	}
+	for _, m := range models {
+		if m.Kind == engine.KindImage {
+			return m.ID, nil
+		}
+	}
+	return "", invalidRequest("model", "No image model is available on this server; name one with 'model'.")
+}
+
+// imageData encodes the engine's PNG files as the request asks: base64,
+// or stored here (on the node that answers the client; a forwarded
+// generation's files came back with its reply) behind a url.
+func (h *Handler) imageData(r *http.Request, j *imageJob, pngs [][]byte) ([]ImageData, error) {
+	out := make([]ImageData, len(pngs))
+	for i, p := range pngs {
+		b := p
+		if j.format == "jpeg" {
+			img, err := png.Decode(bytes.NewReader(p))
+			if err != nil {
+				return nil, fmt.Errorf("image %d: %w", i, err)
+			}
+			var buf bytes.Buffer
+			if err := jpeg.Encode(&buf, img, &jpeg.Options{Quality: j.quality}); err != nil {
+				return nil, fmt.Errorf("image %d: %w", i, err)
+			}
+			b = buf.Bytes()
+		}
+		if !j.url {
+			s := base64.StdEncoding.EncodeToString(b)
+			out[i].B64JSON = &s
+			continue
+		}
+		id := h.images.put(b, "image/"+j.format, orDuration(h.opts.ImageRetention, DefaultImageRetention))
+		u := baseURL(r) + "/v1/images/files/" + id + "." + j.format
+		out[i].URL = &u
+	}
+	return out, nil
+}
+
+func orDuration(v, def time.Duration) time.Duration {
+	if v > 0 {
+		return v
+	}
+	return def
+}
+
+// baseURL is the scheme and host the client called.
+func baseURL(r *http.Request) string {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	if p := r.Header.Get("X-Forwarded-Proto"); p == "http" || p == "https" {
+		scheme = p
+	}
+	return scheme + "://" + r.Host
+}
+
+// GET /v1/images/files/{id}: a url result, until its retention ends.
+func (h *Handler) imageFile(w http.ResponseWriter, r *http.Request) {
+	id := chi.URLParam(r, "id")
+	id, _, _ = strings.Cut(id, ".")
+	f, ok := h.images.get(id)
+	if !ok {
+		WriteError(w, &Error{Status: http.StatusNotFound, Type: TypeInvalidRequest, Code: "file_not_found",
+			Message: fmt.Sprintf("No image %q: it never existed or its retention time is over.", id)})
+		return
+	}
+	w.Header().Set("Content-Type", f.contentType)
+	w.Header().Set("Content-Length", strconv.Itoa(len(f.data)))
+	w.Header().Set("Cache-Control", "private, max-age="+strconv.Itoa(int(time.Until(f.expires).Seconds())))
+	w.Write(f.data)
+}
+
+// imageStore keeps url results in memory until they expire (checked on
+// every put and get: no goroutine), at most maxBytes in all, the oldest
+// dropped first.
+type imageStore struct {
+	mu       sync.Mutex
+	files    map[string]*storedImage
+	order    []string // insertion order
+	bytes    int
+	maxBytes int
+	now      func() time.Time
+}
+
+type storedImage struct {
+	data        []byte
+	contentType string
+	expires     time.Time
+}
+
+func newImageStore(maxBytes int) *imageStore {
+	return &imageStore{files: map[string]*storedImage{}, maxBytes: maxBytes, now: time.Now}
+}
+
+func (s *imageStore) put(data []byte, contentType string, ttl time.Duration) string {
+	var b [16]byte
+	rand.Read(b[:])
+	id := "img-" + hex.EncodeToString(b[:])
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.files[id] = &storedImage{data: data, contentType: contentType, expires: s.now().Add(ttl)}
+	s.order = append(s.order, id)
+	s.bytes += len(data)
+	s.sweep()
+	return id
+}
+
+func (s *imageStore) get(id string) (*storedImage, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sweep()
+	f, ok := s.files[id]
+	return f, ok
+}
+
+// sweep drops expired files and, over the byte cap, the oldest (but
+// never the newest). Retention times are equal, so the order of
+// insertion is the order of expiry.
+func (s *imageStore) sweep() {
+	now := s.now()
+	for len(s.order) > 0 {
+		f := s.files[s.order[0]]
+		if now.Before(f.expires) && (s.bytes <= s.maxBytes || len(s.order) == 1) {
+			break
+		}
+		s.bytes -= len(f.data)
+		delete(s.files, s.order[0])
+		s.order = s.order[1:]
+	}
+}
