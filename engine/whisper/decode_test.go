@@ -100,7 +100,7 @@ func TestTemperatureFallback(t *testing.T) {
 	o := DefaultOptions()
 	o.Temperatures, o.BestOf, o.LogProbThreshold, o.NoSpeechThreshold = []float64{0, 0.6}, 2, 0, 2
 	run := func() (generation, float64) {
-		g, _, temp, _, err := m.fallback(context.Background(), w, m.prompt(nil, o), o, rand.New(rand.NewPCG(7, 0x5eed)))
+		g, _, temp, _, err := m.fallback(context.Background(), w, m.prompt(nil, m.sotSequence("en", false), o), o, rand.New(rand.NewPCG(7, 0x5eed)))
 		if err != nil {
 			t.Fatal(err)
 		}
