@@ -50,6 +50,13 @@ type Options struct {
 	// MaxInitialTimestamp bounds the first timestamp, in seconds.
 	MaxInitialTimestamp float64
 	SuppressBlank       bool
+	// WordTimestamps times every word by cross-attention alignment
+	// (faster-whisper's word_timestamps): Segment.Words, the segments'
+	// bounds moved to their words', and seek to the last word's end.
+	WordTimestamps bool
+	// PrependPunctuations and AppendPunctuations are merged into the
+	// next and the previous word.
+	PrependPunctuations, AppendPunctuations string
 	// Seed makes sampling at temperatures above 0 reproducible.
 	Seed uint64
 	// OnSegment, if set, is called with each segment as it is decoded.
@@ -68,6 +75,8 @@ func DefaultOptions() Options {
 		PromptResetOnTemperature:  0.5,
 		MaxInitialTimestamp:       1,
 		SuppressBlank:             true,
+		PrependPunctuations:       DefaultPrependPunctuations,
+		AppendPunctuations:        DefaultAppendPunctuations,
 	}
 }
 
@@ -89,6 +98,7 @@ type Segment struct {
 	AvgLogprob       float64
 	CompressionRatio float64
 	NoSpeechProb     float64
+	Words            []Word // with Options.WordTimestamps
 }
 
 // Result is a transcription.
@@ -146,6 +156,7 @@ func (m *Model) Transcribe(ctx context.Context, samples []float32, o Options) (*
 	rng := rand.New(rand.NewPCG(o.Seed, 0x5eed))
 	var all []int
 	resetSince := 0
+	lastSpeech := 0.0
 	for seek := 0; seek < content; {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -162,17 +173,34 @@ func (m *Model) Transcribe(ctx context.Context, samples []float32, o Options) (*
 		}
 		prompt := m.prompt(all[resetSince:], sot, o)
 		g, avg, temp, ratio, err := m.fallback(ctx, w, prompt, o, rng)
-		w.Close()
 		if err != nil {
+			w.Close()
 			return nil, err
 		}
 		if g.noSpeechProb > o.NoSpeechThreshold && !(avg > o.LogProbThreshold) {
+			w.Close()
 			seek += size
 			continue
 		}
 		prevSeek := seek
 		var segs []rawSegment
 		segs, seek = m.split(g.tokens, timeOffset, size, float64(size)*timePerFrame, seek)
+		if o.WordTimestamps {
+			lastSpeech, err = m.addWordTimestamps(ctx, w, sot, segs, prevSeek, size, o, res.Language, lastSpeech)
+			if err != nil {
+				w.Close()
+				return nil, err
+			}
+			if !singleTimestampEnding(g.tokens, m.Tokens.TimestampBegin) {
+				if end, ok := lastEnd(segs); ok && end > timeOffset {
+					seek = int(math.RoundToEven(end * framesPerSecond))
+				}
+			}
+			if end, ok := lastEnd(segs); ok {
+				lastSpeech = end
+			}
+		}
+		w.Close()
 		for _, s := range segs {
 			text := m.Text(s.tokens)
 			if s.start == s.end || strings.TrimSpace(text) == "" {
@@ -180,7 +208,7 @@ func (m *Model) Transcribe(ctx context.Context, samples []float32, o Options) (*
 			}
 			all = append(all, s.tokens...)
 			seg := Segment{ID: len(res.Segments) + 1, Seek: prevSeek, Start: s.start, End: s.end, Text: text, Tokens: s.tokens,
-				Temperature: temp, AvgLogprob: avg, CompressionRatio: ratio, NoSpeechProb: g.noSpeechProb}
+				Temperature: temp, AvgLogprob: avg, CompressionRatio: ratio, NoSpeechProb: g.noSpeechProb, Words: s.words}
 			res.Segments = append(res.Segments, seg)
 			if o.OnSegment != nil {
 				o.OnSegment(seg)
@@ -372,6 +400,14 @@ func compressionRatio(text string) float64 {
 type rawSegment struct {
 	start, end float64
 	tokens     []int
+	words      []Word
+}
+
+// singleTimestampEnding: the window's tokens end on a lone timestamp
+// (no speech after it).
+func singleTimestampEnding(tokens []int, tb int) bool {
+	n := len(tokens)
+	return n >= 2 && tokens[n-2] < tb && tokens[n-1] >= tb
 }
 
 // split cuts a window's tokens at consecutive timestamp pairs, as
@@ -382,7 +418,7 @@ type rawSegment struct {
 func (m *Model) split(tokens []int, timeOffset float64, size int, duration float64, seek int) ([]rawSegment, int) {
 	tb := m.Tokens.TimestampBegin
 	n := len(tokens)
-	single := n >= 2 && tokens[n-2] < tb && tokens[n-1] >= tb
+	single := singleTimestampEnding(tokens, tb)
 	var cuts []int
 	for i := 1; i < n; i++ {
 		if tokens[i] >= tb && tokens[i-1] >= tb {
