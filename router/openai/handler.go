@@ -55,6 +55,7 @@ func (h *Handler) Mount(r chi.Router) {
 	r.Post("/v1/rerank", h.rerank)
 	r.Post("/v1/audio/transcriptions", h.transcriptions)
 	r.Post("/v1/audio/translations", h.translations)
+	r.Post("/v1/audio/process", h.audioProcess)
 	r.Post("/rerank", h.rerank)
 	r.Get("/v1/models", h.listModels)
 	r.Get("/v1/models/*", h.getModel)
