@@ -174,14 +174,7 @@ func (h *Handler) transcriptions(w http.ResponseWriter, r *http.Request) { h.aud
 func (h *Handler) translations(w http.ResponseWriter, r *http.Request) { h.audio(w, r, true) }
 
 func (h *Handler) audio(w http.ResponseWriter, r *http.Request, translate bool) {
-	maxBytes := h.opts.MaxAudioBytes
-	if maxBytes <= 0 {
-		maxBytes = DefaultMaxAudioBytes
-	}
-	maxSeconds := h.opts.MaxAudioSeconds
-	if maxSeconds <= 0 {
-		maxSeconds = DefaultMaxAudioSeconds
-	}
+	maxBytes, maxSeconds := h.audioCaps()
 	req, e := parseAudioForm(r, maxBytes, translate)
 	if e != nil {
 		h.reject(w, r, e)
@@ -242,6 +235,19 @@ func (h *Handler) audio(w http.ResponseWriter, r *http.Request, translate bool) 
 	default:
 		writeJSON(w, http.StatusOK, Transcription{Text: res.Text, Language: res.Language, Duration: res.Duration})
 	}
+}
+
+// audioCaps are the upload caps of the audio endpoints (the options', or
+// the defaults).
+func (h *Handler) audioCaps() (maxBytes int64, maxSeconds float64) {
+	maxBytes, maxSeconds = h.opts.MaxAudioBytes, float64(h.opts.MaxAudioSeconds)
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxAudioBytes
+	}
+	if maxSeconds <= 0 {
+		maxSeconds = DefaultMaxAudioSeconds
+	}
+	return maxBytes, maxSeconds
 }
 
 func writeText(w http.ResponseWriter, contentType, body string) {

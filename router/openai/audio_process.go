@@ -20,14 +20,7 @@ import (
 // normalize adds the measured loudness in X-Input-LUFS and
 // X-Output-LUFS. The upload caps are the transcriptions'.
 func (h *Handler) audioProcess(w http.ResponseWriter, r *http.Request) {
-	maxBytes := h.opts.MaxAudioBytes
-	if maxBytes <= 0 {
-		maxBytes = DefaultMaxAudioBytes
-	}
-	maxSeconds := h.opts.MaxAudioSeconds
-	if maxSeconds <= 0 {
-		maxSeconds = DefaultMaxAudioSeconds
-	}
+	maxBytes, maxSeconds := h.audioCaps()
 	var model, task string
 	var p process.Params
 	number := func(name, value string, set func(float64)) *Error {
@@ -70,7 +63,7 @@ func (h *Handler) audioProcess(w http.ResponseWriter, r *http.Request) {
 		h.reject(w, r, e)
 		return
 	}
-	sig, err := audio.DecodeBytes(r.Context(), file, audio.Options{MaxBytes: maxBytes, MaxDuration: time.Duration(maxSeconds) * time.Second})
+	sig, err := audio.DecodeBytes(r.Context(), file, audio.Options{MaxBytes: maxBytes, MaxDuration: time.Duration(maxSeconds * float64(time.Second))})
 	if err != nil {
 		var ae *audio.Error
 		if errors.As(err, &ae) {
@@ -96,8 +89,13 @@ func (h *Handler) audioProcess(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Input-LUFS", strconv.FormatFloat(res.InputLUFS, 'f', 2, 64))
 		w.Header().Set("X-Output-LUFS", strconv.FormatFloat(res.OutputLUFS, 'f', 2, 64))
 	}
+	wav, err := process.WAV(res.Signal)
+	if err != nil {
+		h.reject(w, r, invalidRequest("file", "%v.", err))
+		return
+	}
 	w.Header().Set("Content-Type", "audio/wav")
-	w.Write(process.WAV(res.Signal))
+	w.Write(wav)
 }
 
 // paramOf is the form field a parameter error names, else the file (a

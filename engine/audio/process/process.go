@@ -7,7 +7,6 @@ package process
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -167,27 +166,17 @@ func Trim(s audio.Signal, thresholdDB float64) audio.Signal {
 }
 
 // WAV encodes s as 16-bit PCM WAV (values clipped to [−1, 1]).
-func WAV(s audio.Signal) []byte {
+func WAV(s audio.Signal) ([]byte, error) {
 	var b bytes.Buffer
-	le := func(v any) { binary.Write(&b, binary.LittleEndian, v) }
-	data := 2 * len(s.Samples)
-	b.WriteString("RIFF")
-	le(uint32(36 + data))
-	b.WriteString("WAVEfmt ")
-	le(uint32(16))
-	le(uint16(1))
-	le(uint16(s.Channels))
-	le(uint32(s.Rate))
-	le(uint32(s.Rate * s.Channels * 2))
-	le(uint16(s.Channels * 2))
-	le(uint16(16))
-	b.WriteString("data")
-	le(uint32(data))
-	pcm := make([]byte, data)
-	for i, v := range s.Samples {
-		x := math.Round(math.Max(-1, math.Min(1, float64(v))) * 32767)
-		binary.LittleEndian.PutUint16(pcm[2*i:], uint16(int16(x)))
+	if err := audio.WriteWAVHeaderChannels(&b, s.Rate, s.Channels, s.Frames()); err != nil {
+		return nil, err
 	}
-	b.Write(pcm)
-	return b.Bytes()
+	pcm := make([]int16, len(s.Samples))
+	for i, v := range s.Samples {
+		pcm[i] = int16(math.Round(math.Max(-1, math.Min(1, float64(v))) * 32767))
+	}
+	if err := audio.WritePCM16(&b, pcm); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
 }

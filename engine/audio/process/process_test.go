@@ -101,7 +101,11 @@ func TestTasks(t *testing.T) {
 		t.Errorf("silence trimmed to %d frames, want 0", got.Frames())
 	}
 	// The WAV reads back as the same signal within 16-bit precision.
-	back, err := audio.DecodeBytes(ctx, WAV(res.Signal), audio.Options{})
+	wav, err := WAV(res.Signal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := audio.DecodeBytes(ctx, wav, audio.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
