@@ -322,6 +322,8 @@ type TranscribeRequest struct {
 	// falls back to higher ones in steps of 0.2 up to 1 (OpenAI's
 	// temperature 0 is greedy with fallback).
 	Temperature float64
+	// WordTimestamps times every word (TranscribeSegment.Words).
+	WordTimestamps bool
 	// MaxBytes and MaxSeconds cap the upload and its duration (0: the
 	// engine's defaults, 25 MiB and 30 minutes).
 	MaxBytes   int64
@@ -344,6 +346,14 @@ type TranscribeSegment struct {
 	AvgLogprob       float64
 	CompressionRatio float64
 	NoSpeechProb     float64
+	Words            []TranscribeWord // with WordTimestamps
+}
+
+// TranscribeWord is one word of a segment with its times, in seconds.
+type TranscribeWord struct {
+	Start, End  float64
+	Word        string
+	Probability float64
 }
 
 // TranscribeResult is a transcript.

@@ -2099,16 +2099,17 @@ func (x *StatsReport) GetTokensPerSecond() float64 {
 
 // TranscribeRequest is engine.TranscribeRequest.
 type TranscribeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Model         string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
-	Audio         []byte                 `protobuf:"bytes,2,opt,name=audio,proto3" json:"audio,omitempty"`
-	Language      string                 `protobuf:"bytes,3,opt,name=language,proto3" json:"language,omitempty"`
-	Translate     bool                   `protobuf:"varint,4,opt,name=translate,proto3" json:"translate,omitempty"`
-	Temperature   float64                `protobuf:"fixed64,5,opt,name=temperature,proto3" json:"temperature,omitempty"`
-	MaxBytes      int64                  `protobuf:"varint,6,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
-	MaxSeconds    float64                `protobuf:"fixed64,7,opt,name=max_seconds,json=maxSeconds,proto3" json:"max_seconds,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Model          string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	Audio          []byte                 `protobuf:"bytes,2,opt,name=audio,proto3" json:"audio,omitempty"`
+	Language       string                 `protobuf:"bytes,3,opt,name=language,proto3" json:"language,omitempty"`
+	Translate      bool                   `protobuf:"varint,4,opt,name=translate,proto3" json:"translate,omitempty"`
+	Temperature    float64                `protobuf:"fixed64,5,opt,name=temperature,proto3" json:"temperature,omitempty"`
+	MaxBytes       int64                  `protobuf:"varint,6,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	MaxSeconds     float64                `protobuf:"fixed64,7,opt,name=max_seconds,json=maxSeconds,proto3" json:"max_seconds,omitempty"`
+	WordTimestamps bool                   `protobuf:"varint,8,opt,name=word_timestamps,json=wordTimestamps,proto3" json:"word_timestamps,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *TranscribeRequest) Reset() {
@@ -2190,6 +2191,13 @@ func (x *TranscribeRequest) GetMaxSeconds() float64 {
 	return 0
 }
 
+func (x *TranscribeRequest) GetWordTimestamps() bool {
+	if x != nil {
+		return x.WordTimestamps
+	}
+	return false
+}
+
 // TranscribeSegment is engine.TranscribeSegment.
 type TranscribeSegment struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
@@ -2203,6 +2211,7 @@ type TranscribeSegment struct {
 	AvgLogprob       float64                `protobuf:"fixed64,8,opt,name=avg_logprob,json=avgLogprob,proto3" json:"avg_logprob,omitempty"`
 	CompressionRatio float64                `protobuf:"fixed64,9,opt,name=compression_ratio,json=compressionRatio,proto3" json:"compression_ratio,omitempty"`
 	NoSpeechProb     float64                `protobuf:"fixed64,10,opt,name=no_speech_prob,json=noSpeechProb,proto3" json:"no_speech_prob,omitempty"`
+	Words            []*TranscribeWord      `protobuf:"bytes,11,rep,name=words,proto3" json:"words,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -2307,6 +2316,82 @@ func (x *TranscribeSegment) GetNoSpeechProb() float64 {
 	return 0
 }
 
+func (x *TranscribeSegment) GetWords() []*TranscribeWord {
+	if x != nil {
+		return x.Words
+	}
+	return nil
+}
+
+// TranscribeWord is engine.TranscribeWord.
+type TranscribeWord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Start         float64                `protobuf:"fixed64,1,opt,name=start,proto3" json:"start,omitempty"`
+	End           float64                `protobuf:"fixed64,2,opt,name=end,proto3" json:"end,omitempty"`
+	Word          string                 `protobuf:"bytes,3,opt,name=word,proto3" json:"word,omitempty"`
+	Probability   float64                `protobuf:"fixed64,4,opt,name=probability,proto3" json:"probability,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TranscribeWord) Reset() {
+	*x = TranscribeWord{}
+	mi := &file_engine_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TranscribeWord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TranscribeWord) ProtoMessage() {}
+
+func (x *TranscribeWord) ProtoReflect() protoreflect.Message {
+	mi := &file_engine_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TranscribeWord.ProtoReflect.Descriptor instead.
+func (*TranscribeWord) Descriptor() ([]byte, []int) {
+	return file_engine_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *TranscribeWord) GetStart() float64 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *TranscribeWord) GetEnd() float64 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+func (x *TranscribeWord) GetWord() string {
+	if x != nil {
+		return x.Word
+	}
+	return ""
+}
+
+func (x *TranscribeWord) GetProbability() float64 {
+	if x != nil {
+		return x.Probability
+	}
+	return 0
+}
+
 // TranscribeReply is a decoded segment (segment set), or the final
 // engine.TranscribeResult (done set).
 type TranscribeReply struct {
@@ -2323,7 +2408,7 @@ type TranscribeReply struct {
 
 func (x *TranscribeReply) Reset() {
 	*x = TranscribeReply{}
-	mi := &file_engine_proto_msgTypes[30]
+	mi := &file_engine_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2335,7 +2420,7 @@ func (x *TranscribeReply) String() string {
 func (*TranscribeReply) ProtoMessage() {}
 
 func (x *TranscribeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[30]
+	mi := &file_engine_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2348,7 +2433,7 @@ func (x *TranscribeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TranscribeReply.ProtoReflect.Descriptor instead.
 func (*TranscribeReply) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{30}
+	return file_engine_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *TranscribeReply) GetText() string {
@@ -2406,7 +2491,7 @@ type SpeechRequest struct {
 
 func (x *SpeechRequest) Reset() {
 	*x = SpeechRequest{}
-	mi := &file_engine_proto_msgTypes[31]
+	mi := &file_engine_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2418,7 +2503,7 @@ func (x *SpeechRequest) String() string {
 func (*SpeechRequest) ProtoMessage() {}
 
 func (x *SpeechRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[31]
+	mi := &file_engine_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2431,7 +2516,7 @@ func (x *SpeechRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpeechRequest.ProtoReflect.Descriptor instead.
 func (*SpeechRequest) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{31}
+	return file_engine_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SpeechRequest) GetModel() string {
@@ -2476,7 +2561,7 @@ type SpeechReply struct {
 
 func (x *SpeechReply) Reset() {
 	*x = SpeechReply{}
-	mi := &file_engine_proto_msgTypes[32]
+	mi := &file_engine_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2488,7 +2573,7 @@ func (x *SpeechReply) String() string {
 func (*SpeechReply) ProtoMessage() {}
 
 func (x *SpeechReply) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[32]
+	mi := &file_engine_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2501,7 +2586,7 @@ func (x *SpeechReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpeechReply.ProtoReflect.Descriptor instead.
 func (*SpeechReply) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{32}
+	return file_engine_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SpeechReply) GetSampleRate() int32 {
@@ -2550,7 +2635,7 @@ type ImageRequest struct {
 
 func (x *ImageRequest) Reset() {
 	*x = ImageRequest{}
-	mi := &file_engine_proto_msgTypes[33]
+	mi := &file_engine_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2562,7 +2647,7 @@ func (x *ImageRequest) String() string {
 func (*ImageRequest) ProtoMessage() {}
 
 func (x *ImageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[33]
+	mi := &file_engine_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2575,7 +2660,7 @@ func (x *ImageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImageRequest.ProtoReflect.Descriptor instead.
 func (*ImageRequest) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{33}
+	return file_engine_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ImageRequest) GetModel() string {
@@ -2656,7 +2741,7 @@ type ImageReply struct {
 
 func (x *ImageReply) Reset() {
 	*x = ImageReply{}
-	mi := &file_engine_proto_msgTypes[34]
+	mi := &file_engine_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2668,7 +2753,7 @@ func (x *ImageReply) String() string {
 func (*ImageReply) ProtoMessage() {}
 
 func (x *ImageReply) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[34]
+	mi := &file_engine_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2681,7 +2766,7 @@ func (x *ImageReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImageReply.ProtoReflect.Descriptor instead.
 func (*ImageReply) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{34}
+	return file_engine_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ImageReply) GetImage() int32 {
@@ -2915,7 +3000,7 @@ const file_engine_proto_rawDesc = "" +
 	"\x06queued\x18\x04 \x01(\x03R\x06queued\x12\x19\n" +
 	"\bkv_bytes\x18\x05 \x01(\x03R\akvBytes\x12*\n" +
 	"\x11free_memory_bytes\x18\x06 \x01(\x03R\x0ffreeMemoryBytes\x12*\n" +
-	"\x11tokens_per_second\x18\a \x01(\x01R\x0ftokensPerSecond\"\xd9\x01\n" +
+	"\x11tokens_per_second\x18\a \x01(\x01R\x0ftokensPerSecond\"\x82\x02\n" +
 	"\x11TranscribeRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x14\n" +
 	"\x05audio\x18\x02 \x01(\fR\x05audio\x12\x1a\n" +
@@ -2924,7 +3009,8 @@ const file_engine_proto_rawDesc = "" +
 	"\vtemperature\x18\x05 \x01(\x01R\vtemperature\x12\x1b\n" +
 	"\tmax_bytes\x18\x06 \x01(\x03R\bmaxBytes\x12\x1f\n" +
 	"\vmax_seconds\x18\a \x01(\x01R\n" +
-	"maxSeconds\"\xa1\x02\n" +
+	"maxSeconds\x12'\n" +
+	"\x0fword_timestamps\x18\b \x01(\bR\x0ewordTimestamps\"\xd9\x02\n" +
 	"\x11TranscribeSegment\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x12\n" +
 	"\x04seek\x18\x02 \x01(\x05R\x04seek\x12\x14\n" +
@@ -2937,7 +3023,13 @@ const file_engine_proto_rawDesc = "" +
 	"avgLogprob\x12+\n" +
 	"\x11compression_ratio\x18\t \x01(\x01R\x10compressionRatio\x12$\n" +
 	"\x0eno_speech_prob\x18\n" +
-	" \x01(\x01R\fnoSpeechProb\"\xf1\x01\n" +
+	" \x01(\x01R\fnoSpeechProb\x126\n" +
+	"\x05words\x18\v \x03(\v2 .fusion.engine.v1.TranscribeWordR\x05words\"n\n" +
+	"\x0eTranscribeWord\x12\x14\n" +
+	"\x05start\x18\x01 \x01(\x01R\x05start\x12\x10\n" +
+	"\x03end\x18\x02 \x01(\x01R\x03end\x12\x12\n" +
+	"\x04word\x18\x03 \x01(\tR\x04word\x12 \n" +
+	"\vprobability\x18\x04 \x01(\x01R\vprobability\"\xf1\x01\n" +
 	"\x0fTranscribeReply\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x1a\n" +
 	"\blanguage\x18\x02 \x01(\tR\blanguage\x12\x1a\n" +
@@ -3001,7 +3093,7 @@ func file_engine_proto_rawDescGZIP() []byte {
 }
 
 var file_engine_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_engine_proto_goTypes = []any{
 	(Error_Code)(0),           // 0: fusion.engine.v1.Error.Code
 	(*Request)(nil),           // 1: fusion.engine.v1.Request
@@ -3034,18 +3126,19 @@ var file_engine_proto_goTypes = []any{
 	(*StatsReport)(nil),       // 28: fusion.engine.v1.StatsReport
 	(*TranscribeRequest)(nil), // 29: fusion.engine.v1.TranscribeRequest
 	(*TranscribeSegment)(nil), // 30: fusion.engine.v1.TranscribeSegment
-	(*TranscribeReply)(nil),   // 31: fusion.engine.v1.TranscribeReply
-	(*SpeechRequest)(nil),     // 32: fusion.engine.v1.SpeechRequest
-	(*SpeechReply)(nil),       // 33: fusion.engine.v1.SpeechReply
-	(*ImageRequest)(nil),      // 34: fusion.engine.v1.ImageRequest
-	(*ImageReply)(nil),        // 35: fusion.engine.v1.ImageReply
-	nil,                       // 36: fusion.engine.v1.Sampling.LogitBiasEntry
+	(*TranscribeWord)(nil),    // 31: fusion.engine.v1.TranscribeWord
+	(*TranscribeReply)(nil),   // 32: fusion.engine.v1.TranscribeReply
+	(*SpeechRequest)(nil),     // 33: fusion.engine.v1.SpeechRequest
+	(*SpeechReply)(nil),       // 34: fusion.engine.v1.SpeechReply
+	(*ImageRequest)(nil),      // 35: fusion.engine.v1.ImageRequest
+	(*ImageReply)(nil),        // 36: fusion.engine.v1.ImageReply
+	nil,                       // 37: fusion.engine.v1.Sampling.LogitBiasEntry
 }
 var file_engine_proto_depIdxs = []int32{
 	3,  // 0: fusion.engine.v1.Request.sampling:type_name -> fusion.engine.v1.Sampling
 	4,  // 1: fusion.engine.v1.Request.response_format:type_name -> fusion.engine.v1.ResponseFormat
 	2,  // 2: fusion.engine.v1.Request.tool_choice:type_name -> fusion.engine.v1.ToolChoice
-	36, // 3: fusion.engine.v1.Sampling.logit_bias:type_name -> fusion.engine.v1.Sampling.LogitBiasEntry
+	37, // 3: fusion.engine.v1.Sampling.logit_bias:type_name -> fusion.engine.v1.Sampling.LogitBiasEntry
 	6,  // 4: fusion.engine.v1.GenerateReply.accepted:type_name -> fusion.engine.v1.Accepted
 	7,  // 5: fusion.engine.v1.GenerateReply.event:type_name -> fusion.engine.v1.Event
 	8,  // 6: fusion.engine.v1.Event.tool_calls:type_name -> fusion.engine.v1.ToolCall
@@ -3058,35 +3151,36 @@ var file_engine_proto_depIdxs = []int32{
 	18, // 13: fusion.engine.v1.EmbedRequest.inputs:type_name -> fusion.engine.v1.EmbedInput
 	20, // 14: fusion.engine.v1.EmbedReply.vectors:type_name -> fusion.engine.v1.Vector
 	25, // 15: fusion.engine.v1.ModelsReply.models:type_name -> fusion.engine.v1.ModelInfo
-	30, // 16: fusion.engine.v1.TranscribeReply.segments:type_name -> fusion.engine.v1.TranscribeSegment
-	30, // 17: fusion.engine.v1.TranscribeReply.segment:type_name -> fusion.engine.v1.TranscribeSegment
-	1,  // 18: fusion.engine.v1.Engine.Generate:input_type -> fusion.engine.v1.Request
-	13, // 19: fusion.engine.v1.Engine.Tokenize:input_type -> fusion.engine.v1.TokenizeRequest
-	13, // 20: fusion.engine.v1.Engine.CountTokens:input_type -> fusion.engine.v1.TokenizeRequest
-	16, // 21: fusion.engine.v1.Engine.Detokenize:input_type -> fusion.engine.v1.DetokenizeRequest
-	24, // 22: fusion.engine.v1.Engine.Models:input_type -> fusion.engine.v1.ModelsRequest
-	19, // 23: fusion.engine.v1.Engine.Embed:input_type -> fusion.engine.v1.EmbedRequest
-	22, // 24: fusion.engine.v1.Engine.Rerank:input_type -> fusion.engine.v1.RerankRequest
-	29, // 25: fusion.engine.v1.Engine.Transcribe:input_type -> fusion.engine.v1.TranscribeRequest
-	27, // 26: fusion.engine.v1.Engine.Stats:input_type -> fusion.engine.v1.StatsRequest
-	32, // 27: fusion.engine.v1.Engine.Speak:input_type -> fusion.engine.v1.SpeechRequest
-	34, // 28: fusion.engine.v1.Engine.GenerateImage:input_type -> fusion.engine.v1.ImageRequest
-	5,  // 29: fusion.engine.v1.Engine.Generate:output_type -> fusion.engine.v1.GenerateReply
-	14, // 30: fusion.engine.v1.Engine.Tokenize:output_type -> fusion.engine.v1.TokenizeReply
-	15, // 31: fusion.engine.v1.Engine.CountTokens:output_type -> fusion.engine.v1.CountTokensReply
-	17, // 32: fusion.engine.v1.Engine.Detokenize:output_type -> fusion.engine.v1.DetokenizeReply
-	26, // 33: fusion.engine.v1.Engine.Models:output_type -> fusion.engine.v1.ModelsReply
-	21, // 34: fusion.engine.v1.Engine.Embed:output_type -> fusion.engine.v1.EmbedReply
-	23, // 35: fusion.engine.v1.Engine.Rerank:output_type -> fusion.engine.v1.RerankReply
-	31, // 36: fusion.engine.v1.Engine.Transcribe:output_type -> fusion.engine.v1.TranscribeReply
-	28, // 37: fusion.engine.v1.Engine.Stats:output_type -> fusion.engine.v1.StatsReport
-	33, // 38: fusion.engine.v1.Engine.Speak:output_type -> fusion.engine.v1.SpeechReply
-	35, // 39: fusion.engine.v1.Engine.GenerateImage:output_type -> fusion.engine.v1.ImageReply
-	29, // [29:40] is the sub-list for method output_type
-	18, // [18:29] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	31, // 16: fusion.engine.v1.TranscribeSegment.words:type_name -> fusion.engine.v1.TranscribeWord
+	30, // 17: fusion.engine.v1.TranscribeReply.segments:type_name -> fusion.engine.v1.TranscribeSegment
+	30, // 18: fusion.engine.v1.TranscribeReply.segment:type_name -> fusion.engine.v1.TranscribeSegment
+	1,  // 19: fusion.engine.v1.Engine.Generate:input_type -> fusion.engine.v1.Request
+	13, // 20: fusion.engine.v1.Engine.Tokenize:input_type -> fusion.engine.v1.TokenizeRequest
+	13, // 21: fusion.engine.v1.Engine.CountTokens:input_type -> fusion.engine.v1.TokenizeRequest
+	16, // 22: fusion.engine.v1.Engine.Detokenize:input_type -> fusion.engine.v1.DetokenizeRequest
+	24, // 23: fusion.engine.v1.Engine.Models:input_type -> fusion.engine.v1.ModelsRequest
+	19, // 24: fusion.engine.v1.Engine.Embed:input_type -> fusion.engine.v1.EmbedRequest
+	22, // 25: fusion.engine.v1.Engine.Rerank:input_type -> fusion.engine.v1.RerankRequest
+	29, // 26: fusion.engine.v1.Engine.Transcribe:input_type -> fusion.engine.v1.TranscribeRequest
+	27, // 27: fusion.engine.v1.Engine.Stats:input_type -> fusion.engine.v1.StatsRequest
+	33, // 28: fusion.engine.v1.Engine.Speak:input_type -> fusion.engine.v1.SpeechRequest
+	35, // 29: fusion.engine.v1.Engine.GenerateImage:input_type -> fusion.engine.v1.ImageRequest
+	5,  // 30: fusion.engine.v1.Engine.Generate:output_type -> fusion.engine.v1.GenerateReply
+	14, // 31: fusion.engine.v1.Engine.Tokenize:output_type -> fusion.engine.v1.TokenizeReply
+	15, // 32: fusion.engine.v1.Engine.CountTokens:output_type -> fusion.engine.v1.CountTokensReply
+	17, // 33: fusion.engine.v1.Engine.Detokenize:output_type -> fusion.engine.v1.DetokenizeReply
+	26, // 34: fusion.engine.v1.Engine.Models:output_type -> fusion.engine.v1.ModelsReply
+	21, // 35: fusion.engine.v1.Engine.Embed:output_type -> fusion.engine.v1.EmbedReply
+	23, // 36: fusion.engine.v1.Engine.Rerank:output_type -> fusion.engine.v1.RerankReply
+	32, // 37: fusion.engine.v1.Engine.Transcribe:output_type -> fusion.engine.v1.TranscribeReply
+	28, // 38: fusion.engine.v1.Engine.Stats:output_type -> fusion.engine.v1.StatsReport
+	34, // 39: fusion.engine.v1.Engine.Speak:output_type -> fusion.engine.v1.SpeechReply
+	36, // 40: fusion.engine.v1.Engine.GenerateImage:output_type -> fusion.engine.v1.ImageReply
+	30, // [30:41] is the sub-list for method output_type
+	19, // [19:30] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_engine_proto_init() }
@@ -3108,7 +3202,7 @@ func file_engine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engine_proto_rawDesc), len(file_engine_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   36,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -382,12 +382,12 @@ func rerankResultFromPB(p *enginepb.RerankReply) *engine.RerankResult {
 
 func transcribeRequestToPB(r *engine.TranscribeRequest) *enginepb.TranscribeRequest {
 	return &enginepb.TranscribeRequest{Model: r.Model, Audio: r.Audio, Language: r.Language, Translate: r.Translate,
-		Temperature: r.Temperature, MaxBytes: r.MaxBytes, MaxSeconds: r.MaxSeconds}
+		Temperature: r.Temperature, MaxBytes: r.MaxBytes, MaxSeconds: r.MaxSeconds, WordTimestamps: r.WordTimestamps}
 }
 
 func transcribeRequestFromPB(p *enginepb.TranscribeRequest) *engine.TranscribeRequest {
 	return &engine.TranscribeRequest{Model: p.GetModel(), Audio: p.GetAudio(), Language: p.GetLanguage(), Translate: p.GetTranslate(),
-		Temperature: p.GetTemperature(), MaxBytes: p.GetMaxBytes(), MaxSeconds: p.GetMaxSeconds()}
+		Temperature: p.GetTemperature(), MaxBytes: p.GetMaxBytes(), MaxSeconds: p.GetMaxSeconds(), WordTimestamps: p.GetWordTimestamps()}
 }
 
 func transcribeResultToPB(r *engine.TranscribeResult) *enginepb.TranscribeReply {
@@ -401,9 +401,13 @@ func transcribeResultToPB(r *engine.TranscribeResult) *enginepb.TranscribeReply 
 
 func transcribeSegmentToPB(s engine.TranscribeSegment) *enginepb.TranscribeSegment {
 	toks, _ := int32s("tokens", s.Tokens) // vocabulary ids: always in range
-	return &enginepb.TranscribeSegment{Id: int32(s.ID), Seek: int32(s.Seek), Start: s.Start, End: s.End, Text: s.Text,
+	out := &enginepb.TranscribeSegment{Id: int32(s.ID), Seek: int32(s.Seek), Start: s.Start, End: s.End, Text: s.Text,
 		Tokens: toks, Temperature: s.Temperature, AvgLogprob: s.AvgLogprob, CompressionRatio: s.CompressionRatio,
 		NoSpeechProb: s.NoSpeechProb}
+	for _, w := range s.Words {
+		out.Words = append(out.Words, &enginepb.TranscribeWord{Start: w.Start, End: w.End, Word: w.Word, Probability: w.Probability})
+	}
+	return out
 }
 
 func transcribeResultFromPB(p *enginepb.TranscribeReply) *engine.TranscribeResult {
@@ -416,9 +420,13 @@ func transcribeResultFromPB(p *enginepb.TranscribeReply) *engine.TranscribeResul
 }
 
 func transcribeSegmentFromPB(s *enginepb.TranscribeSegment) engine.TranscribeSegment {
-	return engine.TranscribeSegment{ID: int(s.GetId()), Seek: int(s.GetSeek()), Start: s.GetStart(), End: s.GetEnd(),
+	out := engine.TranscribeSegment{ID: int(s.GetId()), Seek: int(s.GetSeek()), Start: s.GetStart(), End: s.GetEnd(),
 		Text: s.GetText(), Tokens: ints(s.GetTokens()), Temperature: s.GetTemperature(), AvgLogprob: s.GetAvgLogprob(),
 		CompressionRatio: s.GetCompressionRatio(), NoSpeechProb: s.GetNoSpeechProb()}
+	for _, w := range s.GetWords() {
+		out.Words = append(out.Words, engine.TranscribeWord{Start: w.GetStart(), End: w.GetEnd(), Word: w.GetWord(), Probability: w.GetProbability()})
+	}
+	return out
 }
 
 // pcmToBytes packs 16-bit samples little-endian.

@@ -14,15 +14,21 @@ const WAVHeaderSize = 44
 // of frames samples at rate. frames < 0 writes the "unknown length" sizes
 // (0xFFFFFFFF) streaming encoders use when the length is not known yet.
 func WriteWAVHeader(w io.Writer, rate, frames int) error {
-	if rate <= 0 || rate > math.MaxInt32/2 {
-		return fmt.Errorf("audio: WAV sample rate %d", rate)
+	return WriteWAVHeaderChannels(w, rate, 1, frames)
+}
+
+// WriteWAVHeaderChannels is WriteWAVHeader for channels interleaved
+// channels (frames per channel).
+func WriteWAVHeaderChannels(w io.Writer, rate, channels, frames int) error {
+	if rate <= 0 || channels <= 0 || channels > 64 || rate > math.MaxInt32/(2*channels) {
+		return fmt.Errorf("audio: WAV sample rate %d, %d channels", rate, channels)
 	}
 	data, riff := uint32(math.MaxUint32), uint32(math.MaxUint32)
 	if frames >= 0 {
-		if int64(frames)*2 > math.MaxUint32-36 {
+		if int64(frames)*int64(2*channels) > math.MaxUint32-36 {
 			return fmt.Errorf("audio: %d frames do not fit a WAV file", frames)
 		}
-		data = uint32(frames * 2)
+		data = uint32(frames * 2 * channels)
 		riff = 36 + data
 	}
 	var h [WAVHeaderSize]byte
@@ -31,10 +37,10 @@ func WriteWAVHeader(w io.Writer, rate, frames int) error {
 	copy(h[8:], "WAVEfmt ")
 	binary.LittleEndian.PutUint32(h[16:], 16)
 	binary.LittleEndian.PutUint16(h[20:], 1) // PCM
-	binary.LittleEndian.PutUint16(h[22:], 1) // mono
+	binary.LittleEndian.PutUint16(h[22:], uint16(channels))
 	binary.LittleEndian.PutUint32(h[24:], uint32(rate))
-	binary.LittleEndian.PutUint32(h[28:], uint32(rate*2))
-	binary.LittleEndian.PutUint16(h[32:], 2)
+	binary.LittleEndian.PutUint32(h[28:], uint32(rate*2*channels))
+	binary.LittleEndian.PutUint16(h[32:], uint16(2*channels))
 	binary.LittleEndian.PutUint16(h[34:], 16)
 	copy(h[36:], "data")
 	binary.LittleEndian.PutUint32(h[40:], data)

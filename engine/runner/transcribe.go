@@ -40,13 +40,13 @@ func (r *Runner) Transcribe(ctx context.Context, req *engine.TranscribeRequest) 
 		return nil, audioError(err)
 	}
 	o := whisper.DefaultOptions()
-	o.Language, o.Translate = req.Language, req.Translate
+	o.Language, o.Translate, o.WordTimestamps = req.Language, req.Translate, req.WordTimestamps
 	o.Temperatures = nil
 	for t := req.Temperature; t <= 1+1e-9; t += 0.2 {
 		o.Temperatures = append(o.Temperatures, math.Round(t*1e6)/1e6)
 	}
 	if req.OnSegment != nil {
-		o.OnSegment = func(s whisper.Segment) { req.OnSegment(engine.TranscribeSegment(s)) }
+		o.OnSegment = func(s whisper.Segment) { req.OnSegment(segment(s)) }
 	}
 	em.asrMu.Lock()
 	res, err := em.asr.Transcribe(ctx, samples, o)
@@ -60,9 +60,19 @@ func (r *Runner) Transcribe(ctx context.Context, req *engine.TranscribeRequest) 
 	out := &engine.TranscribeResult{Text: res.Text, Language: res.Language, Duration: res.Duration,
 		Segments: make([]engine.TranscribeSegment, len(res.Segments))}
 	for i, s := range res.Segments {
-		out.Segments[i] = engine.TranscribeSegment(s)
+		out.Segments[i] = segment(s)
 	}
 	return out, nil
+}
+
+// segment is the engine's copy of a whisper segment.
+func segment(s whisper.Segment) engine.TranscribeSegment {
+	out := engine.TranscribeSegment{ID: s.ID, Seek: s.Seek, Start: s.Start, End: s.End, Text: s.Text, Tokens: s.Tokens,
+		Temperature: s.Temperature, AvgLogprob: s.AvgLogprob, CompressionRatio: s.CompressionRatio, NoSpeechProb: s.NoSpeechProb}
+	for _, w := range s.Words {
+		out.Words = append(out.Words, engine.TranscribeWord(w))
+	}
+	return out
 }
 
 // audioError makes a decoding failure of the input a bad request, naming

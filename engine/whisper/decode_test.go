@@ -23,15 +23,15 @@ func TestSplit(t *testing.T) {
 		nextSeek int
 	}{
 		{"pairs, single ending", []int{tb, 1, 2, tb + 50, tb + 50, 3, tb + 100},
-			[]rawSegment{{0.3, 1.3, []int{tb, 1, 2, tb + 50}}, {1.3, 2.3, []int{tb + 50, 3, tb + 100}}}, 30 + 3000},
+			[]rawSegment{{0.3, 1.3, []int{tb, 1, 2, tb + 50}, nil}, {1.3, 2.3, []int{tb + 50, 3, tb + 100}, nil}}, 30 + 3000},
 		{"pairs, unfinished last", []int{tb, 1, tb + 50, tb + 50, 3},
-			[]rawSegment{{0.3, 1.3, []int{tb, 1, tb + 50}}}, 30 + 100},
+			[]rawSegment{{0.3, 1.3, []int{tb, 1, tb + 50}, nil}}, 30 + 100},
 		{"one pair only", []int{tb + 10, 1, 2, tb + 60},
-			[]rawSegment{{0.3, 0.3 + 1.2, []int{tb + 10, 1, 2, tb + 60}}}, 30 + 3000}, // ends at the last timestamp
+			[]rawSegment{{0.3, 0.3 + 1.2, []int{tb + 10, 1, 2, tb + 60}, nil}}, 30 + 3000}, // ends at the last timestamp
 		{"no timestamps", []int{1, 2, 3},
-			[]rawSegment{{0.3, 0.3 + 29.9, []int{1, 2, 3}}}, 30 + 3000},
+			[]rawSegment{{0.3, 0.3 + 29.9, []int{1, 2, 3}, nil}}, 30 + 3000},
 		{"only the first timestamp", []int{tb, 1, 2},
-			[]rawSegment{{0.3, 0.3 + 29.9, []int{tb, 1, 2}}}, 30 + 3000},
+			[]rawSegment{{0.3, 0.3 + 29.9, []int{tb, 1, 2}, nil}}, 30 + 3000},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -100,7 +100,7 @@ func TestTemperatureFallback(t *testing.T) {
 	o := DefaultOptions()
 	o.Temperatures, o.BestOf, o.LogProbThreshold, o.NoSpeechThreshold = []float64{0, 0.6}, 2, 0, 2
 	run := func() (generation, float64) {
-		g, _, temp, _, err := m.fallback(context.Background(), w, m.prompt(nil, o), o, rand.New(rand.NewPCG(7, 0x5eed)))
+		g, _, temp, _, err := m.fallback(context.Background(), w, m.prompt(nil, m.sotSequence("en", false), o), o, rand.New(rand.NewPCG(7, 0x5eed)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,6 +3,7 @@ package whisper
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"fusion/engine/backend"
 )
@@ -107,49 +108,74 @@ func (w *Window) Reset() {
 // Decode runs the decoder over tokens (appended after those it has seen)
 // and returns the logits [len(rows) × Vocab] of the given rows of tokens.
 func (w *Window) Decode(ctx context.Context, tokens []int, rows []int) ([]float32, error) {
+	logits, _, err := w.decode(ctx, tokens, rows, nil)
+	return logits, err
+}
+
+// decode is Decode that also reads the cross-attention queries of the
+// decoder layers in queries ([len(tokens) × Width] each, by layer).
+func (w *Window) decode(ctx context.Context, tokens []int, rows []int, queries []int) ([]float32, map[int][]float32, error) {
 	m, s, d := w.m, w.s, w.m.Dims
 	if len(tokens) == 0 || w.pos+len(tokens) > d.TextCtx {
-		return nil, fmt.Errorf("whisper: %d tokens after %d, the decoder holds %d", len(tokens), w.pos, d.TextCtx)
+		return nil, nil, fmt.Errorf("whisper: %d tokens after %d, the decoder holds %d", len(tokens), w.pos, d.TextCtx)
 	}
 	ids, pos := make([]int32, len(tokens)), make([]int32, len(tokens))
 	for i, t := range tokens {
 		if t < 0 || t >= d.Vocab {
-			return nil, fmt.Errorf("whisper: token %d outside the vocabulary [0, %d)", t, d.Vocab)
+			return nil, nil, fmt.Errorf("whisper: token %d outside the vocabulary [0, %d)", t, d.Vocab)
 		}
 		ids[i], pos[i] = int32(t), int32(w.pos+i)
 	}
 	for _, r := range rows {
 		if r < 0 || r >= len(tokens) {
-			return nil, fmt.Errorf("whisper: logits of row %d of %d", r, len(tokens))
+			return nil, nil, fmt.Errorf("whisper: logits of row %d of %d", r, len(tokens))
 		}
 	}
 	batch := &backend.Batch{Seqs: []backend.Seq{{Cache: w.cache, Offset: w.pos, Len: len(tokens)}}}
 	h := s.Add(s.Embed(m.embed, ids), s.Embed(m.decPos, pos))
+	qs := map[int]backend.Array{}
 	for i, l := range m.decoder {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		a := l.self
 		n := s.LayerNorm(h, a.norm.w, a.norm.b, eps)
 		h = s.Add(h, s.Linear(s.Attention(i, s.Linear(n, a.q), s.Linear(n, a.k), s.Linear(n, a.v), m.scale, batch), a.o))
 		c := l.cross
 		n = s.LayerNorm(h, c.norm.w, c.norm.b, eps)
-		h = s.Add(h, s.Linear(s.CrossAttention(s.Linear(n, c.q), w.crossK[i], w.crossV[i], d.Heads, m.scale), c.o))
+		q := s.Linear(n, c.q)
+		if slices.Contains(queries, i) {
+			qs[i] = q
+		}
+		h = s.Add(h, s.Linear(s.CrossAttention(q, w.crossK[i], w.crossV[i], d.Heads, m.scale), c.o))
 		h = s.Add(h, l.mlp.run(s, h))
 	}
 	h = s.LayerNorm(s.Rows(h, rows), m.decNorm.w, m.decNorm.b, eps)
 	logits := s.Linear(h, m.proj)
 	out, err := s.Read(logits)
+	var qOut map[int][]float32
+	if err == nil && len(qs) > 0 {
+		qOut = map[int][]float32{}
+		for i, q := range qs {
+			if qOut[i], err = s.Read(q); err != nil {
+				break
+			}
+		}
+	}
 	// Free the pass (the encoder output predates the mark and stays); a
 	// Release forgets its mark, so take it again.
 	s.Release(w.mark, w.enc)
 	w.mark = s.Mark()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	w.pos += len(tokens)
-	return out, nil
+	return out, qOut, nil
 }
+
+// crossKeys reads decoder layer i's cross-attention keys over the
+// window, [AudioCtx × Width].
+func (w *Window) crossKeys(i int) ([]float32, error) { return w.s.Read(w.crossK[i]) }
 
 // Close frees the window's step and cache.
 func (w *Window) Close() {

@@ -125,6 +125,16 @@ func Load(ctx context.Context, dir string, be backend.Backend) (*Model, error) {
 		m.Close()
 		return nil, fmt.Errorf("whisper: %s: %w", dir, err)
 	}
+	if m.Tokens.Multilingual {
+		if m.Tokens.Languages, err = languages(m.Tokenizer, m.Config.LangIDs, m.Dims.Vocab); err != nil {
+			m.Close()
+			return nil, fmt.Errorf("whisper: %s: %w", dir, err)
+		}
+		if len(m.Tokens.Languages) == 0 {
+			m.Close()
+			return nil, fmt.Errorf("whisper: %s: %w: a multilingual vocabulary without lang_ids in config.json", dir, ErrNotWhisper)
+		}
+	}
 	return m, nil
 }
 

@@ -2,6 +2,7 @@ package whisper
 
 import (
 	"fmt"
+	"strings"
 
 	"fusion/engine/tokenizer"
 )
@@ -17,6 +18,41 @@ type Special struct {
 	// (51865 and up); English-only models (*.en) have 51864 and are
 	// always decoded as English, with no language or task token.
 	Multilingual bool
+	// Languages are the language tokens a multilingual model's
+	// config.json lists (lang_ids), in that order, with their codes
+	// ("en" for <|en|>): the candidates of language detection.
+	Languages []Language
+}
+
+// Language is one of a multilingual model's language tokens.
+type Language struct {
+	Code string
+	ID   int
+}
+
+// languages reads the codes of the config's lang_ids from the
+// tokenizer ("<|de|>" → "de").
+func languages(t *tokenizer.Tokenizer, ids []int, vocab int) ([]Language, error) {
+	out := make([]Language, 0, len(ids))
+	for _, id := range ids {
+		tok, ok := t.Token(id)
+		if !ok || id >= vocab || !strings.HasPrefix(tok, "<|") || !strings.HasSuffix(tok, "|>") || len(tok) < 5 {
+			return nil, fmt.Errorf("%w: lang_ids entry %d is not a language token (%q)", ErrNotWhisper, id, tok)
+		}
+		out = append(out, Language{Code: tok[2 : len(tok)-2], ID: id})
+	}
+	return out, nil
+}
+
+// languageToken is the token of a language code among the model's
+// languages.
+func (m *Model) languageToken(code string) (int, bool) {
+	for _, l := range m.Tokens.Languages {
+		if strings.EqualFold(l.Code, code) {
+			return l.ID, true
+		}
+	}
+	return 0, false
 }
 
 func specialTokens(t *tokenizer.Tokenizer, vocab int) (Special, error) {

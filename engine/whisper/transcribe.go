@@ -18,7 +18,9 @@ import (
 type Options struct {
 	// Language is the spoken language's code. An English-only model
 	// (tiny.en and the other *.en) always decodes English: "" and "en"
-	// are accepted, any other code is ErrLanguage.
+	// are accepted, any other code is ErrLanguage. A multilingual model
+	// takes one of its language tokens' codes, or "" to detect the
+	// language on the first 30-s window, as faster-whisper does.
 	Language string
 	// Translate asks for an English translation (Whisper's translate
 	// task); an English-only model cannot (ErrTranslate).
@@ -48,6 +50,13 @@ type Options struct {
 	// MaxInitialTimestamp bounds the first timestamp, in seconds.
 	MaxInitialTimestamp float64
 	SuppressBlank       bool
+	// WordTimestamps times every word by cross-attention alignment
+	// (faster-whisper's word_timestamps): Segment.Words, the segments'
+	// bounds moved to their words', and seek to the last word's end.
+	WordTimestamps bool
+	// PrependPunctuations and AppendPunctuations are merged into the
+	// next and the previous word.
+	PrependPunctuations, AppendPunctuations string
 	// Seed makes sampling at temperatures above 0 reproducible.
 	Seed uint64
 	// OnSegment, if set, is called with each segment as it is decoded.
@@ -66,6 +75,8 @@ func DefaultOptions() Options {
 		PromptResetOnTemperature:  0.5,
 		MaxInitialTimestamp:       1,
 		SuppressBlank:             true,
+		PrependPunctuations:       DefaultPrependPunctuations,
+		AppendPunctuations:        DefaultAppendPunctuations,
 	}
 }
 
@@ -87,14 +98,18 @@ type Segment struct {
 	AvgLogprob       float64
 	CompressionRatio float64
 	NoSpeechProb     float64
+	Words            []Word // with Options.WordTimestamps
 }
 
 // Result is a transcription.
 type Result struct {
 	Text     string // the segments' texts joined, trimmed
 	Language string
-	Duration float64 // of the audio, in seconds
-	Segments []Segment
+	// LanguageProbability is the detected language's probability (1 when
+	// the language was given or the model is English-only).
+	LanguageProbability float64
+	Duration            float64 // of the audio, in seconds
+	Segments            []Segment
 }
 
 // Whisper's fixed time grid.
@@ -129,12 +144,19 @@ func (m *Model) Transcribe(ctx context.Context, samples []float32, o Options) (*
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{Language: lang, Duration: float64(len(samples)) / logmel.SampleRate}
-	content := feats.Frames - 1
+	res := &Result{Language: lang, LanguageProbability: 1, Duration: float64(len(samples)) / logmel.SampleRate}
 	window := 2 * m.Dims.AudioCtx
+	if lang == "" {
+		if res.Language, res.LanguageProbability, err = m.detect(ctx, feats); err != nil {
+			return nil, err
+		}
+	}
+	sot := m.sotSequence(res.Language, o.Translate)
+	content := feats.Frames - 1
 	rng := rand.New(rand.NewPCG(o.Seed, 0x5eed))
 	var all []int
 	resetSince := 0
+	lastSpeech := 0.0
 	for seek := 0; seek < content; {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -149,19 +171,36 @@ func (m *Model) Transcribe(ctx context.Context, samples []float32, o Options) (*
 		if err != nil {
 			return nil, err
 		}
-		prompt := m.prompt(all[resetSince:], o)
+		prompt := m.prompt(all[resetSince:], sot, o)
 		g, avg, temp, ratio, err := m.fallback(ctx, w, prompt, o, rng)
-		w.Close()
 		if err != nil {
+			w.Close()
 			return nil, err
 		}
 		if g.noSpeechProb > o.NoSpeechThreshold && !(avg > o.LogProbThreshold) {
+			w.Close()
 			seek += size
 			continue
 		}
 		prevSeek := seek
 		var segs []rawSegment
 		segs, seek = m.split(g.tokens, timeOffset, size, float64(size)*timePerFrame, seek)
+		if o.WordTimestamps {
+			lastSpeech, err = m.addWordTimestamps(ctx, w, sot, segs, prevSeek, size, o, res.Language, lastSpeech)
+			if err != nil {
+				w.Close()
+				return nil, err
+			}
+			if !singleTimestampEnding(g.tokens, m.Tokens.TimestampBegin) {
+				if end, ok := lastEnd(segs); ok && end > timeOffset {
+					seek = int(math.RoundToEven(end * framesPerSecond))
+				}
+			}
+			if end, ok := lastEnd(segs); ok {
+				lastSpeech = end
+			}
+		}
+		w.Close()
 		for _, s := range segs {
 			text := m.Text(s.tokens)
 			if s.start == s.end || strings.TrimSpace(text) == "" {
@@ -169,7 +208,7 @@ func (m *Model) Transcribe(ctx context.Context, samples []float32, o Options) (*
 			}
 			all = append(all, s.tokens...)
 			seg := Segment{ID: len(res.Segments) + 1, Seek: prevSeek, Start: s.start, End: s.end, Text: text, Tokens: s.tokens,
-				Temperature: temp, AvgLogprob: avg, CompressionRatio: ratio, NoSpeechProb: g.noSpeechProb}
+				Temperature: temp, AvgLogprob: avg, CompressionRatio: ratio, NoSpeechProb: g.noSpeechProb, Words: s.words}
 			res.Segments = append(res.Segments, seg)
 			if o.OnSegment != nil {
 				o.OnSegment(seg)
@@ -187,9 +226,20 @@ func (m *Model) Transcribe(ctx context.Context, samples []float32, o Options) (*
 	return res, nil
 }
 
+// language checks the options' language and task against the model and
+// returns the language to decode, "" when a multilingual model is to
+// detect it.
 func (m *Model) language(o Options) (string, error) {
 	if m.Tokens.Multilingual {
-		return "", fmt.Errorf("whisper: multilingual models are not supported yet: %w", ErrLanguage)
+		if o.Language == "" {
+			return "", nil
+		}
+		for _, l := range m.Tokens.Languages {
+			if strings.EqualFold(l.Code, o.Language) {
+				return l.Code, nil
+			}
+		}
+		return "", fmt.Errorf("whisper: language %q is not one of the model's %d: %w", o.Language, len(m.Tokens.Languages), ErrLanguage)
 	}
 	if o.Translate {
 		return "", fmt.Errorf("whisper: English-only model: %w", ErrTranslate)
@@ -200,17 +250,83 @@ func (m *Model) language(o Options) (string, error) {
 	return "en", nil
 }
 
+// detect is faster-whisper's detect_language with one segment: the
+// first 30 s of the features (the padding frame included, zeros after),
+// encoded, then one decoder step on <|startoftranscript|> whose logits,
+// restricted to the language tokens, are softmaxed (ctranslate2's
+// Whisper.detect_language); the likeliest language and its probability.
+func (m *Model) detect(ctx context.Context, feats logmel.Features) (string, float64, error) {
+	probs, err := m.languageProbs(ctx, feats)
+	if err != nil {
+		return "", 0, err
+	}
+	best := 0
+	for i, p := range probs {
+		if p > probs[best] {
+			best = i
+		}
+	}
+	return m.Tokens.Languages[best].Code, probs[best], nil
+}
+
+// languageProbs are the probabilities of the model's languages, in the
+// order of Tokens.Languages, on the first window of feats.
+func (m *Model) languageProbs(ctx context.Context, feats logmel.Features) ([]float64, error) {
+	window := 2 * m.Dims.AudioCtx
+	size := min(window, feats.Frames)
+	mel := make([]float32, m.Dims.Mels*window)
+	for c := range m.Dims.Mels {
+		copy(mel[c*window:c*window+size], feats.Data[c*feats.Frames:c*feats.Frames+size])
+	}
+	w, err := m.Encode(ctx, mel)
+	if err != nil {
+		return nil, err
+	}
+	defer w.Close()
+	logits, err := w.Decode(ctx, []int{m.Tokens.SOT}, []int{0})
+	if err != nil {
+		return nil, err
+	}
+	langs := make([]float32, len(m.Tokens.Languages))
+	for i, l := range m.Tokens.Languages {
+		langs[i] = logits[l.ID]
+	}
+	lse := logSumExp(langs)
+	probs := make([]float64, len(langs))
+	for i, v := range langs {
+		probs[i] = math.Exp(float64(v) - lse)
+	}
+	return probs, nil
+}
+
+// sotSequence is the start of every window's prompt: for an English-only
+// model <|startoftranscript|> alone, for a multilingual one followed by
+// the language's token and the task's (<|transcribe|> or <|translate|>),
+// as faster-whisper's Tokenizer.sot_sequence.
+func (m *Model) sotSequence(lang string, translate bool) []int {
+	seq := []int{m.Tokens.SOT}
+	if !m.Tokens.Multilingual {
+		return seq
+	}
+	if id, ok := m.languageToken(lang); ok {
+		seq = append(seq, id)
+	}
+	if translate {
+		return append(seq, m.Tokens.Translate)
+	}
+	return append(seq, m.Tokens.Transcribe)
+}
+
 // prompt is faster-whisper's get_prompt: <|startofprev|> and the last
-// previous tokens, then the start-of-transcript sequence (for an
-// English-only model <|startoftranscript|> alone).
-func (m *Model) prompt(previous []int, o Options) []int {
+// previous tokens, then the start-of-transcript sequence sot.
+func (m *Model) prompt(previous, sot []int, o Options) []int {
 	var p []int
 	if len(previous) > 0 {
 		p = append(p, m.Tokens.SOTPrev)
 		keep := m.Dims.TextCtx/2 - 1
 		p = append(p, previous[max(0, len(previous)-keep):]...)
 	}
-	p = append(p, m.Tokens.SOT)
+	p = append(p, sot...)
 	if o.WithoutTimestamps {
 		p = append(p, m.Tokens.NoTimestamps)
 	}
@@ -284,6 +400,14 @@ func compressionRatio(text string) float64 {
 type rawSegment struct {
 	start, end float64
 	tokens     []int
+	words      []Word
+}
+
+// singleTimestampEnding: the window's tokens end on a lone timestamp
+// (no speech after it).
+func singleTimestampEnding(tokens []int, tb int) bool {
+	n := len(tokens)
+	return n >= 2 && tokens[n-2] < tb && tokens[n-1] >= tb
 }
 
 // split cuts a window's tokens at consecutive timestamp pairs, as
@@ -294,7 +418,7 @@ type rawSegment struct {
 func (m *Model) split(tokens []int, timeOffset float64, size int, duration float64, seek int) ([]rawSegment, int) {
 	tb := m.Tokens.TimestampBegin
 	n := len(tokens)
-	single := n >= 2 && tokens[n-2] < tb && tokens[n-1] >= tb
+	single := singleTimestampEnding(tokens, tb)
 	var cuts []int
 	for i := 1; i < n; i++ {
 		if tokens[i] >= tb && tokens[i-1] >= tb {

@@ -30,55 +30,25 @@ type audioRequest struct {
 	temperature             float64
 	stream                  bool
 	file                    []byte
+	// words: word timestamps asked for, by the form field wordsParam.
+	words      bool
+	wordsParam string
 }
 
 // parseAudioForm reads the multipart form: file (required, at most
 // maxBytes), model (required), language, prompt (accepted, unused),
 // response_format, temperature (0 to 1), timestamp_granularities[]
-// (segment only), stream.
+// (segment, word), word_timestamps (the contract's spelling of word
+// granularity), stream. Word timestamps come in verbose_json only.
 func parseAudioForm(r *http.Request, maxBytes int64, translate bool) (*audioRequest, *Error) {
-	ct, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if err != nil || ct != "multipart/form-data" {
-		return nil, &Error{Status: http.StatusBadRequest, Type: TypeInvalidRequest, Code: "invalid_content_type",
-			Message: fmt.Sprintf("Invalid Content-Type %q: this endpoint takes multipart/form-data with a 'file' part.", r.Header.Get("Content-Type"))}
-	}
-	mr, err := r.MultipartReader()
-	if err != nil {
-		return nil, invalidRequest("file", "Invalid multipart body: %v.", err)
-	}
 	req := &audioRequest{format: "json"}
-	haveFile := false
-	for {
-		part, err := mr.NextPart()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, bodyError(err, "Invalid multipart body: %v.")
-		}
-		name := part.FormName()
-		if name == "file" {
-			data, err := io.ReadAll(io.LimitReader(part, maxBytes+1))
-			if err != nil {
-				return nil, bodyError(err, "Reading 'file': %v.")
-			}
-			if int64(len(data)) > maxBytes {
-				return nil, invalidRequest("file", "Invalid 'file': larger than this server's limit of %d bytes.", maxBytes)
-			}
-			req.file, haveFile = data, true
-			continue
-		}
-		v, err := io.ReadAll(io.LimitReader(part, 64<<10))
-		if err != nil {
-			return nil, bodyError(err, "Invalid multipart body: %v.")
-		}
-		value := string(v)
+	file, haveFile, e := readAudioForm(r, maxBytes, func(name, value string) *Error {
 		switch name {
 		case "model":
 			req.model = value
 		case "language":
 			if translate {
-				return nil, unsupported("language", "Unrecognized request argument supplied: language (translations are always into English).")
+				return unsupported("language", "Unrecognized request argument supplied: language (translations are always into English).")
 			}
 			req.language = value
 		case "response_format":
@@ -86,29 +56,42 @@ func parseAudioForm(r *http.Request, maxBytes int64, translate bool) (*audioRequ
 		case "temperature":
 			t, err := strconv.ParseFloat(value, 64)
 			if err != nil || t < 0 || t > 1 {
-				return nil, invalidRequest("temperature", "Invalid 'temperature': %q (expected a number from 0 to 1).", value)
+				return invalidRequest("temperature", "Invalid 'temperature': %q (expected a number from 0 to 1).", value)
 			}
 			req.temperature = t
 		case "timestamp_granularities[]", "timestamp_granularities":
-			if value != "segment" {
-				return nil, unsupported(name, "Invalid '%s': %q; this server gives segment timestamps only.", name, value)
+			switch value {
+			case "segment":
+			case "word":
+				req.words, req.wordsParam = true, name
+			default:
+				return invalidRequest(name, "Invalid '%s': %q (expected segment or word).", name, value)
 			}
 		case "stream":
 			b, err := strconv.ParseBool(value)
 			if err != nil {
-				return nil, invalidRequest("stream", "Invalid 'stream': %q (expected true or false).", value)
+				return invalidRequest("stream", "Invalid 'stream': %q (expected true or false).", value)
 			}
 			req.stream = b
 		case "word_timestamps":
-			if b, err := strconv.ParseBool(value); err != nil || b {
-				return nil, unsupported("word_timestamps", "Invalid 'word_timestamps': %q; word timestamps are not supported yet.", value)
+			b, err := strconv.ParseBool(value)
+			if err != nil {
+				return invalidRequest("word_timestamps", "Invalid 'word_timestamps': %q (expected true or false).", value)
+			}
+			if b {
+				req.words, req.wordsParam = true, name
 			}
 		case "prompt", "max_tokens", "chunking_strategy", "include[]":
 			// Accepted and not used.
 		default:
-			return nil, unsupported(name, "Unrecognized request argument supplied: %s", name)
+			return unsupported(name, "Unrecognized request argument supplied: %s", name)
 		}
+		return nil
+	})
+	if e != nil {
+		return nil, e
 	}
+	req.file = file
 	switch {
 	case !haveFile:
 		return nil, missingParam("file")
@@ -124,7 +107,54 @@ func parseAudioForm(r *http.Request, maxBytes int64, translate bool) (*audioRequ
 	if !ok {
 		return nil, invalidRequest("response_format", "Invalid 'response_format': %q (expected one of %s).", req.format, strings.Join(audioFormats, ", "))
 	}
+	if req.words && req.format != "verbose_json" {
+		return nil, invalidRequest(req.wordsParam, "Word timestamps come with response_format 'verbose_json' only, not %q.", req.format)
+	}
 	return req, nil
+}
+
+// readAudioForm reads a multipart audio form (a multipart/form-data
+// Content-Type, else 400): the "file" part (at most maxBytes) and every
+// other field, at most 64 KiB each, handed to field in order; field's
+// error stops the read.
+func readAudioForm(r *http.Request, maxBytes int64, field func(name, value string) *Error) (file []byte, haveFile bool, e *Error) {
+	ct, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || ct != "multipart/form-data" {
+		return nil, false, &Error{Status: http.StatusBadRequest, Type: TypeInvalidRequest, Code: "invalid_content_type",
+			Message: fmt.Sprintf("Invalid Content-Type %q: this endpoint takes multipart/form-data with a 'file' part.", r.Header.Get("Content-Type"))}
+	}
+	mr, err := r.MultipartReader()
+	if err != nil {
+		return nil, false, invalidRequest("file", "Invalid multipart body: %v.", err)
+	}
+	for {
+		part, err := mr.NextPart()
+		if errors.Is(err, io.EOF) {
+			return file, haveFile, nil
+		}
+		if err != nil {
+			return nil, false, bodyError(err, "Invalid multipart body: %v.")
+		}
+		name := part.FormName()
+		if name == "file" {
+			data, err := io.ReadAll(io.LimitReader(part, maxBytes+1))
+			if err != nil {
+				return nil, false, bodyError(err, "Reading 'file': %v.")
+			}
+			if int64(len(data)) > maxBytes {
+				return nil, false, invalidRequest("file", "Invalid 'file': larger than this server's limit of %d bytes.", maxBytes)
+			}
+			file, haveFile = data, true
+			continue
+		}
+		v, err := io.ReadAll(io.LimitReader(part, 64<<10))
+		if err != nil {
+			return nil, false, bodyError(err, "Invalid multipart body: %v.")
+		}
+		if e := field(name, string(v)); e != nil {
+			return nil, false, e
+		}
+	}
 }
 
 // bodyError is the answer to a failed read of the body: 413 past the
@@ -144,14 +174,7 @@ func (h *Handler) transcriptions(w http.ResponseWriter, r *http.Request) { h.aud
 func (h *Handler) translations(w http.ResponseWriter, r *http.Request) { h.audio(w, r, true) }
 
 func (h *Handler) audio(w http.ResponseWriter, r *http.Request, translate bool) {
-	maxBytes := h.opts.MaxAudioBytes
-	if maxBytes <= 0 {
-		maxBytes = DefaultMaxAudioBytes
-	}
-	maxSeconds := h.opts.MaxAudioSeconds
-	if maxSeconds <= 0 {
-		maxSeconds = DefaultMaxAudioSeconds
-	}
+	maxBytes, maxSeconds := h.audioCaps()
 	req, e := parseAudioForm(r, maxBytes, translate)
 	if e != nil {
 		h.reject(w, r, e)
@@ -164,7 +187,7 @@ func (h *Handler) audio(w http.ResponseWriter, r *http.Request, translate bool) 
 		return
 	}
 	treq := &engine.TranscribeRequest{Model: req.model, Audio: req.file, Language: req.language,
-		Translate: translate, Temperature: req.temperature, MaxBytes: maxBytes, MaxSeconds: maxSeconds}
+		Translate: translate, Temperature: req.temperature, WordTimestamps: req.words, MaxBytes: maxBytes, MaxSeconds: maxSeconds}
 	var sse *sseWriter
 	if req.stream {
 		sse = newSSEWriter(w)
@@ -214,6 +237,19 @@ func (h *Handler) audio(w http.ResponseWriter, r *http.Request, translate bool) 
 	}
 }
 
+// audioCaps are the upload caps of the audio endpoints (the options', or
+// the defaults).
+func (h *Handler) audioCaps() (maxBytes int64, maxSeconds float64) {
+	maxBytes, maxSeconds = h.opts.MaxAudioBytes, float64(h.opts.MaxAudioSeconds)
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxAudioBytes
+	}
+	if maxSeconds <= 0 {
+		maxSeconds = DefaultMaxAudioSeconds
+	}
+	return maxBytes, maxSeconds
+}
+
 func writeText(w http.ResponseWriter, contentType, body string) {
 	w.Header().Set("Content-Type", contentType)
 	io.WriteString(w, body)
@@ -248,6 +284,16 @@ type VerboseTranscription struct {
 	Duration float64                `json:"duration"`
 	Text     string                 `json:"text"`
 	Segments []TranscriptionSegment `json:"segments"`
+	// Words, with word timestamps: every segment's words in order
+	// (OpenAI's shape: the word without the space before it).
+	Words []TranscriptionWord `json:"words,omitempty"`
+}
+
+// TranscriptionWord is a word of verbose_json.
+type TranscriptionWord struct {
+	Word  string  `json:"word"`
+	Start float64 `json:"start"`
+	End   float64 `json:"end"`
 }
 
 // TranscriptionSegment is a segment of verbose_json (ids from 0).
@@ -274,6 +320,9 @@ func verboseTranscription(task string, res *engine.TranscribeResult) VerboseTran
 		}
 		out.Segments[i] = TranscriptionSegment{ID: i, Seek: s.Seek, Start: s.Start, End: s.End, Text: s.Text, Tokens: tokens,
 			Temperature: s.Temperature, AvgLogprob: s.AvgLogprob, CompressionRatio: s.CompressionRatio, NoSpeechProb: s.NoSpeechProb}
+		for _, w := range s.Words {
+			out.Words = append(out.Words, TranscriptionWord{Word: strings.TrimSpace(w.Word), Start: w.Start, End: w.End})
+		}
 	}
 	return out
 }

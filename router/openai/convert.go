@@ -27,7 +27,7 @@ type Options struct {
 	// the admin API, which change while the node runs).
 	AsChat func(model string) bool
 	// MaxAudioBytes and MaxAudioSeconds cap an upload to
-	// /v1/audio/transcriptions and translations (0: DefaultMaxAudioBytes,
+	// /v1/audio/transcriptions, translations and process (0: DefaultMaxAudioBytes,
 	// DefaultMaxAudioSeconds); over them is a 400.
 	MaxAudioBytes   int64
 	MaxAudioSeconds float64

@@ -62,6 +62,7 @@ func (h *Handler) Mount(r chi.Router) {
 	r.Post("/v1/images/generate", h.imagesGenerate)
 	r.Post("/v1/images/generations", h.imagesGenerate)
 	r.Get("/v1/images/files/{id}", h.imageFile)
+	r.Post("/v1/audio/process", h.audioProcess)
 	r.Post("/rerank", h.rerank)
 	r.Get("/v1/models", h.listModels)
 	r.Get("/v1/models/*", h.getModel)

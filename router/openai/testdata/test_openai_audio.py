@@ -61,6 +61,29 @@ def test_verbose_json(url, ref):
     check_verbose(got, ref)
 
 
+@pytest.fixture(scope="module")
+def ref_words():
+    model = WhisperModel(os.environ["FUSION_ASR_DIR"], device="cpu", compute_type="float32", cpu_threads=2)
+    segs, info = model.transcribe(WAV, beam_size=1, word_timestamps=True)
+    return list(segs), info
+
+
+def test_words_forwarded(ref_words):
+    # Through the node without the model: the words cross the gRPC hop.
+    with open(WAV, "rb") as f:
+        got = client(FORWARD).audio.transcriptions.create(model=ASR, file=f, response_format="verbose_json", timestamp_granularities=["word", "segment"])
+    segs, _ = ref_words
+    want = [w for s in segs for w in s.words]
+    assert [w.word for w in got.words] == [w.word.strip() for w in want]
+    for g, w in zip(got.words, want):
+        # One alignment step (20 ms) at most; measured equal.
+        assert g.start == pytest.approx(w.start, abs=0.02) and g.end == pytest.approx(w.end, abs=0.02)
+    assert len(got.segments) == len(segs)
+    for g, w in zip(got.segments, segs):
+        assert list(g.tokens) == list(w.tokens)
+        assert g.start == pytest.approx(w.start, abs=0.02) and g.end == pytest.approx(w.end, abs=0.02)
+
+
 def test_json_text_srt_vtt(ref):
     segs, info = ref
     text = "".join(s.text for s in segs).strip()

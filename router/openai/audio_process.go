@@ -1,0 +1,110 @@
+package openai
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"fusion/engine/audio"
+	"fusion/engine/audio/process"
+)
+
+// POST /v1/audio/process: file, model, task (the contract's fields) and
+// the task's parameters sample_rate, target_lufs, threshold_db. The tasks
+// (package process: resample, normalize, trim) are signal processing
+// without a model, run on the node that receives the request: model
+// names the processing and is required, as the contract has it, but no
+// model is loaded. The answer is the processed audio as 16-bit PCM WAV;
+// normalize adds the measured loudness in X-Input-LUFS and
+// X-Output-LUFS. The upload caps are the transcriptions'.
+func (h *Handler) audioProcess(w http.ResponseWriter, r *http.Request) {
+	maxBytes, maxSeconds := h.audioCaps()
+	var model, task string
+	var p process.Params
+	number := func(name, value string, set func(float64)) *Error {
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			return invalidRequest(name, "Invalid '%s': %q (expected a number).", name, value)
+		}
+		set(v)
+		return nil
+	}
+	file, haveFile, e := readAudioForm(r, maxBytes, func(name, value string) *Error {
+		switch name {
+		case "model":
+			model = value
+		case "task":
+			task = value
+		case "sample_rate":
+			return number(name, value, func(v float64) { p.SampleRate = int(v) })
+		case "target_lufs":
+			return number(name, value, func(v float64) { p.TargetLUFS = v })
+		case "threshold_db":
+			return number(name, value, func(v float64) { p.ThresholdDB = v })
+		default:
+			return unsupported(name, "Unrecognized request argument supplied: %s", name)
+		}
+		return nil
+	})
+	switch {
+	case e != nil:
+	case !haveFile:
+		e = missingParam("file")
+	case len(file) == 0:
+		e = invalidRequest("file", "Invalid 'file': the file is empty.")
+	case model == "":
+		e = missingParam("model")
+	case task == "":
+		e = missingParam("task")
+	}
+	if e != nil {
+		h.reject(w, r, e)
+		return
+	}
+	sig, err := audio.DecodeBytes(r.Context(), file, audio.Options{MaxBytes: maxBytes, MaxDuration: time.Duration(maxSeconds * float64(time.Second))})
+	if err != nil {
+		var ae *audio.Error
+		if errors.As(err, &ae) {
+			h.reject(w, r, invalidRequest("file", "Invalid 'file': %v.", err))
+			return
+		}
+		WriteError(w, engineError(err, model))
+		return
+	}
+	res, err := process.Run(r.Context(), task, sig, p)
+	switch {
+	case errors.Is(err, process.ErrTask):
+		h.reject(w, r, invalidRequest("task", "Invalid 'task': %q (supported: %s).", task, strings.Join(process.Tasks, ", ")))
+		return
+	case errors.Is(err, process.ErrParams):
+		h.reject(w, r, invalidRequest(paramOf(err), "%v.", err))
+		return
+	case err != nil:
+		WriteError(w, engineError(err, model))
+		return
+	}
+	if task == "normalize" {
+		w.Header().Set("X-Input-LUFS", strconv.FormatFloat(res.InputLUFS, 'f', 2, 64))
+		w.Header().Set("X-Output-LUFS", strconv.FormatFloat(res.OutputLUFS, 'f', 2, 64))
+	}
+	wav, err := process.WAV(res.Signal)
+	if err != nil {
+		h.reject(w, r, invalidRequest("file", "%v.", err))
+		return
+	}
+	w.Header().Set("Content-Type", "audio/wav")
+	w.Write(wav)
+}
+
+// paramOf is the form field a parameter error names, else the file (a
+// signal the task cannot take: silent, too short).
+func paramOf(err error) string {
+	for _, p := range []string{"sample_rate", "target_lufs", "threshold_db"} {
+		if strings.Contains(err.Error(), p) {
+			return p
+		}
+	}
+	return "file"
+}
