@@ -18,8 +18,8 @@ import (
 // pipeline stages may hold; the machine's free memory when a node does
 // not say). A model that some usable node's capacity holds whole is
 // placed whole; one that none holds is sharded across the fewest nodes,
-// largest capacity first, whose capacities add up to its need, with layer
-// ranges proportional to their capacities (planStages); one that all of
+// largest capacity first, whose capacities hold its stages' shares, with
+// layer ranges by compute cost per token (planStages); one that all of
 // them together cannot hold is not placed, and requests for it are
 // refused with ErrInsufficientMemory naming the need and the total.
 
@@ -54,18 +54,10 @@ func fit(need int64, cands []shardCand) (stages int, total int64) {
 		}
 	}
 	for k := 2; k <= len(cands) && k <= MaxStages; k++ {
-		p := planStages("", 0, k, cands)
-		if p == nil || len(p.Stages) < k {
-			break // more stages than layers, or layer counts that disagree
+		if k > cands[0].layers {
+			break // more stages than layers
 		}
-		ok := true
-		for i, st := range p.Stages {
-			share := need * int64(st.LayerEnd-st.LayerStart) / int64(p.NumLayers)
-			if share > cands[i].free {
-				ok = false
-			}
-		}
-		if ok {
+		if p := planStages("", 0, k, need, cands); p != nil && len(p.Stages) == k {
 			return k, total
 		}
 	}

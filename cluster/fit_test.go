@@ -29,7 +29,7 @@ func TestFit(t *testing.T) {
 		{"two of three", 100 * mib, []shardCand{cand("a", 60*mib), cand("b", 60*mib), cand("c", 60*mib)}, 2},
 		{"three of three", 100 * mib, []shardCand{cand("a", 40*mib), cand("b", 40*mib), cand("c", 40*mib)}, 3},
 		// 90+11+11 ≥ 100 in bytes, but a layer is 16.7 MiB.
-		{"proportional shares checked", 100 * mib, []shardCand{cand("a", 90*mib), cand("b", 11*mib), cand("c", 11*mib)}, 0},
+		{"shares checked", 100 * mib, []shardCand{cand("a", 90*mib), cand("b", 11*mib), cand("c", 11*mib)}, 0},
 		{"largest first", 100 * mib, []shardCand{cand("a", 80*mib), cand("b", 40*mib), cand("c", 20*mib)}, 2},
 		// 80+30 hold 100 in bytes, but b's two layers of six are 33 MiB.
 		{"whole layers", 100 * mib, []shardCand{cand("a", 80*mib), cand("b", 30*mib), cand("c", 20*mib)}, 3},

@@ -29,6 +29,9 @@ type Inventory struct {
 	// Layers is the number of layers of each model on disk whose
 	// configuration says it (what the planner splits a pipeline by).
 	Layers map[string]int `json:"layers,omitempty"`
+	// HeadLayers is each such model's output head counted in layers of
+	// compute per token (what the planner adds to a pipeline's last stage).
+	HeadLayers map[string]float64 `json:"head_layers,omitempty"`
 	// MemoryBudget is the bytes the node's models' weights and pipeline
 	// stages may hold, and ModelBytes what each model on disk needs (its
 	// weights and the KV cache of one sequence at its context): what the

@@ -11,6 +11,7 @@ import (
 
 	pb "fusion/cluster/clusterpb"
 	"fusion/cluster/fsm"
+	"fusion/cluster/layersplit"
 )
 
 // MaxStages bounds PlacementSpec.Stages.
@@ -26,6 +27,7 @@ const MaxStages = 16
 func (m *Member) planSharded(ctx context.Context, model string, spec PlacementSpec, nodes map[string]*pb.Node, have map[uint32]*pb.Placement, usable func(string) bool) {
 	replicas := uint32(max(spec.Replicas, 1))
 	cands := shardCandidates(model, spec, nodes, usable)
+	need := modelNeed(model, nodes)
 	hosting := map[string]bool{}
 	healthy := func(g *pb.Placement) bool {
 		if g == nil || g.NumLayers == 0 {
@@ -58,7 +60,7 @@ func (m *Member) planSharded(ctx context.Context, model string, spec PlacementSp
 			}
 			free = slices.DeleteFunc(slices.Clone(cands), func(c shardCand) bool { return hosting[c.id] })
 		}
-		p := planStages(model, r, spec.Stages, free)
+		p := planStages(model, r, spec.Stages, need, free)
 		if p == nil {
 			if g != nil {
 				m.log.Warn("planner: a sharded model no longer fits the live nodes", "model", model, "replica", r, "nodes", len(free))
@@ -92,8 +94,9 @@ func (m *Member) planSharded(ctx context.Context, model string, spec PlacementSp
 type shardCand struct {
 	id     string
 	pin    int
-	free   int64 // its capacity (memory budget, else free memory), from the inventory
-	layers int   // the model's layers, from the inventory
+	free   int64   // its capacity (memory budget, else free memory), from the inventory
+	layers int     // the model's layers, from the inventory
+	head   float64 // the model's output head in layers of compute, from the inventory
 }
 
 // shardCandidates are the usable nodes with the model on disk and its
@@ -113,7 +116,7 @@ func shardCandidates(model string, spec PlacementSpec, nodes map[string]*pb.Node
 		if pin < 0 {
 			pin = len(spec.Pin)
 		}
-		cs = append(cs, shardCand{id: id, pin: pin, free: inv.capacity(), layers: inv.Layers[model]})
+		cs = append(cs, shardCand{id: id, pin: pin, free: inv.capacity(), layers: inv.Layers[model], head: inv.HeadLayers[model]})
 	}
 	slices.SortFunc(cs, func(a, b shardCand) int {
 		if c := cmp.Compare(a.pin, b.pin); c != 0 {
@@ -127,12 +130,14 @@ func shardCandidates(model string, spec PlacementSpec, nodes map[string]*pb.Node
 	return cs
 }
 
-// planStages shards a model over the first min(stages, len(cands))
-// candidates: layer ranges proportional to each node's capacity (equal
-// when none is known), at least one layer each, in candidate order. With
-// one candidate the group is unsharded; with none, or candidates that
-// disagree on the layer count, nil.
-func planStages(model string, replica uint32, stages int, cands []shardCand) *pb.Placement {
+// planStages shards a model of need bytes (0: unknown) over the first
+// min(stages, len(cands)) candidates: layer ranges by compute cost per
+// token (layersplit: the output head counted on the last stage), each
+// stage's share of the need within its node's capacity, at least one
+// layer each, in candidate order. With one candidate the group is
+// unsharded; with none, candidates that disagree on the layer count, or
+// ranges no split fits in the capacities, nil.
+func planStages(model string, replica uint32, stages int, need int64, cands []shardCand) *pb.Placement {
 	k := min(stages, len(cands))
 	if k == 0 {
 		return nil
@@ -149,30 +154,17 @@ func planStages(model string, replica uint32, stages int, cands []shardCand) *pb
 	if k == 1 {
 		return &pb.Placement{Model: model, Replica: replica, Stages: []*pb.Stage{{Node: cands[0].id}}}
 	}
-	weights := make([]float64, k)
-	var total float64
+	caps := make([]int64, k)
 	for i, c := range cands {
-		weights[i] = float64(max(c.free, 0))
-		total += weights[i]
+		caps[i] = c.free
 	}
-	if total == 0 {
-		for i := range weights {
-			weights[i] = 1
-		}
-		total = float64(k)
+	bounds, ok := layersplit.Split(layersplit.Model{Layers: layers, Head: cands[k-1].head, Need: need}, k, caps)
+	if !ok {
+		return nil
 	}
 	p := &pb.Placement{Model: model, Replica: replica, NumLayers: uint32(layers)}
-	start, acc := 0, 0.0
 	for i, c := range cands {
-		acc += weights[i]
-		end := int(float64(layers)*acc/total + 0.5)
-		// At least one layer here, and one left for each stage after.
-		end = min(max(end, start+1), layers-(k-1-i))
-		if i == k-1 {
-			end = layers
-		}
-		p.Stages = append(p.Stages, &pb.Stage{Node: c.id, LayerStart: uint32(start), LayerEnd: uint32(end)})
-		start = end
+		p.Stages = append(p.Stages, &pb.Stage{Node: c.id, LayerStart: uint32(bounds[i]), LayerEnd: uint32(bounds[i+1])})
 	}
 	return p
 }

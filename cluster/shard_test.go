@@ -15,25 +15,43 @@ func TestPlanStages(t *testing.T) {
 	cand := func(id string, free int64, layers int) shardCand {
 		return shardCand{id: id, free: free, layers: layers}
 	}
+	headed := func(head float64, cs ...shardCand) []shardCand {
+		for i := range cs {
+			cs[i].head = head
+		}
+		return cs
+	}
 	for _, tc := range []struct {
 		name   string
 		stages int
+		need   int64
 		cands  []shardCand
 		want   string // "" for nil
 	}{
-		{"equal memory, 2 stages", 2, []shardCand{cand("a", 8*gib, 6), cand("b", 8*gib, 6), cand("c", 8*gib, 6)}, "6: a[0,3) b[3,6)"},
-		{"equal memory, 3 stages", 3, []shardCand{cand("a", 8*gib, 6), cand("b", 8*gib, 6), cand("c", 8*gib, 6)}, "6: a[0,2) b[2,4) c[4,6)"},
-		{"proportional", 2, []shardCand{cand("a", 24*gib, 32), cand("b", 8*gib, 32)}, "32: a[0,24) b[24,32)"},
-		{"unknown memory is equal", 2, []shardCand{cand("a", 0, 5), cand("b", 0, 5)}, "5: a[0,3) b[3,5)"},
-		{"one layer at least", 3, []shardCand{cand("a", 100*gib, 4), cand("b", 1, 4), cand("c", 1, 4)}, "4: a[0,2) b[2,3) c[3,4)"},
-		{"fewer nodes than stages", 3, []shardCand{cand("a", gib, 6), cand("b", gib, 6)}, "6: a[0,3) b[3,6)"},
-		{"more stages than layers", 3, []shardCand{cand("a", gib, 2), cand("b", gib, 2), cand("c", gib, 2)}, "2: a[0,1) b[1,2)"},
-		{"one node: unsharded", 2, []shardCand{cand("a", gib, 6)}, "0: a[0,0)"},
-		{"no node", 2, nil, ""},
-		{"layer counts disagree", 2, []shardCand{cand("a", gib, 6), cand("b", gib, 8)}, ""},
+		{"equal cost, 2 stages", 2, 0, []shardCand{cand("a", 8*gib, 6), cand("b", 8*gib, 6), cand("c", 8*gib, 6)}, "6: a[0,3) b[3,6)"},
+		{"equal cost, 3 stages", 3, 0, []shardCand{cand("a", 8*gib, 6), cand("b", 8*gib, 6), cand("c", 8*gib, 6)}, "6: a[0,2) b[2,4) c[4,6)"},
+		// The Qwen3-0.6B shape: the head reads as many weights as 9.9 layers.
+		{"head on the last stage", 2, 0, headed(9.9, cand("a", 8*gib, 12), cand("b", 8*gib, 12)), "12: a[0,11) b[11,12)"},
+		{"head, 28 layers in 3", 3, 0, headed(9.9, cand("a", 8*gib, 28), cand("b", 8*gib, 28), cand("c", 8*gib, 28)), "28: a[0,13) b[13,25) c[25,28)"},
+		{"a head heavier than the layers", 3, 0, headed(20, cand("a", 8*gib, 4), cand("b", 8*gib, 4), cand("c", 8*gib, 4)), "4: a[0,2) b[2,3) c[3,4)"},
+		// Capacity no longer sets the ranges, only bounds them.
+		{"uneven memory, room for both", 2, 32 * gib, []shardCand{cand("a", 24*gib, 32), cand("b", 16*gib, 32)}, "32: a[0,16) b[16,32)"},
+		// 1 GiB a layer: b holds 10, a takes the rest.
+		{"uneven memory bounds a stage", 2, 32 * gib, []shardCand{cand("a", 24*gib, 32), cand("b", 10*gib, 32)}, "32: a[0,22) b[22,32)"},
+		// 12 layers + a 4-layer head in 16 GiB: b's head alone is 4 GiB.
+		{"uneven memory with a head", 2, 16 * gib, headed(4, cand("a", 100*gib, 12), cand("b", 6*gib, 12)), "12: a[0,10) b[10,12)"},
+		{"a stage cannot hold its share", 2, 16 * gib, headed(4, cand("a", 100*gib, 12), cand("b", 4*gib, 12)), ""},
+		{"unknown memory is equal", 2, 0, []shardCand{cand("a", 0, 5), cand("b", 0, 5)}, "5: a[0,3) b[3,5)"},
+		{"known need, no capacity", 2, gib, []shardCand{cand("a", 8*gib, 5), cand("b", 0, 5)}, ""},
+		{"one layer at least", 3, 0, []shardCand{cand("a", 100*gib, 4), cand("b", 1, 4), cand("c", 1, 4)}, "4: a[0,2) b[2,3) c[3,4)"},
+		{"fewer nodes than stages", 3, 0, []shardCand{cand("a", gib, 6), cand("b", gib, 6)}, "6: a[0,3) b[3,6)"},
+		{"more stages than layers", 3, 0, []shardCand{cand("a", gib, 2), cand("b", gib, 2), cand("c", gib, 2)}, "2: a[0,1) b[1,2)"},
+		{"one node: unsharded", 2, 0, []shardCand{cand("a", gib, 6)}, "0: a[0,0)"},
+		{"no node", 2, 0, nil, ""},
+		{"layer counts disagree", 2, 0, []shardCand{cand("a", gib, 6), cand("b", gib, 8)}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := planStages("m", 0, tc.stages, tc.cands)
+			p := planStages("m", 0, tc.stages, tc.need, tc.cands)
 			got := ""
 			if p != nil {
 				got = fmt.Sprintf("%d: %s", p.NumLayers, stagesString(p))

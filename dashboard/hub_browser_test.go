@@ -16,6 +16,7 @@ import (
 
 	"fusion/engine/demo"
 	"fusion/internal/hubtest"
+	"fusion/internal/mstest"
 	"fusion/node"
 	"fusion/node/nodetest"
 )
@@ -90,8 +91,9 @@ func jobSel(id string) string { return fmt.Sprintf(`.job[data-job-id=%q]`, id) }
 // asked on a's panel shows its progress bar moving until done, and the
 // model is then on c on the Models page; a throttled download is
 // cancelled from the Jobs page and shows cancelled, then is deleted; a
-// gated repo's job shows the token message; ModelSearch's source says
-// not available yet.
+// gated repo's job shows the token message; with the ModelScope source
+// the search finds the repo of a ModelScope stand-in (internal/mstest)
+// and its download runs on b.
 func TestPanelHub(t *testing.T) {
 	hub := hubtest.Start(t)
 	const repo, gated = "demo-org/demo-model", "demo-org/gated-model"
@@ -110,8 +112,12 @@ func TestPanelHub(t *testing.T) {
 		{"id": repo, "downloads": 1234, "likes": 56, "pipeline_tag": "text-generation", "library_name": "transformers", "lastModified": "2026-11-30T12:00:00.000Z"},
 		{"id": gated, "downloads": 7, "likes": 1, "gated": "manual", "library_name": "transformers"},
 	})
+	ms := mstest.Start(t)
+	const msRepo = "ms-org/ms-model"
+	ms.AddModel(t, msRepo, src)
 	nodes := startMembers(t, func(string) nodetest.Options {
-		return nodetest.Options{ModelsDir: nodetest.Models(t), DataDir: t.TempDir(), HF: node.HFConfig{Endpoint: endpoint, MinFreeDisk: 1}}
+		return nodetest.Options{ModelsDir: nodetest.Models(t), DataDir: t.TempDir(),
+			HF: node.HFConfig{Endpoint: endpoint, ModelScopeEndpoint: ms.URL, MinFreeDisk: 1}}
 	})
 	a := nodes[0]
 	browser := startBrowser(t)
@@ -185,9 +191,15 @@ func TestPanelHub(t *testing.T) {
 	pa.checkAccessible("jobs finished")
 	pa.shoot("jobs-finished")
 
-	// ModelScope is not built: its search says so.
+	// ModelScope (the stand-in of internal/mstest): the source select
+	// searches it, and a download from it runs on b.
 	pa.nav("Hub")
-	pa.do("modelscope", chromedp.SetValue(chromedp.CSS(`select[name="source"]`), "modelscope"),
-		chromedp.Click(chromedp.CSS(`form[aria-label="Search models"] button`)))
-	pa.waitText("modelscope 501", ".hub-answer", "Not available yet")
+	pa.do("modelscope", chromedp.SetValue(chromedp.CSS(`select[name="source"]`), "modelscope"))
+	pa.download(msRepo, "b", "from-ms", "*.json, *.safetensors")
+	pa.nav("Jobs")
+	fromMS := pa.jobOf("as from-ms")
+	pa.waitText("modelscope download done", jobSel(fromMS)+" .job-state", "done")
+	if _, err := os.Stat(filepath.Join(nodes[1].ModelsDir(), "from-ms", "model.safetensors")); err != nil {
+		t.Errorf("the ModelScope download is not on b: %v", err)
+	}
 }

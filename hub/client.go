@@ -1,14 +1,17 @@
 // Package hub speaks the Hugging Face Hub's HTTP API as huggingface_hub
-// does: model search, a revision's commit and files, and file downloads
-// through resolve URLs (redirects followed, Range resume, sha256 of LFS
-// files and git blob ids of the others checked). Fetch downloads a
-// repository, or the files of it that allow patterns select, into a
-// models directory: resumable, checked, and renamed into place only when
-// complete. The endpoint (HF_ENDPOINT) and token (HF_TOKEN) are the
+// does, and ModelScope's as its modelscope client does: model search, a
+// revision's commit and files, and file downloads (the Hub's resolve URLs
+// with redirects followed, ModelScope's repo?FilePath= route; Range
+// resume; sha256 of LFS files and git blob ids of the others checked).
+// Fetch downloads a repository of either, or the files of it that allow
+// patterns select, into a models directory: resumable, checked, and
+// renamed into place only when complete. The endpoint (HF_ENDPOINT,
+// MODELSCOPE_ENDPOINT) and token (HF_TOKEN, MODELSCOPE_API_TOKEN) are the
 // caller's; nothing here reads the environment.
 package hub
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,8 +28,15 @@ import (
 // DefaultEndpoint is the Hub's address.
 const DefaultEndpoint = "https://huggingface.co"
 
+// Sources: the protocol a Client speaks.
+const (
+	SourceHF         = "hf"         // the Hugging Face Hub
+	SourceModelScope = "modelscope" // ModelScope (modelscope.cn)
+)
+
 // Client calls one Hub endpoint.
 type Client struct {
+	source   string
 	endpoint string
 	token    string
 	http     *http.Client
@@ -34,7 +44,9 @@ type Client struct {
 
 // Options configure a Client; zero values take the defaults.
 type Options struct {
-	Endpoint string // default DefaultEndpoint
+	// Source is the protocol: SourceHF (default) or SourceModelScope.
+	Source   string
+	Endpoint string // default DefaultEndpoint, or DefaultModelScopeEndpoint
 	Token    string // sent as Authorization: Bearer (gated and private repos)
 	// HTTP is the client used (default: a client with no overall timeout,
 	// since a download may take hours; requests end with their context).
@@ -43,9 +55,13 @@ type Options struct {
 
 // New returns a client of the Hub at o.Endpoint.
 func New(o Options) *Client {
-	c := &Client{endpoint: strings.TrimRight(o.Endpoint, "/"), token: o.Token, http: o.HTTP}
+	c := &Client{source: SourceHF, endpoint: strings.TrimRight(o.Endpoint, "/"), token: o.Token, http: o.HTTP}
+	def := DefaultEndpoint
+	if o.Source == SourceModelScope {
+		c.source, def = SourceModelScope, DefaultModelScopeEndpoint
+	}
 	if c.endpoint == "" {
-		c.endpoint = DefaultEndpoint
+		c.endpoint = def
 	}
 	if c.http == nil {
 		c.http = &http.Client{Transport: &http.Transport{
@@ -58,6 +74,12 @@ func New(o Options) *Client {
 
 // Endpoint is the Hub's base URL.
 func (c *Client) Endpoint() string { return c.endpoint }
+
+// Source is the protocol the client speaks (SourceHF or SourceModelScope).
+func (c *Client) Source() string { return c.source }
+
+// modelScope reports whether c speaks ModelScope's API.
+func (c *Client) modelScope() bool { return c.source == SourceModelScope }
 
 // Error is a Hub answer that is not a success, with the Hub's error code
 // (X-Error-Code: RepoNotFound, GatedRepo, EntryNotFound,
@@ -101,16 +123,20 @@ func (c *Client) errorOf(resp *http.Response, what string) *Error {
 	if msg == "" {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 		var body struct {
-			Error string `json:"error"`
+			Error   string `json:"error"`
+			Message string `json:"Message"` // ModelScope's
 		}
-		if json.Unmarshal(b, &body) == nil && body.Error != "" {
-			msg = body.Error
+		if json.Unmarshal(b, &body) == nil && (body.Error != "" || body.Message != "") {
+			msg = cmp.Or(body.Error, body.Message)
 		} else {
 			msg = strings.TrimSpace(string(b))
 		}
 	}
 	e := &Error{Status: resp.StatusCode, Code: code}
-	tokenHint := "no token was sent: set one with --hf-token or HF_TOKEN"
+	tokenHint, site := "no token was sent: set one with --hf-token or HF_TOKEN", "the Hub"
+	if c.modelScope() {
+		tokenHint, site = "no token was sent: set one with --modelscope-token or MODELSCOPE_API_TOKEN", "ModelScope"
+	}
 	if c.token != "" {
 		tokenHint = "the token sent was not accepted for it"
 	}
@@ -119,6 +145,9 @@ func (c *Client) errorOf(resp *http.Response, what string) *Error {
 		e.Message = fmt.Sprintf("401 Unauthorized: %s is gated: accept its terms on the Hub and use a token of that account (%s)", what, tokenHint)
 	case resp.StatusCode == http.StatusUnauthorized:
 		e.Message = fmt.Sprintf("401 Unauthorized: %s was not found, or it is private or gated (%s)", what, tokenHint)
+		if c.modelScope() {
+			e.Message = fmt.Sprintf("401 Unauthorized: %s is private or needs a signed-in account (%s)", what, tokenHint)
+		}
 	case resp.StatusCode == http.StatusForbidden:
 		e.Message = fmt.Sprintf("403 Forbidden: the token has no access to %s (a gated repo's terms not accepted, or a fine-grained token without it)", what)
 	case resp.StatusCode == http.StatusNotFound:
@@ -127,7 +156,7 @@ func (c *Client) errorOf(resp *http.Response, what string) *Error {
 		e.Message = fmt.Sprintf("%s: %s", resp.Status, what)
 	}
 	if msg != "" {
-		e.Message += " (the Hub said: " + msg + ")"
+		e.Message += " (" + site + " said: " + msg + ")"
 	}
 	return e
 }
@@ -146,6 +175,11 @@ func (c *Client) get(ctx context.Context, u string, header http.Header, what str
 		// Go drops it on a redirect to another host (the Hub's CDN URLs
 		// are signed and must not get it).
 		req.Header.Set("Authorization", "Bearer "+c.token)
+		if c.modelScope() {
+			// ModelScope's older routes read the session cookie, as its
+			// client sends both.
+			req.AddCookie(&http.Cookie{Name: "m_session_id", Value: c.token})
+		}
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
@@ -234,6 +268,9 @@ const MaxSearchLimit = 100
 
 // Search lists models, GET /api/models.
 func (c *Client) Search(ctx context.Context, o SearchOptions) ([]Model, error) {
+	if c.modelScope() {
+		return c.msSearch(ctx, o)
+	}
 	q := url.Values{}
 	if o.Search != "" {
 		q.Set("search", o.Search)
@@ -280,6 +317,9 @@ func (c *Client) Info(ctx context.Context, repo, revision string) (Info, error) 
 	if err := CheckRepo(repo); err != nil {
 		return Info{}, err
 	}
+	if c.modelScope() {
+		return c.msInfo(ctx, repo, revision)
+	}
 	if revision == "" {
 		revision = "main"
 	}
@@ -312,6 +352,9 @@ const maxTreePages = 100
 func (c *Client) Files(ctx context.Context, repo, commit string) ([]File, error) {
 	if err := CheckRepo(repo); err != nil {
 		return nil, err
+	}
+	if c.modelScope() {
+		return c.msFiles(ctx, repo, commit)
 	}
 	u := c.endpoint + "/api/models/" + repo + "/tree/" + url.PathEscape(commit) + "?recursive=true&expand=false"
 	var out []File
@@ -366,5 +409,8 @@ func nextLink(h string) string {
 
 // ResolveURL is the download URL of a file of repo at commit.
 func (c *Client) ResolveURL(repo, commit, path string) string {
+	if c.modelScope() {
+		return c.msFileURL(repo, commit, path)
+	}
 	return c.endpoint + "/" + repo + "/resolve/" + url.PathEscape(commit) + "/" + escapePath(path)
 }

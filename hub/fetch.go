@@ -92,7 +92,11 @@ func Fetch(ctx context.Context, c *Client, req Request, o FetchOptions) (Result,
 	if err != nil {
 		return Result{}, err
 	}
-	logf("%s at %s is commit %s", req.Repo, orMain(req.Revision), info.SHA)
+	if c.modelScope() {
+		logf("%s at revision %s, from ModelScope", req.Repo, info.SHA)
+	} else {
+		logf("%s at %s is commit %s", req.Repo, orMain(req.Revision), info.SHA)
+	}
 	all, err := c.Files(ctx, req.Repo, info.SHA)
 	if err != nil {
 		return Result{}, err

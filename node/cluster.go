@@ -414,21 +414,21 @@ func (n *Node) syncOnce(ctx context.Context, watched map[string]bool, gone map[s
 	// log, so it carries it rounded to 256 MiB.
 	inv.MemoryFree = n.runner.MemoryFree() &^ (256<<20 - 1)
 	inv.MemoryBudget = n.runner.MemoryBudget()
-	if n.layerCount == nil {
-		n.layerCount = map[string]int{}
+	if n.shapes == nil {
+		n.shapes = map[string]modelShape{}
 	}
 	for _, s := range n.runner.List() {
 		inv.ModelsOnDisk = append(inv.ModelsOnDisk, s.ID)
-		l, ok := n.layerCount[s.ID]
+		sh, ok := n.shapes[s.ID]
 		if !ok {
-			l = n.runner.NumLayers(s.ID)
-			n.layerCount[s.ID] = l
+			sh = modelShape{layers: n.runner.NumLayers(s.ID), head: n.runner.HeadLayers(s.ID)}
+			n.shapes[s.ID] = sh
 		}
-		if l > 0 {
+		if sh.layers > 0 {
 			if inv.Layers == nil {
-				inv.Layers = map[string]int{}
+				inv.Layers, inv.HeadLayers = map[string]int{}, map[string]float64{}
 			}
-			inv.Layers[s.ID] = l
+			inv.Layers[s.ID], inv.HeadLayers[s.ID] = sh.layers, sh.head
 		}
 		if need := n.runner.ModelNeed(s.ID); need > 0 {
 			if inv.ModelBytes == nil {
@@ -568,4 +568,11 @@ func (t *clusterTable) Peers() []dispatch.Peer {
 		out = append(out, dispatch.Peer{ID: p.ID, Addr: p.GRPC, Alive: p.Status == cluster.StatusAlive, Draining: p.Draining, Load: t.loads.Load(p.GRPC)})
 	}
 	return out
+}
+
+// modelShape is what the inventory says of a model's layers: their number
+// and its output head counted in layers (runner.NumLayers, HeadLayers).
+type modelShape struct {
+	layers int
+	head   float64
 }

@@ -25,10 +25,10 @@ import (
 	"fusion/node/nodetest"
 )
 
-// hubRepo commits a demo model (a few MB, so a throttled download can be
-// caught half way) and a GGUF quant of it to the Hub as repo, and returns
-// the source directory.
-func hubRepo(t *testing.T, srv *hubtest.Server, repo string) string {
+// demoSource writes a demo model (a few MB, so a throttled download can
+// be caught half way) with a GGUF quant of it beside it, and returns the
+// directory.
+func demoSource(t *testing.T) string {
 	t.Helper()
 	// Both models are built once per test binary (demotest).
 	dir := filepath.Join(t.TempDir(), "src")
@@ -42,6 +42,14 @@ func hubRepo(t *testing.T, srv *hubtest.Server, repo string) string {
 	if err := os.WriteFile(filepath.Join(dir, "demo-q8_0.gguf"), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return dir
+}
+
+// hubRepo commits demoSource to the Hub as repo and returns the source
+// directory.
+func hubRepo(t *testing.T, srv *hubtest.Server, repo string) string {
+	t.Helper()
+	dir := demoSource(t)
 	srv.AddModel(t, repo, dir)
 	return dir
 }
@@ -372,9 +380,6 @@ func TestHubSearch(t *testing.T) {
 	}
 	if code, out := adminDo(t, n, http.MethodGet, "/admin/api/hf/models?search=boom", ""); code != 502 || out["error"].(map[string]any)["code"] != "hub_error" {
 		t.Errorf("a failing Hub: %d %v", code, out)
-	}
-	if code, _ := adminDo(t, n, http.MethodGet, "/admin/api/hf/models?source=modelscope", ""); code != 501 {
-		t.Errorf("ModelScope: %d, want 501", code)
 	}
 	if code, _ := adminDo(t, n, http.MethodGet, "/admin/api/hf/models?source=ftp", ""); code != 400 {
 		t.Errorf("an unknown source: %d, want 400", code)

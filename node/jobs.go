@@ -24,6 +24,11 @@ type HFConfig struct {
 	// for gated and private repos.
 	Endpoint string
 	Token    string
+	// ModelScopeEndpoint is ModelScope (default
+	// hub.DefaultModelScopeEndpoint) and ModelScopeToken its access token
+	// (private repos), for downloads with source "modelscope".
+	ModelScopeEndpoint string
+	ModelScopeToken    string
 	// MinFreeDisk is the space a download must leave free on the models
 	// directory's disk; it is refused before fetching a byte otherwise.
 	MinFreeDisk int64
@@ -66,6 +71,7 @@ func (n *Node) newJobs() error {
 	n.jobs = jobs.New(jobs.Config{Node: self, Store: store, MaxRunning: n.cfg.Jobs.MaxRunning,
 		ProgressEvery: n.cfg.Jobs.ProgressEvery, Logger: n.cfg.Logger})
 	n.hub = hub.New(hub.Options{Endpoint: n.cfg.HF.Endpoint, Token: n.cfg.HF.Token})
+	n.modelScope = hub.New(hub.Options{Source: hub.SourceModelScope, Endpoint: n.cfg.HF.ModelScopeEndpoint, Token: n.cfg.HF.ModelScopeToken})
 	return nil
 }
 
@@ -119,18 +125,27 @@ func (j nodeJobs) Delete(ctx context.Context, id string) error { return j.m.Stor
 // nodeHub serves the admin Hugging Face routes.
 type nodeHub struct{ n *Node }
 
-func (h nodeHub) Search(ctx context.Context, o hub.SearchOptions) ([]hub.Model, error) {
-	return h.n.hub.Search(ctx, o)
+// client is the client of source (hub.SourceHF or hub.SourceModelScope).
+func (h nodeHub) client(source string) *hub.Client {
+	if source == hub.SourceModelScope {
+		return h.n.modelScope
+	}
+	return h.n.hub
+}
+
+func (h nodeHub) Search(ctx context.Context, source string, o hub.SearchOptions) ([]hub.Model, error) {
+	return h.client(source).Search(ctx, o)
 }
 
 // Download starts a job that fetches the repo into the models directory.
 func (h nodeHub) Download(ctx context.Context, req admin.DownloadRequest) (jobs.Job, error) {
 	n := h.n
 	req.Node = n.jobs.Node()
+	c := h.client(req.Source)
 	return n.jobs.Submit(ctx, "download", req, func(ctx context.Context, r *jobs.Reporter) (any, error) {
 		r.SetTotal("bytes", 0)
-		r.Logf("downloading %s from %s into %s", req.Repo, n.hub.Endpoint(), n.cfg.ModelsDir)
-		res, err := hub.Fetch(ctx, n.hub, hub.Request{Repo: req.Repo, Revision: req.Revision, Allow: req.Allow}, hub.FetchOptions{
+		r.Logf("downloading %s from %s into %s", req.Repo, c.Endpoint(), n.cfg.ModelsDir)
+		res, err := hub.Fetch(ctx, c, hub.Request{Repo: req.Repo, Revision: req.Revision, Allow: req.Allow}, hub.FetchOptions{
 			ModelsDir: n.cfg.ModelsDir, Name: req.Name, MinFree: n.cfg.HF.MinFreeDisk, FreeBytes: n.cfg.HF.FreeBytes,
 			Parallel: n.cfg.HF.Parallel,
 			Progress: func(done, total int64) {

@@ -229,9 +229,9 @@ type Node struct {
 	sessions   *raftstore.Store
 	stopSync   context.CancelFunc
 	syncDone   chan struct{}
-	stages     stageSet       // later stages of sharded models held here
-	layerCount map[string]int // models' layer counts for the inventory (sync loop only)
-	rateMu     sync.Mutex     // peerStats' tokens/s
+	stages     stageSet              // later stages of sharded models held here
+	shapes     map[string]modelShape // models' layers and heads for the inventory (sync loop only)
+	rateMu     sync.Mutex            // peerStats' tokens/s
 	rateAt     time.Time
 	rateTokens int64
 	// Sub-keys: their use on this node (and its peers' reports), and in
@@ -250,10 +250,11 @@ type Node struct {
 	adminDone []chan struct{}
 
 	// Background jobs (downloads) and the Hugging Face client.
-	jobs     *jobs.Manager
-	hub      *hub.Client
-	stopJobs context.CancelFunc
-	jobsDone chan struct{}
+	jobs       *jobs.Manager
+	hub        *hub.Client
+	modelScope *hub.Client // the same, speaking ModelScope's API
+	stopJobs   context.CancelFunc
+	jobsDone   chan struct{}
 	// A lone node's benchmark profiles (a cluster's are in its Raft
 	// state).
 	profiles soloProfiles

@@ -670,8 +670,8 @@ func TestPipelineStageKilled(t *testing.T) {
 // TestPipelineAutoShard: three nodes whose memory budgets are each too
 // small for the deep model (weights and a context's KV) but hold it two
 // together: a request for it, with no placement setting, is told to retry
-// while the planner shards it across the fewest nodes (two, equal
-// budgets: three layers each); then every node serves it through the
+// while the planner shards it across the fewest nodes (two: four layers
+// and two with the output head, by compute per token); then every node serves it through the
 // pipeline, bit for bit as one node does, and no node loads a whole copy.
 // A model the three budgets cannot hold even together
 // is refused with a 503 naming its need and the total.
@@ -740,8 +740,10 @@ func TestPipelineAutoShard(t *testing.T) {
 		t.Errorf("the first request got %q, want a 503 saying the model is being sharded across 2 nodes", first)
 	}
 	p := readyPipeline(t, nodes["a"], 2, 30*time.Second)
-	if p.Stages[0].Layers != [2]uint32{0, 3} || p.Stages[1].Layers != [2]uint32{3, 6} {
-		t.Errorf("stages %+v, want three layers each (equal budgets)", p.Stages)
+	// Split by compute per token: the demo's output head weighs 1.1
+	// layers, so the last stage takes two layers and the head.
+	if p.Stages[0].Layers != [2]uint32{0, 4} || p.Stages[1].Layers != [2]uint32{4, 6} {
+		t.Errorf("stages %+v, want layers [0,4) and [4,6) (the head counted on the last)", p.Stages)
 	}
 	checkStageWeights(t, nodes, models, p)
 	for _, id := range []string{"a", "b", "c"} {

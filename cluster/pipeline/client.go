@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 
@@ -39,7 +40,15 @@ type Client struct {
 
 	rmu     sync.Mutex // guards pending
 	pending map[uint64]chan result
+
+	// Hidden-state rows (tokens) started down and their encoded bytes.
+	wireRows, wireBytes atomic.Int64
 }
+
+// Wire is the hidden-state rows (one per token position) this client has
+// started down its link and their bytes as encoded: bytes / rows is the
+// hop's cost per token (hidden × 2 for bf16 activations, × 4 for f32).
+func (c *Client) Wire() (rows, bytes int64) { return c.wireRows.Load(), c.wireBytes.Load() }
 
 type result struct {
 	reply *pb.StepReply
@@ -135,8 +144,11 @@ func (c *Client) Step(ctx context.Context, seqs []runner.StageSeq, h *model.Hidd
 // returns (steps reach the next stage in the order they were started),
 // and wait takes its answer.
 func (c *Client) Start(ctx context.Context, seqs []runner.StageSeq, h *model.Hidden) (func() ([]runner.StageResult, error), error) {
+	dtype, data := encodeHidden(h.Data)
 	req := &pb.StepRequest{Model: c.model, Generation: c.generation, Seqs: make([]*pb.Seq, len(seqs)),
-		Rows: uint32(h.Rows), Cols: uint32(h.Cols), Dtype: DTypeF32, Hidden: encodeF32(h.Data)}
+		Rows: uint32(h.Rows), Cols: uint32(h.Cols), Dtype: dtype, Hidden: data}
+	c.wireRows.Add(int64(h.Rows))
+	c.wireBytes.Add(int64(len(data)))
 	for i, s := range seqs {
 		req.Seqs[i] = encodeSeq(s)
 	}

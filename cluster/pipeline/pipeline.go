@@ -22,9 +22,43 @@ import (
 	"fusion/engine/model"
 )
 
-// DTypeF32 is the wire dtype of hidden states and logits: little-endian
-// float32, the activations' type on the CPU backend.
-const DTypeF32 = "f32"
+// Wire dtypes of hidden states: DTypeF32 is little-endian float32 (the
+// activations' type on the CPU backend, and the logits' always); DTypeBF16
+// is little-endian bfloat16, the top half of each float32, which a step
+// uses when every value of its hidden state is a bfloat16 value — the
+// activations of a bf16 model computed in its own type (MLX's native
+// mode) — so the wire halves the bytes and loses nothing.
+const (
+	DTypeF32  = "f32"
+	DTypeBF16 = "bf16"
+)
+
+// encodeHidden encodes v as bf16 when that is exact for every value, as
+// f32 otherwise (at the first value that is not, so a float32 state costs
+// a look at a value or two).
+func encodeHidden(v []float32) (dtype string, b []byte) {
+	for _, f := range v {
+		if math.Float32bits(f)&0xffff != 0 {
+			return DTypeF32, encodeF32(v)
+		}
+	}
+	b = make([]byte, 2*len(v))
+	for i, f := range v {
+		binary.LittleEndian.PutUint16(b[2*i:], uint16(math.Float32bits(f)>>16))
+	}
+	return DTypeBF16, b
+}
+
+// dtypeBytes is the bytes per value of a wire dtype (0: unknown).
+func dtypeBytes(dtype string) uint64 {
+	switch dtype {
+	case DTypeF32:
+		return 4
+	case DTypeBF16:
+		return 2
+	}
+	return 0
+}
 
 // ChunkBytes bounds the payload (hidden state or logits) of one message;
 // a larger one goes in several messages with more set. It keeps every
@@ -67,11 +101,19 @@ func decodeF32(b []byte) ([]float32, error) {
 
 // hidden decodes a step's hidden state, checking its shape.
 func hidden(rows, cols uint32, dtype string, data []byte) (*model.Hidden, error) {
-	if dtype != DTypeF32 {
-		return nil, fmt.Errorf("pipeline: hidden dtype %q (want %s)", dtype, DTypeF32)
+	size := dtypeBytes(dtype)
+	if size == 0 {
+		return nil, fmt.Errorf("pipeline: hidden dtype %q (want %s or %s)", dtype, DTypeF32, DTypeBF16)
 	}
-	if uint64(rows)*uint64(cols)*4 != uint64(len(data)) {
-		return nil, fmt.Errorf("pipeline: hidden of [%d, %d] in %d bytes", rows, cols, len(data))
+	if uint64(rows)*uint64(cols)*size != uint64(len(data)) {
+		return nil, fmt.Errorf("pipeline: hidden of [%d, %d] %s in %d bytes", rows, cols, dtype, len(data))
+	}
+	if dtype == DTypeBF16 {
+		v := make([]float32, len(data)/2)
+		for i := range v {
+			v[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(data[2*i:])) << 16)
+		}
+		return &model.Hidden{Rows: int(rows), Cols: int(cols), Data: v}, nil
 	}
 	v, err := decodeF32(data)
 	if err != nil {

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"math"
 	"net"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +15,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"fusion/engine/backend"
 	"fusion/engine/backend/cpu"
+	"fusion/engine/backend/mlx"
 	"fusion/engine/demo"
 	"fusion/engine/model"
 	"fusion/engine/runner"
@@ -35,18 +39,55 @@ func demoModel(t *testing.T, seed uint64) string {
 // load loads layers of the demo model at dir on a CPU backend.
 func load(t *testing.T, dir string, layers model.Range) *model.Model {
 	t.Helper()
-	be := cpu.New(cpu.Options{Threads: 1})
+	return loadOn(t, dir, layers, nil)
+}
+
+// loadOn loads layers of the demo model at dir on be, or on a CPU backend
+// of its own when be is nil.
+func loadOn(t *testing.T, dir string, layers model.Range, be backend.Backend) *model.Model {
+	t.Helper()
+	if be == nil {
+		cb := cpu.New(cpu.Options{Threads: 1})
+		t.Cleanup(func() { cb.Close() })
+		be = cb
+	}
 	m, err := model.Load(context.Background(), dir, be, model.Options{Layers: layers, Mmap: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { m.Close(); be.Close() })
+	t.Cleanup(func() { m.Close() })
 	return m
+}
+
+// nativeMLX is MLX computing in the model's dtype (bf16 for the demo
+// models), or nil (a skip line) when libmlxc does not load;
+// FUSION_REQUIRE_MLX=1 makes that a failure.
+func nativeMLX(t *testing.T) backend.Backend {
+	t.Helper()
+	if err := mlx.Available(); err != nil {
+		if os.Getenv("FUSION_REQUIRE_MLX") == "1" {
+			t.Fatalf("FUSION_REQUIRE_MLX=1 and MLX is unavailable: %v", err)
+		}
+		t.Skipf("MLX unavailable: %v", err)
+	}
+	be, err := mlx.New(mlx.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { be.Close() })
+	return be
 }
 
 // serve starts a Pipeline server over lookup on loopback and returns a
 // dial function to it.
 func serve(t *testing.T, lookup Lookup) (*Server, string, Dial) {
+	t.Helper()
+	return serveTraced(t, lookup, nil)
+}
+
+// serveTraced is serve with the server recording spans through start
+// (nil: none).
+func serveTraced(t *testing.T, lookup Lookup, start StartSpan) (*Server, string, Dial) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -57,6 +98,9 @@ func serve(t *testing.T, lookup Lookup) (*Server, string, Dial) {
 	}
 	gs := grpc.NewServer()
 	srv := Register(gs, lookup, dial, nil)
+	if start != nil {
+		srv.TraceWith(start)
+	}
 	go gs.Serve(lis)
 	t.Cleanup(gs.Stop)
 	return srv, lis.Addr().String(), dial
@@ -75,10 +119,16 @@ type stages3 struct {
 
 func threeStages(t *testing.T, seed, generation uint64) stages3 {
 	t.Helper()
+	return threeStagesOn(t, seed, generation, nil)
+}
+
+// threeStagesOn is threeStages with every stage on be (nil: CPU).
+func threeStagesOn(t *testing.T, seed, generation uint64, be backend.Backend) stages3 {
+	t.Helper()
 	dir := demoModel(t, seed)
-	p := stages3{whole: load(t, dir, model.Range{}), first: load(t, dir, model.Range{Start: 0, End: 1})}
-	middle := load(t, dir, model.Range{Start: 1, End: 2})
-	last := load(t, dir, model.Range{Start: 2, End: 4})
+	p := stages3{whole: loadOn(t, dir, model.Range{}, be), first: loadOn(t, dir, model.Range{Start: 0, End: 1}, be)}
+	middle := loadOn(t, dir, model.Range{Start: 1, End: 2}, be)
+	last := loadOn(t, dir, model.Range{Start: 2, End: 4}, be)
 	var midAddr string
 	p.last, p.lastAddr, _ = serve(t, func(string) (Stage, bool) { return Stage{Generation: generation, Model: last}, true })
 	p.mid, midAddr, p.dial = serve(t, func(string) (Stage, bool) {
@@ -130,14 +180,29 @@ func stepBoth(t *testing.T, whole, first *model.Model, c *Client, win, fin []mod
 // TestClientServer: two sequences prefilled and decoded through a first
 // stage here and the rest over a Pipeline stream (hidden states and
 // logits split over several messages) give the whole model's logits bit
-// for bit; freeing them drops their KV on the far stage; a
-// client of another generation, or for a model the server has no stage
+// for bit, on the CPU backend (float32 activations: f32 on the wire,
+// hidden × 4 bytes a token) and on MLX in the bf16 model's own type (bf16
+// on the wire, hidden × 2); freeing them drops their KV on the far stage;
+// a client of another generation, or for a model the server has no stage
 // of, is refused with ErrPipelineStage.
 func TestClientServer(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		be    func(*testing.T) backend.Backend
+		bytes int // wire bytes per value
+	}{
+		{"cpu f32", func(*testing.T) backend.Backend { return nil }, 4},
+		{"mlx bf16", nativeMLX, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) { clientServer(t, tc.be(t), tc.bytes) })
+	}
+}
+
+func clientServer(t *testing.T, be backend.Backend, wireBytes int) {
 	dir := demoModel(t, 3)
-	whole := load(t, dir, model.Range{})
-	first := load(t, dir, model.Range{Start: 0, End: 1})
-	rest := load(t, dir, model.Range{Start: 1, End: 4})
+	whole := loadOn(t, dir, model.Range{}, be)
+	first := loadOn(t, dir, model.Range{Start: 0, End: 1}, be)
+	rest := loadOn(t, dir, model.Range{Start: 1, End: 4}, be)
 	srv, addr, dial := serve(t, func(name string) (Stage, bool) {
 		if name != "m" {
 			return Stage{}, false
@@ -181,6 +246,10 @@ func TestClientServer(t *testing.T) {
 	if n := srv.Sequences(); n != 2 {
 		t.Fatalf("the far stage holds %d sequences, want 2", n)
 	}
+	// 8 prompt positions and 4 × 2 decoded ones went down.
+	if rows, bytes := c.Wire(); rows != 16 || bytes != rows*int64(whole.Config.HiddenSize*wireBytes) {
+		t.Fatalf("%d rows in %d bytes down, want 16 of %d × %d bytes", rows, bytes, whole.Config.HiddenSize, wireBytes)
+	}
 	c.Free([]uint64{1, 2})
 	deadline := time.Now().Add(5 * time.Second)
 	for srv.Sequences() != 0 {
@@ -220,10 +289,15 @@ func TestClientServer(t *testing.T) {
 // TestThreeStagesInFlight: micro-batches started one after the other
 // without waiting (as the first stage's scheduler does) go through a
 // middle stage that forwards each before the previous is answered, and
-// come back with the whole model's logits bit for bit; freeing the
-// sequences drops their KV on both later stages.
+// come back with the whole model's logits bit for bit (CPU, f32 on the
+// wire; MLX in bf16, bf16 on the wire); freeing the sequences drops their KV on both later stages.
 func TestThreeStagesInFlight(t *testing.T) {
-	p := threeStages(t, 5, 3)
+	t.Run("cpu f32", func(t *testing.T) { threeStagesInFlight(t, nil) })
+	t.Run("mlx bf16", func(t *testing.T) { threeStagesInFlight(t, nativeMLX(t)) })
+}
+
+func threeStagesInFlight(t *testing.T, be backend.Backend) {
+	p := threeStagesOn(t, 5, 3, be)
 	whole, first, c, midSrv, lastSrv := p.whole, p.first, p.c, p.mid, p.last
 	ctx := context.Background()
 	const n = 4 // micro-batches of one sequence each
@@ -275,5 +349,46 @@ func TestThreeStagesInFlight(t *testing.T) {
 			t.Fatalf("still held after the free: %d and %d", midSrv.Sequences(), lastSrv.Sequences())
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestHiddenWire: a hidden state goes as bf16 exactly when every value is
+// a bfloat16 value, and decodes to the same bits either way; a dtype or
+// size that does not match the shape is refused.
+func TestHiddenWire(t *testing.T) {
+	bf := []float32{1, -2.5, 0, float32(math.Inf(1)), math.Float32frombits(0x3f81_0000)}
+	f32 := append(slices.Clone(bf), math.Float32frombits(0x3f81_0001))
+	for _, tc := range []struct {
+		name  string
+		v     []float32
+		dtype string
+	}{
+		{"bf16 values", bf, DTypeBF16},
+		{"one float32 value", f32, DTypeF32},
+		{"empty", nil, DTypeBF16},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dtype, b := encodeHidden(tc.v)
+			if dtype != tc.dtype || len(b) != len(tc.v)*int(dtypeBytes(dtype)) {
+				t.Fatalf("encoded as %s in %d bytes, want %s", dtype, len(b), tc.dtype)
+			}
+			h, err := hidden(1, uint32(len(tc.v)), dtype, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range tc.v {
+				if math.Float32bits(h.Data[i]) != math.Float32bits(tc.v[i]) {
+					t.Fatalf("value %d: %x, want %x", i, math.Float32bits(h.Data[i]), math.Float32bits(tc.v[i]))
+				}
+			}
+		})
+	}
+	for _, tc := range []struct {
+		dtype string
+		n     int
+	}{{"f16", 4}, {DTypeBF16, 6}, {DTypeF32, 4}} {
+		if _, err := hidden(1, 2, tc.dtype, make([]byte, tc.n)); err == nil {
+			t.Errorf("[1, 2] %s in %d bytes accepted", tc.dtype, tc.n)
+		}
 	}
 }

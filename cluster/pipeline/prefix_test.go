@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,12 +37,13 @@ func TestPrefixCachePerStage(t *testing.T) {
 		return c
 	}
 	midCache, lastCache := cache(), cache()
-	lastSrv, lastAddr, _ := serve(t, func(string) (Stage, bool) {
+	midSpans, lastSpans := &spanLog{name: "mid"}, &spanLog{name: "last"}
+	lastSrv, lastAddr, _ := serveTraced(t, func(string) (Stage, bool) {
 		return Stage{Generation: 1, Model: last, Cache: lastCache, CacheKey: prefixcache.ModelKey("last")}, true
-	})
-	midSrv, midAddr, dial := serve(t, func(string) (Stage, bool) {
+	}, lastSpans.start)
+	midSrv, midAddr, dial := serveTraced(t, func(string) (Stage, bool) {
 		return Stage{Generation: 1, Model: middle, Next: lastAddr, Cache: midCache, CacheKey: prefixcache.ModelKey("middle")}, true
-	})
+	}, midSpans.start)
 	cfg := runner.Config{ModelsDir: models, Threads: 1, Backend: runner.BackendCPU, CacheHotBytes: -1, CacheSSDBytes: -1}
 	whole, err := runner.New(cfg)
 	if err != nil {
@@ -74,7 +76,8 @@ func TestPrefixCachePerStage(t *testing.T) {
 			seed := int64(5)
 			p.Temperature, p.Seed, p.RepetitionPenalty, p.FrequencyPenalty = 1.2, &seed, 1.3, 0.4
 		}
-		ch, err := r.Generate(context.Background(), &engine.Request{Model: name, PromptTokens: toks, Sampling: p, MaxTokens: decode})
+		ctx := engine.WithPhases(context.Background(), tracedPhases(requestParent))
+		ch, err := r.Generate(ctx, &engine.Request{Model: name, PromptTokens: toks, Sampling: p, MaxTokens: decode})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,6 +134,19 @@ func TestPrefixCachePerStage(t *testing.T) {
 				warm.midRestored != int64(u.CachedTokens) || warm.lastRestored != int64(u.CachedTokens) {
 				t.Fatalf("warm: cached %d, rows %+v: want every stage to restore ≥ %d and compute only the rest", u.CachedTokens, warm, hit)
 			}
+			// Each run's sequence has a span on both later stages, the
+			// warm one opened by a Prefix too: the middle's is the child of
+			// the request's, the last's of the middle's, with the rows each
+			// computed.
+			for _, run := range []struct {
+				name string
+				rows int64
+			}{{"cold", full}, {"warm", rest}} {
+				mid, last := midSpans.take(t), lastSpans.take(t)
+				if mid.parent != requestParent || last.parent != mid.own || mid.positions != run.rows || last.positions != run.rows {
+					t.Errorf("%s spans: middle %+v, last %+v; want the chain request → middle → last with %d positions each", run.name, mid, last, run.rows)
+				}
+			}
 		})
 	}
 	// The last stage's cache lost the blocks: every stage keeps what it
@@ -148,6 +164,61 @@ func TestPrefixCachePerStage(t *testing.T) {
 	for midSrv.Sequences()+lastSrv.Sequences() != 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d sequences still held on the later stages", midSrv.Sequences()+lastSrv.Sequences())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// requestParent is the traceparent of the requests' span on the first
+// stage.
+const requestParent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+// tracedPhases is a request's engine.Phases in a trace.
+type tracedPhases string
+
+func (tracedPhases) Phase(engine.Phase, time.Time, time.Time) {}
+func (p tracedPhases) TraceParent() string                    { return string(p) }
+
+// spanLog records a stage's spans (StartSpan) as they end.
+type spanLog struct {
+	name  string
+	mu    sync.Mutex
+	n     int
+	ended []loggedSpan
+}
+
+type loggedSpan struct {
+	parent, own string
+	positions   int64
+}
+
+func (l *spanLog) start(parent, name string, _ map[string]string) (string, func(map[string]int64)) {
+	l.mu.Lock()
+	l.n++
+	own := fmt.Sprintf("00-0af7651916cd43dd8448eb211c80319c-%016x-01", len(l.name)*1000+l.n)
+	l.mu.Unlock()
+	return own, func(c map[string]int64) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.ended = append(l.ended, loggedSpan{parent: parent, own: own, positions: c["fusion.pipeline.positions"]})
+	}
+}
+
+// take waits for the next ended span.
+func (l *spanLog) take(t *testing.T) loggedSpan {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second) // spans end with the frees, after the answer
+	for {
+		l.mu.Lock()
+		if len(l.ended) > 0 {
+			sp := l.ended[0]
+			l.ended = l.ended[1:]
+			l.mu.Unlock()
+			return sp
+		}
+		l.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatalf("no span ended on the %s stage", l.name)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -431,7 +431,7 @@ func recvWhole(stream pb.Pipeline_RunServer) (*pb.StepRequest, error) {
 	if err != nil {
 		return nil, err
 	}
-	limit := uint64(req.Rows) * uint64(req.Cols) * 4
+	limit := uint64(req.Rows) * uint64(req.Cols) * max(dtypeBytes(req.Dtype), 4)
 	for more := req.More; more; {
 		part, err := stream.Recv()
 		if err != nil {
@@ -476,7 +476,9 @@ func (s *Server) forward(ctx context.Context, st Stage, seqs map[uint64]*model.S
 		if down[i], err = decodeSeq(sq); err != nil {
 			return nil, nil, status.Error(codes.InvalidArgument, err.Error())
 		}
-		if sq.MaxLen != 0 {
+		// The trace rides a sequence's first step: with its maximum length,
+		// or after a Prefix opened it (a prefix-cache hit).
+		if spans[sq.Id] == nil && sq.Traceparent != "" {
 			if sp := s.startSeqSpan(sq.Traceparent, st, req.Model); sp != nil {
 				spans[sq.Id] = sp
 				down[i].Trace = sp.traceparent // the next stage's span is this one's child

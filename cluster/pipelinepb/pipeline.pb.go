@@ -592,7 +592,9 @@ type StepRequest struct {
 	Seqs       []*Seq                 `protobuf:"bytes,4,rep,name=seqs,proto3" json:"seqs,omitempty"`
 	Rows       uint32                 `protobuf:"varint,5,opt,name=rows,proto3" json:"rows,omitempty"`
 	Cols       uint32                 `protobuf:"varint,6,opt,name=cols,proto3" json:"cols,omitempty"`
-	// dtype of hidden: "f32" (little-endian float32, row-major [rows, cols]).
+	// dtype of hidden, row-major [rows, cols]: "f32" (little-endian float32)
+	// or "bf16" (little-endian bfloat16, when every value is one: a bf16
+	// model's activations computed in bf16).
 	Dtype  string   `protobuf:"bytes,7,opt,name=dtype,proto3" json:"dtype,omitempty"`
 	Hidden []byte   `protobuf:"bytes,8,opt,name=hidden,proto3" json:"hidden,omitempty"`
 	Free   []uint64 `protobuf:"varint,9,rep,packed,name=free,proto3" json:"free,omitempty"` // sequences whose KV every later stage drops

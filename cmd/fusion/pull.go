@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,10 +23,12 @@ import (
 const pullUsage = `usage: fusion models pull [flags] OWNER/NAME
 
 Downloads a model repository from the Hugging Face Hub (or the Hub at
---hf-endpoint / $HF_ENDPOINT) into a models directory: every file, or the
+--hf-endpoint / $HF_ENDPOINT), or with --source modelscope from ModelScope
+(--modelscope-endpoint / $MODELSCOPE_ENDPOINT, token --modelscope-token /
+$MODELSCOPE_API_TOKEN), into a models directory: every file, or the
 files the --include patterns select (fnmatch, as huggingface_hub's
 allow_patterns: --include '*Q4_K_M.gguf' takes one GGUF quant). Files are
-checked against the Hub's sha256 and land in place only when all are
+checked against the listed sha256 and land in place only when all are
 complete; a pull stopped part way resumes from what is on disk.
 
 Without --addr it downloads here, into --models-dir. With --addr it asks
@@ -48,11 +51,14 @@ func runPull(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.Usage = func() { fmt.Fprint(stderr, pullUsage); fs.PrintDefaults() }
 	var include stringsFlag
 	fs.Var(&include, "include", "download only the files matching this pattern (repeatable)")
-	revision := fs.String("revision", "", "branch, tag or commit (default main)")
+	source := fs.String("source", "hf", "where from: hf (Hugging Face) or modelscope")
+	revision := fs.String("revision", "", "branch, tag or commit (default main; master on ModelScope)")
 	name := fs.String("name", "", "the model's name in the models directory (default the repo's name)")
 	modelsDir := fs.String("models-dir", "~/.fusion/models", "models directory (without --addr)")
 	endpoint := fs.String("hf-endpoint", "", "the Hub (default $HF_ENDPOINT, else "+hub.DefaultEndpoint+"; without --addr)")
 	token := fs.String("hf-token", "", "Hugging Face token for gated and private repos (default $HF_TOKEN; without --addr)")
+	msEndpoint := fs.String("modelscope-endpoint", "", "ModelScope (default $MODELSCOPE_ENDPOINT, else "+hub.DefaultModelScopeEndpoint+"; without --addr)")
+	msToken := fs.String("modelscope-token", "", "ModelScope access token for private repos (default $MODELSCOPE_API_TOKEN; without --addr)")
 	minFree := fs.Int64("min-free-disk", node.DefaultMinFreeDisk, "bytes the download must leave free on the disk (without --addr)")
 	addr := fs.String("addr", "", "a running node's HTTP address: the node downloads, as a job")
 	apiKey := fs.String("api-key", "", "API key of the node (env FUSION_API_KEY)")
@@ -68,20 +74,24 @@ func runPull(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := hub.CheckRepo(req.Repo); err != nil {
 		return usagef("%v", err)
 	}
+	if *source != hub.SourceHF && *source != hub.SourceModelScope {
+		return usagef("--source must be hf or modelscope, not %q", *source)
+	}
 	if *addr != "" {
-		return pullOnNode(ctx, *addr, *apiKey, *caFile, *onNode, *name, req, stdout, stderr)
+		return pullOnNode(ctx, *addr, *apiKey, *caFile, *onNode, *name, *source, req, stdout, stderr)
 	}
-	if *endpoint == "" {
-		*endpoint = os.Getenv("HF_ENDPOINT")
-	}
-	if *token == "" {
-		*token = os.Getenv("HF_TOKEN")
+	if *source == hub.SourceModelScope {
+		*endpoint = cmp.Or(*msEndpoint, os.Getenv("MODELSCOPE_ENDPOINT"))
+		*token = cmp.Or(*msToken, os.Getenv("MODELSCOPE_API_TOKEN"))
+	} else {
+		*endpoint = cmp.Or(*endpoint, os.Getenv("HF_ENDPOINT"))
+		*token = cmp.Or(*token, os.Getenv("HF_TOKEN"))
 	}
 	dir := expandHome(*modelsDir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	c := hub.New(hub.Options{Endpoint: *endpoint, Token: *token})
+	c := hub.New(hub.Options{Source: *source, Endpoint: *endpoint, Token: *token})
 	p := &progressLine{w: stderr}
 	res, err := hub.Fetch(ctx, c, req, hub.FetchOptions{ModelsDir: dir, Name: *name, MinFree: *minFree,
 		Progress: p.update, Log: func(msg string) { p.log(msg) }})
@@ -121,8 +131,8 @@ func (p *progressLine) end()           { fmt.Fprintln(p.w) }
 
 // pullOnNode starts the download as a job on a running node and follows
 // its event stream until it ends.
-func pullOnNode(ctx context.Context, addr, apiKey, caFile, onNode, name string, req hub.Request, stdout, stderr io.Writer) error {
-	body := map[string]any{"repo": req.Repo, "revision": req.Revision, "allow_patterns": req.Allow, "name": name, "node": onNode}
+func pullOnNode(ctx context.Context, addr, apiKey, caFile, onNode, name, source string, req hub.Request, stdout, stderr io.Writer) error {
+	body := map[string]any{"source": source, "repo": req.Repo, "revision": req.Revision, "allow_patterns": req.Allow, "name": name, "node": onNode}
 	j, err := runJobOnNode(ctx, addr, apiKey, caFile, "/admin/api/hf/download", body, stderr)
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 
 	"fusion/engine/demo"
 	"fusion/internal/hubtest"
+	"fusion/internal/mstest"
 	"fusion/node"
 	"fusion/node/nodetest"
 )
@@ -73,4 +74,57 @@ func TestModelsPull(t *testing.T) {
 	if code == 0 || !strings.Contains(errs, "401 Unauthorized") {
 		t.Errorf("a gated repo on a node: %d %s", code, errs)
 	}
+}
+
+// TestModelsPullModelScope: `fusion models pull --source modelscope`
+// against the ModelScope stand-in, here (a private repo's 401 naming
+// MODELSCOPE_API_TOKEN, then with the token) and as a node's job.
+func TestModelsPullModelScope(t *testing.T) {
+	srv := mstest.Start(t)
+	src := filepath.Join(t.TempDir(), "src")
+	if _, err := demo.Create(src, demo.Options{Seed: 9}); err != nil {
+		t.Fatal(err)
+	}
+	srv.AddModel(t, "demo-org/tiny", src)
+	srv.AddModel(t, "demo-org/locked", src)
+	srv.Private("demo-org/locked", "tok")
+	ctx := context.Background()
+	pull := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := run(ctx, append([]string{"models", "pull"}, args...), &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	want, _ := os.ReadFile(filepath.Join(src, "model.safetensors"))
+	same := func(got string) {
+		t.Helper()
+		if b, err := os.ReadFile(got); err != nil || !bytes.Equal(b, want) {
+			t.Errorf("%s differs from the source (%v)", got, err)
+		}
+	}
+
+	models := t.TempDir()
+	code, out, errs := pull("--source", "modelscope", "--models-dir", models, "--modelscope-endpoint", srv.URL, "demo-org/tiny")
+	if code != 0 || !strings.HasPrefix(out, "tiny: 5 files") || !strings.Contains(out, "commit master") {
+		t.Fatalf("pull exited %d: %s %s", code, out, errs)
+	}
+	same(filepath.Join(models, "tiny", "model.safetensors"))
+	t.Setenv("MODELSCOPE_ENDPOINT", srv.URL)
+	code, _, errs = pull("--source", "modelscope", "--models-dir", t.TempDir(), "demo-org/locked")
+	if code == 0 || !strings.Contains(errs, "401 Unauthorized") || !strings.Contains(errs, "MODELSCOPE_API_TOKEN") {
+		t.Errorf("a private repo without a token: %d %s", code, errs)
+	}
+	t.Setenv("MODELSCOPE_API_TOKEN", "tok")
+	if code, out, errs := pull("--source", "modelscope", "--models-dir", t.TempDir(), "--name", "unlocked", "demo-org/locked"); code != 0 || !strings.HasPrefix(out, "unlocked:") {
+		t.Errorf("with the token: %d %s %s", code, out, errs)
+	}
+	if code, _, _ := pull("--source", "ftp", "demo-org/tiny"); code != 2 {
+		t.Errorf("an unknown source: exit %d, want 2", code)
+	}
+
+	n := nodetest.Start(t, nodetest.Options{APIKey: "k", HF: node.HFConfig{ModelScopeEndpoint: srv.URL, MinFreeDisk: 1}})
+	code, out, errs = pull("--source", "modelscope", "--addr", n.URL(), "--api-key", "k", "--name", "remote", "demo-org/tiny")
+	if code != 0 || !strings.Contains(out, "remote: 5 files") || !strings.Contains(out, "on node") {
+		t.Fatalf("pull on a node exited %d: %s %s", code, out, errs)
+	}
+	same(filepath.Join(n.ModelsDir(), "remote", "model.safetensors"))
 }

@@ -80,6 +80,26 @@ func (s serveSetting) key() string { return strings.ReplaceAll(s.name, "-", "_")
 
 func constant(v string) func(*serveSettings) string { return func(*serveSettings) string { return v } }
 
+// envOr is a default read from the environment variable name, else def.
+func envOr(name, def string) func(*serveSettings) string {
+	return func(s *serveSettings) string {
+		if s.getenv != nil && s.getenv(name) != "" {
+			return s.getenv(name)
+		}
+		return def
+	}
+}
+
+// setHTTPURL sets *dst to v, an http(s) URL with a host.
+func setHTTPURL(v string, dst *string) error {
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%q is not an http(s) URL", v)
+	}
+	*dst = v
+	return nil
+}
+
 // serveSettingsTable lists the settings in the order they resolve
 // (models-dir after data-dir, whose value its default needs).
 func serveSettingsTable() []serveSetting {
@@ -263,25 +283,25 @@ func serveSettingsTable() []serveSetting {
 			}},
 		{"mcp-max-steps", constant(strconv.Itoa(mcpchat.DefaultMaxSteps)), "model turns a chat request with MCP tools may take (the server runs the calls between them)",
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.MCPMaxSteps, 1) }},
-		{"hf-endpoint", func(s *serveSettings) string {
-			if s.getenv != nil && s.getenv("HF_ENDPOINT") != "" {
-				return s.getenv("HF_ENDPOINT")
-			}
-			return hub.DefaultEndpoint
-		}, "the Hugging Face Hub that /admin/api/hf/* and model downloads use (default $HF_ENDPOINT, else " + hub.DefaultEndpoint + ")",
-			func(s *serveSettings, v string) error {
-				u, err := url.Parse(v)
-				if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-					return fmt.Errorf("%q is not an http(s) URL", v)
-				}
-				s.cfg.HF.Endpoint = v
-				return nil
-			}},
+		{"hf-endpoint", envOr("HF_ENDPOINT", hub.DefaultEndpoint),
+			"the Hugging Face Hub that /admin/api/hf/* and model downloads use (default $HF_ENDPOINT, else " + hub.DefaultEndpoint + ")",
+			func(s *serveSettings, v string) error { return setHTTPURL(v, &s.cfg.HF.Endpoint) }},
 		{"hf-token", constant(""), "Hugging Face token sent to the Hub for gated and private repos (default $HF_TOKEN)",
 			func(s *serveSettings, v string) error {
 				s.cfg.HF.Token = v
 				if v == "" && s.getenv != nil {
 					s.cfg.HF.Token = s.getenv("HF_TOKEN")
+				}
+				return nil
+			}},
+		{"modelscope-endpoint", envOr("MODELSCOPE_ENDPOINT", hub.DefaultModelScopeEndpoint),
+			"the ModelScope that /admin/api/hf/* with source=modelscope uses (default $MODELSCOPE_ENDPOINT, else " + hub.DefaultModelScopeEndpoint + ")",
+			func(s *serveSettings, v string) error { return setHTTPURL(v, &s.cfg.HF.ModelScopeEndpoint) }},
+		{"modelscope-token", constant(""), "ModelScope access token for private repos (default $MODELSCOPE_API_TOKEN)",
+			func(s *serveSettings, v string) error {
+				s.cfg.HF.ModelScopeToken = v
+				if v == "" && s.getenv != nil {
+					s.cfg.HF.ModelScopeToken = s.getenv("MODELSCOPE_API_TOKEN")
 				}
 				return nil
 			}},
@@ -436,7 +456,7 @@ func resolveServe(args []string, getenv func(string) string, stderr io.Writer) (
 // secretSettings are the settings whose values are credentials: nothing
 // that shows the configuration (logs, /admin/api/global-settings) may
 // print their values.
-var secretSettings = map[string]bool{"api-key": true, "cluster-secret": true, "cluster-secret-previous": true, "hf-token": true}
+var secretSettings = map[string]bool{"api-key": true, "cluster-secret": true, "cluster-secret-previous": true, "hf-token": true, "modelscope-token": true}
 
 // isSecretSetting reports whether the setting called name holds a
 // credential.

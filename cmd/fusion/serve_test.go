@@ -11,6 +11,7 @@ import (
 
 	"fusion/engine/demo"
 	"fusion/engine/runner"
+	"fusion/hub"
 )
 
 func TestServeSettingsPrecedence(t *testing.T) {
@@ -269,5 +270,41 @@ func TestServeMCPSettings(t *testing.T) {
 	}
 	if _, err := resolveServe([]string{"--mcp-call-timeout", "0s"}, getenv, io.Discard); err == nil {
 		t.Error("a zero call timeout was accepted")
+	}
+}
+
+// TestServeModelScopeSettings: ModelScope's endpoint and token from
+// $MODELSCOPE_ENDPOINT / $MODELSCOPE_API_TOKEN or their flags, a bad URL
+// refused, the token never shown among the effective settings.
+func TestServeModelScopeSettings(t *testing.T) {
+	s, err := resolveServe(nil, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.cfg.HF.ModelScopeEndpoint != hub.DefaultModelScopeEndpoint || s.cfg.HF.ModelScopeToken != "" {
+		t.Errorf("defaults: %+v", s.cfg.HF)
+	}
+	env := map[string]string{"MODELSCOPE_ENDPOINT": "http://ms.example:8080", "MODELSCOPE_API_TOKEN": "ms-secret"}
+	s, err = resolveServe(nil, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.cfg.HF.ModelScopeEndpoint != "http://ms.example:8080" || s.cfg.HF.ModelScopeToken != "ms-secret" {
+		t.Errorf("from the environment: %+v", s.cfg.HF)
+	}
+	for _, e := range s.cfg.Effective {
+		if strings.Contains(e.Value, "ms-secret") {
+			t.Errorf("%s shows the token", e.Key)
+		}
+	}
+	s, err = resolveServe([]string{"--modelscope-endpoint", "https://modelscope.ai", "--modelscope-token", "flag-tok"}, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.cfg.HF.ModelScopeEndpoint != "https://modelscope.ai" || s.cfg.HF.ModelScopeToken != "flag-tok" {
+		t.Errorf("flags over the environment: %+v", s.cfg.HF)
+	}
+	if _, err := resolveServe([]string{"--modelscope-endpoint", "modelscope.cn"}, func(string) string { return "" }, io.Discard); err == nil || !strings.Contains(err.Error(), "modelscope-endpoint") {
+		t.Errorf("a URL without a scheme: %v", err)
 	}
 }

@@ -20,11 +20,13 @@ import (
 )
 
 // buildFusion builds ./cmd/fusion (this directory) into dir with version
-// and build tags, and returns the binary's path.
+// and build tags, and returns the binary's path. It builds -trimpath, as
+// make test's go vet and the Homebrew formula do, so that the three share
+// their compiled packages in the build cache.
 func buildFusion(t *testing.T, dir, name, version, tags string) string {
 	t.Helper()
 	out := filepath.Join(dir, name)
-	args := []string{"build", "-o", out, "-ldflags", "-X main.version=" + version}
+	args := []string{"build", "-trimpath", "-o", out, "-ldflags", "-X main.version=" + version}
 	if tags != "" {
 		args = append(args, "-tags", tags)
 	}

@@ -178,6 +178,11 @@ type Step interface {
 	// HeadSlice, HeadConcat and HeadLinear, for multi-head latent
 	// attention (heads.go).
 	HeadOps
+	// ReLU and RelAttention, for VITS text-to-speech (vits.go).
+	VITSOps
+	// Conv2D, GroupNorm and Upsample2x, for convolutional image models
+	// (image.go).
+	ImageOps
 
 	// Mark and Release bound the memory of a pass: Release frees every
 	// array made since m except keep, which it returns (valid, possibly

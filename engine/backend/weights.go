@@ -104,3 +104,42 @@ func RowRange(w WeightData, from, to int) (WeightData, error) {
 	}
 	return out, nil
 }
+
+// ConvData returns a convolution weight stored as PyTorch's [out, in,
+// kernel…] (w: one kernel axis for Conv1D, two for Conv2D) in the [out,
+// kernel…·in] layout Step.Conv1D and Step.Conv2D take (the channels
+// moved after the kernel axes), with its bias if not nil. The transposed
+// copy is new memory (w is not kept), except for a kernel of one tap,
+// whose layout is already right: a view of w.
+func ConvData(name string, w tensor.Tensor, bias *tensor.Tensor) (WeightData, error) {
+	if len(w.Shape) < 3 || len(w.Shape) > 4 || w.DType.Quantized() {
+		return WeightData{}, fmt.Errorf("backend: convolution %s: %v of shape %v", name, w.DType, w.Shape)
+	}
+	out, in, kernel := int(w.Shape[0]), int(w.Shape[1]), 1
+	for _, k := range w.Shape[2:] {
+		kernel *= int(k)
+	}
+	n, err := tensor.NumElements(w.Shape)
+	if err != nil || n == 0 || int64(len(w.Data))%n != 0 {
+		return WeightData{}, fmt.Errorf("backend: convolution %s: %d bytes for shape %v", name, len(w.Data), w.Shape)
+	}
+	size := len(w.Data) / int(n)
+	shape := []int64{int64(out), int64(kernel * in)}
+	if kernel == 1 {
+		// [out, in, 1…] is already [out, 1·in]: a view.
+		return WeightData{Name: name, Format: Dense, Out: out, In: in, Bias: bias,
+			Data: tensor.Tensor{Name: name, DType: w.DType, Shape: shape, Data: w.Data}}, nil
+	}
+	t := make([]byte, len(w.Data))
+	for o := range out {
+		for c := range in {
+			for j := range kernel {
+				src := ((o*in+c)*kernel + j) * size
+				dst := ((o*kernel+j)*in + c) * size
+				copy(t[dst:dst+size], w.Data[src:src+size])
+			}
+		}
+	}
+	return WeightData{Name: name, Format: Dense, Out: out, In: kernel * in, Bias: bias,
+		Data: tensor.Tensor{Name: name, DType: w.DType, Shape: shape, Data: t}}, nil
+}

@@ -74,3 +74,36 @@ func TestRowRange(t *testing.T) {
 		}
 	}
 }
+
+// TestConvData checks the [out, in, kernel] → [out, kernel·in] transpose
+// on an F16 weight (element of 2 bytes) and the view for a kernel of 1,
+// and refuses a weight that is not rank 3.
+func TestConvData(t *testing.T) {
+	const out, in, kernel = 2, 3, 4
+	w := tensor.Tensor{DType: tensor.F16, Shape: []int64{out, in, kernel}, Data: seqBytes(2 * out * in * kernel)}
+	d, err := ConvData("conv", w, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Out != out || d.In != kernel*in || d.Data.Shape[1] != kernel*in {
+		t.Fatalf("shape %d×%d %v", d.Out, d.In, d.Data.Shape)
+	}
+	for o := range out {
+		for c := range in {
+			for j := range kernel {
+				src := ((o*in+c)*kernel + j) * 2
+				dst := ((o*kernel+j)*in + c) * 2
+				if !bytes.Equal(d.Data.Data[dst:dst+2], w.Data[src:src+2]) {
+					t.Fatalf("element (%d, %d, %d) moved wrong", o, c, j)
+				}
+			}
+		}
+	}
+	one := tensor.Tensor{DType: tensor.F32, Shape: []int64{2, 3, 1}, Data: seqBytes(24)}
+	if d, err := ConvData("proj", one, nil); err != nil || d.In != 3 || &d.Data.Data[0] != &one.Data[0] {
+		t.Errorf("kernel 1: %+v, %v; want a view [2, 3]", d, err)
+	}
+	if _, err := ConvData("bad", tensor.Tensor{DType: tensor.F32, Shape: []int64{2, 3}, Data: seqBytes(24)}, nil); err == nil {
+		t.Error("rank-2 weight accepted")
+	}
+}

@@ -15,6 +15,14 @@
 //     and one folder per component) and `create-demo --arch flux2`, a tiny
 //     random-weight checkpoint diffusers loads.
 //
-// The transformer and the VAE decoder, which need backend ops, are not
-// here yet (DESIGN.md).
+// On a compute backend (engine/backend):
+//
+//   - transformer.go: Flux2Transformer2DModel and the distilled
+//     denoising loop;
+//   - vae.go: AutoencoderKLFlux2's decoder, the latent batch norm the
+//     pipeline undoes before it, and the quantization of the decoded
+//     pixels to an image (VAE.Image: final latents → *image.NRGBA).
+//
+// The text encoder's hidden states and the endpoints are not here yet
+// (DESIGN.md).
 package flux2

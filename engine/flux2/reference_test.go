@@ -96,6 +96,7 @@ var refRequest = struct {
 	Temb     []tembCase     `json:"temb"`
 	Forward  []forwardCase  `json:"forward"`
 	Denoise  []denoiseCase  `json:"denoise"`
+	Image    []denoiseCase  `json:"image"`
 }{
 	Randn: []randnCase{
 		{Seed: 0, Shapes: [][]int64{{1}, {2}, {7}, {15}}},             // torch's double sampler
@@ -126,6 +127,7 @@ var refRequest = struct {
 		{Size: 80, Seed: 13, Text: 3, TextSeed: 14, T: 437.5},
 	},
 	Denoise: []denoiseCase{{Size: 64, Seed: 21, Text: 4, TextSeed: 22, Steps: 2}, {Size: 48, Seed: 23, Text: 6, TextSeed: 24, Steps: 4}},
+	Image:   []denoiseCase{{Size: 64, Seed: 25, Text: 4, TextSeed: 26, Steps: 4}},
 }
 
 func idRows(ids []PosID) [][4]int32 {
@@ -176,6 +178,13 @@ type refReply struct {
 		Steps   int      `json:"steps"`
 		Latents []uint32 `json:"latents"`
 	} `json:"denoise"`
+	Image []struct {
+		Steps   int      `json:"steps"`
+		Latents []uint32 `json:"latents"`
+		Shape   []int    `json:"shape"` // [height, width, 3]
+		NP      []uint32 `json:"np"`    // output_type="np": [height, width, 3] in [0, 1]
+		PIL     []int    `json:"pil"`   // the PIL image's bytes, row-major RGB
+	} `json:"image"`
 }
 
 var (

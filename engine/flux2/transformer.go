@@ -20,9 +20,8 @@ import (
 // (rows of a matrix, or columns for the single blocks' to_out), so that
 // every product is one Linear.
 type Transformer struct {
-	cfg  TransformerConfig
-	be   backend.Backend
-	file *safetensors.File
+	cfg TransformerConfig
+	params
 
 	timeIn, timeOut    backend.Weight // time_guidance_embed.timestep_embedder
 	modImg, modTxt     [6]backend.Weight
@@ -32,9 +31,52 @@ type Transformer struct {
 	single             []singleBlock
 	outScale, outShift backend.Weight // norm_out.linear's halves
 	projOut            backend.Weight
+}
 
+// params are a component's weights file and what has been uploaded from
+// it to the backend (the transformer's, the VAE's).
+type params struct {
+	what    string // the component, for errors
+	be      backend.Backend
+	file    *safetensors.File
 	weights []backend.Weight
 	vectors []backend.Vector
+}
+
+// readConfig reads the config.json of the component in folder sub.
+func readConfig(dir, sub string, cfg any) error {
+	raw, err := os.ReadFile(filepath.Join(dir, sub, ComponentConfig))
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(raw, cfg); err != nil {
+		return fmt.Errorf("flux2: %s config: %w", sub, err)
+	}
+	return nil
+}
+
+// open opens the weights of the component in folder sub and runs load,
+// which uploads them; when it fails, what it uploaded is released.
+func (p *params) open(be backend.Backend, dir, sub string, load func() error) error {
+	f, err := safetensors.Open(filepath.Join(dir, sub, ComponentWeights), safetensors.LoadDefault)
+	if err != nil {
+		return err
+	}
+	*p = params{what: sub, be: be, file: f}
+	if err := load(); err != nil {
+		p.close()
+		return err
+	}
+	return nil
+}
+
+// close releases the uploaded weights and closes the file.
+func (p *params) close() error {
+	if r, ok := p.be.(backend.Releaser); ok {
+		r.Release(p.weights, p.vectors)
+	}
+	p.weights, p.vectors = nil, nil
+	return p.file.Close()
 }
 
 // stream is one side (image or text) of a double-stream block.
@@ -59,13 +101,9 @@ type singleBlock struct {
 // LoadTransformer reads transformer/config.json and the weights of a
 // checkpoint directory and uploads them to be. Close releases them.
 func LoadTransformer(be backend.Backend, dir string) (*Transformer, error) {
-	raw, err := os.ReadFile(filepath.Join(dir, TransformerDir, ComponentConfig))
-	if err != nil {
-		return nil, err
-	}
 	var cfg TransformerConfig
-	if err := json.Unmarshal(raw, &cfg); err != nil {
-		return nil, fmt.Errorf("flux2: transformer config: %w", err)
+	if err := readConfig(dir, TransformerDir, &cfg); err != nil {
+		return nil, err
 	}
 	if cfg.GuidanceEmbeds {
 		return nil, errors.New("flux2: guidance_embeds is not supported (FLUX.2 [klein] has no guidance embedder)")
@@ -73,13 +111,8 @@ func LoadTransformer(be backend.Backend, dir string) (*Transformer, error) {
 	if cfg.PatchSize != 1 || cfg.AttentionHeadDim%2 != 0 || cfg.NumAttentionHeads <= 0 {
 		return nil, fmt.Errorf("flux2: unsupported transformer config (patch %d, %d heads of %d)", cfg.PatchSize, cfg.NumAttentionHeads, cfg.AttentionHeadDim)
 	}
-	f, err := safetensors.Open(filepath.Join(dir, TransformerDir, ComponentWeights), safetensors.LoadDefault)
-	if err != nil {
-		return nil, err
-	}
-	m := &Transformer{cfg: cfg, be: be, file: f}
-	if err := m.load(); err != nil {
-		m.Close()
+	m := &Transformer{cfg: cfg}
+	if err := m.open(be, dir, TransformerDir, m.load); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -89,19 +122,13 @@ func LoadTransformer(be backend.Backend, dir string) (*Transformer, error) {
 func (m *Transformer) Config() TransformerConfig { return m.cfg }
 
 // Close releases the weights and closes the file.
-func (m *Transformer) Close() error {
-	if r, ok := m.be.(backend.Releaser); ok {
-		r.Release(m.weights, m.vectors)
-	}
-	m.weights, m.vectors = nil, nil
-	return m.file.Close()
-}
+func (m *Transformer) Close() error { return m.close() }
 
 // load uploads every weight; the first error stops it.
 func (m *Transformer) load() error {
 	c := m.cfg
 	d, ff := c.Inner(), c.MLPHidden()
-	l := loader{m: m}
+	l := loader{m: &m.params}
 	m.timeIn = l.linear("time_guidance_embed.timestep_embedder.linear_1")
 	m.timeOut = l.linear("time_guidance_embed.timestep_embedder.linear_2")
 	mi, mt, ms := l.split("double_stream_modulation_img.linear", d, 6), l.split("double_stream_modulation_txt.linear", d, 6), l.split("single_stream_modulation.linear", d, 3)
@@ -136,7 +163,7 @@ func (m *Transformer) load() error {
 
 // loader uploads named tensors, keeping the first error.
 type loader struct {
-	m   *Transformer
+	m   *params
 	err error
 }
 
@@ -146,7 +173,7 @@ func (l *loader) tensor(name string) (tensor.Tensor, bool) {
 	}
 	t, ok := l.m.file.Tensor(name)
 	if !ok {
-		l.err = fmt.Errorf("flux2: transformer weight %s is missing", name)
+		l.err = fmt.Errorf("flux2: %s weight %s is missing", l.m.what, name)
 	}
 	return t, ok
 }
@@ -234,8 +261,11 @@ func (l *loader) columns(name string, cols int) [2]backend.Weight {
 	return out
 }
 
-func (l *loader) vector(name string) backend.Vector {
-	t, ok := l.tensor(name + ".weight")
+func (l *loader) vector(name string) backend.Vector { return l.vectorOf(name + ".weight") }
+
+// vectorOf uploads the tensor name as a vector.
+func (l *loader) vectorOf(name string) backend.Vector {
+	t, ok := l.tensor(name)
 	if !ok {
 		return nil
 	}

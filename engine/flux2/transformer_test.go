@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -134,41 +135,35 @@ func TestDenoiseMatchesPipeline(t *testing.T) {
 	}
 }
 
-// TestTransformerRejects: checkpoints the transformer cannot run and
-// inputs of the wrong size are errors, not panics (no Python needed).
-func TestTransformerRejects(t *testing.T) {
-	dir := t.TempDir()
-	if err := CreateDemo(dir, TinyDemo()); err != nil {
-		t.Fatal(err)
-	}
-	be := cpu.New(cpu.Options{})
-	defer be.Close()
-	cfgPath := filepath.Join(dir, TransformerDir, ComponentConfig)
-	good, err := os.ReadFile(cfgPath)
+// configCase is an edit of a component's config.json that its loader
+// must refuse with an error mentioning want.
+type configCase[C any] struct {
+	name string
+	edit func(*C)
+	want string
+}
+
+// rejectConfigs writes each edit of the config at path in turn (putting
+// the original back afterwards) and wants load to fail as the case says.
+func rejectConfigs[C any](t *testing.T, path string, cases []configCase[C], load func() (io.Closer, error)) {
+	t.Helper()
+	good, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []struct {
-		name string
-		edit func(*TransformerConfig)
-		want string
-	}{
-		{"guidance", func(c *TransformerConfig) { c.GuidanceEmbeds = true }, "guidance_embeds"},
-		{"missing weight", func(c *TransformerConfig) { c.NumLayers = 2 }, "is missing"},
-		{"patch size", func(c *TransformerConfig) { c.PatchSize = 2 }, "unsupported"},
-	} {
+	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			var cfg TransformerConfig
+			var cfg C
 			if err := json.Unmarshal(good, &cfg); err != nil {
 				t.Fatal(err)
 			}
 			c.edit(&cfg)
 			raw, _ := json.Marshal(cfg)
-			if err := os.WriteFile(cfgPath, raw, 0o644); err != nil {
+			if err := os.WriteFile(path, raw, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			defer os.WriteFile(cfgPath, good, 0o644)
-			m, err := LoadTransformer(be, dir)
+			defer os.WriteFile(path, good, 0o644)
+			m, err := load()
 			if err == nil {
 				m.Close()
 				t.Fatal("loaded")
@@ -178,6 +173,22 @@ func TestTransformerRejects(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestTransformerRejects: checkpoints the transformer cannot run and
+// inputs of the wrong size are errors, not panics (no Python needed).
+func TestTransformerRejects(t *testing.T) {
+	dir := t.TempDir()
+	if err := CreateDemo(dir, TinyDemo()); err != nil {
+		t.Fatal(err)
+	}
+	be := cpu.New(cpu.Options{})
+	defer be.Close()
+	rejectConfigs(t, filepath.Join(dir, TransformerDir, ComponentConfig), []configCase[TransformerConfig]{
+		{"guidance", func(c *TransformerConfig) { c.GuidanceEmbeds = true }, "guidance_embeds"},
+		{"missing weight", func(c *TransformerConfig) { c.NumLayers = 2 }, "is missing"},
+		{"patch size", func(c *TransformerConfig) { c.PatchSize = 2 }, "unsupported"},
+	}, func() (io.Closer, error) { return LoadTransformer(be, dir) })
 
 	m, err := LoadTransformer(be, dir)
 	if err != nil {

@@ -366,9 +366,11 @@ func (s *scheduler) stepContext(gens []*generation) (context.Context, func()) {
 
 // aged reports whether g waited past the starvation bound.
 func (s *scheduler) aged(g *generation, now time.Time, steps int64) bool {
-	c := s.r.cfg
-	return (c.MaxWait > 0 && now.Sub(g.arrived) >= c.MaxWait) ||
-		(c.MaxWaitSteps > 0 && steps-g.arrivedStep >= int64(c.MaxWaitSteps))
+	// The two fields, not a copy of the whole Config: its Models map
+	// is SetModelSettings' to write (under settingsMu).
+	maxWait, maxSteps := s.r.cfg.MaxWait, s.r.cfg.MaxWaitSteps
+	return (maxWait > 0 && now.Sub(g.arrived) >= maxWait) ||
+		(maxSteps > 0 && steps-g.arrivedStep >= int64(maxSteps))
 }
 
 // waitOrder is the admission order: requests past the starvation bound

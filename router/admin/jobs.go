@@ -30,15 +30,19 @@ type Jobs interface {
 	Delete(ctx context.Context, id string) error
 }
 
-// Hub is what the Hugging Face routes need.
+// Hub is what the Hugging Face (and ModelScope) routes need.
 type Hub interface {
-	Search(ctx context.Context, o hub.SearchOptions) ([]hub.Model, error)
+	// Search lists models of source (hub.SourceHF or
+	// hub.SourceModelScope).
+	Search(ctx context.Context, source string, o hub.SearchOptions) ([]hub.Model, error)
 	// Download starts a download job on this node.
 	Download(ctx context.Context, req DownloadRequest) (jobs.Job, error)
 }
 
 // DownloadRequest is the body of POST /admin/api/hf/download.
 type DownloadRequest struct {
+	// Source is where from: "hf" (default) or "modelscope".
+	Source   string   `json:"source,omitempty"`
 	Repo     string   `json:"repo"`
 	Revision string   `json:"revision,omitempty"`
 	Allow    []string `json:"allow_patterns,omitempty"`
@@ -216,14 +220,9 @@ type ModelSearch struct {
 
 func (h *Handler) hfSearch(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	switch src := q.Get("source"); src {
-	case "", "hf", "huggingface":
-	case "modelscope":
-		openai.WriteError(w, &openai.Error{Status: http.StatusNotImplemented, Type: "not_implemented", Code: "not_implemented",
-			Message: "ModelScope search is not available on this server yet: only Hugging Face (source=hf)."})
-		return
-	default:
-		openai.WriteError(w, openai.InvalidRequest("source", "source must be hf (or modelscope, not available yet)."))
+	source, ok := hubSource(q.Get("source"))
+	if !ok {
+		openai.WriteError(w, openai.InvalidRequest("source", "source must be hf or modelscope."))
 		return
 	}
 	o := hub.SearchOptions{Search: q.Get("search"), Author: q.Get("author"), Library: q.Get("library"), Sort: q.Get("sort")}
@@ -244,22 +243,37 @@ func (h *Handler) hfSearch(w http.ResponseWriter, r *http.Request) {
 		openai.WriteError(w, openai.InvalidRequest("sort", "sort must be downloads, likes, lastModified, trendingScore or createdAt."))
 		return
 	}
-	models, err := h.cfg.Hub.Search(r.Context(), o)
+	models, err := h.cfg.Hub.Search(r.Context(), source, o)
 	if err != nil {
-		openai.WriteError(w, hubError(err))
+		openai.WriteError(w, hubError(source, err))
 		return
 	}
 	openai.WriteJSON(w, http.StatusOK, ModelSearch{Object: "list", Data: models})
 }
 
-// hubError is the answer for a failed call to the Hub: a 502 saying what
-// the Hub answered (its 401 is not this server's).
-func hubError(err error) *openai.Error {
-	return &openai.Error{Status: http.StatusBadGateway, Type: "server_error", Code: "hub_error", Message: "Hugging Face: " + err.Error()}
+// hubSource is the source a request names ("" is Hugging Face).
+func hubSource(s string) (string, bool) {
+	switch s {
+	case "", "hf", "huggingface":
+		return hub.SourceHF, true
+	case "modelscope":
+		return hub.SourceModelScope, true
+	}
+	return "", false
+}
+
+// hubError is the answer for a failed call to the Hub or ModelScope: a
+// 502 saying what it answered (its 401 is not this server's).
+func hubError(source string, err error) *openai.Error {
+	name := "Hugging Face: "
+	if source == hub.SourceModelScope {
+		name = "ModelScope: "
+	}
+	return &openai.Error{Status: http.StatusBadGateway, Type: "server_error", Code: "hub_error", Message: name + err.Error()}
 }
 
 func (h *Handler) hfDownload(w http.ResponseWriter, r *http.Request) {
-	req, ok := jobRequest(h, w, r, maxDownloadBody, checkDownload, "repo", "revision", "allow_patterns", "name", "node")
+	req, ok := jobRequest(h, w, r, maxDownloadBody, checkDownload, "source", "repo", "revision", "allow_patterns", "name", "node")
 	if !ok {
 		return
 	}
@@ -319,11 +333,14 @@ func writeJobStarted(w http.ResponseWriter, what string, j jobs.Job, err error) 
 }
 
 func checkDownload(req DownloadRequest) *openai.Error {
+	if _, ok := hubSource(req.Source); !ok {
+		return openai.InvalidRequest("source", "source must be hf or modelscope.")
+	}
 	if req.Repo == "" {
 		return openai.MissingParam("repo")
 	}
 	if err := hub.CheckRepo(req.Repo); err != nil {
-		return openai.InvalidRequest("repo", "Invalid repo %q: want owner/name of a Hugging Face model repository.", req.Repo)
+		return openai.InvalidRequest("repo", "Invalid repo %q: want owner/name of a Hugging Face or ModelScope model repository.", req.Repo)
 	}
 	if len(req.Revision) > maxRevisionLen || strings.ContainsAny(req.Revision, "\x00\n") || strings.Contains(req.Revision, "..") {
 		return openai.InvalidRequest("revision", "Invalid revision.")

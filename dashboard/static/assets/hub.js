@@ -1,5 +1,5 @@
-// The model hub's pages: Hugging Face search with a download form per
-// result (the download runs as a job: see jobs.js); ModelScope,
+// The model hub's pages: Hugging Face or ModelScope search with a
+// download form per result (the download runs as a job: see jobs.js);
 // quantization and benchmarks start jobs (their record is shown; the Jobs
 // page follows them) and Profiles lists what the benchmarks measured.
 import { api } from './api.js';
@@ -19,6 +19,7 @@ function answer(out, p) {
 export function hubWords(status, message) {
   const m = message || '';
   if (status === 501) return 'not available yet';
+  if (/\b401\b/.test(m) && /ModelScope|MODELSCOPE_API_TOKEN/.test(m)) return 'needs a token: set --modelscope-token (or MODELSCOPE_API_TOKEN) on the node, of an account that may read the repo';
   if (/\b401\b|GatedRepo|unauthorized/i.test(m)) return 'needs a token: set --hf-token (or HF_TOKEN) on the node, with an account that accepted the repo\'s terms';
   if (/\b403\b|forbidden/i.test(m)) return 'the token has no access to this repo: accept its terms on the Hub, or use another token';
   if (/\b404\b|not found|RepoNotFound|EntryNotFound/i.test(m)) return 'no such repo, revision or file on the Hub';
@@ -51,8 +52,8 @@ function patterns(s) {
 }
 
 // downloadForm starts a download of one search result.
-function downloadForm(m, nodes) {
-  const revision = h('input', { name: 'revision', placeholder: 'main' });
+function downloadForm(m, nodes, source) {
+  const revision = h('input', { name: 'revision', placeholder: source === 'modelscope' ? 'master' : 'main' });
   const allow = h('input', { name: 'allow_patterns', placeholder: '*.json, *.safetensors' });
   const name = h('input', { name: 'name', placeholder: m.id.split('/').pop() });
   const node = h('select', { name: 'node' }, h('option', { value: '' }, 'this node'), nodes.map((n) => h('option', { value: n }, n)));
@@ -63,7 +64,7 @@ function downloadForm(m, nodes) {
     h('button', { type: 'submit', 'aria-label': `Download ${m.id}` }, 'Download'), out);
   form.addEventListener('submit', async (ev) => {
     ev.preventDefault();
-    const body = { repo: m.id };
+    const body = { source, repo: m.id };
     if (revision.value.trim()) body.revision = revision.value.trim();
     if (patterns(allow.value).length) body.allow_patterns = patterns(allow.value);
     if (name.value.trim()) body.name = name.value.trim();
@@ -88,7 +89,7 @@ function updated(s) {
   return Number.isNaN(d.getTime()) ? s : d.toISOString().slice(0, 10);
 }
 
-function results(list, nodes) {
+function results(list, nodes, source) {
   if (!list.length) return h('p', { class: 'muted', role: 'status' }, 'No model matches.');
   return h('div', { class: 'hub-results' }, h('p', { class: 'muted', role: 'status' }, `${list.length} models`),
     list.map((m) => h('div', { class: 'card hub-model' },
@@ -96,7 +97,7 @@ function results(list, nodes) {
         m.private ? h('span', { class: 'badge' }, 'private') : null),
       h('div', { class: 'muted' }, `${m.downloads ?? 0} downloads · ${m.likes ?? 0} likes · updated ${updated(m.lastModified)}`),
       h('div', {}, [m.pipeline_tag, m.library_name].filter(Boolean).map((t) => h('span', { class: 'badge' }, t))),
-      downloadForm(m, nodes))));
+      downloadForm(m, nodes, source))));
 }
 
 export function renderHub(main) {
@@ -108,12 +109,13 @@ export function renderHub(main) {
   const nodes = nodeIDs();
   const search = async () => {
     out.replaceChildren(h('p', { role: 'status' }, 'Searching…'));
-    const params = { source: src.value };
+    const source = src.value;
+    const params = { source };
     if (q.value.trim()) params.search = q.value.trim();
     try {
       const doc = await api('GET', '/admin/api/hf/models?' + new URLSearchParams(params));
       const ids = await nodes;
-      if (alive) out.replaceChildren(results(doc.data || [], ids));
+      if (alive) out.replaceChildren(results(doc.data || [], ids, source));
     } catch (e) {
       if (!alive) return;
       out.replaceChildren(h('p', { class: e.status === 501 ? 'muted' : 'error', role: 'status' },

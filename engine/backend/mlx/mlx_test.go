@@ -163,6 +163,8 @@ func TestMLX(t *testing.T) {
 	t.Run("FPLinear", testFPLinear)
 	t.Run("GemmaOps", testGemmaOps)
 	t.Run("FluxOps", testFluxOps)
+	t.Run("VITSOps", testVITSOps)
+	t.Run("ImageOps", testImageOps)
 	t.Run("Backend", testBackend)
 }
 

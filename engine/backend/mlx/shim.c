@@ -60,6 +60,7 @@ fusion_t_mlx_fast_rms_norm fusion_p_mlx_fast_rms_norm = NULL;
 fusion_t_mlx_fast_layer_norm fusion_p_mlx_fast_layer_norm = NULL;
 fusion_t_mlx_fast_rope fusion_p_mlx_fast_rope = NULL;
 fusion_t_mlx_fast_scaled_dot_product_attention fusion_p_mlx_fast_scaled_dot_product_attention = NULL;
+fusion_t_mlx_conv2d fusion_p_mlx_conv2d = NULL;
 fusion_t_mlx_get_active_memory fusion_p_mlx_get_active_memory = NULL;
 fusion_t_mlx_get_peak_memory fusion_p_mlx_get_peak_memory = NULL;
 fusion_t_mlx_get_cache_memory fusion_p_mlx_get_cache_memory = NULL;
@@ -332,6 +333,11 @@ int fusion_mlx_bind(void* handle, const char** missing) {
   fusion_p_mlx_fast_scaled_dot_product_attention = (fusion_t_mlx_fast_scaled_dot_product_attention)dlsym(handle, "mlx_fast_scaled_dot_product_attention");
   if (fusion_p_mlx_fast_scaled_dot_product_attention == NULL) {
     *missing = "mlx_fast_scaled_dot_product_attention";
+    return 1;
+  }
+  fusion_p_mlx_conv2d = (fusion_t_mlx_conv2d)dlsym(handle, "mlx_conv2d");
+  if (fusion_p_mlx_conv2d == NULL) {
+    *missing = "mlx_conv2d";
     return 1;
   }
   fusion_p_mlx_get_active_memory = (fusion_t_mlx_get_active_memory)dlsym(handle, "mlx_get_active_memory");

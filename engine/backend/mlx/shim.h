@@ -258,6 +258,10 @@ typedef int (*fusion_t_mlx_fast_scaled_dot_product_attention)(mlx_array* res, co
 extern fusion_t_mlx_fast_scaled_dot_product_attention fusion_p_mlx_fast_scaled_dot_product_attention;
 static inline int mlx_fast_scaled_dot_product_attention(mlx_array* res, const mlx_array queries, const mlx_array keys, const mlx_array values, float scale, const char* mask_mode, const mlx_array mask_arr, const mlx_array sinks, const mlx_stream s) { return fusion_p_mlx_fast_scaled_dot_product_attention(res, queries, keys, values, scale, mask_mode, mask_arr, sinks, s); }
 
+typedef int (*fusion_t_mlx_conv2d)(mlx_array* res, const mlx_array input, const mlx_array weight, int stride_0, int stride_1, int padding_0, int padding_1, int dilation_0, int dilation_1, int groups, const mlx_stream s);
+extern fusion_t_mlx_conv2d fusion_p_mlx_conv2d;
+static inline int mlx_conv2d(mlx_array* res, const mlx_array input, const mlx_array weight, int stride_0, int stride_1, int padding_0, int padding_1, int dilation_0, int dilation_1, int groups, const mlx_stream s) { return fusion_p_mlx_conv2d(res, input, weight, stride_0, stride_1, padding_0, padding_1, dilation_0, dilation_1, groups, s); }
+
 typedef int (*fusion_t_mlx_get_active_memory)(size_t* res);
 extern fusion_t_mlx_get_active_memory fusion_p_mlx_get_active_memory;
 static inline int mlx_get_active_memory(size_t* res) { return fusion_p_mlx_get_active_memory(res); }

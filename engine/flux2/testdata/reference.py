@@ -141,4 +141,28 @@ for c in req["denoise"]:
     )
     out["denoise"].append({"steps": len(seen), "latents": bits(seen[-1])})
 
+# The pipeline's whole generation from prompt embeddings (randn) to the
+# image: its packed latents after the last step (step-end callback), the
+# image as output_type="np" gives it (floats in [0, 1]) and as PIL
+# quantizes it (uint8).
+out["image"] = []
+for c in req["image"]:
+    txt = torch.randn((1, c["text"], tr.config.joint_attention_dim), generator=torch.Generator("cpu").manual_seed(c["text_seed"]))
+    seen = []
+
+    def grab(p, i, t, kw):
+        seen.append(kw["latents"].clone())
+        return {}
+
+    img = pipe(
+        prompt_embeds=txt, height=c["size"], width=c["size"], num_inference_steps=c["steps"],
+        generator=torch.Generator("cpu").manual_seed(c["seed"]), output_type="np",
+        callback_on_step_end=grab, callback_on_step_end_tensor_inputs=["latents"],
+    ).images
+    pil = np.array(pipe.image_processor.numpy_to_pil(img)[0])
+    out["image"].append({
+        "steps": len(seen), "latents": bits(seen[-1]), "shape": list(pil.shape),
+        "np": bits(torch.from_numpy(img[0])), "pil": pil.ravel().tolist(),
+    })
+
 print(json.dumps(out))

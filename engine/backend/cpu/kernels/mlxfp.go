@@ -76,6 +76,13 @@ func (m *MLXFloat) mulRows(k *impl, a *actBuf, dst []float32, r0, r1 int, sc *sc
 	}
 }
 
+// dequantRow reads the immutable weights and writes the calling worker's
+// own scratch row, so the race detector has nothing to find here; it is
+// left uninstrumented because, instrumented, this loop over every weight
+// of every step (a real vocabulary's head: 19M a token) is what made the
+// mxfp/nvfp parity tests minutes long under -race (make test).
+//
+//go:norace
 func (m *MLXFloat) dequantRow(dst []float32, r int) {
 	row := m.w[r*m.rowBytes : (r+1)*m.rowBytes]
 	s := m.scales[r*m.ngrp : (r+1)*m.ngrp]
