@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -57,14 +58,11 @@ func drainCommand(ctx context.Context, action, usage string, args []string, stdo
 	defer cancel()
 	path := cluster.AdminPath + "/nodes/" + url.PathEscape(id) + "/"
 	target := nodeURL(*f.addr) + path + action
-	resp, err := f.do(ctx, http.MethodPost, target, nil)
-	if err != nil {
+	if err := postDrain(ctx, f, target, stderr); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("%s not recorded within --timeout %s: %w", action, *f.timeout, err)
+		}
 		return err
-	}
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		return fmt.Errorf("%s: %s: %s", target, resp.Status, strings.TrimSpace(string(b)))
 	}
 	if action == "undrain" {
 		fmt.Fprintf(stdout, "%s undrained: it serves again\n", id)
@@ -101,4 +99,46 @@ func drainCommand(ctx context.Context, action, usage string, args []string, stdo
 		case <-t.C:
 		}
 	}
+}
+
+// postDrain records a drain or undrain. Both are idempotent, so a 503
+// with Retry-After — the cluster has no leader for a moment, as during
+// an election — is tried again after the time it asks for (at most 5 s)
+// until ctx ends; any other answer but 202 is final.
+func postDrain(ctx context.Context, f clusterAdminFlags, target string, stderr io.Writer) error {
+	for {
+		resp, err := f.do(ctx, http.MethodPost, target, nil)
+		if err != nil {
+			return err
+		}
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusAccepted {
+			return nil
+		}
+		msg := fmt.Errorf("%s: %s: %s", target, resp.Status, strings.TrimSpace(string(b)))
+		wait, retry := retryAfter(resp)
+		if !retry {
+			return msg
+		}
+		fmt.Fprintf(stderr, "%v (retrying in %v)\n", msg, wait)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last answer: %v)", ctx.Err(), msg)
+		case <-time.After(wait):
+		}
+	}
+}
+
+// retryAfter reports whether a response asks to be tried again (503 with
+// a Retry-After in seconds) and after how long, capped at 5 s.
+func retryAfter(resp *http.Response) (time.Duration, bool) {
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		return 0, false
+	}
+	n, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+	if err != nil || n < 0 {
+		return 0, false
+	}
+	return min(time.Duration(n)*time.Second, 5*time.Second), true
 }
