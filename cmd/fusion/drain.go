@@ -103,8 +103,9 @@ func drainCommand(ctx context.Context, action, usage string, args []string, stdo
 
 // postDrain records a drain or undrain. Both are idempotent, so a 503
 // with Retry-After — the cluster has no leader for a moment, as during
-// an election — is tried again after the time it asks for (at most 5 s)
-// until ctx ends; any other answer but 202 is final.
+// an election — or a 429 with Retry-After — the key's rate limit — is
+// tried again after the time it asks for (at most 5 s) until ctx ends;
+// any other answer but 202 is final.
 func postDrain(ctx context.Context, f clusterAdminFlags, target string, stderr io.Writer) error {
 	for {
 		resp, err := f.do(ctx, http.MethodPost, target, nil)
@@ -130,10 +131,10 @@ func postDrain(ctx context.Context, f clusterAdminFlags, target string, stderr i
 	}
 }
 
-// retryAfter reports whether a response asks to be tried again (503 with
-// a Retry-After in seconds) and after how long, capped at 5 s.
+// retryAfter reports whether a response asks to be tried again (503 or
+// 429 with a Retry-After in seconds) and after how long, capped at 5 s.
 func retryAfter(resp *http.Response) (time.Duration, bool) {
-	if resp.StatusCode != http.StatusServiceUnavailable {
+	if resp.StatusCode != http.StatusServiceUnavailable && resp.StatusCode != http.StatusTooManyRequests {
 		return 0, false
 	}
 	n, err := strconv.Atoi(resp.Header.Get("Retry-After"))

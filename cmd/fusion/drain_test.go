@@ -13,8 +13,9 @@ import (
 )
 
 // TestDrainRetriesWithoutLeader: a drain or undrain the cluster cannot
-// record for a moment (503 with Retry-After, as during an election) is
-// posted again until it is; any other refusal is final.
+// record for a moment (503 with Retry-After, as during an election, or
+// 429 with Retry-After, the key's rate limit) is posted again until it
+// is; any other refusal is final.
 func TestDrainRetriesWithoutLeader(t *testing.T) {
 	cases := []struct {
 		name     string
@@ -29,6 +30,8 @@ func TestDrainRetriesWithoutLeader(t *testing.T) {
 	}{
 		{"drain after two 503s", "drain", []int{503, 503, 202}, "0", "30s", 0, 3, "p2 drained: safe to stop", "retrying"},
 		{"undrain after one 503", "undrain", []int{503, 202}, "0", "30s", 0, 2, "p2 undrained", "retrying"},
+		{"drain after a 429", "drain", []int{429, 202}, "0", "30s", 0, 2, "p2 drained: safe to stop", "retrying"},
+		{"429 without Retry-After is final", "drain", []int{429}, "", "30s", 1, 1, "", "429 Too Many Requests"},
 		{"404 is final", "drain", []int{404}, "0", "30s", 1, 1, "", "404 Not Found"},
 		{"503 without Retry-After is final", "drain", []int{503}, "", "30s", 1, 1, "", "503 Service Unavailable"},
 		{"no leader until the timeout", "drain", []int{503}, "1", "1500ms", 1, 2, "", "not recorded within --timeout"},
@@ -42,7 +45,7 @@ func TestDrainRetriesWithoutLeader(t *testing.T) {
 				case r.Method == http.MethodPost && r.URL.Path == want+tc.action:
 					n := int(posts.Add(1))
 					code := tc.answers[min(n, len(tc.answers))-1]
-					if code == http.StatusServiceUnavailable && tc.retry != "" {
+					if (code == http.StatusServiceUnavailable || code == http.StatusTooManyRequests) && tc.retry != "" {
 						w.Header().Set("Retry-After", tc.retry)
 					}
 					w.WriteHeader(code)

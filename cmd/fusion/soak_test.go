@@ -557,24 +557,12 @@ func (sc *soakClient) post(method, url string, body any) ([]byte, error) {
 		}
 		err = fmt.Errorf("%s %s: %d %s", method, url, resp.StatusCode, bytes.TrimSpace(b))
 		wait, retry := retryAfter(resp)
-		if resp.StatusCode == http.StatusTooManyRequests {
-			wait, retry = soakRetryAfter(resp)
-		}
 		if !retry || attempt == soakMaxRetries {
 			return nil, err
 		}
 		sc.retries++
 		time.Sleep(wait)
 	}
-}
-
-// soakRetryAfter reads a 429's Retry-After (seconds, capped at 5 s).
-func soakRetryAfter(resp *http.Response) (time.Duration, bool) {
-	n, err := strconv.Atoi(resp.Header.Get("Retry-After"))
-	if err != nil || n < 0 {
-		return 0, false
-	}
-	return min(time.Duration(n)*time.Second, 5*time.Second), true
 }
 
 func soakChat(c *soakClient, base string, stream bool, model string) error {
