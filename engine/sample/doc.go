@@ -41,4 +41,11 @@
 // likely than 2^-124 times the most likely one counts as impossible. Ties
 // are broken towards the lower token id everywhere (argmax, top-k, top-p),
 // so that results depend only on the logits and the seed.
+//
+// Under the race detector the loops over the vocabulary (masking, the
+// maximum, weighing, selection, log-sum-exp) are //go:norace: they touch
+// the caller's row, which every call declares read at once (package
+// fusion/internal/race), and the sampler's own scratch, which one
+// goroutine owns. Instrumented, they were most of the CPU time of the
+// runner's constrained-decoding suites under -race (make test).
 package sample

@@ -36,7 +36,10 @@ func (b Bitset) Allowed(id int) bool {
 
 var negInf = float32(math.Inf(-1))
 
-// applyMask sets the logits of the tokens m rejects to -Inf.
+// applyMask sets the logits of the tokens m rejects to -Inf. The sampler
+// calls it on its own scratch row only, so it runs uninstrumented.
+//
+//go:norace
 func applyMask(logits []float32, m Mask) {
 	b, ok := m.(Bitset)
 	if !ok {

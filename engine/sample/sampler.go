@@ -8,6 +8,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+
+	"fusion/internal/race"
 )
 
 // ErrNoCandidates is returned when every token is masked, banned or has a
@@ -147,6 +149,10 @@ func (s *Sampler) transform(in Input) ([]float32, error) {
 	if len(in.Logits) != s.vocab {
 		return nil, fmt.Errorf("sample: logits row has %d entries, want %d", len(in.Logits), s.vocab)
 	}
+	// The loops over the row below are //go:norace (see package race):
+	// the row is declared read here, once; they write only the sampler's
+	// own scratch.
+	race.ReadRange(in.Logits)
 	src := in.Logits
 	if s.pen.changes(in.Prompt, in.Output) {
 		src = s.scratch(in.Logits)
@@ -217,6 +223,8 @@ func (s *Sampler) draw(logits []float32) int {
 // truncate applies temperature, top-k, top-p and min-p and returns the
 // surviving candidates with their unnormalised probabilities, and the sum
 // of these.
+//
+//go:norace
 func (s *Sampler) truncate(logits []float32) ([]cand, float64) {
 	c, total := s.weigh(logits)
 	if len(c) == 0 || s.minP == 0 && s.topP == 1 {
@@ -236,7 +244,11 @@ func (s *Sampler) truncate(logits []float32) ([]cand, float64) {
 
 // weigh applies temperature and top-k and returns the surviving candidates
 // with weights exp((logit-max)/temperature), and the sum of the weights
-// (the softmax denominator top-p is measured against).
+// (the softmax denominator top-p is measured against). It reads the row
+// transform declared and writes the sampler's candidates: uninstrumented,
+// like every loop over the vocabulary here.
+//
+//go:norace
 func (s *Sampler) weigh(logits []float32) ([]cand, float64) {
 	invT := 1 / s.temperature
 	if s.topK > 0 && s.topK < s.vocab {
@@ -299,6 +311,8 @@ func (s *Sampler) weigh(logits []float32) ([]cand, float64) {
 
 // selectTopK returns the s.topK highest-ranked logits that are > -Inf, in no
 // particular order.
+//
+//go:norace
 func (s *Sampler) selectTopK(logits []float32) []cand {
 	if s.topK <= heapTopKLimit {
 		return topKHeap(logits, s.topK, s.candidates(s.topK))
@@ -350,6 +364,8 @@ func (s *Sampler) logprobsOf(logits []float32, id int) (float64, []TokenLogprob)
 // logSumExp returns the largest logit m (clamped) and log Σ exp(logit - m),
 // computed stably in float64; log Σ exp(logits) is their sum. The row has
 // at least one logit above -Inf.
+//
+//go:norace
 func logSumExp(logits []float32) (m, logSum float64) {
 	m = float64(maxLogit(logits))
 	sum := 0.0

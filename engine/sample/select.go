@@ -33,6 +33,8 @@ func clamp(v float32) float32 { return min(v, math.MaxFloat32) }
 
 // argmax returns the id of the largest logit, the lowest id among equal
 // ones, or -1 when every logit is -Inf or NaN.
+//
+//go:norace
 func argmax(logits []float32) int {
 	// The maximum of each chunk comes from maxValue, which is fast because
 	// it tracks no index; only the first chunk holding the overall maximum
@@ -60,6 +62,8 @@ func maxLogit(logits []float32) float32 { return clamp(maxValue(logits)) }
 
 // maxValue returns the largest value, ignoring NaN, or -Inf. Four
 // independent maxima let the loop run without a dependency chain.
+//
+//go:norace
 func maxValue(l []float32) float32 {
 	m0, m1, m2, m3 := negInf, negInf, negInf, negInf
 	i := 0
@@ -99,6 +103,8 @@ const heapTopKLimit = 256
 // in no particular order. It keeps a heap whose root is the worst kept
 // candidate; once the heap is full, a chunk of the row whose maximum does
 // not beat the root is skipped after maxValue's fast scan.
+//
+//go:norace
 func topKHeap(logits []float32, k int, dst []cand) []cand {
 	const chunk = 128
 	h := dst[:0]
@@ -164,6 +170,8 @@ const smallRange = 16
 // selectTop rearranges c so that c[:k] holds its k highest-ranked
 // candidates, in no particular order (introselect: quickselect with a
 // median-of-three pivot, falling back to sorting after too many rounds).
+//
+//go:norace
 func selectTop(c []cand, k int) {
 	lo, hi := 0, len(c)
 	for depth := 2 * bits.Len(uint(len(c))); hi-lo > smallRange && depth > 0; depth-- {
@@ -188,6 +196,8 @@ func selectTop(c []cand, k int) {
 // moves the candidates weighing at least 2^-8, then 2^-20, to the front:
 // they are a prefix of the ranking, and if their weights reach target the
 // exact search runs on them only.
+//
+//go:norace
 func nucleus(c []cand, target float64) int {
 	n, acc := 0, 0.0
 	for _, tau := range [...]float32{0x1p-8, 0x1p-20} {
@@ -208,6 +218,8 @@ func nucleus(c []cand, target float64) int {
 
 // nucleusSearch is nucleus by partitioning: only the partitions that
 // straddle the boundary are visited, and only the last small one sorted.
+//
+//go:norace
 func nucleusSearch(c []cand, target float64) int {
 	lo, hi := 0, len(c)
 	acc := 0.0 // weight of c[:lo], always < target
@@ -236,6 +248,8 @@ func nucleusSearch(c []cand, target float64) int {
 
 // partition puts a median-of-three pivot at its ranked place p and returns
 // p: c[:p] ranks before it and c[p+1:] after it. len(c) >= 3.
+//
+//go:norace
 func partition(c []cand) int {
 	n := len(c)
 	medianToFront(c, 0, n/2, n-1)
@@ -275,6 +289,7 @@ func medianToFront(c []cand, a, b, z int) {
 	}
 }
 
+//go:norace
 func sumWeights(c []cand) float64 {
 	s := 0.0
 	for _, x := range c {

@@ -128,6 +128,8 @@ func (s *Sampler) resultOf(src []float32, id int) (Result, bool, error) {
 }
 
 // pick returns the candidate at cumulative weight r, or -1 if c is empty.
+//
+//go:norace
 func pick(c []cand, r float64) int {
 	if len(c) == 0 {
 		return -1
@@ -143,6 +145,8 @@ func pick(c []cand, r float64) int {
 }
 
 // distOf turns weighed candidates into a Dist.
+//
+//go:norace
 func distOf(c []cand, total float64) Dist {
 	d := make(Dist, 0, len(c))
 	for _, x := range c {
