@@ -12,7 +12,10 @@ func bf16Tile1x1AVX512(x *float32, w *byte, n int) float32
 // full 16-wide chunks in assembly, the rest of each pair's columns in Go
 // added after the chunk sum, the same way for every tile shape. Only the
 // 4×4 kernel prefetches (pf); smaller tiles are one row stream at a time,
-// which the hardware prefetcher follows.
+// which the hardware prefetcher follows. It is mulRowsTiled's inner
+// step, uninstrumented like it.
+//
+//go:norace
 func bf16TileSIMD512(x *[4][]float32, nx int, w *[4][]byte, out *[16]float32, pf int) {
 	cols := len(x[0])
 	for i := range w {
