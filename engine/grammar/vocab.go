@@ -374,6 +374,8 @@ func (m *Matcher) walkStrRest(v *Vocab, ts []thread, dst sample.Bitset) {
 // take allows ids, tokens after which the document costs cost bytes to
 // finish: all of them, or none over the limit under a budget; when
 // collecting, their costs are recorded too.
+//
+//go:norace
 func (m *Matcher) take(ids []int32, cost int32, dst sample.Bitset) {
 	if m.filter && cost > m.limit {
 		return
@@ -388,6 +390,12 @@ func (m *Matcher) take(ids []int32, cost int32, dst sample.Bitset) {
 	}
 }
 
+// walk allows the tokens below node of v that the threads ts accept. It
+// and walkPattern, the per-token loops of Mask, run uninstrumented under
+// -race: they read the immutable vocabulary and write the matcher's own
+// buffers and dst, which Mask declares written (clear) before walking.
+//
+//go:norace
 func (m *Matcher) walk(v *trie, node int32, ts []thread, depth int, dst sample.Bitset) {
 	if depth+1 >= len(m.bufs) {
 		m.bufs = append(m.bufs, make([][]thread, len(m.bufs))...)
@@ -427,6 +435,8 @@ func inPattern(t thread) bool {
 // walkPattern is walk for one thread inside a string with a pattern: the
 // DFA steps as stepString's sPat does, on the frame alone, without the
 // generic machinery; the closing quote goes through walk.
+//
+//go:norace
 func (m *Matcher) walkPattern(v *trie, node int32, t thread, depth int, dst sample.Bitset) {
 	if depth+1 >= len(m.bufs) {
 		m.bufs = append(m.bufs, make([][]thread, len(m.bufs))...)
