@@ -60,8 +60,11 @@ test: test-deps
 	@# miss their deadlines.)
 	FUSION_TEST_BACKEND=mlx $(TEST_ENV) $(GO) test -race -count=1 -timeout 30m -json -skip '^(TestPythonSDKTranscriptions|TestPythonSDKSpeech)$$' ./router ./router/openai ./router/anthropic ./router/openclaw | .cache/testsum -log .cache/test-mlx.json
 	FUSION_TEST_BACKEND=mlx $(TEST_ENV) $(GO) test -race -count=1 -timeout 30m -run 'TestSchemaSuite' ./engine/runner
-	@# Issue #5's suite at full size (200 answers + 200 forced calls; the
-	@# race run above does 60 + 60), printing its counts.
+	@# Issue #5's suite at full size, printing its counts: 200 answers +
+	@# 200 forced calls, and speculatively 100 + 100 by prompt lookup and
+	@# 33 + 33 by a draft model. The main (race) pass runs the first of
+	@# these same requests (33 + 33, and 14 + 14 for each way of drafting):
+	@# enough for the race detector, each check once at full size here.
 	$(TEST_ENV) $(GO) test -count=1 -timeout 30m -run 'TestSchemaSuite' -v ./engine/runner | grep -E 'valid|^(ok|FAIL|--- )'
 
 # The JSON document is the only thing on stdout; building and installing

@@ -144,15 +144,14 @@ func drain(ch <-chan engine.Event) (text string, calls []engine.ToolCall, final 
 // -race for the full 200).
 func TestSchemaSuite(t *testing.T) {
 	r := newSuiteRunner(t)
-	// 200 of each; under the race detector (make test) 60, which still
-	// covers every schema and tool, to keep the package near two minutes.
+	// 200 of each. Under the race detector one per schema (every tool is
+	// forced at least once too): make test runs the suite again without
+	// -race at full size, whose first generations are these same
+	// requests, so the race pass checks the runner's concurrency on every
+	// schema and the full size runs once. MLX's CPU device is ~10x slower
+	// than the CPU backend: one per schema there too.
 	gens := 200
-	if raceEnabled {
-		gens = 60
-	}
-	if r.BackendStatus().Name == BackendMLX {
-		// MLX's CPU device is ~10x slower than the CPU backend: one
-		// generation per schema (every tool is forced at least once too).
+	if raceEnabled || r.BackendStatus().Name == BackendMLX {
 		gens = len(suiteSchemas)
 	}
 	schemaSuite(t, r, gens, false)
@@ -162,14 +161,20 @@ func TestSchemaSuite(t *testing.T) {
 // prompt lookup and by a draft model (another random Qwen3 of the same
 // tokenizer): the grammar masks every verified position, so every answer
 // still validates and every forced call is whole. Prompt lookup runs 100
-// of each (one per schema under the race detector), the draft model one
-// per schema (len(suiteSchemas) answers and as many forced calls).
+// of each, the draft model one per schema (len(suiteSchemas) answers and
+// as many forced calls), and so does MLX. On the CPU backend under the
+// race detector both run suiteRaceGens: make test runs the suite again
+// without -race at full size, starting with these same requests.
 func TestSchemaSuiteSpeculative(t *testing.T) {
 	for _, draft := range []string{"", "qwen3-draft"} {
 		t.Run("draft="+draft, func(t *testing.T) {
 			r := newSuiteRunnerWith(t, map[string]ModelSettings{"qwen3-random": {DraftModel: draft, Speculative: true}})
+			onMLX := r.BackendStatus().Name == BackendMLX
 			gens := 100
-			if draft != "" || raceEnabled || r.BackendStatus().Name == BackendMLX {
+			switch {
+			case raceEnabled && !onMLX:
+				gens = suiteRaceGens
+			case draft != "" || onMLX:
 				// A draft model's step costs about two plain ones here.
 				gens = len(suiteSchemas)
 			}
@@ -182,6 +187,12 @@ func TestSchemaSuiteSpeculative(t *testing.T) {
 		})
 	}
 }
+
+// suiteRaceGens is the size of the speculative suite on the CPU backend
+// under the race detector, for each way of drafting: the first 14
+// schemas (objects, every scalar type, unions) and every tool forced
+// once, each of the three tool choices several times.
+const suiteRaceGens = 14
 
 // schemaSuite runs gens constrained answers and gens forced tool calls.
 func schemaSuite(t *testing.T, r *Runner, gens int, speculative bool) {
