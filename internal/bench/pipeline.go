@@ -162,9 +162,9 @@ func Pipeline(ctx context.Context, o PipelineOptions, stdout, stderr io.Writer) 
 				row.Error = err.Error()
 				continue
 			}
-			if hop.rows > 0 {
-				row.HopBytesPerToken = float64(hop.bytes) / float64(hop.rows)
-				row.HopDType = map[int64]string{2: pipeline.DTypeBF16, 4: pipeline.DTypeF32}[hop.bytes/hop.rows/int64(cfg.HiddenSize)]
+			if hop.Rows > 0 {
+				row.HopBytesPerToken = float64(hop.Bytes) / float64(hop.Rows)
+				row.HopDType = hop.DType
 			}
 			if runs[i] == nil {
 				runs[i] = make([][]batchResult, len(levels))
@@ -210,7 +210,7 @@ func loadAverage() string {
 // runPipeline serves the model at path in the stages bounds gives and
 // runs every concurrency level once after a warm-up; hop is what the
 // first stage sent down (zero for one stage).
-func runPipeline(ctx context.Context, path string, bounds []int, logitsBack bool, o PipelineOptions, text *prompt.Builder) (levels []batchResult, hop wireFigures, err error) {
+func runPipeline(ctx context.Context, path string, bounds []int, logitsBack bool, o PipelineOptions, text *prompt.Builder) (levels []batchResult, hop pipeline.WireStats, err error) {
 	k := len(bounds) - 1
 	dir, name := filepath.Dir(path), filepath.Base(path)
 	maxStreams := slices.Max(o.Streams)
@@ -255,13 +255,10 @@ func runPipeline(ctx context.Context, path string, bounds []int, logitsBack bool
 		rows = append(rows, row)
 	}
 	if down != nil {
-		hop.rows, hop.bytes = down.Wire()
+		hop = down.Wire()
 	}
 	return rows, hop, nil
 }
-
-// wireFigures are the hidden-state rows a link sent and their bytes.
-type wireFigures struct{ rows, bytes int64 }
 
 // stageBounds splits layers over k stages: evenly, or ("balanced") by
 // compute cost per token, the output head (head layers' worth) on the
