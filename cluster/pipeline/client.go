@@ -266,6 +266,7 @@ func (c *Client) sendChunked(req *pb.StepRequest) error {
 			return err
 		}
 	}
+	letTransportRun()
 	return nil
 }
 
