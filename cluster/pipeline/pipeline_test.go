@@ -246,6 +246,10 @@ func clientServer(t *testing.T, be backend.Backend, wireBytes int) {
 	if n := srv.Sequences(); n != 2 {
 		t.Fatalf("the far stage holds %d sequences, want 2", n)
 	}
+	// 5 steps of 8, then 4 × 2 rows; the loop's times are counted.
+	if c := srv.Counts(); c.Steps != 5 || c.Rows != 16 || c.Forward <= 0 || c.Sample <= 0 || c.Send <= 0 || c.Idle <= 0 {
+		t.Fatalf("the far stage counted %+v, want 5 steps of 16 rows and every time", c)
+	}
 	// 8 prompt positions and 4 × 2 decoded ones went down.
 	if w := c.Wire(); w.Rows != 16 || w.Bytes != w.Rows*int64(whole.Config.HiddenSize*wireBytes) || w.DType != wireDType(wireBytes) {
 		t.Fatalf("%d rows in %d bytes of %s down, want 16 of %d × %d bytes, %s", w.Rows, w.Bytes, w.DType, whole.Config.HiddenSize, wireBytes, wireDType(wireBytes))
