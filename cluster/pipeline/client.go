@@ -216,8 +216,17 @@ func (c *Client) Start(ctx context.Context, seqs []runner.StageSeq, h *model.Hid
 }
 
 // send opens the stream if needed and sends one step; the reply arrives
-// on the returned channel.
+// on the returned channel. The step is on its way to the socket when it
+// returns (letTransportRun, with c.mu released).
 func (c *Client) send(req *pb.StepRequest, seqs []runner.StageSeq) (chan result, error) {
+	ch, err := c.sendLocked(req, seqs)
+	if err == nil {
+		letTransportRun()
+	}
+	return ch, err
+}
+
+func (c *Client) sendLocked(req *pb.StepRequest, seqs []runner.StageSeq) (chan result, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -266,7 +275,6 @@ func (c *Client) sendChunked(req *pb.StepRequest) error {
 			return err
 		}
 	}
-	letTransportRun()
 	return nil
 }
 
