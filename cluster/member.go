@@ -73,6 +73,7 @@ type Member struct {
 	readyTerm   atomic.Uint64 // the term whose leader barrier this node applied (0: none)
 
 	startedAt time.Time
+	unplaced  unplacedGroups // the planner's sharded groups without a placement (warned once)
 
 	ctx     context.Context
 	cancel  context.CancelFunc

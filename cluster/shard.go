@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	pb "fusion/cluster/clusterpb"
 	"fusion/cluster/fsm"
@@ -62,11 +63,18 @@ func (m *Member) planSharded(ctx context.Context, model string, spec PlacementSp
 		}
 		p := planStages(model, r, spec.Stages, need, free)
 		if p == nil {
-			if g != nil {
-				m.log.Warn("planner: a sharded model no longer fits the live nodes", "model", model, "replica", r, "nodes", len(free))
+			// Logged once until the group is placed again: the planner
+			// retries every PlanInterval.
+			if m.unplaced.first(model, r) {
+				msg := "planner: a sharded model does not fit the live nodes"
+				if g != nil {
+					msg = "planner: a sharded model no longer fits the live nodes"
+				}
+				m.log.Warn(msg, "model", model, "replica", r, "stages", spec.Stages, "nodes", len(free), "need", need)
 			}
 			continue
 		}
+		m.unplaced.placed(model, r)
 		var expect uint64
 		if g != nil {
 			expect = g.ModifyIndex
@@ -89,6 +97,36 @@ func (m *Member) planSharded(ctx context.Context, model string, spec PlacementSp
 			}
 		}
 	}
+}
+
+// unplacedGroups remembers the sharded replica groups the planner found
+// no placement for, so that it warns once per failure, not every pass.
+type unplacedGroups struct {
+	mu sync.Mutex
+	m  map[string]bool // "model/replica"
+}
+
+// first records that model's replica r could not be placed and says
+// whether that is news.
+func (u *unplacedGroups) first(model string, r uint32) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	key := fmt.Sprintf("%s/%d", model, r)
+	if u.m[key] {
+		return false
+	}
+	if u.m == nil {
+		u.m = map[string]bool{}
+	}
+	u.m[key] = true
+	return true
+}
+
+// placed forgets an earlier failure of model's replica r.
+func (u *unplacedGroups) placed(model string, r uint32) {
+	u.mu.Lock()
+	delete(u.m, fmt.Sprintf("%s/%d", model, r))
+	u.mu.Unlock()
 }
 
 type shardCand struct {
@@ -154,9 +192,14 @@ func planStages(model string, replica uint32, stages int, need int64, cands []sh
 	if k == 1 {
 		return &pb.Placement{Model: model, Replica: replica, Stages: []*pb.Stage{{Node: cands[0].id}}}
 	}
-	caps := make([]int64, k)
-	for i, c := range cands {
-		caps[i] = c.free
+	// Nodes that report no capacity at all bound nothing: the split is
+	// by cost alone (as for an unknown need), not left unplaced.
+	var caps []int64
+	if slices.ContainsFunc(cands, func(c shardCand) bool { return c.free > 0 }) {
+		caps = make([]int64, k)
+		for i, c := range cands {
+			caps[i] = c.free
+		}
 	}
 	bounds, ok := layersplit.Split(layersplit.Model{Layers: layers, Head: cands[k-1].head, Need: need}, k, caps)
 	if !ok {

@@ -1,7 +1,10 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 
 	pb "fusion/cluster/clusterpb"
@@ -43,6 +46,10 @@ func TestPlanStages(t *testing.T) {
 		{"a stage cannot hold its share", 2, 16 * gib, headed(4, cand("a", 100*gib, 12), cand("b", 4*gib, 12)), ""},
 		{"unknown memory is equal", 2, 0, []shardCand{cand("a", 0, 5), cand("b", 0, 5)}, "5: a[0,3) b[3,5)"},
 		{"known need, no capacity", 2, gib, []shardCand{cand("a", 8*gib, 5), cand("b", 0, 5)}, ""},
+		// Nodes that report no capacity at all: split by cost, as before
+		// capacities bounded the split.
+		{"known need, no node reports capacity", 2, gib, []shardCand{cand("a", 0, 5), cand("b", 0, 5)}, "5: a[0,3) b[3,5)"},
+		{"known need, none reports capacity, a head", 2, gib, headed(9.9, cand("a", 0, 12), cand("b", 0, 12)), "12: a[0,11) b[11,12)"},
 		{"one layer at least", 3, 0, []shardCand{cand("a", 100*gib, 4), cand("b", 1, 4), cand("c", 1, 4)}, "4: a[0,2) b[2,3) c[3,4)"},
 		{"fewer nodes than stages", 3, 0, []shardCand{cand("a", gib, 6), cand("b", gib, 6)}, "6: a[0,3) b[3,6)"},
 		{"more stages than layers", 3, 0, []shardCand{cand("a", gib, 2), cand("b", gib, 2), cand("c", gib, 2)}, "2: a[0,1) b[1,2)"},
@@ -92,5 +99,27 @@ func TestPipelineState(t *testing.T) {
 		if got := pipelineState(&pb.Placement{NumLayers: 2, Stages: tc.stages}, live); got != tc.want {
 			t.Errorf("%v: %s, want %s", tc.stages, got, tc.want)
 		}
+	}
+}
+
+// TestPlanShardedWarnsOnce: a sharded group the planner cannot place is
+// warned about on the first failure (not only when a placed group breaks),
+// once until it is placed again.
+func TestPlanShardedWarnsOnce(t *testing.T) {
+	var logs strings.Builder
+	m := &Member{log: slog.New(slog.NewTextHandler(&logs, nil))}
+	spec := PlacementSpec{Replicas: 1, Stages: 2}
+	none := func(string) bool { return false } // no usable node: nothing fits
+	for range 3 {
+		m.planSharded(context.Background(), "m", spec, nil, nil, none)
+	}
+	if n := strings.Count(logs.String(), "does not fit"); n != 1 {
+		t.Fatalf("%d warnings over 3 passes, want 1:\n%s", n, logs.String())
+	}
+	m.unplaced.placed("m", 0)
+	m.planSharded(context.Background(), "m", spec, nil, map[uint32]*pb.Placement{0: {Model: "m", NumLayers: 4,
+		Stages: []*pb.Stage{{Node: "a"}, {Node: "b"}}}}, none)
+	if n := strings.Count(logs.String(), "no longer fits"); n != 1 {
+		t.Fatalf("a broken group's failure after a placement: %d warnings, want 1:\n%s", n, logs.String())
 	}
 }

@@ -41,14 +41,45 @@ type Client struct {
 	rmu     sync.Mutex // guards pending
 	pending map[uint64]chan result
 
-	// Hidden-state rows (tokens) started down and their encoded bytes.
+	// Hidden-state rows (tokens) sent down, their encoded bytes, and the
+	// wire dtypes they went in (wireBF16, wireF32 bits).
 	wireRows, wireBytes atomic.Int64
+	wireDTypes          atomic.Uint32
 }
 
-// Wire is the hidden-state rows (one per token position) this client has
-// started down its link and their bytes as encoded: bytes / rows is the
-// hop's cost per token (hidden × 2 for bf16 activations, × 4 for f32).
-func (c *Client) Wire() (rows, bytes int64) { return c.wireRows.Load(), c.wireBytes.Load() }
+const (
+	wireF32 uint32 = 1 << iota
+	wireBF16
+)
+
+// DTypeMixed is WireStats.DType when a link sent steps in both dtypes.
+const DTypeMixed = "mixed"
+
+// WireStats is what a link has sent down.
+type WireStats struct {
+	// Rows are the hidden-state rows (one per token position) sent and
+	// Bytes their size as encoded: Bytes / Rows is the hop's cost per
+	// token (hidden × 2 for bf16 activations, × 4 for f32).
+	Rows, Bytes int64
+	// DType is the wire dtype every step went in (DTypeF32, DTypeBF16),
+	// DTypeMixed when steps went in both, "" before the first.
+	DType string
+}
+
+// Wire is what this client has sent down its link (steps whose send
+// failed are not counted).
+func (c *Client) Wire() WireStats {
+	w := WireStats{Rows: c.wireRows.Load(), Bytes: c.wireBytes.Load()}
+	switch c.wireDTypes.Load() {
+	case wireF32:
+		w.DType = DTypeF32
+	case wireBF16:
+		w.DType = DTypeBF16
+	case wireF32 | wireBF16:
+		w.DType = DTypeMixed
+	}
+	return w
+}
 
 type result struct {
 	reply *pb.StepReply
@@ -147,8 +178,6 @@ func (c *Client) Start(ctx context.Context, seqs []runner.StageSeq, h *model.Hid
 	dtype, data := encodeHidden(h.Data)
 	req := &pb.StepRequest{Model: c.model, Generation: c.generation, Seqs: make([]*pb.Seq, len(seqs)),
 		Rows: uint32(h.Rows), Cols: uint32(h.Cols), Dtype: dtype, Hidden: data}
-	c.wireRows.Add(int64(h.Rows))
-	c.wireBytes.Add(int64(len(data)))
 	for i, s := range seqs {
 		req.Seqs[i] = encodeSeq(s)
 	}
@@ -156,6 +185,13 @@ func (c *Client) Start(ctx context.Context, seqs []runner.StageSeq, h *model.Hid
 	if err != nil {
 		return nil, err
 	}
+	c.wireRows.Add(int64(h.Rows))
+	c.wireBytes.Add(int64(len(data)))
+	bit := wireF32
+	if dtype == DTypeBF16 {
+		bit = wireBF16
+	}
+	c.wireDTypes.Or(bit)
 	return func() ([]runner.StageResult, error) {
 		select {
 		case r := <-ch:
@@ -180,8 +216,17 @@ func (c *Client) Start(ctx context.Context, seqs []runner.StageSeq, h *model.Hid
 }
 
 // send opens the stream if needed and sends one step; the reply arrives
-// on the returned channel.
+// on the returned channel. The step is on its way to the socket when it
+// returns (letTransportRun, with c.mu released).
 func (c *Client) send(req *pb.StepRequest, seqs []runner.StageSeq) (chan result, error) {
+	ch, err := c.sendLocked(req, seqs)
+	if err == nil {
+		letTransportRun()
+	}
+	return ch, err
+}
+
+func (c *Client) sendLocked(req *pb.StepRequest, seqs []runner.StageSeq) (chan result, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {

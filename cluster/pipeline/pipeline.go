@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 
 	"fusion/engine/model"
 )
@@ -75,6 +76,24 @@ func chunks(b []byte, size int) [][]byte {
 		b = b[size:]
 	}
 	return append(out, b)
+}
+
+// letTransportRun yields the processor once a message is handed to gRPC,
+// whose transport writes it to the socket from a goroutine of its own.
+// The sender goes on to compute (the next micro-batch's layers), and a
+// compute kernel leaves no point at which Go can preempt it: with as
+// many busy goroutines as processors (a stage with one core, or with
+// Threads = GOMAXPROCS) the message would sit in gRPC's buffer until the
+// forward pass ends — the next stage idle meanwhile, and the micro-batches
+// in lock-step instead of overlapping (the 2-stage bench ran at one
+// stage's rate). Yielding lets the writer, readied on this processor,
+// send first. Twice: before flushing a batch of under 1,000 bytes (a
+// step's answer of tokens) the writer yields once itself, to gather more
+// (grpc-go's loopyWriter). A yield with nothing else to run costs well
+// under a microsecond.
+func letTransportRun() {
+	runtime.Gosched()
+	runtime.Gosched()
 }
 
 // ErrStale: a stage holds another generation of the placement.

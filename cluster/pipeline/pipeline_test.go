@@ -246,9 +246,13 @@ func clientServer(t *testing.T, be backend.Backend, wireBytes int) {
 	if n := srv.Sequences(); n != 2 {
 		t.Fatalf("the far stage holds %d sequences, want 2", n)
 	}
+	// 5 steps of 8, then 4 × 2 rows; the loop's times are counted.
+	if c := srv.Counts(); c.Steps != 5 || c.Rows != 16 || c.Forward <= 0 || c.Sample <= 0 || c.Send <= 0 || c.Idle <= 0 {
+		t.Fatalf("the far stage counted %+v, want 5 steps of 16 rows and every time", c)
+	}
 	// 8 prompt positions and 4 × 2 decoded ones went down.
-	if rows, bytes := c.Wire(); rows != 16 || bytes != rows*int64(whole.Config.HiddenSize*wireBytes) {
-		t.Fatalf("%d rows in %d bytes down, want 16 of %d × %d bytes", rows, bytes, whole.Config.HiddenSize, wireBytes)
+	if w := c.Wire(); w.Rows != 16 || w.Bytes != w.Rows*int64(whole.Config.HiddenSize*wireBytes) || w.DType != wireDType(wireBytes) {
+		t.Fatalf("%d rows in %d bytes of %s down, want 16 of %d × %d bytes, %s", w.Rows, w.Bytes, w.DType, whole.Config.HiddenSize, wireBytes, wireDType(wireBytes))
 	}
 	c.Free([]uint64{1, 2})
 	deadline := time.Now().Add(5 * time.Second)
@@ -292,11 +296,16 @@ func clientServer(t *testing.T, be backend.Backend, wireBytes int) {
 // come back with the whole model's logits bit for bit (CPU, f32 on the
 // wire; MLX in bf16, bf16 on the wire); freeing the sequences drops their KV on both later stages.
 func TestThreeStagesInFlight(t *testing.T) {
-	t.Run("cpu f32", func(t *testing.T) { threeStagesInFlight(t, nil) })
-	t.Run("mlx bf16", func(t *testing.T) { threeStagesInFlight(t, nativeMLX(t)) })
+	t.Run("cpu f32", func(t *testing.T) { threeStagesInFlight(t, nil, DTypeF32) })
+	t.Run("mlx bf16", func(t *testing.T) { threeStagesInFlight(t, nativeMLX(t), DTypeBF16) })
 }
 
-func threeStagesInFlight(t *testing.T, be backend.Backend) {
+// wireDType is the dtype of a wire's bytes per value.
+func wireDType(bytes int) string {
+	return map[int]string{2: DTypeBF16, 4: DTypeF32}[bytes]
+}
+
+func threeStagesInFlight(t *testing.T, be backend.Backend, dtype string) {
 	p := threeStagesOn(t, 5, 3, be)
 	whole, first, c, midSrv, lastSrv := p.whole, p.first, p.c, p.mid, p.last
 	ctx := context.Background()
@@ -341,6 +350,10 @@ func threeStagesInFlight(t *testing.T, be backend.Backend) {
 	}
 	if a, b := midSrv.Sequences(), lastSrv.Sequences(); a != n || b != n {
 		t.Fatalf("the later stages hold %d and %d sequences, want %d", a, b, n)
+	}
+	// n prompts of 2 positions, then 4 decode steps of n one-position rows.
+	if w, rows := c.Wire(), int64(2*n+4*n); w.DType != dtype || w.Rows != rows || w.Bytes != rows*int64(whole.Config.HiddenSize)*int64(dtypeBytes(dtype)) {
+		t.Fatalf("%d rows in %d bytes of %s down, want %d rows of %d values in %s", w.Rows, w.Bytes, w.DType, rows, whole.Config.HiddenSize, dtype)
 	}
 	c.Free([]uint64{1, 2, 3, 4})
 	deadline := time.Now().Add(10 * time.Second)

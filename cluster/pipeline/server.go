@@ -58,17 +58,37 @@ type Server struct {
 	// rows are the positions this node's stages computed, restored those
 	// they took from their prefix caches.
 	rows, restored atomic.Int64
+	// Where the streams' loops spent their time, in nanoseconds.
+	steps, forwardNs, sampleNs, sendNs, idleNs atomic.Int64
 }
 
 // Counts are what this node's stages did, over every stream.
 type Counts struct {
 	Rows     int64 // positions computed (hidden-state rows through the layers)
 	Restored int64 // positions taken from the stages' prefix caches
+	Steps    int64 // steps through the layers
+	// Where the streams' loops spent their time, summed over the streams
+	// (each stream has one loop; a stage has one stream per pipeline):
+	// Forward running the layers, Sample drawing the last stage's tokens,
+	// Send handing a step on (to the next stage's stream, or its answer
+	// up from the last), Idle waiting for the next message once the
+	// stream had its first. A stage that is the bottleneck has little
+	// Idle; one that waits on its neighbours, much.
+	Forward, Sample, Send, Idle time.Duration
 }
 
-// Counts reports the positions computed and restored so far.
+// Counts reports what this node's stages did so far.
 func (s *Server) Counts() Counts {
-	return Counts{Rows: s.rows.Load(), Restored: s.restored.Load()}
+	return Counts{Rows: s.rows.Load(), Restored: s.restored.Load(), Steps: s.steps.Load(),
+		Forward: time.Duration(s.forwardNs.Load()), Sample: time.Duration(s.sampleNs.Load()),
+		Send: time.Duration(s.sendNs.Load()), Idle: time.Duration(s.idleNs.Load())}
+}
+
+// since adds the time since t to a counter and returns now.
+func since(c *atomic.Int64, t time.Time) time.Time {
+	now := time.Now()
+	c.Add(int64(now.Sub(t)))
+	return now
 }
 
 // Sequences is the number of sequences whose KV this node's stages hold
@@ -151,8 +171,12 @@ func (s *Server) Run(stream pb.Pipeline_RunServer) error {
 		if up != nil {
 			upErr = up.failed
 		}
+		waited := time.Now()
 		select {
 		case r := <-reqs:
+			if held {
+				since(&s.idleNs, waited)
+			}
 			if errors.Is(r.err, io.EOF) {
 				if up != nil {
 					up.close()
@@ -218,16 +242,20 @@ func (s *Server) Run(stream pb.Pipeline_RunServer) error {
 		if len(req.Seqs) == 0 {
 			continue
 		}
+		t := time.Now()
 		down, out, err := s.forward(stream.Context(), st, seqs, spans, req)
 		if err != nil {
 			return err
 		}
+		t = since(&s.forwardNs, t)
+		s.steps.Add(1)
 		if next != nil {
 			wait, err := next.Start(stream.Context(), down, out.Hidden)
 			if err != nil {
 				return status.Error(codes.Unavailable, err.Error())
 			}
-			up.add(req.Step, down, wait)
+			up.add(req.Step, down, wait) // blocks while upQueue steps are below
+			since(&s.sendNs, t)
 			continue
 		}
 		res, err := smp.Step(down, out.Logits)
@@ -238,9 +266,11 @@ func (s *Server) Run(stream pb.Pipeline_RunServer) error {
 			}
 			return status.Error(code, err.Error())
 		}
+		t = since(&s.sampleNs, t)
 		if err := sendReply(stream, s.chunk, req.Step, down, res); err != nil {
 			return err
 		}
+		since(&s.sendNs, t)
 	}
 }
 
@@ -538,5 +568,6 @@ func sendReply(stream pb.Pipeline_RunServer, chunk int, step uint64, down []runn
 			return err
 		}
 	}
+	letTransportRun()
 	return nil
 }

@@ -45,7 +45,7 @@ func TestOptionErrors(t *testing.T) {
 			return Pipeline(ctx, o, io.Discard, io.Discard)
 		}},
 		{"pipeline procs without the binary", func() error {
-			_, _, err := startStageProc(ctx, "", "", model.Range{Start: 1, End: 2}, "", 0)
+			_, err := startStageProc(ctx, "", "", model.Range{Start: 1, End: 2}, "", 0)
 			return err
 		}},
 		{"cache repeat", func() error {
