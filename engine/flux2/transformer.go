@@ -2,7 +2,6 @@ package flux2
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -42,18 +41,6 @@ type params struct {
 	bytes   int64 // the weights file's size
 	weights []backend.Weight
 	vectors []backend.Vector
-}
-
-// readConfig reads the config.json of the component in folder sub.
-func readConfig(dir, sub string, cfg any) error {
-	raw, err := os.ReadFile(filepath.Join(dir, sub, ComponentConfig))
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(raw, cfg); err != nil {
-		return fmt.Errorf("flux2: %s config: %w", sub, err)
-	}
-	return nil
 }
 
 // open opens the weights of the component in folder sub and runs load,
@@ -106,7 +93,7 @@ type singleBlock struct {
 // checkpoint directory and uploads them to be. Close releases them.
 func LoadTransformer(be backend.Backend, dir string) (*Transformer, error) {
 	var cfg TransformerConfig
-	if err := readConfig(dir, TransformerDir, &cfg); err != nil {
+	if err := readJSON(filepath.Join(dir, TransformerDir, ComponentConfig), &cfg); err != nil {
 		return nil, err
 	}
 	if cfg.GuidanceEmbeds {
