@@ -67,6 +67,10 @@ type TransformerConfig struct {
 	RoPETheta                int     `json:"rope_theta"`
 	Eps                      float64 `json:"eps"`
 	GuidanceEmbeds           bool    `json:"guidance_embeds"`
+	// Quantization is the MLX affine quantization block of a quantized
+	// transformer (mlx-lm's: group_size, bits; a module is quantized when
+	// its .scales exist), absent for float weights.
+	Quantization json.RawMessage `json:"quantization,omitempty"`
 }
 
 // Inner is the width of the transformer's residual stream.

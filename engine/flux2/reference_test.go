@@ -116,6 +116,18 @@ var refRequest = struct {
 	Image    []denoiseCase  `json:"image"`
 	Text     []textCase     `json:"text"`
 	Generate []generateCase `json:"generate"`
+	// BF16 is a whole generation on the demo written in bf16.
+	BF16 struct {
+		Dir      string         `json:"dir"`
+		Generate []generateCase `json:"generate"`
+	} `json:"bf16"`
+	// Quant is the demo with its transformer MLX affine quantized
+	// (QuantDemo), against diffusers on the dequantized weights.
+	Quant struct {
+		Dir     string        `json:"dir"`
+		Forward []forwardCase `json:"forward"`
+		Denoise []denoiseCase `json:"denoise"`
+	} `json:"quant"`
 }{
 	Randn: []randnCase{
 		{Seed: 0, Shapes: [][]int64{{1}, {2}, {7}, {15}}},             // torch's double sampler
@@ -153,6 +165,27 @@ var refRequest = struct {
 		{Prompt: "a very long prompt that the tokenizer truncates to sixteen tokens, chat template and all", MaxLen: 16},
 	},
 	Generate: []generateCase{{Prompt: "a lighthouse at dusk", N: 2, Width: 64, Height: 32, Steps: 2, Seed: 31}},
+}
+
+func init() {
+	refRequest.BF16.Generate = []generateCase{{Prompt: "an orange cat on a windowsill", N: 1, Width: 64, Height: 64, Steps: 2, Seed: 41}}
+	refRequest.Quant.Forward = []forwardCase{refRequest.Forward[0]}
+	refRequest.Quant.Denoise = []denoiseCase{refRequest.Denoise[0]}
+}
+
+// BF16Demo is TinyDemo with every weight in bf16; QuantDemo is TinyDemo
+// (same seed, so the same text encoder and VAE) with its transformer's
+// linear layers 4-bit MLX affine quantized in groups of 32.
+func BF16Demo() DemoOptions {
+	o := TinyDemo()
+	o.DType = "bf16"
+	return o
+}
+
+func QuantDemo() DemoOptions {
+	o := TinyDemo()
+	o.Quantize, o.GroupSize = 4, 32
+	return o
 }
 
 func idRows(ids []PosID) [][4]int32 {
@@ -219,6 +252,22 @@ type refReply struct {
 		Steps   int        `json:"steps"`
 		Latents [][]uint32 `json:"latents"`
 	} `json:"generate"`
+	BF16 []struct {
+		Steps   int      `json:"steps"`
+		Latents []uint32 `json:"latents"`
+		Shape   []int    `json:"shape"`
+		PIL     []int    `json:"pil"`
+	} `json:"bf16"`
+	Quant struct {
+		Quantized int `json:"quantized"` // modules diffusers' side dequantized
+		Forward   []struct {
+			Out []uint32 `json:"out"`
+		} `json:"forward"`
+		Denoise []struct {
+			Steps   int      `json:"steps"`
+			Latents []uint32 `json:"latents"`
+		} `json:"denoise"`
+	} `json:"quant"`
 }
 
 var (
@@ -262,8 +311,14 @@ func reference(t *testing.T) *refReply {
 		}
 		req := refRequest
 		req.Demo.Dir = filepath.Join(refDir, "demo")
-		if refErr = CreateDemo(req.Demo.Dir, TinyDemo()); refErr != nil {
-			return
+		req.BF16.Dir, req.Quant.Dir = filepath.Join(refDir, "bf16"), filepath.Join(refDir, "quant")
+		for _, c := range []struct {
+			dir string
+			o   DemoOptions
+		}{{req.Demo.Dir, TinyDemo()}, {req.BF16.Dir, BF16Demo()}, {req.Quant.Dir, QuantDemo()}} {
+			if refErr = CreateDemo(c.dir, c.o); refErr != nil {
+				return
+			}
 		}
 		in, _ := json.Marshal(req)
 		cmd := exec.Command(py, filepath.Join("testdata", "reference.py"), string(in))

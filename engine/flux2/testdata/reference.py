@@ -3,6 +3,7 @@
 # prints one JSON object with a section per test. Floats travel as their
 # float32 bit patterns so the tests can compare them exactly.
 import json
+import os
 import sys
 import warnings
 
@@ -194,5 +195,91 @@ for c in req["generate"]:
         callback_on_step_end=grab, callback_on_step_end_tensor_inputs=["latents"],
     )
     out["generate"].append({"steps": len(seen), "latents": [bits(x) for x in seen[-1]]})
+
+
+# A bf16 checkpoint as diffusers runs it here, upcast to float32 when
+# loaded (dtype=torch.float32): a whole generation from a prompt (text
+# encoder, transformer, VAE all from bf16 files), its packed latents after
+# the last step and the PIL image.
+b = req["bf16"]
+pb = Flux2KleinPipeline.from_pretrained(b["dir"], dtype=torch.float32)
+out["bf16"] = []
+for c in b["generate"]:
+    seen = []
+
+    def grab(p, i, t, kw):
+        seen.append(kw["latents"].clone())
+        return {}
+
+    img = pb(
+        prompt=c["prompt"], height=c["height"], width=c["width"], num_inference_steps=c["steps"],
+        num_images_per_prompt=c["n"], generator=torch.Generator("cpu").manual_seed(c["seed"]), output_type="np",
+        callback_on_step_end=grab, callback_on_step_end_tensor_inputs=["latents"],
+    ).images
+    pil = np.array(pb.image_processor.numpy_to_pil(img)[0])
+    out["bf16"].append({"steps": len(seen), "latents": bits(seen[-1][0]), "shape": list(pil.shape), "pil": pil.ravel().tolist()})
+
+
+# An MLX affine-quantized transformer, dequantized here independently of
+# the Go code (the codes unpacked from the little-endian bit stream of each
+# row, w = q·scale + bias per group in float32, as mx.dequantize computes
+# with float32 scales) into a float Flux2Transformer2DModel.
+def dequantize(w, scales, biases, nbits, group):
+    rows = w.shape[0]
+    stream = np.unpackbits(w.astype("<u4").view(np.uint8).reshape(rows, -1), axis=1, bitorder="little")
+    cols = stream.shape[1] // nbits
+    q = (stream.reshape(rows, cols, nbits).astype(np.uint32) << np.arange(nbits, dtype=np.uint32)).sum(axis=2)
+    q = q.astype(np.float32).reshape(rows, cols // group, group)
+    return (q * scales[:, :, None] + biases[:, :, None]).reshape(rows, cols).astype(np.float32)
+
+
+from safetensors.numpy import load_file
+
+q = req["quant"]
+with open(os.path.join(q["dir"], "transformer", "config.json")) as f:
+    qcfg = json.load(f)
+qparams = qcfg.pop("quantization")
+raw = load_file(os.path.join(q["dir"], "transformer", "diffusion_pytorch_model.safetensors"))
+state, quantized = {}, 0
+for k, v in raw.items():
+    if k.endswith(".scales") or k.endswith(".biases"):
+        continue
+    m = k[: -len(".weight")]
+    if k.endswith(".weight") and m + ".scales" in raw:
+        v = dequantize(v, raw[m + ".scales"], raw[m + ".biases"], qparams["bits"], qparams["group_size"])
+        quantized += 1
+    state[k] = torch.from_numpy(np.ascontiguousarray(v))
+trq = Flux2Transformer2DModel.from_config(qcfg).to(torch.float32)
+trq.load_state_dict(state, strict=True)
+trq.eval()
+out["quant"] = {"quantized": quantized, "forward": [], "denoise": []}
+for c in q["forward"]:
+    lat, img_ids = pipe.prepare_latents(
+        batch_size=1, num_latents_channels=trq.config.in_channels // 4,
+        height=c["size"], width=c["size"], dtype=torch.float32, device="cpu",
+        generator=torch.Generator("cpu").manual_seed(c["seed"]),
+    )
+    txt = torch.randn((1, c["text"], trq.config.joint_attention_dim), generator=torch.Generator("cpu").manual_seed(c["text_seed"]))
+    with torch.no_grad():
+        v = trq(
+            hidden_states=lat, encoder_hidden_states=txt, timestep=torch.tensor([c["t"]], dtype=torch.float32) / 1000,
+            guidance=None, img_ids=img_ids, txt_ids=Flux2KleinPipeline._prepare_text_ids(txt), return_dict=False,
+        )[0]
+    out["quant"]["forward"].append({"out": bits(v)})
+pq = Flux2KleinPipeline.from_pretrained(d["dir"], transformer=trq, dtype=torch.float32)
+for c in q["denoise"]:
+    txt = torch.randn((1, c["text"], trq.config.joint_attention_dim), generator=torch.Generator("cpu").manual_seed(c["text_seed"]))
+    seen = []
+
+    def grab(p, i, t, kw):
+        seen.append(kw["latents"].clone())
+        return {}
+
+    pq(
+        prompt_embeds=txt, height=c["size"], width=c["size"], num_inference_steps=c["steps"],
+        generator=torch.Generator("cpu").manual_seed(c["seed"]), output_type="latent",
+        callback_on_step_end=grab, callback_on_step_end_tensor_inputs=["latents"],
+    )
+    out["quant"]["denoise"].append({"steps": len(seen), "latents": bits(seen[-1])})
 
 print(json.dumps(out))
