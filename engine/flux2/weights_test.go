@@ -2,13 +2,16 @@ package flux2
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"fusion/engine/backend"
+	"fusion/engine/backend/cpu"
 )
 
 // TestBF16MatchesPipeline: a checkpoint written in bf16 (text encoder,
@@ -136,4 +139,31 @@ func logDistance(t *testing.T, what string, got []float32, want []uint32) {
 		worst = max(worst, math.Abs(float64(got[i])-w))
 	}
 	t.Logf("%s: max difference %.3g, max |value| %.3g (relative %.3g)", what, worst, scale, worst/scale)
+}
+
+// TestQuantizedRejects: quantization blocks that do not describe the
+// file, or that the loader does not run, are errors (no Python needed).
+func TestQuantizedRejects(t *testing.T) {
+	dir := t.TempDir()
+	if err := CreateDemo(dir, QuantDemo()); err != nil {
+		t.Fatal(err)
+	}
+	be := cpu.New(cpu.Options{})
+	defer be.Close()
+	rejectConfigs(t, filepath.Join(dir, TransformerDir, ComponentConfig), []configCase[TransformerConfig]{
+		{"group size", func(c *TransformerConfig) { c.Quantization = json.RawMessage(`{"group_size": 64, "bits": 4}`) }, "scales"},
+		{"bits", func(c *TransformerConfig) { c.Quantization = json.RawMessage(`{"group_size": 32, "bits": 8}`) }, "values per row"},
+		{"mode", func(c *TransformerConfig) {
+			c.Quantization = json.RawMessage(`{"group_size": 32, "bits": 4, "mode": "mxfp4"}`)
+		}, "mxfp4"},
+		{"no block", func(c *TransformerConfig) { c.Quantization = nil }, "not quantized"},
+	}, func() (io.Closer, error) { return LoadTransformer(be, dir) })
+	for _, o := range []DemoOptions{
+		func() DemoOptions { o := QuantDemo(); o.GroupSize = 64; return o }(), // the 32-wide to_out split falls inside a group
+		func() DemoOptions { o := QuantDemo(); o.Quantize = 7; return o }(),
+	} {
+		if err := CreateDemo(t.TempDir(), o); err == nil {
+			t.Errorf("CreateDemo with %d bits in groups of %d: no error", o.Quantize, o.GroupSize)
+		}
+	}
 }
