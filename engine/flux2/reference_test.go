@@ -229,21 +229,10 @@ type refReply struct {
 		T   []uint32 `json:"t"`
 		Emb []uint32 `json:"emb"`
 	} `json:"temb"`
-	Forward []struct {
-		Out []uint32 `json:"out"`
-	} `json:"forward"`
-	Denoise []struct {
-		Steps   int      `json:"steps"`
-		Latents []uint32 `json:"latents"`
-	} `json:"denoise"`
-	Image []struct {
-		Steps   int      `json:"steps"`
-		Latents []uint32 `json:"latents"`
-		Shape   []int    `json:"shape"` // [height, width, 3]
-		NP      []uint32 `json:"np"`    // output_type="np": [height, width, 3] in [0, 1]
-		PIL     []int    `json:"pil"`   // the PIL image's bytes, row-major RGB
-	} `json:"image"`
-	Text []struct {
+	Forward []forwardReply `json:"forward"`
+	Denoise []stepsReply   `json:"denoise"`
+	Image   []imageReply   `json:"image"`
+	Text    []struct {
 		IDs    []int    `json:"ids"`
 		Real   int      `json:"real"`
 		Embeds []uint32 `json:"embeds"`
@@ -252,22 +241,32 @@ type refReply struct {
 		Steps   int        `json:"steps"`
 		Latents [][]uint32 `json:"latents"`
 	} `json:"generate"`
-	BF16 []struct {
-		Steps   int      `json:"steps"`
-		Latents []uint32 `json:"latents"`
-		Shape   []int    `json:"shape"`
-		PIL     []int    `json:"pil"`
-	} `json:"bf16"`
+	BF16  []imageReply `json:"bf16"` // no NP
 	Quant struct {
-		Quantized int `json:"quantized"` // modules diffusers' side dequantized
-		Forward   []struct {
-			Out []uint32 `json:"out"`
-		} `json:"forward"`
-		Denoise []struct {
-			Steps   int      `json:"steps"`
-			Latents []uint32 `json:"latents"`
-		} `json:"denoise"`
+		Quantized int            `json:"quantized"` // modules diffusers' side dequantized
+		Forward   []forwardReply `json:"forward"`
+		Denoise   []stepsReply   `json:"denoise"`
 	} `json:"quant"`
+}
+
+// forwardReply is one transformer forward's output.
+type forwardReply struct {
+	Out []uint32 `json:"out"`
+}
+
+// stepsReply is a denoising loop's packed latents after its last step.
+type stepsReply struct {
+	Steps   int      `json:"steps"`
+	Latents []uint32 `json:"latents"`
+}
+
+// imageReply is a generation's final packed latents and its image.
+type imageReply struct {
+	Steps   int      `json:"steps"`
+	Latents []uint32 `json:"latents"`
+	Shape   []int    `json:"shape"` // [height, width, 3]
+	NP      []uint32 `json:"np"`    // output_type="np": [height, width, 3] in [0, 1]
+	PIL     []int    `json:"pil"`   // the PIL image's bytes, row-major RGB
 }
 
 var (

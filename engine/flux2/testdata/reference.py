@@ -22,6 +22,22 @@ def bits(t):
     return t.detach().to(torch.float32).contiguous().numpy().view(np.uint32).ravel().tolist()
 
 
+def run(p, seed, output_type, **kw):
+    """Runs pipeline p with a seeded CPU generator; returns its output and
+    the latents after every step (from the step-end callback)."""
+    seen = []
+
+    def grab(pipeline, i, t, tensors):
+        seen.append(tensors["latents"].clone())
+        return {}
+
+    res = p(
+        generator=torch.Generator("cpu").manual_seed(seed), output_type=output_type,
+        callback_on_step_end=grab, callback_on_step_end_tensor_inputs=["latents"], **kw,
+    )
+    return res, seen
+
+
 req = json.loads(sys.argv[1])
 out = {}
 
@@ -107,39 +123,31 @@ for c in req["temb"]:
 
 # One transformer forward on the demo checkpoint: the pipeline's initial
 # latents for a seed, randn text hidden states, a scheduler timestep.
-out["forward"] = []
-tr = pipe.transformer.eval()
-for c in req["forward"]:
+def forward(model, c):
     lat, img_ids = pipe.prepare_latents(
-        batch_size=1, num_latents_channels=tr.config.in_channels // 4,
+        batch_size=1, num_latents_channels=model.config.in_channels // 4,
         height=c["size"], width=c["size"], dtype=torch.float32, device="cpu",
         generator=torch.Generator("cpu").manual_seed(c["seed"]),
     )
-    txt = torch.randn((1, c["text"], tr.config.joint_attention_dim), generator=torch.Generator("cpu").manual_seed(c["text_seed"]))
+    txt = torch.randn((1, c["text"], model.config.joint_attention_dim), generator=torch.Generator("cpu").manual_seed(c["text_seed"]))
     t = torch.tensor([c["t"]], dtype=torch.float32)
     with torch.no_grad():
-        v = tr(
+        v = model(
             hidden_states=lat, encoder_hidden_states=txt, timestep=t / 1000, guidance=None,
             img_ids=img_ids, txt_ids=Flux2KleinPipeline._prepare_text_ids(txt), return_dict=False,
         )[0]
-    out["forward"].append({"out": bits(v)})
+    return {"out": bits(v)}
+
+
+tr = pipe.transformer.eval()
+out["forward"] = [forward(tr, c) for c in req["forward"]]
 
 # The pipeline's own denoising loop from prompt embeddings (randn), its
 # packed latents after the last step taken from the step-end callback.
 out["denoise"] = []
 for c in req["denoise"]:
     txt = torch.randn((1, c["text"], tr.config.joint_attention_dim), generator=torch.Generator("cpu").manual_seed(c["text_seed"]))
-    seen = []
-
-    def grab(p, i, t, kw):
-        seen.append(kw["latents"].clone())
-        return {}
-
-    pipe(
-        prompt_embeds=txt, height=c["size"], width=c["size"], num_inference_steps=c["steps"],
-        generator=torch.Generator("cpu").manual_seed(c["seed"]), output_type="latent",
-        callback_on_step_end=grab, callback_on_step_end_tensor_inputs=["latents"],
-    )
+    _, seen = run(pipe, c["seed"], "latent", prompt_embeds=txt, height=c["size"], width=c["size"], num_inference_steps=c["steps"])
     out["denoise"].append({"steps": len(seen), "latents": bits(seen[-1])})
 
 # The pipeline's whole generation from prompt embeddings (randn) to the
@@ -149,17 +157,8 @@ for c in req["denoise"]:
 out["image"] = []
 for c in req["image"]:
     txt = torch.randn((1, c["text"], tr.config.joint_attention_dim), generator=torch.Generator("cpu").manual_seed(c["text_seed"]))
-    seen = []
-
-    def grab(p, i, t, kw):
-        seen.append(kw["latents"].clone())
-        return {}
-
-    img = pipe(
-        prompt_embeds=txt, height=c["size"], width=c["size"], num_inference_steps=c["steps"],
-        generator=torch.Generator("cpu").manual_seed(c["seed"]), output_type="np",
-        callback_on_step_end=grab, callback_on_step_end_tensor_inputs=["latents"],
-    ).images
+    res, seen = run(pipe, c["seed"], "np", prompt_embeds=txt, height=c["size"], width=c["size"], num_inference_steps=c["steps"])
+    img = res.images
     pil = np.array(pipe.image_processor.numpy_to_pil(img)[0])
     out["image"].append({
         "steps": len(seen), "latents": bits(seen[-1]), "shape": list(pil.shape),
@@ -183,16 +182,9 @@ for c in req["text"]:
 # every image after the last step.
 out["generate"] = []
 for c in req["generate"]:
-    seen = []
-
-    def grab(p, i, t, kw):
-        seen.append(kw["latents"].clone())
-        return {}
-
-    pipe(
-        prompt=c["prompt"], height=c["height"], width=c["width"], num_inference_steps=c["steps"],
-        num_images_per_prompt=c["n"], generator=torch.Generator("cpu").manual_seed(c["seed"]), output_type="latent",
-        callback_on_step_end=grab, callback_on_step_end_tensor_inputs=["latents"],
+    _, seen = run(
+        pipe, c["seed"], "latent", prompt=c["prompt"], height=c["height"], width=c["width"],
+        num_inference_steps=c["steps"], num_images_per_prompt=c["n"],
     )
     out["generate"].append({"steps": len(seen), "latents": [bits(x) for x in seen[-1]]})
 
@@ -205,17 +197,11 @@ b = req["bf16"]
 pb = Flux2KleinPipeline.from_pretrained(b["dir"], dtype=torch.float32)
 out["bf16"] = []
 for c in b["generate"]:
-    seen = []
-
-    def grab(p, i, t, kw):
-        seen.append(kw["latents"].clone())
-        return {}
-
-    img = pb(
-        prompt=c["prompt"], height=c["height"], width=c["width"], num_inference_steps=c["steps"],
-        num_images_per_prompt=c["n"], generator=torch.Generator("cpu").manual_seed(c["seed"]), output_type="np",
-        callback_on_step_end=grab, callback_on_step_end_tensor_inputs=["latents"],
-    ).images
+    res, seen = run(
+        pb, c["seed"], "np", prompt=c["prompt"], height=c["height"], width=c["width"],
+        num_inference_steps=c["steps"], num_images_per_prompt=c["n"],
+    )
+    img = res.images
     pil = np.array(pb.image_processor.numpy_to_pil(img)[0])
     out["bf16"].append({"steps": len(seen), "latents": bits(seen[-1][0]), "shape": list(pil.shape), "pil": pil.ravel().tolist()})
 
@@ -252,34 +238,11 @@ for k, v in raw.items():
 trq = Flux2Transformer2DModel.from_config(qcfg).to(torch.float32)
 trq.load_state_dict(state, strict=True)
 trq.eval()
-out["quant"] = {"quantized": quantized, "forward": [], "denoise": []}
-for c in q["forward"]:
-    lat, img_ids = pipe.prepare_latents(
-        batch_size=1, num_latents_channels=trq.config.in_channels // 4,
-        height=c["size"], width=c["size"], dtype=torch.float32, device="cpu",
-        generator=torch.Generator("cpu").manual_seed(c["seed"]),
-    )
-    txt = torch.randn((1, c["text"], trq.config.joint_attention_dim), generator=torch.Generator("cpu").manual_seed(c["text_seed"]))
-    with torch.no_grad():
-        v = trq(
-            hidden_states=lat, encoder_hidden_states=txt, timestep=torch.tensor([c["t"]], dtype=torch.float32) / 1000,
-            guidance=None, img_ids=img_ids, txt_ids=Flux2KleinPipeline._prepare_text_ids(txt), return_dict=False,
-        )[0]
-    out["quant"]["forward"].append({"out": bits(v)})
+out["quant"] = {"quantized": quantized, "forward": [forward(trq, c) for c in q["forward"]], "denoise": []}
 pq = Flux2KleinPipeline.from_pretrained(d["dir"], transformer=trq, dtype=torch.float32)
 for c in q["denoise"]:
     txt = torch.randn((1, c["text"], trq.config.joint_attention_dim), generator=torch.Generator("cpu").manual_seed(c["text_seed"]))
-    seen = []
-
-    def grab(p, i, t, kw):
-        seen.append(kw["latents"].clone())
-        return {}
-
-    pq(
-        prompt_embeds=txt, height=c["size"], width=c["size"], num_inference_steps=c["steps"],
-        generator=torch.Generator("cpu").manual_seed(c["seed"]), output_type="latent",
-        callback_on_step_end=grab, callback_on_step_end_tensor_inputs=["latents"],
-    )
+    _, seen = run(pq, c["seed"], "latent", prompt_embeds=txt, height=c["size"], width=c["size"], num_inference_steps=c["steps"])
     out["quant"]["denoise"].append({"steps": len(seen), "latents": bits(seen[-1])})
 
 print(json.dumps(out))
