@@ -18,12 +18,18 @@ import (
 )
 
 // newImageRunner is a runner over the demo chat model and a tiny FLUX.2
-// [klein] checkpoint ("flux").
+// [klein] checkpoint ("flux"), and the same with a 4-bit MLX affine
+// transformer ("flux-q4").
 func newImageRunner(t *testing.T, cfg Config) *Runner {
 	t.Helper()
 	dir := t.TempDir()
 	demotest.Create(t, filepath.Join(dir, "demo"), demo.Options{Arch: "qwen3", Seed: 7})
 	if err := flux2.CreateDemo(filepath.Join(dir, "flux"), flux2.TinyDemo()); err != nil {
+		t.Fatal(err)
+	}
+	q4 := flux2.TinyDemo()
+	q4.Quantize, q4.GroupSize = 4, 32
+	if err := flux2.CreateDemo(filepath.Join(dir, "flux-q4"), q4); err != nil {
 		t.Fatal(err)
 	}
 	cfg.ModelsDir = dir
@@ -83,6 +89,18 @@ func TestGenerateImage(t *testing.T) {
 		}
 		img, err := png.Decode(bytes.NewReader(res.PNG[0]))
 		if err != nil || img.Bounds().Dx() != 32 || img.Bounds().Dy() != 32 {
+			t.Errorf("png %v, %v", err, img)
+		}
+	})
+
+	t.Run("quantized transformer", func(t *testing.T) {
+		q := req(nil)
+		q.Model, q.Steps = "flux-q4", 2
+		res, err := r.GenerateImage(ctx, q)
+		if err != nil || len(res.PNG) != 1 {
+			t.Fatalf("%v, %+v", err, res)
+		}
+		if img, err := png.Decode(bytes.NewReader(res.PNG[0])); err != nil || img.Bounds().Dx() != 32 {
 			t.Errorf("png %v, %v", err, img)
 		}
 	})
