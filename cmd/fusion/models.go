@@ -31,7 +31,7 @@ func runCreateDemo(_ context.Context, args []string, stdout, stderr io.Writer) e
 	var o demo.Options
 	var out string
 	fs := newFlagSet("models create-demo", stderr)
-	fs.StringVar(&o.Arch, "arch", d.Arch, "architecture: llama, qwen3, qwen3_moe, gemma3_text, phi3, mistral, mistral3, gpt_oss, deepseek_v3 or glm4_moe; flux2 writes a tiny FLUX.2 [klein] image checkpoint in the diffusers layout (only --seed and --dtype f32|bf16 apply)")
+	fs.StringVar(&o.Arch, "arch", d.Arch, "architecture: llama, qwen3, qwen3_moe, gemma3_text, phi3, mistral, mistral3, gpt_oss, deepseek_v3 or glm4_moe; flux2 writes a tiny FLUX.2 [klein] image checkpoint in the diffusers layout (only --seed, --dtype f32|bf16 and --quantize/--group-size, the transformer's MLX affine bits, apply)")
 	fs.StringVar(&out, "out", "", "output directory (required)")
 	fs.IntVar(&o.Layers, "layers", d.Layers, "number of layers")
 	fs.IntVar(&o.Hidden, "hidden", d.Hidden, "hidden size")

@@ -142,4 +142,20 @@ func TestModelsCreateDemoFlux2(t *testing.T) {
 	if code := run(context.Background(), []string{"models", "create-demo", "--arch", "flux2", "--out", t.TempDir(), "--dtype", "f16"}, &out, &errb); code == 0 {
 		t.Error("--dtype f16 accepted for flux2")
 	}
+	// --quantize 4: the transformer's config carries the quantization
+	// block (group 32 by default for the 32-wide tiny transformer).
+	out.Reset()
+	qdir := filepath.Join(t.TempDir(), "flux2q")
+	if code := run(context.Background(), []string{"models", "create-demo", "--arch", "flux2", "--out", qdir, "--quantize", "4"}, &out, &errb); code != 0 {
+		t.Fatalf("create-demo --quantize 4 exited %d: %s", code, errb.String())
+	}
+	raw, err := os.ReadFile(filepath.Join(qdir, "transformer", "config.json"))
+	if err != nil || !strings.Contains(out.String(), "affine 4-bit, group 32") || !strings.Contains(string(raw), `"group_size": 32`) {
+		t.Errorf("create-demo --quantize 4 printed %q, config %s (%v)", out.String(), raw, err)
+	}
+	for _, bad := range [][]string{{"--quantize", "4", "--group-size", "64"}, {"--quantize", "7"}, {"--quantize", "4", "--quant", "mxfp4"}} {
+		if code := run(context.Background(), append([]string{"models", "create-demo", "--arch", "flux2", "--out", t.TempDir()}, bad...), &out, &errb); code == 0 {
+			t.Errorf("create-demo --arch flux2 %v accepted", bad)
+		}
+	}
 }

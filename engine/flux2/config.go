@@ -1,5 +1,12 @@
 package flux2
 
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+)
+
 // The diffusers folder layout of a FLUX.2 [klein] checkpoint:
 // model_index.json names one class per component folder.
 const (
@@ -60,6 +67,10 @@ type TransformerConfig struct {
 	RoPETheta                int     `json:"rope_theta"`
 	Eps                      float64 `json:"eps"`
 	GuidanceEmbeds           bool    `json:"guidance_embeds"`
+	// Quantization is the MLX affine quantization block of a quantized
+	// transformer (mlx-lm's: group_size, bits; a module is quantized when
+	// its .scales exist), absent for float weights.
+	Quantization json.RawMessage `json:"quantization,omitempty"`
 }
 
 // Inner is the width of the transformer's residual stream.
@@ -109,4 +120,68 @@ func (c VAEConfig) decoderChannels() []int {
 		return c.DecoderBlockOutChans
 	}
 	return c.BlockOutChannels
+}
+
+// readJSON reads the JSON file at path (model_index.json, a component's
+// config.json, the scheduler's config) into v.
+func readJSON(path string, v any) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("flux2: %w", err)
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return fmt.Errorf("flux2: %s: %w", path, err)
+	}
+	return nil
+}
+
+// DecodeBytes estimates the VAE decoder's peak working memory for one
+// width×height image, in float32 bytes: the largest of its pieces, each
+// counted with every array it makes (they live until the piece ends, see
+// VAE.Decode) — a resnet at its resolution (x, both norms and SiLUs, both
+// convolutions, the shortcut, the sum), the mid block's attention (its
+// arrays and one head's score matrix over all latent pixels), an
+// upsampling (the input, the doubled image, the convolution) and the
+// output convolution. At large sizes the attention's scores (the latent
+// pixels squared) or the last up block's resnets at full resolution
+// dominate. A size whose estimate overflows is math.MaxInt64.
+func (c VAEConfig) DecodeBytes(width, height int) int64 {
+	dec := c.decoderChannels()
+	if len(dec) == 0 || width <= 0 || height <= 0 {
+		return 0
+	}
+	s := int64(c.ScaleFactor())
+	px := (int64(width) / s) * (int64(height) / s) // pixels at the latent resolution
+	if px > 1<<28 {
+		return math.MaxInt64
+	}
+	resnet := func(px, in, out int64) int64 {
+		n := 3*in + 5*out
+		if in != out {
+			n += out
+		}
+		return n * px
+	}
+	prev := int64(dec[len(dec)-1]) // the innermost width: the mid block's
+	peak := resnet(px, prev, prev)
+	if c.MidBlockAddAttention {
+		peak = max(peak, 7*prev*px+px*px)
+	}
+	for i := len(dec) - 1; i >= 0; i-- { // the up blocks run innermost first
+		ch := int64(dec[i])
+		for j := 0; j <= c.LayersPerBlock; j++ {
+			in := ch
+			if j == 0 {
+				in = prev
+			}
+			peak = max(peak, resnet(px, in, ch))
+		}
+		if i > 0 {
+			peak = max(peak, ch*px+2*ch*4*px)
+			px *= 4
+		}
+		prev = ch
+	}
+	peak = max(peak, (3*prev+int64(c.OutChannels))*px)
+	return 4 * peak
 }

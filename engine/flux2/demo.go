@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"fusion/engine/demo"
 	"fusion/engine/modelfile"
@@ -17,10 +18,16 @@ import (
 
 // DemoOptions describe a random-weight FLUX.2 [klein] checkpoint.
 type DemoOptions struct {
-	Seed        uint64
-	DType       string // "f32" (default) or "bf16"
-	Transformer TransformerConfig
-	VAE         VAEConfig
+	Seed  uint64
+	DType string // "f32" (default) or "bf16"
+	// Quantize is the bits of MLX affine quantization of the transformer's
+	// linear layers (0: float); GroupSize its group size. Layers whose
+	// input width is not a multiple of the group size stay float (as
+	// mlx's quantize predicate leaves them), scales and biases are in
+	// DType, and transformer/config.json carries the quantization block.
+	Quantize, GroupSize int
+	Transformer         TransformerConfig
+	VAE                 VAEConfig
 	// TextEncoder is the Qwen3 text encoder (engine/demo options). The
 	// pipeline stacks the hidden states after layers 9, 18 and 27, so it
 	// needs at least 27 layers; joint_attention_dim is 3·its hidden size.
@@ -62,6 +69,11 @@ func (o DemoOptions) check() error {
 	switch {
 	case o.DType != "f32" && o.DType != "bf16":
 		return fmt.Errorf("flux2: dtype %q (f32 or bf16)", o.DType)
+	case o.Quantize != 0 && modelfile.CheckAffine(o.GroupSize, o.Quantize) != nil:
+		return fmt.Errorf("flux2: %w", modelfile.CheckAffine(o.GroupSize, o.Quantize))
+	case o.Quantize != 0 && t.Inner()%o.GroupSize != 0:
+		// The single blocks' to_out is split at the inner width.
+		return fmt.Errorf("flux2: the transformer's width %d is not a multiple of the group size %d", t.Inner(), o.GroupSize)
 	case t.PatchSize != 1:
 		return fmt.Errorf("flux2: patch_size %d (FLUX.2 uses 1)", t.PatchSize)
 	case t.NumAttentionHeads <= 0 || t.AttentionHeadDim <= 0 || t.NumLayers < 0 || t.NumSingleLayers < 0:
@@ -121,7 +133,7 @@ func CreateDemo(dir string, o DemoOptions) error {
 	}{
 		{ModelIndexFile, KleinIndex(true)},
 		{SchedulerConfigFile, DefaultSchedulerConfig()},
-		{filepath.Join(TransformerDir, ComponentConfig), o.Transformer},
+		{filepath.Join(TransformerDir, ComponentConfig), o.transformerConfig()},
 		{filepath.Join(VAEDir, ComponentConfig), o.VAE},
 	}
 	for _, f := range files {
@@ -130,13 +142,14 @@ func CreateDemo(dir string, o DemoOptions) error {
 		}
 	}
 	for _, c := range []struct {
-		dir string
-		w   *weights
+		dir          string
+		w            *weights
+		bits, groups int
 	}{
-		{TransformerDir, transformerWeights(o.Transformer, rng)},
-		{VAEDir, vaeWeights(o.VAE, rng)},
+		{TransformerDir, transformerWeights(o.Transformer, rng), o.Quantize, o.GroupSize},
+		{VAEDir, vaeWeights(o.VAE, rng), 0, 0},
 	} {
-		ts, err := c.w.tensors(o.DType)
+		ts, err := c.w.tensors(o.DType, c.bits, c.groups)
 		if err != nil {
 			return err
 		}
@@ -145,6 +158,16 @@ func CreateDemo(dir string, o DemoOptions) error {
 		}
 	}
 	return nil
+}
+
+// transformerConfig is the transformer's config.json, with the
+// quantization block of a quantized demo.
+func (o DemoOptions) transformerConfig() TransformerConfig {
+	c := o.Transformer
+	if o.Quantize != 0 {
+		c.Quantization, _ = json.Marshal(map[string]int{"group_size": o.GroupSize, "bits": o.Quantize})
+	}
+	return c
 }
 
 func writeJSON(path string, v any) error {
@@ -209,25 +232,55 @@ func (w *weights) norm(name string, n int, bias bool) {
 	}
 }
 
-func (w *weights) tensors(dtype string) ([]tensor.Tensor, error) {
+// tensors encodes the weights in dtype; with bits ≠ 0 every matrix whose
+// input width is a multiple of group is MLX affine quantized (its values
+// first rounded to dtype, as a model in that dtype would be): name.weight
+// the packed codes, name.scales and name.biases in dtype.
+func (w *weights) tensors(dtype string, bits, group int) ([]tensor.Tensor, error) {
 	out := make([]tensor.Tensor, 0, len(w.list))
-	for _, p := range w.list {
-		t := tensor.Tensor{Name: p.name, Shape: p.shape}
-		switch {
-		case p.i64:
-			t.DType, t.Data = tensor.I64, make([]byte, 8)
-		case dtype == "bf16":
-			t.DType, t.Data = tensor.BF16, make([]byte, 2*len(p.data))
-			for i, v := range p.data {
+	floats := func(name string, shape []int64, data []float32) tensor.Tensor {
+		t := tensor.Tensor{Name: name, Shape: shape}
+		if dtype == "bf16" {
+			t.DType, t.Data = tensor.BF16, make([]byte, 2*len(data))
+			for i, v := range data {
 				binary.LittleEndian.PutUint16(t.Data[2*i:], tensor.F32ToBF16(v))
 			}
-		default:
-			t.DType, t.Data = tensor.F32, make([]byte, 4*len(p.data))
-			for i, v := range p.data {
-				binary.LittleEndian.PutUint32(t.Data[4*i:], math.Float32bits(v))
-			}
+			return t
 		}
-		out = append(out, t)
+		t.DType, t.Data = tensor.F32, make([]byte, 4*len(data))
+		for i, v := range data {
+			binary.LittleEndian.PutUint32(t.Data[4*i:], math.Float32bits(v))
+		}
+		return t
+	}
+	for _, p := range w.list {
+		switch {
+		case p.i64:
+			out = append(out, tensor.Tensor{Name: p.name, Shape: p.shape, DType: tensor.I64, Data: make([]byte, 8)})
+		case bits != 0 && len(p.shape) == 2 && p.shape[1]%int64(group) == 0 && strings.HasSuffix(p.name, ".weight"):
+			rows, cols := int(p.shape[0]), int(p.shape[1])
+			vals := p.data
+			if dtype == "bf16" {
+				vals = make([]float32, len(p.data))
+				for i, v := range p.data {
+					vals[i] = tensor.BF16ToF32(tensor.F32ToBF16(v))
+				}
+			}
+			packed, scales, biases, err := modelfile.QuantizeAffine(vals, rows, cols, group, bits)
+			if err != nil {
+				return nil, fmt.Errorf("flux2: %s: %w", p.name, err)
+			}
+			codes := tensor.Tensor{Name: p.name, DType: tensor.U32, Shape: []int64{int64(rows), int64(modelfile.PackedCols(cols, bits))},
+				Data: make([]byte, 4*len(packed))}
+			for i, v := range packed {
+				binary.LittleEndian.PutUint32(codes.Data[4*i:], v)
+			}
+			module := strings.TrimSuffix(p.name, ".weight")
+			groups := []int64{int64(rows), int64(cols / group)}
+			out = append(out, codes, floats(module+".scales", groups, scales), floats(module+".biases", groups, biases))
+		default:
+			out = append(out, floats(p.name, p.shape, p.data))
+		}
 	}
 	safetensors.SortLikePython(out)
 	return out, nil

@@ -23,5 +23,5 @@
 //   - pipeline.go: a checkpoint from a prompt to the denoised latents;
 //   - vae.go: AutoencoderKLFlux2's decoder, the latent batch norm the
 //     pipeline undoes before it, and the quantization of the decoded
-//     pixels to an image (VAE.Image: final latents → *image.NRGBA).
+//     pixels to an image (VAE.DecodeImage: final latents → *image.NRGBA).
 package flux2

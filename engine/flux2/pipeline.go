@@ -2,11 +2,8 @@ package flux2
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"image"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -14,17 +11,13 @@ import (
 )
 
 // Pipeline is a loaded FLUX.2 [klein] checkpoint: the text encoder, the
-// transformer, the scheduler's configuration and the VAE decoder.
+// transformer, the scheduler's configuration and the VAE decoder (whose
+// Config().ScaleFactor() an image side must be twice a multiple of).
 type Pipeline struct {
 	Text        *TextEncoder
 	Transformer *Transformer
 	VAE         *VAE
 	Scheduler   SchedulerConfig
-	// VAEScale is the VAE's downsampling factor (2^(levels−1)); an image
-	// side must be a multiple of 2·VAEScale.
-	VAEScale int
-	// LatentChannels is the VAE's latent channels.
-	LatentChannels int
 }
 
 // LoadPipeline loads a checkpoint directory's text encoder, transformer,
@@ -33,13 +26,6 @@ func LoadPipeline(ctx context.Context, be backend.Backend, dir string) (*Pipelin
 	var sc SchedulerConfig
 	if err := readJSON(filepath.Join(dir, SchedulerConfigFile), &sc); err != nil {
 		return nil, err
-	}
-	var vc VAEConfig
-	if err := readJSON(filepath.Join(dir, VAEDir, ComponentConfig), &vc); err != nil {
-		return nil, err
-	}
-	if len(vc.BlockOutChannels) == 0 {
-		return nil, errors.New("flux2: vae config without block_out_channels")
 	}
 	te, err := LoadTextEncoder(ctx, be, dir)
 	if err != nil {
@@ -61,18 +47,7 @@ func LoadPipeline(ctx context.Context, be backend.Backend, dir string) (*Pipelin
 		tr.Close()
 		return nil, err
 	}
-	return &Pipeline{Text: te, Transformer: tr, VAE: vae, Scheduler: sc, VAEScale: vc.ScaleFactor(), LatentChannels: vc.LatentChannels}, nil
-}
-
-func readJSON(path string, v any) error {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("flux2: %w", err)
-	}
-	if err := json.Unmarshal(raw, v); err != nil {
-		return fmt.Errorf("flux2: %s: %w", path, err)
-	}
-	return nil
+	return &Pipeline{Text: te, Transformer: tr, VAE: vae, Scheduler: sc}, nil
 }
 
 // IsCheckpoint reports whether dir holds a FLUX.2 pipeline in diffusers'
@@ -96,21 +71,6 @@ func (p *Pipeline) Close() error {
 	return errors.Join(p.Text.Close(), p.Transformer.Close(), p.VAE.Close())
 }
 
-// Image decodes one image's latents as Latents returns them (patchified,
-// [4·latent_channels, h, w]; overwritten): the latent batch norm undone,
-// the patches unfolded, the VAE's decoder, and the pixels quantized as
-// diffusers' image processor does for PIL output.
-func (p *Pipeline) Image(ctx context.Context, l Latents) (*image.NRGBA, error) {
-	if err := p.VAE.Denormalize(l); err != nil {
-		return nil, err
-	}
-	px, h, w, err := p.VAE.Decode(ctx, Unpatchify(l))
-	if err != nil {
-		return nil, err
-	}
-	return ToImage(px, h, w)
-}
-
 // Request is one generation: N images of Width×Height pixels from Prompt,
 // Steps denoising steps, the initial noise of Seed.
 type Request struct {
@@ -121,7 +81,8 @@ type Request struct {
 	Seed          uint64
 }
 
-// ErrBadSize: a side that is not a positive multiple of 2·VAEScale.
+// ErrBadSize: a side that is not a positive multiple of twice the VAE's
+// scale factor.
 var ErrBadSize = errors.New("flux2: image size")
 
 // Progress is told after each denoising step of each image (image from
@@ -132,10 +93,11 @@ type Progress func(image, step, steps int)
 // tokens, the initial noise of the seed for all N images in one draw (as
 // diffusers' num_images_per_prompt), then per image the schedule's steps.
 // It returns each image's latents unpacked to [C, H, W] (the transformer's
-// patchified channels; Unpatchify gives the VAE's). It stops between
+// patchified channels; VAE.DecodeImage makes the picture). It stops between
 // steps when ctx is done.
 func (p *Pipeline) Latents(ctx context.Context, r Request, progress Progress) ([]Latents, error) {
-	side := 2 * p.VAEScale
+	scale := p.VAE.Config().ScaleFactor()
+	side := 2 * scale
 	if r.Width <= 0 || r.Height <= 0 || r.Width%side != 0 || r.Height%side != 0 {
 		return nil, fmt.Errorf("%w: %d×%d is not a multiple of %d", ErrBadSize, r.Width, r.Height, side)
 	}
@@ -146,7 +108,7 @@ func (p *Pipeline) Latents(ctx context.Context, r Request, progress Progress) ([
 	if err != nil {
 		return nil, err
 	}
-	h, w := LatentGrid(r.Width, r.Height, p.VAEScale)
+	h, w := LatentGrid(r.Width, r.Height, scale)
 	cfg := p.Transformer.Config()
 	noise := InitialNoise(NewGenerator(r.Seed), r.N, cfg.InChannels, h, w)
 	ids := LatentIDs(h, w)

@@ -116,6 +116,18 @@ var refRequest = struct {
 	Image    []denoiseCase  `json:"image"`
 	Text     []textCase     `json:"text"`
 	Generate []generateCase `json:"generate"`
+	// BF16 is a whole generation on the demo written in bf16.
+	BF16 struct {
+		Dir      string         `json:"dir"`
+		Generate []generateCase `json:"generate"`
+	} `json:"bf16"`
+	// Quant is the demo with its transformer MLX affine quantized
+	// (QuantDemo), against diffusers on the dequantized weights.
+	Quant struct {
+		Dir     string        `json:"dir"`
+		Forward []forwardCase `json:"forward"`
+		Denoise []denoiseCase `json:"denoise"`
+	} `json:"quant"`
 }{
 	Randn: []randnCase{
 		{Seed: 0, Shapes: [][]int64{{1}, {2}, {7}, {15}}},             // torch's double sampler
@@ -153,6 +165,27 @@ var refRequest = struct {
 		{Prompt: "a very long prompt that the tokenizer truncates to sixteen tokens, chat template and all", MaxLen: 16},
 	},
 	Generate: []generateCase{{Prompt: "a lighthouse at dusk", N: 2, Width: 64, Height: 32, Steps: 2, Seed: 31}},
+}
+
+func init() {
+	refRequest.BF16.Generate = []generateCase{{Prompt: "an orange cat on a windowsill", N: 1, Width: 64, Height: 64, Steps: 2, Seed: 41}}
+	refRequest.Quant.Forward = []forwardCase{refRequest.Forward[0]}
+	refRequest.Quant.Denoise = []denoiseCase{refRequest.Denoise[0]}
+}
+
+// BF16Demo is TinyDemo with every weight in bf16; QuantDemo is TinyDemo
+// (same seed, so the same text encoder and VAE) with its transformer's
+// linear layers 4-bit MLX affine quantized in groups of 32.
+func BF16Demo() DemoOptions {
+	o := TinyDemo()
+	o.DType = "bf16"
+	return o
+}
+
+func QuantDemo() DemoOptions {
+	o := TinyDemo()
+	o.Quantize, o.GroupSize = 4, 32
+	return o
 }
 
 func idRows(ids []PosID) [][4]int32 {
@@ -196,21 +229,10 @@ type refReply struct {
 		T   []uint32 `json:"t"`
 		Emb []uint32 `json:"emb"`
 	} `json:"temb"`
-	Forward []struct {
-		Out []uint32 `json:"out"`
-	} `json:"forward"`
-	Denoise []struct {
-		Steps   int      `json:"steps"`
-		Latents []uint32 `json:"latents"`
-	} `json:"denoise"`
-	Image []struct {
-		Steps   int      `json:"steps"`
-		Latents []uint32 `json:"latents"`
-		Shape   []int    `json:"shape"` // [height, width, 3]
-		NP      []uint32 `json:"np"`    // output_type="np": [height, width, 3] in [0, 1]
-		PIL     []int    `json:"pil"`   // the PIL image's bytes, row-major RGB
-	} `json:"image"`
-	Text []struct {
+	Forward []forwardReply `json:"forward"`
+	Denoise []stepsReply   `json:"denoise"`
+	Image   []imageReply   `json:"image"`
+	Text    []struct {
 		IDs    []int    `json:"ids"`
 		Real   int      `json:"real"`
 		Embeds []uint32 `json:"embeds"`
@@ -219,6 +241,32 @@ type refReply struct {
 		Steps   int        `json:"steps"`
 		Latents [][]uint32 `json:"latents"`
 	} `json:"generate"`
+	BF16  []imageReply `json:"bf16"` // no NP
+	Quant struct {
+		Quantized int            `json:"quantized"` // modules diffusers' side dequantized
+		Forward   []forwardReply `json:"forward"`
+		Denoise   []stepsReply   `json:"denoise"`
+	} `json:"quant"`
+}
+
+// forwardReply is one transformer forward's output.
+type forwardReply struct {
+	Out []uint32 `json:"out"`
+}
+
+// stepsReply is a denoising loop's packed latents after its last step.
+type stepsReply struct {
+	Steps   int      `json:"steps"`
+	Latents []uint32 `json:"latents"`
+}
+
+// imageReply is a generation's final packed latents and its image.
+type imageReply struct {
+	Steps   int      `json:"steps"`
+	Latents []uint32 `json:"latents"`
+	Shape   []int    `json:"shape"` // [height, width, 3]
+	NP      []uint32 `json:"np"`    // output_type="np": [height, width, 3] in [0, 1]
+	PIL     []int    `json:"pil"`   // the PIL image's bytes, row-major RGB
 }
 
 var (
@@ -262,8 +310,14 @@ func reference(t *testing.T) *refReply {
 		}
 		req := refRequest
 		req.Demo.Dir = filepath.Join(refDir, "demo")
-		if refErr = CreateDemo(req.Demo.Dir, TinyDemo()); refErr != nil {
-			return
+		req.BF16.Dir, req.Quant.Dir = filepath.Join(refDir, "bf16"), filepath.Join(refDir, "quant")
+		for _, c := range []struct {
+			dir string
+			o   DemoOptions
+		}{{req.Demo.Dir, TinyDemo()}, {req.BF16.Dir, BF16Demo()}, {req.Quant.Dir, QuantDemo()}} {
+			if refErr = CreateDemo(c.dir, c.o); refErr != nil {
+				return
+			}
 		}
 		in, _ := json.Marshal(req)
 		cmd := exec.Command(py, filepath.Join("testdata", "reference.py"), string(in))

@@ -2,7 +2,6 @@ package flux2
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -10,6 +9,7 @@ import (
 	"path/filepath"
 
 	"fusion/engine/backend"
+	"fusion/engine/modelfile"
 	"fusion/engine/safetensors"
 	"fusion/engine/tensor"
 )
@@ -40,20 +40,9 @@ type params struct {
 	be      backend.Backend
 	file    *safetensors.File
 	bytes   int64 // the weights file's size
+	quant   *modelfile.Quantization
 	weights []backend.Weight
 	vectors []backend.Vector
-}
-
-// readConfig reads the config.json of the component in folder sub.
-func readConfig(dir, sub string, cfg any) error {
-	raw, err := os.ReadFile(filepath.Join(dir, sub, ComponentConfig))
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(raw, cfg); err != nil {
-		return fmt.Errorf("flux2: %s config: %w", sub, err)
-	}
-	return nil
 }
 
 // open opens the weights of the component in folder sub and runs load,
@@ -106,7 +95,7 @@ type singleBlock struct {
 // checkpoint directory and uploads them to be. Close releases them.
 func LoadTransformer(be backend.Backend, dir string) (*Transformer, error) {
 	var cfg TransformerConfig
-	if err := readConfig(dir, TransformerDir, &cfg); err != nil {
+	if err := readJSON(filepath.Join(dir, TransformerDir, ComponentConfig), &cfg); err != nil {
 		return nil, err
 	}
 	if cfg.GuidanceEmbeds {
@@ -115,8 +104,12 @@ func LoadTransformer(be backend.Backend, dir string) (*Transformer, error) {
 	if cfg.PatchSize != 1 || cfg.AttentionHeadDim%2 != 0 || cfg.NumAttentionHeads <= 0 {
 		return nil, fmt.Errorf("flux2: unsupported transformer config (patch %d, %d heads of %d)", cfg.PatchSize, cfg.NumAttentionHeads, cfg.AttentionHeadDim)
 	}
+	quant, err := modelfile.ParseQuantization(cfg.Quantization)
+	if err != nil {
+		return nil, fmt.Errorf("flux2: transformer: %w", err)
+	}
 	m := &Transformer{cfg: cfg}
-	if err := m.open(be, dir, TransformerDir, m.load); err != nil {
+	if err := m.open(be, dir, TransformerDir, func() error { m.quant = quant; return m.load() }); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -195,17 +188,30 @@ func (l *loader) upload(w backend.WeightData) backend.Weight {
 	return out
 }
 
-// matrix is the weight name+".weight" as a dense [out, in] matrix.
+// matrix is the module name's weight [out, in]: dense, or MLX affine
+// quantized (name.weight packed, name.scales, name.biases) when the
+// component's config has a quantization block and the module has scales.
 func (l *loader) matrix(name string) backend.WeightData {
-	t, ok := l.tensor(name + ".weight")
-	if !ok {
+	if l.err != nil {
 		return backend.WeightData{}
 	}
-	if len(t.Shape) != 2 {
-		l.err = fmt.Errorf("flux2: %s has shape %v, not a matrix", t.Name, t.Shape)
+	if _, ok := l.tensor(name + ".weight"); !ok {
 		return backend.WeightData{}
 	}
-	return backend.WeightData{Name: name, Format: backend.Dense, Out: int(t.Shape[0]), In: int(t.Shape[1]), Data: t}
+	lin, err := modelfile.LookupLinearFunc(l.m.file.Tensor, l.m.quant, name)
+	if err != nil {
+		l.err = fmt.Errorf("flux2: %s: %w", l.m.what, err)
+		return backend.WeightData{}
+	}
+	d := backend.WeightData{Name: name, Format: backend.Dense, Out: lin.Out, In: lin.In, Data: lin.Weight, Bias: lin.Bias}
+	if lin.Quantized {
+		if lin.Mode != modelfile.ModeAffine {
+			l.err = fmt.Errorf("flux2: %s: %s quantization (only affine loads)", name, lin.Mode)
+			return backend.WeightData{}
+		}
+		d.Format, d.Scales, d.Biases, d.Bits, d.Group = backend.MLXAffine, lin.Scales, lin.Biases, lin.Bits, lin.GroupSize
+	}
+	return d
 }
 
 func (l *loader) linear(name string) backend.Weight { return l.upload(l.matrix(name)) }
@@ -238,31 +244,66 @@ func (l *loader) splitAt(name string, at ...int) []backend.Weight {
 	return out
 }
 
-// columns cuts a dense weight into its first cols input columns and the
-// rest, copying them: x·Wᵀ = x[:, :cols]·W₁ᵀ + x[:, cols:]·W₂ᵀ.
+// columns cuts a weight into its first cols input columns and the rest,
+// copying them: x·Wᵀ = x[:, :cols]·W₁ᵀ + x[:, cols:]·W₂ᵀ. A quantized
+// weight is cut at a group boundary (its packed codes, scales and biases
+// alike), so each part dequantizes to the same values.
 func (l *loader) columns(name string, cols int) [2]backend.Weight {
 	var out [2]backend.Weight
 	w := l.matrix(name)
 	if l.err != nil {
 		return out
 	}
-	size := w.Data.DType.BlockBytes()
-	if w.Data.DType.Quantized() || cols <= 0 || cols >= w.In || len(w.Data.Data) != w.Out*w.In*size {
-		l.err = fmt.Errorf("flux2: %s: cannot split %d columns of [%d, %d] %v", name, cols, w.Out, w.In, w.Data.DType)
+	parts := []*tensor.Tensor{&w.Data}
+	switch w.Format {
+	case backend.Dense:
+	case backend.MLXAffine:
+		parts = append(parts, &w.Scales, &w.Biases)
+	default:
+		l.err = fmt.Errorf("flux2: %s: cannot split the columns of a %v weight", name, w.Format)
+		return out
+	}
+	if cols <= 0 || cols >= w.In || (w.Format == backend.MLXAffine && cols%w.Group != 0) {
+		l.err = fmt.Errorf("flux2: %s: cannot split %d columns of [%d, %d] %v", name, cols, w.Out, w.In, w.Format)
 		return out
 	}
 	for i, r := range [2][2]int{{0, cols}, {cols, w.In}} {
-		n := r[1] - r[0]
-		data := make([]byte, 0, w.Out*n*size)
-		for row := range w.Out {
-			data = append(data, w.Data.Data[(row*w.In+r[0])*size:(row*w.In+r[1])*size]...)
-		}
 		part := w
-		part.Name, part.In = fmt.Sprintf("%s[:, %d:%d]", name, r[0], r[1]), n
-		part.Data = tensor.Tensor{Name: part.Name, DType: w.Data.DType, Shape: []int64{int64(w.Out), int64(n)}, Data: data}
+		part.Name, part.In = fmt.Sprintf("%s[:, %d:%d]", name, r[0], r[1]), r[1]-r[0]
+		dst := []*tensor.Tensor{&part.Data, &part.Scales, &part.Biases}
+		for j, t := range parts {
+			c, err := columnRange(*t, w.Out, w.In, r[0], r[1])
+			if err != nil {
+				l.err = fmt.Errorf("flux2: %s: %w", name, err)
+				return out
+			}
+			*dst[j] = c
+		}
 		out[i] = l.upload(part)
 	}
 	return out
+}
+
+// columnRange copies the share [from, to) of in logical columns of every
+// one of a tensor's rows rows: for packed codes, scales or biases the
+// share of each row's bytes (whole elements, or it is an error).
+func columnRange(t tensor.Tensor, rows, in, from, to int) (tensor.Tensor, error) {
+	size := t.DType.BlockBytes()
+	if rows <= 0 || len(t.Data)%rows != 0 || len(t.Shape) != 2 {
+		return t, fmt.Errorf("%s: %d bytes of shape %v for %d rows", t.Name, len(t.Data), t.Shape, rows)
+	}
+	rb := len(t.Data) / rows
+	lo, hi := rb*from, rb*to
+	if lo%in != 0 || hi%in != 0 || (lo/in)%size != 0 || (hi/in)%size != 0 {
+		return t, fmt.Errorf("%s: columns [%d, %d) of %d are not whole %v elements", t.Name, from, to, in, t.DType)
+	}
+	lo, hi = lo/in, hi/in
+	data := make([]byte, 0, rows*(hi-lo))
+	for row := range rows {
+		data = append(data, t.Data[row*rb+lo:row*rb+hi]...)
+	}
+	return tensor.Tensor{Name: fmt.Sprintf("%s[:, %d:%d]", t.Name, from, to), DType: t.DType,
+		Shape: []int64{int64(rows), int64((hi - lo) / size)}, Data: data}, nil
 }
 
 func (l *loader) vector(name string) backend.Vector { return l.vectorOf(name + ".weight") }

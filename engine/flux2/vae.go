@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"image"
 	"math"
+	"path/filepath"
 
 	"fusion/engine/backend"
 	"fusion/engine/tensor"
@@ -57,7 +58,7 @@ type upBlock struct {
 // releases them.
 func LoadVAE(be backend.Backend, dir string) (*VAE, error) {
 	var cfg VAEConfig
-	if err := readConfig(dir, VAEDir, &cfg); err != nil {
+	if err := readJSON(filepath.Join(dir, VAEDir, ComponentConfig), &cfg); err != nil {
 		return nil, err
 	}
 	chans := cfg.decoderChannels()
@@ -315,26 +316,23 @@ func (a *vaeAttention) forward(s backend.Step, x backend.Array, n, groups int) b
 	return s.Add(s.Linear(y, a.toOut), x)
 }
 
-// Image turns the transformer's final packed latents of one image into
-// its picture, as Flux2KleinPipeline does after its last step: the tokens
-// [len(ids), 4·latent_channels] are unpacked by their position ids onto
-// the h×w token grid (LatentGrid), the latent batch norm is undone, the
-// 2×2 patches unfolded, the VAE decodes, and the result is quantized as
-// diffusers' image processor does for PIL output. The image is
-// (h·2·ScaleFactor())² pixels for a square grid, opaque.
-func (v *VAE) Image(ctx context.Context, tokens []float32, ids []PosID, h, w int) (*image.NRGBA, error) {
-	l, err := Unpack(tokens, ids, 4*v.cfg.LatentChannels, h, w)
-	if err != nil {
-		return nil, err
-	}
+// DecodeImage turns one image's latents as the denoising loop leaves them
+// unpacked on the token grid (Latents' result, or Unpack of the
+// transformer's packed tokens: [4·latent_channels, h, w], overwritten)
+// into its picture, as Flux2KleinPipeline does after its last step: the
+// latent batch norm undone, the 2×2 patches unfolded, the VAE's decoder,
+// and the pixels quantized as diffusers' image processor does for PIL
+// output. The image is h·2·ScaleFactor() by w·2·ScaleFactor() pixels,
+// opaque.
+func (v *VAE) DecodeImage(ctx context.Context, l Latents) (*image.NRGBA, error) {
 	if err := v.Denormalize(l); err != nil {
 		return nil, err
 	}
-	px, ph, pw, err := v.Decode(ctx, Unpatchify(l))
+	px, h, w, err := v.Decode(ctx, Unpatchify(l))
 	if err != nil {
 		return nil, err
 	}
-	return ToImage(px, ph, pw)
+	return ToImage(px, h, w)
 }
 
 // ToImage quantizes decoded pixels [height·width, 3] (values about −1 …

@@ -83,7 +83,11 @@ func TestVAEMatchesPipeline(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				img, err = vae.Image(context.Background(), lat, in.ImageIDs, h, w)
+				ours, err := Unpack(lat, in.ImageIDs, cfg.Transformer.InChannels, h, w)
+				if err != nil {
+					t.Fatal(err)
+				}
+				img, err = vae.DecodeImage(context.Background(), ours)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -192,23 +196,51 @@ func TestVAERejects(t *testing.T) {
 	}
 	defer v.Close()
 	h, w := LatentGrid(32, 32, v.Config().ScaleFactor())
-	tokens := make([]float32, h*w*16)
-	img, err := v.Image(context.Background(), tokens, LatentIDs(h, w), h, w)
+	zeros := func(c, n int) Latents { return Latents{C: c, H: h, W: w, Data: make([]float32, n)} }
+	img, err := v.DecodeImage(context.Background(), zeros(16, h*w*16))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if b := img.Bounds(); b.Dx() != 32 || b.Dy() != 32 {
 		t.Fatalf("image %v, want 32×32", b)
 	}
-	if _, err := v.Image(context.Background(), tokens[1:], LatentIDs(h, w), h, w); err == nil {
-		t.Error("short tokens: no error")
+	if _, err := v.DecodeImage(context.Background(), zeros(16, h*w*16-1)); err == nil {
+		t.Error("short latents: no error")
+	}
+	if _, err := v.DecodeImage(context.Background(), zeros(12, h*w*12)); err == nil {
+		t.Error("12-channel latents: no error")
 	}
 	if _, _, _, err := v.Decode(context.Background(), Latents{C: 3, H: 2, W: 2, Data: make([]float32, 12)}); err == nil {
 		t.Error("3-channel latents: no error")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := v.Image(ctx, tokens, LatentIDs(h, w), h, w); err == nil {
+	if _, err := v.DecodeImage(ctx, zeros(16, h*w*16)); err == nil {
 		t.Error("cancelled context: no error")
+	}
+}
+
+// TestVAEDecodeBytes: the decoder's working-memory estimate, worked out
+// by hand for the tiny VAE (widths 16, 16, 8, 8 from the inside out, 8×
+// downsampling) at 1024×1024: the mid-block attention over 128² latent
+// pixels dominates (16,384² scores + 7 arrays of 16 channels); without
+// the attention, the last block's resnets at full resolution (8 arrays
+// of 8 channels over 1024² pixels).
+func TestVAEDecodeBytes(t *testing.T) {
+	c := TinyDemo().VAE
+	for _, tc := range []struct {
+		attention     bool
+		width, height int
+		want          int64
+	}{
+		{true, 1024, 1024, 4 * (16384*16384 + 7*16*16384)},
+		{false, 1024, 1024, 4 * (8 * 8 * 1024 * 1024)},
+		{false, 64, 32, 4 * (8 * 8 * 64 * 32)},
+		{true, 0, 64, 0},
+	} {
+		c.MidBlockAddAttention = tc.attention
+		if got := c.DecodeBytes(tc.width, tc.height); got != tc.want {
+			t.Errorf("attention %v, %d×%d: %d bytes, want %d", tc.attention, tc.width, tc.height, got, tc.want)
+		}
 	}
 }

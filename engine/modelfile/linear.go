@@ -157,3 +157,9 @@ func ToFloat32(t tensor.Tensor) ([]float32, error) {
 }
 
 func isFloat(d tensor.DType) bool { return d == tensor.F32 || d == tensor.F16 || d == tensor.BF16 }
+
+// LookupLinearFunc is LookupLinear over any function that finds tensors
+// by name (a single safetensors file, as a diffusers component has).
+func LookupLinearFunc(get func(name string) (tensor.Tensor, bool), q *Quantization, path string) (*Linear, error) {
+	return lookupLinear(get, q, path)
+}

@@ -205,3 +205,10 @@ func isNull(b json.RawMessage) bool {
 	b = bytes.TrimSpace(b)
 	return len(b) == 0 || bytes.Equal(b, []byte("null"))
 }
+
+// ParseQuantization reads a "quantization" block as mlx-lm writes it into
+// config.json (as a diffusers component's config carries it too); nil
+// for an absent or null block.
+func ParseQuantization(block json.RawMessage) (*Quantization, error) {
+	return parseQuantization(block, nil)
+}

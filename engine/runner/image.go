@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"image/png"
+	"math"
 	"strings"
 
 	"fusion/engine"
@@ -73,8 +74,9 @@ func (r *Runner) GenerateImage(ctx context.Context, req *engine.ImageRequest) (*
 		return nil, invalid("model %q is a%s %s model; it does not make images", req.Model, article(kindOf(em)), kindOf(em))
 	}
 	p := em.img
-	if need, have := imageBytes(p, req), r.imageMemory(); need > have {
-		return nil, &engine.OverloadedError{Reason: fmt.Sprintf("a %d×%d image needs about %d bytes of working memory, %d are available", req.Width, req.Height, need, have), RetryAfter: 5}
+	if need, what := imageBytes(p, req); need > r.imageMemory() {
+		return nil, &engine.OverloadedError{Reason: fmt.Sprintf("a %d×%d image needs about %d bytes of working memory (%s), %d are available",
+			req.Width, req.Height, need, what, r.imageMemory()), RetryAfter: 5}
 	}
 	var progress flux2.Progress
 	if req.OnStep != nil {
@@ -95,7 +97,7 @@ func (r *Runner) GenerateImage(ctx context.Context, req *engine.ImageRequest) (*
 func decodeImages(ctx context.Context, p *flux2.Pipeline, lat []flux2.Latents) (*engine.ImageResult, error) {
 	res := &engine.ImageResult{PNG: make([][]byte, len(lat))}
 	for i, l := range lat {
-		img, err := p.Image(ctx, l)
+		img, err := p.VAE.DecodeImage(ctx, l)
 		if err != nil {
 			return nil, fmt.Errorf("image %d of %d: %w", i+1, len(lat), err)
 		}
@@ -119,12 +121,27 @@ func (r *Runner) imageMemory() int64 {
 	return 1 << 62 // unknown: do not refuse
 }
 
-// imageBytes estimates the working memory of one transformer pass: the
-// joint sequence's activations (a dozen arrays of its width, the MLP's
-// hidden ones) and one head's attention scores at a time, in float32.
-func imageBytes(p *flux2.Pipeline, req *engine.ImageRequest) int64 {
+// imageBytes estimates a generation's working memory, the larger of one
+// transformer pass's and the VAE decoder's at the full image size (they
+// run one after the other), and says which it is.
+func imageBytes(p *flux2.Pipeline, req *engine.ImageRequest) (int64, string) {
+	pass, decode := transformerBytes(p, req), p.VAE.Config().DecodeBytes(req.Width, req.Height)
+	if decode > pass {
+		return decode, fmt.Sprintf("the VAE decoder's; a transformer pass needs %d", pass)
+	}
+	return pass, fmt.Sprintf("a transformer pass's; the VAE decoder needs %d", decode)
+}
+
+// transformerBytes estimates the working memory of one transformer pass:
+// the joint sequence's activations (a dozen arrays of its width, the
+// MLP's hidden ones) and one head's attention scores at a time, in
+// float32 (math.MaxInt64 for a size whose estimate would overflow).
+func transformerBytes(p *flux2.Pipeline, req *engine.ImageRequest) int64 {
 	c := p.Transformer.Config()
-	side := int64(2 * p.VAEScale)
+	side := int64(2 * p.VAE.Config().ScaleFactor())
 	tokens := int64(p.Text.MaxLen) + int64(req.Width)/side*(int64(req.Height)/side)
+	if tokens > 1<<28 {
+		return math.MaxInt64
+	}
 	return 4 * (tokens*int64(12*c.Inner()+3*c.MLPHidden()) + tokens*tokens)
 }

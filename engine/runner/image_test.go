@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"image/png"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"fusion/engine"
@@ -16,12 +18,18 @@ import (
 )
 
 // newImageRunner is a runner over the demo chat model and a tiny FLUX.2
-// [klein] checkpoint ("flux").
+// [klein] checkpoint ("flux"), and the same with a 4-bit MLX affine
+// transformer ("flux-q4").
 func newImageRunner(t *testing.T, cfg Config) *Runner {
 	t.Helper()
 	dir := t.TempDir()
 	demotest.Create(t, filepath.Join(dir, "demo"), demo.Options{Arch: "qwen3", Seed: 7})
 	if err := flux2.CreateDemo(filepath.Join(dir, "flux"), flux2.TinyDemo()); err != nil {
+		t.Fatal(err)
+	}
+	q4 := flux2.TinyDemo()
+	q4.Quantize, q4.GroupSize = 4, 32
+	if err := flux2.CreateDemo(filepath.Join(dir, "flux-q4"), q4); err != nil {
 		t.Fatal(err)
 	}
 	cfg.ModelsDir = dir
@@ -85,6 +93,18 @@ func TestGenerateImage(t *testing.T) {
 		}
 	})
 
+	t.Run("quantized transformer", func(t *testing.T) {
+		q := req(nil)
+		q.Model, q.Steps = "flux-q4", 2
+		res, err := r.GenerateImage(ctx, q)
+		if err != nil || len(res.PNG) != 1 {
+			t.Fatalf("%v, %+v", err, res)
+		}
+		if img, err := png.Decode(bytes.NewReader(res.PNG[0])); err != nil || img.Bounds().Dx() != 32 {
+			t.Errorf("png %v, %v", err, img)
+		}
+	})
+
 	t.Run("cancel", func(t *testing.T) {
 		cctx, cancel := context.WithCancel(ctx)
 		steps := 0
@@ -123,6 +143,25 @@ func TestGenerateImage(t *testing.T) {
 		var oe *engine.OverloadedError
 		if !errors.As(err, &oe) || steps != 0 {
 			t.Errorf("1 KiB of memory: %d steps, error %v", steps, err)
+		}
+	})
+
+	// At 1024×1024 a pass of the tiny transformer needs about 97 MB, the
+	// tiny VAE's decoder 1.08 GB (its mid-block attention over 128²
+	// latent pixels, flux2.TestVAEDecodeBytes): with 200 MB the decoder's
+	// figure refuses it, before any step.
+	t.Run("memory of the decoder", func(t *testing.T) {
+		r.cfg.MaxImageBytes = 200 << 20
+		defer func() { r.cfg.MaxImageBytes = 0 }()
+		steps := 0
+		q := req(func(engine.ImageStep) { steps++ })
+		q.Width, q.Height = 1024, 1024
+		_, err := r.GenerateImage(ctx, q)
+		var oe *engine.OverloadedError
+		want := fmt.Sprintf("needs about %d bytes of working memory (the VAE decoder's; a transformer pass needs %d), %d are available",
+			4*(16384*16384+7*16*16384), 4*4608*(12*32+3*96+4608), 200<<20)
+		if !errors.As(err, &oe) || steps != 0 || !strings.Contains(oe.Reason, want) {
+			t.Errorf("1024×1024 in 200 MiB: %d steps, error %v; want it to say %q", steps, err, want)
 		}
 	})
 

@@ -3,6 +3,7 @@
 # prints one JSON object with a section per test. Floats travel as their
 # float32 bit patterns so the tests can compare them exactly.
 import json
+import os
 import sys
 import warnings
 
@@ -19,6 +20,22 @@ from diffusers.pipelines.flux2.pipeline_flux2_klein import compute_empirical_mu,
 
 def bits(t):
     return t.detach().to(torch.float32).contiguous().numpy().view(np.uint32).ravel().tolist()
+
+
+def run(p, seed, output_type, **kw):
+    """Runs pipeline p with a seeded CPU generator; returns its output and
+    the latents after every step (from the step-end callback)."""
+    seen = []
+
+    def grab(pipeline, i, t, tensors):
+        seen.append(tensors["latents"].clone())
+        return {}
+
+    res = p(
+        generator=torch.Generator("cpu").manual_seed(seed), output_type=output_type,
+        callback_on_step_end=grab, callback_on_step_end_tensor_inputs=["latents"], **kw,
+    )
+    return res, seen
 
 
 req = json.loads(sys.argv[1])
@@ -106,39 +123,31 @@ for c in req["temb"]:
 
 # One transformer forward on the demo checkpoint: the pipeline's initial
 # latents for a seed, randn text hidden states, a scheduler timestep.
-out["forward"] = []
-tr = pipe.transformer.eval()
-for c in req["forward"]:
+def forward(model, c):
     lat, img_ids = pipe.prepare_latents(
-        batch_size=1, num_latents_channels=tr.config.in_channels // 4,
+        batch_size=1, num_latents_channels=model.config.in_channels // 4,
         height=c["size"], width=c["size"], dtype=torch.float32, device="cpu",
         generator=torch.Generator("cpu").manual_seed(c["seed"]),
     )
-    txt = torch.randn((1, c["text"], tr.config.joint_attention_dim), generator=torch.Generator("cpu").manual_seed(c["text_seed"]))
+    txt = torch.randn((1, c["text"], model.config.joint_attention_dim), generator=torch.Generator("cpu").manual_seed(c["text_seed"]))
     t = torch.tensor([c["t"]], dtype=torch.float32)
     with torch.no_grad():
-        v = tr(
+        v = model(
             hidden_states=lat, encoder_hidden_states=txt, timestep=t / 1000, guidance=None,
             img_ids=img_ids, txt_ids=Flux2KleinPipeline._prepare_text_ids(txt), return_dict=False,
         )[0]
-    out["forward"].append({"out": bits(v)})
+    return {"out": bits(v)}
+
+
+tr = pipe.transformer.eval()
+out["forward"] = [forward(tr, c) for c in req["forward"]]
 
 # The pipeline's own denoising loop from prompt embeddings (randn), its
 # packed latents after the last step taken from the step-end callback.
 out["denoise"] = []
 for c in req["denoise"]:
     txt = torch.randn((1, c["text"], tr.config.joint_attention_dim), generator=torch.Generator("cpu").manual_seed(c["text_seed"]))
-    seen = []
-
-    def grab(p, i, t, kw):
-        seen.append(kw["latents"].clone())
-        return {}
-
-    pipe(
-        prompt_embeds=txt, height=c["size"], width=c["size"], num_inference_steps=c["steps"],
-        generator=torch.Generator("cpu").manual_seed(c["seed"]), output_type="latent",
-        callback_on_step_end=grab, callback_on_step_end_tensor_inputs=["latents"],
-    )
+    _, seen = run(pipe, c["seed"], "latent", prompt_embeds=txt, height=c["size"], width=c["size"], num_inference_steps=c["steps"])
     out["denoise"].append({"steps": len(seen), "latents": bits(seen[-1])})
 
 # The pipeline's whole generation from prompt embeddings (randn) to the
@@ -148,17 +157,8 @@ for c in req["denoise"]:
 out["image"] = []
 for c in req["image"]:
     txt = torch.randn((1, c["text"], tr.config.joint_attention_dim), generator=torch.Generator("cpu").manual_seed(c["text_seed"]))
-    seen = []
-
-    def grab(p, i, t, kw):
-        seen.append(kw["latents"].clone())
-        return {}
-
-    img = pipe(
-        prompt_embeds=txt, height=c["size"], width=c["size"], num_inference_steps=c["steps"],
-        generator=torch.Generator("cpu").manual_seed(c["seed"]), output_type="np",
-        callback_on_step_end=grab, callback_on_step_end_tensor_inputs=["latents"],
-    ).images
+    res, seen = run(pipe, c["seed"], "np", prompt_embeds=txt, height=c["size"], width=c["size"], num_inference_steps=c["steps"])
+    img = res.images
     pil = np.array(pipe.image_processor.numpy_to_pil(img)[0])
     out["image"].append({
         "steps": len(seen), "latents": bits(seen[-1]), "shape": list(pil.shape),
@@ -182,17 +182,67 @@ for c in req["text"]:
 # every image after the last step.
 out["generate"] = []
 for c in req["generate"]:
-    seen = []
-
-    def grab(p, i, t, kw):
-        seen.append(kw["latents"].clone())
-        return {}
-
-    pipe(
-        prompt=c["prompt"], height=c["height"], width=c["width"], num_inference_steps=c["steps"],
-        num_images_per_prompt=c["n"], generator=torch.Generator("cpu").manual_seed(c["seed"]), output_type="latent",
-        callback_on_step_end=grab, callback_on_step_end_tensor_inputs=["latents"],
+    _, seen = run(
+        pipe, c["seed"], "latent", prompt=c["prompt"], height=c["height"], width=c["width"],
+        num_inference_steps=c["steps"], num_images_per_prompt=c["n"],
     )
     out["generate"].append({"steps": len(seen), "latents": [bits(x) for x in seen[-1]]})
+
+
+# A bf16 checkpoint as diffusers runs it here, upcast to float32 when
+# loaded (dtype=torch.float32): a whole generation from a prompt (text
+# encoder, transformer, VAE all from bf16 files), its packed latents after
+# the last step and the PIL image.
+b = req["bf16"]
+pb = Flux2KleinPipeline.from_pretrained(b["dir"], dtype=torch.float32)
+out["bf16"] = []
+for c in b["generate"]:
+    res, seen = run(
+        pb, c["seed"], "np", prompt=c["prompt"], height=c["height"], width=c["width"],
+        num_inference_steps=c["steps"], num_images_per_prompt=c["n"],
+    )
+    img = res.images
+    pil = np.array(pb.image_processor.numpy_to_pil(img)[0])
+    out["bf16"].append({"steps": len(seen), "latents": bits(seen[-1][0]), "shape": list(pil.shape), "pil": pil.ravel().tolist()})
+
+
+# An MLX affine-quantized transformer, dequantized here independently of
+# the Go code (the codes unpacked from the little-endian bit stream of each
+# row, w = q·scale + bias per group in float32, as mx.dequantize computes
+# with float32 scales) into a float Flux2Transformer2DModel.
+def dequantize(w, scales, biases, nbits, group):
+    rows = w.shape[0]
+    stream = np.unpackbits(w.astype("<u4").view(np.uint8).reshape(rows, -1), axis=1, bitorder="little")
+    cols = stream.shape[1] // nbits
+    q = (stream.reshape(rows, cols, nbits).astype(np.uint32) << np.arange(nbits, dtype=np.uint32)).sum(axis=2)
+    q = q.astype(np.float32).reshape(rows, cols // group, group)
+    return (q * scales[:, :, None] + biases[:, :, None]).reshape(rows, cols).astype(np.float32)
+
+
+from safetensors.numpy import load_file
+
+q = req["quant"]
+with open(os.path.join(q["dir"], "transformer", "config.json")) as f:
+    qcfg = json.load(f)
+qparams = qcfg.pop("quantization")
+raw = load_file(os.path.join(q["dir"], "transformer", "diffusion_pytorch_model.safetensors"))
+state, quantized = {}, 0
+for k, v in raw.items():
+    if k.endswith(".scales") or k.endswith(".biases"):
+        continue
+    m = k[: -len(".weight")]
+    if k.endswith(".weight") and m + ".scales" in raw:
+        v = dequantize(v, raw[m + ".scales"], raw[m + ".biases"], qparams["bits"], qparams["group_size"])
+        quantized += 1
+    state[k] = torch.from_numpy(np.ascontiguousarray(v))
+trq = Flux2Transformer2DModel.from_config(qcfg).to(torch.float32)
+trq.load_state_dict(state, strict=True)
+trq.eval()
+out["quant"] = {"quantized": quantized, "forward": [forward(trq, c) for c in q["forward"]], "denoise": []}
+pq = Flux2KleinPipeline.from_pretrained(d["dir"], transformer=trq, dtype=torch.float32)
+for c in q["denoise"]:
+    txt = torch.randn((1, c["text"], trq.config.joint_attention_dim), generator=torch.Generator("cpu").manual_seed(c["text_seed"]))
+    _, seen = run(pq, c["seed"], "latent", prompt_embeds=txt, height=c["size"], width=c["size"], num_inference_steps=c["steps"])
+    out["quant"]["denoise"].append({"steps": len(seen), "latents": bits(seen[-1])})
 
 print(json.dumps(out))
