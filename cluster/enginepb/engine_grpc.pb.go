@@ -34,6 +34,7 @@ const (
 	Engine_Stats_FullMethodName         = "/fusion.engine.v1.Engine/Stats"
 	Engine_Speak_FullMethodName         = "/fusion.engine.v1.Engine/Speak"
 	Engine_GenerateImage_FullMethodName = "/fusion.engine.v1.Engine/GenerateImage"
+	Engine_ImageFile_FullMethodName     = "/fusion.engine.v1.Engine/ImageFile"
 )
 
 // EngineClient is the client API for Engine service.
@@ -70,6 +71,10 @@ type EngineClient interface {
 	// denoising step comes as it is taken (step set, when progress was asked
 	// for), then the images (done set).
 	GenerateImage(ctx context.Context, in *ImageRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ImageReply], error)
+	// ImageFile gives a url result of an image generation kept on the peer
+	// (the node that answered it), for a GET /v1/images/files/{id} that
+	// reached another node; NOT_FOUND once its retention time is over.
+	ImageFile(ctx context.Context, in *ImageFileRequest, opts ...grpc.CallOption) (*ImageFileReply, error)
 }
 
 type engineClient struct {
@@ -235,6 +240,16 @@ func (c *engineClient) GenerateImage(ctx context.Context, in *ImageRequest, opts
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Engine_GenerateImageClient = grpc.ServerStreamingClient[ImageReply]
 
+func (c *engineClient) ImageFile(ctx context.Context, in *ImageFileRequest, opts ...grpc.CallOption) (*ImageFileReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ImageFileReply)
+	err := c.cc.Invoke(ctx, Engine_ImageFile_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // EngineServer is the server API for Engine service.
 // All implementations must embed UnimplementedEngineServer
 // for forward compatibility.
@@ -269,6 +284,10 @@ type EngineServer interface {
 	// denoising step comes as it is taken (step set, when progress was asked
 	// for), then the images (done set).
 	GenerateImage(*ImageRequest, grpc.ServerStreamingServer[ImageReply]) error
+	// ImageFile gives a url result of an image generation kept on the peer
+	// (the node that answered it), for a GET /v1/images/files/{id} that
+	// reached another node; NOT_FOUND once its retention time is over.
+	ImageFile(context.Context, *ImageFileRequest) (*ImageFileReply, error)
 	mustEmbedUnimplementedEngineServer()
 }
 
@@ -311,6 +330,9 @@ func (UnimplementedEngineServer) Speak(*SpeechRequest, grpc.ServerStreamingServe
 }
 func (UnimplementedEngineServer) GenerateImage(*ImageRequest, grpc.ServerStreamingServer[ImageReply]) error {
 	return status.Error(codes.Unimplemented, "method GenerateImage not implemented")
+}
+func (UnimplementedEngineServer) ImageFile(context.Context, *ImageFileRequest) (*ImageFileReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method ImageFile not implemented")
 }
 func (UnimplementedEngineServer) mustEmbedUnimplementedEngineServer() {}
 func (UnimplementedEngineServer) testEmbeddedByValue()                {}
@@ -496,6 +518,24 @@ func _Engine_GenerateImage_Handler(srv interface{}, stream grpc.ServerStream) er
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Engine_GenerateImageServer = grpc.ServerStreamingServer[ImageReply]
 
+func _Engine_ImageFile_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ImageFileRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EngineServer).ImageFile(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Engine_ImageFile_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EngineServer).ImageFile(ctx, req.(*ImageFileRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Engine_ServiceDesc is the grpc.ServiceDesc for Engine service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -526,6 +566,10 @@ var Engine_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Rerank",
 			Handler:    _Engine_Rerank_Handler,
+		},
+		{
+			MethodName: "ImageFile",
+			Handler:    _Engine_ImageFile_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
