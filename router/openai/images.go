@@ -104,6 +104,8 @@ type ImagePartial struct {
 	B64JSON           string `json:"b64_json"`
 	OutputFormat      string `json:"output_format"` // "png"
 	Size              string `json:"size"`          // the preview's
+	Quality           string `json:"quality"`       // "auto"
+	Background        string `json:"background"`    // "opaque"
 }
 
 // ImageCompleted carries one finished image (b64_json or url, as
@@ -112,6 +114,7 @@ type ImageCompleted struct {
 	Type         string  `json:"type"` // "image_generation.completed"
 	ImageIndex   int     `json:"image_index"`
 	Created      int64   `json:"created"`
+	CreatedAt    int64   `json:"created_at"` // OpenAI's name of created
 	B64JSON      *string `json:"b64_json"`
 	URL          *string `json:"url"`
 	OutputFormat string  `json:"output_format"`
@@ -269,7 +272,7 @@ func (h *Handler) imagesGenerate(w http.ResponseWriter, r *http.Request) {
 			if s.Preview != nil {
 				sse.data(ImagePartial{Type: "image_generation.partial_image", ImageIndex: s.Image, PartialImageIndex: s.Partial,
 					Step: s.Step, CreatedAt: time.Now().Unix(), B64JSON: base64.StdEncoding.EncodeToString(s.Preview),
-					OutputFormat: "png", Size: pngSize(s.Preview)})
+					OutputFormat: "png", Size: pngSize(s.Preview), Quality: "auto", Background: "opaque"})
 			}
 		}
 	}
@@ -297,7 +300,7 @@ func (h *Handler) imagesGenerate(w http.ResponseWriter, r *http.Request) {
 	created := time.Now().Unix()
 	if sse != nil {
 		for i, d := range data {
-			sse.data(ImageCompleted{Type: "image_generation.completed", ImageIndex: i, Created: created, B64JSON: d.B64JSON, URL: d.URL,
+			sse.data(ImageCompleted{Type: "image_generation.completed", ImageIndex: i, Created: created, CreatedAt: created, B64JSON: d.B64JSON, URL: d.URL,
 				OutputFormat: j.format, Size: j.sizeText})
 		}
 		sse.done()

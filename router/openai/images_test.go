@@ -574,6 +574,16 @@ func TestImagesAcrossNodes(t *testing.T) {
 		}
 	}
 	t.Logf("n = 2 at 32×32, 2 steps: %v split over two nodes (streamed, previews), %v on one node", split, alone)
+
+	// The official client's stream with partial images, through node b.
+	py := testenv.Python(t)
+	if out, err := exec.Command(py, "-c", "import openai, PIL").CombinedOutput(); err != nil {
+		missing(t, "openai or Pillow is not installed in %s: %s", py, out)
+	}
+	env := append(os.Environ(), "FUSION_BASE_URL="+b.URL(), "FUSION_API_KEY=unused", "FUSION_IMAGE_MODEL=flux")
+	if out := runSuite(t, env, py, "testdata/openai_images_stream.py"); !regexp.MustCompile(`(?m)^ok 1$`).MatchString(out) {
+		t.Errorf("unexpected output:\n%s", out)
+	}
 }
 
 func getStatus(t *testing.T, u string) (int, string) {
