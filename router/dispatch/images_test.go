@@ -77,16 +77,7 @@ func (s fileSource) ImageFile(id string) (engine.ImageFile, bool) { f, ok := s[i
 // imagePeer serves e as node id's Engine service.
 func imagePeer(t *testing.T, e *batchEngine, files fileSource) dispatch.Peer {
 	t.Helper()
-	srv, err := remote.Listen("127.0.0.1:0", remote.ServerConfig{NodeID: e.id, Engine: e, ImageFiles: files, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Serve()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Stop(ctx)
-	})
+	srv := serveEngine(t, remote.ServerConfig{NodeID: e.id, Engine: e, ImageFiles: files, Logger: quiet})
 	return dispatch.Peer{ID: e.id, Addr: srv.Addr(), Alive: true}
 }
 
