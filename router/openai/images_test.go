@@ -596,3 +596,46 @@ func getStatus(t *testing.T, u string) (int, string) {
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
 }
+
+// fetchEngine is an image engine whose cluster keeps one file on node
+// "b" and cannot reach node "down" (nor "a", which it must not be asked
+// for).
+type fetchEngine struct{ imageEngine }
+
+func (e *fetchEngine) FetchImageFile(_ context.Context, node, id string) (*engine.ImageFile, error) {
+	switch {
+	case node == "down", node == "a": // a is the handler's own node: never asked
+		return nil, fmt.Errorf("%w: node %s is gone", engine.ErrUnavailable, node)
+	case node == "b" && id == "img-62-01":
+		return &engine.ImageFile{Data: []byte("png"), ContentType: "image/png", Expires: time.Now().Add(time.Minute)}, nil
+	}
+	return nil, fmt.Errorf("%w: %s", engine.ErrImageFileNotFound, id)
+}
+
+// TestImageFileFromPeer: an id naming another node is fetched through the
+// engine; a file it does not have is a 404, an unreachable node a 503,
+// both in OpenAI's error shape; an id naming this node is not asked for.
+func TestImageFileFromPeer(t *testing.T) {
+	r := chi.NewRouter()
+	openai.New(openai.Config{Engine: &fetchEngine{}, Options: openai.Options{NodeID: "a"}}).Mount(r)
+	s := httptest.NewServer(r)
+	t.Cleanup(s.Close)
+	hexOf := func(node string) string { return hex.EncodeToString([]byte(node)) }
+	for _, c := range []struct {
+		id   string
+		code int
+		want string
+	}{
+		{"img-" + hexOf("b") + "-01.png", http.StatusOK, "png"},
+		{"img-" + hexOf("b") + "-02.png", http.StatusNotFound, `"code":"file_not_found"`},
+		{"img-" + hexOf("down") + "-01.png", http.StatusServiceUnavailable, `"type":`},
+		{"img-" + hexOf("a") + "-01.png", http.StatusNotFound, `"code":"file_not_found"`},
+		{"img-zz-01.png", http.StatusNotFound, `"code":"file_not_found"`},
+		{"img-0123", http.StatusNotFound, `"code":"file_not_found"`},
+	} {
+		code, body := getStatus(t, s.URL+"/v1/images/files/"+c.id)
+		if code != c.code || !strings.Contains(body, c.want) {
+			t.Errorf("%s: %d %s, want %d with %s", c.id, code, body, c.code, c.want)
+		}
+	}
+}
