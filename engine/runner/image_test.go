@@ -85,27 +85,6 @@ func TestGenerateImage(t *testing.T) {
 		}
 	})
 
-	t.Run("previews", func(t *testing.T) {
-		q := req(nil)
-		q.Partials = 1
-		var previews []engine.ImageStep
-		q.OnStep = func(s engine.ImageStep) {
-			if s.Preview != nil {
-				previews = append(previews, s)
-			}
-		}
-		if _, err := r.GenerateImage(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-		if len(previews) != 1 || previews[0].Step != 1 || previews[0].Partial != 0 {
-			t.Fatalf("previews %+v, want one after step 1 of 3", previews)
-		}
-		img, err := png.Decode(bytes.NewReader(previews[0].Preview))
-		if err != nil || img.Bounds().Dx() != 16 || img.Bounds().Dy() != 16 {
-			t.Errorf("preview png %v, %v", err, img)
-		}
-	})
-
 	t.Run("cancel", func(t *testing.T) {
 		cctx, cancel := context.WithCancel(ctx)
 		steps := 0
@@ -133,6 +112,27 @@ func TestGenerateImage(t *testing.T) {
 		var oe *engine.OverloadedError
 		if !errors.As(err, &oe) {
 			t.Errorf("a second image with a queue of 1: %v", err)
+		}
+	})
+
+	t.Run("previews", func(t *testing.T) {
+		q := req(nil)
+		q.Partials = 1
+		var previews []engine.ImageStep
+		q.OnStep = func(s engine.ImageStep) {
+			if s.Preview != nil {
+				previews = append(previews, s)
+			}
+		}
+		if _, err := r.GenerateImage(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+		if len(previews) != 1 || previews[0].Step != 1 || previews[0].Partial != 0 {
+			t.Fatalf("previews %+v, want one after step 1 of 3", previews)
+		}
+		img, err := png.Decode(bytes.NewReader(previews[0].Preview))
+		if err != nil || img.Bounds().Dx() != 16 || img.Bounds().Dy() != 16 {
+			t.Errorf("preview png %v, %v", err, img)
 		}
 	})
 
