@@ -2754,6 +2754,114 @@ func (x *ImageRequest) GetPartials() int32 {
 	return 0
 }
 
+// ImageFileRequest names a url result (the id of /v1/images/files/{id},
+// without its extension).
+type ImageFileRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImageFileRequest) Reset() {
+	*x = ImageFileRequest{}
+	mi := &file_engine_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImageFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImageFileRequest) ProtoMessage() {}
+
+func (x *ImageFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engine_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImageFileRequest.ProtoReflect.Descriptor instead.
+func (*ImageFileRequest) Descriptor() ([]byte, []int) {
+	return file_engine_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ImageFileRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// ImageFileReply is the file: its bytes, content type, and the Unix time
+// (seconds) its retention ends.
+type ImageFileReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	ContentType   string                 `protobuf:"bytes,2,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	ExpiresUnix   int64                  `protobuf:"varint,3,opt,name=expires_unix,json=expiresUnix,proto3" json:"expires_unix,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImageFileReply) Reset() {
+	*x = ImageFileReply{}
+	mi := &file_engine_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImageFileReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImageFileReply) ProtoMessage() {}
+
+func (x *ImageFileReply) ProtoReflect() protoreflect.Message {
+	mi := &file_engine_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImageFileReply.ProtoReflect.Descriptor instead.
+func (*ImageFileReply) Descriptor() ([]byte, []int) {
+	return file_engine_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ImageFileReply) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ImageFileReply) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
+}
+
+func (x *ImageFileReply) GetExpiresUnix() int64 {
+	if x != nil {
+		return x.ExpiresUnix
+	}
+	return 0
+}
+
 // ImageReply is a step taken (engine.ImageStep: image, step, steps), or
 // the final engine.ImageResult (done set, one PNG file per image).
 type ImageReply struct {
@@ -2761,19 +2869,19 @@ type ImageReply struct {
 	Image int32                  `protobuf:"varint,1,opt,name=image,proto3" json:"image,omitempty"`
 	Step  int32                  `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
 	Steps int32                  `protobuf:"varint,3,opt,name=steps,proto3" json:"steps,omitempty"`
-	Done  bool                   `protobuf:"varint,4,opt,name=done,proto3" json:"done,omitempty"`
-	Png   [][]byte               `protobuf:"bytes,5,rep,name=png,proto3" json:"png,omitempty"`
 	// preview: a step's low-resolution PNG (engine.ImageStep.Preview),
 	// partial its number among the image's previews.
-	Preview       []byte `protobuf:"bytes,6,opt,name=preview,proto3" json:"preview,omitempty"`
-	Partial       int32  `protobuf:"varint,7,opt,name=partial,proto3" json:"partial,omitempty"`
+	Preview       []byte   `protobuf:"bytes,6,opt,name=preview,proto3" json:"preview,omitempty"`
+	Partial       int32    `protobuf:"varint,7,opt,name=partial,proto3" json:"partial,omitempty"`
+	Done          bool     `protobuf:"varint,4,opt,name=done,proto3" json:"done,omitempty"`
+	Png           [][]byte `protobuf:"bytes,5,rep,name=png,proto3" json:"png,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ImageReply) Reset() {
 	*x = ImageReply{}
-	mi := &file_engine_proto_msgTypes[35]
+	mi := &file_engine_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2785,7 +2893,7 @@ func (x *ImageReply) String() string {
 func (*ImageReply) ProtoMessage() {}
 
 func (x *ImageReply) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[35]
+	mi := &file_engine_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2798,7 +2906,7 @@ func (x *ImageReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImageReply.ProtoReflect.Descriptor instead.
 func (*ImageReply) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{35}
+	return file_engine_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ImageReply) GetImage() int32 {
@@ -2822,20 +2930,6 @@ func (x *ImageReply) GetSteps() int32 {
 	return 0
 }
 
-func (x *ImageReply) GetDone() bool {
-	if x != nil {
-		return x.Done
-	}
-	return false
-}
-
-func (x *ImageReply) GetPng() [][]byte {
-	if x != nil {
-		return x.Png
-	}
-	return nil
-}
-
 func (x *ImageReply) GetPreview() []byte {
 	if x != nil {
 		return x.Preview
@@ -2850,112 +2944,18 @@ func (x *ImageReply) GetPartial() int32 {
 	return 0
 }
 
-// ImageFileRequest names a url result (the id of /v1/images/files/{id},
-// without its extension).
-type ImageFileRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ImageFileRequest) Reset() {
-	*x = ImageFileRequest{}
-	mi := &file_engine_proto_msgTypes[36]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ImageFileRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ImageFileRequest) ProtoMessage() {}
-
-func (x *ImageFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[36]
+func (x *ImageReply) GetDone() bool {
 	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
+		return x.Done
 	}
-	return mi.MessageOf(x)
+	return false
 }
 
-// Deprecated: Use ImageFileRequest.ProtoReflect.Descriptor instead.
-func (*ImageFileRequest) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{36}
-}
-
-func (x *ImageFileRequest) GetId() string {
+func (x *ImageReply) GetPng() [][]byte {
 	if x != nil {
-		return x.Id
-	}
-	return ""
-}
-
-// ImageFileReply is the file: its bytes, content type, and the Unix time
-// (seconds) its retention ends.
-type ImageFileReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
-	ContentType   string                 `protobuf:"bytes,2,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
-	ExpiresUnix   int64                  `protobuf:"varint,3,opt,name=expires_unix,json=expiresUnix,proto3" json:"expires_unix,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ImageFileReply) Reset() {
-	*x = ImageFileReply{}
-	mi := &file_engine_proto_msgTypes[37]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ImageFileReply) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ImageFileReply) ProtoMessage() {}
-
-func (x *ImageFileReply) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[37]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ImageFileReply.ProtoReflect.Descriptor instead.
-func (*ImageFileReply) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{37}
-}
-
-func (x *ImageFileReply) GetData() []byte {
-	if x != nil {
-		return x.Data
+		return x.Png
 	}
 	return nil
-}
-
-func (x *ImageFileReply) GetContentType() string {
-	if x != nil {
-		return x.ContentType
-	}
-	return ""
-}
-
-func (x *ImageFileReply) GetExpiresUnix() int64 {
-	if x != nil {
-		return x.ExpiresUnix
-	}
-	return 0
 }
 
 var File_engine_proto protoreflect.FileDescriptor
@@ -3215,22 +3215,22 @@ const file_engine_proto_rawDesc = "" +
 	"\x05first\x18\n" +
 	" \x01(\x05R\x05first\x12\x14\n" +
 	"\x05total\x18\v \x01(\x05R\x05total\x12\x1a\n" +
-	"\bpartials\x18\f \x01(\x05R\bpartials\"\xa6\x01\n" +
-	"\n" +
-	"ImageReply\x12\x14\n" +
-	"\x05image\x18\x01 \x01(\x05R\x05image\x12\x12\n" +
-	"\x04step\x18\x02 \x01(\x05R\x04step\x12\x14\n" +
-	"\x05steps\x18\x03 \x01(\x05R\x05steps\x12\x12\n" +
-	"\x04done\x18\x04 \x01(\bR\x04done\x12\x10\n" +
-	"\x03png\x18\x05 \x03(\fR\x03png\x12\x18\n" +
-	"\apreview\x18\x06 \x01(\fR\apreview\x12\x18\n" +
-	"\apartial\x18\a \x01(\x05R\apartial\"\"\n" +
+	"\bpartials\x18\f \x01(\x05R\bpartials\"\"\n" +
 	"\x10ImageFileRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"j\n" +
 	"\x0eImageFileReply\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12!\n" +
 	"\fcontent_type\x18\x02 \x01(\tR\vcontentType\x12!\n" +
-	"\fexpires_unix\x18\x03 \x01(\x03R\vexpiresUnix2\xba\a\n" +
+	"\fexpires_unix\x18\x03 \x01(\x03R\vexpiresUnix\"\xa6\x01\n" +
+	"\n" +
+	"ImageReply\x12\x14\n" +
+	"\x05image\x18\x01 \x01(\x05R\x05image\x12\x12\n" +
+	"\x04step\x18\x02 \x01(\x05R\x04step\x12\x14\n" +
+	"\x05steps\x18\x03 \x01(\x05R\x05steps\x12\x18\n" +
+	"\apreview\x18\x06 \x01(\fR\apreview\x12\x18\n" +
+	"\apartial\x18\a \x01(\x05R\apartial\x12\x12\n" +
+	"\x04done\x18\x04 \x01(\bR\x04done\x12\x10\n" +
+	"\x03png\x18\x05 \x03(\fR\x03png2\xba\a\n" +
 	"\x06Engine\x12H\n" +
 	"\bGenerate\x12\x19.fusion.engine.v1.Request\x1a\x1f.fusion.engine.v1.GenerateReply0\x01\x12N\n" +
 	"\bTokenize\x12!.fusion.engine.v1.TokenizeRequest\x1a\x1f.fusion.engine.v1.TokenizeReply\x12T\n" +
@@ -3243,9 +3243,9 @@ const file_engine_proto_rawDesc = "" +
 	"\n" +
 	"Transcribe\x12#.fusion.engine.v1.TranscribeRequest\x1a!.fusion.engine.v1.TranscribeReply0\x01\x12H\n" +
 	"\x05Stats\x12\x1e.fusion.engine.v1.StatsRequest\x1a\x1d.fusion.engine.v1.StatsReport0\x01\x12I\n" +
-	"\x05Speak\x12\x1f.fusion.engine.v1.SpeechRequest\x1a\x1d.fusion.engine.v1.SpeechReply0\x01\x12O\n" +
-	"\rGenerateImage\x12\x1e.fusion.engine.v1.ImageRequest\x1a\x1c.fusion.engine.v1.ImageReply0\x01\x12Q\n" +
-	"\tImageFile\x12\".fusion.engine.v1.ImageFileRequest\x1a .fusion.engine.v1.ImageFileReplyB\x19Z\x17fusion/cluster/enginepbb\x06proto3"
+	"\x05Speak\x12\x1f.fusion.engine.v1.SpeechRequest\x1a\x1d.fusion.engine.v1.SpeechReply0\x01\x12Q\n" +
+	"\tImageFile\x12\".fusion.engine.v1.ImageFileRequest\x1a .fusion.engine.v1.ImageFileReply\x12O\n" +
+	"\rGenerateImage\x12\x1e.fusion.engine.v1.ImageRequest\x1a\x1c.fusion.engine.v1.ImageReply0\x01B\x19Z\x17fusion/cluster/enginepbb\x06proto3"
 
 var (
 	file_engine_proto_rawDescOnce sync.Once
@@ -3298,9 +3298,9 @@ var file_engine_proto_goTypes = []any{
 	(*SpeechRequest)(nil),     // 33: fusion.engine.v1.SpeechRequest
 	(*SpeechReply)(nil),       // 34: fusion.engine.v1.SpeechReply
 	(*ImageRequest)(nil),      // 35: fusion.engine.v1.ImageRequest
-	(*ImageReply)(nil),        // 36: fusion.engine.v1.ImageReply
-	(*ImageFileRequest)(nil),  // 37: fusion.engine.v1.ImageFileRequest
-	(*ImageFileReply)(nil),    // 38: fusion.engine.v1.ImageFileReply
+	(*ImageFileRequest)(nil),  // 36: fusion.engine.v1.ImageFileRequest
+	(*ImageFileReply)(nil),    // 37: fusion.engine.v1.ImageFileReply
+	(*ImageReply)(nil),        // 38: fusion.engine.v1.ImageReply
 	nil,                       // 39: fusion.engine.v1.Sampling.LogitBiasEntry
 }
 var file_engine_proto_depIdxs = []int32{
@@ -3333,8 +3333,8 @@ var file_engine_proto_depIdxs = []int32{
 	29, // 26: fusion.engine.v1.Engine.Transcribe:input_type -> fusion.engine.v1.TranscribeRequest
 	27, // 27: fusion.engine.v1.Engine.Stats:input_type -> fusion.engine.v1.StatsRequest
 	33, // 28: fusion.engine.v1.Engine.Speak:input_type -> fusion.engine.v1.SpeechRequest
-	35, // 29: fusion.engine.v1.Engine.GenerateImage:input_type -> fusion.engine.v1.ImageRequest
-	37, // 30: fusion.engine.v1.Engine.ImageFile:input_type -> fusion.engine.v1.ImageFileRequest
+	36, // 29: fusion.engine.v1.Engine.ImageFile:input_type -> fusion.engine.v1.ImageFileRequest
+	35, // 30: fusion.engine.v1.Engine.GenerateImage:input_type -> fusion.engine.v1.ImageRequest
 	5,  // 31: fusion.engine.v1.Engine.Generate:output_type -> fusion.engine.v1.GenerateReply
 	14, // 32: fusion.engine.v1.Engine.Tokenize:output_type -> fusion.engine.v1.TokenizeReply
 	15, // 33: fusion.engine.v1.Engine.CountTokens:output_type -> fusion.engine.v1.CountTokensReply
@@ -3345,8 +3345,8 @@ var file_engine_proto_depIdxs = []int32{
 	32, // 38: fusion.engine.v1.Engine.Transcribe:output_type -> fusion.engine.v1.TranscribeReply
 	28, // 39: fusion.engine.v1.Engine.Stats:output_type -> fusion.engine.v1.StatsReport
 	34, // 40: fusion.engine.v1.Engine.Speak:output_type -> fusion.engine.v1.SpeechReply
-	36, // 41: fusion.engine.v1.Engine.GenerateImage:output_type -> fusion.engine.v1.ImageReply
-	38, // 42: fusion.engine.v1.Engine.ImageFile:output_type -> fusion.engine.v1.ImageFileReply
+	37, // 41: fusion.engine.v1.Engine.ImageFile:output_type -> fusion.engine.v1.ImageFileReply
+	38, // 42: fusion.engine.v1.Engine.GenerateImage:output_type -> fusion.engine.v1.ImageReply
 	31, // [31:43] is the sub-list for method output_type
 	19, // [19:31] is the sub-list for method input_type
 	19, // [19:19] is the sub-list for extension type_name

@@ -33,8 +33,8 @@ const (
 	Engine_Transcribe_FullMethodName    = "/fusion.engine.v1.Engine/Transcribe"
 	Engine_Stats_FullMethodName         = "/fusion.engine.v1.Engine/Stats"
 	Engine_Speak_FullMethodName         = "/fusion.engine.v1.Engine/Speak"
-	Engine_GenerateImage_FullMethodName = "/fusion.engine.v1.Engine/GenerateImage"
 	Engine_ImageFile_FullMethodName     = "/fusion.engine.v1.Engine/ImageFile"
+	Engine_GenerateImage_FullMethodName = "/fusion.engine.v1.Engine/GenerateImage"
 )
 
 // EngineClient is the client API for Engine service.
@@ -67,14 +67,14 @@ type EngineClient interface {
 	// sentence's 16-bit PCM as it is synthesized (audio set), then the
 	// result (done set).
 	Speak(ctx context.Context, in *SpeechRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SpeechReply], error)
-	// GenerateImage makes images on the peer that has the image model. Each
-	// denoising step comes as it is taken (step set, when progress was asked
-	// for), then the images (done set).
-	GenerateImage(ctx context.Context, in *ImageRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ImageReply], error)
 	// ImageFile gives a url result of an image generation kept on the peer
 	// (the node that answered it), for a GET /v1/images/files/{id} that
 	// reached another node; NOT_FOUND once its retention time is over.
 	ImageFile(ctx context.Context, in *ImageFileRequest, opts ...grpc.CallOption) (*ImageFileReply, error)
+	// GenerateImage makes images on the peer that has the image model. Each
+	// denoising step comes as it is taken (step set, when progress was asked
+	// for), then the images (done set).
+	GenerateImage(ctx context.Context, in *ImageRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ImageReply], error)
 }
 
 type engineClient struct {
@@ -221,6 +221,16 @@ func (c *engineClient) Speak(ctx context.Context, in *SpeechRequest, opts ...grp
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Engine_SpeakClient = grpc.ServerStreamingClient[SpeechReply]
 
+func (c *engineClient) ImageFile(ctx context.Context, in *ImageFileRequest, opts ...grpc.CallOption) (*ImageFileReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ImageFileReply)
+	err := c.cc.Invoke(ctx, Engine_ImageFile_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *engineClient) GenerateImage(ctx context.Context, in *ImageRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ImageReply], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &Engine_ServiceDesc.Streams[4], Engine_GenerateImage_FullMethodName, cOpts...)
@@ -239,16 +249,6 @@ func (c *engineClient) GenerateImage(ctx context.Context, in *ImageRequest, opts
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Engine_GenerateImageClient = grpc.ServerStreamingClient[ImageReply]
-
-func (c *engineClient) ImageFile(ctx context.Context, in *ImageFileRequest, opts ...grpc.CallOption) (*ImageFileReply, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ImageFileReply)
-	err := c.cc.Invoke(ctx, Engine_ImageFile_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
 
 // EngineServer is the server API for Engine service.
 // All implementations must embed UnimplementedEngineServer
@@ -280,14 +280,14 @@ type EngineServer interface {
 	// sentence's 16-bit PCM as it is synthesized (audio set), then the
 	// result (done set).
 	Speak(*SpeechRequest, grpc.ServerStreamingServer[SpeechReply]) error
-	// GenerateImage makes images on the peer that has the image model. Each
-	// denoising step comes as it is taken (step set, when progress was asked
-	// for), then the images (done set).
-	GenerateImage(*ImageRequest, grpc.ServerStreamingServer[ImageReply]) error
 	// ImageFile gives a url result of an image generation kept on the peer
 	// (the node that answered it), for a GET /v1/images/files/{id} that
 	// reached another node; NOT_FOUND once its retention time is over.
 	ImageFile(context.Context, *ImageFileRequest) (*ImageFileReply, error)
+	// GenerateImage makes images on the peer that has the image model. Each
+	// denoising step comes as it is taken (step set, when progress was asked
+	// for), then the images (done set).
+	GenerateImage(*ImageRequest, grpc.ServerStreamingServer[ImageReply]) error
 	mustEmbedUnimplementedEngineServer()
 }
 
@@ -328,11 +328,11 @@ func (UnimplementedEngineServer) Stats(*StatsRequest, grpc.ServerStreamingServer
 func (UnimplementedEngineServer) Speak(*SpeechRequest, grpc.ServerStreamingServer[SpeechReply]) error {
 	return status.Error(codes.Unimplemented, "method Speak not implemented")
 }
-func (UnimplementedEngineServer) GenerateImage(*ImageRequest, grpc.ServerStreamingServer[ImageReply]) error {
-	return status.Error(codes.Unimplemented, "method GenerateImage not implemented")
-}
 func (UnimplementedEngineServer) ImageFile(context.Context, *ImageFileRequest) (*ImageFileReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method ImageFile not implemented")
+}
+func (UnimplementedEngineServer) GenerateImage(*ImageRequest, grpc.ServerStreamingServer[ImageReply]) error {
+	return status.Error(codes.Unimplemented, "method GenerateImage not implemented")
 }
 func (UnimplementedEngineServer) mustEmbedUnimplementedEngineServer() {}
 func (UnimplementedEngineServer) testEmbeddedByValue()                {}
@@ -507,17 +507,6 @@ func _Engine_Speak_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Engine_SpeakServer = grpc.ServerStreamingServer[SpeechReply]
 
-func _Engine_GenerateImage_Handler(srv interface{}, stream grpc.ServerStream) error {
-	m := new(ImageRequest)
-	if err := stream.RecvMsg(m); err != nil {
-		return err
-	}
-	return srv.(EngineServer).GenerateImage(m, &grpc.GenericServerStream[ImageRequest, ImageReply]{ServerStream: stream})
-}
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Engine_GenerateImageServer = grpc.ServerStreamingServer[ImageReply]
-
 func _Engine_ImageFile_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ImageFileRequest)
 	if err := dec(in); err != nil {
@@ -535,6 +524,17 @@ func _Engine_ImageFile_Handler(srv interface{}, ctx context.Context, dec func(in
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _Engine_GenerateImage_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ImageRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(EngineServer).GenerateImage(m, &grpc.GenericServerStream[ImageRequest, ImageReply]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Engine_GenerateImageServer = grpc.ServerStreamingServer[ImageReply]
 
 // Engine_ServiceDesc is the grpc.ServiceDesc for Engine service.
 // It's only intended for direct use with grpc.RegisterService,
