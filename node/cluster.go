@@ -212,6 +212,15 @@ func soloID(id string) string {
 	return "fusion"
 }
 
+// imageNodeID is the node id url results of image generations carry: the
+// member's in a cluster (its peers fetch them from here), none alone.
+func (n *Node) imageNodeID() string {
+	if n.member == nil {
+		return ""
+	}
+	return n.member.ID()
+}
+
 // joinCluster builds the member and the data plane over it: the runner
 // behind the Engine gRPC service (registered on the member's server, so
 // it shares its auth and TLS), a client pool and load follower for peers,
@@ -223,7 +232,7 @@ func (n *Node) joinCluster() error {
 	}
 	n.member = m
 	enginepb.RegisterEngineServer(m.GRPCServer(), remote.NewService(remote.ServerConfig{
-		NodeID: m.ID(), Engine: n.runner, Stats: n.peerStats, Logger: n.cfg.Logger,
+		NodeID: m.ID(), Engine: n.runner, Stats: n.peerStats, Logger: n.cfg.Logger, ImageFiles: n.imageFiles,
 	}))
 	// Every member serves its MCP servers to its peers (maybe none), so a
 	// stdio server configured on one node runs calls from any node.

@@ -223,6 +223,10 @@ type Node struct {
 	cert   *tlsreload.Certificate // nil without TLS
 	tracer *tracing.Tracer        // nil: tracing off
 	cloud  *cloud.Client          // the cloud upstreams (maybe none configured)
+	// imageFiles are the url results of the image generations this node
+	// answered: served by its OpenAI handler, and to its peers by its
+	// Engine service (any node's GET /v1/images/files/{id}).
+	imageFiles *openai.ImageStore
 
 	stopWatch context.CancelFunc // the TLS files' watcher (nil if none)
 	watchDone chan struct{}
@@ -333,7 +337,7 @@ func New(cfg Config) (*Node, error) {
 		return nil, errors.Join(err, run.Close())
 	}
 	n := &Node{cfg: cfg, runner: run, db: db, admin: &adminState{}, cert: cert, tracer: tracer, keyLimits: auth.NewLimiter(nil),
-		cloud: cloud.New(cloud.Options{Logger: cfg.Logger})}
+		cloud: cloud.New(cloud.Options{Logger: cfg.Logger}), imageFiles: openai.NewImageStore(0)}
 	n.cloud.SetConfig(cfg.Cloud)
 	n.global = &globalConfig{cfg: &n.cfg}
 	closeDB := func() error {
@@ -443,7 +447,8 @@ func New(cfg Config) (*Node, error) {
 		OpenAI: openai.Options{MaxTokens: cfg.MaxTokens, CompletionsAsChat: cfg.CompletionsAsChat,
 			AsChat: n.admin.completionsAsChat, MaxAudioBytes: cfg.MaxAudioBytes, MaxAudioSeconds: float64(cfg.MaxAudioSeconds),
 			MaxSpeechInput: cfg.MaxSpeechInput,
-			MaxImageSide:   cfg.MaxImageSide, MaxImages: cfg.MaxImages, MaxImageSteps: cfg.MaxImageSteps, ImageRetention: cfg.ImageRetention},
+			MaxImageSide:   cfg.MaxImageSide, MaxImages: cfg.MaxImages, MaxImageSteps: cfg.MaxImageSteps, ImageRetention: cfg.ImageRetention,
+			ImageFiles: n.imageFiles, NodeID: n.imageNodeID()},
 
 		OpenClaw: cfg.OpenClaw, Sessions: sessions, Version: cfg.Version, Logger: cfg.Logger,
 	})

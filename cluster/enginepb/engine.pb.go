@@ -2619,16 +2619,23 @@ func (x *SpeechReply) GetDone() bool {
 
 // ImageRequest is engine.ImageRequest; progress asks for the steps.
 type ImageRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Model         string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
-	Prompt        string                 `protobuf:"bytes,2,opt,name=prompt,proto3" json:"prompt,omitempty"`
-	N             int32                  `protobuf:"varint,3,opt,name=n,proto3" json:"n,omitempty"`
-	Width         int32                  `protobuf:"varint,4,opt,name=width,proto3" json:"width,omitempty"`
-	Height        int32                  `protobuf:"varint,5,opt,name=height,proto3" json:"height,omitempty"`
-	Steps         int32                  `protobuf:"varint,6,opt,name=steps,proto3" json:"steps,omitempty"`
-	Guidance      float64                `protobuf:"fixed64,7,opt,name=guidance,proto3" json:"guidance,omitempty"`
-	Seed          uint64                 `protobuf:"varint,8,opt,name=seed,proto3" json:"seed,omitempty"`
-	Progress      bool                   `protobuf:"varint,9,opt,name=progress,proto3" json:"progress,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Model    string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	Prompt   string                 `protobuf:"bytes,2,opt,name=prompt,proto3" json:"prompt,omitempty"`
+	N        int32                  `protobuf:"varint,3,opt,name=n,proto3" json:"n,omitempty"`
+	Width    int32                  `protobuf:"varint,4,opt,name=width,proto3" json:"width,omitempty"`
+	Height   int32                  `protobuf:"varint,5,opt,name=height,proto3" json:"height,omitempty"`
+	Steps    int32                  `protobuf:"varint,6,opt,name=steps,proto3" json:"steps,omitempty"`
+	Guidance float64                `protobuf:"fixed64,7,opt,name=guidance,proto3" json:"guidance,omitempty"`
+	Seed     uint64                 `protobuf:"varint,8,opt,name=seed,proto3" json:"seed,omitempty"`
+	Progress bool                   `protobuf:"varint,9,opt,name=progress,proto3" json:"progress,omitempty"`
+	// first and total: the request makes images [first, first+n) of a
+	// batch of total (0: n) drawn from the seed's one generator.
+	First int32 `protobuf:"varint,10,opt,name=first,proto3" json:"first,omitempty"`
+	Total int32 `protobuf:"varint,11,opt,name=total,proto3" json:"total,omitempty"`
+	// partials: low-resolution previews per image (OpenAI's
+	// partial_images), sent with the steps they follow.
+	Partials      int32 `protobuf:"varint,12,opt,name=partials,proto3" json:"partials,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2726,22 +2733,155 @@ func (x *ImageRequest) GetProgress() bool {
 	return false
 }
 
+func (x *ImageRequest) GetFirst() int32 {
+	if x != nil {
+		return x.First
+	}
+	return 0
+}
+
+func (x *ImageRequest) GetTotal() int32 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *ImageRequest) GetPartials() int32 {
+	if x != nil {
+		return x.Partials
+	}
+	return 0
+}
+
+// ImageFileRequest names a url result (the id of /v1/images/files/{id},
+// without its extension).
+type ImageFileRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImageFileRequest) Reset() {
+	*x = ImageFileRequest{}
+	mi := &file_engine_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImageFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImageFileRequest) ProtoMessage() {}
+
+func (x *ImageFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engine_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImageFileRequest.ProtoReflect.Descriptor instead.
+func (*ImageFileRequest) Descriptor() ([]byte, []int) {
+	return file_engine_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ImageFileRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// ImageFileReply is the file: its bytes, content type, and the Unix time
+// (seconds) its retention ends.
+type ImageFileReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	ContentType   string                 `protobuf:"bytes,2,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	ExpiresUnix   int64                  `protobuf:"varint,3,opt,name=expires_unix,json=expiresUnix,proto3" json:"expires_unix,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImageFileReply) Reset() {
+	*x = ImageFileReply{}
+	mi := &file_engine_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImageFileReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImageFileReply) ProtoMessage() {}
+
+func (x *ImageFileReply) ProtoReflect() protoreflect.Message {
+	mi := &file_engine_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImageFileReply.ProtoReflect.Descriptor instead.
+func (*ImageFileReply) Descriptor() ([]byte, []int) {
+	return file_engine_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ImageFileReply) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ImageFileReply) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
+}
+
+func (x *ImageFileReply) GetExpiresUnix() int64 {
+	if x != nil {
+		return x.ExpiresUnix
+	}
+	return 0
+}
+
 // ImageReply is a step taken (engine.ImageStep: image, step, steps), or
 // the final engine.ImageResult (done set, one PNG file per image).
 type ImageReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Image         int32                  `protobuf:"varint,1,opt,name=image,proto3" json:"image,omitempty"`
-	Step          int32                  `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
-	Steps         int32                  `protobuf:"varint,3,opt,name=steps,proto3" json:"steps,omitempty"`
-	Done          bool                   `protobuf:"varint,4,opt,name=done,proto3" json:"done,omitempty"`
-	Png           [][]byte               `protobuf:"bytes,5,rep,name=png,proto3" json:"png,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Image int32                  `protobuf:"varint,1,opt,name=image,proto3" json:"image,omitempty"`
+	Step  int32                  `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
+	Steps int32                  `protobuf:"varint,3,opt,name=steps,proto3" json:"steps,omitempty"`
+	// preview: a step's low-resolution PNG (engine.ImageStep.Preview),
+	// partial its number among the image's previews.
+	Preview       []byte   `protobuf:"bytes,6,opt,name=preview,proto3" json:"preview,omitempty"`
+	Partial       int32    `protobuf:"varint,7,opt,name=partial,proto3" json:"partial,omitempty"`
+	Done          bool     `protobuf:"varint,4,opt,name=done,proto3" json:"done,omitempty"`
+	Png           [][]byte `protobuf:"bytes,5,rep,name=png,proto3" json:"png,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ImageReply) Reset() {
 	*x = ImageReply{}
-	mi := &file_engine_proto_msgTypes[35]
+	mi := &file_engine_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2753,7 +2893,7 @@ func (x *ImageReply) String() string {
 func (*ImageReply) ProtoMessage() {}
 
 func (x *ImageReply) ProtoReflect() protoreflect.Message {
-	mi := &file_engine_proto_msgTypes[35]
+	mi := &file_engine_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2766,7 +2906,7 @@ func (x *ImageReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImageReply.ProtoReflect.Descriptor instead.
 func (*ImageReply) Descriptor() ([]byte, []int) {
-	return file_engine_proto_rawDescGZIP(), []int{35}
+	return file_engine_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ImageReply) GetImage() int32 {
@@ -2786,6 +2926,20 @@ func (x *ImageReply) GetStep() int32 {
 func (x *ImageReply) GetSteps() int32 {
 	if x != nil {
 		return x.Steps
+	}
+	return 0
+}
+
+func (x *ImageReply) GetPreview() []byte {
+	if x != nil {
+		return x.Preview
+	}
+	return nil
+}
+
+func (x *ImageReply) GetPartial() int32 {
+	if x != nil {
+		return x.Partial
 	}
 	return 0
 }
@@ -3047,7 +3201,7 @@ const file_engine_proto_rawDesc = "" +
 	"sampleRate\x12\x10\n" +
 	"\x03pcm\x18\x02 \x01(\fR\x03pcm\x12\x18\n" +
 	"\asamples\x18\x03 \x01(\x03R\asamples\x12\x12\n" +
-	"\x04done\x18\x04 \x01(\bR\x04done\"\xda\x01\n" +
+	"\x04done\x18\x04 \x01(\bR\x04done\"\xa2\x02\n" +
 	"\fImageRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
 	"\x06prompt\x18\x02 \x01(\tR\x06prompt\x12\f\n" +
@@ -3057,14 +3211,26 @@ const file_engine_proto_rawDesc = "" +
 	"\x05steps\x18\x06 \x01(\x05R\x05steps\x12\x1a\n" +
 	"\bguidance\x18\a \x01(\x01R\bguidance\x12\x12\n" +
 	"\x04seed\x18\b \x01(\x04R\x04seed\x12\x1a\n" +
-	"\bprogress\x18\t \x01(\bR\bprogress\"r\n" +
+	"\bprogress\x18\t \x01(\bR\bprogress\x12\x14\n" +
+	"\x05first\x18\n" +
+	" \x01(\x05R\x05first\x12\x14\n" +
+	"\x05total\x18\v \x01(\x05R\x05total\x12\x1a\n" +
+	"\bpartials\x18\f \x01(\x05R\bpartials\"\"\n" +
+	"\x10ImageFileRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"j\n" +
+	"\x0eImageFileReply\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12!\n" +
+	"\fcontent_type\x18\x02 \x01(\tR\vcontentType\x12!\n" +
+	"\fexpires_unix\x18\x03 \x01(\x03R\vexpiresUnix\"\xa6\x01\n" +
 	"\n" +
 	"ImageReply\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\x05R\x05image\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x05R\x04step\x12\x14\n" +
-	"\x05steps\x18\x03 \x01(\x05R\x05steps\x12\x12\n" +
+	"\x05steps\x18\x03 \x01(\x05R\x05steps\x12\x18\n" +
+	"\apreview\x18\x06 \x01(\fR\apreview\x12\x18\n" +
+	"\apartial\x18\a \x01(\x05R\apartial\x12\x12\n" +
 	"\x04done\x18\x04 \x01(\bR\x04done\x12\x10\n" +
-	"\x03png\x18\x05 \x03(\fR\x03png2\xe7\x06\n" +
+	"\x03png\x18\x05 \x03(\fR\x03png2\xba\a\n" +
 	"\x06Engine\x12H\n" +
 	"\bGenerate\x12\x19.fusion.engine.v1.Request\x1a\x1f.fusion.engine.v1.GenerateReply0\x01\x12N\n" +
 	"\bTokenize\x12!.fusion.engine.v1.TokenizeRequest\x1a\x1f.fusion.engine.v1.TokenizeReply\x12T\n" +
@@ -3077,7 +3243,8 @@ const file_engine_proto_rawDesc = "" +
 	"\n" +
 	"Transcribe\x12#.fusion.engine.v1.TranscribeRequest\x1a!.fusion.engine.v1.TranscribeReply0\x01\x12H\n" +
 	"\x05Stats\x12\x1e.fusion.engine.v1.StatsRequest\x1a\x1d.fusion.engine.v1.StatsReport0\x01\x12I\n" +
-	"\x05Speak\x12\x1f.fusion.engine.v1.SpeechRequest\x1a\x1d.fusion.engine.v1.SpeechReply0\x01\x12O\n" +
+	"\x05Speak\x12\x1f.fusion.engine.v1.SpeechRequest\x1a\x1d.fusion.engine.v1.SpeechReply0\x01\x12Q\n" +
+	"\tImageFile\x12\".fusion.engine.v1.ImageFileRequest\x1a .fusion.engine.v1.ImageFileReply\x12O\n" +
 	"\rGenerateImage\x12\x1e.fusion.engine.v1.ImageRequest\x1a\x1c.fusion.engine.v1.ImageReply0\x01B\x19Z\x17fusion/cluster/enginepbb\x06proto3"
 
 var (
@@ -3093,7 +3260,7 @@ func file_engine_proto_rawDescGZIP() []byte {
 }
 
 var file_engine_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_engine_proto_goTypes = []any{
 	(Error_Code)(0),           // 0: fusion.engine.v1.Error.Code
 	(*Request)(nil),           // 1: fusion.engine.v1.Request
@@ -3131,14 +3298,16 @@ var file_engine_proto_goTypes = []any{
 	(*SpeechRequest)(nil),     // 33: fusion.engine.v1.SpeechRequest
 	(*SpeechReply)(nil),       // 34: fusion.engine.v1.SpeechReply
 	(*ImageRequest)(nil),      // 35: fusion.engine.v1.ImageRequest
-	(*ImageReply)(nil),        // 36: fusion.engine.v1.ImageReply
-	nil,                       // 37: fusion.engine.v1.Sampling.LogitBiasEntry
+	(*ImageFileRequest)(nil),  // 36: fusion.engine.v1.ImageFileRequest
+	(*ImageFileReply)(nil),    // 37: fusion.engine.v1.ImageFileReply
+	(*ImageReply)(nil),        // 38: fusion.engine.v1.ImageReply
+	nil,                       // 39: fusion.engine.v1.Sampling.LogitBiasEntry
 }
 var file_engine_proto_depIdxs = []int32{
 	3,  // 0: fusion.engine.v1.Request.sampling:type_name -> fusion.engine.v1.Sampling
 	4,  // 1: fusion.engine.v1.Request.response_format:type_name -> fusion.engine.v1.ResponseFormat
 	2,  // 2: fusion.engine.v1.Request.tool_choice:type_name -> fusion.engine.v1.ToolChoice
-	37, // 3: fusion.engine.v1.Sampling.logit_bias:type_name -> fusion.engine.v1.Sampling.LogitBiasEntry
+	39, // 3: fusion.engine.v1.Sampling.logit_bias:type_name -> fusion.engine.v1.Sampling.LogitBiasEntry
 	6,  // 4: fusion.engine.v1.GenerateReply.accepted:type_name -> fusion.engine.v1.Accepted
 	7,  // 5: fusion.engine.v1.GenerateReply.event:type_name -> fusion.engine.v1.Event
 	8,  // 6: fusion.engine.v1.Event.tool_calls:type_name -> fusion.engine.v1.ToolCall
@@ -3164,20 +3333,22 @@ var file_engine_proto_depIdxs = []int32{
 	29, // 26: fusion.engine.v1.Engine.Transcribe:input_type -> fusion.engine.v1.TranscribeRequest
 	27, // 27: fusion.engine.v1.Engine.Stats:input_type -> fusion.engine.v1.StatsRequest
 	33, // 28: fusion.engine.v1.Engine.Speak:input_type -> fusion.engine.v1.SpeechRequest
-	35, // 29: fusion.engine.v1.Engine.GenerateImage:input_type -> fusion.engine.v1.ImageRequest
-	5,  // 30: fusion.engine.v1.Engine.Generate:output_type -> fusion.engine.v1.GenerateReply
-	14, // 31: fusion.engine.v1.Engine.Tokenize:output_type -> fusion.engine.v1.TokenizeReply
-	15, // 32: fusion.engine.v1.Engine.CountTokens:output_type -> fusion.engine.v1.CountTokensReply
-	17, // 33: fusion.engine.v1.Engine.Detokenize:output_type -> fusion.engine.v1.DetokenizeReply
-	26, // 34: fusion.engine.v1.Engine.Models:output_type -> fusion.engine.v1.ModelsReply
-	21, // 35: fusion.engine.v1.Engine.Embed:output_type -> fusion.engine.v1.EmbedReply
-	23, // 36: fusion.engine.v1.Engine.Rerank:output_type -> fusion.engine.v1.RerankReply
-	32, // 37: fusion.engine.v1.Engine.Transcribe:output_type -> fusion.engine.v1.TranscribeReply
-	28, // 38: fusion.engine.v1.Engine.Stats:output_type -> fusion.engine.v1.StatsReport
-	34, // 39: fusion.engine.v1.Engine.Speak:output_type -> fusion.engine.v1.SpeechReply
-	36, // 40: fusion.engine.v1.Engine.GenerateImage:output_type -> fusion.engine.v1.ImageReply
-	30, // [30:41] is the sub-list for method output_type
-	19, // [19:30] is the sub-list for method input_type
+	36, // 29: fusion.engine.v1.Engine.ImageFile:input_type -> fusion.engine.v1.ImageFileRequest
+	35, // 30: fusion.engine.v1.Engine.GenerateImage:input_type -> fusion.engine.v1.ImageRequest
+	5,  // 31: fusion.engine.v1.Engine.Generate:output_type -> fusion.engine.v1.GenerateReply
+	14, // 32: fusion.engine.v1.Engine.Tokenize:output_type -> fusion.engine.v1.TokenizeReply
+	15, // 33: fusion.engine.v1.Engine.CountTokens:output_type -> fusion.engine.v1.CountTokensReply
+	17, // 34: fusion.engine.v1.Engine.Detokenize:output_type -> fusion.engine.v1.DetokenizeReply
+	26, // 35: fusion.engine.v1.Engine.Models:output_type -> fusion.engine.v1.ModelsReply
+	21, // 36: fusion.engine.v1.Engine.Embed:output_type -> fusion.engine.v1.EmbedReply
+	23, // 37: fusion.engine.v1.Engine.Rerank:output_type -> fusion.engine.v1.RerankReply
+	32, // 38: fusion.engine.v1.Engine.Transcribe:output_type -> fusion.engine.v1.TranscribeReply
+	28, // 39: fusion.engine.v1.Engine.Stats:output_type -> fusion.engine.v1.StatsReport
+	34, // 40: fusion.engine.v1.Engine.Speak:output_type -> fusion.engine.v1.SpeechReply
+	37, // 41: fusion.engine.v1.Engine.ImageFile:output_type -> fusion.engine.v1.ImageFileReply
+	38, // 42: fusion.engine.v1.Engine.GenerateImage:output_type -> fusion.engine.v1.ImageReply
+	31, // [31:43] is the sub-list for method output_type
+	19, // [19:31] is the sub-list for method input_type
 	19, // [19:19] is the sub-list for extension type_name
 	19, // [19:19] is the sub-list for extension extendee
 	0,  // [0:19] is the sub-list for field type_name
@@ -3202,7 +3373,7 @@ func file_engine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engine_proto_rawDesc), len(file_engine_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   37,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

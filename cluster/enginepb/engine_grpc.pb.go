@@ -33,6 +33,7 @@ const (
 	Engine_Transcribe_FullMethodName    = "/fusion.engine.v1.Engine/Transcribe"
 	Engine_Stats_FullMethodName         = "/fusion.engine.v1.Engine/Stats"
 	Engine_Speak_FullMethodName         = "/fusion.engine.v1.Engine/Speak"
+	Engine_ImageFile_FullMethodName     = "/fusion.engine.v1.Engine/ImageFile"
 	Engine_GenerateImage_FullMethodName = "/fusion.engine.v1.Engine/GenerateImage"
 )
 
@@ -66,6 +67,10 @@ type EngineClient interface {
 	// sentence's 16-bit PCM as it is synthesized (audio set), then the
 	// result (done set).
 	Speak(ctx context.Context, in *SpeechRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SpeechReply], error)
+	// ImageFile gives a url result of an image generation kept on the peer
+	// (the node that answered it), for a GET /v1/images/files/{id} that
+	// reached another node; NOT_FOUND once its retention time is over.
+	ImageFile(ctx context.Context, in *ImageFileRequest, opts ...grpc.CallOption) (*ImageFileReply, error)
 	// GenerateImage makes images on the peer that has the image model. Each
 	// denoising step comes as it is taken (step set, when progress was asked
 	// for), then the images (done set).
@@ -216,6 +221,16 @@ func (c *engineClient) Speak(ctx context.Context, in *SpeechRequest, opts ...grp
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Engine_SpeakClient = grpc.ServerStreamingClient[SpeechReply]
 
+func (c *engineClient) ImageFile(ctx context.Context, in *ImageFileRequest, opts ...grpc.CallOption) (*ImageFileReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ImageFileReply)
+	err := c.cc.Invoke(ctx, Engine_ImageFile_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *engineClient) GenerateImage(ctx context.Context, in *ImageRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ImageReply], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &Engine_ServiceDesc.Streams[4], Engine_GenerateImage_FullMethodName, cOpts...)
@@ -265,6 +280,10 @@ type EngineServer interface {
 	// sentence's 16-bit PCM as it is synthesized (audio set), then the
 	// result (done set).
 	Speak(*SpeechRequest, grpc.ServerStreamingServer[SpeechReply]) error
+	// ImageFile gives a url result of an image generation kept on the peer
+	// (the node that answered it), for a GET /v1/images/files/{id} that
+	// reached another node; NOT_FOUND once its retention time is over.
+	ImageFile(context.Context, *ImageFileRequest) (*ImageFileReply, error)
 	// GenerateImage makes images on the peer that has the image model. Each
 	// denoising step comes as it is taken (step set, when progress was asked
 	// for), then the images (done set).
@@ -308,6 +327,9 @@ func (UnimplementedEngineServer) Stats(*StatsRequest, grpc.ServerStreamingServer
 }
 func (UnimplementedEngineServer) Speak(*SpeechRequest, grpc.ServerStreamingServer[SpeechReply]) error {
 	return status.Error(codes.Unimplemented, "method Speak not implemented")
+}
+func (UnimplementedEngineServer) ImageFile(context.Context, *ImageFileRequest) (*ImageFileReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method ImageFile not implemented")
 }
 func (UnimplementedEngineServer) GenerateImage(*ImageRequest, grpc.ServerStreamingServer[ImageReply]) error {
 	return status.Error(codes.Unimplemented, "method GenerateImage not implemented")
@@ -485,6 +507,24 @@ func _Engine_Speak_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Engine_SpeakServer = grpc.ServerStreamingServer[SpeechReply]
 
+func _Engine_ImageFile_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ImageFileRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EngineServer).ImageFile(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Engine_ImageFile_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EngineServer).ImageFile(ctx, req.(*ImageFileRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Engine_GenerateImage_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(ImageRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -526,6 +566,10 @@ var Engine_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Rerank",
 			Handler:    _Engine_Rerank_Handler,
+		},
+		{
+			MethodName: "ImageFile",
+			Handler:    _Engine_ImageFile_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -10,7 +10,9 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"fusion/cluster/enginepb"
 	"fusion/engine"
@@ -247,9 +249,23 @@ func (c *Client) GenerateImage(ctx context.Context, req *engine.ImageRequest) (*
 		case rep.GetDone():
 			return res, nil
 		case rep.GetSteps() > 0 && req.OnStep != nil:
-			req.OnStep(engine.ImageStep{Image: int(rep.GetImage()), Step: int(rep.GetStep()), Steps: int(rep.GetSteps())})
+			req.OnStep(engine.ImageStep{Image: int(rep.GetImage()), Step: int(rep.GetStep()), Steps: int(rep.GetSteps()),
+				Preview: rep.GetPreview(), Partial: int(rep.GetPartial())})
 		}
 	}
+}
+
+// ImageFile fetches a url result kept on the peer:
+// engine.ErrImageFileNotFound when it does not have it.
+func (c *Client) ImageFile(ctx context.Context, id string) (*engine.ImageFile, error) {
+	rep, err := c.pb.ImageFile(ctx, &enginepb.ImageFileRequest{Id: id})
+	if status.Code(err) == codes.NotFound {
+		return nil, fmt.Errorf("%w: %s on %s", engine.ErrImageFileNotFound, id, c.addr)
+	}
+	if err != nil {
+		return nil, fromCall(ctx, c.addr, err)
+	}
+	return &engine.ImageFile{Data: rep.GetData(), ContentType: rep.GetContentType(), Expires: time.Unix(rep.GetExpiresUnix(), 0)}, nil
 }
 
 var (

@@ -449,10 +449,12 @@ func pcmFromBytes(b []byte) []int16 {
 
 func imageRequestToPB(r *engine.ImageRequest) *enginepb.ImageRequest {
 	return &enginepb.ImageRequest{Model: r.Model, Prompt: r.Prompt, N: int32(r.N), Width: int32(r.Width), Height: int32(r.Height),
-		Steps: int32(r.Steps), Guidance: r.Guidance, Seed: r.Seed, Progress: r.OnStep != nil}
+		Steps: int32(r.Steps), Guidance: r.Guidance, Seed: r.Seed, Progress: r.OnStep != nil,
+		First: int32(r.First), Total: int32(r.Total), Partials: int32(r.Partials)}
 }
 
 func imageRequestFromPB(p *enginepb.ImageRequest) *engine.ImageRequest {
 	return &engine.ImageRequest{Model: p.GetModel(), Prompt: p.GetPrompt(), N: int(p.GetN()), Width: int(p.GetWidth()),
-		Height: int(p.GetHeight()), Steps: int(p.GetSteps()), Guidance: p.GetGuidance(), Seed: p.GetSeed()}
+		Height: int(p.GetHeight()), Steps: int(p.GetSteps()), Guidance: p.GetGuidance(), Seed: p.GetSeed(),
+		First: int(p.GetFirst()), Total: int(p.GetTotal()), Partials: int(p.GetPartials())}
 }

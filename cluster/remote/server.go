@@ -48,7 +48,16 @@ type ServerConfig struct {
 	// MaxMessageBytes bounds one received message (default 64 MiB: a
 	// forwarded request is a whole HTTP body, up to its own limit).
 	MaxMessageBytes int
-	Logger          *slog.Logger
+	// ImageFiles gives the url results of image generations this node
+	// answered, for the ImageFile rpc; nil has none.
+	ImageFiles ImageFileSource
+	Logger     *slog.Logger
+}
+
+// ImageFileSource is where a node keeps its url results of image
+// generations (the OpenAI handler's store).
+type ImageFileSource interface {
+	ImageFile(id string) (engine.ImageFile, bool)
 }
 
 // DefaultMaxMessageBytes is the default message size limit both ways.
@@ -287,7 +296,8 @@ func (s *Service) GenerateImage(p *enginepb.ImageRequest, stream grpc.ServerStre
 	if p.GetProgress() {
 		req.OnStep = func(st engine.ImageStep) {
 			if sendErr == nil {
-				sendErr = stream.Send(&enginepb.ImageReply{Image: int32(st.Image), Step: int32(st.Step), Steps: int32(st.Steps)})
+				sendErr = stream.Send(&enginepb.ImageReply{Image: int32(st.Image), Step: int32(st.Step), Steps: int32(st.Steps),
+					Preview: st.Preview, Partial: int32(st.Partial)})
 			}
 		}
 	}
@@ -304,6 +314,17 @@ func (s *Service) GenerateImage(p *enginepb.ImageRequest, stream grpc.ServerStre
 		}
 	}
 	return stream.Send(&enginepb.ImageReply{Done: true})
+}
+
+// ImageFile gives a url result kept on this node; NOT_FOUND when it
+// never existed or its retention time is over.
+func (s *Service) ImageFile(_ context.Context, p *enginepb.ImageFileRequest) (*enginepb.ImageFileReply, error) {
+	if s.cfg.ImageFiles != nil {
+		if f, ok := s.cfg.ImageFiles.ImageFile(p.GetId()); ok {
+			return &enginepb.ImageFileReply{Data: f.Data, ContentType: f.ContentType, ExpiresUnix: f.Expires.Unix()}, nil
+		}
+	}
+	return nil, status.Errorf(codes.NotFound, "no image file %q on this node", p.GetId())
 }
 
 // Models lists the local engine's models.

@@ -79,6 +79,16 @@ type Request struct {
 	Width, Height int
 	Steps         int
 	Seed          uint64
+	// First and Total place the N images in a batch of Total (0: N)
+	// drawn from the one generator of Seed: the request makes images
+	// [First, First+N) of that batch, each equal to the image the whole
+	// batch would make (a batch split across nodes).
+	First, Total int
+	// OnLatents, if set, is told after each denoising step of each image
+	// (image numbered in the batch, step from 1) the image's current
+	// latents, patchified [C, H, W] as Latents returns them; they are
+	// valid during the call only.
+	OnLatents func(image, step, steps int, l Latents)
 }
 
 // ErrBadSize: a side that is not a positive multiple of twice the VAE's
@@ -104,13 +114,20 @@ func (p *Pipeline) Latents(ctx context.Context, r Request, progress Progress) ([
 	if r.N <= 0 || r.Steps <= 0 {
 		return nil, fmt.Errorf("flux2: %d images of %d steps", r.N, r.Steps)
 	}
+	total := r.Total
+	if total == 0 {
+		total = r.N
+	}
+	if r.First < 0 || r.First+r.N > total {
+		return nil, fmt.Errorf("flux2: images [%d, %d) of a batch of %d", r.First, r.First+r.N, total)
+	}
 	text, err := p.Text.Encode(ctx, r.Prompt)
 	if err != nil {
 		return nil, err
 	}
 	h, w := LatentGrid(r.Width, r.Height, scale)
 	cfg := p.Transformer.Config()
-	noise := InitialNoise(NewGenerator(r.Seed), r.N, cfg.InChannels, h, w)
+	noise := InitialNoise(NewGenerator(r.Seed), total, cfg.InChannels, h, w)[r.First : r.First+r.N]
 	ids := LatentIDs(h, w)
 	sched, err := NewSchedule(p.Scheduler, r.Steps, len(ids))
 	if err != nil {
@@ -119,10 +136,7 @@ func (p *Pipeline) Latents(ctx context.Context, r Request, progress Progress) ([
 	out := make([]Latents, r.N)
 	for i, n := range noise {
 		in := Inputs{Image: Pack(n), ImageIDs: ids, Text: text, TextIDs: TextIDs(p.Text.MaxLen)}
-		var after func(step, steps int)
-		if progress != nil {
-			after = func(step, steps int) { progress(i, step, steps) }
-		}
+		after := r.stepDone(i+r.First, progress, cfg.InChannels, h, w, ids)
 		x, err := p.Transformer.denoise(ctx, sched, in, after)
 		if err != nil {
 			return nil, fmt.Errorf("flux2: image %d of %d: %w", i+1, r.N, err)

@@ -422,8 +422,8 @@ func (m *Transformer) Denoise(ctx context.Context, sched Schedule, in Inputs) ([
 }
 
 // denoise is Denoise calling after (when not nil) with each step done
-// (from 1) and the number of steps.
-func (m *Transformer) denoise(ctx context.Context, sched Schedule, in Inputs, after func(step, steps int)) ([]float32, error) {
+// (from 1), the number of steps and the packed latents after it.
+func (m *Transformer) denoise(ctx context.Context, sched Schedule, in Inputs, after func(step, steps int, x []float32)) ([]float32, error) {
 	x := append([]float32(nil), in.Image...)
 	for i, t := range sched.Timesteps {
 		if err := ctx.Err(); err != nil {
@@ -436,7 +436,7 @@ func (m *Transformer) denoise(ctx context.Context, sched Schedule, in Inputs, af
 		}
 		sched.EulerStep(i, x, v)
 		if after != nil {
-			after(i+1, len(sched.Timesteps))
+			after(i+1, len(sched.Timesteps), x)
 		}
 	}
 	return x, nil

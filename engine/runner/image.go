@@ -60,6 +60,9 @@ func (r *Runner) GenerateImage(ctx context.Context, req *engine.ImageRequest) (*
 	if req.N < 1 || req.Steps < 1 || req.Width < 1 || req.Height < 1 {
 		return nil, invalid("%d images of %d×%d in %d steps", req.N, req.Width, req.Height, req.Steps)
 	}
+	if req.First < 0 || req.Total < 0 || req.First+req.N > max(req.Total, req.N) || req.Partials < 0 {
+		return nil, invalid("images [%d, %d) of a batch of %d, %d previews", req.First, req.First+req.N, req.Total, req.Partials)
+	}
 	done, err := r.images.enter(ctx)
 	if err != nil {
 		return nil, err
@@ -78,11 +81,12 @@ func (r *Runner) GenerateImage(ctx context.Context, req *engine.ImageRequest) (*
 		return nil, &engine.OverloadedError{Reason: fmt.Sprintf("a %d×%d image needs about %d bytes of working memory (%s), %d are available",
 			req.Width, req.Height, need, what, r.imageMemory()), RetryAfter: 5}
 	}
-	var progress flux2.Progress
+	fr := flux2.Request{Prompt: req.Prompt, N: req.N, Width: req.Width, Height: req.Height, Steps: req.Steps, Seed: req.Seed,
+		First: req.First, Total: req.Total}
 	if req.OnStep != nil {
-		progress = func(image, step, steps int) { req.OnStep(engine.ImageStep{Image: image, Step: step, Steps: steps}) }
+		fr.OnLatents = previewer(ctx, p, req)
 	}
-	lat, err := p.Latents(ctx, flux2.Request{Prompt: req.Prompt, N: req.N, Width: req.Width, Height: req.Height, Steps: req.Steps, Seed: req.Seed}, progress)
+	lat, err := p.Latents(ctx, fr, nil)
 	switch {
 	case errors.Is(err, flux2.ErrBadSize):
 		return nil, invalid("%v", err)
@@ -144,4 +148,27 @@ func transformerBytes(p *flux2.Pipeline, req *engine.ImageRequest) int64 {
 		return math.MaxInt64
 	}
 	return 4 * (tokens*int64(12*c.Inner()+3*c.MLPHidden()) + tokens*tokens)
+}
+
+// previewer reports each denoising step to req.OnStep, with a
+// low-resolution PNG (flux2's Pipeline.Preview) on the steps
+// engine.PreviewSteps picks for req.Partials. A preview that fails to
+// decode is left out (the step is still reported).
+func previewer(ctx context.Context, p *flux2.Pipeline, req *engine.ImageRequest) func(image, step, steps int, l flux2.Latents) {
+	at := map[int]int{} // step → partial index
+	for i, s := range engine.PreviewSteps(req.Partials, req.Steps) {
+		at[s] = i
+	}
+	return func(image, step, steps int, l flux2.Latents) {
+		st := engine.ImageStep{Image: image, Step: step, Steps: steps}
+		if k, ok := at[step]; ok {
+			if img, err := p.Preview(ctx, l); err == nil {
+				var b bytes.Buffer
+				if png.Encode(&b, img) == nil {
+					st.Preview, st.Partial = b.Bytes(), k
+				}
+			}
+		}
+		req.OnStep(st)
+	}
 }

@@ -135,6 +135,27 @@ func TestGenerateImage(t *testing.T) {
 		}
 	})
 
+	t.Run("previews", func(t *testing.T) {
+		q := req(nil)
+		q.Partials = 1
+		var previews []engine.ImageStep
+		q.OnStep = func(s engine.ImageStep) {
+			if s.Preview != nil {
+				previews = append(previews, s)
+			}
+		}
+		if _, err := r.GenerateImage(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+		if len(previews) != 1 || previews[0].Step != 1 || previews[0].Partial != 0 {
+			t.Fatalf("previews %+v, want one after step 1 of 3", previews)
+		}
+		img, err := png.Decode(bytes.NewReader(previews[0].Preview))
+		if err != nil || img.Bounds().Dx() != 16 || img.Bounds().Dy() != 16 {
+			t.Errorf("preview png %v, %v", err, img)
+		}
+	})
+
 	t.Run("memory", func(t *testing.T) {
 		r.cfg.MaxImageBytes = 1 << 10
 		defer func() { r.cfg.MaxImageBytes = 0 }()
@@ -170,6 +191,8 @@ func TestGenerateImage(t *testing.T) {
 		"empty prompt": func(q *engine.ImageRequest) { q.Prompt = " " },
 		"no steps":     func(q *engine.ImageRequest) { q.Steps = 0 },
 		"chat model":   func(q *engine.ImageRequest) { q.Model = "demo" },
+		"share beyond": func(q *engine.ImageRequest) { q.First, q.Total = 1, 1 },
+		"previews -1":  func(q *engine.ImageRequest) { q.Partials = -1 },
 	} {
 		q := req(nil)
 		edit(q)

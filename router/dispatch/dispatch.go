@@ -737,9 +737,21 @@ func (d *Dispatcher) Speak(ctx context.Context, req *engine.SpeechRequest) (*eng
 		func(g engine.Generator) (*engine.SpeechResult, error) { return speak(g) })
 }
 
-// GenerateImage runs where Embed would. Once a node has reported a step
-// to req.OnStep its failure is final: another node would start again.
+// GenerateImage runs where Embed would, or, for several images where
+// several nodes hold the model, split across them (splitImages). Once a
+// node has reported a step to req.OnStep its failure is final: another
+// node would start again.
 func (d *Dispatcher) GenerateImage(ctx context.Context, req *engine.ImageRequest) (*engine.ImageResult, error) {
+	if req.N > 1 {
+		if nodes := d.imageNodes(req.Model); len(nodes) > 1 {
+			return d.splitImages(ctx, req, nodes)
+		}
+	}
+	return d.generateImage(ctx, req)
+}
+
+// generateImage runs req on one node: where Embed would.
+func (d *Dispatcher) generateImage(ctx context.Context, req *engine.ImageRequest) (*engine.ImageResult, error) {
 	generate := func(g any) (*engine.ImageResult, error) {
 		ig, ok := g.(engine.ImageGenerator)
 		if !ok {

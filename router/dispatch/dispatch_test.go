@@ -111,7 +111,14 @@ type peer struct {
 func startPeer(t testing.TB, id string, gated bool) *peer {
 	t.Helper()
 	up := newUpstream(newRunner(t, true), gated)
-	srv, err := remote.Listen("127.0.0.1:0", remote.ServerConfig{NodeID: id, Engine: up, Logger: quiet})
+	return &peer{id: id, up: up, srv: serveEngine(t, remote.ServerConfig{NodeID: id, Engine: up, Logger: quiet})}
+}
+
+// serveEngine serves an Engine service on a loopback port until the test
+// ends.
+func serveEngine(t testing.TB, cfg remote.ServerConfig) *remote.Server {
+	t.Helper()
+	srv, err := remote.Listen("127.0.0.1:0", cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +128,7 @@ func startPeer(t testing.TB, id string, gated bool) *peer {
 		defer cancel()
 		srv.Stop(ctx)
 	})
-	return &peer{id: id, up: up, srv: srv}
+	return srv
 }
 
 func (p *peer) entry(load int64) dispatch.Peer {

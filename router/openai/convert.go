@@ -41,6 +41,13 @@ type Options struct {
 	// DefaultImageRetention).
 	MaxImageSide, MaxImages, MaxImageSteps int
 	ImageRetention                         time.Duration
+	// NodeID is this node's id in its cluster: url results carry it, so
+	// that any node can fetch them from here (the engine's
+	// engine.ImageFileFetcher). "": a lone node, ids without one.
+	NodeID string
+	// ImageFiles keeps the url results (nil: a store of the handler's
+	// own); a node shares it with its Engine service's ImageFile rpc.
+	ImageFiles *ImageStore
 }
 
 // Limits of request fields, as the OpenAI API sets them where it does.

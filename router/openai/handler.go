@@ -34,7 +34,7 @@ type Handler struct {
 	fp      string
 	log     *slog.Logger
 	mcp     *mcpchat.Runner
-	images  *imageStore // url results of image generations
+	images  *ImageStore // url results of image generations
 }
 
 // New returns the handler of the OpenAI dialect.
@@ -45,8 +45,12 @@ func New(cfg Config) *Handler {
 	if cfg.Metrics == nil {
 		cfg.Metrics = metrics.New(nil)
 	}
+	images := cfg.Options.ImageFiles
+	if images == nil {
+		images = NewImageStore(0)
+	}
 	return &Handler{engine: cfg.Engine, metrics: cfg.Metrics, opts: cfg.Options, fp: cfg.SystemFingerprint, log: cfg.Logger, mcp: cfg.MCP,
-		images: newImageStore(maxStoredImageBytes)}
+		images: images}
 }
 
 // Mount registers the dialect's routes on r.

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"image/jpeg"
 	"image/png"
@@ -32,9 +33,11 @@ const (
 	// imageMultiple: sides are multiples of the latent patch (FLUX.2's VAE
 	// downsamples by 8, then 2×2 patches).
 	imageMultiple = 16
-	// maxStoredImageBytes caps the url results kept at once; the oldest
-	// go first.
-	maxStoredImageBytes = 512 << 20
+	// DefaultMaxStoredImageBytes caps the url results kept at once (the
+	// oldest go first), in an ImageStore made with 0.
+	DefaultMaxStoredImageBytes = 512 << 20
+	// MaxPartialImages caps partial_images, as OpenAI does.
+	MaxPartialImages = 3
 )
 
 // ImageRequest is the body of POST /v1/images/generate (the contract:
@@ -56,6 +59,7 @@ type ImageRequest struct {
 	OutputFormat      string   `json:"output_format"`
 	OutputCompression *int     `json:"output_compression"`
 	Stream            bool     `json:"stream"`
+	PartialImages     *int     `json:"partial_images"`
 	Quality           string   `json:"quality"`
 	Style             string   `json:"style"`
 	User              string   `json:"user"`
@@ -87,12 +91,30 @@ type ImageProgress struct {
 	Steps      int    `json:"steps"`
 }
 
+// ImagePartial is a low-resolution preview of an image as it denoises
+// (OpenAI's partial image event of a streamed generation, asked for with
+// partial_images): a PNG decoded from the current latents at half the
+// width and height.
+type ImagePartial struct {
+	Type              string `json:"type"` // "image_generation.partial_image"
+	ImageIndex        int    `json:"image_index"`
+	PartialImageIndex int    `json:"partial_image_index"`
+	Step              int    `json:"step"`
+	CreatedAt         int64  `json:"created_at"`
+	B64JSON           string `json:"b64_json"`
+	OutputFormat      string `json:"output_format"` // "png"
+	Size              string `json:"size"`          // the preview's
+	Quality           string `json:"quality"`       // "auto"
+	Background        string `json:"background"`    // "opaque"
+}
+
 // ImageCompleted carries one finished image (b64_json or url, as
 // response_format asks).
 type ImageCompleted struct {
 	Type         string  `json:"type"` // "image_generation.completed"
 	ImageIndex   int     `json:"image_index"`
 	Created      int64   `json:"created"`
+	CreatedAt    int64   `json:"created_at"` // OpenAI's name of created
 	B64JSON      *string `json:"b64_json"`
 	URL          *string `json:"url"`
 	OutputFormat string  `json:"output_format"`
@@ -200,6 +222,14 @@ func (h *Handler) checkImageRequest(q *ImageRequest) (*imageJob, *Error) {
 		}
 	}
 	j.stream = q.Stream
+	if p := q.PartialImages; p != nil {
+		if *p < 0 || *p > MaxPartialImages {
+			return nil, invalidRequest("partial_images", "Invalid 'partial_images': %d. It is between 0 and %d.", *p, MaxPartialImages)
+		}
+		if j.stream {
+			j.req.Partials = *p // previews travel only in a stream
+		}
+	}
 	return j, nil
 }
 
@@ -239,6 +269,11 @@ func (h *Handler) imagesGenerate(w http.ResponseWriter, r *http.Request) {
 		sse = newSSEWriter(w)
 		j.req.OnStep = func(s engine.ImageStep) {
 			sse.data(ImageProgress{Type: "image_generation.progress", ImageIndex: s.Image, Step: s.Step, Steps: s.Steps})
+			if s.Preview != nil {
+				sse.data(ImagePartial{Type: "image_generation.partial_image", ImageIndex: s.Image, PartialImageIndex: s.Partial,
+					Step: s.Step, CreatedAt: time.Now().Unix(), B64JSON: base64.StdEncoding.EncodeToString(s.Preview),
+					OutputFormat: "png", Size: pngSize(s.Preview), Quality: "auto", Background: "opaque"})
+			}
 		}
 	}
 	res, err := ig.GenerateImage(r.Context(), &j.req)
@@ -265,7 +300,7 @@ func (h *Handler) imagesGenerate(w http.ResponseWriter, r *http.Request) {
 	created := time.Now().Unix()
 	if sse != nil {
 		for i, d := range data {
-			sse.data(ImageCompleted{Type: "image_generation.completed", ImageIndex: i, Created: created, B64JSON: d.B64JSON, URL: d.URL,
+			sse.data(ImageCompleted{Type: "image_generation.completed", ImageIndex: i, Created: created, CreatedAt: created, B64JSON: d.B64JSON, URL: d.URL,
 				OutputFormat: j.format, Size: j.sizeText})
 		}
 		sse.done()
@@ -311,7 +346,7 @@ func (h *Handler) imageData(r *http.Request, j *imageJob, pngs [][]byte) ([]Imag
 			out[i].B64JSON = &s
 			continue
 		}
-		id := h.images.put(b, "image/"+j.format, orDuration(h.opts.ImageRetention, DefaultImageRetention))
+		id := h.images.put(h.opts.NodeID, b, "image/"+j.format, orDuration(h.opts.ImageRetention, DefaultImageRetention))
 		u := baseURL(r) + "/v1/images/files/" + id + "." + j.format
 		out[i].URL = &u
 	}
@@ -337,26 +372,68 @@ func baseURL(r *http.Request) string {
 	return scheme + "://" + r.Host
 }
 
-// GET /v1/images/files/{id}: a url result, until its retention ends.
+// pngSize is the "WxH" of a PNG file ("" when it does not parse).
+func pngSize(b []byte) string {
+	c, err := png.DecodeConfig(bytes.NewReader(b))
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf("%dx%d", c.Width, c.Height)
+}
+
+// GET /v1/images/files/{id}: a url result, until its retention ends. A
+// file another node of the cluster answered (its id names the node) is
+// fetched from there through the engine (gRPC, never HTTP).
 func (h *Handler) imageFile(w http.ResponseWriter, r *http.Request) {
 	id := chi.URLParam(r, "id")
 	id, _, _ = strings.Cut(id, ".")
-	f, ok := h.images.get(id)
+	notFound := &Error{Status: http.StatusNotFound, Type: TypeInvalidRequest, Code: "file_not_found",
+		Message: fmt.Sprintf("No image %q: it never existed or its retention time is over.", id)}
+	f, ok := h.images.ImageFile(id)
 	if !ok {
-		WriteError(w, &Error{Status: http.StatusNotFound, Type: TypeInvalidRequest, Code: "file_not_found",
-			Message: fmt.Sprintf("No image %q: it never existed or its retention time is over.", id)})
-		return
+		node, local := imageNode(id)
+		fetch, can := h.engine.(engine.ImageFileFetcher)
+		if local || node == h.opts.NodeID || !can {
+			WriteError(w, notFound)
+			return
+		}
+		got, err := fetch.FetchImageFile(r.Context(), node, id)
+		switch {
+		case errors.Is(err, engine.ErrImageFileNotFound):
+			WriteError(w, notFound)
+			return
+		case err != nil:
+			h.reject(w, r, FromEngine(err))
+			return
+		}
+		f = *got
 	}
-	w.Header().Set("Content-Type", f.contentType)
-	w.Header().Set("Content-Length", strconv.Itoa(len(f.data)))
-	w.Header().Set("Cache-Control", "private, max-age="+strconv.Itoa(int(time.Until(f.expires).Seconds())))
-	w.Write(f.data)
+	w.Header().Set("Content-Type", f.ContentType)
+	w.Header().Set("Content-Length", strconv.Itoa(len(f.Data)))
+	w.Header().Set("Cache-Control", "private, max-age="+strconv.Itoa(max(0, int(time.Until(f.Expires).Seconds()))))
+	w.Write(f.Data)
 }
 
-// imageStore keeps url results in memory until they expire (checked on
+// imageNode is the node that keeps url result id: ids of a cluster's
+// nodes are "img-" + the node id in hex + "-" + 32 random hex digits; a
+// lone node's have no node part (local).
+func imageNode(id string) (node string, local bool) {
+	rest, ok := strings.CutPrefix(id, "img-")
+	hexNode, _, two := strings.Cut(rest, "-")
+	if !ok || !two {
+		return "", true
+	}
+	b, err := hex.DecodeString(hexNode)
+	if err != nil {
+		return "", true
+	}
+	return string(b), false
+}
+
+// ImageStore keeps url results in memory until they expire (checked on
 // every put and get: no goroutine), at most maxBytes in all, the oldest
-// dropped first.
-type imageStore struct {
+// dropped first. It is safe for concurrent use.
+type ImageStore struct {
 	mu       sync.Mutex
 	files    map[string]*storedImage
 	order    []string // insertion order
@@ -371,14 +448,24 @@ type storedImage struct {
 	expires     time.Time
 }
 
-func newImageStore(maxBytes int) *imageStore {
-	return &imageStore{files: map[string]*storedImage{}, maxBytes: maxBytes, now: time.Now}
+// NewImageStore returns an empty store of at most maxBytes (0:
+// DefaultMaxStoredImageBytes).
+func NewImageStore(maxBytes int) *ImageStore {
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxStoredImageBytes
+	}
+	return &ImageStore{files: map[string]*storedImage{}, maxBytes: maxBytes, now: time.Now}
 }
 
-func (s *imageStore) put(data []byte, contentType string, ttl time.Duration) string {
+// put keeps a file for ttl under a new id that names node (see
+// imageNode).
+func (s *ImageStore) put(node string, data []byte, contentType string, ttl time.Duration) string {
 	var b [16]byte
 	rand.Read(b[:])
 	id := "img-" + hex.EncodeToString(b[:])
+	if node != "" {
+		id = "img-" + hex.EncodeToString([]byte(node)) + "-" + hex.EncodeToString(b[:])
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.files[id] = &storedImage{data: data, contentType: contentType, expires: s.now().Add(ttl)}
@@ -388,18 +475,23 @@ func (s *imageStore) put(data []byte, contentType string, ttl time.Duration) str
 	return id
 }
 
-func (s *imageStore) get(id string) (*storedImage, bool) {
+// ImageFile returns the file of id while it is kept (remote's
+// ImageFileSource: a peer's ImageFile rpc reads it).
+func (s *ImageStore) ImageFile(id string) (engine.ImageFile, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sweep()
 	f, ok := s.files[id]
-	return f, ok
+	if !ok {
+		return engine.ImageFile{}, false
+	}
+	return engine.ImageFile{Data: f.data, ContentType: f.contentType, Expires: f.expires}, true
 }
 
 // sweep drops expired files and, over the byte cap, the oldest (but
 // never the newest). Retention times are equal, so the order of
 // insertion is the order of expiry.
-func (s *imageStore) sweep() {
+func (s *ImageStore) sweep() {
 	now := s.now()
 	for len(s.order) > 0 {
 		f := s.files[s.order[0]]

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"image"
@@ -14,10 +15,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -26,6 +30,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"fusion/cluster"
+	"fusion/cluster/fsm"
 	"fusion/cluster/remote"
 	"fusion/engine"
 	"fusion/engine/flux2"
@@ -246,6 +251,8 @@ func TestImagesBadInput(t *testing.T) {
 		{"response format", `{"prompt":"x","size":"64x64","response_format":"png"}`, "response_format"},
 		{"unknown model", `{"prompt":"x","size":"64x64","model":"dall-e-9"}`, "model"},
 		{"prompt not a string", `{"prompt":5}`, "prompt"},
+		{"partial_images 4", `{"prompt":"x","size":"64x64","stream":true,"partial_images":4}`, "partial_images"},
+		{"partial_images -1", `{"prompt":"x","size":"64x64","stream":true,"partial_images":-1}`, "partial_images"},
 	} {
 		for name, s := range map[string]*httptest.Server{"local": local, "forwarded": forward} {
 			code, body := postImages(t, s.URL, "/v1/images/generations", c.body)
@@ -417,5 +424,218 @@ func TestImagesOnNode(t *testing.T) {
 	env := append(os.Environ(), "FUSION_BASE_URL="+n.URL(), "FUSION_FORWARD_URL="+fwd.URL(), "FUSION_API_KEY=unused", "FUSION_IMAGE_MODEL=flux")
 	if out := runSuite(t, env, py, "testdata/openai_images.py"); !regexp.MustCompile(`(?m)^ok 4$`).MatchString(out) {
 		t.Errorf("unexpected output:\n%s", out)
+	}
+}
+
+// holders counts the nodes whose replicated inventory has model on disk.
+func holders(m *cluster.Member, model string) int {
+	n := 0
+	m.FSM().Read(func(s *fsm.State) {
+		for _, nd := range s.Nodes() {
+			var inv cluster.Inventory
+			if json.Unmarshal(nd.Inventory, &inv) == nil && slices.Contains(inv.ModelsOnDisk, model) {
+				n++
+			}
+		}
+	})
+	return n
+}
+
+// imageEvents splits a streamed generation into its events by type.
+func imageEvents(t *testing.T, body []byte) map[string][]map[string]any {
+	t.Helper()
+	out := map[string][]map[string]any{}
+	for _, line := range strings.Split(string(body), "\n") {
+		data, ok := strings.CutPrefix(line, "data: ")
+		if !ok || data == "[DONE]" {
+			continue
+		}
+		var ev map[string]any
+		if err := json.Unmarshal([]byte(data), &ev); err != nil {
+			t.Fatalf("%q: %v", data, err)
+		}
+		typ, _ := ev["type"].(string)
+		out[typ] = append(out[typ], ev)
+	}
+	return out
+}
+
+// TestImagesAcrossNodes: in a cluster of two nodes that both hold the
+// FLUX.2 model, n = 2 runs one image on each node, and the images are
+// byte for byte those n = 2 makes on a lone node (the same seed: image 1
+// is the second slice of the batch's noise, not another seed). The
+// stream reports both images' steps and, with partial_images, a
+// half-size preview of each; the url results, kept on the node that
+// answered, are served by the other node too (fetched over gRPC), and
+// an id of that node it does not keep is a 404.
+func TestImagesAcrossNodes(t *testing.T) {
+	withFlux := func() string {
+		dir := nodetest.Models(t)
+		if err := flux2.CreateDemo(filepath.Join(dir, "flux"), flux2.TinyDemo()); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	member := func(id string, expect int, join []string) node.ClusterConfig {
+		return node.ClusterConfig{NodeID: id, Listen: "127.0.0.1:0", RaftListen: "127.0.0.1:0", GRPCListen: "127.0.0.1:0",
+			BootstrapExpect: expect, Join: join, Secret: "s", Timing: cluster.TestTiming()}
+	}
+	a := nodetest.Start(t, nodetest.Options{ModelsDir: withFlux(), Cluster: member("a", 1, nil)})
+	b := nodetest.Start(t, nodetest.Options{ModelsDir: withFlux(), Cluster: member("b", 0, []string{a.Cluster().GossipAddr()})})
+	solo := nodetest.Start(t, nodetest.Options{ModelsDir: withFlux()})
+	for deadline := time.Now().Add(60 * time.Second); holders(a.Cluster(), "flux") < 2; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("node a does not learn that both nodes hold flux")
+		}
+	}
+
+	const body = `{"model":"flux","prompt":"a cat","n":2,"size":"32x32","steps":2,"seed":7`
+	start := time.Now()
+	code, out := postImages(t, a.URL(), "/v1/images/generations", body+`,"stream":true,"partial_images":1,"response_format":"url"}`)
+	split := time.Since(start)
+	if code != http.StatusOK {
+		t.Fatalf("%d %s", code, out)
+	}
+	for _, n := range []*node.Node{a, b} {
+		ms, err := n.Runner().Models(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i := slices.IndexFunc(ms, func(m engine.ModelInfo) bool { return m.ID == "flux" }); i < 0 || !ms[i].Loaded {
+			t.Errorf("node %s did not make an image (flux not loaded there)", n.Cluster().ID())
+		}
+	}
+	ev := imageEvents(t, out)
+	progress := map[float64]int{}
+	for _, e := range ev["image_generation.progress"] {
+		progress[e["image_index"].(float64)]++
+	}
+	if progress[0] != 2 || progress[1] != 2 || len(progress) != 2 {
+		t.Errorf("steps per image %v, want 2 for each of 2", progress)
+	}
+	if p := ev["image_generation.partial_image"]; len(p) != 2 {
+		t.Errorf("%d partial images, want 1 per image", len(p))
+	} else {
+		for _, e := range p {
+			raw, err := base64.StdEncoding.DecodeString(e["b64_json"].(string))
+			if err != nil {
+				t.Fatal(err)
+			}
+			img, err := png.Decode(bytes.NewReader(raw))
+			if err != nil || img.Bounds().Dx() != 16 || img.Bounds().Dy() != 16 || e["size"] != "16x16" || e["partial_image_index"] != 0.0 {
+				t.Errorf("preview %v %v %v", e["size"], e["partial_image_index"], err)
+			}
+		}
+	}
+	done := ev["image_generation.completed"]
+	if len(done) != 2 {
+		t.Fatalf("%d completed events", len(done))
+	}
+	fromB := make([][]byte, 2)
+	for i, e := range done {
+		u, err := url.Parse(e["url"].(string))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e["image_index"] != float64(i) {
+			t.Errorf("completed event %d is image %v", i, e["image_index"])
+		}
+		resp, err := http.Get(b.URL() + u.Path) // the node that did not answer
+		if err != nil {
+			t.Fatal(err)
+		}
+		fromB[i], _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "image/png" {
+			t.Fatalf("GET %s on node b: %d %s", u.Path, resp.StatusCode, fromB[i])
+		}
+		if i == 0 {
+			if !strings.HasPrefix(path.Base(u.Path), "img-"+hex.EncodeToString([]byte("a"))+"-") {
+				t.Errorf("url %s does not name node a", u)
+			}
+			gone := "/v1/images/files/img-" + hex.EncodeToString([]byte("a")) + "-" + strings.Repeat("0", 32) + ".png"
+			if code, msg := getStatus(t, b.URL()+gone); code != http.StatusNotFound || !strings.Contains(msg, "file_not_found") {
+				t.Errorf("GET %s on node b: %d %s", gone, code, msg)
+			}
+		}
+	}
+
+	start = time.Now()
+	code, out = postImages(t, solo.URL(), "/v1/images/generations", body+`}`)
+	alone := time.Since(start)
+	var one openai.ImagesResponse
+	if err := json.Unmarshal(out, &one); code != http.StatusOK || err != nil || len(one.Data) != 2 {
+		t.Fatalf("lone node: %d %s", code, out)
+	}
+	for i, d := range one.Data {
+		raw, _ := base64.StdEncoding.DecodeString(*d.B64JSON)
+		if !bytes.Equal(raw, fromB[i]) {
+			t.Errorf("image %d made across two nodes differs from the lone node's", i)
+		}
+	}
+	t.Logf("n = 2 at 32×32, 2 steps: %v split over two nodes (streamed, previews), %v on one node", split, alone)
+
+	// The official client's stream with partial images, through node b.
+	py := testenv.Python(t)
+	if out, err := exec.Command(py, "-c", "import openai, PIL").CombinedOutput(); err != nil {
+		missing(t, "openai or Pillow is not installed in %s: %s", py, out)
+	}
+	env := append(os.Environ(), "FUSION_BASE_URL="+b.URL(), "FUSION_API_KEY=unused", "FUSION_IMAGE_MODEL=flux")
+	if out := runSuite(t, env, py, "testdata/openai_images_stream.py"); !regexp.MustCompile(`(?m)^ok 1$`).MatchString(out) {
+		t.Errorf("unexpected output:\n%s", out)
+	}
+}
+
+func getStatus(t *testing.T, u string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// fetchEngine is an image engine whose cluster keeps one file on node
+// "b" and cannot reach node "down" (nor "a", which it must not be asked
+// for).
+type fetchEngine struct{ imageEngine }
+
+func (e *fetchEngine) FetchImageFile(_ context.Context, node, id string) (*engine.ImageFile, error) {
+	switch {
+	case node == "down", node == "a": // a is the handler's own node: never asked
+		return nil, fmt.Errorf("%w: node %s is gone", engine.ErrUnavailable, node)
+	case node == "b" && id == "img-62-01":
+		return &engine.ImageFile{Data: []byte("png"), ContentType: "image/png", Expires: time.Now().Add(time.Minute)}, nil
+	}
+	return nil, fmt.Errorf("%w: %s", engine.ErrImageFileNotFound, id)
+}
+
+// TestImageFileFromPeer: an id naming another node is fetched through the
+// engine; a file it does not have is a 404, an unreachable node a 503,
+// both in OpenAI's error shape; an id naming this node is not asked for.
+func TestImageFileFromPeer(t *testing.T) {
+	r := chi.NewRouter()
+	openai.New(openai.Config{Engine: &fetchEngine{}, Options: openai.Options{NodeID: "a"}}).Mount(r)
+	s := httptest.NewServer(r)
+	t.Cleanup(s.Close)
+	hexOf := func(node string) string { return hex.EncodeToString([]byte(node)) }
+	for _, c := range []struct {
+		id   string
+		code int
+		want string
+	}{
+		{"img-" + hexOf("b") + "-01.png", http.StatusOK, "png"},
+		{"img-" + hexOf("b") + "-02.png", http.StatusNotFound, `"code":"file_not_found"`},
+		{"img-" + hexOf("down") + "-01.png", http.StatusServiceUnavailable, `"type":`},
+		{"img-" + hexOf("a") + "-01.png", http.StatusNotFound, `"code":"file_not_found"`},
+		{"img-zz-01.png", http.StatusNotFound, `"code":"file_not_found"`},
+		{"img-0123", http.StatusNotFound, `"code":"file_not_found"`},
+	} {
+		code, body := getStatus(t, s.URL+"/v1/images/files/"+c.id)
+		if code != c.code || !strings.Contains(body, c.want) {
+			t.Errorf("%s: %d %s, want %d with %s", c.id, code, body, c.code, c.want)
+		}
 	}
 }
