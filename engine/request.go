@@ -268,14 +268,22 @@ const (
 	KindSpeech = "speech"
 )
 
+// The speed range of a speech request (OpenAI's): SpeechRequest.Speed,
+// when not 0, lies within it.
+const (
+	MinSpeechSpeed = 0.25
+	MaxSpeechSpeed = 4.0
+)
+
 // SpeechRequest is the dialect-neutral text-to-speech request.
 type SpeechRequest struct {
 	Model string
 	Input string
 	// Voice is one of the model's voices ("" : its default).
 	Voice string
-	// Speed multiplies the speaking rate (0: 1): the voice's length
-	// scale is divided by it, so speed 2 gives half the length.
+	// Speed multiplies the speaking rate (0: 1; else MinSpeechSpeed to
+	// MaxSpeechSpeed): the voice's length scale is divided by it, so
+	// speed 2 gives half the length.
 	Speed float64
 	// OnAudio is called with each sentence's audio as it is synthesized,
 	// before Speak returns (a forwarded request's sentences arrive as the

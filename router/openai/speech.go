@@ -16,12 +16,6 @@ import (
 // in characters (Options.MaxSpeechInput): OpenAI's 4096.
 const DefaultMaxSpeechInput = 4096
 
-// The speed range of /v1/audio/speech (OpenAI's).
-const (
-	minSpeechSpeed = 0.25
-	maxSpeechSpeed = 4.0
-)
-
 // speechFormats are the response_format values OpenAI defines; only
 // wavFormats are produced (the others need an encoder this server does
 // not have).
@@ -65,17 +59,17 @@ type VoiceList struct {
 func (req *SpeechRequest) check(maxInput int) *Error {
 	switch {
 	case req.Model == "":
-		return invalidRequest("model", "Missing required parameter: 'model'.")
+		return missingParam("model")
 	case req.Input == "":
-		return invalidRequest("input", "Missing required parameter: 'input'.")
+		return missingParam("input")
 	case req.Voice == "":
-		return invalidRequest("voice", "Missing required parameter: 'voice'.")
+		return missingParam("voice")
 	}
 	if n := utf8.RuneCountInString(req.Input); n > maxInput {
 		return invalidRequest("input", "Invalid 'input': string too long. Expected a string with maximum length %d, but got a string with length %d instead.", maxInput, n)
 	}
-	if req.Speed != nil && !(*req.Speed >= minSpeechSpeed && *req.Speed <= maxSpeechSpeed) {
-		return invalidRequest("speed", "Invalid 'speed': %v is not between %v and %v.", *req.Speed, minSpeechSpeed, maxSpeechSpeed)
+	if req.Speed != nil && !(*req.Speed >= engine.MinSpeechSpeed && *req.Speed <= engine.MaxSpeechSpeed) {
+		return invalidRequest("speed", "Invalid 'speed': %v is not between %v and %v.", *req.Speed, engine.MinSpeechSpeed, engine.MaxSpeechSpeed)
 	}
 	if req.ResponseFormat == "" {
 		req.ResponseFormat = "wav"

@@ -124,6 +124,9 @@ func speechBadInput(t *testing.T, n *node.Node) {
 			if e.Error.Param != c.param || !strings.Contains(e.Error.Message, c.msg) {
 				t.Fatalf("error %+v, want param %q and a message with %q", e.Error, c.param, c.msg)
 			}
+			if strings.HasPrefix(c.name, "no ") && e.Error.Code != "missing_required_parameter" {
+				t.Errorf("code %q, want missing_required_parameter", e.Error.Code)
+			}
 		})
 	}
 }
