@@ -52,7 +52,7 @@ func (r *Runner) Transcribe(ctx context.Context, req *engine.TranscribeRequest) 
 	res, err := em.asr.Transcribe(ctx, samples, o)
 	em.asrMu.Unlock()
 	if err != nil {
-		if errors.Is(err, whisper.ErrLanguage) || errors.Is(err, whisper.ErrTranslate) {
+		if errors.Is(err, whisper.ErrLanguage) || errors.Is(err, whisper.ErrTranslate) || errors.Is(err, whisper.ErrWordTimestamps) {
 			return nil, invalid("%v", err)
 		}
 		return nil, err

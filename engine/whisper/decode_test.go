@@ -3,11 +3,16 @@ package whisper
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"fusion/engine/audio/logmel"
+	"fusion/engine/backend/cpu"
 )
 
 // TestSplit cuts timestamped token sequences into segments as
@@ -73,6 +78,37 @@ func TestLanguageAndTask(t *testing.T) {
 		if got, err := m.language(Options{Language: lang}); got != "en" || err != nil {
 			t.Errorf("language %q: %q, %v", lang, got, err)
 		}
+	}
+	// Word timestamps of a model without alignment heads fail before
+	// any decoding.
+	noHeads := *m
+	noHeads.Config.AlignmentHeads = nil
+	o := DefaultOptions()
+	o.WordTimestamps = true
+	if _, err := noHeads.Transcribe(context.Background(), x, o); !errors.Is(err, ErrWordTimestamps) {
+		t.Errorf("word timestamps without alignment heads: %v, want %v", err, ErrWordTimestamps)
+	}
+}
+
+// TestLoadChecksAlignmentHeads: a config.json whose alignment heads lie
+// outside the model's layers and heads is not a Whisper model this
+// package loads (found at load, not after the first window's decode).
+func TestLoadChecksAlignmentHeads(t *testing.T) {
+	loadTinyEn(t)
+	dir := t.TempDir()
+	for _, f := range []string{"model.bin", "tokenizer.json"} {
+		if err := os.Symlink(filepath.Join(tinyEn.dir, f), filepath.Join(dir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"alignment_heads": [[1, 0], [4, 0]]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := Load(context.Background(), dir, cpu.New(cpu.Options{})); !errors.Is(err, ErrNotWhisper) || !strings.Contains(fmt.Sprint(err), "alignment head [4 0]") {
+		if m != nil {
+			m.Close()
+		}
+		t.Errorf("Load: %v, want %v naming head [4 0]", err, ErrNotWhisper)
 	}
 }
 

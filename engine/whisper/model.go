@@ -121,6 +121,12 @@ func Load(ctx context.Context, dir string, be backend.Backend) (*Model, error) {
 		m.Close()
 		return nil, fmt.Errorf("whisper: %s: %w", dir, err)
 	}
+	for _, h := range m.Config.AlignmentHeads {
+		if h[0] < 0 || h[0] >= m.Dims.DecoderLayers || h[1] < 0 || h[1] >= m.Dims.Heads {
+			m.Close()
+			return nil, fmt.Errorf("whisper: %s: %w: alignment head %v outside %d layers × %d heads", dir, ErrNotWhisper, h, m.Dims.DecoderLayers, m.Dims.Heads)
+		}
+	}
 	if m.Tokens, err = specialTokens(m.Tokenizer, m.Dims.Vocab); err != nil {
 		m.Close()
 		return nil, fmt.Errorf("whisper: %s: %w", dir, err)

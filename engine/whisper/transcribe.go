@@ -84,6 +84,9 @@ func DefaultOptions() Options {
 var (
 	ErrLanguage  = errors.New("language not supported by the model")
 	ErrTranslate = errors.New("the model cannot translate")
+	// ErrWordTimestamps: word timestamps were asked of a model without
+	// alignment heads.
+	ErrWordTimestamps = errors.New("the model cannot time words")
 )
 
 // Segment is one timed piece of a transcript, with faster-whisper's
@@ -128,6 +131,9 @@ func (m *Model) Transcribe(ctx context.Context, samples []float32, o Options) (*
 	lang, err := m.language(o)
 	if err != nil {
 		return nil, err
+	}
+	if o.WordTimestamps && len(m.Config.AlignmentHeads) == 0 {
+		return nil, fmt.Errorf("whisper: the model's config.json lists no alignment_heads: %w", ErrWordTimestamps)
 	}
 	if len(o.Temperatures) == 0 {
 		o.Temperatures = []float64{0}
@@ -186,8 +192,7 @@ func (m *Model) Transcribe(ctx context.Context, samples []float32, o Options) (*
 		var segs []rawSegment
 		segs, seek = m.split(g.tokens, timeOffset, size, float64(size)*timePerFrame, seek)
 		if o.WordTimestamps {
-			lastSpeech, err = m.addWordTimestamps(ctx, w, sot, segs, prevSeek, size, o, res.Language, lastSpeech)
-			if err != nil {
+			if err := m.addWordTimestamps(ctx, w, sot, segs, prevSeek, size, o, res.Language, lastSpeech); err != nil {
 				w.Close()
 				return nil, err
 			}
