@@ -332,6 +332,10 @@ type TranscribeRequest struct {
 	Temperature float64
 	// WordTimestamps times every word (TranscribeSegment.Words).
 	WordTimestamps bool
+	// MaxTokens caps the tokens decoded over the whole request,
+	// timestamps included; the transcript ends where the cap falls (0:
+	// no cap but the model's own per 30-s window; negative is invalid).
+	MaxTokens int
 	// MaxBytes and MaxSeconds cap the upload and its duration (0: the
 	// engine's defaults, 25 MiB and 30 minutes).
 	MaxBytes   int64
@@ -367,9 +371,13 @@ type TranscribeWord struct {
 // TranscribeResult is a transcript.
 type TranscribeResult struct {
 	Text     string
-	Language string  // code, e.g. "en"
-	Duration float64 // of the audio, in seconds
-	Segments []TranscribeSegment
+	Language string // code, e.g. "en"
+	// LanguageProbability is the detected language's probability (1 when
+	// the request named the language or the model knows only one),
+	// faster-whisper's TranscriptionInfo.language_probability.
+	LanguageProbability float64
+	Duration            float64 // of the audio, in seconds
+	Segments            []TranscribeSegment
 }
 
 // Transcriber turns speech into text. Errors: ErrModelNotFound,
