@@ -268,14 +268,22 @@ const (
 	KindSpeech = "speech"
 )
 
+// The speed range of a speech request (OpenAI's): SpeechRequest.Speed,
+// when not 0, lies within it.
+const (
+	MinSpeechSpeed = 0.25
+	MaxSpeechSpeed = 4.0
+)
+
 // SpeechRequest is the dialect-neutral text-to-speech request.
 type SpeechRequest struct {
 	Model string
 	Input string
 	// Voice is one of the model's voices ("" : its default).
 	Voice string
-	// Speed multiplies the speaking rate (0: 1): the voice's length
-	// scale is divided by it, so speed 2 gives half the length.
+	// Speed multiplies the speaking rate (0: 1; else MinSpeechSpeed to
+	// MaxSpeechSpeed): the voice's length scale is divided by it, so
+	// speed 2 gives half the length.
 	Speed float64
 	// OnAudio is called with each sentence's audio as it is synthesized,
 	// before Speak returns (a forwarded request's sentences arrive as the
@@ -324,6 +332,10 @@ type TranscribeRequest struct {
 	Temperature float64
 	// WordTimestamps times every word (TranscribeSegment.Words).
 	WordTimestamps bool
+	// MaxTokens caps the tokens decoded over the whole request,
+	// timestamps included; the transcript ends where the cap falls (0:
+	// no cap but the model's own per 30-s window; negative is invalid).
+	MaxTokens int
 	// MaxBytes and MaxSeconds cap the upload and its duration (0: the
 	// engine's defaults, 25 MiB and 30 minutes).
 	MaxBytes   int64
@@ -359,9 +371,13 @@ type TranscribeWord struct {
 // TranscribeResult is a transcript.
 type TranscribeResult struct {
 	Text     string
-	Language string  // code, e.g. "en"
-	Duration float64 // of the audio, in seconds
-	Segments []TranscribeSegment
+	Language string // code, e.g. "en"
+	// LanguageProbability is the detected language's probability (1 when
+	// the request named the language or the model knows only one),
+	// faster-whisper's TranscriptionInfo.language_probability.
+	LanguageProbability float64
+	Duration            float64 // of the audio, in seconds
+	Segments            []TranscribeSegment
 }
 
 // Transcriber turns speech into text. Errors: ErrModelNotFound,

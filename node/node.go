@@ -71,6 +71,9 @@ type Config struct {
 	MaxRerankDocs int
 	// MaxSpeechInput caps /v1/audio/speech's input in characters (0: 4096).
 	MaxSpeechInput int
+	// MaxTranscriptionTokens caps the max_tokens of a transcription (0:
+	// openai.DefaultMaxTranscriptionTokens).
+	MaxTranscriptionTokens int
 	// MaxImageSide, MaxImages and MaxImageSteps cap an image generation's
 	// sides, n and steps (0: openai's defaults).
 	MaxImageSide, MaxImages, MaxImageSteps int
@@ -444,7 +447,7 @@ func New(cfg Config) (*Node, error) {
 		Backend:     run.BackendStatus, Draining: draining,
 		Engine: cloudEngine{aliasEngine: aliasEngine{Dispatcher: gen, a: n.admin}, cloud: n.cloud}, Stats: n.engineStats, Cache: run, Models: run, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes, Cluster: clusterStatus,
 		Admin: adminCfg,
-		OpenAI: openai.Options{MaxTokens: cfg.MaxTokens, CompletionsAsChat: cfg.CompletionsAsChat,
+		OpenAI: openai.Options{MaxTokens: cfg.MaxTokens, CompletionsAsChat: cfg.CompletionsAsChat, MaxTranscriptionTokens: cfg.MaxTranscriptionTokens,
 			AsChat: n.admin.completionsAsChat, MaxAudioBytes: cfg.MaxAudioBytes, MaxAudioSeconds: float64(cfg.MaxAudioSeconds),
 			MaxSpeechInput: cfg.MaxSpeechInput,
 			MaxImageSide:   cfg.MaxImageSide, MaxImages: cfg.MaxImages, MaxImageSteps: cfg.MaxImageSteps, ImageRetention: cfg.ImageRetention,

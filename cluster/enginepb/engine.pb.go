@@ -2108,6 +2108,7 @@ type TranscribeRequest struct {
 	MaxBytes       int64                  `protobuf:"varint,6,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
 	MaxSeconds     float64                `protobuf:"fixed64,7,opt,name=max_seconds,json=maxSeconds,proto3" json:"max_seconds,omitempty"`
 	WordTimestamps bool                   `protobuf:"varint,8,opt,name=word_timestamps,json=wordTimestamps,proto3" json:"word_timestamps,omitempty"`
+	MaxTokens      int32                  `protobuf:"varint,9,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -2196,6 +2197,13 @@ func (x *TranscribeRequest) GetWordTimestamps() bool {
 		return x.WordTimestamps
 	}
 	return false
+}
+
+func (x *TranscribeRequest) GetMaxTokens() int32 {
+	if x != nil {
+		return x.MaxTokens
+	}
+	return 0
 }
 
 // TranscribeSegment is engine.TranscribeSegment.
@@ -2395,15 +2403,16 @@ func (x *TranscribeWord) GetProbability() float64 {
 // TranscribeReply is a decoded segment (segment set), or the final
 // engine.TranscribeResult (done set).
 type TranscribeReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Text          string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
-	Language      string                 `protobuf:"bytes,2,opt,name=language,proto3" json:"language,omitempty"`
-	Duration      float64                `protobuf:"fixed64,3,opt,name=duration,proto3" json:"duration,omitempty"`
-	Segments      []*TranscribeSegment   `protobuf:"bytes,4,rep,name=segments,proto3" json:"segments,omitempty"`
-	Done          bool                   `protobuf:"varint,5,opt,name=done,proto3" json:"done,omitempty"`
-	Segment       *TranscribeSegment     `protobuf:"bytes,6,opt,name=segment,proto3" json:"segment,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	Text                string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	Language            string                 `protobuf:"bytes,2,opt,name=language,proto3" json:"language,omitempty"`
+	Duration            float64                `protobuf:"fixed64,3,opt,name=duration,proto3" json:"duration,omitempty"`
+	Segments            []*TranscribeSegment   `protobuf:"bytes,4,rep,name=segments,proto3" json:"segments,omitempty"`
+	Done                bool                   `protobuf:"varint,5,opt,name=done,proto3" json:"done,omitempty"`
+	Segment             *TranscribeSegment     `protobuf:"bytes,6,opt,name=segment,proto3" json:"segment,omitempty"`
+	LanguageProbability float64                `protobuf:"fixed64,7,opt,name=language_probability,json=languageProbability,proto3" json:"language_probability,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *TranscribeReply) Reset() {
@@ -2476,6 +2485,13 @@ func (x *TranscribeReply) GetSegment() *TranscribeSegment {
 		return x.Segment
 	}
 	return nil
+}
+
+func (x *TranscribeReply) GetLanguageProbability() float64 {
+	if x != nil {
+		return x.LanguageProbability
+	}
+	return 0
 }
 
 // SpeechRequest is engine.SpeechRequest.
@@ -3154,7 +3170,7 @@ const file_engine_proto_rawDesc = "" +
 	"\x06queued\x18\x04 \x01(\x03R\x06queued\x12\x19\n" +
 	"\bkv_bytes\x18\x05 \x01(\x03R\akvBytes\x12*\n" +
 	"\x11free_memory_bytes\x18\x06 \x01(\x03R\x0ffreeMemoryBytes\x12*\n" +
-	"\x11tokens_per_second\x18\a \x01(\x01R\x0ftokensPerSecond\"\x82\x02\n" +
+	"\x11tokens_per_second\x18\a \x01(\x01R\x0ftokensPerSecond\"\xa1\x02\n" +
 	"\x11TranscribeRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x14\n" +
 	"\x05audio\x18\x02 \x01(\fR\x05audio\x12\x1a\n" +
@@ -3164,7 +3180,9 @@ const file_engine_proto_rawDesc = "" +
 	"\tmax_bytes\x18\x06 \x01(\x03R\bmaxBytes\x12\x1f\n" +
 	"\vmax_seconds\x18\a \x01(\x01R\n" +
 	"maxSeconds\x12'\n" +
-	"\x0fword_timestamps\x18\b \x01(\bR\x0ewordTimestamps\"\xd9\x02\n" +
+	"\x0fword_timestamps\x18\b \x01(\bR\x0ewordTimestamps\x12\x1d\n" +
+	"\n" +
+	"max_tokens\x18\t \x01(\x05R\tmaxTokens\"\xd9\x02\n" +
 	"\x11TranscribeSegment\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x12\n" +
 	"\x04seek\x18\x02 \x01(\x05R\x04seek\x12\x14\n" +
@@ -3183,14 +3201,15 @@ const file_engine_proto_rawDesc = "" +
 	"\x05start\x18\x01 \x01(\x01R\x05start\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\x01R\x03end\x12\x12\n" +
 	"\x04word\x18\x03 \x01(\tR\x04word\x12 \n" +
-	"\vprobability\x18\x04 \x01(\x01R\vprobability\"\xf1\x01\n" +
+	"\vprobability\x18\x04 \x01(\x01R\vprobability\"\xa4\x02\n" +
 	"\x0fTranscribeReply\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x1a\n" +
 	"\blanguage\x18\x02 \x01(\tR\blanguage\x12\x1a\n" +
 	"\bduration\x18\x03 \x01(\x01R\bduration\x12?\n" +
 	"\bsegments\x18\x04 \x03(\v2#.fusion.engine.v1.TranscribeSegmentR\bsegments\x12\x12\n" +
 	"\x04done\x18\x05 \x01(\bR\x04done\x12=\n" +
-	"\asegment\x18\x06 \x01(\v2#.fusion.engine.v1.TranscribeSegmentR\asegment\"g\n" +
+	"\asegment\x18\x06 \x01(\v2#.fusion.engine.v1.TranscribeSegmentR\asegment\x121\n" +
+	"\x14language_probability\x18\a \x01(\x01R\x13languageProbability\"g\n" +
 	"\rSpeechRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x14\n" +
 	"\x05input\x18\x02 \x01(\tR\x05input\x12\x14\n" +

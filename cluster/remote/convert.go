@@ -382,16 +382,18 @@ func rerankResultFromPB(p *enginepb.RerankReply) *engine.RerankResult {
 
 func transcribeRequestToPB(r *engine.TranscribeRequest) *enginepb.TranscribeRequest {
 	return &enginepb.TranscribeRequest{Model: r.Model, Audio: r.Audio, Language: r.Language, Translate: r.Translate,
-		Temperature: r.Temperature, MaxBytes: r.MaxBytes, MaxSeconds: r.MaxSeconds, WordTimestamps: r.WordTimestamps}
+		Temperature: r.Temperature, MaxBytes: r.MaxBytes, MaxSeconds: r.MaxSeconds, WordTimestamps: r.WordTimestamps,
+		MaxTokens: int32(max(min(r.MaxTokens, math.MaxInt32), math.MinInt32))}
 }
 
 func transcribeRequestFromPB(p *enginepb.TranscribeRequest) *engine.TranscribeRequest {
 	return &engine.TranscribeRequest{Model: p.GetModel(), Audio: p.GetAudio(), Language: p.GetLanguage(), Translate: p.GetTranslate(),
-		Temperature: p.GetTemperature(), MaxBytes: p.GetMaxBytes(), MaxSeconds: p.GetMaxSeconds(), WordTimestamps: p.GetWordTimestamps()}
+		Temperature: p.GetTemperature(), MaxBytes: p.GetMaxBytes(), MaxSeconds: p.GetMaxSeconds(), WordTimestamps: p.GetWordTimestamps(),
+		MaxTokens: int(p.GetMaxTokens())}
 }
 
 func transcribeResultToPB(r *engine.TranscribeResult) *enginepb.TranscribeReply {
-	out := &enginepb.TranscribeReply{Text: r.Text, Language: r.Language, Duration: r.Duration,
+	out := &enginepb.TranscribeReply{Text: r.Text, Language: r.Language, LanguageProbability: r.LanguageProbability, Duration: r.Duration,
 		Segments: make([]*enginepb.TranscribeSegment, len(r.Segments))}
 	for i, s := range r.Segments {
 		out.Segments[i] = transcribeSegmentToPB(s)
@@ -411,7 +413,7 @@ func transcribeSegmentToPB(s engine.TranscribeSegment) *enginepb.TranscribeSegme
 }
 
 func transcribeResultFromPB(p *enginepb.TranscribeReply) *engine.TranscribeResult {
-	out := &engine.TranscribeResult{Text: p.GetText(), Language: p.GetLanguage(), Duration: p.GetDuration(),
+	out := &engine.TranscribeResult{Text: p.GetText(), Language: p.GetLanguage(), LanguageProbability: p.GetLanguageProbability(), Duration: p.GetDuration(),
 		Segments: make([]engine.TranscribeSegment, len(p.GetSegments()))}
 	for i, s := range p.GetSegments() {
 		out.Segments[i] = transcribeSegmentFromPB(s)

@@ -37,7 +37,7 @@ func ints(n *onnx.Node, name string, def ...int64) []int64 {
 // > 0 an undilated convolution is uploaded as two weights of split output
 // channels each (parts), for WaveNet's gate halves and res/skip outputs.
 func (l *loader) nodeConv(name string, split int) *conv1d {
-	if l.err != nil {
+	if l.Err() != nil {
 		return nil
 	}
 	var node *onnx.Node
@@ -48,19 +48,19 @@ func (l *loader) nodeConv(name string, split int) *conv1d {
 		}
 	}
 	if node == nil || (node.OpType != "Conv" && node.OpType != "ConvTranspose") || len(node.Inputs) < 2 {
-		l.fail(fmt.Errorf("%w: no convolution node %s", ErrNotPiper, name))
+		l.Fail(fmt.Errorf("%w: no convolution node %s", ErrNotPiper, name))
 		return nil
 	}
 	w, ok := l.g.Initializer(node.Inputs[1])
 	if !ok || w.DType != tensor.F32 || len(w.Shape) != 3 {
-		l.fail(fmt.Errorf("%w: %s: weight %s missing or not F32 [out, in, k]", ErrNotPiper, name, node.Inputs[1]))
+		l.Fail(fmt.Errorf("%w: %s: weight %s missing or not F32 [out, in, k]", ErrNotPiper, name, node.Inputs[1]))
 		return nil
 	}
 	var bias *tensor.Tensor
 	if len(node.Inputs) > 2 && node.Inputs[2] != "" {
 		b, ok := l.g.Initializer(node.Inputs[2])
 		if !ok || b.DType != tensor.F32 {
-			l.fail(fmt.Errorf("%w: %s: bias %s missing", ErrNotPiper, name, node.Inputs[2]))
+			l.Fail(fmt.Errorf("%w: %s: bias %s missing", ErrNotPiper, name, node.Inputs[2]))
 			return nil
 		}
 		bias = &b
@@ -76,7 +76,7 @@ func (l *loader) nodeConv(name string, split int) *conv1d {
 	}
 	if len(pads) != 2 || pads[0] != pads[1] || group != 1 || c.dilation < 1 || c.stride < 1 ||
 		(c.transposed && (c.dilation != 1 || (c.kernel-2*c.pad) != c.stride)) || (!c.transposed && c.stride != 1) {
-		l.fail(fmt.Errorf("%w: %s: unsupported convolution (pads %v, dilation %d, stride %d, group %d, kernel %d)",
+		l.Fail(fmt.Errorf("%w: %s: unsupported convolution (pads %v, dilation %d, stride %d, group %d, kernel %d)",
 			ErrNotPiper, name, pads, c.dilation, c.stride, group, c.kernel))
 		return nil
 	}
@@ -86,40 +86,40 @@ func (l *loader) nodeConv(name string, split int) *conv1d {
 		c.out, c.in = int(w.Shape[0]), int(w.Shape[1])
 	}
 	if bias != nil && (len(bias.Shape) != 1 || int(bias.Shape[0]) != c.out) {
-		l.fail(fmt.Errorf("%w: %s: bias of shape %v", ErrNotPiper, name, bias.Shape))
+		l.Fail(fmt.Errorf("%w: %s: bias of shape %v", ErrNotPiper, name, bias.Shape))
 		return nil
 	}
 	if !c.transposed && c.dilation == 1 && c.pad < c.kernel {
 		d, err := backend.ConvData(name, w, bias)
 		if err != nil {
-			l.fail(err)
+			l.Fail(err)
 			return nil
 		}
 		if split == 0 {
-			c.whole = l.upload(d)
+			c.whole = l.Weight(d)
 			return c
 		}
 		if c.out != 2*split {
-			l.fail(fmt.Errorf("%w: %s: cannot split %d channels at %d", ErrNotPiper, name, c.out, split))
+			l.Fail(fmt.Errorf("%w: %s: cannot split %d channels at %d", ErrNotPiper, name, c.out, split))
 			return nil
 		}
 		for i := range 2 {
 			part, err := backend.RowRange(d, i*split, (i+1)*split)
 			if err != nil {
-				l.fail(err)
+				l.Fail(err)
 				return nil
 			}
-			c.parts = append(c.parts, l.upload(part))
+			c.parts = append(c.parts, l.Weight(part))
 		}
 		return c
 	}
 	if split > 0 {
-		l.fail(fmt.Errorf("%w: %s: cannot split a dilated or transposed convolution", ErrNotPiper, name))
+		l.Fail(fmt.Errorf("%w: %s: cannot split a dilated or transposed convolution", ErrNotPiper, name))
 		return nil
 	}
 	src, err := tensor.Floats(w)
 	if err != nil {
-		l.fail(err)
+		l.Fail(err)
 		return nil
 	}
 	for j := range c.kernel {
@@ -138,7 +138,7 @@ func (l *loader) nodeConv(name string, split int) *conv1d {
 		if bias != nil && (j == 0 || (c.transposed && j < c.stride)) {
 			d.Bias = bias
 		}
-		c.taps = append(c.taps, l.upload(d))
+		c.taps = append(c.taps, l.Weight(d))
 	}
 	return c
 }
@@ -260,7 +260,7 @@ func (l *loader) loadFlowAndDecoder() {
 		}
 	}
 	if len(g.ups) == 0 || per%len(g.ups) != 0 {
-		l.fail(fmt.Errorf("%w: %d upsampling stages and %d residual blocks", ErrNotPiper, len(g.ups), per))
+		l.Fail(fmt.Errorf("%w: %d upsampling stages and %d residual blocks", ErrNotPiper, len(g.ups), per))
 		return
 	}
 	k := per / len(g.ups)

@@ -101,8 +101,8 @@ func (l *loader) loadDurations() {
 	var inv []float32
 	if n, ok := l.g.NodeInput("/dp/flows.0/Mul", 1); ok && len(n.Shape) == 2 && n.Shape[0] == 2 {
 		inv = l.floats(n.Name, 2, 1)
-	} else if l.err == nil {
-		l.fail(fmt.Errorf("%w: no duration affine scale (/dp/flows.0/Mul)", ErrNotPiper))
+	} else if l.Err() == nil {
+		l.Fail(fmt.Errorf("%w: no duration affine scale (/dp/flows.0/Mul)", ErrNotPiper))
 	}
 	if m != nil && inv != nil {
 		dp.mean = [2]float32{m[0], m[1]}

@@ -33,9 +33,7 @@ type Voice struct {
 	Dims   Dims
 
 	be      backend.Backend
-	weights []backend.Weight
-	vectors []backend.Vector
-	bytes   int64
+	uploads *backend.Uploads
 
 	emb    backend.Weight // phoneme embedding [symbols, hidden]
 	layers []encoderLayer
@@ -76,49 +74,42 @@ func Load(ctx context.Context, dir string, be backend.Backend) (*Voice, error) {
 	if err != nil {
 		return nil, err
 	}
-	v := &Voice{Config: cfg, be: be}
-	l := &loader{v: v, g: g}
+	v := &Voice{Config: cfg, be: be, uploads: backend.NewUploads(be)}
+	l := &loader{v: v, g: g, Uploads: v.uploads}
 	l.load()
-	if l.err != nil {
+	if err := l.Err(); err != nil {
 		v.Close()
-		return nil, l.err
+		return nil, err
 	}
 	return v, nil
 }
 
 // Bytes is the size of the weights on the backend.
-func (v *Voice) Bytes() int64 { return v.bytes }
+func (v *Voice) Bytes() int64 { return v.uploads.Bytes() }
 
 // Close releases the weights.
 func (v *Voice) Close() error {
-	if r, ok := v.be.(backend.Releaser); ok && (len(v.weights) > 0 || len(v.vectors) > 0) {
-		r.Release(v.weights, v.vectors)
-	}
-	v.weights, v.vectors = nil, nil
+	v.uploads.Release()
 	return nil
 }
 
+// loader uploads the graph's initializers to v.uploads, which records
+// the first error.
 type loader struct {
-	v   *Voice
-	g   *onnx.Model
-	err error
-}
-
-func (l *loader) fail(err error) {
-	if l.err == nil {
-		l.err = err
-	}
+	v *Voice
+	g *onnx.Model
+	*backend.Uploads
 }
 
 // tensor returns the F32 initializer called name with the given shape
 // (-1 matches any size).
 func (l *loader) tensor(name string, shape ...int) (tensor.Tensor, bool) {
-	if l.err != nil {
+	if l.Err() != nil {
 		return tensor.Tensor{}, false
 	}
 	t, ok := l.g.Initializer(name)
 	if !ok {
-		l.fail(fmt.Errorf("%w: no weight %s", ErrNotPiper, name))
+		l.Fail(fmt.Errorf("%w: no weight %s", ErrNotPiper, name))
 		return t, false
 	}
 	good := t.DType == tensor.F32 && len(t.Shape) == len(shape)
@@ -126,24 +117,10 @@ func (l *loader) tensor(name string, shape ...int) (tensor.Tensor, bool) {
 		good = shape[i] < 0 || t.Shape[i] == int64(shape[i])
 	}
 	if !good {
-		l.fail(fmt.Errorf("%w: %s is %v %v, want F32 %v", ErrNotPiper, name, t.DType, t.Shape, shape))
+		l.Fail(fmt.Errorf("%w: %s is %v %v, want F32 %v", ErrNotPiper, name, t.DType, t.Shape, shape))
 		return t, false
 	}
 	return t, true
-}
-
-func (l *loader) upload(d backend.WeightData) backend.Weight {
-	if l.err != nil {
-		return nil
-	}
-	w, err := l.v.be.Weight(d)
-	if err != nil {
-		l.fail(err)
-		return nil
-	}
-	l.v.weights = append(l.v.weights, w)
-	l.v.bytes += w.Bytes()
-	return w
 }
 
 func (l *loader) vector(name string, n int) backend.Vector {
@@ -151,14 +128,7 @@ func (l *loader) vector(name string, n int) backend.Vector {
 	if !ok {
 		return nil
 	}
-	v, err := l.v.be.Vector(backend.VectorData{Name: name, Data: t})
-	if err != nil {
-		l.fail(err)
-		return nil
-	}
-	l.v.vectors = append(l.v.vectors, v)
-	l.v.bytes += v.Bytes()
-	return v
+	return l.Vector(backend.VectorData{Name: name, Data: t})
 }
 
 // conv uploads the convolution path.weight [out, in, kernel] with
@@ -174,10 +144,10 @@ func (l *loader) conv(path string, out, in, kernel int) backend.Weight {
 	}
 	d, err := backend.ConvData(path, w, &b)
 	if err != nil {
-		l.fail(err)
+		l.Fail(err)
 		return nil
 	}
-	return l.upload(d)
+	return l.Weight(d)
 }
 
 func (l *loader) floats(name string, shape ...int) []float32 {
@@ -187,7 +157,7 @@ func (l *loader) floats(name string, shape ...int) []float32 {
 	}
 	f, err := tensor.Floats(t)
 	if err != nil {
-		l.fail(err)
+		l.Fail(err)
 	}
 	return f
 }
@@ -198,16 +168,16 @@ func (l *loader) load() {
 	// exporter names it "sid").
 	emb, ok := g.NodeInput("/enc_p/emb/Gather", 0)
 	if !ok || len(emb.Shape) != 2 || emb.DType != tensor.F32 {
-		l.fail(fmt.Errorf("%w: no phoneme embedding (/enc_p/emb/Gather)", ErrNotPiper))
+		l.Fail(fmt.Errorf("%w: no phoneme embedding (/enc_p/emb/Gather)", ErrNotPiper))
 		return
 	}
 	d := &v.Dims
 	d.Hidden = int(emb.Shape[1])
 	if int(emb.Shape[0]) != v.Config.NumSymbols {
-		l.fail(fmt.Errorf("%w: embedding of %d symbols, config says %d", ErrNotPiper, emb.Shape[0], v.Config.NumSymbols))
+		l.Fail(fmt.Errorf("%w: embedding of %d symbols, config says %d", ErrNotPiper, emb.Shape[0], v.Config.NumSymbols))
 		return
 	}
-	v.emb = l.upload(backend.WeightData{Name: "enc_p.emb", Format: backend.Dense, Out: int(emb.Shape[0]), In: d.Hidden, Data: emb})
+	v.emb = l.Weight(backend.WeightData{Name: "enc_p.emb", Format: backend.Dense, Out: int(emb.Shape[0]), In: d.Hidden, Data: emb})
 	for i := 0; ; i++ {
 		if _, ok := g.Initializer(fmt.Sprintf("enc_p.encoder.attn_layers.%d.conv_q.weight", i)); !ok {
 			d.Layers = i
@@ -217,18 +187,18 @@ func (l *loader) load() {
 	rel, ok := g.Initializer("enc_p.encoder.attn_layers.0.emb_rel_k")
 	ffn, ok2 := g.Initializer("enc_p.encoder.ffn_layers.0.conv_1.weight")
 	if d.Layers == 0 || !ok || !ok2 || len(rel.Shape) != 3 || len(ffn.Shape) != 3 || rel.Shape[1] != 2*relWindow+1 {
-		l.fail(fmt.Errorf("%w: no text encoder layers of the expected shapes", ErrNotPiper))
+		l.Fail(fmt.Errorf("%w: no text encoder layers of the expected shapes", ErrNotPiper))
 		return
 	}
 	d.HeadDim = int(rel.Shape[2])
 	if d.HeadDim <= 0 || d.Hidden%d.HeadDim != 0 {
-		l.fail(fmt.Errorf("%w: head width %d for hidden %d", ErrNotPiper, d.HeadDim, d.Hidden))
+		l.Fail(fmt.Errorf("%w: head width %d for hidden %d", ErrNotPiper, d.HeadDim, d.Hidden))
 		return
 	}
 	d.Heads = d.Hidden / d.HeadDim
 	d.Filter, d.FFNKernel = int(ffn.Shape[0]), int(ffn.Shape[2])
 	if d.FFNKernel%2 != 1 {
-		l.fail(fmt.Errorf("%w: even FFN kernel %d", ErrNotPiper, d.FFNKernel))
+		l.Fail(fmt.Errorf("%w: even FFN kernel %d", ErrNotPiper, d.FFNKernel))
 		return
 	}
 	width := 2*relWindow + 1
@@ -260,10 +230,10 @@ func (l *loader) load() {
 	for i, dst := range []*backend.Weight{&v.projM, &v.projS} {
 		part, err := backend.RowRange(proj, i*d.Hidden, (i+1)*d.Hidden)
 		if err != nil {
-			l.fail(err)
+			l.Fail(err)
 			return
 		}
-		*dst = l.upload(part)
+		*dst = l.Weight(part)
 	}
 	l.loadDurations()
 	l.loadFlowAndDecoder()

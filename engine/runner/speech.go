@@ -2,18 +2,11 @@ package runner
 
 import (
 	"context"
-	"math"
 	"slices"
 	"strings"
 
 	"fusion/engine"
 	"fusion/engine/piper"
-)
-
-// Speed limits of a speech request (OpenAI's).
-const (
-	MinSpeechSpeed = 0.25
-	MaxSpeechSpeed = 4.0
 )
 
 // speechSeed seeds the voices' noise: a request's speech depends only on
@@ -49,8 +42,8 @@ func (r *Runner) Speak(ctx context.Context, req *engine.SpeechRequest) (*engine.
 	if speed == 0 {
 		speed = 1
 	}
-	if speed < MinSpeechSpeed || speed > MaxSpeechSpeed || math.IsNaN(speed) {
-		return nil, invalid("speed must be between %v and %v, got %v", MinSpeechSpeed, MaxSpeechSpeed, req.Speed)
+	if !(speed >= engine.MinSpeechSpeed && speed <= engine.MaxSpeechSpeed) {
+		return nil, invalid("speed must be between %v and %v, got %v", engine.MinSpeechSpeed, engine.MaxSpeechSpeed, req.Speed)
 	}
 	em, done, err := r.enterEncoder(ctx, req.Model)
 	if err != nil {

@@ -22,6 +22,9 @@ func (r *Runner) Transcribe(ctx context.Context, req *engine.TranscribeRequest) 
 	if t := req.Temperature; t < 0 || t > 1 || math.IsNaN(t) {
 		return nil, invalid("temperature must be between 0 and 1, got %v", t)
 	}
+	if req.MaxTokens < 0 {
+		return nil, invalid("max_tokens must not be negative, got %d", req.MaxTokens)
+	}
 	em, done, err := r.enterEncoder(ctx, req.Model)
 	if err != nil {
 		return nil, err
@@ -40,7 +43,7 @@ func (r *Runner) Transcribe(ctx context.Context, req *engine.TranscribeRequest) 
 		return nil, audioError(err)
 	}
 	o := whisper.DefaultOptions()
-	o.Language, o.Translate, o.WordTimestamps = req.Language, req.Translate, req.WordTimestamps
+	o.Language, o.Translate, o.WordTimestamps, o.MaxTokens = req.Language, req.Translate, req.WordTimestamps, req.MaxTokens
 	o.Temperatures = nil
 	for t := req.Temperature; t <= 1+1e-9; t += 0.2 {
 		o.Temperatures = append(o.Temperatures, math.Round(t*1e6)/1e6)
@@ -52,12 +55,12 @@ func (r *Runner) Transcribe(ctx context.Context, req *engine.TranscribeRequest) 
 	res, err := em.asr.Transcribe(ctx, samples, o)
 	em.asrMu.Unlock()
 	if err != nil {
-		if errors.Is(err, whisper.ErrLanguage) || errors.Is(err, whisper.ErrTranslate) {
+		if errors.Is(err, whisper.ErrLanguage) || errors.Is(err, whisper.ErrTranslate) || errors.Is(err, whisper.ErrWordTimestamps) {
 			return nil, invalid("%v", err)
 		}
 		return nil, err
 	}
-	out := &engine.TranscribeResult{Text: res.Text, Language: res.Language, Duration: res.Duration,
+	out := &engine.TranscribeResult{Text: res.Text, Language: res.Language, LanguageProbability: res.LanguageProbability, Duration: res.Duration,
 		Segments: make([]engine.TranscribeSegment, len(res.Segments))}
 	for i, s := range res.Segments {
 		out.Segments[i] = segment(s)

@@ -2,7 +2,6 @@ package whisper
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"slices"
 	"strconv"
@@ -44,11 +43,12 @@ type timing struct {
 // window: the text tokens of all its segments aligned in one decoder
 // pass, durations capped at sentence ends, punctuation merged, the words
 // handed out to the segments (rounded to 0.01 s, offset by the window's
-// start) and the segments' bounds moved to their words'. It returns the
-// new last speech time.
-func (m *Model) addWordTimestamps(ctx context.Context, w *Window, sot []int, segs []rawSegment, seek, numFrames int, o Options, lang string, lastSpeech float64) (float64, error) {
+// start) and the segments' bounds moved to their words'. lastSpeech is
+// the end of the speech before the window (the caller moves it to the
+// window's last end, lastEnd).
+func (m *Model) addWordTimestamps(ctx context.Context, w *Window, sot []int, segs []rawSegment, seek, numFrames int, o Options, lang string, lastSpeech float64) error {
 	if len(segs) == 0 {
-		return lastSpeech, nil
+		return nil
 	}
 	var text []int
 	perSeg := make([]int, len(segs))
@@ -62,7 +62,7 @@ func (m *Model) addWordTimestamps(ctx context.Context, w *Window, sot []int, seg
 	}
 	align, err := m.findAlignment(ctx, w, sot, text, numFrames, lang)
 	if err != nil {
-		return lastSpeech, err
+		return err
 	}
 	var durations []float64
 	for _, a := range align {
@@ -128,7 +128,7 @@ func (m *Model) addWordTimestamps(ctx context.Context, w *Window, sot []int, seg
 		}
 		s.words = words
 	}
-	return lastSpeech, nil
+	return nil
 }
 
 // lastEnd is faster-whisper's get_end: the end of the last word of the
@@ -158,15 +158,11 @@ func (m *Model) findAlignment(ctx context.Context, w *Window, sot, text []int, n
 	if len(text) == 0 {
 		return nil, nil
 	}
+	// Load checked the heads against the dimensions, Transcribe that
+	// there are some.
 	heads := m.Config.AlignmentHeads
-	if len(heads) == 0 {
-		return nil, fmt.Errorf("whisper: the model's config.json lists no alignment_heads for word timestamps")
-	}
 	var layers []int
 	for _, h := range heads {
-		if h[0] < 0 || h[0] >= m.Dims.DecoderLayers || h[1] < 0 || h[1] >= m.Dims.Heads {
-			return nil, fmt.Errorf("whisper: alignment head %v outside %d layers × %d heads", h, m.Dims.DecoderLayers, m.Dims.Heads)
-		}
 		if !slices.Contains(layers, h[0]) {
 			layers = append(layers, h[0])
 		}

@@ -3,11 +3,17 @@ package whisper
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 
 	"fusion/engine/audio/logmel"
+	"fusion/engine/backend/cpu"
 )
 
 // TestSplit cuts timestamped token sequences into segments as
@@ -74,6 +80,37 @@ func TestLanguageAndTask(t *testing.T) {
 			t.Errorf("language %q: %q, %v", lang, got, err)
 		}
 	}
+	// Word timestamps of a model without alignment heads fail before
+	// any decoding.
+	noHeads := *m
+	noHeads.Config.AlignmentHeads = nil
+	o := DefaultOptions()
+	o.WordTimestamps = true
+	if _, err := noHeads.Transcribe(context.Background(), x, o); !errors.Is(err, ErrWordTimestamps) {
+		t.Errorf("word timestamps without alignment heads: %v, want %v", err, ErrWordTimestamps)
+	}
+}
+
+// TestLoadChecksAlignmentHeads: a config.json whose alignment heads lie
+// outside the model's layers and heads is not a Whisper model this
+// package loads (found at load, not after the first window's decode).
+func TestLoadChecksAlignmentHeads(t *testing.T) {
+	loadTinyEn(t)
+	dir := t.TempDir()
+	for _, f := range []string{"model.bin", "tokenizer.json"} {
+		if err := os.Symlink(filepath.Join(tinyEn.dir, f), filepath.Join(dir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"alignment_heads": [[1, 0], [4, 0]]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := Load(context.Background(), dir, cpu.New(cpu.Options{})); !errors.Is(err, ErrNotWhisper) || !strings.Contains(fmt.Sprint(err), "alignment head [4 0]") {
+		if m != nil {
+			m.Close()
+		}
+		t.Errorf("Load: %v, want %v naming head [4 0]", err, ErrNotWhisper)
+	}
 }
 
 // TestTemperatureFallback makes every decode of a window fail the
@@ -100,7 +137,7 @@ func TestTemperatureFallback(t *testing.T) {
 	o := DefaultOptions()
 	o.Temperatures, o.BestOf, o.LogProbThreshold, o.NoSpeechThreshold = []float64{0, 0.6}, 2, 0, 2
 	run := func() (generation, float64) {
-		g, _, temp, _, err := m.fallback(context.Background(), w, m.prompt(nil, m.sotSequence("en", false), o), o, rand.New(rand.NewPCG(7, 0x5eed)))
+		g, _, temp, _, err := m.fallback(context.Background(), w, m.prompt(nil, m.sotSequence("en", false), o), o, 0, rand.New(rand.NewPCG(7, 0x5eed)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,4 +152,37 @@ func TestTemperatureFallback(t *testing.T) {
 		t.Errorf("the same seed gave\n%+v\n%+v", a, b)
 	}
 	t.Logf("%q", m.Text(a.tokens))
+}
+
+// TestMaxTokens caps the tokens of a transcription: the capped
+// transcript's tokens are a prefix of the uncapped one's (greedy decoding
+// is the same up to the cut; an unfinished last segment is dropped), at
+// most the cap, and the cap ends the transcription.
+func TestMaxTokens(t *testing.T) {
+	m := loadTinyEn(t)
+	x := speech16k(t, "It has been raining for three days. The rivers are very high.")
+	o := DefaultOptions()
+	o.Temperatures = []float64{0}
+	tokens := func(r *Result) []int {
+		var all []int
+		for _, s := range r.Segments {
+			all = append(all, s.Tokens...)
+		}
+		return all
+	}
+	full, err := m.Transcribe(context.Background(), x, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := tokens(full)
+	o.MaxTokens = len(want) - 4
+	capped, err := m.Transcribe(context.Background(), x, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := tokens(capped)
+	t.Logf("%d tokens %q; capped at %d: %d tokens %q", len(want), full.Text, o.MaxTokens, len(got), capped.Text)
+	if len(got) == 0 || len(got) > o.MaxTokens || !slices.Equal(got, want[:len(got)]) {
+		t.Errorf("capped tokens %v, want a non-empty prefix of %v of at most %d", got, want, o.MaxTokens)
+	}
 }

@@ -15,6 +15,7 @@ type genOptions struct {
 	suppressBlank  bool
 	maxInitialTS   int // max_initial_timestamp_index
 	maxLength      int // prompt + generated tokens
+	maxNew         int // generated tokens at most, if > 0
 	withTimestamps bool
 }
 
@@ -69,6 +70,9 @@ func (m *Model) generateOne(ctx context.Context, w *Window, prompt []int, o genO
 	logits = logits[len(logits)-V:]
 	startStep := len(prompt) - 1
 	maxSteps := min(o.maxLength/2, o.maxLength-startStep)
+	if o.maxNew > 0 {
+		maxSteps = min(maxSteps, o.maxNew)
+	}
 	suppress := m.suppressed()
 	for step := 0; step < maxSteps; step++ {
 		m.applyRules(logits, g.tokens, step, suppress, o)

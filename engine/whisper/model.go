@@ -87,9 +87,7 @@ type Model struct {
 	decoder      []decoderLayer
 	decNorm      norm
 	proj         backend.Weight
-	weights      []backend.Weight
-	vectors      []backend.Vector
-	bytes        int64
+	uploads      *backend.Uploads
 	scale        float32
 }
 
@@ -104,7 +102,7 @@ func Load(ctx context.Context, dir string, be backend.Backend) (*Model, error) {
 	if f.Spec != "WhisperSpec" {
 		return nil, fmt.Errorf("whisper: %s: %w: spec %q", dir, ErrNotWhisper, f.Spec)
 	}
-	m := &Model{be: be, file: f}
+	m := &Model{be: be, file: f, uploads: backend.NewUploads(be)}
 	if data, err := os.ReadFile(filepath.Join(dir, "config.json")); err != nil {
 		return nil, fmt.Errorf("whisper: %w", err)
 	} else if err := json.Unmarshal(data, &m.Config); err != nil {
@@ -120,6 +118,12 @@ func Load(ctx context.Context, dir string, be backend.Backend) (*Model, error) {
 	if err := m.load(ctx); err != nil {
 		m.Close()
 		return nil, fmt.Errorf("whisper: %s: %w", dir, err)
+	}
+	for _, h := range m.Config.AlignmentHeads {
+		if h[0] < 0 || h[0] >= m.Dims.DecoderLayers || h[1] < 0 || h[1] >= m.Dims.Heads {
+			m.Close()
+			return nil, fmt.Errorf("whisper: %s: %w: alignment head %v outside %d layers × %d heads", dir, ErrNotWhisper, h, m.Dims.DecoderLayers, m.Dims.Heads)
+		}
 	}
 	if m.Tokens, err = specialTokens(m.Tokenizer, m.Dims.Vocab); err != nil {
 		m.Close()
@@ -138,49 +142,30 @@ func Load(ctx context.Context, dir string, be backend.Backend) (*Model, error) {
 	return m, nil
 }
 
-// loader uploads named tensors, recording the first error.
+// loader uploads named tensors to m.uploads, which records the first
+// error.
 type loader struct {
-	m   *Model
-	err error
-}
-
-func (l *loader) fail(err error) {
-	if l.err == nil {
-		l.err = err
-	}
+	m *Model
+	*backend.Uploads
 }
 
 func (l *loader) tensor(name string, shape ...int) (tensor.Tensor, bool) {
 	t, ok := l.m.file.Tensor(name)
 	if !ok {
-		l.fail(fmt.Errorf("%w: no tensor %s", ErrNotWhisper, name))
+		l.Fail(fmt.Errorf("%w: no tensor %s", ErrNotWhisper, name))
 		return t, false
 	}
 	if len(t.Shape) != len(shape) {
-		l.fail(fmt.Errorf("%w: %s has shape %v, want %v", ErrNotWhisper, name, t.Shape, shape))
+		l.Fail(fmt.Errorf("%w: %s has shape %v, want %v", ErrNotWhisper, name, t.Shape, shape))
 		return t, false
 	}
 	for i, n := range shape {
 		if n >= 0 && t.Shape[i] != int64(n) {
-			l.fail(fmt.Errorf("%w: %s has shape %v, want %v", ErrNotWhisper, name, t.Shape, shape))
+			l.Fail(fmt.Errorf("%w: %s has shape %v, want %v", ErrNotWhisper, name, t.Shape, shape))
 			return t, false
 		}
 	}
 	return t, true
-}
-
-func (l *loader) upload(d backend.WeightData) backend.Weight {
-	if l.err != nil {
-		return nil
-	}
-	w, err := l.m.be.Weight(d)
-	if err != nil {
-		l.fail(err)
-		return nil
-	}
-	l.m.weights = append(l.m.weights, w)
-	l.m.bytes += w.Bytes()
-	return w
 }
 
 // data is the matrix at path/weight [out, in] with path/bias if bias.
@@ -205,7 +190,7 @@ func (l *loader) linear(path string, out, in int, bias bool) backend.Weight {
 	if !ok {
 		return nil
 	}
-	return l.upload(d)
+	return l.Weight(d)
 }
 
 // split uploads the fused projection at path as parts of the given row
@@ -224,10 +209,10 @@ func (l *loader) split(path string, in int, rows ...int) []backend.Weight {
 	for i, r := range rows {
 		part, err := backend.RowRange(d, from, from+r)
 		if err != nil {
-			l.fail(err)
+			l.Fail(err)
 			return out
 		}
-		out[i] = l.upload(part)
+		out[i] = l.Weight(part)
 		from += r
 	}
 	return out
@@ -235,17 +220,10 @@ func (l *loader) split(path string, in int, rows ...int) []backend.Weight {
 
 func (l *loader) vector(name string, n int) backend.Vector {
 	t, ok := l.tensor(name, n)
-	if !ok || l.err != nil {
+	if !ok {
 		return nil
 	}
-	v, err := l.m.be.Vector(backend.VectorData{Name: name, Data: t})
-	if err != nil {
-		l.fail(err)
-		return nil
-	}
-	l.m.vectors = append(l.m.vectors, v)
-	l.m.bytes += v.Bytes()
-	return v
+	return l.Vector(backend.VectorData{Name: name, Data: t})
 }
 
 func (l *loader) norm(path string) norm {
@@ -265,10 +243,10 @@ func (l *loader) conv(path string, out, in, kernel int) backend.Weight {
 	}
 	d, err := backend.ConvData(path, w, &b)
 	if err != nil {
-		l.fail(fmt.Errorf("%w: %v", ErrNotWhisper, err))
+		l.Fail(fmt.Errorf("%w: %v", ErrNotWhisper, err))
 		return nil
 	}
-	return l.upload(d)
+	return l.Weight(d)
 }
 
 func (m *Model) dims() error {
@@ -330,10 +308,10 @@ func (m *Model) load(ctx context.Context) error {
 	}
 	d := m.Dims
 	w := d.Width
-	l := &loader{m: m}
+	l := &loader{m: m, Uploads: m.uploads}
 	m.conv1 = l.conv("encoder/conv1", w, d.Mels, 3)
 	m.conv2 = l.conv("encoder/conv2", w, w, 3)
-	m.encPos = l.upload(l.matrixOf("encoder/position_encodings/encodings", d.AudioCtx, w))
+	m.encPos = l.Weight(l.matrixOf("encoder/position_encodings/encodings", d.AudioCtx, w))
 	mlp := func(p string) ffn {
 		return ffn{l.norm(p + "/layer_norm"), l.linear(p+"/linear_0", d.FFN, w, true), l.linear(p+"/linear_1", w, d.FFN, true)}
 	}
@@ -350,8 +328,8 @@ func (m *Model) load(ctx context.Context) error {
 		})
 	}
 	m.encNorm = l.norm("encoder/layer_norm")
-	m.embed = l.upload(l.matrixOf("decoder/embeddings/weight", d.Vocab, w))
-	m.decPos = l.upload(l.matrixOf("decoder/position_encodings/encodings", d.TextCtx, w))
+	m.embed = l.Weight(l.matrixOf("decoder/embeddings/weight", d.Vocab, w))
+	m.decPos = l.Weight(l.matrixOf("decoder/position_encodings/encodings", d.TextCtx, w))
 	for i := range d.DecoderLayers {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -374,8 +352,8 @@ func (m *Model) load(ctx context.Context) error {
 	if b, ok := m.file.Tensor("decoder/projection/bias"); ok {
 		proj.Bias = &b
 	}
-	m.proj = l.upload(proj)
-	return l.err
+	m.proj = l.Weight(proj)
+	return l.Err()
 }
 
 // matrixOf is the 2-D tensor name as a dense weight without bias.
@@ -385,14 +363,12 @@ func (l *loader) matrixOf(name string, out, in int) backend.WeightData {
 }
 
 // WeightBytes is the memory the backend holds for the weights.
-func (m *Model) WeightBytes() int64 { return m.bytes }
+func (m *Model) WeightBytes() int64 { return m.uploads.Bytes() }
 
 // Close releases the weights on the backend.
 func (m *Model) Close() error {
-	if r, ok := m.be.(backend.Releaser); ok && (len(m.weights) > 0 || len(m.vectors) > 0) {
-		r.Release(m.weights, m.vectors)
-	}
-	m.weights, m.vectors, m.file = nil, nil, nil
+	m.uploads.Release()
+	m.file = nil
 	return nil
 }
 

@@ -57,6 +57,12 @@ type Options struct {
 	// PrependPunctuations and AppendPunctuations are merged into the
 	// next and the previous word.
 	PrependPunctuations, AppendPunctuations string
+	// MaxTokens caps the tokens decoded over the whole transcription,
+	// timestamps included (0: no cap but the model's, half its text
+	// context per window). A window's decode stops at what is left of it
+	// and is cut into segments as any other (an unfinished last segment
+	// is dropped); the transcription ends when none is left.
+	MaxTokens int
 	// Seed makes sampling at temperatures above 0 reproducible.
 	Seed uint64
 	// OnSegment, if set, is called with each segment as it is decoded.
@@ -84,6 +90,9 @@ func DefaultOptions() Options {
 var (
 	ErrLanguage  = errors.New("language not supported by the model")
 	ErrTranslate = errors.New("the model cannot translate")
+	// ErrWordTimestamps: word timestamps were asked of a model without
+	// alignment heads.
+	ErrWordTimestamps = errors.New("the model cannot time words")
 )
 
 // Segment is one timed piece of a transcript, with faster-whisper's
@@ -129,8 +138,14 @@ func (m *Model) Transcribe(ctx context.Context, samples []float32, o Options) (*
 	if err != nil {
 		return nil, err
 	}
+	if o.WordTimestamps && len(m.Config.AlignmentHeads) == 0 {
+		return nil, fmt.Errorf("whisper: the model's config.json lists no alignment_heads: %w", ErrWordTimestamps)
+	}
 	if len(o.Temperatures) == 0 {
 		o.Temperatures = []float64{0}
+	}
+	if o.MaxTokens <= 0 {
+		o.MaxTokens = 0
 	}
 	ext, err := logmel.New(m.Dims.Mels)
 	if err != nil {
@@ -157,9 +172,13 @@ func (m *Model) Transcribe(ctx context.Context, samples []float32, o Options) (*
 	var all []int
 	resetSince := 0
 	lastSpeech := 0.0
+	decoded := 0 // tokens, against o.MaxTokens
 	for seek := 0; seek < content; {
 		if err := ctx.Err(); err != nil {
 			return nil, err
+		}
+		if o.MaxTokens > 0 && decoded >= o.MaxTokens {
+			break
 		}
 		timeOffset := float64(seek) * timePerFrame
 		size := min(window, content-seek)
@@ -172,11 +191,12 @@ func (m *Model) Transcribe(ctx context.Context, samples []float32, o Options) (*
 			return nil, err
 		}
 		prompt := m.prompt(all[resetSince:], sot, o)
-		g, avg, temp, ratio, err := m.fallback(ctx, w, prompt, o, rng)
+		g, avg, temp, ratio, err := m.fallback(ctx, w, prompt, o, o.MaxTokens-decoded, rng)
 		if err != nil {
 			w.Close()
 			return nil, err
 		}
+		decoded += len(g.tokens)
 		if g.noSpeechProb > o.NoSpeechThreshold && !(avg > o.LogProbThreshold) {
 			w.Close()
 			seek += size
@@ -186,8 +206,7 @@ func (m *Model) Transcribe(ctx context.Context, samples []float32, o Options) (*
 		var segs []rawSegment
 		segs, seek = m.split(g.tokens, timeOffset, size, float64(size)*timePerFrame, seek)
 		if o.WordTimestamps {
-			lastSpeech, err = m.addWordTimestamps(ctx, w, sot, segs, prevSeek, size, o, res.Language, lastSpeech)
-			if err != nil {
+			if err := m.addWordTimestamps(ctx, w, sot, segs, prevSeek, size, o, res.Language, lastSpeech); err != nil {
 				w.Close()
 				return nil, err
 			}
@@ -337,8 +356,9 @@ func (m *Model) prompt(previous, sot []int, o Options) []int {
 // neither too repetitive nor too unlikely (or is silence), as
 // generate_with_fallback does; if none passes, the likeliest of those
 // under the compression threshold (or of all) is kept, with the last
-// temperature.
-func (m *Model) fallback(ctx context.Context, w *Window, prompt []int, o Options, rng *rand.Rand) (generation, float64, float64, float64, error) {
+// temperature. Each decode makes at most maxNew tokens when o.MaxTokens
+// is set.
+func (m *Model) fallback(ctx context.Context, w *Window, prompt []int, o Options, maxNew int, rng *rand.Rand) (generation, float64, float64, float64, error) {
 	type decoded struct {
 		g               generation
 		avg, temp, comp float64
@@ -347,7 +367,7 @@ func (m *Model) fallback(ctx context.Context, w *Window, prompt []int, o Options
 	for _, temp := range o.Temperatures {
 		g, err := m.generate(ctx, w, prompt, genOptions{temperature: temp, bestOf: o.BestOf, suppressBlank: o.SuppressBlank,
 			maxInitialTS: int(math.Round(o.MaxInitialTimestamp / timePrecision)), maxLength: m.Dims.TextCtx,
-			withTimestamps: !o.WithoutTimestamps}, rng)
+			maxNew: maxNew, withTimestamps: !o.WithoutTimestamps}, rng)
 		if err != nil {
 			return g, 0, 0, 0, err
 		}

@@ -20,6 +20,12 @@ const (
 	DefaultMaxAudioSeconds = 30 * 60
 )
 
+// DefaultMaxTranscriptionTokens is the largest max_tokens a transcription
+// or translation may ask for (Options.MaxTranscriptionTokens): the
+// contract's example for long audio, 65536 (30 minutes of Whisper are at
+// most 60 windows of 224 tokens).
+const DefaultMaxTranscriptionTokens = 65536
+
 // The response_format values of /v1/audio/transcriptions and
 // /v1/audio/translations.
 var audioFormats = []string{"json", "text", "srt", "verbose_json", "vtt"}
@@ -28,6 +34,7 @@ var audioFormats = []string{"json", "text", "srt", "verbose_json", "vtt"}
 type audioRequest struct {
 	model, language, format string
 	temperature             float64
+	maxTokens               int // 0: none asked
 	stream                  bool
 	file                    []byte
 	// words: word timestamps asked for, by the form field wordsParam.
@@ -39,8 +46,9 @@ type audioRequest struct {
 // maxBytes), model (required), language, prompt (accepted, unused),
 // response_format, temperature (0 to 1), timestamp_granularities[]
 // (segment, word), word_timestamps (the contract's spelling of word
-// granularity), stream. Word timestamps come in verbose_json only.
-func parseAudioForm(r *http.Request, maxBytes int64, translate bool) (*audioRequest, *Error) {
+// granularity), max_tokens (1 to maxTokens), stream. Word timestamps come
+// in verbose_json only.
+func parseAudioForm(r *http.Request, maxBytes int64, maxTokens int, translate bool) (*audioRequest, *Error) {
 	req := &audioRequest{format: "json"}
 	file, haveFile, e := readAudioForm(r, maxBytes, func(name, value string) *Error {
 		switch name {
@@ -81,7 +89,13 @@ func parseAudioForm(r *http.Request, maxBytes int64, translate bool) (*audioRequ
 			if b {
 				req.words, req.wordsParam = true, name
 			}
-		case "prompt", "max_tokens", "chunking_strategy", "include[]":
+		case "max_tokens":
+			n, err := strconv.Atoi(strings.TrimSpace(value))
+			if err != nil || n < 1 || n > maxTokens {
+				return invalidRequest("max_tokens", "Invalid 'max_tokens': %q (expected an integer from 1 to %d).", value, maxTokens)
+			}
+			req.maxTokens = n
+		case "prompt", "chunking_strategy", "include[]":
 			// Accepted and not used.
 		default:
 			return unsupported(name, "Unrecognized request argument supplied: %s", name)
@@ -175,7 +189,11 @@ func (h *Handler) translations(w http.ResponseWriter, r *http.Request) { h.audio
 
 func (h *Handler) audio(w http.ResponseWriter, r *http.Request, translate bool) {
 	maxBytes, maxSeconds := h.audioCaps()
-	req, e := parseAudioForm(r, maxBytes, translate)
+	maxTokens := h.opts.MaxTranscriptionTokens
+	if maxTokens <= 0 {
+		maxTokens = DefaultMaxTranscriptionTokens
+	}
+	req, e := parseAudioForm(r, maxBytes, maxTokens, translate)
 	if e != nil {
 		h.reject(w, r, e)
 		return
@@ -187,7 +205,8 @@ func (h *Handler) audio(w http.ResponseWriter, r *http.Request, translate bool) 
 		return
 	}
 	treq := &engine.TranscribeRequest{Model: req.model, Audio: req.file, Language: req.language,
-		Translate: translate, Temperature: req.temperature, WordTimestamps: req.words, MaxBytes: maxBytes, MaxSeconds: maxSeconds}
+		Translate: translate, Temperature: req.temperature, WordTimestamps: req.words, MaxTokens: req.maxTokens,
+		MaxBytes: maxBytes, MaxSeconds: maxSeconds}
 	var sse *sseWriter
 	if req.stream {
 		sse = newSSEWriter(w)
@@ -277,13 +296,17 @@ type TranscriptDone struct {
 	Text string `json:"text"`
 }
 
-// VerboseTranscription is the verbose_json response_format, OpenAI's.
+// VerboseTranscription is the verbose_json response_format, OpenAI's,
+// with faster-whisper's language_probability (the detected language's
+// probability; 1 when the request named the language or the model has
+// only English).
 type VerboseTranscription struct {
-	Task     string                 `json:"task"`
-	Language string                 `json:"language"` // the language's name, e.g. "english"
-	Duration float64                `json:"duration"`
-	Text     string                 `json:"text"`
-	Segments []TranscriptionSegment `json:"segments"`
+	Task                string                 `json:"task"`
+	Language            string                 `json:"language"` // the language's name, e.g. "english"
+	LanguageProbability float64                `json:"language_probability"`
+	Duration            float64                `json:"duration"`
+	Text                string                 `json:"text"`
+	Segments            []TranscriptionSegment `json:"segments"`
 	// Words, with word timestamps: every segment's words in order
 	// (OpenAI's shape: the word without the space before it).
 	Words []TranscriptionWord `json:"words,omitempty"`
@@ -311,7 +334,8 @@ type TranscriptionSegment struct {
 }
 
 func verboseTranscription(task string, res *engine.TranscribeResult) VerboseTranscription {
-	out := VerboseTranscription{Task: task, Language: languageName(res.Language), Duration: res.Duration, Text: res.Text,
+	out := VerboseTranscription{Task: task, Language: languageName(res.Language), LanguageProbability: res.LanguageProbability,
+		Duration: res.Duration, Text: res.Text,
 		Segments: make([]TranscriptionSegment, len(res.Segments))}
 	for i, s := range res.Segments {
 		tokens := s.Tokens

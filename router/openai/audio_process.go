@@ -23,6 +23,8 @@ func (h *Handler) audioProcess(w http.ResponseWriter, r *http.Request) {
 	maxBytes, maxSeconds := h.audioCaps()
 	var model, task string
 	var p process.Params
+	// A field sent is a value, checked by the task (0 included); an
+	// absent one is the task's default.
 	number := func(name, value string, set func(float64)) *Error {
 		v, err := strconv.ParseFloat(value, 64)
 		if err != nil {
@@ -38,11 +40,15 @@ func (h *Handler) audioProcess(w http.ResponseWriter, r *http.Request) {
 		case "task":
 			task = value
 		case "sample_rate":
-			return number(name, value, func(v float64) { p.SampleRate = int(v) })
+			r, err := strconv.Atoi(strings.TrimSpace(value))
+			if err != nil {
+				return invalidRequest(name, "Invalid '%s': %q (expected an integer).", name, value)
+			}
+			p.SampleRate = &r
 		case "target_lufs":
-			return number(name, value, func(v float64) { p.TargetLUFS = v })
+			return number(name, value, func(v float64) { p.TargetLUFS = &v })
 		case "threshold_db":
-			return number(name, value, func(v float64) { p.ThresholdDB = v })
+			return number(name, value, func(v float64) { p.ThresholdDB = &v })
 		default:
 			return unsupported(name, "Unrecognized request argument supplied: %s", name)
 		}
@@ -79,7 +85,13 @@ func (h *Handler) audioProcess(w http.ResponseWriter, r *http.Request) {
 		h.reject(w, r, invalidRequest("task", "Invalid 'task': %q (supported: %s).", task, strings.Join(process.Tasks, ", ")))
 		return
 	case errors.Is(err, process.ErrParams):
-		h.reject(w, r, invalidRequest(paramOf(err), "%v.", err))
+		// A parameter's error names it; the rest are the signal's (silent,
+		// too short for the task).
+		param := "file"
+		if pe := (*process.ParamError)(nil); errors.As(err, &pe) {
+			param = pe.Param
+		}
+		h.reject(w, r, invalidRequest(param, "%v.", err))
 		return
 	case err != nil:
 		WriteError(w, engineError(err, model))
@@ -96,15 +108,4 @@ func (h *Handler) audioProcess(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "audio/wav")
 	w.Write(wav)
-}
-
-// paramOf is the form field a parameter error names, else the file (a
-// signal the task cannot take: silent, too short).
-func paramOf(err error) string {
-	for _, p := range []string{"sample_rate", "target_lufs", "threshold_db"} {
-		if strings.Contains(err.Error(), p) {
-			return p
-		}
-	}
-	return "file"
 }

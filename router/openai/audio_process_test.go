@@ -65,6 +65,16 @@ func TestAudioProcess(t *testing.T) {
 			t.Errorf("%d frames, sent %d", s.Frames(), sig.Frames())
 		}
 	})
+	t.Run("normalize to 0 LUFS", func(t *testing.T) {
+		// An explicit 0 is the target, not the default −23.
+		code, h, body := post(map[string]string{"model": "signal", "task": "normalize", "target_lufs": "0"}, speech)
+		if code != http.StatusOK || h.Get("X-Output-LUFS") == "" {
+			t.Fatalf("%d %.200s", code, body)
+		}
+		if out, _ := strconv.ParseFloat(h.Get("X-Output-LUFS"), 64); math.Abs(out) > 0.01 {
+			t.Errorf("X-Output-LUFS %q, want 0.00", h.Get("X-Output-LUFS"))
+		}
+	})
 	t.Run("resample", func(t *testing.T) {
 		code, _, body := post(map[string]string{"model": "signal", "task": "resample", "sample_rate": "8000"}, speech)
 		if s := decode(t, body); code != http.StatusOK || s.Rate != 8000 || s.Frames() != (sig.Frames()+1)/2 {
@@ -91,8 +101,11 @@ func TestAudioProcess(t *testing.T) {
 		{"no file", map[string]string{"model": "signal", "task": "trim"}, nil, "file", "Missing required parameter"},
 		{"not audio", map[string]string{"model": "signal", "task": "trim"}, []byte("plain text, not a sound at all"), "file", "not a recognized audio format"},
 		{"rate", map[string]string{"model": "signal", "task": "resample", "sample_rate": "100"}, speech, "sample_rate", "8000 to 192000"},
-		{"rate not a number", map[string]string{"model": "signal", "task": "resample", "sample_rate": "fast"}, speech, "sample_rate", "expected a number"},
+		{"rate not a number", map[string]string{"model": "signal", "task": "resample", "sample_rate": "fast"}, speech, "sample_rate", "expected an integer"},
+		{"rate 0", map[string]string{"model": "signal", "task": "resample", "sample_rate": "0"}, speech, "sample_rate", "8000 to 192000"},
+		{"rate not an integer", map[string]string{"model": "signal", "task": "resample", "sample_rate": "16000.5"}, speech, "sample_rate", "expected an integer"},
 		{"target", map[string]string{"model": "signal", "task": "normalize", "target_lufs": "3"}, speech, "target_lufs", "-70 to 0"},
+		{"threshold 0", map[string]string{"model": "signal", "task": "trim", "threshold_db": "0"}, speech, "threshold_db", "below 0"},
 		{"silent", map[string]string{"model": "signal", "task": "normalize"}, wav16(make([]float32, 16000)), "file", "silent"},
 		{"unknown field", map[string]string{"model": "signal", "task": "trim", "colour": "blue"}, speech, "colour", "Unrecognized"},
 	} {

@@ -31,6 +31,9 @@ type Options struct {
 	// DefaultMaxAudioSeconds); over them is a 400.
 	MaxAudioBytes   int64
 	MaxAudioSeconds float64
+	// MaxTranscriptionTokens is the largest max_tokens of a transcription
+	// or translation (0: DefaultMaxTranscriptionTokens); over it is a 400.
+	MaxTranscriptionTokens int
 	// MaxSpeechInput caps /v1/audio/speech's input in characters (0:
 	// DefaultMaxSpeechInput); over it is a 400.
 	MaxSpeechInput int

@@ -1,6 +1,7 @@
 package openai_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -106,7 +107,6 @@ func speechBadInput(t *testing.T, n *node.Node) {
 		{"blank", body(`,"input":"   "`), 400, "", "input must not be empty"},
 		{"slow", body(`,"speed":0.1`), 400, "speed", "between 0.25 and 4"},
 		{"fast", body(`,"speed":4.5`), 400, "speed", "between 0.25 and 4"},
-		{"mp3", body(`,"response_format":"mp3"`), 400, "response_format", "not supported"},
 		{"unknown format", body(`,"response_format":"ogg"`), 400, "response_format", "is not one of"},
 		{"unknown voice", body(`,"voice":"alloy"`), 400, "", `voice "alloy" is not one of model "piper-joe-medium"'s voices: default`},
 		{"chat model", body(`,"model":"` + nodetest.Model + `"`), 400, "", "does not speak"},
@@ -124,8 +124,43 @@ func speechBadInput(t *testing.T, n *node.Node) {
 			if e.Error.Param != c.param || !strings.Contains(e.Error.Message, c.msg) {
 				t.Fatalf("error %+v, want param %q and a message with %q", e.Error, c.param, c.msg)
 			}
+			if strings.HasPrefix(c.name, "no ") && e.Error.Code != "missing_required_parameter" {
+				t.Errorf("code %q, want missing_required_parameter", e.Error.Code)
+			}
 		})
 	}
+	// mp3 needs ffmpeg: without it on PATH, a 400 that names it (wav,
+	// pcm and flac are written in Go).
+	t.Run("mp3 without ffmpeg", func(t *testing.T) {
+		t.Setenv("PATH", t.TempDir())
+		resp, out := postSpeech(t, n, body(`,"response_format":"mp3"`))
+		var e struct {
+			Error struct{ Message, Param, Code string }
+		}
+		if err := json.Unmarshal(out, &e); err != nil || resp.StatusCode != http.StatusBadRequest ||
+			e.Error.Param != "response_format" || e.Error.Code != "unsupported_value" || !strings.Contains(e.Error.Message, "needs ffmpeg") {
+			t.Fatalf("%d %s", resp.StatusCode, out)
+		}
+	})
+}
+
+// ffmpegPCM is ffmpeg's decode of an encoded answer as 16-bit mono PCM
+// at rate.
+func ffmpegPCM(t *testing.T, data []byte, rate int) []byte {
+	t.Helper()
+	ff, err := exec.LookPath("ffmpeg")
+	if err != nil {
+		missing(t, "ffmpeg is not installed (scripts/test-deps.sh installs it): %v", err)
+	}
+	cmd := exec.Command(ff, "-nostdin", "-hide_banner", "-loglevel", "error", "-i", "pipe:0", "-f", "s16le", "-ac", "1", "-ar", strconv.Itoa(rate), "pipe:1")
+	cmd.Stdin = bytes.NewReader(data)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("ffmpeg: %v\n%s", err, stderr.String())
+	}
+	return out
 }
 
 // TestPythonSDKSpeech runs the official openai client's
@@ -176,6 +211,25 @@ func TestPythonSDKSpeech(t *testing.T) {
 	if len(out) < 44 || string(out[:4]) != "RIFF" || binary.LittleEndian.Uint32(out[40:44]) != 0xFFFFFFFF ||
 		binary.LittleEndian.Uint32(out[24:28]) != 22050 || (len(out)-44)/2 != want {
 		t.Fatalf("wav: %d bytes, header % x; want 44 + 2·%d", len(out), out[:min(44, len(out))], want)
+	}
+	// Every other format of OpenAI's: flac is the same samples losslessly;
+	// mp3, opus and aac (ffmpeg's) decode to about the same length.
+	for _, f := range []struct {
+		format, contentType string
+		slack               int // samples the codec may add or drop
+	}{{"flac", "audio/flac", 0}, {"mp3", "audio/mpeg", 2500}, {"opus", "audio/ogg", 2500}, {"aac", "audio/aac", 2500}} {
+		resp, enc := postSpeech(t, n, strings.Replace(req, `}`, `,"response_format":"`+f.format+`"}`, 1))
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != f.contentType {
+			t.Fatalf("%s: %d %v %.200s", f.format, resp.StatusCode, resp.Header, enc)
+		}
+		pcm := ffmpegPCM(t, enc, 22050)
+		if f.slack == 0 && !bytes.Equal(pcm, out[44:]) {
+			t.Errorf("%s: %d bytes of PCM decoded, not the wav's %d samples", f.format, len(pcm), want)
+		}
+		if d := len(pcm)/2 - want; d < -f.slack || d > f.slack {
+			t.Errorf("%s: %d samples decoded, want %d ± %d", f.format, len(pcm)/2, want, f.slack)
+		}
+		t.Logf("%s: %d bytes, %d samples decoded (wav %d)", f.format, len(enc), len(pcm)/2, want)
 	}
 	// c forwards once it has heard of the voice.
 	deadline = time.Now().Add(60 * time.Second)

@@ -20,23 +20,54 @@ var Tasks = []string{"resample", "normalize", "trim"}
 
 // ErrTask: the task is not one Run knows; ErrParams: a parameter is out
 // of range or the signal is too short for the task (both the request's
-// mistake).
+// mistake). A parameter's error is a *ParamError, which names it.
 var (
 	ErrTask   = errors.New("unknown audio processing task")
 	ErrParams = errors.New("invalid audio processing parameters")
 )
 
-// Params are the tasks' settings; a zero value takes the default.
+// ParamError is a parameter out of range: Param is its name
+// ("sample_rate", "target_lufs", "threshold_db"). It matches ErrParams.
+type ParamError struct {
+	Param string
+	Msg   string
+}
+
+func (e *ParamError) Error() string { return fmt.Sprintf("%v: %s %s", ErrParams, e.Param, e.Msg) }
+
+// Unwrap makes a ParamError match ErrParams.
+func (e *ParamError) Unwrap() error { return ErrParams }
+
+// The parameters' defaults, taken when a Params field is nil.
+const (
+	DefaultSampleRate  = audio.SpeechRate
+	DefaultTargetLUFS  = -23.0
+	DefaultThresholdDB = -50.0
+)
+
+// Params are the tasks' settings; a nil field takes its default, and a
+// set one is checked as given (0 is a value like any other).
 type Params struct {
 	// SampleRate is resample's target rate, 8 000 to 192 000 Hz
 	// (default 16 000).
-	SampleRate int
+	SampleRate *int
 	// TargetLUFS is normalize's target integrated loudness, −70 to 0
-	// LUFS (default −23, EBU R 128).
-	TargetLUFS float64
+	// LUFS (default −23, EBU R 128); 0 LUFS is a legal (very loud)
+	// target.
+	TargetLUFS *float64
 	// ThresholdDB is trim's silence level, in dB relative to full scale
-	// of the 10-ms frames' RMS, −120 to 0 (default −50).
-	ThresholdDB float64
+	// of the 10-ms frames' RMS, −120 up to but not including 0 (default
+	// −50): at 0 dBFS only a full-scale square wave would count as
+	// sound, so every real signal would trim to nothing.
+	ThresholdDB *float64
+}
+
+// or is *p, or def when p is nil.
+func or[T any](p *T, def T) T {
+	if p == nil {
+		return def
+	}
+	return *p
 }
 
 // Result is a processed signal and what was measured on it.
@@ -55,12 +86,9 @@ func Run(ctx context.Context, task string, s audio.Signal, p Params) (*Result, e
 	res := &Result{InputLUFS: math.NaN(), OutputLUFS: math.NaN()}
 	switch task {
 	case "resample":
-		rate := p.SampleRate
-		if rate == 0 {
-			rate = audio.SpeechRate
-		}
+		rate := or(p.SampleRate, DefaultSampleRate)
 		if rate < 8000 || rate > 192000 {
-			return nil, fmt.Errorf("%w: sample_rate %d (expected 8000 to 192000)", ErrParams, rate)
+			return nil, &ParamError{"sample_rate", fmt.Sprintf("%d (expected 8000 to 192000)", rate)}
 		}
 		out, err := Resample(ctx, s, rate)
 		if err != nil {
@@ -68,12 +96,9 @@ func Run(ctx context.Context, task string, s audio.Signal, p Params) (*Result, e
 		}
 		res.Signal = out
 	case "normalize":
-		target := p.TargetLUFS
-		if target == 0 {
-			target = -23
-		}
-		if target < -70 || target > 0 || math.IsNaN(target) {
-			return nil, fmt.Errorf("%w: target_lufs %v (expected -70 to 0)", ErrParams, target)
+		target := or(p.TargetLUFS, DefaultTargetLUFS)
+		if !(target >= -70 && target <= 0) {
+			return nil, &ParamError{"target_lufs", fmt.Sprintf("%v (expected -70 to 0)", target)}
 		}
 		in, err := Loudness(s)
 		if err != nil {
@@ -92,12 +117,9 @@ func Run(ctx context.Context, task string, s audio.Signal, p Params) (*Result, e
 			return nil, err
 		}
 	case "trim":
-		th := p.ThresholdDB
-		if th == 0 {
-			th = -50
-		}
-		if th < -120 || th > 0 || math.IsNaN(th) {
-			return nil, fmt.Errorf("%w: threshold_db %v (expected -120 to 0)", ErrParams, th)
+		th := or(p.ThresholdDB, DefaultThresholdDB)
+		if !(th >= -120 && th < 0) {
+			return nil, &ParamError{"threshold_db", fmt.Sprintf("%v (expected -120 to below 0)", th)}
 		}
 		res.Signal = Trim(s, th)
 	default:

@@ -67,7 +67,7 @@ for i in range(1, len(sys.argv), 3):
 		if math.Abs(got-want) > 1e-6 {
 			t.Errorf("signal %d: %v LUFS, pyloudnorm %v", i, got, want)
 		}
-		res, err := Run(context.Background(), "normalize", s, Params{TargetLUFS: -16})
+		res, err := Run(context.Background(), "normalize", s, Params{TargetLUFS: ptr(-16.0)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,7 +81,7 @@ for i in range(1, len(sys.argv), 3):
 func TestTasks(t *testing.T) {
 	ctx := context.Background()
 	s := tone(44100, 0.5, 1, 0.25)
-	res, err := Run(ctx, "resample", s, Params{SampleRate: 22050})
+	res, err := Run(ctx, "resample", s, Params{SampleRate: ptr(22050)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,14 +125,28 @@ func TestTasks(t *testing.T) {
 		msg  string
 	}{
 		{"denoise", s, Params{}, ErrTask, "denoise"},
-		{"resample", s, Params{SampleRate: 100}, ErrParams, "sample_rate"},
-		{"normalize", s, Params{TargetLUFS: 5}, ErrParams, "target_lufs"},
+		{"resample", s, Params{SampleRate: ptr(100)}, ErrParams, "sample_rate"},
+		{"resample", s, Params{SampleRate: ptr(0)}, ErrParams, "sample_rate 0"},
+		{"normalize", s, Params{TargetLUFS: ptr(5.0)}, ErrParams, "target_lufs"},
+		{"normalize", s, Params{TargetLUFS: ptr(math.NaN())}, ErrParams, "target_lufs"},
 		{"normalize", audio.Signal{Rate: 16000, Channels: 1, Samples: make([]float32, 16000)}, Params{}, ErrParams, "silent"},
 		{"normalize", audio.Signal{Rate: 16000, Channels: 1, Samples: make([]float32, 100)}, Params{}, ErrParams, "0.4 s"},
-		{"trim", s, Params{ThresholdDB: 3}, ErrParams, "threshold_db"},
+		{"trim", s, Params{ThresholdDB: ptr(3.0)}, ErrParams, "threshold_db"},
+		{"trim", s, Params{ThresholdDB: ptr(0.0)}, ErrParams, "threshold_db 0"},
 	} {
 		if _, err := Run(ctx, c.task, c.s, c.p); !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.msg) {
 			t.Errorf("%s %+v: %v, want %v naming %q", c.task, c.p, err, c.want, c.msg)
 		}
 	}
+	// A parameter's error names it (the endpoint's param); an explicit 0
+	// is a value, not the default: 0 LUFS is a legal target.
+	var pe *ParamError
+	if _, err := Run(ctx, "resample", s, Params{SampleRate: ptr(0)}); !errors.As(err, &pe) || pe.Param != "sample_rate" {
+		t.Errorf("sample rate 0: %v, want a ParamError naming sample_rate", err)
+	}
+	if res, err := Run(ctx, "normalize", s, Params{TargetLUFS: ptr(0.0)}); err != nil || math.Abs(res.OutputLUFS) > 1e-3 {
+		t.Errorf("normalize to 0 LUFS: %v, %+v", err, res)
+	}
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -38,6 +38,8 @@ def check_verbose(got, ref):
     segs, info = ref
     assert got.task == "transcribe"
     assert got.language == "english"
+    # faster-whisper's language_probability: 1 for an English-only model.
+    assert got.model_extra["language_probability"] == pytest.approx(info.language_probability)
     assert got.duration == pytest.approx(info.duration, abs=1e-6)
     assert got.text == "".join(s.text for s in segs).strip()
     assert len(got.segments) == len(segs)
@@ -107,6 +109,19 @@ def test_json_text_srt_vtt(ref):
         assert c.audio.transcriptions.create(model=ASR, file=f, response_format="vtt") == vtt
 
 
+def test_max_tokens_forwarded(ref):
+    # The cap crosses the gRPC hop: at most 10 tokens decoded, the
+    # transcript a prefix of the uncapped one (greedy decoding).
+    segs, _ = ref
+    tokens = [t for s in segs for t in s.tokens]
+    with open(WAV, "rb") as f:
+        got = client(FORWARD).audio.transcriptions.create(model=ASR, file=f, response_format="verbose_json",
+                                                      extra_body={"max_tokens": 10})
+    got_tokens = [t for s in got.segments for t in s.tokens]
+    assert 0 < len(got_tokens) <= 10 < len(tokens)
+    assert got_tokens == tokens[:len(got_tokens)]
+
+
 @pytest.mark.parametrize("url", [BASE, FORWARD], ids=["direct", "forwarded"])
 def test_errors(url):
     c = client(url)
@@ -119,6 +134,9 @@ def test_errors(url):
     with open(WAV, "rb") as f, pytest.raises(openai.BadRequestError) as e:
         c.audio.transcriptions.create(model=ASR, file=f, language="fr")
     assert "English-only" in e.value.message
+    with open(WAV, "rb") as f, pytest.raises(openai.BadRequestError) as e:
+        c.audio.transcriptions.create(model=ASR, file=f, extra_body={"max_tokens": -1})
+    assert e.value.body["param"] == "max_tokens"
     with open(WAV, "rb") as f, pytest.raises(openai.NotFoundError):
         c.audio.transcriptions.create(model="no-such-model", file=f)
 
