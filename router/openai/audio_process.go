@@ -23,6 +23,7 @@ func (h *Handler) audioProcess(w http.ResponseWriter, r *http.Request) {
 	maxBytes, maxSeconds := h.audioCaps()
 	var model, task string
 	var p process.Params
+	vad := newVADForm()
 	number := func(name, value string, set func(float64)) *Error {
 		v, err := strconv.ParseFloat(value, 64)
 		if err != nil {
@@ -44,6 +45,9 @@ func (h *Handler) audioProcess(w http.ResponseWriter, r *http.Request) {
 		case "threshold_db":
 			return number(name, value, func(v float64) { p.ThresholdDB = v })
 		default:
+			if ok, e := vad.field(name, value); ok {
+				return e
+			}
 			return unsupported(name, "Unrecognized request argument supplied: %s", name)
 		}
 		return nil
@@ -63,6 +67,10 @@ func (h *Handler) audioProcess(w http.ResponseWriter, r *http.Request) {
 		h.reject(w, r, e)
 		return
 	}
+	if task == "vad" {
+		h.audioVAD(w, r, model, file, vad)
+		return
+	}
 	sig, err := audio.DecodeBytes(r.Context(), file, audio.Options{MaxBytes: maxBytes, MaxDuration: time.Duration(maxSeconds * float64(time.Second))})
 	if err != nil {
 		var ae *audio.Error
@@ -76,7 +84,7 @@ func (h *Handler) audioProcess(w http.ResponseWriter, r *http.Request) {
 	res, err := process.Run(r.Context(), task, sig, p)
 	switch {
 	case errors.Is(err, process.ErrTask):
-		h.reject(w, r, invalidRequest("task", "Invalid 'task': %q (supported: %s).", task, strings.Join(process.Tasks, ", ")))
+		h.reject(w, r, invalidRequest("task", "Invalid 'task': %q (supported: %s).", task, strings.Join(processTasks, ", ")))
 		return
 	case errors.Is(err, process.ErrParams):
 		h.reject(w, r, invalidRequest(paramOf(err), "%v.", err))
