@@ -3,7 +3,9 @@ package silero
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"math"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -13,6 +15,7 @@ import (
 	"fusion/engine/audio/audiotest"
 	"fusion/engine/backend"
 	"fusion/engine/backend/cpu"
+	"fusion/internal/testenv"
 )
 
 // refScript runs faster-whisper's Silero VAD (onnxruntime) on the f32
@@ -265,4 +268,55 @@ func TestNotSilero(t *testing.T) {
 	if !IsModelDir(audiotest.SileroVADDir(t)) {
 		t.Error("the fixture is not a model directory")
 	}
+}
+
+// TestRefusesOtherGraphs loads a real ONNX file that is not Silero's
+// (the Piper voice) under a Silero name: ErrNotSilero, not a panic.
+func TestRefusesOtherGraphs(t *testing.T) {
+	voice, _ := filepath.Glob(filepath.Join(testenv.PiperVoiceDir(t, "piper-joe-medium"), "*.onnx"))
+	if len(voice) != 1 {
+		t.Fatalf("voice files %v", voice)
+	}
+	dir := t.TempDir()
+	if err := os.Symlink(voice[0], filepath.Join(dir, "silero_vad.onnx")); err != nil {
+		t.Fatal(err)
+	}
+	be := cpu.New(cpu.Options{Threads: 1})
+	defer be.Close()
+	if _, err := Load(context.Background(), dir, be); !errors.Is(err, ErrNotSilero) {
+		t.Fatalf("Load: %v, want ErrNotSilero", err)
+	}
+}
+
+// TestShortAudio runs audio shorter than a chunk, and none.
+func TestShortAudio(t *testing.T) {
+	be := cpu.New(cpu.Options{Threads: 1})
+	defer be.Close()
+	m := loadModel(t, be)
+	for _, n := range []int{0, 1, 100, ChunkSamples} {
+		segs, err := m.Detect(context.Background(), make([]float32, n), DefaultOptions())
+		if err != nil || len(segs) != 0 {
+			t.Errorf("%d samples of silence: %v, %v", n, segs, err)
+		}
+	}
+}
+
+// BenchmarkProbs measures the CPU backend on the speech clip: the
+// real-time factor is the clip's seconds over the time per op.
+func BenchmarkProbs(b *testing.B) {
+	x := audiotest.SpeechWithPauses(b, []string{"The birch canoe slid on the smooth planks."}, []float64{1, 1})
+	be := cpu.New(cpu.Options{})
+	defer be.Close()
+	m, err := Load(context.Background(), audiotest.SileroVADDir(b), be)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	b.ResetTimer()
+	for range b.N {
+		if _, err := m.Probs(context.Background(), x); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(x))/SampleRate*float64(b.N)/b.Elapsed().Seconds(), "audio-s/s")
 }
