@@ -21,7 +21,6 @@ var processTasks = append(slices.Clone(process.Tasks), "vad")
 // VadOptions, under their names there) over silero's defaults.
 type vadForm struct {
 	opts silero.Options
-	set  bool // a vad field was sent
 }
 
 func newVADForm() *vadForm { return &vadForm{opts: silero.DefaultOptions()} }
@@ -63,7 +62,6 @@ func (v *vadForm) field(name, value string) (bool, *Error) {
 	default:
 		return false, nil
 	}
-	v.set = true
 	return true, e
 }
 
