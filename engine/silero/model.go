@@ -24,7 +24,11 @@ const (
 	ContextSamples = 64
 	frameLen       = 256 // STFT window (the basis's kernel)
 	hop            = 128 // STFT stride
-	hidden         = 128 // LSTM width
+	frames         = 4   // STFT frames of a chunk
+	// windowSamples are a chunk's samples as the STFT reads them: the
+	// context, the chunk, and 64 samples of the right reflect padding.
+	windowSamples = ContextSamples + ChunkSamples + hop/2
+	hidden        = 128 // LSTM width
 	// chunksPerStep bounds one backend step: the chunks whose arrays live
 	// together before their probabilities are read and the state carried
 	// to the next step.
@@ -57,24 +61,22 @@ func modelFile(dir string) (string, error) {
 	return models[0], nil
 }
 
-// conv is one convolution of the encoder.
-type conv struct {
-	w              backend.Weight
-	kernel, stride int
-	pad            int
-}
-
 // Model is a loaded Silero VAD network.
 type Model struct {
 	be      backend.Backend
 	weights []backend.Weight
 	bytes   int64
 
-	stft    backend.Weight // [2·129, 256]: cosine rows then sine rows
-	convs   []conv
-	lstmX   backend.Weight // [4H, H], gates i f g o, with both biases
-	lstmH   backend.Weight // [4H, H], no bias
-	decoder backend.Weight // [1, H] with its bias
+	// The encoder sees one chunk (640 samples with context and padding)
+	// at a time, so each of its convolutions is a linear map of the whole
+	// chunk: the STFT to [re of 4 frames | im of 4 frames], then the four
+	// convolutions, each a [framesOut·out, framesIn·in] matrix (frame-major
+	// rows and columns). The chunks of a step are then rows of one Linear.
+	stft    backend.Weight   // [2·4·129, 640]
+	convs   []backend.Weight // [4·128, 4·129], [2·64, 4·128], [64, 2·64], [128, 64]
+	lstmX   backend.Weight   // [4H, H], gates i f g o, with both biases
+	lstmH   backend.Weight   // [4H, H], no bias
+	decoder backend.Weight   // [1, H] with its bias
 }
 
 // Load reads the model in dir (one silero_vad*.onnx) onto be.
@@ -191,15 +193,12 @@ func (m *Model) load(g *onnx.Model) error {
 	if e != nil {
 		return e
 	}
-	d, e := backend.ConvData("stft", basis, nil)
-	if e != nil {
-		return e
-	}
-	if m.stft, e = m.upload(d); e != nil {
+	var d backend.WeightData
+	if m.stft, e = m.upload(dense("stft", stftMatrix(floats(basis), bins), 2*frames*bins, windowSamples, nil)); e != nil {
 		return e
 	}
 	// The encoder: four convolutions, kernel 3, padding 1.
-	in := int64(bins)
+	in, t := int64(bins), frames
 	for i, c := range []struct{ out, stride int64 }{{128, 1}, {64, 2}, {64, 2}, {128, 1}} {
 		name := fmt.Sprintf("encoder.conv_layers.%d", i)
 		if e := checkConv(g, fmt.Sprintf("/encoder/conv_layers.%d/Conv", i), 3, c.stride, 1); e != nil {
@@ -213,19 +212,16 @@ func (m *Model) load(g *onnx.Model) error {
 		if e != nil {
 			return e
 		}
-		d, e := backend.ConvData(name, w, &b)
+		mat, bias, tOut := convMatrix(floats(w), floats(b), int(c.out), int(in), 3, int(c.stride), 1, t)
+		up, e := m.upload(dense(name, mat, tOut*int(c.out), t*int(in), bias))
 		if e != nil {
 			return e
 		}
-		up, e := m.upload(d)
-		if e != nil {
-			return e
-		}
-		m.convs = append(m.convs, conv{w: up, kernel: 3, stride: int(c.stride), pad: 1})
-		in = c.out
+		m.convs = append(m.convs, up)
+		in, t = c.out, tOut
 	}
-	if in != hidden {
-		return fmt.Errorf("%w: the encoder ends at width %d, want %d", ErrNotSilero, in, hidden)
+	if in != hidden || t != 1 {
+		return fmt.Errorf("%w: the encoder ends at %d frames of width %d, want 1 of %d", ErrNotSilero, t, in, hidden)
 	}
 	// The LSTM: ONNX's W, R [1, 4H, H] in gate order i, o, f, c and
 	// B [1, 8H] (W's biases, then R's).
@@ -279,6 +275,50 @@ func (m *Model) load(g *onnx.Model) error {
 	}
 	m.decoder, e = m.upload(d)
 	return e
+}
+
+// stftMatrix is the STFT of a 640-sample window as one matrix: row
+// f·bins + k is the real part of bin k of frame f (frames at 0, 128, 256
+// and 384), row (frames+f)·bins + k its imaginary part; basis is the
+// graph's [2·bins, 1, 256] (cosine rows, then sine rows).
+func stftMatrix(basis []float32, bins int) []float32 {
+	out := make([]float32, 2*frames*bins*windowSamples)
+	for part := range 2 {
+		for f := range frames {
+			for k := range bins {
+				row := out[((part*frames+f)*bins+k)*windowSamples:][:windowSamples]
+				copy(row[f*hop:f*hop+frameLen], basis[(part*bins+k)*frameLen:][:frameLen])
+			}
+		}
+	}
+	return out
+}
+
+// convMatrix is a 1-D convolution (PyTorch weight w [out, in, k], bias b)
+// over tIn frames with zero padding, as one matrix [tOut·out, tIn·in] and
+// its bias [tOut·out], rows and columns frame-major: the convolution of a
+// fixed-length input is a linear map of it.
+func convMatrix(w, b []float32, out, in, k, stride, pad, tIn int) (mat, bias []float32, tOut int) {
+	tOut = (tIn+2*pad-k)/stride + 1
+	cols := tIn * in
+	mat = make([]float32, tOut*out*cols)
+	bias = make([]float32, 0, tOut*out)
+	for t := range tOut {
+		for o := range out {
+			row := mat[(t*out+o)*cols:][:cols]
+			for j := range k {
+				u := t*stride + j - pad
+				if u < 0 || u >= tIn {
+					continue
+				}
+				for c := range in {
+					row[u*in+c] = w[(o*in+c)*k+j]
+				}
+			}
+		}
+		bias = append(bias, b...)
+	}
+	return mat, bias, tOut
 }
 
 // equalInts reports whether b holds the little-endian int64s want.
@@ -384,24 +424,29 @@ func window(dst, ctxTail, x []float32, i int) {
 	}
 }
 
-// step runs chunks [lo, hi) of x on one backend step.
+// step runs chunks [lo, hi) of x on one backend step: the encoder on all
+// of them at once (a row each), then the LSTM chunk after chunk, then the
+// decoder on all of them.
 func (m *Model) step(ctx context.Context, st *State, x []float32, lo, hi int) ([]float32, error) {
 	s := m.be.NewStep(ctx)
 	defer s.Close()
-	buf := make([]float32, ContextSamples+ChunkSamples+hop/2)
+	n := hi - lo
+	win := make([]float32, n*windowSamples)
+	for i := range n {
+		w := win[i*windowSamples:][:windowSamples]
+		window(w, st.context, x, lo+i)
+		copy(st.context, w[ChunkSamples:ContextSamples+ChunkSamples])
+	}
+	y := s.ComplexAbs(s.Linear(s.Input(n, windowSamples, win), m.stft)) // [n, 4·129]
+	for _, c := range m.convs {
+		y = s.ReLU(s.Linear(y, c))
+	} // [n, 128]
+	gx := s.Linear(y, m.lstmX) // [n, 4H]
 	h, c := s.Input(1, hidden, st.h), s.Input(1, hidden, st.c)
 	var state backend.Array
-	hs := make([]backend.Array, 0, hi-lo)
-	for i := lo; i < hi; i++ {
-		window(buf, st.context, x, i)
-		copy(st.context, buf[ChunkSamples:ContextSamples+ChunkSamples])
-		y := s.Conv1D(s.Input(len(buf), 1, buf), m.stft, frameLen, hop, 0) // [4, 258]
-		y = s.ComplexAbs(y)                                                // [4, 129]
-		for _, cv := range m.convs {
-			y = s.ReLU(s.Conv1D(y, cv.w, cv.kernel, cv.stride, cv.pad))
-		} // [1, 128]
-		gates := s.Add(s.Linear(y, m.lstmX), s.Linear(h, m.lstmH))
-		state = s.LSTMCell(gates, c)
+	hs := make([]backend.Array, 0, n)
+	for i := range n {
+		state = s.LSTMCell(s.Add(s.Rows(gx, []int{i}), s.Linear(h, m.lstmH)), c)
 		h, c = s.HeadSlice(state, 1, 0, hidden), s.HeadSlice(state, 1, hidden, 2*hidden)
 		hs = append(hs, h)
 	}
