@@ -31,14 +31,9 @@ func (r *Runner) DetectSpeech(ctx context.Context, req *engine.VADRequest) (*eng
 	if em == nil || em.vad == nil {
 		return nil, invalid("model %q is a%s %s model; it does not detect speech", req.Model, article(kindOf(em)), kindOf(em))
 	}
-	opts := audio.Options{MaxBytes: req.MaxBytes, MaxDuration: time.Duration(req.MaxSeconds * float64(time.Second))}
-	sig, err := audio.DecodeBytes(ctx, req.Audio, opts)
+	samples, err := speechSamples(ctx, req.Audio, req.MaxBytes, req.MaxSeconds)
 	if err != nil {
-		return nil, audioError(err)
-	}
-	samples, err := audio.Mono16k(ctx, sig)
-	if err != nil {
-		return nil, audioError(err)
+		return nil, err
 	}
 	em.vadMu.Lock()
 	segs, err := em.vad.Detect(ctx, samples, o)
@@ -55,4 +50,21 @@ func (r *Runner) DetectSpeech(ctx context.Context, req *engine.VADRequest) (*eng
 		res.Segments[i] = engine.VADSegment{Start: float64(s.Start) / silero.SampleRate, End: float64(s.End) / silero.SampleRate}
 	}
 	return res, nil
+}
+
+// speechSamples decodes an uploaded file (package audio: WAV, FLAC, MP3,
+// Vorbis in Go, the rest through ffmpeg) under the caps (0: the
+// defaults) and brings it to 16 kHz mono; audio that is not audio,
+// truncated or too long is an invalid request.
+func speechSamples(ctx context.Context, data []byte, maxBytes int64, maxSeconds float64) ([]float32, error) {
+	opts := audio.Options{MaxBytes: maxBytes, MaxDuration: time.Duration(maxSeconds * float64(time.Second))}
+	sig, err := audio.DecodeBytes(ctx, data, opts)
+	if err != nil {
+		return nil, audioError(err)
+	}
+	samples, err := audio.Mono16k(ctx, sig)
+	if err != nil {
+		return nil, audioError(err)
+	}
+	return samples, nil
 }
