@@ -18,7 +18,8 @@ import (
 // names the processing and is required, as the contract has it, but no
 // model is loaded. The answer is the processed audio as 16-bit PCM WAV;
 // normalize adds the measured loudness in X-Input-LUFS and
-// X-Output-LUFS. The upload caps are the transcriptions'.
+// X-Output-LUFS. The upload caps are the transcriptions'. Task vad runs
+// a model and answers JSON (audio_vad.go).
 func (h *Handler) audioProcess(w http.ResponseWriter, r *http.Request) {
 	maxBytes, maxSeconds := h.audioCaps()
 	var model, task string

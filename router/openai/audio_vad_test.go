@@ -119,12 +119,17 @@ func TestAudioVAD(t *testing.T) {
 			code, out := post(b, tightFields)
 			if code == http.StatusOK {
 				check(t, code, out, tight)
-				return
+				break
 			}
 			if time.Now().After(deadline) {
 				t.Fatalf("b never forwarded the request to a: %d %s", code, out)
 			}
 			time.Sleep(200 * time.Millisecond)
+		}
+		// The peer's refusal comes back as the local one would.
+		code, out := post(b, map[string]string{"model": nodetest.Model})
+		if code != http.StatusBadRequest || !strings.Contains(string(out), "does not detect speech") || !strings.Contains(string(out), `"param":"model"`) {
+			t.Fatalf("a chat model through b: %d %s", code, out)
 		}
 	})
 	for _, c := range []struct {
