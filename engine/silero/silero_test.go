@@ -15,6 +15,7 @@ import (
 	"fusion/engine/audio/audiotest"
 	"fusion/engine/backend"
 	"fusion/engine/backend/cpu"
+	"fusion/engine/silero/silerotest"
 	"fusion/internal/testenv"
 )
 
@@ -68,7 +69,7 @@ var clip struct {
 func speechClip(t *testing.T) ([]float32, reference) {
 	t.Helper()
 	clip.once.Do(func() {
-		x := audiotest.SpeechWithPauses(t, []string{
+		x := silerotest.SpeechWithPauses(t, []string{
 			"The birch canoe slid on the smooth planks.",
 			"Glue the sheet to the dark blue background.",
 			"It is easy to tell the depth of a well.",
@@ -98,7 +99,7 @@ func speechClip(t *testing.T) ([]float32, reference) {
 
 func loadModel(t *testing.T, be backend.Backend) *Model {
 	t.Helper()
-	m, err := Load(context.Background(), audiotest.SileroVADDir(t), be)
+	m, err := Load(context.Background(), silerotest.Dir(t), be)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +266,7 @@ func TestNotSilero(t *testing.T) {
 	if _, err := Load(context.Background(), t.TempDir(), be); err == nil || !strings.Contains(err.Error(), "silero") {
 		t.Errorf("Load of an empty directory: %v", err)
 	}
-	if !IsModelDir(audiotest.SileroVADDir(t)) {
+	if !IsModelDir(silerotest.Dir(t)) {
 		t.Error("the fixture is not a model directory")
 	}
 }
@@ -304,10 +305,10 @@ func TestShortAudio(t *testing.T) {
 // BenchmarkProbs measures the CPU backend on the speech clip: the
 // real-time factor is the clip's seconds over the time per op.
 func BenchmarkProbs(b *testing.B) {
-	x := audiotest.SpeechWithPauses(b, []string{"The birch canoe slid on the smooth planks."}, []float64{1, 1})
+	x := silerotest.SpeechWithPauses(b, []string{"The birch canoe slid on the smooth planks."}, []float64{1, 1})
 	be := cpu.New(cpu.Options{})
 	defer be.Close()
-	m, err := Load(context.Background(), audiotest.SileroVADDir(b), be)
+	m, err := Load(context.Background(), silerotest.Dir(b), be)
 	if err != nil {
 		b.Fatal(err)
 	}

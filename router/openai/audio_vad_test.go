@@ -13,9 +13,9 @@ import (
 
 	"fusion/cluster"
 	"fusion/engine/audio"
-	"fusion/engine/audio/audiotest"
 	"fusion/engine/backend/cpu"
 	"fusion/engine/silero"
+	"fusion/engine/silero/silerotest"
 	"fusion/node"
 	"fusion/node/nodetest"
 	"fusion/router/openai"
@@ -32,12 +32,12 @@ const vadModel = "silero-vad"
 // defaults and with options; options out of range, a model that is not a
 // VAD and an unknown task are 400s naming the field.
 func TestAudioVAD(t *testing.T) {
-	fixture := audiotest.SileroVADDir(t)
+	fixture := silerotest.Dir(t)
 	models := nodetest.Models(t)
 	if err := os.Symlink(fixture, filepath.Join(models, vadModel)); err != nil {
 		t.Fatal(err)
 	}
-	wav := wav16(audiotest.SpeechWithPauses(t, []string{"The birch canoe slid on the smooth planks.", "Glue the sheet to the dark blue background."},
+	wav := wav16(silerotest.SpeechWithPauses(t, []string{"The birch canoe slid on the smooth planks.", "Glue the sheet to the dark blue background."},
 		[]float64{0.5, 0.6, 2.2}))
 
 	// The expected answers: the model on the CPU backend over the samples

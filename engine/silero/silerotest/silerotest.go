@@ -1,4 +1,6 @@
-package audiotest
+// Package silerotest holds what the Silero VAD tests share: the model
+// fixture and espeak-ng speech with pauses between sentences.
+package silerotest
 
 import (
 	"bytes"
@@ -8,14 +10,15 @@ import (
 	"testing"
 
 	"fusion/engine/audio"
+	"fusion/engine/audio/audiotest"
 	"fusion/internal/testenv"
 )
 
-// SileroVADDir returns the model directory of Silero VAD v6
+// Dir returns the model directory of Silero VAD v6
 // (silero_vad_v6.onnx as faster-whisper ships it, copied by
 // scripts/fixtures.sh into models/silero-vad); the test fails or skips as
 // missing fixtures do.
-func SileroVADDir(t testing.TB) string {
+func Dir(t testing.TB) string {
 	t.Helper()
 	dir := filepath.Join(testenv.FixturesDir(), "models", "silero-vad")
 	if _, err := os.Stat(filepath.Join(dir, ".sha256")); err != nil {
@@ -39,7 +42,7 @@ func SpeechWithPauses(t testing.TB, texts []string, pauses []float64) []float32 
 		if i == len(texts) {
 			break
 		}
-		sig, err := audio.Decode(context.Background(), bytes.NewReader(EspeakWAV(t, texts[i])), audio.Options{})
+		sig, err := audio.Decode(context.Background(), bytes.NewReader(audiotest.EspeakWAV(t, texts[i])), audio.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
