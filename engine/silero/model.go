@@ -184,8 +184,13 @@ func (m *Model) load(g *onnx.Model) error {
 	if err := checkConv(g, "/encoder/feature_extractor/Conv", frameLen, hop, 0); err != nil {
 		return err
 	}
-	pad, ok := g.NodeInput("/encoder/feature_extractor/padding/Pad", 1)
-	if !ok || pad.DType != tensor.I64 || len(pad.Data) != 32 ||
+	padNode, err := node(g, "/encoder/feature_extractor/padding/Pad", "Pad")
+	if err != nil {
+		return err
+	}
+	mode, _ := padNode.Attr("mode")
+	pad, ok := g.NodeInput(padNode.Name, 1)
+	if string(mode.S) != "reflect" || !ok || pad.DType != tensor.I64 || len(pad.Data) != 32 ||
 		!equalInts(pad.Data, 0, hop, 0, hop) {
 		return fmt.Errorf("%w: the STFT's padding is not reflect 128 on both sides", ErrNotSilero)
 	}
@@ -193,7 +198,6 @@ func (m *Model) load(g *onnx.Model) error {
 	if e != nil {
 		return e
 	}
-	var d backend.WeightData
 	if m.stft, e = m.upload(dense("stft", stftMatrix(floats(basis), bins), 2*frames*bins, windowSamples, nil)); e != nil {
 		return e
 	}
@@ -270,7 +274,8 @@ func (m *Model) load(g *onnx.Model) error {
 	if e != nil {
 		return e
 	}
-	if d, e = backend.ConvData("decoder", dw, &db); e != nil {
+	d, e := backend.ConvData("decoder", dw, &db)
+	if e != nil {
 		return e
 	}
 	m.decoder, e = m.upload(d)
