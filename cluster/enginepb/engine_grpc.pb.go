@@ -35,6 +35,7 @@ const (
 	Engine_Speak_FullMethodName         = "/fusion.engine.v1.Engine/Speak"
 	Engine_ImageFile_FullMethodName     = "/fusion.engine.v1.Engine/ImageFile"
 	Engine_GenerateImage_FullMethodName = "/fusion.engine.v1.Engine/GenerateImage"
+	Engine_DetectSpeech_FullMethodName  = "/fusion.engine.v1.Engine/DetectSpeech"
 )
 
 // EngineClient is the client API for Engine service.
@@ -75,6 +76,9 @@ type EngineClient interface {
 	// denoising step comes as it is taken (step set, when progress was asked
 	// for), then the images (done set).
 	GenerateImage(ctx context.Context, in *ImageRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ImageReply], error)
+	// DetectSpeech finds the speech segments of audio on the peer that has
+	// the voice activity detector; the audio travels as uploaded.
+	DetectSpeech(ctx context.Context, in *VADRequest, opts ...grpc.CallOption) (*VADReply, error)
 }
 
 type engineClient struct {
@@ -250,6 +254,16 @@ func (c *engineClient) GenerateImage(ctx context.Context, in *ImageRequest, opts
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Engine_GenerateImageClient = grpc.ServerStreamingClient[ImageReply]
 
+func (c *engineClient) DetectSpeech(ctx context.Context, in *VADRequest, opts ...grpc.CallOption) (*VADReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(VADReply)
+	err := c.cc.Invoke(ctx, Engine_DetectSpeech_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // EngineServer is the server API for Engine service.
 // All implementations must embed UnimplementedEngineServer
 // for forward compatibility.
@@ -288,6 +302,9 @@ type EngineServer interface {
 	// denoising step comes as it is taken (step set, when progress was asked
 	// for), then the images (done set).
 	GenerateImage(*ImageRequest, grpc.ServerStreamingServer[ImageReply]) error
+	// DetectSpeech finds the speech segments of audio on the peer that has
+	// the voice activity detector; the audio travels as uploaded.
+	DetectSpeech(context.Context, *VADRequest) (*VADReply, error)
 	mustEmbedUnimplementedEngineServer()
 }
 
@@ -333,6 +350,9 @@ func (UnimplementedEngineServer) ImageFile(context.Context, *ImageFileRequest) (
 }
 func (UnimplementedEngineServer) GenerateImage(*ImageRequest, grpc.ServerStreamingServer[ImageReply]) error {
 	return status.Error(codes.Unimplemented, "method GenerateImage not implemented")
+}
+func (UnimplementedEngineServer) DetectSpeech(context.Context, *VADRequest) (*VADReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method DetectSpeech not implemented")
 }
 func (UnimplementedEngineServer) mustEmbedUnimplementedEngineServer() {}
 func (UnimplementedEngineServer) testEmbeddedByValue()                {}
@@ -536,6 +556,24 @@ func _Engine_GenerateImage_Handler(srv interface{}, stream grpc.ServerStream) er
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Engine_GenerateImageServer = grpc.ServerStreamingServer[ImageReply]
 
+func _Engine_DetectSpeech_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(VADRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EngineServer).DetectSpeech(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Engine_DetectSpeech_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EngineServer).DetectSpeech(ctx, req.(*VADRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Engine_ServiceDesc is the grpc.ServiceDesc for Engine service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -570,6 +608,10 @@ var Engine_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ImageFile",
 			Handler:    _Engine_ImageFile_Handler,
+		},
+		{
+			MethodName: "DetectSpeech",
+			Handler:    _Engine_DetectSpeech_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

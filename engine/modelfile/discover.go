@@ -16,7 +16,8 @@ const (
 	KindSafetensors Kind = "safetensors" // a directory with config.json (or a diffusers model_index.json)
 	KindGGUF        Kind = "gguf"        // a single .gguf file
 	// KindONNX: a directory without config.json holding one *.onnx and
-	// its *.onnx.json (a Piper voice).
+	// its *.onnx.json (a Piper voice), or one silero_vad*.onnx (a Silero
+	// voice activity detector).
 	KindONNX Kind = "onnx"
 )
 
@@ -74,11 +75,14 @@ func Discover(modelsDir string) ([]Entry, error) {
 }
 
 // isONNXDir reports whether dir holds exactly one *.onnx with its
-// *.onnx.json beside it.
+// *.onnx.json beside it, or one silero_vad*.onnx.
 func isONNXDir(dir string) bool {
 	models, _ := filepath.Glob(filepath.Join(dir, "*.onnx"))
 	if len(models) != 1 {
 		return false
+	}
+	if strings.HasPrefix(filepath.Base(models[0]), "silero_vad") {
+		return true
 	}
 	st, err := os.Stat(models[0] + ".json")
 	return err == nil && st.Mode().IsRegular()

@@ -355,6 +355,12 @@ func TestDiscover(t *testing.T) {
 	mk("llama.gguf")
 	mk("notes.txt")
 	mk(".hidden/config.json")
+	mk("voice/en.onnx")
+	mk("voice/en.onnx.json")
+	mk("vad/silero_vad_v6.onnx")
+	mk("bare-onnx/model.onnx")
+	mk("two-vads/silero_vad.onnx")
+	mk("two-vads/silero_vad_v6.onnx")
 	os.Symlink(filepath.Join(dir, "qwen3-demo"), filepath.Join(dir, "linked"))
 	os.Symlink(filepath.Join(dir, "gone"), filepath.Join(dir, "dangling"))
 	got, err := Discover(dir)
@@ -367,6 +373,8 @@ func TestDiscover(t *testing.T) {
 		{"llama", filepath.Join(dir, "llama"), KindSafetensors},
 		{"qwen3-demo", filepath.Join(dir, "qwen3-demo"), KindSafetensors},
 		{"tiny.Q4_K_M", filepath.Join(dir, "tiny.Q4_K_M.gguf"), KindGGUF},
+		{"vad", filepath.Join(dir, "vad"), KindONNX},
+		{"voice", filepath.Join(dir, "voice"), KindONNX},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got  %v\nwant %v", got, want)

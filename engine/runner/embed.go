@@ -12,6 +12,7 @@ import (
 	"fusion/engine/flux2"
 	"fusion/engine/piper"
 	"fusion/engine/prompt"
+	"fusion/engine/silero"
 	"fusion/engine/whisper"
 )
 
@@ -32,6 +33,8 @@ type embeddingModel struct {
 	tts   *piper.Voice // a text-to-speech voice (see speech.go)
 	ttsMu sync.Mutex
 	img   *flux2.Pipeline // an image model (image.go)
+	vad   *silero.Model   // a voice activity detector (vad.go)
+	vadMu sync.Mutex
 	be    backend.Backend
 	batch *embedBatcher // nil until start
 }
@@ -49,6 +52,8 @@ func (l backendLoader) loadEmbedding(info engine.ModelInfo) (*embeddingModel, er
 		em.tts, err = piper.Load(context.Background(), info.Path, be)
 	case engine.KindImage:
 		em.img, err = flux2.LoadPipeline(context.Background(), be, info.Path)
+	case engine.KindVAD:
+		em.vad, err = silero.Load(context.Background(), info.Path, be)
 	case engine.KindRerank:
 		em.ce, err = embed.LoadCrossEncoder(context.Background(), info.Path, be, l.loadMode == "mmap")
 	default:
@@ -62,7 +67,7 @@ func (l backendLoader) loadEmbedding(info engine.ModelInfo) (*embeddingModel, er
 
 // start starts the model's batcher.
 func (e *embeddingModel) start(maxTokens int, stats *embedStats) {
-	if e.asr != nil || e.tts != nil || e.img != nil {
+	if e.asr != nil || e.tts != nil || e.img != nil || e.vad != nil {
 		return
 	}
 	if e.ce != nil {
@@ -83,6 +88,9 @@ func (e *embeddingModel) start(maxTokens int, stats *embedStats) {
 
 // weightBytes is the memory the backend holds for the weights.
 func (e *embeddingModel) weightBytes() int64 {
+	if e.vad != nil {
+		return e.vad.Bytes()
+	}
 	if e.img != nil {
 		return e.img.WeightBytes()
 	}
@@ -100,6 +108,9 @@ func (e *embeddingModel) weightBytes() int64 {
 
 // kind is the model's engine.Kind*.
 func (e *embeddingModel) kind() string {
+	if e.vad != nil {
+		return engine.KindVAD
+	}
 	if e.img != nil {
 		return engine.KindImage
 	}
@@ -127,6 +138,9 @@ func (e *embeddingModel) close() error {
 	}
 	if e.img != nil {
 		return errors.Join(e.img.Close(), e.be.Close())
+	}
+	if e.vad != nil {
+		return errors.Join(e.vad.Close(), e.be.Close())
 	}
 	if e.ce != nil {
 		return errors.Join(e.ce.Close(), e.be.Close())

@@ -111,6 +111,9 @@ func (r *Runner) Generate(ctx context.Context, req *engine.Request) (<-chan engi
 		if lm.emb.asr != nil {
 			return nil, invalid("model %q is a %s model; it answers /v1/audio/transcriptions, not generation", req.Model, engine.KindTranscription)
 		}
+		if lm.emb.vad != nil {
+			return nil, invalid("model %q is a %s model; it answers /v1/audio/process (task vad), not generation", req.Model, engine.KindVAD)
+		}
 		return nil, invalid("model %q is an %s model; it answers /v1/embeddings, not generation", req.Model, engine.KindEmbedding)
 	}
 	g, err := r.prepare(ctx, lm, req)

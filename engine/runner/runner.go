@@ -28,6 +28,7 @@ import (
 	"fusion/engine/prefixcache"
 	"fusion/engine/prompt"
 	"fusion/engine/sample"
+	"fusion/engine/silero"
 	"fusion/engine/whisper"
 )
 
@@ -343,6 +344,8 @@ func (r *Runner) rescan() error {
 		switch {
 		case f.Kind == modelfile.KindONNX && piper.IsVoiceDir(f.Path):
 			info.Kind = engine.KindSpeech
+		case f.Kind == modelfile.KindONNX && silero.IsModelDir(f.Path):
+			info.Kind = engine.KindVAD
 		case f.Kind != modelfile.KindSafetensors:
 		case flux2.IsCheckpoint(f.Path):
 			info.Kind, info.Format = engine.KindImage, "diffusers"

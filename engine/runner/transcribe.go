@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"time"
 
 	"fusion/engine"
 	"fusion/engine/audio"
@@ -33,14 +32,9 @@ func (r *Runner) Transcribe(ctx context.Context, req *engine.TranscribeRequest) 
 	if em == nil || em.asr == nil {
 		return nil, invalid("model %q is a%s %s model; it does not transcribe speech", req.Model, article(kindOf(em)), kindOf(em))
 	}
-	opts := audio.Options{MaxBytes: req.MaxBytes, MaxDuration: time.Duration(req.MaxSeconds * float64(time.Second))}
-	sig, err := audio.DecodeBytes(ctx, req.Audio, opts)
+	samples, err := speechSamples(ctx, req.Audio, req.MaxBytes, req.MaxSeconds)
 	if err != nil {
-		return nil, audioError(err)
-	}
-	samples, err := audio.Mono16k(ctx, sig)
-	if err != nil {
-		return nil, audioError(err)
+		return nil, err
 	}
 	o := whisper.DefaultOptions()
 	o.Language, o.Translate, o.WordTimestamps, o.MaxTokens = req.Language, req.Translate, req.WordTimestamps, req.MaxTokens

@@ -857,3 +857,16 @@ func (Solo) Peers() []Peer { return nil }
 
 // Unheard is empty: a lone node knows every model there is.
 func (Solo) Unheard() []Peer { return nil }
+
+// DetectSpeech runs where Embed would.
+func (d *Dispatcher) DetectSpeech(ctx context.Context, req *engine.VADRequest) (*engine.VADResult, error) {
+	detect := func(g any) (*engine.VADResult, error) {
+		if s, ok := g.(engine.SpeechDetector); ok {
+			return s.DetectSpeech(ctx, req)
+		}
+		return nil, fmt.Errorf("%w: %q", engine.ErrModelNotFound, req.Model)
+	}
+	return onModelNode(ctx, d, req.Model,
+		func() (*engine.VADResult, error) { return detect(d.cfg.Local) },
+		func(g engine.Generator) (*engine.VADResult, error) { return detect(g) })
+}

@@ -18,13 +18,15 @@ import (
 // names the processing and is required, as the contract has it, but no
 // model is loaded. The answer is the processed audio as 16-bit PCM WAV;
 // normalize adds the measured loudness in X-Input-LUFS and
-// X-Output-LUFS. The upload caps are the transcriptions'.
+// X-Output-LUFS. The upload caps are the transcriptions'. Task vad runs
+// a model and answers JSON (audio_vad.go).
 func (h *Handler) audioProcess(w http.ResponseWriter, r *http.Request) {
 	maxBytes, maxSeconds := h.audioCaps()
 	var model, task string
 	var p process.Params
 	// A field sent is a value, checked by the task (0 included); an
 	// absent one is the task's default.
+	vad := newVADForm()
 	number := func(name, value string, set func(float64)) *Error {
 		v, err := strconv.ParseFloat(value, 64)
 		if err != nil {
@@ -50,6 +52,9 @@ func (h *Handler) audioProcess(w http.ResponseWriter, r *http.Request) {
 		case "threshold_db":
 			return number(name, value, func(v float64) { p.ThresholdDB = &v })
 		default:
+			if ok, e := vad.field(name, value); ok {
+				return e
+			}
 			return unsupported(name, "Unrecognized request argument supplied: %s", name)
 		}
 		return nil
@@ -69,6 +74,10 @@ func (h *Handler) audioProcess(w http.ResponseWriter, r *http.Request) {
 		h.reject(w, r, e)
 		return
 	}
+	if task == "vad" {
+		h.audioVAD(w, r, model, file, vad)
+		return
+	}
 	sig, err := audio.DecodeBytes(r.Context(), file, audio.Options{MaxBytes: maxBytes, MaxDuration: time.Duration(maxSeconds * float64(time.Second))})
 	if err != nil {
 		var ae *audio.Error
@@ -82,7 +91,7 @@ func (h *Handler) audioProcess(w http.ResponseWriter, r *http.Request) {
 	res, err := process.Run(r.Context(), task, sig, p)
 	switch {
 	case errors.Is(err, process.ErrTask):
-		h.reject(w, r, invalidRequest("task", "Invalid 'task': %q (supported: %s).", task, strings.Join(process.Tasks, ", ")))
+		h.reject(w, r, invalidRequest("task", "Invalid 'task': %q (supported: %s).", task, strings.Join(processTasks, ", ")))
 		return
 	case errors.Is(err, process.ErrParams):
 		// A parameter's error names it; the rest are the signal's (silent,

@@ -68,6 +68,7 @@ fusion_t_mlx_reset_peak_memory fusion_p_mlx_reset_peak_memory = NULL;
 fusion_t_mlx_clear_cache fusion_p_mlx_clear_cache = NULL;
 fusion_t_mlx_set_memory_limit fusion_p_mlx_set_memory_limit = NULL;
 fusion_t_mlx_set_cache_limit fusion_p_mlx_set_cache_limit = NULL;
+fusion_t_mlx_sqrt fusion_p_mlx_sqrt = NULL;
 
 int fusion_mlx_bind(void* handle, const char** missing) {
   fusion_p_mlx_set_error_handler = (fusion_t_mlx_set_error_handler)dlsym(handle, "mlx_set_error_handler");
@@ -373,6 +374,11 @@ int fusion_mlx_bind(void* handle, const char** missing) {
   fusion_p_mlx_set_cache_limit = (fusion_t_mlx_set_cache_limit)dlsym(handle, "mlx_set_cache_limit");
   if (fusion_p_mlx_set_cache_limit == NULL) {
     *missing = "mlx_set_cache_limit";
+    return 1;
+  }
+  fusion_p_mlx_sqrt = (fusion_t_mlx_sqrt)dlsym(handle, "mlx_sqrt");
+  if (fusion_p_mlx_sqrt == NULL) {
+    *missing = "mlx_sqrt";
     return 1;
   }
   return 0;

@@ -290,6 +290,10 @@ typedef int (*fusion_t_mlx_set_cache_limit)(size_t* res, size_t limit);
 extern fusion_t_mlx_set_cache_limit fusion_p_mlx_set_cache_limit;
 static inline int mlx_set_cache_limit(size_t* res, size_t limit) { return fusion_p_mlx_set_cache_limit(res, limit); }
 
+typedef int (*fusion_t_mlx_sqrt)(mlx_array* res, const mlx_array a, const mlx_stream s);
+extern fusion_t_mlx_sqrt fusion_p_mlx_sqrt;
+static inline int mlx_sqrt(mlx_array* res, const mlx_array a, const mlx_stream s) { return fusion_p_mlx_sqrt(res, a, s); }
+
 // fusion_mlx_bind resolves every function in handle (from dlopen). It
 // returns 0, or 1 with *missing set to the first symbol not found.
 int fusion_mlx_bind(void* handle, const char** missing);
