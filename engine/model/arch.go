@@ -1,6 +1,12 @@
 package model
 
-import "fusion/engine/modelfile"
+import (
+	"context"
+	"fmt"
+
+	"fusion/engine/backend"
+	"fusion/engine/modelfile"
+)
 
 // architecture is how one family builds its layers.
 type architecture struct {
@@ -31,6 +37,8 @@ var architectures = map[string]architecture{
 	// features (headDim is that width; see deepseek.go).
 	modelfile.ArchDeepseekV3: {load: loadDeepseekV3, headDim: mlaCacheDim, setup: setupDeepseekV3},
 	modelfile.ArchGlm4MoE:    {load: loadGlm4MoE, headDim: configHeadDim, setup: setupGlm4MoE},
+	// Gated DeltaNet hybrids: recurrent state per sequence (recurrent.go).
+	modelfile.ArchQwen3Next: {load: loadQwen3Next, headDim: configHeadDim, setup: setupRecurrent},
 }
 
 // configHeadDim is head_dim, which modelfile defaults to hidden/heads.
@@ -51,6 +59,16 @@ func setupWindows(m *Model) error {
 		if s {
 			m.windows[i] = c.SlidingWindow
 		}
+	}
+	return nil
+}
+
+// setupRecurrent refuses a backend without the Gated DeltaNet ops.
+func setupRecurrent(m *Model) error {
+	s := m.be.NewStep(context.Background())
+	defer s.Close()
+	if _, ok := s.(backend.RecurrentOps); !ok {
+		return fmt.Errorf("%w: %s needs Gated DeltaNet ops the %s backend lacks", modelfile.ErrUnsupported, m.Config.Architecture, m.be.Name())
 	}
 	return nil
 }

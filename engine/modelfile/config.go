@@ -82,6 +82,8 @@ func archFor(name string) string {
 		return ArchDeepseekV3
 	case "Glm4MoeForCausalLM", "glm4_moe":
 		return ArchGlm4MoE
+	case "Qwen3NextForCausalLM", "qwen3_next":
+		return ArchQwen3Next
 	}
 	return ""
 }
@@ -145,6 +147,9 @@ type Config struct {
 	// ("language_model." for mistral3, whose file also holds a vision
 	// tower).
 	WeightPrefix string `json:"weight_prefix,omitempty"`
+	// DeltaNet is the Gated DeltaNet linear attention of hybrid families
+	// (qwen3_next), nil for others.
+	DeltaNet *DeltaNet `json:"delta_net,omitempty"`
 }
 
 type rawConfig struct {
@@ -229,7 +234,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		}
 		c.MoE = moe
 	}
-	c.TieWordEmbeddings = orBool(r.TieWordEmbeddings, c.Architecture != ArchQwen3 && c.Architecture != ArchQwen3MoE)
+	c.TieWordEmbeddings = orBool(r.TieWordEmbeddings, c.Architecture != ArchQwen3 && c.Architecture != ArchQwen3MoE && c.Architecture != ArchQwen3Next)
 	c.AttentionBias = orBool(r.AttentionBias, false)
 	c.MLPBias = orBool(r.MLPBias, false)
 	if c.Architecture == ArchGptOss {
@@ -244,6 +249,11 @@ func ParseConfig(data []byte) (*Config, error) {
 	}
 	if c.Architecture == ArchGlm4MoE {
 		if err := c.glm4MoE(data); err != nil {
+			return nil, err
+		}
+	}
+	if c.Architecture == ArchQwen3Next {
+		if err := c.qwen3Next(data, &r); err != nil {
 			return nil, err
 		}
 	}
