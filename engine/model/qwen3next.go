@@ -125,16 +125,25 @@ func (l *loader) vectorShaped(name string, shape ...int64) backend.Vector {
 	return l.uploadVector(d)
 }
 
-// ones makes a vector of n ones (a norm without weights).
+// ones makes a vector of n ones (a norm without weights), one per model
+// and width.
 func (l *loader) ones(n int) backend.Vector {
 	if l.err != nil {
 		return nil
+	}
+	if v, ok := l.onesOf[n]; ok {
+		return v
 	}
 	b := make([]byte, 4*n)
 	for i := range n {
 		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(1))
 	}
-	return l.uploadVector(backend.VectorData{Name: "ones", Data: tensor.Tensor{Name: "ones", DType: tensor.F32, Shape: []int64{int64(n)}, Data: b}})
+	v := l.uploadVector(backend.VectorData{Name: "ones", Data: tensor.Tensor{Name: "ones", DType: tensor.F32, Shape: []int64{int64(n)}, Data: b}})
+	if l.onesOf == nil {
+		l.onesOf = map[int]backend.Vector{}
+	}
+	l.onesOf[n] = v
+	return v
 }
 
 func (l *loader) uploadVector(d backend.VectorData) backend.Vector {

@@ -47,6 +47,8 @@ type loader struct {
 	// What the backend made, for Model.Close to release.
 	weights []backend.Weight
 	vectors []backend.Vector
+	// onesOf holds the unit vectors made by ones, by width.
+	onesOf map[int]backend.Vector
 }
 
 // dims are the sizes weights are checked against.
