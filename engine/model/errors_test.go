@@ -223,11 +223,12 @@ func checkMemory(t *testing.T, be *cpu.Backend, path string, opts demo.Options) 
 		}
 		usedPer = usedPer / int64(m.Config.NumHiddenLayers) * attn
 	}
-	if used != 300*usedPer || alloc != 2*cpu.BlockSize*m.KVBytesPerToken() {
-		t.Errorf("cache bytes (%d, %d), want (%d, %d)", alloc, used, 2*cpu.BlockSize*m.KVBytesPerToken(), 300*usedPer)
+	rec := m.RecurrentBytes() // with the sequence, whatever its length
+	if used != 300*usedPer+rec || alloc != 2*cpu.BlockSize*m.KVBytesPerToken()+rec {
+		t.Errorf("cache bytes (%d, %d), want (%d, %d)", alloc, used, 2*cpu.BlockSize*m.KVBytesPerToken()+rec, 300*usedPer+rec)
 	}
 	seq.Truncate(10)
-	if alloc, used := seq.CacheBytes(); used != 10*usedPer || alloc != cpu.BlockSize*m.KVBytesPerToken() {
+	if alloc, used := seq.CacheBytes(); used != 10*usedPer+rec || alloc != cpu.BlockSize*m.KVBytesPerToken()+rec {
 		t.Errorf("after Truncate(10): cache bytes (%d, %d)", alloc, used)
 	}
 }

@@ -50,8 +50,16 @@ func (s *Sequence) Truncate(n int) {
 	s.truncateRec(n)
 }
 
-// CacheBytes is the KV cache memory allocated and in use.
-func (s *Sequence) CacheBytes() (allocated, used int64) { return s.cache.Bytes() }
+// CacheBytes is the KV cache memory allocated and in use, plus the
+// recurrent layers' state (fixed in size, allocated with the sequence).
+func (s *Sequence) CacheBytes() (allocated, used int64) {
+	allocated, used = s.cache.Bytes()
+	if s.rec != nil {
+		r := s.m.RecurrentBytes()
+		allocated, used = allocated+r, used+r
+	}
+	return allocated, used
+}
 
 // Close frees the KV cache.
 func (s *Sequence) Close() { s.cache.Free() }
