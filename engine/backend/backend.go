@@ -183,6 +183,9 @@ type Step interface {
 	// Conv2D, GroupNorm and Upsample2x, for convolutional image models
 	// (image.go).
 	ImageOps
+	// CausalConv, GatedDelta and SigmoidGate, for Gated DeltaNet linear
+	// attention (deltanet.go).
+	RecurrentOps
 
 	// Mark and Release bound the memory of a pass: Release frees every
 	// array made since m except keep, which it returns (valid, possibly

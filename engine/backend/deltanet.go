@@ -6,8 +6,7 @@ import "fmt"
 // qwen3_next and qwen3_5 families). A sequence's recurrent state is not a
 // cache the backend keeps: the model hands each sequence's state in as an
 // array (one row per sequence, in batch order) and takes the new state
-// back, so the state lives with the model's Sequence. A backend that
-// lacks them does not run those families (the model checks at load).
+// back, so the state lives with the model's Sequence (part of Step).
 type RecurrentOps interface {
 	// CausalConv is a depthwise causal convolution over time with its
 	// state: the rows of x [rows, C] are sequences of lens[i] rows, one

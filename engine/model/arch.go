@@ -1,12 +1,6 @@
 package model
 
-import (
-	"context"
-	"fmt"
-
-	"fusion/engine/backend"
-	"fusion/engine/modelfile"
-)
+import "fusion/engine/modelfile"
 
 // architecture is how one family builds its layers.
 type architecture struct {
@@ -38,7 +32,7 @@ var architectures = map[string]architecture{
 	modelfile.ArchDeepseekV3: {load: loadDeepseekV3, headDim: mlaCacheDim, setup: setupDeepseekV3},
 	modelfile.ArchGlm4MoE:    {load: loadGlm4MoE, headDim: configHeadDim, setup: setupGlm4MoE},
 	// Gated DeltaNet hybrids: recurrent state per sequence (recurrent.go).
-	modelfile.ArchQwen3Next: {load: loadQwen3Next, headDim: configHeadDim, setup: setupRecurrent},
+	modelfile.ArchQwen3Next: {load: loadQwen3Next, headDim: configHeadDim},
 }
 
 // configHeadDim is head_dim, which modelfile defaults to hidden/heads.
@@ -59,16 +53,6 @@ func setupWindows(m *Model) error {
 		if s {
 			m.windows[i] = c.SlidingWindow
 		}
-	}
-	return nil
-}
-
-// setupRecurrent refuses a backend without the Gated DeltaNet ops.
-func setupRecurrent(m *Model) error {
-	s := m.be.NewStep(context.Background())
-	defer s.Close()
-	if _, ok := s.(backend.RecurrentOps); !ok {
-		return fmt.Errorf("%w: %s needs Gated DeltaNet ops the %s backend lacks", modelfile.ErrUnsupported, m.Config.Architecture, m.be.Name())
 	}
 	return nil
 }

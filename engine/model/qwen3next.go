@@ -96,7 +96,7 @@ func (a *gatedAttention) forward(f *frame, x backend.Array) backend.Array {
 	q := f.rotate(f.norm(f.HeadSlice(qg, a.heads, 0, a.hd), a.qNorm))
 	k := f.rotate(f.norm(f.Linear(x, a.k), a.kNorm))
 	v := f.Linear(x, a.v)
-	return f.Linear(f.recurrentOps().SigmoidGate(f.attend(q, k, v), f.HeadSlice(qg, a.heads, a.hd, 2*a.hd)), a.o)
+	return f.Linear(f.SigmoidGate(f.attend(q, k, v), f.HeadSlice(qg, a.heads, a.hd, 2*a.hd)), a.o)
 }
 
 // sharedExperts is a softmax-routed mixture plus a shared expert weighed
@@ -109,7 +109,7 @@ type sharedExperts struct {
 
 func (m *sharedExperts) forward(f *frame, x backend.Array) backend.Array {
 	routed := m.experts.forward(f, x)
-	return f.Add(routed, f.recurrentOps().SigmoidGate(m.shared.forward(f, x), f.Linear(x, m.gate)))
+	return f.Add(routed, f.SigmoidGate(m.shared.forward(f, x), f.Linear(x, m.gate)))
 }
 
 // vectorShaped loads a float tensor of exactly shape as a flat vector.

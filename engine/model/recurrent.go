@@ -205,8 +205,7 @@ func (n *deltaNet) mix(f *frame, q, k, v, z, a, b backend.Array) backend.Array {
 	d := n.d
 	kd := d.KeyHeads * d.KeyDim
 	delta, convState, lens := f.rec.states(f)
-	rops := f.recurrentOps()
-	conv, convNext := rops.CausalConv(f.HeadConcat(f.HeadConcat(q, k, 1), v, 1), convState, n.conv, d.ConvKernel, lens)
+	conv, convNext := f.CausalConv(f.HeadConcat(f.HeadConcat(q, k, 1), v, 1), convState, n.conv, d.ConvKernel, lens)
 	conv = f.SiLU(conv)
 	q = f.HeadSlice(conv, 1, 0, kd)
 	k = f.HeadSlice(conv, 1, kd, 2*kd)
@@ -216,11 +215,7 @@ func (n *deltaNet) mix(f *frame, q, k, v, z, a, b backend.Array) backend.Array {
 	eps := 1e-6 * invScale * invScale
 	q = f.Scale(f.RMSNorm(q, n.ones, eps), invScale*invScale)
 	k = f.Scale(f.RMSNorm(k, n.ones, eps), invScale)
-	y, deltaNext := rops.GatedDelta(q, k, v, a, b, delta, n.aLog, n.dtBias, d.KeyHeads, lens)
+	y, deltaNext := f.GatedDelta(q, k, v, a, b, delta, n.aLog, n.dtBias, d.KeyHeads, lens)
 	f.rec.keep(f, deltaNext, convNext)
 	return f.Linear(f.SwiGLU(z, f.norm(y, n.norm)), n.out)
 }
-
-// recurrentOps is the step's RecurrentOps (Load refuses a recurrent model
-// on a backend without them).
-func (f *frame) recurrentOps() backend.RecurrentOps { return f.Step.(backend.RecurrentOps) }

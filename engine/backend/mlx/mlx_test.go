@@ -165,6 +165,7 @@ func TestMLX(t *testing.T) {
 	t.Run("FluxOps", testFluxOps)
 	t.Run("VITSOps", testVITSOps)
 	t.Run("ImageOps", testImageOps)
+	t.Run("DeltaNetOps", testDeltaNetOps)
 	t.Run("Backend", testBackend)
 }
 
