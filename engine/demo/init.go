@@ -177,7 +177,7 @@ func (m *Model) initWeights() error {
 		m.deepseekLayers(sc, rng, inputs, outputs, add, fill)
 	} else if p.Arch == modelfile.ArchGlm4MoE {
 		m.glmLayers(sc, rng, inputs, outputs, add, fill)
-	} else if p.Arch == modelfile.ArchQwen3Next {
+	} else if hybrid(p.Arch) {
 		m.qwen3NextLayers(sc, rng, inputs, outputs, add, fill)
 	} else {
 		for l := range p.Layers {

@@ -93,7 +93,7 @@ func Build(opts Options) (*Model, error) {
 		p.deepseek()
 	case modelfile.ArchGlm4MoE:
 		p.glm()
-	case modelfile.ArchQwen3Next:
+	case modelfile.ArchQwen3Next, modelfile.ArchQwen35, modelfile.ArchQwen35MoE:
 		p.qwen3Next()
 	}
 	if o.VocabFrom != "" {

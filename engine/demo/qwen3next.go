@@ -23,9 +23,21 @@ const (
 	qwen3NextInterval = 4
 )
 
-// resolveQwen3Next checks what qwen3_next allows.
+// Qwen3.5 demo models (qwen3_5, qwen3_5_moe) are the same layers with
+// the DeltaNet's projections unfused (in_proj_qkv [q | k | v], in_proj_z,
+// in_proj_b, in_proj_a), the text model's keys in text_config (RoPE in
+// rope_parameters) and every weight under "language_model.", as mlx-lm
+// saves Qwen3_5ForConditionalGeneration; qwen3_5 has a dense MLP in
+// every layer, qwen3_5_moe the mixture with its shared expert.
+
+// hybrid reports whether arch is one of the Gated DeltaNet families.
+func hybrid(arch string) bool {
+	return arch == modelfile.ArchQwen3Next || arch == modelfile.ArchQwen35 || arch == modelfile.ArchQwen35MoE
+}
+
+// resolveQwen3Next checks what the Gated DeltaNet families allow.
 func (o *Options) resolveQwen3Next() error {
-	if o.Arch != modelfile.ArchQwen3Next {
+	if !hybrid(o.Arch) {
 		return nil
 	}
 	switch {
@@ -53,6 +65,9 @@ func (m *Model) qwen3NextConfig(c map[string]any) map[string]any {
 	delete(c, "max_window_layers")
 	delete(c, "sliding_window")
 	delete(c, "use_sliding_window")
+	if p.Arch != modelfile.ArchQwen3Next {
+		return m.qwen35Config(c)
+	}
 	return m.setKeys(c, map[string]any{
 		"architectures":                   []string{"Qwen3NextForCausalLM"},
 		"model_type":                      modelfile.ArchQwen3Next,
@@ -76,6 +91,50 @@ func (m *Model) qwen3NextConfig(c map[string]any) map[string]any {
 	})
 }
 
+// qwen35Config is Qwen3_5(Moe)ForConditionalGeneration's config.json: the
+// text model's keys in text_config, quantization and dtype at the top.
+func (m *Model) qwen35Config(c map[string]any) map[string]any {
+	p := m.Params
+	moe := p.Arch == modelfile.ArchQwen35MoE
+	delete(c, "rope_scaling")
+	delete(c, "rope_theta")
+	text := m.setKeys(c, map[string]any{
+		"model_type":              p.Arch + "_text",
+		"full_attention_interval": qwen3NextInterval,
+		"linear_conv_kernel_dim":  qwen3NextConv,
+		"linear_key_head_dim":     p.HeadDim,
+		"linear_num_key_heads":    p.KVHeads,
+		"linear_num_value_heads":  p.Heads,
+		"linear_value_head_dim":   p.HeadDim,
+		"rope_parameters": map[string]any{"rope_type": "default", "mrope_interleaved": true, "mrope_section": []int{11, 11, 10},
+			"rope_theta": p.RopeTheta, "partial_rotary_factor": p.PartialRotary},
+	})
+	arch := "Qwen3_5ForConditionalGeneration"
+	if moe {
+		arch = "Qwen3_5MoeForConditionalGeneration"
+		text["num_experts"], text["num_experts_per_tok"] = p.Experts, p.ExpertsPerTok
+		text["moe_intermediate_size"], text["shared_expert_intermediate_size"] = p.MoEIntermediate, p.MoEIntermediate
+		text["norm_topk_prob"] = true
+	}
+	top := map[string]any{
+		"architectures":        []string{arch},
+		"model_type":           p.Arch,
+		"tie_word_embeddings":  false,
+		"torch_dtype":          c["torch_dtype"],
+		"transformers_version": "4.57.0.dev0",
+	}
+	for _, k := range []string{"quantization", "quantization_config"} {
+		if q, ok := text[k]; ok {
+			top[k] = q
+			delete(text, k)
+		}
+	}
+	delete(text, "architectures")
+	delete(text, "torch_dtype")
+	top["text_config"] = text
+	return top
+}
+
 // qwen3NextLayers draws Qwen3-Next's layers with the magnitudes of
 // init.go; the DeltaNet's decays A = exp(A_log) lie in [0.5, 4] and its
 // dt_bias around 0.5, so the state neither forgets at once nor saturates.
@@ -92,6 +151,7 @@ func (m *Model) qwen3NextLayers(sc scales, rng *rand.Rand,
 	kd, vd := nk*d, nv*d
 	conv := 2*kd + vd
 	oStd := sc.rho * initializerRange / (0.7 * math.Sqrt(float64(nv*d)))
+	downStd := sc.rho * initializerRange / (0.6 * math.Sqrt(float64(p.Intermediate)))
 	for l := range p.Layers {
 		pre := fmt.Sprintf("model.layers.%d.", l)
 		add(pre+"input_layernorm.weight", fill(p.Hidden, 1), p.Hidden)
@@ -104,8 +164,15 @@ func (m *Model) qwen3NextLayers(sc scales, rng *rand.Rand,
 				dt[i] += 0.5
 			}
 			add(a+"dt_bias", dt, nv)
-			add(a+"in_proj_ba.weight", inputs(1, 2*nv, 1), 2*nv, p.Hidden)
-			add(a+"in_proj_qkvz.weight", inputs(1, 2*kd+2*vd, 1), 2*kd+2*vd, p.Hidden)
+			if p.Arch == modelfile.ArchQwen3Next {
+				add(a+"in_proj_ba.weight", inputs(1, 2*nv, 1), 2*nv, p.Hidden)
+				add(a+"in_proj_qkvz.weight", inputs(1, 2*kd+2*vd, 1), 2*kd+2*vd, p.Hidden)
+			} else {
+				add(a+"in_proj_a.weight", inputs(1, nv, 1), nv, p.Hidden)
+				add(a+"in_proj_b.weight", inputs(1, nv, 1), nv, p.Hidden)
+				add(a+"in_proj_qkv.weight", inputs(1, 2*kd+vd, 1), 2*kd+vd, p.Hidden)
+				add(a+"in_proj_z.weight", inputs(1, vd, 1), vd, p.Hidden)
+			}
 			add(a+"norm.weight", fill(d, 1), d)
 			add(a+"out_proj.weight", outputs(1, vd, oStd), p.Hidden, vd)
 		} else {
@@ -119,6 +186,12 @@ func (m *Model) qwen3NextLayers(sc scales, rng *rand.Rand,
 			add(a+"k_norm.weight", fill(d, float32(qkGain)), d)
 		}
 		add(pre+"post_attention_layernorm.weight", fill(p.Hidden, 1), p.Hidden)
+		if p.Arch == modelfile.ArchQwen35 {
+			add(pre+"mlp.gate_proj.weight", inputs(1, p.Intermediate, 1), p.Intermediate, p.Hidden)
+			add(pre+"mlp.up_proj.weight", inputs(1, p.Intermediate, 1), p.Intermediate, p.Hidden)
+			add(pre+"mlp.down_proj.weight", outputs(1, p.Intermediate, downStd), p.Hidden, p.Intermediate)
+			continue
+		}
 		// The routed mixture (weights summing to 1) and the shared expert
 		// (gated to about half) together stay one MLP's size.
 		e, in := p.Experts, p.MoEIntermediate

@@ -156,7 +156,7 @@ func (m *Model) quantOverrides() map[string]any {
 	out := map[string]any{}
 	for _, t := range m.Tensors {
 		if g, b, mode, ok := m.quantParams(t); ok && (g != o.GroupSize || b != o.Quantize || mode != o.QuantMode) {
-			out[strings.TrimSuffix(t.Name, ".weight")] = map[string]any{"group_size": g, "bits": b, "mode": mode}
+			out[strings.TrimSuffix(m.Params.fileName(t.Name), ".weight")] = map[string]any{"group_size": g, "bits": b, "mode": mode}
 		}
 	}
 	return out

@@ -161,32 +161,49 @@ func (r *recStep) keep(f *frame, delta, conv backend.Array) {
 // silu(z) before out_proj.
 type deltaNet struct {
 	qkvz, ba, out backend.Weight
-	conv          backend.Vector // [convDim·kernel]
-	aLog, dtBias  backend.Vector // [hv]
-	norm          backend.Vector // [dv]
-	ones          backend.Vector // [dk], the L2 norm's unit weight
-	d             *modelfile.DeltaNet
+	// qwen3_5's unfused projections (qkvz and ba nil): [q | k | v], z, b, a.
+	qkv, z, b, a backend.Weight
+	conv         backend.Vector // [convDim·kernel]
+	aLog, dtBias backend.Vector // [hv]
+	norm         backend.Vector // [dv]
+	ones         backend.Vector // [dk], the L2 norm's unit weight
+	d            *modelfile.DeltaNet
 }
 
 func loadDeltaNet(w *loader, prefix string) *deltaNet {
 	d := w.cfg.DeltaNet
 	kd, vd := d.KeyHeads*d.KeyDim, d.ValueHeads*d.ValueDim
 	p := prefix + "linear_attn."
-	return &deltaNet{
-		qkvz:   w.matrix(p+"in_proj_qkvz", 2*kd+2*vd, w.cfg.HiddenSize),
-		ba:     w.matrix(p+"in_proj_ba", 2*d.ValueHeads, w.cfg.HiddenSize),
-		out:    w.matrix(p+"out_proj", w.cfg.HiddenSize, vd),
-		conv:   w.vectorShaped(p+"conv1d.weight", int64(d.ConvDim()), int64(d.ConvKernel), 1),
-		aLog:   w.vectorShaped(p+"A_log", int64(d.ValueHeads)),
-		dtBias: w.vectorShaped(p+"dt_bias", int64(d.ValueHeads)),
-		norm:   w.vectorShaped(p+"norm.weight", int64(d.ValueDim)),
-		ones:   w.ones(d.KeyDim),
-		d:      d,
+	h := w.cfg.HiddenSize
+	n := &deltaNet{d: d}
+	if d.Unfused {
+		n.qkv = w.matrix(p+"in_proj_qkv", 2*kd+vd, h)
+		n.z = w.matrix(p+"in_proj_z", vd, h)
+		n.b = w.matrix(p+"in_proj_b", d.ValueHeads, h)
+		n.a = w.matrix(p+"in_proj_a", d.ValueHeads, h)
+	} else {
+		n.qkvz = w.matrix(p+"in_proj_qkvz", 2*kd+2*vd, h)
+		n.ba = w.matrix(p+"in_proj_ba", 2*d.ValueHeads, h)
 	}
+	n.out = w.matrix(p+"out_proj", h, vd)
+	n.conv = w.vectorShaped(p+"conv1d.weight", int64(d.ConvDim()), int64(d.ConvKernel), 1)
+	n.aLog = w.vectorShaped(p+"A_log", int64(d.ValueHeads))
+	n.dtBias = w.vectorShaped(p+"dt_bias", int64(d.ValueHeads))
+	n.norm = w.vectorShaped(p+"norm.weight", int64(d.ValueDim))
+	n.ones = w.ones(d.KeyDim)
+	return n
 }
 
 func (n *deltaNet) forward(f *frame, x backend.Array) backend.Array {
 	d := n.d
+	if d.Unfused {
+		kd := d.KeyHeads * d.KeyDim
+		qkv := f.Linear(x, n.qkv)
+		q := f.HeadSlice(qkv, 1, 0, kd)
+		k := f.HeadSlice(qkv, 1, kd, 2*kd)
+		v := f.HeadSlice(qkv, 1, 2*kd, qkv.Cols())
+		return n.mix(f, q, k, v, f.Linear(x, n.z), f.Linear(x, n.a), f.Linear(x, n.b))
+	}
 	nk, dk, dv, r := d.KeyHeads, d.KeyDim, d.ValueDim, d.ValueHeads/d.KeyHeads
 	qkvz, ba := f.Linear(x, n.qkvz), f.Linear(x, n.ba)
 	// Per key head: [q dk | k dk | v r·dv | z r·dv] and [b r | a r].

@@ -84,6 +84,10 @@ func archFor(name string) string {
 		return ArchGlm4MoE
 	case "Qwen3NextForCausalLM", "qwen3_next":
 		return ArchQwen3Next
+	case "qwen3_5":
+		return ArchQwen35
+	case "qwen3_5_moe":
+		return ArchQwen35MoE
 	}
 	return ""
 }
@@ -197,11 +201,19 @@ func LoadConfig(dir string) (*Config, error) {
 
 // ParseConfig parses and validates the contents of a config.json.
 func ParseConfig(data []byte) (*Config, error) {
+	if c, ok, err := qwen35Config(data); ok || err != nil {
+		return c, err
+	}
 	if text, ok, err := textConfig(data); err != nil {
 		return nil, err
 	} else if ok {
 		return parseMistral3(data, text)
 	}
+	return parseFlat(data)
+}
+
+// parseFlat parses a config whose text model is at its top level.
+func parseFlat(data []byte) (*Config, error) {
 	var r rawConfig
 	if err := json.Unmarshal(data, &r); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
@@ -252,7 +264,7 @@ func ParseConfig(data []byte) (*Config, error) {
 			return nil, err
 		}
 	}
-	if c.Architecture == ArchQwen3Next {
+	if c.Architecture == ArchQwen3Next || c.Architecture == ArchQwen35 || c.Architecture == ArchQwen35MoE {
 		if err := c.qwen3Next(data, &r); err != nil {
 			return nil, err
 		}
