@@ -8,15 +8,15 @@ import (
 	"fusion/node/nodetest"
 )
 
-// TestQwen3NextServed serves a qwen3_next demo model (Gated DeltaNet
-// layers with their recurrent state, gated attention, a mixture with a
-// shared expert) through the OpenAI and Anthropic routes of a node: a
+// TestQwen3NextServed serves a qwen3_5_moe demo model (Qwen3.5's Gated
+// DeltaNet layers with their recurrent state, gated attention, a mixture
+// with a shared expert in every layer; qwen3_next's blocks) through the OpenAI and Anthropic routes of a node: a
 // chat completion, a call forced through the tool grammar, and a
 // message, each answered in full.
 func TestQwen3NextServed(t *testing.T) {
 	models := t.TempDir()
-	const name = "qwen3next-demo"
-	if _, err := demo.Create(filepath.Join(models, name), demo.Options{Arch: "qwen3_next", Seed: 5,
+	const name = "qwen35moe-demo"
+	if _, err := demo.Create(filepath.Join(models, name), demo.Options{Arch: "qwen3_5_moe", Seed: 5,
 		Layers: 4, Hidden: 64, Heads: 4, KVHeads: 2, HeadDim: 16, Experts: 4, ExpertsPerTok: 2, MoEIntermediate: 32}); err != nil {
 		t.Fatal(err)
 	}
