@@ -101,9 +101,6 @@ func (o Options) resolve() (Options, error) {
 	if err := o.resolveDeepseek(); err != nil {
 		return o, err
 	}
-	if err := o.resolveQwen3Next(); err != nil {
-		return o, err
-	}
 	switch {
 	case o.Layers < 0 || o.Hidden < 0 || o.Heads < 0 || o.KVHeads < 0 || o.HeadDim < 0 || o.Intermediate < 0:
 		return o, fmt.Errorf("demo: sizes must be positive")

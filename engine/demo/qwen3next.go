@@ -35,22 +35,6 @@ func hybrid(arch string) bool {
 	return arch == modelfile.ArchQwen3Next || arch == modelfile.ArchQwen35 || arch == modelfile.ArchQwen35MoE
 }
 
-// resolveQwen3Next checks what the Gated DeltaNet families allow.
-func (o *Options) resolveQwen3Next() error {
-	if !hybrid(o.Arch) {
-		return nil
-	}
-	switch {
-	case o.Format == FormatGGUF:
-		return fmt.Errorf("demo: %s demos are written as safetensors only", o.Arch)
-	case o.StopAfter != 0 || o.SlidingWindow != 0 || o.SlidingPattern != 0:
-		return fmt.Errorf("demo: --stop-after and sliding windows are not for %s", o.Arch)
-	case o.Untied:
-		return fmt.Errorf("demo: %s is always untied", o.Arch)
-	}
-	return nil
-}
-
 // qwen3Next sets Qwen3-Next's hyperparameters.
 func (p *Params) qwen3Next() {
 	p.MaxPositions, p.RMSNormEps, p.RopeTheta = 262144, 1e-6, 10000000
@@ -68,16 +52,10 @@ func (m *Model) qwen3NextConfig(c map[string]any) map[string]any {
 	if p.Arch != modelfile.ArchQwen3Next {
 		return m.qwen35Config(c)
 	}
-	return m.setKeys(c, map[string]any{
+	return m.setKeys(m.setKeys(c, p.deltaNetKeys()), map[string]any{
 		"architectures":                   []string{"Qwen3NextForCausalLM"},
 		"model_type":                      modelfile.ArchQwen3Next,
 		"decoder_sparse_step":             p.SparseStep,
-		"full_attention_interval":         qwen3NextInterval,
-		"linear_conv_kernel_dim":          qwen3NextConv,
-		"linear_key_head_dim":             p.HeadDim,
-		"linear_num_key_heads":            p.KVHeads,
-		"linear_num_value_heads":          p.Heads,
-		"linear_value_head_dim":           p.HeadDim,
 		"mlp_only_layers":                 []int{},
 		"moe_intermediate_size":           p.MoEIntermediate,
 		"norm_topk_prob":                  true,
@@ -91,6 +69,19 @@ func (m *Model) qwen3NextConfig(c map[string]any) map[string]any {
 	})
 }
 
+// deltaNetKeys are the Gated DeltaNet's config keys: --kv-heads key
+// heads and --heads value heads of --head-dim features.
+func (p Params) deltaNetKeys() map[string]any {
+	return map[string]any{
+		"full_attention_interval": qwen3NextInterval,
+		"linear_conv_kernel_dim":  qwen3NextConv,
+		"linear_key_head_dim":     p.HeadDim,
+		"linear_num_key_heads":    p.KVHeads,
+		"linear_num_value_heads":  p.Heads,
+		"linear_value_head_dim":   p.HeadDim,
+	}
+}
+
 // qwen35Config is Qwen3_5(Moe)ForConditionalGeneration's config.json: the
 // text model's keys in text_config, quantization and dtype at the top.
 func (m *Model) qwen35Config(c map[string]any) map[string]any {
@@ -98,14 +89,8 @@ func (m *Model) qwen35Config(c map[string]any) map[string]any {
 	moe := p.Arch == modelfile.ArchQwen35MoE
 	delete(c, "rope_scaling")
 	delete(c, "rope_theta")
-	text := m.setKeys(c, map[string]any{
-		"model_type":              p.Arch + "_text",
-		"full_attention_interval": qwen3NextInterval,
-		"linear_conv_kernel_dim":  qwen3NextConv,
-		"linear_key_head_dim":     p.HeadDim,
-		"linear_num_key_heads":    p.KVHeads,
-		"linear_num_value_heads":  p.Heads,
-		"linear_value_head_dim":   p.HeadDim,
+	text := m.setKeys(m.setKeys(c, p.deltaNetKeys()), map[string]any{
+		"model_type": p.Arch + "_text",
 		"rope_parameters": map[string]any{"rope_type": "default", "mrope_interleaved": true, "mrope_section": []int{11, 11, 10},
 			"rope_theta": p.RopeTheta, "partial_rotary_factor": p.PartialRotary},
 	})

@@ -145,14 +145,3 @@ func (l *loader) ones(n int) backend.Vector {
 	l.onesOf[n] = v
 	return v
 }
-
-func (l *loader) uploadVector(d backend.VectorData) backend.Vector {
-	v, err := l.be.Vector(d)
-	if err != nil {
-		l.fail(fmt.Errorf("%w: %w", ErrBadWeights, err))
-		return nil
-	}
-	l.bytes += v.Bytes()
-	l.vectors = append(l.vectors, v)
-	return v
-}
