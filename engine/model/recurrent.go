@@ -118,7 +118,7 @@ func (r *recStep) commit() {
 	}
 }
 
-// states returns the batch's states at layer l as two arrays of one row
+// states returns the batch's states at f's layer as two arrays of one row
 // per sequence (delta, conv).
 func (r *recStep) states(f *frame) (delta, conv backend.Array, lens []int) {
 	var dd, cc []float32
