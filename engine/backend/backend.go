@@ -186,6 +186,9 @@ type Step interface {
 	// LSTMCell, Sigmoid and ComplexAbs, for recurrent audio models
 	// (rnn.go).
 	RNNOps
+	// CausalConv, GatedDelta and SigmoidGate, for Gated DeltaNet linear
+	// attention (deltanet.go).
+	RecurrentOps
 
 	// Mark and Release bound the memory of a pass: Release frees every
 	// array made since m except keep, which it returns (valid, possibly

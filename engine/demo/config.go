@@ -86,6 +86,8 @@ func (m *Model) configJSON() map[string]any {
 		return m.deepseekConfig(c)
 	case modelfile.ArchGlm4MoE:
 		return m.glmConfig(c)
+	case modelfile.ArchQwen3Next, modelfile.ArchQwen35, modelfile.ArchQwen35MoE:
+		return m.qwen3NextConfig(c)
 	}
 	return c
 }

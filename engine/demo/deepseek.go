@@ -27,9 +27,10 @@ const (
 	deepseekRope   = 32
 )
 
-// resolveDeepseek checks what deepseek_v3 and glm4_moe allow.
+// resolveDeepseek checks what deepseek_v3, glm4_moe and the Gated
+// DeltaNet families allow.
 func (o *Options) resolveDeepseek() error {
-	if o.Arch != modelfile.ArchDeepseekV3 && o.Arch != modelfile.ArchGlm4MoE {
+	if o.Arch != modelfile.ArchDeepseekV3 && o.Arch != modelfile.ArchGlm4MoE && !hybrid(o.Arch) {
 		return nil
 	}
 	switch {

@@ -236,6 +236,9 @@ func (m *Model) fusePhi3() {
 // fileName is a tensor's name in model.safetensors: mistral3's text
 // weights under "language_model.".
 func (p Params) fileName(name string) string {
+	if p.Arch == modelfile.ArchQwen35 || p.Arch == modelfile.ArchQwen35MoE {
+		return "language_model." + name // mlx-lm's Qwen3.5 layout
+	}
 	if p.Arch == modelfile.ArchMistral3 && !strings.HasPrefix(name, "vision_tower.") && !strings.HasPrefix(name, "multi_modal_projector.") {
 		return "language_model." + name
 	}

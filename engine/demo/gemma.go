@@ -22,7 +22,7 @@ func (o *Options) resolveGemma() error {
 		}
 		return nil
 	case modelfile.ArchGemma3Text:
-	case modelfile.ArchPhi3, modelfile.ArchMistral, modelfile.ArchMistral3, modelfile.ArchGptOss, modelfile.ArchDeepseekV3, modelfile.ArchGlm4MoE:
+	case modelfile.ArchPhi3, modelfile.ArchMistral, modelfile.ArchMistral3, modelfile.ArchGptOss, modelfile.ArchDeepseekV3, modelfile.ArchGlm4MoE, modelfile.ArchQwen3Next, modelfile.ArchQwen35, modelfile.ArchQwen35MoE:
 		return nil // resolveFamily, resolveDeepseek
 	default:
 		return fmt.Errorf("demo: unknown arch %q (want %s)", o.Arch, archList)

@@ -177,6 +177,8 @@ func (m *Model) initWeights() error {
 		m.deepseekLayers(sc, rng, inputs, outputs, add, fill)
 	} else if p.Arch == modelfile.ArchGlm4MoE {
 		m.glmLayers(sc, rng, inputs, outputs, add, fill)
+	} else if hybrid(p.Arch) {
+		m.qwen3NextLayers(sc, rng, inputs, outputs, add, fill)
 	} else {
 		for l := range p.Layers {
 			pre := fmt.Sprintf("model.layers.%d.", l)

@@ -93,6 +93,8 @@ func Build(opts Options) (*Model, error) {
 		p.deepseek()
 	case modelfile.ArchGlm4MoE:
 		p.glm()
+	case modelfile.ArchQwen3Next, modelfile.ArchQwen35, modelfile.ArchQwen35MoE:
+		p.qwen3Next()
 	}
 	if o.VocabFrom != "" {
 		m.Tokenizer, err = loadTokenizer(o.VocabFrom)

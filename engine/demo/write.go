@@ -132,11 +132,14 @@ func (m *Model) quantParams(t Tensor) (group, bits int, mode string, ok bool) {
 	if (m.Params.Arch == modelfile.ArchDeepseekV3 || m.Params.Arch == modelfile.ArchGlm4MoE) && strings.HasSuffix(t.Name, ".mlp.gate.weight") {
 		return 0, 0, "", false // MoEGate is not a layer mlx-lm quantizes
 	}
-	router := strings.HasSuffix(t.Name, ".mlp.gate.weight") || strings.HasSuffix(t.Name, ".mlp.router.weight")
+	router := strings.HasSuffix(t.Name, ".mlp.gate.weight") || strings.HasSuffix(t.Name, ".mlp.router.weight") ||
+		strings.HasSuffix(t.Name, ".mlp.shared_expert_gate.weight") // qwen3_next's quant_predicate: 8 bits too
 	// MLA's kv_a_proj_with_mqa is a Linear, embed_q and unembed_out
 	// stacked MultiLinears (quantized like stacked experts).
 	mla := strings.HasSuffix(t.Name, "_mqa.weight") || strings.HasSuffix(t.Name, ".embed_q.weight") || strings.HasSuffix(t.Name, ".unembed_out.weight")
-	linear := strings.HasSuffix(t.Name, "_proj.weight") || t.Name == "model.embed_tokens.weight" || t.Name == "lm_head.weight" || router || mla
+	// Qwen3-Next's in_proj_qkvz and in_proj_ba are Linears too.
+	deltaNet := strings.HasSuffix(t.Name, ".in_proj_qkvz.weight") || strings.HasSuffix(t.Name, ".in_proj_ba.weight")
+	linear := deltaNet || strings.HasSuffix(t.Name, "_proj.weight") || t.Name == "model.embed_tokens.weight" || t.Name == "lm_head.weight" || router || mla
 	if !linear || len(t.Shape) < 2 || t.Shape[len(t.Shape)-1]%int64(o.GroupSize) != 0 {
 		return 0, 0, "", false
 	}
@@ -153,7 +156,7 @@ func (m *Model) quantOverrides() map[string]any {
 	out := map[string]any{}
 	for _, t := range m.Tensors {
 		if g, b, mode, ok := m.quantParams(t); ok && (g != o.GroupSize || b != o.Quantize || mode != o.QuantMode) {
-			out[strings.TrimSuffix(t.Name, ".weight")] = map[string]any{"group_size": g, "bits": b, "mode": mode}
+			out[strings.TrimSuffix(m.Params.fileName(t.Name), ".weight")] = map[string]any{"group_size": g, "bits": b, "mode": mode}
 		}
 	}
 	return out

@@ -31,6 +31,11 @@ var architectures = map[string]architecture{
 	// features (headDim is that width; see deepseek.go).
 	modelfile.ArchDeepseekV3: {load: loadDeepseekV3, headDim: mlaCacheDim, setup: setupDeepseekV3},
 	modelfile.ArchGlm4MoE:    {load: loadGlm4MoE, headDim: configHeadDim, setup: setupGlm4MoE},
+	// Gated DeltaNet hybrids: recurrent state per sequence (recurrent.go).
+	modelfile.ArchQwen3Next: {load: loadQwen3Next, headDim: configHeadDim},
+	// Qwen3.5/3.6: the same layers, unfused DeltaNet projections.
+	modelfile.ArchQwen35:    {load: loadQwen3Next, headDim: configHeadDim},
+	modelfile.ArchQwen35MoE: {load: loadQwen3Next, headDim: configHeadDim},
 }
 
 // configHeadDim is head_dim, which modelfile defaults to hidden/heads.

@@ -190,7 +190,7 @@ func checkMemory(t *testing.T, be *cpu.Backend, path string, opts demo.Options) 
 	}
 	var want int64
 	for _, tt := range tensors {
-		if len(tt.Shape) == 1 || strings.HasSuffix(tt.Name, ".bias") {
+		if len(tt.Shape) == 1 || strings.HasSuffix(tt.Name, ".bias") || strings.HasSuffix(tt.Name, ".conv1d.weight") {
 			// Norms and biases (gpt-oss's stacked expert biases too)
 			// are widened to f32.
 			n := int64(1)
@@ -202,17 +202,33 @@ func checkMemory(t *testing.T, be *cpu.Backend, path string, opts demo.Options) 
 			want += int64(len(tt.Data))
 		}
 	}
+	if d := m.Config.DeltaNet; d != nil {
+		want += 4 * int64(d.KeyDim) // the unit weight of the q/k L2 norm
+	}
 	if m.WeightBytes() != want {
 		t.Errorf("WeightBytes = %d, want %d", m.WeightBytes(), want)
 	}
 	seq := newSeq(t, m)
 	forward(t, m, []Input{{Seq: seq, Tokens: tokens(1, 300)}}, Range{}, nil)
 	alloc, used := seq.CacheBytes()
-	if used != 300*m.KVBytesPerToken() || alloc != 2*cpu.BlockSize*m.KVBytesPerToken() {
-		t.Errorf("cache bytes (%d, %d), want (%d, %d)", alloc, used, 2*cpu.BlockSize*m.KVBytesPerToken(), 300*m.KVBytesPerToken())
+	// A block holds every loaded layer; only attention layers fill their
+	// part (a DeltaNet layer's state is not in the KV cache).
+	usedPer := m.KVBytesPerToken()
+	if d := m.Config.DeltaNet; d != nil {
+		attn := int64(0)
+		for l := range m.Config.NumHiddenLayers {
+			if !d.Linear(l) {
+				attn++
+			}
+		}
+		usedPer = usedPer / int64(m.Config.NumHiddenLayers) * attn
+	}
+	rec := m.RecurrentBytes() // with the sequence, whatever its length
+	if used != 300*usedPer+rec || alloc != 2*cpu.BlockSize*m.KVBytesPerToken()+rec {
+		t.Errorf("cache bytes (%d, %d), want (%d, %d)", alloc, used, 2*cpu.BlockSize*m.KVBytesPerToken()+rec, 300*usedPer+rec)
 	}
 	seq.Truncate(10)
-	if alloc, used := seq.CacheBytes(); used != 10*m.KVBytesPerToken() || alloc != cpu.BlockSize*m.KVBytesPerToken() {
+	if alloc, used := seq.CacheBytes(); used != 10*usedPer+rec || alloc != cpu.BlockSize*m.KVBytesPerToken()+rec {
 		t.Errorf("after Truncate(10): cache bytes (%d, %d)", alloc, used)
 	}
 }

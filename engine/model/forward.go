@@ -110,11 +110,14 @@ func (m *Model) batch(inputs []Input, layers Range, hidden *Hidden) (*backend.Ba
 				return nil, bad("input %d: token %d outside the vocabulary of %d", i, t, m.Config.VocabSize)
 			}
 		}
+		if in.Seq.stale {
+			return nil, fmt.Errorf("model: input %d: %w: truncated to a position other than 0", i, ErrNoRewind)
+		}
 		c := in.Seq.cache
-		off := c.Len(layers.Start)
+		off := in.Seq.layerLen(layers.Start)
 		for l := layers.Start + 1; l < layers.End; l++ {
-			if c.Len(l) != off {
-				return nil, bad("input %d: layer %d holds %d positions, layer %d holds %d", i, layers.Start, off, l, c.Len(l))
+			if n := in.Seq.layerLen(l); n != off {
+				return nil, bad("input %d: layer %d holds %d positions, layer %d holds %d", i, layers.Start, off, l, n)
 			}
 		}
 		if off+n > c.Spec().MaxLen {
@@ -160,7 +163,17 @@ func (m *Model) run(ctx context.Context, s backend.Step, inputs []Input, layers 
 		x = s.Input(hidden.Rows, hidden.Cols, hidden.Data)
 	}
 	f := &frame{Step: s, batch: b, eps: m.eps, rope: m.rope, scale: m.scale}
-	return m.layers(ctx, f, x, layers, nil)
+	if m.Recurrent() {
+		f.rec = &recStep{}
+		for _, in := range inputs {
+			f.rec.seqs = append(f.rec.seqs, in.Seq)
+		}
+	}
+	x, err := m.layers(ctx, f, x, layers, nil)
+	if err == nil && f.rec != nil {
+		f.rec.commit()
+	}
+	return x, err
 }
 
 // layers runs the layers of the range on f's step from x, calling after

@@ -28,8 +28,8 @@ var formats = []struct {
 	opts  demo.Options
 	archs []string
 }{
-	{"bf16", demo.Options{}, []string{"llama", "qwen3", "qwen3_moe", "phi3", "mistral3", "gpt_oss", "deepseek_v3", "glm4_moe"}},
-	{"mlx-q4", demo.Options{Quantize: 4, GroupSize: 32}, []string{"qwen3", "qwen3_moe", "phi3", "gpt_oss"}},
+	{"bf16", demo.Options{}, []string{"llama", "qwen3", "qwen3_moe", "phi3", "mistral3", "gpt_oss", "deepseek_v3", "glm4_moe", "qwen3_next", "qwen3_5"}},
+	{"mlx-q4", demo.Options{Quantize: 4, GroupSize: 32}, []string{"qwen3", "qwen3_moe", "phi3", "gpt_oss", "qwen3_next"}},
 	{"mlx-q8", demo.Options{Quantize: 8, GroupSize: 64}, []string{"qwen3"}},
 	{"gguf-f16", demo.Options{Format: demo.FormatGGUF, GGUFType: "f16"}, []string{"llama", "qwen3"}},
 	{"gguf-q8_0", demo.Options{Format: demo.FormatGGUF, GGUFType: "q8_0"}, []string{"llama", "qwen3"}},

@@ -22,6 +22,9 @@ type frame struct {
 	// whose padding rows attend to its real positions only (see
 	// Model.PaddedStates).
 	padded *padding
+	// rec holds the batch's recurrent states (nil for models without
+	// recurrent layers).
+	rec *recStep
 	// err is the first failure of an op that reads values back (a
 	// router's scores); Forward stops at it.
 	err error

@@ -11,6 +11,11 @@ import (
 type Sequence struct {
 	m     *Model
 	cache backend.KVCache
+	// rec is the state of each recurrent layer (nil entries for the
+	// others; nil for models without them), indexed by layer −
+	// Layers.Start. stale is set by a Truncate it cannot follow.
+	rec   []*recState
+	stale bool
 }
 
 // NewSequence makes an empty sequence that may grow to maxLen positions
@@ -26,21 +31,35 @@ func (m *Model) NewSequence(maxLen int) (*Sequence, error) {
 	if err != nil {
 		return nil, fmt.Errorf("model: %w", err)
 	}
-	return &Sequence{m: m, cache: c}, nil
+	return &Sequence{m: m, cache: c, rec: m.newRecStates()}, nil
 }
 
 // Len is the number of positions the sequence holds in the model's last
 // loaded layer: the tokens fully processed by this model.
-func (s *Sequence) Len() int { return s.cache.Len(s.m.Layers.End - 1) }
+func (s *Sequence) Len() int { return s.layerLen(s.m.Layers.End - 1) }
 
 // MaxLen is the most positions the sequence may hold.
 func (s *Sequence) MaxLen() int { return s.cache.Spec().MaxLen }
 
-// Truncate forgets positions from n on (to rewind or retry).
-func (s *Sequence) Truncate(n int) { s.cache.Truncate(n) }
+// Truncate forgets positions from n on (to rewind or retry). A recurrent
+// layer's state can only go back to 0: truncating it to another earlier
+// position makes the sequence refuse further steps (ErrNoRewind) until it
+// is truncated to 0.
+func (s *Sequence) Truncate(n int) {
+	s.cache.Truncate(n)
+	s.truncateRec(n)
+}
 
-// CacheBytes is the KV cache memory allocated and in use.
-func (s *Sequence) CacheBytes() (allocated, used int64) { return s.cache.Bytes() }
+// CacheBytes is the KV cache memory allocated and in use, plus the
+// recurrent layers' state (fixed in size, allocated with the sequence).
+func (s *Sequence) CacheBytes() (allocated, used int64) {
+	allocated, used = s.cache.Bytes()
+	if s.rec != nil {
+		r := s.m.RecurrentBytes()
+		allocated, used = allocated+r, used+r
+	}
+	return allocated, used
+}
 
 // Close frees the KV cache.
 func (s *Sequence) Close() { s.cache.Free() }
@@ -51,6 +70,9 @@ func (s *Sequence) KVFormat() string { return s.cache.KVFormat() }
 // ExportKV copies the keys and values of positions [from, to) of the
 // model's loaded layers into a block, exactly.
 func (s *Sequence) ExportKV(from, to int) ([]byte, error) {
+	if s.rec != nil {
+		return nil, fmt.Errorf("model: %w: the KV of a model with recurrent layers is not its whole state", ErrNoRewind)
+	}
 	b, err := s.cache.ReadKV(from, to)
 	if err != nil {
 		return nil, fmt.Errorf("model: %w", err)
@@ -62,6 +84,9 @@ func (s *Sequence) ExportKV(from, to int) ([]byte, error) {
 // the same model and layers) to the sequence: they are then as if the
 // tokens had been run through Forward.
 func (s *Sequence) ImportKV(block []byte) error {
+	if s.rec != nil {
+		return fmt.Errorf("model: %w: the KV of a model with recurrent layers is not its whole state", ErrNoRewind)
+	}
 	if err := s.cache.AppendKV(block); err != nil {
 		return fmt.Errorf("model: %w", err)
 	}

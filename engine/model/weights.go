@@ -47,6 +47,8 @@ type loader struct {
 	// What the backend made, for Model.Close to release.
 	weights []backend.Weight
 	vectors []backend.Vector
+	// onesOf holds the unit vectors made by ones, by width.
+	onesOf map[int]backend.Vector
 }
 
 // dims are the sizes weights are checked against.
@@ -156,6 +158,11 @@ func (l *loader) vector(name string) backend.Vector {
 			return nil
 		}
 	}
+	return l.uploadVector(d)
+}
+
+// uploadVector puts d on the backend, counted in the model's bytes.
+func (l *loader) uploadVector(d backend.VectorData) backend.Vector {
 	v, err := l.be.Vector(d)
 	if err != nil {
 		l.fail(fmt.Errorf("%w: %w", ErrBadWeights, err))

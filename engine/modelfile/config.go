@@ -82,6 +82,12 @@ func archFor(name string) string {
 		return ArchDeepseekV3
 	case "Glm4MoeForCausalLM", "glm4_moe":
 		return ArchGlm4MoE
+	case "Qwen3NextForCausalLM", "qwen3_next":
+		return ArchQwen3Next
+	case "qwen3_5":
+		return ArchQwen35
+	case "qwen3_5_moe":
+		return ArchQwen35MoE
 	}
 	return ""
 }
@@ -145,6 +151,9 @@ type Config struct {
 	// ("language_model." for mistral3, whose file also holds a vision
 	// tower).
 	WeightPrefix string `json:"weight_prefix,omitempty"`
+	// DeltaNet is the Gated DeltaNet linear attention of hybrid families
+	// (qwen3_next), nil for others.
+	DeltaNet *DeltaNet `json:"delta_net,omitempty"`
 }
 
 type rawConfig struct {
@@ -192,11 +201,19 @@ func LoadConfig(dir string) (*Config, error) {
 
 // ParseConfig parses and validates the contents of a config.json.
 func ParseConfig(data []byte) (*Config, error) {
+	if c, ok, err := qwen35Config(data); ok || err != nil {
+		return c, err
+	}
 	if text, ok, err := textConfig(data); err != nil {
 		return nil, err
 	} else if ok {
 		return parseMistral3(data, text)
 	}
+	return parseFlat(data)
+}
+
+// parseFlat parses a config whose text model is at its top level.
+func parseFlat(data []byte) (*Config, error) {
 	var r rawConfig
 	if err := json.Unmarshal(data, &r); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
@@ -229,7 +246,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		}
 		c.MoE = moe
 	}
-	c.TieWordEmbeddings = orBool(r.TieWordEmbeddings, c.Architecture != ArchQwen3 && c.Architecture != ArchQwen3MoE)
+	c.TieWordEmbeddings = orBool(r.TieWordEmbeddings, c.Architecture != ArchQwen3 && c.Architecture != ArchQwen3MoE && c.Architecture != ArchQwen3Next)
 	c.AttentionBias = orBool(r.AttentionBias, false)
 	c.MLPBias = orBool(r.MLPBias, false)
 	if c.Architecture == ArchGptOss {
@@ -244,6 +261,11 @@ func ParseConfig(data []byte) (*Config, error) {
 	}
 	if c.Architecture == ArchGlm4MoE {
 		if err := c.glm4MoE(data); err != nil {
+			return nil, err
+		}
+	}
+	if c.Architecture == ArchQwen3Next || c.Architecture == ArchQwen35 || c.Architecture == ArchQwen35MoE {
+		if err := c.qwen3Next(data, &r); err != nil {
 			return nil, err
 		}
 	}

@@ -46,6 +46,11 @@ func (c *cpuModel) ContextLength() int { return c.m.Config.MaxPositionEmbeddings
 func (c *cpuModel) WeightBytes() int64 { return c.m.WeightBytes() }
 func (c *cpuModel) Backend() string    { return c.be.Name() }
 func (c *cpuModel) Close() error       { return errors.Join(c.m.Close(), c.be.Close()) }
+
+// Recurrent: the model has layers whose state is not a KV cache (Gated
+// DeltaNet), which the prefix cache and speculative decoding cannot
+// rewind or restore.
+func (c *cpuModel) Recurrent() bool { return c.m.Recurrent() }
 func (c *cpuModel) KVBlock() (int, int64) {
 	return c.kvBlock, c.m.KVBytesPerToken()
 }

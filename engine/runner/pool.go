@@ -384,6 +384,11 @@ func (r *Runner) loadModel(ctx context.Context, e *entry) (*loadedModel, error) 
 	r.cfg.Logger.Info("model loaded", "model", e.info.ID, "weight_bytes", m.WeightBytes())
 	set := r.modelSettings(e.info.ID)
 	var draft *draftModel
+	rec, _ := m.(interface{ Recurrent() bool })
+	recurrent := rec != nil && rec.Recurrent()
+	if set.DraftModel != "" && pipe == nil && recurrent {
+		return nil, errors.Join(fmt.Errorf("%w: %s: speculative decoding rewinds the target, which a model with recurrent layers cannot", engine.ErrUnavailable, e.info.ID), m.Close())
+	}
 	if set.DraftModel != "" && pipe == nil {
 		if draft, err = r.loadDraft(context.WithoutCancel(ctx), e.info.ID, set.DraftModel, m); err != nil {
 			return nil, errors.Join(fmt.Errorf("%w: %s: %v", engine.ErrUnavailable, e.info.ID, err), m.Close())
@@ -397,6 +402,11 @@ func (r *Runner) loadModel(ctx context.Context, e *entry) (*loadedModel, error) 
 	lm := &loadedModel{name: e.info.ID, text: text, model: m, draft: draft, parser: parser.Detect(text.TemplateSource(), set.Parser)}
 	lm.setSettings(set)
 	lm.cacheKey, lm.cacheKeyErr = modelCacheKey(e.info.Path, m.Backend(), r.backends.kvLayout(e.info.ID))
+	if recurrent {
+		// Its KV blocks are not its whole state: the prefix cache serves
+		// it nothing (no state snapshots yet).
+		lm.cacheKeyErr = errRecurrentPrefix
+	}
 	lm.sched = newScheduler(r, e.info.ID, m)
 	return lm, nil
 }

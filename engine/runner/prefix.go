@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -20,6 +21,10 @@ import (
 // scheduler with its own prefill calls the same two methods around it:
 // restore when the sequence is made, prefill from the tokens restored,
 // store once the prompt is in and when the sequence finishes.
+
+// errRecurrentPrefix keeps a model with recurrent layers out of the prefix
+// cache: a block of KV does not hold its recurrent state.
+var errRecurrentPrefix = errors.New("runner: the prefix cache does not hold recurrent state")
 
 // Defaults of the prefix cache's Config fields.
 const (

@@ -6,7 +6,7 @@ import (
 	"fusion/engine/backend"
 )
 
-func sigmoid(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
+func sigmoid64(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
 
 // LSTMCell runs the cell's gates row by row in float64.
 func (s *step) LSTMCell(gates, c backend.Array) backend.Array {
@@ -19,10 +19,10 @@ func (s *step) LSTMCell(gates, c backend.Array) backend.Array {
 	for r := range g.rows {
 		gr, cr, dst := g.row(r), ca.row(r), out.row(r)
 		for j := range h {
-			i := sigmoid(float64(gr[j]))
-			f := sigmoid(float64(gr[h+j]))
+			i := sigmoid64(float64(gr[j]))
+			f := sigmoid64(float64(gr[h+j]))
 			cand := math.Tanh(float64(gr[2*h+j]))
-			o := sigmoid(float64(gr[3*h+j]))
+			o := sigmoid64(float64(gr[3*h+j]))
 			cn := f*float64(cr[j]) + i*cand
 			dst[j] = float32(o * math.Tanh(cn))
 			dst[h+j] = float32(cn)
@@ -38,7 +38,7 @@ func (s *step) Sigmoid(x backend.Array) backend.Array {
 	s.b.parallelRows(a.rows, elementwiseRows(a.cols), func(lo, hi int) {
 		src, dst := a.data[lo*a.cols:hi*a.cols], out.data[lo*a.cols:hi*a.cols]
 		for i, v := range src {
-			dst[i] = float32(sigmoid(float64(v)))
+			dst[i] = float32(sigmoid64(float64(v)))
 		}
 	})
 	return out

@@ -166,6 +166,7 @@ func TestMLX(t *testing.T) {
 	t.Run("VITSOps", testVITSOps)
 	t.Run("ImageOps", testImageOps)
 	t.Run("RNNOps", testRNNOps)
+	t.Run("DeltaNetOps", testDeltaNetOps)
 	t.Run("Backend", testBackend)
 }
 

@@ -69,6 +69,10 @@ fusion_t_mlx_clear_cache fusion_p_mlx_clear_cache = NULL;
 fusion_t_mlx_set_memory_limit fusion_p_mlx_set_memory_limit = NULL;
 fusion_t_mlx_set_cache_limit fusion_p_mlx_set_cache_limit = NULL;
 fusion_t_mlx_sqrt fusion_p_mlx_sqrt = NULL;
+fusion_t_mlx_exp fusion_p_mlx_exp = NULL;
+fusion_t_mlx_logaddexp fusion_p_mlx_logaddexp = NULL;
+fusion_t_mlx_subtract fusion_p_mlx_subtract = NULL;
+fusion_t_mlx_sum_axis fusion_p_mlx_sum_axis = NULL;
 
 int fusion_mlx_bind(void* handle, const char** missing) {
   fusion_p_mlx_set_error_handler = (fusion_t_mlx_set_error_handler)dlsym(handle, "mlx_set_error_handler");
@@ -379,6 +383,26 @@ int fusion_mlx_bind(void* handle, const char** missing) {
   fusion_p_mlx_sqrt = (fusion_t_mlx_sqrt)dlsym(handle, "mlx_sqrt");
   if (fusion_p_mlx_sqrt == NULL) {
     *missing = "mlx_sqrt";
+    return 1;
+  }
+  fusion_p_mlx_exp = (fusion_t_mlx_exp)dlsym(handle, "mlx_exp");
+  if (fusion_p_mlx_exp == NULL) {
+    *missing = "mlx_exp";
+    return 1;
+  }
+  fusion_p_mlx_logaddexp = (fusion_t_mlx_logaddexp)dlsym(handle, "mlx_logaddexp");
+  if (fusion_p_mlx_logaddexp == NULL) {
+    *missing = "mlx_logaddexp";
+    return 1;
+  }
+  fusion_p_mlx_subtract = (fusion_t_mlx_subtract)dlsym(handle, "mlx_subtract");
+  if (fusion_p_mlx_subtract == NULL) {
+    *missing = "mlx_subtract";
+    return 1;
+  }
+  fusion_p_mlx_sum_axis = (fusion_t_mlx_sum_axis)dlsym(handle, "mlx_sum_axis");
+  if (fusion_p_mlx_sum_axis == NULL) {
+    *missing = "mlx_sum_axis";
     return 1;
   }
   return 0;

@@ -294,6 +294,22 @@ typedef int (*fusion_t_mlx_sqrt)(mlx_array* res, const mlx_array a, const mlx_st
 extern fusion_t_mlx_sqrt fusion_p_mlx_sqrt;
 static inline int mlx_sqrt(mlx_array* res, const mlx_array a, const mlx_stream s) { return fusion_p_mlx_sqrt(res, a, s); }
 
+typedef int (*fusion_t_mlx_exp)(mlx_array* res, const mlx_array a, const mlx_stream s);
+extern fusion_t_mlx_exp fusion_p_mlx_exp;
+static inline int mlx_exp(mlx_array* res, const mlx_array a, const mlx_stream s) { return fusion_p_mlx_exp(res, a, s); }
+
+typedef int (*fusion_t_mlx_logaddexp)(mlx_array* res, const mlx_array a, const mlx_array b, const mlx_stream s);
+extern fusion_t_mlx_logaddexp fusion_p_mlx_logaddexp;
+static inline int mlx_logaddexp(mlx_array* res, const mlx_array a, const mlx_array b, const mlx_stream s) { return fusion_p_mlx_logaddexp(res, a, b, s); }
+
+typedef int (*fusion_t_mlx_subtract)(mlx_array* res, const mlx_array a, const mlx_array b, const mlx_stream s);
+extern fusion_t_mlx_subtract fusion_p_mlx_subtract;
+static inline int mlx_subtract(mlx_array* res, const mlx_array a, const mlx_array b, const mlx_stream s) { return fusion_p_mlx_subtract(res, a, b, s); }
+
+typedef int (*fusion_t_mlx_sum_axis)(mlx_array* res, const mlx_array a, int axis, bool keepdims, const mlx_stream s);
+extern fusion_t_mlx_sum_axis fusion_p_mlx_sum_axis;
+static inline int mlx_sum_axis(mlx_array* res, const mlx_array a, int axis, bool keepdims, const mlx_stream s) { return fusion_p_mlx_sum_axis(res, a, axis, keepdims, s); }
+
 // fusion_mlx_bind resolves every function in handle (from dlopen). It
 // returns 0, or 1 with *missing set to the first symbol not found.
 int fusion_mlx_bind(void* handle, const char** missing);
