@@ -167,8 +167,8 @@ func quantizeGGUF(ctx context.Context, src, dst string, o Options) (Result, erro
 			return Result{}, fmt.Errorf("quant: %s: %w", name, err)
 		}
 		g := gnames[name]
-		if heads := qkHeads(c, name); heads > 0 && gguf.NeedsQKPermute(arch) {
-			if v, err = permuteQK(t, v, heads); err != nil {
+		if heads := gguf.QKHeads(name, c.NumAttentionHeads, c.NumKeyValueHeads); heads > 0 && gguf.NeedsQKPermute(arch) {
+			if v, err = gguf.PermuteQKFloats(name, t.Shape, v, heads); err != nil {
 				return Result{}, fmt.Errorf("quant: %s: %w", name, err)
 			}
 		}
@@ -332,28 +332,4 @@ func compareGGUF(a, b string) int {
 		return la - lb
 	}
 	return strings.Compare(ra, rb)
-}
-
-// qkHeads is the head count a q_proj/k_proj weight is permuted by (0 for
-// other tensors).
-func qkHeads(c *modelfile.Config, name string) int {
-	switch {
-	case strings.HasSuffix(name, ".self_attn.q_proj.weight"):
-		return c.NumAttentionHeads
-	case strings.HasSuffix(name, ".self_attn.k_proj.weight"):
-		return c.NumKeyValueHeads
-	}
-	return 0
-}
-
-func permuteQK(t tensor.Tensor, v []float32, heads int) ([]float32, error) {
-	raw, err := gguf.Quantize(tensor.F32, v)
-	if err != nil {
-		return nil, err
-	}
-	pt, err := gguf.PermuteQK(tensor.Tensor{Name: t.Name, DType: tensor.F32, Shape: t.Shape, Data: raw}, heads)
-	if err != nil {
-		return nil, err
-	}
-	return gguf.ToFloat32(pt)
 }

@@ -227,7 +227,7 @@ func checkRoundTrip(t *testing.T, name, src string, f *gguf.File, maxErr float64
 			t.Errorf("%s: no tensor %s", name, g)
 			continue
 		}
-		if heads := qkHeads(s.cfg, hf); heads > 0 && gguf.NeedsQKPermute(arch) {
+		if heads := gguf.QKHeads(hf, s.cfg.NumAttentionHeads, s.cfg.NumKeyValueHeads); heads > 0 && gguf.NeedsQKPermute(arch) {
 			if got, err = gguf.UnpermuteQK(got, heads); err != nil {
 				t.Fatal(err)
 			}

@@ -8,8 +8,8 @@ import (
 	"os"
 
 	"fusion/engine/backend/cpu"
-	"fusion/engine/gguf"
 	"fusion/engine/model"
+	"fusion/engine/prompt"
 	"fusion/engine/tokenizer"
 )
 
@@ -77,21 +77,17 @@ func Perplexity(ctx context.Context, dir, text string, window int) (Score, error
 	return Score{Tokens: n, NLL: mean, Perplexity: math.Exp(mean)}, nil
 }
 
-// loadTokenizer loads the tokenizer of a model directory or GGUF file.
+// loadTokenizer loads the tokenizer of a model directory or, as the
+// engine does, of a GGUF file.
 func loadTokenizer(path string) (*tokenizer.Tokenizer, error) {
 	if st, err := os.Stat(path); err != nil || st.IsDir() {
 		return tokenizer.Load(path)
 	}
-	f, err := gguf.Open(path, gguf.LoadMmap)
+	b, err := prompt.Load(path)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	doc, err := f.TokenizerJSON()
-	if err != nil {
-		return nil, err
-	}
-	return tokenizer.FromJSON(doc)
+	return b.Tokenizer(), nil
 }
 
 // nll is −log softmax(row)[target], in float64.
