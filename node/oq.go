@@ -60,7 +60,11 @@ func (q nodeQuantizer) Quantize(ctx context.Context, req admin.OQRequest) (jobs.
 	if _, err := os.Stat(filepath.Join(src, modelfile.ConfigFile)); err != nil {
 		return jobs.Job{}, fmt.Errorf("%w: %q", admin.ErrNoModel, req.Model)
 	}
-	if err := quant.CheckSource(src); err != nil {
+	check := quant.CheckSource
+	if gguf {
+		check = quant.CheckGGUFSource
+	}
+	if err := check(src); err != nil {
 		return jobs.Job{}, err
 	}
 	dst := filepath.Join(n.cfg.ModelsDir, req.Name)

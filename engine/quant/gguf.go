@@ -123,17 +123,13 @@ func quantizeGGUF(ctx context.Context, src, dst string, o Options) (Result, erro
 	}
 	defer s.w.Close()
 	c := s.cfg
-	arch, ok := ggufArch[c.Architecture]
-	if !ok {
-		return Result{}, fmt.Errorf("%w: architecture %q has no GGUF export here (llama, mistral, qwen2, qwen3)", ErrUnsupported, c.Architecture)
+	arch, err := ggufSupported(c)
+	if err != nil {
+		return Result{}, err
 	}
 	var ropeFreqs []float32
-	switch {
-	case c.RopeScaling == nil:
-	case c.RopeScaling.Type == modelfile.RopeLlama3 && arch == "llama":
+	if c.RopeScaling != nil {
 		ropeFreqs = llama3RopeFactors(c)
-	default:
-		return Result{}, fmt.Errorf("%w: rope scaling %q in a GGUF export", ErrUnsupported, c.RopeScaling.Type)
 	}
 	meta, err := ggufMeta(src, arch, o.GGUFType, c)
 	if err != nil {
@@ -273,6 +269,31 @@ func llama3RopeFactors(c *modelfile.Config) []float32 {
 		}
 	}
 	return out
+}
+
+// ggufSupported returns llama.cpp's architecture for a source config, or
+// ErrUnsupported when oQ cannot export it to GGUF.
+func ggufSupported(c *modelfile.Config) (string, error) {
+	arch, ok := ggufArch[c.Architecture]
+	if !ok {
+		return "", fmt.Errorf("%w: architecture %q has no GGUF export here (llama, mistral, qwen2, qwen3)", ErrUnsupported, c.Architecture)
+	}
+	if s := c.RopeScaling; s != nil && (s.Type != modelfile.RopeLlama3 || arch != "llama") {
+		return "", fmt.Errorf("%w: rope scaling %q in a GGUF export", ErrUnsupported, s.Type)
+	}
+	return arch, nil
+}
+
+// CheckGGUFSource reports whether the model in dir can be exported to
+// GGUF (ErrUnsupported says why not) without reading its weights' data.
+func CheckGGUFSource(dir string) error {
+	s, err := openSource(dir, DefaultGroupSize)
+	if err != nil {
+		return err
+	}
+	defer s.w.Close()
+	_, err = ggufSupported(s.cfg)
+	return err
 }
 
 // ggufMeta is the file's metadata: the architecture's hyperparameters,

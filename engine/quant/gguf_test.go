@@ -70,6 +70,21 @@ func TestGGUFOptions(t *testing.T) {
 	}
 }
 
+// TestGGUFRefuses: a family without a GGUF export here (phi3's fused
+// projections) is refused before any work, and by Quantize.
+func TestGGUFRefuses(t *testing.T) {
+	src := demoDir(t, demo.Options{Arch: "phi3"})
+	if err := CheckGGUFSource(src); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("CheckGGUFSource: %v, want ErrUnsupported", err)
+	}
+	if _, err := Quantize(context.Background(), src, filepath.Join(t.TempDir(), "o"), Options{Format: FormatGGUF, GGUFType: GGUFQ8_0}); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("Quantize: %v, want ErrUnsupported", err)
+	}
+	if err := CheckGGUFSource(demoDir(t, demo.Options{})); err != nil {
+		t.Errorf("qwen3: %v", err)
+	}
+}
+
 // TestGGUFExport writes GGUF files from float demo models and checks them
 // with the gguf Python package (names by its own map, metadata, every
 // Q8_0/Q5_0/F32 tensor bit-identical to gguf.quants.quantize, K-quants
