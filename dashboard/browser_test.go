@@ -656,6 +656,9 @@ func TestPanelCluster(t *testing.T) {
 		chromedp.SetValue(chromedp.CSS(`main form input[name="bits"]`), "8"),
 		chromedp.Click(chromedp.CSS(`main form button[type="submit"]`)))
 	pa.waitText("oQ job", ".hub-answer", `"kind": "quantize"`)
+	pa.do("start oQ to GGUF", chromedp.SetValue(chromedp.CSS(`main form select[name="format"]`), "Q8_0"),
+		chromedp.Click(chromedp.CSS(`main form button[type="submit"]`)))
+	pa.waitText("oQ GGUF job", ".hub-answer", `"format": "gguf"`)
 	pa.shoot("oq")
 	pa.nav("Bench")
 	pa.do("start bench", chromedp.SetValue(chromedp.CSS(`main form input[name="model"]`), "demo"),

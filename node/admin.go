@@ -31,6 +31,7 @@ import (
 const (
 	bucketSettings = "settings" // a lone node's settings (a cluster keeps them in Raft)
 	bucketStats    = "stats"    // the all-time counters
+	bucketProfiles = "profiles" // a lone node's benchmark profiles, by model and kind
 	keyAllTime     = "alltime"
 	// bucketGlobal keeps the last replicated global overrides this node
 	// applied, so its next start can put the restart-only ones in force

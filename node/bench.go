@@ -15,6 +15,7 @@ import (
 	"fusion/engine/sample"
 	"fusion/jobs"
 	"fusion/router/admin"
+	"fusion/store"
 )
 
 // Profile kinds.
@@ -264,8 +265,7 @@ func (b nodeBench) putProfile(ctx context.Context, model, kind string, r *jobs.R
 	}
 	p := admin.Profile{Model: model, Node: b.n.jobs.Node(), Kind: kind, JobID: r.JobID(), Updated: time.Now(), Result: raw}
 	if b.n.member == nil {
-		b.n.profiles.put(p)
-		return nil
+		return b.n.profiles.put(p)
 	}
 	_, err = b.n.member.Apply(ctx, &pb.ProfilePut{Profile: &pb.Profile{Model: p.Model, Node: p.Node, Kind: p.Kind, JobId: p.JobID,
 		UpdatedUnixNano: p.Updated.UnixNano(), Result: raw}})
@@ -289,20 +289,58 @@ func (b nodeBench) Profiles(model string) []admin.Profile {
 	return out
 }
 
-// soloProfiles keeps a lone node's profiles in memory (a restart loses
-// them; a cluster keeps them in its Raft state).
+// soloProfiles keeps a lone node's profiles: in node.db, so they
+// survive a restart (in memory only without a data dir); a cluster keeps
+// them in its Raft state.
 type soloProfiles struct {
 	mu sync.Mutex
 	m  map[string]admin.Profile
+	db *store.NodeDB
 }
 
-func (s *soloProfiles) put(p admin.Profile) {
+// open loads the profiles db holds and writes later ones to it.
+func (s *soloProfiles) open(db *store.NodeDB) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.db = db
+	if db == nil {
+		return nil
+	}
+	all, err := db.All(bucketProfiles)
+	if err != nil {
+		return fmt.Errorf("node: profiles: %w", err)
+	}
 	if s.m == nil {
 		s.m = map[string]admin.Profile{}
 	}
-	s.m[p.Model+"\x00"+p.Kind] = p
+	for k, raw := range all {
+		var p admin.Profile
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return fmt.Errorf("node: profile %q: %w", k, err)
+		}
+		s.m[k] = p
+	}
+	return nil
+}
+
+func (s *soloProfiles) put(p admin.Profile) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := p.Model + "\x00" + p.Kind
+	if s.db != nil {
+		raw, err := json.Marshal(p)
+		if err != nil {
+			return err
+		}
+		if err := s.db.Put(bucketProfiles, key, raw); err != nil {
+			return fmt.Errorf("recording the profile: %w", err)
+		}
+	}
+	if s.m == nil {
+		s.m = map[string]admin.Profile{}
+	}
+	s.m[key] = p
+	return nil
 }
 
 func (s *soloProfiles) list(model string) []admin.Profile {

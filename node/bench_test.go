@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -117,9 +118,10 @@ func TestBenchCluster(t *testing.T) {
 }
 
 // TestBenchRequests: a lone node refuses bad benchmark bodies with 4xx in
-// the OpenAI shape, and keeps its profiles itself.
+// the OpenAI shape, and keeps its profiles itself, across a restart.
 func TestBenchRequests(t *testing.T) {
-	n := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: nodetest.Models(t)})
+	models, data := nodetest.Models(t), t.TempDir()
+	n := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, DataDir: data})
 	for _, tc := range []struct {
 		path, body string
 		code       int
@@ -158,5 +160,15 @@ func TestBenchRequests(t *testing.T) {
 	res := list[0]["result"].(map[string]any)
 	if res["perplexity_delta"] != 0.0 || res["text"] != "request" {
 		t.Errorf("comparing a model with itself: %v", res)
+	}
+
+	// A lone node keeps its profiles in node.db: a restart lists them.
+	if err := n.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	n = nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, DataDir: data})
+	after := profilesOf(t, n, "")
+	if len(after) != 1 || after[0]["kind"] != "accuracy" || after[0]["job_id"] != list[0]["job_id"] || fmt.Sprint(after[0]["result"]) != fmt.Sprint(res) {
+		t.Errorf("profiles after a restart %v, want %v", after, list)
 	}
 }

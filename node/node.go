@@ -270,8 +270,8 @@ type Node struct {
 	modelScope *hub.Client // the same, speaking ModelScope's API
 	stopJobs   context.CancelFunc
 	jobsDone   chan struct{}
-	// A lone node's benchmark profiles (a cluster's are in its Raft
-	// state).
+	// A lone node's benchmark profiles, kept in node.db (a cluster's
+	// are in its Raft state).
 	profiles soloProfiles
 
 	stopOnce sync.Once
@@ -402,6 +402,13 @@ func New(cfg Config) (*Node, error) {
 		}
 		n.admin.store = solo
 		n.applySettings()
+		if err := n.profiles.open(db); err != nil {
+			var drain error
+			if n.server != nil {
+				drain = n.server.Drain(context.Background())
+			}
+			return nil, errors.Join(err, drain, n.closeMCP(), run.Close(), closeDB())
+		}
 	}
 	if err := n.newJobs(); err != nil {
 		var drain error

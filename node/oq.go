@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"fusion/engine/modelfile"
 	"fusion/engine/quant"
@@ -30,6 +31,9 @@ type nodeQuantizer struct{ n *Node }
 
 // OQName is the default name of a quantized model.
 func OQName(req admin.OQRequest) string {
+	if strings.EqualFold(req.Format, quant.FormatGGUF) {
+		return req.Model + "-" + strings.ToUpper(req.Type)
+	}
 	if req.TargetBits > 0 {
 		return req.Model + "-oq" + strconv.FormatFloat(req.TargetBits, 'f', -1, 64)
 	}
@@ -41,10 +45,14 @@ func OQName(req admin.OQRequest) string {
 }
 
 // Quantize starts a job that writes the quantized model into the models
-// directory.
+// directory: a directory, or for a GGUF output the file <name>.gguf.
 func (q nodeQuantizer) Quantize(ctx context.Context, req admin.OQRequest) (jobs.Job, error) {
 	n := q.n
 	req.Node = n.jobs.Node()
+	gguf := strings.EqualFold(req.Format, quant.FormatGGUF)
+	if gguf {
+		req.Name = strings.TrimSuffix(req.Name, ".gguf")
+	}
 	if req.Name == "" {
 		req.Name = OQName(req)
 	}
@@ -52,14 +60,24 @@ func (q nodeQuantizer) Quantize(ctx context.Context, req admin.OQRequest) (jobs.
 	if _, err := os.Stat(filepath.Join(src, modelfile.ConfigFile)); err != nil {
 		return jobs.Job{}, fmt.Errorf("%w: %q", admin.ErrNoModel, req.Model)
 	}
-	if err := quant.CheckSource(src); err != nil {
+	check := quant.CheckSource
+	if gguf {
+		check = quant.CheckGGUFSource
+	}
+	if err := check(src); err != nil {
 		return jobs.Job{}, err
 	}
 	dst := filepath.Join(n.cfg.ModelsDir, req.Name)
-	if _, err := os.Stat(dst); err == nil {
-		return jobs.Job{}, fmt.Errorf("%w: %q", admin.ErrNameTaken, req.Name)
+	for _, p := range []string{dst, dst + ".gguf"} {
+		if _, err := os.Stat(p); err == nil {
+			return jobs.Job{}, fmt.Errorf("%w: %q", admin.ErrNameTaken, req.Name)
+		}
 	}
-	o := quant.Options{Bits: req.Bits, GroupSize: req.GroupSize, TargetBits: req.TargetBits, HighBits: req.HighBits}
+	if gguf {
+		dst = quant.GGUFPath(dst)
+	}
+	o := quant.Options{Bits: req.Bits, GroupSize: req.GroupSize, TargetBits: req.TargetBits, HighBits: req.HighBits,
+		Format: req.Format, GGUFType: req.Type}
 	return n.jobs.Submit(ctx, "quantize", req, func(ctx context.Context, r *jobs.Reporter) (any, error) {
 		r.SetTotal("steps", 0)
 		r.Logf("quantizing %s into %s", req.Model, req.Name)

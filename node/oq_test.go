@@ -70,12 +70,60 @@ func TestOQStart(t *testing.T) {
 		{`{"model":"demo","bits":4,"target_bits":9}`, 400, "target_bits"},
 		{`{"model":"demo","name":".hidden"}`, 400, "name"},
 		{`{"model":"demo","colour":1}`, 400, "colour"},
+		{`{"model":"demo","format":"gguf","type":"Q5_K_M"}`, 400, "type"},
+		{`{"model":"demo","format":"gguf"}`, 400, "type"},
+		{`{"model":"demo","format":"onnx"}`, 400, "format"},
+		{`{"model":"demo","format":"gguf","type":"Q8_0","target_bits":4.5}`, 400, "target_bits"},
 		{`{}`, 400, "model"},
 	} {
 		code, out := adminDo(t, n, http.MethodPost, "/admin/api/oq/start", tc.body)
 		if code != tc.code || errParam(out) != tc.param {
 			t.Errorf("%s: %d %v, want %d on %q", tc.body, code, out, tc.code, tc.param)
 		}
+	}
+}
+
+// TestOQStartGGUF: format gguf writes <name>.gguf into the models
+// directory, which is listed and loads; its result names the GGUF type and
+// the perplexity delta.
+func TestOQStartGGUF(t *testing.T) {
+	models := nodetest.Models(t)
+	n := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, DataDir: t.TempDir()})
+	code, out := adminDo(t, n, http.MethodPost, "/admin/api/oq/start", `{"model":"demo","format":"gguf","type":"q8_0","evaluate":true}`)
+	if code != http.StatusAccepted {
+		t.Fatalf("start: %d %v", code, out)
+	}
+	j := waitJob(t, n, decodeJob(t, out).ID, final)
+	if j.State != jobs.Done || j.Progress.Total == 0 || j.Progress.Done != j.Progress.Total {
+		t.Fatalf("job %+v", j)
+	}
+	var res struct {
+		Model       string         `json:"model"`
+		Format      string         `json:"format"`
+		Type        string         `json:"type"`
+		Bytes       int64          `json:"bytes"`
+		TensorTypes map[string]int `json:"tensor_types"`
+		Delta       *float64       `json:"perplexity_delta"`
+	}
+	if err := json.Unmarshal(j.Result, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Model != "demo-Q8_0" || res.Format != "gguf" || res.Type != "Q8_0" || res.Bytes == 0 || res.TensorTypes["Q8_0"] == 0 || res.Delta == nil {
+		t.Errorf("result %s", j.Result)
+	}
+	if _, err := os.Stat(filepath.Join(models, "demo-Q8_0.gguf")); err != nil {
+		t.Fatal(err)
+	}
+	if ids := modelIDs(t, n); ids["demo-Q8_0"] == nil {
+		t.Errorf("the new model is not listed: %v", ids)
+	}
+	code, out = adminDo(t, n, http.MethodPost, "/admin/api/models/demo-Q8_0/load", "")
+	if code != http.StatusOK {
+		t.Errorf("load: %d %v", code, out)
+	}
+	code, out = adminDo(t, n, http.MethodPost, "/admin/api/oq/start", `{"model":"demo","format":"gguf","type":"Q8_0"}`)
+	if code != http.StatusConflict || errParam(out) != "name" {
+		t.Errorf("again: %d %v, want 409 on name", code, out)
 	}
 }
 

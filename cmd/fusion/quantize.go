@@ -19,6 +19,12 @@ for mixed precision, the tensors whose quantization error drops most
 raised to --high-bits while the average code bits per weight stays within
 the target.
 
+--format gguf --type Q8_0|Q4_K_M|Q6_K writes one GGUF file instead
+(DST.gguf; llama, mistral, qwen2, qwen3): llama.cpp's tensor names,
+metadata and tokenizer keys, ggml's reference quantizers, and for Q4_K_M
+llama.cpp's per-tensor mix (Q6_K output, attn_v and ffn_down in some
+layers).
+
 Without --addr it reads the model directory SRC and writes DST here. With
 --addr it asks that running node (or, with --node, another node of its
 cluster) to quantize MODEL of its models directory as a job, and follows
@@ -38,11 +44,13 @@ func runQuantize(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	apiKey := fs.String("api-key", "", "API key of the node (env FUSION_API_KEY)")
 	caFile := fs.String("ca", "", "PEM CA certificate to trust for an https:// address")
 	onNode := fs.String("node", "", "with --addr: the cluster node that quantizes (default the one at --addr)")
-	name := fs.String("name", "", "with --addr: the new model's name (default MODEL-oqBITS or MODEL-oqTARGET)")
+	name := fs.String("name", "", "with --addr: the new model's name (default MODEL-oqBITS, MODEL-oqTARGET or MODEL-TYPE)")
+	format := fs.String("format", quant.FormatMLX, "output: mlx (a model directory) or gguf (one file)")
+	ggufType := fs.String("type", "", "with --format gguf: Q8_0, Q4_K_M or Q6_K")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	o := quant.Options{Bits: *bits, GroupSize: *group, TargetBits: *target, HighBits: *high}
+	o := quant.Options{Bits: *bits, GroupSize: *group, TargetBits: *target, HighBits: *high, Format: *format, GGUFType: *ggufType}
 	if err := o.Validate(); err != nil {
 		return usagef("%v", err)
 	}
@@ -52,6 +60,9 @@ func runQuantize(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		body := map[string]any{"model": fs.Arg(0), "bits": *bits, "group_size": *group, "target_bits": *target,
 			"high_bits": *high, "evaluate": *evaluate, "name": *name, "node": *onNode}
+		if o.Format == quant.FormatGGUF {
+			body["format"], body["type"] = o.Format, o.GGUFType
+		}
 		j, err := runJobOnNode(ctx, *addr, *apiKey, *caFile, "/admin/api/oq/start", body, stderr)
 		if err != nil {
 			return err
@@ -78,7 +89,7 @@ func runQuantize(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if err != nil {
 			return err
 		}
-		d, err := quant.Perplexity(ctx, dst, quant.EvalText, 0)
+		d, err := quant.Perplexity(ctx, res.Dir, quant.EvalText, 0)
 		if err != nil {
 			return err
 		}

@@ -42,7 +42,26 @@ func TestModelsQuantize(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil || rep.Result.Bits != 8 || rep.Result.Quantized == 0 || rep.Delta == nil {
 		t.Errorf("report %s: %v", out.String(), err)
 	}
-	for _, args := range [][]string{{"--bits", "7", src, dst + "2"}, {src}, {"--target-bits", "3", src, dst + "3"}} {
+	// GGUF: one file, DST.gguf.
+	out.Reset()
+	errb.Reset()
+	if code := run(context.Background(), []string{"models", "quantize", "--format", "gguf", "--type", "Q8_0", src, dst + "-g"}, &out, &errb); code != 0 {
+		t.Fatalf("gguf: exit %d: %s", code, errb.String())
+	}
+	var g struct {
+		Result struct {
+			Dir  string `json:"dir"`
+			Type string `json:"type"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &g); err != nil || g.Result.Type != "Q8_0" || g.Result.Dir != dst+"-g.gguf" {
+		t.Errorf("gguf report %s: %v", out.String(), err)
+	}
+	if _, err := os.Stat(dst + "-g.gguf"); err != nil {
+		t.Error(err)
+	}
+	for _, args := range [][]string{{"--bits", "7", src, dst + "2"}, {src}, {"--target-bits", "3", src, dst + "3"},
+		{"--format", "gguf", "--type", "Q5_K_M", src, dst + "4"}, {"--type", "Q8_0", src, dst + "5"}, {"--format", "onnx", src, dst + "6"}} {
 		out.Reset()
 		errb.Reset()
 		if code := run(context.Background(), append([]string{"models", "quantize"}, args...), &out, &errb); code != 2 {

@@ -90,7 +90,7 @@ func writeGGUF(path string, m *Model) error {
 		}
 		data := t.Data
 		if heads := qkHeads(p, t.Name); heads > 0 && gguf.NeedsQKPermute(p.Arch) {
-			if data, err = permuteQK(t, heads); err != nil {
+			if data, err = gguf.PermuteQKFloats(t.Name, t.Shape, t.Data, heads); err != nil {
 				return fmt.Errorf("demo: %s: %w", t.Name, err)
 			}
 		}
@@ -133,27 +133,7 @@ func tensorType(kind, name string, shape []int64) tensor.DType {
 
 // qkHeads returns the head count to permute a q_proj/k_proj weight by, or
 // 0 for other tensors.
-func qkHeads(p Params, hfName string) int {
-	switch {
-	case strings.HasSuffix(hfName, ".self_attn.q_proj.weight"):
-		return p.Heads
-	case strings.HasSuffix(hfName, ".self_attn.k_proj.weight"):
-		return p.KVHeads
-	}
-	return 0
-}
-
-func permuteQK(t Tensor, heads int) ([]float32, error) {
-	raw, err := gguf.Quantize(tensor.F32, t.Data)
-	if err != nil {
-		return nil, err
-	}
-	pt, err := gguf.PermuteQK(tensor.Tensor{Name: t.Name, DType: tensor.F32, Shape: t.Shape, Data: raw}, heads)
-	if err != nil {
-		return nil, err
-	}
-	return gguf.ToFloat32(pt)
-}
+func qkHeads(p Params, hfName string) int { return gguf.QKHeads(hfName, p.Heads, p.KVHeads) }
 
 // ggufFileType is general.file_type as llama.cpp numbers it (LLAMA_FTYPE_*).
 func ggufFileType(kind string) uint32 {

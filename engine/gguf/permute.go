@@ -2,6 +2,7 @@ package gguf
 
 import (
 	"fmt"
+	"strings"
 
 	"fusion/engine/tensor"
 )
@@ -83,4 +84,30 @@ func permuteRows(t tensor.Tensor, heads int, inverse bool) (tensor.Tensor, error
 	t.Data = out
 	t.Shape = append([]int64(nil), t.Shape...)
 	return t, nil
+}
+
+// QKHeads is the head count a Hugging Face q_proj/k_proj weight is
+// permuted by (heads for q_proj, kvHeads for k_proj), or 0 for other
+// tensors.
+func QKHeads(hfName string, heads, kvHeads int) int {
+	switch {
+	case strings.HasSuffix(hfName, ".self_attn.q_proj.weight"):
+		return heads
+	case strings.HasSuffix(hfName, ".self_attn.k_proj.weight"):
+		return kvHeads
+	}
+	return 0
+}
+
+// PermuteQKFloats is PermuteQK of float32 values of the given shape.
+func PermuteQKFloats(name string, shape []int64, v []float32, heads int) ([]float32, error) {
+	raw, err := Quantize(tensor.F32, v)
+	if err != nil {
+		return nil, err
+	}
+	pt, err := PermuteQK(tensor.Tensor{Name: name, DType: tensor.F32, Shape: shape, Data: raw}, heads)
+	if err != nil {
+		return nil, err
+	}
+	return ToFloat32(pt)
 }

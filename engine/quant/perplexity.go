@@ -5,9 +5,11 @@ import (
 	_ "embed"
 	"fmt"
 	"math"
+	"os"
 
 	"fusion/engine/backend/cpu"
 	"fusion/engine/model"
+	"fusion/engine/prompt"
 	"fusion/engine/tokenizer"
 )
 
@@ -21,12 +23,13 @@ type Score struct {
 	Perplexity float64 `json:"perplexity"`
 }
 
-// Perplexity loads the model in dir on the CPU backend and scores text:
+// Perplexity loads the model in dir (a model directory or a GGUF file,
+// whose embedded tokenizer is then used) on the CPU backend and scores text:
 // the mean negative log-likelihood of each token given those before it,
 // in windows of window tokens (default and at most the text, up to
 // MaxPerplexityTokens), each window starting fresh.
 func Perplexity(ctx context.Context, dir, text string, window int) (Score, error) {
-	tok, err := tokenizer.Load(dir)
+	tok, err := loadTokenizer(dir)
 	if err != nil {
 		return Score{}, fmt.Errorf("quant: tokenizer: %w", err)
 	}
@@ -72,6 +75,19 @@ func Perplexity(ctx context.Context, dir, text string, window int) (Score, error
 	}
 	mean := sum / float64(n)
 	return Score{Tokens: n, NLL: mean, Perplexity: math.Exp(mean)}, nil
+}
+
+// loadTokenizer loads the tokenizer of a model directory or, as the
+// engine does, of a GGUF file.
+func loadTokenizer(path string) (*tokenizer.Tokenizer, error) {
+	if st, err := os.Stat(path); err != nil || st.IsDir() {
+		return tokenizer.Load(path)
+	}
+	b, err := prompt.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	return b.Tokenizer(), nil
 }
 
 // nll is −log softmax(row)[target], in float64.

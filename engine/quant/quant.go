@@ -59,6 +59,12 @@ type Options struct {
 	TargetBits float64
 	// HighBits is the precision of the raised tensors (default 8).
 	HighBits int
+	// Format is the output: FormatMLX (default) or FormatGGUF, one file
+	// of GGUFType (Q8_0, Q4_K_M or Q6_K) at the destination (".gguf"
+	// appended when missing); Bits, GroupSize and the mixed plan apply to
+	// MLX only.
+	Format   string
+	GGUFType string
 	// Progress is told after each tensor (steps: tensors analysed in a
 	// mixed plan, then tensors written); Log gets a line now and then.
 	Progress func(done, total int)
@@ -79,10 +85,35 @@ type Result struct {
 	// BitsPerWeight counts every bit of the quantized tensors (codes,
 	// scales, biases) per weight, as mlx-lm reports it.
 	BitsPerWeight float64 `json:"bits_per_weight"`
+	// Format is FormatGGUF for a GGUF output (Dir is then the file), of
+	// Type, with TensorTypes counting the tensors stored in each ggml
+	// type; empty for MLX.
+	Format      string         `json:"format,omitempty"`
+	Type        string         `json:"type,omitempty"`
+	TensorTypes map[string]int `json:"tensor_types,omitempty"`
 }
 
 // Validate checks the options, filling in the defaults.
 func (o *Options) Validate() error {
+	switch strings.ToLower(o.Format) {
+	case "", FormatMLX:
+		o.Format = FormatMLX
+		if o.GGUFType != "" {
+			return fmt.Errorf("%w: a GGUF type (%q) needs format gguf", ErrBadOptions, o.GGUFType)
+		}
+	case FormatGGUF:
+		o.Format = FormatGGUF
+		i := slices.IndexFunc(GGUFTypes, func(t string) bool { return strings.EqualFold(t, o.GGUFType) })
+		if i < 0 {
+			return fmt.Errorf("%w: GGUF type %q (want %s)", ErrBadOptions, o.GGUFType, strings.Join(GGUFTypes, ", "))
+		}
+		if o.TargetBits != 0 {
+			return fmt.Errorf("%w: target_bits (a mixed MLX plan) with format gguf", ErrBadOptions)
+		}
+		o.GGUFType = GGUFTypes[i]
+	default:
+		return fmt.Errorf("%w: format %q (want mlx or gguf)", ErrBadOptions, o.Format)
+	}
 	if o.Bits == 0 {
 		o.Bits = DefaultBits
 	}
@@ -213,6 +244,9 @@ func (s *source) floats(name string) (tensor.Tensor, []float32, error) {
 func Quantize(ctx context.Context, src, dst string, o Options) (Result, error) {
 	if err := o.Validate(); err != nil {
 		return Result{}, err
+	}
+	if o.Format == FormatGGUF {
+		return quantizeGGUF(ctx, src, dst, o)
 	}
 	if _, err := os.Stat(dst); err == nil {
 		return Result{}, fmt.Errorf("%w: %s", ErrExists, dst)

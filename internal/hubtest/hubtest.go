@@ -16,7 +16,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -29,6 +28,7 @@ import (
 	"testing"
 	"time"
 
+	"fusion/internal/faultserve"
 	"fusion/internal/testenv"
 )
 
@@ -44,12 +44,12 @@ type Server struct {
 	mirror string // mirrors-path of the offline olah
 	srv    *http.Server
 
-	mu       sync.Mutex
-	fetched  map[string]int64  // bytes of file downloads by repo file path ("org/name/path")
-	gated    map[string]string // repo → the token it takes
-	corrupt  map[string]bool   // repo file path → corrupt its next answer
-	throttle int64             // bytes per second of file downloads (0: none)
-	requests []string          // method and path of every request, in order
+	// Faults counts, paces and corrupts the file downloads (keyed
+	// "org/name/path") and records every request ("GET /path").
+	faultserve.Faults
+
+	mu    sync.Mutex
+	gated map[string]string // repo → the token it takes
 }
 
 // olahCLI is the olah-cli next to the test Python interpreter.
@@ -78,7 +78,7 @@ func Start(t testing.TB) *Server {
 	t.Helper()
 	cli := olahCLI(t)
 	dir := t.TempDir()
-	s := &Server{t: t, mirror: filepath.Join(dir, "mirror"), fetched: map[string]int64{}, gated: map[string]string{}, corrupt: map[string]bool{}}
+	s := &Server{t: t, mirror: filepath.Join(dir, "mirror"), gated: map[string]string{}}
 	if err := os.MkdirAll(filepath.Join(s.mirror, "models"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ offline = false
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			if p := s.filePath(resp.Request.URL.Path); p != "" && resp.Request.Method == http.MethodGet {
-				resp.Body = &counted{s: s, path: p, r: resp.Body, corrupt: s.takeCorrupt(p)}
+				resp.Body = s.Reader(p, resp.Body)
 			}
 			return nil
 		},
@@ -128,9 +128,7 @@ offline = false
 	}
 	s.URL = "http://" + ln.Addr().String()
 	s.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.mu.Lock()
-		s.requests = append(s.requests, r.Method+" "+r.URL.Path)
-		s.mu.Unlock()
+		s.Record(r.Method + " " + r.URL.Path)
 		if repo := s.repoOf(r.URL.Path); repo != "" && s.refused(repo, r.Header.Get("Authorization")) {
 			// The Hub's answer for a gated repo without (the right) token.
 			w.Header().Set("X-Error-Code", "GatedRepo")
@@ -243,34 +241,6 @@ func (s *Server) Gate(repo, token string) {
 	s.gated[repo] = token
 }
 
-// Throttle caps file downloads at bytesPerSecond (0: no cap).
-func (s *Server) Throttle(bytesPerSecond int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.throttle = bytesPerSecond
-}
-
-// CorruptNext flips one byte of the next download of path ("org/name/file").
-func (s *Server) CorruptNext(path string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.corrupt[path] = true
-}
-
-// Fetched is the bytes of path ("org/name/file") sent so far.
-func (s *Server) Fetched(path string) int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.fetched[path]
-}
-
-// Requests lists the requests so far ("GET /path").
-func (s *Server) Requests() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]string(nil), s.requests...)
-}
-
 // repoOf is the model repo a request path is about ("" none).
 func (s *Server) repoOf(p string) string {
 	parts := strings.Split(strings.TrimPrefix(p, "/"), "/")
@@ -298,52 +268,6 @@ func (s *Server) refused(repo, auth string) bool {
 	tok, ok := s.gated[repo]
 	return ok && auth != "Bearer "+tok
 }
-
-func (s *Server) takeCorrupt(p string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c := s.corrupt[p]
-	delete(s.corrupt, p)
-	return c
-}
-
-// counted relays a file download, counting (and maybe throttling or
-// corrupting) its bytes.
-type counted struct {
-	s       *Server
-	path    string
-	r       io.ReadCloser
-	corrupt bool
-	start   time.Time
-	n       int64
-}
-
-func (c *counted) Read(p []byte) (int, error) {
-	if c.start.IsZero() {
-		c.start = time.Now()
-	}
-	c.s.mu.Lock()
-	rate := c.s.throttle
-	c.s.mu.Unlock()
-	if rate > 0 {
-		p = p[:min(len(p), 16<<10)]
-		if ahead := time.Duration(float64(c.n)/float64(rate)*float64(time.Second)) - time.Since(c.start); ahead > 0 {
-			time.Sleep(ahead)
-		}
-	}
-	n, err := c.r.Read(p)
-	if n > 0 && c.corrupt {
-		p[0] ^= 0xff
-		c.corrupt = false
-	}
-	c.n += int64(n)
-	c.s.mu.Lock()
-	c.s.fetched[c.path] += int64(n)
-	c.s.mu.Unlock()
-	return n, err
-}
-
-func (c *counted) Close() error { return c.r.Close() }
 
 // HFDownload downloads repo with the official huggingface_hub client into
 // dir (snapshot_download, local_dir) from the server, so a test can

@@ -33,6 +33,7 @@ import (
 	"testing"
 	"time"
 
+	"fusion/internal/faultserve"
 	"fusion/internal/testenv"
 )
 
@@ -56,18 +57,19 @@ type Server struct {
 	// URL is what clients use as MODELSCOPE_ENDPOINT.
 	URL string
 
-	mu       sync.Mutex
-	models   map[string]*model // repo → model
-	fetched  map[string]int64  // bytes of file downloads by "org/name/path"
-	corrupt  map[string]bool
-	throttle int64
-	requests []string // "GET /path?query [Range]" in order
+	// Faults counts, paces and corrupts the file downloads (keyed
+	// "org/name/path") and records every request ("GET /path?query",
+	// with " Range: ..." when one was asked).
+	faultserve.Faults
+
+	mu     sync.Mutex
+	models map[string]*model // repo → model
 }
 
 // Start serves until the test ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	s := &Server{models: map[string]*model{}, fetched: map[string]int64{}, corrupt: map[string]bool{}}
+	s := &Server{models: map[string]*model{}}
 	ts := httptest.NewServer(http.HandlerFunc(s.serve))
 	t.Cleanup(ts.Close)
 	s.URL = ts.URL
@@ -107,35 +109,6 @@ func (s *Server) Private(repo, token string) {
 	s.models[repo].token = token
 }
 
-// Throttle caps file downloads at bytesPerSecond (0: no cap).
-func (s *Server) Throttle(bytesPerSecond int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.throttle = bytesPerSecond
-}
-
-// CorruptNext flips one byte of the next download of path ("org/name/file").
-func (s *Server) CorruptNext(path string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.corrupt[path] = true
-}
-
-// Fetched is the bytes of path ("org/name/file") sent so far.
-func (s *Server) Fetched(path string) int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.fetched[path]
-}
-
-// Requests lists the requests so far ("GET /path?query", with
-// " Range: ..." when one was asked).
-func (s *Server) Requests() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.requests)
-}
-
 // msError answers in ModelScope's legacy error envelope.
 func msError(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Content-Type", "application/json")
@@ -153,9 +126,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if rg := r.Header.Get("Range"); rg != "" {
 		line += " Range: " + rg
 	}
-	s.mu.Lock()
-	s.requests = append(s.requests, line)
-	s.mu.Unlock()
+	s.Record(line)
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		msError(w, http.StatusMethodNotAllowed, "method not allowed")
 		return
@@ -237,57 +208,12 @@ func (s *Server) download(w http.ResponseWriter, r *http.Request, repo string, m
 		return
 	}
 	key := repo + "/" + f.path
-	s.mu.Lock()
-	corrupt := s.corrupt[key]
-	delete(s.corrupt, key)
-	s.mu.Unlock()
-	if corrupt && len(b) > 0 {
+	if s.TakeCorrupt(key) && len(b) > 0 {
 		b = slices.Clone(b)
 		b[len(b)/2] ^= 0xff
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
-	http.ServeContent(&counted{ResponseWriter: w, s: s, key: key, start: time.Now()}, r, path.Base(f.path), time.Time{}, bytes.NewReader(b))
-}
-
-// counted counts (and throttles) the body bytes of a file download.
-type counted struct {
-	http.ResponseWriter
-	s     *Server
-	key   string
-	start time.Time
-	n     int64
-}
-
-func (c *counted) Write(p []byte) (int, error) {
-	written := 0
-	for len(p) > 0 {
-		c.s.mu.Lock()
-		rate := c.s.throttle
-		c.s.mu.Unlock()
-		chunk := p
-		if rate > 0 {
-			chunk = p[:min(len(p), 16<<10)]
-			if ahead := time.Duration(float64(c.n)/float64(rate)*float64(time.Second)) - time.Since(c.start); ahead > 0 {
-				time.Sleep(ahead)
-			}
-		}
-		n, err := c.ResponseWriter.Write(chunk)
-		c.n += int64(n)
-		written += n
-		c.s.mu.Lock()
-		c.s.fetched[c.key] += int64(n)
-		c.s.mu.Unlock()
-		if err != nil {
-			return written, err
-		}
-		if rate > 0 {
-			if fl, ok := c.ResponseWriter.(http.Flusher); ok {
-				fl.Flush()
-			}
-		}
-		p = p[n:]
-	}
-	return written, nil
+	http.ServeContent(s.Writer(key, w), r, path.Base(f.path), time.Time{}, bytes.NewReader(b))
 }
 
 // search answers GET /openapi/v1/models with the served public models

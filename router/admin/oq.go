@@ -45,12 +45,16 @@ type OQRequest struct {
 	Evaluate bool `json:"evaluate,omitempty"`
 	// Node runs the job (default the node asked).
 	Node string `json:"node,omitempty"`
+	// Format is "mlx" (default) or "gguf": one GGUF file of Type (Q8_0,
+	// Q4_K_M or Q6_K) named <name>.gguf, bits and group_size unused.
+	Format string `json:"format,omitempty"`
+	Type   string `json:"type,omitempty"`
 }
 
 const maxOQBody = 16 << 10
 
 func (h *Handler) oqStart(w http.ResponseWriter, r *http.Request) {
-	req, ok := jobRequest(h, w, r, maxOQBody, checkOQ, "model", "bits", "group_size", "target_bits", "high_bits", "name", "evaluate", "node")
+	req, ok := jobRequest(h, w, r, maxOQBody, checkOQ, "model", "bits", "group_size", "target_bits", "high_bits", "name", "evaluate", "node", "format", "type")
 	if !ok {
 		return
 	}
@@ -87,16 +91,20 @@ func checkOQ(req OQRequest) *openai.Error {
 	if req.Name != "" && !plainName(req.Name) {
 		return openai.InvalidRequest("name", "name must be a plain file name, not hidden.")
 	}
-	o := quant.Options{Bits: req.Bits, GroupSize: req.GroupSize, TargetBits: req.TargetBits, HighBits: req.HighBits}
+	o := quant.Options{Bits: req.Bits, GroupSize: req.GroupSize, TargetBits: req.TargetBits, HighBits: req.HighBits, Format: req.Format, GGUFType: req.Type}
 	if err := o.Validate(); err != nil {
 		param := "bits"
 		switch {
 		case req.TargetBits != 0 && strings.Contains(err.Error(), "target_bits"):
 			param = "target_bits"
+		case strings.Contains(err.Error(), "GGUF type"):
+			param = "type"
+		case strings.Contains(err.Error(), "format"):
+			param = "format"
 		case req.GroupSize != 0 && strings.Contains(err.Error(), "group"):
 			param = "group_size"
 		}
-		return openai.InvalidRequest(param, "%v (bits 2, 3, 4, 5, 6 or 8; group_size 32, 64 or 128; target_bits between bits and high_bits).", err)
+		return openai.InvalidRequest(param, "%v (bits 2, 3, 4, 5, 6 or 8; group_size 32, 64 or 128; target_bits between bits and high_bits; format mlx or gguf, type Q8_0, Q4_K_M or Q6_K).", err)
 	}
 	return nil
 }

@@ -154,9 +154,13 @@ export function renderOQ(main) {
   const bits = h('input', { name: 'bits', type: 'number', value: '4', min: '2', max: '8' });
   const group = h('select', { name: 'group_size' }, ['64', '32', '128'].map((g) => h('option', { value: g }, g)));
   const target = h('input', { name: 'target_bits', type: 'number', step: '0.1', placeholder: 'uniform' });
+  // Output: an MLX affine directory (bits, group size, target) or one GGUF file of a type.
+  const format = h('select', { name: 'format' }, [['mlx', 'MLX affine'], ['Q4_K_M', 'GGUF Q4_K_M'], ['Q8_0', 'GGUF Q8_0'], ['Q6_K', 'GGUF Q6_K']]
+    .map(([v, label]) => h('option', { value: v }, label)));
   startPage(main, 'Quantization (oQ)', '/admin/api/oq/start', 'Start quantization',
-    [['Bits', bits], ['Group size', group], ['Target bits (mixed)', target]],
+    [['Output', format], ['Bits', bits], ['Group size', group], ['Target bits (mixed)', target]],
     () => {
+      if (format.value !== 'mlx') return { format: 'gguf', type: format.value, evaluate: true };
       const b = { bits: Number(bits.value), group_size: Number(group.value), evaluate: true };
       if (target.value) b.target_bits = Number(target.value);
       return b;

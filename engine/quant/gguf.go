@@ -1,0 +1,356 @@
+package quant
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"fusion/engine/demo"
+	"fusion/engine/gguf"
+	"fusion/engine/modelfile"
+	"fusion/engine/tensor"
+)
+
+// Output formats.
+const (
+	FormatMLX  = "mlx"  // an MLX affine model directory (the default)
+	FormatGGUF = "gguf" // one GGUF v3 file
+)
+
+// GGUF types, named as llama-quantize names them.
+const (
+	GGUFQ8_0   = "Q8_0"
+	GGUFQ4_K_M = "Q4_K_M"
+	GGUFQ6_K   = "Q6_K"
+)
+
+// GGUFTypes lists the GGUF types oQ writes.
+var GGUFTypes = []string{GGUFQ8_0, GGUFQ4_K_M, GGUFQ6_K}
+
+// ggufFileType is general.file_type (llama.cpp's LLAMA_FTYPE_MOSTLY_*).
+var ggufFileType = map[string]uint32{GGUFQ8_0: 7, GGUFQ4_K_M: 15, GGUFQ6_K: 18}
+
+// ggufArch maps a source architecture to llama.cpp's: its converter
+// writes Mistral as llama.
+var ggufArch = map[string]string{
+	modelfile.ArchLlama: "llama", modelfile.ArchMistral: "llama",
+	modelfile.ArchQwen2: "qwen2", modelfile.ArchQwen3: "qwen3",
+}
+
+// GGUFPath is the file a GGUF output is written to: dst itself when it
+// ends in ".gguf", else dst + ".gguf" (a GGUF model is named after its
+// file).
+func GGUFPath(dst string) string {
+	if strings.HasSuffix(dst, ".gguf") {
+		return dst
+	}
+	return strings.TrimSuffix(dst, string(filepath.Separator)) + ".gguf"
+}
+
+// useMoreBits is llama.cpp's choice of the layers a K-quant mix gives
+// more bits: the first and last eighth, and every third one between.
+func useMoreBits(layer, layers int) bool {
+	return layer < layers/8 || layer >= 7*layers/8 || (layer-layers/8)%3 == 2
+}
+
+// GGUFTensorType is the storage type of one tensor (GGUF name, shape
+// outermost first) in a GGUF of type typ, following llama.cpp's
+// llama_tensor_get_type for the dense families oQ exports:
+//   - vectors (norms, biases) stay F32;
+//   - the output projection (or, with tied embeddings, token_embd, which
+//     serves as it) is Q6_K unless the type is Q8_0;
+//   - Q4_K_M: attn_v and ffn_down are Q6_K in the layers useMoreBits
+//     picks, every other matrix Q4_K;
+//   - a row that is not whole blocks of the chosen type falls back as
+//     to Q8_0 (llama.cpp: Q6_K → Q8_0 too, but Q4_K → Q5_0, a type
+//     fusion's backends do not run), then F16.
+func GGUFTensorType(typ, name string, shape []int64, layers int, tied bool) tensor.DType {
+	if len(shape) < 2 {
+		return tensor.F32
+	}
+	want := map[string]tensor.DType{GGUFQ8_0: tensor.Q8_0, GGUFQ4_K_M: tensor.Q4_K, GGUFQ6_K: tensor.Q6_K}[typ]
+	row := shape[len(shape)-1]
+	layer := -1
+	if rest, ok := strings.CutPrefix(name, "blk."); ok {
+		if n, err := strconv.Atoi(rest[:max(0, strings.IndexByte(rest, '.'))]); err == nil {
+			layer = n
+		}
+	}
+	switch {
+	case name == "output.weight" || tied && name == "token_embd.weight":
+		if row%int64(tensor.Q6_K.BlockElems()) != 0 {
+			want = tensor.Q8_0
+		} else if want != tensor.Q8_0 {
+			want = tensor.Q6_K
+		}
+	case typ == GGUFQ4_K_M && layer >= 0 && (strings.HasSuffix(name, ".attn_v.weight") || strings.HasSuffix(name, ".ffn_down.weight")):
+		if useMoreBits(layer, layers) {
+			want = tensor.Q6_K
+		}
+	}
+	if row%int64(want.BlockElems()) != 0 {
+		// llama.cpp falls back from Q4_K to Q5_0, which fusion's backends
+		// do not run; Q8_0 keeps at least its precision.
+		want = tensor.Q8_0
+	}
+	if row%int64(want.BlockElems()) != 0 {
+		want = tensor.F16
+	}
+	return want
+}
+
+// quantizeGGUF writes the source model as one GGUF file of type o.GGUFType:
+// llama.cpp's tensor names and metadata, the tokenizer and chat template as
+// tokenizer.* keys, Q/K rows permuted for the llama architecture, each
+// matrix quantized by ggml's reference quantizer.
+func quantizeGGUF(ctx context.Context, src, dst string, o Options) (Result, error) {
+	path := GGUFPath(dst)
+	if _, err := os.Stat(path); err == nil {
+		return Result{}, fmt.Errorf("%w: %s", ErrExists, path)
+	}
+	s, err := openSource(src, DefaultGroupSize)
+	if err != nil {
+		return Result{}, err
+	}
+	defer s.w.Close()
+	c := s.cfg
+	arch, err := ggufSupported(c)
+	if err != nil {
+		return Result{}, err
+	}
+	var ropeFreqs []float32
+	if c.RopeScaling != nil {
+		ropeFreqs = llama3RopeFactors(c)
+	}
+	meta, err := ggufMeta(src, arch, o.GGUFType, c)
+	if err != nil {
+		return Result{}, err
+	}
+	names := slices.Clone(s.names)
+	gnames := map[string]string{}
+	for _, n := range names {
+		g, ok := gguf.GGUFName(n)
+		if !ok {
+			return Result{}, fmt.Errorf("%w: tensor %s has no GGUF name", ErrUnsupported, n)
+		}
+		gnames[n] = g
+	}
+	slices.SortStableFunc(names, func(a, b string) int { return compareGGUF(gnames[a], gnames[b]) })
+
+	res := Result{Dir: path, Format: FormatGGUF, Type: o.GGUFType, TensorTypes: map[string]int{}}
+	total := len(names)
+	if ropeFreqs != nil {
+		total++
+	}
+	var out []gguf.WriteTensor
+	var bits, weights float64
+	for _, name := range names {
+		if err := ctx.Err(); err != nil {
+			return Result{}, context.Cause(ctx)
+		}
+		t, _ := s.w.Tensor(name)
+		v, err := tensor.Floats(t)
+		if err != nil {
+			return Result{}, fmt.Errorf("quant: %s: %w", name, err)
+		}
+		g := gnames[name]
+		if heads := gguf.QKHeads(name, c.NumAttentionHeads, c.NumKeyValueHeads); heads > 0 && gguf.NeedsQKPermute(arch) {
+			if v, err = gguf.PermuteQKFloats(name, t.Shape, v, heads); err != nil {
+				return Result{}, fmt.Errorf("quant: %s: %w", name, err)
+			}
+		}
+		dt := GGUFTensorType(o.GGUFType, g, t.Shape, c.NumHiddenLayers, c.TieWordEmbeddings)
+		wt, err := quantizeRows(g, dt, t.Shape, v)
+		if err != nil {
+			return Result{}, fmt.Errorf("quant: %w", err)
+		}
+		out = append(out, wt)
+		res.TensorTypes[dt.String()]++
+		if len(t.Shape) >= 2 {
+			res.Quantized++
+			bits += 8 * float64(len(wt.Data))
+			weights += float64(len(v))
+		}
+		if o.Progress != nil {
+			o.Progress(len(out), total)
+		}
+	}
+	if ropeFreqs != nil {
+		wt, err := gguf.QuantizeTensor("rope_freqs.weight", tensor.F32, []int64{int64(len(ropeFreqs))}, ropeFreqs)
+		if err != nil {
+			return Result{}, fmt.Errorf("quant: %w", err)
+		}
+		out = append(out, wt)
+		res.TensorTypes[tensor.F32.String()]++
+		if o.Progress != nil {
+			o.Progress(len(out), total)
+		}
+	}
+	res.Tensors = len(out)
+	if weights > 0 {
+		res.BitsPerWeight = bits / weights
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return Result{}, fmt.Errorf("quant: %w", err)
+	}
+	if err := gguf.WriteFile(path, meta, out); err != nil {
+		return Result{}, fmt.Errorf("quant: %w", err)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return Result{}, fmt.Errorf("quant: %w", err)
+	}
+	res.Bytes = st.Size()
+	if o.Log != nil {
+		o.Log(fmt.Sprintf("wrote %s: %d tensors (%v), %.3f bits per weight", path, res.Tensors, res.TensorTypes, res.BitsPerWeight))
+	}
+	return res, nil
+}
+
+// quantizeRows is gguf.QuantizeTensor with the rows split over the CPUs
+// (each row is whole blocks, so the parts concatenate to the same bytes).
+func quantizeRows(name string, dt tensor.DType, shape []int64, v []float32) (gguf.WriteTensor, error) {
+	workers := runtime.GOMAXPROCS(0)
+	if len(shape) < 2 || workers < 2 || len(v) < 1<<16 {
+		return gguf.QuantizeTensor(name, dt, shape, v)
+	}
+	cols := int(shape[len(shape)-1])
+	rows := len(v) / cols
+	per := (rows + workers - 1) / workers
+	n := (rows + per - 1) / per
+	parts, errs := make([][]byte, n), make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		lo, hi := i*per, min((i+1)*per, rows)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wt, err := gguf.QuantizeTensor(name, dt, []int64{int64(hi - lo), int64(cols)}, v[lo*cols:hi*cols])
+			parts[i], errs[i] = wt.Data, err
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return gguf.WriteTensor{}, err
+	}
+	return gguf.WriteTensor{Name: name, DType: dt, Shape: slices.Clone(shape), Data: slices.Concat(parts...)}, nil
+}
+
+// llama3RopeFactors is the rope_freqs.weight llama.cpp's converter writes
+// for Llama 3 scaling: per rotated frequency, the factor its period is
+// stretched by (1 above old/high_freq_factor, factor beyond
+// old/low_freq_factor wavelength, a smooth blend between).
+func llama3RopeFactors(c *modelfile.Config) []float32 {
+	s := c.RopeScaling
+	dims := c.HeadDim
+	old := float64(s.OriginalMaxPositionEmbeddings)
+	lowWavelen, highWavelen := old/s.LowFreqFactor, old/s.HighFreqFactor
+	out := make([]float32, dims/2)
+	for i := range out {
+		freq := 1 / math.Pow(c.RopeTheta, float64(2*i)/float64(dims))
+		wavelen := 2 * math.Pi / freq
+		switch {
+		case wavelen < highWavelen:
+			out[i] = 1
+		case wavelen > lowWavelen:
+			out[i] = float32(s.Factor)
+		default:
+			smooth := (old/wavelen - s.LowFreqFactor) / (s.HighFreqFactor - s.LowFreqFactor)
+			out[i] = float32(1 / ((1-smooth)/s.Factor + smooth))
+		}
+	}
+	return out
+}
+
+// ggufSupported returns llama.cpp's architecture for a source config, or
+// ErrUnsupported when oQ cannot export it to GGUF.
+func ggufSupported(c *modelfile.Config) (string, error) {
+	arch, ok := ggufArch[c.Architecture]
+	if !ok {
+		return "", fmt.Errorf("%w: architecture %q has no GGUF export here (llama, mistral, qwen2, qwen3)", ErrUnsupported, c.Architecture)
+	}
+	if s := c.RopeScaling; s != nil && (s.Type != modelfile.RopeLlama3 || arch != "llama") {
+		return "", fmt.Errorf("%w: rope scaling %q in a GGUF export", ErrUnsupported, s.Type)
+	}
+	return arch, nil
+}
+
+// CheckGGUFSource reports whether the model in dir can be exported to
+// GGUF (ErrUnsupported says why not) without reading its weights' data.
+func CheckGGUFSource(dir string) error {
+	s, err := openSource(dir, DefaultGroupSize)
+	if err != nil {
+		return err
+	}
+	defer s.w.Close()
+	_, err = ggufSupported(s.cfg)
+	return err
+}
+
+// ggufMeta is the file's metadata: the architecture's hyperparameters,
+// name and file type, and the tokenizer.
+func ggufMeta(src, arch, typ string, c *modelfile.Config) ([]gguf.KV, error) {
+	mc := gguf.ModelConfig{
+		ModelType: arch, HiddenSize: c.HiddenSize, NumHiddenLayers: c.NumHiddenLayers,
+		NumAttentionHeads: c.NumAttentionHeads, NumKeyValueHeads: c.NumKeyValueHeads, HeadDim: c.HeadDim,
+		IntermediateSize: c.IntermediateSize, RMSNormEps: c.RMSNormEps, RopeTheta: c.RopeTheta,
+		MaxPositionEmbeddings: c.MaxPositionEmbeddings, VocabSize: c.VocabSize,
+	}
+	meta := append(mc.KVs(),
+		gguf.KV{Key: gguf.KeyName, Value: gguf.String(filepath.Base(filepath.Clean(src)))},
+		gguf.KV{Key: "general.file_type", Value: gguf.Uint32(ggufFileType[typ])},
+		gguf.KV{Key: "general.quantization_version", Value: gguf.Uint32(2)},
+	)
+	tok, err := demo.LoadTokenizer(src)
+	if err != nil {
+		return nil, fmt.Errorf("%w: tokenizer: %v", ErrUnsupported, err)
+	}
+	var tc struct {
+		AddBOS *bool `json:"add_bos_token"`
+	}
+	_ = json.Unmarshal(tok.Files[demo.TokenizerConfigFile], &tc)
+	addBOS := tok.Pre == "llama-bpe" // Llama 3's tokenizer adds BOS by its post-processor
+	if tc.AddBOS != nil {
+		addBOS = *tc.AddBOS
+	}
+	tkv, err := gguf.TokenizerKVs(gguf.HFTokenizer{
+		JSON: tok.Files[demo.TokenizerFile], Pre: tok.Pre, BOS: tok.BOS, EOS: tok.EOS,
+		AddBOS: addBOS, ChatTemplate: tok.ChatTemplate, VocabSize: c.VocabSize,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: tokenizer: %v", ErrUnsupported, err)
+	}
+	return append(meta, tkv...), nil
+}
+
+// compareGGUF orders GGUF tensor names as llama.cpp's converter writes
+// them: token_embd, then the layers in number order, then the rest.
+func compareGGUF(a, b string) int {
+	rank := func(n string) (int, string) {
+		if rest, ok := strings.CutPrefix(n, "blk."); ok {
+			i := strings.IndexByte(rest, '.')
+			if l, err := strconv.Atoi(rest[:max(i, 0)]); err == nil {
+				return 1 + l, rest[i:]
+			}
+		}
+		if n == "token_embd.weight" {
+			return 0, n
+		}
+		return 1 << 30, n
+	}
+	la, ra := rank(a)
+	lb, rb := rank(b)
+	if la != lb {
+		return la - lb
+	}
+	return strings.Compare(ra, rb)
+}
