@@ -3,7 +3,6 @@ package node_test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -157,7 +156,7 @@ type cliResult struct {
 func runClaude(t *testing.T, bin, baseURL, key string) cliResult {
 	t.Helper()
 	home, work := t.TempDir(), t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := testenv.ClientContext(t)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "-p", "Say hi", "--model", nodetest.Model, "--max-turns", "1",
 		"--output-format", "json", "--no-session-persistence",

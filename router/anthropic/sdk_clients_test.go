@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"testing"
-	"time"
 
 	"fusion/internal/testenv"
 	"fusion/node/nodetest"
@@ -44,7 +43,7 @@ func TestPythonSDK(t *testing.T) {
 		"FUSION_BASE_URL="+main.URL(), "FUSION_API_KEY="+testKey,
 		"FUSION_TIGHT_URL="+tight.URL(), "FUSION_SMALL_URL="+small.URL(),
 		"FUSION_MODEL="+nodetest.Model, "FUSION_THINKER="+nodetest.Thinker)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := testenv.ClientContext(t)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "testdata/test_anthropic_python.py")
 	cmd.Env = env

@@ -1,12 +1,10 @@
 package openai_test
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"regexp"
 	"testing"
-	"time"
 
 	"fusion/internal/testenv"
 	"fusion/node/nodetest"
@@ -35,7 +33,7 @@ func clientEnv(t *testing.T) []string {
 // runSuite runs a client test suite and fails with its output if it fails.
 func runSuite(t *testing.T, env []string, name string, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := testenv.ClientContext(t)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Env = env
