@@ -82,6 +82,26 @@ func TestChooseStages(t *testing.T) {
 		})
 	}
 
+	// The search is bounded: 16 nodes in 16 stages keep the capacity
+	// order when no RTT is known, and 12 nodes of distinct capacities that
+	// hold the model in no order give up after maxPlanSplits splits.
+	t.Run("bounded search", func(t *testing.T) {
+		var ids, want []string
+		caps := map[string]int64{}
+		for i := range 16 {
+			id := fmt.Sprintf("n%02d", i)
+			ids, caps[id] = append(ids, id), int64(32-i)
+			want = append(want, fmt.Sprintf("%s[%d,%d)", id, 2*i, 2*i+2))
+		}
+		p, hops := chooseStages("m", 0, 16, 0, rttCands(32, caps, strings.Join(ids, ","), nil), 10*time.Millisecond)
+		if p == nil || stagesString(p) != strings.Join(want, " ") || hops != 150_000 {
+			t.Fatalf("16 stages: %v, hops %d", p, hops)
+		}
+		if p, _ := chooseStages("m", 0, 6, 1000*gib, rttCands(24, caps, strings.Join(ids[:12], ","), nil), 10*time.Millisecond); p != nil {
+			t.Fatalf("a plan for a model no order holds: %s", stagesString(p))
+		}
+	})
+
 	t.Run("pinned nodes stay", func(t *testing.T) {
 		cs := rttCands(6, eight, "e,a,b,c,d", m5)
 		cs[0].pinned = true

@@ -228,9 +228,16 @@ func stagesString(p *pb.Placement) string {
 }
 
 // maxPlanSteps bounds the search of chooseStages (partial stage orders
-// visited); past it the best order found so far stands. Clusters of a few
-// Macs never reach it: 8 candidates in 4 stages are at most 2,000 orders.
-const maxPlanSteps = 200_000
+// visited) and maxPlanSplits the layer splits it tries (each is
+// O(stages × layers²)); past either the best order found so far stands.
+// Clusters of a few Macs reach neither when a plan exists: 8 candidates in
+// 4 stages are at most 1,680 orders, and a split is tried only for an
+// order cheaper than the best so far. They bound the passes of a group
+// that fits in no order, which the planner retries every PlanInterval.
+const (
+	maxPlanSteps  = 200_000
+	maxPlanSplits = 1000
+)
 
 // chooseStages shards a model of need bytes into min(stages, candidates,
 // layers) stages like planStages, choosing which candidates and in which
@@ -263,23 +270,36 @@ func chooseStages(model string, replica uint32, stages int, need int64, cands []
 	}
 	required = min(required, k)
 	var (
-		seq   = make([]int, 0, k)
-		order = make([]shardCand, k)
-		used  = make([]bool, n)
-		steps int
+		seq    = make([]int, 0, k)
+		order  = make([]shardCand, k)
+		used   = make([]bool, n)
+		steps  int
+		splits int
+		// Orders whose capacities and head, stage by stage, no split
+		// fits: identical machines make many orders alike.
+		unfit = map[string]bool{}
 	)
 	var walk func(sum int64, missing int)
 	walk = func(sum int64, missing int) {
 		steps++
-		if steps > maxPlanSteps || p != nil && sum >= hops || k-len(seq) < missing {
+		if steps > maxPlanSteps || splits >= maxPlanSplits || p != nil && sum >= hops || k-len(seq) < missing {
 			return
 		}
 		if len(seq) == k {
+			var key strings.Builder
 			for i, c := range seq {
 				order[i] = cands[c]
+				fmt.Fprintf(&key, "%d/%d,", cands[c].free, cands[c].layers)
 			}
+			fmt.Fprintf(&key, "%g", order[k-1].head)
+			if unfit[key.String()] {
+				return
+			}
+			splits++
 			if q := planStages(model, replica, k, need, order); q != nil {
 				p, hops = q, sum
+			} else {
+				unfit[key.String()] = true
 			}
 			return
 		}
