@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -274,4 +275,54 @@ func TestMeasuredRTTReachesPlanner(t *testing.T) {
 		}
 		return out
 	}(), stagesString(p), hops)
+}
+
+// TestPlannerOrdersStagesByRTT: the leader's planner reads the RTT rows
+// replicated in the inventories and places a pipeline's stages on the
+// pair, and in the order, with the least hop latency — not on the first
+// nodes by capacity and id. The rows are written straight into the log
+// (loopback RTTs are all alike), the way SetInventory records them.
+func TestPlannerOrdersStagesByRTT(t *testing.T) {
+	fast := func(c *Config) { c.PlanInterval = 100 * time.Millisecond }
+	nodes := startCluster(t, 3, "", fast)
+	ctx := context.Background()
+	rows := map[string]map[string]int64{
+		"n1": {"n2": 9000, "n3": 5000},
+		"n2": {"n1": 9000, "n3": 300},
+		"n3": {"n1": 5000, "n2": 300},
+	}
+	for _, m := range nodes {
+		inv := Inventory{ModelsOnDisk: []string{"m"}, Layers: map[string]int{"m": 6}, MemoryBudget: 8 << 30}
+		if err := m.SetInventory(ctx, inv); err != nil { // registered in the catalog
+			t.Fatal(err)
+		}
+		inv.RTTMicros = rows[m.ID()]
+		b, _ := json.Marshal(inv)
+		if _, err := m.Apply(ctx, &pb.NodeSetInventory{Id: m.ID(), Inventory: b}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		stages int
+		want   string
+	}{
+		{2, "n2[0,3) n3[3,6)"},         // the 0.3 ms pair, not n1 first
+		{3, "n1[0,2) n3[2,4) n2[4,6)"}, // 5 + 0.3 ms, not n1-n2-n3's 9 + 0.3
+	} {
+		if err := nodes[0].SetPlacementSpec(ctx, "m", PlacementSpec{Replicas: 1, Stages: tc.stages}); err != nil {
+			t.Fatal(err)
+		}
+		var got string
+		waitFor(t, 10*time.Second, fmt.Sprintf("a %d-stage pipeline", tc.stages), func() bool {
+			g := groupsOf(nodes[0], "m")[0]
+			if g == nil || len(g.Stages) != tc.stages {
+				return false
+			}
+			got = stagesString(g)
+			return true
+		})
+		if got != tc.want {
+			t.Fatalf("%d stages: %s, want %s", tc.stages, got, tc.want)
+		}
+	}
 }
