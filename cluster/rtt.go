@@ -49,17 +49,16 @@ type RTTConfig struct {
 }
 
 func (c *RTTConfig) defaults() {
-	if c.PublishInterval <= 0 {
-		c.PublishInterval = DefaultRTTPublishInterval
-	}
-	if c.PublishChange <= 0 {
-		c.PublishChange = DefaultRTTPublishChange
-	}
-	if c.PublishMin <= 0 {
-		c.PublishMin = DefaultRTTPublishMin
-	}
-	if c.Unknown <= 0 {
-		c.Unknown = DefaultUnknownRTT
+	positive(&c.PublishInterval, DefaultRTTPublishInterval)
+	positive(&c.PublishChange, DefaultRTTPublishChange)
+	positive(&c.PublishMin, DefaultRTTPublishMin)
+	positive(&c.Unknown, DefaultUnknownRTT)
+}
+
+// positive sets *v to def unless it is above zero.
+func positive[T time.Duration | float64](v *T, def T) {
+	if *v <= 0 {
+		*v = def
 	}
 }
 
@@ -173,8 +172,6 @@ func (m *Member) RTTs() map[string]time.Duration { return m.rtt.current() }
 
 // unknown is the hop cost for the planner (the default when unset).
 func (c RTTConfig) unknown() time.Duration {
-	if c.Unknown <= 0 {
-		return DefaultUnknownRTT
-	}
+	positive(&c.Unknown, DefaultUnknownRTT)
 	return c.Unknown
 }
