@@ -32,6 +32,9 @@ type MemberInfo struct {
 	Role     string `json:"role,omitempty"`
 	Version  string `json:"version,omitempty"`
 	Backend  string `json:"backend,omitempty"` // compute backend, from gossip
+	// RTTMicros is the node's round trip to each peer in µs as it last
+	// published it in its inventory (what the shard planner reads).
+	RTTMicros map[string]int64 `json:"rtt_us,omitempty"`
 }
 
 // Members lists every node known to gossip, the raft configuration or the
@@ -51,6 +54,10 @@ func (m *Member) Members() []MemberInfo {
 			mi := get(n.Id)
 			mi.HTTP, mi.GRPC, mi.Raft, mi.Gossip = n.HttpAddr, n.GrpcAddr, n.RaftAddr, n.GossipAddr
 			mi.Status, mi.Draining, mi.Role, mi.Version = nodeStatus(n.Status), n.Draining, n.Role, n.Version
+			var inv Inventory
+			if len(n.Inventory) > 0 && json.Unmarshal(n.Inventory, &inv) == nil {
+				mi.RTTMicros = inv.RTTMicros
+			}
 		}
 	})
 	for id, p := range m.peerSnapshot() {

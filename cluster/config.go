@@ -112,6 +112,9 @@ type Config struct {
 	MaxCommandBytes   int           // largest command accepted for the log (4 MiB)
 	PlanInterval      time.Duration // placement planner period on the leader (2 s)
 	FailoverGrace     time.Duration // a failed node's replicas move after this (2 min)
+	// RTT sets how this node publishes its measured round trips to its
+	// peers and what the planner counts for a hop nobody measured.
+	RTT RTTConfig
 
 	Timing Timing
 	Logger *slog.Logger
@@ -159,6 +162,7 @@ func (c *Config) defaults() error {
 		c.MaxCommandBytes = DefaultMaxCommandBytes
 	}
 	def(&c.FailoverGrace, 2*time.Minute)
+	c.RTT.defaults()
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -67,6 +67,7 @@ type Member struct {
 	meta         Meta
 	loadGossiped time.Time // when SetLoad last gossiped
 	peers        map[string]*peer
+	rtt          *rttTracker // round trips to peers from gossip probes
 
 	reconcileCh chan struct{} // coalesced membership-change signal for the leader
 	bootstrapCh chan struct{}
@@ -94,6 +95,7 @@ func New(cfg Config) (_ *Member, err error) {
 		auth:        NewAuth(cfg.Secret, cfg.SecretAccept...),
 		fsm:         fsm.New(cfg.DedupSize),
 		peers:       map[string]*peer{},
+		rtt:         newRTTTracker(cfg.RTT),
 		reconcileCh: make(chan struct{}, 1),
 		bootstrapCh: make(chan struct{}, 1),
 		notifyCh:    make(chan bool, 16),
@@ -332,6 +334,7 @@ func (m *Member) Start(ctx context.Context) error {
 	}
 	mc.Delegate = &delegate{m: m}
 	mc.Events = &events{m: m}
+	mc.Ping = pingDelegate{m.rtt}
 	mc.Logger = slog.NewLogLogger(m.log.With("component", "memberlist").Handler(), slog.LevelDebug)
 	t := m.cfg.Timing
 	setDur(&mc.ProbeInterval, t.ProbeInterval)
@@ -574,6 +577,9 @@ func (m *Member) observe(n *memberlist.Node, status string) {
 		p.meta = meta
 	}
 	m.mu.Unlock()
+	if status != StatusAlive {
+		m.rtt.forget(n.Name)
+	}
 	m.log.Debug("member", "id", n.Name, "status", status)
 	for _, ch := range []chan struct{}{m.reconcileCh, m.bootstrapCh} {
 		select {

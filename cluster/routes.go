@@ -38,6 +38,11 @@ type Inventory struct {
 	// planner decides by whether and how to shard a model (fit.go).
 	MemoryBudget int64            `json:"memory_budget_bytes,omitempty"`
 	ModelBytes   map[string]int64 `json:"model_bytes,omitempty"`
+	// RTTMicros is the node's smoothed round-trip time to each peer in
+	// microseconds, from gossip probes (rtt.go): what the planner orders
+	// pipeline stages by. The member fills it in (SetInventory); it is
+	// republished only when an RTT moved past the thresholds of RTTConfig.
+	RTTMicros map[string]int64 `json:"rtt_us,omitempty"`
 }
 
 // BackendOf is the backend the node runs model on ("" when the inventory
@@ -64,7 +69,8 @@ func (inv Inventory) Fingerprint() string {
 	return hex.EncodeToString(h.Sum(nil)[:8])
 }
 
-// SetInventory records this node's inventory (skipped when unchanged). It
+// SetInventory records this node's inventory (skipped when unchanged),
+// with this node's published RTT row in place of inv.RTTMicros. It
 // first gossips the inventory's fingerprint, so peers know there is one
 // they have not heard until the log brings it. A node just started may
 // not be in the catalog yet: it waits for the leader to register it,
@@ -72,6 +78,7 @@ func (inv Inventory) Fingerprint() string {
 func (m *Member) SetInventory(ctx context.Context, inv Inventory) error {
 	slices.Sort(inv.ModelsOnDisk)
 	slices.Sort(inv.ModelsLoaded)
+	inv.RTTMicros = m.rtt.row(time.Now())
 	b, err := json.Marshal(inv)
 	if err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	pb "fusion/cluster/clusterpb"
 	"fusion/cluster/fsm"
@@ -61,7 +62,7 @@ func (m *Member) planSharded(ctx context.Context, model string, spec PlacementSp
 			}
 			free = slices.DeleteFunc(slices.Clone(cands), func(c shardCand) bool { return hosting[c.id] })
 		}
-		p := planStages(model, r, spec.Stages, need, free)
+		p, hops := chooseStages(model, r, spec.Stages, need, free, m.cfg.RTT.unknown())
 		if p == nil {
 			// Logged once until the group is placed again: the planner
 			// retries every PlanInterval.
@@ -84,7 +85,7 @@ func (m *Member) planSharded(ctx context.Context, model string, spec PlacementSp
 			m.log.Warn("planner: place stages", "model", model, "replica", r, "err", err)
 			continue
 		}
-		m.log.Info("planner: placed a pipeline", "model", model, "replica", r, "stages", stagesString(p))
+		m.log.Info("planner: placed a pipeline", "model", model, "replica", r, "stages", stagesString(p), "hop_rtt_us", hops)
 		for _, st := range p.Stages {
 			hosting[st.Node] = true
 		}
@@ -132,9 +133,13 @@ func (u *unplacedGroups) placed(model string, r uint32) {
 type shardCand struct {
 	id     string
 	pin    int
+	pinned bool    // named in the spec's pins: always among the stages
 	free   int64   // its capacity (memory budget, else free memory), from the inventory
 	layers int     // the model's layers, from the inventory
 	head   float64 // the model's output head in layers of compute, from the inventory
+	// rtt is the node's published round trip to each peer in µs
+	// (Inventory.RTTMicros).
+	rtt map[string]int64
 }
 
 // shardCandidates are the usable nodes with the model on disk and its
@@ -154,7 +159,8 @@ func shardCandidates(model string, spec PlacementSpec, nodes map[string]*pb.Node
 		if pin < 0 {
 			pin = len(spec.Pin)
 		}
-		cs = append(cs, shardCand{id: id, pin: pin, free: inv.capacity(), layers: inv.Layers[model], head: inv.HeadLayers[model]})
+		cs = append(cs, shardCand{id: id, pin: pin, pinned: pin < len(spec.Pin), free: inv.capacity(),
+			layers: inv.Layers[model], head: inv.HeadLayers[model], rtt: inv.RTTMicros})
 	}
 	slices.SortFunc(cs, func(a, b shardCand) int {
 		if c := cmp.Compare(a.pin, b.pin); c != 0 {
@@ -219,4 +225,120 @@ func stagesString(p *pb.Placement) string {
 		parts[i] = fmt.Sprintf("%s[%d,%d)", st.Node, st.LayerStart, st.LayerEnd)
 	}
 	return strings.Join(parts, " ")
+}
+
+// maxPlanSteps bounds the search of chooseStages (partial stage orders
+// visited) and maxPlanSplits the layer splits it tries (each is
+// O(stages × layers²)); past either the best order found so far stands.
+// Clusters of a few Macs reach neither when a plan exists: 8 candidates in
+// 4 stages are at most 1,680 orders, and a split is tried only for an
+// order cheaper than the best so far. They bound the passes of a group
+// that fits in no order, which the planner retries every PlanInterval.
+const (
+	maxPlanSteps  = 200_000
+	maxPlanSplits = 1000
+)
+
+// chooseStages shards a model of need bytes into min(stages, candidates,
+// layers) stages like planStages, choosing which candidates and in which
+// order: among the orders planStages can place (layer counts agree, every
+// stage's share within its node's capacity), the one with the lowest sum
+// of hop round trips along the stage order (hopRTT; unknown for a hop no
+// node measured), every pinned candidate among them (as many as there are
+// stages). Ties keep the candidates' order (pins, then capacity, then id),
+// so with no RTT known the plan is planStages' on the first candidates.
+// hops is the plan's hop sum in µs.
+func chooseStages(model string, replica uint32, stages int, need int64, cands []shardCand, unknown time.Duration) (p *pb.Placement, hops int64) {
+	k := min(stages, len(cands))
+	if k > 0 && cands[0].layers > 0 {
+		k = min(k, cands[0].layers)
+	}
+	if k <= 1 {
+		return planStages(model, replica, k, need, cands), 0
+	}
+	n := len(cands)
+	cost := make([][]int64, n)
+	for i := range cands {
+		cost[i] = make([]int64, n)
+		for j := range cands {
+			cost[i][j] = hopRTT(cands[i], cands[j], unknown)
+		}
+	}
+	required := 0 // the pinned candidates come first
+	for required < n && cands[required].pinned {
+		required++
+	}
+	required = min(required, k)
+	var (
+		seq    = make([]int, 0, k)
+		order  = make([]shardCand, k)
+		used   = make([]bool, n)
+		steps  int
+		splits int
+		// Orders whose capacities and head, stage by stage, no split
+		// fits: identical machines make many orders alike.
+		unfit = map[string]bool{}
+	)
+	var walk func(sum int64, missing int)
+	walk = func(sum int64, missing int) {
+		steps++
+		if steps > maxPlanSteps || splits >= maxPlanSplits || p != nil && sum >= hops || k-len(seq) < missing {
+			return
+		}
+		if len(seq) == k {
+			var key strings.Builder
+			for i, c := range seq {
+				order[i] = cands[c]
+				fmt.Fprintf(&key, "%d/%d,", cands[c].free, cands[c].layers)
+			}
+			fmt.Fprintf(&key, "%g", order[k-1].head)
+			if unfit[key.String()] {
+				return
+			}
+			splits++
+			if q := planStages(model, replica, k, need, order); q != nil {
+				p, hops = q, sum
+			} else {
+				unfit[key.String()] = true
+			}
+			return
+		}
+		for i := range n {
+			if used[i] {
+				continue
+			}
+			next := sum
+			if len(seq) > 0 {
+				next += cost[seq[len(seq)-1]][i]
+			}
+			m := missing
+			if i < required {
+				m--
+			}
+			used[i] = true
+			seq = append(seq, i)
+			walk(next, m)
+			seq = seq[:len(seq)-1]
+			used[i] = false
+		}
+	}
+	walk(0, required)
+	return p, hops
+}
+
+// hopRTT is the round trip between two candidates in µs: the mean of what
+// each published to the other, the one published when only one did, else
+// unknown.
+func hopRTT(a, b shardCand, unknown time.Duration) int64 {
+	x, okx := a.rtt[b.id]
+	y, oky := b.rtt[a.id]
+	switch {
+	case okx && oky:
+		return (x + y) / 2
+	case okx:
+		return x
+	case oky:
+		return y
+	}
+	return unknown.Microseconds()
 }

@@ -48,6 +48,9 @@ type ClusterConfig struct {
 	// neither; see fusion serve --grpc-tls-*).
 	ServerTLS, ClientTLS *tls.Config
 	Timing               cluster.Timing
+	// RTT sets how the member publishes its measured round trips to its
+	// peers and the planner's cost of an unmeasured hop.
+	RTT cluster.RTTConfig
 	// HoldInventory, when set, is asked before each inventory report;
 	// while it returns true the report waits (the rest of the sync loop
 	// goes on). A test hook: it lets a test keep a member's inventory
@@ -136,6 +139,7 @@ func (n *Node) newMember(httpAddr string) (*cluster.Member, error) {
 		Join:          cc.Join, BootstrapExpect: cc.BootstrapExpect, Voters: cc.Voters, Secret: cc.Secret, SecretAccept: cc.SecretAccept, Insecure: cc.Insecure,
 		ServerTLS: cc.ServerTLS, ClientTLS: cc.ClientTLS, GRPCServerOptions: n.tracer.ServerOptions(),
 		Role: "server", Version: n.cfg.Version, Backend: n.runner.BackendStatus().Name, Timing: cc.Timing, Logger: n.cfg.Logger,
+		RTT: cc.RTT,
 	})
 }
 

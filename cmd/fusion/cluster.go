@@ -9,8 +9,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -97,7 +99,7 @@ func printClusterStatus(w io.Writer, doc cluster.StatusDoc) {
 	}
 	fmt.Fprintf(w, "self %s, leader %s, applied index %d\n\n", doc.Self, leader, doc.AppliedIndex)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATUS\tRAFT\tDRAINING\tHTTP\tGRPC")
+	fmt.Fprintln(tw, "ID\tSTATUS\tRAFT\tDRAINING\tHTTP\tGRPC\tRTT")
 	for _, m := range doc.Members {
 		suffrage := "-"
 		switch {
@@ -108,7 +110,7 @@ func printClusterStatus(w io.Writer, doc cluster.StatusDoc) {
 		case m.InRaft:
 			suffrage = "non-voter"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%s\n", m.ID, m.Status, suffrage, m.Draining, m.HTTP, m.GRPC)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%s\t%s\n", m.ID, m.Status, suffrage, m.Draining, m.HTTP, m.GRPC, rttRow(m.RTTMicros))
 	}
 	tw.Flush()
 	if len(doc.Placements) == 0 {
@@ -134,6 +136,25 @@ func printClusterStatus(w io.Writer, doc cluster.StatusDoc) {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", p.Model, p.Replica, p.Generation, state, strings.Join(st, ", "))
 	}
 	tw.Flush()
+}
+
+// rttRow is "n2 610µs, n3 1.2ms": a member's published round trips to
+// its peers, by peer id ("-" when none).
+func rttRow(row map[string]int64) string {
+	if len(row) == 0 {
+		return "-"
+	}
+	parts := make([]string, 0, len(row))
+	for _, id := range slices.Sorted(maps.Keys(row)) {
+		d := time.Duration(row[id]) * time.Microsecond
+		if d < time.Millisecond {
+			d = d.Round(10 * time.Microsecond)
+		} else {
+			d = d.Round(100 * time.Microsecond)
+		}
+		parts = append(parts, id+" "+d.String())
+	}
+	return strings.Join(parts, ", ")
 }
 
 // nodeClient is an HTTP client for a node's API, trusting caFile (PEM)

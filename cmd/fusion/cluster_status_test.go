@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"fusion/cluster"
 )
@@ -42,4 +44,51 @@ func containsFields(out, want string) bool {
 		}
 	}
 	return false
+}
+
+// TestPrintClusterStatusRTT: each member's line ends with the round trips
+// it published to its peers, by peer id.
+func TestPrintClusterStatusRTT(t *testing.T) {
+	var b bytes.Buffer
+	printClusterStatus(&b, cluster.StatusDoc{Self: "a", Leader: "a", Members: []cluster.MemberInfo{
+		{ID: "a", Status: "alive", Leader: true, HTTP: "h", GRPC: "g", RTTMicros: map[string]int64{"c": 10604, "b": 608}},
+		{ID: "b", Status: "alive", Voter: true, HTTP: "h", GRPC: "g"},
+	}})
+	for _, want := range []string{"a alive leader false h g b 610µs, c 10.6ms", "b alive voter false h g -"} {
+		if !containsFields(b.String(), want) {
+			t.Errorf("output:\n%s\nwant a line %q", b.String(), want)
+		}
+	}
+}
+
+// TestClusterRTTSettings: the RTT publication thresholds and the
+// planner's cost of an unmeasured hop are flags, with checked values.
+func TestClusterRTTSettings(t *testing.T) {
+	none := func(string) string { return "" }
+	s, err := resolveServe(nil, none, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := s.cfg.Cluster.RTT; r.PublishInterval != cluster.DefaultRTTPublishInterval || r.PublishChange != cluster.DefaultRTTPublishChange ||
+		r.PublishMin != cluster.DefaultRTTPublishMin || r.Unknown != cluster.DefaultUnknownRTT {
+		t.Fatalf("defaults: %+v", r)
+	}
+	s, err = resolveServe([]string{"--cluster-rtt-publish-interval", "30s", "--cluster-rtt-publish-change", "50",
+		"--cluster-rtt-publish-min", "1ms", "--cluster-rtt-unknown", "2ms"}, none, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := s.cfg.Cluster.RTT; r.PublishInterval != 30*time.Second || r.PublishChange != 0.5 || r.PublishMin != time.Millisecond || r.Unknown != 2*time.Millisecond {
+		t.Fatalf("set: %+v", r)
+	}
+	for _, args := range [][]string{
+		{"--cluster-rtt-publish-interval", "0s"},
+		{"--cluster-rtt-publish-change", "0"},
+		{"--cluster-rtt-publish-min", "-1ms"},
+		{"--cluster-rtt-unknown", "soon"},
+	} {
+		if _, err := resolveServe(args, none, io.Discard); err == nil {
+			t.Errorf("%v: accepted", args)
+		}
+	}
 }

@@ -355,6 +355,23 @@ func serveSettingsTable() []serveSetting {
 				s.cfg.Cluster.Voters, _ = strconv.Atoi(v)
 				return nil
 			}},
+		{"cluster-rtt-publish-interval", constant(cluster.DefaultRTTPublishInterval.String()), "least time between two publications of this node's measured round trips to its peers (through the Raft log, for the shard planner)",
+			func(s *serveSettings, v string) error {
+				return parseDuration(v, &s.cfg.Cluster.RTT.PublishInterval, false)
+			}},
+		{"cluster-rtt-publish-change", constant(strconv.Itoa(int(cluster.DefaultRTTPublishChange * 100))), "percent a peer's round trip must move by (and by --cluster-rtt-publish-min) to be published again",
+			func(s *serveSettings, v string) error {
+				var pct int
+				if err := parseInt(v, &pct, 1); err != nil {
+					return err
+				}
+				s.cfg.Cluster.RTT.PublishChange = float64(pct) / 100
+				return nil
+			}},
+		{"cluster-rtt-publish-min", constant(cluster.DefaultRTTPublishMin.String()), "least move of a peer's round trip that is published again (with --cluster-rtt-publish-change)",
+			func(s *serveSettings, v string) error { return parseDuration(v, &s.cfg.Cluster.RTT.PublishMin, false) }},
+		{"cluster-rtt-unknown", constant(cluster.DefaultUnknownRTT.String()), "round trip the shard planner counts for a hop between two nodes that have measured none (the leader's setting counts)",
+			func(s *serveSettings, v string) error { return parseDuration(v, &s.cfg.Cluster.RTT.Unknown, false) }},
 		{"cluster-secret", constant(""), "shared secret: encrypts gossip and authenticates raft and gRPC between nodes (fusion cluster secret makes one)",
 			func(s *serveSettings, v string) error { s.cfg.Cluster.Secret = v; return nil }},
 		{"cluster-secret-file", constant(""), "file holding the cluster secret (instead of --cluster-secret)",
