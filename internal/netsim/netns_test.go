@@ -1,0 +1,268 @@
+package netsim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"fusion/cluster/pipeline"
+	"fusion/engine"
+	"fusion/engine/chattemplate"
+	"fusion/engine/demo"
+	"fusion/engine/model"
+	"fusion/engine/runner"
+	"fusion/engine/sample"
+)
+
+// chain is a chain of n namespaces shaped as link, removed when the test
+// ends (failed or not); the test skips, saying why, where namespaces
+// cannot be made.
+func chain(t *testing.T, n int, link Link) *Chain {
+	t.Helper()
+	if err := Available(); err != nil {
+		t.Skipf("skipping the network namespace test: %v", err)
+	}
+	c, err := NewChain(context.Background(), n, link)
+	if errors.Is(err, ErrUnavailable) {
+		t.Skipf("skipping the network namespace test: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return c
+}
+
+// TestChainDelay: over a chain of three namespaces, node 0 reaches node
+// 2's listener only through node 1 — each hop a round trip of at least
+// twice the delay (netem or the relay), and the tbf of each hop counts
+// the bytes that crossed it.
+func TestChainDelay(t *testing.T) {
+	const d = 5 * time.Millisecond
+	c := chain(t, 3, Link{Delay: d, RateBit: 1e9})
+	t.Logf("delay by %s, bandwidth by %s, namespaces %s %s %s", c.DelayMethod, c.BandwidthMethod, c.Namespace(0), c.Namespace(1), c.Namespace(2))
+	if c.DelayMethod == "" || c.BandwidthMethod != "tbf" {
+		t.Fatalf("delay by %q, bandwidth by %q", c.DelayMethod, c.BandwidthMethod)
+	}
+	// Node 1 echoes, node 2 echoes; node 1 cannot be skipped: node 0
+	// has no route to hop 1.
+	lis, err := c.Listen(1, net.JoinHostPort(c.Addr(1), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	go func() {
+		for {
+			conn, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				buf := make([]byte, 1)
+				for {
+					if _, err := conn.Read(buf); err != nil {
+						return
+					}
+					if _, err := conn.Write(buf); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	via, err := c.Via(0, lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	before, err := c.SentBytes(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := c.Dialer(0)(ctx, "tcp", via)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for range 3 {
+		if got := rtt(t, conn); got < 2*d {
+			t.Fatalf("a round trip over the hop took %v, want ≥ %v", got, 2*d)
+		}
+	}
+	if after, err := c.SentBytes(ctx, 0); err != nil || after <= before {
+		t.Fatalf("hop 0's tbf sent %d bytes, %d before (%v)", after, before, err)
+	}
+	if _, err := c.Dialer(0)(ctx, "tcp", net.JoinHostPort(c.Addr(2), "1")); err == nil {
+		t.Fatal("node 0 reached node 2 directly")
+	}
+}
+
+// TestPipelineOverSlowLink: a demo model in two stages whose hop crosses
+// a shaped link (1 Gbit/s by tbf, 10 ms each way by netem or the relay)
+// gives the tokens and logprobs of the whole model on one node, greedy
+// and seeded, two requests at once; a gRPC ping over the link takes at
+// least twice the delay, and so does each token (a step is a round trip
+// over the hop).
+func TestPipelineOverSlowLink(t *testing.T) {
+	const d = 10 * time.Millisecond
+	c := chain(t, 2, Link{Delay: d, RateBit: 1e9})
+	t.Logf("delay by %s, bandwidth by %s", c.DelayMethod, c.BandwidthMethod)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	dir := t.TempDir()
+	o := demo.DefaultOptions()
+	o.Layers, o.Seed = 4, 5
+	if _, err := demo.Create(filepath.Join(dir, "m"), o); err != nil {
+		t.Fatal(err)
+	}
+	newRunner := func() *runner.Runner {
+		r, err := runner.New(runner.Config{ModelsDir: dir, Threads: 1, Backend: runner.BackendCPU, CacheHotBytes: -1, CacheSSDBytes: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		return r
+	}
+	whole, first := newRunner(), newRunner()
+
+	// Stage 1 (layers 2–4) served in node 1's namespace.
+	sm, err := whole.LoadStage(ctx, "m", model.Range{Start: 2, End: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sm.Close()
+	lis, err := c.Listen(1, net.JoinHostPort(c.Addr(1), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	healthpb.RegisterHealthServer(gs, health.NewServer())
+	dial := func(addr string) (grpc.ClientConnInterface, error) {
+		return grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return c.Dialer(0)(ctx, "tcp", addr) }))
+	}
+	pipeline.Register(gs, func(string) (pipeline.Stage, bool) { return pipeline.Stage{Generation: 1, Model: sm.Model}, true }, dial, nil)
+	go gs.Serve(lis)
+	defer gs.Stop()
+
+	// Stage 0 (layers 0–2) here, dialling from node 0 over the hop.
+	via, err := c.Via(0, lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := pipeline.NewClient("m", 1, via, dial)
+	if err := first.SetPipeline(ctx, "m", &runner.Pipeline{Layers: model.Range{Start: 0, End: 2}, Generation: 1, Down: down, Stages: 2}); err != nil {
+		down.Close()
+		t.Fatal(err)
+	}
+
+	// The gRPC ping over the link.
+	conn, err := dial(via)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.(*grpc.ClientConn).Close()
+	hc := healthpb.NewHealthClient(conn)
+	var pings []time.Duration
+	for range 5 {
+		start := time.Now()
+		if _, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		pings = append(pings, time.Since(start))
+	}
+	slices.Sort(pings)
+	t.Logf("gRPC ping over the hop: %v (median of %v)", pings[2], pings)
+	if pings[0] < 2*d {
+		t.Fatalf("a gRPC ping over the hop took %v, want ≥ %v", pings[0], 2*d)
+	}
+
+	before, err := c.SentBytes(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const maxTokens = 8
+	run := func(r *runner.Runner, text string, seed *int64) (string, time.Duration, int) {
+		p := sample.DefaultParams()
+		p.Temperature, p.Seed, p.Logprobs, p.TopLogprobs = 0, seed, true, 3
+		if seed != nil {
+			p.Temperature, p.TopP = 1.5, 0.95
+		}
+		req := &engine.Request{Model: "m", Messages: []*chattemplate.Object{chattemplate.NewObject("role", "user", "content", text)},
+			Sampling: p, MaxTokens: maxTokens}
+		start := time.Now()
+		ch, err := r.Generate(ctx, req)
+		if err != nil {
+			t.Error(err)
+			return "", 0, 0
+		}
+		var s string
+		n := 0
+		for ev := range ch {
+			if ev.Err != nil {
+				t.Error(ev.Err)
+			}
+			n += len(ev.Tokens)
+			s += fmt.Sprintf("%q %v %v %s|", ev.Text, ev.Tokens, ev.TopLogprobs, ev.FinishReason)
+		}
+		return s, time.Since(start), n
+	}
+	seven := int64(7)
+	for _, tc := range []struct {
+		name string
+		seed *int64
+	}{{"greedy", nil}, {"seeded", &seven}} {
+		t.Run(tc.name, func(t *testing.T) {
+			prompts := []string{"over a slow link", "bit for bit"}
+			got := make([]string, len(prompts))
+			took := make([]time.Duration, len(prompts))
+			tokens := make([]int, len(prompts))
+			var wg sync.WaitGroup
+			for i, p := range prompts {
+				wg.Go(func() { got[i], took[i], tokens[i] = run(first, p, tc.seed) })
+			}
+			wg.Wait()
+			for i, p := range prompts {
+				want, _, _ := run(whole, p, tc.seed)
+				if got[i] != want {
+					t.Errorf("%q over the slow link:\n%s\none node:\n%s", p, got[i], want)
+				}
+				if tokens[i] == 0 {
+					t.Fatalf("%q gave no tokens", p)
+				}
+				// Every token is at least one round trip over the hop.
+				per := took[i] / time.Duration(tokens[i])
+				t.Logf("%q: %d tokens, %v a token over the link", p, tokens[i], per)
+				if per < 2*d {
+					t.Errorf("%q: %v a token, less than the hop's round trip %v: the delay is not there", p, per, 2*d)
+				}
+			}
+		})
+	}
+	after, err := c.SentBytes(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("hop 0's tbf sent %d bytes during the requests", after-before)
+	if hidden := int64(o.Hidden) * 4; after-before < hidden {
+		t.Fatalf("hop 0's tbf sent %d bytes, less than one hidden state (%d): the pipeline did not cross the link", after-before, hidden)
+	}
+}
