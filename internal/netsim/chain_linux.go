@@ -34,6 +34,7 @@ type Chain struct {
 
 	mu     sync.Mutex
 	relays []*Relay
+	closed bool
 }
 
 // Available says why network namespaces cannot be made here (an error
@@ -109,30 +110,27 @@ func NewChain(ctx context.Context, n int, link Link) (*Chain, error) {
 }
 
 // shape puts the link's qdiscs on one veth end: tbf at the root for the
-// rate (unlimited: a rate no veth reaches) and netem under it for the
+// rate, and netem (under the tbf, or at the root without a rate) for the
 // delay when the kernel has netem (the first end tried decides for the
 // chain).
 func (c *Chain) shape(ctx context.Context, ns, dev string) error {
-	if c.link.RateBit <= 0 && c.link.Delay <= 0 {
-		return nil
-	}
-	rate := c.link.RateBit
-	if rate <= 0 {
-		rate = 1e12
-	}
-	// The bucket holds 10 ms at the rate, at least 256 KiB (more than a
-	// GSO segment of 64 KiB).
-	burst := max(rate/8/100, 256<<10)
 	tc := []string{"netns", "exec", ns, "tc", "qdisc", "add", "dev", dev}
-	if err := run(ctx, "ip", append(tc, "root", "handle", "1:", "tbf", "rate", strconv.FormatInt(rate, 10)+"bit",
-		"burst", strconv.FormatInt(burst, 10), "latency", "200ms")...); err != nil {
-		return err
+	netemAt := []string{"root"}
+	if rate := c.link.RateBit; rate > 0 {
+		// The bucket holds 10 ms at the rate, at least 256 KiB (more
+		// than a GSO segment of 64 KiB), at most 64 MiB.
+		burst := min(max(rate/8/100, 256<<10), 64<<20)
+		if err := run(ctx, "ip", append(tc, "root", "handle", "1:", "tbf", "rate", strconv.FormatInt(rate, 10)+"bit",
+			"burst", strconv.FormatInt(burst, 10), "latency", "200ms")...); err != nil {
+			return err
+		}
+		netemAt = []string{"parent", "1:1"}
 	}
 	if c.link.Delay <= 0 || c.DelayMethod == "relay" {
 		return nil
 	}
 	us := strconv.FormatInt(c.link.Delay.Microseconds(), 10) + "us"
-	err := run(ctx, "ip", append(tc, "parent", "1:1", "handle", "10:", "netem", "delay", us, "limit", "100000")...)
+	err := run(ctx, "ip", append(append(tc, netemAt...), "handle", "10:", "netem", "delay", us, "limit", "100000")...)
 	switch {
 	case err == nil:
 		c.DelayMethod = "netem"
@@ -229,15 +227,20 @@ func (c *Chain) Via(i int, target string) (string, error) {
 	}
 	r := NewRelay(lis, target, c.Dialer(i), c.link.Delay)
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		r.Close()
+		return "", errors.New("netsim: the chain is closed")
+	}
 	c.relays = append(c.relays, r)
-	c.mu.Unlock()
 	return r.Addr(), nil
 }
 
 var sentRE = regexp.MustCompile(`qdisc tbf [^\n]*\n\s*Sent (\d+) bytes`)
 
 // SentBytes is what hop h's tbf qdiscs sent, both directions together:
-// proof that traffic crossed the shaped link.
+// proof that traffic crossed the shaped link (an error without a rate:
+// no tbf).
 func (c *Chain) SentBytes(ctx context.Context, h int) (int64, error) {
 	var total int64
 	for _, end := range []struct{ ns, dev string }{{c.ns[h], c.veth(h, 'a')}, {c.ns[h+1], c.veth(h, 'b')}} {
@@ -259,19 +262,23 @@ func (c *Chain) SentBytes(ctx context.Context, h int) (int64, error) {
 // with them).
 func (c *Chain) Close() error {
 	c.mu.Lock()
-	relays := c.relays
-	c.relays = nil
+	relays, closed := c.relays, c.closed
+	c.relays, c.closed = nil, true
 	c.mu.Unlock()
+	if closed {
+		return nil
+	}
 	var errs []error
 	for _, r := range relays {
 		r.Close()
 	}
+	// The names stay: a dialer still in use fails to enter a namespace
+	// that is gone.
 	for _, ns := range c.ns {
 		if err := run(context.Background(), "ip", "netns", "delete", ns); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	c.ns = nil
 	return errors.Join(errs...)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"path/filepath"
 	"slices"
@@ -48,69 +49,79 @@ func chain(t *testing.T, n int, link Link) *Chain {
 	return c
 }
 
-// TestChainDelay: over a chain of three namespaces, node 0 reaches node
-// 2's listener only through node 1 — each hop a round trip of at least
-// twice the delay (netem or the relay), and the tbf of each hop counts
-// the bytes that crossed it.
+// TestChainDelay: over a chain of namespaces, node 0 reaches node 1's
+// listener over hop 0 — every round trip at least twice the delay
+// (netem or the relay), the tbf of the hop counting the bytes that
+// crossed it — and cannot reach node 2 but through node 1.
 func TestChainDelay(t *testing.T) {
-	const d = 5 * time.Millisecond
-	c := chain(t, 3, Link{Delay: d, RateBit: 1e9})
-	t.Logf("delay by %s, bandwidth by %s, namespaces %s %s %s", c.DelayMethod, c.BandwidthMethod, c.Namespace(0), c.Namespace(1), c.Namespace(2))
-	if c.DelayMethod == "" || c.BandwidthMethod != "tbf" {
-		t.Fatalf("delay by %q, bandwidth by %q", c.DelayMethod, c.BandwidthMethod)
-	}
-	// Node 1 echoes, node 2 echoes; node 1 cannot be skipped: node 0
-	// has no route to hop 1.
-	lis, err := c.Listen(1, net.JoinHostPort(c.Addr(1), "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	go func() {
-		for {
-			conn, err := lis.Accept()
+	for _, tc := range []struct {
+		link  string
+		nodes int
+	}{
+		{"5ms+1gbit", 3},
+		{"5ms", 2},
+		{"1gbit", 2},
+	} {
+		t.Run(tc.link, func(t *testing.T) {
+			link, err := ParseLink(tc.link)
 			if err != nil {
-				return
+				t.Fatal(err)
 			}
+			c := chain(t, tc.nodes, link)
+			t.Logf("delay by %q, bandwidth by %q", c.DelayMethod, c.BandwidthMethod)
+			if (c.DelayMethod != "") != (link.Delay > 0) || (c.BandwidthMethod == "tbf") != (link.RateBit > 0) {
+				t.Fatalf("delay by %q, bandwidth by %q for %s", c.DelayMethod, c.BandwidthMethod, tc.link)
+			}
+			lis, err := c.Listen(1, net.JoinHostPort(c.Addr(1), "0"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lis.Close()
 			go func() {
-				defer conn.Close()
-				buf := make([]byte, 1)
 				for {
-					if _, err := conn.Read(buf); err != nil {
+					conn, err := lis.Accept()
+					if err != nil {
 						return
 					}
-					if _, err := conn.Write(buf); err != nil {
-						return
-					}
+					go func() {
+						defer conn.Close()
+						_, _ = io.Copy(conn, conn)
+					}()
 				}
 			}()
-		}
-	}()
-	via, err := c.Via(0, lis.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	before, err := c.SentBytes(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := c.Dialer(0)(ctx, "tcp", via)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	for range 3 {
-		if got := rtt(t, conn); got < 2*d {
-			t.Fatalf("a round trip over the hop took %v, want ≥ %v", got, 2*d)
-		}
-	}
-	if after, err := c.SentBytes(ctx, 0); err != nil || after <= before {
-		t.Fatalf("hop 0's tbf sent %d bytes, %d before (%v)", after, before, err)
-	}
-	if _, err := c.Dialer(0)(ctx, "tcp", net.JoinHostPort(c.Addr(2), "1")); err == nil {
-		t.Fatal("node 0 reached node 2 directly")
+			via, err := c.Via(0, lis.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			var before int64
+			if link.RateBit > 0 {
+				if before, err = c.SentBytes(ctx, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			conn, err := c.Dialer(0)(ctx, "tcp", via)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			for range 3 {
+				if got := rtt(t, conn); got < 2*link.Delay {
+					t.Fatalf("a round trip over the hop took %v, want ≥ %v", got, 2*link.Delay)
+				}
+			}
+			if link.RateBit > 0 {
+				if after, err := c.SentBytes(ctx, 0); err != nil || after <= before {
+					t.Fatalf("hop 0's tbf sent %d bytes, %d before (%v)", after, before, err)
+				}
+			}
+			if tc.nodes > 2 {
+				if _, err := c.Dialer(0)(ctx, "tcp", net.JoinHostPort(c.Addr(2), "1")); err == nil {
+					t.Fatal("node 0 reached node 2 directly")
+				}
+			}
+		})
 	}
 }
 
