@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"path/filepath"
 	"slices"
@@ -76,19 +75,7 @@ func TestChainDelay(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer lis.Close()
-			go func() {
-				for {
-					conn, err := lis.Accept()
-					if err != nil {
-						return
-					}
-					go func() {
-						defer conn.Close()
-						_, _ = io.Copy(conn, conn)
-					}()
-				}
-			}()
+			serveEcho(t, lis)
 			via, err := c.Via(0, lis.Addr().String())
 			if err != nil {
 				t.Fatal(err)

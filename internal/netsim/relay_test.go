@@ -16,6 +16,12 @@ func echo(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	serveEcho(t, lis)
+	return lis.Addr().String()
+}
+
+// serveEcho echoes every connection to lis until the test ends.
+func serveEcho(t *testing.T, lis net.Listener) {
 	t.Cleanup(func() { lis.Close() })
 	go func() {
 		for {
@@ -29,7 +35,6 @@ func echo(t *testing.T) string {
 			}()
 		}
 	}()
-	return lis.Addr().String()
 }
 
 // rtt is the round trip of one byte over c.
