@@ -233,7 +233,8 @@ func Pipeline(ctx context.Context, o PipelineOptions, stdout, stderr io.Writer) 
 		"link_note": "a profile other than loopback puts stage i in network namespace i of a chain joined by veth pairs, " +
 			"tbf limiting each direction's rate and netem (delay_method netem) or, where the kernel has no netem, a delaying TCP relay " +
 			"on the dialling side (delay_method relay) adding the delay each way; hop_ping_ms is a gRPC health check over the first hop, " +
-			"link_added_ms_per_token_per_hop the one-stream time per token over the same stages' on loopback, per hop",
+			"link_added_ms_per_token_per_hop the one-stream time per token over the same stages' on loopback, per hop; " +
+			"with -procs the relays run in this process, on the first stage's core",
 	}
 	cfg, err := modelfile.LoadConfig(path)
 	if err != nil {
