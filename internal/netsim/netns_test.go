@@ -113,14 +113,29 @@ func TestChainDelay(t *testing.T) {
 }
 
 // TestPipelineOverSlowLink: a demo model in two stages whose hop crosses
-// a shaped link (1 Gbit/s by tbf, 10 ms each way by netem or the relay)
-// gives the tokens and logprobs of the whole model on one node, greedy
-// and seeded, two requests at once; a gRPC ping over the link takes at
-// least twice the delay, and so does each token (a step is a round trip
-// over the hop).
+// a shaped link (1 Gbit/s by tbf, 10 ms each way by netem or the relay),
+// and in three stages over two such hops (5 ms, the middle stage
+// dialling the last from its own namespace), gives the tokens and
+// logprobs of the whole model on one node, greedy and seeded, two
+// requests at once; a gRPC ping over the first hop takes at least twice
+// the delay, and each token at least the round trips of every hop (a
+// step goes down and back over each).
 func TestPipelineOverSlowLink(t *testing.T) {
-	const d = 10 * time.Millisecond
-	c := chain(t, 2, Link{Delay: d, RateBit: 1e9})
+	for _, tc := range []struct {
+		stages int
+		delay  time.Duration
+		bounds []int // stage i runs layers [bounds[i], bounds[i+1])
+	}{
+		{2, 10 * time.Millisecond, []int{0, 2, 4}},
+		{3, 5 * time.Millisecond, []int{0, 1, 3, 4}},
+	} {
+		t.Run(fmt.Sprintf("%d stages", tc.stages), func(t *testing.T) { slowPipeline(t, tc.delay, tc.bounds) })
+	}
+}
+
+func slowPipeline(t *testing.T, d time.Duration, bounds []int) {
+	k := len(bounds) - 1
+	c := chain(t, k, Link{Delay: d, RateBit: 1e9})
 	t.Logf("delay by %s, bandwidth by %s", c.DelayMethod, c.BandwidthMethod)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -140,40 +155,55 @@ func TestPipelineOverSlowLink(t *testing.T) {
 		return r
 	}
 	whole, first := newRunner(), newRunner()
+	// dial is node i's gRPC dial, from its namespace.
+	dial := func(i int) pipeline.Dial {
+		return func(addr string) (grpc.ClientConnInterface, error) {
+			return grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+				grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return c.Dialer(i)(ctx, "tcp", addr) }))
+		}
+	}
 
-	// Stage 1 (layers 2–4) served in node 1's namespace.
-	sm, err := whole.LoadStage(ctx, "m", model.Range{Start: 2, End: 4})
-	if err != nil {
-		t.Fatal(err)
+	// Stages k−1 … 1 served in their nodes' namespaces, each dialling
+	// the next over its hop.
+	next := ""
+	for i := k - 1; i >= 1; i-- {
+		sm, err := whole.LoadStage(ctx, "m", model.Range{Start: bounds[i], End: bounds[i+1]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sm.Close() })
+		lis, err := c.Listen(i, net.JoinHostPort(c.Addr(i), "0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		via := ""
+		if next != "" {
+			if via, err = c.Via(i, next); err != nil {
+				t.Fatal(err)
+			}
+		}
+		gs := grpc.NewServer()
+		healthpb.RegisterHealthServer(gs, health.NewServer())
+		st := pipeline.Stage{Generation: 1, Model: sm.Model, Next: via}
+		pipeline.Register(gs, func(string) (pipeline.Stage, bool) { return st, true }, dial(i), nil)
+		go gs.Serve(lis)
+		t.Cleanup(gs.Stop)
+		next = lis.Addr().String()
 	}
-	defer sm.Close()
-	lis, err := c.Listen(1, net.JoinHostPort(c.Addr(1), "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	healthpb.RegisterHealthServer(gs, health.NewServer())
-	dial := func(addr string) (grpc.ClientConnInterface, error) {
-		return grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return c.Dialer(0)(ctx, "tcp", addr) }))
-	}
-	pipeline.Register(gs, func(string) (pipeline.Stage, bool) { return pipeline.Stage{Generation: 1, Model: sm.Model}, true }, dial, nil)
-	go gs.Serve(lis)
-	defer gs.Stop()
 
-	// Stage 0 (layers 0–2) here, dialling from node 0 over the hop.
-	via, err := c.Via(0, lis.Addr().String())
+	// Stage 0 here, dialling from node 0 over hop 0.
+	via, err := c.Via(0, next)
 	if err != nil {
 		t.Fatal(err)
 	}
-	down := pipeline.NewClient("m", 1, via, dial)
-	if err := first.SetPipeline(ctx, "m", &runner.Pipeline{Layers: model.Range{Start: 0, End: 2}, Generation: 1, Down: down, Stages: 2}); err != nil {
+	down := pipeline.NewClient("m", 1, via, dial(0))
+	if err := first.SetPipeline(ctx, "m", &runner.Pipeline{Layers: model.Range{Start: 0, End: bounds[1]}, Generation: 1, Down: down, Stages: k}); err != nil {
 		down.Close()
 		t.Fatal(err)
 	}
 
 	// The gRPC ping over the link.
-	conn, err := dial(via)
+	conn, err := dial(0)(via)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,10 +223,18 @@ func TestPipelineOverSlowLink(t *testing.T) {
 		t.Fatalf("a gRPC ping over the hop took %v, want ≥ %v", pings[0], 2*d)
 	}
 
-	before, err := c.SentBytes(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
+	sent := func() []int64 {
+		var n []int64
+		for h := range k - 1 {
+			b, err := c.SentBytes(ctx, h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n = append(n, b)
+		}
+		return n
 	}
+	before := sent()
 	const maxTokens = 8
 	run := func(r *runner.Runner, text string, seed *int64) (string, time.Duration, int) {
 		p := sample.DefaultParams()
@@ -246,21 +284,19 @@ func TestPipelineOverSlowLink(t *testing.T) {
 				if tokens[i] == 0 {
 					t.Fatalf("%q gave no tokens", p)
 				}
-				// Every token is at least one round trip over the hop.
-				per := took[i] / time.Duration(tokens[i])
-				t.Logf("%q: %d tokens, %v a token over the link", p, tokens[i], per)
-				if per < 2*d {
-					t.Errorf("%q: %v a token, less than the hop's round trip %v: the delay is not there", p, per, 2*d)
+				// Every token is at least one round trip over every hop.
+				per, least := took[i]/time.Duration(tokens[i]), 2*d*time.Duration(k-1)
+				t.Logf("%q: %d tokens, %v a token over the links", p, tokens[i], per)
+				if per < least {
+					t.Errorf("%q: %v a token, less than the hops' round trips %v: the delay is not there", p, per, least)
 				}
 			}
 		})
 	}
-	after, err := c.SentBytes(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("hop 0's tbf sent %d bytes during the requests", after-before)
-	if hidden := int64(o.Hidden) * 4; after-before < hidden {
-		t.Fatalf("hop 0's tbf sent %d bytes, less than one hidden state (%d): the pipeline did not cross the link", after-before, hidden)
+	for h, after := range sent() {
+		t.Logf("hop %d's tbf sent %d bytes during the requests", h, after-before[h])
+		if hidden := int64(o.Hidden) * 4; after-before[h] < hidden {
+			t.Errorf("hop %d's tbf sent %d bytes, less than one hidden state (%d): the pipeline did not cross it", h, after-before[h], hidden)
+		}
 	}
 }
