@@ -118,6 +118,7 @@ func benchPipeline(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.IntVar(&o.MicroBatches, "micro-batches", o.MicroBatches, "micro-batches the first stage keeps in flight (0: one per stage; 1: one step at a time)")
 	fs.StringVar(&o.Split, "split", o.Split, "layers per stage: even, or balanced (the same weights per token on each stage, the output head counted)")
 	fs.BoolVar(&o.Procs, "procs", o.Procs, "run each later stage as a process of its own on a core of its own (taskset; Linux), one compute goroutine per stage")
+	fs.Var((*listFlag)(&o.Links), "links", "comma-separated `list` of link profiles between the stages: loopback, or a delay and a rate such as 1ms+10gbit (network namespaces, tbf and netem or a delaying relay; needs root)")
 	if err := parseBenchFlags(fs, args); err != nil {
 		return err
 	}
@@ -140,6 +141,7 @@ func benchPipelineStage(ctx context.Context, args []string, stdout, stderr io.Wr
 	fs.IntVar(&o.Start, "start", 0, "first layer")
 	fs.IntVar(&o.End, "end", 0, "end of the layers (exclusive)")
 	fs.StringVar(&o.Next, "next", "", "the next stage's gRPC address (none on the last stage)")
+	fs.StringVar(&o.Listen, "listen", "", "the address to serve on (default: a loopback port)")
 	if err := parseBenchFlags(fs, args); err != nil {
 		return err
 	}

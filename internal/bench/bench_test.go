@@ -45,8 +45,13 @@ func TestOptionErrors(t *testing.T) {
 			return Pipeline(ctx, o, io.Discard, io.Discard)
 		}},
 		{"pipeline procs without the binary", func() error {
-			_, err := startStageProc(ctx, "", "", model.Range{Start: 1, End: 2}, "", 0)
+			_, err := startStageProc(ctx, "", "", model.Range{Start: 1, End: 2}, "", 0, "", "")
 			return err
+		}},
+		{"pipeline link profile", func() error {
+			o := DefaultPipelineOptions()
+			o.Links = []string{"loopback", "1ms+fast"}
+			return Pipeline(ctx, o, io.Discard, io.Discard)
 		}},
 		{"cache repeat", func() error {
 			o := DefaultCacheOptions()

@@ -22,6 +22,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"fusion/cluster/layersplit"
 	"fusion/cluster/pipeline"
@@ -29,6 +31,7 @@ import (
 	"fusion/engine/modelfile"
 	"fusion/engine/prompt"
 	"fusion/engine/runner"
+	"fusion/internal/netsim"
 )
 
 // PipelineOptions are the settings of the pipeline benchmark.
@@ -62,15 +65,40 @@ type PipelineOptions struct {
 	// each stage, the last stage's output head counted: on the
 	// Qwen3-0.6B shape the head weighs as much as ten layers).
 	Split string
+	// Links are the link profiles every pipeline of 2 stages or more
+	// runs over (netsim.ParseLink): "loopback" (this machine's, no
+	// namespaces), or a delay and a rate ("1ms+10gbit") for stages in
+	// network namespaces of their own joined by veth pairs, tbf limiting
+	// the rate and netem (or, in a kernel without it, a delaying relay)
+	// adding the delay one way, each direction. The logits-back rows run
+	// on loopback only. A profile that cannot run here (not root, no
+	// `ip`) is reported skipped with the reason.
+	Links []string
 }
 
 // DefaultPipelineOptions are the settings `make bench` uses.
 func DefaultPipelineOptions() PipelineOptions {
-	return PipelineOptions{CacheDir: DefaultCacheDir, Layers: 6, Stages: []int{1, 2, 3}, Streams: []int{1, 8}, Prompt: 16, Decode: 16, LogitsBack: true, Repeat: 3, Split: "balanced"}
+	return PipelineOptions{CacheDir: DefaultCacheDir, Layers: 6, Stages: []int{1, 2, 3}, Streams: []int{1, 8}, Prompt: 16, Decode: 16, LogitsBack: true, Repeat: 3, Split: "balanced",
+		Links: []string{"loopback", "1ms+10gbit", "10ms+1gbit"}}
 }
 
 type pipelineRow struct {
 	Stages int `json:"stages"`
+	// Link is the profile the hops ran over ("loopback", "1ms+10gbit"),
+	// DelayMethod how its delay was made ("netem" or "relay") and
+	// BandwidthMethod how its rate was limited ("tbf").
+	Link            string `json:"link"`
+	DelayMethod     string `json:"delay_method,omitempty"`
+	BandwidthMethod string `json:"bandwidth_method,omitempty"`
+	// Skipped says why the profile could not run here.
+	Skipped string `json:"skipped,omitempty"`
+	// HopPingMs is the median round trip of a gRPC health check from the
+	// first stage to the second over the first hop (the link's own
+	// latency, gRPC included).
+	HopPingMs float64 `json:"hop_ping_ms,omitempty"`
+	// LinkMsPerHop is, for one stream, the per-token latency over the
+	// same stages' on loopback divided by the hops: what the link adds.
+	LinkMsPerHop float64 `json:"link_added_ms_per_token_per_hop,omitempty"`
 	// Back is what the last stage sends back: "tokens" (it samples) or
 	// "logits" (the first stage samples); "" for one stage.
 	Back   string        `json:"back,omitempty"`
@@ -88,6 +116,26 @@ type pipelineRow struct {
 	// median run's time (stage order).
 	Profiles [][]stageProfile `json:"stage_profiles,omitempty"`
 	Error    string           `json:"error,omitempty"`
+
+	link  netsim.Link // the profile's (zero: loopback)
+	pings []float64   // every run's hop ping
+}
+
+// parseLinks reads the link profiles: the shaped ones, and whether
+// "loopback" was among them.
+func parseLinks(names []string) (links []netsim.Link, loopback bool, err error) {
+	for _, n := range names {
+		l, err := netsim.ParseLink(n)
+		if err != nil {
+			return nil, false, optionErrorf("pipeline: -links: %v", err)
+		}
+		if l == (netsim.Link{}) {
+			loopback = true
+			continue
+		}
+		links = append(links, l)
+	}
+	return links, loopback, nil
 }
 
 // stageProfile is where one stage spent a level's run, in percent of the
@@ -141,7 +189,11 @@ func (a stageStats) profile(stage int, b stageStats, wall time.Duration) stagePr
 // streams. All stages share this process's cores, so the figures are the
 // protocol's cost (hidden states down, tokens — or, for comparison,
 // logits — back, one step in flight), not the speed-up of stages on
-// machines of their own.
+// machines of their own. Each link profile of o.Links other than
+// loopback runs the pipelines of 2 stages or more again with every stage
+// in a network namespace of its own and shaped hops between them
+// (internal/netsim), reporting the hop's gRPC ping and what the link adds
+// per token and hop.
 func Pipeline(ctx context.Context, o PipelineOptions, stdout, stderr io.Writer) error {
 	if o.Split != "even" && o.Split != "balanced" {
 		return optionErrorf("pipeline: -split is even or balanced, not %q", o.Split)
@@ -149,6 +201,10 @@ func Pipeline(ctx context.Context, o PipelineOptions, stdout, stderr io.Writer) 
 	if o.Layers < 1 || o.Prompt < 1 || o.Decode < 2 || o.Repeat < 1 || len(o.Stages) == 0 || slices.Min(o.Stages) < 1 || slices.Max(o.Stages) > o.Layers ||
 		len(o.Streams) == 0 || slices.Min(o.Streams) < 1 {
 		return optionErrorf("pipeline: want -layers ≥ 1, stages in [1, layers], positive streams, prompt and repeat, decode ≥ 2")
+	}
+	links, loopback, err := parseLinks(o.Links)
+	if err != nil {
+		return err
 	}
 	shape := demo0p6Shape()
 	shape.Layers = o.Layers
@@ -173,6 +229,12 @@ func Pipeline(ctx context.Context, o PipelineOptions, stdout, stderr io.Writer) 
 			"(see cluster/DESIGN.md for the bound with a machine per stage)",
 		"micro_batches": o.MicroBatches,
 		"split":         o.Split,
+		"links":         o.Links,
+		"link_note": "a profile other than loopback puts stage i in network namespace i of a chain joined by veth pairs, " +
+			"tbf limiting each direction's rate and netem (delay_method netem) or, where the kernel has no netem, a delaying TCP relay " +
+			"on the dialling side (delay_method relay) adding the delay each way; hop_ping_ms is a gRPC health check over the first hop, " +
+			"link_added_ms_per_token_per_hop the one-stream time per token over the same stages' on loopback, per hop; " +
+			"with -procs the relays run in this process, on the first stage's core",
 	}
 	cfg, err := modelfile.LoadConfig(path)
 	if err != nil {
@@ -190,11 +252,28 @@ func Pipeline(ctx context.Context, o PipelineOptions, stdout, stderr io.Writer) 
 		switch {
 		case k == 1:
 			backs = []string{""}
+		case !loopback:
+			continue
 		case o.LogitsBack:
 			backs = append(backs, "logits")
 		}
 		for _, back := range backs {
-			rows = append(rows, pipelineRow{Stages: k, Back: back, Bounds: stageBounds(o.Layers, k, o.Split, cfg.HeadLayers())})
+			rows = append(rows, pipelineRow{Stages: k, Back: back, Link: "loopback", Bounds: stageBounds(o.Layers, k, o.Split, cfg.HeadLayers())})
+		}
+	}
+	// Every other profile: the pipelines of 2 stages or more, tokens back.
+	unavailable := netsim.Available()
+	for _, l := range links {
+		for _, k := range o.Stages {
+			if k == 1 {
+				continue
+			}
+			row := pipelineRow{Stages: k, Back: "tokens", Link: l.String(), link: l, Bounds: stageBounds(o.Layers, k, o.Split, cfg.HeadLayers())}
+			if unavailable != nil {
+				row.Skipped = unavailable.Error()
+				fmt.Fprintf(stderr, "bench pipeline: skipping %d stages over %s: %v\n", k, row.Link, unavailable)
+			}
+			rows = append(rows, row)
 		}
 	}
 	start := loadAverage()
@@ -205,15 +284,17 @@ func Pipeline(ctx context.Context, o PipelineOptions, stdout, stderr io.Writer) 
 	for rep := range o.Repeat {
 		for i := range rows {
 			row := &rows[i]
-			if row.Error != "" {
+			if row.Error != "" || row.Skipped != "" {
 				continue
 			}
-			fmt.Fprintf(stderr, "bench pipeline: round %d, %d stages %s\n", rep+1, row.Stages, row.Back)
-			levels, profiles, hop, err := runPipeline(ctx, path, row.Bounds, row.Back == "logits", o, text)
+			fmt.Fprintf(stderr, "bench pipeline: round %d, %d stages over %s %s\n", rep+1, row.Stages, row.Link, row.Back)
+			levels, profiles, hop, info, err := runPipeline(ctx, path, row.Bounds, row.Back == "logits", row.link, o, text)
 			if err != nil {
 				row.Error = err.Error()
 				continue
 			}
+			row.DelayMethod, row.BandwidthMethod = info.delayMethod, info.bandwidthMethod
+			row.pings = append(row.pings, info.pingMs)
 			if hop.Rows > 0 {
 				row.HopBytesPerToken = float64(hop.Bytes) / float64(hop.Rows)
 				row.HopDType = hop.DType
@@ -229,8 +310,11 @@ func Pipeline(ctx context.Context, o PipelineOptions, stdout, stderr io.Writer) 
 		}
 	}
 	for i := range rows {
-		if rows[i].Error != "" {
+		if rows[i].Error != "" || rows[i].Skipped != "" {
 			continue
+		}
+		if len(rows[i].pings) > 0 {
+			rows[i].HopPingMs = median(rows[i].pings)
 		}
 		for j, rs := range runs[i] {
 			m := medianRun(rs)
@@ -244,6 +328,19 @@ func Pipeline(ctx context.Context, o PipelineOptions, stdout, stderr io.Writer) 
 			if r := rows[i]; r.Stages > 1 && len(r.Levels) > 0 && r.Levels[0].PerStreamTokS > 0 {
 				rows[i].AddedMsPerHop = (1000/r.Levels[0].PerStreamTokS - base) / float64(r.Stages-1)
 			}
+		}
+	}
+	// What each link adds over loopback, per hop, at the same stages.
+	for i := range rows {
+		r := rows[i]
+		if r.Link == "loopback" || len(r.Levels) == 0 || r.Levels[0].Streams != 1 || r.Levels[0].PerStreamTokS <= 0 {
+			continue
+		}
+		j := slices.IndexFunc(rows, func(l pipelineRow) bool {
+			return l.Link == "loopback" && l.Stages == r.Stages && l.Back == r.Back && len(l.Levels) > 0 && l.Levels[0].PerStreamTokS > 0
+		})
+		if j >= 0 {
+			rows[i].LinkMsPerHop = (1000/r.Levels[0].PerStreamTokS - 1000/rows[j].Levels[0].PerStreamTokS) / float64(r.Stages-1)
 		}
 	}
 	out["runs"] = rows
@@ -263,24 +360,32 @@ func loadAverage() string {
 	return strings.Join(f[:min(3, len(f))], " ")
 }
 
-// runPipeline serves the model at path in the stages bounds gives and
-// runs every concurrency level once after a warm-up; hop is what the
-// first stage sent down (zero for one stage).
-func runPipeline(ctx context.Context, path string, bounds []int, logitsBack bool, o PipelineOptions, text *prompt.Builder) (levels []batchResult, profiles [][]stageProfile, hop pipeline.WireStats, err error) {
+// linkInfo is what a run learnt of its hops: their gRPC ping and how
+// their shape was made.
+type linkInfo struct {
+	pingMs                       float64
+	delayMethod, bandwidthMethod string
+}
+
+// runPipeline serves the model at path in the stages bounds gives, its
+// hops over link (zero: loopback), and runs every concurrency level once
+// after a warm-up; hop is what the first stage sent down (zero for one
+// stage).
+func runPipeline(ctx context.Context, path string, bounds []int, logitsBack bool, link netsim.Link, o PipelineOptions, text *prompt.Builder) (levels []batchResult, profiles [][]stageProfile, hop pipeline.WireStats, info linkInfo, err error) {
 	k := len(bounds) - 1
 	dir, name := filepath.Dir(path), filepath.Base(path)
 	maxStreams := slices.Max(o.Streams)
 	if o.Procs {
 		restore, err := pinProcess(0)
 		if err != nil {
-			return nil, nil, hop, err
+			return nil, nil, hop, info, err
 		}
 		defer restore()
 	}
 	r, err := runner.New(runner.Config{ModelsDir: dir, Threads: o.Threads, MaxRunning: maxStreams, MaxQueued: maxStreams,
 		CacheHotBytes: -1, CacheSSDBytes: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
-		return nil, nil, hop, err
+		return nil, nil, hop, info, err
 	}
 	defer r.Close()
 	var cleanup []func()
@@ -296,14 +401,14 @@ func runPipeline(ctx context.Context, path string, bounds []int, logitsBack bool
 	if k == 1 {
 		err = r.Load(ctx, name)
 	} else {
-		down, stages, err = pipelineStages(ctx, r, path, bounds, logitsBack, o, &cleanup)
+		down, stages, info, err = pipelineStages(ctx, r, path, bounds, logitsBack, link, o, &cleanup)
 	}
 	if err != nil {
-		return nil, nil, hop, err
+		return nil, nil, hop, info, err
 	}
 	request := fullLengthRequests(text, name, o.Prompt, o.Decode)
 	if _, err := streamTimes(ctx, r, request(99)); err != nil { // warm-up
-		return nil, nil, hop, err
+		return nil, nil, hop, info, err
 	}
 	snapshot := func() ([]stageStats, error) {
 		first := stageStats{CPU: processCPU()}
@@ -324,17 +429,17 @@ func runPipeline(ctx context.Context, path string, bounds []int, logitsBack bool
 	for _, n := range o.Streams {
 		before, err := snapshot()
 		if err != nil {
-			return rows, profiles, hop, err
+			return rows, profiles, hop, info, err
 		}
 		began := time.Now()
 		row := runLevel(ctx, r, n, request)
 		if row.Error != "" {
-			return rows, profiles, hop, errors.New(row.Error)
+			return rows, profiles, hop, info, errors.New(row.Error)
 		}
 		wall := time.Since(began)
 		after, err := snapshot()
 		if err != nil {
-			return rows, profiles, hop, err
+			return rows, profiles, hop, info, err
 		}
 		var prof []stageProfile
 		for i := range before {
@@ -350,7 +455,7 @@ func runPipeline(ctx context.Context, path string, bounds []int, logitsBack bool
 	if down != nil {
 		hop = down.Wire()
 	}
-	return rows, profiles, hop, nil
+	return rows, profiles, hop, info, nil
 }
 
 // timedLink is the first stage's link, timing how long the scheduler
@@ -401,23 +506,33 @@ func stageBounds(layers, k int, split string, head float64) []int {
 	return bounds
 }
 
-// pipelineStages loads stages 1..k−1 as Pipeline servers on loopback (in
-// this process, or with o.Procs each in a process of its own) and makes
-// the runner's model the first stage on the layers bounds gives.
-func pipelineStages(ctx context.Context, r *runner.Runner, path string, bounds []int, logitsBack bool, o PipelineOptions, cleanup *[]func()) (*timedLink, []func() (stageStats, error), error) {
+// pipelineStages loads stages 1..k−1 as Pipeline servers (in this
+// process, or with o.Procs each in a process of its own) and makes the
+// runner's model the first stage on the layers bounds gives. Over the
+// zero link they listen on loopback; over another, stage i is in node i
+// of a netsim.Chain (its sockets, or its process, in the node's network
+// namespace) and dials stage i+1 over the shaped hop between them.
+func pipelineStages(ctx context.Context, r *runner.Runner, path string, bounds []int, logitsBack bool, link netsim.Link, o PipelineOptions, cleanup *[]func()) (*timedLink, []func() (stageStats, error), linkInfo, error) {
 	name := filepath.Base(path)
 	k := len(bounds) - 1
-	dial := func(addr string) (grpc.ClientConnInterface, error) {
-		return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	var info linkInfo
+	h, err := newHops(ctx, k, link)
+	if err != nil {
+		return nil, nil, info, err
 	}
+	*cleanup = append(*cleanup, h.close)
 	next := ""
 	stats := make([]func() (stageStats, error), k-1) // stage i's at i−1
 	for i := k - 1; i >= 1; i-- {
 		layers := model.Range{Start: bounds[i], End: bounds[i+1]}
+		via, err := h.via(i, next)
+		if err != nil {
+			return nil, nil, info, err
+		}
 		if o.Procs {
-			proc, err := startStageProc(ctx, o.Exe, path, layers, next, i%runtime.NumCPU())
+			proc, err := startStageProc(ctx, o.Exe, path, layers, via, i%runtime.NumCPU(), h.namespace(i), h.listenAddr(i))
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, info, err
 			}
 			*cleanup = append(*cleanup, proc.stop)
 			next, stats[i-1] = proc.addr, proc.stats
@@ -425,38 +540,136 @@ func pipelineStages(ctx context.Context, r *runner.Runner, path string, bounds [
 		}
 		sm, err := r.LoadStage(ctx, name, layers)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, info, err
 		}
 		*cleanup = append(*cleanup, func() { sm.Close() })
-		addr, srv, stop, err := serveStage(sm.Model, next, dial)
+		lis, err := h.listen(i)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, info, err
 		}
+		addr, srv, stop := serveStage(lis, sm.Model, via, h.dial(i))
 		*cleanup = append(*cleanup, stop)
 		next = addr
 		stats[i-1] = func() (stageStats, error) { return stageStats{Counts: srv.Counts()}, nil }
 	}
-	down := &timedLink{Client: pipeline.NewClient(name, 1, next, dial)}
+	first, err := h.via(0, next)
+	if err != nil {
+		return nil, nil, info, err
+	}
+	if info.pingMs, err = pingMs(ctx, h.dial(0), first); err != nil {
+		return nil, nil, info, err
+	}
+	if h.chain != nil {
+		info.delayMethod, info.bandwidthMethod = h.chain.DelayMethod, h.chain.BandwidthMethod
+	}
+	down := &timedLink{Client: pipeline.NewClient(name, 1, first, h.dial(0))}
 	p := &runner.Pipeline{Layers: model.Range{Start: 0, End: bounds[1]}, Generation: 1, Down: down, LogitsBack: logitsBack,
 		Stages: k, MicroBatches: o.MicroBatches}
 	if err := r.SetPipeline(ctx, name, p); err != nil {
 		down.Close()
-		return nil, nil, err
+		return nil, nil, info, err
 	}
-	return down, stats, nil
+	return down, stats, info, nil
 }
 
-// serveStage serves m as a later stage (generation 1) on a loopback port.
-func serveStage(m *model.Model, next string, dial pipeline.Dial) (addr string, srv *pipeline.Server, stop func(), err error) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, nil, err
+// hops are the links between the stages: loopback (chain nil) or a
+// netsim.Chain's shaped hops.
+type hops struct{ chain *netsim.Chain }
+
+func newHops(ctx context.Context, k int, link netsim.Link) (hops, error) {
+	if link == (netsim.Link{}) {
+		return hops{}, nil
 	}
+	c, err := netsim.NewChain(ctx, k, link)
+	return hops{chain: c}, err
+}
+
+func (h hops) close() {
+	if h.chain != nil {
+		_ = h.chain.Close()
+	}
+}
+
+// dial is stage i's gRPC dial (from its namespace).
+func (h hops) dial(i int) pipeline.Dial {
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if h.chain != nil {
+		d := h.chain.Dialer(i)
+		opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return d(ctx, "tcp", addr) }))
+	}
+	return func(addr string) (grpc.ClientConnInterface, error) {
+		if h.chain != nil {
+			addr = "passthrough:///" + addr
+		}
+		return grpc.NewClient(addr, opts...)
+	}
+}
+
+// listenAddr is where stage i listens: loopback, or its address on the
+// hop from stage i−1.
+func (h hops) listenAddr(i int) string {
+	if h.chain == nil {
+		return "127.0.0.1:0"
+	}
+	return net.JoinHostPort(h.chain.Addr(i), "0")
+}
+
+func (h hops) listen(i int) (net.Listener, error) {
+	if h.chain == nil {
+		return net.Listen("tcp", h.listenAddr(i))
+	}
+	return h.chain.Listen(i, h.listenAddr(i))
+}
+
+// namespace is stage i's network namespace ("" on loopback).
+func (h hops) namespace(i int) string {
+	if h.chain == nil {
+		return ""
+	}
+	return h.chain.Namespace(i)
+}
+
+// via is the address stage i dials for target ("": none) on stage i+1.
+func (h hops) via(i int, target string) (string, error) {
+	if h.chain == nil || target == "" {
+		return target, nil
+	}
+	return h.chain.Via(i, target)
+}
+
+// pingMs is the median round trip of 9 gRPC health checks to addr
+// through dial, in milliseconds, after one to connect.
+func pingMs(ctx context.Context, dial pipeline.Dial, addr string) (float64, error) {
+	cc, err := dial(addr)
+	if err != nil {
+		return 0, err
+	}
+	if c, ok := cc.(io.Closer); ok {
+		defer c.Close()
+	}
+	hc := healthpb.NewHealthClient(cc)
+	var ms []float64
+	for i := range 10 {
+		start := time.Now()
+		if _, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+			return 0, fmt.Errorf("pipeline: ping over the first hop: %w", err)
+		}
+		if i > 0 {
+			ms = append(ms, float64(time.Since(start).Microseconds())/1000)
+		}
+	}
+	return median(ms), nil
+}
+
+// serveStage serves m as a later stage (generation 1) on lis, with a
+// gRPC health service for pingMs.
+func serveStage(lis net.Listener, m *model.Model, next string, dial pipeline.Dial) (addr string, srv *pipeline.Server, stop func()) {
 	gs := grpc.NewServer()
+	healthpb.RegisterHealthServer(gs, health.NewServer())
 	st := pipeline.Stage{Generation: 1, Model: m, Next: next}
 	srv = pipeline.Register(gs, func(string) (pipeline.Stage, bool) { return st, true }, dial, nil)
 	go gs.Serve(lis)
-	return lis.Addr().String(), srv, gs.Stop, nil
+	return lis.Addr().String(), srv, gs.Stop
 }
 
 // stageProc is a stage process of -procs.
@@ -467,15 +680,20 @@ type stageProc struct {
 }
 
 // startStageProc starts `exe bench pipeline-stage` for layers of the
-// model at path on CPU cpu (taskset): it serves at the address it writes
-// first, and answers each "stats" line on its stdin with a line of its
-// totals (stageStats).
-func startStageProc(ctx context.Context, exe, path string, layers model.Range, next string, cpu int) (*stageProc, error) {
+// model at path on CPU cpu (taskset), in network namespace ns (ip netns
+// exec; "": this process's), listening on listen: it serves at the
+// address it writes first, and answers each "stats" line on its stdin
+// with a line of its totals (stageStats).
+func startStageProc(ctx context.Context, exe, path string, layers model.Range, next string, cpu int, ns, listen string) (*stageProc, error) {
 	if exe == "" {
 		return nil, optionErrorf("pipeline: -procs needs the fusion binary")
 	}
-	cmd := exec.CommandContext(ctx, "taskset", "-c", strconv.Itoa(cpu), exe, "bench", "pipeline-stage",
-		"-model", path, "-start", strconv.Itoa(layers.Start), "-end", strconv.Itoa(layers.End), "-next", next)
+	args := []string{"taskset", "-c", strconv.Itoa(cpu), exe, "bench", "pipeline-stage",
+		"-model", path, "-start", strconv.Itoa(layers.Start), "-end", strconv.Itoa(layers.End), "-next", next, "-listen", listen}
+	if ns != "" {
+		args = append([]string{"ip", "netns", "exec", ns}, args...)
+	}
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
@@ -520,6 +738,7 @@ type PipelineStageOptions struct {
 	Model      string // model directory
 	Start, End int    // layers
 	Next       string // the next stage's address ("" on the last)
+	Listen     string // the address to serve on ("": a loopback port)
 }
 
 // PipelineStage serves layers of a model as a later pipeline stage on a
@@ -542,10 +761,15 @@ func PipelineStage(ctx context.Context, o PipelineStageOptions, stdin io.Reader,
 	dial := func(addr string) (grpc.ClientConnInterface, error) {
 		return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	}
-	addr, srv, stop, err := serveStage(sm.Model, o.Next, dial)
+	listen := o.Listen
+	if listen == "" {
+		listen = "127.0.0.1:0"
+	}
+	lis, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
 	}
+	addr, srv, stop := serveStage(lis, sm.Model, o.Next, dial)
 	defer stop()
 	fmt.Fprintf(stdout, "listening %s\n", addr)
 	ended := make(chan struct{})
