@@ -8,9 +8,12 @@
 // state runs from frame to frame, and two dense layers (sigmoid): 32 band
 // gains and a voice probability.
 //
-// This package holds the weight blob reader (ReadBlob: the "DNNw" records
-// of RNNoise's write_weights, the blob rnnoise_model_from_file reads) and
-// the network (Model, State, Model.Run). The signal processing around it
-// (analysis window, FFT, band energies, pitch search and filter, gains
-// applied per bin, overlap-add synthesis) is not built yet: see DESIGN.md.
+// The signal processing around the network runs on the host, after
+// RNNoise's C code: the input's high-pass filter, the 20 ms analysis
+// window and FFT, band energies, the pitch search and pitch-delayed
+// spectrum, and after the network the pitch filter, the band gains spread
+// over the bins of the previous frame, the inverse FFT and overlap-add.
+// ReadBlob reads the weights as RNNoise's own weight blob ("DNNw" records,
+// what rnnoise_model_from_file reads); Model.Denoise runs a clip,
+// Denoiser.Process a stream. See DESIGN.md.
 package rnnoise

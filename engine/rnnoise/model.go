@@ -50,6 +50,7 @@ type Model struct {
 	gruRec  [3]backend.Weight // the diagonal folded in, biases included
 	dense   backend.Weight    // [32, 1536]
 	vad     backend.Weight    // [1, 1536]
+	tables  *tables           // the signal processing's constants
 }
 
 // State is what runs from frame to frame: the two previous frames each
@@ -103,7 +104,7 @@ func LoadBlob(be backend.Backend, b []byte) (*Model, error) {
 	for _, a := range arrays {
 		byName[a.Name] = a
 	}
-	m := &Model{be: be}
+	m := &Model{be: be, tables: newTables()}
 	if err := m.load(byName); err != nil {
 		m.Close()
 		return nil, err
@@ -305,7 +306,11 @@ func (m *Model) step(ctx context.Context, st *State, features []float32) (gains,
 	s := m.be.NewStep(ctx)
 	defer s.Close()
 	n := len(features) / Features
+	gruGate := s.Input(1, GRUSize, filled(GRUSize, tanhGate)) // one upload for every GRU step
 	tanh := func(x backend.Array) backend.Array {
+		if x.Rows() == 1 && x.Cols() == GRUSize {
+			return s.GatedTanh(x, gruGate)
+		}
 		return s.GatedTanh(x, s.Input(x.Rows(), x.Cols(), filled(x.Rows()*x.Cols(), tanhGate)))
 	}
 	// The first convolution's input is built on the host.

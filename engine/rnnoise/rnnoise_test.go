@@ -242,3 +242,162 @@ func networkMatches(t *testing.T, be backend.Backend) {
 		t.Errorf("compute_rnn's voice probabilities differ from rnnoise_process_frame's by %.3g", d)
 	}
 }
+
+// TestFeaturesMatchReference runs the signal processing on the clip and
+// compares each frame's silence flag, pitch period and features with
+// rnn_compute_frame_features's.
+func TestFeaturesMatchReference(t *testing.T) {
+	r := noisyReference(t)
+	a := analysis{t: newTables()}
+	var x [FrameSize]float32
+	var f frameFeatures
+	var got []float32
+	in := make([]float32, len(r.x))
+	for i, v := range r.x {
+		in[i] = v * 32768
+	}
+	frames := len(in) / FrameSize
+	if frames != len(r.silent) {
+		t.Fatalf("%d frames, the reference has %d", frames, len(r.silent))
+	}
+	silentDiff, pitchDiff := 0, 0
+	k := 0
+	var worst float64
+	for i := range frames {
+		biquad(x[:], &a.memHP, in[i*FrameSize:(i+1)*FrameSize], hpB, hpA)
+		a.compute(&f, x[:])
+		if f.silent != r.silent[i] {
+			silentDiff++
+			continue
+		}
+		if f.silent {
+			continue
+		}
+		want := r.features[k*Features : (k+1)*Features]
+		if f.features[2*Bands] != want[2*Bands] {
+			pitchDiff++
+		} else {
+			worst = max(worst, maxAbs(f.features[:], want))
+		}
+		got = append(got, f.features[:]...)
+		k++
+	}
+	t.Logf("%d frames (%d silent): %d silence flags and %d pitch periods differ; features of the others max |Δ| %.2g",
+		frames, frames-k, silentDiff, pitchDiff, worst)
+	if silentDiff != 0 || pitchDiff != 0 || worst > featureTol {
+		t.Errorf("%d silence flags and %d pitch periods differ; features max |Δ| %.3g (tolerance %g)", silentDiff, pitchDiff, worst, featureTol)
+	}
+}
+
+// featureTol bounds the features' difference (log10 energies and
+// correlations through a DCT, values of order 1–10): the reference's
+// kiss_fft runs in float32, ours in float64.
+const featureTol = 1e-4
+
+// TestSignalPathMatchesReference runs the whole frame loop with the
+// reference's gains in place of the network's, so that only the signal
+// processing is compared: output samples and the voice probabilities
+// passed through.
+func TestSignalPathMatchesReference(t *testing.T) {
+	r := noisyReference(t)
+	in := make([]float32, len(r.x)/FrameSize*FrameSize)
+	for i := range in {
+		in[i] = r.x[i] * 32768
+	}
+	d := newDenoiser(newTables())
+	k := 0
+	out, vad, err := d.process(context.Background(), in, func(feats []float32) ([]float32, []float32, error) {
+		n := len(feats) / Features
+		g, v := r.gains[k*Bands:(k+n)*Bands], r.vad[k:k+n]
+		k += n
+		return g, v, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range out {
+		out[i] /= 32768
+	}
+	if k != len(r.vad) {
+		t.Fatalf("%d frames went through the network, the reference ran %d", k, len(r.vad))
+	}
+	silent := 0
+	for _, s := range r.silent {
+		if s {
+			silent++
+		}
+	}
+	if silent < 10 {
+		t.Fatalf("only %d silent frames in the clip", silent)
+	}
+	dy := maxAbs(out, r.denoised[:len(out)])
+	t.Logf("%d samples (%d silent frames): output max |Δ| %.2g (full scale 1)", len(out), silent, dy)
+	if dy > signalTol {
+		t.Errorf("output max |Δ| %.3g (tolerance %g)", dy, signalTol)
+	}
+	if d := maxAbs(vad, r.processVAD[:len(vad)]); d != 0 {
+		t.Errorf("voice probabilities moved by %.3g", d)
+	}
+}
+
+// signalTol bounds the output samples' difference (full scale 1) when the
+// gains are the reference's: only the FFT's precision differs.
+const signalTol = 1e-6
+
+// TestDenoiseMatchesReference runs the model end to end (Model.Denoise on
+// the CPU backend) and compares its output with rnnoise_process_frame's:
+// the difference is the runtime's approximate activations (see
+// runtimeTol), bounded relative to the output's energy; and both remove
+// most of the noise before the speech.
+func TestDenoiseMatchesReference(t *testing.T) {
+	be := cpu.New(cpu.Options{})
+	defer be.Close()
+	denoiseMatches(t, be)
+}
+
+func denoiseMatches(t *testing.T, be backend.Backend) {
+	r := noisyReference(t)
+	m, err := Load(be, rnnoisetest.Dir(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	y, vad, err := m.Denoise(context.Background(), r.x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(y) != len(r.x) || len(vad) != (len(r.x)+FrameSize-1)/FrameSize {
+		t.Fatalf("%d samples and %d probabilities for %d samples", len(y), len(vad), len(r.x))
+	}
+	// The reference's output lags by a frame.
+	ref := r.denoised[FrameSize:]
+	n := len(ref)
+	var diff, energy float64
+	for i := range n {
+		d := float64(y[i]) - float64(ref[i])
+		diff += d * d
+		energy += float64(ref[i]) * float64(ref[i])
+	}
+	snr := 10 * math.Log10(energy/diff)
+	noiseIn, noiseOut, noiseRef := rms(r.x[12000:48000]), rms(y[12000:48000]), rms(ref[12000:48000])
+	t.Logf("%d samples: output vs reference %.1f dB SNR, max |Δ| %.2g; noise RMS %.4f in, %.5f ours, %.5f reference",
+		n, snr, maxAbs(y[:n], ref), noiseIn, noiseOut, noiseRef)
+	if snr < minSNR {
+		t.Errorf("output vs reference: %.1f dB SNR (want ≥ %g dB)", snr, minSNR)
+	}
+	if noiseOut > noiseIn/10 {
+		t.Errorf("noise RMS %.4f in, %.4f out: less than 20 dB removed", noiseIn, noiseOut)
+	}
+}
+
+// minSNR is the least ratio of the reference output's energy to that of
+// our output's difference from it.
+const minSNR = 50.0
+
+func rms(x []float32) float64 {
+	var s float64
+	for _, v := range x {
+		s += float64(v) * float64(v)
+	}
+	return math.Sqrt(s / float64(len(x)))
+}

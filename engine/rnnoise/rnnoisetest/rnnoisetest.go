@@ -51,7 +51,8 @@ func Lib(t testing.TB) string {
 
 // NoisySpeech is espeak-ng speech of text at 48 kHz, with a second of
 // silence before it and half a second after, mixed with seeded white
-// noise of RMS 0.02 and a 100 Hz hum of amplitude 0.02 (samples in
+// noise of RMS 0.02 and a 100 Hz hum of amplitude 0.02 that start after
+// the first quarter second, which is digital silence (samples in
 // [−1, 1]).
 func NoisySpeech(t testing.TB, text string, seed uint64) []float32 {
 	t.Helper()
@@ -72,7 +73,7 @@ func NoisySpeech(t testing.TB, text string, seed uint64) []float32 {
 	x := make([]float32, SampleRate+len(speech)+SampleRate/2)
 	copy(x[SampleRate:], speech)
 	rng := rand.New(rand.NewPCG(seed, 24))
-	for i := range x {
+	for i := SampleRate / 4; i < len(x); i++ {
 		hum := 0.02 * math.Sin(2*math.Pi*100*float64(i)/SampleRate)
 		x[i] += float32(0.02*rng.NormFloat64() + hum)
 	}
