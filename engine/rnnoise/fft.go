@@ -56,9 +56,14 @@ func (f *fft) rec(dst, src []complex128, stride, n int, scratch []complex128) {
 	for k := range m {
 		for q := range p {
 			out := k + q*m
-			var sum complex128
-			for r := range p {
-				sum += dst[r*m+k] * f.tw[(r*out*step)%f.n]
+			inc := out * step // < f.n: the index of e^{−2πi·out/n}
+			sum := dst[k]
+			j := 0
+			for r := 1; r < p; r++ {
+				if j += inc; j >= f.n {
+					j -= f.n
+				}
+				sum += dst[r*m+k] * f.tw[j]
 			}
 			tmp[out] = sum
 		}

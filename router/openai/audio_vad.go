@@ -14,8 +14,9 @@ import (
 )
 
 // processTasks are the tasks of /v1/audio/process, in the order an error
-// lists them: package process's signal processing, then vad (a model's).
-var processTasks = append(slices.Clone(process.Tasks), "vad")
+// lists them: package process's signal processing, then vad and denoise
+// (models').
+var processTasks = append(slices.Clone(process.Tasks), "vad", "denoise")
 
 // vadForm collects the vad task's form fields (faster-whisper's
 // VadOptions, under their names there) over silero's defaults.
