@@ -2,9 +2,7 @@ package rnnoise
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 
@@ -272,8 +270,8 @@ func sparseWeights(byName map[string]Array, name string, w []float32, in, out in
 // dense makes a float32 matrix [out, in] and its bias a weight.
 func dense(name string, data []float32, out, in int, bias []float32) backend.WeightData {
 	return backend.WeightData{Name: name, Format: backend.Dense, Out: out, In: in,
-		Data: tensor.Tensor{Name: name, DType: tensor.F32, Shape: []int64{int64(out), int64(in)}, Data: f32Bytes(data)},
-		Bias: &tensor.Tensor{Name: name + ".bias", DType: tensor.F32, Shape: []int64{int64(out)}, Data: f32Bytes(bias)}}
+		Data: tensor.Tensor{Name: name, DType: tensor.F32, Shape: []int64{int64(out), int64(in)}, Data: tensor.Encode(tensor.F32, data)},
+		Bias: &tensor.Tensor{Name: name + ".bias", DType: tensor.F32, Shape: []int64{int64(out)}, Data: tensor.Encode(tensor.F32, bias)}}
 }
 
 // Run feeds n = len(features)/Features frames through the network from
@@ -392,12 +390,4 @@ func filled(n int, v float32) []float32 {
 		out[i] = v
 	}
 	return out
-}
-
-func f32Bytes(x []float32) []byte {
-	b := make([]byte, 4*len(x))
-	for i, v := range x {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
-	}
-	return b
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"testing"
+
+	"fusion/engine/tensor"
 )
 
 // record builds one blob record.
@@ -91,7 +93,7 @@ func TestSparseLayout(t *testing.T) {
 	}
 	byName := map[string]Array{
 		"l_weights_idx":   {Name: "l_weights_idx", Type: TypeInt, Data: i32Bytes(idx)},
-		"l_weights_float": {Name: "l_weights_float", Type: TypeFloat, Data: f32Bytes(src)},
+		"l_weights_float": {Name: "l_weights_float", Type: TypeFloat, Data: tensor.Encode(tensor.F32, src)},
 	}
 	got := make([]float32, out*in)
 	if err := sparseWeights(byName, "l", got, in, out); err != nil {

@@ -2,7 +2,6 @@ package openai
 
 import (
 	"net/http"
-	"strings"
 
 	"fusion/engine"
 	"fusion/engine/audio"
@@ -23,14 +22,7 @@ func (h *Handler) audioDenoise(w http.ResponseWriter, r *http.Request, model str
 	maxBytes, maxSeconds := h.audioCaps()
 	res, err := d.Denoise(r.Context(), &engine.DenoiseRequest{Model: model, Audio: file, MaxBytes: maxBytes, MaxSeconds: maxSeconds})
 	if err != nil {
-		ee := engineError(err, model)
-		if ee.Status == http.StatusBadRequest && ee.Param == "" {
-			ee.Param = "file"
-			if strings.Contains(ee.Message, "does not denoise") {
-				ee.Param = "model"
-			}
-		}
-		h.reject(w, r, ee)
+		h.reject(w, r, modelTaskError(err, model, "does not denoise"))
 		return
 	}
 	wav, err := process.WAV(audio.Signal{Rate: res.Rate, Channels: 1, Samples: res.Samples})
