@@ -401,3 +401,45 @@ func rms(x []float32) float64 {
 	}
 	return math.Sqrt(s / float64(len(x)))
 }
+
+// TestProcessStreams checks that a stream cut anywhere gives the output
+// of the whole: 1.6 s of the clip (the silent lead-in, then noise) in one
+// call, and in calls of 37, 100 and 23 frames.
+func TestProcessStreams(t *testing.T) {
+	r := noisyReference(t)
+	be := cpu.New(cpu.Options{})
+	defer be.Close()
+	m, err := Load(be, rnnoisetest.Dir(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	in := make([]float32, 160*FrameSize)
+	for i := range in {
+		in[i] = r.x[i] * 32768
+	}
+	ctx := context.Background()
+	whole, wholeVAD, err := m.NewDenoiser().Process(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := m.NewDenoiser()
+	var parts, partsVAD []float32
+	lo := 0
+	for _, n := range []int{37, 100, 23} {
+		y, v, err := d.Process(ctx, in[lo*FrameSize:(lo+n)*FrameSize])
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts, partsVAD = append(parts, y...), append(partsVAD, v...)
+		lo += n
+	}
+	// Steps of other sizes may round the network's sums otherwise (they
+	// are equal here on the CPU backend): samples are in 16-bit units.
+	if dy, dv := maxAbs(parts, whole), maxAbs(partsVAD, wholeVAD); dy > 1e-2 || dv > 1e-6 {
+		t.Errorf("cut stream differs from the whole: samples by %.3g, probabilities by %.3g", dy, dv)
+	}
+	if _, _, err := d.Process(ctx, in[:FrameSize+1]); err == nil {
+		t.Error("a partial frame was accepted")
+	}
+}
