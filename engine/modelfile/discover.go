@@ -19,7 +19,13 @@ const (
 	// its *.onnx.json (a Piper voice), or one silero_vad*.onnx (a Silero
 	// voice activity detector).
 	KindONNX Kind = "onnx"
+	// KindRNNoise: a directory without config.json holding an RNNoise
+	// weight blob, RNNoiseFile (a speech denoiser).
+	KindRNNoise Kind = "rnnoise"
 )
+
+// RNNoiseFile is the weight blob of an RNNoise model directory.
+const RNNoiseFile = "rnnoise.bin"
 
 // DiffusersIndexFile marks a diffusers pipeline folder (one subfolder per
 // component): an image model.
@@ -60,6 +66,8 @@ func Discover(modelsDir string) ([]Entry, error) {
 				out = append(out, Entry{Name: name, Path: path, Kind: KindSafetensors})
 			case isONNXDir(path):
 				out = append(out, Entry{Name: name, Path: path, Kind: KindONNX})
+			case regularFile(filepath.Join(path, RNNoiseFile)):
+				out = append(out, Entry{Name: name, Path: path, Kind: KindRNNoise})
 			}
 		case st.Mode().IsRegular() && strings.EqualFold(filepath.Ext(name), ".gguf"):
 			out = append(out, Entry{Name: strings.TrimSuffix(name, filepath.Ext(name)), Path: path, Kind: KindGGUF})

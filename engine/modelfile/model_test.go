@@ -361,6 +361,7 @@ func TestDiscover(t *testing.T) {
 	mk("bare-onnx/model.onnx")
 	mk("two-vads/silero_vad.onnx")
 	mk("two-vads/silero_vad_v6.onnx")
+	mk("rnnoise/rnnoise.bin")
 	os.Symlink(filepath.Join(dir, "qwen3-demo"), filepath.Join(dir, "linked"))
 	os.Symlink(filepath.Join(dir, "gone"), filepath.Join(dir, "dangling"))
 	got, err := Discover(dir)
@@ -372,6 +373,7 @@ func TestDiscover(t *testing.T) {
 		{"llama", filepath.Join(dir, "llama.gguf"), KindGGUF},
 		{"llama", filepath.Join(dir, "llama"), KindSafetensors},
 		{"qwen3-demo", filepath.Join(dir, "qwen3-demo"), KindSafetensors},
+		{"rnnoise", filepath.Join(dir, "rnnoise"), KindRNNoise},
 		{"tiny.Q4_K_M", filepath.Join(dir, "tiny.Q4_K_M.gguf"), KindGGUF},
 		{"vad", filepath.Join(dir, "vad"), KindONNX},
 		{"voice", filepath.Join(dir, "voice"), KindONNX},

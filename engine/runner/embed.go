@@ -12,6 +12,7 @@ import (
 	"fusion/engine/flux2"
 	"fusion/engine/piper"
 	"fusion/engine/prompt"
+	"fusion/engine/rnnoise"
 	"fusion/engine/silero"
 	"fusion/engine/whisper"
 )
@@ -35,6 +36,8 @@ type embeddingModel struct {
 	img   *flux2.Pipeline // an image model (image.go)
 	vad   *silero.Model   // a voice activity detector (vad.go)
 	vadMu sync.Mutex
+	dn    *rnnoise.Model // a speech denoiser (denoise.go)
+	dnMu  sync.Mutex
 	be    backend.Backend
 	batch *embedBatcher // nil until start
 }
@@ -54,6 +57,8 @@ func (l backendLoader) loadEmbedding(info engine.ModelInfo) (*embeddingModel, er
 		em.img, err = flux2.LoadPipeline(context.Background(), be, info.Path)
 	case engine.KindVAD:
 		em.vad, err = silero.Load(context.Background(), info.Path, be)
+	case engine.KindDenoise:
+		em.dn, err = rnnoise.Load(be, info.Path)
 	case engine.KindRerank:
 		em.ce, err = embed.LoadCrossEncoder(context.Background(), info.Path, be, l.loadMode == "mmap")
 	default:
@@ -67,7 +72,7 @@ func (l backendLoader) loadEmbedding(info engine.ModelInfo) (*embeddingModel, er
 
 // start starts the model's batcher.
 func (e *embeddingModel) start(maxTokens int, stats *embedStats) {
-	if e.asr != nil || e.tts != nil || e.img != nil || e.vad != nil {
+	if e.asr != nil || e.tts != nil || e.img != nil || e.vad != nil || e.dn != nil {
 		return
 	}
 	if e.ce != nil {
@@ -88,6 +93,9 @@ func (e *embeddingModel) start(maxTokens int, stats *embedStats) {
 
 // weightBytes is the memory the backend holds for the weights.
 func (e *embeddingModel) weightBytes() int64 {
+	if e.dn != nil {
+		return e.dn.Bytes()
+	}
 	if e.vad != nil {
 		return e.vad.Bytes()
 	}
@@ -108,6 +116,9 @@ func (e *embeddingModel) weightBytes() int64 {
 
 // kind is the model's engine.Kind*.
 func (e *embeddingModel) kind() string {
+	if e.dn != nil {
+		return engine.KindDenoise
+	}
 	if e.vad != nil {
 		return engine.KindVAD
 	}
@@ -141,6 +152,9 @@ func (e *embeddingModel) close() error {
 	}
 	if e.vad != nil {
 		return errors.Join(e.vad.Close(), e.be.Close())
+	}
+	if e.dn != nil {
+		return errors.Join(e.dn.Close(), e.be.Close())
 	}
 	if e.ce != nil {
 		return errors.Join(e.ce.Close(), e.be.Close())

@@ -114,6 +114,9 @@ func (r *Runner) Generate(ctx context.Context, req *engine.Request) (<-chan engi
 		if lm.emb.vad != nil {
 			return nil, invalid("model %q is a %s model; it answers /v1/audio/process (task vad), not generation", req.Model, engine.KindVAD)
 		}
+		if lm.emb.dn != nil {
+			return nil, invalid("model %q is a %s model; it answers /v1/audio/process (task denoise), not generation", req.Model, engine.KindDenoise)
+		}
 		return nil, invalid("model %q is an %s model; it answers /v1/embeddings, not generation", req.Model, engine.KindEmbedding)
 	}
 	g, err := r.prepare(ctx, lm, req)

@@ -354,7 +354,7 @@ func (r *Runner) makeRoom(target *entry, need int64) ([]*loadedModel, error) {
 // cancelled ctx does not stop it. An embedding model has no template and
 // no scheduler.
 func (r *Runner) loadModel(ctx context.Context, e *entry) (*loadedModel, error) {
-	if e.info.Kind == engine.KindEmbedding || e.info.Kind == engine.KindRerank || e.info.Kind == engine.KindTranscription || e.info.Kind == engine.KindSpeech || e.info.Kind == engine.KindImage || e.info.Kind == engine.KindVAD {
+	if e.info.Kind == engine.KindEmbedding || e.info.Kind == engine.KindRerank || e.info.Kind == engine.KindTranscription || e.info.Kind == engine.KindSpeech || e.info.Kind == engine.KindImage || e.info.Kind == engine.KindVAD || e.info.Kind == engine.KindDenoise {
 		em, err := r.loader.loadEmbedding(e.info)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: %v", engine.ErrUnavailable, e.info.ID, err)

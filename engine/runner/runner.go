@@ -346,6 +346,8 @@ func (r *Runner) rescan() error {
 			info.Kind = engine.KindSpeech
 		case f.Kind == modelfile.KindONNX && silero.IsModelDir(f.Path):
 			info.Kind = engine.KindVAD
+		case f.Kind == modelfile.KindRNNoise:
+			info.Kind = engine.KindDenoise
 		case f.Kind != modelfile.KindSafetensors:
 		case flux2.IsCheckpoint(f.Path):
 			info.Kind, info.Format = engine.KindImage, "diffusers"

@@ -870,3 +870,16 @@ func (d *Dispatcher) DetectSpeech(ctx context.Context, req *engine.VADRequest) (
 		func() (*engine.VADResult, error) { return detect(d.cfg.Local) },
 		func(g engine.Generator) (*engine.VADResult, error) { return detect(g) })
 }
+
+// Denoise runs where Embed would.
+func (d *Dispatcher) Denoise(ctx context.Context, req *engine.DenoiseRequest) (*engine.DenoiseResult, error) {
+	denoise := func(g any) (*engine.DenoiseResult, error) {
+		if s, ok := g.(engine.SpeechDenoiser); ok {
+			return s.Denoise(ctx, req)
+		}
+		return nil, fmt.Errorf("%w: %q", engine.ErrModelNotFound, req.Model)
+	}
+	return onModelNode(ctx, d, req.Model,
+		func() (*engine.DenoiseResult, error) { return denoise(d.cfg.Local) },
+		func(g engine.Generator) (*engine.DenoiseResult, error) { return denoise(g) })
+}

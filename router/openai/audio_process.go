@@ -19,7 +19,8 @@ import (
 // model is loaded. The answer is the processed audio as 16-bit PCM WAV;
 // normalize adds the measured loudness in X-Input-LUFS and
 // X-Output-LUFS. The upload caps are the transcriptions'. Task vad runs
-// a model and answers JSON (audio_vad.go).
+// a model and answers JSON (audio_vad.go); task denoise runs a model and
+// answers WAV (audio_denoise.go).
 func (h *Handler) audioProcess(w http.ResponseWriter, r *http.Request) {
 	maxBytes, maxSeconds := h.audioCaps()
 	var model, task string
@@ -76,6 +77,10 @@ func (h *Handler) audioProcess(w http.ResponseWriter, r *http.Request) {
 	}
 	if task == "vad" {
 		h.audioVAD(w, r, model, file, vad)
+		return
+	}
+	if task == "denoise" {
+		h.audioDenoise(w, r, model, file)
 		return
 	}
 	sig, err := audio.DecodeBytes(r.Context(), file, audio.Options{MaxBytes: maxBytes, MaxDuration: time.Duration(maxSeconds * float64(time.Second))})

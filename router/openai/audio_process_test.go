@@ -95,7 +95,7 @@ func TestAudioProcess(t *testing.T) {
 		param  string
 		msg    string
 	}{
-		{"unknown task", map[string]string{"model": "signal", "task": "denoise"}, speech, "task", "supported: resample, normalize, trim"},
+		{"unknown task", map[string]string{"model": "signal", "task": "diarize"}, speech, "task", "supported: resample, normalize, trim"},
 		{"no task", map[string]string{"model": "signal"}, speech, "task", "Missing required parameter"},
 		{"no model", map[string]string{"task": "trim"}, speech, "model", "Missing required parameter"},
 		{"no file", map[string]string{"model": "signal", "task": "trim"}, nil, "file", "Missing required parameter"},

@@ -14,8 +14,9 @@ import (
 )
 
 // processTasks are the tasks of /v1/audio/process, in the order an error
-// lists them: package process's signal processing, then vad (a model's).
-var processTasks = append(slices.Clone(process.Tasks), "vad")
+// lists them: package process's signal processing, then vad and denoise
+// (models').
+var processTasks = append(slices.Clone(process.Tasks), "vad", "denoise")
 
 // vadForm collects the vad task's form fields (faster-whisper's
 // VadOptions, under their names there) over silero's defaults.
@@ -87,6 +88,21 @@ type VADResponse struct {
 	Segments []VADSegment `json:"segments"`
 }
 
+// modelTaskError is the answer to the engine's error for a model task of
+// /v1/audio/process: a 400 that names no field names the model when its
+// message has refusal (the engine's refusal of a model of another kind),
+// the file otherwise (audio the node cannot decode).
+func modelTaskError(err error, model, refusal string) *Error {
+	ee := engineError(err, model)
+	if ee.Status == http.StatusBadRequest && ee.Param == "" {
+		ee.Param = "file"
+		if strings.Contains(ee.Message, refusal) {
+			ee.Param = "model"
+		}
+	}
+	return ee
+}
+
 // audioVAD answers task vad: the uploaded file goes as it is to the node
 // that has the model (a Silero VAD), which decodes it and finds the
 // speech; the answer is JSON.
@@ -107,14 +123,7 @@ func (h *Handler) audioVAD(w http.ResponseWriter, r *http.Request, model string,
 		Threshold: o.Threshold, NegThreshold: o.NegThreshold, MinSpeechMS: o.MinSpeechMS, MinSilenceMS: o.MinSilenceMS,
 		SpeechPadMS: o.SpeechPadMS, MaxSpeechSeconds: o.MaxSpeechSeconds})
 	if err != nil {
-		ee := engineError(err, model)
-		if ee.Status == http.StatusBadRequest && ee.Param == "" {
-			ee.Param = "file"
-			if strings.Contains(ee.Message, "does not detect speech") {
-				ee.Param = "model"
-			}
-		}
-		h.reject(w, r, ee)
+		h.reject(w, r, modelTaskError(err, model, "does not detect speech"))
 		return
 	}
 	out := VADResponse{Task: "vad", Duration: res.Duration, Segments: make([]VADSegment, len(res.Segments))}

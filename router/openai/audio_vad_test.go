@@ -148,7 +148,7 @@ func TestAudioVAD(t *testing.T) {
 		{"max speech", map[string]string{"max_speech_duration_s": "0.5"}, 400, "max_speech_duration_s", "between 1 and 86400"},
 		{"chat model", map[string]string{"model": nodetest.Model}, 400, "model", "does not detect speech"},
 		{"unknown model", map[string]string{"model": "no-such-vad"}, 404, "model", "no-such-vad"},
-		{"unknown task", map[string]string{"task": "diarize"}, 400, "task", "supported: resample, normalize, trim, vad"},
+		{"unknown task", map[string]string{"task": "diarize"}, 400, "task", "supported: resample, normalize, trim, vad, denoise"},
 		{"no model", map[string]string{"model": ""}, 400, "model", "Missing required parameter"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
