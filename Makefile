@@ -66,6 +66,11 @@ test: test-deps
 	@# these same requests (33 + 33, and 14 + 14 for each way of drafting):
 	@# enough for the race detector, each check once at full size here.
 	$(TEST_ENV) $(GO) test -count=1 -timeout 30m -run 'TestSchemaSuite' -v ./engine/runner | grep -E 'valid|^(ok|FAIL|--- )'
+	@# Issue #24's TTS round trip (20 sentences spoken by the real Piper
+	@# voice, transcribed by our Whisper tiny.en, WER at most 10%) and the
+	@# speech bench's smoke run against piper-tts. Without -race (~30 s and
+	@# ~8 s here; the main pass skips both: minutes and ~22 s under -race).
+	FUSION_TTS_ROUNDTRIP=1 $(TEST_ENV) $(GO) test -count=1 -timeout 10m -run '^(TestRoundTripWER|TestBenchSpeechSmoke)$$' -v ./engine/piper ./internal/bench | grep -E 'WER [0-9]|audio-s/s|^(ok|FAIL|--- )'
 
 # The JSON document is the only thing on stdout; building and installing
 # talk on stderr.

@@ -30,6 +30,7 @@ func benchCommands() map[string]command {
 		"pipeline":       {summary: "a model in 1, 2 and 3 pipeline stages on loopback: decode tokens/s at 1 and 8 streams, added latency per hop", run: benchPipeline},
 		"pipeline-stage": {summary: "one later stage of `bench pipeline -procs`, as a process of its own (the benchmark starts it)", run: benchPipelineStage},
 		"whisper":        {summary: "speech to text (Whisper tiny.en) against faster-whisper: real-time factor", run: benchWhisper},
+		"speech":         {summary: "text to speech (Piper voice joe-medium) against piper-tts: real-time factor", run: benchSpeech},
 		"embed":          {summary: "sentence embeddings (all-MiniLM-L6-v2) against sentence-transformers", run: benchEmbed},
 		"auth":           {summary: "what authentication and sub-key rate limits add per request (1,000 sub-keys)", run: benchAuth},
 		"tokens":         {summary: "count_tokens latency on a loaded and an unloaded model (Qwen3 tokenizer)", run: benchTokens},
@@ -350,4 +351,19 @@ func benchWhisper(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	return benchError(bench.Whisper(ctx, o, stdout, stderr))
+}
+
+func benchSpeech(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o := bench.DefaultSpeechOptions()
+	fs := newFlagSet("bench speech", stderr)
+	fs.StringVar(&o.Voice, "voice", o.Voice, "Piper voice directory (default: the piper-joe-medium fixture)")
+	fs.StringVar(&o.Text, "text", o.Text, "text to speak (default: the eight-sentence bench passage)")
+	fs.IntVar(&o.Threads, "threads", o.Threads, "compute threads on both sides (0: all cores)")
+	fs.IntVar(&o.Repeat, "repeat", o.Repeat, "timed syntheses on each side after a warm-up; the fastest counts")
+	fs.BoolVar(&o.MLX, "mlx", o.MLX, "also time the MLX backend when libmlxc is available (minutes on MLX's CPU device)")
+	fs.StringVar(&o.CPUProfile, "cpuprofile", o.CPUProfile, "write a CPU profile of our CPU backend's timed runs to this file")
+	if err := parseBenchFlags(fs, args); err != nil {
+		return err
+	}
+	return benchError(bench.Speech(ctx, o, stdout, stderr))
 }

@@ -11,7 +11,8 @@ import (
 
 // conv1d is a convolution of the graph, with the hyper-parameters of its
 // ONNX node (kernel, dilation, padding, stride). Undilated convolutions
-// run as one Step.Conv1D; dilated ones as one Linear per tap over shifted
+// run as one Step.Conv1D, same-padded dilated ones as one Conv1D over
+// their phases (dilatedByPhases); other dilated ones as one Linear per tap over shifted
 // rows (Step.Rows over the input with a zero row appended for the taps
 // past the ends), summed; transposed ones by phases (see run).
 type conv1d struct {
@@ -89,7 +90,7 @@ func (l *loader) nodeConv(name string, split int) *conv1d {
 		l.Fail(fmt.Errorf("%w: %s: bias of shape %v", ErrNotPiper, name, bias.Shape))
 		return nil
 	}
-	if !c.transposed && c.dilation == 1 && c.pad < c.kernel {
+	if !c.transposed && (c.dilation == 1 && c.pad < c.kernel || split == 0 && c.samePhases()) {
 		d, err := backend.ConvData(name, w, bias)
 		if err != nil {
 			l.Fail(err)
@@ -122,6 +123,17 @@ func (l *loader) nodeConv(name string, split int) *conv1d {
 		l.Fail(err)
 		return nil
 	}
+	for _, d := range c.tapData(src, bias) {
+		c.taps = append(c.taps, l.Weight(d))
+	}
+	return c
+}
+
+// tapData splits the convolution's weight src ([out, in, k], or [in,
+// out, k] when transposed) into one [out, in] matrix per tap, the bias on
+// the first (on the first stride taps when transposed).
+func (c *conv1d) tapData(src []float32, bias *tensor.Tensor) []backend.WeightData {
+	var taps []backend.WeightData
 	for j := range c.kernel {
 		tap := make([]float32, c.out*c.in)
 		for o := range c.out {
@@ -133,14 +145,55 @@ func (l *loader) nodeConv(name string, split int) *conv1d {
 				}
 			}
 		}
-		d := backend.WeightData{Name: fmt.Sprintf("%s/tap%d", name, j), Format: backend.Dense, Out: c.out, In: c.in,
+		d := backend.WeightData{Name: fmt.Sprintf("%s/tap%d", c.name, j), Format: backend.Dense, Out: c.out, In: c.in,
 			Data: tensor.Tensor{DType: tensor.F32, Shape: []int64{int64(c.out), int64(c.in)}, Data: tensor.Encode(tensor.F32, tap)}}
 		if bias != nil && (j == 0 || (c.transposed && j < c.stride)) {
 			d.Bias = bias
 		}
-		c.taps = append(c.taps, l.Weight(d))
+		taps = append(taps, d)
 	}
-	return c
+	return taps
+}
+
+// samePhases says whether a dilated convolution keeps the length
+// ("same" padding, 2·pad = dilation·(kernel−1), HiFi-GAN's get_padding)
+// and so runs as one undilated Conv1D over its input's phases (see
+// dilatedByPhases).
+func (c *conv1d) samePhases() bool {
+	return !c.transposed && c.dilation > 1 && c.kernel%2 == 1 && 2*c.pad == c.dilation*(c.kernel-1)
+}
+
+// dilatedByPhases applies a same-padded convolution of dilation d to x
+// [n, in] as one undilated Conv1D. Output row q·d + r reads only rows
+// ≡ r (mod d) of x, at phase offsets q + j − p (p = pad/d): it is row q
+// of the undilated, p-padded convolution of phase r, x_r = x[r], x[r+d],
+// … So the phases are gathered one after another with p zero rows
+// between them (the padding each phase's ends read, shared by the two
+// neighbours), convolved at once, and the outputs gathered back in time
+// order. Same sums as one Linear per tap, in one product instead of
+// kernel products, shifted copies and adds.
+func (c *conv1d) dilatedByPhases(s backend.Step, x backend.Array) backend.Array {
+	n, d, p := x.Rows(), c.dilation, c.pad/c.dilation
+	padded := s.ConcatRows(x, s.Input(1, c.in, make([]float32, c.in)))
+	var idx []int
+	start := make([]int, d) // row of phase r's first row in the gathered array
+	for r := range d {
+		if r > 0 {
+			for range p {
+				idx = append(idx, n) // the zero row
+			}
+		}
+		start[r] = len(idx)
+		for t := r; t < n; t += d {
+			idx = append(idx, t)
+		}
+	}
+	y := s.Conv1D(s.Rows(padded, idx), c.whole, c.kernel, 1, p)
+	back := make([]int, n)
+	for t := range n {
+		back[t] = start[t%d] + t/d
+	}
+	return s.Rows(y, back)
 }
 
 // shifted returns rows src[t] of x for each t (a zero row where src[t] is
@@ -159,6 +212,9 @@ func shifted(s backend.Step, padded backend.Array, n int, src func(t int) int, r
 
 // run applies the convolution to x [T, in].
 func (c *conv1d) run(s backend.Step, x backend.Array) backend.Array {
+	if c.whole != nil && c.dilation > 1 {
+		return c.dilatedByPhases(s, x)
+	}
 	if c.whole != nil {
 		return s.Conv1D(x, c.whole, c.kernel, 1, c.pad)
 	}

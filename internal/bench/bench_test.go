@@ -108,6 +108,16 @@ func TestOptionErrors(t *testing.T) {
 			o.Repeat = 0
 			return Whisper(ctx, o, io.Discard, io.Discard)
 		}},
+		{"speech repeat", func() error {
+			o := DefaultSpeechOptions()
+			o.Repeat = 0
+			return Speech(ctx, o, io.Discard, io.Discard)
+		}},
+		{"speech threads", func() error {
+			o := DefaultSpeechOptions()
+			o.Threads = -1
+			return Speech(ctx, o, io.Discard, io.Discard)
+		}},
 		{"raft writers", func() error {
 			o := DefaultRaftOptions()
 			o.Writers = 0
