@@ -166,15 +166,7 @@ func (c *calibrator) kl(ctx context.Context, name string, shape []int64, values 
 
 // logSoftmax is log softmax(row), in float64 then stored as float32.
 func logSoftmax(row []float32) []float32 {
-	mx := math.Inf(-1)
-	for _, v := range row {
-		mx = math.Max(mx, float64(v))
-	}
-	var s float64
-	for _, v := range row {
-		s += math.Exp(float64(v) - mx)
-	}
-	lse := math.Log(s) + mx
+	lse := logSumExp(row)
 	out := make([]float32, len(row))
 	for i, v := range row {
 		out[i] = float32(float64(v) - lse)

@@ -106,6 +106,11 @@ func loadTokenizer(path string) (*tokenizer.Tokenizer, error) {
 
 // nll is −log softmax(row)[target], in float64.
 func nll(row []float32, target int) float64 {
+	return logSumExp(row) - float64(row[target])
+}
+
+// logSumExp is log Σ exp(row), in float64.
+func logSumExp(row []float32) float64 {
 	mx := math.Inf(-1)
 	for _, v := range row {
 		mx = math.Max(mx, float64(v))
@@ -114,7 +119,7 @@ func nll(row []float32, target int) float64 {
 	for _, v := range row {
 		s += math.Exp(float64(v) - mx)
 	}
-	return math.Log(s) + mx - float64(row[target])
+	return math.Log(s) + mx
 }
 
 // EvalText is a short English text bundled for perplexity checks (a
