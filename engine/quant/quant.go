@@ -333,7 +333,9 @@ func Quantize(ctx context.Context, src, dst string, o Options) (Result, error) {
 		}
 		for _, t := range sens {
 			res.Plan = append(res.Plan, TensorPlan{Sensitivity: t, Bits: bits[t.Name]})
-			logf("%s: %d bits (%s)", t.Name, bits[t.Name], t)
+			if bits[t.Name] != o.Bits {
+				logf("%s: %d bits (%s)", t.Name, bits[t.Name], t)
+			}
 		}
 	}
 	var out []tensor.Tensor
