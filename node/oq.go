@@ -77,7 +77,7 @@ func (q nodeQuantizer) Quantize(ctx context.Context, req admin.OQRequest) (jobs.
 		dst = quant.GGUFPath(dst)
 	}
 	o := quant.Options{Bits: req.Bits, GroupSize: req.GroupSize, TargetBits: req.TargetBits, HighBits: req.HighBits,
-		Format: req.Format, GGUFType: req.Type}
+		Format: req.Format, GGUFType: req.Type, Calibration: req.Calibration()}
 	return n.jobs.Submit(ctx, "quantize", req, func(ctx context.Context, r *jobs.Reporter) (any, error) {
 		r.SetTotal("steps", 0)
 		r.Logf("quantizing %s into %s", req.Model, req.Name)

@@ -20,7 +20,7 @@ import (
 func TestOQStart(t *testing.T) {
 	models := nodetest.Models(t)
 	n := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, DataDir: t.TempDir()})
-	code, out := adminDo(t, n, http.MethodPost, "/admin/api/oq/start", `{"model":"demo","bits":4,"group_size":64,"target_bits":4.5,"evaluate":true}`)
+	code, out := adminDo(t, n, http.MethodPost, "/admin/api/oq/start", `{"model":"demo","bits":4,"group_size":64,"target_bits":4.5,"evaluate":true,"calibration_text":"The baker lit his ovens before the sun cleared the hills."}`)
 	if code != http.StatusAccepted {
 		t.Fatalf("start: %d %v", code, out)
 	}
@@ -34,7 +34,11 @@ func TestOQStart(t *testing.T) {
 		AvgBits       float64 `json:"avg_bits"`
 		BitsPerWeight float64 `json:"bits_per_weight"`
 		Raised        int     `json:"raised"`
-		Source        struct {
+		Sensitivity   string  `json:"sensitivity"`
+		Plan          []struct {
+			Bits int `json:"bits"`
+		} `json:"plan"`
+		Source struct {
 			Perplexity float64 `json:"perplexity"`
 		} `json:"source_score"`
 		Delta *float64 `json:"perplexity_delta"`
@@ -42,7 +46,8 @@ func TestOQStart(t *testing.T) {
 	if err := json.Unmarshal(j.Result, &res); err != nil {
 		t.Fatal(err)
 	}
-	if res.Model != "demo-oq4.5" || res.Bytes == 0 || res.AvgBits <= 4 || res.AvgBits > 4.5 || res.Raised == 0 || res.Source.Perplexity <= 1 || res.Delta == nil {
+	if res.Model != "demo-oq4.5" || res.Bytes == 0 || res.AvgBits <= 4 || res.AvgBits > 4.5 || res.Raised == 0 || res.Source.Perplexity <= 1 || res.Delta == nil ||
+		res.Sensitivity != "calibration" || len(res.Plan) == 0 {
 		t.Errorf("result %s", j.Result)
 	}
 	if _, err := os.Stat(filepath.Join(models, "demo-oq4.5", "model.safetensors")); err != nil {
@@ -74,6 +79,8 @@ func TestOQStart(t *testing.T) {
 		{`{"model":"demo","format":"gguf"}`, 400, "type"},
 		{`{"model":"demo","format":"onnx"}`, 400, "format"},
 		{`{"model":"demo","format":"gguf","type":"Q8_0","target_bits":4.5}`, 400, "target_bits"},
+		{`{"model":"demo","calibrate":true}`, 400, "calibrate"},
+		{`{"model":"demo","calibration_text":"some text"}`, 400, "calibration_text"},
 		{`{}`, 400, "model"},
 	} {
 		code, out := adminDo(t, n, http.MethodPost, "/admin/api/oq/start", tc.body)

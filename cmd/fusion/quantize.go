@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 
 	"fusion/engine/quant"
 )
@@ -17,7 +18,10 @@ qwen2, qwen3, phi3) to MLX affine weights. Uniform settings write the same
 bytes as mlx_lm.convert -q --q-bits B --q-group-size G; --target-bits asks
 for mixed precision, the tensors whose quantization error drops most
 raised to --high-bits while the average code bits per weight stays within
-the target.
+the target. By default a tensor's sensitivity is its own quantization
+error; --calibrate measures instead how far the model's predictions on a
+calibration text (a bundled English text, or --calibration FILE) move when
+that tensor alone is quantized (one forward pass per tensor and bit width).
 
 --format gguf --type Q8_0|Q4_K_M|Q6_K writes one GGUF file instead
 (DST.gguf; llama, mistral, qwen2, qwen3): llama.cpp's tensor names,
@@ -47,10 +51,22 @@ func runQuantize(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	name := fs.String("name", "", "with --addr: the new model's name (default MODEL-oqBITS, MODEL-oqTARGET or MODEL-TYPE)")
 	format := fs.String("format", quant.FormatMLX, "output: mlx (a model directory) or gguf (one file)")
 	ggufType := fs.String("type", "", "with --format gguf: Q8_0, Q4_K_M or Q6_K")
+	calibrate := fs.Bool("calibrate", false, "with --target-bits: measure sensitivity on a calibration text (the bundled one, or --calibration)")
+	calibFile := fs.String("calibration", "", "with --target-bits: a text file to calibrate on (implies --calibrate)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	o := quant.Options{Bits: *bits, GroupSize: *group, TargetBits: *target, HighBits: *high, Format: *format, GGUFType: *ggufType}
+	switch {
+	case *calibFile != "":
+		b, err := os.ReadFile(expandHome(*calibFile))
+		if err != nil {
+			return usagef("--calibration: %v", err)
+		}
+		o.Calibration = string(b)
+	case *calibrate:
+		o.Calibration = quant.CalibrationText
+	}
 	if err := o.Validate(); err != nil {
 		return usagef("%v", err)
 	}
@@ -62,6 +78,11 @@ func runQuantize(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			"high_bits": *high, "evaluate": *evaluate, "name": *name, "node": *onNode}
 		if o.Format == quant.FormatGGUF {
 			body["format"], body["type"] = o.Format, o.GGUFType
+		}
+		if *calibFile != "" {
+			body["calibration_text"] = o.Calibration
+		} else if *calibrate {
+			body["calibrate"] = true
 		}
 		j, err := runJobOnNode(ctx, *addr, *apiKey, *caFile, "/admin/api/oq/start", body, stderr)
 		if err != nil {

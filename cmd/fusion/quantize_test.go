@@ -60,7 +60,32 @@ func TestModelsQuantize(t *testing.T) {
 	if _, err := os.Stat(dst + "-g.gguf"); err != nil {
 		t.Error(err)
 	}
+	// A calibrated mixed plan on a text file: every quantized tensor's
+	// bits and measured divergence in the report.
+	calib := filepath.Join(t.TempDir(), "calib.txt")
+	if err := os.WriteFile(calib, []byte("A short calibration text. It has a few sentences, and the model reads them once."), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	errb.Reset()
+	if code := run(context.Background(), []string{"models", "quantize", "--target-bits", "4.5", "--calibration", calib, src, dst + "-m"}, &out, &errb); code != 0 {
+		t.Fatalf("calibrated: exit %d: %s", code, errb.String())
+	}
+	var m struct {
+		Result struct {
+			Sensitivity string `json:"sensitivity"`
+			Quantized   int    `json:"quantized"`
+			Plan        []struct {
+				Bits   int     `json:"bits"`
+				BaseKL float64 `json:"base_kl"`
+			} `json:"plan"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &m); err != nil || m.Result.Sensitivity != "calibration" || len(m.Result.Plan) != m.Result.Quantized || m.Result.Plan[0].BaseKL <= 0 {
+		t.Errorf("calibrated report %s: %v", out.String(), err)
+	}
 	for _, args := range [][]string{{"--bits", "7", src, dst + "2"}, {src}, {"--target-bits", "3", src, dst + "3"},
+		{"--calibrate", src, dst + "7"}, {"--target-bits", "4.5", "--calibration", calib + ".missing", src, dst + "8"},
 		{"--format", "gguf", "--type", "Q5_K_M", src, dst + "4"}, {"--type", "Q8_0", src, dst + "5"}, {"--format", "onnx", src, dst + "6"}} {
 		out.Reset()
 		errb.Reset()

@@ -40,18 +40,34 @@ func Perplexity(ctx context.Context, dir, text string, window int) (Score, error
 	if len(ids) < 2 {
 		return Score{}, fmt.Errorf("%w: the text has %d tokens, perplexity needs 2", ErrBadOptions, len(ids))
 	}
+	var sum float64
+	n := 0
+	err = forwardRows(ctx, dir, ids, window, func(row []float32, target int) {
+		sum += nll(row, target)
+		n++
+	})
+	if err != nil {
+		return Score{}, err
+	}
+	mean := sum / float64(n)
+	return Score{Tokens: n, NLL: mean, Perplexity: math.Exp(mean)}, nil
+}
+
+// forwardRows loads the model at path on the CPU backend and runs ids
+// through it in windows of window tokens (0 or more than ids: one),
+// each window starting fresh; fn gets the logits of every position that
+// has a next token in its window, with that token.
+func forwardRows(ctx context.Context, path string, ids []int, window int, fn func(row []float32, target int)) error {
 	be := cpu.New(cpu.Options{})
 	defer be.Close()
-	m, err := model.Load(ctx, dir, be, model.Options{})
+	m, err := model.Load(ctx, path, be, model.Options{Mmap: true})
 	if err != nil {
-		return Score{}, fmt.Errorf("quant: %w", err)
+		return fmt.Errorf("quant: %w", err)
 	}
 	defer m.Close()
 	if window <= 1 || window > len(ids) {
 		window = len(ids)
 	}
-	var sum float64
-	n := 0
 	vocab := m.Config.VocabSize
 	for start := 0; start+1 < len(ids); start += window {
 		chunk := ids[start:min(start+window, len(ids))]
@@ -60,21 +76,19 @@ func Perplexity(ctx context.Context, dir, text string, window int) (Score, error
 		}
 		seq, err := m.NewSequence(len(chunk))
 		if err != nil {
-			return Score{}, fmt.Errorf("quant: %w", err)
+			return fmt.Errorf("quant: %w", err)
 		}
 		out, err := m.Forward(ctx, []model.Input{{Seq: seq, Tokens: chunk, AllLogits: true}}, model.Range{}, nil)
 		seq.Close()
 		if err != nil {
-			return Score{}, fmt.Errorf("quant: %w", err)
+			return fmt.Errorf("quant: %w", err)
 		}
 		logits := out.Logits[0]
 		for i := 0; i+1 < len(chunk); i++ {
-			sum += nll(logits[i*vocab:(i+1)*vocab], chunk[i+1])
-			n++
+			fn(logits[i*vocab:(i+1)*vocab], chunk[i+1])
 		}
 	}
-	mean := sum / float64(n)
-	return Score{Tokens: n, NLL: mean, Perplexity: math.Exp(mean)}, nil
+	return nil
 }
 
 // loadTokenizer loads the tokenizer of a model directory or, as the
@@ -92,6 +106,11 @@ func loadTokenizer(path string) (*tokenizer.Tokenizer, error) {
 
 // nll is −log softmax(row)[target], in float64.
 func nll(row []float32, target int) float64 {
+	return logSumExp(row) - float64(row[target])
+}
+
+// logSumExp is log Σ exp(row), in float64.
+func logSumExp(row []float32) float64 {
 	mx := math.Inf(-1)
 	for _, v := range row {
 		mx = math.Max(mx, float64(v))
@@ -100,7 +119,7 @@ func nll(row []float32, target int) float64 {
 	for _, v := range row {
 		s += math.Exp(float64(v) - mx)
 	}
-	return math.Log(s) + mx - float64(row[target])
+	return math.Log(s) + mx
 }
 
 // EvalText is a short English text bundled for perplexity checks (a

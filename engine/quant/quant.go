@@ -59,6 +59,17 @@ type Options struct {
 	TargetBits float64
 	// HighBits is the precision of the raised tensors (default 8).
 	HighBits int
+	// Calibration, when set with TargetBits, is the text a mixed plan's
+	// sensitivities are measured on (up to MaxCalibrationTokens tokens):
+	// each quantizable tensor alone is quantized at Bits and at HighBits
+	// and the source's predictions on the text compared with the
+	// result's (mean KL divergence per token). Empty: the weight-space
+	// measure (each tensor's own quantization error), no forward pass.
+	// CalibrationText is a bundled default.
+	Calibration string
+	// CalibrationWindow splits the calibration text into windows of this
+	// many tokens, each scored from a fresh context (0: one window).
+	CalibrationWindow int
 	// Format is the output: FormatMLX (default) or FormatGGUF, one file
 	// of GGUFType (Q8_0, Q4_K_M or Q6_K) at the destination (".gguf"
 	// appended when missing); Bits, GroupSize and the mixed plan apply to
@@ -91,6 +102,23 @@ type Result struct {
 	Format      string         `json:"format,omitempty"`
 	Type        string         `json:"type,omitempty"`
 	TensorTypes map[string]int `json:"tensor_types,omitempty"`
+	// Sensitivity is how a mixed plan measured the tensors:
+	// SensitivityWeights or SensitivityCalibration; Plan lists every
+	// quantized tensor with its measures and the bits it got.
+	Sensitivity string       `json:"sensitivity,omitempty"`
+	Plan        []TensorPlan `json:"plan,omitempty"`
+}
+
+// How a mixed plan measures sensitivity (Result.Sensitivity).
+const (
+	SensitivityWeights     = "weights"
+	SensitivityCalibration = "calibration"
+)
+
+// TensorPlan is one tensor of a mixed plan: its sensitivity and bits.
+type TensorPlan struct {
+	Sensitivity
+	Bits int `json:"bits"`
 }
 
 // Validate checks the options, filling in the defaults.
@@ -127,6 +155,12 @@ func (o *Options) Validate() error {
 		if err := modelfile.CheckAffine(o.GroupSize, b); err != nil {
 			return fmt.Errorf("%w: %v", ErrBadOptions, err)
 		}
+	}
+	if o.Calibration != "" && o.TargetBits == 0 {
+		return fmt.Errorf("%w: a calibration text needs target_bits (a mixed plan)", ErrBadOptions)
+	}
+	if o.CalibrationWindow < 0 {
+		return fmt.Errorf("%w: calibration window %d", ErrBadOptions, o.CalibrationWindow)
 	}
 	if o.TargetBits < 0 || o.TargetBits != 0 && (o.TargetBits <= float64(o.Bits) || o.TargetBits > float64(o.HighBits)) {
 		return fmt.Errorf("%w: target_bits %.2f must be above bits %d and at most %d", ErrBadOptions, o.TargetBits, o.Bits, o.HighBits)
@@ -225,17 +259,25 @@ func (s *source) floats(name string) (tensor.Tensor, []float32, error) {
 	if err != nil {
 		return t, nil, fmt.Errorf("quant: %w", err)
 	}
-	switch {
-	case s.dtype == tensor.BF16 && t.DType != tensor.BF16:
+	if s.dtype != t.DType {
+		roundTo(s.dtype, v)
+	}
+	return t, v, nil
+}
+
+// roundTo rounds v in place to the values dt can hold (BF16, F16; others
+// are left alone).
+func roundTo(dt tensor.DType, v []float32) {
+	switch dt {
+	case tensor.BF16:
 		for i, x := range v {
 			v[i] = tensor.BF16ToF32(tensor.F32ToBF16(x))
 		}
-	case s.dtype == tensor.F16 && t.DType != tensor.F16:
+	case tensor.F16:
 		for i, x := range v {
 			v[i] = tensor.F16ToF32(tensor.F32ToF16(x))
 		}
 	}
-	return t, v, nil
 }
 
 // Quantize writes the quantized model of src into dst (which must not
@@ -278,12 +320,24 @@ func Quantize(ctx context.Context, src, dst string, o Options) (Result, error) {
 			bits[n] = o.Bits
 		}
 	}
+	res := Result{Dir: dst, Bits: o.Bits, GroupSize: o.GroupSize, Mixed: o.TargetBits > 0}
 	if o.TargetBits > 0 {
-		if bits, err = s.plan(ctx, o, progress); err != nil {
+		var sens []Sensitivity
+		if sens, err = s.sensitivities(ctx, src, filepath.Dir(dst), o, progress); err != nil {
 			return Result{}, err
 		}
+		bits = allocate(sens, o)
+		res.Sensitivity = SensitivityWeights
+		if o.Calibration != "" {
+			res.Sensitivity = SensitivityCalibration
+		}
+		for _, t := range sens {
+			res.Plan = append(res.Plan, TensorPlan{Sensitivity: t, Bits: bits[t.Name]})
+			if bits[t.Name] != o.Bits {
+				logf("%s: %d bits (%s)", t.Name, bits[t.Name], t)
+			}
+		}
 	}
-	res := Result{Dir: dst, Bits: o.Bits, GroupSize: o.GroupSize, Mixed: o.TargetBits > 0}
 	var out []tensor.Tensor
 	var codeBits, allBits, weights float64
 	for _, name := range s.names {

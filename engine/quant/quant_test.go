@@ -102,6 +102,10 @@ func TestQuantizeRefuses(t *testing.T) {
 		{"already quantized", quantized, "", Options{}, nil, ErrUnsupported},
 		{"exists", src, exists, Options{}, nil, ErrExists},
 		{"cancelled", src, "", Options{}, ctx, context.Canceled},
+		{"calibration without target", src, "", Options{Calibration: "Some text."}, nil, ErrBadOptions},
+		{"calibration window", src, "", Options{TargetBits: 4.5, Calibration: "Some text.", CalibrationWindow: -1}, nil, ErrBadOptions},
+		{"calibration too short", src, "", Options{TargetBits: 4.5, Calibration: " "}, nil, ErrBadOptions},
+		{"cancelled calibration", src, "", Options{TargetBits: 4.5, Calibration: CalibrationText}, ctx, context.Canceled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dst := tc.dst

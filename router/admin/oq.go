@@ -49,12 +49,32 @@ type OQRequest struct {
 	// Q4_K_M or Q6_K) named <name>.gguf, bits and group_size unused.
 	Format string `json:"format,omitempty"`
 	Type   string `json:"type,omitempty"`
+	// Calibrate (with target_bits) measures each tensor's sensitivity on
+	// a calibration text, the model's prediction divergence when that
+	// tensor alone is quantized, instead of its own weight error: on the
+	// bundled text (quant.CalibrationText), or on CalibrationText when
+	// given (which implies calibrate).
+	Calibrate       bool   `json:"calibrate,omitempty"`
+	CalibrationText string `json:"calibration_text,omitempty"`
 }
 
-const maxOQBody = 16 << 10
+// Calibration is the text the request's plan is calibrated on ("":
+// none).
+func (r OQRequest) Calibration() string {
+	switch {
+	case r.CalibrationText != "":
+		return r.CalibrationText
+	case r.Calibrate:
+		return quant.CalibrationText
+	}
+	return ""
+}
+
+// maxOQBody bounds the request, a calibration text included.
+const maxOQBody = 64 << 10
 
 func (h *Handler) oqStart(w http.ResponseWriter, r *http.Request) {
-	req, ok := jobRequest(h, w, r, maxOQBody, checkOQ, "model", "bits", "group_size", "target_bits", "high_bits", "name", "evaluate", "node", "format", "type")
+	req, ok := jobRequest(h, w, r, maxOQBody, checkOQ, "model", "bits", "group_size", "target_bits", "high_bits", "name", "evaluate", "node", "format", "type", "calibrate", "calibration_text")
 	if !ok {
 		return
 	}
@@ -91,10 +111,16 @@ func checkOQ(req OQRequest) *openai.Error {
 	if req.Name != "" && !plainName(req.Name) {
 		return openai.InvalidRequest("name", "name must be a plain file name, not hidden.")
 	}
-	o := quant.Options{Bits: req.Bits, GroupSize: req.GroupSize, TargetBits: req.TargetBits, HighBits: req.HighBits, Format: req.Format, GGUFType: req.Type}
+	o := quant.Options{Bits: req.Bits, GroupSize: req.GroupSize, TargetBits: req.TargetBits, HighBits: req.HighBits, Format: req.Format, GGUFType: req.Type,
+		Calibration: req.Calibration()}
 	if err := o.Validate(); err != nil {
 		param := "bits"
 		switch {
+		case strings.Contains(err.Error(), "calibration"):
+			param = "calibrate"
+			if req.CalibrationText != "" {
+				param = "calibration_text"
+			}
 		case req.TargetBits != 0 && strings.Contains(err.Error(), "target_bits"):
 			param = "target_bits"
 		case strings.Contains(err.Error(), "GGUF type"):
@@ -104,7 +130,7 @@ func checkOQ(req OQRequest) *openai.Error {
 		case req.GroupSize != 0 && strings.Contains(err.Error(), "group"):
 			param = "group_size"
 		}
-		return openai.InvalidRequest(param, "%v (bits 2, 3, 4, 5, 6 or 8; group_size 32, 64 or 128; target_bits between bits and high_bits; format mlx or gguf, type Q8_0, Q4_K_M or Q6_K).", err)
+		return openai.InvalidRequest(param, "%v (bits 2, 3, 4, 5, 6 or 8; group_size 32, 64 or 128; target_bits between bits and high_bits; format mlx or gguf, type Q8_0, Q4_K_M or Q6_K; calibrate with target_bits).", err)
 	}
 	return nil
 }

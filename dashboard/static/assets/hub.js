@@ -154,15 +154,23 @@ export function renderOQ(main) {
   const bits = h('input', { name: 'bits', type: 'number', value: '4', min: '2', max: '8' });
   const group = h('select', { name: 'group_size' }, ['64', '32', '128'].map((g) => h('option', { value: g }, g)));
   const target = h('input', { name: 'target_bits', type: 'number', step: '0.1', placeholder: 'uniform' });
+  const high = h('input', { name: 'high_bits', type: 'number', value: '8', min: '3', max: '8' });
+  // Calibrated: each tensor's bits chosen by how far it moves the model's predictions on a bundled text.
+  const calibrate = h('input', { name: 'calibrate', type: 'checkbox' });
   // Output: an MLX affine directory (bits, group size, target) or one GGUF file of a type.
   const format = h('select', { name: 'format' }, [['mlx', 'MLX affine'], ['Q4_K_M', 'GGUF Q4_K_M'], ['Q8_0', 'GGUF Q8_0'], ['Q6_K', 'GGUF Q6_K']]
     .map(([v, label]) => h('option', { value: v }, label)));
   startPage(main, 'Quantization (oQ)', '/admin/api/oq/start', 'Start quantization',
-    [['Output', format], ['Bits', bits], ['Group size', group], ['Target bits (mixed)', target]],
+    [['Output', format], ['Bits', bits], ['Group size', group], ['Target bits (mixed)', target],
+      ['High bits (mixed)', high], ['Calibrate (mixed)', calibrate]],
     () => {
       if (format.value !== 'mlx') return { format: 'gguf', type: format.value, evaluate: true };
       const b = { bits: Number(bits.value), group_size: Number(group.value), evaluate: true };
-      if (target.value) b.target_bits = Number(target.value);
+      if (target.value) {
+        b.target_bits = Number(target.value);
+        b.high_bits = Number(high.value);
+        if (calibrate.checked) b.calibrate = true;
+      }
       return b;
     });
 }
