@@ -22,6 +22,8 @@ func (o *Options) resolveGemma() error {
 		}
 		return nil
 	case modelfile.ArchGemma3Text:
+	case modelfile.ArchGemma4Text:
+		return o.resolveGemma4()
 	case modelfile.ArchPhi3, modelfile.ArchMistral, modelfile.ArchMistral3, modelfile.ArchGptOss, modelfile.ArchDeepseekV3, modelfile.ArchGlm4MoE, modelfile.ArchQwen3Next, modelfile.ArchQwen35, modelfile.ArchQwen35MoE:
 		return nil // resolveFamily, resolveDeepseek
 	default:
