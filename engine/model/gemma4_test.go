@@ -1,36 +1,33 @@
 package model
 
 import (
+	"path/filepath"
 	"testing"
 
 	"fusion/engine/backend/cpu"
 	"fusion/engine/demo"
+	"fusion/engine/demo/demotest"
 )
 
-// gemma4Demo is a small gemma4_text with every part its config can switch
-// on: sliding (window 20) and full layers, KV shared by the last two of
-// four layers, k = v on the full ones, per-layer inputs, and the mixture
-// beside the MLP.
-func gemma4Demo(o demo.Options) demo.Options {
-	o.SlidingWindow, o.SlidingPattern = 20, 2
-	o.Experts, o.ExpertsPerTok, o.MoEIntermediate = 8, 2, 64
-	return o
+// gemma4Model writes a small gemma4_text with every part its config can
+// switch on: sliding (window 20) and full layers, KV shared by the last
+// two of four layers, k = v on the full ones, per-layer inputs, and the
+// mixture beside the MLP; it returns its path.
+func gemma4Model(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "m")
+	demotest.Create(t, dir, demo.Options{Arch: "gemma4_text", Layers: 4, Hidden: 128, Heads: 4, KVHeads: 2, Intermediate: 128,
+		SlidingWindow: 20, SlidingPattern: 2, Experts: 8, ExpertsPerTok: 2, MoEIntermediate: 32, Seed: 3})
+	return dir
 }
 
 // TestGemma4BatchingMatchesAlone: batched rows of gemma4_text (shared
 // KV, per-layer inputs, experts) are bit-identical to each sequence run
-// alone, in bf16 and MLX 4-bit.
+// alone.
 func TestGemma4BatchingMatchesAlone(t *testing.T) {
 	be := cpu.New(cpu.Options{})
 	defer be.Close()
-	for name, o := range map[string]demo.Options{
-		"bf16":   gemma4Demo(demo.Options{}),
-		"mlx-q4": gemma4Demo(demo.Options{Quantize: 4, GroupSize: 64}),
-	} {
-		t.Run(name, func(t *testing.T) {
-			checkBatchingMatchesAlone(t, load(t, be, smallModel(t, "gemma4_text", o), Range{}))
-		})
-	}
+	checkBatchingMatchesAlone(t, load(t, be, gemma4Model(t), Range{}))
 }
 
 // TestGemma4LayerRanges: per-layer inputs need the embedding, and a KV-shared
@@ -39,7 +36,7 @@ func TestGemma4BatchingMatchesAlone(t *testing.T) {
 func TestGemma4LayerRanges(t *testing.T) {
 	be := cpu.New(cpu.Options{})
 	defer be.Close()
-	path := smallModel(t, "gemma4_text", gemma4Demo(demo.Options{}))
+	path := gemma4Model(t)
 	for _, r := range []Range{{1, 4}, {2, 4}} {
 		if m, err := Load(t.Context(), path, be, Options{Layers: r}); err == nil {
 			m.Close()
@@ -51,4 +48,17 @@ func TestGemma4LayerRanges(t *testing.T) {
 	if out := forward(t, m, []Input{{Seq: seq, Tokens: tokens(1, 30)}}, Range{}, nil); out.Hidden == nil || seq.Len() != 30 {
 		t.Errorf("layers [0, 2): hidden %v, %d positions", out.Hidden != nil, seq.Len())
 	}
+}
+
+// TestGemma4KVExport: the KV-shared layers have no cache of their own
+// (KVBytesPerToken counts the first two of four layers), and a prefix's KV
+// exported and imported gives the same logits after it.
+func TestGemma4KVExport(t *testing.T) {
+	be := cpu.New(cpu.Options{})
+	defer be.Close()
+	m := load(t, be, gemma4Model(t), Range{})
+	if got, want := m.KVBytesPerToken(), int64(2*2*m.HeadDim()*2*4); got != want {
+		t.Errorf("KVBytesPerToken %d, want %d (two layers of own KV)", got, want)
+	}
+	checkKVExportImport(t, m, 200, 128)
 }

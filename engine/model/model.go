@@ -216,7 +216,21 @@ func (m *Model) WeightBytes() int64 { return m.bytes }
 // KVBytesPerToken is the KV cache memory of one position over the loaded
 // layers, at float32.
 func (m *Model) KVBytesPerToken() int64 {
-	return int64(m.Layers.Len()) * int64(m.kvHeads) * int64(m.headDim) * 2 * 4
+	return int64(m.cacheLayers().Len()) * int64(m.kvHeads) * int64(m.headDim) * 2 * 4
+}
+
+// cacheLayers are the loaded layers with a KV cache of their own: all of
+// them but Gemma 4's KV-shared layers, which are the last ones and read
+// earlier layers' caches.
+func (m *Model) cacheLayers() Range {
+	r := m.Layers
+	if m.kvFrom == nil {
+		return r
+	}
+	for r.End > r.Start && m.kvFrom[r.End-1] != r.End-1 {
+		r.End--
+	}
+	return r
 }
 
 // HeadDim is the width of one attention head.

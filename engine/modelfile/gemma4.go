@@ -164,6 +164,9 @@ func (c *Config) gemma4(data []byte, r *rawConfig) error {
 			g.Sliding[i] = (i+1)%pattern != 0
 		}
 	}
+	if g.KVShared > n {
+		return bad("num_kv_shared_layers %d of %d layers", g.KVShared, n)
+	}
 	if g.KVShared > 0 {
 		for i := n - g.KVShared; i < n; i++ {
 			found := false
