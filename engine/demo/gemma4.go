@@ -30,16 +30,10 @@ const (
 
 // resolveGemma4 fills and checks Gemma 4's options.
 func (o *Options) resolveGemma4() error {
-	switch {
-	case o.StopAfter != 0:
-		return fmt.Errorf("demo: --stop-after is not supported for gemma4_text")
-	case o.Format == FormatGGUF:
-		return fmt.Errorf("demo: gemma4_text demos are written as safetensors only")
-	case o.Untied:
-		return fmt.Errorf("demo: gemma4_text ties its embeddings")
-	case o.SlidingWindow < 0 || o.SlidingPattern < 0:
-		return fmt.Errorf("demo: sliding window and pattern must be positive")
-	case o.Layers < 2:
+	if err := o.checkGemma(); err != nil {
+		return err
+	}
+	if o.Layers < 2 {
 		return fmt.Errorf("demo: gemma4_text needs 2 layers or more (half of them share KV)")
 	}
 	if o.SlidingWindow == 0 {
