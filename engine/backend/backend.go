@@ -88,7 +88,11 @@ type Step interface {
 	// dot-product attention of q ([rows, heads·headDim]) over each
 	// sequence's cached keys and values: query i of a sequence sees keys
 	// 0 … Offset+i. heads must be a multiple of the cache's KV heads (GQA,
-	// K/V never repeated). Returns [rows, heads·headDim].
+	// K/V never repeated). Returns [rows, heads·headDim]. With k and v
+	// both nil nothing is appended: the cache at layer must already hold
+	// the batch's new rows (an earlier layer of the same step wrote them:
+	// Gemma 4's KV sharing), and q attends over them (WindowAttention and
+	// SinkAttention alike).
 	Attention(layer int, q, k, v Array, scale float32, b *Batch) Array
 	// LayerNorm normalizes every row to zero mean and unit variance,
 	// (x−mean)·rsqrt(var + eps), in float32, then multiplies by w and adds

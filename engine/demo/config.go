@@ -88,6 +88,8 @@ func (m *Model) configJSON() map[string]any {
 		return m.glmConfig(c)
 	case modelfile.ArchQwen3Next, modelfile.ArchQwen35, modelfile.ArchQwen35MoE:
 		return m.qwen3NextConfig(c)
+	case modelfile.ArchGemma4Text:
+		return m.gemma4Config(c)
 	}
 	return c
 }

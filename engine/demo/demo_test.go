@@ -72,6 +72,11 @@ func TestBuildOptions(t *testing.T) {
 		{Arch: "falcon"}, {Heads: 5}, {Heads: 4, KVHeads: 3}, {Quantize: 7}, {Quantize: 4, GroupSize: 48},
 		{DType: "f8"}, {Format: "onnx"}, {Hidden: -1}, {VocabFrom: "/nonexistent"},
 		{Format: FormatGGUF, Quantize: 5}, {Format: FormatGGUF, GGUFType: "q3_k_xl"}, {GGUFType: "q8_0"},
+		// gemma4_text: tied, safetensors, both layer kinds before the
+		// KV-shared half.
+		{Arch: "gemma4_text", Untied: true}, {Arch: "gemma4_text", Format: FormatGGUF},
+		{Arch: "gemma4_text", Layers: 1}, {Arch: "gemma4_text", Layers: 2},
+		{Arch: "gemma4_text", Experts: 4, ExpertsPerTok: 5},
 	}
 	for _, o := range bad {
 		if _, err := Build(o); err == nil {

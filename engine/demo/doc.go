@@ -14,5 +14,5 @@
 // template: a model built on it gets chattemplate.Harmony, and <|call|>
 // among its end tokens. Architectures: llama, qwen3 and gemma3_text
 // (gemma.go; safetensors only, with Gemma's norm layout and sliding-window
-// settings).
+// settings), gemma4_text (gemma4.go) and the families of archList.
 package demo

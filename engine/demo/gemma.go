@@ -22,26 +22,36 @@ func (o *Options) resolveGemma() error {
 		}
 		return nil
 	case modelfile.ArchGemma3Text:
+	case modelfile.ArchGemma4Text:
+		return o.resolveGemma4()
 	case modelfile.ArchPhi3, modelfile.ArchMistral, modelfile.ArchMistral3, modelfile.ArchGptOss, modelfile.ArchDeepseekV3, modelfile.ArchGlm4MoE, modelfile.ArchQwen3Next, modelfile.ArchQwen35, modelfile.ArchQwen35MoE:
 		return nil // resolveFamily, resolveDeepseek
 	default:
 		return fmt.Errorf("demo: unknown arch %q (want %s)", o.Arch, archList)
 	}
-	switch {
-	case o.StopAfter != 0:
-		return fmt.Errorf("demo: --stop-after is not supported for gemma3_text")
-	case o.Format == FormatGGUF:
-		return fmt.Errorf("demo: gemma3_text demos are written as safetensors only")
-	case o.Untied:
-		return fmt.Errorf("demo: gemma3_text ties its embeddings")
-	case o.SlidingWindow < 0 || o.SlidingPattern < 0:
-		return fmt.Errorf("demo: sliding window and pattern must be positive")
+	if err := o.checkGemma(); err != nil {
+		return err
 	}
 	if o.SlidingWindow == 0 {
 		o.SlidingWindow = 512
 	}
 	if o.SlidingPattern == 0 {
 		o.SlidingPattern = 6
+	}
+	return nil
+}
+
+// checkGemma refuses what neither Gemma family's demo writes.
+func (o *Options) checkGemma() error {
+	switch {
+	case o.StopAfter != 0:
+		return fmt.Errorf("demo: --stop-after is not supported for %s", o.Arch)
+	case o.Format == FormatGGUF:
+		return fmt.Errorf("demo: %s demos are written as safetensors only", o.Arch)
+	case o.Untied:
+		return fmt.Errorf("demo: %s ties its embeddings", o.Arch)
+	case o.SlidingWindow < 0 || o.SlidingPattern < 0:
+		return fmt.Errorf("demo: sliding window and pattern must be positive")
 	}
 	return nil
 }

@@ -171,6 +171,8 @@ func (m *Model) initWeights() error {
 	downStd := sc.rho * initializerRange / (0.6 * math.Sqrt(float64(p.Intermediate)))
 	if p.Arch == modelfile.ArchGemma3Text {
 		m.gemmaLayers(sc, input, output, add, fill)
+	} else if p.Arch == modelfile.ArchGemma4Text {
+		m.gemma4Layers(sc, rng, inputs, outputs, add, fill)
 	} else if p.Arch == modelfile.ArchGptOss {
 		m.gptOssLayers(sc, rng, inputs, outputs, add, fill)
 	} else if p.Arch == modelfile.ArchDeepseekV3 {

@@ -87,6 +87,9 @@ func Build(opts Options) (*Model, error) {
 	if p.Arch == modelfile.ArchGemma3Text {
 		p.gemma(o)
 	}
+	if p.Arch == modelfile.ArchGemma4Text {
+		p.gemma4(o)
+	}
 	p.family(o)
 	switch p.Arch {
 	case modelfile.ArchDeepseekV3:

@@ -54,7 +54,7 @@ type Options struct {
 }
 
 // archList names the architectures the demo writes.
-const archList = "llama, qwen3, qwen3_moe, gemma3_text, phi3, mistral, mistral3, gpt_oss, deepseek_v3, glm4_moe, qwen3_next, qwen3_5 or qwen3_5_moe"
+const archList = "llama, qwen3, qwen3_moe, gemma3_text, gemma4_text, phi3, mistral, mistral3, gpt_oss, deepseek_v3, glm4_moe, qwen3_next, qwen3_5 or qwen3_5_moe"
 
 // DefaultMoE is the demo mixture: 8 experts of 64 features, 2 per token,
 // every layer sparse (Qwen3-30B-A3B has 128 of 768, 8 per token).
@@ -139,6 +139,7 @@ func (o Options) resolve() (Options, error) {
 		if o.Experts != 0 || o.ExpertsPerTok != 0 || o.MoEIntermediate != 0 || o.SparseStep != 0 {
 			return o, fmt.Errorf("demo: --experts, --experts-per-tok, --moe-intermediate and --sparse-step need a mixture (--arch %s, %s, %s or %s)", modelfile.ArchQwen3MoE, modelfile.ArchGptOss, modelfile.ArchDeepseekV3, modelfile.ArchGlm4MoE)
 		}
+	case modelfile.ArchGemma4Text: // resolveGemma4: the mixture is optional
 	case modelfile.ArchQwen3MoE, modelfile.ArchGptOss, modelfile.ArchDeepseekV3, modelfile.ArchGlm4MoE, modelfile.ArchQwen3Next, modelfile.ArchQwen35MoE:
 		if err := o.resolveMoE(); err != nil {
 			return o, err

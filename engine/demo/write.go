@@ -133,13 +133,17 @@ func (m *Model) quantParams(t Tensor) (group, bits int, mode string, ok bool) {
 		return 0, 0, "", false // MoEGate is not a layer mlx-lm quantizes
 	}
 	router := strings.HasSuffix(t.Name, ".mlp.gate.weight") || strings.HasSuffix(t.Name, ".mlp.router.weight") ||
-		strings.HasSuffix(t.Name, ".mlp.shared_expert_gate.weight") // qwen3_next's quant_predicate: 8 bits too
+		strings.HasSuffix(t.Name, ".mlp.shared_expert_gate.weight") || // qwen3_next's quant_predicate: 8 bits too
+		strings.HasSuffix(t.Name, ".router.proj.weight") // gemma4_text's
 	// MLA's kv_a_proj_with_mqa is a Linear, embed_q and unembed_out
 	// stacked MultiLinears (quantized like stacked experts).
 	mla := strings.HasSuffix(t.Name, "_mqa.weight") || strings.HasSuffix(t.Name, ".embed_q.weight") || strings.HasSuffix(t.Name, ".unembed_out.weight")
 	// Qwen3-Next's in_proj_qkvz and in_proj_ba are Linears too.
 	deltaNet := strings.HasSuffix(t.Name, ".in_proj_qkvz.weight") || strings.HasSuffix(t.Name, ".in_proj_ba.weight")
-	linear := deltaNet || strings.HasSuffix(t.Name, "_proj.weight") || t.Name == "model.embed_tokens.weight" || t.Name == "lm_head.weight" || router || mla
+	// Gemma 4's per-layer inputs: an Embedding and two Linears.
+	perLayer := t.Name == "model.embed_tokens_per_layer.weight" || t.Name == "model.per_layer_model_projection.weight" ||
+		strings.HasSuffix(t.Name, ".per_layer_input_gate.weight") || strings.HasSuffix(t.Name, ".per_layer_projection.weight")
+	linear := perLayer || deltaNet || strings.HasSuffix(t.Name, "_proj.weight") || t.Name == "model.embed_tokens.weight" || t.Name == "lm_head.weight" || router || mla
 	if !linear || len(t.Shape) < 2 || t.Shape[len(t.Shape)-1]%int64(o.GroupSize) != 0 {
 		return 0, 0, "", false
 	}

@@ -13,6 +13,9 @@ type architecture struct {
 	// are set and before any weight is loaded (Gemma: attention scale,
 	// per-layer windows and RoPE, embedding scale, norm offset, logit cap).
 	setup func(m *Model) error
+	// loadModel, if set, loads model-level weights of the family after
+	// the embedding (Gemma 4's per-layer inputs).
+	loadModel func(m *Model, w *loader)
 }
 
 var architectures = map[string]architecture{
@@ -21,6 +24,8 @@ var architectures = map[string]architecture{
 	modelfile.ArchQwen3:      {load: loadQwen3, headDim: configHeadDim},
 	modelfile.ArchGemma3Text: {load: loadGemma3, headDim: configHeadDim, setup: setupGemma3},
 	modelfile.ArchQwen3MoE:   {load: loadQwen3MoE, headDim: configHeadDim},
+	// Gemma 4: KV shared across layers, per-layer inputs (gemma4.go).
+	modelfile.ArchGemma4Text: {load: loadGemma4, headDim: configHeadDim, setup: setupGemma4, loadModel: loadGemma4Extra},
 	modelfile.ArchPhi3:       {load: loadPhi3, headDim: hiddenPerHead},
 	// Mistral's text models are Llama's block with an explicit head_dim
 	// (mlx-lm maps mistral to llama, and mistral3's text model too).

@@ -163,6 +163,9 @@ func (m *Model) run(ctx context.Context, s backend.Step, inputs []Input, layers 
 		x = s.Input(hidden.Rows, hidden.Cols, hidden.Data)
 	}
 	f := &frame{Step: s, batch: b, eps: m.eps, rope: m.rope, scale: m.scale}
+	if m.gemma4 != nil {
+		f.perLayer = m.gemma4.perLayerInputs(s, tokenIDs(inputs), x, m.Config.HiddenSize, m.eps)
+	}
 	if m.Recurrent() {
 		f.rec = &recStep{}
 		for _, in := range inputs {
@@ -210,13 +213,7 @@ func (m *Model) layers(ctx context.Context, f *frame, x backend.Array, layers Ra
 
 // embedTokens embeds the inputs' tokens, one row each in input order.
 func (m *Model) embedTokens(s backend.Step, inputs []Input) backend.Array {
-	var ids []int32
-	for _, in := range inputs {
-		for _, t := range in.Tokens {
-			ids = append(ids, int32(t))
-		}
-	}
-	x := s.Embed(m.embed, ids)
+	x := s.Embed(m.embed, tokenIDs(inputs))
 	if m.embedScale != 0 {
 		x = s.Scale(x, m.embedScale)
 	}
@@ -254,4 +251,15 @@ func (m *Model) logits(s backend.Step, x backend.Array, inputs []Input, b *backe
 		data = data[n*vocab:]
 	}
 	return out, nil
+}
+
+// tokenIDs are the inputs' tokens, in input order.
+func tokenIDs(inputs []Input) []int32 {
+	var ids []int32
+	for _, in := range inputs {
+		for _, t := range in.Tokens {
+			ids = append(ids, int32(t))
+		}
+	}
+	return ids
 }

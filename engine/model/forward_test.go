@@ -156,38 +156,43 @@ func TestLayerRanges(t *testing.T) {
 func TestBatchingMatchesAlone(t *testing.T) {
 	be := cpu.New(cpu.Options{})
 	defer be.Close()
-	history := [][]int{tokens(3, 300), tokens(4, 10), nil}
-	next := [][]int{{9}, tokens(5, 25), tokens(6, 7)}
 	for _, f := range formats {
 		for _, arch := range f.archs {
 			t.Run(f.name+"/"+arch, func(t *testing.T) {
-				m := load(t, be, smallModel(t, arch, f.opts), Range{})
-				alone := make([]*Sequence, 3)
-				batched := make([]*Sequence, 3)
-				for i := range 3 {
-					alone[i], batched[i] = newSeq(t, m), newSeq(t, m)
-					if history[i] != nil {
-						forward(t, m, []Input{{Seq: alone[i], Tokens: history[i]}}, Range{}, nil)
-						forward(t, m, []Input{{Seq: batched[i], Tokens: history[i]}}, Range{}, nil)
-					}
-				}
-				for step := range 3 {
-					var in []Input
-					var want [][]float32
-					for i := range 3 {
-						toks := next[i]
-						if step > 0 {
-							toks = []int{(step*17 + i*5) % 600}
-						}
-						want = append(want, forward(t, m, []Input{{Seq: alone[i], Tokens: toks, AllLogits: true}}, Range{}, nil).Logits[0])
-						in = append(in, Input{Seq: batched[i], Tokens: toks, AllLogits: true})
-					}
-					got := forward(t, m, in, Range{}, nil).Logits
-					for i := range 3 {
-						sameBits(t, fmt.Sprintf("step %d, sequence %d", step, i), got[i], want[i])
-					}
-				}
+				checkBatchingMatchesAlone(t, load(t, be, smallModel(t, arch, f.opts), Range{}))
 			})
+		}
+	}
+}
+
+// checkBatchingMatchesAlone is TestBatchingMatchesAlone on model m.
+func checkBatchingMatchesAlone(t *testing.T, m *Model) {
+	t.Helper()
+	history := [][]int{tokens(3, 300), tokens(4, 10), nil}
+	next := [][]int{{9}, tokens(5, 25), tokens(6, 7)}
+	alone := make([]*Sequence, 3)
+	batched := make([]*Sequence, 3)
+	for i := range 3 {
+		alone[i], batched[i] = newSeq(t, m), newSeq(t, m)
+		if history[i] != nil {
+			forward(t, m, []Input{{Seq: alone[i], Tokens: history[i]}}, Range{}, nil)
+			forward(t, m, []Input{{Seq: batched[i], Tokens: history[i]}}, Range{}, nil)
+		}
+	}
+	for step := range 3 {
+		var in []Input
+		var want [][]float32
+		for i := range 3 {
+			toks := next[i]
+			if step > 0 {
+				toks = []int{(step*17 + i*5) % 600}
+			}
+			want = append(want, forward(t, m, []Input{{Seq: alone[i], Tokens: toks, AllLogits: true}}, Range{}, nil).Logits[0])
+			in = append(in, Input{Seq: batched[i], Tokens: toks, AllLogits: true})
+		}
+		got := forward(t, m, in, Range{}, nil).Logits
+		for i := range 3 {
+			sameBits(t, fmt.Sprintf("step %d, sequence %d", step, i), got[i], want[i])
 		}
 	}
 }

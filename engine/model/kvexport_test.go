@@ -26,36 +26,41 @@ func TestKVExportImportIsExact(t *testing.T) {
 		{"exported in two parts", 200, 128},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			toks := tokens(7, tc.total)
-			full := newSeq(t, m)
-			want := forward(t, m, []Input{{Seq: full, Tokens: toks}}, Range{}, nil).Logits[0]
-			want = slices.Clone(want)
-
-			src := newSeq(t, m)
-			forward(t, m, []Input{{Seq: src, Tokens: toks[:tc.split]}}, Range{}, nil)
-			dst := newSeq(t, m)
-			// Export in 64-position blocks, as the prefix cache does.
-			for a := 0; a < tc.split; a += 64 {
-				b := min(a+64, tc.split)
-				blk, err := src.ExportKV(a, b)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(blk) != (b-a)*int(m.KVBytesPerToken()) {
-					t.Fatalf("block of %d positions is %d bytes, want %d", b-a, len(blk), (b-a)*int(m.KVBytesPerToken()))
-				}
-				if err := dst.ImportKV(blk); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if dst.Len() != tc.split {
-				t.Fatalf("restored sequence holds %d positions, want %d", dst.Len(), tc.split)
-			}
-			got := forward(t, m, []Input{{Seq: dst, Tokens: toks[tc.split:]}}, Range{}, nil).Logits[0]
-			sameBits(t, "logits after a restored prefix", got, want)
-		})
+		t.Run(tc.name, func(t *testing.T) { checkKVExportImport(t, m, tc.total, tc.split) })
 	}
+}
+
+// checkKVExportImport restores the KV of the first split of total tokens
+// computed by one sequence into another, in 64-position blocks as the
+// prefix cache does, and checks the logits of the rest are the very bits
+// a sequence that computed everything gets.
+func checkKVExportImport(t *testing.T, m *Model, total, split int) {
+	t.Helper()
+	toks := tokens(7, total)
+	full := newSeq(t, m)
+	want := slices.Clone(forward(t, m, []Input{{Seq: full, Tokens: toks}}, Range{}, nil).Logits[0])
+
+	src := newSeq(t, m)
+	forward(t, m, []Input{{Seq: src, Tokens: toks[:split]}}, Range{}, nil)
+	dst := newSeq(t, m)
+	for a := 0; a < split; a += 64 {
+		b := min(a+64, split)
+		blk, err := src.ExportKV(a, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(blk) != (b-a)*int(m.KVBytesPerToken()) {
+			t.Fatalf("block of %d positions is %d bytes, want %d", b-a, len(blk), (b-a)*int(m.KVBytesPerToken()))
+		}
+		if err := dst.ImportKV(blk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if dst.Len() != split {
+		t.Fatalf("restored sequence holds %d positions, want %d", dst.Len(), split)
+	}
+	got := forward(t, m, []Input{{Seq: dst, Tokens: toks[split:]}}, Range{}, nil).Logits[0]
+	sameBits(t, "logits after a restored prefix", got, want)
 }
 
 func TestKVExportImportErrors(t *testing.T) {

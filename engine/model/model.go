@@ -66,7 +66,12 @@ type Model struct {
 	// to every norm weight as it loads (Gemma's 1 + w); softcap caps the
 	// logits (0: none).
 	embedScale, normOffset, softcap float32
-	bytes                           int64
+	// kvFrom maps each layer to the layer whose KV cache it reads (nil:
+	// each its own; Gemma 4's KV sharing); gemma4 holds its per-layer
+	// inputs' weights (nil for other families or without them).
+	kvFrom []int
+	gemma4 *gemma4Extra
+	bytes  int64
 	// Everything uploaded, released by Close (see backend.Releaser).
 	weights []backend.Weight
 	vectors []backend.Vector
@@ -168,6 +173,9 @@ func (m *Model) load(ctx context.Context, opts Options, ggufFile *gguf.File) err
 	defer func() { m.weights, m.vectors = w.weights, w.vectors }()
 	if m.Layers.Start == 0 {
 		m.embed = w.linear("model.embed_tokens")
+		if arch.loadModel != nil {
+			arch.loadModel(m, w)
+		}
 	}
 	for i := m.Layers.Start; i < m.Layers.End; i++ {
 		if err := ctx.Err(); err != nil {
@@ -208,7 +216,21 @@ func (m *Model) WeightBytes() int64 { return m.bytes }
 // KVBytesPerToken is the KV cache memory of one position over the loaded
 // layers, at float32.
 func (m *Model) KVBytesPerToken() int64 {
-	return int64(m.Layers.Len()) * int64(m.kvHeads) * int64(m.headDim) * 2 * 4
+	return int64(m.cacheLayers().Len()) * int64(m.kvHeads) * int64(m.headDim) * 2 * 4
+}
+
+// cacheLayers are the loaded layers with a KV cache of their own: all of
+// them but Gemma 4's KV-shared layers, which are the last ones and read
+// earlier layers' caches.
+func (m *Model) cacheLayers() Range {
+	r := m.Layers
+	if m.kvFrom == nil {
+		return r
+	}
+	for r.End > r.Start && m.kvFrom[r.End-1] != r.End-1 {
+		r.End--
+	}
+	return r
 }
 
 // HeadDim is the width of one attention head.

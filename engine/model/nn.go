@@ -22,6 +22,9 @@ type frame struct {
 	// whose padding rows attend to its real positions only (see
 	// Model.PaddedStates).
 	padded *padding
+	// perLayer are Gemma 4's per-layer inputs of the batch's rows,
+	// [rows, layers·width] (nil for other families).
+	perLayer backend.Array
 	// rec holds the batch's recurrent states (nil for models without
 	// recurrent layers).
 	rec *recStep

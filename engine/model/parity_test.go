@@ -110,8 +110,8 @@ func parityCases() []parityCase {
 // sliding-window layers (a window of 100, shorter than the prompt, on
 // every other layer), Mistral 3's text model under language_model.
 // beside a vision tower, gpt-oss, the sigmoid-routed deepseek_v3 and
-// glm4_moe (deepseekCases), and the Gated DeltaNet hybrids qwen3_next,
-// qwen3_5 and qwen3_5_moe (deltaNetCases).
+// glm4_moe (deepseekCases), the Gated DeltaNet hybrids qwen3_next,
+// qwen3_5 and qwen3_5_moe (deltaNetCases), and gemma4_text (gemma4Cases).
 func familyCases() []parityCase {
 	q4 := func(o demo.Options) demo.Options { o.Quantize, o.GroupSize = 4, 64; return o }
 	phi3 := demo.Options{Arch: "phi3", Layers: 3, Hidden: 128, Heads: 4, KVHeads: 2, Intermediate: 256, Seed: 16}
@@ -142,7 +142,7 @@ func familyCases() []parityCase {
 		// or everything but the routers in mxfp4, as gpt-oss ships.
 		{name: "gpt_oss-mlx4", opts: q4(oss), tol: 1e-2},
 		{name: "gpt_oss-mxfp4", opts: mxfp4, tol: 1e-2},
-	}, append(deepseekCases(), deltaNetCases()...)...)
+	}, append(append(deepseekCases(), deltaNetCases()...), gemma4Cases()...)...)
 }
 
 // TestParityMLXFamilies is TestParityMLX for familyCases, on the demo's

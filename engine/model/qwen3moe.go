@@ -59,7 +59,17 @@ func runExperts(f *frame, x backend.Array, router backend.Weight, gate, up, down
 	route func(logits []float32, tokens int) (rows, which []int, weights []float32),
 	act func(gate, up backend.Array) backend.Array,
 ) backend.Array {
-	logits, err := f.Read(f.Linear(x, router))
+	return mixExperts(f, x, f.Linear(x, router), gate, up, down, k, route, act)
+}
+
+// mixExperts is runExperts with the router's scores [tokens, experts]
+// computed by the caller (Gemma 4 routes on another input than the
+// experts').
+func mixExperts(f *frame, x, scores backend.Array, gate, up, down []backend.Weight, k int,
+	route func(logits []float32, tokens int) (rows, which []int, weights []float32),
+	act func(gate, up backend.Array) backend.Array,
+) backend.Array {
+	logits, err := f.Read(scores)
 	if err != nil {
 		f.err = fmt.Errorf("layer %d router: %w", f.layer, err)
 		logits = make([]float32, x.Rows()*len(gate)) // any routing; the step fails

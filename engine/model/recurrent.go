@@ -69,6 +69,9 @@ func (m *Model) newRecStates() []*recState {
 
 // layerLen is the positions a sequence holds in layer l.
 func (s *Sequence) layerLen(l int) int {
+	if s.m.kvFrom != nil {
+		l = s.m.kvFrom[l]
+	}
 	if s.rec != nil {
 		if r := s.rec[l-s.m.Layers.Start]; r != nil {
 			return r.n

@@ -25,7 +25,7 @@ func (m *Model) NewSequence(maxLen int) (*Sequence, error) {
 		maxLen = m.Config.MaxPositionEmbeddings
 	}
 	c, err := m.be.NewKVCache(backend.KVSpec{
-		FirstLayer: m.Layers.Start, Layers: m.Layers.Len(),
+		FirstLayer: m.Layers.Start, Layers: m.cacheLayers().Len(),
 		KVHeads: m.kvHeads, HeadDim: m.headDim, MaxLen: maxLen,
 	})
 	if err != nil {

@@ -72,6 +72,8 @@ func archFor(name string) string {
 		return ArchQwen3MoE
 	case "Gemma3ForCausalLM", "gemma3_text":
 		return ArchGemma3Text
+	case "Gemma4ForCausalLM", "gemma4_text":
+		return ArchGemma4Text
 	case "Phi3ForCausalLM", "phi3":
 		return ArchPhi3
 	case "MistralForCausalLM", "mistral":
@@ -154,6 +156,8 @@ type Config struct {
 	// DeltaNet is the Gated DeltaNet linear attention of hybrid families
 	// (qwen3_next), nil for others.
 	DeltaNet *DeltaNet `json:"delta_net,omitempty"`
+	// Gemma4 holds what only Gemma 4 has (nil for other families).
+	Gemma4 *Gemma4 `json:"gemma4,omitempty"`
 }
 
 type rawConfig struct {
@@ -266,6 +270,11 @@ func parseFlat(data []byte) (*Config, error) {
 	}
 	if c.Architecture == ArchQwen3Next || c.Architecture == ArchQwen35 || c.Architecture == ArchQwen35MoE {
 		if err := c.qwen3Next(data, &r); err != nil {
+			return nil, err
+		}
+	}
+	if c.Architecture == ArchGemma4Text {
+		if err := c.gemma4(data, &r); err != nil {
 			return nil, err
 		}
 	}

@@ -39,7 +39,14 @@ func (s *step) WindowAttention(layer int, q, k, v backend.Array, scale float32, 
 // query if window > 0, with a sink logit per query head if sinks is not
 // nil.
 func (s *step) attention(layer int, q, k, v backend.Array, scale float32, window int, sinks []float32, b *backend.Batch) backend.Array {
-	qa, ka, va := arr(q), arr(k), arr(v)
+	qa := arr(q)
+	// Without k and v the cache already holds the rows (backend.Step's
+	// Attention: KV shared with an earlier layer).
+	shared := k == nil && v == nil
+	ka, va := qa, qa
+	if !shared {
+		ka, va = arr(k), arr(v)
+	}
 	if b.Rows() != qa.rows || ka.rows != qa.rows || va.rows != qa.rows {
 		panic(fmt.Sprintf("cpu: Attention: q, k, v have %d, %d, %d rows, batch %d", qa.rows, ka.rows, va.rows, b.Rows()))
 	}
@@ -48,6 +55,9 @@ func (s *step) attention(layer int, q, k, v backend.Array, scale float32, window
 	}
 	spec := b.Seqs[0].Cache.Spec()
 	hd, kvh := spec.HeadDim, spec.KVHeads
+	if shared {
+		ka, va = &array{rows: qa.rows, cols: kvh * hd}, &array{rows: qa.rows, cols: kvh * hd}
+	}
 	if ka.cols != kvh*hd || va.cols != kvh*hd || qa.cols%(kvh*hd) != 0 {
 		panic(fmt.Sprintf("cpu: Attention: q, k, v have %d, %d, %d features for %d KV heads of %d", qa.cols, ka.cols, va.cols, kvh, hd))
 	}
@@ -68,7 +78,11 @@ func (s *step) attention(layer int, q, k, v backend.Array, scale float32, window
 			panic("cpu: Attention: sequences with different KV cache shapes")
 		}
 		caches[i] = c
-		c.write(layer, sq.Offset, ka.data[row*ka.cols:], va.data[row*va.cols:], sq.Len)
+		if !shared {
+			c.write(layer, sq.Offset, ka.data[row*ka.cols:], va.data[row*va.cols:], sq.Len)
+		} else if c.Len(layer) < sq.Offset+sq.Len {
+			panic(fmt.Sprintf("cpu: Attention without k and v: layer %d holds %d positions, not %d", layer, c.Len(layer), sq.Offset+sq.Len))
+		}
 		for g := range kvh {
 			for r0 := 0; r0 < sq.Len; r0 += queryChunk {
 				tasks = append(tasks, attnTask{seq: i, base: row, g: g, r0: r0, r1: min(r0+queryChunk, sq.Len)})

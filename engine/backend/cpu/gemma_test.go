@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"fusion/engine/backend/backendtest"
 )
 
 // TestGELUTanhGate, TestSoftcap and TestScale check Gemma's elementwise ops against
@@ -50,4 +52,12 @@ func TestScale(t *testing.T) {
 	s := b.NewStep(context.Background())
 	defer s.Close()
 	closeTo(t, "Scale", read(t, s, s.Scale(s.Input(2, 3, x), 11.3125)), want, 1e-6)
+}
+
+// TestSharedKV: attention without k and v reads the rows an earlier
+// layer of the step appended (Gemma 4's KV sharing).
+func TestSharedKV(t *testing.T) {
+	b := New(Options{})
+	defer b.Close()
+	backendtest.SharedKV(t, b)
 }

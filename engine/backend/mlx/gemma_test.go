@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"fusion/engine/backend"
+	"fusion/engine/backend/backendtest"
 	"fusion/engine/backend/cpu"
 	"fusion/engine/tensor"
 )
@@ -133,4 +134,15 @@ func testAttentionVariant(t *testing.T, be *Backend, cb *cpu.Backend, rng *rand.
 			}
 		}
 	}
+}
+
+// testSharedKV: attention without k and v reads the rows an earlier
+// layer of the step appended (Gemma 4's KV sharing), on MLX as on the CPU.
+func testSharedKV(t *testing.T) {
+	be, err := New(Options{Float32: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	backendtest.SharedKV(t, be)
 }

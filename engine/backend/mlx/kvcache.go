@@ -179,6 +179,14 @@ func (c *KVCache) write(a *Arena, layer, offset int, k, v *Array) (keys, values 
 	return a.Slice(c.k[li], []int{0, 0, 0, 0}, all), a.Slice(c.v[li], []int{0, 0, 0, 0}, all)
 }
 
+// read returns the keys and values of positions [0, end) of layer,
+// written earlier in the step (an attention without k and v).
+func (c *KVCache) read(a *Arena, layer, end int) (keys, values *Array) {
+	li := c.layer(layer)
+	all := []int{1, c.spec.KVHeads, end, c.spec.HeadDim}
+	return a.Slice(c.k[li], []int{0, 0, 0, 0}, all), a.Slice(c.v[li], []int{0, 0, 0, 0}, all)
+}
+
 // KVFormat names the block layout of ReadKV and AppendKV.
 func (c *KVCache) KVFormat() string { return KVLayout }
 

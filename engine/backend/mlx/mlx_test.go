@@ -162,6 +162,7 @@ func TestMLX(t *testing.T) {
 	t.Run("HeadOps", testHeadOps)
 	t.Run("FPLinear", testFPLinear)
 	t.Run("GemmaOps", testGemmaOps)
+	t.Run("SharedKV", testSharedKV)
 	t.Run("FluxOps", testFluxOps)
 	t.Run("VITSOps", testVITSOps)
 	t.Run("ImageOps", testImageOps)

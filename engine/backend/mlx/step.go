@@ -353,7 +353,14 @@ func (s *step) Attention(layer int, q, k, v backend.Array, scale float32, b *bac
 // attention is Attention, over the last window positions of each query
 // if window > 0 (see windowAttend).
 func (s *step) attention(layer int, q, k, v backend.Array, scale float32, window int, sinks *vector, b *backend.Batch) backend.Array {
-	qa, ka, va := use(nd(q), tensor.F32), use(nd(k), tensor.F32), use(nd(v), tensor.F32)
+	qa := use(nd(q), tensor.F32)
+	// Without k and v the cache already holds the rows (backend.Step's
+	// Attention: KV shared with an earlier layer of the step).
+	shared := k == nil && v == nil
+	ka, va := qa, qa
+	if !shared {
+		ka, va = use(nd(k), tensor.F32), use(nd(v), tensor.F32)
+	}
 	dt := promote(promote(qa.dt, ka.dt), va.dt)
 	if b.Rows() != qa.rows || ka.rows != qa.rows || va.rows != qa.rows {
 		panic(fmt.Sprintf("mlx: Attention: q, k, v have %d, %d, %d rows, batch %d", qa.rows, ka.rows, va.rows, b.Rows()))
@@ -363,6 +370,9 @@ func (s *step) attention(layer int, q, k, v backend.Array, scale float32, window
 	}
 	spec := b.Seqs[0].Cache.Spec()
 	hd, kvh := spec.HeadDim, spec.KVHeads
+	if shared {
+		ka, va = &node{rows: qa.rows, cols: kvh * hd, dt: qa.dt}, &node{rows: qa.rows, cols: kvh * hd, dt: qa.dt}
+	}
 	if ka.cols != kvh*hd || va.cols != kvh*hd || qa.cols%(kvh*hd) != 0 {
 		panic(fmt.Sprintf("mlx: Attention: q, k, v have %d, %d, %d features for %d KV heads of %d", qa.cols, ka.cols, va.cols, kvh, hd))
 	}
@@ -379,7 +389,13 @@ func (s *step) attention(layer int, q, k, v backend.Array, scale float32, window
 		if cs := c.Spec(); cs.KVHeads != kvh || cs.HeadDim != hd {
 			panic("mlx: Attention: sequences with different KV cache shapes")
 		}
-		c.reserve(layer, sq.Offset, sq.Len, promote(ka.dt, va.dt))
+		if shared {
+			if c.Len(layer) < sq.Offset+sq.Len {
+				panic(fmt.Sprintf("mlx: Attention without k and v: layer %d holds %d positions, not %d", layer, c.Len(layer), sq.Offset+sq.Len))
+			}
+		} else {
+			c.reserve(layer, sq.Offset, sq.Len, promote(ka.dt, va.dt))
+		}
 		caches[i] = c
 	}
 	return s.record(qa.rows, qa.cols, dt, func(a *Arena) *Array {
@@ -390,7 +406,12 @@ func (s *step) attention(layer int, q, k, v backend.Array, scale float32, window
 		}
 		row := 0
 		for i, sq := range seqs {
-			keys, values := caches[i].write(a, layer, sq.Offset, seqHeads(a, ka.x, row, sq.Len, ka.cols, hd), seqHeads(a, va.x, row, sq.Len, va.cols, hd))
+			var keys, values *Array
+			if shared {
+				keys, values = caches[i].read(a, layer, sq.Offset+sq.Len)
+			} else {
+				keys, values = caches[i].write(a, layer, sq.Offset, seqHeads(a, ka.x, row, sq.Len, ka.cols, hd), seqHeads(a, va.x, row, sq.Len, va.cols, hd))
+			}
 			var y *Array
 			if window > 0 {
 				y = windowAttend(a, seqHeads(a, qa.x, row, sq.Len, qa.cols, hd), keys, values, scale, window, sq, hd, kvh, sk)
