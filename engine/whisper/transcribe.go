@@ -237,11 +237,7 @@ func (m *Model) Transcribe(ctx context.Context, samples []float32, o Options) (*
 			resetSince = len(all)
 		}
 	}
-	var b strings.Builder
-	for _, s := range res.Segments {
-		b.WriteString(s.Text)
-	}
-	res.Text = strings.TrimSpace(b.String())
+	res.Text = joinText(res.Segments)
 	return res, nil
 }
 
