@@ -91,17 +91,26 @@ func (d *Dispatcher) splitTranscription(ctx context.Context, req *engine.Transcr
 // transcribeOn runs req on node: the local engine for this node, else
 // the peer's Engine service.
 func (d *Dispatcher) transcribeOn(ctx context.Context, node Peer, req *engine.TranscribeRequest) (*engine.TranscribeResult, error) {
-	var g any = d.cfg.Local
-	if node.ID != d.cfg.Table.Self() {
-		gen, err := d.cfg.Connect.Engine(node.Addr)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %v", engine.ErrUnavailable, err)
-		}
-		g = gen
+	g, err := d.engineOn(node)
+	if err != nil {
+		return nil, err
 	}
 	t, ok := g.(engine.Transcriber)
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", engine.ErrModelNotFound, req.Model)
 	}
 	return t.Transcribe(ctx, req)
+}
+
+// engineOn is node's engine: the local one for this node, else the
+// peer's Engine service (ErrUnavailable when it cannot be reached).
+func (d *Dispatcher) engineOn(node Peer) (any, error) {
+	if node.ID == d.cfg.Table.Self() {
+		return d.cfg.Local, nil
+	}
+	gen, err := d.cfg.Connect.Engine(node.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", engine.ErrUnavailable, err)
+	}
+	return gen, nil
 }

@@ -24,9 +24,10 @@ import (
 	"fusion/router/openai"
 )
 
-// vadSentences and vadPauses make the clip of the vad_filter tests:
+// vadSentences and vadPauses make the clip of the batched tests:
 // espeak-ng sentences (about 33 s of speech, so that the batched mode
-// has two 30-s pieces) with 1 to 1.6 s of silence between them.
+// has two 30-s pieces) with 1 to 1.6 s of silence between them; the
+// vad_filter test takes the first three (one window).
 var (
 	vadSentences = []string{
 		"Once upon a time there was a small village at the edge of a large forest.",
@@ -64,32 +65,26 @@ func TestTranscriptionVADFilter(t *testing.T) {
 	if err := os.Symlink(vad, filepath.Join(models, vadModel)); err != nil {
 		t.Fatal(err)
 	}
-	x := silerotest.SpeechWithPauses(t, vadSentences, vadPauses)
-	wav := wav16(x)
-	// The reference gets the very samples the server decodes.
-	sig, err := audio.DecodeBytes(context.Background(), wav, audio.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	samples, err := audio.Mono16k(context.Background(), sig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f32 := filepath.Join(t.TempDir(), "speech.f32")
+	// vad_filter on the first three sentences (one window); batched on
+	// all of them (two pieces).
+	short, samplesShort := vadClip(t, vadSentences[:3], vadPauses[:4])
+	wav, samples := vadClip(t, vadSentences, vadPauses)
+	dir := t.TempDir()
+	shortF32, f32 := filepath.Join(dir, "short.f32"), filepath.Join(dir, "speech.f32")
+	audiotest.WriteF32(t, shortF32, samplesShort)
 	audiotest.WriteF32(t, f32, samples)
 	py := audiotest.Python(t, "faster_whisper")
 	out, err := exec.Command(py, "-c", `
 import sys, json, numpy as np
 from faster_whisper import WhisperModel, BatchedInferencePipeline
 model = WhisperModel(sys.argv[1], device="cpu", compute_type="float32", cpu_threads=2)
-x = np.fromfile(sys.argv[2], dtype="<f4")
 def dump(segs):
     return [dict(seek=s.seek, start=s.start, end=s.end, text=s.text, tokens=s.tokens, avg_logprob=s.avg_logprob) for s in segs]
-segs, _ = model.transcribe(x, beam_size=1, vad_filter=True)
+segs, _ = model.transcribe(np.fromfile(sys.argv[2], dtype="<f4"), beam_size=1, vad_filter=True)
 vad = dump(segs)
-segs, _ = BatchedInferencePipeline(model).transcribe(x, beam_size=1, batch_size=1)
+segs, _ = BatchedInferencePipeline(model).transcribe(np.fromfile(sys.argv[3], dtype="<f4"), beam_size=1, batch_size=1)
 print(json.dumps({"vad_filter": vad, "batched": dump(segs)}))
-`, fixture, f32).CombinedOutput()
+`, fixture, shortF32, f32).CombinedOutput()
 	if err != nil {
 		t.Fatalf("faster-whisper: %v\n%s", err, out)
 	}
@@ -98,7 +93,7 @@ print(json.dumps({"vad_filter": vad, "batched": dump(segs)}))
 		t.Fatalf("%v\n%s", err, out)
 	}
 
-	transcribe := func(t *testing.T, n *node.Node, fields map[string]string) openai.VerboseTranscription {
+	transcribe := func(t *testing.T, n *node.Node, wav []byte, fields map[string]string) openai.VerboseTranscription {
 		t.Helper()
 		f := map[string]string{"model": asrModel, "response_format": "verbose_json"}
 		for k, v := range fields {
@@ -112,7 +107,7 @@ print(json.dumps({"vad_filter": vad, "batched": dump(segs)}))
 		}
 		return v
 	}
-	compare := func(t *testing.T, got openai.VerboseTranscription, want []refVADSegment) {
+	compare := func(t *testing.T, got openai.VerboseTranscription, samples []float32, want []refVADSegment) {
 		t.Helper()
 		t.Logf("%d segments, %.1f s: %q", len(got.Segments), got.Duration, got.Text)
 		if len(got.Segments) != len(want) {
@@ -138,12 +133,12 @@ print(json.dumps({"vad_filter": vad, "batched": dump(segs)}))
 
 	lone := nodetest.Start(t, nodetest.Options{APIKey: testKey, ModelsDir: models})
 	t.Run("vad_filter", func(t *testing.T) {
-		compare(t, transcribe(t, lone, map[string]string{"vad_filter": "true"}), ref["vad_filter"])
+		compare(t, transcribe(t, lone, short, map[string]string{"vad_filter": "true"}), samplesShort, ref["vad_filter"])
 	})
 	var single openai.VerboseTranscription
 	t.Run("batched", func(t *testing.T) {
-		single = transcribe(t, lone, map[string]string{"batched": "true"})
-		compare(t, single, ref["batched"])
+		single = transcribe(t, lone, wav, map[string]string{"batched": "true"})
+		compare(t, single, samples, ref["batched"])
 	})
 	t.Run("batched on two nodes", func(t *testing.T) {
 		if single.Segments == nil {
@@ -154,16 +149,31 @@ print(json.dumps({"vad_filter": vad, "batched": dump(segs)}))
 				BootstrapExpect: expect, Join: join, Secret: "s", Timing: cluster.TestTiming()}
 		}
 		a := nodetest.Start(t, nodetest.Options{APIKey: testKey, ModelsDir: models, Cluster: member("a", 1, nil)})
-		b := nodetest.Start(t, nodetest.Options{APIKey: testKey, ModelsDir: models, Cluster: member("b", 0, []string{a.Cluster().GossipAddr()})})
-		_ = b
+		nodetest.Start(t, nodetest.Options{APIKey: testKey, ModelsDir: models, Cluster: member("b", 0, []string{a.Cluster().GossipAddr()})})
 		// a splits once it knows b holds the model too.
 		waitModel(t, a, asrModel, func(e modelEntry) bool { return len(e.Nodes) == 2 })
-		got := transcribe(t, a, map[string]string{"batched": "true"})
+		got := transcribe(t, a, wav, map[string]string{"batched": "true"})
 		if !reflect.DeepEqual(got, single) {
 			t.Errorf("two nodes answered\n %+v\none node\n %+v", got, single)
 		}
 		waitModel(t, a, asrModel, func(e modelEntry) bool { return len(e.LoadedOn) == 2 })
 	})
+}
+
+// vadClip is espeak-ng speech of sentences with pauses as a 16-bit WAV,
+// and the samples the server decodes from it (what the reference gets).
+func vadClip(t *testing.T, sentences []string, pauses []float64) ([]byte, []float32) {
+	t.Helper()
+	wav := wav16(silerotest.SpeechWithPauses(t, sentences, pauses))
+	sig, err := audio.DecodeBytes(context.Background(), wav, audio.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := audio.Mono16k(context.Background(), sig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wav, x
 }
 
 // modelEntry is what the test reads of GET /admin/api/models.
