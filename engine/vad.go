@@ -93,3 +93,33 @@ func TranscribePieces(speech []SpeechRange) []SpeechPiece {
 	}
 	return append(out, SpeechPiece{Offset: total, Len: cur})
 }
+
+// SharePieces splits pieces into at most n contiguous runs of similar
+// speech length, for n nodes at once: the run boundaries are where the
+// speech so far comes closest to an even share (each run at least one
+// piece). It returns each run's [first, end) piece indices.
+func SharePieces(pieces []SpeechPiece, n int) [][2]int {
+	k := min(n, len(pieces))
+	if k <= 0 {
+		return nil
+	}
+	sum := make([]int, len(pieces)+1)
+	for i, p := range pieces {
+		sum[i+1] = sum[i] + p.Len
+	}
+	total := sum[len(pieces)]
+	out := make([][2]int, 0, k)
+	first := 0
+	for j := 1; j < k; j++ {
+		target := float64(total) * float64(j) / float64(k)
+		best := first + 1
+		for b := first + 1; b <= len(pieces)-(k-j); b++ {
+			if math.Abs(float64(sum[b])-target) < math.Abs(float64(sum[best])-target) {
+				best = b
+			}
+		}
+		out = append(out, [2]int{first, best})
+		first = best
+	}
+	return append(out, [2]int{first, len(pieces)})
+}

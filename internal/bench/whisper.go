@@ -57,14 +57,15 @@ type whisperBenchResult struct {
 	Note          string  `json:"note"`
 	Error         string  `json:"error,omitempty"`
 	// The batched part (WhisperOptions.Nodes).
-	BatchedPieces  int     `json:"batched_pieces,omitempty"`
-	BatchedSeconds float64 `json:"batched_seconds,omitempty"`
-	BatchedRTF     float64 `json:"batched_audio_s_per_s,omitempty"`
-	Nodes          int     `json:"nodes,omitempty"`
-	NodesSeconds   float64 `json:"nodes_seconds,omitempty"`
-	NodesSpeedup   float64 `json:"nodes_speedup,omitempty"`
-	NodesSameText  bool    `json:"nodes_same_text,omitempty"`
-	BatchedNote    string  `json:"batched_note,omitempty"`
+	BatchedAudioSeconds float64 `json:"batched_audio_seconds,omitempty"`
+	BatchedPieces       int     `json:"batched_pieces,omitempty"`
+	BatchedSeconds      float64 `json:"batched_seconds,omitempty"`
+	BatchedRTF          float64 `json:"batched_audio_s_per_s,omitempty"`
+	Nodes               int     `json:"nodes,omitempty"`
+	NodesSeconds        float64 `json:"nodes_seconds,omitempty"`
+	NodesSpeedup        float64 `json:"nodes_speedup,omitempty"`
+	NodesSameText       bool    `json:"nodes_same_text,omitempty"`
+	BatchedNote         string  `json:"batched_note,omitempty"`
 }
 
 // benchPassage is the speech of the benchmark: espeak-ng reads it in
@@ -134,7 +135,7 @@ func Whisper(ctx context.Context, o WhisperOptions, stdout, stderr io.Writer) er
 	res.FusionSeconds = best.Seconds()
 	res.FusionRTF = res.AudioSeconds / res.FusionSeconds
 	if o.Nodes > 0 {
-		if err := whisperNodes(ctx, py, dir, samples, threads, o, res, stderr); err != nil {
+		if err := whisperNodes(ctx, py, dir, threads, o, res, stderr); err != nil {
 			res.Error = fmt.Sprintf("batched: %v", err)
 			return enc.Encode(res)
 		}
@@ -207,7 +208,14 @@ func espeak16k(ctx context.Context, text string) ([]float32, error) {
 // contiguous runs over o.Nodes models transcribing at once (in-process
 // nodes sharing this machine's cores: on 2 cores expect about 1×; on
 // separate machines the bound is the pieces' balance).
-func whisperNodes(ctx context.Context, py, dir string, samples []float32, threads int, o WhisperOptions, res *whisperBenchResult, stderr io.Writer) error {
+func whisperNodes(ctx context.Context, py, dir string, threads int, o WhisperOptions, res *whisperBenchResult, stderr io.Writer) error {
+	// The passage twice: three pieces (30 s, 30 s and the rest), so that
+	// two nodes can share them.
+	samples, err := espeak16k(ctx, benchPassage+" "+benchPassage)
+	if err != nil {
+		return err
+	}
+	res.BatchedAudioSeconds = float64(len(samples)) / 16000
 	out, err := exec.CommandContext(ctx, py, "-c", "import faster_whisper, os; print(os.path.join(os.path.dirname(faster_whisper.__file__), 'assets'))").Output()
 	if err != nil {
 		return fmt.Errorf("faster-whisper's Silero VAD: %w", err)
@@ -237,10 +245,12 @@ func whisperNodes(ctx context.Context, py, dir string, samples []float32, thread
 		}
 	}
 	res.BatchedPieces, res.Nodes = len(clips), o.Nodes
-	res.BatchedNote = "batched: the VAD's speech in 30-s pieces, each on its own (faster-whisper's BatchedInferencePipeline, batch_size 1), on one model; nodes: the pieces shared out in contiguous runs over in-process models at once, which share this machine's cores (on 2 cores expect about 1x); speedup = batched_seconds / nodes_seconds"
+	res.BatchedNote = "batched: the passage read twice, the VAD's speech in 30-s pieces, each on its own (faster-whisper's BatchedInferencePipeline, batch_size 1), on one model; nodes: the pieces shared out in contiguous runs of similar length (as the dispatcher does) over in-process models at once, each with threads/nodes threads (they share this machine's cores: expect about 1x here; separate machines would each bring their own); speedup = batched_seconds / nodes_seconds"
+	// Each in-process node gets its share of the threads: together they
+	// use what the one model did.
 	models := make([]*whisper.Model, o.Nodes)
 	for i := range models {
-		nb := cpu.New(cpu.Options{Threads: threads})
+		nb := cpu.New(cpu.Options{Threads: max(1, threads/o.Nodes)})
 		defer nb.Close()
 		if models[i], err = whisper.Load(ctx, dir, nb); err != nil {
 			return err
@@ -257,28 +267,31 @@ func whisperNodes(ctx context.Context, py, dir string, samples []float32, thread
 		return r.Text, nil
 	}
 	fmt.Fprintf(stderr, "bench whisper: batched, %d pieces on one model\n", len(clips))
+	whole, err := whisper.Load(ctx, dir, be)
+	if err != nil {
+		return err
+	}
+	defer whole.Close()
 	start := time.Now()
-	one, err := run(models[0], clips)
+	one, err := run(whole, clips)
 	if err != nil {
 		return err
 	}
 	res.BatchedSeconds = time.Since(start).Seconds()
-	res.BatchedRTF = res.AudioSeconds / res.BatchedSeconds
+	res.BatchedRTF = res.BatchedAudioSeconds / res.BatchedSeconds
 
 	fmt.Fprintf(stderr, "bench whisper: batched over %d nodes\n", o.Nodes)
-	k := min(o.Nodes, len(clips))
-	texts := make([]string, k)
-	errs := make([]error, k)
+	var pieces []engine.SpeechPiece
+	for _, c := range clips {
+		pieces = append(pieces, engine.SpeechPiece{Offset: c.Start, Len: c.End - c.Start})
+	}
+	shares := engine.SharePieces(pieces, o.Nodes)
+	texts := make([]string, len(shares))
+	errs := make([]error, len(shares))
 	var wg sync.WaitGroup
 	start = time.Now()
-	for j, first := 0, 0; j < k; j++ {
-		n := len(clips) / k
-		if j < len(clips)%k {
-			n++
-		}
-		share := clips[first : first+n]
-		first += n
-		wg.Go(func() { texts[j], errs[j] = run(models[j], share) })
+	for j, sh := range shares {
+		wg.Go(func() { texts[j], errs[j] = run(models[j], clips[sh[0]:sh[1]]) })
 	}
 	wg.Wait()
 	res.NodesSeconds = time.Since(start).Seconds()

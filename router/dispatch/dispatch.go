@@ -693,9 +693,9 @@ func (d *Dispatcher) Rerank(ctx context.Context, req *engine.RerankRequest) (*en
 // its failure is final: another node would hand them again.
 func (d *Dispatcher) Transcribe(ctx context.Context, req *engine.TranscribeRequest) (*engine.TranscribeResult, error) {
 	if req.Batched && req.VADFilter && req.Pieces == [2]int{} {
-		if n := len(engine.TranscribePieces(req.Speech)); n > 1 {
+		if pieces := engine.TranscribePieces(req.Speech); len(pieces) > 1 {
 			if nodes := d.imageNodes(req.Model); len(nodes) > 1 {
-				return d.splitTranscription(ctx, req, n, nodes)
+				return d.splitTranscription(ctx, req, pieces, nodes)
 			}
 		}
 	}

@@ -11,18 +11,18 @@ import (
 
 // splitTranscription runs a batched transcription's pieces (see
 // engine.TranscribeRequest.Batched) on several nodes at once: each node
-// gets the file, the speech ranges and a contiguous share of the pieces
-// (as many as evenly goes, the first nodes one more), and the segments
+// gets the file, the speech ranges and a contiguous run of the pieces
+// (engine.SharePieces: runs of similar speech length), and the segments
 // are joined in piece order and numbered again from 1. The pieces are
 // independent, so the join is what one node would answer. Segments reach
 // req.OnSegment in order, each share's once the shares before it are
 // done. A share its node refuses (overloaded, gone) runs where a whole
 // request would; any other failure cancels the other shares and is the
 // request's.
-func (d *Dispatcher) splitTranscription(ctx context.Context, req *engine.TranscribeRequest, pieces int, nodes []Peer) (*engine.TranscribeResult, error) {
+func (d *Dispatcher) splitTranscription(ctx context.Context, req *engine.TranscribeRequest, pieces []engine.SpeechPiece, nodes []Peer) (*engine.TranscribeResult, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	shares := shareImages(pieces, nodes)
+	shares := engine.SharePieces(pieces, len(nodes))
 	outs := make([]*engine.TranscribeResult, len(shares))
 	var (
 		mu      sync.Mutex // guards outs, first, emitted; serializes req.OnSegment
@@ -47,20 +47,21 @@ func (d *Dispatcher) splitTranscription(ctx context.Context, req *engine.Transcr
 		}
 	}
 	for j, sh := range shares {
+		node := nodes[j]
 		r := *req
-		r.Pieces = [2]int{sh.first, sh.first + sh.count}
+		r.Pieces = sh
 		r.OnSegment = nil
 		wg.Go(func() {
-			out, err := d.transcribeOn(ctx, sh.node, &r)
+			out, err := d.transcribeOn(ctx, node, &r)
 			if err != nil && retryable(err) && ctx.Err() == nil {
-				d.cfg.Logger.Warn("dispatch: transcription share refused, running it elsewhere", "node", sh.node.ID, "err", err)
+				d.cfg.Logger.Warn("dispatch: transcription share refused, running it elsewhere", "node", node.ID, "err", err)
 				out, err = d.transcribe(ctx, &r)
 			}
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
 				if first == nil {
-					first = fmt.Errorf("transcription pieces %d to %d of %d on node %s: %w", sh.first+1, sh.first+sh.count, pieces, sh.node.ID, err)
+					first = fmt.Errorf("transcription pieces %d to %d of %d on node %s: %w", sh[0]+1, sh[1], len(pieces), node.ID, err)
 				}
 				cancel()
 				return
