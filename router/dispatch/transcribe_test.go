@@ -105,7 +105,7 @@ func TestTranscriptionSplitAcrossNodes(t *testing.T) {
 	if got := texts(streamed); !slices.Equal(got, want) {
 		t.Errorf("streamed %q, want %q", got, want)
 	}
-	if res.Text != "a:0 a:1 b:2 c:3" || res.Language != "en" || res.Duration != 99 {
+	if res.Text != "a:0 b:1 b:2 c:3" || res.Language != "en" || res.Duration != 99 {
 		t.Errorf("result %q %q %v", res.Text, res.Language, res.Duration)
 	}
 	for _, c := range []struct {
