@@ -79,11 +79,7 @@ func (m *Model) TranscribeClips(ctx context.Context, samples []float32, clips []
 			return nil, err
 		}
 		size := min(window, feats.Frames-1)
-		mel := make([]float32, m.Dims.Mels*window)
-		for ch := range m.Dims.Mels {
-			copy(mel[ch*window:ch*window+size], feats.Data[ch*feats.Frames:ch*feats.Frames+size])
-		}
-		w, err := m.Encode(ctx, mel)
+		w, err := m.Encode(ctx, m.windowMel(feats, 0, size))
 		if err != nil {
 			return nil, err
 		}
@@ -126,4 +122,15 @@ func joinText(segs []Segment) string {
 		b.WriteString(s.Text)
 	}
 	return strings.TrimSpace(b.String())
+}
+
+// windowMel is a 30-s window of features: size frames from start, zeros
+// after them (faster-whisper's pad_or_trim).
+func (m *Model) windowMel(feats logmel.Features, start, size int) []float32 {
+	window := 2 * m.Dims.AudioCtx
+	mel := make([]float32, m.Dims.Mels*window)
+	for c := range m.Dims.Mels {
+		copy(mel[c*window:c*window+size], feats.Data[c*feats.Frames+start:c*feats.Frames+start+size])
+	}
+	return mel
 }
