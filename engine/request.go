@@ -344,6 +344,20 @@ type TranscribeRequest struct {
 	// before Transcribe returns (a forwarded request's segments arrive as
 	// the peer decodes them). It must not block for long.
 	OnSegment func(TranscribeSegment)
+	// VADFilter transcribes only the Speech segments (a VAD's, found by
+	// the front end), put end to end, with the times taken back to the
+	// original timeline: faster-whisper's vad_filter. No segments is no
+	// speech: an empty transcript.
+	VADFilter bool
+	Speech    []SpeechRange
+	// Batched (with VADFilter) transcribes the speech in pieces of at
+	// most 30 s, each on its own without previous-text conditioning, as
+	// faster-whisper's BatchedInferencePipeline: pieces are independent,
+	// so a cluster spreads them over nodes. Pieces, when not zero, asks
+	// for pieces [Pieces[0], Pieces[1]) only (TranscribePieces counts
+	// them).
+	Batched bool
+	Pieces  [2]int
 }
 
 // TranscribeSegment is one timed piece of a transcript (faster-whisper's

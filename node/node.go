@@ -74,6 +74,9 @@ type Config struct {
 	// MaxTranscriptionTokens caps the max_tokens of a transcription (0:
 	// openai.DefaultMaxTranscriptionTokens).
 	MaxTranscriptionTokens int
+	// VADModel is the model vad_filter and batched transcriptions find
+	// speech with ("": openai.DefaultVADModel).
+	VADModel string
 	// MaxImageSide, MaxImages and MaxImageSteps cap an image generation's
 	// sides, n and steps (0: openai's defaults).
 	MaxImageSide, MaxImages, MaxImageSteps int
@@ -456,8 +459,8 @@ func New(cfg Config) (*Node, error) {
 		Admin: adminCfg,
 		OpenAI: openai.Options{MaxTokens: cfg.MaxTokens, CompletionsAsChat: cfg.CompletionsAsChat, MaxTranscriptionTokens: cfg.MaxTranscriptionTokens,
 			AsChat: n.admin.completionsAsChat, MaxAudioBytes: cfg.MaxAudioBytes, MaxAudioSeconds: float64(cfg.MaxAudioSeconds),
-			MaxSpeechInput: cfg.MaxSpeechInput,
-			MaxImageSide:   cfg.MaxImageSide, MaxImages: cfg.MaxImages, MaxImageSteps: cfg.MaxImageSteps, ImageRetention: cfg.ImageRetention,
+			MaxSpeechInput: cfg.MaxSpeechInput, VADModel: cfg.VADModel,
+			MaxImageSide: cfg.MaxImageSide, MaxImages: cfg.MaxImages, MaxImageSteps: cfg.MaxImageSteps, ImageRetention: cfg.ImageRetention,
 			ImageFiles: n.imageFiles, NodeID: n.imageNodeID()},
 
 		OpenClaw: cfg.OpenClaw, Sessions: sessions, Version: cfg.Version, Logger: cfg.Logger,

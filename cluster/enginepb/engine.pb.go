@@ -2109,8 +2109,16 @@ type TranscribeRequest struct {
 	MaxSeconds     float64                `protobuf:"fixed64,7,opt,name=max_seconds,json=maxSeconds,proto3" json:"max_seconds,omitempty"`
 	WordTimestamps bool                   `protobuf:"varint,8,opt,name=word_timestamps,json=wordTimestamps,proto3" json:"word_timestamps,omitempty"`
 	MaxTokens      int32                  `protobuf:"varint,9,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// vad_filter: transcribe only the speech ranges, start and end sample
+	// (16 kHz) after each other in speech.
+	VadFilter bool    `protobuf:"varint,10,opt,name=vad_filter,json=vadFilter,proto3" json:"vad_filter,omitempty"`
+	Speech    []int64 `protobuf:"varint,11,rep,packed,name=speech,proto3" json:"speech,omitempty"`
+	// batched: the speech in independent pieces; pieces, when set, is the
+	// [first, end) of the pieces to transcribe.
+	Batched       bool    `protobuf:"varint,12,opt,name=batched,proto3" json:"batched,omitempty"`
+	Pieces        []int32 `protobuf:"varint,13,rep,packed,name=pieces,proto3" json:"pieces,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TranscribeRequest) Reset() {
@@ -2204,6 +2212,34 @@ func (x *TranscribeRequest) GetMaxTokens() int32 {
 		return x.MaxTokens
 	}
 	return 0
+}
+
+func (x *TranscribeRequest) GetVadFilter() bool {
+	if x != nil {
+		return x.VadFilter
+	}
+	return false
+}
+
+func (x *TranscribeRequest) GetSpeech() []int64 {
+	if x != nil {
+		return x.Speech
+	}
+	return nil
+}
+
+func (x *TranscribeRequest) GetBatched() bool {
+	if x != nil {
+		return x.Batched
+	}
+	return false
+}
+
+func (x *TranscribeRequest) GetPieces() []int32 {
+	if x != nil {
+		return x.Pieces
+	}
+	return nil
 }
 
 // TranscribeSegment is engine.TranscribeSegment.
@@ -3517,7 +3553,7 @@ const file_engine_proto_rawDesc = "" +
 	"\x06queued\x18\x04 \x01(\x03R\x06queued\x12\x19\n" +
 	"\bkv_bytes\x18\x05 \x01(\x03R\akvBytes\x12*\n" +
 	"\x11free_memory_bytes\x18\x06 \x01(\x03R\x0ffreeMemoryBytes\x12*\n" +
-	"\x11tokens_per_second\x18\a \x01(\x01R\x0ftokensPerSecond\"\xa1\x02\n" +
+	"\x11tokens_per_second\x18\a \x01(\x01R\x0ftokensPerSecond\"\x8a\x03\n" +
 	"\x11TranscribeRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x14\n" +
 	"\x05audio\x18\x02 \x01(\fR\x05audio\x12\x1a\n" +
@@ -3529,7 +3565,13 @@ const file_engine_proto_rawDesc = "" +
 	"maxSeconds\x12'\n" +
 	"\x0fword_timestamps\x18\b \x01(\bR\x0ewordTimestamps\x12\x1d\n" +
 	"\n" +
-	"max_tokens\x18\t \x01(\x05R\tmaxTokens\"\xd9\x02\n" +
+	"max_tokens\x18\t \x01(\x05R\tmaxTokens\x12\x1d\n" +
+	"\n" +
+	"vad_filter\x18\n" +
+	" \x01(\bR\tvadFilter\x12\x16\n" +
+	"\x06speech\x18\v \x03(\x03R\x06speech\x12\x18\n" +
+	"\abatched\x18\f \x01(\bR\abatched\x12\x16\n" +
+	"\x06pieces\x18\r \x03(\x05R\x06pieces\"\xd9\x02\n" +
 	"\x11TranscribeSegment\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x12\n" +
 	"\x04seek\x18\x02 \x01(\x05R\x04seek\x12\x14\n" +

@@ -381,15 +381,36 @@ func rerankResultFromPB(p *enginepb.RerankReply) *engine.RerankResult {
 }
 
 func transcribeRequestToPB(r *engine.TranscribeRequest) *enginepb.TranscribeRequest {
-	return &enginepb.TranscribeRequest{Model: r.Model, Audio: r.Audio, Language: r.Language, Translate: r.Translate,
+	out := &enginepb.TranscribeRequest{Model: r.Model, Audio: r.Audio, Language: r.Language, Translate: r.Translate,
 		Temperature: r.Temperature, MaxBytes: r.MaxBytes, MaxSeconds: r.MaxSeconds, WordTimestamps: r.WordTimestamps,
-		MaxTokens: int32(max(min(r.MaxTokens, math.MaxInt32), math.MinInt32))}
+		MaxTokens: int32(max(min(r.MaxTokens, math.MaxInt32), math.MinInt32)), VadFilter: r.VADFilter, Batched: r.Batched}
+	for _, s := range r.Speech {
+		out.Speech = append(out.Speech, int64(s.Start), int64(s.End))
+	}
+	if r.Pieces != [2]int{} {
+		out.Pieces = []int32{int32(max(min(r.Pieces[0], math.MaxInt32), -1)), int32(max(min(r.Pieces[1], math.MaxInt32), -1))}
+	}
+	return out
 }
 
 func transcribeRequestFromPB(p *enginepb.TranscribeRequest) *engine.TranscribeRequest {
-	return &engine.TranscribeRequest{Model: p.GetModel(), Audio: p.GetAudio(), Language: p.GetLanguage(), Translate: p.GetTranslate(),
+	out := &engine.TranscribeRequest{Model: p.GetModel(), Audio: p.GetAudio(), Language: p.GetLanguage(), Translate: p.GetTranslate(),
 		Temperature: p.GetTemperature(), MaxBytes: p.GetMaxBytes(), MaxSeconds: p.GetMaxSeconds(), WordTimestamps: p.GetWordTimestamps(),
-		MaxTokens: int(p.GetMaxTokens())}
+		MaxTokens: int(p.GetMaxTokens()), VADFilter: p.GetVadFilter(), Batched: p.GetBatched()}
+	sp := p.GetSpeech()
+	for i := 0; i+1 < len(sp); i += 2 {
+		out.Speech = append(out.Speech, engine.SpeechRange{Start: int(sp[i]), End: int(sp[i+1])})
+	}
+	if len(sp)%2 == 1 {
+		// An odd count is not ranges: a range the node refuses.
+		out.Speech = append(out.Speech, engine.SpeechRange{Start: int(sp[len(sp)-1]), End: -1})
+	}
+	if pc := p.GetPieces(); len(pc) == 2 {
+		out.Pieces = [2]int{int(pc[0]), int(pc[1])}
+	} else if len(pc) != 0 {
+		out.Pieces = [2]int{-1, -1}
+	}
+	return out
 }
 
 func transcribeResultToPB(r *engine.TranscribeResult) *enginepb.TranscribeReply {

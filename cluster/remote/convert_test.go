@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"testing"
 
+	"fusion/cluster/enginepb"
 	"fusion/engine"
 )
 
@@ -13,9 +14,15 @@ import (
 // max_tokens beyond int32 saturates (the endpoints cap it far below).
 func TestTranscribeConvert(t *testing.T) {
 	req := &engine.TranscribeRequest{Model: "w", Audio: []byte("RIFF"), Language: "de", Translate: true, Temperature: 0.2,
-		WordTimestamps: true, MaxTokens: 77, MaxBytes: 1 << 20, MaxSeconds: 60}
+		WordTimestamps: true, MaxTokens: 77, MaxBytes: 1 << 20, MaxSeconds: 60,
+		VADFilter: true, Speech: []engine.SpeechRange{{Start: 160, End: 32000}, {Start: 40000, End: 90000}}, Batched: true, Pieces: [2]int{1, 3}}
 	if got := transcribeRequestFromPB(transcribeRequestToPB(req)); !reflect.DeepEqual(got, req) {
 		t.Errorf("request %+v, sent %+v", got, req)
+	}
+	// Malformed ranges and pieces arrive as values the runner refuses.
+	bad := transcribeRequestFromPB(&enginepb.TranscribeRequest{VadFilter: true, Speech: []int64{5, 9, 12}, Pieces: []int32{1}})
+	if want := []engine.SpeechRange{{Start: 5, End: 9}, {Start: 12, End: -1}}; !reflect.DeepEqual(bad.Speech, want) || bad.Pieces != [2]int{-1, -1} {
+		t.Errorf("odd speech and one piece bound became %v %v", bad.Speech, bad.Pieces)
 	}
 	if got := transcribeRequestToPB(&engine.TranscribeRequest{MaxTokens: math.MaxInt32 + 5}).GetMaxTokens(); got != math.MaxInt32 {
 		t.Errorf("max_tokens beyond int32 became %d", got)

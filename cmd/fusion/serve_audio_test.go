@@ -22,3 +22,16 @@ func TestServeTranscriptionTokens(t *testing.T) {
 		t.Error("--max-transcription-tokens 0 accepted")
 	}
 }
+
+// TestServeVADModel: --vad-model names the model vad_filter and batched
+// transcriptions use (default openai's silero-vad).
+func TestServeVADModel(t *testing.T) {
+	none := func(string) string { return "" }
+	s, err := resolveServe([]string{"--vad-model", "my-vad"}, none, io.Discard)
+	if err != nil || s.cfg.VADModel != "my-vad" {
+		t.Fatalf("--vad-model my-vad: %v, %q", err, s.cfg.VADModel)
+	}
+	if s, err = resolveServe(nil, none, io.Discard); err != nil || s.cfg.VADModel != openai.DefaultVADModel {
+		t.Fatalf("default: %v, %q", err, s.cfg.VADModel)
+	}
+}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 
 	"fusion/engine"
 	"fusion/engine/audio"
+	"fusion/engine/silero"
 	"fusion/engine/whisper"
 )
 
@@ -23,6 +25,9 @@ func (r *Runner) Transcribe(ctx context.Context, req *engine.TranscribeRequest) 
 	}
 	if req.MaxTokens < 0 {
 		return nil, invalid("max_tokens must not be negative, got %d", req.MaxTokens)
+	}
+	if req.Batched && !req.VADFilter {
+		return nil, invalid("a batched transcription needs the speech segments of a VAD")
 	}
 	em, done, err := r.enterEncoder(ctx, req.Model)
 	if err != nil {
@@ -46,10 +51,11 @@ func (r *Runner) Transcribe(ctx context.Context, req *engine.TranscribeRequest) 
 		o.OnSegment = func(s whisper.Segment) { req.OnSegment(segment(s)) }
 	}
 	em.asrMu.Lock()
-	res, err := em.asr.Transcribe(ctx, samples, o)
+	res, err := transcribe(ctx, em.asr, samples, req, o)
 	em.asrMu.Unlock()
 	if err != nil {
-		if errors.Is(err, whisper.ErrLanguage) || errors.Is(err, whisper.ErrTranslate) || errors.Is(err, whisper.ErrWordTimestamps) {
+		if errors.Is(err, whisper.ErrLanguage) || errors.Is(err, whisper.ErrTranslate) || errors.Is(err, whisper.ErrWordTimestamps) ||
+			errors.Is(err, whisper.ErrBatchedOption) {
 			return nil, invalid("%v", err)
 		}
 		return nil, err
@@ -80,4 +86,76 @@ func audioError(err error) error {
 		return invalid("%v", err)
 	}
 	return err
+}
+
+// transcribe runs the model on samples as req asks: the whole signal, or
+// with VADFilter its speech put end to end — as one stream, or Batched
+// in independent pieces (those of req.Pieces) — with the segments' times
+// taken back to the original timeline as faster-whisper's
+// restore_speech_timestamps does. Duration stays the original's.
+func transcribe(ctx context.Context, m *whisper.Model, samples []float32, req *engine.TranscribeRequest, o whisper.Options) (*whisper.Result, error) {
+	if !req.VADFilter {
+		return m.Transcribe(ctx, samples, o)
+	}
+	speech := make([]silero.Segment, len(req.Speech))
+	for i, s := range req.Speech {
+		speech[i] = silero.Segment{Start: s.Start, End: s.End}
+	}
+	if err := silero.CheckSegments(speech, len(samples)); err != nil {
+		return nil, invalid("%v", err)
+	}
+	stream := silero.Concat(samples, speech)
+	tm := silero.NewTimeMap(speech)
+	if on := o.OnSegment; on != nil {
+		// The words are the result's too: restored on a copy.
+		o.OnSegment = func(s whisper.Segment) { s.Words = slices.Clone(s.Words); restoreTimes(tm, &s); on(s) }
+	}
+	var res *whisper.Result
+	var err error
+	if req.Batched {
+		pieces := engine.TranscribePieces(req.Speech)
+		from, to := 0, len(pieces)
+		if req.Pieces != [2]int{} {
+			from, to = req.Pieces[0], req.Pieces[1]
+			if from < 0 || to > len(pieces) || from >= to {
+				return nil, invalid("pieces [%d, %d) are not within the %d of the speech", from, to, len(pieces))
+			}
+		}
+		var clips []whisper.Clip
+		for _, p := range pieces[from:to] {
+			if p.Len > 0 {
+				clips = append(clips, whisper.Clip{Start: p.Offset, End: p.Offset + p.Len})
+			}
+		}
+		o.WithoutTimestamps = true
+		res, err = m.TranscribeClips(ctx, stream, clips, o)
+	} else {
+		res, err = m.Transcribe(ctx, stream, o)
+	}
+	if err != nil {
+		return nil, err
+	}
+	res.Duration = float64(len(samples)) / silero.SampleRate
+	for i := range res.Segments {
+		restoreTimes(tm, &res.Segments[i])
+	}
+	return res, nil
+}
+
+// restoreTimes takes a segment's times (and its words') from the
+// speech-only timeline back to the original one: a word by the speech
+// segment its middle falls in, the segment then spanning its words; a
+// segment without words by its start and its end.
+func restoreTimes(tm *silero.TimeMap, s *whisper.Segment) {
+	if len(s.Words) > 0 {
+		for i := range s.Words {
+			w := &s.Words[i]
+			c := tm.Chunk((w.Start+w.End)/2, false)
+			w.Start, w.End = tm.Original(w.Start, c), tm.Original(w.End, c)
+		}
+		s.Start, s.End = s.Words[0].Start, s.Words[len(s.Words)-1].End
+		return
+	}
+	s.Start = tm.Original(s.Start, tm.Chunk(s.Start, false))
+	s.End = tm.Original(s.End, tm.Chunk(s.End, true))
 }

@@ -182,11 +182,7 @@ func (m *Model) Transcribe(ctx context.Context, samples []float32, o Options) (*
 		}
 		timeOffset := float64(seek) * timePerFrame
 		size := min(window, content-seek)
-		mel := make([]float32, m.Dims.Mels*window)
-		for c := range m.Dims.Mels {
-			copy(mel[c*window:c*window+size], feats.Data[c*feats.Frames+seek:c*feats.Frames+seek+size])
-		}
-		w, err := m.Encode(ctx, mel)
+		w, err := m.Encode(ctx, m.windowMel(feats, seek, size))
 		if err != nil {
 			return nil, err
 		}
@@ -237,11 +233,7 @@ func (m *Model) Transcribe(ctx context.Context, samples []float32, o Options) (*
 			resetSince = len(all)
 		}
 	}
-	var b strings.Builder
-	for _, s := range res.Segments {
-		b.WriteString(s.Text)
-	}
-	res.Text = strings.TrimSpace(b.String())
+	res.Text = joinText(res.Segments)
 	return res, nil
 }
 
@@ -293,11 +285,7 @@ func (m *Model) detect(ctx context.Context, feats logmel.Features) (string, floa
 func (m *Model) languageProbs(ctx context.Context, feats logmel.Features) ([]float64, error) {
 	window := 2 * m.Dims.AudioCtx
 	size := min(window, feats.Frames)
-	mel := make([]float32, m.Dims.Mels*window)
-	for c := range m.Dims.Mels {
-		copy(mel[c*window:c*window+size], feats.Data[c*feats.Frames:c*feats.Frames+size])
-	}
-	w, err := m.Encode(ctx, mel)
+	w, err := m.Encode(ctx, m.windowMel(feats, 0, size))
 	if err != nil {
 		return nil, err
 	}

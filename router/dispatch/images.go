@@ -125,13 +125,9 @@ func (d *Dispatcher) splitImages(ctx context.Context, req *engine.ImageRequest, 
 // imageOn runs req on node: the local engine for this node, else the
 // peer's Engine service.
 func (d *Dispatcher) imageOn(ctx context.Context, node Peer, req *engine.ImageRequest) (*engine.ImageResult, error) {
-	var g any = d.cfg.Local
-	if node.ID != d.cfg.Table.Self() {
-		gen, err := d.cfg.Connect.Engine(node.Addr)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %v", engine.ErrUnavailable, err)
-		}
-		g = gen
+	g, err := d.engineOn(node)
+	if err != nil {
+		return nil, err
 	}
 	ig, ok := g.(engine.ImageGenerator)
 	if !ok {

@@ -40,6 +40,10 @@ type audioRequest struct {
 	// words: word timestamps asked for, by the form field wordsParam.
 	words      bool
 	wordsParam string
+	// vadFilter, batched and vadParams (the raw JSON object, "" when
+	// absent): see parseVADParameters.
+	vadFilter, batched bool
+	vadParams          string
 }
 
 // parseAudioForm reads the multipart form: file (required, at most
@@ -95,6 +99,18 @@ func parseAudioForm(r *http.Request, maxBytes int64, maxTokens int, translate bo
 				return invalidRequest("max_tokens", "Invalid 'max_tokens': %q (expected an integer from 1 to %d).", value, maxTokens)
 			}
 			req.maxTokens = n
+		case "vad_filter", "batched":
+			b, err := strconv.ParseBool(value)
+			if err != nil {
+				return invalidRequest(name, "Invalid '%s': %q (expected true or false).", name, value)
+			}
+			if name == "batched" {
+				req.batched = b
+			} else {
+				req.vadFilter = b
+			}
+		case "vad_parameters":
+			req.vadParams = value
 		case "prompt", "chunking_strategy", "include[]":
 			// Accepted and not used.
 		default:
@@ -123,6 +139,15 @@ func parseAudioForm(r *http.Request, maxBytes int64, maxTokens int, translate bo
 	}
 	if req.words && req.format != "verbose_json" {
 		return nil, invalidRequest(req.wordsParam, "Word timestamps come with response_format 'verbose_json' only, not %q.", req.format)
+	}
+	if req.vadParams != "" && !req.vadFilter && !req.batched {
+		return nil, invalidRequest("vad_parameters", "'vad_parameters' needs vad_filter=true or batched=true.")
+	}
+	if req.batched && req.words {
+		return nil, unsupported(req.wordsParam, "Word timestamps are not available with batched=true.")
+	}
+	if req.batched && req.maxTokens > 0 {
+		return nil, unsupported("max_tokens", "'max_tokens' is not available with batched=true.")
 	}
 	return req, nil
 }
@@ -207,6 +232,14 @@ func (h *Handler) audio(w http.ResponseWriter, r *http.Request, translate bool) 
 	treq := &engine.TranscribeRequest{Model: req.model, Audio: req.file, Language: req.language,
 		Translate: translate, Temperature: req.temperature, WordTimestamps: req.words, MaxTokens: req.maxTokens,
 		MaxBytes: maxBytes, MaxSeconds: maxSeconds}
+	if req.vadFilter || req.batched {
+		speech, e := h.speechOf(r, req, maxBytes, maxSeconds)
+		if e != nil {
+			h.reject(w, r, e)
+			return
+		}
+		treq.VADFilter, treq.Speech, treq.Batched = true, speech, req.batched
+	}
 	var sse *sseWriter
 	if req.stream {
 		sse = newSSEWriter(w)

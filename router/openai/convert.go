@@ -34,6 +34,9 @@ type Options struct {
 	// MaxTranscriptionTokens is the largest max_tokens of a transcription
 	// or translation (0: DefaultMaxTranscriptionTokens); over it is a 400.
 	MaxTranscriptionTokens int
+	// VADModel is the model vad_filter and batched transcriptions find
+	// speech with ("": DefaultVADModel); absent, they are 400s naming it.
+	VADModel string
 	// MaxSpeechInput caps /v1/audio/speech's input in characters (0:
 	// DefaultMaxSpeechInput); over it is a 400.
 	MaxSpeechInput int
