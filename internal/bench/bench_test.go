@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -180,5 +181,8 @@ func TestBenchImageSmoke(t *testing.T) {
 	if c.ImageTokens != 16 || c.TextTokens != 512 || len(c.CPU.Steps) != 1 || c.CPU.StepSeconds <= 0 || c.CPU.DecodeSeconds <= 0 ||
 		c.StepGFLOP <= 0 || c.DecodeGFLOP <= 0 || c.CPU.StepGFLOPS <= 0 || c.CPU.DecodeGFLOPS <= 0 || c.Diffusers != nil || c.MLX != nil {
 		t.Errorf("figures: %s", out.Bytes())
+	}
+	if runtime.GOOS == "linux" && (c.CPU.StepCPUSeconds <= 0 || c.CPU.StepGFLOPCPU <= 0) {
+		t.Errorf("no CPU time: %s", out.Bytes())
 	}
 }

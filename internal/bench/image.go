@@ -77,7 +77,12 @@ type imageSide struct {
 	DecodeSeconds float64   `json:"vae_decode_s"`
 	StepGFLOPS    float64   `json:"step_gflop_s"`
 	DecodeGFLOPS  float64   `json:"vae_decode_gflop_s"`
-	Error         string    `json:"error,omitempty"`
+	// The process's CPU time (user + system) over all timed steps,
+	// divided by their number, and the GFLOP per CPU second it gives:
+	// on a shared machine the wall time also counts waiting for a core.
+	StepCPUSeconds float64 `json:"step_cpu_s,omitempty"`
+	StepGFLOPCPU   float64 `json:"step_gflop_per_cpu_s,omitempty"`
+	Error          string  `json:"error,omitempty"`
 }
 
 type imageConfigResult struct {
@@ -97,7 +102,11 @@ type imageConfigResult struct {
 	MLX              *imageSide `json:"fusion_mlx,omitempty"`
 	Diffusers        *imageSide `json:"diffusers,omitempty"`
 	StepRatio        float64    `json:"step_ratio,omitempty"`
-	DecodeRatio      float64    `json:"vae_decode_ratio,omitempty"`
+	// StepCPURatio is the ratio of CPU seconds per step: what the wall
+	// ratio would be on an idle machine if both sides kept their cores
+	// busy.
+	StepCPURatio float64 `json:"step_cpu_ratio,omitempty"`
+	DecodeRatio  float64 `json:"vae_decode_ratio,omitempty"`
 }
 
 type imageBenchResult struct {
@@ -136,7 +145,7 @@ func Image(ctx context.Context, o ImageOptions, stdout, stderr io.Writer) error 
 	cb := cpu.New(cpu.Options{Threads: threads})
 	defer cb.Close()
 	res := &imageBenchResult{Size: o.Size, Threads: threads, Kernels: cb.Kernels().Level().String(), Configs: map[string]*imageConfigResult{},
-		Note: "seconds per denoising step (transformer forward + Euler step; 512 text tokens) and per VAE decode, median after a warm-up, float32 random checkpoints; GFLOP counted from the config (multiply-add = 2); ratios = diffusers seconds / fusion CPU seconds, above 1 is faster"}
+		Note: "seconds per denoising step (transformer forward + Euler step; 512 text tokens) and per VAE decode, median after a warm-up, float32 random checkpoints; GFLOP counted from the config (multiply-add = 2); ratios = diffusers seconds / fusion CPU seconds, above 1 is faster; step_cpu_ratio compares CPU seconds per step (on a loaded machine the wall time also counts waiting for a core)"}
 	enc := json.NewEncoder(stdout)
 	var mb backend.Backend
 	mlxErr := ""
@@ -197,12 +206,18 @@ func Image(ctx context.Context, o ImageOptions, stdout, stderr io.Writer) error 
 			if ref.Error == "" && cr.CPU.Error == "" {
 				cr.StepRatio = ref.StepSeconds / cr.CPU.StepSeconds
 				cr.DecodeRatio = ref.DecodeSeconds / cr.CPU.DecodeSeconds
+				if cr.CPU.StepCPUSeconds > 0 {
+					cr.StepCPURatio = ref.StepCPUSeconds / cr.CPU.StepCPUSeconds
+				}
 			}
 		}
 		for _, s := range []*imageSide{cr.CPU, cr.MLX, cr.Diffusers} {
 			if s != nil && s.Error == "" {
 				s.StepGFLOPS = cr.StepGFLOP / s.StepSeconds
 				s.DecodeGFLOPS = cr.DecodeGFLOP / s.DecodeSeconds
+				if s.StepCPUSeconds > 0 {
+					s.StepGFLOPCPU = cr.StepGFLOP / s.StepCPUSeconds
+				}
 			}
 		}
 	}
@@ -256,6 +271,7 @@ func runImageFusion(ctx context.Context, be backend.Backend, ckpt string, o Imag
 		defer pprof.StopCPUProfile()
 	}
 	side := &imageSide{}
+	cpu0 := processCPU()
 	for i, ts := range sched.Timesteps {
 		in.Timestep = ts
 		start := time.Now()
@@ -267,6 +283,10 @@ func runImageFusion(ctx context.Context, be backend.Backend, ckpt string, o Imag
 		side.Steps = append(side.Steps, time.Since(start).Seconds())
 	}
 	side.StepSeconds = median(side.Steps)
+	side.StepCPUSeconds = (processCPU() - cpu0).Seconds() / float64(len(side.Steps))
+	if profile != "" {
+		pprof.StopCPUProfile()
+	}
 	lat := flux2.Latents{C: v.LatentChannels, H: 2 * h, W: 2 * w, Data: g.Randn(v.LatentChannels * 4 * h * w)}
 	var dec []float64
 	for i := range o.Repeat + 1 {
@@ -298,6 +318,7 @@ func runImageDiffusers(ctx context.Context, ckpt string, o ImageOptions, threads
 	}
 	var r struct {
 		Steps       []float64 `json:"step_seconds"`
+		StepCPU     float64   `json:"step_cpu_seconds"`
 		Decode      []float64 `json:"decode_seconds"`
 		StepFLOPs   float64   `json:"step_flops"`
 		DecodeFLOPs float64   `json:"decode_flops"`
@@ -306,5 +327,5 @@ func runImageDiffusers(ctx context.Context, ckpt string, o ImageOptions, threads
 	if err := json.Unmarshal(out, &r); err != nil || len(r.Steps) == 0 || len(r.Decode) == 0 {
 		return &imageSide{Error: fmt.Sprintf("diffusers output: %v: %s", err, out)}, "", 0, 0
 	}
-	return &imageSide{Steps: r.Steps, StepSeconds: median(r.Steps), DecodeSeconds: median(r.Decode)}, r.Torch, r.StepFLOPs, r.DecodeFLOPs
+	return &imageSide{Steps: r.Steps, StepSeconds: median(r.Steps), DecodeSeconds: median(r.Decode), StepCPUSeconds: r.StepCPU}, r.Torch, r.StepFLOPs, r.DecodeFLOPs
 }

@@ -4,7 +4,7 @@ count given, runs one untimed warm-up transformer step, then -steps timed
 steps of the distilled loop (the transformer's velocity and the
 scheduler's Euler step) at width x height with randn text states of
 512 tokens, then decodes latents with the VAE (one warm-up, -repeat
-timed). Prints the step and decode times and the FLOPs torch's
+timed). Prints the step and decode times, the process's CPU time per step and the FLOPs torch's
 FlopCounterMode counts for one step and one decode, as JSON."""
 import json, os, sys, time
 
@@ -46,11 +46,13 @@ z = torch.randn((1, vae.config.latent_channels, 2 * h, 2 * w), generator=g)
 with torch.no_grad():
     step(x, ts[0])  # warm-up
     times = []
+    cpu0 = time.process_time()
     for t in ts:
         start = time.perf_counter()
         v = step(x, t)
         x = sch.step(v, t, x, return_dict=False)[0]
         times.append(time.perf_counter() - start)
+    step_cpu = (time.process_time() - cpu0) / len(times)
     vae.decode(z)  # warm-up
     dec = []
     for _ in range(repeat):
@@ -63,5 +65,5 @@ with torch.no_grad():
     with FlopCounterMode(display=False) as fc:
         vae.decode(z)
     decode_flops = fc.get_total_flops()
-print(json.dumps({"step_seconds": times, "decode_seconds": dec, "step_flops": step_flops, "decode_flops": decode_flops,
+print(json.dumps({"step_seconds": times, "step_cpu_seconds": step_cpu, "decode_seconds": dec, "step_flops": step_flops, "decode_flops": decode_flops,
                   "threads": torch.get_num_threads(), "cpus": len(os.sched_getaffinity(0)), "torch": torch.__version__}))
