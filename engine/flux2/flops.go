@@ -52,20 +52,13 @@ func (c VAEConfig) DecodeFLOPs(width, height int) int64 {
 	if c.MidBlockAddAttention {
 		flops += 4*conv(px, prev, prev, 1) + 4*px*px*prev
 	}
-	for i := len(dec) - 1; i >= 0; i-- { // the up blocks run innermost first
-		ch := int64(dec[i])
-		for j := 0; j <= c.LayersPerBlock; j++ {
-			in := ch
-			if j == 0 {
-				in = prev
-			}
-			flops += resnet(px, in, ch)
-		}
-		prev = ch
-		if i > 0 {
-			px *= 4
-			flops += conv(px, ch, ch, 3)
+	for p := range c.upPieces(px) {
+		if p.upsample {
+			flops += conv(4*p.px, p.out, p.out, 3)
+		} else {
+			flops += resnet(p.px, p.in, p.out)
 		}
 	}
+	px <<= 2 * (len(dec) - 1) // the output resolution
 	return flops + conv(px, int64(dec[0]), int64(c.OutChannels), 3)
 }
