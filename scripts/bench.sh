@@ -3,7 +3,7 @@
 # Each part is a `fusion bench <name>` sub-command printing a JSON object.
 set -euo pipefail
 bin=${BIN:-bin/fusion}
-parts=(${BENCH_PARTS:-tokenizer tokens grammar server engine moe batch speculative cache forward raft pipeline mlx embed whisper speech auth})
+parts=(${BENCH_PARTS:-tokenizer tokens grammar server engine moe batch speculative cache forward raft pipeline mlx embed whisper speech auth image})
 echo "{"
 first=1
 for p in "${parts[@]}"; do

@@ -36,6 +36,7 @@ func benchCommands() map[string]command {
 		"tokens":         {summary: "count_tokens latency on a loaded and an unloaded model (Qwen3 tokenizer)", run: benchTokens},
 		"speculative":    {summary: "speculative decoding: decode tokens/s without drafting, with prompt lookup, with a copy of the model and with its first layers as drafts", run: benchSpeculative},
 		"mlx":            {summary: "MLX backend against mlx-lm: prefill and decode tokens/s on a 4-bit Qwen3-0.6B-shaped model", run: benchMLX},
+		"image":          {summary: "FLUX.2 image generation (tiny and medium random checkpoints, 256²) against diffusers: seconds per step and per VAE decode, GFLOP/s", run: benchImage},
 	}
 }
 
@@ -367,4 +368,22 @@ func benchSpeech(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	return benchError(bench.Speech(ctx, o, stdout, stderr))
+}
+
+func benchImage(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o := bench.DefaultImageOptions()
+	fs := newFlagSet("bench image", stderr)
+	fs.StringVar(&o.CacheDir, "cache", o.CacheDir, "directory the random checkpoints are written in (reused; default: a temporary one)")
+	fs.Var((*listFlag)(&o.Configs), "configs", "comma-separated `list` of configurations: tiny, medium")
+	fs.IntVar(&o.Size, "size", o.Size, "image width and height in pixels (a multiple of 16)")
+	fs.IntVar(&o.Steps, "steps", o.Steps, "timed denoising steps on each side, after a warm-up step; the median counts")
+	fs.IntVar(&o.Repeat, "repeat", o.Repeat, "timed VAE decodes on each side, after a warm-up; the median counts")
+	fs.IntVar(&o.Threads, "threads", o.Threads, "compute threads on both sides (0: all cores)")
+	fs.BoolVar(&o.Diffusers, "diffusers", o.Diffusers, "run diffusers on the same checkpoints in the same run")
+	fs.BoolVar(&o.MLX, "mlx", o.MLX, "also run the MLX backend where libmlxc loads (default: on macOS only)")
+	fs.StringVar(&o.CPUProfile, "cpuprofile", o.CPUProfile, "write a CPU profile of the last configuration's CPU-backend steps to this file")
+	if err := parseBenchFlags(fs, args); err != nil {
+		return err
+	}
+	return benchError(bench.Image(ctx, o, stdout, stderr))
 }

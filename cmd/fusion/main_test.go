@@ -14,7 +14,7 @@ import (
 // come back prefixed with its path.
 func TestDispatch(t *testing.T) {
 	top := []string{"bench", "cluster", "doctor", "health", "models", "serve", "service", "tokenize", "version"}
-	benches := []string{"auth", "batch", "cache", "embed", "engine", "forward", "grammar", "mlx", "moe", "pipeline", "pipeline-stage", "raft", "server", "speculative", "speech", "tokenizer", "tokens", "whisper"}
+	benches := []string{"auth", "batch", "cache", "embed", "engine", "forward", "grammar", "image", "mlx", "moe", "pipeline", "pipeline-stage", "raft", "server", "speculative", "speech", "tokenizer", "tokens", "whisper"}
 	tests := []struct {
 		name   string
 		args   []string

@@ -3,6 +3,7 @@ package flux2
 import (
 	"encoding/json"
 	"fmt"
+	"iter"
 	"math"
 	"os"
 )
@@ -167,21 +168,52 @@ func (c VAEConfig) DecodeBytes(width, height int) int64 {
 	if c.MidBlockAddAttention {
 		peak = max(peak, 7*prev*px+px*px)
 	}
-	for i := len(dec) - 1; i >= 0; i-- { // the up blocks run innermost first
-		ch := int64(dec[i])
-		for j := 0; j <= c.LayersPerBlock; j++ {
-			in := ch
-			if j == 0 {
-				in = prev
-			}
-			peak = max(peak, resnet(px, in, ch))
+	for p := range c.upPieces(px) {
+		if p.upsample {
+			peak = max(peak, p.out*p.px+2*p.out*4*p.px)
+		} else {
+			peak = max(peak, resnet(p.px, p.in, p.out))
 		}
-		if i > 0 {
-			peak = max(peak, ch*px+2*ch*4*px)
-			px *= 4
-		}
-		prev = ch
 	}
-	peak = max(peak, (3*prev+int64(c.OutChannels))*px)
+	px <<= 2 * (len(dec) - 1) // the output resolution
+	peak = max(peak, (3*int64(dec[0])+int64(c.OutChannels))*px)
 	return 4 * peak
+}
+
+// upPiece is a resnet (in → out channels) or an upsampling (out
+// channels, doubling each side) of the decoder's up blocks, run on px
+// input pixels.
+type upPiece struct {
+	upsample    bool
+	px, in, out int64
+}
+
+// upPieces yields the decoder's up blocks piece by piece, innermost
+// first (as they run), from px pixels at the latent resolution:
+// layers_per_block + 1 resnets a block, the first from the previous
+// block's width, then an upsampling but in the last block.
+func (c VAEConfig) upPieces(px int64) iter.Seq[upPiece] {
+	return func(yield func(upPiece) bool) {
+		dec := c.decoderChannels()
+		prev := int64(dec[len(dec)-1])
+		for i := len(dec) - 1; i >= 0; i-- {
+			ch := int64(dec[i])
+			for j := 0; j <= c.LayersPerBlock; j++ {
+				in := ch
+				if j == 0 {
+					in = prev
+				}
+				if !yield(upPiece{px: px, in: in, out: ch}) {
+					return
+				}
+			}
+			if i > 0 {
+				if !yield(upPiece{upsample: true, px: px, in: ch, out: ch}) {
+					return
+				}
+				px *= 4
+			}
+			prev = ch
+		}
+	}
 }

@@ -1,9 +1,12 @@
 package bench
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -123,6 +126,16 @@ func TestOptionErrors(t *testing.T) {
 			o.Nodes = -1
 			return Whisper(ctx, o, io.Discard, io.Discard)
 		}},
+		{"image size", func() error {
+			o := DefaultImageOptions()
+			o.Size = 100
+			return Image(ctx, o, io.Discard, io.Discard)
+		}},
+		{"image configs", func() error {
+			o := DefaultImageOptions()
+			o.Configs = []string{"huge"}
+			return Image(ctx, o, io.Discard, io.Discard)
+		}},
 		{"raft writers", func() error {
 			o := DefaultRaftOptions()
 			o.Writers = 0
@@ -162,5 +175,34 @@ func TestStageBounds(t *testing.T) {
 		if got := stageBounds(tc.layers, tc.k, tc.split, head); !slices.Equal(got, tc.want) {
 			t.Errorf("%d layers in %d stages, %s: %v, want %v", tc.layers, tc.k, tc.split, got, tc.want)
 		}
+	}
+}
+
+// TestBenchImageSmoke runs the image benchmark (`fusion bench image`) on
+// the tiny checkpoint at 64×64 for one step, our side only: the JSON
+// has the step and decode times, the FLOPs counted from the config and
+// the rates they give.
+func TestBenchImageSmoke(t *testing.T) {
+	o := DefaultImageOptions()
+	o.Configs, o.Size, o.Steps, o.Repeat, o.Threads = []string{"tiny"}, 64, 1, 1, 1
+	o.Diffusers, o.MLX, o.CacheDir = false, false, t.TempDir()
+	var out bytes.Buffer
+	if err := Image(context.Background(), o, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	var res imageBenchResult
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatalf("%s: %v", out.Bytes(), err)
+	}
+	c := res.Configs["tiny"]
+	if res.Error != "" || c == nil || c.CPU == nil || c.CPU.Error != "" {
+		t.Fatalf("failed: %s", out.Bytes())
+	}
+	if c.ImageTokens != 16 || c.TextTokens != 512 || len(c.CPU.Steps) != 1 || c.CPU.StepSeconds <= 0 || c.CPU.DecodeSeconds <= 0 ||
+		c.StepGFLOP <= 0 || c.DecodeGFLOP <= 0 || c.CPU.StepGFLOPS <= 0 || c.CPU.DecodeGFLOPS <= 0 || c.Diffusers != nil || c.MLX != nil {
+		t.Errorf("figures: %s", out.Bytes())
+	}
+	if runtime.GOOS == "linux" && (c.CPU.StepCPUSeconds <= 0 || c.CPU.StepGFLOPCPU <= 0) {
+		t.Errorf("no CPU time: %s", out.Bytes())
 	}
 }

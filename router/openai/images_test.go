@@ -27,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gen2brain/webp"
 	"github.com/go-chi/chi/v5"
 
 	"fusion/cluster"
@@ -144,7 +145,7 @@ func postImages(t *testing.T, url, path, body string) (int, []byte) {
 }
 
 // TestImagesGenerate: both endpoints, directly and forwarded over gRPC,
-// give {created, data} with PNG (or JPEG) files of the asked size, as
+// give {created, data} with PNG (or JPEG, or WebP) files of the asked size, as
 // base64 or as a url served from the answering node.
 func TestImagesGenerate(t *testing.T) {
 	_, local, forward := imageServers(t, openai.Options{})
@@ -161,6 +162,8 @@ func TestImagesGenerate(t *testing.T) {
 			{"contract", "/v1/images/generate", `{"prompt":"a fox","n":2,"width":64,"height":32,"steps":2,"guidance":7.5,"seed":3}`, 2, 64, 32, "png", false},
 			{"openai size", "/v1/images/generations", `{"model":"flux2-demo","prompt":"a fox","size":"48x16"}`, 1, 48, 16, "png", false},
 			{"url jpeg", "/v1/images/generations", `{"prompt":"a fox","size":"32x32","response_format":"url","output_format":"jpeg","n":2}`, 2, 32, 32, "jpeg", true},
+			{"url webp", "/v1/images/generations", `{"prompt":"a fox","size":"48x32","response_format":"url","output_format":"webp","output_compression":30}`, 1, 48, 32, "webp", true},
+			{"b64 webp", "/v1/images/generations", `{"prompt":"a fox","size":"16x32","output_format":"webp"}`, 1, 16, 32, "webp", false},
 		} {
 			t.Run(srv.name+"/"+c.name, func(t *testing.T) {
 				code, body := postImages(t, srv.s.URL, c.path, c.body)
@@ -204,10 +207,7 @@ func TestImagesGenerate(t *testing.T) {
 							t.Fatal(err)
 						}
 					}
-					decode := png.Decode
-					if c.format == "jpeg" {
-						decode = jpeg.Decode
-					}
+					decode := map[string]func(io.Reader) (image.Image, error){"png": png.Decode, "jpeg": jpeg.Decode, "webp": webp.Decode}[c.format]
 					img, err := decode(bytes.NewReader(file))
 					if err != nil {
 						t.Fatal(err)
@@ -247,7 +247,8 @@ func TestImagesBadInput(t *testing.T) {
 		{"n 3", `{"prompt":"x","size":"64x64","n":3}`, "n"},
 		{"n 0", `{"prompt":"x","size":"64x64","n":0}`, "n"},
 		{"negative guidance", `{"prompt":"x","size":"64x64","guidance":-1}`, "guidance"},
-		{"webp", `{"prompt":"x","size":"64x64","output_format":"webp"}`, "output_format"},
+		{"gif", `{"prompt":"x","size":"64x64","output_format":"gif"}`, "output_format"},
+		{"output_compression 101", `{"prompt":"x","size":"64x64","output_format":"webp","output_compression":101}`, "output_compression"},
 		{"response format", `{"prompt":"x","size":"64x64","response_format":"png"}`, "response_format"},
 		{"unknown model", `{"prompt":"x","size":"64x64","model":"dall-e-9"}`, "model"},
 		{"prompt not a string", `{"prompt":5}`, "prompt"},
@@ -350,7 +351,7 @@ func TestPythonSDKImages(t *testing.T) {
 		"FUSION_IMAGE_MODEL="+imageModel)
 	out := runSuite(t, env, py, "testdata/openai_images.py")
 	t.Log(out)
-	if !regexp.MustCompile(`(?m)^ok 4$`).MatchString(out) {
+	if !regexp.MustCompile(`(?m)^ok 6$`).MatchString(out) {
 		t.Errorf("unexpected output:\n%s", out)
 	}
 }
@@ -422,7 +423,7 @@ func TestImagesOnNode(t *testing.T) {
 		}
 	}
 	env := append(os.Environ(), "FUSION_BASE_URL="+n.URL(), "FUSION_FORWARD_URL="+fwd.URL(), "FUSION_API_KEY=unused", "FUSION_IMAGE_MODEL=flux")
-	if out := runSuite(t, env, py, "testdata/openai_images.py"); !regexp.MustCompile(`(?m)^ok 4$`).MatchString(out) {
+	if out := runSuite(t, env, py, "testdata/openai_images.py"); !regexp.MustCompile(`(?m)^ok 6$`).MatchString(out) {
 		t.Errorf("unexpected output:\n%s", out)
 	}
 }

@@ -1,5 +1,5 @@
 # The official openai client's images.generate against fusion: b64_json
-# and url results, on the node that makes the images and through a front
+# and url results (PNG, and a WebP), on the node that makes the images and through a front
 # end that forwards them. Prints "ok N" after N checked cases.
 import base64
 import io
@@ -28,5 +28,15 @@ for base in (os.environ["FUSION_BASE_URL"], os.environ["FUSION_FORWARD_URL"]):
     with urllib.request.urlopen(res.data[0].url) as f:
         img = Image.open(io.BytesIO(f.read()))
     assert img.format == "PNG" and img.size == (32, 48), (img.format, img.size)
+    done += 1
+
+    # WebP (libwebp through WASM on our side), decoded by Pillow's libwebp.
+    res = client.images.generate(
+        model=model, prompt="a lighthouse at dusk", size="48x32", response_format="b64_json",
+        extra_body={"output_format": "webp", "output_compression": 20},
+    )
+    img = Image.open(io.BytesIO(base64.b64decode(res.data[0].b64_json)))
+    assert img.format == "WEBP" and img.size == (48, 32), (img.format, img.size)
+    img.load()
     done += 1
 print("ok", done)
