@@ -12,6 +12,7 @@ import (
 	"fusion/cluster/fsm"
 	"fusion/engine"
 	"fusion/engine/quant"
+	"fusion/engine/runner"
 	"fusion/engine/sample"
 	"fusion/jobs"
 	"fusion/router/admin"
@@ -52,6 +53,10 @@ type ThroughputPoint struct {
 	// count; activations and scratch buffers do not).
 	PeakMemoryBytes int64 `json:"peak_memory_bytes"`
 	PeakKVBytes     int64 `json:"peak_kv_bytes"`
+	// MLXPeakMemoryBytes, when the model runs on MLX, is MLX's allocator
+	// peak over the point (reset at its start; process-wide, so whatever
+	// else runs on MLX meanwhile counts).
+	MLXPeakMemoryBytes int64 `json:"mlx_peak_memory_bytes,omitempty"`
 }
 
 // ThroughputResult is a throughput job's result and profile.
@@ -149,6 +154,7 @@ func (b nodeBench) point(ctx context.Context, model string, p, c, gen, run int) 
 	pt := ThroughputPoint{PromptTokens: p, Concurrency: c}
 	stop := b.n.runner.WatchKV()
 	defer stop()
+	mlxPeak := b.onMLX(model) && b.n.runner.ResetMLXPeak(ctx) == nil
 	pre, prefillTime, err := b.streams(ctx, model, p, c, 1, 2*run)
 	if err != nil {
 		return pt, err
@@ -160,6 +166,13 @@ func (b nodeBench) point(ctx context.Context, model string, p, c, gen, run int) 
 	}
 	pt.PeakKVBytes = stop()
 	pt.PeakMemoryBytes = max(weights, b.n.runner.Stats().WeightBytes) + pt.PeakKVBytes
+	if mlxPeak {
+		m, err := b.n.runner.MLXMemory(ctx)
+		if err != nil {
+			return pt, fmt.Errorf("reading MLX's peak memory: %w", err)
+		}
+		pt.MLXPeakMemoryBytes = m.Peak
+	}
 	pt.Seconds = (prefillTime + fullTime).Seconds()
 	pt.TTFTSeconds = prefillTime.Seconds()
 	if d := prefillTime.Seconds(); d > 0 {
@@ -171,6 +184,16 @@ func (b nodeBench) point(ctx context.Context, model string, p, c, gen, run int) 
 		pt.DecodeTokS = float64(decoded) / d
 	}
 	return pt, nil
+}
+
+// onMLX reports whether model is loaded on the MLX backend.
+func (b nodeBench) onMLX(model string) bool {
+	for _, m := range b.n.runner.List() {
+		if m.ID == model {
+			return m.Backend == runner.BackendMLX
+		}
+	}
+	return false
 }
 
 // streams runs c greedy generations of a p-token prompt at once, each up

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"fusion/engine/quant"
+	"fusion/engine/runner"
 	"fusion/jobs"
 	"fusion/node"
 	"fusion/node/nodetest"
@@ -211,4 +212,33 @@ func TestBenchRequests(t *testing.T) {
 	if len(after) != 1 || after[0]["kind"] != "accuracy" || after[0]["job_id"] != list[0]["job_id"] || fmt.Sprint(after[0]["result"]) != fmt.Sprint(res) {
 		t.Errorf("profiles after a restart %v, want %v", after, list)
 	}
+}
+
+// TestBenchMLXPeak: on a node whose model runs on MLX, each point also
+// reports MLX's allocator peak, which holds at least the weights.
+func TestBenchMLXPeak(t *testing.T) {
+	n := nodetest.Start(t, nodetest.Options{APIKey: "k", Backend: runner.BackendMLX})
+	code, out := adminDo(t, n, http.MethodPost, "/admin/api/bench/run", `{"model":"demo","prompt_lengths":[8],"generation_length":2}`)
+	if code != http.StatusAccepted {
+		t.Fatalf("bench/run: %d %v", code, out)
+	}
+	j := waitJob(t, n, decodeJob(t, out).ID, final)
+	if j.State != jobs.Done {
+		t.Fatalf("bench job %+v", j)
+	}
+	var res node.ThroughputResult
+	if err := json.Unmarshal(j.Result, &res); err != nil || len(res.Points) != 1 {
+		t.Fatalf("result %s: %v", j.Result, err)
+	}
+	var weights int64
+	for _, m := range n.Runner().List() {
+		if m.ID == "demo" && m.Backend == runner.BackendMLX {
+			weights = m.Bytes
+		}
+	}
+	p := res.Points[0]
+	if weights <= 0 || p.MLXPeakMemoryBytes < weights || p.PeakMemoryBytes != weights+p.PeakKVBytes || p.PeakKVBytes <= 0 {
+		t.Errorf("point %+v, demo's weights on MLX %d bytes", p, weights)
+	}
+	t.Logf("MLX peak %d bytes, runner's peak %d (weights %d)", p.MLXPeakMemoryBytes, p.PeakMemoryBytes, weights)
 }
