@@ -46,7 +46,7 @@ func TestBenchCluster(t *testing.T) {
 		t.Fatalf("bench/run: %d %v", code, out)
 	}
 	run := decodeJob(t, out)
-	code, out = adminDo(t, c, http.MethodPost, "/admin/api/bench/accuracy", `{"model":"demo","window":64,"node":"b"}`)
+	code, out = adminDo(t, c, http.MethodPost, "/admin/api/bench/accuracy", `{"model":"demo","window":64,"node":"b","multiple_choice":3}`)
 	if code != http.StatusAccepted {
 		t.Fatalf("bench/accuracy: %d %v", code, out)
 	}
@@ -93,6 +93,10 @@ func TestBenchCluster(t *testing.T) {
 			Tokens     int     `json:"tokens"`
 			Perplexity float64 `json:"perplexity"`
 		} `json:"score"`
+		Choice struct {
+			Questions, Correct int
+			Accuracy           float64
+		} `json:"multiple_choice"`
 	}
 	for _, p := range profilesOf(t, a, "demo") {
 		raw, _ := json.Marshal(p["result"])
@@ -133,10 +137,10 @@ func TestBenchCluster(t *testing.T) {
 	if tp.Points[1].PeakKV < tp.Points[0].PeakKV {
 		t.Errorf("KV peaks %d at one stream, %d at two", tp.Points[0].PeakKV, tp.Points[1].PeakKV)
 	}
-	if ac.Score.Tokens < 100 || ac.Score.Perplexity <= 1 {
+	if ac.Score.Tokens < 100 || ac.Score.Perplexity <= 1 || ac.Choice.Questions != 3 || ac.Choice.Correct > 3 || ac.Choice.Accuracy != float64(ac.Choice.Correct)/3 {
 		t.Errorf("accuracy %+v", ac)
 	}
-	t.Logf("throughput %+v; accuracy %+v", tp.Points, ac.Score)
+	t.Logf("throughput %+v; accuracy %+v", tp.Points, ac)
 	if len(profilesOf(t, b, "")) != 2 || len(profilesOf(t, b, "nope")) != 0 {
 		t.Errorf("profile listing")
 	}
