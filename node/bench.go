@@ -12,6 +12,7 @@ import (
 	"fusion/cluster/fsm"
 	"fusion/engine"
 	"fusion/engine/quant"
+	"fusion/engine/runner"
 	"fusion/engine/sample"
 	"fusion/jobs"
 	"fusion/router/admin"
@@ -45,6 +46,17 @@ type ThroughputPoint struct {
 	PrefillTokS float64 `json:"prefill_tok_s"`
 	DecodeTokS  float64 `json:"decode_tok_s"`
 	Seconds     float64 `json:"seconds"`
+	// PeakMemoryBytes is the engine's memory by the runner's accounting
+	// at its highest during the point: the weights of the models loaded
+	// on the node plus PeakKVBytes, the KV cache high-water mark of its
+	// running generations (node-wide, so other requests running meanwhile
+	// count; activations and scratch buffers do not).
+	PeakMemoryBytes int64 `json:"peak_memory_bytes"`
+	PeakKVBytes     int64 `json:"peak_kv_bytes"`
+	// MLXPeakMemoryBytes, when the model runs on MLX, is MLX's allocator
+	// peak over the point (reset at its start; process-wide, so whatever
+	// else runs on MLX meanwhile counts).
+	MLXPeakMemoryBytes int64 `json:"mlx_peak_memory_bytes,omitempty"`
 }
 
 // ThroughputResult is a throughput job's result and profile.
@@ -65,6 +77,11 @@ type AccuracyResult struct {
 	Against *quant.Score `json:"compare_score,omitempty"`
 	// PerplexityDelta is the model's perplexity minus compare's.
 	PerplexityDelta *float64 `json:"perplexity_delta,omitempty"`
+	// MultipleChoice is the model's score on the request's number of
+	// questions of the generated set (quant.ArithmeticChoices),
+	// CompareChoice compare's on the same questions.
+	MultipleChoice *quant.ChoiceScore `json:"multiple_choice,omitempty"`
+	CompareChoice  *quant.ChoiceScore `json:"compare_multiple_choice,omitempty"`
 }
 
 // nodeBench serves the benchmark and profile routes.
@@ -116,7 +133,7 @@ func (b nodeBench) Run(ctx context.Context, req admin.BenchRunRequest) (jobs.Job
 				res.Points = append(res.Points, pt)
 				run++
 				r.SetDone(int64(run))
-				r.Logf("prompt %d × %d: prefill %.1f tok/s, decode %.1f tok/s, ttft %.3fs", p, c, pt.PrefillTokS, pt.DecodeTokS, pt.TTFTSeconds)
+				r.Logf("prompt %d × %d: prefill %.1f tok/s, decode %.1f tok/s, ttft %.3fs, peak memory %d bytes", p, c, pt.PrefillTokS, pt.DecodeTokS, pt.TTFTSeconds, pt.PeakMemoryBytes)
 			}
 		}
 		if err := b.putProfile(ctx, req.Model, ProfileThroughput, r, res); err != nil {
@@ -135,13 +152,26 @@ func (b nodeBench) Run(ctx context.Context, req admin.BenchRunRequest) (jobs.Job
 // stream's tokens late and all at once.
 func (b nodeBench) point(ctx context.Context, model string, p, c, gen, run int) (ThroughputPoint, error) {
 	pt := ThroughputPoint{PromptTokens: p, Concurrency: c}
+	stop := b.n.runner.WatchKV()
+	defer stop()
+	mlxPeak := b.onMLX(model) && b.n.runner.ResetMLXPeak(ctx) == nil
 	pre, prefillTime, err := b.streams(ctx, model, p, c, 1, 2*run)
 	if err != nil {
 		return pt, err
 	}
+	weights := b.n.runner.Stats().WeightBytes // the model is loaded by now
 	full, fullTime, err := b.streams(ctx, model, p, c, gen, 2*run+1)
 	if err != nil {
 		return pt, err
+	}
+	pt.PeakKVBytes = stop()
+	pt.PeakMemoryBytes = max(weights, b.n.runner.Stats().WeightBytes) + pt.PeakKVBytes
+	if mlxPeak {
+		m, err := b.n.runner.MLXMemory(ctx)
+		if err != nil {
+			return pt, fmt.Errorf("reading MLX's peak memory: %w", err)
+		}
+		pt.MLXPeakMemoryBytes = m.Peak
 	}
 	pt.Seconds = (prefillTime + fullTime).Seconds()
 	pt.TTFTSeconds = prefillTime.Seconds()
@@ -154,6 +184,16 @@ func (b nodeBench) point(ctx context.Context, model string, p, c, gen, run int) 
 		pt.DecodeTokS = float64(decoded) / d
 	}
 	return pt, nil
+}
+
+// onMLX reports whether model is loaded on the MLX backend.
+func (b nodeBench) onMLX(model string) bool {
+	for _, m := range b.n.runner.List() {
+		if m.ID == model {
+			return m.Backend == runner.BackendMLX
+		}
+	}
+	return false
 }
 
 // streams runs c greedy generations of a p-token prompt at once, each up
@@ -205,8 +245,9 @@ func (b nodeBench) streams(ctx context.Context, model string, p, c, gen, run int
 	return sum, took, nil
 }
 
-// Accuracy starts a job scoring the model's perplexity on a text (and
-// compare's on the same text), on the CPU backend from its files.
+// Accuracy starts a job scoring the model's perplexity on a text and,
+// when asked, its accuracy on generated multiple-choice questions (and
+// compare's on the same), on the CPU backend from its files.
 func (b nodeBench) Accuracy(ctx context.Context, req admin.AccuracyRequest) (jobs.Job, error) {
 	n := b.n
 	m, err := b.model(ctx, req.Model)
@@ -227,27 +268,39 @@ func (b nodeBench) Accuracy(ctx context.Context, req admin.AccuracyRequest) (job
 	params := req
 	params.Text = "" // the record carries the request, not a long text
 	return n.jobs.Submit(ctx, "accuracy", params, func(ctx context.Context, r *jobs.Reporter) (any, error) {
-		steps := int64(1)
+		models := []engine.ModelInfo{m}
 		if req.Compare != "" {
-			steps = 2
+			models = append(models, cmp)
 		}
-		r.SetTotal("steps", steps)
-		s, err := quant.Perplexity(ctx, m.Path, text, req.Window)
-		if err != nil {
-			return nil, err
-		}
-		r.SetDone(1)
-		r.Logf("%s: perplexity %.4g over %d tokens", req.Model, s.Perplexity, s.Tokens)
-		res := AccuracyResult{Model: req.Model, Node: req.Node, Text: source, Score: s}
-		if req.Compare != "" {
-			c, err := quant.Perplexity(ctx, cmp.Path, text, req.Window)
+		// A step per model's perplexity and per question it answers.
+		perModel := int64(1 + req.MultipleChoice)
+		r.SetTotal("steps", perModel*int64(len(models)))
+		qs := quant.ArithmeticChoices(req.MultipleChoice)
+		scores := make([]quant.Score, len(models))
+		choices := make([]*quant.ChoiceScore, len(models))
+		for i, mi := range models {
+			base := int64(i) * perModel
+			s, err := quant.Perplexity(ctx, mi.Path, text, req.Window)
 			if err != nil {
-				return nil, fmt.Errorf("%s: %w", req.Compare, err)
+				return nil, fmt.Errorf("%s: %w", mi.ID, err)
 			}
-			d := s.Perplexity - c.Perplexity
-			res.Compare, res.Against, res.PerplexityDelta = req.Compare, &c, &d
-			r.SetDone(2)
-			r.Logf("%s: perplexity %.4g", req.Compare, c.Perplexity)
+			scores[i] = s
+			r.SetDone(base + 1)
+			r.Logf("%s: perplexity %.4g over %d tokens", mi.ID, s.Perplexity, s.Tokens)
+			if len(qs) == 0 {
+				continue
+			}
+			c, err := quant.MultipleChoice(ctx, mi.Path, qs, func(done int) { r.SetDone(base + 1 + int64(done)) })
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", mi.ID, err)
+			}
+			choices[i] = &c
+			r.Logf("%s: %d of %d multiple-choice questions right", mi.ID, c.Correct, c.Questions)
+		}
+		res := AccuracyResult{Model: req.Model, Node: req.Node, Text: source, Score: scores[0], MultipleChoice: choices[0]}
+		if req.Compare != "" {
+			d := scores[0].Perplexity - scores[1].Perplexity
+			res.Compare, res.Against, res.PerplexityDelta, res.CompareChoice = req.Compare, &scores[1], &d, choices[1]
 		}
 		if err := b.putProfile(ctx, req.Model, ProfileAccuracy, r, res); err != nil {
 			return nil, err

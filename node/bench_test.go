@@ -5,11 +5,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"path/filepath"
+	"reflect"
 	"testing"
 
+	"fusion/engine/quant"
+	"fusion/engine/runner"
 	"fusion/jobs"
 	"fusion/node"
 	"fusion/node/nodetest"
+	"fusion/router/admin"
 )
 
 // profilesOf is n's GET /admin/api/profiles[/model].
@@ -41,7 +46,7 @@ func TestBenchCluster(t *testing.T) {
 		t.Fatalf("bench/run: %d %v", code, out)
 	}
 	run := decodeJob(t, out)
-	code, out = adminDo(t, c, http.MethodPost, "/admin/api/bench/accuracy", `{"model":"demo","window":64,"node":"b"}`)
+	code, out = adminDo(t, c, http.MethodPost, "/admin/api/bench/accuracy", `{"model":"demo","window":64,"node":"b","multiple_choice":3}`)
 	if code != http.StatusAccepted {
 		t.Fatalf("bench/accuracy: %d %v", code, out)
 	}
@@ -79,6 +84,8 @@ func TestBenchCluster(t *testing.T) {
 			Prefill      float64 `json:"prefill_tok_s"`
 			Decode       float64 `json:"decode_tok_s"`
 			TTFT         float64 `json:"ttft_seconds"`
+			PeakMemory   int64   `json:"peak_memory_bytes"`
+			PeakKV       int64   `json:"peak_kv_bytes"`
 		} `json:"points"`
 	}
 	var ac struct {
@@ -86,6 +93,10 @@ func TestBenchCluster(t *testing.T) {
 			Tokens     int     `json:"tokens"`
 			Perplexity float64 `json:"perplexity"`
 		} `json:"score"`
+		Choice struct {
+			Questions, Correct int
+			Accuracy           float64
+		} `json:"multiple_choice"`
 	}
 	for _, p := range profilesOf(t, a, "demo") {
 		raw, _ := json.Marshal(p["result"])
@@ -102,16 +113,34 @@ func TestBenchCluster(t *testing.T) {
 	if len(tp.Points) != 2 {
 		t.Fatalf("throughput points %+v", tp)
 	}
+	var weights int64
+	for _, m := range c.Runner().List() {
+		if m.ID == "demo" {
+			weights = m.Bytes
+		}
+	}
+	if weights <= 0 {
+		t.Fatalf("demo's weights on c: %v", c.Runner().List())
+	}
 	want := [][2]int{{16, 1}, {16, 2}}
 	for i, p := range tp.Points {
 		if p.PromptTokens != want[i][0] || p.Concurrency != want[i][1] || p.Prefill <= 0 || p.TTFT <= 0 || p.Generated < p.Concurrency || p.Generated > 4*p.Concurrency {
 			t.Errorf("point %+v", p)
 		}
+		// The demo model's weights stay loaded on c; the point's KV cache
+		// came on top of them.
+		if p.PeakKV <= 0 || p.PeakMemory != weights+p.PeakKV {
+			t.Errorf("point %+v: peak memory, want the weights' %d bytes plus a KV peak", p, weights)
+		}
 	}
-	if ac.Score.Tokens < 100 || ac.Score.Perplexity <= 1 {
+	// Two streams at once hold at least one stream's cache.
+	if tp.Points[1].PeakKV < tp.Points[0].PeakKV {
+		t.Errorf("KV peaks %d at one stream, %d at two", tp.Points[0].PeakKV, tp.Points[1].PeakKV)
+	}
+	if ac.Score.Tokens < 100 || ac.Score.Perplexity <= 1 || ac.Choice.Questions != 3 || ac.Choice.Correct > 3 || ac.Choice.Accuracy != float64(ac.Choice.Correct)/3 {
 		t.Errorf("accuracy %+v", ac)
 	}
-	t.Logf("throughput %+v; accuracy %+v", tp.Points, ac.Score)
+	t.Logf("throughput %+v; accuracy %+v", tp.Points, ac)
 	if len(profilesOf(t, b, "")) != 2 || len(profilesOf(t, b, "nope")) != 0 {
 		t.Errorf("profile listing")
 	}
@@ -140,17 +169,23 @@ func TestBenchRequests(t *testing.T) {
 		{"accuracy", `{"model":"demo","compare":"nope"}`, 404, "model"},
 		{"accuracy", `{"model":"demo","window":1}`, 400, "window"},
 		{"accuracy", `{"model":"../x"}`, 400, "model"},
+		{"accuracy", `{"model":"demo","multiple_choice":-1}`, 400, "multiple_choice"},
+		{"accuracy", `{"model":"demo","multiple_choice":1001}`, 400, "multiple_choice"},
 	} {
 		code, out := adminDo(t, n, http.MethodPost, "/admin/api/bench/"+tc.path, tc.body)
 		if code != tc.code || errParam(out) != tc.param {
 			t.Errorf("%s %s: %d %v, want %d on %q", tc.path, tc.body, code, out, tc.code, tc.param)
 		}
 	}
-	code, out := adminDo(t, n, http.MethodPost, "/admin/api/bench/accuracy", `{"model":"demo","text":"One two three four five six seven eight nine ten.","compare":"demo"}`)
+	if admin.MaxAccuracyChoice != quant.MaxChoices {
+		t.Errorf("the route admits %d questions, the set has %d", admin.MaxAccuracyChoice, quant.MaxChoices)
+	}
+	code, out := adminDo(t, n, http.MethodPost, "/admin/api/bench/accuracy", `{"model":"demo","text":"One two three four five six seven eight nine ten.","compare":"demo","multiple_choice":2}`)
 	if code != http.StatusAccepted {
 		t.Fatalf("accuracy: %d %v", code, out)
 	}
-	if j := waitJob(t, n, decodeJob(t, out).ID, final); j.State != jobs.Done {
+	// Per model: a perplexity step and a step per question.
+	if j := waitJob(t, n, decodeJob(t, out).ID, final); j.State != jobs.Done || j.Progress.Done != 6 || j.Progress.Total != 6 {
 		t.Fatalf("accuracy job %+v", j)
 	}
 	list := profilesOf(t, n, "demo")
@@ -160,6 +195,16 @@ func TestBenchRequests(t *testing.T) {
 	res := list[0]["result"].(map[string]any)
 	if res["perplexity_delta"] != 0.0 || res["text"] != "request" {
 		t.Errorf("comparing a model with itself: %v", res)
+	}
+	// The job's multiple-choice score is the set's first two questions
+	// scored straight on the model's files, the same for compare.
+	direct, err := quant.MultipleChoice(context.Background(), filepath.Join(models, nodetest.Model), quant.ArithmeticChoices(2), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"questions": 2.0, "correct": float64(direct.Correct), "accuracy": direct.Accuracy}
+	if !reflect.DeepEqual(res["multiple_choice"], want) || !reflect.DeepEqual(res["compare_multiple_choice"], want) {
+		t.Errorf("multiple choice %v and %v, want %v", res["multiple_choice"], res["compare_multiple_choice"], want)
 	}
 
 	// A lone node keeps its profiles in node.db: a restart lists them.
@@ -171,4 +216,33 @@ func TestBenchRequests(t *testing.T) {
 	if len(after) != 1 || after[0]["kind"] != "accuracy" || after[0]["job_id"] != list[0]["job_id"] || fmt.Sprint(after[0]["result"]) != fmt.Sprint(res) {
 		t.Errorf("profiles after a restart %v, want %v", after, list)
 	}
+}
+
+// TestBenchMLXPeak: on a node whose model runs on MLX, each point also
+// reports MLX's allocator peak, which holds at least the weights.
+func TestBenchMLXPeak(t *testing.T) {
+	n := nodetest.Start(t, nodetest.Options{APIKey: "k", Backend: runner.BackendMLX})
+	code, out := adminDo(t, n, http.MethodPost, "/admin/api/bench/run", `{"model":"demo","prompt_lengths":[8],"generation_length":2}`)
+	if code != http.StatusAccepted {
+		t.Fatalf("bench/run: %d %v", code, out)
+	}
+	j := waitJob(t, n, decodeJob(t, out).ID, final)
+	if j.State != jobs.Done {
+		t.Fatalf("bench job %+v", j)
+	}
+	var res node.ThroughputResult
+	if err := json.Unmarshal(j.Result, &res); err != nil || len(res.Points) != 1 {
+		t.Fatalf("result %s: %v", j.Result, err)
+	}
+	var weights int64
+	for _, m := range n.Runner().List() {
+		if m.ID == "demo" && m.Backend == runner.BackendMLX {
+			weights = m.Bytes
+		}
+	}
+	p := res.Points[0]
+	if weights <= 0 || p.MLXPeakMemoryBytes < weights || p.PeakMemoryBytes != weights+p.PeakKVBytes || p.PeakKVBytes <= 0 {
+		t.Errorf("point %+v, demo's weights on MLX %d bytes", p, weights)
+	}
+	t.Logf("MLX peak %d bytes, runner's peak %d (weights %d)", p.MLXPeakMemoryBytes, p.PeakMemoryBytes, weights)
 }

@@ -63,6 +63,7 @@ type MLXMemory struct {
 // its memory counters (they are process-wide).
 type mlxRuntime interface {
 	Memory(ctx context.Context) (MLXMemory, error)
+	ResetPeak(ctx context.Context) error
 	Close() error
 }
 
@@ -241,4 +242,13 @@ func (r *Runner) MLXMemory(ctx context.Context) (MLXMemory, error) {
 		return MLXMemory{}, errNoMLXServing
 	}
 	return r.backends.rt.Memory(ctx)
+}
+
+// ResetMLXPeak sets MLX's peak counter (process-wide) to its active
+// memory, when MLX serves a model of this runner.
+func (r *Runner) ResetMLXPeak(ctx context.Context) error {
+	if r.backends.rt == nil {
+		return errNoMLXServing
+	}
+	return r.backends.rt.ResetPeak(ctx)
 }

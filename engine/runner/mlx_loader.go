@@ -21,6 +21,8 @@ func (t mlxThread) Memory(ctx context.Context) (MLXMemory, error) {
 	return MLXMemory{Active: m.Active, Peak: m.Peak, Cache: m.Cache}, err
 }
 
+func (t mlxThread) ResetPeak(ctx context.Context) error { return t.rt.ResetPeak(ctx) }
+
 func (t mlxThread) Close() error { return t.rt.Close() }
 
 // openMLX loads the library (once per process), starts a thread on it,

@@ -236,6 +236,7 @@ type Runner struct {
 	drafted   atomic.Int64 // tokens speculative decoding proposed
 	accepted  atomic.Int64 // drafted tokens the models kept
 	peak      atomic.Int64 // highest weight+KV bytes seen
+	kvWatch   kvWatches    // KV high-water marks of WatchKV callers
 	evictions int64        // models evicted or unloaded idle (under mu)
 	avgMillis atomic.Int64 // moving average of a generation's duration
 

@@ -603,7 +603,7 @@ func (s *scheduler) account(g *generation) {
 	if g.spec != nil && g.spec.dseq != nil {
 		b += g.spec.dseq.Bytes()
 	}
-	s.r.kvBytes.Add(b - g.kvAcct)
+	s.r.kvWatch.note(s.r.kvBytes.Add(b - g.kvAcct))
 	g.kvAcct = b
 }
 

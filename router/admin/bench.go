@@ -49,6 +49,10 @@ type AccuracyRequest struct {
 	// same text in the same job.
 	Compare string `json:"compare,omitempty"`
 	Node    string `json:"node,omitempty"`
+	// MultipleChoice is how many questions of the generated
+	// multiple-choice set to score the model (and compare) on besides
+	// the perplexity (0: none).
+	MultipleChoice int `json:"multiple_choice,omitempty"`
 }
 
 // Profile is one measurement of one model on one node.
@@ -76,6 +80,7 @@ const (
 	MaxBenchStreams   = 64     // concurrency
 	MaxAccuracyText   = 200000 // bytes
 	MaxAccuracyWindow = 8192   // tokens
+	MaxAccuracyChoice = 1000   // multiple-choice questions
 )
 
 func (h *Handler) mountBench(r chi.Router) {
@@ -110,7 +115,7 @@ func (h *Handler) benchRun(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) benchAccuracy(w http.ResponseWriter, r *http.Request) {
-	req, ok := jobRequest(h, w, r, maxBenchBody, checkAccuracy, "model", "text", "window", "compare", "node")
+	req, ok := jobRequest(h, w, r, maxBenchBody, checkAccuracy, "model", "text", "window", "compare", "node", "multiple_choice")
 	if !ok {
 		return
 	}
@@ -134,6 +139,8 @@ func checkAccuracy(req AccuracyRequest) *openai.Error {
 		return openai.InvalidRequest("text", "text is at most %d bytes.", MaxAccuracyText)
 	case req.Window < 0 || req.Window == 1 || req.Window > MaxAccuracyWindow:
 		return openai.InvalidRequest("window", "window is 2 to %d tokens (0: the whole text).", MaxAccuracyWindow)
+	case req.MultipleChoice < 0 || req.MultipleChoice > MaxAccuracyChoice:
+		return openai.InvalidRequest("multiple_choice", "multiple_choice is 0 to %d questions.", MaxAccuracyChoice)
 	}
 	return nil
 }
