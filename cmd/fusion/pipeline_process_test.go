@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -44,13 +45,15 @@ const pipelineRecovery = 60 * time.Second
 // re-placed; within pipelineRecovery a request begun after the kill
 // succeeds, the model is re-planned into 2 stages on the survivors at a
 // new generation, and it answers bit for bit as one node does. Last, a
-// wide f32 model (≈ 16 MB a layer) is sharded into 2 stages on the
-// survivors: each stage process's VmRSS grows by about its own layers'
-// weight bytes, far less than the whole model's.
+// wide bf16 model (≈ 17 MB a layer, 102 MB in all) is sharded into 2
+// stages on the survivors: each stage process's VmRSS grows by at least
+// 3/4 of its own tensors' bytes and at most those plus 24 MB, so a stage
+// holding the whole model fails.
 func TestPipelineProcessKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
+	began := time.Now()
 	dir, models := t.TempDir(), t.TempDir()
 	o := demo.DefaultOptions()
 	o.Layers, o.Seed = 6, 18
@@ -59,7 +62,20 @@ func TestPipelineProcessKill(t *testing.T) {
 	// bf16 matrices are computed on in place, from the mapped file (f32
 	// ones are repacked into the heap, doubling a stage's pages).
 	wide.Layers, wide.Hidden, wide.Intermediate, wide.Heads, wide.KVHeads, wide.Seed = 6, 768, 3072, 12, 6, 7
-	demotest.Create(t, filepath.Join(models, "wide"), wide)
+	// Building it takes seconds under -race: it is built while the
+	// cluster forms and the deep model is checked, and moved into the
+	// models dir whole.
+	var (
+		building sync.WaitGroup
+		wideErr  error
+	)
+	building.Go(func() {
+		scratch := filepath.Join(dir, "wide")
+		if wideErr = demotest.CreateErr(scratch, wide); wideErr == nil {
+			wideErr = os.Rename(scratch, filepath.Join(models, "wide"))
+		}
+	})
+	t.Cleanup(building.Wait) // before the temporary dirs go, on any exit
 	client := &http.Client{Timeout: 30 * time.Second}
 	// The one-node reference: the processes serve on the CPU backend
 	// (auto without a Metal GPU), one thread, as this node does.
@@ -72,6 +88,7 @@ func TestPipelineProcessKill(t *testing.T) {
 		}
 		want[prompt] = a
 	}
+	t.Logf("%v: the one-node reference answered", time.Since(began).Round(time.Millisecond))
 	nodes := startProcCluster(t, dir, "", func(int) string { return models })
 	byID := map[string]*procNode{}
 	for _, n := range nodes {
@@ -155,7 +172,7 @@ func TestPipelineProcessKill(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		t.Logf("%d stages %+v: %d prompts through the 3 frontends at once, bit for bit one node's", stages, before.Stages, len(procPipePrompts))
+		t.Logf("%v: %d stages %+v: %d prompts through the 3 frontends at once, bit for bit one node's", time.Since(began).Round(time.Millisecond), stages, before.Stages, len(procPipePrompts))
 	}
 	if t.Failed() {
 		t.FailNow()
@@ -270,6 +287,11 @@ func TestPipelineProcessKill(t *testing.T) {
 	// by its own tensors' bytes (the CPU backend computes on the mapped
 	// file's pages, which a request through the pipeline touches), give
 	// or take the request's buffers and KV, never by the whole model's.
+	t.Logf("%v: re-planned and checked", time.Since(began).Round(time.Millisecond))
+	building.Wait()
+	if wideErr != nil {
+		t.Fatal(wideErr)
+	}
 	stageRSS := func(n *procNode) int64 {
 		t.Helper()
 		rss, err := procRSS(n.cmd.Process.Pid)
