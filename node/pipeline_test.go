@@ -77,7 +77,7 @@ func stageBytes(t *testing.T, dir string, start, end, layers int) int64 {
 }
 
 // answer is everything a client sees of one greedy request, per route.
-type answer struct{ openai, openaiStream, anthropic string }
+type answer struct{ openai, openaiStream, anthropic, openclaw string }
 
 func pipePost(url, path, body string) (*http.Response, error) {
 	req, _ := http.NewRequest(http.MethodPost, url+path, strings.NewReader(body))
@@ -89,8 +89,9 @@ func pipePost(url, path, body string) (*http.Response, error) {
 }
 
 // greedyAnswers asks url for prompt through OpenAI chat (plain and
-// streamed, with logprobs) and Anthropic messages. It returns an error
-// rather than failing, so it may run on other goroutines.
+// streamed, with logprobs), Anthropic messages and an OpenClaw agent turn
+// (a new session's first turn). It returns an error rather than failing,
+// so it may run on other goroutines.
 func greedyAnswers(url, prompt string) (answer, string, error) {
 	var a answer
 	msgs := fmt.Sprintf(`[{"role":"user","content":%q}]`, prompt)
@@ -178,6 +179,39 @@ func greedyAnswers(url, prompt string) (answer, string, error) {
 		return a, servedBy, err
 	}
 	a.anthropic = fmt.Sprintf("%s %s %d", msg.Content, msg.StopReason, msg.Usage.OutputTokens)
+
+	resp, err = pipePost(url, "/v1/openclaw/agent/sessions", `{"model":"deep","system_prompt":"Be brief."}`)
+	if err != nil {
+		return a, servedBy, err
+	}
+	raw, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var session struct {
+		SessionID string `json:"session_id"`
+	}
+	if resp.StatusCode != 200 || json.Unmarshal(raw, &session) != nil || session.SessionID == "" {
+		return a, servedBy, fmt.Errorf("openclaw session: %d %s", resp.StatusCode, raw)
+	}
+	resp, err = pipePost(url, "/v1/openclaw/agent/turns?session_id="+session.SessionID, `{"messages":`+msgs+`,"max_tokens":8,"temperature":0}`)
+	if err != nil {
+		return a, servedBy, err
+	}
+	raw, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return a, servedBy, fmt.Errorf("openclaw turn: %d %s", resp.StatusCode, raw)
+	}
+	var turn struct {
+		Content      string          `json:"content"`
+		ToolCalls    json.RawMessage `json:"tool_calls"`
+		FinishReason string          `json:"finish_reason"`
+		Usage        json.RawMessage `json:"usage"`
+		Turn         int             `json:"turn"`
+	}
+	if err := json.Unmarshal(raw, &turn); err != nil {
+		return a, servedBy, fmt.Errorf("openclaw turn: %v %s", err, raw)
+	}
+	a.openclaw = fmt.Sprintf("%q %s %s %s %d", turn.Content, turn.ToolCalls, turn.FinishReason, turn.Usage, turn.Turn)
 	return a, servedBy, nil
 }
 
@@ -342,7 +376,7 @@ func checkStageWeights(t *testing.T, nodes map[string]*node.Node, models string,
 // stages by its placement setting gives, through every node of the
 // cluster and with all requests at once, the same greedy tokens and
 // logprobs as the model on one node (same CPU backend), on OpenAI chat
-// (plain and streamed) and Anthropic messages, and the same sampled
+// (plain and streamed), Anthropic messages and OpenClaw agent turns, and the same sampled
 // answers (seeded temperature with penalties, logit bias and logprobs, a
 // json_schema response format, a forced tool call), which the last stage
 // draws; each stage holds only its layers' weights.

@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +18,9 @@ import (
 	"fusion/cluster"
 	"fusion/engine/demo"
 	"fusion/engine/demo/demotest"
+	"fusion/engine/runner"
+	"fusion/engine/safetensors"
+	"fusion/node/nodetest"
 )
 
 // pipelineRecovery bounds the time from the kill of a stage's process to
@@ -26,22 +32,63 @@ import (
 const pipelineRecovery = 60 * time.Second
 
 // TestPipelineProcessKill: three `fusion serve` processes on loopback
-// shard a 6-layer model into 3 stages; under streaming load through the
+// shard a 6-layer model into 2, then 3 stages by its placement setting;
+// each time, greedy answers with logprobs (OpenAI chat plain and
+// streamed, Anthropic messages), asked all at once through every
+// process, are bit for bit those of the model on one node (an in-process
+// node over the same models dir, on the processes' CPU backend). Then,
+// under streaming load through the
 // two other frontends, the process of the middle stage (stage 1) is
 // killed with SIGKILL. No request hangs or ends unclearly: each finishes,
 // is a 503 with Retry-After before its first byte, or ends with an error
 // event in its stream; /admin/api/cluster shows the pipeline broken or
 // re-placed; within pipelineRecovery a request begun after the kill
 // succeeds, the model is re-planned into 2 stages on the survivors at a
-// new generation, and it answers bit for bit as before the kill.
+// new generation, and it answers bit for bit as one node does. Last, a
+// wide bf16 model (≈ 17 MB a layer, 102 MB in all) is sharded into 2
+// stages on the survivors: each stage process's VmRSS grows by at least
+// 3/4 of its own tensors' bytes and at most those plus 24 MB, so a stage
+// holding the whole model fails.
 func TestPipelineProcessKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
+	began := time.Now()
 	dir, models := t.TempDir(), t.TempDir()
 	o := demo.DefaultOptions()
 	o.Layers, o.Seed = 6, 18
 	demotest.Create(t, filepath.Join(models, "deep"), o)
+	wide := demo.DefaultOptions()
+	// bf16 matrices are computed on in place, from the mapped file (f32
+	// ones are repacked into the heap, doubling a stage's pages).
+	wide.Layers, wide.Hidden, wide.Intermediate, wide.Heads, wide.KVHeads, wide.Seed = 6, 768, 3072, 12, 6, 7
+	// Building it takes seconds under -race: it is built while the
+	// cluster forms and the deep model is checked, and moved into the
+	// models dir whole.
+	var (
+		building sync.WaitGroup
+		wideErr  error
+	)
+	building.Go(func() {
+		scratch := filepath.Join(dir, "wide")
+		if wideErr = demotest.CreateErr(scratch, wide); wideErr == nil {
+			wideErr = os.Rename(scratch, filepath.Join(models, "wide"))
+		}
+	})
+	t.Cleanup(building.Wait) // before the temporary dirs go, on any exit
+	client := &http.Client{Timeout: 30 * time.Second}
+	// The one-node reference: the processes serve on the CPU backend
+	// (auto without a Metal GPU), one thread, as this node does.
+	ref := nodetest.Start(t, nodetest.Options{APIKey: "key", ModelsDir: models, Backend: runner.BackendCPU})
+	want := map[string]string{}
+	for _, prompt := range procPipePrompts {
+		a, err := procGreedy(client, ref.URL(), prompt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[prompt] = a
+	}
+	t.Logf("%v: the one-node reference answered", time.Since(began).Round(time.Millisecond))
 	nodes := startProcCluster(t, dir, "", func(int) string { return models })
 	byID := map[string]*procNode{}
 	for _, n := range nodes {
@@ -71,18 +118,26 @@ func TestPipelineProcessKill(t *testing.T) {
 			return d.Leader != "" && alive == 3
 		})
 	}
-	setting, _ := json.Marshal(map[string]string{"value": `{"replicas":1,"stages":3}`})
-	req, _ := http.NewRequest(http.MethodPut, nodes[0].http+"/admin/api/cluster/settings/"+cluster.PlacementSpecPrefix+"deep", strings.NewReader(string(setting)))
-	req.Header.Set("Authorization", "Bearer key")
-	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("placement setting: %v %v", resp, err)
+	place := func(n *procNode, model string, stages int) {
+		t.Helper()
+		setting, _ := json.Marshal(map[string]string{"value": fmt.Sprintf(`{"replicas":1,"stages":%d}`, stages)})
+		req, _ := http.NewRequest(http.MethodPut, n.http+"/admin/api/cluster/settings/"+cluster.PlacementSpecPrefix+model, strings.NewReader(string(setting)))
+		req.Header.Set("Authorization", "Bearer key")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("placement setting: %v", err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("placement setting: %d", resp.StatusCode)
+		}
 	}
-	readyPipe := func(n *procNode, stages int, after uint64, timeout time.Duration) cluster.PlacementInfo {
+	readyPipe := func(n *procNode, model string, stages int, after uint64, timeout time.Duration) cluster.PlacementInfo {
 		t.Helper()
 		var got cluster.PlacementInfo
-		waitStatus(fmt.Sprintf("a ready pipeline of %d stages after generation %d", stages, after), timeout, n, func(d cluster.StatusDoc) bool {
+		waitStatus(fmt.Sprintf("a ready pipeline of %s in %d stages after generation %d", model, stages, after), timeout, n, func(d cluster.StatusDoc) bool {
 			for _, p := range d.Placements {
-				if p.Model == "deep" && p.State == "ready" && len(p.Stages) == stages && p.Generation > after {
+				if p.Model == model && p.State == "ready" && len(p.Stages) == stages && p.Generation > after {
 					got = p
 					return true
 				}
@@ -91,7 +146,37 @@ func TestPipelineProcessKill(t *testing.T) {
 		})
 		return got
 	}
-	before := readyPipe(nodes[0], 3, 0, 60*time.Second)
+	// 2 stages, then 3: every prompt at once, spread over the three
+	// frontends, answers as one node does.
+	var before cluster.PlacementInfo
+	for _, stages := range []int{2, 3} {
+		place(nodes[0], "deep", stages)
+		before = readyPipe(nodes[0], "deep", stages, before.Generation, 60*time.Second)
+		var wg sync.WaitGroup
+		for i, prompt := range procPipePrompts {
+			n := nodes[i%len(nodes)]
+			wg.Go(func() {
+				got, err := procGreedy(client, n.http, prompt)
+				// A frontend that has not yet heard the new routes, or
+				// a node gossip suspects under load, answers retryably.
+				for try := 0; err != nil && procRetryable(err) && try < 10; try++ {
+					time.Sleep(500 * time.Millisecond)
+					got, err = procGreedy(client, n.http, prompt)
+				}
+				switch {
+				case err != nil:
+					t.Errorf("%d stages via %s: %q: %v", stages, n.id, prompt, err)
+				case got != want[prompt]:
+					t.Errorf("%d stages via %s: %q:\n got %s\nwant %s (one node)", stages, n.id, prompt, got, want[prompt])
+				}
+			})
+		}
+		wg.Wait()
+		t.Logf("%v: %d stages %+v: %d prompts through the 3 frontends at once, bit for bit one node's", time.Since(began).Round(time.Millisecond), stages, before.Stages, len(procPipePrompts))
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
 	victim := byID[before.Stages[1].Node]
 	var survivors []*procNode
 	for _, n := range nodes {
@@ -99,10 +184,6 @@ func TestPipelineProcessKill(t *testing.T) {
 			survivors = append(survivors, n)
 		}
 	}
-	client := &http.Client{Timeout: 30 * time.Second}
-	// The answer through the 3 stages, as every frontend gives it (a
-	// pipeline is bit for bit one node: node.TestPipelineStages).
-	want := pipeAnswer(t, client, survivors[0].http)
 
 	var (
 		mu       sync.Mutex
@@ -179,7 +260,7 @@ func TestPipelineProcessKill(t *testing.T) {
 	waitFor("more answers after the recovery", 30*time.Second, func() bool { return outcomes["ok"] >= 8 })
 	close(stop)
 	wg.Wait()
-	after := readyPipe(survivors[1], 2, before.Generation, 10*time.Second)
+	after := readyPipe(survivors[1], "deep", 2, before.Generation, 10*time.Second)
 	for _, st := range after.Stages {
 		if st.Node == victim.id {
 			t.Errorf("re-placed on the killed node: %+v", after.Stages)
@@ -192,34 +273,205 @@ func TestPipelineProcessKill(t *testing.T) {
 		t.Errorf("a request neither finished nor failed cleanly: %s", f)
 	}
 	for _, n := range survivors {
-		if got := pipeAnswer(t, client, n.http); got != want {
-			t.Errorf("via %s after re-planning:\n got %s\nwant %s", n.id, got, want)
+		got, err := procGreedy(client, n.http, procPipePrompts[0])
+		for try := 0; err != nil && procRetryable(err) && try < 10; try++ {
+			time.Sleep(500 * time.Millisecond)
+			got, err = procGreedy(client, n.http, procPipePrompts[0])
 		}
+		if err != nil || got != want[procPipePrompts[0]] {
+			t.Errorf("via %s after re-planning: %v\n got %s\nwant %s (one node)", n.id, err, got, want[procPipePrompts[0]])
+		}
+	}
+
+	// Each stage's process holds only its layers: its resident set grows
+	// by its own tensors' bytes (the CPU backend computes on the mapped
+	// file's pages, which a request through the pipeline touches), give
+	// or take the request's buffers and KV, never by the whole model's.
+	t.Logf("%v: re-planned and checked", time.Since(began).Round(time.Millisecond))
+	building.Wait()
+	if wideErr != nil {
+		t.Fatal(wideErr)
+	}
+	stageRSS := func(n *procNode) int64 {
+		t.Helper()
+		rss, err := procRSS(n.cmd.Process.Pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rss
+	}
+	rss := map[string]int64{}
+	for _, n := range survivors {
+		rss[n.id] = stageRSS(n)
+	}
+	place(survivors[0], "wide", 2)
+	wp := readyPipe(survivors[0], "wide", 2, 0, 60*time.Second)
+	body := `{"model":"wide","messages":[{"role":"user","content":"touch every layer"}],"max_tokens":2,"temperature":0}`
+	var code int
+	for try := 0; try < 10 && code != http.StatusOK; try++ {
+		code = procPost(t, client, survivors[1].http+"/v1/chat/completions", body)
+		if code != http.StatusOK {
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
+	if code != http.StatusOK {
+		t.Fatalf("a request to the wide pipeline: %d", code)
+	}
+	whole := wideBytes(t, filepath.Join(models, "wide"), 0, wide.Layers, wide.Layers)
+	const slack = 24 << 20 // the request's buffers and KV, the heap's growth: well under the whole model
+	const mb = 1 << 20
+	for _, st := range wp.Stages {
+		own := wideBytes(t, filepath.Join(models, "wide"), int(st.Layers[0]), int(st.Layers[1]), wide.Layers)
+		was, now := rss[st.Node], stageRSS(byID[st.Node])
+		growth := now - was
+		t.Logf("wide stage on %s, layers %v: VmRSS %.1f → %.1f MB (+%.1f); its tensors %.1f MB, the whole model %.1f MB",
+			st.Node, st.Layers, float64(was)/mb, float64(now)/mb, float64(growth)/mb, float64(own)/mb, float64(whole)/mb)
+		fmt.Printf("pipeline stage RSS: %s layers %v grew %.1f MB for %.1f MB of its tensors (whole model %.1f MB)\n",
+			st.Node, st.Layers, float64(growth)/mb, float64(own)/mb, float64(whole)/mb)
+		if growth < own*3/4 || growth > own+slack {
+			t.Errorf("wide stage on %s, layers %v: VmRSS grew %d bytes, want between 3/4 of its tensors' %d and %d (+%d slack); the whole model is %d",
+				st.Node, st.Layers, growth, own, own+slack, int64(slack), whole)
+		}
+	}
+	if slack >= whole/2 {
+		t.Fatalf("the slack %d does not tell a stage from the whole model (%d bytes)", slack, whole)
 	}
 }
 
-// pipeAnswer is a greedy answer of the deep model with its logprobs.
-func pipeAnswer(t *testing.T, c *http.Client, base string) string {
+var procPipePrompts = []string{"shard me", "a pipeline of stages", "hidden states over gRPC", "bit for bit, please"}
+
+// procRetryable tells a retryable refusal (503/529, or an error event in
+// a stream) from a wrong answer.
+func procRetryable(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, ": 503 ") || strings.Contains(msg, ": 529 ") || strings.Contains(msg, "stream error")
+}
+
+// procPost posts body to url with the test's key and returns the status.
+func procPost(t *testing.T, c *http.Client, url, body string) int {
 	t.Helper()
-	body := `{"model":"deep","messages":[{"role":"user","content":"the same answer"}],"max_tokens":12,"temperature":0,"logprobs":true,"top_logprobs":2}`
-	req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", strings.NewReader(body))
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer key")
 	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// procGreedy is a greedy answer of the deep model to prompt at base, as a
+// client sees it: OpenAI chat's message and logprobs, its stream's deltas,
+// logprobs and finish reason, Anthropic messages' content and stop reason.
+// It returns an error rather than failing, so it may run on other
+// goroutines.
+func procGreedy(c *http.Client, base, prompt string) (string, error) {
+	msgs := fmt.Sprintf(`[{"role":"user","content":%q}]`, prompt)
+	do := func(path, body string) ([]byte, error) {
+		req, _ := http.NewRequest(http.MethodPost, base+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer key")
+		req.Header.Set("x-api-key", "key")
+		req.Header.Set("anthropic-version", "2023-06-01")
+		resp, err := c.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		raw, err := io.ReadAll(resp.Body)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("%s: %d %s", path, resp.StatusCode, raw)
+		}
+		return raw, err
+	}
+	var b strings.Builder
+	raw, err := do("/v1/chat/completions", `{"model":"deep","messages":`+msgs+`,"max_tokens":8,"temperature":0,"logprobs":true,"top_logprobs":3}`)
+	if err != nil {
+		return "", err
+	}
 	var out struct {
 		Choices []struct {
 			Message  json.RawMessage `json:"message"`
 			Logprobs json.RawMessage `json:"logprobs"`
 		} `json:"choices"`
 	}
-	if resp.StatusCode != http.StatusOK || json.Unmarshal(raw, &out) != nil || len(out.Choices) != 1 {
-		t.Fatalf("via %s: %d %s", base, resp.StatusCode, raw)
+	if err := json.Unmarshal(raw, &out); err != nil || len(out.Choices) != 1 {
+		return "", fmt.Errorf("openai: %v %s", err, raw)
 	}
-	return string(out.Choices[0].Message) + " " + string(out.Choices[0].Logprobs)
+	fmt.Fprintf(&b, "%s %s\n", out.Choices[0].Message, out.Choices[0].Logprobs)
+
+	raw, err = do("/v1/chat/completions", `{"model":"deep","messages":`+msgs+`,"max_tokens":8,"temperature":0,"logprobs":true,"top_logprobs":3,"stream":true}`)
+	if err != nil {
+		return "", err
+	}
+	for line := range strings.Lines(string(raw)) {
+		data, ok := strings.CutPrefix(strings.TrimSpace(line), "data: ")
+		if !ok || data == "[DONE]" {
+			continue
+		}
+		var chunk struct {
+			Choices []struct {
+				Delta        json.RawMessage `json:"delta"`
+				Logprobs     json.RawMessage `json:"logprobs"`
+				FinishReason *string         `json:"finish_reason"`
+			} `json:"choices"`
+			Error json.RawMessage `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(data), &chunk); err != nil {
+			return "", fmt.Errorf("openai stream chunk %q: %v", data, err)
+		}
+		if chunk.Error != nil {
+			return "", fmt.Errorf("openai stream error: %s", chunk.Error)
+		}
+		for _, ch := range chunk.Choices {
+			fmt.Fprintf(&b, "%s %s ", ch.Delta, ch.Logprobs)
+			if ch.FinishReason != nil {
+				b.WriteString(*ch.FinishReason)
+			}
+		}
+	}
+	b.WriteString("\n")
+
+	raw, err = do("/v1/messages", `{"model":"deep","messages":`+msgs+`,"max_tokens":8,"temperature":0}`)
+	if err != nil {
+		return "", err
+	}
+	var msg struct {
+		Content    json.RawMessage `json:"content"`
+		StopReason string          `json:"stop_reason"`
+	}
+	if err := json.Unmarshal(raw, &msg); err != nil {
+		return "", fmt.Errorf("anthropic: %v %s", err, raw)
+	}
+	fmt.Fprintf(&b, "%s %s", msg.Content, msg.StopReason)
+	return b.String(), nil
+}
+
+// wideBytes is the bytes of the tensors a stage of layers [start, end)
+// of the model at dir holds: its layers', the embedding on the first and
+// the last (its tied head), the final norm on the last.
+func wideBytes(t *testing.T, dir string, start, end, layers int) int64 {
+	t.Helper()
+	f, err := safetensors.Open(filepath.Join(dir, "model.safetensors"), safetensors.LoadMmap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	layer := regexp.MustCompile(`^model\.layers\.(\d+)\.`)
+	var n int64
+	for _, ts := range f.Tensors() {
+		in := end == layers // the embedding (tied head) and the norm
+		if m := layer.FindStringSubmatch(ts.Name); m != nil {
+			l, _ := strconv.Atoi(m[1])
+			in = l >= start && l < end
+		} else if ts.Name == "model.embed_tokens.weight" {
+			in = in || start == 0
+		}
+		if in {
+			n += int64(len(ts.Data))
+		}
+	}
+	return n
 }
 
 // pipeStream streams one greedy chat completion of the deep model and
