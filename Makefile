@@ -53,12 +53,12 @@ test: test-deps
 	$(TEST_ENV) $(GO) test -race -count=1 -timeout 40m -json ./... | .cache/testsum -log .cache/test.json
 	@# The HTTP suites (OpenAI, Anthropic, OpenClaw, tools, router) and the
 	@# schema suite again, every test node's models on MLX (issue 16);
-	@# nodetest fails a node that did not get MLX. The transcription suite
-	@# runs in the main pass only: Whisper on MLX is engine/whisper's
-	@# TestTranscribeOnMLX. (Run one after another, not side by side: three
+	@# nodetest fails a node that did not get MLX. The transcription suites
+	@# (the SDK's, and vad_filter/batched against faster-whisper) run in the
+	@# main pass only: Whisper on MLX is engine/whisper's TestTranscribeOnMLX. (Run one after another, not side by side: three
 	@# race-enabled runs on two cores made the MLX pass's cluster tests
 	@# miss their deadlines.)
-	FUSION_TEST_BACKEND=mlx $(TEST_ENV) $(GO) test -race -count=1 -timeout 30m -json -skip '^(TestPythonSDKTranscriptions|TestPythonSDKSpeech)$$' ./router ./router/openai ./router/anthropic ./router/openclaw | .cache/testsum -log .cache/test-mlx.json
+	FUSION_TEST_BACKEND=mlx $(TEST_ENV) $(GO) test -race -count=1 -timeout 30m -json -skip '^(TestPythonSDKTranscriptions|TestPythonSDKSpeech|TestTranscriptionVADFilter)$$' ./router ./router/openai ./router/anthropic ./router/openclaw | .cache/testsum -log .cache/test-mlx.json
 	FUSION_TEST_BACKEND=mlx $(TEST_ENV) $(GO) test -race -count=1 -timeout 30m -run 'TestSchemaSuite' ./engine/runner
 	@# Issue #5's suite at full size, printing its counts: 200 answers +
 	@# 200 forced calls, and speculatively 100 + 100 by prompt lookup and
