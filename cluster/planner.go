@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -97,13 +98,15 @@ func (m *Member) WatchPlacements(fn func(fsm.Change)) (cancel func()) {
 // (CAS → a new generation fences the old one), and deletes groups beyond
 // the replica count. A candidate is alive in gossip and the catalog, not
 // draining, has the model on disk or loaded, and hosts no other replica
-// of it; pinned nodes first, then nodes that have it loaded, then the most
+// of it; pinned nodes first, then nodes that have it loaded, then the
+// least loaded, then measured speed (see measuredSpeed), then the most
 // free memory, then id.
 func (m *Member) plan(ctx context.Context) {
 	var (
 		specs  = map[string]PlacementSpec{}
 		nodes  = map[string]*pb.Node{}
 		groups = map[string]map[uint32]*pb.Placement{}
+		speeds = map[string]map[string]float64{} // model → node → measured decode tok/s
 	)
 	m.fsm.Read(func(s *fsm.State) {
 		for _, st := range s.Settings() {
@@ -121,6 +124,9 @@ func (m *Member) plan(ctx context.Context) {
 				groups[p.Model] = map[uint32]*pb.Placement{}
 			}
 			groups[p.Model][p.Replica] = p
+		}
+		for model := range specs {
+			speeds[model] = measuredSpeeds(s.Profiles(model))
 		}
 	})
 	peers := m.peerSnapshot()
@@ -175,7 +181,7 @@ func (m *Member) plan(ctx context.Context) {
 				}
 				drained = true // moved when another node can take it
 			}
-			node := m.pick(model, spec, nodes, hosting, usable, func(id string) int64 { return peers[id].meta.Load })
+			node := m.pick(model, spec, nodes, hosting, usable, func(id string) int64 { return peers[id].meta.Load }, speeds[model])
 			if node == "" {
 				continue
 			}
@@ -207,12 +213,18 @@ func (m *Member) plan(ctx context.Context) {
 	}
 }
 
-func (m *Member) pick(model string, spec PlacementSpec, nodes map[string]*pb.Node, hosting map[string]bool, usable func(string) bool, load func(string) int64) string {
+// pick returns the best candidate node for a new replica of model, ""
+// when none: pinned first, then loaded, then least loaded, then measured
+// speed (speed: node → decode tok/s of the model there; a node absent
+// from it is unknown and ranks after every measured one), then most free
+// memory, then id.
+func (m *Member) pick(model string, spec PlacementSpec, nodes map[string]*pb.Node, hosting map[string]bool, usable func(string) bool, load func(string) int64, speed map[string]float64) string {
 	type cand struct {
 		id     string
 		pin    int
 		loaded bool
-		load   int64 // gossiped generations in flight
+		load   int64   // gossiped generations in flight
+		speed  float64 // measured decode tok/s, 0 when unknown
 		free   int64
 	}
 	var cs []cand
@@ -232,7 +244,7 @@ func (m *Member) pick(model string, spec PlacementSpec, nodes map[string]*pb.Nod
 		if pin < 0 {
 			pin = len(spec.Pin)
 		}
-		cs = append(cs, cand{id: id, pin: pin, loaded: loaded, load: load(id), free: inv.MemoryFree})
+		cs = append(cs, cand{id: id, pin: pin, loaded: loaded, load: load(id), speed: speed[id], free: inv.MemoryFree})
 	}
 	if len(cs) == 0 {
 		return ""
@@ -248,6 +260,8 @@ func (m *Member) pick(model string, spec PlacementSpec, nodes map[string]*pb.Nod
 			return 1
 		case a.load != b.load:
 			return cmp.Compare(a.load, b.load)
+		case a.speed != b.speed:
+			return cmp.Compare(b.speed, a.speed) // faster first; unknown (0) last
 		case a.free != b.free:
 			if a.free > b.free {
 				return -1
@@ -257,6 +271,62 @@ func (m *Member) pick(model string, spec PlacementSpec, nodes map[string]*pb.Nod
 		return strings.Compare(a.id, b.id)
 	})
 	return cs[0].id
+}
+
+// profileThroughput is the kind of the profiles a throughput benchmark
+// writes (node.ProfileThroughput; node imports this package, not the
+// reverse).
+const profileThroughput = "throughput"
+
+// throughputProfile is the part of a throughput profile's result (node's
+// ThroughputResult) the planner reads.
+type throughputProfile struct {
+	Points []struct {
+		Concurrency int     `json:"concurrency"`
+		DecodeTokS  float64 `json:"decode_tok_s"`
+	} `json:"points"`
+}
+
+// measuredSpeeds maps each node with a usable throughput profile among
+// profiles (one model's) to its measured speed (measuredSpeed).
+func measuredSpeeds(profiles []*pb.Profile) map[string]float64 {
+	out := map[string]float64{}
+	for _, p := range profiles {
+		if p.Kind != profileThroughput {
+			continue
+		}
+		if v, ok := measuredSpeed(p.Result); ok {
+			out[p.Node] = v
+		}
+	}
+	return out
+}
+
+// measuredSpeed is the one figure of a throughput profile the planner
+// compares: the best decode tokens/s among the points at the lowest
+// concurrency measured (normally 1) — a single stream's decode speed,
+// which every throughput job measures whatever prompt lengths it was
+// given (decode at the shortest prompt is usually the best). A result
+// that does not parse, or has no positive finite figure, is unknown
+// (false), never an error.
+func measuredSpeed(result []byte) (float64, bool) {
+	var r throughputProfile
+	if json.Unmarshal(result, &r) != nil {
+		return 0, false
+	}
+	lowest, best := 0, 0.0
+	for _, pt := range r.Points {
+		if pt.Concurrency < 1 || math.IsNaN(pt.DecodeTokS) || math.IsInf(pt.DecodeTokS, 0) || pt.DecodeTokS <= 0 {
+			continue
+		}
+		switch {
+		case lowest == 0 || pt.Concurrency < lowest:
+			lowest, best = pt.Concurrency, pt.DecodeTokS
+		case pt.Concurrency == lowest && pt.DecodeTokS > best:
+			best = pt.DecodeTokS
+		}
+	}
+	return best, lowest > 0
 }
 
 // usableIn tells whether a node may take a placement: alive in the
