@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"fusion/engine/modelfile"
 )
 
 // Errors of Fetch that callers branch on.
@@ -48,6 +52,13 @@ type FetchOptions struct {
 	Progress func(done, total int64)
 	// Log gets one line per step worth telling (may be nil).
 	Log func(msg string)
+	// HFCache is a Hugging Face cache directory (huggingface_hub's
+	// layout): when it holds the requested revision complete, Fetch
+	// answers from it at once (Result.FromCache) and asks the Hub
+	// nothing. "" = none; ignored for ModelScope. Never written.
+	HFCache string
+	// Force downloads even when HFCache holds the revision.
+	Force bool
 }
 
 // Result says what Fetch put where.
@@ -59,6 +70,10 @@ type Result struct {
 	Bytes  int64    `json:"bytes"`
 	// Resumed is the bytes that were already on disk when it started.
 	Resumed int64 `json:"resumed_bytes"`
+	// FromCache: nothing was downloaded, the revision is complete in the
+	// HF cache; Model is then the repo (the name it is served as) and
+	// Paths its snapshot directory.
+	FromCache bool `json:"from_cache,omitempty"`
 }
 
 // DownloadsDir is the hidden folder of a models directory where
@@ -87,6 +102,10 @@ func Fetch(ctx context.Context, c *Client, req Request, o FetchOptions) (Result,
 	}
 	if !filepath.IsLocal(name) || strings.ContainsAny(name, `/\`) || strings.HasPrefix(name, ".") {
 		return Result{}, fmt.Errorf("hub: model name %q is not a plain name", name)
+	}
+	if res, ok := fromCache(c, req, o); ok {
+		logf("%s at %s is complete in the HF cache: %s (nothing downloaded)", req.Repo, orMain(req.Revision), res.Paths[0])
+		return res, nil
 	}
 	info, err := c.Info(ctx, req.Repo, req.Revision)
 	if err != nil {
@@ -321,4 +340,41 @@ func human(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// fromCache answers req from the HF cache o.HFCache when the revision's
+// snapshot there is complete (modelfile.HFSnapshot) and, with allow
+// patterns, every pattern matches one of its files.
+func fromCache(c *Client, req Request, o FetchOptions) (Result, bool) {
+	if o.HFCache == "" || o.Force || c.modelScope() {
+		return Result{}, false
+	}
+	dir, commit, ok := modelfile.HFSnapshot(o.HFCache, req.Repo, req.Revision)
+	if !ok {
+		return Result{}, false
+	}
+	var files []string
+	var size int64
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		st, err := os.Stat(p) // through the link into blobs/
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		files = append(files, filepath.ToSlash(rel))
+		size += st.Size()
+		return nil
+	})
+	if err != nil {
+		return Result{}, false
+	}
+	for _, pat := range req.Allow {
+		if !slices.ContainsFunc(files, func(f string) bool { return Match(pat, f) }) {
+			return Result{}, false
+		}
+	}
+	return Result{Model: req.Repo, Paths: []string{dir}, Commit: commit, Files: len(files), Bytes: size, FromCache: true}, true
 }

@@ -147,7 +147,7 @@ func (h nodeHub) Download(ctx context.Context, req admin.DownloadRequest) (jobs.
 		r.Logf("downloading %s from %s into %s", req.Repo, c.Endpoint(), n.cfg.ModelsDir)
 		res, err := hub.Fetch(ctx, c, hub.Request{Repo: req.Repo, Revision: req.Revision, Allow: req.Allow}, hub.FetchOptions{
 			ModelsDir: n.cfg.ModelsDir, Name: req.Name, MinFree: n.cfg.HF.MinFreeDisk, FreeBytes: n.cfg.HF.FreeBytes,
-			Parallel: n.cfg.HF.Parallel,
+			Parallel: n.cfg.HF.Parallel, HFCache: n.cfg.HFCache, Force: req.Force,
 			Progress: func(done, total int64) {
 				r.SetTotal("bytes", total)
 				r.SetDone(done)

@@ -42,8 +42,14 @@ type Config struct {
 	Listen    string // address to listen on (default 127.0.0.1:8000)
 	DataDir   string // the node's data directory (created if missing)
 	ModelsDir string // models directory (default DataDir/models)
-	Preload   []string
-	APIKey    string // the admin key: required on every route but /health when set
+	// HFCache is a Hugging Face cache directory (huggingface_hub's
+	// layout, e.g. ~/.cache/huggingface/hub) whose complete snapshots are
+	// served as models named ORG/NAME, and which a download of a repo
+	// already complete in it answers from (hub.FetchOptions.HFCache).
+	// "" = none. It is only read.
+	HFCache string
+	Preload []string
+	APIKey  string // the admin key: required on every route but /health when set
 	// InsecureNoAuth lets a node without an APIKey listen beyond
 	// loopback (otherwise New refuses: an open node on the network is a
 	// door).
@@ -317,7 +323,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	run, err := runner.New(runner.Config{
 		Backend: cfg.Backend, Models: models, MLXMemoryLimit: cfg.MLXMemoryLimit, MLXCacheLimit: cfg.MLXCacheLimit, WrapBackend: cfg.WrapBackend,
-		ModelsDir: cfg.ModelsDir, Preload: cfg.Preload, MaxQueued: cfg.MaxQueued, MaxTokens: cfg.MaxTokens,
+		ModelsDir: cfg.ModelsDir, HFCache: cfg.HFCache, Preload: cfg.Preload, MaxQueued: cfg.MaxQueued, MaxTokens: cfg.MaxTokens,
 		MaxRunning: cfg.MaxRunning, MaxKVBytes: cfg.MaxKVBytes, StepTokens: cfg.StepTokens, MaxWait: cfg.MaxWait,
 		MemoryBudget: cfg.MemoryBudget, IdleTTL: cfg.IdleTTL,
 		Threads: cfg.Threads, MaxToolCalls: cfg.MaxToolCalls, DraftTokens: cfg.DraftTokens, MaxEmbedInputs: cfg.MaxEmbeds, MaxRerankDocuments: cfg.MaxRerankDocs, EmbedBatchTokens: cfg.EmbedBatchTokens, TextCacheModels: cfg.TextCacheModels, Logger: cfg.Logger,

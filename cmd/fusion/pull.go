@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"fusion/engine/modelfile"
 	"fusion/hub"
 	"fusion/jobs"
 	"fusion/node"
@@ -29,7 +30,10 @@ $MODELSCOPE_API_TOKEN), into a models directory: every file, or the
 files the --include patterns select (fnmatch, as huggingface_hub's
 allow_patterns: --include '*Q4_K_M.gguf' takes one GGUF quant). Files are
 checked against the listed sha256 and land in place only when all are
-complete; a pull stopped part way resumes from what is on disk.
+complete; a pull stopped part way resumes from what is on disk. A repo
+whose revision is already complete in the Hugging Face cache (--hf-cache,
+or the node's) is not downloaded again: the pull answers at once with the
+snapshot's path (served as OWNER/NAME), unless --force.
 
 Without --addr it downloads here, into --models-dir. With --addr it asks
 that running node (or, with --node, another node of its cluster) to run
@@ -64,6 +68,8 @@ func runPull(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	apiKey := fs.String("api-key", "", "API key of the node (env FUSION_API_KEY)")
 	caFile := fs.String("ca", "", "PEM CA certificate to trust for an https:// address")
 	onNode := fs.String("node", "", "with --addr: the cluster node that downloads (default the one at --addr)")
+	hfCache := fs.String("hf-cache", modelfile.HFCacheDir(nil), `Hugging Face cache whose complete snapshots are not downloaded again ("" = none; without --addr)`)
+	force := fs.Bool("force", false, "download even when the revision is complete in the Hugging Face cache")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -78,7 +84,7 @@ func runPull(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return usagef("--source must be hf or modelscope, not %q", *source)
 	}
 	if *addr != "" {
-		return pullOnNode(ctx, *addr, *apiKey, *caFile, *onNode, *name, *source, req, stdout, stderr)
+		return pullOnNode(ctx, *addr, *apiKey, *caFile, *onNode, *name, *source, *force, req, stdout, stderr)
 	}
 	if *source == hub.SourceModelScope {
 		*endpoint = cmp.Or(*msEndpoint, os.Getenv("MODELSCOPE_ENDPOINT"))
@@ -94,10 +100,14 @@ func runPull(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	c := hub.New(hub.Options{Source: *source, Endpoint: *endpoint, Token: *token})
 	p := &progressLine{w: stderr}
 	res, err := hub.Fetch(ctx, c, req, hub.FetchOptions{ModelsDir: dir, Name: *name, MinFree: *minFree,
-		Progress: p.update, Log: func(msg string) { p.log(msg) }})
+		HFCache: expandHome(*hfCache), Force: *force, Progress: p.update, Log: func(msg string) { p.log(msg) }})
 	p.end()
 	if err != nil {
 		return err
+	}
+	if res.FromCache {
+		fmt.Fprintf(stdout, "%s: commit %s is complete in the Hugging Face cache, not downloaded: %s\n", res.Model, res.Commit, res.Paths[0])
+		return nil
 	}
 	fmt.Fprintf(stdout, "%s: %d files, %d bytes, commit %s, in %s\n", res.Model, res.Files, res.Bytes, res.Commit, strings.Join(res.Paths, ", "))
 	return nil
@@ -131,8 +141,8 @@ func (p *progressLine) end()           { fmt.Fprintln(p.w) }
 
 // pullOnNode starts the download as a job on a running node and follows
 // its event stream until it ends.
-func pullOnNode(ctx context.Context, addr, apiKey, caFile, onNode, name, source string, req hub.Request, stdout, stderr io.Writer) error {
-	body := map[string]any{"source": source, "repo": req.Repo, "revision": req.Revision, "allow_patterns": req.Allow, "name": name, "node": onNode}
+func pullOnNode(ctx context.Context, addr, apiKey, caFile, onNode, name, source string, force bool, req hub.Request, stdout, stderr io.Writer) error {
+	body := map[string]any{"source": source, "repo": req.Repo, "revision": req.Revision, "allow_patterns": req.Allow, "name": name, "node": onNode, "force": force}
 	j, err := runJobOnNode(ctx, addr, apiKey, caFile, "/admin/api/hf/download", body, stderr)
 	if err != nil {
 		return err
@@ -140,6 +150,10 @@ func pullOnNode(ctx context.Context, addr, apiKey, caFile, onNode, name, source 
 	var res hub.Result
 	if err := json.Unmarshal(j.Result, &res); err != nil {
 		return fmt.Errorf("job %s: result: %w", j.ID, err)
+	}
+	if res.FromCache {
+		fmt.Fprintf(stdout, "%s: commit %s is complete in node %s's Hugging Face cache, not downloaded: %s\n", res.Model, res.Commit, j.Node, strings.Join(res.Paths, ", "))
+		return nil
 	}
 	fmt.Fprintf(stdout, "%s: %d files, %d bytes, commit %s, on node %s in %s\n", res.Model, res.Files, res.Bytes, res.Commit, j.Node,
 		strings.Join(relPaths(res.Paths), ", "))

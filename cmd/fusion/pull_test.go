@@ -24,7 +24,7 @@ func TestModelsPull(t *testing.T) {
 	if _, err := demo.Create(src, demo.Options{Seed: 9}); err != nil {
 		t.Fatal(err)
 	}
-	srv.AddModel(t, "demo-org/tiny", src)
+	commit := srv.AddModel(t, "demo-org/tiny", src)
 	srv.AddModel(t, "demo-org/locked", src)
 	srv.Gate("demo-org/locked", "tok")
 	ctx := context.Background()
@@ -51,6 +51,31 @@ func TestModelsPull(t *testing.T) {
 		t.Fatalf("pull exited %d: %s %s", code, out, errs)
 	}
 	same(filepath.Join(models, "tiny", "model.safetensors"))
+
+	// The same revision in a Hugging Face cache: answered from it, the
+	// Hub not asked; --force downloads.
+	cache := t.TempDir()
+	snap := filepath.Join(cache, "models--demo-org--tiny", "snapshots", commit)
+	if err := os.CopyFS(snap, os.DirFS(filepath.Join(models, "tiny"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(cache, "models--demo-org--tiny", "refs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cache, "models--demo-org--tiny", "refs", "main"), []byte(commit), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	asked := len(srv.Requests())
+	code, out, errs = pull("--models-dir", t.TempDir(), "--hf-cache", cache, "--hf-endpoint", srv.URL, "demo-org/tiny")
+	if code != 0 || !strings.Contains(out, "demo-org/tiny: commit "+commit+" is complete in the Hugging Face cache") || !strings.Contains(out, snap) {
+		t.Errorf("pull of a cached repo exited %d: %s %s", code, out, errs)
+	}
+	if got := srv.Requests()[asked:]; len(got) != 0 {
+		t.Errorf("pull of a cached repo asked the Hub %v", got)
+	}
+	if code, out, errs := pull("--models-dir", t.TempDir(), "--hf-cache", cache, "--force", "--hf-endpoint", srv.URL, "demo-org/tiny"); code != 0 || !strings.HasPrefix(out, "tiny: ") {
+		t.Errorf("a forced pull exited %d: %s %s", code, out, errs)
+	}
 
 	t.Setenv("HF_ENDPOINT", srv.URL)
 	code, _, errs = pull("--models-dir", t.TempDir(), "demo-org/locked")

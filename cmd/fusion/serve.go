@@ -19,6 +19,7 @@ import (
 
 	"fusion/cluster"
 	"fusion/dashboard"
+	"fusion/engine/modelfile"
 	"fusion/engine/runner"
 	"fusion/hub"
 	"fusion/internal/logfile"
@@ -321,6 +322,9 @@ func serveSettingsTable() []serveSetting {
 			}},
 		{"min-free-disk", constant(strconv.FormatInt(node.DefaultMinFreeDisk, 10)), "bytes a model download must leave free on the models directory's disk; a download that would not is refused before it starts",
 			func(s *serveSettings, v string) error { return parseInt64(v, &s.cfg.HF.MinFreeDisk, 0) }},
+		{"hf-cache", func(s *serveSettings) string { return modelfile.HFCacheDir(s.getenv) },
+			"Hugging Face cache directory whose complete snapshots are served as models ORG/NAME (read only; a download of a repo complete in it is answered from it); \"\" = none; the default follows huggingface_hub: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub",
+			func(s *serveSettings, v string) error { s.cfg.HFCache = expandHome(v); return nil }},
 		{"max-jobs", constant(strconv.Itoa(jobs.DefaultMaxRunning)), "background jobs (downloads) running at once on this node; more are answered 429",
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.Jobs.MaxRunning, 1) }},
 		{"panel-session-ttl", constant(dashboard.DefaultSessionTTL.String()), "how long a sign-in to the admin panel (/admin/) lasts",

@@ -308,3 +308,28 @@ func TestServeModelScopeSettings(t *testing.T) {
 		t.Errorf("a URL without a scheme: %v", err)
 	}
 }
+
+// TestServeHFCacheSetting: --hf-cache defaults to the cache
+// huggingface_hub uses ($HF_HUB_CACHE, else $HF_HOME/hub, ...), a flag
+// or FUSION_HF_CACHE sets it, and "" turns it off.
+func TestServeHFCacheSetting(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{nil, map[string]string{"HF_HUB_CACHE": "/hc", "HF_HOME": "/hh"}, "/hc"},
+		{nil, map[string]string{"HF_HOME": "/hh"}, "/hh/hub"},
+		{nil, map[string]string{"HF_HOME": "/hh", "FUSION_HF_CACHE": "/f"}, "/f"},
+		{[]string{"--hf-cache", "/flag"}, map[string]string{"HF_HOME": "/hh", "FUSION_HF_CACHE": "/f"}, "/flag"},
+		{[]string{"--hf-cache", ""}, map[string]string{"HF_HUB_CACHE": "/hc"}, ""},
+	} {
+		s, err := resolveServe(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.cfg.HFCache != tc.want {
+			t.Errorf("%v %v: HFCache %q, want %q", tc.args, tc.env, s.cfg.HFCache, tc.want)
+		}
+	}
+}

@@ -36,6 +36,11 @@ import (
 // limit is per node.
 type Config struct {
 	ModelsDir string
+	// HFCache is a Hugging Face cache directory (huggingface_hub's
+	// layout) whose complete snapshots are listed beside the models
+	// dir's own, named ORG/NAME; the models dir wins on a name clash.
+	// "" = none. It is only read.
+	HFCache string
 	// MaxQueuedImages is how many image generations may be in flight at
 	// once (one runs, the rest wait) before GenerateImage answers
 	// engine.ErrOverloaded (default DefaultMaxQueuedImages). MaxImageBytes
@@ -325,16 +330,17 @@ func (r *Runner) start() (*Runner, error) {
 
 // rescan adds models that appeared in the models dir since the last scan.
 func (r *Runner) rescan() error {
-	if r.cfg.ModelsDir == "" {
-		return nil
-	}
-	found, err := modelfile.Discover(r.cfg.ModelsDir)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil
+	var found []modelfile.Entry
+	if r.cfg.ModelsDir != "" {
+		var err error
+		found, err = modelfile.Discover(r.cfg.ModelsDir)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
 		}
-		return err
 	}
+	// After the models dir's own: on a name clash those win (a name
+	// already registered is kept below).
+	found = append(found, modelfile.DiscoverHFCache(r.cfg.HFCache)...)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, f := range found {

@@ -274,11 +274,25 @@ func (s *Server) refused(repo, auth string) bool {
 // compare it with what fusion fetched.
 func (s *Server) HFDownload(t testing.TB, repo, dir string, allow ...string) {
 	t.Helper()
+	s.snapshotDownload(t, repo, "local_dir", dir, allow)
+}
+
+// HFCacheDownload downloads repo with the official huggingface_hub client
+// into the Hugging Face cache cacheDir (snapshot_download, cache_dir), so
+// a test gets the cache layout as the client makes it.
+func (s *Server) HFCacheDownload(t testing.TB, repo, cacheDir string, allow ...string) {
+	t.Helper()
+	s.snapshotDownload(t, repo, "cache_dir", cacheDir, allow)
+}
+
+// snapshotDownload runs snapshot_download(repo, <kw>=dir, allow_patterns).
+func (s *Server) snapshotDownload(t testing.TB, repo, kw, dir string, allow []string) {
+	t.Helper()
 	py := testenv.Python(t)
 	script := `import sys, json
 from huggingface_hub import snapshot_download
 allow = json.loads(sys.argv[3]) or None
-snapshot_download(sys.argv[1], local_dir=sys.argv[2], allow_patterns=allow)
+snapshot_download(sys.argv[1], allow_patterns=allow, **{sys.argv[4]: sys.argv[2]})
 `
 	allowJSON := "null"
 	if len(allow) > 0 {
@@ -286,7 +300,7 @@ snapshot_download(sys.argv[1], local_dir=sys.argv[2], allow_patterns=allow)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, py, "-c", script, repo, dir, allowJSON)
+	cmd := exec.CommandContext(ctx, py, "-c", script, repo, dir, allowJSON, kw)
 	cmd.Env = append(os.Environ(), "HF_ENDPOINT="+s.URL, "HF_HUB_DISABLE_XET=1", "HF_HUB_OFFLINE=0", "HF_HUB_DISABLE_TELEMETRY=1",
 		"HF_HOME="+t.TempDir(), "HF_HUB_DISABLE_PROGRESS_BARS=1")
 	var out bytes.Buffer

@@ -86,6 +86,8 @@ type Options struct {
 	// HF configures the node's Hugging Face downloads; an empty Endpoint
 	// is a closed local port, so no test reaches the real Hub.
 	HF node.HFConfig
+	// HFCache is the node's Hugging Face cache directory ("": none).
+	HFCache string
 	// ProgressEvery is how often a job's record is written (0: 50 ms).
 	ProgressEvery time.Duration
 	// Tracing is the node's OpenTelemetry exporter (off by default).
@@ -195,7 +197,7 @@ func Start(t testing.TB, o Options) *node.Node {
 		MCPServers: o.MCPServers, MCP: o.MCP, MCPMaxSteps: o.MCPMaxSteps, LogLevel: o.LogLevel, Logs: o.Logs,
 		Backend: o.Backend, MLXMemoryLimit: o.MLXMemoryLimit, WrapBackend: o.WrapBackend,
 		AuthFailures: o.AuthFailures, KeyUsageInterval: o.KeyUsageInterval, Panel: o.Panel, Tracing: o.Tracing,
-		HF: o.HF, Jobs: node.JobsConfig{ProgressEvery: o.ProgressEvery},
+		HF: o.HF, HFCache: o.HFCache, Jobs: node.JobsConfig{ProgressEvery: o.ProgressEvery},
 	})
 	if err != nil {
 		t.Fatalf("node: %v", err)

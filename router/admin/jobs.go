@@ -51,6 +51,10 @@ type DownloadRequest struct {
 	Name string `json:"name,omitempty"`
 	// Node runs the download (default the node asked).
 	Node string `json:"node,omitempty"`
+	// Force downloads even when the node's HF cache already holds the
+	// revision complete (otherwise the job ends at once, its result
+	// from_cache with the snapshot's path).
+	Force bool `json:"force,omitempty"`
 }
 
 // Limits of the download route.
@@ -273,7 +277,7 @@ func hubError(source string, err error) *openai.Error {
 }
 
 func (h *Handler) hfDownload(w http.ResponseWriter, r *http.Request) {
-	req, ok := jobRequest(h, w, r, maxDownloadBody, checkDownload, "source", "repo", "revision", "allow_patterns", "name", "node")
+	req, ok := jobRequest(h, w, r, maxDownloadBody, checkDownload, "source", "repo", "revision", "allow_patterns", "name", "node", "force")
 	if !ok {
 		return
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"sort"
 	"time"
@@ -203,7 +204,7 @@ type actionBody struct {
 // (unload with requests in flight) 409, over the memory budget 503.
 func (h *Handler) modelAction(do func(Models, context.Context, string) error, verb string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		id := chi.URLParam(r, "id")
+		id := modelParam(r)
 		body, e := readBody(r)
 		if e != nil {
 			openai.WriteError(w, e)
@@ -299,7 +300,7 @@ func writeActionError(w http.ResponseWriter, err error, id string) {
 // putSettings replaces a model's settings in the replicated store; every
 // node applies them when the write reaches it.
 func (h *Handler) putSettings(w http.ResponseWriter, r *http.Request) {
-	id := chi.URLParam(r, "id")
+	id := modelParam(r)
 	body, e := readBody(r)
 	if e != nil {
 		openai.WriteError(w, e)
@@ -341,4 +342,14 @@ func (h *Handler) putSettings(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	openai.WriteJSON(w, http.StatusOK, SettingsAnswer{Status: "ok", Model: id, Settings: s})
+}
+
+// modelParam is the {id} of a model route, unescaped: a model named
+// ORG/NAME (one from the Hugging Face cache) comes as ORG%2FNAME.
+func modelParam(r *http.Request) string {
+	id := chi.URLParam(r, "id")
+	if u, err := url.PathUnescape(id); err == nil {
+		return u
+	}
+	return id
 }

@@ -1,0 +1,175 @@
+package node_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"fusion/hub"
+	"fusion/internal/hubtest"
+	"fusion/jobs"
+	"fusion/node"
+	"fusion/node/nodetest"
+)
+
+// TestHFCache: a Hugging Face cache filled by the official huggingface_hub
+// client (snapshot_download, cache_dir) from the test Hub: its complete
+// snapshot is listed as ORG/NAME and served; an incomplete one (its
+// weights link gone) is not; a download of the cached repo answers from
+// the cache without asking the Hub anything, unless forced.
+func TestHFCache(t *testing.T) {
+	srv := hubtest.Start(t)
+	const repo = "demo-org/demo-model"
+	src := hubRepo(t, srv, repo)
+	cache := t.TempDir()
+	srv.HFCacheDownload(t, repo, cache, "*.json", "*.safetensors")
+	snap := cachedSnapshot(t, cache, repo)
+	sameFile(t, filepath.Join(snap, "model.safetensors"), filepath.Join(src, "model.safetensors"))
+	// An incomplete snapshot: the same repo under another name, its
+	// weights link missing (an interrupted snapshot_download).
+	partial := filepath.Join(cache, "models--demo-org--partial")
+	copyLinks(t, filepath.Join(cache, "models--demo-org--demo-model"), partial)
+	if err := os.Remove(filepath.Join(partial, "snapshots", filepath.Base(snap), "model.safetensors")); err != nil {
+		t.Fatal(err)
+	}
+	before := readOnlyTree(t, cache)
+
+	models := nodetest.Models(t)
+	n := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, DataDir: t.TempDir(), HFCache: cache,
+		HF: node.HFConfig{Endpoint: srv.URL, MinFreeDisk: 1}})
+
+	t.Run("listed and served", func(t *testing.T) {
+		ids := modelIDs(t, n)
+		if _, ok := ids[repo]; !ok {
+			t.Fatalf("%s not listed: %v", repo, ids)
+		}
+		if _, ok := ids["demo-org/partial"]; ok {
+			t.Error("an incomplete snapshot is listed")
+		}
+		if _, ok := ids["demo"]; !ok {
+			t.Errorf("the models dir's own model is not listed beside it: %v", ids)
+		}
+		if code, out := adminDo(t, n, http.MethodGet, "/v1/models/"+repo, ""); code != 200 || out["id"] != repo {
+			t.Errorf("GET /v1/models/%s: %d %v", repo, code, out)
+		}
+		if code, out := adminDo(t, n, http.MethodPost, "/admin/api/models/"+url.PathEscape(repo)+"/unload", ""); code != 200 {
+			t.Errorf("unload %s: %d %v", repo, code, out)
+		}
+		code, out := adminDo(t, n, http.MethodPost, "/v1/chat/completions", `{"model":"`+repo+`","messages":[{"role":"user","content":"hi"}],"max_tokens":2}`)
+		if code != 200 {
+			t.Fatalf("chat with the cached model: %d %v", code, out)
+		}
+	})
+
+	t.Run("a download of the cached repo fetches nothing", func(t *testing.T) {
+		asked := len(srv.Requests())
+		j := waitJob(t, n, startDownload(t, n, `{"repo":"`+repo+`"}`).ID, final)
+		if j.State != jobs.Done {
+			t.Fatalf("job %+v", j)
+		}
+		var res hub.Result
+		if err := json.Unmarshal(j.Result, &res); err != nil {
+			t.Fatal(err)
+		}
+		if !res.FromCache || res.Model != repo || len(res.Paths) != 1 || res.Paths[0] != snap || res.Commit != filepath.Base(snap) {
+			t.Errorf("result %s, want from_cache at %s", j.Result, snap)
+		}
+		if got := srv.Requests()[asked:]; len(got) != 0 {
+			t.Errorf("the Hub was asked %v", got)
+		}
+		if _, err := os.Stat(filepath.Join(models, "demo-model")); err == nil {
+			t.Error("the cached model was copied into the models dir")
+		}
+	})
+
+	t.Run("force downloads", func(t *testing.T) {
+		asked := len(srv.Requests())
+		j := waitJob(t, n, startDownload(t, n, `{"repo":"`+repo+`","force":true,"allow_patterns":["*.json","*.safetensors"]}`).ID, final)
+		if j.State != jobs.Done || strings.Contains(string(j.Result), "from_cache") {
+			t.Fatalf("job %+v", j)
+		}
+		fetched := 0
+		for _, r := range srv.Requests()[asked:] {
+			if strings.Contains(r, "/resolve/") {
+				fetched++
+			}
+		}
+		if fetched == 0 {
+			t.Error("a forced download fetched no file")
+		}
+		sameFile(t, filepath.Join(models, "demo-model", "model.safetensors"), filepath.Join(src, "model.safetensors"))
+	})
+
+	if after := readOnlyTree(t, cache); after != before {
+		t.Errorf("the HF cache changed:\nbefore %s\nafter  %s", before, after)
+	}
+}
+
+// cachedSnapshot is the snapshot dir refs/main of repo names in cache.
+func cachedSnapshot(t *testing.T, cache, repo string) string {
+	t.Helper()
+	root := filepath.Join(cache, "models--"+strings.ReplaceAll(repo, "/", "--"))
+	b, err := os.ReadFile(filepath.Join(root, "refs", "main"))
+	if err != nil {
+		t.Fatalf("huggingface_hub's cache layout: %v", err)
+	}
+	snap := filepath.Join(root, "snapshots", strings.TrimSpace(string(b)))
+	if st, err := os.Lstat(filepath.Join(snap, "model.safetensors")); err != nil || st.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("the snapshot's weights are not a link into blobs/: %v %v", st, err)
+	}
+	return snap
+}
+
+// readOnlyTree lists dir's entries with their sizes and times, to see
+// that nothing wrote into it.
+func readOnlyTree(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		b.WriteString(p + " " + fi.Mode().String() + " " + fi.ModTime().String() + ";")
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// copyLinks copies the tree src to dst, links as links (huggingface_hub's
+// relative links into blobs/ stay valid).
+func copyLinks(t *testing.T, src, dst string) {
+	t.Helper()
+	err := filepath.Walk(src, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		to := filepath.Join(dst, rel)
+		switch {
+		case fi.IsDir():
+			return os.MkdirAll(to, 0o755)
+		case fi.Mode()&os.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(target, to)
+		default:
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(to, b, 0o644)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
