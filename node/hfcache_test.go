@@ -2,10 +2,12 @@ package node_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -171,5 +173,48 @@ func copyLinks(t *testing.T, src, dst string) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestHFCacheCluster: a model only in node a's Hugging Face cache is in
+// every node's cluster model list as ORG/NAME, on a alone; a chat asked
+// of c runs (forwarded to a), and an unload aimed at a through c finds it
+// by its escaped name.
+func TestHFCacheCluster(t *testing.T) {
+	const repo, commit = "demo-org/cached", "0123456789abcdef0123456789abcdef01234567"
+	cache := t.TempDir()
+	root := filepath.Join(cache, "models--demo-org--cached")
+	if err := os.CopyFS(filepath.Join(root, "snapshots", commit), os.DirFS(filepath.Join(nodetest.Models(t), nodetest.Model))); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "refs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "refs", "main"), []byte(commit), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, c := startTrio(t, func(id string, o *nodetest.Options) {
+		if id == "a" {
+			o.HFCache = cache
+		}
+	})
+	eventually(t, "the cached model in c's cluster list", func() string {
+		_, list := adminDo(t, c, http.MethodGet, "/admin/api/models", "")
+		if m := modelEntry(t, list, repo); m == nil || !slices.Equal(strs(m["nodes"]), []string{"a"}) {
+			return fmt.Sprint(list)
+		}
+		return ""
+	})
+	if code, out := chatText(t, c, repo, "hi", ""); code != 200 {
+		t.Fatalf("chat on c with a's cached model: %d %s", code, out)
+	}
+	if code, out := adminDo(t, c, http.MethodPost, "/admin/api/models/"+url.PathEscape(repo)+"/unload", `{"node":"a"}`); code != 200 {
+		t.Errorf("unload on a through c: %d %v", code, out)
+	}
+	if code, out := adminDo(t, c, http.MethodPost, "/admin/api/models/"+url.PathEscape(repo)+"/load", ""); code != 200 {
+		t.Errorf("load through c (run on a, the node holding it): %d %v", code, out)
+	}
+	if code, out := adminDo(t, c, http.MethodPost, "/admin/api/models/"+url.PathEscape(repo)+"/unload", ""); code != 200 {
+		t.Errorf("cluster-wide unload through c: %d %v", code, out)
 	}
 }

@@ -90,11 +90,12 @@ func nodeFromBody(r *http.Request, node string) {
 	}
 }
 
-// callOf is r as a call for node (its ?node set to node).
+// callOf is r as a call for node (its ?node set to node; its path kept
+// escaped, so a model id ORG%2FNAME stays one path segment).
 func callOf(r *http.Request, node string, body []byte) Call {
 	q := r.URL.Query()
 	q.Set("node", node)
-	return Call{Method: r.Method, Path: r.URL.Path, Query: q.Encode(), Body: body}
+	return Call{Method: r.Method, Path: r.URL.EscapedPath(), Query: q.Encode(), Body: body}
 }
 
 // nodeAnswer is one node's decoded answer of a cluster-wide call.

@@ -250,7 +250,7 @@ func (h *Handler) modelAction(do func(Models, context.Context, string) error, ve
 			}
 			q := r.URL.Query()
 			q.Set("node", n)
-			rep, err := h.cfg.Peers.Forward(r.Context(), n, Call{Method: r.Method, Path: r.URL.Path, Query: q.Encode()})
+			rep, err := h.cfg.Peers.Forward(r.Context(), n, Call{Method: r.Method, Path: r.URL.EscapedPath(), Query: q.Encode()})
 			if err != nil {
 				openai.WriteError(w, fmt.Errorf("node %s: %w", n, err))
 				return
