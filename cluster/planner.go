@@ -273,10 +273,9 @@ func (m *Member) pick(model string, spec PlacementSpec, nodes map[string]*pb.Nod
 	return cs[0].id
 }
 
-// profileThroughput is the kind of the profiles a throughput benchmark
-// writes (node.ProfileThroughput; node imports this package, not the
-// reverse).
-const profileThroughput = "throughput"
+// ProfileThroughput is the kind of the profiles a throughput benchmark
+// writes (node's bench jobs); the planner reads their decode speed.
+const ProfileThroughput = "throughput"
 
 // throughputProfile is the part of a throughput profile's result (node's
 // ThroughputResult) the planner reads.
@@ -292,7 +291,7 @@ type throughputProfile struct {
 func measuredSpeeds(profiles []*pb.Profile) map[string]float64 {
 	out := map[string]float64{}
 	for _, p := range profiles {
-		if p.Kind != profileThroughput {
+		if p.Kind != ProfileThroughput {
 			continue
 		}
 		if v, ok := measuredSpeed(p.Result); ok {

@@ -49,9 +49,9 @@ func TestMeasuredSpeed(t *testing.T) {
 		})
 	}
 	speeds := measuredSpeeds([]*pb.Profile{
-		{Model: "m", Node: "a", Kind: profileThroughput, Result: throughputResult([2]float64{1, 12})},
+		{Model: "m", Node: "a", Kind: ProfileThroughput, Result: throughputResult([2]float64{1, 12})},
 		{Model: "m", Node: "b", Kind: "accuracy", Result: throughputResult([2]float64{1, 99})},
-		{Model: "m", Node: "c", Kind: profileThroughput, Result: []byte("garbage")},
+		{Model: "m", Node: "c", Kind: ProfileThroughput, Result: []byte("garbage")},
 	})
 	if len(speeds) != 1 || speeds["a"] != 12 {
 		t.Fatalf("measuredSpeeds = %v, want only a: 12", speeds)
@@ -138,7 +138,7 @@ func TestPlannerUsesProfiles(t *testing.T) {
 	// n3 (least memory) is measured fastest, n1 slow; n2 (most memory)
 	// is unknown, so it comes last.
 	for id, tokS := range map[string]float64{"n1": 8, "n3": 60} {
-		_, err := nodes[1].Apply(ctx, &pb.ProfilePut{Profile: &pb.Profile{Model: "measured", Node: id, Kind: profileThroughput,
+		_, err := nodes[1].Apply(ctx, &pb.ProfilePut{Profile: &pb.Profile{Model: "measured", Node: id, Kind: ProfileThroughput,
 			JobId: "j-" + id, UpdatedUnixNano: 1, Result: throughputResult([2]float64{1, tokS})}})
 		if err != nil {
 			t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"fusion/cluster"
 	pb "fusion/cluster/clusterpb"
 	"fusion/cluster/fsm"
 	"fusion/engine"
@@ -21,7 +22,7 @@ import (
 
 // Profile kinds.
 const (
-	ProfileThroughput = "throughput"
+	ProfileThroughput = cluster.ProfileThroughput // the planner reads these
 	ProfileAccuracy   = "accuracy"
 )
 
