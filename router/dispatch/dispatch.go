@@ -694,7 +694,7 @@ func (d *Dispatcher) Rerank(ctx context.Context, req *engine.RerankRequest) (*en
 func (d *Dispatcher) Transcribe(ctx context.Context, req *engine.TranscribeRequest) (*engine.TranscribeResult, error) {
 	if req.Batched && req.VADFilter && req.Pieces == [2]int{} {
 		if pieces := engine.TranscribePieces(req.Speech); len(pieces) > 1 {
-			if nodes := d.imageNodes(req.Model); len(nodes) > 1 {
+			if nodes := d.splitNodes(req.Model); len(nodes) > 1 {
 				return d.splitTranscription(ctx, req, pieces, nodes)
 			}
 		}
@@ -757,7 +757,7 @@ func (d *Dispatcher) Speak(ctx context.Context, req *engine.SpeechRequest) (*eng
 // node would start again.
 func (d *Dispatcher) GenerateImage(ctx context.Context, req *engine.ImageRequest) (*engine.ImageResult, error) {
 	if req.N > 1 {
-		if nodes := d.imageNodes(req.Model); len(nodes) > 1 {
+		if nodes := d.splitNodes(req.Model); len(nodes) > 1 {
 			return d.splitImages(ctx, req, nodes)
 		}
 	}

@@ -10,10 +10,11 @@ import (
 	"fusion/engine"
 )
 
-// imageNodes lists the usable nodes that have model ready or, when the
-// table knows (BackendTable's Holders), on disk: the nodes an image
-// batch can be split across. This node comes first, then by id.
-func (d *Dispatcher) imageNodes(model string) []Peer {
+// splitNodes lists the usable nodes that have model ready or, when the
+// table knows (BackendTable's Holders), on disk: the nodes a batch of
+// independent work (images of one request, pieces of a transcription)
+// can be split across. This node comes first, then by id.
+func (d *Dispatcher) splitNodes(model string) []Peer {
 	ps := usable(d.cfg.Table.Candidates(model))
 	if bt, ok := d.cfg.Table.(BackendTable); ok {
 		ps = append(ps, usable(bt.Holders(model))...)
