@@ -369,17 +369,25 @@ func human(n int64) string {
 }
 
 // fromCache answers req from the HF cache o.HFCache when the revision's
-// snapshot there is complete (modelfile.HFSnapshot) and, with allow
-// patterns, every pattern matches one of its files.
+// snapshot there is complete (modelfile.HFEntries: a safetensors model,
+// or GGUF files) and, with allow patterns, every pattern matches one of
+// its files. The result names the model as the runner lists it (ORG/NAME,
+// ORG/NAME@REV for a revision main does not name; for a GGUF snapshot
+// the GGUF files the patterns select, the first one's name).
 func fromCache(c *Client, req Request, o FetchOptions) (Result, bool) {
 	if o.HFCache == "" || o.Force || c.modelScope() {
 		return Result{}, false
 	}
-	dir, commit, ok := modelfile.HFSnapshot(o.HFCache, req.Repo, req.Revision)
+	entries, commit, ok := modelfile.HFEntries(o.HFCache, req.Repo, req.Revision)
+	if !ok {
+		return Result{}, false
+	}
+	dir, _, ok := modelfile.HFSnapshot(o.HFCache, req.Repo, commit)
 	if !ok {
 		return Result{}, false
 	}
 	var files []string
+	sizes := map[string]int64{}
 	var size int64
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
@@ -391,6 +399,7 @@ func fromCache(c *Client, req Request, o FetchOptions) (Result, bool) {
 		}
 		rel, _ := filepath.Rel(dir, p)
 		files = append(files, filepath.ToSlash(rel))
+		sizes[p] = st.Size()
 		size += st.Size()
 		return nil
 	})
@@ -402,5 +411,24 @@ func fromCache(c *Client, req Request, o FetchOptions) (Result, bool) {
 			return Result{}, false
 		}
 	}
-	return Result{Model: req.Repo, Paths: []string{dir}, Commit: commit, Files: len(files), Bytes: size, FromCache: true}, true
+	if entries[0].Kind != modelfile.KindGGUF {
+		return Result{Model: entries[0].Name, Paths: []string{dir}, Commit: commit, Files: len(files), Bytes: size, FromCache: true}, true
+	}
+	// GGUF files: those the patterns select (all without patterns, or
+	// when the patterns name none of them).
+	var sel []modelfile.Entry
+	for _, e := range entries {
+		if MatchAny(req.Allow, filepath.Base(e.Path)) {
+			sel = append(sel, e)
+		}
+	}
+	if len(sel) == 0 {
+		sel = entries
+	}
+	res := Result{Model: sel[0].Name, Commit: commit, Files: len(sel), FromCache: true}
+	for _, e := range sel {
+		res.Paths = append(res.Paths, e.Path)
+		res.Bytes += sizes[e.Path]
+	}
+	return res, true
 }

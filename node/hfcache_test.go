@@ -38,6 +38,16 @@ func TestHFCache(t *testing.T) {
 	if err := os.Remove(filepath.Join(partial, "snapshots", filepath.Base(snap), "model.safetensors")); err != nil {
 		t.Fatal(err)
 	}
+	// A GGUF repo pulled at a branch with allow_patterns (its snapshot
+	// holds the one .gguf, no config.json), and a repo pulled at a pinned
+	// commit (no ref names its snapshot), both by the official client.
+	const ggufRepo, pinnedRepo = "demo-org/demo-gguf", "demo-org/pinned"
+	srv.AddModel(t, ggufRepo, src)
+	srv.Branch(t, ggufRepo, "q8")
+	srv.HFCacheDownloadRev(t, ggufRepo, "q8", cache, "*.gguf")
+	pinned := srv.AddModel(t, pinnedRepo, src)
+	srv.HFCacheDownloadRev(t, pinnedRepo, pinned, cache, "*.json", "*.safetensors")
+	ggufName, pinnedName := ggufRepo+"@q8", pinnedRepo+"@"+pinned
 	before := readOnlyTree(t, cache)
 
 	models := nodetest.Models(t)
@@ -64,6 +74,46 @@ func TestHFCache(t *testing.T) {
 		code, out := adminDo(t, n, http.MethodPost, "/v1/chat/completions", `{"model":"`+repo+`","messages":[{"role":"user","content":"hi"}],"max_tokens":2}`)
 		if code != 200 {
 			t.Fatalf("chat with the cached model: %d %v", code, out)
+		}
+	})
+
+	t.Run("a GGUF snapshot and revisions other than main: listed, served, pulled from the cache", func(t *testing.T) {
+		ids := modelIDs(t, n)
+		for _, id := range []string{ggufName, pinnedName} {
+			if _, ok := ids[id]; !ok {
+				t.Errorf("%s not listed: %v", id, ids)
+			}
+		}
+		if _, ok := ids[ggufRepo]; ok {
+			t.Errorf("%s listed under main, which the cache does not have", ggufRepo)
+		}
+		code, out := adminDo(t, n, http.MethodPost, "/v1/chat/completions", `{"model":"`+ggufName+`","messages":[{"role":"user","content":"hi"}],"max_tokens":2}`)
+		if code != 200 {
+			t.Fatalf("chat with the cached GGUF: %d %v", code, out)
+		}
+		b, err := os.ReadFile(filepath.Join(cache, "models--demo-org--demo-gguf", "refs", "q8"))
+		if err != nil {
+			t.Fatalf("huggingface_hub wrote no refs/q8: %v", err)
+		}
+		gguf := filepath.Join(cache, "models--demo-org--demo-gguf", "snapshots", strings.TrimSpace(string(b)), "demo-q8_0.gguf")
+		asked := len(srv.Requests())
+		for _, tc := range []struct {
+			body, model, path string
+		}{
+			{`{"repo":"` + ggufRepo + `","revision":"q8","allow_patterns":["*q8_0.gguf"]}`, ggufName, gguf},
+			{`{"repo":"` + pinnedRepo + `","revision":"` + pinned + `"}`, pinnedName, filepath.Join(cache, "models--demo-org--pinned", "snapshots", pinned)},
+		} {
+			j := waitJob(t, n, startDownload(t, n, tc.body).ID, final)
+			var res hub.Result
+			if err := json.Unmarshal(j.Result, &res); j.State != jobs.Done || err != nil {
+				t.Fatalf("job %+v", j)
+			}
+			if !res.FromCache || res.Model != tc.model || !slices.Equal(res.Paths, []string{tc.path}) {
+				t.Errorf("%s: result %s, want from_cache %s at %s", tc.body, j.Result, tc.model, tc.path)
+			}
+		}
+		if got := srv.Requests()[asked:]; len(got) != 0 {
+			t.Errorf("the Hub was asked %v", got)
 		}
 	})
 

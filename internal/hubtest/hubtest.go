@@ -451,13 +451,13 @@ func (s *Server) refused(repo, auth string) bool {
 // compare it with what fusion fetched.
 func (s *Server) HFDownload(t testing.TB, repo, dir string, allow ...string) {
 	t.Helper()
-	s.snapshotDownload(t, "", repo, "local_dir", dir, allow)
+	s.snapshotDownload(t, "", repo, "", "local_dir", dir, allow)
 }
 
 // HFDownloadToken is HFDownload with HF_TOKEN set to token.
 func (s *Server) HFDownloadToken(t testing.TB, token, repo, dir string, allow ...string) {
 	t.Helper()
-	s.snapshotDownload(t, token, repo, "local_dir", dir, allow)
+	s.snapshotDownload(t, token, repo, "", "local_dir", dir, allow)
 }
 
 // HFCacheDownload downloads repo with the official huggingface_hub client
@@ -465,17 +465,35 @@ func (s *Server) HFDownloadToken(t testing.TB, token, repo, dir string, allow ..
 // a test gets the cache layout as the client makes it.
 func (s *Server) HFCacheDownload(t testing.TB, repo, cacheDir string, allow ...string) {
 	t.Helper()
-	s.snapshotDownload(t, "", repo, "cache_dir", cacheDir, allow)
+	s.snapshotDownload(t, "", repo, "", "cache_dir", cacheDir, allow)
 }
 
-// snapshotDownload runs snapshot_download(repo, <kw>=dir, allow_patterns).
-func (s *Server) snapshotDownload(t testing.TB, token, repo, kw, dir string, allow []string) {
+// HFCacheDownloadRev is HFCacheDownload of revision (a branch, tag or
+// commit).
+func (s *Server) HFCacheDownloadRev(t testing.TB, repo, revision, cacheDir string, allow ...string) {
+	t.Helper()
+	s.snapshotDownload(t, "", repo, revision, "cache_dir", cacheDir, allow)
+}
+
+// Branch makes branch a branch of repo at its commit (AddModel's).
+func (s *Server) Branch(t testing.TB, repo, branch string) {
+	t.Helper()
+	cmd := exec.Command("git", "branch", branch)
+	cmd.Dir = filepath.Join(s.mirror, "models", filepath.FromSlash(repo))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("git branch %s: %v\n%s", branch, err, out)
+	}
+}
+
+// snapshotDownload runs snapshot_download(repo, revision=revision or
+// None, <kw>=dir, allow_patterns), with HF_TOKEN=token when one is given.
+func (s *Server) snapshotDownload(t testing.TB, token, repo, revision, kw, dir string, allow []string) {
 	t.Helper()
 	py := testenv.Python(t)
 	script := `import sys, json
 from huggingface_hub import snapshot_download
 allow = json.loads(sys.argv[3]) or None
-snapshot_download(sys.argv[1], allow_patterns=allow, **{sys.argv[4]: sys.argv[2]})
+snapshot_download(sys.argv[1], revision=sys.argv[5] or None, allow_patterns=allow, **{sys.argv[4]: sys.argv[2]})
 `
 	allowJSON := "null"
 	if len(allow) > 0 {
@@ -483,7 +501,7 @@ snapshot_download(sys.argv[1], allow_patterns=allow, **{sys.argv[4]: sys.argv[2]
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, py, "-c", script, repo, dir, allowJSON, kw)
+	cmd := exec.CommandContext(ctx, py, "-c", script, repo, dir, allowJSON, kw, revision)
 	cmd.Env = append(os.Environ(), "HF_ENDPOINT="+s.URL, "HF_HUB_DISABLE_XET=1", "HF_HUB_OFFLINE=0", "HF_HUB_DISABLE_TELEMETRY=1",
 		"HF_HOME="+t.TempDir(), "HF_HUB_DISABLE_PROGRESS_BARS=1")
 	if token != "" {
