@@ -232,7 +232,9 @@ func (c *Client) do(ctx context.Context, hc *http.Client, method, u string, head
 	if err != nil {
 		return nil, fmt.Errorf("hub: %s: %w", what, err)
 	}
-	if resp.StatusCode < 200 || resp.StatusCode > 399 || resp.StatusCode > 299 && hc != c.noRedirect {
+	ok := resp.StatusCode >= 200 && resp.StatusCode <= 299 ||
+		hc == c.noRedirect && resp.StatusCode >= 300 && resp.StatusCode <= 399
+	if !ok {
 		defer resp.Body.Close()
 		return nil, c.errorOf(resp, what)
 	}
