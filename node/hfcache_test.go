@@ -28,7 +28,17 @@ func TestHFCache(t *testing.T) {
 	const repo = "demo-org/demo-model"
 	src := hubRepo(t, srv, repo)
 	cache := t.TempDir()
-	srv.HFCacheDownload(t, repo, cache, "*.json", "*.safetensors")
+	// One more repo: its branch q8 (a commit without the safetensors)
+	// pulled with allow_patterns, a snapshot of one .gguf and no
+	// config.json; and its main commit pulled pinned (no ref names that
+	// snapshot). All by the official client, in one run.
+	const other = "demo-org/other"
+	pinned := srv.AddModel(t, other, src)
+	branch := srv.Branch(t, other, "q8", "model.safetensors")
+	srv.HFCacheDownloads(t, cache, hubtest.Download{Repo: repo, Allow: []string{"*.json", "*.safetensors"}},
+		hubtest.Download{Repo: other, Revision: "q8", Allow: []string{"*.gguf"}},
+		hubtest.Download{Repo: other, Revision: pinned, Allow: []string{"*.json", "*.safetensors"}})
+	ggufName, pinnedName := other+"@q8", other+"@"+pinned
 	snap := cachedSnapshot(t, cache, repo)
 	sameFile(t, filepath.Join(snap, "model.safetensors"), filepath.Join(src, "model.safetensors"))
 	// An incomplete snapshot: the same repo under another name, its
@@ -38,16 +48,6 @@ func TestHFCache(t *testing.T) {
 	if err := os.Remove(filepath.Join(partial, "snapshots", filepath.Base(snap), "model.safetensors")); err != nil {
 		t.Fatal(err)
 	}
-	// A GGUF repo pulled at a branch with allow_patterns (its snapshot
-	// holds the one .gguf, no config.json), and a repo pulled at a pinned
-	// commit (no ref names its snapshot), both by the official client.
-	const ggufRepo, pinnedRepo = "demo-org/demo-gguf", "demo-org/pinned"
-	srv.AddModel(t, ggufRepo, src)
-	srv.Branch(t, ggufRepo, "q8")
-	srv.HFCacheDownloadRev(t, ggufRepo, "q8", cache, "*.gguf")
-	pinned := srv.AddModel(t, pinnedRepo, src)
-	srv.HFCacheDownloadRev(t, pinnedRepo, pinned, cache, "*.json", "*.safetensors")
-	ggufName, pinnedName := ggufRepo+"@q8", pinnedRepo+"@"+pinned
 	before := readOnlyTree(t, cache)
 
 	models := nodetest.Models(t)
@@ -84,24 +84,24 @@ func TestHFCache(t *testing.T) {
 				t.Errorf("%s not listed: %v", id, ids)
 			}
 		}
-		if _, ok := ids[ggufRepo]; ok {
-			t.Errorf("%s listed under main, which the cache does not have", ggufRepo)
+		if _, ok := ids[other]; ok {
+			t.Errorf("%s listed under main, which the cache does not have", other)
 		}
 		code, out := adminDo(t, n, http.MethodPost, "/v1/chat/completions", `{"model":"`+ggufName+`","messages":[{"role":"user","content":"hi"}],"max_tokens":2}`)
 		if code != 200 {
 			t.Fatalf("chat with the cached GGUF: %d %v", code, out)
 		}
-		b, err := os.ReadFile(filepath.Join(cache, "models--demo-org--demo-gguf", "refs", "q8"))
-		if err != nil {
-			t.Fatalf("huggingface_hub wrote no refs/q8: %v", err)
+		b, err := os.ReadFile(filepath.Join(cache, "models--demo-org--other", "refs", "q8"))
+		if err != nil || strings.TrimSpace(string(b)) != branch {
+			t.Fatalf("huggingface_hub's refs/q8: %q %v, want %s", b, err, branch)
 		}
-		gguf := filepath.Join(cache, "models--demo-org--demo-gguf", "snapshots", strings.TrimSpace(string(b)), "demo-q8_0.gguf")
+		gguf := filepath.Join(cache, "models--demo-org--other", "snapshots", branch, "demo-q8_0.gguf")
 		asked := len(srv.Requests())
 		for _, tc := range []struct {
 			body, model, path string
 		}{
-			{`{"repo":"` + ggufRepo + `","revision":"q8","allow_patterns":["*q8_0.gguf"]}`, ggufName, gguf},
-			{`{"repo":"` + pinnedRepo + `","revision":"` + pinned + `"}`, pinnedName, filepath.Join(cache, "models--demo-org--pinned", "snapshots", pinned)},
+			{`{"repo":"` + other + `","revision":"q8","allow_patterns":["*q8_0.gguf"]}`, ggufName, gguf},
+			{`{"repo":"` + other + `","revision":"` + pinned + `"}`, pinnedName, filepath.Join(cache, "models--demo-org--other", "snapshots", pinned)},
 		} {
 			j := waitJob(t, n, startDownload(t, n, tc.body).ID, final)
 			var res hub.Result

@@ -22,6 +22,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -451,57 +452,72 @@ func (s *Server) refused(repo, auth string) bool {
 // compare it with what fusion fetched.
 func (s *Server) HFDownload(t testing.TB, repo, dir string, allow ...string) {
 	t.Helper()
-	s.snapshotDownload(t, "", repo, "", "local_dir", dir, allow)
+	s.snapshotDownload(t, "", "local_dir", dir, Download{Repo: repo, Allow: allow})
 }
 
 // HFDownloadToken is HFDownload with HF_TOKEN set to token.
 func (s *Server) HFDownloadToken(t testing.TB, token, repo, dir string, allow ...string) {
 	t.Helper()
-	s.snapshotDownload(t, token, repo, "", "local_dir", dir, allow)
+	s.snapshotDownload(t, token, "local_dir", dir, Download{Repo: repo, Allow: allow})
 }
 
-// HFCacheDownload downloads repo with the official huggingface_hub client
-// into the Hugging Face cache cacheDir (snapshot_download, cache_dir), so
-// a test gets the cache layout as the client makes it.
-func (s *Server) HFCacheDownload(t testing.TB, repo, cacheDir string, allow ...string) {
-	t.Helper()
-	s.snapshotDownload(t, "", repo, "", "cache_dir", cacheDir, allow)
+// Download is one snapshot_download: a repo at a revision (a branch, tag
+// or commit; "" the client's default, main) with allow patterns.
+type Download struct {
+	Repo     string   `json:"repo"`
+	Revision string   `json:"revision,omitempty"`
+	Allow    []string `json:"allow,omitempty"`
 }
 
-// HFCacheDownloadRev is HFCacheDownload of revision (a branch, tag or
-// commit).
-func (s *Server) HFCacheDownloadRev(t testing.TB, repo, revision, cacheDir string, allow ...string) {
+// HFCacheDownloads downloads with the official huggingface_hub client
+// into the Hugging Face cache cacheDir (snapshot_download, cache_dir), one
+// after the other in one process, so a test gets the cache layout as the
+// client makes it.
+func (s *Server) HFCacheDownloads(t testing.TB, cacheDir string, ds ...Download) {
 	t.Helper()
-	s.snapshotDownload(t, "", repo, revision, "cache_dir", cacheDir, allow)
+	s.snapshotDownload(t, "", "cache_dir", cacheDir, ds...)
 }
 
-// Branch makes branch a branch of repo at its commit (AddModel's).
-func (s *Server) Branch(t testing.TB, repo, branch string) {
+// Branch makes branch a branch of repo at a new commit on its commit
+// (AddModel's) that removes the files remove, and returns that commit;
+// main stays checked out.
+func (s *Server) Branch(t testing.TB, repo, branch string, remove ...string) string {
 	t.Helper()
-	cmd := exec.Command("git", "branch", branch)
-	cmd.Dir = filepath.Join(s.mirror, "models", filepath.FromSlash(repo))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("git branch %s: %v\n%s", branch, err, out)
+	var commit string
+	for _, args := range [][]string{{"checkout", "-q", "-b", branch}, append([]string{"rm", "-q"}, remove...),
+		{"commit", "-q", "-m", "remove " + strings.Join(remove, " ")}, {"rev-parse", "HEAD"}, {"checkout", "-q", "main"}} {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = filepath.Join(s.mirror, "models", filepath.FromSlash(repo))
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		if args[0] == "rev-parse" {
+			commit = strings.TrimSpace(string(out))
+		}
 	}
+	return commit
 }
 
-// snapshotDownload runs snapshot_download(repo, revision=revision or
-// None, <kw>=dir, allow_patterns), with HF_TOKEN=token when one is given.
-func (s *Server) snapshotDownload(t testing.TB, token, repo, revision, kw, dir string, allow []string) {
+// snapshotDownload runs snapshot_download(repo, revision=, allow_patterns=,
+// <kw>=dir) for each of ds in one process, with HF_TOKEN=token when one
+// is given.
+func (s *Server) snapshotDownload(t testing.TB, token, kw, dir string, ds ...Download) {
 	t.Helper()
 	py := testenv.Python(t)
 	script := `import sys, json
 from huggingface_hub import snapshot_download
-allow = json.loads(sys.argv[3]) or None
-snapshot_download(sys.argv[1], revision=sys.argv[5] or None, allow_patterns=allow, **{sys.argv[4]: sys.argv[2]})
+for d in json.loads(sys.argv[1]):
+    snapshot_download(d["repo"], revision=d.get("revision") or None, allow_patterns=d.get("allow") or None, **{sys.argv[2]: sys.argv[3]})
 `
-	allowJSON := "null"
-	if len(allow) > 0 {
-		allowJSON = `["` + strings.Join(allow, `","`) + `"]`
+	list, err := json.Marshal(ds)
+	if err != nil {
+		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, py, "-c", script, repo, dir, allowJSON, kw, revision)
+	cmd := exec.CommandContext(ctx, py, "-c", script, string(list), kw, dir)
 	cmd.Env = append(os.Environ(), "HF_ENDPOINT="+s.URL, "HF_HUB_DISABLE_XET=1", "HF_HUB_OFFLINE=0", "HF_HUB_DISABLE_TELEMETRY=1",
 		"HF_HOME="+t.TempDir(), "HF_HUB_DISABLE_PROGRESS_BARS=1")
 	if token != "" {
