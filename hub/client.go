@@ -1,8 +1,11 @@
 // Package hub speaks the Hugging Face Hub's HTTP API as huggingface_hub
 // does, and ModelScope's as its modelscope client does: model search, a
 // revision's commit and files, and file downloads (the Hub's resolve URLs
-// with redirects followed, ModelScope's repo?FilePath= route; Range
-// resume; sha256 of LFS files and git blob ids of the others checked).
+// located by a HEAD whose redirects are followed on the Hub's origin, to
+// its CDN or, for Xet-backed files, to the CAS bridge, which get no
+// token; ModelScope's repo?FilePath= route; large files in ranged parts
+// at once; Range resume; sha256 of LFS files and git blob ids of the
+// others checked).
 // Fetch downloads a repository of either, or the files of it that allow
 // patterns select, into a models directory: resumable, checked, and
 // renamed into place only when complete. The endpoint (HF_ENDPOINT,

@@ -229,7 +229,7 @@ func copyLinks(t *testing.T, src, dst string) {
 // TestHFCacheCluster: a model only in node a's Hugging Face cache is in
 // every node's cluster model list as ORG/NAME, on a alone; a chat asked
 // of c runs (forwarded to a), and an unload aimed at a through c finds it
-// by its escaped name.
+// by its escaped name; the same for its revision v1, ORG/NAME@v1.
 func TestHFCacheCluster(t *testing.T) {
 	const repo, commit = "demo-org/cached", "0123456789abcdef0123456789abcdef01234567"
 	cache := t.TempDir()
@@ -241,6 +241,14 @@ func TestHFCacheCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(root, "refs", "main"), []byte(commit), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A second snapshot only refs/v1 names: the model demo-org/cached@v1.
+	const v1 = "89abcdef0123456789abcdef0123456789abcdef"
+	if err := os.CopyFS(filepath.Join(root, "snapshots", v1), os.DirFS(filepath.Join(nodetest.Models(t), nodetest.Model))); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "refs", "v1"), []byte(v1), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	_, _, c := startTrio(t, func(id string, o *nodetest.Options) {
@@ -266,5 +274,17 @@ func TestHFCacheCluster(t *testing.T) {
 	}
 	if code, out := adminDo(t, c, http.MethodPost, "/admin/api/models/"+url.PathEscape(repo)+"/unload", ""); code != 200 {
 		t.Errorf("cluster-wide unload through c: %d %v", code, out)
+	}
+	// The revision's name travels the same way.
+	const tagged = repo + "@v1"
+	_, list := adminDo(t, c, http.MethodGet, "/admin/api/models", "")
+	if m := modelEntry(t, list, tagged); m == nil || !slices.Equal(strs(m["nodes"]), []string{"a"}) {
+		t.Fatalf("%s not in c's cluster list on a: %v", tagged, list)
+	}
+	if code, out := chatText(t, c, tagged, "hi", ""); code != 200 {
+		t.Fatalf("chat on c with a's %s: %d %s", tagged, code, out)
+	}
+	if code, out := adminDo(t, c, http.MethodPost, "/admin/api/models/"+url.PathEscape(tagged)+"/unload", `{"node":"a"}`); code != 200 {
+		t.Errorf("unload of %s on a through c: %d %v", tagged, code, out)
 	}
 }
