@@ -48,6 +48,18 @@ func demoRepo(t *testing.T) string {
 	return dir
 }
 
+// stopAtHalf is a context cancelled once the Progress callback it
+// returns sees half of the bytes on disk.
+func stopAtHalf(ctx context.Context) (context.Context, func(done, total int64)) {
+	stop, cancel := context.WithCancel(ctx)
+	var once sync.Once
+	return stop, func(done, total int64) {
+		if done >= total/2 {
+			once.Do(cancel)
+		}
+	}
+}
+
 // sameFiles fails unless every file of want is in got with equal bytes.
 func sameFiles(t *testing.T, got, want string, names ...string) {
 	t.Helper()
@@ -141,14 +153,8 @@ func TestFetch(t *testing.T) {
 		srv.Throttle(2 << 20)
 		defer srv.Throttle(0)
 		before := srv.Fetched(weights)
-		stop, cancel := context.WithCancel(ctx)
-		var once sync.Once
-		_, err := hub.Fetch(stop, client, hub.Request{Repo: repo, Allow: []string{"*.safetensors", "*.json"}}, hub.FetchOptions{ModelsDir: models,
-			Progress: func(done, total int64) {
-				if done >= total/2 {
-					once.Do(cancel)
-				}
-			}})
+		stop, atHalf := stopAtHalf(ctx)
+		_, err := hub.Fetch(stop, client, hub.Request{Repo: repo, Allow: []string{"*.safetensors", "*.json"}}, hub.FetchOptions{ModelsDir: models, Progress: atHalf})
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("stopped download: %v", err)
 		}
@@ -194,10 +200,15 @@ func TestFetch(t *testing.T) {
 		}
 	})
 
+	// A gated repo, its LFS files Xet-backed: their resolve answers 302
+	// to the CAS bridge (another origin, a signed URL) with X-Xet-Hash and
+	// X-Linked-*. The token is sent, and must stay with the Hub.
+	const gated = "demo-org/gated-model"
+	srv.AddModel(t, gated, src)
+	srv.Gate(gated, "secret")
+	srv.Xet(gated)
+
 	t.Run("a gated repo without its token", func(t *testing.T) {
-		const gated = "demo-org/gated-model"
-		srv.AddModel(t, gated, src)
-		srv.Gate(gated, "secret")
 		_, err := hub.Fetch(ctx, client, hub.Request{Repo: gated}, hub.FetchOptions{ModelsDir: t.TempDir()})
 		if !errors.Is(err, hub.ErrUnauthorized) {
 			t.Fatalf("err %v, want 401", err)
@@ -219,13 +230,7 @@ func TestFetch(t *testing.T) {
 		sameFiles(t, filepath.Join(models, "gated-model"), src, "config.json")
 	})
 
-	// Xet-backed files: resolve answers 302 to the CAS bridge (another
-	// origin, a signed URL) with X-Xet-Hash and X-Linked-*; the repo is
-	// gated, so the token is sent, and must stay with the Hub.
-	const xetRepo = "demo-org/xet-model"
-	srv.AddModel(t, xetRepo, src)
-	srv.Xet(xetRepo)
-	srv.Gate(xetRepo, "secret")
+	const xetRepo = gated
 	xetWeights := xetRepo + "/model.safetensors"
 	xetClient := hub.New(hub.Options{Endpoint: srv.URL, Token: "secret"})
 	xetAllow := []string{"*.safetensors", "*.json"}
@@ -246,7 +251,7 @@ func TestFetch(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sameFiles(t, filepath.Join(models, "xet-model"), src, "model.safetensors", "config.json", "tokenizer.json")
+		sameFiles(t, filepath.Join(models, "gated-model"), src, "model.safetensors", "config.json", "tokenizer.json")
 		if res.Files != 5 {
 			t.Errorf("result %+v", res)
 		}
@@ -284,13 +289,8 @@ func TestFetch(t *testing.T) {
 		srv.Throttle(1 << 20)
 		defer srv.Throttle(0)
 		before := srv.Fetched(xetWeights)
-		stop, cancel := context.WithCancel(ctx)
-		var once sync.Once
-		o := hub.FetchOptions{ModelsDir: models, Parts: 4, MinPart: minPart, Progress: func(done, total int64) {
-			if done >= total/2 {
-				once.Do(cancel)
-			}
-		}}
+		stop, atHalf := stopAtHalf(ctx)
+		o := hub.FetchOptions{ModelsDir: models, Parts: 4, MinPart: minPart, Progress: atHalf}
 		if _, err := hub.Fetch(stop, xetClient, hub.Request{Repo: xetRepo, Allow: xetAllow}, o); !errors.Is(err, context.Canceled) {
 			t.Fatalf("stopped download: %v", err)
 		}
@@ -305,7 +305,7 @@ func TestFetch(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sameFiles(t, filepath.Join(models, "xet-model"), src, "model.safetensors")
+		sameFiles(t, filepath.Join(models, "gated-model"), src, "model.safetensors")
 		all := srv.Fetched(xetWeights) - before
 		gets := bridgeGets(from)
 		t.Logf("weights %d bytes: %d before the stop, %d in all, %d on disk at the restart; resumed as %q", size, first, all, res.Resumed, gets)
@@ -330,7 +330,7 @@ func TestFetch(t *testing.T) {
 		if _, err := hub.Fetch(ctx, xetClient, hub.Request{Repo: xetRepo, Allow: []string{"model.safetensors", "config.json"}}, hub.FetchOptions{ModelsDir: models, Parts: 4, MinPart: minPart}); err != nil {
 			t.Fatal(err)
 		}
-		sameFiles(t, filepath.Join(models, "xet-model"), src, "model.safetensors")
+		sameFiles(t, filepath.Join(models, "gated-model"), src, "model.safetensors")
 		if got := srv.Fetched(xetWeights) - before; got != 2*size {
 			t.Errorf("fetched %d bytes, want twice %d", got, size)
 		}
