@@ -1,8 +1,11 @@
 // Package hub speaks the Hugging Face Hub's HTTP API as huggingface_hub
 // does, and ModelScope's as its modelscope client does: model search, a
 // revision's commit and files, and file downloads (the Hub's resolve URLs
-// with redirects followed, ModelScope's repo?FilePath= route; Range
-// resume; sha256 of LFS files and git blob ids of the others checked).
+// located by a HEAD whose redirects are followed on the Hub's origin, to
+// its CDN or, for Xet-backed files, to the CAS bridge, which get no
+// token; ModelScope's repo?FilePath= route; large files in ranged parts
+// at once; Range resume; sha256 of LFS files and git blob ids of the
+// others checked).
 // Fetch downloads a repository of either, or the files of it that allow
 // patterns select, into a models directory: resumable, checked, and
 // renamed into place only when complete. The endpoint (HF_ENDPOINT,
@@ -39,7 +42,9 @@ type Client struct {
 	source   string
 	endpoint string
 	token    string
-	http     *http.Client
+	http     *http.Client // follows redirects, the token kept to the endpoint's origin
+	// noRedirect answers a redirect itself (locating a file's bytes).
+	noRedirect *http.Client
 }
 
 // Options configure a Client; zero values take the defaults.
@@ -66,10 +71,50 @@ func New(o Options) *Client {
 	if c.http == nil {
 		c.http = &http.Client{Transport: &http.Transport{
 			Proxy: http.ProxyFromEnvironment, ResponseHeaderTimeout: time.Minute,
-			MaxIdleConnsPerHost: 8, IdleConnTimeout: 90 * time.Second,
+			MaxIdleConnsPerHost: 16, IdleConnTimeout: 90 * time.Second,
 		}}
 	}
+	// Copies, so the caller's client keeps its own policy.
+	follow, stop := *c.http, *c.http
+	follow.CheckRedirect = c.checkRedirect
+	stop.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	c.http, c.noRedirect = &follow, &stop
 	return c
+}
+
+// maxRedirects bounds the redirects of one request.
+const maxRedirects = 10
+
+// checkRedirect keeps the token to the endpoint's origin: a redirect to
+// another origin (the Hub's CDN, Xet's CAS bridge: signed URLs) goes
+// without Authorization and cookies. Go's own rule compares host names
+// only (a port or a sub-domain of the endpoint would still get them).
+func (c *Client) checkRedirect(req *http.Request, via []*http.Request) error {
+	if len(via) >= maxRedirects {
+		return fmt.Errorf("hub: more than %d redirects", maxRedirects)
+	}
+	if !c.sameOrigin(req.URL) {
+		req.Header.Del("Authorization")
+		req.Header.Del("Cookie")
+	}
+	return nil
+}
+
+// sameOrigin reports whether u has the endpoint's scheme, host and port:
+// the only origin the token is sent to.
+func (c *Client) sameOrigin(u *url.URL) bool {
+	e, err := url.Parse(c.endpoint)
+	return err == nil && origin(e) == origin(u)
+}
+
+// origin is scheme://host:port with the scheme's default port made
+// explicit.
+func origin(u *url.URL) string {
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[strings.ToLower(u.Scheme)]
+	}
+	return strings.ToLower(u.Scheme) + "://" + strings.ToLower(u.Hostname()) + ":" + port
 }
 
 // Endpoint is the Hub's base URL.
@@ -164,16 +209,21 @@ func (c *Client) errorOf(resp *http.Response, what string) *Error {
 // get sends a GET with the token and returns a 2xx answer (the caller
 // closes its body) or an *Error about what.
 func (c *Client) get(ctx context.Context, u string, header http.Header, what string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	return c.do(ctx, c.http, http.MethodGet, u, header, what)
+}
+
+// do sends a request with the token when u is on the endpoint's origin
+// (checkRedirect keeps it there on redirects) and returns a 2xx answer
+// (or, from the noRedirect client, a 3xx) or an *Error about what.
+func (c *Client) do(ctx context.Context, hc *http.Client, method, u string, header http.Header, what string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, u, nil)
 	if err != nil {
 		return nil, fmt.Errorf("hub: %w", err)
 	}
 	for k, v := range header {
 		req.Header[k] = v
 	}
-	if c.token != "" {
-		// Go drops it on a redirect to another host (the Hub's CDN URLs
-		// are signed and must not get it).
+	if c.token != "" && c.sameOrigin(req.URL) {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 		if c.modelScope() {
 			// ModelScope's older routes read the session cookie, as its
@@ -181,11 +231,13 @@ func (c *Client) get(ctx context.Context, u string, header http.Header, what str
 			req.AddCookie(&http.Cookie{Name: "m_session_id", Value: c.token})
 		}
 	}
-	resp, err := c.http.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("hub: %s: %w", what, err)
 	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+	ok := resp.StatusCode >= 200 && resp.StatusCode <= 299 ||
+		hc == c.noRedirect && resp.StatusCode >= 300 && resp.StatusCode <= 399
+	if !ok {
 		defer resp.Body.Close()
 		return nil, c.errorOf(resp, what)
 	}

@@ -47,6 +47,12 @@ type FetchOptions struct {
 	FreeBytes func(dir string) (int64, error)
 	// Parallel is how many files download at once (default 4).
 	Parallel int
+	// Parts is how many ranged requests fetch one large file at once
+	// (default DefaultParts; 1 fetches every file in one stream), each
+	// part at least MinPart bytes (default DefaultMinPart): a file below
+	// 2*MinPart is one stream.
+	Parts   int
+	MinPart int64
 	// Progress is called with the bytes on disk and the bytes of the
 	// selected files, as they grow (from several goroutines, serialized).
 	Progress func(done, total int64)
@@ -74,6 +80,24 @@ type Result struct {
 	// HF cache; Model is then the repo (the name it is served as) and
 	// Paths its snapshot directory.
 	FromCache bool `json:"from_cache,omitempty"`
+}
+
+// Defaults of FetchOptions.Parts and MinPart.
+const (
+	DefaultParts   = 4
+	DefaultMinPart = 64 << 20
+)
+
+// split is the Split of o's Parts and MinPart, defaults filled in.
+func (o FetchOptions) split() Split {
+	s := Split{Parts: o.Parts, MinPart: o.MinPart}
+	if s.Parts == 0 {
+		s.Parts = DefaultParts
+	}
+	if s.MinPart <= 0 {
+		s.MinPart = DefaultMinPart
+	}
+	return s
 }
 
 // DownloadsDir is the hidden folder of a models directory where
@@ -168,8 +192,8 @@ func Fetch(ctx context.Context, c *Client, req Request, o FetchOptions) (Result,
 		total += f.Size
 		if st, err := os.Stat(filepath.Join(stage, filepath.FromSlash(f.Path))); err == nil && st.Size() == f.Size {
 			have[i] = f.Size // verified before its rename
-		} else if st, err := os.Stat(partPath(stage, f)); err == nil && st.Size() <= f.Size {
-			have[i] = st.Size()
+		} else {
+			have[i] = stagedBytes(partPath(stage, f), f.Size)
 		}
 		res.Resumed += have[i]
 		need += f.Size - have[i]
@@ -273,7 +297,7 @@ func fetchAll(ctx context.Context, c *Client, repo, commit string, files []File,
 				report()
 				mu.Unlock()
 			}
-			err := fetchOne(ctx, c, repo, commit, f, final, progress, logf)
+			err := fetchOne(ctx, c, repo, commit, f, final, o.split(), progress, logf)
 			if err != nil {
 				firstErr.CompareAndSwap(nil, &err)
 				cancel()
@@ -289,19 +313,21 @@ func fetchAll(ctx context.Context, c *Client, repo, commit string, files []File,
 
 // fetchOne downloads f into its .incomplete file and renames it to final
 // once it checks out.
-func fetchOne(ctx context.Context, c *Client, repo, commit string, f File, final string, progress func(int64), logf func(string, ...any)) error {
+func fetchOne(ctx context.Context, c *Client, repo, commit string, f File, final string, split Split, progress func(int64), logf func(string, ...any)) error {
 	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
 		return fmt.Errorf("hub: %w", err)
 	}
 	part := final + ".incomplete"
-	err := c.DownloadFile(ctx, repo, commit, f, part, progress)
+	err := c.DownloadFileSplit(ctx, repo, commit, f, part, split, progress)
 	if errors.Is(err, ErrChecksum) {
 		logf("%v: fetching %s again", err, f.Path)
-		if rerr := os.Remove(part); rerr != nil {
-			return fmt.Errorf("hub: %w", rerr)
+		for _, p := range []string{part, part + partsSuffix} {
+			if rerr := os.Remove(p); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+				return fmt.Errorf("hub: %w", rerr)
+			}
 		}
 		progress(0)
-		err = c.DownloadFile(ctx, repo, commit, f, part, progress)
+		err = c.DownloadFileSplit(ctx, repo, commit, f, part, split, progress)
 	}
 	if err != nil {
 		return err
@@ -343,17 +369,25 @@ func human(n int64) string {
 }
 
 // fromCache answers req from the HF cache o.HFCache when the revision's
-// snapshot there is complete (modelfile.HFSnapshot) and, with allow
-// patterns, every pattern matches one of its files.
+// snapshot there is complete (modelfile.HFEntries: a safetensors model,
+// or GGUF files) and, with allow patterns, every pattern matches one of
+// its files. The result names the model as the runner lists it (ORG/NAME,
+// ORG/NAME@REV for a revision main does not name; for a GGUF snapshot
+// the GGUF files the patterns select, the first one's name).
 func fromCache(c *Client, req Request, o FetchOptions) (Result, bool) {
 	if o.HFCache == "" || o.Force || c.modelScope() {
 		return Result{}, false
 	}
-	dir, commit, ok := modelfile.HFSnapshot(o.HFCache, req.Repo, req.Revision)
+	entries, commit, ok := modelfile.HFEntries(o.HFCache, req.Repo, req.Revision)
+	if !ok {
+		return Result{}, false
+	}
+	dir, _, ok := modelfile.HFSnapshot(o.HFCache, req.Repo, commit)
 	if !ok {
 		return Result{}, false
 	}
 	var files []string
+	sizes := map[string]int64{}
 	var size int64
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
@@ -365,6 +399,7 @@ func fromCache(c *Client, req Request, o FetchOptions) (Result, bool) {
 		}
 		rel, _ := filepath.Rel(dir, p)
 		files = append(files, filepath.ToSlash(rel))
+		sizes[p] = st.Size()
 		size += st.Size()
 		return nil
 	})
@@ -376,5 +411,24 @@ func fromCache(c *Client, req Request, o FetchOptions) (Result, bool) {
 			return Result{}, false
 		}
 	}
-	return Result{Model: req.Repo, Paths: []string{dir}, Commit: commit, Files: len(files), Bytes: size, FromCache: true}, true
+	if entries[0].Kind != modelfile.KindGGUF {
+		return Result{Model: entries[0].Name, Paths: []string{dir}, Commit: commit, Files: len(files), Bytes: size, FromCache: true}, true
+	}
+	// GGUF files: those the patterns select (all without patterns, or
+	// when the patterns name none of them).
+	var sel []modelfile.Entry
+	for _, e := range entries {
+		if MatchAny(req.Allow, filepath.Base(e.Path)) {
+			sel = append(sel, e)
+		}
+	}
+	if len(sel) == 0 {
+		sel = entries
+	}
+	res := Result{Model: sel[0].Name, Commit: commit, Files: len(sel), FromCache: true}
+	for _, e := range sel {
+		res.Paths = append(res.Paths, e.Path)
+		res.Bytes += sizes[e.Path]
+	}
+	return res, true
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"net/http"
@@ -11,9 +12,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"fusion/engine/demo"
 	"fusion/hub"
@@ -43,6 +46,18 @@ func demoRepo(t *testing.T) string {
 		}
 	}
 	return dir
+}
+
+// stopAtHalf is a context cancelled once the Progress callback it
+// returns sees half of the bytes on disk.
+func stopAtHalf(ctx context.Context) (context.Context, func(done, total int64)) {
+	stop, cancel := context.WithCancel(ctx)
+	var once sync.Once
+	return stop, func(done, total int64) {
+		if done >= total/2 {
+			once.Do(cancel)
+		}
+	}
 }
 
 // sameFiles fails unless every file of want is in got with equal bytes.
@@ -138,14 +153,8 @@ func TestFetch(t *testing.T) {
 		srv.Throttle(2 << 20)
 		defer srv.Throttle(0)
 		before := srv.Fetched(weights)
-		stop, cancel := context.WithCancel(ctx)
-		var once sync.Once
-		_, err := hub.Fetch(stop, client, hub.Request{Repo: repo, Allow: []string{"*.safetensors", "*.json"}}, hub.FetchOptions{ModelsDir: models,
-			Progress: func(done, total int64) {
-				if done >= total/2 {
-					once.Do(cancel)
-				}
-			}})
+		stop, atHalf := stopAtHalf(ctx)
+		_, err := hub.Fetch(stop, client, hub.Request{Repo: repo, Allow: []string{"*.safetensors", "*.json"}}, hub.FetchOptions{ModelsDir: models, Progress: atHalf})
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("stopped download: %v", err)
 		}
@@ -191,10 +200,15 @@ func TestFetch(t *testing.T) {
 		}
 	})
 
+	// A gated repo, its LFS files Xet-backed: their resolve answers 302
+	// to the CAS bridge (another origin, a signed URL) with X-Xet-Hash and
+	// X-Linked-*. The token is sent, and must stay with the Hub.
+	const gated = "demo-org/gated-model"
+	srv.AddModel(t, gated, src)
+	srv.Gate(gated, "secret")
+	srv.Xet(gated)
+
 	t.Run("a gated repo without its token", func(t *testing.T) {
-		const gated = "demo-org/gated-model"
-		srv.AddModel(t, gated, src)
-		srv.Gate(gated, "secret")
 		_, err := hub.Fetch(ctx, client, hub.Request{Repo: gated}, hub.FetchOptions{ModelsDir: t.TempDir()})
 		if !errors.Is(err, hub.ErrUnauthorized) {
 			t.Fatalf("err %v, want 401", err)
@@ -214,6 +228,112 @@ func TestFetch(t *testing.T) {
 			t.Fatalf("with the token: %v", err)
 		}
 		sameFiles(t, filepath.Join(models, "gated-model"), src, "config.json")
+	})
+
+	const xetRepo = gated
+	xetWeights := xetRepo + "/model.safetensors"
+	xetClient := hub.New(hub.Options{Endpoint: srv.URL, Token: "secret"})
+	xetAllow := []string{"*.safetensors", "*.json"}
+	const minPart = 1 << 20 // the demo weights are a few MiB: cut in parts
+	bridgeGets := func(from int) (ranged []string) {
+		for _, r := range srv.Requests()[from:] {
+			if rest, ok := strings.CutPrefix(r, "BRIDGE GET "+xetWeights+" "); ok {
+				ranged = append(ranged, rest)
+			}
+		}
+		return ranged
+	}
+
+	t.Run("xet: redirected to the CAS bridge, in ranged parts, without the token", func(t *testing.T) {
+		models := t.TempDir()
+		before, from := srv.Fetched(xetWeights), len(srv.Requests())
+		res, err := hub.Fetch(ctx, xetClient, hub.Request{Repo: xetRepo, Allow: xetAllow}, hub.FetchOptions{ModelsDir: models, Parts: 4, MinPart: minPart})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameFiles(t, filepath.Join(models, "gated-model"), src, "model.safetensors", "config.json", "tokenizer.json")
+		if res.Files != 5 {
+			t.Errorf("result %+v", res)
+		}
+		gets := bridgeGets(from)
+		t.Logf("weights %d bytes from the bridge as %q", size, gets)
+		if len(gets) != int(min(4, size/minPart)) || slices.Contains(gets, "") {
+			t.Errorf("the bridge got %q, want %d ranged parts", gets, min(4, size/minPart))
+		}
+		if got := srv.Fetched(xetWeights) - before; got != size {
+			t.Errorf("the bridge sent %d bytes of %d", got, size)
+		}
+		if got := srv.BridgeAuth(); len(got) != 0 {
+			t.Errorf("the token went to the bridge: %q", got)
+		}
+		if _, err := hub.Fetch(ctx, hub.New(hub.Options{Endpoint: srv.URL}), hub.Request{Repo: xetRepo, Allow: xetAllow}, hub.FetchOptions{ModelsDir: t.TempDir()}); !errors.Is(err, hub.ErrUnauthorized) {
+			t.Errorf("without the token: %v", err)
+		}
+	})
+
+	t.Run("xet: the official client (HF_HUB_DISABLE_XET=1) gets the same bytes", func(t *testing.T) {
+		official := t.TempDir()
+		from := len(srv.Requests())
+		srv.HFDownloadToken(t, "secret", xetRepo, official, "*.safetensors", "config.json")
+		sameFiles(t, official, src, "model.safetensors", "config.json")
+		if gets := bridgeGets(from); !slices.Equal(gets, []string{""}) {
+			t.Errorf("huggingface_hub's requests to the bridge: %q, want one whole GET", gets)
+		}
+		if got := srv.BridgeAuth(); len(got) != 0 {
+			t.Errorf("huggingface_hub sent the token to the bridge: %q", got)
+		}
+	})
+
+	t.Run("xet: stopped at half, the parts resumed at the bridge", func(t *testing.T) {
+		models := t.TempDir()
+		srv.Throttle(1 << 20)
+		defer srv.Throttle(0)
+		before := srv.Fetched(xetWeights)
+		stop, atHalf := stopAtHalf(ctx)
+		o := hub.FetchOptions{ModelsDir: models, Parts: 4, MinPart: minPart, Progress: atHalf}
+		if _, err := hub.Fetch(stop, xetClient, hub.Request{Repo: xetRepo, Allow: xetAllow}, o); !errors.Is(err, context.Canceled) {
+			t.Fatalf("stopped download: %v", err)
+		}
+		first := srv.Fetched(xetWeights) - before
+		if first <= 0 || first >= size {
+			t.Fatalf("the first attempt fetched %d of %d bytes: not stopped part way", first, size)
+		}
+		srv.Throttle(0)
+		from := len(srv.Requests())
+		o.Progress = nil
+		res, err := hub.Fetch(ctx, xetClient, hub.Request{Repo: xetRepo, Allow: xetAllow}, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameFiles(t, filepath.Join(models, "gated-model"), src, "model.safetensors")
+		all := srv.Fetched(xetWeights) - before
+		gets := bridgeGets(from)
+		t.Logf("weights %d bytes: %d before the stop, %d in all, %d on disk at the restart; resumed as %q", size, first, all, res.Resumed, gets)
+		if all > size+4*hub.ChunkSize {
+			t.Errorf("fetched %d bytes of a %d-byte file across the stop: more than one chunk a part (%d) twice", all, size, hub.ChunkSize)
+		}
+		if res.Resumed == 0 || len(gets) == 0 {
+			t.Errorf("the second attempt did not resume: %d bytes on disk, ranges %q", res.Resumed, gets)
+		}
+		if got := names(t, filepath.Join(models, hub.DownloadsDir)); len(got) != 0 {
+			t.Errorf("staging left behind: %v", got)
+		}
+		if got := srv.BridgeAuth(); len(got) != 0 {
+			t.Errorf("the token went to the bridge: %q", got)
+		}
+	})
+
+	t.Run("xet: a corrupted part is detected and the file fetched again", func(t *testing.T) {
+		models := t.TempDir()
+		before := srv.Fetched(xetWeights)
+		srv.CorruptNext(xetWeights)
+		if _, err := hub.Fetch(ctx, xetClient, hub.Request{Repo: xetRepo, Allow: []string{"model.safetensors", "config.json"}}, hub.FetchOptions{ModelsDir: models, Parts: 4, MinPart: minPart}); err != nil {
+			t.Fatal(err)
+		}
+		sameFiles(t, filepath.Join(models, "gated-model"), src, "model.safetensors")
+		if got := srv.Fetched(xetWeights) - before; got != 2*size {
+			t.Errorf("fetched %d bytes, want twice %d", got, size)
+		}
 	})
 
 	t.Run("unknown repo", func(t *testing.T) {
@@ -333,5 +453,118 @@ func TestRedirectHeaders(t *testing.T) {
 		if tc.ok != (err == nil) || (!tc.ok && !errors.Is(err, hub.ErrChecksum)) {
 			t.Errorf("X-Linked-Etag %s: %v", tc.linked[:8], err)
 		}
+	}
+}
+
+// TestDownloadParts: a file located behind a redirect to another origin
+// on the same host (Go's own redirect rule would keep the token there) is
+// fetched without the token, in ranged parts, resumed part by part from
+// the progress kept beside it, and in one stream from a server that
+// ignores Range.
+func TestDownloadParts(t *testing.T) {
+	content := make([]byte, 1<<20+123)
+	for i := range content {
+		content[i] = byte(i*7 + i>>9)
+	}
+	h := sha256.Sum256(content)
+	sum := hex.EncodeToString(h[:])
+	f := hub.File{Path: "w.safetensors", Size: int64(len(content)), SHA256: sum}
+	var mu sync.Mutex
+	var ranges, cdnAuth, hubAuth []string
+	ignoreRange := false
+	cdn := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		ranges = append(ranges, r.Header.Get("Range"))
+		cdnAuth = append(cdnAuth, r.Header.Get("Authorization"))
+		ignore := ignoreRange
+		mu.Unlock()
+		if ignore {
+			_, _ = w.Write(content)
+			return
+		}
+		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(content))
+	}))
+	defer cdn.Close()
+	hubSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		hubAuth = append(hubAuth, r.Header.Get("Authorization"))
+		mu.Unlock()
+		w.Header().Set("X-Linked-Etag", `"`+sum+`"`)
+		w.Header().Set("X-Linked-Size", strconv.Itoa(len(content)))
+		w.Header().Set("X-Xet-Hash", strings.Repeat("a", 64))
+		http.Redirect(w, r, cdn.URL+"/xet-bridge/x?sig=1", http.StatusFound)
+	}))
+	defer hubSrv.Close()
+	c := hub.New(hub.Options{Endpoint: hubSrv.URL, Token: "tok"})
+	split := hub.Split{Parts: 4, MinPart: 64 << 10}
+	quarter := int64(len(content)) / 4
+	for _, tc := range []struct {
+		name       string
+		staged     []int64 // bytes of each part already on disk (nil: nothing)
+		ignore     bool
+		wantRanges []string
+	}{
+		// 1048699 bytes: parts at k*size/4.
+		{"four parts", nil, false, []string{"bytes=0-262173", "bytes=262174-524348", "bytes=524349-786523", "bytes=786524-1048698"}},
+		{"resumed", []int64{quarter, 1000, 0, quarter + 1}, false, []string{"bytes=263174-524348", "bytes=524349-786523"}},
+		// One or more parts answered 200 (the others are cancelled, maybe
+		// before they are sent), then one whole GET: checked below.
+		{"a server ignoring Range", nil, true, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mu.Lock()
+			ranges, cdnAuth, hubAuth, ignoreRange = nil, nil, nil, tc.ignore
+			mu.Unlock()
+			dst := filepath.Join(t.TempDir(), "w.incomplete")
+			if tc.staged != nil {
+				out, err := os.Create(dst)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rec := make([]byte, 8*len(tc.staged))
+				for k, n := range tc.staged {
+					start := int64(len(content)) * int64(k) / 4
+					if _, err := out.WriteAt(content[start:start+n], start); err != nil {
+						t.Fatal(err)
+					}
+					binary.LittleEndian.PutUint64(rec[8*k:], uint64(n))
+				}
+				out.Close()
+				if err := os.WriteFile(dst+".parts", rec, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var last int64
+			err := c.DownloadFileSplit(context.Background(), "o/r", "main", f, dst, split, func(n int64) { last = n })
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := os.ReadFile(dst)
+			if !bytes.Equal(got, content) || last != int64(len(content)) {
+				t.Errorf("file %d bytes (equal %v), progress ended at %d", len(got), bytes.Equal(got, content), last)
+			}
+			if _, err := os.Stat(dst + ".parts"); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the parts' progress is left: %v", err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			slices.Sort(ranges)
+			if tc.ignore {
+				parts := []string{"bytes=0-262173", "bytes=262174-524348", "bytes=524349-786523", "bytes=786524-1048698"}
+				if len(ranges) < 2 || ranges[0] != "" || slices.ContainsFunc(ranges[1:], func(r string) bool { return !slices.Contains(parts, r) }) {
+					t.Errorf("ranges %q, want some of the parts then one whole GET", ranges)
+				}
+			} else if !slices.Equal(ranges, tc.wantRanges) {
+				t.Errorf("ranges %q, want %q", ranges, tc.wantRanges)
+			}
+			for _, a := range cdnAuth {
+				if a != "" {
+					t.Errorf("the other origin got Authorization %q", a)
+				}
+			}
+			if len(hubAuth) != 1 || hubAuth[0] != "Bearer tok" {
+				t.Errorf("the Hub got %q", hubAuth)
+			}
+		})
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"fusion/hub"
@@ -88,14 +87,8 @@ func TestFetchModelScope(t *testing.T) {
 		srv.Throttle(4 << 20)
 		defer srv.Throttle(0)
 		before := srv.Fetched(weights)
-		stop, cancel := context.WithCancel(ctx)
-		var once sync.Once
-		_, err := hub.Fetch(stop, client, hub.Request{Repo: repo, Allow: []string{"*.safetensors", "*.json"}}, hub.FetchOptions{ModelsDir: models,
-			Progress: func(done, total int64) {
-				if done >= total/2 {
-					once.Do(cancel)
-				}
-			}})
+		stop, atHalf := stopAtHalf(ctx)
+		_, err := hub.Fetch(stop, client, hub.Request{Repo: repo, Allow: []string{"*.safetensors", "*.json"}}, hub.FetchOptions{ModelsDir: models, Progress: atHalf})
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("stopped download: %v", err)
 		}

@@ -28,7 +28,17 @@ func TestHFCache(t *testing.T) {
 	const repo = "demo-org/demo-model"
 	src := hubRepo(t, srv, repo)
 	cache := t.TempDir()
-	srv.HFCacheDownload(t, repo, cache, "*.json", "*.safetensors")
+	// One more repo: its branch q8 (a commit without the safetensors)
+	// pulled with allow_patterns, a snapshot of one .gguf and no
+	// config.json; and its main commit pulled pinned (no ref names that
+	// snapshot). All by the official client, in one run.
+	const other = "demo-org/other"
+	pinned := srv.AddModel(t, other, src)
+	branch := srv.Branch(t, other, "q8", "model.safetensors")
+	srv.HFCacheDownloads(t, cache, hubtest.Download{Repo: repo, Allow: []string{"*.json", "*.safetensors"}},
+		hubtest.Download{Repo: other, Revision: "q8", Allow: []string{"*.gguf"}},
+		hubtest.Download{Repo: other, Revision: pinned, Allow: []string{"*.json", "*.safetensors"}})
+	ggufName, pinnedName := other+"@q8", other+"@"+pinned
 	snap := cachedSnapshot(t, cache, repo)
 	sameFile(t, filepath.Join(snap, "model.safetensors"), filepath.Join(src, "model.safetensors"))
 	// An incomplete snapshot: the same repo under another name, its
@@ -64,6 +74,46 @@ func TestHFCache(t *testing.T) {
 		code, out := adminDo(t, n, http.MethodPost, "/v1/chat/completions", `{"model":"`+repo+`","messages":[{"role":"user","content":"hi"}],"max_tokens":2}`)
 		if code != 200 {
 			t.Fatalf("chat with the cached model: %d %v", code, out)
+		}
+	})
+
+	t.Run("a GGUF snapshot and revisions other than main: listed, served, pulled from the cache", func(t *testing.T) {
+		ids := modelIDs(t, n)
+		for _, id := range []string{ggufName, pinnedName} {
+			if _, ok := ids[id]; !ok {
+				t.Errorf("%s not listed: %v", id, ids)
+			}
+		}
+		if _, ok := ids[other]; ok {
+			t.Errorf("%s listed under main, which the cache does not have", other)
+		}
+		code, out := adminDo(t, n, http.MethodPost, "/v1/chat/completions", `{"model":"`+ggufName+`","messages":[{"role":"user","content":"hi"}],"max_tokens":2}`)
+		if code != 200 {
+			t.Fatalf("chat with the cached GGUF: %d %v", code, out)
+		}
+		b, err := os.ReadFile(filepath.Join(cache, "models--demo-org--other", "refs", "q8"))
+		if err != nil || strings.TrimSpace(string(b)) != branch {
+			t.Fatalf("huggingface_hub's refs/q8: %q %v, want %s", b, err, branch)
+		}
+		gguf := filepath.Join(cache, "models--demo-org--other", "snapshots", branch, "demo-q8_0.gguf")
+		asked := len(srv.Requests())
+		for _, tc := range []struct {
+			body, model, path string
+		}{
+			{`{"repo":"` + other + `","revision":"q8","allow_patterns":["*q8_0.gguf"]}`, ggufName, gguf},
+			{`{"repo":"` + other + `","revision":"` + pinned + `"}`, pinnedName, filepath.Join(cache, "models--demo-org--other", "snapshots", pinned)},
+		} {
+			j := waitJob(t, n, startDownload(t, n, tc.body).ID, final)
+			var res hub.Result
+			if err := json.Unmarshal(j.Result, &res); j.State != jobs.Done || err != nil {
+				t.Fatalf("job %+v", j)
+			}
+			if !res.FromCache || res.Model != tc.model || !slices.Equal(res.Paths, []string{tc.path}) {
+				t.Errorf("%s: result %s, want from_cache %s at %s", tc.body, j.Result, tc.model, tc.path)
+			}
+		}
+		if got := srv.Requests()[asked:]; len(got) != 0 {
+			t.Errorf("the Hub was asked %v", got)
 		}
 	})
 
@@ -179,7 +229,7 @@ func copyLinks(t *testing.T, src, dst string) {
 // TestHFCacheCluster: a model only in node a's Hugging Face cache is in
 // every node's cluster model list as ORG/NAME, on a alone; a chat asked
 // of c runs (forwarded to a), and an unload aimed at a through c finds it
-// by its escaped name.
+// by its escaped name; the same for its revision v1, ORG/NAME@v1.
 func TestHFCacheCluster(t *testing.T) {
 	const repo, commit = "demo-org/cached", "0123456789abcdef0123456789abcdef01234567"
 	cache := t.TempDir()
@@ -191,6 +241,14 @@ func TestHFCacheCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(root, "refs", "main"), []byte(commit), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A second snapshot only refs/v1 names: the model demo-org/cached@v1.
+	const v1 = "89abcdef0123456789abcdef0123456789abcdef"
+	if err := os.CopyFS(filepath.Join(root, "snapshots", v1), os.DirFS(filepath.Join(nodetest.Models(t), nodetest.Model))); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "refs", "v1"), []byte(v1), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	_, _, c := startTrio(t, func(id string, o *nodetest.Options) {
@@ -216,5 +274,17 @@ func TestHFCacheCluster(t *testing.T) {
 	}
 	if code, out := adminDo(t, c, http.MethodPost, "/admin/api/models/"+url.PathEscape(repo)+"/unload", ""); code != 200 {
 		t.Errorf("cluster-wide unload through c: %d %v", code, out)
+	}
+	// The revision's name travels the same way.
+	const tagged = repo + "@v1"
+	_, list := adminDo(t, c, http.MethodGet, "/admin/api/models", "")
+	if m := modelEntry(t, list, tagged); m == nil || !slices.Equal(strs(m["nodes"]), []string{"a"}) {
+		t.Fatalf("%s not in c's cluster list on a: %v", tagged, list)
+	}
+	if code, out := chatText(t, c, tagged, "hi", ""); code != 200 {
+		t.Fatalf("chat on c with a's %s: %d %s", tagged, code, out)
+	}
+	if code, out := adminDo(t, c, http.MethodPost, "/admin/api/models/"+url.PathEscape(tagged)+"/unload", `{"node":"a"}`); code != 200 {
+		t.Errorf("unload of %s on a through c: %d %v", tagged, code, out)
 	}
 }

@@ -38,6 +38,11 @@ type HFConfig struct {
 	// Parallel is how many files of one download are fetched at once
 	// (default 4).
 	Parallel int
+	// Parts is how many ranged requests fetch one large file at once,
+	// each at least MinPart bytes (defaults hub.DefaultParts and
+	// hub.DefaultMinPart; 1 = one stream a file).
+	Parts   int
+	MinPart int64
 }
 
 // JobsConfig bounds the node's background jobs.
@@ -147,7 +152,7 @@ func (h nodeHub) Download(ctx context.Context, req admin.DownloadRequest) (jobs.
 		r.Logf("downloading %s from %s into %s", req.Repo, c.Endpoint(), n.cfg.ModelsDir)
 		res, err := hub.Fetch(ctx, c, hub.Request{Repo: req.Repo, Revision: req.Revision, Allow: req.Allow}, hub.FetchOptions{
 			ModelsDir: n.cfg.ModelsDir, Name: req.Name, MinFree: n.cfg.HF.MinFreeDisk, FreeBytes: n.cfg.HF.FreeBytes,
-			Parallel: n.cfg.HF.Parallel, HFCache: n.cfg.HFCache, Force: req.Force,
+			Parallel: n.cfg.HF.Parallel, Parts: n.cfg.HF.Parts, MinPart: n.cfg.HF.MinPart, HFCache: n.cfg.HFCache, Force: req.Force,
 			Progress: func(done, total int64) {
 				r.SetTotal("bytes", total)
 				r.SetDone(done)

@@ -64,6 +64,8 @@ func runPull(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	msEndpoint := fs.String("modelscope-endpoint", "", "ModelScope (default $MODELSCOPE_ENDPOINT, else "+hub.DefaultModelScopeEndpoint+"; without --addr)")
 	msToken := fs.String("modelscope-token", "", "ModelScope access token for private repos (default $MODELSCOPE_API_TOKEN; without --addr)")
 	minFree := fs.Int64("min-free-disk", node.DefaultMinFreeDisk, "bytes the download must leave free on the disk (without --addr)")
+	parts := fs.Int("parts", hub.DefaultParts, "ranged requests that fetch one large file at once; 1 = one stream a file (without --addr)")
+	minPart := fs.Int64("min-part", hub.DefaultMinPart, "bytes of one ranged part at least (without --addr)")
 	addr := fs.String("addr", "", "a running node's HTTP address: the node downloads, as a job")
 	apiKey := fs.String("api-key", "", "API key of the node (env FUSION_API_KEY)")
 	caFile := fs.String("ca", "", "PEM CA certificate to trust for an https:// address")
@@ -93,13 +95,16 @@ func runPull(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		*endpoint = cmp.Or(*endpoint, os.Getenv("HF_ENDPOINT"))
 		*token = cmp.Or(*token, os.Getenv("HF_TOKEN"))
 	}
+	if *parts < 1 || *minPart < 1 {
+		return usagef("--parts and --min-part must be at least 1")
+	}
 	dir := expandHome(*modelsDir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	c := hub.New(hub.Options{Source: *source, Endpoint: *endpoint, Token: *token})
 	p := &progressLine{w: stderr}
-	res, err := hub.Fetch(ctx, c, req, hub.FetchOptions{ModelsDir: dir, Name: *name, MinFree: *minFree,
+	res, err := hub.Fetch(ctx, c, req, hub.FetchOptions{ModelsDir: dir, Name: *name, MinFree: *minFree, Parts: *parts, MinPart: *minPart,
 		HFCache: expandHome(*hfCache), Force: *force, Progress: p.update, Log: func(msg string) { p.log(msg) }})
 	p.end()
 	if err != nil {

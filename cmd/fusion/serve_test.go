@@ -333,3 +333,26 @@ func TestServeHFCacheSetting(t *testing.T) {
 		}
 	}
 }
+
+// TestServeDownloadPartsSettings: --download-parts and
+// --download-min-part default to the hub package's defaults, are set by
+// flag, and refuse values below 1.
+func TestServeDownloadPartsSettings(t *testing.T) {
+	none := func(string) string { return "" }
+	s, err := resolveServe(nil, none, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.cfg.HF.Parts != hub.DefaultParts || s.cfg.HF.MinPart != hub.DefaultMinPart {
+		t.Errorf("defaults: parts %d, min part %d", s.cfg.HF.Parts, s.cfg.HF.MinPart)
+	}
+	s, err = resolveServe([]string{"--download-parts", "8", "--download-min-part", "1048576"}, none, io.Discard)
+	if err != nil || s.cfg.HF.Parts != 8 || s.cfg.HF.MinPart != 1<<20 {
+		t.Errorf("flags: %v, parts %d, min part %d", err, s.cfg.HF.Parts, s.cfg.HF.MinPart)
+	}
+	for _, args := range [][]string{{"--download-parts", "0"}, {"--download-min-part", "0"}} {
+		if _, err := resolveServe(args, none, io.Discard); err == nil || !strings.Contains(err.Error(), args[0]) {
+			t.Errorf("%v: %v", args, err)
+		}
+	}
+}

@@ -2,9 +2,11 @@ package modelfile
 
 import (
 	"encoding/json"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -53,26 +55,9 @@ func HFCacheDir(getenv func(string) string) string {
 // HF cache cacheDir, and its commit; ok is false when the cache has no
 // complete snapshot of it (SnapshotComplete).
 func HFSnapshot(cacheDir, repo, revision string) (dir, commit string, ok bool) {
-	if cacheDir == "" || strings.Count(repo, "/") != 1 || strings.Contains(repo, "..") {
+	root, commit, ok := hfCommit(cacheDir, repo, revision)
+	if !ok {
 		return "", "", false
-	}
-	if revision == "" {
-		revision = "main"
-	}
-	root := filepath.Join(cacheDir, "models--"+strings.ReplaceAll(repo, "/", "--"))
-	commit = revision
-	if !commitHash.MatchString(revision) {
-		if !filepath.IsLocal(revision) {
-			return "", "", false
-		}
-		b, err := os.ReadFile(filepath.Join(root, "refs", filepath.FromSlash(revision)))
-		if err != nil {
-			return "", "", false
-		}
-		commit = strings.TrimSpace(string(b))
-		if !commitHash.MatchString(commit) {
-			return "", "", false
-		}
 	}
 	dir = filepath.Join(root, "snapshots", commit)
 	if !SnapshotComplete(dir) {
@@ -81,12 +66,55 @@ func HFSnapshot(cacheDir, repo, revision string) (dir, commit string, ok bool) {
 	return dir, commit, true
 }
 
+// hfCommit is the repo's folder in the cache and the commit revision
+// names (a ref's, or the revision itself when it is a commit id).
+func hfCommit(cacheDir, repo, revision string) (root, commit string, ok bool) {
+	if cacheDir == "" || strings.Count(repo, "/") != 1 || strings.Contains(repo, "..") {
+		return "", "", false
+	}
+	if revision == "" {
+		revision = "main"
+	}
+	root = filepath.Join(cacheDir, "models--"+strings.ReplaceAll(repo, "/", "--"))
+	if commitHash.MatchString(revision) {
+		return root, revision, true
+	}
+	if !filepath.IsLocal(revision) {
+		return "", "", false
+	}
+	b, err := os.ReadFile(filepath.Join(root, "refs", filepath.FromSlash(revision)))
+	if err != nil {
+		return "", "", false
+	}
+	commit = strings.TrimSpace(string(b))
+	return root, commit, commitHash.MatchString(commit)
+}
+
+// HFEntries are the models the snapshot of repo at revision (as
+// HFSnapshot resolves it) is served as, named as DiscoverHFCache names
+// them, and its commit; ok is false when it is not complete.
+func HFEntries(cacheDir, repo, revision string) (entries []Entry, commit string, ok bool) {
+	root, commit, ok := hfCommit(cacheDir, repo, revision)
+	if !ok {
+		return nil, "", false
+	}
+	entries = snapshotEntries(repo, revisionSuffix(hfRefs(root), commit), filepath.Join(root, "snapshots", commit))
+	return entries, commit, len(entries) > 0
+}
+
 // SnapshotComplete reports whether dir is a whole model: a config.json or
 // a diffusers model_index.json, and every shard its safetensors index
 // (model.safetensors.index.json) names, or a model.safetensors, links
-// resolved. A snapshot huggingface_hub filled only in part (an
-// interrupted download, allow_patterns) is not one.
+// resolved; or else, with no such model, one or more GGUF files at its
+// top (a GGUF repo, or the quants of one an allow pattern selected). A
+// snapshot huggingface_hub filled only in part (an interrupted download,
+// allow_patterns without the weights) is not one; huggingface_hub links
+// a file into a snapshot only once it is whole.
 func SnapshotComplete(dir string) bool {
+	return safetensorsComplete(dir) || len(snapshotGGUFs(dir)) > 0
+}
+
+func safetensorsComplete(dir string) bool {
 	if regularFile(filepath.Join(dir, DiffusersIndexFile)) {
 		return true // its components are checked when it loads
 	}
@@ -123,10 +151,93 @@ func SnapshotComplete(dir string) bool {
 	return true
 }
 
-// DiscoverHFCache lists the models of the HF cache cacheDir: each
-// models--ORG--NAME whose refs/main names a complete snapshot
-// (HFSnapshot), named ORG/NAME, its path the snapshot directory. A
-// missing cache lists nothing. The list is sorted by name.
+// snapshotGGUFs lists the GGUF files at the top of dir whose links
+// resolve, sorted.
+func snapshotGGUFs(dir string) []string {
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, de := range des {
+		p := filepath.Join(dir, de.Name())
+		if strings.EqualFold(filepath.Ext(de.Name()), ".gguf") && regularFile(p) {
+			out = append(out, p)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// snapshotEntries are the models of a snapshot of repo: the directory,
+// named repo+suffix, when it is a safetensors (or diffusers) model; else
+// its GGUF file, named repo+suffix when it is the only one, or each of its
+// GGUF files, named repo/STEM+suffix (STEM the file's name without
+// .gguf). None when the snapshot is not complete.
+func snapshotEntries(repo, suffix, dir string) []Entry {
+	if safetensorsComplete(dir) {
+		return []Entry{{Name: repo + suffix, Path: dir, Kind: KindSafetensors}}
+	}
+	ggufs := snapshotGGUFs(dir)
+	var out []Entry
+	for _, g := range ggufs {
+		name := repo + suffix
+		if len(ggufs) > 1 {
+			base := filepath.Base(g)
+			name = repo + "/" + strings.TrimSuffix(base, filepath.Ext(base)) + suffix
+		}
+		out = append(out, Entry{Name: name, Path: g, Kind: KindGGUF})
+	}
+	return out
+}
+
+// hfRefs maps each commit of a cached repo to the refs naming it
+// (refs/<branch or tag>, refs/pr/N), sorted.
+func hfRefs(root string) map[string][]string {
+	out := map[string][]string{}
+	refs := filepath.Join(root, "refs")
+	_ = filepath.WalkDir(refs, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil
+		}
+		if c := strings.TrimSpace(string(b)); commitHash.MatchString(c) {
+			rel, _ := filepath.Rel(refs, p)
+			out[c] = append(out[c], filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	for _, rs := range out {
+		sort.Strings(rs)
+	}
+	return out
+}
+
+// revisionSuffix is what a snapshot's model names end with: nothing for
+// the commit refs/main names, else "@REF" (the first ref naming it), else
+// "@COMMIT" (a snapshot downloaded at a pinned commit, or one main named
+// before it moved on).
+func revisionSuffix(refs map[string][]string, commit string) string {
+	rs := refs[commit]
+	switch {
+	case slices.Contains(rs, "main"):
+		return ""
+	case len(rs) > 0:
+		return "@" + rs[0]
+	}
+	return "@" + commit
+}
+
+// DiscoverHFCache lists the models of the HF cache cacheDir: the complete
+// snapshots (SnapshotComplete) of every models--ORG--NAME, the one
+// refs/main names as ORG/NAME, the others as ORG/NAME@REF (another branch
+// or tag naming it) or ORG/NAME@COMMIT (no ref names it: a download
+// pinned to a commit); a GGUF snapshot with several GGUF files lists each
+// as ORG/NAME/STEM[@...]. Paths are the snapshot directory, or the GGUF
+// file. A missing cache lists nothing. The list is sorted by name.
 func DiscoverHFCache(cacheDir string) []Entry {
 	if cacheDir == "" {
 		return nil
@@ -146,8 +257,17 @@ func DiscoverHFCache(cacheDir string) []Entry {
 			continue
 		}
 		repo := org + "/" + name
-		if dir, _, ok := HFSnapshot(cacheDir, repo, "main"); ok {
-			out = append(out, Entry{Name: repo, Path: dir, Kind: KindSafetensors})
+		root := filepath.Join(cacheDir, de.Name())
+		snaps, err := os.ReadDir(filepath.Join(root, "snapshots"))
+		if err != nil {
+			continue
+		}
+		refs := hfRefs(root)
+		for _, sn := range snaps {
+			if !sn.IsDir() || !commitHash.MatchString(sn.Name()) {
+				continue
+			}
+			out = append(out, snapshotEntries(repo, revisionSuffix(refs, sn.Name()), filepath.Join(root, "snapshots", sn.Name()))...)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })

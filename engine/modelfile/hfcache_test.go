@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -21,6 +22,9 @@ func hfRepo(t *testing.T, cache, repo, ref, commit string, files map[string]stri
 		}
 	}
 	if ref != "" {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, "refs", ref)), 0o755); err != nil {
+			t.Fatal(err)
+		}
 		if err := os.WriteFile(filepath.Join(root, "refs", ref), []byte(commit), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -54,7 +58,13 @@ func TestHFCacheDiscovery(t *testing.T) {
 	hfRepo(t, cache, "org/no-weights", "main", c1, map[string]string{"config.json": "{}"})
 	single := hfRepo(t, cache, "org/single", "main", c1, map[string]string{"config.json": "{}", "model.safetensors": "x"})
 	tagged := hfRepo(t, cache, "org/single", "v1", c2, map[string]string{"config.json": "{}", "model.safetensors": "z"})
-	hfRepo(t, cache, "org/no-ref", "", c3, map[string]string{"config.json": "{}", "model.safetensors": "x"})
+	noRef := hfRepo(t, cache, "org/no-ref", "", c3, map[string]string{"config.json": "{}", "model.safetensors": "x"})
+	// GGUF repos (no config.json): one quant, or two (each a model); a
+	// pull request ref.
+	oneGGUF := hfRepo(t, cache, "org/one-GGUF", "main", c1, map[string]string{"m-Q4_K_M.gguf": "g", "README.md": "r"})
+	twoGGUF := hfRepo(t, cache, "org/two-GGUF", "v2", c2, map[string]string{"m-Q4_K_M.gguf": "g", "m-Q8_0.gguf": "h"})
+	pr := hfRepo(t, cache, "org/one-GGUF", "pr/1", c3, map[string]string{"m-Q4_K_M.gguf": "i"})
+	hfRepo(t, cache, "org/readme-only", "main", c1, map[string]string{"README.md": "r"})
 	// A dangling link (its blob removed): not complete.
 	dangling := hfRepo(t, cache, "org/dangling", "main", c1, map[string]string{"config.json": "{}", "model.safetensors": "x"})
 	target, _ := os.Readlink(filepath.Join(dangling, "model.safetensors"))
@@ -66,7 +76,16 @@ func TestHFCacheDiscovery(t *testing.T) {
 	}
 
 	got := DiscoverHFCache(cache)
-	want := []Entry{{Name: "org/sharded", Path: whole, Kind: KindSafetensors}, {Name: "org/single", Path: single, Kind: KindSafetensors}}
+	want := []Entry{
+		{Name: "org/no-ref@" + c3, Path: noRef, Kind: KindSafetensors},
+		{Name: "org/one-GGUF", Path: filepath.Join(oneGGUF, "m-Q4_K_M.gguf"), Kind: KindGGUF},
+		{Name: "org/one-GGUF@pr/1", Path: filepath.Join(pr, "m-Q4_K_M.gguf"), Kind: KindGGUF},
+		{Name: "org/sharded", Path: whole, Kind: KindSafetensors},
+		{Name: "org/single", Path: single, Kind: KindSafetensors},
+		{Name: "org/single@v1", Path: tagged, Kind: KindSafetensors},
+		{Name: "org/two-GGUF/m-Q4_K_M@v2", Path: filepath.Join(twoGGUF, "m-Q4_K_M.gguf"), Kind: KindGGUF},
+		{Name: "org/two-GGUF/m-Q8_0@v2", Path: filepath.Join(twoGGUF, "m-Q8_0.gguf"), Kind: KindGGUF},
+	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("DiscoverHFCache = %+v, want %+v", got, want)
 	}
@@ -85,6 +104,11 @@ func TestHFCacheDiscovery(t *testing.T) {
 		{"org/no-ref", "main", "", ""},
 		{"org/single", "v2", "", ""},
 		{"org/single", "../../x", "", ""},
+		{"org/one-GGUF", "", oneGGUF, c1},
+		{"org/one-GGUF", "pr/1", pr, c3},
+		{"org/two-GGUF", "v2", twoGGUF, c2},
+		{"org/two-GGUF", "", "", ""},
+		{"org/readme-only", "", "", ""},
 		{"org/missing-shard", "", "", ""},
 		{"org/dangling", "", "", ""},
 		{"nobody/nothing", "", "", ""},
@@ -93,6 +117,16 @@ func TestHFCacheDiscovery(t *testing.T) {
 		dir, commit, ok := HFSnapshot(cache, tc.repo, tc.rev)
 		if dir != tc.dir || commit != tc.commit || ok != (tc.dir != "") {
 			t.Errorf("HFSnapshot(%s, %q) = %q %q %v, want %q %q", tc.repo, tc.rev, dir, commit, ok, tc.dir, tc.commit)
+		}
+		// HFEntries names the snapshot's models as the discovery does.
+		entries, commit, ok := HFEntries(cache, tc.repo, tc.rev)
+		if ok != (tc.dir != "") || commit != tc.commit && ok {
+			t.Errorf("HFEntries(%s, %q) = %v %q %v", tc.repo, tc.rev, entries, commit, ok)
+		}
+		for _, e := range entries {
+			if !slices.Contains(got, e) {
+				t.Errorf("HFEntries(%s, %q): %+v is not listed", tc.repo, tc.rev, e)
+			}
 		}
 	}
 }
