@@ -50,7 +50,9 @@ test: test-deps
 	$(GO) vet -trimpath ./...
 	FUSION_PYTHON=$(VENV)/bin/python ./scripts/darwin-build.sh
 	$(GO) build -o .cache/testsum ./internal/testsum
-	$(TEST_ENV) $(GO) test -race -count=1 -timeout 40m -json ./... | .cache/testsum -log .cache/test.json
+	@# ./... with the slowest packages first (scripts/testpkgs.sh).
+	pkgs=$$(GO=$(GO) ./scripts/testpkgs.sh) && \
+	$(TEST_ENV) $(GO) test -race -count=1 -timeout 40m -json $$pkgs | .cache/testsum -log .cache/test.json
 	@# The HTTP suites (OpenAI, Anthropic, OpenClaw, tools, router) and the
 	@# schema suite again, every test node's models on MLX (issue 16);
 	@# nodetest fails a node that did not get MLX. The transcription suites

@@ -248,7 +248,7 @@ func startTrio(t *testing.T, opts func(id string, o *nodetest.Options)) (a, b, c
 		if id == "a" {
 			addIncompatible(t, models)
 		}
-		o := nodetest.Options{APIKey: "k", ModelsDir: models, Cluster: loopback(id, expect, join)}
+		o := nodetest.Options{APIKey: "k", ModelsDir: models, Cluster: nodetest.Member(id, expect, join)}
 		if opts != nil {
 			opts(id, &o)
 		}

@@ -26,11 +26,11 @@ func TestClusterAdvertise(t *testing.T) {
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	ac := loopback("a", 1, nil)
+	ac := nodetest.Member("a", 1, nil)
 	ac.Listen, ac.RaftListen, ac.GRPCListen, ac.Advertise = "0.0.0.0:"+strconv.Itoa(port), "0.0.0.0:0", "0.0.0.0:0", "127.0.0.2"
 	ac.Insecure = true // every interface without a secret: this test is about addresses
 	a := nodetest.Start(t, nodetest.Options{Cluster: ac})
-	b := nodetest.Start(t, nodetest.Options{ModelsDir: t.TempDir(), Cluster: loopback("b", 0, []string{"127.0.0.2:" + strconv.Itoa(port)})})
+	b := nodetest.Start(t, nodetest.Options{ModelsDir: t.TempDir(), Cluster: nodetest.Member("b", 0, []string{"127.0.0.2:" + strconv.Itoa(port)})})
 
 	am := a.Cluster()
 	for what, addr := range map[string]string{"gossip": am.GossipAddr(), "raft": am.RaftAddr(), "grpc": am.GRPCAddr()} {
@@ -75,7 +75,7 @@ func TestClusterNodeIDDefaultsToHostname(t *testing.T) {
 	if err != nil || host == "" {
 		t.Skipf("skipped: no hostname: %v", err)
 	}
-	n := nodetest.Start(t, nodetest.Options{Cluster: loopback("", 1, nil)})
+	n := nodetest.Start(t, nodetest.Options{Cluster: nodetest.Member("", 1, nil)})
 	if id := n.Cluster().ID(); id != host {
 		t.Fatalf("node id %q, want the hostname %q", id, host)
 	}

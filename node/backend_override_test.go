@@ -69,8 +69,8 @@ func TestBackendOverrideOneNode(t *testing.T) {
 func TestBackendOverrideCluster(t *testing.T) {
 	testenv.NeedMLX(t, mlx.Available())
 	models := nodetest.Models(t)
-	a := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Backend: runner.BackendMLX, Cluster: loopback("a", 1, nil)})
-	b := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Backend: runner.BackendCPU, Cluster: loopback("b", 0, []string{a.Cluster().GossipAddr()})})
+	a := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Backend: runner.BackendMLX, Cluster: nodetest.Member("a", 1, nil)})
+	b := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Backend: runner.BackendCPU, Cluster: nodetest.Member("b", 0, []string{a.Cluster().GossipAddr()})})
 	want := map[string]string{"mlx": "a", "cpu": "b"}
 	deadline := time.Now().Add(30 * time.Second)
 	for _, from := range []struct {

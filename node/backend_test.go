@@ -138,8 +138,8 @@ func TestBackendInHealthAndModels(t *testing.T) {
 func TestBackendInNodeCatalog(t *testing.T) {
 	testenv.NeedMLX(t, mlx.Available())
 	models := nodetest.Models(t)
-	a := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Backend: runner.BackendMLX, Cluster: loopback("a", 1, nil)})
-	b := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Backend: runner.BackendCPU, Cluster: loopback("b", 0, []string{a.Cluster().GossipAddr()})})
+	a := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Backend: runner.BackendMLX, Cluster: nodetest.Member("a", 1, nil)})
+	b := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Backend: runner.BackendCPU, Cluster: nodetest.Member("b", 0, []string{a.Cluster().GossipAddr()})})
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		_, doc := clusterDoc(t, b.URL(), "k")

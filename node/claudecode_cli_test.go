@@ -235,8 +235,8 @@ func TestClaudeCodeCLI(t *testing.T) {
 			return nodetest.Start(t, nodetest.Options{APIKey: key, ModelsDir: claudeCodeModels(t)})
 		}, ""},
 		{"forwarding node of a cluster", func(t *testing.T) *node.Node {
-			a := nodetest.Start(t, nodetest.Options{APIKey: key, ModelsDir: claudeCodeModels(t), Cluster: loopback("a", 1, nil)})
-			b := nodetest.Start(t, nodetest.Options{APIKey: key, ModelsDir: t.TempDir(), Cluster: loopback("b", 0, []string{a.Cluster().GossipAddr()})})
+			a := nodetest.Start(t, nodetest.Options{APIKey: key, ModelsDir: claudeCodeModels(t), Cluster: nodetest.Member("a", 1, nil)})
+			b := nodetest.Start(t, nodetest.Options{APIKey: key, ModelsDir: t.TempDir(), Cluster: nodetest.Member("b", 0, []string{a.Cluster().GossipAddr()})})
 			waitForwarded(t, b, key, "a")
 			return b
 		}, "a"},

@@ -255,9 +255,9 @@ func TestCloudUpstreams(t *testing.T) {
 	var logs syncBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	gate := newStepGate()
-	a := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, MaxQueued: 1, Logger: logger, Cluster: loopback("a", 1, nil),
+	a := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, MaxQueued: 1, Logger: logger, Cluster: nodetest.Member("a", 1, nil),
 		WrapBackend: func(_ string, be backend.Backend) backend.Backend { return gatedBackend{Backend: be, g: gate} }})
-	b := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: t.TempDir(), Logger: logger, Cluster: loopback("b", 0, []string{a.Cluster().GossipAddr()})})
+	b := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: t.TempDir(), Logger: logger, Cluster: nodetest.Member("b", 0, []string{a.Cluster().GossipAddr()})})
 
 	oaRoot := waitMLXLM() // started first: it takes the longest to come up
 	upstreams := func(fallbackTo string) string {

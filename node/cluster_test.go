@@ -46,21 +46,14 @@ func postChat(t *testing.T, n *node.Node, body string) *http.Response {
 	return resp
 }
 
-// loopback is the cluster config of an in-process test node: every
-// address on 127.0.0.1:0, a shared secret, fast timings.
-func loopback(id string, expect int, join []string) node.ClusterConfig {
-	return node.ClusterConfig{NodeID: id, Listen: "127.0.0.1:0", RaftListen: "127.0.0.1:0", GRPCListen: "127.0.0.1:0",
-		BootstrapExpect: expect, Join: join, Secret: "s", Timing: cluster.TestTiming()}
-}
-
 // TestClusteredNodes: two nodes with cluster settings form a cluster,
 // /admin/api/cluster lists both with their HTTP and gRPC addresses, and a
 // stopped node leaves it gracefully. A node without cluster settings has
 // no cluster route.
 func TestClusteredNodes(t *testing.T) {
 	models := nodetest.Models(t)
-	a := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Cluster: loopback("a", 1, nil)})
-	b := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Cluster: loopback("b", 0, []string{a.Cluster().GossipAddr()})})
+	a := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Cluster: nodetest.Member("a", 1, nil)})
+	b := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Cluster: nodetest.Member("b", 0, []string{a.Cluster().GossipAddr()})})
 
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -117,8 +110,8 @@ func TestClusteredNodes(t *testing.T) {
 // a's own greedy answer, and b's model list includes the model. A lone
 // node names itself.
 func TestClusterForwards(t *testing.T) {
-	a := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: nodetest.Models(t), Cluster: loopback("a", 1, nil)})
-	b := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: t.TempDir(), Cluster: loopback("b", 0, []string{a.Cluster().GossipAddr()})})
+	a := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: nodetest.Models(t), Cluster: nodetest.Member("a", 1, nil)})
+	b := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: t.TempDir(), Cluster: nodetest.Member("b", 0, []string{a.Cluster().GossipAddr()})})
 
 	chat := func(n *node.Node) (string, string, int) {
 		t.Helper()
@@ -216,8 +209,8 @@ func TestClusterForwards(t *testing.T) {
 // stream it runs for a peer (a client on a, the model only on b) before
 // it leaves, and the cluster then lists it as left.
 func TestClusterLeaveDrainsStreams(t *testing.T) {
-	a := nodetest.Start(t, nodetest.Options{ModelsDir: t.TempDir(), Cluster: loopback("a", 1, nil)})
-	b := nodetest.Start(t, nodetest.Options{ModelsDir: nodetest.Models(t), DrainTimeout: 30 * time.Second, Cluster: loopback("b", 0, []string{a.Cluster().GossipAddr()})})
+	a := nodetest.Start(t, nodetest.Options{ModelsDir: t.TempDir(), Cluster: nodetest.Member("a", 1, nil)})
+	b := nodetest.Start(t, nodetest.Options{ModelsDir: nodetest.Models(t), DrainTimeout: 30 * time.Second, Cluster: nodetest.Member("b", 0, []string{a.Cluster().GossipAddr()})})
 	bias := noEOSBias(t, b.URL())
 	short := `{"model":"demo","messages":[{"role":"user","content":"hi"}],"max_tokens":2}`
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {

@@ -38,10 +38,10 @@ func drainRecord(t *testing.T, url, id string) cluster.DrainRecord {
 // Undrain puts it back among the routes.
 func TestClusterDrain(t *testing.T) {
 	models := nodetest.Models(t)
-	a := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Cluster: loopback("a", 3, nil)})
+	a := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Cluster: nodetest.Member("a", 3, nil)})
 	join := []string{a.Cluster().GossipAddr()}
-	b := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Cluster: loopback("b", 3, join)})
-	c := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Cluster: loopback("c", 3, join)})
+	b := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Cluster: nodetest.Member("b", 3, join)})
+	c := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Cluster: nodetest.Member("c", 3, join)})
 	nodes := map[string]*node.Node{"a": a, "b": b, "c": c}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

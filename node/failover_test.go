@@ -65,10 +65,10 @@ func startThree(t *testing.T, withModel string) map[string]*node.Node {
 		return t.TempDir()
 	}
 	nodes := map[string]*node.Node{}
-	nodes["a"] = nodetest.Start(t, nodetest.Options{ModelsDir: dir("a"), Cluster: loopback("a", 3, nil)})
+	nodes["a"] = nodetest.Start(t, nodetest.Options{ModelsDir: dir("a"), Cluster: nodetest.Member("a", 3, nil)})
 	seed := []string{nodes["a"].Cluster().GossipAddr()}
 	for _, id := range []string{"b", "c"} {
-		nodes[id] = nodetest.Start(t, nodetest.Options{ModelsDir: dir(id), Cluster: loopback(id, 3, seed)})
+		nodes[id] = nodetest.Start(t, nodetest.Options{ModelsDir: dir(id), Cluster: nodetest.Member(id, 3, seed)})
 	}
 	waitUntil(t, 15*time.Second, "a leader known to all three", func() bool {
 		l := nodes["a"].Cluster().Leader()
@@ -166,7 +166,7 @@ func TestClusterFollowerKilled(t *testing.T) {
 func TestClusterRoutesWithoutQuorum(t *testing.T) {
 	nodes := startThree(t, "")
 	a := nodes["a"]
-	d := nodetest.Start(t, nodetest.Options{Cluster: loopback("d", 0, []string{a.Cluster().GossipAddr()})})
+	d := nodetest.Start(t, nodetest.Options{Cluster: nodetest.Member("d", 0, []string{a.Cluster().GossipAddr()})})
 	waitUntil(t, 15*time.Second, "a forwards demo to d", func() bool {
 		code, by, _ := chatOn(t, a)
 		return code == 200 && by == "d"

@@ -21,12 +21,12 @@ import (
 func TestNoEarly404(t *testing.T) {
 	var holdA atomic.Bool
 	holdA.Store(true)
-	cfgA := loopback("a", 1, nil)
+	cfgA := nodetest.Member("a", 1, nil)
 	cfgA.HoldInventory = holdA.Load
 	a := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: nodetest.Models(t), Cluster: cfgA})
 	join := []string{a.Cluster().GossipAddr()}
-	nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: t.TempDir(), Cluster: loopback("b", 0, join)})
-	c := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: t.TempDir(), Cluster: loopback("c", 0, join)})
+	nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: t.TempDir(), Cluster: nodetest.Member("b", 0, join)})
+	c := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: t.TempDir(), Cluster: nodetest.Member("c", 0, join)})
 
 	unheard := func(n *node.Node) []string {
 		var ids []string

@@ -303,10 +303,10 @@ func TestMCPEndpoints(t *testing.T) {
 func TestMCPClusterWide(t *testing.T) {
 	nodeBin, everything := mcptest.Everything(t)
 	cfg := host.Config{Servers: []host.ServerConfig{{Name: "ev", Command: nodeBin, Args: []string{everything, "stdio"}}}}
-	a := nodetest.Start(t, nodetest.Options{APIKey: "k", Cluster: loopback("a", 1, nil), MCPServers: cfg})
+	a := nodetest.Start(t, nodetest.Options{APIKey: "k", Cluster: nodetest.Member("a", 1, nil), MCPServers: cfg})
 	join := []string{a.Cluster().GossipAddr()}
-	b := nodetest.Start(t, nodetest.Options{APIKey: "k", Cluster: loopback("b", 0, join)})
-	c := nodetest.Start(t, nodetest.Options{APIKey: "k", Cluster: loopback("c", 0, join)})
+	b := nodetest.Start(t, nodetest.Options{APIKey: "k", Cluster: nodetest.Member("b", 0, join)})
+	c := nodetest.Start(t, nodetest.Options{APIKey: "k", Cluster: nodetest.Member("c", 0, join)})
 
 	for _, n := range []*node.Node{a, b, c} {
 		servers := waitMCP(t, n, "ev ready on a, seen from every node", func(s map[string]mcpServerDoc) bool {
@@ -365,10 +365,10 @@ func TestMCPNodesField(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := nodetest.Start(t, nodetest.Options{APIKey: "k", Cluster: loopback("a", 1, nil), MCPServers: cfg})
+	a := nodetest.Start(t, nodetest.Options{APIKey: "k", Cluster: nodetest.Member("a", 1, nil), MCPServers: cfg})
 	join := []string{a.Cluster().GossipAddr()}
-	b := nodetest.Start(t, nodetest.Options{APIKey: "k", Cluster: loopback("b", 0, join), MCPServers: cfg})
-	c := nodetest.Start(t, nodetest.Options{APIKey: "k", Cluster: loopback("c", 0, join), MCPServers: cfg})
+	b := nodetest.Start(t, nodetest.Options{APIKey: "k", Cluster: nodetest.Member("b", 0, join), MCPServers: cfg})
+	c := nodetest.Start(t, nodetest.Options{APIKey: "k", Cluster: nodetest.Member("c", 0, join), MCPServers: cfg})
 	if st := b.MCP().Servers(); len(st) != 1 || st[0].State != host.StateRemote || st[0].PID != 0 {
 		t.Errorf("b's own host: %+v", st)
 	}

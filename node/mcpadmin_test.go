@@ -197,10 +197,10 @@ func TestMCPAdminConfigCluster(t *testing.T) {
 	nodeBin, everything := mcptest.Everything(t)
 	models := nodetest.Models(t)
 	grace := host.Options{TerminateGrace: 500 * time.Millisecond}
-	a := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Cluster: loopback("a", 1, nil), MCP: grace})
+	a := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Cluster: nodetest.Member("a", 1, nil), MCP: grace})
 	join := []string{a.Cluster().GossipAddr()}
-	b := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Cluster: loopback("b", 0, join), MCP: grace})
-	c := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Cluster: loopback("c", 0, join), MCP: grace})
+	b := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Cluster: nodetest.Member("b", 0, join), MCP: grace})
+	c := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Cluster: nodetest.Member("c", 0, join), MCP: grace})
 
 	put := fmt.Sprintf(`{"mcpServers": {"ev": {"command": %q, "args": [%q, "stdio"], "env": {"T": "s3cr3t-cluster"}, "nodes": ["c"]}}}`, nodeBin, everything)
 	if code, raw := mcpAdmin(t, a, http.MethodPut, put); code != 200 {

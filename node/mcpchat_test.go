@@ -215,10 +215,10 @@ func TestChatMCPStepLimit(t *testing.T) {
 func TestChatMCPToolsClusterWide(t *testing.T) {
 	cfg, dir := fsConfig(t)
 	empty := t.TempDir()
-	a := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: empty, Cluster: loopback("a", 1, nil), MCPServers: cfg})
+	a := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: empty, Cluster: nodetest.Member("a", 1, nil), MCPServers: cfg})
 	join := []string{a.Cluster().GossipAddr()}
-	nodetest.Start(t, nodetest.Options{APIKey: "k", Cluster: loopback("b", 0, join)})
-	c := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: t.TempDir(), Cluster: loopback("c", 0, join)})
+	nodetest.Start(t, nodetest.Options{APIKey: "k", Cluster: nodetest.Member("b", 0, join)})
+	c := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: t.TempDir(), Cluster: nodetest.Member("c", 0, join)})
 	waitMCP(t, c, "fs ready on a, seen from c", func(s map[string]mcpServerDoc) bool { return s["fs"].State == "ready" })
 
 	var calls []mcpCallDoc

@@ -132,7 +132,7 @@ func ocCluster(t *testing.T, o openclaw.Options, models ...string) []*node.Node 
 			models[i] = nodetest.Models(t)
 		}
 	}
-	cfg := func(id string, join []string) node.ClusterConfig { return loopback(id, 3, join) }
+	cfg := func(id string, join []string) node.ClusterConfig { return nodetest.Member(id, 3, join) }
 	nodes := make([]*node.Node, len(models))
 	nodes[0] = nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models[0], OpenClaw: o, Cluster: cfg("a", nil)})
 	var wg sync.WaitGroup

@@ -67,10 +67,10 @@ func TestOpenClawMCPEvents(t *testing.T) {
 func TestOpenClawMCPEventsCluster(t *testing.T) {
 	cfg, dir := fsConfig(t)
 	models := nodetest.Models(t)
-	a := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Cluster: loopback("a", 3, nil), MCPServers: cfg})
+	a := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Cluster: nodetest.Member("a", 3, nil), MCPServers: cfg})
 	join := []string{a.Cluster().GossipAddr()}
-	b := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Cluster: loopback("b", 3, join)})
-	c := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Cluster: loopback("c", 3, join)})
+	b := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Cluster: nodetest.Member("b", 3, join)})
+	c := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Cluster: nodetest.Member("c", 3, join)})
 	ocLeader(t, []*node.Node{a, b, c})
 	waitMCP(t, b, "fs ready on a, seen from b", func(s map[string]mcpServerDoc) bool { return s["fs"].State == "ready" })
 	_, chans := ocMCPTurn(t, c, b, b, c)

@@ -333,10 +333,10 @@ func startPipelineCluster(t *testing.T, models string) map[string]*node.Node {
 	opts := func(c node.ClusterConfig) nodetest.Options {
 		return nodetest.Options{APIKey: "k", ModelsDir: models, Backend: "cpu", Cluster: c}
 	}
-	nodes["a"] = nodetest.Start(t, opts(loopback("a", 3, nil)))
+	nodes["a"] = nodetest.Start(t, opts(nodetest.Member("a", 3, nil)))
 	seed := []string{nodes["a"].Cluster().GossipAddr()}
 	for _, id := range []string{"b", "c"} {
-		nodes[id] = nodetest.Start(t, opts(loopback(id, 3, seed)))
+		nodes[id] = nodetest.Start(t, opts(nodetest.Member(id, 3, seed)))
 	}
 	waitUntil(t, 15*time.Second, "a leader known to all three", func() bool {
 		l := nodes["a"].Cluster().Leader()
@@ -732,10 +732,10 @@ func TestPipelineAutoShard(t *testing.T) {
 	opts := func(c node.ClusterConfig) nodetest.Options {
 		return nodetest.Options{APIKey: "k", ModelsDir: models, Backend: "cpu", MemoryBudget: budget, Cluster: c}
 	}
-	nodes["a"] = nodetest.Start(t, opts(loopback("a", 3, nil)))
+	nodes["a"] = nodetest.Start(t, opts(nodetest.Member("a", 3, nil)))
 	seed := []string{nodes["a"].Cluster().GossipAddr()}
 	for _, id := range []string{"b", "c"} {
-		nodes[id] = nodetest.Start(t, opts(loopback(id, 3, seed)))
+		nodes[id] = nodetest.Start(t, opts(nodetest.Member(id, 3, seed)))
 	}
 	// Until a node has heard the inventories (budgets and needs), it
 	// cannot tell that the model fits no node: it would load it whole.

@@ -112,8 +112,8 @@ func TestSpeculativeOverHTTP(t *testing.T) {
 // request to the peer that has it; the answer and usage.speculative come
 // back through the neutral request and events.
 func TestSpeculativeForwarded(t *testing.T) {
-	a := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: nodetest.Models(t), Cluster: loopback("a", 1, nil)})
-	b := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: t.TempDir(), Cluster: loopback("b", 0, []string{a.Cluster().GossipAddr()})})
+	a := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: nodetest.Models(t), Cluster: nodetest.Member("a", 1, nil)})
+	b := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: t.TempDir(), Cluster: nodetest.Member("b", 0, []string{a.Cluster().GossipAddr()})})
 	_, plain, _ := specChat(t, a, "")
 	eventually(t, "a rapid answer through b", func() string {
 		code, text, u := specChat(t, b, `,"backend_override":"rapid"`)

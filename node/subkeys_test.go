@@ -60,7 +60,7 @@ func TestSubkeysCluster(t *testing.T) {
 	models := nodetest.Models(t)
 	start := func(id string, expect int, join []string) *node.Node {
 		return nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, KeyUsageInterval: 50 * time.Millisecond,
-			Cluster: loopback(id, expect, join)})
+			Cluster: nodetest.Member(id, expect, join)})
 	}
 	a := start("a", 1, nil)
 	b := start("b", 0, []string{a.Cluster().GossipAddr()})

@@ -156,8 +156,8 @@ func TestCountTokensConcurrentFirstParsesOnce(t *testing.T) {
 // has the model (unloaded), 100 counts sent to b are forwarded and parse
 // the tokenizer once, on a; b parses nothing.
 func TestCountTokensThroughForwardingNode(t *testing.T) {
-	a := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: nodetest.Models(t), Cluster: loopback("a", 1, nil)})
-	b := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: t.TempDir(), Cluster: loopback("b", 0, []string{a.Cluster().GossipAddr()})})
+	a := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: nodetest.Models(t), Cluster: nodetest.Member("a", 1, nil)})
+	b := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: t.TempDir(), Cluster: nodetest.Member("b", 0, []string{a.Cluster().GossipAddr()})})
 
 	code, direct := countTokens(t, a, "/v1/messages/count_tokens", nodetest.Model)
 	if code != http.StatusOK {

@@ -36,10 +36,10 @@ func TestClusterThinkingSignature(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			models := nodetest.Models(t)
 			nodetest.AddThinker(t, models)
-			ca := loopback("a", 1, nil)
+			ca := nodetest.Member("a", 1, nil)
 			ca.Secret = tt.secret
 			a := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Cluster: ca})
-			cb := loopback("b", 0, []string{a.Cluster().GossipAddr()})
+			cb := nodetest.Member("b", 0, []string{a.Cluster().GossipAddr()})
 			cb.Secret = tt.secret
 			// b has no model: its generations run on a, its frontend signs.
 			b := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: t.TempDir(), Cluster: cb})
@@ -157,7 +157,7 @@ func TestThinkingKeySurvivesRestart(t *testing.T) {
 // with: /v1/messages answers 529 overloaded_error with Retry-After, not a
 // 500 and not an unsigned block.
 func TestThinkingKeyWithoutLeader(t *testing.T) {
-	cc := loopback("alone", 2, nil) // waits for a second member that never comes
+	cc := nodetest.Member("alone", 2, nil) // waits for a second member that never comes
 	cc.Secret = ""
 	n := nodetest.Start(t, nodetest.Options{Cluster: cc})
 	req, _ := http.NewRequest(http.MethodPost, n.URL()+"/v1/messages",

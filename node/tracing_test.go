@@ -29,8 +29,8 @@ import (
 func TestTraceAcrossNodes(t *testing.T) {
 	recv := otlptest.Start(t)
 	tc := tracing.Config{Endpoint: "grpc://" + recv.Addr, BatchTimeout: 100 * time.Millisecond}
-	a := nodetest.Start(t, nodetest.Options{ModelsDir: t.TempDir(), Cluster: loopback("a", 1, nil), Tracing: tc})
-	b := nodetest.Start(t, nodetest.Options{ModelsDir: nodetest.Models(t), Cluster: loopback("b", 0, []string{a.Cluster().GossipAddr()}), Tracing: tc})
+	a := nodetest.Start(t, nodetest.Options{ModelsDir: t.TempDir(), Cluster: nodetest.Member("a", 1, nil), Tracing: tc})
+	b := nodetest.Start(t, nodetest.Options{ModelsDir: nodetest.Models(t), Cluster: nodetest.Member("b", 0, []string{a.Cluster().GossipAddr()}), Tracing: tc})
 
 	const clientTrace, clientSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 	body := `{"model":"demo","messages":[{"role":"user","content":"hi"}],"max_tokens":3}`
@@ -138,10 +138,10 @@ func TestTracePipeline(t *testing.T) {
 	opts := func(c node.ClusterConfig) nodetest.Options {
 		return nodetest.Options{APIKey: "k", ModelsDir: models, Backend: "cpu", Cluster: c, Tracing: tc}
 	}
-	nodes["a"] = nodetest.Start(t, opts(loopback("a", 3, nil)))
+	nodes["a"] = nodetest.Start(t, opts(nodetest.Member("a", 3, nil)))
 	seed := []string{nodes["a"].Cluster().GossipAddr()}
 	for _, id := range []string{"b", "c"} {
-		nodes[id] = nodetest.Start(t, opts(loopback(id, 3, seed)))
+		nodes[id] = nodetest.Start(t, opts(nodetest.Member(id, 3, seed)))
 	}
 	waitUntil(t, 15*time.Second, "a leader known to all three", func() bool {
 		l := nodes["a"].Cluster().Leader()

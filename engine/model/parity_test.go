@@ -1,11 +1,14 @@
 package model
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -537,12 +540,13 @@ func editJSON(path string, set map[string]any) error {
 	return os.WriteFile(path, raw, 0o644)
 }
 
-// mlxPython returns the reference interpreter if it has mlx-lm.
+// mlxPython returns the reference interpreter if it has mlx-lm: the
+// one mlx_logits.py process of this test binary (mlxRef) started there.
 func mlxPython(t *testing.T) string {
 	t.Helper()
 	py := testenv.Python(t)
-	if out, err := exec.Command(py, "-c", "import mlx_lm, mlx.core").CombinedOutput(); err != nil {
-		msg := "mlx-lm is not installed for " + py + ": " + strings.TrimSpace(string(out))
+	if _, err := mlxRef.get(py); err != nil {
+		msg := "mlx-lm is not installed for " + py + ": " + err.Error()
 		if testenv.Required() {
 			t.Fatal(msg)
 		}
@@ -551,8 +555,110 @@ func mlxPython(t *testing.T) string {
 	return py
 }
 
-// runMLX runs mlx_logits.py on the models: in float32 (native false) or
-// in the models' own dtype, mlx-lm's native path.
+// mlxRef is the test binary's mlx_logits.py, started by the first parity
+// test and serving every later one: importing mlx-lm costs ~5 CPU-seconds
+// (15 s of wall time on a loaded machine), once per binary instead of
+// twice per test (the check, then the run). TestMain stops it.
+var mlxRef mlxServer
+
+// mlxServer is one mlx_logits.py process answering requests one at a
+// time, a JSON line each way.
+type mlxServer struct {
+	once   sync.Once
+	err    error // the start's: mlx-lm did not import
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	in     io.WriteCloser
+	out    *bufio.Reader
+	stderr *testenv.SyncBuffer
+}
+
+// get starts the process with py the first time; it returns the start's
+// error every time.
+func (s *mlxServer) get(py string) (*mlxServer, error) {
+	s.once.Do(func() { s.err = s.start(py) })
+	return s, s.err
+}
+
+func (s *mlxServer) start(py string) error {
+	s.stderr = &testenv.SyncBuffer{}
+	s.cmd = exec.Command(py, filepath.Join("testdata", "mlx_logits.py"))
+	s.cmd.Stderr = s.stderr
+	in, err := s.cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	out, err := s.cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := s.cmd.Start(); err != nil {
+		return err
+	}
+	s.in, s.out = in, bufio.NewReader(out)
+	// The script says it is ready once mlx-lm is imported.
+	line, err := s.out.ReadBytes('\n')
+	if err != nil || strings.TrimSpace(string(line)) != `{"ready": true}` {
+		s.close()
+		return fmt.Errorf("%q %v: %s", line, err, strings.TrimSpace(s.stderr.String()))
+	}
+	return nil
+}
+
+// call sends one request and reads its answer.
+func (s *mlxServer) call(req, resp any) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.in == nil {
+		return errors.New("mlx_logits.py is not running")
+	}
+	line, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	if _, err := s.in.Write(append(line, '\n')); err != nil {
+		return fmt.Errorf("%w: %s", err, s.stderr.String())
+	}
+	line, err = s.out.ReadBytes('\n')
+	if err != nil {
+		return fmt.Errorf("%w: %s", err, s.stderr.String())
+	}
+	var e struct {
+		Error string `json:"error"`
+	}
+	if json.Unmarshal(line, &e) == nil && e.Error != "" {
+		return errors.New(e.Error)
+	}
+	return json.Unmarshal(line, resp)
+}
+
+// close ends the process (its stdin closed, it returns) if it runs.
+func (s *mlxServer) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.in == nil && s.cmd == nil {
+		return
+	}
+	if s.in != nil {
+		s.in.Close()
+	}
+	if s.cmd != nil && s.cmd.Process != nil {
+		if err := s.cmd.Wait(); err != nil {
+			fmt.Fprintf(os.Stderr, "mlx_logits.py: %v\n%s", err, s.stderr.String())
+		}
+	}
+	s.in, s.cmd = nil, nil
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	mlxRef.close()
+	os.Exit(code)
+}
+
+// runMLX asks mlx_logits.py (mlxRef, started by mlxPython) for the
+// models' references: in float32 (native false) or in the models' own
+// dtype, mlx-lm's native path.
 func runMLX(t *testing.T, py string, dirs []string, prompt []int, native bool) []mlxResult {
 	t.Helper()
 	type model struct {
@@ -568,23 +674,15 @@ func runMLX(t *testing.T, py string, dirs []string, prompt []int, native bool) [
 	for _, d := range dirs {
 		req.Models = append(req.Models, model{Dir: d, Prompt: prompt, Steps: paritySteps, Top: 8, Native: native})
 	}
-	in, err := json.Marshal(req)
+	ref, err := mlxRef.get(py)
 	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(py, filepath.Join("testdata", "mlx_logits.py"))
-	cmd.Stdin = bytes.NewReader(in)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("mlx_logits.py: %v\n%s", err, stderr.String())
+		t.Fatalf("mlx_logits.py: %v", err)
 	}
 	var res struct {
 		Results []mlxResult `json:"results"`
 	}
-	if err := json.Unmarshal(out, &res); err != nil {
-		t.Fatalf("mlx_logits.py output: %v", err)
+	if err := ref.call(req, &res); err != nil {
+		t.Fatalf("mlx_logits.py: %v", err)
 	}
 	if len(res.Results) != len(dirs) {
 		t.Fatalf("mlx_logits.py returned %d results for %d models", len(res.Results), len(dirs))

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"fusion/cluster"
 	"fusion/dashboard"
 	"fusion/engine/backend/mlx"
 	"fusion/engine/demo"
@@ -214,4 +215,42 @@ func Start(t testing.TB, o Options) *node.Node {
 		t.Fatalf("node asked for the MLX backend serves on %s: %s", st.Name, st.Reason)
 	}
 	return n
+}
+
+// Member is the cluster settings of a test node on loopback ports (the
+// HTTP, Raft and gRPC listeners on free ones) with cluster.TestTiming's
+// timers: id bootstraps a cluster of expect members or, with expect 0,
+// joins one through the gossip addresses in join.
+func Member(id string, expect int, join []string) node.ClusterConfig {
+	return node.ClusterConfig{NodeID: id, Listen: "127.0.0.1:0", RaftListen: "127.0.0.1:0", GRPCListen: "127.0.0.1:0",
+		BootstrapExpect: expect, Join: join, Secret: "s", Timing: cluster.TestTiming()}
+}
+
+// StartCluster starts one node per Options, the first ("a") bootstrapping
+// a cluster and the others ("b", "c", ...) joining it (each Options'
+// Cluster is replaced), and returns them once the first counts every
+// member (60 s at most; stopped when the test ends, as Start's).
+func StartCluster(t testing.TB, opts ...Options) []*node.Node {
+	t.Helper()
+	if len(opts) == 0 {
+		t.Fatal("StartCluster: no nodes")
+	}
+	nodes := make([]*node.Node, len(opts))
+	for i, o := range opts {
+		id := string(rune('a' + i))
+		if i == 0 {
+			o.Cluster = Member(id, 1, nil)
+		} else {
+			o.Cluster = Member(id, 0, []string{nodes[0].Cluster().GossipAddr()})
+		}
+		nodes[i] = Start(t, o)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for len(nodes[0].Cluster().Members()) != len(nodes) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the cluster has %d members, want %d", len(nodes[0].Cluster().Members()), len(nodes))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return nodes
 }

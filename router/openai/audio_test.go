@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"fusion/cluster"
 	"fusion/engine/audio"
 	"fusion/engine/audio/audiotest"
 	"fusion/internal/testenv"
@@ -132,30 +131,17 @@ func TestPythonSDKTranscriptions(t *testing.T) {
 	if err := os.WriteFile(wavPath, wav, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	member := func(id string, expect int, join []string) node.ClusterConfig {
-		return node.ClusterConfig{NodeID: id, Listen: "127.0.0.1:0", RaftListen: "127.0.0.1:0", GRPCListen: "127.0.0.1:0",
-			BootstrapExpect: expect, Join: join, Secret: "s", Timing: cluster.TestTiming()}
-	}
-	n := nodetest.Start(t, nodetest.Options{APIKey: testKey, ModelsDir: models, Cluster: member("a", 1, nil)})
-	var others []*node.Node
-	for _, id := range []string{"b", "c"} {
-		others = append(others, nodetest.Start(t, nodetest.Options{APIKey: testKey, ModelsDir: t.TempDir(),
-			Cluster: member(id, 0, []string{n.Cluster().GossipAddr()})}))
-	}
-	fwd := others[1]
-	deadline := time.Now().Add(60 * time.Second)
-	for len(n.Cluster().Members()) != 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the cluster has %d members, want 3", len(n.Cluster().Members()))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	nodes := nodetest.StartCluster(t,
+		nodetest.Options{APIKey: testKey, ModelsDir: models},
+		nodetest.Options{APIKey: testKey, ModelsDir: t.TempDir()},
+		nodetest.Options{APIKey: testKey, ModelsDir: t.TempDir()})
+	n, fwd := nodes[0], nodes[2]
 	// Load the model on a (a short clip), then wait until c forwards.
 	ct, body := multipartBody(t, map[string]string{"model": asrModel, "response_format": "text"}, wav16(make([]float32, 8000)))
 	if code, out := postAudio(t, n, "/v1/audio/transcriptions", ct, body); code != http.StatusOK {
 		t.Fatalf("warming up on a: %d %s", code, out)
 	}
-	deadline = time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		code, out := postAudio(t, fwd, "/v1/audio/transcriptions", ct, body)
 		if code == http.StatusOK {

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"fusion/cluster"
 	"fusion/engine/audio"
 	"fusion/engine/backend/cpu"
 	"fusion/engine/silero"
@@ -75,12 +74,10 @@ func TestAudioVAD(t *testing.T) {
 	}
 	tightFields := map[string]string{"min_speech_duration_ms": "250", "min_silence_duration_ms": "100", "speech_pad_ms": "30"}
 
-	member := func(id string, expect int, join []string) node.ClusterConfig {
-		return node.ClusterConfig{NodeID: id, Listen: "127.0.0.1:0", RaftListen: "127.0.0.1:0", GRPCListen: "127.0.0.1:0",
-			BootstrapExpect: expect, Join: join, Secret: "s", Timing: cluster.TestTiming()}
-	}
-	a := nodetest.Start(t, nodetest.Options{APIKey: testKey, ModelsDir: models, Cluster: member("a", 1, nil)})
-	b := nodetest.Start(t, nodetest.Options{APIKey: testKey, ModelsDir: t.TempDir(), Cluster: member("b", 0, []string{a.Cluster().GossipAddr()})})
+	nodes := nodetest.StartCluster(t,
+		nodetest.Options{APIKey: testKey, ModelsDir: models},
+		nodetest.Options{APIKey: testKey, ModelsDir: t.TempDir()})
+	a, b := nodes[0], nodes[1]
 
 	post := func(n *node.Node, fields map[string]string) (int, []byte) {
 		f := map[string]string{"model": vadModel, "task": "vad"}

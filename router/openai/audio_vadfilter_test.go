@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"fusion/cluster"
 	"fusion/engine/audio"
 	"fusion/engine/audio/audiotest"
 	"fusion/engine/silero/silerotest"
@@ -144,12 +143,10 @@ print(json.dumps({"vad_filter": vad, "batched": dump(segs)}))
 		if single.Segments == nil {
 			t.Skip("no single-node answer")
 		}
-		member := func(id string, expect int, join []string) node.ClusterConfig {
-			return node.ClusterConfig{NodeID: id, Listen: "127.0.0.1:0", RaftListen: "127.0.0.1:0", GRPCListen: "127.0.0.1:0",
-				BootstrapExpect: expect, Join: join, Secret: "s", Timing: cluster.TestTiming()}
-		}
-		a := nodetest.Start(t, nodetest.Options{APIKey: testKey, ModelsDir: models, Cluster: member("a", 1, nil)})
-		nodetest.Start(t, nodetest.Options{APIKey: testKey, ModelsDir: models, Cluster: member("b", 0, []string{a.Cluster().GossipAddr()})})
+		nodes := nodetest.StartCluster(t,
+			nodetest.Options{APIKey: testKey, ModelsDir: models},
+			nodetest.Options{APIKey: testKey, ModelsDir: models})
+		a := nodes[0]
 		// a splits once it knows b holds the model too.
 		waitModel(t, a, asrModel, func(e modelEntry) bool { return len(e.Nodes) == 2 })
 		// b must have run a share (and so loaded the model). A share b

@@ -12,10 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"fusion/cluster"
 	"fusion/engine/embed/embedtest"
 	"fusion/internal/testenv"
-	"fusion/node"
 	"fusion/node/nodetest"
 )
 
@@ -68,24 +66,11 @@ func TestPythonSDKEmbeddings(t *testing.T) {
 	if err := os.Symlink(xlmr, filepath.Join(models, xlmrModel)); err != nil {
 		t.Fatal(err)
 	}
-	member := func(id string, expect int, join []string) node.ClusterConfig {
-		return node.ClusterConfig{NodeID: id, Listen: "127.0.0.1:0", RaftListen: "127.0.0.1:0", GRPCListen: "127.0.0.1:0",
-			BootstrapExpect: expect, Join: join, Secret: "s", Timing: cluster.TestTiming()}
-	}
-	n := nodetest.Start(t, nodetest.Options{APIKey: testKey, ModelsDir: models, MaxEmbeds: maxInputs, Cluster: member("a", 1, nil)})
-	var others []*node.Node
-	for _, id := range []string{"b", "c"} {
-		others = append(others, nodetest.Start(t, nodetest.Options{APIKey: testKey, ModelsDir: t.TempDir(), MaxEmbeds: maxInputs,
-			Cluster: member(id, 0, []string{n.Cluster().GossipAddr()})}))
-	}
-	fwd := others[1]
-	deadline := time.Now().Add(30 * time.Second)
-	for len(n.Cluster().Members()) != 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the cluster has %d members, want 3", len(n.Cluster().Members()))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	nodes := nodetest.StartCluster(t,
+		nodetest.Options{APIKey: testKey, ModelsDir: models, MaxEmbeds: maxInputs},
+		nodetest.Options{APIKey: testKey, ModelsDir: t.TempDir(), MaxEmbeds: maxInputs},
+		nodetest.Options{APIKey: testKey, ModelsDir: t.TempDir(), MaxEmbeds: maxInputs})
+	n, fwd := nodes[0], nodes[2]
 	// The forwarding node routes to a node that has the model loaded:
 	// load the three models on a, then wait until b answers for each.
 	for _, m := range []string{embedModel, mrlModel, xlmrModel, nodetest.Model} {

@@ -367,11 +367,7 @@ func TestImagesOnNode(t *testing.T) {
 	if err := flux2.CreateDemo(filepath.Join(models, "flux"), flux2.TinyDemo()); err != nil {
 		t.Fatal(err)
 	}
-	member := func(id string, expect int, join []string) node.ClusterConfig {
-		return node.ClusterConfig{NodeID: id, Listen: "127.0.0.1:0", RaftListen: "127.0.0.1:0", GRPCListen: "127.0.0.1:0",
-			BootstrapExpect: expect, Join: join, Secret: "s", Timing: cluster.TestTiming()}
-	}
-	n := nodetest.Start(t, nodetest.Options{ModelsDir: models, Cluster: member("a", 1, nil)})
+	n := nodetest.Start(t, nodetest.Options{ModelsDir: models, Cluster: nodetest.Member("a", 1, nil)})
 	resp, err := http.Get(n.URL() + "/v1/models/flux")
 	if err != nil {
 		t.Fatal(err)
@@ -409,7 +405,7 @@ func TestImagesOnNode(t *testing.T) {
 	if out, err := exec.Command(py, "-c", "import openai, PIL").CombinedOutput(); err != nil {
 		missing(t, "openai or Pillow is not installed in %s: %s", py, out)
 	}
-	fwd := nodetest.Start(t, nodetest.Options{ModelsDir: t.TempDir(), Cluster: member("b", 0, []string{n.Cluster().GossipAddr()})})
+	fwd := nodetest.Start(t, nodetest.Options{ModelsDir: t.TempDir(), Cluster: nodetest.Member("b", 0, []string{n.Cluster().GossipAddr()})})
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		resp, err := http.Get(fwd.URL() + "/v1/models/flux")
 		if err == nil {
@@ -477,12 +473,8 @@ func TestImagesAcrossNodes(t *testing.T) {
 		}
 		return dir
 	}
-	member := func(id string, expect int, join []string) node.ClusterConfig {
-		return node.ClusterConfig{NodeID: id, Listen: "127.0.0.1:0", RaftListen: "127.0.0.1:0", GRPCListen: "127.0.0.1:0",
-			BootstrapExpect: expect, Join: join, Secret: "s", Timing: cluster.TestTiming()}
-	}
-	a := nodetest.Start(t, nodetest.Options{ModelsDir: withFlux(), Cluster: member("a", 1, nil)})
-	b := nodetest.Start(t, nodetest.Options{ModelsDir: withFlux(), Cluster: member("b", 0, []string{a.Cluster().GossipAddr()})})
+	nodes := nodetest.StartCluster(t, nodetest.Options{ModelsDir: withFlux()}, nodetest.Options{ModelsDir: withFlux()})
+	a, b := nodes[0], nodes[1]
 	solo := nodetest.Start(t, nodetest.Options{ModelsDir: withFlux()})
 	for deadline := time.Now().Add(60 * time.Second); holders(a.Cluster(), "flux") < 2; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"fusion/cluster"
 	"fusion/engine/embed/embedtest"
 	"fusion/internal/testenv"
 	"fusion/node"
@@ -62,31 +61,18 @@ func rerankModels(t *testing.T) (models, reranker string) {
 // the warm-up request (path, body) to a.
 func forwardingCluster(t *testing.T, models, path string, body any) (a, c *node.Node) {
 	t.Helper()
-	member := func(id string, expect int, join []string) node.ClusterConfig {
-		return node.ClusterConfig{NodeID: id, Listen: "127.0.0.1:0", RaftListen: "127.0.0.1:0", GRPCListen: "127.0.0.1:0",
-			BootstrapExpect: expect, Join: join, Secret: "s", Timing: cluster.TestTiming()}
-	}
-	a = nodetest.Start(t, nodetest.Options{APIKey: testKey, ModelsDir: models, MaxRerankDocs: maxDocs, Cluster: member("a", 1, nil)})
-	var others []*node.Node
-	for _, id := range []string{"b", "c"} {
-		others = append(others, nodetest.Start(t, nodetest.Options{APIKey: testKey, ModelsDir: t.TempDir(), MaxRerankDocs: maxDocs,
-			Cluster: member(id, 0, []string{a.Cluster().GossipAddr()})}))
-	}
-	c = others[1]
-	deadline := time.Now().Add(30 * time.Second)
-	for len(a.Cluster().Members()) != 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the cluster has %d members, want 3", len(a.Cluster().Members()))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	nodes := nodetest.StartCluster(t,
+		nodetest.Options{APIKey: testKey, ModelsDir: models, MaxRerankDocs: maxDocs},
+		nodetest.Options{APIKey: testKey, ModelsDir: t.TempDir(), MaxRerankDocs: maxDocs},
+		nodetest.Options{APIKey: testKey, ModelsDir: t.TempDir(), MaxRerankDocs: maxDocs})
+	a, c = nodes[0], nodes[2]
 	var out struct {
 		Error any `json:"error"`
 	}
 	if code := post(t, a, path, body, &out); code != http.StatusOK {
 		t.Fatalf("warming %s on a: %d %+v", path, code, out.Error)
 	}
-	deadline = time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for post(t, c, path, body, &out) != http.StatusOK {
 		if time.Now().After(deadline) {
 			t.Fatalf("c never forwarded %s to a: %+v", path, out.Error)

@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"fusion/cluster"
 	"fusion/engine/backend/cpu"
 	"fusion/engine/piper"
 	"fusion/internal/testenv"
@@ -179,24 +178,11 @@ func TestPythonSDKSpeech(t *testing.T) {
 	counts := directSamples(t, fixture, text, 1, 2)
 	want, wantFast := counts[0], counts[1]
 
-	member := func(id string, expect int, join []string) node.ClusterConfig {
-		return node.ClusterConfig{NodeID: id, Listen: "127.0.0.1:0", RaftListen: "127.0.0.1:0", GRPCListen: "127.0.0.1:0",
-			BootstrapExpect: expect, Join: join, Secret: "s", Timing: cluster.TestTiming()}
-	}
-	n := nodetest.Start(t, nodetest.Options{APIKey: testKey, ModelsDir: models, MaxSpeechInput: speechMaxInput, Cluster: member("a", 1, nil)})
-	var others []*node.Node
-	for _, id := range []string{"b", "c"} {
-		others = append(others, nodetest.Start(t, nodetest.Options{APIKey: testKey, ModelsDir: t.TempDir(),
-			Cluster: member(id, 0, []string{n.Cluster().GossipAddr()})}))
-	}
-	fwd := others[1]
-	deadline := time.Now().Add(60 * time.Second)
-	for len(n.Cluster().Members()) != 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the cluster has %d members, want 3", len(n.Cluster().Members()))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	nodes := nodetest.StartCluster(t,
+		nodetest.Options{APIKey: testKey, ModelsDir: models, MaxSpeechInput: speechMaxInput},
+		nodetest.Options{APIKey: testKey, ModelsDir: t.TempDir()},
+		nodetest.Options{APIKey: testKey, ModelsDir: t.TempDir()})
+	n, fwd := nodes[0], nodes[2]
 
 	// The WAV on a (the format when none is asked): a streaming header,
 	// then the samples of the text.
@@ -232,7 +218,7 @@ func TestPythonSDKSpeech(t *testing.T) {
 		t.Logf("%s: %d bytes, %d samples decoded (wav %d)", f.format, len(enc), len(pcm)/2, want)
 	}
 	// c forwards once it has heard of the voice.
-	deadline = time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		resp, out := postSpeech(t, fwd, strings.Replace(req, `}`, `,"response_format":"pcm"}`, 1))
 		if resp.StatusCode == http.StatusOK {

@@ -1,26 +1,29 @@
 """Reference log-probabilities from mlx-lm for the model parity tests.
 
-Reads a JSON request on stdin:
+One process serves every parity test of a test binary (importing mlx-lm
+costs seconds of CPU, once): once mlx-lm is imported it writes {"ready": true} on a
+line of stdout, then reads JSON requests, one a line, on stdin:
 
     {"models": [{"dir": "...", "prompt": [ids...], "steps": 64, "top": 8,
                  "native": false}, ...]}
 
-and, for each model, loads it with mlx-lm, casts its floating-point
-parameters to float32 (bf16 weights are exact in f32; quantized layers keep
-their packed uint32 codes and get f32 scales and biases), prefills the
-prompt with a KV cache, then decodes greedily. The prompt goes in as two
-calls, all but its last token and then the last one, so that MLX's lazy
-graph never computes the LM head over the whole prompt (the first call's
-logits are never evaluated).
+and answers each with one line, until stdin ends. For each model it
+loads it with mlx-lm, casts its floating-point parameters to float32 (bf16
+weights are exact in f32; quantized layers keep their packed uint32 codes
+and get f32 scales and biases), prefills the prompt with a KV cache, then
+decodes greedily. The prompt goes in as two calls, all but its last token
+and then the last one, so that MLX's lazy graph never computes the LM head
+over the whole prompt (the first call's logits are never evaluated).
 
 With "native", the model keeps its dtype (mlx-lm's own path: activations,
 KV cache and logits in bf16 for a bf16 or bf16-scaled quantized model),
 and the prompt goes in as one call of the model's body, the LM head then
 applied to its last row only: the engine's prefill (its logits are rows of
-the same bf16 computation; the head is row-wise). It writes one JSON
-object on stdout:
+the same bf16 computation; the head is row-wise). The answer is
 
     {"results": [{"tokens": [...], "steps": [{"ids": [...], "logprobs": [...]}]}]}
+
+or {"error": "..."} (the traceback) when a model fails.
 
 steps[i] is the distribution that chose tokens[i] (steps[0] follows the
 prompt): the `top` most likely ids, most likely first, and their
@@ -29,6 +32,7 @@ log-probabilities.
 
 import json
 import sys
+import traceback
 from pathlib import Path
 
 import mlx.core as mx
@@ -99,8 +103,16 @@ def run(spec):
 
 def main():
     mx.set_default_device(mx.cpu)
-    req = json.load(sys.stdin)
-    json.dump({"results": [run(m) for m in req["models"]]}, sys.stdout)
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            req = json.loads(line)
+            answer = {"results": [run(m) for m in req["models"]]}
+        except Exception:
+            answer = {"error": traceback.format_exc()}
+        print(json.dumps(answer), flush=True)
 
 
 if __name__ == "__main__":
