@@ -72,7 +72,11 @@ test: test-deps
 	@# voice, transcribed by our Whisper tiny.en, WER at most 10%) and the
 	@# speech bench's smoke run against piper-tts. Without -race (~30 s and
 	@# ~8 s here; the main pass skips both: minutes and ~22 s under -race).
-	FUSION_TTS_ROUNDTRIP=1 $(TEST_ENV) $(GO) test -count=1 -timeout 10m -run '^(TestRoundTripWER|TestBenchSpeechSmoke)$$' -v ./engine/piper ./internal/bench | grep -E 'WER [0-9]|audio-s/s|^(ok|FAIL|--- )'
+	@# Beside them, the big mlx-lm parity suites (the dense families with
+	@# Qwen3's 151,936-token vocabulary, Gemma 3 with its 262,208):
+	@# single-goroutine work the race pass skips (~320 s there, ~130 CPU-s
+	@# here, mlx-lm's share included).
+	FUSION_TTS_ROUNDTRIP=1 $(TEST_ENV) $(GO) test -count=1 -timeout 20m -run '^(TestRoundTripWER|TestBenchSpeechSmoke|TestParityMLX|TestParityMLXGemma3)$$' -v ./engine/piper ./internal/bench ./engine/model | grep -E 'WER [0-9]|audio-s/s|^(ok|FAIL|--- )'
 
 # The JSON document is the only thing on stdout; building and installing
 # talk on stderr.

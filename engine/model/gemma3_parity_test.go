@@ -18,6 +18,7 @@ import (
 // also wants outputs that are not saturated: the top-1 probability varies
 // across the steps and greedy decoding walks through many tokens.
 func TestParityMLXGemma3(t *testing.T) {
+	skipUnderRace(t)
 	py := mlxPython(t)
 	vocabDir := testenv.TokenizerDir(t, "gemma3")
 	prompt := promptTokens(t, vocabDir, parityPrompt)

@@ -29,6 +29,7 @@ import (
 	"fusion/engine/tensor"
 	"fusion/engine/tokenizer"
 	"fusion/engine/tokenizer/corpus"
+	"fusion/internal/race"
 	"fusion/internal/testenv"
 )
 
@@ -197,6 +198,7 @@ type mlxResult struct {
 }
 
 func TestParityMLX(t *testing.T) {
+	skipUnderRace(t)
 	py := mlxPython(t)
 	cases := parityCases()
 	dirs, prompt := parityModels(t, cases, testenv.TokenizerDir(t, "qwen3"))
@@ -688,4 +690,17 @@ func runMLX(t *testing.T, py string, dirs []string, prompt []int, native bool) [
 		t.Fatalf("mlx_logits.py returned %d results for %d models", len(res.Results), len(dirs))
 	}
 	return res.Results
+}
+
+// skipUnderRace skips the big single-goroutine parity suites under -race:
+// building their demo models (a 151,936- or 262,208-row vocabulary) and
+// the forward passes spend most of their time in the race detector (~320 s
+// of the race pass, ~60 s without), and the concurrent paths they share
+// with serving are raced by the smaller parity and batching tests. `make
+// test` runs them in its non-race step.
+func skipUnderRace(t *testing.T) {
+	t.Helper()
+	if race.Enabled {
+		t.Skip("slow under -race; make test runs it without -race")
+	}
 }
