@@ -1,45 +1,147 @@
 package runner
 
 import (
+	"context"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
 
+	"fusion/engine"
 	"fusion/engine/demo"
 )
 
-// TestQwen3NextRunner serves a qwen3_next demo (Gated DeltaNet layers,
-// a recurrent state per sequence) through the runner: the prefix cache
-// stores nothing for it and a second run recomputes the same answer;
-// three requests batched in the same steps answer as each does alone.
-func TestQwen3NextRunner(t *testing.T) {
-	dir := t.TempDir()
-	if _, err := demo.Create(filepath.Join(dir, "demo"), demo.Options{Arch: "qwen3_next", Layers: 4, Hidden: 64, Heads: 4,
-		KVHeads: 2, HeadDim: 16, Experts: 4, ExpertsPerTok: 2, MoEIntermediate: 32, Seed: 10}); err != nil {
+// recurrentDemo writes a tiny demo of a family with Gated DeltaNet layers
+// (a recurrent state per sequence) under dir/demo.
+func recurrentDemo(t *testing.T, dir, arch string) {
+	t.Helper()
+	if _, err := demo.Create(filepath.Join(dir, "demo"), demo.Options{Arch: arch, Layers: 4, Hidden: 64, Heads: 4,
+		KVHeads: 2, HeadDim: 16, Intermediate: 128, Experts: 4, ExpertsPerTok: 2, MoEIntermediate: 32, Seed: 10}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// generateAll runs req and returns its tokens with their logprobs and
+// top alternatives, rendered, and the usage.
+func generateAll(t *testing.T, r *Runner, req *engine.Request) (string, engine.Usage) {
+	t.Helper()
+	ch, err := r.Generate(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out string
+	for ev := range ch {
+		out += fmt.Sprint(ev.Tokens, ev.TopLogprobs)
+		if ev.Done {
+			if ev.Err != nil {
+				t.Fatal(ev.Err)
+			}
+			return out, ev.Usage
+		}
+	}
+	t.Fatal("no final event")
+	return "", engine.Usage{}
+}
+
+// TestRecurrentPrefixCache serves qwen3_next and qwen3_5_moe demos (Gated
+// DeltaNet layers) with the prefix cache: blocks carry snapshots of the
+// recurrent state where the prefill passed their end (every block, or
+// every second one with CacheStateEvery 2, on qwen3_5_moe), a later request restores the
+// run of cached blocks up to the deepest snapshot, from RAM or from the
+// SSD, and prefills only the rest, and every answer — greedy, and seeded
+// with logprobs — has the very tokens and logprobs of a runner without
+// the cache.
+func TestRecurrentPrefixCache(t *testing.T) {
+	seed := int64(7)
+	seeded := func(prompt []int) *engine.Request {
+		req := tokensRequest(prompt, 12)
+		req.Sampling.Temperature, req.Sampling.Seed = 0.9, &seed
+		req.Sampling.Logprobs, req.Sampling.TopLogprobs = true, 3
+		return req
+	}
+	for arch, everies := range map[string][]int{"qwen3_next": {1}, "qwen3_5_moe": {1, 2}} {
+		dir := t.TempDir()
+		recurrentDemo(t, dir, arch)
+		cold, err := New(Config{ModelsDir: dir, CacheHotBytes: -1, CacheSSDBytes: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cold.Close() })
+		want := map[string]string{}
+		answer := func(r *Runner, name string, req *engine.Request) (string, engine.Usage) {
+			got, u := generateAll(t, r, req)
+			if _, ok := want[name]; !ok {
+				want[name], _ = generateAll(t, cold, req)
+			}
+			if got != want[name] {
+				t.Errorf("%s %s: the answer differs from the one without the cache:\n%s\n%s", arch, name, got, want[name])
+			}
+			return got, u
+		}
+		for _, every := range everies {
+			t.Run(fmt.Sprintf("%s/every%d", arch, every), func(t *testing.T) {
+				r, err := New(Config{ModelsDir: dir, CacheDir: t.TempDir(), CacheStateEvery: every})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer r.Close()
+				steps := []struct {
+					name           string
+					req            *engine.Request
+					cached, stored int
+				}{
+					// 150 tokens: blocks 0 and 1 stored, block 1 with a snapshot.
+					{"greedy 150", tokensRequest(demoPrompt(150), 12), 0, 128},
+					{"greedy 150 again", tokensRequest(demoPrompt(150), 12), 128, 0},
+					{"seeded 150", seeded(demoPrompt(150)), 128, 0},
+					// 300 tokens share its first two blocks: blocks 2 and 3 are new.
+					{"greedy 300", tokensRequest(demoPrompt(300), 12), 128, 128},
+					{"seeded 300", seeded(demoPrompt(300)), 256, 0},
+					// Block 0 carries a snapshot only when every block does.
+					{"greedy 100", tokensRequest(demoPrompt(100), 12), map[int]int{1: 64, 2: 0}[every], 0},
+					// A whole-block prompt stops a block short: its last token is computed.
+					{"greedy 256", tokensRequest(demoPrompt(256), 12), map[int]int{1: 192, 2: 128}[every], 0},
+				}
+				for _, s := range steps {
+					_, u := answer(r, s.name, s.req)
+					if u.CachedTokens != s.cached || u.CacheWriteTokens != s.stored {
+						t.Errorf("%s: cached %d, written %d; want %d, %d", s.name, u.CachedTokens, u.CacheWriteTokens, s.cached, s.stored)
+					}
+				}
+				// From the SSD tier: the RAM tier emptied, the snapshots come
+				// back from the block files.
+				r.FlushCache()
+				r.ClearHotCache(context.Background())
+				if _, u := answer(r, "seeded 300", seeded(demoPrompt(300))); u.CachedTokens != 256 {
+					t.Errorf("from the SSD: cached %d, want 256", u.CachedTokens)
+				}
+				if st := r.CacheStats(); st.DiskHits < 4 {
+					t.Errorf("stats %+v: want the 4 blocks from the SSD", st)
+				}
+			})
+		}
+	}
+}
+
+// TestQwen3NextRunner: three requests of a qwen3_next demo batched in the
+// same steps, through the prefix cache's chunk cuts, answer as each does
+// alone.
+func TestQwen3NextRunner(t *testing.T) {
+	dir := t.TempDir()
+	recurrentDemo(t, dir, "qwen3_next")
 	r, err := New(Config{ModelsDir: dir, CacheSSDBytes: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Close() })
 
-	prompt := demoPrompt(150)
-	first, u := generateIDs(t, r, tokensRequest(prompt, 16))
-	if u.CachedTokens != 0 || u.CacheWriteTokens != 0 {
-		t.Fatalf("first run: usage %+v, want nothing cached or written", u)
-	}
-	again, u := generateIDs(t, r, tokensRequest(prompt, 16))
-	if !slices.Equal(again, first) || u.CachedTokens != 0 {
-		t.Fatalf("second run: usage %+v, %v, want 0 cached and %v", u, again, first)
-	}
-
-	prompts := [][]int{demoPrompt(40)[3:], demoPrompt(90)[7:], demoPrompt(70)[1:]}
+	prompts := [][]int{demoPrompt(40)[3:], demoPrompt(90)[7:], demoPrompt(170)[1:]}
 	alone := make([][]int, len(prompts))
 	for i, p := range prompts {
 		alone[i], _ = generateIDs(t, r, tokensRequest(p, 12))
 	}
+	r.ClearHotCache(context.Background())
 	together := make([][]int, len(prompts))
 	var wg sync.WaitGroup
 	for i, p := range prompts {

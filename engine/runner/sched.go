@@ -303,9 +303,11 @@ func (s *scheduler) finish(inputs []stepInput, gens []*generation, logits [][]fl
 		} else {
 			g.kvLen += len(inputs[i].tokens)
 		}
-		if before < len(g.prompt) && g.kvLen >= len(g.prompt) && len(g.output) == 0 {
-			// The prompt is in: its new blocks go to the prefix cache.
-			g.usage.CacheWriteTokens = g.storePrefix(g.seq, g.prompt)
+		if before < len(g.prompt) && len(g.output) == 0 && (g.kvLen >= len(g.prompt) || g.crossedBlock(before, g.kvLen)) {
+			// The prompt is in (or, for a model with recurrent layers, a
+			// chunk ended on a block while the state is there): its new
+			// blocks go to the prefix cache.
+			g.usage.CacheWriteTokens += g.storePrefix(g.seq, g.prompt)
 		}
 		if g.pendingLen() > 0 || g.ctx.Err() != nil {
 			continue // a prompt chunk short of the end, or leaving next step
@@ -534,6 +536,11 @@ func (s *scheduler) plan(limit int) ([]stepInput, []*generation) {
 		}
 		p := g.pending()
 		n := min(len(p), budget)
+		if e := g.snapshotEvery(); e > 0 {
+			// A recurrent state is snapshotted where a chunk ends: end
+			// one on the next snapshot boundary it would cross.
+			n = min(n, e-g.kvLen%e)
+		}
 		if g.spec != nil {
 			// The last token waits for the first drafting step, so the
 			// first generated token is verified like the others.
@@ -625,8 +632,9 @@ func (s *scheduler) freeSeq(g *generation) {
 // pool count, and only then is the final event (nil when the client went
 // away) queued, so a client that saw it can count on the capacity.
 func (s *scheduler) retire(g *generation, final *engine.Event, cancelled bool) {
-	if g.seq != nil && final != nil && final.Err == nil {
-		// Keep the output's blocks too (what the KV cache holds of them).
+	if g.seq != nil && final != nil && final.Err == nil && !g.lm.recurrent {
+		// Keep the output's blocks too (what the KV cache holds of them;
+		// not for recurrent layers, whose state is past all but the last).
 		g.storePrefix(g.seq, append(slices.Clone(g.prompt), g.output...))
 	}
 	s.freeSeq(g)
