@@ -158,3 +158,66 @@ func TestQwen3NextRunner(t *testing.T) {
 		}
 	}
 }
+
+// TestRecurrentKVBudget: the KV budget counts a sequence's recurrent
+// state (fixed, whatever its length) with its KV blocks. A budget of two
+// sequences' KV blocks without their states runs two qwen3_next requests
+// one after the other, within it, with the answers each gives alone; one
+// byte short of one sequence's KV and state refuses the request.
+func TestRecurrentKVBudget(t *testing.T) {
+	dir := t.TempDir()
+	recurrentDemo(t, dir, "qwen3_next")
+	r, err := New(Config{ModelsDir: dir, CacheHotBytes: -1, CacheSSDBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	ctx := context.Background()
+	prompts := [][]int{demoPrompt(40), demoPrompt(50)[5:]}
+	alone := make([][]int, len(prompts))
+	for i, p := range prompts {
+		alone[i], _ = generateIDs(t, r, tokensRequest(p, 8))
+	}
+	lm, release, err := r.acquire(ctx, "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	release()
+	state := lm.model.(*cpuModel).m.RecurrentBytes()
+	block, perTok := lm.model.KVBlock()
+	kv := int64(block) * perTok
+	if state == 0 || lm.sched.kvFor(1) != kv+state {
+		t.Errorf("kvFor(1) = %d, want a KV block %d + the recurrent state %d", lm.sched.kvFor(1), kv, state)
+	}
+
+	r.cfg.MaxKVBytes = 2*kv + state // both KV blocks, one state
+	stop := r.WatchKV()
+	chs := make([]<-chan engine.Event, len(prompts))
+	for i, p := range prompts {
+		if chs[i], err = r.Generate(ctx, tokensRequest(p, 8)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, ch := range chs {
+		var ids []int
+		for ev := range ch {
+			if ev.Err != nil {
+				t.Fatal(ev.Err)
+			}
+			for _, tl := range ev.Tokens {
+				ids = append(ids, tl.ID)
+			}
+		}
+		if !slices.Equal(ids, alone[i]) {
+			t.Errorf("prompt %d under the budget: %v, alone %v", i, ids, alone[i])
+		}
+	}
+	if peak := stop(); peak > r.cfg.MaxKVBytes || peak < kv+state {
+		t.Errorf("KV high-water mark %d, budget %d (one sequence: %d)", peak, r.cfg.MaxKVBytes, kv+state)
+	}
+
+	r.cfg.MaxKVBytes = kv + state - 1
+	if _, err := r.Generate(ctx, tokensRequest(prompts[0], 8)); err == nil {
+		t.Error("a request was admitted with its state over the budget")
+	}
+}

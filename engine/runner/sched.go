@@ -30,6 +30,9 @@ type scheduler struct {
 	model  languageModel
 	block  int   // KV cache growth unit, in positions
 	perTok int64 // KV bytes per position
+	// state is what a sequence holds whatever its length: the recurrent
+	// state of the model's DeltaNet layers (on this node).
+	state int64
 
 	ctx    context.Context // cancelled by close: stops the loop and its forward
 	cancel context.CancelFunc
@@ -59,6 +62,9 @@ func newScheduler(r *Runner, name string, m languageModel) *scheduler {
 	s := &scheduler{r: r, name: name, model: m, ctx: ctx, cancel: cancel, done: make(chan struct{}), wake: make(chan struct{}, 1)}
 	s.block, s.perTok = m.KVBlock()
 	s.block = max(s.block, 1)
+	if st, ok := m.(interface{ StateBytes() int64 }); ok {
+		s.state = st.StateBytes()
+	}
 	go s.loop()
 	return s
 }
@@ -78,9 +84,10 @@ func (s *scheduler) poke() {
 	}
 }
 
-// kvFor is the KV memory a sequence of n positions allocates.
+// kvFor is the KV memory a sequence of n positions allocates, its
+// recurrent state included.
 func (s *scheduler) kvFor(n int) int64 {
-	return int64((n+s.block-1)/s.block*s.block) * s.perTok
+	return int64((n+s.block-1)/s.block*s.block)*s.perTok + s.state
 }
 
 // submit queues an admitted generation.
