@@ -163,7 +163,8 @@ func TestQwen3NextRunner(t *testing.T) {
 // state (fixed, whatever its length) with its KV blocks. A budget of two
 // sequences' KV blocks without their states runs two qwen3_next requests
 // one after the other, within it, with the answers each gives alone; one
-// byte short of one sequence's KV and state refuses the request.
+// byte short of one sequence's KV and state refuses the request. The
+// planner's ModelNeed counts the state, and KV for attention layers only.
 func TestRecurrentKVBudget(t *testing.T) {
 	dir := t.TempDir()
 	recurrentDemo(t, dir, "qwen3_next")
@@ -219,5 +220,13 @@ func TestRecurrentKVBudget(t *testing.T) {
 	r.cfg.MaxKVBytes = kv + state - 1
 	if _, err := r.Generate(ctx, tokensRequest(prompts[0], 8)); err == nil {
 		t.Error("a request was admitted with its state over the budget")
+	}
+
+	// The planner counts the KV of the one attention layer of four at the
+	// context, and the state of the three DeltaNet layers.
+	c := lm.model.(*cpuModel).m.Config
+	want := estimateBytes(filepath.Join(dir, "demo")) + int64(c.MaxPositionEmbeddings)*perTok + state
+	if need := r.ModelNeed("demo"); need != want {
+		t.Errorf("ModelNeed %d, want %d", need, want)
 	}
 }
