@@ -10,6 +10,7 @@ import (
 
 	"fusion/engine"
 	"fusion/engine/demo"
+	"fusion/engine/model"
 )
 
 // recurrentDemo writes a tiny demo of a family with Gated DeltaNet layers
@@ -228,5 +229,78 @@ func TestRecurrentKVBudget(t *testing.T) {
 	want := estimateBytes(filepath.Join(dir, "demo")) + int64(c.MaxPositionEmbeddings)*perTok + state
 	if need := r.ModelNeed("demo"); need != want {
 		t.Errorf("ModelNeed %d, want %d", need, want)
+	}
+}
+
+// TestPipelineRecurrent: a qwen3_5_moe demo run as a two-stage pipeline
+// (this runner's first stage, the later layers on another runner's
+// StageModel, as a node's pipeline has them without the network) answers
+// with the tokens and logprobs of the whole model, greedy and seeded,
+// four requests batched, whatever the split: DeltaNet layers alone on
+// the first stage ([0, 1), [0, 3)), or both kinds on each ([0, 2)). The
+// prefix cache stays off for such a pipeline: a repeat restores nothing.
+func TestPipelineRecurrent(t *testing.T) {
+	dir := t.TempDir()
+	recurrentDemo(t, dir, "qwen3_5_moe")
+	whole, err := New(Config{ModelsDir: dir, Threads: 1, Backend: BackendCPU, CacheHotBytes: -1, CacheSSDBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer whole.Close()
+	first, err := New(Config{ModelsDir: dir, Threads: 1, Backend: BackendCPU, CacheSSDBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	seed := int64(5)
+	reqs := map[string]func(p []int) *engine.Request{
+		"greedy": func(p []int) *engine.Request { return tokensRequest(p, 10) },
+		"seeded": func(p []int) *engine.Request {
+			req := tokensRequest(p, 10)
+			req.Sampling.Temperature, req.Sampling.Seed = 1.2, &seed
+			req.Sampling.Logprobs, req.Sampling.TopLogprobs = true, 3
+			return req
+		},
+	}
+	prompts := [][]int{demoPrompt(20), demoPrompt(70)[3:], demoPrompt(140)[9:], demoPrompt(33)[1:]}
+	want := map[string][]string{}
+	for name, mk := range reqs {
+		for _, p := range prompts {
+			a, _ := generateAll(t, whole, mk(p))
+			want[name] = append(want[name], a)
+		}
+	}
+	for gen, split := range []int{1, 2, 3} {
+		t.Run(fmt.Sprintf("split at %d", split), func(t *testing.T) {
+			sm, err := whole.LoadStage(context.Background(), "demo", model.Range{Start: split, End: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sm.Close()
+			down := &localDown{sm: sm, seqs: map[uint64]*model.Sequence{}}
+			if err := first.SetPipeline(context.Background(), "demo", &Pipeline{Layers: model.Range{Start: 0, End: split}, Generation: uint64(gen + 1), Down: down}); err != nil {
+				t.Fatal(err)
+			}
+			for name, mk := range reqs {
+				got := make([]string, len(prompts))
+				usage := make([]engine.Usage, len(prompts))
+				var wg sync.WaitGroup
+				for i, p := range prompts {
+					wg.Go(func() { got[i], usage[i] = generateAll(t, first, mk(p)) })
+				}
+				wg.Wait()
+				for i := range prompts {
+					if got[i] != want[name][i] {
+						t.Errorf("%s prompt %d as a pipeline:\n%s\nwhole:\n%s", name, i, got[i], want[name][i])
+					}
+					if usage[i].CachedTokens != 0 || usage[i].CacheWriteTokens != 0 {
+						t.Errorf("%s prompt %d: usage %+v, want no prefix cache", name, i, usage[i])
+					}
+				}
+			}
+			if n := down.held(); n != 0 {
+				t.Errorf("%d sequences still held downstream", n)
+			}
+		})
 	}
 }
