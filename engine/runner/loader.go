@@ -54,6 +54,7 @@ func (c *cpuModel) Recurrent() bool { return c.m.Recurrent() }
 func (c *cpuModel) KVBlock() (int, int64) {
 	return c.kvBlock, c.m.KVBytesPerToken()
 }
+
 // StateBytes is the recurrent state a sequence holds in the loaded layers
 // (allocated with it, whatever its length; 0 without DeltaNet layers).
 func (c *cpuModel) StateBytes() int64 { return c.m.RecurrentBytes() }
