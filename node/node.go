@@ -119,6 +119,7 @@ type Config struct {
 	CacheHotBytes   int64
 	CacheSSDBytes   int64
 	CacheWriteQueue int // blocks waiting for the SSD writer before drops (default 64)
+	CacheStateEvery int // blocks between recurrent-state snapshots of DeltaNet models (default 4)
 	// Scheduler and pool limits (runner.Config; zero takes its default).
 	MaxRunning   int           // sequences in running batches (default 16)
 	MaxKVBytes   int64         // KV cache of running sequences (default RAM/4)
@@ -328,6 +329,7 @@ func New(cfg Config) (*Node, error) {
 		MemoryBudget: cfg.MemoryBudget, IdleTTL: cfg.IdleTTL,
 		Threads: cfg.Threads, MaxToolCalls: cfg.MaxToolCalls, DraftTokens: cfg.DraftTokens, MaxEmbedInputs: cfg.MaxEmbeds, MaxRerankDocuments: cfg.MaxRerankDocs, EmbedBatchTokens: cfg.EmbedBatchTokens, TextCacheModels: cfg.TextCacheModels, Logger: cfg.Logger,
 		CacheDir: cacheDir, CacheHotBytes: cfg.CacheHotBytes, CacheSSDBytes: cfg.CacheSSDBytes, CacheWriteQueue: cfg.CacheWriteQueue,
+		CacheStateEvery: cfg.CacheStateEvery,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node: engine: %w", err)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"fusion/engine/demo"
+	"fusion/engine/demo/demotest"
 	"fusion/engine/runner"
 	"fusion/node"
 	"fusion/node/nodetest"
@@ -447,5 +448,41 @@ func TestPrefixCacheModelChanged(t *testing.T) {
 	sameOutput(t, "the new model", got, want)
 	if got.Cached != 0 {
 		t.Errorf("the new model reused %d tokens of the old one", got.Cached)
+	}
+}
+
+// TestPrefixCacheRecurrent: a node serving a qwen3_5_moe demo (Gated
+// DeltaNet layers: a recurrent state per sequence) restores the cached
+// blocks with their state snapshots on the second request and answers it
+// as the first to the bit of the log-probabilities (the runner's
+// TestRecurrentPrefixCache compares with no cache at all); a restart
+// restores them from the SSD.
+func TestPrefixCacheRecurrent(t *testing.T) {
+	models := t.TempDir()
+	demotest.Create(t, filepath.Join(models, nodetest.Model), demo.Options{Arch: "qwen3_5_moe", Layers: 4, Hidden: 64, Heads: 4,
+		KVHeads: 2, HeadDim: 16, Intermediate: 128, Experts: 4, ExpertsPerTok: 2, MoEIntermediate: 32, Seed: 12})
+	content := longPrompt()
+	data := t.TempDir()
+	a := nodetest.Start(t, nodetest.Options{ModelsDir: models, DataDir: data})
+	base := chatGreedy(t, a.URL(), content)
+	// A restore ends on the deepest snapshot (every
+	// DefaultCacheStateEvery blocks) before the prompt's last token,
+	// which is computed.
+	every := 64 * runner.DefaultCacheStateEvery
+	wantCached := (base.Prompt - 1) / every * every
+	if wantCached == 0 || base.Cached != 0 {
+		t.Fatalf("cold run: a prompt of %d tokens, %d cached", base.Prompt, base.Cached)
+	}
+	hot := chatGreedy(t, a.URL(), content)
+	sameOutput(t, "hot", hot, base)
+	if hot.Cached != wantCached {
+		t.Errorf("hot run: %d cached tokens, want %d", hot.Cached, wantCached)
+	}
+	stop(t, a)
+	b := nodetest.Start(t, nodetest.Options{ModelsDir: models, DataDir: data})
+	ssd := chatGreedy(t, b.URL(), content)
+	sameOutput(t, "restored from the SSD", ssd, base)
+	if s := b.Runner().CacheStats(); ssd.Cached != wantCached || s.DiskHits < int64(wantCached/64) || s.Corrupt != 0 {
+		t.Errorf("SSD run: %d cached tokens, stats %+v; want %d", ssd.Cached, s, wantCached)
 	}
 }

@@ -245,6 +245,8 @@ func serveSettingsTable() []serveSetting {
 			func(s *serveSettings, v string) error { return parseInt64(v, &s.cfg.CacheSSDBytes, -1) }},
 		{"cache-write-queue", constant("64"), "prefix cache blocks waiting to be written to the SSD before new ones are dropped",
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.CacheWriteQueue, 1) }},
+		{"cache-state-every", constant(strconv.Itoa(runner.DefaultCacheStateEvery)), "prefix cache: blocks between the recurrent-state snapshots of models with Gated DeltaNet layers (a restore ends on one)",
+			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.CacheStateEvery, 1) }},
 		{"completions-as-chat", constant(""), "comma-separated models whose /v1/completions prompts are rendered as a chat",
 			func(s *serveSettings, v string) error {
 				s.cfg.CompletionsAsChat = map[string]bool{}

@@ -211,8 +211,8 @@ func checkMemory(t *testing.T, be *cpu.Backend, path string, opts demo.Options) 
 	seq := newSeq(t, m)
 	forward(t, m, []Input{{Seq: seq, Tokens: tokens(1, 300)}}, Range{}, nil)
 	alloc, used := seq.CacheBytes()
-	// A block holds every loaded layer; only attention layers fill their
-	// part (a DeltaNet layer's state is not in the KV cache).
+	// Only attention layers have a KV cache (a DeltaNet layer's state is
+	// not in it): KVBytesPerToken counts them alone.
 	usedPer := m.KVBytesPerToken()
 	if d := m.Config.DeltaNet; d != nil {
 		attn := int64(0)
@@ -221,7 +221,9 @@ func checkMemory(t *testing.T, be *cpu.Backend, path string, opts demo.Options) 
 				attn++
 			}
 		}
-		usedPer = usedPer / int64(m.Config.NumHiddenLayers) * attn
+		if want := attn * int64(m.kvHeads*m.headDim*2*4); usedPer != want {
+			t.Errorf("KVBytesPerToken = %d, want %d (%d attention layers)", usedPer, want, attn)
+		}
 	}
 	rec := m.RecurrentBytes() // with the sequence, whatever its length
 	if used != 300*usedPer+rec || alloc != 2*cpu.BlockSize*m.KVBytesPerToken()+rec {

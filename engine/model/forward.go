@@ -167,7 +167,7 @@ func (m *Model) run(ctx context.Context, s backend.Step, inputs []Input, layers 
 		f.perLayer = m.gemma4.perLayerInputs(s, tokenIDs(inputs), x, m.Config.HiddenSize, m.eps)
 	}
 	if m.Recurrent() {
-		f.rec = &recStep{}
+		f.rec, f.kvSlot = &recStep{}, m.kvSlot
 		for _, in := range inputs {
 			f.rec.seqs = append(f.rec.seqs, in.Seq)
 		}

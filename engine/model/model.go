@@ -216,7 +216,7 @@ func (m *Model) WeightBytes() int64 { return m.bytes }
 // KVBytesPerToken is the KV cache memory of one position over the loaded
 // layers, at float32.
 func (m *Model) KVBytesPerToken() int64 {
-	return int64(m.cacheLayers().Len()) * int64(m.kvHeads) * int64(m.headDim) * 2 * 4
+	return int64(m.attentionLayers()) * int64(m.kvHeads) * int64(m.headDim) * 2 * 4
 }
 
 // cacheLayers are the loaded layers with a KV cache of their own: all of

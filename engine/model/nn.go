@@ -28,6 +28,8 @@ type frame struct {
 	// rec holds the batch's recurrent states (nil for models without
 	// recurrent layers).
 	rec *recStep
+	// kvSlot maps an attention layer to its KV cache layer (set with rec).
+	kvSlot func(l int) int
 	// err is the first failure of an op that reads values back (a
 	// router's scores); Forward stops at it.
 	err error

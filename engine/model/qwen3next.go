@@ -62,7 +62,13 @@ func (b *qwen3NextBlock) forward(f *frame, x backend.Array) backend.Array {
 	if b.linear != nil {
 		r = b.linear.forward(f, n)
 	} else {
+		// The KV cache holds the attention layers only (Model.kvSlot).
+		layer := f.layer
+		if f.kvSlot != nil {
+			f.layer = f.kvSlot(layer)
+		}
 		r = b.attn.forward(f, n)
+		f.layer = layer
 	}
 	h := f.Add(x, r)
 	return f.Add(h, b.mlp.forward(f, f.norm(h, b.postNorm)))

@@ -1,9 +1,11 @@
 package model
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"fusion/engine/backend"
 	"fusion/engine/modelfile"
@@ -24,8 +26,8 @@ type recState struct {
 
 // Recurrent reports whether the model has layers whose state is not a KV
 // cache (Gated DeltaNet): their sequences cannot be truncated to an
-// earlier position other than 0, and their KV cannot be exported alone,
-// so the prefix cache does not serve them.
+// earlier position other than 0, and an ExportKV block restores them only
+// when it carries the state at its end (a snapshot, see ExportKV).
 func (m *Model) Recurrent() bool {
 	for l := m.Layers.Start; l < m.Layers.End; l++ {
 		if m.Config.DeltaNet.Linear(l) {
@@ -46,6 +48,28 @@ func (m *Model) RecurrentBytes() int64 {
 		}
 	}
 	return n
+}
+
+// kvSlot is the KV cache layer of attention layer l of a model with
+// recurrent layers: only its attention layers have one, numbered from
+// Layers.Start in order (a DeltaNet layer's state is not in the cache).
+func (m *Model) kvSlot(l int) int {
+	n := m.Layers.Start
+	for i := m.Layers.Start; i < l; i++ {
+		if !m.Config.DeltaNet.Linear(i) {
+			n++
+		}
+	}
+	return n
+}
+
+// attentionLayers is the number of loaded layers with a KV cache of their
+// own.
+func (m *Model) attentionLayers() int {
+	if !m.Recurrent() {
+		return m.cacheLayers().Len()
+	}
+	return m.kvSlot(m.Layers.End) - m.Layers.Start
 }
 
 // newRecStates makes a sequence's zero states for the model's recurrent
@@ -76,6 +100,7 @@ func (s *Sequence) layerLen(l int) int {
 		if r := s.rec[l-s.m.Layers.Start]; r != nil {
 			return r.n
 		}
+		l = s.m.kvSlot(l)
 	}
 	return s.cache.Len(l)
 }
@@ -95,6 +120,81 @@ func (s *Sequence) truncateRec(n int) {
 			s.stale = true
 		}
 	}
+}
+
+// A block of a model with recurrent layers is the attention layers' KV
+// block, then the snapshot (empty, or every DeltaNet layer's delta then
+// conv state in layer order, float32 little-endian: RecurrentBytes), then
+// an 8-byte little-endian trailer with the snapshot's length.
+const snapTrailer = 8
+
+// appendSnapshot appends to a KV block the sequence's recurrent state if
+// it is at position to (an empty snapshot otherwise) and the trailer.
+func (s *Sequence) appendSnapshot(b []byte, to int) []byte {
+	at := !s.stale
+	for _, r := range s.rec {
+		if r != nil && r.n != to {
+			at = false
+		}
+	}
+	n := 0
+	if at {
+		n = int(s.m.RecurrentBytes())
+		b = slices.Grow(b, n+snapTrailer)
+		for _, r := range s.rec {
+			if r != nil {
+				b = appendFloats(b, r.delta)
+				b = appendFloats(b, r.conv)
+			}
+		}
+	}
+	return binary.LittleEndian.AppendUint64(b, uint64(n))
+}
+
+// splitSnapshot parses a block of appendSnapshot into its KV part and its
+// snapshot (nil when it carries none).
+func (s *Sequence) splitSnapshot(block []byte) (kv, snap []byte, err error) {
+	if len(block) < snapTrailer {
+		return nil, nil, fmt.Errorf("%w: a block of %d bytes has no state trailer", ErrBadInput, len(block))
+	}
+	end := len(block) - snapTrailer
+	n := binary.LittleEndian.Uint64(block[end:])
+	want := uint64(s.m.RecurrentBytes())
+	if n != 0 && n != want || n > uint64(end) {
+		return nil, nil, fmt.Errorf("%w: a block's recurrent state of %d bytes, want %d", ErrBadInput, n, want)
+	}
+	if n == 0 {
+		return block[:end], nil, nil
+	}
+	return block[:end-int(n)], block[end-int(n) : end], nil
+}
+
+// restoreSnapshot sets every recurrent layer's state from a snapshot
+// taken at position n.
+func (s *Sequence) restoreSnapshot(snap []byte, n int) {
+	for _, r := range s.rec {
+		if r != nil {
+			snap = readFloats(r.delta, snap)
+			snap = readFloats(r.conv, snap)
+			r.n = n
+		}
+	}
+	s.stale = false
+}
+
+func appendFloats(b []byte, f []float32) []byte {
+	for _, x := range f {
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(x))
+	}
+	return b
+}
+
+// readFloats fills dst from the front of b and returns the rest.
+func readFloats(dst []float32, b []byte) []byte {
+	for i := range dst {
+		dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return b[4*len(dst):]
 }
 
 // recStep collects the recurrent layers' new states during a forward

@@ -3,17 +3,20 @@ package model
 import (
 	"context"
 	"errors"
+	"path/filepath"
+	"slices"
 	"testing"
 
 	"fusion/engine/backend/cpu"
 	"fusion/engine/demo"
+	"fusion/engine/demo/demotest"
 )
 
 // A sequence's recurrent state: prefill in chunks gives the logits of one
 // prefill (the state carries across calls); a failed step leaves it as it
 // was; Truncate(0) starts it over; a rewind to an earlier position other
-// than 0 makes the sequence refuse to run (ErrNoRewind), as does
-// exporting its KV alone; the state's size is what RecurrentBytes says.
+// than 0 makes the sequence refuse to run (ErrNoRewind); the state's size
+// is what RecurrentBytes says.
 func TestRecurrentState(t *testing.T) {
 	be := cpu.New(cpu.Options{})
 	defer be.Close()
@@ -39,9 +42,6 @@ func TestRecurrentState(t *testing.T) {
 	if seq.Len() != 90 {
 		t.Fatalf("Len = %d, want 90", seq.Len())
 	}
-	if _, err := seq.ExportKV(0, 64); !errors.Is(err, ErrNoRewind) {
-		t.Errorf("ExportKV: %v, want ErrNoRewind", err)
-	}
 	seq.Truncate(90) // no change
 	seq.Truncate(50)
 	if _, err := m.Forward(context.Background(), []Input{{Seq: seq, Tokens: prompt[50:51]}}, Range{}, nil); !errors.Is(err, ErrNoRewind) {
@@ -58,5 +58,81 @@ func TestRecurrentState(t *testing.T) {
 	}
 	if first := load(t, be, smallModel(t, "qwen3_next", demo.Options{}), Range{3, 4}); first.Recurrent() {
 		t.Error("layer 3 alone (full attention) reported as recurrent")
+	}
+}
+
+// TestRecurrentSnapshot restores a prefix of a qwen3_next and a
+// qwen3_5_moe sequence from exported blocks, as the prefix cache does: a
+// block exported when the state is at its end carries a snapshot of it
+// and ends a restore, after which the rest's logits are the very bits of
+// a sequence that computed everything; a block exported later carries
+// none (its KV restores, the state stays behind and Forward refuses until
+// Truncate goes back to it); a block whose snapshot has the wrong size is
+// refused and changes nothing.
+func TestRecurrentSnapshot(t *testing.T) {
+	be := cpu.New(cpu.Options{})
+	defer be.Close()
+	for _, arch := range []string{"qwen3_next", "qwen3_5_moe"} {
+		t.Run(arch, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "m")
+			demotest.Create(t, dir, demo.Options{Arch: arch, Layers: 4, Hidden: 64, Heads: 4, KVHeads: 2, HeadDim: 16,
+				Intermediate: 128, Experts: 4, ExpertsPerTok: 2, MoEIntermediate: 32, Seed: 5})
+			m := load(t, be, dir, Range{})
+			prompt := tokens(3, 150)
+			want := forward(t, m, []Input{{Seq: newSeq(t, m), Tokens: prompt}}, Range{}, nil).Logits[0]
+
+			src := newSeq(t, m)
+			var blocks [][]byte
+			for a := 0; a < 128; a += 64 {
+				forward(t, m, []Input{{Seq: src, Tokens: prompt[a : a+64]}}, Range{}, nil)
+				b, err := src.ExportKV(a, a+64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				blocks = append(blocks, b)
+			}
+			snap := int(m.RecurrentBytes())
+			if kv := 64 * int(m.KVBytesPerToken()); len(blocks[0]) != kv+snap+snapTrailer {
+				t.Fatalf("a block with a snapshot is %d bytes, want %d KV + %d state + %d", len(blocks[0]), kv, snap, snapTrailer)
+			}
+			late, err := src.ExportKV(0, 64) // the state is at 128 now
+			if err != nil || len(late) != len(blocks[0])-snap {
+				t.Fatalf("a block exported behind the state: %d bytes, %v; want no snapshot", len(late), err)
+			}
+
+			dst := newSeq(t, m)
+			bad := slices.Clone(blocks[0])
+			bad[len(bad)-snapTrailer]++ // a snapshot length one off
+			if err := dst.ImportKV(bad); err == nil || dst.Len() != 0 {
+				t.Fatalf("a bad block: %v, sequence holds %d", err, dst.Len())
+			}
+			for _, b := range blocks {
+				if err := dst.ImportKV(b); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if dst.StateLen() != 128 {
+				t.Fatalf("StateLen = %d after two snapshots, want 128", dst.StateLen())
+			}
+			got := forward(t, m, []Input{{Seq: dst, Tokens: prompt[128:]}}, Range{}, nil).Logits[0]
+			sameBits(t, "after a restore", got, want)
+
+			part := newSeq(t, m)
+			for _, b := range [][]byte{blocks[0], late} { // 0..64 with its state, then KV 64..128 without: wrong tokens' KV on purpose
+				if err := part.ImportKV(b); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if part.StateLen() != 64 {
+				t.Fatalf("StateLen = %d, want 64 (the second block has no snapshot)", part.StateLen())
+			}
+			if _, err := m.Forward(context.Background(), []Input{{Seq: part, Tokens: prompt[128:]}}, Range{}, nil); err == nil {
+				t.Fatal("Forward ran a sequence whose state is behind its KV")
+			}
+			part.Truncate(64)
+			forward(t, m, []Input{{Seq: part, Tokens: prompt[64:128]}}, Range{}, nil)
+			got = forward(t, m, []Input{{Seq: part, Tokens: prompt[128:]}}, Range{}, nil).Logits[0]
+			sameBits(t, "after a restore truncated to its snapshot", got, want)
+		})
 	}
 }

@@ -25,7 +25,8 @@ func (m *Model) NewSequence(maxLen int) (*Sequence, error) {
 		maxLen = m.Config.MaxPositionEmbeddings
 	}
 	c, err := m.be.NewKVCache(backend.KVSpec{
-		FirstLayer: m.Layers.Start, Layers: m.cacheLayers().Len(),
+		// A range of DeltaNet layers alone has one cache layer, never written.
+		FirstLayer: m.Layers.Start, Layers: max(m.attentionLayers(), 1),
 		KVHeads: m.kvHeads, HeadDim: m.headDim, MaxLen: maxLen,
 	})
 	if err != nil {
@@ -68,27 +69,54 @@ func (s *Sequence) Close() { s.cache.Free() }
 func (s *Sequence) KVFormat() string { return s.cache.KVFormat() }
 
 // ExportKV copies the keys and values of positions [from, to) of the
-// model's loaded layers into a block, exactly.
+// model's loaded layers into a block, exactly. For a model with recurrent
+// layers the block holds its attention layers' KV and, when to is the
+// position the sequence's state is at, a snapshot of every DeltaNet
+// layer's recurrent and convolution state (see appendSnapshot): a block
+// without one cannot end a restore.
 func (s *Sequence) ExportKV(from, to int) ([]byte, error) {
-	if s.rec != nil {
-		return nil, fmt.Errorf("model: %w: the KV of a model with recurrent layers is not its whole state", ErrNoRewind)
+	if s.rec != nil && s.m.attentionLayers() == 0 {
+		return nil, fmt.Errorf("model: %w: layers %v hold no KV to export with the state", ErrNoRewind, s.m.Layers)
 	}
 	b, err := s.cache.ReadKV(from, to)
 	if err != nil {
 		return nil, fmt.Errorf("model: %w", err)
+	}
+	if s.rec != nil {
+		b = s.appendSnapshot(b, to)
 	}
 	return b, nil
 }
 
 // ImportKV appends the positions of an ExportKV block (of a sequence of
 // the same model and layers) to the sequence: they are then as if the
-// tokens had been run through Forward.
+// tokens had been run through Forward. A block of a model with recurrent
+// layers sets their state when it carries a snapshot; one without leaves
+// it behind the KV (Forward refuses the sequence until a later block's
+// snapshot catches it up, or Truncate goes back to where the state is).
 func (s *Sequence) ImportKV(block []byte) error {
+	var snap []byte
 	if s.rec != nil {
-		return fmt.Errorf("model: %w: the KV of a model with recurrent layers is not its whole state", ErrNoRewind)
+		var err error
+		if block, snap, err = s.splitSnapshot(block); err != nil {
+			return fmt.Errorf("model: %w", err)
+		}
 	}
 	if err := s.cache.AppendKV(block); err != nil {
 		return fmt.Errorf("model: %w", err)
 	}
+	if snap != nil {
+		s.restoreSnapshot(snap, s.cache.Len(s.m.Layers.Start))
+	}
 	return nil
+}
+
+// StateLen is the position every layer's state has reached: Len, except
+// after importing KV blocks without a recurrent-state snapshot.
+func (s *Sequence) StateLen() int {
+	n := s.Len()
+	for l := s.m.Layers.Start; l < s.m.Layers.End; l++ {
+		n = min(n, s.layerLen(l))
+	}
+	return n
 }

@@ -54,6 +54,11 @@ func (c *cpuModel) Recurrent() bool { return c.m.Recurrent() }
 func (c *cpuModel) KVBlock() (int, int64) {
 	return c.kvBlock, c.m.KVBytesPerToken()
 }
+
+// StateBytes is the recurrent state a sequence holds in the loaded layers
+// (allocated with it, whatever its length; 0 without DeltaNet layers).
+func (c *cpuModel) StateBytes() int64 { return c.m.RecurrentBytes() }
+
 func (c *cpuModel) KVBytes() (n int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -69,6 +74,8 @@ func (c *cpuModel) NewSequence(maxLen int) (sequence, error) {
 		return nil, err
 	}
 	cs := &cpuSequence{c: c, seq: s}
+	alloc, _ := s.CacheBytes() // the recurrent state, allocated now
+	cs.kvBytes.Store(alloc)
 	c.mu.Lock()
 	c.live[cs] = struct{}{}
 	c.mu.Unlock()

@@ -402,9 +402,11 @@ func (r *Runner) loadModel(ctx context.Context, e *entry) (*loadedModel, error) 
 	lm := &loadedModel{name: e.info.ID, text: text, model: m, draft: draft, parser: parser.Detect(text.TemplateSource(), set.Parser)}
 	lm.setSettings(set)
 	lm.cacheKey, lm.cacheKeyErr = modelCacheKey(e.info.Path, m.Backend(), r.backends.kvLayout(e.info.ID))
-	if recurrent {
-		// Its KV blocks are not its whole state: the prefix cache serves
-		// it nothing (no state snapshots yet).
+	lm.recurrent = recurrent
+	if pm, ok := m.(*pipelineModel); ok && pm.m.Config.DeltaNet != nil {
+		// A pipeline's stages restore to the positions all of them hold,
+		// which a DeltaNet layer's state cannot go back to: no prefix
+		// cache for it (a single node keeps state snapshots, prefix.go).
 		lm.cacheKeyErr = errRecurrentPrefix
 	}
 	lm.sched = newScheduler(r, e.info.ID, m)

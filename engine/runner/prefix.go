@@ -22,9 +22,44 @@ import (
 // restore when the sequence is made, prefill from the tokens restored,
 // store once the prompt is in and when the sequence finishes.
 
-// errRecurrentPrefix keeps a model with recurrent layers out of the prefix
-// cache: a block of KV does not hold its recurrent state.
-var errRecurrentPrefix = errors.New("runner: the prefix cache does not hold recurrent state")
+// A model with recurrent layers (Gated DeltaNet) has a state that a
+// block of KV does not hold and that cannot go back to an earlier
+// position. Its blocks carry a snapshot of that state when the prefill
+// ended exactly at their end (model.Sequence.ExportKV): the scheduler cuts
+// its prompt chunks at every CacheStateEvery-th block boundary
+// (snapshotEvery) and stores the blocks as each chunk lands, so those
+// blocks have one; a restore imports the run of cached blocks and keeps
+// it up to the deepest block with a snapshot.
+
+// errRecurrentPrefix keeps a pipeline of a model with recurrent layers out
+// of the prefix cache: its stages restore to the positions all of them
+// hold, which a recurrent state cannot go back to.
+var errRecurrentPrefix = errors.New("runner: the prefix cache does not restore a pipeline's recurrent state")
+
+// stateSequence is a sequence with recurrent layers: StateLen is the
+// position their state is at (behind Len after importing blocks without
+// a snapshot).
+type stateSequence interface {
+	StateLen() int
+}
+
+// snapshotEvery is, for a generation of a model with recurrent layers
+// served by the prefix cache, the positions between the state snapshots
+// its prefill keeps (0 otherwise).
+func (g *generation) snapshotEvery() int {
+	if !g.lm.recurrent || g.r.pcache == nil || g.lm.cacheKeyErr != nil {
+		return 0
+	}
+	return g.r.pcache.BlockSize() * g.r.cfg.CacheStateEvery
+}
+
+// crossedBlock reports whether a prefill step from position before to
+// after passed the end of a prefix-cache block of a recurrent model:
+// its blocks are stored as they land, while the state is at their end.
+func (g *generation) crossedBlock(before, after int) bool {
+	e := g.snapshotEvery()
+	return e > 0 && after/e > before/e
+}
 
 // Defaults of the prefix cache's Config fields.
 const (
@@ -145,32 +180,53 @@ func (g *generation) restorePrefix(ctx context.Context, seq sequence) int {
 	}
 	bs := c.BlockSize()
 	g.pfx.keys = prefixcache.Chain(g.lm.cacheKey, g.prompt, bs)
-	n := 0
-	for ; n < len(g.pfx.keys) && ctx.Err() == nil; n++ {
+	limit := len(g.pfx.keys)
+	var st stateSequence // set for a model with recurrent layers
+	if g.lm.recurrent {
+		if st, _ = seq.(stateSequence); st == nil {
+			return 0
+		}
+		// The state cannot step back from the prompt's end to compute
+		// its last token: stop a block short of it.
+		limit = min(limit, (len(g.prompt)-1)/bs)
+	}
+	n, good := 0, 0 // blocks imported, and up to the deepest usable one
+	for ; n < limit && ctx.Err() == nil; n++ {
 		data, tier := c.Get(g.pfx.keys[n])
 		if tier == prefixcache.Miss {
 			break
 		}
 		err := ks.ImportKV(data)
-		if err == nil && ks.Len() != (n+1)*bs {
+		switch {
+		case err != nil:
+		case st != nil:
+			if st.StateLen() == (n+1)*bs {
+				good = n + 1 // the block carried a snapshot
+			}
+		case ks.Len() != (n+1)*bs:
 			err = fmt.Errorf("the block held %d positions, not %d", ks.Len()-n*bs, bs)
+		default:
+			good = n + 1
 		}
 		if err != nil {
 			// A block of the wrong size for this model cannot carry its key
 			// (a checksummed file is not a trusted one); recompute from here
 			// rather than fail the request.
 			g.r.cfg.Logger.Warn("prefix cache: block not imported", "model", g.lm.name, "block", n, "err", err)
-			ks.Truncate(n * bs)
 			c.Remove(g.pfx.keys[n])
 			break
 		}
 	}
-	restored := n * bs
+	// Blocks after the deepest snapshot are recomputed (the state is at
+	// the snapshot; their KV goes).
+	restored := good * bs
 	if restored == len(g.prompt) {
 		restored--
+	}
+	if restored < ks.Len() || st != nil {
 		ks.Truncate(restored)
 	}
-	g.pfx.restored, g.pfx.stored = restored, n
+	g.pfx.restored, g.pfx.stored = restored, good
 	if restored > 0 {
 		g.r.cfg.Logger.Debug("prefix cache: restored", "model", g.lm.name, "tokens", restored, "prompt", len(g.prompt))
 	}
@@ -313,6 +369,7 @@ func (g *generation) storePipe(ps *pipeSequence, tokens []int) int {
 func (s *cpuSequence) Len() int                              { return s.seq.Len() }
 func (s *cpuSequence) Truncate(n int)                        { s.seq.Truncate(n) }
 func (s *cpuSequence) ExportKV(from, to int) ([]byte, error) { return s.seq.ExportKV(from, to) }
+func (s *cpuSequence) StateLen() int                         { return s.seq.StateLen() }
 func (s *cpuSequence) ImportKV(block []byte) error {
 	err := s.seq.ImportKV(block)
 	alloc, _ := s.seq.CacheBytes()

@@ -111,6 +111,12 @@ type Config struct {
 	// CacheWriteQueue is how many blocks may wait to be written to the SSD
 	// before new ones are dropped (default 64).
 	CacheWriteQueue int
+	// CacheStateEvery is, for models with recurrent layers (Gated
+	// DeltaNet), how many prefix-cache blocks apart the prefill keeps a
+	// snapshot of their state. A restore ends at
+	// a block with a snapshot; prefill chunks end at them. Default
+	// DefaultCacheStateEvery.
+	CacheStateEvery int
 	// MaxEmbedInputs caps the inputs of one embeddings request (default
 	// 2048).
 	MaxEmbedInputs int
@@ -146,12 +152,16 @@ type Config struct {
 
 // Defaults of Config.
 const (
-	DefaultMaxQueued    = 64
-	DefaultMaxRunning   = 16
-	DefaultStepTokens   = 512
-	DefaultMaxWait      = 30 * time.Second
-	DefaultMaxWaitSteps = 4096
-	minPrefillTokens    = 16
+	DefaultMaxQueued  = 64
+	DefaultMaxRunning = 16
+	DefaultStepTokens = 512
+	// DefaultCacheStateEvery: a recurrent-state snapshot every 4 blocks
+	// (256 tokens). A snapshot of a Qwen3.5/3.6-27B-shaped model is 150
+	// MiB, 19 times a block's KV (engine/runner/DESIGN.md).
+	DefaultCacheStateEvery = 4
+	DefaultMaxWait         = 30 * time.Second
+	DefaultMaxWaitSteps    = 4096
+	minPrefillTokens       = 16
 	// DefaultTextCacheModels is TextCacheModels' default.
 	DefaultTextCacheModels = prompt.DefaultCacheModels
 )
@@ -172,6 +182,9 @@ func (c *Config) defaults() {
 	}
 	if c.StepTokens == 0 {
 		c.StepTokens = DefaultStepTokens
+	}
+	if c.CacheStateEvery <= 0 {
+		c.CacheStateEvery = DefaultCacheStateEvery
 	}
 	if c.MaxWait == 0 {
 		c.MaxWait = DefaultMaxWait
@@ -268,6 +281,9 @@ type loadedModel struct {
 	// cacheKey is the model's prefix-cache identity (see modelCacheKey).
 	cacheKey    prefixcache.Key
 	cacheKeyErr error
+	// recurrent: the model has layers whose state is not a KV cache; its
+	// prefix-cache blocks carry snapshots of that state (prefix.go).
+	recurrent bool
 
 	vocabOnce sync.Once
 	vocab     *grammar.Vocab // for constrained decoding, built on first use

@@ -30,6 +30,9 @@ type scheduler struct {
 	model  languageModel
 	block  int   // KV cache growth unit, in positions
 	perTok int64 // KV bytes per position
+	// state is what a sequence holds whatever its length: the recurrent
+	// state of the model's DeltaNet layers (on this node).
+	state int64
 
 	ctx    context.Context // cancelled by close: stops the loop and its forward
 	cancel context.CancelFunc
@@ -59,6 +62,9 @@ func newScheduler(r *Runner, name string, m languageModel) *scheduler {
 	s := &scheduler{r: r, name: name, model: m, ctx: ctx, cancel: cancel, done: make(chan struct{}), wake: make(chan struct{}, 1)}
 	s.block, s.perTok = m.KVBlock()
 	s.block = max(s.block, 1)
+	if st, ok := m.(interface{ StateBytes() int64 }); ok {
+		s.state = st.StateBytes()
+	}
 	go s.loop()
 	return s
 }
@@ -78,9 +84,10 @@ func (s *scheduler) poke() {
 	}
 }
 
-// kvFor is the KV memory a sequence of n positions allocates.
+// kvFor is the KV memory a sequence of n positions allocates, its
+// recurrent state included.
 func (s *scheduler) kvFor(n int) int64 {
-	return int64((n+s.block-1)/s.block*s.block) * s.perTok
+	return int64((n+s.block-1)/s.block*s.block)*s.perTok + s.state
 }
 
 // submit queues an admitted generation.
@@ -303,9 +310,11 @@ func (s *scheduler) finish(inputs []stepInput, gens []*generation, logits [][]fl
 		} else {
 			g.kvLen += len(inputs[i].tokens)
 		}
-		if before < len(g.prompt) && g.kvLen >= len(g.prompt) && len(g.output) == 0 {
-			// The prompt is in: its new blocks go to the prefix cache.
-			g.usage.CacheWriteTokens = g.storePrefix(g.seq, g.prompt)
+		if before < len(g.prompt) && len(g.output) == 0 && (g.kvLen >= len(g.prompt) || g.crossedBlock(before, g.kvLen)) {
+			// The prompt is in (or, for a model with recurrent layers, a
+			// chunk ended on a block while the state is there): its new
+			// blocks go to the prefix cache.
+			g.usage.CacheWriteTokens += g.storePrefix(g.seq, g.prompt)
 		}
 		if g.pendingLen() > 0 || g.ctx.Err() != nil {
 			continue // a prompt chunk short of the end, or leaving next step
@@ -534,6 +543,11 @@ func (s *scheduler) plan(limit int) ([]stepInput, []*generation) {
 		}
 		p := g.pending()
 		n := min(len(p), budget)
+		if e := g.snapshotEvery(); e > 0 {
+			// A recurrent state is snapshotted where a chunk ends: end
+			// one on the next snapshot boundary it would cross.
+			n = min(n, e-g.kvLen%e)
+		}
 		if g.spec != nil {
 			// The last token waits for the first drafting step, so the
 			// first generated token is verified like the others.
@@ -625,8 +639,9 @@ func (s *scheduler) freeSeq(g *generation) {
 // pool count, and only then is the final event (nil when the client went
 // away) queued, so a client that saw it can count on the capacity.
 func (s *scheduler) retire(g *generation, final *engine.Event, cancelled bool) {
-	if g.seq != nil && final != nil && final.Err == nil {
-		// Keep the output's blocks too (what the KV cache holds of them).
+	if g.seq != nil && final != nil && final.Err == nil && !g.lm.recurrent {
+		// Keep the output's blocks too (what the KV cache holds of them;
+		// not for recurrent layers, whose state is past all but the last).
 		g.storePrefix(g.seq, append(slices.Clone(g.prompt), g.output...))
 	}
 	s.freeSeq(g)

@@ -455,8 +455,10 @@ func (s *StageModel) Close() error {
 
 // ModelNeed is the memory the planner counts for a chat model: its weight
 // files plus the float32 KV cache of one sequence at the configured
-// context (the model's, or its settings' cap). 0 for a model it cannot
-// tell (as NumLayers).
+// context (the model's, or its settings' cap) in the layers that have
+// one, and the recurrent state of one sequence in its Gated DeltaNet
+// layers (fixed, whatever the context). 0 for a model it cannot tell (as
+// NumLayers).
 func (r *Runner) ModelNeed(name string) int64 {
 	c, path := r.chatConfig(name)
 	if c == nil {
@@ -467,8 +469,15 @@ func (r *Runner) ModelNeed(name string) int64 {
 		ctxLen = capped
 	}
 	heads, dim := c.KVDims() // one latent head for MLA
-	kv := int64(2*c.NumHiddenLayers*heads*dim) * 4 * int64(max(ctxLen, 0))
-	return estimateBytes(path) + kv
+	attn, state := c.NumHiddenLayers, int64(0)
+	for l := range c.NumHiddenLayers {
+		if c.DeltaNet.Linear(l) {
+			attn--
+			state += int64(c.DeltaNet.StateFloats()) * 4
+		}
+	}
+	kv := int64(2*attn*heads*dim) * 4 * int64(max(ctxLen, 0))
+	return estimateBytes(path) + kv + state
 }
 
 // MemoryBudget is the budget the weights of this node's models (and
