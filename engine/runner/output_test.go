@@ -53,3 +53,48 @@ func TestOutputParsing(t *testing.T) {
 		t.Errorf("raw prompt output %+v", ev)
 	}
 }
+
+// TestOutputParsingGemma4: Gemma 4's thought channel is reasoning and its
+// calls are tool calls; with tool_choice none the channel is still split
+// off and call-like text stays text.
+func TestOutputParsingGemma4(t *testing.T) {
+	tools := []*chattemplate.Object{chattemplate.NewObject("type", "function",
+		"function", chattemplate.NewObject("name", "get_weather"))}
+	msgs := []*chattemplate.Object{chattemplate.NewObject("role", "user", "content", "weather?")}
+	pieces := []string{"<|channel>", "thought\nNeed ", "data.<channel|>", "Checking.", "<|tool_call>", "call:get_weather{city:<|\"|>", "Paris<|\"|>}", "<tool_call|>"}
+	for _, c := range []struct {
+		choice              engine.ToolChoice
+		reasoning, text     string
+		calls               int
+		wantToolCallsFinish bool
+	}{
+		{engine.ToolChoice{}, "Need data.", "Checking.", 1, true},
+		{engine.ToolChoice{Mode: engine.ToolNone}, "Need data.", "Checking.<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|>", 0, false},
+	} {
+		out, err := newOutputParser("gemma4", &engine.Request{Messages: msgs, Tools: tools, ToolChoice: c.choice}, "<|turn>model\n")
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := &generation{out: out}
+		var all engine.Event
+		for _, piece := range pieces {
+			var ev engine.Event
+			g.parse(&ev, g.out.Add(piece))
+			all.Text += ev.Text
+			all.Reasoning += ev.Reasoning
+			all.ToolCalls = append(all.ToolCalls, ev.ToolCalls...)
+		}
+		final := g.finish(engine.Event{Done: true, FinishReason: engine.FinishStop}, "")
+		all.Text += final.Text
+		all.ToolCalls = append(all.ToolCalls, final.ToolCalls...)
+		if all.Reasoning != c.reasoning || all.Text != c.text || len(all.ToolCalls) != c.calls {
+			t.Errorf("%+v: reasoning %q, text %q, calls %+v", c.choice, all.Reasoning, all.Text, all.ToolCalls)
+		}
+		if c.calls > 0 && all.ToolCalls[0].Arguments != `{"city":"Paris"}` {
+			t.Errorf("arguments %s", all.ToolCalls[0].Arguments)
+		}
+		if (final.FinishReason == engine.FinishToolCalls) != c.wantToolCallsFinish {
+			t.Errorf("%+v: finish reason %q", c.choice, final.FinishReason)
+		}
+	}
+}
