@@ -1,10 +1,13 @@
 package runner
 
 import (
+	"errors"
+	"strings"
 	"testing"
 
 	"fusion/engine"
 	"fusion/engine/chattemplate"
+	"fusion/engine/prompt"
 )
 
 // TestOutputParsing feeds model text through the same parse/finish steps
@@ -95,6 +98,20 @@ func TestOutputParsingGemma4(t *testing.T) {
 		}
 		if (final.FinishReason == engine.FinishToolCalls) != c.wantToolCallsFinish {
 			t.Errorf("%+v: finish reason %q", c.choice, final.FinishReason)
+		}
+	}
+}
+
+// TestForcedGemma4Refused: Gemma 4's call syntax has no forced-call
+// grammar yet, so tool_choice required/named is the caller's error (a 4xx),
+// naming the format.
+func TestForcedGemma4Refused(t *testing.T) {
+	tools := []*chattemplate.Object{functionTool("get_weather", `{"type":"object","properties":{"city":{"type":"string"}}}`)}
+	for _, choice := range []engine.ToolChoice{{Mode: engine.ToolRequired}, {Mode: engine.ToolNamed, Name: "get_weather"}} {
+		_, err := toolCallGrammar("gemma4", tools, choice, 3)
+		var invalid *prompt.InvalidRequestError
+		if !errors.As(err, &invalid) || !strings.Contains(err.Error(), `"gemma4"`) {
+			t.Errorf("%+v: %v, want an InvalidRequestError naming gemma4", choice, err)
 		}
 	}
 }
