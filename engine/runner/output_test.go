@@ -7,6 +7,7 @@ import (
 
 	"fusion/engine"
 	"fusion/engine/chattemplate"
+	"fusion/engine/parser"
 	"fusion/engine/prompt"
 )
 
@@ -23,18 +24,7 @@ func TestOutputParsing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &generation{out: out}
-	var all engine.Event
-	for _, piece := range []string{"<th", "ink>\nNeed ", "data.\n</thi", "nk>\n\nChecking.", "\n<tool_call>\n{\"name\": \"get_weather\", ", "\"arguments\": {\"city\": \"Paris\"}}\n</tool_", "call>"} {
-		var ev engine.Event
-		g.parse(&ev, g.out.Add(piece))
-		all.Text += ev.Text
-		all.Reasoning += ev.Reasoning
-		all.ToolCalls = append(all.ToolCalls, ev.ToolCalls...)
-	}
-	final := g.finish(engine.Event{Done: true, FinishReason: engine.FinishStop}, "")
-	all.Text += final.Text
-	all.ToolCalls = append(all.ToolCalls, final.ToolCalls...)
+	all, final := feedOutput(out, []string{"<th", "ink>\nNeed ", "data.\n</thi", "nk>\n\nChecking.", "\n<tool_call>\n{\"name\": \"get_weather\", ", "\"arguments\": {\"city\": \"Paris\"}}\n</tool_", "call>"})
 	if all.Reasoning != "Need data." || all.Text != "Checking." {
 		t.Errorf("reasoning %q, text %q", all.Reasoning, all.Text)
 	}
@@ -50,11 +40,29 @@ func TestOutputParsing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g = &generation{out: raw}
+	g := &generation{out: raw}
 	ev := g.finish(engine.Event{Done: true, FinishReason: engine.FinishStop}, "<think>a</think>b")
 	if ev.Text != "<think>a</think>b" || ev.Reasoning != "" || ev.FinishReason != engine.FinishStop {
 		t.Errorf("raw prompt output %+v", ev)
 	}
+}
+
+// feedOutput runs pieces of model text through the generation loop's
+// parse/finish steps and returns everything they produced and the final
+// event.
+func feedOutput(out parser.Parser, pieces []string) (all, final engine.Event) {
+	g := &generation{out: out}
+	for _, piece := range pieces {
+		var ev engine.Event
+		g.parse(&ev, g.out.Add(piece))
+		all.Text += ev.Text
+		all.Reasoning += ev.Reasoning
+		all.ToolCalls = append(all.ToolCalls, ev.ToolCalls...)
+	}
+	final = g.finish(engine.Event{Done: true, FinishReason: engine.FinishStop}, "")
+	all.Text += final.Text
+	all.ToolCalls = append(all.ToolCalls, final.ToolCalls...)
+	return all, final
 }
 
 // TestOutputParsingGemma4: Gemma 4's thought channel is reasoning and its
@@ -78,18 +86,7 @@ func TestOutputParsingGemma4(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		g := &generation{out: out}
-		var all engine.Event
-		for _, piece := range pieces {
-			var ev engine.Event
-			g.parse(&ev, g.out.Add(piece))
-			all.Text += ev.Text
-			all.Reasoning += ev.Reasoning
-			all.ToolCalls = append(all.ToolCalls, ev.ToolCalls...)
-		}
-		final := g.finish(engine.Event{Done: true, FinishReason: engine.FinishStop}, "")
-		all.Text += final.Text
-		all.ToolCalls = append(all.ToolCalls, final.ToolCalls...)
+		all, final := feedOutput(out, pieces)
 		if all.Reasoning != c.reasoning || all.Text != c.text || len(all.ToolCalls) != c.calls {
 			t.Errorf("%+v: reasoning %q, text %q, calls %+v", c.choice, all.Reasoning, all.Text, all.ToolCalls)
 		}
