@@ -157,3 +157,37 @@ while read -r dir name version sum lib blobsum; do
 done <<'LIST'
 rnnoise pyrnnoise 0.4.5 c095114532f9fa21f621084c879d72c93aaa0c9dbe38b662a63577bada2c214e pyrnnoise-0.4.5.data/purelib/pyrnnoise/librnnoise.so 1b99898350e75656c77d068162fea402afe51eff15dc751989b1e9f53b98bf91
 LIST
+
+# Gemma 4's tokenizer and chat template, which no tokenizer package ships:
+# llama.cpp's source, vendored in the llama-cpp-python sdist, carries the
+# real vocabulary as a vocab-only GGUF converted from google's tokenizer
+# (ggml-vocab-gemma-4.gguf: tokens, merges, token types and the chat
+# template), its test strings (.inp) with the ids HF tokenizers gave for
+# them (.out), and google/gemma-4-31B-it's chat template. They are copied
+# into tokenizers/gemma4: dir name, package, version, sha256 of the sdist,
+# and the files' paths inside it, with the name each gets.
+while read -r dir name version sum files; do
+	[ -n "$dir" ] || continue
+	dest="$cache/tokenizers/$dir"
+	if [ -f "$dest/.sha256" ] && [ "$(cat "$dest/.sha256")" = "$sum" ]; then
+		continue
+	fi
+	sdist="$cache/pypi/${name//-/_}-${version}.tar.gz"
+	if [ ! -f "$sdist" ] || ! echo "$sum  $sdist" | sha256sum -c --status; then
+		rm -f "$sdist"
+		"$python" -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: -d "$cache/pypi" "$name==$version" >&2
+	fi
+	if ! echo "$sum  $sdist" | sha256sum -c --status; then
+		echo "fixtures: checksum mismatch for $name==$version" >&2
+		exit 1
+	fi
+	rm -rf "$dest" && mkdir -p "$dest"
+	for pair in $files; do
+		src=${pair%%=*}
+		tar -xzf "$sdist" -O "${name//-/_}-${version}/$src" >"$dest/${pair#*=}"
+	done
+	echo "$sum" >"$dest/.sha256"
+	echo "fixtures: $name==$version -> $dest"
+done <<'LIST'
+gemma4 llama-cpp-python 0.3.36 832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e vendor/llama.cpp/models/ggml-vocab-gemma-4.gguf=vocab.gguf vendor/llama.cpp/models/ggml-vocab-gemma-4.gguf.inp=vocab.gguf.inp vendor/llama.cpp/models/ggml-vocab-gemma-4.gguf.out=vocab.gguf.out vendor/llama.cpp/models/templates/google-gemma-4-31B-it.jinja=chat_template.jinja
+LIST

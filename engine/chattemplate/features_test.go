@@ -95,6 +95,10 @@ line" }}|{{ 'a' ~ "b" ~ 1 }}`,
 {{ x | replace('h', 'H') }}|{{ x | wordcount }}|{{ range(3) | list }}|{{ x[0] }}{{ x[-1] }}{{ x[99] }}|{{ d.keys() | list | join(',') }}|{{ d.values() | list | join(',') }}|{{ d.get('zz', 'dflt') }}
 {{ messages | selectattr('content', 'string') | list | length }}|{{ [1, 2] | map('string') | join(',') }}|{{ 'a' if x else 'b' }}{{ not x }}{{ x and 1 }}{{ none or 'z' }}`,
 
+	"f_dictsort": `{% for k, v in ds | dictsort %}{{ k }}={{ v }};{% endfor %}|{% for k, v in ds | dictsort(true) %}{{ k }};{% endfor %}|` +
+		`{% for k, v in ds | dictsort(reverse=true) %}{{ k }};{% endfor %}|{% for k, v in dv | dictsort(by='value') %}{{ k }};{% endfor %}|` +
+		`{% for k, v in dv | dictsort(false, 'value', true) %}{{ k }};{% endfor %}|{{ {} | dictsort | length }}`,
+
 	"f_arith": `{{ 1 + 2 }} {{ 7 // 2 }} {{ 7 % 3 }} {{ 2 * 3 }} {{ 'ab' * 2 }} {{ messages | length - 1 }} {{ -1 }} {{ 10 - 3 - 2 }}`,
 }
 
@@ -119,6 +123,8 @@ func featureCases() []parityCase {
 		"v":               value,
 		"x":               "hi",
 		"d":               NewObject("b", int64(2), "a", "one"),
+		"ds":              NewObject("beta", int64(1), "Alpha", int64(2), "alpha", int64(3), "_x", int64(4), "Zeta", int64(5), "données", int64(6), "城市", int64(7)),
+		"dv":              NewObject("a", "Banana", "b", "apple", "c", "cherry", "d", "Apple"),
 		"flag":            true,
 		"enable_thinking": false,
 	}

@@ -2,6 +2,7 @@ package chattemplate
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -27,6 +28,7 @@ var overriddenFilters = map[string]builtinFunc{
 	"last":       filterLast,
 	"upper":      filterUpper,
 	"lower":      filterLower,
+	"dictsort":   filterDictsort,
 }
 
 // overriddenNames is the set of overriddenFilters' names, for preprocess.
@@ -208,6 +210,67 @@ func filterLower(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, err
 		return jinja.Undefined(), fmt.Errorf("lower() missing 1 required positional argument: 's'")
 	}
 	return jinja.NewString(strings.ToLower(pyStr(args[0]))), nil
+}
+
+// filterDictsort is Jinja2's dictsort(value, case_sensitive=False,
+// by="key", reverse=False): the (key, value) pairs sorted by key, or by
+// value when the values are all strings, and case-insensitively unless
+// asked (str.lower() on both sides), stable as Python's sorted is (Gemma
+// 4's template sorts tool arguments with it, whose keys differ in case).
+func filterDictsort(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value, error) {
+	if len(args) == 0 {
+		return jinja.Undefined(), fmt.Errorf("dictsort() missing 1 required positional argument: 'value'")
+	}
+	if !args[0].IsDict() {
+		return jinja.Undefined(), fmt.Errorf("'%s' object has no attribute 'items'", pyTypeName(args[0]))
+	}
+	caseSensitive, reverse, byValue := false, false, false
+	if v, ok := arg(args, kwargs, 1, "case_sensitive"); ok {
+		caseSensitive = v.IsTruthy()
+	}
+	if v, ok := arg(args, kwargs, 2, "by"); ok {
+		switch pyStr(v) {
+		case "key":
+		case "value":
+			byValue = true
+		default:
+			return jinja.Undefined(), fmt.Errorf("You can only sort by either \"key\" or \"value\"")
+		}
+	}
+	if v, ok := arg(args, kwargs, 3, "reverse"); ok {
+		reverse = v.IsTruthy()
+	}
+	d := args[0].AsDict()
+	type item struct {
+		key   string
+		value jinja.Value
+		sort  string
+	}
+	items := make([]item, len(d.Keys))
+	for i, k := range d.Keys {
+		it := item{key: k, value: d.Data[k], sort: k}
+		if byValue {
+			if !it.value.IsString() {
+				return jinja.Undefined(), fmt.Errorf("dictsort by value: the value of %q is not a string", k)
+			}
+			it.sort = it.value.AsString()
+		}
+		if !caseSensitive {
+			it.sort = strings.ToLower(it.sort)
+		}
+		items[i] = it
+	}
+	slices.SortStableFunc(items, func(a, b item) int {
+		if reverse {
+			return strings.Compare(b.sort, a.sort)
+		}
+		return strings.Compare(a.sort, b.sort)
+	})
+	out := make([]jinja.Value, len(items))
+	for i, it := range items {
+		out[i] = jinja.NewList([]jinja.Value{jinja.NewString(it.key), it.value})
+	}
+	return jinja.NewList(out), nil
 }
 
 // pyIter lists what a Python for loop over v yields.

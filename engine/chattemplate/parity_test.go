@@ -36,19 +36,25 @@ var families = []struct {
 	// markers must each appear in some identical rendering, so the
 	// generator keeps reaching the template's branches.
 	markers []string
+	// file is the fixture file that marks the fixture there ("":
+	// tokenizer.json); the template is read as FromTokenizerConfig does.
+	file string
 }{
 	{"qwen3", "qwen3", (*gen).qwen3Case, 1, []string{
 		"<tools>\n{", "<tool_call>\n{\"name\": ", "<tool_response>", "<think>\n\n</think>\n\n",
-		"</think>\n\n", "<|im_start|>system\n", "<|im_start|>assistant\n"}},
+		"</think>\n\n", "<|im_start|>system\n", "<|im_start|>assistant\n"}, ""},
 	{"llama3_1", "llama3_1", (*gen).llama31Case, 2, []string{
-		"<|begin_of_text|><|start_header_id|>", "None<|eot_id|>", "[{'type': 'text', 'text': "}},
+		"<|begin_of_text|><|start_header_id|>", "None<|eot_id|>", "[{'type': 'text', 'text': "}, ""},
 	{"llama3_2", "llama3_2", (*gen).llama32Case, 3, []string{
 		"Environment: ipython", "Given the following functions", "You have access to the following functions",
-		"\"parameters\": {", "<|start_header_id|>ipython<|end_header_id|>", "Today Date: 07 Mar 2025", "Today Date: 29 Feb 2028"}},
+		"\"parameters\": {", "<|start_header_id|>ipython<|end_header_id|>", "Today Date: 07 Mar 2025", "Today Date: 29 Feb 2028"}, ""},
 	{"deepseek_v3", "deepseek_v3", (*gen).deepseekCase, 4, []string{
-		"<｜tool▁calls▁begin｜>", "<｜tool▁outputs▁begin｜>", "\n<｜tool▁output▁begin｜>", "<｜tool▁outputs▁end｜>", "<｜Assistant｜>"}},
+		"<｜tool▁calls▁begin｜>", "<｜tool▁outputs▁begin｜>", "\n<｜tool▁output▁begin｜>", "<｜tool▁outputs▁end｜>", "<｜Assistant｜>"}, ""},
 	{"gemma3", "gemma3", (*gen).gemma3Case, 5, []string{
-		"<bos><start_of_turn>user\n", "\n\n", "<start_of_image>", "<start_of_turn>model\n", "<end_of_turn>\n<start_of_turn>user\n"}},
+		"<bos><start_of_turn>user\n", "\n\n", "<start_of_image>", "<start_of_turn>model\n", "<end_of_turn>\n<start_of_turn>user\n"}, ""},
+	{"gemma4", "gemma4", (*gen).gemma4Case, 6, []string{
+		"<bos><|turn>system\n<|think|>\n", "<|tool>declaration:", "<|tool_call>call:", "<tool_call|><|tool_response>response:",
+		"<|channel>thought\n", "<|turn>model\n<|channel>thought\n<channel|>", "<|image|>", "<|audio|>", "{value:<|\"|>"}, "chat_template.jinja"},
 }
 
 type pyResult struct {
@@ -249,7 +255,7 @@ func TestParity(t *testing.T) {
 	templates := make(map[string]string)
 	var cases []parityCase
 	for _, f := range families {
-		src, err := FromTokenizerConfig(testenv.TokenizerDir(t, f.fixture))
+		src, err := FromTokenizerConfig(testenv.TokenizerFileDir(t, f.fixture, f.file))
 		if err != nil {
 			t.Fatal(err)
 		}

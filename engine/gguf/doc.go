@@ -18,7 +18,9 @@
 //   - the mapping between Hugging Face and GGUF tensor names and the Q/K
 //     row permutation llama.cpp applies to the llama architecture;
 //   - a Hugging Face tokenizer.json synthesised from the tokenizer.ggml.*
-//     metadata, the chat template, and a config.json-like ModelConfig.
+//     metadata (byte-level BPE, "gpt2", and Gemma 4's SentencePiece-style
+//     BPE with byte fallback, "gemma4"), the chat template, and a
+//     config.json-like ModelConfig.
 //
 // Shapes are outermost-first (like safetensors and PyTorch); GGUF stores
 // dimensions innermost-first and the reader and writer reverse them. A

@@ -19,6 +19,7 @@ const (
 	KeyEOT            = "tokenizer.ggml.eot_token_id"
 	KeyEOM            = "tokenizer.ggml.eom_token_id"
 	KeyPAD            = "tokenizer.ggml.padding_token_id"
+	KeyUNK            = "tokenizer.ggml.unknown_token_id"
 	KeyAddBOS         = "tokenizer.ggml.add_bos_token"
 	KeyAddEOS         = "tokenizer.ggml.add_eos_token"
 	KeyChatTemplate   = "tokenizer.chat_template"

@@ -195,8 +195,8 @@ func (f *File) TokenizerJSON() ([]byte, error) {
 
 func (f *File) tokenizerDoc() (*hfTokenizer, error) {
 	model, _ := f.Meta(KeyTokenizerModel).AsString()
-	if model != "gpt2" {
-		return nil, fmt.Errorf("%w: %s %q (only byte-level BPE, \"gpt2\")", ErrUnsupported, KeyTokenizerModel, model)
+	if model != "gpt2" && model != "gemma4" {
+		return nil, fmt.Errorf("%w: %s %q (only byte-level BPE, \"gpt2\", and Gemma 4's, \"gemma4\")", ErrUnsupported, KeyTokenizerModel, model)
 	}
 	tokens, ok := f.Meta(KeyTokens).AsStrings()
 	if !ok || len(tokens) == 0 {
@@ -215,6 +215,9 @@ func (f *File) tokenizerDoc() (*hfTokenizer, error) {
 		if merges, ok = v.AsStrings(); !ok {
 			return nil, fmt.Errorf("%w: %s is not a string array", ErrInvalid, KeyMerges)
 		}
+	}
+	if model == "gemma4" {
+		return f.gemma4Doc(tokens, types, merges)
 	}
 	pre, _ := f.Meta(KeyTokenizerPre).AsString()
 	p, err := presetFor(pre)
@@ -322,4 +325,65 @@ func (f *File) postProcessor(tokens []string) (any, error) {
 		SpecialTokens: specials,
 	}
 	return postSequence{Type: "Sequence", Processors: []any{bl, tp}}, nil
+}
+
+// Gemma 4's tokenizer (tokenizer.ggml.model "gemma4") is SentencePiece-style
+// BPE over raw UTF-8, as in its tokenizer.json: spaces become "▁" before
+// the merges, which run over whole space-ended pieces, and a character
+// missing from the vocabulary falls back to its <0xXX> byte tokens.
+type (
+	replaceStep struct {
+		Type    string            `json:"type"`
+		Pattern map[string]string `json:"pattern"`
+		Content string            `json:"content"`
+	}
+	decoderSequence struct {
+		Type     string `json:"type"`
+		Decoders []any  `json:"decoders"`
+	}
+)
+
+// gemma4Doc builds Gemma 4's tokenizer.json. Its control tokens and the
+// ones llama.cpp's converter marks user-defined so they render (<|channel>,
+// <|tool_call>, <|"|>, ...) are special added tokens, as in the original.
+func (f *File) gemma4Doc(tokens []string, types []int64, merges []string) (*hfTokenizer, error) {
+	doc := &hfTokenizer{Version: "1.0", AddedTokens: []addedToken{}}
+	vocab := orderedVocab{}
+	seen := make(map[string]bool, len(tokens))
+	for id, tok := range tokens {
+		if types[id] == TokenControl || types[id] == TokenUserDefined {
+			doc.AddedTokens = append(doc.AddedTokens, addedToken{ID: id, Content: tok, Special: true})
+		}
+		if seen[tok] {
+			continue
+		}
+		seen[tok] = true
+		vocab.tokens = append(vocab.tokens, tok)
+		vocab.ids = append(vocab.ids, id)
+	}
+	if merges == nil {
+		merges = []string{}
+	}
+	var unk any
+	if id, ok := f.tokenID(KeyUNK); ok && id < len(tokens) {
+		unk = tokens[id]
+	}
+	doc.Model = bpeModel{Type: "BPE", UnkToken: unk, FuseUnk: true, ByteFallback: true, Vocab: vocab, Merges: merges}
+	doc.Normalizer = replaceStep{Type: "Replace", Pattern: map[string]string{"String": " "}, Content: "▁"}
+	doc.PreTokenizer = split{Type: "Split", Pattern: map[string]string{"String": " "}, Behavior: "MergedWithPrevious"}
+	doc.Decoder = decoderSequence{Type: "Sequence", Decoders: []any{
+		replaceStep{Type: "Replace", Pattern: map[string]string{"String": "▁"}, Content: " "},
+		typeOnly{Type: "ByteFallback"}, typeOnly{Type: "Fuse"},
+	}}
+	post, err := f.postProcessor(tokens)
+	if err != nil {
+		return nil, err
+	}
+	if seq, ok := post.(postSequence); ok { // no ByteLevel step: only the template
+		post = seq.Processors[1]
+	} else {
+		post = nil
+	}
+	doc.PostProcessor = post
+	return doc, nil
 }

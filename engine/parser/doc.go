@@ -3,7 +3,7 @@
 //
 // A Parser is built per request with New(name, Options) for one model
 // family (qwen3, hermes, qwen3_coder, llama3_json, mistral, deepseek_v3,
-// harmony, think, none/passthrough); Detect picks the family from a chat template.
+// harmony, gemma4, think, none/passthrough); Detect picks the family from a chat template.
 // Add consumes text as it is decoded and returns only what is certain: a
 // suffix that could still be the start of a tag is held back until it is
 // ruled out, and so is an incomplete UTF-8 sequence, so every emitted
@@ -44,6 +44,16 @@
 //     dropped. Text that is not harmony (no <|message|> within 256
 //     bytes, or a short output without markers) is content. Calls come
 //     whole, also with StreamArguments.
+//   - gemma4 (alias gemma4_text): Gemma 4's thought channel
+//     <|channel>thought\n…<channel|> is reasoning; a call is
+//     <|tool_call>call:NAME{key:VALUE,…}<tool_call|> (several may share a
+//     block) with bare keys, strings between <|"|> tokens, JSON numbers,
+//     true/false/null (None too), arrays and nested objects; a
+//     <tool_call|> inside a string does not end the call; the
+//     <|tool_response> the model ends a call turn with is dropped.
+//     Arguments become a compact JSON object in the order written. No
+//     forced-call grammar yet (tool_choice required/named is refused).
+//     gemma4_think is the thought channel alone (tool_choice none).
 //   - think: <think>…</think> reasoning only.
 //   - none, passthrough: everything is content, untouched.
 //

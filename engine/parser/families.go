@@ -51,6 +51,8 @@ func families() map[string]func(Options) Parser {
 		return newMachine(family{think: true, trim: true}, o)
 	}
 	r[Harmony] = newHarmony
+	r[Gemma4] = newGemma4
+	r[Gemma4Think] = newGemma4Think
 	pass := func(o Options) Parser { return newMachine(family{}, o) }
 	r[None] = pass
 	r[Passthrough] = pass

@@ -30,6 +30,9 @@ type rawCall struct{ name, args string }
 // family describes one tagged output format for the shared state machine.
 type family struct {
 	think bool // <think>…</think> reasoning
+	// thinkTags replace <think> and </think> when set (Gemma 4's thought
+	// channel).
+	thinkTags *[2]string
 	// open are tags that start a call body in content state (and, when think
 	// is set, also end reasoning when they appear unpaired inside it).
 	open []string
@@ -60,37 +63,42 @@ const (
 
 // machine is the shared streaming state machine behind every family.
 type machine struct {
-	fam       family
-	opts      Options
-	declared  map[string]bool
-	st        state
-	cTags     []string // tags recognised in content state
-	rTags     []string // tags recognised in reasoning state
-	buf       string   // unprocessed text outside calls
-	call      []byte   // the current call's text after its open tag
-	ender     ender
-	partial   partialFn // nil unless streaming arguments
-	openTag   string    // tag that opened the current call
-	content   emitter
-	reasoning emitter
-	nCalls    int
-	bad       int // malformed calls dropped (ErrorOnMalformed, or after streaming began)
+	fam        family
+	opts       Options
+	declared   map[string]bool
+	st         state
+	thinkOpen  string // the tags that open and close reasoning
+	thinkClose string
+	cTags      []string // tags recognised in content state
+	rTags      []string // tags recognised in reasoning state
+	buf        string   // unprocessed text outside calls
+	call       []byte   // the current call's text after its open tag
+	ender      ender
+	partial    partialFn // nil unless streaming arguments
+	openTag    string    // tag that opened the current call
+	content    emitter
+	reasoning  emitter
+	nCalls     int
+	bad        int // malformed calls dropped (ErrorOnMalformed, or after streaming began)
 	// argument streaming of the current call (Options.StreamArguments)
 	sCall *ToolCall // header already emitted; Arguments = streamed so far
 	out   Output
 }
 
 func newMachine(f family, opts Options) *machine {
-	m := &machine{fam: f, opts: opts, declared: map[string]bool{}}
+	m := &machine{fam: f, opts: opts, declared: map[string]bool{}, thinkOpen: thinkOpen, thinkClose: thinkClose}
+	if f.thinkTags != nil {
+		m.thinkOpen, m.thinkClose = f.thinkTags[0], f.thinkTags[1]
+	}
 	for _, t := range opts.Tools {
 		m.declared[t] = true
 	}
 	m.cTags = append(m.cTags, f.open...)
 	if f.think {
-		m.cTags = append(m.cTags, thinkOpen)
+		m.cTags = append(m.cTags, m.thinkOpen)
 	}
 	m.cTags = append(m.cTags, f.drop...)
-	m.rTags = append(append([]string{thinkClose}, f.open...), f.drop...)
+	m.rTags = append(append([]string{m.thinkClose}, f.open...), f.drop...)
 	// Content is not trimmed at the very start: a plain answer passes
 	// through exactly; only whitespace around tags is dropped.
 	// Trailing whitespace is held back (to be dropped before a tool call)
@@ -182,7 +190,7 @@ func (m *machine) step(final bool) {
 			m.out.Content += m.content.end()
 			m.buf = m.buf[i+len(tag):]
 			switch {
-			case tag == thinkOpen && m.fam.think:
+			case tag == m.thinkOpen && m.fam.think:
 				m.st = stReasoning
 			case contains(m.fam.drop, tag):
 				// section marker: removed
@@ -202,7 +210,7 @@ func (m *machine) step(final bool) {
 			m.out.Reasoning += m.reasoning.end()
 			m.content.atStart = m.content.trim // the answer after </think> starts trimmed
 			m.buf = m.buf[i+len(tag):]
-			if tag == thinkClose || contains(m.fam.drop, tag) {
+			if tag == m.thinkClose || contains(m.fam.drop, tag) {
 				m.st = stContent
 			} else { // unpaired call tag ends reasoning
 				m.enterCall(tag)

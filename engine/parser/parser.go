@@ -89,13 +89,16 @@ var ErrMalformedToolCall = errors.New("parser: malformed tool call")
 
 // Family names.
 const (
-	Qwen3       = "qwen3"
-	Hermes      = "hermes"
-	Qwen3Coder  = "qwen3_coder"
-	Llama3JSON  = "llama3_json"
-	Mistral     = "mistral"
-	DeepSeekV3  = "deepseek_v3"
-	Harmony     = "harmony"
+	Qwen3      = "qwen3"
+	Hermes     = "hermes"
+	Qwen3Coder = "qwen3_coder"
+	Llama3JSON = "llama3_json"
+	Mistral    = "mistral"
+	DeepSeekV3 = "deepseek_v3"
+	Harmony    = "harmony"
+	Gemma4     = "gemma4"
+	// Gemma4Think is Gemma 4's thought channel without tool calls.
+	Gemma4Think = "gemma4_think"
 	Think       = "think"
 	None        = "none"
 	Passthrough = "passthrough"
@@ -123,6 +126,8 @@ var aliases = map[string]string{
 	"gptoss":        Harmony,
 	"openai":        Harmony,
 	"openai_gptoss": Harmony,
+	"gemma4_text":   Gemma4,
+	"gemma-4":       Gemma4,
 	"":              None,
 }
 
@@ -186,6 +191,8 @@ func Detect(chatTemplate string, override string) string {
 	t := chatTemplate
 	hasThink := strings.Contains(t, "<think>")
 	switch {
+	case strings.Contains(t, gemmaCallOpen) && strings.Contains(t, gemmaThoughtClose):
+		return Gemma4
 	case strings.Contains(t, "<|channel|>"):
 		return Harmony
 	case strings.Contains(t, "tool▁calls▁begin"):
@@ -227,6 +234,10 @@ func Markers(name string) []string {
 		return think
 	case Harmony:
 		return harmonyMarkers
+	case Gemma4: // tokens: the thought channel opens with <|channel> then "thought"
+		return []string{gemmaChannel, gemmaThoughtClose, gemmaCallOpen, gemmaCallClose, gemmaQuote, gemmaResponse}
+	case Gemma4Think:
+		return []string{gemmaChannel, gemmaThoughtClose}
 	}
 	return nil
 }

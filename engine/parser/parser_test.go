@@ -44,15 +44,17 @@ func calls(c ...ToolCall) []ToolCall { return c }
 
 // familyTags are the markers a family's Content/Reasoning must never show.
 var familyTags = map[string][]string{
-	Qwen3:      {"<tool_call>", "</tool_call>", "<think>", "</think>"},
-	Hermes:     {"<tool_call>", "</tool_call>", "<think>", "</think>"},
-	Qwen3Coder: {"<tool_call>", "</tool_call>", "<think>", "</think>", "<function=", "<parameter="},
-	Llama3JSON: {"<|python_tag|>"},
-	Mistral:    {"[TOOL_CALLS]", "[ARGS]"},
-	DeepSeekV3: {dsCallsBegin, dsCallsEnd, dsCallBegin, dsCallEnd, dsSep, "<think>", "</think>"},
-	Think:      {"<think>", "</think>"},
-	Harmony:    harmonyMarkers,
-	None:       nil,
+	Qwen3:       {"<tool_call>", "</tool_call>", "<think>", "</think>"},
+	Hermes:      {"<tool_call>", "</tool_call>", "<think>", "</think>"},
+	Qwen3Coder:  {"<tool_call>", "</tool_call>", "<think>", "</think>", "<function=", "<parameter="},
+	Llama3JSON:  {"<|python_tag|>"},
+	Mistral:     {"[TOOL_CALLS]", "[ARGS]"},
+	DeepSeekV3:  {dsCallsBegin, dsCallsEnd, dsCallBegin, dsCallEnd, dsSep, "<think>", "</think>"},
+	Think:       {"<think>", "</think>"},
+	Harmony:     harmonyMarkers,
+	Gemma4:      {gemmaChannel, gemmaThoughtClose, gemmaCallOpen, gemmaCallClose, gemmaQuote, gemmaResponse},
+	Gemma4Think: {gemmaChannel, gemmaThoughtClose},
+	None:        nil,
 }
 
 const (
@@ -217,6 +219,52 @@ func harmonyCases() []tcase {
 	}
 }
 
+// gemma4Cases: the thought channel and calls as Gemma 4's template writes
+// them (keys bare, strings between <|"|> tokens, None for null).
+func gemma4Cases() []tcase {
+	const (
+		q  = `<|"|>`
+		w  = "<|tool_call>call:get_weather{city:" + q + "Paris" + q + "}<tool_call|>"
+		w2 = "<|tool_call>call:search{n:3,q:" + q + "rain" + q + "}<tool_call|>"
+	)
+	nestedG := "{filter:{range:{max:[2,3.5,{x:None}],min:1},tags:[" + q + "a" + q + "," + q + "b}" + q + "]},q:" + q + "x}y{\"z" + q + "}"
+	return []tcase{
+		{name: "plain", in: "Hello, world!\nSecond line.", want: result{Content: "Hello, world!\nSecond line."}},
+		{name: "lt not a tag", in: "a < b <|chan <tool_call x", want: result{Content: "a < b <|chan <tool_call x"}},
+		{name: "thought then answer", in: "<|channel>thought\nLet me think.\nStep 2.<channel|>The answer is 4.", want: result{Reasoning: "Let me think.\nStep 2.", Content: "The answer is 4."}},
+		{name: "empty thought", in: "<|channel>thought\n<channel|>Hi", want: result{Content: "Hi"}},
+		{name: "one call", in: w, want: result{Calls: calls(call(0, "get_weather", `{"city":"Paris"}`))}},
+		{name: "ended by tool_response", in: w + "<|tool_response>", want: result{Calls: calls(call(0, "get_weather", `{"city":"Paris"}`))}},
+		{name: "several calls", in: w + w2, want: result{Calls: calls(call(0, "get_weather", `{"city":"Paris"}`), call(1, "search", `{"n":3,"q":"rain"}`))}},
+		{name: "two calls in one block", in: "<|tool_call>call:get_weather{city:" + q + "Paris" + q + "}call:search{}<tool_call|>", want: result{Calls: calls(call(0, "get_weather", `{"city":"Paris"}`), call(1, "search", `{}`))}},
+		{name: "calls after thought", in: "<|channel>thought\nNeed weather.<channel|>" + w + w2 + "<|tool_response>",
+			want: result{Reasoning: "Need weather.", Calls: calls(call(0, "get_weather", `{"city":"Paris"}`), call(1, "search", `{"n":3,"q":"rain"}`))}},
+		{name: "text before call", in: "Let me check.\n\n" + w, want: result{Content: "Let me check.", Calls: calls(call(0, "get_weather", `{"city":"Paris"}`))}},
+		{name: "text after call", in: w + "\nDone.", want: result{Content: "Done.", Calls: calls(call(0, "get_weather", `{"city":"Paris"}`))}},
+		{name: "nested arguments", in: "<|tool_call>call:search" + nestedG + "<tool_call|>", want: result{Calls: calls(call(0, "search", `{"filter":{"range":{"max":[2,3.5,{"x":null}],"min":1},"tags":["a","b}"]},"q":"x}y{\"z"}`))}},
+		{name: "values", in: "<|tool_call>call:search{a:true,b:false,c:null,d:-1.5e+22,e:[],f:{},g:" + q + q + "," + q + "h k" + q + ":0}<tool_call|>",
+			want: result{Calls: calls(call(0, "search", `{"a":true,"b":false,"c":null,"d":-1.5e+22,"e":[],"f":{},"g":"","h k":0}`))}},
+		{name: "close tag inside a string argument", in: "<|tool_call>call:search{q:" + q + "a <tool_call|> \" b" + q + "}<tool_call|>after",
+			want: result{Content: "after", Calls: calls(call(0, "search", `{"q":"a <tool_call|> \" b"}`))}},
+		{name: "unicode", in: "<|channel>thought\nGröße 🌍<channel|>日本語 🎉<|tool_call>call:search{q:" + q + "Zürich 東京 🌍" + q + "}<tool_call|>",
+			want: result{Reasoning: "Größe 🌍", Content: "日本語 🎉", Calls: calls(call(0, "search", `{"q":"Zürich 東京 🌍"}`))}},
+		{name: "undeclared tool", in: "<|tool_call>call:launch{}<tool_call|>", want: result{Calls: calls(call(0, "launch", `{}`))}},
+		{name: "malformed", noTag: true, in: "Hi<|tool_call>call:search{q:rain}<tool_call|>", want: result{Content: "Hi<|tool_call>call:search{q:rain}<tool_call|>"}},
+		{name: "malformed error", err: true, opts: Options{ErrorOnMalformed: true}, in: "Hi<|tool_call>call:search{q:" + q + "x}<tool_call|>", want: result{Content: "Hi"}},
+		{name: "unterminated valid call", in: "<|tool_call>call:search{q:" + q + "x" + q + "}", want: result{Calls: calls(call(0, "search", `{"q":"x"}`))}},
+		{name: "truncated call", noTag: true, in: "<|tool_call>call:sea", want: result{Content: "<|tool_call>call:sea"}},
+		{name: "unfinished thought", in: "<|channel>thought\nStill", want: result{Reasoning: "Still"}},
+		{name: "partial tag at end", noTag: true, in: "Done <|tool_ca", want: result{Content: "Done <|tool_ca"}},
+	}
+}
+
+func gemma4ThinkCases() []tcase {
+	return []tcase{
+		{name: "thought then answer", in: "<|channel>thought\nA<channel|>B", want: result{Reasoning: "A", Content: "B"}},
+		{name: "calls are content", noTag: true, in: "<|tool_call>call:search{}<tool_call|>", want: result{Content: "<|tool_call>call:search{}<tool_call|>"}},
+	}
+}
+
 func noneCases() []tcase {
 	return []tcase{
 		{name: "everything is content", noTag: true, in: "  <think>x</think>\n" + wCall + " \n", opts: Options{StartInReasoning: true, Tools: tools}, want: result{Content: "  <think>x</think>\n" + wCall + " \n"}},
@@ -226,7 +274,7 @@ func noneCases() []tcase {
 var allCases = map[string][]tcase{
 	Qwen3: hermesCases(), Hermes: hermesCases(), Qwen3Coder: coderCases(), Llama3JSON: llamaCases(),
 	Mistral: mistralCases(), DeepSeekV3: deepseekCases(), Think: thinkCases(), None: noneCases(), Passthrough: noneCases(),
-	Harmony: harmonyCases(),
+	Harmony: harmonyCases(), Gemma4: gemma4Cases(), Gemma4Think: gemma4ThinkCases(),
 }
 
 // run feeds chunks to a fresh parser and checks per-output invariants.
@@ -354,6 +402,8 @@ func TestDetect(t *testing.T) {
 		{`{{- "<|start|>assistant<|channel|>final<|message|>" + message.content }}<think>`, "", Harmony},
 		{``, "openai_gptoss", Harmony},
 		{``, "gpt_oss", Harmony},
+		{`{{- '<|tool_call>call:' + function['name'] + '{' -}} {{- '<|channel>thought\n<channel|>' -}}`, "", Gemma4},
+		{``, "gemma4_text", Gemma4},
 	} {
 		if got := Detect(c.tmpl, c.override); got != c.want {
 			t.Errorf("Detect(%q, %q) = %q, want %q", c.tmpl, c.override, got, c.want)
@@ -420,6 +470,75 @@ func TestDetectRealTemplates(t *testing.T) {
 			t.Errorf("%s: Detect = %q, want %q", fixture, got, want)
 		}
 	}
+}
+
+// TestGemma4RealTemplate renders tool calls with Gemma 4's real chat
+// template and parses the model turn back: the arguments must come back
+// equal (as JSON values) to those rendered, strings with quotes, braces,
+// markers and newlines included.
+func TestGemma4RealTemplate(t *testing.T) {
+	src, err := chattemplate.FromTokenizerConfig(testenv.TokenizerFileDir(t, "gemma4", "chat_template.jinja"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := Detect(src, ""); got != Gemma4 {
+		t.Fatalf("Detect = %q, want %q", got, Gemma4)
+	}
+	tmpl, err := chattemplate.New(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	argsJSON := []string{
+		`{"city": "Paris", "days": 3}`,
+		`{"q": "a \"quoted\" {brace} [list] <tool_call|> x,y:z\nline", "n": -1.5, "ok": true, "none": null}`,
+		`{"Zeta": [1, "two", {"k": false}], "alpha": {"nested": {"deep": [[], {}]}, "E": 1e-07}, "城市": "東京 🌍"}`,
+		`{}`,
+	}
+	var callObjs []any
+	for i, a := range argsJSON {
+		var args chattemplate.Object
+		if err := json.Unmarshal([]byte(a), &args); err != nil {
+			t.Fatal(err)
+		}
+		callObjs = append(callObjs, chattemplate.NewObject("id", fmt.Sprintf("c%d", i), "type", "function",
+			"function", chattemplate.NewObject("name", "search", "arguments", &args)))
+	}
+	out, err := tmpl.Render(chattemplate.Input{Messages: []*chattemplate.Object{
+		chattemplate.NewObject("role", "user", "content", "hi"),
+		chattemplate.NewObject("role", "assistant", "content", "", "tool_calls", callObjs),
+	}, BOSToken: "<bos>"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	turn := out[strings.LastIndex(out, "<|turn>model\n")+len("<|turn>model\n"):]
+	for _, chunked := range []bool{false, true} {
+		got, err := run(t, Gemma4, tcase{noTag: false}, chunksOf(turn, chunked))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Content != "" || got.Reasoning != "" || len(got.Calls) != len(argsJSON) {
+			t.Fatalf("rendered %q parsed as %+v", turn, got)
+		}
+		for i, c := range got.Calls {
+			var want, have any
+			_ = json.Unmarshal([]byte(argsJSON[i]), &want)
+			if err := json.Unmarshal([]byte(c.Arguments), &have); err != nil || !reflect.DeepEqual(have, want) || c.Name != "search" {
+				t.Errorf("call %d: %s %s, want %s (rendered %q)", i, c.Name, c.Arguments, argsJSON[i], turn)
+			}
+		}
+	}
+}
+
+// chunksOf is s whole, or one byte at a time.
+func chunksOf(s string, bytewise bool) []string {
+	if !bytewise {
+		return []string{s}
+	}
+	out := make([]string, len(s))
+	for i := range len(s) {
+		out[i] = s[i : i+1]
+	}
+	return out
 }
 
 func TestMarkers(t *testing.T) {

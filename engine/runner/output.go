@@ -21,9 +21,12 @@ func newOutputParser(family string, req *engine.Request, renderedPrompt string) 
 		// (Harmony's channels are the format itself: its parser stays.)
 		// No tool calls: call-like text stays content; reasoning is still
 		// split off where the family has it.
-		if slices.Contains(parser.Markers(family), "<think>") {
+		switch {
+		case family == parser.Gemma4:
+			family = parser.Gemma4Think
+		case slices.Contains(parser.Markers(family), "<think>"):
 			family = parser.Think
-		} else {
+		default:
 			family = parser.None
 		}
 	}

@@ -49,6 +49,21 @@ func TokenizerDir(t testing.TB, name string) string {
 	return dir
 }
 
+// TokenizerFileDir is TokenizerDir for a fixture known by another file
+// than tokenizer.json (Gemma 4's: a vocab-only GGUF and a template): it
+// returns the directory holding file ("" means tokenizer.json).
+func TokenizerFileDir(t testing.TB, name, file string) string {
+	t.Helper()
+	if file == "" {
+		return TokenizerDir(t, name)
+	}
+	dir := filepath.Join(FixturesDir(), "tokenizers", name)
+	if _, err := os.Stat(filepath.Join(dir, file)); err != nil {
+		missing(t, "tokenizer fixture %s not found in %s", file, dir)
+	}
+	return dir
+}
+
 // Python returns the interpreter that has the reference packages
 // ($FUSION_PYTHON, else .cache/venv/bin/python).
 func Python(t testing.TB) string {
