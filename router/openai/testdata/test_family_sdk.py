@@ -215,7 +215,7 @@ def test_forced_tool_calls(base, fam):
         with pytest.raises(openai.BadRequestError):
             c.chat.completions.create(model=MODELS[fam], messages=history, tools=TOOLS, max_tokens=5, tool_choice="none")
         return
-    call, result = render(k.function.name, json.dumps(json.loads(k.function.arguments)))
+    call, result = render(k.function.name, json.dumps(json.loads(k.function.arguments), ensure_ascii=False))
     p = http_json(base + "/tokenize", {"model": MODELS[fam], "messages": history, "tools": TOOLS})["prompt"]
     assert call in p and p.endswith(result)
     r = c.chat.completions.create(model=MODELS[fam], messages=history, tools=TOOLS, max_tokens=5, tool_choice="none")
