@@ -46,6 +46,20 @@ func declaredTools(tools []*chattemplate.Object) ([]declaredTool, error) {
 	return out, nil
 }
 
+// callFamily is the format a request's output is parsed in: the model's
+// own (family), except that a forced tool choice on a model whose
+// template has no tool-call format at all (parser.None: Gemma 3's) is
+// written as one bare JSON call, {"name": …, "parameters": {…}}, which
+// toolCallGrammar forces and the llama3_json parser reads. A family
+// with reasoning but no calls (parser.Think) keeps its refusal: the JSON
+// parser would return the reasoning as content.
+func callFamily(family string, req *engine.Request) string {
+	if family == parser.None && req.ToolChoice.Forced() && req.Messages != nil {
+		return parser.Llama3JSON
+	}
+	return family
+}
+
 // toolCallGrammar compiles the output a forced tool choice allows: one or
 // more calls (at most maxCalls, or one when parallel calls are off) of the
 // allowed tools in the family's call format, each call's arguments valid

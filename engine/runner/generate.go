@@ -174,7 +174,8 @@ func (r *Runner) prepare(ctx context.Context, lm *loadedModel, req *engine.Reque
 	if kv := lm.sched.kvFor(len(p.Tokens) + 1); kv > r.cfg.MaxKVBytes {
 		return nil, &prompt.InvalidRequestError{Err: fmt.Errorf("the prompt is %d tokens, needing %d bytes of KV cache; this node's limit is %d", len(p.Tokens), kv, r.cfg.MaxKVBytes)}
 	}
-	out, err := newOutputParser(lm.parser, req, p.Prompt)
+	calls := callFamily(lm.parser, req)
+	out, err := newOutputParser(calls, req, p.Prompt)
 	if err != nil {
 		return nil, err
 	}
@@ -183,9 +184,9 @@ func (r *Runner) prepare(ctx context.Context, lm *loadedModel, req *engine.Reque
 	switch {
 	case req.ToolChoice.Forced() && req.Messages != nil:
 		var key [32]byte
-		if key, err = toolCallKey(lm.parser, req.Tools, req.ToolChoice, r.cfg.MaxToolCalls); err == nil {
+		if key, err = toolCallKey(calls, req.Tools, req.ToolChoice, r.cfg.MaxToolCalls); err == nil {
 			gram, err = r.grammars.get(key, func() (*grammar.Grammar, error) {
-				return toolCallGrammar(lm.parser, req.Tools, req.ToolChoice, r.cfg.MaxToolCalls)
+				return toolCallGrammar(calls, req.Tools, req.ToolChoice, r.cfg.MaxToolCalls)
 			})
 		}
 	case req.ResponseFormat != nil:

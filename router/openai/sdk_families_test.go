@@ -1,0 +1,73 @@
+package openai_test
+
+import (
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"fusion/engine/demo"
+	"fusion/internal/testenv"
+)
+
+// TestPythonSDKFamilies serves random-weight demo models of families
+// whose chat formats differ from harmony — a gemma3_text with Gemma 3's
+// real tokenizer and template (no reasoning, no tool format of its own)
+// and a qwen3_5_moe with Qwen3's (<think> reasoning, <tool_call> calls) —
+// and runs testdata/test_family_sdk.py, the official OpenAI and
+// Anthropic Python SDKs, against the node that holds them and a cluster
+// member that forwards to it.
+func TestPythonSDKFamilies(t *testing.T) {
+	py := testenv.Python(t)
+	if out, err := exec.Command(py, "-c", "import openai, anthropic, pytest").CombinedOutput(); err != nil {
+		missing(t, "the openai, anthropic and pytest Python packages are not installed in %s: %s", py, out)
+	}
+	start := time.Now()
+	models := t.TempDir()
+	// family (test_family_sdk.py's key) → model name and demo options.
+	fams := []struct {
+		family, name string
+		opts         demo.Options
+	}{
+		{"gemma3", "gemma3-demo", demo.Options{Arch: "gemma3_text", Seed: 16, VocabFrom: testenv.TokenizerDir(t, "gemma3"),
+			Layers: 2, Hidden: 32, Heads: 2, KVHeads: 1, Intermediate: 64, SlidingWindow: 16, SlidingPattern: 2, DType: "bf16"}},
+		{"qwen3", "qwen35moe-demo", demo.Options{Arch: "qwen3_5_moe", Seed: 5, VocabFrom: testenv.TokenizerDir(t, "qwen3"),
+			Layers: 4, Hidden: 32, Heads: 2, KVHeads: 1, HeadDim: 16, Experts: 4, ExpertsPerTok: 2, MoEIntermediate: 32, DType: "bf16"}},
+	}
+	var pairs []string
+	for _, f := range fams {
+		if _, err := demo.Create(filepath.Join(models, f.name), f.opts); err != nil {
+			t.Fatal(err)
+		}
+		pairs = append(pairs, f.family+"="+f.name)
+	}
+	warm := func(name string) map[string]any {
+		return map[string]any{"model": name, "max_tokens": 1, "messages": []map[string]any{{"role": "user", "content": "hi"}}}
+	}
+	t.Logf("demo models written in %v", time.Since(start))
+	a, c := forwardingCluster(t, models, "/v1/chat/completions", warm(fams[0].name))
+	for _, f := range fams[1:] {
+		var out struct {
+			Error any `json:"error"`
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for post(t, c, "/v1/chat/completions", warm(f.name), &out) != http.StatusOK {
+			if time.Now().After(deadline) {
+				t.Fatalf("c never forwarded %s to a: %+v", f.name, out.Error)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	t.Logf("cluster up, models loaded and forwarded in %v", time.Since(start))
+	env := append(os.Environ(), "FUSION_BASE_URL="+a.URL(), "FUSION_FORWARD_URL="+c.URL(), "FUSION_API_KEY="+testKey,
+		"FUSION_MODELS="+strings.Join(pairs, ","))
+	out := runSuite(t, env, py, "-m", "pytest", "-q", "--durations=5", "-p", "no:cacheprovider", "testdata/test_family_sdk.py")
+	t.Log(out)
+	if m := regexp.MustCompile(`(\d+) passed`).FindStringSubmatch(out); m == nil || regexp.MustCompile(`failed|error`).MatchString(out) {
+		t.Errorf("unexpected pytest summary:\n%s", out)
+	}
+}
