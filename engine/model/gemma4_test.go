@@ -10,8 +10,9 @@ import (
 )
 
 // gemma4Model writes a small gemma4_text with every part its config can
-// switch on: sliding (window 20) and full layers, KV shared by the last
-// two of four layers, k = v on the full ones, per-layer inputs, and the
+// switch on: sliding (window 20) and full layers (heads of 32 and 64:
+// global_head_dim), KV shared by the last two of four layers, k = v on
+// the full ones, per-layer inputs, and the
 // mixture beside the MLP; it returns its path.
 func gemma4Model(t *testing.T) string {
 	t.Helper()
@@ -57,8 +58,9 @@ func TestGemma4KVExport(t *testing.T) {
 	be := cpu.New(cpu.Options{})
 	defer be.Close()
 	m := load(t, be, gemma4Model(t), Range{})
-	if got, want := m.KVBytesPerToken(), int64(2*2*m.HeadDim()*2*4); got != want {
-		t.Errorf("KVBytesPerToken %d, want %d (two layers of own KV)", got, want)
+	// Layer 0 is sliding (head_dim 32), layer 1 full (global_head_dim 64).
+	if got, want := m.KVBytesPerToken(), int64(2*(32+64)*2*4); got != want {
+		t.Errorf("KVBytesPerToken %d, want %d (two layers of own KV, 32 and 64 wide)", got, want)
 	}
 	checkKVExportImport(t, m, 200, 128)
 }

@@ -24,10 +24,7 @@ func (m *Model) NewSequence(maxLen int) (*Sequence, error) {
 	if maxLen <= 0 {
 		maxLen = m.Config.MaxPositionEmbeddings
 	}
-	c, err := m.be.NewKVCache(backend.KVSpec{
-		FirstLayer: m.Layers.Start, Layers: m.cacheLayers().Len(),
-		KVHeads: m.kvHeads, HeadDim: m.headDim, MaxLen: maxLen,
-	})
+	c, err := m.be.NewKVCache(m.kvSpec(maxLen))
 	if err != nil {
 		return nil, fmt.Errorf("model: %w", err)
 	}

@@ -418,6 +418,23 @@ func (c *Config) KVDims() (heads, dim int) {
 	return c.NumKeyValueHeads, c.HeadDim
 }
 
+// KVFloatsPerPosition is the number of floats one position caches over
+// all the layers, keys and values: KVDims on every layer, but for Gemma 4
+// only the layers with a cache of their own (not the KV-shared ones),
+// each at its head width.
+func (c *Config) KVFloatsPerPosition() int64 {
+	heads, dim := c.KVDims()
+	g := c.Gemma4
+	if g == nil || len(g.Sliding) != c.NumHiddenLayers {
+		return int64(2*heads*dim) * int64(c.NumHiddenLayers)
+	}
+	var n int64
+	for l := range c.NumHiddenLayers - g.KVShared {
+		n += int64(2 * heads * g.HeadDimOf(l, dim))
+	}
+	return n
+}
+
 func orBool(v *bool, def bool) bool {
 	if v == nil {
 		return def

@@ -466,8 +466,7 @@ func (r *Runner) ModelNeed(name string) int64 {
 	if capped := r.modelSettings(name).ContextLength; capped > 0 && (ctxLen <= 0 || capped < ctxLen) {
 		ctxLen = capped
 	}
-	heads, dim := c.KVDims() // one latent head for MLA
-	kv := int64(2*c.NumHiddenLayers*heads*dim) * 4 * int64(max(ctxLen, 0))
+	kv := c.KVFloatsPerPosition() * 4 * int64(max(ctxLen, 0))
 	return estimateBytes(path) + kv
 }
 
