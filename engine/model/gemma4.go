@@ -40,9 +40,10 @@ type gemma4Block struct {
 	plGate, plProj backend.Weight
 	plNorm         backend.Vector
 	scalar         float32
-	// kvFrom is the layer whose cache the attention reads; layers is the
-	// model's number of layers (the per-layer inputs hold one slice each).
-	kvFrom, layers int
+	// kvFrom is the layer whose cache the attention reads; plWidth is
+	// the per-layer input width (the frame's inputs hold one slice per
+	// layer).
+	kvFrom, plWidth int
 }
 
 // gemma4Experts is the mixture beside the MLP: a router over the
@@ -83,7 +84,7 @@ func loadGemma4(w *loader, prefix string) block {
 		qNorm:        w.vectorOf(prefix+"self_attn.q_norm.weight", hd),
 		scalar:       w.scalar(prefix + "layer_scalar"),
 		kvFrom:       from,
-		layers:       c.NumHiddenLayers,
+		plWidth:      g.PerLayer,
 	}
 	if from == l {
 		b.k = w.matrix(prefix+"self_attn.k_proj", kv, hidden)
@@ -153,8 +154,9 @@ func (b *gemma4Block) forward(f *frame, x backend.Array) backend.Array {
 	}
 	h = f.Add(h, f.norm(ff, b.postFFNorm))
 	if b.plGate != nil {
-		w := f.perLayer.Cols() / b.layers
-		p := f.HeadSlice(f.perLayer, 1, f.layer*w, (f.layer+1)*w)
+		w := b.plWidth
+		i := f.layer - f.perLayerFirst
+		p := f.HeadSlice(f.perLayer, 1, i*w, (i+1)*w)
 		g := f.GELUTanhGate(f.Linear(h, b.plGate), p)
 		h = f.Add(h, f.norm(f.Linear(g, b.plProj), b.plNorm))
 	}
@@ -189,9 +191,6 @@ func setupGemma4(m *Model) error {
 	g := c.Gemma4
 	if g == nil || len(g.Sliding) != c.NumHiddenLayers {
 		return fmt.Errorf("%w: gemma4_text without its layer kinds", modelfile.ErrInvalidConfig)
-	}
-	if g.PerLayer > 0 && m.Layers.Start != 0 {
-		return fmt.Errorf("%w: gemma4_text's per-layer inputs come from the token embeddings: a layer range must start at 0, not %d", ErrBadInput, m.Layers.Start)
 	}
 	if g.PerLayer > 0 && g.PerLayerVocab < c.VocabSize {
 		return fmt.Errorf("%w: gemma4_text: vocab_size_per_layer_input %d < vocab_size %d", modelfile.ErrUnsupported, g.PerLayerVocab, c.VocabSize)
