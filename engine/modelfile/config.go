@@ -418,6 +418,17 @@ func (c *Config) KVDims() (heads, dim int) {
 	return c.NumKeyValueHeads, c.HeadDim
 }
 
+// MaxCut is the last layer a later pipeline stage may start at (a
+// stage boundary past it would separate layers that must stay together:
+// Gemma 4's KV-shared layers and their sources); NumHiddenLayers when any
+// boundary will do.
+func (c *Config) MaxCut() int {
+	if g := c.Gemma4; g != nil && len(g.Sliding) == c.NumHiddenLayers {
+		return g.MaxCut(c.NumHiddenLayers)
+	}
+	return c.NumHiddenLayers
+}
+
 // KVFloatsPerPosition is the number of floats one position caches over
 // all the layers, keys and values: KVDims on every layer, but for Gemma 4
 // only the layers with a cache of their own (not the KV-shared ones),

@@ -79,6 +79,20 @@ func (g *Gemma4) HeadDimOf(l, hd int) int {
 	return hd
 }
 
+// MaxCut is the last layer a pipeline stage may start at, past 0, so
+// that every KV-shared layer is in the stage of the layer whose KV it
+// reads: the KV-shared layers are the last ones, so every cut must come
+// at or before the earliest of their sources (E2B: 13 of 35). n is the
+// number of layers; n when no layer shares KV.
+func (g *Gemma4) MaxCut(n int) int {
+	from := g.SharedFrom()
+	cut := n
+	for l := n - g.KVShared; l < n; l++ {
+		cut = min(cut, from[l])
+	}
+	return cut
+}
+
 type rawGemma4 struct {
 	SlidingWindow           *int64                     `json:"sliding_window"`
 	SlidingWindowPattern    *int64                     `json:"sliding_window_pattern"`

@@ -28,6 +28,10 @@ func TestGemma4Config(t *testing.T) {
 	if want := []int{0, 1, 2, 3, 4, 3}; !slices.Equal(g.SharedFrom(), want) {
 		t.Errorf("shared from %v, want %v", g.SharedFrom(), want)
 	}
+	// Layer 5 reads layer 3's KV: no later stage starts past 3.
+	if got := c.MaxCut(); got != 3 {
+		t.Errorf("MaxCut = %d, want 3", got)
+	}
 	if g.PerLayer != 8 || g.SlidingWindow != 32 || g.FinalLogitSoftcapping != 30 || !g.DoubleWideMLP || !c.TieWordEmbeddings {
 		t.Errorf("config %+v", g)
 	}

@@ -497,6 +497,16 @@ func (r *Runner) HeadLayers(name string) float64 {
 	return 0
 }
 
+// MaxCut is the last layer a later pipeline stage of a chat model may
+// start at (modelfile.Config.MaxCut; 0 when it cannot tell, as
+// NumLayers): what the planner keeps stage boundaries within.
+func (r *Runner) MaxCut(name string) int {
+	if c, _ := r.chatConfig(name); c != nil {
+		return c.MaxCut()
+	}
+	return 0
+}
+
 // NumLayers is the number of layers a chat model's configuration gives
 // (0 for a model it cannot tell: a GGUF file, an embedding model, a
 // missing or bad config).

@@ -435,6 +435,10 @@ func TestPipelineGemma4(t *testing.T) {
 		return r
 	}
 	whole, first := newRunner(), newRunner()
+	// Layers 3–5 read the KV of layers 1 (full) and 2 (sliding).
+	if got := whole.MaxCut("g4"); got != 1 {
+		t.Errorf("MaxCut = %d, want 1", got)
+	}
 	if _, err := whole.LoadStage(context.Background(), "g4", model.Range{Start: 2, End: 6}); err == nil || !strings.Contains(err.Error(), "layer 3 reads layer 1's KV, outside the range [2, 6)") {
 		t.Errorf("a stage of layers [2, 6) (layer 3 reads layer 1's KV): %v", err)
 	}
