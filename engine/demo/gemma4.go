@@ -11,8 +11,9 @@ import (
 // Gemma 4 demo models (gemma4_text) in the layout mlx-lm 0.32.2 saves
 // (Gemma4ForCausalLM's config.json keys, weights as its sanitize leaves
 // them): sliding and full layers (--sliding-window, --sliding-pattern),
-// the full ones with k = v and a proportional RoPE on a quarter of the
-// head; the last half of the layers sharing the KV of the last earlier
+// the full ones with k = v, a proportional RoPE on a quarter of the head
+// and heads of --global-head-dim (default twice head_dim, as Gemma 4
+// E2B/E4B's 512 beside 256); the last half of the layers sharing the KV of the last earlier
 // layer of their kind (no k/v weights of their own, a double-wide MLP);
 // per-layer inputs of gemma4PerLayer features; and, with --experts, the
 // mixture beside the MLP in every layer (router.proj at 8 bits, stacked
