@@ -32,6 +32,10 @@ type Inventory struct {
 	// HeadLayers is each such model's output head counted in layers of
 	// compute per token (what the planner adds to a pipeline's last stage).
 	HeadLayers map[string]float64 `json:"head_layers,omitempty"`
+	// MaxCut is, for a model whose stage boundaries are bounded, the last
+	// layer a later stage may start at (Gemma 4: its KV-shared layers stay
+	// with the layers whose KV they read); absent: any.
+	MaxCut map[string]int `json:"max_cut,omitempty"`
 	// MemoryBudget is the bytes the node's models' weights and pipeline
 	// stages may hold, and ModelBytes what each model on disk needs (its
 	// weights and the KV cache of one sequence at its context): what the

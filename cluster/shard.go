@@ -137,6 +137,7 @@ type shardCand struct {
 	free   int64   // its capacity (memory budget, else free memory), from the inventory
 	layers int     // the model's layers, from the inventory
 	head   float64 // the model's output head in layers of compute, from the inventory
+	maxCut int     // the last layer a later stage may start at (0: any), from the inventory
 	// rtt is the node's published round trip to each peer in µs
 	// (Inventory.RTTMicros).
 	rtt map[string]int64
@@ -160,7 +161,7 @@ func shardCandidates(model string, spec PlacementSpec, nodes map[string]*pb.Node
 			pin = len(spec.Pin)
 		}
 		cs = append(cs, shardCand{id: id, pin: pin, pinned: pin < len(spec.Pin), free: inv.capacity(),
-			layers: inv.Layers[model], head: inv.HeadLayers[model], rtt: inv.RTTMicros})
+			layers: inv.Layers[model], head: inv.HeadLayers[model], maxCut: inv.MaxCut[model], rtt: inv.RTTMicros})
 	}
 	slices.SortFunc(cs, func(a, b shardCand) int {
 		if c := cmp.Compare(a.pin, b.pin); c != 0 {
@@ -207,7 +208,7 @@ func planStages(model string, replica uint32, stages int, need int64, cands []sh
 			caps[i] = c.free
 		}
 	}
-	bounds, ok := layersplit.Split(layersplit.Model{Layers: layers, Head: cands[k-1].head, Need: need}, k, caps)
+	bounds, ok := layersplit.Split(layersplit.Model{Layers: layers, Head: cands[k-1].head, Need: need, MaxCut: cands[0].maxCut}, k, caps)
 	if !ok {
 		return nil
 	}

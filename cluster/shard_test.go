@@ -56,6 +56,8 @@ func TestPlanStages(t *testing.T) {
 		{"one node: unsharded", 2, 0, []shardCand{cand("a", gib, 6)}, "0: a[0,0)"},
 		{"no node", 2, 0, nil, ""},
 		{"layer counts disagree", 2, 0, []shardCand{cand("a", gib, 6), cand("b", gib, 8)}, ""},
+		// Gemma 4 E2B: its KV-shared layers stay with layers 13 and 14.
+		{"max cut", 2, 0, []shardCand{{id: "a", free: 8 * gib, layers: 35, maxCut: 13}, {id: "b", free: 8 * gib, layers: 35, maxCut: 13}}, "35: a[0,13) b[13,35)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := planStages("m", 0, tc.stages, tc.need, tc.cands)

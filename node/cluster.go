@@ -434,7 +434,7 @@ func (n *Node) syncOnce(ctx context.Context, watched map[string]bool, gone map[s
 		inv.ModelsOnDisk = append(inv.ModelsOnDisk, s.ID)
 		sh, ok := n.shapes[s.ID]
 		if !ok {
-			sh = modelShape{layers: n.runner.NumLayers(s.ID), head: n.runner.HeadLayers(s.ID)}
+			sh = modelShape{layers: n.runner.NumLayers(s.ID), head: n.runner.HeadLayers(s.ID), maxCut: n.runner.MaxCut(s.ID)}
 			n.shapes[s.ID] = sh
 		}
 		if sh.layers > 0 {
@@ -442,6 +442,12 @@ func (n *Node) syncOnce(ctx context.Context, watched map[string]bool, gone map[s
 				inv.Layers, inv.HeadLayers = map[string]int{}, map[string]float64{}
 			}
 			inv.Layers[s.ID], inv.HeadLayers[s.ID] = sh.layers, sh.head
+			if sh.maxCut > 0 && sh.maxCut < sh.layers {
+				if inv.MaxCut == nil {
+					inv.MaxCut = map[string]int{}
+				}
+				inv.MaxCut[s.ID] = sh.maxCut
+			}
 		}
 		if need := n.runner.ModelNeed(s.ID); need > 0 {
 			if inv.ModelBytes == nil {
@@ -588,4 +594,5 @@ func (t *clusterTable) Peers() []dispatch.Peer {
 type modelShape struct {
 	layers int
 	head   float64
+	maxCut int // runner.MaxCut
 }

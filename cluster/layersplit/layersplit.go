@@ -20,6 +20,10 @@ type Model struct {
 	// Need is the bytes the whole model needs (weights and KV); 0: unknown,
 	// no stage is bounded.
 	Need int64
+	// MaxCut, if positive, is the last layer a stage after the first may
+	// start at (Gemma 4's KV-shared layers stay in the stage of the layers
+	// whose KV they read); 0: any.
+	MaxCut int
 }
 
 // StageBytes is the share of m.Need a stage of n layers holds, the head
@@ -78,6 +82,9 @@ func Split(m Model, k int, caps []int64) (bounds []int, ok bool) {
 			lo, hi := a+1, L-(k-1-i)
 			if i == k-1 {
 				lo = L // the last stage takes the rest
+			}
+			if i < k-1 && m.MaxCut > 0 {
+				hi = min(hi, m.MaxCut)
 			}
 			for b := lo; b <= hi; b++ {
 				n := b - a

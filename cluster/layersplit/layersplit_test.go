@@ -33,6 +33,13 @@ func TestSplit(t *testing.T) {
 		{"more stages than layers", Model{Layers: 2}, 3, nil, nil},
 		{"caps of another length", Model{Layers: 6}, 2, []int64{1}, nil},
 		{"no stage", Model{Layers: 6}, 0, nil, nil},
+		// Gemma 4 E2B: layers 15–34 read the KV of layers 13 and 14, so
+		// no later stage starts past 13.
+		{"max cut", Model{Layers: 35, MaxCut: 13}, 2, nil, []int{0, 13, 35}},
+		{"max cut, 3 stages", Model{Layers: 35, MaxCut: 13}, 3, nil, []int{0, 7, 13, 35}},
+		{"max cut above the even split", Model{Layers: 6, MaxCut: 5}, 2, nil, []int{0, 3, 6}},
+		{"max cut leaves too few layers", Model{Layers: 6, MaxCut: 1}, 3, nil, nil},
+		{"max cut and a small last node", Model{Layers: 10, Need: 10 * gib, MaxCut: 4}, 2, []int64{100 * gib, 5 * gib}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, ok := Split(tc.m, tc.k, tc.caps)

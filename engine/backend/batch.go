@@ -33,6 +33,10 @@ type KVSpec struct {
 	// FirstLayer+Layers), the layers a model (or a pipeline stage) runs.
 	FirstLayer, Layers int
 	KVHeads, HeadDim   int
+	// HeadDims, if not nil, is each layer's head width (one per layer of
+	// the range, in order), overriding HeadDim: Gemma 4's full-attention
+	// layers are wider than its sliding ones. See Dim.
+	HeadDims []int
 	// MaxLen is the largest number of positions the cache may hold.
 	MaxLen int
 }

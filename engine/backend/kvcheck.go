@@ -7,7 +7,51 @@ func (s KVSpec) Check() error {
 	if s.FirstLayer < 0 || s.Layers <= 0 || s.KVHeads <= 0 || s.HeadDim <= 0 || s.MaxLen <= 0 {
 		return fmt.Errorf("invalid KV cache spec %+v", s)
 	}
+	if s.HeadDims != nil {
+		if len(s.HeadDims) != s.Layers {
+			return fmt.Errorf("invalid KV cache spec %+v: %d head widths for %d layers", s, len(s.HeadDims), s.Layers)
+		}
+		for _, d := range s.HeadDims {
+			if d <= 0 {
+				return fmt.Errorf("invalid KV cache spec %+v", s)
+			}
+		}
+	}
 	return nil
+}
+
+// Dim is the head width of the layer at index i of the spec's layers
+// (i = layer − FirstLayer): HeadDims[i], or HeadDim for every layer.
+func (s KVSpec) Dim(i int) int {
+	if s.HeadDims != nil {
+		return s.HeadDims[i]
+	}
+	return s.HeadDim
+}
+
+// PosFloats is the number of floats one position takes over all the
+// spec's layers, keys and values.
+func (s KVSpec) PosFloats() int {
+	n := 0
+	for i := range s.Layers {
+		n += 2 * s.KVHeads * s.Dim(i)
+	}
+	return n
+}
+
+// SameShape reports whether two specs cache layers of the same widths
+// and heads (whatever their lengths): what attention over several
+// sequences' caches needs.
+func (s KVSpec) SameShape(o KVSpec) bool {
+	if s.KVHeads != o.KVHeads || s.Layers != o.Layers || s.FirstLayer != o.FirstLayer {
+		return false
+	}
+	for i := range s.Layers {
+		if s.Dim(i) != o.Dim(i) {
+			return false
+		}
+	}
+	return true
 }
 
 // Index is the position of layer (an absolute layer number) among the

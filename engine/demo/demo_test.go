@@ -68,6 +68,13 @@ func TestBuildOptions(t *testing.T) {
 			t.Fatalf("padding row value %d = %v, want 0", i, v)
 		}
 	}
+	// gemma4_text's full layers are twice as wide by default, or as given.
+	for _, c := range []struct{ given, want int }{{0, 32}, {16, 16}} {
+		g := mustBuild(t, Options{Arch: "gemma4_text", Layers: 4, Hidden: 64, Heads: 4, GlobalHeadDim: c.given})
+		if got := g.Config["global_head_dim"]; got != c.want || g.Params.GlobalHeadDim != c.want {
+			t.Errorf("--global-head-dim %d: config %v, params %d, want %d", c.given, got, g.Params.GlobalHeadDim, c.want)
+		}
+	}
 	bad := []Options{
 		{Arch: "falcon"}, {Heads: 5}, {Heads: 4, KVHeads: 3}, {Quantize: 7}, {Quantize: 4, GroupSize: 48},
 		{DType: "f8"}, {Format: "onnx"}, {Hidden: -1}, {VocabFrom: "/nonexistent"},
@@ -77,6 +84,8 @@ func TestBuildOptions(t *testing.T) {
 		{Arch: "gemma4_text", Untied: true}, {Arch: "gemma4_text", Format: FormatGGUF},
 		{Arch: "gemma4_text", Layers: 1}, {Arch: "gemma4_text", Layers: 2},
 		{Arch: "gemma4_text", Experts: 4, ExpertsPerTok: 5},
+		// global_head_dim: gemma4_text's, even.
+		{Arch: "llama", GlobalHeadDim: 32}, {Arch: "gemma4_text", Layers: 4, GlobalHeadDim: 33},
 	}
 	for _, o := range bad {
 		if _, err := Build(o); err == nil {

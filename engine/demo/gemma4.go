@@ -11,8 +11,9 @@ import (
 // Gemma 4 demo models (gemma4_text) in the layout mlx-lm 0.32.2 saves
 // (Gemma4ForCausalLM's config.json keys, weights as its sanitize leaves
 // them): sliding and full layers (--sliding-window, --sliding-pattern),
-// the full ones with k = v and a proportional RoPE on a quarter of the
-// head; the last half of the layers sharing the KV of the last earlier
+// the full ones with k = v, a proportional RoPE on a quarter of the head
+// and heads of --global-head-dim (default twice head_dim, as Gemma 4
+// E2B/E4B's 512 beside 256); the last half of the layers sharing the KV of the last earlier
 // layer of their kind (no k/v weights of their own, a double-wide MLP);
 // per-layer inputs of gemma4PerLayer features; and, with --experts, the
 // mixture beside the MLP in every layer (router.proj at 8 bits, stacked
@@ -56,6 +57,15 @@ func (p *Params) gemma4(o Options) {
 	p.MaxPositions, p.RMSNormEps, p.RopeTheta = 131072, 1e-6, 10000
 	p.RopeScaling = nil
 	p.SlidingWindow, p.SlidingPattern = o.SlidingWindow, o.SlidingPattern
+	p.GlobalHeadDim = o.GlobalHeadDim
+}
+
+// gemma4HeadDim is the head width of a layer of the kind given.
+func (p Params) gemma4HeadDim(layerType string) int {
+	if layerType == "full_attention" {
+		return p.GlobalHeadDim
+	}
+	return p.HeadDim
 }
 
 // gemma4Shared is num_kv_shared_layers: the last half.
@@ -72,7 +82,7 @@ func (m *Model) gemma4Config(c map[string]any) map[string]any {
 		"model_type":                  modelfile.ArchGemma4Text,
 		"attention_k_eq_v":            true,
 		"final_logit_softcapping":     gemma4Softcap,
-		"global_head_dim":             p.HeadDim,
+		"global_head_dim":             p.GlobalHeadDim,
 		"hidden_activation":           "gelu_pytorch_tanh",
 		"hidden_size_per_layer_input": gemma4PerLayer,
 		"layer_types":                 p.layerTypes(),
@@ -105,10 +115,6 @@ func (m *Model) gemma4Layers(sc scales, rng *rand.Rand,
 	fill func(n int, v float32) []float32,
 ) {
 	p := m.Params
-	// Gemma 4's attention scale is 1: the q/k norms carry head_dim^−½
-	// between them, besides init.go's gain of √2 on each.
-	qkGain := math.Sqrt(2) * math.Pow(float64(p.HeadDim), -0.25)
-	q, kv := p.Heads*p.HeadDim, p.KVHeads*p.HeadDim
 	out := sc.rho * initializerRange * math.Sqrt(float64(sc.content)/float64(p.Hidden)) * math.Sqrt(float64(p.Hidden))
 	postNorm := func(name string) {
 		w := fill(p.Hidden, float32(out))
@@ -131,15 +137,21 @@ func (m *Model) gemma4Layers(sc scales, rng *rand.Rand,
 	for l := range p.Layers {
 		pre := fmt.Sprintf("model.layers.%d.", l)
 		shared := l >= p.Layers-p.gemma4Shared()
+		// Full layers are global_head_dim wide. Gemma 4's attention scale
+		// is 1: the q/k norms carry head_dim^−½ between them, besides
+		// init.go's gain of √2 on each.
+		hd := p.gemma4HeadDim(types[l])
+		qkGain := math.Sqrt(2) * math.Pow(float64(hd), -0.25)
+		q, kv := p.Heads*hd, p.KVHeads*hd
 		add(pre+"input_layernorm.weight", fill(p.Hidden, 1), p.Hidden)
 		input(pre+"self_attn.q_proj.weight", q, 1)
-		add(pre+"self_attn.q_norm.weight", fill(p.HeadDim, float32(qkGain)), p.HeadDim)
+		add(pre+"self_attn.q_norm.weight", fill(hd, float32(qkGain)), hd)
 		if !shared {
 			input(pre+"self_attn.k_proj.weight", kv, 1)
 			if types[l] == "sliding_attention" {
 				input(pre+"self_attn.v_proj.weight", kv, 1)
 			}
-			add(pre+"self_attn.k_norm.weight", fill(p.HeadDim, float32(qkGain)), p.HeadDim)
+			add(pre+"self_attn.k_norm.weight", fill(hd, float32(qkGain)), hd)
 		}
 		output(pre+"self_attn.o_proj.weight", q, 1/math.Sqrt(float64(q)))
 		postNorm(pre + "post_attention_layernorm.weight")

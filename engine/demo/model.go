@@ -37,6 +37,8 @@ type Params struct {
 	SlidingWindow, SlidingPattern int
 	// PartialRotary is phi3's partial_rotary_factor.
 	PartialRotary float64
+	// GlobalHeadDim is gemma4_text's full-attention head width.
+	GlobalHeadDim int
 }
 
 // qkNorm: the family normalizes each head of q and k (Qwen3, Qwen3-MoE).

@@ -51,6 +51,10 @@ type Options struct {
 	// PartialRotary (phi3) is partial_rotary_factor, the share of each
 	// head RoPE rotates (default 0.75, Phi-4-mini's).
 	PartialRotary float64
+	// GlobalHeadDim (gemma4_text) is global_head_dim, the head width of
+	// the full-attention layers (default 2·HeadDim, Gemma 4 E2B/E4B's
+	// 512 beside 256; HeadDim for one width).
+	GlobalHeadDim int
 }
 
 // archList names the architectures the demo writes.
@@ -102,8 +106,12 @@ func (o Options) resolve() (Options, error) {
 		return o, err
 	}
 	switch {
-	case o.Layers < 0 || o.Hidden < 0 || o.Heads < 0 || o.KVHeads < 0 || o.HeadDim < 0 || o.Intermediate < 0:
+	case o.Layers < 0 || o.Hidden < 0 || o.Heads < 0 || o.KVHeads < 0 || o.HeadDim < 0 || o.Intermediate < 0 || o.GlobalHeadDim < 0:
 		return o, fmt.Errorf("demo: sizes must be positive")
+	case o.GlobalHeadDim != 0 && o.Arch != modelfile.ArchGemma4Text:
+		return o, fmt.Errorf("demo: --global-head-dim is gemma4_text's")
+	case o.GlobalHeadDim%2 != 0:
+		return o, fmt.Errorf("demo: --global-head-dim %d is odd", o.GlobalHeadDim)
 	case o.StopAfter < 0 || o.StopAfter > MaxStopAfter:
 		return o, fmt.Errorf("demo: --stop-after %d is outside 0..%d", o.StopAfter, MaxStopAfter)
 	case o.Hidden <= reservedDims:
@@ -115,6 +123,9 @@ func (o Options) resolve() (Options, error) {
 	}
 	if o.HeadDim == 0 {
 		o.HeadDim = o.Hidden / o.Heads
+	}
+	if o.Arch == modelfile.ArchGemma4Text && o.GlobalHeadDim == 0 {
+		o.GlobalHeadDim = 2 * o.HeadDim
 	}
 	if _, err := o.dtype(); err != nil {
 		return o, err

@@ -33,7 +33,10 @@ func (in Input) len() int {
 }
 
 // Hidden is a hidden state handed between pipeline stages: one row of
-// hidden_size values per new token of the batch, in input order.
+// hidden_size values per new token of the batch, in input order. For
+// Gemma 4 with per-layer inputs a row also carries, after them, the
+// per-layer inputs of the layers still to run (HiddenCols): the next
+// stage has no token embeddings to make them from.
 type Hidden struct {
 	Rows, Cols int
 	Data       []float32
@@ -115,9 +118,23 @@ func (m *Model) batch(inputs []Input, layers Range, hidden *Hidden) (*backend.Ba
 		}
 		c := in.Seq.cache
 		off := in.Seq.layerLen(layers.Start)
-		for l := layers.Start + 1; l < layers.End; l++ {
-			if n := in.Seq.layerLen(l); n != off {
-				return nil, bad("input %d: layer %d holds %d positions, layer %d holds %d", i, layers.Start, off, l, n)
+		if m.readsBefore(layers.Start, layers) {
+			off -= n // its source ran this step already
+			if off < 0 {
+				return nil, bad("input %d: layer %d reads layer %d's KV, which holds %d positions, fewer than the %d new ones", i, layers.Start, m.kvFrom[layers.Start], off+n, n)
+			}
+		}
+		for l := layers.Start; l < layers.End; l++ {
+			if m.readsBefore(l, layers) {
+				// A KV-shared layer whose source ran before the range:
+				// the source already holds this step's positions.
+				if got := in.Seq.layerLen(l); got != off+n {
+					return nil, bad("input %d: layer %d reads layer %d's KV, which holds %d positions, not %d", i, l, m.kvFrom[l], got, off+n)
+				}
+				continue
+			}
+			if got := in.Seq.layerLen(l); got != off {
+				return nil, bad("input %d: layer %d holds %d positions, layer %d holds %d", i, layers.Start, off, l, got)
 			}
 		}
 		if off+n > c.Spec().MaxLen {
@@ -126,21 +143,33 @@ func (m *Model) batch(inputs []Input, layers Range, hidden *Hidden) (*backend.Ba
 		b.Seqs[i] = backend.Seq{Cache: c, Offset: off, Len: n}
 	}
 	if layers.Start > 0 {
-		if hidden == nil || hidden.Rows != b.Rows() || hidden.Cols != m.Config.HiddenSize || len(hidden.Data) != hidden.Rows*hidden.Cols {
-			return nil, bad("layers %v need a hidden state of [%d, %d]", layers, b.Rows(), m.Config.HiddenSize)
+		if cols := m.HiddenCols(layers.Start); hidden == nil || hidden.Rows != b.Rows() || hidden.Cols != cols || len(hidden.Data) != hidden.Rows*hidden.Cols {
+			return nil, bad("layers %v need a hidden state of [%d, %d]", layers, b.Rows(), cols)
 		}
 	}
 	return b, nil
 }
 
+// readsBefore reports whether layer l reads the KV of a layer before the
+// range (a Gemma 4 KV-shared layer run in a later call of the same step
+// than its source).
+func (m *Model) readsBefore(l int, r Range) bool {
+	return m.kvFrom != nil && m.kvFrom[l] < r.Start
+}
+
 func (m *Model) forward(ctx context.Context, inputs []Input, layers Range, hidden *Hidden, b *backend.Batch) (*Output, error) {
 	s := m.be.NewStep(ctx)
 	defer s.Close()
-	x, err := m.run(ctx, s, inputs, layers, hidden, b)
+	x, f, err := m.run(ctx, s, inputs, layers, hidden, b)
 	if err != nil {
 		return nil, err
 	}
 	if layers.End < m.Config.NumHiddenLayers {
+		if w := m.perLayerWidth(); w > 0 {
+			// The later layers' inputs go on with the hidden state.
+			from := (layers.End - f.perLayerFirst) * w
+			x = s.HeadConcat(x, s.HeadSlice(f.perLayer, 1, from, f.perLayer.Cols()), 1)
+		}
 		data, err := s.Read(x)
 		if err != nil {
 			return nil, err
@@ -154,17 +183,25 @@ func (m *Model) forward(ctx context.Context, inputs []Input, layers Range, hidde
 }
 
 // run embeds the inputs (or takes hidden) and runs the layers of the
-// range on step s, returning the residual stream after the last one.
-func (m *Model) run(ctx context.Context, s backend.Step, inputs []Input, layers Range, hidden *Hidden, b *backend.Batch) (backend.Array, error) {
+// range on step s, returning the residual stream after the last one and
+// the frame it ran in.
+func (m *Model) run(ctx context.Context, s backend.Step, inputs []Input, layers Range, hidden *Hidden, b *backend.Batch) (backend.Array, *frame, error) {
+	f := &frame{Step: s, batch: b, eps: m.eps, rope: m.rope, scale: m.scale, perLayerFirst: layers.Start}
 	var x backend.Array
-	if layers.Start == 0 {
+	switch {
+	case layers.Start == 0:
 		x = m.embedTokens(s, inputs)
-	} else {
+		if m.gemma4 != nil {
+			f.perLayer = m.gemma4.perLayerInputs(s, tokenIDs(inputs), x, m.Config.HiddenSize, m.eps)
+		}
+	case m.perLayerWidth() > 0:
+		// The previous stage's rows: the hidden state, then the per-layer
+		// inputs of layers.Start on.
+		in := s.Input(hidden.Rows, hidden.Cols, hidden.Data)
+		h := m.Config.HiddenSize
+		x, f.perLayer = s.HeadSlice(in, 1, 0, h), s.HeadSlice(in, 1, h, hidden.Cols)
+	default:
 		x = s.Input(hidden.Rows, hidden.Cols, hidden.Data)
-	}
-	f := &frame{Step: s, batch: b, eps: m.eps, rope: m.rope, scale: m.scale}
-	if m.gemma4 != nil {
-		f.perLayer = m.gemma4.perLayerInputs(s, tokenIDs(inputs), x, m.Config.HiddenSize, m.eps)
 	}
 	if m.Recurrent() {
 		f.rec, f.kvSlot = &recStep{}, m.kvSlot
@@ -176,7 +213,22 @@ func (m *Model) run(ctx context.Context, s backend.Step, inputs []Input, layers 
 	if err == nil && f.rec != nil {
 		f.rec.commit()
 	}
-	return x, err
+	return x, f, err
+}
+
+// perLayerWidth is Gemma 4's per-layer input width (0: none).
+func (m *Model) perLayerWidth() int {
+	if g := m.Config.Gemma4; g != nil {
+		return g.PerLayer
+	}
+	return 0
+}
+
+// HiddenCols is the width of a Hidden row handed to a stage starting at
+// layer start: hidden_size, and for Gemma 4 with per-layer inputs the
+// inputs of layers start … the last (per_layer_input width each).
+func (m *Model) HiddenCols(start int) int {
+	return m.Config.HiddenSize + (m.Config.NumHiddenLayers-start)*m.perLayerWidth()
 }
 
 // layers runs the layers of the range on f's step from x, calling after

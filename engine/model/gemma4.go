@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 
 	"fusion/engine/backend"
 	"fusion/engine/modelfile"
@@ -39,9 +40,10 @@ type gemma4Block struct {
 	plGate, plProj backend.Weight
 	plNorm         backend.Vector
 	scalar         float32
-	// kvFrom is the layer whose cache the attention reads; layers is the
-	// model's number of layers (the per-layer inputs hold one slice each).
-	kvFrom, layers int
+	// kvFrom is the layer whose cache the attention reads; plWidth is
+	// the per-layer input width (the frame's inputs hold one slice per
+	// layer).
+	kvFrom, plWidth int
 }
 
 // gemma4Experts is the mixture beside the MLP: a router over the
@@ -66,26 +68,30 @@ type gemma4Extra struct {
 func loadGemma4(w *loader, prefix string) block {
 	c, g := w.cfg, w.cfg.Gemma4
 	l := w.layer
-	hidden, hd := c.HiddenSize, c.HeadDim
+	// A full layer's heads are global_head_dim wide: its shapes are given
+	// here, not by the loader's dims (head_dim). Norm weights are plain
+	// (vectorOf: no offset).
+	hidden, hd := c.HiddenSize, g.HeadDimOf(l, c.HeadDim)
+	q, kv := c.NumAttentionHeads*hd, c.NumKeyValueHeads*hd
 	from := g.SharedFrom()[l]
 	b := &gemma4Block{
 		inputNorm:    w.vector(prefix + "input_layernorm.weight"),
 		postAttnNorm: w.vector(prefix + "post_attention_layernorm.weight"),
 		preFFNorm:    w.vector(prefix + "pre_feedforward_layernorm.weight"),
 		postFFNorm:   w.vector(prefix + "post_feedforward_layernorm.weight"),
-		q:            w.linear(prefix + "self_attn.q_proj"),
-		o:            w.linear(prefix + "self_attn.o_proj"),
-		qNorm:        w.vector(prefix + "self_attn.q_norm.weight"),
+		q:            w.matrix(prefix+"self_attn.q_proj", q, hidden),
+		o:            w.matrix(prefix+"self_attn.o_proj", hidden, q),
+		qNorm:        w.vectorOf(prefix+"self_attn.q_norm.weight", hd),
 		scalar:       w.scalar(prefix + "layer_scalar"),
 		kvFrom:       from,
-		layers:       c.NumHiddenLayers,
+		plWidth:      g.PerLayer,
 	}
 	if from == l {
-		b.k = w.linear(prefix + "self_attn.k_proj")
+		b.k = w.matrix(prefix+"self_attn.k_proj", kv, hidden)
 		if !g.KEqV || g.Sliding[l] {
-			b.v = w.linear(prefix + "self_attn.v_proj")
+			b.v = w.matrix(prefix+"self_attn.v_proj", kv, hidden)
 		}
-		b.kNorm = w.vector(prefix + "self_attn.k_norm.weight")
+		b.kNorm = w.vectorOf(prefix+"self_attn.k_norm.weight", hd)
 		b.vNorm = w.ones(hd)
 	}
 	inter := c.IntermediateSize
@@ -148,8 +154,9 @@ func (b *gemma4Block) forward(f *frame, x backend.Array) backend.Array {
 	}
 	h = f.Add(h, f.norm(ff, b.postFFNorm))
 	if b.plGate != nil {
-		w := f.perLayer.Cols() / b.layers
-		p := f.HeadSlice(f.perLayer, 1, f.layer*w, (f.layer+1)*w)
+		w := b.plWidth
+		i := f.layer - f.perLayerFirst
+		p := f.HeadSlice(f.perLayer, 1, i*w, (i+1)*w)
 		g := f.GELUTanhGate(f.Linear(h, b.plGate), p)
 		h = f.Add(h, f.norm(f.Linear(g, b.plProj), b.plNorm))
 	}
@@ -185,9 +192,6 @@ func setupGemma4(m *Model) error {
 	if g == nil || len(g.Sliding) != c.NumHiddenLayers {
 		return fmt.Errorf("%w: gemma4_text without its layer kinds", modelfile.ErrInvalidConfig)
 	}
-	if g.PerLayer > 0 && m.Layers.Start != 0 {
-		return fmt.Errorf("%w: gemma4_text's per-layer inputs come from the token embeddings: a layer range must start at 0, not %d", ErrBadInput, m.Layers.Start)
-	}
 	if g.PerLayer > 0 && g.PerLayerVocab < c.VocabSize {
 		return fmt.Errorf("%w: gemma4_text: vocab_size_per_layer_input %d < vocab_size %d", modelfile.ErrUnsupported, g.PerLayerVocab, c.VocabSize)
 	}
@@ -196,9 +200,19 @@ func setupGemma4(m *Model) error {
 	if err != nil {
 		return err
 	}
-	global, err := gemma4Rope(g.Global, m.headDim)
+	globalDim := m.headDim
+	if l := slices.Index(g.Sliding, false); l >= 0 {
+		globalDim = g.HeadDimOf(l, m.headDim)
+	}
+	global, err := gemma4Rope(g.Global, globalDim)
 	if err != nil {
 		return err
+	}
+	if globalDim != m.headDim {
+		m.headDims = make([]int, c.NumHiddenLayers)
+		for l := range m.headDims {
+			m.headDims[l] = g.HeadDimOf(l, m.headDim)
+		}
 	}
 	m.windows = make([]int, c.NumHiddenLayers)
 	m.ropes = make([]*backend.RoPE, c.NumHiddenLayers)

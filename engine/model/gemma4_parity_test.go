@@ -6,6 +6,8 @@ import "fusion/engine/demo"
 // alternating sliding (window 100, shorter than the 512-token prompt) and
 // full attention, the last two reading the first two's KV, k = v and a
 // proportional RoPE (a quarter of the frequencies) on the full layers,
+// which are twice as wide (global_head_dim 64 beside head_dim 32, as
+// Gemma 4 E2B/E4B's 512 and 256: the demo's default),
 // per-layer inputs, 8 experts (2 per token) beside the MLP of every
 // layer, layer scalars and the logit soft-cap; in BF16 and MLX 4-bit
 // (the routers at 8 bits, the per-layer embedding quantized). mlx-lm

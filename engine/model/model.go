@@ -55,9 +55,12 @@ type Model struct {
 	head    backend.Weight
 	rope    *backend.RoPE
 	headDim int // also the KV cache's head width
-	kvHeads int // the KV cache's heads (1 for latent attention)
-	eps     float32
-	scale   float32
+	// headDims is each layer's head width where they differ (nil: all
+	// headDim; Gemma 4's wider full-attention layers).
+	headDims []int
+	kvHeads  int // the KV cache's heads (1 for latent attention)
+	eps      float32
+	scale    float32
 	// Per layer (nil: none differ): the attention window (0: causal
 	// over all positions) and the RoPE (nil: rope).
 	windows []int
@@ -216,7 +219,27 @@ func (m *Model) WeightBytes() int64 { return m.bytes }
 // KVBytesPerToken is the KV cache memory of one position over the loaded
 // layers, at float32.
 func (m *Model) KVBytesPerToken() int64 {
-	return int64(m.attentionLayers()) * int64(m.kvHeads) * int64(m.headDim) * 2 * 4
+	if m.attentionLayers() == 0 {
+		return 0 // a range of DeltaNet layers alone
+	}
+	return int64(m.kvSpec(1).PosFloats()) * 4
+}
+
+// kvSpec is the KV cache of a sequence of up to maxLen positions: the
+// layers with a cache of their own, each at its head width (a DeltaNet
+// model's attention layers only, in kvSlot order).
+func (m *Model) kvSpec(maxLen int) backend.KVSpec {
+	if m.Recurrent() {
+		// A range of DeltaNet layers alone has one cache layer, never written.
+		return backend.KVSpec{FirstLayer: m.Layers.Start, Layers: max(m.attentionLayers(), 1),
+			KVHeads: m.kvHeads, HeadDim: m.headDim, MaxLen: maxLen}
+	}
+	r := m.cacheLayers()
+	spec := backend.KVSpec{FirstLayer: r.Start, Layers: r.Len(), KVHeads: m.kvHeads, HeadDim: m.headDim, MaxLen: maxLen}
+	if m.headDims != nil {
+		spec.HeadDims = m.headDims[r.Start:r.End]
+	}
+	return spec
 }
 
 // cacheLayers are the loaded layers with a KV cache of their own: all of

@@ -23,8 +23,10 @@ type frame struct {
 	// Model.PaddedStates).
 	padded *padding
 	// perLayer are Gemma 4's per-layer inputs of the batch's rows,
-	// [rows, layers·width] (nil for other families).
-	perLayer backend.Array
+	// [rows, layers·width] for the layers from perLayerFirst on (nil for
+	// other families).
+	perLayer      backend.Array
+	perLayerFirst int
 	// rec holds the batch's recurrent states (nil for models without
 	// recurrent layers).
 	rec *recStep

@@ -13,6 +13,7 @@ import (
 type padding struct {
 	real                    *backend.Batch
 	heads, kvHeads, headDim int
+	headDims                []int // per layer, when they differ (Model.headDims)
 }
 
 // attendPadded is attention under a padding mask over a right-padded
@@ -34,10 +35,14 @@ func (f *frame) attendPadded(q, k, v backend.Array) backend.Array {
 	// CrossAttention has no grouped heads: each KV head's queries attend
 	// to it on their own.
 	group := p.heads / p.kvHeads
+	hd := p.headDim
+	if p.headDims != nil {
+		hd = p.headDims[f.layer]
+	}
 	var pads backend.Array
 	for j := range p.kvHeads {
-		qj := f.HeadSlice(pq, 1, j*group*p.headDim, (j+1)*group*p.headDim)
-		kj, vj := f.HeadSlice(rk, 1, j*p.headDim, (j+1)*p.headDim), f.HeadSlice(rv, 1, j*p.headDim, (j+1)*p.headDim)
+		qj := f.HeadSlice(pq, 1, j*group*hd, (j+1)*group*hd)
+		kj, vj := f.HeadSlice(rk, 1, j*hd, (j+1)*hd), f.HeadSlice(rv, 1, j*hd, (j+1)*hd)
 		kg, vg := kj, vj
 		for range group - 1 {
 			kg, vg = f.HeadConcat(kg, kj, 1), f.HeadConcat(vg, vj, 1)
@@ -114,7 +119,7 @@ func (m *Model) PaddedStates(ctx context.Context, tokens []int, real int, after 
 	b := &backend.Batch{Seqs: []backend.Seq{{Cache: seq.cache, Offset: 0, Len: len(tokens)}}}
 	pad := &padding{
 		real:  &backend.Batch{Seqs: []backend.Seq{{Cache: seq.cache, Offset: 0, Len: real}}},
-		heads: m.Config.NumAttentionHeads, kvHeads: m.kvHeads, headDim: m.headDim,
+		heads: m.Config.NumAttentionHeads, kvHeads: m.kvHeads, headDim: m.headDim, headDims: m.headDims,
 	}
 	s := m.be.NewStep(ctx)
 	defer s.Close()

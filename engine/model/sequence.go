@@ -24,11 +24,7 @@ func (m *Model) NewSequence(maxLen int) (*Sequence, error) {
 	if maxLen <= 0 {
 		maxLen = m.Config.MaxPositionEmbeddings
 	}
-	c, err := m.be.NewKVCache(backend.KVSpec{
-		// A range of DeltaNet layers alone has one cache layer, never written.
-		FirstLayer: m.Layers.Start, Layers: max(m.attentionLayers(), 1),
-		KVHeads: m.kvHeads, HeadDim: m.headDim, MaxLen: maxLen,
-	})
+	c, err := m.be.NewKVCache(m.kvSpec(maxLen))
 	if err != nil {
 		return nil, fmt.Errorf("model: %w", err)
 	}

@@ -54,7 +54,7 @@ func (m *Model) States(ctx context.Context, seqs [][]int) ([][]float32, error) {
 	}
 	s := m.be.NewStep(ctx)
 	defer s.Close()
-	x, err := m.run(ctx, s, inputs, m.Layers, nil, b)
+	x, _, err := m.run(ctx, s, inputs, m.Layers, nil, b)
 	if err != nil {
 		return nil, fmt.Errorf("model: states: %w", err)
 	}

@@ -418,6 +418,40 @@ func (c *Config) KVDims() (heads, dim int) {
 	return c.NumKeyValueHeads, c.HeadDim
 }
 
+// MaxCut is the last layer a later pipeline stage may start at (a
+// stage boundary past it would separate layers that must stay together:
+// Gemma 4's KV-shared layers and their sources); NumHiddenLayers when any
+// boundary will do.
+func (c *Config) MaxCut() int {
+	if g := c.Gemma4; g != nil && len(g.Sliding) == c.NumHiddenLayers {
+		return g.MaxCut(c.NumHiddenLayers)
+	}
+	return c.NumHiddenLayers
+}
+
+// KVFloatsPerPosition is the number of floats one position caches over
+// all the layers, keys and values: KVDims on every layer with a cache of
+// its own — not Gemma 4's KV-shared ones nor Gated DeltaNet layers — each
+// at its head width.
+func (c *Config) KVFloatsPerPosition() int64 {
+	heads, dim := c.KVDims()
+	g := c.Gemma4
+	if g == nil || len(g.Sliding) != c.NumHiddenLayers {
+		var n int64
+		for l := range c.NumHiddenLayers {
+			if !c.DeltaNet.Linear(l) {
+				n += int64(2 * heads * dim)
+			}
+		}
+		return n
+	}
+	var n int64
+	for l := range c.NumHiddenLayers - g.KVShared {
+		n += int64(2 * heads * g.HeadDimOf(l, dim))
+	}
+	return n
+}
+
 func orBool(v *bool, def bool) bool {
 	if v == nil {
 		return def

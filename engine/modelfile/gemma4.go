@@ -17,6 +17,10 @@ type Gemma4 struct {
 	// sees (itself included); Sliding marks those layers.
 	SlidingWindow int    `json:"sliding_window"`
 	Sliding       []bool `json:"sliding"`
+	// GlobalHeadDim is the head width of the full-attention layers
+	// (global_head_dim; Gemma 4 E2B/E4B: 512 beside head_dim 256): their
+	// queries, keys, values, q/k norms and RoPE. See HeadDimOf.
+	GlobalHeadDim int `json:"global_head_dim,omitempty"`
 	// KEqV: full-attention layers use their keys as values
 	// (attention_k_eq_v).
 	KEqV bool `json:"k_eq_v,omitempty"`
@@ -65,11 +69,35 @@ func (g *Gemma4) SharedFrom() []int {
 	return from
 }
 
+// HeadDimOf is layer l's head width: GlobalHeadDim on a full-attention
+// layer, hd (the config's head_dim) on a sliding one. A KV-shared layer
+// has its source's width (the same kind).
+func (g *Gemma4) HeadDimOf(l, hd int) int {
+	if !g.Sliding[l] && g.GlobalHeadDim > 0 {
+		return g.GlobalHeadDim
+	}
+	return hd
+}
+
+// MaxCut is the last layer a pipeline stage may start at, past 0, so
+// that every KV-shared layer is in the stage of the layer whose KV it
+// reads: the KV-shared layers are the last ones, so every cut must come
+// at or before the earliest of their sources (E2B: 13 of 35). n is the
+// number of layers; n when no layer shares KV.
+func (g *Gemma4) MaxCut(n int) int {
+	from := g.SharedFrom()
+	cut := n
+	for l := n - g.KVShared; l < n; l++ {
+		cut = min(cut, from[l])
+	}
+	return cut
+}
+
 type rawGemma4 struct {
 	SlidingWindow           *int64                     `json:"sliding_window"`
 	SlidingWindowPattern    *int64                     `json:"sliding_window_pattern"`
 	LayerTypes              []string                   `json:"layer_types"`
-	GlobalHeadDim           *int64                     `json:"global_head_dim"`
+	GlobalHeadDim           json.RawMessage            `json:"global_head_dim"`
 	NumGlobalKVHeads        *int64                     `json:"num_global_key_value_heads"`
 	AttentionKEqV           *bool                      `json:"attention_k_eq_v"`
 	NumKVSharedLayers       *int64                     `json:"num_kv_shared_layers"`
@@ -131,8 +159,23 @@ func (c *Config) gemma4(data []byte, r *rawConfig) error {
 			return err
 		}
 	}
-	if g4.GlobalHeadDim != nil && *g4.GlobalHeadDim != 0 && int(*g4.GlobalHeadDim) != c.HeadDim {
-		return unsupported("global_head_dim %d ≠ head_dim %d (one KV cache width for every layer)", *g4.GlobalHeadDim, c.HeadDim)
+	// mlx-lm: 512 when the key is absent; head_dim when it is 0 or null.
+	g.GlobalHeadDim = 512
+	if g4.GlobalHeadDim != nil {
+		var v *int64
+		if err := json.Unmarshal(g4.GlobalHeadDim, &v); err != nil {
+			return bad("global_head_dim %s is not an integer", g4.GlobalHeadDim)
+		}
+		g.GlobalHeadDim = c.HeadDim
+		if err := intIn("global_head_dim", v, 0, maxHidden, &g.GlobalHeadDim); err != nil {
+			return err
+		}
+		if g.GlobalHeadDim == 0 {
+			g.GlobalHeadDim = c.HeadDim
+		}
+	}
+	if g.GlobalHeadDim%2 != 0 {
+		return bad("global_head_dim %d is odd", g.GlobalHeadDim)
 	}
 	g.KEqV = orBool(g4.AttentionKEqV, false)
 	if g.KEqV && g4.NumGlobalKVHeads != nil && int(*g4.NumGlobalKVHeads) != c.NumKeyValueHeads {

@@ -28,8 +28,28 @@ func TestGemma4Config(t *testing.T) {
 	if want := []int{0, 1, 2, 3, 4, 3}; !slices.Equal(g.SharedFrom(), want) {
 		t.Errorf("shared from %v, want %v", g.SharedFrom(), want)
 	}
+	// Layer 5 reads layer 3's KV: no later stage starts past 3.
+	if got := c.MaxCut(); got != 3 {
+		t.Errorf("MaxCut = %d, want 3", got)
+	}
 	if g.PerLayer != 8 || g.SlidingWindow != 32 || g.FinalLogitSoftcapping != 30 || !g.DoubleWideMLP || !c.TieWordEmbeddings {
 		t.Errorf("config %+v", g)
+	}
+	// global_head_dim absent: mlx-lm's 512 on the full layers.
+	if g.GlobalHeadDim != 512 || g.HeadDimOf(4, c.HeadDim) != 512 || g.HeadDimOf(5, c.HeadDim) != 16 {
+		t.Errorf("global head dim %d, layer 4 %d, layer 5 %d", g.GlobalHeadDim, g.HeadDimOf(4, c.HeadDim), g.HeadDimOf(5, c.HeadDim))
+	}
+	// Own KV: five layers, four of 16 and one of 512, two heads, k and v.
+	if got, want := c.KVFloatsPerPosition(), int64(2*2*(4*16+512)); got != want {
+		t.Errorf("KV floats per position %d, want %d", got, want)
+	}
+	for extra, want := range map[string]int{`"global_head_dim": 32`: 32, `"global_head_dim": 0`: 16, `"global_head_dim": null`: 16} {
+		e, err := ParseConfig([]byte(`{` + base + `, "head_dim": 16, "num_kv_shared_layers": 0, ` + extra + `}`))
+		if err != nil {
+			t.Errorf("%s: %v", extra, err)
+		} else if e.Gemma4.GlobalHeadDim != want {
+			t.Errorf("%s: global head dim %d, want %d", extra, e.Gemma4.GlobalHeadDim, want)
+		}
 	}
 	if g.Global != (Gemma4Rope{Type: "proportional", Theta: 1e6, PartialRotary: 0.5, Factor: 1}) || g.Local.Theta != 1e4 {
 		t.Errorf("ropes %+v %+v", g.Global, g.Local)
@@ -49,7 +69,9 @@ func TestGemma4Config(t *testing.T) {
 		want  error
 		text  string
 	}{
-		{`"head_dim": 16, "global_head_dim": 32`, ErrUnsupported, "global_head_dim"},
+		{`"head_dim": 16, "global_head_dim": 33`, ErrInvalidConfig, "global_head_dim 33 is odd"},
+		{`"global_head_dim": "wide"`, ErrInvalidConfig, "global_head_dim"},
+		{`"global_head_dim": -2`, ErrInvalidConfig, "global_head_dim"},
 		{`"attention_k_eq_v": true, "num_key_value_heads": 2, "num_global_key_value_heads": 1`, ErrUnsupported, "num_global_key_value_heads"},
 		{`"rope_parameters": {"full_attention": {"rope_type": "yarn", "factor": 2}}`, ErrUnsupported, "rope_type"},
 		{`"num_kv_shared_layers": 7`, ErrInvalidConfig, "num_kv_shared_layers"},

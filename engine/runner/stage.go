@@ -468,15 +468,13 @@ func (r *Runner) ModelNeed(name string) int64 {
 	if capped := r.modelSettings(name).ContextLength; capped > 0 && (ctxLen <= 0 || capped < ctxLen) {
 		ctxLen = capped
 	}
-	heads, dim := c.KVDims() // one latent head for MLA
-	attn, state := c.NumHiddenLayers, int64(0)
+	kv := c.KVFloatsPerPosition() * 4 * int64(max(ctxLen, 0))
+	var state int64 // one sequence's recurrent state, whatever its length
 	for l := range c.NumHiddenLayers {
 		if c.DeltaNet.Linear(l) {
-			attn--
 			state += int64(c.DeltaNet.StateFloats()) * 4
 		}
 	}
-	kv := int64(2*attn*heads*dim) * 4 * int64(max(ctxLen, 0))
 	return estimateBytes(path) + kv + state
 }
 
@@ -503,6 +501,16 @@ func (r *Runner) closePipelines() error {
 func (r *Runner) HeadLayers(name string) float64 {
 	if c, _ := r.chatConfig(name); c != nil {
 		return c.HeadLayers()
+	}
+	return 0
+}
+
+// MaxCut is the last layer a later pipeline stage of a chat model may
+// start at (modelfile.Config.MaxCut; 0 when it cannot tell, as
+// NumLayers): what the planner keeps stage boundaries within.
+func (r *Runner) MaxCut(name string) int {
+	if c, _ := r.chatConfig(name); c != nil {
+		return c.MaxCut()
 	}
 	return 0
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -410,5 +411,87 @@ func TestPipelineMicroBatches(t *testing.T) {
 				t.Errorf("%d sequences still held downstream", n)
 			}
 		})
+	}
+}
+
+// TestPipelineGemma4: a gemma4_text (per-layer inputs, KV shared by its
+// last three of six layers, full layers wider than sliding ones) run as
+// a pipeline of layers [0, 1) here and [1, 6) downstream — the per-layer
+// inputs of the later layers travel with the hidden state — answers as
+// the whole model does, greedy and sampled; a later stage that would hold
+// a KV-shared layer without the layer whose KV it reads is refused.
+func TestPipelineGemma4(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := demo.Create(filepath.Join(dir, "g4"), demo.Options{Arch: "gemma4_text", Layers: 6, Hidden: 64, Heads: 2, KVHeads: 1,
+		Intermediate: 64, SlidingWindow: 20, SlidingPattern: 2, Seed: 12}); err != nil {
+		t.Fatal(err)
+	}
+	newRunner := func() *Runner {
+		r, err := New(Config{ModelsDir: dir, Threads: 1, Backend: BackendCPU, CacheHotBytes: -1, CacheSSDBytes: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		return r
+	}
+	whole, first := newRunner(), newRunner()
+	// Layers 3–5 read the KV of layers 1 (full) and 2 (sliding).
+	if got := whole.MaxCut("g4"); got != 1 {
+		t.Errorf("MaxCut = %d, want 1", got)
+	}
+	if _, err := whole.LoadStage(context.Background(), "g4", model.Range{Start: 2, End: 6}); err == nil || !strings.Contains(err.Error(), "layer 3 reads layer 1's KV, outside the range [2, 6)") {
+		t.Errorf("a stage of layers [2, 6) (layer 3 reads layer 1's KV): %v", err)
+	}
+	sm, err := whole.LoadStage(context.Background(), "g4", model.Range{Start: 1, End: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sm.Close()
+	down := &localDown{sm: sm, seqs: map[uint64]*model.Sequence{}}
+	if err := first.SetPipeline(context.Background(), "g4", &Pipeline{Layers: model.Range{Start: 0, End: 1}, Generation: 1, Down: down}); err != nil {
+		t.Fatal(err)
+	}
+	seed := int64(5)
+	run := func(r *Runner, prompt string, sampled bool) string {
+		req := chat("g4", prompt, 16)
+		req.Sampling.Logprobs, req.Sampling.TopLogprobs = true, 3
+		if sampled {
+			req.Sampling.Temperature, req.Sampling.Seed = 1.5, &seed
+		}
+		ch, err := r.Generate(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s string
+		for ev := range ch {
+			if ev.Err != nil {
+				t.Fatal(ev.Err)
+			}
+			s += fmt.Sprintf("%q %v %v %s|", ev.Text, ev.Tokens, ev.TopLogprobs, ev.FinishReason)
+		}
+		return s
+	}
+	prompts := []string{"per-layer inputs", "travel with the hidden state"}
+	for _, sampled := range []bool{false, true} {
+		got := make([]string, len(prompts))
+		var wg sync.WaitGroup
+		for i, p := range prompts {
+			wg.Go(func() { got[i] = run(first, p, sampled) })
+		}
+		wg.Wait()
+		for i, p := range prompts {
+			if want := run(whole, p, sampled); got[i] != want {
+				t.Errorf("%q (sampled %v) as a pipeline:\n%s\nwhole:\n%s", p, sampled, got[i], want)
+			}
+		}
+	}
+	down.mu.Lock()
+	drawn := down.drawn
+	down.mu.Unlock()
+	if drawn == 0 {
+		t.Error("no token drawn on the later stage: the pipeline did not run")
+	}
+	if n := down.held(); n != 0 {
+		t.Errorf("%d sequences still held downstream", n)
 	}
 }

@@ -54,7 +54,7 @@ func (s *step) attention(layer int, q, k, v backend.Array, scale float32, window
 		return s.new(0, qa.cols)
 	}
 	spec := b.Seqs[0].Cache.Spec()
-	hd, kvh := spec.HeadDim, spec.KVHeads
+	hd, kvh := spec.Dim(spec.Index(layer)), spec.KVHeads
 	if shared {
 		ka, va = &array{rows: qa.rows, cols: kvh * hd}, &array{rows: qa.rows, cols: kvh * hd}
 	}
@@ -74,7 +74,7 @@ func (s *step) attention(layer int, q, k, v backend.Array, scale float32, window
 		if !ok {
 			panic(fmt.Sprintf("cpu: KV cache of another backend (%T)", sq.Cache))
 		}
-		if cs := c.Spec(); cs.KVHeads != kvh || cs.HeadDim != hd {
+		if cs := c.Spec(); !cs.SameShape(spec) {
 			panic("cpu: Attention: sequences with different KV cache shapes")
 		}
 		caches[i] = c
@@ -110,8 +110,8 @@ func (s *step) attention(layer int, q, k, v backend.Array, scale float32, window
 // head's softmax also counts its sink logit (sinkSoftmax).
 func (s *step) attend(sc *scratch, t attnTask, q, out *array, c *KVCache, layer, offset, rep int, scale float32, window int, sinks []float32) {
 	k := s.b.k
-	hd := c.spec.HeadDim
 	li := c.layer(layer)
+	hd := c.dim(li)
 	n := t.r1 - t.r0
 	m := n * rep
 	visibleMax := offset + t.r1

@@ -61,3 +61,11 @@ func TestSharedKV(t *testing.T) {
 	defer b.Close()
 	backendtest.SharedKV(t, b)
 }
+
+// TestKVWidths: a KV cache whose layers have different head widths
+// (Gemma 4's wider full-attention layers).
+func TestKVWidths(t *testing.T) {
+	b := New(Options{})
+	defer b.Close()
+	backendtest.KVWidths(t, b)
+}

@@ -20,6 +20,9 @@ type KVCache struct {
 	spec   backend.KVSpec
 	lens   []int // positions held per layer (index: layer − FirstLayer)
 	blocks []*kvBlock
+	// base is where each layer's matrices start in a block (floats; a
+	// layer's width is spec.Dim), and the block's size last.
+	base []int
 }
 
 type kvBlock struct {
@@ -35,7 +38,11 @@ func (b *Backend) NewKVCache(spec backend.KVSpec) (backend.KVCache, error) {
 	if err := spec.Check(); err != nil {
 		return nil, fmt.Errorf("cpu: %w", err)
 	}
-	return &KVCache{spec: spec, lens: make([]int, spec.Layers)}, nil
+	base := make([]int, spec.Layers+1)
+	for i := range spec.Layers {
+		base[i+1] = base[i] + spec.KVHeads*2*BlockSize*spec.Dim(i)
+	}
+	return &KVCache{spec: spec, lens: make([]int, spec.Layers), base: base}, nil
 }
 
 // Spec is the cache's shape.
@@ -60,18 +67,17 @@ func (c *KVCache) Truncate(n int) {
 }
 
 // blockFloats is the size of one block.
-func (c *KVCache) blockFloats() int {
-	s := c.spec
-	return s.Layers * s.KVHeads * 2 * BlockSize * s.HeadDim
-}
+func (c *KVCache) blockFloats() int { return c.base[c.spec.Layers] }
+
+// dim is the head width of the layer at index li.
+func (c *KVCache) dim(li int) int { return c.spec.Dim(li) }
 
 // Bytes is the memory of the allocated blocks, and of the positions held
 // (per layer, summed over layers).
 func (c *KVCache) Bytes() (allocated, used int64) {
 	s := c.spec
-	perPos := int64(s.KVHeads * 2 * s.HeadDim * 4)
-	for _, n := range c.lens {
-		used += int64(n) * perPos
+	for li, n := range c.lens {
+		used += int64(n) * int64(s.KVHeads*2*c.dim(li)*4)
 	}
 	return int64(len(c.blocks)) * int64(c.blockFloats()) * 4, used
 }
@@ -90,15 +96,18 @@ func (c *KVCache) grow(n int) {
 	}
 	for len(c.blocks)*BlockSize < n {
 		blk := &kvBlock{data: make([]float32, c.blockFloats())}
-		mat := BlockSize * s.HeadDim
-		for i := 0; i < s.Layers*s.KVHeads; i++ {
-			k, err1 := kernels.NewF32(BlockSize, s.HeadDim, blk.data[2*i*mat:(2*i+1)*mat])
-			vt, err2 := kernels.NewF32(s.HeadDim, BlockSize, blk.data[(2*i+1)*mat:(2*i+2)*mat])
-			if err1 != nil || err2 != nil {
-				panic(fmt.Sprintf("cpu: KV block: %v %v", err1, err2))
+		for li := range s.Layers {
+			hd := c.dim(li)
+			for h := range s.KVHeads {
+				kd, vtd := blk.matrices(c.base[li], h, hd)
+				k, err1 := kernels.NewF32(BlockSize, hd, kd)
+				vt, err2 := kernels.NewF32(hd, BlockSize, vtd)
+				if err1 != nil || err2 != nil {
+					panic(fmt.Sprintf("cpu: KV block: %v %v", err1, err2))
+				}
+				blk.k = append(blk.k, k)
+				blk.vt = append(blk.vt, vt)
 			}
-			blk.k = append(blk.k, k)
-			blk.vt = append(blk.vt, vt)
 		}
 		c.blocks = append(c.blocks, blk)
 	}
@@ -107,11 +116,15 @@ func (c *KVCache) grow(n int) {
 // matrices returns the keys [BlockSize·headDim] and transposed values
 // [headDim·BlockSize] of block blk, layer index li, head h, as floats.
 func (c *KVCache) matrices(blk, li, h int) (k, vt []float32) {
-	s := c.spec
-	mat := BlockSize * s.HeadDim
-	i := li*s.KVHeads + h
-	d := c.blocks[blk].data
-	return d[2*i*mat : (2*i+1)*mat], d[(2*i+1)*mat : (2*i+2)*mat]
+	return c.blocks[blk].matrices(c.base[li], h, c.dim(li))
+}
+
+// matrices are head h's keys and transposed values of the layer whose
+// matrices start at base, of head width hd.
+func (b *kvBlock) matrices(base, h, hd int) (k, vt []float32) {
+	mat := BlockSize * hd
+	d := b.data[base+2*h*mat:]
+	return d[:mat], d[mat : 2*mat]
 }
 
 // write stores rows of k and v ([n, kvHeads·headDim]) at positions
@@ -123,15 +136,16 @@ func (c *KVCache) write(layer, offset int, k, v []float32, n int) {
 	}
 	s := c.spec
 	c.grow(offset + n)
-	width := s.KVHeads * s.HeadDim
+	hd := c.dim(li)
+	width := s.KVHeads * hd
 	for t := range n {
 		p := offset + t
 		blk, slot := p/BlockSize, p%BlockSize
 		for h := range s.KVHeads {
 			kb, vtb := c.matrices(blk, li, h)
-			src := k[t*width+h*s.HeadDim : t*width+(h+1)*s.HeadDim]
-			copy(kb[slot*s.HeadDim:(slot+1)*s.HeadDim], src)
-			vs := v[t*width+h*s.HeadDim : t*width+(h+1)*s.HeadDim]
+			src := k[t*width+h*hd : t*width+(h+1)*hd]
+			copy(kb[slot*hd:(slot+1)*hd], src)
+			vs := v[t*width+h*hd : t*width+(h+1)*hd]
 			for d, x := range vs {
 				vtb[d*BlockSize+slot] = x
 			}
@@ -142,7 +156,7 @@ func (c *KVCache) write(layer, offset int, k, v []float32, n int) {
 
 // KVLayout is the block layout of ReadKV and AppendKV: for each layer of
 // the spec in order, the keys [n, kvHeads·headDim] then the values [n,
-// kvHeads·headDim] of the n positions, float32 little-endian (the rows
+// kvHeads·headDim] of the n positions (headDim the layer's width), float32 little-endian (the rows
 // Attention appends, as they were appended).
 const KVLayout = "f32le-layer-k-v"
 
@@ -150,10 +164,7 @@ const KVLayout = "f32le-layer-k-v"
 func (c *KVCache) KVFormat() string { return KVLayout }
 
 // KVBytes is the size of a block of n positions.
-func (c *KVCache) KVBytes(n int) int {
-	s := c.spec
-	return s.Layers * 2 * n * s.KVHeads * s.HeadDim * 4
-}
+func (c *KVCache) KVBytes(n int) int { return n * c.spec.PosFloats() * 4 }
 
 // ReadKV copies positions [from, to) of every layer into a new block.
 func (c *KVCache) ReadKV(from, to int) ([]byte, error) {
@@ -162,18 +173,20 @@ func (c *KVCache) ReadKV(from, to int) ([]byte, error) {
 	}
 	s := c.spec
 	n := to - from
-	width := s.KVHeads * s.HeadDim
 	out := make([]float32, c.KVBytes(n)/4)
+	rest := out
 	for li := range s.Layers {
-		k := out[2*li*n*width : (2*li+1)*n*width]
-		v := out[(2*li+1)*n*width : (2*li+2)*n*width]
+		hd := c.dim(li)
+		width := s.KVHeads * hd
+		k, v := rest[:n*width], rest[n*width:2*n*width]
+		rest = rest[2*n*width:]
 		for t := range n {
 			p := from + t
 			blk, slot := p/BlockSize, p%BlockSize
 			for h := range s.KVHeads {
 				kb, vtb := c.matrices(blk, li, h)
-				copy(k[t*width+h*s.HeadDim:t*width+(h+1)*s.HeadDim], kb[slot*s.HeadDim:(slot+1)*s.HeadDim])
-				vs := v[t*width+h*s.HeadDim : t*width+(h+1)*s.HeadDim]
+				copy(k[t*width+h*hd:t*width+(h+1)*hd], kb[slot*hd:(slot+1)*hd])
+				vs := v[t*width+h*hd : t*width+(h+1)*hd]
 				for d := range vs {
 					vs[d] = vtb[d*BlockSize+slot]
 				}
@@ -191,10 +204,10 @@ func (c *KVCache) AppendKV(block []byte) error {
 		return fmt.Errorf("cpu: %w", err)
 	}
 	f := bytesToFloats(block)
-	width := s.KVHeads * s.HeadDim
 	for li := range s.Layers {
-		k := f[2*li*n*width : (2*li+1)*n*width]
-		v := f[(2*li+1)*n*width : (2*li+2)*n*width]
+		width := s.KVHeads * c.dim(li)
+		k, v := f[:n*width], f[n*width:2*n*width]
+		f = f[2*n*width:]
 		c.write(s.FirstLayer+li, off, k, v, n)
 	}
 	return nil

@@ -12,7 +12,7 @@ import (
 )
 
 // testGemma4 runs a gemma4_text demo (KV shared by the last two of four
-// layers, per-layer inputs, experts beside the MLP, windows of 20) on MLX
+// layers, full layers twice as wide as sliding ones, per-layer inputs, experts beside the MLP, windows of 20) on MLX
 // in float32 mode and on the CPU: a 100-token prefill and 4 decode steps
 // agree within parityTol of the logits' scale, greedy alike.
 func testGemma4(t *testing.T, be *Backend, cb *cpu.Backend) {

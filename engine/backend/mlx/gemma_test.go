@@ -146,3 +146,14 @@ func testSharedKV(t *testing.T) {
 	defer be.Close()
 	backendtest.SharedKV(t, be)
 }
+
+// testKVWidths: a KV cache whose layers have different head widths
+// (Gemma 4's wider full-attention layers), on MLX as on the CPU.
+func testKVWidths(t *testing.T) {
+	be, err := New(Options{Float32: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	backendtest.KVWidths(t, be)
+}

@@ -69,23 +69,21 @@ func (c *KVCache) Truncate(n int) {
 	}
 }
 
-// perPos is the bytes of one position of one layer (K and V) in memory.
-func (c *KVCache) perPos() int64 {
+// perPos is the bytes of one position of the layer at index li (K and
+// V) in memory.
+func (c *KVCache) perPos(li int) int64 {
 	size := 4
 	if c.dt != tensor.Invalid {
 		size = dtypeBytes(c.dt)
 	}
-	return int64(2 * c.spec.KVHeads * c.spec.HeadDim * size)
+	return int64(2 * c.spec.KVHeads * c.spec.Dim(li) * size)
 }
-
-// blockPerPos is the bytes of one position of one layer in a block.
-func (c *KVCache) blockPerPos() int { return 2 * c.spec.KVHeads * c.spec.HeadDim * 4 }
 
 // Bytes is the memory of the arrays and of the positions held.
 func (c *KVCache) Bytes() (allocated, used int64) {
 	for i := range c.lens {
-		allocated += int64(c.held[i]) * c.perPos()
-		used += int64(c.lens[i]) * c.perPos()
+		allocated += int64(c.held[i]) * c.perPos(i)
+		used += int64(c.lens[i]) * c.perPos(i)
 	}
 	return allocated, used
 }
@@ -142,7 +140,7 @@ func (c *KVCache) write(a *Arena, layer, offset int, k, v *Array) (keys, values 
 	li := c.layer(layer)
 	n := k.Shape()[2]
 	end := offset + n
-	kvh, hd := c.spec.KVHeads, c.spec.HeadDim
+	kvh, hd := c.spec.KVHeads, c.spec.Dim(li)
 	for _, p := range []*[]*Array{&c.k, &c.v} {
 		// Positions imported before the model's first write are float32
 		// values of k's type: converted exactly.
@@ -183,7 +181,7 @@ func (c *KVCache) write(a *Arena, layer, offset int, k, v *Array) (keys, values 
 // written earlier in the step (an attention without k and v).
 func (c *KVCache) read(a *Arena, layer, end int) (keys, values *Array) {
 	li := c.layer(layer)
-	all := []int{1, c.spec.KVHeads, end, c.spec.HeadDim}
+	all := []int{1, c.spec.KVHeads, end, c.spec.Dim(li)}
 	return a.Slice(c.k[li], []int{0, 0, 0, 0}, all), a.Slice(c.v[li], []int{0, 0, 0, 0}, all)
 }
 
@@ -191,7 +189,7 @@ func (c *KVCache) read(a *Arena, layer, end int) (keys, values *Array) {
 func (c *KVCache) KVFormat() string { return KVLayout }
 
 // KVBytes is the size of a block of n positions.
-func (c *KVCache) KVBytes(n int) int { return c.spec.Layers * n * c.blockPerPos() }
+func (c *KVCache) KVBytes(n int) int { return n * c.spec.PosFloats() * 4 }
 
 // ReadKV copies positions [from, to) of every layer into a new block.
 func (c *KVCache) ReadKV(from, to int) ([]byte, error) {
@@ -201,12 +199,13 @@ func (c *KVCache) ReadKV(from, to int) ([]byte, error) {
 	if to == from {
 		return []byte{}, nil
 	}
-	kvh, hd := c.spec.KVHeads, c.spec.HeadDim
+	kvh := c.spec.KVHeads
 	out := make([]byte, 0, c.KVBytes(to-from))
 	err := c.b.rt.Do(context.Background(), func() error {
 		a := c.b.rt.NewArena()
 		defer a.Free()
 		for li := range c.spec.Layers {
+			hd := c.spec.Dim(li)
 			for _, arr := range []*Array{c.k[li], c.v[li]} {
 				part := a.Transpose(a.Slice(arr, []int{0, 0, from, 0}, []int{1, kvh, to, hd}), 0, 2, 1, 3)
 				b, err := a.Bytes(f32(a, part))
@@ -230,15 +229,16 @@ func (c *KVCache) AppendKV(block []byte) error {
 	if err != nil {
 		return fmt.Errorf("mlx: %w", err)
 	}
-	kvh, hd := c.spec.KVHeads, c.spec.HeadDim
-	half := n * kvh * hd * 4
+	kvh := c.spec.KVHeads
 	dt := c.dt
 	err = c.b.rt.Do(context.Background(), func() error {
 		a := c.b.rt.NewArena()
 		defer a.Free()
 		var written []*Array
+		base := 0
 		for li := range c.spec.Layers {
-			base := 2 * li * half
+			hd := c.spec.Dim(li)
+			half := n * kvh * hd * 4
 			k := a.Transpose(a.FromBytes(tensor.F32, block[base:base+half], 1, n, kvh, hd), 0, 2, 1, 3)
 			v := a.Transpose(a.FromBytes(tensor.F32, block[base+half:base+2*half], 1, n, kvh, hd), 0, 2, 1, 3)
 			if dt != tensor.Invalid {
@@ -246,6 +246,7 @@ func (c *KVCache) AppendKV(block []byte) error {
 			}
 			keys, values := c.write(a, c.spec.FirstLayer+li, off, k, v)
 			written = append(written, keys, values)
+			base += 2 * half
 		}
 		return a.Eval(written...)
 	})

@@ -163,6 +163,7 @@ func TestMLX(t *testing.T) {
 	t.Run("FPLinear", testFPLinear)
 	t.Run("GemmaOps", testGemmaOps)
 	t.Run("SharedKV", testSharedKV)
+	t.Run("KVWidths", testKVWidths)
 	t.Run("FluxOps", testFluxOps)
 	t.Run("VITSOps", testVITSOps)
 	t.Run("ImageOps", testImageOps)

@@ -369,7 +369,7 @@ func (s *step) attention(layer int, q, k, v backend.Array, scale float32, window
 		return s.record(0, qa.cols, qa.dt, func(a *Arena) *Array { return a.Zeros(qa.dt, 0, qa.cols) })
 	}
 	spec := b.Seqs[0].Cache.Spec()
-	hd, kvh := spec.HeadDim, spec.KVHeads
+	hd, kvh := spec.Dim(spec.Index(layer)), spec.KVHeads
 	if shared {
 		ka, va = &node{rows: qa.rows, cols: kvh * hd, dt: qa.dt}, &node{rows: qa.rows, cols: kvh * hd, dt: qa.dt}
 	}
@@ -386,7 +386,7 @@ func (s *step) attention(layer int, q, k, v backend.Array, scale float32, window
 		if !ok {
 			panic(fmt.Sprintf("mlx: KV cache of another backend (%T)", sq.Cache))
 		}
-		if cs := c.Spec(); cs.KVHeads != kvh || cs.HeadDim != hd {
+		if cs := c.Spec(); !cs.SameShape(spec) {
 			panic("mlx: Attention: sequences with different KV cache shapes")
 		}
 		if shared {
