@@ -77,6 +77,8 @@ func TestBuildOptions(t *testing.T) {
 		{Arch: "gemma4_text", Untied: true}, {Arch: "gemma4_text", Format: FormatGGUF},
 		{Arch: "gemma4_text", Layers: 1}, {Arch: "gemma4_text", Layers: 2},
 		{Arch: "gemma4_text", Experts: 4, ExpertsPerTok: 5},
+		// Of the mixtures only qwen3_moe has a GGUF writer.
+		{Arch: "gpt_oss", Format: FormatGGUF}, {Arch: "deepseek_v3", Format: FormatGGUF}, {Arch: "qwen3_5_moe", Format: FormatGGUF},
 	}
 	for _, o := range bad {
 		if _, err := Build(o); err == nil {
