@@ -65,16 +65,19 @@ func useMoreBits(layer, layers int) bool {
 // GGUFTensorType is the storage type of one tensor (GGUF name, shape
 // outermost first) in a GGUF of type typ, following llama.cpp's
 // llama_tensor_get_type for the dense families oQ exports:
-//   - vectors (norms, biases) stay F32;
+//   - vectors (norms, biases) and a mixture's router (ffn_gate_inp, which
+//     llama-quantize never quantizes) stay F32;
 //   - the output projection (or, with tied embeddings, token_embd, which
 //     serves as it) is Q6_K unless the type is Q8_0;
-//   - Q4_K_M: attn_v and ffn_down are Q6_K in the layers useMoreBits
-//     picks, every other matrix Q4_K;
+//   - Q4_K_M: attn_v and ffn_down (stacked experts' ffn_down_exps too,
+//     by the layer in their name) are Q6_K in the layers useMoreBits
+//     picks, every other matrix Q4_K (llama.cpp's extra rules for
+//     8-expert models, Mixtral's, are not followed);
 //   - a row that is not whole blocks of the chosen type falls back as
 //     to Q8_0 (llama.cpp: Q6_K → Q8_0 too, but Q4_K → Q5_0, a type
 //     fusion's backends do not run), then F16.
 func GGUFTensorType(typ, name string, shape []int64, layers int, tied bool) tensor.DType {
-	if len(shape) < 2 {
+	if len(shape) < 2 || strings.HasSuffix(name, ".ffn_gate_inp.weight") {
 		return tensor.F32
 	}
 	want := map[string]tensor.DType{GGUFQ8_0: tensor.Q8_0, GGUFQ4_K_M: tensor.Q4_K, GGUFQ6_K: tensor.Q6_K}[typ]
@@ -92,7 +95,8 @@ func GGUFTensorType(typ, name string, shape []int64, layers int, tied bool) tens
 		} else if want != tensor.Q8_0 {
 			want = tensor.Q6_K
 		}
-	case typ == GGUFQ4_K_M && layer >= 0 && (strings.HasSuffix(name, ".attn_v.weight") || strings.HasSuffix(name, ".ffn_down.weight")):
+	case typ == GGUFQ4_K_M && layer >= 0 && (strings.HasSuffix(name, ".attn_v.weight") || strings.HasSuffix(name, ".ffn_down.weight") ||
+		strings.HasSuffix(name, ".ffn_down_exps.weight")):
 		if useMoreBits(layer, layers) {
 			want = tensor.Q6_K
 		}
