@@ -44,7 +44,13 @@ var ggufFileType = map[string]uint32{GGUFQ8_0: 7, GGUFQ4_K_M: 15, GGUFQ6_K: 18}
 var ggufArch = map[string]string{
 	modelfile.ArchLlama: "llama", modelfile.ArchMistral: "llama",
 	modelfile.ArchQwen2: "qwen2", modelfile.ArchQwen3: "qwen3",
+	modelfile.ArchQwen3MoE: "qwen3moe",
 }
+
+// ggufArchitectures are the sources a GGUF export opens: MLX's, and
+// Qwen3-MoE with its experts stacked as mlx-lm stores them
+// (mlp.switch_mlp.*, which are llama.cpp's ffn_*_exps).
+var ggufArchitectures = append(slices.Clone(architectures), modelfile.ArchQwen3MoE)
 
 // GGUFPath is the file a GGUF output is written to: dst itself when it
 // ends in ".gguf", else dst + ".gguf" (a GGUF model is named after its
@@ -121,7 +127,7 @@ func quantizeGGUF(ctx context.Context, src, dst string, o Options) (Result, erro
 	if _, err := os.Stat(path); err == nil {
 		return Result{}, fmt.Errorf("%w: %s", ErrExists, path)
 	}
-	s, err := openSource(src, DefaultGroupSize)
+	s, err := openSource(src, DefaultGroupSize, ggufArchitectures)
 	if err != nil {
 		return Result{}, err
 	}
@@ -280,10 +286,15 @@ func llama3RopeFactors(c *modelfile.Config) []float32 {
 func ggufSupported(c *modelfile.Config) (string, error) {
 	arch, ok := ggufArch[c.Architecture]
 	if !ok {
-		return "", fmt.Errorf("%w: architecture %q has no GGUF export here (llama, mistral, qwen2, qwen3)", ErrUnsupported, c.Architecture)
+		return "", fmt.Errorf("%w: architecture %q has no GGUF export here (llama, mistral, qwen2, qwen3, qwen3_moe)", ErrUnsupported, c.Architecture)
 	}
 	if s := c.RopeScaling; s != nil && (s.Type != modelfile.RopeLlama3 || arch != "llama") {
 		return "", fmt.Errorf("%w: rope scaling %q in a GGUF export", ErrUnsupported, s.Type)
+	}
+	if m := c.MoE; m != nil && (m.SparseStep != 1 || len(m.MLPOnlyLayers) > 0 || !m.NormTopK) {
+		// llama.cpp's qwen3moe graph has experts in every layer and
+		// always renormalizes their weights.
+		return "", fmt.Errorf("%w: a mixture with dense layers or without norm_topk_prob in a GGUF export (llama.cpp's qwen3moe has neither)", ErrUnsupported)
 	}
 	return arch, nil
 }
@@ -291,7 +302,7 @@ func ggufSupported(c *modelfile.Config) (string, error) {
 // CheckGGUFSource reports whether the model in dir can be exported to
 // GGUF (ErrUnsupported says why not) without reading its weights' data.
 func CheckGGUFSource(dir string) error {
-	s, err := openSource(dir, DefaultGroupSize)
+	s, err := openSource(dir, DefaultGroupSize, ggufArchitectures)
 	if err != nil {
 		return err
 	}
@@ -308,6 +319,9 @@ func ggufMeta(src, arch, typ string, c *modelfile.Config) ([]gguf.KV, error) {
 		NumAttentionHeads: c.NumAttentionHeads, NumKeyValueHeads: c.NumKeyValueHeads, HeadDim: c.HeadDim,
 		IntermediateSize: c.IntermediateSize, RMSNormEps: c.RMSNormEps, RopeTheta: c.RopeTheta,
 		MaxPositionEmbeddings: c.MaxPositionEmbeddings, VocabSize: c.VocabSize,
+	}
+	if m := c.MoE; m != nil {
+		mc.Experts, mc.ExpertsUsed, mc.ExpertIntermediate = m.Experts, m.TopK, m.Intermediate
 	}
 	meta := append(mc.KVs(),
 		gguf.KV{Key: gguf.KeyName, Value: gguf.String(filepath.Base(filepath.Clean(src)))},

@@ -238,7 +238,7 @@ func TestGGUFExport(t *testing.T) {
 // does (Q/K rows of llama unpermuted) and compares it with the source.
 func checkRoundTrip(t *testing.T, name, src string, f *gguf.File, maxErr float64) {
 	t.Helper()
-	s, err := openSource(src, DefaultGroupSize)
+	s, err := openSource(src, DefaultGroupSize, ggufArchitectures)
 	if err != nil {
 		t.Fatal(err)
 	}
