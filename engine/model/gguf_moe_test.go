@@ -99,6 +99,9 @@ func TestGGUFMoELoadErrors(t *testing.T) {
 			return meta, ts
 		}, ErrBadWeights},
 		{"experts in Q5_K", retype("blk.0.ffn_gate_exps.weight", tensor.Q5_K), ErrBadWeights},
+		{"rope scaling under qwen3moe's keys", func(meta []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
+			return append(meta, gguf.KV{Key: "qwen3moe.rope.scaling.type", Value: gguf.String("dynamic")}), ts
+		}, modelfile.ErrUnsupported},
 		{"router missing, no dense MLP", func(meta []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
 			return meta, slices.DeleteFunc(ts, func(x gguf.WriteTensor) bool { return x.Name == "blk.0.ffn_gate_inp.weight" })
 		}, ErrBadWeights},
@@ -115,6 +118,18 @@ func TestGGUFMoELoadErrors(t *testing.T) {
 			t.Log(err)
 		})
 	}
+
+	t.Run("yarn", func(t *testing.T) {
+		path := rewriteGGUF(t, src, func(meta []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
+			return append(meta, gguf.KV{Key: "qwen3moe.rope.scaling.type", Value: gguf.String("yarn")},
+				gguf.KV{Key: "qwen3moe.rope.scaling.factor", Value: gguf.Float32(4)},
+				gguf.KV{Key: "qwen3moe.rope.scaling.original_context_length", Value: gguf.Uint32(32768)}), ts
+		})
+		m := load(t, be, path, Range{})
+		if r := m.Config.RopeScaling; r == nil || r.Type != "yarn" || r.Factor != 4 || r.OriginalMaxPositionEmbeddings != 32768 {
+			t.Errorf("rope scaling %+v, want yarn ×4 from 32768", r)
+		}
+	})
 
 	t.Run("dense layer", func(t *testing.T) {
 		path := rewriteGGUF(t, src, func(meta []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {

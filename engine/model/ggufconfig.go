@@ -37,7 +37,9 @@ func ggufConfig(f *gguf.File) (*modelfile.Config, error) {
 	if mc.Experts > 0 {
 		ggufMoE(f, mc, c)
 	}
-	key := func(s string) string { return gguf.ArchKey(mc.ModelType, "rope.scaling."+s) }
+	// Keys are under llama.cpp's architecture name (qwen3moe), not
+	// model_type (qwen3_moe).
+	key := func(s string) string { return gguf.ArchKey(f.Architecture(), "rope.scaling."+s) }
 	typ, _ := f.Meta(key("type")).AsString()
 	factor, _ := f.Meta(key("factor")).AsFloat64()
 	switch typ {
