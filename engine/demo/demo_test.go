@@ -86,6 +86,8 @@ func TestBuildOptions(t *testing.T) {
 		{Arch: "gemma4_text", Experts: 4, ExpertsPerTok: 5},
 		// global_head_dim: gemma4_text's, even.
 		{Arch: "llama", GlobalHeadDim: 32}, {Arch: "gemma4_text", Layers: 4, GlobalHeadDim: 33},
+		// Of the mixtures only qwen3_moe has a GGUF writer.
+		{Arch: "gpt_oss", Format: FormatGGUF}, {Arch: "deepseek_v3", Format: FormatGGUF}, {Arch: "qwen3_5_moe", Format: FormatGGUF},
 	}
 	for _, o := range bad {
 		if _, err := Build(o); err == nil {

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"fusion/engine/gguf"
+	"fusion/engine/modelfile"
 	"fusion/engine/tensor"
 )
 
@@ -68,6 +69,11 @@ func writeGGUF(path string, m *Model) error {
 		IntermediateSize: p.Intermediate, RMSNormEps: p.RMSNormEps, RopeTheta: p.RopeTheta,
 		MaxPositionEmbeddings: p.MaxPositions, VocabSize: p.Vocab,
 	}
+	if p.Arch == modelfile.ArchQwen3MoE {
+		// qwen3moe: llama.cpp's converter writes no expert_weights_norm
+		// (its graph always renormalizes, as the demo's norm_topk_prob).
+		cfg.Experts, cfg.ExpertsUsed, cfg.ExpertIntermediate = p.Experts, p.ExpertsPerTok, p.MoEIntermediate
+	}
 	meta := append(cfg.KVs(),
 		gguf.KV{Key: gguf.KeyName, Value: gguf.String("fusion-demo-" + p.Arch)},
 		gguf.KV{Key: "general.file_type", Value: gguf.Uint32(ggufFileType(kind))},
@@ -111,15 +117,18 @@ func writeGGUF(path string, m *Model) error {
 	return nil
 }
 
-// tensorType picks the storage type of one tensor: vectors (norms) stay
-// F32, as llama.cpp keeps them; matrices take the chosen type, falling
-// back to Q8_0 and then F16 when a row is not a whole number of blocks.
+// tensorType picks the storage type of one tensor: vectors (norms) and a
+// mixture's router (ffn_gate_inp) stay F32, as llama.cpp's converter and
+// llama-quantize keep them; matrices and stacked experts take the chosen
+// type (q4_k_m: Q6_K for ffn_down_exps as for ffn_down), falling back to
+// Q8_0 and then F16 when a row is not a whole number of blocks.
 func tensorType(kind, name string, shape []int64) tensor.DType {
-	if len(shape) < 2 {
+	if len(shape) < 2 || strings.HasSuffix(name, ".ffn_gate_inp.weight") {
 		return tensor.F32
 	}
 	want := ggufTypes[kind]
-	if kind == "q4_k_m" && (name == "output.weight" || strings.HasSuffix(name, ".attn_v.weight") || strings.HasSuffix(name, ".ffn_down.weight")) {
+	if kind == "q4_k_m" && (name == "output.weight" || strings.HasSuffix(name, ".attn_v.weight") ||
+		strings.HasSuffix(name, ".ffn_down.weight") || strings.HasSuffix(name, ".ffn_down_exps.weight")) {
 		want = tensor.Q6_K
 	}
 	row := shape[len(shape)-1]

@@ -187,9 +187,9 @@ func (o *Options) resolveMoE() error {
 		return fmt.Errorf("demo: expert sizes must be positive")
 	case o.ExpertsPerTok > o.Experts:
 		return fmt.Errorf("demo: --experts-per-tok %d exceeds --experts %d", o.ExpertsPerTok, o.Experts)
-	case o.Format == FormatGGUF:
+	case o.Format == FormatGGUF && o.Arch != modelfile.ArchQwen3MoE:
 		return fmt.Errorf("demo: %s is written as safetensors only", o.Arch)
-	case o.Quantize != 0 && o.Hidden%routerGroup != 0:
+	case o.Quantize != 0 && o.Format != FormatGGUF && o.Hidden%routerGroup != 0:
 		// mlx-lm quantizes Qwen3-MoE's router at 8 bits in groups of 64.
 		return fmt.Errorf("demo: quantized %s needs --hidden a multiple of %d (the router's group)", o.Arch, routerGroup)
 	}

@@ -9,8 +9,9 @@ import (
 // transformer needs, as GGUF metadata states them. JSON names follow
 // config.json.
 type ModelConfig struct {
-	// ModelType is general.architecture ("llama", "qwen2", "qwen3"), which
-	// matches config.json's model_type for these families.
+	// ModelType is config.json's model_type: general.architecture
+	// ("llama", "qwen2", "qwen3") mapped by HFArch ("qwen3moe" →
+	// "qwen3_moe").
 	ModelType             string  `json:"model_type"`
 	HiddenSize            int     `json:"hidden_size"`
 	NumHiddenLayers       int     `json:"num_hidden_layers"`
@@ -25,6 +26,15 @@ type ModelConfig struct {
 	// TieWordEmbeddings is true when the file has no output.weight: the
 	// output projection reuses token_embd.weight.
 	TieWordEmbeddings bool `json:"tie_word_embeddings"`
+	// Mixture of experts ({arch}.expert_*; all zero for a dense model):
+	// Experts experts of ExpertIntermediate rows each, ExpertsUsed of
+	// them per token. NormTopK is {arch}.expert_weights_norm, nil when
+	// the file does not say (llama.cpp's qwen3moe graph always
+	// renormalizes).
+	Experts            int   `json:"num_experts,omitempty"`
+	ExpertsUsed        int   `json:"num_experts_per_tok,omitempty"`
+	ExpertIntermediate int   `json:"moe_intermediate_size,omitempty"`
+	NormTopK           *bool `json:"norm_topk_prob,omitempty"`
 }
 
 // Defaults llama.cpp assumes when a key is absent.
@@ -38,10 +48,13 @@ const (
 // attention.head_count and feed_forward_length. head_count_kv defaults to
 // head_count, key_length to embedding_length/head_count, rope.freq_base to
 // 10000, layer_norm_rms_epsilon to 1e-5. vocab_size is {arch}.vocab_size,
-// else the rows of token_embd.weight, else the token count.
+// else the rows of token_embd.weight, else the token count. With
+// {arch}.expert_count above zero, expert_used_count and
+// expert_feed_forward_length are required too.
 func (f *File) ModelConfig() (ModelConfig, error) {
-	c := ModelConfig{ModelType: f.Architecture()}
-	if c.ModelType == "" {
+	arch := f.Architecture()
+	c := ModelConfig{ModelType: HFArch(arch)}
+	if arch == "" {
 		return c, fmt.Errorf("gguf: %s: %s is missing", f.Name, KeyArchitecture)
 	}
 	var err error
@@ -49,7 +62,7 @@ func (f *File) ModelConfig() (ModelConfig, error) {
 		if err != nil {
 			return
 		}
-		key := ArchKey(c.ModelType, suffix)
+		key := ArchKey(arch, suffix)
 		n, ok := f.Meta(key).AsInt64()
 		if !ok || n <= 0 || n > math.MaxInt32 {
 			err = fmt.Errorf("gguf: %s: %s is missing or not a positive integer (%v)", f.Name, key, f.Meta(key))
@@ -59,7 +72,7 @@ func (f *File) ModelConfig() (ModelConfig, error) {
 	}
 	optional := func(dst *int, suffix string, def int) {
 		*dst = def
-		if n, ok := f.Meta(ArchKey(c.ModelType, suffix)).AsInt64(); ok && n > 0 && n <= math.MaxInt32 {
+		if n, ok := f.Meta(ArchKey(arch, suffix)).AsInt64(); ok && n > 0 && n <= math.MaxInt32 {
 			*dst = int(n)
 		}
 	}
@@ -73,17 +86,28 @@ func (f *File) ModelConfig() (ModelConfig, error) {
 	optional(&c.NumKeyValueHeads, SuffixHeadCountKV, c.NumAttentionHeads)
 	optional(&c.HeadDim, SuffixKeyLength, c.HiddenSize/c.NumAttentionHeads)
 	optional(&c.MaxPositionEmbeddings, SuffixContextLength, 0)
+	optional(&c.Experts, SuffixExpertCount, 0)
+	if c.Experts > 0 {
+		need(&c.ExpertsUsed, SuffixExpertUsedCount)
+		need(&c.ExpertIntermediate, SuffixExpertFFLength)
+		if err != nil {
+			return c, err
+		}
+		if v, ok := f.Meta(ArchKey(arch, SuffixExpertWeightsNorm)).Any().(bool); ok {
+			c.NormTopK = &v
+		}
+	}
 
 	c.RopeTheta = defaultRopeTheta
-	if v, ok := f.Meta(ArchKey(c.ModelType, SuffixRopeFreqBase)).AsFloat64(); ok {
+	if v, ok := f.Meta(ArchKey(arch, SuffixRopeFreqBase)).AsFloat64(); ok {
 		c.RopeTheta = v
 	}
 	c.RMSNormEps = defaultRMSEps
-	if v, ok := f.Meta(ArchKey(c.ModelType, SuffixRMSEps)).AsFloat64(); ok {
+	if v, ok := f.Meta(ArchKey(arch, SuffixRMSEps)).AsFloat64(); ok {
 		c.RMSNormEps = v
 	}
 
-	if n, ok := f.Meta(ArchKey(c.ModelType, SuffixVocabSize)).AsInt64(); ok && n > 0 && n <= math.MaxInt32 {
+	if n, ok := f.Meta(ArchKey(arch, SuffixVocabSize)).AsInt64(); ok && n > 0 && n <= math.MaxInt32 {
 		c.VocabSize = int(n)
 	} else if t, ok := f.Tensor("token_embd.weight"); ok && len(t.Shape) == 2 {
 		c.VocabSize = int(t.Shape[0])
@@ -95,12 +119,12 @@ func (f *File) ModelConfig() (ModelConfig, error) {
 	return c, nil
 }
 
-// KVs returns the general.architecture and {arch}.* metadata describing
-// c, typed as llama.cpp writes them (uint32 sizes, float32 rope base and
-// epsilon). Key and value lengths and the rotary dimension are all
-// HeadDim.
+// KVs returns the general.architecture (GGUFArch of ModelType) and
+// {arch}.* metadata describing c, typed as llama.cpp writes them (uint32
+// sizes, float32 rope base and epsilon). Key and value lengths and the
+// rotary dimension are all HeadDim. A mixture adds the expert_* keys.
 func (c ModelConfig) KVs() []KV {
-	a := c.ModelType
+	a := GGUFArch(c.ModelType)
 	kvs := []KV{
 		{KeyArchitecture, String(a)},
 		{ArchKey(a, SuffixContextLength), Uint32(uint32(c.MaxPositionEmbeddings))},
@@ -117,6 +141,16 @@ func (c ModelConfig) KVs() []KV {
 	}
 	if c.VocabSize > 0 {
 		kvs = append(kvs, KV{ArchKey(a, SuffixVocabSize), Uint32(uint32(c.VocabSize))})
+	}
+	if c.Experts > 0 {
+		kvs = append(kvs,
+			KV{ArchKey(a, SuffixExpertCount), Uint32(uint32(c.Experts))},
+			KV{ArchKey(a, SuffixExpertUsedCount), Uint32(uint32(c.ExpertsUsed))},
+			KV{ArchKey(a, SuffixExpertFFLength), Uint32(uint32(c.ExpertIntermediate))},
+		)
+		if c.NormTopK != nil {
+			kvs = append(kvs, KV{ArchKey(a, SuffixExpertWeightsNorm), Bool(*c.NormTopK)})
+		}
 	}
 	return kvs
 }

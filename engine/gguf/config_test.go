@@ -1,6 +1,7 @@
 package gguf
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
@@ -23,6 +24,45 @@ func TestModelConfigRoundTrip(t *testing.T) {
 	}
 	if v, _ := f.Meta("qwen3.attention.layer_norm_rms_epsilon").Any().(float32); v != float32(1e-6) {
 		t.Errorf("epsilon stored as %v (%T), want float32", f.Meta("qwen3.attention.layer_norm_rms_epsilon").Any(), f.Meta("qwen3.attention.layer_norm_rms_epsilon").Any())
+	}
+}
+
+// A mixture's config round-trips through llama.cpp's qwen3moe keys:
+// model_type qwen3_moe is written as general.architecture qwen3moe, the
+// expert_* keys are read back, expert_weights_norm only when written, and
+// a missing expert_used_count is an error.
+func TestModelConfigMoE(t *testing.T) {
+	yes := true
+	for _, norm := range []*bool{nil, &yes} {
+		want := ModelConfig{
+			ModelType: "qwen3_moe", HiddenSize: 2048, NumHiddenLayers: 48, NumAttentionHeads: 32, NumKeyValueHeads: 4,
+			HeadDim: 128, IntermediateSize: 6144, RMSNormEps: 1e-6, RopeTheta: 1e6, MaxPositionEmbeddings: 40960,
+			VocabSize: 151936, TieWordEmbeddings: true, Experts: 128, ExpertsUsed: 8, ExpertIntermediate: 768, NormTopK: norm,
+		}
+		f := parseMeta(t, want.KVs())
+		if a := f.Architecture(); a != "qwen3moe" {
+			t.Errorf("general.architecture %q, want qwen3moe", a)
+		}
+		if n, _ := f.Meta("qwen3moe.expert_count").AsInt64(); n != 128 {
+			t.Errorf("qwen3moe.expert_count = %d", n)
+		}
+		got, err := f.ModelConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("ModelConfig = %+v\nwant          %+v", got, want)
+		}
+	}
+	var kvs []KV
+	for _, kv := range (ModelConfig{ModelType: "qwen3_moe", HiddenSize: 64, NumHiddenLayers: 2, NumAttentionHeads: 4,
+		IntermediateSize: 128, Experts: 8, ExpertsUsed: 2, ExpertIntermediate: 64}).KVs() {
+		if kv.Key != "qwen3moe.expert_used_count" {
+			kvs = append(kvs, kv)
+		}
+	}
+	if _, err := parseMeta(t, kvs).ModelConfig(); err == nil || !strings.Contains(err.Error(), "expert_used_count") {
+		t.Errorf("no expert_used_count: error %v", err)
 	}
 }
 

@@ -15,12 +15,14 @@
 //     Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K, byte for byte what ggml's
 //     quantize_row_*_ref (llama-quantize without an importance matrix)
 //     produces;
-//   - the mapping between Hugging Face and GGUF tensor names and the Q/K
-//     row permutation llama.cpp applies to the llama architecture;
+//   - the mapping between Hugging Face and GGUF tensor names (a mixture's
+//     router and stacked ffn_*_exps experts included) and architecture
+//     names (qwen3_moe ↔ qwen3moe), and the Q/K row permutation llama.cpp
+//     applies to the llama architecture;
 //   - a Hugging Face tokenizer.json synthesised from the tokenizer.ggml.*
 //     metadata (byte-level BPE, "gpt2", and Gemma 4's SentencePiece-style
 //     BPE with byte fallback, "gemma4"), the chat template, and a
-//     config.json-like ModelConfig.
+//     config.json-like ModelConfig (with a mixture's expert_* keys).
 //
 // Shapes are outermost-first (like safetensors and PyTorch); GGUF stores
 // dimensions innermost-first and the reader and writer reverse them. A

@@ -37,6 +37,12 @@ const (
 	SuffixRopeFreqBase   = "rope.freq_base"
 	SuffixRopeDimCount   = "rope.dimension_count"
 	SuffixVocabSize      = "vocab_size"
+
+	// Mixture of experts.
+	SuffixExpertCount       = "expert_count"
+	SuffixExpertUsedCount   = "expert_used_count"
+	SuffixExpertFFLength    = "expert_feed_forward_length"
+	SuffixExpertWeightsNorm = "expert_weights_norm"
 )
 
 // ArchKey returns the per-architecture key arch + "." + suffix, e.g.

@@ -7,7 +7,9 @@ import (
 
 // Tensor names: Hugging Face (transformers llama/qwen2/qwen3 modules) and
 // GGUF (llama.cpp) spellings. Layer tensors carry the layer number:
-// model.layers.N.… ↔ blk.N.….
+// model.layers.N.… ↔ blk.N.…. A mixture's experts are named as mlx-lm
+// stacks them (mlp.switch_mlp.*_proj.weight [experts, out, in]), which is
+// the shape of llama.cpp's ffn_*_exps tensors (ne = [in, out, experts]).
 
 var globalNames = [][2]string{
 	{"model.embed_tokens.weight", "token_embd.weight"},
@@ -30,6 +32,39 @@ var layerNames = [][2]string{
 	{"mlp.gate_proj.weight", "ffn_gate.weight"},
 	{"mlp.up_proj.weight", "ffn_up.weight"},
 	{"mlp.down_proj.weight", "ffn_down.weight"},
+	// Mixture of experts: the router and the stacked experts.
+	{"mlp.gate.weight", "ffn_gate_inp.weight"},
+	{"mlp.switch_mlp.gate_proj.weight", "ffn_gate_exps.weight"},
+	{"mlp.switch_mlp.up_proj.weight", "ffn_up_exps.weight"},
+	{"mlp.switch_mlp.down_proj.weight", "ffn_down_exps.weight"},
+}
+
+// archNames pairs config.json model_type names with llama.cpp's
+// general.architecture where the two differ.
+var archNames = [][2]string{
+	{"qwen3_moe", "qwen3moe"},
+}
+
+// GGUFArch maps a config.json model_type to llama.cpp's architecture name
+// (itself when they agree).
+func GGUFArch(modelType string) string {
+	for _, p := range archNames {
+		if p[0] == modelType {
+			return p[1]
+		}
+	}
+	return modelType
+}
+
+// HFArch maps llama.cpp's architecture name to config.json's model_type
+// (itself when they agree).
+func HFArch(arch string) string {
+	for _, p := range archNames {
+		if p[1] == arch {
+			return p[0]
+		}
+	}
+	return arch
 }
 
 // GGUFName maps a Hugging Face tensor name to its GGUF name.

@@ -122,6 +122,10 @@ func TestNames(t *testing.T) {
 		{"model.layers.2.mlp.gate_proj.weight", "blk.2.ffn_gate.weight"},
 		{"model.layers.2.mlp.up_proj.weight", "blk.2.ffn_up.weight"},
 		{"model.layers.2.mlp.down_proj.weight", "blk.2.ffn_down.weight"},
+		{"model.layers.5.mlp.gate.weight", "blk.5.ffn_gate_inp.weight"},
+		{"model.layers.5.mlp.switch_mlp.gate_proj.weight", "blk.5.ffn_gate_exps.weight"},
+		{"model.layers.5.mlp.switch_mlp.up_proj.weight", "blk.5.ffn_up_exps.weight"},
+		{"model.layers.47.mlp.switch_mlp.down_proj.weight", "blk.47.ffn_down_exps.weight"},
 	}
 	for _, tc := range tests {
 		if got, ok := GGUFName(tc.hf); !ok || got != tc.gguf {
@@ -131,12 +135,21 @@ func TestNames(t *testing.T) {
 			t.Errorf("HFName(%q) = %q, %v; want %q", tc.gguf, got, ok, tc.hf)
 		}
 	}
-	for _, bad := range []string{"model.layers.x.mlp.up_proj.weight", "model.layers.01.mlp.up_proj.weight", "model.rotary_emb.inv_freq", "blk.0.ffn_up", "blk.-1.ffn_up.weight"} {
+	for _, bad := range []string{"model.layers.x.mlp.up_proj.weight", "model.layers.01.mlp.up_proj.weight", "model.rotary_emb.inv_freq", "blk.0.ffn_up", "blk.-1.ffn_up.weight",
+		"model.layers.0.mlp.experts.0.gate_proj.weight", "blk.0.ffn_gate_shexp.weight"} {
 		if got, ok := GGUFName(bad); ok {
 			t.Errorf("GGUFName(%q) = %q, want no mapping", bad, got)
 		}
 		if got, ok := HFName(bad); ok {
 			t.Errorf("HFName(%q) = %q, want no mapping", bad, got)
+		}
+	}
+	for _, tc := range [][2]string{{"qwen3_moe", "qwen3moe"}, {"qwen3", "qwen3"}, {"llama", "llama"}} {
+		if got := GGUFArch(tc[0]); got != tc[1] {
+			t.Errorf("GGUFArch(%q) = %q, want %q", tc[0], got, tc[1])
+		}
+		if got := HFArch(tc[1]); got != tc[0] {
+			t.Errorf("HFArch(%q) = %q, want %q", tc[1], got, tc[0])
 		}
 	}
 }

@@ -34,7 +34,12 @@ func ggufConfig(f *gguf.File) (*modelfile.Config, error) {
 	if mc.MaxPositionEmbeddings > 0 {
 		c["max_position_embeddings"] = mc.MaxPositionEmbeddings
 	}
-	key := func(s string) string { return gguf.ArchKey(mc.ModelType, "rope.scaling."+s) }
+	if mc.Experts > 0 {
+		ggufMoE(f, mc, c)
+	}
+	// Keys are under llama.cpp's architecture name (qwen3moe), not
+	// model_type (qwen3_moe).
+	key := func(s string) string { return gguf.ArchKey(f.Architecture(), "rope.scaling."+s) }
 	typ, _ := f.Meta(key("type")).AsString()
 	factor, _ := f.Meta(key("factor")).AsFloat64()
 	switch typ {
@@ -62,6 +67,30 @@ func ggufConfig(f *gguf.File) (*modelfile.Config, error) {
 		return nil, fmt.Errorf("%s: %w", f.Name, err)
 	}
 	return cfg, nil
+}
+
+// ggufMoE adds a mixture's config.json keys to c. llama.cpp has no
+// decoder_sparse_step: a layer is sparse when it has a router
+// (blk.N.ffn_gate_inp.weight), and the others are mlp_only_layers. Its
+// qwen3moe graph always renormalizes the chosen experts' weights, so
+// norm_topk_prob is true unless {arch}.expert_weights_norm says otherwise.
+func ggufMoE(f *gguf.File, mc gguf.ModelConfig, c map[string]any) {
+	dense := []int{}
+	for l := range mc.NumHiddenLayers {
+		if _, ok := f.Tensor(fmt.Sprintf("blk.%d.ffn_gate_inp.weight", l)); !ok {
+			dense = append(dense, l)
+		}
+	}
+	norm := true
+	if mc.NormTopK != nil {
+		norm = *mc.NormTopK
+	}
+	c["num_experts"] = mc.Experts
+	c["num_experts_per_tok"] = mc.ExpertsUsed
+	c["moe_intermediate_size"] = mc.ExpertIntermediate
+	c["decoder_sparse_step"] = 1
+	c["mlp_only_layers"] = dense
+	c["norm_topk_prob"] = norm
 }
 
 // ggufRopeFreqs returns the RoPE periods of a file with a rope_freqs.weight

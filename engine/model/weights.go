@@ -253,7 +253,19 @@ func (g ggufSource) weight(path string) (backend.WeightData, error) {
 	if len(t.Shape) != 2 {
 		return backend.WeightData{}, fmt.Errorf("%w: %s has shape %v, want a matrix", ErrBadWeights, t.Name, t.Shape)
 	}
-	d := backend.WeightData{Name: path, Out: int(t.Shape[0]), In: int(t.Shape[1]), Data: t}
+	d, err := ggufMatrix(path, t)
+	if err != nil {
+		return backend.WeightData{}, err
+	}
+	if b, ok := g.tensor(path + ".bias"); ok {
+		d.Bias = &b
+	}
+	return d, nil
+}
+
+// ggufMatrix describes the matrix t ([out, in]) for the backend.
+func ggufMatrix(name string, t tensor.Tensor) (backend.WeightData, error) {
+	d := backend.WeightData{Name: name, Out: int(t.Shape[0]), In: int(t.Shape[1]), Data: t}
 	switch t.DType {
 	case tensor.F32, tensor.F16, tensor.BF16:
 		d.Format = backend.Dense
@@ -262,14 +274,37 @@ func (g ggufSource) weight(path string) (backend.WeightData, error) {
 	default:
 		return backend.WeightData{}, fmt.Errorf("%w: %s is %v (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K)", ErrBadWeights, t.Name, t.DType)
 	}
-	if b, ok := g.tensor(path + ".bias"); ok {
-		d.Bias = &b
-	}
 	return d, nil
 }
 
+// experts splits a stacked ffn_*_exps tensor [experts, out, in] into one
+// matrix per expert, each a view of its slice of the file's bytes (a
+// quantization block never straddles a row, so every expert's rows are
+// whole blocks).
 func (g ggufSource) experts(path string) ([]backend.WeightData, error) {
-	return nil, fmt.Errorf("%w: %s: stacked experts are not read from GGUF files yet", ErrBadWeights, path)
+	t, ok := g.tensor(path + ".weight")
+	if !ok {
+		return nil, fmt.Errorf("%w: %s.weight is missing from %s", ErrBadWeights, path, g.f.Name)
+	}
+	if len(t.Shape) != 3 || t.Shape[0] <= 0 {
+		return nil, fmt.Errorf("%w: %s has shape %v, want [experts, out, in]", ErrBadWeights, t.Name, t.Shape)
+	}
+	n := int(t.Shape[0])
+	if len(t.Data)%n != 0 {
+		return nil, fmt.Errorf("%w: %s: %d bytes do not split into %d experts", ErrBadWeights, t.Name, len(t.Data), n)
+	}
+	per := len(t.Data) / n
+	out := make([]backend.WeightData, n)
+	for e := range n {
+		view := tensor.Tensor{Name: fmt.Sprintf("%s[%d]", t.Name, e), DType: t.DType, Shape: t.Shape[1:],
+			Data: t.Data[e*per : (e+1)*per : (e+1)*per]}
+		d, err := ggufMatrix(fmt.Sprintf("%s[%d]", path, e), view)
+		if err != nil {
+			return nil, err
+		}
+		out[e] = d
+	}
+	return out, nil
 }
 
 func (g ggufSource) vector(name string) (backend.VectorData, error) {

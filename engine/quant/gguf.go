@@ -44,7 +44,13 @@ var ggufFileType = map[string]uint32{GGUFQ8_0: 7, GGUFQ4_K_M: 15, GGUFQ6_K: 18}
 var ggufArch = map[string]string{
 	modelfile.ArchLlama: "llama", modelfile.ArchMistral: "llama",
 	modelfile.ArchQwen2: "qwen2", modelfile.ArchQwen3: "qwen3",
+	modelfile.ArchQwen3MoE: "qwen3moe",
 }
+
+// ggufArchitectures are the sources a GGUF export opens: MLX's, and
+// Qwen3-MoE with its experts stacked as mlx-lm stores them
+// (mlp.switch_mlp.*, which are llama.cpp's ffn_*_exps).
+var ggufArchitectures = append(slices.Clone(architectures), modelfile.ArchQwen3MoE)
 
 // GGUFPath is the file a GGUF output is written to: dst itself when it
 // ends in ".gguf", else dst + ".gguf" (a GGUF model is named after its
@@ -65,16 +71,19 @@ func useMoreBits(layer, layers int) bool {
 // GGUFTensorType is the storage type of one tensor (GGUF name, shape
 // outermost first) in a GGUF of type typ, following llama.cpp's
 // llama_tensor_get_type for the dense families oQ exports:
-//   - vectors (norms, biases) stay F32;
+//   - vectors (norms, biases) and a mixture's router (ffn_gate_inp, which
+//     llama-quantize never quantizes) stay F32;
 //   - the output projection (or, with tied embeddings, token_embd, which
 //     serves as it) is Q6_K unless the type is Q8_0;
-//   - Q4_K_M: attn_v and ffn_down are Q6_K in the layers useMoreBits
-//     picks, every other matrix Q4_K;
+//   - Q4_K_M: attn_v and ffn_down (stacked experts' ffn_down_exps too,
+//     by the layer in their name) are Q6_K in the layers useMoreBits
+//     picks, every other matrix Q4_K (llama.cpp's extra rules for
+//     8-expert models, Mixtral's, are not followed);
 //   - a row that is not whole blocks of the chosen type falls back as
 //     to Q8_0 (llama.cpp: Q6_K → Q8_0 too, but Q4_K → Q5_0, a type
 //     fusion's backends do not run), then F16.
 func GGUFTensorType(typ, name string, shape []int64, layers int, tied bool) tensor.DType {
-	if len(shape) < 2 {
+	if len(shape) < 2 || strings.HasSuffix(name, ".ffn_gate_inp.weight") {
 		return tensor.F32
 	}
 	want := map[string]tensor.DType{GGUFQ8_0: tensor.Q8_0, GGUFQ4_K_M: tensor.Q4_K, GGUFQ6_K: tensor.Q6_K}[typ]
@@ -92,7 +101,8 @@ func GGUFTensorType(typ, name string, shape []int64, layers int, tied bool) tens
 		} else if want != tensor.Q8_0 {
 			want = tensor.Q6_K
 		}
-	case typ == GGUFQ4_K_M && layer >= 0 && (strings.HasSuffix(name, ".attn_v.weight") || strings.HasSuffix(name, ".ffn_down.weight")):
+	case typ == GGUFQ4_K_M && layer >= 0 && (strings.HasSuffix(name, ".attn_v.weight") || strings.HasSuffix(name, ".ffn_down.weight") ||
+		strings.HasSuffix(name, ".ffn_down_exps.weight")):
 		if useMoreBits(layer, layers) {
 			want = tensor.Q6_K
 		}
@@ -117,7 +127,7 @@ func quantizeGGUF(ctx context.Context, src, dst string, o Options) (Result, erro
 	if _, err := os.Stat(path); err == nil {
 		return Result{}, fmt.Errorf("%w: %s", ErrExists, path)
 	}
-	s, err := openSource(src, DefaultGroupSize)
+	s, err := openSource(src, DefaultGroupSize, ggufArchitectures)
 	if err != nil {
 		return Result{}, err
 	}
@@ -276,10 +286,15 @@ func llama3RopeFactors(c *modelfile.Config) []float32 {
 func ggufSupported(c *modelfile.Config) (string, error) {
 	arch, ok := ggufArch[c.Architecture]
 	if !ok {
-		return "", fmt.Errorf("%w: architecture %q has no GGUF export here (llama, mistral, qwen2, qwen3)", ErrUnsupported, c.Architecture)
+		return "", fmt.Errorf("%w: architecture %q has no GGUF export here (llama, mistral, qwen2, qwen3, qwen3_moe)", ErrUnsupported, c.Architecture)
 	}
 	if s := c.RopeScaling; s != nil && (s.Type != modelfile.RopeLlama3 || arch != "llama") {
 		return "", fmt.Errorf("%w: rope scaling %q in a GGUF export", ErrUnsupported, s.Type)
+	}
+	if m := c.MoE; m != nil && (m.SparseStep != 1 || len(m.MLPOnlyLayers) > 0 || !m.NormTopK) {
+		// llama.cpp's qwen3moe graph has experts in every layer and
+		// always renormalizes their weights.
+		return "", fmt.Errorf("%w: a mixture with dense layers or without norm_topk_prob in a GGUF export (llama.cpp's qwen3moe has neither)", ErrUnsupported)
 	}
 	return arch, nil
 }
@@ -287,7 +302,7 @@ func ggufSupported(c *modelfile.Config) (string, error) {
 // CheckGGUFSource reports whether the model in dir can be exported to
 // GGUF (ErrUnsupported says why not) without reading its weights' data.
 func CheckGGUFSource(dir string) error {
-	s, err := openSource(dir, DefaultGroupSize)
+	s, err := openSource(dir, DefaultGroupSize, ggufArchitectures)
 	if err != nil {
 		return err
 	}
@@ -304,6 +319,9 @@ func ggufMeta(src, arch, typ string, c *modelfile.Config) ([]gguf.KV, error) {
 		NumAttentionHeads: c.NumAttentionHeads, NumKeyValueHeads: c.NumKeyValueHeads, HeadDim: c.HeadDim,
 		IntermediateSize: c.IntermediateSize, RMSNormEps: c.RMSNormEps, RopeTheta: c.RopeTheta,
 		MaxPositionEmbeddings: c.MaxPositionEmbeddings, VocabSize: c.VocabSize,
+	}
+	if m := c.MoE; m != nil {
+		mc.Experts, mc.ExpertsUsed, mc.ExpertIntermediate = m.Experts, m.TopK, m.Intermediate
 	}
 	meta := append(mc.KVs(),
 		gguf.KV{Key: gguf.KeyName, Value: gguf.String(filepath.Base(filepath.Clean(src)))},

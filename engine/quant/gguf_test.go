@@ -46,6 +46,15 @@ func TestGGUFTensorType(t *testing.T) {
 		{GGUFQ8_0, "output.weight", m, false, tensor.Q8_0},
 		{GGUFQ8_0, "token_embd.weight", m, true, tensor.Q8_0},
 		{GGUFQ8_0, "blk.0.attn_v.weight", m, false, tensor.Q8_0},
+		// A mixture: the router stays F32, stacked experts follow their
+		// dense counterparts' rules.
+		{GGUFQ4_K_M, "blk.3.ffn_gate_inp.weight", []int64{128, 256}, false, tensor.F32},
+		{GGUFQ8_0, "blk.3.ffn_gate_inp.weight", []int64{128, 256}, false, tensor.F32},
+		{GGUFQ4_K_M, "blk.3.ffn_down_exps.weight", []int64{8, 256, 512}, false, tensor.Q6_K},
+		{GGUFQ4_K_M, "blk.4.ffn_down_exps.weight", []int64{8, 256, 512}, false, tensor.Q4_K},
+		{GGUFQ4_K_M, "blk.3.ffn_gate_exps.weight", []int64{8, 512, 256}, false, tensor.Q4_K},
+		{GGUFQ4_K_M, "blk.3.ffn_up_exps.weight", []int64{8, 512, 64}, false, tensor.Q8_0},
+		{GGUFQ6_K, "blk.4.ffn_down_exps.weight", []int64{8, 256, 512}, false, tensor.Q6_K},
 	}
 	for _, tc := range tests {
 		if got := GGUFTensorType(tc.typ, tc.name, tc.shape, 8, tc.tied); got != tc.want {
@@ -229,7 +238,7 @@ func TestGGUFExport(t *testing.T) {
 // does (Q/K rows of llama unpermuted) and compares it with the source.
 func checkRoundTrip(t *testing.T, name, src string, f *gguf.File, maxErr float64) {
 	t.Helper()
-	s, err := openSource(src, DefaultGroupSize)
+	s, err := openSource(src, DefaultGroupSize, ggufArchitectures)
 	if err != nil {
 		t.Fatal(err)
 	}

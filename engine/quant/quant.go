@@ -193,13 +193,13 @@ type source struct {
 	quantOK map[string]bool
 }
 
-func openSource(dir string, groupSize int) (*source, error) {
+func openSource(dir string, groupSize int, archs []string) (*source, error) {
 	cfg, err := modelfile.LoadConfig(dir)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnsupported, err)
 	}
-	if !slices.Contains(architectures, cfg.Architecture) {
-		return nil, fmt.Errorf("%w: architecture %q (oQ takes %s)", ErrUnsupported, cfg.Architecture, strings.Join(architectures, ", "))
+	if !slices.Contains(archs, cfg.Architecture) {
+		return nil, fmt.Errorf("%w: architecture %q (oQ takes %s)", ErrUnsupported, cfg.Architecture, strings.Join(archs, ", "))
 	}
 	b, err := os.ReadFile(filepath.Join(dir, modelfile.ConfigFile))
 	if err != nil {
@@ -293,7 +293,7 @@ func Quantize(ctx context.Context, src, dst string, o Options) (Result, error) {
 	if _, err := os.Stat(dst); err == nil {
 		return Result{}, fmt.Errorf("%w: %s", ErrExists, dst)
 	}
-	s, err := openSource(src, o.GroupSize)
+	s, err := openSource(src, o.GroupSize, architectures)
 	if err != nil {
 		return Result{}, err
 	}
@@ -496,7 +496,7 @@ func copyOthers(src, dir string) error {
 // CheckSource reports whether the model in dir can be quantized
 // (ErrUnsupported says why not) without reading its weights' data.
 func CheckSource(dir string) error {
-	s, err := openSource(dir, DefaultGroupSize)
+	s, err := openSource(dir, DefaultGroupSize, architectures)
 	if err != nil {
 		return err
 	}

@@ -53,6 +53,9 @@ var backendFormats = []struct {
 	// (bf16 only: its per-token recurrence makes a 300-token prefill a
 	// large graph, ~15 s under -race; 4-bit goes through the same ops).
 	{"bf16-qwen3_next", demo.Options{}, "qwen3_next"},
+	// llama.cpp's qwen3moe: the router and the stacked ffn_*_exps experts
+	// cut into per-expert Q8_0 weights.
+	{"gguf-q8_0-qwen3_moe", demo.Options{Format: demo.FormatGGUF, GGUFType: "q8_0"}, "qwen3_moe"},
 }
 
 func demoModel(t *testing.T, arch string, o demo.Options) string {
