@@ -111,3 +111,28 @@ func ggufRopeFreqs(f *gguf.File, base float64, dims int) ([]float32, error) {
 	}
 	return freqs, nil
 }
+
+// InspectGGUF reads a GGUF file's metadata and tensor table (the file
+// mapped, no weight read) and returns its config, or why this engine
+// cannot load it: an architecture or RoPE scaling it lacks, or a tensor
+// type the backends do not run (a Q5_K attn_output of a real Q4_K_M file,
+// say). What the models list shows before anyone loads the file.
+func InspectGGUF(path string) (*modelfile.Config, error) {
+	f, err := gguf.Open(path, gguf.LoadMmap)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	cfg, err := ggufConfig(f)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range f.Tensors {
+		if len(t.Shape) >= 2 {
+			if _, err := ggufMatrix(t.Name, t); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return cfg, nil
+}

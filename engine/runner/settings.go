@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"fusion/engine"
+	"fusion/engine/model"
 	"fusion/engine/modelfile"
 )
 
@@ -111,6 +112,15 @@ func (r *Runner) Details() []ModelDetails {
 // describe reads what a model's files say about it.
 func describe(info engine.ModelInfo) ModelDetails {
 	d := ModelDetails{ID: info.ID, Format: info.Format, Kind: info.Kind, Bytes: dirBytes(info.Path), Compatible: true}
+	if info.Format == string(modelfile.KindGGUF) {
+		cfg, err := model.InspectGGUF(info.Path)
+		if err != nil {
+			d.Compatible, d.Reason = false, err.Error()
+			return d
+		}
+		d.ModelType, d.Architecture, d.ContextLength = cfg.ModelType, cfg.Architecture, cfg.MaxPositionEmbeddings
+		return d
+	}
 	if info.Format != string(modelfile.KindSafetensors) {
 		return d
 	}
