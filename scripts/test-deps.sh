@@ -54,3 +54,8 @@ PYTHON="$venv/bin/python" scripts/fixtures.sh .cache/fixtures
 # libmlxc for engine/backend/mlx, against the venv's mlx-cpu wheel; the
 # script prints the cache entry on stderr (stdout is only its path).
 FUSION_PYTHON="$venv/bin/python" scripts/mlxc.sh >/dev/null
+# llama.cpp (CPU only) from llama-cpp-python's sdist: libllama and its Python
+# bindings for the GGUF interop tests (engine/quant), llama-bench for make
+# bench's same-run comparison. Built once per sdist and CPU, cached in
+# ~/.cache/fusion/llamacpp (~12 CPU-minutes the first time).
+FUSION_PYTHON="$venv/bin/python" scripts/llamacpp.sh >/dev/null

@@ -27,6 +27,8 @@ func sqrt32(x float32) float32 { return float32(math.Sqrt(float64(x))) }
 // nstep+1 candidate scales around nmax/(max−min) and refining scale and min
 // by weighted least squares (ggml's make_qkx2_quants). It returns the scale
 // and min (min ≥ 0, subtracted) and fills L; laux is scratch.
+//
+//go:norace
 func makeQKX2Quants(nmax int, x, weights []float32, L, laux []uint8, rmin, rdelta float32, nstep int, useMAD bool) (scale, theMin float32) {
 	n := len(x)
 	lo, hi := x[0], x[0]
@@ -108,6 +110,8 @@ func makeQKX2Quants(nmax int, x, weights []float32, L, laux []uint8, rmin, rdelt
 // makeQXQuants fits x ≈ scale·(L − nmax) with L in [0, 2·nmax), weighting
 // by x² and trying 18 scales around −nmax/max (ggml's make_qx_quants with
 // rmse_type 1 and no importance weights).
+//
+//go:norace
 func makeQXQuants(nmax int, x []float32, L []int8) float32 {
 	maxv, amax := absMax(x)
 	if amax < groupMaxEps {
@@ -153,6 +157,8 @@ func makeQXQuants(nmax int, x []float32, L []int8) float32 {
 
 // packScalesK4 stores eight 6-bit scales and mins the way scaleMinK4
 // reads them.
+//
+//go:norace
 func packScalesK4(ls, lm [8]uint8, q []byte) {
 	for j := range 8 {
 		if j < 4 {
@@ -168,6 +174,8 @@ func packScalesK4(ls, lm [8]uint8, q []byte) {
 
 // quantScalesK quantizes a block's eight sub-block scales and mins to six
 // bits each against their maxima, returning the fp16 super-scales.
+//
+//go:norace
 func quantScalesK(scales, mins [8]float32, y []byte) {
 	var maxScale, maxMin float32
 	for j := range 8 {
@@ -193,6 +201,8 @@ func quantScalesK(scales, mins [8]float32, y []byte) {
 
 // quantSubblocksK fits each 32-element sub-block of a Q4_K/Q5_K block
 // and returns its scales, mins and first-pass levels.
+//
+//go:norace
 func quantSubblocksK(x []float32, nmax int, rmin, rdelta float32, nstep int, L []uint8) (scales, mins [8]float32) {
 	var weights [32]float32
 	var laux [32]uint8
@@ -213,6 +223,8 @@ func quantSubblocksK(x []float32, nmax int, rmin, rdelta float32, nstep int, L [
 
 // requantK re-derives the levels of each sub-block from the stored
 // (quantized) scales and mins.
+//
+//go:norace
 func requantK(x []float32, y []byte, nmax int, L []uint8) {
 	d, dmin := f16(y), f16(y[2:])
 	for j := range 8 {
@@ -229,6 +241,7 @@ func requantK(x []float32, y []byte, nmax int, L []uint8) {
 	}
 }
 
+//go:norace
 func quantBlockQ4_K(x []float32, y []byte) {
 	var L [qkK]uint8
 	scales, mins := quantSubblocksK(x, 15, -1, 0.1, 20, L[:])
@@ -243,6 +256,7 @@ func quantBlockQ4_K(x []float32, y []byte) {
 	}
 }
 
+//go:norace
 func quantBlockQ5_K(x []float32, y []byte) {
 	var L [qkK]uint8
 	scales, mins := quantSubblocksK(x, 31, -0.5, 0.1, 15, L[:])
@@ -270,6 +284,7 @@ func quantBlockQ5_K(x []float32, y []byte) {
 	}
 }
 
+//go:norace
 func quantBlockQ6_K(x []float32, y []byte) {
 	var L [qkK]int8
 	var scales [16]float32

@@ -7,6 +7,8 @@ package gguf
 // makeQ3Quants fits x ≈ scale·L with L in [−nmax, nmax), weighting by x²,
 // then moves single levels while that lowers the weighted error (ggml's
 // make_q3_quants with do_rmse). L is returned offset by nmax.
+//
+//go:norace
 func makeQ3Quants(nmax int, x []float32, L []int8) float32 {
 	maxv, amax := absMax(x)
 	if amax < groupMaxEps {
@@ -62,6 +64,8 @@ func makeQ3Quants(nmax int, x []float32, L []int8) float32 {
 
 // packLevels2 stores 2-bit levels: byte l of each 32-byte group holds
 // elements l, l+32, l+64 and l+96 of its 128-element half.
+//
+//go:norace
 func packLevels2(L []uint8, qs []byte) {
 	for j := 0; j < qkK; j += 128 {
 		for l := range 32 {
@@ -70,6 +74,7 @@ func packLevels2(L []uint8, qs []byte) {
 	}
 }
 
+//go:norace
 func quantBlockQ2_K(x []float32, y []byte) {
 	const q4scale = 15
 	var L [qkK]uint8
@@ -121,6 +126,7 @@ func quantBlockQ2_K(x []float32, y []byte) {
 	packLevels2(L[:], y[16:80])
 }
 
+//go:norace
 func quantBlockQ3_K(x []float32, y []byte) {
 	var L8 [qkK]int8
 	var scales [16]float32

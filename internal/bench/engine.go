@@ -26,14 +26,6 @@ import (
 	"fusion/engine/model"
 )
 
-// llama.cpp on the benchmark machine (2-core AMD EPYC VM, llama-bench
-// pp512 / tg128), the targets the engine benchmark reports against.
-var llamaCppReference = map[string]engineSpeed{
-	"q4_k_m": {Prefill: 265, Decode: 62.5},
-	"q8_0":   {Prefill: 204, Decode: 38.9},
-	"f16":    {Prefill: 267, Decode: 28.3},
-}
-
 type engineSpeed struct {
 	Prefill float64 `json:"prefill_tok_s"`
 	Decode  float64 `json:"decode_tok_s"`
@@ -45,9 +37,8 @@ type engineSpeed struct {
 
 // engineFormat is one weight layout of the benchmark model.
 type engineFormat struct {
-	name     string
-	opts     demo.Options
-	llamaRef string // the llama.cpp layout to compare with
+	name string
+	opts demo.Options
 }
 
 type engineResult struct {
@@ -64,10 +55,9 @@ type engineResult struct {
 	DecodeBytesPerTok int64        `json:"decode_bytes_per_token"`
 	DecodeGBs         float64      `json:"decode_bandwidth_gb_s"`
 	BandwidthFraction float64      `json:"decode_bandwidth_fraction"`
-	LlamaCppRef       string       `json:"llama_cpp_layout"`
-	VsLlamaCpp        *engineSpeed `json:"vs_llama_cpp_reference,omitempty"`
 	LlamaBench        *engineSpeed `json:"llama_bench,omitempty"`
 	VsLlamaBench      *engineSpeed `json:"vs_llama_bench,omitempty"`
+	LlamaBenchError   string       `json:"llama_bench_error,omitempty"`
 	Error             string       `json:"error,omitempty"`
 }
 
@@ -81,7 +71,8 @@ type EngineOptions struct {
 	Repeat     int      // prefill runs per format after a warm-up step; the median is reported
 	CPUProfile string   // file for a CPU profile of the decode steps (one format in Formats)
 	// LlamaBench names a llama-bench binary to run on the same GGUF in
-	// the same run ("": none).
+	// the same run, on as many threads ("": none; `make bench` passes
+	// the build of scripts/llamacpp.sh).
 	LlamaBench string
 }
 
@@ -98,7 +89,9 @@ func DefaultEngineOptions() EngineOptions {
 // machine's streaming-read bandwidth (measured in the same run) that
 // decoding achieves. The models are created once into a cache directory.
 // With o.LlamaBench naming a llama-bench binary, llama.cpp runs on the
-// same GGUF in the same run.
+// same GGUF file in the same run with as many threads, and the GGUF
+// formats report the ratios to it (vs_llama_bench); without one they say
+// so (llama_bench_error).
 func Engine(ctx context.Context, o EngineOptions, stdout, stderr io.Writer) error {
 	if o.Prompt < 1 || o.Decode < 1 || o.Repeat < 1 {
 		return optionErrorf("-prompt, -decode and -repeat must be positive")
@@ -114,7 +107,7 @@ func Engine(ctx context.Context, o EngineOptions, stdout, stderr io.Writer) erro
 		"model":   "random weights shaped like Qwen3-0.6B (28 layers, hidden 1024, 16/8 heads × 128, intermediate 3072, vocab 151936)",
 		"prompt":  o.Prompt,
 		"decode":  o.Decode,
-		"note":    "vs_llama_cpp_reference divides by the issue's llama.cpp figures for this machine kind; set LLAMA_BENCH for a same-run ratio",
+		"note":    "vs_llama_bench divides by llama-bench's figures on the same GGUF file, same threads, same run (LLAMA_BENCH; make bench uses the build of scripts/llamacpp.sh)",
 		"kernels": kernels.Default().Level().String(),
 	}
 	be := cpu.New(cpu.Options{Threads: o.Threads})
@@ -122,7 +115,6 @@ func Engine(ctx context.Context, o EngineOptions, stdout, stderr io.Writer) erro
 	out["threads"] = be.Threads()
 	bw := measureBandwidth(be.Threads())
 	out["read_bandwidth_gb_s"] = bw
-	out["llama_cpp_reference"] = llamaCppReference
 	results := map[string]*engineResult{}
 	for _, f := range formats {
 		if !slices.Contains(o.Formats, f.name) {
@@ -132,7 +124,7 @@ func Engine(ctx context.Context, o EngineOptions, stdout, stderr io.Writer) erro
 			return err
 		}
 		fmt.Fprintf(stderr, "bench engine: %s\n", f.name)
-		r := &engineResult{LlamaCppRef: f.llamaRef}
+		r := &engineResult{}
 		results[f.name] = r
 		path, err := benchModel(o.CacheDir, f)
 		r.Path = path
@@ -144,16 +136,20 @@ func Engine(ctx context.Context, o EngineOptions, stdout, stderr io.Writer) erro
 			continue
 		}
 		r.BandwidthFraction = r.DecodeGBs / bw[strconv.Itoa(be.Threads())+"_threads"]
-		ref := llamaCppReference[f.llamaRef]
-		r.VsLlamaCpp = &engineSpeed{Prefill: r.PrefillTokS / ref.Prefill, Decode: r.DecodeTokS / ref.Decode, DecodeEmpty: r.DecodeEmptyTokS / ref.Decode}
-		if bin := o.LlamaBench; bin != "" && f.opts.Format == demo.FormatGGUF {
-			if lb, err := llamaBench(ctx, bin, path, o.Prompt, o.Decode, be.Threads()); err != nil {
-				r.Error = "llama-bench: " + err.Error()
-			} else {
-				r.LlamaBench = lb
-				r.VsLlamaBench = &engineSpeed{Prefill: r.PrefillTokS / lb.Prefill, Decode: r.DecodeTokS / lb.Decode, DecodeEmpty: r.DecodeEmptyTokS / lb.DecodeEmpty}
-			}
+		if f.opts.Format != demo.FormatGGUF {
+			continue
 		}
+		if o.LlamaBench == "" {
+			r.LlamaBenchError = "not run: no llama-bench (set LLAMA_BENCH, or run make test-deps, which builds it)"
+			continue
+		}
+		lb, err := llamaBench(ctx, o.LlamaBench, path, o.Prompt, o.Decode, be.Threads())
+		if err != nil {
+			r.LlamaBenchError = err.Error()
+			continue
+		}
+		r.LlamaBench = lb
+		r.VsLlamaBench = &engineSpeed{Prefill: r.PrefillTokS / lb.Prefill, Decode: r.DecodeTokS / lb.Decode, DecodeEmpty: r.DecodeEmptyTokS / lb.DecodeEmpty}
 	}
 	out["formats"] = results
 	return json.NewEncoder(stdout).Encode(out)
@@ -168,9 +164,10 @@ func demo0p6Shape() demo.Options {
 // engineFormats are the benchmark model's weight layouts.
 func engineFormats(shape demo.Options) []engineFormat {
 	return []engineFormat{
-		{"bf16", shape, "f16"},
-		{"mlx-q4", withOpts(shape, func(o *demo.Options) { o.Quantize, o.GroupSize = 4, 64 }), "q4_k_m"},
-		{"gguf-q4_k_m", withOpts(shape, func(o *demo.Options) { o.Format, o.GGUFType = demo.FormatGGUF, "q4_k_m" }), "q4_k_m"},
+		{"bf16", shape},
+		{"mlx-q4", withOpts(shape, func(o *demo.Options) { o.Quantize, o.GroupSize = 4, 64 })},
+		{"gguf-q4_k_m", withOpts(shape, func(o *demo.Options) { o.Format, o.GGUFType = demo.FormatGGUF, "q4_k_m" })},
+		{"gguf-q8_0", withOpts(shape, func(o *demo.Options) { o.Format, o.GGUFType = demo.FormatGGUF, "q8_0" })},
 	}
 }
 
