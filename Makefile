@@ -77,8 +77,10 @@ test: test-deps
 	@# single-goroutine work the race pass skips (~320 s there, ~130 CPU-s
 	@# here, mlx-lm's share included), and Gemma 4's tokenizer built from
 	@# its 262,144-token GGUF vocabulary (63 s under -race, 34 s without),
-	@# and the SDK suites on gemma3 and qwen3_5_moe (minutes under -race).
-	FUSION_TTS_ROUNDTRIP=1 $(TEST_ENV) $(GO) test -count=1 -timeout 20m -run '^(TestRoundTripWER|TestBenchSpeechSmoke|TestParityMLX|TestParityMLXGemma3|TestTokenizerGemma4|TestPythonSDKFamilies)$$' -v ./engine/piper ./internal/bench ./engine/model ./engine/gguf ./router/openai | grep -E 'WER [0-9]|audio-s/s|[0-9]+ passed|^(ok|FAIL|--- )'
+	@# the SDK suites on gemma3 and qwen3_5_moe (minutes under -race), and
+	@# llama.cpp loading our GGUF outputs and llama-bench's smoke run
+	@# (101 s and 48 s under -race).
+	FUSION_TTS_ROUNDTRIP=1 $(TEST_ENV) $(GO) test -count=1 -timeout 20m -run '^(TestRoundTripWER|TestBenchSpeechSmoke|TestParityMLX|TestParityMLXGemma3|TestTokenizerGemma4|TestPythonSDKFamilies|TestLlamaCppRunsOurGGUF|TestLlamaBenchSmoke)$$' -v ./engine/piper ./internal/bench ./engine/model ./engine/gguf ./router/openai ./engine/quant | grep -E 'WER [0-9]|audio-s/s|[0-9]+ passed|^(ok|FAIL|--- )'
 
 # The JSON document is the only thing on stdout; building and installing
 # talk on stderr.

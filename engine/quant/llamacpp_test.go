@@ -15,6 +15,7 @@ import (
 	"fusion/engine/backend/cpu"
 	"fusion/engine/demo"
 	"fusion/engine/model"
+	"fusion/internal/race"
 	"fusion/internal/testenv"
 )
 
@@ -38,6 +39,9 @@ const llamaCppSteps = 32
 // tolerance (see llamaCppTolerance), and our greedy choice is llama.cpp's
 // token at every step, or a near-tie with it (within the tolerance).
 func TestLlamaCppRunsOurGGUF(t *testing.T) {
+	if race.Enabled {
+		t.Skip("slow under -race (a 151,936-token vocabulary, llama.cpp beside it); make test runs it without -race")
+	}
 	py := testenv.Python(t)
 	lc := testenv.LlamaCpp(t)
 	vocab := testenv.TokenizerDir(t, "qwen3")

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"fusion/engine/demo"
+	"fusion/internal/race"
 	"fusion/internal/testenv"
 )
 
@@ -15,6 +16,9 @@ import (
 // llama.cpp loads them and the prefill, decode-at-depth and
 // empty-context decode rows the benchmark reads are all there.
 func TestLlamaBenchSmoke(t *testing.T) {
+	if race.Enabled {
+		t.Skip("slow under -race (a 151,936-token vocabulary, llama.cpp beside it); make test runs it without -race")
+	}
 	dir := testenv.LlamaCpp(t)
 	vocab := testenv.TokenizerDir(t, "qwen3")
 	shape := demo.Options{Arch: "qwen3", Layers: 2, Hidden: 256, Heads: 4, KVHeads: 2, HeadDim: 64,
