@@ -66,7 +66,12 @@ trap 'rm -rf "$work"' EXIT
 start=$(date +%s)
 
 # The sdist, checked against its pinned sha256 (a copy kept beside the
-# entries saves the download when only the CPU changed).
+# entries saves the download when only the CPU changed; the fixtures'
+# copy, which Gemma 4's tokenizer comes from, saves the first one).
+fixture=${FUSION_FIXTURES:-$root/.cache/fixtures}/pypi/$sdist
+if [ ! -f "$cache/$sdist" ] && [ -f "$fixture" ]; then
+	cp "$fixture" "$cache/$sdist"
+fi
 if [ ! -f "$cache/$sdist" ] || [ "$(sha256sum "$cache/$sdist" | cut -d' ' -f1)" != "$sdist_sha256" ]; then
 	say "downloading llama-cpp-python $version (sdist)"
 	"$python" -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: -d "$work/dl" "llama-cpp-python==$version" >&2
