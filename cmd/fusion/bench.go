@@ -20,7 +20,7 @@ func benchCommands() map[string]command {
 	return map[string]command{
 		"batch":          {summary: "continuous batching: aggregate decode tokens/s at 1..8 streams", run: benchBatch},
 		"engine":         {summary: "CPU engine: prefill and decode tokens/s, peak RSS, bandwidth", run: benchEngine},
-		"moe":            {summary: "CPU engine on a Qwen3-30B-A3B-shaped MoE (4-bit, few layers) vs mlx-lm: prefill and decode tokens/s", run: benchMoE},
+		"moe":            {summary: "CPU engine on a Qwen3-30B-A3B-shaped MoE (4-bit, few layers) vs mlx-lm, and on its Q4_K_M GGUF vs llama-bench: prefill and decode tokens/s", run: benchMoE},
 		"cache":          {summary: "prefix cache: time to first token cold, from RAM, from the SSD", run: benchCache},
 		"tokenizer":      {summary: "tokenizer throughput against HF tokenizers", run: benchTokenizer},
 		"server":         {summary: "HTTP node against its own engine: latency, requests/s, chunks/s", run: benchServer},
@@ -67,9 +67,11 @@ func benchMoE(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&o.Threads, "threads", o.Threads, "compute goroutines (0: all cores)")
 	fs.IntVar(&o.Repeat, "repeat", o.Repeat, "prefill runs after a warm-up step; prefill_tok_s is their median")
 	fs.BoolVar(&o.MLXLM, "mlx-lm", o.MLXLM, "run mlx-lm on the same model in the same run")
+	fs.BoolVar(&o.GGUF, "gguf", o.GGUF, "also time the same weights as a llama.cpp Q4_K_M GGUF, and llama-bench ($LLAMA_BENCH) on it")
 	if err := parseBenchFlags(fs, args); err != nil {
 		return err
 	}
+	o.LlamaBench = os.Getenv("LLAMA_BENCH")
 	return benchError(bench.MoE(ctx, o, stdout, stderr))
 }
 

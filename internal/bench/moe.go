@@ -26,13 +26,18 @@ type MoEOptions struct {
 	Repeat   int    // prefill runs after a warm-up step; the median is reported
 	// MLXLM runs mlx-lm on the same model in the same run.
 	MLXLM bool
+	// GGUF also writes the same weights as a llama.cpp Q4_K_M file and
+	// times the engine on it, and llama-bench (LlamaBench, when set) on
+	// the same file.
+	GGUF       bool
+	LlamaBench string
 }
 
 // DefaultMoEOptions are the settings `make bench` uses: 2 of the 48
 // layers, so that the model (≈1.3 GB at 4 bits; its float32 weights while
 // it is created, ≈5 GB) fits a shared machine.
 func DefaultMoEOptions() MoEOptions {
-	return MoEOptions{CacheDir: DefaultCacheDir, Layers: 2, Prompt: 512, Decode: 64, Repeat: 3, MLXLM: true}
+	return MoEOptions{CacheDir: DefaultCacheDir, Layers: 2, Prompt: 512, Decode: 64, Repeat: 3, MLXLM: true, GGUF: true}
 }
 
 // moeShape is Qwen3-30B-A3B's shape (hidden 2048, 32/4 heads × 128, 128
@@ -87,7 +92,48 @@ func MoE(ctx context.Context, o MoEOptions, stdout, stderr io.Writer) error {
 			out["vs_mlx_lm"] = engineSpeed{Prefill: r.PrefillTokS / ref.Prefill, Decode: r.DecodeTokS / ref.Decode}
 		}
 	}
+	if o.GGUF {
+		out["gguf_q4_k_m"] = moeGGUF(ctx, be, o, stderr)
+	}
 	return json.NewEncoder(stdout).Encode(out)
+}
+
+// moeGGUF times the engine, and llama-bench when there is one, on the
+// same random weights written as llama.cpp's qwen3moe Q4_K_M (stacked
+// ffn_*_exps experts; Q6_K down projections in the layers llama.cpp
+// gives more bits, F32 routers).
+func moeGGUF(ctx context.Context, be *cpu.Backend, o MoEOptions, stderr io.Writer) map[string]any {
+	shape := moeShape(o.Layers)
+	shape.Quantize, shape.GroupSize, shape.Format, shape.GGUFType = 0, 0, demo.FormatGGUF, "q4_k_m"
+	fmt.Fprintf(stderr, "bench moe: creating or reusing the GGUF Q4_K_M model\n")
+	path, err := benchModelAt(filepath.Join(o.CacheDir, fmt.Sprintf("qwen3-30b-a3b-shape-%d-layers-gguf-q4_k_m", o.Layers)),
+		engineFormat{name: "gguf-q4_k_m", opts: shape})
+	res := map[string]any{"path": path}
+	r := &engineResult{}
+	if err == nil {
+		fmt.Fprintf(stderr, "bench moe: fusion on the GGUF\n")
+		err = runEngine(ctx, be, path, o.Prompt, o.Decode, o.Repeat, nil, r)
+	}
+	if err != nil {
+		r.Error = err.Error()
+	}
+	res["fusion"] = map[string]any{"prefill_tok_s": r.PrefillTokS, "prefill_tok_s_runs": r.PrefillRuns, "decode_tok_s": r.DecodeTokS,
+		"decode_empty_context_tok_s": r.DecodeEmptyTokS, "weight_bytes": r.WeightBytes, "peak_rss_bytes": r.PeakRSSBytes, "error": r.Error}
+	switch {
+	case err != nil:
+	case o.LlamaBench == "":
+		res["llama_bench_error"] = "not run: no llama-bench (set LLAMA_BENCH, or run make test-deps, which builds it)"
+	default:
+		fmt.Fprintf(stderr, "bench moe: llama-bench on the GGUF\n")
+		lb, err := llamaBench(ctx, o.LlamaBench, path, o.Prompt, o.Decode, be.Threads())
+		if err != nil {
+			res["llama_bench_error"] = err.Error()
+			break
+		}
+		res["llama_bench"] = lb
+		res["vs_llama_bench"] = engineSpeed{Prefill: r.PrefillTokS / lb.Prefill, Decode: r.DecodeTokS / lb.Decode, DecodeEmpty: r.DecodeEmptyTokS / lb.DecodeEmpty}
+	}
+	return res
 }
 
 // moeMLXLMScript times mlx-lm on the CPU: the same prompt ids as runEngine,
