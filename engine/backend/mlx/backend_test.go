@@ -189,7 +189,8 @@ func testBackend(t *testing.T) {
 	t.Run("ParityWithCPU", func(t *testing.T) { testParityWithCPU(t, fb, cb, parityTol) })
 	t.Run("NativeVsCPU", func(t *testing.T) { testParityWithCPU(t, be, cb, nativeTol) })
 	t.Run("NativeTypes", func(t *testing.T) { testNativeTypes(t, be, fb) })
-	t.Run("Gemma4", func(t *testing.T) { testGemma4(t, fb, cb) })
+	t.Run("Gemma4", func(t *testing.T) { testGemma4(t, fb, cb, parityTol) })
+	t.Run("Gemma4Native", func(t *testing.T) { testGemma4(t, be, cb, nativeTol) })
 	// Float32 mode differs from native mode only by its casts: one bf16
 	// model checks it, and keeps make test shorter.
 	for _, mode := range []struct {

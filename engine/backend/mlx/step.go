@@ -421,7 +421,10 @@ func (s *step) attention(layer int, q, k, v backend.Array, scale float32, window
 			parts = append(parts, rowsOf(a, y, sq.Len, qa.cols))
 			row += sq.Len
 		}
-		return a.Concatenate(parts, 0)
+		// MLX's attention answers in the queries' type; q, k and v of
+		// different types (Gemma 4's normed k beside its weightless-normed
+		// v in native mode) promote, as a composed attention would.
+		return as(a, a.Concatenate(parts, 0), dt)
 	})
 }
 
