@@ -651,28 +651,59 @@ func TestPanelCluster(t *testing.T) {
 	pa.nav("Hub")
 	pa.waitText("hub 502", ".hub-answer", "Refused (502): the Hub is unreachable from this node")
 	pa.shoot("hub")
+	// The Quantization page follows its job to the end and shows the
+	// result's size, bits per weight and perplexity delta.
 	pa.nav("oQ")
+	oqFigures := `(() => {
+	  const v = (k) => ((document.querySelector('.oq-result dd[data-k="' + k + '"]') || {}).textContent || '');
+	  return /^[0-9.]+ (B|KB|MB)$/.test(v('Size')) && Number(v('Bits per weight')) > 0 && /^[+-][0-9.]+$/.test(v('Perplexity delta'));
+	})()`
 	pa.do("start oQ", chromedp.SetValue(chromedp.CSS(`main form input[name="model"]`), "demo"),
 		chromedp.SetValue(chromedp.CSS(`main form input[name="bits"]`), "8"),
 		chromedp.Click(chromedp.CSS(`main form button[type="submit"]`)))
-	pa.waitText("oQ job", ".hub-answer", `"kind": "quantize"`)
+	pa.waitText("oQ job followed to its end", ".oq-end", "Done: demo-oq8 is in the models directory")
+	pa.wait("oQ figures", oqFigures)
 	pa.do("start oQ to GGUF", chromedp.SetValue(chromedp.CSS(`main form select[name="format"]`), "Q8_0"),
 		chromedp.Click(chromedp.CSS(`main form button[type="submit"]`)))
-	pa.waitText("oQ GGUF job", ".hub-answer", `"format": "gguf"`)
+	pa.waitText("oQ GGUF job followed to its end", ".oq-end", "Done: demo-Q8_0 is in the models directory")
+	pa.wait("oQ GGUF figures", oqFigures+` && document.querySelector('.oq-result dd[data-k="Format"]').textContent === 'GGUF Q8_0'`)
 	pa.shoot("oq")
+	// Bench: a throughput benchmark on every node holding the model, at
+	// two generation lengths, and an accuracy job with multiple-choice
+	// questions on b; both followed to the end on the Jobs page, and
+	// their figures (TTFT, peak memory, the multiple-choice score) on
+	// Profiles.
 	pa.nav("Bench")
-	pa.do("start bench", chromedp.SetValue(chromedp.CSS(`main form input[name="model"]`), "demo"),
-		chromedp.SetValue(chromedp.CSS(`main form input[name="prompt_lengths"]`), "16"),
-		chromedp.Click(chromedp.CSS(`main form button[type="submit"]`)))
-	pa.waitText("bench job", ".hub-answer", `"kind": "bench"`)
+	bench, acc := `main form[aria-label="Benchmarks"] `, `main form[aria-label="Accuracy"] `
+	pa.wait("b among the bench nodes", `[...document.querySelectorAll('main form[aria-label="Accuracy"] select[name="node"] option')].some((o) => o.value === 'b')`)
+	pa.do("start bench", chromedp.SetValue(chromedp.CSS(bench+`input[name="model"]`), "demo"),
+		chromedp.SetValue(chromedp.CSS(bench+`input[name="prompt_lengths"]`), "16"),
+		chromedp.SetValue(chromedp.CSS(bench+`input[name="generation_lengths"]`), "2,3"),
+		chromedp.SetValue(chromedp.CSS(bench+`select[name="node"]`), "@each"),
+		chromedp.Click(chromedp.CSS(bench+`button[type="submit"]`)))
+	pa.waitText("bench job", ".hub-answer", `"nodes": "each"`)
+	benchJob := eval[string](pa, `JSON.parse(document.querySelector('.hub-answer pre').textContent).id`)
 	pa.shoot("bench")
+	pa.do("start accuracy", chromedp.SetValue(chromedp.CSS(acc+`input[name="model"]`), "demo"),
+		chromedp.SetValue(chromedp.CSS(acc+`input[name="multiple_choice"]`), "2"),
+		chromedp.SetValue(chromedp.CSS(acc+`input[name="window"]`), "64"),
+		chromedp.SetValue(chromedp.CSS(acc+`select[name="node"]`), "b"),
+		chromedp.Click(chromedp.CSS(acc+`button[type="submit"]`)))
+	pa.wait("accuracy job", `document.querySelectorAll('.hub-answer pre').length === 2 && document.querySelectorAll('.hub-answer pre')[1].textContent.includes('"kind": "accuracy"')`)
+	accJob := eval[string](pa, `JSON.parse(document.querySelectorAll('.hub-answer pre')[1].textContent).id`)
+	pa.nav("Jobs")
+	for _, id := range []string{benchJob, accJob} {
+		pa.wait("job "+id+" done on the Jobs page", fmt.Sprintf(`(() => { const s = document.querySelector('[data-job-id=%q] .job-state'); return !!s && s.textContent === 'done'; })()`, id))
+	}
+	pa.shoot("bench-jobs")
 	for deadline := time.Now().Add(60 * time.Second); ; {
 		pa.nav("Profiles")
-		if strings.Contains(eval[string](pa, `(document.querySelector('main .profiles') || {}).textContent || ''`), "throughput") {
+		text := eval[string](pa, `(document.querySelector('main .profiles') || {}).textContent || ''`)
+		if strings.Count(text, "TTFT") >= 6 && strings.Contains(text, "peak memory") && strings.Contains(text, "multiple choice") && strings.Contains(text, "16×1→3") {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the benchmark's profile never showed")
+			t.Fatalf("the benchmarks' profiles never showed: %.600s", text)
 		}
 		time.Sleep(300 * time.Millisecond)
 	}

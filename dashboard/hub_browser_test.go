@@ -131,8 +131,8 @@ func TestPanelHub(t *testing.T) {
 	for _, want := range []string{repo, "1234 downloads", "56 likes", "updated 2026-11-30", "text-generation", "transformers", gated, "gated"} {
 		pa.waitText("result shows "+want, ".hub-answer", want)
 	}
-	if got := eval[string](pa, `[...document.querySelector('form[aria-label="Download `+repo+`"] select[name="node"]').options].map((o) => o.value).join(',')`); got != ",a,b,c" {
-		t.Errorf("target nodes offered: %q, want this node, a, b, c", got)
+	if got := eval[string](pa, `[...document.querySelector('form[aria-label="Download `+repo+`"] select[name="node"]').options].map((o) => o.value).join(',')`); got != ",a,b,c,@placement" {
+		t.Errorf("target nodes offered: %q, want this node, a, b, c and a placement's", got)
 	}
 	pa.checkAccessible("hub results")
 	pa.shoot("hub-search")
@@ -190,6 +190,37 @@ func TestPanelHub(t *testing.T) {
 	pa.waitText("the Hub's 401", jobSel(g)+" .job-error", "401")
 	pa.checkAccessible("jobs finished")
 	pa.shoot("jobs-finished")
+
+	// To the nodes a placement takes: three replicas, so every node
+	// downloads, under one job on a that then stores the placement.
+	form := fmt.Sprintf(`form[aria-label="Download %s"]`, repo)
+	pa.nav("Hub")
+	pa.do("search "+repo, chromedp.SetValue(chromedp.CSS(`input[name="search"]`), repo), chromedp.Click(chromedp.CSS(`form[aria-label="Search models"] button`)))
+	pa.waitText("result "+repo, ".hub-answer", repo)
+	pa.do("open the form of "+repo, chromedp.Click(chromedp.CSS(`details.dl:has(`+form+`) summary`)))
+	if got := eval[bool](pa, `document.querySelector('`+form+` .dl-placement').hidden`); !got {
+		t.Error("the placement's fields show before a placement is chosen")
+	}
+	set := fmt.Sprintf(`(() => { const f = document.querySelector(%q); f.elements.allow_patterns.value = '*.json, *.safetensors'; f.elements.name.value = 'everywhere';
+	  f.elements.node.value = '@placement'; f.elements.node.dispatchEvent(new Event('change')); f.elements.replicas.value = '3';
+	  return !f.querySelector('.dl-placement').hidden; })()`, form)
+	if !eval[bool](pa, set) {
+		t.Fatal("the placement's fields are hidden after choosing a placement")
+	}
+	pa.checkAccessible("placement form")
+	pa.do("download for a placement", chromedp.Click(chromedp.CSS(form+` button[type="submit"]`)))
+	pa.waitText("placement job started", form+` .dl-msg`, "started on a (it downloads to every node of the placement")
+	pa.nav("Jobs")
+	placed := pa.jobOf("as everywhere to the nodes of 3 replicas")
+	pa.waitText("placement done", jobSel(placed)+" .job-state", "done")
+	for _, n := range nodes {
+		if _, err := os.Stat(filepath.Join(n.ModelsDir(), "everywhere", "model.safetensors")); err != nil {
+			t.Errorf("the placement's download is not on %s: %v", n.Cluster().ID(), err)
+		}
+	}
+	if spec, ok := a.Cluster().PlacementSpecOf("everywhere"); !ok || spec.Replicas != 3 {
+		t.Errorf("placement %+v %v", spec, ok)
+	}
 
 	// ModelScope (the stand-in of internal/mstest): the source select
 	// searches it, and a download from it runs on b.

@@ -131,61 +131,34 @@ func Fetch(ctx context.Context, c *Client, req Request, o FetchOptions) (Result,
 		logf("%s at %s is complete in the HF cache: %s (nothing downloaded)", req.Repo, orMain(req.Revision), res.Paths[0])
 		return res, nil
 	}
-	info, err := c.Info(ctx, req.Repo, req.Revision)
+	sel, err := selectFiles(ctx, c, req, name)
 	if err != nil {
 		return Result{}, err
 	}
 	if c.modelScope() {
-		logf("%s at revision %s, from ModelScope", req.Repo, info.SHA)
+		logf("%s at revision %s, from ModelScope", req.Repo, sel.Commit)
 	} else {
-		logf("%s at %s is commit %s", req.Repo, orMain(req.Revision), info.SHA)
+		logf("%s at %s is commit %s", req.Repo, orMain(req.Revision), sel.Commit)
 	}
-	all, err := c.Files(ctx, req.Repo, info.SHA)
-	if err != nil {
-		return Result{}, err
-	}
-	var files []File
-	for _, f := range all {
-		if !filepath.IsLocal(filepath.FromSlash(f.Path)) || f.Size < 0 {
-			return Result{}, fmt.Errorf("hub: %s lists a file with an unsafe path %q", req.Repo, f.Path)
-		}
-		if path.Base(f.Path) == ".gitattributes" && len(req.Allow) == 0 {
-			continue
-		}
-		if MatchAny(req.Allow, f.Path) {
-			files = append(files, f)
-		}
-	}
-	if len(files) == 0 {
-		return Result{}, fmt.Errorf("%w: %s has %d files, none matches %q", ErrNoFiles, req.Repo, len(all), req.Allow)
-	}
+	files, ggufOnly := sel.files, sel.ggufOnly
 	// Where the model lands: a directory, or for a selection of GGUF
 	// files without a config.json, the .gguf files themselves.
-	var targets []string // final paths, checked free first
-	ggufOnly := true
-	for _, f := range files {
-		if f.Path == "config.json" || !strings.EqualFold(path.Ext(f.Path), ".gguf") && isWeights(f.Path) {
-			ggufOnly = false
+	targets := []string{filepath.Join(o.ModelsDir, name)} // final paths, checked free first
+	if ggufOnly {
+		targets = nil
+		for _, f := range files {
+			if strings.EqualFold(path.Ext(f.Path), ".gguf") {
+				targets = append(targets, filepath.Join(o.ModelsDir, path.Base(f.Path)))
+			}
 		}
-	}
-	hasGGUF := false
-	for _, f := range files {
-		if strings.EqualFold(path.Ext(f.Path), ".gguf") {
-			hasGGUF = true
-			targets = append(targets, filepath.Join(o.ModelsDir, path.Base(f.Path)))
-		}
-	}
-	if !ggufOnly || !hasGGUF {
-		targets = []string{filepath.Join(o.ModelsDir, name)}
-		ggufOnly = false
 	}
 	for _, t := range targets {
 		if _, err := os.Lstat(t); err == nil {
 			return Result{}, fmt.Errorf("%w: %s", ErrExists, t)
 		}
 	}
-	stage := filepath.Join(o.ModelsDir, DownloadsDir, strings.ReplaceAll(req.Repo, "/", "--")+"--"+info.SHA)
-	res := Result{Model: name, Commit: info.SHA, Files: len(files)}
+	stage := filepath.Join(o.ModelsDir, DownloadsDir, strings.ReplaceAll(req.Repo, "/", "--")+"--"+sel.Commit)
+	res := Result{Model: name, Commit: sel.Commit, Files: len(files)}
 	var total, need int64
 	have := make([]int64, len(files))
 	for i, f := range files {
@@ -216,7 +189,7 @@ func Fetch(ctx context.Context, c *Client, req Request, o FetchOptions) (Result,
 		logf("resuming: %s of %s already on disk", human(res.Resumed), human(total))
 	}
 	logf("fetching %d files, %s", len(files), human(need))
-	if err := fetchAll(ctx, c, req.Repo, info.SHA, files, have, stage, o, logf); err != nil {
+	if err := fetchAll(ctx, c, req.Repo, sel.Commit, files, have, stage, o, logf); err != nil {
 		return Result{}, err
 	}
 	// Into place.
@@ -231,7 +204,7 @@ func Fetch(ctx context.Context, c *Client, req Request, o FetchOptions) (Result,
 			}
 			res.Paths = append(res.Paths, dst)
 		}
-		res.Model = strings.TrimSuffix(path.Base(files[0].Path), path.Ext(files[0].Path))
+		res.Model = sel.Model
 		if err := os.RemoveAll(stage); err != nil {
 			return Result{}, fmt.Errorf("hub: %w", err)
 		}
@@ -243,6 +216,93 @@ func Fetch(ctx context.Context, c *Client, req Request, o FetchOptions) (Result,
 	}
 	logf("done: %s", strings.Join(res.Paths, ", "))
 	return res, nil
+}
+
+// Selection is what a download of a request would fetch, and the model
+// it would make (Plan).
+type Selection struct {
+	// Model is the name the model gets in the models directory: the
+	// request's name (default the repo's), or for a selection of GGUF
+	// files without a config.json, the first GGUF file's name without
+	// its extension (each GGUF file is then a model of its own).
+	Model  string `json:"model"`
+	Commit string `json:"commit"`
+	Files  int    `json:"files"`
+	// Bytes is the size of every selected file; WeightBytes that of the
+	// weights among them (safetensors and GGUF files).
+	Bytes       int64 `json:"bytes"`
+	WeightBytes int64 `json:"weight_bytes"`
+	// Models is how many models the selection makes: 1, or the number of
+	// GGUF files of a GGUF-only selection.
+	Models int `json:"models"`
+
+	files    []File
+	ggufOnly bool
+}
+
+// Plan says what Fetch of req would fetch, asking the Hub for the
+// revision's file list and fetching nothing. name is as FetchOptions.Name.
+func Plan(ctx context.Context, c *Client, req Request, name string) (Selection, error) {
+	if err := CheckRepo(req.Repo); err != nil {
+		return Selection{}, err
+	}
+	if name == "" {
+		name = path.Base(req.Repo)
+	}
+	return selectFiles(ctx, c, req, name)
+}
+
+// selectFiles lists the revision's files that req's allow patterns
+// select, and the model they make.
+func selectFiles(ctx context.Context, c *Client, req Request, name string) (Selection, error) {
+	info, err := c.Info(ctx, req.Repo, req.Revision)
+	if err != nil {
+		return Selection{}, err
+	}
+	all, err := c.Files(ctx, req.Repo, info.SHA)
+	if err != nil {
+		return Selection{}, err
+	}
+	sel := Selection{Model: name, Commit: info.SHA, Models: 1}
+	for _, f := range all {
+		if !filepath.IsLocal(filepath.FromSlash(f.Path)) || f.Size < 0 {
+			return Selection{}, fmt.Errorf("hub: %s lists a file with an unsafe path %q", req.Repo, f.Path)
+		}
+		if path.Base(f.Path) == ".gitattributes" && len(req.Allow) == 0 {
+			continue
+		}
+		if MatchAny(req.Allow, f.Path) {
+			sel.files = append(sel.files, f)
+		}
+	}
+	if len(sel.files) == 0 {
+		return Selection{}, fmt.Errorf("%w: %s has %d files, none matches %q", ErrNoFiles, req.Repo, len(all), req.Allow)
+	}
+	sel.ggufOnly = true
+	ggufs := 0
+	for _, f := range sel.files {
+		gguf := strings.EqualFold(path.Ext(f.Path), ".gguf")
+		if f.Path == "config.json" || !gguf && isWeights(f.Path) {
+			sel.ggufOnly = false
+		}
+		if gguf {
+			if ggufs == 0 {
+				sel.Model = strings.TrimSuffix(path.Base(f.Path), path.Ext(f.Path))
+			}
+			ggufs++
+		}
+		if gguf || strings.HasSuffix(f.Path, ".safetensors") {
+			sel.WeightBytes += f.Size
+		}
+		sel.Bytes += f.Size
+	}
+	sel.Files = len(sel.files)
+	if !sel.ggufOnly || ggufs == 0 {
+		sel.ggufOnly, sel.Model = false, name
+	} else {
+		sel.Models = ggufs
+	}
+	return sel, nil
 }
 
 // fetchAll downloads the files not yet whole, o.Parallel at a time; a

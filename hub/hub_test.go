@@ -127,6 +127,31 @@ func TestFetch(t *testing.T) {
 		sameFiles(t, official, src, all...)
 	})
 
+	t.Run("revisions: a branch and a commit", func(t *testing.T) {
+		commit := srv.Branch(t, repo, "slim", "demo-q4_0.gguf")
+		plan, err := hub.Plan(ctx, client, hub.Request{Repo: repo, Revision: "slim"}, "")
+		if err != nil || plan.Commit != commit || plan.Files != 6 || plan.Model != "demo-model" {
+			t.Fatalf("plan of the branch: %+v %v", plan, err)
+		}
+		for _, rev := range []string{"slim", commit} {
+			models := t.TempDir()
+			res, err := hub.Fetch(ctx, client, hub.Request{Repo: repo, Revision: rev}, hub.FetchOptions{ModelsDir: models})
+			if err != nil {
+				t.Fatalf("%s: %v", rev, err)
+			}
+			if res.Commit != commit || res.Files != 6 {
+				t.Errorf("%s: result %+v", rev, res)
+			}
+			if _, err := os.Stat(filepath.Join(models, "demo-model", "demo-q4_0.gguf")); !os.IsNotExist(err) {
+				t.Errorf("%s: the file the branch removed is there (%v)", rev, err)
+			}
+			sameFiles(t, filepath.Join(models, "demo-model"), src, "model.safetensors", "demo-q8_0.gguf", "config.json")
+		}
+		if _, err := hub.Fetch(ctx, client, hub.Request{Repo: repo, Revision: "no-such-branch"}, hub.FetchOptions{ModelsDir: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "@no-such-branch was not found") {
+			t.Errorf("an unknown revision: %v", err)
+		}
+	})
+
 	t.Run("allow_patterns: one GGUF quant", func(t *testing.T) {
 		models := t.TempDir()
 		res, err := hub.Fetch(ctx, client, hub.Request{Repo: repo, Allow: []string{"*q8_0.gguf"}}, hub.FetchOptions{ModelsDir: models})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"sort"
 	"sync"
 	"time"
@@ -30,12 +31,16 @@ const (
 const (
 	defaultBenchPrompt   = 128
 	defaultBenchGenerate = 32
+	warmupPrompt         = 8 // tokens of the warm-up generation's prompt
 )
 
-// ThroughputPoint is one (prompt length, concurrency) measurement.
+// ThroughputPoint is one (prompt length, concurrency, generation
+// length) measurement.
 type ThroughputPoint struct {
 	PromptTokens int `json:"prompt_tokens"` // asked per stream
 	Concurrency  int `json:"concurrency"`
+	// GenerationLength is the tokens asked per stream.
+	GenerationLength int `json:"generation_length"`
 	// Generated is the tokens the streams produced in all (a stream ends
 	// early at an end-of-sequence token).
 	Generated int `json:"generated_tokens"`
@@ -62,10 +67,14 @@ type ThroughputPoint struct {
 
 // ThroughputResult is a throughput job's result and profile.
 type ThroughputResult struct {
-	Model            string            `json:"model"`
-	Node             string            `json:"node"`
-	GenerationLength int               `json:"generation_length"`
-	Points           []ThroughputPoint `json:"points"`
+	Model string `json:"model"`
+	Node  string `json:"node"`
+	// GenerationLengths are the generation lengths asked;
+	// GenerationLength the first of them (as results before there were
+	// several said).
+	GenerationLengths []int             `json:"generation_lengths"`
+	GenerationLength  int               `json:"generation_length"`
+	Points            []ThroughputPoint `json:"points"`
 }
 
 // AccuracyResult is an accuracy job's result and profile.
@@ -83,6 +92,12 @@ type AccuracyResult struct {
 	// CompareChoice compare's on the same questions.
 	MultipleChoice *quant.ChoiceScore `json:"multiple_choice,omitempty"`
 	CompareChoice  *quant.ChoiceScore `json:"compare_multiple_choice,omitempty"`
+	// CompareFound: compare was not named but is the model's float
+	// original, which oQ recorded in its config and this node holds.
+	CompareFound bool `json:"compare_found,omitempty"`
+	// MultipleChoiceDelta is the model's multiple-choice accuracy minus
+	// compare's.
+	MultipleChoiceDelta *float64 `json:"multiple_choice_delta,omitempty"`
 }
 
 // nodeBench serves the benchmark and profile routes.
@@ -101,40 +116,55 @@ func (b nodeBench) model(ctx context.Context, id string) (engine.ModelInfo, erro
 	return engine.ModelInfo{}, fmt.Errorf("%w: %q", admin.ErrNoModel, id)
 }
 
-// Run starts a throughput job: for each prompt length and concurrency,
-// that many streams of greedy generation at once through this node's
-// engine, each prompt distinct (no prefix-cache hits).
+// Run starts a throughput job: for each prompt length, concurrency and
+// generation length, that many streams of greedy generation at once
+// through this node's engine, each prompt distinct (no prefix-cache
+// hits). A prompt length the model's context cannot hold is refused
+// before the job (*admin.BenchRequestError).
 func (b nodeBench) Run(ctx context.Context, req admin.BenchRunRequest) (jobs.Job, error) {
 	n := b.n
 	if _, err := b.model(ctx, req.Model); err != nil {
 		return jobs.Job{}, err
 	}
-	req.Node = n.jobs.Node()
+	req.Node, req.Nodes = n.jobs.Node(), nil
 	if len(req.PromptLengths) == 0 {
 		req.PromptLengths = []int{defaultBenchPrompt}
 	}
 	if len(req.Concurrency) == 0 {
 		req.Concurrency = []int{1}
 	}
-	if req.GenerationLength == 0 {
-		req.GenerationLength = defaultBenchGenerate
+	req.GenerationLengths, req.GenerationLength = req.Generations(), 0
+	if len(req.GenerationLengths) == 0 {
+		req.GenerationLengths = []int{defaultBenchGenerate}
+	}
+	if err := b.checkContext(req); err != nil {
+		return jobs.Job{}, err
 	}
 	return n.jobs.Submit(ctx, "bench", req, func(ctx context.Context, r *jobs.Reporter) (any, error) {
-		total := len(req.PromptLengths) * len(req.Concurrency)
+		total := len(req.PromptLengths) * len(req.Concurrency) * len(req.GenerationLengths)
 		r.SetTotal("steps", int64(total))
-		res := ThroughputResult{Model: req.Model, Node: req.Node, GenerationLength: req.GenerationLength}
+		res := ThroughputResult{Model: req.Model, Node: req.Node, GenerationLengths: req.GenerationLengths, GenerationLength: req.GenerationLengths[0]}
+		// A warm-up first (the model's load, the first steps' one-time
+		// costs), so the first point's prefill run does not take them:
+		// runs 0 to 2·total-1 are the points', 2·total the warm-up's.
+		if _, _, _, err := b.streams(ctx, req.Model, min(req.PromptLengths[0], warmupPrompt), 1, 2, 2*total); err != nil {
+			r.Logf("warm-up failed: %v", err)
+			return nil, err
+		}
 		run := 0
 		for _, p := range req.PromptLengths {
 			for _, c := range req.Concurrency {
-				pt, err := b.point(ctx, req.Model, p, c, req.GenerationLength, run)
-				if err != nil {
-					r.Logf("failed at prompt %d, concurrency %d: %v", p, c, err)
-					return nil, err
+				for _, g := range req.GenerationLengths {
+					pt, err := b.point(ctx, req.Model, p, c, g, run)
+					if err != nil {
+						r.Logf("failed at prompt %d, concurrency %d, generation %d: %v", p, c, g, err)
+						return nil, err
+					}
+					res.Points = append(res.Points, pt)
+					run++
+					r.SetDone(int64(run))
+					r.Logf("prompt %d × %d, generating %d: prefill %.1f tok/s, decode %.1f tok/s, ttft %.3fs, peak memory %d bytes", p, c, g, pt.PrefillTokS, pt.DecodeTokS, pt.TTFTSeconds, pt.PeakMemoryBytes)
 				}
-				res.Points = append(res.Points, pt)
-				run++
-				r.SetDone(int64(run))
-				r.Logf("prompt %d × %d: prefill %.1f tok/s, decode %.1f tok/s, ttft %.3fs, peak memory %d bytes", p, c, pt.PrefillTokS, pt.DecodeTokS, pt.TTFTSeconds, pt.PeakMemoryBytes)
 			}
 		}
 		if err := b.putProfile(ctx, req.Model, ProfileThroughput, r, res); err != nil {
@@ -144,24 +174,48 @@ func (b nodeBench) Run(ctx context.Context, req admin.BenchRunRequest) (jobs.Job
 	})
 }
 
+// checkContext refuses a prompt length the model's context cannot hold
+// with a token to generate (the runner refuses such prompts).
+func (b nodeBench) checkContext(req admin.BenchRunRequest) error {
+	ctxLen := 0
+	for _, d := range b.n.runner.Details() {
+		if d.ID == req.Model {
+			ctxLen = d.ContextLength
+		}
+	}
+	if ctxLen <= 0 {
+		return nil // unknown: the runner judges each prompt
+	}
+	for i, p := range req.PromptLengths {
+		if p >= ctxLen {
+			return &admin.BenchRequestError{Param: fmt.Sprintf("prompt_lengths[%d]", i),
+				Message: fmt.Sprintf("A prompt of %d tokens does not fit %s's context of %d tokens.", p, req.Model, ctxLen)}
+		}
+	}
+	return nil
+}
+
 // point measures c streams of a prompt of p tokens in two runs, each
 // with prompts of its own (no prefix-cache hits): one generating a single
 // token (prefill: its wall time gives TTFT and prefill tokens/s), one
 // generating up to gen tokens; decode tokens/s is the second run's tokens
 // after each stream's first over the difference of the two wall times.
 // Wall times, not event arrival times: a busy reader may receive a
-// stream's tokens late and all at once.
+// stream's tokens late and all at once. Only when the two wall times
+// say nothing (a short generation on a loaded machine: the second run
+// no longer than the first) is decode timed from the second run's last
+// first token to its end.
 func (b nodeBench) point(ctx context.Context, model string, p, c, gen, run int) (ThroughputPoint, error) {
-	pt := ThroughputPoint{PromptTokens: p, Concurrency: c}
+	pt := ThroughputPoint{PromptTokens: p, Concurrency: c, GenerationLength: gen}
 	stop := b.n.runner.WatchKV()
 	defer stop()
 	mlxPeak := b.onMLX(model) && b.n.runner.ResetMLXPeak(ctx) == nil
-	pre, prefillTime, err := b.streams(ctx, model, p, c, 1, 2*run)
+	pre, prefillTime, _, err := b.streams(ctx, model, p, c, 1, 2*run)
 	if err != nil {
 		return pt, err
 	}
 	weights := b.n.runner.Stats().WeightBytes // the model is loaded by now
-	full, fullTime, err := b.streams(ctx, model, p, c, gen, 2*run+1)
+	full, fullTime, firstBy, err := b.streams(ctx, model, p, c, gen, 2*run+1)
 	if err != nil {
 		return pt, err
 	}
@@ -181,8 +235,12 @@ func (b nodeBench) point(ctx context.Context, model string, p, c, gen, run int) 
 	}
 	pt.Generated = full.CompletionTokens
 	decoded := full.CompletionTokens - c
-	if d := (fullTime - prefillTime).Seconds(); d > 0 && decoded > 0 {
-		pt.DecodeTokS = float64(decoded) / d
+	d := fullTime - prefillTime
+	if d <= 0 {
+		d = fullTime - firstBy
+	}
+	if d > 0 && decoded > 0 {
+		pt.DecodeTokS = float64(decoded) / d.Seconds()
 	}
 	return pt, nil
 }
@@ -198,11 +256,12 @@ func (b nodeBench) onMLX(model string) bool {
 }
 
 // streams runs c greedy generations of a p-token prompt at once, each up
-// to gen tokens, and returns their summed usage and the wall time until
-// the last ended.
-func (b nodeBench) streams(ctx context.Context, model string, p, c, gen, run int) (engine.Usage, time.Duration, error) {
+// to gen tokens, and returns their summed usage, the wall time until the
+// last ended, and the time until the last stream's first token arrived.
+func (b nodeBench) streams(ctx context.Context, model string, p, c, gen, run int) (engine.Usage, time.Duration, time.Duration, error) {
 	usages := make([]engine.Usage, c)
 	errs := make([]error, c)
+	firsts := make([]time.Duration, c)
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i := range c {
@@ -224,6 +283,9 @@ func (b nodeBench) streams(ctx context.Context, model string, p, c, gen, run int
 				return
 			}
 			for ev := range events {
+				if firsts[i] == 0 && (ev.Usage.CompletionTokens > 0 || ev.Done) {
+					firsts[i] = time.Since(start)
+				}
 				if ev.Err != nil {
 					errs[i] = ev.Err
 				}
@@ -236,14 +298,16 @@ func (b nodeBench) streams(ctx context.Context, model string, p, c, gen, run int
 	wg.Wait()
 	took := time.Since(start)
 	var sum engine.Usage
+	var firstBy time.Duration
 	for i, u := range usages {
 		if errs[i] != nil {
-			return sum, took, errs[i]
+			return sum, took, firstBy, errs[i]
 		}
 		sum.PromptTokens += u.PromptTokens
 		sum.CompletionTokens += u.CompletionTokens
+		firstBy = max(firstBy, firsts[i])
 	}
-	return sum, took, nil
+	return sum, took, firstBy, nil
 }
 
 // Accuracy starts a job scoring the model's perplexity on a text and,
@@ -256,12 +320,17 @@ func (b nodeBench) Accuracy(ctx context.Context, req admin.AccuracyRequest) (job
 		return jobs.Job{}, err
 	}
 	var cmp engine.ModelInfo
-	if req.Compare != "" {
-		if cmp, err = b.model(ctx, req.Compare); err != nil {
+	found := false
+	switch {
+	case req.Compare.Name != "":
+		if cmp, err = b.model(ctx, req.Compare.Name); err != nil {
 			return jobs.Job{}, err
 		}
+	case !req.Compare.Off:
+		cmp, found = b.recordedSource(ctx, m)
 	}
-	req.Node = n.jobs.Node()
+	compare := cmp.ID
+	req.Node, req.Nodes = n.jobs.Node(), nil
 	text, source := req.Text, "request"
 	if text == "" {
 		text, source = quant.EvalText, "bundled"
@@ -270,7 +339,7 @@ func (b nodeBench) Accuracy(ctx context.Context, req admin.AccuracyRequest) (job
 	params.Text = "" // the record carries the request, not a long text
 	return n.jobs.Submit(ctx, "accuracy", params, func(ctx context.Context, r *jobs.Reporter) (any, error) {
 		models := []engine.ModelInfo{m}
-		if req.Compare != "" {
+		if compare != "" {
 			models = append(models, cmp)
 		}
 		// A step per model's perplexity and per question it answers.
@@ -299,15 +368,36 @@ func (b nodeBench) Accuracy(ctx context.Context, req admin.AccuracyRequest) (job
 			r.Logf("%s: %d of %d multiple-choice questions right", mi.ID, c.Correct, c.Questions)
 		}
 		res := AccuracyResult{Model: req.Model, Node: req.Node, Text: source, Score: scores[0], MultipleChoice: choices[0]}
-		if req.Compare != "" {
+		if compare != "" {
 			d := scores[0].Perplexity - scores[1].Perplexity
-			res.Compare, res.Against, res.PerplexityDelta, res.CompareChoice = req.Compare, &scores[1], &d, choices[1]
+			res.Compare, res.Against, res.PerplexityDelta, res.CompareChoice = compare, &scores[1], &d, choices[1]
+			res.CompareFound = found
+			if choices[0] != nil {
+				cd := choices[0].Accuracy - choices[1].Accuracy
+				res.MultipleChoiceDelta = &cd
+			}
 		}
 		if err := b.putProfile(ctx, req.Model, ProfileAccuracy, r, res); err != nil {
 			return nil, err
 		}
 		return res, nil
 	})
+}
+
+// recordedSource is the float model m was quantized from when oQ
+// recorded it in m's config and this node holds that very model (its
+// config and weight headers hash as recorded); false otherwise.
+func (b nodeBench) recordedSource(ctx context.Context, m engine.ModelInfo) (engine.ModelInfo, bool) {
+	s, ok, err := quant.RecordedSource(m.Path)
+	if err != nil || !ok {
+		return engine.ModelInfo{}, false
+	}
+	src, err := b.model(ctx, s.Model)
+	if err != nil || !s.Matches(src.Path) {
+		slog.Debug("accuracy: the recorded source is not here", "model", m.ID, "source", s.Model, "err", err)
+		return engine.ModelInfo{}, false
+	}
+	return src, true
 }
 
 // putProfile records a job's result as the model's profile of kind on

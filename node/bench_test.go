@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"path/filepath"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 
 	"fusion/engine/quant"
@@ -35,43 +37,67 @@ func profilesOf(t *testing.T, n *node.Node, model string) []map[string]any {
 	return list
 }
 
-// TestBenchCluster: a throughput benchmark asked of a to run on c and an
-// accuracy job asked of c to run on b run as jobs; their results are
-// profiles every node lists, per model, node and kind.
+// TestBenchCluster: a throughput benchmark asked of a to run on each node
+// holding the model, and an accuracy job asked of c to run on b and c,
+// run as one job on the node asked that starts a job on each of those
+// nodes, their steps its progress; each of those records its profile,
+// which every node lists, per model, node and kind.
 func TestBenchCluster(t *testing.T) {
 	a, b, c := startTrio(t, nil)
+	// "each" goes by the replicated inventories, which follow the
+	// nodes' own lists.
+	eventually(t, "demo in every inventory", func() string {
+		if h := a.Cluster().HoldingNodes("demo"); !slices.Equal(h, []string{"a", "b", "c"}) {
+			return fmt.Sprint(h)
+		}
+		return ""
+	})
 	code, out := adminDo(t, a, http.MethodPost, "/admin/api/bench/run",
-		`{"model":"demo","prompt_lengths":[16],"concurrency":[1,2],"generation_length":4,"node":"c"}`)
+		`{"model":"demo","prompt_lengths":[16],"concurrency":[1,2],"generation_lengths":[2,4],"nodes":"each"}`)
 	if code != http.StatusAccepted {
 		t.Fatalf("bench/run: %d %v", code, out)
 	}
 	run := decodeJob(t, out)
-	code, out = adminDo(t, c, http.MethodPost, "/admin/api/bench/accuracy", `{"model":"demo","window":64,"node":"b","multiple_choice":3}`)
+	code, out = adminDo(t, c, http.MethodPost, "/admin/api/bench/accuracy", `{"model":"demo","window":64,"nodes":["b","c"],"multiple_choice":3}`)
 	if code != http.StatusAccepted {
 		t.Fatalf("bench/accuracy: %d %v", code, out)
 	}
 	acc := decodeJob(t, out)
-	if run.Node != "c" || acc.Node != "b" {
+	if run.Node != "a" || acc.Node != "c" {
 		t.Fatalf("jobs on %s and %s", run.Node, acc.Node)
 	}
-	if j := waitJob(t, b, run.ID, final); j.State != jobs.Done || j.Progress.Done != 2 {
+	// Each node's 4 points (1 prompt length × 2 concurrencies × 2
+	// generation lengths); per model, a perplexity step and 3 questions.
+	j := waitJob(t, b, run.ID, final)
+	if j.State != jobs.Done || j.Progress.Done != 12 || j.Progress.Total != 12 {
 		t.Fatalf("bench job %+v", j)
 	}
-	if j := waitJob(t, a, acc.ID, final); j.State != jobs.Done {
+	var each admin.BenchNodesResult
+	if err := json.Unmarshal(j.Result, &each); err != nil || len(each.Jobs) != 3 || each.States["a"] != jobs.Done || each.States["c"] != jobs.Done {
+		t.Fatalf("bench job's result %s: %v", j.Result, err)
+	}
+	if j := waitJob(t, a, acc.ID, final); j.State != jobs.Done || j.Progress.Done != 8 {
 		t.Fatalf("accuracy job %+v", j)
 	}
 	for _, n := range []*node.Node{a, b, c} {
 		eventually(t, "profiles on "+n.Cluster().ID(), func() string {
 			list := profilesOf(t, n, "demo")
-			if len(list) != 2 {
+			if len(list) != 5 {
 				return fmt.Sprint(list)
 			}
 			got := map[string]any{}
 			for _, p := range list {
 				got[p["kind"].(string)+"@"+p["node"].(string)] = p
 			}
-			if got["throughput@c"] == nil || got["accuracy@b"] == nil {
-				return fmt.Sprint(list)
+			for _, k := range []string{"throughput@a", "throughput@b", "throughput@c", "accuracy@b", "accuracy@c"} {
+				if got[k] == nil {
+					return k + " missing: " + fmt.Sprint(list)
+				}
+			}
+			for node, id := range each.Jobs {
+				if got["throughput@"+node].(map[string]any)["job_id"] != id {
+					return fmt.Sprintf("%s's profile is not of job %s: %v", node, id, list)
+				}
 			}
 			return ""
 		})
@@ -80,6 +106,7 @@ func TestBenchCluster(t *testing.T) {
 		Points []struct {
 			PromptTokens int     `json:"prompt_tokens"`
 			Concurrency  int     `json:"concurrency"`
+			Gen          int     `json:"generation_length"`
 			Generated    int     `json:"generated_tokens"`
 			Prefill      float64 `json:"prefill_tok_s"`
 			Decode       float64 `json:"decode_tok_s"`
@@ -99,6 +126,9 @@ func TestBenchCluster(t *testing.T) {
 		} `json:"multiple_choice"`
 	}
 	for _, p := range profilesOf(t, a, "demo") {
+		if p["node"] != "c" {
+			continue
+		}
 		raw, _ := json.Marshal(p["result"])
 		var err error
 		if p["kind"] == "throughput" {
@@ -110,7 +140,7 @@ func TestBenchCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if len(tp.Points) != 2 {
+	if len(tp.Points) != 4 {
 		t.Fatalf("throughput points %+v", tp)
 	}
 	var weights int64
@@ -122,10 +152,11 @@ func TestBenchCluster(t *testing.T) {
 	if weights <= 0 {
 		t.Fatalf("demo's weights on c: %v", c.Runner().List())
 	}
-	want := [][2]int{{16, 1}, {16, 2}}
+	want := [][3]int{{16, 1, 2}, {16, 1, 4}, {16, 2, 2}, {16, 2, 4}}
 	for i, p := range tp.Points {
-		if p.PromptTokens != want[i][0] || p.Concurrency != want[i][1] || p.Prefill <= 0 || p.TTFT <= 0 || p.Generated < p.Concurrency || p.Generated > 4*p.Concurrency {
-			t.Errorf("point %+v", p)
+		if p.PromptTokens != want[i][0] || p.Concurrency != want[i][1] || p.Gen != want[i][2] || p.Prefill <= 0 || p.TTFT <= 0 ||
+			p.Generated != p.Gen*p.Concurrency || p.Decode <= 0 {
+			t.Errorf("point %d %+v, want %v generating to the end, prefill, decode and TTFT measured", i, p, want[i])
 		}
 		// The demo model's weights stay loaded on c; the point's KV cache
 		// came on top of them.
@@ -134,14 +165,14 @@ func TestBenchCluster(t *testing.T) {
 		}
 	}
 	// Two streams at once hold at least one stream's cache.
-	if tp.Points[1].PeakKV < tp.Points[0].PeakKV {
-		t.Errorf("KV peaks %d at one stream, %d at two", tp.Points[0].PeakKV, tp.Points[1].PeakKV)
+	if tp.Points[2].PeakKV < tp.Points[0].PeakKV {
+		t.Errorf("KV peaks %d at one stream, %d at two", tp.Points[0].PeakKV, tp.Points[2].PeakKV)
 	}
 	if ac.Score.Tokens < 100 || ac.Score.Perplexity <= 1 || ac.Choice.Questions != 3 || ac.Choice.Correct > 3 || ac.Choice.Accuracy != float64(ac.Choice.Correct)/3 {
 		t.Errorf("accuracy %+v", ac)
 	}
 	t.Logf("throughput %+v; accuracy %+v", tp.Points, ac)
-	if len(profilesOf(t, b, "")) != 2 || len(profilesOf(t, b, "nope")) != 0 {
+	if len(profilesOf(t, b, "")) != 5 || len(profilesOf(t, b, "nope")) != 0 {
 		t.Errorf("profile listing")
 	}
 }
@@ -149,7 +180,8 @@ func TestBenchCluster(t *testing.T) {
 // TestBenchRequests: a lone node refuses bad benchmark bodies with 4xx in
 // the OpenAI shape, and keeps its profiles itself, across a restart.
 func TestBenchRequests(t *testing.T) {
-	models, data := nodetest.Models(t), t.TempDir()
+	// A context of 1100 tokens: a prompt of 1024 fits, one of 1100 not.
+	models, data := nodetest.ModelsWithContext(t, 1100), t.TempDir()
 	n := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, DataDir: data})
 	for _, tc := range []struct {
 		path, body string
@@ -164,6 +196,21 @@ func TestBenchRequests(t *testing.T) {
 		{"run", `{"model":"demo","generation_length":5000}`, 400, "generation_length"},
 		{"run", `{"model":"demo","node":"zz"}`, 404, "node"},
 		{"run", `{"model":"demo","extra":1}`, 400, "extra"},
+		{"run", `{"model":"demo","prompt_lengths":[16,1100]}`, 400, "prompt_lengths[1]"},
+		{"run", `{"model":"demo","prompt_lengths":[1100],"nodes":"each"}`, 400, "prompt_lengths[0]"},
+		{"run", `{"model":"demo","generation_lengths":[0]}`, 400, "generation_lengths[0]"},
+		{"run", `{"model":"demo","generation_lengths":[4097]}`, 400, "generation_lengths[0]"},
+		{"run", `{"model":"demo","generation_lengths":[1,2,3,4,5,6,7,8,9]}`, 400, "generation_lengths"},
+		{"run", `{"model":"demo","generation_lengths":[2],"generation_length":2}`, 400, "generation_length"},
+		{"run", `{"model":"demo","nodes":"all"}`, 400, "nodes"},
+		{"run", `{"model":"demo","nodes":7}`, 400, "nodes"},
+		{"run", `{"model":"demo","nodes":[]}`, 400, "nodes"},
+		{"run", `{"model":"demo","nodes":["x","x"]}`, 400, "nodes[1]"},
+		{"run", `{"model":"demo","nodes":"each","node":"x"}`, 400, "nodes"},
+		{"run", `{"model":"demo","nodes":["zz"]}`, 404, "nodes[0]"},
+		{"run", `{"model":"nope","nodes":"each"}`, 404, "model"},
+		{"accuracy", `{"model":"demo","nodes":"every"}`, 400, "nodes"},
+		{"accuracy", `{"model":"nope","nodes":"each"}`, 404, "model"},
 		{"accuracy", `{}`, 400, "model"},
 		{"accuracy", `{"model":"nope"}`, 404, "model"},
 		{"accuracy", `{"model":"demo","compare":"nope"}`, 404, "model"},
@@ -216,6 +263,30 @@ func TestBenchRequests(t *testing.T) {
 	if len(after) != 1 || after[0]["kind"] != "accuracy" || after[0]["job_id"] != list[0]["job_id"] || fmt.Sprint(after[0]["result"]) != fmt.Sprint(res) {
 		t.Errorf("profiles after a restart %v, want %v", after, list)
 	}
+
+	// A prompt of 1024 tokens, on "each" node holding the model: this one.
+	code, out = adminDo(t, n, http.MethodPost, "/admin/api/bench/run", `{"model":"demo","prompt_lengths":[1024],"generation_length":3,"nodes":"each"}`)
+	if code != http.StatusAccepted {
+		t.Fatalf("bench/run: %d %v", code, out)
+	}
+	j := waitJob(t, n, decodeJob(t, out).ID, final)
+	var each admin.BenchNodesResult
+	if err := json.Unmarshal(j.Result, &each); j.State != jobs.Done || err != nil || len(each.Jobs) != 1 || j.Progress.Done != 1 {
+		t.Fatalf("bench job %+v: %v", j, err)
+	}
+	for _, id := range each.Jobs {
+		child := waitJob(t, n, id, final)
+		var tp node.ThroughputResult
+		if err := json.Unmarshal(child.Result, &tp); err != nil || len(tp.Points) != 1 {
+			t.Fatalf("bench %s: %s %v", id, child.Result, err)
+		}
+		p := tp.Points[0]
+		if p.PromptTokens != 1024 || p.GenerationLength != 3 || p.Generated != 3 || p.TTFTSeconds <= 0 || p.PrefillTokS <= 0 || p.DecodeTokS <= 0 ||
+			!slices.Equal(tp.GenerationLengths, []int{3}) {
+			t.Errorf("1024-token point %+v of %+v", p, tp)
+		}
+		t.Logf("1024-token prompt: %+v", p)
+	}
 }
 
 // TestBenchMLXPeak: on a node whose model runs on MLX, each point also
@@ -245,4 +316,30 @@ func TestBenchMLXPeak(t *testing.T) {
 		t.Errorf("point %+v, demo's weights on MLX %d bytes", p, weights)
 	}
 	t.Logf("MLX peak %d bytes, runner's peak %d (weights %d)", p.MLXPeakMemoryBytes, p.PeakMemoryBytes, weights)
+}
+
+// TestBenchLimits: a node's benchmark limits (--bench-max-*) bound what a
+// request may ask for, in the refusal's words.
+func TestBenchLimits(t *testing.T) {
+	n := nodetest.Start(t, nodetest.Options{APIKey: "k", Bench: admin.BenchLimits{MaxPrompt: 64, MaxGenerate: 8, MaxStreams: 2}})
+	for _, tc := range []struct {
+		body, param, says string
+	}{
+		{`{"model":"demo","prompt_lengths":[65]}`, "prompt_lengths[0]", "1 to 64 tokens"},
+		{`{"model":"demo","generation_lengths":[4,9]}`, "generation_lengths[1]", "1 to 8 tokens"},
+		{`{"model":"demo","generation_length":9}`, "generation_length", "1 to 8 tokens"},
+		{`{"model":"demo","concurrency":[3]}`, "concurrency[0]", "1 to 2 streams"},
+	} {
+		code, out := adminDo(t, n, http.MethodPost, "/admin/api/bench/run", tc.body)
+		if code != http.StatusBadRequest || errParam(out) != tc.param || !strings.Contains(fmt.Sprint(out), tc.says) {
+			t.Errorf("%s: %d %v, want 400 on %s saying %q", tc.body, code, out, tc.param, tc.says)
+		}
+	}
+	code, out := adminDo(t, n, http.MethodPost, "/admin/api/bench/run", `{"model":"demo","prompt_lengths":[64],"generation_length":8,"concurrency":[2]}`)
+	if code != http.StatusAccepted {
+		t.Fatalf("at the limits: %d %v", code, out)
+	}
+	if j := waitJob(t, n, decodeJob(t, out).ID, final); j.State != jobs.Done {
+		t.Errorf("at the limits: %+v", j)
+	}
 }

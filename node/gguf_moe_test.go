@@ -17,7 +17,8 @@ import (
 // (llama.cpp's qwen3moe: router ffn_gate_inp, stacked ffn_*_exps experts)
 // is listed and served by the OpenAI route: the F32 GGUF answers greedily
 // with the same tokens as the same weights in safetensors, and the Q4_K_M
-// GGUF (Q4_K/Q6_K experts) answers too.
+// GGUF (Q4_K/Q6_K experts) and the Q3_K_M one (Q3_K/Q4_K experts, Q5_K
+// attn_v, Q4_K attn_output) answer too.
 func TestGGUFMoEServed(t *testing.T) {
 	dir := t.TempDir()
 	o := demo.Options{Arch: "qwen3_moe", Hidden: 256, Heads: 4, KVHeads: 2, Intermediate: 256, Layers: 2,
@@ -27,6 +28,8 @@ func TestGGUFMoEServed(t *testing.T) {
 	demotest.Create(t, filepath.Join(dir, "moe-f32"), o) // moe-f32.gguf
 	o.GGUFType = "q4_k_m"
 	demotest.Create(t, filepath.Join(dir, "moe-q4_k_m"), o)
+	o.GGUFType = "q3_k_m"
+	demotest.Create(t, filepath.Join(dir, "moe-q3_k_m"), o)
 	n := nodetest.Start(t, nodetest.Options{ModelsDir: dir})
 
 	resp, err := http.Get(n.URL() + "/v1/models")
@@ -43,7 +46,7 @@ func TestGGUFMoEServed(t *testing.T) {
 	for _, m := range list.Data {
 		ids[m.ID] = true
 	}
-	for _, id := range []string{"moe-st", "moe-f32", "moe-q4_k_m"} {
+	for _, id := range []string{"moe-st", "moe-f32", "moe-q4_k_m", "moe-q3_k_m"} {
 		if !ids[id] {
 			t.Errorf("/v1/models lacks %s: %v", id, ids)
 		}
@@ -77,7 +80,9 @@ func TestGGUFMoEServed(t *testing.T) {
 	if st != gg || stN != ggN || stN == 0 {
 		t.Errorf("greedy answers differ: safetensors %q (%d tokens), F32 GGUF %q (%d tokens)", st, stN, gg, ggN)
 	}
-	if q, qN := answer("moe-q4_k_m"); qN == 0 {
-		t.Errorf("Q4_K_M GGUF: no tokens (%q)", q)
+	for _, id := range []string{"moe-q4_k_m", "moe-q3_k_m"} {
+		if q, qN := answer(id); qN == 0 {
+			t.Errorf("%s: no tokens (%q)", id, q)
+		}
 	}
 }

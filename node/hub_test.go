@@ -265,7 +265,7 @@ func TestHubDownloads(t *testing.T) {
 		}
 	})
 
-	t.Run("a node stopped mid-download: interrupted, then resumed", func(t *testing.T) {
+	t.Run("a node stopped mid-download: interrupted, then resumed on its own", func(t *testing.T) {
 		srv.Throttle(2 << 20)
 		defer srv.Throttle(0)
 		before := srv.Fetched(weights)
@@ -276,20 +276,61 @@ func TestHubDownloads(t *testing.T) {
 		if err := m.Stop(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		// The same data dir: the record says the job was interrupted.
-		m2 := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, DataDir: dataDirOf(t, m), HF: opts.HF})
+		// The same data dir: the record says the job was interrupted, and
+		// the node starts it again on its own.
+		srv.Throttle(0)
+		hf := opts.HF
+		hf.Resumes = 1
+		m2 := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, DataDir: dataDirOf(t, m), HF: hf})
 		if got := waitJob(t, m2, j.ID, final); got.State != jobs.Interrupted {
 			t.Fatalf("after the restart: %+v", got)
 		}
-		srv.Throttle(0)
-		done := waitJob(t, m2, startDownload(t, m2, body).ID, final)
+		var again jobs.Job
+		eventually(t, "a job resuming "+j.ID, func() string {
+			for _, x := range jobList(t, m2) {
+				x := decodeJob(t, x.(map[string]any))
+				var p struct {
+					Resumes     string `json:"resumes"`
+					ResumeCount int    `json:"resume_count"`
+				}
+				if json.Unmarshal(x.Params, &p) == nil && p.Resumes == j.ID && p.ResumeCount == 1 {
+					again = x
+					return ""
+				}
+			}
+			return "none"
+		})
+		done := waitJob(t, m2, again.ID, final)
 		var res hub.Result
 		_ = json.Unmarshal(done.Result, &res)
-		if done.State != jobs.Done || res.Resumed == 0 {
+		if done.State != jobs.Done || res.Resumed == 0 || !strings.Contains(strings.Join(done.Log, "\n"), "resuming "+j.ID) {
 			t.Fatalf("resumed after the restart: %+v", done)
 		}
 		if all := srv.Fetched(weights) - before; all > size+hub.ChunkSize {
 			t.Errorf("fetched %d bytes for a %d-byte file across the restart", all, size)
+		}
+	})
+
+	t.Run("more jobs than --max-jobs: 429", func(t *testing.T) {
+		srv.Throttle(64 << 10)
+		defer srv.Throttle(0)
+		o := opts
+		o.ModelsDir, o.DataDir, o.MaxJobs = t.TempDir(), t.TempDir(), 1
+		m := nodetest.Start(t, o)
+		j := startDownload(t, m, `{"repo":"`+repo+`","allow_patterns":["model.safetensors"]}`)
+		code, out := adminDo(t, m, http.MethodPost, "/admin/api/hf/download", `{"repo":"`+repo+`","name":"second"}`)
+		e, _ := out["error"].(map[string]any)
+		if code != http.StatusTooManyRequests || e == nil || e["code"] != "too_many_jobs" || !strings.Contains(fmt.Sprint(e["message"]), "1 at once") {
+			t.Errorf("a second job at max-jobs 1: %d %v", code, out)
+		}
+		if code, out := adminDo(t, m, http.MethodDelete, "/admin/api/jobs/"+j.ID, ""); code != 200 {
+			t.Errorf("cancel: %d %v", code, out)
+		}
+		waitJob(t, m, j.ID, final)
+		// Its slot is free again.
+		j = startDownload(t, m, `{"repo":"`+repo+`","name":"third","allow_patterns":["config.json"]}`)
+		if got := waitJob(t, m, j.ID, final); got.State != jobs.Done {
+			t.Errorf("after the cancel: %+v", got)
 		}
 	})
 
@@ -335,6 +376,10 @@ func TestHubDownloads(t *testing.T) {
 			{"POST", "/admin/api/hf/download", `{"repo":"a/b","name":".hidden"}`, 400, "name"},
 			{"POST", "/admin/api/hf/download", `{"repo":"a/b","colour":1}`, 400, "colour"},
 			{"POST", "/admin/api/hf/download", `{"repo":"a/b","node":"nope"}`, 404, "node"},
+			{"POST", "/admin/api/hf/download", `{"repo":"a/b","placement":{}}`, 400, "placement"},
+			{"POST", "/admin/api/hf/download", `{"repo":"a/b","placement":{"stages":17}}`, 400, "placement.stages"},
+			{"POST", "/admin/api/hf/download", `{"repo":"a/b","placement":{"replicas":-1}}`, 400, "placement.replicas"},
+			{"POST", "/admin/api/hf/download", `{"repo":"a/b","placement":{"pin":["x","x"]}}`, 400, "placement.pin[1]"},
 			{"GET", "/admin/api/jobs/nope", ``, 404, "id"},
 			{"DELETE", "/admin/api/jobs/nope", ``, 404, "id"},
 			{"GET", "/admin/api/hf/models?limit=0", ``, 400, "limit"},

@@ -2,9 +2,11 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"fusion/cluster"
@@ -43,7 +45,15 @@ type HFConfig struct {
 	// hub.DefaultMinPart; 1 = one stream a file).
 	Parts   int
 	MinPart int64
+	// Resumes is how many times in a row a download that a stop or
+	// restart of the node interrupted is started again, on its own, when
+	// the node starts (0: never; asked again, it resumes from the bytes
+	// on disk all the same).
+	Resumes int
 }
+
+// DefaultDownloadResumes is fusion serve's HFConfig.Resumes.
+const DefaultDownloadResumes = 3
 
 // JobsConfig bounds the node's background jobs.
 type JobsConfig struct {
@@ -88,9 +98,14 @@ func (n *Node) startJobs() {
 	n.stopJobs, n.jobsDone = cancel, make(chan struct{})
 	go func() {
 		defer close(n.jobsDone)
+		started := time.Now()
 		for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
 			err := n.jobs.Start(ctx)
-			if err == nil || ctx.Err() != nil {
+			if err == nil {
+				n.resumeDownloads(ctx, started)
+				return
+			}
+			if ctx.Err() != nil {
 				return
 			}
 			n.cfg.Logger.Warn("jobs: the last run's jobs are not marked interrupted yet", "err", err)
@@ -101,6 +116,59 @@ func (n *Node) startJobs() {
 			}
 		}
 	}()
+}
+
+// resumeDownloads starts again the downloads a stop or restart of this
+// node interrupted (downloadsToResume); a download that does not start
+// (too many jobs at once) is logged and stays interrupted.
+func (n *Node) resumeDownloads(ctx context.Context, started time.Time) {
+	for _, req := range downloadsToResume(n.jobs.Store().List(), n.jobs.Node(), started, n.cfg.HF.Resumes) {
+		j, err := nodeHub{n: n}.Download(ctx, req)
+		if err != nil {
+			n.cfg.Logger.Warn("jobs: an interrupted download was not resumed", "job", req.Resumes, "repo", req.Repo, "err", err)
+			continue
+		}
+		n.cfg.Logger.Info("jobs: resuming an interrupted download", "job", req.Resumes, "as", j.ID, "repo", req.Repo, "time", req.ResumeCount)
+	}
+}
+
+// downloadsToResume are the requests that continue the download jobs of
+// node a stop or restart interrupted (interrupted, or still live in list
+// and created before the node started: being marked so), unless a later
+// download of the same model was asked (or resumed) since, it was a
+// placement's job (its downloads run on), or it was resumed max times in
+// a row already.
+func downloadsToResume(list []jobs.Job, node string, started time.Time, max int) []admin.DownloadRequest {
+	type target struct {
+		source, repo, revision, name, allow string
+	}
+	var (
+		out    []admin.DownloadRequest
+		latest = map[target]time.Time{}
+		reqs   = map[string]admin.DownloadRequest{}
+	)
+	for _, j := range list {
+		var req admin.DownloadRequest
+		if j.Kind != "download" || j.Node != node || json.Unmarshal(j.Params, &req) != nil {
+			continue
+		}
+		reqs[j.ID] = req
+		t := target{req.Source, req.Repo, req.Revision, req.Name, strings.Join(req.Allow, "\x00")}
+		if j.Created.After(latest[t]) {
+			latest[t] = j.Created
+		}
+	}
+	for _, j := range list {
+		req, ok := reqs[j.ID]
+		interrupted := j.State == jobs.Interrupted || !jobs.Final(j.State) && j.Created.Before(started)
+		t := target{req.Source, req.Repo, req.Revision, req.Name, strings.Join(req.Allow, "\x00")}
+		if !ok || !interrupted || req.Placement != nil || latest[t].After(j.Created) || req.ResumeCount >= max {
+			continue
+		}
+		req.Resumes, req.ResumeCount = j.ID, req.ResumeCount+1
+		out = append(out, req)
+	}
+	return out
 }
 
 // closeJobs stops the running jobs (each recorded interrupted); it runs
@@ -126,6 +194,9 @@ func (j nodeJobs) Cancel(ctx context.Context, id string) (jobs.Job, error) {
 	return j.m.Cancel(ctx, id)
 }
 func (j nodeJobs) Delete(ctx context.Context, id string) error { return j.m.Store().Delete(ctx, id) }
+func (j nodeJobs) Submit(ctx context.Context, kind string, params any, fn jobs.Func) (jobs.Job, error) {
+	return j.m.Submit(ctx, kind, params, fn)
+}
 
 // nodeHub serves the admin Hugging Face routes.
 type nodeHub struct{ n *Node }
@@ -142,6 +213,11 @@ func (h nodeHub) Search(ctx context.Context, source string, o hub.SearchOptions)
 	return h.client(source).Search(ctx, o)
 }
 
+// Plan says what a download of req would fetch.
+func (h nodeHub) Plan(ctx context.Context, req admin.DownloadRequest) (hub.Selection, error) {
+	return hub.Plan(ctx, h.client(req.Source), hub.Request{Repo: req.Repo, Revision: req.Revision, Allow: req.Allow}, req.Name)
+}
+
 // Download starts a job that fetches the repo into the models directory.
 func (h nodeHub) Download(ctx context.Context, req admin.DownloadRequest) (jobs.Job, error) {
 	n := h.n
@@ -149,6 +225,9 @@ func (h nodeHub) Download(ctx context.Context, req admin.DownloadRequest) (jobs.
 	c := h.client(req.Source)
 	return n.jobs.Submit(ctx, "download", req, func(ctx context.Context, r *jobs.Reporter) (any, error) {
 		r.SetTotal("bytes", 0)
+		if req.Resumes != "" {
+			r.Logf("resuming %s, which a stop or restart of this node interrupted (time %d of at most %d in a row)", req.Resumes, req.ResumeCount, n.cfg.HF.Resumes)
+		}
 		r.Logf("downloading %s from %s into %s", req.Repo, c.Endpoint(), n.cfg.ModelsDir)
 		res, err := hub.Fetch(ctx, c, hub.Request{Repo: req.Repo, Revision: req.Revision, Allow: req.Allow}, hub.FetchOptions{
 			ModelsDir: n.cfg.ModelsDir, Name: req.Name, MinFree: n.cfg.HF.MinFreeDisk, FreeBytes: n.cfg.HF.FreeBytes,

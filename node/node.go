@@ -159,6 +159,9 @@ type Config struct {
 	// that run them.
 	HF   HFConfig
 	Jobs JobsConfig
+	// Bench bounds what one benchmark request may ask for (zero fields:
+	// router/admin's defaults).
+	Bench admin.BenchLimits
 
 	// TLSCertFile and TLSKeyFile make the frontend speak HTTPS (and
 	// HTTP/2). The pair is read again on ReloadTLS (SIGHUP) and whenever
@@ -432,9 +435,10 @@ func New(cfg Config) (*Node, error) {
 		Jobs: nodeJobs{m: n.jobs}, Hub: nodeHub{n: n}, Quantizer: nodeQuantizer{n: n}, Bench: nodeBench{n: n},
 		PersistAllTime: n.persistAllTime, Global: n.global, Logs: cfg.Logs,
 		MCP: nodeMCP{n: n, servers: mcpHost.Servers}, MaxMCPConfigBytes: cfg.MCPMaxConfigBytes, Cloud: nodeCloud{n: n}}
+	adminCfg.BenchLimits = cfg.Bench
 	var panelSessions dashboard.SessionStore // nil: the panel's own, in memory
 	if n.member != nil {
-		adminCfg.Self, adminCfg.Peers = n.member.ID(), adminPeers{n: n}
+		adminCfg.Self, adminCfg.Peers, adminCfg.Placer = n.member.ID(), adminPeers{n: n}, n.member
 		panelSessions = n.member.PanelSessions()
 	}
 	var keys auth.Store

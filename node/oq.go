@@ -29,8 +29,27 @@ type oqResult struct {
 // nodeQuantizer serves POST /admin/api/oq/start.
 type nodeQuantizer struct{ n *Node }
 
+// oqSource is the path of a model of the models directory that oQ may
+// read: a directory with config.json (safetensors), or a GGUF file named
+// MODEL.gguf (MODEL being the id the models list gives it) or MODEL
+// itself when it ends in .gguf. Whether it is a float model that oQ
+// takes is quant.CheckSource's to say.
+func oqSource(modelsDir, model string) (string, bool) {
+	dir := filepath.Join(modelsDir, model)
+	if st, err := os.Stat(filepath.Join(dir, modelfile.ConfigFile)); err == nil && st.Mode().IsRegular() {
+		return dir, true
+	}
+	for _, p := range []string{dir + ".gguf", dir} {
+		if quant.IsGGUF(p) {
+			return p, true
+		}
+	}
+	return "", false
+}
+
 // OQName is the default name of a quantized model.
 func OQName(req admin.OQRequest) string {
+	req.Model = strings.TrimSuffix(req.Model, ".gguf")
 	if strings.EqualFold(req.Format, quant.FormatGGUF) {
 		return req.Model + "-" + strings.ToUpper(req.Type)
 	}
@@ -56,8 +75,8 @@ func (q nodeQuantizer) Quantize(ctx context.Context, req admin.OQRequest) (jobs.
 	if req.Name == "" {
 		req.Name = OQName(req)
 	}
-	src := filepath.Join(n.cfg.ModelsDir, req.Model)
-	if _, err := os.Stat(filepath.Join(src, modelfile.ConfigFile)); err != nil {
+	src, ok := oqSource(n.cfg.ModelsDir, req.Model)
+	if !ok {
 		return jobs.Job{}, fmt.Errorf("%w: %q", admin.ErrNoModel, req.Model)
 	}
 	check := quant.CheckSource

@@ -7,8 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
+	"fusion/engine/demo"
 	"fusion/jobs"
 	"fusion/node/nodetest"
 )
@@ -20,7 +22,7 @@ import (
 func TestOQStart(t *testing.T) {
 	models := nodetest.Models(t)
 	n := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, DataDir: t.TempDir()})
-	code, out := adminDo(t, n, http.MethodPost, "/admin/api/oq/start", `{"model":"demo","bits":4,"group_size":64,"target_bits":4.5,"evaluate":true,"calibration_text":"The baker lit his ovens before the sun cleared the hills."}`)
+	code, out := adminDo(t, n, http.MethodPost, "/admin/api/oq/start", `{"model":"demo","bits":4,"group_size":64,"target_bits":5,"evaluate":true,"calibration_text":"The baker lit his ovens before the sun cleared the hills."}`)
 	if code != http.StatusAccepted {
 		t.Fatalf("start: %d %v", code, out)
 	}
@@ -46,17 +48,17 @@ func TestOQStart(t *testing.T) {
 	if err := json.Unmarshal(j.Result, &res); err != nil {
 		t.Fatal(err)
 	}
-	if res.Model != "demo-oq4.5" || res.Bytes == 0 || res.AvgBits <= 4 || res.AvgBits > 4.5 || res.Raised == 0 || res.Source.Perplexity <= 1 || res.Delta == nil ||
+	if res.Model != "demo-oq5" || res.Bytes == 0 || res.AvgBits <= 4 || res.BitsPerWeight > 5 || res.Raised == 0 || res.Source.Perplexity <= 1 || res.Delta == nil ||
 		res.Sensitivity != "calibration" || len(res.Plan) == 0 {
 		t.Errorf("result %s", j.Result)
 	}
-	if _, err := os.Stat(filepath.Join(models, "demo-oq4.5", "model.safetensors")); err != nil {
+	if _, err := os.Stat(filepath.Join(models, "demo-oq5", "model.safetensors")); err != nil {
 		t.Fatal(err)
 	}
-	if ids := modelIDs(t, n); ids["demo-oq4.5"] == nil {
+	if ids := modelIDs(t, n); ids["demo-oq5"] == nil {
 		t.Errorf("the new model is not listed: %v", ids)
 	}
-	code, out = adminDo(t, n, http.MethodPost, "/admin/api/models/demo-oq4.5/load", "")
+	code, out = adminDo(t, n, http.MethodPost, "/admin/api/models/demo-oq5/load", "")
 	if code != http.StatusOK {
 		t.Errorf("load: %d %v", code, out)
 	}
@@ -67,15 +69,15 @@ func TestOQStart(t *testing.T) {
 		param string
 	}{
 		{`{"model":"nope"}`, 404, "model"},
-		{`{"model":"demo","target_bits":4.5}`, 409, "name"},
-		{`{"model":"demo-oq4.5","name":"again"}`, 400, "model"},
+		{`{"model":"demo","target_bits":5}`, 409, "name"},
+		{`{"model":"demo-oq5","name":"again"}`, 400, "model"},
 		{`{"model":"../demo"}`, 400, "model"},
 		{`{"model":"demo","bits":7}`, 400, "bits"},
 		{`{"model":"demo","group_size":48}`, 400, "group_size"},
-		{`{"model":"demo","bits":4,"target_bits":9}`, 400, "target_bits"},
+		{`{"model":"demo","bits":4,"target_bits":12}`, 400, "target_bits"},
 		{`{"model":"demo","name":".hidden"}`, 400, "name"},
 		{`{"model":"demo","colour":1}`, 400, "colour"},
-		{`{"model":"demo","format":"gguf","type":"Q5_K_M"}`, 400, "type"},
+		{`{"model":"demo","format":"gguf","type":"Q4_K_S"}`, 400, "type"},
 		{`{"model":"demo","format":"gguf"}`, 400, "type"},
 		{`{"model":"demo","format":"onnx"}`, 400, "format"},
 		{`{"model":"demo","format":"gguf","type":"Q8_0","target_bits":4.5}`, 400, "target_bits"},
@@ -134,11 +136,75 @@ func TestOQStartGGUF(t *testing.T) {
 	}
 }
 
+// addGGUF writes the demo model into dir as NAME.gguf of a GGUF layout
+// (f16, q4_k_m...).
+func addGGUF(t *testing.T, dir, name, layout string) {
+	t.Helper()
+	o := demo.DefaultOptions()
+	o.Format, o.GGUFType = demo.FormatGGUF, layout
+	if _, err := demo.Create(filepath.Join(dir, name+".gguf"), o); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOQStartFromGGUF: a float GGUF of the models directory (named by
+// its model id, the file's name without .gguf) is an oQ source: an MLX
+// output directory that is listed and loads, with the perplexity delta
+// against the GGUF; a GGUF output too. A quantized GGUF is a 400 saying
+// why, not a 404.
+func TestOQStartFromGGUF(t *testing.T) {
+	models := nodetest.Models(t)
+	addGGUF(t, models, "demo-f16", "f16")
+	addGGUF(t, models, "demo-q4", "q4_k_m")
+	n := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, DataDir: t.TempDir()})
+	for _, tc := range []struct{ body, model, file string }{
+		{`{"model":"demo-f16","bits":4,"evaluate":true}`, "demo-f16-oq4", "demo-f16-oq4/model.safetensors"},
+		{`{"model":"demo-f16.gguf","format":"gguf","type":"Q6_K"}`, "demo-f16-Q6_K", "demo-f16-Q6_K.gguf"},
+	} {
+		code, out := adminDo(t, n, http.MethodPost, "/admin/api/oq/start", tc.body)
+		if code != http.StatusAccepted {
+			t.Fatalf("%s: start: %d %v", tc.body, code, out)
+		}
+		j := waitJob(t, n, decodeJob(t, out).ID, final)
+		var res struct {
+			Model string   `json:"model"`
+			Bytes int64    `json:"bytes"`
+			Delta *float64 `json:"perplexity_delta"`
+		}
+		if err := json.Unmarshal(j.Result, &res); j.State != jobs.Done || err != nil || res.Model != tc.model || res.Bytes == 0 {
+			t.Fatalf("%s: job %+v (%v)", tc.body, j, err)
+		}
+		if strings.Contains(tc.body, "evaluate") && res.Delta == nil {
+			t.Errorf("%s: no perplexity delta in %s", tc.body, j.Result)
+		}
+		if _, err := os.Stat(filepath.Join(models, tc.file)); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, tc.model+" listed", func() string {
+			if modelIDs(t, n)[tc.model] == nil {
+				return "not listed"
+			}
+			return ""
+		})
+		if code, out := adminDo(t, n, http.MethodPost, "/admin/api/models/"+tc.model+"/load", ""); code != http.StatusOK {
+			t.Errorf("load %s: %d %v", tc.model, code, out)
+		}
+	}
+	code, out := adminDo(t, n, http.MethodPost, "/admin/api/oq/start", `{"model":"demo-q4"}`)
+	if code != http.StatusBadRequest || errParam(out) != "model" || !strings.Contains(fmt.Sprint(out), "re-quantizing a quantized model loses accuracy") {
+		t.Errorf("a quantized GGUF: %d %v, want a 400 on model saying why", code, out)
+	}
+	if ents, _ := os.ReadDir(models); slices.ContainsFunc(ents, func(e os.DirEntry) bool { return strings.HasPrefix(e.Name(), ".") }) {
+		t.Errorf("a staging entry is left in the models directory: %v", ents)
+	}
+}
+
 // TestOQCluster: a quantization asked of a to run on c writes the model
 // into c's models directory; every node sees the job, and the model
-// listed on c.
+// listed on c. A GGUF source of c's, asked of b, is quantized on c too.
 func TestOQCluster(t *testing.T) {
 	a, b, c := startTrio(t, nil)
+	addGGUF(t, c.ModelsDir(), "demo-f16", "f16")
 	code, out := adminDo(t, a, http.MethodPost, "/admin/api/oq/start", `{"model":"demo","bits":8,"group_size":32,"node":"c"}`)
 	if code != http.StatusAccepted {
 		t.Fatalf("start: %d %v", code, out)
@@ -159,4 +225,14 @@ func TestOQCluster(t *testing.T) {
 		}
 		return ""
 	})
+	code, out = adminDo(t, b, http.MethodPost, "/admin/api/oq/start", `{"model":"demo-f16","bits":4,"node":"c"}`)
+	if code != http.StatusAccepted {
+		t.Fatalf("start from a GGUF: %d %v", code, out)
+	}
+	if got := waitJob(t, a, decodeJob(t, out).ID, final); got.State != jobs.Done || got.Node != "c" {
+		t.Fatalf("a sees %+v", got)
+	}
+	if _, err := os.Stat(filepath.Join(c.ModelsDir(), "demo-f16-oq4", "model.safetensors")); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -52,18 +52,44 @@ type chatResult struct {
 
 func chatGreedy(t *testing.T, url, content string) chatResult {
 	t.Helper()
-	body, _ := json.Marshal(map[string]any{
+	return chatWith(t, url, "", map[string]any{
 		"model": nodetest.Model, "messages": []map[string]string{{"role": "user", "content": content}},
 		"max_tokens": 24, "temperature": 0, "logprobs": true,
 	})
-	resp, err := http.Post(url+"/v1/chat/completions", "application/json", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("chat: %d %s", resp.StatusCode, raw)
+}
+
+// chatWith posts an OpenAI chat request (with logprobs) with the API key
+// key ("" for none) and returns its answer.
+func chatWith(t *testing.T, url, key string, request map[string]any) chatResult {
+	t.Helper()
+	return chatRetrying(t, url, key, request, 0)
+}
+
+// chatRetrying is chatWith trying again, up to retries times, while the
+// answer is a 503 (a model not ready yet: nothing ran).
+func chatRetrying(t *testing.T, url, key string, request map[string]any, retries int) chatResult {
+	t.Helper()
+	body, _ := json.Marshal(request)
+	var raw []byte
+	for try := 0; ; try++ {
+		req, _ := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			break
+		}
+		if resp.StatusCode != http.StatusServiceUnavailable || try >= retries {
+			t.Fatalf("chat: %d %s", resp.StatusCode, raw)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	var out struct {
 		Choices []struct {

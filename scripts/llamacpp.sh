@@ -27,7 +27,18 @@
 #   FUSION_LLAMACPP_NO_BUILD=1  only print a cached entry (exit 1 without one):
 #                          how the tests and the benchmark find the build
 # Progress goes to stderr; stdout is only the directory.
+#
+# With --ggml-ref it builds instead the reference ggml-base library alone
+# (<entry>/lib/libggml-base.so), GGML_NATIVE off and with no FMA or AVX2,
+# so the C compiler cannot fuse multiply-adds in quantize_row_*_ref: the
+# oracle engine/gguf's quantizers are compared with byte for byte
+# (TestQuantizeMatchesLlamaCpp). Its key has no CPU flags (the build is
+# for the baseline of the architecture); about a CPU-minute.
 set -euo pipefail
+ref=
+if [ "${1:-}" = --ggml-ref ]; then
+	ref=1
+fi
 
 version=0.3.36
 sdist=llama_cpp_python-$version.tar.gz
@@ -48,8 +59,14 @@ die() {
 [ "$os" = Linux ] || die "only the Linux CPU build is scripted (on macOS: brew install llama.cpp)"
 flags=$(grep -m1 -E '^(flags|Features)' /proc/cpuinfo | cut -d: -f2 | tr ' ' '\n' | sort -u | tr -d '\n' | sha256sum | cut -c1-12)
 key=llama-cpp-python-$version-${sdist_sha256:0:12}-cpu$flags-$arch
+[ -z "$ref" ] || key=ggml-base-ref-$version-${sdist_sha256:0:12}-$arch
 dest=$cache/$key
-if [ -x "$dest/lib/llama-bench" ] && [ -f "$dest/lib/libllama.so" ] && [ -f "$dest/python/llama_cpp/llama_cpp.py" ]; then
+if [ -n "$ref" ] && [ -f "$dest/lib/libggml-base.so" ]; then
+	say "cached: $dest"
+	echo "$dest"
+	exit 0
+fi
+if [ -z "$ref" ] && [ -x "$dest/lib/llama-bench" ] && [ -f "$dest/lib/libllama.so" ] && [ -f "$dest/python/llama_cpp/llama_cpp.py" ]; then
 	say "cached: $dest"
 	echo "$dest"
 	exit 0
@@ -84,6 +101,31 @@ say "building $key in $work"
 tar -xzf "$cache/$sdist" -C "$work"
 src=$work/llama_cpp_python-$version
 jobs=${FUSION_LLAMACPP_JOBS:-$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)}
+if [ -n "$ref" ]; then
+	cmake -S "$src/vendor/llama.cpp" -B "$work/build" \
+		-DCMAKE_BUILD_TYPE=Release \
+		-DBUILD_SHARED_LIBS=ON \
+		-DGGML_NATIVE=OFF \
+		-DGGML_FMA=OFF \
+		-DGGML_AVX2=OFF \
+		-DGGML_CPU=ON \
+		-DLLAMA_CURL=OFF \
+		-DLLAMA_BUILD_TESTS=OFF \
+		-DLLAMA_BUILD_EXAMPLES=OFF \
+		-DLLAMA_BUILD_SERVER=OFF \
+		-DLLAMA_BUILD_TOOLS=OFF \
+		-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON \
+		-DCMAKE_INSTALL_RPATH='$ORIGIN' >&2
+	cmake --build "$work/build" -j "$jobs" --target ggml-base >&2
+	mkdir -p "$work/out/lib"
+	cp -P "$work/build/bin/"libggml-base.so* "$work/out/lib/"
+	printf 'llama-cpp-python %s sdist sha256 %s: ggml-base alone, GGML_NATIVE/FMA/AVX2 off\nbuilt %s in %ss with %s jobs\n' \
+		"$version" "$sdist_sha256" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(($(date +%s) - start))" "$jobs" >"$work/out/BUILD-INFO"
+	mv -T "$work/out" "$dest" 2>/dev/null || [ -f "$dest/lib/libggml-base.so" ] || die "cannot move the build to $dest"
+	say "built in $(($(date +%s) - start))s: $dest"
+	echo "$dest"
+	exit 0
+fi
 cmake -S "$src/vendor/llama.cpp" -B "$work/build" \
 	-DCMAKE_BUILD_TYPE=Release \
 	-DBUILD_SHARED_LIBS=ON \

@@ -59,3 +59,6 @@ FUSION_PYTHON="$venv/bin/python" scripts/mlxc.sh >/dev/null
 # bench's same-run comparison. Built once per sdist and CPU, cached in
 # ~/.cache/fusion/llamacpp (~12 CPU-minutes the first time).
 FUSION_PYTHON="$venv/bin/python" scripts/llamacpp.sh >/dev/null
+# ggml-base alone, with no fused multiply-adds: the oracle of engine/gguf's
+# K-quant quantizers (about a CPU-minute, cached beside the build above).
+FUSION_PYTHON="$venv/bin/python" scripts/llamacpp.sh --ggml-ref >/dev/null

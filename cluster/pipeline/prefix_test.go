@@ -77,22 +77,7 @@ func TestPrefixCachePerStage(t *testing.T) {
 			p.Temperature, p.Seed, p.RepetitionPenalty, p.FrequencyPenalty = 1.2, &seed, 1.3, 0.4
 		}
 		ctx := engine.WithPhases(context.Background(), tracedPhases(requestParent))
-		ch, err := r.Generate(ctx, &engine.Request{Model: name, PromptTokens: toks, Sampling: p, MaxTokens: decode})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var s string
-		var u engine.Usage
-		for ev := range ch {
-			if ev.Err != nil {
-				t.Fatal(ev.Err)
-			}
-			s += fmt.Sprintf("%v %v %s|", ev.Tokens, ev.TopLogprobs, ev.FinishReason)
-			if ev.Done {
-				u = ev.Usage
-			}
-		}
-		return s, u
+		return generate(t, ctx, r, &engine.Request{Model: name, PromptTokens: toks, Sampling: p, MaxTokens: decode})
 	}
 	type counts struct{ first, mid, last, midRestored, lastRestored int64 }
 	now := func() counts {
@@ -167,6 +152,28 @@ func TestPrefixCachePerStage(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// generate runs req on r and returns its events rendered (tokens,
+// logprobs, finish reason) and its usage.
+func generate(t *testing.T, ctx context.Context, r *runner.Runner, req *engine.Request) (string, engine.Usage) {
+	t.Helper()
+	ch, err := r.Generate(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s string
+	var u engine.Usage
+	for ev := range ch {
+		if ev.Err != nil {
+			t.Fatal(ev.Err)
+		}
+		s += fmt.Sprintf("%v %v %s|", ev.Tokens, ev.TopLogprobs, ev.FinishReason)
+		if ev.Done {
+			u = ev.Usage
+		}
+	}
+	return s, u
 }
 
 // requestParent is the traceparent of the requests' span on the first

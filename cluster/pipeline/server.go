@@ -294,6 +294,7 @@ type upStep struct {
 	// which seq keeps too.
 	restored func() (int, error)
 	seq      *model.Sequence
+	keep     func(n int) int // makes seq hold n positions; what it holds
 }
 
 // upQueue bounds the steps in flight below a middle stage; a full queue
@@ -314,8 +315,7 @@ func newUplink(stream pb.Pipeline_RunServer, chunk int) *uplink {
 					u.mu.Lock()
 					if u.pend[q.seq] {
 						delete(u.pend, q.seq)
-						q.seq.Truncate(min(n, q.seq.Len()))
-						n = q.seq.Len()
+						n = q.keep(n)
 					} else {
 						n = 0
 					}
@@ -345,11 +345,11 @@ func (u *uplink) add(step uint64, down []runner.StageSeq, wait func() ([]runner.
 	u.queue <- upStep{step: step, down: down, wait: wait}
 }
 
-func (u *uplink) addRestore(step uint64, seq *model.Sequence, restored func() (int, error)) {
+func (u *uplink) addRestore(step uint64, seq *model.Sequence, restored func() (int, error), keep func(n int) int) {
 	u.mu.Lock()
 	u.pend[seq] = true
 	u.mu.Unlock()
-	u.queue <- upStep{step: step, seq: seq, restored: restored}
+	u.queue <- upStep{step: step, seq: seq, restored: restored, keep: keep}
 }
 
 // forget is called before a sequence is closed: a Prefix's answer still
@@ -366,14 +366,23 @@ func (u *uplink) close()      { u.once.Do(func() { close(u.queue) }) }
 func (u *uplink) wait() error { <-u.ended; return u.err }
 
 // restore opens a sequence with what this stage's cache holds of a
-// prompt's blocks, passes the Prefix on with the positions it restored
-// as the limit, and answers with the positions every stage below kept.
+// prompt's blocks, passes the Prefix on with the depth it can keep as the
+// limit, and answers with the positions every stage below kept, which it
+// keeps too (runner.ImportStageBlocks: a stage with recurrent layers
+// stops only where a block carried its state).
 func (s *Server) restore(stream pb.Pipeline_RunServer, st Stage, next *Client, up *uplink, seqs map[uint64]*model.Sequence, step uint64, p *pb.Prefix) error {
 	if seqs[p.Id] != nil {
 		return status.Errorf(codes.InvalidArgument, "pipeline: sequence %d started twice", p.Id)
 	}
 	if p.Block == 0 || uint64(p.Limit) > uint64(len(p.Keys))*uint64(p.Block) || p.Limit > p.MaxLen {
 		return status.Errorf(codes.InvalidArgument, "pipeline: a prefix of %d positions in %d blocks of %d (%d positions)", p.Limit, len(p.Keys), p.Block, p.MaxLen)
+	}
+	chains := make([]prefixcache.Key, len(p.Keys))
+	for i, kb := range p.Keys {
+		if len(kb) != len(chains[i]) {
+			return status.Errorf(codes.InvalidArgument, "pipeline: a block key of %d bytes", len(kb))
+		}
+		copy(chains[i][:], kb)
 	}
 	q, err := st.Model.NewSequence(int(p.MaxLen))
 	if err != nil {
@@ -382,48 +391,35 @@ func (s *Server) restore(stream pb.Pipeline_RunServer, st Stage, next *Client, u
 	seqs[p.Id] = q
 	s.live.Add(1)
 	bs := int(p.Block)
-	for i, kb := range p.Keys {
-		if st.Cache == nil || q.Len() >= int(p.Limit) {
-			break
-		}
-		var chain prefixcache.Key
-		if len(kb) != len(chain) {
-			return status.Errorf(codes.InvalidArgument, "pipeline: a block key of %d bytes", len(kb))
-		}
-		copy(chain[:], kb)
-		key := runner.StageBlockKey(st.CacheKey, chain)
-		data, tier := st.Cache.Get(key)
-		if tier == prefixcache.Miss {
-			break
-		}
-		if err := q.ImportKV(data); err != nil || q.Len() != (i+1)*bs {
-			s.log.Warn("pipeline: prefix block not imported", "block", i, "err", err)
-			q.Truncate(i * bs)
-			st.Cache.Remove(key)
-			break
+	var imp runner.StageImport
+	if st.Cache != nil {
+		imp = runner.ImportStageBlocks(st.Cache, st.CacheKey, chains, st.Model, q, bs, int(p.Limit))
+		if imp.Bad != nil {
+			s.log.Warn("pipeline: prefix block not imported", "err", imp.Bad)
 		}
 	}
-	q.Truncate(min(q.Len(), int(p.Limit)))
-	s.restored.Add(int64(q.Len()))
 	if next == nil {
-		return stream.Send(&pb.StepReply{Step: step, Restored: uint32(q.Len())})
+		s.restored.Add(int64(imp.Depth))
+		return stream.Send(&pb.StepReply{Step: step, Restored: uint32(imp.Depth)})
 	}
-	keys := make([]prefixcache.Key, (q.Len()+bs-1)/bs)
-	for i := range keys {
-		copy(keys[i][:], p.Keys[i])
-	}
-	wait, err := next.startRestore(stream.Context(), p.Id, int(p.MaxLen), keys, bs, q.Len())
+	wait, err := next.startRestore(stream.Context(), p.Id, int(p.MaxLen), chains[:(imp.Depth+bs-1)/bs], bs, imp.Depth)
 	if err != nil {
 		return status.Error(codes.Unavailable, err.Error())
 	}
-	up.addRestore(step, q, wait)
+	up.addRestore(step, q, wait, func(n int) int {
+		if !runner.KeepStagePrefix(st.Model, q, imp.Blocks, bs, min(n, imp.Depth)) {
+			return 0 // the first stage drops the sequence
+		}
+		s.restored.Add(int64(q.Len()))
+		return q.Len()
+	})
 	return nil
 }
 
 // save puts blocks of the stream's sequences into this stage's cache
 // (those it holds; best effort).
 func (s *Server) save(st Stage, seqs map[uint64]*model.Sequence, saves []*pb.Save) {
-	if st.Cache == nil {
+	if st.Cache == nil || !runner.StageCacheable(st.Model) {
 		return
 	}
 	for _, sv := range saves {

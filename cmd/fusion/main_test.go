@@ -29,7 +29,7 @@ func TestDispatch(t *testing.T) {
 		{"bench alone", []string{"bench"}, 2, "fusion bench: missing command", benches},
 		{"unknown bench", []string{"bench", "frob"}, 2, `fusion bench: unknown command "frob"`, benches},
 		{"bench help", []string{"bench", "--help"}, 0, "usage: fusion bench <command> [flags]", benches},
-		{"unknown models command", []string{"models", "frob"}, 2, `fusion models: unknown command "frob"`, []string{"create-demo", "inspect", "pull", "quantize"}},
+		{"unknown models command", []string{"models", "frob"}, 2, `fusion models: unknown command "frob"`, []string{"bench", "create-demo", "inspect", "pull", "quantize"}},
 		{"unknown cluster command", []string{"cluster", "frob"}, 2, `fusion cluster: unknown command "frob"`, []string{"backup", "certs", "drain", "restore", "secret", "status", "undrain"}},
 		{"bench flag out of range", []string{"bench", "batch", "-streams", "1,0"}, 2, `fusion bench batch: invalid value "1,0" for flag -streams`, nil},
 		{"bench option out of range", []string{"bench", "tokenizer", "-strings", "0"}, 2, "fusion bench tokenizer: -strings and -repeat must be positive", nil},

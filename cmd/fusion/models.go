@@ -20,6 +20,8 @@ func modelsCommands() map[string]command {
 		"create-demo": {summary: "write a random-weight demo model (fusion models create-demo -h)", run: runCreateDemo},
 		"inspect": {summary: "DIR: print a model directory's architecture, dims, quantization, tensor count and weight bytes as JSON",
 			run: runInspect},
+		"bench": {summary: "MODEL: a node benchmarks a model's throughput or (--accuracy) accuracy as a job, on one, several or --each node (fusion models bench -h)",
+			run: runModelsBench},
 		"pull": {summary: "OWNER/NAME: download a model from the Hugging Face Hub (fusion models pull -h)", run: runPull},
 		"quantize": {summary: "SRC DST: oQ, quantize a float model to MLX affine weights, uniform or mixed precision (fusion models quantize -h)",
 			run: runQuantize},
@@ -45,7 +47,7 @@ func runCreateDemo(_ context.Context, args []string, stdout, stderr io.Writer) e
 	fs.StringVar(&o.QuantMode, "quant", "", "MLX quantization mode: affine (with --quantize bits), or mxfp4, mxfp8, nvfp4 (bits and group size fixed by the mode)")
 	fs.StringVar(&o.DType, "dtype", d.DType, "weight dtype: bf16, f16 or f32")
 	fs.StringVar(&o.Format, "format", d.Format, "output format: safetensors (a model directory) or gguf (one file: --out, with .gguf appended if missing)")
-	fs.StringVar(&o.GGUFType, "gguf-type", "", "GGUF weight layout: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k or q4_k_m (default: from --quantize 8/4 or --dtype)")
+	fs.StringVar(&o.GGUFType, "gguf-type", "", "GGUF weight layout: f32, f16, bf16, q8_0, q4_0, q3_k, q4_k, q5_k, q6_k, or a llama.cpp mix q2_k, q3_k_m, q4_k_m, q5_k_m (default: from --quantize 8/4 or --dtype)")
 	fs.Uint64Var(&o.Seed, "seed", 0, "random seed (same seed, same weights)")
 	fs.BoolVar(&o.Untied, "untied", false, "write a separate lm_head instead of tying it to the embeddings")
 	fs.IntVar(&o.StopAfter, "stop-after", 0, fmt.Sprintf("end answers on their own after about this many tokens (0: never, answers run to max_tokens; at most %d)", demo.MaxStopAfter))

@@ -65,7 +65,7 @@ func TestModelsUsageErrors(t *testing.T) {
 		{[]string{"models", "create-demo", "--out", t.TempDir(), "--stop-after", "-1"}, 1, "outside 0..256"},
 		{[]string{"models", "create-demo", "--out", t.TempDir(), "--experts", "4"}, 1, "need a mixture (--arch qwen3_moe"},
 		{[]string{"models", "create-demo", "--out", t.TempDir(), "--arch", "qwen3_moe", "--experts", "2", "--experts-per-tok", "3"}, 1, "exceeds --experts 2"},
-		{[]string{"models", "create-demo", "--out", t.TempDir(), "--arch", "gpt_oss", "--format", "gguf"}, 1, "safetensors only"},
+		{[]string{"models", "create-demo", "--out", t.TempDir(), "--arch", "deepseek_v3", "--format", "gguf"}, 1, "safetensors only"},
 		{[]string{"models", "create-demo", "--out", t.TempDir(), "--quant", "mxint4"}, 1, "unknown --quant"},
 		{[]string{"models", "create-demo", "--out", t.TempDir(), "--quant", "mxfp4", "--format", "gguf"}, 1, "not GGUF's"},
 		{[]string{"models", "inspect"}, 2, "usage: fusion models inspect"},

@@ -19,6 +19,7 @@ import (
 	"fusion/hub"
 	"fusion/jobs"
 	"fusion/node"
+	"fusion/router/admin"
 )
 
 const pullUsage = `usage: fusion models pull [flags] OWNER/NAME
@@ -37,7 +38,12 @@ snapshot's path (served as OWNER/NAME), unless --force.
 
 Without --addr it downloads here, into --models-dir. With --addr it asks
 that running node (or, with --node, another node of its cluster) to run
-the download as a job, and follows its progress.
+the download as a job, and follows its progress. With --replicas,
+--stages or --pin as well, the model goes to every node a placement of
+that shape takes (pinned nodes first, then nodes that have it, then the
+most memory; with no --stages, as few stages as its weights need): one
+job starts a download on each such node and, once all are done, stores
+the placement, so the cluster loads the model there.
 
 `
 
@@ -72,6 +78,10 @@ func runPull(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	onNode := fs.String("node", "", "with --addr: the cluster node that downloads (default the one at --addr)")
 	hfCache := fs.String("hf-cache", modelfile.HFCacheDir(nil), `Hugging Face cache whose complete snapshots are not downloaded again ("" = none; without --addr)`)
 	force := fs.Bool("force", false, "download even when the revision is complete in the Hugging Face cache")
+	replicas := fs.Int("replicas", 0, "with --addr: download to the nodes a placement of this many replicas takes, then place it")
+	stages := fs.Int("stages", 0, "with --addr: pipeline stages of each replica of the placement (0: as few as the weights need)")
+	var pin stringsFlag
+	fs.Var(&pin, "pin", "with --addr: a node the placement prefers (repeatable, best first)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -85,8 +95,15 @@ func runPull(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *source != hub.SourceHF && *source != hub.SourceModelScope {
 		return usagef("--source must be hf or modelscope, not %q", *source)
 	}
+	var placement *admin.DownloadPlacement
+	if *replicas != 0 || *stages != 0 || len(pin) > 0 {
+		if *addr == "" {
+			return usagef("--replicas, --stages and --pin place the model in a cluster: give --addr")
+		}
+		placement = &admin.DownloadPlacement{Replicas: *replicas, Stages: *stages, Pin: pin}
+	}
 	if *addr != "" {
-		return pullOnNode(ctx, *addr, *apiKey, *caFile, *onNode, *name, *source, *force, req, stdout, stderr)
+		return pullOnNode(ctx, *addr, *apiKey, *caFile, *onNode, *name, *source, *force, placement, req, stdout, stderr)
 	}
 	if *source == hub.SourceModelScope {
 		*endpoint = cmp.Or(*msEndpoint, os.Getenv("MODELSCOPE_ENDPOINT"))
@@ -146,11 +163,20 @@ func (p *progressLine) end()           { fmt.Fprintln(p.w) }
 
 // pullOnNode starts the download as a job on a running node and follows
 // its event stream until it ends.
-func pullOnNode(ctx context.Context, addr, apiKey, caFile, onNode, name, source string, force bool, req hub.Request, stdout, stderr io.Writer) error {
-	body := map[string]any{"source": source, "repo": req.Repo, "revision": req.Revision, "allow_patterns": req.Allow, "name": name, "node": onNode, "force": force}
+func pullOnNode(ctx context.Context, addr, apiKey, caFile, onNode, name, source string, force bool, placement *admin.DownloadPlacement, req hub.Request, stdout, stderr io.Writer) error {
+	body := admin.DownloadRequest{Source: source, Repo: req.Repo, Revision: req.Revision, Allow: req.Allow, Name: name, Node: onNode, Force: force, Placement: placement}
 	j, err := runJobOnNode(ctx, addr, apiKey, caFile, "/admin/api/hf/download", body, stderr)
 	if err != nil {
 		return err
+	}
+	if placement != nil {
+		var res admin.PlacementResult
+		if err := json.Unmarshal(j.Result, &res); err != nil {
+			return fmt.Errorf("job %s: result: %w", j.ID, err)
+		}
+		fmt.Fprintf(stdout, "%s: on %s (%d replica(s) of %d stage(s); fetched to %d node(s), %d bytes each); placement stored\n",
+			res.Model, strings.Join(res.Nodes, ", "), res.Placement.Replicas, res.Stages, len(res.Downloads), res.Bytes)
+		return nil
 	}
 	var res hub.Result
 	if err := json.Unmarshal(j.Result, &res); err != nil {
@@ -164,6 +190,10 @@ func pullOnNode(ctx context.Context, addr, apiKey, caFile, onNode, name, source 
 		strings.Join(relPaths(res.Paths), ", "))
 	return nil
 }
+
+// jobRecordWait bounds how long a job's record may take to be readable
+// on the node that started it.
+const jobRecordWait = 10 * time.Second
 
 // runJobOnNode posts body to a running node's job route (path), follows
 // the job's event stream (its log and progress on stderr) and returns
@@ -208,9 +238,26 @@ func runJobOnNode(ctx context.Context, addr, apiKey, caFile, path string, reqBod
 		return jobs.Job{}, fmt.Errorf("%s: %w", base, err)
 	}
 	fmt.Fprintf(stderr, "job %s on node %s\n", j.ID, j.Node)
-	resp, err = send(http.MethodGet, base+"/admin/api/jobs/"+j.ID, nil, "text/event-stream")
-	if err != nil {
-		return jobs.Job{}, err
+	// In a cluster the record reaches the node asked a commit after the
+	// leader has it: a 404 at first is retried for a while.
+	for wait := time.Now().Add(jobRecordWait); ; {
+		resp, err = send(http.MethodGet, base+"/admin/api/jobs/"+j.ID, nil, "text/event-stream")
+		if err != nil {
+			return jobs.Job{}, err
+		}
+		if resp.StatusCode == http.StatusOK {
+			break
+		}
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound || time.Now().After(wait) {
+			return j, fmt.Errorf("job %s: %s: %s", j.ID, resp.Status, strings.TrimSpace(string(b)))
+		}
+		select {
+		case <-ctx.Done():
+			return j, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 	defer resp.Body.Close()
 	p := &progressLine{w: stderr, unit: j.Progress.Unit}

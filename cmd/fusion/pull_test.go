@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"fusion/cluster"
 	"fusion/engine/demo"
 	"fusion/internal/hubtest"
 	"fusion/internal/mstest"
@@ -152,4 +154,49 @@ func TestModelsPullModelScope(t *testing.T) {
 		t.Fatalf("pull on a node exited %d: %s %s", code, out, errs)
 	}
 	same(filepath.Join(n.ModelsDir(), "remote", "model.safetensors"))
+}
+
+// TestModelsPullPlacement: `fusion models pull --addr --replicas 2` on a
+// 2-node cluster downloads to both nodes (here from ModelScope) and
+// stores the placement; --replicas without --addr is a usage error.
+func TestModelsPullPlacement(t *testing.T) {
+	srv := mstest.Start(t)
+	src := filepath.Join(t.TempDir(), "src")
+	if _, err := demo.Create(src, demo.Options{Seed: 9}); err != nil {
+		t.Fatal(err)
+	}
+	srv.AddModel(t, "demo-org/tiny", src)
+	hf := node.HFConfig{ModelScopeEndpoint: srv.URL, MinFreeDisk: 1}
+	a := nodetest.Start(t, nodetest.Options{APIKey: "k", HF: hf, Cluster: nodetest.Member("a", 1, nil)})
+	b := nodetest.Start(t, nodetest.Options{APIKey: "k", HF: hf, Cluster: nodetest.Member("b", 0, []string{a.Cluster().GossipAddr()})})
+	deadline := time.Now().Add(30 * time.Second)
+	for _, n := range []*node.Node{a, b} {
+		for {
+			if _, err := n.Cluster().DownloadNodes("x", cluster.PlacementSpec{Replicas: 2}, 0); err == nil {
+				break
+			} else if time.Now().After(deadline) {
+				t.Fatalf("%s's catalog: %v", n.Cluster().ID(), err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"models", "pull", "--source", "modelscope", "--addr", b.URL(), "--api-key", "k",
+		"--name", "placed", "--replicas", "2", "demo-org/tiny"}, &out, &errb)
+	if code != 0 || !strings.HasPrefix(out.String(), "placed: on ") || !strings.Contains(out.String(), "2 replica(s) of 1 stage(s); fetched to 2 node(s)") {
+		t.Fatalf("pull exited %d: %s %s", code, out.String(), errb.String())
+	}
+	want, _ := os.ReadFile(filepath.Join(src, "model.safetensors"))
+	for _, n := range []*node.Node{a, b} {
+		if got, err := os.ReadFile(filepath.Join(n.ModelsDir(), "placed", "model.safetensors")); err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s's copy differs from the source (%v)", n.Cluster().ID(), err)
+		}
+	}
+	if spec, ok := a.Cluster().PlacementSpecOf("placed"); !ok || spec.Replicas != 2 || len(spec.Pin) != 2 {
+		t.Errorf("placement %+v %v", spec, ok)
+	}
+	errb.Reset()
+	if code := run(context.Background(), []string{"models", "pull", "--replicas", "2", "demo-org/tiny"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "--addr") {
+		t.Errorf("--replicas without --addr: exit %d: %s", code, errb.String())
+	}
 }

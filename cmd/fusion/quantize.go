@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"strings"
 
 	"fusion/engine/quant"
 )
@@ -14,22 +16,25 @@ const quantizeUsage = `usage: fusion models quantize [flags] SRC DST
        fusion models quantize --addr HOST:PORT [flags] MODEL
 
 oQ: quantizes a float model (BF16/F16/F32 safetensors; llama, mistral,
-qwen2, qwen3, phi3) to MLX affine weights. Uniform settings write the same
+qwen2, qwen3, phi3; or a float GGUF file of llama, qwen2, qwen3, qwen3moe,
+read back into that layout) to MLX affine weights. Uniform settings write the same
 bytes as mlx_lm.convert -q --q-bits B --q-group-size G; --target-bits asks
-for mixed precision, the tensors whose quantization error drops most
-raised to --high-bits while the average code bits per weight stays within
-the target. By default a tensor's sensitivity is its own quantization
+for mixed precision, each tensor at --bits or --high-bits (locally: any
+of --widths in any of --group-sizes) so that the loss is least while the
+true bits per weight (codes, scales and biases: 4-bit in groups of 64
+with bf16 scales is 4.5) stay within the target. By default a tensor's sensitivity is its own quantization
 error; --calibrate measures instead how far the model's predictions on a
 calibration text (a bundled English text, or --calibration FILE) move when
-that tensor alone is quantized (one forward pass per tensor and bit width).
+that tensor alone is quantized (one forward pass per tensor).
 
---format gguf --type Q8_0|Q4_K_M|Q6_K writes one GGUF file instead
-(DST.gguf; llama, mistral, qwen2, qwen3): llama.cpp's tensor names,
-metadata and tokenizer keys, ggml's reference quantizers, and for Q4_K_M
-llama.cpp's per-tensor mix (Q6_K output, attn_v and ffn_down in some
-layers).
+--format gguf --type Q8_0|Q4_K_M|Q6_K|Q5_K_M|Q3_K_M|Q2_K writes one GGUF
+file instead (DST.gguf; llama, mistral, qwen2, qwen3, qwen3_moe):
+llama.cpp's tensor names, metadata and tokenizer keys, ggml's reference
+quantizers, and llama.cpp's per-tensor mix (Q6_K output; more bits for
+attn_v, ffn_down and attn_output in some layers).
 
-Without --addr it reads the model directory SRC and writes DST here. With
+Without --addr it reads the model directory (or .gguf file) SRC and writes
+DST here; a quantized GGUF is refused (re-quantizing loses accuracy). With
 --addr it asks that running node (or, with --node, another node of its
 cluster) to quantize MODEL of its models directory as a job, and follows
 its progress.
@@ -41,7 +46,7 @@ func runQuantize(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.Usage = func() { fmt.Fprint(stderr, quantizeUsage); fs.PrintDefaults() }
 	bits := fs.Int("bits", quant.DefaultBits, "bits per weight: 2, 3, 4, 5, 6 or 8 (the base of a mixed plan)")
 	group := fs.Int("group-size", quant.DefaultGroupSize, "quantization group size: 32, 64 or 128")
-	target := fs.Float64("target-bits", 0, "mixed precision at this average code bits per weight (above --bits; 0: uniform)")
+	target := fs.Float64("target-bits", 0, "mixed precision at this average of true bits per weight, scales and biases counted (0: uniform)")
 	high := fs.Int("high-bits", quant.DefaultHighBits, "bits of the raised tensors of a mixed plan")
 	evaluate := fs.Bool("evaluate", false, "measure the perplexity of the source and the result on a bundled text")
 	addr := fs.String("addr", "", "a running node's HTTP address: the node quantizes, as a job")
@@ -50,13 +55,33 @@ func runQuantize(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	onNode := fs.String("node", "", "with --addr: the cluster node that quantizes (default the one at --addr)")
 	name := fs.String("name", "", "with --addr: the new model's name (default MODEL-oqBITS, MODEL-oqTARGET or MODEL-TYPE)")
 	format := fs.String("format", quant.FormatMLX, "output: mlx (a model directory) or gguf (one file)")
-	ggufType := fs.String("type", "", "with --format gguf: Q8_0, Q4_K_M or Q6_K")
+	ggufType := fs.String("type", "", "with --format gguf: Q8_0, Q4_K_M, Q6_K, Q5_K_M, Q3_K_M or Q2_K")
 	calibrate := fs.Bool("calibrate", false, "with --target-bits: measure sensitivity on a calibration text (the bundled one, or --calibration)")
 	calibFile := fs.String("calibration", "", "with --target-bits: a text file to calibrate on (implies --calibrate)")
+	widths := fs.String("widths", "", "with --target-bits, without --addr: the bit widths a plan chooses from, e.g. 2,3,4,5,6,8 (default --bits and --high-bits)")
+	groups := fs.String("group-sizes", "", "with --target-bits, without --addr: the group sizes a plan chooses from, e.g. 32,64,128 (default --group-size)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	o := quant.Options{Bits: *bits, GroupSize: *group, TargetBits: *target, HighBits: *high, Format: *format, GGUFType: *ggufType}
+	for _, l := range []struct {
+		flag, val string
+		to        *[]int
+	}{{"widths", *widths, &o.Widths}, {"group-sizes", *groups, &o.GroupSizes}} {
+		if l.val == "" {
+			continue
+		}
+		if *addr != "" {
+			return usagef("--%s works without --addr (the admin API takes bits and high_bits)", l.flag)
+		}
+		for _, f := range strings.Split(l.val, ",") {
+			v, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				return usagef("--%s: %q is not a number", l.flag, f)
+			}
+			*l.to = append(*l.to, v)
+		}
+	}
 	switch {
 	case *calibFile != "":
 		b, err := os.ReadFile(expandHome(*calibFile))

@@ -84,9 +84,36 @@ func TestModelsQuantize(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &m); err != nil || m.Result.Sensitivity != "calibration" || len(m.Result.Plan) != m.Result.Quantized || m.Result.Plan[0].BaseKL <= 0 {
 		t.Errorf("calibrated report %s: %v", out.String(), err)
 	}
+	// A plan over several widths and group sizes (the weight measure):
+	// every tensor's candidates in the report, within the target.
+	out.Reset()
+	errb.Reset()
+	if code := run(context.Background(), []string{"models", "quantize", "--target-bits", "4.5", "--widths", "2,3,4,6", "--group-sizes", "32,64", src, dst + "-w"}, &out, &errb); code != 0 {
+		t.Fatalf("widths: exit %d: %s", code, errb.String())
+	}
+	var w struct {
+		Result struct {
+			BitsPerWeight float64        `json:"bits_per_weight"`
+			Widths        map[string]int `json:"widths"`
+			Plan          []struct {
+				Candidates []json.RawMessage `json:"candidates"`
+			} `json:"plan"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &w); err != nil || w.Result.BitsPerWeight > 4.5 || len(w.Result.Widths) == 0 || len(w.Result.Plan) == 0 || len(w.Result.Plan[0].Candidates) != 8 {
+		t.Errorf("widths report %s: %v", out.String(), err)
+	}
+	for _, args := range [][]string{{"--target-bits", "4.5", "--widths", "4,7", src, dst + "9"}, {"--target-bits", "4.5", "--widths", "four", src, dst + "10"},
+		{"--addr", "http://127.0.0.1:1", "--target-bits", "4.5", "--group-sizes", "64,128", "demo"}} {
+		out.Reset()
+		errb.Reset()
+		if code := run(context.Background(), append([]string{"models", "quantize"}, args...), &out, &errb); code != 2 {
+			t.Errorf("%v: exit %d, want 2 (%s)", args, code, errb.String())
+		}
+	}
 	for _, args := range [][]string{{"--bits", "7", src, dst + "2"}, {src}, {"--target-bits", "3", src, dst + "3"},
 		{"--calibrate", src, dst + "7"}, {"--target-bits", "4.5", "--calibration", calib + ".missing", src, dst + "8"},
-		{"--format", "gguf", "--type", "Q5_K_M", src, dst + "4"}, {"--type", "Q8_0", src, dst + "5"}, {"--format", "onnx", src, dst + "6"}} {
+		{"--format", "gguf", "--type", "Q4_K_S", src, dst + "4"}, {"--type", "Q8_0", src, dst + "5"}, {"--format", "onnx", src, dst + "6"}} {
 		out.Reset()
 		errb.Reset()
 		if code := run(context.Background(), append([]string{"models", "quantize"}, args...), &out, &errb); code != 2 {

@@ -12,6 +12,8 @@ import (
 	"fusion/engine/demo"
 	"fusion/engine/runner"
 	"fusion/hub"
+	"fusion/node"
+	"fusion/router/admin"
 )
 
 func TestServeSettingsPrecedence(t *testing.T) {
@@ -334,23 +336,59 @@ func TestServeHFCacheSetting(t *testing.T) {
 	}
 }
 
-// TestServeDownloadPartsSettings: --download-parts and
-// --download-min-part default to the hub package's defaults, are set by
-// flag, and refuse values below 1.
+// TestServeDownloadPartsSettings: --download-parts, --download-min-part
+// and --download-resumes default to the hub and node packages' defaults,
+// are set by flag, and refuse values below 1 (below 0 for resumes).
 func TestServeDownloadPartsSettings(t *testing.T) {
 	none := func(string) string { return "" }
 	s, err := resolveServe(nil, none, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.cfg.HF.Parts != hub.DefaultParts || s.cfg.HF.MinPart != hub.DefaultMinPart {
-		t.Errorf("defaults: parts %d, min part %d", s.cfg.HF.Parts, s.cfg.HF.MinPart)
+	if s.cfg.HF.Parts != hub.DefaultParts || s.cfg.HF.MinPart != hub.DefaultMinPart || s.cfg.HF.Resumes != node.DefaultDownloadResumes {
+		t.Errorf("defaults: parts %d, min part %d, resumes %d", s.cfg.HF.Parts, s.cfg.HF.MinPart, s.cfg.HF.Resumes)
 	}
-	s, err = resolveServe([]string{"--download-parts", "8", "--download-min-part", "1048576"}, none, io.Discard)
-	if err != nil || s.cfg.HF.Parts != 8 || s.cfg.HF.MinPart != 1<<20 {
-		t.Errorf("flags: %v, parts %d, min part %d", err, s.cfg.HF.Parts, s.cfg.HF.MinPart)
+	if s.cfg.HF.Parallel != 4 || s.cfg.HF.Token != "" {
+		t.Errorf("defaults: parallel %d, token %q", s.cfg.HF.Parallel, s.cfg.HF.Token)
 	}
-	for _, args := range [][]string{{"--download-parts", "0"}, {"--download-min-part", "0"}} {
+	s, err = resolveServe([]string{"--download-parts", "8", "--download-min-part", "1048576", "--download-resumes", "0", "--download-parallel", "2"}, none, io.Discard)
+	if err != nil || s.cfg.HF.Parts != 8 || s.cfg.HF.MinPart != 1<<20 || s.cfg.HF.Resumes != 0 || s.cfg.HF.Parallel != 2 {
+		t.Errorf("flags: %v, parts %d, min part %d, resumes %d, parallel %d", err, s.cfg.HF.Parts, s.cfg.HF.MinPart, s.cfg.HF.Resumes, s.cfg.HF.Parallel)
+	}
+	// The tokens: the environment's, unless a flag gives one.
+	env := map[string]string{"HF_TOKEN": "hf_env", "MODELSCOPE_API_TOKEN": "ms_env"}
+	s, err = resolveServe(nil, func(k string) string { return env[k] }, io.Discard)
+	if err != nil || s.cfg.HF.Token != "hf_env" || s.cfg.HF.ModelScopeToken != "ms_env" {
+		t.Errorf("tokens from the environment: %v, %q, %q", err, s.cfg.HF.Token, s.cfg.HF.ModelScopeToken)
+	}
+	s, err = resolveServe([]string{"--hf-token", "hf_flag"}, func(k string) string { return env[k] }, io.Discard)
+	if err != nil || s.cfg.HF.Token != "hf_flag" {
+		t.Errorf("--hf-token over HF_TOKEN: %v, %q", err, s.cfg.HF.Token)
+	}
+	for _, args := range [][]string{{"--download-parts", "0"}, {"--download-min-part", "0"}, {"--download-resumes", "-1"}, {"--download-parallel", "0"}} {
+		if _, err := resolveServe(args, none, io.Discard); err == nil || !strings.Contains(err.Error(), args[0]) {
+			t.Errorf("%v: %v", args, err)
+		}
+	}
+}
+
+// TestServeBenchLimits: --bench-max-prompt, --bench-max-generate and
+// --bench-max-streams default to router/admin's limits, are set by flag
+// and refuse values below 1.
+func TestServeBenchLimits(t *testing.T) {
+	none := func(string) string { return "" }
+	s, err := resolveServe(nil, none, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (admin.BenchLimits{MaxPrompt: admin.MaxBenchPrompt, MaxGenerate: admin.MaxBenchGenerate, MaxStreams: admin.MaxBenchStreams}); s.cfg.Bench != want {
+		t.Errorf("defaults %+v, want %+v", s.cfg.Bench, want)
+	}
+	s, err = resolveServe([]string{"--bench-max-prompt", "64", "--bench-max-generate", "8", "--bench-max-streams", "2"}, none, io.Discard)
+	if want := (admin.BenchLimits{MaxPrompt: 64, MaxGenerate: 8, MaxStreams: 2}); err != nil || s.cfg.Bench != want {
+		t.Errorf("flags: %v, %+v", err, s.cfg.Bench)
+	}
+	for _, args := range [][]string{{"--bench-max-prompt", "0"}, {"--bench-max-generate", "0"}, {"--bench-max-streams", "-1"}} {
 		if _, err := resolveServe(args, none, io.Discard); err == nil || !strings.Contains(err.Error(), args[0]) {
 			t.Errorf("%v: %v", args, err)
 		}

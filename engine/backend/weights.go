@@ -16,7 +16,8 @@ const (
 	// MLXAffine: mlx-lm's affine quantization; Data is the U32 packed
 	// codes [Out, In·Bits/32], Scales and Biases [Out, In/GroupSize].
 	MLXAffine
-	// GGUFBlocks: a ggml block type (Q8_0, Q4_0, Q4_K, Q6_K), row-major
+	// GGUFBlocks: a ggml block type (Q8_0, Q4_0, Q2_K, Q3_K, Q4_K, Q5_K,
+	// Q6_K), row-major
 	// [Out, In], each row whole blocks.
 	GGUFBlocks
 	// MLXFloat: one of MLX's floating-point modes (Mode "mxfp4", "mxfp8"

@@ -39,6 +39,9 @@ const (
 	probeValue      = "probe value"
 	probeObjectJSON = `{"` + probeKey + `": "` + probeValue + `"}`
 	probeStringJSON = `{"` + probeKey + `":"` + probeValue + `"}`
+	// Gemma 4's template writes an object in its own notation (and a
+	// string as it is, so the string form would show too, wrongly).
+	probeObjectGemma = probeKey + `:<|"|>` + probeValue + `<|"|>`
 )
 
 // probeShape finds the template's Shape by rendering a short tool
@@ -58,7 +61,7 @@ func (t *Template) probeShape() Shape {
 			if stringArgs {
 				want = probeStringJSON
 			}
-			if strings.Contains(out, want) {
+			if strings.Contains(out, want) || !stringArgs && strings.Contains(out, probeObjectGemma) {
 				sh := Shape{StringArguments: stringArgs, NullCallContent: nullContent}
 				sh.ThinkingField = t.readsThinking(stringArgs, nullContent)
 				return sh

@@ -1,6 +1,10 @@
 package chattemplate
 
-import "testing"
+import (
+	"testing"
+
+	"fusion/internal/testenv"
+)
 
 // TestConform: each shape's conversions, messages left alone where there
 // is nothing to convert, odd input passed through without a panic, and
@@ -112,5 +116,21 @@ func TestProbeThinkingField(t *testing.T) {
 		if got := tmpl.Shape().ThinkingField; got != tc.want {
 			t.Errorf("%s: ThinkingField = %v, want %v (shape %+v)", tc.name, got, tc.want, tmpl.Shape())
 		}
+	}
+}
+
+// TestShapeGemma4: Gemma 4's template writes object arguments in its own
+// notation and echoes string ones, so its history takes objects.
+func TestShapeGemma4(t *testing.T) {
+	src, err := FromTokenizerConfig(testenv.TokenizerFileDir(t, "gemma4", "chat_template.jinja"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl, err := New(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sh := tmpl.Shape(); sh.StringArguments {
+		t.Errorf("shape %+v: want object arguments", sh)
 	}
 }

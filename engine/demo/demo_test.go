@@ -86,8 +86,10 @@ func TestBuildOptions(t *testing.T) {
 		{Arch: "gemma4_text", Experts: 4, ExpertsPerTok: 5},
 		// global_head_dim: gemma4_text's, even.
 		{Arch: "llama", GlobalHeadDim: 32}, {Arch: "gemma4_text", Layers: 4, GlobalHeadDim: 33},
-		// Of the mixtures only qwen3_moe has a GGUF writer.
-		{Arch: "gpt_oss", Format: FormatGGUF}, {Arch: "deepseek_v3", Format: FormatGGUF}, {Arch: "qwen3_5_moe", Format: FormatGGUF},
+		// Of the mixtures only qwen3_moe and gpt_oss have a GGUF writer.
+		{Arch: "deepseek_v3", Format: FormatGGUF}, {Arch: "qwen3_5_moe", Format: FormatGGUF},
+		// gpt_oss's GGUF experts are MXFP4: rows of whole blocks of 32.
+		{Arch: "gpt_oss", Format: FormatGGUF, Hidden: 48, Heads: 2, KVHeads: 1, HeadDim: 16},
 	}
 	for _, o := range bad {
 		if _, err := Build(o); err == nil {

@@ -14,5 +14,7 @@
 // template: a model built on it gets chattemplate.Harmony, and <|call|>
 // among its end tokens. Architectures: llama, qwen3 and gemma3_text
 // (gemma.go; safetensors only, with Gemma's norm layout and sliding-window
-// settings), gemma4_text (gemma4.go) and the families of archList.
+// settings), gemma4_text (gemma4.go) and the families of archList. GGUF
+// (gguf.go) is written for llama, qwen3, qwen3_moe and gpt_oss (gpt-oss's
+// layout as llama.cpp's converter writes it, MXFP4 experts: gguf_gptoss.go).
 package demo

@@ -38,7 +38,7 @@ func (o *Options) resolveFamily() error {
 		return fmt.Errorf("demo: --stop-after is not supported for %s (or with sliding windows)", o.Arch)
 	case oss && o.SlidingPattern != 0 && o.SlidingPattern != 2:
 		return fmt.Errorf("demo: gpt_oss alternates sliding and full layers (--sliding-pattern 2)")
-	case o.Format == FormatGGUF:
+	case o.Format == FormatGGUF && !oss:
 		return fmt.Errorf("demo: %s demos are written as safetensors only", o.Arch)
 	case phi3 && o.HeadDim != 0 && o.HeadDim*o.Heads != o.Hidden:
 		return fmt.Errorf("demo: phi3's head dim is --hidden / --heads")

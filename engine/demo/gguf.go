@@ -11,13 +11,26 @@ import (
 	"fusion/engine/tensor"
 )
 
-// GGUF weight layouts create-demo can write. "q4_k_m" follows llama.cpp's
-// Q4_K_M recipe in spirit: Q4_K for most matrices, Q6_K for the output
-// projection and for attn_v and ffn_down.
+// GGUF weight layouts create-demo can write: one type for every matrix,
+// or a llama.cpp mix (q5_k_m, q4_k_m, q3_k_m, q2_k), whose type here is
+// that of the matrices no rule singles out; see mixType.
 var ggufTypes = map[string]tensor.DType{
 	"f32": tensor.F32, "f16": tensor.F16, "bf16": tensor.BF16,
 	"q8_0": tensor.Q8_0, "q4_0": tensor.Q4_0, "q4_k": tensor.Q4_K, "q6_k": tensor.Q6_K,
-	"q4_k_m": tensor.Q4_K,
+	"q5_k": tensor.Q5_K, "q3_k": tensor.Q3_K,
+	"q5_k_m": tensor.Q5_K, "q4_k_m": tensor.Q4_K, "q3_k_m": tensor.Q3_K, "q2_k": tensor.Q2_K,
+}
+
+// mixType is the type a llama.cpp mix gives the output projection,
+// attn_v, ffn_down (and ffn_down_exps) and attn_output, following
+// llama.cpp's recipe in spirit: its choice for the layers it upgrades,
+// applied to every layer (a demo has few layers, and a test of the mix
+// wants every type in every layer). Unset: the mix's own type.
+var mixType = map[string]struct{ output, attnV, ffnDown, attnOut tensor.DType }{
+	"q5_k_m": {tensor.Q6_K, tensor.Q6_K, tensor.Q6_K, tensor.Invalid},
+	"q4_k_m": {tensor.Q6_K, tensor.Q6_K, tensor.Q6_K, tensor.Invalid},
+	"q3_k_m": {tensor.Q6_K, tensor.Q5_K, tensor.Q4_K, tensor.Q4_K},
+	"q2_k":   {tensor.Q6_K, tensor.Q3_K, tensor.Q3_K, tensor.Q3_K},
 }
 
 // GGUFLayout names the GGUF weight layout the options write.
@@ -40,7 +53,7 @@ func (o Options) ggufType() (string, error) {
 		}
 	}
 	if _, ok := ggufTypes[t]; !ok {
-		return "", fmt.Errorf("demo: unknown --gguf-type %q (want f32, f16, bf16, q8_0, q4_0, q4_k, q6_k or q4_k_m)", o.GGUFType)
+		return "", fmt.Errorf("demo: unknown --gguf-type %q (want f32, f16, bf16, q8_0, q4_0, q3_k, q4_k, q5_k, q6_k, q2_k, q3_k_m, q4_k_m or q5_k_m)", o.GGUFType)
 	}
 	return t, nil
 }
@@ -74,6 +87,11 @@ func writeGGUF(path string, m *Model) error {
 		// (its graph always renormalizes, as the demo's norm_topk_prob).
 		cfg.Experts, cfg.ExpertsUsed, cfg.ExpertIntermediate = p.Experts, p.ExpertsPerTok, p.MoEIntermediate
 	}
+	if p.Arch == modelfile.ArchGptOss {
+		if err := gptOssGGUFConfig(p, &cfg); err != nil {
+			return err
+		}
+	}
 	meta := append(cfg.KVs(),
 		gguf.KV{Key: gguf.KeyName, Value: gguf.String("fusion-demo-" + p.Arch)},
 		gguf.KV{Key: "general.file_type", Value: gguf.Uint32(ggufFileType(kind))},
@@ -90,7 +108,7 @@ func writeGGUF(path string, m *Model) error {
 
 	tensors := make([]gguf.WriteTensor, 0, len(m.Tensors))
 	for _, t := range m.Tensors {
-		name, ok := gguf.GGUFName(t.Name)
+		name, ok := gguf.GGUFNameFor(p.Arch, t.Name)
 		if !ok {
 			return fmt.Errorf("demo: no GGUF name for tensor %q", t.Name)
 		}
@@ -100,7 +118,12 @@ func writeGGUF(path string, m *Model) error {
 				return fmt.Errorf("demo: %s: %w", t.Name, err)
 			}
 		}
-		wt, err := gguf.QuantizeTensor(name, tensorType(kind, name, t.Shape), t.Shape, data)
+		var wt gguf.WriteTensor
+		if p.Arch == modelfile.ArchGptOss {
+			wt, err = gptOssGGUFTensor(kind, name, t.Shape, data)
+		} else {
+			wt, err = gguf.QuantizeTensor(name, tensorType(kind, name, t.Shape), t.Shape, data)
+		}
 		if err != nil {
 			return fmt.Errorf("demo: %w", err)
 		}
@@ -120,16 +143,28 @@ func writeGGUF(path string, m *Model) error {
 // tensorType picks the storage type of one tensor: vectors (norms) and a
 // mixture's router (ffn_gate_inp) stay F32, as llama.cpp's converter and
 // llama-quantize keep them; matrices and stacked experts take the chosen
-// type (q4_k_m: Q6_K for ffn_down_exps as for ffn_down), falling back to
+// type (a mix: mixType's, ffn_down_exps as ffn_down), falling back to
 // Q8_0 and then F16 when a row is not a whole number of blocks.
 func tensorType(kind, name string, shape []int64) tensor.DType {
 	if len(shape) < 2 || strings.HasSuffix(name, ".ffn_gate_inp.weight") {
 		return tensor.F32
 	}
 	want := ggufTypes[kind]
-	if kind == "q4_k_m" && (name == "output.weight" || strings.HasSuffix(name, ".attn_v.weight") ||
-		strings.HasSuffix(name, ".ffn_down.weight") || strings.HasSuffix(name, ".ffn_down_exps.weight")) {
-		want = tensor.Q6_K
+	if mix, ok := mixType[kind]; ok {
+		var dt tensor.DType
+		switch {
+		case name == "output.weight":
+			dt = mix.output
+		case strings.HasSuffix(name, ".attn_v.weight"):
+			dt = mix.attnV
+		case strings.HasSuffix(name, ".ffn_down.weight") || strings.HasSuffix(name, ".ffn_down_exps.weight"):
+			dt = mix.ffnDown
+		case strings.HasSuffix(name, ".attn_output.weight"):
+			dt = mix.attnOut
+		}
+		if dt != tensor.Invalid {
+			want = dt
+		}
 	}
 	row := shape[len(shape)-1]
 	for _, dt := range []tensor.DType{want, tensor.Q8_0, tensor.F16} {
@@ -147,6 +182,7 @@ func qkHeads(p Params, hfName string) int { return gguf.QKHeads(hfName, p.Heads,
 // ggufFileType is general.file_type as llama.cpp numbers it (LLAMA_FTYPE_*).
 func ggufFileType(kind string) uint32 {
 	return map[string]uint32{
-		"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7, "q4_k": 14, "q4_k_m": 15, "q6_k": 18, "bf16": 32,
+		"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7, "q2_k": 10, "q3_k": 11, "q3_k_m": 12, "q4_k": 14, "q4_k_m": 15,
+		"q5_k": 16, "q5_k_m": 17, "q6_k": 18, "bf16": 32,
 	}[kind]
 }

@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -36,12 +37,16 @@ declared = set()
 for a in known:
     for t in MODEL_TENSORS[a]:
         for b in range(blocks):
-            declared.add(TENSOR_NAMES[t].format(bid=b) + ".weight")
+            for suffix in (".weight", ".bias"):
+                declared.add(TENSOR_NAMES[t].format(bid=b) + suffix)
 names = {}
 if known:
     tmap = gguf.TensorNameMap(next(iter(known)), blocks)
     for hf in json.loads(sys.argv[2]):
-        names[hf] = tmap.get_name(hf.replace(".switch_mlp.", ".experts."), try_suffixes=(".weight", ".bias"))
+        conv = hf.replace(".switch_mlp.", ".experts.")
+        if conv.endswith("sinks"):
+            conv += ".weight"  # as GptOssModel.filter_tensors names them
+        names[hf] = tmap.get_name(conv, try_suffixes=(".weight", ".bias"))
 keys = {k: r.fields[k].contents() for k in r.fields if k.startswith(arch + ".expert")}
 tensors = {}
 for t in r.tensors:
@@ -57,24 +62,36 @@ print(json.dumps({"arch": arch, "keys": keys, "names": names, "tensors": tensors
 // that qwen3moe declares, the router (ffn_gate_inp) in F32 and the stacked
 // experts ffn_{gate,up,down}_exps [experts, out, in] in Q8_0, or Q4_K with
 // ffn_down_exps in Q6_K (q4_k_m) — every tensor dequantized by gguf.quants
-// equal bit for bit to ours.
+// equal bit for bit to ours. A gpt_oss demo likewise (architecture
+// gpt-oss): its experts in MXFP4, their biases, the router's and the
+// sinks (attn_sinks.weight) in F32, post_attention_norm.
 func TestGGUFMoEPython(t *testing.T) {
 	for _, tc := range []struct {
 		kind  string
 		types map[string]string // GGUF name → type
+		arch  string            // "" is qwen3_moe
 	}{
 		{"q4_k_m", map[string]string{
 			"blk.0.ffn_gate_inp.weight": "F32", "blk.0.ffn_gate_exps.weight": "Q4_K", "blk.0.ffn_up_exps.weight": "Q4_K",
 			"blk.1.ffn_down_exps.weight": "Q6_K", "blk.1.attn_v.weight": "Q6_K", "blk.1.attn_q.weight": "Q4_K",
-		}},
+		}, ""},
 		{"q8_0", map[string]string{
 			"blk.1.ffn_gate_inp.weight": "F32", "blk.1.ffn_gate_exps.weight": "Q8_0", "blk.0.ffn_down_exps.weight": "Q8_0",
-		}},
-		{"f16", map[string]string{"blk.0.ffn_up_exps.weight": "F16", "blk.0.ffn_gate_inp.weight": "F32"}},
+		}, ""},
+		{"f16", map[string]string{"blk.0.ffn_up_exps.weight": "F16", "blk.0.ffn_gate_inp.weight": "F32"}, ""},
+		{"bf16", map[string]string{
+			"blk.0.ffn_gate_exps.weight": "MXFP4", "blk.1.ffn_down_exps.weight": "MXFP4", "blk.0.ffn_up_exps.bias": "F32",
+			"blk.1.ffn_gate_inp.weight": "F32", "blk.1.ffn_gate_inp.bias": "F32", "blk.0.attn_sinks.weight": "F32",
+			"blk.0.post_attention_norm.weight": "F32", "blk.0.attn_output.bias": "F32", "blk.0.attn_q.weight": "BF16",
+		}, "gpt_oss"},
 	} {
-		t.Run(tc.kind, func(t *testing.T) {
-			o := Options{Arch: "qwen3_moe", Format: FormatGGUF, GGUFType: tc.kind, Hidden: 256, Heads: 4, KVHeads: 2,
+		arch := cmp.Or(tc.arch, "qwen3_moe")
+		t.Run(arch+"/"+tc.kind, func(t *testing.T) {
+			o := Options{Arch: arch, Format: FormatGGUF, GGUFType: tc.kind, Hidden: 256, Heads: 4, KVHeads: 2,
 				Intermediate: 256, Layers: 2, Experts: 4, ExpertsPerTok: 2, MoEIntermediate: 256, Seed: 21}
+			if arch == "gpt_oss" { // MXFP4 needs rows of 32 only: smaller is quicker under -race
+				o.Hidden, o.Heads, o.KVHeads, o.MoEIntermediate = 64, 2, 1, 64
+			}
 			out := filepath.Join(t.TempDir(), "moe")
 			m, err := Create(out, o)
 			if err != nil {
@@ -100,10 +117,11 @@ func TestGGUFMoEPython(t *testing.T) {
 			if err := json.Unmarshal(raw, &py); err != nil {
 				t.Fatalf("%v: %s", err, raw)
 			}
-			if py.Arch != "qwen3moe" {
-				t.Errorf("general.architecture %q, want qwen3moe", py.Arch)
+			ga := gguf.GGUFArch(arch)
+			if py.Arch != ga {
+				t.Errorf("general.architecture %q, want %s", py.Arch, ga)
 			}
-			wantKeys := map[string]int{"qwen3moe.expert_count": 4, "qwen3moe.expert_used_count": 2, "qwen3moe.expert_feed_forward_length": 256}
+			wantKeys := map[string]int{ga + ".expert_count": 4, ga + ".expert_used_count": 2, ga + ".expert_feed_forward_length": o.MoEIntermediate}
 			for k, v := range wantKeys {
 				if py.Keys[k] != v {
 					t.Errorf("%s = %d, want %d (keys %v)", k, py.Keys[k], v, py.Keys)
@@ -119,7 +137,7 @@ func TestGGUFMoEPython(t *testing.T) {
 				t.Errorf("%d tensors read by gguf-py, %d by us, %d written", len(py.Tensor), len(f.Tensors), len(m.Tensors))
 			}
 			for _, src := range m.Tensors {
-				name, _ := gguf.GGUFName(src.Name)
+				name, _ := gguf.GGUFNameFor(arch, src.Name)
 				if want := py.Names[src.Name]; want == nil || *want != name {
 					t.Errorf("%s: written as %s, llama.cpp's converter names it %v", src.Name, name, want)
 				}
@@ -129,7 +147,7 @@ func TestGGUFMoEPython(t *testing.T) {
 					continue
 				}
 				if !p.Declared {
-					t.Errorf("%s is not a qwen3moe tensor in gguf.constants", name)
+					t.Errorf("%s is not a %s tensor in gguf.constants", name, ga)
 				}
 				ours, _ := f.Tensor(name)
 				if !slices.Equal(p.Shape, ours.Shape) || !slices.Equal(ours.Shape, src.Shape) {

@@ -29,6 +29,16 @@ func TestGGUFDemo(t *testing.T) {
 		{"llama q4_k_m", Options{Arch: "llama", Hidden: 256, Heads: 4, KVHeads: 2, Intermediate: 512, Quantize: 4, Untied: true}, "",
 			map[string]tensor.DType{"blk.0.attn_q.weight": tensor.Q4_K, "blk.0.attn_v.weight": tensor.Q6_K, "output.weight": tensor.Q6_K,
 				"blk.0.ffn_down.weight": tensor.Q6_K}, 0.15},
+		// The K-quant mixes: every type in every layer.
+		{"llama q5_k_m", Options{Arch: "llama", Hidden: 256, Heads: 4, KVHeads: 2, Intermediate: 512, GGUFType: "q5_k_m", Untied: true}, "",
+			map[string]tensor.DType{"blk.0.attn_q.weight": tensor.Q5_K, "blk.1.attn_v.weight": tensor.Q6_K, "output.weight": tensor.Q6_K,
+				"blk.1.ffn_down.weight": tensor.Q6_K, "blk.1.attn_output.weight": tensor.Q5_K}, 0.08},
+		{"qwen3 q3_k_m", Options{Arch: "qwen3", Hidden: 256, Heads: 4, KVHeads: 2, HeadDim: 64, Intermediate: 512, GGUFType: "q3_k_m"}, "",
+			map[string]tensor.DType{"blk.0.attn_q.weight": tensor.Q3_K, "blk.1.attn_v.weight": tensor.Q5_K, "token_embd.weight": tensor.Q3_K,
+				"blk.1.ffn_down.weight": tensor.Q4_K, "blk.1.attn_output.weight": tensor.Q4_K, "blk.0.ffn_up.weight": tensor.Q3_K}, 0.3},
+		{"qwen3 q2_k", Options{Arch: "qwen3", Hidden: 256, Heads: 4, KVHeads: 2, HeadDim: 64, Intermediate: 512, GGUFType: "q2_k"}, "",
+			map[string]tensor.DType{"blk.0.attn_q.weight": tensor.Q2_K, "blk.1.attn_v.weight": tensor.Q3_K, "token_embd.weight": tensor.Q2_K,
+				"blk.1.ffn_down.weight": tensor.Q3_K, "blk.1.attn_output.weight": tensor.Q3_K}, 0.6},
 		{"qwen3 real vocab", Options{Arch: "qwen3"}, "qwen3",
 			map[string]tensor.DType{"blk.0.attn_k.weight": tensor.BF16}, 0},
 	}

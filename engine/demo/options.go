@@ -23,7 +23,7 @@ type Options struct {
 	KVHeads      int
 	HeadDim      int    // 0: Hidden/Heads
 	Intermediate int    //
-	VocabFrom    string // directory of a real tokenizer to copy; "" for the built-in one
+	VocabFrom    string // directory of a real tokenizer to copy (tokenizer.json, or a vocab.gguf); "" for the built-in one
 	Quantize     int    // 0 (float), or MLX affine bits: 2, 3, 4, 5, 6, 8
 	GroupSize    int    // quantization group size: 32, 64 or 128
 	// QuantMode is MLX's quantization mode: "" or "affine" (with Quantize
@@ -32,7 +32,7 @@ type Options struct {
 	QuantMode string
 	DType     string // "bf16", "f16" or "f32"
 	Format    string // "safetensors" or "gguf"
-	GGUFType  string // GGUF weight layout (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, q4_k_m); "" derives it from Quantize and DType
+	GGUFType  string // GGUF weight layout (f32, f16, bf16, q8_0, q4_0, q3_k, q4_k, q5_k, q6_k, q2_k, q3_k_m, q4_k_m, q5_k_m); "" derives it from Quantize and DType
 	Seed      uint64
 	Untied    bool // write a separate lm_head instead of tying it to the embedding
 	// StopAfter, when positive, makes the model end its answers on its own
@@ -187,8 +187,10 @@ func (o *Options) resolveMoE() error {
 		return fmt.Errorf("demo: expert sizes must be positive")
 	case o.ExpertsPerTok > o.Experts:
 		return fmt.Errorf("demo: --experts-per-tok %d exceeds --experts %d", o.ExpertsPerTok, o.Experts)
-	case o.Format == FormatGGUF && o.Arch != modelfile.ArchQwen3MoE:
+	case o.Format == FormatGGUF && o.Arch != modelfile.ArchQwen3MoE && o.Arch != modelfile.ArchGptOss:
 		return fmt.Errorf("demo: %s is written as safetensors only", o.Arch)
+	case o.Format == FormatGGUF && o.Arch == modelfile.ArchGptOss && (o.Hidden%32 != 0 || o.MoEIntermediate%32 != 0):
+		return fmt.Errorf("demo: a gpt_oss GGUF stores its experts in MXFP4 blocks of 32: --hidden %d and --moe-intermediate %d must be multiples of 32", o.Hidden, o.MoEIntermediate)
 	case o.Quantize != 0 && o.Format != FormatGGUF && o.Hidden%routerGroup != 0:
 		// mlx-lm quantizes Qwen3-MoE's router at 8 bits in groups of 64.
 		return fmt.Errorf("demo: quantized %s needs --hidden a multiple of %d (the router's group)", o.Arch, routerGroup)

@@ -157,14 +157,22 @@ var copiedTokenizerFiles = []string{TokenizerFile, TokenizerConfigFile, "special
 
 // endTokens are the end-of-turn and end-of-text tokens a generation config
 // lists besides the tokenizer's eos_token, when the vocabulary has them.
-var endTokens = []string{"<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|eom_id|>", "<end_of_turn>", "<eos>", "<|call|>"}
+var endTokens = []string{"<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|eom_id|>", "<end_of_turn>", "<eos>", "<|call|>", "<turn|>"}
 
 // loadTokenizer reads a real tokenizer from dir (tokenizer.json and
 // tokenizer_config.json, plus special_tokens_map.json and
 // chat_template.jinja if present) and keeps the files to copy them.
 func loadTokenizer(dir string) (*Tokenizer, error) {
 	tk := &Tokenizer{Files: make(map[string][]byte), BOS: -1, EOS: -1, Pad: -1}
+	fromGGUF, err := ggufTokenizerFiles(dir)
+	if err != nil {
+		return nil, err
+	}
 	for _, name := range copiedTokenizerFiles {
+		if b, ok := fromGGUF[name]; ok {
+			tk.Files[name] = b
+			continue
+		}
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		if errors.Is(err, fs.ErrNotExist) && name != TokenizerFile && name != TokenizerConfigFile {
 			continue
@@ -214,7 +222,6 @@ func loadTokenizer(dir string) (*Tokenizer, error) {
 		tk.Tokens[a.ID] = a.Content
 	}
 	tk.Added = tj.AddedTokens
-	var err error
 	if tk.Merges, err = parseMerges(tj.Model.Merges); err != nil {
 		return nil, fmt.Errorf("demo: %s: %w", path, err)
 	}

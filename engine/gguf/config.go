@@ -35,6 +35,21 @@ type ModelConfig struct {
 	ExpertsUsed        int   `json:"num_experts_per_tok,omitempty"`
 	ExpertIntermediate int   `json:"moe_intermediate_size,omitempty"`
 	NormTopK           *bool `json:"norm_topk_prob,omitempty"`
+	// SlidingWindow is {arch}.attention.sliding_window (0 when absent):
+	// the window of the layers that slide (gpt-oss: every other one,
+	// the first included).
+	SlidingWindow int `json:"sliding_window,omitempty"`
+	// Yarn is the yarn RoPE scaling KVs writes (nil: none). ModelConfig
+	// does not fill it: the model loader reads rope.scaling.* itself.
+	Yarn *YarnScaling `json:"-"`
+}
+
+// YarnScaling is llama.cpp's rope.scaling.* for yarn: the factor, the
+// context length trained before scaling and the correction betas.
+type YarnScaling struct {
+	Factor             float64
+	OriginalContext    int
+	BetaFast, BetaSlow float64
 }
 
 // Defaults llama.cpp assumes when a key is absent.
@@ -97,6 +112,7 @@ func (f *File) ModelConfig() (ModelConfig, error) {
 			c.NormTopK = &v
 		}
 	}
+	optional(&c.SlidingWindow, SuffixSlidingWindow, 0)
 
 	c.RopeTheta = defaultRopeTheta
 	if v, ok := f.Meta(ArchKey(arch, SuffixRopeFreqBase)).AsFloat64(); ok {
@@ -122,7 +138,8 @@ func (f *File) ModelConfig() (ModelConfig, error) {
 // KVs returns the general.architecture (GGUFArch of ModelType) and
 // {arch}.* metadata describing c, typed as llama.cpp writes them (uint32
 // sizes, float32 rope base and epsilon). Key and value lengths and the
-// rotary dimension are all HeadDim. A mixture adds the expert_* keys.
+// rotary dimension are all HeadDim. A mixture adds the expert_* keys, a
+// sliding window attention.sliding_window, yarn the rope.scaling.* keys.
 func (c ModelConfig) KVs() []KV {
 	a := GGUFArch(c.ModelType)
 	kvs := []KV{
@@ -151,6 +168,18 @@ func (c ModelConfig) KVs() []KV {
 		if c.NormTopK != nil {
 			kvs = append(kvs, KV{ArchKey(a, SuffixExpertWeightsNorm), Bool(*c.NormTopK)})
 		}
+	}
+	if c.SlidingWindow > 0 {
+		kvs = append(kvs, KV{ArchKey(a, SuffixSlidingWindow), Uint32(uint32(c.SlidingWindow))})
+	}
+	if y := c.Yarn; y != nil {
+		kvs = append(kvs,
+			KV{ArchKey(a, SuffixRopeScalingType), String("yarn")},
+			KV{ArchKey(a, SuffixRopeScalingFactor), Float32(float32(y.Factor))},
+			KV{ArchKey(a, SuffixRopeScalingOrigCtx), Uint32(uint32(y.OriginalContext))},
+			KV{ArchKey(a, SuffixRopeYarnBetaFast), Float32(float32(y.BetaFast))},
+			KV{ArchKey(a, SuffixRopeYarnBetaSlow), Float32(float32(y.BetaSlow))},
+		)
 	}
 	return kvs
 }

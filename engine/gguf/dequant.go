@@ -47,6 +47,8 @@ func RowDequantizer(dt tensor.DType) (RowFunc, error) {
 		return dequantQ6_K, nil
 	case tensor.Q8_K:
 		return dequantQ8_K, nil
+	case tensor.MXFP4:
+		return dequantMXFP4, nil
 	}
 	return nil, fmt.Errorf("gguf: cannot dequantize %v", dt)
 }

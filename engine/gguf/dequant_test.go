@@ -60,6 +60,7 @@ var parityTypes = []tensor.DType{
 	tensor.F32, tensor.F16, tensor.BF16,
 	tensor.Q8_0, tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1,
 	tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K,
+	tensor.MXFP4, // every scale byte: 0 and 1 (subnormal halves) and 255 too
 }
 
 // TestDequantizeMatchesGGUFPackage compares every element of random blocks

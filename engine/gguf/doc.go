@@ -9,15 +9,17 @@
 //
 // Besides the container the package holds:
 //   - dequantization of F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K,
-//     Q3_K, Q4_K, Q5_K, Q6_K and Q8_K blocks to float32, bit for bit as
-//     ggml's reference dequantize_row_* functions;
+//     Q3_K, Q4_K, Q5_K, Q6_K, Q8_K and MXFP4 blocks to float32, bit for
+//     bit as ggml's reference dequantize_row_* functions, and MXFP4
+//     blocks moved to and from MLX's mxfp4 layout value for value;
 //   - reference quantization of float32 rows to Q8_0, Q4_0, Q4_1, Q5_0,
-//     Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K, byte for byte what ggml's
+//     Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and MXFP4, byte for byte what ggml's
 //     quantize_row_*_ref (llama-quantize without an importance matrix)
 //     produces;
 //   - the mapping between Hugging Face and GGUF tensor names (a mixture's
 //     router and stacked ffn_*_exps experts included) and architecture
-//     names (qwen3_moe ↔ qwen3moe), and the Q/K row permutation llama.cpp
+//     names (qwen3_moe ↔ qwen3moe, gpt_oss ↔ gpt-oss, with gpt-oss's own
+//     tensor names), and the Q/K row permutation llama.cpp
 //     applies to the llama architecture;
 //   - a Hugging Face tokenizer.json synthesised from the tokenizer.ggml.*
 //     metadata (byte-level BPE, "gpt2", and Gemma 4's SentencePiece-style

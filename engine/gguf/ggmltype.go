@@ -30,6 +30,7 @@ var ggmlToDType = map[GGMLType]tensor.DType{
 	27: tensor.I64,
 	28: tensor.F64,
 	30: tensor.BF16,
+	39: tensor.MXFP4,
 }
 
 // ggml type ids that exist but that this package does not handle; files
@@ -40,7 +41,7 @@ var ggmlUnsupported = map[GGMLType]string{
 	21: "IQ3_S", 22: "IQ2_S", 23: "IQ4_XS", 29: "IQ1_M",
 	31: "Q4_0_4_4 (removed)", 32: "Q4_0_4_8 (removed)", 33: "Q4_0_8_8 (removed)",
 	34: "TQ1_0", 35: "TQ2_0", 36: "IQ4_NL_4_4 (removed)", 37: "IQ4_NL_4_8 (removed)",
-	38: "IQ4_NL_8_8 (removed)", 39: "MXFP4", 40: "NVFP4", 41: "Q1_0",
+	38: "IQ4_NL_8_8 (removed)", 40: "NVFP4", 41: "Q1_0",
 }
 
 // DTypeOf maps a ggml type id to its tensor.DType.

@@ -43,6 +43,15 @@ const (
 	SuffixExpertUsedCount   = "expert_used_count"
 	SuffixExpertFFLength    = "expert_feed_forward_length"
 	SuffixExpertWeightsNorm = "expert_weights_norm"
+
+	// Sliding-window attention and RoPE scaling (gpt-oss: a window on
+	// every other layer, yarn).
+	SuffixSlidingWindow      = "attention.sliding_window"
+	SuffixRopeScalingType    = "rope.scaling.type"
+	SuffixRopeScalingFactor  = "rope.scaling.factor"
+	SuffixRopeScalingOrigCtx = "rope.scaling.original_context_length"
+	SuffixRopeYarnBetaFast   = "rope.scaling.yarn_beta_fast"
+	SuffixRopeYarnBetaSlow   = "rope.scaling.yarn_beta_slow"
 )
 
 // ArchKey returns the per-architecture key arch + "." + suffix, e.g.

@@ -14,7 +14,8 @@ func Quantizable(dt tensor.DType) bool {
 	switch dt {
 	case tensor.F32, tensor.F16, tensor.BF16,
 		tensor.Q8_0, tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1,
-		tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K:
+		tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K,
+		tensor.MXFP4:
 		return true
 	}
 	return false
@@ -82,6 +83,8 @@ func quantizeBlocks(dt tensor.DType, src []float32, dst []byte) {
 			quantBlockQ5_K(x, y)
 		case tensor.Q6_K:
 			quantBlockQ6_K(x, y)
+		case tensor.MXFP4:
+			quantBlockMXFP4(x, y)
 		}
 	}
 }

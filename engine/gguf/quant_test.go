@@ -62,7 +62,8 @@ func TestQuantizeMatchesGGUFPackage(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "in.f32"), f32Bytes(x), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	types := []tensor.DType{tensor.F16, tensor.BF16, tensor.Q8_0, tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1}
+	types := []tensor.DType{tensor.F16, tensor.BF16, tensor.Q8_0, tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1,
+		tensor.MXFP4}
 	var jobs []refJob
 	for _, dt := range types {
 		jobs = append(jobs, refJob{Op: "quantize", Type: dt.String(), Rows: rows, Cols: cols, In: "in.f32", Out: dt.String() + ".q"})
@@ -181,7 +182,8 @@ func TestQuantizeErrorBounds(t *testing.T) {
 }
 
 func TestQuantizeEdgeCases(t *testing.T) {
-	for _, dt := range []tensor.DType{tensor.Q8_0, tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K} {
+	for _, dt := range []tensor.DType{tensor.Q8_0, tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K,
+		tensor.MXFP4} {
 		for _, tc := range []struct {
 			name string
 			fill func(i int) float32
@@ -239,18 +241,15 @@ func TestQuantizeErrors(t *testing.T) {
 	}
 }
 
-// TestQuantizeMatchesLlamaCpp is an opt-in oracle for the quantizers the
-// gguf package lacks (the K-quants): with FUSION_GGML_LIB naming a
-// libggml-base.so of llama.cpp (built by hand, never committed, from the
-// llama.cpp source vendored in PyPI's llama-cpp-python sdist, with
-// GGML_NATIVE, GGML_FMA and GGML_AVX2 off so the C compiler cannot fuse
-// multiply-adds), it compares every quantizer byte for
+// TestQuantizeMatchesLlamaCpp is the oracle for the quantizers the gguf
+// package lacks (the K-quants): llama.cpp's libggml-base.so, built by
+// `scripts/llamacpp.sh --ggml-ref` (make test-deps) from the llama.cpp
+// source vendored in PyPI's llama-cpp-python sdist, with GGML_NATIVE,
+// GGML_FMA and GGML_AVX2 off so the C compiler cannot fuse multiply-adds
+// ($FUSION_GGML_LIB names another); it compares every quantizer byte for
 // byte with ggml_quantize_chunk, which runs quantize_row_*_ref.
 func TestQuantizeMatchesLlamaCpp(t *testing.T) {
-	lib := os.Getenv("FUSION_GGML_LIB")
-	if lib == "" {
-		t.Skip("set FUSION_GGML_LIB to a libggml-base.so (built by hand, see the comment above) to compare with llama.cpp")
-	}
+	lib := testenv.GGMLRef(t)
 	py := testenv.Python(t)
 	dir := t.TempDir()
 	r := rand.New(rand.NewPCG(17, 18))
@@ -382,7 +381,7 @@ func TestQuantizeNonFinite(t *testing.T) {
 	specials := []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), math.MaxFloat32, -math.MaxFloat32, 1e-45, 0}
 	r := rand.New(rand.NewPCG(21, 22))
 	for _, dt := range []tensor.DType{tensor.F16, tensor.BF16, tensor.Q8_0, tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1,
-		tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K} {
+		tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K, tensor.MXFP4} {
 		for _, s := range specials {
 			x := gaussian(r, 512, 1)
 			x[r.IntN(len(x))] = s

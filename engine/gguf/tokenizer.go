@@ -17,7 +17,10 @@ const (
 	// character classes hold literal CR and LF, as in its tokenizer.json.
 	deepseekDigits = `\p{N}{1,3}`
 	deepseekCJK    = `[一-龥぀-ゟ゠-ヿ]+`
-	deepseekWords  = "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"
+	// o200k (gpt-4o, gpt-oss): cased words with their contractions,
+	// digit triples, punctuation runs keeping a trailing slash.
+	o200kPattern  = `[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+	deepseekWords = "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"
 )
 
 // preset is what tokenizer.ggml.pre implies for tokenizer.json.
@@ -36,8 +39,10 @@ func presetFor(pre string) (preset, error) {
 		return preset{patterns: []string{llama3Pattern}, ignoreMerges: true, trimOffsets: true}, nil
 	case "deepseek-v3":
 		return preset{patterns: []string{deepseekDigits, deepseekCJK, deepseekWords}, trimOffsets: true}, nil
+	case "gpt-4o": // llama.cpp's name for o200k, gpt-oss's too
+		return preset{patterns: []string{o200kPattern}, ignoreMerges: true, trimOffsets: true}, nil
 	}
-	return preset{}, fmt.Errorf("%w: %s %q (known: qwen2, llama-bpe, llama3, deepseek-v3)", ErrUnsupported, KeyTokenizerPre, pre)
+	return preset{}, fmt.Errorf("%w: %s %q (known: qwen2, llama-bpe, llama3, deepseek-v3, gpt-4o)", ErrUnsupported, KeyTokenizerPre, pre)
 }
 
 // ChatTemplate returns tokenizer.chat_template, or "" when absent.
@@ -61,12 +66,31 @@ func (f *File) BOS() (int, bool) { return f.tokenID(KeyBOS) }
 func (f *File) EOS() (int, bool) { return f.tokenID(KeyEOS) }
 
 // StopTokens returns the distinct ids of the end-of-sequence, end-of-turn
-// and end-of-message tokens that are set, in that order.
+// and end-of-message tokens that are set, in that order, then, for
+// gpt-oss's o200k_harmony vocabulary (one with <|return|> and <|call|>),
+// those two and <|endoftext|>: the end-of-generation tokens llama.cpp
+// finds by name there (and gpt-oss's generation_config.json lists), a
+// tool call ending at <|call|>. (llama.cpp drops <|end|>, which only ends
+// a message, from them.)
 func (f *File) StopTokens() []int {
 	var out []int
-	for _, k := range []string{KeyEOS, KeyEOT, KeyEOM} {
-		if id, ok := f.tokenID(k); ok && !slices.Contains(out, id) {
+	add := func(id int) {
+		if !slices.Contains(out, id) {
 			out = append(out, id)
+		}
+	}
+	for _, k := range []string{KeyEOS, KeyEOT, KeyEOM} {
+		if id, ok := f.tokenID(k); ok {
+			add(id)
+		}
+	}
+	tokens, _ := f.Meta(KeyTokens).AsStrings()
+	ret, call := slices.Index(tokens, "<|return|>"), slices.Index(tokens, "<|call|>")
+	if ret >= 0 && call >= 0 {
+		add(ret)
+		add(call)
+		if id := slices.Index(tokens, "<|endoftext|>"); id >= 0 {
+			add(id)
 		}
 	}
 	return out

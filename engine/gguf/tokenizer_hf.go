@@ -12,7 +12,7 @@ type HFTokenizer struct {
 	// JSON is the tokenizer.json document.
 	JSON []byte
 	// Pre is the tokenizer.ggml.pre name of its pre-tokenizer: "qwen2",
-	// "llama-bpe" or "deepseek-v3".
+	// "llama-bpe", "deepseek-v3" or "gpt-4o" (o200k: gpt-oss).
 	Pre string
 	// BOS and EOS are token ids; negative means none.
 	BOS, EOS int

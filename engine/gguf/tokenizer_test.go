@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"fusion/internal/testenv"
@@ -210,13 +211,19 @@ func TestTokenizerRoundTripRealTokenizers(t *testing.T) {
 		bos, eos  int
 		addBOS    bool
 		vocabSize int
-		specials  bool // compare with add_special_tokens=True too
+		specials  bool  // compare with add_special_tokens=True too
+		stops     []int // StopTokens, when not nil
 	}{
-		{"qwen3", "qwen2", -1, 151645, false, 151936, true},
-		{"llama3_1", "llama-bpe", 128000, 128009, true, 0, true},
+		{"qwen3", "qwen2", -1, 151645, false, 151936, true, nil},
+		{"llama3_1", "llama-bpe", 128000, 128009, true, 0, true, nil},
 		// DeepSeek's tokenizer.json has no BOS template (transformers adds
 		// it), so only the plain encoding is comparable.
-		{"deepseek_v3", "deepseek-v3", 0, 1, true, 0, false},
+		{"deepseek_v3", "deepseek-v3", 0, 1, true, 0, false, nil},
+		// gpt-oss (o200k_harmony, llama.cpp's "gpt-4o"): no BOS added,
+		// <|return|> ends; padded to gpt-oss-20b's 201,088 rows.
+		// Its stops are llama.cpp's (and generation_config.json's):
+		// <|return|>, <|call|>, <|endoftext|>.
+		{"gptoss", "gpt-4o", 199998, 200002, false, 201088, true, []int{200002, 200012, 199999}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.fixture, func(t *testing.T) {
@@ -239,6 +246,9 @@ func TestTokenizerRoundTripRealTokenizers(t *testing.T) {
 			f := parseMeta(t, append([]KV{{KeyArchitecture, String("llama")}}, kvs...))
 			if f.ChatTemplate() != cfg.ChatTemplate {
 				t.Error("chat template changed")
+			}
+			if got := f.StopTokens(); tc.stops != nil && !slices.Equal(got, tc.stops) {
+				t.Errorf("stop tokens %v, want %v", got, tc.stops)
 			}
 			synth, err := f.TokenizerJSON()
 			if err != nil {

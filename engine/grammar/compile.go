@@ -121,6 +121,7 @@ type node struct {
 	props   []prop
 	nextReq []int // nextReq[i]: first required index >= i, or len(props)
 	mapVal  *node // kObject: free keys with these values (nil: only props)
+	freeKey *node // kObject: free keys' node when they are not JSON strings (Gemma 4's bare keys)
 
 	items              *node   // kArray: items after prefix
 	prefix             []*node // kArray: the first items (prefixItems, tuple items)

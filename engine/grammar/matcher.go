@@ -168,7 +168,7 @@ const (
 	oNext         // after a value: } or ,
 	oKey          // after ,: a key
 	oInKey        // inside props[a].key at byte b
-	oColon        // free key read: expect :
+	oColon        // free key read: expect : (a bare free key's frame sits above)
 )
 
 // Array states.
@@ -394,10 +394,17 @@ func stepRaw(t thread, b byte, out []thread) []thread {
 
 // stepKeyStart handles the first byte of a key in an object frame.
 func stepKeyStart(t thread, b byte, out []thread) []thread {
-	if b != '"' {
+	n := t.top.n
+	if n.mapVal != nil && n.freeKey != nil {
+		if !fits(t, n.mapVal) {
+			return out
+		}
+		t.top.st = oColon
+		return stepNew(t, n.freeKey, b, out)
+	}
+	if b != '"' && n.mapVal != nil {
 		return out
 	}
-	n := t.top.n
 	if n.mapVal != nil {
 		if !fits(t, n.mapVal) {
 			return out
@@ -408,7 +415,7 @@ func stepKeyStart(t thread, b byte, out []thread) []thread {
 	}
 	last := min(n.nextReq[t.top.a], len(n.props)-1)
 	for k := int(t.top.a); k <= last; k++ {
-		if !n.props[k].required && !fits(t, n.props[k].val) {
+		if n.props[k].key[0] != b || !n.props[k].required && !fits(t, n.props[k].val) {
 			continue
 		}
 		u := t

@@ -320,6 +320,8 @@ func (m *Matcher) mask(v *Vocab, dst sample.Bitset) {
 	switch {
 	case len(other) == 1 && inPattern(other[0]):
 		m.walkPattern(&v.all, 0, other[0], 0, dst)
+	case len(other) == 1 && inRaw(other[0]):
+		m.walkRaw(&v.all, 0, other[0], 0, dst, nil)
 	case len(other) > 0:
 		m.walk(&v.all, 0, other, 0, dst)
 	}
@@ -421,6 +423,8 @@ func (m *Matcher) walk(v *trie, node int32, ts []thread, depth int, dst sample.B
 		if v.edgeStart[child] < v.edgeStart[child+1] {
 			if len(next) == 1 && inPattern(next[0]) {
 				m.walkPattern(v, child, next[0], depth+1, dst)
+			} else if len(next) == 1 && inRaw(next[0]) {
+				m.walkRaw(v, child, next[0], depth+1, dst, nil)
 			} else {
 				m.walk(v, child, next, depth+1, dst)
 			}
@@ -441,8 +445,6 @@ func (m *Matcher) walkPattern(v *trie, node int32, t thread, depth int, dst samp
 	if depth+1 >= len(m.bufs) {
 		m.bufs = append(m.bufs, make([][]thread, len(m.bufs))...)
 	}
-	n := t.top.n
-	d := n.dfa
 	for e := v.edgeStart[node]; e < v.edgeStart[node+1]; e++ {
 		b, child := v.edgeByte[e], v.edgeNode[e]
 		if b == '"' {
@@ -460,23 +462,86 @@ func (m *Matcher) walkPattern(v *trie, node int32, t thread, depth int, dst samp
 			}
 			continue
 		}
-		q := d.next[t.top.b][b]
-		if q < 0 {
+		u, ok := dfaStep(t, b)
+		if !ok {
 			continue
 		}
-		u := t
-		if b&0xC0 != 0x80 {
-			u.top.a++
-		}
-		if int(u.top.a)+int(d.dist[q]) > n.maxLen {
-			continue
-		}
-		u.top.b = q
 		if ids := v.tokIDs[v.tokStart[child]:v.tokStart[child+1]]; len(ids) > 0 {
 			m.take(ids, threadCost(u), dst)
 		}
 		if v.edgeStart[child] < v.edgeStart[child+1] {
 			m.walkPattern(v, child, u, depth+1, dst)
+		}
+	}
+}
+
+// dfaStep advances a pattern or raw string frame by b on its DFA alone,
+// within its length bound.
+func dfaStep(t thread, b byte) (thread, bool) {
+	n := t.top.n
+	q := n.dfa.next[t.top.b][b]
+	if q < 0 {
+		return t, false
+	}
+	if b&0xC0 != 0x80 {
+		t.top.a++
+	}
+	if int(t.top.a)+int(n.dfa.dist[q]) > n.maxLen {
+		return t, false
+	}
+	t.top.b = q
+	return t, true
+}
+
+func inRaw(t thread) bool { return t.top.n != nil && t.top.n.kind == kRaw }
+
+// walkRaw is walkPattern for one thread inside a raw string (kRaw: Gemma
+// 4's strings and bare keys, Qwen3-Coder's parameters): the DFA steps on
+// the frame alone, as stepRaw's first path does; where the string may end,
+// the byte also goes to the parent through walk, as stepRaw's second.
+// The parent is the same wherever the string ends, so ends, the bytes it
+// takes, is found once (nil: not yet).
+//
+//go:norace
+func (m *Matcher) walkRaw(v *trie, node int32, t thread, depth int, dst sample.Bitset, ends *[256]bool) {
+	if depth+1 >= len(m.bufs) {
+		m.bufs = append(m.bufs, make([][]thread, len(m.bufs))...)
+	}
+	n := t.top.n
+	d := n.dfa
+	if ends == nil {
+		ends = new([256]bool)
+		if t.rest != nil {
+			var tmp [8]thread
+			for b := range ends {
+				ends[b] = len(step(pop(t), byte(b), tmp[:0])) > 0
+			}
+		}
+	}
+	canEnd := d.accept[t.top.b] && int(t.top.a) >= n.minLen && t.rest != nil
+	for e := v.edgeStart[node]; e < v.edgeStart[node+1]; e++ {
+		b, child := v.edgeByte[e], v.edgeNode[e]
+		if canEnd && ends[b] {
+			next := step(pop(t), b, m.bufs[depth+1][:0])
+			m.bufs[depth+1] = next
+			if len(next) > 0 {
+				if ids := v.tokIDs[v.tokStart[child]:v.tokStart[child+1]]; len(ids) > 0 {
+					m.take(ids, minCost(next), dst)
+				}
+				if v.edgeStart[child] < v.edgeStart[child+1] {
+					m.walk(v, child, next, depth+1, dst)
+				}
+			}
+		}
+		u, ok := dfaStep(t, b)
+		if !ok {
+			continue
+		}
+		if ids := v.tokIDs[v.tokStart[child]:v.tokStart[child+1]]; len(ids) > 0 {
+			m.take(ids, threadCost(u), dst)
+		}
+		if v.edgeStart[child] < v.edgeStart[child+1] {
+			m.walkRaw(v, child, u, depth+1, dst, ends)
 		}
 	}
 }

@@ -98,7 +98,7 @@ func TestGGUFMoELoadErrors(t *testing.T) {
 			}
 			return meta, ts
 		}, ErrBadWeights},
-		{"experts in Q5_K", retype("blk.0.ffn_gate_exps.weight", tensor.Q5_K), ErrBadWeights},
+		{"experts in Q4_1", retype("blk.0.ffn_gate_exps.weight", tensor.Q4_1), ErrBadWeights},
 		{"rope scaling under qwen3moe's keys", func(meta []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
 			return append(meta, gguf.KV{Key: "qwen3moe.rope.scaling.type", Value: gguf.String("dynamic")}), ts
 		}, modelfile.ErrUnsupported},

@@ -34,7 +34,12 @@ func ggufConfig(f *gguf.File) (*modelfile.Config, error) {
 	if mc.MaxPositionEmbeddings > 0 {
 		c["max_position_embeddings"] = mc.MaxPositionEmbeddings
 	}
-	if mc.Experts > 0 {
+	switch {
+	case mc.ModelType == modelfile.ArchGptOss:
+		if err := ggufGptOss(f, mc, c); err != nil {
+			return nil, err
+		}
+	case mc.Experts > 0:
 		ggufMoE(f, mc, c)
 	}
 	// Keys are under llama.cpp's architecture name (qwen3moe), not
@@ -93,6 +98,56 @@ func ggufMoE(f *gguf.File, mc gguf.ModelConfig, c map[string]any) {
 	c["norm_topk_prob"] = norm
 }
 
+// ggufGptOss adds gpt-oss's config.json keys to c from llama.cpp's
+// gpt-oss metadata: the mixture (expert_count, expert_used_count, the
+// experts' width expert_feed_forward_length as intermediate_size), the
+// window of attention.sliding_window and which layers slide, as
+// llama.cpp's set_swa_pattern decides from attention.sliding_window_pattern
+// (a per-layer bool array, or a period n: layer l slides when l mod n <
+// n−1; 2 when absent, so the even layers slide — gpt-oss's layer_types).
+// Its yarn RoPE comes from rope.scaling.* as for every family.
+func ggufGptOss(f *gguf.File, mc gguf.ModelConfig, c map[string]any) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%s: %w: gpt-oss: %s", f.Name, modelfile.ErrInvalidConfig, fmt.Sprintf(format, args...))
+	}
+	if mc.Experts == 0 {
+		return bad("%s is missing", gguf.ArchKey(f.Architecture(), gguf.SuffixExpertCount))
+	}
+	if mc.SlidingWindow == 0 {
+		return bad("%s is missing", gguf.ArchKey(f.Architecture(), gguf.SuffixSlidingWindow))
+	}
+	sliding := make([]bool, mc.NumHiddenLayers)
+	key := gguf.ArchKey(f.Architecture(), "attention.sliding_window_pattern")
+	if v, ok := f.Lookup(key); ok && v.Type() == gguf.TypeArray {
+		bools, ok := v.Any().([]bool)
+		if !ok || len(bools) != mc.NumHiddenLayers {
+			return bad("%s is %v, want %d bools", key, v, mc.NumHiddenLayers)
+		}
+		copy(sliding, bools)
+	} else {
+		n := int64(2)
+		if v, ok := f.Meta(key).AsInt64(); ok {
+			n = v
+		}
+		for l := range sliding {
+			sliding[l] = n == 0 || int64(l)%n < n-1
+		}
+	}
+	types := make([]string, len(sliding))
+	for l, s := range sliding {
+		types[l] = "full_attention"
+		if s {
+			types[l] = "sliding_attention"
+		}
+	}
+	c["num_local_experts"] = mc.Experts
+	c["num_experts_per_tok"] = mc.ExpertsUsed
+	c["intermediate_size"] = mc.ExpertIntermediate
+	c["sliding_window"] = mc.SlidingWindow
+	c["layer_types"] = types
+	return nil
+}
+
 // ggufRopeFreqs returns the RoPE periods of a file with a rope_freqs.weight
 // tensor (llama.cpp's Llama 3 scaling: θ_i = p·base^(−2i/d)/factor_i), or
 // nil if it has none.
@@ -115,8 +170,7 @@ func ggufRopeFreqs(f *gguf.File, base float64, dims int) ([]float32, error) {
 // InspectGGUF reads a GGUF file's metadata and tensor table (the file
 // mapped, no weight read) and returns its config, or why this engine
 // cannot load it: an architecture or RoPE scaling it lacks, or a tensor
-// type the backends do not run (a Q5_K attn_output of a real Q4_K_M file,
-// say). What the models list shows before anyone loads the file.
+// type the backends do not run (an IQ4_XS or Q4_1 matrix, say). What the models list shows before anyone loads the file.
 func InspectGGUF(path string) (*modelfile.Config, error) {
 	f, err := gguf.Open(path, gguf.LoadMmap)
 	if err != nil {
@@ -129,7 +183,7 @@ func InspectGGUF(path string) (*modelfile.Config, error) {
 	}
 	for _, t := range f.Tensors {
 		if len(t.Shape) >= 2 {
-			if _, err := ggufMatrix(t.Name, t); err != nil {
+			if _, err := ggufFormat(t); err != nil {
 				return nil, err
 			}
 		}

@@ -238,7 +238,7 @@ func (s safetensorsSource) close() error         { return s.m.Close() }
 type ggufSource struct{ f *gguf.File }
 
 func (g ggufSource) tensor(hf string) (tensor.Tensor, bool) {
-	name, ok := gguf.GGUFName(hf)
+	name, ok := gguf.GGUFNameFor(gguf.HFArch(g.f.Architecture()), hf)
 	if !ok {
 		return tensor.Tensor{}, false
 	}
@@ -265,15 +265,51 @@ func (g ggufSource) weight(path string) (backend.WeightData, error) {
 
 // ggufMatrix describes the matrix t ([out, in]) for the backend.
 func ggufMatrix(name string, t tensor.Tensor) (backend.WeightData, error) {
-	d := backend.WeightData{Name: name, Out: int(t.Shape[0]), In: int(t.Shape[1]), Data: t}
+	f, err := ggufFormat(t)
+	if err != nil {
+		return backend.WeightData{}, err
+	}
+	d := backend.WeightData{Name: name, Format: f, Out: int(t.Shape[0]), In: int(t.Shape[1]), Data: t}
+	if t.DType == tensor.MXFP4 {
+		return ggufMXFP4(d)
+	}
+	return d, nil
+}
+
+// ggufFormat is how the backends take a GGUF matrix of t's type: floats
+// dense, the block types they run as they are, ggml's MXFP4 (gpt-oss's
+// experts) as MLX's mxfp4 (ggufMXFP4). Checking costs nothing (the models
+// list asks it of every matrix).
+func ggufFormat(t tensor.Tensor) (backend.Format, error) {
 	switch t.DType {
 	case tensor.F32, tensor.F16, tensor.BF16:
-		d.Format = backend.Dense
-	case tensor.Q8_0, tensor.Q4_0, tensor.Q4_K, tensor.Q6_K:
-		d.Format = backend.GGUFBlocks
-	default:
-		return backend.WeightData{}, fmt.Errorf("%w: %s is %v (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K)", ErrBadWeights, t.Name, t.DType)
+		return backend.Dense, nil
+	case tensor.Q8_0, tensor.Q4_0, tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K:
+		return backend.GGUFBlocks, nil
+	case tensor.MXFP4:
+		return backend.MLXFloat, nil
 	}
+	return 0, fmt.Errorf("%w: %s is %v (supported: F32, F16, BF16, Q8_0, Q4_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, MXFP4)", ErrBadWeights, t.Name, t.DType)
+}
+
+// ggufMXFP4 turns d, a matrix of ggml MXFP4 blocks, into MLX's mxfp4
+// layout, which both backends run (the CPU's kernels.MLXFloat, MLX's
+// quantized matmul): every value is the same (gguf.MXFP4ToMLX), only the
+// codes are reordered and the scales set apart. The copy is the size of
+// the file's bytes (17 per 32 values either way); the file's pages are not
+// read again.
+func ggufMXFP4(d backend.WeightData) (backend.WeightData, error) {
+	if d.In%32 != 0 {
+		return backend.WeightData{}, fmt.Errorf("%w: %s: MXFP4 rows of %d values are not whole blocks of 32", ErrBadWeights, d.Data.Name, d.In)
+	}
+	codes, scales, err := gguf.MXFP4ToMLX(d.Data.Data)
+	if err != nil {
+		return backend.WeightData{}, fmt.Errorf("%w: %s: %w", ErrBadWeights, d.Data.Name, err)
+	}
+	out, in := int64(d.Out), int64(d.In)
+	d.Format, d.Mode, d.Bits, d.Group = backend.MLXFloat, modelfile.ModeMXFP4, 4, 32
+	d.Data = tensor.Tensor{Name: d.Data.Name, DType: tensor.U32, Shape: []int64{out, in / 8}, Data: codes}
+	d.Scales = tensor.Tensor{Name: d.Data.Name + ".scales", DType: tensor.U8, Shape: []int64{out, in / 32}, Data: scales}
 	return d, nil
 }
 
@@ -294,6 +330,10 @@ func (g ggufSource) experts(path string) ([]backend.WeightData, error) {
 		return nil, fmt.Errorf("%w: %s: %d bytes do not split into %d experts", ErrBadWeights, t.Name, len(t.Data), n)
 	}
 	per := len(t.Data) / n
+	bias, err := g.expertBiases(path, t.Shape)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]backend.WeightData, n)
 	for e := range n {
 		view := tensor.Tensor{Name: fmt.Sprintf("%s[%d]", t.Name, e), DType: t.DType, Shape: t.Shape[1:],
@@ -302,9 +342,28 @@ func (g ggufSource) experts(path string) ([]backend.WeightData, error) {
 		if err != nil {
 			return nil, err
 		}
+		if bias.Data != nil {
+			b := bias.Data[e*len(bias.Data)/n : (e+1)*len(bias.Data)/n]
+			d.Bias = &tensor.Tensor{Name: fmt.Sprintf("%s[%d]", bias.Name, e), DType: bias.DType, Shape: bias.Shape[1:], Data: b}
+		}
 		out[e] = d
 	}
 	return out, nil
+}
+
+// expertBiases returns the stacked experts' biases at path ([experts,
+// out], gpt-oss's ffn_*_exps.bias), a zero tensor when there are none, or
+// an error when their shape does not match the weights' [experts, out,
+// in].
+func (g ggufSource) expertBiases(path string, shape []int64) (tensor.Tensor, error) {
+	b, ok := g.tensor(path + ".bias")
+	if !ok {
+		return tensor.Tensor{}, nil
+	}
+	if len(b.Shape) != 2 || b.Shape[0] != shape[0] || b.Shape[1] != shape[1] || b.DType.Quantized() {
+		return tensor.Tensor{}, fmt.Errorf("%w: %s is %v %v, want float [%d, %d]", ErrBadWeights, b.Name, b.DType, b.Shape, shape[0], shape[1])
+	}
+	return b, nil
 }
 
 func (g ggufSource) vector(name string) (backend.VectorData, error) {

@@ -51,14 +51,16 @@
 //     true/false/null (None too), arrays and nested objects; a
 //     <tool_call|> inside a string does not end the call; the
 //     <|tool_response> the model ends a call turn with is dropped.
-//     Arguments become a compact JSON object in the order written. No
-//     forced-call grammar yet (tool_choice required/named is refused).
-//     gemma4_think is the thought channel alone (tool_choice none).
+//     Arguments become a compact JSON object in the order written; what
+//     the forced-call grammar (grammar.GemmaArguments) writes is read back
+//     exactly. gemma4_think is the thought channel alone (tool_choice
+//     none; a forced call is still read as gemma4).
 //   - think: <think>…</think> reasoning only.
 //   - none, passthrough: everything is content, untouched.
 //
 // <think> opens reasoning anywhere in content; Options.StartInReasoning (see
-// StartInReasoning) starts in reasoning for a prompt that opened the block.
+// StartInReasoning) starts in reasoning for a prompt that opened the block
+// (or Gemma 4's thought channel).
 //
 // Choices shared by all families:
 //

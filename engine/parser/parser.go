@@ -175,10 +175,15 @@ func NewCallID() string {
 }
 
 // StartInReasoning reports whether a rendered prompt ends inside an opened
-// <think> block: its last <think> comes after its last </think>.
+// <think> block: its last <think> comes after its last </think>; or inside
+// Gemma 4's thought channel, opened after its last <channel|>.
 func StartInReasoning(prompt string) bool {
 	o := strings.LastIndex(prompt, "<think>")
-	return o >= 0 && o > strings.LastIndex(prompt, "</think>")
+	if o >= 0 && o > strings.LastIndex(prompt, "</think>") {
+		return true
+	}
+	o = strings.LastIndex(prompt, gemmaThoughtOpen)
+	return o >= 0 && o > strings.LastIndex(prompt, gemmaThoughtClose)
 }
 
 // Detect chooses a parser name. A non-empty override (e.g. a tokenizer

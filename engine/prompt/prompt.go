@@ -130,6 +130,8 @@ type Request struct {
 	// itself: the answer then starts with reasoning, as Anthropic's
 	// thinking: enabled promises. EnableThinking false wins. A template that always opens it
 	// (DeepSeek-R1, Qwen3-Thinking) or knows no <think> is left as it is.
+	// With Gemma 4's template and enable_thinking true it opens the
+	// thought channel (<|channel>thought\n) instead.
 	StartThinking bool `json:"start_thinking,omitempty"`
 }
 
@@ -177,6 +179,12 @@ func (b *Builder) Render(req Request) (string, error) {
 	if req.StartThinking && (req.EnableThinking == nil || *req.EnableThinking) && in.AddGenerationPrompt && b.hybridThinking() && !inThinking(text) {
 		text += thinkOpen
 	}
+	if req.StartThinking && req.EnableThinking != nil && *req.EnableThinking && in.AddGenerationPrompt &&
+		strings.Contains(b.source, "<|channel>thought") && strings.HasSuffix(text, gemmaModelTurn) {
+		// Gemma 4: enable_thinking leaves the thought channel to the
+		// model; open it, as the template writes it in a history.
+		text += gemmaThoughtOpen
+	}
 	return text, nil
 }
 
@@ -184,6 +192,13 @@ func (b *Builder) Render(req Request) (string, error) {
 // and what DeepSeek-R1 and Qwen3-Thinking templates end their generation
 // prompt with.
 const thinkOpen = "<think>\n"
+
+// Gemma 4's generation prompt with thinking on, and its thought channel
+// as the model opens it.
+const (
+	gemmaModelTurn   = "<|turn>model\n"
+	gemmaThoughtOpen = "<|channel>thought\n"
+)
 
 // hybridThinking reports whether the template lets the caller turn
 // reasoning on and off (Qwen3's enable_thinking) around <think> blocks.

@@ -31,13 +31,21 @@ const (
 	GGUFQ8_0   = "Q8_0"
 	GGUFQ4_K_M = "Q4_K_M"
 	GGUFQ6_K   = "Q6_K"
+	GGUFQ5_K_M = "Q5_K_M"
+	GGUFQ3_K_M = "Q3_K_M"
+	GGUFQ2_K   = "Q2_K"
 )
 
 // GGUFTypes lists the GGUF types oQ writes.
-var GGUFTypes = []string{GGUFQ8_0, GGUFQ4_K_M, GGUFQ6_K}
+var GGUFTypes = []string{GGUFQ8_0, GGUFQ4_K_M, GGUFQ6_K, GGUFQ5_K_M, GGUFQ3_K_M, GGUFQ2_K}
 
 // ggufFileType is general.file_type (llama.cpp's LLAMA_FTYPE_MOSTLY_*).
-var ggufFileType = map[string]uint32{GGUFQ8_0: 7, GGUFQ4_K_M: 15, GGUFQ6_K: 18}
+var ggufFileType = map[string]uint32{GGUFQ8_0: 7, GGUFQ4_K_M: 15, GGUFQ6_K: 18, GGUFQ5_K_M: 17, GGUFQ3_K_M: 12, GGUFQ2_K: 10}
+
+// ggufDefaultType is the type of a matrix no rule singles out
+// (llama_ftype_get_default_type).
+var ggufDefaultType = map[string]tensor.DType{GGUFQ8_0: tensor.Q8_0, GGUFQ4_K_M: tensor.Q4_K, GGUFQ6_K: tensor.Q6_K,
+	GGUFQ5_K_M: tensor.Q5_K, GGUFQ3_K_M: tensor.Q3_K, GGUFQ2_K: tensor.Q2_K}
 
 // ggufArch maps a source architecture to llama.cpp's: its converter
 // writes Mistral as llama.
@@ -68,25 +76,56 @@ func useMoreBits(layer, layers int) bool {
 	return layer < layers/8 || layer >= 7*layers/8 || (layer-layers/8)%3 == 2
 }
 
+// GGUFModel is what llama.cpp's per-tensor type rules read of a model
+// besides the tensor's own name and shape.
+type GGUFModel struct {
+	Layers  int  // num_hidden_layers
+	Tied    bool // tied embeddings: token_embd serves as the output
+	GQA     int  // attention heads per key/value head (llama.cpp's n_gqa)
+	Experts int  // routed experts, 0 for a dense model
+}
+
+// ggufModel is the GGUFModel of a source config.
+func ggufModel(c *modelfile.Config) GGUFModel {
+	m := GGUFModel{Layers: c.NumHiddenLayers, Tied: c.TieWordEmbeddings}
+	if c.NumKeyValueHeads > 0 {
+		m.GQA = c.NumAttentionHeads / c.NumKeyValueHeads
+	}
+	if c.MoE != nil {
+		m.Experts = c.MoE.Experts
+	}
+	return m
+}
+
 // GGUFTensorType is the storage type of one tensor (GGUF name, shape
 // outermost first) in a GGUF of type typ, following llama.cpp's
-// llama_tensor_get_type for the dense families oQ exports:
+// llama_tensor_get_type (no importance matrix, not Falcon, not a "70B"
+// model) for the families oQ exports:
 //   - vectors (norms, biases) and a mixture's router (ffn_gate_inp, which
 //     llama-quantize never quantizes) stay F32;
 //   - the output projection (or, with tied embeddings, token_embd, which
 //     serves as it) is Q6_K unless the type is Q8_0;
-//   - Q4_K_M: attn_v and ffn_down (stacked experts' ffn_down_exps too,
-//     by the layer in their name) are Q6_K in the layers useMoreBits
-//     picks, every other matrix Q4_K (llama.cpp's extra rules for
-//     8-expert models, Mixtral's, are not followed);
+//   - attn_v: Q2_K gives it Q4_K when GQA ≥ 4, else Q3_K; Q3_K_M gives
+//     layers 0 and 1 Q5_K and the rest Q4_K; Q4_K_M and Q5_K_M give Q6_K
+//     to the layers useMoreBits picks; with exactly 8 experts every type
+//     stores it (and attn_k) in Q8_0;
+//   - ffn_down (stacked experts' ffn_down_exps too, by the layer in their
+//     name): Q2_K gives Q3_K; Q3_K_M gives the first sixteenth of the
+//     layers Q5_K and the rest Q4_K; Q4_K_M and Q5_K_M give Q6_K to the
+//     layers useMoreBits picks;
+//   - attn_output: Q2_K gives Q3_K and Q3_K_M Q4_K; with exactly 8
+//     experts, Q2_K, Q3_K_M and Q4_K_M give Q5_K;
+//   - every other matrix takes the type's default (ggufDefaultType);
 //   - a row that is not whole blocks of the chosen type falls back as
-//     to Q8_0 (llama.cpp: Q6_K → Q8_0 too, but Q4_K → Q5_0, a type
-//     fusion's backends do not run), then F16.
-func GGUFTensorType(typ, name string, shape []int64, layers int, tied bool) tensor.DType {
+//     llama.cpp does where the backends run the fallback (Q2_K and Q3_K
+//     to Q4_0), else to Q8_0 (llama.cpp: Q6_K → Q8_0 too, but Q4_K →
+//     Q5_0 and Q5_K → Q5_1, types fusion's backends do not run; Q8_0
+//     keeps at least their precision), then F16.
+func GGUFTensorType(typ, name string, shape []int64, m GGUFModel) tensor.DType {
 	if len(shape) < 2 || strings.HasSuffix(name, ".ffn_gate_inp.weight") {
 		return tensor.F32
 	}
-	want := map[string]tensor.DType{GGUFQ8_0: tensor.Q8_0, GGUFQ4_K_M: tensor.Q4_K, GGUFQ6_K: tensor.Q6_K}[typ]
+	want := ggufDefaultType[typ]
 	row := shape[len(shape)-1]
 	layer := -1
 	if rest, ok := strings.CutPrefix(name, "blk."); ok {
@@ -94,23 +133,63 @@ func GGUFTensorType(typ, name string, shape []int64, layers int, tied bool) tens
 			layer = n
 		}
 	}
+	more := useMoreBits(layer, m.Layers)
 	switch {
-	case name == "output.weight" || tied && name == "token_embd.weight":
-		if row%int64(tensor.Q6_K.BlockElems()) != 0 {
+	case name == "output.weight" || m.Tied && name == "token_embd.weight":
+		if row%int64(want.BlockElems()) != 0 {
 			want = tensor.Q8_0
 		} else if want != tensor.Q8_0 {
 			want = tensor.Q6_K
 		}
-	case typ == GGUFQ4_K_M && layer >= 0 && (strings.HasSuffix(name, ".attn_v.weight") || strings.HasSuffix(name, ".ffn_down.weight") ||
-		strings.HasSuffix(name, ".ffn_down_exps.weight")):
-		if useMoreBits(layer, layers) {
+	case layer < 0:
+	case strings.HasSuffix(name, ".attn_v.weight"):
+		switch {
+		case typ == GGUFQ2_K && m.GQA >= 4:
+			want = tensor.Q4_K
+		case typ == GGUFQ2_K:
+			want = tensor.Q3_K
+		case typ == GGUFQ3_K_M && layer < 2:
+			want = tensor.Q5_K
+		case typ == GGUFQ3_K_M:
+			want = tensor.Q4_K
+		case (typ == GGUFQ4_K_M || typ == GGUFQ5_K_M) && more:
 			want = tensor.Q6_K
+		}
+		if m.Experts == 8 {
+			want = tensor.Q8_0
+		}
+	case strings.HasSuffix(name, ".attn_k.weight"):
+		if m.Experts == 8 {
+			want = tensor.Q8_0
+		}
+	case strings.Contains(name, ".ffn_down"):
+		switch {
+		case typ == GGUFQ2_K:
+			want = tensor.Q3_K
+		case typ == GGUFQ3_K_M && layer < m.Layers/16:
+			want = tensor.Q5_K
+		case typ == GGUFQ3_K_M:
+			want = tensor.Q4_K
+		case (typ == GGUFQ4_K_M || typ == GGUFQ5_K_M) && more:
+			want = tensor.Q6_K
+		}
+	case strings.HasSuffix(name, ".attn_output.weight"):
+		switch {
+		case m.Experts == 8 && (typ == GGUFQ2_K || typ == GGUFQ3_K_M || typ == GGUFQ4_K_M):
+			want = tensor.Q5_K
+		case m.Experts == 8:
+		case typ == GGUFQ2_K:
+			want = tensor.Q3_K
+		case typ == GGUFQ3_K_M:
+			want = tensor.Q4_K
 		}
 	}
 	if row%int64(want.BlockElems()) != 0 {
-		// llama.cpp falls back from Q4_K to Q5_0, which fusion's backends
-		// do not run; Q8_0 keeps at least its precision.
-		want = tensor.Q8_0
+		if want == tensor.Q2_K || want == tensor.Q3_K {
+			want = tensor.Q4_0
+		} else {
+			want = tensor.Q8_0
+		}
 	}
 	if row%int64(want.BlockElems()) != 0 {
 		want = tensor.F16
@@ -157,6 +236,7 @@ func quantizeGGUF(ctx context.Context, src, dst string, o Options) (Result, erro
 	slices.SortStableFunc(names, func(a, b string) int { return compareGGUF(gnames[a], gnames[b]) })
 
 	res := Result{Dir: path, Format: FormatGGUF, Type: o.GGUFType, TensorTypes: map[string]int{}}
+	gm := ggufModel(c)
 	total := len(names)
 	if ropeFreqs != nil {
 		total++
@@ -178,7 +258,7 @@ func quantizeGGUF(ctx context.Context, src, dst string, o Options) (Result, erro
 				return Result{}, fmt.Errorf("quant: %s: %w", name, err)
 			}
 		}
-		dt := GGUFTensorType(o.GGUFType, g, t.Shape, c.NumHiddenLayers, c.TieWordEmbeddings)
+		dt := GGUFTensorType(o.GGUFType, g, t.Shape, gm)
 		wt, err := quantizeRows(g, dt, t.Shape, v)
 		if err != nil {
 			return Result{}, fmt.Errorf("quant: %w", err)
@@ -302,6 +382,9 @@ func ggufSupported(c *modelfile.Config) (string, error) {
 // CheckGGUFSource reports whether the model in dir can be exported to
 // GGUF (ErrUnsupported says why not) without reading its weights' data.
 func CheckGGUFSource(dir string) error {
+	if IsGGUF(dir) {
+		return checkGGUF(dir, ggufArchitectures, true)
+	}
 	s, err := openSource(dir, DefaultGroupSize, ggufArchitectures)
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package quant
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -56,20 +57,7 @@ func TestGGUFExportMoE(t *testing.T) {
 	checkRoundTrip(t, "qwen3_moe q4_k_m", src, f, 0.15)
 
 	text := EvalText[:strings.Index(EvalText, ".")+1]
-	ps, err := Perplexity(context.Background(), src, text, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pq, err := Perplexity(context.Background(), res.Dir, text, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := pq.NLL - ps.NLL
-	t.Logf("%d tensors %v, %.3f bits/weight; perplexity %.4f → %.4f (ΔNLL %+.5f nats/token over %d tokens)",
-		res.Tensors, res.TensorTypes, res.BitsPerWeight, ps.Perplexity, pq.Perplexity, d, pq.Tokens)
-	if abs(d) > 0.4 {
-		t.Errorf("ΔNLL %g over 0.4", d)
-	}
+	perplexityDelta(t, fmt.Sprintf("%d tensors %v, %.3f bits/weight", res.Tensors, res.TensorTypes, res.BitsPerWeight), src, res.Dir, text, 0.4)
 
 	if _, err := Quantize(context.Background(), src, filepath.Join(t.TempDir(), "mlx"), Options{Bits: 4}); !errors.Is(err, ErrUnsupported) {
 		t.Errorf("MLX export of a mixture: %v, want ErrUnsupported", err)

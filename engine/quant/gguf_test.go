@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -55,10 +56,63 @@ func TestGGUFTensorType(t *testing.T) {
 		{GGUFQ4_K_M, "blk.3.ffn_gate_exps.weight", []int64{8, 512, 256}, false, tensor.Q4_K},
 		{GGUFQ4_K_M, "blk.3.ffn_up_exps.weight", []int64{8, 512, 64}, false, tensor.Q8_0},
 		{GGUFQ6_K, "blk.4.ffn_down_exps.weight", []int64{8, 256, 512}, false, tensor.Q6_K},
+		// Q5_K_M: Q5_K, with Q4_K_M's Q6_K layers.
+		{GGUFQ5_K_M, "blk.1.attn_q.weight", m, false, tensor.Q5_K},
+		{GGUFQ5_K_M, "blk.0.attn_v.weight", m, false, tensor.Q6_K},
+		{GGUFQ5_K_M, "blk.1.attn_v.weight", m, false, tensor.Q5_K},
+		{GGUFQ5_K_M, "blk.3.ffn_down.weight", m, false, tensor.Q6_K},
+		{GGUFQ5_K_M, "blk.4.ffn_down_exps.weight", []int64{8, 256, 512}, false, tensor.Q5_K},
+		{GGUFQ5_K_M, "blk.1.attn_output.weight", m, false, tensor.Q5_K},
+		{GGUFQ5_K_M, "output.weight", m, false, tensor.Q6_K},
+		{GGUFQ5_K_M, "token_embd.weight", m, false, tensor.Q5_K},
+		{GGUFQ5_K_M, "blk.1.attn_q.weight", []int64{64, 64}, false, tensor.Q8_0}, // llama.cpp: Q5_1
+		// Q3_K_M: Q3_K; attn_v Q5_K in layers 0–1 then Q4_K, ffn_down Q5_K
+		// in the first sixteenth (none of 8 layers) then Q4_K, attn_output Q4_K.
+		{GGUFQ3_K_M, "blk.1.attn_q.weight", m, false, tensor.Q3_K},
+		{GGUFQ3_K_M, "blk.7.ffn_up.weight", m, false, tensor.Q3_K},
+		{GGUFQ3_K_M, "blk.1.attn_v.weight", m, false, tensor.Q5_K},
+		{GGUFQ3_K_M, "blk.2.attn_v.weight", m, false, tensor.Q4_K},
+		{GGUFQ3_K_M, "blk.0.ffn_down.weight", m, false, tensor.Q4_K},
+		{GGUFQ3_K_M, "blk.5.ffn_down_exps.weight", []int64{8, 256, 512}, false, tensor.Q4_K},
+		{GGUFQ3_K_M, "blk.4.attn_output.weight", m, false, tensor.Q4_K},
+		{GGUFQ3_K_M, "output.weight", m, false, tensor.Q6_K},
+		{GGUFQ3_K_M, "blk.1.attn_q.weight", []int64{64, 64}, false, tensor.Q4_0},
+		{GGUFQ3_K_M, "blk.1.attn_q.weight", []int64{8, 48}, false, tensor.F16},
+		// Q2_K: Q2_K; attn_v Q3_K (GQA 2), ffn_down and attn_output Q3_K.
+		{GGUFQ2_K, "blk.1.attn_q.weight", m, false, tensor.Q2_K},
+		{GGUFQ2_K, "blk.3.attn_v.weight", m, false, tensor.Q3_K},
+		{GGUFQ2_K, "blk.3.ffn_down.weight", m, false, tensor.Q3_K},
+		{GGUFQ2_K, "blk.3.attn_output.weight", m, false, tensor.Q3_K},
+		{GGUFQ2_K, "token_embd.weight", m, false, tensor.Q2_K},
+		{GGUFQ2_K, "token_embd.weight", m, true, tensor.Q6_K},
 	}
 	for _, tc := range tests {
-		if got := GGUFTensorType(tc.typ, tc.name, tc.shape, 8, tc.tied); got != tc.want {
+		gm := GGUFModel{Layers: 8, Tied: tc.tied, GQA: 2}
+		if got := GGUFTensorType(tc.typ, tc.name, tc.shape, gm); got != tc.want {
 			t.Errorf("%s %s %v tied=%v: %v, want %v", tc.typ, tc.name, tc.shape, tc.tied, got, tc.want)
+		}
+	}
+	// The model-wide rules: Q2_K's attn_v with GQA ≥ 4; a Q3_K_M of 32
+	// layers gives ffn_down Q5_K in layers 0 and 1; with exactly 8
+	// experts, attn_v and attn_k are Q8_0 and attn_output Q5_K.
+	for _, tc := range []struct {
+		typ, name string
+		m         GGUFModel
+		want      tensor.DType
+	}{
+		{GGUFQ2_K, "blk.3.attn_v.weight", GGUFModel{Layers: 8, GQA: 4}, tensor.Q4_K},
+		{GGUFQ3_K_M, "blk.1.ffn_down.weight", GGUFModel{Layers: 32, GQA: 4}, tensor.Q5_K},
+		{GGUFQ3_K_M, "blk.2.ffn_down.weight", GGUFModel{Layers: 32, GQA: 4}, tensor.Q4_K},
+		{GGUFQ4_K_M, "blk.1.attn_v.weight", GGUFModel{Layers: 8, Experts: 8}, tensor.Q8_0},
+		{GGUFQ6_K, "blk.1.attn_k.weight", GGUFModel{Layers: 8, Experts: 8}, tensor.Q8_0},
+		{GGUFQ4_K_M, "blk.1.attn_k.weight", GGUFModel{Layers: 8, Experts: 4}, tensor.Q4_K},
+		{GGUFQ4_K_M, "blk.1.attn_output.weight", GGUFModel{Layers: 8, Experts: 8}, tensor.Q5_K},
+		{GGUFQ2_K, "blk.1.attn_output.weight", GGUFModel{Layers: 8, Experts: 8}, tensor.Q5_K},
+		{GGUFQ5_K_M, "blk.1.attn_output.weight", GGUFModel{Layers: 8, Experts: 8}, tensor.Q5_K},
+		{GGUFQ4_K_M, "blk.1.attn_output.weight", GGUFModel{Layers: 8, Experts: 128}, tensor.Q4_K},
+	} {
+		if got := GGUFTensorType(tc.typ, tc.name, []int64{512, 256}, tc.m); got != tc.want {
+			t.Errorf("%s %s %+v: %v, want %v", tc.typ, tc.name, tc.m, got, tc.want)
 		}
 	}
 }
@@ -66,7 +120,7 @@ func TestGGUFTensorType(t *testing.T) {
 // TestGGUFOptions: format and type are checked (a 4xx for the admin API).
 func TestGGUFOptions(t *testing.T) {
 	for _, o := range []Options{
-		{Format: "gguf"}, {Format: "gguf", GGUFType: "Q5_K_M"}, {Format: "gguf", GGUFType: "Q8_0", TargetBits: 4.5},
+		{Format: "gguf"}, {Format: "gguf", GGUFType: "Q4_K_S"}, {Format: "gguf", GGUFType: "Q8_0", TargetBits: 4.5},
 		{GGUFType: "Q8_0"}, {Format: "onnx"},
 	} {
 		if err := o.Validate(); !errors.Is(err, ErrBadOptions) {
@@ -174,20 +228,8 @@ func TestGGUFExport(t *testing.T) {
 		if tc.short {
 			text = paragraph[:strings.Index(paragraph, ".")+1]
 		}
-		ps, err := Perplexity(context.Background(), src, text, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pq, err := Perplexity(context.Background(), res.Dir, text, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d := pq.NLL - ps.NLL
-		t.Logf("%s: %d tensors %v, %.3f bits/weight, %d bytes; perplexity %.4f → %.4f (ΔNLL %+.5f nats/token over %d tokens)",
-			tc.name, res.Tensors, res.TensorTypes, res.BitsPerWeight, res.Bytes, ps.Perplexity, pq.Perplexity, d, pq.Tokens)
-		if abs(d) > tc.maxDN {
-			t.Errorf("%s: ΔNLL %g over %g", tc.name, d, tc.maxDN)
-		}
+		perplexityDelta(t, fmt.Sprintf("%s: %d tensors %v, %.3f bits/weight, %d bytes", tc.name, res.Tensors, res.TensorTypes, res.BitsPerWeight, res.Bytes),
+			src, res.Dir, text, tc.maxDN)
 	}
 
 	out, err := exec.Command(py, append([]string{filepath.Join("testdata", "gguf_export_ref.py")}, args...)...).CombinedOutput()
@@ -231,6 +273,27 @@ func TestGGUFExport(t *testing.T) {
 		if r.Exact+len(r.KQuant) != len(r.Types) {
 			t.Errorf("%s: %d tensors checked of %d", tc.name, r.Exact+len(r.KQuant), len(r.Types))
 		}
+	}
+}
+
+// perplexityDelta scores text under the source model src and under its
+// export dst, logs both perplexities after what (the export described),
+// and fails when the mean negative log-likelihood moved by more than
+// maxDN nats per token.
+func perplexityDelta(t *testing.T, what, src, dst, text string, maxDN float64) {
+	t.Helper()
+	ps, err := Perplexity(context.Background(), src, text, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pq, err := Perplexity(context.Background(), dst, text, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := pq.NLL - ps.NLL
+	t.Logf("%s; perplexity %.4f → %.4f (ΔNLL %+.5f nats/token over %d tokens)", what, ps.Perplexity, pq.Perplexity, d, pq.Tokens)
+	if abs(d) > maxDN {
+		t.Errorf("%s: ΔNLL %g over %g", what, d, maxDN)
 	}
 }
 

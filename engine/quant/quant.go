@@ -1,7 +1,8 @@
 // Package quant makes quantized models from float ones (oQ, "online
 // quantization"): it reads a model directory with BF16/F16/F32 safetensors
-// weights and writes a new directory with MLX affine-quantized weights,
-// the same bytes mlx_lm.convert -q writes for a uniform setting, or a
+// weights (or a float GGUF file, read back into that layout) and writes a
+// new directory with MLX affine-quantized weights, the same bytes
+// mlx_lm.convert -q writes for a uniform setting, or a
 // mixed-precision plan that gives the tensors whose quantization error is
 // largest more bits at a target average. Perplexity measures a model
 // (float or quantized) on a text with the CPU backend, so a plan can be
@@ -15,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -32,8 +34,9 @@ var (
 	// ErrBadOptions: the options are out of range.
 	ErrBadOptions = errors.New("quant: bad options")
 	// ErrUnsupported: the source cannot be quantized here (already
-	// quantized, not safetensors, an architecture whose mlx-lm weight
-	// names differ from the file's).
+	// quantized — a quantized GGUF too —, neither safetensors nor a
+	// float GGUF, an architecture whose mlx-lm weight names differ from
+	// the file's).
 	ErrUnsupported = errors.New("quant: unsupported source")
 	// ErrExists: the destination exists.
 	ErrExists = errors.New("quant: destination exists")
@@ -52,13 +55,27 @@ type Options struct {
 	// uniform setting, and the base of a mixed one.
 	Bits      int
 	GroupSize int
-	// TargetBits > Bits asks for mixed precision: tensors are raised to
-	// HighBits, the most sensitive first, while the average bits per
-	// quantized weight (codes only, scales and biases not counted) stays
-	// within TargetBits. 0: uniform.
+	// TargetBits > 0 asks for mixed precision: every quantizable tensor
+	// gets one of the candidate widths (Widths × GroupSizes) so that the
+	// model's predicted loss is least while the true bits per quantized
+	// weight — codes, scales and biases, Result.BitsPerWeight — stay
+	// within TargetBits (4-bit in groups of 64 with bf16 scales is 4.5,
+	// with f32 scales 5.0). 0: uniform.
 	TargetBits float64
-	// HighBits is the precision of the raised tensors (default 8).
+	// HighBits is a mixed plan's second width when Widths is empty
+	// (default 8).
 	HighBits int
+	// Widths are the bit widths a mixed plan chooses from (each of 2, 3,
+	// 4, 5, 6, 8; default Bits and HighBits), in each group size of
+	// GroupSizes (default GroupSize alone). Bits and GroupSize remain
+	// the config's default entry; other widths are per-module overrides.
+	Widths     []int
+	GroupSizes []int
+	// MeasureEveryWidth, with a calibration text, measures the KL
+	// divergence at every candidate width (a forward pass each); by
+	// default only the base width is measured and the others' scaled by
+	// their weight errors (Candidate.Estimated).
+	MeasureEveryWidth bool
 	// Calibration, when set with TargetBits, is the text a mixed plan's
 	// sensitivities are measured on (up to MaxCalibrationTokens tokens):
 	// each quantizable tensor alone is quantized at Bits and at HighBits
@@ -71,7 +88,7 @@ type Options struct {
 	// many tokens, each scored from a fresh context (0: one window).
 	CalibrationWindow int
 	// Format is the output: FormatMLX (default) or FormatGGUF, one file
-	// of GGUFType (Q8_0, Q4_K_M or Q6_K) at the destination (".gguf"
+	// of GGUFType (one of GGUFTypes) at the destination (".gguf"
 	// appended when missing); Bits, GroupSize and the mixed plan apply to
 	// MLX only.
 	Format   string
@@ -91,11 +108,18 @@ type Result struct {
 	Mixed     bool    `json:"mixed"`
 	Tensors   int     `json:"tensors"`   // tensors written
 	Quantized int     `json:"quantized"` // of which quantized
-	Raised    int     `json:"raised"`    // of which at HighBits (mixed)
-	AvgBits   float64 `json:"avg_bits"`  // code bits per quantized weight
+	Raised    int     `json:"raised"`    // of which not at the base width (mixed)
+	AvgBits   float64 `json:"avg_bits"`  // code bits per quantized weight (scales and biases not counted)
 	// BitsPerWeight counts every bit of the quantized tensors (codes,
-	// scales, biases) per weight, as mlx-lm reports it.
+	// scales, biases) per quantized weight: what TargetBits bounds.
 	BitsPerWeight float64 `json:"bits_per_weight"`
+	// ModelBitsPerWeight is mlx-lm's figure (convert's "bits per
+	// weight"): every stored byte of the model, float tensors included,
+	// × 8 / its parameters (a quantized tensor's counted unpacked).
+	ModelBitsPerWeight float64 `json:"model_bits_per_weight"`
+	// Widths counts the quantized tensors at each width ("4/64": bits
+	// and group size).
+	Widths map[string]int `json:"widths,omitempty"`
 	// Format is FormatGGUF for a GGUF output (Dir is then the file), of
 	// Type, with TensorTypes counting the tensors stored in each ggml
 	// type; empty for MLX.
@@ -107,6 +131,9 @@ type Result struct {
 	// quantized tensor with its measures and the bits it got.
 	Sensitivity string       `json:"sensitivity,omitempty"`
 	Plan        []TensorPlan `json:"plan,omitempty"`
+	// Source is the float model it was made from, as config.json
+	// records it under SourceKey (MLX outputs).
+	Source *Source `json:"source,omitempty"`
 }
 
 // How a mixed plan measures sensitivity (Result.Sensitivity).
@@ -115,10 +142,12 @@ const (
 	SensitivityCalibration = "calibration"
 )
 
-// TensorPlan is one tensor of a mixed plan: its sensitivity and bits.
+// TensorPlan is one tensor of a mixed plan: its sensitivity and the
+// width it got.
 type TensorPlan struct {
 	Sensitivity
-	Bits int `json:"bits"`
+	Bits      int `json:"bits"`
+	GroupSize int `json:"group_size"`
 }
 
 // Validate checks the options, filling in the defaults.
@@ -151,10 +180,13 @@ func (o *Options) Validate() error {
 	if o.HighBits == 0 {
 		o.HighBits = DefaultHighBits
 	}
-	for _, b := range []int{o.Bits, o.HighBits} {
-		if err := modelfile.CheckAffine(o.GroupSize, b); err != nil {
+	for _, w := range append(o.widths(), Width{o.Bits, o.GroupSize}) {
+		if err := modelfile.CheckAffine(w.GroupSize, w.Bits); err != nil {
 			return fmt.Errorf("%w: %v", ErrBadOptions, err)
 		}
+	}
+	if (len(o.Widths) > 0 || len(o.GroupSizes) > 0 || o.MeasureEveryWidth) && o.TargetBits == 0 {
+		return fmt.Errorf("%w: widths, group sizes and measure_every_width need target_bits (a mixed plan)", ErrBadOptions)
 	}
 	if o.Calibration != "" && o.TargetBits == 0 {
 		return fmt.Errorf("%w: a calibration text needs target_bits (a mixed plan)", ErrBadOptions)
@@ -162,8 +194,15 @@ func (o *Options) Validate() error {
 	if o.CalibrationWindow < 0 {
 		return fmt.Errorf("%w: calibration window %d", ErrBadOptions, o.CalibrationWindow)
 	}
-	if o.TargetBits < 0 || o.TargetBits != 0 && (o.TargetBits <= float64(o.Bits) || o.TargetBits > float64(o.HighBits)) {
-		return fmt.Errorf("%w: target_bits %.2f must be above bits %d and at most %d", ErrBadOptions, o.TargetBits, o.Bits, o.HighBits)
+	// The cheapest candidate with no scales at all and the dearest with
+	// f32 scales bound any feasible target; Quantize checks it exactly
+	// once the source's dtype is known.
+	lo, hi := math.Inf(1), 0.0
+	for _, w := range o.widths() {
+		lo, hi = min(lo, float64(w.Bits)), max(hi, w.BitsPerWeight(tensor.F32))
+	}
+	if o.TargetBits < 0 || o.TargetBits != 0 && (o.TargetBits <= lo || o.TargetBits > hi) {
+		return fmt.Errorf("%w: target_bits %.2f must be above %g and at most %g (true bits per weight: codes, scales and biases)", ErrBadOptions, o.TargetBits, lo, hi)
 	}
 	return nil
 }
@@ -287,6 +326,9 @@ func Quantize(ctx context.Context, src, dst string, o Options) (Result, error) {
 	if err := o.Validate(); err != nil {
 		return Result{}, err
 	}
+	if IsGGUF(src) {
+		return quantizeGGUFSource(ctx, src, dst, o)
+	}
 	if o.Format == FormatGGUF {
 		return quantizeGGUF(ctx, src, dst, o)
 	}
@@ -314,10 +356,10 @@ func Quantize(ctx context.Context, src, dst string, o Options) (Result, error) {
 			o.Progress(step, total)
 		}
 	}
-	bits := map[string]int{}
+	widths := map[string]Width{}
 	for _, n := range s.names {
 		if s.quantOK[n] {
-			bits[n] = o.Bits
+			widths[n] = Width{o.Bits, o.GroupSize}
 		}
 	}
 	res := Result{Dir: dst, Bits: o.Bits, GroupSize: o.GroupSize, Mixed: o.TargetBits > 0}
@@ -326,20 +368,30 @@ func Quantize(ctx context.Context, src, dst string, o Options) (Result, error) {
 		if sens, err = s.sensitivities(ctx, src, filepath.Dir(dst), o, progress); err != nil {
 			return Result{}, err
 		}
-		bits = allocate(sens, o)
+		var weights int64
+		for _, t := range sens {
+			weights += t.Weights
+		}
+		plan, err := allocate(sens, s.dtype, o.TargetBits*float64(weights))
+		if err != nil {
+			return Result{}, err
+		}
 		res.Sensitivity = SensitivityWeights
 		if o.Calibration != "" {
 			res.Sensitivity = SensitivityCalibration
 		}
-		for _, t := range sens {
-			res.Plan = append(res.Plan, TensorPlan{Sensitivity: t, Bits: bits[t.Name]})
-			if bits[t.Name] != o.Bits {
-				logf("%s: %d bits (%s)", t.Name, bits[t.Name], t)
+		for i, t := range sens {
+			w := plan[i]
+			widths[t.Name] = w
+			res.Plan = append(res.Plan, TensorPlan{Sensitivity: t, Bits: w.Bits, GroupSize: w.GroupSize})
+			if w != (Width{o.Bits, o.GroupSize}) {
+				logf("%s: %s (%s)", t.Name, w, t)
 			}
 		}
 	}
 	var out []tensor.Tensor
-	var codeBits, allBits, weights float64
+	var codeBits, allBits, weights, params, modelBits float64
+	res.Widths = map[string]int{}
 	for _, name := range s.names {
 		if err := ctx.Err(); err != nil {
 			return Result{}, context.Cause(ctx)
@@ -348,14 +400,17 @@ func Quantize(ctx context.Context, src, dst string, o Options) (Result, error) {
 		if err != nil {
 			return Result{}, err
 		}
-		b, ok := bits[name]
+		params += float64(len(v))
+		w, ok := widths[name]
 		if !ok {
 			out = append(out, tensor.Tensor{Name: name, DType: s.dtype, Shape: t.Shape, Data: tensor.Encode(s.dtype, v)})
+			modelBits += 8 * float64(len(out[len(out)-1].Data))
 			progress()
 			continue
 		}
+		b := w.Bits
 		rows, cols := int(t.Shape[0]), int(t.Shape[1])
-		packed, scales, biases, err := modelfile.QuantizeAffine(v, rows, cols, o.GroupSize, b)
+		packed, scales, biases, err := modelfile.QuantizeAffine(v, rows, cols, w.GroupSize, b)
 		if err != nil {
 			return Result{}, fmt.Errorf("quant: %s: %w", name, err)
 		}
@@ -364,7 +419,7 @@ func Quantize(ctx context.Context, src, dst string, o Options) (Result, error) {
 			binary.LittleEndian.PutUint32(words[4*i:], w)
 		}
 		path := strings.TrimSuffix(name, ".weight")
-		g := int64(cols / o.GroupSize)
+		g := int64(cols / w.GroupSize)
 		out = append(out,
 			tensor.Tensor{Name: name, DType: tensor.U32, Shape: []int64{int64(rows), int64(modelfile.PackedCols(cols, b))}, Data: words},
 			tensor.Tensor{Name: path + ".scales", DType: s.dtype, Shape: []int64{int64(rows), g}, Data: tensor.Encode(s.dtype, scales)},
@@ -373,9 +428,12 @@ func Quantize(ctx context.Context, src, dst string, o Options) (Result, error) {
 		n := float64(len(v))
 		weights += n
 		codeBits += n * float64(b)
-		allBits += 8 * float64(len(words)+2*len(scales)*s.dtype.BlockBytes())
+		stored := 8 * float64(len(words)+2*len(scales)*s.dtype.BlockBytes())
+		allBits += stored
+		modelBits += stored
 		res.Quantized++
-		if b != o.Bits {
+		res.Widths[w.String()]++
+		if w != (Width{o.Bits, o.GroupSize}) {
 			res.Raised++
 		}
 		progress()
@@ -383,19 +441,30 @@ func Quantize(ctx context.Context, src, dst string, o Options) (Result, error) {
 	if weights > 0 {
 		res.AvgBits, res.BitsPerWeight = codeBits/weights, allBits/weights
 	}
+	if params > 0 {
+		res.ModelBitsPerWeight = modelBits / params
+	}
 	res.Tensors = len(s.names)
 	safetensors.SortLikePython(out)
-	if res.Bytes, err = s.write(dst, src, out, o, bits); err != nil {
+	// The source is recorded when it can be identified; a source that
+	// cannot (an unreadable header) is quantized all the same.
+	if hash, err := SourceHash(src); err == nil {
+		res.Source = &Source{Model: filepath.Base(filepath.Clean(src)), SHA256: hash}
+	} else {
+		logf("the source is not recorded: %v", err)
+	}
+	if res.Bytes, err = s.write(dst, src, out, o, widths, res.Source); err != nil {
 		return Result{}, err
 	}
-	logf("wrote %s: %d tensors, %d quantized (%d at %d bits), %.3f bits per weight", dst, res.Tensors, res.Quantized, res.Raised, o.HighBits, res.BitsPerWeight)
+	logf("wrote %s: %d tensors, %d quantized (%d not at %d bits in groups of %d), %.3f bits per quantized weight, %.3f per parameter",
+		dst, res.Tensors, res.Quantized, res.Raised, o.Bits, o.GroupSize, res.BitsPerWeight, res.ModelBitsPerWeight)
 	return res, nil
 }
 
 // write puts the weights, the index, config.json with its quantization
-// block, and the source's other files into a staging directory beside
+// block and its source (SourceKey), and the source's other files into a staging directory beside
 // dst, then renames it to dst.
-func (s *source) write(dst, src string, ts []tensor.Tensor, o Options, bits map[string]int) (int64, error) {
+func (s *source) write(dst, src string, ts []tensor.Tensor, o Options, widths map[string]Width, from *Source) (int64, error) {
 	parent := filepath.Dir(dst)
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return 0, fmt.Errorf("quant: %w", err)
@@ -430,13 +499,16 @@ func (s *source) write(dst, src string, ts []tensor.Tensor, o Options, bits map[
 		return 0, err
 	}
 	q := map[string]any{"group_size": o.GroupSize, "bits": o.Bits, "mode": modelfile.ModeAffine}
-	for name, b := range bits {
-		if b != o.Bits {
-			q[strings.TrimSuffix(name, ".weight")] = map[string]any{"group_size": o.GroupSize, "bits": b, "mode": modelfile.ModeAffine}
+	for name, w := range widths {
+		if w != (Width{o.Bits, o.GroupSize}) {
+			q[strings.TrimSuffix(name, ".weight")] = map[string]any{"group_size": w.GroupSize, "bits": w.Bits, "mode": modelfile.ModeAffine}
 		}
 	}
 	cfg := maps(s.raw)
 	cfg["quantization"], cfg["quantization_config"] = q, q
+	if from != nil {
+		cfg[SourceKey] = from
+	}
 	if err := writeJSON(filepath.Join(tmp, modelfile.ConfigFile), cfg); err != nil {
 		return 0, err
 	}
@@ -496,6 +568,9 @@ func copyOthers(src, dir string) error {
 // CheckSource reports whether the model in dir can be quantized
 // (ErrUnsupported says why not) without reading its weights' data.
 func CheckSource(dir string) error {
+	if IsGGUF(dir) {
+		return checkGGUF(dir, architectures, false)
+	}
 	s, err := openSource(dir, DefaultGroupSize, architectures)
 	if err != nil {
 		return err

@@ -98,7 +98,12 @@ func TestQuantizeRefuses(t *testing.T) {
 		{"bits", src, "", Options{Bits: 7}, nil, ErrBadOptions},
 		{"group", src, "", Options{GroupSize: 48}, nil, ErrBadOptions},
 		{"target below bits", src, "", Options{Bits: 4, TargetBits: 3.5}, nil, ErrBadOptions},
-		{"target above high", src, "", Options{Bits: 4, TargetBits: 8.5}, nil, ErrBadOptions},
+		{"target above high", src, "", Options{Bits: 4, TargetBits: 9.5}, nil, ErrBadOptions},
+		// bf16 scales: 8-bit in groups of 64 is 8.5 bits per weight.
+		{"target above the dearest plan", src, "", Options{Bits: 4, TargetBits: 8.75}, nil, ErrBadOptions},
+		{"widths without target", src, "", Options{Widths: []int{2, 4}}, nil, ErrBadOptions},
+		{"bad width", src, "", Options{TargetBits: 5, Widths: []int{4, 7}}, nil, ErrBadOptions},
+		{"bad group size", src, "", Options{TargetBits: 5, GroupSizes: []int{64, 48}}, nil, ErrBadOptions},
 		{"already quantized", quantized, "", Options{}, nil, ErrUnsupported},
 		{"exists", src, exists, Options{}, nil, ErrExists},
 		{"cancelled", src, "", Options{}, ctx, context.Canceled},
@@ -133,9 +138,10 @@ func TestQuantizeRefuses(t *testing.T) {
 	}
 }
 
-// TestMixedBeatsUniform: at 4.5 average code bits, the plan's model is
-// closer to the float source on a text than uniform 4-bit (perplexity
-// delta), at a bits-per-weight cost stated in the result.
+// TestMixedBeatsUniform: at 5 true bits per weight (bf16 scales: 4-bit
+// in groups of 64 is 4.5), the two-width plan's model is closer to the
+// float source on a text than uniform 4-bit (perplexity delta), at a
+// bits-per-weight cost stated in the result.
 func TestMixedBeatsUniform(t *testing.T) {
 	src := demoDir(t, demo.Options{Hidden: 128, Intermediate: 256, Layers: 2, Seed: 11})
 	ctx := context.Background()
@@ -143,11 +149,11 @@ func TestMixedBeatsUniform(t *testing.T) {
 	if _, err := Quantize(ctx, src, uni, Options{Bits: 4, GroupSize: 64}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := Quantize(ctx, src, mixed, Options{Bits: 4, GroupSize: 64, TargetBits: 4.5})
+	res, err := Quantize(ctx, src, mixed, Options{Bits: 4, GroupSize: 64, TargetBits: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Raised == 0 || res.AvgBits > 4.5 || res.AvgBits <= 4 {
+	if res.Raised == 0 || res.BitsPerWeight > 5 || res.BitsPerWeight <= 4.5 || res.AvgBits <= 4 || res.Widths["8/64"] != res.Raised {
 		t.Fatalf("plan %+v", res)
 	}
 	q := quantBlock(t, mixed)

@@ -23,6 +23,7 @@ type phase int
 const (
 	phaseGrammar    phase = iota // the grammar applies
 	phaseMayThink                // first token: <think> or the grammar's start
+	phaseThinkName               // after Gemma 4's <|channel>: its name, "thought\n"
 	phaseThinking                // reasoning, free until </think>
 	phaseAfterThink              // after </think>: whitespace or the grammar's start
 )
@@ -49,7 +50,24 @@ type constraint struct {
 	closeOnly  sample.Bitset // only </think>
 	spaces     sample.Bitset // whitespace-only tokens
 	spacesUsed int
+
+	// Gemma 4 names its channel after the opening token, as its template
+	// writes it: the name is forced (nil for other families).
+	name     *grammar.Matcher
+	nameCost int // bytes of the name
 }
+
+// gemmaThoughtName follows <|channel> in Gemma 4's thought channel.
+const gemmaThoughtName = "thought\n"
+
+var gemmaThoughtGrammar = func() *grammar.Grammar {
+	b := grammar.NewBuilder()
+	g, err := b.Build(b.Literal(gemmaThoughtName))
+	if err != nil {
+		panic(err)
+	}
+	return g
+}()
 
 // responseFormatGrammar compiles a request's response format; a schema
 // the grammar cannot enforce is the caller's error, naming the keyword.
@@ -71,8 +89,9 @@ func newConstraint(lm *loadedModel, g *grammar.Grammar, think thinking, stops []
 	v := lm.grammarVocab()
 	c := &constraint{vocab: v, m: g.NewMatcher(), bits: sample.NewBitset(v.Size()), spaces: lm.spaces}
 	tok := lm.text.Tokenizer()
-	open, okOpen := tok.TokenID("<think>")
-	closeID, okClose := tok.TokenID("</think>")
+	openTag, closeTag := thinkTags(lm.parser)
+	open, okOpen := tok.TokenID(openTag)
+	closeID, okClose := tok.TokenID(closeTag)
 	if !okOpen {
 		open = -1
 	}
@@ -96,6 +115,9 @@ func newConstraint(lm *loadedModel, g *grammar.Grammar, think thinking, stops []
 	c.reasoning.Set(closeID)
 	c.closeOnly = sample.NewBitset(v.Size())
 	c.closeOnly.Set(closeID)
+	if openTag == "<|channel>" && c.phase == phaseMayThink {
+		c.name, c.nameCost = gemmaThoughtGrammar.NewMatcher(), len(gemmaThoughtName)
+	}
 	return c
 }
 
@@ -106,6 +128,10 @@ func newConstraint(lm *loadedModel, g *grammar.Grammar, think thinking, stops []
 // opened or continued only while </think>, the shortest document and the
 // end still fit after this token.
 func (c *constraint) mask(left int) sample.Mask {
+	if c.phase == phaseThinkName {
+		c.name.Mask(c.vocab, c.bits)
+		return c.bits
+	}
 	if c.phase == phaseThinking {
 		if left < c.m.Remaining()+3 {
 			return c.closeOnly
@@ -120,7 +146,7 @@ func (c *constraint) mask(left int) sample.Mask {
 	unset(c.bits, c.thinkClose)
 	switch c.phase {
 	case phaseMayThink:
-		if left >= c.m.Remaining()+3 {
+		if left >= c.m.Remaining()+3+c.nameCost {
 			c.bits.Set(c.thinkOpen)
 		}
 	case phaseAfterThink:
@@ -141,9 +167,24 @@ func (c *constraint) accept(id int) error {
 			c.phase = phaseAfterThink
 		}
 		return nil
+	case phaseThinkName:
+		if id == c.thinkClose { // a spent reasoning budget closes it at once
+			c.phase = phaseAfterThink
+			return nil
+		}
+		if err := c.name.Accept(c.vocab, id); err != nil {
+			return err
+		}
+		if c.name.Done() {
+			c.phase = phaseThinking
+		}
+		return nil
 	case phaseMayThink:
 		if id == c.thinkOpen {
 			c.phase = phaseThinking
+			if c.name != nil {
+				c.phase = phaseThinkName
+			}
 			return nil
 		}
 	case phaseAfterThink:
@@ -182,12 +223,14 @@ func (lm *loadedModel) grammarVocab() *grammar.Vocab {
 				}
 			}
 		}
+		_, closeTag := thinkTags(lm.parser)
 		for _, m := range parser.Markers(lm.parser) {
-			if id, ok := tok.TokenID(m); ok && m != "</think>" {
+			if id, ok := tok.TokenID(m); ok && m != closeTag {
 				unset(lm.reasoning, id)
 			}
 		}
 		lm.harmonyTokens(tokens)
+		lm.gemmaTokens(tokens)
 		lm.vocab = grammar.NewVocab(tokens, tok.EOS())
 	})
 	return lm.vocab

@@ -238,7 +238,9 @@ func TestRecurrentKVBudget(t *testing.T) {
 // with the tokens and logprobs of the whole model, greedy and seeded,
 // four requests batched, whatever the split: DeltaNet layers alone on
 // the first stage ([0, 1), [0, 3)), or both kinds on each ([0, 2)). The
-// prefix cache stays off for such a pipeline: a repeat restores nothing.
+// downstream here keeps no prefix cache (it is not a Prefixer), so a
+// repeat restores nothing (cluster/pipeline's TestPrefixCacheRecurrentStages
+// covers the pipeline's prefix cache of such a model).
 func TestPipelineRecurrent(t *testing.T) {
 	dir := t.TempDir()
 	recurrentDemo(t, dir, "qwen3_5_moe")

@@ -50,12 +50,21 @@ func declaredTools(tools []*chattemplate.Object) ([]declaredTool, error) {
 // own (family), except that a forced tool choice on a model whose
 // template has no tool-call format at all (parser.None: Gemma 3's) is
 // written as one bare JSON call, {"name": …, "parameters": {…}}, which
-// toolCallGrammar forces and the llama3_json parser reads. A family
+// toolCallGrammar forces and the llama3_json parser reads (and gemma4_think
+// as gemma4, whose calls the template defines). A family
 // with reasoning but no calls (parser.Think) keeps its refusal: the JSON
 // parser would return the reasoning as content.
 func callFamily(family string, req *engine.Request) string {
-	if family == parser.None && req.ToolChoice.Forced() && req.Messages != nil {
-		return parser.Llama3JSON
+	if req.ToolChoice.Forced() && req.Messages != nil {
+		switch family {
+		case parser.None:
+			return parser.Llama3JSON
+		case parser.Gemma4Think:
+			// Gemma 4's thought channel without its calls (an operator's
+			// parser setting): a forced call is still written, and read,
+			// in Gemma 4's call syntax.
+			return parser.Gemma4
+		}
 	}
 	return family
 }
@@ -63,7 +72,8 @@ func callFamily(family string, req *engine.Request) string {
 // toolCallGrammar compiles the output a forced tool choice allows: one or
 // more calls (at most maxCalls, or one when parallel calls are off) of the
 // allowed tools in the family's call format, each call's arguments valid
-// against that tool's parameters. JSON is compact (see package grammar).
+// against that tool's parameters. JSON is compact (see package grammar);
+// Gemma 4's arguments are in its own notation (grammar.GemmaArguments).
 func toolCallGrammar(family string, tools []*chattemplate.Object, choice engine.ToolChoice, maxCalls int) (*grammar.Grammar, error) {
 	decl, err := declaredTools(tools)
 	if err != nil {
@@ -83,10 +93,14 @@ func toolCallGrammar(family string, tools []*chattemplate.Object, choice engine.
 			continue
 		}
 		args := b.AnyObject()
-		if d.params != nil && family != parser.Qwen3Coder { // XML parameters are built below
-			if args, err = b.ObjectSchema(d.params); err != nil {
-				return nil, schemaError(fmt.Sprintf("tools[%d].function.parameters", i), err)
-			}
+		switch {
+		case family == parser.Gemma4:
+			args, err = b.GemmaArguments(d.params)
+		case d.params != nil && family != parser.Qwen3Coder: // XML parameters are built below
+			args, err = b.ObjectSchema(d.params)
+		}
+		if err != nil {
+			return nil, schemaError(fmt.Sprintf("tools[%d].function.parameters", i), err)
 		}
 		calls = append(calls, allowed{d.name, args})
 	}
@@ -135,6 +149,14 @@ func toolCallGrammar(family string, tools []*chattemplate.Object, choice engine.
 			names[i], args[i] = c.name, c.args
 		}
 		root = harmonyCallGrammar(b, names, args)
+	case parser.Gemma4:
+		// As the template writes calls back: each in its own
+		// <|tool_call>…<tool_call|>, one after the other.
+		var alts []grammar.Expr
+		for _, c := range calls {
+			alts = append(alts, b.Sequence(b.Literal(c.name), c.args))
+		}
+		root = b.Repeat(grammar.Expr{}, 1, maxCalls, b.Literal("<|tool_call>call:"), b.Choice(alts...), b.Literal("<tool_call|>"))
 	case parser.DeepSeekV3:
 		var alts []grammar.Expr
 		for _, c := range calls {
@@ -160,4 +182,23 @@ func schemaError(where string, err error) error {
 		return &prompt.InvalidRequestError{Err: fmt.Errorf("%s: the schema keyword %q at %q cannot be enforced: %w", where, ue.Keyword, ue.Path, err)}
 	}
 	return &prompt.InvalidRequestError{Err: fmt.Errorf("%s: %w", where, err)}
+}
+
+// gemmaTokens puts Gemma 4's call markers into the grammar vocabulary as
+// their text, so that a forced call writes them as the model does, with
+// its special tokens (<|tool_call>, <tool_call|>, and <|"|>, the string
+// delimiter), not spelled out in pieces. <|"|> cannot end a string early:
+// a grammar string never holds a '"' (see grammar.GemmaArguments); a
+// string that holds the text of a call marker is read as text by the
+// output parser, which skips <|"|>-delimited strings.
+func (lm *loadedModel) gemmaTokens(tokens [][]byte) {
+	if lm.parser != parser.Gemma4 && lm.parser != parser.Gemma4Think {
+		return
+	}
+	tok := lm.text.Tokenizer()
+	for _, m := range []string{"<|tool_call>", "<tool_call|>", `<|"|>`} {
+		if id, ok := tok.TokenID(m); ok && id < len(tokens) && !tok.IsEOS(id) {
+			tokens[id] = []byte(m)
+		}
+	}
 }

@@ -2,7 +2,10 @@ package runner
 
 import (
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
+	"regexp"
+	"strings"
 	"testing"
 
 	"fusion/engine"
@@ -22,17 +25,28 @@ func TestForcedFormatsParse(t *testing.T) {
 	for b := 1; b < 256; b++ {
 		toks = append(toks, []byte{byte(b)})
 	}
-	for _, s := range []string{`{"`, `":`, `","`, `"}`, "\n", "<tool_call>", "</tool_call>", "<parameter=", "</parameter>", "<function=", "Paris", "[TOOL_CALLS]", "function", "```json", "<｜tool▁sep｜>", "é", "get_weather", "city"} {
+	for _, s := range []string{`{"`, `":`, `","`, `"}`, "\n", "<tool_call>", "</tool_call>", "<parameter=", "</parameter>", "<function=", "Paris", "[TOOL_CALLS]", "function", "```json", "<｜tool▁sep｜>", "é", "get_weather", "city",
+		"<|tool_call>", "<tool_call|>", `<|"|>`, "call:", "None", "null"} {
 		toks = append(toks, []byte(s))
 	}
 	vocab := grammar.NewVocab(toks, []int{0})
 	params := `{"type":"object","properties":{"city":{"type":"string","maxLength":6},"days":{"type":"integer","minimum":1,"maximum":7},"tags":{"type":"array","items":{"enum":["a","b"]},"maxItems":2},"unit":{"enum":["c","f"]},"code":{"type":"string","pattern":"^[0-9]{2}$"}},"required":["city"],"additionalProperties":false}`
 	tools := []*chattemplate.Object{functionTool("get_weather", params), functionTool("now", `{"type":"object","properties":{}}`)}
 	validator := compileValidator(t, params)
+	// Gemma 4's notation on more of JSON: null (and None), booleans,
+	// numbers, nested and free-form objects (bare keys), arrays of strings.
+	gemmaParams := `{"type":"object","properties":{"city":{"type":"string","maxLength":6},"days":{"type":"integer","minimum":1,"maximum":7},"tags":{"type":"array","items":{"enum":["a","b",null]},"maxItems":2},"unit":{"enum":["c","f"]},"code":{"type":"string","pattern":"^[0-9]{2}$"},` +
+		`"at":{"type":["number","null"]},"ok":{"type":"boolean"},"where":{"type":"object","properties":{"Lat":{"type":"number"},"near":{"type":"array","items":{"type":"string","maxLength":3},"maxItems":2}},"required":["Lat"]},"extra":{"type":"object","additionalProperties":{"type":"integer","maximum":9}}},"required":["city"],"additionalProperties":false}`
+	gemmaTools := []*chattemplate.Object{functionTool("get_weather", gemmaParams), functionTool("now", ``)}
+	gemmaValidator := compileValidator(t, gemmaParams)
 	rng := rand.New(rand.NewPCG(9, 10))
 	mask := sample.NewBitset(len(toks))
-	for _, family := range []string{parser.Qwen3, parser.Hermes, parser.Qwen3Coder, parser.Llama3JSON, parser.Mistral, parser.DeepSeekV3} {
+	for _, family := range []string{parser.Qwen3, parser.Hermes, parser.Qwen3Coder, parser.Llama3JSON, parser.Mistral, parser.DeepSeekV3, parser.Gemma4} {
 		for _, choice := range []engine.ToolChoice{{Mode: engine.ToolRequired}, {Mode: engine.ToolRequired, NoParallel: true}, {Mode: engine.ToolNamed, Name: "get_weather"}} {
+			tools, validator := tools, validator
+			if family == parser.Gemma4 {
+				tools, validator = gemmaTools, gemmaValidator
+			}
 			g, err := toolCallGrammar(family, tools, choice, 3)
 			if err != nil {
 				t.Fatalf("%s: %v", family, err)
@@ -76,6 +90,17 @@ func TestForcedFormatsParse(t *testing.T) {
 				if choice.NoParallel && len(calls) != 1 {
 					t.Fatalf("%s %+v: %d calls in %q", family, choice, len(calls), out)
 				}
+				if family == parser.Gemma4 {
+					// Read back exactly: the calls written again in Gemma
+					// 4's notation are the document (a null as null).
+					var again strings.Builder
+					for _, c := range calls {
+						again.WriteString("<|tool_call>call:" + c.Name + gemmaNotation(t, c.Arguments) + "<tool_call|>")
+					}
+					if want := gemmaNullsAsJSON(string(out)); again.String() != want {
+						t.Fatalf("gemma4 %+v: %q read back as %q", choice, want, again.String())
+					}
+				}
 				for _, c := range calls {
 					var args map[string]any
 					if c.Undeclared || json.Unmarshal([]byte(c.Arguments), &args) != nil || choice.Mode == engine.ToolNamed && c.Name != "get_weather" {
@@ -90,4 +115,71 @@ func TestForcedFormatsParse(t *testing.T) {
 			}
 		}
 	}
+}
+
+// gemmaNotation writes JSON arguments (key order kept) in Gemma 4's
+// notation, keys bare where grammar.GemmaArguments writes them bare.
+func gemmaNotation(t *testing.T, args string) string {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(args))
+	dec.UseNumber()
+	bare := regexp.MustCompile(`^[A-Za-z0-9_$.-]+$`)
+	var b strings.Builder
+	var value func()
+	value = func() {
+		tok, err := dec.Token()
+		if err != nil {
+			t.Fatalf("%s: %v", args, err)
+		}
+		switch v := tok.(type) {
+		case json.Delim:
+			b.WriteString(v.String())
+			for i := 0; dec.More(); i++ {
+				if i > 0 {
+					b.WriteByte(',')
+				}
+				if v == '{' {
+					k, _ := dec.Token()
+					key := k.(string)
+					if !bare.MatchString(key) {
+						key = `<|"|>` + key + `<|"|>`
+					}
+					b.WriteString(key + ":")
+				}
+				value()
+			}
+			end, _ := dec.Token()
+			b.WriteString(end.(json.Delim).String())
+		case string:
+			b.WriteString(`<|"|>` + v + `<|"|>`)
+		case nil:
+			b.WriteString("null")
+		default:
+			b.WriteString(fmt.Sprint(v))
+		}
+	}
+	value()
+	return b.String()
+}
+
+// gemmaNullsAsJSON replaces the None values of Gemma 4's notation (not
+// in strings or keys) by null.
+func gemmaNullsAsJSON(s string) string {
+	var b strings.Builder
+	for inStr := false; s != ""; {
+		switch {
+		case strings.HasPrefix(s, `<|"|>`):
+			inStr = !inStr
+			b.WriteString(`<|"|>`)
+			s = s[5:]
+		case !inStr && strings.HasPrefix(s, "None") && b.Len() > 0 && strings.ContainsRune(":,[", rune(b.String()[b.Len()-1])) &&
+			(len(s) == 4 || strings.ContainsRune(",]}", rune(s[4]))):
+			b.WriteString("null")
+			s = s[4:]
+		default:
+			b.WriteByte(s[0])
+			s = s[1:]
+		}
+	}
+	return b.String()
 }

@@ -254,6 +254,12 @@ func constraintThinking(family string, req *engine.Request, renderedPrompt strin
 	case req.Messages != nil && (req.EnableThinking == nil || *req.EnableThinking) &&
 		slices.Contains(parser.Markers(family), "<think>"):
 		return thinkingMay
+	case req.Messages != nil && req.EnableThinking != nil && *req.EnableThinking && family == parser.Gemma4:
+		// Gemma 4's template closes an empty thought channel in the
+		// prompt unless enable_thinking is true; then the model may
+		// think before its calls (the template writes a call turn's
+		// thought channel before its calls).
+		return thinkingMay
 	}
 	return thinkingOff
 }

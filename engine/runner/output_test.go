@@ -99,16 +99,25 @@ func TestOutputParsingGemma4(t *testing.T) {
 	}
 }
 
-// TestForcedGemma4Refused: Gemma 4's call syntax has no forced-call
-// grammar yet, so tool_choice required/named is the caller's error (a 4xx),
-// naming the format.
-func TestForcedGemma4Refused(t *testing.T) {
+// TestForcedGemma4: Gemma 4's calls can be forced (required, named);
+// gemma4_think, Gemma 4's channel without calls, forces and reads them
+// as gemma4; a schema the notation cannot carry is still a 400 naming it.
+func TestForcedGemma4(t *testing.T) {
 	tools := []*chattemplate.Object{functionTool("get_weather", `{"type":"object","properties":{"city":{"type":"string"}}}`)}
 	for _, choice := range []engine.ToolChoice{{Mode: engine.ToolRequired}, {Mode: engine.ToolNamed, Name: "get_weather"}} {
-		_, err := toolCallGrammar("gemma4", tools, choice, 3)
-		var invalid *prompt.InvalidRequestError
-		if !errors.As(err, &invalid) || !strings.Contains(err.Error(), `"gemma4"`) {
-			t.Errorf("%+v: %v, want an InvalidRequestError naming gemma4", choice, err)
+		g, err := toolCallGrammar(callFamily(parser.Gemma4Think, &engine.Request{Messages: []*chattemplate.Object{}, ToolChoice: choice}), tools, choice, 3)
+		if err != nil {
+			t.Fatalf("%+v: %v", choice, err)
 		}
+		m := g.NewMatcher()
+		if _, ok := m.AdvanceBytes([]byte(`<|tool_call>call:get_weather{city:<|"|>Paris<|"|>}<tool_call|>`)); !ok || !m.Done() {
+			t.Errorf("%+v: the template's own call is refused", choice)
+		}
+	}
+	bad := []*chattemplate.Object{functionTool("f", `{"type":"object","properties":{"a<|\"|>b":{"type":"string"}}}`)}
+	_, err := toolCallGrammar(parser.Gemma4, bad, engine.ToolChoice{Mode: engine.ToolRequired}, 3)
+	var invalid *prompt.InvalidRequestError
+	if !errors.As(err, &invalid) || !strings.Contains(err.Error(), "Gemma 4") {
+		t.Errorf("a key with the delimiter: %v, want an InvalidRequestError naming Gemma 4's notation", err)
 	}
 }

@@ -403,11 +403,11 @@ func (r *Runner) loadModel(ctx context.Context, e *entry) (*loadedModel, error) 
 	lm.setSettings(set)
 	lm.cacheKey, lm.cacheKeyErr = modelCacheKey(e.info.Path, m.Backend(), r.backends.kvLayout(e.info.ID))
 	lm.recurrent = recurrent
-	if pm, ok := m.(*pipelineModel); ok && pm.m.Config.DeltaNet != nil {
-		// A pipeline's stages restore to the positions all of them hold,
-		// which a DeltaNet layer's state cannot go back to: no prefix
-		// cache for it (a single node keeps state snapshots, prefix.go).
-		lm.cacheKeyErr = errRecurrentPrefix
+	if pm, ok := m.(*pipelineModel); ok {
+		// A pipeline of a model with DeltaNet layers on any stage keeps
+		// state snapshots as one node does (its prefill cut at snapshot
+		// boundaries, its restores ending on one: stageprefix.go).
+		lm.recurrent = pm.wholeRecurrent()
 	}
 	lm.sched = newScheduler(r, e.info.ID, m)
 	return lm, nil

@@ -31,11 +31,6 @@ import (
 // blocks have one; a restore imports the run of cached blocks and keeps
 // it up to the deepest block with a snapshot.
 
-// errRecurrentPrefix keeps a pipeline of a model with recurrent layers out
-// of the prefix cache: its stages restore to the positions all of them
-// hold, which a recurrent state cannot go back to.
-var errRecurrentPrefix = errors.New("runner: the prefix cache does not restore a pipeline's recurrent state")
-
 // stateSequence is a sequence with recurrent layers: StateLen is the
 // position their state is at (behind Len after importing blocks without
 // a snapshot).
@@ -278,7 +273,12 @@ func (g *generation) storePrefix(seq sequence, tokens []int) int {
 // imported here, then offered to the later stages (Prefixer.Restore),
 // which import what their own caches hold of it; every stage keeps the
 // positions all of them restored, and only the rest goes through
-// prefill — on every stage.
+// prefill — on every stage. For a model with recurrent layers the depth
+// is the end of a block every stage holds a state snapshot at
+// (stageprefix.go), before the block of the prompt's last token, as on
+// one node. When the stages restore nothing (or this stage cannot keep
+// what they agreed on) the sequence is dropped downstream and starts
+// afresh with its first step.
 func (g *generation) restorePipe(ctx context.Context, ps *pipeSequence) int {
 	c, pm := g.r.pcache, ps.pm
 	pf, ok := pm.p.Down.(Prefixer)
@@ -287,30 +287,32 @@ func (g *generation) restorePipe(ctx context.Context, ps *pipeSequence) int {
 	}
 	bs := c.BlockSize()
 	g.pfx.keys = prefixcache.Chain(g.lm.cacheKey, g.prompt, bs)
-	n := 0
-	for ; n < len(g.pfx.keys) && ctx.Err() == nil; n++ {
-		key := StageBlockKey(pm.stageKey, g.pfx.keys[n])
-		data, tier := c.Get(key)
-		if tier == prefixcache.Miss {
-			break
-		}
-		err := ps.local.ImportKV(data)
-		if err == nil && ps.local.Len() != (n+1)*bs {
-			err = fmt.Errorf("the block held %d positions, not %d", ps.local.Len()-n*bs, bs)
-		}
-		if err != nil {
-			g.r.cfg.Logger.Warn("prefix cache: pipeline block not imported", "model", g.lm.name, "block", n, "err", err)
-			ps.local.Truncate(n * bs)
-			c.Remove(key)
-			break
-		}
+	limit := len(g.prompt) - 1 // the prompt's last token is computed
+	if g.lm.recurrent {
+		// The state cannot step back from the prompt's end: stop a block
+		// short of it, on a block boundary (every stage's).
+		limit = limit / bs * bs
 	}
-	limit := min(n*bs, len(g.prompt)-1) // the prompt's last token is computed
-	if limit <= 0 {
+	if ctx.Err() != nil || limit <= 0 {
+		return 0
+	}
+	imp := ImportStageBlocks(c, pm.stageKey, g.pfx.keys, pm.m, ps.local.seq, bs, limit)
+	if imp.Bad != nil {
+		g.r.cfg.Logger.Warn("prefix cache: pipeline block not imported", "model", g.lm.name, "err", imp.Bad)
+	}
+	ps.local.noteBytes()
+	if imp.Depth <= 0 {
 		ps.local.Truncate(0)
 		return 0
 	}
-	got, err := pf.Restore(ctx, ps.id, ps.local.seq.MaxLen(), g.pfx.keys[:n], bs, limit)
+	got, err := pf.Restore(ctx, ps.id, ps.local.seq.MaxLen(), g.pfx.keys[:(imp.Depth+bs-1)/bs], bs, imp.Depth)
+	if err == nil && (got == 0 || !KeepStagePrefix(pm.m, ps.local.seq, imp.Blocks, bs, got)) {
+		err = fmt.Errorf("the stages agreed on %d positions, which this one holds no state at", got)
+		if got == 0 {
+			err = errors.New("nothing restored")
+		}
+	}
+	ps.local.noteBytes()
 	if err != nil {
 		g.r.cfg.Logger.Debug("prefix cache: the later stages restored nothing", "model", g.lm.name, "err", err)
 		ps.local.Truncate(0)
@@ -318,11 +320,8 @@ func (g *generation) restorePipe(ctx context.Context, ps *pipeSequence) int {
 		return 0
 	}
 	ps.opened = true
-	ps.local.Truncate(got)
 	g.pfx.restored, g.pfx.stored = got, got/bs
-	if got > 0 {
-		g.r.cfg.Logger.Debug("prefix cache: restored on every stage", "model", g.lm.name, "tokens", got, "prompt", len(g.prompt))
-	}
+	g.r.cfg.Logger.Debug("prefix cache: restored on every stage", "model", g.lm.name, "tokens", got, "prompt", len(g.prompt))
 	return got
 }
 
@@ -332,7 +331,7 @@ func (g *generation) restorePipe(ctx context.Context, ps *pipeSequence) int {
 func (g *generation) storePipe(ps *pipeSequence, tokens []int) int {
 	c, pm := g.r.pcache, ps.pm
 	pf, ok := pm.p.Down.(Prefixer)
-	if c == nil || !ok || g.lm.cacheKeyErr != nil || pm.keyErr != nil || !ps.started {
+	if c == nil || !ok || g.lm.cacheKeyErr != nil || pm.keyErr != nil || !ps.started || !StageCacheable(pm.m) {
 		return 0
 	}
 	bs := c.BlockSize()
@@ -372,9 +371,14 @@ func (s *cpuSequence) ExportKV(from, to int) ([]byte, error) { return s.seq.Expo
 func (s *cpuSequence) StateLen() int                         { return s.seq.StateLen() }
 func (s *cpuSequence) ImportKV(block []byte) error {
 	err := s.seq.ImportKV(block)
+	s.noteBytes()
+	return err
+}
+
+// noteBytes records the memory the sequence's caches hold now.
+func (s *cpuSequence) noteBytes() {
 	alloc, _ := s.seq.CacheBytes()
 	s.kvBytes.Store(alloc)
-	return err
 }
 
 // ProbeCache renders and tokenizes req for model as a generation would

@@ -246,6 +246,8 @@ type Runner struct {
 	grammars *grammarCache // compiled response formats and forced tool calls
 	texts    *prompt.Cache // the models' text sides, shared by loaded models and token counting
 
+	ggufInfo *ggufInfoCache // GGUF headers as the models list judged them (Details)
+
 	inFlight  atomic.Int64 // admitted requests not yet finished
 	running   atomic.Int64 // sequences in running batches (≤ MaxRunning)
 	kvBytes   atomic.Int64 // KV allocated by running sequences, all models
@@ -312,7 +314,8 @@ func New(cfg Config) (*Runner, error) {
 	}
 	r := &Runner{cfg: cfg, models: map[string]*entry{}, closed: make(chan struct{}), backends: bes, images: newImageQueue(cfg.MaxQueuedImages),
 		loader:   backendLoader{threads: cfg.Threads, loadMode: cfg.LoadMode, backends: bes},
-		grammars: newGrammarCache(grammarCacheSize), texts: prompt.NewCache(cfg.TextCacheModels)}
+		grammars: newGrammarCache(grammarCacheSize), texts: prompt.NewCache(cfg.TextCacheModels),
+		ggufInfo: newGGUFInfoCache()}
 	return r.start()
 }
 

@@ -8,7 +8,6 @@ import (
 	"strconv"
 
 	"fusion/engine"
-	"fusion/engine/model"
 	"fusion/engine/modelfile"
 )
 
@@ -101,19 +100,23 @@ func (r *Runner) Details() []ModelDetails {
 	}
 	r.mu.Unlock()
 	out := make([]ModelDetails, 0, len(infos))
+	listed := map[string]bool{}
 	for _, info := range infos {
-		d := describe(info)
+		d := describe(info, r.ggufInfo.get)
 		d.Backend = r.backends.forModel(info.ID)
 		out = append(out, d)
+		listed[info.Path] = true
 	}
+	r.ggufInfo.keep(listed)
 	return out
 }
 
-// describe reads what a model's files say about it.
-func describe(info engine.ModelInfo) ModelDetails {
+// describe reads what a model's files say about it; inspectGGUF is
+// model.InspectGGUF or a cache of its answers.
+func describe(info engine.ModelInfo, inspectGGUF func(path string) (*modelfile.Config, error)) ModelDetails {
 	d := ModelDetails{ID: info.ID, Format: info.Format, Kind: info.Kind, Bytes: dirBytes(info.Path), Compatible: true}
 	if info.Format == string(modelfile.KindGGUF) {
-		cfg, err := model.InspectGGUF(info.Path)
+		cfg, err := inspectGGUF(info.Path)
 		if err != nil {
 			d.Compatible, d.Reason = false, err.Error()
 			return d

@@ -229,6 +229,18 @@ type pipelineModel struct {
 	keyErr   error
 }
 
+// wholeRecurrent reports whether a layer of the whole model, on any
+// stage, is a Gated DeltaNet one.
+func (pm *pipelineModel) wholeRecurrent() bool {
+	c := pm.m.Config
+	for l := range c.NumHiddenLayers {
+		if c.DeltaNet.Linear(l) {
+			return true
+		}
+	}
+	return false
+}
+
 func (pm *pipelineModel) NewSequence(maxLen int) (sequence, error) {
 	s, err := pm.cpuModel.NewSequence(maxLen)
 	if err != nil {

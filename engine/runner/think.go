@@ -1,10 +1,14 @@
 package runner
 
-import "fusion/engine/sample"
+import (
+	"fusion/engine/parser"
+	"fusion/engine/sample"
+)
 
 // thinkBudget bounds a generation's reasoning tokens (Anthropic's
-// thinking.budget_tokens): it follows <think> and </think> tokens and,
-// once the budget is spent inside a block, masks everything but </think>.
+// thinking.budget_tokens): it follows <think> and </think> tokens (Gemma
+// 4's <|channel> and <channel|>, see thinkTags) and, once the budget is
+// spent inside a block, masks everything but the closing one.
 type thinkBudget struct {
 	open, close int // token ids of <think> and </think>
 	budget      int
@@ -13,14 +17,15 @@ type thinkBudget struct {
 	end         sample.Bitset // only </think>
 }
 
-// newThinkBudget returns nil when the model has no </think> token.
+// newThinkBudget returns nil when the model has no closing token.
 func newThinkBudget(lm *loadedModel, budget int, startInReasoning bool) *thinkBudget {
 	tok := lm.text.Tokenizer()
-	closeID, ok := tok.TokenID("</think>")
+	openTag, closeTag := thinkTags(lm.parser)
+	closeID, ok := tok.TokenID(closeTag)
 	if !ok {
 		return nil
 	}
-	openID, ok := tok.TokenID("<think>")
+	openID, ok := tok.TokenID(openTag)
 	if !ok {
 		openID = -1
 	}
@@ -42,4 +47,16 @@ func (b *thinkBudget) accept(id int) {
 	case b.inside:
 		b.spentTokens++
 	}
+}
+
+// thinkTags are the tokens that open and close a family's reasoning:
+// <think> and </think>, or Gemma 4's thought channel, which its template
+// writes <|channel>thought\n…<channel|> (the model names the channel
+// after the opening token).
+func thinkTags(family string) (open, close string) {
+	switch family {
+	case parser.Gemma4, parser.Gemma4Think:
+		return "<|channel>", "<channel|>"
+	}
+	return "<think>", "</think>"
 }

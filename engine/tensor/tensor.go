@@ -40,6 +40,9 @@ const (
 	Q5_K
 	Q6_K
 	Q8_K
+	// MXFP4 is ggml's (type 39): blocks of 32 E2M1 codes under one E8M0
+	// scale (gpt-oss's experts), not MLX's mxfp4 layout.
+	MXFP4
 )
 
 type dtypeInfo struct {
@@ -74,6 +77,7 @@ var dtypeInfos = [...]dtypeInfo{
 	Q5_K:    {"Q5_K", 256, 176},
 	Q6_K:    {"Q6_K", 256, 210},
 	Q8_K:    {"Q8_K", 256, 292},
+	MXFP4:   {"MXFP4", 32, 17},
 }
 
 func (d DType) info() dtypeInfo {

@@ -42,3 +42,29 @@ func LlamaCppDir() (string, error) {
 	}
 	return dir, nil
 }
+
+// GGMLRef returns the reference libggml-base.so that
+// `scripts/llamacpp.sh --ggml-ref` built ($FUSION_GGML_LIB, else the
+// script's cache entry, looked up without building): llama.cpp's
+// quantize_row_*_ref compiled with no fused multiply-adds, the oracle of
+// engine/gguf's quantizers.
+func GGMLRef(t testing.TB) string {
+	t.Helper()
+	if lib := os.Getenv("FUSION_GGML_LIB"); lib != "" {
+		return lib
+	}
+	cmd := exec.Command("bash", filepath.Join(moduleRoot(), "scripts", "llamacpp.sh"), "--ggml-ref")
+	cmd.Env = append(os.Environ(), "FUSION_LLAMACPP_NO_BUILD=1")
+	out, err := cmd.Output()
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			err = errors.New(strings.TrimSpace(string(ee.Stderr)))
+		}
+		missing(t, "reference ggml-base not found (scripts/llamacpp.sh --ggml-ref, run by make test-deps, builds it): %v", err)
+	}
+	lib := filepath.Join(strings.TrimSpace(string(out)), "lib", "libggml-base.so")
+	if _, err := os.Stat(lib); err != nil {
+		missing(t, "reference ggml-base: %v", err)
+	}
+	return lib
+}

@@ -89,8 +89,12 @@ type Options struct {
 	HF node.HFConfig
 	// HFCache is the node's Hugging Face cache directory ("": none).
 	HFCache string
-	// ProgressEvery is how often a job's record is written (0: 50 ms).
+	// Bench bounds benchmark requests (zero: the defaults).
+	Bench admin.BenchLimits
+	// ProgressEvery is how often a job's record is written (0: 50 ms);
+	// MaxJobs how many jobs run at once (0: the node's default).
 	ProgressEvery time.Duration
+	MaxJobs       int
 	// Tracing is the node's OpenTelemetry exporter (off by default).
 	Tracing tracing.Config
 }
@@ -198,7 +202,7 @@ func Start(t testing.TB, o Options) *node.Node {
 		MCPServers: o.MCPServers, MCP: o.MCP, MCPMaxSteps: o.MCPMaxSteps, LogLevel: o.LogLevel, Logs: o.Logs,
 		Backend: o.Backend, MLXMemoryLimit: o.MLXMemoryLimit, WrapBackend: o.WrapBackend,
 		AuthFailures: o.AuthFailures, KeyUsageInterval: o.KeyUsageInterval, Panel: o.Panel, Tracing: o.Tracing,
-		HF: o.HF, HFCache: o.HFCache, Jobs: node.JobsConfig{ProgressEvery: o.ProgressEvery},
+		HF: o.HF, HFCache: o.HFCache, Bench: o.Bench, Jobs: node.JobsConfig{ProgressEvery: o.ProgressEvery, MaxRunning: o.MaxJobs},
 	})
 	if err != nil {
 		t.Fatalf("node: %v", err)

@@ -73,6 +73,9 @@ type Config struct {
 	// not mounted; the Hugging Face routes then answer 501).
 	Jobs Jobs
 	Hub  Hub
+	// Placer lets a download go to the nodes a placement takes (nil: a
+	// lone node; a download's placement is then refused).
+	Placer Placer
 	// Quantizer serves POST /admin/api/oq/start (nil, or without Jobs:
 	// the route answers 501).
 	Quantizer Quantizer
@@ -80,6 +83,9 @@ type Config struct {
 	// Jobs: the benchmark routes answer 501).
 	Bench  Bench
 	Logger *slog.Logger
+	// BenchLimits bound what one benchmark request may ask for (zero
+	// fields: the Max* constants).
+	BenchLimits BenchLimits
 }
 
 // Handler serves the admin routes.

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
+	"slices"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -31,11 +33,68 @@ type BenchRunRequest struct {
 	Model string `json:"model"`
 	// PromptLengths are the prompt sizes in tokens (default [128]);
 	// Concurrency the numbers of streams run at once (default [1]);
-	// GenerationLength the tokens generated per stream (default 32).
-	PromptLengths    []int  `json:"prompt_lengths,omitempty"`
-	Concurrency      []int  `json:"concurrency,omitempty"`
-	GenerationLength int    `json:"generation_length,omitempty"`
-	Node             string `json:"node,omitempty"`
+	// GenerationLengths the tokens generated per stream (default [32]);
+	// each (prompt length, concurrency, generation length) is a point.
+	// GenerationLength is the one-element form of GenerationLengths.
+	PromptLengths     []int  `json:"prompt_lengths,omitempty"`
+	Concurrency       []int  `json:"concurrency,omitempty"`
+	GenerationLengths []int  `json:"generation_lengths,omitempty"`
+	GenerationLength  int    `json:"generation_length,omitempty"`
+	Node              string `json:"node,omitempty"`
+	// Nodes runs the benchmark on several nodes instead: "each" node
+	// holding the model, or a list of node ids (see BenchNodes).
+	Nodes *BenchNodes `json:"nodes,omitempty"`
+}
+
+// Generations are the request's generation lengths (its
+// generation_length as one, none when it gives neither).
+func (q BenchRunRequest) Generations() []int {
+	if len(q.GenerationLengths) == 0 && q.GenerationLength > 0 {
+		return []int{q.GenerationLength}
+	}
+	return q.GenerationLengths
+}
+
+// EachNode is the value of "nodes" that asks for every node holding the
+// model.
+const EachNode = "each"
+
+// BenchNodes is a benchmark request's "nodes": the string "each" (every
+// live node holding the model, on disk or loaded, as the cluster's
+// inventories say) or an array of node ids. The node asked runs one job
+// that starts the benchmark's job on each of them and follows them; each
+// of those records its own profile.
+type BenchNodes struct {
+	Each bool
+	IDs  []string
+}
+
+// UnmarshalJSON reads "each" or an array of node ids (another value is
+// a *json.UnmarshalTypeError, which the decoder names "nodes").
+func (n *BenchNodes) UnmarshalJSON(b []byte) error {
+	bad := &json.UnmarshalTypeError{Value: `"each" or an array of node ids`, Type: reflect.TypeFor[BenchNodes]()}
+	var s string
+	if json.Unmarshal(b, &s) == nil {
+		if s != EachNode {
+			return bad
+		}
+		*n = BenchNodes{Each: true}
+		return nil
+	}
+	var ids []string
+	if json.Unmarshal(b, &ids) != nil {
+		return bad
+	}
+	*n = BenchNodes{IDs: ids}
+	return nil
+}
+
+// MarshalJSON writes "each" or the ids.
+func (n BenchNodes) MarshalJSON() ([]byte, error) {
+	if n.Each {
+		return json.Marshal(EachNode)
+	}
+	return json.Marshal(n.IDs)
 }
 
 // AccuracyRequest is the body of POST /admin/api/bench/accuracy.
@@ -45,10 +104,13 @@ type AccuracyRequest struct {
 	// context of each scored window in tokens (default the whole text).
 	Text   string `json:"text,omitempty"`
 	Window int    `json:"window,omitempty"`
-	// Compare is another model (its float original, say) scored on the
-	// same text in the same job.
-	Compare string `json:"compare,omitempty"`
-	Node    string `json:"node,omitempty"`
+	// Compare is another model scored on the same text in the same job:
+	// by default the model's float original when oQ recorded it and it
+	// is on the node (see Compare).
+	Compare Compare `json:"compare,omitzero"`
+	Node    string  `json:"node,omitempty"`
+	// Nodes runs the job on several nodes instead, as for BenchRunRequest.
+	Nodes *BenchNodes `json:"nodes,omitempty"`
 	// MultipleChoice is how many questions of the generated
 	// multiple-choice set to score the model (and compare) on besides
 	// the perplexity (0: none).
@@ -74,14 +136,37 @@ type ProfileList struct {
 // Limits of the benchmark routes.
 const (
 	maxBenchBody      = 256 << 10
-	MaxBenchPoints    = 8      // prompt lengths, and concurrency levels
-	MaxBenchPrompt    = 32768  // tokens
-	MaxBenchGenerate  = 4096   // tokens
-	MaxBenchStreams   = 64     // concurrency
+	MaxBenchPoints    = 8      // prompt lengths, concurrency levels, and generation lengths
+	MaxBenchNodes     = 64     // node ids in "nodes"
+	MaxBenchPrompt    = 32768  // tokens (default of BenchLimits.MaxPrompt)
+	MaxBenchGenerate  = 4096   // tokens (default of BenchLimits.MaxGenerate)
+	MaxBenchStreams   = 64     // concurrency (default of BenchLimits.MaxStreams)
 	MaxAccuracyText   = 200000 // bytes
 	MaxAccuracyWindow = 8192   // tokens
 	MaxAccuracyChoice = 1000   // multiple-choice questions
 )
+
+// BenchLimits bound the work one benchmark request may ask for; a zero
+// field is its constant's default (MaxBenchPrompt, MaxBenchGenerate,
+// MaxBenchStreams).
+type BenchLimits struct {
+	MaxPrompt   int // tokens of one prompt
+	MaxGenerate int // tokens generated per stream
+	MaxStreams  int // streams at once
+}
+
+func (l BenchLimits) orDefaults() BenchLimits {
+	if l.MaxPrompt <= 0 {
+		l.MaxPrompt = MaxBenchPrompt
+	}
+	if l.MaxGenerate <= 0 {
+		l.MaxGenerate = MaxBenchGenerate
+	}
+	if l.MaxStreams <= 0 {
+		l.MaxStreams = MaxBenchStreams
+	}
+	return l
+}
 
 func (h *Handler) mountBench(r chi.Router) {
 	if h.cfg.Bench == nil || h.cfg.Jobs == nil {
@@ -102,27 +187,55 @@ func (h *Handler) profiles(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) benchRun(w http.ResponseWriter, r *http.Request) {
-	req, ok := jobRequest(h, w, r, maxBenchBody, checkBenchRun, "model", "prompt_lengths", "concurrency", "generation_length", "node")
+	req, ok := jobRequest(h, w, r, maxBenchBody, checkBenchRun(h.cfg.BenchLimits.orDefaults()), "model", "prompt_lengths", "concurrency", "generation_lengths", "generation_length", "node", "nodes")
 	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), startWait)
 	defer cancel()
+	if req.Nodes != nil {
+		child := req
+		child.Nodes = nil
+		h.benchEach(ctx, w, "benchmark", "bench", "/admin/api/bench/run", req.Model, req.Nodes, req, func(node string) any {
+			child.Node = node
+			return child
+		}, func(ctx context.Context) (jobs.Job, error) {
+			c := child
+			c.Node = ""
+			return h.cfg.Bench.Run(ctx, c)
+		})
+		return
+	}
 	j, err := h.cfg.Bench.Run(ctx, req)
-	if !writeNoModel(w, err) {
+	if !writeBenchRefusal(w, err) {
 		writeJobStarted(w, "benchmark", j, err)
 	}
 }
 
 func (h *Handler) benchAccuracy(w http.ResponseWriter, r *http.Request) {
-	req, ok := jobRequest(h, w, r, maxBenchBody, checkAccuracy, "model", "text", "window", "compare", "node", "multiple_choice")
+	req, ok := jobRequest(h, w, r, maxBenchBody, checkAccuracy, "model", "text", "window", "compare", "node", "multiple_choice", "nodes")
 	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), startWait)
 	defer cancel()
+	if req.Nodes != nil {
+		child := req
+		child.Nodes = nil
+		params := req
+		params.Text = "" // the record carries the request, not a long text
+		h.benchEach(ctx, w, "accuracy benchmark", "accuracy", "/admin/api/bench/accuracy", req.Model, req.Nodes, params, func(node string) any {
+			child.Node = node
+			return child
+		}, func(ctx context.Context) (jobs.Job, error) {
+			c := child
+			c.Node = ""
+			return h.cfg.Bench.Accuracy(ctx, c)
+		})
+		return
+	}
 	j, err := h.cfg.Bench.Accuracy(ctx, req)
-	if !writeNoModel(w, err) {
+	if !writeBenchRefusal(w, err) {
 		writeJobStarted(w, "accuracy benchmark", j, err)
 	}
 }
@@ -133,7 +246,7 @@ func checkAccuracy(req AccuracyRequest) *openai.Error {
 		return openai.MissingParam("model")
 	case !plainName(req.Model):
 		return openai.InvalidRequest("model", "model must be a model directory's name in the models directory.")
-	case req.Compare != "" && !plainName(req.Compare):
+	case req.Compare.Name != "" && !plainName(req.Compare.Name):
 		return openai.InvalidRequest("compare", "compare must be a model directory's name in the models directory.")
 	case len(req.Text) > MaxAccuracyText:
 		return openai.InvalidRequest("text", "text is at most %d bytes.", MaxAccuracyText)
@@ -142,37 +255,96 @@ func checkAccuracy(req AccuracyRequest) *openai.Error {
 	case req.MultipleChoice < 0 || req.MultipleChoice > MaxAccuracyChoice:
 		return openai.InvalidRequest("multiple_choice", "multiple_choice is 0 to %d questions.", MaxAccuracyChoice)
 	}
-	return nil
+	return checkNodes(req.Node, req.Nodes)
 }
 
-// writeNoModel answers ErrNoModel with a 404.
-func writeNoModel(w http.ResponseWriter, err error) bool {
-	if !errors.Is(err, ErrNoModel) {
+// BenchRequestError is a benchmark request the node refuses once it
+// knows the model (a prompt beyond its context, say): a 400 on Param.
+type BenchRequestError struct {
+	Param   string
+	Message string
+}
+
+func (e *BenchRequestError) Error() string { return e.Message }
+
+// writeBenchRefusal answers ErrNoModel with a 404, a *BenchRequestError
+// with a 400, and another node's refusal of a child job with its own
+// answer.
+func writeBenchRefusal(w http.ResponseWriter, err error) bool {
+	var bad *BenchRequestError
+	var refused *RefusedError
+	switch {
+	case errors.Is(err, ErrNoModel):
+		openai.WriteError(w, &openai.Error{Status: http.StatusNotFound, Type: openai.TypeInvalidRequest, Param: "model", Code: "model_not_found", Message: err.Error()})
+	case errors.As(err, &bad):
+		openai.WriteError(w, openai.InvalidRequest(bad.Param, "%s", bad.Message))
+	case errors.As(err, &refused) && refused.Status >= 400 && refused.Status < 500:
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(refused.Status)
+		_, _ = w.Write(refused.Body)
+	default:
 		return false
 	}
-	openai.WriteError(w, &openai.Error{Status: http.StatusNotFound, Type: openai.TypeInvalidRequest, Param: "model", Code: "model_not_found", Message: err.Error()})
 	return true
 }
 
-func checkBenchRun(req BenchRunRequest) *openai.Error {
+// checkBenchRun checks a bench/run body within l.
+func checkBenchRun(l BenchLimits) func(BenchRunRequest) *openai.Error {
+	return func(req BenchRunRequest) *openai.Error { return checkBenchRunIn(l, req) }
+}
+
+func checkBenchRunIn(l BenchLimits, req BenchRunRequest) *openai.Error {
 	if req.Model == "" {
 		return openai.MissingParam("model")
 	}
 	if len(req.PromptLengths) > MaxBenchPoints || len(req.Concurrency) > MaxBenchPoints {
 		return openai.InvalidRequest("prompt_lengths", "At most %d prompt lengths and %d concurrency levels.", MaxBenchPoints, MaxBenchPoints)
 	}
+	if len(req.GenerationLengths) > MaxBenchPoints {
+		return openai.InvalidRequest("generation_lengths", "At most %d generation lengths.", MaxBenchPoints)
+	}
+	if req.GenerationLength != 0 && len(req.GenerationLengths) > 0 {
+		return openai.InvalidRequest("generation_length", "Give generation_lengths or generation_length, not both.")
+	}
+	for i, n := range req.GenerationLengths {
+		if n < 1 || n > l.MaxGenerate {
+			return openai.InvalidRequest(fmt.Sprintf("generation_lengths[%d]", i), "A generation length is 1 to %d tokens.", l.MaxGenerate)
+		}
+	}
+	if e := checkNodes(req.Node, req.Nodes); e != nil {
+		return e
+	}
 	for i, n := range req.PromptLengths {
-		if n < 1 || n > MaxBenchPrompt {
-			return openai.InvalidRequest(fmt.Sprintf("prompt_lengths[%d]", i), "A prompt length is 1 to %d tokens.", MaxBenchPrompt)
+		if n < 1 || n > l.MaxPrompt {
+			return openai.InvalidRequest(fmt.Sprintf("prompt_lengths[%d]", i), "A prompt length is 1 to %d tokens.", l.MaxPrompt)
 		}
 	}
 	for i, n := range req.Concurrency {
-		if n < 1 || n > MaxBenchStreams {
-			return openai.InvalidRequest(fmt.Sprintf("concurrency[%d]", i), "A concurrency level is 1 to %d streams.", MaxBenchStreams)
+		if n < 1 || n > l.MaxStreams {
+			return openai.InvalidRequest(fmt.Sprintf("concurrency[%d]", i), "A concurrency level is 1 to %d streams.", l.MaxStreams)
 		}
 	}
-	if req.GenerationLength < 0 || req.GenerationLength > MaxBenchGenerate {
-		return openai.InvalidRequest("generation_length", "generation_length is 1 to %d tokens.", MaxBenchGenerate)
+	if req.GenerationLength < 0 || req.GenerationLength > l.MaxGenerate {
+		return openai.InvalidRequest("generation_length", "generation_length is 1 to %d tokens.", l.MaxGenerate)
+	}
+	return nil
+}
+
+// checkNodes checks a benchmark request's "nodes" beside its "node".
+func checkNodes(node string, nodes *BenchNodes) *openai.Error {
+	if nodes == nil {
+		return nil
+	}
+	if node != "" {
+		return openai.InvalidRequest("nodes", "Give node or nodes, not both.")
+	}
+	if !nodes.Each && (len(nodes.IDs) == 0 || len(nodes.IDs) > MaxBenchNodes) {
+		return openai.InvalidRequest("nodes", "nodes is %q or 1 to %d node ids.", EachNode, MaxBenchNodes)
+	}
+	for i, id := range nodes.IDs {
+		if id == "" || len(id) > 256 || slices.Index(nodes.IDs, id) != i {
+			return openai.InvalidRequest(fmt.Sprintf("nodes[%d]", i), "A node is a node id, named once.")
+		}
 	}
 	return nil
 }

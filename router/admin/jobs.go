@@ -28,6 +28,8 @@ type Jobs interface {
 	Cancel(ctx context.Context, id string) (jobs.Job, error)
 	// Delete removes a finished job's record.
 	Delete(ctx context.Context, id string) error
+	// Submit starts a job of kind on this node.
+	Submit(ctx context.Context, kind string, params any, fn jobs.Func) (jobs.Job, error)
 }
 
 // Hub is what the Hugging Face (and ModelScope) routes need.
@@ -37,6 +39,8 @@ type Hub interface {
 	Search(ctx context.Context, source string, o hub.SearchOptions) ([]hub.Model, error)
 	// Download starts a download job on this node.
 	Download(ctx context.Context, req DownloadRequest) (jobs.Job, error)
+	// Plan says what a download of req would fetch, fetching nothing.
+	Plan(ctx context.Context, req DownloadRequest) (hub.Selection, error)
 }
 
 // DownloadRequest is the body of POST /admin/api/hf/download.
@@ -55,6 +59,15 @@ type DownloadRequest struct {
 	// revision complete (otherwise the job ends at once, its result
 	// from_cache with the snapshot's path).
 	Force bool `json:"force,omitempty"`
+	// Placement downloads to every node a placement of the model takes
+	// (in a cluster), as one job on the node asked that starts a
+	// download on each and, once all are done, stores the placement.
+	Placement *DownloadPlacement `json:"placement,omitempty"`
+	// Resumes is the job this one continues, started again by the node
+	// after a stop or restart interrupted it, the ResumeCount-th time in
+	// a row (set by the node, not accepted in a request).
+	Resumes     string `json:"resumes,omitempty"`
+	ResumeCount int    `json:"resume_count,omitempty"`
 }
 
 // Limits of the download route.
@@ -277,8 +290,12 @@ func hubError(source string, err error) *openai.Error {
 }
 
 func (h *Handler) hfDownload(w http.ResponseWriter, r *http.Request) {
-	req, ok := jobRequest(h, w, r, maxDownloadBody, checkDownload, "source", "repo", "revision", "allow_patterns", "name", "node", "force")
+	req, ok := jobRequest(h, w, r, maxDownloadBody, checkDownload, "source", "repo", "revision", "allow_patterns", "name", "node", "force", "placement")
 	if !ok {
+		return
+	}
+	if req.Placement != nil {
+		h.placeDownload(w, r, req)
 		return
 	}
 	// A node just started may still be marking its last run's jobs.
@@ -360,5 +377,5 @@ func checkDownload(req DownloadRequest) *openai.Error {
 	if req.Name != "" && (strings.ContainsAny(req.Name, `/\`) || strings.HasPrefix(req.Name, ".") || len(req.Name) > 200) {
 		return openai.InvalidRequest("name", "name must be a plain file name, not hidden.")
 	}
-	return nil
+	return checkPlacement(req.Placement)
 }

@@ -26,15 +26,19 @@ var (
 
 // OQRequest is the body of POST /admin/api/oq/start.
 type OQRequest struct {
-	// Model is the float source: a model directory's name in the node's
-	// models directory.
+	// Model is the float source in the node's models directory: a model
+	// directory's name (BF16/F16/F32 safetensors) or a float GGUF file's
+	// model id (its name without .gguf, or with it). A quantized GGUF is
+	// refused (400): re-quantizing loses accuracy.
 	Model string `json:"model"`
 	// Bits (default 4) and GroupSize (default 64): the uniform setting,
 	// the base of a mixed one.
 	Bits      int `json:"bits,omitempty"`
 	GroupSize int `json:"group_size,omitempty"`
-	// TargetBits above Bits asks for mixed precision at that average;
-	// HighBits is the precision of the raised tensors (default 8).
+	// TargetBits asks for mixed precision at that average of true bits
+	// per quantized weight (codes, scales and biases: 4-bit in groups of
+	// 64 with bf16 scales is 4.5); HighBits is the precision of the
+	// raised tensors (default 8).
 	TargetBits float64 `json:"target_bits,omitempty"`
 	HighBits   int     `json:"high_bits,omitempty"`
 	// Name is the new model's name (default <model>-oq<bits>, or
@@ -46,7 +50,8 @@ type OQRequest struct {
 	// Node runs the job (default the node asked).
 	Node string `json:"node,omitempty"`
 	// Format is "mlx" (default) or "gguf": one GGUF file of Type (Q8_0,
-	// Q4_K_M or Q6_K) named <name>.gguf, bits and group_size unused.
+	// Q4_K_M, Q6_K, Q5_K_M, Q3_K_M or Q2_K) named <name>.gguf, bits and
+	// group_size unused.
 	Format string `json:"format,omitempty"`
 	Type   string `json:"type,omitempty"`
 	// Calibrate (with target_bits) measures each tensor's sensitivity on
@@ -106,7 +111,7 @@ func checkOQ(req OQRequest) *openai.Error {
 		return openai.MissingParam("model")
 	}
 	if !plainName(req.Model) {
-		return openai.InvalidRequest("model", "model must be a model directory's name in the models directory.")
+		return openai.InvalidRequest("model", "model must be a model's name in the models directory (a directory, or a .gguf file).")
 	}
 	if req.Name != "" && !plainName(req.Name) {
 		return openai.InvalidRequest("name", "name must be a plain file name, not hidden.")
@@ -130,7 +135,7 @@ func checkOQ(req OQRequest) *openai.Error {
 		case req.GroupSize != 0 && strings.Contains(err.Error(), "group"):
 			param = "group_size"
 		}
-		return openai.InvalidRequest(param, "%v (bits 2, 3, 4, 5, 6 or 8; group_size 32, 64 or 128; target_bits between bits and high_bits; format mlx or gguf, type Q8_0, Q4_K_M or Q6_K; calibrate with target_bits).", err)
+		return openai.InvalidRequest(param, "%v (bits 2, 3, 4, 5, 6 or 8; group_size 32, 64 or 128; target_bits in true bits per weight (codes, scales and biases) above bits, at most high_bits plus its scales; format mlx or gguf, type Q8_0, Q4_K_M, Q6_K, Q5_K_M, Q3_K_M or Q2_K; calibrate with target_bits).", err)
 	}
 	return nil
 }

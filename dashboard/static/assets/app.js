@@ -11,6 +11,7 @@ import * as settings from './settings.js';
 import * as logs from './logs.js';
 import * as hub from './hub.js';
 import * as jobs from './jobs.js';
+import * as oq from './oq.js';
 
 const pages = [
   ['', 'Dashboard', dashboard.render],
@@ -21,7 +22,7 @@ const pages = [
   ['logs', 'Logs', logs.render],
   ['hub', 'Hugging Face', hub.renderHub],
   ['jobs', 'Jobs', jobs.render],
-  ['oq', 'Quantization', hub.renderOQ],
+  ['oq', 'Quantization', oq.render],
   ['bench', 'Benchmarks', hub.renderBench],
   ['profiles', 'Profiles', hub.renderProfiles],
 ];

@@ -1,7 +1,8 @@
 // The model hub's pages: Hugging Face or ModelScope search with a
 // download form per result (the download runs as a job: see jobs.js);
-// quantization and benchmarks start jobs (their record is shown; the Jobs
-// page follows them) and Profiles lists what the benchmarks measured.
+// benchmarks start jobs (their record is shown; the Jobs page follows
+// them) and Profiles lists what the benchmarks measured. Quantization
+// is oq.js.
 import { api } from './api.js';
 import { h, field, table, num } from './dom.js';
 
@@ -51,16 +52,28 @@ function patterns(s) {
   return s.split(/[\s,]+/).map((p) => p.trim()).filter(Boolean);
 }
 
+// PLACEMENT is the target select's value for "the nodes a placement takes".
+const PLACEMENT = '@placement';
+
 // downloadForm starts a download of one search result.
 function downloadForm(m, nodes, source) {
   const revision = h('input', { name: 'revision', placeholder: source === 'modelscope' ? 'master' : 'main' });
   const allow = h('input', { name: 'allow_patterns', placeholder: '*.json, *.safetensors' });
   const name = h('input', { name: 'name', placeholder: m.id.split('/').pop() });
-  const node = h('select', { name: 'node' }, h('option', { value: '' }, 'this node'), nodes.map((n) => h('option', { value: n }, n)));
+  // In a cluster the target may be the nodes a placement takes: the
+  // server picks them and places the model once every one has it.
+  const node = h('select', { name: 'node' }, h('option', { value: '' }, 'this node'), nodes.map((n) => h('option', { value: n }, n)),
+    nodes.length > 1 ? h('option', { value: PLACEMENT }, 'the nodes a placement takes') : null);
+  const replicas = h('input', { name: 'replicas', type: 'number', min: '1', value: '1' });
+  const stages = h('input', { name: 'stages', type: 'number', min: '0', value: '0' });
+  const placement = h('div', { class: 'row dl-placement', hidden: '' },
+    field('Replicas', replicas), field('Stages per replica (0: as few as the weights need)', stages));
+  node.addEventListener('change', () => { placement.hidden = node.value !== PLACEMENT; });
   const out = h('p', { role: 'status', class: 'dl-msg' });
   const form = h('form', { 'aria-label': `Download ${m.id}` },
     h('div', { class: 'row' }, field('Revision', revision), field('Allow patterns (comma-separated)', allow),
       field('Name in the models directory', name), field('Target node', node)),
+    placement,
     h('button', { type: 'submit', 'aria-label': `Download ${m.id}` }, 'Download'), out);
   form.addEventListener('submit', async (ev) => {
     ev.preventDefault();
@@ -68,13 +81,18 @@ function downloadForm(m, nodes, source) {
     if (revision.value.trim()) body.revision = revision.value.trim();
     if (patterns(allow.value).length) body.allow_patterns = patterns(allow.value);
     if (name.value.trim()) body.name = name.value.trim();
-    if (node.value) body.node = node.value;
+    if (node.value === PLACEMENT) {
+      body.placement = { replicas: Number(replicas.value) || 1, stages: Number(stages.value) || 0 };
+    } else if (node.value) {
+      body.node = node.value;
+    }
     out.className = 'dl-msg';
     out.textContent = 'Starting…';
     try {
       const j = await api('POST', '/admin/api/hf/download', body);
       out.className = 'dl-msg okmsg';
-      out.replaceChildren(`Job ${j.id} started on ${j.node}: `, h('a', { href: '/admin/jobs' }, 'follow it on the Jobs page'), '.');
+      const what = body.placement ? ' (it downloads to every node of the placement, then places the model)' : '';
+      out.replaceChildren(`Job ${j.id} started on ${j.node}${what}: `, h('a', { href: '/admin/jobs' }, 'follow it on the Jobs page'), '.');
     } catch (e) {
       out.className = 'dl-msg error';
       out.textContent = refusal(e);
@@ -150,47 +168,73 @@ function ints(input) {
   return input.value.split(',').map((v) => v.trim()).filter((v) => v !== '').map(Number);
 }
 
-export function renderOQ(main) {
-  const bits = h('input', { name: 'bits', type: 'number', value: '4', min: '2', max: '8' });
-  const group = h('select', { name: 'group_size' }, ['64', '32', '128'].map((g) => h('option', { value: g }, g)));
-  const target = h('input', { name: 'target_bits', type: 'number', step: '0.1', placeholder: 'uniform' });
-  const high = h('input', { name: 'high_bits', type: 'number', value: '8', min: '3', max: '8' });
-  // Calibrated: each tensor's bits chosen by how far it moves the model's predictions on a bundled text.
-  const calibrate = h('input', { name: 'calibrate', type: 'checkbox' });
-  // Output: an MLX affine directory (bits, group size, target) or one GGUF file of a type.
-  const format = h('select', { name: 'format' }, [['mlx', 'MLX affine'], ['Q4_K_M', 'GGUF Q4_K_M'], ['Q8_0', 'GGUF Q8_0'], ['Q6_K', 'GGUF Q6_K']]
-    .map(([v, label]) => h('option', { value: v }, label)));
-  startPage(main, 'Quantization (oQ)', '/admin/api/oq/start', 'Start quantization',
-    [['Output', format], ['Bits', bits], ['Group size', group], ['Target bits (mixed)', target],
-      ['High bits (mixed)', high], ['Calibrate (mixed)', calibrate]],
-    () => {
-      if (format.value !== 'mlx') return { format: 'gguf', type: format.value, evaluate: true };
-      const b = { bits: Number(bits.value), group_size: Number(group.value), evaluate: true };
-      if (target.value) {
-        b.target_bits = Number(target.value);
-        b.high_bits = Number(high.value);
-        if (calibrate.checked) b.calibrate = true;
-      }
-      return b;
-    });
+// EACH is the node select's value for "every node holding the model".
+const EACH = '@each';
+
+// benchNodes is a node select for a benchmark form: this node, each node
+// holding the model (one job follows a job on each), or one member.
+function benchNodes(nodes) {
+  const sel = h('select', { name: 'node' }, h('option', { value: '' }, 'this node'),
+    h('option', { value: EACH }, 'every node holding it'), []);
+  nodes.then((ids) => sel.append(...ids.map((n) => h('option', { value: n }, n))));
+  return sel;
+}
+
+// onNodes is a benchmark body's node or nodes from a benchNodes select.
+function onNodes(sel) {
+  if (sel.value === EACH) return { nodes: 'each' };
+  return sel.value ? { node: sel.value } : {};
 }
 
 export function renderBench(main) {
+  const nodes = nodeIDs();
   const prompts = h('input', { name: 'prompt_lengths', value: '128' });
   const streams = h('input', { name: 'concurrency', value: '1' });
+  const gens = h('input', { name: 'generation_lengths', value: '32' });
+  const node = benchNodes(nodes);
   startPage(main, 'Benchmarks', '/admin/api/bench/run', 'Run benchmark',
-    [['Prompt lengths', prompts], ['Concurrency', streams]],
-    () => ({ prompt_lengths: ints(prompts), concurrency: ints(streams) }));
-  startPage(main, 'Accuracy', '/admin/api/bench/accuracy', 'Measure perplexity', [], () => ({}), 'h2');
+    [['Prompt lengths', prompts], ['Concurrency', streams], ['Generation lengths', gens], ['Node', node]],
+    () => ({ prompt_lengths: ints(prompts), concurrency: ints(streams), generation_lengths: ints(gens), ...onNodes(node) }));
+  // Accuracy: perplexity on a text (the node's bundled one unless one is
+  // pasted), the score on generated multiple-choice questions, and the
+  // same for another model (its float original) to compare.
+  const text = h('textarea', { name: 'text', rows: '2', placeholder: 'the bundled English text' });
+  const windowIn = h('input', { name: 'window', type: 'number', min: '0', value: '0' });
+  const compare = h('input', { name: 'compare', placeholder: 'its float original, when oQ recorded it' });
+  const choice = h('input', { name: 'multiple_choice', type: 'number', min: '0', value: '0' });
+  const accNode = benchNodes(nodes);
+  startPage(main, 'Accuracy', '/admin/api/bench/accuracy', 'Measure accuracy',
+    [['Text', text], ['Window (0: the whole text)', windowIn], ['Compare with', compare], ['Multiple-choice questions', choice], ['Node', accNode]],
+    () => {
+      const b = { window: Number(windowIn.value) || 0, multiple_choice: Number(choice.value) || 0, ...onNodes(accNode) };
+      if (text.value.trim()) b.text = text.value;
+      if (compare.value.trim()) b.compare = compare.value.trim();
+      return b;
+    }, 'h2');
+}
+
+function mb(n) {
+  return n ? `${num(n / (1 << 20), 1)} MiB` : '–';
 }
 
 // summary says a profile's figures in a few words.
 function summary(p) {
   const r = p.result || {};
   if (p.kind === 'throughput') {
-    return (r.points || []).map((x) => `${x.prompt_tokens}×${x.concurrency}: prefill ${num(x.prefill_tok_s)} tok/s, decode ${num(x.decode_tok_s)} tok/s`).join('; ');
+    return (r.points || []).map((x) => `${x.prompt_tokens}×${x.concurrency}→${x.generation_length ?? r.generation_length}: ` +
+      `prefill ${num(x.prefill_tok_s)} tok/s, decode ${num(x.decode_tok_s)} tok/s, TTFT ${num(x.ttft_seconds, 3)} s, peak memory ${mb(x.peak_memory_bytes)}`).join('; ');
   }
-  if (p.kind === 'accuracy' && r.score) return `perplexity ${num(r.score.perplexity, 3)} over ${r.score.tokens} tokens`;
+  if (p.kind === 'accuracy' && r.score) {
+    let s = `perplexity ${num(r.score.perplexity, 3)} over ${r.score.tokens} tokens`;
+    const mc = r.multiple_choice;
+    if (mc) s += `, multiple choice ${mc.correct}/${mc.questions} (${num(mc.accuracy * 100, 1)} %)`;
+    if (r.compare && r.compare_score) {
+      s += `; ${r.compare}: perplexity ${num(r.compare_score.perplexity, 3)} (delta ${num(r.perplexity_delta, 3)})`;
+      const cc = r.compare_multiple_choice;
+      if (cc) s += `, multiple choice ${cc.correct}/${cc.questions}`;
+    }
+    return s;
+  }
   return JSON.stringify(r);
 }
 

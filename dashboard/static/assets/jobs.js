@@ -44,7 +44,18 @@ function progressText(j) {
 function what(j) {
   let p = {};
   try { p = typeof j.params === 'string' ? JSON.parse(j.params) : (j.params || {}); } catch { /* not JSON */ }
-  return p.repo ? `${p.repo}${p.revision ? '@' + p.revision : ''}${p.name ? ' as ' + p.name : ''}` : '';
+  if (!p.repo && p.model) {
+    // A benchmark's: on each node holding the model, or a list of nodes.
+    const on = p.nodes === 'each' ? ' on every node holding it' : Array.isArray(p.nodes) ? ` on ${p.nodes.join(', ')}` : '';
+    return p.model + on;
+  }
+  if (!p.repo) return '';
+  let s = `${p.repo}${p.revision ? '@' + p.revision : ''}${p.name ? ' as ' + p.name : ''}`;
+  if (p.placement) {
+    const r = p.placement.replicas || 1;
+    s += ` to the nodes of ${r} replica${r === 1 ? '' : 's'}${p.placement.stages ? ' of ' + p.placement.stages + ' stages' : ''}`;
+  }
+  return s;
 }
 
 // card builds the elements of one job; update fills them from a record.

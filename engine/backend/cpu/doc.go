@@ -4,7 +4,7 @@
 //
 // Weights are used where the model file put them (read or memory-mapped):
 // F16/BF16 matrices are widened inside the dot products, MLX affine
-// 4/8-bit and GGUF Q8_0/Q4_0/Q4_K/Q6_K matrices are multiplied on their
+// 4/8-bit and GGUF Q8_0/Q4_0/Q2_K…Q6_K matrices are multiplied on their
 // packed codes; nothing keeps a float32 copy (unless Options.Dequantize
 // asks for one, which reference runs do). F32 matrices are repacked once
 // at load into the panels of kernels.Packed when the kernels multiply

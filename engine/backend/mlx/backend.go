@@ -24,9 +24,10 @@ import (
 // gives it. Options.Float32 computes in float32 instead, the CPU
 // backend's numbers. Weights keep their file format on the device: dense
 // F32/F16/BF16 and MLX affine codes (quantized_matmul); GGUF Q8_0 and
-// Q4_0 become MLX affine codes with float32 scales (exact), Q4_K and Q6_K
-// are dequantized to float32 at load (exact, 32 bits per weight instead
-// of 4.5–6.6), so GGUF models compute in float32 in either mode.
+// Q4_0 become MLX affine codes with float32 scales (exact), the K-quants
+// (Q2_K to Q6_K) are dequantized to float32 at load (exact, 32 bits per
+// weight instead of 2.6–6.6), so GGUF models compute in float32 in either
+// mode.
 type Backend struct {
 	rt  *Runtime
 	f32 bool // Options.Float32

@@ -14,55 +14,25 @@ and that streamed and whole answers agree.
 
 import json
 import os
-import urllib.request
 
-import anthropic
-import openai
 import pytest
 
-KEY = os.environ["FUSION_API_KEY"]
+from conftest import MSGS, TOOLS, ant, anthropic_tools, ban, chat_both, http_json, node_urls, oai, reasoning_of
+from conftest import no_markers as no_markers_in
+
 MODEL = os.environ["FUSION_MODEL"]
-URLS = [os.environ["FUSION_BASE_URL"], os.environ["FUSION_FORWARD_URL"]]
+URLS = node_urls()
 MARKERS = ["<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|>", "<|return|>", "<|constrain|>"]
-MSGS = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is the weather in Paris?"}]
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
-                                           "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
-                                                          "required": ["city"], "additionalProperties": False}}},
-         {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}]
-
-
-def oai(base):
-    return openai.OpenAI(base_url=base + "/v1", api_key=KEY, max_retries=0)
-
-
-def ant(base):
-    return anthropic.Anthropic(base_url=base, api_key=KEY, max_retries=0)
-
-
-def http_json(url, body):
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
-    req.add_header("Content-Type", "application/json")
-    req.add_header("Authorization", "Bearer " + KEY)
-    with urllib.request.urlopen(req) as r:
-        return json.load(r)
 
 
 def no_markers(*texts):
-    for t in texts:
-        if t:
-            for m in MARKERS:
-                assert m not in t, (m, t)
+    no_markers_in(MARKERS, *texts)
 
 
 @pytest.fixture(scope="module")
 def no_end():
     """logit_bias banning the model's end tokens: generation runs to max_tokens."""
-    bias = {}
-    for s in ("<|return|>", "<|call|>", "<|endoftext|>"):
-        res = http_json(URLS[0] + "/tokenize", {"model": MODEL, "prompt": s, "add_special_tokens": False})
-        assert res["count"] == 1
-        bias[str(res["tokens"][0])] = -100
-    return bias
+    return ban(MODEL, ["<|return|>", "<|call|>", "<|endoftext|>"])
 
 
 @pytest.mark.parametrize("base", URLS)
@@ -76,20 +46,11 @@ def test_prompt_is_harmony(base):
 
 @pytest.mark.parametrize("base", URLS)
 def test_chat_stream_and_not_agree(base, no_end):
-    c = oai(base)
-    r = c.chat.completions.create(model=MODEL, messages=MSGS, max_tokens=12, temperature=0, logit_bias=no_end)
+    r, content, streamed_reasoning, last = chat_both(oai(base), MODEL, messages=MSGS, max_tokens=12, temperature=0, logit_bias=no_end)
     ch = r.choices[0]
     assert ch.finish_reason == "length" and r.usage.completion_tokens == 12
-    reasoning = (ch.message.model_extra or {}).get("reasoning_content")
+    reasoning = reasoning_of(ch.message)
     no_markers(ch.message.content, reasoning)
-    content, streamed_reasoning, last = "", "", None
-    for chunk in c.chat.completions.create(model=MODEL, messages=MSGS, max_tokens=12, temperature=0, logit_bias=no_end,
-                                           stream=True, stream_options={"include_usage": True}):
-        if chunk.choices:
-            d = chunk.choices[0].delta
-            content += d.content or ""
-            streamed_reasoning += (d.model_extra or {}).get("reasoning_content") or ""
-            last = chunk.choices[0].finish_reason or last
     assert last == "length"
     assert content == (ch.message.content or "")
     assert streamed_reasoning == (reasoning or "")
@@ -149,8 +110,7 @@ def test_structured_output(base):
 @pytest.mark.parametrize("base", URLS)
 def test_anthropic_tool_use_and_thinking(base):
     a = ant(base)
-    tools = [{"name": t["function"]["name"], "description": t["function"].get("description", ""),
-              "input_schema": t["function"].get("parameters", {"type": "object"})} for t in TOOLS]
+    tools = anthropic_tools(TOOLS)
     m = a.messages.create(model=MODEL, max_tokens=60, messages=[{"role": "user", "content": "Weather in Paris?"}],
                           tools=tools, tool_choice={"type": "tool", "name": "get_weather"})
     assert m.stop_reason == "tool_use"

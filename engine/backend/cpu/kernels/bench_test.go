@@ -28,6 +28,9 @@ func BenchmarkMatVec(b *testing.B) {
 		{"Q4_0", benchGGUF(tensor.Q4_0)},
 		{"Q4_K", benchGGUF(tensor.Q4_K)},
 		{"Q6_K", benchGGUF(tensor.Q6_K)},
+		{"Q2_K", benchGGUF(tensor.Q2_K)},
+		{"Q3_K", benchGGUF(tensor.Q3_K)},
+		{"Q5_K", benchGGUF(tensor.Q5_K)},
 	}
 	for _, f := range formats {
 		for _, s := range shapes {

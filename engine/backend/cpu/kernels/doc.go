@@ -1,7 +1,8 @@
 // Package kernels holds the hot compute kernels of the pure-Go CPU
 // backend: matrix-vector and small-batch matrix-matrix products
 // y[b][o] = Σ_i x[b][i]·W[o][i] over weights stored as in model files
-// (F32, BF16, F16, MLX affine-quantized, GGUF Q8_0/Q4_0/Q4_K/Q6_K), and
+// (F32, BF16, F16, MLX affine-quantized, GGUF Q8_0/Q4_0 and the K-quants
+// Q2_K/Q3_K/Q4_K/Q5_K/Q6_K), and
 // the small vector operations a transformer needs (dot, axpy, add, mul,
 // scale, RMSNorm, softmax, SwiGLU).
 //
@@ -12,7 +13,9 @@
 // AVX-512 (LevelAVX512: the f32/bf16/f16 dots, the MLX 4- and 8-bit rows
 // and Q4_K, whose kernels use VNNI where the CPU has it, with the same
 // bits, and the GGUF activation quantizer, with the pure-Go one's exact
-// results; the other kernels run their AVX2 version at that level).
+// results; the other kernels run their AVX2 version at that level). Q2_K,
+// Q3_K and Q5_K (the types real Q4_K_M, Q3_K_M and Q2_K files mix in) have
+// one-row AVX2 kernels only, used at both levels.
 // Default
 // uses the widest level the CPU supports, detected once at start-up; every
 // supported level can be selected with ForLevel, which is how the tests

@@ -4,11 +4,13 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"fusion/engine/gguf"
 	"fusion/engine/tensor"
 )
 
 // GGUF is a weight matrix in one of the ggml block formats Q8_0, Q4_0,
-// Q4_K or Q6_K, row-major, each row a whole number of blocks.
+// Q2_K, Q3_K, Q4_K, Q5_K or Q6_K, row-major, each row a whole number of
+// blocks.
 //
 // Products quantize each activation row to 8 bits per block of 32 (f32
 // scale amax/127, round to nearest) and take integer dot products per
@@ -33,7 +35,7 @@ type GGUF struct {
 }
 
 // NewGGUF wraps the raw bytes of a [rows, cols] GGUF tensor of type dt
-// (Q8_0, Q4_0, Q4_K or Q6_K) in place. cols must be a multiple of the
+// (Q8_0, Q4_0, Q2_K, Q3_K, Q4_K, Q5_K or Q6_K) in place. cols must be a multiple of the
 // block size (32, or 256 for the K formats).
 func NewGGUF(dt tensor.DType, rows, cols int, data []byte) (*GGUF, error) {
 	n, err := checkShape(rows, cols)
@@ -41,7 +43,7 @@ func NewGGUF(dt tensor.DType, rows, cols int, data []byte) (*GGUF, error) {
 		return nil, err
 	}
 	switch dt {
-	case tensor.Q8_0, tensor.Q4_0, tensor.Q4_K, tensor.Q6_K:
+	case tensor.Q8_0, tensor.Q4_0, tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K:
 	default:
 		return nil, fmt.Errorf("kernels: GGUF weights of type %v are not supported", dt)
 	}
@@ -119,6 +121,12 @@ func (g *GGUF) mulRows(k *impl, a *actBuf, dst []float32, r0, r1 int, sc *scratc
 		dot, dot4, rows, rows4 = k.q4K, k.q4K4, k.q4KRows, k.q4K4Rows
 	case tensor.Q6_K:
 		dot, dot4, rows, rows4 = k.q6K, k.q6K4, k.q6KRows, k.q6K4Rows
+	case tensor.Q2_K:
+		dot = k.q2K
+	case tensor.Q3_K:
+		dot = k.q3K
+	case tensor.Q5_K:
+		dot = k.q5K
 	}
 	// Tiles of batchTile activation rows, the weight rows streaming past
 	// each: the tile stays in L1 and the chunk of weight rows in L2.
@@ -172,6 +180,12 @@ const batchTile = 4
 func (g *GGUF) dequantRow(dst []float32, r int) {
 	w := g.data[r*g.rowBytes : (r+1)*g.rowBytes]
 	switch g.dt {
+	case tensor.Q2_K, tensor.Q3_K, tensor.Q5_K:
+		// ggml's reference dequantizers, which engine/gguf holds
+		// (bit-exact against the gguf Python package).
+		if err := gguf.DequantizeRow(g.dt, w, dst); err != nil {
+			panic(err) // the lengths were checked by NewGGUF
+		}
 	case tensor.Q8_0:
 		for b := 0; b < len(dst)/32; b++ {
 			blk := w[b*q8_0Bytes:]

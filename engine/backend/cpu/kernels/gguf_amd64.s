@@ -1148,3 +1148,283 @@ vloop4:
 	JNZ  vrow4
 	VZEROUPPER
 	RET
+
+DATA ggBit4<>+0(SB)/1, $0x10
+GLOBL ggBit4<>(SB), RODATA|NOPTR, $1
+
+DATA ggBit2<>+0(SB)/1, $0x04
+GLOBL ggBit2<>(SB), RODATA|NOPTR, $1
+
+DATA ggLow2<>+0(SB)/1, $0x03
+GLOBL ggLow2<>(SB), RODATA|NOPTR, $1
+
+// Q5KCHUNK is Q4KCHUNK for Q5_K: the nibbles at wo(DI) get their fifth
+// bits from qh (Y5) bits sh and sh+1 (sh = 2j; Y9 = 0x10 bytes). The
+// 5-bit codes are unsigned and at most 31, so vpmaddubsw cannot saturate
+// (2·31·127 < 2¹⁵).
+#define Q5KCHUNK(wo, sh, xo0, xo1, fo0, fo1) \
+	VMOVDQU      wo(DI), Y1; \
+	VPSRLW       $4, Y1, Y2; \
+	VPAND        Y14, Y1, Y1; \
+	VPAND        Y14, Y2, Y2; \
+	VPSRLW       $sh, Y5, Y6; \
+	VPSLLW       $4, Y6, Y7; \
+	VPSLLW       $3, Y6, Y6; \
+	VPAND        Y9, Y7, Y7; \
+	VPAND        Y9, Y6, Y6; \
+	VPOR         Y7, Y1, Y1; \
+	VPOR         Y6, Y2, Y2; \
+	VPMADDUBSW   xo0(SI), Y1, Y1; \
+	VPMADDUBSW   xo1(SI), Y2, Y2; \
+	VPMADDWD     Y15, Y1, Y1; \
+	VPMADDWD     Y15, Y2, Y2; \
+	VCVTDQ2PS    Y1, Y1; \
+	VCVTDQ2PS    Y2, Y2; \
+	VBROADCASTSS fo0(SP), Y3; \
+	VBROADCASTSS fo1(SP), Y4; \
+	VFMADD231PS  Y3, Y1, Y0; \
+	VFMADD231PS  Y4, Y2, Y12
+
+// func q5KAVX2(xq *int8, xd, xs *float32, w *byte, nsb int) float32
+// q4KAVX2 for Q5_K: the same d, dmin, scales and mins, qh at 16, the
+// nibbles at 48, 176 bytes a super-block.
+// Stack: 0..31 per-sub-block factors.
+TEXT ·q5KAVX2(SB), NOSPLIT, $32-44
+	MOVQ         xq+0(FP), SI
+	MOVQ         xd+8(FP), DX
+	MOVQ         xs+16(FP), BX
+	MOVQ         w+24(FP), DI
+	MOVQ         nsb+32(FP), CX
+	VPBROADCASTW ggOnes16<>(SB), Y15
+	VPBROADCASTB ggLow4<>(SB), Y14
+	VPBROADCASTB ggBit4<>(SB), Y9
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y12, Y12, Y12
+	VXORPS       Y13, Y13, Y13
+
+q5loop:
+	Q4KUNPACK
+
+	// factors d·sc[j]·d_x[j]; mins dmin·mn[j]·Σx[j]
+	VPMOVZXBD   X1, Y1
+	VCVTDQ2PS   Y1, Y1
+	VMULPS      (DX), Y1, Y1
+	VMULPS      Y10, Y1, Y1
+	VMOVUPS     Y1, 0(SP)
+	VPMOVZXBD   X2, Y2
+	VCVTDQ2PS   Y2, Y2
+	VMULPS      (BX), Y2, Y2
+	VFMADD231PS Y11, Y2, Y13
+
+	VMOVDQU 16(DI), Y5
+	Q5KCHUNK(48, 0, 0, 32, 0, 4)
+	Q5KCHUNK(80, 2, 64, 96, 8, 12)
+	Q5KCHUNK(112, 4, 128, 160, 16, 20)
+	Q5KCHUNK(144, 6, 192, 224, 24, 28)
+
+	ADDQ $176, DI
+	ADDQ $256, SI
+	ADDQ $32, DX
+	ADDQ $32, BX
+	DECQ CX
+	JNZ  q5loop
+
+	VADDPS Y12, Y0, Y0
+	VSUBPS Y13, Y0, Y0
+	HSUMY(Y0, X0, X1)
+	VMOVSS X0, ret+40(FP)
+	VZEROUPPER
+	RET
+
+// Q3KBLOCK multiplies 32-element block j = 4·half + k of a Q3_K
+// super-block with the activations at xo(SI): codes (Y3 >> 2k) & 3 from
+// the half's 32 qs bytes (Y3), plus 4 where hmask (Y5) bit j is set, so
+// c = q + 4 in 0..7; Σ c·x − 4·Σ x per pair (Y12 = 4 bytes) is Σ q·x,
+// weighted per 16 by the int16 scales shuffled from Y6 (ggQ6Shuf+so) and
+// added to Y0 times d·d_x (fo(SP)).
+#define Q3KBLOCK(k, j, xo, so, fo) \
+	VPSRLW       $(2*k), Y3, Y7; \
+	VPAND        Y14, Y7, Y7; \
+	VPSRLW       $j, Y5, Y8; \
+	VPSLLW       $2, Y8, Y8; \
+	VPAND        Y13, Y8, Y8; \
+	VPOR         Y8, Y7, Y7; \
+	VMOVDQU      xo(SI), Y9; \
+	VPMADDUBSW   Y9, Y7, Y10; \
+	VPMADDUBSW   Y9, Y12, Y11; \
+	VPSUBW       Y11, Y10, Y10; \
+	VPSHUFB      ggQ6Shuf<>+so(SB), Y6, Y11; \
+	VPMADDWD     Y11, Y10, Y10; \
+	VCVTDQ2PS    Y10, Y10; \
+	VBROADCASTSS fo(SP), Y11; \
+	VFMADD231PS  Y11, Y10, Y0
+
+// func q3KAVX2(xq *int8, xd *float32, w *byte, nsb int) float32
+// Stack: 0..31 factors d·d_x for the 8 blocks of 32 of a super-block.
+TEXT ·q3KAVX2(SB), NOSPLIT, $32-36
+	MOVQ         xq+0(FP), SI
+	MOVQ         xd+8(FP), DX
+	MOVQ         w+16(FP), DI
+	MOVQ         nsb+24(FP), CX
+	VPBROADCASTB ggLow2<>(SB), Y14
+	VPBROADCASTB ggBit2<>(SB), Y13
+	VPBROADCASTB ggBit2<>(SB), Y12
+	VPBROADCASTB ggThirtyTwo<>(SB), Y15
+	VXORPS       Y0, Y0, Y0
+
+q3loop:
+	F16SCALAR(108(DI), X2)
+	VBROADCASTSS X2, Y2
+	VMULPS       (DX), Y2, Y2
+	VMOVUPS      Y2, 0(SP)
+
+	// The sixteen 6-bit scales: low nibbles of bytes 96-103 (scales 0-7
+	// low, 8-15 high), bits 2·(j/4) of byte 104 + j%4 on top.
+	MOVQ  96(DI), R8
+	MOVQ  R8, R9
+	SHRQ  $4, R9
+	MOVQ  $0x0f0f0f0f0f0f0f0f, AX
+	ANDQ  AX, R8
+	ANDQ  AX, R9
+	MOVL  104(DI), R10
+	MOVL  R10, AX
+	ANDL  $0x03030303, AX
+	MOVL  R10, R11
+	SHRL  $2, R11
+	ANDL  $0x03030303, R11
+	SHLQ  $32, R11
+	ORQ   R11, AX
+	SHLQ  $4, AX
+	ORQ   AX, R8
+	MOVL  R10, AX
+	SHRL  $4, AX
+	ANDL  $0x03030303, AX
+	MOVL  R10, R11
+	SHRL  $6, R11
+	ANDL  $0x03030303, R11
+	SHLQ  $32, R11
+	ORQ   R11, AX
+	SHLQ  $4, AX
+	ORQ   AX, R9
+	VMOVQ R8, X4
+	VMOVQ R9, X1
+	VPSUBB X15, X4, X4
+	VPSUBB X15, X1, X1
+
+	VMOVDQU 0(DI), Y5
+
+	VMOVDQU     32(DI), Y3
+	VPMOVSXBW   X4, X6
+	VINSERTI128 $1, X6, Y6, Y6
+	Q3KBLOCK(0, 0, 0, 0, 0)
+	Q3KBLOCK(1, 1, 32, 32, 4)
+	Q3KBLOCK(2, 2, 64, 64, 8)
+	Q3KBLOCK(3, 3, 96, 96, 12)
+
+	VMOVDQU     64(DI), Y3
+	VPMOVSXBW   X1, X6
+	VINSERTI128 $1, X6, Y6, Y6
+	Q3KBLOCK(0, 4, 128, 0, 16)
+	Q3KBLOCK(1, 5, 160, 32, 20)
+	Q3KBLOCK(2, 6, 192, 64, 24)
+	Q3KBLOCK(3, 7, 224, 96, 28)
+
+	ADDQ $110, DI
+	ADDQ $256, SI
+	ADDQ $32, DX
+	DECQ CX
+	JNZ  q3loop
+
+	HSUMY(Y0, X0, X1)
+	VMOVSS X0, ret+32(FP)
+	VZEROUPPER
+	RET
+
+// Q2KBLOCK multiplies 32-element block k of a half of a Q2_K
+// super-block with the activations at xo(SI): codes (Y3 >> 2k) & 3 (Y14 =
+// 3 bytes), the pair sums weighted per 16 by the scales (Y6) and, for the
+// mins, the activations' pair sums (Y12 = 1 bytes) by the mins (Y4), both
+// shuffled by ggQ6Shuf+so; Y0 += d·d_x·(scaled sums) from fo(SP), Y1 +=
+// dmin·d_x·(min sums) from fm(SP).
+#define Q2KBLOCK(k, xo, so, fo, fm) \
+	VPSRLW       $(2*k), Y3, Y7; \
+	VPAND        Y14, Y7, Y7; \
+	VMOVDQU      xo(SI), Y9; \
+	VPMADDUBSW   Y9, Y7, Y10; \
+	VPMADDUBSW   Y9, Y12, Y11; \
+	VPSHUFB      ggQ6Shuf<>+so(SB), Y6, Y8; \
+	VPMADDWD     Y8, Y10, Y10; \
+	VPSHUFB      ggQ6Shuf<>+so(SB), Y4, Y8; \
+	VPMADDWD     Y8, Y11, Y11; \
+	VCVTDQ2PS    Y10, Y10; \
+	VCVTDQ2PS    Y11, Y11; \
+	VBROADCASTSS fo(SP), Y8; \
+	VFMADD231PS  Y8, Y10, Y0; \
+	VBROADCASTSS fm(SP), Y8; \
+	VFMADD231PS  Y8, Y11, Y1
+
+// Q2KHALF loads the half's 32 code bytes (qo(DI)) and widens the 8
+// scales and mins of its 4 blocks (the low 8 bytes of xs and xm) to
+// int16 in both lanes of Y6 and Y4.
+#define Q2KHALF(qo, xs, xm) \
+	VMOVDQU     qo(DI), Y3; \
+	VPMOVZXBW   xs, X6; \
+	VINSERTI128 $1, X6, Y6, Y6; \
+	VPMOVZXBW   xm, X4; \
+	VINSERTI128 $1, X4, Y4, Y4
+
+// func q2KAVX2(xq *int8, xd *float32, w *byte, nsb int) float32
+// Stack: 0..31 factors d·d_x, 32..63 dmin·d_x for the 8 blocks of 32 of
+// a super-block.
+TEXT ·q2KAVX2(SB), NOSPLIT, $64-36
+	MOVQ         xq+0(FP), SI
+	MOVQ         xd+8(FP), DX
+	MOVQ         w+16(FP), DI
+	MOVQ         nsb+24(FP), CX
+	VPBROADCASTB ggLow2<>(SB), Y14
+	VPBROADCASTB ggLow4<>(SB), Y13
+	VPBROADCASTB ggOnes16<>(SB), Y12
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+
+q2loop:
+	F16SCALAR(80(DI), X2)
+	VBROADCASTSS X2, Y2
+	VMULPS       (DX), Y2, Y2
+	VMOVUPS      Y2, 0(SP)
+	F16SCALAR(82(DI), X2)
+	VBROADCASTSS X2, Y2
+	VMULPS       (DX), Y2, Y2
+	VMOVUPS      Y2, 32(SP)
+
+	// Scales (low nibbles) in X15, mins (high nibbles) in X5.
+	VMOVDQU (DI), X2
+	VPAND   X13, X2, X15
+	VPSRLW  $4, X2, X5
+	VPAND   X13, X5, X5
+
+	Q2KHALF(16, X15, X5)
+	Q2KBLOCK(0, 0, 0, 0, 32)
+	Q2KBLOCK(1, 32, 32, 4, 36)
+	Q2KBLOCK(2, 64, 64, 8, 40)
+	Q2KBLOCK(3, 96, 96, 12, 44)
+
+	VPSRLDQ $8, X15, X15
+	VPSRLDQ $8, X5, X5
+	Q2KHALF(48, X15, X5)
+	Q2KBLOCK(0, 128, 0, 16, 48)
+	Q2KBLOCK(1, 160, 32, 20, 52)
+	Q2KBLOCK(2, 192, 64, 24, 56)
+	Q2KBLOCK(3, 224, 96, 28, 60)
+
+	ADDQ $84, DI
+	ADDQ $256, SI
+	ADDQ $32, DX
+	DECQ CX
+	JNZ  q2loop
+
+	VSUBPS Y1, Y0, Y0
+	HSUMY(Y0, X0, X1)
+	VMOVSS X0, ret+32(FP)
+	VZEROUPPER
+	RET

@@ -70,6 +70,8 @@ type impl struct {
 	q4_0 func(a q8Row, w []byte) float32
 	q4K  func(a q8Row, w []byte) float32
 	q6K  func(a q8Row, w []byte) float32
+	// Q2_K, Q3_K and Q5_K rows (one row at a time at every level).
+	q2K, q3K, q5K func(a q8Row, w []byte) float32
 	// Four consecutive activation rows of cols (a holds them) against one
 	// weight row, bit-identical to the one-row function row by row; nil
 	// when the level has none.
@@ -114,6 +116,9 @@ var genericImpl = impl{
 	q4_0:       q4_0Generic,
 	q4K:        q4KGeneric,
 	q6K:        q6KGeneric,
+	q2K:        q2KGeneric,
+	q3K:        q3KGeneric,
+	q5K:        q5KGeneric,
 	axpy:       axpyGeneric,
 	add:        addGeneric,
 	mul:        mulGeneric,

@@ -98,7 +98,7 @@ func allCases() []weightCase {
 	}
 	cs = append(cs, mlxWeightCase(4, 64, tensor.F16), mlxWeightCase(4, 64, tensor.F32),
 		mlxWeightCase(8, 32, tensor.F16))
-	for _, dt := range []tensor.DType{tensor.Q8_0, tensor.Q4_0, tensor.Q4_K, tensor.Q6_K} {
+	for _, dt := range []tensor.DType{tensor.Q8_0, tensor.Q4_0, tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K} {
 		cs = append(cs, ggufCase(dt), ggufExactCase(dt))
 	}
 	return cs

@@ -160,6 +160,55 @@ func refGGUF(dt tensor.DType, rows, cols int, data []byte) *refMatrix {
 				m1 := f16(blk[2:]) * float32(mn)
 				v = float32(d1*float32(q)) - m1
 				mag = math.Abs(float64(d1)*float64(q)) + math.Abs(float64(m1))
+			case tensor.Q2_K, tensor.Q3_K:
+				// Element j's scale is j/16; its two bits are in byte
+				// 32·(j/128) + j%32 at shift 2·((j%128)/32); Q3_K's
+				// high bit (set: no −4) in hmask byte j%32, bit j/32.
+				j := i % 256
+				bb := 84
+				if dt == tensor.Q3_K {
+					bb = 110
+				}
+				blk := row[i/256*bb:]
+				qs := blk[16:]
+				if dt == tensor.Q3_K {
+					qs = blk[32:]
+				}
+				q := int(qs[32*(j/128)+j%32] >> (2 * (j % 128 / 32)) & 3)
+				if dt == tensor.Q2_K {
+					sc := blk[j/16]
+					dl := f16(blk[80:]) * float32(sc&15)
+					ml := f16(blk[82:]) * float32(sc>>4)
+					v = float32(dl*float32(q)) - ml
+					mag = math.Abs(float64(dl)*float64(q)) + math.Abs(float64(ml))
+					break
+				}
+				if blk[j%32]>>(j/32)&1 == 0 {
+					q -= 4
+				}
+				s := j / 16
+				lo := blk[96+s%8] & 15
+				if s >= 8 {
+					lo = blk[96+s%8] >> 4
+				}
+				hi := blk[104+s%4] >> (2 * (s / 4)) & 3
+				dl := f16(blk[108:]) * float32(int(lo|hi<<4)-32)
+				v = dl * float32(q)
+				mag = math.Abs(float64(v))
+			case tensor.Q5_K:
+				blk := row[i/256*176:]
+				j := i % 256
+				sc, mn := refScaleMinK4(j/32, blk[4:16])
+				b := blk[48+j/64*32+j%32]
+				q := b & 15
+				if j%64 >= 32 {
+					q = b >> 4
+				}
+				q |= (blk[16+j%32] >> (j / 32) & 1) << 4
+				d1 := f16(blk) * float32(sc)
+				m1 := f16(blk[2:]) * float32(mn)
+				v = float32(d1*float32(q)) - m1
+				mag = math.Abs(float64(d1)*float64(q)) + math.Abs(float64(m1))
 			case tensor.Q6_K:
 				blk := row[i/256*210:]
 				j := i % 256
@@ -209,9 +258,14 @@ func randGGUF(r *rand.Rand, dt tensor.DType, rows, cols int) []byte {
 		switch dt {
 		case tensor.Q8_0, tensor.Q4_0:
 			putU16(blk, scale())
-		case tensor.Q4_K:
+		case tensor.Q4_K, tensor.Q5_K:
 			putU16(blk, scale())
 			putU16(blk[2:], scale())
+		case tensor.Q2_K:
+			putU16(blk[80:], scale())
+			putU16(blk[82:], scale())
+		case tensor.Q3_K:
+			putU16(blk[108:], scale())
 		case tensor.Q6_K:
 			putU16(blk[208:], scale())
 		}

@@ -117,6 +117,9 @@ func simdImpl(l Level) impl {
 	k.q4K = q4KSIMD2
 	k.q6K = q6KSIMD2
 	k.q6KRows = q6KRowsSIMD2
+	k.q5K = q5KSIMD2
+	k.q3K = q3KSIMD2
+	k.q2K = q2KSIMD2
 	k.axpy = axpySIMD2
 	k.add = addSIMD2
 	k.mul = mulSIMD2

@@ -25,7 +25,7 @@ func TestConstructorsRejectBadShapes(t *testing.T) {
 		{"mlx scales", err2(NewMLXAffine(1, 64, 4, 64, make([]byte, 32), make([]byte, 4), make([]byte, 2), bf))},
 		{"mlx biases", err2(NewMLXAffine(1, 64, 4, 64, make([]byte, 32), make([]byte, 2), make([]byte, 3), bf))},
 		{"mlx scale type", err2(NewMLXAffine(1, 64, 4, 64, make([]byte, 32), make([]byte, 1), make([]byte, 1), tensor.U8))},
-		{"gguf type", err2(NewGGUF(tensor.Q5_K, 1, 256, make([]byte, 176)))},
+		{"gguf type", err2(NewGGUF(tensor.Q4_1, 1, 32, make([]byte, 20)))},
 		{"gguf cols", err2(NewGGUF(tensor.Q4_K, 1, 288, make([]byte, 162)))},
 		{"gguf len", err2(NewGGUF(tensor.Q8_0, 2, 32, make([]byte, 34)))},
 		{"huge", err2(NewGGUF(tensor.Q8_0, math.MaxInt32, math.MaxInt32, nil))},
@@ -65,7 +65,7 @@ func TestMLXDequantizeExact(t *testing.T) {
 func TestGGUFAndDenseDequantizeExact(t *testing.T) {
 	r := newRand(t)
 	for _, c := range []weightCase{ggufCase(tensor.Q8_0), ggufCase(tensor.Q4_0), ggufCase(tensor.Q4_K),
-		ggufCase(tensor.Q6_K), denseCase(tensor.F32), denseCase(tensor.BF16), denseCase(tensor.F16)} {
+		ggufCase(tensor.Q6_K), ggufCase(tensor.Q2_K), ggufCase(tensor.Q3_K), ggufCase(tensor.Q5_K), denseCase(tensor.F32), denseCase(tensor.BF16), denseCase(tensor.F16)} {
 		w, ref, err := c.make(r, 3, 512)
 		if err != nil {
 			t.Fatal(err)
