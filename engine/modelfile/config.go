@@ -430,26 +430,31 @@ func (c *Config) MaxCut() int {
 }
 
 // KVFloatsPerPosition is the number of floats one position caches over
-// all the layers, keys and values: KVDims on every layer with a cache of
-// its own — not Gemma 4's KV-shared ones nor Gated DeltaNet layers — each
-// at its head width.
+// all the layers, keys and values: KVFloatsOfLayer summed.
 func (c *Config) KVFloatsPerPosition() int64 {
-	heads, dim := c.KVDims()
-	g := c.Gemma4
-	if g == nil || len(g.Sliding) != c.NumHiddenLayers {
-		var n int64
-		for l := range c.NumHiddenLayers {
-			if !c.DeltaNet.Linear(l) {
-				n += int64(2 * heads * dim)
-			}
-		}
-		return n
-	}
 	var n int64
-	for l := range c.NumHiddenLayers - g.KVShared {
-		n += int64(2 * heads * g.HeadDimOf(l, dim))
+	for l := range c.NumHiddenLayers {
+		n += c.KVFloatsOfLayer(l)
 	}
 	return n
+}
+
+// KVFloatsOfLayer is the number of floats one position caches in layer
+// l, keys and values: KVDims if the layer has a cache of its own — not
+// Gemma 4's KV-shared layers nor Gated DeltaNet layers — at its head
+// width.
+func (c *Config) KVFloatsOfLayer(l int) int64 {
+	heads, dim := c.KVDims()
+	if g := c.Gemma4; g != nil && len(g.Sliding) == c.NumHiddenLayers {
+		if l >= c.NumHiddenLayers-g.KVShared {
+			return 0
+		}
+		return int64(2 * heads * g.HeadDimOf(l, dim))
+	}
+	if c.DeltaNet.Linear(l) {
+		return 0
+	}
+	return int64(2 * heads * dim)
 }
 
 func orBool(v *bool, def bool) bool {

@@ -269,8 +269,8 @@ func (r *Runner) acquire(ctx context.Context, name string) (*loadedModel, func()
 	}
 	// Load it: reserve its estimated size, evicting what must go.
 	need := estimateBytes(e.info.Path)
-	if p := r.pipelines[e.info.ID]; p != nil && p.numLayers > 0 {
-		need = need * int64(p.Layers.Len()) / int64(p.numLayers) // its share of the layers
+	if p := r.pipelines[e.info.ID]; p != nil && p.weights > 0 {
+		need = p.weights // its layers' share
 	} else {
 		need += r.draftBytes(e.info.ID) // a draft model loads with it
 	}

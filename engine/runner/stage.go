@@ -122,7 +122,7 @@ type Pipeline struct {
 	// one step over the whole batch at a time, as before).
 	MicroBatches int
 
-	numLayers int // the model's, for the pool's size estimate
+	weights int64 // what its layers' weights hold, for the pool's size estimate (0: the whole files)
 }
 
 // ErrPipelineStage: a pipeline's later stage failed or went away. It
@@ -141,7 +141,9 @@ func (r *Runner) SetPipeline(ctx context.Context, name string, p *Pipeline) erro
 		return fmt.Errorf("runner: pipeline of %s: a first stage needs layers from 0 and a downstream, got %v", name, p.Layers)
 	}
 	if p != nil {
-		p.numLayers = r.NumLayers(name)
+		if e, err := r.entry(name); err == nil {
+			p.weights = r.stageWeights(name, p.Layers, estimateBytes(e.info.Path))
+		}
 	}
 	// The plan goes in before the unload, so that a request arriving in
 	// between loads the pipeline, never the whole model.
@@ -416,10 +418,7 @@ func (r *Runner) LoadStage(ctx context.Context, name string, layers model.Range)
 	if err != nil {
 		return nil, err
 	}
-	need := estimateBytes(e.info.Path)
-	if n := r.NumLayers(name); n > 0 && layers.Len() > 0 && layers.Len() < n {
-		need = need * int64(layers.Len()) / int64(n)
-	}
+	need := r.stageWeights(name, layers, estimateBytes(e.info.Path))
 	r.mu.Lock()
 	victims, err := r.makeRoom(nil, need)
 	if err != nil {
@@ -476,18 +475,107 @@ func (r *Runner) ModelNeed(name string) int64 {
 	if c == nil {
 		return 0
 	}
+	ctxLen := r.contextOf(name, c)
+	var state int64
+	for l := range c.NumHiddenLayers {
+		state += layerState(c, l, ctxLen)
+	}
+	return estimateBytes(path) + state
+}
+
+// contextOf is the context a chat model runs at: the model's, or its
+// settings' cap.
+func (r *Runner) contextOf(name string, c *modelfile.Config) int {
 	ctxLen := c.MaxPositionEmbeddings
 	if capped := r.modelSettings(name).ContextLength; capped > 0 && (ctxLen <= 0 || capped < ctxLen) {
 		ctxLen = capped
 	}
-	kv := c.KVFloatsPerPosition() * 4 * int64(max(ctxLen, 0))
-	var state int64 // one sequence's recurrent state, whatever its length
-	for l := range c.NumHiddenLayers {
-		if c.DeltaNet.Linear(l) {
-			state += int64(c.DeltaNet.StateFloats()) * 4
-		}
+	return max(ctxLen, 0)
+}
+
+// layerState is what one sequence holds in layer l: the float32 KV cache
+// of ctxLen positions, or a Gated DeltaNet layer's recurrent state
+// (fixed, whatever the context).
+func layerState(c *modelfile.Config, l, ctxLen int) int64 {
+	if c.DeltaNet.Linear(l) {
+		return int64(c.DeltaNet.StateFloats()) * 4
 	}
-	return estimateBytes(path) + kv + state
+	return c.KVFloatsOfLayer(l) * 4 * int64(ctxLen)
+}
+
+// StageCosts is what the planner sizes and balances a chat model's
+// pipeline stages by, from its weight files' tensor table
+// (model.Footprint): a stage of layers [a, b) needs the sum of Bytes[a:b],
+// plus First when a is 0 and Last when b is the last layer, and costs the
+// sum of Compute[a:b] per token, plus Head on the last stage.
+type StageCosts struct {
+	// Bytes is, per layer, its weights (all of a mixture's experts) and
+	// what one sequence holds in it (layerState).
+	Bytes []int64
+	// First is the embeddings the first stage holds; Last the final norm
+	// and the head the last stage holds (the embeddings again when tied).
+	First, Last int64
+	// Compute is, per layer, the weights one token reads (a mixture's
+	// routed share of its experts) over the mean layer's; Head the
+	// output head's in the same units.
+	Compute []float64
+	Head    float64
+}
+
+// StageCosts returns a chat model's StageCosts (false when it cannot
+// tell, as NumLayers, or its files cannot be read).
+func (r *Runner) StageCosts(name string) (StageCosts, bool) {
+	c, fp, ok := r.footprint(name)
+	if !ok {
+		return StageCosts{}, false
+	}
+	sc := StageCosts{Bytes: make([]int64, c.NumHiddenLayers), First: fp.First, Last: fp.Last}
+	ctxLen := r.contextOf(name, c)
+	for l := range sc.Bytes {
+		sc.Bytes[l] = fp.Bytes[l] + layerState(c, l, ctxLen)
+	}
+	sc.Compute, sc.Head = fp.Compute()
+	return sc, true
+}
+
+// footprint is a chat model's config and its tensors filed by layer.
+func (r *Runner) footprint(name string) (*modelfile.Config, modelfile.Footprint, bool) {
+	if c, _ := r.chatConfig(name); c == nil {
+		return nil, modelfile.Footprint{}, false
+	}
+	e, err := r.entry(name)
+	if err != nil {
+		return nil, modelfile.Footprint{}, false
+	}
+	c, fp, err := model.Footprint(e.info.Path)
+	if err != nil || len(fp.Bytes) != c.NumHiddenLayers {
+		return nil, modelfile.Footprint{}, false
+	}
+	return c, fp, true
+}
+
+// stageWeights is what the weights of layers of a chat model hold: the
+// layers' tensors, the embeddings on a first stage, the norm and head on
+// a last one (model.Footprint); else, when the files cannot tell, the
+// layers' share of whole, all bytes.
+func (r *Runner) stageWeights(name string, layers model.Range, whole int64) int64 {
+	if _, fp, ok := r.footprint(name); ok && layers.Start >= 0 && layers.End <= len(fp.Bytes) && layers.Len() > 0 {
+		var n int64
+		for _, b := range fp.Bytes[layers.Start:layers.End] {
+			n += b
+		}
+		if layers.Start == 0 {
+			n += fp.First
+		}
+		if layers.End == len(fp.Bytes) {
+			n += fp.Last
+		}
+		return n
+	}
+	if n := r.NumLayers(name); n > 0 && layers.Len() > 0 && layers.Len() < n {
+		return whole * int64(layers.Len()) / int64(n)
+	}
+	return whole
 }
 
 // MemoryBudget is the budget the weights of this node's models (and
@@ -508,9 +596,13 @@ func (r *Runner) closePipelines() error {
 }
 
 // HeadLayers is a chat model's output head counted in layers of compute
-// per token (modelfile.Config.HeadLayers; 0 when it cannot tell, as
-// NumLayers): what the planner adds to the last stage of a pipeline.
+// per token: from its files (StageCosts.Head), else its configuration
+// (modelfile.Config.HeadLayers); 0 when it cannot tell, as NumLayers.
+// What the planner adds to the last stage of a pipeline.
 func (r *Runner) HeadLayers(name string) float64 {
+	if sc, ok := r.StageCosts(name); ok && sc.Head > 0 {
+		return sc.Head
+	}
 	if c, _ := r.chatConfig(name); c != nil {
 		return c.HeadLayers()
 	}
@@ -528,8 +620,9 @@ func (r *Runner) MaxCut(name string) int {
 }
 
 // NumLayers is the number of layers a chat model's configuration gives
-// (0 for a model it cannot tell: a GGUF file, an embedding model, a
-// missing or bad config).
+// (a GGUF file's from its metadata; 0 for a model it cannot tell: an
+// embedding model, a missing or bad config, a GGUF file this engine
+// cannot load).
 func (r *Runner) NumLayers(name string) int {
 	if c, _ := r.chatConfig(name); c != nil {
 		return c.NumHiddenLayers
@@ -537,15 +630,25 @@ func (r *Runner) NumLayers(name string) int {
 	return 0
 }
 
-// chatConfig is the configuration of a safetensors chat model and its
-// directory (nil for any other model, or a missing or bad config).
+// chatConfig is the configuration of a chat model and its path: a
+// safetensors directory's config.json, a GGUF file's metadata as the
+// models list reads it (nil for any other model, a missing or bad
+// config, or a GGUF file this engine cannot load). Read only.
 func (r *Runner) chatConfig(name string) (*modelfile.Config, string) {
 	e, err := r.entry(name)
-	if err != nil || e.info.Kind != engine.KindChat || e.info.Format != string(modelfile.KindSafetensors) {
+	if err != nil || e.info.Kind != engine.KindChat {
 		return nil, ""
 	}
-	c, err := modelfile.LoadConfig(e.info.Path)
-	if err != nil {
+	var c *modelfile.Config
+	switch e.info.Format {
+	case string(modelfile.KindSafetensors):
+		c, err = modelfile.LoadConfig(e.info.Path)
+	case string(modelfile.KindGGUF):
+		c, err = r.ggufInfo.get(e.info.Path)
+	default:
+		return nil, ""
+	}
+	if err != nil || c == nil {
 		return nil, ""
 	}
 	return c, e.info.Path

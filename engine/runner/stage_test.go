@@ -222,7 +222,13 @@ func TestStageBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	size := estimateBytes(filepath.Join(dir, "deep"))
-	r, err := New(Config{ModelsDir: dir, Threads: 1, Backend: BackendCPU, CacheHotBytes: -1, CacheSSDBytes: -1, MemoryBudget: size * 3 / 4})
+	// A budget that holds layers [1, 4) and the head, little more.
+	_, fp, err := model.Footprint(filepath.Join(dir, "deep"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	budget := fp.Bytes[1] + fp.Bytes[2] + fp.Bytes[3] + fp.Last + 1024
+	r, err := New(Config{ModelsDir: dir, Threads: 1, Backend: BackendCPU, CacheHotBytes: -1, CacheSSDBytes: -1, MemoryBudget: budget})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +242,7 @@ func TestStageBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := r.LoadStage(ctx, "deep", model.Range{Start: 1, End: 4}); !errors.Is(err, ErrOverBudget) {
-		t.Fatalf("a second stage of 3/4 of the model beside one of 1/2 under a budget of 3/4: %v, want ErrOverBudget", err)
+		t.Fatalf("a second stage of layers [1, 4) beside [2, 4) under a budget of the first alone: %v, want ErrOverBudget", err)
 	}
 	if err := half.Close(); err != nil {
 		t.Fatal(err)
