@@ -12,6 +12,7 @@ import (
 
 	pb "fusion/cluster/clusterpb"
 	"fusion/cluster/fsm"
+	"fusion/cluster/layersplit"
 )
 
 // Inventory is what a node reports about itself through the log
@@ -36,6 +37,11 @@ type Inventory struct {
 	// layer a later stage may start at (Gemma 4: its KV-shared layers stay
 	// with the layers whose KV they read); absent: any.
 	MaxCut map[string]int `json:"max_cut,omitempty"`
+	// Costs are, for a model whose files say them, its per-layer bytes
+	// and compute (a mixture's layers hold all their experts, a token
+	// reads a few): what the planner sizes stages by in place of the
+	// even share of ModelBytes.
+	Costs map[string]layersplit.Costs `json:"costs,omitempty"`
 	// MemoryBudget is the bytes the node's models' weights and pipeline
 	// stages may hold, and ModelBytes what each model on disk needs (its
 	// weights and the KV cache of one sequence at its context): what the

@@ -133,11 +133,12 @@ func (u *unplacedGroups) placed(model string, r uint32) {
 type shardCand struct {
 	id     string
 	pin    int
-	pinned bool    // named in the spec's pins: always among the stages
-	free   int64   // its capacity (memory budget, else free memory), from the inventory
-	layers int     // the model's layers, from the inventory
-	head   float64 // the model's output head in layers of compute, from the inventory
-	maxCut int     // the last layer a later stage may start at (0: any), from the inventory
+	pinned bool             // named in the spec's pins: always among the stages
+	free   int64            // its capacity (memory budget, else free memory), from the inventory
+	layers int              // the model's layers, from the inventory
+	head   float64          // the model's output head in layers of compute, from the inventory
+	maxCut int              // the last layer a later stage may start at (0: any), from the inventory
+	costs  layersplit.Costs // the model's per-layer bytes and compute, from the inventory (empty: unknown)
 	// rtt is the node's published round trip to each peer in µs
 	// (Inventory.RTTMicros).
 	rtt map[string]int64
@@ -161,7 +162,7 @@ func shardCandidates(model string, spec PlacementSpec, nodes map[string]*pb.Node
 			pin = len(spec.Pin)
 		}
 		cs = append(cs, shardCand{id: id, pin: pin, pinned: pin < len(spec.Pin), free: inv.capacity(),
-			layers: inv.Layers[model], head: inv.HeadLayers[model], maxCut: inv.MaxCut[model], rtt: inv.RTTMicros})
+			layers: inv.Layers[model], head: inv.HeadLayers[model], maxCut: inv.MaxCut[model], costs: inv.Costs[model], rtt: inv.RTTMicros})
 	}
 	slices.SortFunc(cs, func(a, b shardCand) int {
 		if c := cmp.Compare(a.pin, b.pin); c != 0 {
@@ -178,10 +179,11 @@ func shardCandidates(model string, spec PlacementSpec, nodes map[string]*pb.Node
 // planStages shards a model of need bytes (0: unknown) over the first
 // min(stages, len(cands)) candidates: layer ranges by compute cost per
 // token (layersplit: the output head counted on the last stage), each
-// stage's share of the need within its node's capacity, at least one
-// layer each, in candidate order. With one candidate the group is
-// unsharded; with none, candidates that disagree on the layer count, or
-// ranges no split fits in the capacities, nil.
+// stage's bytes within its node's capacity (its layers' bytes and the
+// edges' when the inventory has the model's costs, else its share of the
+// need), at least one layer each, in candidate order. With one candidate
+// the group is unsharded; with none, candidates that disagree on the
+// layer count, or ranges no split fits in the capacities, nil.
 func planStages(model string, replica uint32, stages int, need int64, cands []shardCand) *pb.Placement {
 	k := min(stages, len(cands))
 	if k == 0 {
@@ -208,7 +210,7 @@ func planStages(model string, replica uint32, stages int, need int64, cands []sh
 			caps[i] = c.free
 		}
 	}
-	bounds, ok := layersplit.Split(layersplit.Model{Layers: layers, Head: cands[k-1].head, Need: need, MaxCut: cands[0].maxCut}, k, caps)
+	bounds, ok := layersplit.Split(layersplit.Model{Layers: layers, Head: cands[k-1].head, Need: need, MaxCut: cands[0].maxCut, Costs: cands[0].costs}, k, caps)
 	if !ok {
 		return nil
 	}

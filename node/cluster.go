@@ -18,6 +18,7 @@ import (
 	"fusion/cluster/clusterpb"
 	"fusion/cluster/enginepb"
 	"fusion/cluster/fsm"
+	"fusion/cluster/layersplit"
 	"fusion/cluster/mcpremote"
 	"fusion/cluster/remote"
 	"fusion/engine"
@@ -435,6 +436,9 @@ func (n *Node) syncOnce(ctx context.Context, watched map[string]bool, gone map[s
 		sh, ok := n.shapes[s.ID]
 		if !ok {
 			sh = modelShape{layers: n.runner.NumLayers(s.ID), head: n.runner.HeadLayers(s.ID), maxCut: n.runner.MaxCut(s.ID)}
+			if sc, ok := n.runner.StageCosts(s.ID); ok {
+				sh.costs = layersplit.Costs{Bytes: sc.Bytes, First: sc.First, Last: sc.Last, Compute: sc.Compute}
+			}
 			n.shapes[s.ID] = sh
 		}
 		if sh.layers > 0 {
@@ -447,6 +451,12 @@ func (n *Node) syncOnce(ctx context.Context, watched map[string]bool, gone map[s
 					inv.MaxCut = map[string]int{}
 				}
 				inv.MaxCut[s.ID] = sh.maxCut
+			}
+			if len(sh.costs.Bytes) == sh.layers {
+				if inv.Costs == nil {
+					inv.Costs = map[string]layersplit.Costs{}
+				}
+				inv.Costs[s.ID] = sh.costs
 			}
 		}
 		if need := n.runner.ModelNeed(s.ID); need > 0 {
@@ -594,5 +604,6 @@ func (t *clusterTable) Peers() []dispatch.Peer {
 type modelShape struct {
 	layers int
 	head   float64
-	maxCut int // runner.MaxCut
+	maxCut int              // runner.MaxCut
+	costs  layersplit.Costs // runner.StageCosts
 }

@@ -47,7 +47,7 @@ func TestSplit(t *testing.T) {
 				t.Fatalf("Split = %v, %v; want %v", got, ok, tc.want)
 			}
 			for i := 0; ok && i < tc.k; i++ {
-				if b := tc.m.StageBytes(got[i+1]-got[i], i == tc.k-1); tc.caps != nil && b > tc.caps[i] {
+				if b := tc.m.StageBytes(got[i], got[i+1]); tc.caps != nil && b > tc.caps[i] {
 					t.Fatalf("stage %d holds %d bytes over its %d", i, b, tc.caps[i])
 				}
 			}
@@ -57,13 +57,13 @@ func TestSplit(t *testing.T) {
 
 func TestStageBytes(t *testing.T) {
 	m := Model{Layers: 10, Head: 2, Need: 1200}
-	if got := m.StageBytes(3, false); got != 300 {
+	if got := m.StageBytes(0, 3); got != 300 {
 		t.Errorf("3 layers: %d, want 300", got)
 	}
-	if got := m.StageBytes(3, true); got != 500 {
+	if got := m.StageBytes(7, 10); got != 500 {
 		t.Errorf("3 layers and the head: %d, want 500", got)
 	}
-	if got := (Model{Layers: 10}).StageBytes(3, true); got != 0 {
+	if got := (Model{Layers: 10}).StageBytes(7, 10); got != 0 {
 		t.Errorf("unknown need: %d, want 0", got)
 	}
 }
