@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"fusion/engine"
 	"fusion/engine/demo"
@@ -304,5 +305,95 @@ func TestPipelineRecurrent(t *testing.T) {
 				t.Errorf("%d sequences still held downstream", n)
 			}
 		})
+	}
+}
+
+// TestRecurrentCancel: a qwen3_5_moe request cancelled mid-decode while
+// another runs in the same batch steps leaves the other's tokens and
+// logprobs as it gives them alone, and frees its recurrent state: no
+// sequence left live, the pool's KV accounting back to zero.
+func TestRecurrentCancel(t *testing.T) {
+	dir := t.TempDir()
+	recurrentDemo(t, dir, "qwen3_5_moe")
+	r, err := New(Config{ModelsDir: dir, CacheHotBytes: -1, CacheSSDBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	other := func() *engine.Request {
+		req := tokensRequest(demoPrompt(60)[3:], 16)
+		req.Sampling.Logprobs, req.Sampling.TopLogprobs = true, 3
+		return req
+	}
+	want, _ := generateAll(t, r, other())
+	before := r.Stats()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	long, err := r.Generate(ctx, tokensRequest(demoPrompt(40), 2000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	decoded := 0
+	for decoded < 3 { // the long request is decoding
+		ev, ok := <-long
+		if !ok || ev.Done {
+			t.Fatalf("the long request ended early: %+v", ev)
+		}
+		decoded += len(ev.Tokens)
+	}
+	ch, err := r.Generate(context.Background(), other())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got string
+	cancelled := false
+	for ev := range ch {
+		got += fmt.Sprint(ev.Tokens, ev.TopLogprobs)
+		if ev.Err != nil {
+			t.Fatal(ev.Err)
+		}
+		if !cancelled && len(ev.Tokens) > 0 {
+			// Both decode in the same steps now: cancel the long one.
+			cancel()
+			cancelled = true
+		}
+	}
+	for ev := range long { // closed without an answer's end
+		decoded += len(ev.Tokens)
+		if ev.Done && ev.Err == nil {
+			t.Errorf("the cancelled request finished (%s, %d tokens)", ev.FinishReason, decoded)
+		}
+	}
+	if got != want {
+		t.Errorf("beside a cancelled request:\n%s\nalone:\n%s", got, want)
+	}
+	lm, release, err := r.acquire(context.Background(), "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	release()
+	cm := lm.model.(*cpuModel)
+	// The scheduler frees a cancelled sequence at its next step.
+	for range 200 {
+		cm.mu.Lock()
+		live := len(cm.live)
+		cm.mu.Unlock()
+		if live == 0 && r.kvBytes.Load() == 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	st := r.Stats()
+	cm.mu.Lock()
+	live := len(cm.live)
+	cm.mu.Unlock()
+	if live != 0 || st.KVBytes != 0 || r.kvBytes.Load() != 0 || st.Running != 0 || st.InFlight != 0 {
+		t.Errorf("after the cancel: %d sequences live, KV %d (counted %d), running %d, in flight %d; want none",
+			live, st.KVBytes, r.kvBytes.Load(), st.Running, st.InFlight)
+	}
+	if st.Cancelled != before.Cancelled+1 || st.SharedSteps == before.SharedSteps {
+		t.Errorf("cancelled %d → %d, shared steps %d → %d: want one cancel, after steps shared by both",
+			before.Cancelled, st.Cancelled, before.SharedSteps, st.SharedSteps)
 	}
 }
