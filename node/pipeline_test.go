@@ -704,10 +704,12 @@ func TestPipelineStageKilled(t *testing.T) {
 // TestPipelineAutoShard: three nodes whose memory budgets are each too
 // small for the deep model (weights and a context's KV) but hold it two
 // together: a request for it, with no placement setting, is told to retry
-// while the planner shards it across the fewest nodes (two: four layers
-// and two with the output head, by compute per token); then every node serves it through the
+// while the planner shards it across the fewest nodes (two: three layers
+// and three with the output head, as their KV at the context fits); then every node serves it through the
 // pipeline, bit for bit as one node does, and no node loads a whole copy.
-// A model the three budgets cannot hold even together
+// A qwen3moe GGUF of the same shape is sharded the same way (its layers
+// and costs read from the file's header) and answers as on one node. A
+// model the three budgets cannot hold even together
 // is refused with a 503 naming its need and the total.
 func TestPipelineAutoShard(t *testing.T) {
 	models := t.TempDir()
@@ -718,15 +720,46 @@ func TestPipelineAutoShard(t *testing.T) {
 	if _, err := demo.Create(filepath.Join(models, "big"), o); err != nil {
 		t.Fatal(err)
 	}
+	// A qwen3moe GGUF of the deep model's width and depth: its layers come
+	// from the file's metadata, its stages' bytes from its tensor table.
+	demotest.Create(t, filepath.Join(models, "moeg"), demo.Options{Arch: "qwen3_moe", Layers: 6, Hidden: 64, Heads: 4, KVHeads: 2,
+		Intermediate: 128, Experts: 4, ExpertsPerTok: 2, MoEIntermediate: 64, Seed: 20, Format: demo.FormatGGUF, GGUFType: "q8_0"})
 	ref := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, Backend: "cpu"})
 	need, bigNeed := ref.Runner().ModelNeed(deepModel), ref.Runner().ModelNeed("big")
 	budget := need * 6 / 10 // one node: too small; two: enough
 	if bigNeed <= 3*budget {
 		t.Fatalf("the big model needs %d bytes, not more than three budgets of %d", bigNeed, budget)
 	}
+	if moeNeed := ref.Runner().ModelNeed("moeg"); moeNeed <= budget || moeNeed >= 2*budget {
+		t.Fatalf("the GGUF mixture needs %d bytes, not between one and two budgets of %d", moeNeed, budget)
+	}
 	want, _, err := greedyAnswers(ref.URL(), pipelinePrompts[0])
 	if err != nil {
 		t.Fatal(err)
+	}
+	moeBody := `{"model":"moeg","messages":[{"role":"user","content":"experts"}],"max_tokens":6,"temperature":0,"logprobs":true,"top_logprobs":2}`
+	moeAnswer := func(url string) (int, string) {
+		t.Helper()
+		resp, err := pipePost(url, "/v1/chat/completions", moeBody)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var out struct {
+			Choices []struct {
+				Message  json.RawMessage `json:"message"`
+				Logprobs json.RawMessage `json:"logprobs"`
+			} `json:"choices"`
+		}
+		if resp.StatusCode != 200 || json.Unmarshal(raw, &out) != nil || len(out.Choices) != 1 {
+			return resp.StatusCode, string(raw)
+		}
+		return 200, string(out.Choices[0].Message) + string(out.Choices[0].Logprobs)
+	}
+	moeStatus, moeWant := moeAnswer(ref.URL())
+	if moeStatus != 200 {
+		t.Fatalf("the GGUF mixture on one node: %d %s", moeStatus, moeWant)
 	}
 	nodes := map[string]*node.Node{}
 	opts := func(c node.ClusterConfig) nodetest.Options {
@@ -742,6 +775,9 @@ func TestPipelineAutoShard(t *testing.T) {
 	waitUntil(t, 15*time.Second, "every node hearing every inventory with the budgets", func() bool {
 		for _, n := range nodes {
 			if k, err := n.Cluster().Fit(deepModel); err != nil || k != 2 {
+				return false
+			}
+			if k, err := n.Cluster().Fit("moeg"); err != nil || k != 2 {
 				return false
 			}
 		}
@@ -774,10 +810,12 @@ func TestPipelineAutoShard(t *testing.T) {
 		t.Errorf("the first request got %q, want a 503 saying the model is being sharded across 2 nodes", first)
 	}
 	p := readyPipeline(t, nodes["a"], 2, 30*time.Second)
-	// Split by compute per token: the demo's output head weighs 1.1
-	// layers, so the last stage takes two layers and the head.
-	if p.Stages[0].Layers != [2]uint32{0, 4} || p.Stages[1].Layers != [2]uint32{4, 6} {
-		t.Errorf("stages %+v, want layers [0,4) and [4,6) (the head counted on the last)", p.Stages)
+	// Compute per token alone would cut 4 + 2 and the head (1.1 layers),
+	// but each stage holds its layers' KV at the context (a sixth of the
+	// need each): four layers' overflow a budget of 6/10 of the need, so
+	// three and three.
+	if p.Stages[0].Layers != [2]uint32{0, 3} || p.Stages[1].Layers != [2]uint32{3, 6} {
+		t.Errorf("stages %+v, want layers [0,3) and [3,6) (four layers' KV overflow a node)", p.Stages)
 	}
 	checkStageWeights(t, nodes, models, p)
 	for _, id := range []string{"a", "b", "c"} {
@@ -800,6 +838,34 @@ func TestPipelineAutoShard(t *testing.T) {
 				t.Errorf("%s holds a whole copy of the sharded model (%v)", id, s.State)
 			}
 		}
+	}
+
+	// The GGUF mixture is sharded too, and answers as on one node.
+	var moeGot string
+	waitUntil(t, 60*time.Second, "the GGUF mixture served through an automatic pipeline", func() bool {
+		status, got := moeAnswer(nodes["b"].URL())
+		if status != 200 && status != 503 {
+			t.Fatalf("while sharding the GGUF mixture: %d %s, want 503 then 200", status, got)
+		}
+		moeGot = got
+		if status != 200 {
+			time.Sleep(200 * time.Millisecond)
+		}
+		return status == 200
+	})
+	if moeGot != moeWant {
+		t.Errorf("the GGUF mixture as a pipeline:\n%s\non one node:\n%s", moeGot, moeWant)
+	}
+	_, doc := clusterDoc(t, nodes["a"].URL(), "k")
+	sharded := false
+	for _, p := range doc.Placements {
+		if p.Model == "moeg" {
+			sharded = p.NumLayers == 6 && len(p.Stages) == 2
+			t.Logf("the GGUF mixture's placement: %+v", p)
+		}
+	}
+	if !sharded {
+		t.Errorf("the GGUF mixture is not placed as a pipeline of two stages: %+v", doc.Placements)
 	}
 
 	resp, err := pipePost(nodes["c"].URL(), "/v1/chat/completions", `{"model":"big","messages":[{"role":"user","content":"too big"}],"max_tokens":2}`)
