@@ -321,7 +321,7 @@ func TestRecurrentCancel(t *testing.T) {
 	}
 	t.Cleanup(func() { r.Close() })
 	other := func() *engine.Request {
-		req := tokensRequest(demoPrompt(60)[3:], 16)
+		req := tokensRequest(demoPrompt(60)[3:], 10)
 		req.Sampling.Logprobs, req.Sampling.TopLogprobs = true, 3
 		return req
 	}
