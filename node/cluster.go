@@ -433,9 +433,12 @@ func (n *Node) syncOnce(ctx context.Context, watched map[string]bool, gone map[s
 	}
 	for _, s := range n.runner.List() {
 		inv.ModelsOnDisk = append(inv.ModelsOnDisk, s.ID)
+		need := n.runner.ModelNeed(s.ID)
 		sh, ok := n.shapes[s.ID]
-		if !ok {
-			sh = modelShape{layers: n.runner.NumLayers(s.ID), head: n.runner.HeadLayers(s.ID), maxCut: n.runner.MaxCut(s.ID)}
+		if !ok || sh.need != need {
+			// Read again when the need moved: the costs carry the KV at
+			// the context, which the model's settings may have capped.
+			sh = modelShape{layers: n.runner.NumLayers(s.ID), head: n.runner.HeadLayers(s.ID), maxCut: n.runner.MaxCut(s.ID), need: need}
 			if sc, ok := n.runner.StageCosts(s.ID); ok {
 				sh.costs = layersplit.Costs{Bytes: sc.Bytes, First: sc.First, Last: sc.Last, Compute: sc.Compute}
 			}
@@ -459,7 +462,7 @@ func (n *Node) syncOnce(ctx context.Context, watched map[string]bool, gone map[s
 				inv.Costs[s.ID] = sh.costs
 			}
 		}
-		if need := n.runner.ModelNeed(s.ID); need > 0 {
+		if need > 0 {
 			if inv.ModelBytes == nil {
 				inv.ModelBytes = map[string]int64{}
 			}
@@ -606,4 +609,5 @@ type modelShape struct {
 	head   float64
 	maxCut int              // runner.MaxCut
 	costs  layersplit.Costs // runner.StageCosts
+	need   int64            // runner.ModelNeed when it was read
 }
