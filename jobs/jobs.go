@@ -97,7 +97,12 @@ const (
 	MaxLogLine           = 500
 	DefaultProgressEvery = time.Second
 	DefaultMaxRunning    = 4
-	maxResultBytes       = 8 << 10
+	// DefaultMaxResultBytes bounds a job's result (its JSON): within the
+	// cluster's record limit (fsm.MaxJobBytes, 32 KiB) beside the params
+	// and a full log tail.
+	DefaultMaxResultBytes = 8 << 10
+	// maxTrimmedError bounds the error of a record written again trimmed.
+	maxTrimmedError = 1 << 10
 )
 
 // Func is a job's work. It reports through r and returns its result
@@ -118,7 +123,11 @@ type Config struct {
 	// MaxRunning bounds the jobs running at once on this node; more
 	// are refused with ErrTooMany (default DefaultMaxRunning).
 	MaxRunning int
-	Logger     *slog.Logger
+	// MaxResultBytes bounds a job's result as JSON: a job whose result
+	// is larger fails saying so, rather than ending done without it
+	// (default DefaultMaxResultBytes).
+	MaxResultBytes int
+	Logger         *slog.Logger
 }
 
 // Manager runs this node's jobs.
@@ -158,6 +167,9 @@ func New(cfg Config) *Manager {
 	}
 	if cfg.MaxRunning <= 0 {
 		cfg.MaxRunning = DefaultMaxRunning
+	}
+	if cfg.MaxResultBytes <= 0 {
+		cfg.MaxResultBytes = DefaultMaxResultBytes
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -278,11 +290,16 @@ func (m *Manager) run(ctx context.Context, r *run, rep *Reporter, fn Func) {
 		j.State = Done
 		if result != nil {
 			b, merr := json.Marshal(result)
-			if merr == nil && len(b) <= maxResultBytes {
+			switch {
+			case merr != nil:
+				j.State, j.Error = Failed, fmt.Sprintf("jobs: the result: %v", merr)
+			case len(b) > m.cfg.MaxResultBytes:
+				j.State, j.Error = Failed, fmt.Sprintf("the job's result is %d bytes, over the limit of %d bytes: it is not recorded", len(b), m.cfg.MaxResultBytes)
+			default:
 				j.Result = b
 			}
 		}
-		if j.Progress.Total > 0 {
+		if j.State == Done && j.Progress.Total > 0 {
 			j.Progress.Done = j.Progress.Total
 			j.Progress.Percent = 100
 		}
@@ -294,10 +311,44 @@ func (m *Manager) run(ctx context.Context, r *run, rep *Reporter, fn Func) {
 		j.State, j.Error = Failed, err.Error()
 	}
 	m.cfg.Logger.Info("job finished", "job", id, "kind", j.Kind, "state", j.State, "err", j.Error)
-	r.final = j.Job
-	if perr := m.put(j.Job); perr != nil {
-		m.cfg.Logger.Warn("job end not recorded (the next start marks it interrupted)", "job", id, "err", perr)
+	r.final = m.putFinal(j.Job)
+}
+
+// putFinal writes a job's final record. A record the store refuses (one
+// over the cluster's size limit, say) is written again without its
+// result and log, then without its params, with an error saying why: a
+// job never stays running until the next start. It returns the record
+// written (the first one when none was).
+func (m *Manager) putFinal(j Job) Job {
+	perr := m.put(j)
+	if perr == nil || errors.Is(perr, ErrFinished) {
+		return j
 	}
+	first := perr
+	t := j
+	t.Result, t.Log = nil, []string{}
+	if n := len(j.Log); n > 0 {
+		t.Log = []string{j.Log[n-1]}
+	}
+	if t.State == Done {
+		t.State = Failed
+	}
+	t.Error = fmt.Sprintf("the final record was refused (%v); it is recorded without its result and log", first)
+	if j.Error != "" {
+		t.Error = j.Error + "; " + t.Error
+	}
+	if len(t.Error) > maxTrimmedError {
+		t.Error = t.Error[:maxTrimmedError] + "…"
+	}
+	for _, trim := range []func(*Job){func(*Job) {}, func(t *Job) { t.Params, t.Log = nil, []string{} }} {
+		trim(&t)
+		if perr = m.put(t); perr == nil || errors.Is(perr, ErrFinished) {
+			m.cfg.Logger.Warn("job end recorded trimmed", "job", j.ID, "err", first)
+			return t
+		}
+	}
+	m.cfg.Logger.Warn("job end not recorded (the next start marks it interrupted)", "job", j.ID, "err", first, "trimmed", perr)
+	return j
 }
 
 // putTimeout bounds one record write of a running job: it outlives

@@ -166,3 +166,38 @@ func TestRestart(t *testing.T) {
 		t.Errorf("file: %v %d", err, len(list))
 	}
 }
+
+// TestResultLimit: a result within the manager's MaxResultBytes is
+// recorded; one over it fails the job with an error naming its size and
+// the limit, never a done job without its result.
+func TestResultLimit(t *testing.T) {
+	store, err := OpenMemStore("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := New(Config{Node: "a", Store: store, ProgressEvery: 10 * time.Millisecond, MaxResultBytes: 64})
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	for _, tc := range []struct {
+		size      int // of the result's string; its JSON is 2 bytes more
+		state     string
+		errSays   string
+		hasResult bool
+	}{
+		{62, Done, "", true},
+		{63, Failed, "the job's result is 65 bytes, over the limit of 64 bytes", false},
+	} {
+		j, err := m.Submit(context.Background(), "quantize", nil, func(context.Context, *Reporter) (any, error) {
+			return strings.Repeat("x", tc.size), nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := waitState(t, store, j.ID, func(j Job) bool { return Final(j.State) })
+		if got.State != tc.state || !strings.Contains(got.Error, tc.errSays) || (len(got.Result) > 0) != tc.hasResult {
+			t.Errorf("a result of %d bytes: %+v, want %s saying %q", tc.size+2, got, tc.state, tc.errSays)
+		}
+	}
+}
