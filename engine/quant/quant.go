@@ -97,6 +97,16 @@ type Options struct {
 	// mixed plan, then tensors written); Log gets a line now and then.
 	Progress func(done, total int)
 	Log      func(msg string)
+	// PlanFile, for a mixed plan, is a file name in the output directory
+	// that Result.Plan is written to as JSON (with the directory, before
+	// its rename into place): a model's plan grows with its tensors
+	// (about 350 bytes each), more than a job record holds. "": none.
+	PlanFile string
+	// SourceModel is the source's model id recorded in the output's
+	// config (SourceKey); "" is src's base name. A model of a Hugging
+	// Face cache is a snapshot directory named by its commit, listed as
+	// ORG/NAME.
+	SourceModel string
 }
 
 // Result describes what Quantize wrote.
@@ -449,11 +459,15 @@ func Quantize(ctx context.Context, src, dst string, o Options) (Result, error) {
 	// The source is recorded when it can be identified; a source that
 	// cannot (an unreadable header) is quantized all the same.
 	if hash, err := SourceHash(src); err == nil {
-		res.Source = &Source{Model: filepath.Base(filepath.Clean(src)), SHA256: hash}
+		name := o.SourceModel
+		if name == "" {
+			name = filepath.Base(filepath.Clean(src))
+		}
+		res.Source = &Source{Model: name, SHA256: hash}
 	} else {
 		logf("the source is not recorded: %v", err)
 	}
-	if res.Bytes, err = s.write(dst, src, out, o, widths, res.Source); err != nil {
+	if res.Bytes, err = s.write(dst, src, out, o, widths, res); err != nil {
 		return Result{}, err
 	}
 	logf("wrote %s: %d tensors, %d quantized (%d not at %d bits in groups of %d), %.3f bits per quantized weight, %.3f per parameter",
@@ -464,7 +478,8 @@ func Quantize(ctx context.Context, src, dst string, o Options) (Result, error) {
 // write puts the weights, the index, config.json with its quantization
 // block and its source (SourceKey), and the source's other files into a staging directory beside
 // dst, then renames it to dst.
-func (s *source) write(dst, src string, ts []tensor.Tensor, o Options, widths map[string]Width, from *Source) (int64, error) {
+func (s *source) write(dst, src string, ts []tensor.Tensor, o Options, widths map[string]Width, res Result) (int64, error) {
+	from := res.Source
 	parent := filepath.Dir(dst)
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return 0, fmt.Errorf("quant: %w", err)
@@ -515,6 +530,11 @@ func (s *source) write(dst, src string, ts []tensor.Tensor, o Options, widths ma
 	if err := copyOthers(src, tmp); err != nil {
 		return 0, err
 	}
+	if o.PlanFile != "" && len(res.Plan) > 0 {
+		if err := writeJSON(filepath.Join(tmp, o.PlanFile), res.Plan); err != nil {
+			return 0, err
+		}
+	}
 	if err := os.Rename(tmp, dst); err != nil {
 		return 0, fmt.Errorf("quant: %w", err)
 	}
@@ -551,7 +571,11 @@ func copyOthers(src, dir string) error {
 	}
 	sort.Slice(ents, func(i, j int) bool { return ents[i].Name() < ents[j].Name() })
 	for _, e := range ents {
-		if !e.Type().IsRegular() || strings.HasPrefix(e.Name(), ".") || weightFile(e.Name()) {
+		if strings.HasPrefix(e.Name(), ".") || weightFile(e.Name()) {
+			continue
+		}
+		// A Hugging Face cache's snapshot holds links into its blobs.
+		if st, err := os.Stat(filepath.Join(src, e.Name())); err != nil || !st.Mode().IsRegular() {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(src, e.Name()))
