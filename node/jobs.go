@@ -63,6 +63,9 @@ type JobsConfig struct {
 	// ProgressEvery is how often a running job's record is written
 	// (default jobs.DefaultProgressEvery).
 	ProgressEvery time.Duration
+	// MaxResultBytes bounds a job's result; a larger one fails the job
+	// (default jobs.DefaultMaxResultBytes).
+	MaxResultBytes int
 }
 
 // newJobs builds the job manager over the cluster's replicated records,
@@ -84,7 +87,7 @@ func (n *Node) newJobs() error {
 		store = ms
 	}
 	n.jobs = jobs.New(jobs.Config{Node: self, Store: store, MaxRunning: n.cfg.Jobs.MaxRunning,
-		ProgressEvery: n.cfg.Jobs.ProgressEvery, Logger: n.cfg.Logger})
+		ProgressEvery: n.cfg.Jobs.ProgressEvery, MaxResultBytes: n.cfg.Jobs.MaxResultBytes, Logger: n.cfg.Logger})
 	n.hub = hub.New(hub.Options{Endpoint: n.cfg.HF.Endpoint, Token: n.cfg.HF.Token})
 	n.modelScope = hub.New(hub.Options{Source: hub.SourceModelScope, Endpoint: n.cfg.HF.ModelScopeEndpoint, Token: n.cfg.HF.ModelScopeToken})
 	return nil
