@@ -233,24 +233,10 @@ func copyLinks(t *testing.T, src, dst string) {
 func TestHFCacheCluster(t *testing.T) {
 	const repo, commit = "demo-org/cached", "0123456789abcdef0123456789abcdef01234567"
 	cache := t.TempDir()
-	root := filepath.Join(cache, "models--demo-org--cached")
-	if err := os.CopyFS(filepath.Join(root, "snapshots", commit), os.DirFS(filepath.Join(nodetest.Models(t), nodetest.Model))); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Join(root, "refs"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(root, "refs", "main"), []byte(commit), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	addCachedSnapshot(t, cache, repo, "main", commit)
 	// A second snapshot only refs/v1 names: the model demo-org/cached@v1.
 	const v1 = "89abcdef0123456789abcdef0123456789abcdef"
-	if err := os.CopyFS(filepath.Join(root, "snapshots", v1), os.DirFS(filepath.Join(nodetest.Models(t), nodetest.Model))); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(root, "refs", "v1"), []byte(v1), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	addCachedSnapshot(t, cache, repo, "v1", v1)
 	_, _, c := startTrio(t, func(id string, o *nodetest.Options) {
 		if id == "a" {
 			o.HFCache = cache
@@ -286,5 +272,41 @@ func TestHFCacheCluster(t *testing.T) {
 	}
 	if code, out := adminDo(t, c, http.MethodPost, "/admin/api/models/"+url.PathEscape(tagged)+"/unload", `{"node":"a"}`); code != 200 {
 		t.Errorf("unload of %s on a through c: %d %v", tagged, code, out)
+	}
+}
+
+// addCachedSnapshot puts the demo model into the Hugging Face cache dir
+// as repo's snapshot commit, named by refs/ref, in huggingface_hub's
+// layout: each file a blob under blobs/, the snapshot's entries relative
+// links to them.
+func addCachedSnapshot(t *testing.T, cache, repo, ref, commit string) {
+	t.Helper()
+	root := filepath.Join(cache, "models--"+strings.ReplaceAll(repo, "/", "--"))
+	src := filepath.Join(nodetest.Models(t), nodetest.Model)
+	snap := filepath.Join(root, "snapshots", commit)
+	for _, d := range []string{filepath.Join(root, "blobs"), filepath.Join(root, "refs"), snap} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		blob := commit[:8] + "-" + e.Name() // a stand-in for the file's hash
+		if err := os.WriteFile(filepath.Join(root, "blobs", blob), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(filepath.Join("..", "..", "blobs", blob), filepath.Join(snap, e.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "refs", ref), []byte(commit), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

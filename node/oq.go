@@ -1,10 +1,15 @@
 package node
 
 import (
+	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -14,20 +19,105 @@ import (
 	"fusion/router/admin"
 )
 
-// oqResult is a quantization job's result: what was written and, when
-// asked, the perplexity of the source and of the result on the bundled
-// text.
+// OQPlanFile is the file of the new model's directory that holds a mixed
+// plan's per-tensor figures (quant.Result.Plan): they grow with the
+// model (about 350 bytes a tensor), so the job's result keeps a summary.
+const OQPlanFile = "oq_plan.json"
+
+// oqSensitiveShown is how many of the most and least sensitive tensors
+// a mixed plan's result names.
+const oqSensitiveShown = 3
+
+// oqResult is a quantization job's result: what was written (its size,
+// bits per weight, the widths used with their tensor counts; a mixed
+// plan's per-tensor figures in PlanFile, its most and least sensitive
+// tensors here) and, when asked, the perplexity of the source and of the
+// result on the bundled text. It stays small whatever the model's size.
 type oqResult struct {
 	Model string `json:"model"` // the new model's name
 	quant.Result
-	Source    *quant.Score `json:"source_score,omitempty"`
-	Quantized *quant.Score `json:"quantized_score,omitempty"`
+	// PlanFile is the file in the new model's directory holding the
+	// mixed plan (quant.Result.Plan, left out here).
+	PlanFile       string       `json:"plan_file,omitempty"`
+	MostSensitive  []oqTensor   `json:"most_sensitive,omitempty"`
+	LeastSensitive []oqTensor   `json:"least_sensitive,omitempty"`
+	Source         *quant.Score `json:"source_score,omitempty"`
+	Quantized      *quant.Score `json:"quantized_score,omitempty"`
 	// PerplexityDelta is the result's perplexity minus the source's.
 	PerplexityDelta *float64 `json:"perplexity_delta,omitempty"`
 }
 
+// oqTensor is one tensor of a mixed plan, as the result names it: the
+// bits and group size it got, and its cost at the base width (the KL
+// divergence on the calibration text when calibrated, else its weights'
+// total squared error), by which it ranks.
+type oqTensor struct {
+	Name      string  `json:"name"`
+	Bits      int     `json:"bits"`
+	GroupSize int     `json:"group_size"`
+	Cost      float64 `json:"cost"`
+}
+
+// sensitiveEnds are the k tensors of plan that cost most at the base
+// width, most first, and the k that cost least, least first.
+func sensitiveEnds(plan []quant.TensorPlan, k int) (most, least []oqTensor) {
+	all := make([]oqTensor, len(plan))
+	for i, p := range plan {
+		c := p.BaseMSE * float64(p.Weights)
+		if p.Calibrated {
+			c = p.BaseKL
+		}
+		all[i] = oqTensor{Name: p.Name, Bits: p.Bits, GroupSize: p.GroupSize, Cost: c}
+	}
+	slices.SortStableFunc(all, func(a, b oqTensor) int { return cmp.Compare(b.Cost, a.Cost) })
+	k = min(k, len(all))
+	most = slices.Clone(all[:k])
+	least = slices.Clone(all[len(all)-k:])
+	slices.Reverse(least)
+	return most, least
+}
+
+// oqParams is what a quantization job's record keeps of its request:
+// the calibration text's length and the start of its SHA-256 rather
+// than the text (up to maxOQBody, more than a cluster's job record
+// holds).
+type oqParams struct {
+	admin.OQRequest
+	CalibrationBytes  int    `json:"calibration_bytes,omitempty"`
+	CalibrationSHA256 string `json:"calibration_sha256,omitempty"` // its first 16 hex digits
+}
+
+func newOQParams(req admin.OQRequest) oqParams {
+	p := oqParams{OQRequest: req}
+	if t := req.CalibrationText; t != "" {
+		sum := sha256.Sum256([]byte(t))
+		p.CalibrationBytes, p.CalibrationSHA256 = len(t), hex.EncodeToString(sum[:8])
+		p.CalibrationText = ""
+	}
+	return p
+}
+
 // nodeQuantizer serves POST /admin/api/oq/start.
 type nodeQuantizer struct{ n *Node }
+
+// source is the path and model id of the float model oQ reads for
+// model: one of the models directory (oqSource), else any model this
+// node lists (a Hugging Face cache's ORG/NAME, say), by its id or, for a
+// GGUF, its id with .gguf.
+func (q nodeQuantizer) source(ctx context.Context, model string) (path, id string, ok bool) {
+	if p, ok := oqSource(q.n.cfg.ModelsDir, model); ok && !strings.Contains(model, "/") {
+		return p, strings.TrimSuffix(model, ".gguf"), true
+	}
+	b := nodeBench{n: q.n}
+	m, err := b.model(ctx, model)
+	if err != nil && strings.HasSuffix(model, ".gguf") {
+		m, err = b.model(ctx, strings.TrimSuffix(model, ".gguf"))
+	}
+	if err != nil || m.Path == "" {
+		return "", "", false
+	}
+	return m.Path, m.ID, true
+}
 
 // oqSource is the path of a model of the models directory that oQ may
 // read: a directory with config.json (safetensors), or a GGUF file named
@@ -47,9 +137,11 @@ func oqSource(modelsDir, model string) (string, bool) {
 	return "", false
 }
 
-// OQName is the default name of a quantized model.
+// OQName is the default name of a quantized model: a plain name in the
+// models directory, from the source's last path element (ORG/NAME@REV
+// gives NAME-REV).
 func OQName(req admin.OQRequest) string {
-	req.Model = strings.TrimSuffix(req.Model, ".gguf")
+	req.Model = strings.ReplaceAll(path.Base(strings.TrimSuffix(req.Model, ".gguf")), "@", "-")
 	if strings.EqualFold(req.Format, quant.FormatGGUF) {
 		return req.Model + "-" + strings.ToUpper(req.Type)
 	}
@@ -75,7 +167,7 @@ func (q nodeQuantizer) Quantize(ctx context.Context, req admin.OQRequest) (jobs.
 	if req.Name == "" {
 		req.Name = OQName(req)
 	}
-	src, ok := oqSource(n.cfg.ModelsDir, req.Model)
+	src, srcID, ok := q.source(ctx, req.Model)
 	if !ok {
 		return jobs.Job{}, fmt.Errorf("%w: %q", admin.ErrNoModel, req.Model)
 	}
@@ -96,8 +188,8 @@ func (q nodeQuantizer) Quantize(ctx context.Context, req admin.OQRequest) (jobs.
 		dst = quant.GGUFPath(dst)
 	}
 	o := quant.Options{Bits: req.Bits, GroupSize: req.GroupSize, TargetBits: req.TargetBits, HighBits: req.HighBits,
-		Format: req.Format, GGUFType: req.Type, Calibration: req.Calibration()}
-	return n.jobs.Submit(ctx, "quantize", req, func(ctx context.Context, r *jobs.Reporter) (any, error) {
+		Format: req.Format, GGUFType: req.Type, Calibration: req.Calibration(), PlanFile: OQPlanFile, SourceModel: srcID}
+	return n.jobs.Submit(ctx, "quantize", newOQParams(req), func(ctx context.Context, r *jobs.Reporter) (any, error) {
 		r.SetTotal("steps", 0)
 		r.Logf("quantizing %s into %s", req.Model, req.Name)
 		o.Progress = func(done, total int) {
@@ -112,6 +204,11 @@ func (q nodeQuantizer) Quantize(ctx context.Context, req admin.OQRequest) (jobs.
 		}
 		out := oqResult{Model: req.Name, Result: res}
 		out.Dir = "" // the node's path means little to a client
+		if len(res.Plan) > 0 {
+			out.PlanFile = OQPlanFile
+			out.MostSensitive, out.LeastSensitive = sensitiveEnds(res.Plan, oqSensitiveShown)
+			out.Plan = nil
+		}
 		if req.Evaluate {
 			r.Logf("measuring perplexity on the bundled text")
 			s, err := quant.Perplexity(ctx, src, quant.EvalText, 0)

@@ -1,9 +1,12 @@
 package node_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +15,7 @@ import (
 
 	"fusion/engine/demo"
 	"fusion/jobs"
+	"fusion/node"
 	"fusion/node/nodetest"
 )
 
@@ -20,9 +24,12 @@ import (
 // states the size, bits and perplexity against the source; the new model
 // is listed and loads; bad requests answer 4xx in the OpenAI shape.
 func TestOQStart(t *testing.T) {
-	models := nodetest.Models(t)
-	n := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, DataDir: t.TempDir()})
-	code, out := adminDo(t, n, http.MethodPost, "/admin/api/oq/start", `{"model":"demo","bits":4,"group_size":64,"target_bits":5,"evaluate":true,"calibration_text":"The baker lit his ovens before the sun cleared the hills."}`)
+	models, cache := nodetest.Models(t), t.TempDir()
+	const cached = "demo-org/cached"
+	addCachedSnapshot(t, cache, cached, "main", "0123456789abcdef0123456789abcdef01234567")
+	n := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, DataDir: t.TempDir(), HFCache: cache})
+	const calibration = "The baker lit his ovens before the sun cleared the hills."
+	code, out := adminDo(t, n, http.MethodPost, "/admin/api/oq/start", `{"model":"demo","bits":4,"group_size":64,"target_bits":5,"evaluate":true,"calibration_text":"`+calibration+`"}`)
 	if code != http.StatusAccepted {
 		t.Fatalf("start: %d %v", code, out)
 	}
@@ -31,15 +38,24 @@ func TestOQStart(t *testing.T) {
 		t.Fatalf("job %+v", j)
 	}
 	var res struct {
-		Model         string  `json:"model"`
-		Bytes         int64   `json:"bytes"`
-		AvgBits       float64 `json:"avg_bits"`
-		BitsPerWeight float64 `json:"bits_per_weight"`
-		Raised        int     `json:"raised"`
-		Sensitivity   string  `json:"sensitivity"`
-		Plan          []struct {
-			Bits int `json:"bits"`
-		} `json:"plan"`
+		Model         string          `json:"model"`
+		Bytes         int64           `json:"bytes"`
+		AvgBits       float64         `json:"avg_bits"`
+		BitsPerWeight float64         `json:"bits_per_weight"`
+		Quantized     int             `json:"quantized"`
+		Raised        int             `json:"raised"`
+		Sensitivity   string          `json:"sensitivity"`
+		Widths        map[string]int  `json:"widths"`
+		Plan          json.RawMessage `json:"plan"`
+		PlanFile      string          `json:"plan_file"`
+		Most          []struct {
+			Name string  `json:"name"`
+			Bits int     `json:"bits"`
+			Cost float64 `json:"cost"`
+		} `json:"most_sensitive"`
+		Least []struct {
+			Cost float64 `json:"cost"`
+		} `json:"least_sensitive"`
 		Source struct {
 			Perplexity float64 `json:"perplexity"`
 		} `json:"source_score"`
@@ -49,8 +65,38 @@ func TestOQStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	if res.Model != "demo-oq5" || res.Bytes == 0 || res.AvgBits <= 4 || res.BitsPerWeight > 5 || res.Raised == 0 || res.Source.Perplexity <= 1 || res.Delta == nil ||
-		res.Sensitivity != "calibration" || len(res.Plan) == 0 {
+		res.Sensitivity != "calibration" || len(res.Widths) != 2 || res.Widths["8/64"] != res.Raised {
 		t.Errorf("result %s", j.Result)
+	}
+	// The per-tensor plan is in the model's directory, the result keeps
+	// a summary: its size does not grow with the model's tensors.
+	if res.Plan != nil || res.PlanFile != node.OQPlanFile || len(res.Most) != 3 || len(res.Least) != 3 || res.Most[0].Cost < res.Most[2].Cost ||
+		res.Least[0].Cost > res.Least[2].Cost || res.Most[0].Cost < res.Least[0].Cost || res.Most[0].Name == "" {
+		t.Errorf("plan summary in %s", j.Result)
+	}
+	var plan []struct {
+		Name   string  `json:"name"`
+		Bits   int     `json:"bits"`
+		BaseKL float64 `json:"base_kl"`
+	}
+	b, err := os.ReadFile(filepath.Join(models, "demo-oq5", node.OQPlanFile))
+	if err != nil || json.Unmarshal(b, &plan) != nil || len(plan) != res.Quantized || plan[0].BaseKL <= 0 ||
+		!slices.ContainsFunc(plan, func(p struct {
+			Name   string  `json:"name"`
+			Bits   int     `json:"bits"`
+			BaseKL float64 `json:"base_kl"`
+		}) bool {
+			return p.Name == res.Most[0].Name && p.Bits == res.Most[0].Bits
+		}) {
+		t.Errorf("%s: %d entries (%v), want the %d quantized tensors", node.OQPlanFile, len(plan), err, res.Quantized)
+	}
+	// The record keeps the calibration text's length and hash, not the
+	// text.
+	var params map[string]any
+	sum := sha256.Sum256([]byte(calibration))
+	if err := json.Unmarshal(j.Params, &params); err != nil || params["calibration_text"] != nil ||
+		params["calibration_bytes"] != float64(len(calibration)) || params["calibration_sha256"] != hex.EncodeToString(sum[:8]) {
+		t.Errorf("params %s", j.Params)
 	}
 	if _, err := os.Stat(filepath.Join(models, "demo-oq5", "model.safetensors")); err != nil {
 		t.Fatal(err)
@@ -62,6 +108,7 @@ func TestOQStart(t *testing.T) {
 	if code != http.StatusOK {
 		t.Errorf("load: %d %v", code, out)
 	}
+	oqFromHFCache(t, n, models, cached)
 
 	for _, tc := range []struct {
 		body  string
@@ -72,6 +119,10 @@ func TestOQStart(t *testing.T) {
 		{`{"model":"demo","target_bits":5}`, 409, "name"},
 		{`{"model":"demo-oq5","name":"again"}`, 400, "model"},
 		{`{"model":"../demo"}`, 400, "model"},
+		{`{"model":"demo-org/../demo"}`, 400, "model"},
+		{`{"model":"demo-org/.cached"}`, 400, "model"},
+		{`{"model":"demo-org/nope"}`, 404, "model"},
+		{`{"model":"demo-org/cached","name":"demo-org/out"}`, 400, "name"},
 		{`{"model":"demo","bits":7}`, 400, "bits"},
 		{`{"model":"demo","group_size":48}`, 400, "group_size"},
 		{`{"model":"demo","bits":4,"target_bits":12}`, 400, "target_bits"},
@@ -89,6 +140,77 @@ func TestOQStart(t *testing.T) {
 		if code != tc.code || errParam(out) != tc.param {
 			t.Errorf("%s: %d %v, want %d on %q", tc.body, code, out, tc.code, tc.param)
 		}
+	}
+}
+
+// oqFromHFCache runs in TestOQStart's node: a model of the
+// Hugging Face cache (ORG/NAME, its files links into the cache's blobs)
+// is an oQ source, the output a plain name; the new model's accuracy
+// job finds it as its float original, and the source's own accuracy and
+// profile are addressed by its ORG/NAME. A running quantization
+// cancelled through the admin API ends cancelled, leaving nothing in the
+// models directory.
+func oqFromHFCache(t *testing.T, n *node.Node, models, cached string) {
+	code, out := adminDo(t, n, http.MethodPost, "/admin/api/oq/start", `{"model":"`+cached+`","bits":8,"group_size":32}`)
+	if code != http.StatusAccepted {
+		t.Fatalf("start from the HF cache: %d %v", code, out)
+	}
+	j := waitJob(t, n, decodeJob(t, out).ID, final)
+	var res struct {
+		Model  string `json:"model"`
+		Source struct {
+			Model string `json:"model"`
+		} `json:"source"`
+	}
+	if err := json.Unmarshal(j.Result, &res); j.State != jobs.Done || err != nil || res.Model != "cached-oq8" || res.Source.Model != cached {
+		t.Fatalf("job %+v (%v)", j, err)
+	}
+	// The cache's links were followed: the tokenizer is a file of its own.
+	if st, err := os.Lstat(filepath.Join(models, "cached-oq8", "tokenizer.json")); err != nil || !st.Mode().IsRegular() {
+		t.Errorf("the new model's tokenizer: %v %v", st, err)
+	}
+	eventually(t, "cached-oq8 listed", func() string {
+		if modelIDs(t, n)["cached-oq8"] == nil {
+			return "not listed"
+		}
+		return ""
+	})
+	text := `"text":"One two three four five six seven eight nine ten."`
+	for _, tc := range []struct{ model, compare string }{{"cached-oq8", cached}, {cached, ""}} {
+		code, out := adminDo(t, n, http.MethodPost, "/admin/api/bench/accuracy", `{"model":"`+tc.model+`",`+text+`}`)
+		if code != http.StatusAccepted {
+			t.Fatalf("accuracy of %s: %d %v", tc.model, code, out)
+		}
+		j := waitJob(t, n, decodeJob(t, out).ID, final)
+		var acc struct {
+			Compare string `json:"compare"`
+			Found   bool   `json:"compare_found"`
+		}
+		if err := json.Unmarshal(j.Result, &acc); j.State != jobs.Done || err != nil || acc.Compare != tc.compare || acc.Found != (tc.compare != "") {
+			t.Errorf("accuracy of %s: %+v (%v), want compared with %q", tc.model, j, err, tc.compare)
+		}
+	}
+	for _, path := range []string{cached, url.PathEscape(cached)} {
+		if list := profilesOf(t, n, path); len(list) != 1 || list[0]["model"] != cached || list[0]["kind"] != "accuracy" {
+			t.Errorf("profiles of %s: %v", path, list)
+		}
+	}
+
+	code, out = adminDo(t, n, http.MethodPost, "/admin/api/oq/start", `{"model":"demo","target_bits":5,"calibrate":true,"name":"cancelled"}`)
+	if code != http.StatusAccepted {
+		t.Fatalf("start: %d %v", code, out)
+	}
+	id := decodeJob(t, out).ID
+	waitJob(t, n, id, func(j jobs.Job) bool { return j.Progress.Done > 0 || final(j) })
+	code, out = adminDo(t, n, http.MethodDelete, "/admin/api/jobs/"+id, "")
+	if c := decodeJob(t, out); code != 200 || c.State != jobs.Cancelled || c.Progress.Done >= c.Progress.Total {
+		t.Fatalf("cancel mid-run: %d %v", code, out)
+	}
+	ents, _ := os.ReadDir(models)
+	if slices.ContainsFunc(ents, func(e os.DirEntry) bool {
+		return strings.HasPrefix(e.Name(), ".") || strings.HasPrefix(e.Name(), "cancelled")
+	}) {
+		t.Errorf("a cancelled quantization left %v in the models directory", ents)
 	}
 }
 

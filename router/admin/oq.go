@@ -26,10 +26,11 @@ var (
 
 // OQRequest is the body of POST /admin/api/oq/start.
 type OQRequest struct {
-	// Model is the float source in the node's models directory: a model
-	// directory's name (BF16/F16/F32 safetensors) or a float GGUF file's
-	// model id (its name without .gguf, or with it). A quantized GGUF is
-	// refused (400): re-quantizing loses accuracy.
+	// Model is the float source: a model of the node's models directory
+	// (a directory's name, BF16/F16/F32 safetensors, or a float GGUF
+	// file's model id, its name without .gguf, or with it), or any other
+	// model id the node lists (a Hugging Face cache's ORG/NAME). A
+	// quantized GGUF is refused (400): re-quantizing loses accuracy.
 	Model string `json:"model"`
 	// Bits (default 4) and GroupSize (default 64): the uniform setting,
 	// the base of a mixed one.
@@ -41,8 +42,9 @@ type OQRequest struct {
 	// raised tensors (default 8).
 	TargetBits float64 `json:"target_bits,omitempty"`
 	HighBits   int     `json:"high_bits,omitempty"`
-	// Name is the new model's name (default <model>-oq<bits>, or
-	// -oq<target_bits> for a mixed plan).
+	// Name is the new model's name, a plain name in the models directory
+	// (default <model>-oq<bits>, or -oq<target_bits> for a mixed plan,
+	// <model> being the source id's last element).
 	Name string `json:"name,omitempty"`
 	// Evaluate measures the perplexity of the source and the result on a
 	// bundled text and reports both.
@@ -106,12 +108,27 @@ func plainName(s string) bool {
 	return s != "" && !strings.ContainsAny(s, "/\\\x00") && !strings.HasPrefix(s, ".") && len(s) <= 200
 }
 
+// modelID reports whether s may be a model id a node lists: a plain name,
+// or path elements that are (a Hugging Face cache's ORG/NAME, with
+// @REVISION), none hidden or "..".
+func modelID(s string) bool {
+	if s == "" || len(s) > 200 || strings.ContainsAny(s, "\\\x00") {
+		return false
+	}
+	for _, e := range strings.Split(s, "/") {
+		if !plainName(e) {
+			return false
+		}
+	}
+	return true
+}
+
 func checkOQ(req OQRequest) *openai.Error {
 	if req.Model == "" {
 		return openai.MissingParam("model")
 	}
-	if !plainName(req.Model) {
-		return openai.InvalidRequest("model", "model must be a model's name in the models directory (a directory, or a .gguf file).")
+	if !modelID(req.Model) {
+		return openai.InvalidRequest("model", "model must be a model id the node lists: a name in its models directory (a directory, or a .gguf file), or a Hugging Face cache's ORG/NAME.")
 	}
 	if req.Name != "" && !plainName(req.Name) {
 		return openai.InvalidRequest("name", "name must be a plain file name, not hidden.")

@@ -19,6 +19,15 @@ function resultFigures(r) {
     ['Bits per weight', num(r.bits_per_weight, 3)],
     ['Tensors', `${r.tensors}, of which ${r.quantized} quantized${r.raised ? `, ${r.raised} raised` : ''}`],
   ];
+  // A mixed plan: the tensors at each width; its per-tensor figures are
+  // a file of the new model (the result keeps the most sensitive few).
+  if (r.mixed && r.widths) {
+    rows.push(['Widths', Object.entries(r.widths).map(([w, n]) => `${n} at ${w}`).join(', ')]);
+  }
+  if (r.plan_file) {
+    const most = (r.most_sensitive || []).map((t) => `${t.name} (${t.bits}/${t.group_size})`).join(', ');
+    rows.push(['Plan', `${r.plan_file} in the new model's directory${most ? `; most sensitive: ${most}` : ''}`]);
+  }
   if (r.perplexity_delta !== undefined && r.perplexity_delta !== null) {
     const s = r.source_score || {}, q = r.quantized_score || {};
     rows.push(['Perplexity', `${num(s.perplexity, 3)} → ${num(q.perplexity, 3)} over ${q.tokens ?? '–'} tokens`]);
