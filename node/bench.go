@@ -155,6 +155,9 @@ func (b nodeBench) Run(ctx context.Context, req admin.BenchRunRequest) (jobs.Job
 		for _, p := range req.PromptLengths {
 			for _, c := range req.Concurrency {
 				for _, g := range req.GenerationLengths {
+					if ctx.Err() != nil {
+						return nil, context.Cause(ctx)
+					}
 					pt, err := b.point(ctx, req.Model, p, c, g, run)
 					if err != nil {
 						r.Logf("failed at prompt %d, concurrency %d, generation %d: %v", p, c, g, err)
@@ -297,6 +300,11 @@ func (b nodeBench) streams(ctx context.Context, model string, p, c, gen, run int
 	}
 	wg.Wait()
 	took := time.Since(start)
+	// A generation cut short by ctx may end without an error: its
+	// figures mean nothing.
+	if ctx.Err() != nil {
+		return engine.Usage{}, took, 0, context.Cause(ctx)
+	}
 	var sum engine.Usage
 	var firstBy time.Duration
 	for i, u := range usages {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"path/filepath"
 	"reflect"
@@ -11,6 +12,10 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
+	pb "fusion/cluster/clusterpb"
+	"fusion/cluster/fsm"
 	"fusion/engine/quant"
 	"fusion/engine/runner"
 	"fusion/jobs"
@@ -201,6 +206,8 @@ func TestBenchRequests(t *testing.T) {
 		{"run", `{"model":"demo","generation_lengths":[0]}`, 400, "generation_lengths[0]"},
 		{"run", `{"model":"demo","generation_lengths":[4097]}`, 400, "generation_lengths[0]"},
 		{"run", `{"model":"demo","generation_lengths":[1,2,3,4,5,6,7,8,9]}`, 400, "generation_lengths"},
+		{"run", `{"model":"demo","prompt_lengths":[1,2,3,4,5],"concurrency":[1,2,3,4,5]}`, 400, "prompt_lengths"},                        // 25 points
+		{"run", `{"model":"demo","prompt_lengths":[1,2,3],"concurrency":[1,2],"generation_lengths":[1,2,3,4,5]}`, 400, "prompt_lengths"}, // 30
 		{"run", `{"model":"demo","generation_lengths":[2],"generation_length":2}`, 400, "generation_length"},
 		{"run", `{"model":"demo","nodes":"all"}`, 400, "nodes"},
 		{"run", `{"model":"demo","nodes":7}`, 400, "nodes"},
@@ -287,6 +294,25 @@ func TestBenchRequests(t *testing.T) {
 		}
 		t.Logf("1024-token prompt: %+v", p)
 	}
+
+	// A benchmark cancelled mid-run (DELETE through the admin API, once
+	// its first point is measured; each point prefills 1024 tokens or
+	// more, twice) ends cancelled at once, and records no profile (it
+	// used to run its remaining points on a cancelled context, each
+	// generation ending at once with no tokens, and end done).
+	code, out = adminDo(t, n, http.MethodPost, "/admin/api/bench/run", `{"model":"demo","prompt_lengths":[1024],"concurrency":[1,2,3,4],"generation_lengths":[1,2]}`)
+	if code != http.StatusAccepted {
+		t.Fatalf("bench/run: %d %v", code, out)
+	}
+	id := decodeJob(t, out).ID
+	waitJob(t, n, id, func(j jobs.Job) bool { return j.Progress.Done > 0 || final(j) })
+	code, out = adminDo(t, n, http.MethodDelete, "/admin/api/jobs/"+id, "")
+	if c := decodeJob(t, out); code != 200 || c.State != jobs.Cancelled || c.Progress.Done >= c.Progress.Total || c.Result != nil {
+		t.Fatalf("cancel mid-run: %d %v", code, out)
+	}
+	if list := profilesOf(t, n, "demo"); len(list) != 2 || slices.ContainsFunc(list, func(p map[string]any) bool { return p["job_id"] == id }) {
+		t.Errorf("a cancelled benchmark wrote a profile: %v", list)
+	}
 }
 
 // TestBenchMLXPeak: on a node whose model runs on MLX, each point also
@@ -321,7 +347,7 @@ func TestBenchMLXPeak(t *testing.T) {
 // TestBenchLimits: a node's benchmark limits (--bench-max-*) bound what a
 // request may ask for, in the refusal's words.
 func TestBenchLimits(t *testing.T) {
-	n := nodetest.Start(t, nodetest.Options{APIKey: "k", Bench: admin.BenchLimits{MaxPrompt: 64, MaxGenerate: 8, MaxStreams: 2}})
+	n := nodetest.Start(t, nodetest.Options{APIKey: "k", Bench: admin.BenchLimits{MaxPrompt: 64, MaxGenerate: 8, MaxStreams: 2, MaxPoints: 3}})
 	for _, tc := range []struct {
 		body, param, says string
 	}{
@@ -329,6 +355,7 @@ func TestBenchLimits(t *testing.T) {
 		{`{"model":"demo","generation_lengths":[4,9]}`, "generation_lengths[1]", "1 to 8 tokens"},
 		{`{"model":"demo","generation_length":9}`, "generation_length", "1 to 8 tokens"},
 		{`{"model":"demo","concurrency":[3]}`, "concurrency[0]", "1 to 2 streams"},
+		{`{"model":"demo","prompt_lengths":[1,2],"concurrency":[1,2]}`, "prompt_lengths", "4 points (prompt lengths × concurrency levels × generation lengths) is over the limit of 3"},
 	} {
 		code, out := adminDo(t, n, http.MethodPost, "/admin/api/bench/run", tc.body)
 		if code != http.StatusBadRequest || errParam(out) != tc.param || !strings.Contains(fmt.Sprint(out), tc.says) {
@@ -342,4 +369,35 @@ func TestBenchLimits(t *testing.T) {
 	if j := waitJob(t, n, decodeJob(t, out).ID, final); j.State != jobs.Done {
 		t.Errorf("at the limits: %+v", j)
 	}
+}
+
+// TestBenchGridFits: the largest grid a request may ask for by default
+// (admin.MaxBenchGrid points, the generation lengths at their most), every
+// figure at its longest, gives a result within a job's result limit and a
+// profile within the cluster's; a grid one point over is refused (see
+// TestBenchRequests and TestBenchLimits).
+func TestBenchGridFits(t *testing.T) {
+	gens := make([]int, admin.MaxBenchPoints)
+	for i := range gens {
+		gens[i] = admin.MaxBenchGenerate - i
+	}
+	res := node.ThroughputResult{Model: strings.Repeat("m", 200), Node: strings.Repeat("n", 256), GenerationLengths: gens, GenerationLength: gens[0]}
+	long := 1.2345678901234567e-300 // the longest a float64 prints
+	for range admin.MaxBenchGrid {
+		res.Points = append(res.Points, node.ThroughputPoint{PromptTokens: admin.MaxBenchPrompt, Concurrency: admin.MaxBenchStreams, GenerationLength: admin.MaxBenchGenerate,
+			Generated: admin.MaxBenchStreams * admin.MaxBenchGenerate, TTFTSeconds: long, PrefillTokS: long, DecodeTokS: long, Seconds: long,
+			PeakMemoryBytes: math.MaxInt64, PeakKVBytes: math.MaxInt64, MLXPeakMemoryBytes: math.MaxInt64})
+	}
+	raw, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pb.Profile{Model: res.Model, Node: res.Node, Kind: node.ProfileThroughput, JobId: "job-0123456789abcdef", UpdatedUnixNano: math.MaxInt64, Result: raw}
+	if len(raw) > jobs.DefaultMaxResultBytes || proto.Size(p) > fsm.MaxProfileBytes {
+		t.Errorf("%d points: a result of %d bytes (limit %d), a profile of %d (limit %d)", admin.MaxBenchGrid, len(raw), jobs.DefaultMaxResultBytes, proto.Size(p), fsm.MaxProfileBytes)
+	}
+	if n := admin.BenchPoints(admin.BenchRunRequest{PromptLengths: []int{1, 2, 3}, Concurrency: []int{1, 2, 3}, GenerationLength: 8}); n != 9 {
+		t.Errorf("a 3×3×1 grid counts %d points", n)
+	}
+	t.Logf("%d points: %d bytes of result, a profile of %d", admin.MaxBenchGrid, len(raw), proto.Size(p))
 }

@@ -343,6 +343,8 @@ func serveSettingsTable() []serveSetting {
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.Bench.MaxGenerate, 1) }},
 		{"bench-max-streams", constant(strconv.Itoa(admin.MaxBenchStreams)), "streams at once (concurrency) a benchmark may ask for",
 			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.Bench.MaxStreams, 1) }},
+		{"bench-max-points", constant(strconv.Itoa(admin.MaxBenchGrid)), "points a benchmark may ask for in all (prompt lengths × concurrency levels × generation lengths); the default's result fits a job record and a profile",
+			func(s *serveSettings, v string) error { return parseInt(v, &s.cfg.Bench.MaxPoints, 1) }},
 		{"panel-session-ttl", constant(dashboard.DefaultSessionTTL.String()), "how long a sign-in to the admin panel (/admin/) lasts",
 			func(s *serveSettings, v string) error { return parseDuration(v, &s.cfg.Panel.SessionTTL, false) }},
 		{"panel-max-sessions", constant(strconv.Itoa(dashboard.DefaultMaxSessions)), "admin panel sign-ins kept at most, by the node or, in a cluster, by the whole cluster (past it the one that expires first ends)",

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"reflect"
 	"slices"
 	"time"
@@ -136,7 +137,7 @@ type ProfileList struct {
 // Limits of the benchmark routes.
 const (
 	maxBenchBody      = 256 << 10
-	MaxBenchPoints    = 8      // prompt lengths, concurrency levels, and generation lengths
+	MaxBenchPoints    = 8      // prompt lengths, concurrency levels, and generation lengths (each)
 	MaxBenchNodes     = 64     // node ids in "nodes"
 	MaxBenchPrompt    = 32768  // tokens (default of BenchLimits.MaxPrompt)
 	MaxBenchGenerate  = 4096   // tokens (default of BenchLimits.MaxGenerate)
@@ -144,6 +145,13 @@ const (
 	MaxAccuracyText   = 200000 // bytes
 	MaxAccuracyWindow = 8192   // tokens
 	MaxAccuracyChoice = 1000   // multiple-choice questions
+
+	// MaxBenchGrid bounds the points of one request (prompt lengths ×
+	// concurrency levels × generation lengths; default of
+	// BenchLimits.MaxPoints): the largest grid's result fits a job's
+	// result (jobs.DefaultMaxResultBytes) and a profile
+	// (fsm.MaxProfileBytes), as node's TestBenchGridFits checks.
+	MaxBenchGrid = 16
 )
 
 // BenchLimits bound the work one benchmark request may ask for; a zero
@@ -153,6 +161,7 @@ type BenchLimits struct {
 	MaxPrompt   int // tokens of one prompt
 	MaxGenerate int // tokens generated per stream
 	MaxStreams  int // streams at once
+	MaxPoints   int // points of the grid
 }
 
 func (l BenchLimits) orDefaults() BenchLimits {
@@ -165,6 +174,9 @@ func (l BenchLimits) orDefaults() BenchLimits {
 	if l.MaxStreams <= 0 {
 		l.MaxStreams = MaxBenchStreams
 	}
+	if l.MaxPoints <= 0 {
+		l.MaxPoints = MaxBenchGrid
+	}
 	return l
 }
 
@@ -175,11 +187,17 @@ func (h *Handler) mountBench(r chi.Router) {
 	r.Post("/admin/api/bench/run", h.benchRun)
 	r.Post("/admin/api/bench/accuracy", h.benchAccuracy)
 	r.Get("/admin/api/profiles", h.profiles)
-	r.Get("/admin/api/profiles/{model}", h.profiles)
+	// A model id may hold a slash (a Hugging Face cache's ORG/NAME),
+	// plain or escaped.
+	r.Get("/admin/api/profiles/*", h.profiles)
 }
 
 func (h *Handler) profiles(w http.ResponseWriter, r *http.Request) {
-	list := h.cfg.Bench.Profiles(chi.URLParam(r, "model"))
+	model := chi.URLParam(r, "*")
+	if u, err := url.PathUnescape(model); err == nil {
+		model = u
+	}
+	list := h.cfg.Bench.Profiles(model)
 	if list == nil {
 		list = []Profile{}
 	}
@@ -244,10 +262,10 @@ func checkAccuracy(req AccuracyRequest) *openai.Error {
 	switch {
 	case req.Model == "":
 		return openai.MissingParam("model")
-	case !plainName(req.Model):
-		return openai.InvalidRequest("model", "model must be a model directory's name in the models directory.")
-	case req.Compare.Name != "" && !plainName(req.Compare.Name):
-		return openai.InvalidRequest("compare", "compare must be a model directory's name in the models directory.")
+	case !modelID(req.Model):
+		return openai.InvalidRequest("model", "model must be a model id the node lists (a name, or ORG/NAME).")
+	case req.Compare.Name != "" && !modelID(req.Compare.Name):
+		return openai.InvalidRequest("compare", "compare must be a model id the node lists (a name, or ORG/NAME).")
 	case len(req.Text) > MaxAccuracyText:
 		return openai.InvalidRequest("text", "text is at most %d bytes.", MaxAccuracyText)
 	case req.Window < 0 || req.Window == 1 || req.Window > MaxAccuracyWindow:
@@ -327,7 +345,17 @@ func checkBenchRunIn(l BenchLimits, req BenchRunRequest) *openai.Error {
 	if req.GenerationLength < 0 || req.GenerationLength > l.MaxGenerate {
 		return openai.InvalidRequest("generation_length", "generation_length is 1 to %d tokens.", l.MaxGenerate)
 	}
+	if n := BenchPoints(req); n > l.MaxPoints {
+		return openai.InvalidRequest("prompt_lengths", "%d points (prompt lengths × concurrency levels × generation lengths) is over the limit of %d points a request.", n, l.MaxPoints)
+	}
 	return nil
+}
+
+// BenchPoints is how many points req asks for: prompt lengths ×
+// concurrency levels × generation lengths, each at least its default's
+// one.
+func BenchPoints(req BenchRunRequest) int {
+	return max(1, len(req.PromptLengths)) * max(1, len(req.Concurrency)) * max(1, len(req.Generations()))
 }
 
 // checkNodes checks a benchmark request's "nodes" beside its "node".
