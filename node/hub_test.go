@@ -185,6 +185,10 @@ func TestHubDownloads(t *testing.T) {
 	n := nodetest.Start(t, opts)
 
 	t.Run("download, progress over SSE, the model served", func(t *testing.T) {
+		// About a second for the weights: several of the stream's polls
+		// (admin.JobStreamPoll) see the job part-way.
+		srv.Throttle(max(size, 256<<10))
+		defer srv.Throttle(0)
 		j := startDownload(t, n, `{"repo":"`+repo+`","allow_patterns":["*.json","*.safetensors"]}`)
 		if j.Kind != "download" || j.State != jobs.Running || j.Node == "" {
 			t.Fatalf("job %+v", j)
@@ -193,6 +197,11 @@ func TestHubDownloads(t *testing.T) {
 		last := recs[len(recs)-1]
 		if last.State != jobs.Done || last.Progress.Unit != "bytes" || last.Progress.Done != last.Progress.Total || last.Progress.Total < size {
 			t.Fatalf("last record %+v", last)
+		}
+		if !slices.ContainsFunc(recs[:len(recs)-1], func(r jobs.Job) bool {
+			return r.State == jobs.Running && r.Progress.Done > 0 && r.Progress.Done < r.Progress.Total
+		}) {
+			t.Errorf("no progress event part-way before the end: %+v", recs)
 		}
 		var res hub.Result
 		if err := json.Unmarshal(last.Result, &res); err != nil || res.Model != "demo-model" {
