@@ -2,6 +2,7 @@ package quant
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 
@@ -14,11 +15,13 @@ import (
 const MaxChoices = 1000
 
 // Choice is one multiple-choice question: a context and the options that
-// may continue it, Answer the index of the right one.
+// may continue it, Answer the index of the right one; Topic, when not
+// empty, groups it in ChoiceScore.Topics.
 type Choice struct {
 	Context string   `json:"context"`
 	Options []string `json:"options"`
 	Answer  int      `json:"answer"`
+	Topic   string   `json:"topic,omitempty"`
 }
 
 // ChoiceScore is a model's accuracy on multiple-choice questions.
@@ -26,6 +29,14 @@ type ChoiceScore struct {
 	Questions int     `json:"questions"`
 	Correct   int     `json:"correct"`
 	Accuracy  float64 `json:"accuracy"` // Correct / Questions
+	// Topics are the counts per topic, when the questions have topics.
+	Topics map[string]TopicScore `json:"topics,omitempty"`
+}
+
+// TopicScore is the questions of one topic and how many were right.
+type TopicScore struct {
+	Questions int `json:"questions"`
+	Correct   int `json:"correct"`
 }
 
 // choiceSeed fixes the generated set: every run, node and model gets the
@@ -74,58 +85,104 @@ func ArithmeticChoices(n int) []Choice {
 
 // MultipleChoice loads the model in dir (as Perplexity does, on the CPU
 // backend) and scores the questions as lm-eval's multiple-choice tasks
-// do: each option's log-likelihood is the sum of its continuation tokens'
-// log-probabilities given the context (the tokens of context+option past
-// those of the context alone), and a question is correct when the right
-// option's is the highest (the first of equals). progress, when not nil,
-// is called after each question with the number done.
+// do (its acc): ChoiceLogLikelihoods, and a question is correct when its
+// answer is Pick's. progress, when not nil, is called after each question
+// with the number done.
 func MultipleChoice(ctx context.Context, dir string, qs []Choice, progress func(done int)) (ChoiceScore, error) {
+	lls, err := ChoiceLogLikelihoods(ctx, dir, qs, progress)
+	if err != nil {
+		return ChoiceScore{}, err
+	}
+	return Tally(qs, lls), nil
+}
+
+// Tally counts the questions whose answer is Pick of their options'
+// log-likelihoods lls (one slice per question), per topic too.
+func Tally(qs []Choice, lls [][]float64) ChoiceScore {
+	res := ChoiceScore{Questions: len(qs)}
+	for qi, q := range qs {
+		right := Pick(lls[qi]) == q.Answer
+		if right {
+			res.Correct++
+		}
+		if q.Topic != "" {
+			if res.Topics == nil {
+				res.Topics = map[string]TopicScore{}
+			}
+			t := res.Topics[q.Topic]
+			t.Questions++
+			if right {
+				t.Correct++
+			}
+			res.Topics[q.Topic] = t
+		}
+	}
+	if res.Questions > 0 {
+		res.Accuracy = float64(res.Correct) / float64(res.Questions)
+	}
+	return res
+}
+
+// Pick is the option of highest log-likelihood, the first of equals.
+func Pick(lls []float64) int {
+	best := 0
+	for i, ll := range lls {
+		if ll > lls[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+// ChoiceLogLikelihoods loads the model in dir (as Perplexity does, on the
+// CPU backend) and returns each question's options' log-likelihoods: the
+// sum of the option's continuation tokens' log-probabilities given the
+// context (the tokens of context+option past those of the context
+// alone). progress, when not nil, is called after each question with the
+// number done.
+func ChoiceLogLikelihoods(ctx context.Context, dir string, qs []Choice, progress func(done int)) ([][]float64, error) {
 	if len(qs) == 0 {
-		return ChoiceScore{}, fmt.Errorf("%w: no questions", ErrBadOptions)
+		return nil, fmt.Errorf("%w: no questions", ErrBadOptions)
+	}
+	for qi, q := range qs {
+		if q.Answer < 0 || q.Answer >= len(q.Options) {
+			return nil, fmt.Errorf("%w: question %d's answer %d is not one of its %d options", ErrBadOptions, qi, q.Answer, len(q.Options))
+		}
 	}
 	tok, err := loadTokenizer(dir)
 	if err != nil {
-		return ChoiceScore{}, fmt.Errorf("quant: tokenizer: %w", err)
+		return nil, fmt.Errorf("quant: tokenizer: %w", err)
 	}
 	be := cpu.New(cpu.Options{})
 	defer be.Close()
 	m, err := model.Load(ctx, dir, be, model.Options{})
 	if err != nil {
-		return ChoiceScore{}, fmt.Errorf("quant: %w", err)
+		return nil, fmt.Errorf("quant: %w", err)
 	}
 	defer m.Close()
-	res := ChoiceScore{Questions: len(qs)}
+	out := make([][]float64, len(qs))
 	for qi, q := range qs {
-		if q.Answer < 0 || q.Answer >= len(q.Options) {
-			return ChoiceScore{}, fmt.Errorf("%w: question %d's answer %d is not one of its %d options", ErrBadOptions, qi, q.Answer, len(q.Options))
-		}
-		lls, err := optionLogLikelihoods(ctx, m, tok, q)
-		if err != nil {
-			return ChoiceScore{}, fmt.Errorf("question %d: %w", qi, err)
-		}
-		best := 0
-		for oi, ll := range lls {
-			if ll > lls[best] {
-				best = oi
-			}
-		}
-		if best == q.Answer {
-			res.Correct++
+		if out[qi], err = optionLogLikelihoods(ctx, m, tok, q); err != nil {
+			return nil, fmt.Errorf("question %d: %w", qi, err)
 		}
 		if progress != nil {
 			progress(qi + 1)
 		}
 	}
-	res.Accuracy = float64(res.Correct) / float64(res.Questions)
-	return res, nil
+	return out, nil
 }
 
 // optionLogLikelihoods is the log-likelihood of each of q's options as a
-// continuation of its context under m.
+// continuation of its context under m. One sequence serves every option:
+// the tokens an option shares with the one before (the context, mostly)
+// stay in its cache, so the context is run once (a model with recurrent
+// layers, which cannot rewind, runs each option whole); logits are asked
+// from the context's last token on only.
 func optionLogLikelihoods(ctx context.Context, m *model.Model, tok *tokenizer.Tokenizer, q Choice) ([]float64, error) {
 	vocab := m.Config.VocabSize
 	nctx := len(tok.Encode(q.Context, true))
-	out := make([]float64, len(q.Options))
+	all := make([][]int, len(q.Options))
+	longest := 0
 	for oi, opt := range q.Options {
 		ids := tok.Encode(q.Context+opt, true)
 		if len(ids) > MaxPerplexityTokens {
@@ -134,19 +191,51 @@ func optionLogLikelihoods(ctx context.Context, m *model.Model, tok *tokenizer.To
 		if nctx < 1 || nctx >= len(ids) {
 			return nil, fmt.Errorf("%w: option %d adds no token to its context", ErrBadOptions, oi)
 		}
-		seq, err := m.NewSequence(len(ids))
+		all[oi], longest = ids, max(longest, len(ids))
+	}
+	seq, err := m.NewSequence(longest)
+	if err != nil {
+		return nil, fmt.Errorf("quant: %w", err)
+	}
+	defer seq.Close()
+	var held []int // the tokens seq holds
+	out := make([]float64, len(q.Options))
+	for oi, ids := range all {
+		// Keep what this option shares with the tokens held, up to the
+		// context's last token, whose logits score the option's first.
+		keep := 0
+		for keep < min(len(held), nctx-1) && held[keep] == ids[keep] {
+			keep++
+		}
+		logits, err := continuationLogits(ctx, m, seq, ids, keep, nctx-1)
+		if errors.Is(err, model.ErrNoRewind) {
+			logits, err = continuationLogits(ctx, m, seq, ids, 0, nctx-1)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("quant: %w", err)
 		}
-		res, err := m.Forward(ctx, []model.Input{{Seq: seq, Tokens: ids, AllLogits: true}}, model.Range{}, nil)
-		seq.Close()
-		if err != nil {
-			return nil, fmt.Errorf("quant: %w", err)
-		}
-		logits := res.Logits[0]
+		held = ids
 		for i := nctx - 1; i+1 < len(ids); i++ {
-			out[oi] -= nll(logits[i*vocab:(i+1)*vocab], ids[i+1])
+			row := i - (nctx - 1)
+			out[oi] -= nll(logits[row*vocab:(row+1)*vocab], ids[i+1])
 		}
 	}
 	return out, nil
+}
+
+// continuationLogits runs ids through seq, which keeps its first keep
+// tokens (ids' own), and returns the logits of positions from on (keep <=
+// from): the tokens before from run without logits.
+func continuationLogits(ctx context.Context, m *model.Model, seq *model.Sequence, ids []int, keep, from int) ([]float32, error) {
+	seq.Truncate(keep)
+	if keep < from {
+		if _, err := m.Forward(ctx, []model.Input{{Seq: seq, Tokens: ids[keep:from]}}, model.Range{}, nil); err != nil {
+			return nil, err
+		}
+	}
+	res, err := m.Forward(ctx, []model.Input{{Seq: seq, Tokens: ids[from:], AllLogits: true}}, model.Range{}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return res.Logits[0], nil
 }
