@@ -31,7 +31,9 @@ var architectures = map[string]architecture{
 	// (mlx-lm maps mistral to llama, and mistral3's text model too).
 	modelfile.ArchMistral:  {load: loadLlama, headDim: configHeadDim, setup: setupWindows},
 	modelfile.ArchMistral3: {load: loadLlama, headDim: configHeadDim, setup: setupWindows},
-	modelfile.ArchGptOss:   {load: loadGptOss, headDim: configHeadDim, setup: setupGptOss},
+	// Ministral 3: Llama's block with position-scaled queries.
+	modelfile.ArchMinistral3: {load: loadMinistral3, headDim: configHeadDim, setup: setupMinistral3},
+	modelfile.ArchGptOss:     {load: loadGptOss, headDim: configHeadDim, setup: setupGptOss},
 	// DeepSeek-V3's cache is one head of its latent and rotated key
 	// features (headDim is that width; see deepseek.go).
 	modelfile.ArchDeepseekV3: {load: loadDeepseekV3, headDim: mlaCacheDim, setup: setupDeepseekV3},

@@ -27,6 +27,10 @@ const (
 	// mistral config inside text_config, weights under "language_model.";
 	// the vision tower is not loaded.
 	ArchMistral3 = "mistral3"
+	// ArchMinistral3 is Ministral 3 (3B, 8B, 14B): Mistral 3 whose
+	// text_config says ministral3, a llama block whose queries are scaled
+	// by their position (see QueryScale).
+	ArchMinistral3 = "ministral3"
 	// ArchGptOss is gpt-oss (20b, 120b): a mixture of biased experts with
 	// a clamped SwiGLU, attention sinks, alternating sliding and full
 	// layers; see GptOss.
@@ -78,6 +82,8 @@ func archFor(name string) string {
 		return ArchPhi3
 	case "MistralForCausalLM", "mistral":
 		return ArchMistral
+	case "Ministral3ForCausalLM", "ministral3":
+		return ArchMinistral3
 	case "GptOssForCausalLM", "gpt_oss":
 		return ArchGptOss
 	case "DeepseekV3ForCausalLM", "deepseek_v3":
@@ -149,6 +155,9 @@ type Config struct {
 	// layer attends to all positions. Gemma's are in Gemma.
 	Sliding       []bool `json:"sliding,omitempty"`
 	SlidingWindow int    `json:"sliding_window,omitempty"`
+	// QueryScale is ministral3's position-dependent query scale (nil for
+	// other families).
+	QueryScale *QueryScale `json:"query_scale,omitempty"`
 	// WeightPrefix is put before every tensor name the model looks up
 	// ("language_model." for mistral3, whose file also holds a vision
 	// tower).
@@ -307,8 +316,13 @@ func parseFlat(data []byte) (*Config, error) {
 		if c.Gemma, err = parseGemma(data, c); err != nil {
 			return nil, err
 		}
-	case ArchLlama, ArchMistral:
+	case ArchLlama, ArchMistral, ArchMinistral3:
 		if c.SlidingWindow, c.Sliding, err = parseLlamaWindows(data, c.NumHiddenLayers); err != nil {
+			return nil, err
+		}
+	}
+	if c.Architecture == ArchMinistral3 {
+		if err := c.ministral3(&r); err != nil {
 			return nil, err
 		}
 	}

@@ -3,6 +3,7 @@ package modelfile
 import (
 	"encoding/json"
 	"errors"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -99,7 +100,13 @@ func TestParseFamilyErrors(t *testing.T) {
 		{"layer_types unknown", llama(obj{"layer_types": []string{"full_attention", "chunked_attention"}, "sliding_window": 8}), ErrInvalidConfig, "chunked_attention"},
 		{"mistral3 without text_config", []byte(`{"model_type": "mistral3", "architectures": ["Mistral3ForConditionalGeneration"]}`), ErrInvalidConfig, "text_config"},
 		{"mistral3 text_config not an object", []byte(`{"model_type": "mistral3", "text_config": [1]}`), ErrInvalidConfig, "text_config"},
-		{"mistral3 with ministral3", mistral3JSON(t, obj{"model_type": "ministral3"}, nil), ErrUnsupported, "ministral3"},
+		{"mistral3 with mistral4", mistral3JSON(t, obj{"model_type": "mistral4"}, nil), ErrUnsupported, "mistral4"},
+		{"ministral3 without rope_parameters", mistral3JSON(t, obj{"model_type": "ministral3"}, nil), ErrInvalidConfig, "rope_parameters"},
+		{"ministral3 without the query scale", mistral3JSON(t, ministral3Text(obj{"llama_4_scaling_beta": nil}), nil), ErrInvalidConfig, "llama_4_scaling_beta"},
+		{"ministral3 without rope_theta", mistral3JSON(t, ministral3Text(obj{"rope_theta": nil}), nil), ErrInvalidConfig, "rope_theta"},
+		{"ministral3 negative beta", mistral3JSON(t, ministral3Text(obj{"llama_4_scaling_beta": -1}), nil), ErrInvalidConfig, "llama_4_scaling_beta"},
+		{"ministral3 zero original max", mistral3JSON(t, ministral3Text(obj{"original_max_position_embeddings": 0}), nil), ErrInvalidConfig, "original_max_position_embeddings"},
+		{"ministral3 unknown rope type", mistral3JSON(t, ministral3Text(obj{"rope_type": "dynamic2", "type": nil}), nil), ErrUnsupported, "dynamic2"},
 		{"mistral3 bad text model", mistral3JSON(t, obj{"hidden_size": 0}, nil), ErrInvalidConfig, "text_config"},
 	}
 	for _, tc := range tests {
@@ -185,6 +192,58 @@ func TestParseMistral(t *testing.T) {
 			t.Errorf("got %+v", c)
 		}
 	})
+}
+
+// ministral3Text is the text_config edits of a Ministral 3 config: its
+// rope_parameters (3B's, yarn ×16 over 16384 positions, β 0.1) with the
+// given keys replaced (nil deletes).
+func ministral3Text(rope obj) obj {
+	rp := obj{"beta_fast": 32.0, "beta_slow": 1.0, "factor": 16.0, "llama_4_scaling_beta": 0.1, "mscale": 1.0, "mscale_all_dim": 1.0,
+		"original_max_position_embeddings": 16384, "rope_theta": 1000000.0, "rope_type": "yarn", "type": "yarn"}
+	for k, v := range rope {
+		if v == nil {
+			delete(rp, k)
+		} else {
+			rp[k] = v
+		}
+	}
+	return obj{"model_type": "ministral3", "rope_parameters": rp, "rope_theta": nil, "tie_word_embeddings": true}
+}
+
+func TestParseMinistral3(t *testing.T) {
+	c, err := ParseConfig(mistral3JSON(t, ministral3Text(nil), nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantRope := &RopeScaling{Type: RopeYarn, Factor: 16, OriginalMaxPositionEmbeddings: 16384, BetaFast: 32, BetaSlow: 1, Mscale: 1, MscaleAllDim: 1}
+	if c.Architecture != ArchMinistral3 || c.ModelType != "mistral3" || c.WeightPrefix != "language_model." || !c.TieWordEmbeddings ||
+		c.RopeTheta != 1e6 || !reflect.DeepEqual(c.RopeScaling, wantRope) || !reflect.DeepEqual(c.QueryScale, &QueryScale{Beta: 0.1, Every: 16384}) {
+		t.Errorf("got %+v, rope %+v, query scale %+v", c, c.RopeScaling, c.QueryScale)
+	}
+	if !reflect.DeepEqual(c.Sliding, []bool{true, false}) || c.SlidingWindow != 16 {
+		t.Errorf("sliding %v window %d", c.Sliding, c.SlidingWindow)
+	}
+	// The factor: 1 below the first step, then 1 + β·ln(1 + ⌊p/n⌋).
+	for _, tc := range []struct {
+		p    int
+		want float64
+	}{{0, 1}, {16383, 1}, {16384, 1 + 0.1*math.Log(2)}, {3*16384 + 5, 1 + 0.1*math.Log(4)}, {262143, 1 + 0.1*math.Log(16)}} {
+		if got := c.QueryScale.At(tc.p); math.Abs(float64(got)-tc.want) > 1e-7 {
+			t.Errorf("At(%d) = %v, want %v", tc.p, got, tc.want)
+		}
+	}
+	// A text-only checkpoint (model_type ministral3 at the top): tied by
+	// default, no weight prefix.
+	text := ministral3Text(nil)
+	text["architectures"] = []string{"Ministral3ForCausalLM"}
+	text["tie_word_embeddings"] = nil
+	c, err = ParseConfig(cfgJSON(t, text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Architecture != ArchMinistral3 || c.WeightPrefix != "" || !c.TieWordEmbeddings || c.QueryScale == nil || c.QueryScale.Every != 16384 {
+		t.Errorf("text-only: got %+v", c)
+	}
 }
 
 func TestParseGptOss(t *testing.T) {

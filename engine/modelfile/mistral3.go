@@ -3,6 +3,7 @@ package modelfile
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 )
 
 // mistral3TextPrefix is where mlx-lm keeps Mistral 3's text model in the
@@ -36,7 +37,8 @@ func textConfig(data []byte) (json.RawMessage, bool, error) {
 
 // parseMistral3 reads a Mistral 3 config as mlx-lm's mistral3.py does:
 // the text model is text_config, run as llama unless its model_type is
-// ministral3 or mistral4 (not supported here); tie_word_embeddings
+// ministral3 (Ministral 3, ArchMinistral3) or mistral4 (not supported
+// here); tie_word_embeddings
 // defaults to false; the quantization block and the dtype are the
 // top level's. The weights are the text model's under "language_model."
 // (the vision tower and projector, if present, are ignored).
@@ -55,11 +57,14 @@ func parseMistral3(data []byte, text json.RawMessage) (*Config, error) {
 			return nil, fmt.Errorf("%w: mistral3: text_config.model_type: %v", ErrInvalidConfig, err)
 		}
 	}
+	textArch := ArchMistral
 	switch mt {
-	case "ministral3", "mistral4":
+	case ArchMinistral3:
+		textArch = ArchMinistral3
+	case "mistral4":
 		return nil, fmt.Errorf("%w: mistral3 with a %s text model", ErrUnsupported, mt)
 	}
-	tc["model_type"] = json.RawMessage(`"` + ArchMistral + `"`)
+	tc["model_type"] = json.RawMessage(`"` + textArch + `"`)
 	delete(tc, "architectures")
 	if _, ok := tc["tie_word_embeddings"]; !ok {
 		tc["tie_word_embeddings"] = json.RawMessage("false")
@@ -83,6 +88,69 @@ func parseMistral3(data []byte, text json.RawMessage) (*Config, error) {
 	if raw, ok := top["architectures"]; ok {
 		_ = json.Unmarshal(raw, &archs) // checked by textConfig
 	}
-	c.Architecture, c.Architectures, c.ModelType, c.WeightPrefix = ArchMistral3, archs, ArchMistral3, mistral3TextPrefix
+	if c.Architecture != ArchMinistral3 {
+		c.Architecture = ArchMistral3
+	}
+	c.Architectures, c.ModelType, c.WeightPrefix = archs, ArchMistral3, mistral3TextPrefix
 	return c, nil
 }
+
+// QueryScale is Ministral 3's query scale (mlx-lm's
+// _get_llama_4_attn_scale, Llama 4's attention temperature): the queries
+// at position p, once rotated, are multiplied by
+// 1 + Beta·ln(1 + ⌊p / Every⌋), so 1 for the first Every positions.
+type QueryScale struct {
+	Beta  float64 `json:"beta"`  // rope_parameters.llama_4_scaling_beta
+	Every int     `json:"every"` // rope_parameters.original_max_position_embeddings
+}
+
+// At is the factor at position p ≥ 0, in float32 as mlx-lm computes it
+// (⌊p / Every⌋ by integer division: mlx's float32 quotient would round
+// up to the next integer only past 2^24 positions).
+func (q *QueryScale) At(p int) float32 {
+	n := float32(p / q.Every)
+	return 1 + float32(q.Beta)*float32(math.Log(float64(1+n)))
+}
+
+// ministral3 reads what mlx-lm's ministral3.py takes from
+// rope_parameters, which it requires (there is no top-level rope_theta):
+// rope_theta and the RoPE scaling (yarn in Ministral 3's checkpoints),
+// and the query scale's llama_4_scaling_beta and
+// original_max_position_embeddings.
+func (c *Config) ministral3(r *rawConfig) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: ministral3: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
+	}
+	if isNull(r.RopeParameters) {
+		return bad("no rope_parameters")
+	}
+	var p struct {
+		Theta *float64 `json:"rope_theta"`
+		Beta  *float64 `json:"llama_4_scaling_beta"`
+		Orig  *int64   `json:"original_max_position_embeddings"`
+	}
+	if err := json.Unmarshal(r.RopeParameters, &p); err != nil {
+		return bad("rope_parameters: %v", err)
+	}
+	switch {
+	case p.Theta == nil || p.Beta == nil || p.Orig == nil:
+		return bad("rope_parameters needs rope_theta, llama_4_scaling_beta and original_max_position_embeddings")
+	case !positive(*p.Theta):
+		return bad("rope_theta %v is not positive", *p.Theta)
+	case !finite(*p.Beta) || *p.Beta < 0 || *p.Beta > maxQueryScaleBeta:
+		return bad("llama_4_scaling_beta %v out of range [0, %v]", *p.Beta, maxQueryScaleBeta)
+	case *p.Orig <= 0 || *p.Orig > maxPositions:
+		return bad("original_max_position_embeddings %d out of range [1, %d]", *p.Orig, maxPositions)
+	}
+	scaling, _, err := parseRope("rope_parameters", r.RopeParameters)
+	if err != nil {
+		return err
+	}
+	c.RopeScaling, c.RopeTheta = scaling, *p.Theta
+	c.QueryScale = &QueryScale{Beta: *p.Beta, Every: int(*p.Orig)}
+	return nil
+}
+
+// maxQueryScaleBeta bounds llama_4_scaling_beta (Ministral 3: 0.1): past
+// it the queries' scale would be absurd.
+const maxQueryScaleBeta = 1000
