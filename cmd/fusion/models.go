@@ -33,7 +33,7 @@ func runCreateDemo(_ context.Context, args []string, stdout, stderr io.Writer) e
 	var o demo.Options
 	var out string
 	fs := newFlagSet("models create-demo", stderr)
-	fs.StringVar(&o.Arch, "arch", d.Arch, "architecture: llama, qwen3, qwen3_moe, gemma3_text, gemma4_text, phi3, mistral, mistral3, gpt_oss, deepseek_v3, glm4_moe, qwen3_next, qwen3_5 or qwen3_5_moe; flux2 writes a tiny FLUX.2 [klein] image checkpoint in the diffusers layout (only --seed, --dtype f32|bf16 and --quantize/--group-size, the transformer's MLX affine bits, apply)")
+	fs.StringVar(&o.Arch, "arch", d.Arch, "architecture: llama, qwen3, qwen3_moe, gemma3_text, gemma4_text, phi3, mistral, mistral3, ministral3, gpt_oss, deepseek_v3, glm4_moe, qwen3_next, qwen3_5 or qwen3_5_moe; flux2 writes a tiny FLUX.2 [klein] image checkpoint in the diffusers layout (only --seed, --dtype f32|bf16 and --quantize/--group-size, the transformer's MLX affine bits, apply)")
 	fs.StringVar(&out, "out", "", "output directory (required)")
 	fs.IntVar(&o.Layers, "layers", d.Layers, "number of layers")
 	fs.IntVar(&o.Hidden, "hidden", d.Hidden, "hidden size")
@@ -56,8 +56,8 @@ func runCreateDemo(_ context.Context, args []string, stdout, stderr io.Writer) e
 	fs.IntVar(&o.ExpertsPerTok, "experts-per-tok", 0, fmt.Sprintf("qwen3_moe, gpt_oss, deepseek_v3, glm4_moe, qwen3_next, qwen3_5_moe, gemma4_text (optional there): experts per token (default %d)", k))
 	fs.IntVar(&o.MoEIntermediate, "moe-intermediate", 0, fmt.Sprintf("qwen3_moe, gpt_oss, deepseek_v3, glm4_moe, qwen3_next, qwen3_5_moe, gemma4_text (optional there): intermediate size of one expert (default %d)", inter))
 	fs.IntVar(&o.SparseStep, "sparse-step", 0, fmt.Sprintf("qwen3_moe: every n-th layer has experts, the others a dense MLP (default %d)", step))
-	fs.IntVar(&o.SlidingWindow, "sliding-window", 0, "gemma3_text, gemma4_text: positions a local layer attends to (default 512); gpt_oss: the same (default 128); mistral, mistral3: the same, as layer_types (default: no window)")
-	fs.IntVar(&o.SlidingPattern, "sliding-pattern", 0, "gemma3_text: one global layer in every N (default 6; gemma4_text: 2; mistral, mistral3: 4)")
+	fs.IntVar(&o.SlidingWindow, "sliding-window", 0, "gemma3_text, gemma4_text: positions a local layer attends to (default 512); gpt_oss: the same (default 128); mistral, mistral3, ministral3: the same, as layer_types (default: no window)")
+	fs.IntVar(&o.SlidingPattern, "sliding-pattern", 0, "gemma3_text: one global layer in every N (default 6; gemma4_text: 2; mistral, mistral3, ministral3: 4)")
 	fs.Float64Var(&o.PartialRotary, "partial-rotary", 0, "phi3: partial_rotary_factor, the share of each head RoPE rotates (default 0.75)")
 	fs.IntVar(&o.GlobalHeadDim, "global-head-dim", 0, "gemma4_text: global_head_dim, the head width of the full-attention layers (default 2×head-dim, as Gemma 4 E2B/E4B's 512 beside 256)")
 	if err := fs.Parse(args); err != nil {

@@ -80,7 +80,7 @@ func (m *Model) configJSON() map[string]any {
 		c["quantization_config"] = q
 	}
 	switch p.Arch {
-	case modelfile.ArchPhi3, modelfile.ArchMistral, modelfile.ArchMistral3, modelfile.ArchGptOss:
+	case modelfile.ArchPhi3, modelfile.ArchMistral, modelfile.ArchMistral3, modelfile.ArchMinistral3, modelfile.ArchGptOss:
 		return m.familyConfig(c)
 	case modelfile.ArchDeepseekV3:
 		return m.deepseekConfig(c)

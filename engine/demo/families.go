@@ -21,20 +21,25 @@ import (
 //   - mistral3: Mistral Small 3.1's Mistral3ForConditionalGeneration,
 //     the mistral text model in text_config and its weights under
 //     "language_model." as mlx-lm saves them, beside a (tiny, random)
-//     vision tower and projector that the text model does not use.
+//     vision tower and projector that the text model does not use;
+//   - ministral3: Ministral 3's, the same with a ministral3 text_config
+//     (transformers v5's rope_parameters: yarn and the query scale's
+//     llama_4_scaling_beta 0.1, over ministral3QueryEvery positions so
+//     that short prompts cross several of its steps), tied unless
+//     --untied as the 3B is.
 
 // resolveFamily checks what phi3, the mistral families and gpt_oss
 // allow.
 func (o *Options) resolveFamily() error {
 	phi3 := o.Arch == modelfile.ArchPhi3
-	mistral := o.Arch == modelfile.ArchMistral || o.Arch == modelfile.ArchMistral3
+	mistral := o.Arch == modelfile.ArchMistral || o.Arch == modelfile.ArchMistral3 || o.Arch == modelfile.ArchMinistral3
 	oss := o.Arch == modelfile.ArchGptOss
 	switch {
 	case o.PartialRotary != 0 && !phi3:
 		return fmt.Errorf("demo: --partial-rotary is only for phi3")
 	case !phi3 && !mistral && !oss:
 		return nil
-	case o.StopAfter != 0 && (phi3 || oss || o.SlidingWindow != 0):
+	case o.StopAfter != 0 && (phi3 || oss || o.Arch == modelfile.ArchMinistral3 || o.SlidingWindow != 0):
 		return fmt.Errorf("demo: --stop-after is not supported for %s (or with sliding windows)", o.Arch)
 	case oss && o.SlidingPattern != 0 && o.SlidingPattern != 2:
 		return fmt.Errorf("demo: gpt_oss alternates sliding and full layers (--sliding-pattern 2)")
@@ -83,6 +88,15 @@ func (p *Params) family(o Options) {
 		p.MaxPositions, p.RMSNormEps, p.RopeTheta = 32768, 1e-5, 1000000
 		p.TieEmbeddings = false
 		p.SlidingWindow, p.SlidingPattern = o.SlidingWindow, o.SlidingPattern
+	case modelfile.ArchMinistral3:
+		// Ministral 3's rope_parameters (3B: yarn ×16 over 16384
+		// positions), over ministral3QueryEvery positions.
+		p.MaxPositions, p.RMSNormEps, p.RopeTheta = 262144, 1e-5, 1000000
+		p.RopeScaling = map[string]any{"beta_fast": 32.0, "beta_slow": 1.0, "factor": 16.0,
+			"llama_4_scaling_beta": 0.1, "mscale": 1.0, "mscale_all_dim": 1.0,
+			"original_max_position_embeddings": ministral3QueryEvery, "rope_theta": p.RopeTheta,
+			"rope_type": "yarn", "type": "yarn"}
+		p.SlidingWindow, p.SlidingPattern = o.SlidingWindow, o.SlidingPattern
 	case modelfile.ArchGptOss:
 		// gpt-oss-20b's RoPE: yarn ×32 over 4096 positions.
 		p.MaxPositions, p.RMSNormEps, p.RopeTheta = 131072, 1e-5, 150000
@@ -93,6 +107,12 @@ func (p *Params) family(o Options) {
 		p.Intermediate = o.MoEIntermediate // the experts' width is intermediate_size
 	}
 }
+
+// ministral3QueryEvery is the demo ministral3's
+// original_max_position_embeddings: its queries' scale steps up every 16
+// positions (Ministral 3: 16384), so that the tests' prompts of a few
+// dozen to a few hundred tokens see several steps.
+const ministral3QueryEvery = 16
 
 // rotaryDims is phi3's int(head_dim · partial_rotary_factor).
 func (p Params) rotaryDims() int { return int(float64(p.HeadDim) * p.PartialRotary) }
@@ -142,7 +162,15 @@ func (m *Model) familyConfig(c map[string]any) map[string]any {
 	if p.SlidingWindow > 0 {
 		c["sliding_window"], c["layer_types"] = p.SlidingWindow, p.layerTypes()
 	}
-	if p.Arch != modelfile.ArchMistral3 {
+	if p.Arch == modelfile.ArchMinistral3 {
+		// transformers v5: RoPE and the query scale in rope_parameters.
+		c["model_type"] = modelfile.ArchMinistral3
+		c["transformers_version"] = "5.0.0.dev0"
+		c["rope_parameters"] = p.RopeScaling
+		delete(c, "rope_scaling")
+		delete(c, "rope_theta")
+	}
+	if p.Arch != modelfile.ArchMistral3 && p.Arch != modelfile.ArchMinistral3 {
 		return c
 	}
 	top := map[string]any{
@@ -169,6 +197,9 @@ func (m *Model) familyConfig(c map[string]any) map[string]any {
 	}
 	delete(c, "architectures")
 	delete(c, "torch_dtype")
+	if p.Arch == modelfile.ArchMinistral3 {
+		top["transformers_version"] = "5.0.0.dev0"
+	}
 	top["text_config"] = c
 	return top
 }
@@ -233,13 +264,14 @@ func (m *Model) fusePhi3() {
 	m.Tensors = out
 }
 
-// fileName is a tensor's name in model.safetensors: mistral3's text
-// weights under "language_model.".
+// fileName is a tensor's name in model.safetensors: the text weights of
+// mistral3, ministral3 and qwen3_5 under
+// "language_model.".
 func (p Params) fileName(name string) string {
 	if p.Arch == modelfile.ArchQwen35 || p.Arch == modelfile.ArchQwen35MoE {
 		return "language_model." + name // mlx-lm's Qwen3.5 layout
 	}
-	if p.Arch == modelfile.ArchMistral3 && !strings.HasPrefix(name, "vision_tower.") && !strings.HasPrefix(name, "multi_modal_projector.") {
+	if (p.Arch == modelfile.ArchMistral3 || p.Arch == modelfile.ArchMinistral3) && !strings.HasPrefix(name, "vision_tower.") && !strings.HasPrefix(name, "multi_modal_projector.") {
 		return "language_model." + name
 	}
 	return name

@@ -18,13 +18,13 @@ func (o *Options) resolveGemma() error {
 	switch o.Arch {
 	case modelfile.ArchLlama, modelfile.ArchQwen3, modelfile.ArchQwen3MoE:
 		if o.SlidingWindow != 0 || o.SlidingPattern != 0 {
-			return fmt.Errorf("demo: a sliding window is only for gemma3_text, mistral and mistral3")
+			return fmt.Errorf("demo: a sliding window is only for gemma3_text, mistral, mistral3 and ministral3")
 		}
 		return nil
 	case modelfile.ArchGemma3Text:
 	case modelfile.ArchGemma4Text:
 		return o.resolveGemma4()
-	case modelfile.ArchPhi3, modelfile.ArchMistral, modelfile.ArchMistral3, modelfile.ArchGptOss, modelfile.ArchDeepseekV3, modelfile.ArchGlm4MoE, modelfile.ArchQwen3Next, modelfile.ArchQwen35, modelfile.ArchQwen35MoE:
+	case modelfile.ArchPhi3, modelfile.ArchMistral, modelfile.ArchMistral3, modelfile.ArchMinistral3, modelfile.ArchGptOss, modelfile.ArchDeepseekV3, modelfile.ArchGlm4MoE, modelfile.ArchQwen3Next, modelfile.ArchQwen35, modelfile.ArchQwen35MoE:
 		return nil // resolveFamily, resolveDeepseek
 	default:
 		return fmt.Errorf("demo: unknown arch %q (want %s)", o.Arch, archList)

@@ -236,7 +236,7 @@ func (m *Model) initWeights() error {
 	if err != nil {
 		return err
 	}
-	if p.Arch == modelfile.ArchMistral3 {
+	if p.Arch == modelfile.ArchMistral3 || p.Arch == modelfile.ArchMinistral3 {
 		m.visionTensors(add)
 	}
 	round := m.roundFunc()

@@ -33,7 +33,7 @@ type Params struct {
 	TieEmbeddings bool
 	// Mixture of experts (qwen3_moe only).
 	Experts, ExpertsPerTok, MoEIntermediate, SparseStep int
-	// gemma3_text, mistral and mistral3 (0: no window).
+	// gemma3_text, mistral, mistral3 and ministral3 (0: no window).
 	SlidingWindow, SlidingPattern int
 	// PartialRotary is phi3's partial_rotary_factor.
 	PartialRotary float64

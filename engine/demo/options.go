@@ -45,7 +45,7 @@ type Options struct {
 	Experts, ExpertsPerTok, MoEIntermediate, SparseStep int
 	// SlidingWindow and SlidingPattern (gemma3_text): the local layers'
 	// window and one global layer in every SlidingPattern (defaults 512
-	// and 6, Gemma 3 1B's). mistral and mistral3 take them too (no
+	// and 6, Gemma 3 1B's). mistral, mistral3 and ministral3 take them too (no
 	// window by default; pattern 4), written as layer_types.
 	SlidingWindow, SlidingPattern int
 	// PartialRotary (phi3) is partial_rotary_factor, the share of each
@@ -58,7 +58,7 @@ type Options struct {
 }
 
 // archList names the architectures the demo writes.
-const archList = "llama, qwen3, qwen3_moe, gemma3_text, gemma4_text, phi3, mistral, mistral3, gpt_oss, deepseek_v3, glm4_moe, qwen3_next, qwen3_5 or qwen3_5_moe"
+const archList = "llama, qwen3, qwen3_moe, gemma3_text, gemma4_text, phi3, mistral, mistral3, ministral3, gpt_oss, deepseek_v3, glm4_moe, qwen3_next, qwen3_5 or qwen3_5_moe"
 
 // DefaultMoE is the demo mixture: 8 experts of 64 features, 2 per token,
 // every layer sparse (Qwen3-30B-A3B has 128 of 768, 8 per token).
@@ -146,7 +146,7 @@ func (o Options) resolve() (Options, error) {
 		}
 	}
 	switch o.Arch {
-	case modelfile.ArchLlama, modelfile.ArchQwen3, modelfile.ArchGemma3Text, modelfile.ArchPhi3, modelfile.ArchMistral, modelfile.ArchMistral3, modelfile.ArchQwen35:
+	case modelfile.ArchLlama, modelfile.ArchQwen3, modelfile.ArchGemma3Text, modelfile.ArchPhi3, modelfile.ArchMistral, modelfile.ArchMistral3, modelfile.ArchMinistral3, modelfile.ArchQwen35:
 		if o.Experts != 0 || o.ExpertsPerTok != 0 || o.MoEIntermediate != 0 || o.SparseStep != 0 {
 			return o, fmt.Errorf("demo: --experts, --experts-per-tok, --moe-intermediate and --sparse-step need a mixture (--arch %s, %s, %s or %s)", modelfile.ArchQwen3MoE, modelfile.ArchGptOss, modelfile.ArchDeepseekV3, modelfile.ArchGlm4MoE)
 		}

@@ -28,6 +28,12 @@ func TestKVExportImportIsExact(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) { checkKVExportImport(t, m, tc.total, tc.split) })
 	}
+	// Ministral 3's queries are scaled by their position (a step every 16
+	// in the demo): after a restored prefix, as after a prefix-cache hit,
+	// the rest must be scaled at its own positions, not from 0.
+	t.Run("ministral3 position-scaled queries", func(t *testing.T) {
+		checkKVExportImport(t, load(t, be, smallModel(t, "ministral3", demo.Options{}), Range{}), 100, 64)
+	})
 }
 
 // checkKVExportImport restores the KV of the first split of total tokens

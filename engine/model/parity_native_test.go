@@ -16,7 +16,7 @@ import (
 // Parity of the MLX backend in its native mode with mlx-lm's native path:
 // the architectures and options of TestParityMLX (llama with llama3 and
 // yarn RoPE, qwen2 with biases, qwen3) and TestParityMLXFamilies (phi3,
-// mistral, mistral3) in BF16, MLX 4-bit and MLX 8-bit,
+// mistral, mistral3, ministral3) in BF16, MLX 4-bit and MLX 8-bit,
 // a 512-token prompt and 64 greedy steps, but neither side casts to
 // float32: activations, KV caches and logits are bf16 (the models' bf16
 // weights, or the bf16 scales of their quantized ones). Both build the

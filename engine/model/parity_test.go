@@ -126,6 +126,10 @@ func familyCases() []parityCase {
 	window.SlidingWindow, window.SlidingPattern, window.Seed = 100, 2, 19
 	mistral3 := mistral
 	mistral3.Arch, mistral3.Seed = "mistral3", 20
+	// Ministral 3: queries scaled up every 16 positions (the demo's
+	// original_max_position_embeddings), 36 steps over the run; yarn.
+	ministral3 := mistral
+	ministral3.Arch, ministral3.Seed = "ministral3", 30
 	// gpt-oss: 8 biased experts of 64, 2 per token, sinks, windows of
 	// 100 on every other layer.
 	oss := demo.Options{Arch: "gpt_oss", Layers: 4, Hidden: 128, Heads: 4, KVHeads: 2, HeadDim: 64,
@@ -140,7 +144,10 @@ func familyCases() []parityCase {
 		{name: "mistral-mlx4", opts: q4(mistral), tol: 1e-2},
 		{name: "mistral-bf16-window", opts: window, tol: 1e-3},
 		{name: "mistral3-bf16", opts: mistral3, tol: 1e-3},
-		{name: "mistral3-mlx4", opts: q4(mistral3), tol: 1e-2},
+		// Mistral 3's layout quantized: ministral3-mlx4 (the same loader
+		// and Llama block, plus the query scale).
+		{name: "ministral3-bf16", opts: ministral3, tol: 1e-3},
+		{name: "ministral3-mlx4", opts: q4(ministral3), tol: 1e-2},
 		{name: "gpt_oss-bf16", opts: oss, tol: 1e-3},
 		// The routers at 8 bits (mlx-lm's quant_predicate), the rest 4;
 		// or everything but the routers in mxfp4, as gpt-oss ships.

@@ -22,6 +22,7 @@ var servedFamilies = []struct {
 	{"qwen3", demo.Options{}},
 	{"mistral", demo.Options{}},
 	{"mistral3", demo.Options{}},
+	{"ministral3", demo.Options{}},
 	{"phi3", demo.Options{}},
 	{"gemma3_text", demo.Options{Layers: 4, SlidingWindow: 16, SlidingPattern: 2}},
 	{"gemma4_text", demo.Options{Layers: 4, Hidden: 64, Heads: 2, KVHeads: 1, Intermediate: 64, SlidingWindow: 16, SlidingPattern: 2}},
