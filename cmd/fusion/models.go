@@ -59,6 +59,7 @@ func runCreateDemo(_ context.Context, args []string, stdout, stderr io.Writer) e
 	fs.IntVar(&o.SlidingWindow, "sliding-window", 0, "gemma3_text, gemma4_text: positions a local layer attends to (default 512); gpt_oss: the same (default 128); mistral, mistral3, ministral3: the same, as layer_types (default: no window)")
 	fs.IntVar(&o.SlidingPattern, "sliding-pattern", 0, "gemma3_text: one global layer in every N (default 6; gemma4_text: 2; mistral, mistral3, ministral3: 4)")
 	fs.Float64Var(&o.PartialRotary, "partial-rotary", 0, "phi3: partial_rotary_factor, the share of each head RoPE rotates (default 0.75)")
+	fs.BoolVar(&o.Multimodal, "multimodal", false, "gemma3_text, gemma4_text: write the vision-language checkpoint mlx-community ships (model_type gemma3/gemma4, text_config, weights under language_model., a tiny vision tower neither mlx-lm nor fusion loads)")
 	fs.IntVar(&o.GlobalHeadDim, "global-head-dim", 0, "gemma4_text: global_head_dim, the head width of the full-attention layers (default 2×head-dim, as Gemma 4 E2B/E4B's 512 beside 256)")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -90,6 +90,9 @@ func TestBuildOptions(t *testing.T) {
 		{Arch: "deepseek_v3", Format: FormatGGUF}, {Arch: "qwen3_5_moe", Format: FormatGGUF},
 		// gpt_oss's GGUF experts are MXFP4: rows of whole blocks of 32.
 		{Arch: "gpt_oss", Format: FormatGGUF, Hidden: 48, Heads: 2, KVHeads: 1, HeadDim: 16},
+		// Only the Gemmas have a vision-language wrapper here; ministral3
+		// has no answer clock (its queries' scale moves the logits).
+		{Arch: "qwen3", Multimodal: true}, {Arch: "mistral3", Multimodal: true}, {Arch: "ministral3", StopAfter: 20},
 	}
 	for _, o := range bad {
 		if _, err := Build(o); err == nil {

@@ -265,11 +265,14 @@ func (m *Model) fusePhi3() {
 }
 
 // fileName is a tensor's name in model.safetensors: the text weights of
-// mistral3, ministral3 and qwen3_5 under
+// mistral3, ministral3, qwen3_5 and the multimodal Gemmas under
 // "language_model.".
 func (p Params) fileName(name string) string {
 	if p.Arch == modelfile.ArchQwen35 || p.Arch == modelfile.ArchQwen35MoE {
 		return "language_model." + name // mlx-lm's Qwen3.5 layout
+	}
+	if p.Multimodal && !isVisionTensor(name) {
+		return "language_model." + name // mlx-lm's Gemma 3/4 layout
 	}
 	if (p.Arch == modelfile.ArchMistral3 || p.Arch == modelfile.ArchMinistral3) && !strings.HasPrefix(name, "vision_tower.") && !strings.HasPrefix(name, "multi_modal_projector.") {
 		return "language_model." + name

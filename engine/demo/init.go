@@ -236,6 +236,9 @@ func (m *Model) initWeights() error {
 	if err != nil {
 		return err
 	}
+	if p.Multimodal {
+		m.multimodalTensors(add)
+	}
 	if p.Arch == modelfile.ArchMistral3 || p.Arch == modelfile.ArchMinistral3 {
 		m.visionTensors(add)
 	}

@@ -39,6 +39,8 @@ type Params struct {
 	PartialRotary float64
 	// GlobalHeadDim is gemma4_text's full-attention head width.
 	GlobalHeadDim int
+	// Multimodal: the vision-language checkpoint (Options.Multimodal).
+	Multimodal bool
 }
 
 // qkNorm: the family normalizes each head of q and k (Qwen3, Qwen3-MoE).
@@ -77,7 +79,7 @@ func Build(opts Options) (*Model, error) {
 	dt, _ := o.dtype()
 	m := &Model{Options: o, DType: dt}
 	p := Params{Arch: o.Arch, Layers: o.Layers, Hidden: o.Hidden, Heads: o.Heads, KVHeads: o.KVHeads,
-		HeadDim: o.HeadDim, Intermediate: o.Intermediate, TieEmbeddings: !o.Untied,
+		HeadDim: o.HeadDim, Intermediate: o.Intermediate, TieEmbeddings: !o.Untied, Multimodal: o.Multimodal,
 		Experts: o.Experts, ExpertsPerTok: o.ExpertsPerTok, MoEIntermediate: o.MoEIntermediate, SparseStep: o.SparseStep}
 	if p.Arch == modelfile.ArchLlama {
 		p.MaxPositions, p.RMSNormEps, p.RopeTheta = 131072, 1e-5, 500000
@@ -118,6 +120,9 @@ func Build(opts Options) (*Model, error) {
 		m.fusePhi3()
 	}
 	m.Config = m.configJSON()
+	if p.Multimodal {
+		m.Config = m.multimodalConfig(m.Config)
+	}
 	m.Generation = m.generationJSON()
 	// The config we write must be one our own reader accepts.
 	b, err := marshal(m.Config, false)

@@ -55,6 +55,11 @@ type Options struct {
 	// the full-attention layers (default 2·HeadDim, Gemma 4 E2B/E4B's
 	// 512 beside 256; HeadDim for one width).
 	GlobalHeadDim int
+	// Multimodal (gemma3_text, gemma4_text) writes the vision-language
+	// checkpoint mlx-community ships: model_type gemma3 or gemma4, the
+	// text config as text_config, the text weights under
+	// "language_model." beside a tiny vision tower (multimodal.go).
+	Multimodal bool
 }
 
 // archList names the architectures the demo writes.
@@ -100,6 +105,9 @@ func (o Options) resolve() (Options, error) {
 		return o, err
 	}
 	if err := o.resolveFamily(); err != nil {
+		return o, err
+	}
+	if err := o.resolveMultimodal(); err != nil {
 		return o, err
 	}
 	if err := o.resolveDeepseek(); err != nil {

@@ -18,8 +18,13 @@ func gemma4Cases() []parityCase {
 		SlidingWindow: 100, SlidingPattern: 2, Experts: 8, ExpertsPerTok: 2, MoEIntermediate: 64, Seed: 27}
 	q4 := base
 	q4.Quantize, q4.GroupSize = 4, 64
+	// Gemma 4 as mlx-community ships it: model_type gemma4, text_config,
+	// weights under language_model. beside a vision tower.
+	multimodal := base
+	multimodal.Multimodal, multimodal.Seed = true, 28
 	return []parityCase{
 		{name: "gemma4_text-bf16", opts: base, tol: 1e-3},
 		{name: "gemma4_text-mlx4", opts: q4, tol: 1e-2},
+		{name: "gemma4_text-multimodal-bf16", opts: multimodal, tol: 1e-3},
 	}
 }

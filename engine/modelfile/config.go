@@ -217,6 +217,9 @@ func ParseConfig(data []byte) (*Config, error) {
 	if c, ok, err := qwen35Config(data); ok || err != nil {
 		return c, err
 	}
+	if c, ok, err := gemmaMultimodalConfig(data); ok || err != nil {
+		return c, err
+	}
 	if text, ok, err := textConfig(data); err != nil {
 		return nil, err
 	} else if ok {
