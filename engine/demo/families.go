@@ -189,19 +189,10 @@ func (m *Model) familyConfig(c map[string]any) map[string]any {
 			"num_channels": 3, "rope_theta": 10000.0, "hidden_act": "silu",
 		},
 	}
-	for _, k := range []string{"quantization", "quantization_config"} {
-		if q, ok := c[k]; ok {
-			top[k] = q
-			delete(c, k)
-		}
-	}
-	delete(c, "architectures")
-	delete(c, "torch_dtype")
 	if p.Arch == modelfile.ArchMinistral3 {
 		top["transformers_version"] = "5.0.0.dev0"
 	}
-	top["text_config"] = c
-	return top
+	return wrapText(top, c)
 }
 
 // The demo's vision tower: one patch convolution and the projector's

@@ -50,15 +50,23 @@ func (m *Model) multimodalConfig(c map[string]any) map[string]any {
 	if p.Arch == modelfile.ArchGemma3Text {
 		top["vision_config"].(map[string]any)["model_type"] = "siglip_vision_model"
 	}
+	return wrapText(top, c)
+}
+
+// wrapText makes text the text_config of a vision-language config top,
+// as transformers writes them: the quantization blocks (mlx-lm's) and
+// the dtype at the top level only, no architectures inside. It returns
+// top.
+func wrapText(top, text map[string]any) map[string]any {
 	for _, k := range []string{"quantization", "quantization_config"} {
-		if q, ok := c[k]; ok {
+		if q, ok := text[k]; ok {
 			top[k] = q
-			delete(c, k)
+			delete(text, k)
 		}
 	}
-	delete(c, "architectures")
-	delete(c, "torch_dtype")
-	top["text_config"] = c
+	delete(text, "architectures")
+	delete(text, "torch_dtype")
+	top["text_config"] = text
 	return top
 }
 

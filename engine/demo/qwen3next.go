@@ -108,16 +108,7 @@ func (m *Model) qwen35Config(c map[string]any) map[string]any {
 		"torch_dtype":          c["torch_dtype"],
 		"transformers_version": "4.57.0.dev0",
 	}
-	for _, k := range []string{"quantization", "quantization_config"} {
-		if q, ok := text[k]; ok {
-			top[k] = q
-			delete(text, k)
-		}
-	}
-	delete(text, "architectures")
-	delete(text, "torch_dtype")
-	top["text_config"] = text
-	return top
+	return wrapText(top, text)
 }
 
 // qwen3NextLayers draws Qwen3-Next's layers with the magnitudes of
