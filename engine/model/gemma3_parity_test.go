@@ -24,15 +24,18 @@ func TestParityMLXGemma3(t *testing.T) {
 	prompt := promptTokens(t, vocabDir, parityPrompt)
 	base := demo.Options{Arch: "gemma3_text", Layers: 4, Hidden: 128, Heads: 4, KVHeads: 2, HeadDim: 64, Intermediate: 256,
 		SlidingWindow: 100, SlidingPattern: 2, Seed: 13, VocabFrom: vocabDir}
+	// The 4-bit model is written as mlx-community ships Gemma 3 4B and up
+	// (create-demo --multimodal: model_type gemma3, text_config, weights
+	// under language_model. beside a vision tower).
 	q4 := base
-	q4.Quantize, q4.GroupSize = 4, 64
+	q4.Quantize, q4.GroupSize, q4.Multimodal = 4, 64, true
 	cases := []struct {
 		name string
 		opts demo.Options
 		tol  float64
 	}{
 		{"gemma3-bf16", base, 1e-3},
-		{"gemma3-mlx4", q4, 1e-2},
+		{"gemma3-multimodal-mlx4", q4, 1e-2},
 	}
 	dirs := make([]string, len(cases))
 	for i, c := range cases {

@@ -43,10 +43,6 @@ func TestParityMLXNative(t *testing.T) {
 		case c.name == "qwen3-mlx-mixed":
 			// 8-bit is covered by its own cases; the mixed one would add
 			// a slow model for nothing new in native mode.
-		case strings.HasPrefix(c.name, "gemma3_text"):
-			// Gemma 3's parity is in float32 (TestParityMLXGemma3 and the
-			// multimodal layout's cases); its native run is not part of
-			// this suite yet.
 		case strings.HasPrefix(c.name, "qwen3_moe"), strings.HasPrefix(c.name, "gpt_oss"),
 			strings.HasPrefix(c.name, "deepseek_v3"), strings.HasPrefix(c.name, "glm4_moe"),
 			strings.HasPrefix(c.name, "gemma4_text"): // its demo has experts beside the MLP

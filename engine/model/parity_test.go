@@ -136,12 +136,6 @@ func familyCases() []parityCase {
 		Experts: 8, ExpertsPerTok: 2, MoEIntermediate: 64, SlidingWindow: 100, Seed: 21}
 	mxfp4 := oss
 	mxfp4.QuantMode = "mxfp4"
-	// Gemma 3 as mlx-community ships its 4B and larger models: model_type
-	// gemma3, text_config, weights under language_model. beside a vision
-	// tower (TestParityMLXGemma3 has the text-only layout, with Gemma 3's
-	// real vocabulary).
-	gemma3 := demo.Options{Arch: "gemma3_text", Layers: 4, Hidden: 128, Heads: 4, KVHeads: 2, HeadDim: 64, Intermediate: 256,
-		SlidingWindow: 100, SlidingPattern: 2, Multimodal: true, Seed: 31}
 	return append([]parityCase{
 		{name: "phi3-bf16-longrope-partial", opts: phi3, tol: 1e-3},
 		{name: "phi3-mlx4-longrope-partial", opts: q4(phi3), tol: 1e-2},
@@ -159,7 +153,6 @@ func familyCases() []parityCase {
 		// or everything but the routers in mxfp4, as gpt-oss ships.
 		{name: "gpt_oss-mlx4", opts: q4(oss), tol: 1e-2},
 		{name: "gpt_oss-mxfp4", opts: mxfp4, tol: 1e-2},
-		{name: "gemma3_text-multimodal-bf16", opts: gemma3, tol: 1e-3},
 	}, append(append(deepseekCases(), deltaNetCases()...), gemma4Cases()...)...)
 }
 
