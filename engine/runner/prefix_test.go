@@ -2,10 +2,12 @@ package runner
 
 import (
 	"context"
+	"path/filepath"
 	"slices"
 	"testing"
 
 	"fusion/engine"
+	"fusion/engine/demo"
 	"fusion/engine/prefixcache"
 	"fusion/engine/sample"
 )
@@ -140,5 +142,40 @@ func TestPrefixBadBlockIsRecomputed(t *testing.T) {
 				t.Errorf("after the repair: usage %+v, same output %v; want 192 cached", u, slices.Equal(got, want))
 			}
 		})
+	}
+}
+
+// TestPrefixReuseMinistral3: Ministral 3 scales its queries by their
+// position (a step every 16 positions in the demo), so a request whose
+// first 192 positions come from the prefix cache must scale the rest at
+// their own positions: its tokens and logprobs are the very ones of a
+// runner without the cache.
+func TestPrefixReuseMinistral3(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := demo.Create(filepath.Join(dir, "demo"), demo.Options{Arch: "ministral3", Seed: 8}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(Config{ModelsDir: dir, CacheSSDBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	cold, err := New(Config{ModelsDir: dir, CacheHotBytes: -1, CacheSSDBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cold.Close() })
+	req := tokensRequest(demoPrompt(200), 12)
+	req.Sampling.Logprobs, req.Sampling.TopLogprobs = true, 3
+	want, _ := generateAll(t, cold, req)
+	if _, u := generateAll(t, r, req); u.CacheWriteTokens != 192 {
+		t.Fatalf("first run: usage %+v, want 192 written", u)
+	}
+	got, u := generateAll(t, r, req)
+	if u.CachedTokens != 192 {
+		t.Fatalf("second run: usage %+v, want 192 cached", u)
+	}
+	if got != want {
+		t.Errorf("from the cache:\n%s\nwithout it:\n%s", got, want)
 	}
 }
