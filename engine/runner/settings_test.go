@@ -50,12 +50,14 @@ func TestSetModelSettingsLive(t *testing.T) {
 }
 
 // TestDetails: a config this engine cannot load is reported, not an
-// error; every family reports its architecture (mistral3's dims and
-// context length from its text_config, its quantization from the top)
-// and generates.
+// error; every family reports its architecture (mistral3's and
+// ministral3's dims and context length from their text_config, the
+// quantization from the top; a multimodal gemma3 checkpoint as its text
+// model, gemma3_text) and generates.
 func TestDetails(t *testing.T) {
 	r := newRunnerWith(t, Config{}, map[string]demo.Options{"a": {Arch: "qwen3", Seed: 1},
-		"phi": {Arch: "phi3", Quantize: 4, GroupSize: 32, Seed: 2}, "m3": {Arch: "mistral3", Seed: 3}, "oss": {Arch: "gpt_oss", Seed: 4}})
+		"phi": {Arch: "phi3", Quantize: 4, GroupSize: 32, Seed: 2}, "m3": {Arch: "mistral3", Seed: 3}, "oss": {Arch: "gpt_oss", Seed: 4},
+		"min3": {Arch: "ministral3", Seed: 5}, "g3mm": {Arch: "gemma3_text", Layers: 2, SlidingWindow: 16, SlidingPattern: 2, Multimodal: true, Seed: 6}})
 	raw, err := os.ReadFile(filepath.Join(r.cfg.ModelsDir, "a", "config.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +86,13 @@ func TestDetails(t *testing.T) {
 	if o := got["oss"]; !o.Compatible || o.Architecture != "gpt_oss" || o.ContextLength != 131072 {
 		t.Errorf("oss: %+v", o)
 	}
-	for _, id := range []string{"phi", "m3", "oss"} {
+	if m := got["min3"]; !m.Compatible || m.Architecture != "ministral3" || m.ModelType != "mistral3" || m.ContextLength != 262144 {
+		t.Errorf("min3: %+v", m)
+	}
+	if g := got["g3mm"]; !g.Compatible || g.Architecture != "gemma3_text" || g.ModelType != "gemma3" || g.ContextLength != 32768 {
+		t.Errorf("g3mm: %+v", g)
+	}
+	for _, id := range []string{"phi", "m3", "oss", "min3", "g3mm"} {
 		if res := generate(context.Background(), r, chat(id, "Hello", 4)); res.err != nil || len(res.ids) != 4 {
 			t.Errorf("%s: generation: %+v", id, res)
 		}
