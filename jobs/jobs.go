@@ -100,7 +100,7 @@ const (
 	// DefaultMaxResultBytes bounds a job's result (its JSON): within the
 	// cluster's record limit (fsm.MaxJobBytes, 32 KiB) beside the params
 	// and a full log tail.
-	DefaultMaxResultBytes = 8 << 10
+	DefaultMaxResultBytes = 16 << 10
 	// maxTrimmedError bounds the error of a record written again trimmed.
 	maxTrimmedError = 1 << 10
 )

@@ -185,7 +185,7 @@ const (
 	// BenchLimits.MaxPoints): the largest grid's result fits a job's
 	// result (jobs.DefaultMaxResultBytes) and a profile
 	// (fsm.MaxProfileBytes), as node's TestBenchGridFits checks.
-	MaxBenchGrid = 16
+	MaxBenchGrid = 32
 
 	// MaxAccuracyQuestions and MaxAccuracyQuestionBytes are the defaults
 	// of BenchLimits.MaxQuestions and MaxQuestionBytes: MMLU's whole test
