@@ -120,7 +120,7 @@ func writeGGUF(path string, m *Model) error {
 		}
 		var wt gguf.WriteTensor
 		if p.Arch == modelfile.ArchGptOss {
-			wt, err = gptOssGGUFTensor(kind, name, t.Shape, data)
+			wt, err = gptOssGGUFTensor(kind, name, t.Shape, data, m.DType)
 		} else {
 			wt, err = gguf.QuantizeTensor(name, tensorType(kind, name, t.Shape), t.Shape, data)
 		}

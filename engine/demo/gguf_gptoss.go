@@ -38,15 +38,16 @@ func gptOssGGUFConfig(p Params, cfg *gguf.ModelConfig) error {
 
 // gptOssGGUFTensor stores one gpt-oss tensor (GGUF name): the stacked
 // experts in MXFP4, biases, sinks and the router in F32, the rest as
-// tensorType picks for kind.
-func gptOssGGUFTensor(kind, name string, shape []int64, data []float32) (gguf.WriteTensor, error) {
+// tensorType picks for kind; dt is the model's dtype, which MLX quantizes
+// in.
+func gptOssGGUFTensor(kind, name string, shape []int64, data []float32, dt tensor.DType) (gguf.WriteTensor, error) {
 	switch {
 	case strings.HasSuffix(name, "_exps.weight"):
 		cols := int(shape[len(shape)-1])
 		if cols%32 != 0 {
 			return gguf.WriteTensor{}, fmt.Errorf("demo: %s: rows of %d values are not whole MXFP4 blocks of 32 (--hidden and --moe-intermediate must be multiples of 32)", name, cols)
 		}
-		codes, scales, err := modelfile.QuantizeFP(modelfile.ModeMXFP4, data, len(data)/cols, cols)
+		codes, scales, err := modelfile.QuantizeFP(modelfile.ModeMXFP4, dt, data, len(data)/cols, cols)
 		if err != nil {
 			return gguf.WriteTensor{}, fmt.Errorf("demo: %s: %w", name, err)
 		}

@@ -87,7 +87,7 @@ func (m *Model) SafetensorsTensors() ([]tensor.Tensor, error) {
 		path := strings.TrimSuffix(t.Name, ".weight")
 		shape := func(last int) []int64 { return append(slices.Clone(lead), int64(last)) }
 		if mode != modelfile.ModeAffine {
-			codes, scales, err := modelfile.QuantizeFP(mode, t.Data, rows, cols)
+			codes, scales, err := modelfile.QuantizeFP(mode, m.DType, t.Data, rows, cols)
 			if err != nil {
 				return nil, fmt.Errorf("demo: %s: %w", t.Name, err)
 			}

@@ -40,7 +40,7 @@ func gptOssGGUF(t *testing.T) (gg, st string) {
 			continue
 		}
 		cols := int(x.Shape[len(x.Shape)-1])
-		codes, scales, err := modelfile.QuantizeFP(modelfile.ModeMXFP4, x.Data, len(x.Data)/cols, cols)
+		codes, scales, err := modelfile.QuantizeFP(modelfile.ModeMXFP4, m.DType, x.Data, len(x.Data)/cols, cols)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -37,18 +37,27 @@ func DequantizeFP(mode string, packed, scales []byte, rows, cols int) ([]float32
 }
 
 // QuantizeFP quantizes a row-major [rows, cols] matrix in a floating-point
-// mode: each group's scale is the smallest scale (a power of two, or an
-// E4M3 value for nvfp4) at which the group's largest magnitude fits the
-// code's range, and each value is rounded to the nearest code (ties to
-// the even code). MLX's own quantizer may choose scales differently; any
-// valid codes load the same way.
-func QuantizeFP(mode string, w []float32, rows, cols int) (packed, scales []byte, err error) {
+// mode as mlx.core.quantize does for weights of dtype dt (BF16, F16 or
+// F32: the values must be exact in it): each group's scale comes from its
+// largest magnitude over the code's largest value, r, computed in dt —
+// the power of two 2^round(log2 r) (log2 and its rounding to an integer,
+// half to even, in dt too) for mxfp4/mxfp8, or r rounded to the nearest
+// E4M3 for nvfp4 (ties to the even code) — and each value is rounded to
+// the nearest code (an E4M3 tie to the even code, an E2M1 one to the
+// smaller magnitude, as MLX does), saturating at the largest: a value can be up to √2 times
+// the largest code at an E8M0 scale. An all-zero group gets the smallest
+// scale (MLX's would divide by zero).
+func QuantizeFP(mode string, dt tensor.DType, w []float32, rows, cols int) (packed, scales []byte, err error) {
 	f, err := FP(mode)
 	if err != nil {
 		return nil, nil, err
 	}
 	if cols%f.Group != 0 || len(w) != rows*cols {
 		return nil, nil, fmt.Errorf("modelfile: quantize %s: %d values for [%d, %d]", mode, len(w), rows, cols)
+	}
+	round, err := rounder(dt)
+	if err != nil {
+		return nil, nil, err
 	}
 	codes := positiveCodes(f)
 	top := codes[len(codes)-1].v
@@ -61,20 +70,22 @@ func QuantizeFP(mode string, w []float32, rows, cols int) (packed, scales []byte
 		for _, v := range vals {
 			amax = max(amax, abs32(v))
 		}
-		// The smallest scale s with amax/s ≤ top.
-		i, _ := slices.BinarySearchFunc(scales8, amax/top, func(c fpCode, t float32) int {
-			switch {
-			case c.v < t:
-				return -1
-			case c.v > t:
-				return 1
-			}
-			return 0
-		})
-		sc := scales8[min(i, len(scales8)-1)]
+		r := round(amax / top)
+		var sc fpCode
+		switch {
+		case r == 0:
+			sc = scales8[0]
+		case f.Mode == ModeNVFP4:
+			sc.c = nearest(scales8, r, false)
+			sc.v = f.Scale(sc.c)
+		default:
+			e := math.RoundToEven(float64(round(float32(math.Log2(float64(r))))))
+			sc.c = uint8(min(max(e+127, 0), 254))
+			sc.v = f.Scale(sc.c)
+		}
 		scales[g] = sc.c
 		for j, v := range vals {
-			c := nearest(codes, abs32(v)/sc.v)
+			c := nearest(codes, abs32(v)/sc.v, f.Bits == 4)
 			if v < 0 && c != 0 {
 				c |= 1 << (f.Bits - 1) // the sign bit
 			}
@@ -87,6 +98,20 @@ func QuantizeFP(mode string, w []float32, rows, cols int) (packed, scales []byte
 		}
 	}
 	return packed, scales, nil
+}
+
+// rounder rounds a float32 to the nearest value of dt (ties to even), as
+// MLX's arithmetic in that dtype does to each result.
+func rounder(dt tensor.DType) (func(float32) float32, error) {
+	switch dt {
+	case tensor.BF16:
+		return func(x float32) float32 { return tensor.BF16ToF32(tensor.F32ToBF16(x)) }, nil
+	case tensor.F16:
+		return func(x float32) float32 { return tensor.F16ToF32(tensor.F32ToF16(x)) }, nil
+	case tensor.F32:
+		return func(x float32) float32 { return x }, nil
+	}
+	return nil, fmt.Errorf("modelfile: quantize: weights of dtype %s are not BF16, F16 or F32", dt)
 }
 
 // fpCode is a code and its value.
@@ -126,9 +151,10 @@ func scaleCodes(f tensor.FPFormat) []fpCode {
 	return slices.CompactFunc(out, func(a, b fpCode) bool { return a.v == b.v })
 }
 
-// nearest is the code nearest to x ≥ 0 (ties to the even code; beyond
-// the largest, the largest).
-func nearest(codes []fpCode, x float32) uint8 {
+// nearest is the code nearest to x ≥ 0 (beyond the largest, the
+// largest); a tie goes to the even code, or with down to the smaller one
+// (MLX's E2M1 rounding: 1.75 becomes 1.5, 0.75 becomes 0.5).
+func nearest(codes []fpCode, x float32, down bool) uint8 {
 	i, _ := slices.BinarySearchFunc(codes, x, func(c fpCode, t float32) int {
 		switch {
 		case c.v < t:
@@ -151,7 +177,7 @@ func nearest(codes []fpCode, x float32) uint8 {
 	case d > 0:
 		return hi.c
 	}
-	if lo.c%2 == 0 {
+	if down || lo.c%2 == 0 {
 		return lo.c
 	}
 	return hi.c

@@ -7,9 +7,11 @@ import (
 	"math"
 	"math/rand/v2"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 
+	"fusion/engine/tensor"
 	"fusion/internal/testenv"
 )
 
@@ -119,6 +121,10 @@ json.dump(out, sys.stdout)
 	}
 }
 
+// TestQuantizeFP: every value comes back within half the gap between the
+// codes around it, or as the largest code when it is beyond it (an E8M0
+// scale rounds, so a group's largest value may be up to √2 times the
+// largest code), with its sign.
 func TestQuantizeFP(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	const rows, cols = 8, 64
@@ -128,7 +134,7 @@ func TestQuantizeFP(t *testing.T) {
 	}
 	for _, mode := range []string{ModeMXFP4, ModeMXFP8, ModeNVFP4} {
 		f, _ := FP(mode)
-		packed, scales, err := QuantizeFP(mode, w, rows, cols)
+		packed, scales, err := QuantizeFP(mode, tensor.F32, w, rows, cols)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -137,11 +143,23 @@ func TestQuantizeFP(t *testing.T) {
 			t.Fatal(err)
 		}
 		codes := positiveCodes(f)
+		top := codes[len(codes)-1].v
+		saturated := 0
 		for i, v := range got {
 			s := f.Scale(scales[i/f.Group])
 			x := abs32(w[i]) / s
-			if x > codes[len(codes)-1].v*1.0001 {
-				t.Fatalf("%s: value %d: %v beyond the codes at scale %v", mode, i, w[i], s)
+			if x > top*1.415 {
+				t.Fatalf("%s: value %d: %v is %v times the scale %v", mode, i, w[i], x, s)
+			}
+			if (v < 0) != (w[i] < 0) && v != 0 {
+				t.Fatalf("%s: value %d: sign of %v lost (%v)", mode, i, w[i], v)
+			}
+			if x > top {
+				saturated++
+				if abs32(v) != top*s {
+					t.Fatalf("%s: value %d: %v beyond the codes came back as %v, not the largest code at scale %v", mode, i, w[i], v, s)
+				}
+				continue
 			}
 			// Within half the gap between the codes around x.
 			j := 1
@@ -151,9 +169,95 @@ func TestQuantizeFP(t *testing.T) {
 			if d := math.Abs(float64(v - w[i])); d > float64(codes[j].v-codes[j-1].v)*float64(s)/2*1.0001 {
 				t.Fatalf("%s: value %d: %v came back as %v (scale %v)", mode, i, w[i], v, s)
 			}
-			if (v < 0) != (w[i] < 0) && v != 0 {
-				t.Fatalf("%s: value %d: sign of %v lost (%v)", mode, i, w[i], v)
+		}
+		t.Logf("%s: %d of %d values saturated", mode, saturated, len(w))
+	}
+	if _, _, err := QuantizeFP(ModeMXFP4, tensor.U8, w, rows, cols); err == nil {
+		t.Error("U8 weights quantized")
+	}
+}
+
+// TestQuantizeFPMatchesMLX: QuantizeFP's codes and scales are
+// mlx.core.quantize's, byte for byte, for weights in bf16, f16 and f32
+// (the rows' magnitudes spread over 2^±4 so that the rounding of each
+// group's scale is tried near its ties).
+func TestQuantizeFPMatchesMLX(t *testing.T) {
+	py := testenv.Python(t)
+	rng := rand.New(rand.NewPCG(11, 12))
+	const rows, cols = 64, 256
+	type job struct {
+		Mode   string    `json:"mode"`
+		DType  string    `json:"dtype"`
+		Values []float32 `json:"values"`
+	}
+	var jobs []job
+	for _, dt := range []tensor.DType{tensor.BF16, tensor.F16, tensor.F32} {
+		round, _ := rounder(dt)
+		w := make([]float32, rows*cols)
+		for i := range w {
+			w[i] = round(float32(rng.NormFloat64() * math.Exp2(float64(i/cols%9-4)+rng.Float64())))
+		}
+		for _, mode := range []string{ModeMXFP4, ModeMXFP8, ModeNVFP4} {
+			jobs = append(jobs, job{mode, strings.ToLower(dt.String()), w})
+		}
+	}
+	script := `
+import json, sys
+import mlx.core as mx
+mx.set_default_device(mx.cpu)
+dtypes = {"bf16": mx.bfloat16, "f16": mx.float16, "f32": mx.float32}
+out = []
+for j in json.load(sys.stdin):
+    w = mx.array(j["values"], dtype=mx.float32).astype(dtypes[j["dtype"]]).reshape(` + strconv.Itoa(rows) + `, -1)
+    q, s = mx.quantize(w, mode=j["mode"])[:2]
+    out.append({"codes": q.reshape(-1).tolist(), "scales": s.reshape(-1).tolist()})
+json.dump(out, sys.stdout)
+`
+	in, _ := json.Marshal(jobs)
+	cmd := exec.Command(py, "-c", script)
+	cmd.Stdin = bytes.NewReader(in)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	raw, err := cmd.Output()
+	if err != nil {
+		if !testenv.Required() && strings.Contains(stderr.String(), "ModuleNotFoundError") {
+			t.Skipf("mlx is not installed for %s", py)
+		}
+		t.Fatalf("python: %v\n%s", err, stderr.String())
+	}
+	var want []struct {
+		Codes  []uint32 `json:"codes"`
+		Scales []int    `json:"scales"`
+	}
+	if err := json.Unmarshal(raw, &want); err != nil {
+		t.Fatal(err)
+	}
+	if len(want) != len(jobs) {
+		t.Fatalf("%d answers for %d matrices", len(want), len(jobs))
+	}
+	for i, j := range jobs {
+		dt := map[string]tensor.DType{"bf16": tensor.BF16, "f16": tensor.F16, "f32": tensor.F32}[j.DType]
+		packed, scales, err := QuantizeFP(j.Mode, dt, j.Values, rows, cols)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bad := 0
+		for k, s := range scales {
+			if int(s) != want[i].Scales[k] {
+				if bad++; bad <= 3 {
+					t.Errorf("%s %s: group %d: scale %#x, mlx %#x", j.Mode, j.DType, k, s, want[i].Scales[k])
+				}
 			}
+		}
+		for k, w := range want[i].Codes {
+			if got := binary.LittleEndian.Uint32(packed[4*k:]); got != w {
+				if bad++; bad <= 3 {
+					t.Errorf("%s %s: word %d: %#08x, mlx %#08x", j.Mode, j.DType, k, got, w)
+				}
+			}
+		}
+		if bad > 0 {
+			t.Errorf("%s %s: %d scales or words differ from mlx.core.quantize", j.Mode, j.DType, bad)
 		}
 	}
 }

@@ -91,7 +91,7 @@ func testFPLinear(t *testing.T) {
 	for _, mode := range []string{modelfile.ModeMXFP4, modelfile.ModeMXFP8, modelfile.ModeNVFP4} {
 		t.Run(mode, func(t *testing.T) {
 			f, _ := modelfile.FP(mode)
-			codes, scales, err := modelfile.QuantizeFP(mode, w, out, in)
+			codes, scales, err := modelfile.QuantizeFP(mode, tensor.F32, w, out, in)
 			if err != nil {
 				t.Fatal(err)
 			}
