@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -298,7 +299,7 @@ func (m *Model) gptOssConfig(c map[string]any) map[string]any {
 		"output_router_logits":   false,
 		"router_aux_loss_coef":   0.9,
 		"sliding_window":         p.SlidingWindow,
-		"swiglu_limit":           7.0,
+		"swiglu_limit":           json.Number("7.0"), // a float, as transformers' GptOssConfig insists (7 fails mlx_lm.convert)
 		"transformers_version":   "4.55.0.dev0",
 	})
 }

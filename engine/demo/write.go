@@ -138,8 +138,11 @@ func (m *Model) quantParams(t Tensor) (group, bits int, mode string, ok bool) {
 	// MLA's kv_a_proj_with_mqa is a Linear, embed_q and unembed_out
 	// stacked MultiLinears (quantized like stacked experts).
 	mla := strings.HasSuffix(t.Name, "_mqa.weight") || strings.HasSuffix(t.Name, ".embed_q.weight") || strings.HasSuffix(t.Name, ".unembed_out.weight")
-	// Qwen3-Next's in_proj_qkvz and in_proj_ba are Linears too.
-	deltaNet := strings.HasSuffix(t.Name, ".in_proj_qkvz.weight") || strings.HasSuffix(t.Name, ".in_proj_ba.weight")
+	// The Gated DeltaNet's input projections are Linears too: Qwen3-Next's
+	// in_proj_qkvz and in_proj_ba, Qwen3.5's in_proj_qkv, in_proj_z,
+	// in_proj_b and in_proj_a (mlx_lm.convert quantizes even the last two,
+	// a row per value head).
+	deltaNet := strings.Contains(t.Name, ".linear_attn.in_proj_") && strings.HasSuffix(t.Name, ".weight")
 	// Gemma 4's per-layer inputs: an Embedding and two Linears.
 	perLayer := t.Name == "model.embed_tokens_per_layer.weight" || t.Name == "model.per_layer_model_projection.weight" ||
 		strings.HasSuffix(t.Name, ".per_layer_input_gate.weight") || strings.HasSuffix(t.Name, ".per_layer_projection.weight")
@@ -154,13 +157,15 @@ func (m *Model) quantParams(t Tensor) (group, bits int, mode string, ok bool) {
 }
 
 // quantOverrides are the per-module entries of config.json's
-// quantization block: the routers' parameters.
+// quantization block: the routers' parameters, as the families'
+// quant_predicate gives them to mlx_lm.convert (group size and bits, no
+// mode: affine).
 func (m *Model) quantOverrides() map[string]any {
 	o := m.Options
 	out := map[string]any{}
 	for _, t := range m.Tensors {
 		if g, b, mode, ok := m.quantParams(t); ok && (g != o.GroupSize || b != o.Quantize || mode != o.QuantMode) {
-			out[strings.TrimSuffix(m.Params.fileName(t.Name), ".weight")] = map[string]any{"group_size": g, "bits": b, "mode": mode}
+			out[strings.TrimSuffix(m.Params.fileName(t.Name), ".weight")] = map[string]any{"group_size": g, "bits": b}
 		}
 	}
 	return out

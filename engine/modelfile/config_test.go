@@ -154,6 +154,22 @@ func TestParseConfig(t *testing.T) {
 					t.Errorf("got %+v", q)
 				}
 			}},
+		// mlx_lm.convert --q-mode mxfp4 of a MoE: the routers' 8 bits
+		// with no mode are affine, not mxfp4; a mode alone takes its
+		// defaults.
+		{"mxfp4 with affine router overrides", obj{"quantization": obj{"group_size": 32, "bits": 4, "mode": "mxfp4",
+			"model.layers.0.mlp.gate": obj{"group_size": 64, "bits": 8}, "model.layers.0.mlp.shared_expert_gate": obj{"bits": 8},
+			"lm_head": obj{"mode": "mxfp8"}}},
+			func(t *testing.T, c *Config) {
+				want := &Quantization{QuantParams: QuantParams{32, 4, ModeMXFP4}, Overrides: map[string]*QuantParams{
+					"model.layers.0.mlp.gate":               {64, 8, ModeAffine},
+					"model.layers.0.mlp.shared_expert_gate": {64, 8, ModeAffine},
+					"lm_head":                               {32, 8, ModeMXFP8},
+				}}
+				if q := c.Quantization; !reflect.DeepEqual(q, want) {
+					t.Errorf("got %+v", q)
+				}
+			}},
 		{"quantization_config alone, no mode", obj{"quantization_config": obj{"group_size": 128, "bits": 3}}, func(t *testing.T, c *Config) {
 			if q := c.Quantization; q == nil || q.QuantParams != (QuantParams{128, 3, ModeAffine}) || q.Overrides != nil {
 				t.Errorf("got %+v", q)

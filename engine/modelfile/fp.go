@@ -45,8 +45,9 @@ func DequantizeFP(mode string, packed, scales []byte, rows, cols int) ([]float32
 // E4M3 for nvfp4 (ties to the even code) — and each value is rounded to
 // the nearest code (an E4M3 tie to the even code, an E2M1 one to the
 // smaller magnitude, as MLX does), saturating at the largest: a value can be up to √2 times
-// the largest code at an E8M0 scale. An all-zero group gets the smallest
-// scale (MLX's would divide by zero).
+// the largest code at an E8M0 scale; a negative value rounded to zero is an
+// E4M3 −0 but an E2M1 +0. An all-zero group is all zero codes
+// at MLX's scale for it: 1, or 0 for nvfp4.
 func QuantizeFP(mode string, dt tensor.DType, w []float32, rows, cols int) (packed, scales []byte, err error) {
 	f, err := FP(mode)
 	if err != nil {
@@ -71,10 +72,16 @@ func QuantizeFP(mode string, dt tensor.DType, w []float32, rows, cols int) (pack
 			amax = max(amax, abs32(v))
 		}
 		r := round(amax / top)
+		if r == 0 {
+			// An all-zero group: zero codes (already) at MLX's scale,
+			// 2^0 or an E4M3 zero.
+			if f.Mode != ModeNVFP4 {
+				scales[g] = 127
+			}
+			continue
+		}
 		var sc fpCode
 		switch {
-		case r == 0:
-			sc = scales8[0]
 		case f.Mode == ModeNVFP4:
 			sc.c = nearest(scales8, r, false)
 			sc.v = f.Scale(sc.c)
@@ -86,8 +93,10 @@ func QuantizeFP(mode string, dt tensor.DType, w []float32, rows, cols int) (pack
 		scales[g] = sc.c
 		for j, v := range vals {
 			c := nearest(codes, abs32(v)/sc.v, f.Bits == 4)
-			if v < 0 && c != 0 {
-				c |= 1 << (f.Bits - 1) // the sign bit
+			// The sign bit; MLX keeps it on an E4M3 zero (−0), not on
+			// an E2M1 one.
+			if math.Signbit(float64(v)) && (c != 0 || f.Bits == 8) {
+				c |= 1 << (f.Bits - 1)
 			}
 			k := g*f.Group + j
 			if f.Bits == 8 {

@@ -180,7 +180,7 @@ func TestQuantizeFP(t *testing.T) {
 // TestQuantizeFPMatchesMLX: QuantizeFP's codes and scales are
 // mlx.core.quantize's, byte for byte, for weights in bf16, f16 and f32
 // (the rows' magnitudes spread over 2^±4 so that the rounding of each
-// group's scale is tried near its ties).
+// group's scale is tried near its ties; two rows of zeros, and tiny negatives beside large values).
 func TestQuantizeFPMatchesMLX(t *testing.T) {
 	py := testenv.Python(t)
 	rng := rand.New(rand.NewPCG(11, 12))
@@ -196,6 +196,10 @@ func TestQuantizeFPMatchesMLX(t *testing.T) {
 		w := make([]float32, rows*cols)
 		for i := range w {
 			w[i] = round(float32(rng.NormFloat64() * math.Exp2(float64(i/cols%9-4)+rng.Float64())))
+		}
+		clear(w[:2*cols]) // all-zero groups too
+		for i := 2 * cols; i < 3*cols; i += 7 {
+			w[i] = round(float32(-1e-6 * (0.5 + rng.Float64()/2))) // negatives that round to a zero code (not to −0 itself: JSON would lose its sign)
 		}
 		for _, mode := range []string{ModeMXFP4, ModeMXFP8, ModeNVFP4} {
 			jobs = append(jobs, job{mode, strings.ToLower(dt.String()), w})

@@ -22,11 +22,10 @@ const (
 // mxfp4 is 4 bits in groups of 32, mxfp8 8 bits in groups of 32, nvfp4 4
 // bits in groups of 16 (the only values MLX takes).
 func CheckQuant(mode string, groupSize, bits int) error {
-	want := map[string][2]int{ModeMXFP4: {32, 4}, ModeMXFP8: {32, 8}, ModeNVFP4: {16, 4}}
 	if mode == ModeAffine {
 		return CheckAffine(groupSize, bits)
 	}
-	w, ok := want[mode]
+	w, ok := modeDefaults[mode]
 	if !ok {
 		return fmt.Errorf("%w: quantization mode %q (want affine, mxfp4, mxfp8 or nvfp4)", ErrUnsupported, mode)
 	}
@@ -35,6 +34,11 @@ func CheckQuant(mode string, groupSize, bits int) error {
 	}
 	return nil
 }
+
+// modeDefaults are each mode's group size and bits when a layer's
+// parameters leave them out (MLX's to_quantized defaults); the
+// floating-point modes allow nothing else.
+var modeDefaults = map[string][2]int{ModeAffine: {64, 4}, ModeMXFP4: {32, 4}, ModeMXFP8: {32, 8}, ModeNVFP4: {16, 4}}
 
 // QuantParams is how one layer is quantized.
 type QuantParams struct {
@@ -155,11 +159,21 @@ func parseQuantization(quant, quantConfig json.RawMessage) (*Quantization, error
 			if err := json.Unmarshal(raw, &o); err != nil {
 				return nil, fmt.Errorf("%w: %s: %q: %v", ErrInvalidConfig, field, path, err)
 			}
-			p := q.QuantParams // keys the override leaves out keep the defaults
+			// mlx-lm hands the object to the layer's to_quantized as it is:
+			// a mode left out is affine (mlx_lm.convert writes a MoE
+			// router's 8 bits as {"group_size": 64, "bits": 8} beside a
+			// model-wide mxfp4), a group size or bits left out that mode's
+			// default.
+			p := QuantParams{Mode: ModeAffine}
+			if err := decodeParam(o, "mode", &p.Mode); err != nil {
+				return nil, fmt.Errorf("%w: %s: %q: %v", ErrInvalidConfig, field, path, err)
+			}
+			d := modeDefaults[p.Mode]
+			p.GroupSize, p.Bits = d[0], d[1]
 			for _, k := range []struct {
 				name string
 				dst  any
-			}{{"group_size", &p.GroupSize}, {"bits", &p.Bits}, {"mode", &p.Mode}} {
+			}{{"group_size", &p.GroupSize}, {"bits", &p.Bits}} {
 				if err := decodeParam(o, k.name, k.dst); err != nil {
 					return nil, fmt.Errorf("%w: %s: %q: %v", ErrInvalidConfig, field, path, err)
 				}
