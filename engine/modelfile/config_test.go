@@ -233,6 +233,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"quant bits 7", obj{"quantization": obj{"group_size": 64, "bits": 7}}, ErrInvalidConfig, "7 bits"},
 		{"quant group 48", obj{"quantization": obj{"group_size": 48, "bits": 4}}, ErrInvalidConfig, "group size 48"},
 		{"quant missing bits", obj{"quantization": obj{"group_size": 64}}, ErrInvalidConfig, "missing bits"},
+		{"nvfp4 global_scale", obj{"quantization": obj{"group_size": 16, "bits": 4, "mode": "nvfp4",
+			"model.layers.0.mlp.switch_mlp.up_proj": obj{"group_size": 16, "bits": 4, "mode": "nvfp4", "global_scale": true}}}, ErrUnsupported, "global_scale"},
 		{"quant mode unknown", obj{"quantization": obj{"group_size": 32, "bits": 4, "mode": "mxint4"}}, ErrUnsupported, "mxint4"},
 		{"mxfp4 in groups of 64", obj{"quantization": obj{"group_size": 64, "bits": 4, "mode": "mxfp4"}}, ErrInvalidConfig, "mxfp4 quantization with group size 64"},
 		{"nvfp4 at 8 bits", obj{"quantization": obj{"group_size": 16, "bits": 8, "mode": "nvfp4"}}, ErrInvalidConfig, "want 16 and 4"},

@@ -168,6 +168,17 @@ func parseQuantization(quant, quantConfig json.RawMessage) (*Quantization, error
 			if err := decodeParam(o, "mode", &p.Mode); err != nil {
 				return nil, fmt.Errorf("%w: %s: %q: %v", ErrInvalidConfig, field, path, err)
 			}
+			// mlx-lm's nvfp4 with one tensor scale per expert
+			// (quantize_model's global_scale) marks the layers it gave one;
+			// their weights need it and it is not implemented: refused here,
+			// so the models list says so before any load.
+			var global bool
+			if err := decodeParam(o, "global_scale", &global); err != nil {
+				return nil, fmt.Errorf("%w: %s: %q: %v", ErrInvalidConfig, field, path, err)
+			}
+			if global {
+				return nil, fmt.Errorf("%w: %s: %q: an nvfp4 global_scale is not supported", ErrUnsupported, field, path)
+			}
 			d := modeDefaults[p.Mode]
 			p.GroupSize, p.Bits = d[0], d[1]
 			for _, k := range []struct {

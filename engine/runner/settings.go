@@ -140,11 +140,13 @@ func describe(info engine.ModelInfo, inspectGGUF func(path string) (*modelfile.C
 			QuantMethod string `json:"quant_method"`
 			Bits        int    `json:"bits"`
 			GroupSize   int    `json:"group_size"`
+			Mode        string `json:"mode"`
 		} `json:"quantization"`
 		QuantizationConfig *struct {
 			QuantMethod string `json:"quant_method"`
 			Bits        int    `json:"bits"`
 			GroupSize   int    `json:"group_size"`
+			Mode        string `json:"mode"`
 		} `json:"quantization_config"`
 	}
 	if err := json.Unmarshal(raw, &head); err != nil {
@@ -163,6 +165,8 @@ func describe(info engine.ModelInfo, inspectGGUF func(path string) (*modelfile.C
 		switch {
 		case q.QuantMethod != "" && q.QuantMethod != "mlx":
 			d.Quantization = q.QuantMethod
+		case q.Mode != "" && q.Mode != modelfile.ModeAffine:
+			d.Quantization = q.Mode // mxfp4, mxfp8, nvfp4: their bits and group are fixed
 		case q.Bits > 0:
 			d.Quantization = "affine " + strconv.Itoa(q.Bits) + "-bit/" + strconv.Itoa(q.GroupSize)
 		}

@@ -70,6 +70,18 @@ func TestDetails(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(bad, "config.json"), []byte(paro), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// mlx-lm's nvfp4 with per-expert global scales (quantize_model's
+	// global_scale): listed as not compatible, with the reason, before
+	// any load.
+	nv := filepath.Join(r.cfg.ModelsDir, "nv")
+	if err := os.MkdirAll(nv, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	nvfp4 := strings.Replace(string(raw), "{", `{"quantization":{"group_size":16,"bits":4,"mode":"nvfp4",`+
+		`"model.layers.0.mlp.switch_mlp.up_proj":{"group_size":16,"bits":4,"mode":"nvfp4","global_scale":true}},`, 1)
+	if err := os.WriteFile(filepath.Join(nv, "config.json"), []byte(nvfp4), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	got := map[string]ModelDetails{}
 	for _, d := range r.Details() {
 		got[d.ID] = d
@@ -96,6 +108,9 @@ func TestDetails(t *testing.T) {
 		if res := generate(context.Background(), r, chat(id, "Hello", 4)); res.err != nil || len(res.ids) != 4 {
 			t.Errorf("%s: generation: %+v", id, res)
 		}
+	}
+	if n := got["nv"]; n.Compatible || n.Quantization != "nvfp4" || !strings.Contains(n.Reason, "global_scale") {
+		t.Errorf("nv: %+v", n)
 	}
 	if p := got["paro"]; p.Compatible || p.Quantization != "paroquant" || !strings.Contains(p.Reason, "quant_method") {
 		t.Errorf("paro: %+v", p)
