@@ -69,14 +69,11 @@ func TestMLXLMAgrees(t *testing.T) {
 	py := pythonWith(t, "mlx.core", "mlx_lm", "numpy")
 	args := []string{"-c", `import sys, json, numpy as np, mlx.core as mx
 from mlx_lm import convert, load
-# mlx-lm 0.32.2 passes gather_qmm a global_scale keyword this mlx-cpu
-# wheel lacks; None is its default (as in engine/model/testdata/mlx_logits.py).
-_gather_qmm = mx.gather_qmm
-def _gather_qmm_compat(*args, global_scale=None, **kwargs):
-    if global_scale is not None:
-        kwargs["global_scale"] = global_scale
-    return _gather_qmm(*args, **kwargs)
-mx.gather_qmm = _gather_qmm_compat
+# The parity reference's import patches gather_qmm for mlx-lm 0.32.2 on
+# this mlx-cpu wheel (its global_scale keyword), which running a
+# quantized mixture needs.
+sys.path.insert(0, "../model/testdata")
+import mlx_logits
 it = iter(sys.argv[1:])
 for fdir, qdir, conv, mode, bits, group in zip(it, it, it, it, it, it):
     kw = {"q_mode": mode}

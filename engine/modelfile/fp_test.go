@@ -20,13 +20,7 @@ import (
 // dtype=float32) on the same bytes; and a matrix quantized by QuantizeFP
 // comes back within half a code step of each value.
 func TestDequantizeFPMatchesMLX(t *testing.T) {
-	py := testenv.Python(t)
-	if out, err := exec.Command(py, "-c", "import mlx.core").CombinedOutput(); err != nil {
-		if testenv.Required() {
-			t.Fatalf("mlx is not installed for %s: %s", py, out)
-		}
-		t.Skipf("mlx is not installed for %s", py)
-	}
+	py := pythonMLX(t)
 	rng := rand.New(rand.NewPCG(7, 8))
 	type job struct {
 		Mode   string   `json:"mode"`
@@ -85,19 +79,8 @@ for j in json.load(sys.stdin):
     out.append(d.reshape(-1).view(mx.uint32).tolist())
 json.dump(out, sys.stdout)
 `
-	in, _ := json.Marshal(jobs)
-	cmd := exec.Command(py, "-c", script)
-	cmd.Stdin = bytes.NewReader(in)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	raw, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("python: %v\n%s", err, stderr.String())
-	}
 	var want [][]uint32
-	if err := json.Unmarshal(raw, &want); err != nil {
-		t.Fatal(err)
-	}
+	pythonJSON(t, py, script, jobs, &want)
 	for i, j := range jobs {
 		packed := make([]byte, 4*len(j.Words))
 		for k, w := range j.Words {
@@ -182,7 +165,7 @@ func TestQuantizeFP(t *testing.T) {
 // (the rows' magnitudes spread over 2^±4 so that the rounding of each
 // group's scale is tried near its ties; two rows of zeros, and tiny negatives beside large values).
 func TestQuantizeFPMatchesMLX(t *testing.T) {
-	py := testenv.Python(t)
+	py := pythonMLX(t)
 	rng := rand.New(rand.NewPCG(11, 12))
 	const rows, cols = 64, 256
 	type job struct {
@@ -217,25 +200,11 @@ for j in json.load(sys.stdin):
     out.append({"codes": q.reshape(-1).tolist(), "scales": s.reshape(-1).tolist()})
 json.dump(out, sys.stdout)
 `
-	in, _ := json.Marshal(jobs)
-	cmd := exec.Command(py, "-c", script)
-	cmd.Stdin = bytes.NewReader(in)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	raw, err := cmd.Output()
-	if err != nil {
-		if !testenv.Required() && strings.Contains(stderr.String(), "ModuleNotFoundError") {
-			t.Skipf("mlx is not installed for %s", py)
-		}
-		t.Fatalf("python: %v\n%s", err, stderr.String())
-	}
 	var want []struct {
 		Codes  []uint32 `json:"codes"`
 		Scales []int    `json:"scales"`
 	}
-	if err := json.Unmarshal(raw, &want); err != nil {
-		t.Fatal(err)
-	}
+	pythonJSON(t, py, script, jobs, &want)
 	if len(want) != len(jobs) {
 		t.Fatalf("%d answers for %d matrices", len(want), len(jobs))
 	}
@@ -263,5 +232,39 @@ json.dump(out, sys.stdout)
 		if bad > 0 {
 			t.Errorf("%s %s: %d scales or words differ from mlx.core.quantize", j.Mode, j.DType, bad)
 		}
+	}
+}
+
+// pythonMLX returns the test Python if it has mlx; without it the test
+// fails under FUSION_REQUIRE_FIXTURES=1 and skips otherwise.
+func pythonMLX(t *testing.T) string {
+	t.Helper()
+	py := testenv.Python(t)
+	if out, err := exec.Command(py, "-c", "import mlx.core").CombinedOutput(); err != nil {
+		if testenv.Required() {
+			t.Fatalf("mlx is not installed for %s: %s", py, out)
+		}
+		t.Skipf("mlx is not installed for %s", py)
+	}
+	return py
+}
+
+// pythonJSON runs script with in as JSON on its stdin and decodes its
+// stdout into out.
+func pythonJSON(t *testing.T, py, script string, in, out any) {
+	t.Helper()
+	raw, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(py, "-c", script)
+	cmd.Stdin = bytes.NewReader(raw)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if raw, err = cmd.Output(); err != nil {
+		t.Fatalf("python: %v\n%s", err, stderr.String())
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		t.Fatal(err)
 	}
 }
