@@ -200,8 +200,9 @@ type mlxStep struct {
 }
 
 type mlxResult struct {
-	Tokens []int     `json:"tokens"`
-	Steps  []mlxStep `json:"steps"`
+	Tokens    []int     `json:"tokens"`
+	Steps     []mlxStep `json:"steps"`
+	Prefilled int       `json:"prefilled"` // prompt tokens in mlx-lm's attention caches before the first step
 }
 
 func TestParityMLX(t *testing.T) {
@@ -218,10 +219,8 @@ func TestParityMLX(t *testing.T) {
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			ref := refs[i]
-			got := teacherForced(t, be, dirs[i], prompt, ref.Tokens)
-			maxDiff, agree, decided := compareSteps(t, got, ref, c.tol)
-			t.Logf("max |Δ logprob| over the top 8 of %d steps: %.2e (tolerance %.0e); greedy agrees on %d/%d steps with a top-2 gap > tolerance",
-				len(ref.Steps), maxDiff, c.tol, agree, decided)
+			checkParity(t, be, dirs[i], prompt, ref, c.tol)
+			checkNotSaturated(t, ref)
 		})
 	}
 }
@@ -296,12 +295,24 @@ func checkParity(t *testing.T, be *cpu.Backend, dir string, prompt []int, ref ml
 	t.Helper()
 	got := teacherForced(t, be, dir, prompt, ref.Tokens)
 	maxDiff, agree, decided := compareSteps(t, got, ref, tol)
-	t.Logf("max |Δ logprob| over the top 8 of %d steps: %.2e (tolerance %.0e); greedy agrees on %d/%d steps with a top-2 gap > tolerance",
-		len(ref.Steps), maxDiff, tol, agree, decided)
+	t.Logf("max |Δ logprob| over the top 8 of %d steps: %.2e (tolerance %.0e); greedy token mlx-lm's on %d/%d steps, %d with a top-2 gap > tolerance",
+		len(ref.Steps), maxDiff, tol, agree, len(ref.Steps), decided)
 }
 
+// minDecided is how many of the 64 steps must have a top-2 gap in
+// mlx-lm's distribution above the tolerance, so that "greedy identical on
+// 64 steps" says something: below it a case is too flat to check greedy
+// decoding (engine/model/DESIGN.md, Parity).
+const minDecided = 56
+
 // compareSteps checks our log-probabilities against mlx-lm's at every step
-// and returns the largest difference and the greedy agreement.
+// and that greedy decoding is the same: teacher-forced with mlx-lm's
+// tokens, our argmax is mlx-lm's token at every step, so running free our
+// 64 tokens would be its 64 — except at a near-tie (mlx-lm's top-2 gap at
+// most tol), where ours may be another token mlx-lm puts within tol of its
+// top and the two free runs could part there (logged). At least
+// minDecided steps must be decided. It returns the largest difference,
+// the greedy agreement and the decided steps.
 func compareSteps(t *testing.T, got [][]float64, ref mlxResult, tol float64) (maxDiff float64, agree, decided int) {
 	t.Helper()
 	if len(got) != len(ref.Steps) {
@@ -316,14 +327,30 @@ func compareSteps(t *testing.T, got [][]float64, ref mlxResult, tol float64) (ma
 				t.Errorf("step %d: token %d: logprob %.6f, mlx-lm %.6f (Δ %.2e > %.0e)", i, id, lp[id], st.LogProbs[j], d, tol)
 			}
 		}
-		if st.LogProbs[0]-st.LogProbs[1] > tol {
+		gap := st.LogProbs[0] - st.LogProbs[1]
+		best := argmax(lp)
+		if gap > tol {
 			decided++
-			if best := argmax(lp); best == ref.Tokens[i] {
-				agree++
+		}
+		switch {
+		case best == ref.Tokens[i]:
+			agree++
+		case gap > tol:
+			t.Errorf("step %d: greedy token %d, mlx-lm %d (top-2 gap %.2e)", i, best, ref.Tokens[i], gap)
+		default:
+			tied := false
+			for j, id := range st.IDs {
+				tied = tied || (id == best && st.LogProbs[0]-st.LogProbs[j] <= tol)
+			}
+			if !tied {
+				t.Errorf("step %d: greedy token %d, not one of mlx-lm's near-tied best (top-2 gap %.2e, its token %d)", i, best, gap, ref.Tokens[i])
 			} else {
-				t.Errorf("step %d: greedy token %d, mlx-lm %d (top-2 gap %.2e)", i, best, ref.Tokens[i], st.LogProbs[0]-st.LogProbs[1])
+				t.Logf("step %d: a near-tie (top-2 gap %.2e ≤ %.0e): greedy token %d, mlx-lm %d; free runs may part here", i, gap, tol, best, ref.Tokens[i])
 			}
 		}
+	}
+	if decided < minDecided {
+		t.Errorf("only %d of %d steps have a top-2 gap above %.0e (want ≥ %d): too flat to check greedy decoding", decided, len(ref.Steps), tol, minDecided)
 	}
 	return maxDiff, agree, decided
 }
@@ -400,7 +427,8 @@ func promptTokens(t *testing.T, dir string, n int) []int {
 }
 
 // toQwen2 turns a bf16 llama demo into a Qwen2 model: q/k/v biases drawn
-// from N(0, 0.5²) (rounded to bf16) added to model.safetensors, and
+// from N(0, 0.1²) (rounded to bf16; at 0.5² greedy decoding looped over 6
+// tokens, too few for checkNotSaturated) added to model.safetensors, and
 // config.json relabelled without rope scaling.
 func toQwen2(dir string) error {
 	path := filepath.Join(dir, modelfile.SingleWeightsFile)
@@ -417,7 +445,7 @@ func toQwen2(dir string) error {
 			(strings.HasSuffix(base, ".q") || strings.HasSuffix(base, ".k") || strings.HasSuffix(base, ".v")) {
 			data := make([]byte, 2*t.Shape[0])
 			for i := range t.Shape[0] {
-				binary.LittleEndian.PutUint16(data[2*i:], tensor.F32ToBF16(float32(rng.NormFloat64()*0.5)))
+				binary.LittleEndian.PutUint16(data[2*i:], tensor.F32ToBF16(float32(rng.NormFloat64()*0.1)))
 			}
 			out = append(out, tensor.Tensor{Name: base + "_proj.bias", DType: tensor.BF16, Shape: t.Shape[:1], Data: data})
 		}
@@ -695,6 +723,12 @@ func runMLX(t *testing.T, py string, dirs []string, prompt []int, native bool) [
 	}
 	if len(res.Results) != len(dirs) {
 		t.Fatalf("mlx_logits.py returned %d results for %d models", len(res.Results), len(dirs))
+	}
+	for i, r := range res.Results {
+		if len(prompt) != parityPrompt || r.Prefilled != len(prompt) || len(r.Tokens) != paritySteps {
+			t.Fatalf("%s: mlx-lm prefilled %d of a %d-token prompt (want %d) and ran %d steps (want %d)",
+				dirs[i], r.Prefilled, len(prompt), parityPrompt, len(r.Tokens), paritySteps)
+		}
 	}
 	return res.Results
 }

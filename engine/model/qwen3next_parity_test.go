@@ -22,10 +22,23 @@ func deltaNetCases() []parityCase {
 	moe.Arch, moe.Seed = "qwen3_5_moe", 26
 	moe4 := moe
 	moe4.Quantize, moe4.GroupSize = 4, 64
+	dense4 := dense
+	dense4.Quantize, dense4.GroupSize = 4, 64
+	fp := func(o demo.Options, mode string) demo.Options { o.QuantMode = mode; return o }
 	return []parityCase{
 		{name: "qwen3_5-bf16", opts: dense, tol: 1e-3},
+		// Every Linear quantized, the DeltaNet's in_proj_b and in_proj_a
+		// (a row per value head) too, as mlx_lm.convert does
+		// (engine/demo TestMLXLMAgrees).
+		{name: "qwen3_5-mlx4", opts: dense4, tol: 1e-2},
+		// MLX's floating-point modes, as Qwen3.6-27B-mxfp8 ships, and
+		// mxfp4 on the mixture (its router and shared-expert gate affine
+		// 8-bit beside them); each mode on one of the two (the same
+		// products), about 7 s of mlx-lm a model.
+		{name: "qwen3_5-mxfp8", opts: fp(dense, "mxfp8"), tol: 1e-2},
 		{name: "qwen3_5_moe-bf16", opts: moe, tol: 1e-3},
 		{name: "qwen3_5_moe-mlx4", opts: moe4, tol: 1e-2},
+		{name: "qwen3_5_moe-mxfp4", opts: fp(moe, "mxfp4"), tol: 1e-2},
 		{name: "qwen3_next-bf16", opts: next, tol: 1e-3},
 		// The router and shared-expert gate at 8 bits (mlx-lm's
 		// quant_predicate), the rest 4.

@@ -21,13 +21,15 @@ and the prompt goes in as one call of the model's body, the LM head then
 applied to its last row only: the engine's prefill (its logits are rows of
 the same bf16 computation; the head is row-wise). The answer is
 
-    {"results": [{"tokens": [...], "steps": [{"ids": [...], "logprobs": [...]}]}]}
+    {"results": [{"tokens": [...], "steps": [{"ids": [...], "logprobs": [...]}],
+                  "prefilled": 512}]}
 
 or {"error": "..."} (the traceback) when a model fails.
 
 steps[i] is the distribution that chose tokens[i] (steps[0] follows the
 prompt): the `top` most likely ids, most likely first, and their
-log-probabilities.
+log-probabilities. prefilled is the offset of the model's attention caches
+once the prompt is in (every prompt token, if the prefill saw them all).
 """
 
 import json
@@ -83,6 +85,9 @@ def run(spec):
         model(mx.array([prompt[:-1]]), cache=cache)
         mx.eval([c.state for c in cache])
         first = model(mx.array([prompt[-1:]]), cache=cache)
+    # How many prompt tokens the attention caches hold after the prefill
+    # (the test checks it is the whole prompt).
+    prefilled = max((c.offset for c in cache if hasattr(c, "offset")), default=0)
     for i in range(spec["steps"]):
         out = first if i == 0 else model(inputs, cache=cache)
         logits = out[0, -1, :].astype(mx.float32)
@@ -98,7 +103,7 @@ def run(spec):
         steps.append({"ids": ids, "logprobs": [lp[i] for i in ids]})
         tokens.append(int(best.item()))
         inputs = mx.array([[tokens[-1]]])
-    return {"tokens": tokens, "steps": steps}
+    return {"tokens": tokens, "steps": steps, "prefilled": prefilled}
 
 
 def main():
