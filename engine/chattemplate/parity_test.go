@@ -55,6 +55,19 @@ var families = []struct {
 	{"gemma4", "gemma4", (*gen).gemma4Case, 6, []string{
 		"<bos><|turn>system\n<|think|>\n", "<|tool>declaration:", "<|tool_call>call:", "<tool_call|><|tool_response>response:",
 		"<|channel>thought\n", "<|turn>model\n<|channel>thought\n<channel|>", "<|image|>", "<|audio|>", "{value:<|\"|>"}, "chat_template.jinja"},
+	// The templates llama.cpp keeps (scripts/fixtures.sh).
+	{"qwen3_5", "qwen3_5", (*gen).qwen35Case, 7, []string{
+		"<tools>\n{", "<tool_call>\n<function=", "\n<parameter=", "\n</parameter>\n</function>\n</tool_call>", "<tool_response>",
+		"<|im_start|>assistant\n<think>\n", "<|im_start|>assistant\n<think>\n\n</think>\n\n", "<|vision_start|><|image_pad|><|vision_end|>",
+		"<|vision_start|><|video_pad|><|vision_end|>", "Picture 1: "}, "chat_template.jinja"},
+	{"glm4_5", "glm4_5", (*gen).glm45Case, 8, []string{
+		"[gMASK]<sop><|system|>\n# Tools", "\n<tool_call>", "<arg_key>", "</arg_key>\n<arg_value>", "<|observation|>\n<tool_response>\n",
+		"/nothink", "<|assistant|>\n<think></think>", "</think>\n", "<|assistant|>"}, "chat_template.jinja"},
+	{"mistral_small3", "mistral_small3", (*gen).mistralSmallCase, 9, []string{
+		"<s>[SYSTEM_PROMPT]You are Mistral Small 3", "The current date is 2025-03-07.", "[AVAILABLE_TOOLS][{", "[TOOL_CALLS]", "[CALL_ID]", "[ARGS]{",
+		"[TOOL_RESULTS]", "[TOOL_CONTENT]", "[IMG]", "[/INST]"}, "chat_template.jinja"},
+	{"phi3_5", "phi3_5", (*gen).phi35Case, 10, []string{
+		"<|system|>\n", "<|user|>\n", "<|end|>\n<|assistant|>\n", "<|end|>\n<|endoftext|>"}, "chat_template.jinja"},
 }
 
 type pyResult struct {

@@ -17,7 +17,9 @@ import (
 //   - "{{ expr }}" becomes "{{ (expr) | fusion_str }}", so output is
 //     Python's str() of the value ("None", "1.0", "['a']") as in Jinja2;
 //   - string literals are decoded with Python's escape rules (\u00e9, \x41,
-//     \r, ...) and re-encoded in the subset the engine reads.
+//     \r, ...) and re-encoded in the subset the engine reads;
+//   - ".strip()", ".lstrip()" and ".rstrip()" name the characters Python's
+//     str.isspace() holds for (the engine's own set misses U+001C..U+001F).
 //
 // Text, comments and {% raw %} blocks are copied unchanged.
 
@@ -182,6 +184,12 @@ func rewriteCode(code string, filters map[string]bool) string {
 			out.WriteString(name)
 			i = j
 			afterPipe = false
+			if k := emptyCall(code, j); k > 0 && isStripMethod(code, i-len(name), name) {
+				// The engine strips Go's whitespace, not str.isspace()'s
+				// (U+001C..U+001F): name the characters.
+				out.WriteString("('" + pyWhitespace + "')")
+				i = k
+			}
 		case c == ' ' || c == '\t' || c == '\n':
 			out.WriteByte(c)
 			i++
@@ -196,6 +204,32 @@ func rewriteCode(code string, filters map[string]bool) string {
 		}
 	}
 	return out.String()
+}
+
+// pyWhitespace is what Python's str.isspace() holds for, written as a
+// string literal the engine reads (\t and \n escaped, the rest raw).
+const pyWhitespace = `\t\n` + "\v\f\r\x1c\x1d\x1e\x1f \u0085\u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+
+// isStripMethod reports whether the identifier name at code[at:] is a
+// strip, lstrip or rstrip method (it follows a '.').
+func isStripMethod(code string, at int, name string) bool {
+	return (name == "strip" || name == "lstrip" || name == "rstrip") && at > 0 && code[at-1] == '.'
+}
+
+// emptyCall returns the index just past "()" (spaces allowed inside) at
+// code[from:], or -1.
+func emptyCall(code string, from int) int {
+	if from >= len(code) || code[from] != '(' {
+		return -1
+	}
+	j := from + 1
+	for j < len(code) && (code[j] == ' ' || code[j] == '\t') {
+		j++
+	}
+	if j < len(code) && code[j] == ')' {
+		return j + 1
+	}
+	return -1
 }
 
 func isIdentStart(c byte) bool {
