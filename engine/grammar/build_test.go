@@ -67,8 +67,8 @@ func TestObjectSchemaRefusesNonObjects(t *testing.T) {
 	}
 }
 
-// TestXMLParameters: Qwen3-Coder parameters, raw strings and JSON values;
-// what the format cannot carry is refused by keyword.
+// TestXMLParameters: Qwen3-Coder parameters (and GLM-4.5's), raw strings
+// and JSON values; what the format cannot carry is refused by keyword.
 func TestXMLParameters(t *testing.T) {
 	schema := `{"type":"object","properties":{"city":{"type":"string","maxLength":5},"n":{"type":"integer","minimum":0},"unit":{"enum":["c","f"]}},"required":["city"]}`
 	b := NewBuilder()
@@ -90,6 +90,27 @@ func TestXMLParameters(t *testing.T) {
 		"<function=f>\n<parameter=city>\n\"q\"\n</parameter>\n</function>":                                                                false,
 		"<function=f>\n<parameter=city>\nx\n</parameter>\n<parameter=n>\n-1\n</parameter>\n</function>":                                   false,
 		"<function=f>\n<parameter=city>\nx\n</parameter>\n<parameter=unit>\nf\n</parameter>\n<parameter=n>\n1\n</parameter>\n</function>": false, // order
+	} {
+		m := g.NewMatcher()
+		if _, accepted := m.AdvanceBytes([]byte(text)); (accepted && m.Done()) != ok {
+			t.Errorf("%q: accepted %v, want %v", text, accepted && m.Done(), ok)
+		}
+	}
+	// GLM-4.5's tags around the same values.
+	b = NewBuilder()
+	if params, err = b.GLMParameters([]byte(schema)); err != nil {
+		t.Fatal(err)
+	}
+	if g, err = b.Build(b.Sequence(append(append([]Expr{b.Literal("<tool_call>f\n")}, params...), b.Literal("</tool_call>"))...)); err != nil {
+		t.Fatal(err)
+	}
+	for text, ok := range map[string]bool{
+		"<tool_call>f\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>":                                                true,
+		"<tool_call>f\n<arg_key>city</arg_key>\n<arg_value>x</arg_value>\n<arg_key>n</arg_key>\n<arg_value>12</arg_value>\n</tool_call>":   true,
+		"<tool_call>f\n<arg_key>city</arg_key>\n<arg_value>x</arg_value>\n<arg_key>unit</arg_key>\n<arg_value>c</arg_value>\n</tool_call>": true,
+		"<tool_call>f\n</tool_call>": false, // city is required
+		"<tool_call>f\n<arg_key>city</arg_key>\n<arg_value>a<b</arg_value>\n</tool_call>":                                                   false,
+		"<tool_call>f\n<arg_key>city</arg_key>\n<arg_value>x</arg_value>\n<arg_key>n</arg_key>\n<arg_value>\"1\"</arg_value>\n</tool_call>": false,
 	} {
 		m := g.NewMatcher()
 		if _, accepted := m.AdvanceBytes([]byte(text)); (accepted && m.Done()) != ok {

@@ -5,8 +5,9 @@ import (
 	"strings"
 )
 
-// Qwen3-Coder writes a call's arguments as XML-ish parameters, one per
-// property, its value as raw text:
+// Qwen3-Coder (and Qwen3.5, and GLM-4.5 with other tags) writes a call's
+// arguments as XML-ish parameters, one per property, its value as raw
+// text:
 //
 //	<parameter=city>
 //	Paris
@@ -73,6 +74,26 @@ func XMLParamTypes(schema []byte) map[string]string {
 // XMLParameters returns the parameters of a call in Qwen3-Coder's format,
 // in schema order, optional ones optional.
 func (b *Builder) XMLParameters(schema []byte) ([]Expr, error) {
+	return b.taggedParameters(schema, "Qwen3-Coder", func(name string) (string, string) {
+		return "<parameter=" + name + ">\n", "\n</parameter>\n"
+	})
+}
+
+// GLMParameters returns the parameters of a call in GLM-4.5's format, one
+// key/value pair per property, the values as XMLParameters writes them
+// (a raw text for a string parameter, JSON otherwise):
+//
+//	<arg_key>city</arg_key>
+//	<arg_value>Paris</arg_value>
+func (b *Builder) GLMParameters(schema []byte) ([]Expr, error) {
+	return b.taggedParameters(schema, "GLM-4.5", func(name string) (string, string) {
+		return "<arg_key>" + name + "</arg_key>\n<arg_value>", "</arg_value>\n"
+	})
+}
+
+// taggedParameters compiles the properties of schema, each between the
+// texts tags gives for its name; format names the call format in errors.
+func (b *Builder) taggedParameters(schema []byte, format string, tags func(name string) (open, close string)) ([]Expr, error) {
 	doc, err := parseOrdered(schema)
 	if err != nil {
 		return nil, fmt.Errorf("grammar: schema: %w", err)
@@ -86,7 +107,7 @@ func (b *Builder) XMLParameters(schema []byte) ([]Expr, error) {
 		case annotations[k], k == "properties", k == "required", k == "additionalProperties":
 		case k == "type" && o.m[k] == "object":
 		default:
-			return nil, unsupported(k, "", "Qwen3-Coder's call format takes an object schema of properties")
+			return nil, unsupported(k, "", format+"'s call format takes an object schema of properties")
 		}
 	}
 	b.c.doc, b.c.refs = doc, map[string]*node{}
@@ -117,7 +138,8 @@ func (b *Builder) XMLParameters(schema []byte) ([]Expr, error) {
 		if val == nil {
 			continue // schema false: never present
 		}
-		parts := []Expr{b.Literal("<parameter=" + name + ">\n"), {val}, b.Literal("\n</parameter>\n")}
+		open, close := tags(name)
+		parts := []Expr{b.Literal(open), {val}, b.Literal(close)}
 		if required[name] {
 			out = append(out, b.Sequence(parts...))
 		} else {

@@ -2,8 +2,8 @@
 // tool calls while it streams.
 //
 // A Parser is built per request with New(name, Options) for one model
-// family (qwen3, hermes, qwen3_coder, llama3_json, mistral, deepseek_v3,
-// harmony, gemma4, think, none/passthrough); Detect picks the family from a chat template.
+// family (qwen3, hermes, qwen3_coder, glm45, phi4_mini, llama3_json,
+// mistral, deepseek_v3, harmony, gemma4, think, none/passthrough); Detect picks the family from a chat template.
 // Add consumes text as it is decoded and returns only what is certain: a
 // suffix that could still be the start of a tag is held back until it is
 // ruled out, and so is an incomplete UTF-8 sequence, so every emitted
@@ -21,6 +21,13 @@
 //     <function=NAME><parameter=KEY>VALUE</parameter>…</function>; values
 //     become JSON numbers/bools/null/objects/arrays when they parse (unless
 //     Options.ParamTypes says "string"), JSON strings otherwise.
+//     Qwen3.5/3.6's template writes this format too (Detect finds it).
+//   - glm45 (aliases glm4_moe, glm4_5): GLM-4.5/4.6's <think> reasoning and
+//     <tool_call>NAME\n<arg_key>KEY</arg_key>\n<arg_value>VALUE</arg_value>…
+//     </tool_call>; values as qwen3_coder's (raw text for a string, JSON
+//     otherwise, Options.ParamTypes applies) but kept exactly, not trimmed.
+//   - phi4_mini (alias phi4): Phi-4-mini's <|tool_call|>[{"name": …,
+//     "arguments": {…}}, …]<|/tool_call|> (or one object); no reasoning.
 //   - llama3_json: with declared tools only, and only when the output starts
 //     (after whitespace) with "{" or <|python_tag|>: a bare
 //     {"name": …, "parameters"|"arguments": {…}} object, several separated by
@@ -82,9 +89,10 @@
 //     (id/name first, then argument fragments) and maps to Anthropic's
 //     content_block_start + input_json_delta. By default the deltas come
 //     together with the validated ToolCall; with Options.StreamArguments
-//     (qwen3/hermes, llama3_json, qwen3_coder) the header goes out as soon
+//     (qwen3/hermes, llama3_json, qwen3_coder, glm45) the header goes out as soon
 //     as the name is known and fragments follow as the arguments arrive
-//     (JSON compacted on the fly; qwen3_coder one parameter at a time).
+//     (JSON compacted on the fly; qwen3_coder and glm45 one parameter at a
+//     time).
 //   - Reasoning is trimmed of surrounding whitespace; content has leading
 //     whitespace trimmed after </think> or a tool call; when tools are
 //     declared, trailing whitespace is held back and dropped before a tool

@@ -50,6 +50,8 @@ func families() map[string]func(Options) Parser {
 	r[Think] = func(o Options) Parser {
 		return newMachine(family{think: true, trim: true}, o)
 	}
+	r[GLM45] = newGLM45
+	r[Phi4Mini] = newPhi4Mini
 	r[Harmony] = newHarmony
 	r[Gemma4] = newGemma4
 	r[Gemma4Think] = newGemma4Think
@@ -321,23 +323,8 @@ func parseMistral(_, body string, _ bool) ([]rawCall, bool) {
 	if t == "" {
 		return nil, false
 	}
-	switch t[0] {
-	case '{':
-		return one(decodeCall(t))
-	case '[':
-		var list []json.RawMessage
-		if json.Unmarshal([]byte(t), &list) != nil || len(list) == 0 {
-			return nil, false
-		}
-		var out []rawCall
-		for _, r := range list {
-			c, ok := decodeCall(string(r))
-			if !ok {
-				return nil, false
-			}
-			out = append(out, c)
-		}
-		return out, true
+	if t[0] == '{' || t[0] == '[' {
+		return jsonCalls(t)
 	}
 	i := strings.Index(t, mistralArgs)
 	if i < 0 {
@@ -353,6 +340,27 @@ func parseMistral(_, body string, _ bool) ([]rawCall, bool) {
 		return nil, false
 	}
 	return []rawCall{{name: name, args: args}}, true
+}
+
+// jsonCalls decodes t, a JSON list of {"name", "arguments"|"parameters"}
+// objects or one such object, into calls.
+func jsonCalls(t string) ([]rawCall, bool) {
+	if strings.HasPrefix(t, "{") {
+		return one(decodeCall(t))
+	}
+	var list []json.RawMessage
+	if !strings.HasPrefix(t, "[") || json.Unmarshal([]byte(t), &list) != nil || len(list) == 0 {
+		return nil, false
+	}
+	out := make([]rawCall, 0, len(list))
+	for _, r := range list {
+		c, ok := decodeCall(string(r))
+		if !ok {
+			return nil, false
+		}
+		out = append(out, c)
+	}
+	return out, true
 }
 
 // parseDeepSeek: function<｜tool▁sep｜>NAME\n```json\nARGS\n``` (V3), or
@@ -445,18 +453,7 @@ func parseQwenXML(body string, types map[string]map[string]string) ([]rawCall, b
 			vals[key] = xmlValue(v, types[name][key])
 		}
 	}
-	var b strings.Builder
-	b.WriteByte('{')
-	for i, k := range keys {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(jsonString(k))
-		b.WriteByte(':')
-		b.WriteString(vals[k])
-	}
-	b.WriteByte('}')
-	return []rawCall{{name: name, args: b.String()}}, true
+	return []rawCall{{name: name, args: objectText(keys, vals)}}, true
 }
 
 func xmlValue(v, typ string) string {

@@ -64,7 +64,7 @@ type Options struct {
 	// error instead of returning their raw text as content.
 	ErrorOnMalformed bool
 	// StreamArguments streams a call's arguments while it is generated
-	// (qwen3/hermes, llama3_json, qwen3_coder): the header delta goes out as
+	// (qwen3/hermes, llama3_json, qwen3_coder, glm45): the header delta goes out as
 	// soon as the name is known, then argument fragments. The call is still
 	// validated at its end; if it then turns out malformed (or disagrees with
 	// what was streamed) it cannot be taken back, so it is dropped and Finish
@@ -76,7 +76,7 @@ type Options struct {
 	// call's Index is not reused.
 	StreamArguments bool
 	// ParamTypes optionally maps tool name → parameter name → JSON Schema
-	// type ("string", "integer", …). qwen3_coder keeps a "string" parameter
+	// type ("string", "integer", …). qwen3_coder and glm45 keep a "string" parameter
 	// as a string even when it looks like a number or bool.
 	ParamTypes map[string]map[string]string
 	// NewID generates tool call IDs; nil means NewCallID.
@@ -95,8 +95,12 @@ const (
 	Llama3JSON = "llama3_json"
 	Mistral    = "mistral"
 	DeepSeekV3 = "deepseek_v3"
-	Harmony    = "harmony"
-	Gemma4     = "gemma4"
+	// GLM45 is GLM-4.5/4.6's <tool_call>NAME<arg_key>…</arg_key><arg_value>…</arg_value> calls and <think>.
+	GLM45 = "glm45"
+	// Phi4Mini is Phi-4-mini's <|tool_call|>[…]<|/tool_call|> JSON calls.
+	Phi4Mini = "phi4_mini"
+	Harmony  = "harmony"
+	Gemma4   = "gemma4"
 	// Gemma4Think is Gemma 4's thought channel without tool calls.
 	Gemma4Think = "gemma4_think"
 	Think       = "think"
@@ -121,14 +125,21 @@ var aliases = map[string]string{
 	"deepseekv3":  DeepSeekV3,
 	// gpt-oss: vLLM calls its reasoning parser openai_gptoss and its tool
 	// parser openai.
-	"gpt_oss":       Harmony,
-	"gpt-oss":       Harmony,
-	"gptoss":        Harmony,
-	"openai":        Harmony,
-	"openai_gptoss": Harmony,
-	"gemma4_text":   Gemma4,
-	"gemma-4":       Gemma4,
-	"":              None,
+	"gpt_oss":        Harmony,
+	"gpt-oss":        Harmony,
+	"gptoss":         Harmony,
+	"openai":         Harmony,
+	"openai_gptoss":  Harmony,
+	"gemma4_text":    Gemma4,
+	"glm4_moe":       GLM45,
+	"glm4.5":         GLM45,
+	"glm-4.5":        GLM45,
+	"glm4_5":         GLM45,
+	"glm47":          GLM45,
+	"phi4":           Phi4Mini,
+	"phi4_mini_json": Phi4Mini,
+	"gemma-4":        Gemma4,
+	"":               None,
 }
 
 // Names lists the registered family names, sorted.
@@ -204,6 +215,10 @@ func Detect(chatTemplate string, override string) string {
 		return DeepSeekV3
 	case strings.Contains(t, "[TOOL_CALLS]"):
 		return Mistral
+	case strings.Contains(t, "<tool_call>") && strings.Contains(t, glmKeyOpen):
+		return GLM45
+	case strings.Contains(t, phi4CallOpen):
+		return Phi4Mini
 	case strings.Contains(t, "<tool_call>") && strings.Contains(t, "<function="):
 		return Qwen3Coder
 	case strings.Contains(t, "<tool_call>"):
@@ -231,6 +246,10 @@ func Markers(name string) []string {
 		return append(think, toolCallOpen, toolCallClose)
 	case DeepSeekV3:
 		return append(think, dsCallsBegin, dsCallBegin, dsSep, dsCallEnd, dsCallsEnd)
+	case GLM45:
+		return append(think, toolCallOpen, toolCallClose, glmKeyOpen, glmKeyClose, glmValueOpen, glmValueClose)
+	case Phi4Mini:
+		return []string{phi4CallOpen, phi4CallClose}
 	case Llama3JSON:
 		return []string{pythonTag}
 	case Mistral:

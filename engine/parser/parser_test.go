@@ -54,6 +54,8 @@ var familyTags = map[string][]string{
 	Harmony:     harmonyMarkers,
 	Gemma4:      {gemmaChannel, gemmaThoughtClose, gemmaCallOpen, gemmaCallClose, gemmaQuote, gemmaResponse},
 	Gemma4Think: {gemmaChannel, gemmaThoughtClose},
+	GLM45:       {"<tool_call>", "</tool_call>", "<think>", "</think>", glmValueOpen, glmValueClose},
+	Phi4Mini:    {phi4CallOpen, phi4CallClose},
 	None:        nil,
 }
 
@@ -175,6 +177,60 @@ func deepseekCases() []tcase {
 	}
 }
 
+// glmCases: GLM-4.5/4.6 calls as their template writes them (string
+// values raw, others JSON) and <think> reasoning.
+func glmCases() []tcase {
+	c1 := "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>"
+	c2 := "<tool_call>search\n<arg_key>q</arg_key>\n<arg_value>line1\nline2 <b> & \"quoted\" </arg_key></arg_value>\n</tool_call>"
+	w1 := call(0, "get_weather", `{"city":"Paris","days":3}`)
+	return []tcase{
+		{name: "plain", in: "Hello, world!\nSecond line.", want: result{Content: "Hello, world!\nSecond line."}},
+		{name: "lt not a tag", in: "a < b <arg_key> <tool x", noTag: true, want: result{Content: "a < b <arg_key> <tool x"}},
+		{name: "reasoning then answer", in: "\n<think>Let me think.</think>\nThe answer is 4.", want: result{Reasoning: "Let me think.", Content: "The answer is 4."}},
+		{name: "empty think", in: "\n<think></think>\nHi", want: result{Content: "Hi"}},
+		{name: "one call", in: c1, want: result{Calls: calls(w1)}},
+		{name: "several calls", in: "\n<think></think>\n" + c1 + "\n" + c2, want: result{Calls: calls(w1, call(1, "search", `{"q":"line1\nline2 <b> & \"quoted\" </arg_key>"}`))}},
+		{name: "calls after reasoning and text", in: "\n<think>Need weather.</think>\nChecking.\n" + c1, want: result{Reasoning: "Need weather.", Content: "Checking.", Calls: calls(w1)}},
+		{name: "no arguments", in: "<tool_call>search\n</tool_call>", want: result{Calls: calls(call(0, "search", `{}`))}},
+		{name: "name alone", in: "<tool_call>search</tool_call>", want: result{Calls: calls(call(0, "search", `{}`))}},
+		{name: "typed values", in: "<tool_call>search\n<arg_key>flag</arg_key>\n<arg_value>true</arg_value>\n<arg_key>obj</arg_key>\n<arg_value>" + nested + "</arg_value>\n<arg_key>none</arg_key>\n<arg_value>null</arg_value>\n<arg_key>zip</arg_key>\n<arg_value>007</arg_value>\n<arg_key>flag</arg_key>\n<arg_value>false</arg_value>\n</tool_call>",
+			want: result{Calls: calls(call(0, "search", `{"flag":true,"obj":`+nestedC+`,"none":null,"zip":"007"}`))}},
+		{name: "schema string types", opts: Options{ParamTypes: map[string]map[string]string{"search": {"zip": "string"}}},
+			in:   "<tool_call>search\n<arg_key>zip</arg_key>\n<arg_value>12345</arg_value>\n<arg_key>n</arg_key>\n<arg_value>7</arg_value>\n</tool_call>",
+			want: result{Calls: calls(call(0, "search", `{"zip":"12345","n":7}`))}},
+		{name: "values kept exactly", in: "<tool_call>search\n<arg_key> q </arg_key><arg_value>  two  spaces \n</arg_value></tool_call>", want: result{Calls: calls(call(0, "search", `{"q":"  two  spaces \n"}`))}},
+		{name: "unicode", in: "\n<think>Größe 🌍</think>\n日本語 🎉<tool_call>search\n<arg_key>城市</arg_key>\n<arg_value>Zürich 東京 🌍</arg_value>\n</tool_call>",
+			want: result{Reasoning: "Größe 🌍", Content: "日本語 🎉", Calls: calls(call(0, "search", `{"城市":"Zürich 東京 🌍"}`))}},
+		{name: "undeclared tool", in: "<tool_call>launch\n</tool_call>", want: result{Calls: calls(call(0, "launch", `{}`))}},
+		{streamWant: &result{Content: "Hi"}, name: "malformed", noTag: true, in: "Hi\n<tool_call>search\n<arg_key>q</arg_key>\nrain\n</tool_call>", want: result{Content: "Hi<tool_call>search\n<arg_key>q</arg_key>\nrain\n</tool_call>"}},
+		{streamWant: &result{Content: "Hi"}, name: "malformed error", err: true, opts: Options{ErrorOnMalformed: true}, in: "Hi\n<tool_call>search\n<arg_value>x</arg_value>\n</tool_call>", want: result{Content: "Hi"}},
+		{name: "unpaired tool_call ends reasoning", opts: Options{StartInReasoning: true}, in: "plan\n" + c1, want: result{Reasoning: "plan", Calls: calls(w1)}},
+		{name: "unterminated valid call", in: "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>", want: result{Calls: calls(w1)}},
+		{name: "partial tag at end", noTag: true, in: "Done <tool_ca", want: result{Content: "Done <tool_ca"}},
+	}
+}
+
+// phi4Cases: Phi-4-mini's JSON calls between its tool-call tokens.
+func phi4Cases() []tcase {
+	a := `<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris"}}]<|/tool_call|>`
+	w := call(0, "get_weather", `{"city":"Paris"}`)
+	return []tcase{
+		{name: "plain", in: "Hello [1, 2] <|tool", noTag: true, want: result{Content: "Hello [1, 2] <|tool"}},
+		{name: "one call", in: a, want: result{Calls: calls(w)}},
+		{name: "several calls", in: `<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "search", "parameters": {"q": "rain", "n": 3}}]<|/tool_call|>`, want: result{Calls: calls(w, call(1, "search", `{"q":"rain","n":3}`))}},
+		{name: "one object", in: `<|tool_call|>{"name": "search", "arguments": {"q": "x"}}<|/tool_call|>`, want: result{Calls: calls(call(0, "search", `{"q":"x"}`))}},
+		{name: "two blocks", in: a + "\n" + `<|tool_call|>[{"name": "search", "arguments": "{\"q\": 1}"}]<|/tool_call|>`, want: result{Calls: calls(w, call(1, "search", `{"q":1}`))}},
+		{name: "text around", in: "Let me check.\n" + a + "\nDone.", want: result{Content: "Let me check.Done.", Calls: calls(w)}},
+		{name: "close tag inside a string", in: `<|tool_call|>[{"name": "search", "arguments": {"q": "a <|/tool_call|> b"}}]<|/tool_call|>`, want: result{Calls: calls(call(0, "search", `{"q":"a <|/tool_call|> b"}`))}},
+		{name: "malformed", noTag: true, in: `<|tool_call|>[{"name": "get_weather", "arguments": {"city": }}]<|/tool_call|>`, want: result{Content: `<|tool_call|>[{"name": "get_weather", "arguments": {"city": }}]<|/tool_call|>`}},
+		{name: "malformed error", err: true, opts: Options{ErrorOnMalformed: true}, in: `Hi<|tool_call|>[]<|/tool_call|>`, want: result{Content: "Hi"}},
+		{name: "undeclared tool", in: `<|tool_call|>[{"name": "launch", "arguments": {}}]<|/tool_call|>`, want: result{Calls: calls(call(0, "launch", `{}`))}},
+		{name: "unicode and nested", in: `<|tool_call|>[{"name": "search", "arguments": ` + nested + `}, {"name": "search", "arguments": {"q": "東京 🌍"}}]<|/tool_call|>`, want: result{Calls: calls(call(0, "search", nestedC), call(1, "search", `{"q":"東京 🌍"}`))}},
+		{name: "unterminated valid call", in: `<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris"}}]`, want: result{Calls: calls(w)}},
+		{name: "think is content", in: "<think>x</think>", want: result{Content: "<think>x</think>"}},
+	}
+}
+
 func thinkCases() []tcase {
 	return []tcase{
 		{name: "plain", in: "Hi there", want: result{Content: "Hi there"}},
@@ -275,6 +331,7 @@ var allCases = map[string][]tcase{
 	Qwen3: hermesCases(), Hermes: hermesCases(), Qwen3Coder: coderCases(), Llama3JSON: llamaCases(),
 	Mistral: mistralCases(), DeepSeekV3: deepseekCases(), Think: thinkCases(), None: noneCases(), Passthrough: noneCases(),
 	Harmony: harmonyCases(), Gemma4: gemma4Cases(), Gemma4Think: gemma4ThinkCases(),
+	GLM45: glmCases(), Phi4Mini: phi4Cases(),
 }
 
 // run feeds chunks to a fresh parser and checks per-output invariants.
@@ -404,6 +461,10 @@ func TestDetect(t *testing.T) {
 		{``, "gpt_oss", Harmony},
 		{`{{- '<|tool_call>call:' + function['name'] + '{' -}} {{- '<|channel>thought\n<channel|>' -}}`, "", Gemma4},
 		{``, "gemma4_text", Gemma4},
+		{"<tool_call>{{ tc.name }}\n<arg_key>{{ k }}</arg_key>\n<arg_value>{{ v }}</arg_value><think>", "", GLM45},
+		{``, "glm4_moe", GLM45},
+		{`{{ '<|tool_call|>' + message.tool_calls | tojson + '<|/tool_call|>' }}`, "", Phi4Mini},
+		{``, "phi4", Phi4Mini},
 	} {
 		if got := Detect(c.tmpl, c.override); got != c.want {
 			t.Errorf("Detect(%q, %q) = %q, want %q", c.tmpl, c.override, got, c.want)
@@ -472,60 +533,80 @@ func TestDetectRealTemplates(t *testing.T) {
 	}
 }
 
-// TestGemma4RealTemplate renders tool calls with Gemma 4's real chat
-// template and parses the model turn back: the arguments must come back
-// equal (as JSON values) to those rendered, strings with quotes, braces,
-// markers and newlines included.
-func TestGemma4RealTemplate(t *testing.T) {
-	src, err := chattemplate.FromTokenizerConfig(testenv.TokenizerFileDir(t, "gemma4", "chat_template.jinja"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := Detect(src, ""); got != Gemma4 {
-		t.Fatalf("Detect = %q, want %q", got, Gemma4)
-	}
-	tmpl, err := chattemplate.New(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	argsJSON := []string{
+// TestRealTemplateCalls renders tool calls with the real chat templates
+// of the families whose calls are not JSON (Gemma 4's, Qwen3.5's XML,
+// GLM-4.6's key/value pairs) and parses the assistant turn back: the
+// arguments must come back equal (as JSON values) to those rendered,
+// strings with quotes, braces, markers and newlines included. (Qwen3.5's
+// template writes a top-level bool or null with str(), True/None, so its
+// rows hold none.)
+func TestRealTemplateCalls(t *testing.T) {
+	shared := []string{
 		`{"city": "Paris", "days": 3}`,
-		`{"q": "a \"quoted\" {brace} [list] <tool_call|> x,y:z\nline", "n": -1.5, "ok": true, "none": null}`,
 		`{"Zeta": [1, "two", {"k": false}], "alpha": {"nested": {"deep": [[], {}]}, "E": 1e-07}, "城市": "東京 🌍"}`,
 		`{}`,
 	}
-	var callObjs []any
-	for i, a := range argsJSON {
-		var args chattemplate.Object
-		if err := json.Unmarshal([]byte(a), &args); err != nil {
-			t.Fatal(err)
-		}
-		callObjs = append(callObjs, chattemplate.NewObject("id", fmt.Sprintf("c%d", i), "type", "function",
-			"function", chattemplate.NewObject("name", "search", "arguments", &args)))
-	}
-	out, err := tmpl.Render(chattemplate.Input{Messages: []*chattemplate.Object{
-		chattemplate.NewObject("role", "user", "content", "hi"),
-		chattemplate.NewObject("role", "assistant", "content", "", "tool_calls", callObjs),
-	}, BOSToken: "<bos>"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	turn := out[strings.LastIndex(out, "<|turn>model\n")+len("<|turn>model\n"):]
-	for _, chunked := range []bool{false, true} {
-		got, err := run(t, Gemma4, tcase{noTag: false}, chunksOf(turn, chunked))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got.Content != "" || got.Reasoning != "" || len(got.Calls) != len(argsJSON) {
-			t.Fatalf("rendered %q parsed as %+v", turn, got)
-		}
-		for i, c := range got.Calls {
-			var want, have any
-			_ = json.Unmarshal([]byte(argsJSON[i]), &want)
-			if err := json.Unmarshal([]byte(c.Arguments), &have); err != nil || !reflect.DeepEqual(have, want) || c.Name != "search" {
-				t.Errorf("call %d: %s %s, want %s (rendered %q)", i, c.Name, c.Arguments, argsJSON[i], turn)
+	for _, tc := range []struct {
+		fixture, family string
+		// turn is the marker the assistant turn starts after, end what
+		// the template ends it with.
+		turn, end string
+		bos       string
+		args      []string
+	}{
+		{"gemma4", Gemma4, "<|turn>model\n", "", "<bos>", append(shared,
+			`{"q": "a \"quoted\" {brace} [list] <tool_call|> x,y:z\nline", "n": -1.5, "ok": true, "none": null}`)},
+		{"qwen3_5", Qwen3Coder, "<|im_start|>assistant\n", "<|im_end|>\n", "", append(shared,
+			`{"q": "a \"quoted\" {brace} [list] </parameter x,y:z\nline\n", "n": -1.5, "list": [true, null]}`)},
+		{"glm4_5", GLM45, "<|assistant|>", "", "", append(shared,
+			`{"q": "a \"quoted\" {brace} [list] </arg_key> x,y:z\nline\n", "n": -1.5, "ok": true, "none": null}`)},
+	} {
+		t.Run(tc.fixture, func(t *testing.T) {
+			src, err := chattemplate.FromTokenizerConfig(testenv.TokenizerFileDir(t, tc.fixture, "chat_template.jinja"))
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
+			if got := Detect(src, ""); got != tc.family {
+				t.Fatalf("Detect = %q, want %q", got, tc.family)
+			}
+			tmpl, err := chattemplate.New(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var callObjs []any
+			for i, a := range tc.args {
+				var args chattemplate.Object
+				if err := json.Unmarshal([]byte(a), &args); err != nil {
+					t.Fatal(err)
+				}
+				callObjs = append(callObjs, chattemplate.NewObject("id", fmt.Sprintf("c%d", i), "type", "function",
+					"function", chattemplate.NewObject("name", "search", "arguments", &args)))
+			}
+			out, err := tmpl.Render(chattemplate.Input{Messages: []*chattemplate.Object{
+				chattemplate.NewObject("role", "user", "content", "hi"),
+				chattemplate.NewObject("role", "assistant", "content", "", "tool_calls", callObjs),
+			}, BOSToken: tc.bos})
+			if err != nil {
+				t.Fatal(err)
+			}
+			turn := strings.TrimSuffix(out[strings.LastIndex(out, tc.turn)+len(tc.turn):], tc.end)
+			for _, chunked := range []bool{false, true} {
+				got, err := run(t, tc.family, tcase{noTag: false}, chunksOf(turn, chunked))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got.Content != "" || got.Reasoning != "" || len(got.Calls) != len(tc.args) {
+					t.Fatalf("rendered %q parsed as %+v", turn, got)
+				}
+				for i, c := range got.Calls {
+					var want, have any
+					_ = json.Unmarshal([]byte(tc.args[i]), &want)
+					if err := json.Unmarshal([]byte(c.Arguments), &have); err != nil || !reflect.DeepEqual(have, want) || c.Name != "search" {
+						t.Errorf("call %d: %s %s, want %s (rendered %q)", i, c.Name, c.Arguments, tc.args[i], turn)
+					}
+				}
+			}
+		})
 	}
 }
 

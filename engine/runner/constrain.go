@@ -230,7 +230,7 @@ func (lm *loadedModel) grammarVocab() *grammar.Vocab {
 			}
 		}
 		lm.harmonyTokens(tokens)
-		lm.gemmaTokens(tokens)
+		lm.callTokens(tokens)
 		lm.vocab = grammar.NewVocab(tokens, tok.EOS())
 	})
 	return lm.vocab

@@ -96,7 +96,7 @@ func toolCallGrammar(family string, tools []*chattemplate.Object, choice engine.
 		switch {
 		case family == parser.Gemma4:
 			args, err = b.GemmaArguments(d.params)
-		case d.params != nil && family != parser.Qwen3Coder: // XML parameters are built below
+		case d.params != nil && family != parser.Qwen3Coder && family != parser.GLM45: // tagged parameters are built below
 			args, err = b.ObjectSchema(d.params)
 		}
 		if err != nil {
@@ -120,21 +120,27 @@ func toolCallGrammar(family string, tools []*chattemplate.Object, choice engine.
 	}
 	var root grammar.Expr
 	switch family {
-	case parser.Qwen3Coder:
+	case parser.Qwen3Coder, parser.GLM45:
+		// Qwen3-Coder's (and Qwen3.5's) <function=NAME><parameter=…>, or
+		// GLM-4.5's NAME line and <arg_key>/<arg_value> pairs.
+		head, tail, params := "<tool_call>\n<function=%s>\n", "</function>\n</tool_call>", b.XMLParameters
+		if family == parser.GLM45 {
+			head, tail, params = "<tool_call>%s\n", "</tool_call>", b.GLMParameters
+		}
 		var alts []grammar.Expr
 		for i, d := range decl {
 			if choice.Mode == engine.ToolNamed && d.name != choice.Name {
 				continue
 			}
-			parts := []grammar.Expr{b.Literal("<tool_call>\n<function=" + d.name + ">\n")}
+			parts := []grammar.Expr{b.Literal(fmt.Sprintf(head, d.name))}
 			if d.params != nil {
-				params, err := b.XMLParameters(d.params)
+				ps, err := params(d.params)
 				if err != nil {
 					return nil, schemaError(fmt.Sprintf("tools[%d].function.parameters", i), err)
 				}
-				parts = append(parts, params...)
+				parts = append(parts, ps...)
 			}
-			alts = append(alts, b.Sequence(append(parts, b.Literal("</function>\n</tool_call>"))...))
+			alts = append(alts, b.Sequence(append(parts, b.Literal(tail))...))
 		}
 		root = b.Repeat(b.Literal("\n"), 1, maxCalls, b.Choice(alts...))
 	case parser.Qwen3, parser.Hermes:
@@ -143,6 +149,8 @@ func toolCallGrammar(family string, tools []*chattemplate.Object, choice engine.
 		root = jsonCall("parameters") // one bare call: the format has no list
 	case parser.Mistral:
 		root = b.Sequence(b.Literal("[TOOL_CALLS]"), b.Array(jsonCall("arguments"), 1, maxCalls))
+	case parser.Phi4Mini:
+		root = b.Sequence(b.Literal("<|tool_call|>"), b.Array(jsonCall("arguments"), 1, maxCalls), b.Literal("<|/tool_call|>"))
 	case parser.Harmony:
 		names, args := make([]string, len(calls)), make([]grammar.Expr, len(calls))
 		for i, c := range calls {
@@ -184,19 +192,24 @@ func schemaError(where string, err error) error {
 	return &prompt.InvalidRequestError{Err: fmt.Errorf("%s: %w", where, err)}
 }
 
-// gemmaTokens puts Gemma 4's call markers into the grammar vocabulary as
+// callTokens puts a family's call markers into the grammar vocabulary as
 // their text, so that a forced call writes them as the model does, with
-// its special tokens (<|tool_call>, <tool_call|>, and <|"|>, the string
-// delimiter), not spelled out in pieces. <|"|> cannot end a string early:
-// a grammar string never holds a '"' (see grammar.GemmaArguments); a
-// string that holds the text of a call marker is read as text by the
-// output parser, which skips <|"|>-delimited strings.
-func (lm *loadedModel) gemmaTokens(tokens [][]byte) {
-	if lm.parser != parser.Gemma4 && lm.parser != parser.Gemma4Think {
-		return
+// its special tokens, not spelled out in pieces: Gemma 4's <|tool_call>,
+// <tool_call|> and <|"|> (the string delimiter; it cannot end a string
+// early: a grammar string never holds a '"', see grammar.GemmaArguments,
+// and a string that holds the text of a call marker is read as text by
+// the output parser, which skips <|"|>-delimited strings), GLM-4.5's
+// <tool_call> and <arg_key>/<arg_value> tags, Phi-4-mini's <|tool_call|>.
+func (lm *loadedModel) callTokens(tokens [][]byte) {
+	var markers []string
+	switch lm.parser {
+	case parser.Gemma4, parser.Gemma4Think:
+		markers = []string{"<|tool_call>", "<tool_call|>", `<|"|>`}
+	case parser.GLM45, parser.Phi4Mini:
+		markers = parser.Markers(lm.parser)
 	}
 	tok := lm.text.Tokenizer()
-	for _, m := range []string{"<|tool_call>", "<tool_call|>", `<|"|>`} {
+	for _, m := range markers {
 		if id, ok := tok.TokenID(m); ok && id < len(tokens) && !tok.IsEOS(id) {
 			tokens[id] = []byte(m)
 		}

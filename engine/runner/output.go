@@ -34,7 +34,7 @@ func newOutputParser(family string, req *engine.Request, renderedPrompt string) 
 		Tools:            toolNames(req.Tools),
 		StartInReasoning: parser.StartInReasoning(renderedPrompt),
 	}
-	if family == parser.Qwen3Coder {
+	if family == parser.Qwen3Coder || family == parser.GLM45 {
 		// Which parameters are strings, so their text stays a string.
 		if decl, err := declaredTools(req.Tools); err == nil {
 			opts.ParamTypes = map[string]map[string]string{}
