@@ -42,6 +42,7 @@ func runCreateDemo(_ context.Context, args []string, stdout, stderr io.Writer) e
 	fs.IntVar(&o.HeadDim, "head-dim", 0, "head dimension (default hidden/heads; deepseek_v3: qk_nope_head_dim and v_head_dim)")
 	fs.IntVar(&o.Intermediate, "intermediate", d.Intermediate, "MLP intermediate size")
 	fs.StringVar(&o.VocabFrom, "vocab-from", "", "copy tokenizer.json and tokenizer_config.json from this directory (default: a built-in byte-level BPE tokenizer)")
+	fs.StringVar(&o.TemplateFrom, "template-from", "", "write this chat template (a .jinja file, or a model directory's) instead of the tokenizer's")
 	fs.IntVar(&o.Quantize, "quantize", 0, "MLX affine quantization bits: 0 (none), 4 or 8 (also 2, 3, 5, 6)")
 	fs.IntVar(&o.GroupSize, "group-size", d.GroupSize, "quantization group size: 32, 64 or 128")
 	fs.StringVar(&o.QuantMode, "quant", "", "MLX quantization mode: affine (with --quantize bits), or mxfp4, mxfp8, nvfp4 (bits and group size fixed by the mode)")

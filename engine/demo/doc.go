@@ -10,7 +10,11 @@
 // model also ends its answers on its own (stop.go). Unless a real tokenizer is
 // given, the model carries its own byte-level BPE tokenizer, trained on a
 // built-in snippet of English and code, with Qwen-style special tokens and
-// a ChatML chat template. gpt-oss's tokenizer package ships no chat
+// a ChatML chat template of our own: Qwen3's kind (<tool_call> JSON), or
+// for qwen3_5 and qwen3_5_moe Qwen3.5's kind (<function=…><parameter=…>
+// calls, thinking by default). Options.TemplateFrom (create-demo
+// --template-from) writes a real model's template instead, as
+// chat_template.jinja. gpt-oss's tokenizer package ships no chat
 // template: a model built on it gets chattemplate.Harmony, and <|call|>
 // among its end tokens. Architectures: llama, qwen3 and gemma3_text
 // (gemma.go; safetensors only, with Gemma's norm layout and sliding-window

@@ -76,6 +76,12 @@ func Build(opts Options) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
+	var tmpl string
+	if o.TemplateFrom != "" {
+		if tmpl, err = readTemplate(o.TemplateFrom); err != nil {
+			return nil, err
+		}
+	}
 	dt, _ := o.dtype()
 	m := &Model{Options: o, DType: dt}
 	p := Params{Arch: o.Arch, Layers: o.Layers, Hidden: o.Hidden, Heads: o.Heads, KVHeads: o.KVHeads,
@@ -106,10 +112,16 @@ func Build(opts Options) (*Model, error) {
 	if o.VocabFrom != "" {
 		m.Tokenizer, err = loadTokenizer(o.VocabFrom)
 	} else {
-		m.Tokenizer, err = builtinTokenizer(p.MaxPositions)
+		m.Tokenizer, err = builtinTokenizer(p.MaxPositions, builtinTemplate(p.Arch))
 	}
 	if err != nil {
 		return nil, err
+	}
+	if tmpl != "" {
+		// Written as chat_template.jinja, which takes precedence over
+		// tokenizer_config.json's chat_template (as in transformers).
+		m.Tokenizer.ChatTemplate = tmpl
+		m.Tokenizer.Files["chat_template.jinja"] = []byte(tmpl)
 	}
 	p.Vocab = (len(m.Tokenizer.Tokens) + vocabMultiple - 1) / vocabMultiple * vocabMultiple
 	m.Params = p

@@ -24,8 +24,14 @@ type Options struct {
 	HeadDim      int    // 0: Hidden/Heads
 	Intermediate int    //
 	VocabFrom    string // directory of a real tokenizer to copy (tokenizer.json, or a vocab.gguf); "" for the built-in one
-	Quantize     int    // 0 (float), or MLX affine bits: 2, 3, 4, 5, 6, 8
-	GroupSize    int    // quantization group size: 32, 64 or 128
+	// TemplateFrom is a chat template to write instead of the tokenizer's:
+	// a .jinja file, or a directory whose default template is taken (a
+	// real model's, with the built-in or another vocabulary). "" keeps
+	// the tokenizer's (the built-in one's is Qwen3's kind, Qwen3.5's for
+	// qwen3_5 and qwen3_5_moe: template.go).
+	TemplateFrom string
+	Quantize     int // 0 (float), or MLX affine bits: 2, 3, 4, 5, 6, 8
+	GroupSize    int // quantization group size: 32, 64 or 128
 	// QuantMode is MLX's quantization mode: "" or "affine" (with Quantize
 	// and GroupSize), or "mxfp4", "mxfp8", "nvfp4", which fix the bits and
 	// group size.

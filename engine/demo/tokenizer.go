@@ -65,10 +65,10 @@ var builtinSpecials = []struct {
 
 // builtinTokenizer trains the byte-level BPE tokenizer on the built-in
 // corpus and renders its tokenizer.json and tokenizer_config.json in the
-// layout of Qwen3's.
-func builtinTokenizer(maxLen int) (*Tokenizer, error) {
+// layout of Qwen3's, with the chat template tmpl.
+func builtinTokenizer(maxLen int, tmpl string) (*Tokenizer, error) {
 	table, order := byteAlphabet()
-	tk := &Tokenizer{Merges: trainBPE(corpus, maxMerges), Pre: "qwen2", ChatTemplate: chatTemplate}
+	tk := &Tokenizer{Merges: trainBPE(corpus, maxMerges), Pre: "qwen2", ChatTemplate: tmpl}
 	ids := make(map[string]int)
 	add := func(s string) {
 		if _, ok := ids[s]; !ok {
@@ -131,7 +131,7 @@ func builtinTokenizer(maxLen int) (*Tokenizer, error) {
 		{"added_tokens_decoder", decoder},
 		{"additional_special_tokens", []string{"<|im_start|>", "<|im_end|>"}},
 		{"bos_token", nil},
-		{"chat_template", chatTemplate},
+		{"chat_template", tmpl},
 		{"clean_up_tokenization_spaces", false},
 		{"eos_token", "<|im_end|>"},
 		{"errors", "replace"},

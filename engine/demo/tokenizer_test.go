@@ -100,10 +100,19 @@ print(json.dumps({"size": tk.get_vocab_size(with_added_tokens=True),
 	}
 }
 
-// TestChatTemplateJinja2 renders the built-in chat template with Python
-// jinja2 configured as transformers configures it.
+// TestChatTemplateJinja2 renders the built-in chat templates (Qwen3's
+// kind, and Qwen3.5's kind for qwen3_5) with Python jinja2 configured as
+// transformers configures it.
 func TestChatTemplateJinja2(t *testing.T) {
 	dir, _ := writeDemo(t, Options{})
+	// Qwen3.5's kind, as the qwen3_5 demos carry it (TestFamiliesServed
+	// checks that they do), without building one.
+	cfg35 := filepath.Join(t.TempDir(), TokenizerConfigFile)
+	if b, err := json.Marshal(map[string]string{"chat_template": builtinTemplate("qwen3_5"), "eos_token": "<|im_end|>"}); err != nil {
+		t.Fatal(err)
+	} else if err := os.WriteFile(cfg35, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	type msg = map[string]any
 	cases := []struct {
 		name     string
@@ -111,15 +120,16 @@ func TestChatTemplateJinja2(t *testing.T) {
 		tools    []msg
 		kwargs   map[string]any
 		want     string
+		qwen35   bool
 	}{
 		{"user", []msg{{"role": "user", "content": "Hi"}}, nil, map[string]any{},
-			"<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"},
+			"<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n", false},
 		{"system, no thinking", []msg{{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}}, nil,
 			map[string]any{"enable_thinking": false},
-			"<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"},
+			"<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n", false},
 		{"reasoning dropped from history", []msg{{"role": "user", "content": "Q"}, {"role": "assistant", "content": "<think>\nhmm\n</think>\n\nA"},
 			{"role": "user", "content": "Q2"}}, nil, map[string]any{"enable_thinking": true},
-			"<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\nA<|im_end|>\n<|im_start|>user\nQ2<|im_end|>\n<|im_start|>assistant\n"},
+			"<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\nA<|im_end|>\n<|im_start|>user\nQ2<|im_end|>\n<|im_start|>assistant\n", false},
 		{"tools", []msg{
 			{"role": "system", "content": "S"},
 			{"role": "user", "content": "Weather?"},
@@ -138,9 +148,33 @@ func TestChatTemplateJinja2(t *testing.T) {
 				"<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n" +
 				"<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\": \"CET\"}}\n</tool_call><|im_end|>\n" +
 				"<|im_start|>user\n<tool_response>\n20C\n</tool_response>\n<tool_response>\n12:00\n</tool_response><|im_end|>\n" +
-				"<|im_start|>assistant\n"},
+				"<|im_start|>assistant\n", false},
+		{"qwen3.5: thinks by default", []msg{{"role": "user", "content": "Hi"}}, nil, map[string]any{},
+			"<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n", true},
+		{"qwen3.5: no thinking", []msg{{"role": "user", "content": "Hi"}}, nil, map[string]any{"enable_thinking": false},
+			"<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n", true},
+		{"qwen3.5: tools", []msg{
+			{"role": "user", "content": "Weather?"},
+			{"role": "assistant", "content": "Checking.", "tool_calls": []msg{
+				{"type": "function", "function": msg{"name": "get_weather", "arguments": msg{"city": "Paris", "days": 3, "hourly": true, "at": []any{1, "x"}}}},
+				{"type": "function", "function": msg{"name": "get_time", "arguments": msg{}}}}},
+			{"role": "tool", "content": "20C"},
+		}, []msg{{"type": "function", "function": msg{"name": "get_weather", "parameters": msg{"type": "object"}}}}, map[string]any{},
+			"<|im_start|>system\n# Tools\n\nThese functions are available, their signatures within <tools></tools> XML tags:\n<tools>\n" +
+				`{"function": {"name": "get_weather", "parameters": {"type": "object"}}, "type": "function"}` +
+				"\n</tools>\n\nTo call a function, write one block per call, nothing after it:\n" +
+				"<tool_call>\n<function=NAME>\n<parameter=PARAMETER>\nVALUE\n</parameter>\n</function>\n</tool_call><|im_end|>\n" +
+				"<|im_start|>user\nWeather?<|im_end|>\n" +
+				"<|im_start|>assistant\nChecking.\n<tool_call>\n<function=get_weather>\n<parameter=at>\n[1, \"x\"]\n</parameter>\n" +
+				"<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n<parameter=hourly>\ntrue\n</parameter>\n</function>\n</tool_call>\n" +
+				"<tool_call>\n<function=get_time>\n</function>\n</tool_call><|im_end|>\n" +
+				"<|im_start|>user\n<tool_response>\n20C\n</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\n", true},
 	}
 	for _, tc := range cases {
+		cfg := filepath.Join(dir, TokenizerConfigFile)
+		if tc.qwen35 {
+			cfg = cfg35
+		}
 		in, _ := json.Marshal(map[string]any{"messages": tc.messages, "tools": tc.tools, "kwargs": tc.kwargs})
 		out := runPython(t, `import json, sys
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -152,9 +186,38 @@ cfg = json.load(open(sys.argv[1]))
 req = json.loads(sys.argv[2])
 sys.stdout.write(env.from_string(cfg["chat_template"]).render(messages=req["messages"], tools=req["tools"],
     add_generation_prompt=True, eos_token=cfg["eos_token"], **req["kwargs"]))
-`, filepath.Join(dir, TokenizerConfigFile), string(in))
+`, cfg, string(in))
 		if string(out) != tc.want {
 			t.Errorf("%s:\ngot  %q\nwant %q", tc.name, out, tc.want)
+		}
+	}
+}
+
+// TestTemplateFrom writes a given template as chat_template.jinja (what
+// the engine then renders) from a file or a model directory, and refuses
+// a missing or empty one before building anything.
+func TestTemplateFrom(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "t.jinja")
+	const tmpl = "{{ messages[0].content }}!"
+	if err := os.WriteFile(src, []byte(tmpl), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir, m := writeDemo(t, Options{TemplateFrom: src})
+	got, err := chattemplate.FromTokenizerConfig(dir)
+	if err != nil || got != tmpl || m.Tokenizer.ChatTemplate != tmpl {
+		t.Fatalf("from a file: %q, %v (tokenizer %q)", got, err, m.Tokenizer.ChatTemplate)
+	}
+	// A directory's template: here the demo just written's.
+	if got, err := readTemplate(dir); err != nil || got != tmpl {
+		t.Fatalf("from a directory: %q, %v", got, err)
+	}
+	empty := filepath.Join(t.TempDir(), "empty.jinja")
+	if err := os.WriteFile(empty, []byte(" \n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{filepath.Join(t.TempDir(), "missing.jinja"), empty, t.TempDir()} {
+		if _, err := Build(Options{TemplateFrom: bad}); err == nil {
+			t.Errorf("TemplateFrom %s: no error", bad)
 		}
 	}
 }

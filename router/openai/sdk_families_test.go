@@ -18,7 +18,9 @@ import (
 // TestPythonSDKFamilies serves random-weight demo models of families
 // whose chat formats differ from harmony — a gemma3_text with Gemma 3's
 // real tokenizer and template (no reasoning, no tool format of its own)
-// a qwen3_5_moe with Qwen3's (<think> reasoning, <tool_call> calls) and
+// a qwen3_5_moe with Qwen3's vocabulary (Qwen3.5's is not in the
+// fixtures; the tokens its template writes are Qwen3's too) and Qwen3.5's real template
+// (thinking by default, <tool_call><function=…> XML calls), and
 // a gemma4_text with Gemma 4's (its vocab.gguf; thought channel, calls in
 // its own notation) — and runs testdata/test_family_sdk.py, the official OpenAI and
 // Anthropic Python SDKs, against the node that holds them and a cluster
@@ -44,8 +46,9 @@ func TestPythonSDKFamilies(t *testing.T) {
 	}{
 		{"gemma3", "gemma3-demo", demo.Options{Arch: "gemma3_text", Seed: 16, VocabFrom: testenv.TokenizerDir(t, "gemma3"),
 			Layers: 2, Hidden: 32, Heads: 2, KVHeads: 1, Intermediate: 64, SlidingWindow: 16, SlidingPattern: 2, DType: "bf16"}},
-		{"qwen3", "qwen35moe-demo", demo.Options{Arch: "qwen3_5_moe", Seed: 5, VocabFrom: testenv.TokenizerDir(t, "qwen3"),
-			Layers: 4, Hidden: 32, Heads: 2, KVHeads: 1, HeadDim: 16, Experts: 4, ExpertsPerTok: 2, MoEIntermediate: 32, DType: "bf16"}},
+		{"qwen3_5", "qwen35moe-demo", demo.Options{Arch: "qwen3_5_moe", Seed: 5, VocabFrom: testenv.TokenizerDir(t, "qwen3"),
+			TemplateFrom: filepath.Join(testenv.TokenizerFileDir(t, "qwen3_5", "chat_template.jinja"), "chat_template.jinja"),
+			Layers:       4, Hidden: 32, Heads: 2, KVHeads: 1, HeadDim: 16, Experts: 4, ExpertsPerTok: 2, MoEIntermediate: 32, DType: "bf16"}},
 		{"gemma4", "gemma4-demo", demo.Options{Arch: "gemma4_text", Seed: 21, VocabFrom: testenv.TokenizerFileDir(t, "gemma4", "vocab.gguf"),
 			Layers: 4, Hidden: 32, Heads: 2, KVHeads: 1, Intermediate: 64, SlidingWindow: 16, SlidingPattern: 2, DType: "bf16"}},
 	}

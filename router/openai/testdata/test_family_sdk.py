@@ -43,15 +43,21 @@ FAMILIES = {
         # results is the template's error, a 400.
         "tool_history": None,
     },
-    "qwen3": {
+    "qwen3_5": {
+        # Qwen3.5's template thinks unless enable_thinking is false: the
+        # prompt opens the block.
         "prompt": ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is the weather in Paris?<|im_end|>\n"
-                   "<|im_start|>assistant\n"),
+                   "<|im_start|>assistant\n<think>\n"),
         "ends": ["<|im_end|>", "<|endoftext|>"],
         "think": ("<think>", "</think>"),
-        "markers": ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<think>", "</think>", "<tool_call>", "</tool_call>"],
-        # How a call (name, arguments JSON) and its result "sunny" read in the history.
-        "tool_history": lambda name, args: ('<tool_call>\n{"name": "%s", "arguments": %s}\n</tool_call><|im_end|>\n' % (name, args),
-                                            "<|im_start|>user\n<tool_response>\nsunny\n</tool_response><|im_end|>\n<|im_start|>assistant\n"),
+        "markers": ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<think>", "</think>", "<tool_call>", "</tool_call>",
+                    "<function=", "<parameter="],
+        # How a call (name, arguments JSON) and its result "sunny" read in
+        # the history: a parameter per argument, a string as it is.
+        "tool_history": lambda name, args: ("<tool_call>\n<function=%s>\n%s</function>\n</tool_call><|im_end|>\n" % (name, "".join(
+            "<parameter=%s>\n%s\n</parameter>\n" % (k, v if isinstance(v, str) else json.dumps(v, ensure_ascii=False))
+            for k, v in json.loads(args).items())),
+            "<|im_start|>user\n<tool_response>\nsunny\n</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\n"),
     },
     "gemma4": {
         # Thinking off (the template's default) closes an empty thought channel.
