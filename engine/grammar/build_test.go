@@ -2,6 +2,7 @@ package grammar
 
 import (
 	"errors"
+	"maps"
 	"testing"
 )
 
@@ -95,6 +96,10 @@ func TestXMLParameters(t *testing.T) {
 		if _, accepted := m.AdvanceBytes([]byte(text)); (accepted && m.Done()) != ok {
 			t.Errorf("%q: accepted %v, want %v", text, accepted && m.Done(), ok)
 		}
+	}
+	// What the output parser is told of each parameter.
+	if got, want := XMLParamTypes([]byte(schema)), map[string]string{"city": "string", "n": "integer", "unit": "string"}; !maps.Equal(got, want) {
+		t.Errorf("XMLParamTypes = %v, want %v", got, want)
 	}
 	// GLM-4.5's tags around the same values.
 	b = NewBuilder()

@@ -46,7 +46,10 @@ func xmlStringParam(s any) bool {
 }
 
 // XMLParamTypes maps the properties of a parameters schema to "string"
-// for string parameters (see above) and "" for the others.
+// for string parameters (see above), to the type a property's schema
+// names alone for the others ("boolean", "integer", …; Qwen3.5's template
+// writes Python's True/False/None, which the output parser reads back by
+// it), and "" when none is named.
 func XMLParamTypes(schema []byte) map[string]string {
 	doc, err := parseOrdered(schema)
 	if err != nil {
@@ -62,9 +65,12 @@ func XMLParamTypes(schema []byte) map[string]string {
 	}
 	out := map[string]string{}
 	for _, k := range props.keys {
-		if xmlStringParam(props.m[k]) {
+		switch ps, _ := props.m[k].(*object); {
+		case xmlStringParam(props.m[k]):
 			out[k] = "string"
-		} else {
+		case ps != nil:
+			out[k], _ = ps.m["type"].(string)
+		default:
 			out[k] = ""
 		}
 	}

@@ -456,8 +456,20 @@ func parseQwenXML(body string, types map[string]map[string]string) ([]rawCall, b
 	return []rawCall{{name: name, args: objectText(keys, vals)}}, true
 }
 
+// xmlValue is a parameter's value as JSON. A parameter whose schema names
+// a type other than string also reads Python's literals, as Qwen3.5's
+// template writes them back (str() of a bool or None): True, False
+// (booleans) and None.
 func xmlValue(v, typ string) string {
 	t := strings.TrimSpace(v)
+	if typ != "" && typ != "string" {
+		switch {
+		case t == "None":
+			return "null"
+		case typ == "boolean" && (t == "True" || t == "False"):
+			return strings.ToLower(t)
+		}
+	}
 	if typ != "string" && t != "" && t[0] != '"' && json.Valid([]byte(t)) {
 		if c, ok := compactJSON(t); ok {
 			return c
