@@ -3,7 +3,8 @@
 //
 // A Parser is built per request with New(name, Options) for one model
 // family (qwen3, hermes, qwen3_coder, glm45, phi4_mini, llama3_json,
-// mistral, deepseek_v3, harmony, gemma4, think, none/passthrough); Detect picks the family from a chat template.
+// mistral, mistral_args, deepseek_v3, harmony, gemma4, think,
+// none/passthrough); Detect picks the family from a chat template.
 // Add consumes text as it is decoded and returns only what is certain: a
 // suffix that could still be the start of a tag is held back until it is
 // ruled out, and so is an incomplete UTF-8 sequence, so every emitted
@@ -20,7 +21,9 @@
 //   - qwen3_coder (alias qwen3_xml): as qwen3 but the body is
 //     <function=NAME><parameter=KEY>VALUE</parameter>…</function>; values
 //     become JSON numbers/bools/null/objects/arrays when they parse (unless
-//     Options.ParamTypes says "string"), JSON strings otherwise.
+//     Options.ParamTypes says "string"), JSON strings otherwise; where
+//     ParamTypes names another type, Python's True/False/None (how
+//     Qwen3.5's template writes a bool or null back) are read too.
 //     Qwen3.5/3.6's template writes this format too (Detect finds it).
 //   - glm45 (aliases glm4_moe, glm4_5): GLM-4.5/4.6's <think> reasoning and
 //     <tool_call>NAME\n<arg_key>KEY</arg_key>\n<arg_value>VALUE</arg_value>…
@@ -34,7 +37,9 @@
 //     ";" or whitespace; otherwise all content. No reasoning.
 //   - mistral: [TOOL_CALLS] followed by a JSON array of {name, arguments}
 //     (or one object), or the newer NAME[ARGS]{…} / NAME[CALL_ID]id[ARGS]{…}
-//     form; text before it is content. No reasoning.
+//     form; text before it is content. No reasoning. mistral_args is the
+//     same parser for templates written in the newer form (Detect: the
+//     template has [ARGS]), which a forced call is then written in.
 //   - deepseek_v3: <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json
 //     ARGS```<｜tool▁call▁end｜> (and V3.1's NAME<｜tool▁sep｜>ARGS), the
 //     <｜tool▁calls▁begin｜>/<｜tool▁calls▁end｜> section markers are dropped

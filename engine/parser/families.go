@@ -47,6 +47,7 @@ func families() map[string]func(Options) Parser {
 	r[Mistral] = func(o Options) Parser {
 		return newMachine(family{trim: true, open: []string{mistralCalls}, end: mistralEnd, parse: parseMistral}, o)
 	}
+	r[MistralArgs] = r[Mistral]
 	r[Think] = func(o Options) Parser {
 		return newMachine(family{think: true, trim: true}, o)
 	}

@@ -94,7 +94,11 @@ const (
 	Qwen3Coder = "qwen3_coder"
 	Llama3JSON = "llama3_json"
 	Mistral    = "mistral"
-	DeepSeekV3 = "deepseek_v3"
+	// MistralArgs is Mistral read the same way, for templates that write
+	// calls as [TOOL_CALLS]NAME[ARGS]{…} (Mistral Small 3.2, Devstral,
+	// Magistral): a forced call is written in that form, not as a list.
+	MistralArgs = "mistral_args"
+	DeepSeekV3  = "deepseek_v3"
 	// GLM45 is GLM-4.5/4.6's <tool_call>NAME<arg_key>…</arg_key><arg_value>…</arg_value> calls and <think>.
 	GLM45 = "glm45"
 	// Phi4Mini is Phi-4-mini's <|tool_call|>[…]<|/tool_call|> JSON calls.
@@ -213,6 +217,8 @@ func Detect(chatTemplate string, override string) string {
 		return Harmony
 	case strings.Contains(t, "tool▁calls▁begin"):
 		return DeepSeekV3
+	case strings.Contains(t, "[TOOL_CALLS]") && strings.Contains(t, mistralArgs):
+		return MistralArgs
 	case strings.Contains(t, "[TOOL_CALLS]"):
 		return Mistral
 	case strings.Contains(t, "<tool_call>") && strings.Contains(t, glmKeyOpen):
@@ -252,7 +258,7 @@ func Markers(name string) []string {
 		return []string{phi4CallOpen, phi4CallClose}
 	case Llama3JSON:
 		return []string{pythonTag}
-	case Mistral:
+	case Mistral, MistralArgs:
 		return []string{mistralCalls, mistralArgs, mistralID}
 	case Think:
 		return think

@@ -49,6 +49,7 @@ var familyTags = map[string][]string{
 	Qwen3Coder:  {"<tool_call>", "</tool_call>", "<think>", "</think>", "<function=", "<parameter="},
 	Llama3JSON:  {"<|python_tag|>"},
 	Mistral:     {"[TOOL_CALLS]", "[ARGS]"},
+	MistralArgs: {"[TOOL_CALLS]", "[ARGS]"},
 	DeepSeekV3:  {dsCallsBegin, dsCallsEnd, dsCallBegin, dsCallEnd, dsSep, "<think>", "</think>"},
 	Think:       {"<think>", "</think>"},
 	Harmony:     harmonyMarkers,
@@ -332,7 +333,7 @@ func noneCases() []tcase {
 
 var allCases = map[string][]tcase{
 	Qwen3: hermesCases(), Hermes: hermesCases(), Qwen3Coder: coderCases(), Llama3JSON: llamaCases(),
-	Mistral: mistralCases(), DeepSeekV3: deepseekCases(), Think: thinkCases(), None: noneCases(), Passthrough: noneCases(),
+	Mistral: mistralCases(), MistralArgs: mistralCases(), DeepSeekV3: deepseekCases(), Think: thinkCases(), None: noneCases(), Passthrough: noneCases(),
 	Harmony: harmonyCases(), Gemma4: gemma4Cases(), Gemma4Think: gemma4ThinkCases(),
 	GLM45: glmCases(), Phi4Mini: phi4Cases(),
 }
@@ -452,6 +453,7 @@ func TestDetect(t *testing.T) {
 		{`<|start_header_id|>user<|end_header_id|>\n\nRespond in the format {"name": function name, "parameters": dictionary of argument name and its value}`, "", Llama3JSON},
 		{`{{- "<|python_tag|>" + tool_call.name }}`, "", Llama3JSON},
 		{`[AVAILABLE_TOOLS]{{ tools }}[/AVAILABLE_TOOLS] [TOOL_CALLS]`, "", Mistral},
+		{`[AVAILABLE_TOOLS]{{ tools }}[/AVAILABLE_TOOLS] [TOOL_CALLS]{{ name }}[ARGS]{{ args }}`, "", MistralArgs},
 		{`{{'<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>'}}`, "", DeepSeekV3},
 		{`{{ '<think>\n' }}`, "", Think},
 		{`{{ message.content }}`, "", None},
@@ -537,8 +539,8 @@ func TestDetectRealTemplates(t *testing.T) {
 }
 
 // TestRealTemplateCalls renders tool calls with the real chat templates
-// of the families whose calls are not JSON (Gemma 4's, Qwen3.5's XML,
-// GLM-4.6's key/value pairs) and parses the assistant turn back: the
+// of the families whose calls are not JSON lists (Gemma 4's, Qwen3.5's
+// XML, GLM-4.6's key/value pairs, Mistral Small 3.2's NAME[ARGS]) and parses the assistant turn back: the
 // arguments must come back equal (as JSON values) to those rendered,
 // strings with quotes, braces, markers and newlines included. (Qwen3.5's
 // template writes a top-level bool or null with str(), True/None, so its
@@ -554,15 +556,17 @@ func TestRealTemplateCalls(t *testing.T) {
 		// turn is the marker the assistant turn starts after, end what
 		// the template ends it with.
 		turn, end string
-		bos       string
+		bos, eos  string
 		args      []string
 	}{
-		{"gemma4", Gemma4, "<|turn>model\n", "", "<bos>", append(shared,
+		{"gemma4", Gemma4, "<|turn>model\n", "", "<bos>", "", append(shared,
 			`{"q": "a \"quoted\" {brace} [list] <tool_call|> x,y:z\nline", "n": -1.5, "ok": true, "none": null}`)},
-		{"qwen3_5", Qwen3Coder, "<|im_start|>assistant\n", "<|im_end|>\n", "", append(shared,
+		{"qwen3_5", Qwen3Coder, "<|im_start|>assistant\n", "<|im_end|>\n", "", "", append(shared,
 			`{"q": "a \"quoted\" {brace} [list] </parameter x,y:z\nline\n", "n": -1.5, "list": [true, null]}`)},
-		{"glm4_5", GLM45, "<|assistant|>", "", "", append(shared,
+		{"glm4_5", GLM45, "<|assistant|>", "", "", "", append(shared,
 			`{"q": "a \"quoted\" {brace} [list] </arg_key> x,y:z\nline\n", "n": -1.5, "ok": true, "none": null}`)},
+		{"mistral_small3", MistralArgs, "[/INST]", "</s>", "<s>", "</s>", append(shared,
+			`{"q": "a \"quoted\" {brace} [list] [TOOL_CALLS] x[ARGS]y\nline\n", "n": -1.5, "ok": true, "none": null}`)},
 	} {
 		t.Run(tc.fixture, func(t *testing.T) {
 			src, err := chattemplate.FromTokenizerConfig(testenv.TokenizerFileDir(t, tc.fixture, "chat_template.jinja"))
@@ -582,13 +586,13 @@ func TestRealTemplateCalls(t *testing.T) {
 				if err := json.Unmarshal([]byte(a), &args); err != nil {
 					t.Fatal(err)
 				}
-				callObjs = append(callObjs, chattemplate.NewObject("id", fmt.Sprintf("c%d", i), "type", "function",
+				callObjs = append(callObjs, chattemplate.NewObject("id", fmt.Sprintf("c%08d", i), "type", "function",
 					"function", chattemplate.NewObject("name", "search", "arguments", &args)))
 			}
 			out, err := tmpl.Render(chattemplate.Input{Messages: []*chattemplate.Object{
 				chattemplate.NewObject("role", "user", "content", "hi"),
 				chattemplate.NewObject("role", "assistant", "content", "", "tool_calls", callObjs),
-			}, BOSToken: tc.bos})
+			}, BOSToken: tc.bos, EOSToken: tc.eos})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -149,6 +149,14 @@ func toolCallGrammar(family string, tools []*chattemplate.Object, choice engine.
 		root = jsonCall("parameters") // one bare call: the format has no list
 	case parser.Mistral:
 		root = b.Sequence(b.Literal("[TOOL_CALLS]"), b.Array(jsonCall("arguments"), 1, maxCalls))
+	case parser.MistralArgs:
+		// Each call as its own [TOOL_CALLS]NAME[ARGS]{…}, as the template
+		// writes them back.
+		var alts []grammar.Expr
+		for _, c := range calls {
+			alts = append(alts, b.Sequence(b.Literal(c.name+"[ARGS]"), c.args))
+		}
+		root = b.Repeat(grammar.Expr{}, 1, maxCalls, b.Literal("[TOOL_CALLS]"), b.Choice(alts...))
 	case parser.Phi4Mini:
 		root = b.Sequence(b.Literal("<|tool_call|>"), b.Array(jsonCall("arguments"), 1, maxCalls), b.Literal("<|/tool_call|>"))
 	case parser.Harmony:

@@ -26,7 +26,7 @@ func TestForcedFormatsParse(t *testing.T) {
 		toks = append(toks, []byte{byte(b)})
 	}
 	for _, s := range []string{`{"`, `":`, `","`, `"}`, "\n", "<tool_call>", "</tool_call>", "<parameter=", "</parameter>", "<function=", "Paris", "[TOOL_CALLS]", "function", "```json", "<｜tool▁sep｜>", "é", "get_weather", "city",
-		"<|tool_call>", "<tool_call|>", `<|"|>`, "call:", "None", "null", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", "<|tool_call|>", "<|/tool_call|>"} {
+		"<|tool_call>", "<tool_call|>", `<|"|>`, "call:", "None", "null", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", "<|tool_call|>", "<|/tool_call|>", "[ARGS]"} {
 		toks = append(toks, []byte(s))
 	}
 	vocab := grammar.NewVocab(toks, []int{0})
@@ -41,7 +41,7 @@ func TestForcedFormatsParse(t *testing.T) {
 	gemmaValidator := compileValidator(t, gemmaParams)
 	rng := rand.New(rand.NewPCG(9, 10))
 	mask := sample.NewBitset(len(toks))
-	for _, family := range []string{parser.Qwen3, parser.Hermes, parser.Qwen3Coder, parser.Llama3JSON, parser.Mistral, parser.DeepSeekV3, parser.Gemma4, parser.GLM45, parser.Phi4Mini} {
+	for _, family := range []string{parser.Qwen3, parser.Hermes, parser.Qwen3Coder, parser.Llama3JSON, parser.Mistral, parser.MistralArgs, parser.DeepSeekV3, parser.Gemma4, parser.GLM45, parser.Phi4Mini} {
 		for _, choice := range []engine.ToolChoice{{Mode: engine.ToolRequired}, {Mode: engine.ToolRequired, NoParallel: true}, {Mode: engine.ToolNamed, Name: "get_weather"}} {
 			tools, validator := tools, validator
 			if family == parser.Gemma4 {

@@ -42,9 +42,10 @@ var servedFamilies = []struct {
 
 // TestFamiliesServed serves a demo model of every family from node a of a
 // two-node cluster and asks node b, which forwards over gRPC, through each
-// dialect: an OpenAI chat completion, a call forced through the tool
-// grammar, an Anthropic message and an OpenClaw agent turn, each answered
-// in full with the family's template and parser.
+// dialect: an OpenAI chat completion, one call forced through the tool
+// grammar (parallel calls off), an Anthropic message and an OpenClaw
+// agent turn, each answered in full with the family's template and
+// parser; each template's prompt is checked first.
 func TestFamiliesServed(t *testing.T) {
 	models := t.TempDir()
 	for i, f := range servedFamilies {
@@ -109,7 +110,7 @@ func TestFamiliesServed(t *testing.T) {
 
 			chat.Choices, chat.Error = nil, nil
 			code := post(t, b, "/v1/chat/completions", map[string]any{"model": f.arch, "max_tokens": 80, "messages": msgs,
-				"tools": []any{tool}, "tool_choice": "required"}, &chat)
+				"tools": []any{tool}, "tool_choice": "required", "parallel_tool_calls": false}, &chat)
 			switch {
 			case code != http.StatusOK:
 				t.Fatalf("forced call: %d %+v", code, chat.Error)
