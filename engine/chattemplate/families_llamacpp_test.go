@@ -19,6 +19,16 @@ func (g *gen) objectArgsCall() (*Object, bool) {
 	return g.toolCall(asString), asString
 }
 
+// system returns a system message, its text given as one text part with
+// probability parts.
+func (g *gen) system(parts float64) *Object {
+	var content any = g.text()
+	if g.chance(parts) {
+		content = []any{NewObject("type", "text", "text", g.text())}
+	}
+	return msg("system", content)
+}
+
 // mediaPart returns a content part for an image or a video.
 func (g *gen) mediaPart(video bool) *Object {
 	n := 4
@@ -59,22 +69,13 @@ func (g *gen) partsOrText(media, video bool) any {
 // default in the generation prompt, reasoning kept after the last real
 // user query, image and video parts, and the template's own refusals.
 func (g *gen) qwen35Case() parityCase {
-	c := parityCase{family: "qwen3_5", eos: "<|im_end|>"}
-	c.input.Extra = map[string]any{}
-	g.enableThinking(c.input.Extra)
+	c := g.thinkingToolsCase("qwen3_5", "<|im_end|>")
 	if g.chance(0.2) {
 		c.input.Extra["add_vision_id"] = true
 	}
-	c.input.Tools = g.toolsOrNone()
-	c.input.AddGenerationPrompt = g.chance(0.7)
-
 	var msgs []*Object
 	if g.chance(0.6) {
-		var content any = g.text()
-		if g.chance(0.2) {
-			content = []any{NewObject("type", "text", "text", g.text())}
-		}
-		msgs = append(msgs, msg("system", content))
+		msgs = append(msgs, g.system(0.2))
 	}
 	turns := g.between(1, 4)
 	invalid := false
@@ -182,11 +183,7 @@ func (g *gen) qwen35Case() parityCase {
 // as <tool_call>NAME<arg_key>…<arg_value>…, reasoning in <think>, /nothink
 // when thinking is off, tool results as strings or lists.
 func (g *gen) glm45Case() parityCase {
-	c := parityCase{family: "glm4_5", eos: "<|endoftext|>"}
-	c.input.Extra = map[string]any{}
-	g.enableThinking(c.input.Extra)
-	c.input.Tools = g.toolsOrNone()
-	c.input.AddGenerationPrompt = g.chance(0.7)
+	c := g.thinkingToolsCase("glm4_5", "<|endoftext|>")
 
 	var msgs []*Object
 	if g.chance(0.5) {
@@ -272,11 +269,7 @@ func (g *gen) mistralSmallCase() parityCase {
 	id9 := func() string { return g.callID()[5:] + "x" } // 8 hex digits + 1
 	var msgs []*Object
 	if g.chance(0.5) {
-		var content any = g.text()
-		if g.chance(0.3) {
-			content = []any{NewObject("type", "text", "text", g.text())}
-		}
-		msgs = append(msgs, msg("system", content))
+		msgs = append(msgs, g.system(0.3))
 	}
 	turns := g.between(1, 4)
 	for t := range turns {

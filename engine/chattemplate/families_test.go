@@ -14,6 +14,18 @@ func (g *gen) enableThinking(extra map[string]any) {
 	}
 }
 
+// thinkingToolsCase starts a case of a family whose template takes
+// enable_thinking and tools: the flag set or left undefined, tools or
+// not, a generation prompt most of the time.
+func (g *gen) thinkingToolsCase(family, eos string) parityCase {
+	c := parityCase{family: family, eos: eos}
+	c.input.Extra = map[string]any{}
+	g.enableThinking(c.input.Extra)
+	c.input.Tools = g.toolsOrNone()
+	c.input.AddGenerationPrompt = g.chance(0.7)
+	return c
+}
+
 // toolsOrNone returns nil (Python None), a few tools, or rarely none.
 func (g *gen) toolsOrNone() []*Object {
 	switch n := g.intn(10); {
@@ -30,11 +42,7 @@ func (g *gen) toolsOrNone() []*Object {
 // reasoning_content or inline <think>, parallel tool calls and grouped
 // tool results.
 func (g *gen) qwen3Case() parityCase {
-	c := parityCase{family: "qwen3", eos: "<|im_end|>"}
-	c.input.Extra = map[string]any{}
-	g.enableThinking(c.input.Extra)
-	c.input.Tools = g.toolsOrNone()
-	c.input.AddGenerationPrompt = g.chance(0.7)
+	c := g.thinkingToolsCase("qwen3", "<|im_end|>")
 
 	var msgs []*Object
 	if g.chance(0.6) {
