@@ -170,25 +170,37 @@ func TestChatTemplateJinja2(t *testing.T) {
 				"<tool_call>\n<function=get_time>\n</function>\n</tool_call><|im_end|>\n" +
 				"<|im_start|>user\n<tool_response>\n20C\n</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\n", true},
 	}
+	// Every case in one Python process: a list of requests, a list of
+	// renderings.
+	var reqs []map[string]any
 	for _, tc := range cases {
 		cfg := filepath.Join(dir, TokenizerConfigFile)
 		if tc.qwen35 {
 			cfg = cfg35
 		}
-		in, _ := json.Marshal(map[string]any{"messages": tc.messages, "tools": tc.tools, "kwargs": tc.kwargs})
-		out := runPython(t, `import json, sys
+		reqs = append(reqs, map[string]any{"config": cfg, "messages": tc.messages, "tools": tc.tools, "kwargs": tc.kwargs})
+	}
+	in, _ := json.Marshal(reqs)
+	out := runPython(t, `import json, sys
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
 env.filters["tojson"] = tojson
-cfg = json.load(open(sys.argv[1]))
-req = json.loads(sys.argv[2])
-sys.stdout.write(env.from_string(cfg["chat_template"]).render(messages=req["messages"], tools=req["tools"],
-    add_generation_prompt=True, eos_token=cfg["eos_token"], **req["kwargs"]))
-`, cfg, string(in))
-		if string(out) != tc.want {
-			t.Errorf("%s:\ngot  %q\nwant %q", tc.name, out, tc.want)
+outs = []
+for req in json.loads(sys.argv[1]):
+    cfg = json.load(open(req["config"]))
+    outs.append(env.from_string(cfg["chat_template"]).render(messages=req["messages"], tools=req["tools"],
+        add_generation_prompt=True, eos_token=cfg["eos_token"], **req["kwargs"]))
+sys.stdout.write(json.dumps(outs))
+`, string(in))
+	var got []string
+	if err := json.Unmarshal(out, &got); err != nil || len(got) != len(cases) {
+		t.Fatalf("python answered %q: %v", out, err)
+	}
+	for i, tc := range cases {
+		if got[i] != tc.want {
+			t.Errorf("%s:\ngot  %q\nwant %q", tc.name, got[i], tc.want)
 		}
 	}
 }

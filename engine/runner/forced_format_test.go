@@ -51,7 +51,7 @@ func TestForcedFormatsParse(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: %v", family, err)
 			}
-			for n := range 30 {
+			for n := range 20 {
 				m := g.NewMatcher()
 				budget := m.Remaining() + rng.IntN(60)
 				var out []byte
