@@ -68,6 +68,17 @@ func TestObjectSchemaRefusesNonObjects(t *testing.T) {
 	}
 }
 
+// wantAccepts checks which whole documents g accepts.
+func wantAccepts(t *testing.T, g *Grammar, docs map[string]bool) {
+	t.Helper()
+	for text, ok := range docs {
+		m := g.NewMatcher()
+		if _, accepted := m.AdvanceBytes([]byte(text)); (accepted && m.Done()) != ok {
+			t.Errorf("%q: accepted %v, want %v", text, accepted && m.Done(), ok)
+		}
+	}
+}
+
 // TestXMLParameters: Qwen3-Coder parameters (and GLM-4.5's), raw strings
 // and JSON values; what the format cannot carry is refused by keyword.
 func TestXMLParameters(t *testing.T) {
@@ -81,7 +92,7 @@ func TestXMLParameters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for text, ok := range map[string]bool{
+	wantAccepts(t, g, map[string]bool{
 		"<function=f>\n<parameter=city>\nParis\n</parameter>\n</function>":                                  true,
 		"<function=f>\n<parameter=city>\nParis\n</parameter>\n<parameter=n>\n12\n</parameter>\n</function>": true,
 		"<function=f>\n<parameter=city>\nx\n</parameter>\n<parameter=unit>\nf\n</parameter>\n</function>":   true,
@@ -91,12 +102,7 @@ func TestXMLParameters(t *testing.T) {
 		"<function=f>\n<parameter=city>\n\"q\"\n</parameter>\n</function>":                                                                false,
 		"<function=f>\n<parameter=city>\nx\n</parameter>\n<parameter=n>\n-1\n</parameter>\n</function>":                                   false,
 		"<function=f>\n<parameter=city>\nx\n</parameter>\n<parameter=unit>\nf\n</parameter>\n<parameter=n>\n1\n</parameter>\n</function>": false, // order
-	} {
-		m := g.NewMatcher()
-		if _, accepted := m.AdvanceBytes([]byte(text)); (accepted && m.Done()) != ok {
-			t.Errorf("%q: accepted %v, want %v", text, accepted && m.Done(), ok)
-		}
-	}
+	})
 	// What the output parser is told of each parameter.
 	if got, want := XMLParamTypes([]byte(schema)), map[string]string{"city": "string", "n": "integer", "unit": "string"}; !maps.Equal(got, want) {
 		t.Errorf("XMLParamTypes = %v, want %v", got, want)
@@ -109,19 +115,14 @@ func TestXMLParameters(t *testing.T) {
 	if g, err = b.Build(b.Sequence(append(append([]Expr{b.Literal("<tool_call>f\n")}, params...), b.Literal("</tool_call>"))...)); err != nil {
 		t.Fatal(err)
 	}
-	for text, ok := range map[string]bool{
+	wantAccepts(t, g, map[string]bool{
 		"<tool_call>f\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>":                                                true,
 		"<tool_call>f\n<arg_key>city</arg_key>\n<arg_value>x</arg_value>\n<arg_key>n</arg_key>\n<arg_value>12</arg_value>\n</tool_call>":   true,
 		"<tool_call>f\n<arg_key>city</arg_key>\n<arg_value>x</arg_value>\n<arg_key>unit</arg_key>\n<arg_value>c</arg_value>\n</tool_call>": true,
 		"<tool_call>f\n</tool_call>": false, // city is required
 		"<tool_call>f\n<arg_key>city</arg_key>\n<arg_value>a<b</arg_value>\n</tool_call>":                                                   false,
 		"<tool_call>f\n<arg_key>city</arg_key>\n<arg_value>x</arg_value>\n<arg_key>n</arg_key>\n<arg_value>\"1\"</arg_value>\n</tool_call>": false,
-	} {
-		m := g.NewMatcher()
-		if _, accepted := m.AdvanceBytes([]byte(text)); (accepted && m.Done()) != ok {
-			t.Errorf("%q: accepted %v, want %v", text, accepted && m.Done(), ok)
-		}
-	}
+	})
 	for schema, kw := range map[string]string{
 		`{"type":"object","properties":{"x":{"type":["string","integer"]}}}`:   "type",
 		`{"type":"object","properties":{"x":{"type":"string","pattern":"<"}}}`: "pattern",
