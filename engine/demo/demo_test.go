@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"fusion/engine/gguf"
 	"fusion/engine/modelfile"
 	"fusion/engine/safetensors"
 	"fusion/engine/tensor"
@@ -93,12 +94,95 @@ func TestBuildOptions(t *testing.T) {
 		// Only the Gemmas have a vision-language wrapper here; ministral3
 		// has no answer clock (its queries' scale moves the logits).
 		{Arch: "qwen3", Multimodal: true}, {Arch: "mistral3", Multimodal: true}, {Arch: "ministral3", StopAfter: 20},
+		// Distinct layers: 1..Layers, the plain families, no clock.
+		{DistinctLayers: 3}, {DistinctLayers: -1}, {Arch: "gemma3_text", DistinctLayers: 1},
+		{DistinctLayers: 1, StopAfter: 10},
 	}
 	for _, o := range bad {
 		if _, err := Build(o); err == nil {
 			t.Errorf("Build(%+v) succeeded", o)
 		}
 	}
+}
+
+// TestDistinctLayers: with DistinctLayers 2, a 4-layer mixture writes
+// every layer's tensors (the same names as without the option), layers 2
+// and 3 holding the bytes of layers 0 and 1, which differ; in the MLX
+// safetensors (4-bit, the router at 8) and in a GGUF Q8_0 file.
+func TestDistinctLayers(t *testing.T) {
+	o := Options{Arch: "qwen3_moe", Layers: 4, Quantize: 4, Seed: 5}
+	all := mustBuild(t, o)
+	o.DistinctLayers = 2
+	m := mustBuild(t, o)
+	names := func(m *Model) []string {
+		var out []string
+		for _, ts := range m.Tensors {
+			out = append(out, ts.Name)
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got, want := names(m), names(all); !slices.Equal(got, want) {
+		t.Fatalf("tensors\n%q\nwant\n%q", got, want)
+	}
+	// check: a tensor of layer 2 or 3 has the bytes of its layer-0 or -1
+	// twin; layers 0 and 1 differ.
+	check := func(kind string, byName map[string][]byte, layer func(int) string) {
+		t.Helper()
+		same, differ := 0, 0
+		for name, b := range byName {
+			for l := 2; l < 4; l++ {
+				rest, ok := strings.CutPrefix(name, layer(l))
+				if !ok {
+					continue
+				}
+				if src := byName[layer(l-2)+rest]; !bytes.Equal(b, src) {
+					t.Errorf("%s: %s differs from layer %d's", kind, name, l-2)
+				}
+				same++
+			}
+			if rest, ok := strings.CutPrefix(name, layer(0)); ok && !strings.Contains(rest, "norm") {
+				if bytes.Equal(b, byName[layer(1)+rest]) {
+					t.Errorf("%s: %s equals layer 1's", kind, name)
+				}
+				differ++
+			}
+		}
+		if same == 0 || differ == 0 {
+			t.Errorf("%s: %d repeated and %d distinct tensors checked", kind, same, differ)
+		}
+	}
+	ts, err := m.SafetensorsTensors()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string][]byte{}
+	for _, x := range ts {
+		byName[x.Name] = x.Data
+	}
+	if _, ok := byName["model.layers.3.mlp.switch_mlp.down_proj.biases"]; !ok || len(byName) != len(ts) {
+		t.Fatalf("safetensors: %d tensors, %d names, no layer-3 expert biases", len(ts), len(byName))
+	}
+	check("safetensors", byName, func(l int) string { return fmt.Sprintf("model.layers.%d.", l) })
+
+	o.Format, o.Quantize, o.GGUFType = FormatGGUF, 0, "q8_0"
+	out := filepath.Join(t.TempDir(), "m")
+	if _, err := Create(out, o); err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Open(GGUFPath(out), gguf.LoadRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	byName = map[string][]byte{}
+	for _, x := range f.Tensors {
+		byName[x.Name] = x.Data
+	}
+	if x, ok := f.Tensor("blk.3.ffn_down_exps.weight"); !ok || x.DType != tensor.Q8_0 {
+		t.Fatalf("gguf: blk.3.ffn_down_exps.weight %v %v", ok, x.DType)
+	}
+	check("gguf", byName, func(l int) string { return fmt.Sprintf("blk.%d.", l) })
 }
 
 func mustBuild(t *testing.T, o Options) *Model {

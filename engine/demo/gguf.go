@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"unsafe"
 
 	"fusion/engine/gguf"
 	"fusion/engine/modelfile"
@@ -107,10 +108,25 @@ func writeGGUF(path string, m *Model) error {
 	meta = append(meta, tkv...)
 
 	tensors := make([]gguf.WriteTensor, 0, len(m.Tensors))
+	// A repeated layer (Options.DistinctLayers) shares its values with an
+	// earlier one: they are quantized once and the bytes shared.
+	type key struct {
+		data  *float32
+		n     int
+		dtype tensor.DType
+		shape string
+	}
+	done := map[key]gguf.WriteTensor{}
 	for _, t := range m.Tensors {
 		name, ok := gguf.GGUFNameFor(p.Arch, t.Name)
 		if !ok {
 			return fmt.Errorf("demo: no GGUF name for tensor %q", t.Name)
+		}
+		k := key{unsafe.SliceData(t.Data), len(t.Data), tensorType(kind, name, t.Shape), fmt.Sprint(t.Shape)}
+		if wt, seen := done[k]; seen && k.n > 0 && p.Arch != modelfile.ArchGptOss {
+			wt.Name = name
+			tensors = append(tensors, wt)
+			continue
 		}
 		data := t.Data
 		if heads := qkHeads(p, t.Name); heads > 0 && gguf.NeedsQKPermute(p.Arch) {
@@ -127,6 +143,7 @@ func writeGGUF(path string, m *Model) error {
 		if err != nil {
 			return fmt.Errorf("demo: %w", err)
 		}
+		done[k] = wt
 		tensors = append(tensors, wt)
 	}
 	if dir := filepath.Dir(path); dir != "" {

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 
 	"fusion/engine/modelfile"
 )
@@ -184,6 +185,10 @@ func (m *Model) initWeights() error {
 	} else {
 		for l := range p.Layers {
 			pre := fmt.Sprintf("model.layers.%d.", l)
+			if n := m.Options.DistinctLayers; n > 0 && l >= n {
+				m.repeatLayer(l%n, l)
+				continue
+			}
 			add(pre+"input_layernorm.weight", fill(p.Hidden, 1), p.Hidden)
 			input(pre+"self_attn.q_proj.weight", q, qkGain)
 			input(pre+"self_attn.k_proj.weight", kv, qkGain)
@@ -243,12 +248,29 @@ func (m *Model) initWeights() error {
 		m.visionTensors(add)
 	}
 	round := m.roundFunc()
+	rounded := map[*float32]bool{} // a repeated layer shares its values
 	for _, t := range m.Tensors {
+		if len(t.Data) == 0 || rounded[&t.Data[0]] {
+			continue
+		}
+		rounded[&t.Data[0]] = true
 		for i, v := range t.Data {
 			t.Data[i] = round(v)
 		}
 	}
 	return nil
+}
+
+// repeatLayer appends layer dst's tensors as views of layer src's values
+// (Options.DistinctLayers).
+func (m *Model) repeatLayer(src, dst int) {
+	from, to := fmt.Sprintf("model.layers.%d.", src), fmt.Sprintf("model.layers.%d.", dst)
+	for _, t := range m.Tensors {
+		if rest, ok := strings.CutPrefix(t.Name, from); ok {
+			t.Name = to + rest
+			m.Tensors = append(m.Tensors, t)
+		}
+	}
 }
 
 // tensor returns the in-memory tensor of that name.

@@ -66,6 +66,15 @@ type Options struct {
 	// text config as text_config, the text weights under
 	// "language_model." beside a tiny vision tower (multimodal.go).
 	Multimodal bool
+	// DistinctLayers, when positive, draws the weights of the first
+	// DistinctLayers layers only: layer l ≥ DistinctLayers takes the
+	// values of layer l mod DistinctLayers. The files still hold every
+	// layer's own bytes, so a deep model streams as much per token as one
+	// with distinct values; building it holds (and quantizes) the float
+	// weights of DistinctLayers layers (for benchmarks: Qwen3-30B-A3B's
+	// layers are ~2.5 GB each in float32). llama, mistral, qwen3 and
+	// qwen3_moe, without StopAfter; 0: every layer its own.
+	DistinctLayers int
 }
 
 // archList names the architectures the demo writes.
@@ -175,6 +184,9 @@ func (o Options) resolve() (Options, error) {
 	if o.Format != FormatSafetensors && o.Format != FormatGGUF {
 		return o, fmt.Errorf("demo: unknown format %q (want safetensors or gguf)", o.Format)
 	}
+	if err := o.checkDistinctLayers(); err != nil {
+		return o, err
+	}
 	if o.Format == FormatGGUF {
 		if _, err := o.ggufType(); err != nil {
 			return o, err
@@ -183,6 +195,26 @@ func (o Options) resolve() (Options, error) {
 		return o, fmt.Errorf("demo: --gguf-type needs --format gguf")
 	}
 	return o, nil
+}
+
+// checkDistinctLayers checks DistinctLayers: 0, or 1..Layers for the
+// families whose layers init.go draws in its plain loop.
+func (o Options) checkDistinctLayers() error {
+	switch {
+	case o.DistinctLayers == 0:
+		return nil
+	case o.DistinctLayers < 0 || o.DistinctLayers > o.Layers:
+		return fmt.Errorf("demo: distinct layers %d is outside 1..%d (the layers)", o.DistinctLayers, o.Layers)
+	case o.StopAfter > 0:
+		// The clock edits layer 0's attention, which later layers
+		// would share.
+		return fmt.Errorf("demo: distinct layers and --stop-after do not go together")
+	}
+	switch o.Arch {
+	case modelfile.ArchLlama, modelfile.ArchMistral, modelfile.ArchQwen3, modelfile.ArchQwen3MoE:
+		return nil
+	}
+	return fmt.Errorf("demo: distinct layers are for llama, mistral, qwen3 and qwen3_moe, not %s", o.Arch)
 }
 
 // resolveMoE fills and checks the mixture's options.

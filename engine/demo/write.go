@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"unsafe"
 
 	"fusion/engine/modelfile"
 	"fusion/engine/safetensors"
@@ -73,45 +74,82 @@ func Write(dir string, m *Model) error {
 // their last axis, as a matrix of E·out rows); in the order the Python
 // library writes.
 func (m *Model) SafetensorsTensors() ([]tensor.Tensor, error) {
+	// A repeated layer (Options.DistinctLayers) shares its values with an
+	// earlier one: they are encoded once and the bytes shared.
+	type key struct {
+		data        *float32
+		n           int
+		group, bits int
+		mode        string
+		quantized   bool
+		shape       string
+	}
+	done := map[key][]tensor.Tensor{}
 	var out []tensor.Tensor
 	for _, t := range m.Tensors {
 		group, bits, mode, ok := m.quantParams(t)
 		t.Name = m.Params.fileName(t.Name)
-		if !ok {
-			out = append(out, tensor.Tensor{Name: t.Name, DType: m.DType, Shape: t.Shape, Data: m.encode(t.Data)})
+		k := key{unsafe.SliceData(t.Data), len(t.Data), group, bits, mode, ok, fmt.Sprint(t.Shape)}
+		if prev, seen := done[k]; seen && k.n > 0 {
+			out = append(out, renamed(prev, t.Name)...)
 			continue
 		}
-		lead := t.Shape[:len(t.Shape)-1] // [out] or [experts, out]
-		cols := int(t.Shape[len(t.Shape)-1])
-		rows := len(t.Data) / cols
-		path := strings.TrimSuffix(t.Name, ".weight")
-		shape := func(last int) []int64 { return append(slices.Clone(lead), int64(last)) }
-		if mode != modelfile.ModeAffine {
-			codes, scales, err := modelfile.QuantizeFP(mode, m.DType, t.Data, rows, cols)
-			if err != nil {
-				return nil, fmt.Errorf("demo: %s: %w", t.Name, err)
-			}
-			out = append(out,
-				tensor.Tensor{Name: t.Name, DType: tensor.U32, Shape: shape(modelfile.PackedCols(cols, bits)), Data: codes},
-				tensor.Tensor{Name: path + ".scales", DType: tensor.U8, Shape: shape(cols / group), Data: scales})
-			continue
-		}
-		packed, scales, biases, err := modelfile.QuantizeAffine(t.Data, rows, cols, group, bits)
+		ts, err := m.encodeTensor(t, group, bits, mode, ok)
 		if err != nil {
-			return nil, fmt.Errorf("demo: %s: %w", t.Name, err)
+			return nil, err
 		}
-		words := make([]byte, 4*len(packed))
-		for i, w := range packed {
-			binary.LittleEndian.PutUint32(words[4*i:], w)
-		}
-		out = append(out,
-			tensor.Tensor{Name: t.Name, DType: tensor.U32, Shape: shape(modelfile.PackedCols(cols, bits)), Data: words},
-			tensor.Tensor{Name: path + ".scales", DType: m.DType, Shape: shape(cols / group), Data: m.encode(scales)},
-			tensor.Tensor{Name: path + ".biases", DType: m.DType, Shape: shape(cols / group), Data: m.encode(biases)},
-		)
+		done[k] = ts
+		out = append(out, ts...)
 	}
 	safetensors.SortLikePython(out)
 	return out, nil
+}
+
+// renamed returns the tensors one weight was stored as (the weight first,
+// then its scales and biases) under the paths of weight name.
+func renamed(ts []tensor.Tensor, name string) []tensor.Tensor {
+	from, to := strings.TrimSuffix(ts[0].Name, ".weight"), strings.TrimSuffix(name, ".weight")
+	out := slices.Clone(ts)
+	for i := range out {
+		out[i].Name = to + strings.TrimPrefix(out[i].Name, from)
+	}
+	return out
+}
+
+// encodeTensor stores one weight: in the model dtype, or (quantized) as
+// its MLX triple or FP pair.
+func (m *Model) encodeTensor(t Tensor, group, bits int, mode string, quantized bool) ([]tensor.Tensor, error) {
+	if !quantized {
+		return []tensor.Tensor{{Name: t.Name, DType: m.DType, Shape: t.Shape, Data: m.encode(t.Data)}}, nil
+	}
+	lead := t.Shape[:len(t.Shape)-1] // [out] or [experts, out]
+	cols := int(t.Shape[len(t.Shape)-1])
+	rows := len(t.Data) / cols
+	path := strings.TrimSuffix(t.Name, ".weight")
+	shape := func(last int) []int64 { return append(slices.Clone(lead), int64(last)) }
+	if mode != modelfile.ModeAffine {
+		codes, scales, err := modelfile.QuantizeFP(mode, m.DType, t.Data, rows, cols)
+		if err != nil {
+			return nil, fmt.Errorf("demo: %s: %w", t.Name, err)
+		}
+		return []tensor.Tensor{
+			{Name: t.Name, DType: tensor.U32, Shape: shape(modelfile.PackedCols(cols, bits)), Data: codes},
+			{Name: path + ".scales", DType: tensor.U8, Shape: shape(cols / group), Data: scales},
+		}, nil
+	}
+	packed, scales, biases, err := modelfile.QuantizeAffine(t.Data, rows, cols, group, bits)
+	if err != nil {
+		return nil, fmt.Errorf("demo: %s: %w", t.Name, err)
+	}
+	words := make([]byte, 4*len(packed))
+	for i, w := range packed {
+		binary.LittleEndian.PutUint32(words[4*i:], w)
+	}
+	return []tensor.Tensor{
+		{Name: t.Name, DType: tensor.U32, Shape: shape(modelfile.PackedCols(cols, bits)), Data: words},
+		{Name: path + ".scales", DType: m.DType, Shape: shape(cols / group), Data: m.encode(scales)},
+		{Name: path + ".biases", DType: m.DType, Shape: shape(cols / group), Data: m.encode(biases)},
+	}, nil
 }
 
 // routerGroup and routerBits are how mlx-lm quantizes Qwen3-MoE's and
