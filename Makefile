@@ -79,12 +79,14 @@ test: test-deps
 	@# its 262,144-token GGUF vocabulary (63 s under -race, 34 s without),
 	@# the SDK suites on gemma3 and qwen3_5_moe (minutes under -race), and
 	@# llama.cpp loading our GGUF outputs and llama-bench's smoke run
-	@# (101 s and 48 s under -race). Likewise llama.cpp on our gpt-oss GGUF
+	@# (101 s and 48 s under -race), and the MoE bench's smoke run (a tiny
+	@# mixture with that vocabulary through the engine, mlx-lm and
+	@# llama-bench: ~20 CPU-s). Likewise llama.cpp on our gpt-oss GGUF
 	@# and that file served with its harmony format (its 201,088-token
 	@# vocabulary rebuilt from GGUF metadata: ~350 s under -race on a loaded
 	@# machine, 22 s without), and the equal-size mixed-precision test
 	@# (numerical only: 100 s under -race, 13 s without).
-	FUSION_TTS_ROUNDTRIP=1 $(TEST_ENV) $(GO) test -count=1 -timeout 20m -run '^(TestRoundTripWER|TestBenchSpeechSmoke|TestParityMLX|TestParityMLXGemma3|TestTokenizerGemma4|TestPythonSDKFamilies|TestLlamaCppRunsOurGGUF|TestLlamaBenchSmoke|TestLlamaCppRunsOurGptOssGGUF|TestHarmonyServedGGUF|TestMixedBeatsUniformEqualSize|TestGemma4ForcedAndThinking)$$' -v ./engine/piper ./internal/bench ./engine/model ./engine/gguf ./router/openai ./engine/quant ./engine/runner | grep -E 'WER [0-9]|audio-s/s|[0-9]+ passed|^(ok|FAIL|--- )'
+	FUSION_TTS_ROUNDTRIP=1 $(TEST_ENV) $(GO) test -count=1 -timeout 20m -run '^(TestRoundTripWER|TestBenchSpeechSmoke|TestParityMLX|TestParityMLXGemma3|TestTokenizerGemma4|TestPythonSDKFamilies|TestLlamaCppRunsOurGGUF|TestLlamaBenchSmoke|TestBenchMoESmoke|TestLlamaCppRunsOurGptOssGGUF|TestHarmonyServedGGUF|TestMixedBeatsUniformEqualSize|TestGemma4ForcedAndThinking)$$' -v ./engine/piper ./internal/bench ./engine/model ./engine/gguf ./router/openai ./engine/quant ./engine/runner | grep -E 'WER [0-9]|audio-s/s|[0-9]+ passed|^(ok|FAIL|--- )'
 
 # The JSON document is the only thing on stdout; building and installing
 # talk on stderr.

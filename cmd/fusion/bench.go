@@ -62,11 +62,14 @@ func benchMoE(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := newFlagSet("bench moe", stderr)
 	fs.StringVar(&o.CacheDir, "cache", o.CacheDir, "directory the benchmark model is created in (reused)")
 	fs.IntVar(&o.Layers, "layers", o.Layers, "layers of the Qwen3-30B-A3B shape (1..48)")
+	fs.IntVar(&o.DistinctLayers, "distinct-layers", o.DistinctLayers, "layers with weights of their own, the others repeating them (1..layers; creating the model holds ~2.5 GB of float32 per distinct layer)")
 	fs.IntVar(&o.Prompt, "prompt", o.Prompt, "prompt tokens (one prefill step)")
 	fs.IntVar(&o.Decode, "decode", o.Decode, "greedy decode steps")
 	fs.IntVar(&o.Threads, "threads", o.Threads, "compute goroutines (0: all cores)")
 	fs.IntVar(&o.Repeat, "repeat", o.Repeat, "prefill runs after a warm-up step; prefill_tok_s is their median")
 	fs.BoolVar(&o.MLXLM, "mlx-lm", o.MLXLM, "run mlx-lm on the same model in the same run")
+	fs.IntVar(&o.MLXLMPrompt, "mlx-lm-prompt", o.MLXLMPrompt, "prompt tokens of the mlx-lm comparison (the engine runs again at this size for the ratio)")
+	fs.IntVar(&o.MLXLMDecode, "mlx-lm-decode", o.MLXLMDecode, "decode steps of the mlx-lm comparison")
 	fs.BoolVar(&o.GGUF, "gguf", o.GGUF, "also time the same weights as a llama.cpp Q4_K_M GGUF, and llama-bench ($LLAMA_BENCH) on it")
 	if err := parseBenchFlags(fs, args); err != nil {
 		return err
