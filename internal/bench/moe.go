@@ -292,13 +292,12 @@ func moeStreamed(path string, isGGUF bool, shape demo.Options) (*streamedBytes, 
 // prefilled in one call (median of repeat runs on fresh caches), then
 // greedy decode steps; it prints {"prefill_tok_s", "decode_tok_s"}. The
 // model's float parameters (scales, biases, norms) are cast to float32,
-// so its activations are float32 as the engine's are: mlx-cpu's quantized
-// matmul does ~1 GMAC/s on a core so and ~0.1 with bf16 (measured on
-// this 2-core VM), which would make the comparison say little. The
+// so its activations are float32 as the engine's are: mlx-cpu's 4-bit
+// quantized matmul does ~0.9 GMAC per CPU-second so and ~0.08 with bf16
+// (measured on this 2-core VM), which would leave little to compare. The
 // prefill computes the logits of the last position only, as the engine
 // does and as mlx-lm's own generate does (its prompt steps leave the
-// logits unevaluated): the whole [512, 151936] product would take the
-// head ~512 times over on mlx-cpu's quantized matmul.
+// logits unevaluated), not the output head for every prompt position.
 const moeMLXLMScript = `
 import json, statistics, sys, time
 from pathlib import Path
