@@ -60,9 +60,11 @@ type MoEOptions struct {
 // this benchmark used to run, the head was 73% of the bytes a token
 // reads, so decode timed the head, not the experts; with 16 it is ~25%
 // and the layers' attention and experts are the rest (48: 10%). 16
-// layers are ~5.6 GB at 4 bits (the GGUF ~6.4 GB), loaded in turn by
+// layers are 5.6 GB at 4 bits (the GGUF 6.6 GB), loaded in turn by
 // fusion (read into memory), mlx-lm and llama-bench: room beside other
-// work on a 24 GB machine, and the part runs in ~4 minutes on 2 cores.
+// work on a 24 GB machine. On this 2-core VM under other work (load
+// 16–30) the part took 45 minutes and 935 CPU-seconds, creating the GGUF
+// included; its time on a quiet machine is not measured yet.
 func DefaultMoEOptions() MoEOptions {
 	return MoEOptions{CacheDir: DefaultCacheDir, Layers: 16, DistinctLayers: 1, Prompt: 512, Decode: 64, Repeat: 3,
 		MLXLM: true, MLXLMPrompt: 32, MLXLMDecode: 8, GGUF: true}
