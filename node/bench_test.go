@@ -229,6 +229,12 @@ func mmluQuestions(t *testing.T, n int, topics ...string) []quant.Question {
 // TestBenchRequests: a lone node refuses bad benchmark bodies with 4xx in
 // the OpenAI shape, and keeps its profiles itself, across a restart.
 func TestBenchRequests(t *testing.T) {
+	// 65 questions of 65 topics: one topic over admin.MaxAccuracyTopics.
+	topicQs := make([]string, 65)
+	for i := range topicQs {
+		topicQs[i] = fmt.Sprintf(`{"question":"q","options":["a","b"],"topic":"t%d"}`, i)
+	}
+	manyTopics := strings.Join(topicQs, ",")
 	// A context of 1100 tokens: a prompt of 1024 fits, one of 1100 not.
 	models, data := nodetest.ModelsWithContext(t, 1100), t.TempDir()
 	n := nodetest.Start(t, nodetest.Options{APIKey: "k", ModelsDir: models, DataDir: data})
@@ -250,8 +256,8 @@ func TestBenchRequests(t *testing.T) {
 		{"run", `{"model":"demo","generation_lengths":[0]}`, 400, "generation_lengths[0]"},
 		{"run", `{"model":"demo","generation_lengths":[4097]}`, 400, "generation_lengths[0]"},
 		{"run", `{"model":"demo","generation_lengths":[1,2,3,4,5,6,7,8,9]}`, 400, "generation_lengths"},
-		{"run", `{"model":"demo","prompt_lengths":[1,2,3,4,5],"concurrency":[1,2,3,4,5]}`, 400, "prompt_lengths"},                        // 25 points
-		{"run", `{"model":"demo","prompt_lengths":[1,2,3],"concurrency":[1,2],"generation_lengths":[1,2,3,4,5]}`, 400, "prompt_lengths"}, // 30
+		{"run", `{"model":"demo","prompt_lengths":[1,2,3,4,5],"concurrency":[1,2,3,4,5,6,7]}`, 400, "prompt_lengths"},                    // 35 points
+		{"run", `{"model":"demo","prompt_lengths":[1,2,3],"concurrency":[1,2,3],"generation_lengths":[1,2,3,4]}`, 400, "prompt_lengths"}, // 36
 		{"run", `{"model":"demo","generation_lengths":[2],"generation_length":2}`, 400, "generation_length"},
 		{"run", `{"model":"demo","nodes":"all"}`, 400, "nodes"},
 		{"run", `{"model":"demo","nodes":7}`, 400, "nodes"},
@@ -273,6 +279,8 @@ func TestBenchRequests(t *testing.T) {
 		{"accuracy", `{"model":"demo","questions":[{"question":"q","options":["a","b"]},{"question":"q","options":["a","b"],"answer":2}]}`, 400, "questions[1]"},
 		{"accuracy", `{"model":"demo","questions":[{"question":" ","options":["a","b"]}]}`, 400, "questions[0]"},
 		{"accuracy", `{"model":"demo","questions":{}}`, 400, "questions"},
+		{"accuracy", `{"model":"demo","questions":[{"question":"q","options":["a","b"],"topic":"` + strings.Repeat("t", 65) + `"}]}`, 400, "questions[0]"},
+		{"accuracy", `{"model":"demo","questions":[` + manyTopics + `]}`, 400, "questions[64]"},
 		{"accuracy", `{"model":"demo","question_count":3}`, 400, "question_count"},
 	} {
 		code, out := adminDo(t, n, http.MethodPost, "/admin/api/bench/"+tc.path, tc.body)
@@ -445,6 +453,36 @@ func TestBenchLimits(t *testing.T) {
 	if code, out := adminDo(t, n, http.MethodPost, "/admin/api/bench/accuracy", big); code != http.StatusRequestEntityTooLarge {
 		t.Errorf("a 300 KiB body: %d %v, want 413", code, out)
 	}
+}
+
+// TestAccuracyTopicsFit: an accuracy result with the most topics a
+// request may have (admin.MaxAccuracyTopics), each name at its longest
+// and every count at its largest, for the model and for compare, fits a
+// job's result and a profile.
+func TestAccuracyTopicsFit(t *testing.T) {
+	score := func() *quant.ChoiceScore {
+		s := &quant.ChoiceScore{Questions: admin.MaxAccuracyQuestions, Correct: admin.MaxAccuracyQuestions, Accuracy: 1.2345678901234567e-300, Topics: map[string]quant.TopicScore{}}
+		for i := range admin.MaxAccuracyTopics {
+			name := fmt.Sprintf("%03d", i) + strings.Repeat("t", quant.MaxTopicBytes-3)
+			s.Topics[name] = quant.TopicScore{Questions: admin.MaxAccuracyQuestions, Correct: admin.MaxAccuracyQuestions}
+		}
+		return s
+	}
+	long := 1.2345678901234567e-300
+	res := node.AccuracyResult{Model: strings.Repeat("m", 200), Node: strings.Repeat("n", 256), Text: "request", Compare: strings.Repeat("c", 200),
+		Score: quant.Score{Tokens: math.MaxInt32, NLL: long, Perplexity: long}, Against: &quant.Score{Tokens: math.MaxInt32, NLL: long, Perplexity: long},
+		PerplexityDelta: &long, MultipleChoice: &quant.ChoiceScore{Questions: admin.MaxAccuracyChoice, Correct: admin.MaxAccuracyChoice, Accuracy: long},
+		CompareChoice: &quant.ChoiceScore{Questions: admin.MaxAccuracyChoice, Correct: admin.MaxAccuracyChoice, Accuracy: long}, CompareFound: true,
+		MultipleChoiceDelta: &long, Questions: score(), QuestionsSHA256: strings.Repeat("f", 16), CompareQuestions: score(), QuestionsDelta: &long}
+	raw, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pb.Profile{Model: res.Model, Node: res.Node, Kind: node.ProfileAccuracy, JobId: "job-0123456789abcdef", UpdatedUnixNano: math.MaxInt64, Result: raw}
+	if len(raw) > jobs.DefaultMaxResultBytes || proto.Size(p) > fsm.MaxProfileBytes {
+		t.Errorf("%d topics: a result of %d bytes (limit %d), a profile of %d (limit %d)", admin.MaxAccuracyTopics, len(raw), jobs.DefaultMaxResultBytes, proto.Size(p), fsm.MaxProfileBytes)
+	}
+	t.Logf("%d topics: %d bytes of result, a profile of %d", admin.MaxAccuracyTopics, len(raw), proto.Size(p))
 }
 
 // TestBenchGridFits: the largest grid a request may ask for by default

@@ -86,7 +86,7 @@ func (c *Config) Footprint(tensors map[string]int64) Footprint {
 			embed += n
 		case strings.Contains(name, "per_layer"): // Gemma 4's per-layer embeddings, their projection and norm
 			f.First += n
-		case strings.HasPrefix(name, "lm_head.") || strings.HasPrefix(name, "output."):
+		case strings.HasPrefix(name, "lm_head.") || strings.Contains(name, ".lm_head.") || strings.HasPrefix(name, "output."): // language_model.lm_head. in vision-language wrappers
 			head += n
 		case strings.HasSuffix(name, "norm.weight"):
 			f.Last += n

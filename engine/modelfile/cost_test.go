@@ -57,6 +57,11 @@ func TestFootprint(t *testing.T) {
 			"language_model.model.per_layer_projection_norm.weight": 2, "language_model.model.norm.weight": 3,
 			"language_model.model.layers.0.mlp.up_proj.weight": 20,
 		}, Footprint{Bytes: []int64{20}, Read: []int64{20}, First: 372, Last: 303, HeadRead: 300}},
+		// Qwen3.5/3.6, Mistral Small 3.x: an untied head inside the wrapper.
+		{"dense, wrapped, untied", &Config{NumHiddenLayers: 1}, map[string]int64{
+			"language_model.model.embed_tokens.weight": 300, "language_model.lm_head.weight": 250, "language_model.lm_head.scales": 50,
+			"language_model.model.norm.weight": 3, "language_model.model.layers.0.mlp.up_proj.weight": 20,
+		}, Footprint{Bytes: []int64{20}, Read: []int64{20}, First: 300, Last: 303, HeadRead: 300}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := tc.c.Footprint(tc.tensors)

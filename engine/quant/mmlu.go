@@ -12,6 +12,11 @@ import (
 // MaxQuestionOptions bounds a Question's options: they are lettered A to Z.
 const MaxQuestionOptions = 26
 
+// MaxTopicBytes bounds a Question's topic: scores count questions per
+// topic, and a result holds every topic's name (MMLU's longest is 35
+// bytes).
+const MaxTopicBytes = 64
+
 // Question is one question of a multiple-choice test such as MMLU: the
 // question, its options, the index of the right one, and its topic (an
 // MMLU subject such as "high school biology"; optional).
@@ -33,6 +38,8 @@ func (q Question) Check() string {
 		return fmt.Sprintf("a question has 2 to %d options, not %d", MaxQuestionOptions, len(q.Options))
 	case q.Answer < 0 || q.Answer >= len(q.Options):
 		return fmt.Sprintf("answer is the index of one of the %d options (0 to %d), not %d", len(q.Options), len(q.Options)-1, q.Answer)
+	case len(q.Topic) > MaxTopicBytes:
+		return fmt.Sprintf("topic is at most %d bytes, not %d", MaxTopicBytes, len(q.Topic))
 	}
 	return ""
 }

@@ -192,6 +192,12 @@ const (
 	// set (14,042 questions, 6.5 MB of text) fits.
 	MaxAccuracyQuestions     = 16384
 	MaxAccuracyQuestionBytes = 8 << 20
+	// MaxAccuracyTopics bounds the distinct topics of bench/accuracy's
+	// questions (MMLU has 57): a result counts questions per topic, for
+	// the model and for compare, and the most topics at their longest
+	// (quant.MaxTopicBytes) fit a job's result and a profile, as node's
+	// TestAccuracyTopicsFit checks.
+	MaxAccuracyTopics = 64
 )
 
 // BenchLimits bound the work one benchmark request may ask for; a zero
@@ -333,12 +339,16 @@ func checkAccuracy(l BenchLimits, req AccuracyRequest) *openai.Error {
 		return openai.InvalidRequest("questions", "questions holds at most %d questions, not %d.", l.MaxQuestions, len(req.Questions))
 	}
 	size := 0
+	topics := map[string]bool{}
 	for i, q := range req.Questions {
 		if msg := q.Check(); msg != "" {
 			return openai.InvalidRequest(fmt.Sprintf("questions[%d]", i), "questions[%d]: %s.", i, msg)
 		}
 		if size += q.Bytes(); size > l.MaxQuestionBytes {
 			return openai.InvalidRequest("questions", "The questions' texts (questions, options and topics) are at most %d bytes.", l.MaxQuestionBytes)
+		}
+		if topics[q.Topic] = true; len(topics) > MaxAccuracyTopics {
+			return openai.InvalidRequest(fmt.Sprintf("questions[%d]", i), "questions[%d]: the questions have at most %d topics.", i, MaxAccuracyTopics)
 		}
 	}
 	return checkNodes(req.Node, req.Nodes)
