@@ -37,9 +37,11 @@
 //     ";" or whitespace; otherwise all content. No reasoning.
 //   - mistral: [TOOL_CALLS] followed by a JSON array of {name, arguments}
 //     (or one object), or the newer NAME[ARGS]{…} / NAME[CALL_ID]id[ARGS]{…}
-//     form; text before it is content. No reasoning. mistral_args is the
-//     same parser for templates written in the newer form (Detect: the
-//     template has [ARGS]), which a forced call is then written in.
+//     form; text before it is content. [THINK]…[/THINK] is reasoning
+//     (Magistral, Ministral 3 Reasoning), an unpaired [TOOL_CALLS] in it
+//     ends it. mistral_args is the same parser for templates written in
+//     the newer form (Detect: the template has [ARGS]), which a forced
+//     call is then written in.
 //   - deepseek_v3: <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json
 //     ARGS```<｜tool▁call▁end｜> (and V3.1's NAME<｜tool▁sep｜>ARGS), the
 //     <｜tool▁calls▁begin｜>/<｜tool▁calls▁end｜> section markers are dropped
@@ -70,9 +72,9 @@
 //   - think: <think>…</think> reasoning only.
 //   - none, passthrough: everything is content, untouched.
 //
-// <think> opens reasoning anywhere in content; Options.StartInReasoning (see
-// StartInReasoning) starts in reasoning for a prompt that opened the block
-// (or Gemma 4's thought channel).
+// <think> (Mistral's [THINK]) opens reasoning anywhere in content;
+// Options.StartInReasoning (see StartInReasoning) starts in reasoning for a
+// prompt that opened the block (or Gemma 4's thought channel).
 //
 // Choices shared by all families:
 //

@@ -19,6 +19,9 @@ const (
 	mistralCalls = "[TOOL_CALLS]"
 	mistralArgs  = "[ARGS]"
 	mistralID    = "[CALL_ID]"
+	// Magistral's and Ministral 3 Reasoning's reasoning block.
+	mistralThinkOpen  = "[THINK]"
+	mistralThinkClose = "[/THINK]"
 )
 
 // families builds the constructor table by family name (read-only once
@@ -45,7 +48,8 @@ func families() map[string]func(Options) Parser {
 			notCall: llamaNotCall}, o)
 	}
 	r[Mistral] = func(o Options) Parser {
-		return newMachine(family{trim: true, open: []string{mistralCalls}, end: mistralEnd, parse: parseMistral}, o)
+		return newMachine(family{think: true, thinkTags: &[2]string{mistralThinkOpen, mistralThinkClose}, trim: true,
+			open: []string{mistralCalls}, end: mistralEnd, parse: parseMistral}, o)
 	}
 	r[MistralArgs] = r[Mistral]
 	r[Think] = func(o Options) Parser {

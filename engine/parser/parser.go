@@ -190,14 +190,16 @@ func NewCallID() string {
 }
 
 // StartInReasoning reports whether a rendered prompt ends inside an opened
-// <think> block: its last <think> comes after its last </think>; or inside
+// <think> (or Mistral's [THINK]) block: its last <think> comes after its
+// last </think>; or inside
 // Gemma 4's thought channel, opened after its last <channel|>.
 func StartInReasoning(prompt string) bool {
-	o := strings.LastIndex(prompt, "<think>")
-	if o >= 0 && o > strings.LastIndex(prompt, "</think>") {
-		return true
+	for _, t := range [][2]string{{thinkOpen, thinkClose}, {mistralThinkOpen, mistralThinkClose}} {
+		if o := strings.LastIndex(prompt, t[0]); o >= 0 && o > strings.LastIndex(prompt, t[1]) {
+			return true
+		}
 	}
-	o = strings.LastIndex(prompt, gemmaThoughtOpen)
+	o := strings.LastIndex(prompt, gemmaThoughtOpen)
 	return o >= 0 && o > strings.LastIndex(prompt, gemmaThoughtClose)
 }
 
@@ -259,7 +261,7 @@ func Markers(name string) []string {
 	case Llama3JSON:
 		return []string{pythonTag}
 	case Mistral, MistralArgs:
-		return []string{mistralCalls, mistralArgs, mistralID}
+		return []string{mistralCalls, mistralArgs, mistralID, mistralThinkOpen, mistralThinkClose}
 	case Think:
 		return think
 	case Harmony:

@@ -48,8 +48,8 @@ var familyTags = map[string][]string{
 	Hermes:      {"<tool_call>", "</tool_call>", "<think>", "</think>"},
 	Qwen3Coder:  {"<tool_call>", "</tool_call>", "<think>", "</think>", "<function=", "<parameter="},
 	Llama3JSON:  {"<|python_tag|>"},
-	Mistral:     {"[TOOL_CALLS]", "[ARGS]"},
-	MistralArgs: {"[TOOL_CALLS]", "[ARGS]"},
+	Mistral:     {"[TOOL_CALLS]", "[ARGS]", "[THINK]", "[/THINK]"},
+	MistralArgs: {"[TOOL_CALLS]", "[ARGS]", "[THINK]", "[/THINK]"},
 	DeepSeekV3:  {dsCallsBegin, dsCallsEnd, dsCallBegin, dsCallEnd, dsSep, "<think>", "</think>"},
 	Think:       {"<think>", "</think>"},
 	Harmony:     harmonyMarkers,
@@ -159,6 +159,15 @@ func mistralCases() []tcase {
 		{name: "undeclared tool", in: `[TOOL_CALLS][{"name": "launch", "arguments": {}}]`, want: result{Calls: calls(call(0, "launch", `{}`))}},
 		{name: "unicode arguments", in: `[TOOL_CALLS][{"name": "search", "arguments": {"q": "Zürich 東京 🌍"}}]`, want: result{Calls: calls(call(0, "search", `{"q":"Zürich 東京 🌍"}`))}},
 		{name: "nested arguments", in: `[TOOL_CALLS][{"name": "search", "arguments": ` + nested + `}]`, want: result{Calls: calls(call(0, "search", nestedC))}},
+		// Magistral / Ministral 3 Reasoning: [THINK]…[/THINK] before the answer or the calls.
+		{name: "reasoning then answer", in: "[THINK]Let me think.\n[1, 2] Step 2.\n[/THINK]\n\nThe answer is 4.", want: result{Reasoning: "Let me think.\n[1, 2] Step 2.", Content: "The answer is 4."}},
+		{name: "reasoning then calls", in: "[THINK]Need weather. Größe 🌍[/THINK]" + `[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]search[ARGS]{"q": "[/THINK]", "n": 3}`,
+			want: result{Reasoning: "Need weather. Größe 🌍", Calls: calls(call(0, "get_weather", `{"city":"Paris"}`), call(1, "search", `{"q":"[/THINK]","n":3}`))}},
+		{name: "reasoning, text, call", in: "[THINK]plan[/THINK]Checking.\n" + a, want: result{Reasoning: "plan", Content: "Checking.", Calls: calls(call(0, "get_weather", `{"city":"Paris"}`))}},
+		{name: "empty reasoning", in: "[THINK][/THINK]Hi", want: result{Content: "Hi"}},
+		{name: "prompt opened reasoning", opts: Options{StartInReasoning: true}, in: "hmm\n[/THINK]Answer.", want: result{Reasoning: "hmm", Content: "Answer."}},
+		{name: "unpaired [TOOL_CALLS] ends reasoning", opts: Options{StartInReasoning: true}, in: "plan\n" + a, want: result{Reasoning: "plan", Calls: calls(call(0, "get_weather", `{"city":"Paris"}`))}},
+		{name: "unterminated reasoning", in: "Sure. [THINK]still going [TH", want: result{Content: "Sure.", Reasoning: "still going [TH"}},
 	}
 }
 
@@ -485,11 +494,13 @@ func TestDetect(t *testing.T) {
 
 func TestStartInReasoning(t *testing.T) {
 	for in, want := range map[string]bool{
-		"<|im_start|>assistant\n<think>\n":               true,
-		"<|im_start|>assistant\n<think>\n\n</think>\n\n": false,
-		"<think>a</think> x <|im_start|>assistant\n":     false,
-		"<think>a</think><|Assistant|><think>\n":         true,
-		"plain":                                          false,
+		"<|im_start|>assistant\n<think>\n":                              true,
+		"<|im_start|>assistant\n<think>\n\n</think>\n\n":                false,
+		"<think>a</think> x <|im_start|>assistant\n":                    false,
+		"<think>a</think><|Assistant|><think>\n":                        true,
+		"[SYSTEM_PROMPT][THINK]x[/THINK][/SYSTEM_PROMPT][INST]q[/INST]": false,
+		"[INST]q[/INST][THINK]":                                         true,
+		"plain":                                                         false,
 	} {
 		if got := StartInReasoning(in); got != want {
 			t.Errorf("StartInReasoning(%q) = %v", in, got)
