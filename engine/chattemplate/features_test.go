@@ -99,6 +99,10 @@ line" }}|{{ 'a' ~ "b" ~ 1 }}`,
 		`{% for k, v in ds | dictsort(reverse=true) %}{{ k }};{% endfor %}|{% for k, v in dv | dictsort(by='value') %}{{ k }};{% endfor %}|` +
 		`{% for k, v in dv | dictsort(false, 'value', true) %}{{ k }};{% endfor %}|{{ {} | dictsort | length }}`,
 
+	"f_sort": `{{ ['b', 'A', 'a', 'C'] | sort | join(',') }}|{{ ['b', 'A', 'a', 'C'] | sort(case_sensitive=true) | join(',') }}|` +
+		`{{ [3, 1.5, true, 2] | sort(reverse=true) | join(',') }}|{% for m in messages | sort(attribute='role') %}{{ m.role }};{% endfor %}|` +
+		`{% for m in messages | sort(true, attribute='content') %}{{ m.role }};{% endfor %}|{{ d | sort | join(',') }}|{{ [] | sort | length }}`,
+
 	"f_arith": `{{ 1 + 2 }} {{ 7 // 2 }} {{ 7 % 3 }} {{ 2 * 3 }} {{ 'ab' * 2 }} {{ messages | length - 1 }} {{ -1 }} {{ 10 - 3 - 2 }}`,
 }
 

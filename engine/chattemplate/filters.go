@@ -1,6 +1,7 @@
 package chattemplate
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -29,6 +30,7 @@ var overriddenFilters = map[string]builtinFunc{
 	"upper":      filterUpper,
 	"lower":      filterLower,
 	"dictsort":   filterDictsort,
+	"sort":       filterSort,
 }
 
 // overriddenNames is the set of overriddenFilters' names, for preprocess.
@@ -271,6 +273,98 @@ func filterDictsort(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Va
 		out[i] = jinja.NewList([]jinja.Value{jinja.NewString(it.key), it.value})
 	}
 	return jinja.NewList(out), nil
+}
+
+// filterSort is Jinja2's sort(value, reverse=False, case_sensitive=False,
+// attribute=None): the items sorted stably by themselves or by an
+// attribute (a dotted path, looked up as make_attrgetter does), strings
+// case-insensitively unless asked. The engine's own sort ignores the
+// attribute and the case; Ministral 3's template sorts a message's two
+// content parts by "type" with it, so an image comes before the text.
+// Keys must all be strings or all numbers, as Python can only compare
+// those (a TypeError otherwise); a comma-separated attribute list is not
+// supported.
+func filterSort(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value, error) {
+	if len(args) == 0 {
+		return jinja.Undefined(), fmt.Errorf("sort() missing 1 required positional argument: 'value'")
+	}
+	items, err := pyIter(args[0])
+	if err != nil {
+		return jinja.Undefined(), err
+	}
+	reverse, caseSensitive, attr := false, false, ""
+	if v, ok := arg(args, kwargs, 1, "reverse"); ok {
+		reverse = v.IsTruthy()
+	}
+	if v, ok := arg(args, kwargs, 2, "case_sensitive"); ok {
+		caseSensitive = v.IsTruthy()
+	}
+	if v, ok := arg(args, kwargs, 3, "attribute"); ok && !v.IsNone() && !v.IsUndefined() {
+		attr = pyStr(v)
+		if strings.Contains(attr, ",") {
+			return jinja.Undefined(), fmt.Errorf("sort(attribute=%q): several attributes are not supported", attr)
+		}
+	}
+	keys := make([]jinja.Value, len(items))
+	strs, nums := 0, 0
+	for i, it := range items {
+		k := it
+		if attr != "" {
+			k = attribute(it, attr)
+		}
+		switch {
+		case k.IsString():
+			strs++
+			if !caseSensitive {
+				k = jinja.NewString(strings.ToLower(k.AsString()))
+			}
+		case k.IsNumber() || k.IsBool():
+			nums++
+		}
+		keys[i] = k
+	}
+	if len(items) > 1 && strs != len(items) && nums != len(items) {
+		return jinja.Undefined(), fmt.Errorf("'<' not supported between the sort keys of %s", pyTypeName(args[0]))
+	}
+	order := make([]int, len(items))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		c := compareKeys(keys[a], keys[b])
+		if reverse {
+			return -c
+		}
+		return c
+	})
+	out := make([]jinja.Value, len(items))
+	for i, j := range order {
+		out[i] = items[j]
+	}
+	return jinja.NewList(out), nil
+}
+
+// compareKeys compares two strings, or two numbers (bools as 0 and 1).
+func compareKeys(a, b jinja.Value) int {
+	if a.IsString() {
+		return strings.Compare(a.AsString(), b.AsString())
+	}
+	num := func(v jinja.Value) float64 {
+		switch {
+		case v.IsBool():
+			if v.AsBool() {
+				return 1
+			}
+			return 0
+		case v.IsInt():
+			return float64(v.AsInt())
+		}
+		return v.AsFloat()
+	}
+	if a.IsInt() && b.IsInt() {
+		return cmp.Compare(a.AsInt(), b.AsInt())
+	}
+	return cmp.Compare(num(a), num(b))
 }
 
 // pyIter lists what a Python for loop over v yields.
