@@ -172,7 +172,8 @@ LIST
 # them (.out), and google/gemma-4-31B-it's chat template. The same
 # models/templates/ folder holds the templates of families whose
 # tokenizer packages lack one (or which have none): Qwen3.5 (Qwen3.5-4B's),
-# GLM-4.6 (GLM-4.5's call format), Mistral Small 3.2 and Phi-3.5-mini.
+# GLM-4.6 (GLM-4.5's call format), Mistral Small 3.2, Ministral 3
+# Reasoning ([THINK] blocks) and Phi-3.5-mini.
 # They are copied into tokenizers/DIR: dir name, package, version, sha256
 # of the sdist, and the files' paths inside it, with the name each gets.
 while read -r dir name version sum files; do
@@ -202,5 +203,6 @@ gemma4 llama-cpp-python 0.3.36 832db0699007f1be95a7e41ef12e88926b02ba836461e36a3
 qwen3_5 llama-cpp-python 0.3.36 832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e vendor/llama.cpp/models/templates/Qwen3.5-4B.jinja=chat_template.jinja
 glm4_5 llama-cpp-python 0.3.36 832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e vendor/llama.cpp/models/templates/GLM-4.6.jinja=chat_template.jinja
 mistral_small3 llama-cpp-python 0.3.36 832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e vendor/llama.cpp/models/templates/Mistral-Small-3.2-24B-Instruct-2506.jinja=chat_template.jinja
+ministral3_reasoning llama-cpp-python 0.3.36 832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e vendor/llama.cpp/models/templates/mistralai-Ministral-3-14B-Reasoning-2512.jinja=chat_template.jinja
 phi3_5 llama-cpp-python 0.3.36 832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e vendor/llama.cpp/models/templates/microsoft-Phi-3.5-mini-instruct.jinja=chat_template.jinja
 LIST

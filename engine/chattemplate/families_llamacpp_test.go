@@ -3,7 +3,8 @@ package chattemplate
 import "strings"
 
 // Generators for the templates scripts/fixtures.sh takes from llama.cpp's
-// models/templates (Qwen3.5, GLM-4.6, Mistral Small 3.2, Phi-3.5-mini).
+// models/templates (Qwen3.5, GLM-4.6, Mistral Small 3.2, Ministral 3
+// Reasoning, Phi-3.5-mini).
 
 // role is a message's role ("" when absent or not a string).
 func role(m *Object) string {
@@ -319,6 +320,90 @@ func (g *gen) mistralSmallCase() parityCase {
 		}
 		c.expect = expectRaise
 	case 2:
+		c.note = "unknown role"
+		c.input.Messages = append(msgs, msg("critic", g.text()))
+		c.expect = expectRaise
+	}
+	return c
+}
+
+// ministral3ReasoningCase builds Ministral 3 Reasoning conversations: the
+// default "HOW YOU SHOULD THINK" system prompt or one of text and
+// [THINK] blocks, tools, assistant turns of text and thinking blocks,
+// [TOOL_CALLS]NAME[ARGS]{…} calls (arguments as an object or JSON text),
+// [TOOL_RESULTS] (objects through str()), images, and the refusals.
+func (g *gen) ministral3ReasoningCase() parityCase {
+	c := parityCase{family: "ministral3_reasoning", bos: "<s>", eos: "</s>"}
+	c.input.Tools = g.toolsOrNone()
+	c.input.AddGenerationPrompt = g.chance(0.5) // the template ignores it
+	blocks := func(think bool) any {
+		if g.chance(0.5) {
+			return g.nonEmptyText()
+		}
+		var parts []any
+		for range g.between(1, 3) {
+			if think && g.chance(0.5) {
+				parts = append(parts, NewObject("type", "thinking", "thinking", g.text()))
+			} else {
+				parts = append(parts, NewObject("type", "text", "text", g.text()))
+			}
+		}
+		return parts
+	}
+	var msgs []*Object
+	if g.chance(0.5) {
+		msgs = append(msgs, msg("system", blocks(true)))
+	}
+	turns := g.between(1, 4)
+	for t := range turns {
+		var user any = g.nonEmptyText()
+		if g.chance(0.3) {
+			user = []any{NewObject("type", "text", "text", g.text()), g.mediaPart(false)}
+		}
+		msgs = append(msgs, msg("user", user))
+		if t == turns-1 && g.chance(0.5) {
+			break
+		}
+		if g.chance(0.5) {
+			calls := make([]any, g.between(1, 3))
+			for i := range calls {
+				calls[i] = g.toolCall(g.chance(0.2))
+			}
+			msgs = append(msgs, msg("assistant", pick(g, []any{"", blocks(true)})).Set("tool_calls", calls))
+			for range calls {
+				var content any = g.text()
+				if g.chance(0.2) {
+					content = g.object(1)
+				}
+				msgs = append(msgs, NewObject("role", "tool", "tool_call_id", g.callID(), "content", content))
+			}
+			if t == turns-1 && g.chance(0.5) {
+				break
+			}
+		}
+		msgs = append(msgs, msg("assistant", blocks(true)))
+	}
+	c.input.Messages = msgs
+
+	switch g.intn(15) {
+	case 0:
+		c.note = "two user messages in a row"
+		c.input.Messages = append(msgs, msg("user", g.text()), msg("user", g.text()))
+		c.expect = expectRaise
+	case 1:
+		c.note = "an assistant message with neither content nor calls"
+		c.input.Messages = append(msgs, msg("assistant", ""))
+		c.expect = expectRaise
+	case 2:
+		c.note = "a thinking block from the user"
+		for _, m := range msgs {
+			if role(m) == "user" {
+				m.Set("content", []any{NewObject("type", "thinking", "thinking", g.text())})
+				break
+			}
+		}
+		c.expect = expectRaise
+	case 3:
 		c.note = "unknown role"
 		c.input.Messages = append(msgs, msg("critic", g.text()))
 		c.expect = expectRaise

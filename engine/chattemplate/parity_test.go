@@ -66,6 +66,9 @@ var families = []struct {
 	{"mistral_small3", "mistral_small3", (*gen).mistralSmallCase, 9, []string{
 		"<s>[SYSTEM_PROMPT]You are Mistral Small 3", "The current date is 2025-03-07.", "[AVAILABLE_TOOLS][{", "[TOOL_CALLS]", "[CALL_ID]", "[ARGS]{",
 		"[TOOL_RESULTS]", "[TOOL_CONTENT]", "[IMG]", "[/INST]"}, "chat_template.jinja"},
+	{"ministral3_reasoning", "ministral3_reasoning", (*gen).ministral3ReasoningCase, 11, []string{
+		"<s>[SYSTEM_PROMPT]# HOW YOU SHOULD THINK AND ANSWER", "[/SYSTEM_PROMPT][AVAILABLE_TOOLS][{", "[SYSTEM_PROMPT][THINK]",
+		"[/INST][THINK]", "[/THINK]", "[TOOL_CALLS]", "[ARGS]{", "[TOOL_RESULTS]", "[IMG]", "</s>[INST]"}, "chat_template.jinja"},
 	{"phi3_5", "phi3_5", (*gen).phi35Case, 10, []string{
 		"<|system|>\n", "<|user|>\n", "<|end|>\n<|assistant|>\n", "<|end|>\n<|endoftext|>"}, "chat_template.jinja"},
 }

@@ -551,7 +551,8 @@ func TestDetectRealTemplates(t *testing.T) {
 
 // TestRealTemplateCalls renders tool calls with the real chat templates
 // of the families whose calls are not JSON lists (Gemma 4's, Qwen3.5's
-// XML, GLM-4.6's key/value pairs, Mistral Small 3.2's NAME[ARGS]) and parses the assistant turn back: the
+// XML, GLM-4.6's key/value pairs, Mistral Small 3.2's and Ministral 3
+// Reasoning's NAME[ARGS], the latter after a [THINK] block) and parses the assistant turn back: the
 // arguments must come back equal (as JSON values) to those rendered,
 // strings with quotes, braces, markers and newlines included. (Qwen3.5's
 // template writes a top-level bool or null with str(), True/None, so its
@@ -569,15 +570,22 @@ func TestRealTemplateCalls(t *testing.T) {
 		turn, end string
 		bos, eos  string
 		args      []string
+		// think, when set, is a thinking block the assistant turn opens
+		// with (Ministral 3 Reasoning's [THINK]…[/THINK]), read back as
+		// the reasoning.
+		think string
 	}{
 		{"gemma4", Gemma4, "<|turn>model\n", "", "<bos>", "", append(shared,
-			`{"q": "a \"quoted\" {brace} [list] <tool_call|> x,y:z\nline", "n": -1.5, "ok": true, "none": null}`)},
+			`{"q": "a \"quoted\" {brace} [list] <tool_call|> x,y:z\nline", "n": -1.5, "ok": true, "none": null}`), ""},
 		{"qwen3_5", Qwen3Coder, "<|im_start|>assistant\n", "<|im_end|>\n", "", "", append(shared,
-			`{"q": "a \"quoted\" {brace} [list] </parameter x,y:z\nline\n", "n": -1.5, "list": [true, null]}`)},
+			`{"q": "a \"quoted\" {brace} [list] </parameter x,y:z\nline\n", "n": -1.5, "list": [true, null]}`), ""},
 		{"glm4_5", GLM45, "<|assistant|>", "", "", "", append(shared,
-			`{"q": "a \"quoted\" {brace} [list] </arg_key> x,y:z\nline\n", "n": -1.5, "ok": true, "none": null}`)},
+			`{"q": "a \"quoted\" {brace} [list] </arg_key> x,y:z\nline\n", "n": -1.5, "ok": true, "none": null}`), ""},
 		{"mistral_small3", MistralArgs, "[/INST]", "</s>", "<s>", "</s>", append(shared,
-			`{"q": "a \"quoted\" {brace} [list] [TOOL_CALLS] x[ARGS]y\nline\n", "n": -1.5, "ok": true, "none": null}`)},
+			`{"q": "a \"quoted\" {brace} [list] [TOOL_CALLS] x[ARGS]y\nline\n", "n": -1.5, "ok": true, "none": null}`), ""},
+		{"ministral3_reasoning", MistralArgs, "[/INST]", "</s>", "<s>", "</s>", append(shared,
+			`{"q": "a \"quoted\" {brace} [list] [/THINK] x[ARGS]y\nline\n", "n": -1.5, "ok": true, "none": null}`),
+			"The user wants rain: [1, 2] {x}.\nCall search."},
 	} {
 		t.Run(tc.fixture, func(t *testing.T) {
 			src, err := chattemplate.FromTokenizerConfig(testenv.TokenizerFileDir(t, tc.fixture, "chat_template.jinja"))
@@ -600,9 +608,13 @@ func TestRealTemplateCalls(t *testing.T) {
 				callObjs = append(callObjs, chattemplate.NewObject("id", fmt.Sprintf("c%08d", i), "type", "function",
 					"function", chattemplate.NewObject("name", "search", "arguments", &args)))
 			}
+			var content any = ""
+			if tc.think != "" {
+				content = []any{chattemplate.NewObject("type", "thinking", "thinking", tc.think)}
+			}
 			out, err := tmpl.Render(chattemplate.Input{Messages: []*chattemplate.Object{
 				chattemplate.NewObject("role", "user", "content", "hi"),
-				chattemplate.NewObject("role", "assistant", "content", "", "tool_calls", callObjs),
+				chattemplate.NewObject("role", "assistant", "content", content, "tool_calls", callObjs),
 			}, BOSToken: tc.bos, EOSToken: tc.eos})
 			if err != nil {
 				t.Fatal(err)
@@ -613,7 +625,7 @@ func TestRealTemplateCalls(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if got.Content != "" || got.Reasoning != "" || len(got.Calls) != len(tc.args) {
+				if got.Content != "" || got.Reasoning != tc.think || len(got.Calls) != len(tc.args) {
 					t.Fatalf("rendered %q parsed as %+v", turn, got)
 				}
 				for i, c := range got.Calls {
