@@ -50,13 +50,16 @@ func (b *thinkBudget) accept(id int) {
 }
 
 // thinkTags are the tokens that open and close a family's reasoning:
-// <think> and </think>, or Gemma 4's thought channel, which its template
+// <think> and </think>, Mistral's [THINK] and [/THINK] (Magistral,
+// Ministral 3 Reasoning), or Gemma 4's thought channel, which its template
 // writes <|channel>thought\n…<channel|> (the model names the channel
 // after the opening token).
 func thinkTags(family string) (open, close string) {
 	switch family {
 	case parser.Gemma4, parser.Gemma4Think:
 		return "<|channel>", "<channel|>"
+	case parser.Mistral, parser.MistralArgs:
+		return "[THINK]", "[/THINK]"
 	}
 	return "<think>", "</think>"
 }
