@@ -301,8 +301,9 @@ func checkParity(t *testing.T, be *cpu.Backend, dir string, prompt []int, ref ml
 
 // minDecided is how many of the 64 steps must have a top-2 gap in
 // mlx-lm's distribution above the tolerance, so that "greedy identical on
-// 64 steps" says something: below it a case is too flat to check greedy
-// decoding (engine/model/DESIGN.md, Parity).
+// 64 steps" says something when near-ties are excused: below it a case
+// whose tokens are not all mlx-lm's is too flat to check greedy decoding
+// (engine/model/DESIGN.md, Parity).
 const minDecided = 56
 
 // compareSteps checks our log-probabilities against mlx-lm's at every step
@@ -310,8 +311,9 @@ const minDecided = 56
 // tokens, our argmax is mlx-lm's token at every step, so running free our
 // 64 tokens would be its 64 — except at a near-tie (mlx-lm's top-2 gap at
 // most tol), where ours may be another token mlx-lm puts within tol of its
-// top and the two free runs could part there (logged). At least
-// minDecided steps must be decided. It returns the largest difference,
+// top and the two free runs could part there (logged). Unless every
+// step's argmax is mlx-lm's token, at least minDecided steps must be
+// decided. It returns the largest difference,
 // the greedy agreement and the decided steps.
 func compareSteps(t *testing.T, got [][]float64, ref mlxResult, tol float64) (maxDiff float64, agree, decided int) {
 	t.Helper()
@@ -349,7 +351,7 @@ func compareSteps(t *testing.T, got [][]float64, ref mlxResult, tol float64) (ma
 			}
 		}
 	}
-	if decided < minDecided {
+	if decided < minDecided && agree < len(ref.Steps) {
 		t.Errorf("only %d of %d steps have a top-2 gap above %.0e (want ≥ %d): too flat to check greedy decoding", decided, len(ref.Steps), tol, minDecided)
 	}
 	return maxDiff, agree, decided
