@@ -2,9 +2,7 @@ package runner
 
 import (
 	"context"
-	"fmt"
 	"path/filepath"
-	"sync"
 	"testing"
 
 	"fusion/engine/backend/cpu"
@@ -126,40 +124,7 @@ func TestPipelineGGUFMoE(t *testing.T) {
 	if err := first.SetPipeline(context.Background(), "moe", &Pipeline{Layers: model.Range{Start: 0, End: 2}, Generation: 1, Down: down}); err != nil {
 		t.Fatal(err)
 	}
-	seed := int64(5)
-	run := func(r *Runner, prompt string, sampled bool) string {
-		req := chat("moe", prompt, 8)
-		req.Sampling.Logprobs, req.Sampling.TopLogprobs = true, 3
-		if sampled {
-			req.Sampling.Temperature, req.Sampling.Seed = 1.5, &seed
-		}
-		ch, err := r.Generate(context.Background(), req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var s string
-		for ev := range ch {
-			if ev.Err != nil {
-				t.Fatal(ev.Err)
-			}
-			s += fmt.Sprintf("%q %v %v %s|", ev.Text, ev.Tokens, ev.TopLogprobs, ev.FinishReason)
-		}
-		return s
-	}
-	prompts := []string{"experts", "in two stages"}
-	for _, sampled := range []bool{false, true} {
-		got := make([]string, len(prompts))
-		var wg sync.WaitGroup
-		for i, p := range prompts {
-			wg.Go(func() { got[i] = run(first, p, sampled) })
-		}
-		wg.Wait()
-		for i, p := range prompts {
-			if want := run(whole, p, sampled); got[i] != want {
-				t.Errorf("%q (sampled %v) as a pipeline:\n%s\nwhole:\n%s", p, sampled, got[i], want)
-			}
-		}
-	}
+	samePipelineRuns(t, first, whole, "moe", 8, "experts", "in two stages")
 	if n := down.held(); n != 0 {
 		t.Errorf("%d sequences still held downstream", n)
 	}

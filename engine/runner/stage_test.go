@@ -457,9 +457,26 @@ func TestPipelineGemma4(t *testing.T) {
 	if err := first.SetPipeline(context.Background(), "g4", &Pipeline{Layers: model.Range{Start: 0, End: 1}, Generation: 1, Down: down}); err != nil {
 		t.Fatal(err)
 	}
+	samePipelineRuns(t, first, whole, "g4", 16, "per-layer inputs", "travel with the hidden state")
+	down.mu.Lock()
+	drawn := down.drawn
+	down.mu.Unlock()
+	if drawn == 0 {
+		t.Error("no token drawn on the later stage: the pipeline did not run")
+	}
+	if n := down.held(); n != 0 {
+		t.Errorf("%d sequences still held downstream", n)
+	}
+}
+
+// samePipelineRuns generates each prompt on first (a pipeline's first
+// stage), all at once, greedy and then seeded at temperature 1.5 with
+// log-probs, and wants each answer, events and all, to be whole's.
+func samePipelineRuns(t *testing.T, first, whole *Runner, modelName string, maxTokens int, prompts ...string) {
+	t.Helper()
 	seed := int64(5)
 	run := func(r *Runner, prompt string, sampled bool) string {
-		req := chat("g4", prompt, 16)
+		req := chat(modelName, prompt, maxTokens)
 		req.Sampling.Logprobs, req.Sampling.TopLogprobs = true, 3
 		if sampled {
 			req.Sampling.Temperature, req.Sampling.Seed = 1.5, &seed
@@ -477,7 +494,6 @@ func TestPipelineGemma4(t *testing.T) {
 		}
 		return s
 	}
-	prompts := []string{"per-layer inputs", "travel with the hidden state"}
 	for _, sampled := range []bool{false, true} {
 		got := make([]string, len(prompts))
 		var wg sync.WaitGroup
@@ -490,14 +506,5 @@ func TestPipelineGemma4(t *testing.T) {
 				t.Errorf("%q (sampled %v) as a pipeline:\n%s\nwhole:\n%s", p, sampled, got[i], want)
 			}
 		}
-	}
-	down.mu.Lock()
-	drawn := down.drawn
-	down.mu.Unlock()
-	if drawn == 0 {
-		t.Error("no token drawn on the later stage: the pipeline did not run")
-	}
-	if n := down.held(); n != 0 {
-		t.Errorf("%d sequences still held downstream", n)
 	}
 }
