@@ -192,27 +192,10 @@ type llamaCppReport struct {
 // Python process.
 func runLlamaCpp(t *testing.T, py, lc, prompt string, files []string) []llamaCppReport {
 	t.Helper()
-	in, err := json.Marshal(map[string]any{"threads": 2, "top": 64, "steps": llamaCppSteps, "prompt": prompt, "files": files})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := testenv.ClientContext(t)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, py, filepath.Join("testdata", "llamacpp_ref.py"))
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(lc, "python"))
-	cmd.Stdin = bytes.NewReader(in)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil && !testenv.Required() && strings.Contains(stderr.String(), "ModuleNotFoundError") {
-		t.Skipf("%s lacks a module:\n%s", py, stderr.String())
-	}
-	if err != nil {
-		t.Fatalf("llama.cpp: %v\n%s", err, stderr.String())
-	}
+	out, stderr := runLlamaCppScript(t, py, lc, "llamacpp_ref.py", map[string]any{"threads": 2, "top": 64, "steps": llamaCppSteps, "prompt": prompt, "files": files})
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	if len(lines) != len(files) {
-		t.Fatalf("%d reports for %d files:\n%s\n%s", len(lines), len(files), out, stderr.String())
+		t.Fatalf("%d reports for %d files:\n%s\n%s", len(lines), len(files), out, stderr)
 	}
 	reports := make([]llamaCppReport, len(lines))
 	for i, line := range lines {
@@ -288,4 +271,31 @@ func topIDs(row []float64, k int) []int {
 		}
 	}
 	return ids
+}
+
+// runLlamaCppScript runs testdata/script with llama.cpp's Python bindings
+// (lc's python dir) on PYTHONPATH and in as JSON on its stdin, and returns
+// its stdout and stderr; a failure is fatal (a missing module skips, unless
+// fixtures are required).
+func runLlamaCppScript(t *testing.T, py, lc, script string, in any) (stdout []byte, stderr string) {
+	t.Helper()
+	body, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := testenv.ClientContext(t)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, py, filepath.Join("testdata", script))
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(lc, "python"))
+	cmd.Stdin = bytes.NewReader(body)
+	var errBuf bytes.Buffer
+	cmd.Stderr = &errBuf
+	out, err := cmd.Output()
+	if err != nil && !testenv.Required() && strings.Contains(errBuf.String(), "ModuleNotFoundError") {
+		t.Skipf("%s lacks a module:\n%s", py, errBuf.String())
+	}
+	if err != nil {
+		t.Fatalf("%s: %v\n%s\n%s", script, err, out, errBuf.String())
+	}
+	return out, errBuf.String()
 }

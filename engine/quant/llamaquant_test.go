@@ -1,11 +1,7 @@
 package quant
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -59,23 +55,9 @@ func TestGGUFTensorTypeMatchesLlamaQuantize(t *testing.T) {
 				FType: ggufFileType[typ], model: i, typ: typ})
 		}
 	}
-	in, err := json.Marshal(map[string]any{"jobs": jobs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := testenv.ClientContext(t)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, py, filepath.Join("testdata", "llamacpp_quantize.py"))
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(lc, "python"))
-	cmd.Stdin = bytes.NewReader(in)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil && !testenv.Required() && strings.Contains(stderr.String(), "ModuleNotFoundError") {
-		t.Skipf("%s lacks a module:\n%s", py, stderr.String())
-	}
-	if err != nil || strings.Count(string(out), "ok ") != len(jobs) {
-		t.Fatalf("llama.cpp quantize: %v\n%s\n%s", err, out, stderr.String())
+	out, stderr := runLlamaCppScript(t, py, lc, "llamacpp_quantize.py", map[string]any{"jobs": jobs})
+	if strings.Count(string(out), "ok ") != len(jobs) {
+		t.Fatalf("llama.cpp quantize: %d of %d files\n%s\n%s", strings.Count(string(out), "ok "), len(jobs), out, stderr)
 	}
 	for _, j := range jobs {
 		m := models[j.model].o
