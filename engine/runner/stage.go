@@ -444,6 +444,14 @@ func (r *Runner) LoadStage(ctx context.Context, name string, layers model.Range)
 		sm.release()
 		return nil, err
 	}
+	// Loaded, the stage counts what its weights hold, as the pool's models
+	// do: the files' bytes were the estimate (the CPU backend's AVX-512
+	// F32 panels pad a matrix's rows to 16, a mixture's 4-expert router
+	// from 4 to 16).
+	r.mu.Lock()
+	r.stageBytes += sm.WeightBytes() - sm.held
+	sm.held = sm.WeightBytes()
+	r.mu.Unlock()
 	r.cfg.Logger.Info("pipeline stage loaded", "model", name, "layers", layers.String(), "weight_bytes", sm.WeightBytes())
 	return sm, nil
 }

@@ -333,22 +333,7 @@ func TestPipelineMicroBatches(t *testing.T) {
 	if _, err := demo.Create(filepath.Join(dir, "deep"), o); err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{ModelsDir: dir, Threads: 1, Backend: BackendCPU, CacheHotBytes: -1, CacheSSDBytes: -1}
-	whole, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer whole.Close()
-	first, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer first.Close()
-	sm, err := whole.LoadStage(context.Background(), "deep", model.Range{Start: 2, End: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sm.Close()
+	whole, first, sm := stageRunners(t, dir, "deep", model.Range{Start: 2, End: 4})
 	run := func(r *Runner, prompt string, sampled bool) string {
 		req := chat("deep", prompt, 10)
 		req.Sampling.Logprobs, req.Sampling.TopLogprobs = true, 2
@@ -432,15 +417,7 @@ func TestPipelineGemma4(t *testing.T) {
 		Intermediate: 64, SlidingWindow: 20, SlidingPattern: 2, Seed: 12}); err != nil {
 		t.Fatal(err)
 	}
-	newRunner := func() *Runner {
-		r, err := New(Config{ModelsDir: dir, Threads: 1, Backend: BackendCPU, CacheHotBytes: -1, CacheSSDBytes: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { r.Close() })
-		return r
-	}
-	whole, first := newRunner(), newRunner()
+	whole, first, sm := stageRunners(t, dir, "g4", model.Range{Start: 1, End: 6})
 	// Layers 3–5 read the KV of layers 1 (full) and 2 (sliding).
 	if got := whole.MaxCut("g4"); got != 1 {
 		t.Errorf("MaxCut = %d, want 1", got)
@@ -448,11 +425,6 @@ func TestPipelineGemma4(t *testing.T) {
 	if _, err := whole.LoadStage(context.Background(), "g4", model.Range{Start: 2, End: 6}); err == nil || !strings.Contains(err.Error(), "layer 3 reads layer 1's KV, outside the range [2, 6)") {
 		t.Errorf("a stage of layers [2, 6) (layer 3 reads layer 1's KV): %v", err)
 	}
-	sm, err := whole.LoadStage(context.Background(), "g4", model.Range{Start: 1, End: 6})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sm.Close()
 	down := &localDown{sm: sm, seqs: map[uint64]*model.Sequence{}}
 	if err := first.SetPipeline(context.Background(), "g4", &Pipeline{Layers: model.Range{Start: 0, End: 1}, Generation: 1, Down: down}); err != nil {
 		t.Fatal(err)
@@ -467,6 +439,29 @@ func TestPipelineGemma4(t *testing.T) {
 	if n := down.held(); n != 0 {
 		t.Errorf("%d sequences still held downstream", n)
 	}
+}
+
+// stageRunners returns two CPU runners over the models in dir, closed
+// when the test ends: whole runs model name alone, first is for a
+// pipeline's first stage; and sm, the stage of layers later loaded on
+// whole, as the next node of a pipeline would load it.
+func stageRunners(t *testing.T, dir, name string, later model.Range) (whole, first *Runner, sm *StageModel) {
+	t.Helper()
+	newRunner := func() *Runner {
+		r, err := New(Config{ModelsDir: dir, Threads: 1, Backend: BackendCPU, CacheHotBytes: -1, CacheSSDBytes: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		return r
+	}
+	whole, first = newRunner(), newRunner()
+	sm, err := whole.LoadStage(context.Background(), name, later)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sm.Close() })
+	return whole, first, sm
 }
 
 // samePipelineRuns generates each prompt on first (a pipeline's first
