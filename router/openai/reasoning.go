@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"maps"
 	"strings"
 
 	"fusion/engine"
@@ -11,10 +12,16 @@ import (
 // the answer's token bound each leaves to reasoning ("none": no
 // reasoning). The shares follow the common mapping of an effort to a
 // thinking budget (about a fifth, a half, four fifths).
+//
+// Each also names the template variable reasoning_effort gpt-oss's
+// harmony template reads (its system message's "Reasoning: low|medium|
+// high", the only three it knows; harmony cannot turn reasoning off, so
+// "none" and "minimal" ask for low), unless chat_template_kwargs sets it.
 var reasoningEfforts = []struct {
-	name  string
-	share float64
-}{{"none", 0}, {"minimal", 0.1}, {"low", 0.2}, {"medium", 0.5}, {"high", 0.8}, {"xhigh", 0.95}}
+	name     string
+	share    float64
+	template string
+}{{"none", 0, "low"}, {"minimal", 0.1, "low"}, {"low", 0.2, "low"}, {"medium", 0.5, "medium"}, {"high", 0.8, "high"}, {"xhigh", 0.95, "high"}}
 
 // applyThinking sets the request's thinking from enable_thinking,
 // chat_template_kwargs.enable_thinking and reasoning_effort, after
@@ -27,7 +34,9 @@ var reasoningEfforts = []struct {
 //   - reasoning_effort "none" turns thinking off; any other effort forces
 //     it and, when the answer has a token bound, spends at most that
 //     effort's share of it on reasoning (engine.Request.ReasoningBudget),
-//     after which the runner closes the block and the answer follows.
+//     after which the runner closes the block and the answer follows; it
+//     also sets the template variable reasoning_effort (harmony's
+//     "Reasoning:" line).
 //
 // Contradicting values (enable_thinking false with an effort, or true
 // with "none") are a 400.
@@ -51,6 +60,13 @@ func (req *ChatRequest) applyThinking(base *engine.Request) *Error {
 			names[i] = "'" + e.name + "'"
 			if e.name == *req.ReasoningEffort {
 				share = e.share
+				if _, set := req.ChatTemplateKwargs["reasoning_effort"]; !set {
+					base.ChatTemplateKwargs = maps.Clone(req.ChatTemplateKwargs)
+					if base.ChatTemplateKwargs == nil {
+						base.ChatTemplateKwargs = map[string]any{}
+					}
+					base.ChatTemplateKwargs["reasoning_effort"] = e.template
+				}
 			}
 		}
 		if share < 0 {

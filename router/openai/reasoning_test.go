@@ -7,7 +7,9 @@ import (
 // TestChatThinking: enable_thinking, chat_template_kwargs.enable_thinking
 // and reasoning_effort set the engine request's thinking (forced start,
 // budget as a share of the answer's bound), and their bad or
-// contradicting values are 400s naming the field.
+// contradicting values are 400s naming the field. An effort also sets the
+// template variable reasoning_effort (harmony's low/medium/high) unless
+// chat_template_kwargs gives it.
 func TestChatThinking(t *testing.T) {
 	const msgs = `"messages":[{"role":"user","content":"hi"}]`
 	on, off := true, false
@@ -17,21 +19,23 @@ func TestChatThinking(t *testing.T) {
 		enable *bool
 		start  bool
 		budget int
+		effort any // the template variable reasoning_effort; nil: not set
 	}{
-		{"nothing: the template decides", ``, nil, false, 0},
-		{"enable_thinking true forces the block", `,"enable_thinking":true`, &on, true, 0},
-		{"enable_thinking false", `,"enable_thinking":false`, &off, false, 0},
-		{"template kwarg true", `,"chat_template_kwargs":{"enable_thinking":true}`, &on, true, 0},
-		{"template kwarg false", `,"chat_template_kwargs":{"enable_thinking":false,"other":1}`, &off, false, 0},
-		{"effort none", `,"reasoning_effort":"none"`, &off, false, 0},
-		{"effort low without a bound", `,"reasoning_effort":"low"`, &on, true, 0},
-		{"effort minimal", `,"reasoning_effort":"minimal","max_tokens":100`, &on, true, 10},
-		{"effort low", `,"reasoning_effort":"low","max_tokens":100`, &on, true, 20},
-		{"effort medium", `,"reasoning_effort":"medium","max_completion_tokens":100`, &on, true, 50},
-		{"effort high", `,"reasoning_effort":"high","max_tokens":100`, &on, true, 80},
-		{"effort xhigh", `,"reasoning_effort":"xhigh","max_tokens":100`, &on, true, 95},
-		{"effort with a tiny bound", `,"reasoning_effort":"minimal","max_tokens":3`, &on, true, 1},
-		{"effort agreeing with enable_thinking", `,"reasoning_effort":"high","enable_thinking":true,"max_tokens":10`, &on, true, 8},
+		{"nothing: the template decides", ``, nil, false, 0, nil},
+		{"enable_thinking true forces the block", `,"enable_thinking":true`, &on, true, 0, nil},
+		{"enable_thinking false", `,"enable_thinking":false`, &off, false, 0, nil},
+		{"template kwarg true", `,"chat_template_kwargs":{"enable_thinking":true}`, &on, true, 0, nil},
+		{"template kwarg false", `,"chat_template_kwargs":{"enable_thinking":false,"other":1}`, &off, false, 0, nil},
+		{"effort none", `,"reasoning_effort":"none"`, &off, false, 0, "low"},
+		{"effort low without a bound", `,"reasoning_effort":"low"`, &on, true, 0, "low"},
+		{"effort minimal", `,"reasoning_effort":"minimal","max_tokens":100`, &on, true, 10, "low"},
+		{"effort low", `,"reasoning_effort":"low","max_tokens":100`, &on, true, 20, "low"},
+		{"effort medium", `,"reasoning_effort":"medium","max_completion_tokens":100`, &on, true, 50, "medium"},
+		{"effort high", `,"reasoning_effort":"high","max_tokens":100`, &on, true, 80, "high"},
+		{"effort xhigh", `,"reasoning_effort":"xhigh","max_tokens":100`, &on, true, 95, "high"},
+		{"the template variable as given", `,"reasoning_effort":"xhigh","chat_template_kwargs":{"reasoning_effort":"medium"}`, &on, true, 0, "medium"},
+		{"effort with a tiny bound", `,"reasoning_effort":"minimal","max_tokens":3`, &on, true, 1, "low"},
+		{"effort agreeing with enable_thinking", `,"reasoning_effort":"high","enable_thinking":true,"max_tokens":10`, &on, true, 8, "high"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -49,6 +53,9 @@ func TestChatThinking(t *testing.T) {
 			}
 			if r.StartThinking != tt.start || r.ReasoningBudget != tt.budget {
 				t.Errorf("StartThinking %v, ReasoningBudget %d; want %v, %d", r.StartThinking, r.ReasoningBudget, tt.start, tt.budget)
+			}
+			if got := r.ChatTemplateKwargs["reasoning_effort"]; got != tt.effort {
+				t.Errorf("template variable reasoning_effort = %v, want %v", got, tt.effort)
 			}
 		})
 	}
