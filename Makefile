@@ -78,8 +78,9 @@ test: test-deps
 	@# here, mlx-lm's share included), and Gemma 4's tokenizer built from
 	@# its 262,144-token GGUF vocabulary (63 s under -race, 34 s without),
 	@# the SDK suites on gemma3 and qwen3_5_moe (minutes under -race), and
-	@# llama.cpp loading our GGUF outputs and llama-bench's smoke run
-	@# (101 s and 48 s under -race), and the MoE bench's smoke run (a tiny
+	@# llama.cpp loading our GGUF outputs (dense and a qwen3moe mixture's)
+	@# and llama-bench's smoke run (101 s and 48 s under -race before the
+	@# mixture, which adds ~35 CPU-s), and the MoE bench's smoke run (a tiny
 	@# mixture with that vocabulary through the engine, mlx-lm and
 	@# llama-bench: ~20 CPU-s). Likewise llama.cpp on our gpt-oss GGUF
 	@# and that file served with its harmony format (its 201,088-token
