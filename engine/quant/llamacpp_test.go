@@ -62,7 +62,7 @@ func TestLlamaCppRunsOurGGUF(t *testing.T) {
 	}{
 		{"qwen3", demo.Options{Arch: "qwen3", Layers: 2, Hidden: 256, Heads: 4, KVHeads: 2, HeadDim: 64,
 			Intermediate: 512, VocabFrom: vocab, Seed: 11},
-			[]string{"F32", GGUFQ8_0, GGUFQ6_K, GGUFQ4_K_M, GGUFQ3_K_M, GGUFQ2_K}}, // Q3_K_M holds Q3_K, Q4_K, Q5_K and Q6_K tensors
+			[]string{"F32", GGUFQ8_0, GGUFQ6_K, GGUFQ4_K_M, GGUFQ5_K_M, GGUFQ3_K_M, GGUFQ2_K}}, // Q3_K_M holds Q3_K, Q4_K, Q5_K and Q6_K tensors
 		// A mixture (llama.cpp's qwen3moe: router, stacked ffn_*_exps).
 		// The F32 file routes each token to the top 2 of its 4 experts, so
 		// the choice itself must agree. The quantized files route to all
