@@ -1,9 +1,11 @@
 package demo
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strconv"
 
 	"fusion/engine/modelfile"
 )
@@ -81,7 +83,7 @@ func (m *Model) gemma4Config(c map[string]any) map[string]any {
 		"architectures":               []string{"Gemma4ForCausalLM"},
 		"model_type":                  modelfile.ArchGemma4Text,
 		"attention_k_eq_v":            true,
-		"final_logit_softcapping":     gemma4Softcap,
+		"final_logit_softcapping":     json.Number(strconv.FormatFloat(gemma4Softcap, 'f', 1, 64)), // a float, as transformers' Gemma4TextConfig insists (100 fails AutoConfig, so mlx_lm.convert and mlx_lm.load)
 		"global_head_dim":             p.GlobalHeadDim,
 		"hidden_activation":           "gelu_pytorch_tanh",
 		"hidden_size_per_layer_input": gemma4PerLayer,
