@@ -59,12 +59,17 @@ sn.save_file(sn.load_file(sys.argv[1]), sys.argv[2], metadata=md)
 // TestMLXLMAgrees: mlx_lm.convert -q of our float demo writes exactly our
 // quantized demo (same seed): every tensor's name, dtype, shape and bytes,
 // and the quantization block (the routers' 8-bit overrides included) —
-// for dense models in affine 4 and 8 bits, the mixtures (qwen3_moe's
-// stacked experts, gpt_oss's biased ones in its shipping mxfp4,
-// deepseek_v3's MLA and shared expert) and the Gated DeltaNet hybrids
-// (qwen3_5's small in_proj_b/in_proj_a, quantized too, in 4-bit and
-// mxfp8; qwen3_5_moe in mxfp4); mlx-lm then loads and runs each of ours. One Python process
-// (importing mlx-lm is slow) does every case.
+// for every family the demo writes as safetensors: dense models in affine
+// 4 and 8 bits, the mixtures (qwen3_moe's stacked experts, gpt_oss's
+// biased ones in its shipping mxfp4, deepseek_v3's MLA and shared
+// expert, glm4_moe), the Gated DeltaNet hybrids (qwen3_5's small
+// in_proj_b/in_proj_a, quantized too, in 4-bit and mxfp8; qwen3_5_moe in
+// mxfp4, qwen3_next in mxfp8), phi3's fused projections, the mistral
+// families, and the Gemmas text-only and multimodal (gemma4's per-layer
+// embedding; the vision towers, which mlx-lm drops and we keep, byte for
+// byte the float demo's); MLX's four modes among them. mlx-lm then loads
+// and runs each of ours. One Python process (importing mlx-lm is slow)
+// does every case.
 func TestMLXLMAgrees(t *testing.T) {
 	py := pythonWith(t, "mlx.core", "mlx_lm", "numpy")
 	args := []string{"-c", `import sys, json, numpy as np, mlx.core as mx
@@ -81,20 +86,28 @@ for fdir, qdir, conv, mode, bits, group in zip(it, it, it, it, it, it):
         kw.update(q_bits=int(bits), q_group_size=int(group))
     convert(fdir, mlx_path=conv, quantize=True, **kw)
     ours, theirs = mx.load(qdir + "/model.safetensors"), mx.load(conv + "/model.safetensors")
-    assert sorted(ours) == sorted(theirs), (qdir, sorted(set(ours) ^ set(theirs)))
-    for k in theirs:
-        a, b = ours[k], theirs[k]
+    qc, tc = json.load(open(qdir + "/config.json")), json.load(open(conv + "/config.json"))
+    # mlx-lm's multimodal models drop the vision tower on load (convert
+    # writes the text model alone); ours keeps it, the float demo's
+    # tensors unquantized.
+    vision = {k for k in ours if k.startswith(("vision_tower.", "multi_modal_projector.", "embed_vision."))}
+    assert bool(vision) == ("vision_config" in qc), (qdir, sorted(vision))
+    assert sorted(ours) == sorted(set(theirs) | vision), (qdir, sorted(set(ours) ^ set(theirs) ^ vision))
+    floats = mx.load(fdir + "/model.safetensors")
+    for k in ours:
+        a, b = ours[k], theirs.get(k, floats.get(k))
+        assert b is not None, (qdir, k, "is no tensor of the float demo")
         assert a.dtype == b.dtype and a.shape == b.shape, (qdir, k, a.dtype, b.dtype, a.shape, b.shape)
         if a.dtype == mx.bfloat16:
             a, b = a.view(mx.uint16), b.view(mx.uint16)
         assert np.array_equal(np.array(a), np.array(b)), (qdir, k)
-    qc, tc = json.load(open(qdir + "/config.json")), json.load(open(conv + "/config.json"))
     assert qc["quantization"] == tc["quantization"], (qdir, qc["quantization"], tc["quantization"])
     assert qc["quantization_config"] == tc["quantization_config"], qdir
     model, tok = load(qdir)
     logits = model(mx.array([tok.encode("Hello, world")]))
     assert logits.shape[-1] == qc.get("vocab_size", qc.get("text_config", {}).get("vocab_size")) and bool(mx.all(mx.isfinite(logits))), qdir
-    print(qdir.split("/")[-1], len(theirs), "tensors equal", flush=True)
+    also = f" (and {len(vision)} vision tensors the float demo's)" if vision else ""
+    print(f"{qdir.split('/')[-1]}: {len(theirs)} tensors equal{also}", flush=True)
 print("ok")
 `}
 	moe := Options{Arch: "qwen3_moe", Hidden: 128, Seed: 3}
@@ -103,6 +116,14 @@ print("ok")
 	// Four layers: three DeltaNet, one attention.
 	q35 := Options{Arch: "qwen3_5", Layers: 4, Hidden: 128, Seed: 6}
 	q35moe := Options{Arch: "qwen3_5_moe", Layers: 4, Hidden: 128, Seed: 8}
+	// mlx-lm's gemma3_text wants a full layer among the first
+	// sliding_window_pattern.
+	gemma3 := Options{Arch: "gemma3_text", Hidden: 128, SlidingPattern: 2, Seed: 15}
+	gemma3mm := gemma3
+	gemma3mm.Multimodal, gemma3mm.Seed = true, 16
+	gemma4 := Options{Arch: "gemma4_text", Layers: 4, Hidden: 128, HeadDim: 32, Experts: 8, Seed: 17}
+	gemma4mm := gemma4
+	gemma4mm.Multimodal, gemma4mm.Seed = true, 18
 	affine := func(o Options, bits, group int) Options { o.Quantize, o.GroupSize = bits, group; return o }
 	fp := func(o Options, mode string) Options { o.QuantMode = mode; return o }
 	for i, o := range []Options{
@@ -114,11 +135,27 @@ print("ok")
 		affine(q35, 4, 64),
 		fp(q35, "mxfp8"),
 		fp(q35moe, "mxfp4"),
+		// The other families, each in one mode: the fused qkv_proj and
+		// gate_up_proj, the multimodal wrappers (mistral3, ministral3 and
+		// --multimodal Gemmas) whose text weights are quantized under
+		// "language_model." and whose vision tower stays float, GLM's
+		// float MoEGate, Qwen3-Next's 8-bit router and shared-expert gate,
+		// Gemma 4's per-layer embedding and 8-bit router.proj.
+		affine(Options{Arch: "phi3", Hidden: 128, Seed: 9}, 8, 32),
+		affine(Options{Arch: "mistral", Hidden: 128, SlidingWindow: 64, SlidingPattern: 2, Seed: 10}, 4, 64),
+		affine(Options{Arch: "mistral3", Hidden: 128, Seed: 11}, 4, 64),
+		fp(Options{Arch: "ministral3", Hidden: 128, Seed: 12}, "nvfp4"),
+		fp(Options{Arch: "glm4_moe", Hidden: 128, Seed: 13}, "mxfp4"),
+		fp(Options{Arch: "qwen3_next", Layers: 4, Hidden: 128, Seed: 14}, "mxfp8"),
+		affine(gemma3, 4, 64),
+		affine(gemma3mm, 8, 64),
+		affine(gemma4, 4, 64),
+		fp(gemma4mm, "mxfp4"),
 	} {
 		float := o
 		float.Quantize, float.GroupSize, float.QuantMode = 0, 0, ""
 		fdir, _ := writeDemo(t, float)
-		qdir := filepath.Join(t.TempDir(), fmt.Sprintf("%d-%s-%s", i, cmp.Or(o.Arch, "qwen3"), cmp.Or(o.QuantMode, "affine")))
+		qdir := filepath.Join(t.TempDir(), fmt.Sprintf("%d-%s%s-%s", i, cmp.Or(o.Arch, "qwen3"), map[bool]string{true: "-multimodal"}[o.Multimodal], cmp.Or(o.QuantMode, "affine")))
 		m, err := Create(qdir, o)
 		if err != nil {
 			t.Fatal(err)
