@@ -87,7 +87,8 @@ func moeShape(o MoEOptions) demo.Options {
 
 // MoE measures prefill and decode tokens/s of the CPU engine on a
 // random-weight, 4-bit model shaped like Qwen3-30B-A3B with fewer layers,
-// and of mlx-lm (mlx-cpu, the model's own bf16 activations) on the same
+// and of mlx-lm (mlx-cpu, its scales, biases and norms cast to float32, so
+// float32 activations as the engine's; see moeMLXLMScript) on the same
 // files in the same run; with o.GGUF, of the engine and llama-bench on
 // the same weights as a Q4_K_M GGUF. Each model reports the bytes of
 // weights a decode step reads and the output head's share of them.
