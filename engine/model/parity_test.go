@@ -144,8 +144,9 @@ func familyCases() []parityCase {
 		{name: "mistral-mlx4", opts: q4(mistral), tol: 1e-2},
 		{name: "mistral-bf16-window", opts: window, tol: 1e-3},
 		{name: "mistral3-bf16", opts: mistral3, tol: 1e-3},
-		// Mistral 3's layout quantized: ministral3-mlx4 (the same loader
-		// and Llama block, plus the query scale).
+		// The text model's linears in 4 bits under language_model.,
+		// beside the (unloaded) vision tower.
+		{name: "mistral3-mlx4", opts: q4(mistral3), tol: 1e-2},
 		{name: "ministral3-bf16", opts: ministral3, tol: 1e-3},
 		{name: "ministral3-mlx4", opts: q4(ministral3), tol: 1e-2},
 		{name: "gpt_oss-bf16", opts: oss, tol: 1e-3},
