@@ -18,21 +18,25 @@ import (
 // and architecture. Llama runs on the layouts where its path differs
 // (GGUF's interleaved q/k rows), Qwen3 on all, Gemma 3 and Mistral
 // (safetensors only) with sliding windows, Phi-3 (its fused matrices
-// split into row views) float and quantized, Ministral 3 (Mistral 3's
-// layout, weights under language_model., with queries scaled by
-// position, a step every 16 positions in the demo; it stands for
-// Mistral 3, whose block is Llama's) float, gpt-oss (sinks, windows of
-// 128, biased experts) float and in mxfp4, DeepSeek-V3 (latent attention, sigmoid-routed and
-// shared experts) and GLM-4.5 (the same mixture) float (their quantized
-// weights go through the same ops; TestParityMLXFamilies checks them),
-// and a qwen3_moe GGUF (router and stacked ffn_*_exps experts) at Q8_0.
+// split into row views) float and quantized, Mistral 3 (Llama's block,
+// weights under language_model. beside a vision tower) float and
+// quantized, Ministral 3 (Mistral 3's layout with queries scaled by
+// position, a step every 16 positions in the demo) float, gpt-oss
+// (sinks, windows of 128, biased experts) float and in mxfp4,
+// DeepSeek-V3 (latent attention, sigmoid-routed and shared experts) and
+// GLM-4.5 (the same mixture) float (their quantized weights go through
+// the same ops; TestParityMLXFamilies checks them), the Gated DeltaNet
+// hybrids Qwen3-Next and Qwen3.5-MoE (recurrent state, a gated shared
+// expert) float and quantized and Qwen3.5 float, and a qwen3_moe GGUF
+// (router and stacked ffn_*_exps experts) at Q8_0.
 var formats = []struct {
 	name  string
 	opts  demo.Options
 	archs []string
 }{
-	{"bf16", demo.Options{}, []string{"llama", "qwen3", "qwen3_moe", "phi3", "ministral3", "gpt_oss", "deepseek_v3", "glm4_moe", "qwen3_next", "qwen3_5"}},
-	{"mlx-q4", demo.Options{Quantize: 4, GroupSize: 32}, []string{"qwen3", "qwen3_moe", "phi3", "qwen3_next"}},
+	{"bf16", demo.Options{}, []string{"llama", "qwen3", "qwen3_moe", "phi3", "mistral3", "ministral3", "gpt_oss", "deepseek_v3", "glm4_moe",
+		"qwen3_next", "qwen3_5", "qwen3_5_moe"}},
+	{"mlx-q4", demo.Options{Quantize: 4, GroupSize: 32}, []string{"qwen3", "qwen3_moe", "phi3", "mistral3", "qwen3_next", "qwen3_5_moe"}},
 	{"mlx-q8", demo.Options{Quantize: 8, GroupSize: 64}, []string{"qwen3"}},
 	// gpt-oss as it ships: everything but the routers (affine 8-bit) in
 	// mxfp4 (in place of its affine 4-bit, ~15 s a test under -race: the
