@@ -7,9 +7,10 @@ as in test_openai_python.py. Every test runs through both.
 
 The model has random weights: what it writes freely is noise, so these
 tests check what the server guarantees whatever the model prefers — the
-harmony prompt, the markers never reaching the client, tool calls forced
-through the grammar, structured output, reasoning opened by thinking —
-and that streamed and whole answers agree.
+harmony prompt, the markers never reaching the client, the analysis
+channel split into reasoning_content and bounded by reasoning_effort, tool
+calls forced through the grammar, structured output, reasoning opened by
+thinking — and that streamed and whole answers agree.
 """
 
 import json
@@ -23,16 +24,24 @@ from conftest import no_markers as no_markers_in
 MODEL = os.environ["FUSION_MODEL"]
 URLS = node_urls()
 MARKERS = ["<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|>", "<|return|>", "<|constrain|>"]
+ENDS = ["<|return|>", "<|call|>", "<|endoftext|>"]
+# The tokens that end a message body: <|end|>, and the markers a body
+# cannot hold, which start the next message's header.
+BODY_ENDS = ["<|end|>", "<|start|>", "<|channel|>"]
 
 
 def no_markers(*texts):
+    """No marker, and no header's role or channel name leaked as text."""
     no_markers_in(MARKERS, *texts)
+    for t in texts:
+        if t:
+            assert not t.lstrip().startswith(("assistant", "analysis", "final", "commentary")), t
 
 
 @pytest.fixture(scope="module")
 def no_end():
     """logit_bias banning the model's end tokens: generation runs to max_tokens."""
-    return ban(MODEL, ["<|return|>", "<|call|>", "<|endoftext|>"])
+    return ban(MODEL, ENDS)
 
 
 @pytest.mark.parametrize("base", URLS)
@@ -54,6 +63,39 @@ def test_chat_stream_and_not_agree(base, no_end):
     assert last == "length"
     assert content == (ch.message.content or "")
     assert streamed_reasoning == (reasoning or "")
+
+
+@pytest.mark.parametrize("base", URLS)
+def test_reasoning_split(base, no_end):
+    """test_family_sdk.py's reasoning split, for harmony. enable_thinking
+    opens the analysis message, whose body comes back as reasoning_content
+    (the tokens that end a body banned, all of the answer is reasoning);
+    reasoning_effort bounds it: once the effort's share of max_tokens is
+    spent the runner writes <|end|>, and what the model writes after it
+    comes back as content."""
+    c = oai(base)
+    r, content, reasoning, last = chat_both(c, MODEL, messages=MSGS, max_tokens=12, temperature=0,
+                                            logit_bias=ban(MODEL, ENDS + BODY_ENDS), extra_body={"enable_thinking": True})
+    ch = r.choices[0]
+    assert ch.finish_reason == "length" and last == "length" and r.usage.completion_tokens == 12
+    assert reasoning_of(ch.message) and not ch.message.content
+    assert reasoning == reasoning_of(ch.message) and content == ""
+    no_markers(reasoning)
+    # "low" spends a fifth of max_tokens on reasoning: 4 of 20.
+    r, content, reasoning, last = chat_both(c, MODEL, messages=MSGS, max_tokens=20, temperature=0, logit_bias=no_end,
+                                            reasoning_effort="low", logprobs=True)
+    ch = r.choices[0]
+    assert ch.finish_reason == "length" and last == "length" and r.usage.completion_tokens == 20
+    assert reasoning_of(ch.message) and ch.message.content
+    assert reasoning == reasoning_of(ch.message) and content == ch.message.content
+    no_markers(reasoning, content)
+    # The tokens: the analysis body, <|end|> within the budget, then the
+    # content (the random model writes no header: its text is content).
+    toks = ch.logprobs.content
+    closed = [t.token for t in toks].index("<|end|>")
+    assert 1 <= closed <= 4, [t.token for t in toks]
+    text = lambda ts: bytes(b for t in ts for b in t.bytes).decode()
+    assert text(toks[:closed]) == reasoning and text(toks[closed + 1:]) == content
 
 
 @pytest.mark.parametrize("base", URLS)
