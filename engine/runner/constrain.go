@@ -26,6 +26,7 @@ const (
 	phaseThinkName               // after Gemma 4's <|channel>: its name, "thought\n"
 	phaseThinking                // reasoning, free until </think>
 	phaseAfterThink              // after </think>: whitespace or the grammar's start
+	phaseHeader                  // after gpt-oss's analysis message: the final message's header
 )
 
 // maxSpaces bounds the whitespace tokens taken between </think> and the
@@ -55,19 +56,34 @@ type constraint struct {
 	// writes it: the name is forced (nil for other families).
 	name     *grammar.Matcher
 	nameCost int // bytes of the name
+
+	// After gpt-oss's analysis message (<|end|>) the document is the
+	// final message's body: its header is forced first (nil for other
+	// families).
+	header     *grammar.Matcher
+	headerCost int // an upper bound on the header's tokens
 }
 
 // gemmaThoughtName follows <|channel> in Gemma 4's thought channel.
 const gemmaThoughtName = "thought\n"
 
-var gemmaThoughtGrammar = func() *grammar.Grammar {
+var gemmaThoughtGrammar = literalGrammar(gemmaThoughtName)
+
+// harmonyFinal is the header that follows gpt-oss's analysis message and
+// opens its final message, in the grammar vocabulary's spelling.
+var harmonyFinal = harmonyLiteral("<|start|>assistant" + harmonyFinalHeader)
+
+var harmonyFinalGrammar = literalGrammar(harmonyFinal)
+
+// literalGrammar matches s, a constant.
+func literalGrammar(s string) *grammar.Grammar {
 	b := grammar.NewBuilder()
-	g, err := b.Build(b.Literal(gemmaThoughtName))
+	g, err := b.Build(b.Literal(s))
 	if err != nil {
 		panic(err)
 	}
 	return g
-}()
+}
 
 // responseFormatGrammar compiles a request's response format; a schema
 // the grammar cannot enforce is the caller's error, naming the keyword.
@@ -118,6 +134,9 @@ func newConstraint(lm *loadedModel, g *grammar.Grammar, think thinking, stops []
 	if openTag == "<|channel>" && c.phase == phaseMayThink {
 		c.name, c.nameCost = gemmaThoughtGrammar.NewMatcher(), len(gemmaThoughtName)
 	}
+	if lm.parser == parser.Harmony {
+		c.header, c.headerCost = harmonyFinalGrammar.NewMatcher(), len(harmonyFinal)
+	}
 	return c
 }
 
@@ -132,11 +151,15 @@ func (c *constraint) mask(left int) sample.Mask {
 		c.name.Mask(c.vocab, c.bits)
 		return c.bits
 	}
-	if c.phase == phaseThinking {
-		if left < c.m.Remaining()+3 {
+	switch c.phase {
+	case phaseThinking:
+		if left < c.m.Remaining()+3+c.headerCost {
 			return c.closeOnly
 		}
 		return c.reasoning
+	case phaseHeader:
+		c.header.Mask(c.vocab, c.bits)
+		return c.bits
 	}
 	c.m.SetBudget(left - 1)
 	c.m.Mask(c.vocab, c.bits)
@@ -165,6 +188,17 @@ func (c *constraint) accept(id int) error {
 	case phaseThinking:
 		if id == c.thinkClose {
 			c.phase = phaseAfterThink
+			if c.header != nil {
+				c.phase = phaseHeader
+			}
+		}
+		return nil
+	case phaseHeader:
+		if err := c.header.Accept(c.vocab, id); err != nil {
+			return err
+		}
+		if c.header.Done() {
+			c.phase = phaseGrammar
 		}
 		return nil
 	case phaseThinkName:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -249,6 +250,12 @@ func (r *Runner) prepare(ctx context.Context, lm *loadedModel, req *engine.Reque
 // template leaves the choice to the model); else in the document.
 func constraintThinking(family string, req *engine.Request, renderedPrompt string) thinking {
 	switch {
+	case family == parser.Harmony:
+		// Only the prompt opens an analysis message (harmonyOpen).
+		if req.Messages != nil && strings.HasSuffix(renderedPrompt, harmonyAnalysisHeader) {
+			return thinkingInside
+		}
+		return thinkingOff
 	case parser.StartInReasoning(renderedPrompt):
 		return thinkingInside
 	case req.Messages != nil && (req.EnableThinking == nil || *req.EnableThinking) &&

@@ -71,21 +71,24 @@ const (
 
 // harmonyOpen ends the prompt of a harmony model inside an opened message
 // where the request says what the answer starts with, and returns the
-// header it added ("" for none): a structured answer (response_format) is
-// the final message, so that the grammar's document is its body; a request
-// that asks the answer to start with reasoning (StartThinking: Anthropic's
-// thinking enabled) opens the analysis message. A harmony prompt otherwise
-// ends with "<|start|>assistant", where the model chooses its channel.
+// header it added ("" for none): a request that asks the answer to start
+// with reasoning (StartThinking: Anthropic's thinking enabled, OpenAI's
+// reasoning_effort) opens the analysis message — with a response format,
+// the constraint then forces the final message's header after its <|end|>
+// and the document is that message's body; a structured answer without it
+// opens the final message, so that the grammar's document is its body. A
+// harmony prompt otherwise ends with "<|start|>assistant", where the model
+// chooses its channel.
 func harmonyOpen(lm *loadedModel, req *engine.Request, p *prompt.Result) string {
 	if lm.parser != parser.Harmony || req.Messages == nil || req.ToolChoice.Forced() || !strings.HasSuffix(p.Prompt, "<|start|>assistant") {
 		return ""
 	}
 	var header string
 	switch {
-	case req.ResponseFormat != nil:
-		header = harmonyFinalHeader
 	case req.StartThinking && (req.EnableThinking == nil || *req.EnableThinking):
 		header = harmonyAnalysisHeader
+	case req.ResponseFormat != nil:
+		header = harmonyFinalHeader
 	default:
 		return ""
 	}

@@ -205,4 +205,40 @@ func TestHarmonyServed(t *testing.T) {
 			t.Errorf("seed %d: %q: %v", seed, text, err)
 		}
 	}
+
+	// Both (Anthropic's thinking enabled with output_config.format): the
+	// analysis message first, closed by the budget of 5 tokens or by the
+	// model; then the final message's header, written with the special
+	// tokens, and its body is the document.
+	const header = "<|start|>assistant<|channel|>final<|message|>"
+	var markers []int
+	for _, m := range []string{"<|start|>", "<|channel|>", "<|message|>"} {
+		id, _ := tok.TokenID(m)
+		markers = append(markers, id)
+	}
+	for seed := range 6 {
+		req := chat(model, "Think, then answer in JSON.", 60)
+		req.StartThinking, req.ReasoningBudget = true, 5
+		req.ResponseFormat = &engine.ResponseFormat{Schema: []byte(schema)}
+		s := int64(seed)
+		req.Sampling.Seed, req.Sampling.Temperature = &s, 1.2
+		out := generateHarmony(t, r, req)
+		if out.final.Err != nil {
+			t.Fatal(out.final.Err)
+		}
+		closed := slices.Index(out.ids, end)
+		if closed < 0 || closed > 5 || !strings.HasPrefix(tok.Decode(out.ids[closed+1:], false), header) ||
+			slices.ContainsFunc(markers, func(id int) bool { return !slices.Contains(out.ids[closed+1:], id) }) {
+			t.Fatalf("seed %d: %q (%v): want the analysis body, <|end|> within the budget of 5, then %s in special tokens",
+				seed, tok.Decode(out.ids, false), out.ids, header)
+		}
+		if want := tok.Decode(out.ids[:closed], false); out.reasoning != want {
+			t.Errorf("seed %d: reasoning %q, want the analysis body %q", seed, out.reasoning, want)
+		}
+		noHarmonyMarkers(t, "reasoning", out.reasoning)
+		noHarmonyMarkers(t, "text", out.text)
+		if err := validates(v, out.text); err != nil || len(out.calls) != 0 || out.final.FinishReason != engine.FinishStop {
+			t.Errorf("seed %d: text %q (%v), calls %+v, finish %q", seed, out.text, err, out.calls, out.final.FinishReason)
+		}
+	}
 }

@@ -60,6 +60,10 @@ func thinkTags(family string) (open, close string) {
 		return "<|channel>", "<channel|>"
 	case parser.Mistral, parser.MistralArgs:
 		return "[THINK]", "[/THINK]"
+	case parser.Harmony:
+		// gpt-oss's analysis message: only the prompt opens it
+		// (harmonyOpen), <|end|> closes it.
+		return "", "<|end|>"
 	}
 	return "<think>", "</think>"
 }
