@@ -37,6 +37,9 @@ type plan struct {
 	// answered empty, their signature sealing the text.
 	omitThinking bool
 	mcp          *mcpchat.Toolset // the MCP tools the server runs (nil: none)
+	// formatParam is the field that asked for structured output
+	// (output_config.format or output_format; "": none).
+	formatParam string
 }
 
 // toPlan checks a messages request and converts it into an engine request;
@@ -73,8 +76,13 @@ func (req *MessagesRequest) toPlan(opts Options, id string, codec *thinkingCodec
 	if err := checkMetadata(req.Metadata); err != nil {
 		return nil, err
 	}
-	if err := checkOutputConfig(req.OutputConfig); err != nil {
+	var formatParam string
+	if base.ResponseFormat, formatParam, err = parseOutputFormat(req.OutputConfig, req.OutputFormat); err != nil {
 		return nil, err
+	}
+	if base.ResponseFormat != nil && base.ContinueFinal {
+		// As the Messages API: JSON outputs cannot continue a prefill.
+		return nil, invalid("%s: structured output is incompatible with a prefilled final assistant message; send the request without it.", formatParam)
 	}
 	if err := checkObject(req.ContextManagement, "context_management"); err != nil {
 		return nil, err
@@ -89,7 +97,7 @@ func (req *MessagesRequest) toPlan(opts Options, id string, codec *thinkingCodec
 	if err != nil {
 		return nil, err
 	}
-	return &plan{req: base, stream: req.Stream != nil && *req.Stream, omitThinking: omit, mcp: mcpTools}, nil
+	return &plan{req: base, stream: req.Stream != nil && *req.Stream, omitThinking: omit, mcp: mcpTools, formatParam: formatParam}, nil
 }
 
 // prompt converts what decides the prompt (system, messages, tools,
@@ -631,6 +639,14 @@ func parseTools(raw json.RawMessage) ([]*chattemplate.Object, []mcpchat.Ref, *Er
 		if !ok {
 			return nil, nil, invalidType(param+".input_schema", "a valid dictionary", jsonkind.OfValue(sv))
 		}
+		// strict (strict tool use) is accepted: a forced call's input is
+		// constrained to input_schema whatever it says; calls the model
+		// chooses to make (auto) are parsed as written.
+		if sv, ok := field(t, "strict"); ok {
+			if _, ok := sv.(bool); !ok {
+				return nil, nil, invalidType(param+".strict", "a valid boolean", jsonkind.OfValue(sv))
+			}
+		}
 		fn := chattemplate.NewObject("name", name)
 		if dv, ok := field(t, "description"); ok {
 			d, ok := dv.(string)
@@ -820,23 +836,53 @@ func checkObject(raw json.RawMessage, param string) *Error {
 	return nil
 }
 
-// checkOutputConfig accepts output_config with an effort (ignored); a
-// format (structured output) needs constrained decoding: refused for now.
-func checkOutputConfig(raw json.RawMessage) *Error {
-	if isNull(raw) {
-		return nil
+// parseOutputFormat reads output_config (effort is accepted and ignored)
+// and the beta's top-level output_format: a format {"type": "json_schema",
+// "schema": {...}} asks for an answer whose text is JSON valid against the
+// schema, which the engine enforces with the JSON-schema grammar of
+// OpenAI's response_format (a schema it cannot compile is its 400, see
+// plan.engineError). It returns the field the format came in.
+func parseOutputFormat(config, beta json.RawMessage) (*engine.ResponseFormat, string, *Error) {
+	var format json.RawMessage
+	param := "output_config.format"
+	if !isNull(config) {
+		var c struct {
+			Effort *string         `json:"effort"`
+			Format json.RawMessage `json:"format"`
+		}
+		if err := json.Unmarshal(config, &c); err != nil {
+			return nil, "", invalidType("output_config", "a valid dictionary", jsonkind.Of(config))
+		}
+		format = c.Format
 	}
-	var c struct {
-		Effort *string         `json:"effort"`
-		Format json.RawMessage `json:"format"`
+	if !isNull(beta) {
+		if !isNull(format) {
+			return nil, "", invalid("Both output_format and output_config.format were provided; use only output_config.format (output_format is deprecated).")
+		}
+		format, param = beta, "output_format"
 	}
-	if err := json.Unmarshal(raw, &c); err != nil {
-		return invalidType("output_config", "a valid dictionary", jsonkind.Of(raw))
+	if isNull(format) {
+		return nil, "", nil
 	}
-	if !isNull(c.Format) {
-		return invalid("output_config.format: structured output needs constrained decoding, which this server does not support yet.")
+	var f map[string]json.RawMessage
+	if err := json.Unmarshal(format, &f); err != nil {
+		return nil, "", invalidType(param, "a valid dictionary", jsonkind.Of(format))
 	}
-	return nil
+	if isNull(f["type"]) {
+		return nil, "", missing(param + ".type")
+	}
+	var typ string
+	if json.Unmarshal(f["type"], &typ) != nil || typ != "json_schema" {
+		return nil, "", invalid("%s.type: Input should be 'json_schema'", param)
+	}
+	schema := f["schema"]
+	if isNull(schema) {
+		return nil, "", missing(param + ".schema")
+	}
+	if jsonkind.Of(schema) != "an object" {
+		return nil, "", invalidType(param+".schema", "a valid dictionary", jsonkind.Of(schema))
+	}
+	return &engine.ResponseFormat{Schema: schema}, param, nil
 }
 
 // samplingParams turns temperature (0..1, as Anthropic), top_p and top_k

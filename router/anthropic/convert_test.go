@@ -2,10 +2,12 @@ package anthropic
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
 	"fusion/engine"
+	"fusion/engine/prompt"
 	"fusion/router/wire"
 )
 
@@ -205,6 +207,16 @@ func TestConvertErrors(t *testing.T) {
 		{`{"model":"m","max_tokens":5,"stop_sequences":"x",` + msgs + `}`, "stop_sequences"},
 		{`{"model":"m","max_tokens":5,"metadata":[],` + msgs + `}`, "metadata"},
 		{`{"model":"m","max_tokens":5,"system":[{"type":"image"}],` + msgs + `}`, "system.0.type"},
+		{`{"model":"m","max_tokens":5,"output_config":{"format":{"type":"json_object"}},` + msgs + `}`, "output_config.format.type: Input should be 'json_schema'"},
+		{`{"model":"m","max_tokens":5,"output_config":{"format":{"type":"json_schema"}},` + msgs + `}`, "output_config.format.schema: Field required"},
+		{`{"model":"m","max_tokens":5,"output_config":{"format":{"type":"json_schema","schema":[]}},` + msgs + `}`, "output_config.format.schema: Input should be a valid dictionary, but got an array"},
+		{`{"model":"m","max_tokens":5,"output_config":{"format":{"schema":{}}},` + msgs + `}`, "output_config.format.type: Field required"},
+		{`{"model":"m","max_tokens":5,"output_config":{"format":7},` + msgs + `}`, "output_config.format: Input should be a valid dictionary"},
+		{`{"model":"m","max_tokens":5,"output_config":[],` + msgs + `}`, "output_config: Input should be a valid dictionary"},
+		{`{"model":"m","max_tokens":5,"output_format":{"type":"json_schema","schema":true},` + msgs + `}`, "output_format.schema: Input should be a valid dictionary"},
+		{`{"model":"m","max_tokens":5,"output_config":{"format":{"type":"json_schema","schema":{}}},"output_format":{"type":"json_schema","schema":{}},` + msgs + `}`, "Both output_format and output_config.format"},
+		{`{"model":"m","max_tokens":5,"output_format":{"type":"json_schema","schema":{}},"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"{"}]}`, "output_format: structured output is incompatible with a prefilled"},
+		{`{"model":"m","max_tokens":5,"tools":[{"name":"t","strict":1,"input_schema":{}}],` + msgs + `}`, "tools.0.strict: Input should be a valid boolean"},
 		{`[]`, "must be a JSON object"},
 		{`{"model":`, "not valid JSON"},
 	}
@@ -439,5 +451,61 @@ func TestClaudeCodeFields(t *testing.T) {
 	if got, want := toJSON(t, r.Messages), `[{"role":"system","content":"x-anthropic-billing-header: cc_version=2.1.328\nYou are an agent."},`+
 		`{"role":"user","content":"<system-reminder>r</system-reminder>\nSay hi"},{"role":"system","content":"# Environment"}]`; got != want {
 		t.Errorf("messages\n got %s\nwant %s", got, want)
+	}
+}
+
+// TestOutputFormatToEngine: output_config.format and the beta's
+// output_format become the engine's response format with the schema as
+// sent (its key order is the grammar's property order); effort alone,
+// null formats and strict tools ask for none.
+func TestOutputFormatToEngine(t *testing.T) {
+	const msgs = `"messages":[{"role":"user","content":"hi"}]`
+	const schema = `{"type":"object","properties":{"z":{"type":"integer"},"a":{"type":"string"}},"required":["z","a"]}`
+	tests := []struct {
+		name, fields string
+		want         string // the engine's schema ("": no response format)
+		param        string
+	}{
+		{"output_config.format", `"output_config":{"effort":"low","format":{"type":"json_schema","schema":` + schema + `}}`, schema, "output_config.format"},
+		{"beta output_format", `"output_format":{"type":"json_schema","schema":` + schema + `}`, schema, "output_format"},
+		{"null format beside output_format", `"output_config":{"format":null},"output_format":{"type":"json_schema","schema":{}}`, `{}`, "output_format"},
+		{"effort only", `"output_config":{"effort":"high"}`, "", ""},
+		{"null format", `"output_config":{"format":null},"output_format":null`, "", ""},
+		{"strict tool", `"tools":[{"name":"t","strict":true,"input_schema":{"type":"object"}}],"tool_choice":{"type":"any"}`, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := mustPlan(t, `{"model":"m","max_tokens":5,`+tt.fields+`,`+msgs+`}`)
+			got := ""
+			if rf := p.req.ResponseFormat; rf != nil {
+				got = string(rf.Schema)
+			}
+			if got != tt.want || p.formatParam != tt.param {
+				t.Errorf("schema %q (from %q), want %q (from %q)", got, p.formatParam, tt.want, tt.param)
+			}
+		})
+	}
+}
+
+// TestFormatEngineError: the engine's refusal of a schema names OpenAI's
+// response_format; the answer names the field the format came in. Other
+// errors, and requests without a format, are left as they are.
+func TestFormatEngineError(t *testing.T) {
+	refusal := &prompt.InvalidRequestError{Err: errors.New(`response_format: the schema keyword "$ref" at "" cannot be enforced`)}
+	tests := []struct {
+		param string
+		err   error
+		want  string
+	}{
+		{"output_config.format", refusal, `output_config.format.schema: the schema keyword "$ref" at "" cannot be enforced`},
+		{"output_format", refusal, `output_format.schema: the schema keyword "$ref" at "" cannot be enforced`},
+		{"", refusal, `response_format: the schema keyword "$ref" at "" cannot be enforced`},
+		{"output_config.format", &prompt.InvalidRequestError{Err: errors.New("the prompt is empty")}, "the prompt is empty"},
+	}
+	for _, tt := range tests {
+		e := (&plan{formatParam: tt.param}).engineError(tt.err, "m")
+		if e.Status != 400 || e.Type != TypeInvalidRequest || e.Message != tt.want {
+			t.Errorf("%q: %d %s %q, want 400 %q", tt.param, e.Status, e.Type, e.Message, tt.want)
+		}
 	}
 }

@@ -22,9 +22,23 @@
 // function tools for the template; tool_choice auto, none (the tools are
 // left out of the prompt and no calls are extracted), any and tool (the
 // engine constrains the output to a call of the allowed tools, input valid
-// against input_schema; disable_parallel_tool_use allows one call);
-// output_config.format is a 400 for now. thinking
-// enabled (budget_tokens ≥ 1024 and below max_tokens) / adaptive /
+// against input_schema; disable_parallel_tool_use allows one call); a
+// tool's strict is accepted (a forced call's input is constrained to
+// input_schema anyway; calls the model makes under auto are parsed as
+// written). output_config.format {"type": "json_schema", "schema": …}
+// (and the structured-outputs beta's top-level output_format, not both)
+// becomes engine.Request.ResponseFormat, the JSON-schema grammar of the
+// OpenAI dialect's response_format: the answer's text is one JSON value
+// valid against the schema, whole or streamed, after a thinking block
+// when thinking is enabled (the constraint starts when the reasoning
+// closes; gpt-oss's final message follows its analysis). With a forced
+// tool_choice the answer is the call (the format constrains direct output
+// only, as on the Messages API); under auto with tools the grammar leaves
+// no room for a call: the answer is the JSON. A bad format type, a missing
+// or non-object schema, a prefill (incompatible, as on the Messages API)
+// and a schema the grammar cannot enforce are a 400 naming the field (the
+// engine's refusal names response_format; plan.engineError renames it).
+// thinking enabled (budget_tokens ≥ 1024 and below max_tokens) / adaptive /
 // between_tools turns the template's enable_thinking on, disabled off;
 // enabled also opens a hybrid template's <think> block in the generation
 // prompt (engine.Request.StartThinking), so the answer starts with a
@@ -81,6 +95,4 @@
 // or holding tool_use is a 400. thinking.budget_tokens becomes
 // engine.Request.ReasoningBudget: once spent, the runner makes the model
 // close its <think> block.
-//
-// Not yet: structured output (output_config.format).
 package anthropic

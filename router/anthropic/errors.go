@@ -187,6 +187,20 @@ func engineError(err error, model string) *Error {
 	return FromEngine(err)
 }
 
+// engineError maps an engine error of p's generation (engineError): the
+// engine's refusal of a schema it cannot enforce names OpenAI's
+// response_format, here the field the format came in.
+func (p *plan) engineError(err error, model string) *Error {
+	e := engineError(err, model)
+	if p.formatParam == "" || e.Status != http.StatusBadRequest {
+		return e
+	}
+	if rest, ok := strings.CutPrefix(e.Message, "response_format: "); ok {
+		return &Error{Status: e.Status, Type: e.Type, Message: p.formatParam + ".schema: " + rest}
+	}
+	return e
+}
+
 // upstreamType is the Messages API's error type of an upstream's 4xx.
 func upstreamType(status int) string {
 	switch status {

@@ -110,7 +110,7 @@ func (h *Handler) messages(w http.ResponseWriter, r *http.Request) {
 	if p.stream && p.req.Backend != engine.BackendCloud {
 		res, err := h.engine.Tokenize(ctx, req.Model, p.req.PromptRequest())
 		if err != nil {
-			h.reject(w, r, engineError(err, req.Model))
+			h.reject(w, r, p.engineError(err, req.Model))
 			return
 		}
 		inputTokens = res.Count
@@ -123,7 +123,7 @@ func (h *Handler) messages(w http.ResponseWriter, r *http.Request) {
 		events, err = h.engine.Generate(ctx, p.req)
 	}
 	if err != nil {
-		h.reject(w, r, engineError(err, req.Model))
+		h.reject(w, r, p.engineError(err, req.Model))
 		return
 	}
 	g := h.metrics.BeginFor(r.Context(), req.Model)
@@ -158,7 +158,7 @@ func (h *Handler) messages(w http.ResponseWriter, r *http.Request) {
 				cancel()
 				for range events {
 				}
-				WriteError(w, engineError(ev.Err, req.Model))
+				WriteError(w, p.engineError(ev.Err, req.Model))
 				return
 			}
 			acc.add(ev)
@@ -191,9 +191,9 @@ func (h *Handler) messages(w http.ResponseWriter, r *http.Request) {
 			for range events {
 			}
 			if first { // nothing sent yet: a proper error answer
-				WriteError(w, engineError(ev.Err, req.Model))
+				WriteError(w, p.engineError(ev.Err, req.Model))
 			} else if ok {
-				_ = sse.fail(engineError(ev.Err, req.Model))
+				_ = sse.fail(p.engineError(ev.Err, req.Model))
 			}
 			return
 		}

@@ -20,6 +20,9 @@ type MessagesRequest struct {
 	ToolChoice    json.RawMessage `json:"tool_choice"`
 	Thinking      json.RawMessage `json:"thinking"`
 	OutputConfig  json.RawMessage `json:"output_config"`
+	// OutputFormat is the structured-outputs beta's spelling of
+	// output_config.format, which the Messages API still takes.
+	OutputFormat json.RawMessage `json:"output_format"`
 	// ContextManagement (Claude Code sends clear_thinking edits) has no
 	// meaning here: no thinking or tool results are kept between
 	// requests to clear. Accepted when an object, and ignored.

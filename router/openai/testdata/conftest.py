@@ -22,6 +22,18 @@ WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLengt
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city", "parameters": WEATHER}},
          {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}]
 
+# The structured-output schema both suites ask for, and its check.
+ANSWER = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 8}, "n": {"type": "integer"}},
+          "required": ["answer", "n"], "additionalProperties": False}
+
+
+def check_answer(text):
+    """text is one JSON document valid against ANSWER."""
+    doc = json.loads(text)
+    assert isinstance(doc, dict) and set(doc) == {"answer", "n"}, text
+    assert isinstance(doc["answer"], str) and len(doc["answer"]) <= 8, text
+    assert isinstance(doc["n"], int) and not isinstance(doc["n"], bool), text
+
 
 def api_key():
     return os.environ["FUSION_API_KEY"]
@@ -92,3 +104,11 @@ def anthropic_tools(tools):
     """OpenAI function tools as Anthropic tool definitions."""
     return [{"name": t["function"]["name"], "description": t["function"].get("description", ""),
              "input_schema": t["function"].get("parameters", {"type": "object"})} for t in tools]
+
+
+def ant_message(a, stream, **kw):
+    """An Anthropic message, whole or streamed (the SDK accumulates the events)."""
+    if not stream:
+        return a.messages.create(**kw)
+    with a.messages.stream(**kw) as s:
+        return s.get_final_message()

@@ -18,10 +18,12 @@ agree.
 import json
 import os
 
+import anthropic
 import openai
 import pytest
 
-from conftest import MSGS, TOOLS, ant, anthropic_tools, chat_both, http_json, node_urls, oai, reasoning_of
+from conftest import ANSWER, MSGS, TOOLS, ant, ant_message, anthropic_tools, chat_both, check_answer, http_json, node_urls, oai, \
+    reasoning_of
 from conftest import ban as ban_tokens
 from conftest import no_markers as no_markers_in
 
@@ -218,17 +220,47 @@ def test_forced_tool_calls(base, fam):
 
 @pytest.mark.parametrize("base,fam", CASES, ids=IDS)
 def test_structured_output(base, fam):
-    schema = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 8}, "n": {"type": "integer"}},
-              "required": ["answer", "n"], "additionalProperties": False}
     for stream in (False, True):
         kw = dict(model=MODELS[fam], messages=MSGS, max_tokens=40, seed=0, temperature=1,
-                  response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": schema, "strict": True}})
+                  response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": ANSWER, "strict": True}})
         if stream:
             text = "".join(k.choices[0].delta.content or "" for k in oai(base).chat.completions.create(stream=True, **kw) if k.choices)
         else:
             text = oai(base).chat.completions.create(**kw).choices[0].message.content
-        doc = json.loads(text)
-        assert set(doc) == {"answer", "n"} and isinstance(doc["n"], int) and len(doc["answer"]) <= 8
+        check_answer(text)
+
+
+@pytest.mark.parametrize("base,fam", CASES, ids=IDS)
+def test_anthropic_structured_output(base, fam):
+    """output_config.format: the text block is JSON valid against the
+    schema, whole and streamed; with thinking enabled a family with a
+    reasoning block answers in a thinking block first (the budget closes
+    it), then the JSON (through the forwarding member only: 1024 tokens of
+    reasoning). A bad format or a schema the grammar cannot enforce is a
+    400."""
+    a = ant(base)
+    user = [{"role": "user", "content": "Answer in JSON."}]
+    fmt = {"format": {"type": "json_schema", "schema": ANSWER}}
+    for stream in (False, True):
+        m = ant_message(a, stream, model=MODELS[fam], max_tokens=60, messages=user, output_config=fmt, thinking={"type": "disabled"})
+        assert [b.type for b in m.content] == ["text"] and m.stop_reason == "end_turn", m
+        check_answer(m.content[0].text)
+        no_markers(fam, m.content[0].text)
+    for bad in ({"format": {"type": "json_object"}}, {"format": {"type": "json_schema"}},
+                {"format": {"type": "json_schema", "schema": {"type": "string", "contentMediaType": "text/html"}}}):
+        with pytest.raises(anthropic.BadRequestError) as e:
+            a.messages.create(model=MODELS[fam], max_tokens=20, messages=user, output_config=bad)
+        assert e.value.body["error"]["type"] == "invalid_request_error" and "output_config.format" in e.value.body["error"]["message"]
+    if base != URLS[1]:
+        return  # the thinking answer (1024 tokens of reasoning) once, through the forwarding member
+    m = ant_message(a, True, model=MODELS[fam], max_tokens=1100, messages=user, output_config=fmt,
+                    thinking={"type": "enabled", "budget_tokens": 1024})
+    kinds = [b.type for b in m.content]
+    assert kinds == (["thinking", "text"] if FAMILIES[fam]["think"] else ["text"]) and m.stop_reason == "end_turn", m
+    if FAMILIES[fam]["think"]:
+        assert m.content[0].thinking and m.content[0].signature
+        no_markers(fam, m.content[0].thinking)
+    check_answer(m.content[-1].text)
 
 
 @pytest.mark.parametrize("base,fam", CASES, ids=IDS)

@@ -16,9 +16,11 @@ thinking — and that streamed and whole answers agree.
 import json
 import os
 
+import anthropic
 import pytest
 
-from conftest import MSGS, TOOLS, ant, anthropic_tools, ban, chat_both, http_json, node_urls, oai, reasoning_of
+from conftest import ANSWER, MSGS, TOOLS, ant, ant_message, anthropic_tools, ban, chat_both, check_answer, http_json, node_urls, oai, \
+    reasoning_of
 from conftest import no_markers as no_markers_in
 
 MODEL = os.environ["FUSION_MODEL"]
@@ -139,14 +141,41 @@ def test_forced_tool_calls(base):
 
 @pytest.mark.parametrize("base", URLS)
 def test_structured_output(base):
-    schema = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 8}, "n": {"type": "integer"}},
-              "required": ["answer", "n"], "additionalProperties": False}
     for seed in range(1):
         r = oai(base).chat.completions.create(
             model=MODEL, messages=MSGS, max_tokens=40, seed=seed, temperature=1,
-            response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": schema, "strict": True}})
-        doc = json.loads(r.choices[0].message.content)
-        assert set(doc) == {"answer", "n"} and isinstance(doc["n"], int) and len(doc["answer"]) <= 8
+            response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": ANSWER, "strict": True}})
+        check_answer(r.choices[0].message.content)
+
+
+@pytest.mark.parametrize("base", URLS)
+def test_anthropic_structured_output(base):
+    """output_config.format: the final message is JSON valid against the
+    schema, whole and streamed; with thinking enabled the analysis message
+    comes first, as a thinking block (the budget closes it), then the
+    JSON (through the forwarding member only: 1024 tokens of reasoning).
+    A schema the grammar cannot enforce is a 400."""
+    a = ant(base)
+    user = [{"role": "user", "content": "Answer in JSON."}]
+    fmt = {"format": {"type": "json_schema", "schema": ANSWER}}
+    for stream in (False, True):
+        m = ant_message(a, stream, model=MODEL, max_tokens=60, messages=user, output_config=fmt)
+        assert [b.type for b in m.content] == ["text"] and m.stop_reason == "end_turn", m
+        check_answer(m.content[0].text)
+        no_markers(m.content[0].text)
+    with pytest.raises(anthropic.BadRequestError) as e:
+        a.messages.create(model=MODEL, max_tokens=20, messages=user,
+                          output_config={"format": {"type": "json_schema", "schema": {"$ref": "https://example.com/s.json"}}})
+    assert e.value.body["error"]["type"] == "invalid_request_error"
+    assert e.value.body["error"]["message"].startswith('output_config.format.schema: the schema keyword "$ref"')
+    if base != URLS[1]:
+        return  # the thinking answer (1024 tokens of reasoning) once, through the forwarding member
+    m = ant_message(a, True, model=MODEL, max_tokens=1100, messages=user, output_config=fmt,
+                    thinking={"type": "enabled", "budget_tokens": 1024})
+    assert [b.type for b in m.content] == ["thinking", "text"] and m.stop_reason == "end_turn", m
+    assert m.content[0].thinking and m.content[0].signature
+    no_markers(m.content[0].thinking, m.content[1].text)
+    check_answer(m.content[1].text)
 
 
 @pytest.mark.parametrize("base", URLS)
